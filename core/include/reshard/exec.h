@@ -1,0 +1,43 @@
+// reshard — in-process host execution (DESIGN.md §3, transport `local`).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "reshard/plan.h"
+
+namespace reshard {
+
+struct ConstBuffer {
+  const void* data = nullptr;
+  int64_t bytes = 0;
+};
+struct MutableBuffer {
+  void* data = nullptr;
+  int64_t bytes = 0;
+};
+
+// The shard buffers of one tensor, indexed by layout entry (the plan's
+// tensors()[t].src / .dst entry order, i.e. sorted by device). Each buffer is
+// dense, row-major, exactly the shape of its entry's box.
+struct TensorBuffers {
+  std::vector<ConstBuffer> src;
+  std::vector<MutableBuffer> dst;
+};
+
+struct HostExecuteOptions {
+  int32_t threads = 0;  // 0: std::thread::hardware_concurrency()
+};
+
+// Fills every destination buffer of every tensor of `plan`, which must hold
+// every process part (PlanScope::kAll). Validates all buffers first (count
+// per tensor, byte size per entry, null data for a non-empty box, source and
+// destination overlapping in memory): on error throws kInvalidArgument
+// naming the buffer ("tensors[1].dst[3]") and writes nothing.
+// Partial sources are reduced on the destination; f16/bf16/f8 accumulate in
+// f32 and round once. Thread-safe for distinct destination buffers.
+void execute_host(const Plan& plan, std::span<const TensorBuffers> buffers,
+                  const HostExecuteOptions& options = {});
+
+}  // namespace reshard

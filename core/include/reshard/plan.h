@@ -1,0 +1,195 @@
+// reshard — planning (DESIGN.md §2).
+//
+// make_plan() turns tensors with source and destination layouts into a Plan:
+// which device sends which box of which tensor to whom, fused into one
+// message per (source device, destination device, round). A Plan has a
+// global part (inputs, options, statistics, fingerprint), identical on every
+// process, and one part per process holding that process's pieces. A
+// process can plan just its own part, in time proportional to its pieces.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reshard/box.h"
+#include "reshard/dtype.h"
+#include "reshard/layout.h"
+
+namespace reshard {
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kF32;
+  Layout src;
+  Layout dst;
+};
+
+struct PlanOptions {
+  // A piece held by several remote replicas (none on the destination's
+  // device, process or host) is split evenly across them when it has at least
+  // this many bytes; smaller pieces go to one replica chosen by rotation.
+  int64_t split_min_bytes = 1 << 20;
+  // α–β cost model: seconds per message, bytes per second inside a host and
+  // between hosts.
+  double alpha_seconds = 5e-6;
+  double intra_host_bytes_per_second = 100e9;
+  double inter_host_bytes_per_second = 25e9;
+  // Staging memory per device per round (0: unbounded, one round). Used by
+  // the distributed engine; the in-process executor needs no staging.
+  int64_t staging_budget_bytes = 0;
+  friend bool operator==(const PlanOptions&, const PlanOptions&) = default;
+};
+
+struct PlanInput {
+  std::vector<TensorSpec> tensors;
+  Topology topology;
+  PlanOptions options;
+};
+
+// A box of one tensor moving from a source entry to a destination entry.
+// The moved region is box(src_entry) ∩ box(dst_entry) unless `region` names
+// an entry of the owning ProcessPart::regions (a split or refined piece).
+struct Piece {
+  uint32_t tensor = 0;
+  uint32_t src_entry = 0;
+  uint32_t dst_entry = 0;
+  uint32_t region = 0xffffffffu;
+  friend bool operator==(const Piece&, const Piece&) = default;
+};
+inline constexpr uint32_t kOverlapRegion = 0xffffffffu;
+
+// All pieces from one device to another in one round, packed back to back in
+// piece order. `bytes` is the packed size.
+struct Message {
+  int64_t src_device = 0;
+  int64_t dst_device = 0;
+  uint32_t round = 0;
+  uint64_t first_piece = 0;  // index into send_pieces / recv_pieces
+  uint64_t num_pieces = 0;
+  int64_t bytes = 0;
+  friend bool operator==(const Message&, const Message&) = default;
+};
+
+struct ProcessPart {
+  int32_t process = 0;
+  // Pieces whose source and destination are the same device of this process.
+  std::vector<Piece> local;
+  // Messages this process sends (ordered by round, then destination device,
+  // then source device) and the pieces they carry, grouped per message.
+  std::vector<Message> sends;
+  std::vector<Piece> send_pieces;
+  // Messages this process receives (ordered by round, source, destination).
+  std::vector<Message> recvs;
+  std::vector<Piece> recv_pieces;
+  std::vector<Box> regions;
+  friend bool operator==(const ProcessPart&, const ProcessPart&) = default;
+};
+
+struct DeviceTraffic {
+  int64_t device = 0;
+  int64_t send_bytes = 0;
+  int64_t recv_bytes = 0;
+  int64_t local_bytes = 0;
+  int64_t send_messages = 0;
+  int64_t recv_messages = 0;
+  friend bool operator==(const DeviceTraffic&, const DeviceTraffic&) = default;
+};
+
+struct PlanStats {
+  int64_t network_bytes = 0;       // bytes that leave their device
+  int64_t local_bytes = 0;         // bytes copied within a device
+  int64_t cross_host_bytes = 0;
+  int64_t cross_process_bytes = 0;
+  int64_t max_send_bytes = 0;
+  int64_t max_recv_bytes = 0;
+  int64_t messages = 0;
+  int64_t pieces = 0;              // network + local pieces
+  int32_t rounds = 0;
+  int64_t peak_staging_bytes = 0;  // max over devices and rounds of staged bytes
+  // Lower bounds (DESIGN.md §2.2, for plans without relays).
+  int64_t lower_bound_network_bytes = 0;
+  int64_t lower_bound_max_send_bytes = 0;
+  int64_t lower_bound_max_recv_bytes = 0;
+  double cost_seconds = 0;         // α–β estimate of the busiest device
+  double lower_bound_cost_seconds = 0;
+  double plan_seconds = 0;         // wall time make_plan took (not in fingerprint)
+  std::vector<DeviceTraffic> per_device;  // sorted by device
+
+  // figure / bound; 1.0 when both are 0.
+  static double ratio(double figure, double bound) {
+    return bound == 0 ? (figure == 0 ? 1.0 : 0.0) : figure / bound;
+  }
+};
+
+enum class PlanScope : int32_t {
+  kAll = 0,      // every process part (small plans, in-process execution)
+  kGlobal = 1,   // statistics and fingerprint only, no parts
+  kProcess = 2,  // one process's part (PlanRequest::process)
+};
+
+struct PlanRequest {
+  PlanScope scope = PlanScope::kAll;
+  int32_t process = 0;
+  // Compute global statistics (skipped for kProcess when false: a worker
+  // planning only its part need not pay for the fleet's statistics).
+  bool global_stats = true;
+};
+
+class Plan {
+ public:
+  const std::vector<TensorSpec>& tensors() const { return tensors_; }
+  const Topology& topology() const { return topology_; }
+  const PlanOptions& options() const { return options_; }
+  const PlanStats& stats() const { return stats_; }
+  bool has_stats() const { return has_stats_; }
+  // Hash of the canonical inputs and options; equal on every process that
+  // planned the same inputs.
+  uint64_t fingerprint() const { return fingerprint_; }
+  // Processes owning at least one device of the plan, sorted.
+  const std::vector<int32_t>& processes() const { return processes_; }
+  const std::map<int32_t, ProcessPart>& parts() const { return parts_; }
+  // Throws kOutOfRange if this plan does not hold that part.
+  const ProcessPart& part(int32_t process) const;
+  // The region a piece of `part` moves.
+  Box region(const ProcessPart& part, const Piece& piece) const;
+  int64_t piece_bytes(const ProcessPart& part, const Piece& piece) const;
+
+  // Internal: used by the planner and the wire decoder.
+  struct Builder;
+
+ private:
+  friend struct Builder;
+  std::vector<TensorSpec> tensors_;
+  Topology topology_;
+  PlanOptions options_;
+  PlanStats stats_;
+  bool has_stats_ = false;
+  uint64_t fingerprint_ = 0;
+  std::vector<int32_t> processes_;
+  std::map<int32_t, ProcessPart> parts_;
+};
+
+// Validates the inputs (ranks, shapes, dtypes, layouts match each tensor,
+// partial ops compatible, source covers what destinations need) and plans.
+// Deterministic: equal inputs give equal plans. Throws reshard::Error.
+Plan make_plan(const PlanInput& input, const PlanRequest& request = {});
+
+// The fingerprint make_plan would give, without planning.
+uint64_t plan_fingerprint(const PlanInput& input);
+
+// Reference planner for tests and benchmarks: intersects every source entry
+// with every destination entry (the quadratic loop DESIGN.md warns against)
+// and returns the number of non-empty pieces and the network bytes it finds
+// using the same source choice.
+struct NaivePlanResult {
+  int64_t pieces = 0;
+  int64_t network_bytes = 0;
+};
+NaivePlanResult naive_plan(const PlanInput& input);
+
+}  // namespace reshard
