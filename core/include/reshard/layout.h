@@ -107,6 +107,17 @@ class Layout {
   // summands lie in [0, num_summands). Boxes may overlap (replicas).
   static Layout from_boxes(std::span<const int64_t> shape, std::vector<LayoutEntry> entries,
                            int32_t num_summands, ReduceOp op, const std::string& field);
+  // A tiled layout from its parts (what the plan format stores): per-dim
+  // shard counts, and per entry its device, summand and per-dim shard index
+  // (`shard_indices` holds rank values per entry). Validated like from_boxes.
+  struct TileEntry {
+    int64_t device = 0;
+    int32_t summand = 0;
+    std::array<int64_t, kMaxRank> shard{};
+  };
+  static Layout from_tiles(std::span<const int64_t> shape, std::span<const int64_t> counts,
+                           std::vector<TileEntry> entries, int32_t num_summands, ReduceOp op,
+                           const std::string& field);
 
   int32_t rank() const { return static_cast<int32_t>(shape_.size()); }
   const std::vector<int64_t>& shape() const { return shape_; }
@@ -127,6 +138,7 @@ class Layout {
   bool tiled() const;
   Split split(int dim) const;          // tiled only
   int64_t shard_index(size_t entry, int dim) const;  // tiled only
+  int64_t shard_count(int dim) const;                // tiled only
 
   // Canonical form: entries sorted by device. Equality compares the
   // canonical (device, summand, box) lists, shape, summands and op, so a
@@ -135,6 +147,10 @@ class Layout {
   // Stable across processes, runs and platforms (FNV-1a over the canonical
   // form, little-endian).
   uint64_t hash() const;
+  // Cheaper stable hash used in plan fingerprints: shape plus a hash of the
+  // geometry (computed once per geometry). Equal layouts of the same kind
+  // (tiled or explicit) have equal fingerprint_hash.
+  uint64_t fingerprint_hash() const;
   std::vector<LayoutEntry> entries() const;
   const std::shared_ptr<const Geometry>& geometry() const { return geometry_; }
 

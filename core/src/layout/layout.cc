@@ -1,0 +1,543 @@
+#include "reshard/layout.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <set>
+
+#include "layout/geometry.h"
+#include "reshard/error.h"
+#include "util/hash.h"
+
+namespace reshard {
+
+// ---------------------------------------------------------------- ReduceOp
+
+std::string_view reduce_op_name(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "invalid";
+}
+
+ReduceOp parse_reduce_op(std::string_view name, const std::string& field) {
+  if (name == "sum") return ReduceOp::kSum;
+  if (name == "max") return ReduceOp::kMax;
+  if (name == "min") return ReduceOp::kMin;
+  fail(ErrorCode::kInvalidArgument,
+       field + ": unknown reduce op \"" + std::string(name) + "\" (expected sum, max or min)");
+}
+
+// ---------------------------------------------------------------- Topology
+
+void Topology::add(const DeviceInfo& info, const std::string& field) {
+  if (info.device < 0)
+    fail(ErrorCode::kInvalidArgument, field + ": device id " + std::to_string(info.device) + " is negative");
+  if (info.process < 0 || info.host < 0 || info.ordinal < 0)
+    fail(ErrorCode::kInvalidArgument,
+         field + ": process, host and ordinal of device " + std::to_string(info.device) +
+             " must be non-negative");
+  auto it = std::lower_bound(devices_.begin(), devices_.end(), info.device,
+                             [](const DeviceInfo& a, int64_t d) { return a.device < d; });
+  if (it != devices_.end() && it->device == info.device) {
+    if (!(*it == info))
+      fail(ErrorCode::kInvalidArgument,
+           field + ": device " + std::to_string(info.device) + " given as process " +
+               std::to_string(info.process) + " host " + std::to_string(info.host) + " ordinal " +
+               std::to_string(info.ordinal) + " but earlier as process " +
+               std::to_string(it->process) + " host " + std::to_string(it->host) + " ordinal " +
+               std::to_string(it->ordinal));
+    return;
+  }
+  devices_.insert(it, info);
+}
+
+DeviceInfo Topology::info(int64_t device) const {
+  auto it = std::lower_bound(devices_.begin(), devices_.end(), device,
+                             [](const DeviceInfo& a, int64_t d) { return a.device < d; });
+  if (it != devices_.end() && it->device == device) return *it;
+  DeviceInfo d;
+  d.device = device;
+  return d;
+}
+
+bool Topology::contains(int64_t device) const {
+  auto it = std::lower_bound(devices_.begin(), devices_.end(), device,
+                             [](const DeviceInfo& a, int64_t d) { return a.device < d; });
+  return it != devices_.end() && it->device == device;
+}
+
+// ---------------------------------------------------------------- Mesh
+
+int64_t Mesh::size() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+int Mesh::axis_index(std::string_view name) const {
+  for (size_t i = 0; i < axis_names.size(); ++i)
+    if (axis_names[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+void Mesh::validate(const std::string& field) const {
+  if (axis_names.size() != shape.size())
+    fail(ErrorCode::kInvalidArgument, field + ".axis_names: " + std::to_string(axis_names.size()) +
+                                          " names for a mesh of rank " + std::to_string(shape.size()));
+  for (size_t i = 0; i < axis_names.size(); ++i) {
+    const std::string f = field + ".axis_names[" + std::to_string(i) + "]";
+    if (axis_names[i].empty()) fail(ErrorCode::kInvalidArgument, f + ": empty axis name");
+    for (size_t j = 0; j < i; ++j)
+      if (axis_names[j] == axis_names[i])
+        fail(ErrorCode::kInvalidArgument, f + ": duplicate axis name \"" + axis_names[i] + "\"");
+  }
+  int64_t n = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 1)
+      fail(ErrorCode::kInvalidArgument, field + ".shape[" + std::to_string(i) +
+                                            "]: mesh axis size " + std::to_string(shape[i]) +
+                                            " must be at least 1");
+    if (__builtin_mul_overflow(n, shape[i], &n) || n > (int64_t{1} << 31))
+      fail(ErrorCode::kOverflow, field + ".shape: mesh has more than 2^31 devices");
+  }
+  if (static_cast<int64_t>(devices.size()) != n)
+    fail(ErrorCode::kInvalidArgument, field + ".devices: " + std::to_string(devices.size()) +
+                                          " devices for a mesh of " + std::to_string(n));
+  std::vector<int64_t> sorted = devices;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (devices[i] < 0)
+      fail(ErrorCode::kInvalidArgument, field + ".devices[" + std::to_string(i) + "]: device id " +
+                                            std::to_string(devices[i]) + " is negative");
+  auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+  if (dup != sorted.end()) {
+    size_t pos = static_cast<size_t>(
+        std::find(devices.begin(), devices.end(), *dup) - devices.begin());
+    size_t pos2 = static_cast<size_t>(
+        std::find(devices.begin() + static_cast<std::ptrdiff_t>(pos) + 1, devices.end(), *dup) -
+        devices.begin());
+    fail(ErrorCode::kInvalidArgument, field + ".devices[" + std::to_string(pos2) + "]: device " +
+                                          std::to_string(*dup) + " appears twice (also at [" +
+                                          std::to_string(pos) + "])");
+  }
+}
+
+// ---------------------------------------------------------------- shapes
+
+void validate_shape(std::span<const int64_t> shape, int64_t element_size,
+                    const std::string& field) {
+  if (shape.size() > static_cast<size_t>(kMaxRank))
+    fail(ErrorCode::kOutOfRange, field + ": rank " + std::to_string(shape.size()) +
+                                     " exceeds the maximum rank " + std::to_string(kMaxRank));
+  int64_t n = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0)
+      fail(ErrorCode::kInvalidArgument, field + "[" + std::to_string(i) + "]: size " +
+                                            std::to_string(shape[i]) + " is negative");
+    if (__builtin_mul_overflow(n, shape[i], &n))
+      fail(ErrorCode::kOverflow, field + ": element count overflows 64 bits");
+  }
+  int64_t bytes;
+  if (__builtin_mul_overflow(n, std::max<int64_t>(element_size, 1), &bytes))
+    fail(ErrorCode::kOverflow, field + ": byte count overflows 64 bits");
+}
+
+// ---------------------------------------------------------------- Geometry
+
+void Geometry::finalize() {
+  Hasher h;
+  h.u64(tiled ? 1 : 2);
+  h.i64(rank);
+  h.i64(num_summands);
+  h.i64(static_cast<int64_t>(op));
+  h.u64(devices.size());
+  for (size_t e = 0; e < devices.size(); ++e) {
+    h.i64(devices[e]);
+    h.i64(summands[e]);
+  }
+  if (tiled) {
+    for (int d = 0; d < rank; ++d) h.i64(counts[d]);
+    for (int64_t s : shard) h.i64(s);
+    const int64_t cells = num_cells();
+    cell_of_entry.assign(devices.size(), 0);
+    std::vector<uint32_t> count(static_cast<size_t>(cells) + 1, 0);
+    for (size_t e = 0; e < devices.size(); ++e) {
+      int64_t c = 0;
+      for (int d = 0; d < rank; ++d) c = c * counts[d] + shard[e * rank + d];
+      cell_of_entry[e] = c;
+      ++count[static_cast<size_t>(c) + 1];
+    }
+    for (size_t c = 1; c < count.size(); ++c) count[c] += count[c - 1];
+    cell_offsets = count;
+    cell_entries.assign(devices.size(), 0);
+    for (size_t e = 0; e < devices.size(); ++e)
+      cell_entries[count[static_cast<size_t>(cell_of_entry[e])]++] = static_cast<uint32_t>(e);
+  } else {
+    for (const Box& b : boxes)
+      for (int d = 0; d < rank; ++d) {
+        h.i64(b.lo[d]);
+        h.i64(b.hi[d]);
+      }
+    // Sweep along the dim with the most distinct lower bounds.
+    sweep_dim = 0;
+    size_t best = 0;
+    for (int d = 0; d < rank; ++d) {
+      std::set<int64_t> los;
+      for (const Box& b : boxes) los.insert(b.lo[d]);
+      if (los.size() > best) {
+        best = los.size();
+        sweep_dim = d;
+      }
+    }
+    by_lo.resize(boxes.size());
+    std::iota(by_lo.begin(), by_lo.end(), 0u);
+    if (rank > 0) {
+      std::stable_sort(by_lo.begin(), by_lo.end(), [&](uint32_t a, uint32_t b) {
+        return boxes[a].lo[sweep_dim] < boxes[b].lo[sweep_dim];
+      });
+      max_sweep_extent = 0;
+      for (const Box& b : boxes) max_sweep_extent = std::max(max_sweep_extent, b.extent(sweep_dim));
+    }
+  }
+  hash = h.value();
+}
+
+namespace {
+
+std::string shape_str(std::span<const int64_t> s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// Lowered NamedSharding geometries are shared between tensors with the same
+// mesh and spec; the cache keeps the mesh alive and compares it by value.
+struct GeometryKey {
+  Mesh mesh;
+  std::vector<std::vector<std::string>> dims;
+  std::vector<std::string> partial;
+  ReduceOp op;
+  bool operator<(const GeometryKey& o) const {
+    return std::tie(mesh.axis_names, mesh.shape, mesh.devices, dims, partial, op) <
+           std::tie(o.mesh.axis_names, o.mesh.shape, o.mesh.devices, o.dims, o.partial, o.op);
+  }
+};
+
+std::mutex g_cache_mutex;
+std::map<GeometryKey, std::shared_ptr<const Geometry>>& geometry_cache() {
+  static std::map<GeometryKey, std::shared_ptr<const Geometry>> cache;
+  return cache;
+}
+
+std::shared_ptr<const Geometry> lower_named(const NamedSharding& s, size_t rank,
+                                            const std::string& field) {
+  if (!s.mesh) fail(ErrorCode::kInvalidArgument, field + ".mesh: missing mesh");
+  const Mesh& mesh = *s.mesh;
+  mesh.validate(field + ".mesh");
+  if (s.dims.size() != rank)
+    fail(ErrorCode::kInvalidArgument, field + ".spec: " + std::to_string(s.dims.size()) +
+                                          " entries for a tensor of rank " + std::to_string(rank));
+  std::vector<int> used(mesh.shape.size(), 0);
+  std::vector<std::vector<int>> dim_axes(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    for (size_t j = 0; j < s.dims[d].size(); ++j) {
+      const std::string f = field + ".spec[" + std::to_string(d) + "]" +
+                            (s.dims[d].size() > 1 ? "[" + std::to_string(j) + "]" : "");
+      int a = mesh.axis_index(s.dims[d][j]);
+      if (a < 0) fail(ErrorCode::kInvalidArgument, f + ": unknown mesh axis \"" + s.dims[d][j] + "\"");
+      if (used[a]++)
+        fail(ErrorCode::kInvalidArgument, f + ": mesh axis \"" + s.dims[d][j] + "\" used twice");
+      dim_axes[d].push_back(a);
+    }
+  }
+  std::vector<int> partial_axes;
+  for (size_t j = 0; j < s.partial_axes.size(); ++j) {
+    const std::string f = field + ".partial.axes[" + std::to_string(j) + "]";
+    int a = mesh.axis_index(s.partial_axes[j]);
+    if (a < 0)
+      fail(ErrorCode::kInvalidArgument, f + ": unknown mesh axis \"" + s.partial_axes[j] + "\"");
+    if (used[a]++)
+      fail(ErrorCode::kInvalidArgument, f + ": mesh axis \"" + s.partial_axes[j] + "\" used twice");
+    partial_axes.push_back(a);
+  }
+  if (s.partial_op != ReduceOp::kSum && s.partial_op != ReduceOp::kMax && s.partial_op != ReduceOp::kMin)
+    fail(ErrorCode::kInvalidArgument, field + ".partial.op: invalid reduce op");
+
+  GeometryKey key{mesh, s.dims, s.partial_axes, s.partial_op};
+  {
+    std::lock_guard lock(g_cache_mutex);
+    auto it = geometry_cache().find(key);
+    if (it != geometry_cache().end()) return it->second;
+  }
+
+  auto g = std::make_shared<Geometry>();
+  g->tiled = true;
+  g->rank = static_cast<int32_t>(rank);
+  g->op = s.partial_op;
+  int64_t summands = 1;
+  for (int a : partial_axes) summands *= mesh.shape[a];
+  g->num_summands = static_cast<int32_t>(summands);
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t k = 1;
+    for (int a : dim_axes[d]) k *= mesh.shape[a];
+    g->counts[d] = k;
+  }
+  const int64_t n = mesh.size();
+  const size_t naxes = mesh.shape.size();
+  // Entries sorted by device: order mesh positions by device id.
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return mesh.devices[static_cast<size_t>(a)] < mesh.devices[static_cast<size_t>(b)];
+  });
+  g->devices.resize(static_cast<size_t>(n));
+  g->summands.resize(static_cast<size_t>(n));
+  g->shard.resize(static_cast<size_t>(n) * rank);
+  std::vector<int64_t> coord(naxes);
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t pos = order[static_cast<size_t>(e)];
+    for (size_t a = naxes; a-- > 0;) {
+      coord[a] = pos % mesh.shape[a];
+      pos /= mesh.shape[a];
+    }
+    g->devices[static_cast<size_t>(e)] = mesh.devices[static_cast<size_t>(order[static_cast<size_t>(e)])];
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t idx = 0;
+      for (int a : dim_axes[d]) idx = idx * mesh.shape[a] + coord[a];
+      g->shard[static_cast<size_t>(e) * rank + d] = idx;
+    }
+    int64_t sm = 0;
+    for (int a : partial_axes) sm = sm * mesh.shape[a] + coord[a];
+    g->summands[static_cast<size_t>(e)] = static_cast<int32_t>(sm);
+  }
+  g->finalize();
+  std::lock_guard lock(g_cache_mutex);
+  auto& cache = geometry_cache();
+  if (cache.size() >= 1024) cache.clear();  // bounded; geometries stay alive through layouts
+  cache.emplace(std::move(key), g);
+  return g;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Layout
+
+Layout::Layout() {
+  auto g = std::make_shared<Geometry>();
+  g->tiled = true;
+  g->finalize();
+  geometry_ = g;
+}
+
+Layout Layout::from_named(const NamedSharding& sharding, std::span<const int64_t> shape,
+                          const std::string& field) {
+  validate_shape(shape, 1, field + ".shape");
+  Layout l;
+  l.geometry_ = lower_named(sharding, shape.size(), field);
+  l.shape_.assign(shape.begin(), shape.end());
+  return l;
+}
+
+namespace {
+void check_entries_common(const std::vector<int64_t>& devices, const std::vector<int32_t>& summands,
+                          int32_t num_summands, ReduceOp op, const std::string& field,
+                          const std::vector<size_t>& original_index) {
+  if (num_summands < 1)
+    fail(ErrorCode::kInvalidArgument,
+         field + ".summands: " + std::to_string(num_summands) + " must be at least 1");
+  if (op != ReduceOp::kSum && op != ReduceOp::kMax && op != ReduceOp::kMin)
+    fail(ErrorCode::kInvalidArgument, field + ".op: invalid reduce op " +
+                                          std::to_string(static_cast<int32_t>(op)));
+  for (size_t e = 0; e < devices.size(); ++e) {
+    const std::string f = field + ".entries[" + std::to_string(original_index[e]) + "]";
+    if (devices[e] < 0)
+      fail(ErrorCode::kInvalidArgument, f + ".device: device id " + std::to_string(devices[e]) + " is negative");
+    if (e > 0 && devices[e] == devices[e - 1])
+      fail(ErrorCode::kInvalidArgument, f + ".device: device " + std::to_string(devices[e]) +
+                                            " holds two entries of one layout");
+    if (summands[e] < 0 || summands[e] >= num_summands)
+      fail(ErrorCode::kInvalidArgument, f + ".summand: " + std::to_string(summands[e]) +
+                                            " is outside [0, " + std::to_string(num_summands) + ")");
+  }
+}
+}  // namespace
+
+Layout Layout::from_boxes(std::span<const int64_t> shape, std::vector<LayoutEntry> entries,
+                          int32_t num_summands, ReduceOp op, const std::string& field) {
+  validate_shape(shape, 1, field + ".shape");
+  const int rank = static_cast<int>(shape.size());
+  std::vector<size_t> idx(entries.size());
+  std::iota(idx.begin(), idx.end(), size_t{0});
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](size_t a, size_t b) { return entries[a].device < entries[b].device; });
+  auto g = std::make_shared<Geometry>();
+  g->tiled = false;
+  g->rank = rank;
+  g->num_summands = num_summands;
+  g->op = op;
+  for (size_t i = 0; i < idx.size(); ++i) {
+    const LayoutEntry& en = entries[idx[i]];
+    const std::string f = field + ".entries[" + std::to_string(idx[i]) + "]";
+    if (en.box.rank != rank)
+      fail(ErrorCode::kInvalidArgument, f + ".box: rank " + std::to_string(en.box.rank) +
+                                            " for a tensor of rank " + std::to_string(rank));
+    for (int d = 0; d < rank; ++d)
+      if (en.box.lo[d] < 0 || en.box.lo[d] > en.box.hi[d] || en.box.hi[d] > shape[d])
+        fail(ErrorCode::kInvalidArgument, f + ".box: " + to_string(en.box) +
+                                              " is not inside the tensor shape " + shape_str(shape) +
+                                              " (dim " + std::to_string(d) + ")");
+    g->devices.push_back(en.device);
+    g->summands.push_back(en.summand);
+    g->boxes.push_back(en.box);
+  }
+  check_entries_common(g->devices, g->summands, num_summands, op, field, idx);
+  if (entries.size() > 0xfffffff0u)
+    fail(ErrorCode::kOutOfRange, field + ".entries: too many entries");
+  g->finalize();
+  Layout l;
+  l.shape_.assign(shape.begin(), shape.end());
+  l.geometry_ = std::move(g);
+  return l;
+}
+
+Layout Layout::from_tiles(std::span<const int64_t> shape, std::span<const int64_t> counts,
+                          std::vector<TileEntry> entries, int32_t num_summands, ReduceOp op,
+                          const std::string& field) {
+  validate_shape(shape, 1, field + ".shape");
+  const int rank = static_cast<int>(shape.size());
+  if (counts.size() != shape.size())
+    fail(ErrorCode::kInvalidArgument, field + ".counts: " + std::to_string(counts.size()) +
+                                          " shard counts for a tensor of rank " + std::to_string(rank));
+  int64_t cells = 1;
+  for (int d = 0; d < rank; ++d) {
+    if (counts[d] < 1 || counts[d] > (int64_t{1} << 31))
+      fail(ErrorCode::kInvalidArgument, field + ".counts[" + std::to_string(d) + "]: shard count " +
+                                            std::to_string(counts[d]) + " is not in [1, 2^31]");
+    if (__builtin_mul_overflow(cells, counts[d], &cells) || cells > (int64_t{1} << 31))
+      fail(ErrorCode::kOutOfRange, field + ".counts: more than 2^31 cells");
+  }
+  if (entries.size() > 0xfffffff0u) fail(ErrorCode::kOutOfRange, field + ".entries: too many entries");
+  std::vector<size_t> idx(entries.size());
+  std::iota(idx.begin(), idx.end(), size_t{0});
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](size_t a, size_t b) { return entries[a].device < entries[b].device; });
+  auto g = std::make_shared<Geometry>();
+  g->tiled = true;
+  g->rank = rank;
+  g->num_summands = num_summands;
+  g->op = op;
+  for (int d = 0; d < rank; ++d) g->counts[d] = counts[d];
+  for (size_t i = 0; i < idx.size(); ++i) {
+    const TileEntry& en = entries[idx[i]];
+    for (int d = 0; d < rank; ++d)
+      if (en.shard[d] < 0 || en.shard[d] >= counts[d])
+        fail(ErrorCode::kInvalidArgument, field + ".entries[" + std::to_string(idx[i]) + "].shard[" +
+                                              std::to_string(d) + "]: " + std::to_string(en.shard[d]) +
+                                              " is outside [0, " + std::to_string(counts[d]) + ")");
+    g->devices.push_back(en.device);
+    g->summands.push_back(en.summand);
+    for (int d = 0; d < rank; ++d) g->shard.push_back(en.shard[d]);
+  }
+  check_entries_common(g->devices, g->summands, num_summands, op, field, idx);
+  g->finalize();
+  Layout l;
+  l.shape_.assign(shape.begin(), shape.end());
+  l.geometry_ = std::move(g);
+  return l;
+}
+
+int64_t Layout::num_elements() const {
+  int64_t n = 1;
+  for (int64_t s : shape_) n *= s;
+  return n;
+}
+size_t Layout::num_entries() const { return geometry_->devices.size(); }
+int64_t Layout::device(size_t entry) const { return geometry_->devices[entry]; }
+int32_t Layout::summand(size_t entry) const { return geometry_->summands[entry]; }
+int32_t Layout::num_summands() const { return geometry_->num_summands; }
+ReduceOp Layout::reduce_op() const { return geometry_->op; }
+bool Layout::tiled() const { return geometry_->tiled; }
+
+Split Layout::split(int dim) const { return Split{shape_[dim], geometry_->counts[dim]}; }
+int64_t Layout::shard_index(size_t entry, int dim) const {
+  return geometry_->shard[entry * geometry_->rank + dim];
+}
+int64_t Layout::shard_count(int dim) const { return geometry_->counts[dim]; }
+
+Box Layout::full_box() const {
+  Box b;
+  b.rank = rank();
+  for (int d = 0; d < b.rank; ++d) b.hi[d] = shape_[d];
+  return b;
+}
+
+Box Layout::box(size_t entry) const {
+  const Geometry& g = *geometry_;
+  if (!g.tiled) return g.boxes[entry];
+  Box b;
+  b.rank = g.rank;
+  for (int d = 0; d < g.rank; ++d) {
+    Split s{shape_[d], g.counts[d]};
+    int64_t i = g.shard[entry * g.rank + d];
+    b.lo[d] = s.lo(i);
+    b.hi[d] = s.hi(i);
+  }
+  return b;
+}
+
+std::optional<size_t> Layout::entry_of(int64_t device) const {
+  const auto& devs = geometry_->devices;
+  auto it = std::lower_bound(devs.begin(), devs.end(), device);
+  if (it == devs.end() || *it != device) return std::nullopt;
+  return static_cast<size_t>(it - devs.begin());
+}
+
+std::vector<LayoutEntry> Layout::entries() const {
+  std::vector<LayoutEntry> out(num_entries());
+  for (size_t e = 0; e < out.size(); ++e) out[e] = {device(e), summand(e), box(e)};
+  return out;
+}
+
+bool operator==(const Layout& a, const Layout& b) {
+  if (a.shape_ != b.shape_ || a.num_summands() != b.num_summands() || a.num_entries() != b.num_entries())
+    return false;
+  if (a.num_summands() > 1 && a.reduce_op() != b.reduce_op()) return false;
+  if (a.geometry_ == b.geometry_) return true;
+  for (size_t e = 0; e < a.num_entries(); ++e)
+    if (a.device(e) != b.device(e) || a.summand(e) != b.summand(e) || !(a.box(e) == b.box(e)))
+      return false;
+  return true;
+}
+
+uint64_t Layout::hash() const {
+  Hasher h;
+  h.u64(shape_.size());
+  for (int64_t s : shape_) h.i64(s);
+  h.i64(num_summands());
+  h.i64(num_summands() > 1 ? static_cast<int64_t>(reduce_op()) : 0);
+  h.u64(num_entries());
+  for (size_t e = 0; e < num_entries(); ++e) {
+    h.i64(device(e));
+    h.i64(summand(e));
+    Box b = box(e);
+    for (int d = 0; d < b.rank; ++d) {
+      h.i64(b.lo[d]);
+      h.i64(b.hi[d]);
+    }
+  }
+  return h.value();
+}
+
+uint64_t Layout::fingerprint_hash() const {
+  Hasher h;
+  h.u64(shape_.size());
+  for (int64_t s : shape_) h.i64(s);
+  h.u64(geometry_->hash);
+  return h.value();
+}
+
+}  // namespace reshard

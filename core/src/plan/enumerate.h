@@ -1,0 +1,406 @@
+// Internal: output-sensitive enumeration of the pieces of one tensor
+// (DESIGN.md §2.1-2.3). Every decision a piece depends on — which cells a
+// destination box is cut into, which replica sends each cell, how a cell is
+// split across replicas — is a pure function of the tensor, the destination
+// entry and the cell, so a process can derive its own pieces from either
+// side (receiver or sender) without seeing the rest of the fleet.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "layout/geometry.h"
+#include "reshard/error.h"
+#include "reshard/plan.h"
+
+namespace reshard::planning {
+
+// Per-entry topology of one geometry, computed once per make_plan call.
+struct GeoTopo {
+  std::vector<int32_t> process;  // per entry
+  std::vector<int32_t> host;     // per entry
+  std::vector<uint32_t> dense;   // per entry: index of its device in the plan's device list
+  std::vector<int32_t> procs;    // sorted unique processes
+  std::vector<uint32_t> proc_offsets, proc_entries;  // CSR process -> entries (ascending)
+};
+
+struct TensorCtx {
+  uint32_t index = 0;
+  const TensorSpec* spec = nullptr;
+  const Layout* src = nullptr;
+  const Layout* dst = nullptr;
+  const Geometry* sg = nullptr;
+  const Geometry* dg = nullptr;
+  const GeoTopo* st = nullptr;
+  const GeoTopo* dt = nullptr;
+  int64_t esize = 1;
+  int32_t S = 1;  // source summands
+  int32_t T = 1;  // destination summands
+  std::string field;  // "tensors[i]"
+};
+
+// What the enumeration reports for every piece.
+struct Emitted {
+  uint32_t src_entry;
+  uint32_t dst_entry;
+  Box region;
+  bool own_region;  // region may differ from src box ∩ dst box (split or refined)
+  bool local;       // source and destination on the same device
+  bool forced;      // the only holder of this summand (no choice of sender)
+};
+
+class Enumerator {
+ public:
+  explicit Enumerator(const PlanOptions& options) : options_(options) {}
+
+  // Pieces received by destination entry `e` (including local copies), in
+  // canonical order: source cells row-major, summands ascending, split parts
+  // ascending. Throws kInvalidArgument if a needed element has no holder.
+  template <class F>
+  void recv(const TensorCtx& t, uint32_t e, F&& f);
+
+  // Network pieces sent by source entry `r` (no local copies), grouped per
+  // destination entry, each group in canonical order.
+  template <class F>
+  void send(const TensorCtx& t, uint32_t r, F&& f);
+
+  // Destination entries whose box overlaps `q` (non-empty), any order.
+  template <class F>
+  void dst_overlapping(const TensorCtx& t, const Box& q, F&& f);
+
+  // Naive variant of recv: finds candidate source entries by scanning all of
+  // them (the quadratic baseline).
+  template <class F>
+  void recv_naive(const TensorCtx& t, uint32_t e, F&& f);
+
+ private:
+  template <class F>
+  void assign(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders, size_t n,
+              bool own_region, F&& f);
+  template <class F>
+  void cells_of(const TensorCtx& t, uint32_t e, const Box& B, std::vector<uint32_t>& cands, F&& f);
+  template <class F>
+  void refine(const TensorCtx& t, uint32_t e, const Box& B, const std::vector<uint32_t>& cands,
+              F&& f);
+  [[noreturn]] void uncovered(const TensorCtx& t, uint32_t e, const Box& region, int32_t s);
+
+  const PlanOptions& options_;
+  std::vector<uint32_t> cands_, holders_, sel_;
+  std::vector<int64_t> bounds_[kMaxRank];
+};
+
+// ------------------------------------------------------------------ inline
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Range of shard indices of split (n, k) overlapping [lo, hi), clipped.
+inline void shard_range(int64_t n, int64_t k, int64_t lo, int64_t hi, int64_t& a, int64_t& b) {
+  const int64_t c = n == 0 ? 0 : ceil_div(n, k);
+  if (c == 0 || hi <= lo) {
+    a = b = 0;
+    return;
+  }
+  a = lo / c;
+  b = std::min(k, ceil_div(hi, c));
+}
+
+template <class F>
+void Enumerator::assign(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders,
+                        size_t n, bool own_region, F&& f) {
+  const Geometry& sg = *t.sg;
+  const int64_t dev = t.dg->devices[e];
+  const int32_t dsum = t.dg->summands[e];
+  // One summand at a time, ascending.
+  for (int32_t s = 0; s < t.S; ++s) {
+    if (t.T > 1 && s % t.T != dsum) continue;
+    const uint32_t* R = holders;
+    size_t nr = n;
+    if (t.S > 1) {
+      sel_.clear();
+      for (size_t i = 0; i < n; ++i)
+        if (sg.summands[holders[i]] == s) sel_.push_back(holders[i]);
+      R = sel_.data();
+      nr = sel_.size();
+    }
+    if (nr == 0) uncovered(t, e, region, s);
+    if (nr == 1) {
+      f(Emitted{R[0], e, region, own_region, sg.devices[R[0]] == dev, true});
+      continue;
+    }
+    bool done = false;
+    for (size_t i = 0; i < nr && !done; ++i)
+      if (sg.devices[R[i]] == dev) {
+        f(Emitted{R[i], e, region, own_region, true, false});
+        done = true;
+      }
+    if (done) continue;
+    // Same process, then same host: rotate by destination entry.
+    const int32_t dproc = t.dt->process[e];
+    const int32_t dhost = t.dt->host[e];
+    for (int level = 0; level < 2 && !done; ++level) {
+      size_t cnt = 0;
+      for (size_t i = 0; i < nr; ++i)
+        cnt += level == 0 ? t.st->process[R[i]] == dproc : t.st->host[R[i]] == dhost;
+      if (cnt == 0) continue;
+      size_t want = e % cnt;
+      for (size_t i = 0; i < nr; ++i) {
+        bool ok = level == 0 ? t.st->process[R[i]] == dproc : t.st->host[R[i]] == dhost;
+        if (ok && want-- == 0) {
+          f(Emitted{R[i], e, region, own_region, false, false});
+          break;
+        }
+      }
+      done = true;
+    }
+    if (done) continue;
+    // All replicas remote: split large pieces evenly across them.
+    const int64_t bytes = region.volume() * t.esize;
+    if (bytes >= options_.split_min_bytes && region.rank > 0) {
+      int dim = -1;
+      for (int d = 0; d < region.rank; ++d)
+        if (region.extent(d) >= static_cast<int64_t>(nr)) {
+          dim = d;
+          break;
+        }
+      if (dim < 0) {
+        dim = 0;
+        for (int d = 1; d < region.rank; ++d)
+          if (region.extent(d) > region.extent(dim)) dim = d;
+      }
+      const int64_t ext = region.extent(dim);
+      const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nr));
+      if (m > 1) {
+        for (int64_t j = 0; j < m; ++j) {
+          Box part = region;
+          part.lo[dim] = region.lo[dim] + ext * j / m;
+          part.hi[dim] = region.lo[dim] + ext * (j + 1) / m;
+          f(Emitted{R[(static_cast<size_t>(j) + e) % nr], e, part, true, false, false});
+        }
+        continue;
+      }
+    }
+    f(Emitted{R[e % nr], e, region, own_region, false, false});
+  }
+}
+
+template <class F>
+void Enumerator::cells_of(const TensorCtx& t, uint32_t e, const Box& B, std::vector<uint32_t>& cands,
+                          F&& f) {
+  (void)cands;
+  const Geometry& sg = *t.sg;
+  const int rank = sg.rank;
+  const auto& shape = t.src->shape();
+  int64_t a[kMaxRank], b[kMaxRank], idx[kMaxRank];
+  for (int d = 0; d < rank; ++d) {
+    shard_range(shape[d], sg.counts[d], B.lo[d], B.hi[d], a[d], b[d]);
+    if (a[d] >= b[d]) return;
+    idx[d] = a[d];
+  }
+  Box cell;
+  cell.rank = rank;
+  while (true) {
+    int64_t c = 0;
+    bool empty = false;
+    for (int d = 0; d < rank; ++d) {
+      c = c * sg.counts[d] + idx[d];
+      const Split s{shape[d], sg.counts[d]};
+      cell.lo[d] = std::max(B.lo[d], s.lo(idx[d]));
+      cell.hi[d] = std::min(B.hi[d], s.hi(idx[d]));
+      if (cell.hi[d] <= cell.lo[d]) empty = true;
+    }
+    if (!empty) {
+      const uint32_t* h = sg.cell_entries.data() + sg.cell_offsets[static_cast<size_t>(c)];
+      const size_t n = sg.cell_offsets[static_cast<size_t>(c) + 1] - sg.cell_offsets[static_cast<size_t>(c)];
+      assign(t, e, cell, h, n, false, f);
+    }
+    int d = rank - 1;
+    for (; d >= 0; --d) {
+      if (++idx[d] < b[d]) break;
+      idx[d] = a[d];
+    }
+    if (d < 0) break;
+  }
+}
+
+template <class F>
+void Enumerator::refine(const TensorCtx& t, uint32_t e, const Box& B,
+                        const std::vector<uint32_t>& cands, F&& f) {
+  const Geometry& sg = *t.sg;
+  const int rank = sg.rank;
+  if (rank == 0) {
+    assign(t, e, B, cands.data(), cands.size(), false, f);
+    return;
+  }
+  for (int d = 0; d < rank; ++d) {
+    auto& v = bounds_[d];
+    v.clear();
+    v.push_back(B.lo[d]);
+    v.push_back(B.hi[d]);
+    for (uint32_t c : cands) {
+      const Box& cb = sg.boxes[c];
+      if (cb.lo[d] > B.lo[d] && cb.lo[d] < B.hi[d]) v.push_back(cb.lo[d]);
+      if (cb.hi[d] > B.lo[d] && cb.hi[d] < B.hi[d]) v.push_back(cb.hi[d]);
+    }
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  }
+  size_t idx[kMaxRank] = {};
+  Box cell;
+  cell.rank = rank;
+  std::vector<uint32_t> holders;
+  while (true) {
+    for (int d = 0; d < rank; ++d) {
+      cell.lo[d] = bounds_[d][idx[d]];
+      cell.hi[d] = bounds_[d][idx[d] + 1];
+    }
+    holders.clear();
+    for (uint32_t c : cands)
+      if (sg.boxes[c].contains(cell)) holders.push_back(c);
+    assign(t, e, cell, holders.data(), holders.size(), true, f);
+    int d = rank - 1;
+    for (; d >= 0; --d) {
+      if (++idx[d] + 1 < bounds_[d].size()) break;
+      idx[d] = 0;
+    }
+    if (d < 0) break;
+  }
+}
+
+template <class F>
+void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
+  const Box B = t.dst->box(e);
+  if (B.empty()) return;
+  if (t.sg->tiled) {
+    cells_of(t, e, B, cands_, f);
+    return;
+  }
+  // Explicit source: candidates from the sweep index, then refinement.
+  const Geometry& sg = *t.sg;
+  auto& cands = cands_;
+  cands.clear();
+  if (sg.rank == 0) {
+    for (uint32_t c = 0; c < sg.boxes.size(); ++c) cands.push_back(c);
+  } else {
+    const int sd = sg.sweep_dim;
+    const int64_t from = B.lo[sd] - sg.max_sweep_extent;
+    auto lo_it = std::upper_bound(sg.by_lo.begin(), sg.by_lo.end(), from,
+                                  [&](int64_t v, uint32_t c) { return v < sg.boxes[c].lo[sd]; });
+    for (auto it = lo_it; it != sg.by_lo.end() && sg.boxes[*it].lo[sd] < B.hi[sd]; ++it)
+      if (!intersect(sg.boxes[*it], B).empty()) cands.push_back(*it);
+    std::sort(cands.begin(), cands.end());
+  }
+  std::vector<uint32_t> local = cands;  // refine may recurse into assign which uses sel_
+  refine(t, e, B, local, f);
+}
+
+template <class F>
+void Enumerator::recv_naive(const TensorCtx& t, uint32_t e, F&& f) {
+  const Box B = t.dst->box(e);
+  if (B.empty()) return;
+  std::vector<uint32_t> cands;
+  std::vector<Box> boxes;
+  for (uint32_t c = 0; c < t.src->num_entries(); ++c) {
+    Box sb = t.src->box(c);
+    if (!intersect(sb, B).empty() || (sb.rank == 0)) cands.push_back(c);
+  }
+  if (t.sg->tiled) {
+    // Group candidates with identical boxes (the cells), all pairs.
+    std::vector<bool> done(cands.size(), false);
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (done[i]) continue;
+      const Box bi = t.src->box(cands[i]);
+      std::vector<uint32_t> holders;
+      for (size_t j = i; j < cands.size(); ++j)
+        if (!done[j] && t.src->box(cands[j]) == bi) {
+          holders.push_back(cands[j]);
+          done[j] = true;
+        }
+      assign(t, e, intersect(bi, B), holders.data(), holders.size(), false, f);
+    }
+    return;
+  }
+  refine(t, e, B, cands, f);
+}
+
+template <class F>
+void Enumerator::dst_overlapping(const TensorCtx& t, const Box& q, F&& f) {
+  const Geometry& dg = *t.dg;
+  const int rank = dg.rank;
+  if (dg.tiled) {
+    const auto& shape = t.dst->shape();
+    int64_t a[kMaxRank], b[kMaxRank], idx[kMaxRank];
+    for (int d = 0; d < rank; ++d) {
+      shard_range(shape[d], dg.counts[d], q.lo[d], q.hi[d], a[d], b[d]);
+      if (a[d] >= b[d]) return;
+      idx[d] = a[d];
+    }
+    while (true) {
+      int64_t c = 0;
+      bool empty = false;
+      for (int d = 0; d < rank; ++d) {
+        c = c * dg.counts[d] + idx[d];
+        const Split s{shape[d], dg.counts[d]};
+        if (std::min(q.hi[d], s.hi(idx[d])) <= std::max(q.lo[d], s.lo(idx[d]))) empty = true;
+      }
+      if (!empty)
+        for (uint32_t i = dg.cell_offsets[static_cast<size_t>(c)];
+             i < dg.cell_offsets[static_cast<size_t>(c) + 1]; ++i)
+          f(dg.cell_entries[i]);
+      int d = rank - 1;
+      for (; d >= 0; --d) {
+        if (++idx[d] < b[d]) break;
+        idx[d] = a[d];
+      }
+      if (d < 0) break;
+    }
+    return;
+  }
+  if (rank == 0) {
+    for (uint32_t c = 0; c < dg.boxes.size(); ++c) f(c);
+    return;
+  }
+  const int sd = dg.sweep_dim;
+  const int64_t from = q.lo[sd] - dg.max_sweep_extent;
+  auto lo_it = std::upper_bound(dg.by_lo.begin(), dg.by_lo.end(), from,
+                                [&](int64_t v, uint32_t c) { return v < dg.boxes[c].lo[sd]; });
+  for (auto it = lo_it; it != dg.by_lo.end() && dg.boxes[*it].lo[sd] < q.hi[sd]; ++it)
+    if (!intersect(dg.boxes[*it], q).empty()) f(*it);
+}
+
+template <class F>
+void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
+  const Box C = t.src->box(r);
+  if (C.empty()) return;
+  const int64_t sdev = t.sg->devices[r];
+  const int32_t ssum = t.sg->summands[r];
+  std::vector<uint32_t> dsts;
+  dst_overlapping(t, C, [&](uint32_t e) {
+    if (t.dg->devices[e] == sdev) return;
+    if (t.T > 1 && ssum % t.T != t.dg->summands[e]) return;
+    dsts.push_back(e);
+  });
+  auto keep = [&](const Emitted& p) {
+    if (p.src_entry == r && !p.local) f(p);
+  };
+  if (t.sg->tiled) {
+    const Geometry& sg = *t.sg;
+    const int64_t c = sg.cell_of_entry[r];
+    const uint32_t* h = sg.cell_entries.data() + sg.cell_offsets[static_cast<size_t>(c)];
+    const size_t n = sg.cell_offsets[static_cast<size_t>(c) + 1] - sg.cell_offsets[static_cast<size_t>(c)];
+    for (uint32_t e : dsts) {
+      const Box region = intersect(C, t.dst->box(e));
+      if (region.empty()) continue;
+      assign(t, e, region, h, n, false, keep);
+    }
+    return;
+  }
+  for (uint32_t e : dsts) recv(t, e, keep);
+}
+
+inline void Enumerator::uncovered(const TensorCtx& t, uint32_t e, const Box& region, int32_t s) {
+  fail(ErrorCode::kInvalidArgument,
+       t.field + ".src: region " + to_string(region) + (t.S > 1 ? " of summand " + std::to_string(s) : "") +
+           " is held by no source device (needed by device " + std::to_string(t.dg->devices[e]) + ")");
+}
+
+}  // namespace reshard::planning
