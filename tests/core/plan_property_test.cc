@@ -1,0 +1,188 @@
+// Property tests of the planner on thousands of random cases (DESIGN.md §2).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+
+#include "random_cases.h"
+#include "reshard/plan.h"
+
+namespace reshard {
+namespace {
+
+int64_t linear(const Box& b, const int64_t* idx) {
+  int64_t off = 0;
+  for (int d = 0; d < b.rank; ++d) off = off * b.extent(d) + (idx[d] - b.lo[d]);
+  return off;
+}
+
+template <class F>
+void for_each_index(const Box& r, F&& f) {
+  if (r.empty()) return;
+  int64_t idx[kMaxRank];
+  for (int d = 0; d < r.rank; ++d) idx[d] = r.lo[d];
+  while (true) {
+    f(idx);
+    int d = r.rank - 1;
+    for (; d >= 0; --d) {
+      if (++idx[d] < r.hi[d]) break;
+      idx[d] = r.lo[d];
+    }
+    if (d < 0) break;
+  }
+}
+
+bool needs(const TensorSpec& t, int32_t s, size_t dst_entry) {
+  return t.dst.num_summands() == 1 || s % t.dst.num_summands() == t.dst.summand(dst_entry);
+}
+
+// Invariant: every element a destination needs (per needed summand) arrives
+// exactly once, from a source entry that holds it; local iff same device.
+void check_coverage(const Plan& plan) {
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<int>> count;  // (tensor, dst entry) -> S*vol
+  for (const auto& [p, part] : plan.parts()) {
+    auto visit = [&](const Piece& piece, bool local) {
+      const TensorSpec& t = plan.tensors()[piece.tensor];
+      const Box region = plan.region(part, piece);
+      const Box sb = t.src.box(piece.src_entry), db = t.dst.box(piece.dst_entry);
+      ASSERT_TRUE(sb.contains(region)) << to_string(region) << " not in src " << to_string(sb);
+      ASSERT_TRUE(db.contains(region)) << to_string(region) << " not in dst " << to_string(db);
+      ASSERT_FALSE(region.empty());
+      ASSERT_EQ(local, t.src.device(piece.src_entry) == t.dst.device(piece.dst_entry));
+      const int32_t s = t.src.summand(piece.src_entry);
+      ASSERT_TRUE(needs(t, s, piece.dst_entry));
+      auto& c = count[{piece.tensor, piece.dst_entry}];
+      const int64_t vol = db.volume();
+      if (c.empty()) c.assign(static_cast<size_t>(vol * t.src.num_summands()), 0);
+      for_each_index(region, [&](const int64_t* idx) { ++c[static_cast<size_t>(s * vol + linear(db, idx))]; });
+    };
+    for (const Piece& piece : part.local) visit(piece, true);
+    for (const Piece& piece : part.recv_pieces) visit(piece, false);
+  }
+  for (uint32_t ti = 0; ti < plan.tensors().size(); ++ti) {
+    const TensorSpec& t = plan.tensors()[ti];
+    for (uint32_t e = 0; e < t.dst.num_entries(); ++e) {
+      const int64_t vol = t.dst.box(e).volume();
+      auto it = count.find({ti, e});
+      for (int32_t s = 0; s < t.src.num_summands(); ++s)
+        for (int64_t i = 0; i < vol; ++i) {
+          const int got = it == count.end() ? 0 : it->second[static_cast<size_t>(s * vol + i)];
+          ASSERT_EQ(got, needs(t, s, e) ? 1 : 0)
+              << "tensor " << ti << " dst entry " << e << " summand " << s << " element " << i;
+        }
+    }
+  }
+}
+
+// Invariant: each send message of one part is the identical recv message of
+// the destination's part (same pieces, same order, same bytes).
+void check_pairing(const Plan& plan) {
+  std::map<std::tuple<uint32_t, int64_t, int64_t>, std::pair<const ProcessPart*, const Message*>> recvs;
+  size_t nrecv = 0;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs) {
+      recvs[{m.round, m.src_device, m.dst_device}] = {&part, &m};
+      ++nrecv;
+    }
+  size_t nsend = 0;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.sends) {
+      ++nsend;
+      auto it = recvs.find({m.round, m.src_device, m.dst_device});
+      ASSERT_NE(it, recvs.end());
+      const auto& [rpart, rm] = it->second;
+      ASSERT_EQ(m.bytes, rm->bytes);
+      ASSERT_EQ(m.num_pieces, rm->num_pieces);
+      int64_t sum = 0;
+      for (uint64_t i = 0; i < m.num_pieces; ++i) {
+        const Piece& a = part.send_pieces[m.first_piece + i];
+        const Piece& b = rpart->recv_pieces[rm->first_piece + i];
+        ASSERT_EQ(a.tensor, b.tensor);
+        ASSERT_EQ(a.src_entry, b.src_entry);
+        ASSERT_EQ(a.dst_entry, b.dst_entry);
+        ASSERT_EQ(plan.region(part, a), plan.region(*rpart, b));
+        sum += plan.piece_bytes(part, a);
+      }
+      ASSERT_EQ(sum, m.bytes);
+    }
+  ASSERT_EQ(nsend, nrecv);
+}
+
+// Invariant: statistics agree with the pieces, and traffic meets the bound.
+void check_stats(const Plan& plan) {
+  const PlanStats& st = plan.stats();
+  int64_t net = 0, local = 0, pieces = 0, msgs = 0;
+  std::map<int64_t, int64_t> send, recv;
+  for (const auto& [p, part] : plan.parts()) {
+    for (const Piece& piece : part.local) local += plan.piece_bytes(part, piece);
+    pieces += static_cast<int64_t>(part.local.size() + part.recv_pieces.size());
+    for (const Message& m : part.recvs) {
+      net += m.bytes;
+      recv[m.dst_device] += m.bytes;
+      ++msgs;
+    }
+    for (const Message& m : part.sends) send[m.src_device] += m.bytes;
+  }
+  EXPECT_EQ(st.network_bytes, net);
+  EXPECT_EQ(st.local_bytes, local);
+  EXPECT_EQ(st.pieces, pieces);
+  EXPECT_EQ(st.messages, msgs);
+  EXPECT_EQ(st.network_bytes, st.lower_bound_network_bytes) << "minimal traffic";
+  EXPECT_EQ(st.max_recv_bytes, st.lower_bound_max_recv_bytes);
+  EXPECT_LE(st.lower_bound_max_send_bytes, st.max_send_bytes);
+  EXPECT_LE(st.lower_bound_cost_seconds, st.cost_seconds * (1 + 1e-12));
+  for (const DeviceTraffic& d : st.per_device) {
+    EXPECT_EQ(d.send_bytes, send[d.device]) << d.device;
+    EXPECT_EQ(d.recv_bytes, recv[d.device]) << d.device;
+  }
+}
+
+TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
+  const int cases = 5000;
+  int64_t with_network = 0, with_partial = 0, with_regions = 0, with_explicit = 0, multi_proc = 0;
+  int64_t total_pieces = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    testing::CaseGen gen(1000 + static_cast<uint64_t>(c), {5, 64, 3, c % 2 ? 13 : 40, true, true});
+    PlanInput in = gen.input();
+    Plan a = make_plan(in);
+    Plan b = make_plan(in);
+    ASSERT_EQ(a.fingerprint(), b.fingerprint());
+    ASSERT_EQ(a.parts(), b.parts()) << "determinism";
+    ASSERT_EQ(a.stats().per_device, b.stats().per_device);
+    ASSERT_NO_FATAL_FAILURE(check_coverage(a));
+    ASSERT_NO_FATAL_FAILURE(check_pairing(a));
+    ASSERT_NO_FATAL_FAILURE(check_stats(a));
+    // A process planning alone derives exactly its part of the whole plan.
+    for (int32_t p : a.processes()) {
+      Plan one = make_plan(in, {PlanScope::kProcess, p, false});
+      ASSERT_EQ(one.parts().size(), 1u);
+      ASSERT_EQ(one.part(p), a.part(p)) << "process " << p;
+      ASSERT_EQ(one.fingerprint(), a.fingerprint());
+    }
+    const NaivePlanResult naive = naive_plan(in);
+    ASSERT_EQ(naive.network_bytes, a.stats().network_bytes);
+    ASSERT_EQ(naive.pieces, a.stats().pieces);
+    with_network += a.stats().network_bytes > 0;
+    multi_proc += a.processes().size() > 1;
+    total_pieces += a.stats().pieces;
+    for (const auto& t : in.tensors) {
+      with_partial += t.src.partial() || t.dst.partial();
+      with_explicit += !t.src.tiled() || !t.dst.tiled();
+    }
+    for (const auto& [p, part] : a.parts()) with_regions += !part.regions.empty();
+  }
+  // The generator must exercise what the invariants are about.
+  EXPECT_GT(with_network, cases / 2);
+  EXPECT_GT(with_partial, cases / 10);
+  EXPECT_GT(with_explicit, cases / 10);
+  EXPECT_GT(with_regions, cases / 20);
+  EXPECT_GT(multi_proc, cases / 2);
+  std::printf("%d cases: %lld with network traffic, %lld partial tensors, %lld explicit layouts, "
+              "%lld parts with split/refined regions, %lld pieces\n",
+              cases, (long long)with_network, (long long)with_partial, (long long)with_explicit,
+              (long long)with_regions, (long long)total_pieces);
+}
+
+}  // namespace
+}  // namespace reshard

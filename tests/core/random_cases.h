@@ -1,0 +1,157 @@
+// Test support: random reshard cases (ranks 0-5, uneven sizes, meshes of
+// 1-64 devices, equal/overlapping/disjoint device sets, multi-axis dims,
+// replication, partial sources and destinations, explicit box layouts).
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "reshard/plan.h"
+
+namespace reshard::testing {
+
+struct CaseOptions {
+  int max_rank = 5;
+  int max_devices = 64;
+  int max_tensors = 3;
+  int64_t max_dim = 13;
+  bool allow_partial = true;
+  bool allow_explicit = true;
+};
+
+class CaseGen {
+ public:
+  explicit CaseGen(uint64_t seed, CaseOptions o = {}) : rng_(seed), o_(o) {}
+
+  int64_t uni(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
+  bool coin(double p = 0.5) { return std::bernoulli_distribution(p)(rng_); }
+
+  std::shared_ptr<Mesh> mesh(std::vector<int64_t> devices_pool, int max_devices) {
+    auto m = std::make_shared<Mesh>();
+    max_devices = std::min(max_devices, static_cast<int>(devices_pool.size()));
+    const int naxes = static_cast<int>(uni(0, 3));
+    int64_t total = 1;
+    for (int a = 0; a < naxes; ++a) {
+      int64_t s = uni(1, 4);
+      while (total * s > max_devices) --s;
+      m->axis_names.push_back(std::string(1, static_cast<char>('a' + a)));
+      m->shape.push_back(s);
+      total *= s;
+    }
+    std::shuffle(devices_pool.begin(), devices_pool.end(), rng_);
+    devices_pool.resize(static_cast<size_t>(total));
+    m->devices = devices_pool;
+    return m;
+  }
+
+  NamedSharding sharding(const std::shared_ptr<Mesh>& m, int rank, bool partial) {
+    NamedSharding s;
+    s.mesh = m;
+    s.dims.resize(static_cast<size_t>(rank));
+    std::vector<std::string> axes = m->axis_names;
+    std::shuffle(axes.begin(), axes.end(), rng_);
+    for (const auto& a : axes) {
+      const int64_t r = uni(0, 3);
+      if (r == 0 || rank == 0) {
+        if (partial && coin(0.6)) s.partial_axes.push_back(a);
+        continue;  // replicated
+      }
+      s.dims[static_cast<size_t>(uni(0, rank - 1))].push_back(a);
+    }
+    const int64_t op = uni(0, 2);
+    s.partial_op = op == 0 ? ReduceOp::kSum : op == 1 ? ReduceOp::kMax : ReduceOp::kMin;
+    return s;
+  }
+
+  Layout maybe_explicit(const Layout& l, const std::vector<int64_t>& shape) {
+    if (!o_.allow_explicit || !coin(0.25)) return l;
+    return Layout::from_boxes(shape, l.entries(), l.num_summands(), l.reduce_op(), "explicit");
+  }
+
+  // A destination of arbitrary (possibly overlapping, non-covering) boxes.
+  Layout random_boxes(const std::vector<int64_t>& shape, const std::vector<int64_t>& devices) {
+    std::vector<LayoutEntry> entries;
+    for (int64_t d : devices) {
+      if (!coin(0.7)) continue;
+      LayoutEntry e;
+      e.device = d;
+      e.box.rank = static_cast<int32_t>(shape.size());
+      for (size_t i = 0; i < shape.size(); ++i) {
+        int64_t a = uni(0, shape[i]), b = uni(0, shape[i]);
+        e.box.lo[i] = std::min(a, b);
+        e.box.hi[i] = std::max(a, b);
+      }
+      entries.push_back(e);
+    }
+    return Layout::from_boxes(shape, entries, 1, ReduceOp::kSum, "random");
+  }
+
+  PlanInput input() {
+    PlanInput in;
+    std::vector<int64_t> pool(80);
+    std::iota(pool.begin(), pool.end(), 0);
+    auto src_mesh = mesh(pool, o_.max_devices);
+    std::shared_ptr<Mesh> dst_mesh;
+    const int64_t rel = uni(0, 2);  // 0 same devices, 1 overlapping, 2 disjoint
+    if (rel == 0 && coin()) {
+      dst_mesh = mesh(src_mesh->devices, static_cast<int>(src_mesh->devices.size()));
+      // Use all of the source's devices when the counts allow.
+    } else if (rel == 2) {
+      std::vector<int64_t> rest;
+      for (int64_t d : pool)
+        if (std::find(src_mesh->devices.begin(), src_mesh->devices.end(), d) == src_mesh->devices.end())
+          rest.push_back(d);
+      dst_mesh = mesh(rest, o_.max_devices);
+    } else {
+      dst_mesh = mesh(pool, o_.max_devices);
+    }
+    const int nproc = static_cast<int>(uni(1, 4));
+    for (int64_t d : pool) {
+      DeviceInfo info;
+      info.device = d;
+      info.process = static_cast<int32_t>((d * 7 + 3) % nproc);
+      info.host = info.process / 2;
+      in.topology.add(info);
+    }
+    const int ntensors = static_cast<int>(uni(1, o_.max_tensors));
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kI64, DType::kU8, DType::kF64, DType::kI16};
+    for (int i = 0; i < ntensors; ++i) {
+      TensorSpec t;
+      t.name = "t" + std::to_string(i);
+      const int rank = static_cast<int>(uni(0, o_.max_rank));
+      int64_t elements = 1;
+      for (int d = 0; d < rank; ++d) {
+        int64_t n = uni(0, o_.max_dim) == 0 ? 0 : uni(1, o_.max_dim);
+        while (n > 1 && elements * n > 20000) n /= 2;
+        t.shape.push_back(n);
+        elements *= std::max<int64_t>(n, 1);
+      }
+      t.dtype = dtypes[uni(0, 5)];
+      const bool partial = o_.allow_partial && coin(0.3);
+      NamedSharding ss = sharding(src_mesh, rank, partial);
+      t.src = maybe_explicit(Layout::from_named(ss, t.shape, "src"), t.shape);
+      if (!partial && coin(0.15)) {
+        t.dst = random_boxes(t.shape, dst_mesh->devices);
+      } else {
+        NamedSharding ds = sharding(dst_mesh, rank, o_.allow_partial && coin(0.2));
+        if (partial && !ds.partial_axes.empty()) ds.partial_op = ss.partial_op;
+        if (!partial && !ds.partial_axes.empty() && coin()) ds.partial_op = ReduceOp::kSum;
+        t.dst = maybe_explicit(Layout::from_named(ds, t.shape, "dst"), t.shape);
+      }
+      in.tensors.push_back(std::move(t));
+    }
+    const int64_t split = uni(0, 2);
+    in.options.split_min_bytes = split == 0 ? 0 : split == 1 ? 64 : (1 << 20);
+    return in;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  CaseOptions o_;
+};
+
+}  // namespace reshard::testing
