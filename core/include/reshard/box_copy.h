@@ -344,7 +344,8 @@ RESHARD_HD typename AccTraits<D>::Acc reduce_combine(typename AccTraits<D>::Acc 
 template <DType D, ReduceOp Op>
 RESHARD_HD void reduce_run(const typename AccTraits<D>::Elem* src, typename AccTraits<D>::Acc* acc,
                            int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] = reduce_combine<D, Op>(acc[i], AccTraits<D>::load(src[i]));
+  for (int64_t i = 0; i < n; ++i)
+    acc[i] = reduce_combine<D, Op>(acc[i], AccTraits<D>::load(src[i]));
 }
 
 // acc[i] = load(src[i]) for i in [0, n).

@@ -28,6 +28,7 @@ class Geometry {
   std::vector<int64_t> cell_of_entry;
   std::vector<uint32_t> cell_offsets;
   std::vector<uint32_t> cell_entries;
+  bool unique_cells = false;  // tiled and every cell held by exactly one entry
   int64_t num_cells() const {
     int64_t n = 1;
     for (int d = 0; d < rank; ++d) n *= counts[d];

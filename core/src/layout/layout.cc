@@ -176,6 +176,9 @@ void Geometry::finalize() {
     cell_entries.assign(devices.size(), 0);
     for (size_t e = 0; e < devices.size(); ++e)
       cell_entries[count[static_cast<size_t>(cell_of_entry[e])]++] = static_cast<uint32_t>(e);
+    unique_cells = true;
+    for (size_t c = 0; c + 1 < cell_offsets.size(); ++c)
+      if (cell_offsets[c + 1] - cell_offsets[c] != 1) unique_cells = false;
   } else {
     for (const Box& b : boxes)
       for (int d = 0; d < rank; ++d) {

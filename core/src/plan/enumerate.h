@@ -85,7 +85,7 @@ class Enumerator {
   [[noreturn]] void uncovered(const TensorCtx& t, uint32_t e, const Box& region, int32_t s);
 
   const PlanOptions& options_;
-  std::vector<uint32_t> cands_, holders_, sel_;
+  std::vector<uint32_t> cands_, holders_, sel_, dsts_;
   std::vector<int64_t> bounds_[kMaxRank];
 };
 
@@ -190,11 +190,12 @@ void Enumerator::cells_of(const TensorCtx& t, uint32_t e, const Box& B, std::vec
   const Geometry& sg = *t.sg;
   const int rank = sg.rank;
   const auto& shape = t.src->shape();
-  int64_t a[kMaxRank], b[kMaxRank], idx[kMaxRank];
+  int64_t a[kMaxRank], b[kMaxRank], idx[kMaxRank], chunk[kMaxRank];
   for (int d = 0; d < rank; ++d) {
     shard_range(shape[d], sg.counts[d], B.lo[d], B.hi[d], a[d], b[d]);
     if (a[d] >= b[d]) return;
     idx[d] = a[d];
+    chunk[d] = ceil_div(shape[d], sg.counts[d]);
   }
   Box cell;
   cell.rank = rank;
@@ -203,9 +204,8 @@ void Enumerator::cells_of(const TensorCtx& t, uint32_t e, const Box& B, std::vec
     bool empty = false;
     for (int d = 0; d < rank; ++d) {
       c = c * sg.counts[d] + idx[d];
-      const Split s{shape[d], sg.counts[d]};
-      cell.lo[d] = std::max(B.lo[d], s.lo(idx[d]));
-      cell.hi[d] = std::min(B.hi[d], s.hi(idx[d]));
+      cell.lo[d] = std::max(B.lo[d], std::min(shape[d], idx[d] * chunk[d]));
+      cell.hi[d] = std::min(B.hi[d], std::min(shape[d], (idx[d] + 1) * chunk[d]));
       if (cell.hi[d] <= cell.lo[d]) empty = true;
     }
     if (!empty) {
@@ -373,12 +373,6 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
   if (C.empty()) return;
   const int64_t sdev = t.sg->devices[r];
   const int32_t ssum = t.sg->summands[r];
-  std::vector<uint32_t> dsts;
-  dst_overlapping(t, C, [&](uint32_t e) {
-    if (t.dg->devices[e] == sdev) return;
-    if (t.T > 1 && ssum % t.T != t.dg->summands[e]) return;
-    dsts.push_back(e);
-  });
   auto keep = [&](const Emitted& p) {
     if (p.src_entry == r && !p.local) f(p);
   };
@@ -387,6 +381,53 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
     const int64_t c = sg.cell_of_entry[r];
     const uint32_t* h = sg.cell_entries.data() + sg.cell_offsets[static_cast<size_t>(c)];
     const size_t n = sg.cell_offsets[static_cast<size_t>(c) + 1] - sg.cell_offsets[static_cast<size_t>(c)];
+    if (t.dg->tiled) {
+      // Destination cells overlapping C; every entry of a cell shares its box.
+      const Geometry& dg = *t.dg;
+      const int rank = dg.rank;
+      const auto& shape = t.dst->shape();
+      int64_t a[kMaxRank], b[kMaxRank], idx[kMaxRank], chunk[kMaxRank];
+      for (int d = 0; d < rank; ++d) {
+        shard_range(shape[d], dg.counts[d], C.lo[d], C.hi[d], a[d], b[d]);
+        if (a[d] >= b[d]) return;
+        idx[d] = a[d];
+        chunk[d] = ceil_div(shape[d], dg.counts[d]);
+      }
+      Box region;
+      region.rank = rank;
+      while (true) {
+        int64_t cell = 0;
+        bool empty = false;
+        for (int d = 0; d < rank; ++d) {
+          cell = cell * dg.counts[d] + idx[d];
+          region.lo[d] = std::max(C.lo[d], std::min(shape[d], idx[d] * chunk[d]));
+          region.hi[d] = std::min(C.hi[d], std::min(shape[d], (idx[d] + 1) * chunk[d]));
+          if (region.hi[d] <= region.lo[d]) empty = true;
+        }
+        if (!empty)
+          for (uint32_t i = dg.cell_offsets[static_cast<size_t>(cell)];
+               i < dg.cell_offsets[static_cast<size_t>(cell) + 1]; ++i) {
+            const uint32_t e = dg.cell_entries[i];
+            if (dg.devices[e] == sdev) continue;
+            if (t.T > 1 && ssum % t.T != dg.summands[e]) continue;
+            assign(t, e, region, h, n, false, keep);
+          }
+        int d = rank - 1;
+        for (; d >= 0; --d) {
+          if (++idx[d] < b[d]) break;
+          idx[d] = a[d];
+        }
+        if (d < 0) break;
+      }
+      return;
+    }
+    std::vector<uint32_t>& dsts = dsts_;
+    dsts.clear();
+    dst_overlapping(t, C, [&](uint32_t e) {
+      if (t.dg->devices[e] == sdev) return;
+      if (t.T > 1 && ssum % t.T != t.dg->summands[e]) return;
+      dsts.push_back(e);
+    });
     for (uint32_t e : dsts) {
       const Box region = intersect(C, t.dst->box(e));
       if (region.empty()) continue;
@@ -394,6 +435,13 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
     }
     return;
   }
+  std::vector<uint32_t>& dsts = dsts_;
+  dsts.clear();
+  dst_overlapping(t, C, [&](uint32_t e) {
+    if (t.dg->devices[e] == sdev) return;
+    if (t.T > 1 && ssum % t.T != t.dg->summands[e]) return;
+    dsts.push_back(e);
+  });
   for (uint32_t e : dsts) recv(t, e, keep);
 }
 

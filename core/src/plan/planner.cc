@@ -177,51 +177,66 @@ uint64_t fingerprint_of(const PlanInput& in) {
 
 // ------------------------------------------------------------- process part
 
-struct TmpPiece {
-  Piece piece;
-  uint64_t key;
-  int64_t bytes;
-};
+// Collects the pieces of one direction (sends or receives) of a part into
+// one bucket per message, keeping generation order (tensor-major, canonical
+// within a tensor) inside each bucket.
+class MessageBuckets {
+ public:
+  explicit MessageBuckets(size_t ndev) : ndev_(ndev) {}
 
-void group_messages(std::vector<TmpPiece>& tmp, std::vector<Piece>& pieces,
-                    std::vector<Message>& msgs, bool send, const std::vector<int64_t>& devices) {
-  // Stable counting sort by key (dense pair index), keeping generation order
-  // (tensor-major, canonical within a tensor) inside each message.
-  std::vector<uint64_t> keys;
-  keys.reserve(tmp.size());
-  for (const auto& t : tmp) keys.push_back(t.key);
-  std::sort(keys.begin(), keys.end());
-  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  std::unordered_map<uint64_t, uint32_t> slot;
-  slot.reserve(keys.size() * 2);
-  for (uint32_t i = 0; i < keys.size(); ++i) slot.emplace(keys[i], i);
-  std::vector<uint64_t> offset(keys.size() + 1, 0);
-  std::vector<uint32_t> slot_of(tmp.size());
-  for (size_t i = 0; i < tmp.size(); ++i) {
-    slot_of[i] = slot.at(tmp[i].key);
-    ++offset[slot_of[i] + 1];
+  // Slot table for one own device; call once per own entry, then add().
+  uint32_t* table_for(uint32_t own_dense) {
+    auto [it, fresh] = own_.emplace(own_dense, static_cast<uint32_t>(tables_.size()));
+    if (fresh) tables_.emplace_back(ndev_, kNone);
+    return tables_[it->second].data();
   }
-  for (size_t i = 1; i < offset.size(); ++i) offset[i] += offset[i - 1];
-  pieces.assign(tmp.size(), Piece{});
-  msgs.assign(keys.size(), Message{});
-  for (size_t k = 0; k < keys.size(); ++k) {
-    // key = (round << 40) | (peer dense << 20) | own dense; both < 2^20.
-    Message& m = msgs[k];
-    m.round = static_cast<uint32_t>(keys[k] >> 40);
-    const int64_t peer = devices[(keys[k] >> 20) & 0xfffff];
-    const int64_t own = devices[keys[k] & 0xfffff];
-    m.src_device = send ? own : peer;
-    m.dst_device = send ? peer : own;
-    m.first_piece = offset[k];
-    m.num_pieces = offset[k + 1] - offset[k];
+  void add(uint32_t* table, uint32_t own_dense, uint32_t peer_dense, const Piece& piece,
+           int64_t bytes) {
+    uint32_t& slot = table[peer_dense];
+    if (slot == kNone) {
+      slot = static_cast<uint32_t>(buckets_.size());
+      buckets_.emplace_back();
+      keys_.push_back((uint64_t{peer_dense} << 20) | own_dense);
+      bytes_.push_back(0);
+    }
+    buckets_[slot].push_back(piece);
+    bytes_[slot] += bytes;
   }
-  std::vector<uint64_t> cursor(offset.begin(), offset.end() - 1);
-  for (size_t i = 0; i < tmp.size(); ++i) {
-    const uint32_t k = slot_of[i];
-    pieces[cursor[k]++] = tmp[i].piece;
-    msgs[k].bytes += tmp[i].bytes;
+  void finish(std::vector<Piece>& pieces, std::vector<Message>& msgs, bool send,
+              const std::vector<int64_t>& devices) {
+    std::vector<uint32_t> order(keys_.size());
+    for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return keys_[a] < keys_[b]; });
+    size_t total = 0;
+    for (const auto& b : buckets_) total += b.size();
+    pieces.clear();
+    pieces.reserve(total);
+    msgs.assign(order.size(), Message{});
+    for (size_t k = 0; k < order.size(); ++k) {
+      // key = (round << 40) | (peer dense << 20) | own dense; both < 2^20.
+      const uint64_t key = keys_[order[k]];
+      Message& m = msgs[k];
+      m.round = static_cast<uint32_t>(key >> 40);
+      const int64_t peer = devices[(key >> 20) & 0xfffff];
+      const int64_t own = devices[key & 0xfffff];
+      m.src_device = send ? own : peer;
+      m.dst_device = send ? peer : own;
+      m.first_piece = pieces.size();
+      m.num_pieces = buckets_[order[k]].size();
+      m.bytes = bytes_[order[k]];
+      pieces.insert(pieces.end(), buckets_[order[k]].begin(), buckets_[order[k]].end());
+    }
   }
-}
+
+ private:
+  static constexpr uint32_t kNone = 0xffffffffu;
+  size_t ndev_;
+  std::unordered_map<uint32_t, uint32_t> own_;
+  std::vector<std::vector<uint32_t>> tables_;
+  std::vector<std::vector<Piece>> buckets_;
+  std::vector<uint64_t> keys_;
+  std::vector<int64_t> bytes_;
+};
 
 ProcessPart build_part(Context& ctx, int32_t p, const PlanOptions& options) {
   if (ctx.devices.size() >= (1u << 20))
@@ -229,7 +244,7 @@ ProcessPart build_part(Context& ctx, int32_t p, const PlanOptions& options) {
   ProcessPart part;
   part.process = p;
   Enumerator en(options);
-  std::vector<TmpPiece> sends, recvs;
+  MessageBuckets sends(ctx.devices.size()), recvs(ctx.devices.size());
   auto add_region = [&](const TensorCtx& t, const Emitted& x, Piece& piece) {
     if (!x.own_region) return;
     if (x.region == intersect(t.src->box(x.src_entry), t.dst->box(x.dst_entry))) return;
@@ -240,32 +255,31 @@ ProcessPart build_part(Context& ctx, int32_t p, const PlanOptions& options) {
     // Receiver side: every piece whose destination is on p.
     auto [db, de] = entries_on(*t.dt, p);
     for (const uint32_t* it = db; it != de; ++it) {
-      const uint64_t own = t.dt->dense[*it];
+      const uint32_t own = t.dt->dense[*it];
+      uint32_t* table = recvs.table_for(own);
       en.recv(t, *it, [&](const Emitted& x) {
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
         add_region(t, x, piece);
-        if (x.local) {
+        if (x.local)
           part.local.push_back(piece);
-        } else {
-          const uint64_t key = (uint64_t{t.st->dense[x.src_entry]} << 20) | own;
-          recvs.push_back({piece, key, x.region.volume() * t.esize});
-        }
+        else
+          recvs.add(table, own, t.st->dense[x.src_entry], piece, x.region.volume() * t.esize);
       });
     }
     // Sender side: network pieces whose source is on p.
     auto [sb, se] = entries_on(*t.st, p);
     for (const uint32_t* it = sb; it != se; ++it) {
-      const uint64_t own = t.st->dense[*it];
+      const uint32_t own = t.st->dense[*it];
+      uint32_t* table = sends.table_for(own);
       en.send(t, *it, [&](const Emitted& x) {
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
         add_region(t, x, piece);
-        const uint64_t key = (uint64_t{t.dt->dense[x.dst_entry]} << 20) | own;
-        sends.push_back({piece, key, x.region.volume() * t.esize});
+        sends.add(table, own, t.dt->dense[x.dst_entry], piece, x.region.volume() * t.esize);
       });
     }
   }
-  group_messages(sends, part.send_pieces, part.sends, true, ctx.devices);
-  group_messages(recvs, part.recv_pieces, part.recvs, false, ctx.devices);
+  sends.finish(part.send_pieces, part.sends, true, ctx.devices);
+  recvs.finish(part.recv_pieces, part.recvs, false, ctx.devices);
   return part;
 }
 
@@ -285,17 +299,82 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
     const TensorCtx& t = ctx.tensors[i];
     groups[{t.spec->shape, t.sg, t.dg}].push_back(i);
   }
+  // Pairs (dst device row, src device column) that exchange a message.
   const bool dense_pairs = ndev <= 16384;
-  std::vector<uint64_t> bits(dense_pairs ? (ndev * ndev + 63) / 64 : 0);
+  const size_t words = (ndev + 63) / 64;
+  std::vector<uint64_t> bits(dense_pairs ? ndev * words : 0);
   std::unordered_set<uint64_t> pair_set;
   std::set<uint32_t> holders;
   Enumerator en(o);
   int64_t pieces = 0;
+  std::vector<uint64_t> cell_bits;
   for (auto& [key, members] : groups) {
     int64_t esum = 0;
     for (size_t i : members) esum += ctx.tensors[i].esize;
     const TensorCtx& t = ctx.tensors[members.front()];
+    for (uint32_t r = 0; r < t.src->num_entries(); ++r)
+      if (!t.src->box(r).empty()) holders.insert(t.st->dense[r]);
     int64_t group_pieces = 0;
+    if (dense_pairs && t.sg->unique_cells && t.dg->tiled && t.S == 1 && t.T == 1) {
+      // No choice of sender anywhere: statistics follow from per-cell
+      // arithmetic over destination cells, without enumerating pieces.
+      const Geometry& dg = *t.dg;
+      std::vector<std::pair<uint32_t, int64_t>> hv;  // (holder entry, elements)
+      std::map<int32_t, int64_t> dst_on_host, dst_on_proc, vol_on_host;
+      for (int64_t c = 0; c < dg.num_cells(); ++c) {
+        const uint32_t b0 = dg.cell_offsets[static_cast<size_t>(c)], b1 = dg.cell_offsets[static_cast<size_t>(c) + 1];
+        if (b0 == b1) continue;
+        const Box B = t.dst->box(dg.cell_entries[b0]);
+        if (B.empty()) continue;
+        hv.clear();
+        en.recv(t, dg.cell_entries[b0], [&](const Emitted& x) { hv.emplace_back(x.src_entry, x.region.volume()); });
+        const int64_t n = b1 - b0;
+        dst_on_host.clear();
+        dst_on_proc.clear();
+        vol_on_host.clear();
+        for (uint32_t i = b0; i < b1; ++i) {
+          ++dst_on_host[t.dt->host[dg.cell_entries[i]]];
+          ++dst_on_proc[t.dt->process[dg.cell_entries[i]]];
+        }
+        cell_bits.assign(words, 0);
+        int64_t total = 0;
+        for (auto [h, vol] : hv) {
+          const uint32_t sd = t.st->dense[h];
+          const int64_t bytes = vol * esum;
+          const int64_t other_host = n - (dst_on_host.count(t.st->host[h]) ? dst_on_host[t.st->host[h]] : 0);
+          const int64_t other_proc = n - (dst_on_proc.count(t.st->process[h]) ? dst_on_proc[t.st->process[h]] : 0);
+          acc[sd].send += bytes * n;
+          acc[sd].send_inter += bytes * other_host;
+          acc[sd].forced += bytes * n;
+          acc[sd].forced_inter += bytes * other_host;
+          st.cross_host_bytes += bytes * other_host;
+          st.cross_process_bytes += bytes * other_proc;
+          vol_on_host[t.st->host[h]] += bytes;
+          total += bytes;
+          cell_bits[sd >> 6] |= uint64_t{1} << (sd & 63);
+        }
+        group_pieces += static_cast<int64_t>(hv.size()) * n;
+        for (uint32_t i = b0; i < b1; ++i) {
+          const uint32_t e = dg.cell_entries[i];
+          const uint32_t dd = t.dt->dense[e];
+          int64_t own = 0;
+          if (auto r = t.src->entry_of(dg.devices[e])) {
+            own = intersect(t.src->box(*r), B).volume() * esum;
+            // The device keeps its own overlap: a local copy, not a send.
+            acc[t.st->dense[*r]].send -= own;
+            acc[t.st->dense[*r]].forced -= own;
+          }
+          acc[dd].local += own;
+          acc[dd].recv += total - own;
+          acc[dd].missing += total - own;
+          acc[dd].recv_inter += total - (vol_on_host.count(t.dt->host[e]) ? vol_on_host[t.dt->host[e]] : 0);
+          uint64_t* row = bits.data() + dd * words;
+          for (size_t w = 0; w < words; ++w) row[w] |= cell_bits[w];
+        }
+      }
+      pieces += group_pieces * static_cast<int64_t>(members.size());
+      continue;
+    }
     for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {
       const uint32_t dd = t.dt->dense[e];
       const Box B = t.dst->box(e);
@@ -331,26 +410,26 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
           if (inter) acc[sd].forced_inter += bytes;
         }
         if (dense_pairs) {
-          const uint64_t bit = uint64_t{sd} * ndev + dd;
-          bits[bit >> 6] |= uint64_t{1} << (bit & 63);
+          bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
         } else {
           pair_set.insert((uint64_t{sd} << 32) | dd);
         }
       });
     }
-    for (uint32_t r = 0; r < t.src->num_entries(); ++r)
-      if (!t.src->box(r).empty()) holders.insert(t.st->dense[r]);
     pieces += group_pieces * static_cast<int64_t>(members.size());
   }
   std::vector<int64_t> send_msgs(ndev, 0), recv_msgs(ndev, 0);
   if (dense_pairs) {
-    for (size_t w = 0; w < bits.size(); ++w) {
-      uint64_t v = bits[w];
-      while (v) {
-        const uint64_t bit = w * 64 + static_cast<uint64_t>(__builtin_ctzll(v));
-        v &= v - 1;
-        ++send_msgs[bit / ndev];
-        ++recv_msgs[bit % ndev];
+    for (size_t dd = 0; dd < ndev; ++dd) {
+      uint64_t* row = bits.data() + dd * words;
+      row[dd >> 6] &= ~(uint64_t{1} << (dd & 63));  // a device never messages itself
+      for (size_t w = 0; w < words; ++w) {
+        uint64_t v = row[w];
+        recv_msgs[dd] += __builtin_popcountll(v);
+        while (v) {
+          ++send_msgs[w * 64 + static_cast<size_t>(__builtin_ctzll(v))];
+          v &= v - 1;
+        }
       }
     }
   } else {

@@ -1,0 +1,74 @@
+// Planning time at fleet scale (issue 2 benchmark): global statistics of the
+// whole plan and one process's part, for a 405B-class model from FSDP over
+// 1,024 devices to dp=128 x tp=8 on the same devices and to a disjoint
+// 256-device mesh; and the output-sensitive planner against the naive
+// all-pairs planner on a case small enough for the latter.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "model_cases.h"
+
+using namespace reshard;
+
+namespace {
+
+double median_seconds(int repeat, const std::function<void()>& f) {
+  std::vector<double> t;
+  for (int i = 0; i < repeat; ++i) {
+    auto a = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void fleet(const char* name, const PlanInput& in, int repeat) {
+  Plan global;
+  const double tg = median_seconds(repeat, [&] { global = make_plan(in, {PlanScope::kGlobal, 0, true}); });
+  size_t part_pieces = 0, part_msgs = 0;
+  const double tp = median_seconds(repeat, [&] {
+    Plan p = make_plan(in, {PlanScope::kProcess, 0, false});
+    const ProcessPart& part = p.part(0);
+    part_pieces = part.local.size() + part.send_pieces.size() + part.recv_pieces.size();
+    part_msgs = part.sends.size() + part.recvs.size();
+  });
+  const PlanStats& s = global.stats();
+  std::printf("%s: %zu tensors, %lld pieces in the whole plan, network %.1f GiB (bound %.1f GiB), "
+              "max send %.2f GiB (bound %.2f), %lld messages, cross-host %.1f GiB\n",
+              name, in.tensors.size(), (long long)s.pieces, s.network_bytes / 1073741824.0,
+              s.lower_bound_network_bytes / 1073741824.0, s.max_send_bytes / 1073741824.0,
+              s.lower_bound_max_send_bytes / 1073741824.0, (long long)s.messages,
+              s.cross_host_bytes / 1073741824.0);
+  std::printf("  global statistics: %.1f ms   process 0 part: %.1f ms (%zu pieces, %zu messages)\n",
+              tg * 1e3, tp * 1e3, part_pieces, part_msgs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int repeat = 5;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = std::atoi(argv[++i]);
+  bench::ModelShape m;
+  fleet("405B FSDP dp=1024 -> dp=128 x tp=8 (same devices)",
+        bench::transformer_case(m, 1024, 0, 1024, 8, 8), repeat);
+  fleet("405B FSDP dp=1024 -> dp=32 x tp=8 (disjoint 256 devices)",
+        bench::transformer_case(m, 1024, 1024, 256, 8, 8), repeat);
+  // Naive comparison: 8 layers over 64 -> 64 devices.
+  bench::ModelShape small;
+  small.layers = 8;
+  PlanInput in = bench::transformer_case(small, 64, 0, 64, 8, 8);
+  NaivePlanResult naive;
+  Plan plan;
+  const double tn = median_seconds(std::max(1, repeat / 2), [&] { naive = naive_plan(in); });
+  const double tr = median_seconds(repeat, [&] { plan = make_plan(in); });
+  std::printf("naive all-pairs vs reshard (8 layers, 64 -> 8x8 devices, every part): naive %.1f ms, "
+              "reshard %.1f ms, ratio %.1fx (pieces %lld vs %lld)\n",
+              tn * 1e3, tr * 1e3, tn / tr, (long long)naive.pieces, (long long)plan.stats().pieces);
+  return naive.network_bytes == plan.stats().network_bytes ? 0 : 1;
+}

@@ -1,0 +1,91 @@
+// reshard — the verification oracle (DESIGN.md §9): deterministic source
+// data whose values encode their own global index, and a check of every
+// destination element against it. Used by `reshard verify`, the tests, the
+// C ABI and the multi-process runners.
+//
+// Values. For tensor t (its position in the plan) and global row-major
+// element index i, let k = i + salt(t) (the salt tells tensors apart when
+// their pieces travel fused in one message).
+//  - A source that is not partial holds the bit pattern k mod 2^bits of the
+//    dtype (bool: k mod 2); float patterns that would be NaN or infinity have
+//    their top exponent bit cleared, so every value is finite.
+//  - A partial source holds summands that reduce, exactly and in any order,
+//    to a known value: small integers the dtype represents exactly (for sum,
+//    each summand in [-B, B] with B = (largest exact integer) / summands;
+//    for max/min, one summand holds the value and the others hold something
+//    smaller/larger). f16/bf16/f8 results are exact whether accumulated in
+//    f32 or in the dtype.
+// A destination that is not partial must then equal the reduced value
+// element by element (bit for bit when the source is not partial either). A
+// partial destination is checked by reducing its summands per element with
+// its own op (replicas of one summand must agree).
+//
+// Thread safety: all functions are pure; distinct buffers may be filled or
+// checked concurrently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "reshard/exec.h"
+#include "reshard/plan.h"
+
+namespace reshard {
+
+// Owned shard buffers for every tensor of a plan, indexed [tensor][entry] in
+// layout entry order (the order execute_host expects).
+struct OracleBuffers {
+  std::vector<std::vector<std::vector<std::byte>>> src;
+  std::vector<std::vector<std::vector<std::byte>>> dst;
+  // Views for execute_host; valid while this object lives unchanged.
+  std::vector<TensorBuffers> views();
+};
+
+// Allocates every source and destination shard of `plan` (which must hold
+// every tensor's layouts; parts are not needed), fills the sources and
+// poisons the destinations so that an element nobody writes cannot pass.
+// Throws kOutOfMemory when allocation fails.
+OracleBuffers fill_sources(const Plan& plan);
+
+// Fills one source shard: `out` must hold exactly the bytes of entry
+// `entry` of `tensor.src` (throws kInvalidArgument otherwise).
+// `tensor_index` is the tensor's position in the plan (it salts the values).
+void fill_source_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
+                       std::span<std::byte> out);
+// Poisons one destination shard so that unwritten elements fail the check.
+void poison_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
+                              std::span<std::byte> out);
+
+struct OracleMismatch {
+  std::string tensor;           // tensor name
+  int64_t device = -1;          // -1: the reduction over a partial destination's summands
+  std::vector<int64_t> index;   // global multi-index of the element
+  std::string expected;         // decoded values ("1.5", "-3", "true", bits for patterns)
+  std::string got;
+};
+
+struct OracleReport {
+  int64_t tensors = 0;
+  int64_t elements = 0;     // destination elements checked (all shards, replicas included)
+  int64_t bytes = 0;        // destination bytes checked
+  int64_t mismatches = 0;   // total number of wrong elements
+  std::vector<OracleMismatch> first;  // the first `max_reported`, in tensor/entry/element order
+  bool ok() const { return mismatches == 0; }
+};
+
+// Checks every destination element of every tensor. `buffers` as made by
+// fill_sources (sizes are checked: kInvalidArgument naming the buffer).
+OracleReport check_destinations(const Plan& plan, const OracleBuffers& buffers,
+                                size_t max_reported = 10);
+
+// Checks one destination shard of a tensor whose destination is not
+// partial (kInvalidArgument otherwise: partial destinations need every
+// summand, use check_destinations). Adds to `report`.
+void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
+                             std::span<const std::byte> data, OracleReport& report,
+                             size_t max_reported = 10);
+
+}  // namespace reshard

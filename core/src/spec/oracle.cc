@@ -1,0 +1,539 @@
+// The verification oracle (reshard/oracle.h): generated source values that
+// encode their global index, and an element-by-element destination check.
+#include "reshard/oracle.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "reshard/error.h"
+#include "reshard/numeric.h"
+
+namespace reshard {
+namespace {
+
+enum class Kind { kFloat, kSigned, kUnsigned, kBool };
+
+// Everything the oracle needs to know about a dtype.
+struct Traits {
+  DType dtype;
+  int bytes;
+  int bits;
+  Kind kind;
+  int exp_bits = 0;  // floats
+  int man_bits = 0;
+  uint64_t mask() const { return bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1; }
+  // Largest integer magnitude M such that every integer in [-M, M] (or
+  // [0, M] unsigned) is exact.
+  uint64_t max_exact() const {
+    switch (kind) {
+      case Kind::kFloat: return uint64_t{1} << (man_bits + 1);
+      case Kind::kSigned: return (uint64_t{1} << (bits - 1)) - 1;
+      case Kind::kUnsigned: return mask();
+      case Kind::kBool: return 1;
+    }
+    return 1;
+  }
+};
+
+Traits dtype_traits(DType d) {
+  switch (d) {
+    case DType::kF64: return {d, 8, 64, Kind::kFloat, 11, 52};
+    case DType::kF32: return {d, 4, 32, Kind::kFloat, 8, 23};
+    case DType::kF16: return {d, 2, 16, Kind::kFloat, 5, 10};
+    case DType::kBF16: return {d, 2, 16, Kind::kFloat, 8, 7};
+    case DType::kF8E4M3: return {d, 1, 8, Kind::kFloat, 4, 3};
+    case DType::kF8E5M2: return {d, 1, 8, Kind::kFloat, 5, 2};
+    case DType::kI64: return {d, 8, 64, Kind::kSigned};
+    case DType::kI32: return {d, 4, 32, Kind::kSigned};
+    case DType::kI16: return {d, 2, 16, Kind::kSigned};
+    case DType::kI8: return {d, 1, 8, Kind::kSigned};
+    case DType::kU64: return {d, 8, 64, Kind::kUnsigned};
+    case DType::kU32: return {d, 4, 32, Kind::kUnsigned};
+    case DType::kU16: return {d, 2, 16, Kind::kUnsigned};
+    case DType::kU8: return {d, 1, 8, Kind::kUnsigned};
+    case DType::kBool: return {d, 1, 8, Kind::kBool};
+  }
+  fail(ErrorCode::kInvalidArgument, "oracle: invalid dtype " + std::to_string(static_cast<int>(d)));
+}
+
+double to_double(const Traits& t, uint64_t bits) {
+  switch (t.dtype) {
+    case DType::kF64: {
+      double v;
+      std::memcpy(&v, &bits, 8);
+      return v;
+    }
+    case DType::kF32: return numeric::f32_from_bits(static_cast<uint32_t>(bits));
+    case DType::kF16: return numeric::f16_to_f32(static_cast<uint16_t>(bits));
+    case DType::kBF16: return numeric::bf16_to_f32(static_cast<uint16_t>(bits));
+    case DType::kF8E4M3: return numeric::f8e4m3_to_f32(static_cast<uint8_t>(bits));
+    case DType::kF8E5M2: return numeric::f8e5m2_to_f32(static_cast<uint8_t>(bits));
+    default: return 0;
+  }
+}
+// Only called with values the dtype holds exactly.
+uint64_t from_double(const Traits& t, double v) {
+  switch (t.dtype) {
+    case DType::kF64: {
+      uint64_t bits;
+      std::memcpy(&bits, &v, 8);
+      return bits;
+    }
+    case DType::kF32: return numeric::f32_bits(static_cast<float>(v));
+    case DType::kF16: return numeric::f32_to_f16(static_cast<float>(v));
+    case DType::kBF16: return numeric::f32_to_bf16(static_cast<float>(v));
+    case DType::kF8E4M3: return numeric::f32_to_f8e4m3(static_cast<float>(v));
+    case DType::kF8E5M2: return numeric::f32_to_f8e5m2(static_cast<float>(v));
+    default: return 0;
+  }
+}
+int64_t sign_extend(const Traits& t, uint64_t bits) {
+  if (t.bits == 64) return static_cast<int64_t>(bits);
+  const uint64_t sign = uint64_t{1} << (t.bits - 1);
+  bits &= t.mask();
+  return static_cast<int64_t>((bits ^ sign) - sign);
+}
+
+// An element value in the dtype's arithmetic domain.
+struct Value {
+  double f = 0;    // floats
+  uint64_t u = 0;  // integers (two's complement bits, sign-extended) and bool
+};
+
+Value decode(const Traits& t, uint64_t bits) {
+  Value v;
+  if (t.kind == Kind::kFloat)
+    v.f = to_double(t, bits);
+  else if (t.kind == Kind::kSigned)
+    v.u = static_cast<uint64_t>(sign_extend(t, bits));
+  else
+    v.u = bits & t.mask();
+  return v;
+}
+
+bool value_equal(const Traits& t, const Value& a, const Value& b) {
+  if (t.kind == Kind::kFloat) return a.f == b.f;
+  if (t.kind == Kind::kBool) return (a.u != 0) == (b.u != 0);
+  return ((a.u ^ b.u) & t.mask()) == 0;
+}
+
+Value reduce(const Traits& t, ReduceOp op, const Value& a, const Value& b) {
+  Value r;
+  switch (t.kind) {
+    case Kind::kFloat:
+      r.f = op == ReduceOp::kSum ? a.f + b.f
+            : op == ReduceOp::kMax ? (b.f > a.f ? b.f : a.f)
+                                   : (b.f < a.f ? b.f : a.f);
+      break;
+    case Kind::kSigned: {
+      const int64_t x = static_cast<int64_t>(a.u), y = static_cast<int64_t>(b.u);
+      r.u = op == ReduceOp::kSum ? static_cast<uint64_t>(sign_extend(t, a.u + b.u))
+            : op == ReduceOp::kMax ? static_cast<uint64_t>(std::max(x, y))
+                                   : static_cast<uint64_t>(std::min(x, y));
+      break;
+    }
+    case Kind::kUnsigned:
+      r.u = op == ReduceOp::kSum ? (a.u + b.u) & t.mask()
+            : op == ReduceOp::kMax ? std::max(a.u, b.u)
+                                   : std::min(a.u, b.u);
+      break;
+    case Kind::kBool:
+      // sum and max are "or", min is "and".
+      r.u = op == ReduceOp::kMin ? (a.u && b.u) : (a.u || b.u);
+      break;
+  }
+  return r;
+}
+
+std::string format_value(const Traits& t, uint64_t bits, bool show_bits) {
+  char buf[96];
+  bits &= t.mask();
+  switch (t.kind) {
+    case Kind::kFloat:
+      if (show_bits)
+        std::snprintf(buf, sizeof buf, "%.9g (0x%0*" PRIx64 ")", to_double(t, bits), t.bytes * 2,
+                      bits);
+      else
+        std::snprintf(buf, sizeof buf, "%.9g", to_double(t, bits));
+      break;
+    case Kind::kSigned:
+      std::snprintf(buf, sizeof buf, "%" PRId64, sign_extend(t, bits));
+      break;
+    case Kind::kUnsigned: std::snprintf(buf, sizeof buf, "%" PRIu64, bits); break;
+    case Kind::kBool:
+      if (bits > 1)
+        std::snprintf(buf, sizeof buf, "0x%02" PRIx64 " (not a bool)", bits);
+      else
+        std::snprintf(buf, sizeof buf, "%s", bits ? "true" : "false");
+      break;
+  }
+  return buf;
+}
+std::string format_reduced(const Traits& t, const Value& v) {
+  if (t.kind == Kind::kFloat) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.9g", v.f);
+    return std::string(buf) + " (reduced)";
+  }
+  return format_value(t, v.u, false) + " (reduced)";
+}
+
+// The values of one tensor (see oracle.h).
+class Generator {
+ public:
+  Generator(const TensorSpec& tensor, uint32_t tensor_index)
+      : t_(dtype_traits(tensor.dtype)),
+        salt_(static_cast<uint64_t>(tensor_index) * 0x9E3779B1u),
+        partial_(tensor.src.partial()),
+        summands_(static_cast<uint64_t>(tensor.src.num_summands())),
+        op_(tensor.src.reduce_op()) {}
+
+  const Traits& traits() const { return t_; }
+  bool partial_source() const { return partial_; }
+
+  // Bits of source summand `s` at global element index `i`.
+  uint64_t source(uint64_t i, uint64_t s) const {
+    const uint64_t k = i + salt_;
+    if (!partial_) return pattern(k);
+    return encode(summand_value(k, s));
+  }
+  // Bits of the reduced value at `i`.
+  uint64_t expected(uint64_t i) const {
+    const uint64_t k = i + salt_;
+    if (!partial_) return pattern(k);
+    return encode(total_value(k));
+  }
+
+ private:
+  // Non-partial: the index itself, wrapped to the width; finite floats only.
+  uint64_t pattern(uint64_t k) const {
+    if (t_.kind == Kind::kBool) return k & 1;
+    uint64_t b = k & t_.mask();
+    if (t_.kind == Kind::kFloat) {
+      const uint64_t exp_mask = ((uint64_t{1} << t_.exp_bits) - 1) << t_.man_bits;
+      if ((b & exp_mask) == exp_mask) b &= ~(uint64_t{1} << (t_.exp_bits + t_.man_bits - 1));
+    }
+    return b;
+  }
+  // Partial sources: exact small integers, as int64 (unsigned kinds stay
+  // non-negative).
+  int64_t summand_value(uint64_t k, uint64_t s) const {
+    const uint64_t m = t_.max_exact();
+    if (t_.kind == Kind::kBool) {
+      if (op_ == ReduceOp::kMin) return s == k % summands_ ? static_cast<int64_t>(k & 1) : 1;
+      return s == k % summands_ ? static_cast<int64_t>(k & 1) : 0;
+    }
+    if (op_ == ReduceOp::kSum) {
+      const uint64_t b = m / summands_;
+      if (b == 0) return s == 0 ? static_cast<int64_t>(k & 1) : 0;
+      const uint64_t h = k * (2 * s + 1) + s;
+      if (t_.kind == Kind::kUnsigned) return static_cast<int64_t>(h % (b + 1));
+      return static_cast<int64_t>(h % (2 * b + 1)) - static_cast<int64_t>(b);
+    }
+    const int64_t base = base_value(k);
+    if (s == k % summands_) return base;
+    const int64_t r = 1 + static_cast<int64_t>((k + s) % 2);
+    return op_ == ReduceOp::kMax ? base - r : base + r;
+  }
+  int64_t base_value(uint64_t k) const {
+    const uint64_t p = std::min<uint64_t>(t_.max_exact() / 2, uint64_t{1} << 40);
+    // Unsigned max needs room below the value for the other summands.
+    if (t_.kind == Kind::kUnsigned && op_ == ReduceOp::kMax)
+      return 2 + static_cast<int64_t>(k % (p - 2));
+    return static_cast<int64_t>(k % p);
+  }
+  int64_t total_value(uint64_t k) const {
+    if (t_.kind == Kind::kBool) return static_cast<int64_t>(k & 1);
+    if (op_ != ReduceOp::kSum) return base_value(k);
+    // Sums stay within [-M, M]; unsigned sums within [0, M] (may exceed
+    // int64 for u64, hence the unsigned accumulation).
+    uint64_t total = 0;
+    for (uint64_t s = 0; s < summands_; ++s) total += static_cast<uint64_t>(summand_value(k, s));
+    return static_cast<int64_t>(total);
+  }
+  uint64_t encode(int64_t v) const {
+    if (t_.kind == Kind::kFloat) return from_double(t_, static_cast<double>(v));
+    return static_cast<uint64_t>(v) & t_.mask();
+  }
+
+  Traits t_;
+  uint64_t salt_;
+  bool partial_;
+  uint64_t summands_;
+  ReduceOp op_;
+};
+
+inline uint64_t load(const std::byte* p, int bytes) {
+  uint64_t v = 0;
+  std::memcpy(&v, p, static_cast<size_t>(bytes));  // little-endian hosts
+  return v;
+}
+inline void store(std::byte* p, int bytes, uint64_t v) {
+  std::memcpy(p, &v, static_cast<size_t>(bytes));
+}
+
+// Calls f(global_index, local_index) for every element of `box` (row-major
+// within the box) of a tensor of `shape`.
+template <typename F>
+void for_each_element(const Box& box, const std::vector<int64_t>& shape, F&& f) {
+  if (box.empty()) return;
+  const int rank = box.rank;
+  if (rank == 0) {
+    f(uint64_t{0}, int64_t{0});
+    return;
+  }
+  std::array<int64_t, kMaxRank> stride{};
+  stride[rank - 1] = 1;
+  for (int d = rank - 1; d > 0; --d) stride[d - 1] = stride[d] * shape[d];
+  std::array<int64_t, kMaxRank> c = box.lo;
+  const int64_t row = box.extent(rank - 1);
+  int64_t local = 0;
+  for (;;) {
+    int64_t g = 0;
+    for (int d = 0; d < rank; ++d) g += c[d] * stride[d];
+    for (int64_t j = 0; j < row; ++j) f(static_cast<uint64_t>(g + j), local++);
+    int d = rank - 2;
+    for (; d >= 0; --d) {
+      if (++c[d] < box.hi[d]) break;
+      c[d] = box.lo[d];
+    }
+    if (d < 0) return;
+  }
+}
+
+std::vector<int64_t> unravel(uint64_t index, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> out(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    out[d] = shape[d] == 0 ? 0 : static_cast<int64_t>(index % static_cast<uint64_t>(shape[d]));
+    if (shape[d] != 0) index /= static_cast<uint64_t>(shape[d]);
+  }
+  return out;
+}
+
+int64_t shard_bytes(const TensorSpec& tensor, const Layout& layout, size_t entry) {
+  return layout.box(entry).volume() * dtype_size(tensor.dtype);
+}
+
+void check_size(const TensorSpec& tensor, const Layout& layout, size_t entry, size_t bytes,
+                const char* side) {
+  if (entry >= layout.num_entries())
+    fail(ErrorCode::kInvalidArgument, "oracle: tensor \"" + tensor.name + "\" " + side +
+                                          " has no entry " + std::to_string(entry));
+  const int64_t want = shard_bytes(tensor, layout, entry);
+  if (static_cast<int64_t>(bytes) != want)
+    fail(ErrorCode::kInvalidArgument, "oracle: tensor \"" + tensor.name + "\" " + side + "[" +
+                                          std::to_string(entry) + "]: buffer of " +
+                                          std::to_string(bytes) + " bytes, the shard needs " +
+                                          std::to_string(want));
+}
+
+void add_mismatch(OracleReport& report, size_t max_reported, OracleMismatch m) {
+  ++report.mismatches;
+  if (report.first.size() < max_reported) report.first.push_back(std::move(m));
+}
+
+// Partial destinations: reduce the summands per element, chunked along dim 0
+// to bound memory.
+void check_partial_destination(const TensorSpec& tensor, uint32_t tensor_index,
+                               const std::vector<std::vector<std::byte>>& data,
+                               OracleReport& report, size_t max_reported) {
+  const Generator gen(tensor, tensor_index);
+  const Traits& t = gen.traits();
+  const Layout& dst = tensor.dst;
+  const ReduceOp op = dst.reduce_op();
+  const std::vector<int64_t>& shape = tensor.shape;
+  const int rank = static_cast<int>(shape.size());
+  int64_t inner = 1;
+  for (int d = 1; d < rank; ++d) inner *= shape[d];
+  const int64_t rows = rank == 0 ? 1 : shape[0];
+  const int64_t chunk_rows =
+      rank == 0 ? 1 : std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(inner, 1));
+  const int64_t stride0 = inner;
+
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const int64_t r1 = std::min(rows, r0 + chunk_rows);
+    const size_t n = static_cast<size_t>((r1 - r0) * (rank == 0 ? 1 : inner));
+    if (n == 0) continue;
+    std::vector<Value> total(n);
+    std::vector<uint8_t> covered(n, 0);
+    std::vector<uint64_t> cur(n);
+    std::vector<uint8_t> seen(n);
+    for (int32_t s = 0; s < dst.num_summands(); ++s) {
+      std::fill(seen.begin(), seen.end(), 0);
+      for (size_t e = 0; e < dst.num_entries(); ++e) {
+        if (dst.summand(e) != s) continue;
+        const Box box = dst.box(e);
+        Box part = box;
+        if (rank > 0) {
+          part.lo[0] = std::max(box.lo[0], r0);
+          part.hi[0] = std::min(box.hi[0], r1);
+          if (part.hi[0] <= part.lo[0]) continue;
+        }
+        // Offset of `part` inside the entry's buffer, in elements.
+        const int64_t skip = rank == 0 ? 0 : (part.lo[0] - box.lo[0]) * (box.volume() / box.extent(0));
+        const std::byte* base = data[e].data();
+        const uint64_t chunk_base = static_cast<uint64_t>(r0 * stride0);
+        for_each_element(part, shape, [&](uint64_t g, int64_t local) {
+          const size_t c = static_cast<size_t>(g - chunk_base);
+          const uint64_t bits = load(base + (skip + local) * t.bytes, t.bytes) & t.mask();
+          if (!seen[c]) {
+            seen[c] = 1;
+            cur[c] = bits;
+          } else if (cur[c] != bits) {
+            add_mismatch(report, max_reported,
+                         {tensor.name, dst.device(e), unravel(g, shape),
+                          format_value(t, cur[c], true) + " (same as the other replica of summand " +
+                              std::to_string(s) + ")",
+                          format_value(t, bits, true)});
+          }
+        });
+      }
+      for (size_t c = 0; c < n; ++c) {
+        if (!seen[c]) continue;
+        const Value v = decode(t, cur[c]);
+        total[c] = covered[c] ? reduce(t, op, total[c], v) : v;
+        covered[c] = 1;
+      }
+    }
+    for (size_t c = 0; c < n; ++c) {
+      if (!covered[c]) continue;
+      const uint64_t g = static_cast<uint64_t>(r0 * stride0) + c;
+      const uint64_t want_bits = gen.expected(g);
+      const Value want = decode(t, want_bits);
+      if (!value_equal(t, want, total[c]))
+        add_mismatch(report, max_reported,
+                     {tensor.name, -1, unravel(g, shape),
+                      format_value(t, want_bits, !gen.partial_source()), format_reduced(t, total[c])});
+    }
+  }
+  for (size_t e = 0; e < dst.num_entries(); ++e) {
+    report.elements += dst.box(e).volume();
+    report.bytes += shard_bytes(tensor, dst, e);
+  }
+}
+
+template <typename T>
+std::vector<T> checked_alloc(size_t n) {
+  try {
+    return std::vector<T>(n);
+  } catch (const std::bad_alloc&) {
+    fail(ErrorCode::kOutOfMemory, "oracle: cannot allocate " + std::to_string(n) + " bytes");
+  }
+}
+
+}  // namespace
+
+std::vector<TensorBuffers> OracleBuffers::views() {
+  std::vector<TensorBuffers> out(src.size());
+  for (size_t t = 0; t < src.size(); ++t) {
+    for (auto& b : src[t]) out[t].src.push_back({b.data(), static_cast<int64_t>(b.size())});
+    for (auto& b : dst[t]) out[t].dst.push_back({b.data(), static_cast<int64_t>(b.size())});
+  }
+  return out;
+}
+
+void fill_source_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
+                       std::span<std::byte> out) {
+  check_size(tensor, tensor.src, entry, out.size(), "src");
+  const Generator gen(tensor, tensor_index);
+  const int bytes = gen.traits().bytes;
+  const uint64_t s = static_cast<uint64_t>(tensor.src.summand(entry));
+  std::byte* p = out.data();
+  for_each_element(tensor.src.box(entry), tensor.shape, [&](uint64_t g, int64_t local) {
+    store(p + local * bytes, bytes, gen.source(g, s));
+  });
+}
+
+void poison_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
+                              std::span<std::byte> out) {
+  check_size(tensor, tensor.dst, entry, out.size(), "dst");
+  if (tensor.dst.partial()) {
+    std::fill(out.begin(), out.end(), std::byte{0xA5});
+    return;
+  }
+  // The complement of the expected value can never pass.
+  const Generator gen(tensor, tensor_index);
+  const int bytes = gen.traits().bytes;
+  std::byte* p = out.data();
+  for_each_element(tensor.dst.box(entry), tensor.shape, [&](uint64_t g, int64_t local) {
+    store(p + local * bytes, bytes, ~gen.expected(g));
+  });
+}
+
+OracleBuffers fill_sources(const Plan& plan) {
+  OracleBuffers buf;
+  const auto& tensors = plan.tensors();
+  buf.src.resize(tensors.size());
+  buf.dst.resize(tensors.size());
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const TensorSpec& ts = tensors[t];
+    const uint32_t ti = static_cast<uint32_t>(t);
+    for (size_t e = 0; e < ts.src.num_entries(); ++e) {
+      buf.src[t].push_back(checked_alloc<std::byte>(static_cast<size_t>(shard_bytes(ts, ts.src, e))));
+      fill_source_shard(ts, ti, e, buf.src[t].back());
+    }
+    for (size_t e = 0; e < ts.dst.num_entries(); ++e) {
+      buf.dst[t].push_back(checked_alloc<std::byte>(static_cast<size_t>(shard_bytes(ts, ts.dst, e))));
+      poison_destination_shard(ts, ti, e, buf.dst[t].back());
+    }
+  }
+  return buf;
+}
+
+void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
+                             std::span<const std::byte> data, OracleReport& report,
+                             size_t max_reported) {
+  if (tensor.dst.partial())
+    fail(ErrorCode::kInvalidArgument, "oracle: tensor \"" + tensor.name +
+                                          "\" has a partial destination; check it with "
+                                          "check_destinations");
+  check_size(tensor, tensor.dst, entry, data.size(), "dst");
+  const Generator gen(tensor, tensor_index);
+  const Traits& t = gen.traits();
+  const bool by_value = gen.partial_source();
+  const std::byte* p = data.data();
+  const int64_t device = tensor.dst.device(entry);
+  for_each_element(tensor.dst.box(entry), tensor.shape, [&](uint64_t g, int64_t local) {
+    const uint64_t got = load(p + local * t.bytes, t.bytes) & t.mask();
+    const uint64_t want = gen.expected(g) & t.mask();
+    if (got == want) return;
+    if (by_value && value_equal(t, decode(t, want), decode(t, got))) return;
+    add_mismatch(report, max_reported,
+                 {tensor.name, device, unravel(g, tensor.shape), format_value(t, want, !by_value),
+                  format_value(t, got, !by_value)});
+  });
+  report.elements += tensor.dst.box(entry).volume();
+  report.bytes += shard_bytes(tensor, tensor.dst, entry);
+}
+
+OracleReport check_destinations(const Plan& plan, const OracleBuffers& buffers,
+                                size_t max_reported) {
+  const auto& tensors = plan.tensors();
+  if (buffers.dst.size() != tensors.size())
+    fail(ErrorCode::kInvalidArgument, "oracle: buffers for " + std::to_string(buffers.dst.size()) +
+                                          " tensors, the plan has " +
+                                          std::to_string(tensors.size()));
+  OracleReport report;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const TensorSpec& ts = tensors[t];
+    const auto& dst = buffers.dst[t];
+    if (dst.size() != ts.dst.num_entries())
+      fail(ErrorCode::kInvalidArgument, "oracle: tensors[" + std::to_string(t) + "].dst: " +
+                                            std::to_string(dst.size()) + " buffers for " +
+                                            std::to_string(ts.dst.num_entries()) + " entries");
+    for (size_t e = 0; e < dst.size(); ++e) check_size(ts, ts.dst, e, dst[e].size(), "dst");
+    if (ts.dst.partial()) {
+      check_partial_destination(ts, static_cast<uint32_t>(t), dst, report, max_reported);
+    } else {
+      for (size_t e = 0; e < dst.size(); ++e)
+        check_destination_shard(ts, static_cast<uint32_t>(t), e, dst[e], report, max_reported);
+    }
+    ++report.tensors;
+  }
+  return report;
+}
+
+}  // namespace reshard

@@ -1,0 +1,575 @@
+// JSON spec files (DESIGN.md §8): meshes, tensors with source and destination
+// layouts, planner options. Every error names the JSON path of the offending
+// value; nothing from nlohmann escapes as anything but a reshard::Error.
+#include "reshard/spec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "reshard/error.h"
+
+namespace reshard {
+namespace {
+
+using json = nlohmann::json;
+
+[[noreturn]] void bad(const std::string& path, const std::string& message) {
+  fail(ErrorCode::kInvalidArgument, path + ": " + message);
+}
+
+std::string quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+// "meshes.train" for identifier-like keys, `meshes["my mesh"]` otherwise.
+std::string child(const std::string& path, std::string_view key) {
+  const bool plain = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-';
+  });
+  if (!plain) return path + "[" + json(std::string(key)).dump() + "]";
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+std::string child(const std::string& path, size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// Edit distance, to suggest the key a typo meant.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// ---------------------------------------------------------------- typed access
+
+const char* type_name(const json& j) {
+  switch (j.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a number";
+    default: return "an unsupported value";
+  }
+}
+
+[[noreturn]] void wrong_type(const json& j, const std::string& path, const char* expected) {
+  bad(path, std::string("expected ") + expected + ", got " + type_name(j));
+}
+
+const json& as_object(const json& j, const std::string& path) {
+  if (!j.is_object()) wrong_type(j, path, "an object");
+  return j;
+}
+const json& as_array(const json& j, const std::string& path) {
+  if (!j.is_array()) wrong_type(j, path, "an array");
+  return j;
+}
+std::string as_string(const json& j, const std::string& path) {
+  if (!j.is_string()) wrong_type(j, path, "a string");
+  return j.get<std::string>();
+}
+int64_t as_int(const json& j, const std::string& path) {
+  if (j.is_number_integer() && !j.is_number_unsigned()) return j.get<int64_t>();
+  if (j.is_number_unsigned()) {
+    const uint64_t u = j.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(ErrorCode::kOverflow, path + ": " + std::to_string(u) + " does not fit in 64 bits");
+    return static_cast<int64_t>(u);
+  }
+  if (j.is_number_float()) {
+    // 4096.0 and 1e6 are integers written as numbers; 0.5 is not.
+    const double d = j.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= 9007199254740992.0)
+      return static_cast<int64_t>(d);
+    bad(path, "expected an integer, got " + j.dump());
+  }
+  wrong_type(j, path, "an integer");
+}
+int32_t as_int32(const json& j, const std::string& path) {
+  const int64_t v = as_int(j, path);
+  if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+    fail(ErrorCode::kOutOfRange, path + ": " + std::to_string(v) + " does not fit in 32 bits");
+  return static_cast<int32_t>(v);
+}
+double as_number(const json& j, const std::string& path) {
+  if (!j.is_number()) wrong_type(j, path, "a number");
+  return j.get<double>();
+}
+std::vector<int64_t> as_int_array(const json& j, const std::string& path) {
+  as_array(j, path);
+  std::vector<int64_t> out;
+  out.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) out.push_back(as_int(j[i], child(path, i)));
+  return out;
+}
+
+// Rejects keys outside `allowed` (typo protection), suggesting the closest.
+void check_keys(const json& obj, const std::string& path,
+                std::initializer_list<std::string_view> allowed) {
+  for (const auto& [key, value] : obj.items()) {
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    std::string_view best;
+    size_t best_d = 3;  // suggest only close matches
+    std::vector<std::string> names;
+    for (std::string_view a : allowed) {
+      names.push_back(std::string(a));
+      const size_t d = edit_distance(key, a);
+      if (d < best_d) {
+        best_d = d;
+        best = a;
+      }
+    }
+    std::string msg = "unknown key " + quote(key);
+    if (!best.empty()) msg += " (did you mean " + quote(best) + "?)";
+    msg += "; expected one of: " + join(names);
+    bad(child(path, key), msg);
+  }
+}
+
+const json* find(const json& obj, std::string_view key) {
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+const json& require(const json& obj, const std::string& path, std::string_view key) {
+  const json* v = find(obj, key);
+  if (!v) bad(path, "missing required key " + quote(key));
+  return *v;
+}
+
+// ---------------------------------------------------------------- parsing JSON
+
+// Rejects duplicate object keys (nlohmann keeps the last silently), naming
+// the object's path. Tracks the path through the parser's callback events.
+class DuplicateKeyCheck {
+ public:
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        frames_.push_back({event == json::parse_event_t::array_start, 0, next_path(), {}, {}});
+        break;
+      case json::parse_event_t::key: {
+        Frame& f = frames_.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second)
+          bad(f.path.empty() ? std::string("(root)") : f.path, "duplicate key " + quote(f.key));
+        break;
+      }
+      case json::parse_event_t::value:
+        if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        frames_.pop_back();
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool array = false;
+    size_t index = 0;
+    std::string path;
+    std::set<std::string> keys;
+    std::string key;
+  };
+  std::string next_path() {
+    if (frames_.empty()) return "";
+    Frame& f = frames_.back();
+    return f.array ? child(f.path, f.index++) : child(f.path, f.key);
+  }
+  std::vector<Frame> frames_;
+};
+
+json parse_json(std::string_view text) {
+  try {
+    return json::parse(text.begin(), text.end(), DuplicateKeyCheck());
+  } catch (const json::parse_error& e) {
+    // e.byte is 1-based: the last character read.
+    const size_t end = std::min(text.size(), e.byte == 0 ? size_t{0} : e.byte - 1);
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i < end; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    std::string what = e.what();
+    // Drop nlohmann's "[json.exception.parse_error.101] parse error at ...: " prefix.
+    const size_t p = what.find("parse error");
+    if (p != std::string::npos) {
+      const size_t colon = what.find(": ", p);
+      if (colon != std::string::npos) what = what.substr(colon + 2);
+    }
+    fail(ErrorCode::kParse,
+         "line " + std::to_string(line) + ", column " + std::to_string(column) + ": " + what);
+  } catch (const json::exception& e) {
+    fail(ErrorCode::kParse, e.what());
+  }
+}
+
+// ---------------------------------------------------------------- meshes
+
+// What the spec says about one device, with the path that said it.
+struct DeviceFacts {
+  std::optional<int32_t> process, host, ordinal;
+  std::string process_path, host_path, ordinal_path;
+};
+
+void note_fact(std::optional<int32_t>& slot, std::string& slot_path, int32_t value,
+               const std::string& path, int64_t device, const char* what) {
+  if (!slot) {
+    slot = value;
+    slot_path = path;
+  } else if (*slot != value) {
+    bad(path, "device " + std::to_string(device) + " is on " + what + " " +
+                  std::to_string(value) + " here but on " + what + " " + std::to_string(*slot) +
+                  " in " + slot_path);
+  }
+}
+
+std::shared_ptr<const Mesh> parse_mesh(const json& j, const std::string& path,
+                                       std::map<int64_t, DeviceFacts>& facts) {
+  as_object(j, path);
+  check_keys(j, path, {"axis_names", "shape", "devices", "processes", "hosts", "ordinals"});
+  auto mesh = std::make_shared<Mesh>();
+  const std::string names_path = child(path, "axis_names");
+  const json& names = as_array(require(j, path, "axis_names"), names_path);
+  for (size_t i = 0; i < names.size(); ++i)
+    mesh->axis_names.push_back(as_string(names[i], child(names_path, i)));
+  mesh->shape = as_int_array(require(j, path, "shape"), child(path, "shape"));
+  if (const json* d = find(j, "devices")) {
+    mesh->devices = as_int_array(*d, child(path, "devices"));
+  } else {
+    // Default 0..N-1; a bad shape is left for validate() to report.
+    int64_t n = 1;
+    bool ok = true;
+    for (int64_t s : mesh->shape)
+      ok = ok && s >= 1 && !__builtin_mul_overflow(n, s, &n) && n <= (int64_t{1} << 31);
+    if (ok)
+      for (int64_t i = 0; i < n; ++i) mesh->devices.push_back(i);
+  }
+  mesh->validate(path);
+
+  const size_t n = mesh->devices.size();
+  auto per_device = [&](const char* key) {
+    std::vector<int32_t> v;
+    if (const json* a = find(j, key)) {
+      const std::string p = child(path, key);
+      as_array(*a, p);
+      if (a->size() != n)
+        bad(p, std::to_string(a->size()) + " entries for a mesh of " + std::to_string(n) +
+                   " devices");
+      for (size_t i = 0; i < n; ++i) {
+        v.push_back(as_int32((*a)[i], child(p, i)));
+        if (v.back() < 0) bad(child(p, i), std::to_string(v.back()) + " is negative");
+      }
+    }
+    return v;
+  };
+  const std::vector<int32_t> processes = per_device("processes");
+  const std::vector<int32_t> hosts = per_device("hosts");
+  const std::vector<int32_t> ordinals = per_device("ordinals");
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t dev = mesh->devices[i];
+    DeviceFacts& f = facts[dev];
+    if (!processes.empty())
+      note_fact(f.process, f.process_path, processes[i], child(child(path, "processes"), i), dev,
+                "process");
+    if (!hosts.empty())
+      note_fact(f.host, f.host_path, hosts[i], child(child(path, "hosts"), i), dev, "host");
+    if (!ordinals.empty())
+      note_fact(f.ordinal, f.ordinal_path, ordinals[i], child(child(path, "ordinals"), i), dev,
+                "ordinal");
+  }
+  return mesh;
+}
+
+// Process defaults to 0, host to the process, ordinal to the device's
+// position among the devices of its host (ascending id).
+Topology build_topology(const std::map<int64_t, DeviceFacts>& facts) {
+  Topology topo;
+  std::map<int32_t, int32_t> next_ordinal;
+  for (const auto& [dev, f] : facts) {
+    DeviceInfo info;
+    info.device = dev;
+    info.process = f.process.value_or(0);
+    info.host = f.host.value_or(info.process);
+    int32_t& next = next_ordinal[info.host];
+    info.ordinal = f.ordinal.value_or(next);
+    ++next;
+    topo.add(info, f.process ? f.process_path : "meshes");
+  }
+  return topo;
+}
+
+// ---------------------------------------------------------------- layouts
+
+using MeshMap = std::map<std::string, std::shared_ptr<const Mesh>>;
+
+std::string mesh_names(const MeshMap& meshes) {
+  std::vector<std::string> names;
+  for (const auto& [name, m] : meshes) names.push_back(name);
+  return names.empty() ? "none defined" : join(names);
+}
+
+// Resolves one axis name of `mesh`, checking it is used at most once.
+void use_axis(const Mesh& mesh, const std::string& mesh_name, const std::string& axis,
+              const std::string& path, std::map<std::string, std::string>& used) {
+  if (mesh.axis_index(axis) < 0)
+    bad(path, "unknown axis " + quote(axis) + " of mesh " + quote(mesh_name) +
+                  " (axes: " + join(mesh.axis_names) + ")");
+  auto [it, inserted] = used.emplace(axis, path);
+  if (!inserted) bad(path, "axis " + quote(axis) + " is used twice (also at " + it->second + ")");
+}
+
+Layout parse_named_layout(const json& j, const std::string& path,
+                          const std::vector<int64_t>& shape, const MeshMap& meshes) {
+  check_keys(j, path, {"mesh", "spec", "partial"});
+  const std::string mesh_path = child(path, "mesh");
+  const std::string mesh_name = as_string(require(j, path, "mesh"), mesh_path);
+  auto mit = meshes.find(mesh_name);
+  if (mit == meshes.end())
+    bad(mesh_path, "unknown mesh " + quote(mesh_name) + " (meshes: " + mesh_names(meshes) + ")");
+  const Mesh& mesh = *mit->second;
+
+  NamedSharding sharding;
+  sharding.mesh = mit->second;
+  std::map<std::string, std::string> used;
+  const std::string spec_path = child(path, "spec");
+  if (const json* spec = find(j, "spec")) {
+    as_array(*spec, spec_path);
+    if (spec->size() != shape.size())
+      bad(spec_path, std::to_string(spec->size()) + " entries for a tensor of rank " +
+                         std::to_string(shape.size()));
+    for (size_t d = 0; d < spec->size(); ++d) {
+      const json& e = (*spec)[d];
+      const std::string ep = child(spec_path, d);
+      std::vector<std::string> axes;
+      if (e.is_null()) {
+      } else if (e.is_string()) {
+        axes.push_back(e.get<std::string>());
+        use_axis(mesh, mesh_name, axes.back(), ep, used);
+      } else if (e.is_array()) {
+        for (size_t k = 0; k < e.size(); ++k) {
+          axes.push_back(as_string(e[k], child(ep, k)));
+          use_axis(mesh, mesh_name, axes.back(), child(ep, k), used);
+        }
+      } else {
+        wrong_type(e, ep, "null, an axis name or a list of axis names");
+      }
+      sharding.dims.push_back(std::move(axes));
+    }
+  } else {
+    sharding.dims.resize(shape.size());  // no spec: replicated
+  }
+  if (const json* partial = find(j, "partial")) {
+    const std::string pp = child(path, "partial");
+    as_object(*partial, pp);
+    check_keys(*partial, pp, {"axes", "op"});
+    const std::string ap = child(pp, "axes");
+    const json& axes = require(*partial, pp, "axes");
+    if (axes.is_string()) {
+      sharding.partial_axes.push_back(axes.get<std::string>());
+      use_axis(mesh, mesh_name, sharding.partial_axes.back(), ap, used);
+    } else {
+      as_array(axes, ap);
+      for (size_t k = 0; k < axes.size(); ++k) {
+        sharding.partial_axes.push_back(as_string(axes[k], child(ap, k)));
+        use_axis(mesh, mesh_name, sharding.partial_axes.back(), child(ap, k), used);
+      }
+    }
+    if (const json* op = find(*partial, "op"))
+      sharding.partial_op = parse_reduce_op(as_string(*op, child(pp, "op")), child(pp, "op"));
+  }
+  return Layout::from_named(sharding, shape, path);
+}
+
+Layout parse_box_layout(const json& j, const std::string& path, const std::vector<int64_t>& shape) {
+  check_keys(j, path, {"boxes", "summands", "op"});
+  int32_t summands = 1;
+  if (const json* s = find(j, "summands")) {
+    summands = as_int32(*s, child(path, "summands"));
+    if (summands < 1) bad(child(path, "summands"), std::to_string(summands) + " must be at least 1");
+  }
+  ReduceOp op = ReduceOp::kSum;
+  if (const json* o = find(j, "op")) op = parse_reduce_op(as_string(*o, child(path, "op")), child(path, "op"));
+
+  const std::string bp = child(path, "boxes");
+  const json& boxes = as_array(require(j, path, "boxes"), bp);
+  const int rank = static_cast<int>(shape.size());
+  std::vector<LayoutEntry> entries;
+  std::map<int64_t, std::string> seen;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const std::string ep = child(bp, i);
+    const json& b = as_object(boxes[i], ep);
+    check_keys(b, ep, {"device", "lo", "hi", "summand"});
+    LayoutEntry e;
+    e.device = as_int(require(b, ep, "device"), child(ep, "device"));
+    if (e.device < 0) bad(child(ep, "device"), "device id " + std::to_string(e.device) + " is negative");
+    auto [it, inserted] = seen.emplace(e.device, ep);
+    if (!inserted)
+      bad(child(ep, "device"), "device " + std::to_string(e.device) + " already holds " + it->second);
+    if (const json* s = find(b, "summand")) e.summand = as_int32(*s, child(ep, "summand"));
+    if (e.summand < 0 || e.summand >= summands)
+      bad(child(ep, "summand"), std::to_string(e.summand) + " is outside [0, " +
+                                    std::to_string(summands) + ") (set \"summands\" on the layout)");
+    e.box.rank = rank;
+    // lo defaults to the origin, hi to the shape: {"device": 3} holds everything.
+    for (int d = 0; d < rank; ++d) e.box.hi[d] = shape[d];
+    for (const char* key : {"lo", "hi"}) {
+      const json* v = find(b, key);
+      if (!v) continue;
+      const std::string kp = child(ep, key);
+      const std::vector<int64_t> c = as_int_array(*v, kp);
+      if (static_cast<int>(c.size()) != rank)
+        bad(kp, std::to_string(c.size()) + " entries for a tensor of rank " + std::to_string(rank));
+      for (int d = 0; d < rank; ++d) (key[0] == 'l' ? e.box.lo : e.box.hi)[d] = c[d];
+    }
+    for (int d = 0; d < rank; ++d) {
+      if (e.box.lo[d] < 0 || e.box.lo[d] > shape[d])
+        bad(child(child(ep, "lo"), d), std::to_string(e.box.lo[d]) + " is outside [0, " +
+                                           std::to_string(shape[d]) + "]");
+      if (e.box.hi[d] < e.box.lo[d] || e.box.hi[d] > shape[d])
+        bad(child(child(ep, "hi"), d), std::to_string(e.box.hi[d]) + " is outside [lo=" +
+                                           std::to_string(e.box.lo[d]) + ", " +
+                                           std::to_string(shape[d]) + "]");
+    }
+    entries.push_back(e);
+  }
+  return Layout::from_boxes(shape, std::move(entries), summands, op, bp);
+}
+
+Layout parse_layout(const json& j, const std::string& path, const std::vector<int64_t>& shape,
+                    const MeshMap& meshes) {
+  as_object(j, path);
+  const bool named = j.contains("mesh");
+  const bool boxes = j.contains("boxes");
+  if (named && boxes) bad(path, "give either \"mesh\" (with \"spec\") or \"boxes\", not both");
+  if (boxes) return parse_box_layout(j, path, shape);
+  if (named) return parse_named_layout(j, path, shape, meshes);
+  bad(path, "missing \"mesh\" (with \"spec\") or \"boxes\"");
+}
+
+// ---------------------------------------------------------------- options
+
+PlanOptions parse_options(const json& j, const std::string& path) {
+  as_object(j, path);
+  check_keys(j, path,
+             {"split_min_bytes", "alpha_seconds", "intra_host_bytes_per_second",
+              "inter_host_bytes_per_second", "staging_budget_bytes"});
+  PlanOptions o;
+  auto non_negative_int = [&](const char* key, int64_t& out) {
+    if (const json* v = find(j, key)) {
+      out = as_int(*v, child(path, key));
+      if (out < 0) bad(child(path, key), std::to_string(out) + " is negative");
+    }
+  };
+  auto number = [&](const char* key, double& out, bool positive) {
+    if (const json* v = find(j, key)) {
+      out = as_number(*v, child(path, key));
+      if (!std::isfinite(out) || out < 0 || (positive && out == 0))
+        bad(child(path, key), v->dump() + (positive ? " must be positive" : " must be non-negative"));
+    }
+  };
+  non_negative_int("split_min_bytes", o.split_min_bytes);
+  non_negative_int("staging_budget_bytes", o.staging_budget_bytes);
+  number("alpha_seconds", o.alpha_seconds, false);
+  number("intra_host_bytes_per_second", o.intra_host_bytes_per_second, true);
+  number("inter_host_bytes_per_second", o.inter_host_bytes_per_second, true);
+  return o;
+}
+
+}  // namespace
+
+Spec parse_spec(std::string_view json_text) {
+  const json root = parse_json(json_text);
+  if (!root.is_object()) wrong_type(root, "(root)", "an object");
+  check_keys(root, "", {"meshes", "tensors", "options", "description"});
+  if (const json* d = find(root, "description")) as_string(*d, "description");
+
+  Spec spec;
+  std::map<int64_t, DeviceFacts> facts;
+  if (const json* meshes = find(root, "meshes")) {
+    as_object(*meshes, "meshes");
+    for (const auto& [name, value] : meshes->items()) {
+      const std::string path = child("meshes", name);
+      if (name.empty()) bad(path, "empty mesh name");
+      spec.meshes.emplace(name, parse_mesh(value, path, facts));
+    }
+  }
+  spec.input.topology = build_topology(facts);
+  if (const json* options = find(root, "options")) spec.input.options = parse_options(*options, "options");
+
+  const json& tensors = as_array(require(root, "(root)", "tensors"), "tensors");
+  if (tensors.empty()) bad("tensors", "no tensors");
+  std::map<std::string, std::string> names;
+  spec.input.tensors.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string path = child("tensors", i);
+    const json& t = as_object(tensors[i], path);
+    check_keys(t, path, {"name", "shape", "dtype", "src", "dst"});
+    TensorSpec ts;
+    const std::string name_path = child(path, "name");
+    ts.name = as_string(require(t, path, "name"), name_path);
+    if (ts.name.empty()) bad(name_path, "empty tensor name");
+    auto [it, inserted] = names.emplace(ts.name, name_path);
+    if (!inserted) bad(name_path, "duplicate tensor name " + quote(ts.name) + " (also " + it->second + ")");
+    ts.dtype = parse_dtype(as_string(require(t, path, "dtype"), child(path, "dtype")), child(path, "dtype"));
+    ts.shape = as_int_array(require(t, path, "shape"), child(path, "shape"));
+    validate_shape(ts.shape, dtype_size(ts.dtype), child(path, "shape"));
+    ts.src = parse_layout(require(t, path, "src"), child(path, "src"), ts.shape, spec.meshes);
+    ts.dst = parse_layout(require(t, path, "dst"), child(path, "dst"), ts.shape, spec.meshes);
+    spec.input.tensors.push_back(std::move(ts));
+  }
+  return spec;
+}
+
+Spec load_spec(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorCode::kInvalidArgument, path + ": cannot open spec file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail(ErrorCode::kInvalidArgument, path + ": cannot read spec file");
+  try {
+    return parse_spec(text.str());
+  } catch (const Error& e) {
+    // Syntax errors get the file name; inconsistencies keep their JSON path first.
+    if (e.code() == ErrorCode::kParse) fail(ErrorCode::kParse, path + ": " + e.what());
+    throw;
+  }
+}
+
+}  // namespace reshard

@@ -1,0 +1,701 @@
+// FlatBuffers bytes → Plan. Untrusted input: the FlatBuffers Verifier runs
+// first (every offset, vector and string inside the buffer), then semantic
+// checks make the decoded Plan safe to execute (every index in range, every
+// region inside both shard boxes, message sizes equal to their pieces, the
+// fingerprint recomputed from the inputs). Any failure is kCorrupt.
+//
+// Memory: a verified buffer can still make a naive decoder allocate far more
+// than its size (vectors of offsets that all point at one large table, a
+// tiling shared by many tensors of distinct shapes). Every allocation is
+// charged to a budget proportional to the buffer size before it is made.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_set>
+#include <vector>
+
+#include "plan/plan_builder.h"
+#include "reshard/error.h"
+#include "reshard/plan_generated.h"
+#include "reshard/wire.h"
+
+namespace reshard {
+namespace {
+
+using flatbuffers::uoffset_t;
+
+[[noreturn]] void corrupt(const std::string& what, const std::string& detail) {
+  fail(ErrorCode::kCorrupt, what + ": " + detail);
+}
+
+std::string idx(const std::string& field, size_t i) {
+  return field + "[" + std::to_string(i) + "]";
+}
+
+// Read access to an optional scalar vector; absent reads as empty.
+template <typename T>
+class Column {
+ public:
+  explicit Column(const flatbuffers::Vector<T>* v) : v_(v) {}
+  size_t size() const { return v_ ? v_->size() : 0; }
+  bool present() const { return v_ != nullptr; }
+  T operator[](size_t i) const { return v_->Get(static_cast<uoffset_t>(i)); }
+
+ private:
+  const flatbuffers::Vector<T>* v_;
+};
+
+template <typename T>
+Column<T> col(const flatbuffers::Vector<T>* v) {
+  return Column<T>(v);
+}
+
+void expect_size(size_t got, size_t want, const std::string& field) {
+  if (got != want)
+    corrupt(field, "has " + std::to_string(got) + " values, expected " + std::to_string(want));
+}
+
+int64_t non_negative(int64_t v, const std::string& field) {
+  if (v < 0) corrupt(field, std::to_string(v) + " is negative");
+  return v;
+}
+
+double finite_non_negative(double v, const std::string& field) {
+  if (!std::isfinite(v) || v < 0) corrupt(field, std::to_string(v) + " is not a finite value >= 0");
+  return v;
+}
+
+// Runs `f`, turning a validation error of the layout model into kCorrupt.
+template <typename F>
+auto rethrow_as_corrupt(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kCorrupt) throw;
+    fail(ErrorCode::kCorrupt, e.what());
+  }
+}
+
+class Decoder {
+ public:
+  Decoder(const uint8_t* base, size_t buffer_size)
+      : base_(base),
+        root_(*fb::GetPlan(base)),
+        budget_(64 * static_cast<uint64_t>(buffer_size) + (uint64_t{256} << 20)),
+        empty_cells_budget_(4 * static_cast<uint64_t>(buffer_size) + (uint64_t{1} << 16)) {}
+
+  Plan decode() {
+    if (root_.version() != kPlanFormatVersion)
+      corrupt("version", "plan format version " + std::to_string(root_.version()) +
+                             " is not supported (this reader reads version " +
+                             std::to_string(kPlanFormatVersion) + ")");
+    if (root_.required_features() != 0)
+      corrupt("required_features", "unknown feature bits " + std::to_string(root_.required_features()) +
+                                       " (this reader knows none)");
+    PlanInput input;
+    input.options = decode_options();
+    input.topology = decode_topology();
+    check_tilings();
+    input.tensors = decode_tensors();
+    const uint64_t fingerprint = rethrow_as_corrupt([&] { return plan_fingerprint(input); });
+    if (fingerprint != root_.fingerprint())
+      corrupt("fingerprint", "stored " + std::to_string(root_.fingerprint()) +
+                                 " differs from the fingerprint of the decoded inputs " +
+                                 std::to_string(fingerprint));
+    Plan plan;
+    Plan::Builder::fingerprint(plan) = fingerprint;
+    Plan::Builder::processes(plan) = decode_processes(input);
+    Plan::Builder::has_stats(plan) = root_.has_stats();
+    Plan::Builder::stats(plan) = decode_stats(input);
+    tensors_ = &input.tensors;
+    topology_ = &input.topology;
+    rounds_ = root_.has_stats() ? Plan::Builder::stats(plan).rounds : -1;
+    auto& parts = Plan::Builder::parts(plan);
+    const auto& processes = Plan::Builder::processes(plan);
+    const auto* fparts = root_.parts();
+    for (uoffset_t i = 0; fparts && i < fparts->size(); ++i) {
+      const std::string f = idx("parts", i);
+      const fb::ProcessPart& fp = *fparts->Get(i);
+      const int32_t p = fp.process();
+      if (!std::binary_search(processes.begin(), processes.end(), p))
+        corrupt(f + ".process", "process " + std::to_string(p) + " owns no device of the plan");
+      if (!parts.empty() && parts.rbegin()->first >= p)
+        corrupt(f + ".process", "parts are not sorted by distinct process");
+      parts.emplace(p, decode_part(fp, f));
+    }
+    Plan::Builder::tensors(plan) = std::move(input.tensors);
+    Plan::Builder::topology(plan) = std::move(input.topology);
+    Plan::Builder::options(plan) = input.options;
+    return plan;
+  }
+
+ private:
+  // Accounts for `bytes` of decoded memory before they are allocated.
+  void charge(uint64_t bytes, const std::string& field) {
+    if (bytes > budget_)
+      corrupt(field, "decoding would need more memory than a plan buffer of this size can "
+                     "describe (repeated or shared data)");
+    budget_ -= bytes;
+  }
+
+  PlanOptions decode_options() {
+    const fb::PlanOptions* o = root_.options();
+    if (!o) corrupt("options", "missing");
+    PlanOptions out;
+    out.split_min_bytes = non_negative(o->split_min_bytes(), "options.split_min_bytes");
+    out.alpha_seconds = finite_non_negative(o->alpha_seconds(), "options.alpha_seconds");
+    out.intra_host_bytes_per_second =
+        finite_non_negative(o->intra_host_bytes_per_second(), "options.intra_host_bytes_per_second");
+    out.inter_host_bytes_per_second =
+        finite_non_negative(o->inter_host_bytes_per_second(), "options.inter_host_bytes_per_second");
+    out.staging_budget_bytes = non_negative(o->staging_budget_bytes(), "options.staging_budget_bytes");
+    return out;
+  }
+
+  Topology decode_topology() {
+    Topology topology;
+    const fb::Topology* t = root_.topology();
+    if (!t) corrupt("topology", "missing");
+    const auto* devices = t->devices();
+    if (!devices) return topology;
+    charge(uint64_t{devices->size()} * sizeof(DeviceInfo), "topology.devices");
+    int64_t previous = -1;
+    for (uoffset_t i = 0; i < devices->size(); ++i) {
+      const std::string f = idx("topology.devices", i);
+      const fb::Device& d = *devices->Get(i);
+      if (d.device() <= previous)
+        corrupt(f + ".device", "device " + std::to_string(d.device()) +
+                                   " is negative or not after the previous device");
+      previous = d.device();
+      rethrow_as_corrupt([&] {
+        topology.add(DeviceInfo{d.device(), d.process(), d.host(), d.ordinal()}, f);
+        return 0;
+      });
+    }
+    return topology;
+  }
+
+  // Tilings are checked once; tensors then only check that ranks agree.
+  void check_tilings() {
+    const auto* tilings = root_.tilings();
+    if (!tilings) return;
+    for (uoffset_t i = 0; i < tilings->size(); ++i) {
+      const std::string f = idx("tilings", i);
+      const fb::Tiling& t = *tilings->Get(i);
+      auto counts = col(t.splits());
+      if (counts.size() > static_cast<size_t>(kMaxRank))
+        corrupt(f + ".splits", "rank " + std::to_string(counts.size()) + " exceeds " +
+                                   std::to_string(kMaxRank));
+      const size_t rank = counts.size();
+      for (size_t d = 0; d < rank; ++d)
+        if (counts[d] < 1 || counts[d] > (int64_t{1} << 31))
+          corrupt(idx(f + ".splits", d), "shard count " + std::to_string(counts[d]) +
+                                             " is not in [1, 2^31]");
+      auto devices = col(t.devices());
+      const size_t n = devices.size();
+      for (size_t e = 0; e < n; ++e)
+        if (devices[e] < 0 || (e > 0 && devices[e] <= devices[e - 1]))
+          corrupt(idx(f + ".devices", e), "device " + std::to_string(devices[e]) +
+                                              " is negative or not after the previous device");
+      if (t.summands()) expect_size(t.summands()->size(), n, f + ".summands");
+      auto shard = col(t.shard_index());
+      expect_size(shard.size(), n * rank, f + ".shard_index");
+      for (size_t i2 = 0; i2 < shard.size(); ++i2)
+        if (shard[i2] < 0 || shard[i2] >= counts[i2 % rank])
+          corrupt(idx(f + ".shard_index", i2), "shard " + std::to_string(shard[i2]) +
+                                                   " is outside [0, " +
+                                                   std::to_string(counts[i2 % rank]) + ")");
+    }
+  }
+
+  std::vector<TensorSpec> decode_tensors() {
+    std::vector<TensorSpec> tensors;
+    const auto* ft = root_.tensors();
+    if (!ft) return tensors;
+    if (ft->size() >= 0xfffffff0u) corrupt("tensors", "too many tensors");
+    charge(uint64_t{ft->size()} * sizeof(TensorSpec), "tensors");
+    tensors.reserve(ft->size());
+    std::unordered_set<std::string_view> names;
+    for (uoffset_t i = 0; i < ft->size(); ++i) {
+      const std::string f = idx("tensors", i);
+      const fb::Tensor& t = *ft->Get(i);
+      TensorSpec spec;
+      if (!t.name()) corrupt(f + ".name", "missing");
+      charge(t.name()->size(), f + ".name");
+      spec.name = t.name()->str();
+      if (!names.insert(t.name()->string_view()).second)
+        corrupt(f + ".name", "duplicate tensor name \"" + spec.name + "\"");
+      const int32_t dtype = static_cast<int32_t>(t.dtype());
+      if (!dtype_valid(dtype)) corrupt(f + ".dtype", "invalid dtype value " + std::to_string(dtype));
+      spec.dtype = static_cast<DType>(dtype);
+      if (!t.shape()) corrupt(f + ".shape", "missing");
+      if (t.shape()->size() > static_cast<uoffset_t>(kMaxRank))
+        corrupt(f + ".shape", "rank " + std::to_string(t.shape()->size()) + " exceeds " +
+                                  std::to_string(kMaxRank));
+      spec.shape.assign(t.shape()->begin(), t.shape()->end());
+      rethrow_as_corrupt([&] {
+        validate_shape(spec.shape, dtype_size(spec.dtype), f + ".shape");
+        return 0;
+      });
+      spec.src = decode_layout(t.src(), spec.shape, f + ".src");
+      spec.dst = decode_layout(t.dst(), spec.shape, f + ".dst");
+      tensors.push_back(std::move(spec));
+    }
+    return tensors;
+  }
+
+  Layout decode_layout(const fb::Layout* l, const std::vector<int64_t>& shape,
+                       const std::string& f) {
+    if (!l) corrupt(f, "missing");
+    const int32_t op = static_cast<int32_t>(l->reduce_op());
+    if (op < 1 || op > 3) corrupt(f + ".reduce_op", "invalid reduce op " + std::to_string(op));
+    if (l->num_summands() < 1)
+      corrupt(f + ".num_summands", std::to_string(l->num_summands()) + " must be at least 1");
+    const size_t rank = shape.size();
+    // Layouts with the same description and shape decode once and share
+    // their geometry.
+    int64_t source;
+    if (l->tiling() >= 0) {
+      const auto* tilings = root_.tilings();
+      if (!tilings || static_cast<uoffset_t>(l->tiling()) >= tilings->size())
+        corrupt(f + ".tiling", "index " + std::to_string(l->tiling()) + " is out of range (" +
+                                   std::to_string(tilings ? tilings->size() : 0) + " tilings)");
+      source = l->tiling();
+    } else {
+      if (l->tiling() != -1)
+        corrupt(f + ".tiling", "invalid index " + std::to_string(l->tiling()));
+      if (!l->boxes()) corrupt(f + ".boxes", "missing (and no tiling)");
+      source = -1 - (reinterpret_cast<const uint8_t*>(l->boxes()) - base_);
+    }
+    auto key = std::make_tuple(source, shape, l->num_summands(), op);
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+
+    const ReduceOp reduce_op = static_cast<ReduceOp>(op);
+    Layout layout;
+    if (l->tiling() >= 0) {
+      const fb::Tiling& t = *root_.tilings()->Get(static_cast<uoffset_t>(l->tiling()));
+      auto counts = col(t.splits());
+      if (counts.size() != rank)
+        corrupt(f + ".tiling", "tiling " + std::to_string(l->tiling()) + " has rank " +
+                                   std::to_string(counts.size()) + ", the tensor has rank " +
+                                   std::to_string(rank));
+      auto devices = col(t.devices());
+      auto summands = col(t.summands());
+      auto shard = col(t.shard_index());
+      const size_t n = devices.size();
+      // The layout indexes its cells (the product of the shard counts, each
+      // <= 2^31). A lowered NamedSharding has at most one cell per entry;
+      // cells beyond that come from a tiling that leaves cells empty, and are
+      // charged to a budget of their own that a few bytes cannot exhaust.
+      uint64_t cells = 1;
+      for (size_t d = 0; d < rank; ++d)
+        cells = std::min<uint64_t>(cells * static_cast<uint64_t>(counts[d]), uint64_t{1} << 40);
+      charge(n * (sizeof(Layout::TileEntry) + 48 + 8 * rank), f);
+      if (cells > n) {
+        if (cells - n > empty_cells_budget_)
+          corrupt(f + ".tiling", "tiling " + std::to_string(l->tiling()) + " has " +
+                                     std::to_string(cells) + " cells for " + std::to_string(n) +
+                                     " entries, more than a buffer of this size can describe");
+        empty_cells_budget_ -= cells - n;
+        charge((cells - n) * 4, f + ".tiling");
+      }
+      std::vector<Layout::TileEntry> entries(n);
+      for (size_t e = 0; e < n; ++e) {
+        entries[e].device = devices[e];
+        entries[e].summand = summands.present() ? summands[e] : 0;
+        for (size_t d = 0; d < rank; ++d) entries[e].shard[d] = shard[e * rank + d];
+      }
+      std::vector<int64_t> count_values(counts.size());
+      for (size_t d = 0; d < rank; ++d) count_values[d] = counts[d];
+      layout = rethrow_as_corrupt([&] {
+        return Layout::from_tiles(shape, count_values, std::move(entries), l->num_summands(),
+                                  reduce_op, f);
+      });
+    } else {
+      const fb::Boxes& b = *l->boxes();
+      auto devices = col(b.devices());
+      auto summands = col(b.summands());
+      auto lo = col(b.lo());
+      auto hi = col(b.hi());
+      const size_t n = devices.size();
+      if (summands.present()) expect_size(summands.size(), n, f + ".boxes.summands");
+      expect_size(lo.size(), n * rank, f + ".boxes.lo");
+      expect_size(hi.size(), n * rank, f + ".boxes.hi");
+      charge(n * (2 * sizeof(LayoutEntry) + 8), f + ".boxes");
+      std::vector<LayoutEntry> entries(n);
+      for (size_t e = 0; e < n; ++e) {
+        if (devices[e] < 0 || (e > 0 && devices[e] <= devices[e - 1]))
+          corrupt(idx(f + ".boxes.devices", e), "device " + std::to_string(devices[e]) +
+                                                    " is negative or not after the previous device");
+        entries[e].device = devices[e];
+        entries[e].summand = summands.present() ? summands[e] : 0;
+        entries[e].box.rank = static_cast<int32_t>(rank);
+        for (size_t d = 0; d < rank; ++d) {
+          entries[e].box.lo[d] = lo[e * rank + d];
+          entries[e].box.hi[d] = hi[e * rank + d];
+        }
+      }
+      layout = rethrow_as_corrupt([&] {
+        return Layout::from_boxes(shape, std::move(entries), l->num_summands(), reduce_op, f);
+      });
+    }
+    cache_.emplace(std::move(key), layout);
+    return layout;
+  }
+
+  // Processes owning a device of some layout, as make_plan computes them.
+  std::vector<int32_t> decode_processes(const PlanInput& input) {
+    std::vector<int32_t> expected;
+    {
+      std::unordered_set<const Geometry*> seen;
+      std::vector<int32_t> all;
+      for (const TensorSpec& t : input.tensors)
+        for (const Layout* l : {&t.src, &t.dst})
+          if (seen.insert(l->geometry().get()).second)
+            for (size_t e = 0; e < l->num_entries(); ++e)
+              all.push_back(input.topology.info(l->device(e)).process);
+      std::sort(all.begin(), all.end());
+      all.erase(std::unique(all.begin(), all.end()), all.end());
+      expected = std::move(all);
+    }
+    auto stored = col(root_.processes());
+    bool equal = stored.size() == expected.size();
+    for (size_t i = 0; equal && i < stored.size(); ++i) equal = stored[i] == expected[i];
+    if (!equal) {
+      auto list = [](auto&& v, size_t n) {
+        std::string s = "[";
+        for (size_t i = 0; i < n && i < 16; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+        return s + (n > 16 ? ", ...]" : "]");
+      };
+      corrupt("processes", list(stored, stored.size()) +
+                               " differ from the processes owning the plan's devices " +
+                               list(expected, expected.size()));
+    }
+    return expected;
+  }
+
+  PlanStats decode_stats(const PlanInput& input) {
+    PlanStats s;
+    const fb::PlanStats* fs = root_.stats();
+    if (!fs) {
+      if (root_.has_stats()) corrupt("stats", "missing although has_stats is set");
+      return s;
+    }
+    s.network_bytes = non_negative(fs->network_bytes(), "stats.network_bytes");
+    s.local_bytes = non_negative(fs->local_bytes(), "stats.local_bytes");
+    s.cross_host_bytes = non_negative(fs->cross_host_bytes(), "stats.cross_host_bytes");
+    s.cross_process_bytes = non_negative(fs->cross_process_bytes(), "stats.cross_process_bytes");
+    s.max_send_bytes = non_negative(fs->max_send_bytes(), "stats.max_send_bytes");
+    s.max_recv_bytes = non_negative(fs->max_recv_bytes(), "stats.max_recv_bytes");
+    s.messages = non_negative(fs->messages(), "stats.messages");
+    s.pieces = non_negative(fs->pieces(), "stats.pieces");
+    s.rounds = static_cast<int32_t>(non_negative(fs->rounds(), "stats.rounds"));
+    s.peak_staging_bytes = non_negative(fs->peak_staging_bytes(), "stats.peak_staging_bytes");
+    s.lower_bound_network_bytes =
+        non_negative(fs->lower_bound_network_bytes(), "stats.lower_bound_network_bytes");
+    s.lower_bound_max_send_bytes =
+        non_negative(fs->lower_bound_max_send_bytes(), "stats.lower_bound_max_send_bytes");
+    s.lower_bound_max_recv_bytes =
+        non_negative(fs->lower_bound_max_recv_bytes(), "stats.lower_bound_max_recv_bytes");
+    s.cost_seconds = finite_non_negative(fs->cost_seconds(), "stats.cost_seconds");
+    s.lower_bound_cost_seconds =
+        finite_non_negative(fs->lower_bound_cost_seconds(), "stats.lower_bound_cost_seconds");
+    s.plan_seconds = finite_non_negative(fs->plan_seconds(), "stats.plan_seconds");
+    if (const auto* pd = fs->per_device()) {
+      charge(uint64_t{pd->size()} * sizeof(DeviceTraffic), "stats.per_device");
+      s.per_device.reserve(pd->size());
+      for (uoffset_t i = 0; i < pd->size(); ++i) {
+        const std::string f = idx("stats.per_device", i);
+        const fb::DeviceTraffic& d = *pd->Get(i);
+        DeviceTraffic t;
+        t.device = non_negative(d.device(), f + ".device");
+        if (i > 0 && t.device <= s.per_device.back().device)
+          corrupt(f + ".device", "not after the previous device");
+        t.send_bytes = non_negative(d.send_bytes(), f + ".send_bytes");
+        t.recv_bytes = non_negative(d.recv_bytes(), f + ".recv_bytes");
+        t.local_bytes = non_negative(d.local_bytes(), f + ".local_bytes");
+        t.send_messages = non_negative(d.send_messages(), f + ".send_messages");
+        t.recv_messages = non_negative(d.recv_messages(), f + ".recv_messages");
+        s.per_device.push_back(t);
+      }
+    }
+    if (root_.has_stats()) check_totals(s, input);
+    return s;
+  }
+
+  // The global figures are sums and maxima of the per-device ones, over
+  // exactly the plan's devices.
+  static void check_totals(const PlanStats& s, const PlanInput& input) {
+    std::vector<int64_t> devices;
+    {
+      std::unordered_set<const Geometry*> seen;
+      for (const TensorSpec& t : input.tensors)
+        for (const Layout* l : {&t.src, &t.dst})
+          if (seen.insert(l->geometry().get()).second)
+            for (size_t e = 0; e < l->num_entries(); ++e) devices.push_back(l->device(e));
+      std::sort(devices.begin(), devices.end());
+      devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+    }
+    bool same = devices.size() == s.per_device.size();
+    for (size_t i = 0; same && i < devices.size(); ++i) same = devices[i] == s.per_device[i].device;
+    if (!same) corrupt("stats.per_device", "devices do not match the devices of the layouts");
+    int64_t send = 0, recv = 0, local = 0, send_msgs = 0, recv_msgs = 0, max_send = 0, max_recv = 0;
+    for (const DeviceTraffic& d : s.per_device) {
+      if (__builtin_add_overflow(send, d.send_bytes, &send) ||
+          __builtin_add_overflow(recv, d.recv_bytes, &recv) ||
+          __builtin_add_overflow(local, d.local_bytes, &local) ||
+          __builtin_add_overflow(send_msgs, d.send_messages, &send_msgs) ||
+          __builtin_add_overflow(recv_msgs, d.recv_messages, &recv_msgs))
+        corrupt("stats.per_device", "totals overflow 64 bits");
+      max_send = std::max(max_send, d.send_bytes);
+      max_recv = std::max(max_recv, d.recv_bytes);
+    }
+    auto expect = [](int64_t stored, int64_t want, const char* field) {
+      if (stored != want)
+        corrupt(field, std::to_string(stored) + " differs from " + std::to_string(want) +
+                           " computed from stats.per_device");
+    };
+    expect(s.network_bytes, recv, "stats.network_bytes");
+    expect(send, recv, "stats.per_device.send_bytes (total)");
+    expect(s.local_bytes, local, "stats.local_bytes");
+    expect(s.messages, recv_msgs, "stats.messages");
+    expect(send_msgs, recv_msgs, "stats.per_device.send_messages (total)");
+    expect(s.max_send_bytes, max_send, "stats.max_send_bytes");
+    expect(s.max_recv_bytes, max_recv, "stats.max_recv_bytes");
+  }
+
+  std::vector<Box> decode_regions(const fb::Regions* r, const std::string& f) {
+    std::vector<Box> regions;
+    if (!r) return regions;
+    auto rank = col(r->rank());
+    auto lo = col(r->lo());
+    auto hi = col(r->hi());
+    charge(rank.size() * sizeof(Box), f);
+    regions.reserve(rank.size());
+    size_t at = 0;
+    for (size_t i = 0; i < rank.size(); ++i) {
+      const std::string fi = idx(f, i);
+      if (rank[i] > kMaxRank)
+        corrupt(fi + ".rank", std::to_string(rank[i]) + " exceeds " + std::to_string(kMaxRank));
+      if (lo.size() - at < rank[i] || hi.size() - at < rank[i])
+        corrupt(fi, "lo/hi hold fewer values than the ranks need");
+      Box b;
+      b.rank = rank[i];
+      for (int d = 0; d < b.rank; ++d, ++at) {
+        b.lo[d] = lo[at];
+        b.hi[d] = hi[at];
+      }
+      for (int d = 0; d < b.rank; ++d)
+        if (b.lo[d] < 0 || b.hi[d] < b.lo[d]) corrupt(fi, "invalid bounds " + to_string(b));
+      regions.push_back(b);
+    }
+    if (at != lo.size() || at != hi.size()) corrupt(f, "lo/hi hold more values than the ranks need");
+    return regions;
+  }
+
+  // Checks one piece and returns its packed size: indices in range, the
+  // moved region inside both the source and the destination shard.
+  int64_t check_piece(const Piece& p, const std::vector<Box>& regions, const std::string& f) {
+    const auto& tensors = *tensors_;
+    if (p.tensor >= tensors.size())
+      corrupt(f + ".tensor", std::to_string(p.tensor) + " is out of range (" +
+                                 std::to_string(tensors.size()) + " tensors)");
+    const TensorSpec& t = tensors[p.tensor];
+    if (p.src_entry >= t.src.num_entries())
+      corrupt(f + ".src_entry", std::to_string(p.src_entry) + " is out of range (tensor \"" +
+                                    t.name + "\" has " + std::to_string(t.src.num_entries()) +
+                                    " source entries)");
+    if (p.dst_entry >= t.dst.num_entries())
+      corrupt(f + ".dst_entry", std::to_string(p.dst_entry) + " is out of range (tensor \"" +
+                                    t.name + "\" has " + std::to_string(t.dst.num_entries()) +
+                                    " destination entries)");
+    const Box src = t.src.box(p.src_entry);
+    const Box dst = t.dst.box(p.dst_entry);
+    Box region;
+    if (p.region == kOverlapRegion) {
+      region = intersect(src, dst);
+    } else {
+      if (p.region >= regions.size())
+        corrupt(f + ".region", std::to_string(p.region) + " is out of range (" +
+                                   std::to_string(regions.size()) + " regions)");
+      region = regions[p.region];
+      if (region.rank != t.src.rank())
+        corrupt(f + ".region", "region " + std::to_string(p.region) + " has rank " +
+                                   std::to_string(region.rank) + ", tensor \"" + t.name +
+                                   "\" has rank " + std::to_string(t.src.rank()));
+      if (!src.contains(region) || !dst.contains(region))
+        corrupt(f + ".region", "region " + to_string(region) + " is not inside both the source box " +
+                                   to_string(src) + " and the destination box " + to_string(dst));
+    }
+    return region.volume() * dtype_size(t.dtype);
+  }
+
+  std::vector<Piece> decode_pieces(const fb::Pieces* fp, const std::string& f) {
+    std::vector<Piece> pieces;
+    if (!fp) return pieces;
+    auto tensor = col(fp->tensor());
+    auto src = col(fp->src_entry());
+    auto dst = col(fp->dst_entry());
+    auto region = col(fp->region());
+    const size_t n = tensor.size();
+    expect_size(src.size(), n, f + ".src_entry");
+    expect_size(dst.size(), n, f + ".dst_entry");
+    if (region.present()) expect_size(region.size(), n, f + ".region");
+    charge(n * sizeof(Piece), f);
+    pieces.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      pieces[i] = Piece{tensor[i], src[i], dst[i], region.present() ? region[i] : kOverlapRegion};
+    return pieces;
+  }
+
+  // Messages of one direction. `send`: this process sends them (ordered by
+  // round, destination, source); otherwise it receives them (round, source,
+  // destination). Their pieces tile `pieces` in order.
+  std::vector<Message> decode_messages(const fb::Messages* fm, const std::vector<Piece>& pieces,
+                                       const std::vector<Box>& regions, int32_t process, bool send,
+                                       const std::string& f, const std::string& fpieces) {
+    std::vector<Message> msgs;
+    const size_t n = fm ? col(fm->src_device()).size() : 0;
+    if (fm) {
+      expect_size(col(fm->dst_device()).size(), n, f + ".dst_device");
+      expect_size(col(fm->round()).size(), n, f + ".round");
+      expect_size(col(fm->first_piece()).size(), n, f + ".first_piece");
+      expect_size(col(fm->num_pieces()).size(), n, f + ".num_pieces");
+      expect_size(col(fm->bytes()).size(), n, f + ".bytes");
+    }
+    charge(n * sizeof(Message), f);
+    msgs.reserve(n);
+    uint64_t next = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const std::string fi = idx(f, i);
+      Message m;
+      m.src_device = col(fm->src_device())[i];
+      m.dst_device = col(fm->dst_device())[i];
+      m.round = col(fm->round())[i];
+      m.first_piece = col(fm->first_piece())[i];
+      m.num_pieces = col(fm->num_pieces())[i];
+      m.bytes = col(fm->bytes())[i];
+      non_negative(m.src_device, fi + ".src_device");
+      non_negative(m.dst_device, fi + ".dst_device");
+      if (m.src_device == m.dst_device)
+        corrupt(fi, "sends device " + std::to_string(m.src_device) + " to itself");
+      const int64_t own = send ? m.src_device : m.dst_device;
+      if (topology_->info(own).process != process)
+        corrupt(fi + (send ? ".src_device" : ".dst_device"),
+                "device " + std::to_string(own) + " is not on process " + std::to_string(process));
+      if (rounds_ >= 0 && m.round >= static_cast<uint32_t>(rounds_))
+        corrupt(fi + ".round", std::to_string(m.round) + " is not below stats.rounds " +
+                                   std::to_string(rounds_));
+      if (!msgs.empty()) {
+        const Message& q = msgs.back();
+        const auto key = [send](const Message& x) {
+          return send ? std::make_tuple(x.round, x.dst_device, x.src_device)
+                      : std::make_tuple(x.round, x.src_device, x.dst_device);
+        };
+        if (!(key(q) < key(m)))
+          corrupt(fi, std::string("not after the previous message in (round, ") +
+                          (send ? "destination, source" : "source, destination") + ") order");
+      }
+      if (m.first_piece != next)
+        corrupt(fi + ".first_piece", std::to_string(m.first_piece) + " should be " +
+                                         std::to_string(next) + " (messages tile " + fpieces + ")");
+      if (m.num_pieces > pieces.size() - next)
+        corrupt(fi + ".num_pieces", std::to_string(m.num_pieces) + " runs past the end of " +
+                                        fpieces + " (" + std::to_string(pieces.size()) + ")");
+      int64_t bytes = 0;
+      for (uint64_t k = next; k < next + m.num_pieces; ++k) {
+        const Piece& p = pieces[k];
+        const std::string fk = idx(fpieces, k);
+        const int64_t b = check_piece(p, regions, fk);
+        const TensorSpec& t = (*tensors_)[p.tensor];
+        if (t.src.device(p.src_entry) != m.src_device || t.dst.device(p.dst_entry) != m.dst_device)
+          corrupt(fk, "moves from device " + std::to_string(t.src.device(p.src_entry)) +
+                          " to device " + std::to_string(t.dst.device(p.dst_entry)) +
+                          " but its message " + fi + " goes from " + std::to_string(m.src_device) +
+                          " to " + std::to_string(m.dst_device));
+        if (__builtin_add_overflow(bytes, b, &bytes)) corrupt(fi + ".bytes", "overflows 64 bits");
+      }
+      if (m.bytes != bytes)
+        corrupt(fi + ".bytes", std::to_string(m.bytes) + " differs from the " +
+                                   std::to_string(bytes) + " bytes of its pieces");
+      next += m.num_pieces;
+      msgs.push_back(m);
+    }
+    if (next != pieces.size())
+      corrupt(fpieces, std::to_string(pieces.size() - next) + " pieces belong to no message");
+    return msgs;
+  }
+
+  ProcessPart decode_part(const fb::ProcessPart& fp, const std::string& f) {
+    ProcessPart part;
+    part.process = fp.process();
+    part.regions = decode_regions(fp.regions(), f + ".regions");
+    part.local = decode_pieces(fp.local(), f + ".local");
+    for (size_t i = 0; i < part.local.size(); ++i) {
+      const Piece& p = part.local[i];
+      const std::string fi = idx(f + ".local", i);
+      check_piece(p, part.regions, fi);
+      const TensorSpec& t = (*tensors_)[p.tensor];
+      const int64_t device = t.src.device(p.src_entry);
+      if (device != t.dst.device(p.dst_entry))
+        corrupt(fi, "a local piece moves from device " + std::to_string(device) + " to device " +
+                        std::to_string(t.dst.device(p.dst_entry)));
+      if (topology_->info(device).process != part.process)
+        corrupt(fi, "device " + std::to_string(device) + " is not on process " +
+                        std::to_string(part.process));
+    }
+    part.send_pieces = decode_pieces(fp.send_pieces(), f + ".send_pieces");
+    part.sends = decode_messages(fp.sends(), part.send_pieces, part.regions, part.process, true,
+                                 f + ".sends", f + ".send_pieces");
+    part.recv_pieces = decode_pieces(fp.recv_pieces(), f + ".recv_pieces");
+    part.recvs = decode_messages(fp.recvs(), part.recv_pieces, part.regions, part.process, false,
+                                 f + ".recvs", f + ".recv_pieces");
+    return part;
+  }
+
+  const uint8_t* base_;
+  const fb::Plan& root_;
+  uint64_t budget_;              // bytes the decoded plan may still allocate
+  uint64_t empty_cells_budget_;  // cells beyond one per entry, over all tiled layouts
+  std::map<std::tuple<int64_t, std::vector<int64_t>, int32_t, int32_t>, Layout> cache_;
+  const std::vector<TensorSpec>* tensors_ = nullptr;
+  const Topology* topology_ = nullptr;
+  int64_t rounds_ = -1;  // stats.rounds, or -1 without statistics
+};
+
+}  // namespace
+
+Plan decode_plan(std::span<const uint8_t> bytes) {
+  const size_t n = bytes.size();
+  if (n < 2 * sizeof(uoffset_t) + 4)
+    corrupt("plan", "buffer of " + std::to_string(n) + " bytes is too small to be a plan");
+  if (n >= FLATBUFFERS_MAX_BUFFER_SIZE)
+    corrupt("plan", "buffer of " + std::to_string(n) + " bytes exceeds the 2 GiB format limit");
+  if (!fb::PlanBufferHasIdentifier(bytes.data()))
+    corrupt("plan", "not a reshard plan (file identifier is not \"" +
+                        std::string(fb::PlanIdentifier()) + "\")");
+  // Scalars are read in place: give them the alignment the verifier assumes.
+  std::vector<uint64_t> aligned;
+  const uint8_t* data = bytes.data();
+  if (reinterpret_cast<uintptr_t>(data) % alignof(uint64_t) != 0) {
+    aligned.resize((n + 7) / 8);
+    std::memcpy(aligned.data(), data, n);
+    data = reinterpret_cast<const uint8_t*>(aligned.data());
+  }
+  flatbuffers::Verifier::Options options;
+  options.max_depth = 16;  // the schema nests 4 deep
+  // Each table takes at least 4 bytes, and the encoder never shares tables:
+  // more verifications than that means offsets pointing at one table again
+  // and again (a cheap way to make verification quadratic).
+  options.max_tables = static_cast<uoffset_t>(n / 4 + 1);
+  flatbuffers::Verifier verifier(data, n, options);
+  if (!verifier.VerifyBuffer<fb::Plan>(fb::PlanIdentifier()))
+    corrupt("plan", "FlatBuffers verification failed (truncated or malformed buffer)");
+  return Decoder(data, n).decode();
+}
+
+}  // namespace reshard

@@ -1,0 +1,255 @@
+// Plan → FlatBuffers bytes (schema/plan.fbs). Deterministic: the builder is
+// fed in a fixed order (tensors in plan order, tilings by first use, parts by
+// process), defaults are always written, padding is zero.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "reshard/error.h"
+#include "reshard/plan_generated.h"
+#include "reshard/wire.h"
+
+namespace reshard {
+namespace {
+
+using flatbuffers::FlatBufferBuilder;
+using flatbuffers::Offset;
+using flatbuffers::Vector;
+
+// A scalar column of n values, written straight into the builder.
+template <typename T, typename Get>
+Offset<Vector<T>> column(FlatBufferBuilder& b, size_t n, Get&& get) {
+  T* out = nullptr;
+  auto offset = b.CreateUninitializedVector<T>(n, &out);
+  for (size_t i = 0; i < n; ++i) flatbuffers::WriteScalar(out + i, static_cast<T>(get(i)));
+  return offset;
+}
+
+// The parts encode_plan writes, in process order.
+std::vector<const ProcessPart*> selected_parts(const Plan& plan, const EncodeOptions& options) {
+  std::vector<const ProcessPart*> parts;
+  if (options.all_parts) {
+    for (const auto& [process, part] : plan.parts()) parts.push_back(&part);
+  } else {
+    parts.push_back(&plan.part(options.process));  // kOutOfRange if absent
+  }
+  return parts;
+}
+
+// An upper bound of the encoded size, so that a plan too large for one
+// FlatBuffer (2 GiB) is an error instead of a corrupt buffer.
+uint64_t size_bound(const Plan& plan, const std::vector<const ProcessPart*>& parts) {
+  const uint64_t kTable = 96;  // table + vtable + alignment, generously
+  uint64_t s = 1024 + kTable * 8;
+  for (const auto& t : plan.tensors()) {
+    const uint64_t rank = t.shape.size();
+    s += kTable * 4 + t.name.size() + 8 + 8 * rank;
+    for (const Layout* l : {&t.src, &t.dst}) s += kTable + l->num_entries() * (12 + 16 * rank) + 64;
+  }
+  s += plan.topology().devices().size() * (kTable + 24);
+  s += plan.stats().per_device.size() * (kTable + 48) + plan.processes().size() * 4;
+  for (const ProcessPart* p : parts) {
+    s += kTable * 8 + 32 * 16;
+    s += (p->local.size() + p->send_pieces.size() + p->recv_pieces.size()) * 16;
+    s += (p->sends.size() + p->recvs.size()) * 44;
+    for (const Box& r : p->regions) s += 1 + 16 * static_cast<uint64_t>(r.rank);
+  }
+  return s;
+}
+
+class Encoder {
+ public:
+  Encoder(const Plan& plan, size_t initial_size) : plan_(plan), b_(initial_size) {
+    b_.ForceDefaults(true);
+  }
+
+  std::vector<uint8_t> encode(const std::vector<const ProcessPart*>& parts) {
+    const PlanOptions& o = plan_.options();
+    auto options =
+        fb::CreatePlanOptions(b_, o.split_min_bytes, o.alpha_seconds, o.intra_host_bytes_per_second,
+                              o.inter_host_bytes_per_second, o.staging_budget_bytes);
+    auto topology = encode_topology();
+    std::vector<Offset<fb::Tensor>> tensors;
+    tensors.reserve(plan_.tensors().size());
+    for (const TensorSpec& t : plan_.tensors()) tensors.push_back(encode_tensor(t));
+    auto tilings = b_.CreateVector(tilings_);
+    auto tensor_vector = b_.CreateVector(tensors);
+    auto stats = encode_stats();
+    auto processes = b_.CreateVector(plan_.processes());
+    std::vector<Offset<fb::ProcessPart>> part_offsets;
+    for (const ProcessPart* p : parts) part_offsets.push_back(encode_part(*p));
+    auto part_vector = b_.CreateVector(part_offsets);
+    auto root = fb::CreatePlan(b_, kPlanFormatVersion, /*required_features=*/0, plan_.fingerprint(),
+                               options, topology, tilings, tensor_vector, plan_.has_stats(), stats,
+                               processes, part_vector);
+    b_.Finish(root, fb::PlanIdentifier());
+    return std::vector<uint8_t>(b_.GetBufferPointer(), b_.GetBufferPointer() + b_.GetSize());
+  }
+
+ private:
+  Offset<fb::Topology> encode_topology() {
+    std::vector<Offset<fb::Device>> devices;
+    for (const DeviceInfo& d : plan_.topology().devices())
+      devices.push_back(fb::CreateDevice(b_, d.device, d.process, d.host, d.ordinal));
+    return fb::CreateTopology(b_, b_.CreateVector(devices));
+  }
+
+  Offset<fb::Tensor> encode_tensor(const TensorSpec& t) {
+    auto name = b_.CreateString(t.name);
+    auto shape = b_.CreateVector(t.shape);
+    auto src = encode_layout(t.src);
+    auto dst = encode_layout(t.dst);
+    return fb::CreateTensor(b_, name, shape, static_cast<fb::DType>(t.dtype), src, dst);
+  }
+
+  Offset<Vector<int32_t>> summands(const Layout& l) {
+    if (!l.partial()) return 0;  // absent: all 0
+    return column<int32_t>(b_, l.num_entries(), [&](size_t e) { return l.summand(e); });
+  }
+
+  Offset<fb::Layout> encode_layout(const Layout& l) {
+    const int32_t tiling = find_or_add_tiling(l);
+    Offset<fb::Boxes> boxes = 0;
+    if (tiling < 0) {
+      const size_t n = l.num_entries();
+      const size_t rank = l.shape().size();
+      std::vector<Box> all(n);
+      for (size_t e = 0; e < n; ++e) all[e] = l.box(e);
+      auto devices = column<int64_t>(b_, n, [&](size_t e) { return l.device(e); });
+      auto sums = summands(l);
+      auto lo = column<int64_t>(b_, n * rank, [&](size_t i) { return all[i / rank].lo[i % rank]; });
+      auto hi = column<int64_t>(b_, n * rank, [&](size_t i) { return all[i / rank].hi[i % rank]; });
+      boxes = fb::CreateBoxes(b_, devices, sums, lo, hi);
+    }
+    return fb::CreateLayout(b_, l.num_summands(), static_cast<fb::ReduceOp>(l.reduce_op()), tiling,
+                            boxes);
+  }
+
+  // The index of `l`'s tiling in Plan.tilings (added on first use), or -1
+  // for an explicit layout. Tensors with equal tilings (same mesh and spec)
+  // share one entry.
+  int32_t find_or_add_tiling(const Layout& l) {
+    if (!l.tiled()) return -1;
+    // A tiling is a function of the geometry alone; most tensors share one.
+    if (auto seen = by_geometry_.find(l.geometry().get()); seen != by_geometry_.end())
+      return seen->second;
+    const int rank = l.rank();
+    const size_t n = l.num_entries();
+    // Key: rank, shard counts, then per entry device, summand, shard indices.
+    std::vector<int64_t> key;
+    key.reserve(1 + rank + n * (2 + rank));
+    key.push_back(rank);
+    for (int d = 0; d < rank; ++d) key.push_back(l.shard_count(d));
+    for (size_t e = 0; e < n; ++e) {
+      key.push_back(l.device(e));
+      key.push_back(l.summand(e));
+      for (int d = 0; d < rank; ++d) key.push_back(l.shard_index(e, d));
+    }
+    auto [it, added] =
+        tiling_index_.try_emplace(std::move(key), static_cast<int32_t>(tilings_.size()));
+    if (added) {
+      auto counts = column<int64_t>(b_, rank, [&](size_t d) { return l.shard_count(static_cast<int>(d)); });
+      auto devices = column<int64_t>(b_, n, [&](size_t e) { return l.device(e); });
+      auto sums = summands(l);
+      auto index = column<int64_t>(b_, n * rank, [&](size_t i) {
+        return l.shard_index(i / rank, static_cast<int>(i % rank));
+      });
+      tilings_.push_back(fb::CreateTiling(b_, counts, devices, sums, index));
+    }
+    by_geometry_.emplace(l.geometry().get(), it->second);
+    return it->second;
+  }
+
+  Offset<fb::PlanStats> encode_stats() {
+    const PlanStats& s = plan_.stats();
+    std::vector<Offset<fb::DeviceTraffic>> per_device;
+    for (const DeviceTraffic& d : s.per_device)
+      per_device.push_back(fb::CreateDeviceTraffic(b_, d.device, d.send_bytes, d.recv_bytes,
+                                                   d.local_bytes, d.send_messages, d.recv_messages));
+    auto per_device_vector = b_.CreateVector(per_device);
+    return fb::CreatePlanStats(
+        b_, s.network_bytes, s.local_bytes, s.cross_host_bytes, s.cross_process_bytes,
+        s.max_send_bytes, s.max_recv_bytes, s.messages, s.pieces, s.rounds, s.peak_staging_bytes,
+        s.lower_bound_network_bytes, s.lower_bound_max_send_bytes, s.lower_bound_max_recv_bytes,
+        s.cost_seconds, s.lower_bound_cost_seconds, s.plan_seconds, per_device_vector);
+  }
+
+  Offset<fb::Pieces> encode_pieces(const std::vector<Piece>& pieces) {
+    const size_t n = pieces.size();
+    auto tensor = column<uint32_t>(b_, n, [&](size_t i) { return pieces[i].tensor; });
+    auto src = column<uint32_t>(b_, n, [&](size_t i) { return pieces[i].src_entry; });
+    auto dst = column<uint32_t>(b_, n, [&](size_t i) { return pieces[i].dst_entry; });
+    Offset<Vector<uint32_t>> region = 0;  // absent: all kOverlapRegion
+    for (const Piece& p : pieces) {
+      if (p.region != kOverlapRegion) {
+        region = column<uint32_t>(b_, n, [&](size_t i) { return pieces[i].region; });
+        break;
+      }
+    }
+    return fb::CreatePieces(b_, tensor, src, dst, region);
+  }
+
+  Offset<fb::Messages> encode_messages(const std::vector<Message>& m) {
+    const size_t n = m.size();
+    auto src = column<int64_t>(b_, n, [&](size_t i) { return m[i].src_device; });
+    auto dst = column<int64_t>(b_, n, [&](size_t i) { return m[i].dst_device; });
+    auto round = column<uint32_t>(b_, n, [&](size_t i) { return m[i].round; });
+    auto first = column<uint64_t>(b_, n, [&](size_t i) { return m[i].first_piece; });
+    auto count = column<uint64_t>(b_, n, [&](size_t i) { return m[i].num_pieces; });
+    auto bytes = column<int64_t>(b_, n, [&](size_t i) { return m[i].bytes; });
+    return fb::CreateMessages(b_, src, dst, round, first, count, bytes);
+  }
+
+  Offset<fb::Regions> encode_regions(const std::vector<Box>& regions) {
+    std::vector<uint8_t> rank;
+    std::vector<int64_t> lo, hi;
+    rank.reserve(regions.size());
+    for (const Box& r : regions) {
+      rank.push_back(static_cast<uint8_t>(r.rank));
+      for (int d = 0; d < r.rank; ++d) {
+        lo.push_back(r.lo[d]);
+        hi.push_back(r.hi[d]);
+      }
+    }
+    auto rank_vector = b_.CreateVector(rank);
+    auto lo_vector = b_.CreateVector(lo);
+    auto hi_vector = b_.CreateVector(hi);
+    return fb::CreateRegions(b_, rank_vector, lo_vector, hi_vector);
+  }
+
+  Offset<fb::ProcessPart> encode_part(const ProcessPart& p) {
+    auto local = encode_pieces(p.local);
+    auto sends = encode_messages(p.sends);
+    auto send_pieces = encode_pieces(p.send_pieces);
+    auto recvs = encode_messages(p.recvs);
+    auto recv_pieces = encode_pieces(p.recv_pieces);
+    auto regions = encode_regions(p.regions);
+    return fb::CreateProcessPart(b_, p.process, local, sends, send_pieces, recvs, recv_pieces,
+                                 regions);
+  }
+
+  const Plan& plan_;
+  FlatBufferBuilder b_;
+  std::vector<Offset<fb::Tiling>> tilings_;
+  std::map<std::vector<int64_t>, int32_t> tiling_index_;
+  std::map<const Geometry*, int32_t> by_geometry_;
+};
+
+}  // namespace
+
+std::vector<uint8_t> encode_plan(const Plan& plan, const EncodeOptions& options) {
+  const auto parts = selected_parts(plan, options);
+  const uint64_t bound = size_bound(plan, parts);
+  if (bound >= FLATBUFFERS_MAX_BUFFER_SIZE)
+    fail(ErrorCode::kOutOfRange,
+         "encode_plan: the plan needs up to " + std::to_string(bound) +
+             " bytes, more than one plan buffer can hold (2 GiB); encode one process part at a "
+             "time (EncodeOptions::all_parts = false)");
+  // The bound overestimates; start from it for small plans and let big ones
+  // grow (by doubling) rather than reserve memory they may not need.
+  const size_t initial = static_cast<size_t>(std::min<uint64_t>(bound, uint64_t{64} << 20));
+  return Encoder(plan, initial).encode(parts);
+}
+
+}  // namespace reshard
