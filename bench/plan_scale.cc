@@ -44,8 +44,9 @@ void fleet(const char* name, const PlanInput& in, int repeat) {
               s.lower_bound_network_bytes / 1073741824.0, s.max_send_bytes / 1073741824.0,
               s.lower_bound_max_send_bytes / 1073741824.0, (long long)s.messages,
               s.cross_host_bytes / 1073741824.0);
-  std::printf("  global statistics: %.1f ms   process 0 part: %.1f ms (%zu pieces, %zu messages)\n",
-              tg * 1e3, tp * 1e3, part_pieces, part_msgs);
+  std::printf("  global statistics: %.1f ms   process 0 part: %.1f ms (%zu pieces, %zu messages), "
+              "%d rounds, peak staging %.2f GiB\n",
+              tg * 1e3, tp * 1e3, part_pieces, part_msgs, s.rounds, s.peak_staging_bytes / 1073741824.0);
 }
 
 }  // namespace
@@ -55,14 +56,20 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = std::atoi(argv[++i]);
   bench::ModelShape m;
-  fleet("405B FSDP dp=1024 -> dp=128 x tp=8 (same devices)",
-        bench::transformer_case(m, 1024, 0, 1024, 8, 8), repeat);
-  fleet("405B FSDP dp=1024 -> dp=32 x tp=8 (disjoint 256 devices)",
-        bench::transformer_case(m, 1024, 1024, 256, 8, 8), repeat);
+  for (int64_t budget : {int64_t{0}, int64_t{1} << 30}) {
+    std::printf("== staging budget: %s\n", budget ? "1 GiB per device (rounds)" : "unbounded (one round)");
+    PlanInput same = bench::transformer_case(m, 1024, 0, 1024, 8, 8);
+    same.options.staging_budget_bytes = budget;
+    fleet("405B FSDP dp=1024 -> dp=128 x tp=8 (same devices)", same, repeat);
+    PlanInput disjoint = bench::transformer_case(m, 1024, 1024, 256, 8, 8);
+    disjoint.options.staging_budget_bytes = budget;
+    fleet("405B FSDP dp=1024 -> dp=32 x tp=8 (disjoint 256 devices)", disjoint, repeat);
+  }
   // Naive comparison: 8 layers over 64 -> 64 devices.
   bench::ModelShape small;
   small.layers = 8;
   PlanInput in = bench::transformer_case(small, 64, 0, 64, 8, 8);
+  in.options.staging_budget_bytes = 0;  // the naive planner has no rounds
   NaivePlanResult naive;
   Plan plan;
   const double tn = median_seconds(std::max(1, repeat / 2), [&] { naive = naive_plan(in); });

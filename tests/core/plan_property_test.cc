@@ -121,11 +121,34 @@ void check_stats(const Plan& plan) {
       recv[m.dst_device] += m.bytes;
       ++msgs;
     }
+    for (const Message& m : part.sends) ASSERT_TRUE(m.num_pieces > 0);
     for (const Message& m : part.sends) send[m.src_device] += m.bytes;
   }
   EXPECT_EQ(st.network_bytes, net);
   EXPECT_EQ(st.local_bytes, local);
-  EXPECT_EQ(st.pieces, pieces);
+  if (plan.options().staging_budget_bytes == 0 || st.rounds <= 1)
+    EXPECT_EQ(st.pieces, pieces);
+  else
+    EXPECT_LE(st.pieces, pieces);
+  // Bounded staging: per device and round, bytes sent plus received stay
+  // under the budget; the schedule has exactly stats.rounds rounds.
+  std::map<std::pair<int64_t, uint32_t>, int64_t> staged;
+  uint32_t max_round = 0;
+  bool any = false;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs) {
+      staged[{m.src_device, m.round}] += m.bytes;
+      staged[{m.dst_device, m.round}] += m.bytes;
+      max_round = std::max(max_round, m.round);
+      any = true;
+    }
+  EXPECT_EQ(st.rounds, any ? static_cast<int32_t>(max_round) + 1 : 0);
+  for (const auto& [k, bytes] : staged) {
+    if (plan.options().staging_budget_bytes > 0) {
+      EXPECT_LT(bytes, plan.options().staging_budget_bytes);
+    }
+    EXPECT_LE(bytes, st.peak_staging_bytes);
+  }
   EXPECT_EQ(st.messages, msgs);
   EXPECT_EQ(st.network_bytes, st.lower_bound_network_bytes) << "minimal traffic";
   EXPECT_EQ(st.max_recv_bytes, st.lower_bound_max_recv_bytes);

@@ -146,6 +146,8 @@ class CaseGen {
     }
     const int64_t split = uni(0, 2);
     in.options.split_min_bytes = split == 0 ? 0 : split == 1 ? 64 : (1 << 20);
+    const int64_t budgets[] = {0, 3000, 20000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[uni(0, 3)];
     return in;
   }
 

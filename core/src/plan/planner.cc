@@ -8,6 +8,7 @@
 
 #include "plan/enumerate.h"
 #include "plan/plan_builder.h"
+#include "plan/rounds.h"
 #include "reshard/error.h"
 #include "util/hash.h"
 
@@ -308,6 +309,17 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
   Enumerator en(o);
   int64_t pieces = 0;
   std::vector<uint64_t> cell_bits;
+  // Bytes per (src, dst) stream, needed to cut streams into rounds.
+  const bool track_pairs = o.staging_budget_bytes > 0;
+  const bool dense_bytes = track_pairs && ndev <= 4096;
+  std::vector<int64_t> pair_dense(dense_bytes ? ndev * ndev : 0);
+  std::unordered_map<uint64_t, int64_t> pair_sparse;
+  auto add_pair = [&](uint32_t sd, uint32_t dd, int64_t bytes) {
+    if (dense_bytes)
+      pair_dense[size_t{sd} * ndev + dd] += bytes;
+    else
+      pair_sparse[(uint64_t{sd} << 32) | dd] += bytes;
+  };
   for (auto& [key, members] : groups) {
     int64_t esum = 0;
     for (size_t i : members) esum += ctx.tensors[i].esize;
@@ -370,6 +382,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
           acc[dd].recv_inter += total - (vol_on_host.count(t.dt->host[e]) ? vol_on_host[t.dt->host[e]] : 0);
           uint64_t* row = bits.data() + dd * words;
           for (size_t w = 0; w < words; ++w) row[w] |= cell_bits[w];
+          if (track_pairs)
+            for (auto [h, vol] : hv)
+              if (t.st->dense[h] != dd) add_pair(t.st->dense[h], dd, vol * esum);
         }
       }
       pieces += group_pieces * static_cast<int64_t>(members.size());
@@ -397,6 +412,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
         }
         const uint32_t sd = t.st->dense[x.src_entry];
         const bool inter = t.st->host[x.src_entry] != t.dt->host[e];
+        if (track_pairs) add_pair(sd, dd, bytes);
         acc[sd].send += bytes;
         acc[dd].recv += bytes;
         if (inter) {
@@ -456,7 +472,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
     st.messages += recv_msgs[d];
     st.max_send_bytes = std::max(st.max_send_bytes, x.send);
     st.max_recv_bytes = std::max(st.max_recv_bytes, x.recv);
-    st.peak_staging_bytes = std::max(st.peak_staging_bytes, x.send + x.recv);
+    if (!track_pairs) st.peak_staging_bytes = std::max(st.peak_staging_bytes, x.send + x.recv);
     lb_total += x.missing;
     st.lower_bound_max_recv_bytes = std::max(st.lower_bound_max_recv_bytes, x.missing);
     st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes, x.forced);
@@ -481,6 +497,39 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
   }
   st.pieces = pieces;
   st.rounds = st.network_bytes > 0 ? 1 : 0;
+  if (track_pairs) {
+    const int64_t budget = o.staging_budget_bytes;
+    for (size_t d = 0; d < ndev; ++d) {
+      const int64_t peers = send_msgs[d] + recv_msgs[d];
+      if (peers > 0 && budget / peers < 16)
+        fail(ErrorCode::kInvalidArgument,
+             "options.staging_budget_bytes: " + std::to_string(budget) + " bytes cannot stage device " +
+                 std::to_string(ctx.devices[d]) + " with " + std::to_string(peers) +
+                 " peers (needs at least 16 bytes per peer)");
+    }
+    std::vector<int64_t> staged(ndev, 0);
+    int64_t rounds = 0, messages = 0;
+    auto visit = [&](size_t sd, size_t dd, int64_t bytes) {
+      if (bytes <= 0) return;
+      const int64_t chunk =
+          planning::round_chunk(budget, send_msgs[sd] + recv_msgs[sd], send_msgs[dd] + recv_msgs[dd]);
+      const int64_t r = planning::stream_rounds(bytes, chunk);
+      rounds = std::max(rounds, r);
+      messages += r;
+      const int64_t first = std::min(bytes, chunk + 7);  // bytes staged in round 0
+      staged[sd] += first;
+      staged[dd] += first;
+    };
+    if (dense_bytes) {
+      for (size_t sd = 0; sd < ndev; ++sd)
+        for (size_t dd = 0; dd < ndev; ++dd) visit(sd, dd, pair_dense[sd * ndev + dd]);
+    } else {
+      for (auto [k, b] : pair_sparse) visit(k >> 32, k & 0xffffffffu, b);
+    }
+    st.rounds = static_cast<int32_t>(std::min<int64_t>(rounds, INT32_MAX));
+    st.messages = messages;
+    for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
+  }
 }
 
 }  // namespace
@@ -517,18 +566,33 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   Plan::Builder::fingerprint(plan) = fingerprint_of(input);
   Plan::Builder::processes(plan) = ctx.processes;
   auto& parts = Plan::Builder::parts(plan);
+  const bool budgeted = input.options.staging_budget_bytes > 0;
+  // Cutting streams into rounds needs every device's peer count, which the
+  // global statistics provide.
+  if (budgeted || request.scope != PlanScope::kProcess || request.global_stats) {
+    compute_stats(ctx, Plan::Builder::stats(plan), input.options);
+    Plan::Builder::has_stats(plan) = request.scope != PlanScope::kProcess || request.global_stats;
+  }
+  const auto& per_device = Plan::Builder::stats(plan).per_device;
+  auto peers = [&](int64_t device) -> int64_t {
+    auto it = std::lower_bound(per_device.begin(), per_device.end(), device,
+                               [](const DeviceTraffic& d, int64_t v) { return d.device < v; });
+    return it == per_device.end() || it->device != device ? 0 : it->send_messages + it->recv_messages;
+  };
+  auto make_part = [&](int32_t p) {
+    ProcessPart part = build_part(ctx, p, input.options);
+    if (budgeted) planning::split_rounds(part, input.tensors, input.options.staging_budget_bytes, peers);
+    return part;
+  };
   if (request.scope == PlanScope::kAll) {
-    for (int32_t p : ctx.processes) parts.emplace(p, build_part(ctx, p, input.options));
+    for (int32_t p : ctx.processes) parts.emplace(p, make_part(p));
   } else if (request.scope == PlanScope::kProcess) {
     if (!std::binary_search(ctx.processes.begin(), ctx.processes.end(), request.process))
       fail(ErrorCode::kOutOfRange, "request.process: process " + std::to_string(request.process) +
                                        " owns no device of this plan");
-    parts.emplace(request.process, build_part(ctx, request.process, input.options));
+    parts.emplace(request.process, make_part(request.process));
   }
-  if (request.scope != PlanScope::kProcess || request.global_stats) {
-    compute_stats(ctx, Plan::Builder::stats(plan), input.options);
-    Plan::Builder::has_stats(plan) = true;
-  }
+  if (!Plan::Builder::has_stats(plan)) Plan::Builder::stats(plan) = PlanStats{};
   Plan::Builder::stats(plan).plan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return plan;

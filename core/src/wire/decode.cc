@@ -36,14 +36,21 @@ std::string idx(const std::string& field, size_t i) {
   return field + "[" + std::to_string(i) + "]";
 }
 
-// Read access to an optional scalar vector; absent reads as empty.
+// Read access to an optional scalar vector; absent reads as empty. The
+// FlatBuffers 2.0 verifier checks that a vector lies inside the buffer but
+// not that 8-byte elements are 8-byte aligned, so values are copied out
+// rather than loaded through a typed pointer.
 template <typename T>
 class Column {
  public:
   explicit Column(const flatbuffers::Vector<T>* v) : v_(v) {}
   size_t size() const { return v_ ? v_->size() : 0; }
   bool present() const { return v_ != nullptr; }
-  T operator[](size_t i) const { return v_->Get(static_cast<uoffset_t>(i)); }
+  T operator[](size_t i) const {
+    T value;
+    std::memcpy(&value, v_->Data() + i * sizeof(T), sizeof(T));
+    return flatbuffers::EndianScalar(value);
+  }
 
  private:
   const flatbuffers::Vector<T>* v_;
@@ -236,7 +243,8 @@ class Decoder {
       if (t.shape()->size() > static_cast<uoffset_t>(kMaxRank))
         corrupt(f + ".shape", "rank " + std::to_string(t.shape()->size()) + " exceeds " +
                                   std::to_string(kMaxRank));
-      spec.shape.assign(t.shape()->begin(), t.shape()->end());
+      auto shape = col(t.shape());
+      for (size_t d = 0; d < shape.size(); ++d) spec.shape.push_back(shape[d]);
       rethrow_as_corrupt([&] {
         validate_shape(spec.shape, dtype_size(spec.dtype), f + ".shape");
         return 0;
