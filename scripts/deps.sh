@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what reshard needs to build and test on Debian 12 (idempotent:
+# packages already present are skipped without touching the network).
+set -euo pipefail
+PACKAGES=(
+  cmake ninja-build g++ clang libclang-rt-14-dev pkg-config python3
+  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
+  flatbuffers-compiler libflatbuffers-dev
+  openmpi-bin libopenmpi-dev libscalapack-openmpi-dev
+  abigail-tools
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

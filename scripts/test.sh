@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds everything and runs every test: the README's test command and what
+# .ci/run calls. Idempotent; installs its own dependencies.
+#   RESHARD_SKIP_ASAN=1   skip the ASan+UBSan build (faster local runs)
+#   RESHARD_FUZZ_SECONDS  seconds per fuzz target (default 20)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+JOBS=${JOBS:-$(nproc)}
+
+echo "== build (RelWithDebInfo, -Werror)"
+cmake --preset dev >/dev/null
+cmake --build --preset dev -j "$JOBS"
+echo "== tests"
+ctest --preset dev -j "$JOBS" --timeout 900
+
+if [[ "${RESHARD_SKIP_ASAN:-0}" != 1 ]]; then
+  echo "== ASan + UBSan build and tests"
+  cmake --preset asan >/dev/null
+  cmake --build --preset asan -j "$JOBS"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --preset asan -j "$JOBS" --timeout 1800
+fi
+
+for extra in scripts/test-*.sh; do
+  [[ -e "$extra" ]] || continue
+  echo "== $extra"
+  bash "$extra"
+done
+echo "== all tests passed"
