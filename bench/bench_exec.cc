@@ -1,7 +1,7 @@
 // Host executor throughput against memcpy of the same bytes, in one run
 // (issue 2 benchmark): 1 GiB of f32, row-sharded -> column-sharded over 8
 // devices in one process. Also prints the other layouts tried.
-//   bench_exec [--repeat N] [--gib G]
+//   bench_exec [--repeat N] [--gib G] [--csv]
 // GCC 12 reports a false -Wrestrict inside std::string when inlining (GCC bug 105329).
 #pragma GCC diagnostic ignored "-Wrestrict"
 #include <algorithm>
@@ -21,6 +21,8 @@
 using namespace reshard;
 
 namespace {
+
+bool g_csv = false;
 
 double median_seconds(int repeat, const std::function<void()>& f) {
   std::vector<double> t;
@@ -110,6 +112,10 @@ void run_case(const char* name, int64_t rows, int64_t cols, std::vector<std::vec
     execute_host(plan, bufs.tensors, o);  // warm up (page faults)
     const double te = median_seconds(repeat, [&] { execute_host(plan, bufs.tensors, o); });
     const double tm = memcpy_seconds(repeat, bytes, threads);
+    if (g_csv) {
+      std::printf("%s\t%d\t%lld\t%.6f\t%.6f\n", name, threads, (long long)bytes, te, tm);
+      continue;
+    }
     std::printf("%-44s threads=%d  %.2f GiB moved: reshard %.1f ms (%.2f GB/s), memcpy %.1f ms (%.2f GB/s), "
                 "ratio %.2f of memcpy\n",
                 name, threads, bytes / 1073741824.0, te * 1e3, bytes / te / 1e9, tm * 1e3, bytes / tm / 1e9,
@@ -126,6 +132,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--gib") && i + 1 < argc) gib = std::atof(argv[++i]);
+    if (!std::strcmp(argv[i], "--csv")) g_csv = true;
   }
   const int64_t n = static_cast<int64_t>(std::sqrt(gib * 1073741824.0 / 4));
   const int64_t side = n / 8 * 8;
