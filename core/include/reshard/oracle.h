@@ -60,18 +60,18 @@ void poison_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, s
                               std::span<std::byte> out);
 
 struct OracleMismatch {
-  std::string tensor;           // tensor name
-  int64_t device = -1;          // -1: the reduction over a partial destination's summands
-  std::vector<int64_t> index;   // global multi-index of the element
-  std::string expected;         // decoded values ("1.5", "-3", "true", bits for patterns)
+  std::string tensor;          // tensor name
+  int64_t device = -1;         // -1: the reduction over a partial destination's summands
+  std::vector<int64_t> index;  // global multi-index of the element
+  std::string expected;        // decoded values ("1.5", "-3", "true", bits for patterns)
   std::string got;
 };
 
 struct OracleReport {
   int64_t tensors = 0;
-  int64_t elements = 0;     // destination elements checked (all shards, replicas included)
-  int64_t bytes = 0;        // destination bytes checked
-  int64_t mismatches = 0;   // total number of wrong elements
+  int64_t elements = 0;    // destination elements checked (all shards, replicas included)
+  int64_t bytes = 0;       // destination bytes checked
+  int64_t mismatches = 0;  // total number of wrong elements
   std::vector<OracleMismatch> first;  // the first `max_reported`, in tensor/entry/element order
   bool ok() const { return mismatches == 0; }
 };

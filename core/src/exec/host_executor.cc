@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "exec/exec_common.h"
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
 #include "reshard/exec.h"
@@ -27,10 +28,6 @@ constexpr int64_t kParallelMinBytes = int64_t{1} << 20;
 // Bounds on the bytes one task moves when work is spread over threads.
 constexpr int64_t kMinTaskBytes = int64_t{64} << 10;
 constexpr int64_t kMaxTaskBytes = int64_t{64} << 20;
-
-std::string buffer_name(size_t tensor, const char* side, size_t entry) {
-  return "tensors[" + std::to_string(tensor) + "]." + side + "[" + std::to_string(entry) + "]";
-}
 
 struct PieceRef {
   const ProcessPart* part;
@@ -79,8 +76,6 @@ class HostExecution {
   void* dst_data(const Piece& p) const { return buffers_[p.tensor].dst[p.dst_entry].data; }
   void run_task(const Task& task, std::vector<std::byte>& scratch) const;
   void run_group(const Group& group, std::vector<std::byte>& scratch) const;
-  void validate_pieces(const ProcessPart& part, const std::vector<Piece>& pieces,
-                       const char* list) const;
 
   const Plan& plan_;
   const std::vector<TensorSpec>& tensors_;
@@ -98,107 +93,12 @@ void HostExecution::validate() const {
                " (execute_host needs a plan made with PlanScope::kAll)");
     }
   }
-  if (buffers_.size() != tensors_.size()) {
-    fail(ErrorCode::kInvalidArgument, "buffers: " + std::to_string(buffers_.size()) +
-                                          " tensors given, the plan has " +
-                                          std::to_string(tensors_.size()));
-  }
-  // Sizes and null pointers, collecting the address range of every buffer.
-  struct Range {
-    uintptr_t lo;
-    uintptr_t hi;
-    size_t tensor;
-    size_t entry;
-    bool dst;
-  };
-  std::vector<Range> ranges;
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    const TensorSpec& spec = tensors_[t];
-    const TensorBuffers& b = buffers_[t];
-    const int64_t elem = dtype_size(spec.dtype);
-    for (int side = 0; side < 2; ++side) {
-      const bool is_dst = side == 1;
-      const char* name = is_dst ? "dst" : "src";
-      const Layout& layout = is_dst ? spec.dst : spec.src;
-      const size_t given = is_dst ? b.dst.size() : b.src.size();
-      if (given != layout.num_entries()) {
-        fail(ErrorCode::kInvalidArgument, "tensors[" + std::to_string(t) + "]." + name + ": " +
-                                              std::to_string(given) +
-                                              " buffers given, the layout has " +
-                                              std::to_string(layout.num_entries()) + " entries");
-      }
-      for (size_t e = 0; e < given; ++e) {
-        const void* data = is_dst ? b.dst[e].data : b.src[e].data;
-        const int64_t bytes = is_dst ? b.dst[e].bytes : b.src[e].bytes;
-        const Box box = layout.box(e);
-        const int64_t want = box.volume() * elem;
-        if (bytes != want) {
-          fail(ErrorCode::kInvalidArgument, buffer_name(t, name, e) + ": " + std::to_string(bytes) +
-                                                " bytes given, box " + to_string(box) + " of " +
-                                                std::string(dtype_name(spec.dtype)) + " needs " +
-                                                std::to_string(want));
-        }
-        if (bytes > 0 && data == nullptr) {
-          fail(ErrorCode::kInvalidArgument,
-               buffer_name(t, name, e) + ": null data for " + std::to_string(bytes) + " bytes");
-        }
-        if (bytes > 0) {
-          const auto lo = reinterpret_cast<uintptr_t>(data);
-          ranges.push_back({lo, lo + static_cast<uintptr_t>(bytes), t, e, is_dst});
-        }
-      }
-    }
-  }
-  // A destination may overlap nothing; sources may share memory. Sweep by
-  // address: any overlapping pair is caught when its later-starting member
-  // is visited, against the furthest-reaching earlier buffer (of any kind if
-  // the member is a destination, among destinations otherwise).
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
-    return a.lo != b.lo ? a.lo < b.lo : a.dst > b.dst;
-  });
-  const Range* reach_all = nullptr;
-  const Range* reach_dst = nullptr;
-  for (const Range& r : ranges) {
-    const Range* other = r.dst ? reach_all : reach_dst;
-    if (other != nullptr && other->hi > r.lo) {
-      const Range& d = r.dst ? r : *other;
-      const Range& o = r.dst ? *other : r;
-      fail(ErrorCode::kInvalidArgument, buffer_name(d.tensor, "dst", d.entry) + ": overlaps " +
-                                            buffer_name(o.tensor, o.dst ? "dst" : "src", o.entry) +
-                                            " in memory");
-    }
-    if (reach_all == nullptr || r.hi > reach_all->hi) reach_all = &r;
-    if (r.dst && (reach_dst == nullptr || r.hi > reach_dst->hi)) reach_dst = &r;
-  }
+  exec_detail::validate_buffers(plan_, buffers_);
   // The pieces index only what exists and stay inside their buffers, so a
   // damaged plan cannot make the copy loops write out of bounds.
   for (const auto& [process, part] : plan_.parts()) {
-    validate_pieces(part, part.local, "local");
-    validate_pieces(part, part.recv_pieces, "recv_pieces");
-  }
-}
-
-void HostExecution::validate_pieces(const ProcessPart& part, const std::vector<Piece>& pieces,
-                                    const char* list) const {
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const Piece& p = pieces[i];
-    const auto where = [&] {
-      return "plan: part " + std::to_string(part.process) + " " + list + "[" + std::to_string(i) +
-             "]: ";
-    };
-    if (p.tensor >= tensors_.size() || p.src_entry >= tensors_[p.tensor].src.num_entries() ||
-        p.dst_entry >= tensors_[p.tensor].dst.num_entries()) {
-      fail(ErrorCode::kInvalidArgument, where() + "tensor or entry index out of range");
-    }
-    const Box region = plan_.region(part, p);
-    const Box src = tensors_[p.tensor].src.box(p.src_entry);
-    const Box dst = tensors_[p.tensor].dst.box(p.dst_entry);
-    if (region.rank != src.rank || region.rank != dst.rank ||
-        (!region.empty() && (!src.contains(region) || !dst.contains(region)))) {
-      fail(ErrorCode::kInvalidArgument, where() + "region " + to_string(region) +
-                                            " is not inside source box " + to_string(src) +
-                                            " and destination box " + to_string(dst));
-    }
+    exec_detail::validate_pieces(plan_, part, part.local, "local");
+    exec_detail::validate_pieces(plan_, part, part.recv_pieces, "recv_pieces");
   }
 }
 
@@ -252,7 +152,8 @@ void HostExecution::build_tasks(int threads) {
     if (!g.reduce) continue;
     const Layout& src = tensors_[g.tensor].src;
     std::stable_sort(g.pieces.begin(), g.pieces.end(), [&](const PieceRef& a, const PieceRef& b) {
-      return src.summand(a.piece->src_entry) < src.summand(b.piece->src_entry);
+      return exec_detail::reduce_before(src.summand(a.piece->src_entry),
+                                        src.summand(b.piece->src_entry));
     });
   }
 
@@ -337,19 +238,7 @@ void HostExecution::run_group(const Group& g, std::vector<std::byte>& scratch) c
   const int64_t n = spec.dst.box(g.dst_entry).volume();
   if (n == 0) return;
   if (!g.reduce) {
-    // Whole source, partial destination: elements no piece writes hold the
-    // identity, so the destination summands still combine to the value.
-    if (acc_is_elem(dtype)) {
-      fill_identity(dtype, spec.dst.reduce_op(), dst, n);
-    } else {
-      scratch.resize(static_cast<size_t>(acc_size(dtype)));
-      fill_identity(dtype, spec.dst.reduce_op(), scratch.data(), 1);
-      const int64_t elem = dtype_size(dtype);
-      store_from_acc(dtype, scratch.data(), dst, 1);
-      for (int64_t i = 1; i < n; ++i) {
-        std::memcpy(static_cast<std::byte*>(dst) + i * elem, dst, static_cast<size_t>(elem));
-      }
-    }
+    exec_detail::fill_identity_elements(dtype, spec.dst.reduce_op(), dst, n);
     for (const PieceRef& ref : g.pieces) {
       copy_box(desc_of(ref), dtype_size(dtype), src_data(*ref.piece), dst);
     }

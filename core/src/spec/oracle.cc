@@ -3,10 +3,15 @@
 #include "reshard/oracle.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <new>
+#include <thread>
+#include <type_traits>
 
 #include "reshard/error.h"
 #include "reshard/numeric.h"
@@ -29,10 +34,14 @@ struct Traits {
   // [0, M] unsigned) is exact.
   uint64_t max_exact() const {
     switch (kind) {
-      case Kind::kFloat: return uint64_t{1} << (man_bits + 1);
-      case Kind::kSigned: return (uint64_t{1} << (bits - 1)) - 1;
-      case Kind::kUnsigned: return mask();
-      case Kind::kBool: return 1;
+      case Kind::kFloat:
+        return uint64_t{1} << (man_bits + 1);
+      case Kind::kSigned:
+        return (uint64_t{1} << (bits - 1)) - 1;
+      case Kind::kUnsigned:
+        return mask();
+      case Kind::kBool:
+        return 1;
     }
     return 1;
   }
@@ -40,21 +49,36 @@ struct Traits {
 
 Traits dtype_traits(DType d) {
   switch (d) {
-    case DType::kF64: return {d, 8, 64, Kind::kFloat, 11, 52};
-    case DType::kF32: return {d, 4, 32, Kind::kFloat, 8, 23};
-    case DType::kF16: return {d, 2, 16, Kind::kFloat, 5, 10};
-    case DType::kBF16: return {d, 2, 16, Kind::kFloat, 8, 7};
-    case DType::kF8E4M3: return {d, 1, 8, Kind::kFloat, 4, 3};
-    case DType::kF8E5M2: return {d, 1, 8, Kind::kFloat, 5, 2};
-    case DType::kI64: return {d, 8, 64, Kind::kSigned};
-    case DType::kI32: return {d, 4, 32, Kind::kSigned};
-    case DType::kI16: return {d, 2, 16, Kind::kSigned};
-    case DType::kI8: return {d, 1, 8, Kind::kSigned};
-    case DType::kU64: return {d, 8, 64, Kind::kUnsigned};
-    case DType::kU32: return {d, 4, 32, Kind::kUnsigned};
-    case DType::kU16: return {d, 2, 16, Kind::kUnsigned};
-    case DType::kU8: return {d, 1, 8, Kind::kUnsigned};
-    case DType::kBool: return {d, 1, 8, Kind::kBool};
+    case DType::kF64:
+      return {d, 8, 64, Kind::kFloat, 11, 52};
+    case DType::kF32:
+      return {d, 4, 32, Kind::kFloat, 8, 23};
+    case DType::kF16:
+      return {d, 2, 16, Kind::kFloat, 5, 10};
+    case DType::kBF16:
+      return {d, 2, 16, Kind::kFloat, 8, 7};
+    case DType::kF8E4M3:
+      return {d, 1, 8, Kind::kFloat, 4, 3};
+    case DType::kF8E5M2:
+      return {d, 1, 8, Kind::kFloat, 5, 2};
+    case DType::kI64:
+      return {d, 8, 64, Kind::kSigned};
+    case DType::kI32:
+      return {d, 4, 32, Kind::kSigned};
+    case DType::kI16:
+      return {d, 2, 16, Kind::kSigned};
+    case DType::kI8:
+      return {d, 1, 8, Kind::kSigned};
+    case DType::kU64:
+      return {d, 8, 64, Kind::kUnsigned};
+    case DType::kU32:
+      return {d, 4, 32, Kind::kUnsigned};
+    case DType::kU16:
+      return {d, 2, 16, Kind::kUnsigned};
+    case DType::kU8:
+      return {d, 1, 8, Kind::kUnsigned};
+    case DType::kBool:
+      return {d, 1, 8, Kind::kBool};
   }
   fail(ErrorCode::kInvalidArgument, "oracle: invalid dtype " + std::to_string(static_cast<int>(d)));
 }
@@ -66,12 +90,18 @@ double to_double(const Traits& t, uint64_t bits) {
       std::memcpy(&v, &bits, 8);
       return v;
     }
-    case DType::kF32: return numeric::f32_from_bits(static_cast<uint32_t>(bits));
-    case DType::kF16: return numeric::f16_to_f32(static_cast<uint16_t>(bits));
-    case DType::kBF16: return numeric::bf16_to_f32(static_cast<uint16_t>(bits));
-    case DType::kF8E4M3: return numeric::f8e4m3_to_f32(static_cast<uint8_t>(bits));
-    case DType::kF8E5M2: return numeric::f8e5m2_to_f32(static_cast<uint8_t>(bits));
-    default: return 0;
+    case DType::kF32:
+      return numeric::f32_from_bits(static_cast<uint32_t>(bits));
+    case DType::kF16:
+      return numeric::f16_to_f32(static_cast<uint16_t>(bits));
+    case DType::kBF16:
+      return numeric::bf16_to_f32(static_cast<uint16_t>(bits));
+    case DType::kF8E4M3:
+      return numeric::f8e4m3_to_f32(static_cast<uint8_t>(bits));
+    case DType::kF8E5M2:
+      return numeric::f8e5m2_to_f32(static_cast<uint8_t>(bits));
+    default:
+      return 0;
   }
 }
 // Only called with values the dtype holds exactly.
@@ -82,12 +112,18 @@ uint64_t from_double(const Traits& t, double v) {
       std::memcpy(&bits, &v, 8);
       return bits;
     }
-    case DType::kF32: return numeric::f32_bits(static_cast<float>(v));
-    case DType::kF16: return numeric::f32_to_f16(static_cast<float>(v));
-    case DType::kBF16: return numeric::f32_to_bf16(static_cast<float>(v));
-    case DType::kF8E4M3: return numeric::f32_to_f8e4m3(static_cast<float>(v));
-    case DType::kF8E5M2: return numeric::f32_to_f8e5m2(static_cast<float>(v));
-    default: return 0;
+    case DType::kF32:
+      return numeric::f32_bits(static_cast<float>(v));
+    case DType::kF16:
+      return numeric::f32_to_f16(static_cast<float>(v));
+    case DType::kBF16:
+      return numeric::f32_to_bf16(static_cast<float>(v));
+    case DType::kF8E4M3:
+      return numeric::f32_to_f8e4m3(static_cast<float>(v));
+    case DType::kF8E5M2:
+      return numeric::f32_to_f8e5m2(static_cast<float>(v));
+    default:
+      return 0;
   }
 }
 int64_t sign_extend(const Traits& t, uint64_t bits) {
@@ -124,19 +160,19 @@ Value reduce(const Traits& t, ReduceOp op, const Value& a, const Value& b) {
   Value r;
   switch (t.kind) {
     case Kind::kFloat:
-      r.f = op == ReduceOp::kSum ? a.f + b.f
+      r.f = op == ReduceOp::kSum   ? a.f + b.f
             : op == ReduceOp::kMax ? (b.f > a.f ? b.f : a.f)
                                    : (b.f < a.f ? b.f : a.f);
       break;
     case Kind::kSigned: {
       const int64_t x = static_cast<int64_t>(a.u), y = static_cast<int64_t>(b.u);
-      r.u = op == ReduceOp::kSum ? static_cast<uint64_t>(sign_extend(t, a.u + b.u))
+      r.u = op == ReduceOp::kSum   ? static_cast<uint64_t>(sign_extend(t, a.u + b.u))
             : op == ReduceOp::kMax ? static_cast<uint64_t>(std::max(x, y))
                                    : static_cast<uint64_t>(std::min(x, y));
       break;
     }
     case Kind::kUnsigned:
-      r.u = op == ReduceOp::kSum ? (a.u + b.u) & t.mask()
+      r.u = op == ReduceOp::kSum   ? (a.u + b.u) & t.mask()
             : op == ReduceOp::kMax ? std::max(a.u, b.u)
                                    : std::min(a.u, b.u);
       break;
@@ -162,7 +198,9 @@ std::string format_value(const Traits& t, uint64_t bits, bool show_bits) {
     case Kind::kSigned:
       std::snprintf(buf, sizeof buf, "%" PRId64, sign_extend(t, bits));
       break;
-    case Kind::kUnsigned: std::snprintf(buf, sizeof buf, "%" PRIu64, bits); break;
+    case Kind::kUnsigned:
+      std::snprintf(buf, sizeof buf, "%" PRIu64, bits);
+      break;
     case Kind::kBool:
       if (bits > 1)
         std::snprintf(buf, sizeof buf, "0x%02" PRIx64 " (not a bool)", bits);
@@ -266,13 +304,66 @@ class Generator {
   ReduceOp op_;
 };
 
-inline uint64_t load(const std::byte* p, int bytes) {
+// Fixed-width element access (little-endian hosts); the width is a template
+// parameter so the copies compile to single moves.
+template <int B>
+inline uint64_t load(const std::byte* p) {
   uint64_t v = 0;
-  std::memcpy(&v, p, static_cast<size_t>(bytes));  // little-endian hosts
+  std::memcpy(&v, p, B);
   return v;
 }
-inline void store(std::byte* p, int bytes, uint64_t v) {
-  std::memcpy(p, &v, static_cast<size_t>(bytes));
+template <int B>
+inline void store(std::byte* p, uint64_t v) {
+  std::memcpy(p, &v, B);
+}
+// Calls f(std::integral_constant<int, bytes>).
+template <typename F>
+void with_width(int bytes, F&& f) {
+  switch (bytes) {
+    case 1:
+      f(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    case 4:
+      f(std::integral_constant<int, 4>{});
+      break;
+    default:
+      f(std::integral_constant<int, 8>{});
+      break;
+  }
+}
+
+// Runs f(i) for i in [0, n) on up to hardware_concurrency threads; the first
+// exception is rethrown after all threads finish.
+template <typename F>
+void parallel_for(size_t n, F&& f) {
+  const size_t threads =
+      std::min<size_t>({n, std::max(1u, std::thread::hardware_concurrency()), 32});
+  if (threads <= 1) {
+    for (size_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) {
+      try {
+        f(i);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  {
+    std::vector<std::jthread> pool;
+    for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 // Calls f(global_index, local_index) for every element of `box` (row-major
@@ -373,20 +464,23 @@ void check_partial_destination(const TensorSpec& tensor, uint32_t tensor_index,
           if (part.hi[0] <= part.lo[0]) continue;
         }
         // Offset of `part` inside the entry's buffer, in elements.
-        const int64_t skip = rank == 0 ? 0 : (part.lo[0] - box.lo[0]) * (box.volume() / box.extent(0));
+        const int64_t skip =
+            rank == 0 ? 0 : (part.lo[0] - box.lo[0]) * (box.volume() / box.extent(0));
         const std::byte* base = data[e].data();
         const uint64_t chunk_base = static_cast<uint64_t>(r0 * stride0);
         for_each_element(part, shape, [&](uint64_t g, int64_t local) {
           const size_t c = static_cast<size_t>(g - chunk_base);
-          const uint64_t bits = load(base + (skip + local) * t.bytes, t.bytes) & t.mask();
+          uint64_t bits = 0;
+          std::memcpy(&bits, base + (skip + local) * t.bytes, static_cast<size_t>(t.bytes));
+          bits &= t.mask();
           if (!seen[c]) {
             seen[c] = 1;
             cur[c] = bits;
           } else if (cur[c] != bits) {
             add_mismatch(report, max_reported,
                          {tensor.name, dst.device(e), unravel(g, shape),
-                          format_value(t, cur[c], true) + " (same as the other replica of summand " +
-                              std::to_string(s) + ")",
+                          format_value(t, cur[c], true) +
+                              " (same as the other replica of summand " + std::to_string(s) + ")",
                           format_value(t, bits, true)});
           }
         });
@@ -404,9 +498,10 @@ void check_partial_destination(const TensorSpec& tensor, uint32_t tensor_index,
       const uint64_t want_bits = gen.expected(g);
       const Value want = decode(t, want_bits);
       if (!value_equal(t, want, total[c]))
-        add_mismatch(report, max_reported,
-                     {tensor.name, -1, unravel(g, shape),
-                      format_value(t, want_bits, !gen.partial_source()), format_reduced(t, total[c])});
+        add_mismatch(
+            report, max_reported,
+            {tensor.name, -1, unravel(g, shape), format_value(t, want_bits, !gen.partial_source()),
+             format_reduced(t, total[c])});
     }
   }
   for (size_t e = 0; e < dst.num_entries(); ++e) {
@@ -439,11 +534,12 @@ void fill_source_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t e
                        std::span<std::byte> out) {
   check_size(tensor, tensor.src, entry, out.size(), "src");
   const Generator gen(tensor, tensor_index);
-  const int bytes = gen.traits().bytes;
   const uint64_t s = static_cast<uint64_t>(tensor.src.summand(entry));
   std::byte* p = out.data();
-  for_each_element(tensor.src.box(entry), tensor.shape, [&](uint64_t g, int64_t local) {
-    store(p + local * bytes, bytes, gen.source(g, s));
+  with_width(gen.traits().bytes, [&](auto width) {
+    constexpr int B = decltype(width)::value;
+    for_each_element(tensor.src.box(entry), tensor.shape,
+                     [&](uint64_t g, int64_t local) { store<B>(p + local * B, gen.source(g, s)); });
   });
 }
 
@@ -456,10 +552,11 @@ void poison_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, s
   }
   // The complement of the expected value can never pass.
   const Generator gen(tensor, tensor_index);
-  const int bytes = gen.traits().bytes;
   std::byte* p = out.data();
-  for_each_element(tensor.dst.box(entry), tensor.shape, [&](uint64_t g, int64_t local) {
-    store(p + local * bytes, bytes, ~gen.expected(g));
+  with_width(gen.traits().bytes, [&](auto width) {
+    constexpr int B = decltype(width)::value;
+    for_each_element(tensor.dst.box(entry), tensor.shape,
+                     [&](uint64_t g, int64_t local) { store<B>(p + local * B, ~gen.expected(g)); });
   });
 }
 
@@ -468,18 +565,34 @@ OracleBuffers fill_sources(const Plan& plan) {
   const auto& tensors = plan.tensors();
   buf.src.resize(tensors.size());
   buf.dst.resize(tensors.size());
+  // Allocate everything first, then fill shards in parallel.
+  struct Task {
+    uint32_t tensor;
+    size_t entry;
+    bool src;
+  };
+  std::vector<Task> tasks;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const TensorSpec& ts = tensors[t];
     const uint32_t ti = static_cast<uint32_t>(t);
     for (size_t e = 0; e < ts.src.num_entries(); ++e) {
-      buf.src[t].push_back(checked_alloc<std::byte>(static_cast<size_t>(shard_bytes(ts, ts.src, e))));
-      fill_source_shard(ts, ti, e, buf.src[t].back());
+      buf.src[t].push_back(
+          checked_alloc<std::byte>(static_cast<size_t>(shard_bytes(ts, ts.src, e))));
+      tasks.push_back({ti, e, true});
     }
     for (size_t e = 0; e < ts.dst.num_entries(); ++e) {
-      buf.dst[t].push_back(checked_alloc<std::byte>(static_cast<size_t>(shard_bytes(ts, ts.dst, e))));
-      poison_destination_shard(ts, ti, e, buf.dst[t].back());
+      buf.dst[t].push_back(
+          checked_alloc<std::byte>(static_cast<size_t>(shard_bytes(ts, ts.dst, e))));
+      tasks.push_back({ti, e, false});
     }
   }
+  parallel_for(tasks.size(), [&](size_t i) {
+    const Task& k = tasks[i];
+    if (k.src)
+      fill_source_shard(tensors[k.tensor], k.tensor, k.entry, buf.src[k.tensor][k.entry]);
+    else
+      poison_destination_shard(tensors[k.tensor], k.tensor, k.entry, buf.dst[k.tensor][k.entry]);
+  });
   return buf;
 }
 
@@ -496,14 +609,18 @@ void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, si
   const bool by_value = gen.partial_source();
   const std::byte* p = data.data();
   const int64_t device = tensor.dst.device(entry);
-  for_each_element(tensor.dst.box(entry), tensor.shape, [&](uint64_t g, int64_t local) {
-    const uint64_t got = load(p + local * t.bytes, t.bytes) & t.mask();
-    const uint64_t want = gen.expected(g) & t.mask();
-    if (got == want) return;
-    if (by_value && value_equal(t, decode(t, want), decode(t, got))) return;
-    add_mismatch(report, max_reported,
-                 {tensor.name, device, unravel(g, tensor.shape), format_value(t, want, !by_value),
-                  format_value(t, got, !by_value)});
+  const uint64_t mask = t.mask();
+  with_width(t.bytes, [&](auto width) {
+    constexpr int B = decltype(width)::value;
+    for_each_element(tensor.dst.box(entry), tensor.shape, [&](uint64_t g, int64_t local) {
+      const uint64_t got = load<B>(p + local * B) & mask;
+      const uint64_t want = gen.expected(g) & mask;
+      if (got == want) return;
+      if (by_value && value_equal(t, decode(t, want), decode(t, got))) return;
+      add_mismatch(report, max_reported,
+                   {tensor.name, device, unravel(g, tensor.shape), format_value(t, want, !by_value),
+                    format_value(t, got, !by_value)});
+    });
   });
   report.elements += tensor.dst.box(entry).volume();
   report.bytes += shard_bytes(tensor, tensor.dst, entry);
@@ -516,22 +633,45 @@ OracleReport check_destinations(const Plan& plan, const OracleBuffers& buffers,
     fail(ErrorCode::kInvalidArgument, "oracle: buffers for " + std::to_string(buffers.dst.size()) +
                                           " tensors, the plan has " +
                                           std::to_string(tensors.size()));
-  OracleReport report;
+  // One task per shard (per tensor for partial destinations); the reports
+  // merge in task order, so the result does not depend on the threads.
+  struct Task {
+    uint32_t tensor;
+    size_t entry;  // SIZE_MAX: the whole (partial) tensor
+  };
+  std::vector<Task> tasks;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const TensorSpec& ts = tensors[t];
     const auto& dst = buffers.dst[t];
     if (dst.size() != ts.dst.num_entries())
-      fail(ErrorCode::kInvalidArgument, "oracle: tensors[" + std::to_string(t) + "].dst: " +
-                                            std::to_string(dst.size()) + " buffers for " +
-                                            std::to_string(ts.dst.num_entries()) + " entries");
+      fail(ErrorCode::kInvalidArgument,
+           "oracle: tensors[" + std::to_string(t) + "].dst: " + std::to_string(dst.size()) +
+               " buffers for " + std::to_string(ts.dst.num_entries()) + " entries");
     for (size_t e = 0; e < dst.size(); ++e) check_size(ts, ts.dst, e, dst[e].size(), "dst");
-    if (ts.dst.partial()) {
-      check_partial_destination(ts, static_cast<uint32_t>(t), dst, report, max_reported);
-    } else {
-      for (size_t e = 0; e < dst.size(); ++e)
-        check_destination_shard(ts, static_cast<uint32_t>(t), e, dst[e], report, max_reported);
-    }
-    ++report.tensors;
+    if (ts.dst.partial())
+      tasks.push_back({static_cast<uint32_t>(t), SIZE_MAX});
+    else
+      for (size_t e = 0; e < dst.size(); ++e) tasks.push_back({static_cast<uint32_t>(t), e});
+  }
+  std::vector<OracleReport> partial_reports(tasks.size());
+  parallel_for(tasks.size(), [&](size_t i) {
+    const Task& k = tasks[i];
+    const TensorSpec& ts = tensors[k.tensor];
+    if (k.entry == SIZE_MAX)
+      check_partial_destination(ts, k.tensor, buffers.dst[k.tensor], partial_reports[i],
+                                max_reported);
+    else
+      check_destination_shard(ts, k.tensor, k.entry, buffers.dst[k.tensor][k.entry],
+                              partial_reports[i], max_reported);
+  });
+  OracleReport report;
+  report.tensors = static_cast<int64_t>(tensors.size());
+  for (OracleReport& r : partial_reports) {
+    report.elements += r.elements;
+    report.bytes += r.bytes;
+    report.mismatches += r.mismatches;
+    for (OracleMismatch& m : r.first)
+      if (report.first.size() < max_reported) report.first.push_back(std::move(m));
   }
   return report;
 }

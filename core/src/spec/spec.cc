@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <limits>
 #include <map>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -24,6 +25,8 @@ namespace {
 
 using json = nlohmann::json;
 
+constexpr int64_t kMaxMeshDevices = int64_t{1} << 24;
+
 [[noreturn]] void bad(const std::string& path, const std::string& message) {
   fail(ErrorCode::kInvalidArgument, path + ": " + message);
 }
@@ -33,8 +36,8 @@ std::string quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
 // "meshes.train" for identifier-like keys, `meshes["my mesh"]` otherwise.
 std::string child(const std::string& path, std::string_view key) {
   const bool plain = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
   });
   if (!plain) return path + "[" + json(std::string(key)).dump() + "]";
   return path.empty() ? std::string(key) : path + "." + std::string(key);
@@ -69,15 +72,23 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 
 const char* type_name(const json& j) {
   switch (j.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
-    default: return "an unsupported value";
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a number";
+    default:
+      return "an unsupported value";
   }
 }
 
@@ -254,9 +265,8 @@ void note_fact(std::optional<int32_t>& slot, std::string& slot_path, int32_t val
     slot = value;
     slot_path = path;
   } else if (*slot != value) {
-    bad(path, "device " + std::to_string(device) + " is on " + what + " " +
-                  std::to_string(value) + " here but on " + what + " " + std::to_string(*slot) +
-                  " in " + slot_path);
+    bad(path, "device " + std::to_string(device) + " is on " + what + " " + std::to_string(value) +
+                  " here but on " + what + " " + std::to_string(*slot) + " in " + slot_path);
   }
 }
 
@@ -270,16 +280,21 @@ std::shared_ptr<const Mesh> parse_mesh(const json& j, const std::string& path,
   for (size_t i = 0; i < names.size(); ++i)
     mesh->axis_names.push_back(as_string(names[i], child(names_path, i)));
   mesh->shape = as_int_array(require(j, path, "shape"), child(path, "shape"));
+  // Bounded so that a typo cannot ask for billions of devices.
+  int64_t count = 1;
+  bool shape_ok = true;
+  for (int64_t s : mesh->shape)
+    shape_ok =
+        shape_ok && s >= 1 && !__builtin_mul_overflow(count, s, &count) && count <= kMaxMeshDevices;
+  if (!shape_ok &&
+      std::all_of(mesh->shape.begin(), mesh->shape.end(), [](int64_t s) { return s >= 1; }))
+    fail(ErrorCode::kOutOfRange,
+         child(path, "shape") + ": more than " + std::to_string(kMaxMeshDevices) + " devices");
   if (const json* d = find(j, "devices")) {
     mesh->devices = as_int_array(*d, child(path, "devices"));
-  } else {
+  } else if (shape_ok) {
     // Default 0..N-1; a bad shape is left for validate() to report.
-    int64_t n = 1;
-    bool ok = true;
-    for (int64_t s : mesh->shape)
-      ok = ok && s >= 1 && !__builtin_mul_overflow(n, s, &n) && n <= (int64_t{1} << 31);
-    if (ok)
-      for (int64_t i = 0; i < n; ++i) mesh->devices.push_back(i);
+    for (int64_t i = 0; i < count; ++i) mesh->devices.push_back(i);
   }
   mesh->validate(path);
 
@@ -290,8 +305,8 @@ std::shared_ptr<const Mesh> parse_mesh(const json& j, const std::string& path,
       const std::string p = child(path, key);
       as_array(*a, p);
       if (a->size() != n)
-        bad(p, std::to_string(a->size()) + " entries for a mesh of " + std::to_string(n) +
-                   " devices");
+        bad(p,
+            std::to_string(a->size()) + " entries for a mesh of " + std::to_string(n) + " devices");
       for (size_t i = 0; i < n; ++i) {
         v.push_back(as_int32((*a)[i], child(p, i)));
         if (v.back() < 0) bad(child(p, i), std::to_string(v.back()) + " is negative");
@@ -355,8 +370,8 @@ void use_axis(const Mesh& mesh, const std::string& mesh_name, const std::string&
   if (!inserted) bad(path, "axis " + quote(axis) + " is used twice (also at " + it->second + ")");
 }
 
-Layout parse_named_layout(const json& j, const std::string& path,
-                          const std::vector<int64_t>& shape, const MeshMap& meshes) {
+Layout parse_named_layout(const json& j, const std::string& path, const std::vector<int64_t>& shape,
+                          const MeshMap& meshes) {
   check_keys(j, path, {"mesh", "spec", "partial"});
   const std::string mesh_path = child(path, "mesh");
   const std::string mesh_name = as_string(require(j, path, "mesh"), mesh_path);
@@ -422,10 +437,12 @@ Layout parse_box_layout(const json& j, const std::string& path, const std::vecto
   int32_t summands = 1;
   if (const json* s = find(j, "summands")) {
     summands = as_int32(*s, child(path, "summands"));
-    if (summands < 1) bad(child(path, "summands"), std::to_string(summands) + " must be at least 1");
+    if (summands < 1)
+      bad(child(path, "summands"), std::to_string(summands) + " must be at least 1");
   }
   ReduceOp op = ReduceOp::kSum;
-  if (const json* o = find(j, "op")) op = parse_reduce_op(as_string(*o, child(path, "op")), child(path, "op"));
+  if (const json* o = find(j, "op"))
+    op = parse_reduce_op(as_string(*o, child(path, "op")), child(path, "op"));
 
   const std::string bp = child(path, "boxes");
   const json& boxes = as_array(require(j, path, "boxes"), bp);
@@ -438,14 +455,17 @@ Layout parse_box_layout(const json& j, const std::string& path, const std::vecto
     check_keys(b, ep, {"device", "lo", "hi", "summand"});
     LayoutEntry e;
     e.device = as_int(require(b, ep, "device"), child(ep, "device"));
-    if (e.device < 0) bad(child(ep, "device"), "device id " + std::to_string(e.device) + " is negative");
+    if (e.device < 0)
+      bad(child(ep, "device"), "device id " + std::to_string(e.device) + " is negative");
     auto [it, inserted] = seen.emplace(e.device, ep);
     if (!inserted)
-      bad(child(ep, "device"), "device " + std::to_string(e.device) + " already holds " + it->second);
+      bad(child(ep, "device"),
+          "device " + std::to_string(e.device) + " already holds " + it->second);
     if (const json* s = find(b, "summand")) e.summand = as_int32(*s, child(ep, "summand"));
     if (e.summand < 0 || e.summand >= summands)
       bad(child(ep, "summand"), std::to_string(e.summand) + " is outside [0, " +
-                                    std::to_string(summands) + ") (set \"summands\" on the layout)");
+                                    std::to_string(summands) +
+                                    ") (set \"summands\" on the layout)");
     e.box.rank = rank;
     // lo defaults to the origin, hi to the shape: {"device": 3} holds everything.
     for (int d = 0; d < rank; ++d) e.box.hi[d] = shape[d];
@@ -460,11 +480,11 @@ Layout parse_box_layout(const json& j, const std::string& path, const std::vecto
     }
     for (int d = 0; d < rank; ++d) {
       if (e.box.lo[d] < 0 || e.box.lo[d] > shape[d])
-        bad(child(child(ep, "lo"), d), std::to_string(e.box.lo[d]) + " is outside [0, " +
-                                           std::to_string(shape[d]) + "]");
+        bad(child(child(ep, "lo"), d),
+            std::to_string(e.box.lo[d]) + " is outside [0, " + std::to_string(shape[d]) + "]");
       if (e.box.hi[d] < e.box.lo[d] || e.box.hi[d] > shape[d])
-        bad(child(child(ep, "hi"), d), std::to_string(e.box.hi[d]) + " is outside [lo=" +
-                                           std::to_string(e.box.lo[d]) + ", " +
+        bad(child(child(ep, "hi"), d), std::to_string(e.box.hi[d]) +
+                                           " is outside [lo=" + std::to_string(e.box.lo[d]) + ", " +
                                            std::to_string(shape[d]) + "]");
     }
     entries.push_back(e);
@@ -501,7 +521,8 @@ PlanOptions parse_options(const json& j, const std::string& path) {
     if (const json* v = find(j, key)) {
       out = as_number(*v, child(path, key));
       if (!std::isfinite(out) || out < 0 || (positive && out == 0))
-        bad(child(path, key), v->dump() + (positive ? " must be positive" : " must be non-negative"));
+        bad(child(path, key),
+            v->dump() + (positive ? " must be positive" : " must be non-negative"));
     }
   };
   non_negative_int("split_min_bytes", o.split_min_bytes);
@@ -512,9 +533,7 @@ PlanOptions parse_options(const json& j, const std::string& path) {
   return o;
 }
 
-}  // namespace
-
-Spec parse_spec(std::string_view json_text) {
+Spec parse_spec_impl(std::string_view json_text) {
   const json root = parse_json(json_text);
   if (!root.is_object()) wrong_type(root, "(root)", "an object");
   check_keys(root, "", {"meshes", "tensors", "options", "description"});
@@ -531,7 +550,8 @@ Spec parse_spec(std::string_view json_text) {
     }
   }
   spec.input.topology = build_topology(facts);
-  if (const json* options = find(root, "options")) spec.input.options = parse_options(*options, "options");
+  if (const json* options = find(root, "options"))
+    spec.input.options = parse_options(*options, "options");
 
   const json& tensors = as_array(require(root, "(root)", "tensors"), "tensors");
   if (tensors.empty()) bad("tensors", "no tensors");
@@ -546,8 +566,10 @@ Spec parse_spec(std::string_view json_text) {
     ts.name = as_string(require(t, path, "name"), name_path);
     if (ts.name.empty()) bad(name_path, "empty tensor name");
     auto [it, inserted] = names.emplace(ts.name, name_path);
-    if (!inserted) bad(name_path, "duplicate tensor name " + quote(ts.name) + " (also " + it->second + ")");
-    ts.dtype = parse_dtype(as_string(require(t, path, "dtype"), child(path, "dtype")), child(path, "dtype"));
+    if (!inserted)
+      bad(name_path, "duplicate tensor name " + quote(ts.name) + " (also " + it->second + ")");
+    ts.dtype = parse_dtype(as_string(require(t, path, "dtype"), child(path, "dtype")),
+                           child(path, "dtype"));
     ts.shape = as_int_array(require(t, path, "shape"), child(path, "shape"));
     validate_shape(ts.shape, dtype_size(ts.dtype), child(path, "shape"));
     ts.src = parse_layout(require(t, path, "src"), child(path, "src"), ts.shape, spec.meshes);
@@ -555,6 +577,16 @@ Spec parse_spec(std::string_view json_text) {
     spec.input.tensors.push_back(std::move(ts));
   }
   return spec;
+}
+
+}  // namespace
+
+Spec parse_spec(std::string_view json_text) {
+  try {
+    return parse_spec_impl(json_text);
+  } catch (const std::bad_alloc&) {
+    fail(ErrorCode::kOutOfMemory, "spec: out of memory while parsing");
+  }
 }
 
 Spec load_spec(const std::string& path) {

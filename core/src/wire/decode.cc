@@ -36,6 +36,14 @@ std::string idx(const std::string& field, size_t i) {
   return field + "[" + std::to_string(i) + "]";
 }
 
+// "list[index]" + suffix, built only when an error needs it: the loops over
+// millions of pieces must not format a string per piece.
+struct Where {
+  const std::string& list;
+  size_t index;
+  std::string operator()(const char* suffix = "") const { return idx(list, index) + suffix; }
+};
+
 // Read access to an optional scalar vector; absent reads as empty. The
 // FlatBuffers 2.0 verifier checks that a vector lies inside the buffer but
 // not that 8-byte elements are 8-byte aligned, so values are copied out
@@ -71,6 +79,11 @@ int64_t non_negative(int64_t v, const std::string& field) {
   return v;
 }
 
+double finite_positive(double v, const std::string& field) {
+  if (!std::isfinite(v) || v <= 0) corrupt(field, std::to_string(v) + " is not a finite value > 0");
+  return v;
+}
+
 double finite_non_negative(double v, const std::string& field) {
   if (!std::isfinite(v) || v < 0) corrupt(field, std::to_string(v) + " is not a finite value >= 0");
   return v;
@@ -101,7 +114,8 @@ class Decoder {
                              " is not supported (this reader reads version " +
                              std::to_string(kPlanFormatVersion) + ")");
     if (root_.required_features() != 0)
-      corrupt("required_features", "unknown feature bits " + std::to_string(root_.required_features()) +
+      corrupt("required_features", "unknown feature bits " +
+                                       std::to_string(root_.required_features()) +
                                        " (this reader knows none)");
     PlanInput input;
     input.options = decode_options();
@@ -144,8 +158,9 @@ class Decoder {
   // Accounts for `bytes` of decoded memory before they are allocated.
   void charge(uint64_t bytes, const std::string& field) {
     if (bytes > budget_)
-      corrupt(field, "decoding would need more memory than a plan buffer of this size can "
-                     "describe (repeated or shared data)");
+      corrupt(field,
+              "decoding would need more memory than a plan buffer of this size can "
+              "describe (repeated or shared data)");
     budget_ -= bytes;
   }
 
@@ -156,10 +171,11 @@ class Decoder {
     out.split_min_bytes = non_negative(o->split_min_bytes(), "options.split_min_bytes");
     out.alpha_seconds = finite_non_negative(o->alpha_seconds(), "options.alpha_seconds");
     out.intra_host_bytes_per_second =
-        finite_non_negative(o->intra_host_bytes_per_second(), "options.intra_host_bytes_per_second");
+        finite_positive(o->intra_host_bytes_per_second(), "options.intra_host_bytes_per_second");
     out.inter_host_bytes_per_second =
-        finite_non_negative(o->inter_host_bytes_per_second(), "options.inter_host_bytes_per_second");
-    out.staging_budget_bytes = non_negative(o->staging_budget_bytes(), "options.staging_budget_bytes");
+        finite_positive(o->inter_host_bytes_per_second(), "options.inter_host_bytes_per_second");
+    out.staging_budget_bytes =
+        non_negative(o->staging_budget_bytes(), "options.staging_budget_bytes");
     return out;
   }
 
@@ -195,13 +211,13 @@ class Decoder {
       const fb::Tiling& t = *tilings->Get(i);
       auto counts = col(t.splits());
       if (counts.size() > static_cast<size_t>(kMaxRank))
-        corrupt(f + ".splits", "rank " + std::to_string(counts.size()) + " exceeds " +
-                                   std::to_string(kMaxRank));
+        corrupt(f + ".splits",
+                "rank " + std::to_string(counts.size()) + " exceeds " + std::to_string(kMaxRank));
       const size_t rank = counts.size();
       for (size_t d = 0; d < rank; ++d)
         if (counts[d] < 1 || counts[d] > (int64_t{1} << 31))
-          corrupt(idx(f + ".splits", d), "shard count " + std::to_string(counts[d]) +
-                                             " is not in [1, 2^31]");
+          corrupt(idx(f + ".splits", d),
+                  "shard count " + std::to_string(counts[d]) + " is not in [1, 2^31]");
       auto devices = col(t.devices());
       const size_t n = devices.size();
       for (size_t e = 0; e < n; ++e)
@@ -237,7 +253,8 @@ class Decoder {
       if (!names.insert(t.name()->string_view()).second)
         corrupt(f + ".name", "duplicate tensor name \"" + spec.name + "\"");
       const int32_t dtype = static_cast<int32_t>(t.dtype());
-      if (!dtype_valid(dtype)) corrupt(f + ".dtype", "invalid dtype value " + std::to_string(dtype));
+      if (!dtype_valid(dtype))
+        corrupt(f + ".dtype", "invalid dtype value " + std::to_string(dtype));
       spec.dtype = static_cast<DType>(dtype);
       if (!t.shape()) corrupt(f + ".shape", "missing");
       if (t.shape()->size() > static_cast<uoffset_t>(kMaxRank))
@@ -249,14 +266,18 @@ class Decoder {
         validate_shape(spec.shape, dtype_size(spec.dtype), f + ".shape");
         return 0;
       });
-      spec.src = decode_layout(t.src(), spec.shape, f + ".src");
-      spec.dst = decode_layout(t.dst(), spec.shape, f + ".dst");
+      const size_t src = decode_layout(t.src(), spec.shape, f + ".src");
+      const size_t dst = decode_layout(t.dst(), spec.shape, f + ".dst");
+      spec.src = slots_[src].layout;
+      spec.dst = slots_[dst].layout;
+      tensor_slots_.push_back({src, dst});
       tensors.push_back(std::move(spec));
     }
     return tensors;
   }
 
-  Layout decode_layout(const fb::Layout* l, const std::vector<int64_t>& shape,
+  // Returns the index in slots_ of the decoded layout.
+  size_t decode_layout(const fb::Layout* l, const std::vector<int64_t>& shape,
                        const std::string& f) {
     if (!l) corrupt(f, "missing");
     const int32_t op = static_cast<int32_t>(l->reduce_op());
@@ -274,8 +295,7 @@ class Decoder {
                                    std::to_string(tilings ? tilings->size() : 0) + " tilings)");
       source = l->tiling();
     } else {
-      if (l->tiling() != -1)
-        corrupt(f + ".tiling", "invalid index " + std::to_string(l->tiling()));
+      if (l->tiling() != -1) corrupt(f + ".tiling", "invalid index " + std::to_string(l->tiling()));
       if (!l->boxes()) corrupt(f + ".boxes", "missing (and no tiling)");
       source = -1 - (reinterpret_cast<const uint8_t*>(l->boxes()) - base_);
     }
@@ -337,8 +357,9 @@ class Decoder {
       std::vector<LayoutEntry> entries(n);
       for (size_t e = 0; e < n; ++e) {
         if (devices[e] < 0 || (e > 0 && devices[e] <= devices[e - 1]))
-          corrupt(idx(f + ".boxes.devices", e), "device " + std::to_string(devices[e]) +
-                                                    " is negative or not after the previous device");
+          corrupt(idx(f + ".boxes.devices", e),
+                  "device " + std::to_string(devices[e]) +
+                      " is negative or not after the previous device");
         entries[e].device = devices[e];
         entries[e].summand = summands.present() ? summands[e] : 0;
         entries[e].box.rank = static_cast<int32_t>(rank);
@@ -351,8 +372,9 @@ class Decoder {
         return Layout::from_boxes(shape, std::move(entries), l->num_summands(), reduce_op, f);
       });
     }
-    cache_.emplace(std::move(key), layout);
-    return layout;
+    cache_.emplace(std::move(key), slots_.size());
+    slots_.push_back({std::move(layout), {}});
+    return slots_.size() - 1;
   }
 
   // Processes owning a device of some layout, as make_plan computes them.
@@ -435,8 +457,9 @@ class Decoder {
     return s;
   }
 
-  // The global figures are sums and maxima of the per-device ones, over
-  // exactly the plan's devices.
+  // The global byte figures are sums and maxima of the per-device ones, over
+  // exactly the plan's devices. (stats.messages counts messages per round,
+  // per_device counts peers, so they are not compared.)
   static void check_totals(const PlanStats& s, const PlanInput& input) {
     std::vector<int64_t> devices;
     {
@@ -470,7 +493,6 @@ class Decoder {
     expect(s.network_bytes, recv, "stats.network_bytes");
     expect(send, recv, "stats.per_device.send_bytes (total)");
     expect(s.local_bytes, local, "stats.local_bytes");
-    expect(s.messages, recv_msgs, "stats.messages");
     expect(send_msgs, recv_msgs, "stats.per_device.send_messages (total)");
     expect(s.max_send_bytes, max_send, "stats.max_send_bytes");
     expect(s.max_recv_bytes, max_recv, "stats.max_recv_bytes");
@@ -486,11 +508,11 @@ class Decoder {
     regions.reserve(rank.size());
     size_t at = 0;
     for (size_t i = 0; i < rank.size(); ++i) {
-      const std::string fi = idx(f, i);
+      const Where fi{f, i};
       if (rank[i] > kMaxRank)
-        corrupt(fi + ".rank", std::to_string(rank[i]) + " exceeds " + std::to_string(kMaxRank));
+        corrupt(fi(".rank"), std::to_string(rank[i]) + " exceeds " + std::to_string(kMaxRank));
       if (lo.size() - at < rank[i] || hi.size() - at < rank[i])
-        corrupt(fi, "lo/hi hold fewer values than the ranks need");
+        corrupt(fi(), "lo/hi hold fewer values than the ranks need");
       Box b;
       b.rank = rank[i];
       for (int d = 0; d < b.rank; ++d, ++at) {
@@ -498,46 +520,58 @@ class Decoder {
         b.hi[d] = hi[at];
       }
       for (int d = 0; d < b.rank; ++d)
-        if (b.lo[d] < 0 || b.hi[d] < b.lo[d]) corrupt(fi, "invalid bounds " + to_string(b));
+        if (b.lo[d] < 0 || b.hi[d] < b.lo[d]) corrupt(fi(), "invalid bounds " + to_string(b));
       regions.push_back(b);
     }
-    if (at != lo.size() || at != hi.size()) corrupt(f, "lo/hi hold more values than the ranks need");
+    if (at != lo.size() || at != hi.size())
+      corrupt(f, "lo/hi hold more values than the ranks need");
     return regions;
+  }
+
+  const std::vector<Box>& boxes(size_t slot) {
+    Slot& s = slots_[slot];
+    if (s.boxes.empty() && s.layout.num_entries() > 0) {
+      charge(s.layout.num_entries() * sizeof(Box), "plan");
+      s.boxes.reserve(s.layout.num_entries());
+      for (size_t e = 0; e < s.layout.num_entries(); ++e) s.boxes.push_back(s.layout.box(e));
+    }
+    return s.boxes;
   }
 
   // Checks one piece and returns its packed size: indices in range, the
   // moved region inside both the source and the destination shard.
-  int64_t check_piece(const Piece& p, const std::vector<Box>& regions, const std::string& f) {
+  int64_t check_piece(const Piece& p, const std::vector<Box>& regions, const Where& f) {
     const auto& tensors = *tensors_;
     if (p.tensor >= tensors.size())
-      corrupt(f + ".tensor", std::to_string(p.tensor) + " is out of range (" +
-                                 std::to_string(tensors.size()) + " tensors)");
+      corrupt(f(".tensor"), std::to_string(p.tensor) + " is out of range (" +
+                                std::to_string(tensors.size()) + " tensors)");
     const TensorSpec& t = tensors[p.tensor];
     if (p.src_entry >= t.src.num_entries())
-      corrupt(f + ".src_entry", std::to_string(p.src_entry) + " is out of range (tensor \"" +
-                                    t.name + "\" has " + std::to_string(t.src.num_entries()) +
-                                    " source entries)");
+      corrupt(f(".src_entry"), std::to_string(p.src_entry) + " is out of range (tensor \"" +
+                                   t.name + "\" has " + std::to_string(t.src.num_entries()) +
+                                   " source entries)");
     if (p.dst_entry >= t.dst.num_entries())
-      corrupt(f + ".dst_entry", std::to_string(p.dst_entry) + " is out of range (tensor \"" +
-                                    t.name + "\" has " + std::to_string(t.dst.num_entries()) +
-                                    " destination entries)");
-    const Box src = t.src.box(p.src_entry);
-    const Box dst = t.dst.box(p.dst_entry);
+      corrupt(f(".dst_entry"), std::to_string(p.dst_entry) + " is out of range (tensor \"" +
+                                   t.name + "\" has " + std::to_string(t.dst.num_entries()) +
+                                   " destination entries)");
+    const Box& src = boxes(tensor_slots_[p.tensor].first)[p.src_entry];
+    const Box& dst = boxes(tensor_slots_[p.tensor].second)[p.dst_entry];
     Box region;
     if (p.region == kOverlapRegion) {
       region = intersect(src, dst);
     } else {
       if (p.region >= regions.size())
-        corrupt(f + ".region", std::to_string(p.region) + " is out of range (" +
-                                   std::to_string(regions.size()) + " regions)");
+        corrupt(f(".region"), std::to_string(p.region) + " is out of range (" +
+                                  std::to_string(regions.size()) + " regions)");
       region = regions[p.region];
       if (region.rank != t.src.rank())
-        corrupt(f + ".region", "region " + std::to_string(p.region) + " has rank " +
-                                   std::to_string(region.rank) + ", tensor \"" + t.name +
-                                   "\" has rank " + std::to_string(t.src.rank()));
+        corrupt(f(".region"), "region " + std::to_string(p.region) + " has rank " +
+                                  std::to_string(region.rank) + ", tensor \"" + t.name +
+                                  "\" has rank " + std::to_string(t.src.rank()));
       if (!src.contains(region) || !dst.contains(region))
-        corrupt(f + ".region", "region " + to_string(region) + " is not inside both the source box " +
-                                   to_string(src) + " and the destination box " + to_string(dst));
+        corrupt(f(".region"), "region " + to_string(region) +
+                                  " is not inside both the source box " + to_string(src) +
+                                  " and the destination box " + to_string(dst));
     }
     return region.volume() * dtype_size(t.dtype);
   }
@@ -579,7 +613,7 @@ class Decoder {
     msgs.reserve(n);
     uint64_t next = 0;
     for (size_t i = 0; i < n; ++i) {
-      const std::string fi = idx(f, i);
+      const Where fi{f, i};
       Message m;
       m.src_device = col(fm->src_device())[i];
       m.dst_device = col(fm->dst_device())[i];
@@ -587,17 +621,19 @@ class Decoder {
       m.first_piece = col(fm->first_piece())[i];
       m.num_pieces = col(fm->num_pieces())[i];
       m.bytes = col(fm->bytes())[i];
-      non_negative(m.src_device, fi + ".src_device");
-      non_negative(m.dst_device, fi + ".dst_device");
+      if (m.src_device < 0)
+        corrupt(fi(".src_device"), std::to_string(m.src_device) + " is negative");
+      if (m.dst_device < 0)
+        corrupt(fi(".dst_device"), std::to_string(m.dst_device) + " is negative");
       if (m.src_device == m.dst_device)
-        corrupt(fi, "sends device " + std::to_string(m.src_device) + " to itself");
+        corrupt(fi(), "sends device " + std::to_string(m.src_device) + " to itself");
       const int64_t own = send ? m.src_device : m.dst_device;
       if (topology_->info(own).process != process)
-        corrupt(fi + (send ? ".src_device" : ".dst_device"),
+        corrupt(fi(send ? ".src_device" : ".dst_device"),
                 "device " + std::to_string(own) + " is not on process " + std::to_string(process));
       if (rounds_ >= 0 && m.round >= static_cast<uint32_t>(rounds_))
-        corrupt(fi + ".round", std::to_string(m.round) + " is not below stats.rounds " +
-                                   std::to_string(rounds_));
+        corrupt(fi(".round"),
+                std::to_string(m.round) + " is not below stats.rounds " + std::to_string(rounds_));
       if (!msgs.empty()) {
         const Message& q = msgs.back();
         const auto key = [send](const Message& x) {
@@ -605,31 +641,31 @@ class Decoder {
                       : std::make_tuple(x.round, x.src_device, x.dst_device);
         };
         if (!(key(q) < key(m)))
-          corrupt(fi, std::string("not after the previous message in (round, ") +
-                          (send ? "destination, source" : "source, destination") + ") order");
+          corrupt(fi(), std::string("not after the previous message in (round, ") +
+                            (send ? "destination, source" : "source, destination") + ") order");
       }
       if (m.first_piece != next)
-        corrupt(fi + ".first_piece", std::to_string(m.first_piece) + " should be " +
-                                         std::to_string(next) + " (messages tile " + fpieces + ")");
+        corrupt(fi(".first_piece"), std::to_string(m.first_piece) + " should be " +
+                                        std::to_string(next) + " (messages tile " + fpieces + ")");
       if (m.num_pieces > pieces.size() - next)
-        corrupt(fi + ".num_pieces", std::to_string(m.num_pieces) + " runs past the end of " +
-                                        fpieces + " (" + std::to_string(pieces.size()) + ")");
+        corrupt(fi(".num_pieces"), std::to_string(m.num_pieces) + " runs past the end of " +
+                                       fpieces + " (" + std::to_string(pieces.size()) + ")");
       int64_t bytes = 0;
       for (uint64_t k = next; k < next + m.num_pieces; ++k) {
         const Piece& p = pieces[k];
-        const std::string fk = idx(fpieces, k);
+        const Where fk{fpieces, k};
         const int64_t b = check_piece(p, regions, fk);
         const TensorSpec& t = (*tensors_)[p.tensor];
         if (t.src.device(p.src_entry) != m.src_device || t.dst.device(p.dst_entry) != m.dst_device)
-          corrupt(fk, "moves from device " + std::to_string(t.src.device(p.src_entry)) +
-                          " to device " + std::to_string(t.dst.device(p.dst_entry)) +
-                          " but its message " + fi + " goes from " + std::to_string(m.src_device) +
-                          " to " + std::to_string(m.dst_device));
-        if (__builtin_add_overflow(bytes, b, &bytes)) corrupt(fi + ".bytes", "overflows 64 bits");
+          corrupt(fk(), "moves from device " + std::to_string(t.src.device(p.src_entry)) +
+                            " to device " + std::to_string(t.dst.device(p.dst_entry)) +
+                            " but its message " + fi() + " goes from " +
+                            std::to_string(m.src_device) + " to " + std::to_string(m.dst_device));
+        if (__builtin_add_overflow(bytes, b, &bytes)) corrupt(fi(".bytes"), "overflows 64 bits");
       }
       if (m.bytes != bytes)
-        corrupt(fi + ".bytes", std::to_string(m.bytes) + " differs from the " +
-                                   std::to_string(bytes) + " bytes of its pieces");
+        corrupt(fi(".bytes"), std::to_string(m.bytes) + " differs from the " +
+                                  std::to_string(bytes) + " bytes of its pieces");
       next += m.num_pieces;
       msgs.push_back(m);
     }
@@ -642,19 +678,20 @@ class Decoder {
     ProcessPart part;
     part.process = fp.process();
     part.regions = decode_regions(fp.regions(), f + ".regions");
-    part.local = decode_pieces(fp.local(), f + ".local");
+    const std::string local = f + ".local";
+    part.local = decode_pieces(fp.local(), local);
     for (size_t i = 0; i < part.local.size(); ++i) {
       const Piece& p = part.local[i];
-      const std::string fi = idx(f + ".local", i);
+      const Where fi{local, i};
       check_piece(p, part.regions, fi);
       const TensorSpec& t = (*tensors_)[p.tensor];
       const int64_t device = t.src.device(p.src_entry);
       if (device != t.dst.device(p.dst_entry))
-        corrupt(fi, "a local piece moves from device " + std::to_string(device) + " to device " +
-                        std::to_string(t.dst.device(p.dst_entry)));
+        corrupt(fi(), "a local piece moves from device " + std::to_string(device) + " to device " +
+                          std::to_string(t.dst.device(p.dst_entry)));
       if (topology_->info(device).process != part.process)
-        corrupt(fi, "device " + std::to_string(device) + " is not on process " +
-                        std::to_string(part.process));
+        corrupt(fi(), "device " + std::to_string(device) + " is not on process " +
+                          std::to_string(part.process));
     }
     part.send_pieces = decode_pieces(fp.send_pieces(), f + ".send_pieces");
     part.sends = decode_messages(fp.sends(), part.send_pieces, part.regions, part.process, true,
@@ -669,7 +706,15 @@ class Decoder {
   const fb::Plan& root_;
   uint64_t budget_;              // bytes the decoded plan may still allocate
   uint64_t empty_cells_budget_;  // cells beyond one per entry, over all tiled layouts
-  std::map<std::tuple<int64_t, std::vector<int64_t>, int32_t, int32_t>, Layout> cache_;
+  // Distinct decoded layouts, and their boxes once a piece needs them:
+  // computing a tiled box per piece would dominate decoding.
+  struct Slot {
+    Layout layout;
+    std::vector<Box> boxes;
+  };
+  std::vector<Slot> slots_;
+  std::map<std::tuple<int64_t, std::vector<int64_t>, int32_t, int32_t>, size_t> cache_;
+  std::vector<std::pair<size_t, size_t>> tensor_slots_;  // per tensor: src, dst slot
   const std::vector<TensorSpec>* tensors_ = nullptr;
   const Topology* topology_ = nullptr;
   int64_t rounds_ = -1;  // stats.rounds, or -1 without statistics

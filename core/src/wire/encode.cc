@@ -149,7 +149,8 @@ class Encoder {
     auto [it, added] =
         tiling_index_.try_emplace(std::move(key), static_cast<int32_t>(tilings_.size()));
     if (added) {
-      auto counts = column<int64_t>(b_, rank, [&](size_t d) { return l.shard_count(static_cast<int>(d)); });
+      auto counts =
+          column<int64_t>(b_, rank, [&](size_t d) { return l.shard_count(static_cast<int>(d)); });
       auto devices = column<int64_t>(b_, n, [&](size_t e) { return l.device(e); });
       auto sums = summands(l);
       auto index = column<int64_t>(b_, n * rank, [&](size_t i) {
@@ -166,7 +167,8 @@ class Encoder {
     std::vector<Offset<fb::DeviceTraffic>> per_device;
     for (const DeviceTraffic& d : s.per_device)
       per_device.push_back(fb::CreateDeviceTraffic(b_, d.device, d.send_bytes, d.recv_bytes,
-                                                   d.local_bytes, d.send_messages, d.recv_messages));
+                                                   d.local_bytes, d.send_messages,
+                                                   d.recv_messages));
     auto per_device_vector = b_.CreateVector(per_device);
     return fb::CreatePlanStats(
         b_, s.network_bytes, s.local_bytes, s.cross_host_bytes, s.cross_process_bytes,

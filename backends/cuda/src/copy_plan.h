@@ -1,0 +1,63 @@
+// Host side of the fused copy kernels: turns a run_copies call (an ordered
+// list of CopyOps, reshard/transport.h) into as few kernel launches as the
+// order allows. Pure C++ (no CUDA), so it is tested on any machine.
+//
+// Order. CopyOps have sequential semantics: an op sees what earlier ops
+// wrote (an identity fill before the reductions into it, reductions of
+// summands in order, a store after them, an unpack reading staging before a
+// pack overwrites it). A launch runs its Works concurrently, so the ops are
+// cut into phases, greedily and in order: an op joins the current phase
+// unless it writes memory the phase reads or writes, or reads memory the
+// phase writes (exact element sets for boxes of the same buffer, see
+// footprints_overlap; conservative byte spans otherwise). Each phase is at
+// most two launches, its copies and its element-wise ops (different register
+// needs), which are independent of each other.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernel_body.h"
+#include "reshard/transport.h"
+
+namespace reshard::cuda_backend {
+
+struct Launch {
+  bool element = false;           // run_tile<true> (element kinds) or <false> (copies)
+  std::vector<Work> works;
+  std::vector<int64_t> tile_start;  // works.size() + 1 entries
+  int64_t tiles() const { return tile_start.empty() ? 0 : tile_start.back(); }
+};
+
+// Validates `ops` (kind, dtype, op, descriptor shape, null pointers) and
+// plans the launches, in the order they must run. Empty ops are dropped.
+// Throws Error(kInvalidArgument) naming the op ("run_copies: ops[3].desc:
+// ..."). Thread-safe.
+std::vector<Launch> plan_launches(std::span<const CopyOp> ops);
+
+// One side of a copy: the element set base + elem * (offset + Σ i_k
+// stride_k), 0 <= i_k < extent_k (elements of `elem` bytes).
+struct Footprint {
+  uintptr_t base = 0;
+  int64_t elem = 1;
+  int32_t rank = 0;
+  int64_t extent[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {};
+  int64_t offset = 0;
+  uintptr_t lo = 0;  // byte span [lo, hi) covering every element
+  uintptr_t hi = 0;
+};
+
+// Footprint of the source (src = true) or destination side of `desc`.
+Footprint make_footprint(const CopyDesc& desc, bool src, const void* base, int64_t elem);
+// A dense range of `bytes` bytes.
+Footprint dense_footprint(const void* base, int64_t bytes);
+
+// True when the two element sets share a byte. Exact when both describe
+// boxes of row-major buffers that share an element grid (equal element
+// sizes, bases congruent modulo it, strides nesting by divisibility);
+// otherwise true whenever the byte spans overlap.
+bool footprints_overlap(const Footprint& a, const Footprint& b);
+
+}  // namespace reshard::cuda_backend

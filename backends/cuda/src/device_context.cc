@@ -1,0 +1,376 @@
+#include "device_context.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "kernels.h"
+
+namespace reshard::cuda_backend {
+
+// ----------------------------------------------------------- cuda_util.h
+
+void cuda_fail(cudaError_t e, const std::string& what) {
+  cudaGetLastError();  // clear a non-sticky error so later calls start clean
+  ErrorCode code = ErrorCode::kTransport;
+  switch (e) {
+    case cudaErrorMemoryAllocation:
+      code = ErrorCode::kOutOfMemory;
+      break;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+      code = ErrorCode::kUnsupported;
+      break;
+    default:
+      break;
+  }
+  fail(code, "CUDA: " + what + ": " + cudaGetErrorString(e) + " (" + cudaGetErrorName(e) + ")");
+}
+
+DeviceGuard::DeviceGuard(int ordinal) {
+  check(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ == ordinal) {
+    previous_ = -1;
+    return;
+  }
+  check(cudaSetDevice(ordinal), ("cudaSetDevice(" + std::to_string(ordinal) + ")").c_str());
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+void DeviceFree::operator()(void* p) const noexcept {
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) return;
+  if (previous != ordinal) cudaSetDevice(ordinal);
+  cudaFree(p);
+  if (previous != ordinal) cudaSetDevice(previous);
+}
+
+StreamPtr make_stream(int ordinal) {
+  DeviceGuard guard(ordinal);
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamDefault), "cudaStreamCreateWithFlags");
+  return StreamPtr(s);
+}
+
+EventPtr make_event(int ordinal) {
+  DeviceGuard guard(ordinal);
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  return EventPtr(e);
+}
+
+DevicePtr device_alloc(int ordinal, size_t bytes) {
+  DeviceGuard guard(ordinal);
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes), ("cudaMalloc(" + std::to_string(bytes) + " bytes)").c_str());
+  return DevicePtr(p, DeviceFree{ordinal});
+}
+
+PinnedPtr pinned_alloc(size_t bytes) {
+  void* p = nullptr;
+  check(cudaMallocHost(&p, bytes), ("cudaMallocHost(" + std::to_string(bytes) + " bytes)").c_str());
+  return PinnedPtr(p);
+}
+
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", seconds);
+  return text;
+}
+
+// --------------------------------------------------------------- staging
+
+namespace {
+
+class CudaStaging : public StagingBlock {
+ public:
+  CudaStaging(int ordinal, cudaStream_t stream, bool async, void* data, int64_t bytes)
+      : ordinal_(ordinal), stream_(stream), async_(async), data_(data), bytes_(bytes) {}
+  ~CudaStaging() override {
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) return;
+    if (previous != ordinal_) cudaSetDevice(ordinal_);
+    if (async_) {
+      cudaFreeAsync(data_, stream_);  // after the work that uses it
+    } else {
+      cudaFree(data_);  // synchronises the device
+    }
+    if (previous != ordinal_) cudaSetDevice(previous);
+  }
+  std::byte* data() override { return static_cast<std::byte*>(data_); }
+  int64_t bytes() const override { return bytes_; }
+
+ private:
+  int ordinal_;
+  cudaStream_t stream_;
+  bool async_;
+  void* data_;
+  int64_t bytes_;
+};
+
+}  // namespace
+
+// -------------------------------------------------------- DeviceContext
+
+DeviceContext::DeviceContext(int ordinal, cudaStream_t stream) : ordinal_(ordinal) {
+  if (stream == nullptr) {
+    owned_ = make_stream(ordinal);
+    stream_ = owned_.get();
+  } else {
+    stream_ = stream;
+  }
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ordinal),
+        "cudaDeviceGetAttribute(MultiProcessorCount)");
+  // Enough resident blocks to cover every SM several times over; the tiles
+  // beyond are picked up by the grid-stride loop.
+  max_blocks_ = std::max(1, sms) * 8;
+  int pools = 0;
+  check(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, ordinal),
+        "cudaDeviceGetAttribute(MemoryPoolsSupported)");
+  pools_ = pools != 0;
+  int pageable = 0;
+  check(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, ordinal),
+        "cudaDeviceGetAttribute(PageableMemoryAccess)");
+  pageable_access_ = pageable != 0;
+}
+
+DeviceContext::Slot& DeviceContext::acquire(Clock::time_point deadline) {
+  // A slot whose last kernel completed, else a new one (up to a bound), else
+  // wait for the oldest.
+  constexpr size_t kMaxSlots = 64;
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    Slot& s = *slots_[(next_slot_ + k) % slots_.size()];
+    if (!s.used) return s;
+    const cudaError_t q = cudaEventQuery(s.done.get());
+    if (q == cudaSuccess) return s;
+    if (q != cudaErrorNotReady) check(q, "cudaEventQuery");
+  }
+  if (slots_.size() < kMaxSlots) {
+    auto slot = std::make_unique<Slot>();
+    slot->done = make_event(ordinal_);
+    slots_.push_back(std::move(slot));
+    return *slots_.back();
+  }
+  Slot& oldest = *slots_[next_slot_ % slots_.size()];
+  Backoff backoff;
+  while (true) {
+    const cudaError_t q = cudaEventQuery(oldest.done.get());
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) check(q, "cudaEventQuery");
+    if (Clock::now() > deadline) {
+      fail(ErrorCode::kTimeout, "CUDA device " + std::to_string(ordinal_) +
+                                    ": timed out waiting for earlier copy kernels to complete");
+    }
+    backoff.pause();
+  }
+  return oldest;
+}
+
+void DeviceContext::enqueue(const std::vector<Launch>& launches, Clock::time_point deadline) {
+  DeviceGuard guard(ordinal_);
+  for (const Launch& l : launches) {
+    const size_t works_bytes = l.works.size() * sizeof(Work);
+    const size_t tiles_bytes = l.tile_start.size() * sizeof(int64_t);
+    const size_t bytes = works_bytes + tiles_bytes;
+    Slot& slot = acquire(deadline);
+    for (size_t k = 0; k < slots_.size(); ++k) {
+      if (slots_[k].get() == &slot) next_slot_ = k + 1;
+    }
+    if (slot.capacity < bytes) {
+      const size_t capacity = std::max(bytes, slot.capacity * 2);
+      slot.device.reset();
+      slot.host.reset();
+      slot.host = pinned_alloc(capacity);
+      slot.device = device_alloc(ordinal_, capacity);
+      slot.capacity = capacity;
+    }
+    auto* host = static_cast<unsigned char*>(slot.host.get());
+    std::memcpy(host, l.works.data(), works_bytes);
+    std::memcpy(host + works_bytes, l.tile_start.data(), tiles_bytes);
+    check(cudaMemcpyAsync(slot.device.get(), host, bytes, cudaMemcpyHostToDevice, stream_),
+          "cudaMemcpyAsync(descriptors)");
+    auto* dev = static_cast<unsigned char*>(slot.device.get());
+    check(launch_tiles(l.element, reinterpret_cast<const Work*>(dev),
+                       reinterpret_cast<const int64_t*>(dev + works_bytes),
+                       static_cast<int>(l.works.size()), l.tiles(), max_blocks_, stream_),
+          "launching the copy kernel");
+    check(cudaEventRecord(slot.done.get(), stream_), "cudaEventRecord");
+    slot.used = true;
+  }
+}
+
+std::unique_ptr<StagingBlock> DeviceContext::allocate(int64_t bytes) {
+  DeviceGuard guard(ordinal_);
+  void* p = nullptr;
+  const size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+  const std::string what = "allocating " + std::to_string(bytes) + " bytes of staging on device " +
+                           std::to_string(ordinal_);
+  if (pools_) {
+    check(cudaMallocAsync(&p, n, stream_), what.c_str());
+  } else {
+    check(cudaMalloc(&p, n), what.c_str());
+  }
+  return std::make_unique<CudaStaging>(ordinal_, stream_, pools_, p, bytes);
+}
+
+EventPtr DeviceContext::record() {
+  EventPtr e = make_event(ordinal_);
+  DeviceGuard guard(ordinal_);
+  check(cudaEventRecord(e.get(), stream_), "cudaEventRecord");
+  return e;
+}
+
+// ------------------------------------------------------------ DeviceSet
+
+DeviceSet::DeviceSet(const CudaStreamOptions& options) : options_(options) {
+  if (!(options_.timeout_seconds > 0)) {
+    fail(ErrorCode::kInvalidArgument, "options.timeout_seconds: must be positive");
+  }
+  const cudaError_t e = cudaGetDeviceCount(&device_count_);
+  if (e != cudaSuccess) cuda_fail(e, "cudaGetDeviceCount");
+  if (device_count_ == 0) fail(ErrorCode::kUnsupported, "CUDA: no GPU is visible");
+  std::vector<int32_t> seen;
+  for (size_t i = 0; i < options_.streams.size(); ++i) {
+    const CudaStream& s = options_.streams[i];
+    const std::string field = "options.streams[" + std::to_string(i) + "]";
+    if (s.ordinal < 0 || s.ordinal >= device_count_) {
+      fail(ErrorCode::kInvalidArgument, field + ".ordinal: " + std::to_string(s.ordinal) +
+                                            " is not a visible CUDA device (" +
+                                            std::to_string(device_count_) + " visible)");
+    }
+    if (std::find(seen.begin(), seen.end(), s.ordinal) != seen.end()) {
+      fail(ErrorCode::kInvalidArgument, field + ".ordinal: a second stream for device " +
+                                            std::to_string(s.ordinal));
+    }
+    if (s.stream == nullptr) fail(ErrorCode::kInvalidArgument, field + ".stream: null");
+    seen.push_back(s.ordinal);
+  }
+}
+
+DeviceContext& DeviceSet::get(int ordinal) {
+  auto it = contexts_.find(ordinal);
+  if (it != contexts_.end()) return *it->second;
+  if (ordinal < 0 || ordinal >= device_count_) {
+    fail(ErrorCode::kInvalidArgument, "CUDA device ordinal " + std::to_string(ordinal) +
+                                          " is not visible (" + std::to_string(device_count_) +
+                                          " devices; check CUDA_VISIBLE_DEVICES and the plan's "
+                                          "topology ordinals)");
+  }
+  cudaStream_t stream = nullptr;
+  for (const CudaStream& s : options_.streams) {
+    if (s.ordinal == ordinal) stream = s.stream;
+  }
+  auto ctx = std::make_unique<DeviceContext>(ordinal, stream);
+  DeviceContext& ref = *ctx;
+  contexts_.emplace(ordinal, std::move(ctx));
+  for (const auto& [other, unused] : contexts_) {
+    if (other == ordinal) continue;
+    peer(ordinal, other);
+    peer(other, ordinal);
+  }
+  return ref;
+}
+
+bool DeviceSet::peer(int from, int to) {
+  if (from == to) return true;
+  const auto key = std::make_pair(from, to);
+  if (auto it = peers_.find(key); it != peers_.end()) return it->second;
+  int can = 0;
+  check(cudaDeviceCanAccessPeer(&can, from, to), "cudaDeviceCanAccessPeer");
+  bool ok = false;
+  if (can != 0) {
+    DeviceGuard guard(from);
+    const cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
+    if (e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled) {
+      ok = true;
+      cudaGetLastError();
+    } else {
+      cuda_fail(e, "cudaDeviceEnablePeerAccess(" + std::to_string(from) + " -> " +
+                       std::to_string(to) + ")");
+    }
+  }
+  peers_[key] = ok;
+  return ok;
+}
+
+void DeviceSet::check_pointer(int ordinal, const void* p, const std::string& what) {
+  const auto key = std::make_pair(ordinal, p);
+  if (checked_.contains(key)) return;
+  cudaPointerAttributes a{};
+  const cudaError_t e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    a.type = cudaMemoryTypeUnregistered;
+  }
+  const DeviceContext& ctx = get(ordinal);
+  switch (a.type) {
+    case cudaMemoryTypeDevice:
+      if (a.device != ordinal && !peer(ordinal, a.device)) {
+        fail(ErrorCode::kUnsupported,
+             what + " is memory of CUDA device " + std::to_string(a.device) + ", which device " +
+                 std::to_string(ordinal) + " cannot address (no peer access between them)");
+      }
+      break;
+    case cudaMemoryTypeManaged:
+      break;
+    case cudaMemoryTypeHost:
+      if (a.devicePointer == nullptr) {
+        fail(ErrorCode::kInvalidArgument,
+             what + " is pinned host memory not mapped into device " + std::to_string(ordinal));
+      }
+      break;
+    default:
+      if (!ctx.pageable_access_) {
+        fail(ErrorCode::kInvalidArgument,
+             what + " is ordinary host memory, which CUDA device " + std::to_string(ordinal) +
+                 " cannot address: shard buffers of the cuda and nccl transports must be CUDA "
+                 "device memory (cudaMalloc), managed or mapped pinned memory");
+      }
+      break;
+  }
+  if (checked_.size() > 65536) checked_.clear();
+  checked_.emplace(key, true);
+}
+
+void DeviceSet::run_copies(int ordinal, std::span<const CopyOp> ops) {
+  DeviceContext& ctx = get(ordinal);
+  std::vector<Launch> launches = plan_launches(ops);
+  if (launches.empty()) return;
+  if (options_.check_pointers) {
+    for (const Launch& l : launches) {
+      for (const Work& w : l.works) {
+        if (w.src != nullptr) check_pointer(ordinal, w.src, "run_copies: a source pointer");
+        check_pointer(ordinal, w.dst, "run_copies: a destination pointer");
+      }
+    }
+  }
+  ctx.enqueue(launches, deadline_after(options_.timeout_seconds));
+}
+
+bool DeviceSet::wait_all(Clock::time_point deadline, const std::function<void()>& poll) {
+  std::vector<std::pair<int, EventPtr>> events;
+  for (const auto& [ordinal, ctx] : contexts_) events.emplace_back(ordinal, ctx->record());
+  Backoff backoff;
+  size_t done = 0;
+  while (true) {
+    while (done < events.size()) {
+      const cudaError_t q = cudaEventQuery(events[done].second.get());
+      if (q == cudaErrorNotReady) break;
+      check(q, ("waiting for the work on CUDA device " + std::to_string(events[done].first))
+                   .c_str());
+      ++done;
+    }
+    if (done == events.size()) return true;
+    if (poll) poll();
+    if (Clock::now() > deadline) return false;
+    backoff.pause();
+  }
+}
+
+}  // namespace reshard::cuda_backend

@@ -1,0 +1,103 @@
+// The per-GPU state both CUDA transports share: the stream all work for the
+// GPU is ordered on, the descriptor buffers of the fused kernels, staging
+// allocation, peer access between the GPUs in use and pointer checks.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "copy_plan.h"
+#include "cuda_util.h"
+#include "reshard/cuda.h"
+#include "reshard/transport.h"
+
+namespace reshard::cuda_backend {
+
+// One GPU.
+class DeviceContext {
+ public:
+  // `stream` null: the context creates a blocking stream.
+  DeviceContext(int ordinal, cudaStream_t stream);
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  int ordinal() const { return ordinal_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // Enqueues `launches` (copy_plan.h) on the stream. Descriptor buffers are
+  // reused once the kernel that read them completed; waiting for one is
+  // bounded by `deadline` (kTimeout).
+  void enqueue(const std::vector<Launch>& launches, Clock::time_point deadline);
+
+  // Stream-ordered device memory (cudaMallocAsync where the device has
+  // memory pools), freed in stream order by the block's destructor.
+  std::unique_ptr<StagingBlock> allocate(int64_t bytes);
+
+  // Records an event of everything enqueued so far.
+  EventPtr record();
+
+ private:
+  struct Slot {
+    PinnedPtr host;
+    DevicePtr device;
+    size_t capacity = 0;
+    EventPtr done;
+    bool used = false;
+  };
+  Slot& acquire(Clock::time_point deadline);
+
+  int ordinal_;
+  StreamPtr owned_;
+  cudaStream_t stream_;
+  int max_blocks_ = 0;
+  bool pools_ = false;
+  bool pageable_access_ = false;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  size_t next_slot_ = 0;
+
+  friend class DeviceSet;
+};
+
+// The GPUs a transport uses, created on first use, with peer access enabled
+// between them where possible.
+class DeviceSet {
+ public:
+  explicit DeviceSet(const CudaStreamOptions& options);
+
+  // The context of `ordinal` (kInvalidArgument when no such device).
+  DeviceContext& get(int ordinal);
+  const std::map<int, std::unique_ptr<DeviceContext>>& contexts() const { return contexts_; }
+
+  // Checks the pointers (unless disabled), plans and enqueues the copies.
+  void run_copies(int ordinal, std::span<const CopyOp> ops);
+
+  // Waits until all work enqueued so far completed or `deadline` passed
+  // (false). `poll` runs between queries and may throw (NCCL errors).
+  bool wait_all(Clock::time_point deadline, const std::function<void()>& poll = {});
+
+  // Whether the transport should wait in finish().
+  bool wait() const { return options_.wait; }
+  double timeout_seconds() const { return options_.timeout_seconds; }
+
+  // Throws unless the memory at `p` can be addressed from `ordinal`;
+  // `what` names the pointer in the message.
+  void check_pointer(int ordinal, const void* p, const std::string& what);
+
+ private:
+  bool peer(int from, int to);
+
+  CudaStreamOptions options_;
+  int device_count_ = 0;
+  std::map<int, std::unique_ptr<DeviceContext>> contexts_;
+  std::map<std::pair<int, int>, bool> peers_;
+  std::map<std::pair<int, const void*>, bool> checked_;  // pointers found addressable
+};
+
+}  // namespace reshard::cuda_backend

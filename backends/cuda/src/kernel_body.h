@@ -1,0 +1,360 @@
+// The work of the fused copy kernels, written once for the device and the
+// host (RESHARD_HD): kernels.cu wraps it in two __global__ functions, and
+// tests/gpu/kernel_emulation_test.cc runs the very same code on the CPU,
+// thread by thread, so the kernel logic is tested on machines without a GPU.
+//
+// One launch covers an array of Works (copy descriptors, see copy_plan.h).
+// Each Work is cut into units, a unit into nothing smaller than what one
+// group of threads handles: for a copy, one contiguous run (or a chunk of a
+// long run) of bytes; for the element kinds, a run (or chunk) of elements.
+// Units are grouped into tiles of kThreads threads; a prefix sum of the
+// tiles per Work (tile_start) lets a block find its Work by binary search,
+// so every block strides over (Work, unit) items of every descriptor and a
+// launch needs no per-Work configuration. Threads of a tile never touch the
+// same bytes, and the element positions are computed with the box-copy
+// core's run_offsets, AccTraits and reduce_combine (reshard/box_copy.h).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "reshard/box_copy.h"
+#include "reshard/hd.h"
+
+namespace reshard::cuda_backend {
+
+inline constexpr int kThreads = 256;              // threads per block (tile)
+inline constexpr int64_t kCopyChunkBytes = 16384;  // longest byte range of one copy unit
+inline constexpr int64_t kElementChunk = 4096;     // longest element range of one unit
+
+enum class WorkKind : int32_t {
+  kCopy = 0,    // bytes: copy_box
+  kReduce = 1,  // acc = op(acc, load(src)): reduce_into
+  kFill = 2,    // dst[i] = pattern (identity of an accumulator or element)
+  kStore = 3,   // dst[i] = store(acc[i]) for f16/bf16/f8 (other dtypes become kCopy)
+};
+
+enum WorkFlags : int32_t {
+  kSrcAligned = 1,  // every source element is aligned to its size
+  kDstAligned = 2,  // every destination element is aligned to its size
+};
+
+// One descriptor of a launch. Plain data, copied to device memory as is.
+struct Work {
+  CopyDesc desc;  // rank >= 1, unit innermost strides; element offsets
+  const unsigned char* src;
+  unsigned char* dst;
+  int64_t runs;            // copy_desc_runs(desc)
+  int64_t run_len;         // elements per run
+  int64_t chunk;           // kCopy: bytes per unit; others: elements per unit
+  int64_t chunks_per_run;  // units per run
+  int64_t units;           // runs * chunks_per_run
+  uint64_t pattern;        // kFill: the value, little endian, dst_size bytes
+  int32_t kind;            // WorkKind
+  int32_t dtype;           // DType (kReduce, kStore)
+  int32_t op;              // ReduceOp (kReduce)
+  int32_t src_size;        // bytes per source element
+  int32_t dst_size;        // bytes per destination element
+  int32_t group;           // threads per unit: a power of two <= kThreads
+  int32_t flags;           // WorkFlags
+  int32_t reserved;
+};
+
+// The Work holding tile `tile`: the last w with tile_start[w] <= tile
+// (tile_start has n + 1 entries, tile_start[n] = total tiles).
+RESHARD_HD inline int find_work(const int64_t* tile_start, int n, int64_t tile) {
+  int lo = 0;
+  int hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tile_start[mid] <= tile) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+namespace kernel_detail {
+
+// 16 bytes moved as one access when both sides allow it.
+#if defined(__CUDA_ARCH__)
+using Vec16 = uint4;
+#else
+struct alignas(16) Vec16 {
+  uint64_t a;
+  uint64_t b;
+};
+#endif
+
+template <int A>
+struct Unit;
+template <>
+struct Unit<1> {
+  using T = uint8_t;
+};
+template <>
+struct Unit<2> {
+  using T = uint16_t;
+};
+template <>
+struct Unit<4> {
+  using T = uint32_t;
+};
+template <>
+struct Unit<8> {
+  using T = uint64_t;
+};
+template <>
+struct Unit<16> {
+  using T = Vec16;
+};
+
+template <class T>
+RESHARD_HD inline T load_unit(const unsigned char* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(reinterpret_cast<const T*>(p));
+#else
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+#endif
+}
+
+template <class T>
+RESHARD_HD inline void store_unit(unsigned char* p, const T& v) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<T*>(p) = v;
+#else
+  std::memcpy(p, &v, sizeof(T));
+#endif
+}
+
+// Element access; `aligned` false means byte by byte.
+template <class T>
+RESHARD_HD inline T load_elem(const unsigned char* p, bool aligned) {
+#if defined(__CUDA_ARCH__)
+  if (aligned) return *reinterpret_cast<const T*>(p);
+#else
+  (void)aligned;
+#endif
+  T v;
+  unsigned char* b = reinterpret_cast<unsigned char*>(&v);
+  for (unsigned i = 0; i < sizeof(T); ++i) b[i] = p[i];
+  return v;
+}
+
+template <class T>
+RESHARD_HD inline void store_elem(unsigned char* p, T v, bool aligned) {
+#if defined(__CUDA_ARCH__)
+  if (aligned) {
+    *reinterpret_cast<T*>(p) = v;
+    return;
+  }
+#else
+  (void)aligned;
+#endif
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(&v);
+  for (unsigned i = 0; i < sizeof(T); ++i) p[i] = b[i];
+}
+
+// Copies len bytes with `width` threads (this one is `lane`): a head of
+// bytes up to the first A-aligned destination byte, the body in A-byte
+// units (four in flight per thread), then a tail of bytes. src and dst must
+// be congruent modulo A.
+template <int A>
+RESHARD_HD inline void copy_bytes_aligned(unsigned char* dst, const unsigned char* src,
+                                          int64_t len, int lane, int width) {
+  using T = typename Unit<A>::T;
+  int64_t head = static_cast<int64_t>((A - (reinterpret_cast<uintptr_t>(dst) & (A - 1))) &
+                                      (A - 1));
+  if (head > len) head = len;
+  for (int64_t i = lane; i < head; i += width) dst[i] = src[i];
+  const int64_t n = (len - head) / A;
+  unsigned char* d = dst + head;
+  const unsigned char* s = src + head;
+  int64_t i = lane;
+  for (; i + 3 * width < n; i += 4 * width) {
+    const T v0 = load_unit<T>(s + i * A);
+    const T v1 = load_unit<T>(s + (i + width) * A);
+    const T v2 = load_unit<T>(s + (i + 2 * width) * A);
+    const T v3 = load_unit<T>(s + (i + 3 * width) * A);
+    store_unit<T>(d + i * A, v0);
+    store_unit<T>(d + (i + width) * A, v1);
+    store_unit<T>(d + (i + 2 * width) * A, v2);
+    store_unit<T>(d + (i + 3 * width) * A, v3);
+  }
+  for (; i < n; i += width) store_unit<T>(d + i * A, load_unit<T>(s + i * A));
+  for (int64_t j = head + n * A + lane; j < len; j += width) dst[j] = src[j];
+}
+
+// The widest unit both pointers can be aligned to together.
+RESHARD_HD inline void copy_bytes(unsigned char* dst, const unsigned char* src, int64_t len,
+                                  int lane, int width) {
+  const uintptr_t x = reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src);
+  if ((x & 15) == 0) return copy_bytes_aligned<16>(dst, src, len, lane, width);
+  if ((x & 7) == 0) return copy_bytes_aligned<8>(dst, src, len, lane, width);
+  if ((x & 3) == 0) return copy_bytes_aligned<4>(dst, src, len, lane, width);
+  if ((x & 1) == 0) return copy_bytes_aligned<2>(dst, src, len, lane, width);
+  return copy_bytes_aligned<1>(dst, src, len, lane, width);
+}
+
+template <DType D, ReduceOp Op>
+RESHARD_HD inline void reduce_elems(const Work& w, const unsigned char* s, unsigned char* a,
+                                    int64_t begin, int64_t end, int lane, int width) {
+  using T = AccTraits<D>;
+  using E = typename T::Elem;
+  using Acc = typename T::Acc;
+  const bool sa = (w.flags & kSrcAligned) != 0;
+  const bool da = (w.flags & kDstAligned) != 0;
+  for (int64_t i = begin + lane; i < end; i += width) {
+    unsigned char* ap = a + i * static_cast<int64_t>(sizeof(Acc));
+    const Acc acc = load_elem<Acc>(ap, da);
+    const E v = load_elem<E>(s + i * static_cast<int64_t>(sizeof(E)), sa);
+    store_elem<Acc>(ap, reduce_combine<D, Op>(acc, T::load(v)), da);
+  }
+}
+
+template <DType D>
+RESHARD_HD inline void reduce_dispatch_op(const Work& w, const unsigned char* s, unsigned char* a,
+                                          int64_t begin, int64_t end, int lane, int width) {
+  switch (static_cast<ReduceOp>(w.op)) {
+    case ReduceOp::kSum:
+      return reduce_elems<D, ReduceOp::kSum>(w, s, a, begin, end, lane, width);
+    case ReduceOp::kMax:
+      return reduce_elems<D, ReduceOp::kMax>(w, s, a, begin, end, lane, width);
+    case ReduceOp::kMin:
+      return reduce_elems<D, ReduceOp::kMin>(w, s, a, begin, end, lane, width);
+  }
+}
+
+RESHARD_HD inline void reduce_unit(const Work& w, const unsigned char* s, unsigned char* a,
+                                   int64_t begin, int64_t end, int lane, int width) {
+#define RESHARD_REDUCE_CASE(D) \
+  case D:                      \
+    return reduce_dispatch_op<D>(w, s, a, begin, end, lane, width);
+  switch (static_cast<DType>(w.dtype)) {
+    RESHARD_REDUCE_CASE(DType::kF64)
+    RESHARD_REDUCE_CASE(DType::kF32)
+    RESHARD_REDUCE_CASE(DType::kF16)
+    RESHARD_REDUCE_CASE(DType::kBF16)
+    RESHARD_REDUCE_CASE(DType::kF8E4M3)
+    RESHARD_REDUCE_CASE(DType::kF8E5M2)
+    RESHARD_REDUCE_CASE(DType::kI64)
+    RESHARD_REDUCE_CASE(DType::kI32)
+    RESHARD_REDUCE_CASE(DType::kI16)
+    RESHARD_REDUCE_CASE(DType::kI8)
+    RESHARD_REDUCE_CASE(DType::kU64)
+    RESHARD_REDUCE_CASE(DType::kU32)
+    RESHARD_REDUCE_CASE(DType::kU16)
+    RESHARD_REDUCE_CASE(DType::kU8)
+    RESHARD_REDUCE_CASE(DType::kBool)
+  }
+#undef RESHARD_REDUCE_CASE
+}
+
+template <DType D>
+RESHARD_HD inline void store_elems(const Work& w, const unsigned char* a, unsigned char* d,
+                                   int64_t begin, int64_t end, int lane, int width) {
+  using T = AccTraits<D>;
+  using E = typename T::Elem;
+  using Acc = typename T::Acc;
+  const bool sa = (w.flags & kSrcAligned) != 0;
+  const bool da = (w.flags & kDstAligned) != 0;
+  for (int64_t i = begin + lane; i < end; i += width) {
+    const Acc acc = load_elem<Acc>(a + i * static_cast<int64_t>(sizeof(Acc)), sa);
+    store_elem<E>(d + i * static_cast<int64_t>(sizeof(E)), T::store(acc), da);
+  }
+}
+
+RESHARD_HD inline void store_unit_elems(const Work& w, const unsigned char* a, unsigned char* d,
+                                        int64_t begin, int64_t end, int lane, int width) {
+  switch (static_cast<DType>(w.dtype)) {
+    case DType::kF16:
+      return store_elems<DType::kF16>(w, a, d, begin, end, lane, width);
+    case DType::kBF16:
+      return store_elems<DType::kBF16>(w, a, d, begin, end, lane, width);
+    case DType::kF8E4M3:
+      return store_elems<DType::kF8E4M3>(w, a, d, begin, end, lane, width);
+    case DType::kF8E5M2:
+      return store_elems<DType::kF8E5M2>(w, a, d, begin, end, lane, width);
+    default:
+      return;  // copy_plan turns the other stores into copies
+  }
+}
+
+template <class T>
+RESHARD_HD inline void fill_elems(const Work& w, unsigned char* d, int64_t begin, int64_t end,
+                                  int lane, int width) {
+  T v;
+  const uint64_t pattern = w.pattern;
+  const unsigned char* pb = reinterpret_cast<const unsigned char*>(&pattern);
+  unsigned char* vb = reinterpret_cast<unsigned char*>(&v);
+  for (unsigned i = 0; i < sizeof(T); ++i) vb[i] = pb[i];  // little endian
+  const bool da = (w.flags & kDstAligned) != 0;
+  for (int64_t i = begin + lane; i < end; i += width) {
+    store_elem<T>(d + i * static_cast<int64_t>(sizeof(T)), v, da);
+  }
+}
+
+RESHARD_HD inline void fill_unit(const Work& w, unsigned char* d, int64_t begin, int64_t end,
+                                 int lane, int width) {
+  switch (w.dst_size) {
+    case 1:
+      return fill_elems<uint8_t>(w, d, begin, end, lane, width);
+    case 2:
+      return fill_elems<uint16_t>(w, d, begin, end, lane, width);
+    case 4:
+      return fill_elems<uint32_t>(w, d, begin, end, lane, width);
+    case 8:
+      return fill_elems<uint64_t>(w, d, begin, end, lane, width);
+    default:
+      return;
+  }
+}
+
+}  // namespace kernel_detail
+
+// Thread `tid` (0 <= tid < kThreads) of the block working on tile `tile`.
+// kElement selects the launch class: copies (false) or the element kinds
+// (true); copy_plan never mixes them in one launch.
+template <bool kElement>
+RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start, int n, int64_t tile,
+                                int tid) {
+  const int wi = find_work(tile_start, n, tile);
+  const Work& w = works[wi];
+  const int group = w.group;
+  const int64_t per_tile = kThreads / group;
+  const int64_t unit = (tile - tile_start[wi]) * per_tile + tid / group;
+  if (unit >= w.units) return;
+  const int lane = tid & (group - 1);
+  const int64_t run = w.chunks_per_run == 1 ? unit : unit / w.chunks_per_run;
+  const int64_t chunk = unit - run * w.chunks_per_run;
+  int64_t so = 0;
+  int64_t to = 0;
+  run_offsets(w.desc, run, &so, &to);
+  const unsigned char* s = w.src + so * w.src_size;
+  unsigned char* d = w.dst + to * w.dst_size;
+  if constexpr (!kElement) {
+    const int64_t run_bytes = w.run_len * w.src_size;
+    const int64_t begin = chunk * w.chunk;
+    const int64_t len = run_bytes - begin < w.chunk ? run_bytes - begin : w.chunk;
+    kernel_detail::copy_bytes(d + begin, s + begin, len, lane, group);
+  } else {
+    const int64_t begin = chunk * w.chunk;
+    const int64_t end = w.run_len - begin < w.chunk ? w.run_len : begin + w.chunk;
+    switch (static_cast<WorkKind>(w.kind)) {
+      case WorkKind::kReduce:
+        return kernel_detail::reduce_unit(w, s, d, begin, end, lane, group);
+      case WorkKind::kFill:
+        return kernel_detail::fill_unit(w, d, begin, end, lane, group);
+      case WorkKind::kStore:
+        return kernel_detail::store_unit_elems(w, s, d, begin, end, lane, group);
+      case WorkKind::kCopy:
+        return;
+    }
+  }
+}
+
+}  // namespace reshard::cuda_backend

@@ -1,0 +1,34 @@
+// The fused pack / unpack / reduce kernels: a thin launch shell around
+// run_tile (kernel_body.h), which is the box-copy core of reshard/box_copy.h
+// compiled for the device. Blocks stride over the tiles of every Work of the
+// launch, so one launch covers any number of descriptors.
+#include "kernels.h"
+
+namespace reshard::cuda_backend {
+namespace {
+
+template <bool kElement>
+__global__ void __launch_bounds__(kThreads)
+    tiles_kernel(const Work* __restrict__ works, const int64_t* __restrict__ tile_start, int n,
+                 int64_t tiles) {
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    run_tile<kElement>(works, tile_start, n, tile, static_cast<int>(threadIdx.x));
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_tiles(bool element, const Work* works, const int64_t* tile_start, int n,
+                         int64_t tiles, int max_blocks, cudaStream_t stream) {
+  if (n <= 0 || tiles <= 0) return cudaSuccess;
+  const int64_t blocks64 = tiles < max_blocks ? tiles : max_blocks;
+  const dim3 grid(static_cast<unsigned>(blocks64 > 0 ? blocks64 : 1));
+  if (element) {
+    tiles_kernel<true><<<grid, kThreads, 0, stream>>>(works, tile_start, n, tiles);
+  } else {
+    tiles_kernel<false><<<grid, kThreads, 0, stream>>>(works, tile_start, n, tiles);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace reshard::cuda_backend

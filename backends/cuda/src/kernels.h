@@ -1,0 +1,20 @@
+// The launch shell of the fused copy kernels (kernels.cu): one launch per
+// Launch of copy_plan.h, blocks striding over its tiles.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernel_body.h"
+
+namespace reshard::cuda_backend {
+
+// Launches run_tile<element> over `tiles` tiles of the `n` works at
+// `works` / `tile_start` (device memory, valid until the kernel completes),
+// with at most `max_blocks` blocks, on `stream` of the current device.
+// Returns the launch status.
+cudaError_t launch_tiles(bool element, const Work* works, const int64_t* tile_start, int n,
+                         int64_t tiles, int max_blocks, cudaStream_t stream);
+
+}  // namespace reshard::cuda_backend

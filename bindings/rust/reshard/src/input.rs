@@ -1,0 +1,164 @@
+//! Planner inputs.
+use std::ptr;
+
+use reshard_sys as sys;
+
+use crate::dtype::DType;
+use crate::error::{check, infallible, Result};
+use crate::layout::Layout;
+use crate::topology::Topology;
+use crate::util::{c_string, ptr_or_null};
+
+/// Planner options (`reshard_plan_options_t`). `Default` gives the
+/// library's defaults (`RESHARD_PLAN_OPTIONS_INIT`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlanOptions {
+    /// A piece held by several remote replicas is split across them when it
+    /// has at least this many bytes (>= 0). Default 1 MiB.
+    pub split_min_bytes: i64,
+    /// α–β cost model: seconds per message (>= 0). Default 5 µs.
+    pub alpha_seconds: f64,
+    /// Bytes per second inside a host (> 0). Default 100e9.
+    pub intra_host_bytes_per_second: f64,
+    /// Bytes per second between hosts (> 0). Default 25e9.
+    pub inter_host_bytes_per_second: f64,
+    /// Staging memory per device per round; 0: unbounded. Default 1 GiB.
+    pub staging_budget_bytes: i64,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        let d = sys::reshard_plan_options_t::default();
+        PlanOptions {
+            split_min_bytes: d.split_min_bytes,
+            alpha_seconds: d.alpha_seconds,
+            intra_host_bytes_per_second: d.intra_host_bytes_per_second,
+            inter_host_bytes_per_second: d.inter_host_bytes_per_second,
+            staging_budget_bytes: d.staging_budget_bytes,
+        }
+    }
+}
+
+/// Everything the planner needs (`reshard_plan_input_t`): tensors with
+/// source and destination layouts, a topology and options. A builder:
+/// modified through `&mut self`, planned from through `&self`.
+#[derive(Debug)]
+pub struct PlanInput {
+    raw: *mut sys::reshard_plan_input_t,
+}
+
+// SAFETY: reshard.h: builders "must not be modified by one thread while
+// another uses them"; nothing is tied to the creating thread.
+unsafe impl Send for PlanInput {}
+// SAFETY: every modifying method takes &mut self; through &self the input is
+// only read (reshard_plan_create "only reads it"), which may happen
+// concurrently.
+unsafe impl Sync for PlanInput {}
+
+impl PlanInput {
+    /// An empty input: no tensors, default topology and options.
+    pub fn new() -> Result<PlanInput> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: raw is a valid output.
+        check(unsafe { sys::reshard_plan_input_create(&mut raw) })?;
+        Ok(PlanInput { raw })
+    }
+
+    /// Parses a JSON spec (DESIGN.md §8: meshes, tensors with named
+    /// shardings, processes and hosts, optional options).
+    ///
+    /// Errors: [`crate::ErrorCode::Parse`] (malformed JSON, with line and
+    /// column), [`crate::ErrorCode::InvalidArgument`] whose message starts
+    /// with the JSON path of the bad value (`tensors[2].src.spec[1]: ...`).
+    pub fn from_spec(json: &str) -> Result<PlanInput> {
+        PlanInput::from_spec_bytes(json.as_bytes())
+    }
+
+    /// [`from_spec`](Self::from_spec) for bytes (need not be UTF-8 checked
+    /// by the caller; the library reports bad text as a parse error).
+    pub fn from_spec_bytes(json: &[u8]) -> Result<PlanInput> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: json.len() bytes are readable at json.as_ptr() (NULL only
+        // with length 0); raw is a valid output.
+        check(unsafe { sys::reshard_plan_input_from_spec(ptr_or_null(json).cast(), json.len(), &mut raw) })?;
+        Ok(PlanInput { raw })
+    }
+
+    /// Appends a tensor named `name` (unique) of `shape` and `dtype`, moving
+    /// from layout `src` to layout `dst` (copied; both must have `shape`).
+    ///
+    /// Errors: [`crate::ErrorCode::InvalidArgument`] (empty name, NUL byte,
+    /// negative size), [`crate::ErrorCode::Mismatch`] (`src: layout shape
+    /// [4, 8] differs from shape [4, 6]`), `OutOfRange`, `Overflow`. The
+    /// input is unchanged on error. Duplicate names are reported by
+    /// [`Plan::new`](crate::Plan::new).
+    pub fn add_tensor(&mut self, name: &str, shape: &[i64], dtype: DType, src: &Layout, dst: &Layout) -> Result<&mut Self> {
+        let name = c_string(name, "name")?;
+        // SAFETY: live handles; shape holds shape.len() values; name is
+        // NUL-terminated; everything is copied by the call.
+        check(unsafe {
+            sys::reshard_plan_input_add_tensor(
+                self.raw,
+                name.as_ptr(),
+                shape.len(),
+                ptr_or_null(shape),
+                dtype.raw(),
+                src.as_raw(),
+                dst.as_raw(),
+            )
+        })?;
+        Ok(self)
+    }
+
+    /// Replaces the topology by a copy of `topology`.
+    pub fn set_topology(&mut self, topology: &Topology) -> Result<&mut Self> {
+        // SAFETY: live handles.
+        check(unsafe { sys::reshard_plan_input_set_topology(self.raw, topology.as_raw()) })?;
+        Ok(self)
+    }
+
+    /// Replaces the planner options (checked by [`Plan::new`](crate::Plan::new),
+    /// with messages naming `options.<field>`).
+    pub fn set_options(&mut self, options: &PlanOptions) -> Result<&mut Self> {
+        let raw = sys::reshard_plan_options_t {
+            split_min_bytes: options.split_min_bytes,
+            alpha_seconds: options.alpha_seconds,
+            intra_host_bytes_per_second: options.intra_host_bytes_per_second,
+            inter_host_bytes_per_second: options.inter_host_bytes_per_second,
+            staging_budget_bytes: options.staging_budget_bytes,
+            ..Default::default()
+        };
+        // SAFETY: live handle; raw is a complete options struct.
+        check(unsafe { sys::reshard_plan_input_set_options(self.raw, &raw) })?;
+        Ok(self)
+    }
+
+    /// Number of tensors.
+    pub fn num_tensors(&self) -> usize {
+        let mut count = 0;
+        // SAFETY: live handle.
+        infallible(unsafe { sys::reshard_plan_input_num_tensors(self.raw, &mut count) }, "reshard_plan_input_num_tensors");
+        count
+    }
+
+    /// The fingerprint a plan of this input will have, without planning:
+    /// equal on every process that describes the same inputs.
+    pub fn fingerprint(&self) -> Result<u64> {
+        let mut fingerprint = 0;
+        // SAFETY: live handle.
+        check(unsafe { sys::reshard_plan_input_fingerprint(self.raw, &mut fingerprint) })?;
+        Ok(fingerprint)
+    }
+
+    /// The raw handle, for calls into `reshard-sys`; valid while `self` lives.
+    pub fn as_raw(&self) -> *const sys::reshard_plan_input_t {
+        self.raw
+    }
+}
+
+impl Drop for PlanInput {
+    fn drop(&mut self) {
+        // SAFETY: owned, destroyed once.
+        unsafe { sys::reshard_plan_input_destroy(self.raw) }
+    }
+}

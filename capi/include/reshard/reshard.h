@@ -1,0 +1,939 @@
+/*
+ * reshard.h — the stable C ABI of reshard (DESIGN.md §5).
+ *
+ * reshard plans and executes the movement of sharded tensors from one device
+ * layout to another. This header is plain C11, self-contained, and the only
+ * header a C program (or a Rust, Go or Python binding) needs.
+ *
+ * Typical use:
+ *
+ *   reshard_mesh_t* train;   reshard_mesh_create(2, axes, shape, NULL, &train);
+ *   reshard_layout_t* src;   reshard_layout_create_named(train, ..., &src);
+ *   reshard_plan_input_t* in; reshard_plan_input_create(&in);
+ *   reshard_plan_input_add_tensor(in, "w", 2, shape, RESHARD_DTYPE_BF16, src, dst);
+ *   reshard_plan_t* plan;    reshard_plan_create(in, NULL, &plan);
+ *   reshard_executor_t* ex;  reshard_executor_create(NULL, &ex);
+ *   reshard_executor_execute(ex, plan, buffers, 1);
+ *
+ * CONVENTIONS (they hold for every function below unless its comment says
+ * otherwise):
+ *
+ * Errors. A function that can fail returns `reshard_error_t*`: NULL on
+ *   success, otherwise an error object the caller owns and releases with
+ *   reshard_error_destroy(). The error carries a code (reshard_error_code_t,
+ *   the same values as the C++ reshard::ErrorCode) and a message that starts
+ *   with the argument or field at fault, e.g. "out_plan: must not be NULL" or
+ *   "mesh.axis_names[1]: empty axis name". There is no global or thread-local
+ *   "last error": errors are values, so any thread may inspect or destroy an
+ *   error object (callers whose threads migrate, like Go, are safe). No C++
+ *   exception ever crosses this boundary; allocation failure is
+ *   RESHARD_ERROR_OUT_OF_MEMORY.
+ *
+ * Outputs. Output parameters are named out_*, and are written only on
+ *   success: on error they are left untouched.
+ *
+ * Ownership. A function named *_create, *_from_* or *_deserialize returns a
+ *   new handle the caller owns and releases with the matching *_destroy.
+ *   Destroy functions return nothing and accept NULL. Handles passed as
+ *   inputs are borrowed for the duration of the call only (their contents are
+ *   copied where kept), so they may be destroyed right after the call.
+ *   Strings returned as `const char*` are owned by the handle they came from
+ *   and stay valid until it is destroyed.
+ *
+ * Options structs. Every options or result struct starts with
+ *   `size_t struct_size`, and each has an _INIT macro that fills
+ *   struct_size and the defaults:
+ *       reshard_plan_options_t opts = RESHARD_PLAN_OPTIONS_INIT;
+ *   The library reads (or writes) only min(struct_size, its own sizeof):
+ *   a struct from an older header (smaller) gets defaults for the fields it
+ *   lacks; a struct from a newer header (larger) has its unknown tail
+ *   ignored. A struct_size of 0 or smaller than the first published version
+ *   of that struct is RESHARD_ERROR_INVALID_ARGUMENT naming the struct.
+ *   Where a pointer to an options struct may be NULL, NULL means defaults.
+ *   Structs have no tail padding (fields named reserved* fill it), so a field
+ *   appended later never lands in bytes an older caller left uninitialised.
+ *
+ * Enums are int32_t typedefs with explicit values; values are never reused.
+ *
+ * Thread safety. Mesh, layout, plan and executor handles are immutable after
+ *   creation: any number of threads may use them concurrently. Builders
+ *   (reshard_topology_t, reshard_plan_input_t) must not be modified by one
+ *   thread while another uses them. Error and buffer objects are immutable.
+ *
+ * Indices. Layout entries are sorted by device id; a tensor's buffers are
+ *   passed in that entry order. Boxes are half-open [lo, hi) per dimension;
+ *   a function returning a box writes `rank` values to each of lo and hi
+ *   (rank <= RESHARD_MAX_RANK, so arrays of RESHARD_MAX_RANK always fit).
+ *
+ * Dynamic loading. reshard_get_api() returns a static table of every
+ * function, for frameworks that dlopen() libreshard.so.1 and resolve one
+ * symbol. The table only ever grows at the end.
+ */
+#ifndef RESHARD_RESHARD_H_
+#define RESHARD_RESHARD_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define RESHARD_API
+#elif defined(__GNUC__)
+#define RESHARD_API __attribute__((visibility("default")))
+#else
+#define RESHARD_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Versions                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Release version of this header (the library's is reshard_version()). */
+#define RESHARD_VERSION_MAJOR 0
+#define RESHARD_VERSION_MINOR 1
+#define RESHARD_VERSION_PATCH 0
+#define RESHARD_VERSION_NUMBER \
+  (RESHARD_VERSION_MAJOR * 10000 + RESHARD_VERSION_MINOR * 100 + RESHARD_VERSION_PATCH)
+#define RESHARD_VERSION_STRING "0.1.0"
+
+/* ABI version: the major changes only on an incompatible change (and with it
+ * the SONAME, libreshard.so.<major>); the minor counts append-only additions
+ * to the function table and to structs. */
+#define RESHARD_ABI_MAJOR 1
+#define RESHARD_ABI_MINOR 0
+
+/* The largest tensor rank (boxes have at most this many dimensions). */
+#define RESHARD_MAX_RANK 8
+
+/* The library's release version, e.g. "0.1.0". A static string; never NULL.
+ * Thread-safe. */
+RESHARD_API const char* reshard_version(void);
+
+/* The library's release version as MAJOR * 10000 + MINOR * 100 + PATCH,
+ * comparable with RESHARD_VERSION_NUMBER. Thread-safe. */
+RESHARD_API uint32_t reshard_version_number(void);
+
+/* ------------------------------------------------------------------------ */
+/* Enumerations (values equal the C++ enums and the plan format)           */
+/* ------------------------------------------------------------------------ */
+
+typedef int32_t reshard_error_code_t;
+enum {
+  RESHARD_OK = 0,
+  RESHARD_ERROR_INVALID_ARGUMENT = 1, /* a value is malformed */
+  RESHARD_ERROR_OUT_OF_RANGE = 2,     /* an index or size is out of range */
+  RESHARD_ERROR_OVERFLOW = 3,         /* an element or byte count overflows */
+  RESHARD_ERROR_MISMATCH = 4,         /* two inputs disagree */
+  RESHARD_ERROR_PARSE = 5,            /* spec text is not valid JSON / schema */
+  RESHARD_ERROR_CORRUPT = 6,          /* plan bytes fail verification */
+  RESHARD_ERROR_UNSUPPORTED = 7,      /* not available in this build */
+  RESHARD_ERROR_TIMEOUT = 8,          /* a wait ran past its deadline */
+  RESHARD_ERROR_TRANSPORT = 9,        /* MPI / NCCL / CUDA reported an error */
+  RESHARD_ERROR_OUT_OF_MEMORY = 10,   /* allocation failed */
+  RESHARD_ERROR_INTERNAL = 11         /* a bug in reshard */
+};
+
+typedef int32_t reshard_dtype_t;
+enum {
+  RESHARD_DTYPE_F64 = 1,
+  RESHARD_DTYPE_F32 = 2,
+  RESHARD_DTYPE_F16 = 3,
+  RESHARD_DTYPE_BF16 = 4,
+  RESHARD_DTYPE_F8E4M3 = 5, /* OCP e4m3fn */
+  RESHARD_DTYPE_F8E5M2 = 6,
+  RESHARD_DTYPE_I64 = 7,
+  RESHARD_DTYPE_I32 = 8,
+  RESHARD_DTYPE_I16 = 9,
+  RESHARD_DTYPE_I8 = 10,
+  RESHARD_DTYPE_U64 = 11,
+  RESHARD_DTYPE_U32 = 12,
+  RESHARD_DTYPE_U16 = 13,
+  RESHARD_DTYPE_U8 = 14,
+  RESHARD_DTYPE_BOOL = 15
+};
+
+/* How the summands of a partial (unreduced) layout combine. */
+typedef int32_t reshard_reduce_op_t;
+enum { RESHARD_REDUCE_SUM = 1, RESHARD_REDUCE_MAX = 2, RESHARD_REDUCE_MIN = 3 };
+
+/* Which process parts reshard_plan_create computes. */
+typedef int32_t reshard_plan_scope_t;
+enum {
+  RESHARD_PLAN_SCOPE_ALL = 0,    /* every process part (in-process execution) */
+  RESHARD_PLAN_SCOPE_GLOBAL = 1, /* statistics and fingerprint only */
+  RESHARD_PLAN_SCOPE_PROCESS = 2 /* the part of reshard_plan_request_t.process */
+};
+
+/* The source or destination layout of a tensor. */
+typedef int32_t reshard_side_t;
+enum { RESHARD_SIDE_SRC = 1, RESHARD_SIDE_DST = 2 };
+
+/* The message lists of a process part. */
+typedef int32_t reshard_direction_t;
+enum { RESHARD_DIRECTION_SEND = 1, RESHARD_DIRECTION_RECV = 2 };
+
+/* The piece lists of a process part: pieces copied within one device, and
+ * the pieces carried by the sent / received messages (grouped per message:
+ * message m carries pieces [first_piece, first_piece + num_pieces)). */
+typedef int32_t reshard_piece_list_t;
+enum { RESHARD_PIECES_LOCAL = 1, RESHARD_PIECES_SEND = 2, RESHARD_PIECES_RECV = 3 };
+
+/* How an executor moves bytes. Only HOST is available in this release; the
+ * others are reserved and give RESHARD_ERROR_UNSUPPORTED. */
+typedef int32_t reshard_transport_t;
+enum {
+  RESHARD_TRANSPORT_HOST = 1, /* in-process, host memory, one process owns all */
+  RESHARD_TRANSPORT_MPI = 2,  /* reserved */
+  RESHARD_TRANSPORT_NCCL = 3  /* reserved */
+};
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* An error: a code and a message. Returned by fallible functions; owned by
+ * the caller. */
+typedef struct reshard_error reshard_error_t;
+
+/* The code of `error`; RESHARD_OK for NULL. Thread-safe. */
+RESHARD_API reshard_error_code_t reshard_error_code(const reshard_error_t* error);
+
+/* The message of `error`, NUL-terminated, owned by the error (valid until
+ * reshard_error_destroy). "" for NULL. Thread-safe. */
+RESHARD_API const char* reshard_error_message(const reshard_error_t* error);
+
+/* Releases an error. Accepts NULL. */
+RESHARD_API void reshard_error_destroy(reshard_error_t* error);
+
+/* A static lower-case name for a code ("invalid_argument", ...); "unknown"
+ * for values this library does not know. Thread-safe. */
+RESHARD_API const char* reshard_error_code_name(reshard_error_code_t code);
+
+/* ------------------------------------------------------------------------ */
+/* Element types                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Bytes per element of `dtype`; 0 for an unknown value. Thread-safe. */
+RESHARD_API size_t reshard_dtype_size(reshard_dtype_t dtype);
+
+/* A static lower-case name ("f32", "bf16", "f8e4m3", "bool", ...); NULL for
+ * an unknown value. Thread-safe. */
+RESHARD_API const char* reshard_dtype_name(reshard_dtype_t dtype);
+
+/* Parses a dtype name as printed by reshard_dtype_name (also "float32",
+ * "bfloat16", "int8", ...) into *out_dtype.
+ * Errors: INVALID_ARGUMENT (name or out_dtype NULL, unknown name). */
+RESHARD_API reshard_error_t* reshard_dtype_from_name(const char* name, reshard_dtype_t* out_dtype);
+
+/* ------------------------------------------------------------------------ */
+/* Meshes                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* An N-d array of distinct devices with named axes. Immutable. */
+typedef struct reshard_mesh reshard_mesh_t;
+
+/* Creates a mesh of `rank` axes. `axis_names[i]` (NUL-terminated, copied)
+ * names axis i and `shape[i]` (>= 1) is its size; `devices` lists the
+ * product(shape) distinct, non-negative device ids in row-major order, or is
+ * NULL for 0, 1, ..., N-1. rank 0 is a one-device mesh (axis_names and shape
+ * may then be NULL).
+ * Errors: INVALID_ARGUMENT naming the field ("axis_names[1]: must not be
+ * NULL", "mesh.axis_names[1]: duplicate axis name", "mesh.shape[0]: ...",
+ * "mesh.devices[3]: ..."), OVERFLOW (too many devices). */
+RESHARD_API reshard_error_t* reshard_mesh_create(size_t rank, const char* const* axis_names,
+                                                 const int64_t* shape, const int64_t* devices,
+                                                 reshard_mesh_t** out_mesh);
+
+/* Releases a mesh. Layouts made from it stay valid. Accepts NULL. */
+RESHARD_API void reshard_mesh_destroy(reshard_mesh_t* mesh);
+
+/* Number of axes of `mesh` into *out_rank. Errors: INVALID_ARGUMENT (NULL). */
+RESHARD_API reshard_error_t* reshard_mesh_rank(const reshard_mesh_t* mesh, size_t* out_rank);
+
+/* Number of devices of `mesh` into *out_size. Errors: INVALID_ARGUMENT
+ * (NULL). */
+RESHARD_API reshard_error_t* reshard_mesh_size(const reshard_mesh_t* mesh, int64_t* out_size);
+
+/* ------------------------------------------------------------------------ */
+/* Layouts                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Where each shard of a tensor lives: a list of entries (device, summand,
+ * box) sorted by device. Immutable. */
+typedef struct reshard_layout reshard_layout_t;
+
+/* A list of mesh axis names (major to minor). `names` may be NULL when
+ * `count` is 0. */
+typedef struct reshard_axes {
+  const char* const* names;
+  size_t count;
+} reshard_axes_t;
+
+/* Lowers a named sharding (JAX NamedSharding(mesh, PartitionSpec), DTensor
+ * placements) of a tensor of `shape` (`rank` values >= 0) on `mesh`:
+ * `dims[d]` lists the mesh axes that split dim d (an empty list replicates
+ * it); axes used nowhere replicate. `partial` (may be NULL: not partial)
+ * lists axes whose devices hold unreduced summands, combined by `partial_op`
+ * (ignored when there are no partial axes). Each axis appears at most once
+ * across dims and partial. Uneven sizes are fine: chunk c = ceil(n/k), shard
+ * i covers [i*c, min(n,(i+1)*c)) and may be empty. The mesh is copied.
+ * Errors: INVALID_ARGUMENT ("dims: must not be NULL", "dims[1].names[0]:
+ * must not be NULL", "layout.spec[1][0]: unknown mesh axis \"tq\"", ...
+ * used twice, negative shape), OUT_OF_RANGE (rank > RESHARD_MAX_RANK),
+ * OVERFLOW (element or byte count). */
+RESHARD_API reshard_error_t* reshard_layout_create_named(
+    const reshard_mesh_t* mesh, size_t rank, const int64_t* shape, const reshard_axes_t* dims,
+    const reshard_axes_t* partial, reshard_reduce_op_t partial_op, reshard_layout_t** out_layout);
+
+/* An explicit box layout of a tensor of `shape`: entry e puts box
+ * [lo[e*rank + d], hi[e*rank + d]) (d < rank) of summand `summands[e]` on
+ * device `devices[e]`. Entries may come in any order (they are sorted by
+ * device); a device appears at most once; boxes lie inside the shape and may
+ * overlap (replicas). `summands` may be NULL (all 0); summands lie in
+ * [0, num_summands), num_summands >= 1; `op` combines summands (ignored when
+ * num_summands is 1). lo/hi may be NULL when rank or num_entries is 0.
+ * Errors: INVALID_ARGUMENT naming the entry ("layout.entries[2].box: ...",
+ * "layout.entries[1].device: device 3 appears twice"), OUT_OF_RANGE,
+ * OVERFLOW. */
+RESHARD_API reshard_error_t* reshard_layout_create_boxes(size_t rank, const int64_t* shape,
+                                                         size_t num_entries, const int64_t* devices,
+                                                         const int32_t* summands, const int64_t* lo,
+                                                         const int64_t* hi, int32_t num_summands,
+                                                         reshard_reduce_op_t op,
+                                                         reshard_layout_t** out_layout);
+
+/* Releases a layout. Accepts NULL. */
+RESHARD_API void reshard_layout_destroy(reshard_layout_t* layout);
+
+/* The tensor rank of `layout` into *out_rank. */
+RESHARD_API reshard_error_t* reshard_layout_rank(const reshard_layout_t* layout, size_t* out_rank);
+
+/* The tensor shape: writes rank values to out_shape. */
+RESHARD_API reshard_error_t* reshard_layout_shape(const reshard_layout_t* layout,
+                                                  int64_t* out_shape);
+
+/* Number of entries (device shards) into *out_count. */
+RESHARD_API reshard_error_t* reshard_layout_num_entries(const reshard_layout_t* layout,
+                                                        size_t* out_count);
+
+/* Entry `entry` (< num_entries): its device, summand and box. Any of the
+ * outputs may be NULL when not needed; out_lo / out_hi receive rank values.
+ * Errors: INVALID_ARGUMENT (layout NULL), OUT_OF_RANGE (entry). */
+RESHARD_API reshard_error_t* reshard_layout_entry(const reshard_layout_t* layout, size_t entry,
+                                                  int64_t* out_device, int32_t* out_summand,
+                                                  int64_t* out_lo, int64_t* out_hi);
+
+/* ------------------------------------------------------------------------ */
+/* Topology                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Maps devices to process rank, host (node) id and local ordinal (CUDA
+ * device index). Devices never added are on process 0, host 0, ordinal 0.
+ * A builder: not thread-safe while being modified. */
+typedef struct reshard_topology reshard_topology_t;
+
+/* Creates an empty topology. Errors: INVALID_ARGUMENT (out NULL),
+ * OUT_OF_MEMORY. */
+RESHARD_API reshard_error_t* reshard_topology_create(reshard_topology_t** out_topology);
+
+/* Releases a topology. Accepts NULL. */
+RESHARD_API void reshard_topology_destroy(reshard_topology_t* topology);
+
+/* Records that `device` lives in `process` on `host` with local `ordinal`.
+ * Adding a device again with the same values is a no-op.
+ * Errors: INVALID_ARGUMENT (negative device, process, host or ordinal;
+ * conflicting values for a device already added, naming it). On error the
+ * topology is unchanged. */
+RESHARD_API reshard_error_t* reshard_topology_add_device(reshard_topology_t* topology,
+                                                         int64_t device, int32_t process,
+                                                         int32_t host, int32_t ordinal);
+
+/* Number of devices added into *out_count. */
+RESHARD_API reshard_error_t* reshard_topology_num_devices(const reshard_topology_t* topology,
+                                                          size_t* out_count);
+
+/* ------------------------------------------------------------------------ */
+/* Plan inputs                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Planner options (C++ reshard::PlanOptions). */
+typedef struct reshard_plan_options {
+  size_t struct_size;
+  /* A piece held by several remote replicas is split evenly across them
+   * when it has at least this many bytes (>= 0). */
+  int64_t split_min_bytes;
+  /* α–β cost model: seconds per message (>= 0), bytes per second inside a
+   * host and between hosts (> 0). */
+  double alpha_seconds;
+  double intra_host_bytes_per_second;
+  double inter_host_bytes_per_second;
+  /* Staging memory per device per round (default 1 GiB); 0: unbounded (one
+   * round). The in-process host executor stages nothing. */
+  int64_t staging_budget_bytes;
+} reshard_plan_options_t;
+
+#define RESHARD_PLAN_OPTIONS_INIT \
+  { sizeof(reshard_plan_options_t), INT64_C(1) << 20, 5e-6, 100e9, 25e9, INT64_C(1) << 30 }
+
+/* Everything the planner needs: tensors with source and destination layouts,
+ * a topology and options. A builder: not thread-safe while being modified;
+ * reshard_plan_create only reads it. */
+typedef struct reshard_plan_input reshard_plan_input_t;
+
+/* Creates an empty input (no tensors, default topology and options).
+ * Errors: INVALID_ARGUMENT (out NULL), OUT_OF_MEMORY. */
+RESHARD_API reshard_error_t* reshard_plan_input_create(reshard_plan_input_t** out_input);
+
+/* Parses a JSON spec (DESIGN.md §8: meshes, tensors with named shardings,
+ * processes/hosts, optional options) of `length` bytes (need not be
+ * NUL-terminated) into a new input.
+ * Errors: INVALID_ARGUMENT (json NULL with length > 0; out NULL), PARSE
+ * (malformed JSON, with line and column), INVALID_ARGUMENT whose message
+ * starts with the JSON path of the bad value ("tensors[2].src.spec[1]:
+ * unknown mesh axis \"tq\""). */
+RESHARD_API reshard_error_t* reshard_plan_input_from_spec(const char* json, size_t length,
+                                                          reshard_plan_input_t** out_input);
+
+/* Releases an input. Accepts NULL. */
+RESHARD_API void reshard_plan_input_destroy(reshard_plan_input_t* input);
+
+/* Appends a tensor named `name` (NUL-terminated, copied; unique within the
+ * input) of `shape` (`rank` values) and `dtype`, moving from layout `src` to
+ * layout `dst` (both copied; both must have this shape).
+ * Errors: INVALID_ARGUMENT (NULL arguments, empty name, unknown dtype,
+ * negative size), MISMATCH ("src: layout shape [4, 8] differs from shape
+ * [4, 6]"), OUT_OF_RANGE, OVERFLOW. The input is unchanged on error.
+ * Duplicate names and coverage are checked by reshard_plan_create. */
+RESHARD_API reshard_error_t* reshard_plan_input_add_tensor(
+    reshard_plan_input_t* input, const char* name, size_t rank, const int64_t* shape,
+    reshard_dtype_t dtype, const reshard_layout_t* src, const reshard_layout_t* dst);
+
+/* Replaces the topology of `input` by a copy of `topology`. */
+RESHARD_API reshard_error_t* reshard_plan_input_set_topology(reshard_plan_input_t* input,
+                                                             const reshard_topology_t* topology);
+
+/* Replaces the planner options of `input` (values are checked by
+ * reshard_plan_create, with messages naming "options.<field>").
+ * Errors: INVALID_ARGUMENT (NULL, bad struct_size). */
+RESHARD_API reshard_error_t* reshard_plan_input_set_options(reshard_plan_input_t* input,
+                                                            const reshard_plan_options_t* options);
+
+/* Number of tensors of `input` into *out_count. */
+RESHARD_API reshard_error_t* reshard_plan_input_num_tensors(const reshard_plan_input_t* input,
+                                                            size_t* out_count);
+
+/* The fingerprint reshard_plan_create would give `input`, without planning:
+ * equal on every process that describes the same inputs. */
+RESHARD_API reshard_error_t* reshard_plan_input_fingerprint(const reshard_plan_input_t* input,
+                                                            uint64_t* out_fingerprint);
+
+/* ------------------------------------------------------------------------ */
+/* Planning                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* A plan: tensors, topology, options, statistics, fingerprint and the
+ * process parts it holds. Immutable; thread-safe. */
+typedef struct reshard_plan reshard_plan_t;
+
+/* What to plan (C++ reshard::PlanRequest). */
+typedef struct reshard_plan_request {
+  size_t struct_size;
+  reshard_plan_scope_t scope; /* default RESHARD_PLAN_SCOPE_ALL */
+  int32_t process;            /* the process for RESHARD_PLAN_SCOPE_PROCESS */
+  /* Non-zero: compute global statistics (a worker planning only its part
+   * may set 0 to skip them). Default 1. */
+  int32_t global_stats;
+  int32_t reserved0; /* set to 0; keeps the struct free of tail padding */
+} reshard_plan_request_t;
+
+#define RESHARD_PLAN_REQUEST_INIT \
+  { sizeof(reshard_plan_request_t), RESHARD_PLAN_SCOPE_ALL, 0, 1, 0 }
+
+/* Plans `input` (NULL `request`: every part, with statistics). Deterministic:
+ * equal inputs give equal plans (and equal serialized bytes).
+ * Errors: INVALID_ARGUMENT naming the field ("tensors[1].name: duplicate
+ * name", "options.alpha_seconds: must be non-negative", "request.scope:
+ * invalid value"), MISMATCH (dtype/shape/op disagreement), OUT_OF_RANGE
+ * ("request.process: ..."), OVERFLOW, OUT_OF_MEMORY. */
+RESHARD_API reshard_error_t* reshard_plan_create(const reshard_plan_input_t* input,
+                                                 const reshard_plan_request_t* request,
+                                                 reshard_plan_t** out_plan);
+
+/* Releases a plan. Accepts NULL. */
+RESHARD_API void reshard_plan_destroy(reshard_plan_t* plan);
+
+/* The plan's fingerprint (hash of its canonical inputs and options). */
+RESHARD_API reshard_error_t* reshard_plan_fingerprint(const reshard_plan_t* plan,
+                                                      uint64_t* out_fingerprint);
+
+/* Global statistics of a plan (C++ reshard::PlanStats). Lower bounds follow
+ * DESIGN.md §2.2; a plan's optimality gap is figure / lower bound. */
+typedef struct reshard_plan_stats {
+  size_t struct_size;
+  int64_t network_bytes; /* bytes that leave their device */
+  int64_t local_bytes;   /* bytes copied within a device */
+  int64_t cross_host_bytes;
+  int64_t cross_process_bytes;
+  int64_t max_send_bytes;
+  int64_t max_recv_bytes;
+  int64_t messages;
+  int64_t pieces; /* network + local pieces */
+  int64_t rounds;
+  int64_t peak_staging_bytes;
+  int64_t lower_bound_network_bytes;
+  int64_t lower_bound_max_send_bytes;
+  int64_t lower_bound_max_recv_bytes;
+  double cost_seconds; /* α–β estimate for the busiest device */
+  double lower_bound_cost_seconds;
+  double plan_seconds;  /* wall time of planning (not part of the fingerprint) */
+  uint64_t num_devices; /* entries for reshard_plan_device_traffic */
+} reshard_plan_stats_t;
+
+#define RESHARD_PLAN_STATS_INIT \
+  { sizeof(reshard_plan_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0 }
+
+/* Fills *out_stats (set out_stats->struct_size first, e.g. with
+ * RESHARD_PLAN_STATS_INIT); writes only min(struct_size, sizeof) bytes and
+ * keeps struct_size.
+ * Errors: INVALID_ARGUMENT (NULL, bad struct_size), UNSUPPORTED ("plan: has
+ * no statistics": planned with RESHARD_PLAN_SCOPE_PROCESS and
+ * global_stats = 0). */
+RESHARD_API reshard_error_t* reshard_plan_stats(const reshard_plan_t* plan,
+                                                reshard_plan_stats_t* out_stats);
+
+/* Traffic of one device (C++ reshard::DeviceTraffic). */
+typedef struct reshard_device_traffic {
+  size_t struct_size;
+  int64_t device;
+  int64_t send_bytes;
+  int64_t recv_bytes;
+  int64_t local_bytes;
+  int64_t send_messages;
+  int64_t recv_messages;
+} reshard_device_traffic_t;
+
+#define RESHARD_DEVICE_TRAFFIC_INIT \
+  { sizeof(reshard_device_traffic_t), 0, 0, 0, 0, 0, 0 }
+
+/* Traffic of the index-th device (sorted by device id; index <
+ * reshard_plan_stats_t.num_devices), written like reshard_plan_stats.
+ * Errors: INVALID_ARGUMENT, UNSUPPORTED (no statistics), OUT_OF_RANGE. */
+RESHARD_API reshard_error_t* reshard_plan_device_traffic(const reshard_plan_t* plan, size_t index,
+                                                         reshard_device_traffic_t* out_traffic);
+
+/* ------------------------------------------------------------------------ */
+/* Inspecting a plan: tensors and their layouts                             */
+/* ------------------------------------------------------------------------ */
+
+/* Number of tensors of `plan`. */
+RESHARD_API reshard_error_t* reshard_plan_num_tensors(const reshard_plan_t* plan,
+                                                      size_t* out_count);
+
+/* Name of tensor `tensor` (NUL-terminated, owned by the plan).
+ * Errors: INVALID_ARGUMENT (NULL), OUT_OF_RANGE ("tensor: 5 >= 3 tensors"). */
+RESHARD_API reshard_error_t* reshard_plan_tensor_name(const reshard_plan_t* plan, size_t tensor,
+                                                      const char** out_name);
+
+/* Element type of tensor `tensor`. */
+RESHARD_API reshard_error_t* reshard_plan_tensor_dtype(const reshard_plan_t* plan, size_t tensor,
+                                                       reshard_dtype_t* out_dtype);
+
+/* Rank of tensor `tensor`. */
+RESHARD_API reshard_error_t* reshard_plan_tensor_rank(const reshard_plan_t* plan, size_t tensor,
+                                                      size_t* out_rank);
+
+/* Shape of tensor `tensor`: writes rank values to out_shape. */
+RESHARD_API reshard_error_t* reshard_plan_tensor_shape(const reshard_plan_t* plan, size_t tensor,
+                                                       int64_t* out_shape);
+
+/* Number of entries (device shards) of the source or destination layout of
+ * tensor `tensor`. */
+RESHARD_API reshard_error_t* reshard_plan_tensor_num_entries(const reshard_plan_t* plan,
+                                                             size_t tensor, reshard_side_t side,
+                                                             size_t* out_count);
+
+/* Entry `entry` of a side of tensor `tensor`: its device, summand and box
+ * (rank values each in out_lo / out_hi). The shard buffer of that entry is
+ * dense, row-major, of exactly this box's shape. Any output may be NULL.
+ * Errors: INVALID_ARGUMENT (plan NULL, side), OUT_OF_RANGE (tensor, entry). */
+RESHARD_API reshard_error_t* reshard_plan_tensor_entry(const reshard_plan_t* plan, size_t tensor,
+                                                       reshard_side_t side, size_t entry,
+                                                       int64_t* out_device, int32_t* out_summand,
+                                                       int64_t* out_lo, int64_t* out_hi);
+
+/* Number of summands (1 unless partial) and reduce op of a side of tensor
+ * `tensor`. Either output may be NULL. */
+RESHARD_API reshard_error_t* reshard_plan_tensor_partial(const reshard_plan_t* plan, size_t tensor,
+                                                         reshard_side_t side,
+                                                         int32_t* out_num_summands,
+                                                         reshard_reduce_op_t* out_op);
+
+/* The entry that `device` holds on a side of tensor `tensor`: *out_found is
+ * 1 and *out_entry its index, or *out_found is 0 (and *out_entry untouched)
+ * when the device holds no shard. out_entry may be NULL. */
+RESHARD_API reshard_error_t* reshard_plan_entry_of_device(const reshard_plan_t* plan, size_t tensor,
+                                                          reshard_side_t side, int64_t device,
+                                                          size_t* out_entry, int32_t* out_found);
+
+/* ------------------------------------------------------------------------ */
+/* Inspecting a plan: processes and their parts                             */
+/* ------------------------------------------------------------------------ */
+
+/* Number of processes owning at least one device of the plan. */
+RESHARD_API reshard_error_t* reshard_plan_num_processes(const reshard_plan_t* plan,
+                                                        size_t* out_count);
+
+/* The index-th of those processes (sorted). */
+RESHARD_API reshard_error_t* reshard_plan_process(const reshard_plan_t* plan, size_t index,
+                                                  int32_t* out_process);
+
+/* *out_has is 1 when the plan holds the part of `process`, else 0. */
+RESHARD_API reshard_error_t* reshard_plan_has_part(const reshard_plan_t* plan, int32_t process,
+                                                   int32_t* out_has);
+
+/* Sizes of the part of one process. */
+typedef struct reshard_part_info {
+  size_t struct_size;
+  uint64_t num_local_pieces; /* pieces copied within a device of the process */
+  uint64_t num_sends;        /* messages the process sends */
+  uint64_t num_send_pieces;
+  uint64_t num_recvs; /* messages the process receives */
+  uint64_t num_recv_pieces;
+} reshard_part_info_t;
+
+#define RESHARD_PART_INFO_INIT \
+  { sizeof(reshard_part_info_t), 0, 0, 0, 0, 0 }
+
+/* Describes the part of `process`, written like reshard_plan_stats.
+ * Errors: INVALID_ARGUMENT, OUT_OF_RANGE ("process: this plan holds no part
+ * for process 3"). */
+RESHARD_API reshard_error_t* reshard_plan_part_info(const reshard_plan_t* plan, int32_t process,
+                                                    reshard_part_info_t* out_info);
+
+/* One message: all pieces from one device to another in one round, packed
+ * back to back in piece order. */
+typedef struct reshard_message {
+  size_t struct_size;
+  int64_t src_device;
+  int64_t dst_device;
+  uint64_t round;
+  uint64_t first_piece; /* index into the SEND / RECV piece list */
+  uint64_t num_pieces;
+  int64_t bytes; /* packed size */
+} reshard_message_t;
+
+#define RESHARD_MESSAGE_INIT \
+  { sizeof(reshard_message_t), 0, 0, 0, 0, 0, 0 }
+
+/* Message `index` of the sends or receives of `process`'s part (sends are
+ * ordered by round, then destination, then source; receives by round,
+ * source, destination). Written like reshard_plan_stats.
+ * Errors: INVALID_ARGUMENT (NULL, direction), OUT_OF_RANGE (process,
+ * index). */
+RESHARD_API reshard_error_t* reshard_plan_part_message(const reshard_plan_t* plan, int32_t process,
+                                                       reshard_direction_t direction, size_t index,
+                                                       reshard_message_t* out_message);
+
+/* One piece: a box of one tensor moving from a source entry to a
+ * destination entry. */
+typedef struct reshard_piece {
+  size_t struct_size;
+  uint64_t tensor;
+  uint64_t src_entry; /* entry of the tensor's source layout */
+  uint64_t dst_entry; /* entry of the tensor's destination layout */
+  int64_t src_device;
+  int64_t dst_device;
+  int64_t bytes;
+} reshard_piece_t;
+
+#define RESHARD_PIECE_INIT \
+  { sizeof(reshard_piece_t), 0, 0, 0, 0, 0, 0 }
+
+/* Piece `index` of a piece list of `process`'s part, written like
+ * reshard_plan_stats, and the region it moves (global tensor coordinates,
+ * rank values each in out_lo / out_hi; either may be NULL).
+ * Errors: INVALID_ARGUMENT (NULL, list), OUT_OF_RANGE (process, index). */
+RESHARD_API reshard_error_t* reshard_plan_part_piece(const reshard_plan_t* plan, int32_t process,
+                                                     reshard_piece_list_t list, size_t index,
+                                                     reshard_piece_t* out_piece, int64_t* out_lo,
+                                                     int64_t* out_hi);
+
+/* ------------------------------------------------------------------------ */
+/* Serialization (FlatBuffers, schema/plan.fbs)                             */
+/* ------------------------------------------------------------------------ */
+
+/* Bytes owned by the library. Immutable. */
+typedef struct reshard_buffer reshard_buffer_t;
+
+/* The bytes of `buffer` (valid until reshard_buffer_destroy); NULL for NULL.
+ * Thread-safe. */
+RESHARD_API const void* reshard_buffer_data(const reshard_buffer_t* buffer);
+
+/* Number of bytes of `buffer`; 0 for NULL. Thread-safe. */
+RESHARD_API size_t reshard_buffer_size(const reshard_buffer_t* buffer);
+
+/* Releases a buffer. Accepts NULL. */
+RESHARD_API void reshard_buffer_destroy(reshard_buffer_t* buffer);
+
+/* What reshard_plan_serialize includes. */
+typedef struct reshard_serialize_options {
+  size_t struct_size;
+  /* Non-zero (default): every part the plan holds. 0: only the part of
+   * `process` (a worker's bytes). */
+  int32_t all_parts;
+  int32_t process;
+} reshard_serialize_options_t;
+
+#define RESHARD_SERIALIZE_OPTIONS_INIT \
+  { sizeof(reshard_serialize_options_t), 1, 0 }
+
+/* Serializes `plan` (NULL options: all parts) into a new buffer.
+ * Deterministic: the same plan and options give the same bytes.
+ * Errors: INVALID_ARGUMENT (NULL, bad struct_size), OUT_OF_RANGE (the plan
+ * holds no part for options->process), OUT_OF_MEMORY. */
+RESHARD_API reshard_error_t* reshard_plan_serialize(const reshard_plan_t* plan,
+                                                    const reshard_serialize_options_t* options,
+                                                    reshard_buffer_t** out_buffer);
+
+/* Verifies `size` bytes at `data` (FlatBuffers verifier, then semantic
+ * checks: indices in range, boxes inside shapes, sizes and statistics
+ * consistent, fingerprint matching the inputs) and decodes them into a new
+ * plan. Untrusted bytes are safe: any defect is an error, never a crash.
+ * The bytes are not referenced after the call.
+ * Errors: INVALID_ARGUMENT (data NULL with size > 0, out NULL), CORRUPT
+ * naming what failed (truncated, wrong identifier, unknown version, bad
+ * index, ...). */
+RESHARD_API reshard_error_t* reshard_plan_deserialize(const void* data, size_t size,
+                                                      reshard_plan_t** out_plan);
+
+/* Verifies plan bytes exactly as reshard_plan_deserialize does, without
+ * keeping the plan (readers in other languages call this before reading the
+ * bytes with their own generated code). NULL when the bytes are valid. */
+RESHARD_API reshard_error_t* reshard_plan_verify_bytes(const void* data, size_t size);
+
+/* ------------------------------------------------------------------------ */
+/* Execution                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Executes plans. Immutable; one executor may run several plans
+ * concurrently from several threads when their destination buffers are
+ * distinct. */
+typedef struct reshard_executor reshard_executor_t;
+
+typedef struct reshard_executor_options {
+  size_t struct_size;
+  reshard_transport_t transport; /* default RESHARD_TRANSPORT_HOST */
+  int32_t threads;               /* worker threads; 0: one per hardware thread */
+} reshard_executor_options_t;
+
+#define RESHARD_EXECUTOR_OPTIONS_INIT \
+  { sizeof(reshard_executor_options_t), RESHARD_TRANSPORT_HOST, 0 }
+
+/* Creates an executor (NULL options: host transport, default threads).
+ * Errors: INVALID_ARGUMENT (bad struct_size, negative threads, unknown
+ * transport), UNSUPPORTED (a reserved transport not in this build). */
+RESHARD_API reshard_error_t* reshard_executor_create(const reshard_executor_options_t* options,
+                                                     reshard_executor_t** out_executor);
+
+/* Releases an executor. Accepts NULL. */
+RESHARD_API void reshard_executor_destroy(reshard_executor_t* executor);
+
+/* A read-only shard buffer. */
+typedef struct reshard_src_buffer {
+  const void* data;
+  size_t bytes;
+} reshard_src_buffer_t;
+
+/* A writable shard buffer. */
+typedef struct reshard_dst_buffer {
+  void* data;
+  size_t bytes;
+} reshard_dst_buffer_t;
+
+/* The shard buffers of one tensor, indexed by layout entry (see
+ * reshard_plan_tensor_entry): `src[e]` holds source entry e, `dst[e]`
+ * receives destination entry e. Each buffer is dense, row-major, exactly
+ * the entry's box (bytes = volume * dtype size; data may be NULL when the
+ * box is empty). */
+typedef struct reshard_tensor_buffers {
+  const reshard_src_buffer_t* src;
+  size_t num_src;
+  const reshard_dst_buffer_t* dst;
+  size_t num_dst;
+} reshard_tensor_buffers_t;
+
+/* Fills every destination buffer of every tensor of `plan` from the source
+ * buffers. `buffers` has one element per plan tensor (num_tensors must equal
+ * the plan's count). The host transport needs a plan holding every process
+ * part (RESHARD_PLAN_SCOPE_ALL, or bytes serialized with all parts).
+ * Partial sources are reduced on the destination (f16/bf16/f8 accumulate in
+ * f32 and round once). Every buffer is checked before anything is written:
+ * counts, byte sizes, NULL data, a destination overlapping another buffer.
+ * Errors: INVALID_ARGUMENT naming the buffer ("buffers[1].dst[3]: 96 bytes
+ * given, box [0:4, 0:8] of f32 needs 128", "plan: lacks the part of process
+ * 1"), and nothing is written. Thread-safe for distinct destination
+ * buffers; the source buffers are only read. */
+RESHARD_API reshard_error_t* reshard_executor_execute(const reshard_executor_t* executor,
+                                                      const reshard_plan_t* plan,
+                                                      const reshard_tensor_buffers_t* buffers,
+                                                      size_t num_tensors);
+
+/* ------------------------------------------------------------------------ */
+/* Verification oracle (DESIGN.md §9)                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Fills source entry `entry` of tensor `tensor` with the oracle's values
+ * (each element encodes its own global index; finite; partial sources hold
+ * summands that reduce exactly). `bytes` must equal the entry's size.
+ * Errors: INVALID_ARGUMENT (NULL, size), OUT_OF_RANGE (tensor, entry). */
+RESHARD_API reshard_error_t* reshard_oracle_fill_source(const reshard_plan_t* plan, size_t tensor,
+                                                        size_t entry, void* data, size_t bytes);
+
+/* Checks destination entry `entry` of tensor `tensor` (whose destination is
+ * not partial) against the oracle: *out_mismatches receives the number of
+ * wrong elements (0: all correct).
+ * Errors: INVALID_ARGUMENT (NULL, size, partial destination), OUT_OF_RANGE. */
+RESHARD_API reshard_error_t* reshard_oracle_check_destination(const reshard_plan_t* plan,
+                                                              size_t tensor, size_t entry,
+                                                              const void* data, size_t bytes,
+                                                              int64_t* out_mismatches);
+
+/* Result of reshard_executor_verify. */
+typedef struct reshard_verify_report {
+  size_t struct_size;
+  int64_t tensors;
+  int64_t elements;   /* destination elements checked (replicas included) */
+  int64_t bytes;      /* destination bytes checked */
+  int64_t mismatches; /* wrong elements; 0 means the plan is correct */
+} reshard_verify_report_t;
+
+#define RESHARD_VERIFY_REPORT_INIT \
+  { sizeof(reshard_verify_report_t), 0, 0, 0, 0 }
+
+/* What `reshard verify` does: allocates every shard of `plan`, fills the
+ * sources with the oracle's values, executes with `executor`, and checks
+ * every destination element (partial destinations by reducing their
+ * summands). Written like reshard_plan_stats. A wrong element is not an
+ * error: it is counted in out_report->mismatches.
+ * Errors: INVALID_ARGUMENT, OUT_OF_MEMORY, and those of execute. */
+RESHARD_API reshard_error_t* reshard_executor_verify(const reshard_executor_t* executor,
+                                                     const reshard_plan_t* plan,
+                                                     reshard_verify_report_t* out_report);
+
+/* ------------------------------------------------------------------------ */
+/* Function table for dlopen users                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Every function above, in a static table. Fields are only ever appended
+ * (check struct_size or abi_minor before using a field added after 1.0);
+ * the table of one ABI major never changes its existing fields. */
+typedef struct reshard_api {
+  size_t struct_size; /* sizeof the table this library provides */
+  uint32_t abi_major; /* RESHARD_ABI_MAJOR of the library */
+  uint32_t abi_minor; /* RESHARD_ABI_MINOR of the library */
+
+  /* ABI 1.0 */
+  const char* (*version)(void);
+  uint32_t (*version_number)(void);
+  reshard_error_code_t (*error_code)(const reshard_error_t*);
+  const char* (*error_message)(const reshard_error_t*);
+  void (*error_destroy)(reshard_error_t*);
+  const char* (*error_code_name)(reshard_error_code_t);
+  size_t (*dtype_size)(reshard_dtype_t);
+  const char* (*dtype_name)(reshard_dtype_t);
+  reshard_error_t* (*dtype_from_name)(const char*, reshard_dtype_t*);
+  reshard_error_t* (*mesh_create)(size_t, const char* const*, const int64_t*, const int64_t*,
+                                  reshard_mesh_t**);
+  void (*mesh_destroy)(reshard_mesh_t*);
+  reshard_error_t* (*mesh_rank)(const reshard_mesh_t*, size_t*);
+  reshard_error_t* (*mesh_size)(const reshard_mesh_t*, int64_t*);
+  reshard_error_t* (*layout_create_named)(const reshard_mesh_t*, size_t, const int64_t*,
+                                          const reshard_axes_t*, const reshard_axes_t*,
+                                          reshard_reduce_op_t, reshard_layout_t**);
+  reshard_error_t* (*layout_create_boxes)(size_t, const int64_t*, size_t, const int64_t*,
+                                          const int32_t*, const int64_t*, const int64_t*, int32_t,
+                                          reshard_reduce_op_t, reshard_layout_t**);
+  void (*layout_destroy)(reshard_layout_t*);
+  reshard_error_t* (*layout_rank)(const reshard_layout_t*, size_t*);
+  reshard_error_t* (*layout_shape)(const reshard_layout_t*, int64_t*);
+  reshard_error_t* (*layout_num_entries)(const reshard_layout_t*, size_t*);
+  reshard_error_t* (*layout_entry)(const reshard_layout_t*, size_t, int64_t*, int32_t*, int64_t*,
+                                   int64_t*);
+  reshard_error_t* (*topology_create)(reshard_topology_t**);
+  void (*topology_destroy)(reshard_topology_t*);
+  reshard_error_t* (*topology_add_device)(reshard_topology_t*, int64_t, int32_t, int32_t, int32_t);
+  reshard_error_t* (*topology_num_devices)(const reshard_topology_t*, size_t*);
+  reshard_error_t* (*plan_input_create)(reshard_plan_input_t**);
+  reshard_error_t* (*plan_input_from_spec)(const char*, size_t, reshard_plan_input_t**);
+  void (*plan_input_destroy)(reshard_plan_input_t*);
+  reshard_error_t* (*plan_input_add_tensor)(reshard_plan_input_t*, const char*, size_t,
+                                            const int64_t*, reshard_dtype_t,
+                                            const reshard_layout_t*, const reshard_layout_t*);
+  reshard_error_t* (*plan_input_set_topology)(reshard_plan_input_t*, const reshard_topology_t*);
+  reshard_error_t* (*plan_input_set_options)(reshard_plan_input_t*, const reshard_plan_options_t*);
+  reshard_error_t* (*plan_input_num_tensors)(const reshard_plan_input_t*, size_t*);
+  reshard_error_t* (*plan_input_fingerprint)(const reshard_plan_input_t*, uint64_t*);
+  reshard_error_t* (*plan_create)(const reshard_plan_input_t*, const reshard_plan_request_t*,
+                                  reshard_plan_t**);
+  void (*plan_destroy)(reshard_plan_t*);
+  reshard_error_t* (*plan_fingerprint)(const reshard_plan_t*, uint64_t*);
+  reshard_error_t* (*plan_stats)(const reshard_plan_t*, reshard_plan_stats_t*);
+  reshard_error_t* (*plan_device_traffic)(const reshard_plan_t*, size_t, reshard_device_traffic_t*);
+  reshard_error_t* (*plan_num_tensors)(const reshard_plan_t*, size_t*);
+  reshard_error_t* (*plan_tensor_name)(const reshard_plan_t*, size_t, const char**);
+  reshard_error_t* (*plan_tensor_dtype)(const reshard_plan_t*, size_t, reshard_dtype_t*);
+  reshard_error_t* (*plan_tensor_rank)(const reshard_plan_t*, size_t, size_t*);
+  reshard_error_t* (*plan_tensor_shape)(const reshard_plan_t*, size_t, int64_t*);
+  reshard_error_t* (*plan_tensor_num_entries)(const reshard_plan_t*, size_t, reshard_side_t,
+                                              size_t*);
+  reshard_error_t* (*plan_tensor_entry)(const reshard_plan_t*, size_t, reshard_side_t, size_t,
+                                        int64_t*, int32_t*, int64_t*, int64_t*);
+  reshard_error_t* (*plan_tensor_partial)(const reshard_plan_t*, size_t, reshard_side_t, int32_t*,
+                                          reshard_reduce_op_t*);
+  reshard_error_t* (*plan_entry_of_device)(const reshard_plan_t*, size_t, reshard_side_t, int64_t,
+                                           size_t*, int32_t*);
+  reshard_error_t* (*plan_num_processes)(const reshard_plan_t*, size_t*);
+  reshard_error_t* (*plan_process)(const reshard_plan_t*, size_t, int32_t*);
+  reshard_error_t* (*plan_has_part)(const reshard_plan_t*, int32_t, int32_t*);
+  reshard_error_t* (*plan_part_info)(const reshard_plan_t*, int32_t, reshard_part_info_t*);
+  reshard_error_t* (*plan_part_message)(const reshard_plan_t*, int32_t, reshard_direction_t, size_t,
+                                        reshard_message_t*);
+  reshard_error_t* (*plan_part_piece)(const reshard_plan_t*, int32_t, reshard_piece_list_t, size_t,
+                                      reshard_piece_t*, int64_t*, int64_t*);
+  const void* (*buffer_data)(const reshard_buffer_t*);
+  size_t (*buffer_size)(const reshard_buffer_t*);
+  void (*buffer_destroy)(reshard_buffer_t*);
+  reshard_error_t* (*plan_serialize)(const reshard_plan_t*, const reshard_serialize_options_t*,
+                                     reshard_buffer_t**);
+  reshard_error_t* (*plan_deserialize)(const void*, size_t, reshard_plan_t**);
+  reshard_error_t* (*plan_verify_bytes)(const void*, size_t);
+  reshard_error_t* (*executor_create)(const reshard_executor_options_t*, reshard_executor_t**);
+  void (*executor_destroy)(reshard_executor_t*);
+  reshard_error_t* (*executor_execute)(const reshard_executor_t*, const reshard_plan_t*,
+                                       const reshard_tensor_buffers_t*, size_t);
+  reshard_error_t* (*oracle_fill_source)(const reshard_plan_t*, size_t, size_t, void*, size_t);
+  reshard_error_t* (*oracle_check_destination)(const reshard_plan_t*, size_t, size_t, const void*,
+                                               size_t, int64_t*);
+  reshard_error_t* (*executor_verify)(const reshard_executor_t*, const reshard_plan_t*,
+                                      reshard_verify_report_t*);
+  /* Append new functions here, never elsewhere, and bump RESHARD_ABI_MINOR. */
+} reshard_api_t;
+
+/* The function table for ABI major version `abi_major` (pass
+ * RESHARD_ABI_MAJOR); NULL when this library does not implement that major.
+ * The table is static (never freed) and thread-safe to use. A caller built
+ * against a newer minor must check `struct_size` (or abi_minor) before
+ * touching fields this library may not have. */
+RESHARD_API const reshard_api_t* reshard_get_api(uint32_t abi_major);
+
+/* The type of reshard_get_api, for dlsym() users. */
+typedef const reshard_api_t* (*reshard_get_api_fn)(uint32_t abi_major);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* RESHARD_RESHARD_H_ */

@@ -1,0 +1,181 @@
+// Execution on the in-process host transport, and the verification oracle.
+#include <span>
+#include <string>
+#include <vector>
+
+#include "internal.h"
+#include "reshard/exec.h"
+#include "reshard/oracle.h"
+
+using reshard::ErrorCode;
+using reshard::TensorSpec;
+using reshard::capi::check_index;
+using reshard::capi::check_out_struct;
+using reshard::capi::guard;
+using reshard::capi::plan_tensor;
+using reshard::capi::read_struct;
+using reshard::capi::renamed;
+using reshard::capi::require;
+using reshard::capi::to_int64;
+using reshard::capi::write_struct;
+
+namespace {
+
+constexpr size_t kExecutorOptionsV1Size = RESHARD_CAPI_V1_SIZE(reshard_executor_options_t, threads);
+constexpr size_t kVerifyReportV1Size = RESHARD_CAPI_V1_SIZE(reshard_verify_report_t, mismatches);
+static_assert(kExecutorOptionsV1Size == sizeof(reshard_executor_options_t));
+static_assert(kVerifyReportV1Size == sizeof(reshard_verify_report_t));
+
+std::string element(const char* array, size_t i) {
+  return std::string(array) + "[" + std::to_string(i) + "]";
+}
+
+// The C buffers as execute_host's views. Only what the C types add is
+// checked here (NULL arrays, sizes past INT64_MAX); execute_host checks
+// counts, sizes and overlaps against the plan.
+std::vector<reshard::TensorBuffers> to_views(const reshard_tensor_buffers_t* buffers,
+                                             size_t num_tensors) {
+  if (num_tensors > 0) require(buffers, "buffers");
+  std::vector<reshard::TensorBuffers> views(num_tensors);
+  for (size_t t = 0; t < num_tensors; ++t) {
+    const reshard_tensor_buffers_t& b = buffers[t];
+    const std::string name = element("buffers", t);
+    if (b.num_src > 0 && b.src == nullptr) {
+      reshard::fail(ErrorCode::kInvalidArgument, name + ".src: must not be NULL");
+    }
+    if (b.num_dst > 0 && b.dst == nullptr) {
+      reshard::fail(ErrorCode::kInvalidArgument, name + ".dst: must not be NULL");
+    }
+    for (size_t e = 0; e < b.num_src; ++e) {
+      views[t].src.push_back(
+          {b.src[e].data,
+           to_int64(b.src[e].bytes, name + ".src[" + std::to_string(e) + "].bytes")});
+    }
+    for (size_t e = 0; e < b.num_dst; ++e) {
+      views[t].dst.push_back(
+          {b.dst[e].data,
+           to_int64(b.dst[e].bytes, name + ".dst[" + std::to_string(e) + "].bytes")});
+    }
+  }
+  return views;
+}
+
+void check_shard_size(const TensorSpec& tensor, const reshard::Layout& layout, size_t entry,
+                      size_t bytes) {
+  check_index(entry, layout.num_entries(), "entry", "entries");
+  const int64_t want = layout.box(entry).volume() * reshard::dtype_size(tensor.dtype);
+  if (to_int64(bytes, "bytes") != want) {
+    reshard::fail(
+        ErrorCode::kInvalidArgument,
+        "bytes: " + std::to_string(bytes) + " given, the shard needs " + std::to_string(want));
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+reshard_error_t* reshard_executor_create(const reshard_executor_options_t* options,
+                                         reshard_executor_t** out_executor) {
+  return guard([&] {
+    require(out_executor, "out_executor");
+    reshard_executor_options_t o = RESHARD_EXECUTOR_OPTIONS_INIT;
+    if (options != nullptr) read_struct(options, kExecutorOptionsV1Size, "options", &o);
+    switch (o.transport) {
+      case RESHARD_TRANSPORT_HOST:
+        break;
+      case RESHARD_TRANSPORT_MPI:
+      case RESHARD_TRANSPORT_NCCL:
+        reshard::fail(ErrorCode::kUnsupported,
+                      "options->transport: " + std::to_string(o.transport) +
+                          " is not available in this build (only RESHARD_TRANSPORT_HOST)");
+      default:
+        reshard::capi::bad_enum("options->transport", o.transport, "a RESHARD_TRANSPORT_ constant");
+    }
+    if (o.threads < 0) {
+      reshard::fail(ErrorCode::kInvalidArgument,
+                    "options->threads: " + std::to_string(o.threads) + " is negative");
+    }
+    auto handle = std::make_unique<reshard_executor>();
+    handle->transport = o.transport;
+    handle->threads = o.threads;
+    *out_executor = handle.release();
+  });
+}
+
+void reshard_executor_destroy(reshard_executor_t* executor) {
+  std::unique_ptr<reshard_executor>{executor}.reset();
+}
+
+reshard_error_t* reshard_executor_execute(const reshard_executor_t* executor,
+                                          const reshard_plan_t* plan,
+                                          const reshard_tensor_buffers_t* buffers,
+                                          size_t num_tensors) {
+  return guard([&] {
+    require(executor, "executor");
+    require(plan, "plan");
+    const std::vector<reshard::TensorBuffers> views = to_views(buffers, num_tensors);
+    reshard::HostExecuteOptions options;
+    options.threads = executor->threads;
+    // execute_host names a buffer "tensors[t].dst[e]"; the C argument is
+    // `buffers`.
+    renamed({{"tensors[", "buffers["}}, [&] { reshard::execute_host(plan->plan, views, options); });
+  });
+}
+
+reshard_error_t* reshard_oracle_fill_source(const reshard_plan_t* plan, size_t tensor, size_t entry,
+                                            void* data, size_t bytes) {
+  return guard([&] {
+    require(plan, "plan");
+    const TensorSpec& t = plan_tensor(plan->plan, tensor);
+    check_shard_size(t, t.src, entry, bytes);
+    if (bytes > 0) require(data, "data");
+    reshard::fill_source_shard(t, static_cast<uint32_t>(tensor), entry,
+                               std::span<std::byte>(static_cast<std::byte*>(data), bytes));
+  });
+}
+
+reshard_error_t* reshard_oracle_check_destination(const reshard_plan_t* plan, size_t tensor,
+                                                  size_t entry, const void* data, size_t bytes,
+                                                  int64_t* out_mismatches) {
+  return guard([&] {
+    require(plan, "plan");
+    require(out_mismatches, "out_mismatches");
+    const TensorSpec& t = plan_tensor(plan->plan, tensor);
+    if (t.dst.partial()) {
+      reshard::fail(ErrorCode::kInvalidArgument,
+                    "tensor: " + std::to_string(tensor) +
+                        " has a partial destination (check it with reshard_executor_verify)");
+    }
+    check_shard_size(t, t.dst, entry, bytes);
+    if (bytes > 0) require(data, "data");
+    reshard::OracleReport report;
+    reshard::check_destination_shard(
+        t, static_cast<uint32_t>(tensor), entry,
+        std::span<const std::byte>(static_cast<const std::byte*>(data), bytes), report, 0);
+    *out_mismatches = report.mismatches;
+  });
+}
+
+reshard_error_t* reshard_executor_verify(const reshard_executor_t* executor,
+                                         const reshard_plan_t* plan,
+                                         reshard_verify_report_t* out_report) {
+  return guard([&] {
+    require(executor, "executor");
+    require(plan, "plan");
+    check_out_struct(out_report, kVerifyReportV1Size, "out_report");
+    reshard::OracleBuffers buffers = reshard::fill_sources(plan->plan);
+    reshard::HostExecuteOptions options;
+    options.threads = executor->threads;
+    reshard::execute_host(plan->plan, buffers.views(), options);
+    const reshard::OracleReport report = reshard::check_destinations(plan->plan, buffers, 0);
+    reshard_verify_report_t c = RESHARD_VERIFY_REPORT_INIT;
+    c.tensors = report.tensors;
+    c.elements = report.elements;
+    c.bytes = report.bytes;
+    c.mismatches = report.mismatches;
+    write_struct(c, out_report);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,182 @@
+// Plan inputs: topology, tensors with source and destination layouts,
+// planner options; built call by call or parsed from a JSON spec.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "internal.h"
+#include "reshard/spec.h"
+
+using reshard::ErrorCode;
+using reshard::capi::guard;
+using reshard::capi::read_struct;
+using reshard::capi::require;
+
+namespace {
+
+constexpr size_t kPlanOptionsV1Size =
+    RESHARD_CAPI_V1_SIZE(reshard_plan_options_t, staging_budget_bytes);
+
+reshard_plan_options_t to_c(const reshard::PlanOptions& o) {
+  reshard_plan_options_t c = RESHARD_PLAN_OPTIONS_INIT;
+  c.split_min_bytes = o.split_min_bytes;
+  c.alpha_seconds = o.alpha_seconds;
+  c.intra_host_bytes_per_second = o.intra_host_bytes_per_second;
+  c.inter_host_bytes_per_second = o.inter_host_bytes_per_second;
+  c.staging_budget_bytes = o.staging_budget_bytes;
+  return c;
+}
+
+}  // namespace
+
+// A struct filled by RESHARD_PLAN_OPTIONS_INIT plans exactly like
+// PlanOptions{}: the macro's defaults are the C++ defaults.
+constexpr reshard_plan_options_t kInit = RESHARD_PLAN_OPTIONS_INIT;
+constexpr reshard::PlanOptions kDefaults{};
+static_assert(kInit.split_min_bytes == kDefaults.split_min_bytes);
+static_assert(kInit.alpha_seconds == kDefaults.alpha_seconds);
+static_assert(kInit.intra_host_bytes_per_second == kDefaults.intra_host_bytes_per_second);
+static_assert(kInit.inter_host_bytes_per_second == kDefaults.inter_host_bytes_per_second);
+static_assert(kInit.staging_budget_bytes == kDefaults.staging_budget_bytes);
+static_assert(kPlanOptionsV1Size == sizeof(reshard_plan_options_t),
+              "reshard_plan_options_t grew: keep kPlanOptionsV1Size at the 1.0 size");
+
+extern "C" {
+
+// ------------------------------------------------------------------ topology
+
+reshard_error_t* reshard_topology_create(reshard_topology_t** out_topology) {
+  return guard([&] {
+    require(out_topology, "out_topology");
+    *out_topology = std::make_unique<reshard_topology>().release();
+  });
+}
+
+void reshard_topology_destroy(reshard_topology_t* topology) {
+  std::unique_ptr<reshard_topology>{topology}.reset();
+}
+
+reshard_error_t* reshard_topology_add_device(reshard_topology_t* topology, int64_t device,
+                                             int32_t process, int32_t host, int32_t ordinal) {
+  return guard([&] {
+    require(topology, "topology");
+    // Topology::add changes nothing when it throws.
+    topology->topology.add({device, process, host, ordinal}, "device");
+  });
+}
+
+reshard_error_t* reshard_topology_num_devices(const reshard_topology_t* topology,
+                                              size_t* out_count) {
+  return guard([&] {
+    require(topology, "topology");
+    require(out_count, "out_count");
+    *out_count = topology->topology.devices().size();
+  });
+}
+
+// ---------------------------------------------------------------- plan input
+
+reshard_error_t* reshard_plan_input_create(reshard_plan_input_t** out_input) {
+  return guard([&] {
+    require(out_input, "out_input");
+    *out_input = std::make_unique<reshard_plan_input>().release();
+  });
+}
+
+reshard_error_t* reshard_plan_input_from_spec(const char* json, size_t length,
+                                              reshard_plan_input_t** out_input) {
+  return guard([&] {
+    if (length > 0) require(json, "json");
+    require(out_input, "out_input");
+    reshard::Spec spec = reshard::parse_spec(std::string_view(json == nullptr ? "" : json, length));
+    auto handle = std::make_unique<reshard_plan_input>();
+    handle->input = std::move(spec.input);
+    *out_input = handle.release();
+  });
+}
+
+void reshard_plan_input_destroy(reshard_plan_input_t* input) {
+  std::unique_ptr<reshard_plan_input>{input}.reset();
+}
+
+reshard_error_t* reshard_plan_input_add_tensor(reshard_plan_input_t* input, const char* name,
+                                               size_t rank, const int64_t* shape,
+                                               reshard_dtype_t dtype, const reshard_layout_t* src,
+                                               const reshard_layout_t* dst) {
+  return guard([&] {
+    require(input, "input");
+    require(name, "name");
+    require(src, "src");
+    require(dst, "dst");
+    if (*name == '\0') reshard::fail(ErrorCode::kInvalidArgument, "name: must not be empty");
+    if (!reshard::dtype_valid(dtype)) {
+      reshard::capi::bad_enum("dtype", dtype, "a RESHARD_DTYPE_ constant");
+    }
+    reshard::TensorSpec tensor;
+    tensor.name = name;
+    tensor.dtype = static_cast<reshard::DType>(dtype);
+    tensor.shape = reshard::capi::copy_array(shape, rank, "shape");
+    reshard::validate_shape(tensor.shape, reshard::dtype_size(tensor.dtype), "shape");
+    auto check_layout = [&](const reshard::Layout& layout, const char* side) {
+      if (layout.shape() == tensor.shape) return;
+      auto str = [](const std::vector<int64_t>& s) {
+        std::string r = "[";
+        for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+        return r + "]";
+      };
+      reshard::fail(ErrorCode::kMismatch, std::string(side) + ": layout shape " +
+                                              str(layout.shape()) + " differs from shape " +
+                                              str(tensor.shape));
+    };
+    check_layout(src->layout, "src");
+    check_layout(dst->layout, "dst");
+    tensor.src = src->layout;
+    tensor.dst = dst->layout;
+    input->input.tensors.push_back(std::move(tensor));
+  });
+}
+
+reshard_error_t* reshard_plan_input_set_topology(reshard_plan_input_t* input,
+                                                 const reshard_topology_t* topology) {
+  return guard([&] {
+    require(input, "input");
+    require(topology, "topology");
+    input->input.topology = topology->topology;
+  });
+}
+
+reshard_error_t* reshard_plan_input_set_options(reshard_plan_input_t* input,
+                                                const reshard_plan_options_t* options) {
+  return guard([&] {
+    require(input, "input");
+    reshard_plan_options_t o = to_c(reshard::PlanOptions{});
+    read_struct(options, kPlanOptionsV1Size, "options", &o);
+    reshard::PlanOptions cpp;
+    cpp.split_min_bytes = o.split_min_bytes;
+    cpp.alpha_seconds = o.alpha_seconds;
+    cpp.intra_host_bytes_per_second = o.intra_host_bytes_per_second;
+    cpp.inter_host_bytes_per_second = o.inter_host_bytes_per_second;
+    cpp.staging_budget_bytes = o.staging_budget_bytes;
+    input->input.options = cpp;
+  });
+}
+
+reshard_error_t* reshard_plan_input_num_tensors(const reshard_plan_input_t* input,
+                                                size_t* out_count) {
+  return guard([&] {
+    require(input, "input");
+    require(out_count, "out_count");
+    *out_count = input->input.tensors.size();
+  });
+}
+
+reshard_error_t* reshard_plan_input_fingerprint(const reshard_plan_input_t* input,
+                                                uint64_t* out_fingerprint) {
+  return guard([&] {
+    require(input, "input");
+    require(out_fingerprint, "out_fingerprint");
+    *out_fingerprint = reshard::plan_fingerprint(input->input);
+  });
+}
+
+}  // extern "C"

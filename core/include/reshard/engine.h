@@ -1,0 +1,154 @@
+// reshard — distributed execution (DESIGN.md §3): one engine over
+// transports. Each process executes its own part of a plan: local copies,
+// then round by round pack, send/receive, unpack or reduce, with bounded
+// staging and deadlines on every wait. docs/distributed.md has the guide.
+//
+//   auto engine = reshard::Engine(reshard::make_mpi_transport());
+//   const int rank = engine.transport().info().rank;
+//   Plan plan = make_plan(input, {PlanScope::kProcess, rank});
+//   engine.execute(plan, rank, my_buffers);   // on every rank of the group
+//
+// Collective: every rank of the transport's group calls execute() with a
+// plan of the same inputs (ranks owning no device of the plan too; they
+// only take part in the agreement below). Plan process p is transport rank
+// p; a plan naming a process >= the group size is rejected.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "reshard/exec.h"
+#include "reshard/plan.h"
+#include "reshard/transport.h"
+
+namespace reshard {
+
+struct ExecuteOptions {
+  // Longest wait for any one step: the agreement, one batch of transfers,
+  // the final flush. On expiry execute() throws kTimeout naming the ranks
+  // still missing. After a timeout the group's communicator may hold
+  // unmatched operations and must not be used again: abort the job
+  // (Transport::abort).
+  double timeout_seconds = 300;
+  // Batches (one round's messages to and from at most two peers, see
+  // docs/distributed.md) in flight at once; at least 1.
+  int32_t max_batches_in_flight = 8;
+  // When ranks compare plan fingerprints and dtypes before executing:
+  // before the first execution of a plan on this engine (default), before
+  // every execution, or never (the caller guarantees agreement).
+  enum class Agreement : int32_t { kFirstUse = 0, kEveryCall = 1, kSkip = 2 };
+  Agreement agreement = Agreement::kFirstUse;
+  // Pack round r+1 while round r's transfers are in flight, when both
+  // rounds fit the staging budget together.
+  bool overlap = true;
+  // How a message that is not one contiguous run of one buffer is built:
+  // packed into staging with the box-copy core (kStaging), or described in
+  // place for transports that gather (MPI derived datatypes, kGather).
+  // kAuto picks staging, measured faster with Open MPI 4.1 (see
+  // docs/distributed.md). Messages that reduce are always staged.
+  enum class Packing : int32_t { kAuto = 0, kStaging = 1, kGather = 2 };
+  Packing packing = Packing::kAuto;
+};
+
+struct ExecuteStats {
+  bool agreed = false;        // the agreement ran in this call
+  int32_t rounds = 0;         // rounds in which this process moved data
+  int64_t batches = 0;
+  int64_t messages_sent = 0;  // to other processes
+  int64_t messages_received = 0;
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  int64_t in_place_messages = 0;  // sent or received without staging
+  int64_t gathered_messages = 0;  // sent or received through Segment lists
+  int64_t local_bytes = 0;        // copied between buffers of this process
+  // Staging, as allocated through Transport::allocate_staging: the largest
+  // allocation for one device (never above the plan's staging budget when it
+  // has one) and the sum over this process's devices.
+  int64_t staging_peak_bytes = 0;
+  int64_t staging_bytes = 0;
+  int32_t overlapped_rounds = 0;  // rounds packed while the previous one was in flight
+  // Memory outside the staging budget: f32 accumulators of f16/bf16/f8
+  // destinations with partial sources, and summands that arrived before a
+  // lower summand of the same elements and wait to be reduced in order.
+  int64_t accumulator_bytes = 0;
+  int64_t deferred_bytes = 0;
+  double seconds = 0;  // wall time of execute()
+};
+
+// Executes plans over one transport. Not thread-safe: one execute() at a
+// time per engine.
+class Engine {
+ public:
+  explicit Engine(std::unique_ptr<Transport> transport);
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+  ~Engine();
+
+  Transport& transport() { return *transport_; }
+
+  // Executes the part of `plan` that belongs to `process` (which must equal
+  // transport().info().rank): `plan` must hold that part (PlanScope::kAll or
+  // kProcess) unless the process owns no device of the plan.
+  //
+  // `local_buffers` is indexed by tensor; in it, the src/dst lists are
+  // indexed by layout entry as for execute_host, and only entries on this
+  // process are used (the others may be null/0; a list may also be empty
+  // when the process has no entry of it).
+  //
+  // Order of events: (1) the buffers and the part are validated — a
+  // problem is kInvalidArgument before any communication (the other ranks
+  // then time out naming this one); (2) the agreement: ranks exchange plan
+  // fingerprint and tensor dtypes, a difference is kMismatch on every rank,
+  // naming the ranks that differ; (3) execution. Partial sources are reduced
+  // with the semantics of execute_host, bit for bit (f16/bf16/f8 accumulate
+  // in f32 and round once; summands are reduced in source summand order).
+  //
+  // Errors: kInvalidArgument, kMismatch, kTimeout (ranks still missing),
+  // kTransport, kOutOfMemory. After kTimeout or kTransport destination
+  // buffers hold unspecified data and may still be written by the transport
+  // until the job ends.
+  ExecuteStats execute(const Plan& plan, int32_t process,
+                       std::span<const TensorBuffers> local_buffers,
+                       const ExecuteOptions& options = {});
+
+ private:
+  std::unique_ptr<Transport> transport_;
+  std::set<uint64_t> agreed_;  // fingerprints agreed on this transport
+};
+
+// ---------------------------------------------------------------- MPI
+
+struct MpiTransportOptions {
+  // Address of the MPI_Comm to run on, e.g. `&comm`; null: MPI_COMM_WORLD.
+  // The transport duplicates it (MPI_Comm_idup, under the deadline below),
+  // so reshard's messages never mix with the caller's.
+  const void* comm = nullptr;
+  // Initialise MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) if the caller
+  // has not; reshard then calls MPI_Finalize at process exit. When false and
+  // MPI is not initialised: kInvalidArgument.
+  bool initialize = true;
+  double timeout_seconds = 300;  // deadline for duplicating the communicator
+  // The backend library to load: a file name or path. Empty: the default
+  // search described at make_mpi_transport.
+  std::string library;
+};
+
+// Creates the `mpi` transport (host memory). The MPI backend lives in its
+// own library, libreshard_mpi.so.1, loaded here on first use, so that
+// reshard itself never links MPI. Searched in order: $RESHARD_BACKEND_DIR,
+// the directory of the library or executable holding reshard and its
+// sibling ../lib (install layout), the executable's directory and ../lib,
+// then the dynamic linker's path. Throws kUnsupported when the backend or
+// MPI cannot be loaded (the message says what to install), kTimeout,
+// kTransport.
+std::unique_ptr<Transport> make_mpi_transport(const MpiTransportOptions& options = {});
+
+// True when make_mpi_transport can load its backend; otherwise `why` (if
+// given) receives the reason.
+bool mpi_transport_available(std::string* why = nullptr);
+
+}  // namespace reshard

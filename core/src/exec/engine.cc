@@ -1,0 +1,655 @@
+// The distributed engine (reshard/engine.h): validation, the agreement on
+// the plan, then the schedule of engine_schedule.h run over a transport.
+#include "reshard/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "exec/engine_schedule.h"
+#include "exec/exec_common.h"
+#include "reshard/box_copy.h"
+#include "reshard/error.h"
+
+namespace reshard {
+namespace {
+
+using engine_detail::Contribution;
+using engine_detail::EngineMessage;
+using engine_detail::RoundPlan;
+using engine_detail::Schedule;
+using Clock = std::chrono::steady_clock;
+
+// Idle waiting on shared, oversubscribed machines: spin briefly, then yield,
+// then sleep in short slices so that the ranks we wait for get the cores.
+class Backoff {
+ public:
+  void pause() {
+    ++n_;
+    if (n_ < 64) return;
+    if (n_ < 2048) {
+      std::this_thread::yield();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+
+ private:
+  int n_ = 0;
+};
+
+Clock::time_point deadline_after(double seconds) {
+  const double capped = std::min(seconds, 1e7);
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(capped));
+}
+
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", s);
+  return text;
+}
+
+std::string rank_list(const std::vector<int32_t>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+std::string hex(uint64_t v) {
+  static const char* digits = "0123456789abcdef";
+  std::string s = "0x";
+  for (int i = 60; i >= 0; i -= 4) s += digits[(v >> i) & 15];
+  return s;
+}
+
+// ------------------------------------------------------------- agreement
+
+constexpr uint64_t kAgreeMagic = 0x31524741'44485352ull;  // "RSHDAGR1"
+
+struct AgreeRecord {
+  uint64_t magic = kAgreeMagic;
+  uint64_t fingerprint = 0;
+  uint64_t tensors = 0;
+  uint64_t dtype_hash = 0;
+};
+
+uint64_t dtype_hash(const Plan& plan) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const TensorSpec& t : plan.tensors()) {
+    h ^= static_cast<uint64_t>(static_cast<int32_t>(t.dtype));
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// Groups ranks by `key`; returns the ranks outside the reference group (the
+// largest; on a tie the one holding the lowest rank) and that group's key.
+template <class Key>
+std::vector<int32_t> outliers(const std::vector<Key>& keys, Key* reference) {
+  std::map<Key, std::vector<int32_t>> groups;
+  for (size_t r = 0; r < keys.size(); ++r) groups[keys[r]].push_back(static_cast<int32_t>(r));
+  const std::vector<int32_t>* best = nullptr;
+  for (const auto& [key, ranks] : groups) {
+    if (best == nullptr || ranks.size() > best->size() ||
+        (ranks.size() == best->size() && ranks.front() < best->front())) {
+      best = &ranks;
+      *reference = key;
+    }
+  }
+  std::vector<int32_t> out;
+  for (size_t r = 0; r < keys.size(); ++r) {
+    if (!(keys[r] == *reference)) out.push_back(static_cast<int32_t>(r));
+  }
+  return out;
+}
+
+void agree(Transport& transport, const Plan& plan, double timeout) {
+  AgreeRecord mine;
+  mine.fingerprint = plan.fingerprint();
+  mine.tensors = plan.tensors().size();
+  mine.dtype_hash = dtype_hash(plan);
+  std::vector<std::vector<std::byte>> all;
+  try {
+    all = transport.allgather(std::as_bytes(std::span(&mine, 1)), timeout);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kTimeout) throw;
+    fail(ErrorCode::kTimeout, std::string("execute: agreeing on the plan: ") + e.what() +
+                                  " (did every rank call execute?)");
+  }
+  std::vector<AgreeRecord> records(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].size() != sizeof(AgreeRecord)) {
+      fail(ErrorCode::kMismatch, "execute: rank " + std::to_string(r) + " sent an agreement record of " +
+                                     std::to_string(all[r].size()) + " bytes");
+    }
+    std::memcpy(&records[r], all[r].data(), sizeof(AgreeRecord));
+    if (records[r].magic != kAgreeMagic) {
+      fail(ErrorCode::kMismatch, "execute: rank " + std::to_string(r) +
+                                     " sent an unexpected agreement record (another reshard version?)");
+    }
+  }
+  const int32_t me = transport.info().rank;
+  // Tensor counts, then dtypes, then the fingerprint: the first difference
+  // found is the most specific one to report.
+  std::vector<uint64_t> counts;
+  for (const AgreeRecord& r : records) counts.push_back(r.tensors);
+  uint64_t ref_count = 0;
+  std::vector<int32_t> odd = outliers(counts, &ref_count);
+  if (!odd.empty()) {
+    fail(ErrorCode::kMismatch,
+         "execute: plan mismatch: rank(s) " + rank_list(odd) + " have a plan of " +
+             std::to_string(counts[static_cast<size_t>(odd.front())]) + " tensors, the others " +
+             std::to_string(ref_count) + " (this is rank " + std::to_string(me) + ")");
+  }
+  std::vector<uint64_t> dhash;
+  for (const AgreeRecord& r : records) dhash.push_back(r.dtype_hash);
+  uint64_t ref_hash = 0;
+  odd = outliers(dhash, &ref_hash);
+  if (!odd.empty()) {
+    // Every rank saw the same records, so every rank runs this exchange.
+    std::vector<std::byte> dtypes;
+    for (const TensorSpec& t : plan.tensors()) {
+      dtypes.push_back(static_cast<std::byte>(static_cast<int32_t>(t.dtype)));
+    }
+    const auto lists = transport.allgather(dtypes, timeout);
+    for (size_t t = 0; t < plan.tensors().size(); ++t) {
+      std::vector<int32_t> keys;
+      for (const auto& l : lists) keys.push_back(t < l.size() ? static_cast<int32_t>(l[t]) : -1);
+      int32_t ref = 0;
+      const std::vector<int32_t> bad = outliers(keys, &ref);
+      if (bad.empty()) continue;
+      const auto name = [](int32_t v) {
+        return dtype_valid(v) ? std::string(dtype_name(static_cast<DType>(v))) : "?";
+      };
+      fail(ErrorCode::kMismatch,
+           "execute: dtype mismatch: tensors[" + std::to_string(t) + "] (\"" + plan.tensors()[t].name +
+               "\") is " + name(keys[static_cast<size_t>(bad.front())]) + " on rank(s) " +
+               rank_list(bad) + " and " + name(ref) + " on the others (this is rank " +
+               std::to_string(me) + ")");
+    }
+    fail(ErrorCode::kMismatch, "execute: dtype mismatch on rank(s) " + rank_list(odd));
+  }
+  std::vector<uint64_t> fps;
+  for (const AgreeRecord& r : records) fps.push_back(r.fingerprint);
+  uint64_t ref_fp = 0;
+  odd = outliers(fps, &ref_fp);
+  if (!odd.empty()) {
+    fail(ErrorCode::kMismatch, "execute: plan mismatch: rank(s) " + rank_list(odd) +
+                                   " have plan fingerprint " +
+                                   hex(fps[static_cast<size_t>(odd.front())]) + ", the others " +
+                                   hex(ref_fp) + " (this is rank " + std::to_string(me) + ")");
+  }
+}
+
+// ---------------------------------------------------------------- copies
+
+// Runs box-copy operations where the memory is: on the host at once
+// (giving the transport a chance to progress every few hundred KiB while
+// transfers are in flight), or collected per device and handed to the
+// transport in one run_copies call per device.
+class Copier {
+ public:
+  Copier(Transport& transport, bool host) : transport_(transport), host_(host) {}
+
+  void set_in_flight(bool v) { in_flight_ = v; }
+
+  void copy(int64_t device, int32_t ordinal, const CopyDesc& d, DType dtype, const void* src,
+            void* dst) {
+    if (!host_) return queue(device, ordinal, {CopyOp::Kind::kCopy, d, dtype, ReduceOp::kSum, 0, src, dst});
+    const int64_t elem = dtype_size(dtype);
+    copy_box(d, elem, src, dst);
+    moved(copy_desc_elements(d) * elem);
+  }
+
+  void reduce(int64_t device, int32_t ordinal, const CopyDesc& d, DType dtype, ReduceOp op,
+              const void* src, void* acc) {
+    if (!host_) return queue(device, ordinal, {CopyOp::Kind::kReduce, d, dtype, op, 0, src, acc});
+    const int64_t elem = dtype_size(dtype);
+    const int64_t n = copy_desc_elements(d);
+    if (reinterpret_cast<uintptr_t>(src) % static_cast<uintptr_t>(elem) != 0) {
+      // Pieces of several dtypes share a message, so a piece in staging can
+      // be misaligned for its type: reduce from an aligned copy. The source
+      // side of such a copy is always the dense packed region.
+      scratch_.resize(static_cast<size_t>((n * elem + 7) / 8));
+      std::memcpy(scratch_.data(), src, static_cast<size_t>(n * elem));
+      src = scratch_.data();
+    }
+    reduce_into(d, dtype, op, src, acc);
+    moved(n * elem);
+  }
+
+  void fill_acc(int64_t device, int32_t ordinal, DType dtype, ReduceOp op, void* acc, int64_t n) {
+    if (!host_) return queue(device, ordinal, {CopyOp::Kind::kFillAcc, {}, dtype, op, n, nullptr, acc});
+    fill_identity(dtype, op, acc, n);
+  }
+
+  void fill_elements(int64_t device, int32_t ordinal, DType dtype, ReduceOp op, void* dst,
+                     int64_t n) {
+    if (!host_) {
+      return queue(device, ordinal, {CopyOp::Kind::kFillElements, {}, dtype, op, n, nullptr, dst});
+    }
+    exec_detail::fill_identity_elements(dtype, op, dst, n);
+  }
+
+  void store(int64_t device, int32_t ordinal, DType dtype, const void* acc, void* dst, int64_t n) {
+    if (!host_) return queue(device, ordinal, {CopyOp::Kind::kStore, {}, dtype, ReduceOp::kSum, n, acc, dst});
+    store_from_acc(dtype, acc, dst, n);
+  }
+
+  void flush() {
+    for (auto& [key, ops] : queued_) {
+      if (!ops.empty()) transport_.run_copies(key.first, key.second, ops);
+      ops.clear();
+    }
+  }
+
+ private:
+  void queue(int64_t device, int32_t ordinal, const CopyOp& op) {
+    queued_[{device, ordinal}].push_back(op);
+  }
+  void moved(int64_t bytes) {
+    if (!in_flight_) return;
+    since_progress_ += bytes;
+    if (since_progress_ >= (int64_t{256} << 10)) {
+      since_progress_ = 0;
+      transport_.progress();
+    }
+  }
+
+  Transport& transport_;
+  bool host_;
+  bool in_flight_ = false;
+  int64_t since_progress_ = 0;
+  std::vector<uint64_t> scratch_;
+  std::map<std::pair<int64_t, int32_t>, std::vector<CopyOp>> queued_;
+};
+
+// --------------------------------------------------------------- the run
+
+class Run {
+ public:
+  Run(Transport& transport, const Plan& plan, std::span<const TensorBuffers> buffers,
+      const ExecuteOptions& options, Schedule& schedule, ExecuteStats& stats)
+      : transport_(transport),
+        info_(transport.info()),
+        plan_(plan),
+        tensors_(plan.tensors()),
+        part_(plan.part(info_.rank)),
+        buffers_(buffers),
+        options_(options),
+        s_(schedule),
+        stats_(stats),
+        copier_(transport, info_.memory == MemoryKind::kHost) {}
+
+  void go();
+
+ private:
+  struct InFlight {
+    size_t step;
+    std::unique_ptr<TransferBatch> batch;
+  };
+
+  int64_t elem(uint32_t t) const { return dtype_size(tensors_[t].dtype); }
+  const void* src_ptr(const Piece& p) const { return buffers_[p.tensor].src[p.src_entry].data; }
+  void* dst_ptr(const Piece& p) const { return buffers_[p.tensor].dst[p.dst_entry].data; }
+  int32_t ordinal_of(int64_t device) const { return plan_.topology().info(device).ordinal; }
+  std::byte* staging(size_t slot, size_t ri) {
+    return arenas_[slot]->data() + s_.rounds[ri].base[slot];
+  }
+  void allocate();
+  void fill();
+  void direct();
+  void pack(size_t ri, bool early);
+  std::unique_ptr<TransferBatch> post(size_t ri, size_t step);
+  void unpack(size_t ri, size_t step);
+  void reduce_ready(int64_t round, size_t ri);
+  void wait(std::deque<InFlight>& in_flight, size_t ri);
+  void store();
+
+  Transport& transport_;
+  const TransportInfo info_;
+  const Plan& plan_;
+  const std::vector<TensorSpec>& tensors_;
+  const ProcessPart& part_;
+  std::span<const TensorBuffers> buffers_;
+  const ExecuteOptions& options_;
+  Schedule& s_;
+  ExecuteStats& stats_;
+  Copier copier_;
+  std::vector<std::unique_ptr<StagingBlock>> arenas_;  // per slot
+  std::vector<uint64_t> acc_store_;
+  std::vector<uint64_t> deferred_store_;
+  std::vector<std::vector<size_t>> deferred_of_;  // per message: contributions to copy aside
+  std::vector<TransferOp> ops_;
+  size_t next_contribution_ = 0;
+};
+
+void Run::allocate() {
+  // Staging: one arena per device, allocated once for the whole execution.
+  arenas_.resize(s_.slots.size());
+  for (size_t i = 0; i < s_.slots.size(); ++i) {
+    const auto& slot = s_.slots[i];
+    if (slot.capacity == 0) continue;
+    arenas_[i] = transport_.allocate_staging(slot.device, slot.ordinal, slot.capacity);
+    if (!arenas_[i] || arenas_[i]->bytes() < slot.capacity) {
+      fail(ErrorCode::kOutOfMemory, "execute: the transport could not allocate " +
+                                        std::to_string(slot.capacity) +
+                                        " bytes of staging for device " + std::to_string(slot.device));
+    }
+    stats_.staging_peak_bytes = std::max(stats_.staging_peak_bytes, slot.capacity);
+    stats_.staging_bytes += slot.capacity;
+  }
+  if (info_.memory != MemoryKind::kHost && (s_.accumulator_bytes > 0 || s_.deferred_bytes > 0)) {
+    fail(ErrorCode::kUnsupported, "execute: reductions of f16/bf16/f8 or out-of-order summands on " +
+                                      info_.name + " memory are not implemented");
+  }
+  acc_store_.resize(static_cast<size_t>(s_.accumulator_bytes / 8));
+  deferred_store_.resize(static_cast<size_t>(s_.deferred_bytes / 8));
+  stats_.accumulator_bytes = s_.accumulator_bytes;
+  stats_.deferred_bytes = s_.deferred_bytes;
+  deferred_of_.resize(s_.messages.size());
+  for (size_t i = 0; i < s_.contributions.size(); ++i) {
+    const Contribution& c = s_.contributions[i];
+    if (c.deferred_offset >= 0) deferred_of_[c.msg].push_back(i);
+  }
+}
+
+void Run::fill() {
+  for (const auto& [t, e] : s_.fills) {
+    const TensorSpec& spec = tensors_[t];
+    const int64_t device = spec.dst.device(e);
+    copier_.fill_elements(device, ordinal_of(device), spec.dtype, spec.dst.reduce_op(),
+                          buffers_[t].dst[e].data, spec.dst.box(e).volume());
+  }
+  for (const auto& a : s_.accs) {
+    const TensorSpec& spec = tensors_[a.tensor];
+    const int64_t device = spec.dst.device(a.dst_entry);
+    void* acc = a.separate ? static_cast<void*>(reinterpret_cast<std::byte*>(acc_store_.data()) +
+                                                a.acc_offset)
+                           : buffers_[a.tensor].dst[a.dst_entry].data;
+    copier_.fill_acc(device, ordinal_of(device), spec.dtype, spec.src.reduce_op(), acc, a.elements);
+  }
+}
+
+void Run::direct() {
+  for (const auto& d : s_.direct) {
+    const Piece& p = *d.piece;
+    const TensorSpec& spec = tensors_[p.tensor];
+    const Box region = plan_.region(*d.part, p);
+    const int64_t device = spec.dst.device(p.dst_entry);
+    copier_.copy(device, ordinal_of(device),
+                 make_copy_desc(region, spec.src.box(p.src_entry), spec.dst.box(p.dst_entry)),
+                 spec.dtype, src_ptr(p), dst_ptr(p));
+  }
+  stats_.local_bytes += s_.local_bytes;
+}
+
+void Run::pack(size_t ri, bool early) {
+  const RoundPlan& r = s_.rounds[ri];
+  for (size_t mi : r.sends) {
+    const EngineMessage& m = s_.messages[mi];
+    if ((r.early[m.slot] != 0) != early) continue;
+    std::byte* out = staging(m.slot, ri) + m.offset;
+    for (const Piece& p : m.pieces) {
+      const TensorSpec& spec = tensors_[p.tensor];
+      const Box region = plan_.region(part_, p);
+      copier_.copy(m.local_device, m.ordinal,
+                   make_copy_desc(region, spec.src.box(p.src_entry), region), spec.dtype,
+                   src_ptr(p), out);
+      out += region.volume() * elem(p.tensor);
+    }
+  }
+}
+
+std::unique_ptr<TransferBatch> Run::post(size_t ri, size_t step) {
+  ops_.clear();
+  for (size_t mi : s_.rounds[ri].steps[step]) {
+    EngineMessage& m = s_.messages[mi];
+    TransferOp op;
+    op.kind = m.send ? TransferOp::Kind::kSend : TransferOp::Kind::kRecv;
+    op.peer = m.peer;
+    op.round = m.round;
+    op.local_device = m.local_device;
+    op.local_ordinal = m.ordinal;
+    op.remote_device = m.send ? m.dst_device : m.src_device;
+    op.bytes = m.bytes;
+    switch (m.mode) {
+      case EngineMessage::Mode::kInPlace:
+        op.data = m.in_place;
+        ++stats_.in_place_messages;
+        break;
+      case EngineMessage::Mode::kStaged:
+        op.data = staging(m.slot, ri) + m.offset;
+        break;
+      case EngineMessage::Mode::kGather:
+        op.segments = m.segments;
+        ++stats_.gathered_messages;
+        break;
+    }
+    if (m.send) {
+      ++stats_.messages_sent;
+      stats_.bytes_sent += m.bytes;
+    } else {
+      ++stats_.messages_received;
+      stats_.bytes_received += m.bytes;
+    }
+    ops_.push_back(op);
+  }
+  ++stats_.batches;
+  return transport_.start(ops_);
+}
+
+void Run::unpack(size_t ri, size_t step) {
+  for (size_t mi : s_.rounds[ri].steps[step]) {
+    const EngineMessage& m = s_.messages[mi];
+    if (m.send || m.mode != EngineMessage::Mode::kStaged) continue;
+    const std::byte* in = staging(m.slot, ri) + m.offset;
+    for (const Piece& p : m.pieces) {
+      const TensorSpec& spec = tensors_[p.tensor];
+      const Box region = plan_.region(part_, p);
+      if (!spec.src.partial()) {
+        copier_.copy(m.local_device, m.ordinal,
+                     make_copy_desc(region, region, spec.dst.box(p.dst_entry)), spec.dtype, in,
+                     dst_ptr(p));
+      }
+      in += region.volume() * elem(p.tensor);
+    }
+    // Summands that must wait for a lower summand arriving later.
+    for (size_t ci : deferred_of_[mi]) {
+      const Contribution& c = s_.contributions[ci];
+      std::memcpy(reinterpret_cast<std::byte*>(deferred_store_.data()) + c.deferred_offset,
+                  staging(m.slot, ri) + m.offset + c.msg_offset, static_cast<size_t>(c.bytes));
+    }
+  }
+}
+
+void Run::reduce_ready(int64_t round, size_t ri) {
+  for (; next_contribution_ < s_.contributions.size(); ++next_contribution_) {
+    const Contribution& c = s_.contributions[next_contribution_];
+    if (c.ready != round) break;
+    const TensorSpec& spec = tensors_[c.tensor];
+    const auto& a = s_.accs[c.acc];
+    const Box dst_box = spec.dst.box(c.dst_entry);
+    void* acc = a.separate ? static_cast<void*>(reinterpret_cast<std::byte*>(acc_store_.data()) +
+                                                a.acc_offset)
+                           : buffers_[c.tensor].dst[c.dst_entry].data;
+    const void* src = nullptr;
+    Box src_box = c.region;
+    if (c.arrival < 0) {
+      src = c.src;
+      src_box = c.src_box;
+    } else if (c.deferred_offset >= 0) {
+      src = reinterpret_cast<const std::byte*>(deferred_store_.data()) + c.deferred_offset;
+    } else {
+      const EngineMessage& m = s_.messages[c.msg];
+      src = staging(m.slot, ri) + m.offset + c.msg_offset;
+    }
+    // A separate accumulator is indexed like the destination box.
+    const CopyDesc d = make_copy_desc(c.region, src_box, dst_box);
+    const int64_t device = spec.dst.device(c.dst_entry);
+    copier_.reduce(device, ordinal_of(device), d, spec.dtype, spec.src.reduce_op(), src, acc);
+  }
+}
+
+void Run::wait(std::deque<InFlight>& in_flight, size_t ri) {
+  InFlight& front = in_flight.front();
+  Backoff backoff;
+  const auto deadline = deadline_after(options_.timeout_seconds);
+  while (!front.batch->test()) {
+    if (Clock::now() > deadline) {
+      std::vector<int32_t> peers;
+      for (const InFlight& f : in_flight) {
+        f.batch->test();  // settle what completed unobserved behind the front batch
+        for (int32_t p : f.batch->pending_peers()) peers.push_back(p);
+      }
+      std::sort(peers.begin(), peers.end());
+      peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+      fail(ErrorCode::kTimeout,
+           "execute: timed out after " + seconds_text(options_.timeout_seconds) + " in round " +
+               std::to_string(s_.rounds[ri].round) + " waiting for rank(s) " + rank_list(peers) +
+               " (this is rank " + std::to_string(info_.rank) + ", plan " +
+               hex(plan_.fingerprint()) + ")");
+    }
+    backoff.pause();
+  }
+}
+
+void Run::store() {
+  for (const auto& a : s_.accs) {
+    if (!a.separate) continue;
+    const TensorSpec& spec = tensors_[a.tensor];
+    const int64_t device = spec.dst.device(a.dst_entry);
+    copier_.store(device, ordinal_of(device), spec.dtype,
+                  reinterpret_cast<const std::byte*>(acc_store_.data()) + a.acc_offset,
+                  buffers_[a.tensor].dst[a.dst_entry].data, a.elements);
+  }
+}
+
+void Run::go() {
+  allocate();
+  fill();
+  if (s_.rounds.empty()) {
+    direct();
+    reduce_ready(-1, 0);
+  } else {
+    pack(0, true);
+    pack(0, false);
+    copier_.flush();
+  }
+  const size_t window = static_cast<size_t>(std::max(1, options_.max_batches_in_flight));
+  for (size_t ri = 0; ri < s_.rounds.size(); ++ri) {
+    const RoundPlan& r = s_.rounds[ri];
+    std::deque<InFlight> in_flight;
+    size_t next = 0;
+    while (next < r.steps.size() && in_flight.size() < window) {
+      in_flight.push_back({next, post(ri, next)});
+      ++next;
+    }
+    copier_.set_in_flight(true);
+    if (ri == 0) {
+      direct();
+      reduce_ready(-1, 0);
+    }
+    const bool has_next = ri + 1 < s_.rounds.size();
+    if (has_next) {
+      pack(ri + 1, true);
+      if (!s_.rounds[ri + 1].sends.empty()) {
+        bool any = false;
+        for (uint8_t e : s_.rounds[ri + 1].early) any = any || e != 0;
+        if (any && options_.overlap) ++stats_.overlapped_rounds;
+      }
+    }
+    copier_.flush();
+    while (!in_flight.empty()) {
+      wait(in_flight, ri);
+      const size_t step = in_flight.front().step;
+      in_flight.pop_front();
+      if (next < r.steps.size()) {
+        in_flight.push_back({next, post(ri, next)});
+        ++next;
+      }
+      unpack(ri, step);
+    }
+    copier_.set_in_flight(false);
+    reduce_ready(r.round, ri);
+    if (has_next) pack(ri + 1, false);
+    copier_.flush();
+  }
+  if (next_contribution_ != s_.contributions.size()) {
+    fail(ErrorCode::kInternal, "execute: contributions left unreduced");
+  }
+  store();
+  copier_.flush();
+  transport_.finish(options_.timeout_seconds);
+  stats_.rounds = static_cast<int32_t>(s_.rounds.size());
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Transport> transport) : transport_(std::move(transport)) {
+  if (!transport_) fail(ErrorCode::kInvalidArgument, "transport: must not be null");
+}
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+Engine::~Engine() = default;
+
+ExecuteStats Engine::execute(const Plan& plan, int32_t process,
+                             std::span<const TensorBuffers> local_buffers,
+                             const ExecuteOptions& options) {
+  const auto t0 = Clock::now();
+  ExecuteStats stats;
+  const TransportInfo info = transport_->info();
+  if (process != info.rank) {
+    fail(ErrorCode::kInvalidArgument, "process: " + std::to_string(process) +
+                                          " is not this rank of the " + info.name + " transport (" +
+                                          std::to_string(info.rank) + ")");
+  }
+  if (!(options.timeout_seconds > 0)) {
+    fail(ErrorCode::kInvalidArgument, "options.timeout_seconds: must be positive");
+  }
+  if (options.max_batches_in_flight < 1) {
+    fail(ErrorCode::kInvalidArgument, "options.max_batches_in_flight: must be at least 1");
+  }
+  for (int32_t p : plan.processes()) {
+    if (p >= info.size) {
+      fail(ErrorCode::kInvalidArgument,
+           "plan: needs process " + std::to_string(p) + " but the " + info.name + " transport has " +
+               std::to_string(info.size) + " ranks");
+    }
+  }
+  // (1) Everything local first, so that a bad buffer fails before any
+  // communication.
+  const bool participates =
+      std::binary_search(plan.processes().begin(), plan.processes().end(), process);
+  Schedule schedule;
+  if (participates) {
+    if (!plan.parts().contains(process)) {
+      fail(ErrorCode::kInvalidArgument,
+           "plan: lacks the part of process " + std::to_string(process) +
+               " (make it with PlanScope::kAll or PlanScope::kProcess for this process)");
+    }
+    exec_detail::validate_buffers(plan, local_buffers, process);
+    schedule = engine_detail::build_schedule(plan, process, local_buffers, info, options);
+  }
+  // (2) The agreement.
+  const bool first = !agreed_.contains(plan.fingerprint());
+  if (options.agreement == ExecuteOptions::Agreement::kEveryCall ||
+      (options.agreement == ExecuteOptions::Agreement::kFirstUse && first)) {
+    agree(*transport_, plan, options.timeout_seconds);
+    agreed_.insert(plan.fingerprint());
+    stats.agreed = true;
+  }
+  // (3) Execution.
+  if (participates) Run(*transport_, plan, local_buffers, options, schedule, stats).go();
+  stats.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return stats;
+}
+
+}  // namespace reshard

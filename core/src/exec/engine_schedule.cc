@@ -1,0 +1,433 @@
+#include "exec/engine_schedule.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+
+#include "exec/exec_common.h"
+#include "reshard/box_copy.h"
+#include "reshard/error.h"
+
+namespace reshard::engine_detail {
+namespace {
+
+int64_t align8(int64_t v) { return (v + 7) & ~int64_t{7}; }
+
+class Builder {
+ public:
+  Builder(const Plan& plan, int32_t process, std::span<const TensorBuffers> buffers,
+          const TransportInfo& info, const ExecuteOptions& options)
+      : plan_(plan),
+        tensors_(plan.tensors()),
+        topology_(plan.topology()),
+        part_(plan.part(process)),
+        process_(process),
+        buffers_(buffers),
+        info_(info),
+        options_(options) {}
+
+  Schedule build();
+
+ private:
+  int32_t process_of(int64_t device) const { return topology_.info(device).process; }
+  size_t slot_of(int64_t device);
+  bool reduces(uint32_t tensor) const { return tensors_[tensor].src.partial(); }
+  int64_t elem(uint32_t tensor) const { return dtype_size(tensors_[tensor].dtype); }
+  const void* src_ptr(const Piece& p) const { return buffers_[p.tensor].src[p.src_entry].data; }
+  void* dst_ptr(const Piece& p) const { return buffers_[p.tensor].dst[p.dst_entry].data; }
+  std::string where(const char* list, size_t i) const {
+    return "plan: part " + std::to_string(process_) + " " + list + "[" + std::to_string(i) + "]: ";
+  }
+  std::span<const Piece> message_pieces(const Message& m, const std::vector<Piece>& pieces,
+                                        const char* list, size_t i) const;
+  void add_contribution(const Piece& p, int64_t arrival, size_t msg, int64_t msg_offset);
+  void add_direct(const Piece& p);
+  void add_send(const Message& m, size_t i);
+  void add_recv(const Message& m, size_t i);
+  void build_rounds();
+  void order_contributions();
+
+  const Plan& plan_;
+  const std::vector<TensorSpec>& tensors_;
+  const Topology& topology_;
+  const ProcessPart& part_;
+  int32_t process_;
+  std::span<const TensorBuffers> buffers_;
+  const TransportInfo& info_;
+  const ExecuteOptions& options_;
+  Schedule s_;
+  std::unordered_map<int64_t, size_t> slots_;
+  std::unordered_map<uint64_t, size_t> acc_of_;  // (tensor << 32 | entry) -> accs index
+  uint64_t seq_ = 0;
+};
+
+size_t Builder::slot_of(int64_t device) {
+  auto [it, fresh] = slots_.emplace(device, s_.slots.size());
+  if (fresh) s_.slots.push_back({device, topology_.info(device).ordinal, 0});
+  return it->second;
+}
+
+std::span<const Piece> Builder::message_pieces(const Message& m, const std::vector<Piece>& pieces,
+                                               const char* list, size_t i) const {
+  if (m.first_piece > pieces.size() || m.num_pieces > pieces.size() - m.first_piece) {
+    fail(ErrorCode::kInvalidArgument, where(list, i) + "pieces out of range");
+  }
+  const std::span<const Piece> span(pieces.data() + m.first_piece, m.num_pieces);
+  int64_t bytes = 0;
+  for (const Piece& p : span) bytes += plan_.piece_bytes(part_, p);
+  if (bytes != m.bytes) {
+    fail(ErrorCode::kInvalidArgument, where(list, i) + std::to_string(m.bytes) +
+                                          " bytes, its pieces hold " + std::to_string(bytes));
+  }
+  return span;
+}
+
+void Builder::add_contribution(const Piece& p, int64_t arrival, size_t msg, int64_t msg_offset) {
+  const auto it = acc_of_.find(uint64_t{p.tensor} << 32 | p.dst_entry);
+  if (it == acc_of_.end()) {
+    fail(ErrorCode::kInternal, "engine: no accumulator for a reduced piece");
+  }
+  const TensorSpec& t = tensors_[p.tensor];
+  Contribution c;
+  c.tensor = p.tensor;
+  c.dst_entry = p.dst_entry;
+  c.summand = t.src.summand(p.src_entry);
+  c.seq = seq_++;
+  c.acc = it->second;
+  c.region = plan_.region(part_, p);
+  c.arrival = arrival;
+  c.bytes = c.region.volume() * elem(p.tensor);
+  if (arrival < 0) {
+    c.src = src_ptr(p);
+    c.src_box = t.src.box(p.src_entry);
+  } else {
+    c.msg = msg;
+    c.msg_offset = msg_offset;
+  }
+  s_.contributions.push_back(c);
+}
+
+void Builder::add_direct(const Piece& p) {
+  if (reduces(p.tensor)) {
+    add_contribution(p, -1, 0, 0);
+  } else {
+    s_.direct.push_back({&part_, &p});
+  }
+  s_.local_bytes += plan_.piece_bytes(part_, p);
+}
+
+void Builder::add_send(const Message& m, size_t i) {
+  if (process_of(m.src_device) != process_) {
+    fail(ErrorCode::kInvalidArgument, where("sends", i) + "source device " +
+                                          std::to_string(m.src_device) + " is not on this process");
+  }
+  const std::span<const Piece> pieces = message_pieces(m, part_.send_pieces, "sends", i);
+  for (const Piece& p : pieces) {
+    if (tensors_[p.tensor].src.device(p.src_entry) != m.src_device) {
+      fail(ErrorCode::kInvalidArgument,
+           where("sends", i) + "a piece reads an entry of another device than the sender");
+    }
+  }
+  const int32_t peer = process_of(m.dst_device);
+  if (peer == process_) return;  // between devices of this process: done from recvs
+  if (peer < 0 || peer >= info_.size) {
+    fail(ErrorCode::kInvalidArgument,
+         where("sends", i) + "destination device " + std::to_string(m.dst_device) +
+             " is on process " + std::to_string(peer) + ", outside the transport's " +
+             std::to_string(info_.size) + " ranks");
+  }
+  EngineMessage e;
+  e.send = true;
+  e.peer = peer;
+  e.round = m.round;
+  e.src_device = m.src_device;
+  e.dst_device = m.dst_device;
+  e.local_device = m.src_device;
+  e.slot = slot_of(m.src_device);
+  e.ordinal = s_.slots[e.slot].ordinal;
+  e.bytes = m.bytes;
+  e.pieces = pieces;
+  const bool gather = info_.gather && options_.packing == ExecuteOptions::Packing::kGather &&
+                      m.bytes <= kMaxGatherBytes;
+  e.mode = EngineMessage::Mode::kStaged;
+  if (pieces.size() == 1) {
+    const Piece& p = pieces[0];
+    const Box region = plan_.region(part_, p);
+    const CopyDesc d = make_copy_desc(region, tensors_[p.tensor].src.box(p.src_entry), region);
+    if (copy_desc_contiguous(d)) {
+      e.mode = EngineMessage::Mode::kInPlace;
+      e.in_place = m.bytes == 0 ? nullptr
+                                : const_cast<std::byte*>(static_cast<const std::byte*>(src_ptr(p)) +
+                                                         d.src_offset * elem(p.tensor));
+    }
+  }
+  if (e.mode == EngineMessage::Mode::kStaged && gather) {
+    e.mode = EngineMessage::Mode::kGather;
+    for (const Piece& p : pieces) {
+      e.segments.push_back({const_cast<void*>(src_ptr(p)), tensors_[p.tensor].src.box(p.src_entry),
+                            plan_.region(part_, p), elem(p.tensor)});
+    }
+  }
+  s_.messages.push_back(std::move(e));
+}
+
+void Builder::add_recv(const Message& m, size_t i) {
+  if (process_of(m.dst_device) != process_) {
+    fail(ErrorCode::kInvalidArgument, where("recvs", i) + "destination device " +
+                                          std::to_string(m.dst_device) + " is not on this process");
+  }
+  const std::span<const Piece> pieces = message_pieces(m, part_.recv_pieces, "recvs", i);
+  for (const Piece& p : pieces) {
+    if (tensors_[p.tensor].dst.device(p.dst_entry) != m.dst_device) {
+      fail(ErrorCode::kInvalidArgument,
+           where("recvs", i) + "a piece writes an entry of another device than the receiver");
+    }
+  }
+  const int32_t peer = process_of(m.src_device);
+  if (peer == process_) {
+    for (const Piece& p : pieces) {
+      if (tensors_[p.tensor].src.device(p.src_entry) != m.src_device) {
+        fail(ErrorCode::kInvalidArgument,
+             where("recvs", i) + "a piece reads an entry of another device than the sender");
+      }
+      add_direct(p);
+    }
+    return;
+  }
+  if (peer < 0 || peer >= info_.size) {
+    fail(ErrorCode::kInvalidArgument,
+         where("recvs", i) + "source device " + std::to_string(m.src_device) +
+             " is on process " + std::to_string(peer) + ", outside the transport's " +
+             std::to_string(info_.size) + " ranks");
+  }
+  EngineMessage e;
+  e.send = false;
+  e.peer = peer;
+  e.round = m.round;
+  e.src_device = m.src_device;
+  e.dst_device = m.dst_device;
+  e.local_device = m.dst_device;
+  e.slot = slot_of(m.dst_device);
+  e.ordinal = s_.slots[e.slot].ordinal;
+  e.bytes = m.bytes;
+  e.pieces = pieces;
+  const size_t index = s_.messages.size();
+  int64_t offset = 0;
+  for (const Piece& p : pieces) {
+    if (reduces(p.tensor)) {
+      e.has_reduce = true;
+      add_contribution(p, m.round, index, offset);
+    }
+    offset += plan_.piece_bytes(part_, p);
+  }
+  e.mode = EngineMessage::Mode::kStaged;
+  if (!e.has_reduce) {
+    if (pieces.size() == 1) {
+      const Piece& p = pieces[0];
+      const Box region = plan_.region(part_, p);
+      const CopyDesc d = make_copy_desc(region, region, tensors_[p.tensor].dst.box(p.dst_entry));
+      if (copy_desc_contiguous(d)) {
+        e.mode = EngineMessage::Mode::kInPlace;
+        e.in_place =
+            m.bytes == 0 ? nullptr : static_cast<std::byte*>(dst_ptr(p)) + d.dst_offset * elem(p.tensor);
+      }
+    }
+    const bool gather = info_.gather && options_.packing == ExecuteOptions::Packing::kGather &&
+                        m.bytes <= kMaxGatherBytes;
+    if (e.mode == EngineMessage::Mode::kStaged && gather) {
+      e.mode = EngineMessage::Mode::kGather;
+      for (const Piece& p : pieces) {
+        e.segments.push_back({dst_ptr(p), tensors_[p.tensor].dst.box(p.dst_entry),
+                              plan_.region(part_, p), elem(p.tensor)});
+      }
+    }
+  }
+  s_.messages.push_back(std::move(e));
+}
+
+void Builder::build_rounds() {
+  const int32_t rank = process_;
+  const int32_t size = info_.size;
+  // Sort key: (round, step, receive before send, source device, destination device).
+  struct Key {
+    uint32_t round;
+    int32_t step;
+    int32_t send;
+    int64_t src;
+    int64_t dst;
+    size_t index;
+  };
+  std::vector<Key> keys;
+  keys.reserve(s_.messages.size());
+  for (size_t i = 0; i < s_.messages.size(); ++i) {
+    const EngineMessage& m = s_.messages[i];
+    const int32_t step = m.send ? (m.peer - rank + size) % size : (rank - m.peer + size) % size;
+    keys.push_back({m.round, step, m.send ? 1 : 0, m.src_device, m.dst_device, i});
+  }
+  std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+    return std::tie(a.round, a.step, a.send, a.src, a.dst) <
+           std::tie(b.round, b.step, b.send, b.src, b.dst);
+  });
+  const size_t nslots = s_.slots.size();
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const Key& key = keys[k];
+    if (s_.rounds.empty() || s_.rounds.back().round != key.round) {
+      RoundPlan r;
+      r.round = key.round;
+      r.base.assign(nslots, 0);
+      r.staged.assign(nslots, 0);
+      r.early.assign(nslots, 0);
+      s_.rounds.push_back(std::move(r));
+    }
+    RoundPlan& r = s_.rounds.back();
+    if (k == 0 || keys[k - 1].round != key.round || keys[k - 1].step != key.step) {
+      r.steps.emplace_back();
+    }
+    r.steps.back().push_back(key.index);
+    EngineMessage& m = s_.messages[key.index];
+    if (m.mode == EngineMessage::Mode::kStaged) {
+      m.offset = r.staged[m.slot];
+      r.staged[m.slot] += m.bytes;
+      if (m.send) r.sends.push_back(key.index);
+    }
+  }
+  // Arena capacity per device: the largest round, or two consecutive rounds
+  // when they fit the budget together (then the later one packs early).
+  const int64_t budget = plan_.options().staging_budget_bytes > 0
+                             ? plan_.options().staging_budget_bytes
+                             : std::numeric_limits<int64_t>::max();
+  for (size_t slot = 0; slot < nslots; ++slot) {
+    int64_t cap = 0;
+    for (size_t i = 0; i < s_.rounds.size(); ++i) {
+      const int64_t a = s_.rounds[i].staged[slot];
+      cap = std::max(cap, a);
+      if (options_.overlap && i + 1 < s_.rounds.size()) {
+        const int64_t b = s_.rounds[i + 1].staged[slot];
+        if (a <= budget - b) cap = std::max(cap, a + b);
+      }
+    }
+    s_.slots[slot].capacity = cap;
+    for (size_t i = 0; i < s_.rounds.size(); ++i) {
+      RoundPlan& r = s_.rounds[i];
+      r.base[slot] = i % 2 == 0 ? 0 : cap - r.staged[slot];
+      const bool fits = i > 0 && s_.rounds[i - 1].staged[slot] + r.staged[slot] <= cap;
+      r.early[slot] = (options_.overlap && fits) || r.staged[slot] == 0 ? 1 : 0;
+    }
+  }
+}
+
+void Builder::order_contributions() {
+  std::vector<Contribution>& cs = s_.contributions;
+  // Per destination entry, in reduction order.
+  std::vector<size_t> order(cs.size());
+  for (size_t i = 0; i < cs.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const Contribution& x = cs[a];
+    const Contribution& y = cs[b];
+    if (x.tensor != y.tensor) return x.tensor < y.tensor;
+    if (x.dst_entry != y.dst_entry) return x.dst_entry < y.dst_entry;
+    if (x.summand != y.summand) return exec_detail::reduce_before(x.summand, y.summand);
+    return x.seq < y.seq;
+  });
+  // ready(c) = max(arrival(c), ready of every lower-summand contribution to
+  // the same entry whose region overlaps c's): then each element receives
+  // its summands in order, within a round by the sort below.
+  size_t i = 0;
+  while (i < order.size()) {
+    size_t end = i;
+    const Contribution& first = cs[order[i]];
+    while (end < order.size() && cs[order[end]].tensor == first.tensor &&
+           cs[order[end]].dst_entry == first.dst_entry) {
+      ++end;
+    }
+    int64_t lower_max = -1;  // max ready over lower summands
+    size_t group = i;
+    while (group < end) {
+      size_t group_end = group;
+      const int32_t summand = cs[order[group]].summand;
+      while (group_end < end && cs[order[group_end]].summand == summand) ++group_end;
+      int64_t group_max = -1;
+      for (size_t k = group; k < group_end; ++k) {
+        Contribution& c = cs[order[k]];
+        c.ready = c.arrival;
+        if (c.arrival < lower_max) {
+          for (size_t j = i; j < group; ++j) {
+            const Contribution& o = cs[order[j]];
+            if (o.ready > c.ready && !intersect(o.region, c.region).empty()) c.ready = o.ready;
+          }
+        }
+        group_max = std::max(group_max, c.ready);
+      }
+      lower_max = std::max(lower_max, group_max);
+      group = group_end;
+    }
+    i = end;
+  }
+  for (Contribution& c : cs) {
+    if (c.arrival >= 0 && c.ready > c.arrival) {
+      c.deferred_offset = s_.deferred_bytes;
+      s_.deferred_bytes = align8(s_.deferred_bytes + c.bytes);
+    }
+  }
+  std::sort(cs.begin(), cs.end(), [](const Contribution& x, const Contribution& y) {
+    if (x.ready != y.ready) return x.ready < y.ready;
+    if (x.tensor != y.tensor) return x.tensor < y.tensor;
+    if (x.dst_entry != y.dst_entry) return x.dst_entry < y.dst_entry;
+    if (x.summand != y.summand) return exec_detail::reduce_before(x.summand, y.summand);
+    return x.seq < y.seq;
+  });
+}
+
+Schedule Builder::build() {
+  exec_detail::validate_pieces(plan_, part_, part_.local, "local");
+  exec_detail::validate_pieces(plan_, part_, part_.send_pieces, "send_pieces");
+  exec_detail::validate_pieces(plan_, part_, part_.recv_pieces, "recv_pieces");
+  // Accumulators and identity fills of this process's destination entries.
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    const TensorSpec& spec = tensors_[t];
+    if (!spec.src.partial() && !spec.dst.partial()) continue;
+    for (size_t e = 0; e < spec.dst.num_entries(); ++e) {
+      if (process_of(spec.dst.device(e)) != process_) continue;
+      if (spec.src.partial()) {
+        AccTarget a;
+        a.tensor = static_cast<uint32_t>(t);
+        a.dst_entry = static_cast<uint32_t>(e);
+        a.elements = spec.dst.box(e).volume();
+        a.separate = !acc_is_elem(spec.dtype);
+        if (a.separate) {
+          a.acc_offset = s_.accumulator_bytes;
+          s_.accumulator_bytes = align8(s_.accumulator_bytes + a.elements * acc_size(spec.dtype));
+        }
+        acc_of_.emplace(uint64_t{a.tensor} << 32 | a.dst_entry, s_.accs.size());
+        s_.accs.push_back(a);
+      } else {
+        s_.fills.emplace_back(static_cast<uint32_t>(t), static_cast<uint32_t>(e));
+      }
+    }
+  }
+  for (size_t i = 0; i < part_.local.size(); ++i) {
+    const Piece& p = part_.local[i];
+    const int64_t device = tensors_[p.tensor].src.device(p.src_entry);
+    if (device != tensors_[p.tensor].dst.device(p.dst_entry) || process_of(device) != process_) {
+      fail(ErrorCode::kInvalidArgument,
+           where("local", i) + "source and destination are not one device of this process");
+    }
+    add_direct(p);
+  }
+  for (size_t i = 0; i < part_.sends.size(); ++i) add_send(part_.sends[i], i);
+  for (size_t i = 0; i < part_.recvs.size(); ++i) add_recv(part_.recvs[i], i);
+  build_rounds();
+  order_contributions();
+  return std::move(s_);
+}
+
+}  // namespace
+
+Schedule build_schedule(const Plan& plan, int32_t process, std::span<const TensorBuffers> buffers,
+                        const TransportInfo& transport, const ExecuteOptions& options) {
+  return Builder(plan, process, buffers, transport, options).build();
+}
+
+}  // namespace reshard::engine_detail

@@ -1,0 +1,135 @@
+// Internal: the distributed engine's schedule for one process — what the
+// engine does with its part of a plan, derived from the plan alone (so that
+// every rank orders its batches the same way), before any byte moves.
+//
+//  - Direct copies: local pieces and pieces between two devices of this
+//    process (no transport involved).
+//  - Messages to and from other processes, each sent or received in place
+//    (one contiguous piece), staged (packed with the box-copy core), or
+//    gathered (Segment lists, for transports that support them).
+//  - Rounds, each cut into steps: step k pairs this rank with rank+k (sends)
+//    and rank-k (receives), so a step's operations match its peers' step k;
+//    the batches of a round are these steps, in ascending k.
+//  - Staging: one arena per local device, each round's staged messages at
+//    consecutive offsets; consecutive rounds alternate between the arena's
+//    start and end so that round r+1 can be packed while round r is in
+//    flight whenever both fit the capacity, and the capacity never exceeds
+//    the plan's staging budget.
+//  - Reductions: every contribution to a destination entry of a tensor with
+//    a partial source, with the round after which it can be reduced without
+//    breaking the summand order (exec_common.h) — later than its arrival
+//    when a lower summand of an overlapping region arrives later; such a
+//    contribution is copied aside (deferred) when it arrives.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "reshard/box.h"
+#include "reshard/engine.h"
+#include "reshard/exec.h"
+#include "reshard/plan.h"
+#include "reshard/transport.h"
+
+namespace reshard::engine_detail {
+
+// Messages that gather are at most this large (MPI counts are int).
+inline constexpr int64_t kMaxGatherBytes = int64_t{1} << 30;
+
+struct EngineMessage {
+  enum class Mode : uint8_t { kInPlace, kStaged, kGather };
+  bool send = false;
+  Mode mode = Mode::kStaged;
+  bool has_reduce = false;  // receives pieces of a tensor with a partial source
+  int32_t peer = 0;
+  uint32_t round = 0;
+  int64_t src_device = 0;
+  int64_t dst_device = 0;
+  int64_t local_device = 0;
+  int32_t ordinal = 0;
+  size_t slot = 0;  // index of the local device in Schedule::devices
+  int64_t bytes = 0;
+  std::span<const Piece> pieces;  // of `part`'s send_pieces or recv_pieces
+  void* in_place = nullptr;       // kInPlace
+  int64_t offset = 0;             // kStaged: offset in its round's staging region
+  std::vector<Segment> segments;  // kGather
+};
+
+struct DeviceSlot {
+  int64_t device = 0;
+  int32_t ordinal = 0;
+  int64_t capacity = 0;  // staging arena bytes
+};
+
+struct RoundPlan {
+  uint32_t round = 0;
+  // Message indices per step, receives first, each ordered by (source
+  // device, destination device); empty steps are dropped.
+  std::vector<std::vector<size_t>> steps;
+  std::vector<size_t> sends;   // staged sends of the round (packing)
+  std::vector<int64_t> base;   // per slot: start of the round's staging region
+  std::vector<int64_t> staged;  // per slot: staged bytes of the round
+  // Per slot: the round can be packed while the previous one is in flight.
+  std::vector<uint8_t> early;
+};
+
+// A piece copied between two buffers of this process.
+struct DirectCopy {
+  const ProcessPart* part = nullptr;
+  const Piece* piece = nullptr;
+};
+
+// One summand's contribution to a destination entry with a partial source.
+struct Contribution {
+  uint32_t tensor = 0;
+  uint32_t dst_entry = 0;
+  int32_t summand = 0;
+  uint64_t seq = 0;      // tie-break: discovery order
+  size_t acc = 0;        // index in Schedule::accs
+  Box region;
+  int64_t arrival = -1;  // round of its message; -1: a buffer of this process
+  int64_t ready = -1;    // reduced after this round (-1: before the first)
+  // Source: a buffer of this process ...
+  const void* src = nullptr;
+  Box src_box;
+  // ... or bytes [msg_offset, +bytes) of message `msg`, copied to
+  // `deferred_offset` of the deferred store when ready > arrival.
+  size_t msg = 0;
+  int64_t msg_offset = 0;
+  int64_t bytes = 0;
+  int64_t deferred_offset = -1;
+};
+
+// A destination entry with a partial source: its accumulator.
+struct AccTarget {
+  uint32_t tensor = 0;
+  uint32_t dst_entry = 0;
+  int64_t elements = 0;
+  bool separate = false;  // accumulates in f32 beside the destination
+  int64_t acc_offset = 0;  // in the accumulator store when separate
+};
+
+struct Schedule {
+  std::vector<EngineMessage> messages;
+  std::vector<RoundPlan> rounds;  // ascending round
+  std::vector<DeviceSlot> slots;
+  std::vector<DirectCopy> direct;  // tensors without a partial source
+  std::vector<Contribution> contributions;  // sorted by (ready, tensor, entry, summand, seq)
+  std::vector<AccTarget> accs;
+  // Destination entries of tensors with a partial destination and a whole
+  // source: filled with the identity first.
+  std::vector<std::pair<uint32_t, uint32_t>> fills;
+  int64_t accumulator_bytes = 0;
+  int64_t deferred_bytes = 0;
+  int64_t local_bytes = 0;
+};
+
+// Checks the part's messages against the plan (pieces in range, sizes,
+// devices on the right processes, peers inside the group) and builds the
+// schedule. Throws kInvalidArgument for a damaged or foreign plan.
+Schedule build_schedule(const Plan& plan, int32_t process, std::span<const TensorBuffers> buffers,
+                        const TransportInfo& transport, const ExecuteOptions& options);
+
+}  // namespace reshard::engine_detail

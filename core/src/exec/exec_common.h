@@ -1,0 +1,52 @@
+// Internal: checks and reduction rules shared by the executors (the
+// in-process host executor and the distributed engine), so that both accept
+// the same buffers, reject the same damaged plans and reduce partial sources
+// in the same order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "reshard/exec.h"
+#include "reshard/plan.h"
+
+namespace reshard::exec_detail {
+
+// "tensors[1].dst[3]"
+std::string buffer_name(size_t tensor, const char* side, size_t entry);
+
+// Checks the shard buffers against the plan's layouts: per tensor a buffer
+// per layout entry, each of exactly its box's bytes, non-null when
+// non-empty, no destination overlapping any other buffer in memory. Throws
+// kInvalidArgument naming the buffer.
+//
+// With `process` < 0 every entry is checked (the in-process executor). With
+// `process` >= 0 only entries whose device the plan's topology puts on that
+// process are checked; the others are ignored, and a tensor's src or dst
+// list may then also be empty when none of its entries is on the process.
+void validate_buffers(const Plan& plan, std::span<const TensorBuffers> buffers,
+                      int32_t process = -1);
+
+// Checks that `pieces` (the list named `list` of `part`) index only existing
+// tensors and entries and that each region lies inside both boxes, so that a
+// damaged plan cannot make a copy loop leave its buffers. Throws
+// kInvalidArgument ("plan: part 2 recv_pieces[7]: ...").
+void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vector<Piece>& pieces,
+                     const char* list);
+
+// The order in which the contributions to a destination entry of a tensor
+// with a partial source are reduced: ascending source summand, ties (which
+// touch disjoint elements) in any fixed order. Every executor reduces in this
+// order, so results agree bit for bit whichever process or round a summand
+// came from.
+inline bool reduce_before(int32_t summand_a, int32_t summand_b) { return summand_a < summand_b; }
+
+// Fills the n elements of a destination buffer of `dtype` with the identity
+// of `op` (used for partial destinations: elements no piece writes then hold
+// the identity, so the destination summands still combine to the value).
+void fill_identity_elements(DType dtype, ReduceOp op, void* dst, int64_t n);
+
+}  // namespace reshard::exec_detail

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the `reshard` command line, one case per ctest test.
+
+Usage: cli_test.py RESHARD_BINARY SOURCE_DIR CASE
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.dom.minidom
+
+BIN, SRC, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
+SPECS = os.path.join(SRC, "examples", "specs")
+EXAMPLES = ["small_transformer", "partial_sums", "explicit_boxes"]
+
+
+def spec(name):
+    return os.path.join(SPECS, name + ".json")
+
+
+def run(*args, expect=0):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=600)
+    if expect is not None and p.returncode != expect:
+        sys.exit(f"FAIL: reshard {' '.join(args)} exited {p.returncode}, expected {expect}\n"
+                 f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+def check(cond, msg):
+    if not cond:
+        sys.exit("FAIL: " + msg)
+
+
+def bad_spec_file(text):
+    f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    f.write(text)
+    f.close()
+    return f.name
+
+
+def case_plan_text():
+    for name in EXAMPLES:
+        out = run("plan", "--spec", spec(name)).stdout
+        check("network bytes" in out and "fingerprint" in out, out)
+
+
+def case_plan_json():
+    required = ["network_bytes", "local_bytes", "lower_bound_network_bytes", "max_send_bytes",
+                "max_recv_bytes", "lower_bound_max_send_bytes", "cross_host_bytes", "messages",
+                "plan_seconds"]
+    for name in EXAMPLES:
+        doc = json.loads(run("plan", "--spec", spec(name), "--format", "json").stdout)
+        stats = doc["stats"]
+        for key in required:
+            check(key in stats, f"{name}: stats.{key} missing")
+        for key in required[:-1]:
+            check(isinstance(stats[key], int), f"{name}: stats.{key} is not an integer")
+        check(stats["network_bytes"] >= stats["lower_bound_network_bytes"], f"{name}: below the bound")
+        check(stats["network_bytes_ratio"] >= 1.0, f"{name}: ratio")
+        check(re.fullmatch(r"[0-9a-f]{16}", doc["fingerprint"]) is not None, doc["fingerprint"])
+        check(isinstance(stats["per_device"], list) and stats["per_device"], "per_device")
+
+
+def case_plan_process():
+    doc = json.loads(run("plan", "--spec", spec("small_transformer"), "--format", "json",
+                         "--process", "1").stdout)
+    part = doc["process"]
+    check(part["process"] == 1, str(part))
+    check(part["send_messages"] > 0 and part["send_bytes"] > 0, str(part))
+    check(part["fingerprint"] == doc["fingerprint"], "fingerprints differ")
+    text = run("plan", "--spec", spec("small_transformer"), "--process", "2").stdout
+    check("process 2 part" in text and "recv messages" in text, text)
+
+
+def case_show_svg():
+    with tempfile.TemporaryDirectory() as d:
+        for name in EXAMPLES:
+            svg = os.path.join(d, name + ".svg")
+            out = run("show", "--spec", spec(name), "--svg", svg).stdout
+            check("\u250c" in out and "\u2518" in out, "no box drawing in:\n" + out)
+            check("src" in out and "dst" in out, "no send matrix in:\n" + out)
+            xml.dom.minidom.parse(svg)  # raises on invalid XML
+
+
+def case_show_tensor():
+    out = run("show", "--spec", spec("small_transformer"), "--tensor", "layers.0.attn.q").stdout
+    check("layers.0.attn.q" in out and "layers.1.attn.q" not in out.split("\n")[0], out)
+    err = run("show", "--spec", spec("small_transformer"), "--tensor", "nope", expect=2).stderr
+    check(err.startswith("reshard: error: --tensor"), err)
+
+
+def case_verify():
+    for name in EXAMPLES:
+        out = run("verify", "--spec", spec(name)).stdout
+        check(re.fullmatch(r"verified \d+ tensors, \d+ elements, \d+ bytes: OK\n", out) is not None, out)
+
+
+def case_bench():
+    out = run("bench", "plan", "--spec", spec("explicit_boxes"), "--repeat", "2").stdout
+    check("make_plan" in out and "naive / make_plan" in out and "(equal)" in out, out)
+
+
+def case_single_tensor_flags():
+    flags = ["--shape", "64,48", "--dtype", "bf16", "--src-mesh", "dp=4,tp=2", "--src-spec", "dp,tp",
+             "--src-processes", "0*4,1*4", "--dst-mesh", "tp=8", "--dst-devices", "8-15",
+             "--dst-spec", "_,tp"]
+    out = run("verify", *flags).stdout
+    check(out.startswith("verified 1 tensors, 3072 elements, 6144 bytes: OK"), out)
+    out = run("plan", *flags, "--format", "json").stdout
+    check(json.loads(out)["stats"]["network_bytes"] == 6144, out)
+    run("show", *flags)
+    out = run("verify", "--shape", "6,5", "--src-mesh", "x=2,y=3", "--src-spec", "_,y",
+              "--src-partial", "x:max", "--dst-spec", "x+y,_").stdout
+    check(out.endswith(": OK\n"), out)
+    err = run("plan", "--shape", "8,8", "--src-mesh", "dp=2", "--src-spec", "dp,tq", expect=2).stderr
+    check(err.startswith('reshard: error: --src-spec[1]: unknown axis "tq"'), err)
+    err = run("plan", "--shape", "8,x", "--src-mesh", "dp=2", expect=2).stderr
+    check(err.startswith("reshard: error: --shape"), err)
+
+
+def case_bad_spec():
+    path = bad_spec_file(json.dumps({
+        "meshes": {"train": {"axis_names": ["dp", "tp"], "shape": [2, 2]}},
+        "tensors": [{"name": "w", "shape": [4, 4], "dtype": "f32",
+                     "src": {"mesh": "train", "spec": ["dp", "tq"]},
+                     "dst": {"mesh": "train", "spec": [None, None]}}]}))
+    try:
+        for cmd in (["plan"], ["show"], ["verify"], ["bench", "plan"]):
+            p = run(*cmd, "--spec", path, expect=None)
+            check(p.returncode == 2, f"{cmd}: exit {p.returncode}")
+            check(p.stderr.startswith('reshard: error: tensors[0].src.spec[1]: unknown axis "tq"'),
+                  p.stderr)
+    finally:
+        os.unlink(path)
+    path = bad_spec_file('{"tensors": [\n  {"name": }\n]}')
+    try:
+        err = run("plan", "--spec", path, expect=2).stderr
+        check(err.startswith(f"reshard: error: {path}: line 2, column"), err)
+    finally:
+        os.unlink(path)
+    err = run("verify", "--spec", "/nonexistent.json", expect=2).stderr
+    check("/nonexistent.json" in err, err)
+
+
+def case_usage():
+    for cmd in (["plan"], ["show"], ["verify"], ["bench", "plan"]):
+        out = run(*cmd, "--help").stdout
+        check("Example:" in out and "reshard " + " ".join(cmd) in out, out)
+    check("Examples:" in run("--help").stdout, "top-level help")
+    check(run(expect=2).stderr.startswith("reshard: error:"), "no subcommand")
+    check(run("frobnicate", expect=2).stderr.startswith("reshard: error:"), "unknown subcommand")
+    check(run("plan", expect=2).stderr.startswith("reshard: error: give --spec"), "no input")
+    err = run("plan", "--spec", spec("partial_sums"), "--format", "xml", expect=2).stderr
+    check(err.startswith("reshard: error: --format"), err)
+
+
+CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+if __name__ == "__main__":
+    if CASE not in CASES:
+        sys.exit(f"unknown case {CASE}; cases: {', '.join(CASES)}")
+    CASES[CASE]()
+    print("ok:", CASE)

@@ -1,0 +1,672 @@
+// Multi-process tests of the distributed engine over the `mpi` transport.
+// Run under mpirun (see tests/mpi/CMakeLists.txt); every rank runs the same
+// cases and the ranks agree on the verdict, so a failure on one rank fails
+// the test on all.
+//
+//   engine_mpi_test random --cases N --seed S
+//     Random cases (tests/core/random_cases.h: uneven shapes, ranks 0-5,
+//     cross-mesh, equal/overlapping/disjoint device sets, replication,
+//     partial sources and destinations, explicit layouts), devices spread
+//     over the ranks (several per rank), budgets down to a few hundred bytes
+//     (many rounds). Invariants: every destination element on every rank
+//     equals execute_host on the whole plan, bit for bit (partial sources
+//     included), and non-partial destinations pass the oracle; staging
+//     allocated per device never exceeds the plan's budget (instrumented
+//     allocator); a second execution (agreement cached) gives the same bytes.
+//   engine_mpi_test budget
+//     One large tensor under a tight budget: many rounds, peak staging per
+//     device <= budget, overlapped rounds, in-place and staged messages.
+//   engine_mpi_test faults
+//     Mismatched plan on the last rank, mismatched dtype on the last rank
+//     (kMismatch on every rank, naming it); the last rank never calls
+//     execute (the others return kTimeout naming it within timeout + slack);
+//     a wrong buffer size on the last rank (kInvalidArgument there, before
+//     any communication; the others time out naming it).
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/random_cases.h"
+#include "mpi/counting_transport.h"
+#include "reshard/box_copy.h"
+#include "reshard/engine.h"
+#include "reshard/error.h"
+#include "reshard/exec.h"
+#include "reshard/numeric.h"
+#include "reshard/oracle.h"
+#include "reshard/plan.h"
+
+namespace reshard {
+namespace {
+
+using testing::CountingTransport;
+using testing::StagingCounter;
+
+struct World {
+  int rank = 0;
+  int size = 1;
+};
+
+int g_failures = 0;
+
+void check(bool ok, const std::string& what) {
+  if (!ok) {
+    ++g_failures;
+    std::fprintf(stderr, "FAILED: %s\n", what.c_str());
+  }
+}
+
+// Every rank's flag, so that all ranks reach the same verdict.
+bool all_ranks(Transport& t, bool ok) {
+  const std::byte mine{static_cast<unsigned char>(ok ? 1 : 0)};
+  const auto all = t.allgather(std::span(&mine, 1), 120);
+  bool result = true;
+  for (const auto& r : all) result = result && r[0] == std::byte{1};
+  return result;
+}
+
+std::unique_ptr<Engine> make_engine(std::shared_ptr<StagingCounter> counter) {
+  return std::make_unique<Engine>(
+      std::make_unique<CountingTransport>(make_mpi_transport(), std::move(counter)));
+}
+
+// Views of `buffers` holding only the entries on `process` (others null), so
+// that the engine cannot silently depend on remote entries.
+std::vector<TensorBuffers> local_views(const Plan& plan, OracleBuffers& buffers, int32_t process) {
+  std::vector<TensorBuffers> views = buffers.views();
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    const TensorSpec& spec = plan.tensors()[t];
+    for (size_t e = 0; e < spec.src.num_entries(); ++e) {
+      if (plan.topology().info(spec.src.device(e)).process != process) views[t].src[e] = {};
+    }
+    for (size_t e = 0; e < spec.dst.num_entries(); ++e) {
+      if (plan.topology().info(spec.dst.device(e)).process != process) views[t].dst[e] = {};
+    }
+  }
+  return views;
+}
+
+// Replaces the oracle's summands (small integers, whose sums are exact in
+// any order) of float tensors with partial sources by random values of
+// mixed magnitude, whose sums depend on the order of addition: comparing
+// with execute_host bit for bit then checks the reduction order. Same values
+// on every rank (seeded by tensor and entry). Returns the tensors changed.
+std::vector<bool> scramble_partial_sources(const Plan& plan, std::vector<OracleBuffers*> buffers,
+                                           uint64_t seed, double probability) {
+  std::vector<bool> changed(plan.tensors().size(), false);
+  std::mt19937_64 pick(seed);
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    const TensorSpec& spec = plan.tensors()[t];
+    const bool is_float = spec.dtype == DType::kF32 || spec.dtype == DType::kF64 ||
+                          spec.dtype == DType::kBF16 || spec.dtype == DType::kF16;
+    if (!spec.src.partial() || !is_float ||
+        !std::bernoulli_distribution(probability)(pick)) {
+      continue;
+    }
+    changed[t] = true;
+    for (size_t e = 0; e < spec.src.num_entries(); ++e) {
+      std::mt19937_64 rng(seed ^ (t * 0x9e3779b97f4a7c15ull) ^ (e * 0xbf58476d1ce4e5b9ull));
+      std::uniform_real_distribution<double> mant(-1, 1);
+      std::uniform_int_distribution<int> expo(-12, 12);
+      const int64_t n = spec.src.box(e).volume();
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = std::ldexp(mant(rng), expo(rng));
+        for (OracleBuffers* b : buffers) {
+          std::byte* out = b->src[t][e].data();
+          switch (spec.dtype) {
+            case DType::kF64:
+              std::memcpy(out + i * 8, &v, 8);
+              break;
+            case DType::kF32: {
+              const float f = static_cast<float>(v);
+              std::memcpy(out + i * 4, &f, 4);
+              break;
+            }
+            case DType::kBF16: {
+              const uint16_t h = numeric::f32_to_bf16(static_cast<float>(v));
+              std::memcpy(out + i * 2, &h, 2);
+              break;
+            }
+            default: {
+              const uint16_t h = numeric::f32_to_f16(static_cast<float>(v));
+              std::memcpy(out + i * 2, &h, 2);
+              break;
+            }
+          }
+        }
+      }
+    }
+  }
+  return changed;
+}
+
+// Compares this process's destination entries with the reference, and
+// checks the non-partial ones with the oracle (except tensors in
+// `no_oracle`). Returns a description of the first difference, or "".
+std::string compare_local(const Plan& plan, const OracleBuffers& got, const OracleBuffers& want,
+                          int32_t process, const std::vector<bool>& no_oracle = {}) {
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    const TensorSpec& spec = plan.tensors()[t];
+    for (size_t e = 0; e < spec.dst.num_entries(); ++e) {
+      if (plan.topology().info(spec.dst.device(e)).process != process) continue;
+      const auto& a = got.dst[t][e];
+      const auto& b = want.dst[t][e];
+      if (a.size() != b.size() || (!a.empty() && std::memcmp(a.data(), b.data(), a.size()) != 0)) {
+        size_t i = 0;
+        while (i < a.size() && a[i] == b[i]) ++i;
+        return "tensor " + spec.name + " dst entry " + std::to_string(e) + " (device " +
+               std::to_string(spec.dst.device(e)) + ") differs from execute_host at byte " +
+               std::to_string(i) + " of " + std::to_string(a.size());
+      }
+      if (!spec.dst.partial() && (t >= no_oracle.size() || !no_oracle[t])) {
+        OracleReport report;
+        check_destination_shard(spec, static_cast<uint32_t>(t), e, a, report, 1);
+        if (!report.ok()) {
+          return "tensor " + spec.name + " dst entry " + std::to_string(e) +
+                 " fails the oracle: expected " + report.first[0].expected + ", got " +
+                 report.first[0].got;
+        }
+      }
+    }
+  }
+  return "";
+}
+
+void poison_local(const Plan& plan, OracleBuffers& buffers, int32_t process) {
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    const TensorSpec& spec = plan.tensors()[t];
+    for (size_t e = 0; e < spec.dst.num_entries(); ++e) {
+      if (plan.topology().info(spec.dst.device(e)).process != process) continue;
+      poison_destination_shard(spec, static_cast<uint32_t>(t), e, buffers.dst[t][e]);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ random
+
+int run_random(const World& w, int cases, uint64_t seed) {
+  auto counter = std::make_shared<StagingCounter>();
+  auto engine = make_engine(counter);
+  Transport& transport = engine->transport();
+  int executed = 0, multi_round = 0, max_rounds = 0, partial = 0, gathered = 0, overlapped = 0,
+      deferred = 0, multi_device_ranks = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int c = 0; c < cases; ++c) {
+    const uint64_t case_seed = seed * 100003 + static_cast<uint64_t>(c);
+    testing::CaseOptions co;
+    co.max_devices = 24;
+    testing::CaseGen gen(case_seed, co);
+    PlanInput in = gen.input();
+    // Spread devices over this communicator (random_cases.h assigns
+    // (d*7+3) % nproc for nproc <= 4; remap to the real size).
+    Topology topo;
+    for (DeviceInfo info : in.topology.devices()) {
+      info.process = static_cast<int32_t>((info.device * 7 + 3) % w.size);
+      info.host = info.process / 2;
+      topo.add(info);
+    }
+    in.topology = topo;
+    // Budgets small enough to force many rounds on a third of the cases.
+    const int64_t budgets[] = {0, 512, 2048, 20000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[gen.uni(0, 4)];
+    Plan full;
+    try {
+      full = make_plan(in, PlanRequest{PlanScope::kAll, 0, true});
+    } catch (const Error& e) {
+      // A budget below 16 bytes per peer is refused by the planner: retry
+      // with a larger one (every rank takes the same branch).
+      in.options.staging_budget_bytes = int64_t{1} << 16;
+      full = make_plan(in, PlanRequest{PlanScope::kAll, 0, true});
+    }
+    // Half the cases execute a plan holding only this process's part.
+    const bool participates =
+        std::binary_search(full.processes().begin(), full.processes().end(), w.rank);
+    const bool whole = c % 2 == 0 || !participates;
+    const Plan own = whole ? Plan() : make_plan(in, PlanRequest{PlanScope::kProcess, w.rank, true});
+    const Plan& plan = whole ? full : own;
+    OracleBuffers want = fill_sources(full);
+    OracleBuffers got = fill_sources(full);
+    const std::vector<bool> scrambled = scramble_partial_sources(full, {&want, &got}, case_seed, 0.5);
+    {
+      std::vector<TensorBuffers> views = want.views();
+      execute_host(full, views);
+    }
+    std::vector<TensorBuffers> views = local_views(full, got, w.rank);
+    ExecuteOptions options;
+    options.timeout_seconds = 60;
+    options.max_batches_in_flight = static_cast<int32_t>(1 + gen.uni(0, 7));
+    options.overlap = gen.coin(0.8);
+    options.packing = gen.coin() ? ExecuteOptions::Packing::kGather : ExecuteOptions::Packing::kStaging;
+    std::string error;
+    counter->reset_peaks();
+    ExecuteStats stats;
+    try {
+      stats = engine->execute(plan, w.rank, views, options);
+      error = compare_local(full, got, want, w.rank, scrambled);
+      if (error.empty()) {
+        // Again, agreement cached, destinations poisoned first.
+        poison_local(full, got, w.rank);
+        options.packing = ExecuteOptions::Packing::kStaging;
+        const ExecuteStats again = engine->execute(plan, w.rank, views, options);
+        if (again.agreed) error = "second execution ran the agreement again";
+        if (error.empty()) error = compare_local(full, got, want, w.rank, scrambled);
+        if (!error.empty()) error = "second execution: " + error;
+      }
+    } catch (const Error& e) {
+      error = std::string("execute threw [") + error_code_name(e.code()) + "] " + e.what();
+    }
+    const int64_t budget = full.options().staging_budget_bytes;
+    if (error.empty() && budget > 0) {
+      for (const auto& [device, peak] : counter->peak) {
+        if (peak > budget) {
+          error = "device " + std::to_string(device) + " staged " + std::to_string(peak) +
+                  " bytes, above the budget of " + std::to_string(budget);
+        }
+      }
+      if (stats.staging_peak_bytes > budget) error = "stats.staging_peak_bytes above the budget";
+    }
+    for (const auto& [device, live] : counter->live) {
+      if (live != 0) error = "staging of device " + std::to_string(device) + " not released";
+    }
+    const bool ok = all_ranks(transport, error.empty());
+    if (!error.empty()) {
+      std::fprintf(stderr, "rank %d case %d (seed %llu): %s\n", w.rank, c,
+                   static_cast<unsigned long long>(case_seed), error.c_str());
+    }
+    check(ok, "random case " + std::to_string(c) + " (seed " + std::to_string(case_seed) + ")");
+    ++executed;
+    if (stats.rounds > 1) ++multi_round;
+    max_rounds = std::max(max_rounds, stats.rounds);
+    for (const TensorSpec& t : full.tensors()) partial += t.src.partial() ? 1 : 0;
+    gathered += stats.gathered_messages > 0;
+    overlapped += stats.overlapped_rounds > 0;
+    deferred += stats.deferred_bytes > 0;
+    if (std::binary_search(full.processes().begin(), full.processes().end(), w.rank)) {
+      int local_devices = 0;
+      for (const DeviceInfo& d : full.topology().devices()) local_devices += d.process == w.rank;
+      multi_device_ranks += local_devices > 1;
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (w.rank == 0) {
+    std::printf(
+        "%d ranks: %d random cases in %.1f s: %d with several rounds (max %d), %d partial-source "
+        "tensors, %d gathered, %d overlapped, %d with deferred summands (rank 0), %d with several "
+        "devices on rank 0\n",
+        w.size, executed, seconds, multi_round, max_rounds, partial, gathered, overlapped,
+        deferred, multi_device_ranks);
+  }
+  // The cases must cover what they claim to.
+  check(all_ranks(transport, multi_round > 0 && max_rounds >= 4),
+        "some cases run several rounds (max " + std::to_string(max_rounds) + ")");
+  check(all_ranks(transport, partial > 0), "some cases have partial sources");
+  return g_failures;
+}
+
+// ------------------------------------------------------------------ budget
+
+std::shared_ptr<Mesh> mesh_1d(std::vector<int64_t> devices, const std::string& axis) {
+  auto m = std::make_shared<Mesh>();
+  m->axis_names = {axis};
+  m->shape = {static_cast<int64_t>(devices.size())};
+  m->devices = std::move(devices);
+  return m;
+}
+
+NamedSharding named(std::shared_ptr<Mesh> mesh, std::vector<std::vector<std::string>> dims,
+                    std::vector<std::string> partial = {}) {
+  NamedSharding s;
+  s.mesh = std::move(mesh);
+  s.dims = std::move(dims);
+  s.partial_axes = std::move(partial);
+  return s;
+}
+
+// Row blocks on 2 devices per rank to column blocks on the same devices,
+// plus a partial-sum tensor, f32 and bf16.
+PlanInput budget_input(int size, int64_t budget, DType dtype) {
+  PlanInput in;
+  std::vector<int64_t> devices(static_cast<size_t>(2 * size));
+  std::iota(devices.begin(), devices.end(), 0);
+  for (int64_t d : devices) {
+    DeviceInfo info;
+    info.device = d;
+    info.process = static_cast<int32_t>(d / 2);
+    info.host = info.process;
+    info.ordinal = static_cast<int32_t>(d % 2);
+    in.topology.add(info);
+  }
+  auto m = mesh_1d(devices, "x");
+  TensorSpec t;
+  t.name = "w";
+  t.shape = {192, 160};
+  t.dtype = dtype;
+  t.src = Layout::from_named(named(m, {{"x"}, {}}), t.shape, "w.src");
+  t.dst = Layout::from_named(named(m, {{}, {"x"}}), t.shape, "w.dst");
+  in.tensors.push_back(t);
+  TensorSpec g;
+  g.name = "g";
+  g.shape = {96, 64};
+  g.dtype = dtype;
+  g.src = Layout::from_named(named(m, {{}, {}}, {"x"}), g.shape, "g.src");
+  g.dst = Layout::from_named(named(m, {{"x"}, {}}), g.shape, "g.dst");
+  in.tensors.push_back(g);
+  // Row blocks to row blocks of the reversed device order: contiguous
+  // pieces, sent and received in place.
+  std::vector<int64_t> reversed(devices.rbegin(), devices.rend());
+  TensorSpec r;
+  r.name = "r";
+  r.shape = {1000, 24};
+  r.dtype = dtype;
+  r.src = Layout::from_named(named(m, {{"x"}, {}}), r.shape, "r.src");
+  r.dst = Layout::from_named(named(mesh_1d(reversed, "x"), {{"x"}, {}}), r.shape, "r.dst");
+  in.tensors.push_back(r);
+  in.options.staging_budget_bytes = budget;
+  return in;
+}
+
+int run_budget(const World& w) {
+  int64_t in_place = 0;
+  auto counter = std::make_shared<StagingCounter>();
+  auto engine = make_engine(counter);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t budget : {int64_t{4096}, int64_t{32768}}) {
+      const PlanInput in = budget_input(w.size, budget, dtype);
+      const Plan plan = make_plan(in, PlanRequest{PlanScope::kProcess, w.rank, true});
+      const Plan full = make_plan(in);
+      OracleBuffers want = fill_sources(full);
+      {
+        std::vector<TensorBuffers> v = want.views();
+        execute_host(full, v);
+      }
+      OracleBuffers got = fill_sources(full);
+      std::vector<TensorBuffers> views = local_views(full, got, w.rank);
+      counter->reset_peaks();
+      ExecuteOptions options;
+      options.timeout_seconds = 60;
+      const ExecuteStats stats = engine->execute(plan, w.rank, views, options);
+      const std::string error = compare_local(full, got, want, w.rank);
+      const std::string label = std::string(dtype_name(dtype)) + " budget " + std::to_string(budget);
+      check(error.empty(), label + ": " + error);
+      check(counter->max_peak() <= budget,
+            label + ": peak staging " + std::to_string(counter->max_peak()) + " > budget");
+      check(stats.staging_peak_bytes <= budget, label + ": stats.staging_peak_bytes > budget");
+      check(stats.rounds >= (budget < 8192 ? 8 : 2),
+            label + ": only " + std::to_string(stats.rounds) + " rounds");
+      in_place += stats.in_place_messages;
+      if (w.rank == 0) {
+        std::printf("%s: %d rounds, peak staging %lld of %lld bytes per device, %d overlapped, "
+                    "%lld in place, %lld messages sent\n",
+                    label.c_str(), stats.rounds, static_cast<long long>(counter->max_peak()),
+                    static_cast<long long>(budget), stats.overlapped_rounds,
+                    static_cast<long long>(stats.in_place_messages),
+                    static_cast<long long>(stats.messages_sent));
+      }
+    }
+  }
+  if (w.rank == 0) check(in_place > 0, "no message went in place");
+  // Summands arriving out of order. Device 0 (rank 0) reduces summand 0
+  // from device 2 and summand 1 from device 3 (rank 1) and holds summand 2
+  // itself. Device 2 also feeds devices 1 and 3, so its stream to device 0
+  // is cut into smaller rounds (budget / 3 peers) than device 3's (budget /
+  // 2 peers): summand 1 of an element arrives rounds before summand 0
+  // and must wait, copied aside, to be added in summand order. Random float
+  // values make any other order visible in the bits.
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    PlanInput in;
+    for (int64_t d = 0; d < 4; ++d) {
+      DeviceInfo info;
+      info.device = d;
+      info.process = static_cast<int32_t>(d / 2);
+      info.host = info.process;
+      in.topology.add(info);
+    }
+    const std::vector<int64_t> shape = {4096};
+    Box full_box;
+    full_box.rank = 1;
+    full_box.hi[0] = 4096;
+    TensorSpec p;
+    p.name = "p";
+    p.shape = shape;
+    p.dtype = dtype;
+    p.src = Layout::from_boxes(shape, {{2, 0, full_box}, {3, 1, full_box}, {0, 2, full_box}}, 3,
+                               ReduceOp::kSum, "p.src");
+    p.dst = Layout::from_boxes(shape, {{0, 0, full_box}}, 1, ReduceOp::kSum, "p.dst");
+    TensorSpec q;
+    q.name = "q";
+    q.shape = shape;
+    q.dtype = dtype;
+    q.src = Layout::from_boxes(shape, {{2, 0, full_box}}, 1, ReduceOp::kSum, "q.src");
+    q.dst = Layout::from_boxes(shape, {{1, 0, full_box}, {3, 0, full_box}}, 1, ReduceOp::kSum,
+                               "q.dst");
+    in.tensors = {p, q};
+    in.options.staging_budget_bytes = 4096;
+    const Plan plan = make_plan(in);
+    OracleBuffers want = fill_sources(plan);
+    OracleBuffers got = fill_sources(plan);
+    const std::vector<bool> scrambled = scramble_partial_sources(plan, {&want, &got}, 99, 1.0);
+    {
+      std::vector<TensorBuffers> v = want.views();
+      execute_host(plan, v);
+    }
+    std::vector<TensorBuffers> views = local_views(plan, got, w.rank);
+    ExecuteOptions options;
+    options.timeout_seconds = 60;
+    const ExecuteStats stats = engine->execute(plan, w.rank, views, options);
+    const std::string label = std::string("out-of-order summands, ") + std::string(dtype_name(dtype));
+    const bool same = compare_local(plan, got, want, w.rank, scrambled).empty();
+    check(same, label + ": differs from execute_host");
+    if (w.rank == 0) {
+      check(stats.deferred_bytes > 0, label + ": no summand was deferred");
+      std::printf("%s: %d rounds, %lld bytes deferred, %s execute_host\n", label.c_str(),
+                  stats.rounds, static_cast<long long>(stats.deferred_bytes),
+                  same ? "bit-identical to" : "DIFFERENT from");
+    }
+  }
+  check(all_ranks(engine->transport(), g_failures == 0), "budget cases on every rank");
+  return g_failures;
+}
+
+// ------------------------------------------------------------------ faults
+
+PlanInput fault_input(int size, DType dtype_of_b, int64_t rows) {
+  PlanInput in = budget_input(size, 0, DType::kF32);
+  in.tensors[1].dtype = dtype_of_b;
+  in.tensors[0].shape[0] = rows;
+  auto m = mesh_1d([&] {
+    std::vector<int64_t> d(static_cast<size_t>(2 * size));
+    std::iota(d.begin(), d.end(), 0);
+    return d;
+  }(), "x");
+  in.tensors[0].src = Layout::from_named(named(m, {{"x"}, {}}), in.tensors[0].shape, "w.src");
+  in.tensors[0].dst = Layout::from_named(named(m, {{}, {"x"}}), in.tensors[0].shape, "w.dst");
+  return in;
+}
+
+struct Outcome {
+  ErrorCode code = ErrorCode::kOk;
+  std::string message;
+  double seconds = 0;
+};
+
+Outcome attempt(Engine& engine, const Plan& plan, int rank, std::vector<TensorBuffers>& views,
+                double timeout) {
+  Outcome o;
+  ExecuteOptions options;
+  options.timeout_seconds = timeout;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    engine.execute(plan, rank, views, options);
+  } catch (const Error& e) {
+    o.code = e.code();
+    o.message = e.what();
+  }
+  o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return o;
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+int run_faults(const World& w) {
+  if (w.size < 2) {
+    std::printf("faults: need at least 2 ranks\n");
+    return 1;
+  }
+  const int last = w.size - 1;
+  const std::string last_named = "rank(s) " + std::to_string(last);
+  const double timeout = 2.0;
+  const double slack = 3.0;
+  const auto report = [&](const char* name, const Outcome& o) {
+    std::printf("rank %d %s: [%s] %s (%.2f s)\n", w.rank, name, error_code_name(o.code),
+                o.message.c_str(), o.seconds);
+  };
+
+  {  // A different plan on the last rank: kMismatch everywhere, naming it.
+    auto engine = make_engine(std::make_shared<StagingCounter>());
+    const PlanInput in = fault_input(w.size, DType::kF32, w.rank == last ? 190 : 192);
+    const Plan plan = make_plan(in);
+    OracleBuffers b = fill_sources(plan);
+    std::vector<TensorBuffers> views = local_views(plan, b, w.rank);
+    const Outcome o = attempt(*engine, plan, w.rank, views, 30);
+    report("mismatched plan", o);
+    check(o.code == ErrorCode::kMismatch, "mismatched plan: kMismatch");
+    check(contains(o.message, last_named) && contains(o.message, "fingerprint"),
+          "mismatched plan: the message names rank " + std::to_string(last));
+    check(all_ranks(engine->transport(), true), "transport usable after a mismatch");
+  }
+  {  // A different dtype of tensor 1 on the last rank.
+    auto engine = make_engine(std::make_shared<StagingCounter>());
+    const PlanInput in = fault_input(w.size, w.rank == last ? DType::kBF16 : DType::kF32, 192);
+    const Plan plan = make_plan(in);
+    OracleBuffers b = fill_sources(plan);
+    std::vector<TensorBuffers> views = local_views(plan, b, w.rank);
+    const Outcome o = attempt(*engine, plan, w.rank, views, 30);
+    report("mismatched dtype", o);
+    check(o.code == ErrorCode::kMismatch, "mismatched dtype: kMismatch");
+    check(contains(o.message, last_named) && contains(o.message, "tensors[1]") &&
+              contains(o.message, "bf16") && contains(o.message, "f32"),
+          "mismatched dtype: the message names rank, tensor and dtypes");
+  }
+  {  // The last rank never calls execute.
+    auto engine = make_engine(std::make_shared<StagingCounter>());
+    const Plan plan = make_plan(fault_input(w.size, DType::kF32, 192));
+    OracleBuffers b = fill_sources(plan);
+    std::vector<TensorBuffers> views = local_views(plan, b, w.rank);
+    if (w.rank != last) {
+      const Outcome o = attempt(*engine, plan, w.rank, views, timeout);
+      report("absent rank", o);
+      check(o.code == ErrorCode::kTimeout, "absent rank: kTimeout");
+      check(contains(o.message, last_named), "absent rank: the message names it");
+      check(o.seconds >= timeout && o.seconds <= timeout + slack,
+            "absent rank: returned after " + std::to_string(o.seconds) + " s");
+    }
+  }
+  {  // Agreed once, then the last rank skips an execution: the others time
+     // out in a data round, naming it.
+    auto engine = make_engine(std::make_shared<StagingCounter>());
+    const Plan plan = make_plan(fault_input(w.size, DType::kF32, 192));
+    OracleBuffers b = fill_sources(plan);
+    std::vector<TensorBuffers> views = local_views(plan, b, w.rank);
+    const Outcome first = attempt(*engine, plan, w.rank, views, 30);
+    check(first.code == ErrorCode::kOk, "absent after agreement: first execution " + first.message);
+    if (w.rank != last) {
+      const Outcome o = attempt(*engine, plan, w.rank, views, timeout);
+      report("absent after agreement", o);
+      check(o.code == ErrorCode::kTimeout && contains(o.message, "round") &&
+                contains(o.message, std::to_string(last)),
+            "absent after agreement: kTimeout in a round naming rank " + std::to_string(last));
+      check(o.seconds >= timeout && o.seconds <= timeout + slack,
+            "absent after agreement: returned after " + std::to_string(o.seconds) + " s");
+    }
+  }
+  {  // A wrong buffer size on the last rank.
+    auto engine = make_engine(std::make_shared<StagingCounter>());
+    const Plan plan = make_plan(fault_input(w.size, DType::kF32, 192));
+    OracleBuffers b = fill_sources(plan);
+    std::vector<TensorBuffers> views = local_views(plan, b, w.rank);
+    if (w.rank == last) {
+      size_t e = 0;
+      while (plan.topology().info(plan.tensors()[0].src.device(e)).process != last) ++e;
+      views[0].src[e].bytes -= 4;
+    }
+    const Outcome o = attempt(*engine, plan, w.rank, views, timeout);
+    report("wrong buffer size", o);
+    if (w.rank == last) {
+      check(o.code == ErrorCode::kInvalidArgument && contains(o.message, "tensors[0].src["),
+            "wrong size: kInvalidArgument naming the buffer");
+      check(o.seconds < 1.0, "wrong size: fails before any communication");
+    } else {
+      check(o.code == ErrorCode::kTimeout && contains(o.message, last_named),
+            "wrong size: the others time out naming the rank");
+    }
+  }
+  {  // After all that, a fresh transport works.
+    auto engine = make_engine(std::make_shared<StagingCounter>());
+    const Plan plan = make_plan(fault_input(w.size, DType::kF32, 192));
+    OracleBuffers b = fill_sources(plan);
+    OracleBuffers want = fill_sources(plan);
+    {
+      std::vector<TensorBuffers> v = want.views();
+      execute_host(plan, v);
+    }
+    std::vector<TensorBuffers> views = local_views(plan, b, w.rank);
+    const Outcome o = attempt(*engine, plan, w.rank, views, 30);
+    check(o.code == ErrorCode::kOk, "fresh transport after faults: " + o.message);
+    check(compare_local(plan, b, want, w.rank).empty(), "fresh transport after faults: data");
+    check(all_ranks(engine->transport(), g_failures == 0), "fault checks on every rank");
+  }
+  return g_failures;
+}
+
+}  // namespace
+}  // namespace reshard
+
+int main(int argc, char** argv) {
+  using namespace reshard;
+  std::string mode = argc > 1 ? argv[1] : "random";
+  int cases = 40;
+  uint64_t seed = 1;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--cases") cases = std::stoi(argv[i + 1]);
+    if (flag == "--seed") seed = std::stoull(argv[i + 1]);
+  }
+  try {
+    World w;
+    {
+      auto probe = make_mpi_transport();
+      w.rank = probe->info().rank;
+      w.size = probe->info().size;
+    }
+    int failures = 0;
+    if (mode == "random") {
+      failures = run_random(w, cases, seed);
+    } else if (mode == "budget") {
+      failures = run_budget(w);
+    } else if (mode == "faults") {
+      failures = run_faults(w);
+    } else {
+      std::fprintf(stderr, "usage: engine_mpi_test random|budget|faults [--cases N] [--seed S]\n");
+      return 2;
+    }
+    if (failures == 0 && w.rank == 0) std::printf("%s: OK\n", mode.c_str());
+    return failures == 0 ? 0 : 1;
+  } catch (const Error& e) {
+    // Leave without MPI_Finalize: mpirun then ends the other ranks at once
+    // instead of letting them wait for this one until their deadlines.
+    std::fprintf(stderr, "error [%s]: %s\n", error_code_name(e.code()), e.what());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+}

@@ -1,0 +1,112 @@
+// The `reshard` command line: shared pieces of the subcommands.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "reshard/plan.h"
+#include "reshard/spec.h"
+
+namespace reshard::cli {
+
+// Bad command line or invalid input: exit status 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// An invalid spec (also exit status 2, without the usage hint).
+class InvalidInput : public UsageError {
+ public:
+  using UsageError::UsageError;
+};
+// A failure while doing the work (planning, executing, a verification
+// mismatch): exit status 1.
+class Failure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Where the tensors come from: a spec file, or flags describing one tensor.
+struct InputOptions {
+  std::string spec;
+  std::string name = "tensor";
+  std::string shape;
+  const CLI::Option* shape_option = nullptr;  // set by add_input_options
+  std::string dtype = "f32";
+  std::string src_mesh, src_spec, src_devices, src_processes, src_partial;
+  std::string dst_mesh, dst_spec, dst_devices, dst_processes, dst_partial;
+};
+void add_input_options(CLI::App* cmd, InputOptions& in);
+// Loads the spec; every problem is a UsageError.
+Spec load_input(const InputOptions& in);
+// The flags' help text, for footers.
+extern const char* const kSingleTensorHelp;
+
+// Subcommands: each registers itself and returns the function to run.
+using Runner = std::function<int()>;
+Runner add_plan_command(CLI::App& app);
+Runner add_show_command(CLI::App& app);
+Runner add_verify_command(CLI::App& app);
+Runner add_bench_command(CLI::App& app);
+Runner add_run_command(CLI::App& app);
+
+// ---- formatting helpers (format.cc)
+std::string human_bytes(double bytes);      // "1.50 MiB"
+std::string compact_bytes(double bytes);    // "1.5M", for matrix cells
+std::string human_seconds(double seconds);  // "1.23 ms"
+std::string with_commas(int64_t n);         // "1,234,567"
+std::string hex64(uint64_t v);              // "0123456789abcdef"
+std::string ratio_str(double r);            // "1.000"
+// "0-3,8,10-11"
+std::string device_ranges(std::vector<int64_t> devices);
+std::string shape_str(const std::vector<int64_t>& shape);
+
+// Devices, processes and hosts that the tensors' layouts use.
+struct PlanFootprint {
+  std::vector<int64_t> devices;  // sorted
+  int64_t processes = 0;
+  int64_t hosts = 0;
+};
+PlanFootprint footprint(const PlanInput& input);
+
+// Wall-clock timing.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ---- drawing (draw.cc)
+// Text picture of a layout in the style of jax.debug.visualize_array_sharding.
+std::string draw_layout_text(const Layout& layout);
+// Send-bytes matrix (device × device, or summarised for many devices).
+struct Traffic {
+  std::vector<int64_t> devices;  // sorted
+  // (source device, destination device) -> bytes; local copies on the diagonal.
+  std::map<std::pair<int64_t, int64_t>, int64_t> bytes;
+  Topology topology;
+};
+Traffic traffic_of(const Plan& plan, const std::vector<int64_t>& devices);
+std::string draw_traffic_text(const Traffic& traffic);
+
+// SVG document built section by section.
+class Svg {
+ public:
+  void title(const std::string& text);
+  void layouts(const std::string& heading, const Layout& src, const Layout& dst);
+  void traffic(const Traffic& traffic);
+  std::string finish() const;
+
+ private:
+  double y_ = 10;
+  double width_ = 820;
+  std::string body_;
+};
+
+}  // namespace reshard::cli

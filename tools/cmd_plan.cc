@@ -1,0 +1,211 @@
+// `reshard plan`: plan a reshard and print its statistics.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+
+namespace reshard::cli {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+struct PlanArgs {
+  InputOptions input;
+  std::string format = "text";
+  int32_t process = -1;
+};
+
+ojson stats_json(const PlanStats& s) {
+  ojson j;
+  j["network_bytes"] = s.network_bytes;
+  j["local_bytes"] = s.local_bytes;
+  j["cross_host_bytes"] = s.cross_host_bytes;
+  j["cross_process_bytes"] = s.cross_process_bytes;
+  j["max_send_bytes"] = s.max_send_bytes;
+  j["max_recv_bytes"] = s.max_recv_bytes;
+  j["messages"] = s.messages;
+  j["pieces"] = s.pieces;
+  j["rounds"] = s.rounds;
+  j["peak_staging_bytes"] = s.peak_staging_bytes;
+  j["lower_bound_network_bytes"] = s.lower_bound_network_bytes;
+  j["lower_bound_max_send_bytes"] = s.lower_bound_max_send_bytes;
+  j["lower_bound_max_recv_bytes"] = s.lower_bound_max_recv_bytes;
+  j["cost_seconds"] = s.cost_seconds;
+  j["lower_bound_cost_seconds"] = s.lower_bound_cost_seconds;
+  j["plan_seconds"] = s.plan_seconds;
+  auto r = [](int64_t f, int64_t b) {
+    return PlanStats::ratio(static_cast<double>(f), static_cast<double>(b));
+  };
+  j["network_bytes_ratio"] = r(s.network_bytes, s.lower_bound_network_bytes);
+  j["max_send_bytes_ratio"] = r(s.max_send_bytes, s.lower_bound_max_send_bytes);
+  j["max_recv_bytes_ratio"] = r(s.max_recv_bytes, s.lower_bound_max_recv_bytes);
+  j["cost_seconds_ratio"] = PlanStats::ratio(s.cost_seconds, s.lower_bound_cost_seconds);
+  ojson per = ojson::array();
+  for (const DeviceTraffic& d : s.per_device)
+    per.push_back({{"device", d.device},
+                   {"send_bytes", d.send_bytes},
+                   {"recv_bytes", d.recv_bytes},
+                   {"local_bytes", d.local_bytes},
+                   {"send_messages", d.send_messages},
+                   {"recv_messages", d.recv_messages}});
+  j["per_device"] = per;
+  return j;
+}
+
+std::string bytes_line(const char* label, int64_t v) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "  %-22s %12s  (%s B)\n", label,
+                human_bytes(static_cast<double>(v)).c_str(), with_commas(v).c_str());
+  return buf;
+}
+std::string bound_line(const char* label, int64_t v, int64_t bound) {
+  char buf[200];
+  std::snprintf(
+      buf, sizeof buf, "  %-22s %12s  (lower bound %s, ratio %s)\n", label,
+      human_bytes(static_cast<double>(v)).c_str(), human_bytes(static_cast<double>(bound)).c_str(),
+      ratio_str(PlanStats::ratio(static_cast<double>(v), static_cast<double>(bound))).c_str());
+  return buf;
+}
+std::string count_line(const char* label, int64_t v) {
+  char buf[120];
+  std::snprintf(buf, sizeof buf, "  %-22s %12s\n", label, with_commas(v).c_str());
+  return buf;
+}
+
+std::string stats_text(const PlanStats& s) {
+  std::string out;
+  out += bound_line("network bytes", s.network_bytes, s.lower_bound_network_bytes);
+  out += bytes_line("  cross-process", s.cross_process_bytes);
+  out += bytes_line("  cross-host", s.cross_host_bytes);
+  out += bytes_line("local copy bytes", s.local_bytes);
+  out += bound_line("max send per device", s.max_send_bytes, s.lower_bound_max_send_bytes);
+  out += bound_line("max recv per device", s.max_recv_bytes, s.lower_bound_max_recv_bytes);
+  out += count_line("messages", s.messages);
+  out += count_line("pieces", s.pieces);
+  out += count_line("rounds", s.rounds);
+  out += bytes_line("peak staging", s.peak_staging_bytes);
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "  %-22s %12s  (lower bound %s, ratio %s)\n", "cost estimate",
+                human_seconds(s.cost_seconds).c_str(),
+                human_seconds(s.lower_bound_cost_seconds).c_str(),
+                ratio_str(PlanStats::ratio(s.cost_seconds, s.lower_bound_cost_seconds)).c_str());
+  out += buf;
+  std::snprintf(buf, sizeof buf, "  %-22s %12s\n", "plan time",
+                human_seconds(s.plan_seconds).c_str());
+  out += buf;
+  return out;
+}
+
+struct PartSummary {
+  int64_t local_pieces = 0, send_messages = 0, send_pieces = 0, send_bytes = 0;
+  int64_t recv_messages = 0, recv_pieces = 0, recv_bytes = 0, local_bytes = 0;
+};
+PartSummary summarize(const Plan& plan, const ProcessPart& part) {
+  PartSummary s;
+  s.local_pieces = static_cast<int64_t>(part.local.size());
+  for (const Piece& p : part.local) s.local_bytes += plan.piece_bytes(part, p);
+  s.send_messages = static_cast<int64_t>(part.sends.size());
+  s.send_pieces = static_cast<int64_t>(part.send_pieces.size());
+  for (const Message& m : part.sends) s.send_bytes += m.bytes;
+  s.recv_messages = static_cast<int64_t>(part.recvs.size());
+  s.recv_pieces = static_cast<int64_t>(part.recv_pieces.size());
+  for (const Message& m : part.recvs) s.recv_bytes += m.bytes;
+  return s;
+}
+
+int run_plan(const PlanArgs& args) {
+  const Spec spec = load_input(args.input);
+  const PlanFootprint fp = footprint(spec.input);
+
+  // Global statistics: no piece lists, cheap at any scale.
+  auto t0 = std::chrono::steady_clock::now();
+  const Plan global = make_plan(spec.input, PlanRequest{PlanScope::kGlobal, 0, true});
+  const double global_seconds = seconds_since(t0);
+
+  std::optional<Plan> part_plan;
+  double part_seconds = 0;
+  if (args.process >= 0) {
+    t0 = std::chrono::steady_clock::now();
+    part_plan = make_plan(spec.input, PlanRequest{PlanScope::kProcess, args.process, false});
+    part_seconds = seconds_since(t0);
+  }
+  const ProcessPart* part = nullptr;
+  if (part_plan) {
+    auto it = part_plan->parts().find(args.process);
+    if (it != part_plan->parts().end()) part = &it->second;
+  }
+  const PartSummary ps = part ? summarize(*part_plan, *part) : PartSummary{};
+
+  if (args.format == "json") {
+    ojson j;
+    j["fingerprint"] = hex64(global.fingerprint());
+    j["tensors"] = spec.input.tensors.size();
+    j["devices"] = fp.devices.size();
+    j["processes"] = fp.processes;
+    j["hosts"] = fp.hosts;
+    j["global_seconds"] = global_seconds;
+    j["stats"] = stats_json(global.stats());
+    if (part_plan) {
+      j["process"] = {{"process", args.process},
+                      {"plan_seconds", part_seconds},
+                      {"fingerprint", hex64(part_plan->fingerprint())},
+                      {"local_pieces", ps.local_pieces},
+                      {"local_bytes", ps.local_bytes},
+                      {"send_messages", ps.send_messages},
+                      {"send_pieces", ps.send_pieces},
+                      {"send_bytes", ps.send_bytes},
+                      {"recv_messages", ps.recv_messages},
+                      {"recv_pieces", ps.recv_pieces},
+                      {"recv_bytes", ps.recv_bytes}};
+    }
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "plan: " << spec.input.tensors.size() << " tensors, " << fp.devices.size()
+            << " devices, " << fp.processes << " processes, " << fp.hosts << " hosts; fingerprint "
+            << hex64(global.fingerprint()) << "\n";
+  std::cout << stats_text(global.stats());
+  std::cout << "  global statistics took " << human_seconds(global_seconds)
+            << " (PlanScope::kGlobal)\n";
+  if (part_plan) {
+    std::cout << "process " << args.process << " part (PlanScope::kProcess), planned in "
+              << human_seconds(part_seconds) << ":\n";
+    if (!part) {
+      std::cout << "  (process " << args.process << " owns no device of this plan)\n";
+    } else {
+      std::cout << count_line("local pieces", ps.local_pieces)
+                << bytes_line("local bytes", ps.local_bytes)
+                << count_line("send messages", ps.send_messages)
+                << count_line("send pieces", ps.send_pieces)
+                << bytes_line("send bytes", ps.send_bytes)
+                << count_line("recv messages", ps.recv_messages)
+                << count_line("recv pieces", ps.recv_pieces)
+                << bytes_line("recv bytes", ps.recv_bytes);
+    }
+    if (part_plan->fingerprint() != global.fingerprint())
+      throw Failure("fingerprint of the process part differs from the global plan's");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_plan_command(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand("plan", "Plan a reshard and print its statistics");
+  add_input_options(cmd, args->input);
+  cmd->add_option("--format", args->format, "output format")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->add_option("--process", args->process,
+                  "also plan only this process's part (as a worker would) and print its pieces, "
+                  "messages and planning time")
+      ->check(CLI::NonNegativeNumber);
+  cmd->footer(std::string("Example:\n  reshard plan --spec examples/specs/small_transformer.json "
+                          "--format json\n\n") +
+              kSingleTensorHelp);
+  return [args]() { return run_plan(*args); };
+}
+
+}  // namespace reshard::cli

@@ -1,0 +1,246 @@
+// Input of every subcommand: `--spec FILE` or flags describing one tensor.
+// The flags are turned into the JSON spec they stand for, so both paths
+// share one parser; errors are renamed back to the flags.
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "cli.h"
+#include "reshard/error.h"
+
+namespace reshard::cli {
+namespace {
+
+using json = nlohmann::json;
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t p = s.find(sep, start);
+    out.push_back(s.substr(start, p == std::string::npos ? std::string::npos : p - start));
+    if (p == std::string::npos) return out;
+    start = p + 1;
+  }
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  while (!s.empty() && s.front() == ' ') s.erase(s.begin());
+  return s;
+}
+
+int64_t to_int(const std::string& s, const std::string& flag) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || s.empty()) throw UsageError(flag + ": \"" + s + "\" is not an integer");
+  return v;
+}
+
+// "0-3,8,0*4": items are N, A-B (inclusive) or N*COUNT.
+std::vector<int64_t> int_list(const std::string& text, const std::string& flag) {
+  std::vector<int64_t> out;
+  if (trim(text).empty()) return out;
+  for (std::string item : split(text, ',')) {
+    item = trim(item);
+    const size_t star = item.find('*');
+    const size_t dash = item.find('-', 1);
+    if (star != std::string::npos) {
+      const int64_t v = to_int(item.substr(0, star), flag);
+      const int64_t n = to_int(item.substr(star + 1), flag);
+      if (n < 0 || n > (1 << 24)) throw UsageError(flag + ": bad repeat count in \"" + item + "\"");
+      out.insert(out.end(), static_cast<size_t>(n), v);
+    } else if (dash != std::string::npos) {
+      const int64_t a = to_int(item.substr(0, dash), flag);
+      const int64_t b = to_int(item.substr(dash + 1), flag);
+      if (b < a || b - a > (1 << 24)) throw UsageError(flag + ": bad range \"" + item + "\"");
+      for (int64_t v = a; v <= b; ++v) out.push_back(v);
+    } else {
+      out.push_back(to_int(item, flag));
+    }
+  }
+  return out;
+}
+
+// "dp=4,tp=2"
+json mesh_json(const std::string& text, const std::string& devices, const std::string& processes,
+               const std::string& flag, const std::string& side) {
+  json m = json::object();
+  m["axis_names"] = json::array();
+  m["shape"] = json::array();
+  if (!trim(text).empty()) {
+    for (std::string item : split(text, ',')) {
+      item = trim(item);
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw UsageError(flag + ": expected NAME=SIZE items like dp=4,tp=2, got \"" + item + "\"");
+      m["axis_names"].push_back(item.substr(0, eq));
+      m["shape"].push_back(to_int(item.substr(eq + 1), flag));
+    }
+  }
+  if (!devices.empty()) m["devices"] = int_list(devices, "--" + side + "-devices");
+  if (!processes.empty()) m["processes"] = int_list(processes, "--" + side + "-processes");
+  return m;
+}
+
+// "dp,_,tp+sp": one entry per dim; "_" (or "null", or nothing) replicates.
+json spec_json(const std::string& text) {
+  json spec = json::array();
+  if (trim(text).empty()) return spec;
+  for (std::string item : split(text, ',')) {
+    item = trim(item);
+    if (item.empty() || item == "_" || item == "null" || item == "None") {
+      spec.push_back(nullptr);
+      continue;
+    }
+    const auto axes = split(item, '+');
+    if (axes.size() == 1) {
+      spec.push_back(trim(axes[0]));
+    } else {
+      json list = json::array();
+      for (const auto& a : axes) list.push_back(trim(a));
+      spec.push_back(list);
+    }
+  }
+  return spec;
+}
+
+// "dp" or "dp+tp:max"
+json partial_json(const std::string& text) {
+  json p = json::object();
+  std::string axes = text;
+  const size_t colon = text.find(':');
+  if (colon != std::string::npos) {
+    axes = text.substr(0, colon);
+    p["op"] = trim(text.substr(colon + 1));
+  }
+  p["axes"] = json::array();
+  for (const auto& a : split(axes, '+')) p["axes"].push_back(trim(a));
+  return p;
+}
+
+json layout_json(const std::string& mesh, const std::string& spec, const std::string& partial) {
+  json l = json::object();
+  l["mesh"] = mesh;
+  if (!spec.empty()) l["spec"] = spec_json(spec);
+  if (!partial.empty()) l["partial"] = partial_json(partial);
+  return l;
+}
+
+// Renames a JSON path at the start of a message to the flag it came from.
+std::string rename_paths(const std::string& message) {
+  static const std::pair<const char*, const char*> kMap[] = {
+      {"meshes.src.devices", "--src-devices"},
+      {"meshes.src.processes", "--src-processes"},
+      {"meshes.src", "--src-mesh"},
+      {"meshes.dst.devices", "--dst-devices"},
+      {"meshes.dst.processes", "--dst-processes"},
+      {"meshes.dst", "--dst-mesh"},
+      {"tensors[0].src.spec", "--src-spec"},
+      {"tensors[0].src.partial", "--src-partial"},
+      {"tensors[0].src", "--src-spec"},
+      {"tensors[0].dst.spec", "--dst-spec"},
+      {"tensors[0].dst.partial", "--dst-partial"},
+      {"tensors[0].dst", "--dst-spec"},
+      {"tensors[0].shape", "--shape"},
+      {"tensors[0].dtype", "--dtype"},
+      {"tensors[0].name", "--name"},
+  };
+  for (const auto& [path, flag] : kMap) {
+    const std::string p = path;
+    if (message.compare(0, p.size(), p) == 0) return flag + message.substr(p.size());
+  }
+  return message;
+}
+
+}  // namespace
+
+const char* const kSingleTensorHelp =
+    "One tensor from flags instead of --spec:\n"
+    "  --shape 4096,11008 --dtype bf16 --src-mesh dp=4,tp=2 --src-spec dp,tp\n"
+    "  --dst-mesh tp=8 --dst-devices 8-15 --dst-spec _,tp\n"
+    "Mesh: NAME=SIZE,... (devices default 0..N-1; --*-devices / --*-processes take\n"
+    "lists like 0-7,12 or 0*4,1*4). Spec: one entry per dim, \"_\" replicates,\n"
+    "\"dp+tp\" splits one dim over two axes. Partial: --src-partial dp[:sum|max|min].\n"
+    "Without --dst-mesh the destination uses the source mesh.\n";
+
+void add_input_options(CLI::App* cmd, InputOptions& in) {
+  cmd->add_option("--spec", in.spec, "JSON spec file (DESIGN.md section 8)")->type_name("FILE");
+  const char* const kGroup = "Single tensor (instead of --spec)";
+  in.shape_option =
+      cmd->add_option("--shape", in.shape, "shape, e.g. 4096,11008 (\"\" for a scalar)")
+          ->type_name("DIMS")
+          ->group(kGroup);
+  cmd->add_option("--name", in.name, "tensor name")->group(kGroup)->capture_default_str();
+  cmd->add_option("--dtype", in.dtype, "dtype (f32, bf16, i8, ...)")
+      ->group(kGroup)
+      ->capture_default_str();
+  struct Flag {
+    const char* name;
+    std::string* target;
+    const char* help;
+  };
+  const Flag flags[] = {
+      {"--src-mesh", &in.src_mesh, "source mesh, e.g. dp=4,tp=2"},
+      {"--src-spec", &in.src_spec, "source spec, e.g. dp,tp or _,dp+tp"},
+      {"--src-devices", &in.src_devices, "source mesh devices, e.g. 0-7"},
+      {"--src-processes", &in.src_processes, "process of each source device, e.g. 0*4,1*4"},
+      {"--src-partial", &in.src_partial, "partial source axes, e.g. dp:sum"},
+      {"--dst-mesh", &in.dst_mesh, "destination mesh (default: the source mesh)"},
+      {"--dst-spec", &in.dst_spec, "destination spec"},
+      {"--dst-devices", &in.dst_devices, "destination mesh devices, e.g. 8-15"},
+      {"--dst-processes", &in.dst_processes, "process of each destination device"},
+      {"--dst-partial", &in.dst_partial, "partial destination axes"},
+  };
+  for (const Flag& f : flags)
+    cmd->add_option(f.name, *f.target, f.help)->type_name("TEXT")->group(kGroup);
+}
+
+Spec load_input(const InputOptions& in) {
+  const bool any_flag = !in.shape.empty() || !in.src_mesh.empty() || !in.src_spec.empty() ||
+                        !in.src_devices.empty() || !in.src_processes.empty() ||
+                        !in.src_partial.empty() || !in.dst_mesh.empty() || !in.dst_spec.empty() ||
+                        !in.dst_devices.empty() || !in.dst_processes.empty() ||
+                        !in.dst_partial.empty();
+  if (!in.spec.empty() && any_flag)
+    throw UsageError(
+        "--spec cannot be combined with the single-tensor flags (--shape, --src-*, --dst-*)");
+  if (!in.spec.empty()) {
+    try {
+      return load_spec(in.spec);
+    } catch (const Error& e) {
+      throw InvalidInput(e.what());
+    }
+  }
+  const bool has_shape = in.shape_option && in.shape_option->count() > 0;
+  if (in.src_mesh.empty() && !has_shape)
+    throw UsageError("give --spec FILE, or one tensor with --shape and --src-mesh (see --help)");
+  if (in.src_mesh.empty()) throw UsageError("--shape needs --src-mesh");
+  if (!has_shape) throw UsageError("--src-mesh needs --shape");
+  json doc = json::object();
+  doc["meshes"]["src"] =
+      mesh_json(in.src_mesh, in.src_devices, in.src_processes, "--src-mesh", "src");
+  const bool own_dst_mesh =
+      !in.dst_mesh.empty() || !in.dst_devices.empty() || !in.dst_processes.empty();
+  if (own_dst_mesh)
+    doc["meshes"]["dst"] = mesh_json(in.dst_mesh.empty() ? in.src_mesh : in.dst_mesh,
+                                     in.dst_devices, in.dst_processes, "--dst-mesh", "dst");
+  json t = json::object();
+  t["name"] = in.name;
+  t["dtype"] = in.dtype;
+  t["shape"] = int_list(in.shape, "--shape");
+  t["src"] = layout_json("src", in.src_spec, in.src_partial);
+  t["dst"] = layout_json(own_dst_mesh ? "dst" : "src", in.dst_spec, in.dst_partial);
+  doc["tensors"] = json::array({t});
+  try {
+    return parse_spec(doc.dump());
+  } catch (const Error& e) {
+    throw UsageError(rename_paths(e.what()));
+  }
+}
+
+}  // namespace reshard::cli
