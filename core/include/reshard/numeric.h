@@ -40,10 +40,8 @@ RESHARD_HD inline float narrow_to_f32(uint32_t v) {
   const int bias = (1 << (E - 1)) - 1;
   float out;
   if (exp == 0) {
-    out = static_cast<float>(man) / static_cast<float>(1u << M);  // subnormal
-    float scale = 1.0f;
-    for (int i = 0; i < bias - 1; ++i) scale *= 0.5f;
-    out *= scale;
+    // Subnormal: man * 2^(1 - bias - M), exact in f32 for these formats.
+    out = static_cast<float>(man) * f32_from_bits(static_cast<uint32_t>(127 + 1 - bias - M) << 23);
   } else if (!kFiniteOnly && exp == (1u << E) - 1u) {
     out = man ? f32_from_bits(0x7fc00000u) : f32_from_bits(0x7f800000u);
   } else if (kFiniteOnly && exp == (1u << E) - 1u && man == (1u << M) - 1u) {

@@ -501,18 +501,19 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
     const int64_t budget = o.staging_budget_bytes;
     for (size_t d = 0; d < ndev; ++d) {
       const int64_t peers = send_msgs[d] + recv_msgs[d];
-      if (peers > 0 && budget / peers < 16)
+      if (peers > 0 && budget <= 16 * peers)
         fail(ErrorCode::kInvalidArgument,
              "options.staging_budget_bytes: " + std::to_string(budget) + " bytes cannot stage device " +
                  std::to_string(ctx.devices[d]) + " with " + std::to_string(peers) +
-                 " peers (needs at least 16 bytes per peer)");
+                 " peers (needs more than 16 bytes per peer)");
     }
     std::vector<int64_t> staged(ndev, 0);
     int64_t rounds = 0, messages = 0;
     auto visit = [&](size_t sd, size_t dd, int64_t bytes) {
       if (bytes <= 0) return;
-      const int64_t chunk =
-          planning::round_chunk(budget, send_msgs[sd] + recv_msgs[sd], send_msgs[dd] + recv_msgs[dd]);
+      const int64_t chunk = planning::round_chunk(
+          budget, {send_msgs[sd] + recv_msgs[sd], acc[sd].send + acc[sd].recv},
+          {send_msgs[dd] + recv_msgs[dd], acc[dd].send + acc[dd].recv}, bytes);
       const int64_t r = planning::stream_rounds(bytes, chunk);
       rounds = std::max(rounds, r);
       messages += r;
@@ -574,14 +575,15 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
     Plan::Builder::has_stats(plan) = request.scope != PlanScope::kProcess || request.global_stats;
   }
   const auto& per_device = Plan::Builder::stats(plan).per_device;
-  auto peers = [&](int64_t device) -> int64_t {
+  auto load = [&](int64_t device) -> planning::DeviceLoad {
     auto it = std::lower_bound(per_device.begin(), per_device.end(), device,
                                [](const DeviceTraffic& d, int64_t v) { return d.device < v; });
-    return it == per_device.end() || it->device != device ? 0 : it->send_messages + it->recv_messages;
+    if (it == per_device.end() || it->device != device) return {};
+    return {it->send_messages + it->recv_messages, it->send_bytes + it->recv_bytes};
   };
   auto make_part = [&](int32_t p) {
     ProcessPart part = build_part(ctx, p, input.options);
-    if (budgeted) planning::split_rounds(part, input.tensors, input.options.staging_budget_bytes, peers);
+    if (budgeted) planning::split_rounds(part, input.tensors, input.options.staging_budget_bytes, load);
     return part;
   };
   if (request.scope == PlanScope::kAll) {

@@ -6,9 +6,14 @@
 
 namespace reshard::planning {
 
-int64_t round_chunk(int64_t budget, int64_t peers_a, int64_t peers_b) {
-  const int64_t peers = std::max<int64_t>({peers_a, peers_b, 1});
-  return std::max<int64_t>(budget / peers - 8, 8);
+int64_t round_chunk(int64_t budget, DeviceLoad a, DeviceLoad b, int64_t stream_bytes) {
+  const int64_t reserve = 16 * std::max(a.peers, b.peers);
+  const int64_t total = std::max({a.bytes, b.bytes, stream_bytes, int64_t{1}});
+  if (budget <= reserve) return 8;  // rejected by the planner's validation
+  const unsigned __int128 share =
+      static_cast<unsigned __int128>(budget - reserve) * static_cast<uint64_t>(stream_bytes) /
+      static_cast<uint64_t>(total);
+  return static_cast<int64_t>(share) + 8;
 }
 
 namespace {
@@ -70,7 +75,7 @@ struct Cut {
 // counting sort by round gives directly.
 void cut(std::vector<Message>& msgs, std::vector<Piece>& pieces, ProcessPart& part,
          const std::vector<TensorSpec>& tensors, int64_t budget,
-         const std::function<int64_t(int64_t)>& peers) {
+         const std::function<DeviceLoad(int64_t)>& load) {
   part.regions.reserve(part.regions.size() + msgs.size() * 4);
   std::vector<Cut> cuts;
   cuts.reserve(pieces.size() + msgs.size() * 2);
@@ -78,7 +83,7 @@ void cut(std::vector<Message>& msgs, std::vector<Piece>& pieces, ProcessPart& pa
   uint32_t max_round = 0;
   for (uint32_t mi = 0; mi < msgs.size(); ++mi) {
     const Message& m = msgs[mi];
-    const int64_t chunk = round_chunk(budget, peers(m.src_device), peers(m.dst_device));
+    const int64_t chunk = round_chunk(budget, load(m.src_device), load(m.dst_device), m.bytes);
     int64_t s = 0;  // stream offset of the current piece
     for (uint64_t i = 0; i < m.num_pieces; ++i) {
       const Piece& p = pieces[m.first_piece + i];
@@ -143,10 +148,10 @@ void cut(std::vector<Message>& msgs, std::vector<Piece>& pieces, ProcessPart& pa
 }  // namespace
 
 void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, int64_t budget,
-                  const std::function<int64_t(int64_t)>& peers) {
+                  const std::function<DeviceLoad(int64_t)>& load) {
   if (budget <= 0) return;
-  cut(part.sends, part.send_pieces, part, tensors, budget, peers);
-  cut(part.recvs, part.recv_pieces, part, tensors, budget, peers);
+  cut(part.sends, part.send_pieces, part, tensors, budget, load);
+  cut(part.recvs, part.recv_pieces, part, tensors, budget, load);
 }
 
 }  // namespace reshard::planning

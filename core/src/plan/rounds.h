@@ -1,13 +1,15 @@
 // Internal: bounded staging (DESIGN.md §2.6). Every (source, destination)
-// stream of messages is cut into rounds of at most chunk(a, b) bytes, where
-// chunk(a, b) = budget / max(peers(a), peers(b)) - 8 and peers(x) counts the
-// devices x sends to or receives from. An element belongs to the round in
-// which its last byte falls, so a stream of B bytes spans exactly
-// ceil(B / chunk) non-empty rounds, a round of a stream holds fewer than
-// chunk + 8 bytes and a device stages less than `budget` per round. The rule
-// depends only on the stream's pieces (identical for sender and receiver)
-// and on per-device peer counts from the global statistics, so every
-// process cuts its streams the same way on its own.
+// stream of B bytes is cut into rounds of at most
+//   chunk = floor((budget - 16 * max(peers(a), peers(b))) * B / max(T(a), T(b))) + 8
+// bytes, where peers(x) counts the devices x exchanges messages with and T(x)
+// is the bytes x sends plus receives. An element belongs to the round in
+// which its last byte falls, so a stream spans exactly ceil(B / chunk)
+// non-empty rounds and stages fewer than chunk + 8 bytes per round; summed
+// over a device's streams that stays under the budget, and every stream of a
+// device ends after about T / budget rounds (big streams get big chunks). The
+// rule depends only on the stream (identical for sender and receiver) and on
+// per-device figures of the global statistics, so every process cuts its
+// streams the same way on its own.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +20,14 @@
 
 namespace reshard::planning {
 
-// Chunk size of a stream between devices with these peer counts.
-int64_t round_chunk(int64_t budget, int64_t peers_a, int64_t peers_b);
+// Per-device figures the rule needs.
+struct DeviceLoad {
+  int64_t peers = 0;
+  int64_t bytes = 0;  // sent + received
+};
+
+// Chunk size of a stream of `stream_bytes` between devices a and b.
+int64_t round_chunk(int64_t budget, DeviceLoad a, DeviceLoad b, int64_t stream_bytes);
 
 // Rounds a stream of `bytes` spans.
 inline int64_t stream_rounds(int64_t bytes, int64_t chunk) {
@@ -27,9 +35,9 @@ inline int64_t stream_rounds(int64_t bytes, int64_t chunk) {
 }
 
 // Re-cuts the messages of `part` (each holding one whole stream in round 0)
-// into rounds. `peers(device)` gives the peer count of a device.
+// into rounds. `load(device)` gives a device's figures.
 void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, int64_t budget,
-                  const std::function<int64_t(int64_t)>& peers);
+                  const std::function<DeviceLoad(int64_t)>& load);
 
 // Appends to `out` the boxes covering elements [i0, i1) of `region` in
 // row-major order (at most 2 * rank + 1 boxes).
