@@ -5,6 +5,7 @@
 #include <map>
 
 #include "random_cases.h"
+#include "reshard/error.h"
 #include "reshard/plan.h"
 
 namespace reshard {
@@ -205,6 +206,29 @@ TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
               "%lld parts with split/refined regions, %lld pieces\n",
               cases, (long long)with_network, (long long)with_partial, (long long)with_explicit,
               (long long)with_regions, (long long)total_pieces);
+}
+
+}  // namespace
+}  // namespace reshard
+
+namespace reshard {
+namespace {
+
+// Regression: names travel as FlatBuffers strings, which Rust and Go readers
+// require to be UTF-8; invalid names are rejected when planning.
+TEST(PlanValidation, TensorNameMustBeUtf8) {
+  testing::CaseGen gen(7);
+  PlanInput in = gen.input();
+  in.tensors[0].name = std::string("w\xff\xfe", 3);
+  try {
+    make_plan(in);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("tensors[0].name"), std::string::npos) << e.what();
+  }
+  in.tensors[0].name = "layers.0.attn.q \xce\xb1";  // Greek alpha is fine
+  EXPECT_NO_THROW(make_plan(in));
 }
 
 }  // namespace

@@ -158,7 +158,7 @@ void expect_same_stats(const PlanStats& a, const PlanStats& b) {
   EXPECT_EQ(a.lower_bound_max_recv_bytes, b.lower_bound_max_recv_bytes);
   EXPECT_EQ(a.cost_seconds, b.cost_seconds);  // exact: doubles travel bit for bit
   EXPECT_EQ(a.lower_bound_cost_seconds, b.lower_bound_cost_seconds);
-  EXPECT_EQ(a.plan_seconds, b.plan_seconds);
+  EXPECT_EQ(b.plan_seconds, 0.0) << "planning time is not part of the plan's bytes";
   EXPECT_EQ(a.per_device, b.per_device);
 }
 
@@ -265,7 +265,7 @@ TEST(Wire, RoundTripOfGlobalOnlyAndProcessOnlyPlans) {
   const Plan global = make_plan(in, {PlanScope::kGlobal, 0, true});
   ASSERT_TRUE(global.parts().empty());
   expect_round_trip(global);
-  // A worker's plan: one part, no statistics (plan_seconds still travels).
+  // A worker's plan: one part, no statistics.
   const Plan worker = make_plan(in, {PlanScope::kProcess, 2, false});
   ASSERT_FALSE(worker.has_stats());
   expect_round_trip(worker);
@@ -673,18 +673,18 @@ TEST(WireHostile, OneTableReferencedManyTimesIsRejected) {
 }
 
 TEST(WireHostile, SharedTilingWithManyShapesIsBounded) {
-  // One tiling of 100,000 entries used by 3,000 tensors of distinct shapes:
-  // each tensor would materialise its own 100,000 entries (gigabytes from a
-  // 2 MB buffer). The decoder's memory budget stops it early.
+  // One tiling of 10,000 entries used by 20,000 tensors of distinct shapes:
+  // each tensor would materialise its own 10,000 entries (8 GB from a 2 MB
+  // buffer). The decoder's memory budget stops it early.
   flatbuffers::FlatBufferBuilder b;
-  const int64_t n = 100000;
+  const int64_t n = 10000;
   std::vector<int64_t> devices(n), shards(n);
   std::iota(devices.begin(), devices.end(), 0);
   std::iota(shards.begin(), shards.end(), 0);
   auto tiling = fb::CreateTiling(b, b.CreateVector(std::vector<int64_t>{n}),
                                  b.CreateVector(devices), 0, b.CreateVector(shards));
   std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
-  for (int i = 0; i < 3000; ++i) {
+  for (int i = 0; i < 20000; ++i) {
     auto layout = fb::CreateLayout(b, 1, fb::ReduceOp::Sum, 0);
     tensors.push_back(fb::CreateTensor(b, b.CreateString("t" + std::to_string(i)),
                                        b.CreateVector(std::vector<int64_t>{n + i}), fb::DType::F32,
@@ -727,7 +727,7 @@ TEST(WireHostile, RankAboveMaximumIsRejected) {
   auto options = fb::CreatePlanOptions(b, 0, 0, 1, 1, 0);
   auto topo = fb::CreateTopology(b);
   expect_corrupt(finish(b, fb::CreatePlan(b, 1, 0, 0, options, topo, tilings)),
-                 "tilings[0].splits");
+                 "tilings[0].shard_counts");
 }
 
 }  // namespace

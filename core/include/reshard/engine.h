@@ -48,15 +48,16 @@ struct ExecuteOptions {
   // How a message that is not one contiguous run of one buffer is built:
   // packed into staging with the box-copy core (kStaging), or described in
   // place for transports that gather (MPI derived datatypes, kGather).
-  // kAuto picks staging, measured faster with Open MPI 4.1 (see
-  // docs/distributed.md). Messages that reduce are always staged.
+  // kAuto gathers where the transport can (measured faster with Open MPI
+  // 4.1, see docs/distributed.md) and stages otherwise. Messages that reduce
+  // are always staged; so are messages above 1 GiB.
   enum class Packing : int32_t { kAuto = 0, kStaging = 1, kGather = 2 };
   Packing packing = Packing::kAuto;
 };
 
 struct ExecuteStats {
-  bool agreed = false;        // the agreement ran in this call
-  int32_t rounds = 0;         // rounds in which this process moved data
+  bool agreed = false;  // the agreement ran in this call
+  int32_t rounds = 0;   // rounds in which this process moved data
   int64_t batches = 0;
   int64_t messages_sent = 0;  // to other processes
   int64_t messages_received = 0;

@@ -119,6 +119,11 @@ class Layout {
                            std::vector<TileEntry> entries, int32_t num_summands, ReduceOp op,
                            const std::string& field);
 
+  // The same tiled layout for a tensor of another shape of the same rank,
+  // sharing the geometry (no per-device work). Throws kInvalidArgument
+  // naming `field` for an explicit layout, a rank change or a bad shape.
+  Layout with_shape(std::span<const int64_t> shape, const std::string& field) const;
+
   int32_t rank() const { return static_cast<int32_t>(shape_.size()); }
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t num_elements() const;

@@ -120,7 +120,7 @@ struct PlanStats {
   int64_t lower_bound_max_recv_bytes = 0;
   double cost_seconds = 0;         // α–β estimate of the busiest device
   double lower_bound_cost_seconds = 0;
-  double plan_seconds = 0;         // wall time make_plan took (not in fingerprint)
+  double plan_seconds = 0;         // wall time make_plan took here; not encoded (0 after decode)
   std::vector<DeviceTraffic> per_device;  // sorted by device
 
   // figure / bound; 1.0 when both are 0.

@@ -92,9 +92,9 @@ struct Segment {
 struct TransferOp {
   enum class Kind : int32_t { kSend = 0, kRecv = 1 };
   Kind kind = Kind::kSend;
-  int32_t peer = 0;         // rank in the transport's group
-  uint32_t round = 0;       // plan round (transports may derive tags from it)
-  int64_t local_device = 0;  // the plan device on this rank (sender or receiver)
+  int32_t peer = 0;           // rank in the transport's group
+  uint32_t round = 0;         // plan round (transports may derive tags from it)
+  int64_t local_device = 0;   // the plan device on this rank (sender or receiver)
   int32_t local_ordinal = 0;  // its local ordinal (CUDA device index)
   int64_t remote_device = 0;
   // The message bytes: a contiguous buffer (staging or a shard buffer, sent
@@ -122,7 +122,11 @@ class TransferBatch {
 };
 
 // A copy for a transport whose memory the host cannot touch. Semantics of
-// the host functions of reshard/box_copy.h with the same names.
+// the host functions of reshard/box_copy.h with the same names. The source
+// of a kCopy or kReduce that reads staging may be misaligned for its dtype
+// (pieces of several dtypes share a message, packed back to back).
+// Accumulators and deferred summands live in memory from allocate_staging
+// too (ExecuteStats::accumulator_bytes, deferred_bytes).
 struct CopyOp {
   enum class Kind : int32_t {
     kCopy = 0,          // copy_box(desc, dtype_size(dtype), src, dst)

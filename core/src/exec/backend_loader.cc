@@ -3,6 +3,7 @@
 // which does. See backend_abi.h for the entry point.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -23,9 +24,7 @@ namespace reshard {
 namespace {
 
 constexpr const char* kMpiLibraryNames[] = {"libreshard_mpi.so.1", "libreshard_mpi.so"};
-constexpr const char* kInstallMpi =
-    "install Open MPI (Debian: apt-get install openmpi-bin libopenmpi3; to build the backend: "
-    "libopenmpi-dev)";
+constexpr const char* kInstallMpi = "Debian: apt-get install openmpi-bin libopenmpi3";
 
 struct Loaded {
   const reshard_backend_mpi_v1_t* table = nullptr;
@@ -65,7 +64,12 @@ std::vector<std::string> search_dirs() {
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) add_with_libdir(parent_of(exe.string()));
-  return dirs;
+  // Without duplicates, first occurrence first.
+  std::vector<std::string> unique;
+  for (const std::string& d : dirs) {
+    if (std::find(unique.begin(), unique.end(), d) == unique.end()) unique.push_back(d);
+  }
+  return unique;
 }
 
 // Loads the backend named `library` (a path, a name, or empty for the
@@ -127,15 +131,15 @@ const reshard_backend_mpi_v1_t* load(const std::string& library, std::string* pa
   }
   if (!failures.empty()) {
     *why = "MPI transport unavailable: the backend could not be loaded: " + failures + ". " +
-           "The backend needs Open MPI's run-time libraries: " + kInstallMpi + ".";
+           "The backend needs Open MPI's run-time libraries (" + kInstallMpi + ").";
   } else {
     std::string searched;
     for (const std::string& d : search_dirs()) searched += (searched.empty() ? "" : ", ") + d;
     *why = "MPI transport unavailable: " + names.front() + " was not found (searched " +
            (searched.empty() ? std::string("no directories") : searched) +
-           " and the dynamic linker's path). Build reshard with MPI (" + kInstallMpi +
-           ") and install libreshard_mpi.so.1 next to libreshard, or set RESHARD_BACKEND_DIR "
-           "to its directory.";
+           " and the dynamic linker's path). Build reshard with MPI (Debian: apt-get install "
+           "libopenmpi-dev openmpi-bin) so that libreshard_mpi.so.1 is built, install it next "
+           "to libreshard or in its ../lib, or set RESHARD_BACKEND_DIR to its directory.";
   }
   return nullptr;
 }

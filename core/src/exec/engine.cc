@@ -46,8 +46,8 @@ class Backoff {
 
 Clock::time_point deadline_after(double seconds) {
   const double capped = std::min(seconds, 1e7);
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(capped));
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(capped));
 }
 
 std::string seconds_text(double s) {
@@ -126,13 +126,15 @@ void agree(Transport& transport, const Plan& plan, double timeout) {
   std::vector<AgreeRecord> records(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].size() != sizeof(AgreeRecord)) {
-      fail(ErrorCode::kMismatch, "execute: rank " + std::to_string(r) + " sent an agreement record of " +
+      fail(ErrorCode::kMismatch, "execute: rank " + std::to_string(r) +
+                                     " sent an agreement record of " +
                                      std::to_string(all[r].size()) + " bytes");
     }
     std::memcpy(&records[r], all[r].data(), sizeof(AgreeRecord));
     if (records[r].magic != kAgreeMagic) {
-      fail(ErrorCode::kMismatch, "execute: rank " + std::to_string(r) +
-                                     " sent an unexpected agreement record (another reshard version?)");
+      fail(ErrorCode::kMismatch,
+           "execute: rank " + std::to_string(r) +
+               " sent an unexpected agreement record (another reshard version?)");
     }
   }
   const int32_t me = transport.info().rank;
@@ -168,11 +170,11 @@ void agree(Transport& transport, const Plan& plan, double timeout) {
       const auto name = [](int32_t v) {
         return dtype_valid(v) ? std::string(dtype_name(static_cast<DType>(v))) : "?";
       };
-      fail(ErrorCode::kMismatch,
-           "execute: dtype mismatch: tensors[" + std::to_string(t) + "] (\"" + plan.tensors()[t].name +
-               "\") is " + name(keys[static_cast<size_t>(bad.front())]) + " on rank(s) " +
-               rank_list(bad) + " and " + name(ref) + " on the others (this is rank " +
-               std::to_string(me) + ")");
+      fail(ErrorCode::kMismatch, "execute: dtype mismatch: tensors[" + std::to_string(t) + "] (\"" +
+                                     plan.tensors()[t].name + "\") is " +
+                                     name(keys[static_cast<size_t>(bad.front())]) + " on rank(s) " +
+                                     rank_list(bad) + " and " + name(ref) +
+                                     " on the others (this is rank " + std::to_string(me) + ")");
     }
     fail(ErrorCode::kMismatch, "execute: dtype mismatch on rank(s) " + rank_list(odd));
   }
@@ -202,7 +204,8 @@ class Copier {
 
   void copy(int64_t device, int32_t ordinal, const CopyDesc& d, DType dtype, const void* src,
             void* dst) {
-    if (!host_) return queue(device, ordinal, {CopyOp::Kind::kCopy, d, dtype, ReduceOp::kSum, 0, src, dst});
+    if (!host_)
+      return queue(device, ordinal, {CopyOp::Kind::kCopy, d, dtype, ReduceOp::kSum, 0, src, dst});
     const int64_t elem = dtype_size(dtype);
     copy_box(d, elem, src, dst);
     moved(copy_desc_elements(d) * elem);
@@ -226,7 +229,8 @@ class Copier {
   }
 
   void fill_acc(int64_t device, int32_t ordinal, DType dtype, ReduceOp op, void* acc, int64_t n) {
-    if (!host_) return queue(device, ordinal, {CopyOp::Kind::kFillAcc, {}, dtype, op, n, nullptr, acc});
+    if (!host_)
+      return queue(device, ordinal, {CopyOp::Kind::kFillAcc, {}, dtype, op, n, nullptr, acc});
     fill_identity(dtype, op, acc, n);
   }
 
@@ -239,7 +243,8 @@ class Copier {
   }
 
   void store(int64_t device, int32_t ordinal, DType dtype, const void* acc, void* dst, int64_t n) {
-    if (!host_) return queue(device, ordinal, {CopyOp::Kind::kStore, {}, dtype, ReduceOp::kSum, n, acc, dst});
+    if (!host_)
+      return queue(device, ordinal, {CopyOp::Kind::kStore, {}, dtype, ReduceOp::kSum, n, acc, dst});
     store_from_acc(dtype, acc, dst, n);
   }
 
@@ -300,16 +305,21 @@ class Run {
   const void* src_ptr(const Piece& p) const { return buffers_[p.tensor].src[p.src_entry].data; }
   void* dst_ptr(const Piece& p) const { return buffers_[p.tensor].dst[p.dst_entry].data; }
   int32_t ordinal_of(int64_t device) const { return plan_.topology().info(device).ordinal; }
-  std::byte* staging(size_t slot, size_t ri) {
-    return arenas_[slot]->data() + s_.rounds[ri].base[slot];
+  std::byte* staging(size_t slot) { return arenas_[slot]->data(); }
+  std::byte* work(size_t block, int64_t offset) {
+    std::byte* base = info_.memory == MemoryKind::kHost
+                          ? reinterpret_cast<std::byte*>(work_host_[block].data())
+                          : work_device_[block]->data();
+    return base + offset;
   }
   void allocate();
   void fill();
   void direct();
-  void pack(size_t ri, bool early);
+  void pack_message(size_t mi);
+  void pack_next(size_t ri, int64_t after);
   std::unique_ptr<TransferBatch> post(size_t ri, size_t step);
   void unpack(size_t ri, size_t step);
-  void reduce_ready(int64_t round, size_t ri);
+  void reduce_ready(int64_t round);
   void wait(std::deque<InFlight>& in_flight, size_t ri);
   void store();
 
@@ -324,10 +334,13 @@ class Run {
   ExecuteStats& stats_;
   Copier copier_;
   std::vector<std::unique_ptr<StagingBlock>> arenas_;  // per slot
-  std::vector<uint64_t> acc_store_;
-  std::vector<uint64_t> deferred_store_;
+  // Schedule::work blocks: host vectors, or transport memory on devices.
+  std::vector<std::vector<uint64_t>> work_host_;
+  std::vector<std::unique_ptr<StagingBlock>> work_device_;
   std::vector<std::vector<size_t>> deferred_of_;  // per message: contributions to copy aside
   std::vector<TransferOp> ops_;
+  std::vector<uint8_t> packed_;  // per message
+  bool packed_early_ = false;
   size_t next_contribution_ = 0;
 };
 
@@ -339,22 +352,25 @@ void Run::allocate() {
     if (slot.capacity == 0) continue;
     arenas_[i] = transport_.allocate_staging(slot.device, slot.ordinal, slot.capacity);
     if (!arenas_[i] || arenas_[i]->bytes() < slot.capacity) {
-      fail(ErrorCode::kOutOfMemory, "execute: the transport could not allocate " +
-                                        std::to_string(slot.capacity) +
-                                        " bytes of staging for device " + std::to_string(slot.device));
+      fail(ErrorCode::kOutOfMemory,
+           "execute: the transport could not allocate " + std::to_string(slot.capacity) +
+               " bytes of staging for device " + std::to_string(slot.device));
     }
     stats_.staging_peak_bytes = std::max(stats_.staging_peak_bytes, slot.capacity);
     stats_.staging_bytes += slot.capacity;
   }
-  if (info_.memory != MemoryKind::kHost && (s_.accumulator_bytes > 0 || s_.deferred_bytes > 0)) {
-    fail(ErrorCode::kUnsupported, "execute: reductions of f16/bf16/f8 or out-of-order summands on " +
-                                      info_.name + " memory are not implemented");
+  // Accumulators and deferred summands, on the device they serve.
+  for (const auto& w : s_.work) {
+    if (info_.memory == MemoryKind::kHost) {
+      work_host_.emplace_back(static_cast<size_t>(w.bytes / 8));
+    } else {
+      work_device_.push_back(transport_.allocate_staging(w.device, w.ordinal, w.bytes));
+    }
   }
-  acc_store_.resize(static_cast<size_t>(s_.accumulator_bytes / 8));
-  deferred_store_.resize(static_cast<size_t>(s_.deferred_bytes / 8));
   stats_.accumulator_bytes = s_.accumulator_bytes;
   stats_.deferred_bytes = s_.deferred_bytes;
   deferred_of_.resize(s_.messages.size());
+  packed_.assign(s_.messages.size(), 0);
   for (size_t i = 0; i < s_.contributions.size(); ++i) {
     const Contribution& c = s_.contributions[i];
     if (c.deferred_offset >= 0) deferred_of_[c.msg].push_back(i);
@@ -371,8 +387,7 @@ void Run::fill() {
   for (const auto& a : s_.accs) {
     const TensorSpec& spec = tensors_[a.tensor];
     const int64_t device = spec.dst.device(a.dst_entry);
-    void* acc = a.separate ? static_cast<void*>(reinterpret_cast<std::byte*>(acc_store_.data()) +
-                                                a.acc_offset)
+    void* acc = a.separate ? static_cast<void*>(work(a.acc_block, a.acc_offset))
                            : buffers_[a.tensor].dst[a.dst_entry].data;
     copier_.fill_acc(device, ordinal_of(device), spec.dtype, spec.src.reduce_op(), acc, a.elements);
   }
@@ -391,24 +406,40 @@ void Run::direct() {
   stats_.local_bytes += s_.local_bytes;
 }
 
-void Run::pack(size_t ri, bool early) {
-  const RoundPlan& r = s_.rounds[ri];
-  for (size_t mi : r.sends) {
-    const EngineMessage& m = s_.messages[mi];
-    if ((r.early[m.slot] != 0) != early) continue;
-    std::byte* out = staging(m.slot, ri) + m.offset;
-    for (const Piece& p : m.pieces) {
-      const TensorSpec& spec = tensors_[p.tensor];
-      const Box region = plan_.region(part_, p);
-      copier_.copy(m.local_device, m.ordinal,
-                   make_copy_desc(region, spec.src.box(p.src_entry), region), spec.dtype,
-                   src_ptr(p), out);
-      out += region.volume() * elem(p.tensor);
-    }
+void Run::pack_message(size_t mi) {
+  if (packed_[mi]) return;
+  packed_[mi] = 1;
+  const EngineMessage& m = s_.messages[mi];
+  std::byte* out = staging(m.slot) + m.offset;
+  for (const Piece& p : m.pieces) {
+    const TensorSpec& spec = tensors_[p.tensor];
+    const Box region = plan_.region(part_, p);
+    copier_.copy(m.local_device, m.ordinal,
+                 make_copy_desc(region, spec.src.box(p.src_entry), region), spec.dtype, src_ptr(p),
+                 out);
+    out += region.volume() * elem(p.tensor);
   }
 }
 
+// Packs the sends of round ri+1 that step `after` of round ri released
+// (after == -1: those that overlap nothing of round ri).
+void Run::pack_next(size_t ri, int64_t after) {
+  if (ri + 1 >= s_.rounds.size()) return;
+  const RoundPlan& r = s_.rounds[ri];
+  const auto& list = r.pack_next[static_cast<size_t>(after + 1)];
+  if (list.empty()) return;
+  for (size_t mi : list) pack_message(mi);
+  packed_early_ = true;
+}
+
 std::unique_ptr<TransferBatch> Run::post(size_t ri, size_t step) {
+  // Pack this step's staged sends now (unless packed during the previous
+  // round): packing step k overlaps the transfers of the steps before it.
+  for (size_t mi : s_.rounds[ri].steps[step]) {
+    const EngineMessage& m = s_.messages[mi];
+    if (m.send && m.mode == EngineMessage::Mode::kStaged) pack_message(mi);
+  }
+  copier_.flush();  // stream-ordered transports: the packs go before the batch
   ops_.clear();
   for (size_t mi : s_.rounds[ri].steps[step]) {
     EngineMessage& m = s_.messages[mi];
@@ -426,7 +457,7 @@ std::unique_ptr<TransferBatch> Run::post(size_t ri, size_t step) {
         ++stats_.in_place_messages;
         break;
       case EngineMessage::Mode::kStaged:
-        op.data = staging(m.slot, ri) + m.offset;
+        op.data = staging(m.slot) + m.offset;
         break;
       case EngineMessage::Mode::kGather:
         op.segments = m.segments;
@@ -450,7 +481,7 @@ void Run::unpack(size_t ri, size_t step) {
   for (size_t mi : s_.rounds[ri].steps[step]) {
     const EngineMessage& m = s_.messages[mi];
     if (m.send || m.mode != EngineMessage::Mode::kStaged) continue;
-    const std::byte* in = staging(m.slot, ri) + m.offset;
+    const std::byte* in = staging(m.slot) + m.offset;
     for (const Piece& p : m.pieces) {
       const TensorSpec& spec = tensors_[p.tensor];
       const Box region = plan_.region(part_, p);
@@ -464,21 +495,21 @@ void Run::unpack(size_t ri, size_t step) {
     // Summands that must wait for a lower summand arriving later.
     for (size_t ci : deferred_of_[mi]) {
       const Contribution& c = s_.contributions[ci];
-      std::memcpy(reinterpret_cast<std::byte*>(deferred_store_.data()) + c.deferred_offset,
-                  staging(m.slot, ri) + m.offset + c.msg_offset, static_cast<size_t>(c.bytes));
+      copier_.copy(m.local_device, m.ordinal, make_copy_desc(c.region, c.region, c.region),
+                   tensors_[c.tensor].dtype, staging(m.slot) + m.offset + c.msg_offset,
+                   work(c.deferred_block, c.deferred_offset));
     }
   }
 }
 
-void Run::reduce_ready(int64_t round, size_t ri) {
+void Run::reduce_ready(int64_t round) {
   for (; next_contribution_ < s_.contributions.size(); ++next_contribution_) {
     const Contribution& c = s_.contributions[next_contribution_];
     if (c.ready != round) break;
     const TensorSpec& spec = tensors_[c.tensor];
     const auto& a = s_.accs[c.acc];
     const Box dst_box = spec.dst.box(c.dst_entry);
-    void* acc = a.separate ? static_cast<void*>(reinterpret_cast<std::byte*>(acc_store_.data()) +
-                                                a.acc_offset)
+    void* acc = a.separate ? static_cast<void*>(work(a.acc_block, a.acc_offset))
                            : buffers_[c.tensor].dst[c.dst_entry].data;
     const void* src = nullptr;
     Box src_box = c.region;
@@ -486,10 +517,10 @@ void Run::reduce_ready(int64_t round, size_t ri) {
       src = c.src;
       src_box = c.src_box;
     } else if (c.deferred_offset >= 0) {
-      src = reinterpret_cast<const std::byte*>(deferred_store_.data()) + c.deferred_offset;
+      src = work(c.deferred_block, c.deferred_offset);
     } else {
       const EngineMessage& m = s_.messages[c.msg];
-      src = staging(m.slot, ri) + m.offset + c.msg_offset;
+      src = staging(m.slot) + m.offset + c.msg_offset;
     }
     // A separate accumulator is indexed like the destination box.
     const CopyDesc d = make_copy_desc(c.region, src_box, dst_box);
@@ -526,8 +557,7 @@ void Run::store() {
     if (!a.separate) continue;
     const TensorSpec& spec = tensors_[a.tensor];
     const int64_t device = spec.dst.device(a.dst_entry);
-    copier_.store(device, ordinal_of(device), spec.dtype,
-                  reinterpret_cast<const std::byte*>(acc_store_.data()) + a.acc_offset,
+    copier_.store(device, ordinal_of(device), spec.dtype, work(a.acc_block, a.acc_offset),
                   buffers_[a.tensor].dst[a.dst_entry].data, a.elements);
   }
 }
@@ -537,49 +567,41 @@ void Run::go() {
   fill();
   if (s_.rounds.empty()) {
     direct();
-    reduce_ready(-1, 0);
-  } else {
-    pack(0, true);
-    pack(0, false);
-    copier_.flush();
+    reduce_ready(-1);
   }
   const size_t window = static_cast<size_t>(std::max(1, options_.max_batches_in_flight));
   for (size_t ri = 0; ri < s_.rounds.size(); ++ri) {
     const RoundPlan& r = s_.rounds[ri];
     std::deque<InFlight> in_flight;
     size_t next = 0;
-    while (next < r.steps.size() && in_flight.size() < window) {
+    const auto post_next = [&] {
+      copier_.set_in_flight(!in_flight.empty());
       in_flight.push_back({next, post(ri, next)});
       ++next;
-    }
+    };
+    while (next < r.steps.size() && in_flight.size() < window) post_next();
     copier_.set_in_flight(true);
     if (ri == 0) {
       direct();
-      reduce_ready(-1, 0);
+      reduce_ready(-1);
     }
-    const bool has_next = ri + 1 < s_.rounds.size();
-    if (has_next) {
-      pack(ri + 1, true);
-      if (!s_.rounds[ri + 1].sends.empty()) {
-        bool any = false;
-        for (uint8_t e : s_.rounds[ri + 1].early) any = any || e != 0;
-        if (any && options_.overlap) ++stats_.overlapped_rounds;
-      }
-    }
+    // Round r+1, as far as round r leaves its staging free.
+    packed_early_ = false;
+    pack_next(ri, -1);
     copier_.flush();
     while (!in_flight.empty()) {
       wait(in_flight, ri);
       const size_t step = in_flight.front().step;
       in_flight.pop_front();
-      if (next < r.steps.size()) {
-        in_flight.push_back({next, post(ri, next)});
-        ++next;
-      }
+      if (next < r.steps.size()) post_next();
+      copier_.set_in_flight(!in_flight.empty());
       unpack(ri, step);
+      pack_next(ri, static_cast<int64_t>(step));
+      copier_.flush();
     }
+    if (packed_early_) ++stats_.overlapped_rounds;
     copier_.set_in_flight(false);
-    reduce_ready(r.round, ri);
-    if (has_next) pack(ri + 1, false);
+    reduce_ready(r.round);
     copier_.flush();
   }
   if (next_contribution_ != s_.contributions.size()) {
@@ -619,9 +641,9 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   }
   for (int32_t p : plan.processes()) {
     if (p >= info.size) {
-      fail(ErrorCode::kInvalidArgument,
-           "plan: needs process " + std::to_string(p) + " but the " + info.name + " transport has " +
-               std::to_string(info.size) + " ranks");
+      fail(ErrorCode::kInvalidArgument, "plan: needs process " + std::to_string(p) + " but the " +
+                                            info.name + " transport has " +
+                                            std::to_string(info.size) + " ranks");
     }
   }
   // (1) Everything local first, so that a bad buffer fails before any

@@ -1,6 +1,7 @@
 #include "exec/engine_schedule.h"
 
 #include <algorithm>
+#include <climits>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -47,6 +48,7 @@ class Builder {
   void add_send(const Message& m, size_t i);
   void add_recv(const Message& m, size_t i);
   void build_rounds();
+  void ready_for_entry(std::span<const size_t> order);
   void order_contributions();
 
   const Plan& plan_;
@@ -59,9 +61,24 @@ class Builder {
   const ExecuteOptions& options_;
   Schedule s_;
   std::unordered_map<int64_t, size_t> slots_;
-  std::unordered_map<uint64_t, size_t> acc_of_;  // (tensor << 32 | entry) -> accs index
+  size_t work_block(std::unordered_map<int64_t, size_t>& blocks, int64_t device, int64_t bytes,
+                    int64_t* offset);
+  std::unordered_map<uint64_t, size_t> acc_of_;          // (tensor << 32 | entry) -> accs index
+  std::unordered_map<int64_t, size_t> acc_blocks_;       // device -> work index
+  std::unordered_map<int64_t, size_t> deferred_blocks_;  // device -> work index
   uint64_t seq_ = 0;
 };
+
+// Reserves `bytes` (8-aligned) in the work block of `device` of one kind.
+size_t Builder::work_block(std::unordered_map<int64_t, size_t>& blocks, int64_t device,
+                           int64_t bytes, int64_t* offset) {
+  auto [it, fresh] = blocks.emplace(device, s_.work.size());
+  if (fresh) s_.work.push_back({device, topology_.info(device).ordinal, 0});
+  WorkBlock& w = s_.work[it->second];
+  *offset = w.bytes;
+  w.bytes = align8(w.bytes + bytes);
+  return it->second;
+}
 
 size_t Builder::slot_of(int64_t device) {
   auto [it, fresh] = slots_.emplace(device, s_.slots.size());
@@ -133,10 +150,10 @@ void Builder::add_send(const Message& m, size_t i) {
   const int32_t peer = process_of(m.dst_device);
   if (peer == process_) return;  // between devices of this process: done from recvs
   if (peer < 0 || peer >= info_.size) {
-    fail(ErrorCode::kInvalidArgument,
-         where("sends", i) + "destination device " + std::to_string(m.dst_device) +
-             " is on process " + std::to_string(peer) + ", outside the transport's " +
-             std::to_string(info_.size) + " ranks");
+    fail(ErrorCode::kInvalidArgument, where("sends", i) + "destination device " +
+                                          std::to_string(m.dst_device) + " is on process " +
+                                          std::to_string(peer) + ", outside the transport's " +
+                                          std::to_string(info_.size) + " ranks");
   }
   EngineMessage e;
   e.send = true;
@@ -149,7 +166,7 @@ void Builder::add_send(const Message& m, size_t i) {
   e.ordinal = s_.slots[e.slot].ordinal;
   e.bytes = m.bytes;
   e.pieces = pieces;
-  const bool gather = info_.gather && options_.packing == ExecuteOptions::Packing::kGather &&
+  const bool gather = info_.gather && options_.packing != ExecuteOptions::Packing::kStaging &&
                       m.bytes <= kMaxGatherBytes;
   e.mode = EngineMessage::Mode::kStaged;
   if (pieces.size() == 1) {
@@ -197,10 +214,10 @@ void Builder::add_recv(const Message& m, size_t i) {
     return;
   }
   if (peer < 0 || peer >= info_.size) {
-    fail(ErrorCode::kInvalidArgument,
-         where("recvs", i) + "source device " + std::to_string(m.src_device) +
-             " is on process " + std::to_string(peer) + ", outside the transport's " +
-             std::to_string(info_.size) + " ranks");
+    fail(ErrorCode::kInvalidArgument, where("recvs", i) + "source device " +
+                                          std::to_string(m.src_device) + " is on process " +
+                                          std::to_string(peer) + ", outside the transport's " +
+                                          std::to_string(info_.size) + " ranks");
   }
   EngineMessage e;
   e.send = false;
@@ -230,11 +247,12 @@ void Builder::add_recv(const Message& m, size_t i) {
       const CopyDesc d = make_copy_desc(region, region, tensors_[p.tensor].dst.box(p.dst_entry));
       if (copy_desc_contiguous(d)) {
         e.mode = EngineMessage::Mode::kInPlace;
-        e.in_place =
-            m.bytes == 0 ? nullptr : static_cast<std::byte*>(dst_ptr(p)) + d.dst_offset * elem(p.tensor);
+        e.in_place = m.bytes == 0
+                         ? nullptr
+                         : static_cast<std::byte*>(dst_ptr(p)) + d.dst_offset * elem(p.tensor);
       }
     }
-    const bool gather = info_.gather && options_.packing == ExecuteOptions::Packing::kGather &&
+    const bool gather = info_.gather && options_.packing != ExecuteOptions::Packing::kStaging &&
                         m.bytes <= kMaxGatherBytes;
     if (e.mode == EngineMessage::Mode::kStaged && gather) {
       e.mode = EngineMessage::Mode::kGather;
@@ -271,14 +289,13 @@ void Builder::build_rounds() {
            std::tie(b.round, b.step, b.send, b.src, b.dst);
   });
   const size_t nslots = s_.slots.size();
+  std::vector<int32_t> step_of(s_.messages.size(), 0);
   for (size_t k = 0; k < keys.size(); ++k) {
     const Key& key = keys[k];
     if (s_.rounds.empty() || s_.rounds.back().round != key.round) {
       RoundPlan r;
       r.round = key.round;
-      r.base.assign(nslots, 0);
       r.staged.assign(nslots, 0);
-      r.early.assign(nslots, 0);
       s_.rounds.push_back(std::move(r));
     }
     RoundPlan& r = s_.rounds.back();
@@ -286,15 +303,15 @@ void Builder::build_rounds() {
       r.steps.emplace_back();
     }
     r.steps.back().push_back(key.index);
+    step_of[key.index] = static_cast<int32_t>(r.steps.size() - 1);
     EngineMessage& m = s_.messages[key.index];
     if (m.mode == EngineMessage::Mode::kStaged) {
-      m.offset = r.staged[m.slot];
+      m.offset = r.staged[m.slot];  // relative for now
       r.staged[m.slot] += m.bytes;
-      if (m.send) r.sends.push_back(key.index);
     }
   }
   // Arena capacity per device: the largest round, or two consecutive rounds
-  // when they fit the budget together (then the later one packs early).
+  // when they fit the budget together.
   const int64_t budget = plan_.options().staging_budget_bytes > 0
                              ? plan_.options().staging_budget_bytes
                              : std::numeric_limits<int64_t>::max();
@@ -309,12 +326,130 @@ void Builder::build_rounds() {
       }
     }
     s_.slots[slot].capacity = cap;
-    for (size_t i = 0; i < s_.rounds.size(); ++i) {
-      RoundPlan& r = s_.rounds[i];
-      r.base[slot] = i % 2 == 0 ? 0 : cap - r.staged[slot];
-      const bool fits = i > 0 && s_.rounds[i - 1].staged[slot] + r.staged[slot] <= cap;
-      r.early[slot] = (options_.overlap && fits) || r.staged[slot] == 0 ? 1 : 0;
+  }
+  // Absolute offsets: even rounds upwards from 0, odd rounds downwards from
+  // the end of the arena.
+  for (size_t i = 0; i < s_.rounds.size(); ++i) {
+    for (const auto& step : s_.rounds[i].steps) {
+      for (size_t mi : step) {
+        EngineMessage& m = s_.messages[mi];
+        if (m.mode != EngineMessage::Mode::kStaged || i % 2 == 0) continue;
+        m.offset = s_.slots[m.slot].capacity - m.offset - m.bytes;
+      }
     }
+  }
+  // What of round i+1 can be packed while round i is in flight, and after
+  // which of round i's steps.
+  struct Held {
+    int64_t lo;
+    int64_t hi;
+    int32_t until;  // step index, or INT32_MAX: until the round's end
+  };
+  std::vector<std::vector<Held>> held(nslots);
+  for (size_t i = 0; i + 1 < s_.rounds.size(); ++i) {
+    RoundPlan& r = s_.rounds[i];
+    r.pack_next.assign(r.steps.size() + 1, {});
+    if (!options_.overlap) continue;
+    for (auto& h : held) h.clear();
+    for (const auto& step : r.steps) {
+      for (size_t mi : step) {
+        const EngineMessage& m = s_.messages[mi];
+        if (m.mode != EngineMessage::Mode::kStaged || m.bytes == 0) continue;
+        // Summands reduce from staging after the round's last step.
+        const int32_t until = !m.send && m.has_reduce ? INT32_MAX : step_of[mi];
+        held[m.slot].push_back({m.offset, m.offset + m.bytes, until});
+      }
+    }
+    for (const auto& step : s_.rounds[i + 1].steps) {
+      for (size_t mi : step) {
+        const EngineMessage& m = s_.messages[mi];
+        if (!m.send || m.mode != EngineMessage::Mode::kStaged) continue;
+        int32_t after = -1;
+        for (const Held& h : held[m.slot]) {
+          if (h.lo < m.offset + m.bytes && m.offset < h.hi) after = std::max(after, h.until);
+        }
+        if (after == INT32_MAX) continue;
+        r.pack_next[static_cast<size_t>(after + 1)].push_back(mi);
+      }
+    }
+  }
+}
+
+// The ready rounds of one destination entry's contributions, `order` in
+// reduction order. The overlap queries go through an index on one
+// dimension (the one in which the regions are thinnest: round cutting
+// makes row slices), so that an entry receiving thousands of pieces over
+// hundreds of rounds is not scanned quadratically.
+void Builder::ready_for_entry(std::span<const size_t> order) {
+  std::vector<Contribution>& cs = s_.contributions;
+  const Box dst = tensors_[cs[order[0]].tensor].dst.box(cs[order[0]].dst_entry);
+  // The indexed dimension: smallest mean extent fraction.
+  int dim = -1;
+  double best_fraction = 2;
+  for (int k = 0; k < dst.rank; ++k) {
+    if (dst.extent(k) <= 1) continue;
+    double sum = 0;
+    for (size_t idx : order) sum += static_cast<double>(cs[idx].region.extent(k));
+    const double fraction =
+        sum / (static_cast<double>(order.size()) * static_cast<double>(dst.extent(k)));
+    if (fraction < best_fraction) {
+      best_fraction = fraction;
+      dim = k;
+    }
+  }
+  struct Span {
+    int64_t lo;
+    int64_t hi;
+    size_t idx;
+  };
+  std::vector<Span> lower;  // contributions of lower summands, sorted by lo
+  int64_t max_len = 0;
+  int64_t lower_max = -1;  // max ready over lower summands
+  std::vector<Span> group_spans;
+  size_t group = 0;
+  while (group < order.size()) {
+    size_t group_end = group;
+    const int32_t summand = cs[order[group]].summand;
+    while (group_end < order.size() && cs[order[group_end]].summand == summand) ++group_end;
+    int64_t group_max = -1;
+    group_spans.clear();
+    for (size_t k = group; k < group_end; ++k) {
+      Contribution& c = cs[order[k]];
+      c.ready = c.arrival;
+      const bool empty = c.region.empty();
+      if (!empty && c.arrival < lower_max) {
+        const auto consider = [&](const Span& o) {
+          const Contribution& x = cs[o.idx];
+          if (x.ready > c.ready && !intersect(x.region, c.region).empty()) c.ready = x.ready;
+        };
+        if (dim < 0) {
+          for (const Span& o : lower) consider(o);
+        } else {
+          const int64_t a = c.region.lo[dim];
+          const int64_t b = c.region.hi[dim];
+          // Spans overlapping [a, b) start in [a - max_len + 1, b).
+          auto it = std::lower_bound(lower.begin(), lower.end(), a - max_len + 1,
+                                     [](const Span& o, int64_t v) { return o.lo < v; });
+          for (; it != lower.end() && it->lo < b; ++it) {
+            if (it->hi > a) consider(*it);
+          }
+        }
+      }
+      group_max = std::max(group_max, c.ready);
+      if (!empty) {
+        group_spans.push_back(dim < 0 ? Span{0, 1, order[k]}
+                                      : Span{c.region.lo[dim], c.region.hi[dim], order[k]});
+      }
+    }
+    lower_max = std::max(lower_max, group_max);
+    for (const Span& sp : group_spans) max_len = std::max(max_len, sp.hi - sp.lo);
+    std::sort(group_spans.begin(), group_spans.end(),
+              [](const Span& x, const Span& y) { return x.lo < y.lo; });
+    const size_t mid = lower.size();
+    lower.insert(lower.end(), group_spans.begin(), group_spans.end());
+    std::inplace_merge(lower.begin(), lower.begin() + static_cast<std::ptrdiff_t>(mid), lower.end(),
+                       [](const Span& x, const Span& y) { return x.lo < y.lo; });
+    group = group_end;
   }
 }
 
@@ -342,33 +477,14 @@ void Builder::order_contributions() {
            cs[order[end]].dst_entry == first.dst_entry) {
       ++end;
     }
-    int64_t lower_max = -1;  // max ready over lower summands
-    size_t group = i;
-    while (group < end) {
-      size_t group_end = group;
-      const int32_t summand = cs[order[group]].summand;
-      while (group_end < end && cs[order[group_end]].summand == summand) ++group_end;
-      int64_t group_max = -1;
-      for (size_t k = group; k < group_end; ++k) {
-        Contribution& c = cs[order[k]];
-        c.ready = c.arrival;
-        if (c.arrival < lower_max) {
-          for (size_t j = i; j < group; ++j) {
-            const Contribution& o = cs[order[j]];
-            if (o.ready > c.ready && !intersect(o.region, c.region).empty()) c.ready = o.ready;
-          }
-        }
-        group_max = std::max(group_max, c.ready);
-      }
-      lower_max = std::max(lower_max, group_max);
-      group = group_end;
-    }
+    ready_for_entry(std::span<const size_t>(order.data() + i, end - i));
     i = end;
   }
   for (Contribution& c : cs) {
     if (c.arrival >= 0 && c.ready > c.arrival) {
-      c.deferred_offset = s_.deferred_bytes;
-      s_.deferred_bytes = align8(s_.deferred_bytes + c.bytes);
+      const int64_t device = tensors_[c.tensor].dst.device(c.dst_entry);
+      c.deferred_block = work_block(deferred_blocks_, device, c.bytes, &c.deferred_offset);
+      s_.deferred_bytes += c.bytes;
     }
   }
   std::sort(cs.begin(), cs.end(), [](const Contribution& x, const Contribution& y) {
@@ -397,8 +513,9 @@ Schedule Builder::build() {
         a.elements = spec.dst.box(e).volume();
         a.separate = !acc_is_elem(spec.dtype);
         if (a.separate) {
-          a.acc_offset = s_.accumulator_bytes;
-          s_.accumulator_bytes = align8(s_.accumulator_bytes + a.elements * acc_size(spec.dtype));
+          const int64_t bytes = a.elements * acc_size(spec.dtype);
+          a.acc_block = work_block(acc_blocks_, spec.dst.device(e), bytes, &a.acc_offset);
+          s_.accumulator_bytes += bytes;
         }
         acc_of_.emplace(uint64_t{a.tensor} << 32 | a.dst_entry, s_.accs.size());
         s_.accs.push_back(a);

@@ -11,10 +11,14 @@
 //    and rank-k (receives), so a step's operations match its peers' step k;
 //    the batches of a round are these steps, in ascending k.
 //  - Staging: one arena per local device, each round's staged messages at
-//    consecutive offsets; consecutive rounds alternate between the arena's
-//    start and end so that round r+1 can be packed while round r is in
-//    flight whenever both fit the capacity, and the capacity never exceeds
-//    the plan's staging budget.
+//    consecutive offsets in step order, even rounds upwards from the
+//    arena's start, odd rounds downwards from its end. Round r+1's first
+//    steps thus land in what round r leaves free and its later steps over
+//    round r's first steps, which complete first: round r+1 is packed
+//    message by message as round r's steps release the space, while round r
+//    is in flight. The arena holds the largest round (two consecutive rounds
+//    when they fit the budget together) and never exceeds the plan's
+//    staging budget.
 //  - Reductions: every contribution to a destination entry of a tensor with
 //    a partial source, with the round after which it can be reduced without
 //    breaking the summand order (exec_common.h) — later than its arrival
@@ -53,7 +57,7 @@ struct EngineMessage {
   int64_t bytes = 0;
   std::span<const Piece> pieces;  // of `part`'s send_pieces or recv_pieces
   void* in_place = nullptr;       // kInPlace
-  int64_t offset = 0;             // kStaged: offset in its round's staging region
+  int64_t offset = 0;             // kStaged: offset in its device's staging arena
   std::vector<Segment> segments;  // kGather
 };
 
@@ -68,11 +72,12 @@ struct RoundPlan {
   // Message indices per step, receives first, each ordered by (source
   // device, destination device); empty steps are dropped.
   std::vector<std::vector<size_t>> steps;
-  std::vector<size_t> sends;   // staged sends of the round (packing)
-  std::vector<int64_t> base;   // per slot: start of the round's staging region
   std::vector<int64_t> staged;  // per slot: staged bytes of the round
-  // Per slot: the round can be packed while the previous one is in flight.
-  std::vector<uint8_t> early;
+  // Staged sends of the next round that can be packed while this round is
+  // in flight: pack_next[0] at once, pack_next[k + 1] once step k of this
+  // round completed (their staging no longer overlaps anything of this
+  // round still in use). The others are packed when their step is posted.
+  std::vector<std::vector<size_t>> pack_next;
 };
 
 // A piece copied between two buffers of this process.
@@ -86,8 +91,8 @@ struct Contribution {
   uint32_t tensor = 0;
   uint32_t dst_entry = 0;
   int32_t summand = 0;
-  uint64_t seq = 0;      // tie-break: discovery order
-  size_t acc = 0;        // index in Schedule::accs
+  uint64_t seq = 0;  // tie-break: discovery order
+  size_t acc = 0;    // index in Schedule::accs
   Box region;
   int64_t arrival = -1;  // round of its message; -1: a buffer of this process
   int64_t ready = -1;    // reduced after this round (-1: before the first)
@@ -95,10 +100,11 @@ struct Contribution {
   const void* src = nullptr;
   Box src_box;
   // ... or bytes [msg_offset, +bytes) of message `msg`, copied to
-  // `deferred_offset` of the deferred store when ready > arrival.
+  // `deferred_offset` of work block `deferred_block` when ready > arrival.
   size_t msg = 0;
   int64_t msg_offset = 0;
   int64_t bytes = 0;
+  size_t deferred_block = 0;
   int64_t deferred_offset = -1;
 };
 
@@ -108,16 +114,26 @@ struct AccTarget {
   uint32_t dst_entry = 0;
   int64_t elements = 0;
   bool separate = false;  // accumulates in f32 beside the destination
-  int64_t acc_offset = 0;  // in the accumulator store when separate
+  size_t acc_block = 0;   // when separate: where, in Schedule::work
+  int64_t acc_offset = 0;
+};
+
+// Memory besides staging on one device: separate accumulators, or summands
+// deferred for order (ExecuteStats::accumulator_bytes, deferred_bytes).
+struct WorkBlock {
+  int64_t device = 0;
+  int32_t ordinal = 0;
+  int64_t bytes = 0;
 };
 
 struct Schedule {
   std::vector<EngineMessage> messages;
   std::vector<RoundPlan> rounds;  // ascending round
   std::vector<DeviceSlot> slots;
-  std::vector<DirectCopy> direct;  // tensors without a partial source
+  std::vector<DirectCopy> direct;           // tensors without a partial source
   std::vector<Contribution> contributions;  // sorted by (ready, tensor, entry, summand, seq)
   std::vector<AccTarget> accs;
+  std::vector<WorkBlock> work;
   // Destination entries of tensors with a partial destination and a whole
   // source: filled with the identity first.
   std::vector<std::pair<uint32_t, uint32_t>> fills;

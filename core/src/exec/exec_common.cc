@@ -44,12 +44,13 @@ void validate_buffers(const Plan& plan, std::span<const TensorBuffers> buffers, 
       const size_t given = is_dst ? b.dst.size() : b.src.size();
       if (given != layout.num_entries()) {
         bool none_local = process >= 0 && given == 0;
-        for (size_t e = 0; none_local && e < layout.num_entries(); ++e) none_local = !mine(layout, e);
+        for (size_t e = 0; none_local && e < layout.num_entries(); ++e)
+          none_local = !mine(layout, e);
         if (!none_local) {
-          fail(ErrorCode::kInvalidArgument,
-               "tensors[" + std::to_string(t) + "]." + name + ": " + std::to_string(given) +
-                   " buffers given, the layout has " + std::to_string(layout.num_entries()) +
-                   " entries");
+          fail(ErrorCode::kInvalidArgument, "tensors[" + std::to_string(t) + "]." + name + ": " +
+                                                std::to_string(given) +
+                                                " buffers given, the layout has " +
+                                                std::to_string(layout.num_entries()) + " entries");
         }
         continue;
       }

@@ -356,6 +356,9 @@ void check_entries_common(const std::vector<int64_t>& devices, const std::vector
     fail(ErrorCode::kInvalidArgument, field + ".op: invalid reduce op " +
                                           std::to_string(static_cast<int32_t>(op)));
   for (size_t e = 0; e < devices.size(); ++e) {
+    const bool bad = devices[e] < 0 || (e > 0 && devices[e] == devices[e - 1]) || summands[e] < 0 ||
+                     summands[e] >= num_summands;
+    if (!bad) continue;  // build the message only when there is an error
     const std::string f = field + ".entries[" + std::to_string(original_index[e]) + "]";
     if (devices[e] < 0)
       fail(ErrorCode::kInvalidArgument, f + ".device: device id " + std::to_string(devices[e]) + " is negative");
@@ -424,6 +427,11 @@ Layout Layout::from_tiles(std::span<const int64_t> shape, std::span<const int64_
       fail(ErrorCode::kOutOfRange, field + ".counts: more than 2^31 cells");
   }
   if (entries.size() > 0xfffffff0u) fail(ErrorCode::kOutOfRange, field + ".entries: too many entries");
+  // Cells are indexed densely: bound them by the entries so a hostile input
+  // cannot make a small layout allocate gigabytes.
+  if (cells > 4 * static_cast<int64_t>(entries.size()) + 64)
+    fail(ErrorCode::kOutOfRange, field + ".counts: " + std::to_string(cells) + " cells for " +
+                                     std::to_string(entries.size()) + " entries");
   std::vector<size_t> idx(entries.size());
   std::iota(idx.begin(), idx.end(), size_t{0});
   std::stable_sort(idx.begin(), idx.end(),
@@ -450,6 +458,19 @@ Layout Layout::from_tiles(std::span<const int64_t> shape, std::span<const int64_
   Layout l;
   l.shape_.assign(shape.begin(), shape.end());
   l.geometry_ = std::move(g);
+  return l;
+}
+
+Layout Layout::with_shape(std::span<const int64_t> shape, const std::string& field) const {
+  if (!tiled())
+    fail(ErrorCode::kInvalidArgument, field + ": with_shape needs a tiled layout");
+  if (static_cast<int32_t>(shape.size()) != geometry_->rank)
+    fail(ErrorCode::kInvalidArgument, field + ".shape: rank " + std::to_string(shape.size()) +
+                                          " for a layout of rank " + std::to_string(geometry_->rank));
+  validate_shape(shape, 1, field + ".shape");
+  Layout l;
+  l.shape_.assign(shape.begin(), shape.end());
+  l.geometry_ = geometry_;
   return l;
 }
 

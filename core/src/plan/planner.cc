@@ -11,6 +11,7 @@
 #include "plan/rounds.h"
 #include "reshard/error.h"
 #include "util/hash.h"
+#include "util/utf8.h"
 
 namespace reshard {
 
@@ -44,6 +45,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 void validate_tensor(const TensorSpec& t, size_t i) {
   const std::string f = "tensors[" + std::to_string(i) + "]";
+  if (!valid_utf8(t.name)) fail(ErrorCode::kInvalidArgument, f + ".name: not valid UTF-8");
   if (!dtype_valid(static_cast<int32_t>(t.dtype)))
     fail(ErrorCode::kInvalidArgument,
          f + ".dtype: invalid dtype value " + std::to_string(static_cast<int32_t>(t.dtype)));
@@ -608,13 +610,24 @@ const ProcessPart& Plan::part(int32_t process) const {
 }
 
 Box Plan::region(const ProcessPart& part, const Piece& piece) const {
-  if (piece.region != kOverlapRegion) return part.regions.at(piece.region);
-  const TensorSpec& t = tensors_.at(piece.tensor);
+  if (piece.region != kOverlapRegion) {
+    if (piece.region >= part.regions.size())
+      fail(ErrorCode::kOutOfRange, "piece.region: " + std::to_string(piece.region) + " but the part has " +
+                                       std::to_string(part.regions.size()) + " regions");
+    return part.regions[piece.region];
+  }
+  if (piece.tensor >= tensors_.size())
+    fail(ErrorCode::kOutOfRange, "piece.tensor: " + std::to_string(piece.tensor) + " but the plan has " +
+                                     std::to_string(tensors_.size()) + " tensors");
+  const TensorSpec& t = tensors_[piece.tensor];
+  if (piece.src_entry >= t.src.num_entries() || piece.dst_entry >= t.dst.num_entries())
+    fail(ErrorCode::kOutOfRange, "piece: entry index out of range for tensor " + std::to_string(piece.tensor));
   return intersect(t.src.box(piece.src_entry), t.dst.box(piece.dst_entry));
 }
 
 int64_t Plan::piece_bytes(const ProcessPart& part, const Piece& piece) const {
-  return region(part, piece).volume() * dtype_size(tensors_.at(piece.tensor).dtype);
+  const Box r = region(part, piece);
+  return r.volume() * dtype_size(tensors_[piece.tensor].dtype);
 }
 
 NaivePlanResult naive_plan(const PlanInput& input) {

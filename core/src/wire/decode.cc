@@ -18,6 +18,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "util/utf8.h"
 #include "plan/plan_builder.h"
 #include "reshard/error.h"
 #include "reshard/plan_generated.h"
@@ -105,7 +106,7 @@ class Decoder {
   Decoder(const uint8_t* base, size_t buffer_size)
       : base_(base),
         root_(*fb::GetPlan(base)),
-        budget_(64 * static_cast<uint64_t>(buffer_size) + (uint64_t{256} << 20)),
+        budget_(16 * static_cast<uint64_t>(buffer_size) + (uint64_t{128} << 20)),
         empty_cells_budget_(4 * static_cast<uint64_t>(buffer_size) + (uint64_t{1} << 16)) {}
 
   Plan decode() {
@@ -209,14 +210,14 @@ class Decoder {
     for (uoffset_t i = 0; i < tilings->size(); ++i) {
       const std::string f = idx("tilings", i);
       const fb::Tiling& t = *tilings->Get(i);
-      auto counts = col(t.splits());
+      auto counts = col(t.shard_counts());
       if (counts.size() > static_cast<size_t>(kMaxRank))
-        corrupt(f + ".splits",
+        corrupt(f + ".shard_counts",
                 "rank " + std::to_string(counts.size()) + " exceeds " + std::to_string(kMaxRank));
       const size_t rank = counts.size();
       for (size_t d = 0; d < rank; ++d)
         if (counts[d] < 1 || counts[d] > (int64_t{1} << 31))
-          corrupt(idx(f + ".splits", d),
+          corrupt(idx(f + ".shard_counts", d),
                   "shard count " + std::to_string(counts[d]) + " is not in [1, 2^31]");
       auto devices = col(t.devices());
       const size_t n = devices.size();
@@ -250,6 +251,7 @@ class Decoder {
       if (!t.name()) corrupt(f + ".name", "missing");
       charge(t.name()->size(), f + ".name");
       spec.name = t.name()->str();
+      if (!valid_utf8(spec.name)) corrupt(f + ".name", "not valid UTF-8");
       if (!names.insert(t.name()->string_view()).second)
         corrupt(f + ".name", "duplicate tensor name \"" + spec.name + "\"");
       const int32_t dtype = static_cast<int32_t>(t.dtype());
@@ -306,7 +308,7 @@ class Decoder {
     Layout layout;
     if (l->tiling() >= 0) {
       const fb::Tiling& t = *root_.tilings()->Get(static_cast<uoffset_t>(l->tiling()));
-      auto counts = col(t.splits());
+      auto counts = col(t.shard_counts());
       if (counts.size() != rank)
         corrupt(f + ".tiling", "tiling " + std::to_string(l->tiling()) + " has rank " +
                                    std::to_string(counts.size()) + ", the tensor has rank " +
@@ -322,7 +324,10 @@ class Decoder {
       uint64_t cells = 1;
       for (size_t d = 0; d < rank; ++d)
         cells = std::min<uint64_t>(cells * static_cast<uint64_t>(counts[d]), uint64_t{1} << 40);
-      charge(n * (sizeof(Layout::TileEntry) + 48 + 8 * rank), f);
+      // What the layout keeps per entry (device, summand, shard indices,
+      // cell); the TileEntry list below is transient and at most a few
+      // times the tiling's own bytes.
+      charge(n * (32 + 8 * rank), f);
       if (cells > n) {
         if (cells - n > empty_cells_budget_)
           corrupt(f + ".tiling", "tiling " + std::to_string(l->tiling()) + " has " +
@@ -353,7 +358,7 @@ class Decoder {
       if (summands.present()) expect_size(summands.size(), n, f + ".boxes.summands");
       expect_size(lo.size(), n * rank, f + ".boxes.lo");
       expect_size(hi.size(), n * rank, f + ".boxes.hi");
-      charge(n * (2 * sizeof(LayoutEntry) + 8), f + ".boxes");
+      charge(n * (sizeof(Box) + 24), f + ".boxes");  // box, device, summand, index
       std::vector<LayoutEntry> entries(n);
       for (size_t e = 0; e < n; ++e) {
         if (devices[e] < 0 || (e > 0 && devices[e] <= devices[e - 1]))

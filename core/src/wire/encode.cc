@@ -21,6 +21,9 @@ using flatbuffers::Vector;
 template <typename T, typename Get>
 Offset<Vector<T>> column(FlatBufferBuilder& b, size_t n, Get&& get) {
   T* out = nullptr;
+  // FlatBuffers 2.0.8 does not align the (absent) elements of an empty
+  // vector; the Rust verifier requires it for 8-byte elements.
+  if (n == 0 && sizeof(T) > sizeof(flatbuffers::uoffset_t)) b.Align(sizeof(T));
   auto offset = b.CreateUninitializedVector<T>(n, &out);
   for (size_t i = 0; i < n; ++i) flatbuffers::WriteScalar(out + i, static_cast<T>(get(i)));
   return offset;
@@ -97,7 +100,7 @@ class Encoder {
 
   Offset<fb::Tensor> encode_tensor(const TensorSpec& t) {
     auto name = b_.CreateString(t.name);
-    auto shape = b_.CreateVector(t.shape);
+    auto shape = column<int64_t>(b_, t.shape.size(), [&](size_t d) { return t.shape[d]; });
     auto src = encode_layout(t.src);
     auto dst = encode_layout(t.dst);
     return fb::CreateTensor(b_, name, shape, static_cast<fb::DType>(t.dtype), src, dst);
@@ -174,7 +177,10 @@ class Encoder {
         b_, s.network_bytes, s.local_bytes, s.cross_host_bytes, s.cross_process_bytes,
         s.max_send_bytes, s.max_recv_bytes, s.messages, s.pieces, s.rounds, s.peak_staging_bytes,
         s.lower_bound_network_bytes, s.lower_bound_max_send_bytes, s.lower_bound_max_recv_bytes,
-        s.cost_seconds, s.lower_bound_cost_seconds, s.plan_seconds, per_device_vector);
+        s.cost_seconds, s.lower_bound_cost_seconds,
+        // plan_seconds is how long this process took to plan, not part of the
+        // plan: writing it would make equal plans encode to different bytes.
+        0.0, per_device_vector);
   }
 
   Offset<fb::Pieces> encode_pieces(const std::vector<Piece>& pieces) {
@@ -215,8 +221,8 @@ class Encoder {
       }
     }
     auto rank_vector = b_.CreateVector(rank);
-    auto lo_vector = b_.CreateVector(lo);
-    auto hi_vector = b_.CreateVector(hi);
+    auto lo_vector = column<int64_t>(b_, lo.size(), [&](size_t i) { return lo[i]; });
+    auto hi_vector = column<int64_t>(b_, hi.size(), [&](size_t i) { return hi[i]; });
     return fb::CreateRegions(b_, rank_vector, lo_vector, hi_vector);
   }
 
