@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <stdexcept>
 #include <string>
@@ -43,8 +44,15 @@ struct InputOptions {
   std::string dtype = "f32";
   std::string src_mesh, src_spec, src_devices, src_processes, src_partial;
   std::string dst_mesh, dst_spec, dst_devices, dst_processes, dst_partial;
+  std::string plan_file;  // --plan FILE (commands that accept plan bytes)
 };
 void add_input_options(CLI::App* cmd, InputOptions& in);
+// Adds `--plan FILE`: read a plan written by `reshard plan --out` instead of
+// planning from a spec.
+void add_plan_file_option(CLI::App* cmd, InputOptions& in);
+// The decoded plan of --plan FILE (verified: reshard::decode_plan), or
+// nothing when no --plan was given. Corrupt bytes are an InvalidInput.
+std::optional<Plan> load_plan_file(const InputOptions& in);
 // Loads the spec; every problem is a UsageError.
 Spec load_input(const InputOptions& in);
 // The flags' help text, for footers.
@@ -68,6 +76,10 @@ std::string ratio_str(double r);            // "1.000"
 // "0-3,8,10-11"
 std::string device_ranges(std::vector<int64_t> devices);
 std::string shape_str(const std::vector<int64_t>& shape);
+
+// make_plan, with input errors (a spec the planner rejects: uncovered
+// regions, mismatched shapes) turned into InvalidInput.
+Plan plan_spec(const PlanInput& input, const PlanRequest& request);
 
 // Devices, processes and hosts that the tensors' layouts use.
 struct PlanFootprint {

@@ -36,7 +36,7 @@ int run_bench_plan(const BenchArgs& args) {
   const PlanFootprint fp = footprint(spec.input);
   int64_t pieces = 0, network = 0;
   const Timing fast = time_runs(args.repeat, [&] {
-    const Plan plan = make_plan(spec.input, PlanRequest{PlanScope::kAll, 0, true});
+    const Plan plan = plan_spec(spec.input, PlanRequest{PlanScope::kAll, 0, true});
     pieces = plan.stats().pieces;
     network = plan.stats().network_bytes;
   });

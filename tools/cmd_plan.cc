@@ -1,9 +1,11 @@
 // `reshard plan`: plan a reshard and print its statistics.
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "reshard/wire.h"
 
 namespace reshard::cli {
 namespace {
@@ -14,6 +16,7 @@ struct PlanArgs {
   InputOptions input;
   std::string format = "text";
   int32_t process = -1;
+  std::string out;
 };
 
 ojson stats_json(const PlanStats& s) {
@@ -114,20 +117,39 @@ PartSummary summarize(const Plan& plan, const ProcessPart& part) {
   return s;
 }
 
+// `--out FILE`: the whole plan (every process part), or with --process P
+// only that worker's part, with the global statistics, as FlatBuffers bytes.
+void write_plan_file(const PlanArgs& args, const PlanInput& input) {
+  const bool one = args.process >= 0;
+  const Plan plan = plan_spec(input, one ? PlanRequest{PlanScope::kProcess, args.process, true}
+                                         : PlanRequest{PlanScope::kAll, 0, true});
+  EncodeOptions eo;
+  eo.all_parts = !one;
+  eo.process = one ? args.process : 0;
+  const std::vector<uint8_t> bytes = encode_plan(plan, eo);
+  std::ofstream f(args.out, std::ios::binary | std::ios::trunc);
+  if (!f) throw Failure("--out: cannot write \"" + args.out + "\"");
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!f) throw Failure("--out: writing \"" + args.out + "\" failed");
+  std::cerr << "wrote " << with_commas(static_cast<int64_t>(bytes.size())) << " bytes ("
+            << (one ? "process " + std::to_string(args.process) + "'s part" : std::string("every process part"))
+            << ") to " << args.out << "\n";
+}
+
 int run_plan(const PlanArgs& args) {
   const Spec spec = load_input(args.input);
   const PlanFootprint fp = footprint(spec.input);
 
   // Global statistics: no piece lists, cheap at any scale.
   auto t0 = std::chrono::steady_clock::now();
-  const Plan global = make_plan(spec.input, PlanRequest{PlanScope::kGlobal, 0, true});
+  const Plan global = plan_spec(spec.input, PlanRequest{PlanScope::kGlobal, 0, true});
   const double global_seconds = seconds_since(t0);
 
   std::optional<Plan> part_plan;
   double part_seconds = 0;
   if (args.process >= 0) {
     t0 = std::chrono::steady_clock::now();
-    part_plan = make_plan(spec.input, PlanRequest{PlanScope::kProcess, args.process, false});
+    part_plan = plan_spec(spec.input, PlanRequest{PlanScope::kProcess, args.process, false});
     part_seconds = seconds_since(t0);
   }
   const ProcessPart* part = nullptr;
@@ -186,6 +208,7 @@ int run_plan(const PlanArgs& args) {
     if (part_plan->fingerprint() != global.fingerprint())
       throw Failure("fingerprint of the process part differs from the global plan's");
   }
+  if (!args.out.empty()) write_plan_file(args, spec.input);
   return 0;
 }
 
@@ -202,6 +225,10 @@ Runner add_plan_command(CLI::App& app) {
                   "also plan only this process's part (as a worker would) and print its pieces, "
                   "messages and planning time")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--out", args->out,
+                  "write the plan as FlatBuffers bytes (every part; with --process only that "
+                  "part) for `reshard verify --plan` / `show --plan` or another process")
+      ->type_name("FILE");
   cmd->footer(std::string("Example:\n  reshard plan --spec examples/specs/small_transformer.json "
                           "--format json\n\n") +
               kSingleTensorHelp);

@@ -75,7 +75,7 @@ int run_show(const ShowArgs& args) {
   }
 
   const PlanFootprint fp = footprint(input);
-  const Plan global = make_plan(input, PlanRequest{PlanScope::kGlobal, 0, true});
+  const Plan global = plan_spec(input, PlanRequest{PlanScope::kGlobal, 0, true});
   std::cout << "\u2501\u2501 plan";
   if (!args.tensor.empty()) std::cout << " of " << args.tensor;
   std::cout << ": network " << human_bytes(static_cast<double>(global.stats().network_bytes))
@@ -86,7 +86,7 @@ int run_show(const ShowArgs& args) {
             << "), local " << human_bytes(static_cast<double>(global.stats().local_bytes)) << ", "
             << with_commas(global.stats().messages) << " messages\n";
   if (global.stats().pieces <= kMaxPiecesForMatrix) {
-    const Plan plan = make_plan(input, PlanRequest{PlanScope::kAll, 0, true});
+    const Plan plan = plan_spec(input, PlanRequest{PlanScope::kAll, 0, true});
     const Traffic traffic = traffic_of(plan, fp.devices);
     std::cout << draw_traffic_text(traffic);
     svg.traffic(traffic);
@@ -120,10 +120,12 @@ Runner add_show_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "show", "Draw source and destination shardings and the device-to-device send matrix");
   add_input_options(cmd, args->input);
+  add_plan_file_option(cmd, args->input);
   cmd->add_option("--tensor", args->tensor, "draw (and plan) only this tensor")->type_name("NAME");
   cmd->add_option("--svg", args->svg, "also write the pictures as an SVG file")->type_name("FILE");
   cmd->footer(std::string("Example:\n  reshard show --spec examples/specs/small_transformer.json "
-                          "--tensor layers.0.attn.q --svg q.svg\n\n") +
+                          "--tensor layers.0.attn.q --svg q.svg\n"
+                          "  reshard show --plan plan.rsplan --tensor layers.0.attn.q\n\n") +
               kSingleTensorHelp);
   return [args]() { return run_show(*args); };
 }

@@ -22,6 +22,13 @@ std::string index_str(const std::vector<int64_t>& index) {
 }
 
 int run_verify(const VerifyArgs& args) {
+  std::optional<Plan> from_file = load_plan_file(args.input);
+  if (from_file) {
+    for (int32_t p : from_file->processes())
+      if (!from_file->parts().count(p))
+        throw InvalidInput("--plan: the file holds only some process parts; in-process "
+                           "verification needs every part (write it without --process)");
+  }
   const Spec spec = load_input(args.input);
   // Sources and destinations live in this process's memory at once.
   double bytes = 0;
@@ -35,7 +42,8 @@ int run_verify(const VerifyArgs& args) {
     throw UsageError("the shards of this spec need " + human_bytes(bytes) +
                      " of memory, above --max-gib " + std::to_string(args.max_gib));
 
-  const Plan plan = make_plan(spec.input, PlanRequest{PlanScope::kAll, 0, true});
+  const Plan plan = from_file ? std::move(*from_file)
+                              : plan_spec(spec.input, PlanRequest{PlanScope::kAll, 0, true});
   OracleBuffers buffers = fill_sources(plan);
   const std::vector<TensorBuffers> views = buffers.views();
   HostExecuteOptions options;
@@ -66,6 +74,7 @@ Runner add_verify_command(CLI::App& app) {
       "verify",
       "Execute the plan in-process on generated data and check every destination element");
   add_input_options(cmd, args->input);
+  add_plan_file_option(cmd, args->input);
   cmd->add_option("--threads", args->threads, "executor threads (0: all cores)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -74,7 +83,8 @@ Runner add_verify_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->footer(
-      std::string("Example:\n  reshard verify --spec examples/specs/small_transformer.json\n\n"
+      std::string("Examples:\n  reshard verify --spec examples/specs/small_transformer.json\n"
+                  "  reshard plan --spec S --out plan.rsplan && reshard verify --plan plan.rsplan\n\n"
                   "Values encode their global index (partial sources: summands that reduce\n"
                   "exactly to a known value); exit 0 and one summary line when every element\n"
                   "matches, exit 1 and the first 10 mismatches otherwise.\n\n") +

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "cli.h"
+#include "reshard/error.h"
 
 namespace reshard::cli {
 
@@ -95,6 +96,22 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
   return out + "]";
+}
+
+Plan plan_spec(const PlanInput& input, const PlanRequest& request) {
+  try {
+    return make_plan(input, request);
+  } catch (const Error& e) {
+    switch (e.code()) {
+      case ErrorCode::kInvalidArgument:
+      case ErrorCode::kOutOfRange:
+      case ErrorCode::kOverflow:
+      case ErrorCode::kMismatch:
+        throw InvalidInput(e.what());
+      default:
+        throw;
+    }
+  }
 }
 
 PlanFootprint footprint(const PlanInput& input) {

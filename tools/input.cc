@@ -1,3 +1,5 @@
+#include <iterator>
+#include <fstream>
 // Input of every subcommand: `--spec FILE` or flags describing one tensor.
 // The flags are turned into the JSON spec they stand for, so both paths
 // share one parser; errors are renamed back to the flags.
@@ -5,6 +7,7 @@
 #include <utility>
 
 #include "cli.h"
+#include "reshard/wire.h"
 #include "reshard/error.h"
 
 namespace reshard::cli {
@@ -200,7 +203,35 @@ void add_input_options(CLI::App* cmd, InputOptions& in) {
     cmd->add_option(f.name, *f.target, f.help)->type_name("TEXT")->group(kGroup);
 }
 
+void add_plan_file_option(CLI::App* cmd, InputOptions& in) {
+  cmd->add_option("--plan", in.plan_file, "plan file written by `reshard plan --out` (instead of --spec)")
+      ->type_name("FILE");
+}
+
+std::optional<Plan> load_plan_file(const InputOptions& in) {
+  if (in.plan_file.empty()) return std::nullopt;
+  if (!in.spec.empty()) throw UsageError("--plan cannot be combined with --spec");
+  std::ifstream f(in.plan_file, std::ios::binary);
+  if (!f) throw UsageError("--plan: cannot read \"" + in.plan_file + "\"");
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  try {
+    return decode_plan(bytes);
+  } catch (const Error& e) {
+    throw InvalidInput("--plan " + in.plan_file + ": " + e.what());
+  }
+}
+
 Spec load_input(const InputOptions& in) {
+  if (!in.plan_file.empty()) {
+    if (!in.spec.empty()) throw UsageError("--plan cannot be combined with --spec");
+    // The plan carries its inputs: tensors with layouts, topology, options.
+    const Plan plan = *load_plan_file(in);
+    Spec spec;
+    spec.input.tensors = plan.tensors();
+    spec.input.topology = plan.topology();
+    spec.input.options = plan.options();
+    return spec;
+  }
   const bool any_flag = !in.shape.empty() || !in.src_mesh.empty() || !in.src_spec.empty() ||
                         !in.src_devices.empty() || !in.src_processes.empty() ||
                         !in.src_partial.empty() || !in.dst_mesh.empty() || !in.dst_spec.empty() ||

@@ -156,6 +156,41 @@ def case_usage():
     check(err.startswith("reshard: error: --format"), err)
 
 
+def case_plan_file():
+    d = tempfile.mkdtemp()
+    for name in EXAMPLES:
+        path = os.path.join(d, name + ".rsplan")
+        run("plan", "--spec", spec(name), "--out", path)
+        again = os.path.join(d, name + ".again.rsplan")
+        run("plan", "--spec", spec(name), "--out", again)
+        with open(path, "rb") as a, open(again, "rb") as b:
+            data = a.read()
+            check(data == b.read(), f"{name}: planning twice wrote different bytes")
+        check(data[4:8] == b"RSHP", f"{name}: no RSHP file identifier")
+        out = run("verify", "--plan", path).stdout
+        check(out.startswith("verified ") and out.strip().endswith("OK"), out)
+        check("network" in run("show", "--plan", path).stdout, "show --plan")
+        # A worker's part holds one process: in-process verification refuses it.
+        part = os.path.join(d, name + ".p0.rsplan")
+        run("plan", "--spec", spec(name), "--process", "0", "--out", part)
+        err = run("verify", "--plan", part, expect=2).stderr
+        check("every part" in err, err)
+        # Corrupt bytes are an error naming the file, never a crash.
+        for label, bad in (("truncated", data[: len(data) // 2]),
+                           ("flipped", data[:40] + bytes([data[40] ^ 0x10]) + data[41:]),
+                           ("empty", b"")):
+            bad_path = os.path.join(d, f"{name}.{label}.rsplan")
+            with open(bad_path, "wb") as f:
+                f.write(bad)
+            p = run("verify", "--plan", bad_path, expect=None)
+            check(p.returncode in (0, 2), f"{label}: exit {p.returncode}\n{p.stderr}")
+            if p.returncode == 2:
+                check("--plan " + bad_path in p.stderr, p.stderr)
+    err = run("verify", "--plan", spec("small_transformer"), "--spec", spec("small_transformer"),
+              expect=2).stderr
+    check("--plan cannot be combined with --spec" in err, err)
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":
