@@ -46,6 +46,14 @@ if ((${#missing[@]})); then
     "${missing[@]}" >/dev/null
 fi
 
+# The crates declare rust-version 1.77 (Debian 12's own cargo is older).
+rust_version=$(cargo --version | sed -E 's/^cargo ([0-9]+)\.([0-9]+).*/\1 \2/')
+if (( ${rust_version% *} == 1 && ${rust_version#* } < 77 )); then
+  echo "offline-deps: $(cargo --version) is older than the Rust 1.77 the bindings need;" \
+    "install a newer toolchain (rustup) and put it first on PATH" >&2
+  exit 1
+fi
+
 # ------------------------------------------- FlatBuffers Rust and Go runtimes
 FB_VERSION=$(dpkg-query -W -f='${Version}' flatbuffers-compiler) # e.g. 2.0.8+dfsg1-2
 FB_UPSTREAM=${FB_VERSION%-*}                                      # 2.0.8+dfsg1

@@ -13,8 +13,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
-    for var in ["RESHARD_LIB_DIR", "RESHARD_INCLUDE_DIR", "PKG_CONFIG", "PKG_CONFIG_PATH",
-                "PKG_CONFIG_LIBDIR", "PKG_CONFIG_SYSROOT_DIR"] {
+    for var in [
+        "RESHARD_LIB_DIR",
+        "RESHARD_INCLUDE_DIR",
+        "PKG_CONFIG",
+        "PKG_CONFIG_PATH",
+        "PKG_CONFIG_LIBDIR",
+        "PKG_CONFIG_SYSROOT_DIR",
+    ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-changed=build.rs");
@@ -22,14 +28,9 @@ fn main() {
     let (lib_dirs, include_dir) = if let Some(dir) = env::var_os("RESHARD_LIB_DIR") {
         let dir = PathBuf::from(dir);
         if !dir.join("libreshard.so").exists() && !dir.join("libreshard.dylib").exists() {
-            println!(
-                "cargo:warning=RESHARD_LIB_DIR={} holds no libreshard.so; linking may fail",
-                dir.display()
-            );
+            println!("cargo:warning=RESHARD_LIB_DIR={} holds no libreshard.so; linking may fail", dir.display());
         }
-        let include = env::var_os("RESHARD_INCLUDE_DIR")
-            .map(PathBuf::from)
-            .or_else(|| guess_include(&dir));
+        let include = env::var_os("RESHARD_INCLUDE_DIR").map(PathBuf::from).or_else(|| guess_include(&dir));
         (vec![dir], include)
     } else {
         match pkg_config() {
@@ -56,10 +57,7 @@ fn main() {
 /// `<dir>/../include` for an install prefix; the source tree's
 /// `capi/include` for a build tree.
 fn guess_include(lib_dir: &Path) -> Option<PathBuf> {
-    let candidates = [
-        lib_dir.join("../include"),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../capi/include"),
-    ];
+    let candidates = [lib_dir.join("../include"), Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../capi/include")];
     candidates.into_iter().find(|c| c.join("reshard/reshard.h").exists())
 }
 

@@ -14,26 +14,26 @@ fn main() {
     println!("cargo:rerun-if-env-changed=RESHARD_PLAN_FBS");
     println!("cargo:rerun-if-changed=build.rs");
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
-    let schema = env::var_os("RESHARD_PLAN_FBS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest.join("../../../schema/plan.fbs"));
+    let schema =
+        env::var_os("RESHARD_PLAN_FBS").map(PathBuf::from).unwrap_or_else(|| manifest.join("../../../schema/plan.fbs"));
     if !schema.exists() {
-        panic!(
-            "reshard: schema {} not found; set RESHARD_PLAN_FBS to schema/plan.fbs",
-            schema.display()
-        );
+        panic!("reshard: schema {} not found; set RESHARD_PLAN_FBS to schema/plan.fbs", schema.display());
     }
     println!("cargo:rerun-if-changed={}", schema.display());
 
     let flatc = env::var("FLATC").unwrap_or_else(|_| "flatc".into());
     let version = Command::new(&flatc).arg("--version").output().unwrap_or_else(|e| {
-        panic!("reshard: cannot run `{flatc} --version` ({e}); install flatc 2.0.x \
-                (Debian: flatbuffers-compiler) or set FLATC")
+        panic!(
+            "reshard: cannot run `{flatc} --version` ({e}); install flatc 2.0.x \
+                (Debian: flatbuffers-compiler) or set FLATC"
+        )
     });
     let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
     if !version.contains("version 2.") {
-        panic!("reshard: `{flatc}` reports `{version}`; the generated code needs flatc 2.0.x \
-                to match the flatbuffers 2.x runtime (set FLATC)");
+        panic!(
+            "reshard: `{flatc}` reports `{version}`; the generated code needs flatc 2.0.x \
+                to match the flatbuffers 2.x runtime (set FLATC)"
+        );
     }
 
     let out = PathBuf::from(env::var_os("OUT_DIR").unwrap());

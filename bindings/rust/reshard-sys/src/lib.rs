@@ -480,11 +480,7 @@ pub struct reshard_executor_options_t {
 impl Default for reshard_executor_options_t {
     /// `RESHARD_EXECUTOR_OPTIONS_INIT`.
     fn default() -> Self {
-        Self {
-            struct_size: core::mem::size_of::<Self>(),
-            transport: RESHARD_TRANSPORT_HOST,
-            threads: 0,
-        }
+        Self { struct_size: core::mem::size_of::<Self>(), transport: RESHARD_TRANSPORT_HOST, threads: 0 }
     }
 }
 
@@ -674,10 +670,7 @@ extern "C" {
     /// `reshard_plan_input_num_tensors`, documented in `reshard/reshard.h`.
     pub fn reshard_plan_input_num_tensors(input: *const reshard_plan_input_t, out_count: *mut usize) -> Status;
     /// `reshard_plan_input_fingerprint`, documented in `reshard/reshard.h`.
-    pub fn reshard_plan_input_fingerprint(
-        input: *const reshard_plan_input_t,
-        out_fingerprint: *mut u64,
-    ) -> Status;
+    pub fn reshard_plan_input_fingerprint(input: *const reshard_plan_input_t, out_fingerprint: *mut u64) -> Status;
 
     /// `reshard_plan_create`, documented in `reshard/reshard.h`.
     pub fn reshard_plan_create(
@@ -701,11 +694,8 @@ extern "C" {
     /// `reshard_plan_num_tensors`, documented in `reshard/reshard.h`.
     pub fn reshard_plan_num_tensors(plan: *const reshard_plan_t, out_count: *mut usize) -> Status;
     /// `reshard_plan_tensor_name`, documented in `reshard/reshard.h`.
-    pub fn reshard_plan_tensor_name(
-        plan: *const reshard_plan_t,
-        tensor: usize,
-        out_name: *mut *const c_char,
-    ) -> Status;
+    pub fn reshard_plan_tensor_name(plan: *const reshard_plan_t, tensor: usize, out_name: *mut *const c_char)
+        -> Status;
     /// `reshard_plan_tensor_dtype`, documented in `reshard/reshard.h`.
     pub fn reshard_plan_tensor_dtype(
         plan: *const reshard_plan_t,
@@ -921,9 +911,8 @@ pub struct reshard_api_t {
     /// [`reshard_layout_num_entries`].
     pub layout_num_entries: Option<unsafe extern "C" fn(*const reshard_layout_t, *mut usize) -> Status>,
     /// [`reshard_layout_entry`].
-    pub layout_entry: Option<
-        unsafe extern "C" fn(*const reshard_layout_t, usize, *mut i64, *mut i32, *mut i64, *mut i64) -> Status,
-    >,
+    pub layout_entry:
+        Option<unsafe extern "C" fn(*const reshard_layout_t, usize, *mut i64, *mut i32, *mut i64, *mut i64) -> Status>,
     /// [`reshard_topology_create`].
     pub topology_create: Option<unsafe extern "C" fn(*mut *mut reshard_topology_t) -> Status>,
     /// [`reshard_topology_destroy`].
@@ -963,7 +952,11 @@ pub struct reshard_api_t {
     pub plan_input_fingerprint: Option<unsafe extern "C" fn(*const reshard_plan_input_t, *mut u64) -> Status>,
     /// [`reshard_plan_create`].
     pub plan_create: Option<
-        unsafe extern "C" fn(*const reshard_plan_input_t, *const reshard_plan_request_t, *mut *mut reshard_plan_t) -> Status,
+        unsafe extern "C" fn(
+            *const reshard_plan_input_t,
+            *const reshard_plan_request_t,
+            *mut *mut reshard_plan_t,
+        ) -> Status,
     >,
     /// [`reshard_plan_destroy`].
     pub plan_destroy: Option<unsafe extern "C" fn(*mut reshard_plan_t)>,
@@ -1002,12 +995,17 @@ pub struct reshard_api_t {
     >,
     /// [`reshard_plan_tensor_partial`].
     pub plan_tensor_partial: Option<
-        unsafe extern "C" fn(*const reshard_plan_t, usize, reshard_side_t, *mut i32, *mut reshard_reduce_op_t) -> Status,
+        unsafe extern "C" fn(
+            *const reshard_plan_t,
+            usize,
+            reshard_side_t,
+            *mut i32,
+            *mut reshard_reduce_op_t,
+        ) -> Status,
     >,
     /// [`reshard_plan_entry_of_device`].
-    pub plan_entry_of_device: Option<
-        unsafe extern "C" fn(*const reshard_plan_t, usize, reshard_side_t, i64, *mut usize, *mut i32) -> Status,
-    >,
+    pub plan_entry_of_device:
+        Option<unsafe extern "C" fn(*const reshard_plan_t, usize, reshard_side_t, i64, *mut usize, *mut i32) -> Status>,
     /// [`reshard_plan_num_processes`].
     pub plan_num_processes: Option<unsafe extern "C" fn(*const reshard_plan_t, *mut usize) -> Status>,
     /// [`reshard_plan_process`].
@@ -1040,7 +1038,11 @@ pub struct reshard_api_t {
     pub buffer_destroy: Option<unsafe extern "C" fn(*mut reshard_buffer_t)>,
     /// [`reshard_plan_serialize`].
     pub plan_serialize: Option<
-        unsafe extern "C" fn(*const reshard_plan_t, *const reshard_serialize_options_t, *mut *mut reshard_buffer_t) -> Status,
+        unsafe extern "C" fn(
+            *const reshard_plan_t,
+            *const reshard_serialize_options_t,
+            *mut *mut reshard_buffer_t,
+        ) -> Status,
     >,
     /// [`reshard_plan_deserialize`].
     pub plan_deserialize: Option<unsafe extern "C" fn(*const c_void, usize, *mut *mut reshard_plan_t) -> Status>,
@@ -1053,10 +1055,16 @@ pub struct reshard_api_t {
     pub executor_destroy: Option<unsafe extern "C" fn(*mut reshard_executor_t)>,
     /// [`reshard_executor_execute`].
     pub executor_execute: Option<
-        unsafe extern "C" fn(*const reshard_executor_t, *const reshard_plan_t, *const reshard_tensor_buffers_t, usize) -> Status,
+        unsafe extern "C" fn(
+            *const reshard_executor_t,
+            *const reshard_plan_t,
+            *const reshard_tensor_buffers_t,
+            usize,
+        ) -> Status,
     >,
     /// [`reshard_oracle_fill_source`].
-    pub oracle_fill_source: Option<unsafe extern "C" fn(*const reshard_plan_t, usize, usize, *mut c_void, usize) -> Status>,
+    pub oracle_fill_source:
+        Option<unsafe extern "C" fn(*const reshard_plan_t, usize, usize, *mut c_void, usize) -> Status>,
     /// [`reshard_oracle_check_destination`].
     pub oracle_check_destination:
         Option<unsafe extern "C" fn(*const reshard_plan_t, usize, usize, *const c_void, usize, *mut i64) -> Status>,

@@ -46,9 +46,21 @@ pub enum DType {
 impl DType {
     /// Every dtype, in numeric order.
     pub const ALL: [DType; 15] = [
-        DType::F64, DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2,
-        DType::I64, DType::I32, DType::I16, DType::I8, DType::U64, DType::U32, DType::U16,
-        DType::U8, DType::Bool,
+        DType::F64,
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::F8E4M3,
+        DType::F8E5M2,
+        DType::I64,
+        DType::I32,
+        DType::I16,
+        DType::I8,
+        DType::U64,
+        DType::U32,
+        DType::U16,
+        DType::U8,
+        DType::Bool,
     ];
 
     /// The dtype of a raw `reshard_dtype_t`, or `None` for an unknown value.
@@ -91,9 +103,8 @@ impl FromStr for DType {
         let mut raw = 0;
         // SAFETY: c is NUL-terminated and raw is a valid output.
         check(unsafe { sys::reshard_dtype_from_name(c.as_ptr(), &mut raw) })?;
-        DType::from_raw(raw).ok_or_else(|| {
-            Error::new(ErrorCode::Unsupported, format!("name: dtype {raw} unknown to this crate"))
-        })
+        DType::from_raw(raw)
+            .ok_or_else(|| Error::new(ErrorCode::Unsupported, format!("name: dtype {raw} unknown to this crate")))
     }
 }
 

@@ -42,16 +42,18 @@ pub struct VerifyReport {
     pub mismatches: i64,
 }
 
+/// The Rust element type of typed buffers: its name and [`Element::holds`].
+type ElementCheck = (&'static str, fn(DType) -> bool);
+
 /// The shard buffers of one tensor: one source buffer per source layout
 /// entry and one destination buffer per destination entry, in entry order
 /// (see [`Plan::entries`]). Each is dense, row-major, exactly its entry's
 /// box. Borrowing rules make destinations distinct from each other and from
 /// the sources.
-#[derive(Debug)]
 pub struct TensorBuffers<'a> {
     src: Vec<&'a [u8]>,
     dst: Vec<&'a mut [u8]>,
-    element: Option<(&'static str, fn(DType) -> bool)>,
+    element: Option<ElementCheck>,
 }
 
 fn bytes_of<T: Element>(s: &[T]) -> &[u8] {
@@ -92,6 +94,17 @@ impl<'a> TensorBuffers<'a> {
     /// The destination buffers (to read results after execution).
     pub fn dst(&self) -> &[&'a mut [u8]] {
         &self.dst
+    }
+}
+
+impl std::fmt::Debug for TensorBuffers<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sizes = |v: &mut dyn Iterator<Item = usize>| v.collect::<Vec<_>>();
+        f.debug_struct("TensorBuffers")
+            .field("element", &self.element.map(|(name, _)| name))
+            .field("src_bytes", &sizes(&mut self.src.iter().map(|s| s.len())))
+            .field("dst_bytes", &sizes(&mut self.dst.iter().map(|s| s.len())))
+            .finish()
     }
 }
 
@@ -163,7 +176,10 @@ impl Executor {
             check_side(plan, t, Side::Src, dtype, b.src.iter().map(|s| (s.as_ptr() as usize, s.len())))?;
             check_side(plan, t, Side::Dst, dtype, b.dst.iter().map(|s| (s.as_ptr() as usize, s.len())))?;
             src_all.push(
-                b.src.iter().map(|s| sys::reshard_src_buffer_t { data: s.as_ptr().cast(), bytes: s.len() }).collect::<Vec<_>>(),
+                b.src
+                    .iter()
+                    .map(|s| sys::reshard_src_buffer_t { data: s.as_ptr().cast(), bytes: s.len() })
+                    .collect::<Vec<_>>(),
             );
             dst_all.push(
                 b.dst
@@ -175,7 +191,12 @@ impl Executor {
         let tensors: Vec<sys::reshard_tensor_buffers_t> = src_all
             .iter()
             .zip(&dst_all)
-            .map(|(s, d)| sys::reshard_tensor_buffers_t { src: s.as_ptr(), num_src: s.len(), dst: d.as_ptr(), num_dst: d.len() })
+            .map(|(s, d)| sys::reshard_tensor_buffers_t {
+                src: s.as_ptr(),
+                num_src: s.len(),
+                dst: d.as_ptr(),
+                num_dst: d.len(),
+            })
             .collect();
         // SAFETY: live handles; every descriptor points into a slice borrowed
         // for this call (destinations exclusively) with the size the plan

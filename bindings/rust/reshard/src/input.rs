@@ -92,7 +92,14 @@ impl PlanInput {
     /// [4, 8] differs from shape [4, 6]`), `OutOfRange`, `Overflow`. The
     /// input is unchanged on error. Duplicate names are reported by
     /// [`Plan::new`](crate::Plan::new).
-    pub fn add_tensor(&mut self, name: &str, shape: &[i64], dtype: DType, src: &Layout, dst: &Layout) -> Result<&mut Self> {
+    pub fn add_tensor(
+        &mut self,
+        name: &str,
+        shape: &[i64],
+        dtype: DType,
+        src: &Layout,
+        dst: &Layout,
+    ) -> Result<&mut Self> {
         let name = c_string(name, "name")?;
         // SAFETY: live handles; shape holds shape.len() values; name is
         // NUL-terminated; everything is copied by the call.
@@ -137,7 +144,10 @@ impl PlanInput {
     pub fn num_tensors(&self) -> usize {
         let mut count = 0;
         // SAFETY: live handle.
-        infallible(unsafe { sys::reshard_plan_input_num_tensors(self.raw, &mut count) }, "reshard_plan_input_num_tensors");
+        infallible(
+            unsafe { sys::reshard_plan_input_num_tensors(self.raw, &mut count) },
+            "reshard_plan_input_num_tensors",
+        );
         count
     }
 

@@ -142,10 +142,8 @@ impl Layout {
             .enumerate()
             .map(|(d, axes)| CStrings::new(axes, &format!("dims[{d}].names")))
             .collect::<Result<Vec<_>>>()?;
-        let dims: Vec<sys::reshard_axes_t> = dim_names
-            .iter()
-            .map(|n| sys::reshard_axes_t { names: n.as_ptr(), count: n.ptrs.len() })
-            .collect();
+        let dims: Vec<sys::reshard_axes_t> =
+            dim_names.iter().map(|n| sys::reshard_axes_t { names: n.as_ptr(), count: n.ptrs.len() }).collect();
         let partial_names = CStrings::new(&sharding.partial, "partial.names")?;
         let partial = sys::reshard_axes_t { names: partial_names.as_ptr(), count: partial_names.ptrs.len() };
         let mut raw = ptr::null_mut();
@@ -243,7 +241,12 @@ impl Layout {
     /// Errors: [`crate::ErrorCode::OutOfRange`] for `index >= num_entries()`.
     pub fn entry(&self, index: usize) -> Result<LayoutEntry> {
         let rank = self.rank();
-        let mut entry = LayoutEntry { device: 0, summand: 0, lo: vec![0; sys::RESHARD_MAX_RANK], hi: vec![0; sys::RESHARD_MAX_RANK] };
+        let mut entry = LayoutEntry {
+            device: 0,
+            summand: 0,
+            lo: vec![0; sys::RESHARD_MAX_RANK],
+            hi: vec![0; sys::RESHARD_MAX_RANK],
+        };
         // SAFETY: live handle; lo/hi have room for RESHARD_MAX_RANK values.
         check(unsafe {
             sys::reshard_layout_entry(

@@ -91,8 +91,8 @@ pub use input::{PlanInput, PlanOptions};
 pub use layout::{Layout, LayoutEntry, Sharding};
 pub use mesh::Mesh;
 pub use plan::{
-    DeviceTraffic, Direction, Message, PartInfo, Piece, PieceList, Plan, PlanBytes, PlanRequest, PlanStats, Scope, Side,
-    TensorInfo,
+    DeviceTraffic, Direction, Message, PartInfo, Piece, PieceList, Plan, PlanBytes, PlanRequest, PlanStats, Scope,
+    Side, TensorInfo,
 };
 pub use topology::Topology;
 pub use view::{fb, PartView, PlanView, TensorView};

@@ -209,7 +209,8 @@ unsafe impl Send for Plan {}
 unsafe impl Sync for Plan {}
 
 fn to_size(value: i64, what: &str) -> Result<usize> {
-    usize::try_from(value).map_err(|_| Error::new(ErrorCode::Overflow, format!("{what}: {value} does not fit in usize")))
+    usize::try_from(value)
+        .map_err(|_| Error::new(ErrorCode::Overflow, format!("{what}: {value} does not fit in usize")))
 }
 
 impl Plan {
@@ -375,8 +376,9 @@ impl Plan {
         shape.truncate(rank);
         // SAFETY: a NUL-terminated string valid while the plan lives.
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
-        let dtype = DType::from_raw(dtype)
-            .ok_or_else(|| Error::new(ErrorCode::Unsupported, format!("tensor {tensor}: dtype {dtype} unknown to this crate")))?;
+        let dtype = DType::from_raw(dtype).ok_or_else(|| {
+            Error::new(ErrorCode::Unsupported, format!("tensor {tensor}: dtype {dtype} unknown to this crate"))
+        })?;
         Ok(TensorInfo { name, dtype, shape })
     }
 
@@ -399,7 +401,12 @@ impl Plan {
     /// Errors: [`ErrorCode::OutOfRange`] (tensor, entry).
     pub fn entry(&self, tensor: usize, side: Side, entry: usize) -> Result<LayoutEntry> {
         let mut rank = 0;
-        let mut e = LayoutEntry { device: 0, summand: 0, lo: vec![0; sys::RESHARD_MAX_RANK], hi: vec![0; sys::RESHARD_MAX_RANK] };
+        let mut e = LayoutEntry {
+            device: 0,
+            summand: 0,
+            lo: vec![0; sys::RESHARD_MAX_RANK],
+            hi: vec![0; sys::RESHARD_MAX_RANK],
+        };
         // SAFETY: live plan; lo/hi have RESHARD_MAX_RANK room.
         unsafe {
             check(sys::reshard_plan_tensor_rank(self.raw, tensor, &mut rank))?;
@@ -451,7 +458,9 @@ impl Plan {
         let mut entry = 0;
         let mut found = 0;
         // SAFETY: live plan; valid outputs.
-        check(unsafe { sys::reshard_plan_entry_of_device(self.raw, tensor, side as i32, device, &mut entry, &mut found) })?;
+        check(unsafe {
+            sys::reshard_plan_entry_of_device(self.raw, tensor, side as i32, device, &mut entry, &mut found)
+        })?;
         Ok((found != 0).then_some(entry))
     }
 
@@ -528,9 +537,19 @@ impl Plan {
         let mut hi = vec![0i64; sys::RESHARD_MAX_RANK];
         // SAFETY: live plan; struct_size set; lo/hi have RESHARD_MAX_RANK room.
         check(unsafe {
-            sys::reshard_plan_part_piece(self.raw, process, list as i32, index, &mut p, lo.as_mut_ptr(), hi.as_mut_ptr())
+            sys::reshard_plan_part_piece(
+                self.raw,
+                process,
+                list as i32,
+                index,
+                &mut p,
+                lo.as_mut_ptr(),
+                hi.as_mut_ptr(),
+            )
         })?;
-        let rank = self.tensor(p.tensor as usize)?.shape.len();
+        let mut rank = 0;
+        // SAFETY: live plan; the library returned this tensor index.
+        check(unsafe { sys::reshard_plan_tensor_rank(self.raw, p.tensor as usize, &mut rank) })?;
         lo.truncate(rank);
         hi.truncate(rank);
         Ok(Piece {
@@ -573,7 +592,14 @@ impl Plan {
         let mut mismatches = 0;
         // SAFETY: data.len() readable bytes; valid output.
         check(unsafe {
-            sys::reshard_oracle_check_destination(self.raw, tensor, entry, data.as_ptr().cast(), data.len(), &mut mismatches)
+            sys::reshard_oracle_check_destination(
+                self.raw,
+                tensor,
+                entry,
+                data.as_ptr().cast(),
+                data.len(),
+                &mut mismatches,
+            )
         })?;
         Ok(mismatches)
     }

@@ -70,7 +70,10 @@ impl<'a> PlanView<'a> {
     /// inconsistent (an index out of range, a wrong fingerprint).
     pub fn new_rust_verified(bytes: &'a [u8]) -> Result<PlanView<'a>> {
         if !fb::plan_buffer_has_identifier(bytes) {
-            return Err(Error::new(ErrorCode::Corrupt, format!("plan bytes: no \"{}\" file identifier", fb::PLAN_IDENTIFIER)));
+            return Err(Error::new(
+                ErrorCode::Corrupt,
+                format!("plan bytes: no \"{}\" file identifier", fb::PLAN_IDENTIFIER),
+            ));
         }
         let root = fb::root_as_plan_with_opts(&verifier_options(), bytes)
             .map_err(|e| Error::new(ErrorCode::Corrupt, format!("plan bytes: {e}")))?;

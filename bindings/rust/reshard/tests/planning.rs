@@ -139,25 +139,22 @@ fn scopes_select_the_parts() {
     assert_eq!(worker.part_info(1).unwrap(), full.part_info(1).unwrap());
 }
 
+/// The small example specs (examples/specs also holds fleet-scale specs,
+/// far too large to execute in a test).
+const SMALL_SPECS: [&str; 3] = ["small_transformer.json", "explicit_boxes.json", "partial_sums.json"];
+
 #[test]
 fn example_specs_plan_and_verify() {
     let executor = reshard::Executor::new().unwrap();
-    let mut n = 0;
-    for entry in std::fs::read_dir(specs_dir()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().map_or(true, |e| e != "json") {
-            continue;
-        }
-        let input = PlanInput::from_spec(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for name in SMALL_SPECS {
+        let input = PlanInput::from_spec(&spec(name)).unwrap();
         assert!(input.num_tensors() > 0);
         let plan = Plan::new(&input).unwrap();
         let report = executor.verify(&plan).unwrap();
-        assert_eq!(report.mismatches, 0, "{}", path.display());
+        assert_eq!(report.mismatches, 0, "{name}");
         assert_eq!(report.tensors as usize, plan.num_tensors());
         assert!(report.elements > 0);
-        n += 1;
     }
-    assert!(n >= 3, "found {n} specs");
 }
 
 #[test]

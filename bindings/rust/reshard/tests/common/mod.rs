@@ -20,8 +20,18 @@ pub fn train_to_infer_input() -> PlanInput {
     let mut input = PlanInput::new().unwrap();
     input.set_topology(&topology).unwrap();
     let tensors: [(&str, Vec<i64>, Sharding, Sharding); 3] = [
-        ("layers.0.attn.q", vec![256, 256], Sharding::new().split(["dp"]).split(["tp"]), Sharding::new().replicated().split(["tp"])),
-        ("layers.0.mlp.w2", vec![512, 256], Sharding::new().split(["tp", "dp"]).replicated(), Sharding::new().split(["tp"]).replicated()),
+        (
+            "layers.0.attn.q",
+            vec![256, 256],
+            Sharding::new().split(["dp"]).split(["tp"]),
+            Sharding::new().replicated().split(["tp"]),
+        ),
+        (
+            "layers.0.mlp.w2",
+            vec![512, 256],
+            Sharding::new().split(["tp", "dp"]).replicated(),
+            Sharding::new().split(["tp"]).replicated(),
+        ),
         ("layers.0.norm", vec![256], Sharding::new().split(["dp"]), Sharding::new().replicated()),
     ];
     for (name, shape, src, dst) in tensors {

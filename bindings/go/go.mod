@@ -1,0 +1,5 @@
+module github.com/reshard/reshard/bindings/go
+
+go 1.19
+
+require github.com/google/flatbuffers v2.0.8+incompatible

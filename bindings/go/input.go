@@ -1,0 +1,179 @@
+package reshard
+
+/*
+#include <stdlib.h>
+#include "reshard/reshard.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"unicode/utf8"
+)
+
+// PlanOptions are the planner options (reshard_plan_options_t).
+// DefaultPlanOptions gives the library's defaults.
+type PlanOptions struct {
+	// A piece held by several remote replicas is split across them when it
+	// has at least this many bytes (>= 0).
+	SplitMinBytes int64
+	// α–β cost model: seconds per message (>= 0) and bytes per second
+	// inside a host and between hosts (> 0).
+	AlphaSeconds            float64
+	IntraHostBytesPerSecond float64
+	InterHostBytesPerSecond float64
+	// Staging memory per device per round; 0: unbounded.
+	StagingBudgetBytes int64
+}
+
+// DefaultPlanOptions returns RESHARD_PLAN_OPTIONS_INIT: 1 MiB split
+// threshold, α = 5 µs, 100e9 and 25e9 bytes/s, 1 GiB staging.
+func DefaultPlanOptions() PlanOptions {
+	return PlanOptions{
+		SplitMinBytes:           1 << 20,
+		AlphaSeconds:            5e-6,
+		IntraHostBytesPerSecond: 100e9,
+		InterHostBytesPerSecond: 25e9,
+		StagingBudgetBytes:      1 << 30,
+	}
+}
+
+// PlanInput is everything the planner needs (reshard_plan_input_t):
+// tensors with source and destination layouts, a topology and options. A
+// builder: do not modify it while another goroutine uses it.
+type PlanInput struct {
+	ptr *C.reshard_plan_input_t
+}
+
+func newPlanInput(p *C.reshard_plan_input_t) *PlanInput {
+	in := &PlanInput{ptr: p}
+	runtime.SetFinalizer(in, (*PlanInput).Close)
+	return in
+}
+
+// NewPlanInput makes an empty input: no tensors, default topology and
+// options.
+func NewPlanInput() (*PlanInput, error) {
+	var out *C.reshard_plan_input_t
+	if err := check(C.reshard_plan_input_create(&out)); err != nil {
+		return nil, err
+	}
+	return newPlanInput(out), nil
+}
+
+// PlanInputFromSpec parses a JSON spec (DESIGN.md §8: meshes, tensors with
+// named shardings, processes and hosts, optional options).
+//
+// Errors: Parse (malformed JSON, with line and column), InvalidArgument
+// whose message starts with the JSON path of the bad value
+// ("tensors[2].src.spec[1]: ...").
+func PlanInputFromSpec(json []byte) (*PlanInput, error) {
+	var out *C.reshard_plan_input_t
+	if err := check(C.reshard_plan_input_from_spec((*C.char)(bytesPtr(json)), C.size_t(len(json)), &out)); err != nil {
+		return nil, err
+	}
+	return newPlanInput(out), nil
+}
+
+// AddTensor appends a tensor named name (unique) of shape and dtype,
+// moving from layout src to layout dst (copied; both must have shape).
+//
+// Errors: InvalidArgument (empty name, NUL byte, invalid UTF-8, negative
+// size), Mismatch
+// ("src: layout shape [4, 8] differs from shape [4, 6]"), OutOfRange,
+// Overflow. The input is unchanged on error. Duplicate names are reported
+// by NewPlan.
+func (in *PlanInput) AddTensor(name string, shape []int64, dtype DType, src, dst *Layout) error {
+	if in.ptr == nil {
+		return closedError("input")
+	}
+	if src == nil || src.ptr == nil {
+		return closedError("src")
+	}
+	if dst == nil || dst.ptr == nil {
+		return closedError("dst")
+	}
+	// Plan bytes store the name as a FlatBuffers string, which readers
+	// (the Rust verifier) require to be UTF-8.
+	if !utf8.ValidString(name) {
+		return errorf(InvalidArgument, "name: not valid UTF-8")
+	}
+	var a cArena
+	defer a.free()
+	cname, err := a.cstring(name, "name")
+	if err != nil {
+		return err
+	}
+	err = check(C.reshard_plan_input_add_tensor(in.ptr, cname, C.size_t(len(shape)), int64s(shape),
+		C.reshard_dtype_t(dtype), src.ptr, dst.ptr))
+	keep(in)
+	keep(src)
+	keep(dst)
+	return err
+}
+
+// SetTopology replaces the topology by a copy of t.
+func (in *PlanInput) SetTopology(t *Topology) error {
+	if in.ptr == nil {
+		return closedError("input")
+	}
+	if t == nil || t.ptr == nil {
+		return closedError("topology")
+	}
+	err := check(C.reshard_plan_input_set_topology(in.ptr, t.ptr))
+	keep(in)
+	keep(t)
+	return err
+}
+
+// SetOptions replaces the planner options (checked by NewPlan, with
+// messages naming "options.<field>").
+func (in *PlanInput) SetOptions(o PlanOptions) error {
+	if in.ptr == nil {
+		return closedError("input")
+	}
+	opts := C.reshard_plan_options_t{
+		struct_size:                 C.size_t(C.sizeof_reshard_plan_options_t),
+		split_min_bytes:             C.int64_t(o.SplitMinBytes),
+		alpha_seconds:               C.double(o.AlphaSeconds),
+		intra_host_bytes_per_second: C.double(o.IntraHostBytesPerSecond),
+		inter_host_bytes_per_second: C.double(o.InterHostBytesPerSecond),
+		staging_budget_bytes:        C.int64_t(o.StagingBudgetBytes),
+	}
+	err := check(C.reshard_plan_input_set_options(in.ptr, &opts))
+	keep(in)
+	return err
+}
+
+// NumTensors is the number of tensors.
+func (in *PlanInput) NumTensors() int {
+	if in.ptr == nil {
+		panic("reshard: PlanInput used after Close")
+	}
+	var n C.size_t
+	mustOK(C.reshard_plan_input_num_tensors(in.ptr, &n), "reshard_plan_input_num_tensors")
+	keep(in)
+	return int(n)
+}
+
+// Fingerprint is the fingerprint a plan of this input will have, without
+// planning: equal on every process that describes the same inputs.
+func (in *PlanInput) Fingerprint() (uint64, error) {
+	if in.ptr == nil {
+		return 0, closedError("input")
+	}
+	var f C.uint64_t
+	err := check(C.reshard_plan_input_fingerprint(in.ptr, &f))
+	keep(in)
+	return uint64(f), err
+}
+
+// Close releases the input. Idempotent.
+func (in *PlanInput) Close() error {
+	if in != nil && in.ptr != nil {
+		C.reshard_plan_input_destroy(in.ptr)
+		in.ptr = nil
+		runtime.SetFinalizer(in, nil)
+	}
+	return nil
+}

@@ -1,0 +1,194 @@
+package reshard
+
+import (
+	"github.com/reshard/reshard/bindings/go/fb"
+)
+
+// PlanView is a read-only view of plan bytes through the code flatc
+// generated from schema/plan.fbs (package fb). Go's FlatBuffers runtime has
+// no verifier, so ViewPlan first runs the C verifier (FlatBuffers verifier
+// and semantic checks); only accepted bytes are read. The view reads the
+// bytes in place: do not modify them while it is in use.
+type PlanView struct {
+	bytes []byte
+	root  *fb.Plan
+}
+
+// ViewPlan verifies b with the C verifier and views it.
+//
+// Errors: Corrupt naming what failed.
+func ViewPlan(b []byte) (*PlanView, error) {
+	if err := VerifyPlanBytes(b); err != nil {
+		return nil, err
+	}
+	return &PlanView{bytes: b, root: fb.GetRootAsPlan(b, 0)}, nil
+}
+
+// Raw is the generated root table, for fields the view has no accessor for.
+func (v *PlanView) Raw() *fb.Plan { return v.root }
+
+// Bytes are the bytes viewed.
+func (v *PlanView) Bytes() []byte { return v.bytes }
+
+// Version is the major format version (1).
+func (v *PlanView) Version() uint32 { return v.root.Version() }
+
+// Fingerprint is the plan's fingerprint.
+func (v *PlanView) Fingerprint() uint64 { return v.root.Fingerprint() }
+
+// NumTensors is the number of tensors.
+func (v *PlanView) NumTensors() int { return v.root.TensorsLength() }
+
+// TensorView is one tensor of a PlanView.
+type TensorView struct {
+	t fb.Tensor
+}
+
+// Tensor returns tensor i, or false past the end.
+func (v *PlanView) Tensor(i int) (TensorView, bool) {
+	var t TensorView
+	if i < 0 || i >= v.root.TensorsLength() || !v.root.Tensors(&t.t, i) {
+		return TensorView{}, false
+	}
+	return t, true
+}
+
+// Name is the tensor's name.
+func (t TensorView) Name() string { return string(t.t.Name()) }
+
+// DType is the tensor's element type.
+func (t TensorView) DType() DType { return DType(t.t.Dtype()) }
+
+// Shape is the tensor's global shape.
+func (t TensorView) Shape() []int64 {
+	out := make([]int64, t.t.ShapeLength())
+	for i := range out {
+		out[i] = t.t.Shape(i)
+	}
+	return out
+}
+
+// Partial returns the number of summands and reduce op of a side.
+func (t TensorView) Partial(side Side) (int32, ReduceOp) {
+	var l *fb.Layout
+	if side == Src {
+		l = t.t.Src(nil)
+	} else {
+		l = t.t.Dst(nil)
+	}
+	if l == nil {
+		return 1, Sum
+	}
+	return l.NumSummands(), ReduceOp(l.ReduceOp())
+}
+
+// Raw is the generated table.
+func (t TensorView) Raw() *fb.Tensor { return &t.t }
+
+// Stats returns the global statistics, and false when the bytes carry none.
+func (v *PlanView) Stats() (PlanStats, bool) {
+	if !v.root.HasStats() {
+		return PlanStats{}, false
+	}
+	s := v.root.Stats(nil)
+	if s == nil {
+		return PlanStats{}, false
+	}
+	return PlanStats{
+		NetworkBytes: s.NetworkBytes(), LocalBytes: s.LocalBytes(), CrossHostBytes: s.CrossHostBytes(),
+		CrossProcessBytes: s.CrossProcessBytes(), MaxSendBytes: s.MaxSendBytes(), MaxRecvBytes: s.MaxRecvBytes(),
+		Messages: s.Messages(), Pieces: s.Pieces(), Rounds: int64(s.Rounds()), PeakStagingBytes: s.PeakStagingBytes(),
+		LowerBoundNetworkBytes: s.LowerBoundNetworkBytes(), LowerBoundMaxSendBytes: s.LowerBoundMaxSendBytes(),
+		LowerBoundMaxRecvBytes: s.LowerBoundMaxRecvBytes(), CostSeconds: s.CostSeconds(),
+		LowerBoundCostSeconds: s.LowerBoundCostSeconds(), PlanSeconds: s.PlanSeconds(),
+		NumDevices: uint64(s.PerDeviceLength()),
+	}, true
+}
+
+// DeviceTraffic returns the per-device traffic of the statistics.
+func (v *PlanView) DeviceTraffic() []DeviceTraffic {
+	s := v.root.Stats(nil)
+	if s == nil {
+		return nil
+	}
+	out := make([]DeviceTraffic, s.PerDeviceLength())
+	var d fb.DeviceTraffic
+	for i := range out {
+		s.PerDevice(&d, i)
+		out[i] = DeviceTraffic{Device: d.Device(), SendBytes: d.SendBytes(), RecvBytes: d.RecvBytes(),
+			LocalBytes: d.LocalBytes(), SendMessages: d.SendMessages(), RecvMessages: d.RecvMessages()}
+	}
+	return out
+}
+
+// Processes returns the processes owning a device of the plan, sorted.
+func (v *PlanView) Processes() []int32 {
+	out := make([]int32, v.root.ProcessesLength())
+	for i := range out {
+		out[i] = v.root.Processes(i)
+	}
+	return out
+}
+
+// PartView is one process part of a PlanView, stored as columns.
+type PartView struct {
+	p fb.ProcessPart
+}
+
+// Parts returns the process parts the bytes carry, by process.
+func (v *PlanView) Parts() []PartView {
+	out := make([]PartView, v.root.PartsLength())
+	for i := range out {
+		v.root.Parts(&out[i].p, i)
+	}
+	return out
+}
+
+// Process is the part's process.
+func (p PartView) Process() int32 { return p.p.Process() }
+
+func piecesLen(x *fb.Pieces) int {
+	if x == nil {
+		return 0
+	}
+	return x.TensorLength()
+}
+
+func messagesLen(m *fb.Messages) int {
+	if m == nil {
+		return 0
+	}
+	return m.BytesLength()
+}
+
+func messagesBytes(m *fb.Messages) int64 {
+	var sum int64
+	for i := 0; i < messagesLen(m); i++ {
+		sum += m.Bytes(i)
+	}
+	return sum
+}
+
+// NumLocalPieces is the number of pieces copied within a device.
+func (p PartView) NumLocalPieces() int { return piecesLen(p.p.Local(nil)) }
+
+// NumSends is the number of messages sent.
+func (p PartView) NumSends() int { return messagesLen(p.p.Sends(nil)) }
+
+// NumSendPieces is the number of pieces of the sent messages.
+func (p PartView) NumSendPieces() int { return piecesLen(p.p.SendPieces(nil)) }
+
+// NumRecvs is the number of messages received.
+func (p PartView) NumRecvs() int { return messagesLen(p.p.Recvs(nil)) }
+
+// NumRecvPieces is the number of pieces of the received messages.
+func (p PartView) NumRecvPieces() int { return piecesLen(p.p.RecvPieces(nil)) }
+
+// SendBytes is the total packed size of the sent messages.
+func (p PartView) SendBytes() int64 { return messagesBytes(p.p.Sends(nil)) }
+
+// RecvBytes is the total packed size of the received messages.
+func (p PartView) RecvBytes() int64 { return messagesBytes(p.p.Recvs(nil)) }
+
+// Raw is the generated table.
+func (p PartView) Raw() *fb.ProcessPart { return &p.p }

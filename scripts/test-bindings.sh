@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The Rust and Go bindings (DESIGN.md §6), run by scripts/test.sh after ctest:
+#   - offline toolchain (scripts/offline-deps.sh: Debian packages, the
+#     FlatBuffers runtimes from Debian's source package, generated cargo
+#     config and go.work — no public registry is contacted);
+#   - libreshard.so and the CLI from the build directory;
+#   - Go plan reader (bindings/go/fb) up to date with schema/plan.fbs;
+#   - cargo fmt --check, cargo test (workspace: reshard-sys, reshard, doctests),
+#     cargo doc with warnings denied, the Rust example;
+#   - gofmt, go vet, go test (bindings and examples/go/planserver) under
+#     GODEBUG=cgocheck=2;
+#   - plan bytes across languages: C, C++, Rust, Go and the HTTP planserver
+#     each write plan files into one directory, every other language reads and
+#     executes them, and `reshard verify --plan` checks the planserver's bytes
+#     when the CLI has that option.
+# RESHARD_BINDINGS_BUILD: the CMake build directory (default build/dev,
+# configured with the dev preset when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+start=$(date +%s)
+JOBS=${JOBS:-$(nproc)}
+BUILD=${RESHARD_BINDINGS_BUILD:-build/dev}
+[[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
+
+bash scripts/offline-deps.sh
+# shellcheck source=/dev/null
+source .offline/env.sh
+
+echo "-- libreshard and the CLI ($BUILD)"
+if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
+  if [[ $BUILD == "$ROOT/build/dev" ]]; then cmake --preset dev >/dev/null; else cmake -S . -B "$BUILD" -G Ninja >/dev/null; fi
+fi
+targets=(reshard_capi reshard_cli)
+for t in example_c_plan_and_execute example_cpp_plan_and_execute; do
+  cmake --build "$BUILD" --target help 2>/dev/null | grep -q "^$t:" && targets+=("$t")
+done
+cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >/dev/null
+
+export RESHARD_LIB_DIR=$BUILD/capi RESHARD_INCLUDE_DIR=$ROOT/capi/include
+export LD_LIBRARY_PATH=$BUILD/capi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export CGO_CFLAGS="-I$ROOT/capi/include" CGO_LDFLAGS="-L$BUILD/capi -lreshard"
+export GOFLAGS=-tags=reshard_no_pkgconfig
+export RESHARD_CLI=$BUILD/tools/reshard
+export CARGO_TARGET_DIR=$ROOT/bindings/rust/target
+CARGO=(cargo --config "$RESHARD_CARGO_CONFIG")
+XLANG=$(mktemp -d)
+trap 'rm -rf "$XLANG"' EXIT
+export RESHARD_XLANG_DIR=$XLANG
+
+echo "-- bindings/go/fb is what flatc generates from schema/plan.fbs"
+flatc --go --go-namespace fb -o "$XLANG/gen" schema/plan.fbs
+if ! diff -r -x doc.go "$XLANG/gen/fb" bindings/go/fb >/dev/null; then
+  diff -r -x doc.go "$XLANG/gen/fb" bindings/go/fb | head -20 || true
+  echo "bindings/go/fb is stale: run 'go generate' in bindings/go and commit the result" >&2
+  exit 1
+fi
+rm -rf "$XLANG/gen"
+
+echo "-- plans written by C and C++"
+[[ -x $BUILD/examples/plan_and_execute_c ]] && "$BUILD/examples/plan_and_execute_c" "$XLANG/c.rsplan" >/dev/null
+[[ -x $BUILD/examples/plan_and_execute_cpp ]] && "$BUILD/examples/plan_and_execute_cpp" "$XLANG/cpp.rsplan" >/dev/null
+ls "$XLANG"
+
+summary=()
+# Sum of the N in every "test result: ok. N passed" line of a cargo log.
+passed() { sed -nE 's/^test result: ok\. ([0-9]+) passed.*/\1/p' "$1" | awk '{s += $1} END {print s + 0}'; }
+
+echo "-- Rust: fmt, test, doc, example"
+(cd bindings/rust && cargo fmt --all -- --check)
+(cd examples/rust && cargo fmt -- --check)
+log=$XLANG/cargo-test.log
+(cd bindings/rust && "${CARGO[@]}" test --workspace -j "$JOBS" 2>&1) | tee "$log" | grep -E "^(test result|error|failures:|---- )" || true
+if ! grep -q "^test result" "$log" || grep -Eq "^test result: FAILED|^error(\[|:)" "$log"; then
+  grep -v "^\s*Compiling" "$log" | tail -60
+  echo "cargo test failed" >&2
+  exit 1
+fi
+summary+=("rust: $(passed "$log") tests passed (incl. doctests)")
+# Missing docs are compile errors (#![deny(missing_docs)]); this catches
+# broken intra-doc links.
+(cd bindings/rust && RUSTDOCFLAGS="-D warnings" "${CARGO[@]}" doc --workspace --no-deps -q >"$XLANG/doc.log" 2>&1) ||
+  { cat "$XLANG/doc.log"; echo "cargo doc reported warnings" >&2; exit 1; }
+"${CARGO[@]}" build -q --manifest-path examples/rust/Cargo.toml >"$XLANG/example.log" 2>&1 ||
+  { cat "$XLANG/example.log"; exit 1; }
+"$CARGO_TARGET_DIR/debug/reshard-example" "$XLANG/rust-example.rsplan"
+
+echo "-- Go: gofmt, vet, test"
+unformatted=$(gofmt -l bindings/go examples/go)
+[[ -z $unformatted ]] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
+(cd bindings/go && go vet ./...)
+(cd examples/go && go vet ./...)
+log=$XLANG/go-test.log
+(cd bindings/go && GODEBUG=cgocheck=2 go test -count=1 -v ./... 2>&1) >"$log" || { grep -Ev "^=== RUN" "$log" | tail -60; exit 1; }
+grep -E "^(ok|FAIL|---)" "$log" | grep -v -- "--- PASS" || true
+grep -E "xlang_test|read \[" "$log" || true
+gobind=$(grep -c -- "--- PASS" "$log" || true)
+log=$XLANG/planserver-test.log
+(cd examples/go && GODEBUG=cgocheck=2 go test -count=1 -v ./... 2>&1) >"$log" || { grep -Ev "^=== RUN" "$log" | tail -60; exit 1; }
+grep -E "^(ok|FAIL)|SKIP|server_test.go" "$log" || true
+summary+=("go: $gobind binding tests and $(grep -c -- "--- PASS" "$log" || true) planserver tests passed, $(grep -c -- "--- SKIP" "$log" || true) skipped")
+
+echo "-- Rust reads what Go and the planserver wrote"
+(cd bindings/rust && "${CARGO[@]}" test -q -p reshard --test cross_language -- --nocapture 2>&1) |
+  grep -E "rsplan|^read|test result" || { echo "cross-language test failed" >&2; exit 1; }
+
+echo "-- discovery through pkg-config (an installed copy, no RESHARD_LIB_DIR / CGO flags)"
+# A fixed prefix: Go's build cache may keep link flags of an earlier run,
+# which must still point at an existing directory.
+PREFIX=$BUILD/bindings-prefix
+rm -rf "$PREFIX"
+cmake --install "$BUILD/capi" --prefix "$PREFIX" >/dev/null
+pc=$(find "$PREFIX" -name reshard.pc -print -quit)
+(
+  unset RESHARD_LIB_DIR RESHARD_INCLUDE_DIR CGO_CFLAGS CGO_LDFLAGS GOFLAGS
+  # Go 1.19 does not key its build cache on pkg-config's output: a package
+  # built against another prefix would be linked with stale -L flags. A
+  # define naming this prefix (no paths or libraries) gives a fresh key.
+  CGO_CFLAGS="-g -O2 -DRESHARD_PKGCONFIG_SMOKE_$(printf %s "$PREFIX" | md5sum | cut -c1-12)"
+  export CGO_CFLAGS
+  PKG_CONFIG_PATH=$(dirname "$pc")
+  export PKG_CONFIG_PATH
+  LD_LIBRARY_PATH=$(pkg-config --variable=libdir reshard)
+  export LD_LIBRARY_PATH
+  (cd bindings/go && go build ./... && go run ./internal/smoke) ||
+    { echo "go build with #cgo pkg-config failed" >&2; exit 1; }
+  (cd bindings/rust && "${CARGO[@]}" run -q -p reshard --example smoke 2>"$XLANG/pc.log") ||
+    { cat "$XLANG/pc.log"; echo "reshard-sys could not find libreshard through pkg-config" >&2; exit 1; }
+)
+
+echo "-- bindings: ${summary[*]}; $(($(date +%s) - start)) s"
