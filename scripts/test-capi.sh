@@ -16,10 +16,15 @@ JOBS=${JOBS:-$(nproc)}
 if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
   cmake --preset dev >/dev/null
 fi
-cmake --build "$BUILD" -j "$JOBS" >/dev/null
-LIB="$BUILD/capi/libreshard.so"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Only what this script uses (scripts/test.sh has built everything already).
+if ! cmake --build "$BUILD" -j "$JOBS" --target reshard_capi reshard_core >"$tmp/build.log" 2>&1; then
+  cat "$tmp/build.log"
+  echo "building reshard_capi failed" >&2
+  exit 1
+fi
+LIB="$BUILD/capi/libreshard.so"
 
 echo "-- ABI: abidiff capi/abi/libreshard.abi against $LIB"
 BASELINE=capi/abi/libreshard.abi
@@ -59,7 +64,7 @@ echo "   no ABI change"
 
 echo "-- install into a temporary prefix"
 prefix="$tmp/prefix"
-cmake --install "$BUILD" --prefix "$prefix" >/dev/null
+cmake --install "$BUILD" --prefix "$prefix" --component reshard >/dev/null
 for f in include/reshard/reshard.h include/reshard/plan.h; do
   [[ -f "$prefix/$f" ]] || { echo "missing $prefix/$f" >&2; exit 1; }
 done
@@ -77,9 +82,13 @@ LD_LIBRARY_PATH="$libdir" "$tmp/example_pkgconfig" "$tmp/plan_pkgconfig.bin" >/d
 echo "   built and ran examples/c/plan_and_execute.c"
 
 echo "-- examples/c and examples/cpp with find_package(reshard)"
-cmake -S tests/capi/consumer -B "$tmp/consumer" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_PREFIX_PATH="$prefix" -DRESHARD_EXAMPLES="$PWD/examples" >/dev/null
-cmake --build "$tmp/consumer" -j "$JOBS" >/dev/null
+if ! { cmake -S tests/capi/consumer -B "$tmp/consumer" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_PREFIX_PATH="$prefix" -DRESHARD_EXAMPLES="$PWD/examples" &&
+  cmake --build "$tmp/consumer" -j "$JOBS"; } >"$tmp/consumer.log" 2>&1; then
+  cat "$tmp/consumer.log"
+  echo "building the find_package consumer failed" >&2
+  exit 1
+fi
 "$tmp/consumer/c_example" "$tmp/plan_c.bin" >/dev/null
 "$tmp/consumer/cpp_example" "$tmp/plan_cpp.bin" >/dev/null
 echo "   built and ran reshard::reshard and reshard::core consumers"

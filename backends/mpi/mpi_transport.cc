@@ -16,8 +16,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -203,13 +203,16 @@ class Requests {
   Requests& operator=(const Requests&) = delete;
   ~Requests() { abandon(); }
 
-  // `expected`: bytes a receive must deliver (-1: not checked).
-  void add(MPI_Request r, int32_t peer, bool recv, int64_t expected) {
-    requests_.push_back(r);
+  // A new request slot for an operation with `peer`, to pass to
+  // MPI_Isend/MPI_Irecv at once (later additions move it). `expected`:
+  // bytes a receive must deliver (-1: not checked).
+  MPI_Request* add(int32_t peer, bool recv, int64_t expected) {
+    requests_.push_back(MPI_REQUEST_NULL);
     peers_.push_back(peer);
     recv_.push_back(recv ? 1 : 0);
     expected_.push_back(expected);
     ++active_;
+    return &requests_.back();
   }
 
   bool test() {
@@ -254,7 +257,8 @@ class Requests {
   std::vector<int32_t> pending(bool receives_only) const {
     std::vector<int32_t> out;
     for (size_t k = 0; k < requests_.size(); ++k) {
-      if (requests_[k] != MPI_REQUEST_NULL && (!receives_only || recv_[k])) out.push_back(peers_[k]);
+      if (requests_[k] != MPI_REQUEST_NULL && (!receives_only || recv_[k]))
+        out.push_back(peers_[k]);
     }
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
@@ -300,8 +304,8 @@ class MpiBatch final : public TransferBatch {
 // copy descriptor's merged dimensions, as MPI_Type_create_subarray would
 // describe the same box), placed at its absolute address.
 Datatype segment_type(const Segment& s, bool send, MPI_Aint* address) {
-  const CopyDesc d =
-      send ? make_copy_desc(s.region, s.buffer_box, s.region) : make_copy_desc(s.region, s.region, s.buffer_box);
+  const CopyDesc d = send ? make_copy_desc(s.region, s.buffer_box, s.region)
+                          : make_copy_desc(s.region, s.region, s.buffer_box);
   const int64_t* stride = send ? d.src_stride : d.dst_stride;
   const int64_t offset = send ? d.src_offset : d.dst_offset;
   MPI_Datatype t = MPI_DATATYPE_NULL;
@@ -422,33 +426,32 @@ void MpiTransport::post(Requests& requests, const TransferOp& op) {
                                           std::to_string(op.bytes) + " bytes");
   }
   const int tag = kDataTagBase + static_cast<int>(op.round % kDataTagSpan);
-  MPI_Request r = MPI_REQUEST_NULL;
   if (op.data == nullptr && op.bytes > 0) {
     if (op.segments.empty() || op.bytes > kMaxChunk) {
       fail(ErrorCode::kInvalidArgument,
            "MPI transport: a gathered message needs segments and at most 1 GiB");
     }
     const Datatype type = message_type(op.segments, !recv);
+    MPI_Request* r = requests.add(op.peer, recv, -1);
     if (recv) {
-      check(MPI_Irecv(MPI_BOTTOM, 1, type.get(), op.peer, tag, shared_->comm, &r), "MPI_Irecv");
+      check(MPI_Irecv(MPI_BOTTOM, 1, type.get(), op.peer, tag, shared_->comm, r), "MPI_Irecv");
     } else {
-      check(MPI_Isend(MPI_BOTTOM, 1, type.get(), op.peer, tag, shared_->comm, &r), "MPI_Isend");
+      check(MPI_Isend(MPI_BOTTOM, 1, type.get(), op.peer, tag, shared_->comm, r), "MPI_Isend");
     }
-    requests.add(r, op.peer, recv, -1);
     return;
   }
   auto* data = static_cast<std::byte*>(op.data);
   int64_t offset = 0;
   do {
     const int64_t n = std::min(kMaxChunk, op.bytes - offset);
+    MPI_Request* r = requests.add(op.peer, recv, n);
     if (recv) {
-      check(MPI_Irecv(data + offset, static_cast<int>(n), MPI_BYTE, op.peer, tag, shared_->comm, &r),
+      check(MPI_Irecv(data + offset, static_cast<int>(n), MPI_BYTE, op.peer, tag, shared_->comm, r),
             "MPI_Irecv");
     } else {
-      check(MPI_Isend(data + offset, static_cast<int>(n), MPI_BYTE, op.peer, tag, shared_->comm, &r),
+      check(MPI_Isend(data + offset, static_cast<int>(n), MPI_BYTE, op.peer, tag, shared_->comm, r),
             "MPI_Isend");
     }
-    requests.add(r, op.peer, recv, n);
     offset += n;
   } while (offset < op.bytes);
 }
@@ -473,33 +476,30 @@ std::vector<std::vector<std::byte>> MpiTransport::allgather(std::span<const std:
   // One byte of slack tells a longer record from a matching one.
   for (int r = 0; r < size; ++r) out[static_cast<size_t>(r)].resize(static_cast<size_t>(n + 1));
   std::vector<std::byte> mine(record.begin(), record.end());
-  bool completed = false;
+  // If the exchange is abandoned, MPI may still use these buffers: keep them.
   struct Keep {
     Shared& shared;
     std::vector<std::vector<std::byte>>& out;
     std::vector<std::byte>& mine;
-    bool& completed;
+    bool completed = false;
     ~Keep() {
       if (completed || !shared.abandoned) return;
       for (auto& v : out) shared.kept_vectors.push_back(std::move(v));
       shared.kept_vectors.push_back(std::move(mine));
     }
-  } keep{*shared_, out, mine, completed};
+  } keep{*shared_, out, mine};
   Requests requests(shared_);
   for (int k = 1; k < size; ++k) {
     const int from = (rank - k + size) % size;
-    MPI_Request r = MPI_REQUEST_NULL;
     check(MPI_Irecv(out[static_cast<size_t>(from)].data(), static_cast<int>(n + 1), MPI_BYTE, from,
-                    kAllgatherTag, shared_->comm, &r),
+                    kAllgatherTag, shared_->comm, requests.add(from, true, n)),
           "MPI_Irecv");
-    requests.add(r, from, true, n);
   }
   for (int k = 1; k < size; ++k) {
     const int to = (rank + k) % size;
-    MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Isend(mine.data(), static_cast<int>(n), MPI_BYTE, to, kAllgatherTag, shared_->comm, &r),
+    check(MPI_Isend(mine.data(), static_cast<int>(n), MPI_BYTE, to, kAllgatherTag, shared_->comm,
+                    requests.add(to, false, -1)),
           "MPI_Isend");
-    requests.add(r, to, false, -1);
   }
   const auto deadline = deadline_after(timeout_seconds);
   Backoff backoff;
@@ -513,7 +513,7 @@ std::vector<std::vector<std::byte>> MpiTransport::allgather(std::span<const std:
     }
     backoff.pause();
   }
-  completed = true;
+  keep.completed = true;
   for (int r = 0; r < size; ++r) out[static_cast<size_t>(r)].resize(static_cast<size_t>(n));
   std::copy(record.begin(), record.end(), out[static_cast<size_t>(rank)].begin());
   return out;

@@ -1787,8 +1787,18 @@ static void test_partial(void) {
 }
 
 /* Allocation failure is an error value, not an abort: the oracle's buffers
- * for a 2^50-byte tensor cannot be allocated. (Run with
- * ASAN_OPTIONS=allocator_may_return_null=1 under AddressSanitizer.) */
+ * for a 2^50-byte tensor cannot be allocated. AddressSanitizer's throwing
+ * operator new aborts instead of throwing std::bad_alloc, so an ASan build
+ * skips this group (exit code 77). */
+#if defined(__SANITIZE_ADDRESS__)
+#define RESHARD_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RESHARD_TEST_ASAN 1
+#endif
+#endif
+static int g_skipped = 0;
+
 static void test_out_of_memory(void) {
   reshard_mesh_t* mesh = NULL;
   reshard_layout_t* layout = NULL;
@@ -1798,6 +1808,11 @@ static void test_out_of_memory(void) {
   reshard_verify_report_t report = RESHARD_VERIFY_REPORT_INIT;
   const int64_t shape[] = {INT64_C(1) << 50};
   reshard_axes_t dims[1];
+#ifdef RESHARD_TEST_ASAN
+  fprintf(stderr, "skipped: AddressSanitizer aborts when operator new fails\n");
+  g_skipped = 1;
+  return;
+#endif
   dims[0].names = NULL;
   dims[0].count = 0;
   REQUIRE_OK(reshard_mesh_create(0, NULL, NULL, NULL, &mesh));
@@ -1867,5 +1882,5 @@ int main(int argc, char** argv) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);
     return 1;
   }
-  return 0;
+  return g_skipped && ran == 1 ? 77 : 0;
 }

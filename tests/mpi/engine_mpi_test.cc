@@ -24,13 +24,13 @@
 //     any communication; the others time out naming it).
 #include <chrono>
 #include <cmath>
-#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -107,8 +107,7 @@ std::vector<bool> scramble_partial_sources(const Plan& plan, std::vector<OracleB
     const TensorSpec& spec = plan.tensors()[t];
     const bool is_float = spec.dtype == DType::kF32 || spec.dtype == DType::kF64 ||
                           spec.dtype == DType::kBF16 || spec.dtype == DType::kF16;
-    if (!spec.src.partial() || !is_float ||
-        !std::bernoulli_distribution(probability)(pick)) {
+    if (!spec.src.partial() || !is_float || !std::bernoulli_distribution(probability)(pick)) {
       continue;
     }
     changed[t] = true;
@@ -198,6 +197,7 @@ int run_random(const World& w, int cases, uint64_t seed) {
   Transport& transport = engine->transport();
   int executed = 0, multi_round = 0, max_rounds = 0, partial = 0, gathered = 0, overlapped = 0,
       deferred = 0, multi_device_ranks = 0;
+  int64_t bytes_received = 0, bytes_checked = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int c = 0; c < cases; ++c) {
     const uint64_t case_seed = seed * 100003 + static_cast<uint64_t>(c);
@@ -234,7 +234,8 @@ int run_random(const World& w, int cases, uint64_t seed) {
     const Plan& plan = whole ? full : own;
     OracleBuffers want = fill_sources(full);
     OracleBuffers got = fill_sources(full);
-    const std::vector<bool> scrambled = scramble_partial_sources(full, {&want, &got}, case_seed, 0.5);
+    const std::vector<bool> scrambled =
+        scramble_partial_sources(full, {&want, &got}, case_seed, 0.5);
     {
       std::vector<TensorBuffers> views = want.views();
       execute_host(full, views);
@@ -244,10 +245,13 @@ int run_random(const World& w, int cases, uint64_t seed) {
     options.timeout_seconds = 60;
     options.max_batches_in_flight = static_cast<int32_t>(1 + gen.uni(0, 7));
     options.overlap = gen.coin(0.8);
-    options.packing = gen.coin() ? ExecuteOptions::Packing::kGather : ExecuteOptions::Packing::kStaging;
+    options.packing =
+        gen.coin() ? ExecuteOptions::Packing::kGather : ExecuteOptions::Packing::kStaging;
     std::string error;
     counter->reset_peaks();
-    ExecuteStats stats;
+    // On the heap: GCC 12 warns (wrongly) about fields assigned in the try.
+    auto stats_ptr = std::make_unique<ExecuteStats>();
+    ExecuteStats& stats = *stats_ptr;
     try {
       stats = engine->execute(plan, w.rank, views, options);
       error = compare_local(full, got, want, w.rank, scrambled);
@@ -276,6 +280,12 @@ int run_random(const World& w, int cases, uint64_t seed) {
     for (const auto& [device, live] : counter->live) {
       if (live != 0) error = "staging of device " + std::to_string(device) + " not released";
     }
+    if (w.rank == 0 && stats.seconds > 2.0) {
+      std::printf("slow case %d (seed %llu): %.2f s, %d rounds, %lld batches, %lld messages\n", c,
+                  static_cast<unsigned long long>(case_seed), stats.seconds, stats.rounds,
+                  static_cast<long long>(stats.batches),
+                  static_cast<long long>(stats.messages_sent + stats.messages_received));
+    }
     const bool ok = all_ranks(transport, error.empty());
     if (!error.empty()) {
       std::fprintf(stderr, "rank %d case %d (seed %llu): %s\n", w.rank, c,
@@ -283,6 +293,14 @@ int run_random(const World& w, int cases, uint64_t seed) {
     }
     check(ok, "random case " + std::to_string(c) + " (seed " + std::to_string(case_seed) + ")");
     ++executed;
+    bytes_received += stats.bytes_received;
+    for (size_t t = 0; t < full.tensors().size(); ++t) {
+      for (size_t e = 0; e < full.tensors()[t].dst.num_entries(); ++e) {
+        if (full.topology().info(full.tensors()[t].dst.device(e)).process == w.rank) {
+          bytes_checked += static_cast<int64_t>(got.dst[t][e].size());
+        }
+      }
+    }
     if (stats.rounds > 1) ++multi_round;
     max_rounds = std::max(max_rounds, stats.rounds);
     for (const TensorSpec& t : full.tensors()) partial += t.src.partial() ? 1 : 0;
@@ -301,9 +319,10 @@ int run_random(const World& w, int cases, uint64_t seed) {
     std::printf(
         "%d ranks: %d random cases in %.1f s: %d with several rounds (max %d), %d partial-source "
         "tensors, %d gathered, %d overlapped, %d with deferred summands (rank 0), %d with several "
-        "devices on rank 0\n",
-        w.size, executed, seconds, multi_round, max_rounds, partial, gathered, overlapped,
-        deferred, multi_device_ranks);
+        "devices on rank 0; rank 0 received %lld bytes and compared %lld destination bytes\n",
+        w.size, executed, seconds, multi_round, max_rounds, partial, gathered, overlapped, deferred,
+        multi_device_ranks, static_cast<long long>(bytes_received),
+        static_cast<long long>(bytes_checked));
   }
   // The cases must cover what they claim to.
   check(all_ranks(transport, multi_round > 0 && max_rounds >= 4),
@@ -378,41 +397,50 @@ int run_budget(const World& w) {
   int64_t in_place = 0;
   auto counter = std::make_shared<StagingCounter>();
   auto engine = make_engine(counter);
+  int overlapped = 0;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (int64_t budget : {int64_t{4096}, int64_t{32768}}) {
-      const PlanInput in = budget_input(w.size, budget, dtype);
-      const Plan plan = make_plan(in, PlanRequest{PlanScope::kProcess, w.rank, true});
-      const Plan full = make_plan(in);
-      OracleBuffers want = fill_sources(full);
-      {
-        std::vector<TensorBuffers> v = want.views();
-        execute_host(full, v);
-      }
-      OracleBuffers got = fill_sources(full);
-      std::vector<TensorBuffers> views = local_views(full, got, w.rank);
-      counter->reset_peaks();
-      ExecuteOptions options;
-      options.timeout_seconds = 60;
-      const ExecuteStats stats = engine->execute(plan, w.rank, views, options);
-      const std::string error = compare_local(full, got, want, w.rank);
-      const std::string label = std::string(dtype_name(dtype)) + " budget " + std::to_string(budget);
-      check(error.empty(), label + ": " + error);
-      check(counter->max_peak() <= budget,
-            label + ": peak staging " + std::to_string(counter->max_peak()) + " > budget");
-      check(stats.staging_peak_bytes <= budget, label + ": stats.staging_peak_bytes > budget");
-      check(stats.rounds >= (budget < 8192 ? 8 : 2),
-            label + ": only " + std::to_string(stats.rounds) + " rounds");
-      in_place += stats.in_place_messages;
-      if (w.rank == 0) {
-        std::printf("%s: %d rounds, peak staging %lld of %lld bytes per device, %d overlapped, "
-                    "%lld in place, %lld messages sent\n",
-                    label.c_str(), stats.rounds, static_cast<long long>(counter->max_peak()),
-                    static_cast<long long>(budget), stats.overlapped_rounds,
-                    static_cast<long long>(stats.in_place_messages),
-                    static_cast<long long>(stats.messages_sent));
+      for (auto packing : {ExecuteOptions::Packing::kStaging, ExecuteOptions::Packing::kGather}) {
+        const PlanInput in = budget_input(w.size, budget, dtype);
+        const Plan plan = make_plan(in, PlanRequest{PlanScope::kProcess, w.rank, true});
+        const Plan full = make_plan(in);
+        OracleBuffers want = fill_sources(full);
+        {
+          std::vector<TensorBuffers> v = want.views();
+          execute_host(full, v);
+        }
+        OracleBuffers got = fill_sources(full);
+        std::vector<TensorBuffers> views = local_views(full, got, w.rank);
+        counter->reset_peaks();
+        ExecuteOptions options;
+        options.timeout_seconds = 60;
+        options.packing = packing;
+        const ExecuteStats stats = engine->execute(plan, w.rank, views, options);
+        const std::string error = compare_local(full, got, want, w.rank);
+        const std::string label =
+            std::string(dtype_name(dtype)) + " budget " + std::to_string(budget) +
+            (packing == ExecuteOptions::Packing::kGather ? " gather" : " staging");
+        overlapped += stats.overlapped_rounds;
+        check(error.empty(), label + ": " + error);
+        check(counter->max_peak() <= budget,
+              label + ": peak staging " + std::to_string(counter->max_peak()) + " > budget");
+        check(stats.staging_peak_bytes <= budget, label + ": stats.staging_peak_bytes > budget");
+        check(stats.rounds >= (budget < 8192 ? 8 : 2),
+              label + ": only " + std::to_string(stats.rounds) + " rounds");
+        in_place += stats.in_place_messages;
+        if (w.rank == 0) {
+          std::printf(
+              "%s: %d rounds, peak staging %lld of %lld bytes per device, %d overlapped, "
+              "%lld in place, %lld messages sent\n",
+              label.c_str(), stats.rounds, static_cast<long long>(counter->max_peak()),
+              static_cast<long long>(budget), stats.overlapped_rounds,
+              static_cast<long long>(stats.in_place_messages),
+              static_cast<long long>(stats.messages_sent));
+        }
       }
     }
   }
+  if (w.rank == 0) check(overlapped > 0, "no round was packed while the previous was in flight");
   if (w.rank == 0) check(in_place > 0, "no message went in place");
   // Summands arriving out of order. Device 0 (rank 0) reduces summand 0
   // from device 2 and summand 1 from device 3 (rank 1) and holds summand 2
@@ -446,8 +474,8 @@ int run_budget(const World& w) {
     q.shape = shape;
     q.dtype = dtype;
     q.src = Layout::from_boxes(shape, {{2, 0, full_box}}, 1, ReduceOp::kSum, "q.src");
-    q.dst = Layout::from_boxes(shape, {{1, 0, full_box}, {3, 0, full_box}}, 1, ReduceOp::kSum,
-                               "q.dst");
+    q.dst =
+        Layout::from_boxes(shape, {{1, 0, full_box}, {3, 0, full_box}}, 1, ReduceOp::kSum, "q.dst");
     in.tensors = {p, q};
     in.options.staging_budget_bytes = 4096;
     const Plan plan = make_plan(in);
@@ -462,7 +490,8 @@ int run_budget(const World& w) {
     ExecuteOptions options;
     options.timeout_seconds = 60;
     const ExecuteStats stats = engine->execute(plan, w.rank, views, options);
-    const std::string label = std::string("out-of-order summands, ") + std::string(dtype_name(dtype));
+    const std::string label =
+        std::string("out-of-order summands, ") + std::string(dtype_name(dtype));
     const bool same = compare_local(plan, got, want, w.rank, scrambled).empty();
     check(same, label + ": differs from execute_host");
     if (w.rank == 0) {
@@ -482,11 +511,13 @@ PlanInput fault_input(int size, DType dtype_of_b, int64_t rows) {
   PlanInput in = budget_input(size, 0, DType::kF32);
   in.tensors[1].dtype = dtype_of_b;
   in.tensors[0].shape[0] = rows;
-  auto m = mesh_1d([&] {
-    std::vector<int64_t> d(static_cast<size_t>(2 * size));
-    std::iota(d.begin(), d.end(), 0);
-    return d;
-  }(), "x");
+  auto m = mesh_1d(
+      [&] {
+        std::vector<int64_t> d(static_cast<size_t>(2 * size));
+        std::iota(d.begin(), d.end(), 0);
+        return d;
+      }(),
+      "x");
   in.tensors[0].src = Layout::from_named(named(m, {{"x"}, {}}), in.tensors[0].shape, "w.src");
   in.tensors[0].dst = Layout::from_named(named(m, {{}, {"x"}}), in.tensors[0].shape, "w.dst");
   return in;

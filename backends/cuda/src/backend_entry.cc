@@ -58,7 +58,8 @@ std::string gpu_problem() {
 int32_t available(int32_t kind, char* message, size_t size) {
   std::string problem = gpu_problem();
   if (problem.empty() && kind == RESHARD_BACKEND_CUDA_NCCL && !nccl_built()) {
-    problem = "the CUDA backend was built without NCCL (nccl.h and libnccl not found at build time)";
+    problem =
+        "the CUDA backend was built without NCCL (nccl.h and libnccl not found at build time)";
   }
   if (problem.empty() && kind != RESHARD_BACKEND_CUDA_LOCAL && kind != RESHARD_BACKEND_CUDA_NCCL) {
     problem = "unknown transport kind " + std::to_string(kind);
@@ -94,8 +95,8 @@ Transport* create(int32_t kind, const void* options, uint32_t options_version, i
       case RESHARD_BACKEND_CUDA_NCCL:
         return make_nccl(*static_cast<const NcclTransportOptions*>(options)).release();
       default:
-        fail(ErrorCode::kInvalidArgument, "CUDA backend: unknown transport kind " +
-                                              std::to_string(kind));
+        fail(ErrorCode::kInvalidArgument,
+             "CUDA backend: unknown transport kind " + std::to_string(kind));
     }
   } catch (const Error& e) {
     *code = static_cast<int32_t>(e.code());
@@ -133,8 +134,7 @@ std::unique_ptr<Transport> make_nccl(const NcclTransportOptions&) {
        "not found at build time)");
 }
 NcclUniqueId nccl_unique_id() {
-  fail(ErrorCode::kUnsupported,
-       "NCCL unavailable: the CUDA backend was built without NCCL");
+  fail(ErrorCode::kUnsupported, "NCCL unavailable: the CUDA backend was built without NCCL");
 }
 std::string nccl_version() { return ""; }
 bool nccl_built() { return false; }
@@ -145,14 +145,10 @@ bool nccl_built() { return false; }
 extern "C" __attribute__((visibility("default"))) const reshard_backend_cuda_v1_t*
 reshard_backend_cuda_v1(void) {
   static const reshard_backend_cuda_v1_t table = {
-      sizeof(reshard_backend_cuda_v1_t),
-      reshard::kTransportInterfaceVersion,
-      reshard::kCudaOptionsVersion,
-      0,
-      &reshard::cuda_backend::versions,
-      &reshard::cuda_backend::available,
-      &reshard::cuda_backend::create,
-      &reshard::cuda_backend::unique_id,
+      sizeof(reshard_backend_cuda_v1_t), reshard::kTransportInterfaceVersion,
+      reshard::kCudaOptionsVersion,      0,
+      &reshard::cuda_backend::versions,  &reshard::cuda_backend::available,
+      &reshard::cuda_backend::create,    &reshard::cuda_backend::unique_id,
   };
   return &table;
 }

@@ -1,6 +1,10 @@
 #include "copy_plan.h"
 
 #include <algorithm>
+#include <array>
+#include <climits>
+#include <compare>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <string>
@@ -13,8 +17,8 @@ namespace {
 
 // Bounds on the overlap search per op: beyond them an op conservatively
 // starts a new phase (correct, one launch more).
-constexpr int kMaxCandidates = 256;
-constexpr int kMaxScanned = 4096;
+constexpr int kMaxCandidates = 256;  // general (footprints_overlap) tests
+constexpr int kMaxScanned = 16384;   // index entries looked at
 
 std::string at(size_t i) { return "run_copies: ops[" + std::to_string(i) + "]"; }
 
@@ -45,10 +49,11 @@ CopyDesc checked_desc(const CopyDesc& in, size_t i) {
     fail(ErrorCode::kInvalidArgument, at(i) + ".desc: negative offset");
   }
   for (int k = 0; k < d.rank; ++k) {
-    const std::string f = at(i) + ".desc.";
-    if (d.extent[k] < 0) fail(ErrorCode::kInvalidArgument, f + "extent[" + std::to_string(k) + "] < 0");
+    if (d.extent[k] < 0) {
+      fail(ErrorCode::kInvalidArgument, at(i) + ".desc.extent[" + std::to_string(k) + "] < 0");
+    }
     if (d.src_stride[k] < 0 || d.dst_stride[k] < 0) {
-      fail(ErrorCode::kInvalidArgument, f + "stride[" + std::to_string(k) + "] < 0");
+      fail(ErrorCode::kInvalidArgument, at(i) + ".desc.stride[" + std::to_string(k) + "] < 0");
     }
   }
   const int last = d.rank - 1;
@@ -96,63 +101,226 @@ int64_t last_offset(const CopyDesc& d, bool src, size_t i) {
 
 // ---------------------------------------------------------------- phases
 
+// Budget of one op's overlap search: beyond it the op conservatively starts
+// a new phase (correct, one launch more).
+struct Budget {
+  int candidates = kMaxCandidates;  // general overlap tests
+  int scanned = kMaxScanned;        // index entries looked at
+};
+
+int64_t footprint_elements(const Footprint& f) {
+  int64_t v = 1;
+  for (int k = 0; k < f.rank; ++k) v *= f.extent[k];
+  return v;
+}
+
+// Every byte of the span belongs to the footprint.
+bool dense(const Footprint& f) {
+  return f.hi - f.lo == static_cast<uintptr_t>(footprint_elements(f) * f.elem);
+}
+
+// The footprint as a box in its own strides' coordinates: lo[k] per
+// dimension (extents are the footprint's). False when the strides do not
+// nest or the box wraps (then it is indexed by its byte span only).
+bool own_box(const Footprint& f, int64_t* lo) {
+  if (f.lo >= f.hi || f.rank < 1 || f.stride[f.rank - 1] != 1) return false;
+  int64_t rem = f.offset;
+  for (int k = 0; k < f.rank; ++k) {
+    if (f.stride[k] <= 0) return false;
+    if (k > 0) {
+      if (f.stride[k - 1] % f.stride[k] != 0) return false;
+      const int64_t radix = f.stride[k - 1] / f.stride[k];
+      lo[k] = rem / f.stride[k];
+      rem %= f.stride[k];
+      if (lo[k] + f.extent[k] > radix) return false;
+    } else {
+      lo[0] = rem / f.stride[0];
+      rem %= f.stride[0];
+    }
+  }
+  return true;
+}
+
+// The footprints of one phase's reads (or writes). Footprints that are
+// boxes of one buffer with the same strides (the pieces a shard receives
+// from many senders, the summands reduced into one accumulator) form a group
+// whose members are indexed by their innermost coordinate and compared as
+// boxes, so testing a piece against hundreds of interleaved ones costs a
+// few comparisons; groups and other footprints are found by byte span.
+class FootprintIndex {
+ public:
+  // Some footprint shares a byte with f (or the budget ran out).
+  bool hits(const Footprint& f, Budget& budget) const {
+    if (f.lo >= f.hi || spans_.empty()) return false;
+    int64_t lo[kMaxRank];
+    const Group* own = nullptr;
+    if (!dense(f) && own_box(f, lo)) {
+      const auto it = group_of_.find(key_of(f));
+      if (it != group_of_.end()) {
+        own = &groups_[it->second];
+        if (own->hits(f, lo, budget)) return true;
+      }
+    }
+    auto it = spans_.lower_bound(f.lo >= max_span_ ? f.lo - max_span_ : 0);
+    for (; it != spans_.end() && it->first < f.hi; ++it) {
+      if (--budget.scanned < 0) return true;
+      const Entry& e = it->second;
+      if (e.hi <= f.lo) continue;
+      if (e.group) {
+        const Group& g = groups_[e.index];
+        if (&g == own) continue;
+        if (g.hits_by_span(f, budget)) return true;
+      } else {
+        if (--budget.candidates < 0) return true;
+        if (footprints_overlap(loose_[e.index], f)) return true;
+      }
+    }
+    return false;
+  }
+
+  void add(const Footprint& f) {
+    if (f.lo >= f.hi) return;
+    int64_t lo[kMaxRank];
+    // Dense footprints (staging, whole buffers) are exact by byte span.
+    if (dense(f) || !own_box(f, lo)) {
+      loose_.push_back(f);
+      insert_span(f.lo, {f.hi, false, loose_.size() - 1});
+      return;
+    }
+    const Key key = key_of(f);
+    auto [it, fresh] = group_of_.emplace(key, groups_.size());
+    if (fresh) groups_.emplace_back();
+    Group& g = groups_[it->second];
+    g.add(f, lo);
+    // Refresh the group's entry in the span index.
+    if (!fresh) spans_.erase(g.entry);
+    g.entry = insert_span(g.lo, {g.hi, true, it->second});
+  }
+
+  void clear() {
+    spans_.clear();
+    max_span_ = 0;
+    loose_.clear();
+    groups_.clear();
+    group_of_.clear();
+  }
+
+ private:
+  struct Key {
+    uintptr_t base;
+    int64_t elem;
+    int32_t rank;
+    std::array<int64_t, kMaxRank> stride;
+    auto operator<=>(const Key&) const = default;
+  };
+  struct Entry {
+    uintptr_t hi;
+    bool group;
+    size_t index;  // into groups_ or loose_
+  };
+  struct Member {
+    Footprint f;
+    std::array<int64_t, kMaxRank> lo;
+  };
+  struct Group {
+    std::vector<Member> members;
+    std::multimap<int64_t, size_t> by_inner;  // innermost coordinate -> member
+    int64_t max_inner = 0;
+    std::multimap<uintptr_t, size_t> by_span;
+    uintptr_t max_span = 0;
+    uintptr_t lo = UINTPTR_MAX;
+    uintptr_t hi = 0;
+    std::multimap<uintptr_t, Entry>::iterator entry;
+
+    void add(const Footprint& f, const int64_t* lo_in) {
+      Member m;
+      m.f = f;
+      std::copy(lo_in, lo_in + f.rank, m.lo.begin());
+      const int last = f.rank - 1;
+      members.push_back(m);
+      by_inner.emplace(m.lo[last], members.size() - 1);
+      max_inner = std::max(max_inner, f.extent[last]);
+      by_span.emplace(f.lo, members.size() - 1);
+      max_span = std::max(max_span, f.hi - f.lo);
+      lo = std::min(lo, f.lo);
+      hi = std::max(hi, f.hi);
+    }
+
+    // Exact: f is a box of this group's coordinates.
+    bool hits(const Footprint& f, const int64_t* flo, Budget& budget) const {
+      const int last = f.rank - 1;
+      const int64_t a = flo[last];
+      const int64_t b = a + f.extent[last];
+      auto it = by_inner.lower_bound(a >= max_inner ? a - max_inner : INT64_MIN);
+      for (; it != by_inner.end() && it->first < b; ++it) {
+        if (--budget.scanned < 0) return true;
+        const Member& m = members[it->second];
+        bool overlap = true;
+        for (int k = 0; k < f.rank && overlap; ++k) {
+          overlap = m.lo[k] < flo[k] + f.extent[k] && flo[k] < m.lo[k] + m.f.extent[k];
+        }
+        if (overlap) return true;
+      }
+      return false;
+    }
+
+    bool hits_by_span(const Footprint& f, Budget& budget) const {
+      auto it = by_span.lower_bound(f.lo >= max_span ? f.lo - max_span : 0);
+      for (; it != by_span.end() && it->first < f.hi; ++it) {
+        if (--budget.scanned < 0) return true;
+        const Footprint& m = members[it->second].f;
+        if (m.hi <= f.lo) continue;
+        if (--budget.candidates < 0) return true;
+        if (footprints_overlap(m, f)) return true;
+      }
+      return false;
+    }
+  };
+
+  static Key key_of(const Footprint& f) {
+    Key k{f.base, f.elem, f.rank, {}};
+    std::copy(f.stride, f.stride + f.rank, k.stride.begin());
+    return k;
+  }
+
+  std::multimap<uintptr_t, Entry>::iterator insert_span(uintptr_t lo, const Entry& e) {
+    max_span_ = std::max(max_span_, e.hi - lo);
+    return spans_.emplace(lo, e);
+  }
+
+  std::multimap<uintptr_t, Entry> spans_;  // groups and loose footprints by byte span
+  uintptr_t max_span_ = 0;
+  std::vector<Footprint> loose_;
+  std::vector<Group> groups_;
+  std::map<Key, size_t> group_of_;
+};
+
 class Phase {
  public:
   bool conflicts(const std::vector<Footprint>& reads, const std::vector<Footprint>& writes) const {
-    int candidates = kMaxCandidates;
-    int scanned = kMaxScanned;
+    Budget budget;
     for (const Footprint& w : writes) {
-      if (hits(writes_, max_write_, w, candidates, scanned) ||
-          hits(reads_, max_read_, w, candidates, scanned)) {
-        return true;
-      }
+      if (writes_.hits(w, budget) || reads_.hits(w, budget)) return true;
     }
     for (const Footprint& r : reads) {
-      if (hits(writes_, max_write_, r, candidates, scanned)) return true;
+      if (writes_.hits(r, budget)) return true;
     }
     return false;
   }
 
   void add(const std::vector<Footprint>& reads, const std::vector<Footprint>& writes) {
-    for (const Footprint& f : reads) insert(reads_, max_read_, f);
-    for (const Footprint& f : writes) insert(writes_, max_write_, f);
+    for (const Footprint& f : reads) reads_.add(f);
+    for (const Footprint& f : writes) writes_.add(f);
   }
 
   void clear() {
     reads_.clear();
     writes_.clear();
-    max_read_ = 0;
-    max_write_ = 0;
   }
 
  private:
-  using Map = std::multimap<uintptr_t, Footprint>;
-
-  static void insert(Map& m, uintptr_t& max_len, const Footprint& f) {
-    if (f.lo >= f.hi) return;
-    max_len = std::max(max_len, f.hi - f.lo);
-    m.emplace(f.lo, f);
-  }
-
-  // Some footprint of `m` shares a byte with f (or the search ran out of
-  // budget: then assume so).
-  static bool hits(const Map& m, uintptr_t max_len, const Footprint& f, int& candidates,
-                   int& scanned) {
-    if (f.lo >= f.hi || m.empty()) return false;
-    auto it = m.lower_bound(f.lo >= max_len ? f.lo - max_len : 0);
-    for (; it != m.end() && it->first < f.hi; ++it) {
-      if (--scanned < 0) return true;
-      if (it->second.hi <= f.lo) continue;
-      if (--candidates < 0) return true;
-      if (footprints_overlap(it->second, f)) return true;
-    }
-    return false;
-  }
-
-  Map reads_;
-  Map writes_;
-  uintptr_t max_read_ = 0;
-  uintptr_t max_write_ = 0;
+  FootprintIndex reads_;
+  FootprintIndex writes_;
 };
 
 // --------------------------------------------------------------- works
@@ -204,8 +372,8 @@ void shape_elements(Work& w) {
   } else {
     w.chunk = std::max<int64_t>(w.run_len, 1);
     w.chunks_per_run = 1;
-    w.group = static_cast<int32_t>(
-        std::min<int64_t>(kThreads, pow2_at_least(ceil_div(w.run_len, 16))));
+    w.group =
+        static_cast<int32_t>(std::min<int64_t>(kThreads, pow2_at_least(ceil_div(w.run_len, 16))));
   }
   w.units = w.runs * w.chunks_per_run;
 }
@@ -220,8 +388,8 @@ struct Planned {
 // an op that moves nothing.
 bool plan_op(const CopyOp& op, size_t i, Planned& out) {
   if (!dtype_valid(static_cast<int32_t>(op.dtype))) {
-    fail(ErrorCode::kInvalidArgument, at(i) + ".dtype: invalid value " +
-                                          std::to_string(static_cast<int32_t>(op.dtype)));
+    fail(ErrorCode::kInvalidArgument,
+         at(i) + ".dtype: invalid value " + std::to_string(static_cast<int32_t>(op.dtype)));
   }
   const int64_t es = dtype_size(op.dtype);
   const int64_t as = acc_size(op.dtype);
@@ -323,8 +491,7 @@ void append_work(Launch& l, const Work& w) {
 // Expresses a footprint (offset `off` relative to the common base) as a box
 // in the mixed-radix coordinates of the stride chain F (descending, each a
 // multiple of the next, F[m-1] = 1). False when it is no such box.
-bool to_fine(const Footprint& f, int64_t off, const int64_t* F, int m, int64_t* lo,
-             int64_t* len) {
+bool to_fine(const Footprint& f, int64_t off, const int64_t* F, int m, int64_t* lo, int64_t* len) {
   int64_t rem = off;
   for (int j = 0; j < m; ++j) {
     lo[j] = rem / F[j];
@@ -394,6 +561,7 @@ Footprint dense_footprint(const void* base, int64_t bytes) {
 bool footprints_overlap(const Footprint& a, const Footprint& b) {
   if (a.lo >= a.hi || b.lo >= b.hi) return false;
   if (a.hi <= b.lo || b.hi <= a.lo) return false;
+  if (dense(a) && dense(b)) return true;  // overlapping spans, no holes
   if (a.elem != b.elem) return true;
   const uintptr_t base = std::min(a.base, b.base);
   const uintptr_t da = a.base - base;

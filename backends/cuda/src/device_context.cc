@@ -245,8 +245,8 @@ DeviceSet::DeviceSet(const CudaStreamOptions& options) : options_(options) {
                                             std::to_string(device_count_) + " visible)");
     }
     if (std::find(seen.begin(), seen.end(), s.ordinal) != seen.end()) {
-      fail(ErrorCode::kInvalidArgument, field + ".ordinal: a second stream for device " +
-                                            std::to_string(s.ordinal));
+      fail(ErrorCode::kInvalidArgument,
+           field + ".ordinal: a second stream for device " + std::to_string(s.ordinal));
     }
     if (s.stream == nullptr) fail(ErrorCode::kInvalidArgument, field + ".stream: null");
     seen.push_back(s.ordinal);
@@ -362,8 +362,8 @@ bool DeviceSet::wait_all(Clock::time_point deadline, const std::function<void()>
     while (done < events.size()) {
       const cudaError_t q = cudaEventQuery(events[done].second.get());
       if (q == cudaErrorNotReady) break;
-      check(q, ("waiting for the work on CUDA device " + std::to_string(events[done].first))
-                   .c_str());
+      check(q,
+            ("waiting for the work on CUDA device " + std::to_string(events[done].first)).c_str());
       ++done;
     }
     if (done == events.size()) return true;

@@ -23,7 +23,7 @@
 
 namespace reshard::cuda_backend {
 
-inline constexpr int kThreads = 256;              // threads per block (tile)
+inline constexpr int kThreads = 256;               // threads per block (tile)
 inline constexpr int64_t kCopyChunkBytes = 16384;  // longest byte range of one copy unit
 inline constexpr int64_t kElementChunk = 4096;     // longest element range of one unit
 
@@ -164,11 +164,10 @@ RESHARD_HD inline void store_elem(unsigned char* p, T v, bool aligned) {
 // units (four in flight per thread), then a tail of bytes. src and dst must
 // be congruent modulo A.
 template <int A>
-RESHARD_HD inline void copy_bytes_aligned(unsigned char* dst, const unsigned char* src,
-                                          int64_t len, int lane, int width) {
+RESHARD_HD inline void copy_bytes_aligned(unsigned char* dst, const unsigned char* src, int64_t len,
+                                          int lane, int width) {
   using T = typename Unit<A>::T;
-  int64_t head = static_cast<int64_t>((A - (reinterpret_cast<uintptr_t>(dst) & (A - 1))) &
-                                      (A - 1));
+  int64_t head = static_cast<int64_t>((A - (reinterpret_cast<uintptr_t>(dst) & (A - 1))) & (A - 1));
   if (head > len) head = len;
   for (int64_t i = lane; i < head; i += width) dst[i] = src[i];
   const int64_t n = (len - head) / A;

@@ -55,8 +55,8 @@ class LocalTransport : public Transport {
       const TransferOp& op = ops[i];
       const std::string field = "start: ops[" + std::to_string(i) + "]";
       if (op.peer != 0) {
-        fail(ErrorCode::kInvalidArgument,
-             field + ".peer: " + std::to_string(op.peer) + " is outside the cuda transport's 1 rank");
+        fail(ErrorCode::kInvalidArgument, field + ".peer: " + std::to_string(op.peer) +
+                                              " is outside the cuda transport's 1 rank");
       }
       if (op.bytes < 0) fail(ErrorCode::kInvalidArgument, field + ".bytes: negative");
       if (op.bytes > 0 && op.data == nullptr) {
@@ -109,8 +109,8 @@ class LocalTransport : public Transport {
     }
     if (!devices_.wait()) return;
     if (!devices_.wait_all(deadline_after(timeout_seconds))) {
-      fail(ErrorCode::kTimeout, "cuda transport: the GPU work did not complete within " +
-                                    seconds_text(timeout_seconds));
+      fail(ErrorCode::kTimeout,
+           "cuda transport: the GPU work did not complete within " + seconds_text(timeout_seconds));
     }
   }
 

@@ -121,7 +121,9 @@ struct NcclDevice {
 // creation the processes exchange (process, ordinal) for every NCCL rank,
 // so a message to a plan device goes to the NCCL rank of its process and
 // ordinal; a process with several GPUs sends between them by peer copies,
-// not NCCL. Creation is collective over all processes.
+// not NCCL. A process with one GPU in the group uses it for all its plan
+// devices whatever their Topology ordinals; with several, the ordinal picks
+// the GPU. Creation is collective over all processes.
 //
 // Failure: every wait has a deadline (ExecuteOptions::timeout_seconds in
 // execute, timeout_seconds here otherwise). On expiry, or when NCCL reports

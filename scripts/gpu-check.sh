@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Builds reshard with CUDA on a machine with a GPU (one H100/H200 is what it
+# was written for), runs every GPU test and the kernel-bandwidth benchmark,
+# and appends a dated results block to docs/gpu-results.md.
+#
+#   bash scripts/gpu-check.sh            # from the repository root
+#
+# What it does, in order (each step prints a "== " header):
+#   1. prints the date, the host and the GPU(s) (nvidia-smi);
+#   2. installs the Debian build dependencies (scripts/deps.sh; best effort:
+#      a machine without network may already have them);
+#   3. finds nvcc (PATH, $CUDACXX, /usr/local/cuda/bin) and configures
+#      build/gpu-check (RelWithDebInfo like the dev preset, -DRESHARD_CUDA=ON,
+#      warnings as errors);
+#   4. builds the CUDA backend (libreshard_cuda.so.1), the GPU tests and the
+#      benchmark;
+#   5. runs the GPU tests: ctest -L gpu (kernels against the host box-copy
+#      core for every dtype and op, the cuda local transport against
+#      execute_host on random plans, the nccl transport on one GPU, the
+#      backend loader, the CPU emulation of the kernels);
+#   6. runs bench_gpu_kernel_bandwidth: pack/unpack/reduce GB/s of strided
+#      boxes as a ratio to cudaMemcpy device-to-device of the same bytes;
+#   7. appends date, device, versions, commit, test summary and the
+#      benchmark table to docs/gpu-results.md.
+#
+# Exit status: 0 when every GPU test passed and none was skipped (except
+# those that need two GPUs); 1 otherwise. The results block is written
+# either way, so a failed run is recorded too.
+#
+# Environment: JOBS (build parallelism, default nproc), BENCH_GIB (matrix
+# size of the benchmark, default 1), BENCH_ITERS (default 10),
+# RESHARD_GPU_ALLOW_SKIPS=1 (do not fail on skipped tests),
+# RESHARD_GPU_CHECK_BUILD (build directory, default build/gpu-check),
+# RESHARD_GPU_RESULTS (file to append to, default docs/gpu-results.md).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD=${RESHARD_GPU_CHECK_BUILD:-$ROOT/build/gpu-check}
+RESULTS=${RESHARD_GPU_RESULTS:-$ROOT/docs/gpu-results.md}
+JOBS=${JOBS:-$(nproc)}
+LOG_DIR=$BUILD/logs
+mkdir -p "$LOG_DIR"
+
+say() { printf '\n== %s\n' "$*"; }
+die() {
+  echo "gpu-check: $*" >&2
+  exit 1
+}
+
+say "date and device"
+DATE=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
+echo "date:   $DATE"
+echo "host:   $(hostname)"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi || true
+  GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
+    sed 's/^/  /')
+else
+  GPU="  (nvidia-smi not found)"
+  echo "warning: nvidia-smi not found: is there a GPU and a driver?"
+fi
+echo "GPU(s):"
+echo "$GPU"
+
+say "dependencies (scripts/deps.sh)"
+if ! bash scripts/deps.sh; then
+  echo "warning: scripts/deps.sh failed (no network?); continuing with what is installed"
+fi
+
+say "CUDA toolkit"
+NVCC=${CUDACXX:-}
+if [[ -z "$NVCC" ]]; then NVCC=$(command -v nvcc || true); fi
+if [[ -z "$NVCC" && -x /usr/local/cuda/bin/nvcc ]]; then NVCC=/usr/local/cuda/bin/nvcc; fi
+[[ -n "$NVCC" ]] || die "nvcc not found: install the CUDA toolkit (e.g. /usr/local/cuda) or set CUDACXX"
+"$NVCC" --version | tail -2
+CUDA_LIB=$(dirname "$(dirname "$NVCC")")/lib64
+if ! ls "$CUDA_LIB"/libnccl.so* >/dev/null 2>&1 && ! ldconfig -p 2>/dev/null | grep -q libnccl.so; then
+  echo "warning: libnccl not found next to the toolkit or on the linker path:" \
+    "the nccl transport will not be built (its tests then skip and this check fails)"
+fi
+
+say "configure ($BUILD)"
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRESHARD_CUDA=ON \
+  -DCMAKE_CUDA_COMPILER="$NVCC" -DRESHARD_WERROR=ON >"$LOG_DIR/configure.log" 2>&1 ||
+  { tail -40 "$LOG_DIR/configure.log"; die "configure failed (log: $LOG_DIR/configure.log)"; }
+grep -E "reshard: (NCCL|CUDA)" "$LOG_DIR/configure.log" || true
+
+say "build"
+TARGETS=(reshard_cuda gpu_test gpu_emulation_test bench_gpu_kernel_bandwidth)
+BUILD_START=$(date +%s)
+cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" 2>&1 | tail -20
+BUILD_STATUS=${PIPESTATUS[0]}
+BUILD_SECONDS=$(($(date +%s) - BUILD_START))
+[[ $BUILD_STATUS -eq 0 ]] || die "build failed"
+echo "built in ${BUILD_SECONDS}s"
+
+say "GPU tests (ctest -L gpu)"
+ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 900 -V >"$LOG_DIR/ctest.log" 2>&1
+TEST_STATUS=$?
+SUMMARY=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$LOG_DIR/ctest.log" | tail -1)
+echo "${SUMMARY:-no ctest summary (see $LOG_DIR/ctest.log)}"
+TOTAL=$(grep -oE "out of [0-9]+" <<<"$SUMMARY" | grep -oE "[0-9]+" || echo "?")
+FAILED=$(grep -oE "[0-9]+ tests failed" <<<"$SUMMARY" | grep -oE "^[0-9]+" || echo "?")
+SKIPPED_LIST=$(grep -E "^\s+[0-9]+ - .*\(Skipped\)" "$LOG_DIR/ctest.log" | sed -E 's/^\s+[0-9]+ - ([^ ]+).*/\1/' | sort -u)
+FAILED_LIST=$(sed -n '/The following tests FAILED/,$p' "$LOG_DIR/ctest.log" | grep -E "^\s+[0-9]+ - " | sed -E 's/^\s+[0-9]+ - //')
+VERIFIED=$(grep -hoE "[0-9]+ plans verified, [0-9]+ of them with bf16 partial sums[^)]*\)" "$LOG_DIR/ctest.log" | head -1)
+BACKEND=$(grep -hoE "backend: CUDA runtime.*" "$LOG_DIR/ctest.log" | head -1 | sed 's/^backend: //')
+[[ -n "$FAILED_LIST" ]] && printf 'failed:\n%s\n' "$FAILED_LIST"
+UNEXPECTED_SKIPS=$(grep -vE "TwoGpus" <<<"$SKIPPED_LIST" | sed '/^$/d')
+echo "skipped: ${SKIPPED_LIST:-none}"
+[[ -n "$VERIFIED" ]] && echo "random plans: $VERIFIED"
+
+say "kernel bandwidth (bench_gpu_kernel_bandwidth)"
+"$BUILD/bench/gpu/bench_gpu_kernel_bandwidth" --gib "${BENCH_GIB:-1}" --iters "${BENCH_ITERS:-10}" \
+  >"$LOG_DIR/bench.log" 2>&1
+BENCH_STATUS=$?
+cat "$LOG_DIR/bench.log"
+
+STATUS=0
+VERDICT="passed"
+if [[ $TEST_STATUS -ne 0 || $BENCH_STATUS -ne 0 ]]; then
+  STATUS=1
+  VERDICT="FAILED"
+elif [[ -n "$UNEXPECTED_SKIPS" && "${RESHARD_GPU_ALLOW_SKIPS:-0}" != 1 ]]; then
+  STATUS=1
+  VERDICT="INCOMPLETE (tests skipped on a GPU machine)"
+fi
+
+say "recording results in $RESULTS"
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+DIRTY=$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo " (with local changes)" || true)
+{
+  echo
+  echo "## $DATE — $VERDICT"
+  echo
+  echo "- host: $(hostname); commit: $COMMIT$DIRTY"
+  echo "- GPU(s):"
+  echo "$GPU" | sed 's/^  /  - /'
+  echo "- toolkit: $("$NVCC" --version | tail -1); backend: ${BACKEND:-unknown}"
+  echo "- build (RelWithDebInfo, sm_90 + compute_90 PTX): ${BUILD_SECONDS}s with $JOBS jobs"
+  echo "- GPU tests (ctest -L gpu): $TOTAL run, $FAILED failed; skipped: $(tr '\n' ' ' <<<"${SKIPPED_LIST:-none}")"
+  [[ -n "$FAILED_LIST" ]] && echo "- failed: $(tr '\n' ';' <<<"$FAILED_LIST")"
+  [[ -n "$VERIFIED" ]] && echo "- cuda local vs execute_host: $VERIFIED"
+  echo
+  echo "Kernel bandwidth (ratio = kernel GB/s / cudaMemcpy D2D GB/s of the same bytes, same run):"
+  echo
+  grep -E "^(device|backend|baseline)" "$LOG_DIR/bench.log" | sed 's/^/- /'
+  echo
+  grep -E "^\|" "$LOG_DIR/bench.log" || echo "(no benchmark table: see the log, exit status $BENCH_STATUS)"
+} >>"$RESULTS"
+echo "appended to $RESULTS"
+echo "logs: $LOG_DIR"
+echo
+echo "gpu-check: $VERDICT"
+exit $STATUS

@@ -1,0 +1,424 @@
+// The fused copy kernels' logic on the CPU, without a GPU: the launches that
+// copy_plan.h makes from run_copies' CopyOps, executed thread by thread with
+// the very device code of kernels.cu (kernel_body.h is RESHARD_HD), must
+// give the bytes of the box-copy core's host functions. Runs everywhere; the
+// GPU runs the same cases in kernel_test.cc.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "copy_cases.h"
+#include "copy_plan.h"
+#include "kernel_body.h"
+#include "reshard/error.h"
+
+namespace reshard {
+namespace {
+
+using cuda_backend::Footprint;
+using cuda_backend::kThreads;
+using cuda_backend::Launch;
+using cuda_backend::plan_launches;
+using cuda_backend::Work;
+using gpu_testing::host_apply;
+using gpu_testing::kAllDTypes;
+using gpu_testing::kAllOps;
+using gpu_testing::RandomCopy;
+using gpu_testing::Values;
+
+// Runs every tile of every launch, every thread of a tile in turn. With
+// `reverse` the tiles of a launch run last to first, which a missed
+// dependency inside a launch would not survive.
+void emulate(const std::vector<Launch>& launches, bool reverse = false) {
+  for (const Launch& l : launches) {
+    const int n = static_cast<int>(l.works.size());
+    for (int64_t k = 0; k < l.tiles(); ++k) {
+      const int64_t tile = reverse ? l.tiles() - 1 - k : k;
+      for (int tid = 0; tid < kThreads; ++tid) {
+        if (l.element) {
+          cuda_backend::run_tile<true>(l.works.data(), l.tile_start.data(), n, tile, tid);
+        } else {
+          cuda_backend::run_tile<false>(l.works.data(), l.tile_start.data(), n, tile, tid);
+        }
+      }
+    }
+  }
+}
+
+// Invariant: for random strided copies and reductions of every dtype and
+// reduce op (ranks 0-4, packed, unpacked, general, runs beyond a chunk,
+// misaligned pointers, empty regions) the kernel code writes exactly the
+// bytes the host core writes.
+TEST(KernelEmulation, BoxCopiesAndReductionsMatchTheHostCore) {
+  Values values(1);
+  int cases = 0;
+  for (DType dtype : kAllDTypes) {
+    for (int i = 0; i < 40; ++i) {
+      const ReduceOp op = kAllOps[i % 3];
+      const auto kind = i % 2 == 0 ? CopyOp::Kind::kCopy : CopyOp::Kind::kReduce;
+      RandomCopy c = gpu_testing::random_box_op(values, kind, dtype, op);
+      RandomCopy expected = c;
+      expected.op.src = expected.src.data();
+      expected.op.dst = expected.dst.data();
+      host_apply(expected.op, expected.src.bytes, expected.dst.bytes);
+      emulate(plan_launches(std::span(&c.op, 1)), i % 4 == 1);
+      ASSERT_EQ(c.dst.contents(), expected.dst.contents()) << c.what;
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 15 * 40);
+}
+
+// Invariant: identity fills (accumulator and elements) and stores from f32
+// accumulators give the host core's bytes for every dtype and op.
+TEST(KernelEmulation, FillsAndStoresMatchTheHostCore) {
+  Values values(2);
+  for (DType dtype : kAllDTypes) {
+    for (ReduceOp op : kAllOps) {
+      for (auto kind :
+           {CopyOp::Kind::kFillAcc, CopyOp::Kind::kFillElements, CopyOp::Kind::kStore}) {
+        RandomCopy c = gpu_testing::random_linear_op(values, kind, dtype, op);
+        RandomCopy expected = c;
+        expected.op.src = expected.src.data();
+        expected.op.dst = expected.dst.data();
+        host_apply(expected.op, expected.src.bytes, expected.dst.bytes);
+        emulate(plan_launches(std::span(&c.op, 1)));
+        ASSERT_EQ(c.dst.contents(), expected.dst.contents()) << c.what;
+      }
+    }
+  }
+}
+
+// Invariant: many independent ops of one call become one fused launch per
+// class (copies, element ops), and still give the host bytes.
+TEST(KernelEmulation, IndependentOpsFuseIntoOneLaunchPerClass) {
+  Values values(3);
+  std::vector<RandomCopy> cs;
+  for (int i = 0; i < 60; ++i) {
+    const DType dtype = kAllDTypes[i % 15];
+    cs.push_back(gpu_testing::random_box_op(
+        values, i % 3 == 0 ? CopyOp::Kind::kReduce : CopyOp::Kind::kCopy, dtype, kAllOps[i % 3]));
+  }
+  std::vector<CopyOp> ops;
+  std::vector<std::vector<std::byte>> expected;
+  for (RandomCopy& c : cs) {
+    ops.push_back(c.op);
+    RandomCopy e = c;
+    e.op.src = e.src.data();
+    e.op.dst = e.dst.data();
+    host_apply(e.op, e.src.bytes, e.dst.bytes);
+    expected.push_back(e.dst.contents());
+  }
+  const std::vector<Launch> launches = plan_launches(ops);
+  EXPECT_LE(launches.size(), 2u);
+  emulate(launches, true);
+  for (size_t i = 0; i < cs.size(); ++i) ASSERT_EQ(cs[i].dst.contents(), expected[i]) << cs[i].what;
+}
+
+// Every byte address a Work touches on one side.
+std::set<uintptr_t> touched(const Work& w, bool src) {
+  std::set<uintptr_t> out;
+  const int64_t size = src ? w.src_size : w.dst_size;
+  const unsigned char* base = src ? w.src : w.dst;
+  if (base == nullptr) return out;
+  for (int64_t r = 0; r < w.runs; ++r) {
+    int64_t so = 0;
+    int64_t to = 0;
+    run_offsets(w.desc, r, &so, &to);
+    const int64_t o = src ? so : to;
+    for (int64_t b = 0; b < w.run_len * size; ++b) {
+      out.insert(reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(o * size + b));
+    }
+  }
+  return out;
+}
+
+bool intersects(const std::set<uintptr_t>& a, const std::set<uintptr_t>& b) {
+  for (uintptr_t x : a)
+    if (b.contains(x)) return true;
+  return false;
+}
+
+// Invariant: ordered op sequences whose ops read and overwrite each other's
+// results (copies, reductions of several summands, identity fills, stores)
+// give the bytes of applying the ops one after another on the host, even
+// with tiles run in reverse; and no launch holds two works where one writes
+// bytes the other reads or writes (the phases are race free).
+TEST(KernelEmulation, DependentSequencesKeepTheirOrder) {
+  Values values(4);
+  int launches_total = 0;
+  int ops_total = 0;
+  for (int c = 0; c < 150; ++c) {
+    const DType dtype = kAllDTypes[c % 15];
+    const ReduceOp op = kAllOps[(c / 15) % 3];
+    gpu_testing::Scenario s = gpu_testing::random_scenario(values, dtype, op, 4 + c % 12);
+    gpu_testing::Scenario expected = s;
+    // The expected scenario's ops point at its own buffers.
+    for (size_t i = 0; i < s.ops.size(); ++i) {
+      const auto remap = [&](const void* p) -> std::byte* {
+        if (p == nullptr) return nullptr;
+        for (size_t b = 0; b < s.elems.size(); ++b)
+          if (p == s.elems[b].data()) return expected.elems[b].data();
+        for (size_t b = 0; b < s.accs.size(); ++b)
+          if (p == s.accs[b].data()) return expected.accs[b].data();
+        return nullptr;
+      };
+      expected.ops[i].src = remap(s.ops[i].src);
+      expected.ops[i].dst = remap(s.ops[i].dst);
+      host_apply(expected.ops[i], s.sizes[i].first, s.sizes[i].second);
+    }
+    const std::vector<Launch> launches = plan_launches(s.ops);
+    for (const Launch& l : launches) {
+      std::vector<std::set<uintptr_t>> reads;
+      std::vector<std::set<uintptr_t>> writes;
+      for (const Work& w : l.works) {
+        reads.push_back(touched(w, true));
+        writes.push_back(touched(w, false));
+      }
+      for (size_t i = 0; i < l.works.size(); ++i) {
+        for (size_t j = 0; j < i; ++j) {
+          ASSERT_FALSE(intersects(writes[i], writes[j]) || intersects(writes[i], reads[j]) ||
+                       intersects(reads[i], writes[j]))
+              << "case " << c << ": works " << j << " and " << i << " of one launch conflict";
+        }
+      }
+    }
+    emulate(launches, true);
+    for (size_t b = 0; b < s.elems.size(); ++b) {
+      ASSERT_EQ(s.elems[b].contents(), expected.elems[b].contents())
+          << "case " << c << " " << dtype_name(dtype) << " buffer " << b;
+    }
+    for (size_t b = 0; b < s.accs.size(); ++b) {
+      ASSERT_EQ(s.accs[b].contents(), expected.accs[b].contents()) << "case " << c << " acc " << b;
+    }
+    launches_total += static_cast<int>(launches.size());
+    ops_total += static_cast<int>(s.ops.size());
+  }
+  // Dependent sequences need several launches, but far fewer than one per op.
+  EXPECT_LT(launches_total, ops_total);
+}
+
+// Invariant: the engine's common patterns fuse: many pieces unpacked into
+// disjoint (interleaved) regions of one buffer, or packed from one buffer,
+// are one launch; an unpack followed by a pack overwriting the same staging
+// bytes is two.
+TEST(KernelEmulation, PiecesOfOneBufferFuseAndStagingReuseIsOrdered) {
+  // A 64 x 96 f32 destination receiving 8 column blocks of 64 x 12.
+  Box full;
+  full.rank = 2;
+  full.hi[0] = 64;
+  full.hi[1] = 96;
+  std::vector<float> dst(64 * 96, 0.0f);
+  std::vector<std::vector<float>> staging(8, std::vector<float>(64 * 12));
+  std::vector<CopyOp> unpack;
+  for (int b = 0; b < 8; ++b) {
+    Box region = full;
+    region.lo[1] = 12 * b;
+    region.hi[1] = 12 * (b + 1);
+    for (size_t i = 0; i < staging[b].size(); ++i) staging[b][i] = static_cast<float>(b * 1000 + i);
+    CopyOp op;
+    op.kind = CopyOp::Kind::kCopy;
+    op.dtype = DType::kF32;
+    op.desc = make_copy_desc(region, region, full);
+    op.src = staging[b].data();
+    op.dst = dst.data();
+    unpack.push_back(op);
+  }
+  EXPECT_EQ(plan_launches(unpack).size(), 1u);
+  // Packing the same blocks back out of `dst` into the staging buffers the
+  // unpack read: the packs must wait for the unpacks.
+  std::vector<CopyOp> both = unpack;
+  for (int b = 0; b < 8; ++b) {
+    CopyOp op = unpack[static_cast<size_t>(b)];
+    Box region = full;
+    region.lo[1] = 12 * ((b + 1) % 8);
+    region.hi[1] = region.lo[1] + 12;
+    op.desc = make_copy_desc(region, full, region);
+    op.src = dst.data();
+    op.dst = staging[static_cast<size_t>(b)].data();
+    both.push_back(op);
+  }
+  const std::vector<Launch> launches = plan_launches(both);
+  EXPECT_EQ(launches.size(), 2u);
+  emulate(launches, true);
+  for (int b = 0; b < 8; ++b) {
+    const int from = (b + 1) % 8;  // staging b now holds block b+1's original values
+    for (size_t i = 0; i < staging[b].size(); ++i) {
+      ASSERT_EQ(staging[b][i], static_cast<float>(from * 1000 + i)) << b << " " << i;
+    }
+  }
+}
+
+// Invariant: for copies into random regions of one buffer (what a shard
+// receiving pieces sees), the phases are exactly the greedy phases of true
+// region overlaps: no false conflicts (fewer launches are impossible, more
+// would be needless), whatever the regions' merged strides; and 1,024
+// interleaved column blocks into one buffer are one launch.
+TEST(KernelEmulation, PhasesOfPiecesIntoOneBufferAreExact) {
+  std::mt19937_64 rng(6);
+  const auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  std::vector<float> src(1 << 12);
+  for (int c = 0; c < 400; ++c) {
+    Box shape;
+    shape.rank = static_cast<int32_t>(uni(1, 3));
+    for (int k = 0; k < shape.rank; ++k) shape.hi[k] = uni(1, 7);
+    std::vector<float> dst(static_cast<size_t>(shape.volume()));
+    std::vector<Box> regions;
+    std::vector<CopyOp> ops;
+    const int n = static_cast<int>(uni(2, 24));
+    for (int i = 0; i < n; ++i) {
+      const Box r = gpu_testing::random_sub_box(rng, shape, false);
+      regions.push_back(r);
+      CopyOp op;
+      op.kind = CopyOp::Kind::kCopy;
+      op.dtype = DType::kF32;
+      op.desc = make_copy_desc(r, r, shape);
+      op.src = src.data() + i;  // read-only, never written
+      op.dst = dst.data();
+      ops.push_back(op);
+    }
+    size_t phases = 1;
+    std::vector<Box> current;
+    for (const Box& r : regions) {
+      bool conflict = false;
+      for (const Box& q : current) conflict = conflict || !intersect(r, q).empty();
+      if (conflict) {
+        ++phases;
+        current.clear();
+      }
+      current.push_back(r);
+    }
+    ASSERT_EQ(plan_launches(ops).size(), phases) << "case " << c << " in " << to_string(shape);
+  }
+  Box full;
+  full.rank = 2;
+  full.hi[0] = 16;
+  full.hi[1] = 4096;
+  std::vector<CopyOp> ops;
+  for (int b = 0; b < 1024; ++b) {
+    Box r = full;
+    r.lo[1] = 4 * b;
+    r.hi[1] = 4 * b + 4;
+    CopyOp op;
+    op.kind = CopyOp::Kind::kCopy;
+    op.dtype = DType::kF32;
+    op.desc = make_copy_desc(r, r, full);
+    op.src = src.data();
+    op.dst = reinterpret_cast<void*>(0x10000);  // planning only: never run
+    ops.push_back(op);
+  }
+  EXPECT_EQ(plan_launches(ops).size(), 1u);
+}
+
+// Invariant: footprints_overlap is exact for boxes of one row-major buffer
+// (the engine's pieces of one shard) and never misses an overlap otherwise.
+TEST(KernelEmulation, FootprintOverlapIsExactOnOneBufferAndConservativeElsewhere) {
+  std::mt19937_64 rng(5);
+  const auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  int exact_checks = 0;
+  for (int c = 0; c < 3000; ++c) {
+    Box shape;
+    shape.rank = static_cast<int32_t>(uni(1, 4));
+    for (int k = 0; k < shape.rank; ++k) shape.hi[k] = uni(1, 6);
+    const Box ra = gpu_testing::random_sub_box(rng, shape, false);
+    const Box rb = gpu_testing::random_sub_box(rng, shape, false);
+    const bool same_grid = c % 4 != 0;
+    const int64_t elem_a = 4;
+    const int64_t elem_b = same_grid ? 4 : (c % 8 == 0 ? 2 : 4);
+    const uintptr_t base = 0x100000;
+    const uintptr_t base_b = same_grid ? base : base + static_cast<uintptr_t>(uni(0, 9));
+    // Destination sides of two copies into the buffer.
+    const Footprint fa = cuda_backend::make_footprint(make_copy_desc(ra, ra, shape), false,
+                                                      reinterpret_cast<void*>(base), elem_a);
+    const Footprint fb = cuda_backend::make_footprint(make_copy_desc(rb, rb, shape), false,
+                                                      reinterpret_cast<void*>(base_b), elem_b);
+    // Brute force over bytes.
+    const auto bytes_of = [](const Footprint& f) {
+      std::set<uintptr_t> s;
+      CopyDesc d{};
+      d.rank = f.rank;
+      for (int k = 0; k < f.rank; ++k) {
+        d.extent[k] = f.extent[k];
+        d.dst_stride[k] = f.stride[k];
+        d.src_stride[k] = f.stride[k];
+      }
+      d.dst_offset = f.offset;
+      for_each_run(d, [&](int64_t, int64_t o, int64_t n) {
+        for (int64_t b = 0; b < n * f.elem; ++b)
+          s.insert(f.base + static_cast<uintptr_t>(o * f.elem + b));
+      });
+      return s;
+    };
+    const bool truth = intersects(bytes_of(fa), bytes_of(fb));
+    const bool got = cuda_backend::footprints_overlap(fa, fb);
+    if (same_grid) {
+      ASSERT_EQ(got, truth) << "case " << c << ": " << to_string(ra) << " vs " << to_string(rb)
+                            << " in " << to_string(shape);
+      ++exact_checks;
+    } else if (truth) {
+      ASSERT_TRUE(got) << "case " << c << ": a missed overlap";
+    }
+  }
+  EXPECT_GT(exact_checks, 2000);
+}
+
+// Invariant: run_copies rejects malformed ops with kInvalidArgument naming
+// the op and the field, before anything runs.
+TEST(KernelEmulation, MalformedOpsAreRejectedNamingTheField) {
+  float a[16] = {};
+  float b[16] = {};
+  Box box;
+  box.rank = 1;
+  box.hi[0] = 16;
+  CopyOp good;
+  good.kind = CopyOp::Kind::kCopy;
+  good.dtype = DType::kF32;
+  good.desc = make_copy_desc(box, box, box);
+  good.src = a;
+  good.dst = b;
+  const auto expect_error = [&](CopyOp bad, const std::string& needle) {
+    std::vector<CopyOp> ops = {good, bad};
+    try {
+      plan_launches(ops);
+      ADD_FAILURE() << "expected an error mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      const std::string m = e.what();
+      EXPECT_NE(m.find("ops[1]"), std::string::npos) << m;
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+    }
+  };
+  CopyOp bad = good;
+  bad.dtype = static_cast<DType>(99);
+  expect_error(bad, "dtype");
+  bad = good;
+  bad.kind = CopyOp::Kind::kReduce;
+  bad.op = static_cast<ReduceOp>(7);
+  expect_error(bad, "op");
+  bad = good;
+  bad.desc.rank = 9;
+  expect_error(bad, "rank");
+  bad = good;
+  bad.src = nullptr;
+  expect_error(bad, "src");
+  bad = good;
+  bad.desc.src_stride[0] = 2;
+  expect_error(bad, "innermost");
+  bad = good;
+  bad.kind = CopyOp::Kind::kFillAcc;
+  bad.count = -1;
+  expect_error(bad, "count");
+  bad = good;
+  bad.kind = static_cast<CopyOp::Kind>(42);
+  expect_error(bad, "kind");
+}
+
+}  // namespace
+}  // namespace reshard
