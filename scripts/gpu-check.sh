@@ -24,7 +24,8 @@
 #      benchmark table to docs/gpu-results.md.
 #
 # Exit status: 0 when every GPU test passed and none was skipped (except
-# those that need two GPUs); 1 otherwise. The results block is written
+# those that need two GPUs); 1 otherwise, also on a machine without a GPU
+# (then only the build and the CPU emulation are checked). The results block is written
 # either way, so a failed run is recorded too.
 #
 # Environment: JOBS (build parallelism, default nproc), BENCH_GIB (matrix
@@ -51,7 +52,9 @@ say "date and device"
 DATE=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
 echo "date:   $DATE"
 echo "host:   $(hostname)"
+HAVE_GPU=""
 if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi -L >/dev/null 2>&1 && HAVE_GPU=1
   nvidia-smi || true
   GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
     sed 's/^/  /')
@@ -118,7 +121,10 @@ cat "$LOG_DIR/bench.log"
 
 STATUS=0
 VERDICT="passed"
-if [[ $TEST_STATUS -ne 0 || $BENCH_STATUS -ne 0 ]]; then
+if [[ -z "$HAVE_GPU" ]]; then
+  STATUS=1
+  VERDICT="NO GPU (built; GPU tests skipped, only the CPU emulation ran)"
+elif [[ $TEST_STATUS -ne 0 || $BENCH_STATUS -ne 0 ]]; then
   STATUS=1
   VERDICT="FAILED"
 elif [[ -n "$UNEXPECTED_SKIPS" && "${RESHARD_GPU_ALLOW_SKIPS:-0}" != 1 ]]; then

@@ -6,6 +6,8 @@
 // (the engine never sends to its own process), handed to run_copies and
 // executed by the fused kernels on the stream of the destination's GPU,
 // reading the source in place (same GPU, or a peer GPU).
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <string>
