@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "reshard/exec.h"
 #include "reshard/plan.h"
 
@@ -24,16 +25,7 @@ namespace {
 
 bool g_csv = false;
 
-double median_seconds(int repeat, const std::function<void()>& f) {
-  std::vector<double> t;
-  for (int i = 0; i < repeat; ++i) {
-    auto a = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using bench::median_seconds;
 
 struct Buffers {
   std::vector<std::unique_ptr<char[]>> storage;

@@ -10,22 +10,14 @@
 #include <functional>
 #include <vector>
 
+#include "bench_util.h"
 #include "model_cases.h"
 
 using namespace reshard;
 
 namespace {
 
-double median_seconds(int repeat, const std::function<void()>& f) {
-  std::vector<double> t;
-  for (int i = 0; i < repeat; ++i) {
-    auto a = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using bench::median_seconds;
 
 void fleet(const char* name, const PlanInput& in, int repeat) {
   Plan global;

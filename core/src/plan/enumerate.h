@@ -104,6 +104,40 @@ inline void shard_range(int64_t n, int64_t k, int64_t lo, int64_t hi, int64_t& a
   b = std::min(k, ceil_div(hi, c));
 }
 
+// Calls f(cell, region) for every cell of a tiled layout (per-dim splits of
+// `shape` into `counts`) whose box overlaps `q`, in row-major cell order;
+// `region` is the cell's box clipped to `q` (never empty).
+template <class F>
+void for_each_tile(const std::vector<int64_t>& shape, const std::array<int64_t, kMaxRank>& counts,
+                   int rank, const Box& q, F&& f) {
+  int64_t a[kMaxRank], b[kMaxRank], idx[kMaxRank], chunk[kMaxRank];
+  for (int d = 0; d < rank; ++d) {
+    shard_range(shape[d], counts[d], q.lo[d], q.hi[d], a[d], b[d]);
+    if (a[d] >= b[d]) return;
+    idx[d] = a[d];
+    chunk[d] = ceil_div(shape[d], counts[d]);
+  }
+  Box region;
+  region.rank = rank;
+  while (true) {
+    int64_t cell = 0;
+    bool empty = false;
+    for (int d = 0; d < rank; ++d) {
+      cell = cell * counts[d] + idx[d];
+      region.lo[d] = std::max(q.lo[d], std::min(shape[d], idx[d] * chunk[d]));
+      region.hi[d] = std::min(q.hi[d], std::min(shape[d], (idx[d] + 1) * chunk[d]));
+      if (region.hi[d] <= region.lo[d]) empty = true;
+    }
+    if (!empty) f(cell, region);
+    int d = rank - 1;
+    for (; d >= 0; --d) {
+      if (++idx[d] < b[d]) break;
+      idx[d] = a[d];
+    }
+    if (d < 0) break;
+  }
+}
+
 template <class F>
 void Enumerator::assign(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders,
                         size_t n, bool own_region, F&& f) {
@@ -188,38 +222,11 @@ void Enumerator::cells_of(const TensorCtx& t, uint32_t e, const Box& B, std::vec
                           F&& f) {
   (void)cands;
   const Geometry& sg = *t.sg;
-  const int rank = sg.rank;
-  const auto& shape = t.src->shape();
-  int64_t a[kMaxRank], b[kMaxRank], idx[kMaxRank], chunk[kMaxRank];
-  for (int d = 0; d < rank; ++d) {
-    shard_range(shape[d], sg.counts[d], B.lo[d], B.hi[d], a[d], b[d]);
-    if (a[d] >= b[d]) return;
-    idx[d] = a[d];
-    chunk[d] = ceil_div(shape[d], sg.counts[d]);
-  }
-  Box cell;
-  cell.rank = rank;
-  while (true) {
-    int64_t c = 0;
-    bool empty = false;
-    for (int d = 0; d < rank; ++d) {
-      c = c * sg.counts[d] + idx[d];
-      cell.lo[d] = std::max(B.lo[d], std::min(shape[d], idx[d] * chunk[d]));
-      cell.hi[d] = std::min(B.hi[d], std::min(shape[d], (idx[d] + 1) * chunk[d]));
-      if (cell.hi[d] <= cell.lo[d]) empty = true;
-    }
-    if (!empty) {
-      const uint32_t* h = sg.cell_entries.data() + sg.cell_offsets[static_cast<size_t>(c)];
-      const size_t n = sg.cell_offsets[static_cast<size_t>(c) + 1] - sg.cell_offsets[static_cast<size_t>(c)];
-      assign(t, e, cell, h, n, false, f);
-    }
-    int d = rank - 1;
-    for (; d >= 0; --d) {
-      if (++idx[d] < b[d]) break;
-      idx[d] = a[d];
-    }
-    if (d < 0) break;
-  }
+  for_each_tile(t.src->shape(), sg.counts, sg.rank, B, [&](int64_t c, const Box& cell) {
+    const uint32_t* h = sg.cell_entries.data() + sg.cell_offsets[static_cast<size_t>(c)];
+    const size_t n = sg.cell_offsets[static_cast<size_t>(c) + 1] - sg.cell_offsets[static_cast<size_t>(c)];
+    assign(t, e, cell, h, n, false, f);
+  });
 }
 
 template <class F>
@@ -327,32 +334,11 @@ void Enumerator::dst_overlapping(const TensorCtx& t, const Box& q, F&& f) {
   const Geometry& dg = *t.dg;
   const int rank = dg.rank;
   if (dg.tiled) {
-    const auto& shape = t.dst->shape();
-    int64_t a[kMaxRank], b[kMaxRank], idx[kMaxRank];
-    for (int d = 0; d < rank; ++d) {
-      shard_range(shape[d], dg.counts[d], q.lo[d], q.hi[d], a[d], b[d]);
-      if (a[d] >= b[d]) return;
-      idx[d] = a[d];
-    }
-    while (true) {
-      int64_t c = 0;
-      bool empty = false;
-      for (int d = 0; d < rank; ++d) {
-        c = c * dg.counts[d] + idx[d];
-        const Split s{shape[d], dg.counts[d]};
-        if (std::min(q.hi[d], s.hi(idx[d])) <= std::max(q.lo[d], s.lo(idx[d]))) empty = true;
-      }
-      if (!empty)
-        for (uint32_t i = dg.cell_offsets[static_cast<size_t>(c)];
-             i < dg.cell_offsets[static_cast<size_t>(c) + 1]; ++i)
-          f(dg.cell_entries[i]);
-      int d = rank - 1;
-      for (; d >= 0; --d) {
-        if (++idx[d] < b[d]) break;
-        idx[d] = a[d];
-      }
-      if (d < 0) break;
-    }
+    for_each_tile(t.dst->shape(), dg.counts, rank, q, [&](int64_t c, const Box&) {
+      for (uint32_t i = dg.cell_offsets[static_cast<size_t>(c)];
+           i < dg.cell_offsets[static_cast<size_t>(c) + 1]; ++i)
+        f(dg.cell_entries[i]);
+    });
     return;
   }
   if (rank == 0) {
@@ -384,41 +370,15 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
     if (t.dg->tiled) {
       // Destination cells overlapping C; every entry of a cell shares its box.
       const Geometry& dg = *t.dg;
-      const int rank = dg.rank;
-      const auto& shape = t.dst->shape();
-      int64_t a[kMaxRank], b[kMaxRank], idx[kMaxRank], chunk[kMaxRank];
-      for (int d = 0; d < rank; ++d) {
-        shard_range(shape[d], dg.counts[d], C.lo[d], C.hi[d], a[d], b[d]);
-        if (a[d] >= b[d]) return;
-        idx[d] = a[d];
-        chunk[d] = ceil_div(shape[d], dg.counts[d]);
-      }
-      Box region;
-      region.rank = rank;
-      while (true) {
-        int64_t cell = 0;
-        bool empty = false;
-        for (int d = 0; d < rank; ++d) {
-          cell = cell * dg.counts[d] + idx[d];
-          region.lo[d] = std::max(C.lo[d], std::min(shape[d], idx[d] * chunk[d]));
-          region.hi[d] = std::min(C.hi[d], std::min(shape[d], (idx[d] + 1) * chunk[d]));
-          if (region.hi[d] <= region.lo[d]) empty = true;
+      for_each_tile(t.dst->shape(), dg.counts, dg.rank, C, [&](int64_t cell, const Box& region) {
+        for (uint32_t i = dg.cell_offsets[static_cast<size_t>(cell)];
+             i < dg.cell_offsets[static_cast<size_t>(cell) + 1]; ++i) {
+          const uint32_t e = dg.cell_entries[i];
+          if (dg.devices[e] == sdev) continue;
+          if (t.T > 1 && ssum % t.T != dg.summands[e]) continue;
+          assign(t, e, region, h, n, false, keep);
         }
-        if (!empty)
-          for (uint32_t i = dg.cell_offsets[static_cast<size_t>(cell)];
-               i < dg.cell_offsets[static_cast<size_t>(cell) + 1]; ++i) {
-            const uint32_t e = dg.cell_entries[i];
-            if (dg.devices[e] == sdev) continue;
-            if (t.T > 1 && ssum % t.T != dg.summands[e]) continue;
-            assign(t, e, region, h, n, false, keep);
-          }
-        int d = rank - 1;
-        for (; d >= 0; --d) {
-          if (++idx[d] < b[d]) break;
-          idx[d] = a[d];
-        }
-        if (d < 0) break;
-      }
+      });
       return;
     }
     std::vector<uint32_t>& dsts = dsts_;
