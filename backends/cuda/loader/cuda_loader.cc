@@ -13,6 +13,7 @@
 #include <system_error>
 #include <vector>
 
+#include "exec/backend_search.h"
 #include "exec/backend_abi.h"
 #include "reshard/cuda.h"
 #include "reshard/error.h"
@@ -30,42 +31,6 @@ constexpr const char* kHowToGet =
     "and install libreshard_cuda.so.1 next to libreshard, or set RESHARD_BACKEND_DIR to its "
     "directory";
 
-std::string parent_of(const std::string& file) {
-  return std::filesystem::path(file).parent_path().string();
-}
-
-// Directories to search, most specific first (the order of the MPI loader,
-// core/src/exec/backend_loader.cc).
-std::vector<std::string> search_dirs() {
-  std::vector<std::string> dirs;
-  if (const char* env = std::getenv("RESHARD_BACKEND_DIR"); env != nullptr && *env != '\0') {
-    const std::string list = env;
-    size_t start = 0;
-    while (start <= list.size()) {
-      const size_t end = std::min(list.find(':', start), list.size());
-      if (end > start) dirs.push_back(list.substr(start, end - start));
-      start = end + 1;
-    }
-  }
-  const auto add_with_libdir = [&](const std::string& dir) {
-    if (dir.empty()) return;
-    dirs.push_back(dir);
-    dirs.push_back(dir + "/../" RESHARD_INSTALL_LIBDIR);
-    if (std::string(RESHARD_INSTALL_LIBDIR) != "lib") dirs.push_back(dir + "/../lib");
-  };
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&cuda_transport_available), &info) != 0 &&
-      info.dli_fname != nullptr) {
-    std::error_code ec;
-    const auto real = std::filesystem::canonical(info.dli_fname, ec);
-    add_with_libdir(parent_of(ec ? std::string(info.dli_fname) : real.string()));
-  }
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) add_with_libdir(parent_of(exe.string()));
-  return dirs;
-}
-
 // Never throws; on failure returns null and sets `why`.
 const reshard_backend_cuda_v1_t* load(const std::string& library, std::string* why) {
   std::vector<std::string> names;
@@ -80,7 +45,7 @@ const reshard_backend_cuda_v1_t* load(const std::string& library, std::string* w
       candidates.push_back(name);
       continue;
     }
-    for (const std::string& dir : search_dirs()) {
+    for (const std::string& dir : backend_search_dirs(reinterpret_cast<const void*>(&cuda_transport_available))) {
       std::error_code ec;
       const std::string file = dir + "/" + name;
       if (std::filesystem::exists(file, ec)) candidates.push_back(file);
@@ -129,7 +94,7 @@ const reshard_backend_cuda_v1_t* load(const std::string& library, std::string* w
            "LD_LIBRARY_PATH).";
   } else {
     std::string searched;
-    for (const std::string& d : search_dirs()) searched += (searched.empty() ? "" : ", ") + d;
+    for (const std::string& d : backend_search_dirs(reinterpret_cast<const void*>(&cuda_transport_available))) searched += (searched.empty() ? "" : ", ") + d;
     *why = "CUDA transports unavailable: " + names.front() + " was not found (searched " +
            (searched.empty() ? std::string("no directories") : searched) +
            " and the dynamic linker's path). " + kHowToGet + ".";

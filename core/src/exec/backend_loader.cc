@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "exec/backend_abi.h"
+#include "exec/backend_search.h"
 #include "reshard/engine.h"
 #include "reshard/error.h"
 
@@ -31,47 +32,6 @@ struct Loaded {
   std::string path;
 };
 
-std::string parent_of(const std::string& file) {
-  return std::filesystem::path(file).parent_path().string();
-}
-
-// Directories to search, most specific first.
-std::vector<std::string> search_dirs() {
-  std::vector<std::string> dirs;
-  if (const char* env = std::getenv("RESHARD_BACKEND_DIR"); env != nullptr && *env != '\0') {
-    std::string list = env;
-    size_t start = 0;
-    while (start <= list.size()) {
-      const size_t end = std::min(list.find(':', start), list.size());
-      if (end > start) dirs.push_back(list.substr(start, end - start));
-      start = end + 1;
-    }
-  }
-  const auto add_with_libdir = [&](const std::string& dir) {
-    if (dir.empty()) return;
-    dirs.push_back(dir);
-    dirs.push_back(dir + "/../" RESHARD_INSTALL_LIBDIR);
-    if (std::string(RESHARD_INSTALL_LIBDIR) != "lib") dirs.push_back(dir + "/../lib");
-  };
-  // The library or executable reshard's core is linked into.
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&make_mpi_transport), &info) != 0 &&
-      info.dli_fname != nullptr) {
-    std::error_code ec;
-    const auto real = std::filesystem::canonical(info.dli_fname, ec);
-    add_with_libdir(parent_of(ec ? std::string(info.dli_fname) : real.string()));
-  }
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) add_with_libdir(parent_of(exe.string()));
-  // Without duplicates, first occurrence first.
-  std::vector<std::string> unique;
-  for (const std::string& d : dirs) {
-    if (std::find(unique.begin(), unique.end(), d) == unique.end()) unique.push_back(d);
-  }
-  return unique;
-}
-
 // Loads the backend named `library` (a path, a name, or empty for the
 // default names). Never throws; on failure returns null and sets `why`.
 const reshard_backend_mpi_v1_t* load(const std::string& library, std::string* path,
@@ -88,7 +48,7 @@ const reshard_backend_mpi_v1_t* load(const std::string& library, std::string* pa
       candidates.push_back(name);
       continue;
     }
-    for (const std::string& dir : search_dirs()) {
+    for (const std::string& dir : backend_search_dirs(reinterpret_cast<const void*>(&make_mpi_transport))) {
       std::error_code ec;
       const std::string file = dir + "/" + name;
       if (std::filesystem::exists(file, ec)) candidates.push_back(file);
@@ -134,7 +94,7 @@ const reshard_backend_mpi_v1_t* load(const std::string& library, std::string* pa
            "The backend needs Open MPI's run-time libraries (" + kInstallMpi + ").";
   } else {
     std::string searched;
-    for (const std::string& d : search_dirs()) searched += (searched.empty() ? "" : ", ") + d;
+    for (const std::string& d : backend_search_dirs(reinterpret_cast<const void*>(&make_mpi_transport))) searched += (searched.empty() ? "" : ", ") + d;
     *why = "MPI transport unavailable: " + names.front() + " was not found (searched " +
            (searched.empty() ? std::string("no directories") : searched) +
            " and the dynamic linker's path). Build reshard with MPI (Debian: apt-get install "

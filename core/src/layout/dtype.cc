@@ -52,7 +52,10 @@ DType parse_dtype(std::string_view name, const std::string& field) {
   for (const auto& i : kInfo)
     if (lower == i.name || lower == i.alias) return i.dtype;
   std::string known;
-  for (const auto& i : kInfo) known += (known.empty() ? "" : " ") + std::string(i.name);
+  for (const auto& i : kInfo) {
+    if (!known.empty()) known.push_back(' ');
+    known.append(i.name);
+  }
   fail(ErrorCode::kInvalidArgument,
        field + ": unknown dtype \"" + std::string(name) + "\" (expected one of: " + known + ")");
 }
