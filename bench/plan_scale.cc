@@ -12,6 +12,7 @@
 
 #include "bench_util.h"
 #include "model_cases.h"
+#include "reshard/wire.h"
 
 using namespace reshard;
 
@@ -36,6 +37,17 @@ void fleet(const char* name, const PlanInput& in, int repeat) {
               s.lower_bound_network_bytes / 1073741824.0, s.max_send_bytes / 1073741824.0,
               s.lower_bound_max_send_bytes / 1073741824.0, (long long)s.messages,
               s.cross_host_bytes / 1073741824.0);
+  // The worker's bytes: process 0's part with the global statistics.
+  const Plan worker = make_plan(in, {PlanScope::kProcess, 0, true});
+  EncodeOptions eo;
+  eo.all_parts = false;
+  eo.process = 0;
+  std::vector<uint8_t> bytes;
+  const double te = median_seconds(repeat, [&] { bytes = encode_plan(worker, eo); });
+  const double td = median_seconds(repeat, [&] { (void)decode_plan(bytes); });
+  std::printf("  process 0 plan bytes: %.1f MiB (%.1f B/piece), encode %.1f ms, decode+verify %.1f ms\n",
+              bytes.size() / 1048576.0, static_cast<double>(bytes.size()) / std::max<size_t>(part_pieces, 1),
+              te * 1e3, td * 1e3);
   std::printf("  global statistics: %.1f ms   process 0 part: %.1f ms (%zu pieces, %zu messages), "
               "%d rounds, peak staging %.2f GiB\n",
               tg * 1e3, tp * 1e3, part_pieces, part_msgs, s.rounds, s.peak_staging_bytes / 1073741824.0);
