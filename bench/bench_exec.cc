@@ -2,8 +2,6 @@
 // (issue 2 benchmark): 1 GiB of f32, row-sharded -> column-sharded over 8
 // devices in one process. Also prints the other layouts tried.
 //   bench_exec [--repeat N] [--gib G] [--csv]
-// GCC 12 reports a false -Wrestrict inside std::string when inlining (GCC bug 105329).
-#pragma GCC diagnostic ignored "-Wrestrict"
 #include <algorithm>
 #include <cmath>
 #include <chrono>
