@@ -3,8 +3,8 @@
 // devices in one process. Also prints the other layouts tried.
 //   bench_exec [--repeat N] [--gib G] [--csv]
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -54,7 +54,8 @@ Buffers allocate(const Plan& plan) {
 
 // memcpy of `bytes` split into `threads` contiguous slices, one per thread.
 double memcpy_seconds(int repeat, int64_t bytes, int threads) {
-  std::unique_ptr<char[]> a(new char[static_cast<size_t>(bytes)]), b(new char[static_cast<size_t>(bytes)]);
+  std::unique_ptr<char[]> a(new char[static_cast<size_t>(bytes)]),
+      b(new char[static_cast<size_t>(bytes)]);
   std::memset(a.get(), 1, static_cast<size_t>(bytes));
   std::memset(b.get(), 0, static_cast<size_t>(bytes));
   return median_seconds(repeat, [&] {
@@ -67,7 +68,8 @@ double memcpy_seconds(int repeat, int64_t bytes, int threads) {
   });
 }
 
-void run_case(const char* name, int64_t rows, int64_t cols, std::vector<std::vector<std::string>> src_dims,
+void run_case(const char* name, int64_t rows, int64_t cols,
+              std::vector<std::vector<std::string>> src_dims,
               std::vector<std::vector<std::string>> dst_dims, int repeat) {
   auto mesh = std::make_shared<Mesh>();
   mesh->axis_names = {"x"};
@@ -106,10 +108,12 @@ void run_case(const char* name, int64_t rows, int64_t cols, std::vector<std::vec
       std::printf("%s\t%d\t%lld\t%.6f\t%.6f\n", name, threads, (long long)bytes, te, tm);
       continue;
     }
-    std::printf("%-44s threads=%d  %.2f GiB moved: reshard %.1f ms (%.2f GB/s), memcpy %.1f ms (%.2f GB/s), "
-                "ratio %.2f of memcpy\n",
-                name, threads, bytes / 1073741824.0, te * 1e3, bytes / te / 1e9, tm * 1e3, bytes / tm / 1e9,
-                tm / te);
+    std::printf(
+        "%-44s threads=%d  %.2f GiB moved: reshard %.1f ms (%.2f GB/s), memcpy %.1f ms (%.2f "
+        "GB/s), "
+        "ratio %.2f of memcpy\n",
+        name, threads, bytes / 1073741824.0, te * 1e3, bytes / te / 1e9, tm * 1e3, bytes / tm / 1e9,
+        tm / te);
     if (hw == 1) break;
   }
 }
@@ -127,7 +131,8 @@ int main(int argc, char** argv) {
   const int64_t n = static_cast<int64_t>(std::sqrt(gib * 1073741824.0 / 4));
   const int64_t side = n / 8 * 8;
   run_case("rows -> columns, 8 devices", side, side, {{"x"}, {}}, {{}, {"x"}}, repeat);
-  run_case("2x4 blocks -> columns, 8 devices", side, side, {{"a"}, {"b"}}, {{}, {"a", "b"}}, repeat);
+  run_case("2x4 blocks -> columns, 8 devices", side, side, {{"a"}, {"b"}}, {{}, {"a", "b"}},
+           repeat);
   run_case("columns -> rows, 8 devices", side, side, {{}, {"x"}}, {{"x"}, {}}, repeat);
   return 0;
 }

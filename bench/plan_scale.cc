@@ -22,7 +22,9 @@ using bench::median_seconds;
 
 void fleet(const char* name, const PlanInput& in, int repeat) {
   Plan global;
-  const double tg = median_seconds(repeat, [&] { global = make_plan(in, {PlanScope::kGlobal, 0, true}); });
+  const double tg = median_seconds(repeat, [&] {
+    global = make_plan(in, {PlanScope::kGlobal, 0, true});
+  });
   size_t part_pieces = 0, part_msgs = 0;
   const double tp = median_seconds(repeat, [&] {
     Plan p = make_plan(in, {PlanScope::kProcess, 0, false});
@@ -31,12 +33,13 @@ void fleet(const char* name, const PlanInput& in, int repeat) {
     part_msgs = part.sends.size() + part.recvs.size();
   });
   const PlanStats& s = global.stats();
-  std::printf("%s: %zu tensors, %lld pieces in the whole plan, network %.1f GiB (bound %.1f GiB), "
-              "max send %.2f GiB (bound %.2f), %lld messages, cross-host %.1f GiB\n",
-              name, in.tensors.size(), (long long)s.pieces, s.network_bytes / 1073741824.0,
-              s.lower_bound_network_bytes / 1073741824.0, s.max_send_bytes / 1073741824.0,
-              s.lower_bound_max_send_bytes / 1073741824.0, (long long)s.messages,
-              s.cross_host_bytes / 1073741824.0);
+  std::printf(
+      "%s: %zu tensors, %lld pieces in the whole plan, network %.1f GiB (bound %.1f GiB), "
+      "max send %.2f GiB (bound %.2f), %lld messages, cross-host %.1f GiB\n",
+      name, in.tensors.size(), (long long)s.pieces, s.network_bytes / 1073741824.0,
+      s.lower_bound_network_bytes / 1073741824.0, s.max_send_bytes / 1073741824.0,
+      s.lower_bound_max_send_bytes / 1073741824.0, (long long)s.messages,
+      s.cross_host_bytes / 1073741824.0);
   // The worker's bytes: process 0's part with the global statistics.
   const Plan worker = make_plan(in, {PlanScope::kProcess, 0, true});
   EncodeOptions eo;
@@ -45,12 +48,14 @@ void fleet(const char* name, const PlanInput& in, int repeat) {
   std::vector<uint8_t> bytes;
   const double te = median_seconds(repeat, [&] { bytes = encode_plan(worker, eo); });
   const double td = median_seconds(repeat, [&] { (void)decode_plan(bytes); });
-  std::printf("  process 0 plan bytes: %.1f MiB (%.1f B/piece), encode %.1f ms, decode+verify %.1f ms\n",
-              bytes.size() / 1048576.0, static_cast<double>(bytes.size()) / std::max<size_t>(part_pieces, 1),
-              te * 1e3, td * 1e3);
-  std::printf("  global statistics: %.1f ms   process 0 part: %.1f ms (%zu pieces, %zu messages), "
-              "%d rounds, peak staging %.2f GiB\n",
-              tg * 1e3, tp * 1e3, part_pieces, part_msgs, s.rounds, s.peak_staging_bytes / 1073741824.0);
+  std::printf(
+      "  process 0 plan bytes: %.1f MiB (%.1f B/piece), encode %.1f ms, decode+verify %.1f ms\n",
+      bytes.size() / 1048576.0,
+      static_cast<double>(bytes.size()) / std::max<size_t>(part_pieces, 1), te * 1e3, td * 1e3);
+  std::printf(
+      "  global statistics: %.1f ms   process 0 part: %.1f ms (%zu pieces, %zu messages), "
+      "%d rounds, peak staging %.2f GiB\n",
+      tg * 1e3, tp * 1e3, part_pieces, part_msgs, s.rounds, s.peak_staging_bytes / 1073741824.0);
 }
 
 }  // namespace
@@ -61,7 +66,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = std::atoi(argv[++i]);
   bench::ModelShape m;
   for (int64_t budget : {int64_t{0}, int64_t{1} << 30}) {
-    std::printf("== staging budget: %s\n", budget ? "1 GiB per device (rounds)" : "unbounded (one round)");
+    std::printf("== staging budget: %s\n",
+                budget ? "1 GiB per device (rounds)" : "unbounded (one round)");
     PlanInput same = bench::transformer_case(m, 1024, 0, 1024, 8, 8);
     same.options.staging_budget_bytes = budget;
     fleet("405B FSDP dp=1024 -> dp=128 x tp=8 (same devices)", same, repeat);
@@ -78,8 +84,9 @@ int main(int argc, char** argv) {
   Plan plan;
   const double tn = median_seconds(std::max(1, repeat / 2), [&] { naive = naive_plan(in); });
   const double tr = median_seconds(repeat, [&] { plan = make_plan(in); });
-  std::printf("naive all-pairs vs reshard (8 layers, 64 -> 8x8 devices, every part): naive %.1f ms, "
-              "reshard %.1f ms, ratio %.1fx (pieces %lld vs %lld)\n",
-              tn * 1e3, tr * 1e3, tn / tr, (long long)naive.pieces, (long long)plan.stats().pieces);
+  std::printf(
+      "naive all-pairs vs reshard (8 layers, 64 -> 8x8 devices, every part): naive %.1f ms, "
+      "reshard %.1f ms, ratio %.1fx (pieces %lld vs %lld)\n",
+      tn * 1e3, tr * 1e3, tn / tr, (long long)naive.pieces, (long long)plan.stats().pieces);
   return naive.network_bytes == plan.stats().network_bytes ? 0 : 1;
 }

@@ -132,7 +132,8 @@ void write_plan_file(const PlanArgs& args, const PlanInput& input) {
   f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   if (!f) throw Failure("--out: writing \"" + args.out + "\" failed");
   std::cerr << "wrote " << with_commas(static_cast<int64_t>(bytes.size())) << " bytes ("
-            << (one ? "process " + std::to_string(args.process) + "'s part" : std::string("every process part"))
+            << (one ? "process " + std::to_string(args.process) + "'s part"
+                    : std::string("every process part"))
             << ") to " << args.out << "\n";
 }
 

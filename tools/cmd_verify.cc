@@ -26,8 +26,9 @@ int run_verify(const VerifyArgs& args) {
   if (from_file) {
     for (int32_t p : from_file->processes())
       if (!from_file->parts().count(p))
-        throw InvalidInput("--plan: the file holds only some process parts; in-process "
-                           "verification needs every part (write it without --process)");
+        throw InvalidInput(
+            "--plan: the file holds only some process parts; in-process "
+            "verification needs every part (write it without --process)");
   }
   const Spec spec = load_input(args.input);
   // Sources and destinations live in this process's memory at once.
@@ -83,11 +84,12 @@ Runner add_verify_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->footer(
-      std::string("Examples:\n  reshard verify --spec examples/specs/small_transformer.json\n"
-                  "  reshard plan --spec S --out plan.rsplan && reshard verify --plan plan.rsplan\n\n"
-                  "Values encode their global index (partial sources: summands that reduce\n"
-                  "exactly to a known value); exit 0 and one summary line when every element\n"
-                  "matches, exit 1 and the first 10 mismatches otherwise.\n\n") +
+      std::string(
+          "Examples:\n  reshard verify --spec examples/specs/small_transformer.json\n"
+          "  reshard plan --spec S --out plan.rsplan && reshard verify --plan plan.rsplan\n\n"
+          "Values encode their global index (partial sources: summands that reduce\n"
+          "exactly to a known value); exit 0 and one summary line when every element\n"
+          "matches, exit 1 and the first 10 mismatches otherwise.\n\n") +
       kSingleTensorHelp);
   return [args]() { return run_verify(*args); };
 }

@@ -1,5 +1,5 @@
-#include <iterator>
 #include <fstream>
+#include <iterator>
 // Input of every subcommand: `--spec FILE` or flags describing one tensor.
 // The flags are turned into the JSON spec they stand for, so both paths
 // share one parser; errors are renamed back to the flags.
@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "cli.h"
-#include "reshard/wire.h"
 #include "reshard/error.h"
+#include "reshard/wire.h"
 
 namespace reshard::cli {
 namespace {
@@ -204,7 +204,8 @@ void add_input_options(CLI::App* cmd, InputOptions& in) {
 }
 
 void add_plan_file_option(CLI::App* cmd, InputOptions& in) {
-  cmd->add_option("--plan", in.plan_file, "plan file written by `reshard plan --out` (instead of --spec)")
+  cmd->add_option("--plan", in.plan_file,
+                  "plan file written by `reshard plan --out` (instead of --spec)")
       ->type_name("FILE");
 }
 
@@ -213,7 +214,8 @@ std::optional<Plan> load_plan_file(const InputOptions& in) {
   if (!in.spec.empty()) throw UsageError("--plan cannot be combined with --spec");
   std::ifstream f(in.plan_file, std::ios::binary);
   if (!f) throw UsageError("--plan: cannot read \"" + in.plan_file + "\"");
-  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
+                                   std::istreambuf_iterator<char>());
   try {
     return decode_plan(bytes);
   } catch (const Error& e) {

@@ -55,7 +55,8 @@ void check_coverage(const Plan& plan) {
       auto& c = count[{piece.tensor, piece.dst_entry}];
       const int64_t vol = db.volume();
       if (c.empty()) c.assign(static_cast<size_t>(vol * t.src.num_summands()), 0);
-      for_each_index(region, [&](const int64_t* idx) { ++c[static_cast<size_t>(s * vol + linear(db, idx))]; });
+      for_each_index(
+          region, [&](const int64_t* idx) { ++c[static_cast<size_t>(s * vol + linear(db, idx))]; });
     };
     for (const Piece& piece : part.local) visit(piece, true);
     for (const Piece& piece : part.recv_pieces) visit(piece, false);
@@ -78,7 +79,8 @@ void check_coverage(const Plan& plan) {
 // Invariant: each send message of one part is the identical recv message of
 // the destination's part (same pieces, same order, same bytes).
 void check_pairing(const Plan& plan) {
-  std::map<std::tuple<uint32_t, int64_t, int64_t>, std::pair<const ProcessPart*, const Message*>> recvs;
+  std::map<std::tuple<uint32_t, int64_t, int64_t>, std::pair<const ProcessPart*, const Message*>>
+      recvs;
   size_t nrecv = 0;
   for (const auto& [p, part] : plan.parts())
     for (const Message& m : part.recvs) {
@@ -202,10 +204,11 @@ TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
   EXPECT_GT(with_explicit, cases / 10);
   EXPECT_GT(with_regions, cases / 20);
   EXPECT_GT(multi_proc, cases / 2);
-  std::printf("%d cases: %lld with network traffic, %lld partial tensors, %lld explicit layouts, "
-              "%lld parts with split/refined regions, %lld pieces\n",
-              cases, (long long)with_network, (long long)with_partial, (long long)with_explicit,
-              (long long)with_regions, (long long)total_pieces);
+  std::printf(
+      "%d cases: %lld with network traffic, %lld partial tensors, %lld explicit layouts, "
+      "%lld parts with split/refined regions, %lld pieces\n",
+      cases, (long long)with_network, (long long)with_partial, (long long)with_explicit,
+      (long long)with_regions, (long long)total_pieces);
 }
 
 }  // namespace

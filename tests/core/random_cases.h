@@ -27,7 +27,9 @@ class CaseGen {
  public:
   explicit CaseGen(uint64_t seed, CaseOptions o = {}) : rng_(seed), o_(o) {}
 
-  int64_t uni(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
+  int64_t uni(int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
+  }
   bool coin(double p = 0.5) { return std::bernoulli_distribution(p)(rng_); }
 
   std::shared_ptr<Mesh> mesh(std::vector<int64_t> devices_pool, int max_devices) {
@@ -103,7 +105,8 @@ class CaseGen {
     } else if (rel == 2) {
       std::vector<int64_t> rest;
       for (int64_t d : pool)
-        if (std::find(src_mesh->devices.begin(), src_mesh->devices.end(), d) == src_mesh->devices.end())
+        if (std::find(src_mesh->devices.begin(), src_mesh->devices.end(), d) ==
+            src_mesh->devices.end())
           rest.push_back(d);
       dst_mesh = mesh(rest, o_.max_devices);
     } else {
@@ -118,7 +121,8 @@ class CaseGen {
       in.topology.add(info);
     }
     const int ntensors = static_cast<int>(uni(1, o_.max_tensors));
-    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kI64, DType::kU8, DType::kF64, DType::kI16};
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kI64,
+                            DType::kU8,  DType::kF64,  DType::kI16};
     for (int i = 0; i < ntensors; ++i) {
       TensorSpec t;
       t.name = "t" + std::to_string(i);

@@ -13,8 +13,8 @@
 #include <system_error>
 #include <vector>
 
-#include "exec/backend_search.h"
 #include "exec/backend_abi.h"
+#include "exec/backend_search.h"
 #include "reshard/cuda.h"
 #include "reshard/error.h"
 
@@ -45,7 +45,8 @@ const reshard_backend_cuda_v1_t* load(const std::string& library, std::string* w
       candidates.push_back(name);
       continue;
     }
-    for (const std::string& dir : backend_search_dirs(reinterpret_cast<const void*>(&cuda_transport_available))) {
+    for (const std::string& dir :
+         backend_search_dirs(reinterpret_cast<const void*>(&cuda_transport_available))) {
       std::error_code ec;
       const std::string file = dir + "/" + name;
       if (std::filesystem::exists(file, ec)) candidates.push_back(file);
@@ -94,7 +95,9 @@ const reshard_backend_cuda_v1_t* load(const std::string& library, std::string* w
            "LD_LIBRARY_PATH).";
   } else {
     std::string searched;
-    for (const std::string& d : backend_search_dirs(reinterpret_cast<const void*>(&cuda_transport_available))) searched += (searched.empty() ? "" : ", ") + d;
+    for (const std::string& d :
+         backend_search_dirs(reinterpret_cast<const void*>(&cuda_transport_available)))
+      searched += (searched.empty() ? "" : ", ") + d;
     *why = "CUDA transports unavailable: " + names.front() + " was not found (searched " +
            (searched.empty() ? std::string("no directories") : searched) +
            " and the dynamic linker's path). " + kHowToGet + ".";

@@ -141,7 +141,7 @@ class Layout {
   // Tiled layouts (every NamedSharding) are products of per-dim splits; the
   // planner intersects them by arithmetic instead of searching.
   bool tiled() const;
-  Split split(int dim) const;          // tiled only
+  Split split(int dim) const;                        // tiled only
   int64_t shard_index(size_t entry, int dim) const;  // tiled only
   int64_t shard_count(int dim) const;                // tiled only
 
@@ -166,7 +166,6 @@ class Layout {
 
 // Validates a tensor shape: rank <= kMaxRank, sizes >= 0, element count and
 // byte count (with `element_size`) fit in int64. Errors name `field`.
-void validate_shape(std::span<const int64_t> shape, int64_t element_size,
-                    const std::string& field);
+void validate_shape(std::span<const int64_t> shape, int64_t element_size, const std::string& field);
 
 }  // namespace reshard

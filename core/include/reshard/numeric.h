@@ -20,7 +20,9 @@ RESHARD_HD inline float f32_from_bits(uint32_t u) {
   return f;
 }
 
-RESHARD_HD inline float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
+RESHARD_HD inline float bf16_to_f32(uint16_t h) {
+  return f32_from_bits(static_cast<uint32_t>(h) << 16);
+}
 // Round to nearest even; NaN stays NaN.
 RESHARD_HD inline uint16_t f32_to_bf16(float f) {
   uint32_t u = f32_bits(f);
@@ -60,10 +62,12 @@ RESHARD_HD inline uint32_t f32_to_narrow(float f) {
   const uint32_t abs = u & 0x7fffffffu;
   const int bias = (1 << (E - 1)) - 1;
   const uint32_t exp_max = (1u << E) - 1u;
-  const uint32_t nan = kFiniteOnly ? (exp_max << M) | ((1u << M) - 1u) : (exp_max << M) | (1u << (M - 1));
+  const uint32_t nan =
+      kFiniteOnly ? (exp_max << M) | ((1u << M) - 1u) : (exp_max << M) | (1u << (M - 1));
   if (abs > 0x7f800000u) return sign | nan;
   // Largest finite magnitude of the narrow format, as narrow bits.
-  const uint32_t max_finite = kFiniteOnly ? (exp_max << M) | ((1u << M) - 2u) : ((exp_max - 1u) << M) | ((1u << M) - 1u);
+  const uint32_t max_finite =
+      kFiniteOnly ? (exp_max << M) | ((1u << M) - 2u) : ((exp_max - 1u) << M) | ((1u << M) - 1u);
   if (abs == 0x7f800000u) return kFiniteOnly ? sign | nan : sign | (exp_max << M);
   const int e = static_cast<int>(abs >> 23) - 127;  // unbiased exponent of f
   uint32_t result;
@@ -92,10 +96,16 @@ RESHARD_HD inline uint32_t f32_to_narrow(float f) {
 }
 
 RESHARD_HD inline float f16_to_f32(uint16_t h) { return narrow_to_f32<5, 10, false>(h); }
-RESHARD_HD inline uint16_t f32_to_f16(float f) { return static_cast<uint16_t>(f32_to_narrow<5, 10, false>(f)); }
+RESHARD_HD inline uint16_t f32_to_f16(float f) {
+  return static_cast<uint16_t>(f32_to_narrow<5, 10, false>(f));
+}
 RESHARD_HD inline float f8e4m3_to_f32(uint8_t v) { return narrow_to_f32<4, 3, true>(v); }
-RESHARD_HD inline uint8_t f32_to_f8e4m3(float f) { return static_cast<uint8_t>(f32_to_narrow<4, 3, true>(f)); }
+RESHARD_HD inline uint8_t f32_to_f8e4m3(float f) {
+  return static_cast<uint8_t>(f32_to_narrow<4, 3, true>(f));
+}
 RESHARD_HD inline float f8e5m2_to_f32(uint8_t v) { return narrow_to_f32<5, 2, false>(v); }
-RESHARD_HD inline uint8_t f32_to_f8e5m2(float f) { return static_cast<uint8_t>(f32_to_narrow<5, 2, false>(f)); }
+RESHARD_HD inline uint8_t f32_to_f8e5m2(float f) {
+  return static_cast<uint8_t>(f32_to_narrow<5, 2, false>(f));
+}
 
 }  // namespace reshard::numeric

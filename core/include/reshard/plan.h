@@ -104,23 +104,23 @@ struct DeviceTraffic {
 };
 
 struct PlanStats {
-  int64_t network_bytes = 0;       // bytes that leave their device
-  int64_t local_bytes = 0;         // bytes copied within a device
+  int64_t network_bytes = 0;  // bytes that leave their device
+  int64_t local_bytes = 0;    // bytes copied within a device
   int64_t cross_host_bytes = 0;
   int64_t cross_process_bytes = 0;
   int64_t max_send_bytes = 0;
   int64_t max_recv_bytes = 0;
-  int64_t messages = 0;            // (src, dst, round) messages
-  int64_t pieces = 0;              // network + local pieces before round cutting
+  int64_t messages = 0;  // (src, dst, round) messages
+  int64_t pieces = 0;    // network + local pieces before round cutting
   int32_t rounds = 0;
   int64_t peak_staging_bytes = 0;  // max over devices and rounds of staged bytes
   // Lower bounds (DESIGN.md §2.2, for plans without relays).
   int64_t lower_bound_network_bytes = 0;
   int64_t lower_bound_max_send_bytes = 0;
   int64_t lower_bound_max_recv_bytes = 0;
-  double cost_seconds = 0;         // α–β estimate of the busiest device
+  double cost_seconds = 0;  // α–β estimate of the busiest device
   double lower_bound_cost_seconds = 0;
-  double plan_seconds = 0;         // wall time make_plan took here; not encoded (0 after decode)
+  double plan_seconds = 0;  // wall time make_plan took here; not encoded (0 after decode)
   std::vector<DeviceTraffic> per_device;  // sorted by device
 
   // figure / bound; 1.0 when both are 0.

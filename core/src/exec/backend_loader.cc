@@ -48,7 +48,8 @@ const reshard_backend_mpi_v1_t* load(const std::string& library, std::string* pa
       candidates.push_back(name);
       continue;
     }
-    for (const std::string& dir : backend_search_dirs(reinterpret_cast<const void*>(&make_mpi_transport))) {
+    for (const std::string& dir :
+         backend_search_dirs(reinterpret_cast<const void*>(&make_mpi_transport))) {
       std::error_code ec;
       const std::string file = dir + "/" + name;
       if (std::filesystem::exists(file, ec)) candidates.push_back(file);
@@ -94,7 +95,9 @@ const reshard_backend_mpi_v1_t* load(const std::string& library, std::string* pa
            "The backend needs Open MPI's run-time libraries (" + kInstallMpi + ").";
   } else {
     std::string searched;
-    for (const std::string& d : backend_search_dirs(reinterpret_cast<const void*>(&make_mpi_transport))) searched += (searched.empty() ? "" : ", ") + d;
+    for (const std::string& d :
+         backend_search_dirs(reinterpret_cast<const void*>(&make_mpi_transport)))
+      searched += (searched.empty() ? "" : ", ") + d;
     *why = "MPI transport unavailable: " + names.front() + " was not found (searched " +
            (searched.empty() ? std::string("no directories") : searched) +
            " and the dynamic linker's path). Build reshard with MPI (Debian: apt-get install "

@@ -15,14 +15,20 @@ struct DTypeInfo {
   bool is_float;
 };
 constexpr DTypeInfo kInfo[] = {
-    {DType::kF64, 8, "f64", "float64", true},       {DType::kF32, 4, "f32", "float32", true},
-    {DType::kF16, 2, "f16", "float16", true},       {DType::kBF16, 2, "bf16", "bfloat16", true},
+    {DType::kF64, 8, "f64", "float64", true},
+    {DType::kF32, 4, "f32", "float32", true},
+    {DType::kF16, 2, "f16", "float16", true},
+    {DType::kBF16, 2, "bf16", "bfloat16", true},
     {DType::kF8E4M3, 1, "f8e4m3", "float8_e4m3fn", true},
     {DType::kF8E5M2, 1, "f8e5m2", "float8_e5m2", true},
-    {DType::kI64, 8, "i64", "int64", false},        {DType::kI32, 4, "i32", "int32", false},
-    {DType::kI16, 2, "i16", "int16", false},        {DType::kI8, 1, "i8", "int8", false},
-    {DType::kU64, 8, "u64", "uint64", false},       {DType::kU32, 4, "u32", "uint32", false},
-    {DType::kU16, 2, "u16", "uint16", false},       {DType::kU8, 1, "u8", "uint8", false},
+    {DType::kI64, 8, "i64", "int64", false},
+    {DType::kI32, 4, "i32", "int32", false},
+    {DType::kI16, 2, "i16", "int16", false},
+    {DType::kI8, 1, "i8", "int8", false},
+    {DType::kU64, 8, "u64", "uint64", false},
+    {DType::kU32, 4, "u32", "uint32", false},
+    {DType::kU16, 2, "u16", "uint16", false},
+    {DType::kU8, 1, "u8", "uint8", false},
     {DType::kBool, 1, "bool", "bool_", false},
 };
 const DTypeInfo* find(DType d) {

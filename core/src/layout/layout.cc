@@ -16,9 +16,12 @@ namespace reshard {
 
 std::string_view reduce_op_name(ReduceOp op) noexcept {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
   }
   return "invalid";
 }
@@ -35,11 +38,11 @@ ReduceOp parse_reduce_op(std::string_view name, const std::string& field) {
 
 void Topology::add(const DeviceInfo& info, const std::string& field) {
   if (info.device < 0)
-    fail(ErrorCode::kInvalidArgument, field + ": device id " + std::to_string(info.device) + " is negative");
-  if (info.process < 0 || info.host < 0 || info.ordinal < 0)
     fail(ErrorCode::kInvalidArgument,
-         field + ": process, host and ordinal of device " + std::to_string(info.device) +
-             " must be non-negative");
+         field + ": device id " + std::to_string(info.device) + " is negative");
+  if (info.process < 0 || info.host < 0 || info.ordinal < 0)
+    fail(ErrorCode::kInvalidArgument, field + ": process, host and ordinal of device " +
+                                          std::to_string(info.device) + " must be non-negative");
   auto it = std::lower_bound(devices_.begin(), devices_.end(), info.device,
                              [](const DeviceInfo& a, int64_t d) { return a.device < d; });
   if (it != devices_.end() && it->device == info.device) {
@@ -87,7 +90,8 @@ int Mesh::axis_index(std::string_view name) const {
 void Mesh::validate(const std::string& field) const {
   if (axis_names.size() != shape.size())
     fail(ErrorCode::kInvalidArgument, field + ".axis_names: " + std::to_string(axis_names.size()) +
-                                          " names for a mesh of rank " + std::to_string(shape.size()));
+                                          " names for a mesh of rank " +
+                                          std::to_string(shape.size()));
   for (size_t i = 0; i < axis_names.size(); ++i) {
     const std::string f = field + ".axis_names[" + std::to_string(i) + "]";
     if (axis_names[i].empty()) fail(ErrorCode::kInvalidArgument, f + ": empty axis name");
@@ -115,8 +119,8 @@ void Mesh::validate(const std::string& field) const {
                                             std::to_string(devices[i]) + " is negative");
   auto dup = std::adjacent_find(sorted.begin(), sorted.end());
   if (dup != sorted.end()) {
-    size_t pos = static_cast<size_t>(
-        std::find(devices.begin(), devices.end(), *dup) - devices.begin());
+    size_t pos =
+        static_cast<size_t>(std::find(devices.begin(), devices.end(), *dup) - devices.begin());
     size_t pos2 = static_cast<size_t>(
         std::find(devices.begin() + static_cast<std::ptrdiff_t>(pos) + 1, devices.end(), *dup) -
         devices.begin());
@@ -251,7 +255,8 @@ std::shared_ptr<const Geometry> lower_named(const NamedSharding& s, size_t rank,
       const std::string f = field + ".spec[" + std::to_string(d) + "]" +
                             (s.dims[d].size() > 1 ? "[" + std::to_string(j) + "]" : "");
       int a = mesh.axis_index(s.dims[d][j]);
-      if (a < 0) fail(ErrorCode::kInvalidArgument, f + ": unknown mesh axis \"" + s.dims[d][j] + "\"");
+      if (a < 0)
+        fail(ErrorCode::kInvalidArgument, f + ": unknown mesh axis \"" + s.dims[d][j] + "\"");
       if (used[a]++)
         fail(ErrorCode::kInvalidArgument, f + ": mesh axis \"" + s.dims[d][j] + "\" used twice");
       dim_axes[d].push_back(a);
@@ -267,7 +272,8 @@ std::shared_ptr<const Geometry> lower_named(const NamedSharding& s, size_t rank,
       fail(ErrorCode::kInvalidArgument, f + ": mesh axis \"" + s.partial_axes[j] + "\" used twice");
     partial_axes.push_back(a);
   }
-  if (s.partial_op != ReduceOp::kSum && s.partial_op != ReduceOp::kMax && s.partial_op != ReduceOp::kMin)
+  if (s.partial_op != ReduceOp::kSum && s.partial_op != ReduceOp::kMax &&
+      s.partial_op != ReduceOp::kMin)
     fail(ErrorCode::kInvalidArgument, field + ".partial.op: invalid reduce op");
 
   GeometryKey key{mesh, s.dims, s.partial_axes, s.partial_op};
@@ -307,7 +313,8 @@ std::shared_ptr<const Geometry> lower_named(const NamedSharding& s, size_t rank,
       coord[a] = pos % mesh.shape[a];
       pos /= mesh.shape[a];
     }
-    g->devices[static_cast<size_t>(e)] = mesh.devices[static_cast<size_t>(order[static_cast<size_t>(e)])];
+    g->devices[static_cast<size_t>(e)] =
+        mesh.devices[static_cast<size_t>(order[static_cast<size_t>(e)])];
     for (size_t d = 0; d < rank; ++d) {
       int64_t idx = 0;
       for (int a : dim_axes[d]) idx = idx * mesh.shape[a] + coord[a];
@@ -353,21 +360,23 @@ void check_entries_common(const std::vector<int64_t>& devices, const std::vector
     fail(ErrorCode::kInvalidArgument,
          field + ".summands: " + std::to_string(num_summands) + " must be at least 1");
   if (op != ReduceOp::kSum && op != ReduceOp::kMax && op != ReduceOp::kMin)
-    fail(ErrorCode::kInvalidArgument, field + ".op: invalid reduce op " +
-                                          std::to_string(static_cast<int32_t>(op)));
+    fail(ErrorCode::kInvalidArgument,
+         field + ".op: invalid reduce op " + std::to_string(static_cast<int32_t>(op)));
   for (size_t e = 0; e < devices.size(); ++e) {
     const bool bad = devices[e] < 0 || (e > 0 && devices[e] == devices[e - 1]) || summands[e] < 0 ||
                      summands[e] >= num_summands;
     if (!bad) continue;  // build the message only when there is an error
     const std::string f = field + ".entries[" + std::to_string(original_index[e]) + "]";
     if (devices[e] < 0)
-      fail(ErrorCode::kInvalidArgument, f + ".device: device id " + std::to_string(devices[e]) + " is negative");
+      fail(ErrorCode::kInvalidArgument,
+           f + ".device: device id " + std::to_string(devices[e]) + " is negative");
     if (e > 0 && devices[e] == devices[e - 1])
       fail(ErrorCode::kInvalidArgument, f + ".device: device " + std::to_string(devices[e]) +
                                             " holds two entries of one layout");
     if (summands[e] < 0 || summands[e] >= num_summands)
       fail(ErrorCode::kInvalidArgument, f + ".summand: " + std::to_string(summands[e]) +
-                                            " is outside [0, " + std::to_string(num_summands) + ")");
+                                            " is outside [0, " + std::to_string(num_summands) +
+                                            ")");
   }
 }
 }  // namespace
@@ -393,9 +402,9 @@ Layout Layout::from_boxes(std::span<const int64_t> shape, std::vector<LayoutEntr
                                             " for a tensor of rank " + std::to_string(rank));
     for (int d = 0; d < rank; ++d)
       if (en.box.lo[d] < 0 || en.box.lo[d] > en.box.hi[d] || en.box.hi[d] > shape[d])
-        fail(ErrorCode::kInvalidArgument, f + ".box: " + to_string(en.box) +
-                                              " is not inside the tensor shape " + shape_str(shape) +
-                                              " (dim " + std::to_string(d) + ")");
+        fail(ErrorCode::kInvalidArgument,
+             f + ".box: " + to_string(en.box) + " is not inside the tensor shape " +
+                 shape_str(shape) + " (dim " + std::to_string(d) + ")");
     g->devices.push_back(en.device);
     g->summands.push_back(en.summand);
     g->boxes.push_back(en.box);
@@ -417,7 +426,8 @@ Layout Layout::from_tiles(std::span<const int64_t> shape, std::span<const int64_
   const int rank = static_cast<int>(shape.size());
   if (counts.size() != shape.size())
     fail(ErrorCode::kInvalidArgument, field + ".counts: " + std::to_string(counts.size()) +
-                                          " shard counts for a tensor of rank " + std::to_string(rank));
+                                          " shard counts for a tensor of rank " +
+                                          std::to_string(rank));
   int64_t cells = 1;
   for (int d = 0; d < rank; ++d) {
     if (counts[d] < 1 || counts[d] > (int64_t{1} << 31))
@@ -426,7 +436,8 @@ Layout Layout::from_tiles(std::span<const int64_t> shape, std::span<const int64_
     if (__builtin_mul_overflow(cells, counts[d], &cells) || cells > (int64_t{1} << 31))
       fail(ErrorCode::kOutOfRange, field + ".counts: more than 2^31 cells");
   }
-  if (entries.size() > 0xfffffff0u) fail(ErrorCode::kOutOfRange, field + ".entries: too many entries");
+  if (entries.size() > 0xfffffff0u)
+    fail(ErrorCode::kOutOfRange, field + ".entries: too many entries");
   // Cells are indexed densely: bound them by the entries so a hostile input
   // cannot make a small layout allocate gigabytes.
   if (cells > 4 * static_cast<int64_t>(entries.size()) + 64)
@@ -446,8 +457,9 @@ Layout Layout::from_tiles(std::span<const int64_t> shape, std::span<const int64_
     const TileEntry& en = entries[idx[i]];
     for (int d = 0; d < rank; ++d)
       if (en.shard[d] < 0 || en.shard[d] >= counts[d])
-        fail(ErrorCode::kInvalidArgument, field + ".entries[" + std::to_string(idx[i]) + "].shard[" +
-                                              std::to_string(d) + "]: " + std::to_string(en.shard[d]) +
+        fail(ErrorCode::kInvalidArgument, field + ".entries[" + std::to_string(idx[i]) +
+                                              "].shard[" + std::to_string(d) +
+                                              "]: " + std::to_string(en.shard[d]) +
                                               " is outside [0, " + std::to_string(counts[d]) + ")");
     g->devices.push_back(en.device);
     g->summands.push_back(en.summand);
@@ -462,11 +474,11 @@ Layout Layout::from_tiles(std::span<const int64_t> shape, std::span<const int64_
 }
 
 Layout Layout::with_shape(std::span<const int64_t> shape, const std::string& field) const {
-  if (!tiled())
-    fail(ErrorCode::kInvalidArgument, field + ": with_shape needs a tiled layout");
+  if (!tiled()) fail(ErrorCode::kInvalidArgument, field + ": with_shape needs a tiled layout");
   if (static_cast<int32_t>(shape.size()) != geometry_->rank)
     fail(ErrorCode::kInvalidArgument, field + ".shape: rank " + std::to_string(shape.size()) +
-                                          " for a layout of rank " + std::to_string(geometry_->rank));
+                                          " for a layout of rank " +
+                                          std::to_string(geometry_->rank));
   validate_shape(shape, 1, field + ".shape");
   Layout l;
   l.shape_.assign(shape.begin(), shape.end());
@@ -527,7 +539,8 @@ std::vector<LayoutEntry> Layout::entries() const {
 }
 
 bool operator==(const Layout& a, const Layout& b) {
-  if (a.shape_ != b.shape_ || a.num_summands() != b.num_summands() || a.num_entries() != b.num_entries())
+  if (a.shape_ != b.shape_ || a.num_summands() != b.num_summands() ||
+      a.num_entries() != b.num_entries())
     return false;
   if (a.num_summands() > 1 && a.reduce_op() != b.reduce_op()) return false;
   if (a.geometry_ == b.geometry_) return true;

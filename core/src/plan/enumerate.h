@@ -34,8 +34,8 @@ struct TensorCtx {
   const GeoTopo* st = nullptr;
   const GeoTopo* dt = nullptr;
   int64_t esize = 1;
-  int32_t S = 1;  // source summands
-  int32_t T = 1;  // destination summands
+  int32_t S = 1;      // source summands
+  int32_t T = 1;      // destination summands
   std::string field;  // "tensors[i]"
 };
 
@@ -78,14 +78,14 @@ class Enumerator {
   void assign(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders, size_t n,
               bool own_region, F&& f);
   template <class F>
-  void cells_of(const TensorCtx& t, uint32_t e, const Box& B, std::vector<uint32_t>& cands, F&& f);
+  void cells_of(const TensorCtx& t, uint32_t e, const Box& B, F&& f);
   template <class F>
   void refine(const TensorCtx& t, uint32_t e, const Box& B, const std::vector<uint32_t>& cands,
               F&& f);
   [[noreturn]] void uncovered(const TensorCtx& t, uint32_t e, const Box& region, int32_t s);
 
   const PlanOptions& options_;
-  std::vector<uint32_t> cands_, holders_, sel_, dsts_;
+  std::vector<uint32_t> cands_, sel_, dsts_;
   std::vector<int64_t> bounds_[kMaxRank];
 };
 
@@ -218,13 +218,12 @@ void Enumerator::assign(const TensorCtx& t, uint32_t e, const Box& region, const
 }
 
 template <class F>
-void Enumerator::cells_of(const TensorCtx& t, uint32_t e, const Box& B, std::vector<uint32_t>& cands,
-                          F&& f) {
-  (void)cands;
+void Enumerator::cells_of(const TensorCtx& t, uint32_t e, const Box& B, F&& f) {
   const Geometry& sg = *t.sg;
   for_each_tile(t.src->shape(), sg.counts, sg.rank, B, [&](int64_t c, const Box& cell) {
     const uint32_t* h = sg.cell_entries.data() + sg.cell_offsets[static_cast<size_t>(c)];
-    const size_t n = sg.cell_offsets[static_cast<size_t>(c) + 1] - sg.cell_offsets[static_cast<size_t>(c)];
+    const size_t n =
+        sg.cell_offsets[static_cast<size_t>(c) + 1] - sg.cell_offsets[static_cast<size_t>(c)];
     assign(t, e, cell, h, n, false, f);
   });
 }
@@ -278,7 +277,7 @@ void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
   const Box B = t.dst->box(e);
   if (B.empty()) return;
   if (t.sg->tiled) {
-    cells_of(t, e, B, cands_, f);
+    cells_of(t, e, B, f);
     return;
   }
   // Explicit source: candidates from the sweep index, then refinement.
@@ -296,8 +295,7 @@ void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
       if (!intersect(sg.boxes[*it], B).empty()) cands.push_back(*it);
     std::sort(cands.begin(), cands.end());
   }
-  std::vector<uint32_t> local = cands;  // refine may recurse into assign which uses sel_
-  refine(t, e, B, local, f);
+  refine(t, e, B, cands, f);
 }
 
 template <class F>
@@ -366,7 +364,8 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
     const Geometry& sg = *t.sg;
     const int64_t c = sg.cell_of_entry[r];
     const uint32_t* h = sg.cell_entries.data() + sg.cell_offsets[static_cast<size_t>(c)];
-    const size_t n = sg.cell_offsets[static_cast<size_t>(c) + 1] - sg.cell_offsets[static_cast<size_t>(c)];
+    const size_t n =
+        sg.cell_offsets[static_cast<size_t>(c) + 1] - sg.cell_offsets[static_cast<size_t>(c)];
     if (t.dg->tiled) {
       // Destination cells overlapping C; every entry of a cell shares its box.
       const Geometry& dg = *t.dg;
@@ -406,9 +405,10 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
 }
 
 inline void Enumerator::uncovered(const TensorCtx& t, uint32_t e, const Box& region, int32_t s) {
-  fail(ErrorCode::kInvalidArgument,
-       t.field + ".src: region " + to_string(region) + (t.S > 1 ? " of summand " + std::to_string(s) : "") +
-           " is held by no source device (needed by device " + std::to_string(t.dg->devices[e]) + ")");
+  fail(ErrorCode::kInvalidArgument, t.field + ".src: region " + to_string(region) +
+                                        (t.S > 1 ? " of summand " + std::to_string(s) : "") +
+                                        " is held by no source device (needed by device " +
+                                        std::to_string(t.dg->devices[e]) + ")");
 }
 
 }  // namespace reshard::planning

@@ -57,7 +57,8 @@ void validate_tensor(const TensorSpec& t, size_t i) {
     fail(ErrorCode::kMismatch, f + ".dst: layout shape " + shape_str(t.dst.shape()) +
                                    " does not match tensor shape " + shape_str(t.shape));
   if (t.src.partial() && t.dst.partial() && t.src.reduce_op() != t.dst.reduce_op())
-    fail(ErrorCode::kMismatch, f + ".dst.partial.op: \"" + std::string(reduce_op_name(t.dst.reduce_op())) +
+    fail(ErrorCode::kMismatch, f + ".dst.partial.op: \"" +
+                                   std::string(reduce_op_name(t.dst.reduce_op())) +
                                    "\" differs from the source's \"" +
                                    std::string(reduce_op_name(t.src.reduce_op())) + "\"");
   if (t.src.num_entries() == 0 && t.dst.num_entries() > 0 && t.src.num_elements() > 0)
@@ -146,7 +147,8 @@ std::pair<const uint32_t*, const uint32_t*> entries_on(const GeoTopo& gt, int32_
   auto it = std::lower_bound(gt.procs.begin(), gt.procs.end(), p);
   if (it == gt.procs.end() || *it != p) return {nullptr, nullptr};
   const size_t k = static_cast<size_t>(it - gt.procs.begin());
-  return {gt.proc_entries.data() + gt.proc_offsets[k], gt.proc_entries.data() + gt.proc_offsets[k + 1]};
+  return {gt.proc_entries.data() + gt.proc_offsets[k],
+          gt.proc_entries.data() + gt.proc_offsets[k + 1]};
 }
 
 uint64_t fingerprint_of(const PlanInput& in) {
@@ -209,7 +211,8 @@ class MessageBuckets {
               const std::vector<int64_t>& devices) {
     std::vector<uint32_t> order(keys_.size());
     for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return keys_[a] < keys_[b]; });
+    std::sort(order.begin(), order.end(),
+              [&](uint32_t a, uint32_t b) { return keys_[a] < keys_[b]; });
     size_t total = 0;
     for (const auto& b : buckets_) total += b.size();
     pieces.clear();
@@ -297,7 +300,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
   std::vector<Acc> acc(ndev);
   // Tensors with the same shape and layout geometries have proportional
   // statistics: enumerate one of them and scale by the group's bytes/element.
-  std::map<std::tuple<std::vector<int64_t>, const Geometry*, const Geometry*>, std::vector<size_t>> groups;
+  std::map<std::tuple<std::vector<int64_t>, const Geometry*, const Geometry*>, std::vector<size_t>>
+      groups;
   for (size_t i = 0; i < ctx.tensors.size(); ++i) {
     const TensorCtx& t = ctx.tensors[i];
     groups[{t.spec->shape, t.sg, t.dg}].push_back(i);
@@ -336,12 +340,14 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
       std::vector<std::pair<uint32_t, int64_t>> hv;  // (holder entry, elements)
       std::map<int32_t, int64_t> dst_on_host, dst_on_proc, vol_on_host;
       for (int64_t c = 0; c < dg.num_cells(); ++c) {
-        const uint32_t b0 = dg.cell_offsets[static_cast<size_t>(c)], b1 = dg.cell_offsets[static_cast<size_t>(c) + 1];
+        const uint32_t b0 = dg.cell_offsets[static_cast<size_t>(c)],
+                       b1 = dg.cell_offsets[static_cast<size_t>(c) + 1];
         if (b0 == b1) continue;
         const Box B = t.dst->box(dg.cell_entries[b0]);
         if (B.empty()) continue;
         hv.clear();
-        en.recv(t, dg.cell_entries[b0], [&](const Emitted& x) { hv.emplace_back(x.src_entry, x.region.volume()); });
+        en.recv(t, dg.cell_entries[b0],
+                [&](const Emitted& x) { hv.emplace_back(x.src_entry, x.region.volume()); });
         const int64_t n = b1 - b0;
         dst_on_host.clear();
         dst_on_proc.clear();
@@ -355,8 +361,10 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
         for (auto [h, vol] : hv) {
           const uint32_t sd = t.st->dense[h];
           const int64_t bytes = vol * esum;
-          const int64_t other_host = n - (dst_on_host.count(t.st->host[h]) ? dst_on_host[t.st->host[h]] : 0);
-          const int64_t other_proc = n - (dst_on_proc.count(t.st->process[h]) ? dst_on_proc[t.st->process[h]] : 0);
+          const int64_t other_host =
+              n - (dst_on_host.count(t.st->host[h]) ? dst_on_host[t.st->host[h]] : 0);
+          const int64_t other_proc =
+              n - (dst_on_proc.count(t.st->process[h]) ? dst_on_proc[t.st->process[h]] : 0);
           acc[sd].send += bytes * n;
           acc[sd].send_inter += bytes * other_host;
           acc[sd].forced += bytes * n;
@@ -381,7 +389,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
           acc[dd].local += own;
           acc[dd].recv += total - own;
           acc[dd].missing += total - own;
-          acc[dd].recv_inter += total - (vol_on_host.count(t.dt->host[e]) ? vol_on_host[t.dt->host[e]] : 0);
+          acc[dd].recv_inter +=
+              total - (vol_on_host.count(t.dt->host[e]) ? vol_on_host[t.dt->host[e]] : 0);
           uint64_t* row = bits.data() + dd * words;
           for (size_t w = 0; w < words; ++w) row[w] |= cell_bits[w];
           if (track_pairs)
@@ -402,7 +411,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
         if (t.T == 1 || s % t.T == t.dg->summands[e]) need += B.volume();
       if (auto own = t.src->entry_of(t.dg->devices[e])) {
         const int32_t s = t.sg->summands[*own];
-        if (t.T == 1 || s % t.T == t.dg->summands[e]) need -= intersect(t.src->box(*own), B).volume();
+        if (t.T == 1 || s % t.T == t.dg->summands[e])
+          need -= intersect(t.src->box(*own), B).volume();
       }
       acc[dd].missing += need * esum;
       en.recv(t, e, [&](const Emitted& x) {
@@ -479,14 +489,17 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
     st.lower_bound_max_recv_bytes = std::max(st.lower_bound_max_recv_bytes, x.missing);
     st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes, x.forced);
     const double send_t = a * static_cast<double>(send_msgs[d]) +
-                          bi * static_cast<double>(x.send - x.send_inter) + bx * static_cast<double>(x.send_inter);
+                          bi * static_cast<double>(x.send - x.send_inter) +
+                          bx * static_cast<double>(x.send_inter);
     const double recv_t = a * static_cast<double>(recv_msgs[d]) +
-                          bi * static_cast<double>(x.recv - x.recv_inter) + bx * static_cast<double>(x.recv_inter);
+                          bi * static_cast<double>(x.recv - x.recv_inter) +
+                          bx * static_cast<double>(x.recv_inter);
     st.cost_seconds = std::max({st.cost_seconds, send_t, recv_t});
     const double recv_lb = (x.missing > 0 ? a : 0.0) +
                            bi * static_cast<double>(x.missing - std::min(x.missing, x.recv_inter)) +
                            bx * static_cast<double>(std::min(x.missing, x.recv_inter));
-    const double send_lb = (x.forced > 0 ? a : 0.0) + bi * static_cast<double>(x.forced - x.forced_inter) +
+    const double send_lb = (x.forced > 0 ? a : 0.0) +
+                           bi * static_cast<double>(x.forced - x.forced_inter) +
                            bx * static_cast<double>(x.forced_inter);
     st.lower_bound_cost_seconds = std::max({st.lower_bound_cost_seconds, recv_lb, send_lb});
   }
@@ -495,7 +508,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
     const int64_t n = static_cast<int64_t>(holders.size());
     const int64_t even = (lb_total + n - 1) / n;
     st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes, even);
-    st.lower_bound_cost_seconds = std::max(st.lower_bound_cost_seconds, bi * static_cast<double>(even));
+    st.lower_bound_cost_seconds =
+        std::max(st.lower_bound_cost_seconds, bi * static_cast<double>(even));
   }
   st.pieces = pieces;
   st.rounds = st.network_bytes > 0 ? 1 : 0;
@@ -505,9 +519,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
       const int64_t peers = send_msgs[d] + recv_msgs[d];
       if (peers > 0 && budget <= 16 * peers)
         fail(ErrorCode::kInvalidArgument,
-             "options.staging_budget_bytes: " + std::to_string(budget) + " bytes cannot stage device " +
-                 std::to_string(ctx.devices[d]) + " with " + std::to_string(peers) +
-                 " peers (needs more than 16 bytes per peer)");
+             "options.staging_budget_bytes: " + std::to_string(budget) +
+                 " bytes cannot stage device " + std::to_string(ctx.devices[d]) + " with " +
+                 std::to_string(peers) + " peers (needs more than 16 bytes per peer)");
     }
     std::vector<int64_t> staged(ndev, 0);
     int64_t rounds = 0, messages = 0;
@@ -552,9 +566,9 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
       validate_tensor(input.tensors[i], i);
       auto [it, fresh] = names.emplace(input.tensors[i].name, i);
       if (!fresh)
-        fail(ErrorCode::kInvalidArgument, "tensors[" + std::to_string(i) + "].name: duplicate name \"" +
-                                              input.tensors[i].name + "\" (also tensors[" +
-                                              std::to_string(it->second) + "])");
+        fail(ErrorCode::kInvalidArgument,
+             "tensors[" + std::to_string(i) + "].name: duplicate name \"" + input.tensors[i].name +
+                 "\" (also tensors[" + std::to_string(it->second) + "])");
     }
   }
   if (request.scope != PlanScope::kAll && request.scope != PlanScope::kGlobal &&
@@ -585,7 +599,8 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   };
   auto make_part = [&](int32_t p) {
     ProcessPart part = build_part(ctx, p, input.options);
-    if (budgeted) planning::split_rounds(part, input.tensors, input.options.staging_budget_bytes, load);
+    if (budgeted)
+      planning::split_rounds(part, input.tensors, input.options.staging_budget_bytes, load);
     return part;
   };
   if (request.scope == PlanScope::kAll) {
@@ -605,23 +620,27 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
 const ProcessPart& Plan::part(int32_t process) const {
   auto it = parts_.find(process);
   if (it == parts_.end())
-    fail(ErrorCode::kOutOfRange, "process: this plan holds no part for process " + std::to_string(process));
+    fail(ErrorCode::kOutOfRange,
+         "process: this plan holds no part for process " + std::to_string(process));
   return it->second;
 }
 
 Box Plan::region(const ProcessPart& part, const Piece& piece) const {
   if (piece.region != kOverlapRegion) {
     if (piece.region >= part.regions.size())
-      fail(ErrorCode::kOutOfRange, "piece.region: " + std::to_string(piece.region) + " but the part has " +
-                                       std::to_string(part.regions.size()) + " regions");
+      fail(ErrorCode::kOutOfRange, "piece.region: " + std::to_string(piece.region) +
+                                       " but the part has " + std::to_string(part.regions.size()) +
+                                       " regions");
     return part.regions[piece.region];
   }
   if (piece.tensor >= tensors_.size())
-    fail(ErrorCode::kOutOfRange, "piece.tensor: " + std::to_string(piece.tensor) + " but the plan has " +
-                                     std::to_string(tensors_.size()) + " tensors");
+    fail(ErrorCode::kOutOfRange, "piece.tensor: " + std::to_string(piece.tensor) +
+                                     " but the plan has " + std::to_string(tensors_.size()) +
+                                     " tensors");
   const TensorSpec& t = tensors_[piece.tensor];
   if (piece.src_entry >= t.src.num_entries() || piece.dst_entry >= t.dst.num_entries())
-    fail(ErrorCode::kOutOfRange, "piece: entry index out of range for tensor " + std::to_string(piece.tensor));
+    fail(ErrorCode::kOutOfRange,
+         "piece: entry index out of range for tensor " + std::to_string(piece.tensor));
   return intersect(t.src.box(piece.src_entry), t.dst.box(piece.dst_entry));
 }
 

@@ -10,9 +10,9 @@ int64_t round_chunk(int64_t budget, DeviceLoad a, DeviceLoad b, int64_t stream_b
   const int64_t reserve = 16 * std::max(a.peers, b.peers);
   const int64_t total = std::max({a.bytes, b.bytes, stream_bytes, int64_t{1}});
   if (budget <= reserve) return 8;  // rejected by the planner's validation
-  const unsigned __int128 share =
-      static_cast<unsigned __int128>(budget - reserve) * static_cast<uint64_t>(stream_bytes) /
-      static_cast<uint64_t>(total);
+  const unsigned __int128 share = static_cast<unsigned __int128>(budget - reserve) *
+                                  static_cast<uint64_t>(stream_bytes) /
+                                  static_cast<uint64_t>(total);
   return static_cast<int64_t>(share) + 8;
 }
 
@@ -96,7 +96,8 @@ void cut(std::vector<Message>& msgs, std::vector<Piece>& pieces, ProcessPart& pa
       // Element i occupies bytes [s + i*e, s + (i+1)*e) of the stream and
       // belongs to the round holding its last byte.
       const int64_t r0 = (s + e - 1) / chunk, r1 = (s + n * e - 1) / chunk;
-      if (r1 >= int64_t{1} << 31) fail(ErrorCode::kOutOfRange, "options.staging_budget_bytes: more than 2^31 rounds");
+      if (r1 >= int64_t{1} << 31)
+        fail(ErrorCode::kOutOfRange, "options.staging_budget_bytes: more than 2^31 rounds");
       max_round = std::max(max_round, static_cast<uint32_t>(r1));
       if (r0 == r1) {
         cuts.push_back({static_cast<uint32_t>(r0), mi, p, n * e});

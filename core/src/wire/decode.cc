@@ -18,11 +18,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "util/utf8.h"
 #include "plan/plan_builder.h"
 #include "reshard/error.h"
 #include "reshard/plan_generated.h"
 #include "reshard/wire.h"
+#include "util/utf8.h"
 
 namespace reshard {
 namespace {
