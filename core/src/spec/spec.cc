@@ -553,7 +553,10 @@ Spec parse_spec_impl(std::string_view json_text) {
   if (const json* options = find(root, "options"))
     spec.input.options = parse_options(*options, "options");
 
-  const json& tensors = as_array(require(root, "(root)", "tensors"), "tensors");
+  // Checked apart from the binding: GCC 13's -Wdangling-reference flags a
+  // returned reference when any argument is a temporary (the path string).
+  const json& tensors = require(root, "(root)", "tensors");
+  as_array(tensors, "tensors");
   if (tensors.empty()) bad("tensors", "no tensors");
   std::map<std::string, std::string> names;
   spec.input.tensors.reserve(tensors.size());
