@@ -6,9 +6,11 @@
 // Every case goes through the public path the engine uses: one
 // Transport::run_copies call of the cuda transport (descriptor upload, one
 // fused launch per class), timed with CUDA events on the caller's stream;
-// "host ms" is the time the call itself took on the CPU (planning the
-// launches). Output: a Markdown table (scripts/gpu-check.sh appends it to
-// docs/gpu-results.md).
+// "host ms" is the time a repeated call took on the CPU (the same ops
+// again: the GPU's launch cache hands back the launches planned the first
+// time) and "first call ms" the first call's (validating the ops, planning
+// the launches, uploading their descriptors). Output: a Markdown table (scripts/gpu-check.sh
+// appends it to docs/gpu-results.md).
 //
 //   kernel_bandwidth [--gib N] [--iters K]     (defaults: 1 GiB, 10 iterations)
 #include <cuda_runtime_api.h>
@@ -83,8 +85,9 @@ struct Case {
 };
 
 struct Timing {
-  double gpu_seconds = 0;   // per iteration, from events
-  double host_seconds = 0;  // per iteration, run_copies call on the CPU
+  double gpu_seconds = 0;    // per iteration, from events
+  double host_seconds = 0;   // per iteration, run_copies call on the CPU
+  double first_seconds = 0;  // the first (planning) call on the CPU
 };
 
 class Bench {
@@ -98,7 +101,9 @@ class Bench {
 
   Timing kernels(const Case& c) {
     Timing t;
-    transport_->run_copies(0, 0, c.ops);  // warm-up (and first-use setup)
+    const auto f0 = std::chrono::steady_clock::now();
+    transport_->run_copies(0, 0, c.ops);  // plans; also the warm-up
+    t.first_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
     check(cudaStreamSynchronize(stream_), "sync");
     EventPtr start = event();
     EventPtr stop = event();
@@ -291,16 +296,16 @@ int main(int argc, char** argv) {
   std::printf("backend: %s\n", reshard::cuda_backend_versions().c_str());
   std::printf("baseline: cudaMemcpy device-to-device of %.2f GiB: %.1f GB/s\n\n",
               static_cast<double>(bytes) / (1 << 30), bytes / memcpy_full / 1e9);
-  std::printf("| case | MiB | kernel GB/s | cudaMemcpy GB/s | ratio | host ms |\n");
-  std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| case | MiB | kernel GB/s | cudaMemcpy GB/s | ratio | host ms | first call ms |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Case& c : cases) {
     const Timing t = bench.kernels(c);
     const double base = bench.memcpy_seconds(packed.get(), matrix.get(), c.bytes);
     const double gbs = c.bytes / t.gpu_seconds / 1e9;
     const double base_gbs = c.bytes / base / 1e9;
-    std::printf("| %s | %.0f | %.1f | %.1f | %.2f | %.3f |\n", c.name.c_str(),
+    std::printf("| %s | %.0f | %.1f | %.1f | %.2f | %.3f | %.3f |\n", c.name.c_str(),
                 static_cast<double>(c.bytes) / (1 << 20), gbs, base_gbs, gbs / base_gbs,
-                t.host_seconds * 1e3);
+                t.host_seconds * 1e3, t.first_seconds * 1e3);
   }
   return 0;
 }

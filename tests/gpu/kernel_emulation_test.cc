@@ -118,6 +118,84 @@ TEST(KernelEmulation, IndependentOpsFuseIntoOneLaunchPerClass) {
   for (size_t i = 0; i < cs.size(); ++i) ASSERT_EQ(cs[i].dst.contents(), expected[i]) << cs[i].what;
 }
 
+// A dense copy of `n` bytes.
+CopyOp byte_copy(const std::byte* src, std::byte* dst, int64_t n) {
+  Box b;
+  b.rank = 1;
+  b.hi[0] = n;
+  CopyOp op;
+  op.kind = CopyOp::Kind::kCopy;
+  op.dtype = DType::kU8;
+  op.desc = make_copy_desc(b, b, b);
+  op.src = src;
+  op.dst = dst;
+  return op;
+}
+
+// Invariant (the whole-call fast path of plan_launches): thousands of
+// independent dense copies, scattered over one staging buffer, are one
+// launch with the bytes of copying them in turn; and every kind of hazard
+// between two ops whose byte spans merely meet (a read of what an earlier
+// op wrote, a write over what an earlier op read, a write over an earlier
+// write, the later span starting before or inside the earlier one) splits
+// the call into ordered phases.
+TEST(KernelEmulation, WholeCallCheckFusesIndependentOpsAndOrdersEveryHazard) {
+  constexpr int64_t kPiece = 48;
+  constexpr int64_t kPieces = 3000;
+  std::vector<std::byte> src(kPiece * kPieces);
+  std::vector<std::byte> dst(kPiece * kPieces);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 131 + 7);
+  std::vector<CopyOp> ops;
+  for (int64_t i = 0; i < kPieces; ++i) {
+    const int64_t to = (i * 1237) % kPieces;  // a permutation (1237 and 3000 are coprime)
+    ops.push_back(byte_copy(src.data() + i * kPiece, dst.data() + to * kPiece, kPiece));
+  }
+  const std::vector<Launch> fused = plan_launches(ops);
+  ASSERT_EQ(fused.size(), 1u);
+  emulate(fused, true);
+  for (int64_t i = 0; i < kPieces; ++i) {
+    const int64_t to = (i * 1237) % kPieces;
+    ASSERT_TRUE(std::equal(src.begin() + i * kPiece, src.begin() + (i + 1) * kPiece,
+                           dst.begin() + to * kPiece))
+        << "piece " << i;
+  }
+
+  struct Hazard {
+    const char* what;
+    int64_t first_src, first_dst, first_len;  // offsets into a (src) and b (dst)
+    int second_src_buffer;                    // 0: a, 1: b, 2: c
+    int64_t second_src, second_len;
+    int second_dst_buffer;
+    int64_t second_dst;
+  };
+  const Hazard hazards[] = {
+      {"read inside an earlier write", 0, 0, 100, 1, 10, 10, 2, 0},
+      {"read starting before an earlier write", 0, 40, 20, 1, 0, 100, 2, 0},
+      {"write inside an earlier read", 0, 0, 100, 2, 0, 10, 0, 50},
+      {"write starting before an earlier read", 30, 0, 40, 2, 0, 50, 0, 0},
+      {"write over an earlier write", 0, 0, 100, 2, 0, 10, 1, 95},
+  };
+  for (const Hazard& h : hazards) {
+    std::vector<std::byte> bufs[3];
+    for (int k = 0; k < 3; ++k) {
+      bufs[k].resize(256);
+      for (size_t i = 0; i < 256; ++i) bufs[k][i] = static_cast<std::byte>(i + 64 * k);
+    }
+    std::vector<std::byte> expected[3] = {bufs[0], bufs[1], bufs[2]};
+    const CopyOp pair[2] = {
+        byte_copy(bufs[0].data() + h.first_src, bufs[1].data() + h.first_dst, h.first_len),
+        byte_copy(bufs[h.second_src_buffer].data() + h.second_src,
+                  bufs[h.second_dst_buffer].data() + h.second_dst, h.second_len)};
+    std::copy_n(expected[0].begin() + h.first_src, h.first_len, expected[1].begin() + h.first_dst);
+    std::copy_n(expected[h.second_src_buffer].begin() + h.second_src, h.second_len,
+                expected[h.second_dst_buffer].begin() + h.second_dst);
+    const std::vector<Launch> launches = plan_launches(pair);
+    EXPECT_EQ(launches.size(), 2u) << h.what;
+    emulate(launches, true);
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(bufs[k], expected[k]) << h.what << ", buffer " << k;
+  }
+}
+
 // Every byte address a Work touches on one side.
 std::set<uintptr_t> touched(const Work& w, bool src) {
   std::set<uintptr_t> out;

@@ -181,5 +181,112 @@ TEST(CudaKernels, HostPointersAreRejectedBeforeTheKernelRuns) {
   EXPECT_EQ(dev.download(), src.download());
 }
 
+// A dense byte copy of `n` bytes at the given offsets.
+CopyOp device_byte_copy(const std::byte* src, std::byte* dst, int64_t n) {
+  Box box;
+  box.rank = 1;
+  box.hi[0] = n;
+  CopyOp op;
+  op.kind = CopyOp::Kind::kCopy;
+  op.dtype = DType::kU8;
+  op.desc = make_copy_desc(box, box, box);
+  op.src = src;
+  op.dst = dst;
+  return op;
+}
+
+std::vector<std::byte> pattern(int64_t n, int seed) {
+  std::vector<std::byte> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::byte>(i * 37 + seed * 101 + 1);
+  return v;
+}
+
+// Invariant (the launch cache of a GPU, device_context.h): a call equal to
+// an earlier one reuses its launches and moves the data the buffers hold
+// now; a call differing in any field (a pointer, an offset, an extent) is
+// planned anew; more distinct calls than the cache holds, and calls too
+// large for it, still move the right bytes; cached entries survive eviction
+// of others in the right order.
+TEST(CudaKernels, RepeatedCallsReuseLaunchesAndNeverConfuseTwoCalls) {
+  RESHARD_REQUIRE_GPU();
+  auto transport = make_cuda_local_transport();
+  constexpr int64_t kBytes = 1 << 16;
+  DeviceBuffer src(kBytes, 0);
+  DeviceBuffer dst1(kBytes, 0);
+  DeviceBuffer dst2(kBytes, 0);
+  ASSERT_TRUE(src.ok() && dst1.ok() && dst2.ok());
+  const auto run = [&](const std::vector<CopyOp>& ops) {
+    transport->run_copies(0, 0, ops);
+    transport->finish(60);
+  };
+  // 64 pieces of 1 KiB, reversed.
+  const auto pieces = [&](std::byte* dst, int64_t shift) {
+    std::vector<CopyOp> ops;
+    for (int64_t i = 0; i < 64; ++i) {
+      ops.push_back(
+          device_byte_copy(src.data() + i * 1024, dst + (63 - i) * 1024 + shift, 1024 - shift));
+    }
+    return ops;
+  };
+  const auto reversed = [](const std::vector<std::byte>& in, int64_t shift) {
+    std::vector<std::byte> out(in.size(), std::byte{0});
+    for (int64_t i = 0; i < 64; ++i) {
+      std::copy_n(in.begin() + i * 1024, 1024 - shift, out.begin() + (63 - i) * 1024 + shift);
+    }
+    return out;
+  };
+  const std::vector<CopyOp> a = pieces(dst1.data(), 0);
+  for (int round = 0; round < 3; ++round) {  // the first plans, the others hit
+    const std::vector<std::byte> data = pattern(kBytes, round);
+    src.upload(data.data());
+    run(a);
+    ASSERT_EQ(dst1.download(), reversed(data, 0)) << "round " << round;
+  }
+  // Another destination pointer: not the cached call.
+  const std::vector<std::byte> zeros(kBytes, std::byte{0});
+  dst2.upload(zeros.data());
+  const std::vector<std::byte> data = pattern(kBytes, 7);
+  src.upload(data.data());
+  run(pieces(dst2.data(), 0));
+  EXPECT_EQ(dst2.download(), reversed(data, 0));
+  // Only offsets and extents differ (same pointers as a's first op): not cached.
+  dst1.upload(zeros.data());
+  run(pieces(dst1.data(), 8));
+  EXPECT_EQ(dst1.download(), reversed(data, 8));
+  // More distinct calls than the cache keeps (16), then the first again.
+  std::vector<std::vector<CopyOp>> calls;
+  for (int64_t k = 0; k < 40; ++k) calls.push_back(pieces(dst2.data(), k % 20));
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t k = 0; k < calls.size(); ++k) {
+      const int64_t shift = static_cast<int64_t>(k % 20);
+      dst2.upload(zeros.data());
+      run(calls[k]);
+      ASSERT_EQ(dst2.download(), reversed(data, shift)) << "pass " << pass << " call " << k;
+    }
+  }
+  // A call larger than the cache (150,000 ops, about 80 MiB of ops and
+  // descriptors against 64 MiB): planned and run uncached, twice.
+  constexpr int64_t kOps = 150000;
+  DeviceBuffer big_src(kOps * 4, 0);
+  DeviceBuffer big_dst(kOps * 4, 0);
+  ASSERT_TRUE(big_src.ok() && big_dst.ok());
+  std::vector<CopyOp> many;
+  for (int64_t i = 0; i < kOps; ++i) {
+    many.push_back(
+        device_byte_copy(big_src.data() + i * 4, big_dst.data() + (kOps - 1 - i) * 4, 4));
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::vector<std::byte> in = pattern(kOps * 4, 20 + pass);
+    big_src.upload(in.data());
+    run(many);
+    const std::vector<std::byte> out = big_dst.download();
+    for (int64_t i = 0; i < kOps; ++i) {
+      ASSERT_TRUE(
+          std::equal(in.begin() + i * 4, in.begin() + i * 4 + 4, out.begin() + (kOps - 1 - i) * 4))
+          << "pass " << pass << ", op " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace reshard

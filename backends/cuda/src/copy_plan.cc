@@ -595,8 +595,63 @@ bool footprints_overlap(const Footprint& a, const Footprint& b) {
   return true;
 }
 
+namespace {
+
+// A byte span one op reads or writes, for the whole-call check.
+struct Span {
+  uintptr_t lo;
+  uintptr_t hi;
+  bool write;
+};
+
+// True when no write span meets another op's span (reads may meet reads):
+// then no op can see another's effect and the call is one phase. A sweep in
+// order of `lo` finds any pair that meets with a write in it: the later
+// starting one begins before the earlier one's end. An op's own read and
+// write meeting also answers false (the caller then takes the exact path).
+bool writes_isolated(std::vector<Span>& spans) {
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
+  uintptr_t end_any = 0;
+  uintptr_t end_write = 0;
+  for (const Span& s : spans) {
+    if (s.lo >= s.hi) continue;
+    if (s.lo < end_write || (s.write && s.lo < end_any)) return false;
+    end_any = std::max(end_any, s.hi);
+    if (s.write) end_write = std::max(end_write, s.hi);
+  }
+  return true;
+}
+
+}  // namespace
+
 std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
   std::vector<Launch> launches;
+  // Fast path: independent ops (packing into distinct staging ranges,
+  // unpacking distinct messages into distinct shards) are one phase, found
+  // by one sort instead of the incremental overlap index.
+  {
+    Launch copies;
+    Launch elements;
+    elements.element = true;
+    std::vector<Span> spans;
+    spans.reserve(2 * ops.size());
+    copies.works.reserve(ops.size());
+    copies.tile_start.reserve(ops.size() + 1);
+    Planned p;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (!plan_op(ops[i], i, p)) continue;
+      for (const Footprint& f : p.reads) spans.push_back({f.lo, f.hi, false});
+      for (const Footprint& f : p.writes) spans.push_back({f.lo, f.hi, true});
+      append_work(static_cast<WorkKind>(p.work.kind) == WorkKind::kCopy ? copies : elements,
+                  p.work);
+    }
+    if (writes_isolated(spans)) {
+      for (Launch* l : {&copies, &elements}) {
+        if (!l->works.empty()) launches.push_back(std::move(*l));
+      }
+      return launches;
+    }
+  }
   Phase phase;
   Launch copies;
   Launch elements;

@@ -33,8 +33,16 @@ class DeviceContext {
 
   // Enqueues `launches` (copy_plan.h) on the stream. Descriptor buffers are
   // reused once the kernel that read them completed; waiting for one is
-  // bounded by `deadline` (kTimeout).
-  void enqueue(const std::vector<Launch>& launches, Clock::time_point deadline);
+  // bounded by `deadline` (kTimeout). With `ops` (the call the launches were
+  // planned from), the launches and their descriptors, kept in device
+  // memory, are remembered for run_cached when they fit the cache.
+  void enqueue(const std::vector<Launch>& launches, Clock::time_point deadline,
+               std::span<const CopyOp> ops = {});
+  // Enqueues the launches remembered for an earlier call with the same ops
+  // (equal field by field: kinds, descriptors, pointers, counts): true when
+  // there was one. A repeated call, e.g. the same plan executed again on
+  // the same buffers, then skips planning and the descriptor upload.
+  bool run_cached(std::span<const CopyOp> ops);
 
   // Stream-ordered device memory (cudaMallocAsync where the device has
   // memory pools), freed in stream order by the block's destructor.
@@ -52,6 +60,27 @@ class DeviceContext {
     bool used = false;
   };
   Slot& acquire(Clock::time_point deadline);
+  // Launches remembered by enqueue, least recently used first evicted.
+  struct Cached {
+    std::vector<CopyOp> ops;  // the key
+    DevicePtr descriptors;    // every launch's works and tile starts
+    struct Part {
+      bool element;
+      int works;
+      int64_t tiles;
+      size_t works_offset;
+      size_t tiles_offset;
+    };
+    std::vector<Part> parts;
+    size_t bytes = 0;  // host and device memory held
+    uint64_t last_use = 0;
+  };
+  void launch(bool element, const unsigned char* descriptors, size_t works_offset,
+              size_t tiles_offset, int works, int64_t tiles);
+  // Uploads the launches' descriptors into a new cache entry and enqueues
+  // them from there; false (nothing done) when they exceed the cache.
+  bool remember(std::span<const CopyOp> ops, const std::vector<Launch>& launches,
+                Clock::time_point deadline);
 
   int ordinal_;
   StreamPtr owned_;
@@ -61,6 +90,9 @@ class DeviceContext {
   bool pageable_access_ = false;
   std::vector<std::unique_ptr<Slot>> slots_;
   size_t next_slot_ = 0;
+  std::vector<Cached> cache_;
+  size_t cache_bytes_ = 0;
+  uint64_t uses_ = 0;
 
   friend class DeviceSet;
 };

@@ -553,10 +553,10 @@ Spec parse_spec_impl(std::string_view json_text) {
   if (const json* options = find(root, "options"))
     spec.input.options = parse_options(*options, "options");
 
-  // Checked apart from the binding: GCC 13's -Wdangling-reference flags a
-  // returned reference when any argument is a temporary (the path string).
-  const json& tensors = require(root, "(root)", "tensors");
-  as_array(tensors, "tensors");
+  // Named paths: GCC 13's -Wdangling-reference flags a returned reference
+  // whenever an argument binds a temporary (here the path strings).
+  const std::string root_path = "(root)", tensors_path = "tensors";
+  const json& tensors = as_array(require(root, root_path, "tensors"), tensors_path);
   if (tensors.empty()) bad("tensors", "no tensors");
   std::map<std::string, std::string> names;
   spec.input.tensors.reserve(tensors.size());
