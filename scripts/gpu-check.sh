@@ -37,7 +37,7 @@
 # whose dependencies are already on CMAKE_PREFIX_PATH and PATH),
 # RESHARD_WERROR (ON by default; OFF for a host compiler newer than CI's, whose
 # new warnings would stop the build), RESHARD_COMMIT (the commit to record
-# when the tree is a copy without .git).
+# instead of asking git, e.g. for an exported tree).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -144,8 +144,11 @@ elif [[ -n "$UNEXPECTED_SKIPS" && "${RESHARD_GPU_ALLOW_SKIPS:-0}" != 1 ]]; then
 fi
 
 say "recording results in $RESULTS"
-COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "${RESHARD_COMMIT:-unknown}")
-DIRTY=$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo " (with local changes)" || true)
+COMMIT=${RESHARD_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+DIRTY=""
+if [[ -z "${RESHARD_COMMIT:-}" ]]; then
+  DIRTY=$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo " (with local changes)" || true)
+fi
 {
   echo
   echo "## $DATE — $VERDICT"

@@ -1,5 +1,7 @@
 #include "device_context.h"
 
+#include <cuda.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -407,9 +409,37 @@ bool DeviceSet::peer(int from, int to) {
   return ok;
 }
 
+namespace {
+
+// cuMemGetAddressRange through the runtime's driver entry points (the
+// backend links no libcuda): the allocation holding a device pointer, so
+// one check covers every pointer into it. Null when unavailable.
+using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+GetAddressRange address_range_fn() {
+  static const GetAddressRange fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
+                                         &status) != cudaSuccess ||
+        status != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return GetAddressRange{nullptr};
+    }
+    return reinterpret_cast<GetAddressRange>(f);
+  }();
+  return fn;
+}
+
+}  // namespace
+
 void DeviceSet::check_pointer(int ordinal, const void* p, const std::string& what) {
   const auto key = std::make_pair(ordinal, p);
   if (checked_.contains(key)) return;
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  std::map<uintptr_t, uintptr_t>& ranges = checked_ranges_[ordinal];
+  if (auto it = ranges.upper_bound(address); it != ranges.begin() && address < (--it)->second) {
+    return;
+  }
   cudaPointerAttributes a{};
   const cudaError_t e = cudaPointerGetAttributes(&a, p);
   if (e != cudaSuccess) {
@@ -441,6 +471,19 @@ void DeviceSet::check_pointer(int ordinal, const void* p, const std::string& wha
                  "device memory (cudaMalloc), managed or mapped pinned memory");
       }
       break;
+  }
+  if (a.type == cudaMemoryTypeDevice) {
+    // Remember the whole allocation: a call's many pieces of one shard or
+    // staging buffer cost one query, not one each.
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (GetAddressRange range = address_range_fn();
+        range != nullptr &&
+        range(&base, &size, static_cast<CUdeviceptr>(address)) == CUDA_SUCCESS && size > 0) {
+      if (ranges.size() > 65536) ranges.clear();
+      ranges[static_cast<uintptr_t>(base)] = static_cast<uintptr_t>(base) + size;
+      return;
+    }
   }
   if (checked_.size() > 65536) checked_.clear();
   checked_.emplace(key, true);

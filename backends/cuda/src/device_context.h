@@ -130,6 +130,8 @@ class DeviceSet {
   std::map<int, std::unique_ptr<DeviceContext>> contexts_;
   std::map<std::pair<int, int>, bool> peers_;
   std::map<std::pair<int, const void*>, bool> checked_;  // pointers found addressable
+  // Per ordinal: device allocations [start, end) found addressable.
+  std::map<int, std::map<uintptr_t, uintptr_t>> checked_ranges_;
 };
 
 }  // namespace reshard::cuda_backend
