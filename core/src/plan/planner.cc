@@ -22,7 +22,7 @@ using planning::TensorCtx;
 
 namespace {
 
-constexpr uint64_t kPlannerVersion = 1;  // bump when any planning rule changes
+constexpr uint64_t kPlannerVersion = 2;  // bump when any planning rule changes (2: cut windows)
 
 void validate_options(const PlanOptions& o) {
   if (o.split_min_bytes < 0)
@@ -184,10 +184,11 @@ uint64_t fingerprint_of(const PlanInput& in) {
 
 // Collects the pieces of one direction (sends or receives) of a part into
 // one bucket per message, keeping generation order (tensor-major, canonical
-// within a tensor) inside each bucket.
+// within a tensor) inside each bucket, and, when `sized` (round cutting
+// needs them), each piece's size.
 class MessageBuckets {
  public:
-  explicit MessageBuckets(size_t ndev) : ndev_(ndev) {}
+  MessageBuckets(size_t ndev, bool sized) : ndev_(ndev), sized_(sized) {}
 
   // Slot table for one own device; call once per own entry, then add().
   uint32_t* table_for(uint32_t own_dense) {
@@ -201,14 +202,16 @@ class MessageBuckets {
     if (slot == kNone) {
       slot = static_cast<uint32_t>(buckets_.size());
       buckets_.emplace_back();
+      if (sized_) sizes_.emplace_back();
       keys_.push_back((uint64_t{peer_dense} << 20) | own_dense);
       bytes_.push_back(0);
     }
     buckets_[slot].push_back(piece);
+    if (sized_) sizes_[slot].push_back(bytes);
     bytes_[slot] += bytes;
   }
-  void finish(std::vector<Piece>& pieces, std::vector<Message>& msgs, bool send,
-              const std::vector<int64_t>& devices) {
+  void finish(std::vector<Piece>& pieces, std::vector<int64_t>& piece_bytes,
+              std::vector<Message>& msgs, bool send, const std::vector<int64_t>& devices) {
     std::vector<uint32_t> order(keys_.size());
     for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
     std::sort(order.begin(), order.end(),
@@ -217,6 +220,8 @@ class MessageBuckets {
     for (const auto& b : buckets_) total += b.size();
     pieces.clear();
     pieces.reserve(total);
+    piece_bytes.clear();
+    if (sized_) piece_bytes.reserve(total);
     msgs.assign(order.size(), Message{});
     for (size_t k = 0; k < order.size(); ++k) {
       // key = (round << 40) | (peer dense << 20) | own dense; both < 2^20.
@@ -231,26 +236,39 @@ class MessageBuckets {
       m.num_pieces = buckets_[order[k]].size();
       m.bytes = bytes_[order[k]];
       pieces.insert(pieces.end(), buckets_[order[k]].begin(), buckets_[order[k]].end());
+      if (sized_)
+        piece_bytes.insert(piece_bytes.end(), sizes_[order[k]].begin(), sizes_[order[k]].end());
     }
   }
 
  private:
   static constexpr uint32_t kNone = 0xffffffffu;
   size_t ndev_;
+  bool sized_;
   std::unordered_map<uint32_t, uint32_t> own_;
   std::vector<std::vector<uint32_t>> tables_;
   std::vector<std::vector<Piece>> buckets_;
+  std::vector<std::vector<int64_t>> sizes_;  // parallel to buckets_ when sized_
   std::vector<uint64_t> keys_;
   std::vector<int64_t> bytes_;
 };
 
-ProcessPart build_part(Context& ctx, int32_t p, const PlanOptions& options) {
+// A process part before round cutting, with each network piece's size.
+struct BuiltPart {
+  ProcessPart part;
+  // Parallel to send_pieces / recv_pieces; empty without a staging budget.
+  std::vector<int64_t> send_bytes, recv_bytes;
+};
+
+BuiltPart build_part(Context& ctx, int32_t p, const PlanOptions& options) {
   if (ctx.devices.size() >= (1u << 20))
     fail(ErrorCode::kOutOfRange, "plan: more than 2^20 distinct devices");
-  ProcessPart part;
+  BuiltPart built;
+  ProcessPart& part = built.part;
   part.process = p;
   Enumerator en(options);
-  MessageBuckets sends(ctx.devices.size()), recvs(ctx.devices.size());
+  const bool sized = options.staging_budget_bytes > 0;
+  MessageBuckets sends(ctx.devices.size(), sized), recvs(ctx.devices.size(), sized);
   auto add_region = [&](const TensorCtx& t, const Emitted& x, Piece& piece) {
     if (!x.own_region) return;
     if (x.region == intersect(t.src->box(x.src_entry), t.dst->box(x.dst_entry))) return;
@@ -284,14 +302,17 @@ ProcessPart build_part(Context& ctx, int32_t p, const PlanOptions& options) {
       });
     }
   }
-  sends.finish(part.send_pieces, part.sends, true, ctx.devices);
-  recvs.finish(part.recv_pieces, part.recvs, false, ctx.devices);
-  return part;
+  sends.finish(part.send_pieces, built.send_bytes, part.sends, true, ctx.devices);
+  recvs.finish(part.recv_pieces, built.recv_bytes, part.recvs, false, ctx.devices);
+  return built;
 }
 
 // ------------------------------------------------------------- statistics
 
-void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
+// `schedule`: also the statistics of the round schedule (rounds, messages,
+// peak staging), which need every stream's bytes. A process planning only its
+// part needs just the per-device figures (DeviceLoad) and skips them.
+void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule) {
   const size_t ndev = ctx.devices.size();
   struct Acc {
     int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
@@ -315,14 +336,17 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
   Enumerator en(o);
   int64_t pieces = 0;
   std::vector<uint64_t> cell_bits;
-  // Bytes per (src, dst) stream, needed to cut streams into rounds.
-  const bool track_pairs = o.staging_budget_bytes > 0;
+  // Bytes per (src, dst) stream, needed for the statistics of the rounds.
+  // Dense rows are per destination: a destination's sources are added in a
+  // row, not scattered over the matrix.
+  const bool budgeted = o.staging_budget_bytes > 0;
+  const bool track_pairs = budgeted && schedule;
   const bool dense_bytes = track_pairs && ndev <= 4096;
   std::vector<int64_t> pair_dense(dense_bytes ? ndev * ndev : 0);
   std::unordered_map<uint64_t, int64_t> pair_sparse;
   auto add_pair = [&](uint32_t sd, uint32_t dd, int64_t bytes) {
     if (dense_bytes)
-      pair_dense[size_t{sd} * ndev + dd] += bytes;
+      pair_dense[size_t{dd} * ndev + sd] += bytes;
     else
       pair_sparse[(uint64_t{sd} << 32) | dd] += bytes;
   };
@@ -484,7 +508,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
     st.messages += recv_msgs[d];
     st.max_send_bytes = std::max(st.max_send_bytes, x.send);
     st.max_recv_bytes = std::max(st.max_recv_bytes, x.recv);
-    if (!track_pairs) st.peak_staging_bytes = std::max(st.peak_staging_bytes, x.send + x.recv);
+    if (!budgeted) st.peak_staging_bytes = std::max(st.peak_staging_bytes, x.send + x.recv);
     lb_total += x.missing;
     st.lower_bound_max_recv_bytes = std::max(st.lower_bound_max_recv_bytes, x.missing);
     st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes, x.forced);
@@ -513,7 +537,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
   }
   st.pieces = pieces;
   st.rounds = st.network_bytes > 0 ? 1 : 0;
-  if (track_pairs) {
+  if (budgeted) {
     const int64_t budget = o.staging_budget_bytes;
     for (size_t d = 0; d < ndev; ++d) {
       const int64_t peers = send_msgs[d] + recv_msgs[d];
@@ -523,6 +547,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
                  " bytes cannot stage device " + std::to_string(ctx.devices[d]) + " with " +
                  std::to_string(peers) + " peers (needs more than 16 bytes per peer)");
     }
+  }
+  if (track_pairs) {
+    const int64_t budget = o.staging_budget_bytes;
     std::vector<int64_t> staged(ndev, 0);
     int64_t rounds = 0, messages = 0;
     auto visit = [&](size_t sd, size_t dd, int64_t bytes) {
@@ -533,13 +560,14 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o) {
       const int64_t r = planning::stream_rounds(bytes, chunk);
       rounds = std::max(rounds, r);
       messages += r;
-      const int64_t first = std::min(bytes, chunk + 7);  // bytes staged in round 0
-      staged[sd] += first;
-      staged[dd] += first;
+      // Most bytes any round of the stream stages.
+      const int64_t cap = planning::round_cap(bytes, chunk);
+      staged[sd] += cap;
+      staged[dd] += cap;
     };
     if (dense_bytes) {
-      for (size_t sd = 0; sd < ndev; ++sd)
-        for (size_t dd = 0; dd < ndev; ++dd) visit(sd, dd, pair_dense[sd * ndev + dd]);
+      for (size_t dd = 0; dd < ndev; ++dd)
+        for (size_t sd = 0; sd < ndev; ++sd) visit(sd, dd, pair_dense[dd * ndev + sd]);
     } else {
       for (auto [k, b] : pair_sparse) visit(k >> 32, k & 0xffffffffu, b);
     }
@@ -586,9 +614,10 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   const bool budgeted = input.options.staging_budget_bytes > 0;
   // Cutting streams into rounds needs every device's peer count, which the
   // global statistics provide.
-  if (budgeted || request.scope != PlanScope::kProcess || request.global_stats) {
-    compute_stats(ctx, Plan::Builder::stats(plan), input.options);
-    Plan::Builder::has_stats(plan) = request.scope != PlanScope::kProcess || request.global_stats;
+  const bool want_stats = request.scope != PlanScope::kProcess || request.global_stats;
+  if (budgeted || want_stats) {
+    compute_stats(ctx, Plan::Builder::stats(plan), input.options, want_stats);
+    Plan::Builder::has_stats(plan) = want_stats;
   }
   const auto& per_device = Plan::Builder::stats(plan).per_device;
   auto load = [&](int64_t device) -> planning::DeviceLoad {
@@ -598,10 +627,11 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
     return {it->send_messages + it->recv_messages, it->send_bytes + it->recv_bytes};
   };
   auto make_part = [&](int32_t p) {
-    ProcessPart part = build_part(ctx, p, input.options);
+    BuiltPart built = build_part(ctx, p, input.options);
     if (budgeted)
-      planning::split_rounds(part, input.tensors, input.options.staging_budget_bytes, load);
-    return part;
+      planning::split_rounds(built.part, input.tensors, input.options.staging_budget_bytes,
+                             built.send_bytes, built.recv_bytes, load);
+    return std::move(built.part);
   };
   if (request.scope == PlanScope::kAll) {
     for (int32_t p : ctx.processes) parts.emplace(p, make_part(p));

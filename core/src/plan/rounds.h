@@ -1,24 +1,46 @@
-// Internal: bounded staging (DESIGN.md §2.6). Every (source, destination)
-// stream of B bytes is cut into rounds of at most
-//   chunk = floor((budget - 16 * max(peers(a), peers(b))) * B / max(T(a), T(b))) + 8
-// bytes, where peers(x) counts the devices x exchanges messages with and T(x)
-// is the bytes x sends plus receives. An element belongs to the round in
-// which its last byte falls, so a stream spans exactly ceil(B / chunk)
-// non-empty rounds and stages fewer than chunk + 8 bytes per round; summed
-// over a device's streams that stays under the budget, and every stream of a
-// device ends after about T / budget rounds (big streams get big chunks). The
-// rule depends only on the stream (identical for sender and receiver) and on
-// per-device figures of the global statistics, so every process cuts its
-// streams the same way on its own.
+// Internal: bounded staging (DESIGN.md §2.6).
+//
+// The rule. A (source, destination) stream — its pieces back to back in
+// message order, B bytes — between devices a and b has a chunk
+//   c = floor(W * B / max(T(a), T(b), B)) + 8,
+//   W = floor((budget - 16 * max(peers(a), peers(b))) * kCutWindowDiv / (kCutWindowDiv + 1)),
+// where peers(x) counts the devices x exchanges messages with and T(x) is the
+// bytes x sends plus receives, and a cut window s = floor(c / kCutWindowDiv).
+// The stream spans exactly R = ceil(B / c) rounds. Round k (0 < k < R) starts
+// at a cut x_k chosen among the element boundaries in (k*c - s, k*c]:
+//   1. the last piece boundary there (no piece is split), else
+//   2. inside the piece covering the window, the last offset there at which
+//      a slab of its coarsest possible dimension starts (whole rows, planes,
+//      ... of the row-major region, so each side is one box), else
+//   3. (window narrower than an element) the last element boundary at or
+//      before k*c.
+// Cuts fall on element boundaries in (k*c - max(s, 8), k*c] and increase
+// strictly, so every round of the stream is non-empty and holds fewer than
+// c + max(s, 8) bytes (round_cap). Summed over a device's streams that is at
+// most (budget - 16 * peers) + 15 * peers < budget: the budget is strict.
+// Compared with cutting at element granularity (s = 0, W = budget - 16 P),
+// the window costs about 1 / kCutWindowDiv more rounds and saves most of the
+// split pieces (each of which is a separate box to pack and encode).
+//
+// The rule depends only on the stream (identical for sender and receiver) and
+// on per-device figures of the global statistics, so every process cuts its
+// streams the same way on its own; the global statistics get each stream's
+// round count and staging from B and c alone, without its pieces.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "reshard/plan.h"
 
 namespace reshard::planning {
+
+// Window = chunk / kCutWindowDiv (see above); 0 disables the window (cuts at
+// element granularity, the rule before planner version 2).
+inline constexpr int64_t kCutWindowDiv = 16;
 
 // Per-device figures the rule needs.
 struct DeviceLoad {
@@ -26,21 +48,32 @@ struct DeviceLoad {
   int64_t bytes = 0;  // sent + received
 };
 
-// Chunk size of a stream of `stream_bytes` between devices a and b.
+// Chunk size c of a stream of `stream_bytes` between devices a and b.
 int64_t round_chunk(int64_t budget, DeviceLoad a, DeviceLoad b, int64_t stream_bytes);
+
+// Cut window s of a stream with chunk c.
+inline int64_t round_window(int64_t chunk) { return kCutWindowDiv > 0 ? chunk / kCutWindowDiv : 0; }
 
 // Rounds a stream of `bytes` spans.
 inline int64_t stream_rounds(int64_t bytes, int64_t chunk) {
   return bytes <= 0 ? 0 : (bytes + chunk - 1) / chunk;
 }
 
+// Most bytes one round of a stream of `bytes` with chunk c can hold.
+inline int64_t round_cap(int64_t bytes, int64_t chunk) {
+  return std::min(bytes, chunk + std::max<int64_t>(round_window(chunk), 8) - 1);
+}
+
 // Re-cuts the messages of `part` (each holding one whole stream in round 0)
-// into rounds. `load(device)` gives a device's figures.
+// into rounds. `send_bytes` / `recv_bytes` give each piece's size (parallel
+// to part.send_pieces / part.recv_pieces); `load(device)` a device's figures.
 void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, int64_t budget,
+                  std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes,
                   const std::function<DeviceLoad(int64_t)>& load);
 
 // Appends to `out` the boxes covering elements [i0, i1) of `region` in
-// row-major order (at most 2 * rank + 1 boxes).
+// row-major order (at most 2 * rank + 1 boxes; one when i0 and i1 are whole
+// slabs of the outermost dimension).
 void element_range_boxes(const Box& region, int64_t i0, int64_t i1, std::vector<Box>& out);
 
 }  // namespace reshard::planning

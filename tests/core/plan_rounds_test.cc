@@ -1,0 +1,174 @@
+// The round-cutting rule of core/src/plan/rounds.h, checked stream by stream
+// against the same plan without a budget (whose messages are the whole
+// streams, pieces in the same order).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <tuple>
+
+#include "plan/rounds.h"
+#include "random_cases.h"
+#include "reshard/error.h"
+#include "reshard/plan.h"
+
+namespace reshard {
+namespace {
+
+struct StreamPiece {
+  int64_t offset = 0, bytes = 0, esize = 1;
+  Box region;
+};
+
+// Every (source, destination) stream of the plan's receive side: its pieces
+// (unbudgeted plan) or the byte size of each round (budgeted plan).
+std::map<std::pair<int64_t, int64_t>, std::vector<StreamPiece>> stream_pieces(const Plan& plan) {
+  std::map<std::pair<int64_t, int64_t>, std::vector<StreamPiece>> out;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs) {
+      auto& v = out[{m.src_device, m.dst_device}];
+      int64_t o = v.empty() ? 0 : v.back().offset + v.back().bytes;
+      for (uint64_t i = 0; i < m.num_pieces; ++i) {
+        const Piece& piece = part.recv_pieces[m.first_piece + i];
+        StreamPiece sp;
+        sp.offset = o;
+        sp.bytes = plan.piece_bytes(part, piece);
+        sp.esize = dtype_size(plan.tensors()[piece.tensor].dtype);
+        sp.region = plan.region(part, piece);
+        o += sp.bytes;
+        v.push_back(sp);
+      }
+    }
+  return out;
+}
+
+std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> round_bytes(const Plan& plan) {
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> out;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs) {
+      auto& v = out[{m.src_device, m.dst_device}];
+      EXPECT_EQ(v.size(), m.round) << "a stream's rounds are consecutive from 0";
+      v.push_back(m.bytes);
+    }
+  return out;
+}
+
+// The cut rule of rounds.h for the cut nearest below x: 1. the last piece
+// boundary in (x - s, x]; 2. else the last start of a slab of the coarsest
+// dimension possible in that window; 3. else the last element boundary <= x.
+int64_t expected_cut(const std::vector<StreamPiece>& pieces, int64_t x, int64_t s) {
+  size_t j = 0;
+  while (pieces[j].offset + pieces[j].bytes <= x) ++j;
+  const StreamPiece& p = pieces[j];
+  if (p.offset > x - s) return p.offset;
+  int64_t slab = p.bytes / p.esize;
+  for (int d = 0; d < p.region.rank; ++d) {
+    slab /= p.region.extent(d);
+    const int64_t step = slab * p.esize;
+    const int64_t y = p.offset + (x - p.offset) / step * step;
+    if (y > x - s) return y;
+  }
+  return p.offset + (x - p.offset) / p.esize * p.esize;
+}
+
+// Invariant: every stream is cut exactly as rounds.h says — R = ceil(B / c)
+// non-empty rounds, cut k at expected_cut(k * c) — so every round but the
+// last holds more than c - max(s, 8) bytes (no slivers) and fewer than
+// c + max(s, 8) (round_cap), and a piece is split only when no piece
+// boundary lies in the window.
+TEST(PlanRounds, StreamsAreCutByTheWindowRule) {
+  int checked_streams = 0, multi_round = 0, split_cuts = 0, aligned_cuts = 0;
+  for (int c = 0; c < 1500; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    testing::CaseGen gen(50000 + static_cast<uint64_t>(c), {4, 32, 3, c % 2 ? 13 : 60, true, true});
+    PlanInput in = gen.input();
+    const int64_t budgets[] = {3000, 20000, 200000};
+    in.options.staging_budget_bytes = budgets[c % 3];
+    PlanInput whole = in;
+    whole.options.staging_budget_bytes = 0;
+    Plan a, u;
+    try {
+      a = make_plan(in);
+    } catch (const Error& e) {
+      ASSERT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();  // too small a budget
+      continue;
+    }
+    u = make_plan(whole);
+    auto streams = stream_pieces(u);
+    auto rounds = round_bytes(a);
+    ASSERT_EQ(streams.size(), rounds.size());
+    std::map<int64_t, planning::DeviceLoad> load;
+    for (const DeviceTraffic& d : a.stats().per_device)
+      load[d.device] = {d.send_messages + d.recv_messages, d.send_bytes + d.recv_bytes};
+    for (const auto& [key, pieces] : streams) {
+      const int64_t B = pieces.back().offset + pieces.back().bytes;
+      const int64_t chunk = planning::round_chunk(in.options.staging_budget_bytes, load[key.first],
+                                                  load[key.second], B);
+      const int64_t s = planning::round_window(chunk);
+      const std::vector<int64_t>& got = rounds[key];
+      ASSERT_EQ(static_cast<int64_t>(got.size()), planning::stream_rounds(B, chunk));
+      int64_t pos = 0;
+      for (size_t k = 0; k < got.size(); ++k) {
+        ASSERT_GT(got[k], 0);
+        ASSERT_LE(got[k], planning::round_cap(B, chunk));
+        if (k + 1 < got.size()) {
+          ASSERT_GT(got[k], chunk - std::max<int64_t>(s, 8)) << "sliver";
+        }
+        pos += got[k];
+        if (k + 1 == got.size()) break;
+        const int64_t x = static_cast<int64_t>(k + 1) * chunk;
+        ASSERT_EQ(pos, expected_cut(pieces, x, s))
+            << "cut " << k + 1 << " of a " << B << "-byte stream";
+        bool at_piece = false;
+        for (const StreamPiece& p : pieces) at_piece |= p.offset == pos;
+        (at_piece ? aligned_cuts : split_cuts) += 1;
+      }
+      ASSERT_EQ(pos, B);
+      ++checked_streams;
+      multi_round += got.size() > 1;
+    }
+  }
+  // The cases must exercise the rule.
+  EXPECT_GT(multi_round, 1000);
+  EXPECT_GT(split_cuts, 1000);
+  EXPECT_GT(aligned_cuts, 20);
+  std::printf("%d streams (%d cut), %d cuts at piece boundaries, %d inside pieces\n",
+              checked_streams, multi_round, aligned_cuts, split_cuts);
+}
+
+// Rule 2 in one picture: a 2-d piece of 100 x 64 f32 rows (256 bytes per
+// row) is cut between rows whenever a row boundary lies in the window, so
+// each side of a cut is one box.
+TEST(PlanRounds, CutsInsideAPieceFallBetweenRows) {
+  auto src = std::make_shared<Mesh>();
+  src->axis_names = {"x"};
+  src->shape = {2};
+  src->devices = {0, 1};
+  auto dst = std::make_shared<Mesh>();
+  dst->axis_names = {"y"};
+  dst->shape = {2};
+  dst->devices = {2, 3};
+  PlanInput in;
+  TensorSpec t;
+  t.name = "w";
+  t.shape = {200, 64};
+  t.dtype = DType::kF32;
+  t.src = Layout::from_named({src, {{"x"}, {}}, {}, ReduceOp::kSum}, t.shape, "src");
+  t.dst = Layout::from_named({dst, {{"y"}, {}}, {}, ReduceOp::kSum}, t.shape, "dst");
+  in.tensors.push_back(t);
+  in.options.staging_budget_bytes = 10000;
+  const Plan plan = make_plan(in);
+  ASSERT_GT(plan.stats().rounds, 2);
+  int64_t fragments = 0;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs) {
+      ASSERT_EQ(m.num_pieces, 1u) << "one box per round";
+      const Box r = plan.region(part, part.recv_pieces[m.first_piece]);
+      EXPECT_EQ(r.lo[1], 0);
+      EXPECT_EQ(r.hi[1], 64);
+      ++fragments;
+    }
+  EXPECT_EQ(fragments, plan.stats().messages);
+}
+
+}  // namespace
+}  // namespace reshard
