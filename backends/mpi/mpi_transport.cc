@@ -300,14 +300,16 @@ class MpiBatch final : public TransferBatch {
   Requests requests_;
 };
 
-// The type of one segment: its contiguous runs nested in hvectors (the
-// copy descriptor's merged dimensions, as MPI_Type_create_subarray would
-// describe the same box), placed at its absolute address.
-Datatype segment_type(const Segment& s, bool send, MPI_Aint* address) {
+// The type of one segment, relative to the start of its buffer: its
+// contiguous runs nested in hvectors (the copy descriptor's merged
+// dimensions, as MPI_Type_create_subarray would describe the same box); the
+// byte offset of its first element in the buffer goes to *offset.
+// Independent of the buffer's address.
+Datatype segment_type(const Segment& s, bool send, int64_t* offset) {
   const CopyDesc d = send ? make_copy_desc(s.region, s.buffer_box, s.region)
                           : make_copy_desc(s.region, s.region, s.buffer_box);
   const int64_t* stride = send ? d.src_stride : d.dst_stride;
-  const int64_t offset = send ? d.src_offset : d.dst_offset;
+  *offset = (send ? d.src_offset : d.dst_offset) * s.elem_size;
   MPI_Datatype t = MPI_DATATYPE_NULL;
   check(MPI_Type_contiguous(static_cast<int>(copy_desc_run_length(d) * s.elem_size), MPI_BYTE, &t),
         "MPI_Type_contiguous");
@@ -318,33 +320,93 @@ Datatype segment_type(const Segment& s, bool send, MPI_Aint* address) {
           "MPI_Type_create_hvector");
     inner = Datatype(t);
   }
-  check(MPI_Get_address(static_cast<std::byte*>(s.buffer) + offset * s.elem_size, address),
-        "MPI_Get_address");
   return inner;
 }
 
-Datatype message_type(std::span<const Segment> segments, bool send) {
-  std::vector<Datatype> parts;
-  std::vector<MPI_Datatype> types;
+// The type of a whole message: the non-empty segments' types in a struct at
+// their absolute addresses (sent from and received into MPI_BOTTOM).
+// `types` and `offsets` hold segment_type's results for those segments.
+Datatype message_type(std::span<const Segment> segments, std::span<const Datatype> types,
+                      std::span<const int64_t> offsets) {
+  std::vector<MPI_Datatype> handles;
   std::vector<MPI_Aint> addresses;
   std::vector<int> lengths;
+  size_t k = 0;
   for (const Segment& s : segments) {
     if (s.region.empty()) continue;
     MPI_Aint a = 0;
-    parts.push_back(segment_type(s, send, &a));
-    types.push_back(parts.back().get());
+    check(MPI_Get_address(static_cast<std::byte*>(s.buffer) + offsets[k], &a), "MPI_Get_address");
+    handles.push_back(types[k].get());
     addresses.push_back(a);
     lengths.push_back(1);
+    ++k;
   }
   MPI_Datatype t = MPI_DATATYPE_NULL;
-  check(MPI_Type_create_struct(static_cast<int>(types.size()), lengths.data(), addresses.data(),
-                               types.data(), &t),
+  check(MPI_Type_create_struct(static_cast<int>(handles.size()), lengths.data(), addresses.data(),
+                               handles.data(), &t),
         "MPI_Type_create_struct");
   Datatype out(t);
   MPI_Datatype committed = out.get();
   check(MPI_Type_commit(&committed), "MPI_Type_commit");
   return out;
 }
+
+// The datatype of one gathered message, kept across executions of a cached
+// schedule (TransferOp::state). The segments' types depend on their boxes
+// only; the message's struct also on the buffers' addresses, so it is
+// rebuilt (from the kept segment types) when the caller passes other
+// buffers, and everything is rebuilt if the segments' boxes differ (never
+// for the same message of one schedule, but checked: a stale type would
+// move the wrong bytes).
+class MessageTypes final : public TransferState {
+ public:
+  const Datatype& get(std::span<const Segment> segments, bool send) {
+    if (!same_boxes(segments, send)) {
+      std::vector<Datatype> types;
+      std::vector<int64_t> offsets;
+      for (const Segment& s : segments) {
+        if (s.region.empty()) continue;
+        int64_t offset = 0;
+        types.push_back(segment_type(s, send, &offset));
+        offsets.push_back(offset);
+      }
+      type_ = Datatype();
+      types_ = std::move(types);
+      offsets_ = std::move(offsets);
+      shape_.assign(segments.begin(), segments.end());
+      send_ = send;
+    } else if (type_.get() != MPI_DATATYPE_NULL && same_buffers(segments)) {
+      return type_;
+    }
+    type_ = message_type(segments, types_, offsets_);
+    for (size_t i = 0; i < segments.size(); ++i) shape_[i].buffer = segments[i].buffer;
+    return type_;
+  }
+
+ private:
+  bool same_boxes(std::span<const Segment> segments, bool send) const {
+    if (send != send_ || segments.size() != shape_.size()) return false;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const Segment& a = segments[i];
+      const Segment& b = shape_[i];
+      if (a.elem_size != b.elem_size || !(a.region == b.region) || !(a.buffer_box == b.buffer_box))
+        return false;
+    }
+    return true;
+  }
+  bool same_buffers(std::span<const Segment> segments) const {
+    for (size_t i = 0; i < segments.size(); ++i) {
+      if (segments[i].buffer != shape_[i].buffer) return false;
+    }
+    return true;
+  }
+
+  std::vector<Segment> shape_;  // what types_ and type_ describe
+  bool send_ = false;
+  std::vector<Datatype> types_;  // per non-empty segment
+  std::vector<int64_t> offsets_;
+  Datatype type_;  // at shape_'s buffers
+};
 
 // ------------------------------------------------------------- transport
 
@@ -370,6 +432,9 @@ class MpiTransport final : public Transport {
     return std::make_unique<Staging>(shared_, bytes);
   }
 
+  // Ordinals (TransferOp::local_ordinal, remote_ordinal) do not matter to
+  // host memory: peers are ranks, and every device of a rank shares its
+  // memory.
   std::unique_ptr<TransferBatch> start(std::span<const TransferOp> ops) override;
 
   void progress() override {
@@ -431,7 +496,19 @@ void MpiTransport::post(Requests& requests, const TransferOp& op) {
       fail(ErrorCode::kInvalidArgument,
            "MPI transport: a gathered message needs segments and at most 1 GiB");
     }
-    const Datatype type = message_type(op.segments, !recv);
+    // Kept in the engine's slot when it gives one (cached schedules),
+    // otherwise built for this operation alone.
+    MessageTypes fresh;
+    MessageTypes* types = &fresh;
+    if (op.state != nullptr) {
+      types = dynamic_cast<MessageTypes*>(op.state->get());
+      if (types == nullptr) {
+        auto made = std::make_unique<MessageTypes>();
+        types = made.get();
+        *op.state = std::move(made);
+      }
+    }
+    const Datatype& type = types->get(op.segments, !recv);
     MPI_Request* r = requests.add(op.peer, recv, -1);
     if (recv) {
       check(MPI_Irecv(MPI_BOTTOM, 1, type.get(), op.peer, tag, shared_->comm, r), "MPI_Irecv");

@@ -3,6 +3,8 @@
 #include <cstddef>
 
 #include "internal.h"
+#include "reshard/reshard_mpi.h"
+#include "reshard/reshard_nccl.h"
 
 namespace {
 
@@ -77,6 +79,12 @@ constexpr reshard_api_t kApiV1 = {
     .oracle_fill_source = &reshard_oracle_fill_source,
     .oracle_check_destination = &reshard_oracle_check_destination,
     .executor_verify = &reshard_executor_verify,
+    .transport_available = &reshard_transport_available,
+    .executor_info = &reshard_executor_info,
+    .mpi_executor_create = &reshard_mpi_executor_create,
+    .nccl_unique_id = &reshard_nccl_unique_id,
+    .nccl_executor_create = &reshard_nccl_executor_create,
+    .plan_device_location = &reshard_plan_device_location,
 };
 
 // One assertion per shipped ABI version (ONNX Runtime's pattern): the offset
@@ -89,10 +97,16 @@ static_assert(kHeader == sizeof(size_t) + 2 * sizeof(uint32_t) || kHeader == 2 *
 // ABI 1.0: 64 functions, the last is executor_verify.
 static_assert(offsetof(reshard_api_t, executor_verify) == kHeader + 63 * sizeof(void*),
               "ABI 1.0 table layout changed");
-// ABI 1.0 is the current version: the table ends with its last function.
-static_assert(sizeof(reshard_api_t) == kHeader + 64 * sizeof(void*),
+// ABI 1.1: 70 functions, six added (transport_available ...
+// plan_device_location); the last is plan_device_location.
+static_assert(offsetof(reshard_api_t, transport_available) == kHeader + 64 * sizeof(void*),
+              "ABI 1.1 table layout changed");
+static_assert(offsetof(reshard_api_t, plan_device_location) == kHeader + 69 * sizeof(void*),
+              "ABI 1.1 table layout changed");
+// ABI 1.1 is the current version: the table ends with its last function.
+static_assert(sizeof(reshard_api_t) == kHeader + 70 * sizeof(void*),
               "a field was appended: bump RESHARD_ABI_MINOR and add a static_assert for it");
-static_assert(RESHARD_ABI_MINOR == 0);
+static_assert(RESHARD_ABI_MINOR == 1);
 
 }  // namespace
 

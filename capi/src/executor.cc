@@ -1,9 +1,14 @@
-// Execution on the in-process host transport, and the verification oracle.
+// Executors (host, and the engine over any other transport), execution, and
+// the verification oracle.
+#include <algorithm>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "internal.h"
+#include "reshard/cuda.h"
+#include "reshard/engine.h"
 #include "reshard/exec.h"
 #include "reshard/oracle.h"
 
@@ -23,8 +28,25 @@ namespace {
 
 constexpr size_t kExecutorOptionsV1Size = RESHARD_CAPI_V1_SIZE(reshard_executor_options_t, threads);
 constexpr size_t kVerifyReportV1Size = RESHARD_CAPI_V1_SIZE(reshard_verify_report_t, mismatches);
+constexpr size_t kExecutorInfoV1Size = RESHARD_CAPI_V1_SIZE(reshard_executor_info_t, reserved0);
 static_assert(kExecutorOptionsV1Size == sizeof(reshard_executor_options_t));
 static_assert(kVerifyReportV1Size == sizeof(reshard_verify_report_t));
+static_assert(kExecutorInfoV1Size == sizeof(reshard_executor_info_t));
+
+const char* transport_name(reshard_transport_t t) {
+  switch (t) {
+    case RESHARD_TRANSPORT_HOST:
+      return "host";
+    case RESHARD_TRANSPORT_MPI:
+      return "mpi";
+    case RESHARD_TRANSPORT_NCCL:
+      return "nccl";
+    case RESHARD_TRANSPORT_CUDA_LOCAL:
+      return "cuda_local";
+    default:
+      return "unknown";
+  }
+}
 
 std::string element(const char* array, size_t i) {
   return std::string(array) + "[" + std::to_string(i) + "]";
@@ -60,6 +82,37 @@ std::vector<reshard::TensorBuffers> to_views(const reshard_tensor_buffers_t* buf
   return views;
 }
 
+// A distributed executor reads only this rank's entries; an entry of
+// another process that is not {NULL, 0} is a caller's mistake (a buffer
+// they expect to be filled), reported rather than ignored.
+void check_remote_entries_empty(const reshard::Plan& plan, const reshard_tensor_buffers_t* buffers,
+                                size_t num_tensors, int32_t rank) {
+  const size_t n = std::min(num_tensors, plan.tensors().size());
+  for (size_t t = 0; t < n; ++t) {
+    const TensorSpec& spec = plan.tensors()[t];
+    for (int side = 0; side < 2; ++side) {
+      const bool dst = side == 1;
+      const reshard::Layout& layout = dst ? spec.dst : spec.src;
+      const size_t given = dst ? buffers[t].num_dst : buffers[t].num_src;
+      if (given != layout.num_entries()) continue;  // the engine reports counts
+      for (size_t e = 0; e < given; ++e) {
+        const void* data =
+            dst ? static_cast<const void*>(buffers[t].dst[e].data) : buffers[t].src[e].data;
+        const size_t bytes = dst ? buffers[t].dst[e].bytes : buffers[t].src[e].bytes;
+        if (data == nullptr && bytes == 0) continue;
+        const int64_t device = layout.device(e);
+        const int32_t process = plan.topology().info(device).process;
+        if (process == rank) continue;
+        reshard::fail(ErrorCode::kInvalidArgument,
+                      element("buffers", t) + (dst ? ".dst[" : ".src[") + std::to_string(e) +
+                          "]: entry of device " + std::to_string(device) + " is on process " +
+                          std::to_string(process) + ", not this rank " + std::to_string(rank) +
+                          ": pass {NULL, 0}");
+      }
+    }
+  }
+}
+
 void check_shard_size(const TensorSpec& tensor, const reshard::Layout& layout, size_t entry,
                       size_t bytes) {
   check_index(entry, layout.num_entries(), "entry", "entries");
@@ -73,6 +126,23 @@ void check_shard_size(const TensorSpec& tensor, const reshard::Layout& layout, s
 
 }  // namespace
 
+namespace reshard::capi {
+
+std::unique_ptr<reshard_executor> make_engine_executor(reshard_transport_t kind,
+                                                       std::unique_ptr<Transport> transport,
+                                                       const ExecuteOptions& options) {
+  const TransportInfo info = transport->info();
+  auto handle = std::make_unique<reshard_executor>();
+  handle->transport = kind;
+  handle->rank = info.rank;
+  handle->size = info.size;
+  handle->execute_options = options;
+  handle->engine = std::make_unique<Engine>(std::move(transport));
+  return handle;
+}
+
+}  // namespace reshard::capi
+
 extern "C" {
 
 reshard_error_t* reshard_executor_create(const reshard_executor_options_t* options,
@@ -83,12 +153,18 @@ reshard_error_t* reshard_executor_create(const reshard_executor_options_t* optio
     if (options != nullptr) read_struct(options, kExecutorOptionsV1Size, "options", &o);
     switch (o.transport) {
       case RESHARD_TRANSPORT_HOST:
+      case RESHARD_TRANSPORT_CUDA_LOCAL:
         break;
       case RESHARD_TRANSPORT_MPI:
+        reshard::fail(ErrorCode::kUnsupported,
+                      "options->transport: RESHARD_TRANSPORT_MPI (2) executors run on a "
+                      "communicator: create them with reshard_mpi_executor_create "
+                      "(reshard/reshard_mpi.h)");
       case RESHARD_TRANSPORT_NCCL:
         reshard::fail(ErrorCode::kUnsupported,
-                      "options->transport: " + std::to_string(o.transport) +
-                          " is not available in this build (only RESHARD_TRANSPORT_HOST)");
+                      "options->transport: RESHARD_TRANSPORT_NCCL (3) executors run on "
+                      "communicators: create them with reshard_nccl_executor_create "
+                      "(reshard/reshard_nccl.h)");
       default:
         reshard::capi::bad_enum("options->transport", o.transport, "a RESHARD_TRANSPORT_ constant");
     }
@@ -96,9 +172,18 @@ reshard_error_t* reshard_executor_create(const reshard_executor_options_t* optio
       reshard::fail(ErrorCode::kInvalidArgument,
                     "options->threads: " + std::to_string(o.threads) + " is negative");
     }
-    auto handle = std::make_unique<reshard_executor>();
-    handle->transport = o.transport;
-    handle->threads = o.threads;
+    std::unique_ptr<reshard_executor> handle;
+    if (o.transport == RESHARD_TRANSPORT_CUDA_LOCAL) {
+      // One process: nothing to agree on.
+      reshard::ExecuteOptions execute;
+      execute.agreement = reshard::ExecuteOptions::Agreement::kSkip;
+      handle = reshard::capi::make_engine_executor(
+          o.transport, reshard::make_cuda_local_transport(reshard::CudaLocalOptions{}), execute);
+    } else {
+      handle = std::make_unique<reshard_executor>();
+      handle->transport = o.transport;
+      handle->threads = o.threads;
+    }
     *out_executor = handle.release();
   });
 }
@@ -115,11 +200,33 @@ reshard_error_t* reshard_executor_execute(const reshard_executor_t* executor,
     require(executor, "executor");
     require(plan, "plan");
     const std::vector<reshard::TensorBuffers> views = to_views(buffers, num_tensors);
+    if (executor->engine) {
+      check_remote_entries_empty(plan->plan, buffers, num_tensors, executor->rank);
+      std::lock_guard<std::mutex> lock(executor->mutex);
+      // The engine names a buffer "tensors[t].dst[e]" like execute_host.
+      renamed({{"tensors[", "buffers["}}, [&] {
+        executor->engine->execute(plan->plan, executor->rank, views, executor->execute_options);
+      });
+      return;
+    }
     reshard::HostExecuteOptions options;
     options.threads = executor->threads;
     // execute_host names a buffer "tensors[t].dst[e]"; the C argument is
     // `buffers`.
     renamed({{"tensors[", "buffers["}}, [&] { reshard::execute_host(plan->plan, views, options); });
+  });
+}
+
+reshard_error_t* reshard_executor_info(const reshard_executor_t* executor,
+                                       reshard_executor_info_t* out_info) {
+  return guard([&] {
+    require(executor, "executor");
+    check_out_struct(out_info, kExecutorInfoV1Size, "out_info");
+    reshard_executor_info_t c = RESHARD_EXECUTOR_INFO_INIT;
+    c.transport = executor->transport;
+    c.rank = executor->rank;
+    c.size = executor->size;
+    write_struct(c, out_info);
   });
 }
 
@@ -164,6 +271,14 @@ reshard_error_t* reshard_executor_verify(const reshard_executor_t* executor,
     require(executor, "executor");
     require(plan, "plan");
     check_out_struct(out_report, kVerifyReportV1Size, "out_report");
+    if (executor->transport != RESHARD_TRANSPORT_HOST) {
+      reshard::fail(ErrorCode::kInvalidArgument,
+                    std::string("executor: reshard_executor_verify needs a host executor "
+                                "(RESHARD_TRANSPORT_HOST); this one is ") +
+                        transport_name(executor->transport) +
+                        " (fill and check its local entries with reshard_oracle_fill_source and "
+                        "reshard_oracle_check_destination)");
+    }
     reshard::OracleBuffers buffers = reshard::fill_sources(plan->plan);
     reshard::HostExecuteOptions options;
     options.threads = executor->threads;

@@ -169,6 +169,22 @@ reshard_error_t* reshard_plan_has_part(const reshard_plan_t* plan, int32_t proce
   });
 }
 
+reshard_error_t* reshard_plan_device_location(const reshard_plan_t* plan, int64_t device,
+                                              int32_t* out_process, int32_t* out_host,
+                                              int32_t* out_ordinal) {
+  return guard([&] {
+    require(plan, "plan");
+    if (device < 0) {
+      reshard::fail(reshard::ErrorCode::kInvalidArgument,
+                    "device: " + std::to_string(device) + " is negative");
+    }
+    const reshard::DeviceInfo info = plan->plan.topology().info(device);
+    if (out_process != nullptr) *out_process = info.process;
+    if (out_host != nullptr) *out_host = info.host;
+    if (out_ordinal != nullptr) *out_ordinal = info.ordinal;
+  });
+}
+
 reshard_error_t* reshard_plan_part_info(const reshard_plan_t* plan, int32_t process,
                                         reshard_part_info_t* out_info) {
   return guard([&] {

@@ -10,11 +10,13 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "reshard/engine.h"
 #include "reshard/error.h"
 #include "reshard/layout.h"
 #include "reshard/plan.h"
@@ -53,7 +55,16 @@ struct reshard_buffer {
 
 struct reshard_executor {
   reshard_transport_t transport = RESHARD_TRANSPORT_HOST;
-  int32_t threads = 0;
+  int32_t threads = 0;  // host executor
+  // Every other transport: an engine over it (null for HOST), this
+  // process's rank and the group size, and the options of every execute.
+  std::unique_ptr<reshard::Engine> engine;
+  int32_t rank = 0;
+  int32_t size = 1;
+  reshard::ExecuteOptions execute_options;
+  // Engine::execute is one call at a time; the C handle is shared between
+  // threads, so executions are serialized here.
+  mutable std::mutex mutex;
 };
 
 namespace reshard::capi {
@@ -125,6 +136,12 @@ void write_struct(const T& value, T* out) noexcept {
   std::memcpy(static_cast<void*>(out), static_cast<const void*>(&value), n);
   out->struct_size = caller_size;
 }
+
+// Wraps an engine over `transport` into a new executor handle (rank and
+// size from the transport) with `options` for every execute.
+std::unique_ptr<reshard_executor> make_engine_executor(reshard_transport_t kind,
+                                                       std::unique_ptr<Transport> transport,
+                                                       const ExecuteOptions& options);
 
 // Size of a struct's first published version: the end of its last field.
 #define RESHARD_CAPI_V1_SIZE(type, last_field) \

@@ -3,8 +3,15 @@
  * function, including each error path: for each it checks the error code,
  * that the message names the bad argument, and that outputs stay untouched.
  *
+ * The groups transports, mpi_options and nccl_options cover the ABI 1.1
+ * executors up to what one process without MPI or a GPU can check; real
+ * executions run in tests/mpi (capi_mpi_test.c under mpirun) and tests/gpu
+ * (capi_nccl_test.c).
+ *
  * Usage: capi_test [group]   (no argument: every group). ctest runs one
  * process per group (capi.<group>). */
+#include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +19,8 @@
 
 #include "check.h"
 #include "reshard/reshard.h"
+#include "reshard/reshard_mpi.h"
+#include "reshard/reshard_nccl.h"
 
 /* ------------------------------------------------------------------------ */
 /* Fixture: a training -> inference reshard of two tensors.                 */
@@ -1569,12 +1578,17 @@ static void test_executor(void) {
   options.transport = 42;
   CHECK_ERR(reshard_executor_create(&options, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
             "options->transport: invalid value 42");
+  /* MPI and NCCL executors need a communicator: their own create functions. */
   options.transport = RESHARD_TRANSPORT_MPI;
   CHECK_ERR(reshard_executor_create(&options, &untouched), RESHARD_ERROR_UNSUPPORTED,
-            "options->transport: 2 is not available");
+            "options->transport: RESHARD_TRANSPORT_MPI (2) executors run on a communicator: "
+            "create them with reshard_mpi_executor_create");
   options.transport = RESHARD_TRANSPORT_NCCL;
   CHECK_ERR(reshard_executor_create(&options, &untouched), RESHARD_ERROR_UNSUPPORTED,
-            "options->transport: 3");
+            "reshard_nccl_executor_create");
+  options.transport = RESHARD_TRANSPORT_CUDA_LOCAL + 1;
+  CHECK_ERR(reshard_executor_create(&options, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->transport: invalid value 5");
   CHECK(untouched == kSentinel);
 
   /* Execute errors: nothing is written. */
@@ -1833,6 +1847,281 @@ static void test_out_of_memory(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* ABI 1.1: transports, executor info, device locations, MPI / NCCL options */
+/* ------------------------------------------------------------------------ */
+
+static void test_transports(void) {
+  fixture f;
+  reshard_plan_t* plan = NULL;
+  reshard_executor_t* executor = NULL;
+  reshard_executor_t* const kSentinel = (reshard_executor_t*)&g_failures;
+  reshard_executor_t* untouched = kSentinel;
+  reshard_executor_options_t options = RESHARD_EXECUTOR_OPTIONS_INIT;
+  reshard_executor_info_t info = RESHARD_EXECUTOR_INFO_INIT;
+  const reshard_api_t* api = reshard_get_api(RESHARD_ABI_MAJOR);
+  char why[512];
+  char tiny[8];
+  int32_t available = -1, process = -1, host = -1, ordinal = -1;
+  reshard_transport_t t;
+
+  /* The 1.1 table: minor 1, the new fields point at the new functions. */
+  REQUIRE(api != NULL);
+  CHECK(RESHARD_ABI_MINOR == 1);
+  CHECK(api->abi_minor == 1);
+  CHECK(api->struct_size >= offsetof(reshard_api_t, plan_device_location) + sizeof(void*));
+  CHECK(api->transport_available == &reshard_transport_available);
+  CHECK(api->executor_info == &reshard_executor_info);
+  CHECK(api->mpi_executor_create == &reshard_mpi_executor_create);
+  CHECK(api->nccl_unique_id == &reshard_nccl_unique_id);
+  CHECK(api->nccl_executor_create == &reshard_nccl_executor_create);
+  CHECK(api->plan_device_location == &reshard_plan_device_location);
+
+  /* Availability: HOST always; the others answer 0 or 1 with a reason. */
+  strcpy(why, "stale");
+  REQUIRE_OK(reshard_transport_available(RESHARD_TRANSPORT_HOST, &available, why, sizeof why));
+  CHECK(available == 1);
+  CHECK(why[0] == '\0');
+  for (t = RESHARD_TRANSPORT_MPI; t <= RESHARD_TRANSPORT_CUDA_LOCAL; ++t) {
+    available = -1;
+    why[0] = 'x';
+    CHECK_OK(reshard_transport_available(t, &available, why, sizeof why));
+    CHECK(available == 0 || available == 1);
+    CHECK(available == 1 ? why[0] == '\0' : strlen(why) > 10);
+    printf("transport %d: %s%s\n", (int)t, available ? "available" : "unavailable: ", why);
+    /* Truncated reasons stay NUL-terminated; no buffer at all is fine. */
+    memset(tiny, 'x', sizeof tiny);
+    CHECK_OK(reshard_transport_available(t, &available, tiny, sizeof tiny));
+    CHECK(memchr(tiny, '\0', sizeof tiny) != NULL);
+    CHECK_OK(reshard_transport_available(t, &available, NULL, 0));
+  }
+  available = -7;
+  CHECK_ERR(reshard_transport_available(0, &available, why, sizeof why),
+            RESHARD_ERROR_INVALID_ARGUMENT, "transport: invalid value 0");
+  CHECK_ERR(reshard_transport_available(5, &available, why, sizeof why),
+            RESHARD_ERROR_INVALID_ARGUMENT, "transport: invalid value 5");
+  CHECK(available == -7);
+  CHECK_ERR(reshard_transport_available(RESHARD_TRANSPORT_HOST, NULL, why, sizeof why),
+            RESHARD_ERROR_INVALID_ARGUMENT, "out_available: must not be NULL");
+
+  /* CUDA_LOCAL through reshard_executor_create: an executor where a GPU
+   * is, otherwise UNSUPPORTED saying what is missing. */
+  options.transport = RESHARD_TRANSPORT_CUDA_LOCAL;
+  REQUIRE_OK(
+      reshard_transport_available(RESHARD_TRANSPORT_CUDA_LOCAL, &available, why, sizeof why));
+  if (available) {
+    REQUIRE_OK(reshard_executor_create(&options, &executor));
+    REQUIRE_OK(reshard_executor_info(executor, &info));
+    CHECK(info.transport == RESHARD_TRANSPORT_CUDA_LOCAL && info.rank == 0 && info.size == 1);
+    reshard_executor_destroy(executor);
+    executor = NULL;
+  } else {
+    CHECK_ERR(reshard_executor_create(&options, &untouched), RESHARD_ERROR_UNSUPPORTED, "");
+    CHECK(untouched == kSentinel);
+  }
+
+  /* Executor info of a host executor, and its errors. */
+  REQUIRE_OK(reshard_executor_create(NULL, &executor));
+  info.rank = info.size = info.transport = -1;
+  REQUIRE_OK(reshard_executor_info(executor, &info));
+  CHECK(info.struct_size == sizeof info);
+  CHECK(info.transport == RESHARD_TRANSPORT_HOST && info.rank == 0 && info.size == 1);
+  CHECK(info.reserved0 == 0);
+  CHECK_ERR(reshard_executor_info(NULL, &info), RESHARD_ERROR_INVALID_ARGUMENT,
+            "executor: must not be NULL");
+  CHECK_ERR(reshard_executor_info(executor, NULL), RESHARD_ERROR_INVALID_ARGUMENT,
+            "out_info: must not be NULL");
+  info.struct_size = sizeof(size_t) + 4;
+  info.rank = 42;
+  CHECK_ERR(reshard_executor_info(executor, &info), RESHARD_ERROR_INVALID_ARGUMENT,
+            "out_info->struct_size: 12");
+  CHECK(info.rank == 42);
+  reshard_executor_destroy(executor);
+
+  /* Device locations from the fixture's topology (processes 0,0,1,1,2,2,2,2;
+   * ordinal = device % 4). */
+  REQUIRE(fixture_create(&f));
+  plan = fixture_plan(&f);
+  REQUIRE(plan != NULL);
+  CHECK_OK(reshard_plan_device_location(plan, 3, &process, &host, &ordinal));
+  CHECK(process == 1 && host == 1 && ordinal == 3);
+  CHECK_OK(reshard_plan_device_location(plan, 6, &process, NULL, NULL));
+  CHECK(process == 2);
+  CHECK_OK(reshard_plan_device_location(plan, 1000, &process, &host, &ordinal));
+  CHECK(process == 0 && host == 0 && ordinal == 0); /* not in the topology */
+  process = 77;
+  CHECK_ERR(reshard_plan_device_location(plan, -1, &process, NULL, NULL),
+            RESHARD_ERROR_INVALID_ARGUMENT, "device: -1 is negative");
+  CHECK_ERR(reshard_plan_device_location(NULL, 1, &process, NULL, NULL),
+            RESHARD_ERROR_INVALID_ARGUMENT, "plan: must not be NULL");
+  CHECK(process == 77);
+  reshard_plan_destroy(plan);
+  fixture_destroy(&f);
+}
+
+static void test_mpi_options(void) {
+  reshard_mpi_executor_options_t o = RESHARD_MPI_EXECUTOR_OPTIONS_INIT;
+  reshard_executor_t* const kSentinel = (reshard_executor_t*)&g_failures;
+  reshard_executor_t* untouched = kSentinel;
+  int32_t available = 0;
+  char why[512];
+
+  /* The defaults of the _INIT macro. */
+  CHECK(o.struct_size == sizeof o);
+  CHECK(o.comm_kind == RESHARD_MPI_COMM_WORLD);
+  CHECK(o.initialize == 1 && o.max_batches_in_flight == 8 && o.timeout_seconds == 300.0);
+  CHECK(o.agreement == RESHARD_AGREEMENT_FIRST_USE && o.packing == RESHARD_PACKING_AUTO);
+  CHECK(o.overlap == 1 && o.library == NULL);
+
+  /* Every bad field, named; the output untouched. None of these loads MPI
+   * or initialises it. */
+  CHECK_ERR(reshard_mpi_executor_create(&o, NULL), RESHARD_ERROR_INVALID_ARGUMENT,
+            "out_executor: must not be NULL");
+  o.struct_size = 0;
+  CHECK_ERR(reshard_mpi_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->struct_size: 0");
+  o.struct_size = offsetof(reshard_mpi_executor_options_t, library);
+  CHECK_ERR(reshard_mpi_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->struct_size");
+  o.struct_size = sizeof o;
+  o.comm_kind = 7;
+  CHECK_ERR(reshard_mpi_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->comm_kind: invalid value 7");
+  o.comm_kind = RESHARD_MPI_COMM_WORLD;
+  o.timeout_seconds = 0;
+  CHECK_ERR(reshard_mpi_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->timeout_seconds");
+  o.timeout_seconds = HUGE_VAL;
+  CHECK_ERR(reshard_mpi_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->timeout_seconds");
+  o.timeout_seconds = 10;
+  o.max_batches_in_flight = 0;
+  CHECK_ERR(reshard_mpi_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->max_batches_in_flight: 0 must be at least 1");
+  o.max_batches_in_flight = 2;
+  o.agreement = 3;
+  CHECK_ERR(reshard_mpi_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->agreement: invalid value 3");
+  o.agreement = RESHARD_AGREEMENT_SKIP;
+  o.packing = -1;
+  CHECK_ERR(reshard_mpi_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->packing: invalid value -1");
+  o.packing = RESHARD_PACKING_STAGING;
+  /* The backend absent: UNSUPPORTED saying what is missing. */
+  o.library = "/nonexistent/libreshard_mpi.so.1";
+  CHECK_ERR(reshard_mpi_executor_create(&o, &untouched), RESHARD_ERROR_UNSUPPORTED,
+            "MPI transport unavailable");
+  o.library = NULL;
+  /* A Fortran handle while MPI is not initialised (this process never
+   * initialises MPI): named, not dereferenced. */
+  REQUIRE_OK(reshard_transport_available(RESHARD_TRANSPORT_MPI, &available, why, sizeof why));
+  o.comm_kind = RESHARD_MPI_COMM_FORTRAN;
+  o.comm = 0;
+  if (available) {
+    CHECK_ERR(reshard_mpi_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+              "options->comm: MPI is not initialised");
+  } else {
+    CHECK_ERR(reshard_mpi_executor_create(&o, &untouched), RESHARD_ERROR_UNSUPPORTED,
+              "MPI transport unavailable");
+  }
+  CHECK(untouched == kSentinel);
+}
+
+static void test_nccl_options(void) {
+  reshard_nccl_executor_options_t o = RESHARD_NCCL_EXECUTOR_OPTIONS_INIT;
+  reshard_nccl_device_t devices[2] = {RESHARD_NCCL_DEVICE_INIT, RESHARD_NCCL_DEVICE_INIT};
+  reshard_executor_t* const kSentinel = (reshard_executor_t*)&g_failures;
+  reshard_executor_t* untouched = kSentinel;
+  reshard_nccl_unique_id_t id;
+  size_t i;
+  int32_t available = 0;
+  char why[512];
+
+  CHECK(sizeof(reshard_nccl_unique_id_t) == 128);
+  CHECK(sizeof(reshard_nccl_device_t) == 8 + 2 * sizeof(void*));
+  CHECK(o.struct_size == sizeof o && o.process == -1 && o.nccl_ranks == 0);
+  CHECK(o.devices == NULL && o.num_devices == 0 && o.timeout_seconds == 300.0);
+  CHECK(o.wait == 1 && o.check_pointers == 1 && o.abort_borrowed_on_failure == 0);
+  CHECK(o.max_batches_in_flight == 8 && o.overlap == 1 && o.library == NULL);
+  for (i = 0; i < sizeof o.unique_id.internal; ++i) CHECK(o.unique_id.internal[i] == 0);
+  CHECK(devices[0].ordinal == 0 && devices[0].nccl_rank == -1 && devices[0].comm == NULL &&
+        devices[0].stream == NULL);
+
+  /* Every bad field, named, before anything is loaded. */
+  CHECK_ERR(reshard_nccl_executor_create(NULL, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options: must not be NULL");
+  CHECK_ERR(reshard_nccl_executor_create(&o, NULL), RESHARD_ERROR_INVALID_ARGUMENT,
+            "out_executor: must not be NULL");
+  o.struct_size = 4;
+  CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->struct_size: 4");
+  o.struct_size = sizeof o;
+  CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->num_devices: 0");
+  o.num_devices = 1;
+  CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->devices: must not be NULL");
+  o.devices = devices;
+  o.process = -2;
+  CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->process: -2 is negative");
+  o.process = 0;
+  o.nccl_ranks = 0;
+  CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->nccl_ranks: 0 must be at least 1 (options->devices[0].comm is NULL");
+  o.nccl_ranks = 2;
+  CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->devices[0].nccl_rank: -1 is outside [0, 2)");
+  devices[0].nccl_rank = 0;
+  devices[1].nccl_rank = 1;
+  devices[1].ordinal = -2;
+  o.num_devices = 2;
+  CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->devices[1].ordinal: -2 is negative");
+  devices[1].ordinal = 0;
+  CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->devices[1].ordinal: 0 appears twice");
+  devices[1].ordinal = 1;
+  devices[1].nccl_rank = 0;
+  CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->devices[1].nccl_rank: 0 appears twice");
+  devices[1].nccl_rank = 1;
+  CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->unique_id: all zero");
+  o.unique_id.internal[5] = 1;
+  o.timeout_seconds = -3;
+  CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->timeout_seconds");
+  o.timeout_seconds = 5;
+  o.agreement = 9;
+  CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->agreement: invalid value 9");
+  o.agreement = RESHARD_AGREEMENT_FIRST_USE;
+  /* The backend absent: UNSUPPORTED, as for the unique id. */
+  o.library = "/nonexistent/libreshard_cuda.so.1";
+  CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_UNSUPPORTED, "");
+  CHECK(untouched == kSentinel);
+  memset(&id, 7, sizeof id);
+  CHECK_ERR(reshard_nccl_unique_id("/nonexistent/libreshard_cuda.so.1", &id),
+            RESHARD_ERROR_UNSUPPORTED, "");
+  CHECK(id.internal[0] == 7 && id.internal[127] == 7);
+  CHECK_ERR(reshard_nccl_unique_id(NULL, NULL), RESHARD_ERROR_INVALID_ARGUMENT,
+            "out_id: must not be NULL");
+  /* Without NCCL (no GPU here, say) the default backend says why. */
+  REQUIRE_OK(reshard_transport_available(RESHARD_TRANSPORT_NCCL, &available, why, sizeof why));
+  if (!available) {
+    /* (A unique id needs no GPU: ncclGetUniqueId may succeed without one.) */
+    reshard_error_t* error = reshard_nccl_unique_id(NULL, &id);
+    CHECK(error == NULL || reshard_error_code(error) == RESHARD_ERROR_UNSUPPORTED);
+    reshard_error_destroy(error);
+    o.library = NULL;
+    CHECK_ERR(reshard_nccl_executor_create(&o, &untouched), RESHARD_ERROR_UNSUPPORTED, "");
+    CHECK(untouched == kSentinel);
+  } else {
+    CHECK_OK(reshard_nccl_unique_id(NULL, &id));
+  }
+}
+
+/* ------------------------------------------------------------------------ */
 
 typedef struct test_group {
   const char* name;
@@ -1860,6 +2149,9 @@ static const test_group kGroups[] = {
     {"oracle", test_oracle},
     {"partial", test_partial},
     {"out_of_memory", test_out_of_memory},
+    {"transports", test_transports},
+    {"mpi_options", test_mpi_options},
+    {"nccl_options", test_nccl_options},
 };
 
 int main(int argc, char** argv) {

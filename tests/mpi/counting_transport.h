@@ -2,12 +2,13 @@
 // It forwards everything to the wrapped transport and counts, per device,
 // the staging bytes alive at any moment and their peak, so tests can check
 // the engine against the plan's staging budget independently of the
-// engine's own statistics.
+// engine's own statistics; optionally it shows every operation to a test.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -48,8 +49,15 @@ class CountingTransport final : public Transport {
   }
 
   std::unique_ptr<TransferBatch> start(std::span<const TransferOp> ops) override {
+    if (on_op) {
+      for (const TransferOp& op : ops) on_op(op);
+    }
     return inner_->start(ops);
   }
+
+  // Called with every operation before it is started (tests check what the
+  // engine asks for).
+  std::function<void(const TransferOp&)> on_op;
   void progress() override { inner_->progress(); }
   void finish(double timeout_seconds) override { inner_->finish(timeout_seconds); }
   std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> record,

@@ -21,7 +21,18 @@
 //     (kMismatch on every rank, naming it); the last rank never calls
 //     execute (the others return kTimeout naming it within timeout + slack);
 //     a wrong buffer size on the last rank (kInvalidArgument there, before
-//     any communication; the others time out naming it).
+//     any communication; the others time out naming it), on a fresh and on
+//     a cached plan; a fresh transport then executes repeatedly from its
+//     schedule cache.
+//   engine_mpi_test cache --cases N --seed S
+//     The schedule cache (EngineOptions): groups of three random plans
+//     executed A B A C B A A with room for two schedules hit exactly where
+//     LRU says (also through a re-planned and a decoded copy of the plan),
+//     into fresh buffers (new addresses) or the previous ones, and every
+//     result is bit-identical to an uncached execution; every operation
+//     carries its devices' topology ordinals; the same plan repeated with
+//     alternating packings; a wrong buffer size on a cached plan is refused
+//     and the plan still works; no cache (0 entries) and bad options.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -43,6 +54,7 @@
 #include "reshard/numeric.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
+#include "reshard/wire.h"
 
 namespace reshard {
 namespace {
@@ -191,6 +203,37 @@ void poison_local(const Plan& plan, OracleBuffers& buffers, int32_t process) {
 
 // ------------------------------------------------------------------ random
 
+// A random case (random_cases.h) with its devices spread over this
+// communicator, ordinals that differ between a rank's devices, and budgets
+// small enough to force many rounds on a third of the cases; planned whole
+// (PlanScope::kAll). *input receives the inputs planned.
+Plan random_plan(const World& w, testing::CaseGen& gen, PlanInput* input) {
+  PlanInput in = gen.input();
+  // Spread devices over this communicator (random_cases.h assigns
+  // (d*7+3) % nproc for nproc <= 4; remap to the real size).
+  Topology topo;
+  for (DeviceInfo info : in.topology.devices()) {
+    info.process = static_cast<int32_t>((info.device * 7 + 3) % w.size);
+    info.host = info.process / 2;
+    info.ordinal = static_cast<int32_t>(info.device % 3);
+    topo.add(info);
+  }
+  in.topology = topo;
+  const int64_t budgets[] = {0, 512, 2048, 20000, int64_t{1} << 30};
+  in.options.staging_budget_bytes = budgets[gen.uni(0, 4)];
+  Plan full;
+  try {
+    full = make_plan(in, PlanRequest{PlanScope::kAll, 0, true});
+  } catch (const Error& e) {
+    // A budget below 16 bytes per peer is refused by the planner: retry
+    // with a larger one (every rank takes the same branch).
+    in.options.staging_budget_bytes = int64_t{1} << 16;
+    full = make_plan(in, PlanRequest{PlanScope::kAll, 0, true});
+  }
+  *input = in;
+  return full;
+}
+
 int run_random(const World& w, int cases, uint64_t seed) {
   auto counter = std::make_shared<StagingCounter>();
   auto engine = make_engine(counter);
@@ -204,28 +247,8 @@ int run_random(const World& w, int cases, uint64_t seed) {
     testing::CaseOptions co;
     co.max_devices = 24;
     testing::CaseGen gen(case_seed, co);
-    PlanInput in = gen.input();
-    // Spread devices over this communicator (random_cases.h assigns
-    // (d*7+3) % nproc for nproc <= 4; remap to the real size).
-    Topology topo;
-    for (DeviceInfo info : in.topology.devices()) {
-      info.process = static_cast<int32_t>((info.device * 7 + 3) % w.size);
-      info.host = info.process / 2;
-      topo.add(info);
-    }
-    in.topology = topo;
-    // Budgets small enough to force many rounds on a third of the cases.
-    const int64_t budgets[] = {0, 512, 2048, 20000, int64_t{1} << 30};
-    in.options.staging_budget_bytes = budgets[gen.uni(0, 4)];
-    Plan full;
-    try {
-      full = make_plan(in, PlanRequest{PlanScope::kAll, 0, true});
-    } catch (const Error& e) {
-      // A budget below 16 bytes per peer is refused by the planner: retry
-      // with a larger one (every rank takes the same branch).
-      in.options.staging_budget_bytes = int64_t{1} << 16;
-      full = make_plan(in, PlanRequest{PlanScope::kAll, 0, true});
-    }
+    PlanInput in;
+    const Plan full = random_plan(w, gen, &in);
     // Half the cases execute a plan holding only this process's part.
     const bool participates =
         std::binary_search(full.processes().begin(), full.processes().end(), w.rank);
@@ -642,6 +665,32 @@ int run_faults(const World& w) {
             "wrong size: the others time out naming the rank");
     }
   }
+  {  // The same on a plan executed before (agreed, schedule cached): the
+     // cache does not skip the buffer checks; the others time out in a round.
+    auto engine = make_engine(std::make_shared<StagingCounter>());
+    const Plan plan = make_plan(fault_input(w.size, DType::kF32, 192));
+    OracleBuffers b = fill_sources(plan);
+    std::vector<TensorBuffers> views = local_views(plan, b, w.rank);
+    const Outcome first = attempt(*engine, plan, w.rank, views, 30);
+    check(first.code == ErrorCode::kOk,
+          "wrong size on a cached plan: first execution " + first.message);
+    if (w.rank == last) {
+      size_t e = 0;
+      while (plan.topology().info(plan.tensors()[0].dst.device(e)).process != last) ++e;
+      views[0].dst[e].bytes += 4;
+    }
+    const Outcome o = attempt(*engine, plan, w.rank, views, timeout);
+    report("wrong buffer size, cached plan", o);
+    if (w.rank == last) {
+      check(o.code == ErrorCode::kInvalidArgument && contains(o.message, "tensors[0].dst["),
+            "wrong size, cached plan: kInvalidArgument naming the buffer");
+      check(o.seconds < 1.0, "wrong size, cached plan: fails before any communication");
+    } else {
+      check(o.code == ErrorCode::kTimeout && contains(o.message, "round") &&
+                contains(o.message, last_named),
+            "wrong size, cached plan: the others time out in a round naming the rank");
+    }
+  }
   {  // After all that, a fresh transport works.
     auto engine = make_engine(std::make_shared<StagingCounter>());
     const Plan plan = make_plan(fault_input(w.size, DType::kF32, 192));
@@ -655,8 +704,228 @@ int run_faults(const World& w) {
     const Outcome o = attempt(*engine, plan, w.rank, views, 30);
     check(o.code == ErrorCode::kOk, "fresh transport after faults: " + o.message);
     check(compare_local(plan, b, want, w.rank).empty(), "fresh transport after faults: data");
+    // Again and again, from the schedule cache.
+    for (int i = 0; i < 3; ++i) {
+      poison_local(plan, b, w.rank);
+      ExecuteOptions options;
+      options.timeout_seconds = 30;
+      const ExecuteStats s = engine->execute(plan, w.rank, views, options);
+      check(s.schedule_cached,
+            "fresh transport after faults: repeat " + std::to_string(i) + " from the cache");
+      check(compare_local(plan, b, want, w.rank).empty(),
+            "fresh transport after faults: repeat " + std::to_string(i) + " data");
+    }
     check(all_ranks(engine->transport(), g_failures == 0), "fault checks on every rank");
   }
+  return g_failures;
+}
+
+// ------------------------------------------------------------------- cache
+
+int run_cache(const World& w, int cases, uint64_t seed) {
+  auto counter = std::make_shared<StagingCounter>();
+  EngineOptions engine_options;
+  engine_options.schedule_cache_entries = 2;
+  Engine engine(std::make_unique<CountingTransport>(make_mpi_transport(), counter), engine_options);
+  auto& counting = dynamic_cast<CountingTransport&>(engine.transport());
+  Transport& transport = engine.transport();
+  // Every operation names its devices' ordinals as the topology has them.
+  const Plan* current = nullptr;
+  int64_t ops_checked = 0;
+  std::string op_error;
+  counting.on_op = [&](const TransferOp& op) {
+    const Topology& topo = current->topology();
+    if (topo.info(op.remote_device).ordinal != op.remote_ordinal ||
+        topo.info(op.local_device).ordinal != op.local_ordinal ||
+        topo.info(op.remote_device).process != op.peer) {
+      op_error = "operation with device " + std::to_string(op.remote_device) + " on rank " +
+                 std::to_string(op.peer) + " has remote ordinal " +
+                 std::to_string(op.remote_ordinal) + ", the topology says " +
+                 std::to_string(topo.info(op.remote_device).ordinal);
+    }
+    ++ops_checked;
+  };
+  int hits = 0, misses = 0, groups = 0, gathered = 0;
+  // Groups of three plans, executed A B A C B A A with room for two
+  // schedules: hits exactly where the least recently used rule says (a
+  // rank owning no device of a plan has no schedule for it: the model
+  // below skips such plans).
+  const int sequence[] = {0, 1, 0, 2, 1, 0, 0};
+  for (int g = 0; g * 3 < cases; ++g, ++groups) {
+    testing::CaseOptions co;
+    co.max_devices = 16;
+    std::vector<PlanInput> inputs(3);
+    std::vector<Plan> plans;
+    std::vector<OracleBuffers> reference;
+    std::vector<std::vector<bool>> scrambled;
+    ExecuteOptions options;
+    options.timeout_seconds = 60;
+    options.packing =
+        g % 2 == 0 ? ExecuteOptions::Packing::kGather : ExecuteOptions::Packing::kStaging;
+    options.max_batches_in_flight = 1 + g % 4;
+    const auto fresh = [&](size_t k) {
+      OracleBuffers b = fill_sources(plans[k]);
+      scramble_partial_sources(plans[k], {&b}, seed * 7919 + static_cast<uint64_t>(3 * g) + k, 0.5);
+      return b;
+    };
+    std::string error;
+    bool threw = false;  // after an exception the ranks may be out of step
+    for (size_t k = 0; k < 3 && !threw; ++k) {
+      testing::CaseGen gen(seed * 100003 + static_cast<uint64_t>(3 * g) + k, co);
+      plans.push_back(random_plan(w, gen, &inputs[k]));
+      OracleBuffers ref = fill_sources(plans[k]);
+      scrambled.push_back(scramble_partial_sources(
+          plans[k], {&ref}, seed * 7919 + static_cast<uint64_t>(3 * g) + k, 0.5));
+      std::vector<TensorBuffers> views = local_views(plans[k], ref, w.rank);
+      ExecuteOptions uncached = options;
+      uncached.cache_schedule = false;
+      current = &plans[k];
+      try {
+        const ExecuteStats s = engine.execute(plans[k], w.rank, views, uncached);
+        if (s.schedule_cached) error = "an uncached execution reports a cached schedule";
+      } catch (const Error& e) {
+        error = std::string("reference execution threw ") + e.what();
+        threw = true;
+      }
+      reference.push_back(std::move(ref));
+    }
+    OracleBuffers kept;
+    std::vector<size_t> lru;  // the model: plans cached, most recent first
+    for (size_t i = 0; i < std::size(sequence) && !threw; ++i) {
+      const size_t k = static_cast<size_t>(sequence[i]);
+      // Hits through other Plan objects of the same inputs too: planned
+      // again (sharing the layouts), and decoded from plan bytes (layouts
+      // of their own, compared entry by entry).
+      const Plan other = i == 2   ? make_plan(inputs[k])
+                         : i == 6 ? decode_plan(encode_plan(plans[k]))
+                                  : Plan();
+      const Plan& plan = i == 2 || i == 6 ? other : plans[k];
+      // The last execution reuses the previous one's buffers (the same
+      // addresses: MPI datatypes reused as they are); the others get fresh
+      // buffers (new addresses).
+      OracleBuffers got = i == std::size(sequence) - 1 ? std::move(kept) : fresh(k);
+      poison_local(plans[k], got, w.rank);
+      std::vector<TensorBuffers> views = local_views(plans[k], got, w.rank);
+      current = &plan;
+      bool expect_hit = false;
+      if (std::binary_search(plan.processes().begin(), plan.processes().end(), w.rank)) {
+        const auto it = std::find(lru.begin(), lru.end(), k);
+        expect_hit = it != lru.end();
+        if (expect_hit) lru.erase(it);
+        if (lru.size() == 2) lru.pop_back();
+        lru.insert(lru.begin(), k);
+      }
+      try {
+        const ExecuteStats s = engine.execute(plan, w.rank, views, options);
+        if (s.schedule_cached != expect_hit && error.empty()) {
+          error = "execution " + std::to_string(i) + " (plan " + std::to_string(k) +
+                  "): " + (s.schedule_cached ? "hit" : "missed") + " the cache";
+        }
+        (s.schedule_cached ? hits : misses) += 1;
+        gathered += s.gathered_messages > 0;
+      } catch (const Error& e) {
+        error = "execution " + std::to_string(i) + " threw " + e.what();
+        threw = true;
+      }
+      if (error.empty()) {
+        error = compare_local(plans[k], got, reference[k], w.rank, scrambled[k]);
+        if (!error.empty()) error = "execution " + std::to_string(i) + ": " + error;
+      }
+      kept = std::move(got);
+    }
+    if (error.empty()) error = op_error;
+    for (const auto& [device, live] : counter->live) {
+      if (live != 0) error = "staging of device " + std::to_string(device) + " not released";
+    }
+    const bool ok = all_ranks(transport, error.empty());
+    if (!error.empty()) {
+      std::fprintf(stderr, "rank %d cache group %d (seed %llu): %s\n", w.rank, g,
+                   static_cast<unsigned long long>(seed), error.c_str());
+    }
+    check(ok, "cache group " + std::to_string(g));
+  }
+  // The same plan many times, both packings in turn (two schedules), into
+  // the same buffers: every result equals the uncached one.
+  {
+    const Plan plan = make_plan(fault_input(w.size, DType::kF32, 190));
+    OracleBuffers ref = fill_sources(plan);
+    std::vector<TensorBuffers> ref_views = local_views(plan, ref, w.rank);
+    current = &plan;
+    ExecuteOptions o;
+    o.timeout_seconds = 60;
+    o.cache_schedule = false;
+    engine.execute(plan, w.rank, ref_views, o);
+    OracleBuffers got = fill_sources(plan);
+    std::vector<TensorBuffers> views = local_views(plan, got, w.rank);
+    std::string error;
+    for (int i = 0; i < 12; ++i) {
+      poison_local(plan, got, w.rank);
+      o.cache_schedule = true;
+      o.packing = i % 2 ? ExecuteOptions::Packing::kStaging : ExecuteOptions::Packing::kGather;
+      const ExecuteStats s = engine.execute(plan, w.rank, views, o);
+      if (s.schedule_cached != (i >= 2)) error = "repeat " + std::to_string(i) + ": cache flag";
+      if (error.empty()) error = compare_local(plan, got, ref, w.rank);
+    }
+    check(all_ranks(transport, error.empty()), "repeated cached executions: " + error);
+
+    // A wrong buffer size on a cached plan, on every rank at once: each
+    // rank refuses it before any communication (so nobody waits), and the
+    // cached plan still works afterwards.
+    size_t e = 0;
+    while (plan.topology().info(plan.tensors()[0].src.device(e)).process != w.rank) ++e;
+    views[0].src[e].bytes -= 4;
+    o.packing = ExecuteOptions::Packing::kAuto;
+    Outcome bad;
+    try {
+      engine.execute(plan, w.rank, views, o);
+    } catch (const Error& x) {
+      bad.code = x.code();
+      bad.message = x.what();
+    }
+    check(bad.code == ErrorCode::kInvalidArgument &&
+              contains(bad.message, "tensors[0].src[" + std::to_string(e) + "]"),
+          "wrong size on a cached plan: kInvalidArgument naming the buffer, got [" +
+              std::string(error_code_name(bad.code)) + "] " + bad.message);
+    views[0].src[e].bytes += 4;
+    poison_local(plan, got, w.rank);
+    const ExecuteStats after = engine.execute(plan, w.rank, views, o);
+    check(after.schedule_cached, "after a refused buffer: the schedule is still cached");
+    check(all_ranks(transport, compare_local(plan, got, ref, w.rank).empty()),
+          "after a refused buffer: data");
+  }
+  // Without a cache, and bad engine options.
+  {
+    EngineOptions none;
+    none.schedule_cache_entries = 0;
+    Engine plain(make_mpi_transport(), none);
+    const Plan plan = make_plan(fault_input(w.size, DType::kF32, 64));
+    OracleBuffers got = fill_sources(plan);
+    std::vector<TensorBuffers> views = local_views(plan, got, w.rank);
+    bool cached = false;
+    for (int i = 0; i < 3; ++i)
+      cached = cached || plain.execute(plan, w.rank, views).schedule_cached;
+    check(!cached, "schedule_cache_entries = 0: nothing cached");
+    check(all_ranks(plain.transport(), compare_local(plan, got, got, w.rank).empty()),
+          "schedule_cache_entries = 0: data");
+    EngineOptions negative;
+    negative.schedule_cache_entries = -1;
+    Outcome o;
+    try {
+      Engine bad(make_mpi_transport(), negative);
+    } catch (const Error& x) {
+      o.code = x.code();
+      o.message = x.what();
+    }
+    check(o.code == ErrorCode::kInvalidArgument && contains(o.message, "schedule_cache_entries"),
+          "negative schedule_cache_entries: kInvalidArgument naming it");
+  }
+  if (w.rank == 0) {
+    std::printf(
+        "%d ranks: %d cache groups, %d hits and %d misses on rank 0, %d executions gathered, "
+        "%lld operations' ordinals checked\n",
+        w.size, groups, hits, misses, gathered, static_cast<long long>(ops_checked));
+  }
+  check(all_ranks(transport, ops_checked > 0 && hits > 0), "the cache cases moved data and hit");
   return g_failures;
 }
 
@@ -687,8 +956,11 @@ int main(int argc, char** argv) {
       failures = run_budget(w);
     } else if (mode == "faults") {
       failures = run_faults(w);
+    } else if (mode == "cache") {
+      failures = run_cache(w, cases, seed);
     } else {
-      std::fprintf(stderr, "usage: engine_mpi_test random|budget|faults [--cases N] [--seed S]\n");
+      std::fprintf(stderr,
+                   "usage: engine_mpi_test random|budget|faults|cache [--cases N] [--seed S]\n");
       return 2;
     }
     if (failures == 0 && w.rank == 0) std::printf("%s: OK\n", mode.c_str());

@@ -1,26 +1,18 @@
 // Loads the CUDA backend, libreshard_cuda.so.1, on first use (DESIGN.md §3,
 // packaging). Compiled into reshard_core, which links no CUDA library: the
 // factories of reshard/cuda.h land here and forward to the backend's entry
-// table (core/src/exec/backend_abi.h).
+// table (core/src/exec/backend_abi.h); the search and dlopen are
+// load_backend's (core/src/exec/backend_loader.h), shared with MPI.
 #include <dlfcn.h>
 
-#include <algorithm>
-#include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <system_error>
-#include <vector>
 
 #include "exec/backend_abi.h"
-#include "exec/backend_search.h"
+#include "exec/backend_loader.h"
 #include "reshard/cuda.h"
 #include "reshard/error.h"
-
-#ifndef RESHARD_INSTALL_LIBDIR
-#define RESHARD_INSTALL_LIBDIR "lib"
-#endif
 
 namespace reshard {
 namespace {
@@ -33,76 +25,31 @@ constexpr const char* kHowToGet =
 
 // Never throws; on failure returns null and sets `why`.
 const reshard_backend_cuda_v1_t* load(const std::string& library, std::string* why) {
-  std::vector<std::string> names;
-  if (library.empty()) {
-    names.assign(std::begin(kLibraryNames), std::end(kLibraryNames));
-  } else {
-    names.push_back(library);
-  }
-  std::vector<std::string> candidates;
-  for (const std::string& name : names) {
-    if (name.find('/') != std::string::npos) {
-      candidates.push_back(name);
-      continue;
-    }
-    for (const std::string& dir :
-         backend_search_dirs(reinterpret_cast<const void*>(&cuda_transport_available))) {
-      std::error_code ec;
-      const std::string file = dir + "/" + name;
-      if (std::filesystem::exists(file, ec)) candidates.push_back(file);
-    }
-  }
-  for (const std::string& name : names) {
-    if (name.find('/') == std::string::npos) candidates.push_back(name);
-  }
-  std::string failures;
-  const auto note = [&](const std::string& text) {
-    failures += (failures.empty() ? "" : "; ") + text;
-  };
-  for (const std::string& c : candidates) {
-    // RTLD_LOCAL: the backend exports one symbol; its NCCL is found by
-    // soname, so a libnccl.so.2 the host framework already loaded is reused.
-    void* handle = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      const char* e = dlerror();
-      const std::string text = e != nullptr ? e : "unknown error";
-      if (c.find('/') != std::string::npos ||
-          text.find("cannot open shared object file") == std::string::npos ||
-          text.find(c) == std::string::npos) {
-        note(text);
-      }
-      continue;
-    }
-    auto fn = reinterpret_cast<reshard_backend_cuda_v1_fn>(dlsym(handle, kCudaBackendSymbol));
-    const reshard_backend_cuda_v1_t* table = fn != nullptr ? fn() : nullptr;
-    if (table == nullptr || table->struct_size < sizeof(reshard_backend_cuda_v1_t)) {
-      note(c + ": no usable " + kCudaBackendSymbol);
-      continue;  // never unloaded: the CUDA runtime does not support it
-    }
-    if (table->transport_interface != kTransportInterfaceVersion ||
-        table->options_version != kCudaOptionsVersion) {
-      note(c + ": built for transport interface " + std::to_string(table->transport_interface) +
-           " and CUDA options " + std::to_string(table->options_version) + ", this reshard needs " +
-           std::to_string(kTransportInterfaceVersion) + " and " +
-           std::to_string(kCudaOptionsVersion));
-      continue;
-    }
-    return table;
-  }
-  if (!failures.empty()) {
-    *why = "CUDA transports unavailable: the backend could not be loaded: " + failures +
-           ". It needs the CUDA driver (libcuda.so.1) and NCCL (libnccl.so.2, e.g. on "
-           "LD_LIBRARY_PATH).";
-  } else {
-    std::string searched;
-    for (const std::string& d :
-         backend_search_dirs(reinterpret_cast<const void*>(&cuda_transport_available)))
-      searched += (searched.empty() ? "" : ", ") + d;
-    *why = "CUDA transports unavailable: " + names.front() + " was not found (searched " +
-           (searched.empty() ? std::string("no directories") : searched) +
-           " and the dynamic linker's path). " + kHowToGet + ".";
-  }
-  return nullptr;
+  BackendLibrary lib;
+  lib.names = kLibraryNames;
+  lib.symbol = kCudaBackendSymbol;
+  // RTLD_LOCAL: the backend exports one symbol; its NCCL is found by
+  // soname, so a libnccl.so.2 the host framework already loaded is reused.
+  lib.dlopen_flags = RTLD_NOW | RTLD_LOCAL;
+  lib.anchor = reinterpret_cast<const void*>(&cuda_transport_available);
+  lib.unavailable = "CUDA transports unavailable";
+  lib.load_hint =
+      "It needs the CUDA driver (libcuda.so.1) and NCCL (libnccl.so.2, e.g. on "
+      "LD_LIBRARY_PATH).";
+  lib.missing_hint = std::string(kHowToGet) + ".";
+  return load_backend_table<reshard_backend_cuda_v1_t>(
+      lib, library,
+      [](const reshard_backend_cuda_v1_t& table) -> std::string {
+        if (table.transport_interface == kTransportInterfaceVersion &&
+            table.options_version == kCudaOptionsVersion) {
+          return "";
+        }
+        return "built for transport interface " + std::to_string(table.transport_interface) +
+               " and CUDA options " + std::to_string(table.options_version) +
+               ", this reshard needs " + std::to_string(kTransportInterfaceVersion) + " and " +
+               std::to_string(kCudaOptionsVersion);
+      },
+      nullptr, why);
 }
 
 std::mutex g_mutex;

@@ -3,7 +3,10 @@
 // of ncclSend/ncclRecv on the GPUs' streams, copies by the fused kernels on
 // the same streams. Everything a GPU does is ordered on its one stream, so
 // the engine issues a whole execution without waiting and finish() waits
-// once, on events, with a deadline.
+// once, on events, with a deadline. A message goes to the NCCL rank of the
+// GPU holding its remote device: (TransferOp::peer, remote_ordinal) looked
+// up in the table the ranks exchange at creation (nccl_routing.h), so peer
+// processes may have several GPUs.
 //
 // No hangs: communicators reshard creates are non-blocking (ncclConfig_t
 // blocking = 0), so group calls return while NCCL connects and every wait
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "device_context.h"
+#include "nccl_routing.h"
 #include "transports.h"
 
 namespace reshard::cuda_backend {
@@ -44,17 +48,6 @@ std::string nccl_text(ncclResult_t r, ncclComm_t comm = nullptr) {
     if (last != nullptr && *last != '\0') s += ": " + std::string(last);
   }
   return s;
-}
-
-// Template trick until TransferOp carries the remote device's ordinal: use
-// it when the interface has it.
-template <class Op>
-int32_t remote_ordinal_of(const Op& op) {
-  if constexpr (requires { op.remote_ordinal; }) {
-    return static_cast<int32_t>(op.remote_ordinal);
-  } else {
-    return -1;
-  }
 }
 
 // Finalises (bounded) and destroys a communicator reshard created; aborts
@@ -88,11 +81,6 @@ struct Comm {
   DeviceContext* ctx = nullptr;
   DevicePtr scratch;  // control-plane buffer
   size_t scratch_bytes = 0;
-};
-
-struct RankEntry {
-  int32_t process = 0;
-  int32_t ordinal = 0;
 };
 
 // What start() issued, until it completed.
@@ -183,7 +171,8 @@ class NcclTransport : public Transport {
       if (options_.check_pointers) {
         devices_.check_pointer(c.ordinal, op.data, field + ".data");
       }
-      calls.push_back({&op, &c, peer_rank(op, field)});
+      calls.push_back(
+          {&op, &c, routing_.peer_rank(op.peer, op.remote_ordinal, op.remote_device, field)});
     }
     std::sort(issued->peers.begin(), issued->peers.end());
     issued->peers.erase(std::unique(issued->peers.begin(), issued->peers.end()),
@@ -262,7 +251,7 @@ class NcclTransport : public Transport {
     for (size_t r = 0; r < per_rank.size(); ++r) {
       if (per_rank[r] != size) {
         fail(ErrorCode::kMismatch,
-             "nccl transport: allgather: process " + std::to_string(table_[r].process) +
+             "nccl transport: allgather: process " + std::to_string(routing_.table()[r].process) +
                  " sent a record of " + std::to_string(per_rank[r]) + " bytes, process " +
                  std::to_string(process_) + " one of " + std::to_string(size));
       }
@@ -270,9 +259,9 @@ class NcclTransport : public Transport {
     std::vector<std::vector<std::byte>> out(static_cast<size_t>(processes_));
     if (size == 0) return out;
     const std::vector<std::byte> all = gather(record, deadline, "allgather");
-    for (size_t r = table_.size(); r-- > 0;) {  // the process's lowest NCCL rank wins
+    for (size_t r = routing_.table().size(); r-- > 0;) {  // the process's lowest NCCL rank wins
       const std::byte* p = all.data() + r * size;
-      out[static_cast<size_t>(table_[r].process)].assign(p, p + size);
+      out[static_cast<size_t>(routing_.table()[r].process)].assign(p, p + size);
     }
     return out;
   }
@@ -403,9 +392,7 @@ class NcclTransport : public Transport {
       for (const Comm& c : comms_) records.push_back({kMagic, process_, c.ordinal, c.nccl_rank});
       all = gather_each(records, deadline, "exchanging ranks");
     }
-    table_.assign(static_cast<size_t>(nccl_ranks_), {});
-    std::set<std::pair<int32_t, int32_t>> seen;
-    int32_t max_process = -1;
+    std::vector<NcclRankEntry> table(static_cast<size_t>(nccl_ranks_));
     for (int32_t r = 0; r < nccl_ranks_; ++r) {
       int32_t rec[4];
       std::memcpy(rec, all.data() + static_cast<size_t>(r) * 16, 16);
@@ -413,30 +400,14 @@ class NcclTransport : public Transport {
         failure(ErrorCode::kMismatch, "NCCL rank " + std::to_string(r) +
                                           " is not a reshard nccl transport of this version");
       }
-      if (rec[1] < 0) {
-        failure(ErrorCode::kMismatch,
-                "NCCL rank " + std::to_string(r) + " reports process " + std::to_string(rec[1]));
-      }
-      if (!seen.insert({rec[1], rec[2]}).second) {
-        failure(ErrorCode::kMismatch, "two NCCL ranks claim process " + std::to_string(rec[1]) +
-                                          " device " + std::to_string(rec[2]) +
-                                          " (is options.process right on every process?)");
-      }
-      table_[static_cast<size_t>(r)] = {rec[1], rec[2]};
-      max_process = std::max(max_process, rec[1]);
+      table[static_cast<size_t>(r)] = {rec[1], rec[2]};
     }
-    processes_ = max_process + 1;
-    ranks_of_.assign(static_cast<size_t>(processes_), {});
-    for (int32_t r = 0; r < nccl_ranks_; ++r) {
-      ranks_of_[static_cast<size_t>(table_[static_cast<size_t>(r)].process)].push_back(r);
+    try {
+      routing_ = NcclRouting(std::move(table));
+    } catch (const Error& e) {
+      failure(e.code(), e.what());
     }
-    for (int32_t p = 0; p < processes_; ++p) {
-      if (ranks_of_[static_cast<size_t>(p)].empty()) {
-        failure(ErrorCode::kMismatch, "process " + std::to_string(p) +
-                                          " has no GPU in the NCCL group (processes must be "
-                                          "numbered 0..P-1, each with at least one GPU)");
-      }
-    }
+    processes_ = routing_.processes();
   }
 
   // ------------------------------------------------------- operations
@@ -458,26 +429,6 @@ class NcclTransport : public Transport {
     }
     fail(ErrorCode::kInvalidArgument, field + ": CUDA device " + std::to_string(ordinal) +
                                           " is not among this process's NCCL devices");
-  }
-
-  // The NCCL rank of the peer's GPU holding the remote device: the peer's
-  // only GPU, or the one of the remote device's ordinal.
-  int32_t peer_rank(const TransferOp& op, const std::string& field) const {
-    const std::vector<int32_t>& ranks = ranks_of_[static_cast<size_t>(op.peer)];
-    if (ranks.size() == 1) return ranks[0];
-    const int32_t ordinal = remote_ordinal_of(op);
-    if (ordinal < 0) {
-      fail(ErrorCode::kUnsupported,
-           field + ": process " + std::to_string(op.peer) + " has " + std::to_string(ranks.size()) +
-               " GPUs and this reshard's TransferOp does not say which one holds device " +
-               std::to_string(op.remote_device) + " (one GPU per peer process is supported)");
-    }
-    for (int32_t r : ranks) {
-      if (table_[static_cast<size_t>(r)].ordinal == ordinal) return r;
-    }
-    fail(ErrorCode::kInvalidArgument, field + ": process " + std::to_string(op.peer) +
-                                          " has no NCCL rank on CUDA device " +
-                                          std::to_string(ordinal));
   }
 
   static std::string ranks_text(const std::vector<int32_t>& ranks) {
@@ -613,8 +564,7 @@ class NcclTransport : public Transport {
   int32_t nccl_ranks_ = 0;
   int32_t process_ = 0;
   int32_t processes_ = 0;
-  std::vector<RankEntry> table_;                // per NCCL rank
-  std::vector<std::vector<int32_t>> ranks_of_;  // per process: its NCCL ranks
+  NcclRouting routing_;  // (process, ordinal) per NCCL rank, and the lookup
   std::deque<std::shared_ptr<Issued>> outstanding_;
   bool aborted_ = false;
   std::string abort_reason_;

@@ -15,6 +15,12 @@
  *   reshard_executor_t* ex;  reshard_executor_create(NULL, &ex);
  *   reshard_executor_execute(ex, plan, buffers, 1);
  *
+ * Executing across processes (ABI 1.1): the optional headers
+ * reshard/reshard_mpi.h (MPI, host memory) and reshard/reshard_nccl.h (NCCL,
+ * CUDA memory) create executors over a caller's communicator without
+ * including mpi.h, nccl.h or cuda_runtime.h; libreshard.so.1 links none of
+ * these libraries and loads its backends on first use.
+ *
  * CONVENTIONS (they hold for every function below unless its comment says
  * otherwise):
  *
@@ -103,7 +109,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 0
+#define RESHARD_ABI_MINOR 1
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -181,13 +187,35 @@ enum { RESHARD_DIRECTION_SEND = 1, RESHARD_DIRECTION_RECV = 2 };
 typedef int32_t reshard_piece_list_t;
 enum { RESHARD_PIECES_LOCAL = 1, RESHARD_PIECES_SEND = 2, RESHARD_PIECES_RECV = 3 };
 
-/* How an executor moves bytes. Only HOST is available in this release; the
- * others are reserved and give RESHARD_ERROR_UNSUPPORTED. */
+/* How an executor moves bytes. HOST and CUDA_LOCAL executors come from
+ * reshard_executor_create; MPI and NCCL executors need a communicator and
+ * come from reshard_mpi_executor_create (reshard/reshard_mpi.h) and
+ * reshard_nccl_executor_create (reshard/reshard_nccl.h), ABI 1.1. Whether a
+ * transport works on this machine: reshard_transport_available. */
 typedef int32_t reshard_transport_t;
 enum {
-  RESHARD_TRANSPORT_HOST = 1, /* in-process, host memory, one process owns all */
-  RESHARD_TRANSPORT_MPI = 2,  /* reserved */
-  RESHARD_TRANSPORT_NCCL = 3  /* reserved */
+  RESHARD_TRANSPORT_HOST = 1,      /* in-process, host memory, one process owns all */
+  RESHARD_TRANSPORT_MPI = 2,       /* host memory, one or more devices per MPI rank */
+  RESHARD_TRANSPORT_NCCL = 3,      /* CUDA memory, NCCL between processes */
+  RESHARD_TRANSPORT_CUDA_LOCAL = 4 /* CUDA memory, one process owns all (ABI 1.1) */
+};
+
+/* When the ranks of a distributed executor compare plan fingerprints and
+ * dtypes before executing (C++ ExecuteOptions::Agreement), ABI 1.1. */
+typedef int32_t reshard_agreement_t;
+enum {
+  RESHARD_AGREEMENT_FIRST_USE = 0,  /* before a plan's first execution on an executor */
+  RESHARD_AGREEMENT_EVERY_CALL = 1, /* before every execution */
+  RESHARD_AGREEMENT_SKIP = 2        /* never: the caller guarantees agreement */
+};
+
+/* How a distributed executor builds a message that is not one contiguous
+ * run of one buffer (C++ ExecuteOptions::Packing), ABI 1.1. */
+typedef int32_t reshard_packing_t;
+enum {
+  RESHARD_PACKING_AUTO = 0,    /* gather where the transport can (MPI), else stage */
+  RESHARD_PACKING_STAGING = 1, /* pack into staging memory with the box-copy core */
+  RESHARD_PACKING_GATHER = 2   /* MPI derived datatypes, in place */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -718,9 +746,13 @@ RESHARD_API reshard_error_t* reshard_plan_verify_bytes(const void* data, size_t 
 /* Execution                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* Executes plans. Immutable; one executor may run several plans
+/* Executes plans. A host executor is immutable: it may run several plans
  * concurrently from several threads when their destination buffers are
- * distinct. */
+ * distinct. An executor over another transport (MPI, NCCL, CUDA_LOCAL) owns
+ * a communicator or GPU streams; its executions are serialized (a second
+ * thread's call waits for the first), and a distributed executor's calls are
+ * collective, so every rank must make them in the same order: use it from
+ * one thread. */
 typedef struct reshard_executor reshard_executor_t;
 
 typedef struct reshard_executor_options {
@@ -733,8 +765,19 @@ typedef struct reshard_executor_options {
   { sizeof(reshard_executor_options_t), RESHARD_TRANSPORT_HOST, 0 }
 
 /* Creates an executor (NULL options: host transport, default threads).
+ * RESHARD_TRANSPORT_HOST: host memory, every plan device in this process.
+ * RESHARD_TRANSPORT_CUDA_LOCAL (ABI 1.1): CUDA memory, every plan device in
+ *   this process (all on plan process 0), on the GPU of its topology
+ *   ordinal, ordered on streams of the executor; execute returns once the
+ *   destinations hold their data. `threads` is ignored. The CUDA backend
+ *   (libreshard_cuda.so.1) is loaded on first use.
+ * RESHARD_TRANSPORT_MPI and RESHARD_TRANSPORT_NCCL need a communicator:
+ *   create them with reshard_mpi_executor_create / reshard_nccl_executor_create
+ *   (reshard/reshard_mpi.h, reshard/reshard_nccl.h); here they are
+ *   UNSUPPORTED, with a message saying so.
  * Errors: INVALID_ARGUMENT (bad struct_size, negative threads, unknown
- * transport), UNSUPPORTED (a reserved transport not in this build). */
+ * transport), UNSUPPORTED (MPI or NCCL; CUDA_LOCAL without the CUDA backend,
+ * driver or a GPU: the message says what is missing), TRANSPORT (CUDA). */
 RESHARD_API reshard_error_t* reshard_executor_create(const reshard_executor_options_t* options,
                                                      reshard_executor_t** out_executor);
 
@@ -775,7 +818,36 @@ typedef struct reshard_tensor_buffers {
  * Errors: INVALID_ARGUMENT naming the buffer ("buffers[1].dst[3]: 96 bytes
  * given, box [0:4, 0:8] of f32 needs 128", "plan: lacks the part of process
  * 1"), and nothing is written. Thread-safe for distinct destination
- * buffers; the source buffers are only read. */
+ * buffers; the source buffers are only read.
+ *
+ * Distributed executors (MPI, NCCL; ABI 1.1) execute the part of the plan
+ * that belongs to this process: plan process p is rank p of the executor's
+ * group (reshard_executor_info), and the plan must hold this rank's part
+ * (RESHARD_PLAN_SCOPE_ALL, or RESHARD_PLAN_SCOPE_PROCESS for this rank, or
+ * bytes holding it) unless the rank owns no device of the plan. The call is
+ * collective: every rank of the group calls it with a plan of the same
+ * inputs, ranks owning no device too. `buffers` still has one element per
+ * tensor and, in it, one buffer per layout entry (entry order as above):
+ * entries on this process (their device's topology process is this rank)
+ * are required; entries on other processes must be {NULL, 0} and are not
+ * touched. A list (src or dst) may also be empty (NULL, 0) when no entry of
+ * it is on this process. NCCL and CUDA_LOCAL buffers are CUDA memory the
+ * entry's GPU can address.
+ * Order of events: this rank's buffers and part are checked first
+ * (INVALID_ARGUMENT naming "buffers[t].src[e]" / ".dst[e]", before any
+ * message); then the ranks agree on the plan (RESHARD_AGREEMENT_*); then
+ * the data moves.
+ * Errors (distributed): INVALID_ARGUMENT (this rank's buffers or plan;
+ * "buffers[0].dst[3]: entry of device 5 is on process 1, not this rank 0:
+ * pass {NULL, 0}"), MISMATCH on every rank when the ranks planned different
+ * inputs or dtypes (naming the differing ranks), TIMEOUT when a wait ran
+ * past the executor's timeout_seconds, naming the ranks still missing ("...
+ * waiting for rank(s) 3"; also what the other ranks see when one rank
+ * failed its local checks), TRANSPORT (MPI / NCCL / CUDA error). After
+ * TIMEOUT or TRANSPORT the executor must not be used again (destroy it, then
+ * end the job: MPI_Abort, ncclCommAbort): peers may be gone, operations may
+ * still be pending and destination buffers may still be written. After
+ * MISMATCH it stays usable. */
 RESHARD_API reshard_error_t* reshard_executor_execute(const reshard_executor_t* executor,
                                                       const reshard_plan_t* plan,
                                                       const reshard_tensor_buffers_t* buffers,
@@ -818,17 +890,74 @@ typedef struct reshard_verify_report {
  * every destination element (partial destinations by reducing their
  * summands). Written like reshard_plan_stats. A wrong element is not an
  * error: it is counted in out_report->mismatches.
- * Errors: INVALID_ARGUMENT, OUT_OF_MEMORY, and those of execute. */
+ * Errors: INVALID_ARGUMENT (also "executor: ..." for an executor that is not
+ * a host executor: the others execute on memory or in processes this
+ * function cannot allocate; fill and check their local entries with
+ * reshard_oracle_fill_source / reshard_oracle_check_destination),
+ * OUT_OF_MEMORY, and those of execute. */
 RESHARD_API reshard_error_t* reshard_executor_verify(const reshard_executor_t* executor,
                                                      const reshard_plan_t* plan,
                                                      reshard_verify_report_t* out_report);
 
 /* ------------------------------------------------------------------------ */
+/* Transports and executors (ABI 1.1)                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Whether executors over `transport` can be created in this process:
+ * *out_available is 1 or 0. HOST: always 1. MPI: the MPI backend
+ * (libreshard_mpi.so.1) and Open MPI's run-time libraries load. NCCL: the
+ * CUDA backend (libreshard_cuda.so.1) loads, was built with NCCL, the driver
+ * works and a GPU is visible. CUDA_LOCAL: the same without NCCL. When 0 and
+ * `why` is not NULL, the reason (what to install or set) is written there,
+ * NUL-terminated and truncated to `why_size` bytes; when 1, `why` receives
+ * "". May load a backend library (never initialises MPI or creates a CUDA
+ * context beyond what counting GPUs needs). Thread-safe.
+ * Errors: INVALID_ARGUMENT (out_available NULL, unknown transport). */
+RESHARD_API reshard_error_t* reshard_transport_available(reshard_transport_t transport,
+                                                         int32_t* out_available, char* why,
+                                                         size_t why_size);
+
+/* What an executor is (ABI 1.1). */
+typedef struct reshard_executor_info {
+  size_t struct_size;
+  reshard_transport_t transport;
+  int32_t rank;      /* this process's rank in the group = its plan process (0: HOST, CUDA_LOCAL) */
+  int32_t size;      /* ranks in the group (1: HOST, CUDA_LOCAL) */
+  int32_t reserved0; /* written as 0 */
+} reshard_executor_info_t;
+
+#define RESHARD_EXECUTOR_INFO_INIT \
+  { sizeof(reshard_executor_info_t), 0, 0, 0, 0 }
+
+/* Describes `executor`, written like reshard_plan_stats. Thread-safe.
+ * Errors: INVALID_ARGUMENT (NULL, bad struct_size). */
+RESHARD_API reshard_error_t* reshard_executor_info(const reshard_executor_t* executor,
+                                                   reshard_executor_info_t* out_info);
+
+/* Where plan device `device` (>= 0) lives according to the plan's topology:
+ * its process (= rank of a distributed executor), host and local ordinal
+ * (CUDA device index). Devices the topology does not list are on process 0,
+ * host 0, ordinal 0. Any output may be NULL. A distributed caller uses it to
+ * find which layout entries are its own. Thread-safe.
+ * Errors: INVALID_ARGUMENT (plan NULL, negative device). */
+RESHARD_API reshard_error_t* reshard_plan_device_location(const reshard_plan_t* plan,
+                                                          int64_t device, int32_t* out_process,
+                                                          int32_t* out_host, int32_t* out_ordinal);
+
+/* The options structs of the optional headers, declared here for the
+ * function table (include reshard/reshard_mpi.h / reshard_nccl.h to use
+ * them). */
+struct reshard_mpi_executor_options;
+struct reshard_nccl_executor_options;
+struct reshard_nccl_unique_id;
+
+/* ------------------------------------------------------------------------ */
 /* Function table for dlopen users                                          */
 /* ------------------------------------------------------------------------ */
 
-/* Every function above, in a static table. Fields are only ever appended
- * (check struct_size or abi_minor before using a field added after 1.0);
+/* Every function above and those of reshard_mpi.h and reshard_nccl.h, in a
+ * static table. Fields are only ever appended (check struct_size or
+ * abi_minor before using a field added after 1.0);
  * the table of one ABI major never changes its existing fields. */
 typedef struct reshard_api {
   size_t struct_size; /* sizeof the table this library provides */
@@ -919,6 +1048,17 @@ typedef struct reshard_api {
                                                size_t, int64_t*);
   reshard_error_t* (*executor_verify)(const reshard_executor_t*, const reshard_plan_t*,
                                       reshard_verify_report_t*);
+
+  /* ABI 1.1 (check struct_size or abi_minor >= 1 before use) */
+  reshard_error_t* (*transport_available)(reshard_transport_t, int32_t*, char*, size_t);
+  reshard_error_t* (*executor_info)(const reshard_executor_t*, reshard_executor_info_t*);
+  reshard_error_t* (*mpi_executor_create)(const struct reshard_mpi_executor_options*,
+                                          reshard_executor_t**);
+  reshard_error_t* (*nccl_unique_id)(const char*, struct reshard_nccl_unique_id*);
+  reshard_error_t* (*nccl_executor_create)(const struct reshard_nccl_executor_options*,
+                                           reshard_executor_t**);
+  reshard_error_t* (*plan_device_location)(const reshard_plan_t*, int64_t, int32_t*, int32_t*,
+                                           int32_t*);
   /* Append new functions here, never elsewhere, and bump RESHARD_ABI_MINOR. */
 } reshard_api_t;
 

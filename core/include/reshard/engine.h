@@ -53,6 +53,11 @@ struct ExecuteOptions {
   // are always staged; so are messages above 1 GiB.
   enum class Packing : int32_t { kAuto = 0, kStaging = 1, kGather = 2 };
   Packing packing = Packing::kAuto;
+  // Take the schedule from the engine's schedule cache (EngineOptions), and
+  // put it there after building it. False: build it (and the transport's
+  // per-message state, such as MPI datatypes) afresh for this call and keep
+  // nothing, as for a plan's first execution.
+  bool cache_schedule = true;
 };
 
 struct ExecuteStats {
@@ -78,13 +83,39 @@ struct ExecuteStats {
   int64_t accumulator_bytes = 0;
   int64_t deferred_bytes = 0;
   double seconds = 0;  // wall time of execute()
+  // The schedule came from the engine's cache (validation of the part and
+  // the schedule's construction were skipped; buffers were checked as ever).
+  bool schedule_cached = false;
 };
 
+struct EngineOptions {
+  // Schedules kept for later executions: those of the most recently executed
+  // (plan, process, ExecuteOptions::packing/overlap) combinations, least
+  // recently used evicted first; 0 disables the cache. A schedule is what
+  // execute() derives from the plan alone before any byte moves (messages,
+  // rounds, steps, staging offsets, reductions) plus the transport's state
+  // per message (MPI datatypes), and it holds no buffer address, so one entry
+  // serves every set of buffers. An entry holds a copy of the plan's part
+  // for this process and its inputs (layouts shared, not copied), so it
+  // costs about the part's size again plus the schedule: some hundred bytes
+  // per message, and per piece tens of bytes, a few hundred for pieces of
+  // gathered or reduced messages. A cached schedule is used only for a plan
+  // whose fingerprint, inputs, options and part equal those it was built
+  // from: the fingerprint alone is never trusted.
+  int32_t schedule_cache_entries = 8;
+};
+
+namespace engine_detail {
+class ScheduleCache;
+}
+
 // Executes plans over one transport. Not thread-safe: one execute() at a
-// time per engine.
+// time per engine (its schedule cache and agreement record are unguarded,
+// as is the transport).
 class Engine {
  public:
   explicit Engine(std::unique_ptr<Transport> transport);
+  Engine(std::unique_ptr<Transport> transport, const EngineOptions& options);
   Engine(Engine&&) noexcept;
   Engine& operator=(Engine&&) noexcept;
   ~Engine();
@@ -102,11 +133,14 @@ class Engine {
   //
   // Order of events: (1) the buffers and the part are validated — a
   // problem is kInvalidArgument before any communication (the other ranks
-  // then time out naming this one); (2) the agreement: ranks exchange plan
-  // fingerprint and tensor dtypes, a difference is kMismatch on every rank,
-  // naming the ranks that differ; (3) execution. Partial sources are reduced
-  // with the semantics of execute_host, bit for bit (f16/bf16/f8 accumulate
-  // in f32 and round once; summands are reduced in source summand order).
+  // then time out naming this one); buffers on every call, the part when
+  // its schedule is built (not when it comes from the cache, see
+  // EngineOptions: a cached part is one that passed); (2) the agreement:
+  // ranks exchange plan fingerprint and tensor dtypes, a difference is
+  // kMismatch on every rank, naming the ranks that differ; (3) execution.
+  // Partial sources are reduced with the semantics of execute_host, bit for
+  // bit (f16/bf16/f8 accumulate in f32 and round once; summands are reduced
+  // in source summand order).
   //
   // Errors: kInvalidArgument, kMismatch, kTimeout (ranks still missing),
   // kTransport, kOutOfMemory. After kTimeout or kTransport destination
@@ -119,6 +153,8 @@ class Engine {
  private:
   std::unique_ptr<Transport> transport_;
   std::set<uint64_t> agreed_;  // fingerprints agreed on this transport
+  // Declared after transport_: destroyed first (it holds transport state).
+  std::unique_ptr<engine_detail::ScheduleCache> cache_;
 };
 
 // ---------------------------------------------------------------- MPI

@@ -47,7 +47,8 @@ namespace reshard {
 
 // Bumped whenever this header changes incompatibly; a backend built against
 // another version is refused by the loader.
-inline constexpr uint32_t kTransportInterfaceVersion = 1;
+// Version 2: TransferOp::remote_ordinal and TransferOp::state.
+inline constexpr uint32_t kTransportInterfaceVersion = 2;
 
 enum class MemoryKind : int32_t {
   kHost = 0,  // ordinary host memory: the engine runs copies itself
@@ -88,15 +89,27 @@ struct Segment {
   int64_t elem_size = 0;
 };
 
+// What a transport derived from one message and keeps between executions
+// of a cached schedule (the MPI transport: the derived datatype of its
+// segments). Created by the transport, owned by the engine (see
+// TransferOp::state), destroyed with the schedule: possibly after the
+// transport that created it, and possibly while an abandoned operation
+// still uses what it describes, so its destructor must cope with both.
+class TransferState {
+ public:
+  virtual ~TransferState() = default;
+};
+
 // One point-to-point operation of a batch.
 struct TransferOp {
   enum class Kind : int32_t { kSend = 0, kRecv = 1 };
   Kind kind = Kind::kSend;
-  int32_t peer = 0;           // rank in the transport's group
-  uint32_t round = 0;         // plan round (transports may derive tags from it)
-  int64_t local_device = 0;   // the plan device on this rank (sender or receiver)
-  int32_t local_ordinal = 0;  // its local ordinal (CUDA device index)
-  int64_t remote_device = 0;
+  int32_t peer = 0;            // rank in the transport's group
+  uint32_t round = 0;          // plan round (transports may derive tags from it)
+  int64_t local_device = 0;    // the plan device on this rank (sender or receiver)
+  int32_t local_ordinal = 0;   // its local ordinal (CUDA device index)
+  int64_t remote_device = 0;   // the plan device on the peer
+  int32_t remote_ordinal = 0;  // its local ordinal on the peer (Topology::info().ordinal)
   // The message bytes: a contiguous buffer (staging or a shard buffer, sent
   // or received in place) ...
   void* data = nullptr;
@@ -105,6 +118,13 @@ struct TransferOp {
   // concatenation of these segments (their volumes times elem sizes sum to
   // `bytes`). Valid until start() returns.
   std::span<const Segment> segments;
+  // Null, or a slot the engine keeps for this message of a cached schedule
+  // across executions (the same slot comes back with every later execution
+  // of that message). A transport may store what it derived from the
+  // operation there and reuse it later; it must check that what it reuses
+  // still fits the operation (segment addresses change when the caller's
+  // buffers do). Transports that keep nothing ignore it.
+  std::unique_ptr<TransferState>* state = nullptr;
 };
 
 // Operations started together. Destroying a batch that has not completed

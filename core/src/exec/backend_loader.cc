@@ -1,11 +1,13 @@
 // Loads transport backends at run time (DESIGN.md §3, packaging): reshard
 // links neither MPI nor CUDA; make_mpi_transport dlopens libreshard_mpi.so.1,
-// which does. See backend_abi.h for the entry point.
+// which does. See backend_abi.h for the entry point. load_backend
+// (backend_loader.h) is the search-and-dlopen loop of both backend loaders.
+#include "exec/backend_loader.h"
+
 #include <dlfcn.h>
 
-#include <algorithm>
-#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,28 +19,15 @@
 #include "reshard/engine.h"
 #include "reshard/error.h"
 
-#ifndef RESHARD_INSTALL_LIBDIR
-#define RESHARD_INSTALL_LIBDIR "lib"
-#endif
-
 namespace reshard {
-namespace {
 
-constexpr const char* kMpiLibraryNames[] = {"libreshard_mpi.so.1", "libreshard_mpi.so"};
-constexpr const char* kInstallMpi = "Debian: apt-get install openmpi-bin libopenmpi3";
-
-struct Loaded {
-  const reshard_backend_mpi_v1_t* table = nullptr;
-  std::string path;
-};
-
-// Loads the backend named `library` (a path, a name, or empty for the
-// default names). Never throws; on failure returns null and sets `why`.
-const reshard_backend_mpi_v1_t* load(const std::string& library, std::string* path,
-                                     std::string* why) {
+const void* load_backend(
+    const BackendLibrary& lib, const std::string& library,
+    const std::function<const void*(void* entry, std::string* problem)>& accept, std::string* path,
+    std::string* why) {
   std::vector<std::string> names;
   if (library.empty()) {
-    names.assign(std::begin(kMpiLibraryNames), std::end(kMpiLibraryNames));
+    names.assign(lib.names.begin(), lib.names.end());
   } else {
     names.push_back(library);
   }
@@ -48,8 +37,7 @@ const reshard_backend_mpi_v1_t* load(const std::string& library, std::string* pa
       candidates.push_back(name);
       continue;
     }
-    for (const std::string& dir :
-         backend_search_dirs(reinterpret_cast<const void*>(&make_mpi_transport))) {
+    for (const std::string& dir : backend_search_dirs(lib.anchor)) {
       std::error_code ec;
       const std::string file = dir + "/" + name;
       if (std::filesystem::exists(file, ec)) candidates.push_back(file);
@@ -60,10 +48,11 @@ const reshard_backend_mpi_v1_t* load(const std::string& library, std::string* pa
     if (name.find('/') == std::string::npos) candidates.push_back(name);
   }
   std::string failures;
+  const auto note = [&](const std::string& text) {
+    failures += (failures.empty() ? "" : "; ") + text;
+  };
   for (const std::string& c : candidates) {
-    // RTLD_GLOBAL: Open MPI's run-time plugins expect libmpi's symbols to be
-    // global. The backend itself exports nothing else.
-    void* handle = dlopen(c.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    void* handle = dlopen(c.c_str(), lib.dlopen_flags);
     if (handle == nullptr) {
       const char* e = dlerror();
       // A bare name the linker cannot find is not worth reporting.
@@ -71,40 +60,69 @@ const reshard_backend_mpi_v1_t* load(const std::string& library, std::string* pa
       if (c.find('/') != std::string::npos ||
           text.find("cannot open shared object file") == std::string::npos ||
           text.find(c) == std::string::npos) {
-        failures += (failures.empty() ? "" : "; ") + text;
+        note(text);
       }
       continue;
     }
-    auto fn = reinterpret_cast<reshard_backend_mpi_v1_fn>(dlsym(handle, kMpiBackendSymbol));
-    const reshard_backend_mpi_v1_t* table = fn != nullptr ? fn() : nullptr;
-    if (table == nullptr || table->struct_size < sizeof(reshard_backend_mpi_v1_t)) {
-      failures += (failures.empty() ? "" : "; ") + c + ": no usable " + kMpiBackendSymbol;
-      continue;  // handles stay open: unloading MPI is never safe
+    std::string problem;
+    const void* table = accept(dlsym(handle, lib.symbol), &problem);
+    if (table == nullptr) {
+      note(c + ": " + problem);
+      continue;  // handles stay open: unloading MPI or the CUDA runtime is never safe
     }
-    if (table->transport_interface != kTransportInterfaceVersion) {
-      failures += (failures.empty() ? "" : "; ") + c + ": built for transport interface " +
-                  std::to_string(table->transport_interface) + ", this reshard needs " +
-                  std::to_string(kTransportInterfaceVersion);
-      continue;
-    }
-    *path = c;
+    if (path != nullptr) *path = c;
     return table;
   }
   if (!failures.empty()) {
-    *why = "MPI transport unavailable: the backend could not be loaded: " + failures + ". " +
-           "The backend needs Open MPI's run-time libraries (" + kInstallMpi + ").";
+    *why = std::string(lib.unavailable) + ": the backend could not be loaded: " + failures + ". " +
+           lib.load_hint;
   } else {
     std::string searched;
-    for (const std::string& d :
-         backend_search_dirs(reinterpret_cast<const void*>(&make_mpi_transport)))
+    for (const std::string& d : backend_search_dirs(lib.anchor))
       searched += (searched.empty() ? "" : ", ") + d;
-    *why = "MPI transport unavailable: " + names.front() + " was not found (searched " +
+    *why = std::string(lib.unavailable) + ": " + names.front() + " was not found (searched " +
            (searched.empty() ? std::string("no directories") : searched) +
-           " and the dynamic linker's path). Build reshard with MPI (Debian: apt-get install "
-           "libopenmpi-dev openmpi-bin) so that libreshard_mpi.so.1 is built, install it next "
-           "to libreshard or in its ../lib, or set RESHARD_BACKEND_DIR to its directory.";
+           " and the dynamic linker's path). " + lib.missing_hint;
   }
   return nullptr;
+}
+
+namespace {
+
+constexpr const char* kMpiLibraryNames[] = {"libreshard_mpi.so.1", "libreshard_mpi.so"};
+
+struct Loaded {
+  const reshard_backend_mpi_v1_t* table = nullptr;
+  std::string path;
+};
+
+// Loads the backend named `library` (a path, a name, or empty for the
+// default names). Never throws; on failure returns null and sets `why`.
+const reshard_backend_mpi_v1_t* load(const std::string& library, std::string* path,
+                                     std::string* why) {
+  BackendLibrary lib;
+  lib.names = kMpiLibraryNames;
+  lib.symbol = kMpiBackendSymbol;
+  // RTLD_GLOBAL: Open MPI's run-time plugins expect libmpi's symbols to be
+  // global. The backend itself exports nothing else.
+  lib.dlopen_flags = RTLD_NOW | RTLD_GLOBAL;
+  lib.anchor = reinterpret_cast<const void*>(&make_mpi_transport);
+  lib.unavailable = "MPI transport unavailable";
+  lib.load_hint =
+      "The backend needs Open MPI's run-time libraries (Debian: apt-get install openmpi-bin "
+      "libopenmpi3).";
+  lib.missing_hint =
+      "Build reshard with MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) so that "
+      "libreshard_mpi.so.1 is built, install it next to libreshard or in its ../lib, or set "
+      "RESHARD_BACKEND_DIR to its directory.";
+  return load_backend_table<reshard_backend_mpi_v1_t>(
+      lib, library,
+      [](const reshard_backend_mpi_v1_t& table) -> std::string {
+        if (table.transport_interface == kTransportInterfaceVersion) return "";
+        return "built for transport interface " + std::to_string(table.transport_interface) +
+               ", this reshard needs " + std::to_string(kTransportInterfaceVersion);
+      },
+      path, why);
 }
 
 std::mutex g_mutex;

@@ -1,5 +1,6 @@
 // The distributed engine (reshard/engine.h): validation, the agreement on
-// the plan, then the schedule of engine_schedule.h run over a transport.
+// the plan, then the schedule of engine_schedule.h (kept in the cache of
+// engine_cache.h) run over a transport.
 #include "reshard/engine.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "exec/engine_cache.h"
 #include "exec/engine_schedule.h"
 #include "exec/exec_common.h"
 #include "reshard/box_copy.h"
@@ -280,16 +282,19 @@ class Copier {
 
 class Run {
  public:
+  // `keep_state`: the schedule is cached, the transport may keep state in
+  // it (TransferOp::state).
   Run(Transport& transport, const Plan& plan, std::span<const TensorBuffers> buffers,
-      const ExecuteOptions& options, Schedule& schedule, ExecuteStats& stats)
+      const ExecuteOptions& options, Schedule& schedule, bool keep_state, ExecuteStats& stats)
       : transport_(transport),
         info_(transport.info()),
         plan_(plan),
         tensors_(plan.tensors()),
-        part_(plan.part(info_.rank)),
+        part_(*schedule.part),
         buffers_(buffers),
         options_(options),
         s_(schedule),
+        keep_state_(keep_state),
         stats_(stats),
         copier_(transport, info_.memory == MemoryKind::kHost) {}
 
@@ -304,6 +309,10 @@ class Run {
   int64_t elem(uint32_t t) const { return dtype_size(tensors_[t].dtype); }
   const void* src_ptr(const Piece& p) const { return buffers_[p.tensor].src[p.src_entry].data; }
   void* dst_ptr(const Piece& p) const { return buffers_[p.tensor].dst[p.dst_entry].data; }
+  void* buffer(const engine_detail::BufferRef& r) const {
+    if (r.src) return const_cast<void*>(buffers_[r.tensor].src[r.entry].data);
+    return buffers_[r.tensor].dst[r.entry].data;
+  }
   int32_t ordinal_of(int64_t device) const { return plan_.topology().info(device).ordinal; }
   std::byte* staging(size_t slot) { return arenas_[slot]->data(); }
   std::byte* work(size_t block, int64_t offset) {
@@ -331,6 +340,7 @@ class Run {
   std::span<const TensorBuffers> buffers_;
   const ExecuteOptions& options_;
   Schedule& s_;
+  const bool keep_state_;
   ExecuteStats& stats_;
   Copier copier_;
   std::vector<std::unique_ptr<StagingBlock>> arenas_;  // per slot
@@ -339,7 +349,8 @@ class Run {
   std::vector<std::unique_ptr<StagingBlock>> work_device_;
   std::vector<std::vector<size_t>> deferred_of_;  // per message: contributions to copy aside
   std::vector<TransferOp> ops_;
-  std::vector<uint8_t> packed_;  // per message
+  std::vector<Segment> segments_;  // of ops_, with the buffers' addresses
+  std::vector<uint8_t> packed_;    // per message
   bool packed_early_ = false;
   size_t next_contribution_ = 0;
 };
@@ -441,6 +452,20 @@ std::unique_ptr<TransferBatch> Run::post(size_t ri, size_t step) {
   }
   copier_.flush();  // stream-ordered transports: the packs go before the batch
   ops_.clear();
+  // The schedule holds no addresses: the gathered messages' segments get
+  // their buffers here (all of the step's first, so that the spans below
+  // stay valid).
+  segments_.clear();
+  for (size_t mi : s_.rounds[ri].steps[step]) {
+    const EngineMessage& m = s_.messages[mi];
+    if (m.mode != EngineMessage::Mode::kGather) continue;
+    for (size_t i = 0; i < m.segments.size(); ++i) {
+      Segment seg = m.segments[i];
+      seg.buffer = m.send ? const_cast<void*>(src_ptr(m.pieces[i])) : dst_ptr(m.pieces[i]);
+      segments_.push_back(seg);
+    }
+  }
+  size_t next_segment = 0;
   for (size_t mi : s_.rounds[ri].steps[step]) {
     EngineMessage& m = s_.messages[mi];
     TransferOp op;
@@ -450,17 +475,21 @@ std::unique_ptr<TransferBatch> Run::post(size_t ri, size_t step) {
     op.local_device = m.local_device;
     op.local_ordinal = m.ordinal;
     op.remote_device = m.send ? m.dst_device : m.src_device;
+    op.remote_ordinal = m.remote_ordinal;
     op.bytes = m.bytes;
     switch (m.mode) {
       case EngineMessage::Mode::kInPlace:
-        op.data = m.in_place;
+        op.data = m.bytes == 0 ? nullptr
+                               : static_cast<std::byte*>(buffer(m.in_place)) + m.in_place_offset;
         ++stats_.in_place_messages;
         break;
       case EngineMessage::Mode::kStaged:
         op.data = staging(m.slot) + m.offset;
         break;
       case EngineMessage::Mode::kGather:
-        op.segments = m.segments;
+        op.segments = std::span<const Segment>(segments_).subspan(next_segment, m.segments.size());
+        next_segment += m.segments.size();
+        if (keep_state_) op.state = &m.transfer_state;
         ++stats_.gathered_messages;
         break;
     }
@@ -514,7 +543,7 @@ void Run::reduce_ready(int64_t round) {
     const void* src = nullptr;
     Box src_box = c.region;
     if (c.arrival < 0) {
-      src = c.src;
+      src = buffers_[c.tensor].src[c.src_entry].data;
       src_box = c.src_box;
     } else if (c.deferred_offset >= 0) {
       src = work(c.deferred_block, c.deferred_offset);
@@ -615,11 +644,27 @@ void Run::go() {
 
 }  // namespace
 
-Engine::Engine(std::unique_ptr<Transport> transport) : transport_(std::move(transport)) {
+Engine::Engine(std::unique_ptr<Transport> transport) : Engine(std::move(transport), {}) {}
+
+Engine::Engine(std::unique_ptr<Transport> transport, const EngineOptions& options)
+    : transport_(std::move(transport)) {
   if (!transport_) fail(ErrorCode::kInvalidArgument, "transport: must not be null");
+  if (options.schedule_cache_entries < 0) {
+    fail(ErrorCode::kInvalidArgument, "options.schedule_cache_entries: must not be negative");
+  }
+  if (options.schedule_cache_entries > 0) {
+    cache_ = std::make_unique<engine_detail::ScheduleCache>(
+        static_cast<size_t>(options.schedule_cache_entries));
+  }
 }
 Engine::Engine(Engine&&) noexcept = default;
-Engine& Engine::operator=(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&& other) noexcept {
+  // The cache holds state of the current transport: it goes first.
+  cache_ = std::move(other.cache_);
+  transport_ = std::move(other.transport_);
+  agreed_ = std::move(other.agreed_);
+  return *this;
+}
 Engine::~Engine() = default;
 
 ExecuteStats Engine::execute(const Plan& plan, int32_t process,
@@ -650,7 +695,9 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   // communication.
   const bool participates =
       std::binary_search(plan.processes().begin(), plan.processes().end(), process);
-  Schedule schedule;
+  Schedule built;
+  Schedule* schedule = &built;
+  const bool cached = cache_ != nullptr && options.cache_schedule;
   if (participates) {
     if (!plan.parts().contains(process)) {
       fail(ErrorCode::kInvalidArgument,
@@ -658,7 +705,11 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
                " (make it with PlanScope::kAll or PlanScope::kProcess for this process)");
     }
     exec_detail::validate_buffers(plan, local_buffers, process);
-    schedule = engine_detail::build_schedule(plan, process, local_buffers, info, options);
+    if (cached) {
+      schedule = &cache_->get(plan, process, info, options, &stats.schedule_cached);
+    } else {
+      built = engine_detail::build_schedule(plan, process, plan.part(process), info, options);
+    }
   }
   // (2) The agreement.
   const bool first = !agreed_.contains(plan.fingerprint());
@@ -669,7 +720,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     stats.agreed = true;
   }
   // (3) Execution.
-  if (participates) Run(*transport_, plan, local_buffers, options, schedule, stats).go();
+  if (participates) Run(*transport_, plan, local_buffers, options, *schedule, cached, stats).go();
   stats.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return stats;
 }

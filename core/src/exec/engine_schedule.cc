@@ -18,14 +18,13 @@ int64_t align8(int64_t v) { return (v + 7) & ~int64_t{7}; }
 
 class Builder {
  public:
-  Builder(const Plan& plan, int32_t process, std::span<const TensorBuffers> buffers,
-          const TransportInfo& info, const ExecuteOptions& options)
+  Builder(const Plan& plan, int32_t process, const ProcessPart& part, const TransportInfo& info,
+          const ExecuteOptions& options)
       : plan_(plan),
         tensors_(plan.tensors()),
         topology_(plan.topology()),
-        part_(plan.part(process)),
+        part_(part),
         process_(process),
-        buffers_(buffers),
         info_(info),
         options_(options) {}
 
@@ -36,8 +35,7 @@ class Builder {
   size_t slot_of(int64_t device);
   bool reduces(uint32_t tensor) const { return tensors_[tensor].src.partial(); }
   int64_t elem(uint32_t tensor) const { return dtype_size(tensors_[tensor].dtype); }
-  const void* src_ptr(const Piece& p) const { return buffers_[p.tensor].src[p.src_entry].data; }
-  void* dst_ptr(const Piece& p) const { return buffers_[p.tensor].dst[p.dst_entry].data; }
+  int32_t ordinal_of(int64_t device) const { return topology_.info(device).ordinal; }
   std::string where(const char* list, size_t i) const {
     return "plan: part " + std::to_string(process_) + " " + list + "[" + std::to_string(i) + "]: ";
   }
@@ -56,7 +54,6 @@ class Builder {
   const Topology& topology_;
   const ProcessPart& part_;
   int32_t process_;
-  std::span<const TensorBuffers> buffers_;
   const TransportInfo& info_;
   const ExecuteOptions& options_;
   Schedule s_;
@@ -117,7 +114,7 @@ void Builder::add_contribution(const Piece& p, int64_t arrival, size_t msg, int6
   c.arrival = arrival;
   c.bytes = c.region.volume() * elem(p.tensor);
   if (arrival < 0) {
-    c.src = src_ptr(p);
+    c.src_entry = p.src_entry;
     c.src_box = t.src.box(p.src_entry);
   } else {
     c.msg = msg;
@@ -164,6 +161,7 @@ void Builder::add_send(const Message& m, size_t i) {
   e.local_device = m.src_device;
   e.slot = slot_of(m.src_device);
   e.ordinal = s_.slots[e.slot].ordinal;
+  e.remote_ordinal = ordinal_of(m.dst_device);
   e.bytes = m.bytes;
   e.pieces = pieces;
   const bool gather = info_.gather && options_.packing != ExecuteOptions::Packing::kStaging &&
@@ -175,15 +173,14 @@ void Builder::add_send(const Message& m, size_t i) {
     const CopyDesc d = make_copy_desc(region, tensors_[p.tensor].src.box(p.src_entry), region);
     if (copy_desc_contiguous(d)) {
       e.mode = EngineMessage::Mode::kInPlace;
-      e.in_place = m.bytes == 0 ? nullptr
-                                : const_cast<std::byte*>(static_cast<const std::byte*>(src_ptr(p)) +
-                                                         d.src_offset * elem(p.tensor));
+      e.in_place = {p.tensor, p.src_entry, true};
+      e.in_place_offset = d.src_offset * elem(p.tensor);
     }
   }
   if (e.mode == EngineMessage::Mode::kStaged && gather) {
     e.mode = EngineMessage::Mode::kGather;
     for (const Piece& p : pieces) {
-      e.segments.push_back({const_cast<void*>(src_ptr(p)), tensors_[p.tensor].src.box(p.src_entry),
+      e.segments.push_back({nullptr, tensors_[p.tensor].src.box(p.src_entry),
                             plan_.region(part_, p), elem(p.tensor)});
     }
   }
@@ -228,6 +225,7 @@ void Builder::add_recv(const Message& m, size_t i) {
   e.local_device = m.dst_device;
   e.slot = slot_of(m.dst_device);
   e.ordinal = s_.slots[e.slot].ordinal;
+  e.remote_ordinal = ordinal_of(m.src_device);
   e.bytes = m.bytes;
   e.pieces = pieces;
   const size_t index = s_.messages.size();
@@ -247,9 +245,8 @@ void Builder::add_recv(const Message& m, size_t i) {
       const CopyDesc d = make_copy_desc(region, region, tensors_[p.tensor].dst.box(p.dst_entry));
       if (copy_desc_contiguous(d)) {
         e.mode = EngineMessage::Mode::kInPlace;
-        e.in_place = m.bytes == 0
-                         ? nullptr
-                         : static_cast<std::byte*>(dst_ptr(p)) + d.dst_offset * elem(p.tensor);
+        e.in_place = {p.tensor, p.dst_entry, false};
+        e.in_place_offset = d.dst_offset * elem(p.tensor);
       }
     }
     const bool gather = info_.gather && options_.packing != ExecuteOptions::Packing::kStaging &&
@@ -257,7 +254,7 @@ void Builder::add_recv(const Message& m, size_t i) {
     if (e.mode == EngineMessage::Mode::kStaged && gather) {
       e.mode = EngineMessage::Mode::kGather;
       for (const Piece& p : pieces) {
-        e.segments.push_back({dst_ptr(p), tensors_[p.tensor].dst.box(p.dst_entry),
+        e.segments.push_back({nullptr, tensors_[p.tensor].dst.box(p.dst_entry),
                               plan_.region(part_, p), elem(p.tensor)});
       }
     }
@@ -497,6 +494,7 @@ void Builder::order_contributions() {
 }
 
 Schedule Builder::build() {
+  s_.part = &part_;
   exec_detail::validate_pieces(plan_, part_, part_.local, "local");
   exec_detail::validate_pieces(plan_, part_, part_.send_pieces, "send_pieces");
   exec_detail::validate_pieces(plan_, part_, part_.recv_pieces, "recv_pieces");
@@ -542,9 +540,9 @@ Schedule Builder::build() {
 
 }  // namespace
 
-Schedule build_schedule(const Plan& plan, int32_t process, std::span<const TensorBuffers> buffers,
+Schedule build_schedule(const Plan& plan, int32_t process, const ProcessPart& part,
                         const TransportInfo& transport, const ExecuteOptions& options) {
-  return Builder(plan, process, buffers, transport, options).build();
+  return Builder(plan, process, part, transport, options).build();
 }
 
 }  // namespace reshard::engine_detail

@@ -19,6 +19,9 @@
 //    is in flight. The arena holds the largest round (two consecutive rounds
 //    when they fit the budget together) and never exceeds the plan's
 //    staging budget.
+//  - No buffer addresses: buffers are named by (tensor, entry), so a schedule
+//    serves every execution of its plan (the engine caches schedules,
+//    engine_cache.h); pieces point into the part the schedule was built from.
 //  - Reductions: every contribution to a destination entry of a tensor with
 //    a partial source, with the round after which it can be reduced without
 //    breaking the summand order (exec_common.h) — later than its arrival
@@ -28,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -42,6 +46,13 @@ namespace reshard::engine_detail {
 // Messages that gather are at most this large (MPI counts are int).
 inline constexpr int64_t kMaxGatherBytes = int64_t{1} << 30;
 
+// A shard buffer of this process: local_buffers[tensor].src or .dst[entry].
+struct BufferRef {
+  uint32_t tensor = 0;
+  uint32_t entry = 0;
+  bool src = false;
+};
+
 struct EngineMessage {
   enum class Mode : uint8_t { kInPlace, kStaged, kGather };
   bool send = false;
@@ -53,12 +64,18 @@ struct EngineMessage {
   int64_t dst_device = 0;
   int64_t local_device = 0;
   int32_t ordinal = 0;
-  size_t slot = 0;  // index of the local device in Schedule::devices
+  int32_t remote_ordinal = 0;  // of the device on the peer
+  size_t slot = 0;             // index of the local device in Schedule::devices
   int64_t bytes = 0;
-  std::span<const Piece> pieces;  // of `part`'s send_pieces or recv_pieces
-  void* in_place = nullptr;       // kInPlace
+  std::span<const Piece> pieces;  // of Schedule::part's send_pieces or recv_pieces
+  BufferRef in_place;             // kInPlace: the buffer ...
+  int64_t in_place_offset = 0;    // ... and the byte offset in it
   int64_t offset = 0;             // kStaged: offset in its device's staging arena
-  std::vector<Segment> segments;  // kGather
+  // kGather: one segment per piece, `buffer` null (set from the piece's
+  // buffer when the message is posted).
+  std::vector<Segment> segments;
+  // kGather: what the transport keeps for this message (TransferOp::state).
+  std::unique_ptr<TransferState> transfer_state;
 };
 
 struct DeviceSlot {
@@ -96,8 +113,9 @@ struct Contribution {
   Box region;
   int64_t arrival = -1;  // round of its message; -1: a buffer of this process
   int64_t ready = -1;    // reduced after this round (-1: before the first)
-  // Source: a buffer of this process ...
-  const void* src = nullptr;
+  // Source: entry `src_entry` of the tensor's source, a buffer of this
+  // process ...
+  uint32_t src_entry = 0;
   Box src_box;
   // ... or bytes [msg_offset, +bytes) of message `msg`, copied to
   // `deferred_offset` of work block `deferred_block` when ready > arrival.
@@ -127,6 +145,10 @@ struct WorkBlock {
 };
 
 struct Schedule {
+  // The part the pieces below point into: the plan's own, or a copy the
+  // schedule owns (cached schedules outlive the plan they were built from).
+  const ProcessPart* part = nullptr;
+  std::shared_ptr<const ProcessPart> owned_part;
   std::vector<EngineMessage> messages;
   std::vector<RoundPlan> rounds;  // ascending round
   std::vector<DeviceSlot> slots;
@@ -142,10 +164,13 @@ struct Schedule {
   int64_t local_bytes = 0;
 };
 
-// Checks the part's messages against the plan (pieces in range, sizes,
-// devices on the right processes, peers inside the group) and builds the
-// schedule. Throws kInvalidArgument for a damaged or foreign plan.
-Schedule build_schedule(const Plan& plan, int32_t process, std::span<const TensorBuffers> buffers,
+// Checks `part` (process `process`'s part of `plan`, or an equal copy that
+// outlives the schedule) against the plan (pieces in range, sizes, devices
+// on the right processes, peers inside the group) and builds the schedule.
+// Depends on the plan, the part, the transport's size and `gather`, and on
+// options.packing (staging or not) and options.overlap; on no buffer.
+// Throws kInvalidArgument for a damaged or foreign plan.
+Schedule build_schedule(const Plan& plan, int32_t process, const ProcessPart& part,
                         const TransportInfo& transport, const ExecuteOptions& options);
 
 }  // namespace reshard::engine_detail

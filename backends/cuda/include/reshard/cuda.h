@@ -7,10 +7,10 @@
 //   // one GPU; Topology ordinals choose the GPU):
 //   reshard::execute_cuda_local(plan, buffers);
 //
-//   // Several processes, one GPU each, NCCL between them:
+//   // Several processes, one or more GPUs each, NCCL between them:
 //   reshard::NcclTransportOptions o;
 //   o.process = rank;                      // = plan process
-//   o.devices = {{/*ordinal=*/0, /*comm=*/my_comm}};   // or a unique id, below
+//   o.devices = {{/*ordinal=*/0, /*comm=*/my_comm}};   // per GPU; or a unique id
 //   reshard::Engine engine(reshard::make_nccl_transport(o));
 //   engine.execute(plan, rank, my_buffers);
 //
@@ -119,11 +119,15 @@ struct NcclDevice {
 // (transport rank = plan process); each process contributes at least one
 // GPU, and the NCCL group holds one rank per GPU of every process. At
 // creation the processes exchange (process, ordinal) for every NCCL rank,
-// so a message to a plan device goes to the NCCL rank of its process and
-// ordinal; a process with several GPUs sends between them by peer copies,
-// not NCCL. A process with one GPU in the group uses it for all its plan
-// devices whatever their Topology ordinals; with several, the ordinal picks
-// the GPU. Creation is collective over all processes.
+// so a message to a plan device goes to the NCCL rank of the device's
+// process and Topology ordinal (TransferOp::remote_ordinal), on this side
+// from the GPU of the local device's ordinal: any process, this one or a
+// peer, may have several GPUs. A process with several GPUs copies between
+// them by peer copies, not NCCL. A process with one GPU in the group uses
+// it for all its plan devices whatever their Topology ordinals; with
+// several, the ordinal picks the GPU, and a plan device whose ordinal is
+// none of its process's GPUs fails execute with kInvalidArgument. Creation
+// is collective over all processes.
 //
 // Failure: every wait has a deadline (ExecuteOptions::timeout_seconds in
 // execute, timeout_seconds here otherwise). On expiry, or when NCCL reports
@@ -184,6 +188,7 @@ inline ExecuteStats execute_cuda_local(const Plan& plan, std::span<const TensorB
                                        const CudaLocalOptions& options = {},
                                        ExecuteOptions execute_options = {}) {
   execute_options.agreement = ExecuteOptions::Agreement::kSkip;  // one process
+  execute_options.cache_schedule = false;  // the engine lives for this call only
   Engine engine(make_cuda_local_transport(options));
   return engine.execute(plan, 0, buffers, execute_options);
 }

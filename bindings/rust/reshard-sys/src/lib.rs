@@ -25,7 +25,7 @@ pub const RESHARD_VERSION_NUMBER: u32 =
 /// `RESHARD_ABI_MAJOR`: pass to [`reshard_get_api`].
 pub const RESHARD_ABI_MAJOR: u32 = 1;
 /// `RESHARD_ABI_MINOR` of these declarations.
-pub const RESHARD_ABI_MINOR: u32 = 0;
+pub const RESHARD_ABI_MINOR: u32 = 1;
 /// `RESHARD_MAX_RANK`: the largest tensor rank.
 pub const RESHARD_MAX_RANK: usize = 8;
 
@@ -134,10 +134,30 @@ pub const RESHARD_PIECES_RECV: reshard_piece_list_t = 3;
 pub type reshard_transport_t = i32;
 /// In-process, host memory.
 pub const RESHARD_TRANSPORT_HOST: reshard_transport_t = 1;
-/// Reserved: MPI.
+/// MPI, host memory (`reshard_mpi_executor_create`, `reshard/reshard_mpi.h`).
 pub const RESHARD_TRANSPORT_MPI: reshard_transport_t = 2;
-/// Reserved: NCCL.
+/// NCCL, CUDA memory (`reshard_nccl_executor_create`, `reshard/reshard_nccl.h`).
 pub const RESHARD_TRANSPORT_NCCL: reshard_transport_t = 3;
+/// In-process, CUDA memory (ABI 1.1).
+pub const RESHARD_TRANSPORT_CUDA_LOCAL: reshard_transport_t = 4;
+
+/// `reshard_agreement_t` (ABI 1.1).
+pub type reshard_agreement_t = i32;
+/// Agree before a plan's first execution on an executor.
+pub const RESHARD_AGREEMENT_FIRST_USE: reshard_agreement_t = 0;
+/// Agree before every execution.
+pub const RESHARD_AGREEMENT_EVERY_CALL: reshard_agreement_t = 1;
+/// Never agree.
+pub const RESHARD_AGREEMENT_SKIP: reshard_agreement_t = 2;
+
+/// `reshard_packing_t` (ABI 1.1).
+pub type reshard_packing_t = i32;
+/// Gather where the transport can, else stage.
+pub const RESHARD_PACKING_AUTO: reshard_packing_t = 0;
+/// Pack into staging memory.
+pub const RESHARD_PACKING_STAGING: reshard_packing_t = 1;
+/// MPI derived datatypes, in place.
+pub const RESHARD_PACKING_GATHER: reshard_packing_t = 2;
 
 macro_rules! opaque {
     ($($(#[$doc:meta])* $name:ident;)*) => {$(
@@ -168,6 +188,38 @@ opaque! {
     reshard_buffer_t;
     /// `reshard_executor_t`: an immutable executor.
     reshard_executor_t;
+    /// `reshard_mpi_executor_options_t` (`reshard/reshard_mpi.h`; not
+    /// mirrored here, opaque to these declarations).
+    reshard_mpi_executor_options_t;
+    /// `reshard_nccl_executor_options_t` (`reshard/reshard_nccl.h`; not
+    /// mirrored here, opaque to these declarations).
+    reshard_nccl_executor_options_t;
+    /// `reshard_nccl_unique_id_t` (`reshard/reshard_nccl.h`: 128 bytes; opaque
+    /// to these declarations).
+    reshard_nccl_unique_id_t;
+}
+
+/// `reshard_executor_info_t` (ABI 1.1).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct reshard_executor_info_t {
+    /// `sizeof(reshard_executor_info_t)`.
+    pub struct_size: usize,
+    /// The executor's transport.
+    pub transport: reshard_transport_t,
+    /// This process's rank in the group (= its plan process).
+    pub rank: i32,
+    /// Ranks in the group.
+    pub size: i32,
+    /// Written as 0.
+    pub reserved0: i32,
+}
+
+impl Default for reshard_executor_info_t {
+    /// `RESHARD_EXECUTOR_INFO_INIT`.
+    fn default() -> Self {
+        Self { struct_size: core::mem::size_of::<Self>(), transport: 0, rank: 0, size: 0, reserved0: 0 }
+    }
 }
 
 /// `reshard_axes_t`: a list of mesh axis names.
@@ -829,6 +881,37 @@ extern "C" {
         out_report: *mut reshard_verify_report_t,
     ) -> Status;
 
+    /// `reshard_transport_available` (ABI 1.1), documented in `reshard/reshard.h`.
+    pub fn reshard_transport_available(
+        transport: reshard_transport_t,
+        out_available: *mut i32,
+        why: *mut c_char,
+        why_size: usize,
+    ) -> Status;
+    /// `reshard_executor_info` (ABI 1.1), documented in `reshard/reshard.h`.
+    pub fn reshard_executor_info(executor: *const reshard_executor_t, out_info: *mut reshard_executor_info_t)
+        -> Status;
+    /// `reshard_mpi_executor_create` (ABI 1.1), documented in `reshard/reshard_mpi.h`.
+    pub fn reshard_mpi_executor_create(
+        options: *const reshard_mpi_executor_options_t,
+        out_executor: *mut *mut reshard_executor_t,
+    ) -> Status;
+    /// `reshard_nccl_unique_id` (ABI 1.1), documented in `reshard/reshard_nccl.h`.
+    pub fn reshard_nccl_unique_id(library: *const c_char, out_id: *mut reshard_nccl_unique_id_t) -> Status;
+    /// `reshard_nccl_executor_create` (ABI 1.1), documented in `reshard/reshard_nccl.h`.
+    pub fn reshard_nccl_executor_create(
+        options: *const reshard_nccl_executor_options_t,
+        out_executor: *mut *mut reshard_executor_t,
+    ) -> Status;
+    /// `reshard_plan_device_location` (ABI 1.1), documented in `reshard/reshard.h`.
+    pub fn reshard_plan_device_location(
+        plan: *const reshard_plan_t,
+        device: i64,
+        out_process: *mut i32,
+        out_host: *mut i32,
+        out_ordinal: *mut i32,
+    ) -> Status;
+
     /// `reshard_get_api`, documented in `reshard/reshard.h`.
     pub fn reshard_get_api(abi_major: u32) -> *const reshard_api_t;
 }
@@ -836,7 +919,7 @@ extern "C" {
 /// `reshard_get_api_fn`: the type of [`reshard_get_api`], for `dlsym` users.
 pub type reshard_get_api_fn = Option<unsafe extern "C" fn(abi_major: u32) -> *const reshard_api_t>;
 
-/// `reshard_api_t`: the static function table (ABI 1.0 fields). Fields are
+/// `reshard_api_t`: the static function table (ABI 1.1 fields). Fields are
 /// only appended; check `struct_size` before using one added after 1.0.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -1072,4 +1155,20 @@ pub struct reshard_api_t {
     pub executor_verify: Option<
         unsafe extern "C" fn(*const reshard_executor_t, *const reshard_plan_t, *mut reshard_verify_report_t) -> Status,
     >,
+    // ABI 1.1: check `struct_size` (or `abi_minor >= 1`) before use.
+    /// [`reshard_transport_available`] (ABI 1.1).
+    pub transport_available: Option<unsafe extern "C" fn(reshard_transport_t, *mut i32, *mut c_char, usize) -> Status>,
+    /// [`reshard_executor_info`] (ABI 1.1).
+    pub executor_info: Option<unsafe extern "C" fn(*const reshard_executor_t, *mut reshard_executor_info_t) -> Status>,
+    /// [`reshard_mpi_executor_create`] (ABI 1.1).
+    pub mpi_executor_create:
+        Option<unsafe extern "C" fn(*const reshard_mpi_executor_options_t, *mut *mut reshard_executor_t) -> Status>,
+    /// [`reshard_nccl_unique_id`] (ABI 1.1).
+    pub nccl_unique_id: Option<unsafe extern "C" fn(*const c_char, *mut reshard_nccl_unique_id_t) -> Status>,
+    /// [`reshard_nccl_executor_create`] (ABI 1.1).
+    pub nccl_executor_create:
+        Option<unsafe extern "C" fn(*const reshard_nccl_executor_options_t, *mut *mut reshard_executor_t) -> Status>,
+    /// [`reshard_plan_device_location`] (ABI 1.1).
+    pub plan_device_location:
+        Option<unsafe extern "C" fn(*const reshard_plan_t, i64, *mut i32, *mut i32, *mut i32) -> Status>,
 }

@@ -65,8 +65,10 @@ fn struct_layouts_match_the_c_header() {
         reshard_dst_buffer_t { data, bytes }
         reshard_tensor_buffers_t { src, num_src, dst, num_dst }
         reshard_verify_report_t { struct_size, tensors, elements, bytes, mismatches }
+        reshard_executor_info_t { struct_size, transport, rank, size, reserved0 }
         reshard_api_t { struct_size, abi_major, abi_minor, version, plan_create,
-            executor_verify }
+            executor_verify, transport_available, executor_info, mpi_executor_create,
+            nccl_unique_id, nccl_executor_create, plan_device_location }
     };
     let Some(include) = include_dir() else {
         eprintln!(
@@ -122,7 +124,7 @@ fn function_table_matches_the_exported_functions() {
     assert!(!api.is_null());
     assert!(unsafe { reshard_get_api(RESHARD_ABI_MAJOR + 1) }.is_null());
     let api = unsafe { &*api };
-    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.0");
+    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.1");
     assert_eq!(api.struct_size, size_of::<reshard_api_t>(), "table size");
     assert_eq!(api.abi_major, RESHARD_ABI_MAJOR);
     macro_rules! same {
@@ -174,5 +176,11 @@ fn function_table_matches_the_exported_functions() {
         executor_execute => reshard_executor_execute, oracle_fill_source => reshard_oracle_fill_source,
         oracle_check_destination => reshard_oracle_check_destination,
         executor_verify => reshard_executor_verify,
+        transport_available => reshard_transport_available,
+        executor_info => reshard_executor_info,
+        mpi_executor_create => reshard_mpi_executor_create,
+        nccl_unique_id => reshard_nccl_unique_id,
+        nccl_executor_create => reshard_nccl_executor_create,
+        plan_device_location => reshard_plan_device_location,
     }
 }

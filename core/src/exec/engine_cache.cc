@@ -1,0 +1,64 @@
+#include "exec/engine_cache.h"
+
+#include <utility>
+
+namespace reshard::engine_detail {
+namespace {
+
+// Layouts are immutable and share their geometry: the same geometry and
+// shape is the same layout (the common case, a plan executed again), and
+// only layouts that do not share it are compared entry by entry.
+bool same_layout(const Layout& a, const Layout& b) {
+  return (a.geometry() == b.geometry() && a.shape() == b.shape()) || a == b;
+}
+
+}  // namespace
+
+bool ScheduleCache::same_inputs(const Entry& e, const Plan& plan, const ProcessPart& part) {
+  const std::vector<TensorSpec>& tensors = plan.tensors();
+  if (tensors.size() != e.tensors.size() || !(plan.options() == e.plan_options)) return false;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const TensorSpec& a = tensors[t];
+    const TensorSpec& b = e.tensors[t];
+    if (a.dtype != b.dtype || a.shape != b.shape || !same_layout(a.src, b.src) ||
+        !same_layout(a.dst, b.dst)) {
+      return false;
+    }
+  }
+  return plan.topology() == e.topology && part == *e.part;
+}
+
+Schedule& ScheduleCache::get(const Plan& plan, int32_t process, const TransportInfo& transport,
+                             const ExecuteOptions& options, bool* hit) {
+  const Key key{plan.fingerprint(), process,
+                transport.gather && options.packing != ExecuteOptions::Packing::kStaging,
+                options.overlap};
+  const ProcessPart& part = plan.part(process);
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (!(it->key == key)) continue;
+    if (same_inputs(*it, plan, part)) {
+      entries_.splice(entries_.begin(), entries_, it);
+      *hit = true;
+      return entries_.front().schedule;
+    }
+    // The same key for other inputs or another part (a fingerprint
+    // collision, or a damaged plan): this plan replaces the entry.
+    entries_.erase(it);
+    break;
+  }
+  *hit = false;
+  Entry e;
+  e.key = key;
+  e.part = std::make_shared<const ProcessPart>(part);
+  // Built from the copy, so that its pieces outlive `plan`.
+  e.schedule = build_schedule(plan, process, *e.part, transport, options);
+  e.schedule.owned_part = e.part;
+  e.tensors = plan.tensors();
+  e.topology = plan.topology();
+  e.plan_options = plan.options();
+  while (entries_.size() >= capacity_) entries_.pop_back();
+  entries_.push_front(std::move(e));
+  return entries_.front().schedule;
+}
+
+}  // namespace reshard::engine_detail
