@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "exec/backend_abi.h"
@@ -456,10 +457,29 @@ class MpiTransport final : public Transport {
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 };
 
+// The caller's communicator: a Fortran handle, an MPI_Comm's address, or
+// MPI_COMM_WORLD.
+MPI_Comm user_comm(const MpiTransportOptions& options) {
+  if (!options.fortran_comm) {
+    return options.comm != nullptr ? *static_cast<const MPI_Comm*>(options.comm) : MPI_COMM_WORLD;
+  }
+  // Open MPI's MPI_Comm_f2c answers NULL for an index outside its table and
+  // MPI_COMM_NULL for a freed slot; MPICH's is the identity on ints.
+  const MPI_Comm comm = MPI_Comm_f2c(*options.fortran_comm);
+  bool null = comm == MPI_COMM_NULL;
+  if constexpr (std::is_pointer_v<MPI_Comm>) null = null || comm == nullptr;
+  if (null) {
+    fail(ErrorCode::kInvalidArgument,
+         "MPI transport: " + std::to_string(*options.fortran_comm) +
+             " is not a live communicator (MPI_Comm_f2c gives MPI_COMM_NULL; pass "
+             "MPI_Comm_c2f(comm) of a communicator that has not been freed)");
+  }
+  return comm;
+}
+
 MpiTransport::MpiTransport(const MpiTransportOptions& options) {
-  ensure_initialized(options.initialize);
-  const MPI_Comm user =
-      options.comm != nullptr ? *static_cast<const MPI_Comm*>(options.comm) : MPI_COMM_WORLD;
+  ensure_initialized(options.initialize && !options.fortran_comm);
+  const MPI_Comm user = user_comm(options);
   MPI_Request request = MPI_REQUEST_NULL;
   check(MPI_Comm_idup(user, &shared_->comm, &request), "MPI_Comm_idup");
   const auto deadline = deadline_after(options.timeout_seconds);

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "internal.h"
-#include "mpi_comm.h"
 #include "reshard/cuda.h"
 #include "reshard/engine.h"
 #include "reshard/reshard_mpi.h"
@@ -144,25 +143,28 @@ reshard_error_t* reshard_mpi_executor_create(const reshard_mpi_executor_options_
     if (mpi.library.empty() && !reshard::mpi_transport_available(&why)) {
       fail(ErrorCode::kUnsupported, why);
     }
-    reshard::capi::MpiCommHandle comm;
     if (o.comm_kind == RESHARD_MPI_COMM_FORTRAN) {
-      comm = reshard::capi::mpi_comm_from_fortran(o.comm, "options->comm");
-      mpi.comm = comm.address();
-      mpi.initialize = false;  // the caller's MPI is initialised (checked above)
+      mpi.fortran_comm = o.comm;  // converted by the backend, in its MPI
+      mpi.initialize = false;
     }
     std::unique_ptr<reshard::Transport> transport;
     try {
       transport = reshard::make_mpi_transport(mpi);
     } catch (const reshard::Error& e) {
-      // The caller's MPI is initialised, the backend's is not: two MPI
-      // libraries in one process.
+      // The handle's problems (no live communicator, MPI not initialised or
+      // finalized) name the field it came from.
+      const std::string what = e.what();
+      const std::string prefix = "MPI transport: ";
       if (o.comm_kind == RESHARD_MPI_COMM_FORTRAN && e.code() == ErrorCode::kInvalidArgument &&
-          std::string(e.what()).find("not initialized") != std::string::npos) {
-        fail(ErrorCode::kInvalidArgument,
-             "options->comm: the MPI library of the caller is initialised but the one "
-             "libreshard_mpi.so.1 uses is not: they are different MPI libraries (the backend "
-             "needs the MPI it was built with, Open MPI on Debian) (" +
-                 std::string(e.what()) + ")");
+          what.starts_with(prefix)) {
+        std::string detail = what.substr(prefix.size());
+        if (detail.find("not initialized") != std::string::npos) {
+          detail =
+              "MPI is not initialised in the MPI library libreshard_mpi.so.1 uses (call MPI_Init "
+              "first; if the caller's MPI is initialised, it is another MPI library than the "
+              "backend's, Open MPI on Debian, and one process cannot hold two)";
+        }
+        fail(ErrorCode::kInvalidArgument, "options->comm: " + detail);
       }
       throw;
     }

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -164,6 +165,13 @@ struct MpiTransportOptions {
   // The transport duplicates it (MPI_Comm_idup, under the deadline below),
   // so reshard's messages never mix with the caller's.
   const void* comm = nullptr;
+  // Instead of `comm`: the communicator's Fortran handle (MPI_Comm_c2f, an
+  // MPI_Fint), for callers that cannot name MPI_Comm (the C ABI, whose
+  // users' MPI_Comm type differs between MPI implementations). The backend
+  // converts it with MPI_Comm_f2c in its own MPI library; MPI must then be
+  // initialised by the caller. A handle that names no live communicator is
+  // kInvalidArgument.
+  std::optional<int32_t> fortran_comm;
   // Initialise MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) if the caller
   // has not; reshard then calls MPI_Finalize at process exit. When false and
   // MPI is not initialised: kInvalidArgument.
