@@ -20,8 +20,12 @@
 #      backend loader, the CPU emulation of the kernels);
 #   6. runs bench_gpu_kernel_bandwidth: pack/unpack/reduce GB/s of strided
 #      boxes as a ratio to cudaMemcpy device-to-device of the same bytes;
-#   7. appends date, device, versions, commit, test summary and the
-#      benchmark table to docs/gpu-results.md.
+#   7. runs bench_gpu_engine_bandwidth: whole plans through reshard::Engine on
+#      one GPU (a small transformer verified element by element, then a
+#      7.4 GiB Llama-style FSDP -> tp=8 reshard), first and repeated
+#      executions against cudaMemcpy of the same bytes;
+#   8. appends date, device, versions, commit, test summary and the
+#      benchmark tables to docs/gpu-results.md.
 #
 # Exit status: 0 when every GPU test passed and none was skipped (except
 # those that need two GPUs); 1 otherwise, also on a machine without a GPU
@@ -96,7 +100,8 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRESHAR
 grep -E "reshard: (NCCL|CUDA)" "$LOG_DIR/configure.log" || true
 
 say "build"
-TARGETS=(reshard_cuda gpu_test gpu_emulation_test capi_nccl_test bench_gpu_kernel_bandwidth)
+TARGETS=(reshard_cuda gpu_test gpu_emulation_test capi_nccl_test bench_gpu_kernel_bandwidth
+  bench_gpu_engine_bandwidth)
 BUILD_START=$(date +%s)
 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" >"$LOG_DIR/build.log" 2>&1
 BUILD_STATUS=$?
@@ -130,12 +135,29 @@ RESHARD_BACKEND_DIR="$BUILD/lib" "$BUILD/bench/gpu/bench_gpu_kernel_bandwidth" -
 BENCH_STATUS=$?
 cat "$LOG_DIR/bench.log"
 
+say "end to end on one GPU (bench_gpu_engine_bandwidth)"
+# A small transformer verified element by element, then a Llama-style model
+# (4 layers, hidden 8192, MLP 28672, bf16; about 7.4 GiB) from FSDP over 8
+# logical devices to tp=8 on the same devices, all on GPU 0.
+ENGINE_SPEC=$BUILD/fsdp8_to_tp8.json
+python3 scripts/gen_transformer_spec.py --layers 4 --hidden 8192 --kv 1024 --mlp 28672 \
+  --vocab 32000 --train-devices 8 --infer-devices 8 --tp 8 --per-host 8 --out "$ENGINE_SPEC"
+{
+  RESHARD_BACKEND_DIR="$BUILD/lib" "$BUILD/bench/gpu/bench_gpu_engine_bandwidth" \
+    --spec examples/specs/small_transformer.json --iters 20 --verify &&
+    echo &&
+    RESHARD_BACKEND_DIR="$BUILD/lib" "$BUILD/bench/gpu/bench_gpu_engine_bandwidth" \
+      --spec "$ENGINE_SPEC" --iters "${BENCH_ITERS:-10}"
+} >"$LOG_DIR/engine.log" 2>&1
+ENGINE_STATUS=$?
+cat "$LOG_DIR/engine.log"
+
 STATUS=0
 VERDICT="passed"
 if [[ -z "$HAVE_GPU" ]]; then
   STATUS=1
   VERDICT="NO GPU (built; GPU tests skipped, only the CPU emulation ran)"
-elif [[ $TEST_STATUS -ne 0 || $BENCH_STATUS -ne 0 ]]; then
+elif [[ $TEST_STATUS -ne 0 || $BENCH_STATUS -ne 0 || $ENGINE_STATUS -ne 0 ]]; then
   STATUS=1
   VERDICT="FAILED"
 elif [[ -n "$UNEXPECTED_SKIPS" && "${RESHARD_GPU_ALLOW_SKIPS:-0}" != 1 ]]; then
@@ -169,6 +191,13 @@ fi
   grep -E "^(device|backend|baseline)" "$LOG_DIR/bench.log" | sed 's/^/- /'
   echo
   grep -E "^\|" "$LOG_DIR/bench.log" || echo "(no benchmark table: see the log, exit status $BENCH_STATUS)"
+  echo
+  echo "End to end through reshard::Engine on one GPU (ratio = bytes copied per second /"
+  echo "cudaMemcpy D2D of the same bytes, same run):"
+  echo
+  grep -E "^(verified|spec|plan):" "$LOG_DIR/engine.log" | sed 's/^/- /'
+  echo
+  grep -E "^\|" "$LOG_DIR/engine.log" | awk '!seen[$0]++' || echo "(no engine table: see the log, exit status $ENGINE_STATUS)"
 } >>"$RESULTS"
 echo "appended to $RESULTS"
 echo "logs: $LOG_DIR"
