@@ -2,12 +2,15 @@
 // whole plan and one process's part, for a 405B-class model from FSDP over
 // 1,024 devices to dp=128 x tp=8 on the same devices and to a disjoint
 // 256-device mesh; and the output-sensitive planner against the naive
-// all-pairs planner on a case small enough for the latter.
+// all-pairs planner on a case small enough for the latter. Process 0's part
+// is planned on one thread and on --threads N (default: every hardware
+// thread), with the ratio and a check that both parts are equal.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "bench_util.h"
@@ -20,18 +23,31 @@ namespace {
 
 using bench::median_seconds;
 
-void fleet(const char* name, const PlanInput& in, int repeat) {
+// Times process 0's part planned on `threads` threads; `part` receives it.
+double time_part(const PlanInput& in, int repeat, int32_t threads, ProcessPart& part) {
+  PlanRequest r;
+  r.scope = PlanScope::kProcess;
+  r.process = 0;
+  r.global_stats = false;
+  r.threads = threads;
+  // Timed as a worker pays for it: planning and releasing the plan.
+  const double t = median_seconds(repeat, [&] { (void)make_plan(in, r).part(0); });
+  part = make_plan(in, r).part(0);
+  return t;
+}
+
+bool fleet(const char* name, const PlanInput& in, int repeat, int32_t threads) {
   Plan global;
   const double tg = median_seconds(repeat, [&] {
     global = make_plan(in, {PlanScope::kGlobal, 0, true});
   });
-  size_t part_pieces = 0, part_msgs = 0;
-  const double tp = median_seconds(repeat, [&] {
-    Plan p = make_plan(in, {PlanScope::kProcess, 0, false});
-    const ProcessPart& part = p.part(0);
-    part_pieces = part.local.size() + part.send_pieces.size() + part.recv_pieces.size();
-    part_msgs = part.sends.size() + part.recvs.size();
-  });
+  // One thread, then `threads` (the baseline and the figure in one run).
+  ProcessPart one, many;
+  const double tp = time_part(in, repeat, 1, one);
+  const double tn = threads == 1 ? tp : time_part(in, repeat, threads, many);
+  const bool same = threads == 1 || one == many;
+  const size_t part_pieces = one.local.size() + one.send_pieces.size() + one.recv_pieces.size();
+  const size_t part_msgs = one.sends.size() + one.recvs.size();
   const PlanStats& s = global.stats();
   std::printf(
       "%s: %zu tensors, %lld pieces in the whole plan, network %.1f GiB (bound %.1f GiB), "
@@ -56,24 +72,35 @@ void fleet(const char* name, const PlanInput& in, int repeat) {
       "  global statistics: %.1f ms   process 0 part: %.1f ms (%zu pieces, %zu messages), "
       "%d rounds, peak staging %.2f GiB\n",
       tg * 1e3, tp * 1e3, part_pieces, part_msgs, s.rounds, s.peak_staging_bytes / 1073741824.0);
+  std::printf("  process 0 part on %d threads: %.1f ms, %.2fx the single-threaded time%s\n",
+              threads, tn * 1e3, tp / tn, same ? "" : "  PARTS DIFFER");
+  return same;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   int repeat = 5;
-  for (int i = 1; i < argc; ++i)
+  // Threads of the parallel runs; 0 (the default) is the hardware's count.
+  int32_t threads = 0;
+  for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
+  }
+  if (threads <= 0)
+    threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  bool ok = true;
   bench::ModelShape m;
   for (int64_t budget : {int64_t{0}, int64_t{1} << 30}) {
     std::printf("== staging budget: %s\n",
                 budget ? "1 GiB per device (rounds)" : "unbounded (one round)");
     PlanInput same = bench::transformer_case(m, 1024, 0, 1024, 8, 8);
     same.options.staging_budget_bytes = budget;
-    fleet("405B FSDP dp=1024 -> dp=128 x tp=8 (same devices)", same, repeat);
+    ok &= fleet("405B FSDP dp=1024 -> dp=128 x tp=8 (same devices)", same, repeat, threads);
     PlanInput disjoint = bench::transformer_case(m, 1024, 1024, 256, 8, 8);
     disjoint.options.staging_budget_bytes = budget;
-    fleet("405B FSDP dp=1024 -> dp=32 x tp=8 (disjoint 256 devices)", disjoint, repeat);
+    ok &= fleet("405B FSDP dp=1024 -> dp=32 x tp=8 (disjoint 256 devices)", disjoint, repeat,
+                threads);
   }
   // Naive comparison: 8 layers over 64 -> 64 devices.
   bench::ModelShape small;
@@ -88,5 +115,5 @@ int main(int argc, char** argv) {
       "naive all-pairs vs reshard (8 layers, 64 -> 8x8 devices, every part): naive %.1f ms, "
       "reshard %.1f ms, ratio %.1fx (pieces %lld vs %lld)\n",
       tn * 1e3, tr * 1e3, tn / tr, (long long)naive.pieces, (long long)plan.stats().pieces);
-  return naive.network_bytes == plan.stats().network_bytes ? 0 : 1;
+  return ok && naive.network_bytes == plan.stats().network_bytes ? 0 : 1;
 }

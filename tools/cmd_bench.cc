@@ -2,8 +2,10 @@
 // both measured in this run (absolute times on shared machines mean little).
 #include <algorithm>
 #include <iostream>
+#include <thread>
 
 #include "cli.h"
+#include "reshard/wire.h"
 
 namespace reshard::cli {
 namespace {
@@ -12,6 +14,7 @@ struct BenchArgs {
   InputOptions input;
   int repeat = 5;
   bool skip_naive = false;
+  int32_t threads = 0;  // of the parallel run; 0 = every hardware thread
 };
 
 struct Timing {
@@ -44,6 +47,22 @@ int run_bench_plan(const BenchArgs& args) {
             << " devices, " << with_commas(pieces) << " pieces, " << args.repeat << " runs each\n";
   std::printf("  %-28s median %10s  (min %s)\n", "make_plan (all parts)",
               human_seconds(fast.median).c_str(), human_seconds(fast.min).c_str());
+  const int32_t threads =
+      args.threads > 0 ? args.threads
+                       : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads > 1) {
+    PlanRequest request{PlanScope::kAll, 0, true};
+    request.threads = threads;
+    const Timing par = time_runs(args.repeat, [&] { (void)plan_spec(spec.input, request); });
+    const bool same = encode_plan(plan_spec(spec.input, request)) ==
+                      encode_plan(plan_spec(spec.input, PlanRequest{PlanScope::kAll, 0, true}));
+    const std::string label = "make_plan, " + std::to_string(threads) + " threads";
+    std::printf("  %-28s median %10s  (min %s), %.2fx one thread, plan %s\n", label.c_str(),
+                human_seconds(par.median).c_str(), human_seconds(par.min).c_str(),
+                fast.median / std::max(par.median, 1e-12), same ? "identical" : "DIFFERENT");
+    if (!same)
+      throw Failure("plans made with 1 and " + std::to_string(threads) + " threads differ");
+  }
   if (args.skip_naive) return 0;
   NaivePlanResult naive{};
   const Timing slow = time_runs(args.repeat, [&] { naive = naive_plan(spec.input); });
@@ -71,6 +90,11 @@ Runner add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   cmd->add_flag("--skip-naive", args->skip_naive, "time make_plan only");
+  cmd->add_option("--threads", args->threads,
+                  "also time make_plan on this many threads (0 = every hardware thread; 1 = "
+                  "skip) and check the plan is identical")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->footer(
       std::string("Example:\n  reshard bench plan --spec examples/specs/small_transformer.json "
                   "--repeat 9\n\n") +

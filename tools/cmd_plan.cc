@@ -17,7 +17,14 @@ struct PlanArgs {
   std::string format = "text";
   int32_t process = -1;
   std::string out;
+  int32_t threads = 1;  // PlanRequest::threads of the parts planned
 };
+
+PlanRequest part_request(PlanScope scope, int32_t process, bool global_stats, int32_t threads) {
+  PlanRequest r{scope, process, global_stats};
+  r.threads = threads;
+  return r;
+}
 
 ojson stats_json(const PlanStats& s) {
   ojson j;
@@ -121,8 +128,9 @@ PartSummary summarize(const Plan& plan, const ProcessPart& part) {
 // only that worker's part, with the global statistics, as FlatBuffers bytes.
 void write_plan_file(const PlanArgs& args, const PlanInput& input) {
   const bool one = args.process >= 0;
-  const Plan plan = plan_spec(input, one ? PlanRequest{PlanScope::kProcess, args.process, true}
-                                         : PlanRequest{PlanScope::kAll, 0, true});
+  const Plan plan =
+      plan_spec(input, one ? part_request(PlanScope::kProcess, args.process, true, args.threads)
+                           : part_request(PlanScope::kAll, 0, true, args.threads));
   EncodeOptions eo;
   eo.all_parts = !one;
   eo.process = one ? args.process : 0;
@@ -150,7 +158,8 @@ int run_plan(const PlanArgs& args) {
   double part_seconds = 0;
   if (args.process >= 0) {
     t0 = std::chrono::steady_clock::now();
-    part_plan = plan_spec(spec.input, PlanRequest{PlanScope::kProcess, args.process, false});
+    part_plan =
+        plan_spec(spec.input, part_request(PlanScope::kProcess, args.process, false, args.threads));
     part_seconds = seconds_since(t0);
   }
   const ProcessPart* part = nullptr;
@@ -170,17 +179,13 @@ int run_plan(const PlanArgs& args) {
     j["global_seconds"] = global_seconds;
     j["stats"] = stats_json(global.stats());
     if (part_plan) {
-      j["process"] = {{"process", args.process},
-                      {"plan_seconds", part_seconds},
-                      {"fingerprint", hex64(part_plan->fingerprint())},
-                      {"local_pieces", ps.local_pieces},
-                      {"local_bytes", ps.local_bytes},
-                      {"send_messages", ps.send_messages},
-                      {"send_pieces", ps.send_pieces},
-                      {"send_bytes", ps.send_bytes},
-                      {"recv_messages", ps.recv_messages},
-                      {"recv_pieces", ps.recv_pieces},
-                      {"recv_bytes", ps.recv_bytes}};
+      j["process"] = {
+          {"process", args.process},           {"plan_seconds", part_seconds},
+          {"threads", args.threads},           {"fingerprint", hex64(part_plan->fingerprint())},
+          {"local_pieces", ps.local_pieces},   {"local_bytes", ps.local_bytes},
+          {"send_messages", ps.send_messages}, {"send_pieces", ps.send_pieces},
+          {"send_bytes", ps.send_bytes},       {"recv_messages", ps.recv_messages},
+          {"recv_pieces", ps.recv_pieces},     {"recv_bytes", ps.recv_bytes}};
     }
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -193,7 +198,13 @@ int run_plan(const PlanArgs& args) {
             << " (PlanScope::kGlobal)\n";
   if (part_plan) {
     std::cout << "process " << args.process << " part (PlanScope::kProcess), planned in "
-              << human_seconds(part_seconds) << ":\n";
+              << human_seconds(part_seconds)
+              << (args.threads == 1 ? std::string()
+                                    : " on " +
+                                          (args.threads == 0 ? std::string("all hardware")
+                                                             : std::to_string(args.threads)) +
+                                          " threads")
+              << ":\n";
     if (!part) {
       std::cout << "  (process " << args.process << " owns no device of this plan)\n";
     } else {
@@ -230,6 +241,11 @@ Runner add_plan_command(CLI::App& app) {
                   "write the plan as FlatBuffers bytes (every part; with --process only that "
                   "part) for `reshard verify --plan` / `show --plan` or another process")
       ->type_name("FILE");
+  cmd->add_option("--threads", args->threads,
+                  "threads planning the parts (--process, --out); 0 = every hardware thread. "
+                  "The plan is the same for any value")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->footer(std::string("Example:\n  reshard plan --spec examples/specs/small_transformer.json "
                           "--format json\n\n") +
               kSingleTensorHelp);

@@ -191,6 +191,28 @@ def case_plan_file():
     check("--plan cannot be combined with --spec" in err, err)
 
 
+def case_plan_threads():
+    # --threads changes the planning time only: the bytes written are the same.
+    d = tempfile.mkdtemp()
+    for name in EXAMPLES:
+        for part in ([], ["--process", "1"]):
+            files = []
+            for threads in ("1", "3", "0"):
+                path = os.path.join(d, f"{name}.{len(part)}.{threads}.rsplan")
+                run("plan", "--spec", spec(name), *part, "--threads", threads, "--out", path)
+                with open(path, "rb") as f:
+                    files.append(f.read())
+            check(files[0] == files[1] == files[2], f"{name} {part}: bytes depend on --threads")
+    text = run("plan", "--spec", spec("small_transformer"), "--process", "2", "--threads",
+               "2").stdout
+    check("on 2 threads" in text, text)
+    err = run("plan", "--spec", spec("small_transformer"), "--threads", "-1", expect=2).stderr
+    check(err.startswith("reshard: error: --threads"), err)
+    out = run("bench", "plan", "--spec", spec("small_transformer"), "--repeat", "2", "--threads",
+              "3", "--skip-naive").stdout
+    check("3 threads" in out and "one thread, plan identical" in out, out)
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":

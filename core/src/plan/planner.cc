@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "plan/enumerate.h"
+#include "plan/parallel.h"
 #include "plan/plan_builder.h"
 #include "plan/rounds.h"
 #include "reshard/error.h"
@@ -182,10 +183,10 @@ uint64_t fingerprint_of(const PlanInput& in) {
 
 // ------------------------------------------------------------- process part
 
-// Collects the pieces of one direction (sends or receives) of a part into
-// one bucket per message, keeping generation order (tensor-major, canonical
-// within a tensor) inside each bucket, and, when `sized` (round cutting
-// needs them), each piece's size.
+// Collects the pieces of one direction (sends or receives) of a range of
+// tensors of a part into one bucket per message, keeping generation order
+// (tensor-major, canonical within a tensor) inside each bucket, and, when
+// `sized` (round cutting needs them), each piece's size.
 class MessageBuckets {
  public:
   MessageBuckets(size_t ndev, bool sized) : ndev_(ndev), sized_(sized) {}
@@ -210,35 +211,86 @@ class MessageBuckets {
     if (sized_) sizes_[slot].push_back(bytes);
     bytes_[slot] += bytes;
   }
-  void finish(std::vector<Piece>& pieces, std::vector<int64_t>& piece_bytes,
-              std::vector<Message>& msgs, bool send, const std::vector<int64_t>& devices) {
-    std::vector<uint32_t> order(keys_.size());
-    for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(),
-              [&](uint32_t a, uint32_t b) { return keys_[a] < keys_[b]; });
-    size_t total = 0;
-    for (const auto& b : buckets_) total += b.size();
-    pieces.clear();
-    pieces.reserve(total);
-    piece_bytes.clear();
-    if (sized_) piece_bytes.reserve(total);
-    msgs.assign(order.size(), Message{});
-    for (size_t k = 0; k < order.size(); ++k) {
+
+  // Merges the buckets of consecutive tensor ranges (chunks[0] holding the
+  // first tensors) into messages sorted by key, each message's pieces chunk
+  // by chunk, so the result does not depend on how the tensors were cut into
+  // chunks. A chunk's region indices are local to it: region_base[c] is
+  // added to those of chunk c. The copying runs on `threads` threads.
+  static void merge(const std::vector<const MessageBuckets*>& chunks,
+                    const std::vector<uint32_t>& region_base, int threads,
+                    std::vector<Piece>& pieces, std::vector<int64_t>& piece_bytes,
+                    std::vector<Message>& msgs, bool send, const std::vector<int64_t>& devices) {
+    struct Src {
+      uint64_t key;
+      uint32_t chunk, slot;
+    };
+    std::vector<Src> srcs;
+    size_t nsrcs = 0;
+    for (const MessageBuckets* c : chunks) nsrcs += c->keys_.size();
+    srcs.reserve(nsrcs);
+    for (uint32_t c = 0; c < chunks.size(); ++c)
+      for (uint32_t i = 0; i < chunks[c]->keys_.size(); ++i)
+        srcs.push_back({chunks[c]->keys_[i], c, i});
+    std::sort(srcs.begin(), srcs.end(), [](const Src& a, const Src& b) {
+      return a.key != b.key ? a.key < b.key : a.chunk < b.chunk;
+    });
+    const bool sized = !chunks.empty() && chunks.front()->sized_;
+    std::vector<uint64_t> at(srcs.size() + 1, 0);  // output offset of each source bucket
+    msgs.clear();
+    msgs.reserve(chunks.size() == 1 ? srcs.size() : 0);
+    for (size_t k = 0; k < srcs.size(); ++k) {
+      const MessageBuckets& b = *chunks[srcs[k].chunk];
+      at[k + 1] = at[k] + b.buckets_[srcs[k].slot].size();
       // key = (round << 40) | (peer dense << 20) | own dense; both < 2^20.
-      const uint64_t key = keys_[order[k]];
-      Message& m = msgs[k];
-      m.round = static_cast<uint32_t>(key >> 40);
-      const int64_t peer = devices[(key >> 20) & 0xfffff];
-      const int64_t own = devices[key & 0xfffff];
-      m.src_device = send ? own : peer;
-      m.dst_device = send ? peer : own;
-      m.first_piece = pieces.size();
-      m.num_pieces = buckets_[order[k]].size();
-      m.bytes = bytes_[order[k]];
-      pieces.insert(pieces.end(), buckets_[order[k]].begin(), buckets_[order[k]].end());
-      if (sized_)
-        piece_bytes.insert(piece_bytes.end(), sizes_[order[k]].begin(), sizes_[order[k]].end());
+      const uint64_t key = srcs[k].key;
+      if (msgs.empty() || k == 0 || srcs[k - 1].key != key) {
+        Message& m = msgs.emplace_back();
+        m.round = static_cast<uint32_t>(key >> 40);
+        const int64_t peer = devices[(key >> 20) & 0xfffff];
+        const int64_t own = devices[key & 0xfffff];
+        m.src_device = send ? own : peer;
+        m.dst_device = send ? peer : own;
+        m.first_piece = at[k];
+      }
+      msgs.back().num_pieces += b.buckets_[srcs[k].slot].size();
+      msgs.back().bytes += b.bytes_[srcs[k].slot];
     }
+    // Bucket k's pieces, region indices rebased, to out / sizes_out.
+    auto copy = [&](size_t k, Piece* out, int64_t* sizes_out) {
+      const MessageBuckets& b = *chunks[srcs[k].chunk];
+      const uint32_t base = region_base[srcs[k].chunk];
+      for (const Piece& p : b.buckets_[srcs[k].slot]) {
+        *out = p;
+        if (p.region != kOverlapRegion) out->region += base;
+        ++out;
+      }
+      if (sized) std::copy(b.sizes_[srcs[k].slot].begin(), b.sizes_[srcs[k].slot].end(), sizes_out);
+    };
+    pieces.clear();
+    piece_bytes.clear();
+    if (threads <= 1 && chunks.size() == 1) {  // appending writes each piece once
+      const MessageBuckets& b = *chunks.front();
+      pieces.reserve(at.back());
+      if (sized) piece_bytes.reserve(at.back());
+      for (const Src& src : srcs) {
+        pieces.insert(pieces.end(), b.buckets_[src.slot].begin(), b.buckets_[src.slot].end());
+        if (sized)
+          piece_bytes.insert(piece_bytes.end(), b.sizes_[src.slot].begin(),
+                             b.sizes_[src.slot].end());
+      }
+      if (region_base.front() != 0)
+        fail(ErrorCode::kInternal, "MessageBuckets::merge: one chunk with a region base");
+      return;
+    }
+    planning::grow_to(pieces, at.back(), threads);
+    if (sized) planning::grow_to(piece_bytes, at.back(), threads);
+    const std::vector<size_t> ranges =
+        planning::even_ranges(srcs.size(), threads > 1 ? 8 * static_cast<size_t>(threads) : 1);
+    planning::parallel_for(threads, ranges.size() - 1, [&](size_t r) {
+      for (size_t k = ranges[r]; k < ranges[r + 1]; ++k)
+        copy(k, pieces.data() + at[k], sized ? piece_bytes.data() + at[k] : nullptr);
+    });
   }
 
  private:
@@ -260,50 +312,103 @@ struct BuiltPart {
   std::vector<int64_t> send_bytes, recv_bytes;
 };
 
-BuiltPart build_part(Context& ctx, int32_t p, const PlanOptions& options) {
-  if (ctx.devices.size() >= (1u << 20))
-    fail(ErrorCode::kOutOfRange, "plan: more than 2^20 distinct devices");
-  BuiltPart built;
-  ProcessPart& part = built.part;
-  part.process = p;
+// The pieces of process p for tensors [t0, t1), in generation order; region
+// indices are local to the chunk.
+struct PartChunk {
+  std::vector<Piece> local;
+  std::vector<Box> regions;
+  MessageBuckets sends, recvs;
+  PartChunk(size_t ndev, bool sized) : sends(ndev, sized), recvs(ndev, sized) {}
+};
+
+void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0, size_t t1,
+                 PartChunk& out) {
   Enumerator en(options);
-  const bool sized = options.staging_budget_bytes > 0;
-  MessageBuckets sends(ctx.devices.size(), sized), recvs(ctx.devices.size(), sized);
   auto add_region = [&](const TensorCtx& t, const Emitted& x, Piece& piece) {
     if (!x.own_region) return;
     if (x.region == intersect(t.src->box(x.src_entry), t.dst->box(x.dst_entry))) return;
-    piece.region = static_cast<uint32_t>(part.regions.size());
-    part.regions.push_back(x.region);
+    piece.region = static_cast<uint32_t>(out.regions.size());
+    out.regions.push_back(x.region);
   };
-  for (auto& t : ctx.tensors) {
+  for (size_t ti = t0; ti < t1; ++ti) {
+    const TensorCtx& t = ctx.tensors[ti];
     // Receiver side: every piece whose destination is on p.
     auto [db, de] = entries_on(*t.dt, p);
     for (const uint32_t* it = db; it != de; ++it) {
       const uint32_t own = t.dt->dense[*it];
-      uint32_t* table = recvs.table_for(own);
+      uint32_t* table = out.recvs.table_for(own);
       en.recv(t, *it, [&](const Emitted& x) {
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
         add_region(t, x, piece);
         if (x.local)
-          part.local.push_back(piece);
+          out.local.push_back(piece);
         else
-          recvs.add(table, own, t.st->dense[x.src_entry], piece, x.region.volume() * t.esize);
+          out.recvs.add(table, own, t.st->dense[x.src_entry], piece, x.region.volume() * t.esize);
       });
     }
     // Sender side: network pieces whose source is on p.
     auto [sb, se] = entries_on(*t.st, p);
     for (const uint32_t* it = sb; it != se; ++it) {
       const uint32_t own = t.st->dense[*it];
-      uint32_t* table = sends.table_for(own);
+      uint32_t* table = out.sends.table_for(own);
       en.send(t, *it, [&](const Emitted& x) {
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
         add_region(t, x, piece);
-        sends.add(table, own, t.dt->dense[x.dst_entry], piece, x.region.volume() * t.esize);
+        out.sends.add(table, own, t.dt->dense[x.dst_entry], piece, x.region.volume() * t.esize);
       });
     }
   }
-  sends.finish(part.send_pieces, built.send_bytes, part.sends, true, ctx.devices);
-  recvs.finish(part.recv_pieces, built.recv_bytes, part.recvs, false, ctx.devices);
+}
+
+// Process p's part. With several threads the tensors are cut into ranges
+// enumerated concurrently, each into its own buffers, which are then
+// concatenated in tensor order: the part is the same for any thread count.
+BuiltPart build_part(Context& ctx, int32_t p, const PlanOptions& options, int threads) {
+  if (ctx.devices.size() >= (1u << 20))
+    fail(ErrorCode::kOutOfRange, "plan: more than 2^20 distinct devices");
+  BuiltPart built;
+  ProcessPart& part = built.part;
+  part.process = p;
+  const bool sized = options.staging_budget_bytes > 0;
+  // Several ranges per thread: tensors differ in work, and a thread that
+  // finishes early takes the next range.
+  const std::vector<size_t> ranges =
+      planning::even_ranges(ctx.tensors.size(), threads > 1 ? 8 * static_cast<size_t>(threads) : 1);
+  std::vector<PartChunk> chunks;
+  chunks.reserve(ranges.size() - 1);
+  for (size_t c = 0; c + 1 < ranges.size(); ++c) chunks.emplace_back(ctx.devices.size(), sized);
+  planning::parallel_for(threads, chunks.size(), [&](size_t c) {
+    build_chunk(ctx, p, options, ranges[c], ranges[c + 1], chunks[c]);
+  });
+  std::vector<uint32_t> region_base(chunks.size());
+  size_t nregions = 0, nlocal = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    region_base[c] = static_cast<uint32_t>(nregions);
+    nregions += chunks[c].regions.size();
+    nlocal += chunks[c].local.size();
+  }
+  if (nregions >= kOverlapRegion) fail(ErrorCode::kOutOfRange, "plan: more than 2^32 regions");
+  // The first chunk's buffers become the part's (its region base is 0).
+  part.regions = std::move(chunks.front().regions);
+  part.local = std::move(chunks.front().local);
+  part.regions.reserve(nregions);
+  part.local.reserve(nlocal);
+  std::vector<const MessageBuckets*> sends, recvs;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    if (c > 0) {
+      part.regions.insert(part.regions.end(), chunks[c].regions.begin(), chunks[c].regions.end());
+      for (Piece piece : chunks[c].local) {
+        if (piece.region != kOverlapRegion) piece.region += region_base[c];
+        part.local.push_back(piece);
+      }
+    }
+    sends.push_back(&chunks[c].sends);
+    recvs.push_back(&chunks[c].recvs);
+  }
+  MessageBuckets::merge(sends, region_base, threads, part.send_pieces, built.send_bytes, part.sends,
+                        true, ctx.devices);
+  MessageBuckets::merge(recvs, region_base, threads, part.recv_pieces, built.recv_bytes, part.recvs,
+                        false, ctx.devices);
   return built;
 }
 
@@ -602,6 +707,10 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   if (request.scope != PlanScope::kAll && request.scope != PlanScope::kGlobal &&
       request.scope != PlanScope::kProcess)
     fail(ErrorCode::kInvalidArgument, "request.scope: invalid value");
+  if (request.threads < 0)
+    fail(ErrorCode::kInvalidArgument,
+         "request.threads: " + std::to_string(request.threads) + " is negative");
+  const int threads = planning::resolve_threads(request.threads);
   Context ctx(input);
   ctx.build();
   Plan plan;
@@ -626,20 +735,28 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
     if (it == per_device.end() || it->device != device) return {};
     return {it->send_messages + it->recv_messages, it->send_bytes + it->recv_bytes};
   };
-  auto make_part = [&](int32_t p) {
-    BuiltPart built = build_part(ctx, p, input.options);
+  auto make_part = [&](int32_t p, int part_threads) {
+    BuiltPart built = build_part(ctx, p, input.options, part_threads);
     if (budgeted)
       planning::split_rounds(built.part, input.tensors, input.options.staging_budget_bytes,
-                             built.send_bytes, built.recv_bytes, load);
+                             built.send_bytes, built.recv_bytes, load, part_threads);
     return std::move(built.part);
   };
   if (request.scope == PlanScope::kAll) {
-    for (int32_t p : ctx.processes) parts.emplace(p, make_part(p));
+    // Parts are independent: one per task, each on one thread, when there
+    // are enough of them to keep the threads busy.
+    const size_t np = ctx.processes.size();
+    const bool per_part = threads > 1 && np >= static_cast<size_t>(threads);
+    std::vector<ProcessPart> built(np);
+    planning::parallel_for(per_part ? threads : 1, np, [&](size_t i) {
+      built[i] = make_part(ctx.processes[i], per_part ? 1 : threads);
+    });
+    for (size_t i = 0; i < np; ++i) parts.emplace(ctx.processes[i], std::move(built[i]));
   } else if (request.scope == PlanScope::kProcess) {
     if (!std::binary_search(ctx.processes.begin(), ctx.processes.end(), request.process))
       fail(ErrorCode::kOutOfRange, "request.process: process " + std::to_string(request.process) +
                                        " owns no device of this plan");
-    parts.emplace(request.process, make_part(request.process));
+    parts.emplace(request.process, make_part(request.process, threads));
   }
   if (!Plan::Builder::has_stats(plan)) Plan::Builder::stats(plan) = PlanStats{};
   Plan::Builder::stats(plan).plan_seconds =

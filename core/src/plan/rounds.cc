@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "plan/parallel.h"
 #include "reshard/error.h"
 
 namespace reshard::planning {
@@ -110,43 +111,58 @@ Streams size_streams(const std::vector<Message>& msgs, int64_t budget,
   return s;
 }
 
-// Cuts the messages of one direction. Messages come one per stream, sorted by
-// (peer, own); the output is sorted by (round, peer, own). Work is
-// proportional to the pieces plus the cuts: a whole piece is only copied,
+// Where find_cuts puts fragment regions: appended to a vector, counted
+// only, or written from a given index on into storage sized beforehand.
+struct AppendSink {
+  std::vector<Box>& v;
+  size_t size() const { return v.size(); }
+  void push(const Box& b) { v.push_back(b); }
+};
+struct CountSink {
+  size_t n = 0;
+  size_t size() const { return n; }
+  void push(const Box&) { ++n; }
+};
+struct PlaceSink {
+  Box* base;
+  size_t next;
+  size_t size() const { return next; }
+  void push(const Box& b) { base[next++] = b; }
+};
+
+// Phase 1 of cutting one direction: the cuts of streams [s0, s1) (rules 1-3
+// of rounds.h), written to their slots of `bounds`, and the regions of the
+// pieces they split, stream by stream, handed to `frags` (a Sink: size() is
+// the region index the next push(box) gets). `regions` are the part's
+// regions before cutting. Work is proportional to the pieces plus the cuts:
 // the region of a piece is only computed when a cut falls inside it.
-void cut(std::vector<Message>& msgs, std::vector<Piece>& pieces, std::span<const int64_t> bytes,
-         const Streams& streams, ProcessPart& part, const std::vector<TensorSpec>& tensors) {
-  if (bytes.size() != pieces.size())
-    fail(ErrorCode::kInternal, "split_rounds: piece sizes do not match the pieces");
-  const size_t nmsg = msgs.size();
+template <class Sink>
+void find_cuts(const std::vector<Message>& msgs, const std::vector<Piece>& pieces,
+               std::span<const int64_t> bytes, const Streams& streams,
+               const std::vector<Box>& regions, const std::vector<TensorSpec>& tensors, size_t s0,
+               size_t s1, std::vector<Bound>& bounds, Sink& frags) {
   const auto& chunks = streams.chunks;
   const auto& rounds = streams.rounds;
   const auto& first_bound = streams.first_bound;
-  // 1. Every stream's cuts (rules 1-3 of rounds.h), and the regions of the
-  // pieces they split, stream by stream.
-  std::vector<Bound> bounds(first_bound[nmsg]);
   std::vector<Box> boxes;
-  size_t nfragments = 0;
   auto add_fragment = [&](const Box& region, int64_t a, int64_t b, uint32_t& first, uint32_t& n) {
-    first = static_cast<uint32_t>(part.regions.size());
+    first = static_cast<uint32_t>(frags.size());
     // Whole slabs of the outermost dimension (rule 2's usual outcome): one box.
     const int64_t slab0 = region.rank > 0 ? region.volume() / region.extent(0) : 1;
     if (region.rank > 0 && a % slab0 == 0 && b % slab0 == 0) {
-      Box& box = part.regions.emplace_back(region);
+      Box box = region;
       box.lo[0] = region.lo[0] + a / slab0;
       box.hi[0] = region.lo[0] + b / slab0;
+      frags.push(box);
       n = 1;
-      ++nfragments;
       return;
     }
     boxes.clear();
     element_range_boxes(region, a, b, boxes);
-    first = static_cast<uint32_t>(part.regions.size());
     n = static_cast<uint32_t>(boxes.size());
-    part.regions.insert(part.regions.end(), boxes.begin(), boxes.end());
-    nfragments += boxes.size();
+    for (const Box& box : boxes) frags.push(box);
   };
-  for (size_t mi = 0; mi < nmsg; ++mi) {
+  for (size_t mi = s0; mi < s1; ++mi) {
     const int64_t chunk = chunks[mi], window = round_window(chunk);
     Bound* bound = bounds.data() + first_bound[mi];
     uint64_t j = msgs[mi].first_piece;
@@ -175,7 +191,7 @@ void cut(std::vector<Message>& msgs, std::vector<Piece>& pieces, std::span<const
         e = dtype_size(t.dtype);
         region = p.region == kOverlapRegion
                      ? intersect(t.src.box(p.src_entry), t.dst.box(p.dst_entry))
-                     : part.regions[p.region];
+                     : regions[p.region];
         split_piece = j;
       }
       const int64_t rel = x - o;
@@ -204,54 +220,114 @@ void cut(std::vector<Message>& msgs, std::vector<Piece>& pieces, std::span<const
     }
     if (prev) add_fragment(region, prev->elem, bytes[split_piece] / e, prev->after, prev->after_n);
   }
-  // 2. Round by round, the streams still running, in stream order.
-  std::vector<Piece> out;
-  out.reserve(pieces.size() + nfragments);
+}
+
+// Phase 2: the messages of one direction round by round, in each round the
+// streams still running in stream order (messages come one per stream,
+// sorted by (peer, own); the output is sorted by (round, peer, own)). The
+// output positions are laid out first, then the pieces are copied, ranges
+// of messages on up to `threads` threads.
+void emit_rounds(std::vector<Message>& msgs, std::vector<Piece>& pieces, const Streams& streams,
+                 const std::vector<Bound>& bounds, int threads) {
+  const size_t nmsg = msgs.size();
+  const auto& rounds = streams.rounds;
+  const auto& first_bound = streams.first_bound;
+  // Round r of stream i runs from cut r - 1 (or the stream's start) to cut r
+  // (or the stream's end).
+  auto range_of = [&](size_t i, uint32_t r, Bound& cur, Bound& end) {
+    const Message& m = msgs[i];
+    cur = r == 0 ? Bound{m.first_piece, 0, 0, 0, 0, 0, 0} : bounds[first_bound[i] + r - 1];
+    end = r + 1 == rounds[i] ? Bound{m.first_piece + m.num_pieces, 0, m.bytes, 0, 0, 0, 0}
+                             : bounds[first_bound[i] + r];
+  };
+  // 1. The output messages and where their pieces go.
   std::vector<Message> out_msgs;
   out_msgs.reserve(nmsg + bounds.size());
-  auto emit_fragment = [&](uint64_t j, uint32_t first, uint32_t n) {
-    Piece q = pieces[j];
-    for (uint32_t i = 0; i < n; ++i) {
-      q.region = first + i;
-      out.push_back(q);
-    }
-  };
-  std::vector<Bound> cursor(nmsg);
+  std::vector<uint32_t> stream_of;  // per output message
+  stream_of.reserve(nmsg + bounds.size());
   std::vector<uint32_t> active;
   active.reserve(nmsg);
-  for (uint32_t i = 0; i < nmsg; ++i) {
-    if (rounds[i] == 0) continue;
-    cursor[i] = {msgs[i].first_piece, 0, 0, 0, 0, 0, 0};
-    active.push_back(static_cast<uint32_t>(i));
-  }
+  for (uint32_t i = 0; i < nmsg; ++i)
+    if (rounds[i] > 0) active.push_back(i);
+  uint64_t total = 0;
   for (uint32_t r = 0; !active.empty(); ++r) {
     size_t still = 0;
     for (uint32_t i : active) {
-      const Message& m = msgs[i];
-      const bool last = r + 1 == rounds[i];
-      const Bound end = last ? Bound{m.first_piece + m.num_pieces, 0, m.bytes, 0, 0, 0, 0}
-                             : bounds[first_bound[i] + r];
-      const Bound& cur = cursor[i];
-      Message mr = m;
+      Bound cur, end;
+      range_of(i, r, cur, end);
+      Message mr = msgs[i];
       mr.round = r;
-      mr.first_piece = out.size();
+      mr.first_piece = total;
       mr.bytes = end.pos - cur.pos;
-      uint64_t j = cur.piece;
-      if (cur.elem > 0) {  // the fragment after the round's first cut
-        emit_fragment(j, cur.after, cur.after_n);
+      // The fragment after the round's first cut, the whole pieces, and the
+      // fragment before the round's last cut unless that piece's fragment is
+      // the first one (both cuts in one piece).
+      uint64_t n = 0, j = cur.piece;
+      if (cur.elem > 0) {
+        n += cur.after_n;
         ++j;
       }
-      for (; j < end.piece; ++j) out.push_back(pieces[j]);
-      // The fragment before the round's last cut, unless that piece's
-      // fragment was emitted above (both cuts in one piece).
-      if (end.elem > 0 && !(cur.elem > 0 && cur.piece == end.piece))
-        emit_fragment(end.piece, end.before, end.before_n);
-      mr.num_pieces = out.size() - mr.first_piece;
+      if (end.piece > j) n += end.piece - j;
+      if (end.elem > 0 && !(cur.elem > 0 && cur.piece == end.piece)) n += end.before_n;
+      mr.num_pieces = n;
+      total += n;
       out_msgs.push_back(mr);
-      cursor[i] = end;
-      if (!last) active[still++] = i;
+      stream_of.push_back(i);
+      if (r + 1 != rounds[i]) active[still++] = i;
     }
     active.resize(still);
+  }
+  // 2. The pieces; ranges of about equally many pieces.
+  // Message mi's pieces, handed to put(piece) and append(first, last).
+  auto fill = [&](size_t mi, auto&& put, auto&& append) {
+    const Message& mr = out_msgs[mi];
+    Bound cur, end;
+    range_of(stream_of[mi], mr.round, cur, end);
+    auto emit_fragment = [&](uint64_t j, uint32_t first, uint32_t n) {
+      Piece q = pieces[j];
+      for (uint32_t i = 0; i < n; ++i) {
+        q.region = first + i;
+        put(q);
+      }
+    };
+    uint64_t j = cur.piece;
+    if (cur.elem > 0) {
+      emit_fragment(j, cur.after, cur.after_n);
+      ++j;
+    }
+    if (end.piece > j)
+      append(pieces.begin() + static_cast<ptrdiff_t>(j),
+             pieces.begin() + static_cast<ptrdiff_t>(end.piece));
+    if (end.elem > 0 && !(cur.elem > 0 && cur.piece == end.piece))
+      emit_fragment(end.piece, end.before, end.before_n);
+  };
+  std::vector<Piece> out;
+  if (threads <= 1) {  // appending writes each piece once
+    out.reserve(total);
+    for (size_t mi = 0; mi < out_msgs.size(); ++mi)
+      fill(
+          mi, [&](const Piece& q) { out.push_back(q); },
+          [&](auto first, auto last) { out.insert(out.end(), first, last); });
+  } else {  // ranges of about equally many pieces
+    grow_to(out, total, threads);
+    const size_t parts = 8 * static_cast<size_t>(threads);
+    std::vector<size_t> ranges{0};
+    for (size_t k = 1; k < parts; ++k)
+      ranges.push_back(static_cast<size_t>(std::partition_point(out_msgs.begin(), out_msgs.end(),
+                                                                [&](const Message& m) {
+                                                                  return m.first_piece <
+                                                                         total * k / parts;
+                                                                }) -
+                                           out_msgs.begin()));
+    ranges.push_back(out_msgs.size());
+    parallel_for(threads, parts, [&](size_t k) {
+      for (size_t mi = ranges[k]; mi < ranges[k + 1]; ++mi) {
+        Piece* o = out.data() + out_msgs[mi].first_piece;
+        fill(
+            mi, [&](const Piece& q) { *o++ = q; },
+            [&](auto first, auto last) { o = std::copy(first, last, o); });
+      }
+    });
   }
   msgs = std::move(out_msgs);
   pieces = std::move(out);
@@ -261,16 +337,58 @@ void cut(std::vector<Message>& msgs, std::vector<Piece>& pieces, std::span<const
 
 void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, int64_t budget,
                   std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes,
-                  const std::function<DeviceLoad(int64_t)>& load) {
+                  const std::function<DeviceLoad(int64_t)>& load, int threads) {
   if (budget <= 0) return;
+  if (send_bytes.size() != part.send_pieces.size() || recv_bytes.size() != part.recv_pieces.size())
+    fail(ErrorCode::kInternal, "split_rounds: piece sizes do not match the pieces");
   const Streams sends = size_streams(part.sends, budget, load);
   const Streams recvs = size_streams(part.recvs, budget, load);
-  // Most cuts split a piece in two one-box fragments: one allocation for the
-  // regions of both directions.
-  part.regions.reserve(part.regions.size() +
-                       2 * (sends.first_bound.back() + recvs.first_bound.back()));
-  cut(part.sends, part.send_pieces, send_bytes, sends, part, tensors);
-  cut(part.recvs, part.recv_pieces, recv_bytes, recvs, part, tensors);
+  std::vector<Bound> send_bounds(sends.first_bound.back()), recv_bounds(recvs.first_bound.back());
+  // Most cuts split a piece in two one-box fragments.
+  const size_t cuts = sends.first_bound.back() + recvs.first_bound.back();
+  if (threads <= 1) {
+    // One pass over the send streams, then the receive streams, appending
+    // the fragments to the part's regions.
+    part.regions.reserve(part.regions.size() + 2 * cuts);
+    AppendSink sink{part.regions};
+    find_cuts(part.sends, part.send_pieces, send_bytes, sends, part.regions, tensors, 0,
+              part.sends.size(), send_bounds, sink);
+    find_cuts(part.recvs, part.recv_pieces, recv_bytes, recvs, part.regions, tensors, 0,
+              part.recvs.size(), recv_bounds, sink);
+  } else {
+    // Ranges of streams, send streams first. A first pass counts each
+    // range's fragments, a second writes them where one pass over the send
+    // streams, then the receive streams, would have appended them.
+    const size_t per = 8 * static_cast<size_t>(threads);
+    const std::vector<size_t> sr = even_ranges(part.sends.size(), per);
+    const std::vector<size_t> rr = even_ranges(part.recvs.size(), per);
+    const size_t ns = sr.size() - 1, nr = rr.size() - 1;
+    auto run = [&](size_t k, auto& sink) {
+      if (k < ns)
+        find_cuts(part.sends, part.send_pieces, send_bytes, sends, part.regions, tensors, sr[k],
+                  sr[k + 1], send_bounds, sink);
+      else
+        find_cuts(part.recvs, part.recv_pieces, recv_bytes, recvs, part.regions, tensors,
+                  rr[k - ns], rr[k - ns + 1], recv_bounds, sink);
+    };
+    std::vector<size_t> base(ns + nr + 1, 0);
+    parallel_for(threads, ns + nr, [&](size_t k) {
+      CountSink count;
+      run(k, count);
+      base[k + 1] = count.n;
+    });
+    base[0] = part.regions.size();
+    for (size_t k = 0; k < ns + nr; ++k) base[k + 1] += base[k];
+    if (base.back() >= kOverlapRegion) fail(ErrorCode::kOutOfRange, "plan: more than 2^32 regions");
+    grow_to(part.regions, base.back(), threads);
+    // The pieces' own regions (indices below base[0]) are read, not moved.
+    parallel_for(threads, ns + nr, [&](size_t k) {
+      PlaceSink place{part.regions.data(), base[k]};
+      run(k, place);
+    });
+  }
+  emit_rounds(part.sends, part.send_pieces, sends, send_bounds, threads);
+  emit_rounds(part.recvs, part.recv_pieces, recvs, recv_bounds, threads);
 }
 
 }  // namespace reshard::planning

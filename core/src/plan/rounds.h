@@ -66,10 +66,13 @@ inline int64_t round_cap(int64_t bytes, int64_t chunk) {
 
 // Re-cuts the messages of `part` (each holding one whole stream in round 0)
 // into rounds. `send_bytes` / `recv_bytes` give each piece's size (parallel
-// to part.send_pieces / part.recv_pieces); `load(device)` a device's figures.
+// to part.send_pieces / part.recv_pieces); `load(device)` a device's figures
+// (make_plan may cut several parts at once, so it must be safe to call
+// concurrently). Streams are cut on up to `threads` threads; the result is
+// the same for any thread count.
 void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, int64_t budget,
                   std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes,
-                  const std::function<DeviceLoad(int64_t)>& load);
+                  const std::function<DeviceLoad(int64_t)>& load, int threads = 1);
 
 // Appends to `out` the boxes covering elements [i0, i1) of `region` in
 // row-major order (at most 2 * rank + 1 boxes; one when i0 and i1 are whole
