@@ -1,4 +1,6 @@
 // Planning: reshard_plan_create, fingerprints and statistics.
+#include <algorithm>
+#include <cstddef>
 #include <string>
 
 #include "internal.h"
@@ -19,10 +21,12 @@ static_assert(RESHARD_PLAN_SCOPE_PROCESS == static_cast<int32_t>(PlanScope::kPro
 namespace {
 
 constexpr size_t kPlanRequestV1Size = RESHARD_CAPI_V1_SIZE(reshard_plan_request_t, reserved0);
+constexpr size_t kPlanRequestV1_1Size = RESHARD_CAPI_V1_SIZE(reshard_plan_request_t, reserved1);
 constexpr size_t kPlanStatsV1Size = RESHARD_CAPI_V1_SIZE(reshard_plan_stats_t, num_devices);
 constexpr size_t kDeviceTrafficV1Size =
     RESHARD_CAPI_V1_SIZE(reshard_device_traffic_t, recv_messages);
-static_assert(kPlanRequestV1Size == sizeof(reshard_plan_request_t));
+static_assert(kPlanRequestV1Size == offsetof(reshard_plan_request_t, threads));
+static_assert(kPlanRequestV1_1Size == sizeof(reshard_plan_request_t));
 static_assert(kPlanStatsV1Size == sizeof(reshard_plan_stats_t));
 static_assert(kDeviceTrafficV1Size == sizeof(reshard_device_traffic_t));
 
@@ -54,6 +58,14 @@ reshard_error_t* reshard_plan_create(const reshard_plan_input_t* input,
     cpp.scope = static_cast<PlanScope>(r.scope);
     cpp.process = r.process;
     cpp.global_stats = r.global_stats != 0;
+    if (r.threads < RESHARD_PLAN_THREADS_ALL) {
+      fail(ErrorCode::kInvalidArgument,
+           "request->threads: " + std::to_string(r.threads) +
+               " is invalid (0 or 1: the calling thread, N > 1: up to N threads, "
+               "RESHARD_PLAN_THREADS_ALL: one per hardware thread)");
+    }
+    // C's 0 is 1.0's zero-filled field: one thread; C++'s 0 is "all".
+    cpp.threads = r.threads == RESHARD_PLAN_THREADS_ALL ? 0 : std::max(r.threads, 1);
     auto handle = std::make_unique<reshard_plan>();
     handle->plan = reshard::make_plan(input->input, cpp);
     *out_plan = handle.release();

@@ -902,6 +902,47 @@ typedef struct plan_stats_v2 {
   int64_t future_field;
 } plan_stats_v2;
 
+/* The serialized bytes of a whole plan made with `threads` (1.1), or with
+ * a 1.0-sized request when threads is INT32_MIN. */
+static reshard_buffer_t* plan_bytes_with_threads(const fixture* f, int32_t threads) {
+  reshard_plan_request_t request = RESHARD_PLAN_REQUEST_INIT;
+  reshard_plan_t* plan = NULL;
+  reshard_buffer_t* bytes = NULL;
+  if (threads == INT32_MIN) {
+    request.struct_size = offsetof(reshard_plan_request_t, threads);
+  } else {
+    request.threads = threads;
+  }
+  CHECK_OK(reshard_plan_create(f->input, &request, &plan));
+  if (plan == NULL) return NULL;
+  CHECK_OK(reshard_plan_serialize(plan, NULL, &bytes));
+  reshard_plan_destroy(plan);
+  return bytes;
+}
+
+/* Invariant (ABI 1.1 request.threads): the plan's bytes are the same for a
+ * 1.0-sized request and for every thread count; below -1 is an error. */
+static void test_plan_threads(const fixture* f) {
+  static const int32_t kThreads[] = {0, 1, 2, 3, 8, RESHARD_PLAN_THREADS_ALL, 1 << 30};
+  reshard_buffer_t* reference = plan_bytes_with_threads(f, INT32_MIN);
+  reshard_plan_request_t request = RESHARD_PLAN_REQUEST_INIT;
+  reshard_plan_t* untouched = NULL;
+  size_t i;
+  REQUIRE(reference != NULL);
+  for (i = 0; i < sizeof kThreads / sizeof kThreads[0]; ++i) {
+    reshard_buffer_t* bytes = plan_bytes_with_threads(f, kThreads[i]);
+    CHECK(bytes != NULL && reshard_buffer_size(bytes) == reshard_buffer_size(reference) &&
+          memcmp(reshard_buffer_data(bytes), reshard_buffer_data(reference),
+                 reshard_buffer_size(reference)) == 0);
+    reshard_buffer_destroy(bytes);
+  }
+  reshard_buffer_destroy(reference);
+  request.threads = -2;
+  CHECK_ERR(reshard_plan_create(f->input, &request, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "request->threads: -2 is invalid");
+  CHECK(untouched == NULL);
+}
+
 static void test_plan_create(void) {
   fixture f;
   reshard_plan_t* plan = NULL;
@@ -943,11 +984,14 @@ static void test_plan_create(void) {
   bigger.v1.process = 0;
   bigger.v1.global_stats = 1;
   bigger.v1.reserved0 = 0;
+  /* bigger.v1.threads stays 0x7f7f7f7f: capped, never billions of threads. */
+  bigger.v1.reserved1 = 0;
   REQUIRE_OK(reshard_plan_create(f.input, &bigger.v1, &plan));
   CHECK_OK(reshard_plan_has_part(plan, 2, &has));
   CHECK(has == 1);
   reshard_plan_destroy(plan);
   reshard_plan_destroy(NULL);
+  test_plan_threads(&f);
 
   /* Errors. */
   CHECK_ERR(reshard_plan_create(NULL, NULL, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,

@@ -475,16 +475,28 @@ typedef struct reshard_plan_request {
    * may set 0 to skip them). Default 1. */
   int32_t global_stats;
   int32_t reserved0; /* set to 0; keeps the struct free of tail padding */
+  /* Since 1.1. Threads planning the requested parts: 0 or 1 (the default,
+   * also for 1.0-sized structs and zero-initialised ones) plan on the
+   * calling thread only; N > 1 uses up to min(N, 256) threads (the
+   * caller's and the rest started for the call); RESHARD_PLAN_THREADS_ALL
+   * one per hardware
+   * thread. Not part of the plan's identity: the plan, its bytes and its
+   * fingerprint are the same for every value. Below -1: INVALID_ARGUMENT. */
+  int32_t threads;
+  int32_t reserved1; /* set to 0 */
 } reshard_plan_request_t;
 
+/* reshard_plan_request_t.threads: one thread per hardware thread. */
+#define RESHARD_PLAN_THREADS_ALL (-1)
+
 #define RESHARD_PLAN_REQUEST_INIT \
-  { sizeof(reshard_plan_request_t), RESHARD_PLAN_SCOPE_ALL, 0, 1, 0 }
+  { sizeof(reshard_plan_request_t), RESHARD_PLAN_SCOPE_ALL, 0, 1, 0, 0, 0 }
 
 /* Plans `input` (NULL `request`: every part, with statistics). Deterministic:
  * equal inputs give equal plans (and equal serialized bytes).
  * Errors: INVALID_ARGUMENT naming the field ("tensors[1].name: duplicate
  * name", "options.alpha_seconds: must be non-negative", "request.scope:
- * invalid value"), MISMATCH (dtype/shape/op disagreement), OUT_OF_RANGE
+ * invalid value", "request->threads: -2 ..."), MISMATCH (dtype/shape/op disagreement), OUT_OF_RANGE
  * ("request.process: ..."), OVERFLOW, OUT_OF_MEMORY. */
 RESHARD_API reshard_error_t* reshard_plan_create(const reshard_plan_input_t* input,
                                                  const reshard_plan_request_t* request,

@@ -145,7 +145,8 @@ struct PlanRequest {
   bool global_stats = true;
   // Threads planning the requested parts: 1 (the default) plans on the
   // calling thread only; 0 uses std::thread::hardware_concurrency(); N > 1
-  // uses up to N threads (the caller's and N - 1 started for the call). Not
+  // uses up to min(N, 256) threads (the caller's and the rest started for
+  // the call). Not
   // part of the plan's identity: the Plan, its encoding and fingerprint are
   // the same for every value. Negative values are rejected.
   int32_t threads = 1;

@@ -278,7 +278,15 @@ pub struct reshard_plan_request_t {
     pub global_stats: i32,
     /// Set to 0.
     pub reserved0: i32,
+    /// Since 1.1: planning threads (0 or 1: the calling thread;
+    /// [`RESHARD_PLAN_THREADS_ALL`]: one per hardware thread).
+    pub threads: i32,
+    /// Set to 0.
+    pub reserved1: i32,
 }
+
+/// `RESHARD_PLAN_THREADS_ALL`: one planning thread per hardware thread.
+pub const RESHARD_PLAN_THREADS_ALL: i32 = -1;
 
 impl Default for reshard_plan_request_t {
     /// `RESHARD_PLAN_REQUEST_INIT`.
@@ -289,6 +297,8 @@ impl Default for reshard_plan_request_t {
             process: 0,
             global_stats: 1,
             reserved0: 0,
+            threads: 0,
+            reserved1: 0,
         }
     }
 }
