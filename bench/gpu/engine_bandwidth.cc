@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_bench.h"
 #include "reshard/cuda.h"
 #include "reshard/engine.h"
 #include "reshard/error.h"
@@ -33,27 +34,12 @@
 
 namespace {
 
+using reshard::bench_gpu::alloc;
+using reshard::bench_gpu::check;
+using reshard::bench_gpu::DevicePtr;
+
 using reshard::Plan;
 using reshard::TensorBuffers;
-
-struct CudaFree {
-  void operator()(void* p) const noexcept { cudaFree(p); }
-};
-using DevicePtr = std::unique_ptr<void, CudaFree>;
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-DevicePtr alloc(size_t bytes, int fill) {
-  void* p = nullptr;
-  check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc");
-  check(cudaMemset(p, fill, bytes), "cudaMemset");
-  return DevicePtr(p);
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -100,16 +86,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "engine_bandwidth: --spec is required\n");
     return 2;
   }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("engine_bandwidth: no GPU (cudaGetDeviceCount), nothing measured\n");
-    return 0;
-  }
-  std::string why;
-  if (!reshard::cuda_transport_available(&why)) {
-    std::fprintf(stderr, "engine_bandwidth: %s\n", why.c_str());
-    return 1;
-  }
+  if (const int status = reshard::bench_gpu::unavailable("engine_bandwidth"); status >= 0)
+    return status;
   try {
     const auto p0 = std::chrono::steady_clock::now();
     const Plan plan = one_gpu_plan(reshard::load_spec(spec_path).input);

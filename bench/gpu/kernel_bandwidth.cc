@@ -24,20 +24,20 @@
 #include <string>
 #include <vector>
 
+#include "cuda_bench.h"
 #include "reshard/box_copy.h"
 #include "reshard/cuda.h"
 #include "reshard/error.h"
 
 namespace {
 
+using reshard::bench_gpu::alloc;
+using reshard::bench_gpu::check;
+using reshard::bench_gpu::DevicePtr;
+
 using reshard::Box;
 using reshard::CopyOp;
 using reshard::DType;
-
-struct CudaFree {
-  void operator()(void* p) const noexcept { cudaFree(p); }
-};
-using DevicePtr = std::unique_ptr<void, CudaFree>;
 
 struct EventDestroy {
   void operator()(CUevent_st* e) const noexcept { cudaEventDestroy(e); }
@@ -47,20 +47,6 @@ using EventPtr = std::unique_ptr<CUevent_st, EventDestroy>;
 struct StreamDestroy {
   void operator()(CUstream_st* s) const noexcept { cudaStreamDestroy(s); }
 };
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-DevicePtr alloc(size_t bytes) {
-  void* p = nullptr;
-  check(cudaMalloc(&p, bytes), "cudaMalloc");
-  check(cudaMemset(p, 0x5a, bytes), "cudaMemset");
-  return DevicePtr(p);
-}
 
 EventPtr event() {
   cudaEvent_t e = nullptr;
@@ -185,16 +171,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--gib") == 0) gib = std::atof(argv[i + 1]);
     if (std::strcmp(argv[i], "--iters") == 0) iters = std::max(1, std::atoi(argv[i + 1]));
   }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("kernel_bandwidth: no GPU (cudaGetDeviceCount), nothing measured\n");
-    return 0;
-  }
-  std::string why;
-  if (!reshard::cuda_transport_available(&why)) {
-    std::fprintf(stderr, "kernel_bandwidth: %s\n", why.c_str());
-    return 1;
-  }
+  if (const int status = reshard::bench_gpu::unavailable("kernel_bandwidth"); status >= 0)
+    return status;
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   cudaStream_t raw = nullptr;
@@ -207,8 +185,8 @@ int main(int argc, char** argv) {
   while (rows * rows * 2 < elems) rows *= 2;
   const int64_t cols = elems / rows;
   const int64_t bytes = rows * cols * 2;
-  DevicePtr matrix = alloc(static_cast<size_t>(bytes));
-  DevicePtr packed = alloc(static_cast<size_t>(bytes));
+  DevicePtr matrix = alloc(static_cast<size_t>(bytes), 0x5a);
+  DevicePtr packed = alloc(static_cast<size_t>(bytes), 0x5a);
   Bench bench(stream.get(), iters);
   const double memcpy_full = bench.memcpy_seconds(packed.get(), matrix.get(), bytes);
 

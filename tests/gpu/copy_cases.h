@@ -101,6 +101,20 @@ class Values {
   std::mt19937_64 rng_;
 };
 
+// A plain copy of `count` contiguous elements of `dtype`.
+inline CopyOp dense_copy(DType dtype, const void* src, void* dst, int64_t count) {
+  Box box;
+  box.rank = 1;
+  box.hi[0] = count;
+  CopyOp op;
+  op.kind = CopyOp::Kind::kCopy;
+  op.dtype = dtype;
+  op.desc = make_copy_desc(box, box, box);
+  op.src = src;
+  op.dst = dst;
+  return op;
+}
+
 // Applies `op` on host memory with the host functions of box_copy.h (the
 // reference). Misaligned typed buffers go through aligned copies; the
 // buffers are `src_bytes` and `dst_bytes` long.

@@ -23,6 +23,7 @@ using cuda_backend::kThreads;
 using cuda_backend::Launch;
 using cuda_backend::plan_launches;
 using cuda_backend::Work;
+using gpu_testing::dense_copy;
 using gpu_testing::host_apply;
 using gpu_testing::kAllDTypes;
 using gpu_testing::kAllOps;
@@ -118,20 +119,6 @@ TEST(KernelEmulation, IndependentOpsFuseIntoOneLaunchPerClass) {
   for (size_t i = 0; i < cs.size(); ++i) ASSERT_EQ(cs[i].dst.contents(), expected[i]) << cs[i].what;
 }
 
-// A dense copy of `n` bytes.
-CopyOp byte_copy(const std::byte* src, std::byte* dst, int64_t n) {
-  Box b;
-  b.rank = 1;
-  b.hi[0] = n;
-  CopyOp op;
-  op.kind = CopyOp::Kind::kCopy;
-  op.dtype = DType::kU8;
-  op.desc = make_copy_desc(b, b, b);
-  op.src = src;
-  op.dst = dst;
-  return op;
-}
-
 // Invariant (the whole-call fast path of plan_launches): thousands of
 // independent dense copies, scattered over one staging buffer, are one
 // launch with the bytes of copying them in turn; and every kind of hazard
@@ -148,7 +135,8 @@ TEST(KernelEmulation, WholeCallCheckFusesIndependentOpsAndOrdersEveryHazard) {
   std::vector<CopyOp> ops;
   for (int64_t i = 0; i < kPieces; ++i) {
     const int64_t to = (i * 1237) % kPieces;  // a permutation (1237 and 3000 are coprime)
-    ops.push_back(byte_copy(src.data() + i * kPiece, dst.data() + to * kPiece, kPiece));
+    ops.push_back(
+        dense_copy(DType::kU8, src.data() + i * kPiece, dst.data() + to * kPiece, kPiece));
   }
   const std::vector<Launch> fused = plan_launches(ops);
   ASSERT_EQ(fused.size(), 1u);
@@ -183,9 +171,10 @@ TEST(KernelEmulation, WholeCallCheckFusesIndependentOpsAndOrdersEveryHazard) {
     }
     std::vector<std::byte> expected[3] = {bufs[0], bufs[1], bufs[2]};
     const CopyOp pair[2] = {
-        byte_copy(bufs[0].data() + h.first_src, bufs[1].data() + h.first_dst, h.first_len),
-        byte_copy(bufs[h.second_src_buffer].data() + h.second_src,
-                  bufs[h.second_dst_buffer].data() + h.second_dst, h.second_len)};
+        dense_copy(DType::kU8, bufs[0].data() + h.first_src, bufs[1].data() + h.first_dst,
+                   h.first_len),
+        dense_copy(DType::kU8, bufs[h.second_src_buffer].data() + h.second_src,
+                   bufs[h.second_dst_buffer].data() + h.second_dst, h.second_len)};
     std::copy_n(expected[0].begin() + h.first_src, h.first_len, expected[1].begin() + h.first_dst);
     std::copy_n(expected[h.second_src_buffer].begin() + h.second_src, h.second_len,
                 expected[h.second_dst_buffer].begin() + h.second_dst);
@@ -452,15 +441,7 @@ TEST(KernelEmulation, FootprintOverlapIsExactOnOneBufferAndConservativeElsewhere
 TEST(KernelEmulation, MalformedOpsAreRejectedNamingTheField) {
   float a[16] = {};
   float b[16] = {};
-  Box box;
-  box.rank = 1;
-  box.hi[0] = 16;
-  CopyOp good;
-  good.kind = CopyOp::Kind::kCopy;
-  good.dtype = DType::kF32;
-  good.desc = make_copy_desc(box, box, box);
-  good.src = a;
-  good.dst = b;
+  const CopyOp good = gpu_testing::dense_copy(DType::kF32, a, b, 16);
   const auto expect_error = [&](CopyOp bad, const std::string& needle) {
     std::vector<CopyOp> ops = {good, bad};
     try {

@@ -15,6 +15,7 @@
 namespace reshard {
 namespace {
 
+using gpu_testing::dense_copy;
 using gpu_testing::DeviceBuffer;
 using gpu_testing::host_apply;
 using gpu_testing::kAllDTypes;
@@ -157,15 +158,7 @@ TEST(CudaKernels, HostPointersAreRejectedBeforeTheKernelRuns) {
   auto transport = make_cuda_local_transport();
   std::vector<float> host(64, 1.0f);
   DeviceBuffer dev(64 * 4, 0);
-  Box box;
-  box.rank = 1;
-  box.hi[0] = 64;
-  CopyOp op;
-  op.kind = CopyOp::Kind::kCopy;
-  op.dtype = DType::kF32;
-  op.desc = make_copy_desc(box, box, box);
-  op.src = host.data();
-  op.dst = dev.data();
+  CopyOp op = dense_copy(DType::kF32, host.data(), dev.data(), 64);
   try {
     transport->run_copies(0, 0, std::span(&op, 1));
     FAIL() << "expected kInvalidArgument";
@@ -179,20 +172,6 @@ TEST(CudaKernels, HostPointersAreRejectedBeforeTheKernelRuns) {
   transport->run_copies(0, 0, std::span(&op, 1));
   transport->finish(60);
   EXPECT_EQ(dev.download(), src.download());
-}
-
-// A dense byte copy of `n` bytes at the given offsets.
-CopyOp device_byte_copy(const std::byte* src, std::byte* dst, int64_t n) {
-  Box box;
-  box.rank = 1;
-  box.hi[0] = n;
-  CopyOp op;
-  op.kind = CopyOp::Kind::kCopy;
-  op.dtype = DType::kU8;
-  op.desc = make_copy_desc(box, box, box);
-  op.src = src;
-  op.dst = dst;
-  return op;
 }
 
 std::vector<std::byte> pattern(int64_t n, int seed) {
@@ -223,8 +202,8 @@ TEST(CudaKernels, RepeatedCallsReuseLaunchesAndNeverConfuseTwoCalls) {
   const auto pieces = [&](std::byte* dst, int64_t shift) {
     std::vector<CopyOp> ops;
     for (int64_t i = 0; i < 64; ++i) {
-      ops.push_back(
-          device_byte_copy(src.data() + i * 1024, dst + (63 - i) * 1024 + shift, 1024 - shift));
+      ops.push_back(dense_copy(DType::kU8, src.data() + i * 1024, dst + (63 - i) * 1024 + shift,
+                               1024 - shift));
     }
     return ops;
   };
@@ -273,7 +252,7 @@ TEST(CudaKernels, RepeatedCallsReuseLaunchesAndNeverConfuseTwoCalls) {
   std::vector<CopyOp> many;
   for (int64_t i = 0; i < kOps; ++i) {
     many.push_back(
-        device_byte_copy(big_src.data() + i * 4, big_dst.data() + (kOps - 1 - i) * 4, 4));
+        dense_copy(DType::kU8, big_src.data() + i * 4, big_dst.data() + (kOps - 1 - i) * 4, 4));
   }
   for (int pass = 0; pass < 2; ++pass) {
     const std::vector<std::byte> in = pattern(kOps * 4, 20 + pass);

@@ -147,19 +147,25 @@ DeviceContext::Slot& DeviceContext::acquire(Clock::time_point deadline) {
   // wait for the oldest.
   constexpr size_t kMaxSlots = 64;
   for (size_t k = 0; k < slots_.size(); ++k) {
-    Slot& s = *slots_[(next_slot_ + k) % slots_.size()];
-    if (!s.used) return s;
-    const cudaError_t q = cudaEventQuery(s.done.get());
-    if (q == cudaSuccess) return s;
+    const size_t at = (next_slot_ + k) % slots_.size();
+    Slot& s = *slots_[at];
+    const cudaError_t q = s.used ? cudaEventQuery(s.done.get()) : cudaSuccess;
+    if (q == cudaSuccess) {
+      next_slot_ = at + 1;
+      return s;
+    }
     if (q != cudaErrorNotReady) check(q, "cudaEventQuery");
   }
   if (slots_.size() < kMaxSlots) {
     auto slot = std::make_unique<Slot>();
     slot->done = make_event(ordinal_);
     slots_.push_back(std::move(slot));
+    next_slot_ = slots_.size();
     return *slots_.back();
   }
-  Slot& oldest = *slots_[next_slot_ % slots_.size()];
+  const size_t at = next_slot_ % slots_.size();
+  next_slot_ = at + 1;
+  Slot& oldest = *slots_[at];
   Backoff backoff;
   while (true) {
     const cudaError_t q = cudaEventQuery(oldest.done.get());
@@ -201,61 +207,25 @@ bool same_ops(std::span<const CopyOp> a, std::span<const CopyOp> b) {
 
 }  // namespace
 
-void DeviceContext::launch(bool element, const unsigned char* descriptors, size_t works_offset,
-                           size_t tiles_offset, int works, int64_t tiles) {
-  check(launch_tiles(element, reinterpret_cast<const Work*>(descriptors + works_offset),
-                     reinterpret_cast<const int64_t*>(descriptors + tiles_offset), works, tiles,
-                     max_blocks_, stream_),
-        "launching the copy kernel");
-}
-
-bool DeviceContext::run_cached(std::span<const CopyOp> ops) {
-  if (ops.empty()) return false;
-  for (Cached& c : cache_) {
-    if (!same_ops(c.ops, ops)) continue;
-    DeviceGuard guard(ordinal_);
-    const auto* dev = static_cast<const unsigned char*>(c.descriptors.get());
-    for (const Cached::Part& p : c.parts) {
-      launch(p.element, dev, p.works_offset, p.tiles_offset, p.works, p.tiles);
-    }
-    c.last_use = ++uses_;
-    return true;
-  }
-  return false;
-}
-
-bool DeviceContext::remember(std::span<const CopyOp> ops, const std::vector<Launch>& launches,
-                             Clock::time_point deadline) {
-  Cached c;
-  size_t device_bytes = 0;
+DeviceContext::Descriptors DeviceContext::layout(const std::vector<Launch>& launches) {
+  Descriptors d;
   for (const Launch& l : launches) {
-    Cached::Part p{l.element, static_cast<int>(l.works.size()), l.tiles(), 0, 0};
-    device_bytes = (device_bytes + 15) / 16 * 16;  // Works hold 8-byte fields; keep 16
-    p.works_offset = device_bytes;
-    device_bytes += l.works.size() * sizeof(Work);
-    p.tiles_offset = device_bytes;
-    device_bytes += l.tile_start.size() * sizeof(int64_t);
-    c.parts.push_back(p);
+    Part p{l.element, static_cast<int>(l.works.size()), l.tiles(), 0, 0};
+    d.bytes = (d.bytes + 15) / 16 * 16;  // Works hold 8-byte fields; keep 16
+    p.works_offset = d.bytes;
+    d.bytes += l.works.size() * sizeof(Work);
+    p.tiles_offset = d.bytes;
+    d.bytes += l.tile_start.size() * sizeof(int64_t);
+    d.parts.push_back(p);
   }
-  c.bytes = device_bytes + ops.size() * sizeof(CopyOp);
-  if (c.bytes > kCacheBytes) return false;
-  while (!cache_.empty() &&
-         (cache_.size() >= kCacheEntries || cache_bytes_ + c.bytes > kCacheBytes)) {
-    auto lru = std::min_element(cache_.begin(), cache_.end(), [](const Cached& a, const Cached& b) {
-      return a.last_use < b.last_use;
-    });
-    cache_bytes_ -= lru->bytes;
-    cache_.erase(lru);  // cudaFree: waits for the kernels still reading it
-  }
-  c.ops.assign(ops.begin(), ops.end());
-  c.descriptors = device_alloc(ordinal_, device_bytes);
-  // One upload of every launch's descriptors through a pinned slot.
+  return d;
+}
+
+DeviceContext::Slot& DeviceContext::stage(const std::vector<Launch>& launches, const Descriptors& d,
+                                          Clock::time_point deadline) {
   Slot& slot = acquire(deadline);
-  for (size_t k = 0; k < slots_.size(); ++k) {
-    if (slots_[k].get() == &slot) next_slot_ = k + 1;
-  }
-  if (slot.capacity < device_bytes) {
-    const size_t capacity = std::max(device_bytes, slot.capacity * 2);
+  if (slot.capacity < d.bytes) {
+    const size_t capacity = std::max(d.bytes, slot.capacity * 2);
     slot.device.reset();
     slot.host.reset();
     slot.host = pinned_alloc(capacity);
@@ -265,18 +235,60 @@ bool DeviceContext::remember(std::span<const CopyOp> ops, const std::vector<Laun
   auto* host = static_cast<unsigned char*>(slot.host.get());
   for (size_t i = 0; i < launches.size(); ++i) {
     const Launch& l = launches[i];
-    std::memcpy(host + c.parts[i].works_offset, l.works.data(), l.works.size() * sizeof(Work));
-    std::memcpy(host + c.parts[i].tiles_offset, l.tile_start.data(),
+    std::memcpy(host + d.parts[i].works_offset, l.works.data(), l.works.size() * sizeof(Work));
+    std::memcpy(host + d.parts[i].tiles_offset, l.tile_start.data(),
                 l.tile_start.size() * sizeof(int64_t));
   }
-  check(cudaMemcpyAsync(c.descriptors.get(), host, device_bytes, cudaMemcpyHostToDevice, stream_),
+  return slot;
+}
+
+void DeviceContext::launch_all(const void* device, const Descriptors& d) {
+  const auto* base = static_cast<const unsigned char*>(device);
+  for (const Part& p : d.parts) {
+    check(launch_tiles(p.element, reinterpret_cast<const Work*>(base + p.works_offset),
+                       reinterpret_cast<const int64_t*>(base + p.tiles_offset), p.works, p.tiles,
+                       max_blocks_, stream_),
+          "launching the copy kernel");
+  }
+}
+
+bool DeviceContext::run_cached(std::span<const CopyOp> ops) {
+  if (ops.empty()) return false;
+  for (Cached& c : cache_) {
+    if (!same_ops(c.ops, ops)) continue;
+    DeviceGuard guard(ordinal_);
+    launch_all(c.descriptors.get(), c.layout);
+    c.last_use = ++uses_;
+    return true;
+  }
+  return false;
+}
+
+bool DeviceContext::remember(std::span<const CopyOp> ops, const std::vector<Launch>& launches,
+                             const Descriptors& d, Clock::time_point deadline) {
+  const size_t bytes = d.bytes + ops.size() * sizeof(CopyOp);
+  if (bytes > kCacheBytes) return false;
+  while (!cache_.empty() &&
+         (cache_.size() >= kCacheEntries || cache_bytes_ + bytes > kCacheBytes)) {
+    auto lru = std::min_element(cache_.begin(), cache_.end(), [](const Cached& a, const Cached& b) {
+      return a.last_use < b.last_use;
+    });
+    cache_bytes_ -= lru->bytes;
+    cache_.erase(lru);  // cudaFree: waits for the kernels still reading it
+  }
+  Cached c;
+  c.ops.assign(ops.begin(), ops.end());
+  c.descriptors = device_alloc(ordinal_, d.bytes);
+  c.layout = d;
+  c.bytes = bytes;
+  // The pinned slot is free again once the upload completed.
+  Slot& slot = stage(launches, d, deadline);
+  check(cudaMemcpyAsync(c.descriptors.get(), slot.host.get(), d.bytes, cudaMemcpyHostToDevice,
+                        stream_),
         "cudaMemcpyAsync(descriptors)");
   check(cudaEventRecord(slot.done.get(), stream_), "cudaEventRecord");
   slot.used = true;
-  const auto* dev = static_cast<const unsigned char*>(c.descriptors.get());
-  for (const Cached::Part& p : c.parts) {
-    launch(p.element, dev, p.works_offset, p.tiles_offset, p.works, p.tiles);
-  }
+  launch_all(c.descriptors.get(), c.layout);
   c.last_use = ++uses_;
   cache_bytes_ += c.bytes;
   cache_.push_back(std::move(c));
@@ -285,34 +297,19 @@ bool DeviceContext::remember(std::span<const CopyOp> ops, const std::vector<Laun
 
 void DeviceContext::enqueue(const std::vector<Launch>& launches, Clock::time_point deadline,
                             std::span<const CopyOp> ops) {
+  if (launches.empty()) return;
   DeviceGuard guard(ordinal_);
-  if (!ops.empty() && !launches.empty() && remember(ops, launches, deadline)) return;
-  for (const Launch& l : launches) {
-    const size_t works_bytes = l.works.size() * sizeof(Work);
-    const size_t tiles_bytes = l.tile_start.size() * sizeof(int64_t);
-    const size_t bytes = works_bytes + tiles_bytes;
-    Slot& slot = acquire(deadline);
-    for (size_t k = 0; k < slots_.size(); ++k) {
-      if (slots_[k].get() == &slot) next_slot_ = k + 1;
-    }
-    if (slot.capacity < bytes) {
-      const size_t capacity = std::max(bytes, slot.capacity * 2);
-      slot.device.reset();
-      slot.host.reset();
-      slot.host = pinned_alloc(capacity);
-      slot.device = device_alloc(ordinal_, capacity);
-      slot.capacity = capacity;
-    }
-    auto* host = static_cast<unsigned char*>(slot.host.get());
-    std::memcpy(host, l.works.data(), works_bytes);
-    std::memcpy(host + works_bytes, l.tile_start.data(), tiles_bytes);
-    check(cudaMemcpyAsync(slot.device.get(), host, bytes, cudaMemcpyHostToDevice, stream_),
-          "cudaMemcpyAsync(descriptors)");
-    launch(l.element, static_cast<const unsigned char*>(slot.device.get()), 0, works_bytes,
-           static_cast<int>(l.works.size()), l.tiles());
-    check(cudaEventRecord(slot.done.get(), stream_), "cudaEventRecord");
-    slot.used = true;
-  }
+  const Descriptors d = layout(launches);
+  if (!ops.empty() && remember(ops, launches, d, deadline)) return;
+  // Uncached: one upload into the slot's device memory, which the kernels
+  // read, so the slot is free again once they completed.
+  Slot& slot = stage(launches, d, deadline);
+  check(
+      cudaMemcpyAsync(slot.device.get(), slot.host.get(), d.bytes, cudaMemcpyHostToDevice, stream_),
+      "cudaMemcpyAsync(descriptors)");
+  launch_all(slot.device.get(), d);
+  check(cudaEventRecord(slot.done.get(), stream_), "cudaEventRecord");
+  slot.used = true;
 }
 
 std::unique_ptr<StagingBlock> DeviceContext::allocate(int64_t bytes) {

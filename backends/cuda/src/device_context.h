@@ -59,28 +59,39 @@ class DeviceContext {
     EventPtr done;
     bool used = false;
   };
+  // A slot whose last use completed (next_slot_ moves past it).
   Slot& acquire(Clock::time_point deadline);
+  // Where each launch's works and tile starts sit in one descriptor buffer.
+  struct Part {
+    bool element;
+    int works;
+    int64_t tiles;
+    size_t works_offset;
+    size_t tiles_offset;
+  };
+  struct Descriptors {
+    std::vector<Part> parts;  // one per launch, in order
+    size_t bytes = 0;
+  };
+  static Descriptors layout(const std::vector<Launch>& launches);
+  // A free slot of at least d.bytes whose pinned memory holds the launches'
+  // descriptors as laid out by d.
+  Slot& stage(const std::vector<Launch>& launches, const Descriptors& d,
+              Clock::time_point deadline);
+  // Enqueues every launch of d reading its descriptors at `device`.
+  void launch_all(const void* device, const Descriptors& d);
   // Launches remembered by enqueue, least recently used first evicted.
   struct Cached {
     std::vector<CopyOp> ops;  // the key
     DevicePtr descriptors;    // every launch's works and tile starts
-    struct Part {
-      bool element;
-      int works;
-      int64_t tiles;
-      size_t works_offset;
-      size_t tiles_offset;
-    };
-    std::vector<Part> parts;
+    Descriptors layout;
     size_t bytes = 0;  // host and device memory held
     uint64_t last_use = 0;
   };
-  void launch(bool element, const unsigned char* descriptors, size_t works_offset,
-              size_t tiles_offset, int works, int64_t tiles);
-  // Uploads the launches' descriptors into a new cache entry and enqueues
-  // them from there; false (nothing done) when they exceed the cache.
+  // Uploads the descriptors into a new cache entry and enqueues the
+  // launches from there; false (nothing done) when they exceed the cache.
   bool remember(std::span<const CopyOp> ops, const std::vector<Launch>& launches,
-                Clock::time_point deadline);
+                const Descriptors& d, Clock::time_point deadline);
 
   int ordinal_;
   StreamPtr owned_;
