@@ -44,12 +44,23 @@ ojson stats_json(const PlanStats& s) {
   j["cost_seconds"] = s.cost_seconds;
   j["lower_bound_cost_seconds"] = s.lower_bound_cost_seconds;
   j["plan_seconds"] = s.plan_seconds;
+  j["stages"] = s.stages;
+  j["max_host_send_bytes"] = s.max_host_send_bytes;
+  j["max_host_recv_bytes"] = s.max_host_recv_bytes;
+  j["lower_bound_cross_host_bytes"] = s.lower_bound_cross_host_bytes;
+  j["lower_bound_max_host_send_bytes"] = s.lower_bound_max_host_send_bytes;
+  j["lower_bound_max_host_recv_bytes"] = s.lower_bound_max_host_recv_bytes;
+  j["lower_bound_binding"] = std::string(bound_kind_name(s.lower_bound_binding));
+  j["lower_bound_binding_id"] = s.lower_bound_binding_id;
   auto r = [](int64_t f, int64_t b) {
     return PlanStats::ratio(static_cast<double>(f), static_cast<double>(b));
   };
   j["network_bytes_ratio"] = r(s.network_bytes, s.lower_bound_network_bytes);
   j["max_send_bytes_ratio"] = r(s.max_send_bytes, s.lower_bound_max_send_bytes);
   j["max_recv_bytes_ratio"] = r(s.max_recv_bytes, s.lower_bound_max_recv_bytes);
+  j["cross_host_bytes_ratio"] = r(s.cross_host_bytes, s.lower_bound_cross_host_bytes);
+  j["max_host_send_bytes_ratio"] = r(s.max_host_send_bytes, s.lower_bound_max_host_send_bytes);
+  j["max_host_recv_bytes_ratio"] = r(s.max_host_recv_bytes, s.lower_bound_max_host_recv_bytes);
   j["cost_seconds_ratio"] = PlanStats::ratio(s.cost_seconds, s.lower_bound_cost_seconds);
   ojson per = ojson::array();
   for (const DeviceTraffic& d : s.per_device)
@@ -87,10 +98,13 @@ std::string stats_text(const PlanStats& s) {
   std::string out;
   out += bound_line("network bytes", s.network_bytes, s.lower_bound_network_bytes);
   out += bytes_line("  cross-process", s.cross_process_bytes);
-  out += bytes_line("  cross-host", s.cross_host_bytes);
+  out += bound_line("  cross-host", s.cross_host_bytes, s.lower_bound_cross_host_bytes);
   out += bytes_line("local copy bytes", s.local_bytes);
   out += bound_line("max send per device", s.max_send_bytes, s.lower_bound_max_send_bytes);
   out += bound_line("max recv per device", s.max_recv_bytes, s.lower_bound_max_recv_bytes);
+  out += bound_line("max send per host", s.max_host_send_bytes, s.lower_bound_max_host_send_bytes);
+  out += bound_line("max recv per host", s.max_host_recv_bytes, s.lower_bound_max_host_recv_bytes);
+  out += count_line("stages", s.stages);
   out += count_line("messages", s.messages);
   out += count_line("pieces", s.pieces);
   out += count_line("rounds", s.rounds);
@@ -101,6 +115,14 @@ std::string stats_text(const PlanStats& s) {
                 human_seconds(s.lower_bound_cost_seconds).c_str(),
                 ratio_str(PlanStats::ratio(s.cost_seconds, s.lower_bound_cost_seconds)).c_str());
   out += buf;
+  if (s.lower_bound_binding != BoundKind::kNone) {
+    const bool host = s.lower_bound_binding == BoundKind::kHostRecv ||
+                      s.lower_bound_binding == BoundKind::kHostSend;
+    std::snprintf(buf, sizeof buf, "    %-20s %s (%s %lld)\n", "bound that binds",
+                  std::string(bound_kind_name(s.lower_bound_binding)).c_str(),
+                  host ? "host" : "device", static_cast<long long>(s.lower_bound_binding_id));
+    out += buf;
+  }
   std::snprintf(buf, sizeof buf, "  %-22s %12s\n", "plan time",
                 human_seconds(s.plan_seconds).c_str());
   out += buf;

@@ -160,6 +160,14 @@ void expect_same_stats(const PlanStats& a, const PlanStats& b) {
   EXPECT_EQ(a.lower_bound_cost_seconds, b.lower_bound_cost_seconds);
   EXPECT_EQ(b.plan_seconds, 0.0) << "planning time is not part of the plan's bytes";
   EXPECT_EQ(a.per_device, b.per_device);
+  EXPECT_EQ(a.stages, b.stages);
+  EXPECT_EQ(a.max_host_send_bytes, b.max_host_send_bytes);
+  EXPECT_EQ(a.max_host_recv_bytes, b.max_host_recv_bytes);
+  EXPECT_EQ(a.lower_bound_cross_host_bytes, b.lower_bound_cross_host_bytes);
+  EXPECT_EQ(a.lower_bound_max_host_send_bytes, b.lower_bound_max_host_send_bytes);
+  EXPECT_EQ(a.lower_bound_max_host_recv_bytes, b.lower_bound_max_host_recv_bytes);
+  EXPECT_EQ(a.lower_bound_binding, b.lower_bound_binding);
+  EXPECT_EQ(a.lower_bound_binding_id, b.lower_bound_binding_id);
 }
 
 // Everything but the parts, which callers compare themselves.
@@ -540,6 +548,15 @@ TEST_F(WireMutation, Statistics) {
   bytes_ = original;
   ASSERT_TRUE(root()->mutable_stats()->mutate_plan_seconds(-1));
   expect_corrupt(bytes_, "stats.plan_seconds");
+  bytes_ = original;
+  ASSERT_TRUE(root()->mutable_stats()->mutate_stages(-1));
+  expect_corrupt(bytes_, "stats.stages");
+  bytes_ = original;
+  ASSERT_TRUE(root()->mutable_stats()->mutate_lower_bound_binding(static_cast<fb::BoundKind>(77)));
+  expect_corrupt(bytes_, "stats.lower_bound_binding");
+  bytes_ = original;
+  ASSERT_TRUE(root()->mutable_stats()->mutate_lower_bound_cross_host_bytes(-5));
+  expect_corrupt(bytes_, "stats.lower_bound_cross_host_bytes");
 }
 
 TEST_F(WireMutation, PieceIndices) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "reshard/box.h"
@@ -105,6 +106,17 @@ struct DeviceTraffic {
   friend bool operator==(const DeviceTraffic&, const DeviceTraffic&) = default;
 };
 
+// Which lower bound limits a plan's α–β cost (PlanStats::lower_bound_binding).
+// Stable values shared with the C ABI and the plan format.
+enum class BoundKind : int32_t {
+  kNone = 0,
+  kDeviceRecv = 1,  // a device's bytes to receive
+  kDeviceSend = 2,  // a device's bytes only it holds
+  kHostRecv = 3,    // a host's bytes to take in over its NICs
+  kHostSend = 4,    // a host's bytes only it holds
+};
+std::string_view bound_kind_name(BoundKind kind) noexcept;
+
 struct PlanStats {
   int64_t network_bytes = 0;  // bytes that leave their device
   int64_t local_bytes = 0;    // bytes copied within a device
@@ -116,13 +128,40 @@ struct PlanStats {
   int64_t pieces = 0;    // network + local pieces before round cutting
   int32_t rounds = 0;
   int64_t peak_staging_bytes = 0;  // max over devices and rounds of staged bytes
-  // Lower bounds (DESIGN.md §2.2, for plans without relays).
+  // Lower bounds over every possible plan, relays, trees and reductions in
+  // any order included (docs/design.md §2.2): a figure over its bound is the
+  // plan's gap, never a gap only to the plans this planner can make.
+  //  network: Σ over devices of the bytes each needs and lacks (one value
+  //    per element, however many summands it lacks);
+  //  max send: the most bytes one device alone holds and others need (sent
+  //    once), and the total over the number of devices;
+  //  max recv: the most bytes one device needs and lacks.
   int64_t lower_bound_network_bytes = 0;
   int64_t lower_bound_max_send_bytes = 0;
   int64_t lower_bound_max_recv_bytes = 0;
   double cost_seconds = 0;  // α–β estimate of the busiest device
   double lower_bound_cost_seconds = 0;
   double plan_seconds = 0;  // wall time make_plan took here; not encoded (0 after decode)
+  // Steps of the plan, each reading only what earlier ones wrote: 1 for a
+  // single-hop plan with any work, 0 for none.
+  int32_t stages = 0;
+  // Host level. A host's network traffic is what its devices send to, or
+  // receive from, devices of other hosts. Bounds: the bytes a host needs
+  // and none of its devices holds (all summands of), taken in once; the
+  // bytes only it holds and another host needs, sent out once; the cross-
+  // host total is at least the sum of either; the busiest sender at least
+  // the total over the number of hosts.
+  int64_t max_host_send_bytes = 0;
+  int64_t max_host_recv_bytes = 0;
+  int64_t lower_bound_cross_host_bytes = 0;
+  int64_t lower_bound_max_host_send_bytes = 0;
+  int64_t lower_bound_max_host_recv_bytes = 0;
+  // The bound that gives lower_bound_cost_seconds (each device's NIC runs at
+  // options.inter_host_bytes_per_second, so a host takes in or sends out at
+  // that rate times its devices in the plan), and the device or host it
+  // concerns (-1 with kNone).
+  BoundKind lower_bound_binding = BoundKind::kNone;
+  int64_t lower_bound_binding_id = -1;
   std::vector<DeviceTraffic> per_device;  // sorted by device
 
   // figure / bound; 1.0 when both are 0.

@@ -64,6 +64,16 @@ class Enumerator {
   template <class F>
   void send(const TensorCtx& t, uint32_t r, F&& f);
 
+  // Cuts `B` into disjoint regions, each held whole by the same source
+  // entries, and calls f(region, holders, n, own_region) for each in
+  // canonical order (source cells row-major); `holders` lists every source
+  // entry (any summand) whose box contains the region, ascending for
+  // explicit layouts, in cell order for tiled ones; own_region is false when
+  // the region is exactly a source cell clipped to B. This is the
+  // intersection step alone: no sender is chosen.
+  template <class F>
+  void cover(const TensorCtx& t, const Box& B, F&& f);
+
   // Destination entries whose box overlaps `q` (non-empty), any order.
   template <class F>
   void dst_overlapping(const TensorCtx& t, const Box& q, F&& f);
@@ -78,14 +88,14 @@ class Enumerator {
   void assign(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders, size_t n,
               bool own_region, F&& f);
   template <class F>
-  void cells_of(const TensorCtx& t, uint32_t e, const Box& B, F&& f);
+  bool split(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* R, size_t nr,
+             F&& f);
   template <class F>
-  void refine(const TensorCtx& t, uint32_t e, const Box& B, const std::vector<uint32_t>& cands,
-              F&& f);
+  void refine(const TensorCtx& t, const Box& B, const std::vector<uint32_t>& cands, F&& f);
   [[noreturn]] void uncovered(const TensorCtx& t, uint32_t e, const Box& region, int32_t s);
 
   const PlanOptions& options_;
-  std::vector<uint32_t> cands_, sel_, dsts_;
+  std::vector<uint32_t> cands_, sel_, dsts_, near_, refined_;
   std::vector<int64_t> bounds_[kMaxRank];
 };
 
@@ -168,73 +178,69 @@ void Enumerator::assign(const TensorCtx& t, uint32_t e, const Box& region, const
         done = true;
       }
     if (done) continue;
-    // Same process, then same host: rotate by destination entry.
+    // Same process, then same host, then anywhere: the replicas at the
+    // nearest level share the piece. A large piece is split evenly across
+    // them (so replicas on one host share the load as well as replicas on
+    // different hosts), a small one goes whole to one chosen by rotation.
     const int32_t dproc = t.dt->process[e];
     const int32_t dhost = t.dt->host[e];
-    for (int level = 0; level < 2 && !done; ++level) {
-      size_t cnt = 0;
+    const uint32_t* N = R;
+    size_t nn = nr;
+    for (int level = 0; level < 2; ++level) {
+      near_.clear();
       for (size_t i = 0; i < nr; ++i)
-        cnt += level == 0 ? t.st->process[R[i]] == dproc : t.st->host[R[i]] == dhost;
-      if (cnt == 0) continue;
-      size_t want = e % cnt;
-      for (size_t i = 0; i < nr; ++i) {
-        bool ok = level == 0 ? t.st->process[R[i]] == dproc : t.st->host[R[i]] == dhost;
-        if (ok && want-- == 0) {
-          f(Emitted{R[i], e, region, own_region, false, false});
-          break;
-        }
-      }
-      done = true;
-    }
-    if (done) continue;
-    // All replicas remote: split large pieces evenly across them.
-    const int64_t bytes = region.volume() * t.esize;
-    if (bytes >= options_.split_min_bytes && region.rank > 0) {
-      int dim = -1;
-      for (int d = 0; d < region.rank; ++d)
-        if (region.extent(d) >= static_cast<int64_t>(nr)) {
-          dim = d;
-          break;
-        }
-      if (dim < 0) {
-        dim = 0;
-        for (int d = 1; d < region.rank; ++d)
-          if (region.extent(d) > region.extent(dim)) dim = d;
-      }
-      const int64_t ext = region.extent(dim);
-      const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nr));
-      if (m > 1) {
-        for (int64_t j = 0; j < m; ++j) {
-          Box part = region;
-          part.lo[dim] = region.lo[dim] + ext * j / m;
-          part.hi[dim] = region.lo[dim] + ext * (j + 1) / m;
-          f(Emitted{R[(static_cast<size_t>(j) + e) % nr], e, part, true, false, false});
-        }
-        continue;
+        if (level == 0 ? t.st->process[R[i]] == dproc : t.st->host[R[i]] == dhost)
+          near_.push_back(R[i]);
+      if (!near_.empty()) {
+        N = near_.data();
+        nn = near_.size();
+        break;
       }
     }
-    f(Emitted{R[e % nr], e, region, own_region, false, false});
+    if (nn > 1 && split(t, e, region, N, nn, f)) continue;
+    f(Emitted{N[e % nn], e, region, own_region, false, false});
   }
 }
 
+// Splits `region` evenly across the replicas R[0..nr) along its first
+// dimension with at least nr elements (else its longest), part j from
+// replica (j + e) % nr. Returns false (nothing emitted) when the piece is
+// below options.split_min_bytes or cannot be cut.
 template <class F>
-void Enumerator::cells_of(const TensorCtx& t, uint32_t e, const Box& B, F&& f) {
-  const Geometry& sg = *t.sg;
-  for_each_tile(t.src->shape(), sg.counts, sg.rank, B, [&](int64_t c, const Box& cell) {
-    const uint32_t* h = sg.cell_entries.data() + sg.cell_offsets[static_cast<size_t>(c)];
-    const size_t n =
-        sg.cell_offsets[static_cast<size_t>(c) + 1] - sg.cell_offsets[static_cast<size_t>(c)];
-    assign(t, e, cell, h, n, false, f);
-  });
+bool Enumerator::split(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* R,
+                       size_t nr, F&& f) {
+  const int64_t bytes = region.volume() * t.esize;
+  if (bytes < options_.split_min_bytes || region.rank == 0) return false;
+  int dim = -1;
+  for (int d = 0; d < region.rank; ++d)
+    if (region.extent(d) >= static_cast<int64_t>(nr)) {
+      dim = d;
+      break;
+    }
+  if (dim < 0) {
+    dim = 0;
+    for (int d = 1; d < region.rank; ++d)
+      if (region.extent(d) > region.extent(dim)) dim = d;
+  }
+  const int64_t ext = region.extent(dim);
+  const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nr));
+  if (m <= 1) return false;
+  for (int64_t j = 0; j < m; ++j) {
+    Box part = region;
+    part.lo[dim] = region.lo[dim] + ext * j / m;
+    part.hi[dim] = region.lo[dim] + ext * (j + 1) / m;
+    f(Emitted{R[(static_cast<size_t>(j) + e) % nr], e, part, true, false, false});
+  }
+  return true;
 }
 
 template <class F>
-void Enumerator::refine(const TensorCtx& t, uint32_t e, const Box& B,
-                        const std::vector<uint32_t>& cands, F&& f) {
+void Enumerator::refine(const TensorCtx& t, const Box& B, const std::vector<uint32_t>& cands,
+                        F&& f) {
   const Geometry& sg = *t.sg;
   const int rank = sg.rank;
   if (rank == 0) {
-    assign(t, e, B, cands.data(), cands.size(), false, f);
+    f(B, cands.data(), cands.size(), false);
     return;
   }
   for (int d = 0; d < rank; ++d) {
@@ -253,7 +259,7 @@ void Enumerator::refine(const TensorCtx& t, uint32_t e, const Box& B,
   size_t idx[kMaxRank] = {};
   Box cell;
   cell.rank = rank;
-  std::vector<uint32_t> holders;
+  std::vector<uint32_t>& holders = refined_;
   while (true) {
     for (int d = 0; d < rank; ++d) {
       cell.lo[d] = bounds_[d][idx[d]];
@@ -262,7 +268,7 @@ void Enumerator::refine(const TensorCtx& t, uint32_t e, const Box& B,
     holders.clear();
     for (uint32_t c : cands)
       if (sg.boxes[c].contains(cell)) holders.push_back(c);
-    assign(t, e, cell, holders.data(), holders.size(), true, f);
+    f(cell, holders.data(), holders.size(), true);
     int d = rank - 1;
     for (; d >= 0; --d) {
       if (++idx[d] + 1 < bounds_[d].size()) break;
@@ -273,15 +279,19 @@ void Enumerator::refine(const TensorCtx& t, uint32_t e, const Box& B,
 }
 
 template <class F>
-void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
-  const Box B = t.dst->box(e);
+void Enumerator::cover(const TensorCtx& t, const Box& B, F&& f) {
   if (B.empty()) return;
-  if (t.sg->tiled) {
-    cells_of(t, e, B, f);
+  const Geometry& sg = *t.sg;
+  if (sg.tiled) {
+    for_each_tile(t.src->shape(), sg.counts, sg.rank, B, [&](int64_t c, const Box& cell) {
+      const uint32_t* h = sg.cell_entries.data() + sg.cell_offsets[static_cast<size_t>(c)];
+      const size_t n =
+          sg.cell_offsets[static_cast<size_t>(c) + 1] - sg.cell_offsets[static_cast<size_t>(c)];
+      f(cell, h, n, false);
+    });
     return;
   }
   // Explicit source: candidates from the sweep index, then refinement.
-  const Geometry& sg = *t.sg;
   auto& cands = cands_;
   cands.clear();
   if (sg.rank == 0) {
@@ -295,7 +305,14 @@ void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
       if (!intersect(sg.boxes[*it], B).empty()) cands.push_back(*it);
     std::sort(cands.begin(), cands.end());
   }
-  refine(t, e, B, cands, f);
+  refine(t, B, cands, f);
+}
+
+template <class F>
+void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
+  cover(t, t.dst->box(e), [&](const Box& region, const uint32_t* h, size_t n, bool own) {
+    assign(t, e, region, h, n, own, f);
+  });
 }
 
 template <class F>
@@ -324,7 +341,9 @@ void Enumerator::recv_naive(const TensorCtx& t, uint32_t e, F&& f) {
     }
     return;
   }
-  refine(t, e, B, cands, f);
+  refine(t, B, cands, [&](const Box& region, const uint32_t* h, size_t n, bool own) {
+    assign(t, e, region, h, n, own, f);
+  });
 }
 
 template <class F>

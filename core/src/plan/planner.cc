@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "plan/context.h"
 #include "plan/enumerate.h"
 #include "plan/parallel.h"
 #include "plan/plan_builder.h"
@@ -16,14 +17,17 @@
 
 namespace reshard {
 
+using planning::Context;
 using planning::Emitted;
+using planning::entries_on;
 using planning::Enumerator;
-using planning::GeoTopo;
 using planning::TensorCtx;
 
 namespace {
 
-constexpr uint64_t kPlannerVersion = 2;  // bump when any planning rule changes (2: cut windows)
+// Bump when any planning rule changes (2: cut windows; 3: large pieces split
+// across the replicas of the destination's process or host too).
+constexpr uint64_t kPlannerVersion = 3;
 
 void validate_options(const PlanOptions& o) {
   if (o.split_min_bytes < 0)
@@ -64,92 +68,6 @@ void validate_tensor(const TensorSpec& t, size_t i) {
                                    std::string(reduce_op_name(t.src.reduce_op())) + "\"");
   if (t.src.num_entries() == 0 && t.dst.num_entries() > 0 && t.src.num_elements() > 0)
     fail(ErrorCode::kInvalidArgument, f + ".src: layout has no devices");
-}
-
-// Shared state of one make_plan call.
-struct Context {
-  const PlanInput& input;
-  std::vector<TensorCtx> tensors;
-  std::vector<int64_t> devices;  // sorted unique devices of all layouts
-  std::map<const Geometry*, GeoTopo> topo;
-  std::vector<int32_t> processes;
-
-  explicit Context(const PlanInput& in) : input(in) {}
-
-  uint32_t dense(int64_t device) const {
-    return static_cast<uint32_t>(std::lower_bound(devices.begin(), devices.end(), device) -
-                                 devices.begin());
-  }
-
-  void build() {
-    std::set<const Geometry*> geos;
-    for (const auto& t : input.tensors) {
-      geos.insert(t.src.geometry().get());
-      geos.insert(t.dst.geometry().get());
-    }
-    {
-      std::vector<int64_t> all;
-      for (const Geometry* g : geos) all.insert(all.end(), g->devices.begin(), g->devices.end());
-      std::sort(all.begin(), all.end());
-      all.erase(std::unique(all.begin(), all.end()), all.end());
-      devices = std::move(all);
-    }
-    std::set<int32_t> procs;
-    for (const Geometry* g : geos) {
-      GeoTopo& gt = topo[g];
-      const size_t n = g->devices.size();
-      gt.process.resize(n);
-      gt.host.resize(n);
-      gt.dense.resize(n);
-      for (size_t e = 0; e < n; ++e) {
-        DeviceInfo info = input.topology.info(g->devices[e]);
-        gt.process[e] = info.process;
-        gt.host[e] = info.host;
-        gt.dense[e] = dense(g->devices[e]);
-      }
-      std::vector<uint32_t> order(n);
-      for (uint32_t e = 0; e < n; ++e) order[e] = e;
-      std::stable_sort(order.begin(), order.end(),
-                       [&](uint32_t a, uint32_t b) { return gt.process[a] < gt.process[b]; });
-      for (size_t i = 0; i < n; ++i) {
-        const int32_t p = gt.process[order[i]];
-        if (gt.procs.empty() || gt.procs.back() != p) {
-          gt.procs.push_back(p);
-          gt.proc_offsets.push_back(static_cast<uint32_t>(i));
-          procs.insert(p);
-        }
-      }
-      gt.proc_offsets.push_back(static_cast<uint32_t>(n));
-      gt.proc_entries = std::move(order);
-    }
-    processes.assign(procs.begin(), procs.end());
-    tensors.resize(input.tensors.size());
-    for (size_t i = 0; i < input.tensors.size(); ++i) {
-      const TensorSpec& s = input.tensors[i];
-      TensorCtx& t = tensors[i];
-      t.index = static_cast<uint32_t>(i);
-      t.spec = &s;
-      t.src = &s.src;
-      t.dst = &s.dst;
-      t.sg = s.src.geometry().get();
-      t.dg = s.dst.geometry().get();
-      t.st = &topo.at(t.sg);
-      t.dt = &topo.at(t.dg);
-      t.esize = dtype_size(s.dtype);
-      t.S = s.src.num_summands();
-      t.T = s.dst.num_summands();
-      t.field = "tensors[" + std::to_string(i) + "]";
-    }
-  }
-};
-
-// Entries of geometry topo `gt` on process p.
-std::pair<const uint32_t*, const uint32_t*> entries_on(const GeoTopo& gt, int32_t p) {
-  auto it = std::lower_bound(gt.procs.begin(), gt.procs.end(), p);
-  if (it == gt.procs.end() || *it != p) return {nullptr, nullptr};
-  const size_t k = static_cast<size_t>(it - gt.procs.begin());
-  return {gt.proc_entries.data() + gt.proc_offsets[k],
-          gt.proc_entries.data() + gt.proc_offsets[k + 1]};
 }
 
 uint64_t fingerprint_of(const PlanInput& in) {
@@ -412,279 +330,25 @@ BuiltPart build_part(Context& ctx, int32_t p, const PlanOptions& options, int th
   return built;
 }
 
-// ------------------------------------------------------------- statistics
-
-// `schedule`: also the statistics of the round schedule (rounds, messages,
-// peak staging), which need every stream's bytes. A process planning only its
-// part needs just the per-device figures (DeviceLoad) and skips them.
-void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule) {
-  const size_t ndev = ctx.devices.size();
-  struct Acc {
-    int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
-    int64_t missing = 0, forced = 0, forced_inter = 0;
-  };
-  std::vector<Acc> acc(ndev);
-  // Tensors with the same shape and layout geometries have proportional
-  // statistics: enumerate one of them and scale by the group's bytes/element.
-  std::map<std::tuple<std::vector<int64_t>, const Geometry*, const Geometry*>, std::vector<size_t>>
-      groups;
-  for (size_t i = 0; i < ctx.tensors.size(); ++i) {
-    const TensorCtx& t = ctx.tensors[i];
-    groups[{t.spec->shape, t.sg, t.dg}].push_back(i);
-  }
-  // Pairs (dst device row, src device column) that exchange a message.
-  const bool dense_pairs = ndev <= 16384;
-  const size_t words = (ndev + 63) / 64;
-  std::vector<uint64_t> bits(dense_pairs ? ndev * words : 0);
-  std::unordered_set<uint64_t> pair_set;
-  std::set<uint32_t> holders;
-  Enumerator en(o);
-  int64_t pieces = 0;
-  std::vector<uint64_t> cell_bits;
-  // Bytes per (src, dst) stream, needed for the statistics of the rounds.
-  // Dense rows are per destination: a destination's sources are added in a
-  // row, not scattered over the matrix.
-  const bool budgeted = o.staging_budget_bytes > 0;
-  const bool track_pairs = budgeted && schedule;
-  const bool dense_bytes = track_pairs && ndev <= 4096;
-  std::vector<int64_t> pair_dense(dense_bytes ? ndev * ndev : 0);
-  std::unordered_map<uint64_t, int64_t> pair_sparse;
-  auto add_pair = [&](uint32_t sd, uint32_t dd, int64_t bytes) {
-    if (dense_bytes)
-      pair_dense[size_t{dd} * ndev + sd] += bytes;
-    else
-      pair_sparse[(uint64_t{sd} << 32) | dd] += bytes;
-  };
-  for (auto& [key, members] : groups) {
-    int64_t esum = 0;
-    for (size_t i : members) esum += ctx.tensors[i].esize;
-    const TensorCtx& t = ctx.tensors[members.front()];
-    for (uint32_t r = 0; r < t.src->num_entries(); ++r)
-      if (!t.src->box(r).empty()) holders.insert(t.st->dense[r]);
-    int64_t group_pieces = 0;
-    if (dense_pairs && t.sg->unique_cells && t.dg->tiled && t.S == 1 && t.T == 1) {
-      // No choice of sender anywhere: statistics follow from per-cell
-      // arithmetic over destination cells, without enumerating pieces.
-      const Geometry& dg = *t.dg;
-      std::vector<std::pair<uint32_t, int64_t>> hv;  // (holder entry, elements)
-      std::map<int32_t, int64_t> dst_on_host, dst_on_proc, vol_on_host;
-      for (int64_t c = 0; c < dg.num_cells(); ++c) {
-        const uint32_t b0 = dg.cell_offsets[static_cast<size_t>(c)],
-                       b1 = dg.cell_offsets[static_cast<size_t>(c) + 1];
-        if (b0 == b1) continue;
-        const Box B = t.dst->box(dg.cell_entries[b0]);
-        if (B.empty()) continue;
-        hv.clear();
-        en.recv(t, dg.cell_entries[b0],
-                [&](const Emitted& x) { hv.emplace_back(x.src_entry, x.region.volume()); });
-        const int64_t n = b1 - b0;
-        dst_on_host.clear();
-        dst_on_proc.clear();
-        vol_on_host.clear();
-        for (uint32_t i = b0; i < b1; ++i) {
-          ++dst_on_host[t.dt->host[dg.cell_entries[i]]];
-          ++dst_on_proc[t.dt->process[dg.cell_entries[i]]];
-        }
-        cell_bits.assign(words, 0);
-        int64_t total = 0;
-        for (auto [h, vol] : hv) {
-          const uint32_t sd = t.st->dense[h];
-          const int64_t bytes = vol * esum;
-          const int64_t other_host =
-              n - (dst_on_host.count(t.st->host[h]) ? dst_on_host[t.st->host[h]] : 0);
-          const int64_t other_proc =
-              n - (dst_on_proc.count(t.st->process[h]) ? dst_on_proc[t.st->process[h]] : 0);
-          acc[sd].send += bytes * n;
-          acc[sd].send_inter += bytes * other_host;
-          acc[sd].forced += bytes * n;
-          acc[sd].forced_inter += bytes * other_host;
-          st.cross_host_bytes += bytes * other_host;
-          st.cross_process_bytes += bytes * other_proc;
-          vol_on_host[t.st->host[h]] += bytes;
-          total += bytes;
-          cell_bits[sd >> 6] |= uint64_t{1} << (sd & 63);
-        }
-        group_pieces += static_cast<int64_t>(hv.size()) * n;
-        for (uint32_t i = b0; i < b1; ++i) {
-          const uint32_t e = dg.cell_entries[i];
-          const uint32_t dd = t.dt->dense[e];
-          int64_t own = 0;
-          if (auto r = t.src->entry_of(dg.devices[e])) {
-            own = intersect(t.src->box(*r), B).volume() * esum;
-            // The device keeps its own overlap: a local copy, not a send.
-            acc[t.st->dense[*r]].send -= own;
-            acc[t.st->dense[*r]].forced -= own;
-          }
-          acc[dd].local += own;
-          acc[dd].recv += total - own;
-          acc[dd].missing += total - own;
-          acc[dd].recv_inter +=
-              total - (vol_on_host.count(t.dt->host[e]) ? vol_on_host[t.dt->host[e]] : 0);
-          uint64_t* row = bits.data() + dd * words;
-          for (size_t w = 0; w < words; ++w) row[w] |= cell_bits[w];
-          if (track_pairs)
-            for (auto [h, vol] : hv)
-              if (t.st->dense[h] != dd) add_pair(t.st->dense[h], dd, vol * esum);
-        }
-      }
-      pieces += group_pieces * static_cast<int64_t>(members.size());
-      continue;
-    }
-    for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {
-      const uint32_t dd = t.dt->dense[e];
-      const Box B = t.dst->box(e);
-      if (B.empty()) continue;
-      // Lower bound: every needed summand element the device lacks.
-      int64_t need = 0;
-      for (int32_t s = 0; s < t.S; ++s)
-        if (t.T == 1 || s % t.T == t.dg->summands[e]) need += B.volume();
-      if (auto own = t.src->entry_of(t.dg->devices[e])) {
-        const int32_t s = t.sg->summands[*own];
-        if (t.T == 1 || s % t.T == t.dg->summands[e])
-          need -= intersect(t.src->box(*own), B).volume();
-      }
-      acc[dd].missing += need * esum;
-      en.recv(t, e, [&](const Emitted& x) {
-        ++group_pieces;
-        const int64_t bytes = x.region.volume() * esum;
-        if (x.local) {
-          acc[dd].local += bytes;
-          return;
-        }
-        const uint32_t sd = t.st->dense[x.src_entry];
-        const bool inter = t.st->host[x.src_entry] != t.dt->host[e];
-        if (track_pairs) add_pair(sd, dd, bytes);
-        acc[sd].send += bytes;
-        acc[dd].recv += bytes;
-        if (inter) {
-          acc[sd].send_inter += bytes;
-          acc[dd].recv_inter += bytes;
-          st.cross_host_bytes += bytes;
-        }
-        if (t.st->process[x.src_entry] != t.dt->process[e]) st.cross_process_bytes += bytes;
-        if (x.forced) {
-          acc[sd].forced += bytes;
-          if (inter) acc[sd].forced_inter += bytes;
-        }
-        if (dense_pairs) {
-          bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
-        } else {
-          pair_set.insert((uint64_t{sd} << 32) | dd);
-        }
-      });
-    }
-    pieces += group_pieces * static_cast<int64_t>(members.size());
-  }
-  std::vector<int64_t> send_msgs(ndev, 0), recv_msgs(ndev, 0);
-  if (dense_pairs) {
-    for (size_t dd = 0; dd < ndev; ++dd) {
-      uint64_t* row = bits.data() + dd * words;
-      row[dd >> 6] &= ~(uint64_t{1} << (dd & 63));  // a device never messages itself
-      for (size_t w = 0; w < words; ++w) {
-        uint64_t v = row[w];
-        recv_msgs[dd] += __builtin_popcountll(v);
-        while (v) {
-          ++send_msgs[w * 64 + static_cast<size_t>(__builtin_ctzll(v))];
-          v &= v - 1;
-        }
-      }
-    }
-  } else {
-    for (uint64_t pr : pair_set) {
-      ++send_msgs[pr >> 32];
-      ++recv_msgs[pr & 0xffffffffu];
-    }
-  }
-  const double a = o.alpha_seconds, bi = 1.0 / o.intra_host_bytes_per_second,
-               bx = 1.0 / o.inter_host_bytes_per_second;
-  int64_t lb_total = 0;
-  st.per_device.resize(ndev);
-  for (size_t d = 0; d < ndev; ++d) {
-    const Acc& x = acc[d];
-    DeviceTraffic& dt = st.per_device[d];
-    dt.device = ctx.devices[d];
-    dt.send_bytes = x.send;
-    dt.recv_bytes = x.recv;
-    dt.local_bytes = x.local;
-    dt.send_messages = send_msgs[d];
-    dt.recv_messages = recv_msgs[d];
-    st.network_bytes += x.recv;
-    st.local_bytes += x.local;
-    st.messages += recv_msgs[d];
-    st.max_send_bytes = std::max(st.max_send_bytes, x.send);
-    st.max_recv_bytes = std::max(st.max_recv_bytes, x.recv);
-    if (!budgeted) st.peak_staging_bytes = std::max(st.peak_staging_bytes, x.send + x.recv);
-    lb_total += x.missing;
-    st.lower_bound_max_recv_bytes = std::max(st.lower_bound_max_recv_bytes, x.missing);
-    st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes, x.forced);
-    const double send_t = a * static_cast<double>(send_msgs[d]) +
-                          bi * static_cast<double>(x.send - x.send_inter) +
-                          bx * static_cast<double>(x.send_inter);
-    const double recv_t = a * static_cast<double>(recv_msgs[d]) +
-                          bi * static_cast<double>(x.recv - x.recv_inter) +
-                          bx * static_cast<double>(x.recv_inter);
-    st.cost_seconds = std::max({st.cost_seconds, send_t, recv_t});
-    const double recv_lb = (x.missing > 0 ? a : 0.0) +
-                           bi * static_cast<double>(x.missing - std::min(x.missing, x.recv_inter)) +
-                           bx * static_cast<double>(std::min(x.missing, x.recv_inter));
-    const double send_lb = (x.forced > 0 ? a : 0.0) +
-                           bi * static_cast<double>(x.forced - x.forced_inter) +
-                           bx * static_cast<double>(x.forced_inter);
-    st.lower_bound_cost_seconds = std::max({st.lower_bound_cost_seconds, recv_lb, send_lb});
-  }
-  st.lower_bound_network_bytes = lb_total;
-  if (!holders.empty()) {
-    const int64_t n = static_cast<int64_t>(holders.size());
-    const int64_t even = (lb_total + n - 1) / n;
-    st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes, even);
-    st.lower_bound_cost_seconds =
-        std::max(st.lower_bound_cost_seconds, bi * static_cast<double>(even));
-  }
-  st.pieces = pieces;
-  st.rounds = st.network_bytes > 0 ? 1 : 0;
-  if (budgeted) {
-    const int64_t budget = o.staging_budget_bytes;
-    for (size_t d = 0; d < ndev; ++d) {
-      const int64_t peers = send_msgs[d] + recv_msgs[d];
-      if (peers > 0 && budget <= 16 * peers)
-        fail(ErrorCode::kInvalidArgument,
-             "options.staging_budget_bytes: " + std::to_string(budget) +
-                 " bytes cannot stage device " + std::to_string(ctx.devices[d]) + " with " +
-                 std::to_string(peers) + " peers (needs more than 16 bytes per peer)");
-    }
-  }
-  if (track_pairs) {
-    const int64_t budget = o.staging_budget_bytes;
-    std::vector<int64_t> staged(ndev, 0);
-    int64_t rounds = 0, messages = 0;
-    auto visit = [&](size_t sd, size_t dd, int64_t bytes) {
-      if (bytes <= 0) return;
-      const int64_t chunk = planning::round_chunk(
-          budget, {send_msgs[sd] + recv_msgs[sd], acc[sd].send + acc[sd].recv},
-          {send_msgs[dd] + recv_msgs[dd], acc[dd].send + acc[dd].recv}, bytes);
-      const int64_t r = planning::stream_rounds(bytes, chunk);
-      rounds = std::max(rounds, r);
-      messages += r;
-      // Most bytes any round of the stream stages.
-      const int64_t cap = planning::round_cap(bytes, chunk);
-      staged[sd] += cap;
-      staged[dd] += cap;
-    };
-    if (dense_bytes) {
-      for (size_t dd = 0; dd < ndev; ++dd)
-        for (size_t sd = 0; sd < ndev; ++sd) visit(sd, dd, pair_dense[dd * ndev + sd]);
-    } else {
-      for (auto [k, b] : pair_sparse) visit(k >> 32, k & 0xffffffffu, b);
-    }
-    st.rounds = static_cast<int32_t>(std::min<int64_t>(rounds, INT32_MAX));
-    st.messages = messages;
-    for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
-  }
-}
-
 }  // namespace
 
 // ------------------------------------------------------------- public
+
+std::string_view bound_kind_name(BoundKind kind) noexcept {
+  switch (kind) {
+    case BoundKind::kNone:
+      return "none";
+    case BoundKind::kDeviceRecv:
+      return "device receive";
+    case BoundKind::kDeviceSend:
+      return "device send";
+    case BoundKind::kHostRecv:
+      return "host receive";
+    case BoundKind::kHostSend:
+      return "host send";
+  }
+  return "unknown";
+}
 
 uint64_t plan_fingerprint(const PlanInput& input) { return fingerprint_of(input); }
 
@@ -725,7 +389,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   // global statistics provide.
   const bool want_stats = request.scope != PlanScope::kProcess || request.global_stats;
   if (budgeted || want_stats) {
-    compute_stats(ctx, Plan::Builder::stats(plan), input.options, want_stats);
+    planning::compute_stats(ctx, Plan::Builder::stats(plan), input.options, want_stats);
     Plan::Builder::has_stats(plan) = want_stats;
   }
   const auto& per_device = Plan::Builder::stats(plan).per_device;

@@ -440,6 +440,22 @@ class Decoder {
     s.lower_bound_cost_seconds =
         finite_non_negative(fs->lower_bound_cost_seconds(), "stats.lower_bound_cost_seconds");
     s.plan_seconds = finite_non_negative(fs->plan_seconds(), "stats.plan_seconds");
+    s.stages = static_cast<int32_t>(non_negative(fs->stages(), "stats.stages"));
+    s.max_host_send_bytes = non_negative(fs->max_host_send_bytes(), "stats.max_host_send_bytes");
+    s.max_host_recv_bytes = non_negative(fs->max_host_recv_bytes(), "stats.max_host_recv_bytes");
+    s.lower_bound_cross_host_bytes =
+        non_negative(fs->lower_bound_cross_host_bytes(), "stats.lower_bound_cross_host_bytes");
+    s.lower_bound_max_host_send_bytes = non_negative(fs->lower_bound_max_host_send_bytes(),
+                                                     "stats.lower_bound_max_host_send_bytes");
+    s.lower_bound_max_host_recv_bytes = non_negative(fs->lower_bound_max_host_recv_bytes(),
+                                                     "stats.lower_bound_max_host_recv_bytes");
+    const auto binding = static_cast<int32_t>(fs->lower_bound_binding());
+    if (binding < 0 || binding > static_cast<int32_t>(BoundKind::kHostSend))
+      corrupt("stats.lower_bound_binding", "unknown value " + std::to_string(binding));
+    s.lower_bound_binding = static_cast<BoundKind>(binding);
+    s.lower_bound_binding_id = fs->lower_bound_binding_id();
+    if (s.lower_bound_binding_id < -1)
+      corrupt("stats.lower_bound_binding_id", "below -1");
     if (const auto* pd = fs->per_device()) {
       charge(uint64_t{pd->size()} * sizeof(DeviceTraffic), "stats.per_device");
       s.per_device.reserve(pd->size());

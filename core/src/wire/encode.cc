@@ -180,7 +180,10 @@ class Encoder {
         s.cost_seconds, s.lower_bound_cost_seconds,
         // plan_seconds is how long this process took to plan, not part of the
         // plan: writing it would make equal plans encode to different bytes.
-        0.0, per_device_vector);
+        0.0, per_device_vector, s.stages, s.max_host_send_bytes, s.max_host_recv_bytes,
+        s.lower_bound_cross_host_bytes, s.lower_bound_max_host_send_bytes,
+        s.lower_bound_max_host_recv_bytes, static_cast<fb::BoundKind>(s.lower_bound_binding),
+        s.lower_bound_binding_id);
   }
 
   Offset<fb::Pieces> encode_pieces(const std::vector<Piece>& pieces) {

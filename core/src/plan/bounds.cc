@@ -1,0 +1,317 @@
+// Lower bounds over all plans (see bounds.h for the facts they rest on).
+//
+// Work is proportional to the intersection of each destination cell with
+// the source cells (the regions the enumerator cuts it into), times the
+// holders of each region, plus each cell's entries: tensors that share a
+// shape and both geometries are visited once and scaled by their bytes per
+// element, like the statistics.
+#include "plan/bounds.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <utility>
+
+namespace reshard::planning {
+
+namespace {
+
+// Per-index sums that remember which indices they touched, so one
+// destination cell's contribution can be folded into a running maximum in
+// time proportional to what it touched.
+struct SparseSums {
+  std::vector<int64_t> val;
+  std::vector<uint32_t> touched;
+  explicit SparseSums(size_t n) : val(n, 0) {}
+  void add(uint32_t i, int64_t v) {
+    if (val[i] == 0) touched.push_back(i);
+    val[i] += v;
+  }
+  void fold_max(std::vector<int64_t>& into) {
+    for (uint32_t i : touched) {
+      into[i] = std::max(into[i], val[i]);
+      val[i] = 0;
+    }
+    touched.clear();
+  }
+};
+
+// Where one destination cell's send-side contributions go: straight into
+// the totals for a cell that overlaps no other (distinct) destination box,
+// into per-cell sums folded by maximum otherwise.
+struct Sinks {
+  std::vector<int64_t>* ingress;
+  std::vector<int64_t>* egress;
+  std::vector<int64_t>* forced;
+  SparseSums* s_ingress = nullptr;
+  SparseSums* s_egress = nullptr;
+  SparseSums* s_forced = nullptr;
+  void add_ingress(uint32_t h, int64_t v) {
+    if (s_ingress)
+      s_ingress->add(h, v);
+    else
+      (*ingress)[h] += v;
+  }
+  void add_egress(uint32_t h, int64_t v) {
+    if (s_egress)
+      s_egress->add(h, v);
+    else
+      (*egress)[h] += v;
+  }
+  void add_forced(uint32_t d, int64_t v) {
+    if (s_forced)
+      s_forced->add(d, v);
+    else
+      (*forced)[d] += v;
+  }
+};
+
+class BoundsWalker {
+ public:
+  BoundsWalker(const Context& ctx, Bounds& b)
+      : b_(b),
+        en_(ctx.input.options),
+        dev_mark_(ctx.devices.size(), 0),
+        host_mark_(b.hosts.size(), 0),
+        host_seen_(b.hosts.size(), 0),
+        dev_seen_(ctx.devices.size(), 0),
+        egress_seen_(b.hosts.size(), 0),
+        host_count_(b.hosts.size(), 0),
+        last_summand_host_(b.hosts.size(), -1) {}
+
+  // One destination cell: box B held (needed) by `entries` of `t`. Returns
+  // the bytes of it that must leave their holders.
+  int64_t cell(const TensorCtx& t, const Box& B, const uint32_t* entries, size_t n, int64_t esum,
+               Sinks& sink) {
+    leave_ = 0;
+    if (B.empty() || n == 0) return 0;
+    // Summand groups present among the entries, ascending.
+    groups_.clear();
+    for (size_t i = 0; i < n; ++i) groups_.push_back(t.T > 1 ? t.dg->summands[entries[i]] : 0);
+    std::sort(groups_.begin(), groups_.end());
+    groups_.erase(std::unique(groups_.begin(), groups_.end()), groups_.end());
+    for (int32_t u : groups_) group(t, B, entries, n, u, esum, sink);
+    return leave_;
+  }
+
+ private:
+  void group(const TensorCtx& t, const Box& B, const uint32_t* entries, size_t n, int32_t u,
+             int64_t esum, Sinks& sink) {
+    // Summands combined into group u's value.
+    int32_t g = 0;
+    for (int32_t s = 0; s < t.S; ++s) g += (t.T == 1 || s % t.T == u);
+    if (g == 0) return;  // a destination summand no source summand maps to: zeros, no traffic
+    const uint64_t stamp = ++stamp_;
+    needer_hosts_.clear();
+    int64_t first_dev = -1;
+    bool many_devs = false;
+    size_t needers = 0;  // distinct needer devices
+    const int64_t bvol = B.volume() * esum;
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t e = entries[i];
+      if (t.T > 1 && t.dg->summands[e] != u) continue;
+      const uint32_t dd = t.dt->dense[e];
+      if (dev_mark_[dd] != stamp) ++needers;
+      dev_mark_[dd] = stamp;
+      b_.missing[dd] += bvol;
+      if (first_dev < 0)
+        first_dev = dd;
+      else if (static_cast<int64_t>(dd) != first_dev)
+        many_devs = true;
+      const uint32_t h = b_.host_of_device[dd];
+      if (host_mark_[h] != stamp) {
+        host_mark_[h] = stamp;
+        needer_hosts_.push_back(h);
+        sink.add_ingress(h, bvol);
+      }
+    }
+    const bool many_hosts = needer_hosts_.size() > 1;
+    en_.cover(t, B, [&](const Box& R, const uint32_t* holders, size_t nh, bool) {
+      const int64_t v = R.volume() * esum;
+      const uint64_t atom = ++stamp_;
+      // Holders of this group's summands, by summand.
+      by_summand_.clear();
+      for (size_t i = 0; i < nh; ++i) {
+        const uint32_t r = holders[i];
+        const int32_t s = t.sg->summands[r];
+        if (t.T > 1 && s % t.T != u) continue;
+        by_summand_.emplace_back(s, r);
+      }
+      std::sort(by_summand_.begin(), by_summand_.end());
+      // R leaves its holders at least once unless every needer holds it.
+      size_t needers_holding = 0;
+      // Needers that hold every summand of the group need none of R.
+      for (size_t i = 0; i < by_summand_.size();) {
+        size_t j = i;
+        while (j < by_summand_.size() && by_summand_[j].first == by_summand_[i].first) ++j;
+        // Summand by_summand_[i].first, held by entries [i, j).
+        const uint32_t r0 = by_summand_[i].second;
+        const uint32_t h0 = b_.host_of_device[t.st->dense[r0]];
+        bool one_host = true;
+        for (size_t k = i; k < j; ++k) {
+          const uint32_t dd = t.st->dense[by_summand_[k].second];
+          const uint32_t h = b_.host_of_device[dd];
+          if (h != h0) one_host = false;
+          if (g == 1 && dev_mark_[dd] == stamp) {
+            b_.missing[dd] -= v;
+            ++needers_holding;
+          }
+          // Count, per host, the distinct summands it holds.
+          if (host_seen_[h] != atom) {
+            host_seen_[h] = atom;
+            host_count_[h] = 0;
+            count_hosts_.push_back(h);
+          }
+          if (last_summand_host_[h] != by_summand_[i].first) {
+            last_summand_host_[h] = by_summand_[i].first;
+            ++host_count_[h];
+          }
+        }
+        // The only host holding this summand sends it out once if it is
+        // needed on another host; the only device holding it likewise.
+        if (one_host && (many_hosts || (needer_hosts_.size() == 1 && needer_hosts_[0] != h0)) &&
+            first_egress(h0, atom))
+          sink.add_egress(h0, v);
+        if (j - i == 1) {
+          const uint32_t d0 = t.st->dense[r0];
+          if ((many_devs || (first_dev >= 0 && static_cast<int64_t>(d0) != first_dev)) &&
+              dev_seen_[d0] != atom) {
+            dev_seen_[d0] = atom;
+            sink.add_forced(d0, v);
+          }
+        }
+        i = j;
+      }
+      if (needers_holding < needers) leave_ += v;
+      for (uint32_t h : count_hosts_) {
+        if (host_count_[h] == g && host_mark_[h] == stamp) sink.add_ingress(h, -v);
+        last_summand_host_[h] = -1;
+      }
+      count_hosts_.clear();
+    });
+  }
+
+  // True the first time host h sends for `atom` (one send covers every
+  // summand of the group it holds alone: it can reduce them first).
+  bool first_egress(uint32_t h, uint64_t atom) {
+    if (egress_seen_[h] == atom) return false;
+    egress_seen_[h] = atom;
+    return true;
+  }
+
+  Bounds& b_;
+  Enumerator en_;
+  uint64_t stamp_ = 0;
+  int64_t leave_ = 0;
+  std::vector<uint64_t> dev_mark_, host_mark_, host_seen_, dev_seen_, egress_seen_;
+  std::vector<int32_t> host_count_, last_summand_host_;
+  std::vector<int32_t> groups_;
+  std::vector<uint32_t> needer_hosts_, count_hosts_;
+  std::vector<std::pair<int32_t, uint32_t>> by_summand_;
+};
+
+}  // namespace
+
+Bounds compute_bounds(const Context& ctx) {
+  Bounds b;
+  const size_t ndev = ctx.devices.size();
+  std::vector<int32_t> host_id(ndev);
+  for (size_t d = 0; d < ndev; ++d) host_id[d] = ctx.input.topology.info(ctx.devices[d]).host;
+  b.hosts = host_id;
+  std::sort(b.hosts.begin(), b.hosts.end());
+  b.hosts.erase(std::unique(b.hosts.begin(), b.hosts.end()), b.hosts.end());
+  const size_t nh = b.hosts.size();
+  b.host_of_device.resize(ndev);
+  b.host_devices.assign(nh, 0);
+  for (size_t d = 0; d < ndev; ++d) {
+    const uint32_t h = static_cast<uint32_t>(
+        std::lower_bound(b.hosts.begin(), b.hosts.end(), host_id[d]) - b.hosts.begin());
+    b.host_of_device[d] = h;
+    ++b.host_devices[h];
+  }
+  std::vector<uint8_t> holds(ndev, 0);
+  for (const TensorCtx& t : ctx.tensors)
+    for (uint32_t r = 0; r < t.src->num_entries(); ++r)
+      if (!t.src->box(r).empty()) holds[t.st->dense[r]] = 1;
+  for (uint8_t h : holds) b.holders += h;
+  b.missing.assign(ndev, 0);
+  b.forced.assign(ndev, 0);
+  b.ingress.assign(nh, 0);
+  b.egress.assign(nh, 0);
+
+  // Contributions of overlapping destination boxes, folded by maximum.
+  int64_t over_leave = 0;
+  std::vector<int64_t> over_ingress(nh, 0), over_egress(nh, 0), over_forced(ndev, 0);
+  SparseSums s_ingress(nh), s_egress(nh), s_forced(ndev);
+  Sinks direct{&b.ingress, &b.egress, &b.forced};
+  Sinks folded{&b.ingress, &b.egress, &b.forced, &s_ingress, &s_egress, &s_forced};
+
+  std::map<std::tuple<std::vector<int64_t>, const Geometry*, const Geometry*>, int64_t> groups;
+  std::map<std::tuple<std::vector<int64_t>, const Geometry*, const Geometry*>, size_t> first;
+  for (size_t i = 0; i < ctx.tensors.size(); ++i) {
+    const TensorCtx& t = ctx.tensors[i];
+    const auto key = std::make_tuple(t.spec->shape, t.sg, t.dg);
+    groups[key] += t.esize;
+    first.emplace(key, i);
+  }
+  BoundsWalker walk(ctx, b);
+  Enumerator en(ctx.input.options);
+  std::vector<uint32_t> order, same;
+  for (const auto& [key, esum] : groups) {
+    const TensorCtx& t = ctx.tensors[first.at(key)];
+    const Geometry& dg = *t.dg;
+    if (dg.tiled) {
+      // Cells of a tiled layout are disjoint; every entry of one shares its box.
+      for (int64_t c = 0; c < dg.num_cells(); ++c) {
+        const uint32_t b0 = dg.cell_offsets[static_cast<size_t>(c)],
+                       b1 = dg.cell_offsets[static_cast<size_t>(c) + 1];
+        if (b0 == b1) continue;
+        b.leave += walk.cell(t, t.dst->box(dg.cell_entries[b0]), dg.cell_entries.data() + b0,
+                             b1 - b0, esum, direct);
+      }
+      continue;
+    }
+    // Explicit: entries with equal boxes form a cell.
+    order.resize(dg.boxes.size());
+    for (uint32_t e = 0; e < order.size(); ++e) order[e] = e;
+    auto box_less = [&](uint32_t x, uint32_t y) {
+      const Box &a = dg.boxes[x], &c = dg.boxes[y];
+      for (int d = 0; d < a.rank; ++d) {
+        if (a.lo[d] != c.lo[d]) return a.lo[d] < c.lo[d];
+        if (a.hi[d] != c.hi[d]) return a.hi[d] < c.hi[d];
+      }
+      return x < y;
+    };
+    std::sort(order.begin(), order.end(), box_less);
+    bool any_overlap = false;
+    for (size_t i = 0; i < order.size();) {
+      size_t j = i;
+      while (j < order.size() && dg.boxes[order[j]] == dg.boxes[order[i]]) ++j;
+      const Box B = t.dst->box(order[i]);
+      bool overlapping = false;
+      en.dst_overlapping(t, B, [&](uint32_t e) {
+        if (!(dg.boxes[e] == dg.boxes[order[i]])) overlapping = true;
+      });
+      if (overlapping) {
+        any_overlap = true;
+        over_leave = std::max(over_leave, walk.cell(t, B, order.data() + i, j - i, esum, folded));
+        s_ingress.fold_max(over_ingress);
+        s_egress.fold_max(over_egress);
+        s_forced.fold_max(over_forced);
+      } else {
+        b.leave += walk.cell(t, B, order.data() + i, j - i, esum, direct);
+      }
+      i = j;
+    }
+    if (!any_overlap) continue;
+    b.leave += std::exchange(over_leave, 0);
+    for (size_t h = 0; h < nh; ++h) {
+      b.ingress[h] += std::exchange(over_ingress[h], 0);
+      b.egress[h] += std::exchange(over_egress[h], 0);
+    }
+    for (size_t d = 0; d < ndev; ++d) b.forced[d] += std::exchange(over_forced[d], 0);
+  }
+  return b;
+}
+
+}  // namespace reshard::planning

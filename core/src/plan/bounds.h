@@ -1,0 +1,52 @@
+// Internal: lower bounds on the traffic of a reshard, over every possible
+// plan — single-hop, relays (an element forwarded by a device or host that
+// received it), trees, and reductions in any order — not just over the
+// plans this planner makes.
+//
+// The facts they rest on, for an element x of a tensor (or of one summand
+// group of a partial tensor):
+//  - a device that needs x and does not hold all of x's summands must
+//    receive at least |x| bytes (one combined value; a tree may pre-reduce);
+//  - a host that needs x and none of whose devices holds all of x's
+//    summands must take in at least |x| bytes over its network (once, not
+//    once per device: it can fan out inside);
+//  - a device (host) that alone holds one summand of x, needed on another
+//    device (host), must send at least |x| bytes (once: a chain or tree can
+//    carry it on);
+//  - every byte received is sent by some device, so the busiest sender sends
+//    at least the total received over the number of devices (hosts);
+//  - an element some device needs and does not hold leaves its holders at
+//    least once, so the busiest holder sends at least those bytes over the
+//    number of holders.
+// Where two destination boxes of an explicit layout overlap without being
+// equal, the bytes of their overlap are counted once per device or host
+// only where that is exact, and otherwise the overlapping boxes contribute
+// their maximum (still a bound, a weaker one).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "plan/context.h"
+
+namespace reshard::planning {
+
+struct Bounds {
+  // Per dense device of the plan (Context::devices).
+  std::vector<int64_t> missing;  // bytes it must receive
+  std::vector<int64_t> forced;   // bytes it must send
+  // Per host (sorted ids in `hosts`): devices of the plan on it, bytes it must
+  // take in over the network, bytes it must send out.
+  std::vector<int32_t> hosts;
+  std::vector<int64_t> host_devices, ingress, egress;
+  std::vector<uint32_t> host_of_device;  // dense device -> index into hosts
+  // Bytes that must leave the devices holding them (some device needs them
+  // and does not hold them: a relay can forward them, but only after a
+  // holder sent them once), and the devices holding anything.
+  int64_t leave = 0;
+  int64_t holders = 0;
+};
+
+Bounds compute_bounds(const Context& ctx);
+
+}  // namespace reshard::planning

@@ -1,0 +1,66 @@
+// Context::build: what every step of make_plan looks up.
+#include "plan/context.h"
+
+namespace reshard::planning {
+
+void Context::build() {
+  std::set<const Geometry*> geos;
+  for (const auto& t : input.tensors) {
+    geos.insert(t.src.geometry().get());
+    geos.insert(t.dst.geometry().get());
+  }
+  {
+    std::vector<int64_t> all;
+    for (const Geometry* g : geos) all.insert(all.end(), g->devices.begin(), g->devices.end());
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    devices = std::move(all);
+  }
+  std::set<int32_t> procs;
+  for (const Geometry* g : geos) {
+    GeoTopo& gt = topo[g];
+    const size_t n = g->devices.size();
+    gt.process.resize(n);
+    gt.host.resize(n);
+    gt.dense.resize(n);
+    for (size_t e = 0; e < n; ++e) {
+      DeviceInfo info = input.topology.info(g->devices[e]);
+      gt.process[e] = info.process;
+      gt.host[e] = info.host;
+      gt.dense[e] = dense(g->devices[e]);
+    }
+    std::vector<uint32_t> order(n);
+    for (uint32_t e = 0; e < n; ++e) order[e] = e;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return gt.process[a] < gt.process[b]; });
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t p = gt.process[order[i]];
+      if (gt.procs.empty() || gt.procs.back() != p) {
+        gt.procs.push_back(p);
+        gt.proc_offsets.push_back(static_cast<uint32_t>(i));
+        procs.insert(p);
+      }
+    }
+    gt.proc_offsets.push_back(static_cast<uint32_t>(n));
+    gt.proc_entries = std::move(order);
+  }
+  processes.assign(procs.begin(), procs.end());
+  tensors.resize(input.tensors.size());
+  for (size_t i = 0; i < input.tensors.size(); ++i) {
+    const TensorSpec& s = input.tensors[i];
+    TensorCtx& t = tensors[i];
+    t.index = static_cast<uint32_t>(i);
+    t.spec = &s;
+    t.src = &s.src;
+    t.dst = &s.dst;
+    t.sg = s.src.geometry().get();
+    t.dg = s.dst.geometry().get();
+    t.st = &topo.at(t.sg);
+    t.dt = &topo.at(t.dg);
+    t.esize = dtype_size(s.dtype);
+    t.S = s.src.num_summands();
+    t.T = s.dst.num_summands();
+    t.field = "tensors[" + std::to_string(i) + "]";
+  }
+}
+}  // namespace reshard::planning

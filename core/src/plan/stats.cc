@@ -1,0 +1,320 @@
+// Global statistics of a plan: what the plan moves (per-cell arithmetic or
+// enumeration, never the parts themselves), its round schedule, and its
+// lower bounds (core/src/plan/bounds.cc).
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "plan/bounds.h"
+#include "plan/context.h"
+#include "plan/rounds.h"
+#include "reshard/error.h"
+
+namespace reshard::planning {
+
+namespace {
+
+// The plan-independent bounds of `lb` into `st`, and the α–β cost bound
+// with the term that gives it. Under the cost model a device moves bytes at
+// the faster of its two links at best, and a host's NICs (one per device,
+// options.inter_host_bytes_per_second each) carry what it takes in or sends
+// out; the all-devices and all-hosts averages never exceed these maxima, so
+// they bound bytes but never bind the cost.
+void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, PlanStats& st) {
+  const double a = o.alpha_seconds, bi = 1.0 / o.intra_host_bytes_per_second,
+               bx = 1.0 / o.inter_host_bytes_per_second, bmin = std::min(bi, bx);
+  const size_t ndev = ctx.devices.size();
+  int64_t total = 0;
+  st.lower_bound_cost_seconds = 0;
+  st.lower_bound_binding = BoundKind::kNone;
+  st.lower_bound_binding_id = -1;
+  auto consider = [&](double seconds, BoundKind kind, int64_t id) {
+    if (seconds > st.lower_bound_cost_seconds) {
+      st.lower_bound_cost_seconds = seconds;
+      st.lower_bound_binding = kind;
+      st.lower_bound_binding_id = id;
+    }
+  };
+  for (size_t d = 0; d < ndev; ++d) {
+    const int64_t miss = lb.missing[d], forced = lb.forced[d];
+    total += miss;
+    st.lower_bound_max_recv_bytes = std::max(st.lower_bound_max_recv_bytes, miss);
+    st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes, forced);
+    if (miss > 0)
+      consider(a + bmin * static_cast<double>(miss), BoundKind::kDeviceRecv, ctx.devices[d]);
+    if (forced > 0)
+      consider(a + bmin * static_cast<double>(forced), BoundKind::kDeviceSend, ctx.devices[d]);
+  }
+  st.lower_bound_network_bytes = total;
+  if (lb.holders > 0)
+    st.lower_bound_max_send_bytes =
+        std::max(st.lower_bound_max_send_bytes, (lb.leave + lb.holders - 1) / lb.holders);
+  if (ndev > 0)
+    st.lower_bound_max_send_bytes =
+        std::max(st.lower_bound_max_send_bytes,
+                 (total + static_cast<int64_t>(ndev) - 1) / static_cast<int64_t>(ndev));
+  int64_t in = 0, out = 0;
+  for (size_t h = 0; h < lb.hosts.size(); ++h) {
+    in += lb.ingress[h];
+    out += lb.egress[h];
+    st.lower_bound_max_host_recv_bytes =
+        std::max(st.lower_bound_max_host_recv_bytes, lb.ingress[h]);
+    st.lower_bound_max_host_send_bytes = std::max(st.lower_bound_max_host_send_bytes, lb.egress[h]);
+    const double nics = static_cast<double>(lb.host_devices[h]);
+    if (lb.ingress[h] > 0)
+      consider(a + bx * static_cast<double>(lb.ingress[h]) / nics, BoundKind::kHostRecv,
+               lb.hosts[h]);
+    if (lb.egress[h] > 0)
+      consider(a + bx * static_cast<double>(lb.egress[h]) / nics, BoundKind::kHostSend,
+               lb.hosts[h]);
+  }
+  st.lower_bound_cross_host_bytes = std::max(in, out);
+  if (!lb.hosts.empty()) {
+    const auto nh = static_cast<int64_t>(lb.hosts.size());
+    st.lower_bound_max_host_send_bytes = std::max(st.lower_bound_max_host_send_bytes,
+                                                  (st.lower_bound_cross_host_bytes + nh - 1) / nh);
+  }
+}
+
+}  // namespace
+
+void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule) {
+  const size_t ndev = ctx.devices.size();
+  struct Acc {
+    int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
+  };
+  std::vector<Acc> acc(ndev);
+  // Tensors with the same shape and layout geometries have proportional
+  // statistics: enumerate one of them and scale by the group's bytes/element.
+  std::map<std::tuple<std::vector<int64_t>, const Geometry*, const Geometry*>, std::vector<size_t>>
+      groups;
+  for (size_t i = 0; i < ctx.tensors.size(); ++i) {
+    const TensorCtx& t = ctx.tensors[i];
+    groups[{t.spec->shape, t.sg, t.dg}].push_back(i);
+  }
+  // Pairs (dst device row, src device column) that exchange a message.
+  const bool dense_pairs = ndev <= 16384;
+  const size_t words = (ndev + 63) / 64;
+  std::vector<uint64_t> bits(dense_pairs ? ndev * words : 0);
+  std::unordered_set<uint64_t> pair_set;
+  Enumerator en(o);
+  int64_t pieces = 0;
+  std::vector<uint64_t> cell_bits;
+  // Bytes per (src, dst) stream, needed for the statistics of the rounds.
+  // Dense rows are per destination: a destination's sources are added in a
+  // row, not scattered over the matrix.
+  const bool budgeted = o.staging_budget_bytes > 0;
+  const bool track_pairs = budgeted && schedule;
+  const bool dense_bytes = track_pairs && ndev <= 4096;
+  std::vector<int64_t> pair_dense(dense_bytes ? ndev * ndev : 0);
+  std::unordered_map<uint64_t, int64_t> pair_sparse;
+  auto add_pair = [&](uint32_t sd, uint32_t dd, int64_t bytes) {
+    if (dense_bytes)
+      pair_dense[size_t{dd} * ndev + sd] += bytes;
+    else
+      pair_sparse[(uint64_t{sd} << 32) | dd] += bytes;
+  };
+  for (auto& [key, members] : groups) {
+    int64_t esum = 0;
+    for (size_t i : members) esum += ctx.tensors[i].esize;
+    const TensorCtx& t = ctx.tensors[members.front()];
+    int64_t group_pieces = 0;
+    if (dense_pairs && t.sg->unique_cells && t.dg->tiled && t.S == 1 && t.T == 1) {
+      // No choice of sender anywhere: statistics follow from per-cell
+      // arithmetic over destination cells, without enumerating pieces.
+      const Geometry& dg = *t.dg;
+      std::vector<std::pair<uint32_t, int64_t>> hv;  // (holder entry, elements)
+      std::map<int32_t, int64_t> dst_on_host, dst_on_proc, vol_on_host;
+      for (int64_t c = 0; c < dg.num_cells(); ++c) {
+        const uint32_t b0 = dg.cell_offsets[static_cast<size_t>(c)],
+                       b1 = dg.cell_offsets[static_cast<size_t>(c) + 1];
+        if (b0 == b1) continue;
+        const Box B = t.dst->box(dg.cell_entries[b0]);
+        if (B.empty()) continue;
+        hv.clear();
+        en.recv(t, dg.cell_entries[b0],
+                [&](const Emitted& x) { hv.emplace_back(x.src_entry, x.region.volume()); });
+        const int64_t n = b1 - b0;
+        dst_on_host.clear();
+        dst_on_proc.clear();
+        vol_on_host.clear();
+        for (uint32_t i = b0; i < b1; ++i) {
+          ++dst_on_host[t.dt->host[dg.cell_entries[i]]];
+          ++dst_on_proc[t.dt->process[dg.cell_entries[i]]];
+        }
+        cell_bits.assign(words, 0);
+        int64_t total = 0;
+        for (auto [h, vol] : hv) {
+          const uint32_t sd = t.st->dense[h];
+          const int64_t bytes = vol * esum;
+          const int64_t other_host =
+              n - (dst_on_host.count(t.st->host[h]) ? dst_on_host[t.st->host[h]] : 0);
+          const int64_t other_proc =
+              n - (dst_on_proc.count(t.st->process[h]) ? dst_on_proc[t.st->process[h]] : 0);
+          acc[sd].send += bytes * n;
+          acc[sd].send_inter += bytes * other_host;
+          st.cross_host_bytes += bytes * other_host;
+          st.cross_process_bytes += bytes * other_proc;
+          vol_on_host[t.st->host[h]] += bytes;
+          total += bytes;
+          cell_bits[sd >> 6] |= uint64_t{1} << (sd & 63);
+        }
+        group_pieces += static_cast<int64_t>(hv.size()) * n;
+        for (uint32_t i = b0; i < b1; ++i) {
+          const uint32_t e = dg.cell_entries[i];
+          const uint32_t dd = t.dt->dense[e];
+          int64_t own = 0;
+          if (auto r = t.src->entry_of(dg.devices[e])) {
+            own = intersect(t.src->box(*r), B).volume() * esum;
+            // The device keeps its own overlap: a local copy, not a send.
+            acc[t.st->dense[*r]].send -= own;
+          }
+          acc[dd].local += own;
+          acc[dd].recv += total - own;
+          acc[dd].recv_inter +=
+              total - (vol_on_host.count(t.dt->host[e]) ? vol_on_host[t.dt->host[e]] : 0);
+          uint64_t* row = bits.data() + dd * words;
+          for (size_t w = 0; w < words; ++w) row[w] |= cell_bits[w];
+          if (track_pairs)
+            for (auto [h, vol] : hv)
+              if (t.st->dense[h] != dd) add_pair(t.st->dense[h], dd, vol * esum);
+        }
+      }
+      pieces += group_pieces * static_cast<int64_t>(members.size());
+      continue;
+    }
+    for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {
+      const uint32_t dd = t.dt->dense[e];
+      const Box B = t.dst->box(e);
+      if (B.empty()) continue;
+      en.recv(t, e, [&](const Emitted& x) {
+        ++group_pieces;
+        const int64_t bytes = x.region.volume() * esum;
+        if (x.local) {
+          acc[dd].local += bytes;
+          return;
+        }
+        const uint32_t sd = t.st->dense[x.src_entry];
+        const bool inter = t.st->host[x.src_entry] != t.dt->host[e];
+        if (track_pairs) add_pair(sd, dd, bytes);
+        acc[sd].send += bytes;
+        acc[dd].recv += bytes;
+        if (inter) {
+          acc[sd].send_inter += bytes;
+          acc[dd].recv_inter += bytes;
+          st.cross_host_bytes += bytes;
+        }
+        if (t.st->process[x.src_entry] != t.dt->process[e]) st.cross_process_bytes += bytes;
+        if (dense_pairs) {
+          bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
+        } else {
+          pair_set.insert((uint64_t{sd} << 32) | dd);
+        }
+      });
+    }
+    pieces += group_pieces * static_cast<int64_t>(members.size());
+  }
+  std::vector<int64_t> send_msgs(ndev, 0), recv_msgs(ndev, 0);
+  if (dense_pairs) {
+    for (size_t dd = 0; dd < ndev; ++dd) {
+      uint64_t* row = bits.data() + dd * words;
+      row[dd >> 6] &= ~(uint64_t{1} << (dd & 63));  // a device never messages itself
+      for (size_t w = 0; w < words; ++w) {
+        uint64_t v = row[w];
+        recv_msgs[dd] += __builtin_popcountll(v);
+        while (v) {
+          ++send_msgs[w * 64 + static_cast<size_t>(__builtin_ctzll(v))];
+          v &= v - 1;
+        }
+      }
+    }
+  } else {
+    for (uint64_t pr : pair_set) {
+      ++send_msgs[pr >> 32];
+      ++recv_msgs[pr & 0xffffffffu];
+    }
+  }
+  const double a = o.alpha_seconds, bi = 1.0 / o.intra_host_bytes_per_second,
+               bx = 1.0 / o.inter_host_bytes_per_second;
+  std::vector<int64_t> host_send, host_recv;
+  const Bounds lb = compute_bounds(ctx);
+  host_send.assign(lb.hosts.size(), 0);
+  host_recv.assign(lb.hosts.size(), 0);
+  st.per_device.resize(ndev);
+  for (size_t d = 0; d < ndev; ++d) {
+    const Acc& x = acc[d];
+    DeviceTraffic& dt = st.per_device[d];
+    dt.device = ctx.devices[d];
+    dt.send_bytes = x.send;
+    dt.recv_bytes = x.recv;
+    dt.local_bytes = x.local;
+    dt.send_messages = send_msgs[d];
+    dt.recv_messages = recv_msgs[d];
+    st.network_bytes += x.recv;
+    st.local_bytes += x.local;
+    st.messages += recv_msgs[d];
+    st.max_send_bytes = std::max(st.max_send_bytes, x.send);
+    st.max_recv_bytes = std::max(st.max_recv_bytes, x.recv);
+    host_send[lb.host_of_device[d]] += x.send_inter;
+    host_recv[lb.host_of_device[d]] += x.recv_inter;
+    if (!budgeted) st.peak_staging_bytes = std::max(st.peak_staging_bytes, x.send + x.recv);
+    const double send_t = a * static_cast<double>(send_msgs[d]) +
+                          bi * static_cast<double>(x.send - x.send_inter) +
+                          bx * static_cast<double>(x.send_inter);
+    const double recv_t = a * static_cast<double>(recv_msgs[d]) +
+                          bi * static_cast<double>(x.recv - x.recv_inter) +
+                          bx * static_cast<double>(x.recv_inter);
+    st.cost_seconds = std::max({st.cost_seconds, send_t, recv_t});
+  }
+  for (size_t h = 0; h < lb.hosts.size(); ++h) {
+    st.max_host_send_bytes = std::max(st.max_host_send_bytes, host_send[h]);
+    st.max_host_recv_bytes = std::max(st.max_host_recv_bytes, host_recv[h]);
+  }
+  apply_bounds(ctx, lb, o, st);
+  st.pieces = pieces;
+  st.rounds = st.network_bytes > 0 ? 1 : 0;
+  st.stages = pieces > 0 ? 1 : 0;
+  if (budgeted) {
+    const int64_t budget = o.staging_budget_bytes;
+    for (size_t d = 0; d < ndev; ++d) {
+      const int64_t peers = send_msgs[d] + recv_msgs[d];
+      if (peers > 0 && budget <= 16 * peers)
+        fail(ErrorCode::kInvalidArgument,
+             "options.staging_budget_bytes: " + std::to_string(budget) +
+                 " bytes cannot stage device " + std::to_string(ctx.devices[d]) + " with " +
+                 std::to_string(peers) + " peers (needs more than 16 bytes per peer)");
+    }
+  }
+  if (track_pairs) {
+    const int64_t budget = o.staging_budget_bytes;
+    std::vector<int64_t> staged(ndev, 0);
+    int64_t rounds = 0, messages = 0;
+    auto visit = [&](size_t sd, size_t dd, int64_t bytes) {
+      if (bytes <= 0) return;
+      const int64_t chunk = planning::round_chunk(
+          budget, {send_msgs[sd] + recv_msgs[sd], acc[sd].send + acc[sd].recv},
+          {send_msgs[dd] + recv_msgs[dd], acc[dd].send + acc[dd].recv}, bytes);
+      const int64_t r = planning::stream_rounds(bytes, chunk);
+      rounds = std::max(rounds, r);
+      messages += r;
+      // Most bytes any round of the stream stages.
+      const int64_t cap = planning::round_cap(bytes, chunk);
+      staged[sd] += cap;
+      staged[dd] += cap;
+    };
+    if (dense_bytes) {
+      for (size_t dd = 0; dd < ndev; ++dd)
+        for (size_t sd = 0; sd < ndev; ++sd) visit(sd, dd, pair_dense[dd * ndev + sd]);
+    } else {
+      for (auto [k, b] : pair_sparse) visit(k >> 32, k & 0xffffffffu, b);
+    }
+    st.rounds = static_cast<int32_t>(std::min<int64_t>(rounds, INT32_MAX));
+    st.messages = messages;
+    for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
+  }
+}
+
+}  // namespace reshard::planning

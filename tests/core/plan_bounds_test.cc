@@ -1,0 +1,315 @@
+// Lower bounds over all plans (relays, trees, reductions in any order),
+// checked two ways: against an element-by-element oracle that applies their
+// definitions to every element of random cases, and on the cases where a
+// single-hop plan moves more than necessary (the bound must show the gap,
+// never a ratio of 1 that a relay beats).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "random_cases.h"
+#include "reshard/plan.h"
+
+namespace reshard {
+namespace {
+
+struct OracleBounds {
+  int64_t network = 0, max_recv = 0, max_send = 0;
+  int64_t cross_host = 0, max_host_recv = 0, max_host_send = 0;
+};
+
+// Calls f(index vector) for every element of `b`.
+template <class F>
+void for_each_element(const Box& b, F&& f) {
+  if (b.empty()) return;
+  std::vector<int64_t> i(static_cast<size_t>(b.rank));
+  for (int d = 0; d < b.rank; ++d) i[static_cast<size_t>(d)] = b.lo[d];
+  while (true) {
+    f(i);
+    int d = b.rank - 1;
+    for (; d >= 0; --d) {
+      if (++i[static_cast<size_t>(d)] < b.hi[d]) break;
+      i[static_cast<size_t>(d)] = b.lo[d];
+    }
+    if (d < 0) break;
+  }
+}
+
+int64_t flat(const std::vector<int64_t>& shape, const std::vector<int64_t>& i) {
+  int64_t f = 0;
+  for (size_t d = 0; d < shape.size(); ++d) f = f * shape[d] + i[d];
+  return f;
+}
+
+// The bounds' definitions (core/src/plan/bounds.h) applied to every element.
+OracleBounds oracle(const PlanInput& in) {
+  std::map<int64_t, int64_t> missing, forced;
+  std::map<int32_t, int64_t> ingress, egress, host_devices;
+  std::set<int64_t> devices, holders;
+  int64_t leave = 0;
+  for (const TensorSpec& t : in.tensors) {
+    for (size_t e = 0; e < t.src.num_entries(); ++e) {
+      devices.insert(t.src.device(e));
+      if (!t.src.box(e).empty()) holders.insert(t.src.device(e));
+    }
+    for (size_t e = 0; e < t.dst.num_entries(); ++e) devices.insert(t.dst.device(e));
+  }
+  for (int64_t d : devices) ++host_devices[in.topology.info(d).host];
+  for (const TensorSpec& t : in.tensors) {
+    const int64_t es = dtype_size(t.dtype);
+    int64_t n = 1;
+    for (int64_t s : t.shape) n *= s;
+    if (n == 0) continue;
+    std::vector<std::vector<size_t>> src(static_cast<size_t>(n)), dst(static_cast<size_t>(n));
+    for (size_t e = 0; e < t.src.num_entries(); ++e)
+      for_each_element(t.src.box(e), [&](const auto& i) {
+        src[static_cast<size_t>(flat(t.shape, i))].push_back(e);
+      });
+    for (size_t e = 0; e < t.dst.num_entries(); ++e)
+      for_each_element(t.dst.box(e), [&](const auto& i) {
+        dst[static_cast<size_t>(flat(t.shape, i))].push_back(e);
+      });
+    const int32_t S = t.src.num_summands(), T = t.dst.num_summands();
+    for (int64_t x = 0; x < n; ++x) {
+      std::set<int32_t> groups;
+      for (size_t e : dst[static_cast<size_t>(x)]) groups.insert(T > 1 ? t.dst.summand(e) : 0);
+      for (int32_t u : groups) {
+        std::set<int32_t> G;
+        for (int32_t s = 0; s < S; ++s)
+          if (T == 1 || s % T == u) G.insert(s);
+        if (G.empty()) continue;
+        std::set<int64_t> nd;
+        std::set<int32_t> nh;
+        for (size_t e : dst[static_cast<size_t>(x)])
+          if (T == 1 || t.dst.summand(e) == u) {
+            nd.insert(t.dst.device(e));
+            nh.insert(in.topology.info(t.dst.device(e)).host);
+          }
+        std::map<int32_t, std::set<int64_t>> dev_of;  // summand -> holder devices
+        for (size_t r : src[static_cast<size_t>(x)])
+          if (G.count(t.src.summand(r))) dev_of[t.src.summand(r)].insert(t.src.device(r));
+        auto holds_all_dev = [&](int64_t d) {
+          for (int32_t s : G)
+            if (!dev_of[s].count(d)) return false;
+          return true;
+        };
+        auto holds_all_host = [&](int32_t h) {
+          for (int32_t s : G) {
+            bool any = false;
+            for (int64_t d : dev_of[s]) any |= in.topology.info(d).host == h;
+            if (!any) return false;
+          }
+          return true;
+        };
+        bool leaves = false;
+        for (int64_t d : nd) {
+          if (!holds_all_dev(d)) {
+            missing[d] += es;
+            leaves = true;
+          }
+        }
+        if (leaves) leave += es;
+        for (int32_t h : nh)
+          if (!holds_all_host(h)) ingress[h] += es;
+        std::set<int32_t> sending_hosts;
+        std::set<int64_t> sending_devs;
+        for (int32_t s : G) {
+          std::set<int32_t> hs;
+          for (int64_t d : dev_of[s]) hs.insert(in.topology.info(d).host);
+          if (hs.size() == 1 && (nh.size() > 1 || *nh.begin() != *hs.begin()))
+            sending_hosts.insert(*hs.begin());
+          if (dev_of[s].size() == 1 && (nd.size() > 1 || *nd.begin() != *dev_of[s].begin()))
+            sending_devs.insert(*dev_of[s].begin());
+        }
+        for (int32_t h : sending_hosts) egress[h] += es;
+        for (int64_t d : sending_devs) forced[d] += es;
+      }
+    }
+  }
+  OracleBounds o;
+  for (auto [d, v] : missing) {
+    o.network += v;
+    o.max_recv = std::max(o.max_recv, v);
+  }
+  for (auto [d, v] : forced) o.max_send = std::max(o.max_send, v);
+  if (!devices.empty()) {
+    const auto nd = static_cast<int64_t>(devices.size());
+    o.max_send = std::max(o.max_send, (o.network + nd - 1) / nd);
+  }
+  if (!holders.empty()) {
+    const auto nh = static_cast<int64_t>(holders.size());
+    o.max_send = std::max(o.max_send, (leave + nh - 1) / nh);
+  }
+  int64_t in_sum = 0, out_sum = 0;
+  for (auto [h, v] : ingress) {
+    in_sum += v;
+    o.max_host_recv = std::max(o.max_host_recv, v);
+  }
+  for (auto [h, v] : egress) {
+    out_sum += v;
+    o.max_host_send = std::max(o.max_host_send, v);
+  }
+  o.cross_host = std::max(in_sum, out_sum);
+  if (!host_devices.empty()) {
+    const auto nh = static_cast<int64_t>(host_devices.size());
+    o.max_host_send = std::max(o.max_host_send, (o.cross_host + nh - 1) / nh);
+  }
+  return o;
+}
+
+// Invariant: the planner's bounds are the oracle's (exactly where every
+// destination box is a tiled cell or overlaps no other box; never above it
+// otherwise, which would make them not bounds).
+TEST(PlanBounds, RandomCasesMatchTheElementOracle) {
+  const int cases = 4000;
+  int64_t exact = 0, partial = 0, multi_host = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    testing::CaseGen gen(7000 + static_cast<uint64_t>(c), {4, 16, 3, 7, true, true});
+    PlanInput in = gen.input();
+    if (c % 2) {
+      // One process per device, spread over 1-5 hosts: many hosts, replicas
+      // of both sides across them.
+      const int32_t nh = static_cast<int32_t>(gen.uni(1, 5));
+      Topology topo;
+      for (const DeviceInfo& d : in.topology.devices())
+        topo.add({d.device, static_cast<int32_t>(d.device),
+                  static_cast<int32_t>(gen.uni(0, nh - 1)), 0});
+      in.topology = topo;
+    }
+    const Plan plan = make_plan(in, {PlanScope::kGlobal});
+    const PlanStats& st = plan.stats();
+    const OracleBounds o = oracle(in);
+    bool tiled = true;
+    for (const TensorSpec& t : in.tensors) {
+      tiled &= t.dst.tiled();
+      partial += t.src.partial();
+    }
+    std::set<int32_t> hosts;
+    for (const DeviceInfo& d : in.topology.devices()) hosts.insert(d.host);
+    multi_host += hosts.size() > 1;
+    if (tiled) {
+      ++exact;
+      ASSERT_EQ(st.lower_bound_network_bytes, o.network);
+      ASSERT_EQ(st.lower_bound_max_recv_bytes, o.max_recv);
+      ASSERT_EQ(st.lower_bound_max_send_bytes, o.max_send);
+      ASSERT_EQ(st.lower_bound_cross_host_bytes, o.cross_host);
+      ASSERT_EQ(st.lower_bound_max_host_recv_bytes, o.max_host_recv);
+      ASSERT_EQ(st.lower_bound_max_host_send_bytes, o.max_host_send);
+    } else {
+      ASSERT_EQ(st.lower_bound_network_bytes, o.network);  // per device: always exact
+      ASSERT_EQ(st.lower_bound_max_recv_bytes, o.max_recv);
+      ASSERT_LE(st.lower_bound_max_send_bytes, o.max_send);
+      ASSERT_LE(st.lower_bound_cross_host_bytes, o.cross_host);
+      ASSERT_LE(st.lower_bound_max_host_recv_bytes, o.max_host_recv);
+      ASSERT_LE(st.lower_bound_max_host_send_bytes, o.max_host_send);
+    }
+  }
+  EXPECT_GT(exact, cases / 3);
+  EXPECT_GT(partial, cases / 10);
+  EXPECT_GT(multi_host, cases / 2);  // half the cases have 1-5 random hosts
+}
+
+// ------------------------------------------------ where single-hop loses
+
+std::shared_ptr<Mesh> mesh(std::vector<std::string> axes, std::vector<int64_t> shape,
+                           int64_t first) {
+  auto m = std::make_shared<Mesh>();
+  m->axis_names = std::move(axes);
+  m->shape = std::move(shape);
+  for (int64_t i = 0; i < m->size(); ++i) m->devices.push_back(first + i);
+  return m;
+}
+
+// hosts[i] is the host of device i (and its process).
+PlanInput one_tensor(std::vector<int64_t> shape, DType dtype, const NamedSharding& src,
+                     const NamedSharding& dst, const std::vector<int32_t>& hosts) {
+  PlanInput in;
+  TensorSpec t;
+  t.name = "w";
+  t.shape = shape;
+  t.dtype = dtype;
+  t.src = Layout::from_named(src, shape, "src");
+  t.dst = Layout::from_named(dst, shape, "dst");
+  in.tensors.push_back(std::move(t));
+  for (size_t d = 0; d < hosts.size(); ++d)
+    in.topology.add({static_cast<int64_t>(d), static_cast<int32_t>(d), hosts[d], 0});
+  return in;
+}
+
+NamedSharding named(std::shared_ptr<Mesh> m, std::vector<std::vector<std::string>> dims,
+                    std::vector<std::string> partial = {}) {
+  NamedSharding s;
+  s.mesh = std::move(m);
+  s.dims = std::move(dims);
+  s.partial_axes = std::move(partial);
+  return s;
+}
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// RL weight sync: FSDP over host 0's 8 GPUs to two tp=4 replicas on host 1.
+// Each element is needed on two devices of host 1 but must enter it once.
+TEST(PlanBounds, WeightSyncToTwoReplicasShowsTheCrossHostGap) {
+  std::vector<int32_t> hosts(16, 1);
+  std::fill(hosts.begin(), hosts.begin() + 8, 0);
+  const PlanInput in =
+      one_tensor({16384, 14336}, DType::kBF16, named(mesh({"fsdp"}, {8}, 0), {{"fsdp"}, {}}),
+                 named(mesh({"dp", "tp"}, {2, 4}, 8), {{}, {"tp"}}), hosts);
+  const PlanStats st = make_plan(in, {PlanScope::kGlobal}).stats();
+  EXPECT_EQ(st.lower_bound_cross_host_bytes, 448 * kMiB);
+  EXPECT_EQ(st.lower_bound_max_host_recv_bytes, 448 * kMiB);
+  EXPECT_EQ(st.lower_bound_max_host_send_bytes, 448 * kMiB);
+  EXPECT_EQ(st.cross_host_bytes, 896 * kMiB);  // single-hop: twice
+  EXPECT_EQ(st.lower_bound_binding, BoundKind::kHostSend);
+  EXPECT_GT(PlanStats::ratio(st.cost_seconds, st.lower_bound_cost_seconds), 1.9);
+}
+
+// One holder feeding 8 hosts: a chain or tree sends the tensor once.
+TEST(PlanBounds, OneHolderSendsOnceOverAllPlans) {
+  std::vector<int32_t> hosts(9);
+  for (int32_t d = 0; d < 9; ++d) hosts[static_cast<size_t>(d)] = d;
+  const PlanInput in = one_tensor({4096, 4096}, DType::kF32, named(mesh({"a"}, {1}, 0), {{}, {}}),
+                                  named(mesh({"r"}, {8}, 1), {{}, {}}), hosts);
+  const PlanStats st = make_plan(in, {PlanScope::kGlobal}).stats();
+  EXPECT_EQ(st.lower_bound_max_send_bytes, 64 * kMiB);
+  EXPECT_EQ(st.max_send_bytes, 8 * 64 * kMiB);
+  EXPECT_EQ(st.lower_bound_max_host_send_bytes, 64 * kMiB);
+  EXPECT_EQ(st.lower_bound_cross_host_bytes, 8 * 64 * kMiB);  // every host takes it in
+}
+
+// psum over dp=16, one device per host: a device needs one reduced value
+// per element, not every summand.
+TEST(PlanBounds, PartialSumNeedsOneValuePerElement) {
+  std::vector<int32_t> hosts(16);
+  for (int32_t d = 0; d < 16; ++d) hosts[static_cast<size_t>(d)] = d;
+  auto m = mesh({"dp"}, {16}, 0);
+  const PlanInput in =
+      one_tensor({1024, 1024}, DType::kF32, named(m, {{}, {}}, {"dp"}), named(m, {{}, {}}), hosts);
+  const PlanStats st = make_plan(in, {PlanScope::kGlobal}).stats();
+  EXPECT_EQ(st.network_bytes, 960 * kMiB);  // single-hop: 15 summands to each of 16
+  EXPECT_EQ(st.lower_bound_network_bytes, 64 * kMiB);
+  EXPECT_EQ(st.lower_bound_max_recv_bytes, 4 * kMiB);
+  EXPECT_EQ(st.lower_bound_max_host_send_bytes, 4 * kMiB);
+}
+
+// Replicas of a shard on one host share the sending: each of the 8 source
+// devices sends a quarter of what tp=4 needs from its shard.
+TEST(PlanBounds, ReplicasOnOneHostShareTheLoad) {
+  PlanInput in =
+      one_tensor({8192, 8192}, DType::kF32, named(mesh({"r", "s"}, {4, 2}, 0), {{"s"}, {}}),
+                 named(mesh({"tp"}, {4}, 8), {{"tp"}, {}}), std::vector<int32_t>(12, 0));
+  PlanInput one_process = in;
+  one_process.topology = Topology();
+  for (int64_t d = 0; d < 12; ++d) one_process.topology.add({d, 0, 0, static_cast<int32_t>(d)});
+  for (const PlanInput* p : {&in, &one_process}) {
+    const PlanStats st = make_plan(*p, {PlanScope::kGlobal}).stats();
+    EXPECT_EQ(st.lower_bound_max_send_bytes, 32 * kMiB);
+    EXPECT_EQ(st.max_send_bytes, 32 * kMiB) << "split across the replicas on the host";
+  }
+}
+
+}  // namespace
+}  // namespace reshard
