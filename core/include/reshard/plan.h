@@ -1,4 +1,4 @@
-// reshard — planning (DESIGN.md §2).
+// reshard — planning (docs/design.md §2).
 //
 // make_plan() turns tensors with source and destination layouts into a Plan:
 // which device sends which box of which tensor to whom, fused into one
@@ -116,7 +116,7 @@ struct PlanStats {
   int64_t pieces = 0;    // network + local pieces before round cutting
   int32_t rounds = 0;
   int64_t peak_staging_bytes = 0;  // max over devices and rounds of staged bytes
-  // Lower bounds (DESIGN.md §2.2, for plans without relays).
+  // Lower bounds (docs/design.md §2.2, for plans without relays).
   int64_t lower_bound_network_bytes = 0;
   int64_t lower_bound_max_send_bytes = 0;
   int64_t lower_bound_max_recv_bytes = 0;
@@ -195,7 +195,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request = {});
 uint64_t plan_fingerprint(const PlanInput& input);
 
 // Reference planner for tests and benchmarks: intersects every source entry
-// with every destination entry (the quadratic loop DESIGN.md warns against)
+// with every destination entry (the quadratic loop docs/design.md §2.1 avoids)
 // and returns the number of non-empty pieces and the network bytes it finds
 // using the same source choice.
 struct NaivePlanResult {
