@@ -1,6 +1,6 @@
 // Benchmark inputs: a 405B-class transformer (126 layers, hidden 16384, 8 KV
 // heads, MLP 53248, vocab 128256, bf16) moving from FSDP training to a
-// tensor-parallel inference layout, as DESIGN.md §2.8 describes.
+// tensor-parallel inference layout, as docs/design.md §2.8 describes.
 #pragma once
 
 #include <memory>

@@ -1,4 +1,4 @@
-# Plan wire format (DESIGN.md §4): generates plan_generated.h from
+# Plan wire format (docs/design.md §4): generates plan_generated.h from
 # schema/plan.fbs at build time and gives reshard_core the FlatBuffers headers.
 #
 # Only the header-only part of FlatBuffers is used (FlatBufferBuilder,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up the offline Rust and Go toolchain for the bindings (DESIGN.md §6):
+# Sets up the offline Rust and Go toolchain for the bindings (docs/design.md §6):
 # no public Rust or Go registry is reachable here, so
 #  - Debian packages provide flatc, Go, and the crates smallvec, bitflags and
 #    thiserror (as librust-*-dev under /usr/share/cargo/registry);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Rust and Go bindings (DESIGN.md §6), run by scripts/test.sh after ctest:
+# The Rust and Go bindings (docs/design.md §6), run by scripts/test.sh after ctest:
 #   - offline toolchain (scripts/offline-deps.sh: Debian packages, the
 #     FlatBuffers runtimes from Debian's source package, generated cargo
 #     config and go.work — no public registry is contacted);

@@ -172,7 +172,7 @@ const char* const kSingleTensorHelp =
     "Without --dst-mesh the destination uses the source mesh.\n";
 
 void add_input_options(CLI::App* cmd, InputOptions& in) {
-  cmd->add_option("--spec", in.spec, "JSON spec file (DESIGN.md section 8)")->type_name("FILE");
+  cmd->add_option("--spec", in.spec, "JSON spec file (format: docs/spec.md)")->type_name("FILE");
   const char* const kGroup = "Single tensor (instead of --spec)";
   in.shape_option =
       cmd->add_option("--shape", in.shape, "shape, e.g. 4096,11008 (\"\" for a scalar)")

@@ -1,8 +1,10 @@
 // reshard: plan, draw, verify and benchmark reshards from the command line.
 #include <iostream>
+#include <string>
 
 #include "cli.h"
 #include "reshard/error.h"
+#include "reshard/reshard.h"  // version macros only: the CLI links the core, not libreshard
 
 namespace {
 
@@ -26,6 +28,11 @@ int main(int argc, char** argv) {
   using namespace reshard::cli;
   CLI::App app{"reshard: plan and execute resharding of tensors between device meshes"};
   app.require_subcommand(1);
+  // The release of the sources this binary was built from (the core is linked
+  // in) and the C ABI version libreshard.so of the same release provides.
+  app.set_version_flag("--version", "reshard " RESHARD_VERSION_STRING " (C ABI " +
+                                        std::to_string(RESHARD_ABI_MAJOR) + "." +
+                                        std::to_string(RESHARD_ABI_MINOR) + ")");
   app.footer(
       "Examples:\n"
       "  reshard plan --spec examples/specs/small_transformer.json\n"
@@ -42,7 +49,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     return usage_error(app, e.what());
   }
   try {

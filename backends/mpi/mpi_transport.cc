@@ -1,4 +1,4 @@
-// The `mpi` transport (DESIGN.md §3): host memory, non-blocking
+// The `mpi` transport (docs/design.md §3.4): host memory, non-blocking
 // point-to-point over a private duplicate of the caller's communicator.
 // Built into libreshard_mpi.so.1, whose only export is the entry point of
 // core/src/exec/backend_abi.h; reshard loads it at run time.

@@ -3,7 +3,7 @@
 // whole plan runs through reshard::Engine as a weight sync would, and the
 // bytes written to destination shards per second are compared with
 // cudaMemcpy device-to-device of the same number of bytes in the same run
-// (DESIGN.md §9: ratios against an in-run baseline).
+// (docs/design.md §9.7: ratios against an in-run baseline).
 //
 //   engine_bandwidth --spec F [--iters K] [--verify]
 //

@@ -1,6 +1,6 @@
 // Bandwidth of the fused pack / unpack / reduce kernels (backends/cuda) on
 // representative strided boxes, as a ratio to cudaMemcpy device-to-device of
-// the same bytes measured in the same run (DESIGN.md §9: benchmarks print
+// the same bytes measured in the same run (docs/design.md §9.7: benchmarks print
 // ratios against an in-run baseline).
 //
 // Every case goes through the public path the engine uses: one

@@ -1,5 +1,5 @@
 // reshard's MPI execution against ScaLAPACK's pdgemr2d on the same 2-d
-// redistributions, in one run (DESIGN.md §9: benchmarks print ratios
+// redistributions, in one run (docs/design.md §9.7: benchmarks print ratios
 // against baselines measured in the same run).
 //
 //   mpirun -np 4 bench_scalapack [--n 4000] [--iters 10]

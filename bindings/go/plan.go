@@ -58,7 +58,7 @@ const (
 )
 
 // PlanStats are the global statistics of a plan (reshard_plan_stats_t).
-// Lower bounds follow DESIGN.md §2.2; the optimality gap is figure / bound.
+// Lower bounds follow docs/design.md §2.2; the optimality gap is figure / bound.
 type PlanStats struct {
 	NetworkBytes           int64   `json:"network_bytes"`
 	LocalBytes             int64   `json:"local_bytes"`

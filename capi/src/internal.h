@@ -1,8 +1,8 @@
 // Shared machinery of the C ABI: the handle structs behind the opaque C
 // types, the exception boundary, argument checks, and the struct_size rules
 // for options and result structs. Every exported function is a thin
-// translation over the C++ API (CONVENTIONS.md: "the C ABI is a thin
-// translation").
+// translation over the C++ API: it converts arguments, calls the core and
+// turns exceptions into error objects, and adds no behaviour of its own.
 #pragma once
 
 #include <cstddef>

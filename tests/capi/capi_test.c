@@ -1,4 +1,4 @@
-/* The C ABI test suite (DESIGN.md §5). Plain C11, compiled with -Wall
+/* The C ABI test suite (docs/design.md §5). Plain C11, compiled with -Wall
  * -Wextra -Werror -pedantic against reshard.h only. It calls every exported
  * function, including each error path: for each it checks the error code,
  * that the message names the bad argument, and that outputs stay untouched.

@@ -1,6 +1,6 @@
 # cmake -DLIBRARY=<libreshard.so> [-DSANITIZE=ON] -P check_exports.cmake
 #
-# Checks the linker interface of libreshard.so (DESIGN.md §5):
+# Checks the linker interface of libreshard.so (docs/design.md §5):
 #  - `nm -D --defined-only` lists only reshard_* functions (plus the symbol
 #    version node RESHARD_1.x), and reshard_get_api among them;
 #  - the SONAME is libreshard.so.1;

@@ -213,6 +213,26 @@ def case_plan_threads():
     check("3 threads" in out and "one thread, plan identical" in out, out)
 
 
+def case_version():
+    # `reshard --version` names the release and the C ABI version of the same
+    # sources: the values of reshard.h's macros (which CMake checks against the
+    # project version).
+    with open(os.path.join(SRC, "capi", "include", "reshard", "reshard.h")) as f:
+        header = f.read()
+
+    def macro(name):
+        m = re.search(r"^#define " + name + r" +(\S+)", header, re.M)
+        check(m is not None, f"reshard.h defines no {name}")
+        return m.group(1)
+
+    want = (f"reshard {macro('RESHARD_VERSION_STRING').strip(chr(34))} "
+            f"(C ABI {macro('RESHARD_ABI_MAJOR')}.{macro('RESHARD_ABI_MINOR')})\n")
+    p = run("--version")
+    check(p.stdout == want, f"--version printed {p.stdout!r}, expected {want!r}")
+    check(p.stderr == "", p.stderr)
+    check("--version" in run("--help").stdout, "--help does not list --version")
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":

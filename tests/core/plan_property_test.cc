@@ -1,4 +1,4 @@
-// Property tests of the planner on thousands of random cases (DESIGN.md §2).
+// Property tests of the planner on thousands of random cases (docs/design.md §2, §9.2).
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -1,4 +1,4 @@
-// libFuzzer target for the plan decoder (DESIGN.md §4, §9): arbitrary bytes
+// libFuzzer target for the plan decoder (docs/design.md §4, §9.5): arbitrary bytes
 // either fail with kCorrupt or decode to a plan that re-encodes to a plan
 // equal to itself and that the host executor can run without touching memory
 // outside its buffers (ASan and UBSan watch both).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packaging check (DESIGN.md §3): the reshard CLI and libreshard.so must run on
+# Packaging check (docs/design.md §3.6): the reshard CLI and libreshard.so must run on
 # machines without MPI, CUDA or NCCL, so none of those may be a DT_NEEDED
 # dependency; MPI support comes from libreshard_mpi.so.1, loaded at run time.
 set -euo pipefail

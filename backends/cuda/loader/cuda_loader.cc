@@ -1,4 +1,4 @@
-// Loads the CUDA backend, libreshard_cuda.so.1, on first use (DESIGN.md §3,
+// Loads the CUDA backend, libreshard_cuda.so.1, on first use (docs/design.md §3.6,
 // packaging). Compiled into reshard_core, which links no CUDA library: the
 // factories of reshard/cuda.h land here and forward to the backend's entry
 // table (core/src/exec/backend_abi.h); the search and dlopen are

@@ -1,4 +1,4 @@
-// The `nccl` transport (DESIGN.md §3): CUDA memory, one communicator per
+// The `nccl` transport (docs/design.md §3.4): CUDA memory, one communicator per
 // local GPU, each batch of the engine one ncclGroupStart/ncclGroupEnd group
 // of ncclSend/ncclRecv on the GPUs' streams, copies by the fused kernels on
 // the same streams. Everything a GPU does is ordered on its one stream, so

@@ -1,5 +1,5 @@
 //! Generates the plan reader from schema/plan.fbs with `flatc --rust` into
-//! OUT_DIR (DESIGN.md §6: the schema is the single source of truth).
+//! OUT_DIR (docs/design.md §6: the schema is the single source of truth).
 //!
 //! `FLATC` names the compiler (default `flatc` on PATH); it must be a 2.0.x
 //! release, whose generated code matches the `flatbuffers` 2.x runtime.

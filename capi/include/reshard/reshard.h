@@ -1,5 +1,5 @@
 /*
- * reshard.h — the stable C ABI of reshard (DESIGN.md §5).
+ * reshard.h — the stable C ABI of reshard (docs/design.md §5).
  *
  * reshard plans and executes the movement of sharded tensors from one device
  * layout to another. This header is plain C11, self-contained, and the only
@@ -415,7 +415,7 @@ typedef struct reshard_plan_input reshard_plan_input_t;
  * Errors: INVALID_ARGUMENT (out NULL), OUT_OF_MEMORY. */
 RESHARD_API reshard_error_t* reshard_plan_input_create(reshard_plan_input_t** out_input);
 
-/* Parses a JSON spec (DESIGN.md §8: meshes, tensors with named shardings,
+/* Parses a JSON spec (docs/spec.md: meshes, tensors with named shardings,
  * processes/hosts, optional options) of `length` bytes (need not be
  * NUL-terminated) into a new input.
  * Errors: INVALID_ARGUMENT (json NULL with length > 0; out NULL), PARSE
@@ -510,7 +510,7 @@ RESHARD_API reshard_error_t* reshard_plan_fingerprint(const reshard_plan_t* plan
                                                       uint64_t* out_fingerprint);
 
 /* Global statistics of a plan (C++ reshard::PlanStats). Lower bounds follow
- * DESIGN.md §2.2; a plan's optimality gap is figure / lower bound. */
+ * docs/design.md §2.2; a plan's optimality gap is figure / lower bound. */
 typedef struct reshard_plan_stats {
   size_t struct_size;
   int64_t network_bytes; /* bytes that leave their device */
@@ -866,7 +866,7 @@ RESHARD_API reshard_error_t* reshard_executor_execute(const reshard_executor_t* 
                                                       size_t num_tensors);
 
 /* ------------------------------------------------------------------------ */
-/* Verification oracle (DESIGN.md §9)                                       */
+/* Verification oracle (docs/design.md §9.1)                                */
 /* ------------------------------------------------------------------------ */
 
 /* Fills source entry `entry` of tensor `tensor` with the oracle's values

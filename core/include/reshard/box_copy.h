@@ -1,4 +1,4 @@
-// reshard — the N-d strided box copy core (DESIGN.md §3): pack, unpack,
+// reshard — the N-d strided box copy core (docs/design.md §3.1): pack, unpack,
 // device-local copy and reduce-on-unpack, written once.
 //
 // Everything marked RESHARD_HD compiles for the host and inside CUDA kernels:

@@ -1,4 +1,4 @@
-// reshard — distributed execution (DESIGN.md §3): one engine over
+// reshard — distributed execution (docs/design.md §3.3): one engine over
 // transports. Each process executes its own part of a plan: local copies,
 // then round by round pack, send/receive, unpack or reduce, with bounded
 // staging and deadlines on every wait. docs/distributed.md has the guide.

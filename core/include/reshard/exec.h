@@ -1,4 +1,4 @@
-// reshard — in-process host execution (DESIGN.md §3, transport `local`).
+// reshard — in-process host execution (docs/design.md §3.2, transport `local`).
 #pragma once
 
 #include <cstdint>

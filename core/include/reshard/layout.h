@@ -1,4 +1,4 @@
-// reshard — meshes, shardings, topology and box layouts (DESIGN.md §1).
+// reshard — meshes, shardings, topology and box layouts (docs/design.md §1.3).
 //
 // A NamedSharding (JAX NamedSharding / DTensor placements) lowers to a Layout:
 // the canonical list of (device, summand, box) entries, sorted by device.

@@ -1,4 +1,4 @@
-// reshard — the verification oracle (DESIGN.md §9): deterministic source
+// reshard — the verification oracle (docs/design.md §9.1): deterministic source
 // data whose values encode their own global index, and a check of every
 // destination element against it. Used by `reshard verify`, the tests, the
 // C ABI and the multi-process runners.

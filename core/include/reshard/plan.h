@@ -1,4 +1,4 @@
-// reshard — planning (DESIGN.md §2).
+// reshard — planning (docs/design.md §2).
 //
 // make_plan() turns tensors with source and destination layouts into a Plan:
 // which device sends which box of which tensor to whom, fused into one
@@ -234,7 +234,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request = {});
 uint64_t plan_fingerprint(const PlanInput& input);
 
 // Reference planner for tests and benchmarks: intersects every source entry
-// with every destination entry (the quadratic loop DESIGN.md warns against)
+// with every destination entry (the quadratic loop docs/design.md §2.1 avoids)
 // and returns the number of non-empty pieces and the network bytes it finds
 // using the same source choice.
 struct NaivePlanResult {

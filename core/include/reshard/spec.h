@@ -1,4 +1,4 @@
-// reshard — JSON spec files (DESIGN.md §8).
+// reshard — JSON spec files (format: docs/spec.md).
 #pragma once
 
 #include <map>

@@ -1,5 +1,5 @@
 // reshard — the transport interface the distributed engine drives
-// (DESIGN.md §3). The engine (reshard/engine.h) decides what moves when; a
+// (docs/design.md §3.4). The engine (reshard/engine.h) decides what moves when; a
 // transport moves bytes between the ranks of one group and owns the memory
 // it moves them through.
 //

@@ -1,4 +1,4 @@
-// reshard — plans as FlatBuffers bytes (DESIGN.md §4, schema/plan.fbs).
+// reshard — plans as FlatBuffers bytes (docs/design.md §4, schema/plan.fbs).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Internal: the entry point of run-time loaded backends (DESIGN.md §3,
+// Internal: the entry point of run-time loaded backends (docs/design.md §3.6,
 // packaging). reshard never links MPI; backends/mpi builds
 // libreshard_mpi.so.1, whose only exported symbol is
 // reshard_backend_mpi_v1, and core/src/exec/backend_loader.cc dlopens it.

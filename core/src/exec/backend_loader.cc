@@ -1,4 +1,4 @@
-// Loads transport backends at run time (DESIGN.md §3, packaging): reshard
+// Loads transport backends at run time (docs/design.md §3.6): reshard
 // links neither MPI nor CUDA; make_mpi_transport dlopens libreshard_mpi.so.1,
 // which does. See backend_abi.h for the entry point. load_backend
 // (backend_loader.h) is the search-and-dlopen loop of both backend loaders.

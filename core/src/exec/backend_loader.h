@@ -1,4 +1,4 @@
-// Internal: loading a transport backend library at run time (DESIGN.md §3,
+// Internal: loading a transport backend library at run time (docs/design.md §3.6,
 // packaging), shared by the MPI loader (backend_loader.cc) and the CUDA
 // loader (backends/cuda/loader/cuda_loader.cc). Each backend exports one
 // entry point returning a static table (backend_abi.h); only the table's

@@ -1,4 +1,4 @@
-// In-process host execution of a whole plan (DESIGN.md §3, transport
+// In-process host execution of a whole plan (docs/design.md §3.2, transport
 // `local`): every piece is copied straight from its source shard buffer to its
 // destination shard buffer, no staging. Partial sources are reduced per
 // destination entry in an accumulator and rounded once.

@@ -1,5 +1,5 @@
 // Internal: output-sensitive enumeration of the pieces of one tensor
-// (DESIGN.md §2.1-2.3). Every decision a piece depends on — which cells a
+// (docs/design.md §2.1-2.3). Every decision a piece depends on — which cells a
 // destination box is cut into, which replica sends each cell, how a cell is
 // split across replicas — is a pure function of the tensor, the destination
 // entry and the cell, so a process can derive its own pieces from either

@@ -1,4 +1,4 @@
-// Internal: bounded staging (DESIGN.md §2.6).
+// Internal: bounded staging (docs/design.md §2.6).
 //
 // The rule. A (source, destination) stream — its pieces back to back in
 // message order, B bytes — between devices a and b has a chunk

@@ -1,4 +1,4 @@
-// JSON spec files (DESIGN.md §8): meshes, tensors with source and destination
+// JSON spec files (docs/spec.md): meshes, tensors with source and destination
 // layouts, planner options. Every error names the JSON path of the offending
 // value; nothing from nlohmann escapes as anything but a reshard::Error.
 #include "reshard/spec.h"

@@ -1,4 +1,4 @@
-// reshard — execution on CUDA devices (DESIGN.md §3): the `cuda` local
+// reshard — execution on CUDA devices (docs/design.md §3.4): the `cuda` local
 // transport (one process owns every device of a plan) and the `nccl`
 // transport (one or more GPUs per process, NCCL between processes). Both
 // plug into reshard::Engine (reshard/engine.h); docs/gpu.md has the guide.

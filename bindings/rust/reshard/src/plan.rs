@@ -73,7 +73,7 @@ pub enum PieceList {
 }
 
 /// Global statistics of a plan (`reshard_plan_stats_t`). Lower bounds follow
-/// DESIGN.md §2.2; a plan's optimality gap is figure / lower bound.
+/// docs/design.md §2.2; a plan's optimality gap is figure / lower bound.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct PlanStats {
     /// Bytes that leave their device.
