@@ -245,8 +245,104 @@ func (rcv *PlanStats) PerDeviceLength() int {
 	return 0
 }
 
+func (rcv *PlanStats) Stages() int32 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(38))
+	if o != 0 {
+		return rcv._tab.GetInt32(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *PlanStats) MutateStages(n int32) bool {
+	return rcv._tab.MutateInt32Slot(38, n)
+}
+
+func (rcv *PlanStats) MaxHostSendBytes() int64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(40))
+	if o != 0 {
+		return rcv._tab.GetInt64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *PlanStats) MutateMaxHostSendBytes(n int64) bool {
+	return rcv._tab.MutateInt64Slot(40, n)
+}
+
+func (rcv *PlanStats) MaxHostRecvBytes() int64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(42))
+	if o != 0 {
+		return rcv._tab.GetInt64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *PlanStats) MutateMaxHostRecvBytes(n int64) bool {
+	return rcv._tab.MutateInt64Slot(42, n)
+}
+
+func (rcv *PlanStats) LowerBoundCrossHostBytes() int64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(44))
+	if o != 0 {
+		return rcv._tab.GetInt64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *PlanStats) MutateLowerBoundCrossHostBytes(n int64) bool {
+	return rcv._tab.MutateInt64Slot(44, n)
+}
+
+func (rcv *PlanStats) LowerBoundMaxHostSendBytes() int64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(46))
+	if o != 0 {
+		return rcv._tab.GetInt64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *PlanStats) MutateLowerBoundMaxHostSendBytes(n int64) bool {
+	return rcv._tab.MutateInt64Slot(46, n)
+}
+
+func (rcv *PlanStats) LowerBoundMaxHostRecvBytes() int64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(48))
+	if o != 0 {
+		return rcv._tab.GetInt64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *PlanStats) MutateLowerBoundMaxHostRecvBytes(n int64) bool {
+	return rcv._tab.MutateInt64Slot(48, n)
+}
+
+func (rcv *PlanStats) LowerBoundBinding() BoundKind {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(50))
+	if o != 0 {
+		return BoundKind(rcv._tab.GetInt32(o + rcv._tab.Pos))
+	}
+	return 0
+}
+
+func (rcv *PlanStats) MutateLowerBoundBinding(n BoundKind) bool {
+	return rcv._tab.MutateInt32Slot(50, int32(n))
+}
+
+func (rcv *PlanStats) LowerBoundBindingId() int64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(52))
+	if o != 0 {
+		return rcv._tab.GetInt64(o + rcv._tab.Pos)
+	}
+	return -1
+}
+
+func (rcv *PlanStats) MutateLowerBoundBindingId(n int64) bool {
+	return rcv._tab.MutateInt64Slot(52, n)
+}
+
 func PlanStatsStart(builder *flatbuffers.Builder) {
-	builder.StartObject(17)
+	builder.StartObject(25)
 }
 func PlanStatsAddNetworkBytes(builder *flatbuffers.Builder, networkBytes int64) {
 	builder.PrependInt64Slot(0, networkBytes, 0)
@@ -301,6 +397,30 @@ func PlanStatsAddPerDevice(builder *flatbuffers.Builder, perDevice flatbuffers.U
 }
 func PlanStatsStartPerDeviceVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
 	return builder.StartVector(4, numElems, 4)
+}
+func PlanStatsAddStages(builder *flatbuffers.Builder, stages int32) {
+	builder.PrependInt32Slot(17, stages, 0)
+}
+func PlanStatsAddMaxHostSendBytes(builder *flatbuffers.Builder, maxHostSendBytes int64) {
+	builder.PrependInt64Slot(18, maxHostSendBytes, 0)
+}
+func PlanStatsAddMaxHostRecvBytes(builder *flatbuffers.Builder, maxHostRecvBytes int64) {
+	builder.PrependInt64Slot(19, maxHostRecvBytes, 0)
+}
+func PlanStatsAddLowerBoundCrossHostBytes(builder *flatbuffers.Builder, lowerBoundCrossHostBytes int64) {
+	builder.PrependInt64Slot(20, lowerBoundCrossHostBytes, 0)
+}
+func PlanStatsAddLowerBoundMaxHostSendBytes(builder *flatbuffers.Builder, lowerBoundMaxHostSendBytes int64) {
+	builder.PrependInt64Slot(21, lowerBoundMaxHostSendBytes, 0)
+}
+func PlanStatsAddLowerBoundMaxHostRecvBytes(builder *flatbuffers.Builder, lowerBoundMaxHostRecvBytes int64) {
+	builder.PrependInt64Slot(22, lowerBoundMaxHostRecvBytes, 0)
+}
+func PlanStatsAddLowerBoundBinding(builder *flatbuffers.Builder, lowerBoundBinding BoundKind) {
+	builder.PrependInt32Slot(23, int32(lowerBoundBinding), 0)
+}
+func PlanStatsAddLowerBoundBindingId(builder *flatbuffers.Builder, lowerBoundBindingId int64) {
+	builder.PrependInt64Slot(24, lowerBoundBindingId, -1)
 }
 func PlanStatsEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()
