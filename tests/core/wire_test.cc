@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -746,6 +747,42 @@ TEST(WireHostile, RankAboveMaximumIsRejected) {
   auto topo = fb::CreateTopology(b);
   expect_corrupt(finish(b, fb::CreatePlan(b, 1, 0, 0, options, topo, tilings)),
                  "tilings[0].shard_counts");
+}
+
+}  // namespace
+}  // namespace reshard
+
+namespace reshard {
+namespace {
+
+// Regression: make_plan accepted +inf for alpha_seconds and the bandwidths,
+// which decode_plan rejects, so such a plan encoded to bytes its own decoder
+// called corrupt. Options must be finite where they enter.
+TEST(PlanValidation, InfiniteCostModelOptionsAreRejected) {
+  testing::CaseGen gen(11);
+  const PlanInput base = gen.input();
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    double PlanOptions::*field;
+    const char* name;
+  };
+  for (Case c :
+       {Case{&PlanOptions::alpha_seconds, "options.alpha_seconds"},
+        Case{&PlanOptions::intra_host_bytes_per_second, "options.intra_host_bytes_per_second"},
+        Case{&PlanOptions::inter_host_bytes_per_second, "options.inter_host_bytes_per_second"}}) {
+    PlanInput in = base;
+    in.options.*c.field = inf;
+    try {
+      make_plan(in);
+      ADD_FAILURE() << c.name << " = inf accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(c.name), std::string::npos) << e.what();
+    }
+  }
+  // Every finite plan still round-trips.
+  const Plan plan = make_plan(base);
+  EXPECT_NO_THROW(decode_plan(encode_plan(plan)));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // make_plan: validation, per-process parts, global statistics, fingerprint.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -32,12 +33,16 @@ constexpr uint64_t kPlannerVersion = 3;
 void validate_options(const PlanOptions& o) {
   if (o.split_min_bytes < 0)
     fail(ErrorCode::kInvalidArgument, "options.split_min_bytes: must be non-negative");
-  if (!(o.alpha_seconds >= 0))
-    fail(ErrorCode::kInvalidArgument, "options.alpha_seconds: must be non-negative");
-  if (!(o.intra_host_bytes_per_second > 0))
-    fail(ErrorCode::kInvalidArgument, "options.intra_host_bytes_per_second: must be positive");
-  if (!(o.inter_host_bytes_per_second > 0))
-    fail(ErrorCode::kInvalidArgument, "options.inter_host_bytes_per_second: must be positive");
+  // Finite, as the plan decoder requires: a plan must decode from the bytes
+  // it encodes to.
+  if (!(o.alpha_seconds >= 0) || !std::isfinite(o.alpha_seconds))
+    fail(ErrorCode::kInvalidArgument, "options.alpha_seconds: must be non-negative and finite");
+  if (!(o.intra_host_bytes_per_second > 0) || !std::isfinite(o.intra_host_bytes_per_second))
+    fail(ErrorCode::kInvalidArgument,
+         "options.intra_host_bytes_per_second: must be positive and finite");
+  if (!(o.inter_host_bytes_per_second > 0) || !std::isfinite(o.inter_host_bytes_per_second))
+    fail(ErrorCode::kInvalidArgument,
+         "options.inter_host_bytes_per_second: must be positive and finite");
   if (o.staging_budget_bytes < 0)
     fail(ErrorCode::kInvalidArgument, "options.staging_budget_bytes: must be non-negative");
 }
