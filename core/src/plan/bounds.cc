@@ -229,11 +229,6 @@ Bounds compute_bounds(const Context& ctx) {
     b.host_of_device[d] = h;
     ++b.host_devices[h];
   }
-  std::vector<uint8_t> holds(ndev, 0);
-  for (const TensorCtx& t : ctx.tensors)
-    for (uint32_t r = 0; r < t.src->num_entries(); ++r)
-      if (!t.src->box(r).empty()) holds[t.st->dense[r]] = 1;
-  for (uint8_t h : holds) b.holders += h;
   b.missing.assign(ndev, 0);
   b.forced.assign(ndev, 0);
   b.ingress.assign(nh, 0);
@@ -257,6 +252,14 @@ Bounds compute_bounds(const Context& ctx) {
   BoundsWalker walk(ctx, b);
   Enumerator en(ctx.input.options);
   std::vector<uint32_t> order, same;
+  // Devices holding anything (tensors of a group share their empty boxes).
+  std::vector<int64_t> holds(ndev, 0);
+  for (const auto& [key, esum] : groups) {
+    const TensorCtx& t = ctx.tensors[first.at(key)];
+    for (uint32_t r = 0; r < t.src->num_entries(); ++r)
+      if (!t.src->box(r).empty()) holds[t.st->dense[r]] = 1;
+  }
+  for (int64_t h : holds) b.holders += h;
   for (const auto& [key, esum] : groups) {
     const TensorCtx& t = ctx.tensors[first.at(key)];
     const Geometry& dg = *t.dg;
