@@ -77,6 +77,18 @@ type PlanStats struct {
 	LowerBoundCostSeconds  float64 `json:"lower_bound_cost_seconds"`
 	PlanSeconds            float64 `json:"plan_seconds"`
 	NumDevices             uint64  `json:"num_devices"`
+	// Since C ABI 1.2: steps of the plan, the busiest host's cross-host
+	// traffic, and host-level bounds over all plans (relays and trees
+	// included); LowerBoundBinding is the RESHARD_BOUND_* value of the bound
+	// that gives LowerBoundCostSeconds, LowerBoundBindingID its device or host.
+	Stages                     int64 `json:"stages"`
+	MaxHostSendBytes           int64 `json:"max_host_send_bytes"`
+	MaxHostRecvBytes           int64 `json:"max_host_recv_bytes"`
+	LowerBoundCrossHostBytes   int64 `json:"lower_bound_cross_host_bytes"`
+	LowerBoundMaxHostSendBytes int64 `json:"lower_bound_max_host_send_bytes"`
+	LowerBoundMaxHostRecvBytes int64 `json:"lower_bound_max_host_recv_bytes"`
+	LowerBoundBinding          int32 `json:"lower_bound_binding"`
+	LowerBoundBindingID        int64 `json:"lower_bound_binding_id"`
 }
 
 // DeviceTraffic is the traffic of one device (reshard_device_traffic_t).
@@ -267,6 +279,13 @@ func (p *Plan) Stats() (PlanStats, error) {
 		LowerBoundMaxRecvBytes: int64(s.lower_bound_max_recv_bytes),
 		CostSeconds:            float64(s.cost_seconds), LowerBoundCostSeconds: float64(s.lower_bound_cost_seconds),
 		PlanSeconds: float64(s.plan_seconds), NumDevices: uint64(s.num_devices),
+		Stages: int64(s.stages), MaxHostSendBytes: int64(s.max_host_send_bytes),
+		MaxHostRecvBytes:           int64(s.max_host_recv_bytes),
+		LowerBoundCrossHostBytes:   int64(s.lower_bound_cross_host_bytes),
+		LowerBoundMaxHostSendBytes: int64(s.lower_bound_max_host_send_bytes),
+		LowerBoundMaxHostRecvBytes: int64(s.lower_bound_max_host_recv_bytes),
+		LowerBoundBinding:          int32(s.lower_bound_binding),
+		LowerBoundBindingID:        int64(s.lower_bound_binding_id),
 	}, nil
 }
 

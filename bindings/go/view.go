@@ -102,6 +102,13 @@ func (v *PlanView) Stats() (PlanStats, bool) {
 		LowerBoundMaxRecvBytes: s.LowerBoundMaxRecvBytes(), CostSeconds: s.CostSeconds(),
 		LowerBoundCostSeconds: s.LowerBoundCostSeconds(), PlanSeconds: s.PlanSeconds(),
 		NumDevices: uint64(s.PerDeviceLength()),
+		Stages:     int64(s.Stages()), MaxHostSendBytes: s.MaxHostSendBytes(),
+		MaxHostRecvBytes:           s.MaxHostRecvBytes(),
+		LowerBoundCrossHostBytes:   s.LowerBoundCrossHostBytes(),
+		LowerBoundMaxHostSendBytes: s.LowerBoundMaxHostSendBytes(),
+		LowerBoundMaxHostRecvBytes: s.LowerBoundMaxHostRecvBytes(),
+		LowerBoundBinding:          int32(s.LowerBoundBinding()),
+		LowerBoundBindingID:        s.LowerBoundBindingId(),
 	}, true
 }
 

@@ -23,11 +23,16 @@ namespace {
 constexpr size_t kPlanRequestV1Size = RESHARD_CAPI_V1_SIZE(reshard_plan_request_t, reserved0);
 constexpr size_t kPlanRequestV1_1Size = RESHARD_CAPI_V1_SIZE(reshard_plan_request_t, reserved1);
 constexpr size_t kPlanStatsV1Size = RESHARD_CAPI_V1_SIZE(reshard_plan_stats_t, num_devices);
+constexpr size_t kPlanStatsV1_2Size =
+    RESHARD_CAPI_V1_SIZE(reshard_plan_stats_t, lower_bound_binding_id);
 constexpr size_t kDeviceTrafficV1Size =
     RESHARD_CAPI_V1_SIZE(reshard_device_traffic_t, recv_messages);
 static_assert(kPlanRequestV1Size == offsetof(reshard_plan_request_t, threads));
 static_assert(kPlanRequestV1_1Size == sizeof(reshard_plan_request_t));
-static_assert(kPlanStatsV1Size == sizeof(reshard_plan_stats_t));
+static_assert(kPlanStatsV1Size == offsetof(reshard_plan_stats_t, stages));
+static_assert(kPlanStatsV1_2Size == sizeof(reshard_plan_stats_t));
+static_assert(RESHARD_BOUND_HOST_SEND == static_cast<int32_t>(reshard::BoundKind::kHostSend));
+static_assert(RESHARD_BOUND_DEVICE_RECV == static_cast<int32_t>(reshard::BoundKind::kDeviceRecv));
 static_assert(kDeviceTrafficV1Size == sizeof(reshard_device_traffic_t));
 
 const reshard::PlanStats& stats_of(const reshard_plan_t* plan) {
@@ -105,6 +110,14 @@ reshard_error_t* reshard_plan_stats(const reshard_plan_t* plan, reshard_plan_sta
     c.lower_bound_cost_seconds = s.lower_bound_cost_seconds;
     c.plan_seconds = s.plan_seconds;
     c.num_devices = s.per_device.size();
+    c.stages = s.stages;
+    c.max_host_send_bytes = s.max_host_send_bytes;
+    c.max_host_recv_bytes = s.max_host_recv_bytes;
+    c.lower_bound_cross_host_bytes = s.lower_bound_cross_host_bytes;
+    c.lower_bound_max_host_send_bytes = s.lower_bound_max_host_send_bytes;
+    c.lower_bound_max_host_recv_bytes = s.lower_bound_max_host_recv_bytes;
+    c.lower_bound_binding = static_cast<reshard_bound_kind_t>(s.lower_bound_binding);
+    c.lower_bound_binding_id = s.lower_bound_binding_id;
     write_struct(c, out_stats);
   });
 }

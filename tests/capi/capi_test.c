@@ -1055,6 +1055,26 @@ static void test_stats(void) {
   CHECK(stats.cross_host_bytes == stats.network_bytes);    /* hosts = processes */
   CHECK(stats.plan_seconds >= 0);
   CHECK(stats.num_devices == 8);
+  /* 1.2: host figures and bounds over all plans. Every device is on its own
+   * process and so its own host here: host bounds equal device ones. */
+  CHECK(stats.stages == 1);
+  CHECK(stats.lower_bound_cross_host_bytes <= stats.cross_host_bytes);
+  CHECK(stats.lower_bound_cross_host_bytes > 0);
+  CHECK(stats.max_host_send_bytes >= stats.lower_bound_max_host_send_bytes);
+  CHECK(stats.max_host_recv_bytes >= stats.lower_bound_max_host_recv_bytes);
+  CHECK(stats.lower_bound_max_host_recv_bytes > 0);
+  CHECK(stats.lower_bound_binding >= RESHARD_BOUND_DEVICE_RECV &&
+        stats.lower_bound_binding <= RESHARD_BOUND_HOST_SEND);
+  CHECK(stats.lower_bound_binding_id >= 0);
+  {
+    /* A 1.1-sized struct gets the 1.1 fields and nothing past them. */
+    reshard_plan_stats_t old;
+    memset(&old, 0x55, sizeof old);
+    old.struct_size = offsetof(reshard_plan_stats_t, stages);
+    CHECK_OK(reshard_plan_stats(plan, &old));
+    CHECK(old.num_devices == 8 && old.network_bytes == stats.network_bytes);
+    CHECK(old.stages == 0x5555555555555555);
+  }
   for (i = 0; i < stats.num_devices; ++i) {
     traffic.device = -1;
     CHECK_OK(reshard_plan_device_traffic(plan, (size_t)i, &traffic));
@@ -1908,10 +1928,10 @@ static void test_transports(void) {
   int32_t available = -1, process = -1, host = -1, ordinal = -1;
   reshard_transport_t t;
 
-  /* The 1.1 table: minor 1, the new fields point at the new functions. */
+  /* The 1.1 table (minor 1 or later), the new fields point at the new functions. */
   REQUIRE(api != NULL);
-  CHECK(RESHARD_ABI_MINOR == 1);
-  CHECK(api->abi_minor == 1);
+  CHECK(RESHARD_ABI_MINOR >= 1);
+  CHECK(api->abi_minor == RESHARD_ABI_MINOR);
   CHECK(api->struct_size >= offsetof(reshard_api_t, plan_device_location) + sizeof(void*));
   CHECK(api->transport_available == &reshard_transport_available);
   CHECK(api->executor_info == &reshard_executor_info);

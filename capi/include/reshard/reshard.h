@@ -109,7 +109,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 1
+#define RESHARD_ABI_MINOR 2
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -509,8 +509,20 @@ RESHARD_API void reshard_plan_destroy(reshard_plan_t* plan);
 RESHARD_API reshard_error_t* reshard_plan_fingerprint(const reshard_plan_t* plan,
                                                       uint64_t* out_fingerprint);
 
-/* Global statistics of a plan (C++ reshard::PlanStats). Lower bounds follow
- * docs/design.md §2.2; a plan's optimality gap is figure / lower bound. */
+/* Which lower bound limits a plan's cost estimate (C++ reshard::BoundKind).
+ * Since 1.2. */
+typedef int32_t reshard_bound_kind_t;
+enum {
+  RESHARD_BOUND_NONE = 0,
+  RESHARD_BOUND_DEVICE_RECV = 1, /* a device's bytes to receive */
+  RESHARD_BOUND_DEVICE_SEND = 2, /* a device's bytes only it holds */
+  RESHARD_BOUND_HOST_RECV = 3,   /* a host's bytes to take in over its NICs */
+  RESHARD_BOUND_HOST_SEND = 4    /* a host's bytes only it holds */
+};
+
+/* Global statistics of a plan (C++ reshard::PlanStats). Lower bounds hold
+ * over all plans, relays and reduction trees included (docs/design.md
+ * §2.2); a plan's optimality gap is figure / lower bound. */
 typedef struct reshard_plan_stats {
   size_t struct_size;
   int64_t network_bytes; /* bytes that leave their device */
@@ -530,10 +542,28 @@ typedef struct reshard_plan_stats {
   double lower_bound_cost_seconds;
   double plan_seconds;  /* wall time of planning (not part of the fingerprint) */
   uint64_t num_devices; /* entries for reshard_plan_device_traffic */
+  /* Since 1.2 (a 1.1-sized struct gets the fields above only). */
+  int64_t stages; /* steps of the plan; 1 for a single-hop plan with work */
+  /* Bytes the busiest host sends to / receives from other hosts. */
+  int64_t max_host_send_bytes;
+  int64_t max_host_recv_bytes;
+  /* Host-level lower bounds (over all plans, relays and trees included):
+   * cross-host total, the busiest host's egress and ingress. */
+  int64_t lower_bound_cross_host_bytes;
+  int64_t lower_bound_max_host_send_bytes;
+  int64_t lower_bound_max_host_recv_bytes;
+  /* The bound that gives lower_bound_cost_seconds, and the device (device
+   * kinds) or host (host kinds) it concerns; -1 with RESHARD_BOUND_NONE. */
+  reshard_bound_kind_t lower_bound_binding;
+  int32_t reserved0; /* 0 */
+  int64_t lower_bound_binding_id;
 } reshard_plan_stats_t;
 
-#define RESHARD_PLAN_STATS_INIT \
-  { sizeof(reshard_plan_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0 }
+#define RESHARD_PLAN_STATS_INIT                                                                  \
+  {                                                                                              \
+    sizeof(reshard_plan_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0, \
+        0, 0, 0, 0, RESHARD_BOUND_NONE, 0, -1                                                    \
+  }
 
 /* Fills *out_stats (set out_stats->struct_size first, e.g. with
  * RESHARD_PLAN_STATS_INIT); writes only min(struct_size, sizeof) bytes and

@@ -25,7 +25,7 @@ pub const RESHARD_VERSION_NUMBER: u32 =
 /// `RESHARD_ABI_MAJOR`: pass to [`reshard_get_api`].
 pub const RESHARD_ABI_MAJOR: u32 = 1;
 /// `RESHARD_ABI_MINOR` of these declarations.
-pub const RESHARD_ABI_MINOR: u32 = 1;
+pub const RESHARD_ABI_MINOR: u32 = 2;
 /// `RESHARD_MAX_RANK`: the largest tensor rank.
 pub const RESHARD_MAX_RANK: usize = 8;
 
@@ -343,7 +343,38 @@ pub struct reshard_plan_stats_t {
     pub plan_seconds: f64,
     /// Entries for `reshard_plan_device_traffic`.
     pub num_devices: u64,
+    /// Since 1.2: steps of the plan (1 for a single-hop plan with work).
+    pub stages: i64,
+    /// Since 1.2: bytes the busiest host sends to other hosts.
+    pub max_host_send_bytes: i64,
+    /// Since 1.2: bytes the busiest host receives from other hosts.
+    pub max_host_recv_bytes: i64,
+    /// Since 1.2: lower bound of `cross_host_bytes` over all plans.
+    pub lower_bound_cross_host_bytes: i64,
+    /// Since 1.2: lower bound of `max_host_send_bytes`.
+    pub lower_bound_max_host_send_bytes: i64,
+    /// Since 1.2: lower bound of `max_host_recv_bytes`.
+    pub lower_bound_max_host_recv_bytes: i64,
+    /// Since 1.2: the bound that gives `lower_bound_cost_seconds` (`RESHARD_BOUND_*`).
+    pub lower_bound_binding: reshard_bound_kind_t,
+    /// Set to 0.
+    pub reserved0: i32,
+    /// Since 1.2: the device or host the binding bound concerns; -1 with none.
+    pub lower_bound_binding_id: i64,
 }
+
+/// `reshard_bound_kind_t` (since 1.2): which lower bound limits the cost estimate.
+pub type reshard_bound_kind_t = i32;
+/// No traffic: no bound binds.
+pub const RESHARD_BOUND_NONE: reshard_bound_kind_t = 0;
+/// A device's bytes to receive.
+pub const RESHARD_BOUND_DEVICE_RECV: reshard_bound_kind_t = 1;
+/// A device's bytes only it holds.
+pub const RESHARD_BOUND_DEVICE_SEND: reshard_bound_kind_t = 2;
+/// A host's bytes to take in over its NICs.
+pub const RESHARD_BOUND_HOST_RECV: reshard_bound_kind_t = 3;
+/// A host's bytes only it holds.
+pub const RESHARD_BOUND_HOST_SEND: reshard_bound_kind_t = 4;
 
 impl Default for reshard_plan_stats_t {
     /// `RESHARD_PLAN_STATS_INIT`.
@@ -367,6 +398,15 @@ impl Default for reshard_plan_stats_t {
             lower_bound_cost_seconds: 0.0,
             plan_seconds: 0.0,
             num_devices: 0,
+            stages: 0,
+            max_host_send_bytes: 0,
+            max_host_recv_bytes: 0,
+            lower_bound_cross_host_bytes: 0,
+            lower_bound_max_host_send_bytes: 0,
+            lower_bound_max_host_recv_bytes: 0,
+            lower_bound_binding: RESHARD_BOUND_NONE,
+            reserved0: 0,
+            lower_bound_binding_id: -1,
         }
     }
 }

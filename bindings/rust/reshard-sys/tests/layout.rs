@@ -51,7 +51,10 @@ fn struct_layouts_match_the_c_header() {
             cross_process_bytes, max_send_bytes, max_recv_bytes, messages, pieces, rounds,
             peak_staging_bytes, lower_bound_network_bytes, lower_bound_max_send_bytes,
             lower_bound_max_recv_bytes, cost_seconds, lower_bound_cost_seconds, plan_seconds,
-            num_devices }
+            num_devices, stages, max_host_send_bytes, max_host_recv_bytes,
+            lower_bound_cross_host_bytes, lower_bound_max_host_send_bytes,
+            lower_bound_max_host_recv_bytes, lower_bound_binding, reserved0,
+            lower_bound_binding_id }
         reshard_device_traffic_t { struct_size, device, send_bytes, recv_bytes, local_bytes,
             send_messages, recv_messages }
         reshard_part_info_t { struct_size, num_local_pieces, num_sends, num_send_pieces,
@@ -125,7 +128,7 @@ fn function_table_matches_the_exported_functions() {
     assert!(!api.is_null());
     assert!(unsafe { reshard_get_api(RESHARD_ABI_MAJOR + 1) }.is_null());
     let api = unsafe { &*api };
-    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.1");
+    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.2");
     assert_eq!(api.struct_size, size_of::<reshard_api_t>(), "table size");
     assert_eq!(api.abi_major, RESHARD_ABI_MAJOR);
     macro_rules! same {

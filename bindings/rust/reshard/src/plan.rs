@@ -110,6 +110,22 @@ pub struct PlanStats {
     pub plan_seconds: f64,
     /// Number of devices with traffic entries.
     pub num_devices: u64,
+    /// Steps of the plan (1 for a single-hop plan with work).
+    pub stages: i64,
+    /// Bytes the busiest host sends to other hosts.
+    pub max_host_send_bytes: i64,
+    /// Bytes the busiest host receives from other hosts.
+    pub max_host_recv_bytes: i64,
+    /// Lower bound of `cross_host_bytes` over all plans (relays and trees included).
+    pub lower_bound_cross_host_bytes: i64,
+    /// Lower bound of `max_host_send_bytes`.
+    pub lower_bound_max_host_send_bytes: i64,
+    /// Lower bound of `max_host_recv_bytes`.
+    pub lower_bound_max_host_recv_bytes: i64,
+    /// The bound that gives `lower_bound_cost_seconds`: `reshard_sys::RESHARD_BOUND_*`.
+    pub lower_bound_binding: i32,
+    /// The device or host that bound concerns (-1 with `RESHARD_BOUND_NONE`).
+    pub lower_bound_binding_id: i64,
 }
 
 /// Traffic of one device (`reshard_device_traffic_t`).
@@ -322,6 +338,14 @@ impl Plan {
             lower_bound_cost_seconds: s.lower_bound_cost_seconds,
             plan_seconds: s.plan_seconds,
             num_devices: s.num_devices,
+            stages: s.stages,
+            max_host_send_bytes: s.max_host_send_bytes,
+            max_host_recv_bytes: s.max_host_recv_bytes,
+            lower_bound_cross_host_bytes: s.lower_bound_cross_host_bytes,
+            lower_bound_max_host_send_bytes: s.lower_bound_max_host_send_bytes,
+            lower_bound_max_host_recv_bytes: s.lower_bound_max_host_recv_bytes,
+            lower_bound_binding: s.lower_bound_binding,
+            lower_bound_binding_id: s.lower_bound_binding_id,
         })
     }
 

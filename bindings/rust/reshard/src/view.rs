@@ -140,6 +140,14 @@ impl<'a> PlanView<'a> {
             lower_bound_cost_seconds: s.lower_bound_cost_seconds(),
             plan_seconds: s.plan_seconds(),
             num_devices: s.per_device().map_or(0, |v| v.len() as u64),
+            stages: i64::from(s.stages()),
+            max_host_send_bytes: s.max_host_send_bytes(),
+            max_host_recv_bytes: s.max_host_recv_bytes(),
+            lower_bound_cross_host_bytes: s.lower_bound_cross_host_bytes(),
+            lower_bound_max_host_send_bytes: s.lower_bound_max_host_send_bytes(),
+            lower_bound_max_host_recv_bytes: s.lower_bound_max_host_recv_bytes(),
+            lower_bound_binding: s.lower_bound_binding().0,
+            lower_bound_binding_id: s.lower_bound_binding_id(),
         })
     }
 
