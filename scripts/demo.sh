@@ -3,7 +3,7 @@
 # verifies moving a small transformer's weights from a training layout
 # (FSDP x tensor parallel on 8 devices in 2 processes) to an inference layout
 # (tensor parallel on 4 other devices). Idempotent; installs what it needs.
-set -euo pipefail
+source "$(dirname "$0")/lib/strict.sh"
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 cmake --preset dev >/dev/null

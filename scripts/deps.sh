@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what reshard needs to build and test on Debian 12 (idempotent:
 # packages already present are skipped without touching the network).
-set -euo pipefail
+source "$(dirname "$0")/lib/strict.sh"
 PACKAGES=(
   cmake ninja-build g++ clang libclang-rt-14-dev pkg-config python3
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
@@ -16,7 +16,10 @@ done
 if ((${#missing[@]})); then
   echo "deps: installing ${missing[*]}"
   SUDO=""
-  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || die "not root and no sudo: run as root to install ${missing[*]}"
+    SUDO="sudo"
+  fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

@@ -27,6 +27,15 @@ def main():
     ap.add_argument("--budget", type=int, default=None, help="options.staging_budget_bytes")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    for name in ("layers", "hidden", "kv", "mlp", "vocab", "train_devices", "infer_devices", "tp", "per_host"):
+        if getattr(a, name) <= 0:
+            ap.error(f"--{name.replace('_', '-')} must be positive, got {getattr(a, name)}")
+    if a.infer_first < 0:
+        ap.error(f"--infer-first must not be negative, got {a.infer_first}")
+    if a.infer_devices % a.tp:
+        ap.error(f"--infer-devices {a.infer_devices} is not a multiple of --tp {a.tp}")
+    if a.budget is not None and a.budget <= 0:
+        ap.error(f"--budget must be positive, got {a.budget}")
 
     def mesh(names, shape, first, n):
         devs = list(range(first, first + n))

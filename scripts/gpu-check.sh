@@ -42,20 +42,23 @@
 # RESHARD_WERROR (ON by default; OFF for a host compiler newer than CI's, whose
 # new warnings would stop the build), RESHARD_COMMIT (the commit to record
 # instead of asking git, e.g. for an exported tree).
+#
+# Not under `set -e` on purpose: every step's status is checked and recorded,
+# and a failed step still gets its results block.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 BUILD=${RESHARD_GPU_CHECK_BUILD:-$ROOT/build/gpu-check}
 RESULTS=${RESHARD_GPU_RESULTS:-$ROOT/docs/gpu-results.md}
 JOBS=${JOBS:-$(nproc)}
 LOG_DIR=$BUILD/logs
-mkdir -p "$LOG_DIR"
 
 say() { printf '\n== %s\n' "$*"; }
 die() {
   echo "gpu-check: $*" >&2
   exit 1
 }
+mkdir -p "$LOG_DIR" || die "cannot create $LOG_DIR"
 
 say "date and device"
 DATE=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
@@ -141,7 +144,8 @@ say "end to end on one GPU (bench_gpu_engine_bandwidth)"
 # logical devices to tp=8 on the same devices, all on GPU 0.
 ENGINE_SPEC=$BUILD/fsdp8_to_tp8.json
 python3 scripts/gen_transformer_spec.py --layers 4 --hidden 8192 --kv 1024 --mlp 28672 \
-  --vocab 32000 --train-devices 8 --infer-devices 8 --tp 8 --per-host 8 --out "$ENGINE_SPEC"
+  --vocab 32000 --train-devices 8 --infer-devices 8 --tp 8 --per-host 8 --out "$ENGINE_SPEC" ||
+  echo "gpu-check: scripts/gen_transformer_spec.py failed: the 7.4 GiB engine run below has no spec and fails" >&2
 {
   RESHARD_BACKEND_DIR="$BUILD/lib" "$BUILD/bench/gpu/bench_gpu_engine_bandwidth" \
     --spec examples/specs/small_transformer.json --iters 20 --verify &&

@@ -15,7 +15,7 @@
 #     when the CLI has that option.
 # RESHARD_BINDINGS_BUILD: the CMake build directory (default build/dev,
 # configured with the dev preset when missing).
-set -euo pipefail
+source "$(dirname "$0")/lib/strict.sh"
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 start=$(date +%s)
@@ -82,7 +82,7 @@ summary+=("rust: $(passed "$log") tests passed (incl. doctests)")
 (cd bindings/rust && RUSTDOCFLAGS="-D warnings" "${CARGO[@]}" doc --workspace --no-deps -q >"$XLANG/doc.log" 2>&1) ||
   { cat "$XLANG/doc.log"; echo "cargo doc reported warnings" >&2; exit 1; }
 "${CARGO[@]}" build -q --manifest-path examples/rust/Cargo.toml >"$XLANG/example.log" 2>&1 ||
-  { cat "$XLANG/example.log"; exit 1; }
+  { cat "$XLANG/example.log"; echo "building examples/rust failed" >&2; exit 1; }
 "$CARGO_TARGET_DIR/debug/reshard-example" "$XLANG/rust-example.rsplan"
 
 echo "-- Go: gofmt, vet, test"
@@ -91,12 +91,14 @@ unformatted=$(gofmt -l bindings/go examples/go)
 (cd bindings/go && go vet ./...)
 (cd examples/go && go vet ./...)
 log=$XLANG/go-test.log
-(cd bindings/go && GODEBUG=cgocheck=2 go test -count=1 -v ./... 2>&1) >"$log" || { grep -Ev "^=== RUN" "$log" | tail -60; exit 1; }
+(cd bindings/go && GODEBUG=cgocheck=2 go test -count=1 -v ./... 2>&1) >"$log" ||
+  { grep -Ev "^=== RUN" "$log" | tail -60; echo "go test in bindings/go failed" >&2; exit 1; }
 grep -E "^(ok|FAIL|---)" "$log" | grep -v -- "--- PASS" || true
 grep -E "xlang_test|read \[" "$log" || true
 gobind=$(grep -c -- "--- PASS" "$log" || true)
 log=$XLANG/planserver-test.log
-(cd examples/go && GODEBUG=cgocheck=2 go test -count=1 -v ./... 2>&1) >"$log" || { grep -Ev "^=== RUN" "$log" | tail -60; exit 1; }
+(cd examples/go && GODEBUG=cgocheck=2 go test -count=1 -v ./... 2>&1) >"$log" ||
+  { grep -Ev "^=== RUN" "$log" | tail -60; echo "go test in examples/go failed" >&2; exit 1; }
 grep -E "^(ok|FAIL)|SKIP|server_test.go" "$log" || true
 summary+=("go: $gobind binding tests and $(grep -c -- "--- PASS" "$log" || true) planserver tests passed, $(grep -c -- "--- SKIP" "$log" || true) skipped")
 

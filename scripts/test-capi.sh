@@ -9,7 +9,7 @@
 #     it with pkg-config, and examples/c + examples/cpp with find_package.
 # RESHARD_CAPI_BUILD: the build directory to use (default build/dev, built
 # with the dev preset when missing).
-set -euo pipefail
+source "$(dirname "$0")/lib/strict.sh"
 cd "$(dirname "$0")/.."
 BUILD=${RESHARD_CAPI_BUILD:-build/dev}
 JOBS=${JOBS:-$(nproc)}

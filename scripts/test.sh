@@ -3,7 +3,7 @@
 # .ci/run calls. Idempotent; installs its own dependencies.
 #   RESHARD_SKIP_ASAN=1   skip the ASan+UBSan build (faster local runs)
 #   RESHARD_FUZZ_SECONDS  seconds per fuzz target (default 20)
-set -euo pipefail
+source "$(dirname "$0")/lib/strict.sh"
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 JOBS=${JOBS:-$(nproc)}
