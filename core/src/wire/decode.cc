@@ -454,8 +454,7 @@ class Decoder {
       corrupt("stats.lower_bound_binding", "unknown value " + std::to_string(binding));
     s.lower_bound_binding = static_cast<BoundKind>(binding);
     s.lower_bound_binding_id = fs->lower_bound_binding_id();
-    if (s.lower_bound_binding_id < -1)
-      corrupt("stats.lower_bound_binding_id", "below -1");
+    if (s.lower_bound_binding_id < -1) corrupt("stats.lower_bound_binding_id", "below -1");
     if (const auto* pd = fs->per_device()) {
       charge(uint64_t{pd->size()} * sizeof(DeviceTraffic), "stats.per_device");
       s.per_device.reserve(pd->size());
