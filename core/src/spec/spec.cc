@@ -117,10 +117,15 @@ int64_t as_int(const json& j, const std::string& path) {
     return static_cast<int64_t>(u);
   }
   if (j.is_number_float()) {
-    // 4096.0 and 1e6 are integers written as numbers; 0.5 is not.
+    // 4096.0 and 1e6 are integers written as numbers; 0.5 is not. Past 2^53
+    // a double is not exact, so 1e17 may not be the integer that was meant.
     const double d = j.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= 9007199254740992.0)
-      return static_cast<int64_t>(d);
+    if (std::isfinite(d) && d == std::floor(d)) {
+      if (std::fabs(d) <= 9007199254740992.0) return static_cast<int64_t>(d);
+      bad(path, j.dump() +
+                    " is past 2^53 in floating-point notation, where it may not be exact; "
+                    "write the integer's digits");
+    }
     bad(path, "expected an integer, got " + j.dump());
   }
   wrong_type(j, path, "an integer");
