@@ -61,7 +61,7 @@ func NewPlanInput() (*PlanInput, error) {
 	return newPlanInput(out), nil
 }
 
-// PlanInputFromSpec parses a JSON spec (DESIGN.md §8: meshes, tensors with
+// PlanInputFromSpec parses a JSON spec (docs/spec.md: meshes, tensors with
 // named shardings, processes and hosts, optional options).
 //
 // Errors: Parse (malformed JSON, with line and column), InvalidArgument

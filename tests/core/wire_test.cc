@@ -60,7 +60,7 @@ Topology topology(int64_t n, int32_t processes) {
   return t;
 }
 
-// The DESIGN.md §8 example: a dp×tp training mesh on two processes to a tp
+// The docs/spec.md example: a dp×tp training mesh on two processes to a tp
 // inference mesh on two more, several tensors and dtypes, uneven sizes.
 PlanInput train_to_infer() {
   PlanInput in;

@@ -1,4 +1,4 @@
-// libFuzzer target: the JSON spec parser (DESIGN.md §8, §9). Any input either
+// libFuzzer target: the JSON spec parser (docs/spec.md). Any input either
 // parses or throws reshard::Error; nothing else may escape, crash, or trip a
 // sanitizer. Seeds: examples/specs/*.json.
 #include <cstddef>

@@ -1,5 +1,5 @@
 // Command planserver is an HTTP planning service: POST a JSON spec
-// (DESIGN.md §8) to /v1/plan and get the plan as FlatBuffers bytes
+// (docs/spec.md) to /v1/plan and get the plan as FlatBuffers bytes
 // (application/octet-stream) to ship to workers, or with ?format=json its
 // statistics as JSON. ?process=N returns one worker's part.
 //

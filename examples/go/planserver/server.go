@@ -52,7 +52,7 @@ type planResult struct {
 	devices     []reshard.DeviceTraffic
 }
 
-// Server answers POST /v1/plan with a JSON spec (DESIGN.md §8) in the body:
+// Server answers POST /v1/plan with a JSON spec (docs/spec.md) in the body:
 // the plan as FlatBuffers bytes (application/octet-stream), or with
 // ?format=json or "Accept: application/json" its statistics as JSON.
 // ?process=N returns only the part of process N (a worker's bytes).

@@ -64,7 +64,7 @@ impl PlanInput {
         Ok(PlanInput { raw })
     }
 
-    /// Parses a JSON spec (DESIGN.md §8: meshes, tensors with named
+    /// Parses a JSON spec (docs/spec.md: meshes, tensors with named
     /// shardings, processes and hosts, optional options).
     ///
     /// Errors: [`crate::ErrorCode::Parse`] (malformed JSON, with line and
