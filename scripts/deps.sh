@@ -8,6 +8,7 @@ PACKAGES=(
   flatbuffers-compiler libflatbuffers-dev
   openmpi-bin libopenmpi-dev libscalapack-openmpi-dev
   abigail-tools
+  python3-jsonschema  # tests/spec/schema_test.py: schema/spec.schema.json
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

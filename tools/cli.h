@@ -42,8 +42,8 @@ struct InputOptions {
   std::string shape;
   const CLI::Option* shape_option = nullptr;  // set by add_input_options
   std::string dtype = "f32";
-  std::string src_mesh, src_spec, src_devices, src_processes, src_partial;
-  std::string dst_mesh, dst_spec, dst_devices, dst_processes, dst_partial;
+  std::string src_mesh, src_spec, src_devices, src_processes, src_hosts, src_partial;
+  std::string dst_mesh, dst_spec, dst_devices, dst_processes, dst_hosts, dst_partial;
   std::string plan_file;  // --plan FILE (commands that accept plan bytes)
 };
 void add_input_options(CLI::App* cmd, InputOptions& in);

@@ -3,6 +3,9 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "cli.h"
 #include "reshard/wire.h"
@@ -167,6 +170,25 @@ void write_plan_file(const PlanArgs& args, const PlanInput& input) {
             << ") to " << args.out << "\n";
 }
 
+// One line per mesh whose hosts defaulted to its processes (Spec::
+// hosts_defaulted): with one process per GPU, every GPU then counts as its
+// own host and traffic inside a machine is costed as network traffic.
+std::vector<std::string> hosts_notes(const Spec& spec, bool from_flags) {
+  std::vector<std::string> notes;
+  for (const std::string& name : spec.hosts_defaulted) {
+    std::set<int32_t> hosts;
+    const std::vector<int64_t>& devices = spec.meshes.at(name)->devices;
+    for (int64_t d : devices) hosts.insert(spec.input.topology.info(d).host);
+    const std::string what = from_flags ? "--" + name + "-mesh" : "mesh \"" + name + "\"";
+    const std::string key = from_flags ? "--" + name + "-hosts" : "\"hosts\"";
+    notes.push_back(what + " gives no " + key + ": each process counts as its own host (" +
+                    std::to_string(hosts.size()) + (hosts.size() == 1 ? " host" : " hosts") +
+                    " for " + std::to_string(devices.size()) + " devices); give " + key +
+                    " when processes share a machine");
+  }
+  return notes;
+}
+
 int run_plan(const PlanArgs& args) {
   const Spec spec = load_input(args.input);
   const PlanFootprint fp = footprint(spec.input);
@@ -198,6 +220,8 @@ int run_plan(const PlanArgs& args) {
     j["devices"] = fp.devices.size();
     j["processes"] = fp.processes;
     j["hosts"] = fp.hosts;
+    // Names of the meshes whose hosts defaulted to their processes.
+    j["hosts_defaulted"] = spec.hosts_defaulted;
     j["global_seconds"] = global_seconds;
     j["stats"] = stats_json(global.stats());
     if (part_plan) {
@@ -215,6 +239,8 @@ int run_plan(const PlanArgs& args) {
   std::cout << "plan: " << spec.input.tensors.size() << " tensors, " << fp.devices.size()
             << " devices, " << fp.processes << " processes, " << fp.hosts << " hosts; fingerprint "
             << hex64(global.fingerprint()) << "\n";
+  for (const std::string& note : hosts_notes(spec, args.input.spec.empty()))
+    std::cout << "note: " << note << "\n";
   std::cout << stats_text(global.stats());
   std::cout << "  global statistics took " << human_seconds(global_seconds)
             << " (PlanScope::kGlobal)\n";
@@ -268,9 +294,12 @@ Runner add_plan_command(CLI::App& app) {
                   "The plan is the same for any value")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->footer(std::string("Example:\n  reshard plan --spec examples/specs/small_transformer.json "
-                          "--format json\n\n") +
-              kSingleTensorHelp);
+  cmd->footer(
+      std::string("Example:\n  reshard plan --spec examples/specs/small_transformer.json "
+                  "--format json\n\n"
+                  "A mesh without \"hosts\" puts each process on its own host; the output\n"
+                  "says so (\"note:\" lines; \"hosts_defaulted\": mesh names, in JSON).\n\n") +
+      kSingleTensorHelp);
   return [args]() { return run_plan(*args); };
 }
 

@@ -71,7 +71,7 @@ std::vector<int64_t> int_list(const std::string& text, const std::string& flag) 
 
 // "dp=4,tp=2"
 json mesh_json(const std::string& text, const std::string& devices, const std::string& processes,
-               const std::string& flag, const std::string& side) {
+               const std::string& hosts, const std::string& flag, const std::string& side) {
   json m = json::object();
   m["axis_names"] = json::array();
   m["shape"] = json::array();
@@ -87,10 +87,12 @@ json mesh_json(const std::string& text, const std::string& devices, const std::s
   }
   if (!devices.empty()) m["devices"] = int_list(devices, "--" + side + "-devices");
   if (!processes.empty()) m["processes"] = int_list(processes, "--" + side + "-processes");
+  if (!hosts.empty()) m["hosts"] = int_list(hosts, "--" + side + "-hosts");
   return m;
 }
 
-// "dp,_,tp+sp": one entry per dim; "_" (or "null", or nothing) replicates.
+// "dp,_,tp+sp": one entry per dim, "_" (or "null", or nothing) replicates;
+// fewer entries than dims leave the rest replicated, as in the spec file.
 json spec_json(const std::string& text) {
   json spec = json::array();
   if (trim(text).empty()) return spec;
@@ -139,9 +141,11 @@ std::string rename_paths(const std::string& message) {
   static const std::pair<const char*, const char*> kMap[] = {
       {"meshes.src.devices", "--src-devices"},
       {"meshes.src.processes", "--src-processes"},
+      {"meshes.src.hosts", "--src-hosts"},
       {"meshes.src", "--src-mesh"},
       {"meshes.dst.devices", "--dst-devices"},
       {"meshes.dst.processes", "--dst-processes"},
+      {"meshes.dst.hosts", "--dst-hosts"},
       {"meshes.dst", "--dst-mesh"},
       {"tensors[0].src.spec", "--src-spec"},
       {"tensors[0].src.partial", "--src-partial"},
@@ -166,10 +170,11 @@ const char* const kSingleTensorHelp =
     "One tensor from flags instead of --spec:\n"
     "  --shape 4096,11008 --dtype bf16 --src-mesh dp=4,tp=2 --src-spec dp,tp\n"
     "  --dst-mesh tp=8 --dst-devices 8-15 --dst-spec _,tp\n"
-    "Mesh: NAME=SIZE,... (devices default 0..N-1; --*-devices / --*-processes take\n"
-    "lists like 0-7,12 or 0*4,1*4). Spec: one entry per dim, \"_\" replicates,\n"
-    "\"dp+tp\" splits one dim over two axes. Partial: --src-partial dp[:sum|max|min].\n"
-    "Without --dst-mesh the destination uses the source mesh.\n";
+    "Mesh: NAME=SIZE,... (devices default 0..N-1; --*-devices, --*-processes and\n"
+    "--*-hosts take lists like 0-7,12 or 0*4,1*4; hosts default to processes).\n"
+    "Spec: one entry per dim, \"_\" replicates, \"dp+tp\" splits one dim over two\n"
+    "axes, dims past the last entry are replicated. Partial: --src-partial\n"
+    "dp[:sum|max|min]. Without --dst-mesh the destination uses the source mesh.\n";
 
 void add_input_options(CLI::App* cmd, InputOptions& in) {
   cmd->add_option("--spec", in.spec, "JSON spec file (format: docs/spec.md)")->type_name("FILE");
@@ -192,11 +197,13 @@ void add_input_options(CLI::App* cmd, InputOptions& in) {
       {"--src-spec", &in.src_spec, "source spec, e.g. dp,tp or _,dp+tp"},
       {"--src-devices", &in.src_devices, "source mesh devices, e.g. 0-7"},
       {"--src-processes", &in.src_processes, "process of each source device, e.g. 0*4,1*4"},
+      {"--src-hosts", &in.src_hosts, "host of each source device (default: its process)"},
       {"--src-partial", &in.src_partial, "partial source axes, e.g. dp:sum"},
       {"--dst-mesh", &in.dst_mesh, "destination mesh (default: the source mesh)"},
       {"--dst-spec", &in.dst_spec, "destination spec"},
       {"--dst-devices", &in.dst_devices, "destination mesh devices, e.g. 8-15"},
       {"--dst-processes", &in.dst_processes, "process of each destination device"},
+      {"--dst-hosts", &in.dst_hosts, "host of each destination device (default: its process)"},
       {"--dst-partial", &in.dst_partial, "partial destination axes"},
   };
   for (const Flag& f : flags)
@@ -236,8 +243,9 @@ Spec load_input(const InputOptions& in) {
   }
   const bool any_flag = !in.shape.empty() || !in.src_mesh.empty() || !in.src_spec.empty() ||
                         !in.src_devices.empty() || !in.src_processes.empty() ||
-                        !in.src_partial.empty() || !in.dst_mesh.empty() || !in.dst_spec.empty() ||
-                        !in.dst_devices.empty() || !in.dst_processes.empty() ||
+                        !in.src_hosts.empty() || !in.src_partial.empty() || !in.dst_mesh.empty() ||
+                        !in.dst_spec.empty() || !in.dst_devices.empty() ||
+                        !in.dst_processes.empty() || !in.dst_hosts.empty() ||
                         !in.dst_partial.empty();
   if (!in.spec.empty() && any_flag)
     throw UsageError(
@@ -256,12 +264,13 @@ Spec load_input(const InputOptions& in) {
   if (!has_shape) throw UsageError("--src-mesh needs --shape");
   json doc = json::object();
   doc["meshes"]["src"] =
-      mesh_json(in.src_mesh, in.src_devices, in.src_processes, "--src-mesh", "src");
-  const bool own_dst_mesh =
-      !in.dst_mesh.empty() || !in.dst_devices.empty() || !in.dst_processes.empty();
+      mesh_json(in.src_mesh, in.src_devices, in.src_processes, in.src_hosts, "--src-mesh", "src");
+  const bool own_dst_mesh = !in.dst_mesh.empty() || !in.dst_devices.empty() ||
+                            !in.dst_processes.empty() || !in.dst_hosts.empty();
   if (own_dst_mesh)
-    doc["meshes"]["dst"] = mesh_json(in.dst_mesh.empty() ? in.src_mesh : in.dst_mesh,
-                                     in.dst_devices, in.dst_processes, "--dst-mesh", "dst");
+    doc["meshes"]["dst"] =
+        mesh_json(in.dst_mesh.empty() ? in.src_mesh : in.dst_mesh, in.dst_devices, in.dst_processes,
+                  in.dst_hosts, "--dst-mesh", "dst");
   json t = json::object();
   t["name"] = in.name;
   t["dtype"] = in.dtype;

@@ -16,7 +16,9 @@ import (
 // minor) that split tensor dim d (empty: not split); axes used nowhere
 // replicate; devices along the Partial axes hold unreduced summands
 // combined by PartialOp (default Sum). Same meaning as JAX
-// NamedSharding(mesh, PartitionSpec) and DTensor placements.
+// NamedSharding(mesh, PartitionSpec) and DTensor placements; like a
+// PartitionSpec, Dims may be shorter than the tensor's rank (the remaining
+// dims are not split).
 type Sharding struct {
 	Dims      [][]string
 	Partial   []string
@@ -51,21 +53,25 @@ type Layout struct {
 
 // NewNamedLayout lowers a named sharding of a tensor of shape on mesh.
 // Uneven sizes are fine (chunk c = ceil(n/k); shard i covers
-// [i*c, min(n,(i+1)*c))).
+// [i*c, min(n,(i+1)*c))). A sharding of fewer Dims than the shape's leaves
+// the remaining dims unsplit, as JAX PartitionSpec("dp") on a rank-2 array
+// does.
 //
-// Errors: InvalidArgument (the sharding's rank differs from the shape's;
+// Errors: InvalidArgument (the sharding has more Dims than the shape;
 // an unknown or repeated axis; a negative size), OutOfRange (rank above 8),
 // Overflow.
 func NewNamedLayout(mesh *Mesh, shape []int64, sharding Sharding) (*Layout, error) {
 	if mesh == nil || mesh.ptr == nil {
 		return nil, closedError("mesh")
 	}
-	if len(sharding.Dims) != len(shape) {
+	if len(sharding.Dims) > len(shape) {
 		return nil, errorf(InvalidArgument, "sharding: %d dims given for a tensor of rank %d", len(sharding.Dims), len(shape))
 	}
 	var a cArena
 	defer a.free()
-	// Axis lists point at C strings, so they live in C memory too.
+	// Axis lists point at C strings, so they live in C memory too. The C ABI
+	// takes one entry per dim; calloc leaves those past sharding.Dims empty
+	// (not split).
 	axesSize := int(unsafe.Sizeof(C.reshard_axes_t{}))
 	dims := (*C.reshard_axes_t)(a.alloc(len(shape) * axesSize))
 	dimSlice := unsafe.Slice(dims, len(shape))

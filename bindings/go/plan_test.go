@@ -191,6 +191,17 @@ func TestBoxLayoutsAndUnevenShardings(t *testing.T) {
 	if !reflect.DeepEqual(his, []int64{3, 6, 9, 10}) {
 		t.Fatalf("uneven split %v", his)
 	}
+	// Fewer Dims than the rank: the rest are not split (JAX PartitionSpec("x")).
+	short := must(reshard.NewNamedLayout(mesh, []int64{10, 4}, reshard.Sharding{Dims: [][]string{{"x"}}}))(t)
+	defer short.Close()
+	if !reflect.DeepEqual(short.Entries(), dst.Entries()) {
+		t.Fatalf("short sharding %v, want %v", short.Entries(), dst.Entries())
+	}
+	replicated := must(reshard.NewNamedLayout(mesh, []int64{10, 4}, reshard.Sharding{}))(t)
+	defer replicated.Close()
+	if e := replicated.Entries(); len(e) != 4 || !reflect.DeepEqual(e[3].Lo, []int64{0, 0}) || !reflect.DeepEqual(e[3].Hi, []int64{10, 4}) {
+		t.Fatalf("no dims: %v", e)
+	}
 	in := must(reshard.NewPlanInput())(t)
 	defer in.Close()
 	ok(t, in.AddTensor("ragged", []int64{10, 4}, reshard.I32, src, dst))

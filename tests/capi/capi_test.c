@@ -858,6 +858,15 @@ static void test_spec(void) {
   reshard_plan_t* plan = NULL;
   size_t n = 0;
   const char* name = NULL;
+  static const char kShortSpec[] =
+      "{\"meshes\": {\"m\": {\"axis_names\": [\"dp\", \"tp\"], \"shape\": [2, 2]}}, \"tensors\": ["
+      "{\"name\": \"t\", \"shape\": [8, 6], \"dtype\": \"f32\","
+      " \"src\": {\"mesh\": \"m\", \"spec\": [\"dp\"]}, \"dst\": {\"mesh\": \"m\", \"spec\": "
+      "[]}}]}";
+  static const char kLongSpec[] =
+      "{\"meshes\": {\"m\": {\"axis_names\": [\"x\"], \"shape\": [2]}}, \"tensors\": ["
+      "{\"name\": \"t\", \"shape\": [4], \"dtype\": \"f32\","
+      " \"src\": {\"mesh\": \"m\", \"spec\": [\"x\", null]}, \"dst\": {\"mesh\": \"m\"}}]}";
   static const char kBadAxis[] =
       "{\"meshes\": {\"m\": {\"axis_names\": [\"x\"], \"shape\": [2]}}, \"tensors\": ["
       "{\"name\": \"t\", \"shape\": [4], \"dtype\": \"f32\","
@@ -875,12 +884,28 @@ static void test_spec(void) {
   reshard_plan_destroy(plan);
   reshard_plan_input_destroy(input);
 
+  /* A short spec (JAX P("dp") on a rank-2 tensor) leaves dim 1 unsharded. */
+  REQUIRE_OK(reshard_plan_input_from_spec(kShortSpec, strlen(kShortSpec), &input));
+  REQUIRE_OK(reshard_plan_create(input, NULL, &plan));
+  {
+    int64_t device = -1, lo[2] = {-1, -1}, hi[2] = {-1, -1};
+    CHECK_OK(reshard_plan_tensor_entry(plan, 0, RESHARD_SIDE_SRC, 3, &device, NULL, lo, hi));
+    CHECK(device == 3 && lo[0] == 4 && lo[1] == 0 && hi[0] == 8 && hi[1] == 6);
+    CHECK_OK(reshard_plan_tensor_entry(plan, 0, RESHARD_SIDE_DST, 1, &device, NULL, lo, hi));
+    CHECK(device == 1 && lo[0] == 0 && lo[1] == 0 && hi[0] == 8 && hi[1] == 6); /* [] */
+  }
+  reshard_plan_destroy(plan);
+  reshard_plan_input_destroy(input);
+
   /* The length bounds the text: a prefix is malformed JSON. */
   CHECK_ERR(reshard_plan_input_from_spec(kSpec, 40, &untouched), RESHARD_ERROR_PARSE, "line");
   CHECK_ERR(reshard_plan_input_from_spec("", 0, &untouched), RESHARD_ERROR_PARSE, "");
   CHECK_ERR(reshard_plan_input_from_spec(NULL, 0, &untouched), RESHARD_ERROR_PARSE, "");
   CHECK_ERR(reshard_plan_input_from_spec(kBadAxis, strlen(kBadAxis), &untouched),
             RESHARD_ERROR_INVALID_ARGUMENT, "tensors[0].src.spec[0]: unknown axis \"tq\"");
+  CHECK_ERR(reshard_plan_input_from_spec(kLongSpec, strlen(kLongSpec), &untouched),
+            RESHARD_ERROR_INVALID_ARGUMENT,
+            "tensors[0].src.spec: 2 entries for a tensor of rank 1");
   CHECK_ERR(reshard_plan_input_from_spec(NULL, 5, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
             "json: must not be NULL");
   CHECK_ERR(reshard_plan_input_from_spec(kSpec, strlen(kSpec), NULL),

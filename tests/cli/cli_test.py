@@ -233,6 +233,80 @@ def case_version():
     check("--version" in run("--help").stdout, "--help does not list --version")
 
 
+def spec_file(doc):
+    return bad_spec_file(json.dumps(doc))
+
+
+def case_short_spec():
+    # A spec with fewer entries than the rank leaves the trailing dims
+    # unsharded (JAX P("dp") on a rank-3 array); [] replicates: the plan is
+    # the one of the spec written out with nulls.
+    def doc(src_spec, dst_spec):
+        return {"meshes": {"train": {"axis_names": ["dp", "tp"], "shape": [2, 2],
+                                     "processes": [0, 0, 1, 1]},
+                           "infer": {"axis_names": ["tp"], "shape": [2], "devices": [4, 5]}},
+                "tensors": [{"name": "w", "shape": [6, 5, 4], "dtype": "f32",
+                             "src": {"mesh": "train", "spec": src_spec},
+                             "dst": {"mesh": "infer", "spec": dst_spec}},
+                            {"name": "b", "shape": [7], "dtype": "bf16",
+                             "src": {"mesh": "train", "spec": []},
+                             "dst": {"mesh": "infer", "spec": ["tp"]}}]}
+    short = spec_file(doc(["dp"], [None, "tp"]))
+    full = spec_file(doc(["dp", None, None], [None, "tp", None]))
+    too_long = spec_file(doc(["dp", None, None, "tp"], [None, "tp"]))
+    try:
+        out = run("verify", "--spec", short).stdout
+        check(out.startswith("verified 2 tensors, 127 elements") and out.endswith(": OK\n"), out)
+        fingerprints = [json.loads(run("plan", "--spec", p, "--format", "json").stdout)["fingerprint"]
+                        for p in (short, full)]
+        check(fingerprints[0] == fingerprints[1], f"short and full specs plan differently: {fingerprints}")
+        err = run("plan", "--spec", too_long, expect=2).stderr
+        check(err.startswith("reshard: error: tensors[0].src.spec: 4 entries for a tensor of rank 3"),
+              err)
+    finally:
+        for p in (short, full, too_long):
+            os.unlink(p)
+    flags = ["--shape", "8,6,4", "--src-mesh", "dp=2,tp=2", "--dst-spec", "_,tp"]
+    out = run("verify", *flags, "--src-spec", "dp").stdout
+    check(out.startswith("verified 1 tensors, ") and out.endswith(": OK\n"), out)
+    fingerprints = [json.loads(run("plan", *flags, "--src-spec", s, "--format", "json").stdout)
+                    ["fingerprint"] for s in ("dp", "dp,_,_")]
+    check(fingerprints[0] == fingerprints[1], f"--src-spec dp and dp,_,_ differ: {fingerprints}")
+    err = run("plan", *flags, "--src-spec", "dp,_,_,tp", expect=2).stderr
+    check(err.startswith("reshard: error: --src-spec: 4 entries for a tensor of rank 3"), err)
+
+
+def case_hosts_defaulted():
+    # small_transformer gives processes but no hosts: both meshes defaulted.
+    text = run("plan", "--spec", spec("small_transformer")).stdout
+    notes = [line for line in text.splitlines() if line.startswith("note: ")]
+    check(len(notes) == 2 and 'mesh "infer" gives no "hosts"' in notes[0]
+          and 'mesh "train" gives no "hosts"' in notes[1] and "2 hosts for 8 devices" in notes[1],
+          text)
+    doc = json.loads(run("plan", "--spec", spec("small_transformer"), "--format", "json").stdout)
+    check(doc["hosts_defaulted"] == ["infer", "train"] and doc["hosts"] == 3, str(doc["hosts"]))
+    # transformer8 gives hosts for every mesh.
+    text = run("plan", "--spec", spec("transformer8_fsdp64_to_tp8")).stdout
+    check("note:" not in text, text)
+    doc = json.loads(run("plan", "--spec", spec("transformer8_fsdp64_to_tp8"), "--format",
+                         "json").stdout)
+    check(doc["hosts_defaulted"] == [] and doc["hosts"] == 8, str(doc["hosts_defaulted"]))
+    # One process per GPU on one machine: defaulted, every GPU is a host and
+    # the traffic is costed as crossing hosts; with --src-hosts it is not.
+    flags = ["--shape", "64,48", "--src-mesh", "dp=4,tp=2", "--src-spec", "dp,tp",
+             "--src-processes", "0-7", "--dst-spec", "_,tp", "--format", "json"]
+    doc = json.loads(run("plan", *flags).stdout)
+    check(doc["hosts_defaulted"] == ["src"] and doc["hosts"] == 8, str(doc))
+    check(doc["stats"]["cross_host_bytes"] > 0, str(doc["stats"]))
+    doc = json.loads(run("plan", *flags, "--src-hosts", "0*8").stdout)
+    check(doc["hosts_defaulted"] == [] and doc["hosts"] == 1, str(doc))
+    check(doc["stats"]["cross_host_bytes"] == 0, str(doc["stats"]))
+    text = run("plan", *flags[:-2]).stdout
+    check("note: --src-mesh gives no --src-hosts" in text, text)
+    err = run("plan", *flags, "--src-hosts", "0*7", expect=2).stderr
+    check(err.startswith("reshard: error: --src-hosts: 7 entries for a mesh of 8 devices"), err)
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":

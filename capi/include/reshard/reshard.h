@@ -303,11 +303,13 @@ typedef struct reshard_axes {
 /* Lowers a named sharding (JAX NamedSharding(mesh, PartitionSpec), DTensor
  * placements) of a tensor of `shape` (`rank` values >= 0) on `mesh`:
  * `dims[d]` lists the mesh axes that split dim d (an empty list replicates
- * it); axes used nowhere replicate. `partial` (may be NULL: not partial)
- * lists axes whose devices hold unreduced summands, combined by `partial_op`
- * (ignored when there are no partial axes). Each axis appears at most once
- * across dims and partial. Uneven sizes are fine: chunk c = ceil(n/k), shard
- * i covers [i*c, min(n,(i+1)*c)) and may be empty. The mesh is copied.
+ * it; `dims` always has `rank` entries, so a PartitionSpec shorter than
+ * the rank is passed padded with {NULL, 0}); axes used nowhere replicate.
+ * `partial` (may be NULL: not partial) lists axes whose devices hold
+ * unreduced summands, combined by `partial_op` (ignored when there are no
+ * partial axes). Each axis appears at most once across dims and partial.
+ * Uneven sizes are fine: chunk c = ceil(n/k), shard i covers
+ * [i*c, min(n,(i+1)*c)) and may be empty. The mesh is copied.
  * Errors: INVALID_ARGUMENT ("dims: must not be NULL", "dims[1].names[0]:
  * must not be NULL", "layout.spec[1][0]: unknown mesh axis \"tq\"", ...
  * used twice, negative shape), OUT_OF_RANGE (rank > RESHARD_MAX_RANK),

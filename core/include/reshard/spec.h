@@ -1,10 +1,12 @@
-// reshard — JSON spec files (format: docs/spec.md).
+// reshard — JSON spec files (format: docs/spec.md; JSON Schema:
+// schema/spec.schema.json).
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "reshard/plan.h"
 
@@ -13,13 +15,20 @@ namespace reshard {
 struct Spec {
   std::map<std::string, std::shared_ptr<const Mesh>> meshes;
   PlanInput input;  // tensors (with lowered layouts), topology, options
+  // Meshes that give no "hosts" and have a device whose host no other mesh
+  // gives either: those devices' hosts defaulted to their processes (one
+  // process per GPU then means one host per GPU). Sorted by name.
+  std::vector<std::string> hosts_defaulted;
 };
 
-// Parses a spec. Malformed JSON is kParse with line and column; a
-// well-formed but inconsistent spec (unknown mesh, bad axis, rank mismatch,
-// conflicting processes for a device, ...) is kInvalidArgument whose message
-// starts with the JSON path of the offending value, e.g.
-// "tensors[2].src.spec[1]: unknown mesh axis \"tq\"".
+// Parses a spec. A named layout's "spec" may have fewer entries than the
+// tensor's rank (the remaining dims are unsharded, as JAX's PartitionSpec),
+// never more. Malformed JSON is kParse with line and column; a well-formed
+// but inconsistent spec (unknown mesh, bad axis, more spec entries than the
+// rank, conflicting processes for a device, ...) is kInvalidArgument (or
+// kOutOfRange / kOverflow for sizes) whose message starts with the JSON path
+// of the offending value, e.g. "tensors[2].src.spec[1]: unknown axis \"tq\"
+// of mesh \"train\" (axes: dp, tp)".
 Spec parse_spec(std::string_view json_text);
 // Reads and parses a file; an unreadable file is kInvalidArgument naming it.
 Spec load_spec(const std::string& path);

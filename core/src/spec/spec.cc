@@ -1,6 +1,6 @@
-// JSON spec files (docs/spec.md): meshes, tensors with source and destination
-// layouts, planner options. Every error names the JSON path of the offending
-// value; nothing from nlohmann escapes as anything but a reshard::Error.
+// JSON spec files (docs/spec.md, schema/spec.schema.json): meshes, tensors
+// with source and destination layouts, planner options. Every error names the JSON path of the
+// offending value; nothing from nlohmann escapes as anything but a reshard::Error.
 #include "reshard/spec.h"
 
 #include <algorithm>
@@ -117,10 +117,15 @@ int64_t as_int(const json& j, const std::string& path) {
     return static_cast<int64_t>(u);
   }
   if (j.is_number_float()) {
-    // 4096.0 and 1e6 are integers written as numbers; 0.5 is not.
+    // 4096.0 and 1e6 are integers written as numbers; 0.5 is not. Past 2^53
+    // a double is not exact, so 1e17 may not be the integer that was meant.
     const double d = j.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= 9007199254740992.0)
-      return static_cast<int64_t>(d);
+    if (std::isfinite(d) && d == std::floor(d)) {
+      if (std::fabs(d) <= 9007199254740992.0) return static_cast<int64_t>(d);
+      bad(path, j.dump() +
+                    " is past 2^53 in floating-point notation, where it may not be exact; "
+                    "write the integer's digits");
+    }
     bad(path, "expected an integer, got " + j.dump());
   }
   wrong_type(j, path, "an integer");
@@ -386,9 +391,11 @@ Layout parse_named_layout(const json& j, const std::string& path, const std::vec
   const std::string spec_path = child(path, "spec");
   if (const json* spec = find(j, "spec")) {
     as_array(*spec, spec_path);
-    if (spec->size() != shape.size())
+    // Fewer entries than the rank leave the trailing dims unsharded, as in
+    // JAX (PartitionSpec("x") on a rank-2 array); [] replicates everything.
+    if (spec->size() > shape.size())
       bad(spec_path, std::to_string(spec->size()) + " entries for a tensor of rank " +
-                         std::to_string(shape.size()));
+                         std::to_string(shape.size()) + " (at most one per dim)");
     for (size_t d = 0; d < spec->size(); ++d) {
       const json& e = (*spec)[d];
       const std::string ep = child(spec_path, d);
@@ -407,9 +414,8 @@ Layout parse_named_layout(const json& j, const std::string& path, const std::vec
       }
       sharding.dims.push_back(std::move(axes));
     }
-  } else {
-    sharding.dims.resize(shape.size());  // no spec: replicated
   }
+  sharding.dims.resize(shape.size());  // missing entries (or no spec): unsharded
   if (const json* partial = find(j, "partial")) {
     const std::string pp = child(path, "partial");
     as_object(*partial, pp);
@@ -536,20 +542,33 @@ PlanOptions parse_options(const json& j, const std::string& path) {
 Spec parse_spec_impl(std::string_view json_text) {
   const json root = parse_json(json_text);
   if (!root.is_object()) wrong_type(root, "(root)", "an object");
-  check_keys(root, "", {"meshes", "tensors", "options", "description"});
+  // "$schema" lets an editor find schema/spec.schema.json; like
+  // "description" it is checked for type and otherwise ignored.
+  check_keys(root, "", {"meshes", "tensors", "options", "description", "$schema"});
   if (const json* d = find(root, "description")) as_string(*d, "description");
+  if (const json* d = find(root, "$schema")) as_string(*d, child("", "$schema"));
 
   Spec spec;
   std::map<int64_t, DeviceFacts> facts;
+  std::vector<std::string> without_hosts;
   if (const json* meshes = find(root, "meshes")) {
     as_object(*meshes, "meshes");
     for (const auto& [name, value] : meshes->items()) {
       const std::string path = child("meshes", name);
       if (name.empty()) bad(path, "empty mesh name");
       spec.meshes.emplace(name, parse_mesh(value, path, facts));
+      if (!value.contains("hosts")) without_hosts.push_back(name);
     }
   }
   spec.input.topology = build_topology(facts);
+  // A mesh without "hosts" whose devices all got a host from another mesh
+  // defaulted nothing.
+  for (const std::string& name : without_hosts) {
+    const auto& devices = spec.meshes.at(name)->devices;
+    if (std::any_of(devices.begin(), devices.end(),
+                    [&](int64_t d) { return !facts.at(d).host.has_value(); }))
+      spec.hosts_defaulted.push_back(name);
+  }
   if (const json* options = find(root, "options"))
     spec.input.options = parse_options(*options, "options");
 

@@ -11,7 +11,8 @@ use crate::util::{ptr_or_null, CStrings};
 /// A named sharding: for each tensor dim, the mesh axes (major to minor)
 /// that split it; axes used nowhere replicate; optional partial axes hold
 /// unreduced summands. Same meaning as JAX `NamedSharding(mesh,
-/// PartitionSpec)` and DTensor placements.
+/// PartitionSpec)` and DTensor placements; like a `PartitionSpec`, it may
+/// describe fewer dims than the tensor has (the remaining dims are not split).
 ///
 /// ```
 /// use reshard::{ReduceOp, Sharding};
@@ -123,13 +124,15 @@ unsafe impl Sync for Layout {}
 impl Layout {
     /// Lowers a named sharding of a tensor of `shape` on `mesh`. Uneven sizes
     /// are fine (chunk c = ceil(n/k); shard i covers [i·c, min(n,(i+1)·c))).
+    /// A sharding of fewer dims than the shape's leaves the remaining dims
+    /// unsplit, as JAX `PartitionSpec("dp")` on a rank-2 array does.
     ///
-    /// Errors: [`crate::ErrorCode::InvalidArgument`] (the sharding's rank
-    /// differs from the shape's; an unknown or repeated axis, named as
+    /// Errors: [`crate::ErrorCode::InvalidArgument`] (the sharding has more
+    /// dims than the shape; an unknown or repeated axis, named as
     /// `layout.spec[d][i]`; a negative size), `OutOfRange` (rank above 8),
     /// `Overflow`.
     pub fn named(mesh: &Mesh, shape: &[i64], sharding: &Sharding) -> Result<Layout> {
-        if sharding.dims.len() != shape.len() {
+        if sharding.dims.len() > shape.len() {
             return Err(Error::invalid(format!(
                 "sharding: {} dims given for a tensor of rank {}",
                 sharding.dims.len(),
@@ -142,8 +145,10 @@ impl Layout {
             .enumerate()
             .map(|(d, axes)| CStrings::new(axes, &format!("dims[{d}].names")))
             .collect::<Result<Vec<_>>>()?;
-        let dims: Vec<sys::reshard_axes_t> =
+        let mut dims: Vec<sys::reshard_axes_t> =
             dim_names.iter().map(|n| sys::reshard_axes_t { names: n.as_ptr(), count: n.ptrs.len() }).collect();
+        // The C ABI takes one entry per dim: the dims past the sharding's are not split.
+        dims.resize(shape.len(), sys::reshard_axes_t { names: ptr::null(), count: 0 });
         let partial_names = CStrings::new(&sharding.partial, "partial.names")?;
         let partial = sys::reshard_axes_t { names: partial_names.as_ptr(), count: partial_names.ptrs.len() };
         let mut raw = ptr::null_mut();

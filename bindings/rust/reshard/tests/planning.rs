@@ -180,6 +180,11 @@ fn box_layouts_and_uneven_shardings_plan() {
     let dst = Layout::named(&mesh, &[10, 4], &Sharding::new().split(["x"]).replicated()).unwrap();
     let hi: Vec<i64> = dst.entries().iter().map(|e| e.hi[0]).collect();
     assert_eq!(hi, vec![3, 6, 9, 10]);
+    // Fewer dims than the rank: the rest are not split (JAX PartitionSpec("x")).
+    let short = Layout::named(&mesh, &[10, 4], &Sharding::new().split(["x"])).unwrap();
+    assert_eq!(short.entries(), dst.entries());
+    let replicated = Layout::named(&mesh, &[10, 4], &Sharding::new()).unwrap().entries();
+    assert_eq!((replicated.len(), replicated[3].lo.clone(), replicated[3].hi.clone()), (4, vec![0, 0], vec![10, 4]));
     let mut input = PlanInput::new().unwrap();
     input.add_tensor("ragged", &[10, 4], DType::I32, &src, &dst).unwrap();
     let plan = Plan::new(&input).unwrap();
