@@ -1,7 +1,10 @@
 // make_plan: validation, per-process parts, global statistics, fingerprint.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <map>
+#include <mutex>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -13,6 +16,10 @@
 #include "reshard/error.h"
 #include "util/hash.h"
 #include "util/utf8.h"
+
+#if defined(__unix__)
+#include <unistd.h>
+#endif
 
 namespace reshard {
 
@@ -414,11 +421,28 @@ BuiltPart build_part(Context& ctx, int32_t p, const PlanOptions& options, int th
 
 // ------------------------------------------------------------- statistics
 
+// What one device contributes to the process part of its process, for the
+// memory estimate (estimate_parts). Pieces are counted before round cutting.
+struct DeviceCounts {
+  int64_t local_pieces = 0;  // local pieces received
+  int64_t send_pieces = 0;   // network pieces sent
+  int64_t recv_pieces = 0;   // network pieces received
+  int64_t regions = 0;       // pieces with their own region (at most one box each)
+  int64_t streams = 0;       // (source, destination) streams it is an end of
+  int64_t messages = 0;      // messages of those streams after round cutting
+  int64_t cuts = 0;          // round cuts in those streams (messages - streams)
+};
+
 // `schedule`: also the statistics of the round schedule (rounds, messages,
 // peak staging), which need every stream's bytes. A process planning only its
 // part needs just the per-device figures (DeviceLoad) and skips them.
-void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule) {
+// `counts` (when not null) receives every device's DeviceCounts, indexed
+// like ctx.devices: exact piece and stream counts, and message and cut
+// counts that are exact with `schedule` and an upper bound without.
+void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
+                   std::vector<DeviceCounts>* counts = nullptr) {
   const size_t ndev = ctx.devices.size();
+  if (counts) counts->assign(ndev, DeviceCounts{});
   struct Acc {
     int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
     int64_t missing = 0, forced = 0, forced_inter = 0;
@@ -459,6 +483,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     int64_t esum = 0;
     for (size_t i : members) esum += ctx.tensors[i].esize;
     const TensorCtx& t = ctx.tensors[members.front()];
+    // Every member has the representative's pieces.
+    const int64_t copies = static_cast<int64_t>(members.size());
     for (uint32_t r = 0; r < t.src->num_entries(); ++r)
       if (!t.src->box(r).empty()) holders.insert(t.st->dense[r]);
     int64_t group_pieces = 0;
@@ -503,6 +529,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           vol_on_host[t.st->host[h]] += bytes;
           total += bytes;
           cell_bits[sd >> 6] |= uint64_t{1} << (sd & 63);
+          if (counts) (*counts)[sd].send_pieces += n * copies;
         }
         group_pieces += static_cast<int64_t>(hv.size()) * n;
         for (uint32_t i = b0; i < b1; ++i) {
@@ -514,7 +541,14 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
             // The device keeps its own overlap: a local copy, not a send.
             acc[t.st->dense[*r]].send -= own;
             acc[t.st->dense[*r]].forced -= own;
+            // Its holder is then one of hv, counted above as a sender.
+            if (counts && own > 0) {
+              (*counts)[t.st->dense[*r]].send_pieces -= copies;
+              (*counts)[dd].local_pieces += copies;
+              (*counts)[dd].recv_pieces -= copies;
+            }
           }
+          if (counts) (*counts)[dd].recv_pieces += static_cast<int64_t>(hv.size()) * copies;
           acc[dd].local += own;
           acc[dd].recv += total - own;
           acc[dd].missing += total - own;
@@ -547,11 +581,25 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       en.recv(t, e, [&](const Emitted& x) {
         ++group_pieces;
         const int64_t bytes = x.region.volume() * esum;
+        const uint32_t sd = t.st->dense[x.src_entry];
+        if (counts) {
+          DeviceCounts& c = (*counts)[dd];
+          if (x.local) {
+            c.local_pieces += copies;
+            if (x.own_region) c.regions += copies;
+          } else {
+            c.recv_pieces += copies;
+            (*counts)[sd].send_pieces += copies;
+            if (x.own_region) {
+              c.regions += copies;
+              (*counts)[sd].regions += copies;
+            }
+          }
+        }
         if (x.local) {
           acc[dd].local += bytes;
           return;
         }
-        const uint32_t sd = t.st->dense[x.src_entry];
         const bool inter = t.st->host[x.src_entry] != t.dt->host[e];
         if (track_pairs) add_pair(sd, dd, bytes);
         acc[sd].send += bytes;
@@ -665,6 +713,12 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       const int64_t r = planning::stream_rounds(bytes, chunk);
       rounds = std::max(rounds, r);
       messages += r;
+      if (counts) {
+        (*counts)[sd].messages += r;
+        (*counts)[dd].messages += r;
+        (*counts)[sd].cuts += r - 1;
+        (*counts)[dd].cuts += r - 1;
+      }
       // Most bytes any round of the stream stages.
       const int64_t cap = planning::round_cap(bytes, chunk);
       staged[sd] += cap;
@@ -680,6 +734,278 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     st.messages = messages;
     for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
   }
+  if (!counts) return;
+  for (size_t d = 0; d < ndev; ++d) (*counts)[d].streams = send_msgs[d] + recv_msgs[d];
+  if (track_pairs) return;  // exact messages and cuts above
+  if (!budgeted) {
+    for (DeviceCounts& c : *counts) c.messages = c.streams;
+    return;
+  }
+  // Without the streams' bytes, bound the cuts (rounds.h): a stream of B
+  // bytes between a and b has chunk c > W * B / max(T(a), T(b)), so at most
+  // B / c < max(T(a), T(b)) / W cuts, W >= (budget - 16 * most peers) * 16/17.
+  // Summed over device d's streams that is below both
+  // streams(d) * max T / W and (streams(d) * T(d) + 2 * sum T) / W (a peer
+  // is at most two of d's streams).
+  int64_t max_peers = 0, max_t = 0;
+  double sum_t = 0;
+  for (size_t d = 0; d < ndev; ++d) {
+    max_peers = std::max(max_peers, send_msgs[d] + recv_msgs[d]);
+    max_t = std::max(max_t, acc[d].send + acc[d].recv);
+    sum_t += static_cast<double>(acc[d].send + acc[d].recv);
+  }
+  const double w = std::max(
+      1.0, static_cast<double>(o.staging_budget_bytes - 16 * max_peers) * 16.0 / 17.0 - 8.0);
+  for (size_t d = 0; d < ndev; ++d) {
+    DeviceCounts& c = (*counts)[d];
+    const double streams = static_cast<double>(c.streams);
+    const double t_d = static_cast<double>(acc[d].send + acc[d].recv);
+    const double bound = std::min(streams * std::ceil(static_cast<double>(max_t) / w),
+                                  (streams * t_d + 2 * sum_t) / w);
+    c.cuts = static_cast<int64_t>(std::min(bound, 9e18));
+    c.messages = c.streams + c.cuts;
+  }
+}
+
+// ------------------------------------------------------------- estimate
+
+// Sizes of what a part holds and what building it allocates on the way
+// (build_part, plan/rounds.cc).
+constexpr int64_t kPieceBytes = sizeof(Piece);
+constexpr int64_t kMessageBytes = sizeof(Message);
+constexpr int64_t kRegionBytes = sizeof(Box);
+constexpr int64_t kSizeBytes = sizeof(int64_t);  // a piece's size, kept until rounds are cut
+constexpr double kFragmentsPerCut = 2.5;
+// On top of the structures: what the allocator keeps (freed buffers of
+// earlier parts, partly used pages), measured at 0-10% of the plan's
+// resident size, plus the rest of the process's planning state.
+constexpr double kAllocatorMargin = 1.15;
+constexpr double kFixedBytes = 16 << 20;
+
+// Saturating arithmetic: an estimate of an absurd spec must not wrap.
+int64_t sat(double v) {
+  return v >= 9e18 ? int64_t{9'000'000'000'000'000'000} : static_cast<int64_t>(v);
+}
+
+std::string commas(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string size_str(int64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 6) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[48];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
+  return buf;
+}
+
+// A process part's figures: its devices' DeviceCounts summed.
+struct PartSums {
+  int64_t devices = 0, local = 0, send = 0, recv = 0, regions = 0, streams = 0, messages = 0,
+          cuts = 0;
+};
+
+// Memory of one part as make_plan returns it, and the most memory building
+// it holds on top of that (the extra of the busiest moment).
+struct PartMemory {
+  double pieces = 0, regions = 0, held = 0, extra = 0;
+};
+
+PartMemory part_memory(const PartSums& p, size_t ndev, int64_t chunks, bool budgeted) {
+  PartMemory m;
+  const double net = static_cast<double>(p.send + p.recv);
+  const double local = static_cast<double>(p.local);
+  const double cuts = static_cast<double>(p.cuts);
+  const double messages = static_cast<double>(p.messages);
+  const double streams = static_cast<double>(p.streams);
+  // A cut inside a piece turns it into fragments of one box or a few
+  // (rounds.h): count 2.5 more pieces and regions per cut. Measured plans
+  // had 1.2 to 2.1 more regions per cut (more when pieces are small next to
+  // the rounds: every cut then splits a piece).
+  m.pieces = local + net + kFragmentsPerCut * cuts;
+  m.regions = static_cast<double>(p.regions) + kFragmentsPerCut * cuts;
+  // Vectors filled by push_back may hold up to twice their size; `local`
+  // keeps that capacity.
+  m.held =
+      kPieceBytes * (m.pieces + local) + kMessageBytes * messages + kRegionBytes * m.regions + 512;
+  // Enumerating (build_part): per message bucket a vector of pieces and one
+  // of sizes, both possibly doubled, then the merged pieces and sizes; the
+  // regions, growing by copying; per own device and direction a slot table
+  // over all devices, in every chunk.
+  const double sizes = budgeted ? kSizeBytes : 0;
+  const double build = net * (2 * (kPieceBytes + sizes) + kPieceBytes + sizes) +
+                       2 * kPieceBytes * local + 64 * streams +
+                       2 * kRegionBytes * static_cast<double>(p.regions) +
+                       8.0 * static_cast<double>(ndev) * static_cast<double>(p.devices) *
+                           static_cast<double>(chunks);
+  // Cutting rounds (split_rounds): the part with the uncut pieces and their
+  // sizes beside the cut ones, the cut bounds, the new message list, and
+  // the regions reserved at two per cut, copied when they grow beyond.
+  const double cut = budgeted ? m.held + net * (kPieceBytes + kSizeBytes) + 40 * cuts +
+                                    (kMessageBytes + 4) * messages + 24 * streams +
+                                    kRegionBytes * 2 * cuts
+                              : 0;
+  m.extra = std::max({0.0, build - m.held, cut - m.held});
+  return m;
+}
+
+// The estimate of make_plan(ctx.input, request) from the devices' counts;
+// `largest` (when not null) receives the estimate of the busiest single part
+// planned alone (PlanScope::kProcess with the same threads).
+PlanEstimate estimate_parts(const Context& ctx, const std::vector<DeviceCounts>& counts,
+                            const PlanRequest& request, int threads, int64_t* largest = nullptr) {
+  const PlanInput& in = ctx.input;
+  const size_t ndev = ctx.devices.size();
+  const bool budgeted = in.options.staging_budget_bytes > 0;
+  PlanEstimate e;
+  std::map<int32_t, PartSums> parts;
+  if (request.scope == PlanScope::kAll) {
+    for (int32_t p : ctx.processes) parts[p];
+  } else if (request.scope == PlanScope::kProcess &&
+             std::binary_search(ctx.processes.begin(), ctx.processes.end(), request.process)) {
+    parts[request.process];
+  }
+  for (size_t d = 0; d < ndev && !parts.empty(); ++d) {
+    auto it = parts.find(in.topology.info(ctx.devices[d]).process);
+    if (it == parts.end()) continue;
+    const DeviceCounts& c = counts[d];
+    PartSums& s = it->second;
+    ++s.devices;
+    s.local += c.local_pieces;
+    s.send += c.send_pieces;
+    s.recv += c.recv_pieces;
+    s.regions += c.regions;
+    s.streams += c.streams;
+    s.messages += c.messages;
+    s.cuts += c.cuts;
+  }
+  // make_plan's threading: whole parts per thread when there are enough of
+  // them, else each part's tensors cut into 8 chunks per thread.
+  const bool per_part = request.scope == PlanScope::kAll && threads > 1 &&
+                        parts.size() >= static_cast<size_t>(threads);
+  const int64_t chunks =
+      per_part || threads <= 1
+          ? 1
+          : std::min<int64_t>(8 * int64_t{threads}, std::max<size_t>(in.tensors.size(), 1));
+  const int64_t concurrent = per_part ? threads : 1;
+  const int64_t alone_chunks =
+      threads <= 1
+          ? 1
+          : std::min<int64_t>(8 * int64_t{threads}, std::max<size_t>(in.tensors.size(), 1));
+  double largest_part = 0;
+  int max_rank = 0;
+  for (const TensorSpec& t : in.tensors) max_rank = std::max(max_rank, t.src.rank());
+  double held = 0, extra = 0, pieces = 0, messages = 0, regions = 0, encoded = 0;
+  for (const auto& [p, sums] : parts) {
+    const PartMemory m = part_memory(sums, ndev, chunks, budgeted);
+    if (largest) {
+      const PartMemory alone = part_memory(sums, ndev, alone_chunks, budgeted);
+      largest_part = std::max(largest_part, alone.held + alone.extra);
+    }
+    held += m.held;
+    extra = std::max(extra, m.extra);
+    pieces += m.pieces;
+    messages += static_cast<double>(sums.messages);
+    regions += m.regions;
+    // Columns of 4 (pieces: tensor, source, destination, region when any
+    // piece has one) and 44 (messages) bytes per row; regions: rank byte
+    // and lo / hi per dimension.
+    encoded += (m.regions > 0 ? 16 : 12) * m.pieces + 44 * static_cast<double>(sums.messages) +
+               (1 + 16.0 * max_rank) * m.regions + 1024;
+  }
+  // The plan's copy of the inputs and the statistics.
+  double base = 4096 + 128.0 * static_cast<double>(ndev);
+  double encoded_base = 2048 + 120.0 * static_cast<double>(in.topology.devices().size()) +
+                        144.0 * static_cast<double>(ndev);
+  for (const TensorSpec& t : in.tensors) {
+    const double rank = static_cast<double>(t.shape.size());
+    base += 256 + static_cast<double>(t.name.size());
+    encoded_base += 512 + static_cast<double>(t.name.size()) + 8 * rank;
+    for (const Layout* l : {&t.src, &t.dst})
+      if (!l->tiled()) encoded_base += static_cast<double>(l->num_entries()) * (12 + 16 * rank);
+  }
+  e.parts = static_cast<int64_t>(parts.size());
+  e.pieces = sat(pieces);
+  e.messages = sat(messages);
+  e.regions = sat(regions);
+  e.memory_bytes =
+      e.parts == 0 ? sat(base)
+                   : sat(kFixedBytes + kAllocatorMargin *
+                                           (base + held + static_cast<double>(concurrent) * extra));
+  e.encoded_bytes = sat(encoded_base + encoded);
+  if (largest) *largest = sat(kFixedBytes + kAllocatorMargin * (base + largest_part));
+  return e;
+}
+
+// Reads one integer from a cgroup file; 0 when absent or "max".
+int64_t cgroup_limit(const char* path) {
+  std::FILE* f = std::fopen(path, "r");
+  if (!f) return 0;
+  long long v = 0;
+  const int n = std::fscanf(f, "%lld", &v);
+  std::fclose(f);
+  return n == 1 && v > 0 ? static_cast<int64_t>(v) : 0;
+}
+
+int64_t available_memory() {
+  static const int64_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    int64_t phys = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+    // A container's limit, when lower (cgroup v2, then v1; v1 reports
+    // "unlimited" as a huge number, which the min ignores).
+    for (const char* path :
+         {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+      const int64_t limit = cgroup_limit(path);
+      if (limit > 0 && (phys == 0 || limit < phys)) phys = limit;
+    }
+    return phys > 0 ? phys : int64_t{8} << 30;  // unknown: assume 8 GiB
+  }();
+  return bytes;
+}
+
+// request.max_plan_bytes resolved: kUnlimitedPlanBytes or a byte count.
+int64_t resolve_limit(int64_t max_plan_bytes) {
+  if (max_plan_bytes < kUnlimitedPlanBytes)
+    fail(ErrorCode::kInvalidArgument,
+         "request.max_plan_bytes: " + std::to_string(max_plan_bytes) +
+             " is invalid (0: the default, half the memory available; N > 0: N bytes; -1: no "
+             "limit)");
+  return max_plan_bytes == 0 ? default_max_plan_bytes() : max_plan_bytes;
+}
+
+[[noreturn]] void refuse(const PlanEstimate& e, const PlanRequest& request,
+                         int64_t largest_part_bytes) {
+  // Layers above rename "request.max_plan_bytes" and "PlanScope::kProcess"
+  // to their own terms (the C ABI's field, the command line's flags).
+  const bool all = request.scope == PlanScope::kAll;
+  std::string m = "request.max_plan_bytes: ";
+  m += all ? "the " + commas(e.parts) + " process parts of this plan need"
+           : "process " + std::to_string(request.process) + "'s part needs";
+  m += " about " + size_str(e.memory_bytes) + " of memory to plan (" + commas(e.pieces) +
+       " pieces, " + commas(e.messages) + " messages, " + commas(e.regions) + " regions; " +
+       size_str(e.encoded_bytes) + " as plan bytes), above the limit of " +
+       size_str(e.limit_bytes) + " (" + commas(e.limit_bytes) + " bytes";
+  m += request.max_plan_bytes == 0
+           ? ": the default, half of the " + size_str(e.available_bytes) + " of memory available)"
+           : ")";
+  if (all && e.parts > 1)
+    m += "; plan one process's part at a time (PlanScope::kProcess: at most " +
+         size_str(largest_part_bytes) + " each)";
+  m += "; or raise request.max_plan_bytes (-1: no limit)";
+  fail(ErrorCode::kResourceExhausted, m);
 }
 
 }  // namespace
@@ -688,8 +1014,10 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
 
 uint64_t plan_fingerprint(const PlanInput& input) { return fingerprint_of(input); }
 
-Plan make_plan(const PlanInput& input, const PlanRequest& request) {
-  const auto t0 = std::chrono::steady_clock::now();
+namespace {
+
+// The checks make_plan and estimate_plan share; returns the threads.
+int validate_request(const PlanInput& input, const PlanRequest& request) {
   validate_options(input.options);
   if (input.tensors.size() >= 0xfffffff0u)
     fail(ErrorCode::kOutOfRange, "tensors: too many tensors");
@@ -710,7 +1038,34 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   if (request.threads < 0)
     fail(ErrorCode::kInvalidArgument,
          "request.threads: " + std::to_string(request.threads) + " is negative");
-  const int threads = planning::resolve_threads(request.threads);
+  return planning::resolve_threads(request.threads);
+}
+
+}  // namespace
+
+int64_t default_max_plan_bytes() { return available_memory() / 2; }
+
+PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request) {
+  const int threads = validate_request(input, request);
+  const int64_t limit = resolve_limit(request.max_plan_bytes);
+  Context ctx(input);
+  ctx.build();
+  PlanStats stats;
+  std::vector<DeviceCounts> counts;
+  const bool want_stats = request.scope != PlanScope::kProcess || request.global_stats;
+  compute_stats(ctx, stats, input.options, want_stats, &counts);
+  PlanEstimate e = estimate_parts(ctx, counts, request, threads);
+  e.limit_bytes = limit;
+  e.available_bytes = available_memory();
+  return e;
+}
+
+Plan make_plan(const PlanInput& input, const PlanRequest& request) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int threads = validate_request(input, request);
+  const int64_t limit = resolve_limit(request.max_plan_bytes);
+  // Parts are what can outgrow memory; the statistics alone never do.
+  const bool guarded = limit != kUnlimitedPlanBytes && request.scope != PlanScope::kGlobal;
   Context ctx(input);
   ctx.build();
   Plan plan;
@@ -722,11 +1077,22 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   auto& parts = Plan::Builder::parts(plan);
   const bool budgeted = input.options.staging_budget_bytes > 0;
   // Cutting streams into rounds needs every device's peer count, which the
-  // global statistics provide.
+  // global statistics provide; so does the memory estimate.
   const bool want_stats = request.scope != PlanScope::kProcess || request.global_stats;
-  if (budgeted || want_stats) {
-    compute_stats(ctx, Plan::Builder::stats(plan), input.options, want_stats);
+  if (budgeted || want_stats || guarded) {
+    std::vector<DeviceCounts> counts;
+    compute_stats(ctx, Plan::Builder::stats(plan), input.options, want_stats,
+                  guarded ? &counts : nullptr);
     Plan::Builder::has_stats(plan) = want_stats;
+    if (guarded) {
+      int64_t largest = 0;
+      PlanEstimate e = estimate_parts(ctx, counts, request, threads, &largest);
+      if (e.memory_bytes > limit) {
+        e.limit_bytes = limit;
+        e.available_bytes = available_memory();
+        refuse(e, request, largest);
+      }
+    }
   }
   const auto& per_device = Plan::Builder::stats(plan).per_device;
   auto load = [&](int64_t device) -> planning::DeviceLoad {
@@ -735,11 +1101,21 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
     if (it == per_device.end() || it->device != device) return {};
     return {it->send_messages + it->recv_messages, it->send_bytes + it->recv_bytes};
   };
+  const int64_t nparts = request.scope == PlanScope::kAll
+                             ? static_cast<int64_t>(ctx.processes.size())
+                         : request.scope == PlanScope::kProcess ? 1
+                                                                : 0;
+  std::mutex progress_mutex;
+  int64_t parts_done = 0;
   auto make_part = [&](int32_t p, int part_threads) {
     BuiltPart built = build_part(ctx, p, input.options, part_threads);
     if (budgeted)
       planning::split_rounds(built.part, input.tensors, input.options.staging_budget_bytes,
                              built.send_bytes, built.recv_bytes, load, part_threads);
+    if (request.progress) {
+      std::lock_guard<std::mutex> lock(progress_mutex);
+      request.progress(++parts_done, nparts);
+    }
     return std::move(built.part);
   };
   if (request.scope == PlanScope::kAll) {
