@@ -775,7 +775,7 @@ constexpr int64_t kPieceBytes = sizeof(Piece);
 constexpr int64_t kMessageBytes = sizeof(Message);
 constexpr int64_t kRegionBytes = sizeof(Box);
 constexpr int64_t kSizeBytes = sizeof(int64_t);  // a piece's size, kept until rounds are cut
-constexpr double kFragmentsPerCut = 2.5;
+constexpr double kFragmentsPerCut = 3;
 // On top of the structures: what the allocator keeps (freed buffers of
 // earlier parts, partly used pages), measured at 0-10% of the plan's
 // resident size, plus the rest of the process's planning state.
@@ -832,9 +832,11 @@ PartMemory part_memory(const PartSums& p, size_t ndev, int64_t chunks, bool budg
   const double messages = static_cast<double>(p.messages);
   const double streams = static_cast<double>(p.streams);
   // A cut inside a piece turns it into fragments of one box or a few
-  // (rounds.h): count 2.5 more pieces and regions per cut. Measured plans
-  // had 1.2 to 2.1 more regions per cut (more when pieces are small next to
-  // the rounds: every cut then splits a piece).
+  // (rounds.h): count kFragmentsPerCut more pieces and regions per cut.
+  // Measured plans had 1.8 to 2.3 more regions per cut when rounds hold
+  // several pieces, up to 2.8 when they hold less than a row of a piece
+  // (every cut then makes a fragment of a partial row, whole rows and a
+  // partial row).
   m.pieces = local + net + kFragmentsPerCut * cuts;
   m.regions = static_cast<double>(p.regions) + kFragmentsPerCut * cuts;
   // Vectors filled by push_back may hold up to twice their size; `local`
