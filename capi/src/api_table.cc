@@ -103,10 +103,12 @@ static_assert(offsetof(reshard_api_t, transport_available) == kHeader + 64 * siz
               "ABI 1.1 table layout changed");
 static_assert(offsetof(reshard_api_t, plan_device_location) == kHeader + 69 * sizeof(void*),
               "ABI 1.1 table layout changed");
-// ABI 1.1 is the current version: the table ends with its last function.
+// ABI 1.1's table is the current one: it ends with its last function.
 static_assert(sizeof(reshard_api_t) == kHeader + 70 * sizeof(void*),
               "a field was appended: bump RESHARD_ABI_MINOR and add a static_assert for it");
-static_assert(RESHARD_ABI_MINOR == 1);
+// ABI 1.2 appended a struct field and an error code, no function: the
+// table is 1.1's.
+static_assert(RESHARD_ABI_MINOR == 2);
 
 }  // namespace
 
