@@ -994,8 +994,9 @@ int64_t resolve_limit(int64_t max_plan_bytes) {
   // to their own terms (the C ABI's field, the command line's flags).
   const bool all = request.scope == PlanScope::kAll;
   std::string m = "request.max_plan_bytes: ";
-  m += all ? "the " + commas(e.parts) + " process parts of this plan need"
-           : "process " + std::to_string(request.process) + "'s part needs";
+  m += !all           ? "process " + std::to_string(request.process) + "'s part needs"
+       : e.parts == 1 ? std::string("the only process part of this plan needs")
+                      : "the " + commas(e.parts) + " process parts of this plan need";
   m += " about " + size_str(e.memory_bytes) + " of memory to plan (" + commas(e.pieces) +
        " pieces, " + commas(e.messages) + " messages, " + commas(e.regions) + " regions; " +
        size_str(e.encoded_bytes) + " as plan bytes), above the limit of " +
