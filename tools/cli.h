@@ -78,8 +78,41 @@ std::string device_ranges(std::vector<int64_t> devices);
 std::string shape_str(const std::vector<int64_t>& shape);
 
 // make_plan, with input errors (a spec the planner rejects: uncovered
-// regions, mismatched shapes) turned into InvalidInput.
-Plan plan_spec(const PlanInput& input, const PlanRequest& request);
+// regions, mismatched shapes) turned into InvalidInput, and a plan above
+// the memory limit (kResourceExhausted) explained in the command line's
+// terms: "--max-plan-bytes", and `process_hint` for PlanScope::kProcess
+// ("--process P"; empty: the command cannot plan one part, the hint is
+// dropped). On a terminal, planning many parts shows its progress on
+// stderr (Progress).
+Plan plan_spec(const PlanInput& input, const PlanRequest& request,
+               const std::string& process_hint = "--process P");
+// A kResourceExhausted message of make_plan in the command line's terms
+// (see plan_spec).
+std::string resource_message(const std::string& message, const std::string& process_hint);
+
+// `--max-plan-bytes SIZE`: PlanRequest::max_plan_bytes. SIZE is bytes with
+// an optional binary suffix (K, M, G, T, KiB, ...), 0 for the library's
+// default (half the memory) or -1 / "none" for no limit.
+void add_max_plan_bytes_option(CLI::App* cmd, int64_t& target);
+
+// One status line on stderr, redrawn in place ("planning 1,024 parts... 37%"),
+// only when stderr is a terminal: pipes, files and CI logs see nothing.
+class Progress {
+ public:
+  Progress();
+  ~Progress();  // clears the line
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  bool active() const { return active_; }
+  // Draws `what` followed by the percentage done/total (when total > 0);
+  // redraws only when the text changes.
+  void update(const std::string& what, int64_t done = 0, int64_t total = 0);
+  void clear();
+
+ private:
+  bool active_ = false;
+  std::string shown_;
+};
 
 // Devices, processes and hosts that the tensors' layouts use.
 struct PlanFootprint {

@@ -14,8 +14,15 @@ struct BenchArgs {
   InputOptions input;
   int repeat = 5;
   bool skip_naive = false;
-  int32_t threads = 0;  // of the parallel run; 0 = every hardware thread
+  int32_t threads = 0;         // of the parallel run; 0 = every hardware thread
+  int64_t max_plan_bytes = 0;  // PlanRequest::max_plan_bytes
 };
+
+PlanRequest all_parts(const BenchArgs& args) {
+  PlanRequest r{PlanScope::kAll, 0, true};
+  r.max_plan_bytes = args.max_plan_bytes;
+  return r;
+}
 
 struct Timing {
   double median = 0, min = 0;
@@ -39,7 +46,7 @@ int run_bench_plan(const BenchArgs& args) {
   const PlanFootprint fp = footprint(spec.input);
   int64_t pieces = 0, network = 0;
   const Timing fast = time_runs(args.repeat, [&] {
-    const Plan plan = plan_spec(spec.input, PlanRequest{PlanScope::kAll, 0, true});
+    const Plan plan = plan_spec(spec.input, all_parts(args), "");
     pieces = plan.stats().pieces;
     network = plan.stats().network_bytes;
   });
@@ -51,11 +58,11 @@ int run_bench_plan(const BenchArgs& args) {
       args.threads > 0 ? args.threads
                        : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   if (threads > 1) {
-    PlanRequest request{PlanScope::kAll, 0, true};
+    PlanRequest request = all_parts(args);
     request.threads = threads;
-    const Timing par = time_runs(args.repeat, [&] { (void)plan_spec(spec.input, request); });
-    const bool same = encode_plan(plan_spec(spec.input, request)) ==
-                      encode_plan(plan_spec(spec.input, PlanRequest{PlanScope::kAll, 0, true}));
+    const Timing par = time_runs(args.repeat, [&] { (void)plan_spec(spec.input, request, ""); });
+    const bool same = encode_plan(plan_spec(spec.input, request, "")) ==
+                      encode_plan(plan_spec(spec.input, all_parts(args), ""));
     const std::string label = "make_plan, " + std::to_string(threads) + " threads";
     std::printf("  %-28s median %10s  (min %s), %.2fx one thread, plan %s\n", label.c_str(),
                 human_seconds(par.median).c_str(), human_seconds(par.min).c_str(),
@@ -95,6 +102,7 @@ Runner add_bench_command(CLI::App& app) {
                   "skip) and check the plan is identical")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  add_max_plan_bytes_option(cmd, args->max_plan_bytes);
   cmd->footer(
       std::string("Example:\n  reshard bench plan --spec examples/specs/small_transformer.json "
                   "--repeat 9\n\n") +

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "reshard/error.h"
 #include "reshard/wire.h"
 
 namespace reshard::cli {
@@ -20,13 +21,47 @@ struct PlanArgs {
   std::string format = "text";
   int32_t process = -1;
   std::string out;
-  int32_t threads = 1;  // PlanRequest::threads of the parts planned
+  int32_t threads = 1;         // PlanRequest::threads of the parts planned
+  int64_t max_plan_bytes = 0;  // PlanRequest::max_plan_bytes of the parts planned
 };
 
-PlanRequest part_request(PlanScope scope, int32_t process, bool global_stats, int32_t threads) {
+PlanRequest part_request(const PlanArgs& args, PlanScope scope, int32_t process,
+                         bool global_stats) {
   PlanRequest r{scope, process, global_stats};
-  r.threads = threads;
+  r.threads = args.threads;
+  r.max_plan_bytes = args.max_plan_bytes;
   return r;
+}
+
+// The most bytes one plan buffer (FlatBuffers) holds.
+constexpr int64_t kMaxPlanFileBytes = (int64_t{1} << 31) - 1;
+
+// `--out` of every part: the plan, then its bytes built beside it (the
+// FlatBuffers builder grows by doubling, then the bytes are copied out: up
+// to three times their size). Refuses before planning when the estimate is
+// above what a plan file holds or above --max-plan-bytes.
+void check_whole_plan_file(const PlanArgs& args, const PlanInput& input) {
+  const PlanEstimate e = estimate_plan(input, part_request(args, PlanScope::kAll, 0, true));
+  const std::string what = "writing every process part (" + with_commas(e.parts) + " parts, " +
+                           with_commas(e.pieces) + " pieces)";
+  if (e.encoded_bytes > kMaxPlanFileBytes)
+    throw Error(ErrorCode::kResourceExhausted,
+                "--out: " + what + " makes about " +
+                    human_bytes(static_cast<double>(e.encoded_bytes)) +
+                    " of plan bytes, more than one plan file holds (2 GiB); write one process's "
+                    "part per file (--process P)");
+  const int64_t need = e.memory_bytes + 3 * e.encoded_bytes;
+  if (e.limit_bytes != kUnlimitedPlanBytes && need > e.limit_bytes)
+    throw Error(
+        ErrorCode::kResourceExhausted,
+        "--max-plan-bytes: " + what + " needs about " + human_bytes(static_cast<double>(need)) +
+            " of memory (the plan " + human_bytes(static_cast<double>(e.memory_bytes)) +
+            ", its bytes " + human_bytes(static_cast<double>(e.encoded_bytes)) +
+            " built up to three times), above the limit of " +
+            human_bytes(static_cast<double>(e.limit_bytes)) + " (" + with_commas(e.limit_bytes) +
+            " bytes" + (args.max_plan_bytes == 0 ? ": the default, half the memory)" : ")") +
+            "; write one process's part at a time (--process P), or raise "
+            "--max-plan-bytes (-1: no limit)");
 }
 
 ojson stats_json(const PlanStats& s) {
@@ -153,13 +188,19 @@ PartSummary summarize(const Plan& plan, const ProcessPart& part) {
 // only that worker's part, with the global statistics, as FlatBuffers bytes.
 void write_plan_file(const PlanArgs& args, const PlanInput& input) {
   const bool one = args.process >= 0;
+  if (!one) check_whole_plan_file(args, input);
   const Plan plan =
-      plan_spec(input, one ? part_request(PlanScope::kProcess, args.process, true, args.threads)
-                           : part_request(PlanScope::kAll, 0, true, args.threads));
+      plan_spec(input, one ? part_request(args, PlanScope::kProcess, args.process, true)
+                           : part_request(args, PlanScope::kAll, 0, true));
   EncodeOptions eo;
   eo.all_parts = !one;
   eo.process = one ? args.process : 0;
-  const std::vector<uint8_t> bytes = encode_plan(plan, eo);
+  std::vector<uint8_t> bytes;
+  {
+    Progress progress;
+    progress.update("encoding the plan\u2026");
+    bytes = encode_plan(plan, eo);
+  }
   std::ofstream f(args.out, std::ios::binary | std::ios::trunc);
   if (!f) throw Failure("--out: cannot write \"" + args.out + "\"");
   f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
@@ -197,13 +238,15 @@ int run_plan(const PlanArgs& args) {
   auto t0 = std::chrono::steady_clock::now();
   const Plan global = plan_spec(spec.input, PlanRequest{PlanScope::kGlobal, 0, true});
   const double global_seconds = seconds_since(t0);
+  // What every part (--out) would take, from the same statistics.
+  const PlanEstimate whole =
+      estimate_plan(spec.input, part_request(args, PlanScope::kAll, 0, true));
 
   std::optional<Plan> part_plan;
   double part_seconds = 0;
   if (args.process >= 0) {
     t0 = std::chrono::steady_clock::now();
-    part_plan =
-        plan_spec(spec.input, part_request(PlanScope::kProcess, args.process, false, args.threads));
+    part_plan = plan_spec(spec.input, part_request(args, PlanScope::kProcess, args.process, false));
     part_seconds = seconds_since(t0);
   }
   const ProcessPart* part = nullptr;
@@ -224,6 +267,13 @@ int run_plan(const PlanArgs& args) {
     j["hosts_defaulted"] = spec.hosts_defaulted;
     j["global_seconds"] = global_seconds;
     j["stats"] = stats_json(global.stats());
+    j["estimate"] = {{"parts", whole.parts},
+                     {"pieces", whole.pieces},
+                     {"messages", whole.messages},
+                     {"regions", whole.regions},
+                     {"memory_bytes", whole.memory_bytes},
+                     {"encoded_bytes", whole.encoded_bytes},
+                     {"limit_bytes", whole.limit_bytes}};
     if (part_plan) {
       j["process"] = {
           {"process", args.process},           {"plan_seconds", part_seconds},
@@ -244,6 +294,14 @@ int run_plan(const PlanArgs& args) {
   std::cout << stats_text(global.stats());
   std::cout << "  global statistics took " << human_seconds(global_seconds)
             << " (PlanScope::kGlobal)\n";
+  std::cout << "every part (" << with_commas(whole.parts)
+            << "), estimated: " << human_bytes(static_cast<double>(whole.memory_bytes))
+            << " of memory to plan, " << human_bytes(static_cast<double>(whole.encoded_bytes))
+            << " as plan bytes; limit "
+            << (whole.limit_bytes == kUnlimitedPlanBytes
+                    ? std::string("none")
+                    : human_bytes(static_cast<double>(whole.limit_bytes)))
+            << " (--max-plan-bytes)\n";
   if (part_plan) {
     std::cout << "process " << args.process << " part (PlanScope::kProcess), planned in "
               << human_seconds(part_seconds)
@@ -294,6 +352,7 @@ Runner add_plan_command(CLI::App& app) {
                   "The plan is the same for any value")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  add_max_plan_bytes_option(cmd, args->max_plan_bytes);
   cmd->footer(
       std::string("Example:\n  reshard plan --spec examples/specs/small_transformer.json "
                   "--format json\n\n"

@@ -35,6 +35,7 @@ struct RunArgs {
   int64_t budget = -1;
   std::string packing = "auto";
   double max_gib = 4;
+  int64_t max_plan_bytes = 0;  // PlanRequest::max_plan_bytes
 };
 
 // One rank's result, exchanged as a fixed-size record.
@@ -96,6 +97,8 @@ ExecuteOptions::Packing parse_packing(const std::string& s) {
   if (s == "gather") return ExecuteOptions::Packing::kGather;
   return ExecuteOptions::Packing::kAuto;
 }
+
+int64_t gib_bytes(double gib) { return static_cast<int64_t>(gib * 1024 * 1024 * 1024); }
 
 double shard_bytes(const PlanInput& input) {
   double bytes = 0;
@@ -170,8 +173,10 @@ int run_local(const RunArgs& args, Spec spec) {
     throw UsageError("the shards of this spec need " + human_bytes(shard_bytes(spec.input)) +
                      ", above --max-gib");
   }
-  const Plan plan = make_plan(spec.input, PlanRequest{PlanScope::kAll, 0, true});
-  OracleBuffers buffers = fill_sources(plan);
+  PlanRequest request{PlanScope::kAll, 0, true};
+  request.max_plan_bytes = args.max_plan_bytes;
+  const Plan plan = plan_spec(spec.input, request, "--transport mpi");
+  OracleBuffers buffers = fill_sources(plan, gib_bytes(args.max_gib));
   std::vector<TensorBuffers> views = buffers.views();
   for (int i = 0; i < args.warmup; ++i) execute_host(plan, views);
   std::vector<double> seconds;
@@ -215,8 +220,10 @@ RankResult verify_rank(const RunArgs& args, const PlanInput& input, const Plan& 
       r.partial_checked = 0;
       *note = "partial destinations not checked (the whole plan exceeds --max-gib)";
     } else {
-      const Plan full = make_plan(input, PlanRequest{PlanScope::kAll, 0, false});
-      OracleBuffers ref = fill_sources(full);
+      PlanRequest request{PlanScope::kAll, 0, false};
+      request.max_plan_bytes = args.max_plan_bytes;
+      const Plan full = make_plan(input, request);
+      OracleBuffers ref = fill_sources(full, gib_bytes(args.max_gib));
       std::vector<TensorBuffers> views = ref.views();
       execute_host(full, views);
       for (size_t t = 0; t < plan.tensors().size(); ++t) {
@@ -260,8 +267,10 @@ int run_mpi(const RunArgs& args, Spec spec) {
   const PlanInput& input = spec.input;
   bool mine = false;
   for (int64_t d : footprint(input).devices) mine = mine || input.topology.info(d).process == rank;
-  const Plan plan = make_plan(input, mine ? PlanRequest{PlanScope::kProcess, rank, true}
-                                          : PlanRequest{PlanScope::kGlobal, 0, true});
+  PlanRequest request = mine ? PlanRequest{PlanScope::kProcess, rank, true}
+                             : PlanRequest{PlanScope::kGlobal, 0, true};
+  request.max_plan_bytes = args.max_plan_bytes;
+  const Plan plan = make_plan(input, request);
 
   // This rank's shards: sources from the oracle, destinations poisoned.
   const size_t nt = plan.tensors().size();
@@ -402,6 +411,7 @@ Runner add_run_command(CLI::App& app) {
                   "memory allowed for checking partial destinations against execute_host")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  add_max_plan_bytes_option(cmd, args->max_plan_bytes);
   cmd->footer(
       std::string(
           "Examples:\n"

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "cli.h"
+#include "reshard/error.h"
 
 namespace reshard::cli {
 namespace {
@@ -16,6 +17,7 @@ struct ShowArgs {
   InputOptions input;
   std::string tensor;
   std::string svg;
+  int64_t max_plan_bytes = 0;  // PlanRequest::max_plan_bytes of the send matrix's plan
 };
 
 int run_show(const ShowArgs& args) {
@@ -85,12 +87,23 @@ int run_show(const ShowArgs& args) {
                                     static_cast<double>(global.stats().lower_bound_network_bytes)))
             << "), local " << human_bytes(static_cast<double>(global.stats().local_bytes)) << ", "
             << with_commas(global.stats().messages) << " messages\n";
+  bool drawn = false;
   if (global.stats().pieces <= kMaxPiecesForMatrix) {
-    const Plan plan = plan_spec(input, PlanRequest{PlanScope::kAll, 0, true});
-    const Traffic traffic = traffic_of(plan, fp.devices);
-    std::cout << draw_traffic_text(traffic);
-    svg.traffic(traffic);
-  } else {
+    PlanRequest request{PlanScope::kAll, 0, true};
+    request.max_plan_bytes = args.max_plan_bytes;
+    try {
+      const Plan plan = plan_spec(input, request, "");
+      const Traffic traffic = traffic_of(plan, fp.devices);
+      std::cout << draw_traffic_text(traffic);
+      svg.traffic(traffic);
+      drawn = true;
+    } catch (const Error& e) {
+      // Too big to plan whole here: the summary below needs no parts.
+      if (e.code() != ErrorCode::kResourceExhausted) throw;
+      std::cout << "(no send matrix: " << e.what() << ")\n";
+    }
+  }
+  if (!drawn) {
     // Too many pieces to list: the busiest devices from the statistics.
     auto per = global.stats().per_device;
     std::sort(per.begin(), per.end(), [](const DeviceTraffic& a, const DeviceTraffic& b) {
@@ -123,6 +136,7 @@ Runner add_show_command(CLI::App& app) {
   add_plan_file_option(cmd, args->input);
   cmd->add_option("--tensor", args->tensor, "draw (and plan) only this tensor")->type_name("NAME");
   cmd->add_option("--svg", args->svg, "also write the pictures as an SVG file")->type_name("FILE");
+  add_max_plan_bytes_option(cmd, args->max_plan_bytes);
   cmd->footer(std::string("Example:\n  reshard show --spec examples/specs/small_transformer.json "
                           "--tensor layers.0.attn.q --svg q.svg\n"
                           "  reshard show --plan plan.rsplan --tensor layers.0.attn.q\n\n") +

@@ -13,6 +13,7 @@ struct VerifyArgs {
   InputOptions input;
   int32_t threads = 0;
   double max_gib = 8;
+  int64_t max_plan_bytes = 0;  // PlanRequest::max_plan_bytes
 };
 
 std::string index_str(const std::vector<int64_t>& index) {
@@ -43,9 +44,12 @@ int run_verify(const VerifyArgs& args) {
     throw UsageError("the shards of this spec need " + human_bytes(bytes) +
                      " of memory, above --max-gib " + std::to_string(args.max_gib));
 
-  const Plan plan = from_file ? std::move(*from_file)
-                              : plan_spec(spec.input, PlanRequest{PlanScope::kAll, 0, true});
-  OracleBuffers buffers = fill_sources(plan);
+  PlanRequest request{PlanScope::kAll, 0, true};
+  request.max_plan_bytes = args.max_plan_bytes;
+  // In-process verification needs every part: no --process way out.
+  const Plan plan = from_file ? std::move(*from_file) : plan_spec(spec.input, request, "");
+  OracleBuffers buffers =
+      fill_sources(plan, static_cast<int64_t>(args.max_gib * 1024 * 1024 * 1024));
   const std::vector<TensorBuffers> views = buffers.views();
   HostExecuteOptions options;
   options.threads = args.threads;
@@ -83,6 +87,7 @@ Runner add_verify_command(CLI::App& app) {
                   "refuse specs whose shards need more memory than this")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  add_max_plan_bytes_option(cmd, args->max_plan_bytes);
   cmd->footer(
       std::string(
           "Examples:\n  reshard verify --spec examples/specs/small_transformer.json\n"

@@ -1,5 +1,8 @@
 // Number formatting and small summaries shared by the subcommands.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -98,9 +101,32 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
-Plan plan_spec(const PlanInput& input, const PlanRequest& request) {
+std::string resource_message(const std::string& message, const std::string& process_hint) {
+  std::string m = message;
+  auto replace_all = [&](const std::string& from, const std::string& to) {
+    for (size_t at = m.find(from); at != std::string::npos; at = m.find(from, at + to.size()))
+      m.replace(at, from.size(), to);
+  };
+  if (process_hint.empty()) {
+    // "; plan one process's part at a time (PlanScope::kProcess: ...)"
+    const size_t at = m.find("; plan one process's part at a time");
+    if (at != std::string::npos) m.erase(at, m.find(')', at) + 1 - at);
+  }
+  replace_all("request.max_plan_bytes", "--max-plan-bytes");
+  replace_all("PlanScope::kProcess", process_hint);
+  return m;
+}
+
+Plan plan_spec(const PlanInput& input, const PlanRequest& request,
+               const std::string& process_hint) {
+  PlanRequest r = request;
+  Progress progress;
+  if (progress.active() && !r.progress && r.scope == PlanScope::kAll)
+    r.progress = [&](int64_t done, int64_t total) {
+      progress.update("planning " + with_commas(total) + " parts\u2026 ", done, total);
+    };
   try {
-    return make_plan(input, request);
+    return make_plan(input, r);
   } catch (const Error& e) {
     switch (e.code()) {
       case ErrorCode::kInvalidArgument:
@@ -108,10 +134,73 @@ Plan plan_spec(const PlanInput& input, const PlanRequest& request) {
       case ErrorCode::kOverflow:
       case ErrorCode::kMismatch:
         throw InvalidInput(e.what());
+      case ErrorCode::kResourceExhausted:
+        throw Error(e.code(), resource_message(e.what(), process_hint));
       default:
         throw;
     }
   }
+}
+
+void add_max_plan_bytes_option(CLI::App* cmd, int64_t& target) {
+  cmd->add_option_function<std::string>(
+         "--max-plan-bytes",
+         [&target](const std::string& text) {
+           std::string t = text;
+           for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+           if (t == "none" || t == "-1") {
+             target = kUnlimitedPlanBytes;
+             return;
+           }
+           size_t used = 0;
+           double v = -1;
+           try {
+             v = std::stod(t, &used);
+           } catch (const std::exception&) {
+             used = 0;
+           }
+           std::string unit = t.substr(used);
+           if (!unit.empty() && unit.back() == 'b') unit.pop_back();  // "GB", "GiB"
+           if (unit.size() == 2 && unit[1] == 'i') unit.pop_back();   // "Gi"
+           static const std::string kUnits = "kmgtp";
+           double scale = 1;
+           if (unit.size() == 1 && kUnits.find(unit[0]) != std::string::npos)
+             scale = std::pow(1024.0, static_cast<double>(kUnits.find(unit[0]) + 1));
+           else if (!unit.empty())
+             used = 0;
+           if (used == 0 || !(v >= 0) || v * scale >= 9e18)
+             throw CLI::ValidationError("--max-plan-bytes",
+                                        "\"" + text +
+                                            "\" is not a size (bytes, or with K/M/G/T: 8G, "
+                                            "512MiB; 0: the default; -1 or none: no limit)");
+           target = static_cast<int64_t>(v * scale);
+         },
+         "memory the plan's process parts may take, estimated before planning (bytes, or "
+         "8G, 512M, ...); above it the command stops with the estimate. 0: half the memory "
+         "available; -1 or none: no limit")
+      ->type_name("SIZE")
+      ->default_str("0");
+}
+
+Progress::Progress() : active_(isatty(STDERR_FILENO) == 1) {}
+
+Progress::~Progress() { clear(); }
+
+void Progress::update(const std::string& what, int64_t done, int64_t total) {
+  if (!active_) return;
+  std::string text = what;
+  if (total > 0) text += std::to_string(100 * done / total) + "%";
+  if (text == shown_) return;
+  shown_ = text;
+  std::fprintf(stderr, "\r\033[K%s", text.c_str());
+  std::fflush(stderr);
+}
+
+void Progress::clear() {
+  if (!active_ || shown_.empty()) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  shown_.clear();
 }
 
 PlanFootprint footprint(const PlanInput& input) {

@@ -168,6 +168,32 @@ func TestSpecAndInputErrors(t *testing.T) {
 	expectErr(t, in2.AddTensor("y", []int64{8, 6}, reshard.F32, l, small), reshard.InvalidArgument, "src: used after Close")
 }
 
+// PlanRequest.MaxPlanBytes (ABI 1.2): a plan whose estimated memory is
+// above the limit is refused with ResourceExhausted and the estimate.
+func TestPlanMemoryLimit(t *testing.T) {
+	in := trainToInferInput(t)
+	defer in.Close()
+	if reshard.ResourceExhausted.String() != "resource_exhausted" || reshard.ResourceExhausted != 12 {
+		t.Fatalf("ResourceExhausted: %d %q", int32(reshard.ResourceExhausted), reshard.ResourceExhausted)
+	}
+	_, err := reshard.NewPlanWithRequest(in, reshard.PlanRequest{MaxPlanBytes: 1})
+	expectErr(t, err, reshard.ResourceExhausted, "request->max_plan_bytes: the 3 process parts of this plan need about ")
+	expectErr(t, err, reshard.ResourceExhausted, "above the limit of 1 B (1 bytes); plan one process's part at a time (RESHARD_PLAN_SCOPE_PROCESS")
+	_, err = reshard.NewPlanWithRequest(in, reshard.PlanRequest{Scope: reshard.ScopeProcess, Process: 1, MaxPlanBytes: 1})
+	expectErr(t, err, reshard.ResourceExhausted, "request->max_plan_bytes: process 1's part needs about ")
+	_, err = reshard.NewPlanWithRequest(in, reshard.PlanRequest{MaxPlanBytes: -2})
+	expectErr(t, err, reshard.InvalidArgument, "request->max_plan_bytes: -2 is invalid")
+	// Statistics need no parts; no limit plans; the default (0) fits.
+	for _, r := range []reshard.PlanRequest{
+		{Scope: reshard.ScopeGlobal, MaxPlanBytes: 1},
+		{MaxPlanBytes: reshard.PlanBytesUnlimited},
+		{},
+	} {
+		p := must(reshard.NewPlanWithRequest(in, r))(t)
+		p.Close()
+	}
+}
+
 func TestPlanQueryErrors(t *testing.T) {
 	in := trainToInferInput(t)
 	defer in.Close()

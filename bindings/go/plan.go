@@ -27,7 +27,17 @@ type PlanRequest struct {
 	// NoGlobalStats skips the global statistics (a worker planning only its
 	// part).
 	NoGlobalStats bool
+	// MaxPlanBytes limits the memory of the process parts (ABI 1.2): the
+	// library estimates it from the global statistics before building any
+	// part and, above the limit, returns a ResourceExhausted error with the
+	// estimate. 0: the default, half the memory available; N > 0: N bytes;
+	// PlanBytesUnlimited: no limit; below -1: InvalidArgument. ScopeGlobal is
+	// never refused.
+	MaxPlanBytes int64
 }
+
+// PlanBytesUnlimited as PlanRequest.MaxPlanBytes: no memory limit.
+const PlanBytesUnlimited int64 = C.RESHARD_PLAN_BYTES_UNLIMITED
 
 // Side picks the source or the destination layout of a tensor.
 type Side int32
@@ -152,7 +162,9 @@ func newPlan(p *C.reshard_plan_t) *Plan {
 // equal inputs give equal plans and equal bytes.
 //
 // Errors: InvalidArgument naming the field ("tensors[1].name: duplicate
-// name", "options.alpha_seconds: ..."), Mismatch, Overflow, OutOfMemory.
+// name", "options.alpha_seconds: ..."), Mismatch, Overflow, OutOfMemory,
+// ResourceExhausted (the parts' estimated memory is above half the memory
+// available; the message gives the estimate).
 func NewPlan(in *PlanInput) (*Plan, error) {
 	return NewPlanWithRequest(in, PlanRequest{})
 }
@@ -160,16 +172,19 @@ func NewPlan(in *PlanInput) (*Plan, error) {
 // NewPlanWithRequest plans what req asks for.
 //
 // Errors: those of NewPlan; OutOfRange ("request.process: ...") for a
-// process owning no device; InvalidArgument for an unknown scope.
+// process owning no device; InvalidArgument for an unknown scope or a
+// MaxPlanBytes below -1; ResourceExhausted ("request->max_plan_bytes: ...")
+// when the parts' estimated memory is above MaxPlanBytes.
 func NewPlanWithRequest(in *PlanInput, req PlanRequest) (*Plan, error) {
 	if in == nil || in.ptr == nil {
 		return nil, closedError("input")
 	}
 	r := C.reshard_plan_request_t{
-		struct_size:  C.size_t(C.sizeof_reshard_plan_request_t),
-		scope:        C.reshard_plan_scope_t(req.Scope),
-		process:      C.int32_t(req.Process),
-		global_stats: 1,
+		struct_size:    C.size_t(C.sizeof_reshard_plan_request_t),
+		scope:          C.reshard_plan_scope_t(req.Scope),
+		process:        C.int32_t(req.Process),
+		global_stats:   1,
+		max_plan_bytes: C.int64_t(req.MaxPlanBytes),
 	}
 	if req.NoGlobalStats {
 		r.global_stats = 0

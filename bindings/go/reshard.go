@@ -72,6 +72,9 @@ const (
 	Transport       ErrorCode = C.RESHARD_ERROR_TRANSPORT        // MPI / NCCL / CUDA reported an error
 	OutOfMemory     ErrorCode = C.RESHARD_ERROR_OUT_OF_MEMORY    // allocation failed
 	Internal        ErrorCode = C.RESHARD_ERROR_INTERNAL         // a bug in reshard
+	// ResourceExhausted: a request whose estimated cost is above a limit
+	// (PlanRequest.MaxPlanBytes), refused before the work starts (ABI 1.2).
+	ResourceExhausted ErrorCode = C.RESHARD_ERROR_RESOURCE_EXHAUSTED
 )
 
 // String is the library's lower-case name of the code ("invalid_argument",

@@ -103,8 +103,8 @@ static_assert(offsetof(reshard_api_t, transport_available) == kHeader + 64 * siz
               "ABI 1.1 table layout changed");
 static_assert(offsetof(reshard_api_t, plan_device_location) == kHeader + 69 * sizeof(void*),
               "ABI 1.1 table layout changed");
-// ABI 1.2 added struct fields only (reshard_plan_stats_t); the table ends
-// with 1.1's last function.
+// ABI 1.2 appended struct fields (reshard_plan_stats_t, reshard_plan_request_t)
+// and an error code, no function: the table ends with 1.1's last function.
 static_assert(sizeof(reshard_api_t) == kHeader + 70 * sizeof(void*),
               "a field was appended: bump RESHARD_ABI_MINOR and add a static_assert for it");
 static_assert(RESHARD_ABI_MINOR == 2);

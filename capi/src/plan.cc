@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "internal.h"
 
@@ -22,18 +24,38 @@ namespace {
 
 constexpr size_t kPlanRequestV1Size = RESHARD_CAPI_V1_SIZE(reshard_plan_request_t, reserved0);
 constexpr size_t kPlanRequestV1_1Size = RESHARD_CAPI_V1_SIZE(reshard_plan_request_t, reserved1);
+constexpr size_t kPlanRequestV1_2Size =
+    RESHARD_CAPI_V1_SIZE(reshard_plan_request_t, max_plan_bytes);
 constexpr size_t kPlanStatsV1Size = RESHARD_CAPI_V1_SIZE(reshard_plan_stats_t, num_devices);
 constexpr size_t kPlanStatsV1_2Size =
     RESHARD_CAPI_V1_SIZE(reshard_plan_stats_t, lower_bound_binding_id);
 constexpr size_t kDeviceTrafficV1Size =
     RESHARD_CAPI_V1_SIZE(reshard_device_traffic_t, recv_messages);
 static_assert(kPlanRequestV1Size == offsetof(reshard_plan_request_t, threads));
-static_assert(kPlanRequestV1_1Size == sizeof(reshard_plan_request_t));
+static_assert(kPlanRequestV1_1Size == offsetof(reshard_plan_request_t, max_plan_bytes));
+static_assert(kPlanRequestV1_2Size == sizeof(reshard_plan_request_t));
+static_assert(RESHARD_PLAN_BYTES_UNLIMITED == reshard::kUnlimitedPlanBytes);
+static_assert(RESHARD_ERROR_RESOURCE_EXHAUSTED ==
+              static_cast<int32_t>(ErrorCode::kResourceExhausted));
 static_assert(kPlanStatsV1Size == offsetof(reshard_plan_stats_t, stages));
 static_assert(kPlanStatsV1_2Size == sizeof(reshard_plan_stats_t));
 static_assert(RESHARD_BOUND_HOST_SEND == static_cast<int32_t>(reshard::BoundKind::kHostSend));
 static_assert(RESHARD_BOUND_DEVICE_RECV == static_cast<int32_t>(reshard::BoundKind::kDeviceRecv));
 static_assert(kDeviceTrafficV1Size == sizeof(reshard_device_traffic_t));
+
+// The core's words for the request's fields in this header's terms.
+std::string c_terms(std::string m) {
+  static const std::pair<std::string_view, std::string_view> kTerms[] = {
+      {"request.max_plan_bytes", "request->max_plan_bytes"},
+      {"PlanScope::kProcess", "RESHARD_PLAN_SCOPE_PROCESS"},
+      {"(-1: no limit)", "(RESHARD_PLAN_BYTES_UNLIMITED: no limit)"},
+      {"-1: no limit)", "RESHARD_PLAN_BYTES_UNLIMITED: no limit)"},
+  };
+  for (const auto& [from, to] : kTerms)
+    for (size_t at = m.find(from); at != std::string::npos; at = m.find(from, at + to.size()))
+      m.replace(at, from.size(), to);
+  return m;
+}
 
 const reshard::PlanStats& stats_of(const reshard_plan_t* plan) {
   if (!plan->plan.has_stats()) {
@@ -71,8 +93,16 @@ reshard_error_t* reshard_plan_create(const reshard_plan_input_t* input,
     }
     // C's 0 is 1.0's zero-filled field: one thread; C++'s 0 is "all".
     cpp.threads = r.threads == RESHARD_PLAN_THREADS_ALL ? 0 : std::max(r.threads, 1);
+    // 0 (what 1.1-sized and zeroed structs give) is the default in both.
+    cpp.max_plan_bytes = r.max_plan_bytes;
     auto handle = std::make_unique<reshard_plan>();
-    handle->plan = reshard::make_plan(input->input, cpp);
+    try {
+      handle->plan = reshard::make_plan(input->input, cpp);
+    } catch (const reshard::Error& e) {
+      if (e.code() != ErrorCode::kResourceExhausted && e.code() != ErrorCode::kInvalidArgument)
+        throw;
+      fail(e.code(), c_terms(e.what()));
+    }
     *out_plan = handle.release();
   });
 }

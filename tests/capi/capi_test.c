@@ -10,12 +10,16 @@
  *
  * Usage: capi_test [group]   (no argument: every group). ctest runs one
  * process per group (capi.<group>). */
+/* POSIX for setrlimit only (the out_of_memory group). */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "check.h"
 #include "reshard/reshard.h"
@@ -349,20 +353,31 @@ static void test_version(void) {
 /* ------------------------------------------------------------------------ */
 
 static void test_errors(void) {
-  static const char* const kNames[] = {
-      "ok",      "invalid_argument", "out_of_range", "overflow",  "mismatch",      "parse_error",
-      "corrupt", "unsupported",      "timeout",      "transport", "out_of_memory", "internal"};
+  static const char* const kNames[] = {"ok",
+                                       "invalid_argument",
+                                       "out_of_range",
+                                       "overflow",
+                                       "mismatch",
+                                       "parse_error",
+                                       "corrupt",
+                                       "unsupported",
+                                       "timeout",
+                                       "transport",
+                                       "out_of_memory",
+                                       "internal",
+                                       "resource_exhausted"};
   reshard_error_code_t code;
   reshard_error_t* error;
   /* NULL is success. */
   CHECK(reshard_error_code(NULL) == RESHARD_OK);
   CHECK(strcmp(reshard_error_message(NULL), "") == 0);
   reshard_error_destroy(NULL);
-  for (code = RESHARD_OK; code <= RESHARD_ERROR_INTERNAL; ++code) {
+  for (code = RESHARD_OK; code <= RESHARD_ERROR_RESOURCE_EXHAUSTED; ++code) {
     CHECK(strcmp(reshard_error_code_name(code), kNames[code]) == 0);
   }
   CHECK(strcmp(reshard_error_code_name(-1), "unknown") == 0);
-  CHECK(strcmp(reshard_error_code_name(12), "unknown") == 0);
+  CHECK(RESHARD_ERROR_RESOURCE_EXHAUSTED == 12); /* appended in 1.2 */
+  CHECK(strcmp(reshard_error_code_name(13), "unknown") == 0);
   CHECK(strcmp(reshard_error_code_name(INT32_MAX), "unknown") == 0);
   /* An error object owns its message and keeps its code. */
   error = reshard_mesh_create(0, NULL, NULL, NULL, NULL);
@@ -1009,7 +1024,8 @@ static void test_plan_create(void) {
   bigger.v1.process = 0;
   bigger.v1.global_stats = 1;
   bigger.v1.reserved0 = 0;
-  /* bigger.v1.threads stays 0x7f7f7f7f: capped, never billions of threads. */
+  /* bigger.v1.threads stays 0x7f7f7f7f: capped, never billions of threads;
+   * bigger.v1.max_plan_bytes stays 0x7f7f7f7f7f7f7f7f: a limit of 9 EB. */
   bigger.v1.reserved1 = 0;
   REQUIRE_OK(reshard_plan_create(f.input, &bigger.v1, &plan));
   CHECK_OK(reshard_plan_has_part(plan, 2, &has));
@@ -1889,10 +1905,12 @@ static void test_partial(void) {
   reshard_mesh_destroy(mesh);
 }
 
-/* Allocation failure is an error value, not an abort: the oracle's buffers
- * for a 2^50-byte tensor cannot be allocated. AddressSanitizer's throwing
- * operator new aborts instead of throwing std::bad_alloc, so an ASan build
- * skips this group (exit code 77). */
+/* Allocation failure is an error value, not an abort. The oracle's buffers
+ * of a 2^50-byte tensor are refused before anything is allocated
+ * (RESOURCE_EXHAUSTED, ABI 1.2); 256 MiB ones, under the refusal's limit,
+ * fail to allocate once the address space is limited (OUT_OF_MEMORY).
+ * AddressSanitizer's throwing operator new aborts instead of throwing
+ * std::bad_alloc, so an ASan build skips this group (exit code 77). */
 #if defined(__SANITIZE_ADDRESS__)
 #define RESHARD_TEST_ASAN 1
 #elif defined(__has_feature)
@@ -1902,37 +1920,272 @@ static void test_partial(void) {
 #endif
 static int g_skipped = 0;
 
-static void test_out_of_memory(void) {
+/* A plan of one u8 tensor of `bytes` elements, replicated on one device. */
+static reshard_plan_t* one_tensor_plan(int64_t bytes) {
   reshard_mesh_t* mesh = NULL;
   reshard_layout_t* layout = NULL;
   reshard_plan_input_t* input = NULL;
   reshard_plan_t* plan = NULL;
+  reshard_axes_t dims[1];
+  dims[0].names = NULL;
+  dims[0].count = 0;
+  if (ok_(reshard_mesh_create(0, NULL, NULL, NULL, &mesh), __FILE__, __LINE__, "mesh") &&
+      ok_(reshard_layout_create_named(mesh, 1, &bytes, dims, NULL, RESHARD_REDUCE_SUM, &layout),
+          __FILE__, __LINE__, "layout") &&
+      ok_(reshard_plan_input_create(&input), __FILE__, __LINE__, "input") &&
+      ok_(reshard_plan_input_add_tensor(input, "huge", 1, &bytes, RESHARD_DTYPE_U8, layout, layout),
+          __FILE__, __LINE__, "add_tensor")) {
+    (void)ok_(reshard_plan_create(input, NULL, &plan), __FILE__, __LINE__, "plan_create");
+  }
+  reshard_plan_input_destroy(input);
+  reshard_layout_destroy(layout);
+  reshard_mesh_destroy(mesh);
+  return plan;
+}
+
+/* Virtual memory of this process in bytes (0 when unknown). */
+static int64_t vm_size(void) {
+  char line[256];
+  long long kib = 0;
+  FILE* f = fopen("/proc/self/status", "r");
+  if (f == NULL) return 0;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "VmSize: %lld kB", &kib) == 1) break;
+  fclose(f);
+  return (int64_t)kib * 1024;
+}
+
+static void test_out_of_memory(void) {
+  reshard_plan_t* plan = NULL;
   reshard_executor_t* executor = NULL;
   reshard_verify_report_t report = RESHARD_VERIFY_REPORT_INIT;
-  const int64_t shape[] = {INT64_C(1) << 50};
-  reshard_axes_t dims[1];
+  struct rlimit limit, saved;
+  int64_t vm;
 #ifdef RESHARD_TEST_ASAN
   fprintf(stderr, "skipped: AddressSanitizer aborts when operator new fails\n");
   g_skipped = 1;
   return;
 #endif
-  dims[0].names = NULL;
-  dims[0].count = 0;
-  REQUIRE_OK(reshard_mesh_create(0, NULL, NULL, NULL, &mesh));
-  REQUIRE_OK(reshard_layout_create_named(mesh, 1, shape, dims, NULL, RESHARD_REDUCE_SUM, &layout));
-  REQUIRE_OK(reshard_plan_input_create(&input));
-  REQUIRE_OK(
-      reshard_plan_input_add_tensor(input, "huge", 1, shape, RESHARD_DTYPE_U8, layout, layout));
-  REQUIRE_OK(reshard_plan_create(input, NULL, &plan));
   REQUIRE_OK(reshard_executor_create(NULL, &executor));
+  plan = one_tensor_plan(INT64_C(1) << 50);
+  REQUIRE(plan != NULL);
   report.mismatches = -9;
-  CHECK_ERR(reshard_executor_verify(executor, plan, &report), RESHARD_ERROR_OUT_OF_MEMORY, "");
+  CHECK_ERR(reshard_executor_verify(executor, plan, &report), RESHARD_ERROR_RESOURCE_EXHAUSTED,
+            "oracle: the shards of every device (sources and destinations) need 2251799813685248 "
+            "bytes of memory, above the limit of");
   CHECK(report.mismatches == -9);
-  reshard_executor_destroy(executor);
   reshard_plan_destroy(plan);
-  reshard_plan_input_destroy(input);
-  reshard_layout_destroy(layout);
-  reshard_mesh_destroy(mesh);
+
+  plan = one_tensor_plan(INT64_C(1) << 28);
+  REQUIRE(plan != NULL);
+  vm = vm_size();
+  REQUIRE(vm > 0);
+  /* 64 MiB more address space than now: enough for everything but the
+   * two 256 MiB shards. The soft limit only, restored after. */
+  REQUIRE(getrlimit(RLIMIT_AS, &limit) == 0);
+  saved = limit;
+  limit.rlim_cur = (rlim_t)(vm + (INT64_C(64) << 20));
+  REQUIRE(setrlimit(RLIMIT_AS, &limit) == 0);
+  CHECK_ERR(reshard_executor_verify(executor, plan, &report), RESHARD_ERROR_OUT_OF_MEMORY,
+            "oracle: cannot allocate");
+  CHECK(setrlimit(RLIMIT_AS, &saved) == 0);
+  CHECK(report.mismatches == -9);
+  reshard_plan_destroy(plan);
+  reshard_executor_destroy(executor);
+}
+
+/* ------------------------------------------------------------------------ */
+/* ABI 1.2: reshard_plan_request_t.max_plan_bytes, RESOURCE_EXHAUSTED       */
+/* ------------------------------------------------------------------------ */
+
+/* A fleet: 32 weights [53248, 16384] bf16 sharded FSDP over 1024 devices
+ * (one process each) to dp=128 x tp=8 with tp on the columns, so every
+ * destination shard takes a piece from every source shard: 2^25 pieces,
+ * each in two process parts. NULL on failure. */
+static reshard_plan_input_t* fleet_input(void) {
+  static const char* const kDp[] = {"dp"};
+  static const char* const kDpTp[] = {"dp", "tp"};
+  static const char* const kTp[] = {"tp"};
+  static const int64_t kShape[] = {53248, 16384};
+  const int64_t train_shape[] = {1024}, infer_shape[] = {128, 8};
+  reshard_mesh_t *train = NULL, *infer = NULL;
+  reshard_layout_t *src = NULL, *dst = NULL;
+  reshard_topology_t* topology = NULL;
+  reshard_plan_input_t* input = NULL;
+  reshard_axes_t src_dims[2], dst_dims[2];
+  int good = 1;
+  int64_t d;
+  int i;
+  src_dims[0].names = kDp;
+  src_dims[0].count = 1;
+  src_dims[1].names = NULL;
+  src_dims[1].count = 0;
+  dst_dims[0].names = NULL;
+  dst_dims[0].count = 0;
+  dst_dims[1].names = kTp;
+  dst_dims[1].count = 1;
+  good =
+      ok_(reshard_mesh_create(1, kDp, train_shape, NULL, &train), __FILE__, __LINE__, "train") &&
+      ok_(reshard_mesh_create(2, kDpTp, infer_shape, NULL, &infer), __FILE__, __LINE__, "infer") &&
+      ok_(reshard_layout_create_named(train, 2, kShape, src_dims, NULL, RESHARD_REDUCE_SUM, &src),
+          __FILE__, __LINE__, "src") &&
+      ok_(reshard_layout_create_named(infer, 2, kShape, dst_dims, NULL, RESHARD_REDUCE_SUM, &dst),
+          __FILE__, __LINE__, "dst") &&
+      ok_(reshard_topology_create(&topology), __FILE__, __LINE__, "topology") &&
+      ok_(reshard_plan_input_create(&input), __FILE__, __LINE__, "input");
+  for (d = 0; good && d < 1024; ++d)
+    good = ok_(
+        reshard_topology_add_device(topology, d, (int32_t)d, (int32_t)(d / 8), (int32_t)(d % 8)),
+        __FILE__, __LINE__, "add_device");
+  for (i = 0; good && i < 32; ++i) {
+    char name[16];
+    snprintf(name, sizeof name, "w%d", i);
+    good = ok_(reshard_plan_input_add_tensor(input, name, 2, kShape, RESHARD_DTYPE_BF16, src, dst),
+               __FILE__, __LINE__, "add_tensor");
+  }
+  good = good &&
+         ok_(reshard_plan_input_set_topology(input, topology), __FILE__, __LINE__, "set_topology");
+  reshard_topology_destroy(topology);
+  reshard_layout_destroy(dst);
+  reshard_layout_destroy(src);
+  reshard_mesh_destroy(infer);
+  reshard_mesh_destroy(train);
+  if (!good) {
+    reshard_plan_input_destroy(input);
+    return NULL;
+  }
+  return input;
+}
+
+/* Checks that `error` is RESOURCE_EXHAUSTED and its message holds every
+ * string of `parts` (NULL-terminated) and none of `absent`; destroys it. */
+static void check_exhausted(reshard_error_t* error, const char* const* parts,
+                            const char* const* absent, int line) {
+  const char* m = reshard_error_message(error);
+  if (reshard_error_code(error) != RESHARD_ERROR_RESOURCE_EXHAUSTED) {
+    fprintf(stderr, "%s:%d: expected resource_exhausted, got [%s] %s\n", __FILE__, line,
+            reshard_error_code_name(reshard_error_code(error)), m);
+    ++g_failures;
+  }
+  for (; *parts != NULL; ++parts)
+    if (strstr(m, *parts) == NULL) {
+      fprintf(stderr, "%s:%d: \"%s\" does not mention \"%s\"\n", __FILE__, line, m, *parts);
+      ++g_failures;
+    }
+  for (; absent != NULL && *absent != NULL; ++absent)
+    if (strstr(m, *absent) != NULL) {
+      fprintf(stderr, "%s:%d: \"%s\" mentions \"%s\"\n", __FILE__, line, m, *absent);
+      ++g_failures;
+    }
+  reshard_error_destroy(error);
+}
+
+/* A 1.1 caller's request: its struct ends before max_plan_bytes; the bytes
+ * after it are not the library's to read. */
+typedef struct plan_request_v1_1 {
+  reshard_plan_request_t request; /* struct_size = offsetof(max_plan_bytes) */
+} plan_request_v1_1;
+
+static void test_plan_limit(void) {
+  static const char* const kFleet[] = {
+      "request->max_plan_bytes: the 1,024 process parts of this plan need about ",
+      " pieces, ",
+      " messages, ",
+      " as plan bytes), above the limit of 1.00 GiB (1,073,741,824 bytes)",
+      "plan one process's part at a time (RESHARD_PLAN_SCOPE_PROCESS: at most ",
+      "(RESHARD_PLAN_BYTES_UNLIMITED: no limit)",
+      NULL};
+  static const char* const kCppTerms[] = {"request.", "PlanScope", "(-1", NULL};
+  static const char* const kSmall[] = {"request->max_plan_bytes: the 3 process parts",
+                                       "above the limit of 1 B (1 bytes)", NULL};
+  static const char* const kOnePart[] = {"request->max_plan_bytes: process 1's part needs about",
+                                         NULL};
+  static const char* const kNoScopeHint[] = {"RESHARD_PLAN_SCOPE_PROCESS", NULL};
+  reshard_plan_request_t request = RESHARD_PLAN_REQUEST_INIT;
+  reshard_plan_t* plan = NULL;
+  reshard_plan_t* const kSentinel = (reshard_plan_t*)&g_failures;
+  reshard_plan_t* untouched = kSentinel;
+  reshard_plan_input_t* fleet = fleet_input();
+  unsigned char v1_1[sizeof(reshard_plan_request_t) + 16];
+  const reshard_api_t* api = reshard_get_api(RESHARD_ABI_MAJOR);
+  int32_t has = 0;
+  time_t t0;
+  fixture f;
+
+  /* 1.2: minor 2, the error code and the field appended; no new function. */
+  REQUIRE(api != NULL);
+  CHECK(RESHARD_ABI_MINOR == 2);
+  CHECK(api->abi_minor == 2);
+  CHECK(offsetof(reshard_plan_request_t, max_plan_bytes) ==
+        offsetof(reshard_plan_request_t, reserved1) + sizeof(int32_t));
+  CHECK(sizeof(reshard_plan_request_t) ==
+        offsetof(reshard_plan_request_t, max_plan_bytes) + sizeof(int64_t));
+  CHECK(request.max_plan_bytes == 0);
+  CHECK(strcmp(reshard_error_code_name(RESHARD_ERROR_RESOURCE_EXHAUSTED), "resource_exhausted") ==
+        0);
+
+  /* Every part of the fleet: refused within seconds, naming the field and
+   * giving the estimate; nothing is written to out_plan. */
+  REQUIRE(fleet != NULL);
+  request.max_plan_bytes = INT64_C(1) << 30;
+  t0 = time(NULL);
+  check_exhausted(reshard_plan_create(fleet, &request, &untouched), kFleet, kCppTerms, __LINE__);
+  CHECK(difftime(time(NULL), t0) < 10);
+  CHECK(untouched == kSentinel);
+  /* One process's part fits the same limit; statistics never need one. */
+  request.scope = RESHARD_PLAN_SCOPE_PROCESS;
+  request.process = 5;
+  REQUIRE_OK(reshard_plan_create(fleet, &request, &plan));
+  CHECK_OK(reshard_plan_has_part(plan, 5, &has));
+  CHECK(has == 1);
+  reshard_plan_destroy(plan);
+  plan = NULL;
+  request.scope = RESHARD_PLAN_SCOPE_GLOBAL;
+  request.max_plan_bytes = 1;
+  REQUIRE_OK(reshard_plan_create(fleet, &request, &plan));
+  reshard_plan_destroy(plan);
+  plan = NULL;
+  reshard_plan_input_destroy(fleet);
+
+  /* The small fixture under a 1-byte limit, then without a limit. */
+  REQUIRE(fixture_create(&f));
+  request = (reshard_plan_request_t)RESHARD_PLAN_REQUEST_INIT;
+  request.max_plan_bytes = 1;
+  check_exhausted(reshard_plan_create(f.input, &request, &untouched), kSmall, kCppTerms, __LINE__);
+  request.scope = RESHARD_PLAN_SCOPE_PROCESS;
+  request.process = 1;
+  check_exhausted(reshard_plan_create(f.input, &request, &untouched), kOnePart, kNoScopeHint,
+                  __LINE__);
+  CHECK(untouched == kSentinel);
+  request.scope = RESHARD_PLAN_SCOPE_ALL;
+  request.max_plan_bytes = RESHARD_PLAN_BYTES_UNLIMITED;
+  REQUIRE_OK(reshard_plan_create(f.input, &request, &plan));
+  CHECK_OK(reshard_plan_has_part(plan, 2, &has));
+  CHECK(has == 1);
+  reshard_plan_destroy(plan);
+  plan = NULL;
+  /* Below -1: invalid, naming the field in this header's terms. */
+  request.max_plan_bytes = -2;
+  CHECK_ERR(reshard_plan_create(f.input, &request, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "request->max_plan_bytes: -2 is invalid (0: the default, half the memory available; "
+            "N > 0: N bytes; RESHARD_PLAN_BYTES_UNLIMITED: no limit)");
+  request.max_plan_bytes = INT64_MIN;
+  CHECK_ERR(reshard_plan_create(f.input, &request, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "request->max_plan_bytes: ");
+  CHECK(untouched == kSentinel);
+
+  /* A 1.1-sized request gets the default limit, whatever follows it in
+   * memory: here a 1-byte limit the library must not read. */
+  memset(v1_1, 0, sizeof v1_1);
+  request = (reshard_plan_request_t)RESHARD_PLAN_REQUEST_INIT;
+  request.struct_size = offsetof(reshard_plan_request_t, max_plan_bytes);
+  request.max_plan_bytes = 1;
+  memcpy(v1_1, &request, sizeof request);
+  REQUIRE_OK(reshard_plan_create(f.input, (const reshard_plan_request_t*)(const void*)v1_1, &plan));
+  CHECK_OK(reshard_plan_has_part(plan, 0, &has));
+  CHECK(has == 1);
+  reshard_plan_destroy(plan);
+  fixture_destroy(&f);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2238,6 +2491,7 @@ static const test_group kGroups[] = {
     {"oracle", test_oracle},
     {"partial", test_partial},
     {"out_of_memory", test_out_of_memory},
+    {"plan_limit", test_plan_limit},
     {"transports", test_transports},
     {"mpi_options", test_mpi_options},
     {"nccl_options", test_nccl_options},

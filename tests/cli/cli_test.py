@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import xml.dom.minidom
 
 BIN, SRC, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -305,6 +306,84 @@ def case_hosts_defaulted():
     check("note: --src-mesh gives no --src-hosts" in text, text)
     err = run("plan", *flags, "--src-hosts", "0*7", expect=2).stderr
     check(err.startswith("reshard: error: --src-hosts: 7 entries for a mesh of 8 devices"), err)
+
+
+def case_plan_limit():
+    big = spec("llama405b_fsdp1024_to_tp8")
+    d = tempfile.mkdtemp()
+    out = os.path.join(d, "p.rsplan")
+    # Every part of a fleet-scale plan: refused within seconds, nothing written.
+    t0 = time.monotonic()
+    err = run("plan", "--spec", big, "--out", out, expect=1).stderr
+    check(time.monotonic() - t0 < 30, "the refusal took %.1f s" % (time.monotonic() - t0))
+    check("--out: writing every process part (1,024 parts," in err and "--process P" in err
+          and err.rstrip().endswith("[resource_exhausted]"), err)
+    check(not os.path.exists(out), "a refused plan wrote " + out)
+    # Memory: the library's estimate in the command line's terms.
+    err = run("plan", "--spec", big, "--process", "7", "--max-plan-bytes", "1M", expect=1).stderr
+    check("--max-plan-bytes: process 7's part needs about" in err
+          and "above the limit of 1.00 MiB (1,048,576 bytes)" in err
+          and "PlanScope" not in err and "request." not in err, err)
+    # One worker's part plans under the default limit.
+    run("plan", "--spec", big, "--process", "7", "--out", out)
+    check(os.path.getsize(out) > 0, "no part written")
+    mid = spec("transformer8_fsdp64_to_tp8")
+    err = run("plan", "--spec", mid, "--out", out, "--max-plan-bytes", "1M", expect=1).stderr
+    check(err.startswith("reshard: error: --max-plan-bytes: writing every process part (64 parts")
+          and "--process P" in err, err)
+    # Commands that need every part, on a spec whose shards fit: no --process way out.
+    small = spec("small_transformer")
+    err = run("verify", "--spec", small, "--max-plan-bytes", "1M", expect=1).stderr
+    check(err.startswith("reshard: error: --max-plan-bytes: the 3 process parts of this plan need")
+          and "--process" not in err and "[resource_exhausted]" in err, err)
+    text = run("show", "--spec", small, "--max-plan-bytes", "1M").stdout
+    check("(no send matrix: --max-plan-bytes: the 3 process parts" in text
+          and "busiest senders" in text, text)
+    err = run("run", "--spec", small, "--transport", "local", "--max-plan-bytes", "1M",
+              expect=1).stderr
+    check("--max-plan-bytes: the 3 process parts" in err and "(--transport mpi:" in err, err)
+    # Sizes: suffixes, no limit, and nonsense.
+    for value, limit in (("2G", 2 << 30), ("512MiB", 512 << 20), ("none", -1), ("-1", -1),
+                         ("1048576", 1 << 20)):
+        doc = json.loads(run("plan", "--spec", spec("small_transformer"), "--format", "json",
+                             "--max-plan-bytes", value).stdout)
+        check(doc["estimate"]["limit_bytes"] == limit, f"{value}: {doc['estimate']}")
+    doc = json.loads(run("plan", "--spec", spec("small_transformer"), "--format", "json").stdout)
+    est = doc["estimate"]
+    check(est["limit_bytes"] > 0 and est["parts"] == 3 and est["memory_bytes"] > 0
+          and est["encoded_bytes"] > 0, str(est))
+    for bad in ("12x", "-2", "G", ""):
+        err = run("plan", "--spec", spec("small_transformer"), "--max-plan-bytes", bad,
+                  expect=2).stderr
+        check(err.startswith("reshard: error: --max-plan-bytes"), err)
+    # Not a terminal: stderr has the result line only, no progress.
+    err = run("plan", "--spec", mid, "--out", out).stderr
+    check(err.startswith("wrote ") and "\r" not in err and "planning" not in err, repr(err))
+
+
+def case_progress_tty():
+    # On a terminal, planning many parts draws one line in place and clears it.
+    import pty
+    master, slave = pty.openpty()
+    d = tempfile.mkdtemp()
+    p = subprocess.Popen([BIN, "plan", "--spec", spec("transformer8_fsdp64_to_tp8"), "--out",
+                          os.path.join(d, "x.rsplan")], stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        data += chunk
+    check(p.wait(timeout=600) == 0, "exit status")
+    text = data.decode("utf-8", "replace")
+    check("planning 64 parts\u2026 " in text and "100%" in text, repr(text[-400:]))
+    check("\r\x1b[K" in text, "the line is not cleared: " + repr(text[-400:]))
+    # What stays on the terminal: the text after the last clear.
+    check(text.rstrip().split("\r\x1b[K")[-1].startswith("wrote "), repr(text[-400:]))
 
 
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}

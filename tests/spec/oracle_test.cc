@@ -163,5 +163,46 @@ TEST(Oracle, BufferSizesAreChecked) {
   }
 }
 
+// The shards are sized before anything is allocated: above the limit the
+// oracle refuses (kResourceExhausted naming the sizes) instead of letting
+// the kernel kill the process while it fills them.
+TEST(Oracle, ShardsAboveTheLimitAreRefused) {
+  const Spec spec = one_tensor("f32", R"({"mesh": "m", "spec": ["a", "b"]})", R"({"mesh": "n"})");
+  const Plan plan = make_plan(spec.input);
+  // 7 x 10 f32 elements, once as the source shards and four times (replicated) at the destination.
+  const int64_t need = 7 * 10 * 4 * 5;
+  EXPECT_EQ(oracle_buffer_bytes(plan), need);
+  EXPECT_NO_THROW((void)fill_sources(plan, need));
+  EXPECT_NO_THROW((void)fill_sources(plan, kUnlimitedPlanBytes));
+  try {
+    (void)fill_sources(plan, need - 1);
+    ADD_FAILURE() << "allocated above the limit";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_NE(std::string(e.what()).find("need " + std::to_string(need) +
+                                         " bytes of memory, above the limit of " +
+                                         std::to_string(need - 1) + " bytes"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    (void)fill_sources(plan, -2);
+    ADD_FAILURE() << "accepted max_bytes = -2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("max_bytes: -2"), std::string::npos) << e.what();
+  }
+  // A tensor of 2^50 bytes: refused under the default limit (half the memory).
+  const Spec huge = one_tensor("u8", R"({"mesh": "m"})", R"({"mesh": "m"})", "[1125899906842624]");
+  try {
+    (void)fill_sources(make_plan(huge.input));
+    ADD_FAILURE() << "allocated 2^50 bytes per device";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(half the memory available)"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace reshard

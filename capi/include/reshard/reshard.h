@@ -139,7 +139,11 @@ enum {
   RESHARD_ERROR_TIMEOUT = 8,          /* a wait ran past its deadline */
   RESHARD_ERROR_TRANSPORT = 9,        /* MPI / NCCL / CUDA reported an error */
   RESHARD_ERROR_OUT_OF_MEMORY = 10,   /* allocation failed */
-  RESHARD_ERROR_INTERNAL = 11         /* a bug in reshard */
+  RESHARD_ERROR_INTERNAL = 11,        /* a bug in reshard */
+  /* Since 1.2: a request whose estimated cost is above a limit, refused
+   * before the work starts; the message gives the estimate and the limit
+   * (reshard_plan_request_t.max_plan_bytes). */
+  RESHARD_ERROR_RESOURCE_EXHAUSTED = 12
 };
 
 typedef int32_t reshard_dtype_t;
@@ -486,20 +490,40 @@ typedef struct reshard_plan_request {
    * fingerprint are the same for every value. Below -1: INVALID_ARGUMENT. */
   int32_t threads;
   int32_t reserved1; /* set to 0 */
+  /* Since 1.2. Memory limit for the process parts: before building any
+   * part, the planner estimates from the global statistics the peak memory
+   * the requested parts need and, above the limit, fails with
+   * RESHARD_ERROR_RESOURCE_EXHAUSTED, a message naming
+   * request->max_plan_bytes and giving the estimate (memory, pieces,
+   * messages, regions, serialized size), the limit, and for
+   * RESHARD_PLAN_SCOPE_ALL the way out: RESHARD_PLAN_SCOPE_PROCESS, one
+   * process's part at a time. 0 (the default, also for 1.1-sized and
+   * zero-initialised structs): half the memory available (physical memory,
+   * or the cgroup's limit when lower); N > 0: N bytes;
+   * RESHARD_PLAN_BYTES_UNLIMITED: no limit. Below -1: INVALID_ARGUMENT.
+   * RESHARD_PLAN_SCOPE_GLOBAL builds no parts and is never refused. The
+   * estimate errs on the high side (measured 1.2 to 2.3 times the peak
+   * resident memory of whole plans). Not part of the plan's identity. */
+  int64_t max_plan_bytes;
 } reshard_plan_request_t;
 
 /* reshard_plan_request_t.threads: one thread per hardware thread. */
 #define RESHARD_PLAN_THREADS_ALL (-1)
 
+/* reshard_plan_request_t.max_plan_bytes: no limit (and no estimate). */
+#define RESHARD_PLAN_BYTES_UNLIMITED (-1)
+
 #define RESHARD_PLAN_REQUEST_INIT \
-  { sizeof(reshard_plan_request_t), RESHARD_PLAN_SCOPE_ALL, 0, 1, 0, 0, 0 }
+  { sizeof(reshard_plan_request_t), RESHARD_PLAN_SCOPE_ALL, 0, 1, 0, 0, 0, 0 }
 
 /* Plans `input` (NULL `request`: every part, with statistics). Deterministic:
  * equal inputs give equal plans (and equal serialized bytes).
  * Errors: INVALID_ARGUMENT naming the field ("tensors[1].name: duplicate
  * name", "options.alpha_seconds: must be non-negative", "request.scope:
- * invalid value", "request->threads: -2 ..."), MISMATCH (dtype/shape/op disagreement), OUT_OF_RANGE
- * ("request.process: ..."), OVERFLOW, OUT_OF_MEMORY. */
+ * invalid value", "request->threads: -2 ...", "request->max_plan_bytes: -2 ..."),
+ * MISMATCH (dtype/shape/op disagreement), OUT_OF_RANGE ("request.process:
+ * ..."), OVERFLOW, OUT_OF_MEMORY, RESOURCE_EXHAUSTED (1.2: the parts'
+ * estimated memory is above request->max_plan_bytes). */
 RESHARD_API reshard_error_t* reshard_plan_create(const reshard_plan_input_t* input,
                                                  const reshard_plan_request_t* request,
                                                  reshard_plan_t** out_plan);
@@ -938,7 +962,9 @@ typedef struct reshard_verify_report {
  * a host executor: the others execute on memory or in processes this
  * function cannot allocate; fill and check their local entries with
  * reshard_oracle_fill_source / reshard_oracle_check_destination),
- * OUT_OF_MEMORY, and those of execute. */
+ * RESOURCE_EXHAUSTED (1.2: the shards need more than half the memory
+ * available; checked before allocating), OUT_OF_MEMORY, and those of
+ * execute. */
 RESHARD_API reshard_error_t* reshard_executor_verify(const reshard_executor_t* executor,
                                                      const reshard_plan_t* plan,
                                                      reshard_verify_report_t* out_report);
@@ -1103,6 +1129,8 @@ typedef struct reshard_api {
                                            reshard_executor_t**);
   reshard_error_t* (*plan_device_location)(const reshard_plan_t*, int64_t, int32_t*, int32_t*,
                                            int32_t*);
+  /* ABI 1.2 added no functions (reshard_plan_request_t.max_plan_bytes and
+   * RESHARD_ERROR_RESOURCE_EXHAUSTED): the table is 1.1's, abi_minor 2. */
   /* Append new functions here, never elsewhere, and bump RESHARD_ABI_MINOR. */
 } reshard_api_t;
 

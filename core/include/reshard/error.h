@@ -22,6 +22,9 @@ enum class ErrorCode : int32_t {
   kTransport = 9,        // the transport (MPI, NCCL, CUDA) reported an error
   kOutOfMemory = 10,     // allocation failed
   kInternal = 11,        // a bug in reshard
+  // A request whose estimated cost (memory, bytes) is above a limit, refused
+  // before the work starts; the message gives the estimate and the limit.
+  kResourceExhausted = 12,
 };
 
 const char* error_code_name(ErrorCode code) noexcept;

@@ -44,11 +44,18 @@ struct OracleBuffers {
   std::vector<TensorBuffers> views();
 };
 
+// Bytes of every source and destination shard of `plan` (saturating at
+// INT64_MAX): what fill_sources allocates.
+int64_t oracle_buffer_bytes(const Plan& plan);
+
 // Allocates every source and destination shard of `plan` (which must hold
 // every tensor's layouts; parts are not needed), fills the sources and
 // poisons the destinations so that an element nobody writes cannot pass.
-// Throws kOutOfMemory when allocation fails.
-OracleBuffers fill_sources(const Plan& plan);
+// `max_bytes` bounds oracle_buffer_bytes(plan), checked before allocating
+// anything: 0 is default_max_plan_bytes() (half the memory), -1
+// (kUnlimitedPlanBytes) no limit, below -1 kInvalidArgument. Throws
+// kResourceExhausted above the limit, kOutOfMemory when allocation fails.
+OracleBuffers fill_sources(const Plan& plan, int64_t max_bytes = 0);
 
 // Fills one source shard: `out` must hold exactly the bytes of entry
 // `entry` of `tensor.src` (throws kInvalidArgument otherwise).

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -189,7 +190,61 @@ struct PlanRequest {
   // part of the plan's identity: the Plan, its encoding and fingerprint are
   // the same for every value. Negative values are rejected.
   int32_t threads = 1;
+  // Memory limit for the process parts. Before building any part, make_plan
+  // estimates the peak memory the requested parts need (estimate_plan: from
+  // the global statistics, without enumerating pieces) and, when the
+  // estimate is above the limit, throws kResourceExhausted with the estimate,
+  // the limit and a way out (PlanScope::kProcess). Values:
+  //   0 (the default): default_max_plan_bytes(), half the memory available;
+  //   N > 0: N bytes;
+  //   kUnlimitedPlanBytes (-1): no limit and no estimate;
+  //   below -1: kInvalidArgument.
+  // kGlobal builds no parts and is never refused. With a limit in force,
+  // kProcess without global_stats and without a staging budget still
+  // computes the per-device figures the estimate needs (which it otherwise
+  // skips). Not part of the plan's identity.
+  int64_t max_plan_bytes = 0;
+  // Progress of the parts: called after each part is built with (parts
+  // built, parts requested). Calls may come from any planning thread but
+  // never concurrently. Empty: none. Not part of the plan's identity.
+  std::function<void(int64_t done, int64_t total)> progress = nullptr;
 };
+
+// PlanRequest::max_plan_bytes: no limit.
+inline constexpr int64_t kUnlimitedPlanBytes = -1;
+
+// The limit PlanRequest::max_plan_bytes = 0 stands for: half the memory
+// available to this process, i.e. of the physical memory
+// (sysconf(_SC_PHYS_PAGES) * page size) or of the cgroup's memory limit when
+// one is set and lower (cgroup v2 memory.max, v1 memory.limit_in_bytes).
+// Computed once per process.
+int64_t default_max_plan_bytes();
+
+// What make_plan(input, request) would build, estimated from the global
+// statistics without enumerating the parts' pieces. Figures are meant for
+// admission control: sized to err on the high side (round cutting is
+// assumed to split a piece at every cut, vectors to have grown by doubling).
+struct PlanEstimate {
+  int64_t parts = 0;     // process parts requested
+  int64_t pieces = 0;    // pieces in those parts (a network piece is in two)
+  int64_t messages = 0;  // messages in those parts (sends and receives)
+  int64_t regions = 0;   // region boxes (split, refined and cut pieces)
+  // Peak memory of make_plan for the request: the parts it returns plus the
+  // buffers of the parts being built at the time.
+  int64_t memory_bytes = 0;
+  // Size of encode_plan of those parts (a plan buffer holds at most 2 GiB).
+  int64_t encoded_bytes = 0;
+  // The limit request.max_plan_bytes resolves to; kUnlimitedPlanBytes: none.
+  int64_t limit_bytes = 0;
+  // The memory default_max_plan_bytes() is half of (physical or cgroup).
+  int64_t available_bytes = 0;
+};
+
+// The estimate make_plan checks against request.max_plan_bytes, for any
+// limit (the limit does not change the estimate). Costs one computation of
+// the global statistics (what PlanScope::kGlobal costs). Throws what
+// make_plan throws for invalid inputs.
+PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request = {});
 
 class Plan {
  public:

@@ -28,6 +28,8 @@ const char* error_code_name(ErrorCode code) noexcept {
       return "out_of_memory";
     case ErrorCode::kInternal:
       return "internal";
+    case ErrorCode::kResourceExhausted:
+      return "resource_exhausted";
   }
   return "unknown";
 }

@@ -42,10 +42,26 @@ inline std::pair<const uint32_t*, const uint32_t*> entries_on(const GeoTopo& gt,
           gt.proc_entries.data() + gt.proc_offsets[k + 1]};
 }
 
+// What one device contributes to the process part of its process, for the
+// memory estimate (estimate_parts). Pieces are counted before round cutting.
+struct DeviceCounts {
+  int64_t local_pieces = 0;  // local pieces received
+  int64_t send_pieces = 0;   // network pieces sent
+  int64_t recv_pieces = 0;   // network pieces received
+  int64_t regions = 0;       // pieces with their own region (at most one box each)
+  int64_t streams = 0;       // (source, destination) streams it is an end of
+  int64_t messages = 0;      // messages of those streams after round cutting
+  int64_t cuts = 0;          // round cuts in those streams (messages - streams)
+};
+
 // Global statistics of the plan of `ctx` (core/src/plan/stats.cc). With
 // `schedule`, also those of the round schedule (rounds, messages, peak
 // staging), which need every stream's bytes; a process planning only its
-// part needs just the per-device figures and skips them.
-void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule);
+// part needs just the per-device figures and skips them. `counts` (when not
+// null) receives every device's DeviceCounts, indexed like ctx.devices:
+// exact piece and stream counts, and message and cut counts that are exact
+// with `schedule` and an upper bound without.
+void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
+                   std::vector<DeviceCounts>* counts = nullptr);
 
 }  // namespace reshard::planning

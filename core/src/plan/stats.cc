@@ -2,6 +2,7 @@
 // enumeration, never the parts themselves), its round schedule, and its
 // lower bounds (core/src/plan/bounds.cc).
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <tuple>
@@ -81,8 +82,10 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
 
 }  // namespace
 
-void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule) {
+void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
+                   std::vector<DeviceCounts>* counts) {
   const size_t ndev = ctx.devices.size();
+  if (counts) counts->assign(ndev, DeviceCounts{});
   struct Acc {
     int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
   };
@@ -121,6 +124,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     int64_t esum = 0;
     for (size_t i : members) esum += ctx.tensors[i].esize;
     const TensorCtx& t = ctx.tensors[members.front()];
+    // Every member has the representative's pieces.
+    const int64_t copies = static_cast<int64_t>(members.size());
     int64_t group_pieces = 0;
     if (dense_pairs && t.sg->unique_cells && t.dg->tiled && t.S == 1 && t.T == 1) {
       // No choice of sender anywhere: statistics follow from per-cell
@@ -161,6 +166,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           vol_on_host[t.st->host[h]] += bytes;
           total += bytes;
           cell_bits[sd >> 6] |= uint64_t{1} << (sd & 63);
+          if (counts) (*counts)[sd].send_pieces += n * copies;
         }
         group_pieces += static_cast<int64_t>(hv.size()) * n;
         for (uint32_t i = b0; i < b1; ++i) {
@@ -171,7 +177,14 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
             own = intersect(t.src->box(*r), B).volume() * esum;
             // The device keeps its own overlap: a local copy, not a send.
             acc[t.st->dense[*r]].send -= own;
+            // Its holder is then one of hv, counted above as a sender.
+            if (counts && own > 0) {
+              (*counts)[t.st->dense[*r]].send_pieces -= copies;
+              (*counts)[dd].local_pieces += copies;
+              (*counts)[dd].recv_pieces -= copies;
+            }
           }
+          if (counts) (*counts)[dd].recv_pieces += static_cast<int64_t>(hv.size()) * copies;
           acc[dd].local += own;
           acc[dd].recv += total - own;
           acc[dd].recv_inter +=
@@ -193,11 +206,25 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       en.recv(t, e, [&](const Emitted& x) {
         ++group_pieces;
         const int64_t bytes = x.region.volume() * esum;
+        const uint32_t sd = t.st->dense[x.src_entry];
+        if (counts) {
+          DeviceCounts& c = (*counts)[dd];
+          if (x.local) {
+            c.local_pieces += copies;
+            if (x.own_region) c.regions += copies;
+          } else {
+            c.recv_pieces += copies;
+            (*counts)[sd].send_pieces += copies;
+            if (x.own_region) {
+              c.regions += copies;
+              (*counts)[sd].regions += copies;
+            }
+          }
+        }
         if (x.local) {
           acc[dd].local += bytes;
           return;
         }
-        const uint32_t sd = t.st->dense[x.src_entry];
         const bool inter = t.st->host[x.src_entry] != t.dt->host[e];
         if (track_pairs) add_pair(sd, dd, bytes);
         acc[sd].send += bytes;
@@ -300,6 +327,12 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       const int64_t r = planning::stream_rounds(bytes, chunk);
       rounds = std::max(rounds, r);
       messages += r;
+      if (counts) {
+        (*counts)[sd].messages += r;
+        (*counts)[dd].messages += r;
+        (*counts)[sd].cuts += r - 1;
+        (*counts)[dd].cuts += r - 1;
+      }
       // Most bytes any round of the stream stages.
       const int64_t cap = planning::round_cap(bytes, chunk);
       staged[sd] += cap;
@@ -314,6 +347,37 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     st.rounds = static_cast<int32_t>(std::min<int64_t>(rounds, INT32_MAX));
     st.messages = messages;
     for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
+  }
+  if (!counts) return;
+  for (size_t d = 0; d < ndev; ++d) (*counts)[d].streams = send_msgs[d] + recv_msgs[d];
+  if (track_pairs) return;  // exact messages and cuts above
+  if (!budgeted) {
+    for (DeviceCounts& c : *counts) c.messages = c.streams;
+    return;
+  }
+  // Without the streams' bytes, bound the cuts (rounds.h): a stream of B
+  // bytes between a and b has chunk c > W * B / max(T(a), T(b)), so at most
+  // B / c < max(T(a), T(b)) / W cuts, W >= (budget - 16 * most peers) * 16/17.
+  // Summed over device d's streams that is below both
+  // streams(d) * max T / W and (streams(d) * T(d) + 2 * sum T) / W (a peer
+  // is at most two of d's streams).
+  int64_t max_peers = 0, max_t = 0;
+  double sum_t = 0;
+  for (size_t d = 0; d < ndev; ++d) {
+    max_peers = std::max(max_peers, send_msgs[d] + recv_msgs[d]);
+    max_t = std::max(max_t, acc[d].send + acc[d].recv);
+    sum_t += static_cast<double>(acc[d].send + acc[d].recv);
+  }
+  const double w = std::max(
+      1.0, static_cast<double>(o.staging_budget_bytes - 16 * max_peers) * 16.0 / 17.0 - 8.0);
+  for (size_t d = 0; d < ndev; ++d) {
+    DeviceCounts& c = (*counts)[d];
+    const double streams = static_cast<double>(c.streams);
+    const double t_d = static_cast<double>(acc[d].send + acc[d].recv);
+    const double bound = std::min(streams * std::ceil(static_cast<double>(max_t) / w),
+                                  (streams * t_d + 2 * sum_t) / w);
+    c.cuts = static_cast<int64_t>(std::min(bound, 9e18));
+    c.messages = c.streams + c.cuts;
   }
 }
 

@@ -560,7 +560,34 @@ void poison_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, s
   });
 }
 
-OracleBuffers fill_sources(const Plan& plan) {
+int64_t oracle_buffer_bytes(const Plan& plan) {
+  // Shard sizes are validated products of the shapes; their sum can still
+  // exceed 64 bits for absurd specs, so it saturates.
+  int64_t total = 0;
+  for (const TensorSpec& t : plan.tensors())
+    for (const Layout* l : {&t.src, &t.dst})
+      for (size_t e = 0; e < l->num_entries(); ++e)
+        if (__builtin_add_overflow(total, shard_bytes(t, *l, e), &total)) return INT64_MAX;
+  return total;
+}
+
+OracleBuffers fill_sources(const Plan& plan, int64_t max_bytes) {
+  if (max_bytes < kUnlimitedPlanBytes)
+    fail(ErrorCode::kInvalidArgument,
+         "max_bytes: " + std::to_string(max_bytes) +
+             " is invalid (0: half the memory available; N > 0: N bytes; -1: no limit)");
+  const int64_t limit = max_bytes == 0 ? default_max_plan_bytes() : max_bytes;
+  const int64_t need = oracle_buffer_bytes(plan);
+  // Allocation succeeds far beyond physical memory (overcommit) and the
+  // kernel kills the process while the shards are filled: refuse first.
+  if (limit != kUnlimitedPlanBytes && need > limit)
+    fail(ErrorCode::kResourceExhausted,
+         "oracle: the shards of every device (sources and destinations) need " +
+             std::to_string(need) + " bytes of memory, above the limit of " +
+             std::to_string(limit) + " bytes" +
+             (max_bytes == 0 ? " (half the memory available)" : std::string()) +
+             "; verify one process's shards at a time (fill_source_shard, "
+             "check_destination_shard)");
   OracleBuffers buf;
   const auto& tensors = plan.tensors();
   buf.src.resize(tensors.size());

@@ -8,8 +8,9 @@
 //	     'http://127.0.0.1:8080/v1/plan?format=json'
 //
 // Bad specs get 400 with the library's message, bodies above -max-body get
-// 413, and a plan not ready within -timeout (or no free planner among
-// -concurrency) gets 503.
+// 413, plans whose estimated memory is above -max-plan-bytes get 422 with
+// the estimate (ask for ?process=N instead), and a plan not ready within
+// -timeout (or no free planner among -concurrency) gets 503.
 package main
 
 import (
@@ -28,6 +29,8 @@ func main() {
 	flag.Int64Var(&cfg.MaxBodyBytes, "max-body", cfg.MaxBodyBytes, "largest accepted spec, in bytes")
 	flag.DurationVar(&cfg.PlanTimeout, "timeout", cfg.PlanTimeout, "longest wait for a plan")
 	flag.IntVar(&cfg.MaxConcurrent, "concurrency", cfg.MaxConcurrent, "plannings running at once")
+	flag.Int64Var(&cfg.MaxPlanBytes, "max-plan-bytes", cfg.MaxPlanBytes,
+		"memory one planning may take, estimated before planning (0: half the memory, -1: no limit)")
 	flag.Parse()
 	cfg.Logger = log.New(os.Stderr, "planserver: ", log.LstdFlags)
 

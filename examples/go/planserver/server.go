@@ -26,6 +26,14 @@ type Config struct {
 	// out keeps its slot until it finishes: the C call cannot be
 	// interrupted). Requests that find no slot before PlanTimeout get 503.
 	MaxConcurrent int
+	// MaxPlanBytes caps the memory of one planning: the library estimates
+	// it from the global statistics before building any process part, and a
+	// request above it gets 422 with the estimate instead of a planning that
+	// exhausts memory. 0: the library's default, half the memory available
+	// (each of MaxConcurrent plannings may take that much: set
+	// memory / (2 * MaxConcurrent) on a shared host); reshard.PlanBytesUnlimited:
+	// none. Statistics (?format=json) are never refused.
+	MaxPlanBytes int64
 	// Logger receives one line per request (nil: none).
 	Logger *log.Logger
 }
@@ -37,9 +45,10 @@ func DefaultConfig() Config {
 
 // planRequest is what a request asks for.
 type planRequest struct {
-	spec    []byte
-	asJSON  bool
-	process int32 // -1: every part
+	spec         []byte
+	asJSON       bool
+	process      int32 // -1: every part
+	maxPlanBytes int64 // reshard.PlanRequest.MaxPlanBytes
 }
 
 // planResult is what a planning produced.
@@ -119,13 +128,19 @@ type errorBody struct {
 	Error struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
+		Hint    string `json:"hint,omitempty"` // what to ask for instead
 	} `json:"error"`
 }
 
 func writeError(w http.ResponseWriter, status int, code, message string) {
+	writeErrorHint(w, status, code, message, "")
+}
+
+func writeErrorHint(w http.ResponseWriter, status int, code, message, hint string) {
 	var b errorBody
 	b.Error.Code = code
 	b.Error.Message = message
+	b.Error.Hint = hint
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
@@ -159,7 +174,7 @@ func (s *Server) servePlan(w http.ResponseWriter, r *http.Request) int {
 		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST with a JSON spec in the body")
 		return http.StatusMethodNotAllowed
 	}
-	req := planRequest{process: -1}
+	req := planRequest{process: -1, maxPlanBytes: s.cfg.MaxPlanBytes}
 	var err error
 	if req.asJSON, err = wantsJSON(r); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_argument", err.Error())
@@ -216,11 +231,21 @@ func (s *Server) servePlan(w http.ResponseWriter, r *http.Request) int {
 		var re *reshard.Error
 		if errors.As(out.err, &re) {
 			status := http.StatusBadRequest
+			hint := ""
 			switch re.Code {
 			case reshard.OutOfMemory, reshard.Internal, reshard.Transport, reshard.Timeout:
 				status = http.StatusInternalServerError
+			case reshard.ResourceExhausted:
+				// 422, not 413: the spec itself is small and valid (413 is
+				// for bodies above MaxBodyBytes, and tells the client to
+				// send less); what it asks for is too big to build here,
+				// and the same spec with ?process=N is the way out.
+				status = http.StatusUnprocessableEntity
+				if req.process < 0 {
+					hint = "ask for one process's part at a time: POST /v1/plan?process=N, or the statistics: ?format=json"
+				}
 			}
-			writeError(w, status, re.Code.String(), re.Message)
+			writeErrorHint(w, status, re.Code.String(), re.Message, hint)
 			return status
 		}
 		writeError(w, http.StatusInternalServerError, "internal", out.err.Error())
@@ -272,12 +297,12 @@ func makePlan(req planRequest) (*planResult, error) {
 		return nil, err
 	}
 	defer in.Close()
-	r := reshard.PlanRequest{Scope: reshard.ScopeAll}
+	r := reshard.PlanRequest{Scope: reshard.ScopeAll, MaxPlanBytes: req.maxPlanBytes}
 	switch {
 	case req.asJSON:
 		r.Scope = reshard.ScopeGlobal
 	case req.process >= 0:
-		r = reshard.PlanRequest{Scope: reshard.ScopeProcess, Process: req.process}
+		r.Scope, r.Process = reshard.ScopeProcess, req.process
 	}
 	plan, err := reshard.NewPlanWithRequest(in, r)
 	if err != nil {

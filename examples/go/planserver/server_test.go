@@ -164,6 +164,60 @@ func TestWorkerPartOverHTTP(t *testing.T) {
 	expectError(t, resp, body, http.StatusBadRequest, "out_of_range", "process")
 }
 
+// Every part of a fleet-scale plan (1,024 processes, 2.5 billion pieces)
+// gets 422 with the library's estimate within seconds, instead of a
+// planning that exhausts memory; one process's part of it is served.
+func TestFleetScalePlanIsRefused(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxPlanBytes = 4 << 30 // machine-independent; far below the estimate
+	base := startServer(t, NewServer(cfg))
+	fleet := spec(t, "llama405b_fsdp1024_to_tp8.json")
+	start := time.Now()
+	resp, body := post(t, base+"/v1/plan", fleet)
+	expectError(t, resp, body, http.StatusUnprocessableEntity, "resource_exhausted",
+		"request->max_plan_bytes: the 1,024 process parts of this plan need about ")
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("the refusal took %s", time.Since(start))
+	}
+	var e errorBody
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{" pieces, ", " messages, ", " as plan bytes), above the limit of 4.00 GiB (4,294,967,296 bytes)", "RESHARD_PLAN_SCOPE_PROCESS: at most "} {
+		if !strings.Contains(e.Error.Message, want) {
+			t.Fatalf("message %q lacks %q", e.Error.Message, want)
+		}
+	}
+	if !strings.Contains(e.Error.Hint, "?process=N") {
+		t.Fatalf("hint %q", e.Error.Hint)
+	}
+	// The statistics are never refused.
+	resp, body = post(t, base+"/v1/plan?format=json", fleet)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("statistics: status %d: %s", resp.StatusCode, body)
+	}
+	// One worker's part fits, and is the part asked for.
+	resp, body = post(t, base+"/v1/plan?process=7", fleet)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("process 7: status %d: %.300s", resp.StatusCode, body)
+	}
+	view, err := reshard.ViewPlan(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parts := view.Parts(); len(parts) != 1 || parts[0].Process() != 7 {
+		t.Fatalf("parts %v", parts)
+	}
+	// A worker's part above a tiny limit: 422 without the ?process hint.
+	s := NewServer(Config{MaxPlanBytes: 1})
+	resp, body = post(t, startServer(t, s)+"/v1/plan?process=1", spec(t, "small_transformer.json"))
+	expectError(t, resp, body, http.StatusUnprocessableEntity, "resource_exhausted", "process 1's part needs about")
+	var one errorBody
+	if err := json.Unmarshal(body, &one); err != nil || one.Error.Hint != "" {
+		t.Fatalf("hint for a single part: %s", body)
+	}
+}
+
 func TestBadRequests(t *testing.T) {
 	s := NewServer(Config{MaxBodyBytes: 4096})
 	base := startServer(t, s)

@@ -55,6 +55,9 @@ pub const RESHARD_ERROR_TRANSPORT: reshard_error_code_t = 9;
 pub const RESHARD_ERROR_OUT_OF_MEMORY: reshard_error_code_t = 10;
 /// A bug in reshard.
 pub const RESHARD_ERROR_INTERNAL: reshard_error_code_t = 11;
+/// Since 1.2: a request whose estimated cost is above a limit
+/// (`reshard_plan_request_t::max_plan_bytes`), refused before the work starts.
+pub const RESHARD_ERROR_RESOURCE_EXHAUSTED: reshard_error_code_t = 12;
 
 /// `reshard_dtype_t`.
 pub type reshard_dtype_t = i32;
@@ -283,10 +286,17 @@ pub struct reshard_plan_request_t {
     pub threads: i32,
     /// Set to 0.
     pub reserved1: i32,
+    /// Since 1.2: memory limit for the process parts, estimated before any
+    /// is built (0: half the memory available; N > 0: N bytes;
+    /// [`RESHARD_PLAN_BYTES_UNLIMITED`]: none).
+    pub max_plan_bytes: i64,
 }
 
 /// `RESHARD_PLAN_THREADS_ALL`: one planning thread per hardware thread.
 pub const RESHARD_PLAN_THREADS_ALL: i32 = -1;
+
+/// `RESHARD_PLAN_BYTES_UNLIMITED`: no memory limit for planning.
+pub const RESHARD_PLAN_BYTES_UNLIMITED: i64 = -1;
 
 impl Default for reshard_plan_request_t {
     /// `RESHARD_PLAN_REQUEST_INIT`.
@@ -299,6 +309,7 @@ impl Default for reshard_plan_request_t {
             reserved0: 0,
             threads: 0,
             reserved1: 0,
+            max_plan_bytes: 0,
         }
     }
 }

@@ -46,7 +46,7 @@ fn struct_layouts_match_the_c_header() {
         reshard_plan_options_t { struct_size, split_min_bytes, alpha_seconds,
             intra_host_bytes_per_second, inter_host_bytes_per_second, staging_budget_bytes }
         reshard_plan_request_t { struct_size, scope, process, global_stats, reserved0, threads,
-            reserved1 }
+            reserved1, max_plan_bytes }
         reshard_plan_stats_t { struct_size, network_bytes, local_bytes, cross_host_bytes,
             cross_process_bytes, max_send_bytes, max_recv_bytes, messages, pieces, rounds,
             peak_staging_bytes, lower_bound_network_bytes, lower_bound_max_send_bytes,
@@ -119,6 +119,8 @@ fn constants_match_the_library() {
         assert_eq!(name.to_str().unwrap(), "corrupt");
         let name = std::ffi::CStr::from_ptr(reshard_error_code_name(RESHARD_ERROR_INTERNAL));
         assert_eq!(name.to_str().unwrap(), "internal");
+        let name = std::ffi::CStr::from_ptr(reshard_error_code_name(RESHARD_ERROR_RESOURCE_EXHAUSTED));
+        assert_eq!(name.to_str().unwrap(), "resource_exhausted");
     }
 }
 

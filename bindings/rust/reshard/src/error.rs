@@ -31,6 +31,10 @@ pub enum ErrorCode {
     OutOfMemory,
     /// A bug in reshard.
     Internal,
+    /// A request whose estimated cost is above a limit
+    /// ([`PlanRequest::max_plan_bytes`](crate::PlanRequest::max_plan_bytes)),
+    /// refused before the work starts; the message gives the estimate.
+    ResourceExhausted,
     /// A code this version of the crate does not know (from a newer library).
     Other(i32),
 }
@@ -50,6 +54,7 @@ impl ErrorCode {
             sys::RESHARD_ERROR_TRANSPORT => ErrorCode::Transport,
             sys::RESHARD_ERROR_OUT_OF_MEMORY => ErrorCode::OutOfMemory,
             sys::RESHARD_ERROR_INTERNAL => ErrorCode::Internal,
+            sys::RESHARD_ERROR_RESOURCE_EXHAUSTED => ErrorCode::ResourceExhausted,
             other => ErrorCode::Other(other),
         }
     }
@@ -68,6 +73,7 @@ impl ErrorCode {
             ErrorCode::Transport => sys::RESHARD_ERROR_TRANSPORT,
             ErrorCode::OutOfMemory => sys::RESHARD_ERROR_OUT_OF_MEMORY,
             ErrorCode::Internal => sys::RESHARD_ERROR_INTERNAL,
+            ErrorCode::ResourceExhausted => sys::RESHARD_ERROR_RESOURCE_EXHAUSTED,
             ErrorCode::Other(code) => code,
         }
     }

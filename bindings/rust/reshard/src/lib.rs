@@ -92,7 +92,7 @@ pub use layout::{Layout, LayoutEntry, Sharding};
 pub use mesh::Mesh;
 pub use plan::{
     DeviceTraffic, Direction, Message, PartInfo, Piece, PieceList, Plan, PlanBytes, PlanRequest, PlanStats, Scope,
-    Side, TensorInfo,
+    Side, TensorInfo, PLAN_BYTES_UNLIMITED,
 };
 pub use topology::Topology;
 pub use view::{fb, PartView, PlanView, TensorView};

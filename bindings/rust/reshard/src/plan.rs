@@ -32,11 +32,21 @@ pub struct PlanRequest {
     /// Whether to compute global statistics (a worker planning only its
     /// part may skip them).
     pub global_stats: bool,
+    /// Memory limit for the process parts (ABI 1.2): the library estimates
+    /// it from the global statistics before building any part and, above
+    /// the limit, fails with [`ErrorCode::ResourceExhausted`] and the
+    /// estimate. 0 (the default): half the memory available; N > 0: N
+    /// bytes; [`PLAN_BYTES_UNLIMITED`]: no limit; below -1:
+    /// [`ErrorCode::InvalidArgument`]. [`Scope::Global`] is never refused.
+    pub max_plan_bytes: i64,
 }
+
+/// [`PlanRequest::max_plan_bytes`]: no memory limit.
+pub const PLAN_BYTES_UNLIMITED: i64 = sys::RESHARD_PLAN_BYTES_UNLIMITED;
 
 impl Default for PlanRequest {
     fn default() -> Self {
-        PlanRequest { scope: Scope::All, global_stats: true }
+        PlanRequest { scope: Scope::All, global_stats: true, max_plan_bytes: 0 }
     }
 }
 
@@ -236,16 +246,19 @@ impl Plan {
     /// Errors: [`ErrorCode::InvalidArgument`] naming the field
     /// (`tensors[1].name: duplicate name`, `options.alpha_seconds: ...`),
     /// [`ErrorCode::Mismatch`] (dtype, shape or op disagreement),
-    /// `Overflow`, `OutOfMemory`.
+    /// `Overflow`, `OutOfMemory`, [`ErrorCode::ResourceExhausted`] (the
+    /// parts' estimated memory is above half the memory available).
     pub fn new(input: &PlanInput) -> Result<Plan> {
         Plan::with_request(input, PlanRequest::default())
     }
 
     /// Plans what `request` asks for.
     ///
-    /// Errors: those of [`new`](Self::new), and
+    /// Errors: those of [`new`](Self::new),
     /// [`ErrorCode::OutOfRange`] (`request.process: ...`) for a process
-    /// that owns no device.
+    /// that owns no device, [`ErrorCode::InvalidArgument`] for a
+    /// `max_plan_bytes` below -1, and [`ErrorCode::ResourceExhausted`]
+    /// (`request->max_plan_bytes: ...`) above the limit.
     pub fn with_request(input: &PlanInput, request: PlanRequest) -> Result<Plan> {
         let (scope, process) = match request.scope {
             Scope::All => (sys::RESHARD_PLAN_SCOPE_ALL, 0),
@@ -256,6 +269,7 @@ impl Plan {
             scope,
             process,
             global_stats: request.global_stats as i32,
+            max_plan_bytes: request.max_plan_bytes,
             ..Default::default()
         };
         let mut raw = ptr::null_mut();

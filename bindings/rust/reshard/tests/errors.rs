@@ -216,15 +216,52 @@ fn uncovered_source_is_rejected_by_the_planner() {
     assert!(e.message().contains("tensors[0]"), "{e}");
 }
 
+/// `PlanRequest::max_plan_bytes` (ABI 1.2): above the limit the library
+/// refuses with `ResourceExhausted` and the estimate, before planning.
+#[test]
+fn plan_memory_limit() {
+    assert_eq!(ErrorCode::from_raw(12), ErrorCode::ResourceExhausted);
+    assert_eq!(ErrorCode::ResourceExhausted.raw(), 12);
+    assert_eq!(ErrorCode::ResourceExhausted.name(), "resource_exhausted");
+    let input = train_to_infer_input();
+    let limited = |scope, max_plan_bytes| PlanRequest { scope, max_plan_bytes, ..Default::default() };
+    expect_err(
+        Plan::with_request(&input, limited(Scope::All, 1)),
+        ErrorCode::ResourceExhausted,
+        "request->max_plan_bytes: the 3 process parts of this plan need about ",
+    );
+    expect_err(
+        Plan::with_request(&input, limited(Scope::All, 1)),
+        ErrorCode::ResourceExhausted,
+        "above the limit of 1 B (1 bytes); plan one process's part at a time (RESHARD_PLAN_SCOPE_PROCESS",
+    );
+    expect_err(
+        Plan::with_request(&input, limited(Scope::Process(1), 1)),
+        ErrorCode::ResourceExhausted,
+        "request->max_plan_bytes: process 1's part needs about ",
+    );
+    expect_err(
+        Plan::with_request(&input, limited(Scope::All, -2)),
+        ErrorCode::InvalidArgument,
+        "request->max_plan_bytes: -2 is invalid",
+    );
+    // Statistics need no parts; no limit and the default plan.
+    Plan::with_request(&input, limited(Scope::Global, 1)).unwrap();
+    Plan::with_request(&input, limited(Scope::All, reshard::PLAN_BYTES_UNLIMITED)).unwrap();
+    Plan::with_request(&input, PlanRequest::default()).unwrap();
+}
+
 #[test]
 fn plan_query_errors() {
     let input = train_to_infer_input();
     expect_err(
-        Plan::with_request(&input, PlanRequest { scope: Scope::Process(99), global_stats: true }),
+        Plan::with_request(&input, PlanRequest { scope: Scope::Process(99), global_stats: true, ..Default::default() }),
         ErrorCode::OutOfRange,
         "request.process",
     );
-    let no_stats = Plan::with_request(&input, PlanRequest { scope: Scope::Process(0), global_stats: false }).unwrap();
+    let no_stats =
+        Plan::with_request(&input, PlanRequest { scope: Scope::Process(0), global_stats: false, ..Default::default() })
+            .unwrap();
     expect_err(no_stats.stats(), ErrorCode::Unsupported, "plan: has no statistics");
     expect_err(no_stats.device_traffic(0), ErrorCode::Unsupported, "statistics");
     expect_err(no_stats.to_bytes_for_process(1), ErrorCode::OutOfRange, "process");
@@ -341,8 +378,11 @@ fn executor_errors() {
     assert_eq!(d0[0][0], sentinel, "nothing written on error");
 
     // A plan without the parts the host transport needs.
-    let global =
-        Plan::with_request(&train_to_infer_input(), PlanRequest { scope: Scope::Global, global_stats: true }).unwrap();
+    let global = Plan::with_request(
+        &train_to_infer_input(),
+        PlanRequest { scope: Scope::Global, global_stats: true, ..Default::default() },
+    )
+    .unwrap();
     let mut bufs = [
         TensorBuffers::from_vecs(&s0, &mut d0),
         TensorBuffers::from_vecs(&s1, &mut d1),

@@ -128,11 +128,15 @@ fn process_parts_agree_with_messages_and_pieces() {
 #[test]
 fn scopes_select_the_parts() {
     let input = train_to_infer_input();
-    let global = Plan::with_request(&input, PlanRequest { scope: Scope::Global, global_stats: true }).unwrap();
+    let global =
+        Plan::with_request(&input, PlanRequest { scope: Scope::Global, global_stats: true, ..Default::default() })
+            .unwrap();
     assert_eq!(global.processes(), vec![0, 1, 2]);
     assert!(!global.has_part(0));
     assert_eq!(global.stats().unwrap().network_bytes, train_to_infer_plan().stats().unwrap().network_bytes);
-    let worker = Plan::with_request(&input, PlanRequest { scope: Scope::Process(1), global_stats: false }).unwrap();
+    let worker =
+        Plan::with_request(&input, PlanRequest { scope: Scope::Process(1), global_stats: false, ..Default::default() })
+            .unwrap();
     assert!(worker.has_part(1) && !worker.has_part(0) && !worker.has_part(2));
     assert_eq!(worker.fingerprint(), global.fingerprint(), "every process agrees on the fingerprint");
     let full = Plan::new(&input).unwrap();
