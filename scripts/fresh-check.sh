@@ -121,10 +121,10 @@ summary() {
   local s name secs status
   echo
   echo "== $ME summary (logs: $LOGS)"
-  printf '   %-34s %9s  %s\n' step duration "exit status"
+  printf '   %-46s %9s  %s\n' step duration "exit status"
   for s in "${steps[@]}"; do
     IFS=$'\t' read -r name secs status <<<"$s"
-    printf '   %-34s %6dm%02ds  %s\n' "$name" $((secs / 60)) $((secs % 60)) "$status"
+    printf '   %-46s %6dm%02ds  %s\n' "$name" $((secs / 60)) $((secs % 60)) "$status"
   done
 } >&2
 trap cleanup EXIT
