@@ -10,7 +10,7 @@
 #
 #   sudo bash scripts/fresh-check.sh [--skip-asan] [--keep] [--root DIR]
 #        [--base TARBALL|DIR] [--save-base TARBALL] [--logs DIR] [--mirror URI]
-#        [--no-cuda] [--jobs N]
+#        [--no-cuda] [--jobs N] [--commit REV]
 #
 #   --skip-asan        pass RESHARD_SKIP_ASAN=1 to scripts/test.sh (faster)
 #   --keep             keep the root afterwards (default: removed)
@@ -27,6 +27,8 @@
 #                      bookworm-security entry, else deb.debian.org)
 #   --no-cuda          do not mount the host's CUDA toolkit
 #   --jobs N           JOBS for the build (default: nproc)
+#   --commit REV       the commit of this repository to check (default: HEAD;
+#                      e.g. main from a branch's worktree)
 #
 # The root: debootstrap --variant=minbase bookworm plus git (a user ran `git
 # clone`), apt sources as Debian 12 installs them (deb822
@@ -44,9 +46,9 @@ REPO=$PWD
 ME=fresh-check
 SUITE=bookworm
 
-SKIP_ASAN=0 KEEP=0 CUDA=1 ROOTFS="" BASE="" SAVE_BASE="" LOGS="" MIRROR="" JOBS=${JOBS:-$(nproc)}
+REV=HEAD SKIP_ASAN=0 KEEP=0 CUDA=1 ROOTFS="" BASE="" SAVE_BASE="" LOGS="" MIRROR="" JOBS=${JOBS:-$(nproc)}
 usage() {
-  sed -n '/^#   sudo bash/,/^#   --jobs/p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '/^#   sudo bash/,/^#   --commit/p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 need_arg() { (($1 >= 2)) || { echo "$ME: $2 needs a value" >&2; usage; }; }
@@ -61,6 +63,7 @@ while (($#)); do
     --logs) need_arg $# "$1"; LOGS=$2; shift ;;
     --mirror) need_arg $# "$1"; MIRROR=$2; shift ;;
     --jobs) need_arg $# "$1"; JOBS=$2; shift ;;
+    --commit) need_arg $# "$1"; REV=$2; shift ;;
     -h | --help) usage ;;
     *) echo "$ME: unknown option $1" >&2; usage ;;
   esac
@@ -73,6 +76,7 @@ done
 for cmd in git chroot mount umount findmnt tar; do
   command -v "$cmd" >/dev/null || die "$cmd not found"
 done
+COMMIT=$(git -C "$REPO" rev-parse --verify -q "$REV^{commit}") || die "--commit $REV is not a commit of $REPO"
 
 STAMP=$(date -u +%Y%m%d-%H%M%S)
 LOGS=${LOGS:-/var/tmp/reshard-fresh-logs.$STAMP}
@@ -217,7 +221,6 @@ fi
 echo "$ME: CUDA toolkit: $CUDA_NOTE"
 
 # ------------------------------------------------------------ the repository
-COMMIT=$(git -C "$REPO" rev-parse HEAD)
 dirty=$(git -C "$REPO" status --porcelain | wc -l)
 ((dirty == 0)) || echo "$ME: note: $dirty uncommitted change(s) here are NOT checked (only the commit $COMMIT)"
 timed "git clone (commit ${COMMIT:0:12})" "$LOGS/clone.log" \
