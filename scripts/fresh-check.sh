@@ -48,7 +48,7 @@ SUITE=bookworm
 
 REV=HEAD SKIP_ASAN=0 KEEP=0 CUDA=1 ROOTFS="" BASE="" SAVE_BASE="" LOGS="" MIRROR="" JOBS=${JOBS:-$(nproc)}
 usage() {
-  sed -n '/^#   sudo bash/,/^#   --commit/p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '/^#   sudo bash/,/^#   *e.g. main from/p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 need_arg() { (($1 >= 2)) || { echo "$ME: $2 needs a value" >&2; usage; }; }
