@@ -25,6 +25,6 @@ fi
 for extra in scripts/test-*.sh; do
   [[ -e "$extra" ]] || continue
   echo "== $extra"
-  bash "$extra"
+  bash "$extra" || die "$extra failed (exit status $?)"
 done
 echo "== all tests passed"
