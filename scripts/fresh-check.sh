@@ -5,8 +5,9 @@
 # chroot with a clean environment. It catches what a machine prepared by
 # hand hides (a package deps.sh forgets, an /etc/apt layout a script does not
 # expect). Too slow for every CI run (debootstrap, ~1.5 GB of packages and
-# a build from scratch: about 45-60 minutes on 2 cores, 25-35 with
-# --skip-asan), so it is not a scripts/test-*.sh.
+# every build from scratch: about 20-25 minutes on 2 cores, 15-20 with
+# --skip-asan; --base saves the 1.5 minutes of debootstrap), so it is not a
+# scripts/test-*.sh.
 #
 #   sudo bash scripts/fresh-check.sh [--skip-asan] [--keep] [--root DIR]
 #        [--base TARBALL|DIR] [--save-base TARBALL] [--logs DIR] [--mirror URI]
