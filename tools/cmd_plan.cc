@@ -90,6 +90,7 @@ ojson stats_json(const PlanStats& s) {
   j["lower_bound_max_host_recv_bytes"] = s.lower_bound_max_host_recv_bytes;
   j["lower_bound_binding"] = std::string(bound_kind_name(s.lower_bound_binding));
   j["lower_bound_binding_id"] = s.lower_bound_binding_id;
+  j["forwarded_bytes"] = s.forwarded_bytes;
   auto r = [](int64_t f, int64_t b) {
     return PlanStats::ratio(static_cast<double>(f), static_cast<double>(b));
   };
@@ -143,6 +144,7 @@ std::string stats_text(const PlanStats& s) {
   out += bound_line("max send per host", s.max_host_send_bytes, s.lower_bound_max_host_send_bytes);
   out += bound_line("max recv per host", s.max_host_recv_bytes, s.lower_bound_max_host_recv_bytes);
   out += count_line("stages", s.stages);
+  if (s.forwarded_bytes > 0) out += bytes_line("  forwarded by relays", s.forwarded_bytes);
   out += count_line("messages", s.messages);
   out += count_line("pieces", s.pieces);
   out += count_line("rounds", s.rounds);

@@ -178,6 +178,8 @@ const char* const kSingleTensorHelp =
 
 void add_input_options(CLI::App* cmd, InputOptions& in) {
   cmd->add_option("--spec", in.spec, "JSON spec file (format: docs/spec.md)")->type_name("FILE");
+  cmd->add_flag("--no-relays", in.no_relays,
+                "single-hop plan: no relays (overrides the spec's options.relays)");
   const char* const kGroup = "Single tensor (instead of --spec)";
   in.shape_option =
       cmd->add_option("--shape", in.shape, "shape, e.g. 4096,11008 (\"\" for a scalar)")
@@ -230,9 +232,22 @@ std::optional<Plan> load_plan_file(const InputOptions& in) {
   }
 }
 
+namespace {
+Spec load_input_as_given(const InputOptions& in);
+}  // namespace
+
 Spec load_input(const InputOptions& in) {
+  Spec spec = load_input_as_given(in);
+  if (in.no_relays) spec.input.options.relays = false;
+  return spec;
+}
+
+namespace {
+Spec load_input_as_given(const InputOptions& in) {
   if (!in.plan_file.empty()) {
     if (!in.spec.empty()) throw UsageError("--plan cannot be combined with --spec");
+    if (in.no_relays)
+      throw UsageError("--no-relays cannot be combined with --plan (the plan is already made)");
     // The plan carries its inputs: tensors with layouts, topology, options.
     const Plan plan = *load_plan_file(in);
     Spec spec;
@@ -284,5 +299,6 @@ Spec load_input(const InputOptions& in) {
     throw UsageError(rename_paths(e.what()));
   }
 }
+}  // namespace
 
 }  // namespace reshard::cli

@@ -1,5 +1,8 @@
 // Reading a plan: its tensors and layouts, its processes, and the pieces and
 // messages of each process part.
+#include <algorithm>
+#include <cstddef>
+#include <iterator>
 #include <string>
 
 #include "internal.h"
@@ -25,8 +28,8 @@ constexpr size_t kPartInfoV1Size = RESHARD_CAPI_V1_SIZE(reshard_part_info_t, num
 constexpr size_t kMessageV1Size = RESHARD_CAPI_V1_SIZE(reshard_message_t, bytes);
 constexpr size_t kPieceV1Size = RESHARD_CAPI_V1_SIZE(reshard_piece_t, bytes);
 static_assert(kPartInfoV1Size == sizeof(reshard_part_info_t));
-static_assert(kMessageV1Size == sizeof(reshard_message_t));
-static_assert(kPieceV1Size == sizeof(reshard_piece_t));
+static_assert(kMessageV1Size == offsetof(reshard_message_t, stage));  // 1.3 appended stage
+static_assert(kPieceV1Size == offsetof(reshard_piece_t, stage));      // 1.3 appended stage
 
 const std::vector<Piece>& piece_list(const ProcessPart& part, reshard_piece_list_t list) {
   switch (list) {
@@ -222,6 +225,7 @@ reshard_error_t* reshard_plan_part_message(const reshard_plan_t* plan, int32_t p
     c.first_piece = m.first_piece;
     c.num_pieces = m.num_pieces;
     c.bytes = m.bytes;
+    c.stage = m.stage;
     write_struct(c, out_message);
   });
 }
@@ -239,11 +243,21 @@ reshard_error_t* reshard_plan_part_piece(const reshard_plan_t* plan, int32_t pro
     const Piece& p = pieces[index];
     const TensorSpec& tensor = plan->plan.tensors()[p.tensor];
     const Box region = plan->plan.region(part, p);
+    // The stage of the message holding the piece (messages tile the list).
+    uint32_t stage = 0;
+    if (list != RESHARD_PIECES_LOCAL) {
+      const auto& msgs = list == RESHARD_PIECES_SEND ? part.sends : part.recvs;
+      const auto it =
+          std::upper_bound(msgs.begin(), msgs.end(), index,
+                           [](size_t i, const reshard::Message& m) { return i < m.first_piece; });
+      if (it != msgs.begin()) stage = std::prev(it)->stage;
+    }
     reshard_piece_t c = RESHARD_PIECE_INIT;
     c.tensor = p.tensor;
     c.src_entry = p.src_entry;
     c.dst_entry = p.dst_entry;
-    c.src_device = tensor.src.device(p.src_entry);
+    c.stage = stage;
+    c.src_device = stage == 0 ? tensor.src.device(p.src_entry) : tensor.dst.device(p.src_entry);
     c.dst_device = tensor.dst.device(p.dst_entry);
     c.bytes = plan->plan.piece_bytes(part, p);
     write_struct(c, out_piece);

@@ -1,5 +1,6 @@
 // Plan inputs: topology, tensors with source and destination layouts,
 // planner options; built call by call or parsed from a JSON spec.
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,7 @@ reshard_plan_options_t to_c(const reshard::PlanOptions& o) {
   c.intra_host_bytes_per_second = o.intra_host_bytes_per_second;
   c.inter_host_bytes_per_second = o.inter_host_bytes_per_second;
   c.staging_budget_bytes = o.staging_budget_bytes;
+  c.relays = o.relays ? 1 : 0;
   return c;
 }
 
@@ -38,8 +40,9 @@ static_assert(kInit.alpha_seconds == kDefaults.alpha_seconds);
 static_assert(kInit.intra_host_bytes_per_second == kDefaults.intra_host_bytes_per_second);
 static_assert(kInit.inter_host_bytes_per_second == kDefaults.inter_host_bytes_per_second);
 static_assert(kInit.staging_budget_bytes == kDefaults.staging_budget_bytes);
-static_assert(kPlanOptionsV1Size == sizeof(reshard_plan_options_t),
-              "reshard_plan_options_t grew: keep kPlanOptionsV1Size at the 1.0 size");
+static_assert((kInit.relays != 0) == kDefaults.relays);
+static_assert(kPlanOptionsV1Size == offsetof(reshard_plan_options_t, relays),
+              "reshard_plan_options_t: keep kPlanOptionsV1Size at the 1.0 size");
 
 extern "C" {
 
@@ -157,6 +160,12 @@ reshard_error_t* reshard_plan_input_set_options(reshard_plan_input_t* input,
     cpp.intra_host_bytes_per_second = o.intra_host_bytes_per_second;
     cpp.inter_host_bytes_per_second = o.inter_host_bytes_per_second;
     cpp.staging_budget_bytes = o.staging_budget_bytes;
+    if (o.relays != 0 && o.relays != 1)
+      reshard::fail(ErrorCode::kInvalidArgument,
+                    "options->relays: " + std::to_string(o.relays) + " is neither 0 nor 1");
+    if (o.reserved0 != 0)
+      reshard::fail(ErrorCode::kInvalidArgument, "options->reserved0: must be 0");
+    cpp.relays = o.relays == 1;
     input->input.options = cpp;
   });
 }

@@ -93,8 +93,20 @@ func (rcv *PlanOptions) MutateStagingBudgetBytes(n int64) bool {
 	return rcv._tab.MutateInt64Slot(12, n)
 }
 
+func (rcv *PlanOptions) Relays() bool {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(14))
+	if o != 0 {
+		return rcv._tab.GetBool(o + rcv._tab.Pos)
+	}
+	return false
+}
+
+func (rcv *PlanOptions) MutateRelays(n bool) bool {
+	return rcv._tab.MutateBoolSlot(14, n)
+}
+
 func PlanOptionsStart(builder *flatbuffers.Builder) {
-	builder.StartObject(5)
+	builder.StartObject(6)
 }
 func PlanOptionsAddSplitMinBytes(builder *flatbuffers.Builder, splitMinBytes int64) {
 	builder.PrependInt64Slot(0, splitMinBytes, 0)
@@ -110,6 +122,9 @@ func PlanOptionsAddInterHostBytesPerSecond(builder *flatbuffers.Builder, interHo
 }
 func PlanOptionsAddStagingBudgetBytes(builder *flatbuffers.Builder, stagingBudgetBytes int64) {
 	builder.PrependInt64Slot(4, stagingBudgetBytes, 0)
+}
+func PlanOptionsAddRelays(builder *flatbuffers.Builder, relays bool) {
+	builder.PrependBoolSlot(5, relays, false)
 }
 func PlanOptionsEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

@@ -341,8 +341,20 @@ func (rcv *PlanStats) MutateLowerBoundBindingId(n int64) bool {
 	return rcv._tab.MutateInt64Slot(52, n)
 }
 
+func (rcv *PlanStats) ForwardedBytes() int64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(54))
+	if o != 0 {
+		return rcv._tab.GetInt64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *PlanStats) MutateForwardedBytes(n int64) bool {
+	return rcv._tab.MutateInt64Slot(54, n)
+}
+
 func PlanStatsStart(builder *flatbuffers.Builder) {
-	builder.StartObject(25)
+	builder.StartObject(26)
 }
 func PlanStatsAddNetworkBytes(builder *flatbuffers.Builder, networkBytes int64) {
 	builder.PrependInt64Slot(0, networkBytes, 0)
@@ -421,6 +433,9 @@ func PlanStatsAddLowerBoundBinding(builder *flatbuffers.Builder, lowerBoundBindi
 }
 func PlanStatsAddLowerBoundBindingId(builder *flatbuffers.Builder, lowerBoundBindingId int64) {
 	builder.PrependInt64Slot(24, lowerBoundBindingId, -1)
+}
+func PlanStatsAddForwardedBytes(builder *flatbuffers.Builder, forwardedBytes int64) {
+	builder.PrependInt64Slot(25, forwardedBytes, 0)
 }
 func PlanStatsEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

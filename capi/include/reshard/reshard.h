@@ -109,7 +109,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 2
+#define RESHARD_ABI_MINOR 3
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -407,10 +407,17 @@ typedef struct reshard_plan_options {
   /* Staging memory per device per round (default 1 GiB); 0: unbounded (one
    * round). The in-process host executor stages nothing. */
   int64_t staging_budget_bytes;
+  /* Since 1.3 (a 1.0-sized struct leaves it at its default, 1). Relays for
+   * replicated destinations: where several devices of one host need the
+   * same box that no device of the host holds, one receives it over the
+   * network (stage 0) and forwards it inside the host (stage 1). 0: every
+   * device fetches what it lacks directly (single-hop). */
+  int32_t relays;
+  int32_t reserved0; /* 0 */
 } reshard_plan_options_t;
 
 #define RESHARD_PLAN_OPTIONS_INIT \
-  { sizeof(reshard_plan_options_t), INT64_C(1) << 20, 5e-6, 100e9, 25e9, INT64_C(1) << 30 }
+  { sizeof(reshard_plan_options_t), INT64_C(1) << 20, 5e-6, 100e9, 25e9, INT64_C(1) << 30, 1, 0 }
 
 /* Everything the planner needs: tensors with source and destination layouts,
  * a topology and options. A builder: not thread-safe while being modified;
@@ -583,12 +590,15 @@ typedef struct reshard_plan_stats {
   reshard_bound_kind_t lower_bound_binding;
   int32_t reserved0; /* 0 */
   int64_t lower_bound_binding_id;
+  /* Since 1.3: bytes of stages after the first (what relays forward from a
+   * destination buffer; part of network_bytes). */
+  int64_t forwarded_bytes;
 } reshard_plan_stats_t;
 
 #define RESHARD_PLAN_STATS_INIT                                                                  \
   {                                                                                              \
     sizeof(reshard_plan_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0, \
-        0, 0, 0, 0, RESHARD_BOUND_NONE, 0, -1                                                    \
+        0, 0, 0, 0, RESHARD_BOUND_NONE, 0, -1, 0                                                 \
   }
 
 /* Fills *out_stats (set out_stats->struct_size first, e.g. with
@@ -709,24 +719,28 @@ typedef struct reshard_part_info {
 RESHARD_API reshard_error_t* reshard_plan_part_info(const reshard_plan_t* plan, int32_t process,
                                                     reshard_part_info_t* out_info);
 
-/* One message: all pieces from one device to another in one round, packed
- * back to back in piece order. */
+/* One message: all pieces from one device to another in one round of one
+ * stage, packed back to back in piece order. */
 typedef struct reshard_message {
   size_t struct_size;
   int64_t src_device;
   int64_t dst_device;
-  uint64_t round;
+  uint64_t round;       /* within its stage */
   uint64_t first_piece; /* index into the SEND / RECV piece list */
   uint64_t num_pieces;
   int64_t bytes; /* packed size */
+  /* Since 1.3: the stage; stages run in order. The pieces of a message of
+   * stage > 0 forward what an earlier stage wrote into a destination
+   * buffer (a relay). */
+  uint64_t stage;
 } reshard_message_t;
 
 #define RESHARD_MESSAGE_INIT \
-  { sizeof(reshard_message_t), 0, 0, 0, 0, 0, 0 }
+  { sizeof(reshard_message_t), 0, 0, 0, 0, 0, 0, 0 }
 
 /* Message `index` of the sends or receives of `process`'s part (sends are
- * ordered by round, then destination, then source; receives by round,
- * source, destination). Written like reshard_plan_stats.
+ * ordered by stage, round, then destination, then source; receives by
+ * stage, round, source, destination). Written like reshard_plan_stats.
  * Errors: INVALID_ARGUMENT (NULL, direction), OUT_OF_RANGE (process,
  * index). */
 RESHARD_API reshard_error_t* reshard_plan_part_message(const reshard_plan_t* plan, int32_t process,
@@ -738,15 +752,19 @@ RESHARD_API reshard_error_t* reshard_plan_part_message(const reshard_plan_t* pla
 typedef struct reshard_piece {
   size_t struct_size;
   uint64_t tensor;
-  uint64_t src_entry; /* entry of the tensor's source layout */
+  /* Entry of the tensor's source layout; in a stage > 0 (see `stage`), of
+   * its destination layout: the relay's buffer the piece is forwarded from. */
+  uint64_t src_entry;
   uint64_t dst_entry; /* entry of the tensor's destination layout */
   int64_t src_device;
   int64_t dst_device;
   int64_t bytes;
+  /* Since 1.3: the stage of the piece's message (0 for LOCAL pieces). */
+  uint64_t stage;
 } reshard_piece_t;
 
 #define RESHARD_PIECE_INIT \
-  { sizeof(reshard_piece_t), 0, 0, 0, 0, 0, 0 }
+  { sizeof(reshard_piece_t), 0, 0, 0, 0, 0, 0, 0 }
 
 /* Piece `index` of a piece list of `process`'s part, written like
  * reshard_plan_stats, and the region it moves (global tensor coordinates,

@@ -49,6 +49,13 @@ struct PlanOptions {
   // The default, 1 GiB, is ~1% of an 80 GiB GPU. The in-process executor
   // stages nothing and ignores rounds.
   int64_t staging_budget_bytes = int64_t{1} << 30;
+  // Relays for replicated destinations (docs/design.md §2.4): when several
+  // devices of one host need the same box and no device of that host holds
+  // it, one of them (the leader, rotating over the box's regions) receives
+  // each region over the network in stage 0 and forwards it to the others
+  // inside the host in stage 1, so the region enters the host once. False:
+  // every device fetches what it lacks directly (single-hop, one stage).
+  bool relays = true;
   friend bool operator==(const PlanOptions&, const PlanOptions&) = default;
 };
 
@@ -61,6 +68,9 @@ struct PlanInput {
 // A box of one tensor moving from a source entry to a destination entry.
 // The moved region is box(src_entry) ∩ box(dst_entry) unless `region` names
 // an entry of the owning ProcessPart::regions (a split or refined piece).
+// In a message of stage s > 0, `src_entry` indexes the tensor's
+// *destination* layout: the piece forwards what an earlier stage wrote into
+// that destination buffer (a relay), and `region` always names its region.
 struct Piece {
   uint32_t tensor = 0;
   uint32_t src_entry = 0;
@@ -70,12 +80,15 @@ struct Piece {
 };
 inline constexpr uint32_t kOverlapRegion = 0xffffffffu;
 
-// All pieces from one device to another in one round, packed back to back in
-// piece order. `bytes` is the packed size.
+// All pieces from one device to another in one round of one stage, packed
+// back to back in piece order. `bytes` is the packed size. Stages run in
+// order, each one's rounds in order; a message of stage s > 0 reads
+// destination buffers that stages before s completed (see Piece).
 struct Message {
   int64_t src_device = 0;
   int64_t dst_device = 0;
-  uint32_t round = 0;
+  uint32_t round = 0;  // within its stage
+  uint32_t stage = 0;
   uint64_t first_piece = 0;  // index into send_pieces / recv_pieces
   uint64_t num_pieces = 0;
   int64_t bytes = 0;
@@ -84,13 +97,16 @@ struct Message {
 
 struct ProcessPart {
   int32_t process = 0;
-  // Pieces whose source and destination are the same device of this process.
+  // Pieces whose source and destination are the same device of this process
+  // (stage 0).
   std::vector<Piece> local;
-  // Messages this process sends (ordered by round, then destination device,
-  // then source device) and the pieces they carry, grouped per message.
+  // Messages this process sends (ordered by stage, round, then destination
+  // device, then source device) and the pieces they carry, grouped per
+  // message.
   std::vector<Message> sends;
   std::vector<Piece> send_pieces;
-  // Messages this process receives (ordered by round, source, destination).
+  // Messages this process receives (ordered by stage, round, source,
+  // destination).
   std::vector<Message> recvs;
   std::vector<Piece> recv_pieces;
   std::vector<Box> regions;
@@ -125,9 +141,9 @@ struct PlanStats {
   int64_t cross_process_bytes = 0;
   int64_t max_send_bytes = 0;
   int64_t max_recv_bytes = 0;
-  int64_t messages = 0;  // (src, dst, round) messages
-  int64_t pieces = 0;    // network + local pieces before round cutting
-  int32_t rounds = 0;
+  int64_t messages = 0;            // (src, dst, round) messages
+  int64_t pieces = 0;              // network + local pieces before round cutting
+  int32_t rounds = 0;              // rounds of all stages together
   int64_t peak_staging_bytes = 0;  // max over devices and rounds of staged bytes
   // Lower bounds over every possible plan, relays, trees and reductions in
   // any order included (docs/design.md §2.2): a figure over its bound is the
@@ -143,8 +159,8 @@ struct PlanStats {
   double cost_seconds = 0;  // α–β estimate of the busiest device
   double lower_bound_cost_seconds = 0;
   double plan_seconds = 0;  // wall time make_plan took here; not encoded (0 after decode)
-  // Steps of the plan, each reading only what earlier ones wrote: 1 for a
-  // single-hop plan with any work, 0 for none.
+  // Steps of the plan, each reading only what earlier ones wrote: 0 for no
+  // work, 1 for a single-hop plan, 2 when relays forward (stage 1).
   int32_t stages = 0;
   // Host level. A host's network traffic is what its devices send to, or
   // receive from, devices of other hosts. Bounds: the bytes a host needs
@@ -163,6 +179,9 @@ struct PlanStats {
   // concerns (-1 with kNone).
   BoundKind lower_bound_binding = BoundKind::kNone;
   int64_t lower_bound_binding_id = -1;
+  // Bytes of stages after the first: what relays forward from a destination
+  // buffer (part of network_bytes).
+  int64_t forwarded_bytes = 0;
   std::vector<DeviceTraffic> per_device;  // sorted by device
 
   // figure / bound; 1.0 when both are 0.
@@ -262,8 +281,12 @@ class Plan {
   // Throws kOutOfRange if this plan does not hold that part.
   const ProcessPart& part(int32_t process) const;
   // The region a piece of `part` moves.
+  // (A piece of a stage > 0 message always names its region.)
   Box region(const ProcessPart& part, const Piece& piece) const;
   int64_t piece_bytes(const ProcessPart& part, const Piece& piece) const;
+  // The buffer box a piece reads: its tensor's source entry's box, or, in a
+  // message of stage > 0, the destination entry's box it forwards from.
+  Box source_box(const Piece& piece, uint32_t stage) const;
 
   // Internal: used by the planner and the wire decoder.
   struct Builder;

@@ -11,6 +11,10 @@ namespace reshard {
 
 // Version of the plan format written by encode_plan (Plan.version field).
 inline constexpr uint32_t kPlanFormatVersion = 1;
+// Plan::required_features bits. Stages: some message is in a stage above 0
+// (its pieces read destination buffers an earlier stage wrote).
+inline constexpr uint64_t kPlanFeatureStages = 1;
+inline constexpr uint64_t kPlanKnownFeatures = kPlanFeatureStages;
 
 struct EncodeOptions {
   // Which process parts to include: all parts the plan holds (default), or

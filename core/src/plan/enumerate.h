@@ -47,6 +47,9 @@ struct Emitted {
   bool own_region;  // region may differ from src box ∩ dst box (split or refined)
   bool local;       // source and destination on the same device
   bool forced;      // the only holder of this summand (no choice of sender)
+  // Stage 1: src_entry is a *destination* entry (the relay) that received
+  // the region in stage 0 and forwards it inside its host.
+  bool relay = false;
 };
 
 class Enumerator {
@@ -77,6 +80,22 @@ class Enumerator {
   // Destination entries whose box overlaps `q` (non-empty), any order.
   template <class F>
   void dst_overlapping(const TensorCtx& t, const Box& q, F&& f);
+
+  // Relay pieces (stage 1) that destination entry `l` forwards to the other
+  // members of its relay groups, grouped per cell in canonical order.
+  template <class F>
+  void forward(const TensorCtx& t, uint32_t l, F&& f);
+
+  // The relay rule (PlanOptions::relays). For destination entry `e` and a
+  // region of its cover held by `holders`: -1 when `e` fetches the region
+  // itself (relays off, a partial layout, an explicit destination, a holder
+  // on e's host, or no other entry of e's destination cell on that host);
+  // otherwise the leader of e's relay group (the entries of e's destination
+  // cell on e's host, all needing the same box): the one that receives the
+  // region in stage 0, possibly e itself. Pure in (tensor, cell, region), so
+  // every member, the leader and the holders agree on it.
+  int64_t relay_leader(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders,
+                       size_t n) const;
 
   // Naive variant of recv: finds candidate source entries by scanning all of
   // them (the quadratic baseline).
@@ -308,10 +327,73 @@ void Enumerator::cover(const TensorCtx& t, const Box& B, F&& f) {
   refine(t, B, cands, f);
 }
 
+inline int64_t Enumerator::relay_leader(const TensorCtx& t, uint32_t e, const Box& region,
+                                        const uint32_t* holders, size_t n) const {
+  if (!options_.relays || t.S > 1 || t.T > 1 || !t.dg->tiled || n == 0) return -1;
+  const int32_t host = t.dt->host[e];
+  for (size_t i = 0; i < n; ++i)
+    if (t.st->host[holders[i]] == host) return -1;
+  const Geometry& dg = *t.dg;
+  const auto c = static_cast<size_t>(dg.cell_of_entry[e]);
+  const uint32_t* b = dg.cell_entries.data() + dg.cell_offsets[c];
+  const uint32_t* end = dg.cell_entries.data() + dg.cell_offsets[c + 1];
+  size_t members = 0;
+  for (const uint32_t* it = b; it != end; ++it) members += t.dt->host[*it] == host;
+  if (members < 2) return -1;
+  // Rotate the leader over the regions so that the group shares the
+  // network ingress and the forwarding: by the source cell's coordinates
+  // (neighbouring cells alternate) plus the destination cell, or, for an
+  // explicit source, a hash of the region's corner.
+  uint64_t k = c;
+  if (t.sg->tiled) {
+    const std::vector<int64_t>& shape = t.src->shape();
+    for (int d = 0; d < region.rank; ++d) {
+      const int64_t chunk = ceil_div(shape[static_cast<size_t>(d)], t.sg->counts[d]);
+      if (chunk > 0) k += static_cast<uint64_t>(region.lo[d] / chunk);
+    }
+  } else {
+    for (int d = 0; d < region.rank; ++d) k = k * 1000003u + static_cast<uint64_t>(region.lo[d]);
+    k = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
+  }
+  size_t pick = static_cast<size_t>(k % members);
+  for (const uint32_t* it = b; it != end; ++it)
+    if (t.dt->host[*it] == host && pick-- == 0) return *it;
+  return -1;
+}
+
 template <class F>
 void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
   cover(t, t.dst->box(e), [&](const Box& region, const uint32_t* h, size_t n, bool own) {
-    assign(t, e, region, h, n, own, f);
+    const int64_t leader = relay_leader(t, e, region, h, n);
+    if (leader < 0 || leader == e) {
+      assign(t, e, region, h, n, own, f);
+      return;
+    }
+    Emitted x{static_cast<uint32_t>(leader), e, region, true, false, false};
+    x.relay = true;
+    f(x);
+  });
+}
+
+template <class F>
+void Enumerator::forward(const TensorCtx& t, uint32_t l, F&& f) {
+  if (!options_.relays || t.S > 1 || t.T > 1 || !t.dg->tiled) return;
+  const Geometry& dg = *t.dg;
+  const auto c = static_cast<size_t>(dg.cell_of_entry[l]);
+  const int32_t host = t.dt->host[l];
+  size_t members = 0;
+  for (uint32_t i = dg.cell_offsets[c]; i < dg.cell_offsets[c + 1]; ++i)
+    members += t.dt->host[dg.cell_entries[i]] == host;
+  if (members < 2) return;
+  cover(t, t.dst->box(l), [&](const Box& region, const uint32_t* h, size_t n, bool) {
+    if (relay_leader(t, l, region, h, n) != l) return;
+    for (uint32_t i = dg.cell_offsets[c]; i < dg.cell_offsets[c + 1]; ++i) {
+      const uint32_t m = dg.cell_entries[i];
+      if (m == l || t.dt->host[m] != host) continue;
+      Emitted x{l, m, region, true, false, false};
+      x.relay = true;
+      f(x);
+    }
   });
 }
 
@@ -377,7 +459,7 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
   const int64_t sdev = t.sg->devices[r];
   const int32_t ssum = t.sg->summands[r];
   auto keep = [&](const Emitted& p) {
-    if (p.src_entry == r && !p.local) f(p);
+    if (p.src_entry == r && !p.local && !p.relay) f(p);
   };
   if (t.sg->tiled) {
     const Geometry& sg = *t.sg;
@@ -394,6 +476,8 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
           const uint32_t e = dg.cell_entries[i];
           if (dg.devices[e] == sdev) continue;
           if (t.T > 1 && ssum % t.T != dg.summands[e]) continue;
+          const int64_t leader = relay_leader(t, e, region, h, n);
+          if (leader >= 0 && leader != e) continue;  // forwarded by its leader
           assign(t, e, region, h, n, false, keep);
         }
       });
@@ -409,6 +493,8 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
     for (uint32_t e : dsts) {
       const Box region = intersect(C, t.dst->box(e));
       if (region.empty()) continue;
+      const int64_t leader = relay_leader(t, e, region, h, n);
+      if (leader >= 0 && leader != e) continue;  // forwarded by its leader
       assign(t, e, region, h, n, false, keep);
     }
     return;

@@ -34,8 +34,9 @@ using planning::TensorCtx;
 namespace {
 
 // Bump when any planning rule changes (2: cut windows; 3: large pieces split
-// across the replicas of the destination's process or host too).
-constexpr uint64_t kPlannerVersion = 3;
+// across the replicas of the destination's process or host too; 4: relays
+// for replicated destinations, stages).
+constexpr uint64_t kPlannerVersion = 4;
 
 void validate_options(const PlanOptions& o) {
   if (o.split_min_bytes < 0)
@@ -108,6 +109,7 @@ uint64_t fingerprint_of(const PlanInput& in) {
   h.f64(o.intra_host_bytes_per_second);
   h.f64(o.inter_host_bytes_per_second);
   h.i64(o.staging_budget_bytes);
+  h.u64(o.relays ? 1 : 0);
   return h.value();
 }
 
@@ -121,20 +123,22 @@ class MessageBuckets {
  public:
   MessageBuckets(size_t ndev, bool sized) : ndev_(ndev), sized_(sized) {}
 
-  // Slot table for one own device; call once per own entry, then add().
-  uint32_t* table_for(uint32_t own_dense) {
-    auto [it, fresh] = own_.emplace(own_dense, static_cast<uint32_t>(tables_.size()));
+  // Slot table for one own device and stage; call once per own entry and
+  // stage, then add().
+  uint32_t* table_for(uint32_t own_dense, uint32_t stage = 0) {
+    auto [it, fresh] =
+        own_.emplace(uint64_t{stage} << 32 | own_dense, static_cast<uint32_t>(tables_.size()));
     if (fresh) tables_.emplace_back(ndev_, kNone);
     return tables_[it->second].data();
   }
   void add(uint32_t* table, uint32_t own_dense, uint32_t peer_dense, const Piece& piece,
-           int64_t bytes) {
+           int64_t bytes, uint32_t stage = 0) {
     uint32_t& slot = table[peer_dense];
     if (slot == kNone) {
       slot = static_cast<uint32_t>(buckets_.size());
       buckets_.emplace_back();
       if (sized_) sizes_.emplace_back();
-      keys_.push_back((uint64_t{peer_dense} << 20) | own_dense);
+      keys_.push_back((uint64_t{stage} << 40) | (uint64_t{peer_dense} << 20) | own_dense);
       bytes_.push_back(0);
     }
     buckets_[slot].push_back(piece);
@@ -172,11 +176,11 @@ class MessageBuckets {
     for (size_t k = 0; k < srcs.size(); ++k) {
       const MessageBuckets& b = *chunks[srcs[k].chunk];
       at[k + 1] = at[k] + b.buckets_[srcs[k].slot].size();
-      // key = (round << 40) | (peer dense << 20) | own dense; both < 2^20.
+      // key = (stage << 40) | (peer dense << 20) | own dense; both < 2^20.
       const uint64_t key = srcs[k].key;
       if (msgs.empty() || k == 0 || srcs[k - 1].key != key) {
         Message& m = msgs.emplace_back();
-        m.round = static_cast<uint32_t>(key >> 40);
+        m.stage = static_cast<uint32_t>(key >> 40);
         const int64_t peer = devices[(key >> 20) & 0xfffff];
         const int64_t own = devices[key & 0xfffff];
         m.src_device = send ? own : peer;
@@ -227,7 +231,7 @@ class MessageBuckets {
   static constexpr uint32_t kNone = 0xffffffffu;
   size_t ndev_;
   bool sized_;
-  std::unordered_map<uint32_t, uint32_t> own_;
+  std::unordered_map<uint64_t, uint32_t> own_;
   std::vector<std::vector<uint32_t>> tables_;
   std::vector<std::vector<Piece>> buckets_;
   std::vector<std::vector<int64_t>> sizes_;  // parallel to buckets_ when sized_
@@ -267,13 +271,31 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     for (const uint32_t* it = db; it != de; ++it) {
       const uint32_t own = t.dt->dense[*it];
       uint32_t* table = out.recvs.table_for(own);
+      uint32_t* relay_table = nullptr;
       en.recv(t, *it, [&](const Emitted& x) {
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
+        if (x.relay) {  // stage 1, from the leader's destination buffer
+          if (!relay_table) relay_table = out.recvs.table_for(own, 1);
+          piece.region = static_cast<uint32_t>(out.regions.size());
+          out.regions.push_back(x.region);
+          out.recvs.add(relay_table, own, t.dt->dense[x.src_entry], piece,
+                        x.region.volume() * t.esize, 1);
+          return;
+        }
         add_region(t, x, piece);
         if (x.local)
           out.local.push_back(piece);
         else
           out.recvs.add(table, own, t.st->dense[x.src_entry], piece, x.region.volume() * t.esize);
+      });
+      // Relay side: what this destination entry forwards in stage 1.
+      uint32_t* fwd_table = nullptr;
+      en.forward(t, *it, [&](const Emitted& x) {
+        if (!fwd_table) fwd_table = out.sends.table_for(own, 1);
+        Piece piece{t.index, x.src_entry, x.dst_entry, static_cast<uint32_t>(out.regions.size())};
+        out.regions.push_back(x.region);
+        out.sends.add(fwd_table, own, t.dt->dense[x.dst_entry], piece, x.region.volume() * t.esize,
+                      1);
       });
     }
     // Sender side: network pieces whose source is on p.
@@ -759,6 +781,18 @@ Box Plan::region(const ProcessPart& part, const Piece& piece) const {
     fail(ErrorCode::kOutOfRange,
          "piece: entry index out of range for tensor " + std::to_string(piece.tensor));
   return intersect(t.src.box(piece.src_entry), t.dst.box(piece.dst_entry));
+}
+
+Box Plan::source_box(const Piece& piece, uint32_t stage) const {
+  if (piece.tensor >= tensors_.size())
+    fail(ErrorCode::kOutOfRange, "piece.tensor: " + std::to_string(piece.tensor) +
+                                     " but the plan has " + std::to_string(tensors_.size()) +
+                                     " tensors");
+  const Layout& l = stage == 0 ? tensors_[piece.tensor].src : tensors_[piece.tensor].dst;
+  if (piece.src_entry >= l.num_entries())
+    fail(ErrorCode::kOutOfRange,
+         "piece.src_entry: out of range for tensor " + std::to_string(piece.tensor));
+  return l.box(piece.src_entry);
 }
 
 int64_t Plan::piece_bytes(const ProcessPart& part, const Piece& piece) const {

@@ -222,9 +222,10 @@ void find_cuts(const std::vector<Message>& msgs, const std::vector<Piece>& piece
   }
 }
 
-// Phase 2: the messages of one direction round by round, in each round the
-// streams still running in stream order (messages come one per stream,
-// sorted by (peer, own); the output is sorted by (round, peer, own)). The
+// Phase 2: the messages of one direction stage by stage and round by round,
+// in each round the streams of the stage still running in stream order
+// (messages come one per stream, sorted by (stage, peer, own); the output is
+// sorted by (stage, round, peer, own)). The
 // output positions are laid out first, then the pieces are copied, ranges
 // of messages on up to `threads` threads.
 void emit_rounds(std::vector<Message>& msgs, std::vector<Piece>& pieces, const Streams& streams,
@@ -247,35 +248,43 @@ void emit_rounds(std::vector<Message>& msgs, std::vector<Piece>& pieces, const S
   stream_of.reserve(nmsg + bounds.size());
   std::vector<uint32_t> active;
   active.reserve(nmsg);
-  for (uint32_t i = 0; i < nmsg; ++i)
-    if (rounds[i] > 0) active.push_back(i);
   uint64_t total = 0;
-  for (uint32_t r = 0; !active.empty(); ++r) {
-    size_t still = 0;
-    for (uint32_t i : active) {
-      Bound cur, end;
-      range_of(i, r, cur, end);
-      Message mr = msgs[i];
-      mr.round = r;
-      mr.first_piece = total;
-      mr.bytes = end.pos - cur.pos;
-      // The fragment after the round's first cut, the whole pieces, and the
-      // fragment before the round's last cut unless that piece's fragment is
-      // the first one (both cuts in one piece).
-      uint64_t n = 0, j = cur.piece;
-      if (cur.elem > 0) {
-        n += cur.after_n;
-        ++j;
+  // Stage by stage (streams come sorted by stage), each stage's rounds in
+  // order.
+  for (uint32_t first = 0; first < nmsg;) {
+    uint32_t last = first;
+    while (last < nmsg && msgs[last].stage == msgs[first].stage) ++last;
+    active.clear();
+    for (uint32_t i = first; i < last; ++i)
+      if (rounds[i] > 0) active.push_back(i);
+    first = last;
+    for (uint32_t r = 0; !active.empty(); ++r) {
+      size_t still = 0;
+      for (uint32_t i : active) {
+        Bound cur, end;
+        range_of(i, r, cur, end);
+        Message mr = msgs[i];
+        mr.round = r;
+        mr.first_piece = total;
+        mr.bytes = end.pos - cur.pos;
+        // The fragment after the round's first cut, the whole pieces, and the
+        // fragment before the round's last cut unless that piece's fragment is
+        // the first one (both cuts in one piece).
+        uint64_t n = 0, j = cur.piece;
+        if (cur.elem > 0) {
+          n += cur.after_n;
+          ++j;
+        }
+        if (end.piece > j) n += end.piece - j;
+        if (end.elem > 0 && !(cur.elem > 0 && cur.piece == end.piece)) n += end.before_n;
+        mr.num_pieces = n;
+        total += n;
+        out_msgs.push_back(mr);
+        stream_of.push_back(i);
+        if (r + 1 != rounds[i]) active[still++] = i;
       }
-      if (end.piece > j) n += end.piece - j;
-      if (end.elem > 0 && !(cur.elem > 0 && cur.piece == end.piece)) n += end.before_n;
-      mr.num_pieces = n;
-      total += n;
-      out_msgs.push_back(mr);
-      stream_of.push_back(i);
-      if (r + 1 != rounds[i]) active[still++] = i;
+      active.resize(still);
     }
-    active.resize(still);
   }
   // 2. The pieces; ranges of about equally many pieces.
   // Message mi's pieces, handed to put(piece) and append(first, last).

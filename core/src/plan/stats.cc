@@ -89,7 +89,11 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   struct Acc {
     int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
   };
-  std::vector<Acc> acc(ndev);
+  // Per stage (0: from the sources; 1: relays forwarding) and device.
+  constexpr int kStages = 2;
+  std::vector<Acc> stage_acc[kStages] = {std::vector<Acc>(ndev), std::vector<Acc>(ndev)};
+  std::vector<Acc>& acc = stage_acc[0];
+  bool relayed = false;
   // Tensors with the same shape and layout geometries have proportional
   // statistics: enumerate one of them and scale by the group's bytes/element.
   std::map<std::tuple<std::vector<int64_t>, const Geometry*, const Geometry*>, std::vector<size_t>>
@@ -98,11 +102,12 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     const TensorCtx& t = ctx.tensors[i];
     groups[{t.spec->shape, t.sg, t.dg}].push_back(i);
   }
-  // Pairs (dst device row, src device column) that exchange a message.
+  // Pairs (dst device row, src device column) that exchange a message, per
+  // stage (stage 1 sparse: relays stay inside hosts).
   const bool dense_pairs = ndev <= 16384;
   const size_t words = (ndev + 63) / 64;
   std::vector<uint64_t> bits(dense_pairs ? ndev * words : 0);
-  std::unordered_set<uint64_t> pair_set;
+  std::unordered_set<uint64_t> pair_set, relay_pairs;
   Enumerator en(o);
   int64_t pieces = 0;
   std::vector<uint64_t> cell_bits;
@@ -113,12 +118,31 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   const bool track_pairs = budgeted && schedule;
   const bool dense_bytes = track_pairs && ndev <= 4096;
   std::vector<int64_t> pair_dense(dense_bytes ? ndev * ndev : 0);
-  std::unordered_map<uint64_t, int64_t> pair_sparse;
+  std::unordered_map<uint64_t, int64_t> pair_sparse, relay_bytes;
   auto add_pair = [&](uint32_t sd, uint32_t dd, int64_t bytes) {
     if (dense_bytes)
       pair_dense[size_t{dd} * ndev + sd] += bytes;
     else
       pair_sparse[(uint64_t{sd} << 32) | dd] += bytes;
+  };
+  // Destination geometries where relays apply somewhere: a cell with two
+  // entries on one host (the per-cell arithmetic below knows no relays).
+  std::map<std::pair<const Geometry*, const GeoTopo*>, bool> relay_geo;
+  auto may_relay = [&](const TensorCtx& t) {
+    if (!o.relays || t.S > 1 || t.T > 1 || !t.dg->tiled) return false;
+    auto [it, fresh] = relay_geo.emplace(std::make_pair(t.dg, t.dt), false);
+    if (!fresh) return it->second;
+    const Geometry& dg = *t.dg;
+    std::vector<int32_t> hosts;
+    for (int64_t c = 0; c < dg.num_cells() && !it->second; ++c) {
+      hosts.clear();
+      for (uint32_t i = dg.cell_offsets[static_cast<size_t>(c)];
+           i < dg.cell_offsets[static_cast<size_t>(c) + 1]; ++i)
+        hosts.push_back(t.dt->host[dg.cell_entries[i]]);
+      std::sort(hosts.begin(), hosts.end());
+      it->second = std::adjacent_find(hosts.begin(), hosts.end()) != hosts.end();
+    }
+    return it->second;
   };
   for (auto& [key, members] : groups) {
     int64_t esum = 0;
@@ -127,7 +151,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     // Every member has the representative's pieces.
     const int64_t copies = static_cast<int64_t>(members.size());
     int64_t group_pieces = 0;
-    if (dense_pairs && t.sg->unique_cells && t.dg->tiled && t.S == 1 && t.T == 1) {
+    if (dense_pairs && t.sg->unique_cells && t.dg->tiled && t.S == 1 && t.T == 1 && !may_relay(t)) {
       // No choice of sender anywhere: statistics follow from per-cell
       // arithmetic over destination cells, without enumerating pieces.
       const Geometry& dg = *t.dg;
@@ -206,7 +230,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       en.recv(t, e, [&](const Emitted& x) {
         ++group_pieces;
         const int64_t bytes = x.region.volume() * esum;
-        const uint32_t sd = t.st->dense[x.src_entry];
+        // A relay piece's source is a destination entry (stage 1).
+        const GeoTopo& from = x.relay ? *t.dt : *t.st;
+        const uint32_t sd = from.dense[x.src_entry];
         if (counts) {
           DeviceCounts& c = (*counts)[dd];
           if (x.local) {
@@ -225,16 +251,25 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           acc[dd].local += bytes;
           return;
         }
-        const bool inter = t.st->host[x.src_entry] != t.dt->host[e];
-        if (track_pairs) add_pair(sd, dd, bytes);
-        acc[sd].send += bytes;
-        acc[dd].recv += bytes;
+        const bool inter = from.host[x.src_entry] != t.dt->host[e];
+        std::vector<Acc>& sacc = stage_acc[x.relay ? 1 : 0];
+        sacc[sd].send += bytes;
+        sacc[dd].recv += bytes;
         if (inter) {
-          acc[sd].send_inter += bytes;
-          acc[dd].recv_inter += bytes;
+          sacc[sd].send_inter += bytes;
+          sacc[dd].recv_inter += bytes;
           st.cross_host_bytes += bytes;
         }
-        if (t.st->process[x.src_entry] != t.dt->process[e]) st.cross_process_bytes += bytes;
+        if (from.process[x.src_entry] != t.dt->process[e]) st.cross_process_bytes += bytes;
+        if (x.relay) {
+          relayed = true;
+          st.forwarded_bytes += bytes;
+          const uint64_t key = (uint64_t{sd} << 32) | dd;
+          relay_pairs.insert(key);
+          if (track_pairs) relay_bytes[key] += bytes;
+          return;
+        }
+        if (track_pairs) add_pair(sd, dd, bytes);
         if (dense_pairs) {
           bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
         } else {
@@ -244,24 +279,50 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     }
     pieces += group_pieces * static_cast<int64_t>(members.size());
   }
+  // Streams (device pairs with a message) per device: stage 0 from the bit
+  // rows or the pair set, stage 1 from the relay pairs.
   std::vector<int64_t> send_msgs(ndev, 0), recv_msgs(ndev, 0);
+  std::vector<int64_t> stage_send_msgs[kStages] = {std::vector<int64_t>(ndev, 0),
+                                                   std::vector<int64_t>(ndev, 0)};
+  std::vector<int64_t> stage_recv_msgs[kStages] = {std::vector<int64_t>(ndev, 0),
+                                                   std::vector<int64_t>(ndev, 0)};
   if (dense_pairs) {
     for (size_t dd = 0; dd < ndev; ++dd) {
       uint64_t* row = bits.data() + dd * words;
       row[dd >> 6] &= ~(uint64_t{1} << (dd & 63));  // a device never messages itself
       for (size_t w = 0; w < words; ++w) {
         uint64_t v = row[w];
-        recv_msgs[dd] += __builtin_popcountll(v);
+        stage_recv_msgs[0][dd] += __builtin_popcountll(v);
         while (v) {
-          ++send_msgs[w * 64 + static_cast<size_t>(__builtin_ctzll(v))];
+          ++stage_send_msgs[0][w * 64 + static_cast<size_t>(__builtin_ctzll(v))];
           v &= v - 1;
         }
       }
     }
   } else {
     for (uint64_t pr : pair_set) {
-      ++send_msgs[pr >> 32];
-      ++recv_msgs[pr & 0xffffffffu];
+      ++stage_send_msgs[0][pr >> 32];
+      ++stage_recv_msgs[0][pr & 0xffffffffu];
+    }
+  }
+  for (uint64_t pr : relay_pairs) {
+    ++stage_send_msgs[1][pr >> 32];
+    ++stage_recv_msgs[1][pr & 0xffffffffu];
+  }
+  // Both stages together: the figures of the statistics and of round
+  // cutting (a device's peers and bytes over the whole plan bound those of
+  // each stage, so the budget holds in every round of every stage).
+  std::vector<Acc> total(ndev);
+  for (int s = 0; s < kStages; ++s) {
+    for (size_t d = 0; d < ndev; ++d) {
+      const Acc& x = stage_acc[s][d];
+      total[d].send += x.send;
+      total[d].recv += x.recv;
+      total[d].local += x.local;
+      total[d].send_inter += x.send_inter;
+      total[d].recv_inter += x.recv_inter;
+      send_msgs[d] += stage_send_msgs[s][d];
+      recv_msgs[d] += stage_recv_msgs[s][d];
     }
   }
   const double a = o.alpha_seconds, bi = 1.0 / o.intra_host_bytes_per_second,
@@ -272,7 +333,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   host_recv.assign(lb.hosts.size(), 0);
   st.per_device.resize(ndev);
   for (size_t d = 0; d < ndev; ++d) {
-    const Acc& x = acc[d];
+    const Acc& x = total[d];
     DeviceTraffic& dt = st.per_device[d];
     dt.device = ctx.devices[d];
     dt.send_bytes = x.send;
@@ -288,13 +349,23 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     host_send[lb.host_of_device[d]] += x.send_inter;
     host_recv[lb.host_of_device[d]] += x.recv_inter;
     if (!budgeted) st.peak_staging_bytes = std::max(st.peak_staging_bytes, x.send + x.recv);
-    const double send_t = a * static_cast<double>(send_msgs[d]) +
-                          bi * static_cast<double>(x.send - x.send_inter) +
-                          bx * static_cast<double>(x.send_inter);
-    const double recv_t = a * static_cast<double>(recv_msgs[d]) +
-                          bi * static_cast<double>(x.recv - x.recv_inter) +
-                          bx * static_cast<double>(x.recv_inter);
-    st.cost_seconds = std::max({st.cost_seconds, send_t, recv_t});
+  }
+  // The α–β estimate: each stage takes its busiest device's time, and the
+  // stages run one after the other.
+  st.cost_seconds = 0;
+  for (int s = 0; s < kStages; ++s) {
+    double busiest = 0;
+    for (size_t d = 0; d < ndev; ++d) {
+      const Acc& x = stage_acc[s][d];
+      const double send_t = a * static_cast<double>(stage_send_msgs[s][d]) +
+                            bi * static_cast<double>(x.send - x.send_inter) +
+                            bx * static_cast<double>(x.send_inter);
+      const double recv_t = a * static_cast<double>(stage_recv_msgs[s][d]) +
+                            bi * static_cast<double>(x.recv - x.recv_inter) +
+                            bx * static_cast<double>(x.recv_inter);
+      busiest = std::max({busiest, send_t, recv_t});
+    }
+    st.cost_seconds += busiest;
   }
   for (size_t h = 0; h < lb.hosts.size(); ++h) {
     st.max_host_send_bytes = std::max(st.max_host_send_bytes, host_send[h]);
@@ -302,8 +373,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   }
   apply_bounds(ctx, lb, o, st);
   st.pieces = pieces;
-  st.rounds = st.network_bytes > 0 ? 1 : 0;
-  st.stages = pieces > 0 ? 1 : 0;
+  const bool network = st.network_bytes - st.forwarded_bytes > 0;
+  st.rounds = (network ? 1 : 0) + (relayed ? 1 : 0);
+  st.stages = pieces > 0 ? (relayed ? 2 : 1) : 0;
   if (budgeted) {
     const int64_t budget = o.staging_budget_bytes;
     for (size_t d = 0; d < ndev; ++d) {
@@ -318,12 +390,12 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   if (track_pairs) {
     const int64_t budget = o.staging_budget_bytes;
     std::vector<int64_t> staged(ndev, 0);
-    int64_t rounds = 0, messages = 0;
+    int64_t rounds = 0, messages = 0, all_rounds = 0;
     auto visit = [&](size_t sd, size_t dd, int64_t bytes) {
       if (bytes <= 0) return;
       const int64_t chunk = planning::round_chunk(
-          budget, {send_msgs[sd] + recv_msgs[sd], acc[sd].send + acc[sd].recv},
-          {send_msgs[dd] + recv_msgs[dd], acc[dd].send + acc[dd].recv}, bytes);
+          budget, {send_msgs[sd] + recv_msgs[sd], total[sd].send + total[sd].recv},
+          {send_msgs[dd] + recv_msgs[dd], total[dd].send + total[dd].recv}, bytes);
       const int64_t r = planning::stream_rounds(bytes, chunk);
       rounds = std::max(rounds, r);
       messages += r;
@@ -344,9 +416,16 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     } else {
       for (auto [k, b] : pair_sparse) visit(k >> 32, k & 0xffffffffu, b);
     }
-    st.rounds = static_cast<int32_t>(std::min<int64_t>(rounds, INT32_MAX));
-    st.messages = messages;
+    // Stage by stage: rounds add up, staging peaks per stage.
     for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
+    all_rounds += rounds;
+    rounds = 0;
+    staged.assign(ndev, 0);
+    for (auto [k, b] : relay_bytes) visit(k >> 32, k & 0xffffffffu, b);
+    for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
+    all_rounds += rounds;
+    st.rounds = static_cast<int32_t>(std::min<int64_t>(all_rounds, INT32_MAX));
+    st.messages = messages;
   }
   if (!counts) return;
   for (size_t d = 0; d < ndev; ++d) (*counts)[d].streams = send_msgs[d] + recv_msgs[d];
@@ -365,15 +444,15 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   double sum_t = 0;
   for (size_t d = 0; d < ndev; ++d) {
     max_peers = std::max(max_peers, send_msgs[d] + recv_msgs[d]);
-    max_t = std::max(max_t, acc[d].send + acc[d].recv);
-    sum_t += static_cast<double>(acc[d].send + acc[d].recv);
+    max_t = std::max(max_t, total[d].send + total[d].recv);
+    sum_t += static_cast<double>(total[d].send + total[d].recv);
   }
   const double w = std::max(
       1.0, static_cast<double>(o.staging_budget_bytes - 16 * max_peers) * 16.0 / 17.0 - 8.0);
   for (size_t d = 0; d < ndev; ++d) {
     DeviceCounts& c = (*counts)[d];
     const double streams = static_cast<double>(c.streams);
-    const double t_d = static_cast<double>(acc[d].send + acc[d].recv);
+    const double t_d = static_cast<double>(total[d].send + total[d].recv);
     const double bound = std::min(streams * std::ceil(static_cast<double>(max_t) / w),
                                   (streams * t_d + 2 * sum_t) / w);
     c.cuts = static_cast<int64_t>(std::min(bound, 9e18));

@@ -515,7 +515,7 @@ PlanOptions parse_options(const json& j, const std::string& path) {
   as_object(j, path);
   check_keys(j, path,
              {"split_min_bytes", "alpha_seconds", "intra_host_bytes_per_second",
-              "inter_host_bytes_per_second", "staging_budget_bytes"});
+              "inter_host_bytes_per_second", "staging_budget_bytes", "relays"});
   PlanOptions o;
   auto non_negative_int = [&](const char* key, int64_t& out) {
     if (const json* v = find(j, key)) {
@@ -536,6 +536,10 @@ PlanOptions parse_options(const json& j, const std::string& path) {
   number("alpha_seconds", o.alpha_seconds, false);
   number("intra_host_bytes_per_second", o.intra_host_bytes_per_second, true);
   number("inter_host_bytes_per_second", o.inter_host_bytes_per_second, true);
+  if (const json* v = find(j, "relays")) {
+    if (!v->is_boolean()) wrong_type(*v, child(path, "relays"), "true or false");
+    o.relays = v->get<bool>();
+  }
   return o;
 }
 

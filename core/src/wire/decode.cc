@@ -114,10 +114,12 @@ class Decoder {
       corrupt("version", "plan format version " + std::to_string(root_.version()) +
                              " is not supported (this reader reads version " +
                              std::to_string(kPlanFormatVersion) + ")");
-    if (root_.required_features() != 0)
-      corrupt("required_features", "unknown feature bits " +
-                                       std::to_string(root_.required_features()) +
-                                       " (this reader knows none)");
+    if ((root_.required_features() & ~kPlanKnownFeatures) != 0)
+      corrupt("required_features",
+              "unknown feature bits " +
+                  std::to_string(root_.required_features() & ~kPlanKnownFeatures) +
+                  " (this reader knows " + std::to_string(kPlanKnownFeatures) + ": stages)");
+    staged_ = (root_.required_features() & kPlanFeatureStages) != 0;
     PlanInput input;
     input.options = decode_options();
     input.topology = decode_topology();
@@ -136,6 +138,7 @@ class Decoder {
     tensors_ = &input.tensors;
     topology_ = &input.topology;
     rounds_ = root_.has_stats() ? Plan::Builder::stats(plan).rounds : -1;
+    stages_ = root_.has_stats() ? Plan::Builder::stats(plan).stages : -1;
     auto& parts = Plan::Builder::parts(plan);
     const auto& processes = Plan::Builder::processes(plan);
     const auto* fparts = root_.parts();
@@ -177,6 +180,7 @@ class Decoder {
         finite_positive(o->inter_host_bytes_per_second(), "options.inter_host_bytes_per_second");
     out.staging_budget_bytes =
         non_negative(o->staging_budget_bytes(), "options.staging_budget_bytes");
+    out.relays = o->relays();
     return out;
   }
 
@@ -455,6 +459,7 @@ class Decoder {
     s.lower_bound_binding = static_cast<BoundKind>(binding);
     s.lower_bound_binding_id = fs->lower_bound_binding_id();
     if (s.lower_bound_binding_id < -1) corrupt("stats.lower_bound_binding_id", "below -1");
+    s.forwarded_bytes = non_negative(fs->forwarded_bytes(), "stats.forwarded_bytes");
     if (const auto* pd = fs->per_device()) {
       charge(uint64_t{pd->size()} * sizeof(DeviceTraffic), "stats.per_device");
       s.per_device.reserve(pd->size());
@@ -559,22 +564,28 @@ class Decoder {
   }
 
   // Checks one piece and returns its packed size: indices in range, the
-  // moved region inside both the source and the destination shard.
-  int64_t check_piece(const Piece& p, const std::vector<Box>& regions, const Where& f) {
+  // moved region inside both the source and the destination shard. In a
+  // stage above 0 the source is a destination entry and the region explicit.
+  int64_t check_piece(const Piece& p, const std::vector<Box>& regions, const Where& f,
+                      uint32_t stage = 0) {
     const auto& tensors = *tensors_;
     if (p.tensor >= tensors.size())
       corrupt(f(".tensor"), std::to_string(p.tensor) + " is out of range (" +
                                 std::to_string(tensors.size()) + " tensors)");
     const TensorSpec& t = tensors[p.tensor];
-    if (p.src_entry >= t.src.num_entries())
+    const Layout& from = stage == 0 ? t.src : t.dst;
+    if (p.src_entry >= from.num_entries())
       corrupt(f(".src_entry"), std::to_string(p.src_entry) + " is out of range (tensor \"" +
-                                   t.name + "\" has " + std::to_string(t.src.num_entries()) +
-                                   " source entries)");
+                                   t.name + "\" has " + std::to_string(from.num_entries()) +
+                                   (stage == 0 ? " source" : " destination") + " entries)");
+    if (stage > 0 && p.region == kOverlapRegion)
+      corrupt(f(".region"), "a piece of stage " + std::to_string(stage) + " names no region");
     if (p.dst_entry >= t.dst.num_entries())
       corrupt(f(".dst_entry"), std::to_string(p.dst_entry) + " is out of range (tensor \"" +
                                    t.name + "\" has " + std::to_string(t.dst.num_entries()) +
                                    " destination entries)");
-    const Box& src = boxes(tensor_slots_[p.tensor].first)[p.src_entry];
+    const Box& src = stage == 0 ? boxes(tensor_slots_[p.tensor].first)[p.src_entry]
+                                : boxes(tensor_slots_[p.tensor].second)[p.src_entry];
     const Box& dst = boxes(tensor_slots_[p.tensor].second)[p.dst_entry];
     Box region;
     if (p.region == kOverlapRegion) {
@@ -628,6 +639,7 @@ class Decoder {
       expect_size(col(fm->first_piece()).size(), n, f + ".first_piece");
       expect_size(col(fm->num_pieces()).size(), n, f + ".num_pieces");
       expect_size(col(fm->bytes()).size(), n, f + ".bytes");
+      if (col(fm->stage()).present()) expect_size(col(fm->stage()).size(), n, f + ".stage");
     }
     charge(n * sizeof(Message), f);
     msgs.reserve(n);
@@ -641,6 +653,13 @@ class Decoder {
       m.first_piece = col(fm->first_piece())[i];
       m.num_pieces = col(fm->num_pieces())[i];
       m.bytes = col(fm->bytes())[i];
+      m.stage = col(fm->stage()).present() ? col(fm->stage())[i] : 0;
+      if (m.stage > 0 && !staged_)
+        corrupt(fi(".stage"),
+                std::to_string(m.stage) + " but required_features lacks the stages bit (1)");
+      if (stages_ >= 0 && m.stage >= static_cast<uint32_t>(std::max<int64_t>(stages_, 1)))
+        corrupt(fi(".stage"),
+                std::to_string(m.stage) + " is not below stats.stages " + std::to_string(stages_));
       if (m.src_device < 0)
         corrupt(fi(".src_device"), std::to_string(m.src_device) + " is negative");
       if (m.dst_device < 0)
@@ -657,11 +676,11 @@ class Decoder {
       if (!msgs.empty()) {
         const Message& q = msgs.back();
         const auto key = [send](const Message& x) {
-          return send ? std::make_tuple(x.round, x.dst_device, x.src_device)
-                      : std::make_tuple(x.round, x.src_device, x.dst_device);
+          return send ? std::make_tuple(x.stage, x.round, x.dst_device, x.src_device)
+                      : std::make_tuple(x.stage, x.round, x.src_device, x.dst_device);
         };
         if (!(key(q) < key(m)))
-          corrupt(fi(), std::string("not after the previous message in (round, ") +
+          corrupt(fi(), std::string("not after the previous message in (stage, round, ") +
                             (send ? "destination, source" : "source, destination") + ") order");
       }
       if (m.first_piece != next)
@@ -674,13 +693,14 @@ class Decoder {
       for (uint64_t k = next; k < next + m.num_pieces; ++k) {
         const Piece& p = pieces[k];
         const Where fk{fpieces, k};
-        const int64_t b = check_piece(p, regions, fk);
+        const int64_t b = check_piece(p, regions, fk, m.stage);
         const TensorSpec& t = (*tensors_)[p.tensor];
-        if (t.src.device(p.src_entry) != m.src_device || t.dst.device(p.dst_entry) != m.dst_device)
-          corrupt(fk(), "moves from device " + std::to_string(t.src.device(p.src_entry)) +
-                            " to device " + std::to_string(t.dst.device(p.dst_entry)) +
-                            " but its message " + fi() + " goes from " +
-                            std::to_string(m.src_device) + " to " + std::to_string(m.dst_device));
+        const int64_t from = m.stage == 0 ? t.src.device(p.src_entry) : t.dst.device(p.src_entry);
+        if (from != m.src_device || t.dst.device(p.dst_entry) != m.dst_device)
+          corrupt(fk(), "moves from device " + std::to_string(from) + " to device " +
+                            std::to_string(t.dst.device(p.dst_entry)) + " but its message " + fi() +
+                            " goes from " + std::to_string(m.src_device) + " to " +
+                            std::to_string(m.dst_device));
         if (__builtin_add_overflow(bytes, b, &bytes)) corrupt(fi(".bytes"), "overflows 64 bits");
       }
       if (m.bytes != bytes)
@@ -738,6 +758,8 @@ class Decoder {
   const std::vector<TensorSpec>* tensors_ = nullptr;
   const Topology* topology_ = nullptr;
   int64_t rounds_ = -1;  // stats.rounds, or -1 without statistics
+  int64_t stages_ = -1;  // stats.stages, or -1 without statistics
+  bool staged_ = false;  // required_features has the stages bit
 };
 
 }  // namespace

@@ -71,7 +71,7 @@ class Encoder {
     const PlanOptions& o = plan_.options();
     auto options =
         fb::CreatePlanOptions(b_, o.split_min_bytes, o.alpha_seconds, o.intra_host_bytes_per_second,
-                              o.inter_host_bytes_per_second, o.staging_budget_bytes);
+                              o.inter_host_bytes_per_second, o.staging_budget_bytes, o.relays);
     auto topology = encode_topology();
     std::vector<Offset<fb::Tensor>> tensors;
     tensors.reserve(plan_.tensors().size());
@@ -83,9 +83,14 @@ class Encoder {
     std::vector<Offset<fb::ProcessPart>> part_offsets;
     for (const ProcessPart* p : parts) part_offsets.push_back(encode_part(*p));
     auto part_vector = b_.CreateVector(part_offsets);
-    auto root = fb::CreatePlan(b_, kPlanFormatVersion, /*required_features=*/0, plan_.fingerprint(),
-                               options, topology, tilings, tensor_vector, plan_.has_stats(), stats,
-                               processes, part_vector);
+    uint64_t features = 0;
+    for (const ProcessPart* p : parts)
+      for (const auto* list : {&p->sends, &p->recvs})
+        for (const Message& m : *list)
+          if (m.stage > 0) features |= kPlanFeatureStages;
+    auto root =
+        fb::CreatePlan(b_, kPlanFormatVersion, features, plan_.fingerprint(), options, topology,
+                       tilings, tensor_vector, plan_.has_stats(), stats, processes, part_vector);
     b_.Finish(root, fb::PlanIdentifier());
     return std::vector<uint8_t>(b_.GetBufferPointer(), b_.GetBufferPointer() + b_.GetSize());
   }
@@ -183,7 +188,7 @@ class Encoder {
         0.0, per_device_vector, s.stages, s.max_host_send_bytes, s.max_host_recv_bytes,
         s.lower_bound_cross_host_bytes, s.lower_bound_max_host_send_bytes,
         s.lower_bound_max_host_recv_bytes, static_cast<fb::BoundKind>(s.lower_bound_binding),
-        s.lower_bound_binding_id);
+        s.lower_bound_binding_id, s.forwarded_bytes);
   }
 
   Offset<fb::Pieces> encode_pieces(const std::vector<Piece>& pieces) {
@@ -209,7 +214,14 @@ class Encoder {
     auto first = column<uint64_t>(b_, n, [&](size_t i) { return m[i].first_piece; });
     auto count = column<uint64_t>(b_, n, [&](size_t i) { return m[i].num_pieces; });
     auto bytes = column<int64_t>(b_, n, [&](size_t i) { return m[i].bytes; });
-    return fb::CreateMessages(b_, src, dst, round, first, count, bytes);
+    Offset<Vector<uint32_t>> stage = 0;  // absent: all in stage 0
+    for (const Message& x : m) {
+      if (x.stage != 0) {
+        stage = column<uint32_t>(b_, n, [&](size_t i) { return m[i].stage; });
+        break;
+      }
+    }
+    return fb::CreateMessages(b_, src, dst, round, first, count, bytes, stage);
   }
 
   Offset<fb::Regions> encode_regions(const std::vector<Box>& regions) {
