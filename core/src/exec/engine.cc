@@ -307,7 +307,12 @@ class Run {
   };
 
   int64_t elem(uint32_t t) const { return dtype_size(tensors_[t].dtype); }
-  const void* src_ptr(const Piece& p) const { return buffers_[p.tensor].src[p.src_entry].data; }
+  // What a piece reads: its source buffer, or in a stage > 0 the
+  // destination buffer it forwards from.
+  const void* src_ptr(const Piece& p, uint32_t stage) const {
+    return stage == 0 ? buffers_[p.tensor].src[p.src_entry].data
+                      : buffers_[p.tensor].dst[p.src_entry].data;
+  }
   void* dst_ptr(const Piece& p) const { return buffers_[p.tensor].dst[p.dst_entry].data; }
   void* buffer(const engine_detail::BufferRef& r) const {
     if (r.src) return const_cast<void*>(buffers_[r.tensor].src[r.entry].data);
@@ -323,7 +328,7 @@ class Run {
   }
   void allocate();
   void fill();
-  void direct();
+  void direct(uint32_t stage);
   void pack_message(size_t mi);
   void pack_next(size_t ri, int64_t after);
   std::unique_ptr<TransferBatch> post(size_t ri, size_t step);
@@ -404,17 +409,19 @@ void Run::fill() {
   }
 }
 
-void Run::direct() {
+// The direct copies of one stage (copies inside this process).
+void Run::direct(uint32_t stage) {
   for (const auto& d : s_.direct) {
+    if (d.stage != stage) continue;
     const Piece& p = *d.piece;
     const TensorSpec& spec = tensors_[p.tensor];
     const Box region = plan_.region(*d.part, p);
     const int64_t device = spec.dst.device(p.dst_entry);
     copier_.copy(device, ordinal_of(device),
-                 make_copy_desc(region, spec.src.box(p.src_entry), spec.dst.box(p.dst_entry)),
-                 spec.dtype, src_ptr(p), dst_ptr(p));
+                 make_copy_desc(region, plan_.source_box(p, stage), spec.dst.box(p.dst_entry)),
+                 spec.dtype, src_ptr(p, stage), dst_ptr(p));
   }
-  stats_.local_bytes += s_.local_bytes;
+  if (stage == 0) stats_.local_bytes += s_.local_bytes;
 }
 
 void Run::pack_message(size_t mi) {
@@ -426,8 +433,8 @@ void Run::pack_message(size_t mi) {
     const TensorSpec& spec = tensors_[p.tensor];
     const Box region = plan_.region(part_, p);
     copier_.copy(m.local_device, m.ordinal,
-                 make_copy_desc(region, spec.src.box(p.src_entry), region), spec.dtype, src_ptr(p),
-                 out);
+                 make_copy_desc(region, plan_.source_box(p, m.stage), region), spec.dtype,
+                 src_ptr(p, m.stage), out);
     out += region.volume() * elem(p.tensor);
   }
 }
@@ -461,7 +468,7 @@ std::unique_ptr<TransferBatch> Run::post(size_t ri, size_t step) {
     if (m.mode != EngineMessage::Mode::kGather) continue;
     for (size_t i = 0; i < m.segments.size(); ++i) {
       Segment seg = m.segments[i];
-      seg.buffer = m.send ? const_cast<void*>(src_ptr(m.pieces[i])) : dst_ptr(m.pieces[i]);
+      seg.buffer = m.send ? const_cast<void*>(src_ptr(m.pieces[i], m.stage)) : dst_ptr(m.pieces[i]);
       segments_.push_back(seg);
     }
   }
@@ -471,6 +478,8 @@ std::unique_ptr<TransferBatch> Run::post(size_t ri, size_t step) {
     TransferOp op;
     op.kind = m.send ? TransferOp::Kind::kSend : TransferOp::Kind::kRecv;
     op.peer = m.peer;
+    // The plan round (within its stage): every rank derives the same, and
+    // ranks finish a stage's rounds before the next stage's.
     op.round = m.round;
     op.local_device = m.local_device;
     op.local_ordinal = m.ordinal;
@@ -573,9 +582,10 @@ void Run::wait(std::deque<InFlight>& in_flight, size_t ri) {
       peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
       fail(ErrorCode::kTimeout,
            "execute: timed out after " + seconds_text(options_.timeout_seconds) + " in round " +
-               std::to_string(s_.rounds[ri].round) + " waiting for rank(s) " + rank_list(peers) +
-               " (this is rank " + std::to_string(info_.rank) + ", plan " +
-               hex(plan_.fingerprint()) + ")");
+               std::to_string(s_.rounds[ri].round) +
+               (s_.stages > 1 ? " of stage " + std::to_string(s_.rounds[ri].stage) : "") +
+               " waiting for rank(s) " + rank_list(peers) + " (this is rank " +
+               std::to_string(info_.rank) + ", plan " + hex(plan_.fingerprint()) + ")");
     }
     backoff.pause();
   }
@@ -595,12 +605,21 @@ void Run::go() {
   allocate();
   fill();
   if (s_.rounds.empty()) {
-    direct();
+    direct(0);
     reduce_ready(-1);
   }
+  // Stages whose direct copies ran: a stage's copies run before its first
+  // round (they read what earlier stages completed), or at the end.
+  uint32_t direct_done = s_.rounds.empty() ? 1 : 0;
   const size_t window = static_cast<size_t>(std::max(1, options_.max_batches_in_flight));
   for (size_t ri = 0; ri < s_.rounds.size(); ++ri) {
     const RoundPlan& r = s_.rounds[ri];
+    for (; direct_done <= r.stage; ++direct_done) {
+      if (direct_done == 0 && r.stage == 0) break;  // below, overlapping round 0
+      direct(direct_done);
+      if (direct_done == 0) reduce_ready(-1);
+      copier_.flush();
+    }
     std::deque<InFlight> in_flight;
     size_t next = 0;
     const auto post_next = [&] {
@@ -610,8 +629,9 @@ void Run::go() {
     };
     while (next < r.steps.size() && in_flight.size() < window) post_next();
     copier_.set_in_flight(true);
-    if (ri == 0) {
-      direct();
+    if (ri == 0 && r.stage == 0) {
+      direct(0);
+      direct_done = 1;
       reduce_ready(-1);
     }
     // Round r+1, as far as round r leaves its staging free.
@@ -630,9 +650,10 @@ void Run::go() {
     }
     if (packed_early_) ++stats_.overlapped_rounds;
     copier_.set_in_flight(false);
-    reduce_ready(r.round);
+    reduce_ready(static_cast<int64_t>(ri));
     copier_.flush();
   }
+  for (; direct_done < s_.stages; ++direct_done) direct(direct_done);
   if (next_contribution_ != s_.contributions.size()) {
     fail(ErrorCode::kInternal, "execute: contributions left unreduced");
   }

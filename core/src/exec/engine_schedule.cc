@@ -42,7 +42,7 @@ class Builder {
   std::span<const Piece> message_pieces(const Message& m, const std::vector<Piece>& pieces,
                                         const char* list, size_t i) const;
   void add_contribution(const Piece& p, int64_t arrival, size_t msg, int64_t msg_offset);
-  void add_direct(const Piece& p);
+  void add_direct(const Piece& p, uint32_t stage = 0);
   void add_send(const Message& m, size_t i);
   void add_recv(const Message& m, size_t i);
   void build_rounds();
@@ -123,11 +123,15 @@ void Builder::add_contribution(const Piece& p, int64_t arrival, size_t msg, int6
   s_.contributions.push_back(c);
 }
 
-void Builder::add_direct(const Piece& p) {
+void Builder::add_direct(const Piece& p, uint32_t stage) {
   if (reduces(p.tensor)) {
+    if (stage > 0)
+      fail(ErrorCode::kInvalidArgument, "plan: part " + std::to_string(process_) +
+                                            ": a relay piece of a tensor with a partial source");
     add_contribution(p, -1, 0, 0);
   } else {
-    s_.direct.push_back({&part_, &p});
+    s_.direct.push_back({&part_, &p, stage});
+    s_.stages = std::max(s_.stages, stage + 1);
   }
   s_.local_bytes += plan_.piece_bytes(part_, p);
 }
@@ -138,8 +142,11 @@ void Builder::add_send(const Message& m, size_t i) {
                                           std::to_string(m.src_device) + " is not on this process");
   }
   const std::span<const Piece> pieces = message_pieces(m, part_.send_pieces, "sends", i);
+  const auto from = [&](const Piece& p) -> const Layout& {
+    return m.stage == 0 ? tensors_[p.tensor].src : tensors_[p.tensor].dst;
+  };
   for (const Piece& p : pieces) {
-    if (tensors_[p.tensor].src.device(p.src_entry) != m.src_device) {
+    if (from(p).device(p.src_entry) != m.src_device) {
       fail(ErrorCode::kInvalidArgument,
            where("sends", i) + "a piece reads an entry of another device than the sender");
     }
@@ -156,6 +163,7 @@ void Builder::add_send(const Message& m, size_t i) {
   e.send = true;
   e.peer = peer;
   e.round = m.round;
+  e.stage = m.stage;
   e.src_device = m.src_device;
   e.dst_device = m.dst_device;
   e.local_device = m.src_device;
@@ -170,18 +178,18 @@ void Builder::add_send(const Message& m, size_t i) {
   if (pieces.size() == 1) {
     const Piece& p = pieces[0];
     const Box region = plan_.region(part_, p);
-    const CopyDesc d = make_copy_desc(region, tensors_[p.tensor].src.box(p.src_entry), region);
+    const CopyDesc d = make_copy_desc(region, from(p).box(p.src_entry), region);
     if (copy_desc_contiguous(d)) {
       e.mode = EngineMessage::Mode::kInPlace;
-      e.in_place = {p.tensor, p.src_entry, true};
+      e.in_place = {p.tensor, p.src_entry, m.stage == 0};
       e.in_place_offset = d.src_offset * elem(p.tensor);
     }
   }
   if (e.mode == EngineMessage::Mode::kStaged && gather) {
     e.mode = EngineMessage::Mode::kGather;
     for (const Piece& p : pieces) {
-      e.segments.push_back({nullptr, tensors_[p.tensor].src.box(p.src_entry),
-                            plan_.region(part_, p), elem(p.tensor)});
+      e.segments.push_back(
+          {nullptr, from(p).box(p.src_entry), plan_.region(part_, p), elem(p.tensor)});
     }
   }
   s_.messages.push_back(std::move(e));
@@ -202,11 +210,12 @@ void Builder::add_recv(const Message& m, size_t i) {
   const int32_t peer = process_of(m.src_device);
   if (peer == process_) {
     for (const Piece& p : pieces) {
-      if (tensors_[p.tensor].src.device(p.src_entry) != m.src_device) {
+      const Layout& from = m.stage == 0 ? tensors_[p.tensor].src : tensors_[p.tensor].dst;
+      if (from.device(p.src_entry) != m.src_device) {
         fail(ErrorCode::kInvalidArgument,
              where("recvs", i) + "a piece reads an entry of another device than the sender");
       }
-      add_direct(p);
+      add_direct(p, m.stage);
     }
     return;
   }
@@ -220,6 +229,7 @@ void Builder::add_recv(const Message& m, size_t i) {
   e.send = false;
   e.peer = peer;
   e.round = m.round;
+  e.stage = m.stage;
   e.src_device = m.src_device;
   e.dst_device = m.dst_device;
   e.local_device = m.dst_device;
@@ -265,8 +275,10 @@ void Builder::add_recv(const Message& m, size_t i) {
 void Builder::build_rounds() {
   const int32_t rank = process_;
   const int32_t size = info_.size;
-  // Sort key: (round, step, receive before send, source device, destination device).
+  // Sort key: (stage, round, step, receive before send, source device,
+  // destination device).
   struct Key {
+    uint32_t stage;
     uint32_t round;
     int32_t step;
     int32_t send;
@@ -279,29 +291,34 @@ void Builder::build_rounds() {
   for (size_t i = 0; i < s_.messages.size(); ++i) {
     const EngineMessage& m = s_.messages[i];
     const int32_t step = m.send ? (m.peer - rank + size) % size : (rank - m.peer + size) % size;
-    keys.push_back({m.round, step, m.send ? 1 : 0, m.src_device, m.dst_device, i});
+    keys.push_back({m.stage, m.round, step, m.send ? 1 : 0, m.src_device, m.dst_device, i});
   }
   std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
-    return std::tie(a.round, a.step, a.send, a.src, a.dst) <
-           std::tie(b.round, b.step, b.send, b.src, b.dst);
+    return std::tie(a.stage, a.round, a.step, a.send, a.src, a.dst) <
+           std::tie(b.stage, b.round, b.step, b.send, b.src, b.dst);
   });
   const size_t nslots = s_.slots.size();
   std::vector<int32_t> step_of(s_.messages.size(), 0);
   for (size_t k = 0; k < keys.size(); ++k) {
     const Key& key = keys[k];
-    if (s_.rounds.empty() || s_.rounds.back().round != key.round) {
+    if (s_.rounds.empty() || s_.rounds.back().round != key.round ||
+        s_.rounds.back().stage != key.stage) {
       RoundPlan r;
+      r.stage = key.stage;
       r.round = key.round;
       r.staged.assign(nslots, 0);
       s_.rounds.push_back(std::move(r));
     }
     RoundPlan& r = s_.rounds.back();
-    if (k == 0 || keys[k - 1].round != key.round || keys[k - 1].step != key.step) {
+    if (k == 0 || keys[k - 1].round != key.round || keys[k - 1].stage != key.stage ||
+        keys[k - 1].step != key.step) {
       r.steps.emplace_back();
     }
     r.steps.back().push_back(key.index);
     step_of[key.index] = static_cast<int32_t>(r.steps.size() - 1);
     EngineMessage& m = s_.messages[key.index];
+    m.seq = static_cast<uint32_t>(s_.rounds.size() - 1);
+    s_.stages = std::max(s_.stages, m.stage + 1);
     if (m.mode == EngineMessage::Mode::kStaged) {
       m.offset = r.staged[m.slot];  // relative for now
       r.staged[m.slot] += m.bytes;
@@ -347,6 +364,9 @@ void Builder::build_rounds() {
     RoundPlan& r = s_.rounds[i];
     r.pack_next.assign(r.steps.size() + 1, {});
     if (!options_.overlap) continue;
+    // A later stage forwards what this one receives: nothing of it is
+    // packed before this stage has completed.
+    if (s_.rounds[i + 1].stage != r.stage) continue;
     for (auto& h : held) h.clear();
     for (const auto& step : r.steps) {
       for (size_t mi : step) {
@@ -496,8 +516,8 @@ void Builder::order_contributions() {
 Schedule Builder::build() {
   s_.part = &part_;
   exec_detail::validate_pieces(plan_, part_, part_.local, "local");
-  exec_detail::validate_pieces(plan_, part_, part_.send_pieces, "send_pieces");
-  exec_detail::validate_pieces(plan_, part_, part_.recv_pieces, "recv_pieces");
+  exec_detail::validate_pieces(plan_, part_, part_.send_pieces, "send_pieces", &part_.sends);
+  exec_detail::validate_pieces(plan_, part_, part_.recv_pieces, "recv_pieces", &part_.recvs);
   // Accumulators and identity fills of this process's destination entries.
   for (size_t t = 0; t < tensors_.size(); ++t) {
     const TensorSpec& spec = tensors_[t];
@@ -534,6 +554,9 @@ Schedule Builder::build() {
   for (size_t i = 0; i < part_.sends.size(); ++i) add_send(part_.sends[i], i);
   for (size_t i = 0; i < part_.recvs.size(); ++i) add_recv(part_.recvs[i], i);
   build_rounds();
+  // Arrivals as indices into the rounds (stage-major), not plan rounds.
+  for (Contribution& c : s_.contributions)
+    if (c.arrival >= 0) c.arrival = s_.messages[c.msg].seq;
   order_contributions();
   return std::move(s_);
 }

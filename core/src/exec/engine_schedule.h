@@ -59,7 +59,9 @@ struct EngineMessage {
   Mode mode = Mode::kStaged;
   bool has_reduce = false;  // receives pieces of a tensor with a partial source
   int32_t peer = 0;
-  uint32_t round = 0;
+  uint32_t round = 0;  // within its stage
+  uint32_t stage = 0;  // > 0: its pieces read destination buffers (relays)
+  uint32_t seq = 0;    // index of its (stage, round) in Schedule::rounds
   int64_t src_device = 0;
   int64_t dst_device = 0;
   int64_t local_device = 0;
@@ -85,6 +87,7 @@ struct DeviceSlot {
 };
 
 struct RoundPlan {
+  uint32_t stage = 0;
   uint32_t round = 0;
   // Message indices per step, receives first, each ordered by (source
   // device, destination device); empty steps are dropped.
@@ -97,10 +100,12 @@ struct RoundPlan {
   std::vector<std::vector<size_t>> pack_next;
 };
 
-// A piece copied between two buffers of this process.
+// A piece copied between two buffers of this process; in a stage > 0 its
+// source is a destination buffer (a relay inside the process).
 struct DirectCopy {
   const ProcessPart* part = nullptr;
   const Piece* piece = nullptr;
+  uint32_t stage = 0;
 };
 
 // One summand's contribution to a destination entry with a partial source.
@@ -111,6 +116,7 @@ struct Contribution {
   uint64_t seq = 0;  // tie-break: discovery order
   size_t acc = 0;    // index in Schedule::accs
   Box region;
+  // Rounds are indices into Schedule::rounds (stage-major).
   int64_t arrival = -1;  // round of its message; -1: a buffer of this process
   int64_t ready = -1;    // reduced after this round (-1: before the first)
   // Source: entry `src_entry` of the tensor's source, a buffer of this
@@ -152,7 +158,8 @@ struct Schedule {
   std::vector<EngineMessage> messages;
   std::vector<RoundPlan> rounds;  // ascending round
   std::vector<DeviceSlot> slots;
-  std::vector<DirectCopy> direct;           // tensors without a partial source
+  std::vector<DirectCopy> direct;           // tensors without a partial source, by stage
+  uint32_t stages = 1;                      // stages of this part
   std::vector<Contribution> contributions;  // sorted by (ready, tensor, entry, summand, seq)
   std::vector<AccTarget> accs;
   std::vector<WorkBlock> work;

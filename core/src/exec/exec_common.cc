@@ -101,23 +101,39 @@ void validate_buffers(const Plan& plan, std::span<const TensorBuffers> buffers, 
 }
 
 void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vector<Piece>& pieces,
-                     const char* list) {
+                     const char* list, const std::vector<Message>* messages) {
   const std::vector<TensorSpec>& tensors = plan.tensors();
+  // Each piece's stage: that of the message holding it (0 without one).
+  std::vector<uint32_t> stage;
+  if (messages) {
+    for (const Message& m : *messages) {
+      if (m.stage == 0) continue;
+      if (stage.empty()) stage.assign(pieces.size(), 0);
+      for (uint64_t k = m.first_piece; k < pieces.size() && k - m.first_piece < m.num_pieces; ++k)
+        stage[k] = m.stage;
+    }
+  }
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& p = pieces[i];
+    const uint32_t s = stage.empty() ? 0 : stage[i];
     const auto where = [&] {
       return "plan: part " + std::to_string(part.process) + " " + list + "[" + std::to_string(i) +
              "]: ";
     };
-    if (p.tensor >= tensors.size() || p.src_entry >= tensors[p.tensor].src.num_entries() ||
+    if (p.tensor >= tensors.size() ||
+        p.src_entry >= (s == 0 ? tensors[p.tensor].src : tensors[p.tensor].dst).num_entries() ||
         p.dst_entry >= tensors[p.tensor].dst.num_entries()) {
       fail(ErrorCode::kInvalidArgument, where() + "tensor or entry index out of range");
     }
     if (p.region != kOverlapRegion && p.region >= part.regions.size()) {
       fail(ErrorCode::kInvalidArgument, where() + "region index out of range");
     }
+    if (s > 0 && p.region == kOverlapRegion) {
+      fail(ErrorCode::kInvalidArgument,
+           where() + "a piece of stage " + std::to_string(s) + " names no region");
+    }
     const Box region = plan.region(part, p);
-    const Box src = tensors[p.tensor].src.box(p.src_entry);
+    const Box src = plan.source_box(p, s);
     const Box dst = tensors[p.tensor].dst.box(p.dst_entry);
     if (region.rank != src.rank || region.rank != dst.rank ||
         (!region.empty() && (!src.contains(region) || !dst.contains(region)))) {

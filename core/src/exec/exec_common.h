@@ -34,8 +34,10 @@ void validate_buffers(const Plan& plan, std::span<const TensorBuffers> buffers,
 // tensors and entries and that each region lies inside both boxes, so that a
 // damaged plan cannot make a copy loop leave its buffers. Throws
 // kInvalidArgument ("plan: part 2 recv_pieces[7]: ...").
+// `messages` (when given) are the messages that group `pieces`: a piece of
+// a message of stage > 0 reads a destination entry (Piece).
 void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vector<Piece>& pieces,
-                     const char* list);
+                     const char* list, const std::vector<Message>* messages = nullptr);
 
 // The order in which the contributions to a destination entry of a tensor
 // with a partial source are reduced: ascending source summand, ties (which

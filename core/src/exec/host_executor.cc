@@ -32,6 +32,7 @@ constexpr int64_t kMaxTaskBytes = int64_t{64} << 20;
 struct PieceRef {
   const ProcessPart* part;
   const Piece* piece;
+  uint32_t stage = 0;  // > 0: reads a destination buffer an earlier stage wrote
 };
 
 // A destination entry of a tensor with a partial source or destination: all
@@ -69,10 +70,21 @@ class HostExecution {
   void validate() const;
   void build_tasks(int threads);
   void run(int threads);
+  // Stages run one after the other; a stage's tasks run in parallel.
+  void run_all(int threads) {
+    for (uint32_t s = 0; s < stage_tasks_.size(); ++s) {
+      tasks_ = std::move(stage_tasks_[s]);
+      run(threads);
+    }
+  }
 
  private:
   CopyDesc desc_of(const PieceRef& ref, Box* dst_box = nullptr) const;
-  const void* src_data(const Piece& p) const { return buffers_[p.tensor].src[p.src_entry].data; }
+  const void* src_data(const PieceRef& r) const {
+    const Piece& p = *r.piece;
+    return r.stage == 0 ? buffers_[p.tensor].src[p.src_entry].data
+                        : buffers_[p.tensor].dst[p.src_entry].data;
+  }
   void* dst_data(const Piece& p) const { return buffers_[p.tensor].dst[p.dst_entry].data; }
   void run_task(const Task& task, std::vector<std::byte>& scratch) const;
   void run_group(const Group& group, std::vector<std::byte>& scratch) const;
@@ -83,6 +95,7 @@ class HostExecution {
   std::vector<PieceRef> copies_;  // pieces of tensors without partial layouts
   std::vector<Group> groups_;
   std::vector<Task> tasks_;
+  std::vector<std::vector<Task>> stage_tasks_;
 };
 
 void HostExecution::validate() const {
@@ -98,7 +111,7 @@ void HostExecution::validate() const {
   // damaged plan cannot make the copy loops write out of bounds.
   for (const auto& [process, part] : plan_.parts()) {
     exec_detail::validate_pieces(plan_, part, part.local, "local");
-    exec_detail::validate_pieces(plan_, part, part.recv_pieces, "recv_pieces");
+    exec_detail::validate_pieces(plan_, part, part.recv_pieces, "recv_pieces", &part.recvs);
   }
 }
 
@@ -107,7 +120,7 @@ CopyDesc HostExecution::desc_of(const PieceRef& ref, Box* dst_box) const {
   const TensorSpec& spec = tensors_[p.tensor];
   const Box dst = spec.dst.box(p.dst_entry);
   if (dst_box != nullptr) *dst_box = dst;
-  return make_copy_desc(plan_.region(*ref.part, p), spec.src.box(p.src_entry), dst);
+  return make_copy_desc(plan_.region(*ref.part, p), plan_.source_box(p, ref.stage), dst);
 }
 
 void HostExecution::build_tasks(int threads) {
@@ -129,21 +142,49 @@ void HostExecution::build_tasks(int threads) {
   }
   int64_t copy_bytes = 0;
   std::vector<int64_t> piece_bytes;
+  uint32_t stages = 1;
   for (const auto& [process, part] : plan_.parts()) {
+    // Each received piece's stage, from the message holding it.
+    std::vector<uint32_t> stage_of(part.recv_pieces.size(), 0);
+    for (const Message& m : part.recvs) {
+      for (uint64_t k = m.first_piece; k < stage_of.size() && k - m.first_piece < m.num_pieces; ++k)
+        stage_of[k] = m.stage;
+      stages = std::max(stages, m.stage + 1);
+    }
     for (const std::vector<Piece>* list : {&part.local, &part.recv_pieces}) {
-      for (const Piece& p : *list) {
+      for (size_t i = 0; i < list->size(); ++i) {
+        const Piece& p = (*list)[i];
+        const uint32_t stage = list == &part.local ? 0 : stage_of[i];
         const int64_t bytes = plan_.piece_bytes(part, p);
-        if (group_base[p.tensor] >= 0) {
+        if (group_base[p.tensor] >= 0 && stage == 0) {
           Group& g = groups_[static_cast<size_t>(group_base[p.tensor]) + p.dst_entry];
-          g.pieces.push_back({&part, &p});
+          g.pieces.push_back({&part, &p, 0});
           g.bytes += bytes;
         } else {
-          copies_.push_back({&part, &p});
+          if (group_base[p.tensor] >= 0)
+            fail(ErrorCode::kInvalidArgument,
+                 "plan: a relay piece of a tensor with a partial layout");
+          copies_.push_back({&part, &p, stage});
           piece_bytes.push_back(bytes);
           copy_bytes += bytes;
         }
       }
     }
+  }
+  // Stage by stage (stable: within a stage, the order above).
+  {
+    std::vector<size_t> order(copies_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return copies_[a].stage < copies_[b].stage; });
+    std::vector<PieceRef> c2;
+    std::vector<int64_t> b2;
+    for (size_t i : order) {
+      c2.push_back(copies_[i]);
+      b2.push_back(piece_bytes[i]);
+    }
+    copies_ = std::move(c2);
+    piece_bytes = std::move(b2);
   }
   // Reduce in source summand order: the result then does not depend on which
   // pieces were local or on how the planner ordered them (each summand
@@ -169,9 +210,17 @@ void HostExecution::build_tasks(int threads) {
   }
   std::stable_sort(tasks_.begin(), tasks_.end(),
                    [](const Task& a, const Task& b) { return a.bytes > b.bytes; });
-  // Copies: small pieces batched, large ones sliced, each task near `target`.
+  // Copies: small pieces batched, large ones sliced, each task near `target`;
+  // a task holds pieces of one stage.
+  stage_tasks_.assign(stages, {});
   Task batch{Task::kPieces, 0, 0, 0, 0, 0};
   for (size_t i = 0; i < copies_.size(); ++i) {
+    if (i > 0 && copies_[i].stage != copies_[i - 1].stage) {
+      if (batch.end > batch.begin) tasks_.push_back(batch);
+      batch = {Task::kPieces, i, i, 0, 0, 0};
+      stage_tasks_[copies_[i - 1].stage] = std::move(tasks_);
+      tasks_.clear();
+    }
     const int64_t bytes = piece_bytes[i];
     if (bytes > target) {
       const CopyDesc d = desc_of(copies_[i]);
@@ -197,6 +246,9 @@ void HostExecution::build_tasks(int threads) {
     }
   }
   if (batch.end > batch.begin) tasks_.push_back(batch);
+  const uint32_t last = copies_.empty() ? 0 : copies_.back().stage;
+  for (Task& t : tasks_) stage_tasks_[last].push_back(t);
+  tasks_.clear();
 }
 
 void HostExecution::run_task(const Task& task, std::vector<std::byte>& scratch) const {
@@ -204,7 +256,7 @@ void HostExecution::run_task(const Task& task, std::vector<std::byte>& scratch) 
     case Task::kPieces:
       for (size_t i = task.begin; i < task.end; ++i) {
         const Piece& p = *copies_[i].piece;
-        copy_box(desc_of(copies_[i]), dtype_size(tensors_[p.tensor].dtype), src_data(p),
+        copy_box(desc_of(copies_[i]), dtype_size(tensors_[p.tensor].dtype), src_data(copies_[i]),
                  dst_data(p));
       }
       return;
@@ -217,11 +269,12 @@ void HostExecution::run_task(const Task& task, std::vector<std::byte>& scratch) 
         int64_t s = 0;
         int64_t t = 0;
         run_offsets(d, 0, &s, &t);
-        std::memcpy(static_cast<std::byte*>(dst_data(p)) + (t + task.lo) * elem,
-                    static_cast<const std::byte*>(src_data(p)) + (s + task.lo) * elem,
-                    static_cast<size_t>((task.hi - task.lo) * elem));
+        std::memcpy(
+            static_cast<std::byte*>(dst_data(p)) + (t + task.lo) * elem,
+            static_cast<const std::byte*>(src_data(copies_[task.begin])) + (s + task.lo) * elem,
+            static_cast<size_t>((task.hi - task.lo) * elem));
       } else {
-        copy_box_runs(d, elem, task.lo, task.hi, src_data(p), dst_data(p));
+        copy_box_runs(d, elem, task.lo, task.hi, src_data(copies_[task.begin]), dst_data(p));
       }
       return;
     }
@@ -240,7 +293,7 @@ void HostExecution::run_group(const Group& g, std::vector<std::byte>& scratch) c
   if (!g.reduce) {
     exec_detail::fill_identity_elements(dtype, spec.dst.reduce_op(), dst, n);
     for (const PieceRef& ref : g.pieces) {
-      copy_box(desc_of(ref), dtype_size(dtype), src_data(*ref.piece), dst);
+      copy_box(desc_of(ref), dtype_size(dtype), src_data(ref), dst);
     }
     return;
   }
@@ -254,7 +307,7 @@ void HostExecution::run_group(const Group& g, std::vector<std::byte>& scratch) c
   }
   fill_identity(dtype, op, acc, n);
   for (const PieceRef& ref : g.pieces) {
-    reduce_into(desc_of(ref), dtype, op, src_data(*ref.piece), acc);
+    reduce_into(desc_of(ref), dtype, op, src_data(ref), acc);
   }
   if (acc != dst) store_from_acc(dtype, acc, dst, n);
 }
@@ -306,7 +359,7 @@ void execute_host(const Plan& plan, std::span<const TensorBuffers> buffers,
   }
   if (total < kParallelMinBytes) threads = 1;
   exec.build_tasks(threads);
-  exec.run(threads);
+  exec.run_all(threads);
 }
 
 }  // namespace reshard
