@@ -1092,13 +1092,16 @@ static void test_stats(void) {
   CHECK(stats.max_send_bytes >= stats.lower_bound_max_send_bytes);
   CHECK(stats.max_recv_bytes >= stats.lower_bound_max_recv_bytes);
   CHECK(stats.cost_seconds >= stats.lower_bound_cost_seconds && stats.cost_seconds > 0);
-  CHECK(stats.cross_process_bytes == stats.network_bytes); /* train on 0/1, infer on 2 */
-  CHECK(stats.cross_host_bytes == stats.network_bytes);    /* hosts = processes */
+  /* train on 0/1, infer on 2 (hosts = processes): what crosses is what
+   * reaches process 2 once; relays forward the rest inside it (1.3). */
+  CHECK(stats.forwarded_bytes > 0 && stats.forwarded_bytes < stats.network_bytes);
+  CHECK(stats.cross_process_bytes == stats.network_bytes - stats.forwarded_bytes);
+  CHECK(stats.cross_host_bytes == stats.network_bytes - stats.forwarded_bytes);
   CHECK(stats.plan_seconds >= 0);
   CHECK(stats.num_devices == 8);
   /* 1.2: host figures and bounds over all plans. Every device is on its own
    * process and so its own host here: host bounds equal device ones. */
-  CHECK(stats.stages == 1);
+  CHECK(stats.stages == 2);
   CHECK(stats.lower_bound_cross_host_bytes <= stats.cross_host_bytes);
   CHECK(stats.lower_bound_cross_host_bytes > 0);
   CHECK(stats.max_host_send_bytes >= stats.lower_bound_max_host_send_bytes);
@@ -1294,16 +1297,22 @@ static void test_inspect_parts(void) {
       int64_t bytes = 0;
       CHECK_OK(
           reshard_plan_part_message(plan, process, RESHARD_DIRECTION_SEND, (size_t)m, &message));
-      CHECK(message.src_device < 4 && message.dst_device >= 4);
+      /* Stage 0 from the trainers; stage 1 relays between inference devices. */
+      CHECK(message.stage <= 1);
+      CHECK(message.stage == 0 ? message.src_device < 4 && message.dst_device >= 4
+                               : message.src_device >= 4 && message.dst_device >= 4);
       CHECK(message.first_piece + message.num_pieces <= info.num_send_pieces);
       /* A message packs its pieces back to back. */
       for (k = message.first_piece; k < message.first_piece + message.num_pieces; ++k) {
         CHECK_OK(
             reshard_plan_part_piece(plan, process, RESHARD_PIECES_SEND, (size_t)k, &piece, lo, hi));
         CHECK(piece.src_device == message.src_device && piece.dst_device == message.dst_device);
+        CHECK(piece.stage == message.stage);
         bytes += piece.bytes;
-        /* The region lies in both shard boxes. */
-        CHECK_OK(reshard_plan_tensor_entry(plan, (size_t)piece.tensor, RESHARD_SIDE_SRC,
+        /* The region lies in both shard boxes (a relay reads a destination
+         * entry). */
+        CHECK_OK(reshard_plan_tensor_entry(plan, (size_t)piece.tensor,
+                                           piece.stage == 0 ? RESHARD_SIDE_SRC : RESHARD_SIDE_DST,
                                            (size_t)piece.src_entry, NULL, NULL, elo, ehi));
         for (i = 0; i < (piece.tensor == 0 ? 2u : 1u); ++i) {
           CHECK(elo[i] <= lo[i] && hi[i] <= ehi[i] && lo[i] < hi[i]);
@@ -2086,6 +2095,56 @@ typedef struct plan_request_v1_1 {
   reshard_plan_request_t request; /* struct_size = offsetof(max_plan_bytes) */
 } plan_request_v1_1;
 
+/* 1.3: relays for replicated destinations, switchable off. */
+static void test_relays(void) {
+  fixture f;
+  reshard_plan_t* plan = NULL;
+  reshard_plan_stats_t on = RESHARD_PLAN_STATS_INIT, off = RESHARD_PLAN_STATS_INIT;
+  reshard_plan_options_t opts = RESHARD_PLAN_OPTIONS_INIT;
+  reshard_plan_options_t v10;
+  size_t v10_size = offsetof(reshard_plan_options_t, relays);
+
+  CHECK(opts.relays == 1 && opts.reserved0 == 0);
+  REQUIRE(fixture_create(&f));
+  plan = fixture_plan(&f);
+  REQUIRE(plan != NULL);
+  CHECK_OK(reshard_plan_stats(plan, &on));
+  reshard_plan_destroy(plan);
+  opts.relays = 0;
+  CHECK_OK(reshard_plan_input_set_options(f.input, &opts));
+  plan = fixture_plan(&f);
+  REQUIRE(plan != NULL);
+  CHECK_OK(reshard_plan_stats(plan, &off));
+  reshard_plan_destroy(plan);
+  /* Single-hop: one stage, nothing forwarded, every byte crosses. */
+  CHECK(off.stages == 1 && off.forwarded_bytes == 0);
+  CHECK(off.cross_host_bytes == off.network_bytes);
+  /* Relays: what crosses is what enters host 2 once, the bound. */
+  CHECK(on.stages == 2 && on.forwarded_bytes > 0);
+  CHECK(on.cross_host_bytes == on.lower_bound_cross_host_bytes);
+  CHECK(on.cross_host_bytes < off.cross_host_bytes);
+  CHECK(on.network_bytes == off.network_bytes);
+  /* Bad values name the field. */
+  opts.relays = 2;
+  CHECK_ERR(reshard_plan_input_set_options(f.input, &opts), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->relays");
+  opts.relays = 1;
+  opts.reserved0 = 7;
+  CHECK_ERR(reshard_plan_input_set_options(f.input, &opts), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->reserved0");
+  /* A 1.0-sized struct leaves relays at its default (on). */
+  memset(&v10, 0xff, sizeof v10);
+  memcpy(&v10, &opts, v10_size);
+  v10.struct_size = v10_size;
+  CHECK_OK(reshard_plan_input_set_options(f.input, &v10));
+  plan = fixture_plan(&f);
+  REQUIRE(plan != NULL);
+  CHECK_OK(reshard_plan_stats(plan, &off));
+  CHECK(off.stages == 2);
+  reshard_plan_destroy(plan);
+  fixture_destroy(&f);
+}
+
 static void test_plan_limit(void) {
   static const char* const kFleet[] = {
       "request->max_plan_bytes: the 1,024 process parts of this plan need about ",
@@ -2114,8 +2173,8 @@ static void test_plan_limit(void) {
 
   /* 1.2: minor 2, the error code and the field appended; no new function. */
   REQUIRE(api != NULL);
-  CHECK(RESHARD_ABI_MINOR == 2);
-  CHECK(api->abi_minor == 2);
+  CHECK(RESHARD_ABI_MINOR >= 2);
+  CHECK(api->abi_minor == RESHARD_ABI_MINOR);
   CHECK(offsetof(reshard_plan_request_t, max_plan_bytes) ==
         offsetof(reshard_plan_request_t, reserved1) + sizeof(int32_t));
   CHECK(sizeof(reshard_plan_request_t) ==
@@ -2492,6 +2551,7 @@ static const test_group kGroups[] = {
     {"partial", test_partial},
     {"out_of_memory", test_out_of_memory},
     {"plan_limit", test_plan_limit},
+    {"relays", test_relays},
     {"transports", test_transports},
     {"mpi_options", test_mpi_options},
     {"nccl_options", test_nccl_options},

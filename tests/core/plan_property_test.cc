@@ -42,15 +42,25 @@ bool needs(const TensorSpec& t, int32_t s, size_t dst_entry) {
 void check_coverage(const Plan& plan) {
   std::map<std::pair<uint32_t, uint32_t>, std::vector<int>> count;  // (tensor, dst entry) -> S*vol
   for (const auto& [p, part] : plan.parts()) {
-    auto visit = [&](const Piece& piece, bool local) {
+    // A relay piece (stage > 0) reads a destination entry another device
+    // of its host received in stage 0 (whole: no partial layouts).
+    auto visit = [&](const Piece& piece, bool local, uint32_t stage) {
       const TensorSpec& t = plan.tensors()[piece.tensor];
       const Box region = plan.region(part, piece);
-      const Box sb = t.src.box(piece.src_entry), db = t.dst.box(piece.dst_entry);
+      const Box sb = plan.source_box(piece, stage), db = t.dst.box(piece.dst_entry);
       ASSERT_TRUE(sb.contains(region)) << to_string(region) << " not in src " << to_string(sb);
       ASSERT_TRUE(db.contains(region)) << to_string(region) << " not in dst " << to_string(db);
       ASSERT_FALSE(region.empty());
-      ASSERT_EQ(local, t.src.device(piece.src_entry) == t.dst.device(piece.dst_entry));
-      const int32_t s = t.src.summand(piece.src_entry);
+      if (stage > 0) {
+        ASSERT_FALSE(t.src.partial() || t.dst.partial());
+        const int64_t from = t.dst.device(piece.src_entry), to = t.dst.device(piece.dst_entry);
+        ASSERT_NE(from, to);
+        ASSERT_EQ(plan.topology().info(from).host, plan.topology().info(to).host);
+        ASSERT_EQ(t.dst.box(piece.src_entry), db) << "relays forward within one cell";
+      } else {
+        ASSERT_EQ(local, t.src.device(piece.src_entry) == t.dst.device(piece.dst_entry));
+      }
+      const int32_t s = stage > 0 ? 0 : t.src.summand(piece.src_entry);
       ASSERT_TRUE(needs(t, s, piece.dst_entry));
       auto& c = count[{piece.tensor, piece.dst_entry}];
       const int64_t vol = db.volume();
@@ -58,8 +68,10 @@ void check_coverage(const Plan& plan) {
       for_each_index(
           region, [&](const int64_t* idx) { ++c[static_cast<size_t>(s * vol + linear(db, idx))]; });
     };
-    for (const Piece& piece : part.local) visit(piece, true);
-    for (const Piece& piece : part.recv_pieces) visit(piece, false);
+    for (const Piece& piece : part.local) visit(piece, true, 0);
+    for (const Message& m : part.recvs)
+      for (uint64_t i = 0; i < m.num_pieces; ++i)
+        visit(part.recv_pieces[m.first_piece + i], false, m.stage);
   }
   for (uint32_t ti = 0; ti < plan.tensors().size(); ++ti) {
     const TensorSpec& t = plan.tensors()[ti];
@@ -79,19 +91,20 @@ void check_coverage(const Plan& plan) {
 // Invariant: each send message of one part is the identical recv message of
 // the destination's part (same pieces, same order, same bytes).
 void check_pairing(const Plan& plan) {
-  std::map<std::tuple<uint32_t, int64_t, int64_t>, std::pair<const ProcessPart*, const Message*>>
+  std::map<std::tuple<uint32_t, uint32_t, int64_t, int64_t>,
+           std::pair<const ProcessPart*, const Message*>>
       recvs;
   size_t nrecv = 0;
   for (const auto& [p, part] : plan.parts())
     for (const Message& m : part.recvs) {
-      recvs[{m.round, m.src_device, m.dst_device}] = {&part, &m};
+      recvs[{m.stage, m.round, m.src_device, m.dst_device}] = {&part, &m};
       ++nrecv;
     }
   size_t nsend = 0;
   for (const auto& [p, part] : plan.parts())
     for (const Message& m : part.sends) {
       ++nsend;
-      auto it = recvs.find({m.round, m.src_device, m.dst_device});
+      auto it = recvs.find({m.stage, m.round, m.src_device, m.dst_device});
       ASSERT_NE(it, recvs.end());
       const auto& [rpart, rm] = it->second;
       ASSERT_EQ(m.bytes, rm->bytes);
@@ -135,17 +148,22 @@ void check_stats(const Plan& plan) {
     EXPECT_LE(st.pieces, pieces);
   // Bounded staging: per device and round, bytes sent plus received stay
   // under the budget; the schedule has exactly stats.rounds rounds.
-  std::map<std::pair<int64_t, uint32_t>, int64_t> staged;
-  uint32_t max_round = 0;
-  bool any = false;
+  // Stages run one after the other: stats.rounds is the sum of each stage's
+  // rounds.
+  std::map<std::tuple<int64_t, uint32_t, uint32_t>, int64_t> staged;
+  std::map<uint32_t, uint32_t> stage_rounds;
+  int64_t forwarded = 0;
   for (const auto& [p, part] : plan.parts())
     for (const Message& m : part.recvs) {
-      staged[{m.src_device, m.round}] += m.bytes;
-      staged[{m.dst_device, m.round}] += m.bytes;
-      max_round = std::max(max_round, m.round);
-      any = true;
+      staged[{m.src_device, m.stage, m.round}] += m.bytes;
+      staged[{m.dst_device, m.stage, m.round}] += m.bytes;
+      stage_rounds[m.stage] = std::max(stage_rounds[m.stage], m.round + 1);
+      if (m.stage > 0) forwarded += m.bytes;
     }
-  EXPECT_EQ(st.rounds, any ? static_cast<int32_t>(max_round) + 1 : 0);
+  int32_t rounds = 0;
+  for (const auto& [s, r] : stage_rounds) rounds += static_cast<int32_t>(r);
+  EXPECT_EQ(st.rounds, rounds);
+  EXPECT_EQ(st.forwarded_bytes, forwarded);
   for (const auto& [k, bytes] : staged) {
     if (plan.options().staging_budget_bytes > 0) {
       EXPECT_LT(bytes, plan.options().staging_budget_bytes);
@@ -169,7 +187,14 @@ void check_stats(const Plan& plan) {
   EXPECT_LE(st.lower_bound_max_host_send_bytes, st.max_host_send_bytes);
   EXPECT_LE(st.lower_bound_max_host_recv_bytes, st.max_host_recv_bytes);
   EXPECT_LE(st.lower_bound_cost_seconds, st.cost_seconds * (1 + 1e-12));
-  EXPECT_EQ(st.stages, st.pieces > 0 ? 1 : 0);
+  EXPECT_EQ(st.stages, st.pieces > 0 ? (forwarded > 0 ? 2 : 1) : 0);
+  // With relays and tiled, whole destinations, every element enters each
+  // host that needs it once: cross-host traffic is the bound over all plans.
+  bool tiled_whole = plan.options().relays && !partial;
+  for (const TensorSpec& t : plan.tensors()) tiled_whole &= t.dst.tiled();
+  if (tiled_whole) {
+    EXPECT_EQ(st.cross_host_bytes, st.lower_bound_cross_host_bytes);
+  }
   for (const DeviceTraffic& d : st.per_device) {
     EXPECT_EQ(d.send_bytes, send[d.device]) << d.device;
     EXPECT_EQ(d.recv_bytes, recv[d.device]) << d.device;
@@ -179,7 +204,7 @@ void check_stats(const Plan& plan) {
 TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
   const int cases = 5000;
   int64_t with_network = 0, with_partial = 0, with_regions = 0, with_explicit = 0, multi_proc = 0;
-  int64_t total_pieces = 0;
+  int64_t total_pieces = 0, with_relays = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     testing::CaseGen gen(1000 + static_cast<uint64_t>(c), {5, 64, 3, c % 2 ? 13 : 40, true, true});
@@ -199,9 +224,17 @@ TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
       ASSERT_EQ(one.part(p), a.part(p)) << "process " << p;
       ASSERT_EQ(one.fingerprint(), a.fingerprint());
     }
+    // The quadratic baseline makes single-hop choices: relays move the same
+    // bytes in other pieces.
     const NaivePlanResult naive = naive_plan(in);
     ASSERT_EQ(naive.network_bytes, a.stats().network_bytes);
-    ASSERT_EQ(naive.pieces, a.stats().pieces);
+    PlanInput single = in;
+    single.options.relays = false;
+    const PlanStats one_hop = make_plan(single, {PlanScope::kGlobal}).stats();
+    ASSERT_EQ(naive.pieces, one_hop.pieces);
+    ASSERT_EQ(one_hop.network_bytes, a.stats().network_bytes);
+    ASSERT_LE(a.stats().cross_host_bytes, one_hop.cross_host_bytes);
+    with_relays += a.stats().forwarded_bytes > 0;
     with_network += a.stats().network_bytes > 0;
     multi_proc += a.processes().size() > 1;
     total_pieces += a.stats().pieces;
@@ -217,11 +250,12 @@ TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
   EXPECT_GT(with_explicit, cases / 10);
   EXPECT_GT(with_regions, cases / 20);
   EXPECT_GT(multi_proc, cases / 2);
+  EXPECT_GT(with_relays, cases / 20);
   std::printf(
       "%d cases: %lld with network traffic, %lld partial tensors, %lld explicit layouts, "
-      "%lld parts with split/refined regions, %lld pieces\n",
+      "%lld parts with split/refined regions, %lld with relays, %lld pieces\n",
       cases, (long long)with_network, (long long)with_partial, (long long)with_explicit,
-      (long long)with_regions, (long long)total_pieces);
+      (long long)with_regions, (long long)with_relays, (long long)total_pieces);
 }
 
 }  // namespace

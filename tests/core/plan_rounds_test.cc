@@ -21,11 +21,14 @@ struct StreamPiece {
 
 // Every (source, destination) stream of the plan's receive side: its pieces
 // (unbudgeted plan) or the byte size of each round (budgeted plan).
-std::map<std::pair<int64_t, int64_t>, std::vector<StreamPiece>> stream_pieces(const Plan& plan) {
-  std::map<std::pair<int64_t, int64_t>, std::vector<StreamPiece>> out;
+// Streams are keyed (stage, source, destination).
+using StreamKey = std::tuple<uint32_t, int64_t, int64_t>;
+
+std::map<StreamKey, std::vector<StreamPiece>> stream_pieces(const Plan& plan) {
+  std::map<StreamKey, std::vector<StreamPiece>> out;
   for (const auto& [p, part] : plan.parts())
     for (const Message& m : part.recvs) {
-      auto& v = out[{m.src_device, m.dst_device}];
+      auto& v = out[{m.stage, m.src_device, m.dst_device}];
       int64_t o = v.empty() ? 0 : v.back().offset + v.back().bytes;
       for (uint64_t i = 0; i < m.num_pieces; ++i) {
         const Piece& piece = part.recv_pieces[m.first_piece + i];
@@ -41,11 +44,11 @@ std::map<std::pair<int64_t, int64_t>, std::vector<StreamPiece>> stream_pieces(co
   return out;
 }
 
-std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> round_bytes(const Plan& plan) {
-  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> out;
+std::map<StreamKey, std::vector<int64_t>> round_bytes(const Plan& plan) {
+  std::map<StreamKey, std::vector<int64_t>> out;
   for (const auto& [p, part] : plan.parts())
     for (const Message& m : part.recvs) {
-      auto& v = out[{m.src_device, m.dst_device}];
+      auto& v = out[{m.stage, m.src_device, m.dst_device}];
       EXPECT_EQ(v.size(), m.round) << "a stream's rounds are consecutive from 0";
       v.push_back(m.bytes);
     }
@@ -101,8 +104,8 @@ TEST(PlanRounds, StreamsAreCutByTheWindowRule) {
       load[d.device] = {d.send_messages + d.recv_messages, d.send_bytes + d.recv_bytes};
     for (const auto& [key, pieces] : streams) {
       const int64_t B = pieces.back().offset + pieces.back().bytes;
-      const int64_t chunk = planning::round_chunk(in.options.staging_budget_bytes, load[key.first],
-                                                  load[key.second], B);
+      const int64_t chunk = planning::round_chunk(
+          in.options.staging_budget_bytes, load[std::get<1>(key)], load[std::get<2>(key)], B);
       const int64_t s = planning::round_window(chunk);
       const std::vector<int64_t>& got = rounds[key];
       ASSERT_EQ(static_cast<int64_t>(got.size()), planning::stream_rounds(B, chunk));

@@ -468,7 +468,7 @@ TEST_F(WireMutation, HeaderFields) {
   ASSERT_TRUE(root()->mutate_version(2));
   expect_corrupt(bytes_, "version");
   bytes_ = original;
-  ASSERT_TRUE(root()->mutate_required_features(1));
+  ASSERT_TRUE(root()->mutate_required_features(2));  // bit 0 (stages) is known
   expect_corrupt(bytes_, "required_features");
   bytes_ = original;
   ASSERT_TRUE(root()->mutate_fingerprint(root()->fingerprint() ^ 1));
