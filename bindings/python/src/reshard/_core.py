@@ -44,6 +44,7 @@ _BOUND_KINDS = {0: "none", 1: "device_recv", 2: "device_send", 3: "host_recv", 4
 _DLCPU, _DLCUDAHOST = 1, 3
 _DLPACK_READ_ONLY = 1
 
+_USED_NAMES = {b"dltensor": b"used_dltensor", b"dltensor_versioned": b"used_dltensor_versioned"}
 _capsule_get = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_get.restype = ctypes.c_void_p
 _capsule_get.argtypes = [ctypes.py_object, ctypes.c_char_p]
@@ -473,7 +474,9 @@ def _from_dlpack(obj: Any, where: str, writable: bool, pinned: _Pinned):
     except ValueError:  # an exporter that ignored max_version and gave a legacy capsule
         versioned, name = False, b"dltensor"
         raw = _capsule_get(cap, name)
-    _capsule_set_name(cap, b"used_" + name)  # consumed: we call the deleter
+    # Consumed: we call the deleter. PyCapsule_SetName keeps the pointer, so
+    # the new name must be a bytes object that lives forever.
+    _capsule_set_name(cap, _USED_NAMES[name])
     if versioned:
         m = ffi.cast("DLManagedTensorVersioned*", raw)
         pinned.managed.append((m, True))
