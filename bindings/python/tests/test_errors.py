@@ -17,7 +17,7 @@ def spec_with(**changes):
 def test_error_classes_carry_code_and_message():
     with pytest.raises(reshard.ParseError) as e:
         reshard.plan('{"tensors": [,]}')
-    assert e.value.code == 5 and e.value.code_name == "parse" and "line 1" in e.value.message
+    assert e.value.code == 5 and e.value.code_name == "parse_error" and "line 1" in e.value.message
     assert isinstance(e.value, reshard.ReshardError) and isinstance(e.value, ValueError)
     with pytest.raises(reshard.InvalidArgumentError) as e:
         reshard.plan(spec_with(src={"mesh": "train", "spec": ["dp", "tq"]}))
@@ -60,7 +60,7 @@ def test_corrupted_plan_bytes():
         assert p.verify()["mismatches"] == 0
         flipped_ok += 1
     assert flipped_ok < 300
-    with pytest.raises(reshard.CorruptError, match="identifier|RSHP"):
+    with pytest.raises(reshard.CorruptError, match="identifier|RSHP|verification"):
         reshard.Plan.from_bytes(b"XXXX" + good[4:8] + b"XXXX" + good[12:])
     with pytest.raises(reshard.CorruptError):
         reshard.verify_bytes(b"\x00" * 32)

@@ -99,7 +99,11 @@ def _flatten(tree: Any, shardings: Any) -> Tuple[List[Any], Any, List[Optional[S
         per_leaf = [_as_sharding(shardings)] * len(leaves)
     else:
         sh_leaves, sh_def = jax.tree_util.tree_flatten(shardings, is_leaf=_is_sharding_leaf)
-        subtrees = sh_def.flatten_up_to(tree)
+        try:
+            subtrees = sh_def.flatten_up_to(tree)
+        except ValueError as e:
+            raise InvalidArgumentError(f"shardings: not a pytree prefix of the tree ({e})"
+                                       ) from None
         per_leaf = []
         for s, sub in zip(sh_leaves, subtrees):
             per_leaf += [_as_sharding(s)] * len(jax.tree_util.tree_leaves(sub))
@@ -314,7 +318,7 @@ class Resharder:
 
     def prepared(self, tree: Any) -> Tuple[_Prepared, List[Any], Any]:
         leaves, treedef, targets, names = _flatten(tree, self.shardings)
-        key = (treedef, tuple((tuple(x.shape), x.dtype, x.sharding, t)
+        key = (treedef, tuple((getattr(x, "shape", None), getattr(x, "dtype", None), getattr(x, "sharding", None), t)
                               for x, t in zip(leaves, targets)))
         with self._lock:
             prep = self._cache.get(key)
@@ -351,8 +355,9 @@ def reshard(tree: Any, shardings: Any, *, executor: Optional[Executor] = None) -
     executor: ``None`` in one process; a :class:`reshard.MPIExecutor` when the
         arrays span processes (collective: every process calls it).
     """
+    sh_leaves, sh_def = jax.tree_util.tree_flatten(shardings, is_leaf=_is_sharding_leaf)
+    key = (tuple(sh_leaves), sh_def, id(executor))
     try:
-        key = (shardings, id(executor))
         hash(key)
     except TypeError:
         return Resharder(shardings, executor=executor)(tree)
