@@ -286,8 +286,10 @@ class _Prepared:
                 views.append(slab[pad + off:pad + off + n].view(dt).reshape(shape))
         arrays = jax.device_put(views, self.all_dst_devices)
         out, k = [], 0
-        for shape, s, devs in zip(self.shapes, self.dst_shardings, self.dst_devices):
-            out.append(jax.make_array_from_single_device_arrays(shape, s, arrays[k:k + len(devs)]))
+        for shape, dt, s, devs in zip(self.shapes, self.dtypes, self.dst_shardings, self.dst_devices):
+            # dtype: a process may hold no shard of an array (another mesh)
+            out.append(jax.make_array_from_single_device_arrays(shape, s, arrays[k:k + len(devs)],
+                                                                dtype=dt))
             k += len(devs)
         return out
 
