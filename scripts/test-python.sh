@@ -32,7 +32,7 @@ echo "-- pinned test dependencies (bindings/python/requirements-test.txt)"
 echo "-- pip install ./bindings/python (builds libreshard with CMake)"
 EXTRA=()
 if command -v ccache >/dev/null; then
-  EXTRA=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache -C cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache)
+  EXTRA=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache --config-settings=cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
 CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-$(nproc)} "$VENV/bin/pip" install -q --disable-pip-version-check \
   --no-build-isolation --no-deps --force-reinstall "${EXTRA[@]}" ./bindings/python
