@@ -39,7 +39,7 @@ import reshard.jax as rj  # noqa: E402
 
 def transformer(layers, d, ff, vocab, mesh_src, mesh_dst):
     """A transformer's weights: FSDP (rows over 8 devices) -> TP over 4 other devices."""
-    fsdp = NamedSharding(mesh_src, P("fsdp"))
+    fsdp = NamedSharding(mesh_src, P(mesh_src.axis_names[0]))
     col = NamedSharding(mesh_dst, P(None, "tp"))
     row = NamedSharding(mesh_dst, P("tp", None))
     rep = NamedSharding(mesh_dst, P())
