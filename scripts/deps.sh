@@ -9,6 +9,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev libscalapack-openmpi-dev
   abigail-tools
   python3-jsonschema  # tests/spec/schema_test.py: schema/spec.schema.json
+  python3-venv binutils  # scripts/test-python.sh: the venv of bindings/python, wheel checks (objdump)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

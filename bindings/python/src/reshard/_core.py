@@ -1,0 +1,804 @@
+"""The core API: plans, executors and host buffers, over the C ABI."""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from dataclasses import dataclass
+from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union)
+
+import numpy as np
+
+from . import _ffi
+from ._ffi import InvalidArgumentError, api, check, const, ffi
+
+Spec = Union[Mapping[str, Any], str, "os.PathLike[str]"]
+BufferLike = Any
+"""A host buffer: a NumPy array, anything with ``__dlpack__`` on the CPU
+(JAX, PyTorch, CuPy's host arrays...) or the buffer protocol, or ``None``
+for an entry this process does not hold."""
+Buffers = Union[Mapping[str, Sequence[Optional[BufferLike]]], Sequence[Sequence[Optional[BufferLike]]]]
+
+SRC = 1  # RESHARD_SIDE_SRC
+DST = 2  # RESHARD_SIDE_DST
+
+# reshard dtype name -> NumPy dtype name (bf16 and f8 need ml_dtypes, which JAX installs).
+_NUMPY_NAMES = {
+    "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
+    "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "i64": "int64", "i32": "int32",
+    "i16": "int16", "i8": "int8", "u64": "uint64", "u32": "uint32", "u16": "uint16",
+    "u8": "uint8", "bool": "bool",
+}
+_FROM_NUMPY = {v: k for k, v in _NUMPY_NAMES.items()}
+# DLPack (code, bits) -> reshard dtype name (DLPack 1.1 codes; bool also as u8).
+_FROM_DLPACK = {
+    (2, 64): "f64", (2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (10, 8): "f8e4m3",
+    (12, 8): "f8e5m2", (0, 64): "i64", (0, 32): "i32", (0, 16): "i16", (0, 8): "i8",
+    (1, 64): "u64", (1, 32): "u32", (1, 16): "u16", (1, 8): "u8", (6, 8): "bool",
+}
+# struct module format characters of the buffer protocol -> reshard dtype name.
+_FROM_FORMAT = {"d": "f64", "f": "f32", "e": "f16", "q": "i64", "l": "i64", "i": "i32",
+                "h": "i16", "b": "i8", "Q": "u64", "L": "u64", "I": "u32", "H": "u16",
+                "B": "u8", "?": "bool"}
+_BOUND_KINDS = {0: "none", 1: "device_recv", 2: "device_send", 3: "host_recv", 4: "host_send"}
+_DLCPU, _DLCUDAHOST = 1, 3
+_DLPACK_READ_ONLY = 1
+
+_USED_NAMES = {b"dltensor": b"used_dltensor", b"dltensor_versioned": b"used_dltensor_versioned"}
+_capsule_get = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_get.restype = ctypes.c_void_p
+_capsule_get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_set_name = ctypes.pythonapi.PyCapsule_SetName
+_capsule_set_name.restype = ctypes.c_int
+_capsule_set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of a reshard dtype name (``"bf16"`` needs ``ml_dtypes``)."""
+    n = _NUMPY_NAMES[dtype_name(name)]
+    if n in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        import ml_dtypes  # noqa: F401  (registers the names with NumPy)
+        return np.dtype(getattr(ml_dtypes, n))
+    return np.dtype(n)
+
+
+def dtype_name(dtype: Any) -> str:
+    """The reshard name (``"f32"``, ``"bf16"``, ...) of a reshard name, a NumPy
+    dtype, or anything ``numpy.dtype`` accepts (JAX and ml_dtypes dtypes)."""
+    if isinstance(dtype, str) and not dtype.startswith(("float", "int", "uint", "bfloat", "bool")):
+        out = ffi.new("int32_t*")
+        check(api.dtype_from_name(dtype.encode(), out))
+        return ffi.string(api.dtype_name(out[0])).decode()
+    name = np.dtype(dtype).name
+    if name not in _FROM_NUMPY:
+        raise InvalidArgumentError(f"dtype: {name} has no reshard equivalent "
+                                   f"(supported: {', '.join(_FROM_NUMPY)})")
+    return _FROM_NUMPY[name]
+
+
+def _dtype_code(name: str) -> int:
+    out = ffi.new("int32_t*")
+    check(api.dtype_from_name(name.encode(), out))
+    return int(out[0])
+
+
+# ------------------------------------------------------------------ plans
+@dataclass(frozen=True)
+class Entry:
+    """One shard of a layout: the box ``[lo, hi)`` of summand ``summand`` on
+    ``device``. Its buffer is dense, row-major, of shape ``hi - lo``."""
+    device: int
+    summand: int
+    lo: Tuple[int, ...]
+    hi: Tuple[int, ...]
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return tuple(h - l for l, h in zip(self.lo, self.hi))
+
+    @property
+    def index(self) -> Tuple[slice, ...]:
+        """The box as a tuple of slices into the global array."""
+        return tuple(slice(l, h) for l, h in zip(self.lo, self.hi))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A tensor's source or destination layout: entries sorted by device."""
+    entries: Tuple[Entry, ...]
+    num_summands: int
+    op: str  # "sum", "max", "min"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor of a plan: buffers are passed per entry of ``src`` / ``dst``."""
+    index: int
+    name: str
+    shape: Tuple[int, ...]
+    dtype: str  # reshard name: "f32", "bf16", ...
+    src: Layout
+    dst: Layout
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return numpy_dtype(self.dtype)
+
+
+def _spec_text(spec: Spec) -> bytes:
+    if isinstance(spec, Mapping):
+        return json.dumps(spec).encode()
+    if isinstance(spec, (bytes, bytearray)):
+        return bytes(spec)
+    if isinstance(spec, str) and spec.lstrip().startswith("{"):
+        return spec.encode()
+    if isinstance(spec, (str, os.PathLike)):
+        with open(spec, "rb") as f:
+            return f.read()
+    raise TypeError(f"spec: expected a dict, JSON text or a path, got {type(spec).__name__}")
+
+
+class Plan:
+    """A reshard plan (``reshard_plan_t``): immutable, thread-safe.
+
+    Make one with :func:`reshard.plan` or :meth:`Plan.from_bytes`.
+    """
+
+    __slots__ = ("_ptr", "_tensors", "_tables", "_by_name", "__weakref__")
+
+    def __init__(self, ptr: Any) -> None:
+        self._ptr = ffi.gc(ptr, api.plan_destroy)
+        self._tensors: Optional[Tuple[Tensor, ...]] = None
+        self._by_name: Optional[Dict[str, int]] = None
+        self._tables: Dict[Any, Any] = {}
+
+    # -- bytes
+    @classmethod
+    def from_bytes(cls, data: Union[bytes, bytearray, memoryview]) -> "Plan":
+        """Verifies and decodes plan bytes (from :meth:`to_bytes`, ``reshard plan
+        --out`` or any binding). Corrupt bytes raise :class:`CorruptError`."""
+        buf = ffi.from_buffer(data)
+        out = ffi.new("reshard_plan_t**")
+        check(api.plan_deserialize(buf, len(buf), out))
+        return cls(out[0])
+
+    def to_bytes(self, process: Optional[int] = None) -> bytes:
+        """The plan's FlatBuffers bytes: every part it holds, or only the part of
+        ``process`` (a worker's bytes)."""
+        opts = ffi.new("reshard_serialize_options_t*")
+        opts.struct_size = ffi.sizeof("reshard_serialize_options_t")
+        opts.all_parts = 1 if process is None else 0
+        opts.process = 0 if process is None else process
+        out = ffi.new("reshard_buffer_t**")
+        check(api.plan_serialize(self._ptr, opts, out))
+        try:
+            return bytes(ffi.buffer(api.buffer_data(out[0]), api.buffer_size(out[0])))
+        finally:
+            api.buffer_destroy(out[0])
+
+    # -- identity and statistics
+    @property
+    def fingerprint(self) -> int:
+        """Hash of the plan's canonical inputs (equal on every process that
+        planned the same inputs)."""
+        out = ffi.new("uint64_t*")
+        check(api.plan_fingerprint(self._ptr, out))
+        return int(out[0])
+
+    @property
+    def stats(self) -> Dict[str, Any]:
+        """Global statistics (``reshard_plan_stats_t`` as a dict): bytes,
+        messages, pieces, rounds, lower bounds, cost estimates. Raises
+        :class:`UnsupportedError` for a worker's part planned without them."""
+        s = ffi.new("reshard_plan_stats_t*")
+        s.struct_size = ffi.sizeof("reshard_plan_stats_t")
+        check(api.plan_stats(self._ptr, s))
+        out: Dict[str, Any] = {}
+        for name, _ in ffi.typeof("reshard_plan_stats_t").fields:
+            if name == "struct_size" or name.startswith("reserved"):
+                continue
+            v = getattr(s, name)
+            out[name] = _BOUND_KINDS.get(int(v), str(v)) if name == "lower_bound_binding" else v
+        return out
+
+    def device_traffic(self) -> List[Dict[str, int]]:
+        """Per device (sorted by id): bytes and messages sent, received and
+        copied locally."""
+        n = self.stats["num_devices"]
+        t = ffi.new("reshard_device_traffic_t*")
+        rows = []
+        for i in range(n):
+            t.struct_size = ffi.sizeof("reshard_device_traffic_t")
+            check(api.plan_device_traffic(self._ptr, i, t))
+            rows.append({k: int(getattr(t, k)) for k, _ in ffi.typeof("reshard_device_traffic_t").fields
+                         if k != "struct_size"})
+        return rows
+
+    # -- tensors
+    @property
+    def tensors(self) -> Tuple[Tensor, ...]:
+        """The plan's tensors, in plan order, with both layouts."""
+        if self._tensors is None:
+            self._tensors = tuple(self._read_tensor(t) for t in range(self._num_tensors()))
+            self._by_name = {t.name: t.index for t in self._tensors}
+        return self._tensors
+
+    def tensor(self, name: str) -> Tensor:
+        """The tensor called ``name``."""
+        self.tensors
+        assert self._by_name is not None
+        if name not in self._by_name:
+            raise KeyError(f"plan has no tensor {name!r}")
+        return self._tensors[self._by_name[name]]  # type: ignore[index]
+
+    def _num_tensors(self) -> int:
+        n = ffi.new("size_t*")
+        check(api.plan_num_tensors(self._ptr, n))
+        return int(n[0])
+
+    def _read_tensor(self, t: int) -> Tensor:
+        p = self._ptr
+        name = ffi.new("const char**")
+        check(api.plan_tensor_name(p, t, name))
+        dt = ffi.new("int32_t*")
+        check(api.plan_tensor_dtype(p, t, dt))
+        rank = ffi.new("size_t*")
+        check(api.plan_tensor_rank(p, t, rank))
+        r = int(rank[0])
+        shape = ffi.new("int64_t[]", max(r, 1))
+        check(api.plan_tensor_shape(p, t, shape))
+        layouts = []
+        for side in (SRC, DST):
+            n = ffi.new("size_t*")
+            check(api.plan_tensor_num_entries(p, t, side, n))
+            dev = ffi.new("int64_t*")
+            summand = ffi.new("int32_t*")
+            lo = ffi.new("int64_t[]", 8)
+            hi = ffi.new("int64_t[]", 8)
+            entries = []
+            for e in range(int(n[0])):
+                check(api.plan_tensor_entry(p, t, side, e, dev, summand, lo, hi))
+                entries.append(Entry(int(dev[0]), int(summand[0]), tuple(lo[0:r]), tuple(hi[0:r])))
+            ns = ffi.new("int32_t*")
+            op = ffi.new("int32_t*")
+            check(api.plan_tensor_partial(p, t, side, ns, op))
+            layouts.append(Layout(tuple(entries), int(ns[0]),
+                                  {1: "sum", 2: "max", 3: "min"}.get(int(op[0]), "sum")))
+        return Tensor(t, ffi.string(name[0]).decode(), tuple(shape[0:r]),
+                      ffi.string(api.dtype_name(dt[0])).decode(), layouts[0], layouts[1])
+
+    # -- processes
+    @property
+    def processes(self) -> Tuple[int, ...]:
+        """The processes that own at least one device of the plan (sorted)."""
+        n = ffi.new("size_t*")
+        check(api.plan_num_processes(self._ptr, n))
+        out = ffi.new("int32_t*")
+        procs = []
+        for i in range(int(n[0])):
+            check(api.plan_process(self._ptr, i, out))
+            procs.append(int(out[0]))
+        return tuple(procs)
+
+    def has_part(self, process: int) -> bool:
+        """Whether the plan holds the part (pieces and messages) of ``process``."""
+        out = ffi.new("int32_t*")
+        check(api.plan_has_part(self._ptr, process, out))
+        return bool(out[0])
+
+    def part_info(self, process: int) -> Dict[str, int]:
+        """Sizes of the part of ``process``: local pieces, messages sent and
+        received and their pieces."""
+        info = ffi.new("reshard_part_info_t*")
+        info.struct_size = ffi.sizeof("reshard_part_info_t")
+        check(api.plan_part_info(self._ptr, process, info))
+        return {k: int(getattr(info, k)) for k, _ in ffi.typeof("reshard_part_info_t").fields
+                if k != "struct_size"}
+
+    def device_location(self, device: int) -> Tuple[int, int, int]:
+        """``(process, host, ordinal)`` of a plan device."""
+        out = ffi.new("int32_t[3]")
+        check(api.plan_device_location(self._ptr, device, out, out + 1, out + 2))
+        return int(out[0]), int(out[1]), int(out[2])
+
+    def local_entries(self, process: int) -> List[Tuple[List[int], List[int]]]:
+        """Per tensor, the source and destination entry indices whose device is on
+        ``process``."""
+        key = ("local", process)
+        if key not in self._tables:
+            loc: Dict[int, int] = {}
+
+            def proc(d: int) -> int:
+                if d not in loc:
+                    loc[d] = self.device_location(d)[0]
+                return loc[d]
+            self._tables[key] = [
+                ([i for i, e in enumerate(t.src.entries) if proc(e.device) == process],
+                 [i for i, e in enumerate(t.dst.entries) if proc(e.device) == process])
+                for t in self.tensors]
+        return self._tables[key]
+
+    # -- host-buffer helpers
+    def allocate(self, side: str = "dst", process: Optional[int] = None,
+                 fill: Optional[float] = None) -> List[List[Optional[np.ndarray]]]:
+        """NumPy buffers for every entry of ``side`` (``"src"`` or ``"dst"``),
+        or only those on ``process`` (``None`` elsewhere): one list per tensor,
+        in plan order. ``fill``: an initial value (default: uninitialised)."""
+        out: List[List[Optional[np.ndarray]]] = []
+        local = None if process is None else self.local_entries(process)
+        for t in self.tensors:
+            lay = t.src if side == "src" else t.dst
+            keep = None if local is None else set(local[t.index][0 if side == "src" else 1])
+            row: List[Optional[np.ndarray]] = []
+            for i, e in enumerate(lay.entries):
+                if keep is not None and i not in keep:
+                    row.append(None)
+                    continue
+                a = np.empty(e.shape, t.numpy_dtype)
+                if fill is not None:
+                    a.fill(fill)
+                row.append(a)
+            out.append(row)
+        return out
+
+    def scatter(self, arrays: Mapping[str, Any], process: Optional[int] = None
+                ) -> List[List[Optional[np.ndarray]]]:
+        """Source buffers cut from global arrays (``name -> array``, copies):
+        every source entry, or only those on ``process``."""
+        out: List[List[Optional[np.ndarray]]] = []
+        local = None if process is None else self.local_entries(process)
+        for t in self.tensors:
+            g = np.asarray(arrays[t.name])
+            if g.shape != t.shape:
+                raise InvalidArgumentError(f"arrays[{t.name!r}]: shape {g.shape}, the plan's "
+                                           f"tensor has {t.shape}")
+            keep = None if local is None else set(local[t.index][0])
+            out.append([None if keep is not None and i not in keep else
+                        np.ascontiguousarray(g[e.index], dtype=t.numpy_dtype)
+                        for i, e in enumerate(t.src.entries)])
+        return out
+
+    def gather(self, destinations: Buffers) -> Dict[str, np.ndarray]:
+        """Global arrays assembled from destination buffers (every entry given
+        must hold its box; entries given as ``None`` are skipped, elements no
+        given entry covers are zero). Not for partial destinations."""
+        rows = _rows(self, destinations, "destinations")
+        out = {}
+        for t, row in zip(self.tensors, rows):
+            g = np.zeros(t.shape, t.numpy_dtype)
+            for e, b in zip(t.dst.entries, row):
+                if b is not None:
+                    g[e.index] = np.asarray(b).reshape(e.shape)
+            out[t.name] = g
+        return out
+
+    def verify(self, threads: int = 0) -> Dict[str, int]:
+        """What ``reshard verify`` does: executes the plan in this process on
+        oracle data and checks every destination element; returns the report
+        (``mismatches`` 0: correct)."""
+        ex = Executor(threads=threads)
+        rep = ffi.new("reshard_verify_report_t*")
+        rep.struct_size = ffi.sizeof("reshard_verify_report_t")
+        check(api.executor_verify(ex._ptr, self._ptr, rep))
+        return {k: int(getattr(rep, k)) for k in ("tensors", "elements", "bytes", "mismatches")}
+
+    def __repr__(self) -> str:
+        return f"<reshard.Plan {len(self.tensors)} tensors, fingerprint {self.fingerprint:#018x}>"
+
+
+def plan(spec: Spec, *, process: Optional[int] = None, threads: int = 0,
+         max_plan_bytes: Optional[int] = None, global_stats: bool = True) -> Plan:
+    """Plans a spec (docs/spec.md): a dict, JSON text, or a path to a JSON file.
+
+    process: ``None`` plans every process part (what in-process execution
+        needs); an int plans only that process's part (a worker's plan for a
+        distributed executor).
+    threads: planning threads (0 or 1: this thread; -1: one per hardware
+        thread); the plan is the same for every value.
+    max_plan_bytes: the memory limit of the plan's parts (``None``: half the
+        memory; ``-1``: none); above it :class:`ResourceExhaustedError`.
+    global_stats: ``False`` skips the global statistics of a worker's part.
+    """
+    text = _spec_text(spec)
+    inp = ffi.new("reshard_plan_input_t**")
+    check(api.plan_input_from_spec(text, len(text), inp))
+    inp_ptr = ffi.gc(inp[0], api.plan_input_destroy)
+    return _plan_input(inp_ptr, process=process, threads=threads, max_plan_bytes=max_plan_bytes,
+                       global_stats=global_stats)
+
+
+def _plan_input(inp: Any, *, process: Optional[int], threads: int,
+                max_plan_bytes: Optional[int], global_stats: bool) -> Plan:
+    req = ffi.new("reshard_plan_request_t*")
+    # A 1.1 library reads only the fields it knows (min(struct_size, its sizeof)).
+    req.struct_size = ffi.sizeof("reshard_plan_request_t")
+    req.scope = 0 if process is None else 2
+    req.process = 0 if process is None else process
+    req.global_stats = 1 if global_stats else 0
+    req.threads = threads
+    req.max_plan_bytes = 0 if max_plan_bytes is None else max_plan_bytes
+    out = ffi.new("reshard_plan_t**")
+    check(api.plan_create(inp, req, out))
+    return Plan(out[0])
+
+
+def spec_fingerprint(spec: Spec) -> int:
+    """The fingerprint a plan of ``spec`` would have, without planning."""
+    text = _spec_text(spec)
+    inp = ffi.new("reshard_plan_input_t**")
+    check(api.plan_input_from_spec(text, len(text), inp))
+    p = ffi.gc(inp[0], api.plan_input_destroy)
+    out = ffi.new("uint64_t*")
+    check(api.plan_input_fingerprint(p, out))
+    return int(out[0])
+
+
+def verify_bytes(data: Union[bytes, bytearray, memoryview]) -> None:
+    """Verifies plan bytes without keeping the plan; raises :class:`CorruptError`."""
+    buf = ffi.from_buffer(data)
+    check(api.plan_verify_bytes(buf, len(buf)))
+
+
+# --------------------------------------------------------------- buffers
+class _Pinned:
+    """What keeps the memory of converted buffers alive during one execution
+    (DLPack capsules are released with their deleter afterwards)."""
+
+    def __init__(self) -> None:
+        self.keep: List[Any] = []
+        self.managed: List[Tuple[Any, bool]] = []
+
+    def release(self) -> None:
+        for m, versioned in self.managed:
+            if m.deleter != ffi.NULL:
+                m.deleter(m)
+        self.managed.clear()
+        self.keep.clear()
+
+
+def _from_dlpack(obj: Any, where: str, writable: bool, pinned: _Pinned):
+    """(pointer, dtype name, shape, strides or None) of an object exporting DLPack."""
+    dev = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (_DLCPU, 0)
+    if int(dev[0]) not in (_DLCPU, _DLCUDAHOST):
+        raise InvalidArgumentError(f"{where}: buffer on DLPack device type {int(dev[0])} "
+                                   f"(device {int(dev[1])}); host executors need CPU memory")
+    versioned = True
+    try:
+        cap = obj.__dlpack__(max_version=(1, 0))
+    except TypeError:
+        versioned = False
+        cap = obj.__dlpack__()
+    name = b"dltensor_versioned" if versioned else b"dltensor"
+    try:
+        raw = _capsule_get(cap, name)
+    except ValueError:  # an exporter that ignored max_version and gave a legacy capsule
+        versioned, name = False, b"dltensor"
+        raw = _capsule_get(cap, name)
+    # Consumed: we call the deleter. PyCapsule_SetName keeps the pointer, so
+    # the new name must be a bytes object that lives forever.
+    _capsule_set_name(cap, _USED_NAMES[name])
+    if versioned:
+        m = ffi.cast("DLManagedTensorVersioned*", raw)
+        pinned.managed.append((m, True))
+        if writable and (m.flags & _DLPACK_READ_ONLY):
+            raise InvalidArgumentError(f"{where}: the DLPack export is read-only; destinations "
+                                       "must be writable")
+    else:
+        m = ffi.cast("DLManagedTensor*", raw)
+        pinned.managed.append((m, False))
+    t = m.dl_tensor
+    key = (int(t.dtype.code), int(t.dtype.bits))
+    if t.dtype.lanes != 1 or key not in _FROM_DLPACK:
+        raise InvalidArgumentError(f"{where}: DLPack dtype code {key[0]} bits {key[1]} lanes "
+                                   f"{t.dtype.lanes} has no reshard equivalent")
+    nd = int(t.ndim)
+    shape = tuple(t.shape[0:nd])
+    strides = None if t.strides == ffi.NULL else tuple(t.strides[0:nd])
+    ptr = int(ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
+    return ptr, _FROM_DLPACK[key], shape, strides
+
+
+def _compact(shape: Tuple[int, ...], strides: Optional[Tuple[int, ...]]) -> bool:
+    if strides is None:
+        return True
+    expect = 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != expect:
+            return False
+        expect *= n
+    return True
+
+
+def _convert(obj: Any, t: Tensor, e: Entry, where: str, writable: bool, pinned: _Pinned) -> int:
+    """The address of a host buffer holding entry ``e`` of ``t``, after checking
+    dtype, shape, contiguity, device and writability."""
+    shape = e.shape
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.name != _NUMPY_NAMES[t.dtype]:
+            raise InvalidArgumentError(f"{where}: dtype {obj.dtype.name} given, tensor {t.name!r} "
+                                       f"is {t.dtype} ({_NUMPY_NAMES[t.dtype]})")
+        if obj.shape != shape:
+            raise InvalidArgumentError(f"{where}: shape {obj.shape} given, entry of device "
+                                       f"{e.device} of tensor {t.name!r} is box {_box(e)}, shape {shape}")
+        if not obj.flags.c_contiguous:
+            raise InvalidArgumentError(f"{where}: array is not C-contiguous (strides "
+                                       f"{obj.strides}); pass numpy.ascontiguousarray(x)")
+        if writable and not obj.flags.writeable:
+            raise InvalidArgumentError(f"{where}: array is read-only; destinations must be writable")
+        pinned.keep.append(obj)
+        return int(obj.__array_interface__["data"][0])
+    if hasattr(obj, "__dlpack__"):
+        if writable and type(obj).__module__.startswith(("jax", "jaxlib")):
+            raise InvalidArgumentError(f"{where}: a jax.Array is immutable and cannot be a "
+                                       "destination; pass NumPy buffers (Plan.allocate) or use "
+                                       "reshard.jax.reshard")
+        ptr, dt, got, strides = _from_dlpack(obj, where, writable, pinned)
+        pinned.keep.append(obj)
+        if dt != t.dtype and not (dt == "u8" and t.dtype == "bool"):
+            raise InvalidArgumentError(f"{where}: dtype {dt} given, tensor {t.name!r} is {t.dtype}")
+        if got != shape:
+            raise InvalidArgumentError(f"{where}: shape {got} given, entry of device {e.device} of "
+                                       f"tensor {t.name!r} is box {_box(e)}, shape {shape}")
+        if not _compact(got, strides):
+            raise InvalidArgumentError(f"{where}: not contiguous (strides {strides} elements); "
+                                       "pass a contiguous copy")
+        return ptr
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise TypeError(f"{where}: {type(obj).__name__} is not a buffer (expected a NumPy array, "
+                        "an object with __dlpack__, the buffer protocol, or None)") from None
+    if writable and mv.readonly:
+        raise InvalidArgumentError(f"{where}: buffer is read-only; destinations must be writable")
+    if not mv.c_contiguous:
+        raise InvalidArgumentError(f"{where}: buffer is not C-contiguous")
+    fmt = mv.format.lstrip("@=<")
+    nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(t.dtype).itemsize
+    raw = fmt in ("B", "b", "c") and mv.ndim == 1
+    if raw:  # untyped bytes: only the size can be checked
+        if mv.nbytes != nbytes:
+            raise InvalidArgumentError(f"{where}: {mv.nbytes} bytes given, box {_box(e)} of "
+                                       f"{t.dtype} needs {nbytes}")
+    else:
+        if _FROM_FORMAT.get(fmt) != t.dtype:
+            raise InvalidArgumentError(f"{where}: buffer format {mv.format!r} given, tensor "
+                                       f"{t.name!r} is {t.dtype}")
+        if tuple(mv.shape) != shape:
+            raise InvalidArgumentError(f"{where}: shape {tuple(mv.shape)} given, entry of device "
+                                       f"{e.device} of tensor {t.name!r} is shape {shape}")
+    cd = ffi.from_buffer(mv, require_writable=writable)
+    pinned.keep.extend((mv, cd))
+    return int(ffi.cast("uintptr_t", cd))
+
+
+def _box(e: Entry) -> str:
+    return "[" + ", ".join(f"{l}:{h}" for l, h in zip(e.lo, e.hi)) + "]"
+
+
+def _rows(plan: Plan, buffers: Buffers, what: str) -> List[Sequence[Optional[BufferLike]]]:
+    ts = plan.tensors
+    if isinstance(buffers, Mapping):
+        unknown = set(buffers) - {t.name for t in ts}
+        if unknown:
+            raise InvalidArgumentError(f"{what}: unknown tensor(s) {sorted(unknown)}")
+        return [buffers.get(t.name, ()) for t in ts]
+    rows = list(buffers)
+    if len(rows) != len(ts):
+        raise InvalidArgumentError(f"{what}: {len(rows)} tensors given, the plan has {len(ts)}")
+    return rows
+
+
+class _Table:
+    """The ``reshard_tensor_buffers_t`` array of a plan, with the per-entry
+    sizes filled in once; executions only write the data pointers."""
+
+    def __init__(self, plan: Plan, local: Optional[List[Tuple[List[int], List[int]]]]) -> None:
+        ts = plan.tensors
+        nsrc = [len(t.src.entries) for t in ts]
+        ndst = [len(t.dst.entries) for t in ts]
+        self.src = np.zeros((max(sum(nsrc), 1), 2), np.uint64)
+        self.dst = np.zeros((max(sum(ndst), 1), 2), np.uint64)
+        self.src_bytes = np.zeros(len(self.src), np.uint64)
+        self.dst_bytes = np.zeros(len(self.dst), np.uint64)
+        self.src_off: List[int] = []
+        self.dst_off: List[int] = []
+        self.tb = ffi.new("reshard_tensor_buffers_t[]", max(len(ts), 1))
+        sp = ffi.cast("reshard_src_buffer_t*", ffi.from_buffer(self.src))
+        dp = ffi.cast("reshard_dst_buffer_t*", ffi.from_buffer(self.dst))
+        so = do = 0
+        for t in ts:
+            item = numpy_dtype(t.dtype).itemsize
+            for i, e in enumerate(t.src.entries):
+                self.src_bytes[so + i] = int(np.prod(e.shape, dtype=np.int64)) * item
+            for i, e in enumerate(t.dst.entries):
+                self.dst_bytes[do + i] = int(np.prod(e.shape, dtype=np.int64)) * item
+            tb = self.tb[t.index]
+            tb.src, tb.num_src = sp + so, nsrc[t.index]
+            tb.dst, tb.num_dst = dp + do, ndst[t.index]
+            self.src_off.append(so)
+            self.dst_off.append(do)
+            so += nsrc[t.index]
+            do += ndst[t.index]
+        self.num_tensors = len(ts)
+        self.plan = plan
+
+
+def _table(plan: Plan) -> _Table:
+    tab = plan._tables.get("table")
+    if tab is None:
+        tab = plan._tables["table"] = _Table(plan, None)
+    return tab
+
+
+# -------------------------------------------------------------- executors
+class Executor:
+    """A host executor (``RESHARD_TRANSPORT_HOST``): every plan device is in
+    this process and its buffers are host memory. Immutable; several threads
+    may execute with it at once on distinct destinations.
+
+    threads: worker threads (0: one per hardware thread).
+    """
+
+    transport = "host"
+
+    def __init__(self, threads: int = 0, *, _ptr: Any = None) -> None:
+        if _ptr is None:
+            opts = ffi.new("reshard_executor_options_t*")
+            opts.struct_size = ffi.sizeof("reshard_executor_options_t")
+            opts.transport = 1
+            opts.threads = threads
+            out = ffi.new("reshard_executor_t**")
+            check(api.executor_create(opts, out))
+            _ptr = out[0]
+        self._ptr = ffi.gc(_ptr, api.executor_destroy)
+        info = ffi.new("reshard_executor_info_t*")
+        info.struct_size = ffi.sizeof("reshard_executor_info_t")
+        check(api.executor_info(self._ptr, info))
+        self.rank: int = int(info.rank)
+        self.size: int = int(info.size)
+
+    @property
+    def process(self) -> Optional[int]:
+        """The plan process whose entries this executor moves (``None``: all)."""
+        return None
+
+    def execute(self, plan: Plan, sources: Buffers, destinations: Buffers) -> None:
+        """Fills every destination buffer of ``plan`` from the source buffers.
+
+        ``sources`` / ``destinations``: per tensor (a list in plan order, or a
+        dict by name), one buffer per layout entry in entry order (see
+        :attr:`Plan.tensors`); ``None`` for entries of other processes. Buffers
+        are checked (dtype, shape, contiguity, CPU device, writability) before
+        anything is written; memory is never copied.
+        """
+        src_rows = _rows(plan, sources, "sources")
+        dst_rows = _rows(plan, destinations, "destinations")
+        tab = _table(plan)
+        pinned = _Pinned()
+        try:
+            src = np.zeros((len(tab.src), 2), np.uint64)
+            dst = np.zeros((len(tab.dst), 2), np.uint64)
+            for t in plan.tensors:
+                for side, rows, arr, off, sizes, lay, writable in (
+                        ("sources", src_rows, src, tab.src_off, tab.src_bytes, t.src, False),
+                        ("destinations", dst_rows, dst, tab.dst_off, tab.dst_bytes, t.dst, True)):
+                    row = rows[t.index]
+                    if row is None:
+                        row = ()
+                    if len(row) not in (0, len(lay.entries)):
+                        raise InvalidArgumentError(
+                            f"{side}[{t.name!r}]: {len(row)} buffers given, the layout has "
+                            f"{len(lay.entries)} entries (pass None for entries of other processes)")
+                    for i, b in enumerate(row):
+                        if b is None:
+                            continue
+                        where = f"{side}[{t.name!r}][{i}]"
+                        arr[off[t.index] + i] = (_convert(b, t, lay.entries[i], where, writable, pinned),
+                                                 sizes[off[t.index] + i])
+            # Build a private table for this call (a plan may run on several
+            # threads at once).
+            tb = ffi.new("reshard_tensor_buffers_t[]", max(tab.num_tensors, 1))
+            sp = ffi.cast("reshard_src_buffer_t*", ffi.from_buffer(src))
+            dp = ffi.cast("reshard_dst_buffer_t*", ffi.from_buffer(dst))
+            for t in plan.tensors:
+                i = t.index
+                src_given = len(src_rows[i] or ()) > 0
+                dst_given = len(dst_rows[i] or ()) > 0
+                tb[i].src = sp + tab.src_off[i] if src_given else ffi.NULL
+                tb[i].num_src = len(t.src.entries) if src_given else 0
+                tb[i].dst = dp + tab.dst_off[i] if dst_given else ffi.NULL
+                tb[i].num_dst = len(t.dst.entries) if dst_given else 0
+            check(api.executor_execute(self._ptr, plan._ptr, tb, tab.num_tensors))
+        finally:
+            pinned.release()
+
+    def _execute_pointers(self, plan: Plan, src_ptrs: Any, dst_ptrs: Any) -> None:
+        """Executes with raw addresses (one per entry, all tensors back to back,
+        0 for entries not given); sizes come from the plan. For adapters that
+        have checked their buffers already."""
+        tab = _table(plan)
+        tab.src[:, 0] = src_ptrs
+        tab.src[:, 1] = np.where(tab.src[:, 0] != 0, tab.src_bytes, 0)
+        tab.dst[:, 0] = dst_ptrs
+        tab.dst[:, 1] = np.where(tab.dst[:, 0] != 0, tab.dst_bytes, 0)
+        check(api.executor_execute(self._ptr, plan._ptr, tab.tb, tab.num_tensors))
+
+    def info(self) -> Dict[str, Any]:
+        """Transport, rank and size of the executor."""
+        return {"transport": self.transport, "rank": self.rank, "size": self.size}
+
+
+_AGREEMENT = {"first_use": 0, "every_call": 1, "skip": 2}
+_PACKING = {"auto": 0, "staging": 1, "gather": 2}
+
+
+class MPIExecutor(Executor):
+    """An executor over MPI (``RESHARD_TRANSPORT_MPI``, host memory): plan
+    process p is rank p of ``comm``. Creating it and executing are collective.
+
+    comm: an ``mpi4py.MPI.Comm`` (its Fortran handle crosses the C ABI, see
+        reshard_mpi.h), or ``None`` for ``MPI_COMM_WORLD`` (initialised by
+        reshard if nobody has).
+    timeout: the longest wait for one step, in seconds.
+    agreement: ``"first_use"``, ``"every_call"`` or ``"skip"``: when the ranks
+        compare plan fingerprints before executing.
+    packing: ``"auto"``, ``"staging"`` or ``"gather"``.
+    """
+
+    transport = "mpi"
+
+    def __init__(self, comm: Any = None, *, timeout: float = 300.0, agreement: str = "first_use",
+                 packing: str = "auto", overlap: bool = True, max_batches_in_flight: int = 8,
+                 library: Optional[str] = None) -> None:
+        o = ffi.new("reshard_mpi_executor_options_t*")
+        o.struct_size = ffi.sizeof("reshard_mpi_executor_options_t")
+        if comm is None:
+            o.comm_kind, o.comm = 0, 0
+        else:
+            o.comm_kind, o.comm = 1, int(comm.py2f())
+        o.initialize = 1
+        o.max_batches_in_flight = max_batches_in_flight
+        o.timeout_seconds = timeout
+        try:
+            o.agreement = _AGREEMENT[agreement]
+            o.packing = _PACKING[packing]
+        except KeyError as k:
+            raise InvalidArgumentError(f"unknown option value {k}") from None
+        o.overlap = 1 if overlap else 0
+        lib_c = ffi.new("char[]", library.encode()) if library else ffi.NULL
+        o.library = lib_c
+        out = ffi.new("reshard_executor_t**")
+        check(api.mpi_executor_create(o, out))
+        super().__init__(_ptr=out[0])
+
+    @property
+    def process(self) -> Optional[int]:
+        return self.rank
+
+
+def execute(plan: Plan, sources: Buffers, destinations: Buffers, *,
+            executor: Optional[Executor] = None) -> None:
+    """Executes ``plan`` on host buffers (see :meth:`Executor.execute`); with no
+    executor, on a host executor using every hardware thread."""
+    (executor or _default_executor()).execute(plan, sources, destinations)
+
+
+_DEFAULT: List[Executor] = []
+
+
+def _default_executor() -> Executor:
+    if not _DEFAULT:
+        _DEFAULT.append(Executor())
+    return _DEFAULT[0]
+
+
+def transport_available(transport: str) -> Tuple[bool, str]:
+    """Whether executors over ``transport`` (``"host"``, ``"mpi"``, ``"nccl"``,
+    ``"cuda_local"``) can be created here, and if not, why."""
+    code = {"host": 1, "mpi": 2, "nccl": 3, "cuda_local": 4}.get(transport)
+    if code is None:
+        raise InvalidArgumentError(f"transport: unknown {transport!r}")
+    ok = ffi.new("int32_t*")
+    why = ffi.new("char[]", 1024)
+    check(api.transport_available(code, ok, why, 1024))
+    return bool(ok[0]), ffi.string(why).decode()

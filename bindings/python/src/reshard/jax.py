@@ -1,0 +1,371 @@
+"""JAX adapter: reshard pytrees of ``jax.Array`` to new ``Sharding``\\ s.
+
+``reshard(tree, shardings)`` returns what ``jax.device_put(tree, shardings)``
+returns, computed by a reshard plan executed on the arrays' host buffers
+(CPU devices) in one process, or across processes over MPI. Plans are made
+once per (shapes, dtypes, source and target shardings) and cached, so a
+training loop that syncs weights every step plans only on the first.
+
+Layouts map one to one (docs/spec.md, "From JAX"): a ``Mesh`` becomes a spec
+mesh (axis names, shape, device ids in the mesh's order, process indices), a
+``PartitionSpec`` entry becomes a spec entry (``None``, an axis, or a tuple of
+axes major first; a spec shorter than the rank leaves the rest unsplit).
+Shardings that are not ``NamedSharding`` (a single device, ``GSPMDSharding``,
+...) become explicit boxes from ``devices_indices_map``.
+"""
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+import jax
+from jax.sharding import NamedSharding, Sharding, SingleDeviceSharding
+
+from . import _core
+from ._core import Executor, MPIExecutor, Plan
+from ._ffi import InvalidArgumentError, InternalError
+
+__all__ = ["spec_for", "plan", "reshard", "Resharder", "layout_json", "mesh_json"]
+
+_ALIGN = 64  # XLA's CPU client aliases host memory aligned to this instead of copying
+
+
+def mesh_json(mesh: Any) -> Dict[str, Any]:
+    """The spec mesh of a ``jax.sharding.Mesh``."""
+    devs = list(mesh.devices.flat)
+    return {"axis_names": [str(a) for a in mesh.axis_names],
+            "shape": [int(n) for n in mesh.devices.shape],
+            "devices": [int(d.id) for d in devs],
+            "processes": [int(d.process_index) for d in devs]}
+
+
+def _entry(e: Any) -> Any:
+    if e is None:
+        return None
+    if isinstance(e, str):
+        return e
+    return [str(a) for a in e]
+
+
+def layout_json(sharding: Sharding, shape: Sequence[int], mesh_name: Optional[str] = None
+                ) -> Dict[str, Any]:
+    """The spec layout of ``sharding`` for an array of ``shape``: a named
+    layout on ``mesh_name`` for a ``NamedSharding``, explicit boxes otherwise."""
+    if isinstance(sharding, NamedSharding) and mesh_name is not None:
+        spec = sharding.spec
+        out: Dict[str, Any] = {"mesh": mesh_name, "spec": [_entry(e) for e in spec]}
+        unreduced = getattr(spec, "unreduced", None)
+        if unreduced:
+            out["partial"] = {"axes": sorted(str(a) for a in unreduced), "op": "sum"}
+        return out
+    boxes = []
+    for dev, idx in sorted(sharding.devices_indices_map(tuple(shape)).items(), key=lambda kv: kv[0].id):
+        lo, hi = [], []
+        for n, s in zip(shape, idx):
+            a, b, step = s.indices(n)
+            if step != 1:
+                raise InvalidArgumentError(f"sharding: strided index {s} is not a box")
+            lo.append(a)
+            hi.append(b)
+        boxes.append({"device": int(dev.id), "lo": lo, "hi": hi})
+    return {"boxes": boxes}
+
+
+def _as_sharding(s: Any) -> Optional[Sharding]:
+    if s is None or isinstance(s, Sharding):
+        return s
+    if isinstance(s, jax.Device):
+        return SingleDeviceSharding(s)
+    raise TypeError(f"shardings: expected a jax.sharding.Sharding, a jax.Device or None, got "
+                    f"{type(s).__name__}")
+
+
+def _is_sharding_leaf(s: Any) -> bool:
+    return s is None or isinstance(s, (Sharding, jax.Device))
+
+
+def _flatten(tree: Any, shardings: Any) -> Tuple[List[Any], Any, List[Optional[Sharding]], List[str]]:
+    """Leaves, treedef, one target sharding per leaf (``shardings`` may be a
+    single sharding or a pytree prefix of ``tree``, as for jax.device_put) and
+    leaf names (their key paths)."""
+    with_path, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    leaves = [x for _, x in with_path]
+    names = [jax.tree_util.keystr(p) or "x" for p, _ in with_path]
+    if _is_sharding_leaf(shardings):
+        per_leaf = [_as_sharding(shardings)] * len(leaves)
+    else:
+        sh_leaves, sh_def = jax.tree_util.tree_flatten(shardings, is_leaf=_is_sharding_leaf)
+        try:
+            subtrees = sh_def.flatten_up_to(tree)
+        except ValueError as e:
+            raise InvalidArgumentError(f"shardings: not a pytree prefix of the tree ({e})"
+                                       ) from None
+        per_leaf = []
+        for s, sub in zip(sh_leaves, subtrees):
+            per_leaf += [_as_sharding(s)] * len(jax.tree_util.tree_leaves(sub))
+    if len(per_leaf) != len(leaves):
+        raise InvalidArgumentError(f"shardings: {len(per_leaf)} shardings for {len(leaves)} leaves")
+    return leaves, treedef, per_leaf, names
+
+
+def _leaf_info(x: Any, name: str) -> Tuple[Tuple[int, ...], Any, Sharding]:
+    sharding = getattr(x, "sharding", None)
+    if sharding is None or not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise InvalidArgumentError(f"tree{name}: {type(x).__name__} is not a jax.Array (or a "
+                                   "jax.ShapeDtypeStruct with a sharding)")
+    return tuple(int(n) for n in x.shape), x.dtype, sharding
+
+
+class _SpecBuilder:
+    def __init__(self) -> None:
+        self.meshes: Dict[Any, str] = {}
+        self.mesh_json: Dict[str, Any] = {}
+        self.box_devices: Dict[int, int] = {}
+
+    def layout(self, sharding: Sharding, shape: Tuple[int, ...]) -> Dict[str, Any]:
+        if isinstance(sharding, NamedSharding):
+            m = sharding.mesh
+            key = (tuple(m.axis_names), m.devices.shape, tuple(int(d.id) for d in m.devices.flat))
+            if key not in self.meshes:
+                name = f"m{len(self.meshes)}"
+                self.meshes[key] = name
+                self.mesh_json[name] = mesh_json(m)
+            return layout_json(sharding, shape, self.meshes[key])
+        for d in sharding.device_set:
+            self.box_devices[int(d.id)] = int(d.process_index)
+        return layout_json(sharding, shape)
+
+    def meshes_json(self) -> Dict[str, Any]:
+        out = dict(self.mesh_json)
+        if self.box_devices:  # places the devices of box layouts on their processes
+            ids = sorted(self.box_devices)
+            out["_devices"] = {"axis_names": ["d"], "shape": [len(ids)], "devices": ids,
+                               "processes": [self.box_devices[i] for i in ids]}
+        return out
+
+
+def spec_for(tree: Any, shardings: Any, *, options: Optional[Dict[str, Any]] = None
+             ) -> Dict[str, Any]:
+    """The reshard spec (a dict, docs/spec.md) that moves every leaf of ``tree``
+    (``jax.Array``\\ s, or ``jax.ShapeDtypeStruct``\\ s with a sharding) from its
+    sharding to the matching one of ``shardings`` (one sharding, or a pytree
+    prefix of ``tree``; ``None`` keeps a leaf's sharding). Tensors are named by
+    their key paths (``"['layers'][0]['w']"``)."""
+    leaves, _, targets, names = _flatten(tree, shardings)
+    b = _SpecBuilder()
+    tensors = []
+    for x, dst, name in zip(leaves, targets, names):
+        shape, dtype, src = _leaf_info(x, name)
+        tensors.append({"name": name, "shape": list(shape), "dtype": _core.dtype_name(dtype),
+                        "src": b.layout(src, shape), "dst": b.layout(dst or src, shape)})
+    spec: Dict[str, Any] = {"meshes": b.meshes_json(), "tensors": tensors}
+    if options:
+        spec["options"] = dict(options)
+    return spec
+
+
+def plan(tree: Any, shardings: Any, *, process: Optional[int] = None, **kwargs: Any) -> Plan:
+    """Plans ``spec_for(tree, shardings)`` (see :func:`reshard.plan` for the
+    keyword arguments)."""
+    options = kwargs.pop("options", None)
+    return _core.plan(spec_for(tree, shardings, options=options), process=process, **kwargs)
+
+
+class _Prepared:
+    """A plan with everything an execution needs precomputed: per leaf, the
+    device of each source entry, and the destination slab layout."""
+
+    def __init__(self, leaves: List[Any], targets: List[Optional[Sharding]], names: List[str],
+                 executor: Executor, reuse: bool = True) -> None:
+        self.executor = executor
+        self.reuse = reuse
+        self._pool: List[np.ndarray] = []
+        process = executor.process
+        if process is not None and process != jax.process_index():
+            raise InvalidArgumentError(f"executor: rank {process} differs from "
+                                       f"jax.process_index() {jax.process_index()}; plan process "
+                                       "p must be JAX process p")
+        self.plan = plan(leaves, targets, process=process)
+        self.shapes, self.dtypes, self.dst_shardings = [], [], []
+        for x, dst, name in zip(leaves, targets, names):
+            shape, dtype, src = _leaf_info(x, name)
+            self.shapes.append(shape)
+            self.dtypes.append(np.dtype(dtype))
+            self.dst_shardings.append(dst or src)
+            for s in (src, dst or src):
+                for d in s.device_set:
+                    if d.process_index == jax.process_index() and d.platform != "cpu":
+                        raise InvalidArgumentError(
+                            f"tree{name}: device {d} is a {d.platform} device; reshard.jax "
+                            "executes on CPU devices (host memory) only")
+        local = None if process is None else self.plan.local_entries(process)
+        me = jax.process_index()
+        devices = {d.id: d for d in jax.devices()}
+        self.src_devices: List[List[int]] = []  # per leaf, entry -> device id, -1: not ours
+        self.dst_views: List[List[Tuple[int, int, Tuple[int, ...]]]] = []  # (offset, bytes, shape)
+        self.dst_devices: List[List[Any]] = []
+        off = 0
+        for t, x, dst_s in zip(self.plan.tensors, leaves, self.dst_shardings):
+            keep_src = None if local is None else set(local[t.index][0])
+            keep_dst = None if local is None else set(local[t.index][1])
+            self.src_devices.append([e.device if keep_src is None or i in keep_src else -1
+                                     for i, e in enumerate(t.src.entries)])
+            # The plan's boxes must be JAX's shards, or the arrays would be wrong.
+            src_s = x.sharding
+            for s, lay in ((src_s, t.src), (dst_s, t.dst)):
+                jmap = {d.id: idx for d, idx in s.devices_indices_map(t.shape).items()}
+                for e in lay.entries:
+                    idx = jmap.get(e.device)
+                    got = None if idx is None else tuple(sl.indices(n)[:2] for sl, n in zip(idx, t.shape))
+                    if got != tuple(zip(e.lo, e.hi)):
+                        raise InternalError(f"tree{t.name}: the plan's box {e.lo}..{e.hi} on device "
+                                            f"{e.device} differs from JAX's shard {got}")
+            views, devs = [], []
+            item = self.dtypes[t.index].itemsize
+            for i, e in enumerate(t.dst.entries):
+                if keep_dst is not None and i not in keep_dst:
+                    continue
+                n = int(np.prod(e.shape, dtype=np.int64)) * item
+                views.append((off, n, e.shape))
+                devs.append(devices[e.device])
+                off += (n + _ALIGN - 1) // _ALIGN * _ALIGN
+            self.dst_views.append(views)
+            self.dst_devices.append(devs)
+        self.slab_bytes = off
+        # Destination pointers: offsets into the slab, in the plan's entry order.
+        tab = _core._table(self.plan)
+        self.dst_offsets = np.zeros(len(tab.dst), np.uint64)
+        self.dst_given = np.zeros(len(tab.dst), bool)
+        for t in self.plan.tensors:
+            keep_dst = None if local is None else set(local[t.index][1])
+            k = 0
+            for i, _ in enumerate(t.dst.entries):
+                if keep_dst is not None and i not in keep_dst:
+                    continue
+                self.dst_offsets[tab.dst_off[t.index] + i] = self.dst_views[t.index][k][0]
+                self.dst_given[tab.dst_off[t.index] + i] = True
+                k += 1
+        self.num_src = len(tab.src)
+        self.all_dst_devices = [d for devs in self.dst_devices for d in devs]
+
+    def run(self, leaves: List[Any]) -> List[Any]:
+        jax.block_until_ready(leaves)
+        src = np.zeros(self.num_src, np.uint64)
+        k = 0
+        for x, devs in zip(leaves, self.src_devices):
+            ptr = {s.device.id: s.data.unsafe_buffer_pointer() for s in x.addressable_shards}
+            for d in devs:
+                if d >= 0:
+                    src[k] = ptr[d]
+                k += 1
+        slab = None
+        if self.reuse:
+            # A slab whose arrays are all gone (only the pool refers to it)
+            # is reused: no fresh pages to fault in.
+            for i in range(len(self._pool)):
+                if sys.getrefcount(self._pool[i]) == 2:
+                    slab = self._pool[i]
+                    break
+        if slab is None:
+            slab = np.empty(self.slab_bytes + _ALIGN, np.uint8)
+            if self.reuse:
+                self._pool.append(slab)
+                if len(self._pool) > 4:
+                    self._pool.pop(0)
+        base = slab.__array_interface__["data"][0]
+        pad = (-base) % _ALIGN
+        dst = np.where(self.dst_given, self.dst_offsets + np.uint64(base + pad), np.uint64(0))
+        self.executor._execute_pointers(self.plan, src, dst)
+        views = []
+        for dt, vs in zip(self.dtypes, self.dst_views):
+            for off, n, shape in vs:
+                views.append(slab[pad + off:pad + off + n].view(dt).reshape(shape))
+        arrays = jax.device_put(views, self.all_dst_devices)
+        out, k = [], 0
+        for shape, dt, s, devs in zip(self.shapes, self.dtypes, self.dst_shardings, self.dst_devices):
+            # dtype: a process may hold no shard of an array (another mesh)
+            out.append(jax.make_array_from_single_device_arrays(shape, s, arrays[k:k + len(devs)],
+                                                                dtype=dt))
+            k += len(devs)
+        return out
+
+
+class Resharder:
+    """Reshards pytrees of one structure to fixed target shardings, planning
+    once per distinct (shapes, dtypes, shardings) and reusing the plan: the
+    weight-sync loop of an RL trainer.
+
+    executor: ``None`` for one process (a host executor over this process's
+        CPU devices), or a :class:`reshard.MPIExecutor` whose rank is
+        ``jax.process_index()`` for arrays spread over processes.
+    cache_size: plans kept (least recently used dropped).
+    reuse_buffers: outputs live in one host allocation per call (aliased by
+        the returned arrays, no copy); with ``True`` an allocation whose arrays
+        have all been freed is reused by a later call instead of allocating
+        fresh pages (up to 4 per plan are kept).
+    """
+
+    def __init__(self, shardings: Any, *, executor: Optional[Executor] = None,
+                 cache_size: int = 32, reuse_buffers: bool = True) -> None:
+        self.reuse_buffers = reuse_buffers
+        self.shardings = shardings
+        self.executor = executor or _core._default_executor()
+        self._cache: "collections.OrderedDict[Any, _Prepared]" = collections.OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def prepared(self, tree: Any) -> Tuple[_Prepared, List[Any], Any]:
+        leaves, treedef, targets, names = _flatten(tree, self.shardings)
+        key = (treedef, tuple((getattr(x, "shape", None), getattr(x, "dtype", None), getattr(x, "sharding", None), t)
+                              for x, t in zip(leaves, targets)))
+        with self._lock:
+            prep = self._cache.get(key)
+            if prep is not None:
+                self._cache.move_to_end(key)
+        if prep is None:
+            prep = _Prepared(leaves, targets, names, self.executor, self.reuse_buffers)
+            with self._lock:
+                self._cache[key] = prep
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return prep, leaves, treedef
+
+    def plan(self, tree: Any) -> Plan:
+        """The (cached) plan for ``tree``."""
+        return self.prepared(tree)[0].plan
+
+    def __call__(self, tree: Any) -> Any:
+        """``tree`` with every leaf resharded; equal to
+        ``jax.device_put(tree, shardings)``."""
+        prep, leaves, treedef = self.prepared(tree)
+        return jax.tree_util.tree_unflatten(treedef, prep.run(leaves))
+
+
+_RESHARDERS: Dict[Any, Resharder] = {}
+
+
+def reshard(tree: Any, shardings: Any, *, executor: Optional[Executor] = None) -> Any:
+    """Returns ``tree`` with every ``jax.Array`` moved to ``shardings`` (one
+    sharding, or a pytree prefix of ``tree``), equal to
+    ``jax.device_put(tree, shardings)``. Plans are cached per (structure,
+    shapes, dtypes, shardings); see :class:`Resharder` to hold one yourself.
+
+    executor: ``None`` in one process; a :class:`reshard.MPIExecutor` when the
+        arrays span processes (collective: every process calls it).
+    """
+    sh_leaves, sh_def = jax.tree_util.tree_flatten(shardings, is_leaf=_is_sharding_leaf)
+    key = (tuple(sh_leaves), sh_def, id(executor))
+    try:
+        hash(key)
+    except TypeError:
+        return Resharder(shardings, executor=executor)(tree)
+    r = _RESHARDERS.get(key)
+    if r is None:
+        if len(_RESHARDERS) > 64:
+            _RESHARDERS.clear()
+        r = _RESHARDERS[key] = Resharder(shardings, executor=executor)
+    return r(tree)

@@ -1,0 +1,172 @@
+"""Error paths: bad specs, wrong buffers, corrupted plan bytes."""
+import json
+
+import numpy as np
+import pytest
+
+import reshard
+from test_core import DLOPEN_SPEC
+
+
+def spec_with(**changes):
+    s = json.loads(json.dumps(DLOPEN_SPEC))
+    s["tensors"][0].update(changes)
+    return s
+
+
+def test_error_classes_carry_code_and_message():
+    with pytest.raises(reshard.ParseError) as e:
+        reshard.plan('{"tensors": [,]}')
+    assert e.value.code == 5 and e.value.code_name == "parse_error" and "line 1" in e.value.message
+    assert isinstance(e.value, reshard.ReshardError) and isinstance(e.value, ValueError)
+    with pytest.raises(reshard.InvalidArgumentError) as e:
+        reshard.plan(spec_with(src={"mesh": "train", "spec": ["dp", "tq"]}))
+    assert e.value.code == 1
+    assert e.value.message.startswith("tensors[0].src.spec[1]") and '"tq"' in e.value.message
+    with pytest.raises(reshard.InvalidArgumentError, match="did you mean"):
+        reshard.plan(spec_with(dtpe="f32"))
+    with pytest.raises(reshard.InvalidArgumentError, match="dtype"):
+        reshard.plan(spec_with(dtype="f31"))
+    with pytest.raises(FileNotFoundError):
+        reshard.plan("/nonexistent/spec.json")
+    with pytest.raises(TypeError):
+        reshard.plan(42)
+
+
+def test_resource_exhausted_with_estimate():
+    with pytest.raises(reshard.ResourceExhaustedError) as e:
+        reshard.plan(DLOPEN_SPEC, max_plan_bytes=1)
+    assert e.value.code == 12 and "max_plan_bytes" in e.value.message
+    reshard.plan(DLOPEN_SPEC, max_plan_bytes=-1)
+
+
+def test_corrupted_plan_bytes():
+    good = reshard.plan(DLOPEN_SPEC).to_bytes()
+    reshard.verify_bytes(good)
+    for n in list(range(0, 64)) + list(range(len(good) - 16, len(good))):
+        with pytest.raises(reshard.CorruptError):
+            reshard.Plan.from_bytes(good[:n])
+    rng = np.random.default_rng(0)
+    flipped_ok = 0
+    for bit in rng.choice(len(good) * 8, 300, replace=False):
+        b = bytearray(good)
+        b[bit // 8] ^= 1 << (bit % 8)
+        try:
+            p = reshard.Plan.from_bytes(bytes(b))
+        except reshard.CorruptError:
+            continue
+        # a flip the verifier accepts (padding, statistics it recomputes...) must
+        # still give a usable plan
+        assert p.verify()["mismatches"] == 0
+        flipped_ok += 1
+    assert flipped_ok < 300
+    with pytest.raises(reshard.CorruptError, match="identifier|RSHP|verification"):
+        reshard.Plan.from_bytes(b"XXXX" + good[4:8] + b"XXXX" + good[12:])
+    with pytest.raises(reshard.CorruptError):
+        reshard.verify_bytes(b"\x00" * 32)
+
+
+@pytest.fixture
+def p():
+    return reshard.plan(DLOPEN_SPEC)
+
+
+def buffers(p):
+    g = np.arange(60, dtype=np.float64).reshape(6, 10)
+    return p.scatter({"w": g}), p.allocate("dst")
+
+
+def test_wrong_dtype(p):
+    src, dst = buffers(p)
+    src[0][3] = src[0][3].astype(np.float32)
+    with pytest.raises(reshard.InvalidArgumentError, match=r"sources\['w'\]\[3\]: dtype float32 given"):
+        reshard.execute(p, src, dst)
+
+
+def test_wrong_size(p):
+    src, dst = buffers(p)
+    dst[0][1] = np.empty((2, 10))
+    with pytest.raises(reshard.InvalidArgumentError, match=r"destinations\['w'\]\[1\]: shape \(2, 10\)"):
+        reshard.execute(p, src, dst)
+    src2, dst2 = buffers(p)
+    src2[0][0] = bytearray(7)
+    with pytest.raises(reshard.InvalidArgumentError, match="7 bytes given"):
+        reshard.execute(p, src2, dst2)
+
+
+def test_wrong_count_and_names(p):
+    src, dst = buffers(p)
+    with pytest.raises(reshard.InvalidArgumentError, match="3 buffers given"):
+        reshard.execute(p, [src[0][:3]], dst)
+    with pytest.raises(reshard.InvalidArgumentError, match="unknown tensor"):
+        reshard.execute(p, {"v": src[0]}, dst)
+    with pytest.raises(reshard.InvalidArgumentError, match="2 tensors given"):
+        reshard.execute(p, src + src, dst)
+
+
+def test_missing_buffer_is_named_by_the_library(p):
+    src, dst = buffers(p)
+    src[0][2] = None
+    with pytest.raises(reshard.InvalidArgumentError, match=r"buffers\[0\]\.src\[2\]"):
+        reshard.execute(p, src, dst)
+
+
+def test_not_contiguous(p):
+    src, dst = buffers(p)
+    big = np.zeros((6, 20))
+    dst[0][0] = big[:3, ::2]
+    with pytest.raises(reshard.InvalidArgumentError, match="not C-contiguous"):
+        reshard.execute(p, src, dst)
+
+
+def test_read_only_destination(p):
+    src, dst = buffers(p)
+    dst[0][0].flags.writeable = False
+    with pytest.raises(reshard.InvalidArgumentError, match="read-only"):
+        reshard.execute(p, src, dst)
+    src, dst = buffers(p)
+    dst[0][0] = bytes(dst[0][0].nbytes)
+    with pytest.raises(reshard.InvalidArgumentError, match="read-only"):
+        reshard.execute(p, src, dst)
+
+
+class FakeDevice:
+    """A DLPack exporter claiming to live on a CUDA device (type 2)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, **kw):
+        raise AssertionError("must not be exported")
+
+
+def test_wrong_device(p):
+    src, dst = buffers(p)
+    src[0][0] = FakeDevice(src[0][0])
+    with pytest.raises(reshard.InvalidArgumentError, match="DLPack device type 2"):
+        reshard.execute(p, src, dst)
+
+
+def test_not_a_buffer(p):
+    src, dst = buffers(p)
+    src[0][0] = object()
+    with pytest.raises(TypeError, match="is not a buffer"):
+        reshard.execute(p, src, dst)
+
+
+def test_nothing_written_on_error(p):
+    src, dst = buffers(p)
+    for d in dst[0]:
+        d.fill(-1)
+    src[0][7] = None
+    with pytest.raises(reshard.InvalidArgumentError):
+        reshard.execute(p, src, dst)
+    assert all((d == -1).all() for d in dst[0])
+
+
+def test_mpi_executor_options_errors():
+    with pytest.raises(reshard.InvalidArgumentError, match="unknown option"):
+        reshard.MPIExecutor(agreement="sometimes")
