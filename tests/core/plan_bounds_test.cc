@@ -10,6 +10,8 @@
 #include <set>
 
 #include "random_cases.h"
+#include "reshard/exec.h"
+#include "reshard/oracle.h"
 #include "reshard/plan.h"
 
 namespace reshard {
@@ -277,7 +279,60 @@ TEST(PlanBounds, WeightSyncToTwoReplicasShowsTheCrossHostGap) {
   EXPECT_GT(PlanStats::ratio(one.cost_seconds, one.lower_bound_cost_seconds), 1.9);
 }
 
-// One holder feeding 8 hosts: a chain or tree sends the tensor once.
+// Relays across hosts: few holders feeding many hosts of several devices.
+// Every host takes each element in once and the holders send it once
+// (scatter to the receiving hosts, then across them, then inside each),
+// verified element by element, with single-hop as the reference.
+TEST(PlanRelays, FewHoldersToManyHostsMeetTheHostBounds) {
+  int checked = 0;
+  for (int64_t receiving : {3, 4, 6}) {
+    for (int64_t members : {1, 2, 3}) {
+      for (int64_t holders : {1, 2}) {
+        SCOPED_TRACE("receiving " + std::to_string(receiving) + " members " +
+                     std::to_string(members) + " holders " + std::to_string(holders));
+        std::vector<int32_t> hosts;
+        for (int64_t d = 0; d < holders; ++d) hosts.push_back(0);
+        for (int64_t i = 0; i < receiving * members; ++i)
+          hosts.push_back(1 + static_cast<int32_t>(i / members));
+        const std::vector<int64_t> shape = {97 + 13 * receiving, 61 + members};
+        PlanInput in =
+            one_tensor(shape, members == 2 ? DType::kBF16 : DType::kF32,
+                       named(mesh({"a"}, {holders}, 0), {{"a"}, {}}),
+                       named(mesh({"r", "k"}, {receiving, members}, holders), {{}, {}}), hosts);
+        in.options.split_min_bytes = 1024;
+        in.options.staging_budget_bytes = 3000 + 1000 * members;  // several rounds per stage
+        const Plan plan = make_plan(in);
+        const PlanStats& st = plan.stats();
+        EXPECT_EQ(st.cross_host_bytes, st.lower_bound_cross_host_bytes);
+        EXPECT_EQ(st.max_host_recv_bytes, st.lower_bound_max_host_recv_bytes);
+        EXPECT_EQ(st.max_host_send_bytes, st.lower_bound_max_host_send_bytes);
+        EXPECT_EQ(st.stages, members > 1 ? 3 : 2);
+        EXPECT_GT(st.forwarded_bytes, 0);
+        OracleBuffers buffers = fill_sources(plan);
+        const std::vector<TensorBuffers> views = buffers.views();
+        execute_host(plan, views);
+        const OracleReport report = check_destinations(plan, buffers);
+        EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+        // Every process planning alone derives its part of the whole plan.
+        for (int32_t p : plan.processes()) {
+          const Plan one = make_plan(in, {PlanScope::kProcess, p, false});
+          ASSERT_EQ(one.part(p), plan.part(p)) << "process " << p;
+        }
+        PlanInput single = in;
+        single.options.relays = false;
+        const PlanStats one = make_plan(single, {PlanScope::kGlobal}).stats();
+        EXPECT_EQ(one.stages, 1);
+        // Single-hop: the holders send it to every device.
+        EXPECT_EQ(one.max_host_send_bytes, receiving * members * st.max_host_send_bytes);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 18);
+}
+
+// One holder feeding 8 hosts: a tree (or scatter then all-gather) sends the
+// tensor once.
 TEST(PlanBounds, OneHolderSendsOnceOverAllPlans) {
   std::vector<int32_t> hosts(9);
   for (int32_t d = 0; d < 9; ++d) hosts[static_cast<size_t>(d)] = d;
@@ -285,9 +340,17 @@ TEST(PlanBounds, OneHolderSendsOnceOverAllPlans) {
                                   named(mesh({"r"}, {8}, 1), {{}, {}}), hosts);
   const PlanStats st = make_plan(in, {PlanScope::kGlobal}).stats();
   EXPECT_EQ(st.lower_bound_max_send_bytes, 64 * kMiB);
-  EXPECT_EQ(st.max_send_bytes, 8 * 64 * kMiB);
   EXPECT_EQ(st.lower_bound_max_host_send_bytes, 64 * kMiB);
   EXPECT_EQ(st.lower_bound_cross_host_bytes, 8 * 64 * kMiB);  // every host takes it in
+  // Relays across hosts: the holder sends it once, in parts, each entering
+  // one host and crossing from there to the others.
+  EXPECT_EQ(st.max_send_bytes, 64 * kMiB);
+  EXPECT_EQ(st.max_host_send_bytes, 64 * kMiB);
+  EXPECT_EQ(st.cross_host_bytes, 8 * 64 * kMiB);
+  EXPECT_EQ(st.stages, 2);
+  PlanInput single = in;
+  single.options.relays = false;
+  EXPECT_EQ(make_plan(single, {PlanScope::kGlobal}).stats().max_send_bytes, 8 * 64 * kMiB);
 }
 
 // psum over dp=16, one device per host: a device needs one reduced value

@@ -43,6 +43,9 @@ void Context::build() {
     }
     gt.proc_offsets.push_back(static_cast<uint32_t>(n));
     gt.proc_entries = std::move(order);
+    std::vector<int32_t> hosts = gt.host;
+    std::sort(hosts.begin(), hosts.end());
+    gt.num_hosts = static_cast<int32_t>(std::unique(hosts.begin(), hosts.end()) - hosts.begin());
   }
   processes.assign(procs.begin(), procs.end());
   tensors.resize(input.tensors.size());

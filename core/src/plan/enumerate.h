@@ -6,7 +6,9 @@
 // side (receiver or sender) without seeing the rest of the fleet.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "layout/geometry.h"
@@ -22,6 +24,7 @@ struct GeoTopo {
   std::vector<uint32_t> dense;   // per entry: index of its device in the plan's device list
   std::vector<int32_t> procs;    // sorted unique processes
   std::vector<uint32_t> proc_offsets, proc_entries;  // CSR process -> entries (ascending)
+  int32_t num_hosts = 0;                             // distinct hosts of the entries
 };
 
 struct TensorCtx {
@@ -47,9 +50,39 @@ struct Emitted {
   bool own_region;  // region may differ from src box ∩ dst box (split or refined)
   bool local;       // source and destination on the same device
   bool forced;      // the only holder of this summand (no choice of sender)
-  // Stage 1: src_entry is a *destination* entry (the relay) that received
-  // the region in stage 0 and forwards it inside its host.
-  bool relay = false;
+  // > 0: a relay piece of that stage; src_entry is a *destination* entry
+  // that received the region in an earlier stage and forwards it.
+  uint32_t stage = 0;
+  bool relay() const { return stage > 0; }
+};
+
+// The hosts of each cell of a tiled destination geometry, and the entries of
+// the cell on each host (both ascending): the relay groups.
+struct CellHosts {
+  std::vector<uint32_t> cell_offsets;  // cell -> [begin, end) into hosts
+  std::vector<int32_t> hosts;
+  std::vector<uint32_t> member_offsets;  // hosts index -> [begin, end) into members
+  std::vector<uint32_t> members;
+};
+
+// How one region of a destination cell reaches the cell's entries
+// (PlanOptions::relays), derived from the cell, the region and its holders
+// alone. Receiving hosts: hosts with an entry of the cell and no holder of
+// the region. Within a receiving host the entries share the region: for
+// each part, one (the part's leader, rotating) takes it in and forwards it
+// to the others. Across hosts (`cross`: at least 3 receiving hosts and more
+// than twice the source's hosts) the region is cut into parts, each enters
+// one receiving host (stage 0), crosses from that host's leader to the other
+// hosts' leaders (stage 1), and fans out inside each host (stage 1 on the
+// entry host, 2 on the others). Otherwise each receiving host takes the
+// whole region in (stage 0) and fans it out (stage 1).
+struct Route {
+  bool cross = false;
+  size_t cell_begin = 0, cell_end = 0;  // the cell's range in CellHosts::hosts
+  std::vector<int32_t> holder_hosts;    // sorted, unique
+  size_t receiving = 0;                 // receiving hosts
+  std::vector<Box> parts;
+  uint64_t rot = 0;
 };
 
 class Enumerator {
@@ -81,21 +114,28 @@ class Enumerator {
   template <class F>
   void dst_overlapping(const TensorCtx& t, const Box& q, F&& f);
 
-  // Relay pieces (stage 1) that destination entry `l` forwards to the other
-  // members of its relay groups, grouped per cell in canonical order.
+  // Relay pieces (stages > 0) that destination entry `l` forwards, grouped
+  // per region of its box in canonical order.
   template <class F>
   void forward(const TensorCtx& t, uint32_t l, F&& f);
 
-  // The relay rule (PlanOptions::relays). For destination entry `e` and a
-  // region of its cover held by `holders`: -1 when `e` fetches the region
-  // itself (relays off, a partial layout, an explicit destination, a holder
-  // on e's host, or no other entry of e's destination cell on that host);
-  // otherwise the leader of e's relay group (the entries of e's destination
-  // cell on e's host, all needing the same box): the one that receives the
-  // region in stage 0, possibly e itself. Pure in (tensor, cell, region), so
-  // every member, the leader and the holders agree on it.
-  int64_t relay_leader(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders,
-                       size_t n) const;
+  // The route of a region of e's cell (see Route); false when the cell's
+  // entries fetch it single-hop (relays off, a partial layout, an explicit
+  // destination, no holder listed).
+  bool route(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders, size_t n,
+             Route& r);
+  // Among the receiving hosts of `r`: whether `host` is one, its index.
+  bool receiving_index(const Route& r, int32_t host, size_t* index) const;
+  // The entry host of part j (cross routes).
+  size_t entry_host(const Route& r, size_t j) const { return (j + r.rot) % r.receiving; }
+  // The leader of part j on the host at CellHosts index `hi`.
+  uint32_t leader(const Route& r, size_t hi, size_t j) const;
+  // The CellHosts index of the index-th receiving host.
+  size_t receiving_host(const Route& r, size_t index) const;
+  // Pieces of entry `e` for `region` along its route, to f.
+  template <class F>
+  void routed_recv(const TensorCtx& t, uint32_t e, const Route& r, const Box& region,
+                   const uint32_t* holders, size_t n, bool own, F&& f);
 
   // Naive variant of recv: finds candidate source entries by scanning all of
   // them (the quadratic baseline).
@@ -113,7 +153,12 @@ class Enumerator {
   void refine(const TensorCtx& t, const Box& B, const std::vector<uint32_t>& cands, F&& f);
   [[noreturn]] void uncovered(const TensorCtx& t, uint32_t e, const Box& region, int32_t s);
 
+  const CellHosts& cell_hosts(const TensorCtx& t);
+
   const PlanOptions& options_;
+  std::map<const Geometry*, CellHosts> cell_hosts_;
+  const CellHosts* ch_ = nullptr;  // of the last route
+  Route route_;
   std::vector<uint32_t> cands_, sel_, dsts_, near_, refined_;
   std::vector<int64_t> bounds_[kMaxRank];
 };
@@ -327,23 +372,55 @@ void Enumerator::cover(const TensorCtx& t, const Box& B, F&& f) {
   refine(t, B, cands, f);
 }
 
-inline int64_t Enumerator::relay_leader(const TensorCtx& t, uint32_t e, const Box& region,
-                                        const uint32_t* holders, size_t n) const {
-  if (!options_.relays || t.S > 1 || t.T > 1 || !t.dg->tiled || n == 0) return -1;
-  const int32_t host = t.dt->host[e];
-  for (size_t i = 0; i < n; ++i)
-    if (t.st->host[holders[i]] == host) return -1;
+inline const CellHosts& Enumerator::cell_hosts(const TensorCtx& t) {
+  auto [it, fresh] = cell_hosts_.try_emplace(t.dg);
+  CellHosts& ch = it->second;
+  if (!fresh) return ch;
   const Geometry& dg = *t.dg;
-  const auto c = static_cast<size_t>(dg.cell_of_entry[e]);
-  const uint32_t* b = dg.cell_entries.data() + dg.cell_offsets[c];
-  const uint32_t* end = dg.cell_entries.data() + dg.cell_offsets[c + 1];
-  size_t members = 0;
-  for (const uint32_t* it = b; it != end; ++it) members += t.dt->host[*it] == host;
-  if (members < 2) return -1;
-  // Rotate the leader over the regions so that the group shares the
-  // network ingress and the forwarding: by the source cell's coordinates
-  // (neighbouring cells alternate) plus the destination cell, or, for an
-  // explicit source, a hash of the region's corner.
+  const size_t cells = dg.cell_offsets.empty() ? 0 : dg.cell_offsets.size() - 1;
+  ch.cell_offsets.push_back(0);
+  ch.member_offsets.push_back(0);
+  std::vector<uint32_t> order;
+  for (size_t c = 0; c < cells; ++c) {
+    order.assign(dg.cell_entries.begin() + dg.cell_offsets[c],
+                 dg.cell_entries.begin() + dg.cell_offsets[c + 1]);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return t.dt->host[a] < t.dt->host[b]; });
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int32_t h = t.dt->host[order[i]];
+      if (i == 0 || h != t.dt->host[order[i - 1]]) {
+        if (i > 0) ch.member_offsets.push_back(static_cast<uint32_t>(ch.members.size()));
+        ch.hosts.push_back(h);
+      }
+      ch.members.push_back(order[i]);
+    }
+    if (!order.empty()) ch.member_offsets.push_back(static_cast<uint32_t>(ch.members.size()));
+    ch.cell_offsets.push_back(static_cast<uint32_t>(ch.hosts.size()));
+  }
+  return ch;
+}
+
+inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
+                              const uint32_t* holders, size_t n, Route& r) {
+  if (!options_.relays || t.S > 1 || t.T > 1 || !t.dg->tiled || n == 0) return false;
+  const CellHosts& ch = cell_hosts(t);
+  ch_ = &ch;
+  const auto c = static_cast<size_t>(t.dg->cell_of_entry[e]);
+  r.cell_begin = ch.cell_offsets[c];
+  r.cell_end = ch.cell_offsets[c + 1];
+  r.holder_hosts.clear();
+  for (size_t i = 0; i < n; ++i) r.holder_hosts.push_back(t.st->host[holders[i]]);
+  std::sort(r.holder_hosts.begin(), r.holder_hosts.end());
+  r.holder_hosts.erase(std::unique(r.holder_hosts.begin(), r.holder_hosts.end()),
+                       r.holder_hosts.end());
+  const auto hb = ch.hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_begin);
+  const auto he = ch.hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_end);
+  size_t held = 0;
+  for (int32_t h : r.holder_hosts) held += std::binary_search(hb, he, h);
+  r.receiving = (r.cell_end - r.cell_begin) - held;
+  // Rotation: by the source cell's coordinates (neighbouring cells
+  // alternate) plus the destination cell, or, for an explicit source, a
+  // hash of the region's corner.
   uint64_t k = c;
   if (t.sg->tiled) {
     const std::vector<int64_t>& shape = t.src->shape();
@@ -355,44 +432,150 @@ inline int64_t Enumerator::relay_leader(const TensorCtx& t, uint32_t e, const Bo
     for (int d = 0; d < region.rank; ++d) k = k * 1000003u + static_cast<uint64_t>(region.lo[d]);
     k = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
   }
-  size_t pick = static_cast<size_t>(k % members);
-  for (const uint32_t* it = b; it != end; ++it)
-    if (t.dt->host[*it] == host && pick-- == 0) return *it;
-  return -1;
+  r.rot = k;
+  r.cross = r.receiving >= 3 && r.receiving > 2 * static_cast<size_t>(t.st->num_hosts);
+  r.parts.clear();
+  if (!r.cross) {
+    r.parts.push_back(region);
+    return true;
+  }
+  // Parts of at least split_min_bytes (one at least, one per receiving
+  // host at most), cut along the first dimension with enough extent.
+  const int64_t bytes = region.volume() * t.esize;
+  int64_t m = static_cast<int64_t>(r.receiving);
+  if (options_.split_min_bytes > 0) m = std::min<int64_t>(m, bytes / options_.split_min_bytes);
+  int dim = -1;
+  for (int d = 0; d < region.rank && dim < 0; ++d)
+    if (region.extent(d) >= m) dim = d;
+  if (dim < 0) {
+    dim = 0;
+    for (int d = 1; d < region.rank; ++d)
+      if (region.extent(d) > region.extent(dim)) dim = d;
+  }
+  if (region.rank > 0) m = std::min(m, region.extent(dim));
+  if (m <= 1 || region.rank == 0) {
+    r.parts.push_back(region);
+    return true;
+  }
+  const int64_t ext = region.extent(dim);
+  for (int64_t j = 0; j < m; ++j) {
+    Box part = region;
+    part.lo[dim] = region.lo[dim] + ext * j / m;
+    part.hi[dim] = region.lo[dim] + ext * (j + 1) / m;
+    r.parts.push_back(part);
+  }
+  return true;
+}
+
+inline bool Enumerator::receiving_index(const Route& r, int32_t host, size_t* index) const {
+  if (std::binary_search(r.holder_hosts.begin(), r.holder_hosts.end(), host)) return false;
+  const auto hb = ch_->hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_begin);
+  const auto he = ch_->hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_end);
+  const auto it = std::lower_bound(hb, he, host);
+  if (it == he || *it != host) return false;
+  size_t i = static_cast<size_t>(it - hb);
+  for (int32_t h : r.holder_hosts)
+    if (h < host && std::binary_search(hb, he, h)) --i;
+  *index = i;
+  return true;
+}
+
+inline size_t Enumerator::receiving_host(const Route& r, size_t index) const {
+  // The index-th host of the cell that holds nothing.
+  size_t seen = 0;
+  for (size_t hi = r.cell_begin; hi < r.cell_end; ++hi) {
+    if (std::binary_search(r.holder_hosts.begin(), r.holder_hosts.end(), ch_->hosts[hi])) continue;
+    if (seen++ == index) return hi;
+  }
+  return r.cell_end;
+}
+
+inline uint32_t Enumerator::leader(const Route& r, size_t hi, size_t j) const {
+  const uint32_t b = ch_->member_offsets[hi], end = ch_->member_offsets[hi + 1];
+  return ch_->members[b + (j + r.rot) % (end - b)];
+}
+
+template <class F>
+void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, const Box& region,
+                             const uint32_t* holders, size_t n, bool own, F&& f) {
+  size_t idx = 0;
+  if (!receiving_index(r, t.dt->host[e], &idx)) {  // a holder on e's host
+    assign(t, e, region, holders, n, own, f);
+    return;
+  }
+  const size_t hi = static_cast<size_t>(
+      std::lower_bound(ch_->hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_begin),
+                       ch_->hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_end),
+                       t.dt->host[e]) -
+      ch_->hosts.begin());
+  for (size_t j = 0; j < r.parts.size(); ++j) {
+    const Box& part = r.parts[j];
+    const bool entry = !r.cross || entry_host(r, j) == idx;
+    const uint32_t l = leader(r, hi, j);
+    Emitted x{0, e, part, true, false, false};
+    if (l == e) {
+      if (entry) {  // stage 0, from a holder
+        assign(t, e, part, holders, n, own || r.parts.size() > 1, f);
+        continue;
+      }
+      x.src_entry = leader(r, receiving_host(r, entry_host(r, j)), j);
+      x.stage = 1;  // across hosts, from the entry host's leader
+    } else {
+      x.src_entry = l;
+      x.stage = entry ? 1 : 2;  // inside the host, from its leader
+    }
+    f(x);
+  }
 }
 
 template <class F>
 void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
   cover(t, t.dst->box(e), [&](const Box& region, const uint32_t* h, size_t n, bool own) {
-    const int64_t leader = relay_leader(t, e, region, h, n);
-    if (leader < 0 || leader == e) {
+    if (!route(t, e, region, h, n, route_)) {
       assign(t, e, region, h, n, own, f);
       return;
     }
-    Emitted x{static_cast<uint32_t>(leader), e, region, true, false, false};
-    x.relay = true;
-    f(x);
+    routed_recv(t, e, route_, region, h, n, own, f);
   });
 }
 
 template <class F>
 void Enumerator::forward(const TensorCtx& t, uint32_t l, F&& f) {
   if (!options_.relays || t.S > 1 || t.T > 1 || !t.dg->tiled) return;
-  const Geometry& dg = *t.dg;
-  const auto c = static_cast<size_t>(dg.cell_of_entry[l]);
+  const CellHosts& ch = cell_hosts(t);
+  const auto c = static_cast<size_t>(t.dg->cell_of_entry[l]);
+  // A cell with one entry on one host never relays.
+  if (ch.cell_offsets[c + 1] - ch.cell_offsets[c] == 1 &&
+      ch.member_offsets[ch.cell_offsets[c] + 1] - ch.member_offsets[ch.cell_offsets[c]] == 1)
+    return;
   const int32_t host = t.dt->host[l];
-  size_t members = 0;
-  for (uint32_t i = dg.cell_offsets[c]; i < dg.cell_offsets[c + 1]; ++i)
-    members += t.dt->host[dg.cell_entries[i]] == host;
-  if (members < 2) return;
   cover(t, t.dst->box(l), [&](const Box& region, const uint32_t* h, size_t n, bool) {
-    if (relay_leader(t, l, region, h, n) != l) return;
-    for (uint32_t i = dg.cell_offsets[c]; i < dg.cell_offsets[c + 1]; ++i) {
-      const uint32_t m = dg.cell_entries[i];
-      if (m == l || t.dt->host[m] != host) continue;
-      Emitted x{l, m, region, true, false, false};
-      x.relay = true;
-      f(x);
+    Route& r = route_;
+    if (!route(t, l, region, h, n, r)) return;
+    size_t idx = 0;
+    if (!receiving_index(r, host, &idx)) return;
+    const size_t hi = static_cast<size_t>(
+        std::lower_bound(ch.hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_begin),
+                         ch.hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_end), host) -
+        ch.hosts.begin());
+    for (size_t j = 0; j < r.parts.size(); ++j) {
+      if (leader(r, hi, j) != l) continue;
+      const bool entry = !r.cross || entry_host(r, j) == idx;
+      // The other entries of this host.
+      for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {
+        if (ch.members[k] == l) continue;
+        Emitted x{l, ch.members[k], r.parts[j], true, false, false};
+        x.stage = entry ? 1 : 2;
+        f(x);
+      }
+      if (!r.cross || !entry) continue;
+      // The leaders of part j on the other receiving hosts.
+      for (size_t i = 0; i < r.receiving; ++i) {
+        if (i == idx) continue;
+        Emitted x{l, leader(r, receiving_host(r, i), j), r.parts[j], true, false, false};
+        x.stage = 1;
+        f(x);
+      }
     }
   });
 }
@@ -459,7 +642,7 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
   const int64_t sdev = t.sg->devices[r];
   const int32_t ssum = t.sg->summands[r];
   auto keep = [&](const Emitted& p) {
-    if (p.src_entry == r && !p.local && !p.relay) f(p);
+    if (p.src_entry == r && !p.local && !p.relay()) f(p);
   };
   if (t.sg->tiled) {
     const Geometry& sg = *t.sg;
@@ -476,9 +659,10 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
           const uint32_t e = dg.cell_entries[i];
           if (dg.devices[e] == sdev) continue;
           if (t.T > 1 && ssum % t.T != dg.summands[e]) continue;
-          const int64_t leader = relay_leader(t, e, region, h, n);
-          if (leader >= 0 && leader != e) continue;  // forwarded by its leader
-          assign(t, e, region, h, n, false, keep);
+          if (route(t, e, region, h, n, route_))
+            routed_recv(t, e, route_, region, h, n, false, keep);
+          else
+            assign(t, e, region, h, n, false, keep);
         }
       });
       return;
@@ -493,9 +677,10 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
     for (uint32_t e : dsts) {
       const Box region = intersect(C, t.dst->box(e));
       if (region.empty()) continue;
-      const int64_t leader = relay_leader(t, e, region, h, n);
-      if (leader >= 0 && leader != e) continue;  // forwarded by its leader
-      assign(t, e, region, h, n, false, keep);
+      if (route(t, e, region, h, n, route_))
+        routed_recv(t, e, route_, region, h, n, false, keep);
+      else
+        assign(t, e, region, h, n, false, keep);
     }
     return;
   }

@@ -271,15 +271,16 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     for (const uint32_t* it = db; it != de; ++it) {
       const uint32_t own = t.dt->dense[*it];
       uint32_t* table = out.recvs.table_for(own);
-      uint32_t* relay_table = nullptr;
+      uint32_t* relay_table[3] = {nullptr, nullptr, nullptr};
       en.recv(t, *it, [&](const Emitted& x) {
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
-        if (x.relay) {  // stage 1, from the leader's destination buffer
-          if (!relay_table) relay_table = out.recvs.table_for(own, 1);
+        if (x.relay()) {  // a later stage, from a relay's destination buffer
+          uint32_t*& rt = relay_table[x.stage];
+          if (!rt) rt = out.recvs.table_for(own, x.stage);
           piece.region = static_cast<uint32_t>(out.regions.size());
           out.regions.push_back(x.region);
-          out.recvs.add(relay_table, own, t.dt->dense[x.src_entry], piece,
-                        x.region.volume() * t.esize, 1);
+          out.recvs.add(rt, own, t.dt->dense[x.src_entry], piece, x.region.volume() * t.esize,
+                        x.stage);
           return;
         }
         add_region(t, x, piece);
@@ -288,14 +289,15 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
         else
           out.recvs.add(table, own, t.st->dense[x.src_entry], piece, x.region.volume() * t.esize);
       });
-      // Relay side: what this destination entry forwards in stage 1.
-      uint32_t* fwd_table = nullptr;
+      // Relay side: what this destination entry forwards in later stages.
+      uint32_t* fwd_table[3] = {nullptr, nullptr, nullptr};
       en.forward(t, *it, [&](const Emitted& x) {
-        if (!fwd_table) fwd_table = out.sends.table_for(own, 1);
+        uint32_t*& ft = fwd_table[x.stage];
+        if (!ft) ft = out.sends.table_for(own, x.stage);
         Piece piece{t.index, x.src_entry, x.dst_entry, static_cast<uint32_t>(out.regions.size())};
         out.regions.push_back(x.region);
-        out.sends.add(fwd_table, own, t.dt->dense[x.dst_entry], piece, x.region.volume() * t.esize,
-                      1);
+        out.sends.add(ft, own, t.dt->dense[x.dst_entry], piece, x.region.volume() * t.esize,
+                      x.stage);
       });
     }
     // Sender side: network pieces whose source is on p.

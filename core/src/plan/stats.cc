@@ -89,9 +89,11 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   struct Acc {
     int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
   };
-  // Per stage (0: from the sources; 1: relays forwarding) and device.
-  constexpr int kStages = 2;
-  std::vector<Acc> stage_acc[kStages] = {std::vector<Acc>(ndev), std::vector<Acc>(ndev)};
+  // Per stage (0: from the sources; 1, 2: relays forwarding) and device.
+  constexpr int kStages = 3;
+  std::vector<Acc> stage_acc[kStages] = {std::vector<Acc>(ndev), std::vector<Acc>(ndev),
+                                         std::vector<Acc>(ndev)};
+  int32_t last_stage = 0;
   std::vector<Acc>& acc = stage_acc[0];
   bool relayed = false;
   // Tensors with the same shape and layout geometries have proportional
@@ -107,7 +109,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   const bool dense_pairs = ndev <= 16384;
   const size_t words = (ndev + 63) / 64;
   std::vector<uint64_t> bits(dense_pairs ? ndev * words : 0);
-  std::unordered_set<uint64_t> pair_set, relay_pairs;
+  std::unordered_set<uint64_t> pair_set, relay_pairs[kStages];
   Enumerator en(o);
   int64_t pieces = 0;
   std::vector<uint64_t> cell_bits;
@@ -118,19 +120,20 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   const bool track_pairs = budgeted && schedule;
   const bool dense_bytes = track_pairs && ndev <= 4096;
   std::vector<int64_t> pair_dense(dense_bytes ? ndev * ndev : 0);
-  std::unordered_map<uint64_t, int64_t> pair_sparse, relay_bytes;
+  std::unordered_map<uint64_t, int64_t> pair_sparse, relay_bytes[kStages];
   auto add_pair = [&](uint32_t sd, uint32_t dd, int64_t bytes) {
     if (dense_bytes)
       pair_dense[size_t{dd} * ndev + sd] += bytes;
     else
       pair_sparse[(uint64_t{sd} << 32) | dd] += bytes;
   };
-  // Destination geometries where relays apply somewhere: a cell with two
-  // entries on one host (the per-cell arithmetic below knows no relays).
-  std::map<std::pair<const Geometry*, const GeoTopo*>, bool> relay_geo;
+  // Destination geometries where relays may apply: a cell with two entries
+  // on one host, or spanning at least 3 hosts and more than twice the
+  // source's (the per-cell arithmetic below knows no relays).
+  std::map<std::tuple<const Geometry*, const GeoTopo*, const GeoTopo*>, bool> relay_geo;
   auto may_relay = [&](const TensorCtx& t) {
     if (!o.relays || t.S > 1 || t.T > 1 || !t.dg->tiled) return false;
-    auto [it, fresh] = relay_geo.emplace(std::make_pair(t.dg, t.dt), false);
+    auto [it, fresh] = relay_geo.emplace(std::make_tuple(t.dg, t.dt, t.st), false);
     if (!fresh) return it->second;
     const Geometry& dg = *t.dg;
     std::vector<int32_t> hosts;
@@ -141,6 +144,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         hosts.push_back(t.dt->host[dg.cell_entries[i]]);
       std::sort(hosts.begin(), hosts.end());
       it->second = std::adjacent_find(hosts.begin(), hosts.end()) != hosts.end();
+      const auto distinct =
+          static_cast<size_t>(std::unique(hosts.begin(), hosts.end()) - hosts.begin());
+      if (distinct >= 3 && distinct > 2 * static_cast<size_t>(t.st->num_hosts)) it->second = true;
     }
     return it->second;
   };
@@ -231,7 +237,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         ++group_pieces;
         const int64_t bytes = x.region.volume() * esum;
         // A relay piece's source is a destination entry (stage 1).
-        const GeoTopo& from = x.relay ? *t.dt : *t.st;
+        const GeoTopo& from = x.relay() ? *t.dt : *t.st;
         const uint32_t sd = from.dense[x.src_entry];
         if (counts) {
           DeviceCounts& c = (*counts)[dd];
@@ -252,7 +258,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           return;
         }
         const bool inter = from.host[x.src_entry] != t.dt->host[e];
-        std::vector<Acc>& sacc = stage_acc[x.relay ? 1 : 0];
+        std::vector<Acc>& sacc = stage_acc[x.stage];
         sacc[sd].send += bytes;
         sacc[dd].recv += bytes;
         if (inter) {
@@ -261,12 +267,13 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           st.cross_host_bytes += bytes;
         }
         if (from.process[x.src_entry] != t.dt->process[e]) st.cross_process_bytes += bytes;
-        if (x.relay) {
+        if (x.relay()) {
           relayed = true;
+          last_stage = std::max(last_stage, static_cast<int32_t>(x.stage));
           st.forwarded_bytes += bytes;
           const uint64_t key = (uint64_t{sd} << 32) | dd;
-          relay_pairs.insert(key);
-          if (track_pairs) relay_bytes[key] += bytes;
+          relay_pairs[x.stage].insert(key);
+          if (track_pairs) relay_bytes[x.stage][key] += bytes;
           return;
         }
         if (track_pairs) add_pair(sd, dd, bytes);
@@ -305,9 +312,13 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       ++stage_recv_msgs[0][pr & 0xffffffffu];
     }
   }
-  for (uint64_t pr : relay_pairs) {
-    ++stage_send_msgs[1][pr >> 32];
-    ++stage_recv_msgs[1][pr & 0xffffffffu];
+  for (int s = 1; s < kStages; ++s) {
+    stage_send_msgs[s].assign(ndev, 0);
+    stage_recv_msgs[s].assign(ndev, 0);
+    for (uint64_t pr : relay_pairs[s]) {
+      ++stage_send_msgs[s][pr >> 32];
+      ++stage_recv_msgs[s][pr & 0xffffffffu];
+    }
   }
   // Both stages together: the figures of the statistics and of round
   // cutting (a device's peers and bytes over the whole plan bound those of
@@ -374,8 +385,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   apply_bounds(ctx, lb, o, st);
   st.pieces = pieces;
   const bool network = st.network_bytes - st.forwarded_bytes > 0;
-  st.rounds = (network ? 1 : 0) + (relayed ? 1 : 0);
-  st.stages = pieces > 0 ? (relayed ? 2 : 1) : 0;
+  st.rounds = (network ? 1 : 0) + last_stage;
+  st.stages = pieces > 0 ? 1 + last_stage : 0;
   if (budgeted) {
     const int64_t budget = o.staging_budget_bytes;
     for (size_t d = 0; d < ndev; ++d) {
@@ -419,11 +430,13 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     // Stage by stage: rounds add up, staging peaks per stage.
     for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
     all_rounds += rounds;
-    rounds = 0;
-    staged.assign(ndev, 0);
-    for (auto [k, b] : relay_bytes) visit(k >> 32, k & 0xffffffffu, b);
-    for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
-    all_rounds += rounds;
+    for (int s = 1; s < kStages; ++s) {
+      rounds = 0;
+      staged.assign(ndev, 0);
+      for (auto [k, b] : relay_bytes[s]) visit(k >> 32, k & 0xffffffffu, b);
+      for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
+      all_rounds += rounds;
+    }
     st.rounds = static_cast<int32_t>(std::min<int64_t>(all_rounds, INT32_MAX));
     st.messages = messages;
   }
