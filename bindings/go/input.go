@@ -12,7 +12,9 @@ import (
 )
 
 // PlanOptions are the planner options (reshard_plan_options_t).
-// DefaultPlanOptions gives the library's defaults.
+// DefaultPlanOptions gives the library's defaults; start from it rather
+// than from a PlanOptions literal, whose zero values are not the defaults
+// (zero bandwidths are rejected, and Relays is false: single-hop).
 type PlanOptions struct {
 	// A piece held by several remote replicas is split across them when it
 	// has at least this many bytes (>= 0).
@@ -24,10 +26,17 @@ type PlanOptions struct {
 	InterHostBytesPerSecond float64
 	// Staging memory per device per round; 0: unbounded.
 	StagingBudgetBytes int64
+	// Relays for replicated destinations (C ABI 1.3; docs/design.md §2.4);
+	// true in DefaultPlanOptions. Where several devices of one host need the
+	// same box that no device of that host holds, one of them receives it
+	// over the network (stage 0) and forwards it to the others inside the
+	// host (stage 1), so the box enters the host once. False: every device
+	// fetches what it lacks directly (single-hop, one stage).
+	Relays bool
 }
 
 // DefaultPlanOptions returns RESHARD_PLAN_OPTIONS_INIT: 1 MiB split
-// threshold, α = 5 µs, 100e9 and 25e9 bytes/s, 1 GiB staging.
+// threshold, α = 5 µs, 100e9 and 25e9 bytes/s, 1 GiB staging, relays on.
 func DefaultPlanOptions() PlanOptions {
 	return PlanOptions{
 		SplitMinBytes:           1 << 20,
@@ -35,6 +44,7 @@ func DefaultPlanOptions() PlanOptions {
 		IntraHostBytesPerSecond: 100e9,
 		InterHostBytesPerSecond: 25e9,
 		StagingBudgetBytes:      1 << 30,
+		Relays:                  true,
 	}
 }
 
@@ -139,6 +149,9 @@ func (in *PlanInput) SetOptions(o PlanOptions) error {
 		intra_host_bytes_per_second: C.double(o.IntraHostBytesPerSecond),
 		inter_host_bytes_per_second: C.double(o.InterHostBytesPerSecond),
 		staging_budget_bytes:        C.int64_t(o.StagingBudgetBytes),
+	}
+	if o.Relays {
+		opts.relays = 1
 	}
 	err := check(C.reshard_plan_input_set_options(in.ptr, &opts))
 	keep(in)

@@ -99,6 +99,10 @@ type PlanStats struct {
 	LowerBoundMaxHostRecvBytes int64 `json:"lower_bound_max_host_recv_bytes"`
 	LowerBoundBinding          int32 `json:"lower_bound_binding"`
 	LowerBoundBindingID        int64 `json:"lower_bound_binding_id"`
+	// Since C ABI 1.3: bytes of stages after the first, what relays forward
+	// from a destination buffer (part of NetworkBytes). Stages is 2 when
+	// there are any, 1 for a single-hop plan, 0 for no work.
+	ForwardedBytes int64 `json:"forwarded_bytes"`
 }
 
 // DeviceTraffic is the traffic of one device (reshard_device_traffic_t).
@@ -127,21 +131,28 @@ type PartInfo struct {
 	NumRecvPieces  uint64
 }
 
-// Message is all pieces from one device to another in one round, packed
-// back to back in piece order (reshard_message_t).
+// Message is all pieces from one device to another in one round of one
+// stage, packed back to back in piece order (reshard_message_t). Stages run
+// in order, each one's rounds in order.
 type Message struct {
 	SrcDevice, DstDevice  int64
-	Round                 uint64
+	Round                 uint64 // within its stage
 	FirstPiece, NumPieces uint64
 	Bytes                 int64
+	// Stage (C ABI 1.3): 0, or 1 for a relay, whose pieces forward what
+	// stage 0 wrote into a destination buffer.
+	Stage uint64
 }
 
 // Piece is a box of one tensor moving from a source entry to a destination
-// entry, with the region it moves in global coordinates.
+// entry, with the region it moves in global coordinates. In a stage above
+// 0 (a relay), SrcEntry indexes the tensor's DESTINATION layout: the buffer,
+// on SrcDevice, that an earlier stage wrote and the piece forwards from.
 type Piece struct {
 	Tensor, SrcEntry, DstEntry uint64
 	SrcDevice, DstDevice       int64
 	Bytes                      int64
+	Stage                      uint64 // of the piece's message (C ABI 1.3; 0 for local pieces)
 	Lo, Hi                     []int64
 }
 
@@ -301,6 +312,7 @@ func (p *Plan) Stats() (PlanStats, error) {
 		LowerBoundMaxHostRecvBytes: int64(s.lower_bound_max_host_recv_bytes),
 		LowerBoundBinding:          int32(s.lower_bound_binding),
 		LowerBoundBindingID:        int64(s.lower_bound_binding_id),
+		ForwardedBytes:             int64(s.forwarded_bytes),
 	}, nil
 }
 
@@ -559,7 +571,8 @@ func (p *Plan) Message(process int32, dir Direction, index int) (Message, error)
 		return Message{}, err
 	}
 	return Message{SrcDevice: int64(m.src_device), DstDevice: int64(m.dst_device), Round: uint64(m.round),
-		FirstPiece: uint64(m.first_piece), NumPieces: uint64(m.num_pieces), Bytes: int64(m.bytes)}, nil
+		FirstPiece: uint64(m.first_piece), NumPieces: uint64(m.num_pieces), Bytes: int64(m.bytes),
+		Stage: uint64(m.stage)}, nil
 }
 
 // Messages returns every message of one direction of process's part.
@@ -601,7 +614,7 @@ func (p *Plan) Piece(process int32, list PieceList, index int) (Piece, error) {
 	mustOK(C.reshard_plan_tensor_rank(ptr, C.size_t(c.tensor), &rank), "reshard_plan_tensor_rank")
 	return Piece{Tensor: uint64(c.tensor), SrcEntry: uint64(c.src_entry), DstEntry: uint64(c.dst_entry),
 		SrcDevice: int64(c.src_device), DstDevice: int64(c.dst_device), Bytes: int64(c.bytes),
-		Lo: lo[:rank], Hi: hi[:rank]}, nil
+		Stage: uint64(c.stage), Lo: lo[:rank], Hi: hi[:rank]}, nil
 }
 
 // Pieces returns every piece of one list of process's part.

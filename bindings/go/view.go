@@ -4,6 +4,28 @@ import (
 	"github.com/reshard/reshard/bindings/go/fb"
 )
 
+// Plan.required_features bits (schema/plan.fbs).
+const (
+	// PlanFeatureStages: some message is in a stage above 0, and the pieces
+	// of such a message read the DESTINATION entry SrcEntry of their tensor
+	// (what an earlier stage wrote there).
+	PlanFeatureStages uint64 = 1
+	// KnownPlanFeatures are the bits this package's reader understands;
+	// ViewPlan rejects bytes that require any other.
+	KnownPlanFeatures = PlanFeatureStages
+)
+
+// checkPlanFeatures rejects a plan that requires a feature this package
+// cannot read. The C verifier makes the same check against the bits the
+// library knows; a newer library may know more than this package.
+func checkPlanFeatures(root *fb.Plan) error {
+	if unknown := root.RequiredFeatures() &^ KnownPlanFeatures; unknown != 0 {
+		return errorf(Corrupt, "required_features: unknown feature bits %d (this reader knows %d: stages)",
+			unknown, KnownPlanFeatures)
+	}
+	return nil
+}
+
 // PlanView is a read-only view of plan bytes through the code flatc
 // generated from schema/plan.fbs (package fb). Go's FlatBuffers runtime has
 // no verifier, so ViewPlan first runs the C verifier (FlatBuffers verifier
@@ -16,12 +38,17 @@ type PlanView struct {
 
 // ViewPlan verifies b with the C verifier and views it.
 //
-// Errors: Corrupt naming what failed.
+// Errors: Corrupt naming what failed, also for bytes that require a
+// feature outside KnownPlanFeatures.
 func ViewPlan(b []byte) (*PlanView, error) {
 	if err := VerifyPlanBytes(b); err != nil {
 		return nil, err
 	}
-	return &PlanView{bytes: b, root: fb.GetRootAsPlan(b, 0)}, nil
+	root := fb.GetRootAsPlan(b, 0)
+	if err := checkPlanFeatures(root); err != nil {
+		return nil, err
+	}
+	return &PlanView{bytes: b, root: root}, nil
 }
 
 // Raw is the generated root table, for fields the view has no accessor for.
@@ -35,6 +62,17 @@ func (v *PlanView) Version() uint32 { return v.root.Version() }
 
 // Fingerprint is the plan's fingerprint.
 func (v *PlanView) Fingerprint() uint64 { return v.root.Fingerprint() }
+
+// RequiredFeatures are the feature bits a reader must understand:
+// PlanFeatureStages when some message is in a stage above 0.
+func (v *PlanView) RequiredFeatures() uint64 { return v.root.RequiredFeatures() }
+
+// Relays reports whether the plan was made with PlanOptions.Relays (false
+// for bytes written before stages, which had none).
+func (v *PlanView) Relays() bool {
+	o := v.root.Options(nil)
+	return o != nil && o.Relays()
+}
 
 // NumTensors is the number of tensors.
 func (v *PlanView) NumTensors() int { return v.root.TensorsLength() }
@@ -109,6 +147,7 @@ func (v *PlanView) Stats() (PlanStats, bool) {
 		LowerBoundMaxHostRecvBytes: s.LowerBoundMaxHostRecvBytes(),
 		LowerBoundBinding:          int32(s.LowerBoundBinding()),
 		LowerBoundBindingID:        s.LowerBoundBindingId(),
+		ForwardedBytes:             s.ForwardedBytes(),
 	}, true
 }
 
@@ -196,6 +235,28 @@ func (p PartView) SendBytes() int64 { return messagesBytes(p.p.Sends(nil)) }
 
 // RecvBytes is the total packed size of the received messages.
 func (p PartView) RecvBytes() int64 { return messagesBytes(p.p.Recvs(nil)) }
+
+// messagesOf reads the columns of m; Stage is 0 where the stage column is
+// absent (plans without stages).
+func messagesOf(m *fb.Messages) []Message {
+	out := make([]Message, messagesLen(m))
+	for i := range out {
+		out[i] = Message{SrcDevice: m.SrcDevice(i), DstDevice: m.DstDevice(i), Round: uint64(m.Round(i)),
+			FirstPiece: m.FirstPiece(i), NumPieces: m.NumPieces(i), Bytes: m.Bytes(i)}
+		if i < m.StageLength() {
+			out[i].Stage = uint64(m.Stage(i))
+		}
+	}
+	return out
+}
+
+// Sends returns the sent messages, read from the columns (ordered by
+// stage, round, destination, source).
+func (p PartView) Sends() []Message { return messagesOf(p.p.Sends(nil)) }
+
+// Recvs returns the received messages (ordered by stage, round, source,
+// destination).
+func (p PartView) Recvs() []Message { return messagesOf(p.p.Recvs(nil)) }
 
 // Raw is the generated table.
 func (p PartView) Raw() *fb.ProcessPart { return &p.p }

@@ -54,6 +54,29 @@ func TestCrossLanguageBytes(t *testing.T) {
 				t.Fatalf("%s: tensor %d", name, i)
 			}
 		}
+		if vs, has := v.Stats(); has {
+			if ps := must(p.Stats())(t); vs != ps {
+				t.Fatalf("%s: stats: view %+v, decoder %+v", name, vs, ps)
+			}
+		}
+		// Messages, stages included, read the same through the generated
+		// reader's columns and the C decoder.
+		staged := 0
+		for _, part := range v.Parts() {
+			sends := must(p.Messages(part.Process(), reshard.Send))(t)
+			recvs := must(p.Messages(part.Process(), reshard.Recv))(t)
+			if !reflect.DeepEqual(part.Sends(), sends) || !reflect.DeepEqual(part.Recvs(), recvs) {
+				t.Fatalf("%s: process %d: messages differ between the view and the decoder", name, part.Process())
+			}
+			for _, m := range sends {
+				if m.Stage > 0 {
+					staged++
+				}
+			}
+		}
+		if (staged > 0) != (v.RequiredFeatures()&reshard.PlanFeatureStages != 0) {
+			t.Fatalf("%s: %d relay messages, required_features %d", name, staged, v.RequiredFeatures())
+		}
 		all := true
 		for _, proc := range p.Processes() {
 			all = all && p.HasPart(proc)
@@ -63,7 +86,7 @@ func TestCrossLanguageBytes(t *testing.T) {
 			if r.Mismatches != 0 {
 				t.Fatalf("%s: %d mismatches", name, r.Mismatches)
 			}
-			t.Logf("%s: %d bytes, %d tensors, %d elements verified", name, len(data), p.NumTensors(), r.Elements)
+			t.Logf("%s: %d bytes, %d tensors, %d elements verified, %d relay messages", name, len(data), p.NumTensors(), r.Elements, staged)
 		}
 		p.Close()
 		read = append(read, name)

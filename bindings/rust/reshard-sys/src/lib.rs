@@ -1,4 +1,4 @@
-//! Raw declarations of the reshard C ABI, `reshard/reshard.h` (ABI 1.0).
+//! Raw declarations of the reshard C ABI, `reshard/reshard.h` (ABI 1.3).
 //!
 //! Hand-written to match the header one to one (names keep the C spelling);
 //! `tests/layout.rs` checks struct sizes and field offsets against the header
@@ -25,7 +25,7 @@ pub const RESHARD_VERSION_NUMBER: u32 =
 /// `RESHARD_ABI_MAJOR`: pass to [`reshard_get_api`].
 pub const RESHARD_ABI_MAJOR: u32 = 1;
 /// `RESHARD_ABI_MINOR` of these declarations.
-pub const RESHARD_ABI_MINOR: u32 = 2;
+pub const RESHARD_ABI_MINOR: u32 = 3;
 /// `RESHARD_MAX_RANK`: the largest tensor rank.
 pub const RESHARD_MAX_RANK: usize = 8;
 
@@ -251,6 +251,13 @@ pub struct reshard_plan_options_t {
     pub inter_host_bytes_per_second: f64,
     /// Staging memory per device per round; 0: unbounded.
     pub staging_budget_bytes: i64,
+    /// Since 1.3: relays for replicated destinations (1, the default) or
+    /// single-hop (0); no other value. Where several devices of one host need
+    /// the same box that no device of the host holds, one receives it over
+    /// the network (stage 0) and forwards it inside the host (stage 1).
+    pub relays: i32,
+    /// Set to 0.
+    pub reserved0: i32,
 }
 
 impl Default for reshard_plan_options_t {
@@ -263,6 +270,8 @@ impl Default for reshard_plan_options_t {
             intra_host_bytes_per_second: 100e9,
             inter_host_bytes_per_second: 25e9,
             staging_budget_bytes: 1 << 30,
+            relays: 1,
+            reserved0: 0,
         }
     }
 }
@@ -354,7 +363,8 @@ pub struct reshard_plan_stats_t {
     pub plan_seconds: f64,
     /// Entries for `reshard_plan_device_traffic`.
     pub num_devices: u64,
-    /// Since 1.2: steps of the plan (1 for a single-hop plan with work).
+    /// Since 1.2: steps of the plan (0 for no work, 1 for a single-hop plan,
+    /// 2 when relays forward in stage 1).
     pub stages: i64,
     /// Since 1.2: bytes the busiest host sends to other hosts.
     pub max_host_send_bytes: i64,
@@ -372,6 +382,9 @@ pub struct reshard_plan_stats_t {
     pub reserved0: i32,
     /// Since 1.2: the device or host the binding bound concerns; -1 with none.
     pub lower_bound_binding_id: i64,
+    /// Since 1.3: bytes of stages after the first (what relays forward from
+    /// a destination buffer; part of `network_bytes`).
+    pub forwarded_bytes: i64,
 }
 
 /// `reshard_bound_kind_t` (since 1.2): which lower bound limits the cost estimate.
@@ -418,6 +431,7 @@ impl Default for reshard_plan_stats_t {
             lower_bound_binding: RESHARD_BOUND_NONE,
             reserved0: 0,
             lower_bound_binding_id: -1,
+            forwarded_bytes: 0,
         }
     }
 }
@@ -499,7 +513,7 @@ pub struct reshard_message_t {
     pub src_device: i64,
     /// Receiving device.
     pub dst_device: i64,
-    /// Round.
+    /// Round within its stage.
     pub round: u64,
     /// First piece in the SEND / RECV list.
     pub first_piece: u64,
@@ -507,6 +521,10 @@ pub struct reshard_message_t {
     pub num_pieces: u64,
     /// Packed size.
     pub bytes: i64,
+    /// Since 1.3: the stage; stages run in order. The pieces of a message of
+    /// stage > 0 forward what an earlier stage wrote into a destination
+    /// buffer (a relay).
+    pub stage: u64,
 }
 
 impl Default for reshard_message_t {
@@ -520,6 +538,7 @@ impl Default for reshard_message_t {
             first_piece: 0,
             num_pieces: 0,
             bytes: 0,
+            stage: 0,
         }
     }
 }
@@ -532,7 +551,8 @@ pub struct reshard_piece_t {
     pub struct_size: usize,
     /// Tensor index.
     pub tensor: u64,
-    /// Source layout entry.
+    /// Entry of the tensor's source layout; in a stage > 0 (see `stage`), of
+    /// its destination layout: the relay's buffer the piece is forwarded from.
     pub src_entry: u64,
     /// Destination layout entry.
     pub dst_entry: u64,
@@ -542,6 +562,8 @@ pub struct reshard_piece_t {
     pub dst_device: i64,
     /// Bytes moved.
     pub bytes: i64,
+    /// Since 1.3: the stage of the piece's message (0 for LOCAL pieces).
+    pub stage: u64,
 }
 
 impl Default for reshard_piece_t {
@@ -555,6 +577,7 @@ impl Default for reshard_piece_t {
             src_device: 0,
             dst_device: 0,
             bytes: 0,
+            stage: 0,
         }
     }
 }
@@ -1232,4 +1255,6 @@ pub struct reshard_api_t {
     /// [`reshard_plan_device_location`] (ABI 1.1).
     pub plan_device_location:
         Option<unsafe extern "C" fn(*const reshard_plan_t, i64, *mut i32, *mut i32, *mut i32) -> Status>,
+    // ABI 1.2 and 1.3 appended struct fields (and an error code), no
+    // function: the table is 1.1's.
 }

@@ -44,7 +44,7 @@ fn struct_layouts_match_the_c_header() {
     let (rust, body) = layout_rows! {
         reshard_axes_t { names, count }
         reshard_plan_options_t { struct_size, split_min_bytes, alpha_seconds,
-            intra_host_bytes_per_second, inter_host_bytes_per_second, staging_budget_bytes }
+            intra_host_bytes_per_second, inter_host_bytes_per_second, staging_budget_bytes, relays, reserved0 }
         reshard_plan_request_t { struct_size, scope, process, global_stats, reserved0, threads,
             reserved1, max_plan_bytes }
         reshard_plan_stats_t { struct_size, network_bytes, local_bytes, cross_host_bytes,
@@ -54,15 +54,15 @@ fn struct_layouts_match_the_c_header() {
             num_devices, stages, max_host_send_bytes, max_host_recv_bytes,
             lower_bound_cross_host_bytes, lower_bound_max_host_send_bytes,
             lower_bound_max_host_recv_bytes, lower_bound_binding, reserved0,
-            lower_bound_binding_id }
+            lower_bound_binding_id, forwarded_bytes }
         reshard_device_traffic_t { struct_size, device, send_bytes, recv_bytes, local_bytes,
             send_messages, recv_messages }
         reshard_part_info_t { struct_size, num_local_pieces, num_sends, num_send_pieces,
             num_recvs, num_recv_pieces }
         reshard_message_t { struct_size, src_device, dst_device, round, first_piece,
-            num_pieces, bytes }
+            num_pieces, bytes, stage }
         reshard_piece_t { struct_size, tensor, src_entry, dst_entry, src_device, dst_device,
-            bytes }
+            bytes, stage }
         reshard_serialize_options_t { struct_size, all_parts, process }
         reshard_executor_options_t { struct_size, transport, threads }
         reshard_src_buffer_t { data, bytes }
@@ -130,7 +130,7 @@ fn function_table_matches_the_exported_functions() {
     assert!(!api.is_null());
     assert!(unsafe { reshard_get_api(RESHARD_ABI_MAJOR + 1) }.is_null());
     let api = unsafe { &*api };
-    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.2");
+    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.3");
     assert_eq!(api.struct_size, size_of::<reshard_api_t>(), "table size");
     assert_eq!(api.abi_major, RESHARD_ABI_MAJOR);
     macro_rules! same {

@@ -24,6 +24,13 @@ pub struct PlanOptions {
     pub inter_host_bytes_per_second: f64,
     /// Staging memory per device per round; 0: unbounded. Default 1 GiB.
     pub staging_budget_bytes: i64,
+    /// Relays for replicated destinations (ABI 1.3; docs/design.md §2.4).
+    /// Default true: where several devices of one host need the same box
+    /// that no device of that host holds, one of them receives it over the
+    /// network (stage 0) and forwards it to the others inside the host
+    /// (stage 1), so the box enters the host once. False: every device
+    /// fetches what it lacks directly (single-hop, one stage).
+    pub relays: bool,
 }
 
 impl Default for PlanOptions {
@@ -35,6 +42,7 @@ impl Default for PlanOptions {
             intra_host_bytes_per_second: d.intra_host_bytes_per_second,
             inter_host_bytes_per_second: d.inter_host_bytes_per_second,
             staging_budget_bytes: d.staging_budget_bytes,
+            relays: d.relays != 0,
         }
     }
 }
@@ -133,6 +141,7 @@ impl PlanInput {
             intra_host_bytes_per_second: options.intra_host_bytes_per_second,
             inter_host_bytes_per_second: options.inter_host_bytes_per_second,
             staging_budget_bytes: options.staging_budget_bytes,
+            relays: i32::from(options.relays),
             ..Default::default()
         };
         // SAFETY: live handle; raw is a complete options struct.

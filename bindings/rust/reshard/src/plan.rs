@@ -120,7 +120,8 @@ pub struct PlanStats {
     pub plan_seconds: f64,
     /// Number of devices with traffic entries.
     pub num_devices: u64,
-    /// Steps of the plan (1 for a single-hop plan with work).
+    /// Steps of the plan: 0 for no work, 1 for a single-hop plan, 2 when
+    /// relays forward in stage 1 ([`PlanOptions::relays`](crate::PlanOptions::relays)).
     pub stages: i64,
     /// Bytes the busiest host sends to other hosts.
     pub max_host_send_bytes: i64,
@@ -136,6 +137,9 @@ pub struct PlanStats {
     pub lower_bound_binding: i32,
     /// The device or host that bound concerns (-1 with `RESHARD_BOUND_NONE`).
     pub lower_bound_binding_id: i64,
+    /// Bytes of stages after the first: what relays forward from a
+    /// destination buffer (part of `network_bytes`; ABI 1.3).
+    pub forwarded_bytes: i64,
 }
 
 /// Traffic of one device (`reshard_device_traffic_t`).
@@ -181,15 +185,16 @@ pub struct PartInfo {
     pub num_recv_pieces: u64,
 }
 
-/// One message: all pieces from one device to another in one round, packed
-/// back to back in piece order (`reshard_message_t`).
+/// One message: all pieces from one device to another in one round of one
+/// stage, packed back to back in piece order (`reshard_message_t`). Stages
+/// run in order, each one's rounds in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Message {
     /// Sending device.
     pub src_device: i64,
     /// Receiving device.
     pub dst_device: i64,
-    /// Round.
+    /// Round within its stage.
     pub round: u64,
     /// Index of its first piece in the matching piece list.
     pub first_piece: u64,
@@ -197,6 +202,9 @@ pub struct Message {
     pub num_pieces: u64,
     /// Packed size.
     pub bytes: i64,
+    /// Stage (ABI 1.3): 0, or 1 for a relay, whose pieces forward what
+    /// stage 0 wrote into a destination buffer.
+    pub stage: u64,
 }
 
 /// One piece: a box of one tensor moving from a source entry to a
@@ -205,7 +213,9 @@ pub struct Message {
 pub struct Piece {
     /// Tensor index.
     pub tensor: u64,
-    /// Entry of the tensor's source layout.
+    /// Entry of the tensor's source layout; in a stage > 0 (a relay), of its
+    /// *destination* layout: the buffer, on `src_device`, that an earlier
+    /// stage wrote and this piece forwards from.
     pub src_entry: u64,
     /// Entry of the tensor's destination layout.
     pub dst_entry: u64,
@@ -215,6 +225,8 @@ pub struct Piece {
     pub dst_device: i64,
     /// Bytes moved.
     pub bytes: i64,
+    /// Stage of the piece's message (ABI 1.3; 0 for local pieces).
+    pub stage: u64,
     /// Region moved, global coordinates (inclusive).
     pub lo: Vec<i64>,
     /// Region moved, global coordinates (exclusive).
@@ -360,6 +372,7 @@ impl Plan {
             lower_bound_max_host_recv_bytes: s.lower_bound_max_host_recv_bytes,
             lower_bound_binding: s.lower_bound_binding,
             lower_bound_binding_id: s.lower_bound_binding_id,
+            forwarded_bytes: s.forwarded_bytes,
         })
     }
 
@@ -555,6 +568,7 @@ impl Plan {
             first_piece: m.first_piece,
             num_pieces: m.num_pieces,
             bytes: m.bytes,
+            stage: m.stage,
         })
     }
 
@@ -597,6 +611,7 @@ impl Plan {
             src_device: p.src_device,
             dst_device: p.dst_device,
             bytes: p.bytes,
+            stage: p.stage,
             lo,
             hi,
         })

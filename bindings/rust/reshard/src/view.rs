@@ -4,7 +4,7 @@ use reshard_sys as sys;
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{check, Error, ErrorCode, Result};
-use crate::plan::{DeviceTraffic, PlanStats};
+use crate::plan::{DeviceTraffic, Message, PlanStats};
 use crate::util::ptr_or_null;
 
 #[allow(
@@ -28,6 +28,15 @@ mod generated {
 /// (namespace `reshard.fb`, root table [`fb::Plan`]): every field of the
 /// format. Reach it through [`PlanView::raw`], which has verified the bytes.
 pub use generated::reshard::fb;
+
+/// `Plan.required_features` bit: stages. Some message is in a stage above
+/// 0, and the pieces of such a message read the *destination* entry
+/// `src_entry` of their tensor (what an earlier stage wrote there).
+pub const PLAN_FEATURE_STAGES: u64 = 1;
+
+/// Every `Plan.required_features` bit this crate's reader understands;
+/// bytes that require any other are rejected ([`ErrorCode::Corrupt`]).
+pub const KNOWN_PLAN_FEATURES: u64 = PLAN_FEATURE_STAGES;
 
 /// A verified, zero-copy, read-only view of plan bytes.
 ///
@@ -67,7 +76,8 @@ impl<'a> PlanView<'a> {
     /// Views `bytes` after only the Rust FlatBuffers verifier (structural
     /// soundness: every offset and vector in bounds), without the library's
     /// semantic checks. Reading stays memory-safe; values may be
-    /// inconsistent (an index out of range, a wrong fingerprint).
+    /// inconsistent (an index out of range, a wrong fingerprint). Bytes that
+    /// require a feature outside [`KNOWN_PLAN_FEATURES`] are rejected.
     pub fn new_rust_verified(bytes: &'a [u8]) -> Result<PlanView<'a>> {
         if !fb::plan_buffer_has_identifier(bytes) {
             return Err(Error::new(
@@ -77,6 +87,16 @@ impl<'a> PlanView<'a> {
         }
         let root = fb::root_as_plan_with_opts(&verifier_options(), bytes)
             .map_err(|e| Error::new(ErrorCode::Corrupt, format!("plan bytes: {e}")))?;
+        let unknown = root.required_features() & !KNOWN_PLAN_FEATURES;
+        if unknown != 0 {
+            return Err(Error::new(
+                ErrorCode::Corrupt,
+                format!(
+                    "plan bytes: required_features: unknown feature bits {unknown} \
+                     (this reader knows {KNOWN_PLAN_FEATURES}: stages)"
+                ),
+            ));
+        }
         Ok(PlanView { bytes, root })
     }
 
@@ -98,6 +118,20 @@ impl<'a> PlanView<'a> {
     /// The plan's fingerprint.
     pub fn fingerprint(&self) -> u64 {
         self.root.fingerprint()
+    }
+
+    /// Feature bits a reader must understand: [`PLAN_FEATURE_STAGES`] when
+    /// some message is in a stage above 0 (only bits in
+    /// [`KNOWN_PLAN_FEATURES`]: the view rejects others).
+    pub fn required_features(&self) -> u64 {
+        self.root.required_features()
+    }
+
+    /// Whether the plan was made with relays
+    /// ([`PlanOptions::relays`](crate::PlanOptions::relays)); false for
+    /// bytes written before stages, which had none.
+    pub fn relays(&self) -> bool {
+        self.root.options().is_some_and(|o| o.relays())
     }
 
     /// Number of tensors.
@@ -148,6 +182,7 @@ impl<'a> PlanView<'a> {
             lower_bound_max_host_recv_bytes: s.lower_bound_max_host_recv_bytes(),
             lower_bound_binding: s.lower_bound_binding().0,
             lower_bound_binding_id: s.lower_bound_binding_id(),
+            forwarded_bytes: s.forwarded_bytes(),
         })
     }
 
@@ -253,6 +288,30 @@ fn messages_len(m: Option<fb::Messages<'_>>) -> usize {
     m.and_then(|m| m.bytes()).map_or(0, |v| v.len())
 }
 
+/// Element `i` of an optional column; the default for an absent column or
+/// past its end (columns of bytes only the Rust verifier checked may
+/// disagree in length).
+fn cell<'a, T: flatbuffers::Follow<'a> + 'a>(v: Option<flatbuffers::Vector<'a, T>>, i: usize) -> Option<T::Inner> {
+    v.filter(|v| i < v.len()).map(|v| v.get(i))
+}
+
+/// The messages of one `Messages` table, read from its columns; `stage` is
+/// 0 where the column is absent (plans without stages).
+fn messages_of<'a>(m: Option<fb::Messages<'a>>) -> impl ExactSizeIterator<Item = Message> + 'a {
+    (0..messages_len(m)).map(move |i| {
+        let m = m.expect("a non-empty message list");
+        Message {
+            src_device: cell(m.src_device(), i).unwrap_or(0),
+            dst_device: cell(m.dst_device(), i).unwrap_or(0),
+            round: u64::from(cell(m.round(), i).unwrap_or(0)),
+            first_piece: cell(m.first_piece(), i).unwrap_or(0),
+            num_pieces: cell(m.num_pieces(), i).unwrap_or(0),
+            bytes: cell(m.bytes(), i).unwrap_or(0),
+            stage: u64::from(cell(m.stage(), i).unwrap_or(0)),
+        }
+    })
+}
+
 impl<'a> PartView<'a> {
     /// The process.
     pub fn process(&self) -> i32 {
@@ -292,6 +351,18 @@ impl<'a> PartView<'a> {
     /// Total packed bytes of the received messages.
     pub fn recv_bytes(&self) -> i64 {
         self.raw.recvs().and_then(|m| m.bytes()).map_or(0, |v| v.iter().sum())
+    }
+
+    /// The sent messages, read from the columns in place (ordered by stage,
+    /// round, destination, source). `stage` is 0 for bytes without the
+    /// stage column.
+    pub fn sends(&self) -> impl ExactSizeIterator<Item = Message> + 'a {
+        messages_of(self.raw.sends())
+    }
+
+    /// The received messages (ordered by stage, round, source, destination).
+    pub fn recvs(&self) -> impl ExactSizeIterator<Item = Message> + 'a {
+        messages_of(self.raw.recvs())
     }
 
     /// The generated table.

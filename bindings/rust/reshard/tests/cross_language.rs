@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use reshard::{Executor, Plan, PlanView};
+use reshard::{Direction, Executor, Plan, PlanView};
 
 #[test]
 fn plans_written_elsewhere_read_and_execute() {
@@ -44,12 +44,22 @@ fn plans_written_elsewhere_read_and_execute() {
         if let (Some(s), Ok(c)) = (view.stats(), plan.stats()) {
             assert_eq!(s, c, "{name}");
         }
+        // Messages, stages included, read the same through the generated
+        // reader's columns and the C decoder.
+        let mut staged = 0;
+        for part in view.parts() {
+            let sends: Vec<_> = part.sends().collect();
+            assert_eq!(sends, plan.messages(part.process(), Direction::Send).unwrap(), "{name}");
+            assert_eq!(part.recvs().collect::<Vec<_>>(), plan.messages(part.process(), Direction::Recv).unwrap());
+            staged += sends.iter().filter(|m| m.stage > 0).count();
+        }
+        assert_eq!(staged > 0, view.required_features() & reshard::PLAN_FEATURE_STAGES != 0, "{name}");
         let all_parts = plan.processes().iter().all(|p| plan.has_part(*p));
         if all_parts {
             let report = executor.verify(&plan).unwrap();
             assert_eq!(report.mismatches, 0, "{name}");
             eprintln!(
-                "{name}: {} bytes, {} tensors, {} elements verified",
+                "{name}: {} bytes, {} tensors, {} elements verified, {staged} relay messages",
                 data.len(),
                 plan.num_tensors(),
                 report.elements

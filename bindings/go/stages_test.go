@@ -1,0 +1,254 @@
+package reshard_test
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	flatbuffers "github.com/google/flatbuffers/go"
+
+	"github.com/reshard/reshard/bindings/go"
+	"github.com/reshard/reshard/bindings/go/fb"
+)
+
+// pipelineSpec is bench/specs/pipeline_2x2_replicated_dst.json, smaller: a
+// 2x2 mesh on host 0 sends to a 2x2 mesh on host 1 whose layout replicates
+// the tensor over y, so the two devices of each row of host 1 need the same
+// box.
+const pipelineSpec = `{
+  "meshes": {
+    "stage0": {"axis_names": ["x", "y"], "shape": [2, 2], "devices": [0, 1, 2, 3],
+               "processes": [0, 1, 2, 3], "hosts": [0, 0, 0, 0]},
+    "stage1": {"axis_names": ["x", "y"], "shape": [2, 2], "devices": [4, 5, 6, 7],
+               "processes": [4, 5, 6, 7], "hosts": [1, 1, 1, 1]}
+  },
+  "tensors": [
+    {"name": "act", "shape": [64, 96], "dtype": "f32",
+     "src": {"mesh": "stage0", "spec": ["x", "y"]}, "dst": {"mesh": "stage1", "spec": ["x", null]}}
+  ]
+}`
+
+const pipelineTensorBytes = 64 * 96 * 4
+
+func pipelinePlan(t testing.TB, relays bool) *reshard.Plan {
+	t.Helper()
+	in := must(reshard.PlanInputFromSpec([]byte(pipelineSpec)))(t)
+	defer in.Close()
+	o := reshard.DefaultPlanOptions()
+	o.Relays = relays
+	ok(t, in.SetOptions(o))
+	return must(reshard.NewPlan(in))(t)
+}
+
+func hostOf(device int64) int64 { return device / 4 }
+
+func TestRelaysAreOnByDefault(t *testing.T) {
+	if !reshard.DefaultPlanOptions().Relays {
+		t.Fatal("DefaultPlanOptions().Relays is false")
+	}
+	in := must(reshard.PlanInputFromSpec([]byte(pipelineSpec)))(t)
+	defer in.Close()
+	before := must(in.Fingerprint())(t)
+	// A PlanOptions literal leaves Relays false: single-hop, another plan.
+	o := reshard.DefaultPlanOptions()
+	o.Relays = false
+	ok(t, in.SetOptions(o))
+	if must(in.Fingerprint())(t) == before {
+		t.Fatal("Relays did not enter the fingerprint")
+	}
+	ok(t, in.SetOptions(reshard.DefaultPlanOptions()))
+	if must(in.Fingerprint())(t) != before {
+		t.Fatal("DefaultPlanOptions differ from the spec's defaults (relays on)")
+	}
+}
+
+func TestRelaysForwardInsideTheDestinationHost(t *testing.T) {
+	plan := pipelinePlan(t, true)
+	defer plan.Close()
+	s := must(plan.Stats())(t)
+	if s.Stages != 2 || s.ForwardedBytes <= 0 || s.ForwardedBytes >= s.NetworkBytes {
+		t.Fatalf("stats %+v", s)
+	}
+	if s.CrossHostBytes != s.NetworkBytes-s.ForwardedBytes || s.CrossHostBytes != pipelineTensorBytes {
+		t.Fatalf("the tensor should enter host 1 once: %+v", s)
+	}
+	var forwarded int64
+	relays := 0
+	for _, proc := range plan.Processes() {
+		sends := must(plan.Messages(proc, reshard.Send))(t)
+		pieces := must(plan.Pieces(proc, reshard.SendPieces))(t)
+		for i, m := range sends {
+			if m.Stage > 1 {
+				t.Fatalf("message %+v", m)
+			}
+			if i > 0 && (m.Stage < sends[i-1].Stage || m.Stage == sends[i-1].Stage && m.Round < sends[i-1].Round) {
+				t.Fatal("sends are not ordered by stage, then round")
+			}
+			carried := pieces[m.FirstPiece : m.FirstPiece+m.NumPieces]
+			for _, p := range carried {
+				if p.Stage != m.Stage {
+					t.Fatalf("piece %+v in a message of stage %d", p, m.Stage)
+				}
+			}
+			if m.Stage == 0 {
+				if hostOf(m.SrcDevice) != 0 || hostOf(m.DstDevice) != 1 {
+					t.Fatalf("stage 0 message %+v", m)
+				}
+				for _, p := range carried {
+					if e := must(plan.Entry(int(p.Tensor), reshard.Src, int(p.SrcEntry)))(t); e.Device != p.SrcDevice {
+						t.Fatalf("stage 0 piece %+v reads source entry of device %d", p, e.Device)
+					}
+				}
+				continue
+			}
+			// A relay inside host 1 reads the destination entry stage 0
+			// wrote on the sending device.
+			relays++
+			forwarded += m.Bytes
+			if hostOf(m.SrcDevice) != 1 || hostOf(m.DstDevice) != 1 {
+				t.Fatalf("stage 1 message %+v", m)
+			}
+			for _, p := range carried {
+				from := must(plan.Entry(int(p.Tensor), reshard.Dst, int(p.SrcEntry)))(t)
+				to := must(plan.Entry(int(p.Tensor), reshard.Dst, int(p.DstEntry)))(t)
+				if from.Device != p.SrcDevice || to.Device != p.DstDevice {
+					t.Fatalf("relay piece %+v: destination entries on devices %d and %d", p, from.Device, to.Device)
+				}
+				for d := range p.Lo {
+					if p.Lo[d] < from.Lo[d] || p.Hi[d] > from.Hi[d] || p.Lo[d] < to.Lo[d] || p.Hi[d] > to.Hi[d] {
+						t.Fatalf("relay piece %+v outside %+v or %+v", p, from, to)
+					}
+				}
+			}
+		}
+		recvs := must(plan.Messages(proc, reshard.Recv))(t)
+		rpieces := must(plan.Pieces(proc, reshard.RecvPieces))(t)
+		for _, m := range recvs {
+			for _, p := range rpieces[m.FirstPiece : m.FirstPiece+m.NumPieces] {
+				if p.Stage != m.Stage {
+					t.Fatalf("received piece %+v in a message of stage %d", p, m.Stage)
+				}
+			}
+		}
+		for _, p := range must(plan.Pieces(proc, reshard.LocalPieces))(t) {
+			if p.Stage != 0 {
+				t.Fatalf("local piece %+v", p)
+			}
+		}
+	}
+	if relays == 0 || forwarded != s.ForwardedBytes {
+		t.Fatalf("%d relay messages of %d bytes, stats say %d", relays, forwarded, s.ForwardedBytes)
+	}
+	ex := must(reshard.NewExecutor(nil))(t)
+	defer ex.Close()
+	if r := must(ex.Verify(plan))(t); r.Mismatches != 0 || r.Elements == 0 {
+		t.Fatalf("verify %+v", r)
+	}
+}
+
+func TestWithoutRelaysEveryDeviceFetchesDirectly(t *testing.T) {
+	plan := pipelinePlan(t, false)
+	defer plan.Close()
+	s := must(plan.Stats())(t)
+	if s.Stages != 1 || s.ForwardedBytes != 0 || s.CrossHostBytes != 2*pipelineTensorBytes {
+		t.Fatalf("stats %+v", s)
+	}
+	for _, proc := range plan.Processes() {
+		for _, dir := range []reshard.Direction{reshard.Send, reshard.Recv} {
+			for _, m := range must(plan.Messages(proc, dir))(t) {
+				if m.Stage != 0 || hostOf(m.SrcDevice) != 0 || hostOf(m.DstDevice) != 1 {
+					t.Fatalf("message %+v", m)
+				}
+			}
+		}
+	}
+	ex := must(reshard.NewExecutor(nil))(t)
+	defer ex.Close()
+	if r := must(ex.Verify(plan))(t); r.Mismatches != 0 {
+		t.Fatalf("verify %+v", r)
+	}
+}
+
+func TestPlanBytesCarryStages(t *testing.T) {
+	for _, relays := range []bool{true, false} {
+		plan := pipelinePlan(t, relays)
+		b := must(plan.Bytes())(t)
+		v := must(reshard.ViewPlan(b))(t)
+		wantFeatures := uint64(0)
+		if relays {
+			wantFeatures = reshard.PlanFeatureStages
+		}
+		if v.Relays() != relays || v.RequiredFeatures() != wantFeatures {
+			t.Fatalf("relays %v: view says relays %v, features %d", relays, v.Relays(), v.RequiredFeatures())
+		}
+		want := must(plan.Stats())(t)
+		want.PlanSeconds = 0
+		if got, has := v.Stats(); !has || got != want {
+			t.Fatalf("view stats %+v, plan %+v", got, want)
+		}
+		staged := 0
+		for _, part := range v.Parts() {
+			sends := must(plan.Messages(part.Process(), reshard.Send))(t)
+			recvs := must(plan.Messages(part.Process(), reshard.Recv))(t)
+			if !reflect.DeepEqual(part.Sends(), sends) || !reflect.DeepEqual(part.Recvs(), recvs) {
+				t.Fatalf("process %d: the view's messages differ from the C API's", part.Process())
+			}
+			for _, m := range part.Sends() {
+				if m.Stage == 1 {
+					staged++
+				}
+			}
+		}
+		if (staged > 0) != relays {
+			t.Fatalf("relays %v: %d stage-1 messages in the bytes", relays, staged)
+		}
+		back := must(reshard.PlanFromBytes(b))(t)
+		if got := must(back.Stats())(t); got != want {
+			t.Fatalf("decoded stats %+v", got)
+		}
+		ex := must(reshard.NewExecutor(nil))(t)
+		if r := must(ex.Verify(back))(t); r.Mismatches != 0 {
+			t.Fatalf("verify %+v", r)
+		}
+		ex.Close()
+		back.Close()
+		plan.Close()
+	}
+}
+
+// bytesRequiring builds minimal plan bytes (no parts) requiring features.
+func bytesRequiring(features uint64) []byte {
+	b := flatbuffers.NewBuilder(64)
+	fb.PlanStart(b)
+	fb.PlanAddVersion(b, 1)
+	fb.PlanAddRequiredFeatures(b, features)
+	b.FinishWithFileIdentifier(fb.PlanEnd(b), []byte("RSHP"))
+	return b.FinishedBytes()
+}
+
+func TestUnknownFeatureBitsAreRejected(t *testing.T) {
+	if reshard.KnownPlanFeatures != reshard.PlanFeatureStages {
+		t.Fatalf("known features %d", reshard.KnownPlanFeatures)
+	}
+	// A real staged plan with an unknown bit added.
+	plan := pipelinePlan(t, true)
+	defer plan.Close()
+	good := must(plan.Bytes())(t)
+	for _, features := range []uint64{2, 3, 1 << 63} {
+		b := append([]byte(nil), good...)
+		if !fb.GetRootAsPlan(b, 0).MutateRequiredFeatures(features) {
+			t.Fatal("required_features is not stored in the bytes")
+		}
+		_, err := reshard.ViewPlan(b)
+		expectErr(t, err, reshard.Corrupt, "required_features")
+		_, err = reshard.PlanFromBytes(b)
+		expectErr(t, err, reshard.Corrupt, "required_features")
+	}
+	// Minimal bytes, as the package's own check sees them.
+	for features, wantErr := range map[uint64]bool{0: false, 1: false, 2: true, 5: true} {
+		err := reshard.CheckPlanFeaturesForTest(bytesRequiring(features))
+		if (err != nil) != wantErr || err != nil && !strings.Contains(err.Error(), "unknown feature bits") {
+			t.Fatalf("features %d: %v", features, err)
+		}
+	}
+}

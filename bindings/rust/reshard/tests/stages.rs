@@ -1,0 +1,193 @@
+//! Stages and relays (ABI 1.3): a destination replicated inside one host and
+//! fed from another host enters that host once (stage 0) and is forwarded
+//! inside it (stage 1); `PlanOptions::relays = false` plans single-hop.
+use reshard::{
+    fb, Direction, ErrorCode, Executor, PieceList, Plan, PlanInput, PlanOptions, PlanView, Side, KNOWN_PLAN_FEATURES,
+    PLAN_FEATURE_STAGES,
+};
+
+/// bench/specs/pipeline_2x2_replicated_dst.json, smaller: a 2x2 mesh on host
+/// 0 sends to a 2x2 mesh on host 1 whose layout replicates the tensor over
+/// `y`, so the two devices of each row of host 1 need the same box.
+const PIPELINE_SPEC: &str = r#"{
+  "meshes": {
+    "stage0": {"axis_names": ["x", "y"], "shape": [2, 2], "devices": [0, 1, 2, 3],
+               "processes": [0, 1, 2, 3], "hosts": [0, 0, 0, 0]},
+    "stage1": {"axis_names": ["x", "y"], "shape": [2, 2], "devices": [4, 5, 6, 7],
+               "processes": [4, 5, 6, 7], "hosts": [1, 1, 1, 1]}
+  },
+  "tensors": [
+    {"name": "act", "shape": [64, 96], "dtype": "f32",
+     "src": {"mesh": "stage0", "spec": ["x", "y"]}, "dst": {"mesh": "stage1", "spec": ["x", null]}}
+  ]
+}"#;
+
+fn pipeline_plan(relays: bool) -> Plan {
+    let mut input = PlanInput::from_spec(PIPELINE_SPEC).unwrap();
+    input.set_options(&PlanOptions { relays, ..Default::default() }).unwrap();
+    Plan::new(&input).unwrap()
+}
+
+fn host_of(device: i64) -> i64 {
+    device / 4
+}
+
+#[test]
+fn relays_are_on_by_default() {
+    assert!(PlanOptions::default().relays);
+    assert_eq!(reshard::sys::reshard_plan_options_t::default().relays, 1);
+    // The default plan is the one with relays, and relays enter the
+    // fingerprint.
+    let mut input = PlanInput::from_spec(PIPELINE_SPEC).unwrap();
+    let default_fingerprint = input.fingerprint().unwrap();
+    assert_eq!(Plan::new(&input).unwrap().fingerprint(), pipeline_plan(true).fingerprint());
+    input.set_options(&PlanOptions { relays: false, ..Default::default() }).unwrap();
+    assert_ne!(input.fingerprint().unwrap(), default_fingerprint);
+}
+
+#[test]
+fn relays_forward_inside_the_destination_host() {
+    let plan = pipeline_plan(true);
+    let s = plan.stats().unwrap();
+    assert_eq!(s.stages, 2);
+    assert!(s.forwarded_bytes > 0 && s.forwarded_bytes < s.network_bytes, "{s:?}");
+    // What is forwarded crosses no host: each box enters host 1 once.
+    assert_eq!(s.cross_host_bytes, s.network_bytes - s.forwarded_bytes);
+    assert_eq!(s.cross_host_bytes, 64 * 96 * 4, "the tensor enters host 1 once");
+
+    let mut forwarded = 0;
+    let mut relay_messages = 0;
+    for process in plan.processes() {
+        let sends = plan.messages(process, Direction::Send).unwrap();
+        let pieces = plan.pieces(process, PieceList::Send).unwrap();
+        let mut last = (0, 0);
+        for m in &sends {
+            assert!(m.stage <= 1, "{m:?}");
+            assert!((m.stage, m.round) >= last, "sends ordered by stage, then round");
+            last = (m.stage, m.round);
+            let carried = &pieces[m.first_piece as usize..(m.first_piece + m.num_pieces) as usize];
+            assert!(carried.iter().all(|p| p.stage == m.stage), "a piece has its message's stage");
+            if m.stage == 0 {
+                // Stage 0: from the source mesh, reading source entries.
+                assert_eq!((host_of(m.src_device), host_of(m.dst_device)), (0, 1), "{m:?}");
+                for p in carried {
+                    let src = plan.entry(p.tensor as usize, Side::Src, p.src_entry as usize).unwrap();
+                    assert_eq!(src.device, p.src_device);
+                }
+                continue;
+            }
+            // Stage 1: a relay inside host 1, reading the destination entry
+            // stage 0 wrote on the sending device.
+            relay_messages += 1;
+            forwarded += m.bytes;
+            assert_eq!((host_of(m.src_device), host_of(m.dst_device)), (1, 1), "{m:?}");
+            for p in carried {
+                let from = plan.entry(p.tensor as usize, Side::Dst, p.src_entry as usize).unwrap();
+                assert_eq!(from.device, p.src_device, "src_entry indexes the destination layout");
+                let to = plan.entry(p.tensor as usize, Side::Dst, p.dst_entry as usize).unwrap();
+                assert_eq!(to.device, p.dst_device);
+                // The forwarded region lies in both destination boxes.
+                for d in 0..p.lo.len() {
+                    assert!(from.lo[d] <= p.lo[d] && p.hi[d] <= from.hi[d], "{p:?} outside {from:?}");
+                    assert!(to.lo[d] <= p.lo[d] && p.hi[d] <= to.hi[d], "{p:?} outside {to:?}");
+                }
+            }
+        }
+        // The receiving side sees the same stages.
+        for m in plan.messages(process, Direction::Recv).unwrap() {
+            let carried = plan.pieces(process, PieceList::Recv).unwrap();
+            let carried = &carried[m.first_piece as usize..(m.first_piece + m.num_pieces) as usize];
+            assert!(carried.iter().all(|p| p.stage == m.stage));
+        }
+        assert!(plan.pieces(process, PieceList::Local).unwrap().iter().all(|p| p.stage == 0));
+    }
+    assert!(relay_messages > 0);
+    assert_eq!(forwarded, s.forwarded_bytes);
+
+    // The host executor runs the stages in order: every element arrives.
+    let report = Executor::new().unwrap().verify(&plan).unwrap();
+    assert_eq!(report.mismatches, 0);
+    assert!(report.elements > 0);
+}
+
+#[test]
+fn without_relays_every_device_fetches_directly() {
+    let on = pipeline_plan(true).stats().unwrap();
+    let plan = pipeline_plan(false);
+    let off = plan.stats().unwrap();
+    assert_eq!(off.stages, 1);
+    assert_eq!(off.forwarded_bytes, 0);
+    // Both replicas of each row cross hosts.
+    assert_eq!(off.cross_host_bytes, 2 * 64 * 96 * 4);
+    assert!(on.cross_host_bytes < off.cross_host_bytes);
+    for process in plan.processes() {
+        for direction in [Direction::Send, Direction::Recv] {
+            for m in plan.messages(process, direction).unwrap() {
+                assert_eq!(m.stage, 0, "{m:?}");
+                assert_eq!((host_of(m.src_device), host_of(m.dst_device)), (0, 1));
+            }
+        }
+    }
+    assert_eq!(Executor::new().unwrap().verify(&plan).unwrap().mismatches, 0);
+}
+
+#[test]
+fn plan_bytes_carry_stages() {
+    for relays in [true, false] {
+        let plan = pipeline_plan(relays);
+        let bytes = plan.to_bytes().unwrap();
+        let view = PlanView::new(&bytes).unwrap();
+        assert_eq!(view.relays(), relays);
+        assert_eq!(view.required_features(), if relays { PLAN_FEATURE_STAGES } else { 0 });
+        let mut expected = plan.stats().unwrap();
+        expected.plan_seconds = 0.0;
+        assert_eq!(view.stats().unwrap(), expected);
+        // The message columns, stage included, read as the C API reports them.
+        let mut staged = 0;
+        for part in view.parts() {
+            let sends: Vec<_> = part.sends().collect();
+            let recvs: Vec<_> = part.recvs().collect();
+            assert_eq!(sends, plan.messages(part.process(), Direction::Send).unwrap());
+            assert_eq!(recvs, plan.messages(part.process(), Direction::Recv).unwrap());
+            staged += sends.iter().filter(|m| m.stage == 1).count();
+        }
+        assert_eq!(staged > 0, relays);
+        // Decoded bytes keep the stages and execute.
+        let back = Plan::from_bytes(&bytes).unwrap();
+        assert_eq!(back.stats().unwrap(), expected);
+        for p in plan.processes() {
+            assert_eq!(back.pieces(p, PieceList::Recv).unwrap(), plan.pieces(p, PieceList::Recv).unwrap());
+        }
+        assert_eq!(Executor::new().unwrap().verify(&back).unwrap().mismatches, 0);
+    }
+}
+
+/// Minimal plan bytes with the given `required_features` (no parts).
+fn bytes_requiring(features: u64) -> Vec<u8> {
+    let mut builder = flatbuffers::FlatBufferBuilder::new();
+    let root =
+        fb::Plan::create(&mut builder, &fb::PlanArgs { version: 1, required_features: features, ..Default::default() });
+    fb::finish_plan_buffer(&mut builder, root);
+    builder.finished_data().to_vec()
+}
+
+#[test]
+fn unknown_feature_bits_are_rejected() {
+    assert_eq!(KNOWN_PLAN_FEATURES, PLAN_FEATURE_STAGES);
+    // The stages bit is known to the Rust reader ...
+    let known = bytes_requiring(PLAN_FEATURE_STAGES);
+    let view = PlanView::new_rust_verified(&known).unwrap();
+    assert_eq!(view.required_features(), 1);
+    assert_eq!(view.parts().count(), 0);
+    // ... any other is not, alone or with it.
+    for features in [2, 3, 1 << 63] {
+        let bytes = bytes_requiring(features);
+        let err = PlanView::new_rust_verified(&bytes).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::Corrupt);
+        assert!(err.message().contains("required_features"), "{err}");
+        // The library rejects them too, before the Rust reader looks.
+        let err = PlanView::new(&bytes).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::Corrupt);
+        assert_eq!(Plan::from_bytes(&bytes).unwrap_err().code(), ErrorCode::Corrupt);
+    }
+}
