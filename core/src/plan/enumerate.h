@@ -63,6 +63,7 @@ struct CellHosts {
   std::vector<int32_t> hosts;
   std::vector<uint32_t> member_offsets;  // hosts index -> [begin, end) into members
   std::vector<uint32_t> members;
+  std::vector<uint32_t> max_members;  // per cell: the most entries on one host
 };
 
 // How one region of a destination cell reaches the cell's entries
@@ -157,7 +158,8 @@ class Enumerator {
 
   const PlanOptions& options_;
   std::map<const Geometry*, CellHosts> cell_hosts_;
-  const CellHosts* ch_ = nullptr;  // of the last route
+  const Geometry* last_geo_ = nullptr;  // cell_hosts' last geometry ...
+  const CellHosts* ch_ = nullptr;       // ... and its hosts
   Route route_;
   std::vector<uint32_t> cands_, sel_, dsts_, near_, refined_;
   std::vector<int64_t> bounds_[kMaxRank];
@@ -373,7 +375,10 @@ void Enumerator::cover(const TensorCtx& t, const Box& B, F&& f) {
 }
 
 inline const CellHosts& Enumerator::cell_hosts(const TensorCtx& t) {
+  if (t.dg == last_geo_) return *ch_;
   auto [it, fresh] = cell_hosts_.try_emplace(t.dg);
+  last_geo_ = t.dg;
+  ch_ = &it->second;
   CellHosts& ch = it->second;
   if (!fresh) return ch;
   const Geometry& dg = *t.dg;
@@ -395,6 +400,10 @@ inline const CellHosts& Enumerator::cell_hosts(const TensorCtx& t) {
       ch.members.push_back(order[i]);
     }
     if (!order.empty()) ch.member_offsets.push_back(static_cast<uint32_t>(ch.members.size()));
+    uint32_t most = 0;
+    for (size_t hi = ch.cell_offsets.back(); hi < ch.hosts.size(); ++hi)
+      most = std::max(most, ch.member_offsets[hi + 1] - ch.member_offsets[hi]);
+    ch.max_members.push_back(most);
     ch.cell_offsets.push_back(static_cast<uint32_t>(ch.hosts.size()));
   }
   return ch;
@@ -404,10 +413,14 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
                               const uint32_t* holders, size_t n, Route& r) {
   if (!options_.relays || t.S > 1 || t.T > 1 || !t.dg->tiled || n == 0) return false;
   const CellHosts& ch = cell_hosts(t);
-  ch_ = &ch;
   const auto c = static_cast<size_t>(t.dg->cell_of_entry[e]);
   r.cell_begin = ch.cell_offsets[c];
   r.cell_end = ch.cell_offsets[c + 1];
+  // One entry per host and too few hosts to cross: single-hop, cheaply.
+  const size_t cell_hosts_n = r.cell_end - r.cell_begin;
+  if (ch.max_members[c] < 2 &&
+      !(cell_hosts_n >= 3 && cell_hosts_n > 2 * static_cast<size_t>(t.st->num_hosts)))
+    return false;
   r.holder_hosts.clear();
   for (size_t i = 0; i < n; ++i) r.holder_hosts.push_back(t.st->host[holders[i]]);
   std::sort(r.holder_hosts.begin(), r.holder_hosts.end());
@@ -654,12 +667,15 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
       // Destination cells overlapping C; every entry of a cell shares its box.
       const Geometry& dg = *t.dg;
       for_each_tile(t.dst->shape(), dg.counts, dg.rank, C, [&](int64_t cell, const Box& region) {
-        for (uint32_t i = dg.cell_offsets[static_cast<size_t>(cell)];
-             i < dg.cell_offsets[static_cast<size_t>(cell) + 1]; ++i) {
+        const uint32_t b = dg.cell_offsets[static_cast<size_t>(cell)];
+        const uint32_t end = dg.cell_offsets[static_cast<size_t>(cell) + 1];
+        // The route depends on the cell and the region only: once per cell.
+        const bool routed = b < end && route(t, dg.cell_entries[b], region, h, n, route_);
+        for (uint32_t i = b; i < end; ++i) {
           const uint32_t e = dg.cell_entries[i];
           if (dg.devices[e] == sdev) continue;
           if (t.T > 1 && ssum % t.T != dg.summands[e]) continue;
-          if (route(t, e, region, h, n, route_))
+          if (routed)
             routed_recv(t, e, route_, region, h, n, false, keep);
           else
             assign(t, e, region, h, n, false, keep);

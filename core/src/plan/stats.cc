@@ -127,9 +127,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     else
       pair_sparse[(uint64_t{sd} << 32) | dd] += bytes;
   };
-  // Destination geometries where relays may apply: a cell with two entries
-  // on one host, or spanning at least 3 hosts and more than twice the
-  // source's (the per-cell arithmetic below knows no relays).
+  // Destination geometries where relays across hosts may apply: a cell
+  // spanning at least 3 hosts and more than twice the source's (the per-cell
+  // arithmetic below handles relays inside hosts, not across them).
   std::map<std::tuple<const Geometry*, const GeoTopo*, const GeoTopo*>, bool> relay_geo;
   auto may_relay = [&](const TensorCtx& t) {
     if (!o.relays || t.S > 1 || t.T > 1 || !t.dg->tiled) return false;
@@ -143,7 +143,6 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
            i < dg.cell_offsets[static_cast<size_t>(c) + 1]; ++i)
         hosts.push_back(t.dt->host[dg.cell_entries[i]]);
       std::sort(hosts.begin(), hosts.end());
-      it->second = std::adjacent_find(hosts.begin(), hosts.end()) != hosts.end();
       const auto distinct =
           static_cast<size_t>(std::unique(hosts.begin(), hosts.end()) - hosts.begin());
       if (distinct >= 3 && distinct > 2 * static_cast<size_t>(t.st->num_hosts)) it->second = true;
@@ -162,6 +161,92 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       // arithmetic over destination cells, without enumerating pieces.
       const Geometry& dg = *t.dg;
       std::vector<std::pair<uint32_t, int64_t>> hv;  // (holder entry, elements)
+      std::vector<Box> regions;                      // parallel to hv
+      // Whether two entries of the cell share a host (relays inside hosts).
+      std::vector<std::pair<int32_t, uint32_t>> by_host;  // (host, entry), sorted
+      auto relay_cell = [&](const TensorCtx& tc, uint32_t b0, uint32_t b1) {
+        by_host.clear();
+        for (uint32_t i = b0; i < b1; ++i) {
+          const uint32_t e = tc.dg->cell_entries[i];
+          by_host.emplace_back(tc.dt->host[e], e);
+        }
+        std::sort(by_host.begin(), by_host.end());
+        for (size_t i = 1; i < by_host.size(); ++i)
+          if (by_host[i].first == by_host[i - 1].first) return true;
+        return false;
+      };
+      // Per entry and region, the enumerator's relay rule (Route, non-cross)
+      // without enumerating: on a host with no holder of the region and
+      // several entries of the cell, the leader (rotating by source cell)
+      // takes the region in and forwards it to the others in stage 1.
+      auto relay_cell_stats = [&](const TensorCtx& tc, int64_t c, uint32_t b0, uint32_t b1,
+                                  int64_t es, int64_t cp) {
+        (void)b0;
+        (void)b1;
+        const std::vector<int64_t>& shape = tc.src->shape();
+        for (size_t k = 0; k < hv.size(); ++k) {
+          const uint32_t h = hv[k].first;
+          const int64_t bytes = hv[k].second * es;
+          const uint32_t sd = tc.st->dense[h];
+          const int32_t hhost = tc.st->host[h];
+          uint64_t rot = static_cast<uint64_t>(c);
+          for (int d = 0; d < regions[k].rank; ++d) {
+            const int64_t chunk = ceil_div(shape[static_cast<size_t>(d)], tc.sg->counts[d]);
+            if (chunk > 0) rot += static_cast<uint64_t>(regions[k].lo[d] / chunk);
+          }
+          for (size_t g = 0; g < by_host.size();) {
+            size_t g_end = g;
+            while (g_end < by_host.size() && by_host[g_end].first == by_host[g].first) ++g_end;
+            const int32_t host = by_host[g].first;
+            const size_t m = g_end - g;
+            const bool relay = m >= 2 && hhost != host;
+            const uint32_t leader = relay ? by_host[g + rot % m].second : 0;
+            for (size_t i = g; i < g_end; ++i) {
+              const uint32_t e = by_host[i].second;
+              const uint32_t dd = tc.dt->dense[e];
+              if (!relay || e == leader) {
+                if (tc.dg->devices[e] == tc.sg->devices[h]) {  // its own copy
+                  acc[dd].local += bytes;
+                  if (counts) (*counts)[dd].local_pieces += cp;
+                  continue;
+                }
+                acc[sd].send += bytes;
+                acc[dd].recv += bytes;
+                if (hhost != host) {
+                  acc[sd].send_inter += bytes;
+                  acc[dd].recv_inter += bytes;
+                  st.cross_host_bytes += bytes;
+                }
+                if (tc.st->process[h] != tc.dt->process[e]) st.cross_process_bytes += bytes;
+                bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
+                if (track_pairs) add_pair(sd, dd, bytes);
+                if (counts) {
+                  (*counts)[sd].send_pieces += cp;
+                  (*counts)[dd].recv_pieces += cp;
+                }
+                continue;
+              }
+              const uint32_t ld = tc.dt->dense[leader];
+              stage_acc[1][ld].send += bytes;
+              stage_acc[1][dd].recv += bytes;
+              if (tc.dt->process[leader] != tc.dt->process[e]) st.cross_process_bytes += bytes;
+              relayed = true;
+              last_stage = std::max(last_stage, 1);
+              st.forwarded_bytes += bytes;
+              const uint64_t key = (uint64_t{ld} << 32) | dd;
+              relay_pairs[1].insert(key);
+              if (track_pairs) relay_bytes[1][key] += bytes;
+              if (counts) {
+                (*counts)[ld].send_pieces += cp;
+                (*counts)[dd].recv_pieces += cp;
+                (*counts)[ld].regions += cp;
+                (*counts)[dd].regions += cp;
+              }
+            }
+            g = g_end;
+          }
+        }
+      };
       std::map<int32_t, int64_t> dst_on_host, dst_on_proc, vol_on_host;
       for (int64_t c = 0; c < dg.num_cells(); ++c) {
         const uint32_t b0 = dg.cell_offsets[static_cast<size_t>(c)],
@@ -170,9 +255,18 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         const Box B = t.dst->box(dg.cell_entries[b0]);
         if (B.empty()) continue;
         hv.clear();
-        en.recv(t, dg.cell_entries[b0],
-                [&](const Emitted& x) { hv.emplace_back(x.src_entry, x.region.volume()); });
+        regions.clear();
+        // The cover alone (one holder per cell: no choice, no relay).
+        en.cover(t, B, [&](const Box& region, const uint32_t* h, size_t, bool) {
+          hv.emplace_back(h[0], region.volume());
+          regions.push_back(region);
+        });
         const int64_t n = b1 - b0;
+        if (o.relays && relay_cell(t, b0, b1)) {
+          relay_cell_stats(t, c, b0, b1, esum, copies);
+          group_pieces += static_cast<int64_t>(hv.size()) * n;
+          continue;
+        }
         dst_on_host.clear();
         dst_on_proc.clear();
         vol_on_host.clear();
