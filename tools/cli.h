@@ -45,7 +45,8 @@ struct InputOptions {
   std::string src_mesh, src_spec, src_devices, src_processes, src_hosts, src_partial;
   std::string dst_mesh, dst_spec, dst_devices, dst_processes, dst_hosts, dst_partial;
   std::string plan_file;   // --plan FILE (commands that accept plan bytes)
-  bool no_relays = false;  // --no-relays: PlanOptions::relays = false
+  bool no_relays = false;          // --no-relays: PlanOptions::relays = false
+  bool no_reduce_scatter = false;  // --no-reduce-scatter
 };
 void add_input_options(CLI::App* cmd, InputOptions& in);
 // Adds `--plan FILE`: read a plan written by `reshard plan --out` instead of

@@ -180,6 +180,9 @@ void add_input_options(CLI::App* cmd, InputOptions& in) {
   cmd->add_option("--spec", in.spec, "JSON spec file (format: docs/spec.md)")->type_name("FILE");
   cmd->add_flag("--no-relays", in.no_relays,
                 "single-hop plan: no relays (overrides the spec's options.relays)");
+  cmd->add_flag("--no-reduce-scatter", in.no_reduce_scatter,
+                "partial sources: every device receives every summand (overrides the spec's "
+                "options.reduce_scatter)");
   const char* const kGroup = "Single tensor (instead of --spec)";
   in.shape_option =
       cmd->add_option("--shape", in.shape, "shape, e.g. 4096,11008 (\"\" for a scalar)")
@@ -239,6 +242,7 @@ Spec load_input_as_given(const InputOptions& in);
 Spec load_input(const InputOptions& in) {
   Spec spec = load_input_as_given(in);
   if (in.no_relays) spec.input.options.relays = false;
+  if (in.no_reduce_scatter) spec.input.options.reduce_scatter = false;
   return spec;
 }
 
@@ -246,8 +250,9 @@ namespace {
 Spec load_input_as_given(const InputOptions& in) {
   if (!in.plan_file.empty()) {
     if (!in.spec.empty()) throw UsageError("--plan cannot be combined with --spec");
-    if (in.no_relays)
-      throw UsageError("--no-relays cannot be combined with --plan (the plan is already made)");
+    if (in.no_relays || in.no_reduce_scatter)
+      throw UsageError(std::string(in.no_relays ? "--no-relays" : "--no-reduce-scatter") +
+                       " cannot be combined with --plan (the plan is already made)");
     // The plan carries its inputs: tensors with layouts, topology, options.
     const Plan plan = *load_plan_file(in);
     Spec spec;

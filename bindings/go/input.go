@@ -33,10 +33,16 @@ type PlanOptions struct {
 	// host (stage 1), so the box enters the host once. False: every device
 	// fetches what it lacks directly (single-hop, one stage).
 	Relays bool
+	// Reduce-scatter then gather for partial sources (C ABI 1.3); true in
+	// DefaultPlanOptions. Each part of a destination cell is reduced by one
+	// device from every summand (stage 0) and forwarded reduced to the
+	// others (stage 1). False: every device receives every summand it lacks.
+	ReduceScatter bool
 }
 
 // DefaultPlanOptions returns RESHARD_PLAN_OPTIONS_INIT: 1 MiB split
-// threshold, α = 5 µs, 100e9 and 25e9 bytes/s, 1 GiB staging, relays on.
+// threshold, α = 5 µs, 100e9 and 25e9 bytes/s, 1 GiB staging, relays and
+// reduce-scatter on.
 func DefaultPlanOptions() PlanOptions {
 	return PlanOptions{
 		SplitMinBytes:           1 << 20,
@@ -45,6 +51,7 @@ func DefaultPlanOptions() PlanOptions {
 		InterHostBytesPerSecond: 25e9,
 		StagingBudgetBytes:      1 << 30,
 		Relays:                  true,
+		ReduceScatter:           true,
 	}
 }
 
@@ -152,6 +159,9 @@ func (in *PlanInput) SetOptions(o PlanOptions) error {
 	}
 	if o.Relays {
 		opts.relays = 1
+	}
+	if o.ReduceScatter {
+		opts.reduce_scatter = 1
 	}
 	err := check(C.reshard_plan_input_set_options(in.ptr, &opts))
 	keep(in)

@@ -107,7 +107,8 @@ static_assert(offsetof(reshard_api_t, plan_device_location) == kHeader + 69 * si
 // and an error code, no function: the table ends with 1.1's last function.
 static_assert(sizeof(reshard_api_t) == kHeader + 70 * sizeof(void*),
               "a field was appended: bump RESHARD_ABI_MINOR and add a static_assert for it");
-// ABI 1.3 appended struct fields for stages (reshard_plan_options_t::relays,
+// ABI 1.3 appended struct fields for stages (reshard_plan_options_t::relays
+// and ::reduce_scatter,
 // reshard_plan_stats_t::forwarded_bytes, reshard_message_t::stage,
 // reshard_piece_t::stage), no function.
 static_assert(RESHARD_ABI_MINOR == 3);

@@ -26,6 +26,7 @@ reshard_plan_options_t to_c(const reshard::PlanOptions& o) {
   c.inter_host_bytes_per_second = o.inter_host_bytes_per_second;
   c.staging_budget_bytes = o.staging_budget_bytes;
   c.relays = o.relays ? 1 : 0;
+  c.reduce_scatter = o.reduce_scatter ? 1 : 0;
   return c;
 }
 
@@ -41,6 +42,7 @@ static_assert(kInit.intra_host_bytes_per_second == kDefaults.intra_host_bytes_pe
 static_assert(kInit.inter_host_bytes_per_second == kDefaults.inter_host_bytes_per_second);
 static_assert(kInit.staging_budget_bytes == kDefaults.staging_budget_bytes);
 static_assert((kInit.relays != 0) == kDefaults.relays);
+static_assert((kInit.reduce_scatter != 0) == kDefaults.reduce_scatter);
 static_assert(kPlanOptionsV1Size == offsetof(reshard_plan_options_t, relays),
               "reshard_plan_options_t: keep kPlanOptionsV1Size at the 1.0 size");
 
@@ -163,9 +165,12 @@ reshard_error_t* reshard_plan_input_set_options(reshard_plan_input_t* input,
     if (o.relays != 0 && o.relays != 1)
       reshard::fail(ErrorCode::kInvalidArgument,
                     "options->relays: " + std::to_string(o.relays) + " is neither 0 nor 1");
-    if (o.reserved0 != 0)
-      reshard::fail(ErrorCode::kInvalidArgument, "options->reserved0: must be 0");
+    if (o.reduce_scatter != 0 && o.reduce_scatter != 1)
+      reshard::fail(ErrorCode::kInvalidArgument, "options->reduce_scatter: " +
+                                                     std::to_string(o.reduce_scatter) +
+                                                     " is neither 0 nor 1");
     cpp.relays = o.relays == 1;
+    cpp.reduce_scatter = o.reduce_scatter == 1;
     input->input.options = cpp;
   });
 }

@@ -2104,7 +2104,7 @@ static void test_relays(void) {
   reshard_plan_options_t v10;
   size_t v10_size = offsetof(reshard_plan_options_t, relays);
 
-  CHECK(opts.relays == 1 && opts.reserved0 == 0);
+  CHECK(opts.relays == 1 && opts.reduce_scatter == 1);
   REQUIRE(fixture_create(&f));
   plan = fixture_plan(&f);
   REQUIRE(plan != NULL);
@@ -2129,9 +2129,10 @@ static void test_relays(void) {
   CHECK_ERR(reshard_plan_input_set_options(f.input, &opts), RESHARD_ERROR_INVALID_ARGUMENT,
             "options->relays");
   opts.relays = 1;
-  opts.reserved0 = 7;
+  opts.reduce_scatter = 7;
   CHECK_ERR(reshard_plan_input_set_options(f.input, &opts), RESHARD_ERROR_INVALID_ARGUMENT,
-            "options->reserved0");
+            "options->reduce_scatter");
+  opts.reduce_scatter = 1;
   /* A 1.0-sized struct leaves relays at its default (on). */
   memset(&v10, 0xff, sizeof v10);
   memcpy(&v10, &opts, v10_size);

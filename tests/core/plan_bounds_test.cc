@@ -362,10 +362,30 @@ TEST(PlanBounds, PartialSumNeedsOneValuePerElement) {
   const PlanInput in =
       one_tensor({1024, 1024}, DType::kF32, named(m, {{}, {}}, {"dp"}), named(m, {{}, {}}), hosts);
   const PlanStats st = make_plan(in, {PlanScope::kGlobal}).stats();
-  EXPECT_EQ(st.network_bytes, 960 * kMiB);  // single-hop: 15 summands to each of 16
   EXPECT_EQ(st.lower_bound_network_bytes, 64 * kMiB);
   EXPECT_EQ(st.lower_bound_max_recv_bytes, 4 * kMiB);
   EXPECT_EQ(st.lower_bound_max_host_send_bytes, 4 * kMiB);
+  // Reduce-scatter then gather: each device reduces a 16th from the 15
+  // other summands, then gathers the 15 other reduced 16ths.
+  EXPECT_EQ(st.network_bytes, 120 * kMiB);
+  EXPECT_EQ(st.max_recv_bytes, 7 * kMiB + kMiB / 2);
+  EXPECT_EQ(st.forwarded_bytes, 60 * kMiB);
+  EXPECT_EQ(st.stages, 2);
+  PlanInput single = in;
+  single.options.reduce_scatter = false;
+  const PlanStats one = make_plan(single, {PlanScope::kGlobal}).stats();
+  EXPECT_EQ(one.network_bytes, 960 * kMiB);  // 15 summands to each of 16
+  EXPECT_EQ(one.stages, 1);
+  // Verified element by element.
+  PlanInput small =
+      one_tensor({256, 96}, DType::kBF16, named(m, {{}, {}}, {"dp"}), named(m, {{}, {}}), hosts);
+  small.options.alpha_seconds = 0;  // parts as small as 4 KiB
+  const Plan plan = make_plan(small);
+  EXPECT_EQ(plan.stats().stages, 2);
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views);
+  EXPECT_TRUE(check_destinations(plan, buffers).ok());
 }
 
 // Replicas of a shard on one host share the sending: each of the 8 source

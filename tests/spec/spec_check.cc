@@ -26,7 +26,8 @@ int main() {
                            {"intra_host_bytes_per_second", o.intra_host_bytes_per_second},
                            {"inter_host_bytes_per_second", o.inter_host_bytes_per_second},
                            {"staging_budget_bytes", o.staging_budget_bytes},
-                           {"relays", o.relays}}}});
+                           {"relays", o.relays},
+                           {"reduce_scatter", o.reduce_scatter}}}});
     } catch (const reshard::Error& e) {
       results.push_back({{"code", reshard::error_code_name(e.code())}, {"message", e.what()}});
     }

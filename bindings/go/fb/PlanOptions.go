@@ -105,8 +105,20 @@ func (rcv *PlanOptions) MutateRelays(n bool) bool {
 	return rcv._tab.MutateBoolSlot(14, n)
 }
 
+func (rcv *PlanOptions) ReduceScatter() bool {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(16))
+	if o != 0 {
+		return rcv._tab.GetBool(o + rcv._tab.Pos)
+	}
+	return false
+}
+
+func (rcv *PlanOptions) MutateReduceScatter(n bool) bool {
+	return rcv._tab.MutateBoolSlot(16, n)
+}
+
 func PlanOptionsStart(builder *flatbuffers.Builder) {
-	builder.StartObject(6)
+	builder.StartObject(7)
 }
 func PlanOptionsAddSplitMinBytes(builder *flatbuffers.Builder, splitMinBytes int64) {
 	builder.PrependInt64Slot(0, splitMinBytes, 0)
@@ -125,6 +137,9 @@ func PlanOptionsAddStagingBudgetBytes(builder *flatbuffers.Builder, stagingBudge
 }
 func PlanOptionsAddRelays(builder *flatbuffers.Builder, relays bool) {
 	builder.PrependBoolSlot(5, relays, false)
+}
+func PlanOptionsAddReduceScatter(builder *flatbuffers.Builder, reduceScatter bool) {
+	builder.PrependBoolSlot(6, reduceScatter, false)
 }
 func PlanOptionsEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

@@ -413,11 +413,15 @@ typedef struct reshard_plan_options {
    * network (stage 0) and forwards it inside the host (stage 1). 0: every
    * device fetches what it lacks directly (single-hop). */
   int32_t relays;
-  int32_t reserved0; /* 0 */
+  /* Since 1.3 (default 1). Partial sources: the devices of one destination
+   * cell split its box into parts; each part is reduced by one of them from
+   * every summand (stage 0) and forwarded reduced to the others (stage 1).
+   * 0: every device receives every summand it lacks. */
+  int32_t reduce_scatter;
 } reshard_plan_options_t;
 
 #define RESHARD_PLAN_OPTIONS_INIT \
-  { sizeof(reshard_plan_options_t), INT64_C(1) << 20, 5e-6, 100e9, 25e9, INT64_C(1) << 30, 1, 0 }
+  { sizeof(reshard_plan_options_t), INT64_C(1) << 20, 5e-6, 100e9, 25e9, INT64_C(1) << 30, 1, 1 }
 
 /* Everything the planner needs: tensors with source and destination layouts,
  * a topology and options. A builder: not thread-safe while being modified;

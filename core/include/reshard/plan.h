@@ -56,6 +56,12 @@ struct PlanOptions {
   // inside the host in stage 1, so the region enters the host once. False:
   // every device fetches what it lacks directly (single-hop, one stage).
   bool relays = true;
+  // Reduce-scatter then gather for partial sources (docs/design.md §2.4):
+  // the entries of one destination cell (all needing the same reduced box)
+  // split it into parts; each part's reducer receives every summand of its
+  // part only (stage 0) and forwards the reduced part to the other entries
+  // (stage 1). False: every entry receives every summand it lacks.
+  bool reduce_scatter = true;
   friend bool operator==(const PlanOptions&, const PlanOptions&) = default;
 };
 

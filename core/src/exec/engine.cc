@@ -336,6 +336,18 @@ class Run {
   void reduce_ready(int64_t round);
   void wait(std::deque<InFlight>& in_flight, size_t ri);
   void store();
+  // Stores the separate accumulators once: at the end of stage 0 when a
+  // later stage forwards reduced values, else at the end.
+  void store_once() {
+    if (stored_) return;
+    if (next_contribution_ != s_.contributions.size()) {
+      fail(ErrorCode::kInternal, "execute: contributions left unreduced");
+    }
+    store();
+    copier_.flush();
+    stored_ = true;
+  }
+  bool stored_ = false;
 
   Transport& transport_;
   const TransportInfo info_;
@@ -523,7 +535,7 @@ void Run::unpack(size_t ri, size_t step) {
     for (const Piece& p : m.pieces) {
       const TensorSpec& spec = tensors_[p.tensor];
       const Box region = plan_.region(part_, p);
-      if (!spec.src.partial()) {
+      if (!spec.src.partial() || m.stage > 0) {  // later stages copy reduced values
         copier_.copy(m.local_device, m.ordinal,
                      make_copy_desc(region, region, spec.dst.box(p.dst_entry)), spec.dtype, in,
                      dst_ptr(p));
@@ -616,10 +628,12 @@ void Run::go() {
     const RoundPlan& r = s_.rounds[ri];
     for (; direct_done <= r.stage; ++direct_done) {
       if (direct_done == 0 && r.stage == 0) break;  // below, overlapping round 0
+      if (direct_done == 1) store_once();           // reduced values before they are forwarded
       direct(direct_done);
       if (direct_done == 0) reduce_ready(-1);
       copier_.flush();
     }
+    if (r.stage > 0) store_once();
     std::deque<InFlight> in_flight;
     size_t next = 0;
     const auto post_next = [&] {
@@ -653,12 +667,11 @@ void Run::go() {
     reduce_ready(static_cast<int64_t>(ri));
     copier_.flush();
   }
-  for (; direct_done < s_.stages; ++direct_done) direct(direct_done);
-  if (next_contribution_ != s_.contributions.size()) {
-    fail(ErrorCode::kInternal, "execute: contributions left unreduced");
+  for (; direct_done < s_.stages; ++direct_done) {
+    if (direct_done == 1) store_once();
+    direct(direct_done);
   }
-  store();
-  copier_.flush();
+  store_once();
   transport_.finish(options_.timeout_seconds);
   stats_.rounds = static_cast<int32_t>(s_.rounds.size());
 }

@@ -124,10 +124,8 @@ void Builder::add_contribution(const Piece& p, int64_t arrival, size_t msg, int6
 }
 
 void Builder::add_direct(const Piece& p, uint32_t stage) {
-  if (reduces(p.tensor)) {
-    if (stage > 0)
-      fail(ErrorCode::kInvalidArgument, "plan: part " + std::to_string(process_) +
-                                            ": a relay piece of a tensor with a partial source");
+  // A later stage copies reduced values (reduce-scatter's gather).
+  if (reduces(p.tensor) && stage == 0) {
     add_contribution(p, -1, 0, 0);
   } else {
     s_.direct.push_back({&part_, &p, stage});
@@ -241,7 +239,7 @@ void Builder::add_recv(const Message& m, size_t i) {
   const size_t index = s_.messages.size();
   int64_t offset = 0;
   for (const Piece& p : pieces) {
-    if (reduces(p.tensor)) {
+    if (reduces(p.tensor) && m.stage == 0) {
       e.has_reduce = true;
       add_contribution(p, m.round, index, offset);
     }

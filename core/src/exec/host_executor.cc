@@ -161,9 +161,12 @@ void HostExecution::build_tasks(int threads) {
           g.pieces.push_back({&part, &p, 0});
           g.bytes += bytes;
         } else {
-          if (group_base[p.tensor] >= 0)
+          // A later stage forwards the reduced value of a partial source
+          // (reduce-scatter): written over the group's result.
+          if (group_base[p.tensor] >= 0 &&
+              (tensors_[p.tensor].dst.partial() || !tensors_[p.tensor].src.partial()))
             fail(ErrorCode::kInvalidArgument,
-                 "plan: a relay piece of a tensor with a partial layout");
+                 "plan: a relay piece of a tensor with a partial destination");
           copies_.push_back({&part, &p, stage});
           piece_bytes.push_back(bytes);
           copy_bytes += bytes;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -78,6 +79,11 @@ struct CellHosts {
 // entry host, 2 on the others). Otherwise each receiving host takes the
 // whole region in (stage 0) and fans it out (stage 1).
 struct Route {
+  // Reduce-scatter (PlanOptions::reduce_scatter, partial sources): part j's
+  // reducer, an entry of the cell, receives every summand of it (stage 0)
+  // and forwards the reduced part to the cell's other entries (stage 1).
+  bool reduce = false;
+  uint32_t cell_first = 0, cell_count = 0;  // the cell's entries in Geometry::cell_entries
   bool cross = false;
   size_t cell_begin = 0, cell_end = 0;  // the cell's range in CellHosts::hosts
   std::vector<int32_t> holder_hosts;    // sorted, unique
@@ -129,6 +135,13 @@ class Enumerator {
   bool receiving_index(const Route& r, int32_t host, size_t* index) const;
   // The entry host of part j (cross routes).
   size_t entry_host(const Route& r, size_t j) const { return (j + r.rot) % r.receiving; }
+  // The reducer of part j (reduce routes).
+  uint32_t reducer(const TensorCtx& t, const Route& r, size_t j) const {
+    return t.dg->cell_entries[r.cell_first + (j + r.rot) % r.cell_count];
+  }
+  // The reduce-scatter rule for a region of a partial source (see Route).
+  bool reduce_route(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders,
+                    size_t n, Route& r) const;
   // The leader of part j on the host at CellHosts index `hi`.
   uint32_t leader(const Route& r, size_t hi, size_t j) const;
   // The CellHosts index of the index-th receiving host.
@@ -409,8 +422,72 @@ inline const CellHosts& Enumerator::cell_hosts(const TensorCtx& t) {
   return ch;
 }
 
+// Splits `region` into at most m parts along its first dimension with at
+// least m elements (else its longest).
+inline void split_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
+  parts.clear();
+  int dim = -1;
+  for (int d = 0; d < region.rank && dim < 0; ++d)
+    if (region.extent(d) >= m) dim = d;
+  if (dim < 0) {
+    dim = 0;
+    for (int d = 1; d < region.rank; ++d)
+      if (region.extent(d) > region.extent(dim)) dim = d;
+  }
+  if (region.rank > 0) m = std::min(m, region.extent(dim));
+  if (m <= 1 || region.rank == 0) {
+    parts.push_back(region);
+    return;
+  }
+  const int64_t ext = region.extent(dim);
+  for (int64_t j = 0; j < m; ++j) {
+    Box part = region;
+    part.lo[dim] = region.lo[dim] + ext * j / m;
+    part.hi[dim] = region.lo[dim] + ext * (j + 1) / m;
+    parts.push_back(part);
+  }
+}
+
+inline bool Enumerator::reduce_route(const TensorCtx& t, uint32_t e, const Box& region,
+                                     const uint32_t* holders, size_t n, Route& r) const {
+  if (!options_.reduce_scatter || t.S < 2 || t.T > 1 || !t.dg->tiled || n == 0) return false;
+  const Geometry& dg = *t.dg;
+  const auto c = static_cast<size_t>(dg.cell_of_entry[e]);
+  const uint32_t first = dg.cell_offsets[c], count = dg.cell_offsets[c + 1] - first;
+  if (count < 2) return false;
+  // Parts no smaller than a quarter of what one α buys between hosts (at
+  // least 4 KiB), at most one per entry.
+  const double bytes = static_cast<double>(region.volume() * t.esize);
+  const double min_part =
+      std::max(4096.0, options_.alpha_seconds * options_.inter_host_bytes_per_second / 4);
+  const auto m =
+      static_cast<int64_t>(std::min(static_cast<double>(count), std::floor(bytes / min_part)));
+  if (m < 2) return false;
+  // Worth it when the entries lack summands: single-hop moves every lacking
+  // (entry, summand) pair's region; reduce-scatter at most each summand's
+  // region once plus the reduced region to every other entry.
+  int64_t local = 0;
+  for (uint32_t i = first; i < first + count; ++i)
+    for (size_t k = 0; k < n; ++k)
+      local += t.sg->devices[holders[k]] == dg.devices[dg.cell_entries[i]];
+  const int64_t single = int64_t{count} * t.S - local;
+  const int64_t staged = t.S + int64_t{count} - 1;
+  if (staged >= single) return false;
+  r.reduce = true;
+  r.cross = false;
+  r.cell_first = first;
+  r.cell_count = count;
+  uint64_t k = c;
+  for (int d = 0; d < region.rank; ++d) k = k * 1000003u + static_cast<uint64_t>(region.lo[d]);
+  r.rot = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
+  split_parts(region, m, r.parts);
+  return true;
+}
+
 inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
                               const uint32_t* holders, size_t n, Route& r) {
+  r.reduce = false;
+  if (t.S > 1) return reduce_route(t, e, region, holders, n, r);
   if (!options_.relays || t.S > 1 || t.T > 1 || !t.dg->tiled || n == 0) return false;
   const CellHosts& ch = cell_hosts(t);
   const auto c = static_cast<size_t>(t.dg->cell_of_entry[e]);
@@ -457,26 +534,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
   const int64_t bytes = region.volume() * t.esize;
   int64_t m = static_cast<int64_t>(r.receiving);
   if (options_.split_min_bytes > 0) m = std::min<int64_t>(m, bytes / options_.split_min_bytes);
-  int dim = -1;
-  for (int d = 0; d < region.rank && dim < 0; ++d)
-    if (region.extent(d) >= m) dim = d;
-  if (dim < 0) {
-    dim = 0;
-    for (int d = 1; d < region.rank; ++d)
-      if (region.extent(d) > region.extent(dim)) dim = d;
-  }
-  if (region.rank > 0) m = std::min(m, region.extent(dim));
-  if (m <= 1 || region.rank == 0) {
-    r.parts.push_back(region);
-    return true;
-  }
-  const int64_t ext = region.extent(dim);
-  for (int64_t j = 0; j < m; ++j) {
-    Box part = region;
-    part.lo[dim] = region.lo[dim] + ext * j / m;
-    part.hi[dim] = region.lo[dim] + ext * (j + 1) / m;
-    r.parts.push_back(part);
-  }
+  split_parts(region, m, r.parts);
   return true;
 }
 
@@ -511,6 +569,19 @@ inline uint32_t Enumerator::leader(const Route& r, size_t hi, size_t j) const {
 template <class F>
 void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, const Box& region,
                              const uint32_t* holders, size_t n, bool own, F&& f) {
+  if (r.reduce) {
+    for (size_t j = 0; j < r.parts.size(); ++j) {
+      const uint32_t red = reducer(t, r, j);
+      if (red == e) {  // stage 0: every summand of the part
+        assign(t, e, r.parts[j], holders, n, own || r.parts.size() > 1, f);
+        continue;
+      }
+      Emitted x{red, e, r.parts[j], true, false, false};
+      x.stage = 1;  // the reduced part, from its reducer
+      f(x);
+    }
+    return;
+  }
   size_t idx = 0;
   if (!receiving_index(r, t.dt->host[e], &idx)) {  // a holder on e's host
     assign(t, e, region, holders, n, own, f);
@@ -554,7 +625,27 @@ void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
 
 template <class F>
 void Enumerator::forward(const TensorCtx& t, uint32_t l, F&& f) {
-  if (!options_.relays || t.S > 1 || t.T > 1 || !t.dg->tiled) return;
+  if (t.S > 1) {
+    if (!options_.reduce_scatter || t.T > 1 || !t.dg->tiled) return;
+    const auto c = static_cast<size_t>(t.dg->cell_of_entry[l]);
+    if (t.dg->cell_offsets[c + 1] - t.dg->cell_offsets[c] < 2) return;
+    cover(t, t.dst->box(l), [&](const Box& region, const uint32_t* h, size_t n, bool) {
+      Route& r = route_;
+      if (!route(t, l, region, h, n, r)) return;
+      for (size_t j = 0; j < r.parts.size(); ++j) {
+        if (reducer(t, r, j) != l) continue;
+        for (uint32_t i = r.cell_first; i < r.cell_first + r.cell_count; ++i) {
+          const uint32_t m = t.dg->cell_entries[i];
+          if (m == l) continue;
+          Emitted x{l, m, r.parts[j], true, false, false};
+          x.stage = 1;
+          f(x);
+        }
+      }
+    });
+    return;
+  }
+  if (!options_.relays || t.T > 1 || !t.dg->tiled) return;
   const CellHosts& ch = cell_hosts(t);
   const auto c = static_cast<size_t>(t.dg->cell_of_entry[l]);
   // A cell with one entry on one host never relays.

@@ -110,6 +110,7 @@ uint64_t fingerprint_of(const PlanInput& in) {
   h.f64(o.inter_host_bytes_per_second);
   h.i64(o.staging_budget_bytes);
   h.u64(o.relays ? 1 : 0);
+  h.u64(o.reduce_scatter ? 1 : 0);
   return h.value();
 }
 

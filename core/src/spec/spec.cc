@@ -515,7 +515,8 @@ PlanOptions parse_options(const json& j, const std::string& path) {
   as_object(j, path);
   check_keys(j, path,
              {"split_min_bytes", "alpha_seconds", "intra_host_bytes_per_second",
-              "inter_host_bytes_per_second", "staging_budget_bytes", "relays"});
+              "inter_host_bytes_per_second", "staging_budget_bytes", "relays",
+              "reduce_scatter"});
   PlanOptions o;
   auto non_negative_int = [&](const char* key, int64_t& out) {
     if (const json* v = find(j, key)) {
@@ -536,10 +537,14 @@ PlanOptions parse_options(const json& j, const std::string& path) {
   number("alpha_seconds", o.alpha_seconds, false);
   number("intra_host_bytes_per_second", o.intra_host_bytes_per_second, true);
   number("inter_host_bytes_per_second", o.inter_host_bytes_per_second, true);
-  if (const json* v = find(j, "relays")) {
-    if (!v->is_boolean()) wrong_type(*v, child(path, "relays"), "true or false");
-    o.relays = v->get<bool>();
-  }
+  auto flag = [&](const char* key, bool& out) {
+    if (const json* v = find(j, key)) {
+      if (!v->is_boolean()) wrong_type(*v, child(path, key), "true or false");
+      out = v->get<bool>();
+    }
+  };
+  flag("relays", o.relays);
+  flag("reduce_scatter", o.reduce_scatter);
   return o;
 }
 

@@ -181,6 +181,7 @@ class Decoder {
     out.staging_budget_bytes =
         non_negative(o->staging_budget_bytes(), "options.staging_budget_bytes");
     out.relays = o->relays();
+    out.reduce_scatter = o->reduce_scatter();
     return out;
   }
 

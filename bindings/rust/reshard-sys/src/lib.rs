@@ -256,8 +256,9 @@ pub struct reshard_plan_options_t {
     /// the same box that no device of the host holds, one receives it over
     /// the network (stage 0) and forwards it inside the host (stage 1).
     pub relays: i32,
-    /// Set to 0.
-    pub reserved0: i32,
+    /// Since 1.3: reduce-scatter then gather for partial sources (1, the
+    /// default) or every device receiving every summand (0); no other value.
+    pub reduce_scatter: i32,
 }
 
 impl Default for reshard_plan_options_t {
@@ -271,7 +272,7 @@ impl Default for reshard_plan_options_t {
             inter_host_bytes_per_second: 25e9,
             staging_budget_bytes: 1 << 30,
             relays: 1,
-            reserved0: 0,
+            reduce_scatter: 1,
         }
     }
 }

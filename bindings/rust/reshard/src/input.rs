@@ -31,6 +31,11 @@ pub struct PlanOptions {
     /// (stage 1), so the box enters the host once. False: every device
     /// fetches what it lacks directly (single-hop, one stage).
     pub relays: bool,
+    /// Reduce-scatter then gather for partial sources (ABI 1.3). Default
+    /// true: each part of a destination cell is reduced by one device from
+    /// every summand (stage 0) and forwarded reduced to the others (stage 1).
+    /// False: every device receives every summand it lacks.
+    pub reduce_scatter: bool,
 }
 
 impl Default for PlanOptions {
@@ -43,6 +48,7 @@ impl Default for PlanOptions {
             inter_host_bytes_per_second: d.inter_host_bytes_per_second,
             staging_budget_bytes: d.staging_budget_bytes,
             relays: d.relays != 0,
+            reduce_scatter: d.reduce_scatter != 0,
         }
     }
 }
@@ -142,6 +148,7 @@ impl PlanInput {
             inter_host_bytes_per_second: options.inter_host_bytes_per_second,
             staging_budget_bytes: options.staging_budget_bytes,
             relays: i32::from(options.relays),
+            reduce_scatter: i32::from(options.reduce_scatter),
             ..Default::default()
         };
         // SAFETY: live handle; raw is a complete options struct.
