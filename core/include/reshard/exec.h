@@ -1,4 +1,5 @@
-// reshard — in-process host execution (docs/design.md §3.2, transport `local`).
+// reshard — in-process host execution (docs/design.md §3.2): the engine over
+// the `local` transport.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,11 @@ struct TensorBuffers {
 };
 
 struct HostExecuteOptions {
-  int32_t threads = 0;  // 0: std::thread::hardware_concurrency()
+  // Threads copying: 0 (the default) one per hardware thread, N >= 1 up to
+  // min(N, 256), the calling thread included: ExecuteOptions::threads
+  // (reshard/engine.h), whose meaning every `threads` field shares.
+  // Negative: kInvalidArgument ("options.threads: ...").
+  int32_t threads = 0;
 };
 
 // Fills every destination buffer of every tensor of `plan`, which must hold
@@ -35,6 +40,9 @@ struct HostExecuteOptions {
 // per tensor, byte size per entry, null data for a non-empty box, source and
 // destination overlapping in memory): on error throws kInvalidArgument
 // naming the buffer ("tensors[1].dst[3]") and writes nothing.
+// The engine over the `local` transport (Engine::execute with
+// kAllProcesses, reshard/engine.h) does the work: every piece is a direct
+// copy between buffers, round by round, no staging.
 // Partial sources are reduced on the destination; f16/bf16/f8 accumulate in
 // f32 and round once. Thread-safe for distinct destination buffers.
 void execute_host(const Plan& plan, std::span<const TensorBuffers> buffers,

@@ -13,16 +13,19 @@
 #include <thread>
 #include <vector>
 
+#include "exec/direct_copies.h"
 #include "exec/engine_cache.h"
 #include "exec/engine_schedule.h"
 #include "exec/exec_common.h"
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
+#include "util/threads.h"
 
 namespace reshard {
 namespace {
 
 using engine_detail::Contribution;
+using engine_detail::DirectRunner;
 using engine_detail::EngineMessage;
 using engine_detail::RoundPlan;
 using engine_detail::Schedule;
@@ -203,6 +206,7 @@ class Copier {
   Copier(Transport& transport, bool host) : transport_(transport), host_(host) {}
 
   void set_in_flight(bool v) { in_flight_ = v; }
+  bool in_flight() const { return in_flight_; }
 
   void copy(int64_t device, int32_t ordinal, const CopyDesc& d, DType dtype, const void* src,
             void* dst) {
@@ -290,7 +294,7 @@ class Run {
         info_(transport.info()),
         plan_(plan),
         tensors_(plan.tensors()),
-        part_(*schedule.part),
+        part_(schedule.part),
         buffers_(buffers),
         options_(options),
         s_(schedule),
@@ -323,7 +327,7 @@ class Run {
   }
   void allocate();
   void fill();
-  void direct();
+  void direct(int64_t last_round);
   void pack_message(size_t mi);
   void pack_next(size_t ri, int64_t after);
   std::unique_ptr<TransferBatch> post(size_t ri, size_t step);
@@ -336,7 +340,7 @@ class Run {
   const TransportInfo info_;
   const Plan& plan_;
   const std::vector<TensorSpec>& tensors_;
-  const ProcessPart& part_;
+  const ProcessPart* part_;
   std::span<const TensorBuffers> buffers_;
   const ExecuteOptions& options_;
   Schedule& s_;
@@ -353,6 +357,9 @@ class Run {
   std::vector<uint8_t> packed_;    // per message
   bool packed_early_ = false;
   size_t next_contribution_ = 0;
+  size_t next_direct_ = 0;  // index in Schedule::direct_rounds
+  // Host memory: the direct copies' threads (ExecuteOptions::threads).
+  std::unique_ptr<DirectRunner> runner_;
 };
 
 void Run::allocate() {
@@ -404,17 +411,34 @@ void Run::fill() {
   }
 }
 
-void Run::direct() {
-  for (const auto& d : s_.direct) {
-    const Piece& p = *d.piece;
-    const TensorSpec& spec = tensors_[p.tensor];
-    const Box region = plan_.region(*d.part, p);
-    const int64_t device = spec.dst.device(p.dst_entry);
-    copier_.copy(device, ordinal_of(device),
-                 make_copy_desc(region, spec.src.box(p.src_entry), spec.dst.box(p.dst_entry)),
-                 spec.dtype, src_ptr(p), dst_ptr(p));
+// Runs the direct copies of the rounds up to `last_round` not run yet, a
+// round's copies in parallel (host memory) and rounds in order.
+void Run::direct(int64_t last_round) {
+  for (;
+       next_direct_ < s_.direct_rounds.size() && s_.direct_rounds[next_direct_].round <= last_round;
+       ++next_direct_) {
+    const engine_detail::DirectRound& r = s_.direct_rounds[next_direct_];
+    const std::span<const engine_detail::DirectCopy> copies(s_.direct.data() + r.begin,
+                                                            r.end - r.begin);
+    if (runner_) {
+      // While transfers are in flight, tasks stay small and the calling
+      // thread gives the transport a chance to progress after each.
+      const bool in_flight = copier_.in_flight();
+      runner_->run_round(copies, {}, in_flight ? int64_t{256} << 10 : 0,
+                         in_flight ? std::function<void()>([this] { transport_.progress(); })
+                                   : std::function<void()>());
+      continue;
+    }
+    for (const auto& d : copies) {
+      const Piece& p = *d.piece;
+      const TensorSpec& spec = tensors_[p.tensor];
+      const Box region = plan_.region(*d.part, p);
+      const int64_t device = spec.dst.device(p.dst_entry);
+      copier_.copy(device, ordinal_of(device),
+                   make_copy_desc(region, spec.src.box(p.src_entry), spec.dst.box(p.dst_entry)),
+                   spec.dtype, src_ptr(p), dst_ptr(p));
+    }
   }
-  stats_.local_bytes += s_.local_bytes;
 }
 
 void Run::pack_message(size_t mi) {
@@ -424,7 +448,7 @@ void Run::pack_message(size_t mi) {
   std::byte* out = staging(m.slot) + m.offset;
   for (const Piece& p : m.pieces) {
     const TensorSpec& spec = tensors_[p.tensor];
-    const Box region = plan_.region(part_, p);
+    const Box region = plan_.region(*part_, p);
     copier_.copy(m.local_device, m.ordinal,
                  make_copy_desc(region, spec.src.box(p.src_entry), region), spec.dtype, src_ptr(p),
                  out);
@@ -513,7 +537,7 @@ void Run::unpack(size_t ri, size_t step) {
     const std::byte* in = staging(m.slot) + m.offset;
     for (const Piece& p : m.pieces) {
       const TensorSpec& spec = tensors_[p.tensor];
-      const Box region = plan_.region(part_, p);
+      const Box region = plan_.region(*part_, p);
       if (!spec.src.partial()) {
         copier_.copy(m.local_device, m.ordinal,
                      make_copy_desc(region, region, spec.dst.box(p.dst_entry)), spec.dtype, in,
@@ -542,7 +566,7 @@ void Run::reduce_ready(int64_t round) {
                            : buffers_[c.tensor].dst[c.dst_entry].data;
     const void* src = nullptr;
     Box src_box = c.region;
-    if (c.arrival < 0) {
+    if (c.from_buffer) {
       src = buffers_[c.tensor].src[c.src_entry].data;
       src_box = c.src_box;
     } else if (c.deferred_offset >= 0) {
@@ -593,14 +617,26 @@ void Run::store() {
 
 void Run::go() {
   allocate();
+  if (info_.memory == MemoryKind::kHost && !s_.direct.empty()) {
+    const int threads =
+        s_.local_bytes < engine_detail::kParallelMinBytes ? 1 : resolve_threads(options_.threads);
+    runner_ =
+        std::make_unique<DirectRunner>(plan_, buffers_, s_, std::span<void* const>(), threads);
+  }
   fill();
+  stats_.local_bytes += s_.local_bytes;
   if (s_.rounds.empty()) {
-    direct();
+    direct(INT64_MAX);
     reduce_ready(-1);
   }
   const size_t window = static_cast<size_t>(std::max(1, options_.max_batches_in_flight));
   for (size_t ri = 0; ri < s_.rounds.size(); ++ri) {
     const RoundPlan& r = s_.rounds[ri];
+    // Direct copies of earlier rounds (same-process messages of rounds in
+    // which this process exchanges nothing with others) before this round's
+    // sends, which may read what they wrote (multi-stage plans); local
+    // pieces (round -1) read only sources and overlap the first round.
+    if (ri > 0 || r.round > 0) direct(int64_t{r.round} - 1);
     std::deque<InFlight> in_flight;
     size_t next = 0;
     const auto post_next = [&] {
@@ -610,10 +646,8 @@ void Run::go() {
     };
     while (next < r.steps.size() && in_flight.size() < window) post_next();
     copier_.set_in_flight(true);
-    if (ri == 0) {
-      direct();
-      reduce_ready(-1);
-    }
+    direct(r.round);  // this round's, while its transfers are in flight
+    if (ri == 0) reduce_ready(-1);
     // Round r+1, as far as round r leaves its staging free.
     packed_early_ = false;
     pack_next(ri, -1);
@@ -633,6 +667,7 @@ void Run::go() {
     reduce_ready(r.round);
     copier_.flush();
   }
+  direct(INT64_MAX);  // rounds after the last one with transfers
   if (next_contribution_ != s_.contributions.size()) {
     fail(ErrorCode::kInternal, "execute: contributions left unreduced");
   }
@@ -673,7 +708,15 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   const auto t0 = Clock::now();
   ExecuteStats stats;
   const TransportInfo info = transport_->info();
-  if (process != info.rank) {
+  const bool whole = process == kAllProcesses;
+  if (whole && !info.whole_plan) {
+    fail(ErrorCode::kInvalidArgument,
+         "process: kAllProcesses (-1) needs a transport holding every process of the plan (the "
+         "local transport); the " +
+             info.name + " transport executes the part of its rank (" + std::to_string(info.rank) +
+             ")");
+  }
+  if (!whole && process != info.rank) {
     fail(ErrorCode::kInvalidArgument, "process: " + std::to_string(process) +
                                           " is not this rank of the " + info.name + " transport (" +
                                           std::to_string(info.rank) + ")");
@@ -683,6 +726,36 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   }
   if (options.max_batches_in_flight < 1) {
     fail(ErrorCode::kInvalidArgument, "options.max_batches_in_flight: must be at least 1");
+  }
+  if (options.threads < 0) {
+    fail(ErrorCode::kInvalidArgument,
+         "options.threads: " + std::to_string(options.threads) +
+             " is negative (0: one per hardware thread, N: up to N threads)");
+  }
+  if (whole) {
+    // (1) Everything checked before anything is written.
+    for (int32_t p : plan.processes()) {
+      if (!plan.parts().contains(p)) {
+        fail(ErrorCode::kInvalidArgument,
+             "plan: lacks the part of process " + std::to_string(p) +
+                 " (executing every process in one needs a plan made with PlanScope::kAll)");
+      }
+    }
+    exec_detail::validate_buffers(plan, local_buffers);
+    const Schedule schedule = engine_detail::build_whole_schedule(plan);
+    // (2) The agreement, with itself: kept so that every execution follows
+    // the same order of events.
+    if (options.agreement == ExecuteOptions::Agreement::kEveryCall ||
+        (options.agreement == ExecuteOptions::Agreement::kFirstUse &&
+         !agreed_.contains(plan.fingerprint()))) {
+      agree(*transport_, plan, options.timeout_seconds);
+      agreed_.insert(plan.fingerprint());
+      stats.agreed = true;
+    }
+    // (3) Execution.
+    engine_detail::execute_whole(plan, local_buffers, schedule, options.threads, stats);
+    stats.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return stats;
   }
   for (int32_t p : plan.processes()) {
     if (p >= info.size) {

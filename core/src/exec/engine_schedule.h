@@ -3,7 +3,13 @@
 // every rank orders its batches the same way), before any byte moves.
 //
 //  - Direct copies: local pieces and pieces between two devices of this
-//    process (no transport involved).
+//    process (no transport involved), each with the round of its message
+//    (-1 for local pieces): the engine runs them round by round, so that a
+//    later round may read what an earlier one wrote (multi-stage plans).
+//  - A whole-plan schedule (build_whole_schedule, kAllProcesses on a
+//    transport that holds every process, the `local` transport): every
+//    piece of every part is a direct copy or a contribution read straight
+//    from its source buffer; no messages, no staging.
 //  - Messages to and from other processes, each sent or received in place
 //    (one contiguous piece), staged (packed with the box-copy core), or
 //    gathered (Segment lists, for transports that support them).
@@ -101,6 +107,28 @@ struct RoundPlan {
 struct DirectCopy {
   const ProcessPart* part = nullptr;
   const Piece* piece = nullptr;
+  int64_t round = -1;  // of its message; -1: a local piece
+};
+
+// The direct copies of one round: Schedule::direct[begin, end).
+struct DirectRound {
+  int64_t round = -1;
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+// Whole-plan schedules: the contributions to one destination entry that are
+// reduced in one round (Schedule::contributions[begin, end), in reduction
+// order), run as one task.
+struct ReduceGroup {
+  size_t acc = 0;  // Schedule::accs index
+  int64_t round = -1;
+  size_t begin = 0;
+  size_t end = 0;
+  bool fill = false;     // the entry's first group: start from the identity
+  bool store = false;    // the entry's last group: round a separate accumulator
+  bool scratch = false;  // the entry's only group, accumulating in the thread's scratch
+  int64_t bytes = 0;     // read by its contributions
 };
 
 // One summand's contribution to a destination entry with a partial source.
@@ -111,10 +139,11 @@ struct Contribution {
   uint64_t seq = 0;  // tie-break: discovery order
   size_t acc = 0;    // index in Schedule::accs
   Box region;
-  int64_t arrival = -1;  // round of its message; -1: a buffer of this process
+  int64_t arrival = -1;  // round of its message; -1: a local piece
   int64_t ready = -1;    // reduced after this round (-1: before the first)
   // Source: entry `src_entry` of the tensor's source, a buffer of this
-  // process ...
+  // process (`from_buffer`) ...
+  bool from_buffer = false;
   uint32_t src_entry = 0;
   Box src_box;
   // ... or bytes [msg_offset, +bytes) of message `msg`, copied to
@@ -131,8 +160,11 @@ struct AccTarget {
   uint32_t tensor = 0;
   uint32_t dst_entry = 0;
   int64_t elements = 0;
-  bool separate = false;  // accumulates in f32 beside the destination
-  size_t acc_block = 0;   // when separate: where, in Schedule::work
+  // Accumulates in f32 beside the destination, in Schedule::work (in a
+  // whole-plan schedule only when its contributions span several rounds;
+  // otherwise the thread's scratch serves).
+  bool separate = false;
+  size_t acc_block = 0;  // when separate: where, in Schedule::work
   int64_t acc_offset = 0;
 };
 
@@ -147,18 +179,22 @@ struct WorkBlock {
 struct Schedule {
   // The part the pieces below point into: the plan's own, or a copy the
   // schedule owns (cached schedules outlive the plan they were built from).
+  // Null in a whole-plan schedule, whose pieces point into the plan's parts.
   const ProcessPart* part = nullptr;
   std::shared_ptr<const ProcessPart> owned_part;
   std::vector<EngineMessage> messages;
   std::vector<RoundPlan> rounds;  // ascending round
   std::vector<DeviceSlot> slots;
-  std::vector<DirectCopy> direct;           // tensors without a partial source
+  std::vector<DirectCopy> direct;           // tensors without a partial source, by round
+  std::vector<DirectRound> direct_rounds;   // ascending round
   std::vector<Contribution> contributions;  // sorted by (ready, tensor, entry, summand, seq)
   std::vector<AccTarget> accs;
   std::vector<WorkBlock> work;
   // Destination entries of tensors with a partial destination and a whole
   // source: filled with the identity first.
   std::vector<std::pair<uint32_t, uint32_t>> fills;
+  // Whole-plan schedules: the reductions as tasks, sorted by round.
+  std::vector<ReduceGroup> groups;
   int64_t accumulator_bytes = 0;
   int64_t deferred_bytes = 0;
   int64_t local_bytes = 0;
@@ -172,5 +208,12 @@ struct Schedule {
 // Throws kInvalidArgument for a damaged or foreign plan.
 Schedule build_schedule(const Plan& plan, int32_t process, const ProcessPart& part,
                         const TransportInfo& transport, const ExecuteOptions& options);
+
+// The schedule of every part of `plan` executed in one process (the plan
+// holds them all: the caller checked). Checks every part's local and
+// received pieces and messages (pieces in range, sizes, devices on the
+// right processes); sent messages are the same pieces seen from the sender
+// and are not read. Throws kInvalidArgument for a damaged plan.
+Schedule build_whole_schedule(const Plan& plan);
 
 }  // namespace reshard::engine_detail
