@@ -402,3 +402,52 @@ TEST(EngineLocal, LocalTransportHoldsEveryProcessAndTransfersNothing) {
 
 }  // namespace
 }  // namespace reshard
+
+namespace reshard {
+namespace {
+
+// Invariant: verify_plan in one process (kAllProcesses) passes random plans
+// (partial destinations included) and counts every destination element; on
+// the per-process path (process 0 of a one-process plan) it counts the same
+// elements and bytes.
+TEST(VerifyPlan, WholeAndPerProcessPathsAgree) {
+  for (int c = 0; c < 40; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    testing::CaseGen gen(77000 + static_cast<uint64_t>(c), {4, 16, 2, 12, true, false});
+    PlanInput in = gen.input();
+    const Plan whole_plan = make_plan(in);
+    Engine engine(make_local_transport());
+    ExecuteOptions o;
+    o.threads = c % 3;
+    const OracleReport whole = verify_plan(engine, whole_plan, kAllProcesses, o);
+    EXPECT_TRUE(whole.ok()) << whole.mismatches;
+    int64_t elements = 0;
+    for (const TensorSpec& t : whole_plan.tensors()) {
+      for (size_t e = 0; e < t.dst.num_entries(); ++e) elements += t.dst.box(e).volume();
+    }
+    EXPECT_EQ(whole.elements, elements);
+    bool partial_dst = false;
+    for (const TensorSpec& t : whole_plan.tensors()) partial_dst = partial_dst || t.dst.partial();
+    // One process holding every device: the per-process path.
+    in.topology = Topology();
+    const Plan one = make_plan(in);
+    if (partial_dst) {
+      try {
+        verify_plan(engine, one, 0, o);
+        ADD_FAILURE() << "no error for a partial destination";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+        EXPECT_NE(std::string(e.what()).find("partial destination"), std::string::npos);
+      }
+      continue;
+    }
+    const OracleReport part = verify_plan(engine, one, 0, o);
+    EXPECT_TRUE(part.ok());
+    EXPECT_EQ(part.elements, whole.elements);
+    EXPECT_EQ(part.bytes, whole.bytes);
+    EXPECT_EQ(part.tensors, whole.tensors);
+  }
+}
+
+}  // namespace
+}  // namespace reshard
