@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "core/random_cases.h"
-#include "exec/direct_copies.h"
-#include "exec/engine_schedule.h"
+#include "exec/engine/direct_copies.h"
+#include "exec/schedule/engine_schedule.h"
 #include "reshard/engine.h"
 #include "reshard/error.h"
 #include "reshard/exec.h"

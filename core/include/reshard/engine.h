@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "reshard/buffers.h"
 #include "reshard/exec.h"
 #include "reshard/plan.h"
 #include "reshard/transport.h"

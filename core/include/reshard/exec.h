@@ -6,26 +6,10 @@
 #include <span>
 #include <vector>
 
+#include "reshard/buffers.h"  // ConstBuffer, MutableBuffer, TensorBuffers (here before)
 #include "reshard/plan.h"
 
 namespace reshard {
-
-struct ConstBuffer {
-  const void* data = nullptr;
-  int64_t bytes = 0;
-};
-struct MutableBuffer {
-  void* data = nullptr;
-  int64_t bytes = 0;
-};
-
-// The shard buffers of one tensor, indexed by layout entry (the plan's
-// tensors()[t].src / .dst entry order, i.e. sorted by device). Each buffer is
-// dense, row-major, exactly the shape of its entry's box.
-struct TensorBuffers {
-  std::vector<ConstBuffer> src;
-  std::vector<MutableBuffer> dst;
-};
 
 struct HostExecuteOptions {
   // Threads copying: 0 (the default) one per hardware thread, N >= 1 up to

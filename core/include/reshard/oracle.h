@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "reshard/exec.h"
+#include "reshard/buffers.h"
 #include "reshard/plan.h"
 
 namespace reshard {

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "exec/engine_schedule.h"
+#include "exec/schedule/engine_schedule.h"
 #include "reshard/engine.h"
 #include "reshard/exec.h"
 #include "reshard/plan.h"

@@ -13,10 +13,11 @@
 #include <thread>
 #include <vector>
 
-#include "exec/direct_copies.h"
-#include "exec/engine_cache.h"
-#include "exec/engine_schedule.h"
-#include "exec/exec_common.h"
+#include "exec/box_copy/fill_elements.h"
+#include "exec/engine/direct_copies.h"
+#include "exec/engine/engine_cache.h"
+#include "exec/schedule/engine_schedule.h"
+#include "exec/schedule/exec_common.h"
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
 #include "util/threads.h"

@@ -1,10 +1,11 @@
-#include "exec/direct_copies.h"
+#include "exec/engine/direct_copies.h"
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
-#include "exec/exec_common.h"
+#include "exec/box_copy/fill_elements.h"
+#include "exec/schedule/exec_common.h"
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
 #include "util/threads.h"

@@ -1,4 +1,4 @@
-#include "exec/engine_schedule.h"
+#include "exec/schedule/engine_schedule.h"
 
 #include <algorithm>
 #include <climits>
@@ -7,7 +7,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "exec/exec_common.h"
+#include "exec/schedule/exec_common.h"
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
 
