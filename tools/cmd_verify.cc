@@ -1,9 +1,10 @@
-// `reshard verify`: plan, execute on the in-process host executor with
-// generated data, and check every destination element (reshard/oracle.h).
+// `reshard verify`: plan, execute in this process (the engine over the local
+// transport) with generated data, and check every destination element
+// (verify_plan, reshard/oracle.h).
 #include <iostream>
 
 #include "cli.h"
-#include "reshard/exec.h"
+#include "reshard/engine.h"
 #include "reshard/oracle.h"
 
 namespace reshard::cli {
@@ -48,13 +49,13 @@ int run_verify(const VerifyArgs& args) {
   request.max_plan_bytes = args.max_plan_bytes;
   // In-process verification needs every part: no --process way out.
   const Plan plan = from_file ? std::move(*from_file) : plan_spec(spec.input, request, "");
-  OracleBuffers buffers =
-      fill_sources(plan, static_cast<int64_t>(args.max_gib * 1024 * 1024 * 1024));
-  const std::vector<TensorBuffers> views = buffers.views();
-  HostExecuteOptions options;
+  Engine engine(make_local_transport(), EngineOptions{.schedule_cache_entries = 0});
+  ExecuteOptions options;
+  options.agreement = ExecuteOptions::Agreement::kSkip;
   options.threads = args.threads;
-  execute_host(plan, views, options);
-  const OracleReport report = check_destinations(plan, buffers, 10);
+  VerifyOptions verify;
+  verify.max_bytes = static_cast<int64_t>(args.max_gib * 1024 * 1024 * 1024);
+  const OracleReport report = verify_plan(engine, plan, kAllProcesses, options, verify);
   if (report.ok()) {
     std::cout << "verified " << report.tensors << " tensors, " << report.elements << " elements, "
               << report.bytes << " bytes: OK\n";

@@ -1,7 +1,7 @@
 // The `mpi` transport (docs/design.md §3.4): host memory, non-blocking
 // point-to-point over a private duplicate of the caller's communicator.
 // Built into libreshard_mpi.so.1, whose only export is the entry point of
-// core/src/exec/backend_abi.h; reshard loads it at run time.
+// core/src/exec/backend/backend_abi.h; reshard loads it at run time.
 //
 // Matching: every rank starts the operations between two ranks in the same
 // order (the engine's schedule guarantees it), tags carry the round, and
@@ -25,7 +25,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "exec/backend_abi.h"
+#include "exec/backend/backend_abi.h"
 #include "reshard/box_copy.h"
 #include "reshard/engine.h"
 #include "reshard/error.h"

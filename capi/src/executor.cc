@@ -1,6 +1,8 @@
-// Executors (host, and the engine over any other transport), execution, and
-// the verification oracle.
+// Executors — one engine over a transport, whatever the kind (HOST: the
+// local transport, executing whole plans) — execution, and the
+// verification oracle.
 #include <algorithm>
+#include <condition_variable>
 #include <mutex>
 #include <span>
 #include <string>
@@ -136,9 +138,51 @@ std::unique_ptr<reshard_executor> make_engine_executor(reshard_transport_t kind,
   handle->transport = kind;
   handle->rank = info.rank;
   handle->size = info.size;
+  handle->process = info.rank;
   handle->execute_options = options;
-  handle->engine = std::make_unique<Engine>(std::move(transport));
+  handle->idle.push_back(std::make_unique<Engine>(std::move(transport)));
   return handle;
+}
+
+EngineLease::EngineLease(const reshard_executor& executor) : executor_(executor) {
+  std::unique_lock<std::mutex> lock(executor.mutex);
+  if (executor.idle.empty() && executor.make_engine) {
+    lock.unlock();
+    engine_ = executor.make_engine();
+    return;
+  }
+  executor.returned.wait(lock, [&] { return !executor.idle.empty(); });
+  engine_ = std::move(executor.idle.back());
+  executor.idle.pop_back();
+}
+
+EngineLease::~EngineLease() {
+  {
+    std::lock_guard<std::mutex> lock(executor_.mutex);
+    executor_.idle.push_back(std::move(engine_));
+  }
+  executor_.returned.notify_one();
+}
+
+int32_t threads_from_c(int32_t value, CThreads convention, const char* field) {
+  switch (convention) {
+    case CThreads::kExecutor:
+      if (value < 0) {
+        fail(ErrorCode::kInvalidArgument,
+             std::string(field) + ": " + std::to_string(value) + " is negative");
+      }
+      return value;  // the C++ meaning already
+    case CThreads::kPlanRequest:
+      if (value < RESHARD_PLAN_THREADS_ALL) {
+        fail(ErrorCode::kInvalidArgument,
+             std::string(field) + ": " + std::to_string(value) +
+                 " is invalid (0 or 1: the calling thread, N > 1: up to N threads, "
+                 "RESHARD_PLAN_THREADS_ALL: one per hardware thread)");
+      }
+      // C's 0 is 1.0's zero-filled field: one thread; C++'s 0 is "all".
+      return value == RESHARD_PLAN_THREADS_ALL ? 0 : std::max(value, 1);
+  }
+  fail(ErrorCode::kInternal, "threads_from_c: unknown convention");
 }
 
 }  // namespace reshard::capi
@@ -168,21 +212,30 @@ reshard_error_t* reshard_executor_create(const reshard_executor_options_t* optio
       default:
         reshard::capi::bad_enum("options->transport", o.transport, "a RESHARD_TRANSPORT_ constant");
     }
-    if (o.threads < 0) {
-      reshard::fail(ErrorCode::kInvalidArgument,
-                    "options->threads: " + std::to_string(o.threads) + " is negative");
-    }
+    // One process: nothing to agree on.
+    reshard::ExecuteOptions execute;
+    execute.agreement = reshard::ExecuteOptions::Agreement::kSkip;
+    execute.threads = reshard::capi::threads_from_c(o.threads, reshard::capi::CThreads::kExecutor,
+                                                    "options->threads");
     std::unique_ptr<reshard_executor> handle;
     if (o.transport == RESHARD_TRANSPORT_CUDA_LOCAL) {
-      // One process: nothing to agree on.
-      reshard::ExecuteOptions execute;
-      execute.agreement = reshard::ExecuteOptions::Agreement::kSkip;
       handle = reshard::capi::make_engine_executor(
           o.transport, reshard::make_cuda_local_transport(reshard::CudaLocalOptions{}), execute);
     } else {
+      // Whole plans over the local transport, an engine per concurrent
+      // call, none caching schedules (whole-plan schedules are built per
+      // call).
+      const auto make_engine = [] {
+        reshard::EngineOptions engine_options;
+        engine_options.schedule_cache_entries = 0;
+        return std::make_unique<reshard::Engine>(reshard::make_local_transport(), engine_options);
+      };
       handle = std::make_unique<reshard_executor>();
       handle->transport = o.transport;
-      handle->threads = o.threads;
+      handle->process = reshard::kAllProcesses;
+      handle->execute_options = execute;
+      handle->make_engine = make_engine;
+      handle->idle.push_back(make_engine());
     }
     *out_executor = handle.release();
   });
@@ -200,20 +253,15 @@ reshard_error_t* reshard_executor_execute(const reshard_executor_t* executor,
     require(executor, "executor");
     require(plan, "plan");
     const std::vector<reshard::TensorBuffers> views = to_views(buffers, num_tensors);
-    if (executor->engine) {
+    if (executor->process != reshard::kAllProcesses) {
       check_remote_entries_empty(plan->plan, buffers, num_tensors, executor->rank);
-      std::lock_guard<std::mutex> lock(executor->mutex);
-      // The engine names a buffer "tensors[t].dst[e]" like execute_host.
-      renamed({{"tensors[", "buffers["}}, [&] {
-        executor->engine->execute(plan->plan, executor->rank, views, executor->execute_options);
-      });
-      return;
     }
-    reshard::HostExecuteOptions options;
-    options.threads = executor->threads;
-    // execute_host names a buffer "tensors[t].dst[e]"; the C argument is
+    const reshard::capi::EngineLease engine(*executor);
+    // The engine names a buffer "tensors[t].dst[e]"; the C argument is
     // `buffers`.
-    renamed({{"tensors[", "buffers["}}, [&] { reshard::execute_host(plan->plan, views, options); });
+    renamed({{"tensors[", "buffers["}}, [&] {
+      engine->execute(plan->plan, executor->process, views, executor->execute_options);
+    });
   });
 }
 
@@ -271,19 +319,22 @@ reshard_error_t* reshard_executor_verify(const reshard_executor_t* executor,
     require(executor, "executor");
     require(plan, "plan");
     check_out_struct(out_report, kVerifyReportV1Size, "out_report");
-    if (executor->transport != RESHARD_TRANSPORT_HOST) {
+    if (executor->transport == RESHARD_TRANSPORT_NCCL ||
+        executor->transport == RESHARD_TRANSPORT_CUDA_LOCAL) {
+      // Their buffers are GPU memory, which the oracle fills and checks on
+      // the host, and transports move nothing between host and GPU.
       reshard::fail(ErrorCode::kInvalidArgument,
-                    std::string("executor: reshard_executor_verify needs a host executor "
-                                "(RESHARD_TRANSPORT_HOST); this one is ") +
+                    std::string("executor: reshard_executor_verify needs host memory (a HOST or "
+                                "MPI executor); this one is ") +
                         transport_name(executor->transport) +
                         " (fill and check its local entries with reshard_oracle_fill_source and "
-                        "reshard_oracle_check_destination)");
+                        "reshard_oracle_check_destination, copying them to and from the GPUs)");
     }
-    reshard::OracleBuffers buffers = reshard::fill_sources(plan->plan);
-    reshard::HostExecuteOptions options;
-    options.threads = executor->threads;
-    reshard::execute_host(plan->plan, buffers.views(), options);
-    const reshard::OracleReport report = reshard::check_destinations(plan->plan, buffers, 0);
+    const reshard::capi::EngineLease engine(*executor);
+    const reshard::OracleReport report = renamed({{"tensors[", "buffers["}}, [&] {
+      return reshard::verify_plan(*engine, plan->plan, executor->process, executor->execute_options,
+                                  {0, 0});
+    });
     reshard_verify_report_t c = RESHARD_VERIFY_REPORT_INIT;
     c.tensors = report.tensors;
     c.elements = report.elements;

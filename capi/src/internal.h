@@ -5,9 +5,11 @@
 // turns exceptions into error objects, and adds no behaviour of its own.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -53,18 +55,25 @@ struct reshard_buffer {
   std::vector<uint8_t> bytes;
 };
 
+// An executor: engines over one transport. Every kind is the same thing;
+// they differ in the transport and in how many engines may exist. Engines
+// are lent one per call (Engine::execute is one call at a time):
+// transports bound to a communicator or to GPU streams have exactly one, so
+// calls wait for each other; HOST makes another engine over another local
+// transport when all are busy (`make_engine`), so that calls on distinct
+// destination buffers run concurrently, as the header promises.
 struct reshard_executor {
   reshard_transport_t transport = RESHARD_TRANSPORT_HOST;
-  int32_t threads = 0;  // host executor
-  // Every other transport: an engine over it (null for HOST), this
-  // process's rank and the group size, and the options of every execute.
-  std::unique_ptr<reshard::Engine> engine;
-  int32_t rank = 0;
+  int32_t rank = 0;  // this process's rank in the group
   int32_t size = 1;
-  reshard::ExecuteOptions execute_options;
-  // Engine::execute is one call at a time; the C handle is shared between
-  // threads, so executions are serialized here.
+  // The plan process each call executes: `rank`, or reshard::kAllProcesses
+  // (HOST: every part of a plan, in this process).
+  int32_t process = 0;
+  reshard::ExecuteOptions execute_options;                        // of every call
+  std::function<std::unique_ptr<reshard::Engine>()> make_engine;  // null: one engine only
   mutable std::mutex mutex;
+  mutable std::condition_variable returned;
+  mutable std::vector<std::unique_ptr<reshard::Engine>> idle;
 };
 
 namespace reshard::capi {
@@ -138,10 +147,38 @@ void write_struct(const T& value, T* out) noexcept {
 }
 
 // Wraps an engine over `transport` into a new executor handle (rank and
-// size from the transport) with `options` for every execute.
+// size from the transport; every call executes this rank's part) with
+// `options` for every execute.
 std::unique_ptr<reshard_executor> make_engine_executor(reshard_transport_t kind,
                                                        std::unique_ptr<Transport> transport,
                                                        const ExecuteOptions& options);
+
+// An engine of `executor`, lent for one call: an idle one, a new one where
+// the kind allows (HOST), or the only one once the call using it returns.
+class EngineLease {
+ public:
+  explicit EngineLease(const reshard_executor& executor);
+  EngineLease(const EngineLease&) = delete;
+  EngineLease& operator=(const EngineLease&) = delete;
+  ~EngineLease();
+  Engine& operator*() const { return *engine_; }
+  Engine* operator->() const { return engine_.get(); }
+
+ private:
+  const reshard_executor& executor_;
+  std::unique_ptr<Engine> engine_;
+};
+
+// The C ABI's `threads` fields in the C++ meaning (ExecuteOptions::threads:
+// 0 every hardware thread, N up to N), the one place they are converted.
+// Each C field keeps its documented convention: kExecutor
+// (reshard_executor_options_t: 0 every hardware thread, N > 0 up to N;
+// negative is INVALID_ARGUMENT) and kPlanRequest (reshard_plan_request_t,
+// whose 1.0-sized and zeroed structs mean one thread: 0 or 1 the calling
+// thread, N > 1 up to N, RESHARD_PLAN_THREADS_ALL every hardware thread;
+// below -1 INVALID_ARGUMENT). `field` names the argument in the message.
+enum class CThreads { kExecutor, kPlanRequest };
+int32_t threads_from_c(int32_t value, CThreads convention, const char* field);
 
 // Size of a struct's first published version: the end of its last field.
 #define RESHARD_CAPI_V1_SIZE(type, last_field) \

@@ -87,14 +87,8 @@ reshard_error_t* reshard_plan_create(const reshard_plan_input_t* input,
     cpp.scope = static_cast<PlanScope>(r.scope);
     cpp.process = r.process;
     cpp.global_stats = r.global_stats != 0;
-    if (r.threads < RESHARD_PLAN_THREADS_ALL) {
-      fail(ErrorCode::kInvalidArgument,
-           "request->threads: " + std::to_string(r.threads) +
-               " is invalid (0 or 1: the calling thread, N > 1: up to N threads, "
-               "RESHARD_PLAN_THREADS_ALL: one per hardware thread)");
-    }
-    // C's 0 is 1.0's zero-filled field: one thread; C++'s 0 is "all".
-    cpp.threads = r.threads == RESHARD_PLAN_THREADS_ALL ? 0 : std::max(r.threads, 1);
+    cpp.threads = reshard::capi::threads_from_c(r.threads, reshard::capi::CThreads::kPlanRequest,
+                                                "request->threads");
     // 0 (what 1.1-sized and zeroed structs give) is the default in both.
     cpp.max_plan_bytes = r.max_plan_bytes;
     auto handle = std::make_unique<reshard_plan>();

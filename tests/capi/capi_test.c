@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <threads.h>
 #include <time.h>
 
 #include "check.h"
@@ -1765,6 +1766,69 @@ typedef struct verify_report_v2 {
   int64_t future_field;
 } verify_report_v2;
 
+/* Invariant: one HOST executor serves calls from several threads at once
+ * (each with its own destination buffers): every call succeeds and every
+ * destination holds the right values. */
+typedef struct concurrent_call {
+  const reshard_executor_t* executor;
+  const reshard_plan_t* plan;
+  host_buffers h;
+  int failures;
+} concurrent_call;
+
+static int concurrent_worker(void* arg) {
+  concurrent_call* c = (concurrent_call*)arg;
+  int i;
+  size_t t, e;
+  for (i = 0; i < 25; ++i) {
+    reshard_error_t* err;
+    for (t = 0; t < c->h.num_tensors; ++t) {
+      for (e = 0; e < c->h.tensors[t].num_dst; ++e) {
+        memset(c->h.tensors[t].dst[e].data, 0, c->h.tensors[t].dst[e].bytes);
+      }
+    }
+    err = reshard_executor_execute(c->executor, c->plan, c->h.tensors, c->h.num_tensors);
+    if (err != NULL) ++c->failures;
+    reshard_error_destroy(err);
+  }
+  return 0;
+}
+
+static void test_executor_concurrent(void) {
+  fixture f;
+  reshard_plan_t* plan = NULL;
+  reshard_executor_t* executor = NULL;
+  reshard_verify_report_t report = RESHARD_VERIFY_REPORT_INIT;
+  concurrent_call calls[4];
+  thrd_t threads[4];
+  int i;
+
+  REQUIRE(fixture_create(&f));
+  plan = fixture_plan(&f);
+  REQUIRE(plan != NULL);
+  REQUIRE_OK(reshard_executor_create(NULL, &executor));
+  for (i = 0; i < 4; ++i) {
+    calls[i].executor = executor;
+    calls[i].plan = plan;
+    calls[i].failures = 0;
+    REQUIRE(host_buffers_make(plan, &calls[i].h));
+  }
+  for (i = 0; i < 4; ++i)
+    REQUIRE(thrd_create(&threads[i], concurrent_worker, &calls[i]) == thrd_success);
+  for (i = 0; i < 4; ++i) thrd_join(threads[i], NULL);
+  for (i = 0; i < 4; ++i) {
+    CHECK(calls[i].failures == 0);
+    CHECK(host_buffers_mismatches(plan, &calls[i].h) == 0);
+    host_buffers_free(&calls[i].h);
+  }
+  /* The executor is still whole: verification passes. */
+  CHECK_OK(reshard_executor_verify(executor, plan, &report));
+  CHECK(report.mismatches == 0 && report.elements > 0);
+  reshard_executor_destroy(executor);
+  reshard_plan_destroy(plan);
+  fixture_destroy(&f);
+}
+
 static void test_oracle(void) {
   fixture f;
   reshard_plan_t* plan;
@@ -2548,6 +2612,7 @@ static const test_group kGroups[] = {
     {"serialize", test_serialize},
     {"corrupt_bytes", test_corrupt_bytes},
     {"executor", test_executor},
+    {"executor_concurrent", test_executor_concurrent},
     {"oracle", test_oracle},
     {"partial", test_partial},
     {"out_of_memory", test_out_of_memory},

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/exec_common.h"
+#include "exec/box_copy/fill_elements.h"
 #include "reshard/box_copy.h"
 #include "reshard/numeric.h"
 #include "reshard/transport.h"

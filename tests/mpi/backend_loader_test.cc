@@ -1,4 +1,4 @@
-// The run-time loading of the MPI backend (core/src/exec/backend_loader.cc):
+// The run-time loading of the MPI backend (core/src/exec/backend/backend_loader.cc):
 // a missing backend is a clear kUnsupported that says what to install, and
 // in the build tree (RESHARD_BACKEND_DIR set by ctest) the backend is found.
 // No MPI process is started here: loading does not initialise MPI.

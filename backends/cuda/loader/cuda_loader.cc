@@ -1,16 +1,16 @@
 // Loads the CUDA backend, libreshard_cuda.so.1, on first use (docs/design.md §3.6,
 // packaging). Compiled into reshard_core, which links no CUDA library: the
 // factories of reshard/cuda.h land here and forward to the backend's entry
-// table (core/src/exec/backend_abi.h); the search and dlopen are
-// load_backend's (core/src/exec/backend_loader.h), shared with MPI.
+// table (core/src/exec/backend/backend_abi.h); the search and dlopen are
+// load_backend's (core/src/exec/backend/backend_loader.h), shared with MPI.
 #include <dlfcn.h>
 
 #include <memory>
 #include <mutex>
 #include <string>
 
-#include "exec/backend_abi.h"
-#include "exec/backend_loader.h"
+#include "exec/backend/backend_abi.h"
+#include "exec/backend/backend_loader.h"
 #include "reshard/cuda.h"
 #include "reshard/error.h"
 

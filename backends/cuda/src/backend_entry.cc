@@ -1,5 +1,5 @@
 // The only export of libreshard_cuda.so.1: the entry table of
-// core/src/exec/backend_abi.h. No C++ exception leaves it: failures become
+// core/src/exec/backend/backend_abi.h. No C++ exception leaves it: failures become
 // an ErrorCode value and a message.
 #include <cuda_runtime_api.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cuda_util.h"
-#include "exec/backend_abi.h"
+#include "exec/backend/backend_abi.h"
 #include "reshard/cuda.h"
 #include "reshard/error.h"
 #include "transports.h"

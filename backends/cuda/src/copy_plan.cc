@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "exec/exec_common.h"
+#include "exec/box_copy/fill_elements.h"
 #include "reshard/error.h"
 
 namespace reshard::cuda_backend {

@@ -836,7 +836,9 @@ RESHARD_API reshard_error_t* reshard_plan_verify_bytes(const void* data, size_t 
 /* Execution                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* Executes plans. A host executor is immutable: it may run several plans
+/* Executes plans: one execution engine over a transport, whatever the
+ * kind (HOST: the `local` transport, every part of a plan in this
+ * process). A host executor is immutable: it may run several plans
  * concurrently from several threads when their destination buffers are
  * distinct. An executor over another transport (MPI, NCCL, CUDA_LOCAL) owns
  * a communicator or GPU streams; its executions are serialized (a second
@@ -980,13 +982,18 @@ typedef struct reshard_verify_report {
  * every destination element (partial destinations by reducing their
  * summands). Written like reshard_plan_stats. A wrong element is not an
  * error: it is counted in out_report->mismatches.
- * Errors: INVALID_ARGUMENT (also "executor: ..." for an executor that is not
- * a host executor: the others execute on memory or in processes this
- * function cannot allocate; fill and check their local entries with
+ * On an MPI executor the call is collective (every rank calls it with the
+ * same plan): each rank allocates, fills and checks only its own shards,
+ * and the report's counts are summed over the group; a tensor with a
+ * partial destination (its value spread over ranks) is UNSUPPORTED, on
+ * every rank before anything moves.
+ * Errors: INVALID_ARGUMENT (also "executor: ..." for a NCCL or CUDA_LOCAL
+ * executor: their shards are GPU memory, which this function does not copy
+ * to or from; fill and check their local entries with
  * reshard_oracle_fill_source / reshard_oracle_check_destination),
- * RESOURCE_EXHAUSTED (1.2: the shards need more than half the memory
- * available; checked before allocating), OUT_OF_MEMORY, and those of
- * execute. */
+ * UNSUPPORTED (MPI: a partial destination), RESOURCE_EXHAUSTED (1.2: the
+ * shards need more than half the memory available; checked before
+ * allocating), OUT_OF_MEMORY, and those of execute. */
 RESHARD_API reshard_error_t* reshard_executor_verify(const reshard_executor_t* executor,
                                                      const reshard_plan_t* plan,
                                                      reshard_verify_report_t* out_report);

@@ -12,6 +12,14 @@
 // plan of the same inputs (ranks owning no device of the plan too; they
 // only take part in the agreement below). Plan process p is transport rank
 // p; a plan naming a process >= the group size is rejected.
+//
+// In one process, over the `local` transport (make_local_transport), the
+// engine executes a whole plan — every process part — at once:
+//
+//   reshard::Engine engine(reshard::make_local_transport());
+//   engine.execute(plan, reshard::kAllProcesses, buffers, {.threads = 0});
+//
+// (what execute_host does, reshard/exec.h).
 #pragma once
 
 #include <cstdint>
@@ -22,11 +30,17 @@
 #include <string>
 #include <vector>
 
+#include "reshard/buffers.h"
 #include "reshard/exec.h"
 #include "reshard/plan.h"
 #include "reshard/transport.h"
 
 namespace reshard {
+
+// Engine::execute's `process` on a transport holding every process of a
+// plan (TransportInfo::whole_plan, the `local` transport): execute every
+// part of the plan in this process.
+inline constexpr int32_t kAllProcesses = -1;
 
 struct ExecuteOptions {
   // Longest wait for any one step: the agreement, one batch of transfers,
@@ -57,8 +71,22 @@ struct ExecuteOptions {
   // Take the schedule from the engine's schedule cache (EngineOptions), and
   // put it there after building it. False: build it (and the transport's
   // per-message state, such as MPI datatypes) afresh for this call and keep
-  // nothing, as for a plan's first execution.
+  // nothing, as for a plan's first execution. Whole-plan executions
+  // (kAllProcesses) build their schedule on every call and keep nothing.
   bool cache_schedule = true;
+  // Threads copying between buffers of this process (local pieces, pieces
+  // between two devices of the process and, with kAllProcesses, every
+  // piece and reduction), round by round; messages to and from other
+  // processes, and the reductions of what they carry, stay on the calling
+  // thread. The meaning every `threads` field of the C++ API shares
+  // (PlanRequest::threads, HostExecuteOptions::threads): 0 is one thread
+  // per hardware thread, N >= 1 up to min(N, 256) threads, the calling
+  // thread included (1: the calling thread only, the default); negative is
+  // kInvalidArgument. Executions moving less than 1 MiB between buffers
+  // run on the calling thread whatever the value. Results are identical
+  // for every value. Ignored by transports whose memory the host cannot
+  // touch (copies then run on the transport, Transport::run_copies).
+  int32_t threads = 1;
 };
 
 struct ExecuteStats {
@@ -127,6 +155,12 @@ class Engine {
   // transport().info().rank): `plan` must hold that part (PlanScope::kAll or
   // kProcess) unless the process owns no device of the plan.
   //
+  // `process` == kAllProcesses (transports with TransportInfo::whole_plan
+  // only, the `local` transport): executes every part, so `plan` must hold
+  // them all (PlanScope::kAll) and `local_buffers` every entry. Every
+  // message is then a direct copy from its source buffer to its
+  // destination buffer, round by round; nothing is staged or sent.
+  //
   // `local_buffers` is indexed by tensor; in it, the src/dst lists are
   // indexed by layout entry as for execute_host, and only entries on this
   // process are used (the others may be null/0; a list may also be empty
@@ -157,6 +191,14 @@ class Engine {
   // Declared after transport_: destroyed first (it holds transport state).
   std::unique_ptr<engine_detail::ScheduleCache> cache_;
 };
+
+// -------------------------------------------------------------- local
+
+// Creates the `local` transport: host memory, one process holding every
+// device of a plan (TransportInfo::whole_plan; rank 0 of a group of 1).
+// Engine::execute(plan, kAllProcesses, buffers) then executes whole plans.
+// It transfers nothing: a batch with operations is kInternal.
+std::unique_ptr<Transport> make_local_transport();
 
 // ---------------------------------------------------------------- MPI
 

@@ -1,33 +1,22 @@
-// reshard — in-process host execution (docs/design.md §3.2, transport `local`).
+// reshard — in-process host execution (docs/design.md §3.2): the engine over
+// the `local` transport.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "reshard/buffers.h"  // ConstBuffer, MutableBuffer, TensorBuffers (here before)
 #include "reshard/plan.h"
 
 namespace reshard {
 
-struct ConstBuffer {
-  const void* data = nullptr;
-  int64_t bytes = 0;
-};
-struct MutableBuffer {
-  void* data = nullptr;
-  int64_t bytes = 0;
-};
-
-// The shard buffers of one tensor, indexed by layout entry (the plan's
-// tensors()[t].src / .dst entry order, i.e. sorted by device). Each buffer is
-// dense, row-major, exactly the shape of its entry's box.
-struct TensorBuffers {
-  std::vector<ConstBuffer> src;
-  std::vector<MutableBuffer> dst;
-};
-
 struct HostExecuteOptions {
-  int32_t threads = 0;  // 0: std::thread::hardware_concurrency()
+  // Threads copying: 0 (the default) one per hardware thread, N >= 1 up to
+  // min(N, 256), the calling thread included: ExecuteOptions::threads
+  // (reshard/engine.h), whose meaning every `threads` field shares.
+  // Negative: kInvalidArgument ("options.threads: ...").
+  int32_t threads = 0;
 };
 
 // Fills every destination buffer of every tensor of `plan`, which must hold
@@ -35,6 +24,9 @@ struct HostExecuteOptions {
 // per tensor, byte size per entry, null data for a non-empty box, source and
 // destination overlapping in memory): on error throws kInvalidArgument
 // naming the buffer ("tensors[1].dst[3]") and writes nothing.
+// The engine over the `local` transport (Engine::execute with
+// kAllProcesses, reshard/engine.h) does the work: every piece is a direct
+// copy between buffers, round by round, no staging.
 // Partial sources are reduced on the destination; f16/bf16/f8 accumulate in
 // f32 and round once. Thread-safe for distinct destination buffers.
 void execute_host(const Plan& plan, std::span<const TensorBuffers> buffers,

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "reshard/exec.h"
+#include "reshard/buffers.h"
 #include "reshard/plan.h"
 
 namespace reshard {
@@ -94,5 +94,35 @@ OracleReport check_destinations(const Plan& plan, const OracleBuffers& buffers,
 void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
                              std::span<const std::byte> data, OracleReport& report,
                              size_t max_reported = 10);
+
+// ------------------------------------------------------------ verify_plan
+
+class Engine;           // reshard/engine.h
+struct ExecuteOptions;  // reshard/engine.h
+
+struct VerifyOptions {
+  // Memory for the shards allocated, as fill_sources's `max_bytes`: 0 half
+  // the memory available, N > 0 N bytes, -1 (kUnlimitedPlanBytes) none;
+  // checked before allocating (kResourceExhausted).
+  int64_t max_bytes = 0;
+  size_t max_reported = 10;  // OracleReport::first
+};
+
+// What `reshard verify`, reshard_executor_verify and the tests do: executes
+// `plan` on `engine` with the oracle's source values and poisoned
+// destinations, then checks every destination element.
+//  - process == kAllProcesses (an engine over the local transport): every
+//    shard is allocated here (fill_sources), the whole plan executed, every
+//    destination checked (partial ones by reducing their summands).
+//  - process == the engine's rank (a distributed engine; collective: every
+//    rank calls it with the same plan): this process's shards only, checked
+//    here; elements, bytes and mismatches are summed over the group through
+//    the transport (OracleReport::first holds this process's mismatches). A
+//    tensor with a partial destination (its value spread over processes) is
+//    kUnsupported, on every rank before anything moves.
+// Throws what Engine::execute throws, and kResourceExhausted above the
+// memory limit.
+OracleReport verify_plan(Engine& engine, const Plan& plan, int32_t process,
+                         const ExecuteOptions& options, const VerifyOptions& verify = {});
 
 }  // namespace reshard

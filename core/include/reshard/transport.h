@@ -3,9 +3,11 @@
 // transport moves bytes between the ranks of one group and owns the memory
 // it moves them through.
 //
-// Implementations: `mpi` (host memory, backends/mpi, loaded at run time by
-// make_mpi_transport) and, built on the same interface, device transports
-// (NCCL). The interface is what a device transport needs as well:
+// Implementations: `local` (host memory, one process holds every device:
+// make_local_transport, reshard/engine.h), `mpi` (host memory,
+// backends/mpi, loaded at run time by make_mpi_transport) and, built on the
+// same interface, device transports (`cuda` local, NCCL). The interface is what a device transport
+// needs as well:
 //
 //  - Staging memory is allocated by the transport (allocate_staging), on the
 //    device that stages, so a CUDA transport returns device memory.
@@ -48,7 +50,8 @@ namespace reshard {
 // Bumped whenever this header changes incompatibly; a backend built against
 // another version is refused by the loader.
 // Version 2: TransferOp::remote_ordinal and TransferOp::state.
-inline constexpr uint32_t kTransportInterfaceVersion = 2;
+// Version 3: TransportInfo::whole_plan.
+inline constexpr uint32_t kTransportInterfaceVersion = 3;
 
 enum class MemoryKind : int32_t {
   kHost = 0,  // ordinary host memory: the engine runs copies itself
@@ -67,6 +70,10 @@ struct TransportInfo {
   // receives into the shard buffers directly (MPI derived datatypes), so
   // such messages need no staging.
   bool gather = false;
+  // One process holds every device of a plan (the `local` transport): the
+  // engine may execute whole plans (Engine::execute with kAllProcesses),
+  // every message a direct copy between buffers.
+  bool whole_plan = false;
 };
 
 // Staging memory owned by the transport, on one device; freed (or returned

@@ -20,17 +20,13 @@
 #include <unistd.h>
 #endif
 
+#include "util/threads.h"
+
 namespace reshard::planning {
 
-// Threads to use for a request's `threads` (0: the hardware's concurrency).
-// At most kMaxPlanThreads: a request for more (or a garbage field of a
-// caller) must not ask for billions of threads or task ranges.
-inline constexpr int kMaxPlanThreads = 256;
-inline int resolve_threads(int32_t threads) {
-  if (threads > 0) return std::min<int>(threads, kMaxPlanThreads);
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw > 0 ? static_cast<int>(hw) : 1;
-}
+// Threads to use for a request's `threads`: reshard::resolve_threads
+// (util/threads.h), the rule every `threads` field follows.
+using reshard::resolve_threads;
 
 // Calls f(task) for task in [0, ntasks) on up to `threads` threads (the
 // caller is one of them), each thread taking the next unclaimed task.

@@ -1,5 +1,5 @@
 // Where transport backends are looked for (see backend_search.h).
-#include "exec/backend_search.h"
+#include "exec/backend/backend_search.h"
 
 #include <dlfcn.h>
 

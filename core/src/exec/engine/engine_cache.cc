@@ -1,4 +1,4 @@
-#include "exec/engine_cache.h"
+#include "exec/engine/engine_cache.h"
 
 #include <utility>
 

@@ -2,7 +2,7 @@
 // links neither MPI nor CUDA; make_mpi_transport dlopens libreshard_mpi.so.1,
 // which does. See backend_abi.h for the entry point. load_backend
 // (backend_loader.h) is the search-and-dlopen loop of both backend loaders.
-#include "exec/backend_loader.h"
+#include "exec/backend/backend_loader.h"
 
 #include <dlfcn.h>
 
@@ -14,8 +14,8 @@
 #include <system_error>
 #include <vector>
 
-#include "exec/backend_abi.h"
-#include "exec/backend_search.h"
+#include "exec/backend/backend_abi.h"
+#include "exec/backend/backend_search.h"
 #include "reshard/engine.h"
 #include "reshard/error.h"
 

@@ -20,7 +20,7 @@
 #include <memory>
 #include <vector>
 
-#include "exec/engine_schedule.h"
+#include "exec/schedule/engine_schedule.h"
 #include "reshard/engine.h"
 #include "reshard/plan.h"
 #include "reshard/transport.h"

@@ -13,16 +13,20 @@
 #include <thread>
 #include <vector>
 
-#include "exec/engine_cache.h"
-#include "exec/engine_schedule.h"
-#include "exec/exec_common.h"
+#include "exec/box_copy/fill_elements.h"
+#include "exec/engine/direct_copies.h"
+#include "exec/engine/engine_cache.h"
+#include "exec/schedule/engine_schedule.h"
+#include "exec/schedule/exec_common.h"
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
+#include "util/threads.h"
 
 namespace reshard {
 namespace {
 
 using engine_detail::Contribution;
+using engine_detail::DirectRunner;
 using engine_detail::EngineMessage;
 using engine_detail::RoundPlan;
 using engine_detail::Schedule;
@@ -203,6 +207,7 @@ class Copier {
   Copier(Transport& transport, bool host) : transport_(transport), host_(host) {}
 
   void set_in_flight(bool v) { in_flight_ = v; }
+  bool in_flight() const { return in_flight_; }
 
   void copy(int64_t device, int32_t ordinal, const CopyDesc& d, DType dtype, const void* src,
             void* dst) {
@@ -290,7 +295,7 @@ class Run {
         info_(transport.info()),
         plan_(plan),
         tensors_(plan.tensors()),
-        part_(*schedule.part),
+        part_(schedule.part),
         buffers_(buffers),
         options_(options),
         s_(schedule),
@@ -328,7 +333,7 @@ class Run {
   }
   void allocate();
   void fill();
-  void direct(uint32_t stage);
+  void direct(int64_t last_round);
   void pack_message(size_t mi);
   void pack_next(size_t ri, int64_t after);
   std::unique_ptr<TransferBatch> post(size_t ri, size_t step);
@@ -353,7 +358,7 @@ class Run {
   const TransportInfo info_;
   const Plan& plan_;
   const std::vector<TensorSpec>& tensors_;
-  const ProcessPart& part_;
+  const ProcessPart* part_;
   std::span<const TensorBuffers> buffers_;
   const ExecuteOptions& options_;
   Schedule& s_;
@@ -370,6 +375,9 @@ class Run {
   std::vector<uint8_t> packed_;    // per message
   bool packed_early_ = false;
   size_t next_contribution_ = 0;
+  size_t next_direct_ = 0;  // index in Schedule::direct_rounds
+  // Host memory: the direct copies' threads (ExecuteOptions::threads).
+  std::unique_ptr<DirectRunner> runner_;
 };
 
 void Run::allocate() {
@@ -421,19 +429,34 @@ void Run::fill() {
   }
 }
 
-// The direct copies of one stage (copies inside this process).
-void Run::direct(uint32_t stage) {
-  for (const auto& d : s_.direct) {
-    if (d.stage != stage) continue;
-    const Piece& p = *d.piece;
-    const TensorSpec& spec = tensors_[p.tensor];
-    const Box region = plan_.region(*d.part, p);
-    const int64_t device = spec.dst.device(p.dst_entry);
-    copier_.copy(device, ordinal_of(device),
-                 make_copy_desc(region, plan_.source_box(p, stage), spec.dst.box(p.dst_entry)),
-                 spec.dtype, src_ptr(p, stage), dst_ptr(p));
+// Runs the direct copies of the rounds up to `last_round` not run yet, a
+// round's copies in parallel (host memory) and rounds in order.
+void Run::direct(int64_t last_round) {
+  for (;
+       next_direct_ < s_.direct_rounds.size() && s_.direct_rounds[next_direct_].round <= last_round;
+       ++next_direct_) {
+    const engine_detail::DirectRound& r = s_.direct_rounds[next_direct_];
+    const std::span<const engine_detail::DirectCopy> copies(s_.direct.data() + r.begin,
+                                                            r.end - r.begin);
+    if (runner_) {
+      // While transfers are in flight, tasks stay small and the calling
+      // thread gives the transport a chance to progress after each.
+      const bool in_flight = copier_.in_flight();
+      runner_->run_round(copies, {}, in_flight ? int64_t{256} << 10 : 0,
+                         in_flight ? std::function<void()>([this] { transport_.progress(); })
+                                   : std::function<void()>());
+      continue;
+    }
+    for (const auto& d : copies) {
+      const Piece& p = *d.piece;
+      const TensorSpec& spec = tensors_[p.tensor];
+      const Box region = plan_.region(*d.part, p);
+      const int64_t device = spec.dst.device(p.dst_entry);
+      copier_.copy(device, ordinal_of(device),
+                   make_copy_desc(region, plan_.source_box(p, d.stage), spec.dst.box(p.dst_entry)),
+                   spec.dtype, src_ptr(p, d.stage), dst_ptr(p));
+    }
   }
-  if (stage == 0) stats_.local_bytes += s_.local_bytes;
 }
 
 void Run::pack_message(size_t mi) {
@@ -443,7 +466,7 @@ void Run::pack_message(size_t mi) {
   std::byte* out = staging(m.slot) + m.offset;
   for (const Piece& p : m.pieces) {
     const TensorSpec& spec = tensors_[p.tensor];
-    const Box region = plan_.region(part_, p);
+    const Box region = plan_.region(*part_, p);
     copier_.copy(m.local_device, m.ordinal,
                  make_copy_desc(region, plan_.source_box(p, m.stage), region), spec.dtype,
                  src_ptr(p, m.stage), out);
@@ -490,8 +513,6 @@ std::unique_ptr<TransferBatch> Run::post(size_t ri, size_t step) {
     TransferOp op;
     op.kind = m.send ? TransferOp::Kind::kSend : TransferOp::Kind::kRecv;
     op.peer = m.peer;
-    // The plan round (within its stage): every rank derives the same, and
-    // ranks finish a stage's rounds before the next stage's.
     op.round = m.round;
     op.local_device = m.local_device;
     op.local_ordinal = m.ordinal;
@@ -534,7 +555,7 @@ void Run::unpack(size_t ri, size_t step) {
     const std::byte* in = staging(m.slot) + m.offset;
     for (const Piece& p : m.pieces) {
       const TensorSpec& spec = tensors_[p.tensor];
-      const Box region = plan_.region(part_, p);
+      const Box region = plan_.region(*part_, p);
       if (!spec.src.partial() || m.stage > 0) {  // later stages copy reduced values
         copier_.copy(m.local_device, m.ordinal,
                      make_copy_desc(region, region, spec.dst.box(p.dst_entry)), spec.dtype, in,
@@ -563,7 +584,7 @@ void Run::reduce_ready(int64_t round) {
                            : buffers_[c.tensor].dst[c.dst_entry].data;
     const void* src = nullptr;
     Box src_box = c.region;
-    if (c.arrival < 0) {
+    if (c.from_buffer) {
       src = buffers_[c.tensor].src[c.src_entry].data;
       src_box = c.src_box;
     } else if (c.deferred_offset >= 0) {
@@ -595,7 +616,8 @@ void Run::wait(std::deque<InFlight>& in_flight, size_t ri) {
       fail(ErrorCode::kTimeout,
            "execute: timed out after " + seconds_text(options_.timeout_seconds) + " in round " +
                std::to_string(s_.rounds[ri].round) +
-               (s_.stages > 1 ? " of stage " + std::to_string(s_.rounds[ri].stage) : "") +
+               (s_.rounds[ri].stage > 0 ? " of stage " + std::to_string(s_.rounds[ri].stage)
+                                        : std::string()) +
                " waiting for rank(s) " + rank_list(peers) + " (this is rank " +
                std::to_string(info_.rank) + ", plan " + hex(plan_.fingerprint()) + ")");
     }
@@ -615,25 +637,34 @@ void Run::store() {
 
 void Run::go() {
   allocate();
-  fill();
-  if (s_.rounds.empty()) {
-    direct(0);
-    reduce_ready(-1);
+  if (info_.memory == MemoryKind::kHost && !s_.direct.empty()) {
+    const int threads =
+        s_.local_bytes < engine_detail::kParallelMinBytes ? 1 : resolve_threads(options_.threads);
+    runner_ =
+        std::make_unique<DirectRunner>(plan_, buffers_, s_, std::span<void* const>(), threads);
   }
-  // Stages whose direct copies ran: a stage's copies run before its first
-  // round (they read what earlier stages completed), or at the end.
-  uint32_t direct_done = s_.rounds.empty() ? 1 : 0;
+  fill();
+  stats_.local_bytes += s_.local_bytes;
+  // Stage 1 on forwards what stage 0 wrote, reduced values included: the
+  // separate accumulators are stored before (store_once).
+  bool staged = false;
+  for (const auto& d : s_.direct) staged |= d.stage > 0;
+  for (const auto& r : s_.rounds) staged |= r.stage > 0;
+  if (s_.rounds.empty()) {
+    direct(engine_detail::round_key(1, 0) - 1);  // stage 0
+    reduce_ready(-1);
+    if (staged) store_once();
+    direct(INT64_MAX);
+  }
   const size_t window = static_cast<size_t>(std::max(1, options_.max_batches_in_flight));
   for (size_t ri = 0; ri < s_.rounds.size(); ++ri) {
     const RoundPlan& r = s_.rounds[ri];
-    for (; direct_done <= r.stage; ++direct_done) {
-      if (direct_done == 0 && r.stage == 0) break;  // below, overlapping round 0
-      if (direct_done == 1) store_once();           // reduced values before they are forwarded
-      direct(direct_done);
-      if (direct_done == 0) reduce_ready(-1);
-      copier_.flush();
-    }
+    // Direct copies of earlier rounds (same-process messages of rounds in
+    // which this process exchanges nothing with others) before this round's
+    // sends, which may read what they wrote (multi-stage plans); local
+    // pieces (round -1) read only sources and overlap the first round.
     if (r.stage > 0) store_once();
+    if (ri > 0 || r.key > 0) direct(r.key - 1);
     std::deque<InFlight> in_flight;
     size_t next = 0;
     const auto post_next = [&] {
@@ -643,11 +674,8 @@ void Run::go() {
     };
     while (next < r.steps.size() && in_flight.size() < window) post_next();
     copier_.set_in_flight(true);
-    if (ri == 0 && r.stage == 0) {
-      direct(0);
-      direct_done = 1;
-      reduce_ready(-1);
-    }
+    direct(r.key);  // this round's, while its transfers are in flight
+    if (ri == 0) reduce_ready(-1);
     // Round r+1, as far as round r leaves its staging free.
     packed_early_ = false;
     pack_next(ri, -1);
@@ -664,13 +692,11 @@ void Run::go() {
     }
     if (packed_early_) ++stats_.overlapped_rounds;
     copier_.set_in_flight(false);
-    reduce_ready(static_cast<int64_t>(ri));
+    reduce_ready(r.key);
     copier_.flush();
   }
-  for (; direct_done < s_.stages; ++direct_done) {
-    if (direct_done == 1) store_once();
-    direct(direct_done);
-  }
+  if (staged) store_once();
+  direct(INT64_MAX);  // rounds after the last one with transfers
   store_once();
   transport_.finish(options_.timeout_seconds);
   stats_.rounds = static_cast<int32_t>(s_.rounds.size());
@@ -707,7 +733,15 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   const auto t0 = Clock::now();
   ExecuteStats stats;
   const TransportInfo info = transport_->info();
-  if (process != info.rank) {
+  const bool whole = process == kAllProcesses;
+  if (whole && !info.whole_plan) {
+    fail(ErrorCode::kInvalidArgument,
+         "process: kAllProcesses (-1) needs a transport holding every process of the plan (the "
+         "local transport); the " +
+             info.name + " transport executes the part of its rank (" + std::to_string(info.rank) +
+             ")");
+  }
+  if (!whole && process != info.rank) {
     fail(ErrorCode::kInvalidArgument, "process: " + std::to_string(process) +
                                           " is not this rank of the " + info.name + " transport (" +
                                           std::to_string(info.rank) + ")");
@@ -717,6 +751,36 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   }
   if (options.max_batches_in_flight < 1) {
     fail(ErrorCode::kInvalidArgument, "options.max_batches_in_flight: must be at least 1");
+  }
+  if (options.threads < 0) {
+    fail(ErrorCode::kInvalidArgument,
+         "options.threads: " + std::to_string(options.threads) +
+             " is negative (0: one per hardware thread, N: up to N threads)");
+  }
+  if (whole) {
+    // (1) Everything checked before anything is written.
+    for (int32_t p : plan.processes()) {
+      if (!plan.parts().contains(p)) {
+        fail(ErrorCode::kInvalidArgument,
+             "plan: lacks the part of process " + std::to_string(p) +
+                 " (executing every process in one needs a plan made with PlanScope::kAll)");
+      }
+    }
+    exec_detail::validate_buffers(plan, local_buffers);
+    const Schedule schedule = engine_detail::build_whole_schedule(plan);
+    // (2) The agreement, with itself: kept so that every execution follows
+    // the same order of events.
+    if (options.agreement == ExecuteOptions::Agreement::kEveryCall ||
+        (options.agreement == ExecuteOptions::Agreement::kFirstUse &&
+         !agreed_.contains(plan.fingerprint()))) {
+      agree(*transport_, plan, options.timeout_seconds);
+      agreed_.insert(plan.fingerprint());
+      stats.agreed = true;
+    }
+    // (3) Execution.
+    engine_detail::execute_whole(plan, local_buffers, schedule, options.threads, stats);
+    stats.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return stats;
   }
   for (int32_t p : plan.processes()) {
     if (p >= info.size) {

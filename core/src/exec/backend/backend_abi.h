@@ -1,7 +1,7 @@
 // Internal: the entry point of run-time loaded backends (docs/design.md §3.6,
 // packaging). reshard never links MPI; backends/mpi builds
 // libreshard_mpi.so.1, whose only exported symbol is
-// reshard_backend_mpi_v1, and core/src/exec/backend_loader.cc dlopens it.
+// reshard_backend_mpi_v1, and core/src/exec/backend/backend_loader.cc dlopens it.
 //
 // The table is versioned twice: the symbol name carries the table version
 // (a new, incompatible table gets a new symbol), and `transport_interface`

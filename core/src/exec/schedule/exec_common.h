@@ -1,7 +1,7 @@
-// Internal: checks and reduction rules shared by the executors (the
-// in-process host executor and the distributed engine), so that both accept
-// the same buffers, reject the same damaged plans and reduce partial sources
-// in the same order.
+// Internal: the checks and the reduction rule the engine applies to every
+// plan and set of buffers (per process and whole plans alike), so that every
+// path accepts the same buffers, rejects the same damaged plans and reduces
+// partial sources in the same order.
 #pragma once
 
 #include <cstddef>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "reshard/exec.h"
+#include "reshard/buffers.h"
 #include "reshard/plan.h"
 
 namespace reshard::exec_detail {
@@ -45,10 +45,5 @@ void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vecto
 // order, so results agree bit for bit whichever process or round a summand
 // came from.
 inline bool reduce_before(int32_t summand_a, int32_t summand_b) { return summand_a < summand_b; }
-
-// Fills the n elements of a destination buffer of `dtype` with the identity
-// of `op` (used for partial destinations: elements no piece writes then hold
-// the identity, so the destination summands still combine to the value).
-void fill_identity_elements(DType dtype, ReduceOp op, void* dst, int64_t n);
 
 }  // namespace reshard::exec_detail

@@ -1,4 +1,4 @@
-#include "exec/engine_schedule.h"
+#include "exec/schedule/engine_schedule.h"
 
 #include <algorithm>
 #include <climits>
@@ -7,7 +7,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "exec/exec_common.h"
+#include "exec/schedule/exec_common.h"
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
 
@@ -18,7 +18,7 @@ int64_t align8(int64_t v) { return (v + 7) & ~int64_t{7}; }
 
 class Builder {
  public:
-  Builder(const Plan& plan, int32_t process, const ProcessPart& part, const TransportInfo& info,
+  Builder(const Plan& plan, int32_t process, const ProcessPart* part, const TransportInfo& info,
           const ExecuteOptions& options)
       : plan_(plan),
         tensors_(plan.tensors()),
@@ -29,6 +29,7 @@ class Builder {
         options_(options) {}
 
   Schedule build();
+  Schedule build_whole();
 
  private:
   int32_t process_of(int64_t device) const { return topology_.info(device).process; }
@@ -41,8 +42,19 @@ class Builder {
   }
   std::span<const Piece> message_pieces(const Message& m, const std::vector<Piece>& pieces,
                                         const char* list, size_t i) const;
-  void add_contribution(const Piece& p, int64_t arrival, size_t msg, int64_t msg_offset);
-  void add_direct(const Piece& p, uint32_t stage = 0);
+  void add_contribution(const Piece& p, int64_t arrival, bool from_buffer, size_t msg,
+                        int64_t msg_offset);
+  void add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_t stage);
+  // What a piece of a message of `stage` reads: the tensor's source layout,
+  // or in a later stage its destination layout (relays).
+  const Layout& from(const Piece& p, uint32_t stage) const {
+    return stage == 0 ? tensors_[p.tensor].src : tensors_[p.tensor].dst;
+  }
+  void add_targets();
+  void add_local(size_t i);
+  void check_recv(const Message& m, size_t i, std::span<const Piece> pieces) const;
+  void sort_direct();
+  void group_reductions();
   void add_send(const Message& m, size_t i);
   void add_recv(const Message& m, size_t i);
   void build_rounds();
@@ -52,8 +64,8 @@ class Builder {
   const Plan& plan_;
   const std::vector<TensorSpec>& tensors_;
   const Topology& topology_;
-  const ProcessPart& part_;
-  int32_t process_;
+  const ProcessPart* part_;  // the part being read (whole plans: each in turn)
+  int32_t process_;          // its process
   const TransportInfo& info_;
   const ExecuteOptions& options_;
   Schedule s_;
@@ -64,6 +76,7 @@ class Builder {
   std::unordered_map<int64_t, size_t> acc_blocks_;       // device -> work index
   std::unordered_map<int64_t, size_t> deferred_blocks_;  // device -> work index
   uint64_t seq_ = 0;
+  bool whole_ = false;  // every part of the plan (build_whole)
 };
 
 // Reserves `bytes` (8-aligned) in the work block of `device` of one kind.
@@ -90,7 +103,7 @@ std::span<const Piece> Builder::message_pieces(const Message& m, const std::vect
   }
   const std::span<const Piece> span(pieces.data() + m.first_piece, m.num_pieces);
   int64_t bytes = 0;
-  for (const Piece& p : span) bytes += plan_.piece_bytes(part_, p);
+  for (const Piece& p : span) bytes += plan_.piece_bytes(*part_, p);
   if (bytes != m.bytes) {
     fail(ErrorCode::kInvalidArgument, where(list, i) + std::to_string(m.bytes) +
                                           " bytes, its pieces hold " + std::to_string(bytes));
@@ -98,7 +111,8 @@ std::span<const Piece> Builder::message_pieces(const Message& m, const std::vect
   return span;
 }
 
-void Builder::add_contribution(const Piece& p, int64_t arrival, size_t msg, int64_t msg_offset) {
+void Builder::add_contribution(const Piece& p, int64_t arrival, bool from_buffer, size_t msg,
+                               int64_t msg_offset) {
   const auto it = acc_of_.find(uint64_t{p.tensor} << 32 | p.dst_entry);
   if (it == acc_of_.end()) {
     fail(ErrorCode::kInternal, "engine: no accumulator for a reduced piece");
@@ -110,10 +124,11 @@ void Builder::add_contribution(const Piece& p, int64_t arrival, size_t msg, int6
   c.summand = t.src.summand(p.src_entry);
   c.seq = seq_++;
   c.acc = it->second;
-  c.region = plan_.region(part_, p);
+  c.region = plan_.region(*part_, p);
   c.arrival = arrival;
+  c.from_buffer = from_buffer;
   c.bytes = c.region.volume() * elem(p.tensor);
-  if (arrival < 0) {
+  if (from_buffer) {
     c.src_entry = p.src_entry;
     c.src_box = t.src.box(p.src_entry);
   } else {
@@ -123,15 +138,20 @@ void Builder::add_contribution(const Piece& p, int64_t arrival, size_t msg, int6
   s_.contributions.push_back(c);
 }
 
-void Builder::add_direct(const Piece& p, uint32_t stage) {
-  // A later stage copies reduced values (reduce-scatter's gather).
+// A piece between two buffers of this process, from a message of `round`
+// (a round_key; -1: a local piece). A reduced one contributes from its
+// source buffer after round `arrival`: -1 in a per-process schedule, whose
+// reductions follow the rounds of the messages from other processes (a
+// source buffer is there from the start); the message's round in a
+// whole-plan schedule. A piece of a later stage copies what an earlier one
+// wrote (for a partial source: the reduced value, reduce-scatter's gather).
+void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_t stage) {
   if (reduces(p.tensor) && stage == 0) {
-    add_contribution(p, -1, 0, 0);
+    add_contribution(p, arrival, true, 0, 0);
   } else {
-    s_.direct.push_back({&part_, &p, stage});
-    s_.stages = std::max(s_.stages, stage + 1);
+    s_.direct.push_back({part_, &p, round, stage});
   }
-  s_.local_bytes += plan_.piece_bytes(part_, p);
+  s_.local_bytes += plan_.piece_bytes(*part_, p);
 }
 
 void Builder::add_send(const Message& m, size_t i) {
@@ -139,12 +159,9 @@ void Builder::add_send(const Message& m, size_t i) {
     fail(ErrorCode::kInvalidArgument, where("sends", i) + "source device " +
                                           std::to_string(m.src_device) + " is not on this process");
   }
-  const std::span<const Piece> pieces = message_pieces(m, part_.send_pieces, "sends", i);
-  const auto from = [&](const Piece& p) -> const Layout& {
-    return m.stage == 0 ? tensors_[p.tensor].src : tensors_[p.tensor].dst;
-  };
+  const std::span<const Piece> pieces = message_pieces(m, part_->send_pieces, "sends", i);
   for (const Piece& p : pieces) {
-    if (from(p).device(p.src_entry) != m.src_device) {
+    if (from(p, m.stage).device(p.src_entry) != m.src_device) {
       fail(ErrorCode::kInvalidArgument,
            where("sends", i) + "a piece reads an entry of another device than the sender");
     }
@@ -162,6 +179,7 @@ void Builder::add_send(const Message& m, size_t i) {
   e.peer = peer;
   e.round = m.round;
   e.stage = m.stage;
+  e.key = round_key(m.stage, m.round);
   e.src_device = m.src_device;
   e.dst_device = m.dst_device;
   e.local_device = m.src_device;
@@ -175,8 +193,8 @@ void Builder::add_send(const Message& m, size_t i) {
   e.mode = EngineMessage::Mode::kStaged;
   if (pieces.size() == 1) {
     const Piece& p = pieces[0];
-    const Box region = plan_.region(part_, p);
-    const CopyDesc d = make_copy_desc(region, from(p).box(p.src_entry), region);
+    const Box region = plan_.region(*part_, p);
+    const CopyDesc d = make_copy_desc(region, from(p, m.stage).box(p.src_entry), region);
     if (copy_desc_contiguous(d)) {
       e.mode = EngineMessage::Mode::kInPlace;
       e.in_place = {p.tensor, p.src_entry, m.stage == 0};
@@ -187,7 +205,7 @@ void Builder::add_send(const Message& m, size_t i) {
     e.mode = EngineMessage::Mode::kGather;
     for (const Piece& p : pieces) {
       e.segments.push_back(
-          {nullptr, from(p).box(p.src_entry), plan_.region(part_, p), elem(p.tensor)});
+          {nullptr, from(p, m.stage).box(p.src_entry), plan_.region(*part_, p), elem(p.tensor)});
     }
   }
   s_.messages.push_back(std::move(e));
@@ -198,7 +216,7 @@ void Builder::add_recv(const Message& m, size_t i) {
     fail(ErrorCode::kInvalidArgument, where("recvs", i) + "destination device " +
                                           std::to_string(m.dst_device) + " is not on this process");
   }
-  const std::span<const Piece> pieces = message_pieces(m, part_.recv_pieces, "recvs", i);
+  const std::span<const Piece> pieces = message_pieces(m, part_->recv_pieces, "recvs", i);
   for (const Piece& p : pieces) {
     if (tensors_[p.tensor].dst.device(p.dst_entry) != m.dst_device) {
       fail(ErrorCode::kInvalidArgument,
@@ -208,12 +226,11 @@ void Builder::add_recv(const Message& m, size_t i) {
   const int32_t peer = process_of(m.src_device);
   if (peer == process_) {
     for (const Piece& p : pieces) {
-      const Layout& from = m.stage == 0 ? tensors_[p.tensor].src : tensors_[p.tensor].dst;
-      if (from.device(p.src_entry) != m.src_device) {
+      if (from(p, m.stage).device(p.src_entry) != m.src_device) {
         fail(ErrorCode::kInvalidArgument,
              where("recvs", i) + "a piece reads an entry of another device than the sender");
       }
-      add_direct(p, m.stage);
+      add_direct(p, round_key(m.stage, m.round), -1, m.stage);
     }
     return;
   }
@@ -228,6 +245,7 @@ void Builder::add_recv(const Message& m, size_t i) {
   e.peer = peer;
   e.round = m.round;
   e.stage = m.stage;
+  e.key = round_key(m.stage, m.round);
   e.src_device = m.src_device;
   e.dst_device = m.dst_device;
   e.local_device = m.dst_device;
@@ -241,15 +259,15 @@ void Builder::add_recv(const Message& m, size_t i) {
   for (const Piece& p : pieces) {
     if (reduces(p.tensor) && m.stage == 0) {
       e.has_reduce = true;
-      add_contribution(p, m.round, index, offset);
+      add_contribution(p, e.key, false, index, offset);
     }
-    offset += plan_.piece_bytes(part_, p);
+    offset += plan_.piece_bytes(*part_, p);
   }
   e.mode = EngineMessage::Mode::kStaged;
   if (!e.has_reduce) {
     if (pieces.size() == 1) {
       const Piece& p = pieces[0];
-      const Box region = plan_.region(part_, p);
+      const Box region = plan_.region(*part_, p);
       const CopyDesc d = make_copy_desc(region, region, tensors_[p.tensor].dst.box(p.dst_entry));
       if (copy_desc_contiguous(d)) {
         e.mode = EngineMessage::Mode::kInPlace;
@@ -263,7 +281,7 @@ void Builder::add_recv(const Message& m, size_t i) {
       e.mode = EngineMessage::Mode::kGather;
       for (const Piece& p : pieces) {
         e.segments.push_back({nullptr, tensors_[p.tensor].dst.box(p.dst_entry),
-                              plan_.region(part_, p), elem(p.tensor)});
+                              plan_.region(*part_, p), elem(p.tensor)});
       }
     }
   }
@@ -276,8 +294,7 @@ void Builder::build_rounds() {
   // Sort key: (stage, round, step, receive before send, source device,
   // destination device).
   struct Key {
-    uint32_t stage;
-    uint32_t round;
+    int64_t round;  // round_key
     int32_t step;
     int32_t send;
     int64_t src;
@@ -289,34 +306,32 @@ void Builder::build_rounds() {
   for (size_t i = 0; i < s_.messages.size(); ++i) {
     const EngineMessage& m = s_.messages[i];
     const int32_t step = m.send ? (m.peer - rank + size) % size : (rank - m.peer + size) % size;
-    keys.push_back({m.stage, m.round, step, m.send ? 1 : 0, m.src_device, m.dst_device, i});
+    keys.push_back({m.key, step, m.send ? 1 : 0, m.src_device, m.dst_device, i});
   }
   std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
-    return std::tie(a.stage, a.round, a.step, a.send, a.src, a.dst) <
-           std::tie(b.stage, b.round, b.step, b.send, b.src, b.dst);
+    return std::tie(a.round, a.step, a.send, a.src, a.dst) <
+           std::tie(b.round, b.step, b.send, b.src, b.dst);
   });
   const size_t nslots = s_.slots.size();
   std::vector<int32_t> step_of(s_.messages.size(), 0);
   for (size_t k = 0; k < keys.size(); ++k) {
     const Key& key = keys[k];
-    if (s_.rounds.empty() || s_.rounds.back().round != key.round ||
-        s_.rounds.back().stage != key.stage) {
+    if (s_.rounds.empty() || s_.rounds.back().key != key.round) {
+      const EngineMessage& first = s_.messages[key.index];
       RoundPlan r;
-      r.stage = key.stage;
-      r.round = key.round;
+      r.stage = first.stage;
+      r.round = first.round;
+      r.key = key.round;
       r.staged.assign(nslots, 0);
       s_.rounds.push_back(std::move(r));
     }
     RoundPlan& r = s_.rounds.back();
-    if (k == 0 || keys[k - 1].round != key.round || keys[k - 1].stage != key.stage ||
-        keys[k - 1].step != key.step) {
+    if (k == 0 || keys[k - 1].round != key.round || keys[k - 1].step != key.step) {
       r.steps.emplace_back();
     }
     r.steps.back().push_back(key.index);
     step_of[key.index] = static_cast<int32_t>(r.steps.size() - 1);
     EngineMessage& m = s_.messages[key.index];
-    m.seq = static_cast<uint32_t>(s_.rounds.size() - 1);
-    s_.stages = std::max(s_.stages, m.stage + 1);
     if (m.mode == EngineMessage::Mode::kStaged) {
       m.offset = r.staged[m.slot];  // relative for now
       r.staged[m.slot] += m.bytes;
@@ -496,7 +511,7 @@ void Builder::order_contributions() {
     i = end;
   }
   for (Contribution& c : cs) {
-    if (c.arrival >= 0 && c.ready > c.arrival) {
+    if (!c.from_buffer && c.ready > c.arrival) {
       const int64_t device = tensors_[c.tensor].dst.device(c.dst_entry);
       c.deferred_block = work_block(deferred_blocks_, device, c.bytes, &c.deferred_offset);
       s_.deferred_bytes += c.bytes;
@@ -511,23 +526,22 @@ void Builder::order_contributions() {
   });
 }
 
-Schedule Builder::build() {
-  s_.part = &part_;
-  exec_detail::validate_pieces(plan_, part_, part_.local, "local");
-  exec_detail::validate_pieces(plan_, part_, part_.send_pieces, "send_pieces", &part_.sends);
-  exec_detail::validate_pieces(plan_, part_, part_.recv_pieces, "recv_pieces", &part_.recvs);
-  // Accumulators and identity fills of this process's destination entries.
+// Accumulators and identity fills of this process's destination entries
+// (whole plans: of every destination entry). In a whole-plan schedule a
+// separate accumulator gets its memory later, only where it must outlive
+// one task (group_reductions).
+void Builder::add_targets() {
   for (size_t t = 0; t < tensors_.size(); ++t) {
     const TensorSpec& spec = tensors_[t];
     if (!spec.src.partial() && !spec.dst.partial()) continue;
     for (size_t e = 0; e < spec.dst.num_entries(); ++e) {
-      if (process_of(spec.dst.device(e)) != process_) continue;
+      if (!whole_ && process_of(spec.dst.device(e)) != process_) continue;
       if (spec.src.partial()) {
         AccTarget a;
         a.tensor = static_cast<uint32_t>(t);
         a.dst_entry = static_cast<uint32_t>(e);
         a.elements = spec.dst.box(e).volume();
-        a.separate = !acc_is_elem(spec.dtype);
+        a.separate = !whole_ && !acc_is_elem(spec.dtype);
         if (a.separate) {
           const int64_t bytes = a.elements * acc_size(spec.dtype);
           a.acc_block = work_block(acc_blocks_, spec.dst.device(e), bytes, &a.acc_offset);
@@ -540,22 +554,138 @@ Schedule Builder::build() {
       }
     }
   }
-  for (size_t i = 0; i < part_.local.size(); ++i) {
-    const Piece& p = part_.local[i];
-    const int64_t device = tensors_[p.tensor].src.device(p.src_entry);
-    if (device != tensors_[p.tensor].dst.device(p.dst_entry) || process_of(device) != process_) {
-      fail(ErrorCode::kInvalidArgument,
-           where("local", i) + "source and destination are not one device of this process");
-    }
-    add_direct(p);
+}
+
+void Builder::add_local(size_t i) {
+  const Piece& p = part_->local[i];
+  const int64_t device = tensors_[p.tensor].src.device(p.src_entry);
+  if (device != tensors_[p.tensor].dst.device(p.dst_entry) || process_of(device) != process_) {
+    fail(ErrorCode::kInvalidArgument,
+         where("local", i) + "source and destination are not one device of this process");
   }
-  for (size_t i = 0; i < part_.sends.size(); ++i) add_send(part_.sends[i], i);
-  for (size_t i = 0; i < part_.recvs.size(); ++i) add_recv(part_.recvs[i], i);
+  add_direct(p, -1, -1, 0);
+}
+
+// Direct copies in round order (stable: within a round, in the order they
+// were found), and the range of each round.
+void Builder::sort_direct() {
+  std::stable_sort(s_.direct.begin(), s_.direct.end(),
+                   [](const DirectCopy& a, const DirectCopy& b) { return a.round < b.round; });
+  for (size_t i = 0; i < s_.direct.size(); ++i) {
+    if (s_.direct_rounds.empty() || s_.direct_rounds.back().round != s_.direct[i].round) {
+      s_.direct_rounds.push_back({s_.direct[i].round, i, i});
+    }
+    s_.direct_rounds.back().end = i + 1;
+  }
+}
+
+// Whole-plan schedules: one task per destination entry and round of its
+// contributions (already sorted by round, entry, reduction order). An
+// entry reduced in one round accumulates in its destination (f32, f64,
+// integers) or in the running thread's scratch, as the host executor
+// always did; one whose contributions span rounds keeps a separate
+// accumulator in Schedule::work between them. Entries without
+// contributions still get the identity.
+void Builder::group_reductions() {
+  const std::vector<Contribution>& cs = s_.contributions;
+  std::vector<int64_t> first_round(s_.accs.size(), INT64_MAX);
+  std::vector<int64_t> last_round(s_.accs.size(), INT64_MIN);
+  for (const Contribution& c : cs) {
+    first_round[c.acc] = std::min(first_round[c.acc], c.ready);
+    last_round[c.acc] = std::max(last_round[c.acc], c.ready);
+  }
+  for (size_t a = 0; a < s_.accs.size(); ++a) {
+    AccTarget& acc = s_.accs[a];
+    const DType dtype = tensors_[acc.tensor].dtype;
+    if (first_round[a] < last_round[a] && !acc_is_elem(dtype)) {
+      const int64_t bytes = acc.elements * acc_size(dtype);
+      const int64_t device = tensors_[acc.tensor].dst.device(acc.dst_entry);
+      acc.separate = true;
+      acc.acc_block = work_block(acc_blocks_, device, bytes, &acc.acc_offset);
+      s_.accumulator_bytes += bytes;
+    }
+  }
+  std::vector<ReduceGroup> groups;
+  for (size_t a = 0; a < s_.accs.size(); ++a) {
+    if (first_round[a] != INT64_MAX || s_.accs[a].elements == 0) continue;
+    ReduceGroup g;  // no contribution: the identity alone
+    g.acc = a;
+    g.fill = g.store = true;
+    g.scratch = !acc_is_elem(tensors_[s_.accs[a].tensor].dtype);
+    groups.push_back(g);
+  }
+  for (size_t i = 0; i < cs.size();) {
+    size_t end = i;
+    while (end < cs.size() && cs[end].acc == cs[i].acc && cs[end].ready == cs[i].ready) ++end;
+    const size_t a = cs[i].acc;
+    ReduceGroup g;
+    g.acc = a;
+    g.round = cs[i].ready;
+    g.begin = i;
+    g.end = end;
+    g.fill = g.round == first_round[a];
+    g.store = g.round == last_round[a];
+    g.scratch = !acc_is_elem(tensors_[s_.accs[a].tensor].dtype) && !s_.accs[a].separate;
+    for (size_t k = i; k < end; ++k) g.bytes += cs[k].bytes;
+    groups.push_back(g);
+    i = end;
+  }
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const ReduceGroup& x, const ReduceGroup& y) { return x.round < y.round; });
+  s_.groups = std::move(groups);
+}
+
+Schedule Builder::build() {
+  s_.part = part_;
+  exec_detail::validate_pieces(plan_, *part_, part_->local, "local");
+  exec_detail::validate_pieces(plan_, *part_, part_->send_pieces, "send_pieces", &part_->sends);
+  exec_detail::validate_pieces(plan_, *part_, part_->recv_pieces, "recv_pieces", &part_->recvs);
+  add_targets();
+  for (size_t i = 0; i < part_->local.size(); ++i) add_local(i);
+  for (size_t i = 0; i < part_->sends.size(); ++i) add_send(part_->sends[i], i);
+  for (size_t i = 0; i < part_->recvs.size(); ++i) add_recv(part_->recvs[i], i);
   build_rounds();
-  // Arrivals as indices into the rounds (stage-major), not plan rounds.
-  for (Contribution& c : s_.contributions)
-    if (c.arrival >= 0) c.arrival = s_.messages[c.msg].seq;
   order_contributions();
+  sort_direct();
+  return std::move(s_);
+}
+
+Schedule Builder::build_whole() {
+  whole_ = true;
+  add_targets();
+  for (const auto& [process, part] : plan_.parts()) {
+    part_ = &part;
+    process_ = process;
+    exec_detail::validate_pieces(plan_, part, part.local, "local");
+    exec_detail::validate_pieces(plan_, part, part.recv_pieces, "recv_pieces", &part.recvs);
+    for (size_t i = 0; i < part.local.size(); ++i) add_local(i);
+    // Every message is a direct copy on the receiving side; the sender's
+    // view of it (sends, send_pieces) holds the same pieces.
+    for (size_t i = 0; i < part.recvs.size(); ++i) {
+      const Message& m = part.recvs[i];
+      if (process_of(m.dst_device) != process_) {
+        fail(ErrorCode::kInvalidArgument, where("recvs", i) + "destination device " +
+                                              std::to_string(m.dst_device) +
+                                              " is not on this process");
+      }
+      const std::span<const Piece> pieces = message_pieces(m, part.recv_pieces, "recvs", i);
+      for (const Piece& p : pieces) {
+        const TensorSpec& t = tensors_[p.tensor];
+        if (t.dst.device(p.dst_entry) != m.dst_device ||
+            from(p, m.stage).device(p.src_entry) != m.src_device) {
+          fail(ErrorCode::kInvalidArgument,
+               where("recvs", i) +
+                   "a piece reads or writes an entry of another device than the "
+                   "message's sender or receiver");
+        }
+        const int64_t key = round_key(m.stage, m.round);
+        add_direct(p, key, key, m.stage);
+      }
+    }
+  }
+  order_contributions();
+  sort_direct();
+  group_reductions();
   return std::move(s_);
 }
 
@@ -563,7 +693,13 @@ Schedule Builder::build() {
 
 Schedule build_schedule(const Plan& plan, int32_t process, const ProcessPart& part,
                         const TransportInfo& transport, const ExecuteOptions& options) {
-  return Builder(plan, process, part, transport, options).build();
+  return Builder(plan, process, &part, transport, options).build();
+}
+
+Schedule build_whole_schedule(const Plan& plan) {
+  const TransportInfo info;
+  const ExecuteOptions options;
+  return Builder(plan, -1, nullptr, info, options).build_whole();
 }
 
 }  // namespace reshard::engine_detail

@@ -3,7 +3,13 @@
 // every rank orders its batches the same way), before any byte moves.
 //
 //  - Direct copies: local pieces and pieces between two devices of this
-//    process (no transport involved).
+//    process (no transport involved), each with the round of its message
+//    (-1 for local pieces): the engine runs them round by round, so that a
+//    later round may read what an earlier one wrote (multi-stage plans).
+//  - A whole-plan schedule (build_whole_schedule, kAllProcesses on a
+//    transport that holds every process, the `local` transport): every
+//    piece of every part is a direct copy or a contribution read straight
+//    from its source buffer; no messages, no staging.
 //  - Messages to and from other processes, each sent or received in place
 //    (one contiguous piece), staged (packed with the box-copy core), or
 //    gathered (Segment lists, for transports that support them).
@@ -43,6 +49,13 @@
 
 namespace reshard::engine_detail {
 
+// The engine orders work by (stage, round): this key, increasing with both
+// (stages run one after the other, each one's rounds in order). -1: before
+// the first.
+inline int64_t round_key(uint32_t stage, uint32_t round) {
+  return static_cast<int64_t>(uint64_t{stage} << 32 | round);
+}
+
 // Messages that gather are at most this large (MPI counts are int).
 inline constexpr int64_t kMaxGatherBytes = int64_t{1} << 30;
 
@@ -59,9 +72,9 @@ struct EngineMessage {
   Mode mode = Mode::kStaged;
   bool has_reduce = false;  // receives pieces of a tensor with a partial source
   int32_t peer = 0;
-  uint32_t round = 0;  // within its stage
+  uint32_t round = 0;  // the plan round, within its stage
   uint32_t stage = 0;  // > 0: its pieces read destination buffers (relays)
-  uint32_t seq = 0;    // index of its (stage, round) in Schedule::rounds
+  int64_t key = 0;     // round_key(stage, round)
   int64_t src_device = 0;
   int64_t dst_device = 0;
   int64_t local_device = 0;
@@ -89,6 +102,7 @@ struct DeviceSlot {
 struct RoundPlan {
   uint32_t stage = 0;
   uint32_t round = 0;
+  int64_t key = 0;  // round_key(stage, round)
   // Message indices per step, receives first, each ordered by (source
   // device, destination device); empty steps are dropped.
   std::vector<std::vector<size_t>> steps;
@@ -100,12 +114,33 @@ struct RoundPlan {
   std::vector<std::vector<size_t>> pack_next;
 };
 
-// A piece copied between two buffers of this process; in a stage > 0 its
-// source is a destination buffer (a relay inside the process).
+// A piece copied between two buffers of this process.
 struct DirectCopy {
   const ProcessPart* part = nullptr;
   const Piece* piece = nullptr;
-  uint32_t stage = 0;
+  int64_t round = -1;  // round_key of its message; -1: a local piece
+  uint32_t stage = 0;  // > 0: reads the destination entry src_entry (a relay)
+};
+
+// The direct copies of one round: Schedule::direct[begin, end).
+struct DirectRound {
+  int64_t round = -1;
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+// Whole-plan schedules: the contributions to one destination entry that are
+// reduced in one round (Schedule::contributions[begin, end), in reduction
+// order), run as one task.
+struct ReduceGroup {
+  size_t acc = 0;  // Schedule::accs index
+  int64_t round = -1;
+  size_t begin = 0;
+  size_t end = 0;
+  bool fill = false;     // the entry's first group: start from the identity
+  bool store = false;    // the entry's last group: round a separate accumulator
+  bool scratch = false;  // the entry's only group, accumulating in the thread's scratch
+  int64_t bytes = 0;     // read by its contributions
 };
 
 // One summand's contribution to a destination entry with a partial source.
@@ -116,11 +151,11 @@ struct Contribution {
   uint64_t seq = 0;  // tie-break: discovery order
   size_t acc = 0;    // index in Schedule::accs
   Box region;
-  // Rounds are indices into Schedule::rounds (stage-major).
-  int64_t arrival = -1;  // round of its message; -1: a buffer of this process
+  int64_t arrival = -1;  // round of its message; -1: a local piece
   int64_t ready = -1;    // reduced after this round (-1: before the first)
   // Source: entry `src_entry` of the tensor's source, a buffer of this
-  // process ...
+  // process (`from_buffer`) ...
+  bool from_buffer = false;
   uint32_t src_entry = 0;
   Box src_box;
   // ... or bytes [msg_offset, +bytes) of message `msg`, copied to
@@ -137,8 +172,11 @@ struct AccTarget {
   uint32_t tensor = 0;
   uint32_t dst_entry = 0;
   int64_t elements = 0;
-  bool separate = false;  // accumulates in f32 beside the destination
-  size_t acc_block = 0;   // when separate: where, in Schedule::work
+  // Accumulates in f32 beside the destination, in Schedule::work (in a
+  // whole-plan schedule only when its contributions span several rounds;
+  // otherwise the thread's scratch serves).
+  bool separate = false;
+  size_t acc_block = 0;  // when separate: where, in Schedule::work
   int64_t acc_offset = 0;
 };
 
@@ -153,19 +191,22 @@ struct WorkBlock {
 struct Schedule {
   // The part the pieces below point into: the plan's own, or a copy the
   // schedule owns (cached schedules outlive the plan they were built from).
+  // Null in a whole-plan schedule, whose pieces point into the plan's parts.
   const ProcessPart* part = nullptr;
   std::shared_ptr<const ProcessPart> owned_part;
   std::vector<EngineMessage> messages;
   std::vector<RoundPlan> rounds;  // ascending round
   std::vector<DeviceSlot> slots;
-  std::vector<DirectCopy> direct;           // tensors without a partial source, by stage
-  uint32_t stages = 1;                      // stages of this part
+  std::vector<DirectCopy> direct;           // tensors without a partial source, by round
+  std::vector<DirectRound> direct_rounds;   // ascending round
   std::vector<Contribution> contributions;  // sorted by (ready, tensor, entry, summand, seq)
   std::vector<AccTarget> accs;
   std::vector<WorkBlock> work;
   // Destination entries of tensors with a partial destination and a whole
   // source: filled with the identity first.
   std::vector<std::pair<uint32_t, uint32_t>> fills;
+  // Whole-plan schedules: the reductions as tasks, sorted by round.
+  std::vector<ReduceGroup> groups;
   int64_t accumulator_bytes = 0;
   int64_t deferred_bytes = 0;
   int64_t local_bytes = 0;
@@ -179,5 +220,12 @@ struct Schedule {
 // Throws kInvalidArgument for a damaged or foreign plan.
 Schedule build_schedule(const Plan& plan, int32_t process, const ProcessPart& part,
                         const TransportInfo& transport, const ExecuteOptions& options);
+
+// The schedule of every part of `plan` executed in one process (the plan
+// holds them all: the caller checked). Checks every part's local and
+// received pieces and messages (pieces in range, sizes, devices on the
+// right processes); sent messages are the same pieces seen from the sender
+// and are not read. Throws kInvalidArgument for a damaged plan.
+Schedule build_whole_schedule(const Plan& plan);
 
 }  // namespace reshard::engine_detail

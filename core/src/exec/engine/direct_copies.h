@@ -1,0 +1,143 @@
+// Internal: the engine's copies between buffers of one process in host
+// memory (docs/design.md §3.2, §3.3) — local pieces, pieces between two
+// devices of the process, and, for a whole plan on the `local` transport,
+// every piece — run round by round on ExecuteOptions::threads threads.
+//
+// A round's work is cut into tasks by bytes: small pieces are batched,
+// pieces larger than the target are sliced (by contiguous runs of their
+// copy descriptor, or by elements of a single run), and each reduction
+// group (ReduceGroup: one destination entry's contributions of one round,
+// in reduction order) is one task, so that every destination element is
+// written by one thread and summands are folded in a fixed order whatever
+// the thread count. Rounds run one after another; a round's tasks run in
+// parallel, each thread taking the next task.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "exec/schedule/engine_schedule.h"
+#include "reshard/engine.h"
+#include "reshard/exec.h"
+#include "reshard/plan.h"
+
+namespace reshard::engine_detail {
+
+// Executions moving fewer bytes between buffers than this run on the
+// calling thread: starting threads costs more than the copy.
+inline constexpr int64_t kParallelMinBytes = int64_t{1} << 20;
+
+// Threads started once per execution and reused by every round.
+class WorkerPool {
+ public:
+  // `threads` >= 1, the calling thread included; helpers start on the
+  // first run() that has work for them.
+  explicit WorkerPool(int threads) : threads_(threads < 1 ? 1 : threads) {}
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+  ~WorkerPool();
+
+  int threads() const { return threads_; }
+
+  // Calls task(i, worker) for every i in [0, n), on up to threads() threads
+  // (the calling thread is worker 0), each taking the next unclaimed index;
+  // after a task of its own the calling thread calls `after` (if set).
+  // Returns once every task finished; if a task threw, the remaining ones
+  // are skipped and the first exception is rethrown.
+  void run(size_t n, const std::function<void(size_t, int)>& task,
+           const std::function<void()>& after = {});
+
+ private:
+  void helper(int worker);
+  void work(int worker);
+
+  const int threads_;
+  std::vector<std::jthread> helpers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  int busy_ = 0;  // helpers still in the current generation
+  // The current generation's work.
+  size_t n_ = 0;
+  const std::function<void(size_t, int)>* task_ = nullptr;
+  std::atomic<size_t> next_{0};
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
+};
+
+// Runs rounds of direct copies and reduction groups on host buffers.
+class DirectRunner {
+ public:
+  // `accumulators`: per Schedule::accs index, the separate accumulator of
+  // an entry whose reductions span rounds (null for the others).
+  DirectRunner(const Plan& plan, std::span<const TensorBuffers> buffers, const Schedule& schedule,
+               std::span<void* const> accumulators, int threads);
+
+  // The identity fills of partial destinations (Schedule::fills), in
+  // parallel.
+  void run_fills();
+
+  // One round: `copies` and `groups`. With `max_task_bytes` > 0 no task
+  // moves more (so that `after`, called on the calling thread after each
+  // of its tasks, runs often enough to progress transfers in flight).
+  void run_round(std::span<const DirectCopy> copies, std::span<const ReduceGroup> groups,
+                 int64_t max_task_bytes = 0, const std::function<void()>& after = {});
+
+ private:
+  // A run of whole copies, a slice of one large copy, or a group.
+  struct Task {
+    enum Kind : uint8_t { kCopies, kSlice, kGroup } kind = kCopies;
+    size_t begin =
+        0;  // kCopies: [begin, end) of copies; kSlice: copies[begin]; kGroup: groups[begin]
+    size_t end = 0;
+    // kSlice: runs [lo, hi) of the copy's CopyDesc, or, when it has one
+    // run, elements [lo, hi) of that run.
+    int64_t lo = 0;
+    int64_t hi = 0;
+    int64_t bytes = 0;
+  };
+
+  CopyDesc desc_of(const DirectCopy& c) const;
+  // The buffer a copy reads: its source entry's, or in a stage > 0 the
+  // destination entry it forwards from.
+  const void* source(const DirectCopy& c) const {
+    const Piece& p = *c.piece;
+    return c.stage == 0 ? buffers_[p.tensor].src[p.src_entry].data
+                        : buffers_[p.tensor].dst[p.src_entry].data;
+  }
+  void build_tasks(std::span<const DirectCopy> copies, std::span<const ReduceGroup> groups,
+                   int64_t max_task_bytes);
+  void run_task(const Task& task, std::span<const DirectCopy> copies,
+                std::span<const ReduceGroup> groups, std::vector<std::byte>& scratch) const;
+  void run_group(const ReduceGroup& g, std::vector<std::byte>& scratch) const;
+
+  const Plan& plan_;
+  const std::vector<TensorSpec>& tensors_;
+  std::span<const TensorBuffers> buffers_;
+  const Schedule& s_;
+  std::span<void* const> accumulators_;
+  WorkerPool pool_;
+  std::vector<std::vector<std::byte>> scratch_;  // per worker
+  std::vector<Task> tasks_;
+};
+
+// Executes a whole-plan schedule (build_whole_schedule) on host buffers
+// that were checked against the plan: the identity fills of partial
+// destinations, then round by round (local pieces first) the direct copies
+// and reduction groups, on resolve_threads(threads) threads (the calling
+// thread alone below kParallelMinBytes). Adds to `stats` (local_bytes,
+// rounds, accumulator_bytes).
+void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
+                   const Schedule& schedule, int32_t threads, ExecuteStats& stats);
+
+}  // namespace reshard::engine_detail

@@ -1,0 +1,127 @@
+// verify_plan (reshard/oracle.h): the oracle's data through an engine, and
+// the check of every destination element — in one process (a whole plan on
+// the local transport) or collectively, each rank its own shards.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "reshard/engine.h"
+#include "reshard/error.h"
+#include "reshard/oracle.h"
+
+namespace reshard {
+namespace {
+
+OracleReport verify_whole(Engine& engine, const Plan& plan, const ExecuteOptions& options,
+                          const VerifyOptions& verify) {
+  OracleBuffers buffers = fill_sources(plan, verify.max_bytes);
+  const std::vector<TensorBuffers> views = buffers.views();
+  engine.execute(plan, kAllProcesses, views, options);
+  return check_destinations(plan, buffers, verify.max_reported);
+}
+
+OracleReport verify_part(Engine& engine, const Plan& plan, int32_t process,
+                         const ExecuteOptions& options, const VerifyOptions& verify) {
+  const std::vector<TensorSpec>& tensors = plan.tensors();
+  const Topology& topology = plan.topology();
+  const auto mine = [&](const Layout& l, size_t e) {
+    return topology.info(l.device(e)).process == process;
+  };
+  // The same plan on every rank: every rank refuses the same way, before
+  // any communication.
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    if (tensors[t].dst.partial()) {
+      fail(ErrorCode::kUnsupported,
+           "plan: tensors[" + std::to_string(t) + "] (\"" + tensors[t].name +
+               "\") has a partial destination, whose value is spread over summands on several "
+               "processes: verify the plan in one process (kAllProcesses, the local transport)");
+    }
+  }
+  if (verify.max_bytes < kUnlimitedPlanBytes) {
+    fail(ErrorCode::kInvalidArgument,
+         "max_bytes: " + std::to_string(verify.max_bytes) +
+             " is invalid (0: half the memory available; N > 0: N bytes; -1: no limit)");
+  }
+  const int64_t limit = verify.max_bytes == 0 ? default_max_plan_bytes() : verify.max_bytes;
+  int64_t need = 0;
+  for (const TensorSpec& t : tensors) {
+    for (const Layout* l : {&t.src, &t.dst}) {
+      for (size_t e = 0; e < l->num_entries(); ++e) {
+        if (mine(*l, e)) need += l->box(e).volume() * dtype_size(t.dtype);
+      }
+    }
+  }
+  if (limit != kUnlimitedPlanBytes && need > limit) {
+    fail(ErrorCode::kResourceExhausted, "oracle: the shards of process " + std::to_string(process) +
+                                            " need " + std::to_string(need) +
+                                            " bytes of memory, above the limit of " +
+                                            std::to_string(limit) + " bytes");
+  }
+  // This process's shards: sources from the oracle, destinations poisoned;
+  // the other entries {null, 0}.
+  std::vector<std::vector<std::vector<std::byte>>> src(tensors.size()), dst(tensors.size());
+  std::vector<TensorBuffers> views(tensors.size());
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const TensorSpec& spec = tensors[t];
+    const int64_t elem = dtype_size(spec.dtype);
+    src[t].resize(spec.src.num_entries());
+    dst[t].resize(spec.dst.num_entries());
+    for (size_t e = 0; e < spec.src.num_entries(); ++e) {
+      if (!mine(spec.src, e)) {
+        views[t].src.push_back({});
+        continue;
+      }
+      src[t][e].resize(static_cast<size_t>(spec.src.box(e).volume() * elem));
+      fill_source_shard(spec, static_cast<uint32_t>(t), e, src[t][e]);
+      views[t].src.push_back({src[t][e].data(), static_cast<int64_t>(src[t][e].size())});
+    }
+    for (size_t e = 0; e < spec.dst.num_entries(); ++e) {
+      if (!mine(spec.dst, e)) {
+        views[t].dst.push_back({});
+        continue;
+      }
+      dst[t][e].resize(static_cast<size_t>(spec.dst.box(e).volume() * elem));
+      poison_destination_shard(spec, static_cast<uint32_t>(t), e, dst[t][e]);
+      views[t].dst.push_back({dst[t][e].data(), static_cast<int64_t>(dst[t][e].size())});
+    }
+  }
+  engine.execute(plan, process, views, options);
+  OracleReport report;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    for (size_t e = 0; e < tensors[t].dst.num_entries(); ++e) {
+      if (!mine(tensors[t].dst, e)) continue;
+      check_destination_shard(tensors[t], static_cast<uint32_t>(t), e, dst[t][e], report,
+                              verify.max_reported);
+    }
+  }
+  // Every rank's counts.
+  const int64_t mine_counts[3] = {report.elements, report.bytes, report.mismatches};
+  const auto all = engine.transport().allgather(
+      std::as_bytes(std::span<const int64_t>(mine_counts)), options.timeout_seconds);
+  report.elements = report.bytes = report.mismatches = 0;
+  for (const std::vector<std::byte>& r : all) {
+    int64_t counts[3] = {0, 0, 0};
+    if (r.size() != sizeof counts) {
+      fail(ErrorCode::kMismatch,
+           "verify: a rank sent a report of " + std::to_string(r.size()) + " bytes");
+    }
+    std::memcpy(counts, r.data(), sizeof counts);
+    report.elements += counts[0];
+    report.bytes += counts[1];
+    report.mismatches += counts[2];
+  }
+  report.tensors = static_cast<int64_t>(tensors.size());
+  return report;
+}
+
+}  // namespace
+
+OracleReport verify_plan(Engine& engine, const Plan& plan, int32_t process,
+                         const ExecuteOptions& options, const VerifyOptions& verify) {
+  if (process == kAllProcesses) return verify_whole(engine, plan, options, verify);
+  return verify_part(engine, plan, process, options, verify);
+}
+
+}  // namespace reshard

@@ -1,0 +1,453 @@
+// The engine over the `local` transport (Engine::execute with
+// kAllProcesses): whole plans in one process, round by round, on any number
+// of threads; the thread pool; the whole-plan schedule; and bad inputs.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/random_cases.h"
+#include "exec/engine/direct_copies.h"
+#include "exec/schedule/engine_schedule.h"
+#include "reshard/engine.h"
+#include "reshard/error.h"
+#include "reshard/exec.h"
+#include "reshard/numeric.h"
+#include "reshard/oracle.h"
+#include "reshard/plan.h"
+
+namespace reshard {
+namespace {
+
+std::shared_ptr<Mesh> mesh_1d(std::vector<int64_t> devices) {
+  auto m = std::make_shared<Mesh>();
+  m->axis_names = {"x"};
+  m->shape = {static_cast<int64_t>(devices.size())};
+  m->devices = std::move(devices);
+  return m;
+}
+
+NamedSharding sharding(std::shared_ptr<Mesh> mesh, std::vector<std::vector<std::string>> dims,
+                       std::vector<std::string> partial = {}, ReduceOp op = ReduceOp::kSum) {
+  NamedSharding s;
+  s.mesh = std::move(mesh);
+  s.dims = std::move(dims);
+  s.partial_axes = std::move(partial);
+  s.partial_op = op;
+  return s;
+}
+
+TensorSpec tensor(const std::string& name, std::vector<int64_t> shape, DType dtype,
+                  const NamedSharding& src, const NamedSharding& dst) {
+  TensorSpec t;
+  t.name = name;
+  t.shape = std::move(shape);
+  t.dtype = dtype;
+  t.src = Layout::from_named(src, t.shape, name + ".src");
+  t.dst = Layout::from_named(dst, t.shape, name + ".dst");
+  return t;
+}
+
+// Every device on its own process: every piece between two devices is a
+// message of the plan, with a round.
+void one_process_per_device(PlanInput& in, int64_t devices) {
+  for (int64_t d = 0; d < devices; ++d) in.topology.add({d, static_cast<int32_t>(d), 0, 0});
+}
+
+ExecuteStats run_local(const Plan& plan, std::span<const TensorBuffers> views, int32_t threads) {
+  Engine engine(make_local_transport());
+  ExecuteOptions o;
+  o.threads = threads;
+  return engine.execute(plan, kAllProcesses, views, o);
+}
+
+// Invariant: random plans (several processes, staging budgets that cut
+// messages into rounds, partial sources and destinations) executed whole by
+// the engine give the oracle's values, and identical bytes for 1, 3 and
+// every hardware thread.
+TEST(EngineLocal, RandomWholePlansMatchOracleForAnyThreadCount) {
+  int64_t multi_round = 0;
+  for (int c = 0; c < 300; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    testing::CaseGen gen(91000 + static_cast<uint64_t>(c), {5, 32, 3, c % 2 ? 9 : 40, true, true});
+    const Plan plan = make_plan(gen.input());
+    multi_round += plan.stats().rounds > 1;
+    std::vector<std::vector<std::vector<std::vector<std::byte>>>> results;
+    for (int32_t threads : {1, 3, 0}) {
+      OracleBuffers buffers = fill_sources(plan);
+      const std::vector<TensorBuffers> views = buffers.views();
+      run_local(plan, views, threads);
+      const OracleReport report = check_destinations(plan, buffers);
+      ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches, threads " << threads;
+      results.push_back(buffers.dst);
+    }
+    ASSERT_EQ(results[0], results[1]);
+    ASSERT_EQ(results[0], results[2]);
+  }
+  EXPECT_GT(multi_round, 20) << "the generator must exercise plans of several rounds";
+}
+
+// Values whose sum depends on the order of the summands: f32 2^24 + 1 + 1
+// is 2^24 in summand order (each +1 a tie rounding to even) and 2^24 + 2
+// otherwise; bf16 1 + 2^-8 + 2^-8 is 1 + 2^-7 accumulated in f32 and
+// rounded once, 1 if rounded after each add.
+std::vector<std::byte> order_sensitive(DType dtype, int32_t summand, int64_t n) {
+  std::vector<std::byte> out(static_cast<size_t>(n * dtype_size(dtype)));
+  for (int64_t i = 0; i < n; ++i) {
+    if (dtype == DType::kF32) {
+      const float v = summand == 0 ? 16777216.0f : 1.0f;
+      std::memcpy(out.data() + i * 4, &v, 4);
+    } else {
+      const uint16_t v = numeric::f32_to_bf16(summand == 0 ? 1.0f : std::ldexp(1.0f, -8));
+      std::memcpy(out.data() + i * 2, &v, 2);
+    }
+  }
+  return out;
+}
+
+// Invariant: reductions keep the summand order and round once when a
+// destination entry's contributions arrive over many rounds (a tight
+// staging budget; each device its own process, so every summand is a
+// message): the result equals that of the one-round plan bit for bit, for
+// every thread count; bf16 entries then accumulate in a separate f32
+// accumulator kept between rounds.
+TEST(EngineLocal, ReductionsOverManyRoundsKeepSummandOrderAndRoundOnce) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    std::vector<std::vector<std::byte>> outputs;
+    for (int64_t budget : {int64_t{0}, int64_t{4096}}) {
+      PlanInput in;
+      one_process_per_device(in, 6);
+      in.options.staging_budget_bytes = budget;
+      // Summand i on device {4, 0, 2}[i]; destination rows on devices 1, 3, 5.
+      in.tensors.push_back(tensor("s", {24, 256}, dtype,
+                                  sharding(mesh_1d({4, 0, 2}), {{}, {}}, {"x"}),
+                                  sharding(mesh_1d({1, 3, 5}), {{"x"}, {}})));
+      const Plan plan = make_plan(in);
+      if (budget > 0) {
+        ASSERT_GT(plan.stats().rounds, 3);
+      }
+      const TensorSpec& t = plan.tensors()[0];
+      std::vector<std::vector<std::byte>> src;
+      for (size_t e = 0; e < t.src.num_entries(); ++e) {
+        src.push_back(order_sensitive(dtype, t.src.summand(e), t.src.box(e).volume()));
+      }
+      for (int32_t threads : {1, 4}) {
+        std::vector<std::vector<std::byte>> dst;
+        std::vector<TensorBuffers> views(1);
+        for (auto& s : src) views[0].src.push_back({s.data(), static_cast<int64_t>(s.size())});
+        for (size_t e = 0; e < t.dst.num_entries(); ++e) {
+          dst.emplace_back(static_cast<size_t>(t.dst.box(e).volume() * dtype_size(dtype)),
+                           std::byte{0x5a});
+        }
+        for (auto& d : dst) views[0].dst.push_back({d.data(), static_cast<int64_t>(d.size())});
+        const ExecuteStats stats = run_local(plan, views, threads);
+        if (budget > 0 && dtype == DType::kBF16) {
+          EXPECT_GT(stats.accumulator_bytes, 0);
+        }
+        if (budget == 0) {
+          EXPECT_EQ(stats.accumulator_bytes, 0);
+        }
+        std::vector<std::byte> all;
+        for (auto& d : dst) all.insert(all.end(), d.begin(), d.end());
+        outputs.push_back(all);
+      }
+    }
+    ASSERT_EQ(outputs.size(), 4u);
+    for (size_t i = 1; i < outputs.size(); ++i) EXPECT_EQ(outputs[0], outputs[i]) << i;
+    // And the value is the summand-order one.
+    if (dtype == DType::kF32) {
+      float v = 0;
+      std::memcpy(&v, outputs[0].data(), 4);
+      EXPECT_EQ(v, 16777216.0f);
+    } else {
+      uint16_t v = 0;
+      std::memcpy(&v, outputs[0].data(), 2);
+      EXPECT_EQ(numeric::bf16_to_f32(v), 1.0f + std::ldexp(1.0f, -7));
+    }
+  }
+}
+
+// Invariant: the whole-plan schedule holds every piece once, its direct
+// copies in ascending round (local pieces, round -1, first) and its
+// reduction groups in ascending round, each group one destination entry's
+// contributions of one round in summand order.
+TEST(EngineLocal, WholeScheduleIsOrderedByRound) {
+  PlanInput in;
+  one_process_per_device(in, 8);
+  in.options.staging_budget_bytes = 1000;
+  in.tensors.push_back(tensor("copy", {64, 40}, DType::kF32,
+                              sharding(mesh_1d({0, 1, 2, 3}), {{"x"}, {}}),
+                              sharding(mesh_1d({0, 1, 4, 5, 6, 7}), {{}, {"x"}})));
+  in.tensors.push_back(tensor("sum", {16, 30}, DType::kF16,
+                              sharding(mesh_1d({0, 1, 2}), {{}, {}}, {"x"}),
+                              sharding(mesh_1d({2, 3}), {{"x"}, {}})));
+  const Plan plan = make_plan(in);
+  ASSERT_GT(plan.stats().rounds, 2);
+  const engine_detail::Schedule s = engine_detail::build_whole_schedule(plan);
+  size_t pieces = 0;
+  for (const auto& [p, part] : plan.parts()) pieces += part.local.size() + part.recv_pieces.size();
+  EXPECT_EQ(s.direct.size() + s.contributions.size(), pieces);
+  EXPECT_TRUE(s.messages.empty());
+  for (size_t i = 1; i < s.direct.size(); ++i) EXPECT_LE(s.direct[i - 1].round, s.direct[i].round);
+  size_t covered = 0;
+  for (size_t r = 0; r < s.direct_rounds.size(); ++r) {
+    if (r > 0) {
+      EXPECT_LT(s.direct_rounds[r - 1].round, s.direct_rounds[r].round);
+    }
+    EXPECT_EQ(s.direct_rounds[r].begin, covered);
+    covered = s.direct_rounds[r].end;
+  }
+  EXPECT_EQ(covered, s.direct.size());
+  EXPECT_GT(s.direct_rounds.size(), 2u);
+  std::set<std::pair<size_t, int64_t>> seen;
+  size_t contributions = 0;
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    const engine_detail::ReduceGroup& group = s.groups[g];
+    if (g > 0) {
+      EXPECT_LE(s.groups[g - 1].round, group.round);
+    }
+    EXPECT_TRUE(seen.insert({group.acc, group.round}).second)
+        << "two groups of one entry and round";
+    for (size_t i = group.begin; i < group.end; ++i) {
+      EXPECT_EQ(s.contributions[i].acc, group.acc);
+      EXPECT_EQ(s.contributions[i].ready, group.round);
+      if (i > group.begin) {
+        EXPECT_LE(s.contributions[i - 1].summand, s.contributions[i].summand);
+      }
+    }
+    contributions += group.end - group.begin;
+  }
+  EXPECT_EQ(contributions, s.contributions.size());
+}
+
+// Invariant: the pool runs every task once, on several threads when asked
+// (the caller is worker 0 and alone calls `after`), on the caller alone
+// for one thread, and rethrows a task's exception after the others
+// stopped; it is reusable after an exception.
+TEST(EngineLocal, WorkerPoolRunsEveryTaskOnceAndRethrows) {
+  for (int threads : {1, 4}) {
+    engine_detail::WorkerPool pool(threads);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<std::atomic<int>> runs(200);
+      std::mutex mutex;
+      std::set<int> workers;
+      std::atomic<int> afters{0};
+      const std::thread::id caller = std::this_thread::get_id();
+      std::atomic<bool> after_elsewhere{false};
+      const std::function<void(size_t, int)> task = [&](size_t i, int worker) {
+        ++runs[i];
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        std::lock_guard<std::mutex> lock(mutex);
+        workers.insert(worker);
+      };
+      pool.run(runs.size(), task, [&] {
+        ++afters;
+        if (std::this_thread::get_id() != caller) after_elsewhere = true;
+      });
+      for (const auto& r : runs) ASSERT_EQ(r.load(), 1);
+      EXPECT_FALSE(after_elsewhere.load());
+      EXPECT_GE(afters.load(), 1);
+      EXPECT_TRUE(workers.contains(0));
+      if (threads == 1) {
+        EXPECT_EQ(workers.size(), 1u);
+      }
+      if (threads == 4) {
+        EXPECT_GT(workers.size(), 1u) << "no helper thread took a task";
+      }
+    }
+    const std::function<void(size_t, int)> failing = [](size_t i, int) {
+      if (i == 7) throw std::runtime_error("task 7");
+    };
+    EXPECT_THROW(pool.run(50, failing), std::runtime_error);
+    std::atomic<int> count{0};
+    pool.run(10, [&](size_t, int) { ++count; });
+    EXPECT_EQ(count.load(), 10);
+  }
+}
+
+// A transport of one rank that does not hold every process.
+class OneRank final : public Transport {
+ public:
+  TransportInfo info() const override {
+    TransportInfo i;
+    i.name = "one-rank";
+    return i;
+  }
+  std::unique_ptr<StagingBlock> allocate_staging(int64_t, int32_t, int64_t) override {
+    return nullptr;
+  }
+  std::unique_ptr<TransferBatch> start(std::span<const TransferOp>) override { return nullptr; }
+  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> r, double) override {
+    return {std::vector<std::byte>(r.begin(), r.end())};
+  }
+  [[noreturn]] void abort(int) noexcept override { std::abort(); }
+};
+
+class EngineLocalErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PlanInput in;
+    one_process_per_device(in, 4);
+    in.tensors.push_back(tensor("t", {6, 4}, DType::kF32, sharding(mesh_1d({0, 1}), {{"x"}, {}}),
+                                sharding(mesh_1d({2, 3}), {{}, {"x"}})));
+    plan_ = make_plan(in);
+    oracle_ = fill_sources(plan_);
+    views_ = oracle_.views();
+    before_ = oracle_.dst;
+  }
+
+  template <class F>
+  void expect_error(F&& call, ErrorCode code, std::vector<std::string> parts) {
+    try {
+      call();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      for (const std::string& p : parts) {
+        EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+            << "message \"" << e.what() << "\" lacks \"" << p << "\"";
+      }
+    }
+    EXPECT_EQ(oracle_.dst, before_) << "a failed call wrote into a destination";
+  }
+
+  Plan plan_;
+  OracleBuffers oracle_;
+  std::vector<TensorBuffers> views_;
+  std::vector<std::vector<std::vector<std::byte>>> before_;
+};
+
+TEST_F(EngineLocalErrors, NegativeThreadsNameTheField) {
+  Engine engine(make_local_transport());
+  ExecuteOptions o;
+  o.threads = -1;
+  expect_error([&] { engine.execute(plan_, kAllProcesses, views_, o); },
+               ErrorCode::kInvalidArgument, {"options.threads", "-1"});
+  expect_error([&] { execute_host(plan_, views_, {-3}); }, ErrorCode::kInvalidArgument,
+               {"options.threads", "-3"});
+}
+
+TEST_F(EngineLocalErrors, AllProcessesNeedsAWholePlanTransport) {
+  Engine engine(std::make_unique<OneRank>());
+  expect_error([&] { engine.execute(plan_, kAllProcesses, views_); }, ErrorCode::kInvalidArgument,
+               {"process", "kAllProcesses", "one-rank"});
+}
+
+TEST_F(EngineLocalErrors, PartOfOneProcessIsNotAWholePlan) {
+  PlanInput in;
+  one_process_per_device(in, 4);
+  in.tensors = plan_.tensors();
+  const Plan part = make_plan(in, {PlanScope::kProcess, 2, false});
+  Engine engine(make_local_transport());
+  expect_error([&] { engine.execute(part, kAllProcesses, views_); }, ErrorCode::kInvalidArgument,
+               {"plan: lacks the part of process 0", "PlanScope::kAll"});
+}
+
+TEST_F(EngineLocalErrors, BuffersAreCheckedBeforeAnythingIsWritten) {
+  Engine engine(make_local_transport());
+  views_[0].dst[1].bytes -= 4;
+  expect_error([&] { engine.execute(plan_, kAllProcesses, views_); }, ErrorCode::kInvalidArgument,
+               {"tensors[0].dst[1]", "bytes"});
+}
+
+TEST_F(EngineLocalErrors, ValidCallPassesAndReportsLocalBytes) {
+  Engine engine(make_local_transport());
+  const ExecuteStats stats = engine.execute(plan_, kAllProcesses, views_);
+  EXPECT_TRUE(check_destinations(plan_, oracle_).ok());
+  EXPECT_EQ(stats.local_bytes, plan_.stats().network_bytes + plan_.stats().local_bytes);
+  EXPECT_EQ(stats.messages_sent, 0);
+  EXPECT_EQ(stats.staging_bytes, 0);
+  EXPECT_TRUE(stats.agreed);  // with itself, on first use
+}
+
+// Invariant: the local transport moves nothing itself: one rank holding
+// every process, an allgather that returns its own record, and a batch
+// with operations refused.
+TEST(EngineLocal, LocalTransportHoldsEveryProcessAndTransfersNothing) {
+  auto t = make_local_transport();
+  const TransportInfo info = t->info();
+  EXPECT_EQ(info.name, "local");
+  EXPECT_TRUE(info.whole_plan);
+  EXPECT_EQ(info.rank, 0);
+  EXPECT_EQ(info.size, 1);
+  EXPECT_EQ(info.memory, MemoryKind::kHost);
+  const std::vector<std::byte> record = {std::byte{1}, std::byte{2}};
+  const auto all = t->allgather(record, 1);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0], record);
+  EXPECT_TRUE(t->start({})->test());
+  TransferOp op;
+  try {
+    t->start(std::span<const TransferOp>(&op, 1));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInternal);
+  }
+  auto block = t->allocate_staging(0, 0, 1000);
+  ASSERT_NE(block, nullptr);
+  EXPECT_EQ(block->bytes(), 1000);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(block->data()) % 64, 0u);
+}
+
+}  // namespace
+}  // namespace reshard
+
+namespace reshard {
+namespace {
+
+// Invariant: verify_plan in one process (kAllProcesses) passes random plans
+// (partial destinations included) and counts every destination element; on
+// the per-process path (process 0 of a one-process plan) it counts the same
+// elements and bytes.
+TEST(VerifyPlan, WholeAndPerProcessPathsAgree) {
+  for (int c = 0; c < 40; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    testing::CaseGen gen(77000 + static_cast<uint64_t>(c), {4, 16, 2, 12, true, false});
+    PlanInput in = gen.input();
+    const Plan whole_plan = make_plan(in);
+    Engine engine(make_local_transport());
+    ExecuteOptions o;
+    o.threads = c % 3;
+    const OracleReport whole = verify_plan(engine, whole_plan, kAllProcesses, o);
+    EXPECT_TRUE(whole.ok()) << whole.mismatches;
+    int64_t elements = 0;
+    for (const TensorSpec& t : whole_plan.tensors()) {
+      for (size_t e = 0; e < t.dst.num_entries(); ++e) elements += t.dst.box(e).volume();
+    }
+    EXPECT_EQ(whole.elements, elements);
+    bool partial_dst = false;
+    for (const TensorSpec& t : whole_plan.tensors()) partial_dst = partial_dst || t.dst.partial();
+    // One process holding every device: the per-process path.
+    in.topology = Topology();
+    const Plan one = make_plan(in);
+    if (partial_dst) {
+      try {
+        verify_plan(engine, one, 0, o);
+        ADD_FAILURE() << "no error for a partial destination";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+        EXPECT_NE(std::string(e.what()).find("partial destination"), std::string::npos);
+      }
+      continue;
+    }
+    const OracleReport part = verify_plan(engine, one, 0, o);
+    EXPECT_TRUE(part.ok());
+    EXPECT_EQ(part.elements, whole.elements);
+    EXPECT_EQ(part.bytes, whole.bytes);
+    EXPECT_EQ(part.tensors, whole.tensors);
+  }
+}
+
+}  // namespace
+}  // namespace reshard
