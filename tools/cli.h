@@ -44,7 +44,7 @@ struct InputOptions {
   std::string dtype = "f32";
   std::string src_mesh, src_spec, src_devices, src_processes, src_hosts, src_partial;
   std::string dst_mesh, dst_spec, dst_devices, dst_processes, dst_hosts, dst_partial;
-  std::string plan_file;   // --plan FILE (commands that accept plan bytes)
+  std::string plan_file;           // --plan FILE (commands that accept plan bytes)
   bool no_relays = false;          // --no-relays: PlanOptions::relays = false
   bool no_reduce_scatter = false;  // --no-reduce-scatter
 };
@@ -137,6 +137,9 @@ struct Traffic {
   std::vector<int64_t> devices;  // sorted
   // (source device, destination device) -> bytes; local copies on the diagonal.
   std::map<std::pair<int64_t, int64_t>, int64_t> bytes;
+  // The part of `bytes` that relays forward (messages of stage > 0), by
+  // (relay device, destination device).
+  std::map<std::pair<int64_t, int64_t>, int64_t> forwarded;
   Topology topology;
 };
 Traffic traffic_of(const Plan& plan, const std::vector<int64_t>& devices);

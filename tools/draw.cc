@@ -542,13 +542,38 @@ Traffic traffic_of(const Plan& plan, const std::vector<int64_t>& devices) {
   t.devices = devices;
   t.topology = plan.topology();
   for (const auto& [process, part] : plan.parts()) {
-    for (const Message& m : part.sends) t.bytes[{m.src_device, m.dst_device}] += m.bytes;
+    for (const Message& m : part.sends) {
+      t.bytes[{m.src_device, m.dst_device}] += m.bytes;
+      if (m.stage > 0) t.forwarded[{m.src_device, m.dst_device}] += m.bytes;
+    }
     for (const Piece& p : part.local) {
       const int64_t d = plan.tensors()[p.tensor].dst.device(p.dst_entry);
       t.bytes[{d, d}] += plan.piece_bytes(part, p);
     }
   }
   return t;
+}
+
+// What relays forward: the total, and the heaviest relay → destination pairs.
+std::string forwarded_text(const Traffic& traffic) {
+  if (traffic.forwarded.empty()) return "";
+  int64_t total = 0;
+  std::vector<std::pair<int64_t, std::pair<int64_t, int64_t>>> pairs;
+  for (const auto& [k, b] : traffic.forwarded) {
+    total += b;
+    pairs.push_back({b, k});
+  }
+  std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::string out = "forwarded by relays (stages after the first, included above): " +
+                    human_bytes(static_cast<double>(total)) + " over " +
+                    with_commas(static_cast<int64_t>(pairs.size())) + " device pairs\n";
+  for (size_t i = 0; i < pairs.size() && i < 8; ++i)
+    out += "  relay " + std::to_string(pairs[i].second.first) + " \xE2\x86\x92 " +
+           std::to_string(pairs[i].second.second) + "  " +
+           human_bytes(static_cast<double>(pairs[i].first)) + "\n";
+  return out;
 }
 
 std::string draw_traffic_text(const Traffic& traffic) {
@@ -564,7 +589,7 @@ std::string draw_traffic_text(const Traffic& traffic) {
     m.cells.assign(devs.size(), std::vector<int64_t>(devs.size(), 0));
     for (const auto& [k, b] : traffic.bytes) m.cells[index.at(k.first)][index.at(k.second)] += b;
     out += "bytes sent, source device \xE2\x86\x92 destination device (diagonal: local copies)\n";
-    return out + render_matrix(m, "src", "dst");
+    return out + render_matrix(m, "src", "dst") + forwarded_text(traffic);
   }
   // Many devices: by process, then the heaviest device pairs.
   std::map<int32_t, size_t> pindex;
@@ -598,7 +623,7 @@ std::string draw_traffic_text(const Traffic& traffic) {
     out += "  " + std::to_string(pairs[i].second.first) + " \xE2\x86\x92 " +
            std::to_string(pairs[i].second.second) + "  " +
            human_bytes(static_cast<double>(pairs[i].first)) + "\n";
-  return out;
+  return out + forwarded_text(traffic);
 }
 
 void Svg::title(const std::string& text) {

@@ -92,6 +92,37 @@ def case_show_tensor():
     check(err.startswith("reshard: error: --tensor"), err)
 
 
+def case_stages():
+    # Relays and reduce-scatter are on by default and each can be switched
+    # off; `show` lists what relays forward; `verify` checks staged plans.
+    relay = os.path.join(SRC, "tests", "mpi", "specs", "relay_pipeline_replicated.json")
+    psum = os.path.join(SRC, "tests", "mpi", "specs", "psum_reduce_scatter.json")
+    on = json.loads(run("plan", "--spec", relay, "--format", "json").stdout)["stats"]
+    off = json.loads(run("plan", "--spec", relay, "--format", "json", "--no-relays").stdout)["stats"]
+    check(on["stages"] == 2 and on["forwarded_bytes"] > 0, str(on))
+    check(off["stages"] == 1 and off["forwarded_bytes"] == 0, str(off))
+    check(on["cross_host_bytes"] == on["lower_bound_cross_host_bytes"] < off["cross_host_bytes"],
+          f"{on['cross_host_bytes']} {off['cross_host_bytes']}")
+    check(on["network_bytes"] == off["network_bytes"], "relays change the network bytes")
+    rs = json.loads(run("plan", "--spec", psum, "--format", "json").stdout)["stats"]
+    one = json.loads(run("plan", "--spec", psum, "--format", "json",
+                         "--no-reduce-scatter").stdout)["stats"]
+    check(rs["stages"] == 2 and rs["network_bytes"] < one["network_bytes"], f"{rs} {one}")
+    text = run("plan", "--spec", relay).stdout
+    check("forwarded by relays" in text and "stages" in text, text)
+    out = run("show", "--spec", relay, "--tensor", "a").stdout
+    check("forwarded by relays" in out and "relay 4 \u2192" in out or "relay 5 \u2192" in out, out)
+    for s in (relay, psum):
+        for flags in ([], ["--no-relays", "--no-reduce-scatter"]):
+            out = run("verify", "--spec", s, *flags).stdout
+            check(out.endswith(": OK\n"), out)
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "p.rsplan")
+        run("plan", "--spec", relay, "--out", f)
+        err = run("verify", "--plan", f, "--no-relays", expect=2).stderr
+        check("--no-relays cannot be combined with --plan" in err, err)
+
+
 def case_verify():
     for name in EXAMPLES:
         out = run("verify", "--spec", spec(name)).stdout
