@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Relays and reduce-scatter on and off, in the same run: plan figures and
+execution time over MPI on this machine.
+
+For every spec of bench/specs (and any given with --spec), the tensors are
+scaled down by --scale per dimension (so that every rank's buffers fit one
+machine), then each variant is planned (`reshard plan --format json`) and
+executed under `mpirun -np <processes> reshard run --transport mpi`, the
+variants interleaved --repeat times; the table gives the bytes the plan
+moves across hosts, the busiest host's egress (its NICs: what relays and
+reduce-scatter cut), and the median execution time.
+
+Caveat printed with the table: every "host" here is a process on one 2-core
+machine, so messages between hosts are shared-memory copies, not NIC
+transfers. A relay's extra stage costs time here that a network would repay;
+the time column shows the executor's overhead, not what the bytes buy on a
+cluster.
+
+    python3 bench/relay_bench.py [--reshard build/dev/tools/reshard] [--scale 4]
+"""
+import argparse
+import copy
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VARIANTS = [("single-hop", ["--no-relays", "--no-reduce-scatter"]), ("staged", [])]
+
+
+def processes(doc):
+    procs = set()
+    for mesh in doc["meshes"].values():
+        n = 1
+        for s in mesh["shape"]:
+            n *= s
+        procs.update(mesh.get("processes", range(n)))
+    return max(procs) + 1
+
+
+def scaled(doc, scale):
+    out = copy.deepcopy(doc)
+    for t in out["tensors"]:
+        t["shape"] = [max(1, s // scale) for s in t["shape"]]
+    return out
+
+
+def run(cmd, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    if p.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    return p.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reshard", default=os.path.join(ROOT, "build/dev/tools/reshard"))
+    ap.add_argument("--spec", action="append", default=[], help="more specs")
+    ap.add_argument("--scale", type=int, default=4, help="divide every dimension by this")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved runs per variant")
+    ap.add_argument("--iters", type=int, default=3, help="timed iterations per run")
+    args = ap.parse_args()
+    specs = sorted(glob.glob(os.path.join(ROOT, "bench/specs/*.json"))) + args.spec
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for path in specs:
+            doc = json.load(open(path))
+            small = scaled(doc, args.scale)
+            f = os.path.join(d, os.path.basename(path))
+            json.dump(small, open(f, "w"))
+            np = processes(small)
+            stats, times = {}, {name: [] for name, _ in VARIANTS}
+            for name, flags in VARIANTS:
+                stats[name] = json.loads(run([args.reshard, "plan", "--spec", f, "--format", "json",
+                                              *flags]))["stats"]
+            for _ in range(args.repeat):
+                for name, flags in VARIANTS:
+                    out = run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np),
+                               args.reshard, "run", "--spec", f, "--transport", "mpi", "--format",
+                               "json", "--iters", str(args.iters), *flags], env)
+                    doc_out = json.loads(out[out.index("{"):])
+                    if not doc_out["verified"]:
+                        sys.exit(f"{path} {name}: not verified")
+                    times[name].append(doc_out["median_seconds"])
+            for name, _ in VARIANTS:
+                s = stats[name]
+                rows.append((os.path.basename(path), np, name, s["stages"], s["network_bytes"],
+                             s["cross_host_bytes"], s["lower_bound_cross_host_bytes"],
+                             s["max_host_send_bytes"], s["lower_bound_max_host_send_bytes"],
+                             statistics.median(times[name])))
+    mib = 1 << 20
+    print(f"scale 1/{args.scale} per dimension, {args.repeat} interleaved runs x {args.iters} "
+          "iterations, median; MiB as plan / bound\n")
+    print("| case (`bench/specs/`) | ranks | plan | stages | network | cross-host | busiest host sends | MPI time (ms) |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    for (case, np, name, stages, net, x, xb, hs, hsb, t) in rows:
+        print(f"| `{case}` | {np} | {name} | {stages} | {net / mib:.1f} | {x / mib:.1f} / {xb / mib:.1f} "
+              f"| {hs / mib:.1f} / {hsb / mib:.1f} | {t * 1e3:.1f} |")
+    print("\nEvery host is a process on this machine: cross-host messages are shared-memory "
+          "copies, so the time column shows executor overhead, not network time.")
+
+
+if __name__ == "__main__":
+    main()
