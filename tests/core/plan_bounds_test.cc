@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <set>
+#include <tuple>
 
 #include "random_cases.h"
 #include "reshard/exec.h"
@@ -329,6 +331,84 @@ TEST(PlanRelays, FewHoldersToManyHostsMeetTheHostBounds) {
     }
   }
   EXPECT_EQ(checked, 18);
+}
+
+// Random fleets for staged plans: few holders on one or two hosts feeding
+// 3-7 receiving hosts of 1-3 devices, destinations replicated or sharded
+// inside each host, sources whole, sharded or partial (psum over the
+// holders), uneven shapes, several dtypes, staging budgets. Every plan is
+// checked against the oracle through the in-process engine, against its
+// host bounds, for staging within the budget per (device, stage, round),
+// for determinism and for parts equal to each process's own plan.
+TEST(PlanRelays, RandomFleetsAreExactAndMeetTheHostBounds) {
+  std::mt19937_64 rng(20261123);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  int relayed = 0, crossed = 0, reduced = 0;
+  const int cases = 120;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t holders = uni(1, 3), holder_hosts = uni(1, 2);
+    const int64_t receiving = uni(3, 7), members = uni(1, 3);
+    std::vector<int32_t> hosts;
+    for (int64_t d = 0; d < holders; ++d) hosts.push_back(static_cast<int32_t>(d % holder_hosts));
+    for (int64_t i = 0; i < receiving * members; ++i)
+      hosts.push_back(static_cast<int32_t>(holder_hosts + i / members));
+    const int rank = static_cast<int>(uni(1, 3));
+    std::vector<int64_t> shape;
+    for (int d = 0; d < rank; ++d) shape.push_back(uni(5, 90));
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32};
+    const DType dtype = dtypes[uni(0, 3)];
+    const int src_kind = static_cast<int>(uni(0, 2));  // whole, sharded, partial
+    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+    std::vector<std::string> partial;
+    if (src_kind == 1) src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+    if (src_kind == 2 && dtype != DType::kI32) partial = {"a"};
+    std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
+    if (members > 1 && uni(0, 1) == 1) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
+    PlanInput in =
+        one_tensor(shape, dtype, named(mesh({"a"}, {holders}, 0), src_dims, partial),
+                   named(mesh({"r", "k"}, {receiving, members}, holders), dst_dims), hosts);
+    in.options.split_min_bytes = 256;
+    in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
+    const int64_t budgets[] = {0, 2000, 8000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    const Plan plan = make_plan(in);
+    const Plan again = make_plan(in);
+    ASSERT_EQ(plan.parts(), again.parts()) << "determinism";
+    const PlanStats& st = plan.stats();
+    relayed += st.forwarded_bytes > 0;
+    crossed += st.stages == 3 || (st.stages == 2 && members == 1 && src_kind != 2);
+    reduced += src_kind == 2 && st.stages == 2;
+    if (partial.empty()) {
+      EXPECT_EQ(st.cross_host_bytes, st.lower_bound_cross_host_bytes);
+      EXPECT_EQ(st.max_host_recv_bytes, st.lower_bound_max_host_recv_bytes);
+    }
+    // Staging per (device, stage, round) within the budget.
+    std::map<std::tuple<int64_t, uint32_t, uint32_t>, int64_t> staged;
+    for (const auto& [p, part] : plan.parts())
+      for (const Message& m : part.recvs) {
+        staged[{m.src_device, m.stage, m.round}] += m.bytes;
+        staged[{m.dst_device, m.stage, m.round}] += m.bytes;
+      }
+    if (in.options.staging_budget_bytes > 0) {
+      for (const auto& [k, bytes] : staged) EXPECT_LT(bytes, in.options.staging_budget_bytes);
+    }
+    for (int32_t p : plan.processes()) {
+      const Plan one = make_plan(in, {PlanScope::kProcess, p, false});
+      ASSERT_EQ(one.part(p), plan.part(p)) << "process " << p;
+    }
+    OracleBuffers buffers = fill_sources(plan);
+    const std::vector<TensorBuffers> views = buffers.views();
+    execute_host(plan, views, {static_cast<int32_t>(uni(1, 3))});
+    const OracleReport report = check_destinations(plan, buffers);
+    ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches";
+  }
+  // The generator exercises every kind of stage.
+  EXPECT_GT(relayed, cases / 3);
+  EXPECT_GT(crossed, cases / 10);
+  EXPECT_GT(reduced, cases / 20);
 }
 
 // One holder feeding 8 hosts: a tree (or scatter then all-gather) sends the
