@@ -4,7 +4,10 @@
 // 256-device mesh; and the output-sensitive planner against the naive
 // all-pairs planner on a case small enough for the latter. Process 0's part
 // is planned on one thread and on --threads N (default: every hardware
-// thread), with the ratio and a check that both parts are equal.
+// thread), with the ratio and a check that both parts are equal. With
+// --single-hop, the same cases are also planned without relays and
+// reduce-scatter, alternating with the staged plans, to show what stages
+// cost the planner.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -83,7 +86,9 @@ int main(int argc, char** argv) {
   int repeat = 5;
   // Threads of the parallel runs; 0 (the default) is the hardware's count.
   int32_t threads = 0;
+  bool single_hop = false;
   for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--single-hop")) single_hop = true;
     if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
   }
@@ -96,11 +101,18 @@ int main(int argc, char** argv) {
                 budget ? "1 GiB per device (rounds)" : "unbounded (one round)");
     PlanInput same = bench::transformer_case(m, 1024, 0, 1024, 8, 8);
     same.options.staging_budget_bytes = budget;
-    ok &= fleet("405B FSDP dp=1024 -> dp=128 x tp=8 (same devices)", same, repeat, threads);
     PlanInput disjoint = bench::transformer_case(m, 1024, 1024, 256, 8, 8);
     disjoint.options.staging_budget_bytes = budget;
-    ok &= fleet("405B FSDP dp=1024 -> dp=32 x tp=8 (disjoint 256 devices)", disjoint, repeat,
-                threads);
+    for (bool staged : {true, false}) {
+      if (!staged && !single_hop) break;
+      same.options.relays = disjoint.options.relays = staged;
+      same.options.reduce_scatter = disjoint.options.reduce_scatter = staged;
+      const char* kind = staged ? "staged" : "single-hop";
+      std::printf("-- %s plans\n", kind);
+      ok &= fleet("405B FSDP dp=1024 -> dp=128 x tp=8 (same devices)", same, repeat, threads);
+      ok &= fleet("405B FSDP dp=1024 -> dp=32 x tp=8 (disjoint 256 devices)", disjoint, repeat,
+                  threads);
+    }
   }
   // Naive comparison: 8 layers over 64 -> 64 devices.
   bench::ModelShape small;

@@ -72,8 +72,8 @@ struct CellHosts {
 // alone. Receiving hosts: hosts with an entry of the cell and no holder of
 // the region. Within a receiving host the entries share the region: for
 // each part, one (the part's leader, rotating) takes it in and forwards it
-// to the others. Across hosts (`cross`: at least 3 receiving hosts and more
-// than twice the source's hosts) the region is cut into parts, each enters
+// to the others. Across hosts (`cross`: at least 2 receiving hosts and more
+// than the source spans) the region is cut into parts, each enters
 // one receiving host (stage 0), crosses from that host's leader to the other
 // hosts' leaders (stage 1), and fans out inside each host (stage 1 on the
 // entry host, 2 on the others). Otherwise each receiving host takes the
@@ -496,7 +496,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
   // One entry per host and too few hosts to cross: single-hop, cheaply.
   const size_t cell_hosts_n = r.cell_end - r.cell_begin;
   if (ch.max_members[c] < 2 &&
-      !(cell_hosts_n >= 3 && cell_hosts_n > 2 * static_cast<size_t>(t.st->num_hosts)))
+      !(cell_hosts_n >= 2 && cell_hosts_n > static_cast<size_t>(t.st->num_hosts)))
     return false;
   r.holder_hosts.clear();
   for (size_t i = 0; i < n; ++i) r.holder_hosts.push_back(t.st->host[holders[i]]);
@@ -523,7 +523,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
     k = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
   }
   r.rot = k;
-  r.cross = r.receiving >= 3 && r.receiving > 2 * static_cast<size_t>(t.st->num_hosts);
+  r.cross = r.receiving >= 2 && r.receiving > static_cast<size_t>(t.st->num_hosts);
   r.parts.clear();
   if (!r.cross) {
     r.parts.push_back(region);

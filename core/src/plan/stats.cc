@@ -128,7 +128,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       pair_sparse[(uint64_t{sd} << 32) | dd] += bytes;
   };
   // Destination geometries where relays across hosts may apply: a cell
-  // spanning at least 3 hosts and more than twice the source's (the per-cell
+  // spanning at least 2 hosts and more than the source spans (the per-cell
   // arithmetic below handles relays inside hosts, not across them).
   std::map<std::tuple<const Geometry*, const GeoTopo*, const GeoTopo*>, bool> relay_geo;
   auto may_relay = [&](const TensorCtx& t) {
@@ -145,7 +145,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       std::sort(hosts.begin(), hosts.end());
       const auto distinct =
           static_cast<size_t>(std::unique(hosts.begin(), hosts.end()) - hosts.begin());
-      if (distinct >= 3 && distinct > 2 * static_cast<size_t>(t.st->num_hosts)) it->second = true;
+      if (distinct >= 2 && distinct > static_cast<size_t>(t.st->num_hosts)) it->second = true;
     }
     return it->second;
   };
