@@ -60,11 +60,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reshard", default=os.path.join(ROOT, "build/dev/tools/reshard"))
     ap.add_argument("--spec", action="append", default=[], help="more specs")
+    ap.add_argument("--only", action="store_true", help="only the --spec files")
     ap.add_argument("--scale", type=int, default=4, help="divide every dimension by this")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved runs per variant")
     ap.add_argument("--iters", type=int, default=3, help="timed iterations per run")
     args = ap.parse_args()
-    specs = sorted(glob.glob(os.path.join(ROOT, "bench/specs/*.json"))) + args.spec
+    specs = ([] if args.only else sorted(glob.glob(os.path.join(ROOT, "bench/specs/*.json")))) + args.spec
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl_vader_single_copy_mechanism="none")
     rows = []
