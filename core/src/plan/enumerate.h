@@ -90,6 +90,53 @@ struct Route {
   size_t receiving = 0;                 // receiving hosts
   std::vector<Box> parts;
   uint64_t rot = 0;
+  // Relays inside hosts, tiled source: the region is source cell `idx` of
+  // the `n` (row-major) covering the destination box; the leaders take
+  // blocks of consecutive cells (leader k of c: cells [k n / c, (k+1) n / c)),
+  // so each forwards boxes that merge (Relay merging below). n = 0: rotate.
+  uint64_t idx = 0, n = 0;
+};
+
+// Merges the relay pieces of one (relay, receiver) pair: consecutive boxes
+// (in cover order) that extend each other along one dimension become one
+// piece. Sender and receiver see the same sequence per pair, so both merge
+// it the same way.
+class RelayMerger {
+ public:
+  template <class F>
+  void add(uint32_t key, const Emitted& x, F&& f) {
+    auto [it, fresh] = pending_.try_emplace(key, x);
+    if (fresh) return;
+    Emitted& p = it->second;
+    if (p.stage == x.stage && p.src_entry == x.src_entry && p.dst_entry == x.dst_entry &&
+        extends(p.region, x.region))
+      return;
+    f(p);
+    p = x;
+  }
+  template <class F>
+  void flush(F&& f) {
+    for (auto& [key, x] : pending_) f(x);
+    pending_.clear();
+  }
+
+  // Whether `b` continues `a` along one dimension; if so `a` grows to cover
+  // both.
+  static bool extends(Box& a, const Box& b) {
+    if (a.rank != b.rank) return false;
+    int along = -1;
+    for (int d = 0; d < a.rank; ++d) {
+      if (a.lo[d] == b.lo[d] && a.hi[d] == b.hi[d]) continue;
+      if (along >= 0 || a.hi[d] != b.lo[d]) return false;
+      along = d;
+    }
+    if (along < 0) return false;
+    a.hi[along] = b.hi[along];
+    return true;
+  }
+
+ private:
+  std::map<uint32_t, Emitted> pending_;
 };
 
 class Enumerator {
@@ -125,6 +172,8 @@ class Enumerator {
   // per region of its box in canonical order.
   template <class F>
   void forward(const TensorCtx& t, uint32_t l, F&& f);
+  template <class F>
+  void forward_unmerged(const TensorCtx& t, uint32_t l, F&& f);
 
   // The route of a region of e's cell (see Route); false when the cell's
   // entries fetch it single-hop (relays off, a partial layout, an explicit
@@ -191,6 +240,24 @@ inline void shard_range(int64_t n, int64_t k, int64_t lo, int64_t hi, int64_t& a
   }
   a = lo / c;
   b = std::min(k, ceil_div(hi, c));
+}
+
+// The source-cell block index of `region` in the cover of destination box
+// `B` (tiled source): sets r.idx and r.n.
+inline void cover_position(const TensorCtx& t, const Box& B, const Box& region, Route& r) {
+  const std::vector<int64_t>& shape = t.src->shape();
+  uint64_t idx = 0, n = 1;
+  for (int d = 0; d < region.rank; ++d) {
+    const int64_t count = t.sg->counts[d];
+    const int64_t chunk = ceil_div(shape[static_cast<size_t>(d)], count);
+    int64_t a = 0, b = 0;
+    shard_range(shape[static_cast<size_t>(d)], count, B.lo[d], B.hi[d], a, b);
+    const int64_t s = chunk > 0 ? region.lo[d] / chunk : 0;
+    idx = idx * static_cast<uint64_t>(b - a) + static_cast<uint64_t>(s - a);
+    n *= static_cast<uint64_t>(b - a);
+  }
+  r.idx = idx;
+  r.n = n;
 }
 
 // Calls f(cell, region) for every cell of a tiled layout (per-dim splits of
@@ -525,7 +592,9 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
   r.rot = k;
   r.cross = r.receiving >= 2 && r.receiving > static_cast<size_t>(t.st->num_hosts);
   r.parts.clear();
+  r.n = 0;
   if (!r.cross) {
+    if (t.sg->tiled) cover_position(t, t.dst->box(e), region, r);
     r.parts.push_back(region);
     return true;
   }
@@ -563,6 +632,7 @@ inline size_t Enumerator::receiving_host(const Route& r, size_t index) const {
 
 inline uint32_t Enumerator::leader(const Route& r, size_t hi, size_t j) const {
   const uint32_t b = ch_->member_offsets[hi], end = ch_->member_offsets[hi + 1];
+  if (r.n > 0) return ch_->members[b + static_cast<uint32_t>(r.idx * (end - b) / r.n)];
   return ch_->members[b + (j + r.rot) % (end - b)];
 }
 
@@ -614,17 +684,33 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
 
 template <class F>
 void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
+  RelayMerger merger;
+  auto out = [&](const Emitted& x) {
+    if (x.relay())
+      merger.add(x.src_entry, x, f);  // per relay
+    else
+      f(x);
+  };
   cover(t, t.dst->box(e), [&](const Box& region, const uint32_t* h, size_t n, bool own) {
     if (!route(t, e, region, h, n, route_)) {
       assign(t, e, region, h, n, own, f);
       return;
     }
-    routed_recv(t, e, route_, region, h, n, own, f);
+    routed_recv(t, e, route_, region, h, n, own, out);
   });
+  merger.flush(f);
 }
 
 template <class F>
-void Enumerator::forward(const TensorCtx& t, uint32_t l, F&& f) {
+void Enumerator::forward(const TensorCtx& t, uint32_t l, F&& emit) {
+  RelayMerger merger;  // per receiver, as recv merges per relay
+  auto f = [&](const Emitted& x) { merger.add(x.dst_entry, x, emit); };
+  forward_unmerged(t, l, f);
+  merger.flush(emit);
+}
+
+template <class F>
+void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
   if (t.S > 1) {
     if (!options_.reduce_scatter || t.T > 1 || !t.dg->tiled) return;
     const auto c = static_cast<size_t>(t.dg->cell_of_entry[l]);

@@ -177,34 +177,34 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       };
       // Per entry and region, the enumerator's relay rule (Route, non-cross)
       // without enumerating: on a host with no holder of the region and
-      // several entries of the cell, the leader (rotating by source cell)
-      // takes the region in and forwards it to the others in stage 1.
-      auto relay_cell_stats = [&](const TensorCtx& tc, int64_t c, uint32_t b0, uint32_t b1,
-                                  int64_t es, int64_t cp) {
-        (void)b0;
-        (void)b1;
-        const std::vector<int64_t>& shape = tc.src->shape();
+      // several entries of the cell, the leader (by blocks of source cells)
+      // takes the region in and forwards it to the others in stage 1, the
+      // forwarded boxes merged as RelayMerger does. Returns the cell's pieces.
+      std::map<std::pair<size_t, uint32_t>, std::vector<size_t>> led;  // (group, leader) -> regions
+      auto relay_cell_stats = [&](const TensorCtx& tc, const Box& B, int64_t es, int64_t cp) {
+        int64_t cell_pieces = 0;
+        led.clear();
         for (size_t k = 0; k < hv.size(); ++k) {
           const uint32_t h = hv[k].first;
           const int64_t bytes = hv[k].second * es;
           const uint32_t sd = tc.st->dense[h];
           const int32_t hhost = tc.st->host[h];
-          uint64_t rot = static_cast<uint64_t>(c);
-          for (int d = 0; d < regions[k].rank; ++d) {
-            const int64_t chunk = ceil_div(shape[static_cast<size_t>(d)], tc.sg->counts[d]);
-            if (chunk > 0) rot += static_cast<uint64_t>(regions[k].lo[d] / chunk);
-          }
+          Route pos;
+          cover_position(tc, B, regions[k], pos);
           for (size_t g = 0; g < by_host.size();) {
             size_t g_end = g;
             while (g_end < by_host.size() && by_host[g_end].first == by_host[g].first) ++g_end;
             const int32_t host = by_host[g].first;
             const size_t m = g_end - g;
             const bool relay = m >= 2 && hhost != host;
-            const uint32_t leader = relay ? by_host[g + rot % m].second : 0;
+            const uint32_t leader =
+                relay ? by_host[g + static_cast<size_t>(pos.idx * m / pos.n)].second : 0;
+            if (relay) led[{g, leader}].push_back(k);
             for (size_t i = g; i < g_end; ++i) {
               const uint32_t e = by_host[i].second;
               const uint32_t dd = tc.dt->dense[e];
               if (!relay || e == leader) {
+                ++cell_pieces;
                 if (tc.dg->devices[e] == tc.sg->devices[h]) {  // its own copy
                   acc[dd].local += bytes;
                   if (counts) (*counts)[dd].local_pieces += cp;
@@ -236,16 +236,38 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
               const uint64_t key = (uint64_t{ld} << 32) | dd;
               relay_pairs[1].insert(key);
               if (track_pairs) relay_bytes[1][key] += bytes;
-              if (counts) {
-                (*counts)[ld].send_pieces += cp;
-                (*counts)[dd].recv_pieces += cp;
-                (*counts)[ld].regions += cp;
-                (*counts)[dd].regions += cp;
-              }
             }
             g = g_end;
           }
         }
+        // Relay pieces: each leader's regions merged in cover order, one
+        // sequence per other entry of its host.
+        for (const auto& [key, ks] : led) {
+          int64_t merged = 0;
+          Box cur;
+          for (size_t i = 0; i < ks.size(); ++i) {
+            const Box& r = regions[ks[i]];
+            if (i > 0 && RelayMerger::extends(cur, r)) continue;
+            cur = r;
+            ++merged;
+          }
+          const size_t g = key.first;
+          size_t g_end = g;
+          while (g_end < by_host.size() && by_host[g_end].first == by_host[g].first) ++g_end;
+          for (size_t i = g; i < g_end; ++i) {
+            const uint32_t e = by_host[i].second;
+            if (e == key.second) continue;
+            cell_pieces += merged;
+            if (counts) {
+              const uint32_t ld = tc.dt->dense[key.second], dd = tc.dt->dense[e];
+              (*counts)[ld].send_pieces += cp * merged;
+              (*counts)[dd].recv_pieces += cp * merged;
+              (*counts)[ld].regions += cp * merged;
+              (*counts)[dd].regions += cp * merged;
+            }
+          }
+        }
+        return cell_pieces;
       };
       std::map<int32_t, int64_t> dst_on_host, dst_on_proc, vol_on_host;
       for (int64_t c = 0; c < dg.num_cells(); ++c) {
@@ -263,8 +285,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         });
         const int64_t n = b1 - b0;
         if (o.relays && relay_cell(t, b0, b1)) {
-          relay_cell_stats(t, c, b0, b1, esum, copies);
-          group_pieces += static_cast<int64_t>(hv.size()) * n;
+          group_pieces += relay_cell_stats(t, B, esum, copies);
           continue;
         }
         dst_on_host.clear();
