@@ -1058,6 +1058,33 @@ static void test_plan_create(void) {
   CHECK_OK(reshard_plan_input_set_options(f.input, &options));
   CHECK_ERR(reshard_plan_create(f.input, NULL, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
             "options.alpha_seconds: must be non-negative");
+  /* The one rule for option values (reshard::validate): the messages the
+   * spec parser and the plan decoder give for the same values. */
+  options = (reshard_plan_options_t)RESHARD_PLAN_OPTIONS_INIT;
+  options.split_min_bytes = -1;
+  CHECK_OK(reshard_plan_input_set_options(f.input, &options));
+  CHECK_ERR(reshard_plan_create(f.input, NULL, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options.split_min_bytes: must be non-negative, got -1");
+  options = (reshard_plan_options_t)RESHARD_PLAN_OPTIONS_INIT;
+  options.alpha_seconds = HUGE_VAL;
+  CHECK_OK(reshard_plan_input_set_options(f.input, &options));
+  CHECK_ERR(reshard_plan_create(f.input, NULL, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options.alpha_seconds: must be non-negative and finite, got inf");
+  options = (reshard_plan_options_t)RESHARD_PLAN_OPTIONS_INIT;
+  options.intra_host_bytes_per_second = 0;
+  CHECK_OK(reshard_plan_input_set_options(f.input, &options));
+  CHECK_ERR(reshard_plan_create(f.input, NULL, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options.intra_host_bytes_per_second: must be positive and finite, got 0");
+  options = (reshard_plan_options_t)RESHARD_PLAN_OPTIONS_INIT;
+  options.inter_host_bytes_per_second = -HUGE_VAL;
+  CHECK_OK(reshard_plan_input_set_options(f.input, &options));
+  CHECK_ERR(reshard_plan_create(f.input, NULL, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options.inter_host_bytes_per_second: must be positive and finite, got -inf");
+  options = (reshard_plan_options_t)RESHARD_PLAN_OPTIONS_INIT;
+  options.staging_budget_bytes = -5;
+  CHECK_OK(reshard_plan_input_set_options(f.input, &options));
+  CHECK_ERR(reshard_plan_create(f.input, NULL, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options.staging_budget_bytes: must be non-negative, got -5");
   /* Duplicate tensor names are found when planning. */
   REQUIRE_OK(reshard_plan_input_create(&dup));
   CHECK_OK(reshard_plan_input_add_tensor(dup, "w", 2, kW, RESHARD_DTYPE_F32, f.w_src, f.w_dst));
