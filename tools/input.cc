@@ -2,8 +2,9 @@
 #include <iterator>
 // Input of every subcommand: `--spec FILE` or flags describing one tensor.
 // The flags are turned into the JSON spec they stand for, so both paths
-// share one parser; errors are renamed back to the flags.
+// share one parser; errors name the flag their field came from.
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <utility>
 
 #include "cli.h"
@@ -136,9 +137,10 @@ json layout_json(const std::string& mesh, const std::string& spec, const std::st
   return l;
 }
 
-// Renames a JSON path at the start of a message to the flag it came from.
-std::string rename_paths(const std::string& message) {
-  static const std::pair<const char*, const char*> kMap[] = {
+// The message of an error about the spec built from the flags, its field
+// (Error::field()) renamed to the flag it came from.
+std::string flag_message(const Error& e) {
+  static const std::pair<std::string_view, const char*> kMap[] = {
       {"meshes.src.devices", "--src-devices"},
       {"meshes.src.processes", "--src-processes"},
       {"meshes.src.hosts", "--src-hosts"},
@@ -157,11 +159,11 @@ std::string rename_paths(const std::string& message) {
       {"tensors[0].dtype", "--dtype"},
       {"tensors[0].name", "--name"},
   };
-  for (const auto& [path, flag] : kMap) {
-    const std::string p = path;
-    if (message.compare(0, p.size(), p) == 0) return flag + message.substr(p.size());
-  }
-  return message;
+  const std::string_view field = e.field();
+  for (const auto& [path, flag] : kMap)
+    if (field.starts_with(path))
+      return flag + std::string(field.substr(path.size())) + ": " + std::string(e.detail());
+  return e.what();
 }
 
 }  // namespace
@@ -301,7 +303,7 @@ Spec load_input_as_given(const InputOptions& in) {
   try {
     return parse_spec(doc.dump());
   } catch (const Error& e) {
-    throw UsageError(rename_paths(e.what()));
+    throw UsageError(flag_message(e));
   }
 }
 }  // namespace

@@ -163,12 +163,11 @@ reshard_error_t* reshard_plan_input_set_options(reshard_plan_input_t* input,
     cpp.inter_host_bytes_per_second = o.inter_host_bytes_per_second;
     cpp.staging_budget_bytes = o.staging_budget_bytes;
     if (o.relays != 0 && o.relays != 1)
-      reshard::fail(ErrorCode::kInvalidArgument,
-                    "options->relays: " + std::to_string(o.relays) + " is neither 0 nor 1");
+      reshard::fail(ErrorCode::kInvalidArgument, "options->relays",
+                    std::to_string(o.relays) + " is neither 0 nor 1");
     if (o.reduce_scatter != 0 && o.reduce_scatter != 1)
-      reshard::fail(ErrorCode::kInvalidArgument, "options->reduce_scatter: " +
-                                                     std::to_string(o.reduce_scatter) +
-                                                     " is neither 0 nor 1");
+      reshard::fail(ErrorCode::kInvalidArgument, "options->reduce_scatter",
+                    std::to_string(o.reduce_scatter) + " is neither 0 nor 1");
     cpp.relays = o.relays == 1;
     cpp.reduce_scatter = o.reduce_scatter == 1;
     input->input.options = cpp;

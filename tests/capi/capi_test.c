@@ -984,6 +984,25 @@ static void test_plan_threads(const fixture* f) {
   CHECK(untouched == NULL);
 }
 
+/* One bad value per case; the message every entry point gives for it. */
+static const struct {
+  size_t offset;
+  int is_int;
+  double value;
+  const char* message;
+} kBadOptions[] = {
+    {offsetof(reshard_plan_options_t, split_min_bytes), 1, -1,
+     "options.split_min_bytes: must be non-negative, got -1"},
+    {offsetof(reshard_plan_options_t, alpha_seconds), 0, HUGE_VAL,
+     "options.alpha_seconds: must be non-negative and finite, got inf"},
+    {offsetof(reshard_plan_options_t, intra_host_bytes_per_second), 0, 0,
+     "options.intra_host_bytes_per_second: must be positive and finite, got 0"},
+    {offsetof(reshard_plan_options_t, inter_host_bytes_per_second), 0, -HUGE_VAL,
+     "options.inter_host_bytes_per_second: must be positive and finite, got -inf"},
+    {offsetof(reshard_plan_options_t, staging_budget_bytes), 1, -5,
+     "options.staging_budget_bytes: must be non-negative, got -5"},
+};
+
 static void test_plan_create(void) {
   fixture f;
   reshard_plan_t* plan = NULL;
@@ -1058,6 +1077,20 @@ static void test_plan_create(void) {
   CHECK_OK(reshard_plan_input_set_options(f.input, &options));
   CHECK_ERR(reshard_plan_create(f.input, NULL, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
             "options.alpha_seconds: must be non-negative");
+  /* The one rule for option values (reshard::validate): the messages the
+   * spec parser and the plan decoder give for the same values. */
+  for (size_t i = 0; i < sizeof kBadOptions / sizeof kBadOptions[0]; ++i) {
+    options = (reshard_plan_options_t)RESHARD_PLAN_OPTIONS_INIT;
+    char* const field = (char*)&options + kBadOptions[i].offset;
+    const int64_t as_int = (int64_t)kBadOptions[i].value;
+    if (kBadOptions[i].is_int)
+      memcpy(field, &as_int, sizeof as_int);
+    else
+      memcpy(field, &kBadOptions[i].value, sizeof(double));
+    CHECK_OK(reshard_plan_input_set_options(f.input, &options));
+    CHECK_ERR(reshard_plan_create(f.input, NULL, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+              kBadOptions[i].message);
+  }
   /* Duplicate tensor names are found when planning. */
   REQUIRE_OK(reshard_plan_input_create(&dup));
   CHECK_OK(reshard_plan_input_add_tensor(dup, "w", 2, kW, RESHARD_DTYPE_F32, f.w_src, f.w_dst));

@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "reshard/exec.h"
 #include "reshard/plan.h"
 #include "reshard/plan_generated.h"
+#include "reshard/spec.h"
 
 namespace reshard {
 namespace {
@@ -783,6 +786,93 @@ TEST(PlanValidation, InfiniteCostModelOptionsAreRejected) {
   // Every finite plan still round-trips.
   const Plan plan = make_plan(base);
   EXPECT_NO_THROW(decode_plan(encode_plan(plan)));
+}
+
+// One rule for option values wherever options enter: make_plan (which the C
+// ABI plans through), the spec parser and the plan decoder give the same
+// message and field for the same bad value; only the decoder's code differs
+// (kCorrupt, as it documents).
+TEST(PlanValidation, OptionValuesFollowOneRuleAtEveryEntry) {
+  testing::CaseGen gen(12);
+  PlanInput base = gen.input();
+  base.options = PlanOptions{};  // every numeric field non-zero: stored in the bytes
+  const std::vector<uint8_t> good = encode_plan(make_plan(base));
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    const char* field;
+    double value;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"split_min_bytes", -1, "options.split_min_bytes: must be non-negative, got -1"},
+      {"alpha_seconds", -1e-6,
+       "options.alpha_seconds: must be non-negative and finite, got -1e-06"},
+      {"alpha_seconds", inf, "options.alpha_seconds: must be non-negative and finite, got inf"},
+      {"alpha_seconds", std::nan(""),
+       "options.alpha_seconds: must be non-negative and finite, got nan"},
+      {"intra_host_bytes_per_second", 0,
+       "options.intra_host_bytes_per_second: must be positive and finite, got 0"},
+      {"inter_host_bytes_per_second", -inf,
+       "options.inter_host_bytes_per_second: must be positive and finite, got -inf"},
+      {"staging_budget_bytes", -5, "options.staging_budget_bytes: must be non-negative, got -5"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.field) + " = " + std::to_string(c.value));
+    const std::string field = std::string("options.") + c.field;
+    PlanInput in = base;
+    std::vector<uint8_t> bytes = good;
+    fb::PlanOptions* fo = fb::GetMutablePlan(bytes.data())->mutable_options();
+    const std::string f = c.field;
+    bool stored = false;
+    if (f == "split_min_bytes") {
+      in.options.split_min_bytes = static_cast<int64_t>(c.value);
+      stored = fo->mutate_split_min_bytes(static_cast<int64_t>(c.value));
+    } else if (f == "alpha_seconds") {
+      in.options.alpha_seconds = c.value;
+      stored = fo->mutate_alpha_seconds(c.value);
+    } else if (f == "intra_host_bytes_per_second") {
+      in.options.intra_host_bytes_per_second = c.value;
+      stored = fo->mutate_intra_host_bytes_per_second(c.value);
+    } else if (f == "inter_host_bytes_per_second") {
+      in.options.inter_host_bytes_per_second = c.value;
+      stored = fo->mutate_inter_host_bytes_per_second(c.value);
+    } else {
+      in.options.staging_budget_bytes = static_cast<int64_t>(c.value);
+      stored = fo->mutate_staging_budget_bytes(static_cast<int64_t>(c.value));
+    }
+    ASSERT_TRUE(stored);
+    auto expect = [&](const std::function<void()>& entry, ErrorCode code, const char* where) {
+      SCOPED_TRACE(where);
+      try {
+        entry();
+        ADD_FAILURE() << "accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), code);
+        EXPECT_EQ(std::string(e.what()), c.message);
+        EXPECT_EQ(e.field(), field);
+        EXPECT_EQ(std::string(e.detail()), std::string(c.message).substr(field.size() + 2));
+      }
+    };
+    expect([&] { validate(in.options); }, ErrorCode::kInvalidArgument, "validate");
+    expect([&] { make_plan(in); }, ErrorCode::kInvalidArgument, "make_plan");
+    expect([&] { estimate_plan(in); }, ErrorCode::kInvalidArgument, "estimate_plan");
+    // The decoder checks options before the fingerprint: the bad value, not
+    // the changed fingerprint, is what it reports.
+    expect([&] { decode_plan(bytes); }, ErrorCode::kCorrupt, "decode_plan");
+    if (std::isfinite(c.value)) {  // JSON has no inf or nan
+      const std::string key = "\"" + f + "\": ";
+      const std::string number = f == "split_min_bytes" || f == "staging_budget_bytes"
+                                     ? std::to_string(static_cast<int64_t>(c.value))
+                                     : (std::ostringstream() << c.value).str();
+      const std::string spec =
+          R"({"meshes": {"m": {"axis_names": ["x"], "shape": [2]}},
+              "tensors": [{"name": "w", "shape": [4], "dtype": "f32",
+                           "src": {"mesh": "m", "spec": ["x"]}, "dst": {"mesh": "m"}}],
+              "options": {)" +
+          key + number + "}}";
+      expect([&] { parse_spec(spec); }, ErrorCode::kInvalidArgument, "parse_spec");
+    }
+  }
 }
 
 }  // namespace

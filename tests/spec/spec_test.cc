@@ -293,6 +293,12 @@ TEST_P(BadSpec, IsAnErrorNamingTheField) {
   } catch (const Error& e) {
     EXPECT_EQ(error_code_name(e.code()), c.code) << e.what();
     EXPECT_EQ(std::string(e.what()).substr(0, c.message.size()), c.message) << e.what();
+    // Past the JSON syntax, every error names its field as a structured
+    // path too (Error::field()), the message's text before ": ".
+    if (e.code() != ErrorCode::kParse) {
+      EXPECT_FALSE(e.field().empty()) << e.what();
+      EXPECT_EQ(std::string(e.field()) + ": " + std::string(e.detail()), e.what());
+    }
     if (!c.also.empty()) {
       EXPECT_NE(std::string(e.what()).find(c.also), std::string::npos) << e.what();
     }

@@ -2,9 +2,11 @@
 // a stable code and a message that names the offending field.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace reshard {
 
@@ -32,13 +34,31 @@ const char* error_code_name(ErrorCode code) noexcept;
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  // An error about one field: the message is `field + ": " + detail`, and
+  // field() gives the path ("options.alpha_seconds", "tensors[2].src.spec[1]")
+  // so a caller can map it (to a command-line flag, say) without parsing the
+  // message.
+  Error(ErrorCode code, const std::string& field, const std::string& detail)
+      : std::runtime_error(field + ": " + detail), code_(code), field_size_(field.size()) {}
+  // The same message and field under another code.
+  Error(ErrorCode code, const Error& other)
+      : std::runtime_error(other), code_(code), field_size_(other.field_size_) {}
   ErrorCode code() const noexcept { return code_; }
+  // The path of the offending field; empty when the error names none.
+  std::string_view field() const noexcept { return std::string_view(what(), field_size_); }
+  // The message after "field: " (the whole message when field() is empty).
+  std::string_view detail() const noexcept {
+    return field_size_ == 0 ? std::string_view(what()) : std::string_view(what() + field_size_ + 2);
+  }
 
  private:
   ErrorCode code_;
+  size_t field_size_ = 0;
 };
 
 // Throws Error(code, message). Kept out of line so hot paths stay small.
 [[noreturn]] void fail(ErrorCode code, const std::string& message);
+// Throws Error(code, field, detail): message `field: detail`, field() set.
+[[noreturn]] void fail(ErrorCode code, const std::string& field, const std::string& detail);
 
 }  // namespace reshard

@@ -19,6 +19,7 @@
 
 #include "reshard/box.h"
 #include "reshard/dtype.h"
+#include "reshard/error.h"
 #include "reshard/layout.h"
 
 namespace reshard {
@@ -64,6 +65,16 @@ struct PlanOptions {
   bool reduce_scatter = true;
   friend bool operator==(const PlanOptions&, const PlanOptions&) = default;
 };
+
+// The one rule for option values, applied wherever options enter: make_plan,
+// the spec parser, the plan decoder (with kCorrupt) and, through make_plan,
+// the C ABI. split_min_bytes and staging_budget_bytes are >= 0,
+// alpha_seconds is finite and >= 0, the bandwidths are finite and > 0 (a
+// plan must decode from the bytes it encodes to). Throws Error(code, field,
+// detail) with field `prefix` + the member's name, e.g.
+// "options.alpha_seconds: must be non-negative and finite, got -1".
+void validate(const PlanOptions& options, const std::string& prefix = "options.",
+              ErrorCode code = ErrorCode::kInvalidArgument);
 
 struct PlanInput {
   std::vector<TensorSpec> tensors;

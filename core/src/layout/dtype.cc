@@ -62,8 +62,8 @@ DType parse_dtype(std::string_view name, const std::string& field) {
     if (!known.empty()) known.push_back(' ');
     known.append(i.name);
   }
-  fail(ErrorCode::kInvalidArgument,
-       field + ": unknown dtype \"" + std::string(name) + "\" (expected one of: " + known + ")");
+  fail(ErrorCode::kInvalidArgument, field,
+       "unknown dtype \"" + std::string(name) + "\" (expected one of: " + known + ")");
 }
 
 }  // namespace reshard

@@ -36,4 +36,8 @@ const char* error_code_name(ErrorCode code) noexcept {
 
 void fail(ErrorCode code, const std::string& message) { throw Error(code, message); }
 
+void fail(ErrorCode code, const std::string& field, const std::string& detail) {
+  throw Error(code, field, detail);
+}
+
 }  // namespace reshard

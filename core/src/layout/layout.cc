@@ -30,25 +30,26 @@ ReduceOp parse_reduce_op(std::string_view name, const std::string& field) {
   if (name == "sum") return ReduceOp::kSum;
   if (name == "max") return ReduceOp::kMax;
   if (name == "min") return ReduceOp::kMin;
-  fail(ErrorCode::kInvalidArgument,
-       field + ": unknown reduce op \"" + std::string(name) + "\" (expected sum, max or min)");
+  fail(ErrorCode::kInvalidArgument, field,
+       "unknown reduce op \"" + std::string(name) + "\" (expected sum, max or min)");
 }
 
 // ---------------------------------------------------------------- Topology
 
 void Topology::add(const DeviceInfo& info, const std::string& field) {
   if (info.device < 0)
-    fail(ErrorCode::kInvalidArgument,
-         field + ": device id " + std::to_string(info.device) + " is negative");
+    fail(ErrorCode::kInvalidArgument, field,
+         "device id " + std::to_string(info.device) + " is negative");
   if (info.process < 0 || info.host < 0 || info.ordinal < 0)
-    fail(ErrorCode::kInvalidArgument, field + ": process, host and ordinal of device " +
-                                          std::to_string(info.device) + " must be non-negative");
+    fail(ErrorCode::kInvalidArgument, field,
+         "process, host and ordinal of device " + std::to_string(info.device) +
+             " must be non-negative");
   auto it = std::lower_bound(devices_.begin(), devices_.end(), info.device,
                              [](const DeviceInfo& a, int64_t d) { return a.device < d; });
   if (it != devices_.end() && it->device == info.device) {
     if (!(*it == info))
-      fail(ErrorCode::kInvalidArgument,
-           field + ": device " + std::to_string(info.device) + " given as process " +
+      fail(ErrorCode::kInvalidArgument, field,
+           "device " + std::to_string(info.device) + " given as process " +
                std::to_string(info.process) + " host " + std::to_string(info.host) + " ordinal " +
                std::to_string(info.ordinal) + " but earlier as process " +
                std::to_string(it->process) + " host " + std::to_string(it->host) + " ordinal " +
@@ -89,34 +90,33 @@ int Mesh::axis_index(std::string_view name) const {
 
 void Mesh::validate(const std::string& field) const {
   if (axis_names.size() != shape.size())
-    fail(ErrorCode::kInvalidArgument, field + ".axis_names: " + std::to_string(axis_names.size()) +
-                                          " names for a mesh of rank " +
-                                          std::to_string(shape.size()));
+    fail(ErrorCode::kInvalidArgument, field + ".axis_names",
+         std::to_string(axis_names.size()) + " names for a mesh of rank " +
+             std::to_string(shape.size()));
   for (size_t i = 0; i < axis_names.size(); ++i) {
     const std::string f = field + ".axis_names[" + std::to_string(i) + "]";
-    if (axis_names[i].empty()) fail(ErrorCode::kInvalidArgument, f + ": empty axis name");
+    if (axis_names[i].empty()) fail(ErrorCode::kInvalidArgument, f, "empty axis name");
     for (size_t j = 0; j < i; ++j)
       if (axis_names[j] == axis_names[i])
-        fail(ErrorCode::kInvalidArgument, f + ": duplicate axis name \"" + axis_names[i] + "\"");
+        fail(ErrorCode::kInvalidArgument, f, "duplicate axis name \"" + axis_names[i] + "\"");
   }
   int64_t n = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 1)
-      fail(ErrorCode::kInvalidArgument, field + ".shape[" + std::to_string(i) +
-                                            "]: mesh axis size " + std::to_string(shape[i]) +
-                                            " must be at least 1");
+      fail(ErrorCode::kInvalidArgument, field + ".shape[" + std::to_string(i) + "]",
+           "mesh axis size " + std::to_string(shape[i]) + " must be at least 1");
     if (__builtin_mul_overflow(n, shape[i], &n) || n > (int64_t{1} << 31))
-      fail(ErrorCode::kOverflow, field + ".shape: mesh has more than 2^31 devices");
+      fail(ErrorCode::kOverflow, field + ".shape", "mesh has more than 2^31 devices");
   }
   if (static_cast<int64_t>(devices.size()) != n)
-    fail(ErrorCode::kInvalidArgument, field + ".devices: " + std::to_string(devices.size()) +
-                                          " devices for a mesh of " + std::to_string(n));
+    fail(ErrorCode::kInvalidArgument, field + ".devices",
+         std::to_string(devices.size()) + " devices for a mesh of " + std::to_string(n));
   std::vector<int64_t> sorted = devices;
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 0; i < devices.size(); ++i)
     if (devices[i] < 0)
-      fail(ErrorCode::kInvalidArgument, field + ".devices[" + std::to_string(i) + "]: device id " +
-                                            std::to_string(devices[i]) + " is negative");
+      fail(ErrorCode::kInvalidArgument, field + ".devices[" + std::to_string(i) + "]",
+           "device id " + std::to_string(devices[i]) + " is negative");
   auto dup = std::adjacent_find(sorted.begin(), sorted.end());
   if (dup != sorted.end()) {
     size_t pos =
@@ -124,9 +124,9 @@ void Mesh::validate(const std::string& field) const {
     size_t pos2 = static_cast<size_t>(
         std::find(devices.begin() + static_cast<std::ptrdiff_t>(pos) + 1, devices.end(), *dup) -
         devices.begin());
-    fail(ErrorCode::kInvalidArgument, field + ".devices[" + std::to_string(pos2) + "]: device " +
-                                          std::to_string(*dup) + " appears twice (also at [" +
-                                          std::to_string(pos) + "])");
+    fail(ErrorCode::kInvalidArgument, field + ".devices[" + std::to_string(pos2) + "]",
+         "device " + std::to_string(*dup) + " appears twice (also at [" + std::to_string(pos) +
+             "])");
   }
 }
 
@@ -135,19 +135,20 @@ void Mesh::validate(const std::string& field) const {
 void validate_shape(std::span<const int64_t> shape, int64_t element_size,
                     const std::string& field) {
   if (shape.size() > static_cast<size_t>(kMaxRank))
-    fail(ErrorCode::kOutOfRange, field + ": rank " + std::to_string(shape.size()) +
-                                     " exceeds the maximum rank " + std::to_string(kMaxRank));
+    fail(ErrorCode::kOutOfRange, field,
+         "rank " + std::to_string(shape.size()) + " exceeds the maximum rank " +
+             std::to_string(kMaxRank));
   int64_t n = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0)
-      fail(ErrorCode::kInvalidArgument, field + "[" + std::to_string(i) + "]: size " +
-                                            std::to_string(shape[i]) + " is negative");
+      fail(ErrorCode::kInvalidArgument, field + "[" + std::to_string(i) + "]",
+           "size " + std::to_string(shape[i]) + " is negative");
     if (__builtin_mul_overflow(n, shape[i], &n))
-      fail(ErrorCode::kOverflow, field + ": element count overflows 64 bits");
+      fail(ErrorCode::kOverflow, field, "element count overflows 64 bits");
   }
   int64_t bytes;
   if (__builtin_mul_overflow(n, std::max<int64_t>(element_size, 1), &bytes))
-    fail(ErrorCode::kOverflow, field + ": byte count overflows 64 bits");
+    fail(ErrorCode::kOverflow, field, "byte count overflows 64 bits");
 }
 
 // ---------------------------------------------------------------- Geometry
@@ -242,12 +243,12 @@ std::map<GeometryKey, std::shared_ptr<const Geometry>>& geometry_cache() {
 
 std::shared_ptr<const Geometry> lower_named(const NamedSharding& s, size_t rank,
                                             const std::string& field) {
-  if (!s.mesh) fail(ErrorCode::kInvalidArgument, field + ".mesh: missing mesh");
+  if (!s.mesh) fail(ErrorCode::kInvalidArgument, field + ".mesh", "missing mesh");
   const Mesh& mesh = *s.mesh;
   mesh.validate(field + ".mesh");
   if (s.dims.size() != rank)
-    fail(ErrorCode::kInvalidArgument, field + ".spec: " + std::to_string(s.dims.size()) +
-                                          " entries for a tensor of rank " + std::to_string(rank));
+    fail(ErrorCode::kInvalidArgument, field + ".spec",
+         std::to_string(s.dims.size()) + " entries for a tensor of rank " + std::to_string(rank));
   std::vector<int> used(mesh.shape.size(), 0);
   std::vector<std::vector<int>> dim_axes(rank);
   for (size_t d = 0; d < rank; ++d) {
@@ -255,10 +256,9 @@ std::shared_ptr<const Geometry> lower_named(const NamedSharding& s, size_t rank,
       const std::string f = field + ".spec[" + std::to_string(d) + "]" +
                             (s.dims[d].size() > 1 ? "[" + std::to_string(j) + "]" : "");
       int a = mesh.axis_index(s.dims[d][j]);
-      if (a < 0)
-        fail(ErrorCode::kInvalidArgument, f + ": unknown mesh axis \"" + s.dims[d][j] + "\"");
+      if (a < 0) fail(ErrorCode::kInvalidArgument, f, "unknown mesh axis \"" + s.dims[d][j] + "\"");
       if (used[a]++)
-        fail(ErrorCode::kInvalidArgument, f + ": mesh axis \"" + s.dims[d][j] + "\" used twice");
+        fail(ErrorCode::kInvalidArgument, f, "mesh axis \"" + s.dims[d][j] + "\" used twice");
       dim_axes[d].push_back(a);
     }
   }
@@ -267,14 +267,14 @@ std::shared_ptr<const Geometry> lower_named(const NamedSharding& s, size_t rank,
     const std::string f = field + ".partial.axes[" + std::to_string(j) + "]";
     int a = mesh.axis_index(s.partial_axes[j]);
     if (a < 0)
-      fail(ErrorCode::kInvalidArgument, f + ": unknown mesh axis \"" + s.partial_axes[j] + "\"");
+      fail(ErrorCode::kInvalidArgument, f, "unknown mesh axis \"" + s.partial_axes[j] + "\"");
     if (used[a]++)
-      fail(ErrorCode::kInvalidArgument, f + ": mesh axis \"" + s.partial_axes[j] + "\" used twice");
+      fail(ErrorCode::kInvalidArgument, f, "mesh axis \"" + s.partial_axes[j] + "\" used twice");
     partial_axes.push_back(a);
   }
   if (s.partial_op != ReduceOp::kSum && s.partial_op != ReduceOp::kMax &&
       s.partial_op != ReduceOp::kMin)
-    fail(ErrorCode::kInvalidArgument, field + ".partial.op: invalid reduce op");
+    fail(ErrorCode::kInvalidArgument, field + ".partial.op", "invalid reduce op");
 
   GeometryKey key{mesh, s.dims, s.partial_axes, s.partial_op};
   {
@@ -357,26 +357,25 @@ void check_entries_common(const std::vector<int64_t>& devices, const std::vector
                           int32_t num_summands, ReduceOp op, const std::string& field,
                           const std::vector<size_t>& original_index) {
   if (num_summands < 1)
-    fail(ErrorCode::kInvalidArgument,
-         field + ".summands: " + std::to_string(num_summands) + " must be at least 1");
+    fail(ErrorCode::kInvalidArgument, field + ".summands",
+         std::to_string(num_summands) + " must be at least 1");
   if (op != ReduceOp::kSum && op != ReduceOp::kMax && op != ReduceOp::kMin)
-    fail(ErrorCode::kInvalidArgument,
-         field + ".op: invalid reduce op " + std::to_string(static_cast<int32_t>(op)));
+    fail(ErrorCode::kInvalidArgument, field + ".op",
+         "invalid reduce op " + std::to_string(static_cast<int32_t>(op)));
   for (size_t e = 0; e < devices.size(); ++e) {
     const bool bad = devices[e] < 0 || (e > 0 && devices[e] == devices[e - 1]) || summands[e] < 0 ||
                      summands[e] >= num_summands;
     if (!bad) continue;  // build the message only when there is an error
     const std::string f = field + ".entries[" + std::to_string(original_index[e]) + "]";
     if (devices[e] < 0)
-      fail(ErrorCode::kInvalidArgument,
-           f + ".device: device id " + std::to_string(devices[e]) + " is negative");
+      fail(ErrorCode::kInvalidArgument, f + ".device",
+           "device id " + std::to_string(devices[e]) + " is negative");
     if (e > 0 && devices[e] == devices[e - 1])
-      fail(ErrorCode::kInvalidArgument, f + ".device: device " + std::to_string(devices[e]) +
-                                            " holds two entries of one layout");
+      fail(ErrorCode::kInvalidArgument, f + ".device",
+           "device " + std::to_string(devices[e]) + " holds two entries of one layout");
     if (summands[e] < 0 || summands[e] >= num_summands)
-      fail(ErrorCode::kInvalidArgument, f + ".summand: " + std::to_string(summands[e]) +
-                                            " is outside [0, " + std::to_string(num_summands) +
-                                            ")");
+      fail(ErrorCode::kInvalidArgument, f + ".summand",
+           std::to_string(summands[e]) + " is outside [0, " + std::to_string(num_summands) + ")");
   }
 }
 }  // namespace
@@ -398,20 +397,20 @@ Layout Layout::from_boxes(std::span<const int64_t> shape, std::vector<LayoutEntr
     const LayoutEntry& en = entries[idx[i]];
     const std::string f = field + ".entries[" + std::to_string(idx[i]) + "]";
     if (en.box.rank != rank)
-      fail(ErrorCode::kInvalidArgument, f + ".box: rank " + std::to_string(en.box.rank) +
-                                            " for a tensor of rank " + std::to_string(rank));
+      fail(ErrorCode::kInvalidArgument, f + ".box",
+           "rank " + std::to_string(en.box.rank) + " for a tensor of rank " + std::to_string(rank));
     for (int d = 0; d < rank; ++d)
       if (en.box.lo[d] < 0 || en.box.lo[d] > en.box.hi[d] || en.box.hi[d] > shape[d])
-        fail(ErrorCode::kInvalidArgument,
-             f + ".box: " + to_string(en.box) + " is not inside the tensor shape " +
-                 shape_str(shape) + " (dim " + std::to_string(d) + ")");
+        fail(ErrorCode::kInvalidArgument, f + ".box",
+             to_string(en.box) + " is not inside the tensor shape " + shape_str(shape) + " (dim " +
+                 std::to_string(d) + ")");
     g->devices.push_back(en.device);
     g->summands.push_back(en.summand);
     g->boxes.push_back(en.box);
   }
   check_entries_common(g->devices, g->summands, num_summands, op, field, idx);
   if (entries.size() > 0xfffffff0u)
-    fail(ErrorCode::kOutOfRange, field + ".entries: too many entries");
+    fail(ErrorCode::kOutOfRange, field + ".entries", "too many entries");
   g->finalize();
   Layout l;
   l.shape_.assign(shape.begin(), shape.end());
@@ -425,24 +424,24 @@ Layout Layout::from_tiles(std::span<const int64_t> shape, std::span<const int64_
   validate_shape(shape, 1, field + ".shape");
   const int rank = static_cast<int>(shape.size());
   if (counts.size() != shape.size())
-    fail(ErrorCode::kInvalidArgument, field + ".counts: " + std::to_string(counts.size()) +
-                                          " shard counts for a tensor of rank " +
-                                          std::to_string(rank));
+    fail(ErrorCode::kInvalidArgument, field + ".counts",
+         std::to_string(counts.size()) + " shard counts for a tensor of rank " +
+             std::to_string(rank));
   int64_t cells = 1;
   for (int d = 0; d < rank; ++d) {
     if (counts[d] < 1 || counts[d] > (int64_t{1} << 31))
-      fail(ErrorCode::kInvalidArgument, field + ".counts[" + std::to_string(d) + "]: shard count " +
-                                            std::to_string(counts[d]) + " is not in [1, 2^31]");
+      fail(ErrorCode::kInvalidArgument, field + ".counts[" + std::to_string(d) + "]",
+           "shard count " + std::to_string(counts[d]) + " is not in [1, 2^31]");
     if (__builtin_mul_overflow(cells, counts[d], &cells) || cells > (int64_t{1} << 31))
-      fail(ErrorCode::kOutOfRange, field + ".counts: more than 2^31 cells");
+      fail(ErrorCode::kOutOfRange, field + ".counts", "more than 2^31 cells");
   }
   if (entries.size() > 0xfffffff0u)
-    fail(ErrorCode::kOutOfRange, field + ".entries: too many entries");
+    fail(ErrorCode::kOutOfRange, field + ".entries", "too many entries");
   // Cells are indexed densely: bound them by the entries so a hostile input
   // cannot make a small layout allocate gigabytes.
   if (cells > 4 * static_cast<int64_t>(entries.size()) + 64)
-    fail(ErrorCode::kOutOfRange, field + ".counts: " + std::to_string(cells) + " cells for " +
-                                     std::to_string(entries.size()) + " entries");
+    fail(ErrorCode::kOutOfRange, field + ".counts",
+         std::to_string(cells) + " cells for " + std::to_string(entries.size()) + " entries");
   std::vector<size_t> idx(entries.size());
   std::iota(idx.begin(), idx.end(), size_t{0});
   std::stable_sort(idx.begin(), idx.end(),
@@ -457,10 +456,9 @@ Layout Layout::from_tiles(std::span<const int64_t> shape, std::span<const int64_
     const TileEntry& en = entries[idx[i]];
     for (int d = 0; d < rank; ++d)
       if (en.shard[d] < 0 || en.shard[d] >= counts[d])
-        fail(ErrorCode::kInvalidArgument, field + ".entries[" + std::to_string(idx[i]) +
-                                              "].shard[" + std::to_string(d) +
-                                              "]: " + std::to_string(en.shard[d]) +
-                                              " is outside [0, " + std::to_string(counts[d]) + ")");
+        fail(ErrorCode::kInvalidArgument,
+             field + ".entries[" + std::to_string(idx[i]) + "].shard[" + std::to_string(d) + "]",
+             std::to_string(en.shard[d]) + " is outside [0, " + std::to_string(counts[d]) + ")");
     g->devices.push_back(en.device);
     g->summands.push_back(en.summand);
     for (int d = 0; d < rank; ++d) g->shard.push_back(en.shard[d]);
@@ -474,11 +472,11 @@ Layout Layout::from_tiles(std::span<const int64_t> shape, std::span<const int64_
 }
 
 Layout Layout::with_shape(std::span<const int64_t> shape, const std::string& field) const {
-  if (!tiled()) fail(ErrorCode::kInvalidArgument, field + ": with_shape needs a tiled layout");
+  if (!tiled()) fail(ErrorCode::kInvalidArgument, field, "with_shape needs a tiled layout");
   if (static_cast<int32_t>(shape.size()) != geometry_->rank)
-    fail(ErrorCode::kInvalidArgument, field + ".shape: rank " + std::to_string(shape.size()) +
-                                          " for a layout of rank " +
-                                          std::to_string(geometry_->rank));
+    fail(ErrorCode::kInvalidArgument, field + ".shape",
+         "rank " + std::to_string(shape.size()) + " for a layout of rank " +
+             std::to_string(geometry_->rank));
   validate_shape(shape, 1, field + ".shape");
   Layout l;
   l.shape_.assign(shape.begin(), shape.end());

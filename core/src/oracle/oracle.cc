@@ -3,18 +3,16 @@
 #include "reshard/oracle.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <mutex>
 #include <new>
-#include <thread>
 #include <type_traits>
 
 #include "reshard/error.h"
 #include "reshard/numeric.h"
+#include "util/parallel.h"
 
 namespace reshard {
 namespace {
@@ -335,36 +333,8 @@ void with_width(int bytes, F&& f) {
   }
 }
 
-// Runs f(i) for i in [0, n) on up to hardware_concurrency threads; the first
-// exception is rethrown after all threads finish.
-template <typename F>
-void parallel_for(size_t n, F&& f) {
-  const size_t threads =
-      std::min<size_t>({n, std::max(1u, std::thread::hardware_concurrency()), 32});
-  if (threads <= 1) {
-    for (size_t i = 0; i < n; ++i) f(i);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < n;) {
-      try {
-        f(i);
-      } catch (...) {
-        std::lock_guard lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
-    }
-  };
-  {
-    std::vector<std::jthread> pool;
-    for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-    worker();
-  }
-  if (error) std::rethrow_exception(error);
-}
+// The checks run on one thread per hardware thread, at most 32.
+int oracle_threads() { return std::min(resolve_threads(0), 32); }
 
 // Calls f(global_index, local_index) for every element of `box` (row-major
 // within the box) of a tensor of `shape`.
@@ -613,7 +583,7 @@ OracleBuffers fill_sources(const Plan& plan, int64_t max_bytes) {
       tasks.push_back({ti, e, false});
     }
   }
-  parallel_for(tasks.size(), [&](size_t i) {
+  parallel_for(oracle_threads(), tasks.size(), [&](size_t i) {
     const Task& k = tasks[i];
     if (k.src)
       fill_source_shard(tensors[k.tensor], k.tensor, k.entry, buf.src[k.tensor][k.entry]);
@@ -681,7 +651,7 @@ OracleReport check_destinations(const Plan& plan, const OracleBuffers& buffers,
       for (size_t e = 0; e < dst.size(); ++e) tasks.push_back({static_cast<uint32_t>(t), e});
   }
   std::vector<OracleReport> partial_reports(tasks.size());
-  parallel_for(tasks.size(), [&](size_t i) {
+  parallel_for(oracle_threads(), tasks.size(), [&](size_t i) {
     const Task& k = tasks[i];
     const TensorSpec& ts = tensors[k.tensor];
     if (k.entry == SIZE_MAX)

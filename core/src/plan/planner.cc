@@ -11,11 +11,11 @@
 
 #include "plan/context.h"
 #include "plan/enumerate.h"
-#include "plan/parallel.h"
 #include "plan/plan_builder.h"
 #include "plan/rounds.h"
 #include "reshard/error.h"
 #include "util/hash.h"
+#include "util/parallel.h"
 #include "util/utf8.h"
 
 #if defined(__unix__)
@@ -38,23 +38,6 @@ namespace {
 // for replicated destinations, stages).
 constexpr uint64_t kPlannerVersion = 4;
 
-void validate_options(const PlanOptions& o) {
-  if (o.split_min_bytes < 0)
-    fail(ErrorCode::kInvalidArgument, "options.split_min_bytes: must be non-negative");
-  // Finite, as the plan decoder requires: a plan must decode from the bytes
-  // it encodes to.
-  if (!(o.alpha_seconds >= 0) || !std::isfinite(o.alpha_seconds))
-    fail(ErrorCode::kInvalidArgument, "options.alpha_seconds: must be non-negative and finite");
-  if (!(o.intra_host_bytes_per_second > 0) || !std::isfinite(o.intra_host_bytes_per_second))
-    fail(ErrorCode::kInvalidArgument,
-         "options.intra_host_bytes_per_second: must be positive and finite");
-  if (!(o.inter_host_bytes_per_second > 0) || !std::isfinite(o.inter_host_bytes_per_second))
-    fail(ErrorCode::kInvalidArgument,
-         "options.inter_host_bytes_per_second: must be positive and finite");
-  if (o.staging_budget_bytes < 0)
-    fail(ErrorCode::kInvalidArgument, "options.staging_budget_bytes: must be non-negative");
-}
-
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
@@ -63,24 +46,25 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 void validate_tensor(const TensorSpec& t, size_t i) {
   const std::string f = "tensors[" + std::to_string(i) + "]";
-  if (!valid_utf8(t.name)) fail(ErrorCode::kInvalidArgument, f + ".name: not valid UTF-8");
+  if (!valid_utf8(t.name)) fail(ErrorCode::kInvalidArgument, f + ".name", "not valid UTF-8");
   if (!dtype_valid(static_cast<int32_t>(t.dtype)))
-    fail(ErrorCode::kInvalidArgument,
-         f + ".dtype: invalid dtype value " + std::to_string(static_cast<int32_t>(t.dtype)));
+    fail(ErrorCode::kInvalidArgument, f + ".dtype",
+         "invalid dtype value " + std::to_string(static_cast<int32_t>(t.dtype)));
   validate_shape(t.shape, dtype_size(t.dtype), f + ".shape");
   if (t.src.shape() != t.shape)
-    fail(ErrorCode::kMismatch, f + ".src: layout shape " + shape_str(t.src.shape()) +
-                                   " does not match tensor shape " + shape_str(t.shape));
+    fail(ErrorCode::kMismatch, f + ".src",
+         "layout shape " + shape_str(t.src.shape()) + " does not match tensor shape " +
+             shape_str(t.shape));
   if (t.dst.shape() != t.shape)
-    fail(ErrorCode::kMismatch, f + ".dst: layout shape " + shape_str(t.dst.shape()) +
-                                   " does not match tensor shape " + shape_str(t.shape));
+    fail(ErrorCode::kMismatch, f + ".dst",
+         "layout shape " + shape_str(t.dst.shape()) + " does not match tensor shape " +
+             shape_str(t.shape));
   if (t.src.partial() && t.dst.partial() && t.src.reduce_op() != t.dst.reduce_op())
-    fail(ErrorCode::kMismatch, f + ".dst.partial.op: \"" +
-                                   std::string(reduce_op_name(t.dst.reduce_op())) +
-                                   "\" differs from the source's \"" +
-                                   std::string(reduce_op_name(t.src.reduce_op())) + "\"");
+    fail(ErrorCode::kMismatch, f + ".dst.partial.op",
+         "\"" + std::string(reduce_op_name(t.dst.reduce_op())) + "\" differs from the source's \"" +
+             std::string(reduce_op_name(t.src.reduce_op())) + "\"");
   if (t.src.num_entries() == 0 && t.dst.num_entries() > 0 && t.src.num_elements() > 0)
-    fail(ErrorCode::kInvalidArgument, f + ".src: layout has no devices");
+    fail(ErrorCode::kInvalidArgument, f + ".src", "layout has no devices");
 }
 
 uint64_t fingerprint_of(const PlanInput& in) {
@@ -218,11 +202,11 @@ class MessageBuckets {
         fail(ErrorCode::kInternal, "MessageBuckets::merge: one chunk with a region base");
       return;
     }
-    planning::grow_to(pieces, at.back(), threads);
-    if (sized) planning::grow_to(piece_bytes, at.back(), threads);
+    grow_to(pieces, at.back(), threads);
+    if (sized) grow_to(piece_bytes, at.back(), threads);
     const std::vector<size_t> ranges =
-        planning::even_ranges(srcs.size(), threads > 1 ? 8 * static_cast<size_t>(threads) : 1);
-    planning::parallel_for(threads, ranges.size() - 1, [&](size_t r) {
+        even_ranges(srcs.size(), threads > 1 ? 8 * static_cast<size_t>(threads) : 1);
+    parallel_for(threads, ranges.size() - 1, [&](size_t r) {
       for (size_t k = ranges[r]; k < ranges[r + 1]; ++k)
         copy(k, pieces.data() + at[k], sized ? piece_bytes.data() + at[k] : nullptr);
     });
@@ -328,11 +312,11 @@ BuiltPart build_part(Context& ctx, int32_t p, const PlanOptions& options, int th
   // Several ranges per thread: tensors differ in work, and a thread that
   // finishes early takes the next range.
   const std::vector<size_t> ranges =
-      planning::even_ranges(ctx.tensors.size(), threads > 1 ? 8 * static_cast<size_t>(threads) : 1);
+      even_ranges(ctx.tensors.size(), threads > 1 ? 8 * static_cast<size_t>(threads) : 1);
   std::vector<PartChunk> chunks;
   chunks.reserve(ranges.size() - 1);
   for (size_t c = 0; c + 1 < ranges.size(); ++c) chunks.emplace_back(ctx.devices.size(), sized);
-  planning::parallel_for(threads, chunks.size(), [&](size_t c) {
+  parallel_for(threads, chunks.size(), [&](size_t c) {
     build_chunk(ctx, p, options, ranges[c], ranges[c + 1], chunks[c]);
   });
   std::vector<uint32_t> region_base(chunks.size());
@@ -581,8 +565,8 @@ int64_t available_memory() {
 // request.max_plan_bytes resolved: kUnlimitedPlanBytes or a byte count.
 int64_t resolve_limit(int64_t max_plan_bytes) {
   if (max_plan_bytes < kUnlimitedPlanBytes)
-    fail(ErrorCode::kInvalidArgument,
-         "request.max_plan_bytes: " + std::to_string(max_plan_bytes) +
+    fail(ErrorCode::kInvalidArgument, "request.max_plan_bytes",
+         std::to_string(max_plan_bytes) +
              " is invalid (0: the default, half the memory available; N > 0: N bytes; -1: no "
              "limit)");
   return max_plan_bytes == 0 ? default_max_plan_bytes() : max_plan_bytes;
@@ -593,10 +577,9 @@ int64_t resolve_limit(int64_t max_plan_bytes) {
   // Layers above rename "request.max_plan_bytes" and "PlanScope::kProcess"
   // to their own terms (the C ABI's field, the command line's flags).
   const bool all = request.scope == PlanScope::kAll;
-  std::string m = "request.max_plan_bytes: ";
-  m += !all           ? "process " + std::to_string(request.process) + "'s part needs"
-       : e.parts == 1 ? std::string("the only process part of this plan needs")
-                      : "the " + commas(e.parts) + " process parts of this plan need";
+  std::string m = !all           ? "process " + std::to_string(request.process) + "'s part needs"
+                  : e.parts == 1 ? std::string("the only process part of this plan needs")
+                                 : "the " + commas(e.parts) + " process parts of this plan need";
   m += " about " + size_str(e.memory_bytes) + " of memory to plan (" + commas(e.pieces) +
        " pieces, " + commas(e.messages) + " messages, " + commas(e.regions) + " regions; " +
        size_str(e.encoded_bytes) + " as plan bytes), above the limit of " +
@@ -608,7 +591,7 @@ int64_t resolve_limit(int64_t max_plan_bytes) {
     m += "; plan one process's part at a time (PlanScope::kProcess: at most " +
          size_str(largest_part_bytes) + " each)";
   m += "; or raise request.max_plan_bytes (-1: no limit)";
-  fail(ErrorCode::kResourceExhausted, m);
+  fail(ErrorCode::kResourceExhausted, "request.max_plan_bytes", m);
 }
 
 }  // namespace
@@ -637,27 +620,27 @@ namespace {
 
 // The checks make_plan and estimate_plan share; returns the threads.
 int validate_request(const PlanInput& input, const PlanRequest& request) {
-  validate_options(input.options);
+  validate(input.options);
   if (input.tensors.size() >= 0xfffffff0u)
-    fail(ErrorCode::kOutOfRange, "tensors: too many tensors");
+    fail(ErrorCode::kOutOfRange, "tensors", "too many tensors");
   {
     std::unordered_map<std::string_view, size_t> names;
     for (size_t i = 0; i < input.tensors.size(); ++i) {
       validate_tensor(input.tensors[i], i);
       auto [it, fresh] = names.emplace(input.tensors[i].name, i);
       if (!fresh)
-        fail(ErrorCode::kInvalidArgument,
-             "tensors[" + std::to_string(i) + "].name: duplicate name \"" + input.tensors[i].name +
-                 "\" (also tensors[" + std::to_string(it->second) + "])");
+        fail(ErrorCode::kInvalidArgument, "tensors[" + std::to_string(i) + "].name",
+             "duplicate name \"" + input.tensors[i].name + "\" (also tensors[" +
+                 std::to_string(it->second) + "])");
     }
   }
   if (request.scope != PlanScope::kAll && request.scope != PlanScope::kGlobal &&
       request.scope != PlanScope::kProcess)
-    fail(ErrorCode::kInvalidArgument, "request.scope: invalid value");
+    fail(ErrorCode::kInvalidArgument, "request.scope", "invalid value");
   if (request.threads < 0)
-    fail(ErrorCode::kInvalidArgument,
-         "request.threads: " + std::to_string(request.threads) + " is negative");
-  return planning::resolve_threads(request.threads);
+    fail(ErrorCode::kInvalidArgument, "request.threads",
+         std::to_string(request.threads) + " is negative");
+  return resolve_threads(request.threads);
 }
 
 }  // namespace
@@ -743,14 +726,13 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
     const size_t np = ctx.processes.size();
     const bool per_part = threads > 1 && np >= static_cast<size_t>(threads);
     std::vector<ProcessPart> built(np);
-    planning::parallel_for(per_part ? threads : 1, np, [&](size_t i) {
-      built[i] = make_part(ctx.processes[i], per_part ? 1 : threads);
-    });
+    parallel_for(per_part ? threads : 1, np,
+                 [&](size_t i) { built[i] = make_part(ctx.processes[i], per_part ? 1 : threads); });
     for (size_t i = 0; i < np; ++i) parts.emplace(ctx.processes[i], std::move(built[i]));
   } else if (request.scope == PlanScope::kProcess) {
     if (!std::binary_search(ctx.processes.begin(), ctx.processes.end(), request.process))
-      fail(ErrorCode::kOutOfRange, "request.process: process " + std::to_string(request.process) +
-                                       " owns no device of this plan");
+      fail(ErrorCode::kOutOfRange, "request.process",
+           "process " + std::to_string(request.process) + " owns no device of this plan");
     parts.emplace(request.process, make_part(request.process, threads));
   }
   if (!Plan::Builder::has_stats(plan)) Plan::Builder::stats(plan) = PlanStats{};
@@ -762,39 +744,39 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
 const ProcessPart& Plan::part(int32_t process) const {
   auto it = parts_.find(process);
   if (it == parts_.end())
-    fail(ErrorCode::kOutOfRange,
-         "process: this plan holds no part for process " + std::to_string(process));
+    fail(ErrorCode::kOutOfRange, "process",
+         "this plan holds no part for process " + std::to_string(process));
   return it->second;
 }
 
 Box Plan::region(const ProcessPart& part, const Piece& piece) const {
   if (piece.region != kOverlapRegion) {
     if (piece.region >= part.regions.size())
-      fail(ErrorCode::kOutOfRange, "piece.region: " + std::to_string(piece.region) +
-                                       " but the part has " + std::to_string(part.regions.size()) +
-                                       " regions");
+      fail(ErrorCode::kOutOfRange, "piece.region",
+           std::to_string(piece.region) + " but the part has " +
+               std::to_string(part.regions.size()) + " regions");
     return part.regions[piece.region];
   }
   if (piece.tensor >= tensors_.size())
-    fail(ErrorCode::kOutOfRange, "piece.tensor: " + std::to_string(piece.tensor) +
-                                     " but the plan has " + std::to_string(tensors_.size()) +
-                                     " tensors");
+    fail(ErrorCode::kOutOfRange, "piece.tensor",
+         std::to_string(piece.tensor) + " but the plan has " + std::to_string(tensors_.size()) +
+             " tensors");
   const TensorSpec& t = tensors_[piece.tensor];
   if (piece.src_entry >= t.src.num_entries() || piece.dst_entry >= t.dst.num_entries())
-    fail(ErrorCode::kOutOfRange,
-         "piece: entry index out of range for tensor " + std::to_string(piece.tensor));
+    fail(ErrorCode::kOutOfRange, "piece",
+         "entry index out of range for tensor " + std::to_string(piece.tensor));
   return intersect(t.src.box(piece.src_entry), t.dst.box(piece.dst_entry));
 }
 
 Box Plan::source_box(const Piece& piece, uint32_t stage) const {
   if (piece.tensor >= tensors_.size())
-    fail(ErrorCode::kOutOfRange, "piece.tensor: " + std::to_string(piece.tensor) +
-                                     " but the plan has " + std::to_string(tensors_.size()) +
-                                     " tensors");
+    fail(ErrorCode::kOutOfRange, "piece.tensor",
+         std::to_string(piece.tensor) + " but the plan has " + std::to_string(tensors_.size()) +
+             " tensors");
   const Layout& l = stage == 0 ? tensors_[piece.tensor].src : tensors_[piece.tensor].dst;
   if (piece.src_entry >= l.num_entries())
-    fail(ErrorCode::kOutOfRange,
-         "piece.src_entry: out of range for tensor " + std::to_string(piece.tensor));
+    fail(ErrorCode::kOutOfRange, "piece.src_entry",
+         "out of range for tensor " + std::to_string(piece.tensor));
   return l.box(piece.src_entry);
 }
 
@@ -804,7 +786,7 @@ int64_t Plan::piece_bytes(const ProcessPart& part, const Piece& piece) const {
 }
 
 NaivePlanResult naive_plan(const PlanInput& input) {
-  validate_options(input.options);
+  validate(input.options);
   for (size_t i = 0; i < input.tensors.size(); ++i) validate_tensor(input.tensors[i], i);
   Context ctx(input);
   ctx.build();

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "plan/parallel.h"
 #include "reshard/error.h"
+#include "util/parallel.h"
 
 namespace reshard::planning {
 

@@ -28,7 +28,7 @@ using json = nlohmann::json;
 constexpr int64_t kMaxMeshDevices = int64_t{1} << 24;
 
 [[noreturn]] void bad(const std::string& path, const std::string& message) {
-  fail(ErrorCode::kInvalidArgument, path + ": " + message);
+  fail(ErrorCode::kInvalidArgument, path, message);
 }
 
 std::string quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
@@ -113,7 +113,7 @@ int64_t as_int(const json& j, const std::string& path) {
   if (j.is_number_unsigned()) {
     const uint64_t u = j.get<uint64_t>();
     if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      fail(ErrorCode::kOverflow, path + ": " + std::to_string(u) + " does not fit in 64 bits");
+      fail(ErrorCode::kOverflow, path, std::to_string(u) + " does not fit in 64 bits");
     return static_cast<int64_t>(u);
   }
   if (j.is_number_float()) {
@@ -133,7 +133,7 @@ int64_t as_int(const json& j, const std::string& path) {
 int32_t as_int32(const json& j, const std::string& path) {
   const int64_t v = as_int(j, path);
   if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
-    fail(ErrorCode::kOutOfRange, path + ": " + std::to_string(v) + " does not fit in 32 bits");
+    fail(ErrorCode::kOutOfRange, path, std::to_string(v) + " does not fit in 32 bits");
   return static_cast<int32_t>(v);
 }
 double as_number(const json& j, const std::string& path) {
@@ -293,8 +293,8 @@ std::shared_ptr<const Mesh> parse_mesh(const json& j, const std::string& path,
         shape_ok && s >= 1 && !__builtin_mul_overflow(count, s, &count) && count <= kMaxMeshDevices;
   if (!shape_ok &&
       std::all_of(mesh->shape.begin(), mesh->shape.end(), [](int64_t s) { return s >= 1; }))
-    fail(ErrorCode::kOutOfRange,
-         child(path, "shape") + ": more than " + std::to_string(kMaxMeshDevices) + " devices");
+    fail(ErrorCode::kOutOfRange, child(path, "shape"),
+         "more than " + std::to_string(kMaxMeshDevices) + " devices");
   if (const json* d = find(j, "devices")) {
     mesh->devices = as_int_array(*d, child(path, "devices"));
   } else if (shape_ok) {
@@ -515,28 +515,20 @@ PlanOptions parse_options(const json& j, const std::string& path) {
   as_object(j, path);
   check_keys(j, path,
              {"split_min_bytes", "alpha_seconds", "intra_host_bytes_per_second",
-              "inter_host_bytes_per_second", "staging_budget_bytes", "relays",
-              "reduce_scatter"});
+              "inter_host_bytes_per_second", "staging_budget_bytes", "relays", "reduce_scatter"});
   PlanOptions o;
-  auto non_negative_int = [&](const char* key, int64_t& out) {
-    if (const json* v = find(j, key)) {
-      out = as_int(*v, child(path, key));
-      if (out < 0) bad(child(path, key), std::to_string(out) + " is negative");
-    }
+  // Types here; values by the one rule for options (validate below).
+  auto integer = [&](const char* key, int64_t& out) {
+    if (const json* v = find(j, key)) out = as_int(*v, child(path, key));
   };
-  auto number = [&](const char* key, double& out, bool positive) {
-    if (const json* v = find(j, key)) {
-      out = as_number(*v, child(path, key));
-      if (!std::isfinite(out) || out < 0 || (positive && out == 0))
-        bad(child(path, key),
-            v->dump() + (positive ? " must be positive" : " must be non-negative"));
-    }
+  auto number = [&](const char* key, double& out) {
+    if (const json* v = find(j, key)) out = as_number(*v, child(path, key));
   };
-  non_negative_int("split_min_bytes", o.split_min_bytes);
-  non_negative_int("staging_budget_bytes", o.staging_budget_bytes);
-  number("alpha_seconds", o.alpha_seconds, false);
-  number("intra_host_bytes_per_second", o.intra_host_bytes_per_second, true);
-  number("inter_host_bytes_per_second", o.inter_host_bytes_per_second, true);
+  integer("split_min_bytes", o.split_min_bytes);
+  integer("staging_budget_bytes", o.staging_budget_bytes);
+  number("alpha_seconds", o.alpha_seconds);
+  number("intra_host_bytes_per_second", o.intra_host_bytes_per_second);
+  number("inter_host_bytes_per_second", o.inter_host_bytes_per_second);
   auto flag = [&](const char* key, bool& out) {
     if (const json* v = find(j, key)) {
       if (!v->is_boolean()) wrong_type(*v, child(path, key), "true or false");
@@ -545,6 +537,7 @@ PlanOptions parse_options(const json& j, const std::string& path) {
   };
   flag("relays", o.relays);
   flag("reduce_scatter", o.reduce_scatter);
+  validate(o, path + ".");
   return o;
 }
 
@@ -616,21 +609,21 @@ Spec parse_spec(std::string_view json_text) {
   try {
     return parse_spec_impl(json_text);
   } catch (const std::bad_alloc&) {
-    fail(ErrorCode::kOutOfMemory, "spec: out of memory while parsing");
+    fail(ErrorCode::kOutOfMemory, "spec", "out of memory while parsing");
   }
 }
 
 Spec load_spec(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorCode::kInvalidArgument, path + ": cannot open spec file");
+  if (!in) fail(ErrorCode::kInvalidArgument, path, "cannot open spec file");
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) fail(ErrorCode::kInvalidArgument, path + ": cannot read spec file");
+  if (in.bad()) fail(ErrorCode::kInvalidArgument, path, "cannot read spec file");
   try {
     return parse_spec(text.str());
   } catch (const Error& e) {
     // Syntax errors get the file name; inconsistencies keep their JSON path first.
-    if (e.code() == ErrorCode::kParse) fail(ErrorCode::kParse, path + ": " + e.what());
+    if (e.code() == ErrorCode::kParse) fail(ErrorCode::kParse, path, e.what());
     throw;
   }
 }

@@ -30,7 +30,7 @@ namespace {
 using flatbuffers::uoffset_t;
 
 [[noreturn]] void corrupt(const std::string& what, const std::string& detail) {
-  fail(ErrorCode::kCorrupt, what + ": " + detail);
+  fail(ErrorCode::kCorrupt, what, detail);
 }
 
 std::string idx(const std::string& field, size_t i) {
@@ -80,11 +80,6 @@ int64_t non_negative(int64_t v, const std::string& field) {
   return v;
 }
 
-double finite_positive(double v, const std::string& field) {
-  if (!std::isfinite(v) || v <= 0) corrupt(field, std::to_string(v) + " is not a finite value > 0");
-  return v;
-}
-
 double finite_non_negative(double v, const std::string& field) {
   if (!std::isfinite(v) || v < 0) corrupt(field, std::to_string(v) + " is not a finite value >= 0");
   return v;
@@ -97,7 +92,7 @@ auto rethrow_as_corrupt(F&& f) -> decltype(f()) {
     return f();
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kCorrupt) throw;
-    fail(ErrorCode::kCorrupt, e.what());
+    throw Error(ErrorCode::kCorrupt, e);
   }
 }
 
@@ -172,16 +167,14 @@ class Decoder {
     const fb::PlanOptions* o = root_.options();
     if (!o) corrupt("options", "missing");
     PlanOptions out;
-    out.split_min_bytes = non_negative(o->split_min_bytes(), "options.split_min_bytes");
-    out.alpha_seconds = finite_non_negative(o->alpha_seconds(), "options.alpha_seconds");
-    out.intra_host_bytes_per_second =
-        finite_positive(o->intra_host_bytes_per_second(), "options.intra_host_bytes_per_second");
-    out.inter_host_bytes_per_second =
-        finite_positive(o->inter_host_bytes_per_second(), "options.inter_host_bytes_per_second");
-    out.staging_budget_bytes =
-        non_negative(o->staging_budget_bytes(), "options.staging_budget_bytes");
+    out.split_min_bytes = o->split_min_bytes();
+    out.alpha_seconds = o->alpha_seconds();
+    out.intra_host_bytes_per_second = o->intra_host_bytes_per_second();
+    out.inter_host_bytes_per_second = o->inter_host_bytes_per_second();
+    out.staging_budget_bytes = o->staging_budget_bytes();
     out.relays = o->relays();
     out.reduce_scatter = o->reduce_scatter();
+    validate(out, "options.", ErrorCode::kCorrupt);
     return out;
   }
 

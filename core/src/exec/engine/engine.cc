@@ -20,6 +20,7 @@
 #include "exec/schedule/exec_common.h"
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
+#include "util/hash.h"
 #include "util/threads.h"
 
 namespace reshard {
@@ -87,12 +88,9 @@ struct AgreeRecord {
 };
 
 uint64_t dtype_hash(const Plan& plan) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (const TensorSpec& t : plan.tensors()) {
-    h ^= static_cast<uint64_t>(static_cast<int32_t>(t.dtype));
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  Hasher h;
+  for (const TensorSpec& t : plan.tensors()) h.i64(static_cast<int32_t>(t.dtype));
+  return h.value();
 }
 
 // Groups ranks by `key`; returns the ranks outside the reference group (the

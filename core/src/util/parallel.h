@@ -1,4 +1,5 @@
-// Internal: the planner's fork-join helper (PlanRequest::threads).
+// Internal: the one fork-join helper (the planner's PlanRequest::threads,
+// the oracle's checks).
 //
 // Work is cut into numbered tasks whose results each go to their own slot;
 // the caller concatenates the slots in task order, so the result does not
@@ -22,11 +23,7 @@
 
 #include "util/threads.h"
 
-namespace reshard::planning {
-
-// Threads to use for a request's `threads`: reshard::resolve_threads
-// (util/threads.h), the rule every `threads` field follows.
-using reshard::resolve_threads;
+namespace reshard {
 
 // Calls f(task) for task in [0, ntasks) on up to `threads` threads (the
 // caller is one of them), each thread taking the next unclaimed task.
@@ -97,4 +94,4 @@ void grow_to(std::vector<T>& v, size_t n, int threads) {
   v.resize(n);
 }
 
-}  // namespace reshard::planning
+}  // namespace reshard
