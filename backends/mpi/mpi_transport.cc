@@ -1,7 +1,7 @@
 // The `mpi` transport (docs/design.md §3.4): host memory, non-blocking
 // point-to-point over a private duplicate of the caller's communicator.
 // Built into libreshard_mpi.so.1, whose only export is the entry point of
-// core/src/exec/backend/backend_abi.h; reshard loads it at run time.
+// reshard/backend.h; reshard loads it at run time.
 //
 // Matching: every rank starts the operations between two ranks in the same
 // order (the engine's schedule guarantees it), tags carry the round, and
@@ -25,10 +25,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "exec/backend/backend_abi.h"
+#include "reshard/backend.h"
 #include "reshard/box_copy.h"
-#include "reshard/engine.h"
 #include "reshard/error.h"
+#include "reshard/mpi.h"
 #include "reshard/transport.h"
 
 namespace reshard::mpi_backend {
@@ -651,8 +651,7 @@ Transport* create(const MpiTransportOptions* options, int32_t* code, char* messa
 }  // namespace
 }  // namespace reshard::mpi_backend
 
-extern "C" __attribute__((visibility("default"))) const reshard_backend_mpi_v1_t*
-reshard_backend_mpi_v1(void) {
+RESHARD_BACKEND_ENTRY const reshard_backend_mpi_v1_t* reshard_backend_mpi_v1(void) {
   static const reshard_backend_mpi_v1_t table = {
       sizeof(reshard_backend_mpi_v1_t),
       reshard::kTransportInterfaceVersion,

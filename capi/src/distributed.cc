@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "internal.h"
-#include "reshard/cuda.h"
+#include "reshard/backend.h"  // the transports of the run-time loaded backends
 #include "reshard/engine.h"
 #include "reshard/reshard_mpi.h"
 #include "reshard/reshard_nccl.h"

@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "exec/box_copy/fill_elements.h"
 #include "reshard/box_copy.h"
 #include "reshard/numeric.h"
 #include "reshard/transport.h"
@@ -137,7 +136,7 @@ inline void host_apply(const CopyOp& op, int64_t src_bytes, int64_t dst_bytes) {
       fill_identity(op.dtype, op.op, d.data(), op.count);
       break;
     case CopyOp::Kind::kFillElements:
-      exec_detail::fill_identity_elements(op.dtype, op.op, d.data(), op.count);
+      fill_identity_elements(op.dtype, op.op, d.data(), op.count);
       break;
     case CopyOp::Kind::kStore:
       store_from_acc(op.dtype, s.data(), d.data(), op.count);

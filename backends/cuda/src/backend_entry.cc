@@ -1,5 +1,5 @@
 // The only export of libreshard_cuda.so.1: the entry table of
-// core/src/exec/backend/backend_abi.h. No C++ exception leaves it: failures become
+// reshard/backend.h. No C++ exception leaves it: failures become
 // an ErrorCode value and a message.
 #include <cuda_runtime_api.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cuda_util.h"
-#include "exec/backend/backend_abi.h"
+#include "reshard/backend.h"
 #include "reshard/cuda.h"
 #include "reshard/error.h"
 #include "transports.h"
@@ -142,8 +142,7 @@ bool nccl_built() { return false; }
 
 }  // namespace reshard::cuda_backend
 
-extern "C" __attribute__((visibility("default"))) const reshard_backend_cuda_v1_t*
-reshard_backend_cuda_v1(void) {
+RESHARD_BACKEND_ENTRY const reshard_backend_cuda_v1_t* reshard_backend_cuda_v1(void) {
   static const reshard_backend_cuda_v1_t table = {
       sizeof(reshard_backend_cuda_v1_t), reshard::kTransportInterfaceVersion,
       reshard::kCudaOptionsVersion,      0,

@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "exec/box_copy/fill_elements.h"
+#include "reshard/box_copy.h"
 #include "reshard/error.h"
 
 namespace reshard::cuda_backend {
@@ -445,7 +445,7 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
       if (acc) {
         fill_identity(op.dtype, op.op, value, 1);
       } else {
-        exec_detail::fill_identity_elements(op.dtype, op.op, value, 1);
+        fill_identity_elements(op.dtype, op.op, value, 1);
       }
       out.work = base_work(WorkKind::kFill, linear_desc(op.count), nullptr, op.dst,
                            static_cast<int32_t>(size), static_cast<int32_t>(size));

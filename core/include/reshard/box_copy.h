@@ -398,4 +398,10 @@ void reduce_into(const CopyDesc& desc, DType dtype, ReduceOp op, const void* src
 // Converts n accumulator elements to `dtype`, rounding to nearest even once.
 void store_from_acc(DType dtype, const void* acc, void* dst, int64_t n);
 
+// Fills n elements of `dtype` (not accumulator elements) with the identity of
+// `op`: a partial destination whose elements no piece writes then holds the
+// identity, so the destination summands still combine to the value. Used by
+// the engine and by device backends preparing fills (CopyOp::kFillElements).
+void fill_identity_elements(DType dtype, ReduceOp op, void* dst, int64_t n);
+
 }  // namespace reshard

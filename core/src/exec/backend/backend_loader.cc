@@ -1,43 +1,121 @@
-// Loads transport backends at run time (docs/design.md §3.6): reshard
-// links neither MPI nor CUDA; make_mpi_transport dlopens libreshard_mpi.so.1,
-// which does. See backend_abi.h for the entry point. load_backend
-// (backend_loader.h) is the search-and-dlopen loop of both backend loaders.
-#include "exec/backend/backend_loader.h"
-
+// The one backend loader (docs/design.md §3.6, packaging): the registry of
+// reshard/backend.h and load_backend, the search, dlopen and version check
+// of every run-time loaded transport backend. reshard links neither MPI nor
+// CUDA; the factories (backend_factories.cc) call load_backend.
 #include <dlfcn.h>
 
+#include <array>
 #include <filesystem>
-#include <functional>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <system_error>
 #include <vector>
 
-#include "exec/backend/backend_abi.h"
 #include "exec/backend/backend_search.h"
-#include "reshard/engine.h"
+#include "reshard/backend.h"
 #include "reshard/error.h"
 
 namespace reshard {
+namespace {
 
-const void* load_backend(
-    const BackendLibrary& lib, const std::string& library,
-    const std::function<const void*(void* entry, std::string* problem)>& accept, std::string* path,
-    std::string* why) {
+constexpr const char* kMpiLibraryNames[] = {"libreshard_mpi.so.1", "libreshard_mpi.so"};
+constexpr const char* kCudaLibraryNames[] = {"libreshard_cuda.so.1", "libreshard_cuda.so"};
+
+const std::array<BackendDescriptor, 2> kRegistry = {{
+    {BackendKind::kMpi, "mpi", "mpi", kMpiLibraryNames, "reshard_backend_mpi_v1",
+     static_cast<uint32_t>(sizeof(reshard_backend_mpi_v1_t))},
+    {BackendKind::kCuda, "cuda", "cuda, nccl", kCudaLibraryNames, "reshard_backend_cuda_v1",
+     static_cast<uint32_t>(sizeof(reshard_backend_cuda_v1_t))},
+}};
+
+// How each backend is opened and what its messages say.
+struct LoadPolicy {
+  int dlopen_flags = 0;
+  const char* unavailable = nullptr;  // "<unavailable>: ..."
+  std::string load_hint;              // after "could not be loaded: <failures>."
+  std::string missing_hint;           // after "<name> was not found (...)."
+};
+
+LoadPolicy policy(BackendKind kind) {
+  LoadPolicy p;
+  if (kind == BackendKind::kMpi) {
+    // RTLD_GLOBAL: Open MPI's run-time plugins expect libmpi's symbols to be
+    // global. The backend itself exports nothing else.
+    p.dlopen_flags = RTLD_NOW | RTLD_GLOBAL;
+    p.unavailable = "MPI transport unavailable";
+    p.load_hint =
+        "The backend needs Open MPI's run-time libraries (Debian: apt-get install openmpi-bin "
+        "libopenmpi3).";
+    p.missing_hint =
+        "Build reshard with MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) so that "
+        "libreshard_mpi.so.1 is built, install it next to libreshard or in its ../lib, or set "
+        "RESHARD_BACKEND_DIR to its directory.";
+  } else {
+    // RTLD_LOCAL: the backend exports one symbol; its NCCL is found by
+    // soname, so a libnccl.so.2 the host framework already loaded is reused.
+    p.dlopen_flags = RTLD_NOW | RTLD_LOCAL;
+    p.unavailable = "CUDA transports unavailable";
+    p.load_hint =
+        "It needs the CUDA driver (libcuda.so.1) and NCCL (libnccl.so.2, e.g. on "
+        "LD_LIBRARY_PATH).";
+    p.missing_hint =
+        "Build reshard on a machine with the CUDA toolkit (nvcc) and NCCL (cmake "
+        "-DRESHARD_CUDA=ON) and install libreshard_cuda.so.1 next to libreshard, or set "
+        "RESHARD_BACKEND_DIR to its directory.";
+  }
+  return p;
+}
+
+// "" when the table fits this reshard, otherwise what differs. Every table
+// begins with struct_size and transport_interface.
+std::string version_problem(const BackendDescriptor& d, const void* table) {
+  struct Head {
+    uint32_t struct_size;
+    uint32_t transport_interface;
+  };
+  const auto* head = static_cast<const Head*>(table);
+  if (head->struct_size < d.table_size) return std::string("no usable ") + d.entry_symbol;
+  if (d.kind == BackendKind::kCuda) {
+    const auto* t = static_cast<const reshard_backend_cuda_v1_t*>(table);
+    if (t->transport_interface == kTransportInterfaceVersion &&
+        t->options_version == kCudaOptionsVersion) {
+      return "";
+    }
+    return "built for transport interface " + std::to_string(t->transport_interface) +
+           " and CUDA options " + std::to_string(t->options_version) + ", this reshard needs " +
+           std::to_string(kTransportInterfaceVersion) + " and " +
+           std::to_string(kCudaOptionsVersion);
+  }
+  if (head->transport_interface == kTransportInterfaceVersion) return "";
+  return "built for transport interface " + std::to_string(head->transport_interface) +
+         ", this reshard needs " + std::to_string(kTransportInterfaceVersion);
+}
+
+// An address inside reshard: backends are searched next to the library or
+// executable that holds it.
+const void* anchor() { return reinterpret_cast<const void*>(&registered_backends); }
+
+// Tries, in order: names with a '/' as given; for bare names, each search
+// directory holding the file, then the dynamic linker's own search. The
+// first library whose entry point returns a table that passes
+// version_problem wins. Never throws.
+const void* open_backend(const BackendDescriptor& d, const std::string& library, std::string* path,
+                         std::string* why) {
+  const LoadPolicy p = policy(d.kind);
   std::vector<std::string> names;
   if (library.empty()) {
-    names.assign(lib.names.begin(), lib.names.end());
+    names.assign(d.library_names.begin(), d.library_names.end());
   } else {
     names.push_back(library);
   }
+  const std::vector<std::string> dirs = backend_search_dirs(anchor());
   std::vector<std::string> candidates;
   for (const std::string& name : names) {
     if (name.find('/') != std::string::npos) {
       candidates.push_back(name);
       continue;
     }
-    for (const std::string& dir : backend_search_dirs(lib.anchor)) {
+    for (const std::string& dir : dirs) {
       std::error_code ec;
       const std::string file = dir + "/" + name;
       if (std::filesystem::exists(file, ec)) candidates.push_back(file);
@@ -52,7 +130,7 @@ const void* load_backend(
     failures += (failures.empty() ? "" : "; ") + text;
   };
   for (const std::string& c : candidates) {
-    void* handle = dlopen(c.c_str(), lib.dlopen_flags);
+    void* handle = dlopen(c.c_str(), p.dlopen_flags);
     if (handle == nullptr) {
       const char* e = dlerror();
       // A bare name the linker cannot find is not worth reporting.
@@ -64,9 +142,13 @@ const void* load_backend(
       }
       continue;
     }
-    std::string problem;
-    const void* table = accept(dlsym(handle, lib.symbol), &problem);
-    if (table == nullptr) {
+    // Every entry point is `const Table* (*)(void)`.
+    using Entry = const void* (*)(void);
+    void* symbol = dlsym(handle, d.entry_symbol);
+    const void* table = symbol != nullptr ? reinterpret_cast<Entry>(symbol)() : nullptr;
+    const std::string problem =
+        table == nullptr ? std::string("no usable ") + d.entry_symbol : version_problem(d, table);
+    if (!problem.empty()) {
       note(c + ": " + problem);
       continue;  // handles stay open: unloading MPI or the CUDA runtime is never safe
     }
@@ -74,91 +156,65 @@ const void* load_backend(
     return table;
   }
   if (!failures.empty()) {
-    *why = std::string(lib.unavailable) + ": the backend could not be loaded: " + failures + ". " +
-           lib.load_hint;
+    *why = std::string(p.unavailable) + ": the backend could not be loaded: " + failures + ". " +
+           p.load_hint;
   } else {
     std::string searched;
-    for (const std::string& d : backend_search_dirs(lib.anchor))
-      searched += (searched.empty() ? "" : ", ") + d;
-    *why = std::string(lib.unavailable) + ": " + names.front() + " was not found (searched " +
+    for (const std::string& dir : dirs) searched += (searched.empty() ? "" : ", ") + dir;
+    *why = std::string(p.unavailable) + ": " + names.front() + " was not found (searched " +
            (searched.empty() ? std::string("no directories") : searched) +
-           " and the dynamic linker's path). " + lib.missing_hint;
+           " and the dynamic linker's path). " + p.missing_hint;
   }
   return nullptr;
 }
 
-namespace {
-
-constexpr const char* kMpiLibraryNames[] = {"libreshard_mpi.so.1", "libreshard_mpi.so"};
-
 struct Loaded {
-  const reshard_backend_mpi_v1_t* table = nullptr;
+  const void* table = nullptr;
   std::string path;
 };
 
-// Loads the backend named `library` (a path, a name, or empty for the
-// default names). Never throws; on failure returns null and sets `why`.
-const reshard_backend_mpi_v1_t* load(const std::string& library, std::string* path,
-                                     std::string* why) {
-  BackendLibrary lib;
-  lib.names = kMpiLibraryNames;
-  lib.symbol = kMpiBackendSymbol;
-  // RTLD_GLOBAL: Open MPI's run-time plugins expect libmpi's symbols to be
-  // global. The backend itself exports nothing else.
-  lib.dlopen_flags = RTLD_NOW | RTLD_GLOBAL;
-  lib.anchor = reinterpret_cast<const void*>(&make_mpi_transport);
-  lib.unavailable = "MPI transport unavailable";
-  lib.load_hint =
-      "The backend needs Open MPI's run-time libraries (Debian: apt-get install openmpi-bin "
-      "libopenmpi3).";
-  lib.missing_hint =
-      "Build reshard with MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) so that "
-      "libreshard_mpi.so.1 is built, install it next to libreshard or in its ../lib, or set "
-      "RESHARD_BACKEND_DIR to its directory.";
-  return load_backend_table<reshard_backend_mpi_v1_t>(
-      lib, library,
-      [](const reshard_backend_mpi_v1_t& table) -> std::string {
-        if (table.transport_interface == kTransportInterfaceVersion) return "";
-        return "built for transport interface " + std::to_string(table.transport_interface) +
-               ", this reshard needs " + std::to_string(kTransportInterfaceVersion);
-      },
-      path, why);
-}
-
 std::mutex g_mutex;
-Loaded g_default;  // the default backend once loaded
-
-const reshard_backend_mpi_v1_t* backend(const std::string& library, std::string* why) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (library.empty() && g_default.table != nullptr) return g_default.table;
-  std::string path;
-  const reshard_backend_mpi_v1_t* table = load(library, &path, why);
-  if (table != nullptr && library.empty()) g_default = {table, path};
-  return table;
-}
+std::array<Loaded, kRegistry.size()> g_default;  // default libraries once loaded
 
 }  // namespace
 
-std::unique_ptr<Transport> make_mpi_transport(const MpiTransportOptions& options) {
-  std::string why;
-  const reshard_backend_mpi_v1_t* table = backend(options.library, &why);
-  if (table == nullptr) fail(ErrorCode::kUnsupported, why);
-  int32_t code = static_cast<int32_t>(ErrorCode::kInternal);
-  char message[1024] = {};
-  Transport* raw = table->create(&options, &code, message, sizeof message);
-  std::unique_ptr<Transport> transport(raw);
-  if (!transport) {
-    fail(static_cast<ErrorCode>(code),
-         message[0] != '\0' ? std::string(message) : "MPI transport: creation failed");
+std::span<const BackendDescriptor> registered_backends() { return kRegistry; }
+
+const BackendDescriptor& backend_descriptor(BackendKind kind) {
+  const auto i = static_cast<size_t>(kind);
+  if (i >= kRegistry.size()) {
+    fail(ErrorCode::kInvalidArgument,
+         "unknown backend kind " + std::to_string(static_cast<int32_t>(kind)));
   }
-  return transport;
+  return kRegistry[i];
 }
 
-bool mpi_transport_available(std::string* why) {
+const void* load_backend(BackendKind kind, const std::string& library, std::string* why,
+                         std::string* path) {
+  const auto i = static_cast<size_t>(kind);
+  if (i >= kRegistry.size()) {
+    if (why != nullptr) *why = "unknown backend kind " + std::to_string(static_cast<int32_t>(kind));
+    return nullptr;
+  }
   std::string reason;
-  const bool ok = backend("", &reason) != nullptr;
-  if (!ok && why != nullptr) *why = reason;
-  return ok;
+  std::string opened;
+  const void* table = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (library.empty() && g_default[i].table != nullptr) {
+      table = g_default[i].table;
+      opened = g_default[i].path;
+    } else {
+      table = open_backend(kRegistry[i], library, &opened, &reason);
+      if (table != nullptr && library.empty()) g_default[i] = {table, opened};
+    }
+  }
+  if (table == nullptr) {
+    if (why != nullptr) *why = reason;
+    return nullptr;
+  }
+  if (path != nullptr) *path = opened;
+  return table;
 }
 
 }  // namespace reshard

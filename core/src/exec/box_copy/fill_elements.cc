@@ -1,9 +1,12 @@
-#include "exec/box_copy/fill_elements.h"
-
+// fill_identity_elements (reshard/box_copy.h): identity fills of whole
+// destination buffers, on the host (the engine's partial destinations) and in
+// device backends' descriptor preparation.
 #include <cstddef>
 #include <cstring>
 
-namespace reshard::exec_detail {
+#include "reshard/box_copy.h"
+
+namespace reshard {
 
 void fill_identity_elements(DType dtype, ReduceOp op, void* dst, int64_t n) {
   if (n <= 0) return;
@@ -21,4 +24,4 @@ void fill_identity_elements(DType dtype, ReduceOp op, void* dst, int64_t n) {
   }
 }
 
-}  // namespace reshard::exec_detail
+}  // namespace reshard

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <utility>
 
-#include "exec/box_copy/fill_elements.h"
 #include "exec/schedule/exec_common.h"
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
@@ -121,8 +120,8 @@ void DirectRunner::run_fills() {
   const std::function<void(size_t, int)> task = [&](size_t i, int) {
     const auto [t, e] = s_.fills[i];
     const TensorSpec& spec = tensors_[t];
-    exec_detail::fill_identity_elements(spec.dtype, spec.dst.reduce_op(), buffers_[t].dst[e].data,
-                                        spec.dst.box(e).volume());
+    fill_identity_elements(spec.dtype, spec.dst.reduce_op(), buffers_[t].dst[e].data,
+                           spec.dst.box(e).volume());
   };
   pool_.run(s_.fills.size(), task);
 }

@@ -13,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "exec/box_copy/fill_elements.h"
 #include "exec/engine/direct_copies.h"
 #include "exec/engine/engine_cache.h"
 #include "exec/schedule/engine_schedule.h"
@@ -244,7 +243,7 @@ class Copier {
     if (!host_) {
       return queue(device, ordinal, {CopyOp::Kind::kFillElements, {}, dtype, op, n, nullptr, dst});
     }
-    exec_detail::fill_identity_elements(dtype, op, dst, n);
+    fill_identity_elements(dtype, op, dst, n);
   }
 
   void store(int64_t device, int32_t ordinal, DType dtype, const void* acc, void* dst, int64_t n) {
