@@ -69,10 +69,9 @@ class Encoder {
 
   std::vector<uint8_t> encode(const std::vector<const ProcessPart*>& parts) {
     const PlanOptions& o = plan_.options();
-    auto options =
-        fb::CreatePlanOptions(b_, o.split_min_bytes, o.alpha_seconds, o.intra_host_bytes_per_second,
-                              o.inter_host_bytes_per_second, o.staging_budget_bytes, o.relays,
-                              o.reduce_scatter);
+    auto options = fb::CreatePlanOptions(
+        b_, o.split_min_bytes, o.alpha_seconds, o.intra_host_bytes_per_second,
+        o.inter_host_bytes_per_second, o.staging_budget_bytes, o.relays, o.reduce_scatter);
     auto topology = encode_topology();
     std::vector<Offset<fb::Tensor>> tensors;
     tensors.reserve(plan_.tensors().size());
