@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/layout_helpers.h"
 #include "core/random_cases.h"
 #include "exec/engine/direct_copies.h"
 #include "exec/schedule/engine_schedule.h"
@@ -29,34 +30,9 @@
 namespace reshard {
 namespace {
 
-std::shared_ptr<Mesh> mesh_1d(std::vector<int64_t> devices) {
-  auto m = std::make_shared<Mesh>();
-  m->axis_names = {"x"};
-  m->shape = {static_cast<int64_t>(devices.size())};
-  m->devices = std::move(devices);
-  return m;
-}
-
-NamedSharding sharding(std::shared_ptr<Mesh> mesh, std::vector<std::vector<std::string>> dims,
-                       std::vector<std::string> partial = {}, ReduceOp op = ReduceOp::kSum) {
-  NamedSharding s;
-  s.mesh = std::move(mesh);
-  s.dims = std::move(dims);
-  s.partial_axes = std::move(partial);
-  s.partial_op = op;
-  return s;
-}
-
-TensorSpec tensor(const std::string& name, std::vector<int64_t> shape, DType dtype,
-                  const NamedSharding& src, const NamedSharding& dst) {
-  TensorSpec t;
-  t.name = name;
-  t.shape = std::move(shape);
-  t.dtype = dtype;
-  t.src = Layout::from_named(src, t.shape, name + ".src");
-  t.dst = Layout::from_named(dst, t.shape, name + ".dst");
-  return t;
-}
+using testing::mesh_1d;
+using testing::sharding;
+using testing::tensor;
 
 // Every device on its own process: every piece between two devices is a
 // message of the plan, with a round.

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/layout_helpers.h"
 #include "core/random_cases.h"
 #include "reshard/error.h"
 #include "reshard/exec.h"
@@ -21,34 +22,9 @@
 namespace reshard {
 namespace {
 
-std::shared_ptr<Mesh> mesh_1d(std::vector<int64_t> devices, const std::string& axis = "x") {
-  auto m = std::make_shared<Mesh>();
-  m->axis_names = {axis};
-  m->shape = {static_cast<int64_t>(devices.size())};
-  m->devices = std::move(devices);
-  return m;
-}
-
-NamedSharding sharding(std::shared_ptr<Mesh> mesh, std::vector<std::vector<std::string>> dims,
-                       std::vector<std::string> partial = {}, ReduceOp op = ReduceOp::kSum) {
-  NamedSharding s;
-  s.mesh = std::move(mesh);
-  s.dims = std::move(dims);
-  s.partial_axes = std::move(partial);
-  s.partial_op = op;
-  return s;
-}
-
-TensorSpec tensor(const std::string& name, std::vector<int64_t> shape, DType dtype,
-                  const NamedSharding& src, const NamedSharding& dst) {
-  TensorSpec t;
-  t.name = name;
-  t.shape = std::move(shape);
-  t.dtype = dtype;
-  t.src = Layout::from_named(src, t.shape, name + ".src");
-  t.dst = Layout::from_named(dst, t.shape, name + ".dst");
-  return t;
-}
+using testing::mesh_1d;
+using testing::sharding;
+using testing::tensor;
 
 std::string describe(const OracleReport& r) {
   std::string s = std::to_string(r.mismatches) + " mismatches";

@@ -45,6 +45,8 @@ class Builder {
   void add_contribution(const Piece& p, int64_t arrival, bool from_buffer, size_t msg,
                         int64_t msg_offset);
   void add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_t stage);
+  EngineMessage engine_message(const Message& m, size_t i, bool send, int32_t peer,
+                               std::span<const Piece> pieces);
   // What a piece of a message of `stage` reads: the tensor's source layout,
   // or in a later stage its destination layout (relays).
   const Layout& from(const Piece& p, uint32_t stage) const {
@@ -154,6 +156,34 @@ void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_
   s_.local_bytes += plan_.piece_bytes(*part_, p);
 }
 
+// The engine's view of message `i` of the part's sends (`send`) or
+// receives, exchanged with rank `peer` (checked to be in the group).
+EngineMessage Builder::engine_message(const Message& m, size_t i, bool send, int32_t peer,
+                                      std::span<const Piece> pieces) {
+  if (peer < 0 || peer >= info_.size) {
+    fail(ErrorCode::kInvalidArgument,
+         where(send ? "sends" : "recvs", i) + (send ? "destination device " : "source device ") +
+             std::to_string(send ? m.dst_device : m.src_device) + " is on process " +
+             std::to_string(peer) + ", outside the transport's " + std::to_string(info_.size) +
+             " ranks");
+  }
+  EngineMessage e;
+  e.send = send;
+  e.peer = peer;
+  e.round = m.round;
+  e.stage = m.stage;
+  e.key = round_key(m.stage, m.round);
+  e.src_device = m.src_device;
+  e.dst_device = m.dst_device;
+  e.local_device = send ? m.src_device : m.dst_device;
+  e.slot = slot_of(e.local_device);
+  e.ordinal = s_.slots[e.slot].ordinal;
+  e.remote_ordinal = ordinal_of(send ? m.dst_device : m.src_device);
+  e.bytes = m.bytes;
+  e.pieces = pieces;
+  return e;
+}
+
 void Builder::add_send(const Message& m, size_t i) {
   if (process_of(m.src_device) != process_) {
     fail(ErrorCode::kInvalidArgument, where("sends", i) + "source device " +
@@ -168,26 +198,7 @@ void Builder::add_send(const Message& m, size_t i) {
   }
   const int32_t peer = process_of(m.dst_device);
   if (peer == process_) return;  // between devices of this process: done from recvs
-  if (peer < 0 || peer >= info_.size) {
-    fail(ErrorCode::kInvalidArgument, where("sends", i) + "destination device " +
-                                          std::to_string(m.dst_device) + " is on process " +
-                                          std::to_string(peer) + ", outside the transport's " +
-                                          std::to_string(info_.size) + " ranks");
-  }
-  EngineMessage e;
-  e.send = true;
-  e.peer = peer;
-  e.round = m.round;
-  e.stage = m.stage;
-  e.key = round_key(m.stage, m.round);
-  e.src_device = m.src_device;
-  e.dst_device = m.dst_device;
-  e.local_device = m.src_device;
-  e.slot = slot_of(m.src_device);
-  e.ordinal = s_.slots[e.slot].ordinal;
-  e.remote_ordinal = ordinal_of(m.dst_device);
-  e.bytes = m.bytes;
-  e.pieces = pieces;
+  EngineMessage e = engine_message(m, i, true, peer, pieces);
   const bool gather = info_.gather && options_.packing != ExecuteOptions::Packing::kStaging &&
                       m.bytes <= kMaxGatherBytes;
   e.mode = EngineMessage::Mode::kStaged;
@@ -234,26 +245,7 @@ void Builder::add_recv(const Message& m, size_t i) {
     }
     return;
   }
-  if (peer < 0 || peer >= info_.size) {
-    fail(ErrorCode::kInvalidArgument, where("recvs", i) + "source device " +
-                                          std::to_string(m.src_device) + " is on process " +
-                                          std::to_string(peer) + ", outside the transport's " +
-                                          std::to_string(info_.size) + " ranks");
-  }
-  EngineMessage e;
-  e.send = false;
-  e.peer = peer;
-  e.round = m.round;
-  e.stage = m.stage;
-  e.key = round_key(m.stage, m.round);
-  e.src_device = m.src_device;
-  e.dst_device = m.dst_device;
-  e.local_device = m.dst_device;
-  e.slot = slot_of(m.dst_device);
-  e.ordinal = s_.slots[e.slot].ordinal;
-  e.remote_ordinal = ordinal_of(m.src_device);
-  e.bytes = m.bytes;
-  e.pieces = pieces;
+  EngineMessage e = engine_message(m, i, false, peer, pieces);
   const size_t index = s_.messages.size();
   int64_t offset = 0;
   for (const Piece& p : pieces) {

@@ -1,0 +1,46 @@
+// Test support: small builders for meshes, named shardings and tensors.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "reshard/layout.h"
+#include "reshard/plan.h"
+
+namespace reshard::testing {
+
+// A one-axis mesh over `devices`.
+inline std::shared_ptr<Mesh> mesh_1d(std::vector<int64_t> devices, const std::string& axis = "x") {
+  auto m = std::make_shared<Mesh>();
+  m->axis_names = {axis};
+  m->shape = {static_cast<int64_t>(devices.size())};
+  m->devices = std::move(devices);
+  return m;
+}
+
+inline NamedSharding sharding(std::shared_ptr<Mesh> mesh,
+                              std::vector<std::vector<std::string>> dims,
+                              std::vector<std::string> partial = {}, ReduceOp op = ReduceOp::kSum) {
+  NamedSharding s;
+  s.mesh = std::move(mesh);
+  s.dims = std::move(dims);
+  s.partial_axes = std::move(partial);
+  s.partial_op = op;
+  return s;
+}
+
+// A tensor with named source and destination layouts.
+inline TensorSpec tensor(const std::string& name, std::vector<int64_t> shape, DType dtype,
+                         const NamedSharding& src, const NamedSharding& dst) {
+  TensorSpec t;
+  t.name = name;
+  t.shape = std::move(shape);
+  t.dtype = dtype;
+  t.src = Layout::from_named(src, t.shape, name + ".src");
+  t.dst = Layout::from_named(dst, t.shape, name + ".dst");
+  return t;
+}
+
+}  // namespace reshard::testing
