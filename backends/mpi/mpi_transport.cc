@@ -30,6 +30,7 @@
 #include "reshard/error.h"
 #include "reshard/mpi.h"
 #include "reshard/transport.h"
+#include "reshard/wait.h"
 
 namespace reshard::mpi_backend {
 namespace {
@@ -60,38 +61,6 @@ bool mpi_finalized() {
 
 void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) mpi_fail(rc, what);
-}
-
-Clock::time_point deadline_after(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(std::min(seconds, 1e7)));
-}
-
-class Backoff {
- public:
-  void pause() {
-    if (++n_ < 64) return;
-    if (n_ < 2048) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-
- private:
-  int n_ = 0;
-};
-
-std::string seconds_text(double s) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g s", s);
-  return text;
-}
-
-std::string rank_list(const std::vector<int32_t>& ranks) {
-  std::string s;
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
 }
 
 // ---------------------------------------------------------------- MPI setup

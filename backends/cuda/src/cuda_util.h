@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "reshard/error.h"
+#include "reshard/wait.h"
 
 namespace reshard::cuda_backend {
 
@@ -65,30 +66,5 @@ StreamPtr make_stream(int ordinal);
 EventPtr make_event(int ordinal);
 DevicePtr device_alloc(int ordinal, size_t bytes);
 PinnedPtr pinned_alloc(size_t bytes);
-
-// Idle waiting: spin briefly, then yield, then sleep in short slices.
-class Backoff {
- public:
-  void pause() {
-    if (++n_ < 64) return;
-    if (n_ < 2048) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-
- private:
-  int n_ = 0;
-};
-
-inline Clock::time_point deadline_after(double seconds) {
-  const double capped = seconds < 1e7 ? seconds : 1e7;
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(capped));
-}
-
-// "12.5 s"
-std::string seconds_text(double seconds);
 
 }  // namespace reshard::cuda_backend

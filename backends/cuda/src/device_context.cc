@@ -79,12 +79,6 @@ PinnedPtr pinned_alloc(size_t bytes) {
   return PinnedPtr(p);
 }
 
-std::string seconds_text(double seconds) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g s", seconds);
-  return text;
-}
-
 // --------------------------------------------------------------- staging
 
 namespace {

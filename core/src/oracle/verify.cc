@@ -66,26 +66,26 @@ OracleReport verify_part(Engine& engine, const Plan& plan, int32_t process,
   for (size_t t = 0; t < tensors.size(); ++t) {
     const TensorSpec& spec = tensors[t];
     const int64_t elem = dtype_size(spec.dtype);
-    src[t].resize(spec.src.num_entries());
-    dst[t].resize(spec.dst.num_entries());
-    for (size_t e = 0; e < spec.src.num_entries(); ++e) {
-      if (!mine(spec.src, e)) {
-        views[t].src.push_back({});
-        continue;
+    // This process's shards of one side (others stay empty), filled or
+    // poisoned, and their views.
+    auto side = [&](const Layout& layout, std::vector<std::vector<std::byte>>& shards, bool source,
+                    auto& out) {
+      shards.resize(layout.num_entries());
+      for (size_t e = 0; e < layout.num_entries(); ++e) {
+        if (!mine(layout, e)) {
+          out.push_back({});
+          continue;
+        }
+        shards[e].resize(static_cast<size_t>(layout.box(e).volume() * elem));
+        if (source)
+          fill_source_shard(spec, static_cast<uint32_t>(t), e, shards[e]);
+        else
+          poison_destination_shard(spec, static_cast<uint32_t>(t), e, shards[e]);
+        out.push_back({shards[e].data(), static_cast<int64_t>(shards[e].size())});
       }
-      src[t][e].resize(static_cast<size_t>(spec.src.box(e).volume() * elem));
-      fill_source_shard(spec, static_cast<uint32_t>(t), e, src[t][e]);
-      views[t].src.push_back({src[t][e].data(), static_cast<int64_t>(src[t][e].size())});
-    }
-    for (size_t e = 0; e < spec.dst.num_entries(); ++e) {
-      if (!mine(spec.dst, e)) {
-        views[t].dst.push_back({});
-        continue;
-      }
-      dst[t][e].resize(static_cast<size_t>(spec.dst.box(e).volume() * elem));
-      poison_destination_shard(spec, static_cast<uint32_t>(t), e, dst[t][e]);
-      views[t].dst.push_back({dst[t][e].data(), static_cast<int64_t>(dst[t][e].size())});
-    }
+    };
+    side(spec.src, src[t], true, views[t].src);
+    side(spec.dst, dst[t], false, views[t].dst);
   }
   engine.execute(plan, process, views, options);
   OracleReport report;

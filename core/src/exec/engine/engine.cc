@@ -19,6 +19,7 @@
 #include "exec/schedule/exec_common.h"
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
+#include "reshard/wait.h"
 #include "util/hash.h"
 #include "util/threads.h"
 
@@ -31,42 +32,6 @@ using engine_detail::EngineMessage;
 using engine_detail::RoundPlan;
 using engine_detail::Schedule;
 using Clock = std::chrono::steady_clock;
-
-// Idle waiting on shared, oversubscribed machines: spin briefly, then yield,
-// then sleep in short slices so that the ranks we wait for get the cores.
-class Backoff {
- public:
-  void pause() {
-    ++n_;
-    if (n_ < 64) return;
-    if (n_ < 2048) {
-      std::this_thread::yield();
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-
- private:
-  int n_ = 0;
-};
-
-Clock::time_point deadline_after(double seconds) {
-  const double capped = std::min(seconds, 1e7);
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(capped));
-}
-
-std::string seconds_text(double s) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g s", s);
-  return text;
-}
-
-std::string rank_list(const std::vector<int32_t>& ranks) {
-  std::string s;
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
-}
 
 std::string hex(uint64_t v) {
   static const char* digits = "0123456789abcdef";
