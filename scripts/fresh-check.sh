@@ -36,7 +36,9 @@
 # /etc/apt/sources.list.d/debian.sources only, no /etc/apt/sources.list),
 # /proc, /sys, /dev, /dev/pts and a fresh /dev/shm mounted, and the host's CUDA
 # toolkit (/usr/local/cuda, as CI has it) mounted read-only so the CUDA
-# backend builds as in CI. The commands run as root with
+# backend builds as in CI, and the network's trust as the host has it (its
+# extra CA certificates and /etc/pip.conf, when it reaches PyPI through an
+# intercepting egress proxy; none on a plain network). The commands run as root with
 # `env -i PATH=... HOME=/root LANG=C.UTF-8`: no rustup, no ccache, nothing
 # from this machine's environment. Everything is unmounted on exit, also on
 # failure or Ctrl-C. Ends with a summary (each step's duration and exit
@@ -197,6 +199,24 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
 cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf"
+# The network's trust, as every machine on it has it: where this host
+# reaches HTTPS registries (PyPI) through an egress proxy whose CA it adds to
+# the system's (/usr/local/share/ca-certificates) and names in pip's global
+# config, the root gets the same CAs (folded into its bundle when
+# ca-certificates is installed) and the same /etc/pip.conf. Nothing else of
+# the host's configuration is copied.
+NET_NOTE="none"
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$ROOTFS/usr/local/share/ca-certificates" "$ROOTFS/etc/ssl/certs"
+  cp /usr/local/share/ca-certificates/*.crt "$ROOTFS/usr/local/share/ca-certificates/"
+  [[ -f /etc/ssl/certs/ca-certificates.crt ]] &&
+    cp /etc/ssl/certs/ca-certificates.crt "$ROOTFS/etc/ssl/certs/ca-certificates.crt"
+  NET_NOTE="the host's extra CA certificates"
+fi
+if [[ -f /etc/pip.conf ]]; then
+  cp /etc/pip.conf "$ROOTFS/etc/pip.conf"
+  NET_NOTE="$NET_NOTE, /etc/pip.conf"
+fi
 echo "fresh-$STAMP" >"$ROOTFS/etc/hostname"
 # No service starts inside a chroot (the standard policy-rc.d).
 printf '#!/bin/sh\nexit 101\n' >"$ROOTFS/usr/sbin/policy-rc.d"
@@ -220,6 +240,7 @@ if ((CUDA)); then
   fi
 fi
 echo "$ME: CUDA toolkit: $CUDA_NOTE"
+echo "$ME: network trust from the host: $NET_NOTE"
 
 # ------------------------------------------------------------ the repository
 dirty=$(git -C "$REPO" status --porcelain | wc -l)
