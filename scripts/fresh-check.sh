@@ -218,6 +218,10 @@ if [[ -f /etc/pip.conf ]]; then
   NET_NOTE="$NET_NOTE, /etc/pip.conf"
 fi
 echo "fresh-$STAMP" >"$ROOTFS/etc/hostname"
+# /etc/hosts as Debian's installer writes it: the machine's name resolves
+# (the chroot shares this host's name; JAX's CPU collectives look it up).
+printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+  "$(hostname)" >"$ROOTFS/etc/hosts"
 # No service starts inside a chroot (the standard policy-rc.d).
 printf '#!/bin/sh\nexit 101\n' >"$ROOTFS/usr/sbin/policy-rc.d"
 chmod 755 "$ROOTFS/usr/sbin/policy-rc.d"
