@@ -47,6 +47,7 @@ struct InputOptions {
   std::string plan_file;           // --plan FILE (commands that accept plan bytes)
   bool no_relays = false;          // --no-relays: PlanOptions::relays = false
   bool no_reduce_scatter = false;  // --no-reduce-scatter
+  int64_t max_input_bytes = 0;     // --max-input-bytes: 0 the defaults (64 MiB spec, 2 GiB plan)
 };
 void add_input_options(CLI::App* cmd, InputOptions& in);
 // Adds `--plan FILE`: read a plan written by `reshard plan --out` instead of

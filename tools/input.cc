@@ -1,5 +1,3 @@
-#include <fstream>
-#include <iterator>
 // Input of every subcommand: `--spec FILE` or flags describing one tensor.
 // The flags are turned into the JSON spec they stand for, so both paths
 // share one parser; errors name the flag their field came from.
@@ -178,8 +176,19 @@ const char* const kSingleTensorHelp =
     "axes, dims past the last entry are replicated. Partial: --src-partial\n"
     "dp[:sum|max|min]. Without --dst-mesh the destination uses the source mesh.\n";
 
+void add_max_input_bytes_option(CLI::App* cmd, InputOptions& in) {
+  if (cmd->get_option_no_throw("--max-input-bytes")) return;
+  cmd->add_option("--max-input-bytes", in.max_input_bytes,
+                  "largest --spec or --plan file read, e.g. 256MiB (default: 64 MiB for a spec, "
+                  "2 GiB for a plan)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::PositiveNumber)
+      ->type_name("BYTES");
+}
+
 void add_input_options(CLI::App* cmd, InputOptions& in) {
   cmd->add_option("--spec", in.spec, "JSON spec file (format: docs/spec.md)")->type_name("FILE");
+  add_max_input_bytes_option(cmd, in);
   cmd->add_flag("--no-relays", in.no_relays,
                 "single-hop plan: no relays (overrides the spec's options.relays)");
   cmd->add_flag("--no-reduce-scatter", in.no_reduce_scatter,
@@ -221,19 +230,19 @@ void add_plan_file_option(CLI::App* cmd, InputOptions& in) {
   cmd->add_option("--plan", in.plan_file,
                   "plan file written by `reshard plan --out` (instead of --spec)")
       ->type_name("FILE");
+  add_max_input_bytes_option(cmd, in);
 }
 
 std::optional<Plan> load_plan_file(const InputOptions& in) {
   if (in.plan_file.empty()) return std::nullopt;
   if (!in.spec.empty()) throw UsageError("--plan cannot be combined with --spec");
-  std::ifstream f(in.plan_file, std::ios::binary);
-  if (!f) throw UsageError("--plan: cannot read \"" + in.plan_file + "\"");
-  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
-                                   std::istreambuf_iterator<char>());
   try {
-    return decode_plan(bytes);
+    return load_plan(in.plan_file, in.max_input_bytes > 0 ? in.max_input_bytes : kMaxPlanFileBytes);
   } catch (const Error& e) {
-    throw InvalidInput("--plan " + in.plan_file + ": " + e.what());
+    if (e.code() == ErrorCode::kInvalidArgument)
+      throw UsageError("--plan: cannot read \"" + in.plan_file + "\"");
+    // The path is the message's field: "--plan FILE: what failed [code]".
+    throw InvalidInput("--plan " + std::string(e.what()) + " [" + error_code_name(e.code()) + "]");
   }
 }
 
@@ -274,7 +283,8 @@ Spec load_input_as_given(const InputOptions& in) {
         "--spec cannot be combined with the single-tensor flags (--shape, --src-*, --dst-*)");
   if (!in.spec.empty()) {
     try {
-      return load_spec(in.spec);
+      return load_spec(in.spec,
+                       in.max_input_bytes > 0 ? in.max_input_bytes : kDefaultMaxSpecFileBytes);
     } catch (const Error& e) {
       throw InvalidInput(e.what());
     }

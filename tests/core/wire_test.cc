@@ -442,9 +442,16 @@ TEST(WireCorrupt, ForeignAndTinyBuffersAreRejected) {
 // In-place edits of an encoded plan through the generated mutable API: each
 // leaves a buffer the FlatBuffers verifier accepts, so only the semantic
 // checks can catch it.
+//
+// The parts' digests are cleared first (as in a plan written before digests
+// existed, which readers still accept unchecked): with a digest, any edit of
+// a part fails on the digest before these checks run (WirePartDigest).
 class WireMutation : public ::testing::Test {
  protected:
-  void SetUp() override { bytes_ = encode_plan(make_plan(explicit_and_split())); }
+  void SetUp() override {
+    bytes_ = encode_plan(make_plan(explicit_and_split()));
+    for (size_t i = 0; i < root()->parts()->size(); ++i) ASSERT_TRUE(part(i)->mutate_digest(0));
+  }
   fb::Plan* root() { return fb::GetMutablePlan(bytes_.data()); }
   fb::ProcessPart* part(size_t i) {
     return root()->mutable_parts()->GetMutableObject(static_cast<flatbuffers::uoffset_t>(i));
@@ -655,6 +662,178 @@ TEST_F(WireMutation, ColumnLengths) {
   bytes_ = original;
   set_length(root()->tensors(), 0x40000000u);
   expect_corrupt(bytes_, "verification");
+}
+
+// ------------------------------------------------------------ part digests
+
+// Calls `check(name of the value)` after changing one value of one column of
+// part `part_index` in `bytes`, for every value of every column, restoring
+// the buffer in between and at the end.
+void for_each_part_value(std::vector<uint8_t>& bytes, size_t part_index,
+                         const std::function<void(const std::string&)>& check) {
+  const std::vector<uint8_t> original = bytes;
+  auto part = [&] {
+    return fb::GetMutablePlan(bytes.data())
+        ->mutable_parts()
+        ->GetMutableObject(static_cast<flatbuffers::uoffset_t>(part_index));
+  };
+  // One value changed at a time (value ^ 1, same type): the buffer still
+  // verifies, so only the digest (or a semantic check) can notice.
+  struct Column {
+    std::string name;
+    std::function<size_t()> size;
+    std::function<void(size_t)> edit;
+  };
+  std::vector<Column> columns;
+  auto add_pieces = [&](const std::string& name, auto get) {
+    auto add = [&](const std::string& field, auto column) {
+      columns.push_back({name + "." + field,
+                         [=] {
+                           auto* v = column(get(part()));
+                           return v ? static_cast<size_t>(v->size()) : size_t{0};
+                         },
+                         [=](size_t i) {
+                           auto* v = column(get(part()));
+                           const auto at = static_cast<flatbuffers::uoffset_t>(i);
+                           v->Mutate(at, v->Get(at) ^ 1u);
+                         }});
+    };
+    add("tensor", [](fb::Pieces* p) { return p ? p->mutable_tensor() : nullptr; });
+    add("src_entry", [](fb::Pieces* p) { return p ? p->mutable_src_entry() : nullptr; });
+    add("dst_entry", [](fb::Pieces* p) { return p ? p->mutable_dst_entry() : nullptr; });
+    add("region", [](fb::Pieces* p) { return p ? p->mutable_region() : nullptr; });
+  };
+  add_pieces("local", [](fb::ProcessPart* p) { return p->mutable_local(); });
+  add_pieces("send_pieces", [](fb::ProcessPart* p) { return p->mutable_send_pieces(); });
+  add_pieces("recv_pieces", [](fb::ProcessPart* p) { return p->mutable_recv_pieces(); });
+  auto add_messages = [&](const std::string& name, auto get) {
+    auto add = [&](const std::string& field, auto column) {
+      columns.push_back({name + "." + field,
+                         [=] {
+                           auto* v = column(get(part()));
+                           return v ? static_cast<size_t>(v->size()) : size_t{0};
+                         },
+                         [=](size_t i) {
+                           auto* v = column(get(part()));
+                           const auto at = static_cast<flatbuffers::uoffset_t>(i);
+                           v->Mutate(at, v->Get(at) ^ 1);
+                         }});
+    };
+    add("src_device", [](fb::Messages* m) { return m ? m->mutable_src_device() : nullptr; });
+    add("dst_device", [](fb::Messages* m) { return m ? m->mutable_dst_device() : nullptr; });
+    add("round", [](fb::Messages* m) { return m ? m->mutable_round() : nullptr; });
+    add("first_piece", [](fb::Messages* m) { return m ? m->mutable_first_piece() : nullptr; });
+    add("num_pieces", [](fb::Messages* m) { return m ? m->mutable_num_pieces() : nullptr; });
+    add("bytes", [](fb::Messages* m) { return m ? m->mutable_bytes() : nullptr; });
+    add("stage", [](fb::Messages* m) { return m ? m->mutable_stage() : nullptr; });
+  };
+  add_messages("sends", [](fb::ProcessPart* p) { return p->mutable_sends(); });
+  add_messages("recvs", [](fb::ProcessPart* p) { return p->mutable_recvs(); });
+  auto add_regions = [&](const std::string& field, auto column) {
+    columns.push_back({"regions." + field,
+                       [=] {
+                         auto* r = part()->mutable_regions();
+                         auto* v = r ? column(r) : nullptr;
+                         return v ? static_cast<size_t>(v->size()) : size_t{0};
+                       },
+                       [=](size_t i) {
+                         auto* v = column(part()->mutable_regions());
+                         const auto at = static_cast<flatbuffers::uoffset_t>(i);
+                         v->Mutate(at, static_cast<decltype(v->Get(at))>(v->Get(at) ^ 1));
+                       }});
+  };
+  add_regions("rank", [](fb::Regions* r) { return r->mutable_rank(); });
+  add_regions("lo", [](fb::Regions* r) { return r->mutable_lo(); });
+  add_regions("hi", [](fb::Regions* r) { return r->mutable_hi(); });
+  for (const Column& c : columns) {
+    const size_t n = c.size();
+    for (size_t i = 0; i < n; ++i) {
+      bytes = original;
+      c.edit(i);
+      check(c.name + "[" + std::to_string(i) + "]");
+    }
+  }
+  bytes = original;
+}
+
+// The bug of issue 15: one field of one process part edited, the plan
+// decoded and moved wrong data. Every value of every column of every part
+// of real plans (named, partial and uneven, explicit with split regions,
+// cut into rounds, relayed through stages) is changed in turn: each edit
+// fails on the part's digest, and the message names the part, never the
+// digest the edit would need.
+TEST(WirePartDigest, EveryEditedValueOfEveryPartIsRejected) {
+  std::vector<PlanInput> inputs = sample_inputs();
+  PlanInput relayed = train_to_infer();
+  relayed.options.relays = true;
+  inputs.push_back(relayed);
+  size_t edits = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Plan plan = make_plan(inputs[k]);
+    std::vector<uint8_t> bytes = encode_plan(plan);
+    const auto* parts = fb::GetPlan(bytes.data())->parts();
+    ASSERT_EQ(parts->size(), plan.parts().size());
+    for (size_t i = 0; i < parts->size(); ++i) {
+      const uint64_t digest = parts->Get(static_cast<flatbuffers::uoffset_t>(i))->digest();
+      EXPECT_NE(digest, 0u);
+      const std::string where = "parts[" + std::to_string(i) + "].digest";
+      for_each_part_value(bytes, i, [&](const std::string& value) {
+        ++edits;
+        std::string message;
+        ASSERT_EQ(decode_error(bytes, &message), ErrorCode::kCorrupt)
+            << "input " << k << ": " << where << " " << value;
+        EXPECT_NE(message.find(where), std::string::npos) << value << ": " << message;
+        EXPECT_EQ(message.find(std::to_string(digest)), std::string::npos) << message;
+      });
+      // The process number is checked against the plan's processes first.
+      auto* fp = fb::GetMutablePlan(bytes.data())
+                     ->mutable_parts()
+                     ->GetMutableObject(static_cast<flatbuffers::uoffset_t>(i));
+      const int32_t process = fp->process();
+      ASSERT_TRUE(fp->mutate_process(process ^ 1));
+      EXPECT_EQ(decode_error(bytes), ErrorCode::kCorrupt) << "input " << k << " part " << i;
+      ASSERT_TRUE(fp->mutate_process(process));
+      EXPECT_EQ(decode_error(bytes), ErrorCode::kOk);
+    }
+  }
+  std::printf("%zu single-value edits, each rejected\n", edits);
+  EXPECT_GT(edits, 500u);
+}
+
+// Plans written before digests existed (digest absent, read as 0) decode as
+// before; a digest changed by itself is as wrong as an edited part.
+TEST(WirePartDigest, MissingDigestDecodesAndAWrongOneDoesNot) {
+  const Plan plan = make_plan(explicit_and_split());
+  std::vector<uint8_t> bytes = encode_plan(plan);
+  auto* fp = fb::GetMutablePlan(bytes.data())->mutable_parts()->GetMutableObject(0);
+  const uint64_t digest = fp->digest();
+  EXPECT_EQ(digest, part_digest(plan.fingerprint(), plan.parts().begin()->second));
+  ASSERT_TRUE(fp->mutate_digest(digest + 1));
+  expect_corrupt(bytes, "parts[0].digest: does not match");
+  ASSERT_TRUE(fp->mutate_digest(0));
+  EXPECT_EQ(encode_plan(decode_plan(bytes)), encode_plan(plan));
+}
+
+// A single-part buffer carries its part's digest; ranks decoding the same
+// worker bytes therefore hold the same part.
+TEST(WirePartDigest, SinglePartBuffersCarryTheDigest) {
+  const Plan plan = make_plan(train_to_infer());
+  for (const auto& [process, part] : plan.parts()) {
+    const auto bytes = encode_plan(plan, {.all_parts = false, .process = process});
+    EXPECT_EQ(fb::GetPlan(bytes.data())->parts()->Get(0)->digest(),
+              part_digest(plan.fingerprint(), part));
+  }
+}
+
+TEST(WirePartDigest, FingerprintErrorNamesNoFingerprint) {
+  const Plan plan = make_plan(train_to_infer());
+  std::vector<uint8_t> bytes = encode_plan(plan);
+  ASSERT_TRUE(fb::GetMutablePlan(bytes.data())->mutate_fingerprint(plan.fingerprint() + 1));
+  std::string message;
+  EXPECT_EQ(decode_error(bytes, &message), ErrorCode::kCorrupt);
+  EXPECT_NE(message.find("fingerprint"), std::string::npos) << message;
+  EXPECT_EQ(message.find(std::to_string(plan.fingerprint())), std::string::npos) << message;
+  EXPECT_EQ(message.find(std::to_string(plan.fingerprint() + 1)), std::string::npos) << message;
 }
 
 // ------------------------------------------------------------ hostile buffers

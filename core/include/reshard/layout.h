@@ -50,6 +50,11 @@ class Topology {
 };
 
 // An N-d array of distinct devices with named axes; `devices` is row-major.
+// The most devices one mesh, one layout or one plan may hold (distinct
+// device ids): the planner indexes devices densely in 20 bits. Meshes, spec
+// files, the C ABI and the planner all refuse more with kOutOfRange.
+inline constexpr int64_t kMaxDevices = (int64_t{1} << 20) - 1;
+
 struct Mesh {
   std::vector<std::string> axis_names;
   std::vector<int64_t> shape;

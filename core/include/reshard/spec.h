@@ -30,7 +30,13 @@ struct Spec {
 // of the offending value, e.g. "tensors[2].src.spec[1]: unknown axis \"tq\"
 // of mesh \"train\" (axes: dp, tp)".
 Spec parse_spec(std::string_view json_text);
-// Reads and parses a file; an unreadable file is kInvalidArgument naming it.
-Spec load_spec(const std::string& path);
+// load_spec's default cap on a spec file's size. The parsed JSON takes about
+// ten times the file's bytes, so 64 MiB of spec (a million explicit boxes)
+// stays well inside a few GiB.
+inline constexpr int64_t kDefaultMaxSpecFileBytes = int64_t{64} << 20;
+// Reads and parses a file; an unreadable file is kInvalidArgument naming it,
+// one larger than `max_bytes` (checked before it is read whole: /dev/zero
+// is refused) kResourceExhausted naming it and the limit.
+Spec load_spec(const std::string& path, int64_t max_bytes = kDefaultMaxSpecFileBytes);
 
 }  // namespace reshard

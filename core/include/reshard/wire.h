@@ -27,10 +27,28 @@ struct EncodeOptions {
 // the same inputs encode identically (PlanStats::plan_seconds is written as 0).
 std::vector<uint8_t> encode_plan(const Plan& plan, const EncodeOptions& options = {});
 
+// The digest a plan buffer stores beside each process part
+// (ProcessPart.digest in schema/plan.fbs): a 64-bit hash of the plan's
+// fingerprint and every field of the part (process, pieces, messages,
+// regions), never 0. Changing any single field of a part changes it. It
+// detects damage and edits, it does not authenticate: the algorithm is
+// public, so whoever can write a plan file can recompute it.
+uint64_t part_digest(uint64_t fingerprint, const ProcessPart& part);
+
 // Verifies (FlatBuffers Verifier, then semantic checks: indices in range,
 // boxes inside shapes, sizes and statistics consistent, fingerprint matches
-// the inputs) and decodes. Any failure is Error(kCorrupt) with a message
+// the inputs, each part's digest matches the part; parts of plans written
+// before digests existed carry none and are accepted unchecked) and decodes. Any failure is Error(kCorrupt) with a message
 // naming what failed; never a crash or an out-of-bounds read.
 Plan decode_plan(std::span<const uint8_t> bytes);
+
+// The largest plan buffer the format allows (2 GiB - 1), load_plan's default
+// cap on a plan file's size.
+inline constexpr int64_t kMaxPlanFileBytes = (int64_t{1} << 31) - 1;
+// Reads a plan file and decodes it. The file is checked before it is read
+// whole: a file that does not start like a plan (its file identifier) is
+// kCorrupt, one larger than `max_bytes` kResourceExhausted naming the limit;
+// an unreadable one kInvalidArgument. Every message starts with the path.
+Plan load_plan(const std::string& path, int64_t max_bytes = kMaxPlanFileBytes);
 
 }  // namespace reshard

@@ -105,8 +105,9 @@ void Mesh::validate(const std::string& field) const {
     if (shape[i] < 1)
       fail(ErrorCode::kInvalidArgument, field + ".shape[" + std::to_string(i) + "]",
            "mesh axis size " + std::to_string(shape[i]) + " must be at least 1");
-    if (__builtin_mul_overflow(n, shape[i], &n) || n > (int64_t{1} << 31))
-      fail(ErrorCode::kOverflow, field + ".shape", "mesh has more than 2^31 devices");
+    if (__builtin_mul_overflow(n, shape[i], &n) || n > kMaxDevices)
+      fail(ErrorCode::kOutOfRange, field + ".shape",
+           "mesh has more than " + std::to_string(kMaxDevices) + " devices (the most one plan holds)");
   }
   if (static_cast<int64_t>(devices.size()) != n)
     fail(ErrorCode::kInvalidArgument, field + ".devices",
@@ -359,6 +360,13 @@ void check_entries_common(const std::vector<int64_t>& devices, const std::vector
   if (num_summands < 1)
     fail(ErrorCode::kInvalidArgument, field + ".summands",
          std::to_string(num_summands) + " must be at least 1");
+  // Each summand is held by some entry, so there are at most as many
+  // summands as entries: a count that the entries do not back would buy
+  // work (reductions, oracles loop over summands) that nothing describes.
+  if (static_cast<uint64_t>(num_summands) > std::max<uint64_t>(1, devices.size()))
+    fail(ErrorCode::kInvalidArgument, field + ".summands",
+         std::to_string(num_summands) + " summands but only " + std::to_string(devices.size()) +
+             " entries: every summand must be held by some entry");
   if (op != ReduceOp::kSum && op != ReduceOp::kMax && op != ReduceOp::kMin)
     fail(ErrorCode::kInvalidArgument, field + ".op",
          "invalid reduce op " + std::to_string(static_cast<int32_t>(op)));

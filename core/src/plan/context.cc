@@ -16,6 +16,10 @@ void Context::build() {
     all.erase(std::unique(all.begin(), all.end()), all.end());
     devices = std::move(all);
   }
+  if (static_cast<int64_t>(devices.size()) > kMaxDevices)
+    fail(ErrorCode::kOutOfRange, "tensors",
+         "the layouts hold " + std::to_string(devices.size()) + " distinct devices, more than " +
+             std::to_string(kMaxDevices) + " (the most one plan holds)");
   std::set<int32_t> procs;
   for (const Geometry* g : geos) {
     GeoTopo& gt = topo[g];

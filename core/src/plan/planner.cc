@@ -47,6 +47,9 @@ std::string shape_str(const std::vector<int64_t>& s) {
 void validate_tensor(const TensorSpec& t, size_t i) {
   const std::string f = "tensors[" + std::to_string(i) + "]";
   if (!valid_utf8(t.name)) fail(ErrorCode::kInvalidArgument, f + ".name", "not valid UTF-8");
+  // C callers see names as NUL-terminated strings: "w\0x" would read as "w".
+  if (t.name.find('\0') != std::string::npos)
+    fail(ErrorCode::kInvalidArgument, f + ".name", "contains a NUL character");
   if (!dtype_valid(static_cast<int32_t>(t.dtype)))
     fail(ErrorCode::kInvalidArgument, f + ".dtype",
          "invalid dtype value " + std::to_string(static_cast<int32_t>(t.dtype)));
@@ -303,8 +306,7 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
 // enumerated concurrently, each into its own buffers, which are then
 // concatenated in tensor order: the part is the same for any thread count.
 BuiltPart build_part(Context& ctx, int32_t p, const PlanOptions& options, int threads) {
-  if (ctx.devices.size() >= (1u << 20))
-    fail(ErrorCode::kOutOfRange, "plan: more than 2^20 distinct devices");
+  static_assert(kMaxDevices < (1 << 20), "devices are indexed densely in 20 bits");
   BuiltPart built;
   ProcessPart& part = built.part;
   part.process = p;

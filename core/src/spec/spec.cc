@@ -19,19 +19,32 @@
 #include <vector>
 
 #include "reshard/error.h"
+#include "util/read_file.h"
 
 namespace reshard {
 namespace {
 
 using json = nlohmann::json;
 
-constexpr int64_t kMaxMeshDevices = int64_t{1} << 24;
+constexpr int kMaxSpecDepth = 64;
 
 [[noreturn]] void bad(const std::string& path, const std::string& message) {
   fail(ErrorCode::kInvalidArgument, path, message);
 }
 
-std::string quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
+// Input quoted back in a message is cut to its first 64 bytes (at a UTF-8
+// character boundary): a 16 MB key must not become 16 MB of message.
+constexpr size_t kMaxQuoted = 64;
+std::string_view truncated(std::string_view s) {
+  if (s.size() <= kMaxQuoted) return s;
+  size_t n = kMaxQuoted;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xc0) == 0x80) --n;
+  return s.substr(0, n);
+}
+std::string quote(std::string_view s) {
+  if (s.size() <= kMaxQuoted) return "\"" + std::string(s) + "\"";
+  return "\"" + std::string(truncated(s)) + "\"... (" + std::to_string(s.size()) + " bytes)";
+}
 
 // "meshes.train" for identifier-like keys, `meshes["my mesh"]` otherwise.
 std::string child(const std::string& path, std::string_view key) {
@@ -39,7 +52,12 @@ std::string child(const std::string& path, std::string_view key) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
            c == '-';
   });
-  if (!plain) return path + "[" + json(std::string(key)).dump() + "]";
+  if (!plain) {
+    if (key.size() > kMaxQuoted)
+      return path + "[" + json(std::string(truncated(key))).dump() + "...]";
+    return path + "[" + json(std::string(key)).dump() + "]";
+  }
+  if (key.size() > kMaxQuoted) return path + "." + std::string(truncated(key)) + "...";
   return path.empty() ? std::string(key) : path + "." + std::string(key);
 }
 std::string child(const std::string& path, size_t index) {
@@ -121,10 +139,12 @@ int64_t as_int(const json& j, const std::string& path) {
     // a double is not exact, so 1e17 may not be the integer that was meant.
     const double d = j.get<double>();
     if (std::isfinite(d) && d == std::floor(d)) {
-      if (std::fabs(d) <= 9007199254740992.0) return static_cast<int64_t>(d);
+      // 2^53 itself is refused too: 9007199254740993.0 reads as 2^53.
+      if (std::fabs(d) < 9007199254740992.0) return static_cast<int64_t>(d);
       bad(path, j.dump() +
-                    " is past 2^53 in floating-point notation, where it may not be exact; "
-                    "write the integer's digits");
+                    " is 2^53 or more in floating-point notation, where it may not be the "
+                    "integer written (9007199254740993.0 reads as 2^53); write the integer's "
+                    "digits");
     }
     bad(path, "expected an integer, got " + j.dump());
   }
@@ -187,10 +207,15 @@ const json& require(const json& obj, const std::string& path, std::string_view k
 // the object's path. Tracks the path through the parser's callback events.
 class DuplicateKeyCheck {
  public:
-  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+  bool operator()(int depth, json::parse_event_t event, json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
+        // A spec nests 5 deep; capping the depth bounds the paths kept here
+        // (one per open container) and the parser's own stack.
+        if (depth >= kMaxSpecDepth)
+          fail(ErrorCode::kParse, next_path().empty() ? std::string("(root)") : next_path(),
+               "JSON nested deeper than " + std::to_string(kMaxSpecDepth) + " levels");
         frames_.push_back({event == json::parse_event_t::array_start, 0, next_path(), {}, {}});
         break;
       case json::parse_event_t::key: {
@@ -290,11 +315,11 @@ std::shared_ptr<const Mesh> parse_mesh(const json& j, const std::string& path,
   bool shape_ok = true;
   for (int64_t s : mesh->shape)
     shape_ok =
-        shape_ok && s >= 1 && !__builtin_mul_overflow(count, s, &count) && count <= kMaxMeshDevices;
+        shape_ok && s >= 1 && !__builtin_mul_overflow(count, s, &count) && count <= kMaxDevices;
   if (!shape_ok &&
       std::all_of(mesh->shape.begin(), mesh->shape.end(), [](int64_t s) { return s >= 1; }))
     fail(ErrorCode::kOutOfRange, child(path, "shape"),
-         "more than " + std::to_string(kMaxMeshDevices) + " devices");
+         "more than " + std::to_string(kMaxDevices) + " devices (the most one plan holds)");
   if (const json* d = find(j, "devices")) {
     mesh->devices = as_int_array(*d, child(path, "devices"));
   } else if (shape_ok) {
@@ -613,14 +638,14 @@ Spec parse_spec(std::string_view json_text) {
   }
 }
 
-Spec load_spec(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorCode::kInvalidArgument, path, "cannot open spec file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail(ErrorCode::kInvalidArgument, path, "cannot read spec file");
+Spec load_spec(const std::string& path, int64_t max_bytes) {
+  if (max_bytes < 1)
+    fail(ErrorCode::kInvalidArgument, "max_bytes", std::to_string(max_bytes) + " is not positive");
+  const std::vector<char> text = read_file_capped(
+      path, max_bytes, "spec file",
+      "split the spec, or raise the limit (--max-input-bytes on the command line)");
   try {
-    return parse_spec(text.str());
+    return parse_spec(std::string_view(text.data(), text.size()));
   } catch (const Error& e) {
     // Syntax errors get the file name; inconsistencies keep their JSON path first.
     if (e.code() == ErrorCode::kParse) fail(ErrorCode::kParse, path, e.what());

@@ -22,6 +22,7 @@
 #include "reshard/error.h"
 #include "reshard/plan_generated.h"
 #include "reshard/wire.h"
+#include "util/read_file.h"
 #include "util/utf8.h"
 
 namespace reshard {
@@ -121,10 +122,13 @@ class Decoder {
     check_tilings();
     input.tensors = decode_tensors();
     const uint64_t fingerprint = rethrow_as_corrupt([&] { return plan_fingerprint(input); });
+    // The message names neither value: the computed one is what an editor
+    // of the inputs would need to make the edit pass.
     if (fingerprint != root_.fingerprint())
-      corrupt("fingerprint", "stored " + std::to_string(root_.fingerprint()) +
-                                 " differs from the fingerprint of the decoded inputs " +
-                                 std::to_string(fingerprint));
+      corrupt("fingerprint",
+              "does not match the decoded inputs (tensors, layouts, topology or options were "
+              "edited or damaged)");
+    fingerprint_ = fingerprint;
     Plan plan;
     Plan::Builder::fingerprint(plan) = fingerprint;
     Plan::Builder::processes(plan) = decode_processes(input);
@@ -250,8 +254,10 @@ class Decoder {
       charge(t.name()->size(), f + ".name");
       spec.name = t.name()->str();
       if (!valid_utf8(spec.name)) corrupt(f + ".name", "not valid UTF-8");
+      if (spec.name.find('\0') != std::string::npos)
+        corrupt(f + ".name", "contains a NUL character");
       if (!names.insert(t.name()->string_view()).second)
-        corrupt(f + ".name", "duplicate tensor name \"" + spec.name + "\"");
+        corrupt(f + ".name", "duplicate tensor name");
       const int32_t dtype = static_cast<int32_t>(t.dtype());
       if (!dtype_valid(dtype))
         corrupt(f + ".dtype", "invalid dtype value " + std::to_string(dtype));
@@ -619,12 +625,8 @@ class Decoder {
     return pieces;
   }
 
-  // Messages of one direction. `send`: this process sends them (ordered by
-  // round, destination, source); otherwise it receives them (round, source,
-  // destination). Their pieces tile `pieces` in order.
-  std::vector<Message> decode_messages(const fb::Messages* fm, const std::vector<Piece>& pieces,
-                                       const std::vector<Box>& regions, int32_t process, bool send,
-                                       const std::string& f, const std::string& fpieces) {
+  // Messages of one direction, as stored; check_messages checks them.
+  std::vector<Message> decode_messages(const fb::Messages* fm, const std::string& f) {
     std::vector<Message> msgs;
     const size_t n = fm ? col(fm->src_device()).size() : 0;
     if (fm) {
@@ -636,11 +638,9 @@ class Decoder {
       if (col(fm->stage()).present()) expect_size(col(fm->stage()).size(), n, f + ".stage");
     }
     charge(n * sizeof(Message), f);
-    msgs.reserve(n);
-    uint64_t next = 0;
+    msgs.resize(n);
     for (size_t i = 0; i < n; ++i) {
-      const Where fi{f, i};
-      Message m;
+      Message& m = msgs[i];
       m.src_device = col(fm->src_device())[i];
       m.dst_device = col(fm->dst_device())[i];
       m.round = col(fm->round())[i];
@@ -648,6 +648,20 @@ class Decoder {
       m.num_pieces = col(fm->num_pieces())[i];
       m.bytes = col(fm->bytes())[i];
       m.stage = col(fm->stage()).present() ? col(fm->stage())[i] : 0;
+    }
+    return msgs;
+  }
+
+  // Checks the messages of one direction. `send`: this process sends them
+  // (ordered by round, destination, source); otherwise it receives them
+  // (round, source, destination). Their pieces tile `pieces` in order.
+  void check_messages(const std::vector<Message>& msgs, const std::vector<Piece>& pieces,
+                      const std::vector<Box>& regions, int32_t process, bool send,
+                      const std::string& f, const std::string& fpieces) {
+    uint64_t next = 0;
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      const Where fi{f, i};
+      const Message& m = msgs[i];
       if (m.stage > 0 && !staged_)
         corrupt(fi(".stage"),
                 std::to_string(m.stage) + " but required_features lacks the stages bit (1)");
@@ -667,8 +681,8 @@ class Decoder {
       if (rounds_ >= 0 && m.round >= static_cast<uint32_t>(rounds_))
         corrupt(fi(".round"),
                 std::to_string(m.round) + " is not below stats.rounds " + std::to_string(rounds_));
-      if (!msgs.empty()) {
-        const Message& q = msgs.back();
+      if (i > 0) {
+        const Message& q = msgs[i - 1];
         const auto key = [send](const Message& x) {
           return send ? std::make_tuple(x.stage, x.round, x.dst_device, x.src_device)
                       : std::make_tuple(x.stage, x.round, x.src_device, x.dst_device);
@@ -701,11 +715,9 @@ class Decoder {
         corrupt(fi(".bytes"), std::to_string(m.bytes) + " differs from the " +
                                   std::to_string(bytes) + " bytes of its pieces");
       next += m.num_pieces;
-      msgs.push_back(m);
     }
     if (next != pieces.size())
       corrupt(fpieces, std::to_string(pieces.size() - next) + " pieces belong to no message");
-    return msgs;
   }
 
   ProcessPart decode_part(const fb::ProcessPart& fp, const std::string& f) {
@@ -714,6 +726,15 @@ class Decoder {
     part.regions = decode_regions(fp.regions(), f + ".regions");
     const std::string local = f + ".local";
     part.local = decode_pieces(fp.local(), local);
+    part.send_pieces = decode_pieces(fp.send_pieces(), f + ".send_pieces");
+    part.sends = decode_messages(fp.sends(), f + ".sends");
+    part.recv_pieces = decode_pieces(fp.recv_pieces(), f + ".recv_pieces");
+    part.recvs = decode_messages(fp.recvs(), f + ".recvs");
+    // The digest first: an edited part is reported as edited, and the checks
+    // below never tell an editor which value would have passed them.
+    if (fp.digest() != 0 && fp.digest() != part_digest(fingerprint_, part))
+      corrupt(f + ".digest",
+              "does not match the part's contents (the part was edited or damaged)");
     for (size_t i = 0; i < part.local.size(); ++i) {
       const Piece& p = part.local[i];
       const Where fi{local, i};
@@ -727,12 +748,10 @@ class Decoder {
         corrupt(fi(), "device " + std::to_string(device) + " is not on process " +
                           std::to_string(part.process));
     }
-    part.send_pieces = decode_pieces(fp.send_pieces(), f + ".send_pieces");
-    part.sends = decode_messages(fp.sends(), part.send_pieces, part.regions, part.process, true,
-                                 f + ".sends", f + ".send_pieces");
-    part.recv_pieces = decode_pieces(fp.recv_pieces(), f + ".recv_pieces");
-    part.recvs = decode_messages(fp.recvs(), part.recv_pieces, part.regions, part.process, false,
-                                 f + ".recvs", f + ".recv_pieces");
+    check_messages(part.sends, part.send_pieces, part.regions, part.process, true, f + ".sends",
+                   f + ".send_pieces");
+    check_messages(part.recvs, part.recv_pieces, part.regions, part.process, false, f + ".recvs",
+                   f + ".recv_pieces");
     return part;
   }
 
@@ -751,6 +770,7 @@ class Decoder {
   std::vector<std::pair<size_t, size_t>> tensor_slots_;  // per tensor: src, dst slot
   const std::vector<TensorSpec>* tensors_ = nullptr;
   const Topology* topology_ = nullptr;
+  uint64_t fingerprint_ = 0;
   int64_t rounds_ = -1;  // stats.rounds, or -1 without statistics
   int64_t stages_ = -1;  // stats.stages, or -1 without statistics
   bool staged_ = false;  // required_features has the stages bit
@@ -785,6 +805,26 @@ Plan decode_plan(std::span<const uint8_t> bytes) {
   if (!verifier.VerifyBuffer<fb::Plan>(fb::PlanIdentifier()))
     corrupt("plan", "FlatBuffers verification failed (truncated or malformed buffer)");
   return Decoder(data, n).decode();
+}
+
+Plan load_plan(const std::string& path, int64_t max_bytes) {
+  if (max_bytes < 1)
+    fail(ErrorCode::kInvalidArgument, "max_bytes", std::to_string(max_bytes) + " is not positive");
+  const std::vector<char> bytes = read_file_capped(
+      path, max_bytes, "plan file",
+      "write one process part per file (reshard plan --process P), or raise the limit "
+      "(--max-input-bytes on the command line)",
+      [&](std::string_view head) {
+        if (head.size() >= 8 && !fb::PlanBufferHasIdentifier(head.data()))
+          fail(ErrorCode::kCorrupt, path,
+               std::string("not a reshard plan (file identifier is not \"") + fb::PlanIdentifier() +
+                   "\")");
+      });
+  try {
+    return decode_plan(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  } catch (const Error& e) {
+    throw Error(e.code(), path, e.what());
+  }
 }
 
 }  // namespace reshard

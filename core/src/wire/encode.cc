@@ -249,7 +249,7 @@ class Encoder {
     auto recv_pieces = encode_pieces(p.recv_pieces);
     auto regions = encode_regions(p.regions);
     return fb::CreateProcessPart(b_, p.process, local, sends, send_pieces, recvs, recv_pieces,
-                                 regions);
+                                 regions, part_digest(plan_.fingerprint(), p));
   }
 
   const Plan& plan_;

@@ -1,0 +1,78 @@
+// part_digest: the checksum a plan buffer stores beside each process part.
+//
+// Each step h <- rotl((h ^ v) * K1, 29) * K2 is a bijection of h for a fixed
+// v and of v for a fixed h, so changing any one value of the sequence always
+// changes the result (not just with high probability): an edit of a single
+// field of a part can never go unnoticed. Values go in as 64-bit words, each
+// list preceded by its length, so no two different parts hash the same
+// sequence. About a nanosecond per word: decoding checks it in a small
+// fraction of the time it spends on the pieces.
+#include <bit>
+#include <cstdint>
+
+#include "reshard/wire.h"
+
+namespace reshard {
+namespace {
+
+class WordHash {
+ public:
+  explicit WordHash(uint64_t seed) : h_(seed ^ 0x52534850'61727431ull) {}  // "RSHPart1"
+  void add(uint64_t v) {
+    h_ = std::rotl((h_ ^ v) * 0x9E3779B97F4A7C15ull, 29) * 0xBF58476D1CE4E5B9ull;
+  }
+  uint64_t value() const {
+    // A final avalanche (bijective too) so that nearby parts differ in every bit.
+    uint64_t z = h_;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return z == 0 ? 1 : z;  // 0 means "no digest" on the wire
+  }
+
+ private:
+  uint64_t h_;
+};
+
+void add_pieces(WordHash& h, const std::vector<Piece>& pieces) {
+  h.add(pieces.size());
+  for (const Piece& p : pieces) {
+    h.add(uint64_t{p.tensor} << 32 | p.src_entry);
+    h.add(uint64_t{p.dst_entry} << 32 | p.region);
+  }
+}
+
+void add_messages(WordHash& h, const std::vector<Message>& messages) {
+  h.add(messages.size());
+  for (const Message& m : messages) {
+    h.add(static_cast<uint64_t>(m.src_device));
+    h.add(static_cast<uint64_t>(m.dst_device));
+    h.add(uint64_t{m.stage} << 32 | m.round);
+    h.add(m.first_piece);
+    h.add(m.num_pieces);
+    h.add(static_cast<uint64_t>(m.bytes));
+  }
+}
+
+}  // namespace
+
+uint64_t part_digest(uint64_t fingerprint, const ProcessPart& part) {
+  WordHash h(fingerprint);
+  h.add(static_cast<uint32_t>(part.process));
+  add_pieces(h, part.local);
+  add_messages(h, part.sends);
+  add_pieces(h, part.send_pieces);
+  add_messages(h, part.recvs);
+  add_pieces(h, part.recv_pieces);
+  h.add(part.regions.size());
+  for (const Box& r : part.regions) {
+    h.add(static_cast<uint64_t>(r.rank));
+    for (int d = 0; d < r.rank; ++d) {
+      h.add(static_cast<uint64_t>(r.lo[d]));
+      h.add(static_cast<uint64_t>(r.hi[d]));
+    }
+  }
+  return h.value();
+}
+
+}  // namespace reshard
