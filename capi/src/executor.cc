@@ -57,13 +57,32 @@ std::string element(const char* array, size_t i) {
 // The C buffers as execute_host's views. Only what the C types add is
 // checked here (NULL arrays, sizes past INT64_MAX); execute_host checks
 // counts, sizes and overlaps against the plan.
-std::vector<reshard::TensorBuffers> to_views(const reshard_tensor_buffers_t* buffers,
+std::vector<reshard::TensorBuffers> to_views(const reshard::Plan& plan,
+                                             const reshard_tensor_buffers_t* buffers,
                                              size_t num_tensors) {
+  // Counts are checked against the plan before anything is sized by them
+  // (num_tensors = SIZE_MAX must be an argument error, not a failed
+  // allocation, and num_src past the array must not be walked).
+  const auto& tensors = plan.tensors();
   if (num_tensors > 0) require(buffers, "buffers");
+  if (num_tensors != tensors.size())
+    reshard::fail(ErrorCode::kInvalidArgument,
+                  "buffers: " + std::to_string(num_tensors) + " tensors given, the plan has " +
+                      std::to_string(tensors.size()));
   std::vector<reshard::TensorBuffers> views(num_tensors);
   for (size_t t = 0; t < num_tensors; ++t) {
     const reshard_tensor_buffers_t& b = buffers[t];
     const std::string name = element("buffers", t);
+    // More buffers than entries: refused before the list is walked (the
+    // engine reports any other count mismatch).
+    if (b.num_src > tensors[t].src.num_entries())
+      reshard::fail(ErrorCode::kInvalidArgument,
+                    name + ".src: " + std::to_string(b.num_src) + " buffers given, the layout has " +
+                        std::to_string(tensors[t].src.num_entries()));
+    if (b.num_dst > tensors[t].dst.num_entries())
+      reshard::fail(ErrorCode::kInvalidArgument,
+                    name + ".dst: " + std::to_string(b.num_dst) + " buffers given, the layout has " +
+                        std::to_string(tensors[t].dst.num_entries()));
     if (b.num_src > 0 && b.src == nullptr) {
       reshard::fail(ErrorCode::kInvalidArgument, name + ".src: must not be NULL");
     }
@@ -252,7 +271,7 @@ reshard_error_t* reshard_executor_execute(const reshard_executor_t* executor,
   return guard([&] {
     require(executor, "executor");
     require(plan, "plan");
-    const std::vector<reshard::TensorBuffers> views = to_views(buffers, num_tensors);
+    const std::vector<reshard::TensorBuffers> views = to_views(plan->plan, buffers, num_tensors);
     if (executor->process != reshard::kAllProcesses) {
       check_remote_entries_empty(plan->plan, buffers, num_tensors, executor->rank);
     }

@@ -1751,6 +1751,17 @@ static void test_executor(void) {
             "buffers: must not be NULL");
   CHECK_ERR(reshard_executor_execute(executor, plan, h.tensors, 1), RESHARD_ERROR_INVALID_ARGUMENT,
             "buffers: 1 tensors given, the plan has 2");
+  /* Counts are checked before anything is sized by them (issue 15: SIZE_MAX
+   * was INTERNAL, a failed allocation). */
+  CHECK_ERR(reshard_executor_execute(executor, plan, h.tensors, SIZE_MAX),
+            RESHARD_ERROR_INVALID_ARGUMENT, "buffers: 18446744073709551615 tensors given");
+  {
+    const size_t saved = h.tensors[1].num_src;
+    h.tensors[1].num_src = SIZE_MAX;
+    CHECK_ERR(reshard_executor_execute(executor, plan, h.tensors, 2),
+              RESHARD_ERROR_INVALID_ARGUMENT, "buffers[1].src: 18446744073709551615 buffers given");
+    h.tensors[1].num_src = saved;
+  }
   saved_src = h.tensors[1].src;
   h.tensors[1].src = NULL;
   CHECK_ERR(reshard_executor_execute(executor, plan, h.tensors, 2), RESHARD_ERROR_INVALID_ARGUMENT,

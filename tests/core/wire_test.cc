@@ -451,6 +451,7 @@ class WireMutation : public ::testing::Test {
   void SetUp() override {
     bytes_ = encode_plan(make_plan(explicit_and_split()));
     for (size_t i = 0; i < root()->parts()->size(); ++i) ASSERT_TRUE(part(i)->mutate_digest(0));
+    ASSERT_TRUE(root()->mutate_parts_digest(0));
   }
   fb::Plan* root() { return fb::GetMutablePlan(bytes_.data()); }
   fb::ProcessPart* part(size_t i) {
@@ -776,12 +777,16 @@ TEST(WirePartDigest, EveryEditedValueOfEveryPartIsRejected) {
     for (size_t i = 0; i < parts->size(); ++i) {
       const uint64_t digest = parts->Get(static_cast<flatbuffers::uoffset_t>(i))->digest();
       EXPECT_NE(digest, 0u);
-      const std::string where = "parts[" + std::to_string(i) + "].digest";
+      const std::string part = "parts[" + std::to_string(i) + "]";
       for_each_part_value(bytes, i, [&](const std::string& value) {
         ++edits;
         std::string message;
         ASSERT_EQ(decode_error(bytes, &message), ErrorCode::kCorrupt)
-            << "input " << k << ": " << where << " " << value;
+            << "input " << k << ": " << part << " " << value;
+        // A region's rank says how many bounds follow: changing it breaks
+        // the structure, found before the digest can be computed.
+        const std::string where =
+            value.starts_with("regions.rank") ? part + ".regions" : part + ".digest";
         EXPECT_NE(message.find(where), std::string::npos) << value << ": " << message;
         EXPECT_EQ(message.find(std::to_string(digest)), std::string::npos) << message;
       });
@@ -800,18 +805,69 @@ TEST(WirePartDigest, EveryEditedValueOfEveryPartIsRejected) {
   EXPECT_GT(edits, 500u);
 }
 
-// Plans written before digests existed (digest absent, read as 0) decode as
-// before; a digest changed by itself is as wrong as an edited part.
-TEST(WirePartDigest, MissingDigestDecodesAndAWrongOneDoesNot) {
+// Issue 15: a crafted plan with num_summands = 2^31 - 1 made `verify` loop
+// over every summand of every element. A layout holds at most one summand
+// per entry, checked before anything loops over summands; the decoder
+// refuses the count before it recomputes the fingerprint an attacker could
+// have matched.
+TEST(WireHostile, SummandCountBeyondTheEntriesIsRefused) {
+  std::vector<uint8_t> bytes = encode_plan(make_plan(explicit_and_split()));
+  auto* t = fb::GetMutablePlan(bytes.data())->mutable_tensors()->GetMutableObject(0);
+  ASSERT_TRUE(t->mutable_src()->mutate_num_summands(std::numeric_limits<int32_t>::max()));
+  std::string message;
+  EXPECT_EQ(decode_error(bytes, &message), ErrorCode::kCorrupt);
+  EXPECT_NE(message.find("tensors[0].src.summands: 2147483647 summands but only 4 entries"),
+            std::string::npos)
+      << message;
+  Box whole;
+  whole.rank = 1;
+  whole.lo[0] = 0;
+  whole.hi[0] = 4;
+  const std::vector<int64_t> shape{4};
+  try {
+    Layout::from_boxes(shape, {{0, 0, whole}, {1, 1, whole}}, 3, ReduceOp::kSum, "l");
+    ADD_FAILURE() << "3 summands over 2 entries accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(e.field(), "l.summands") << e.what();
+  }
+}
+
+// Plans written before digests existed (every digest absent, read as 0)
+// decode as before. A digest changed by itself is as wrong as an edited
+// part; one hidden digest, or a dropped part, fails on the plan's
+// parts_digest (the bit flip of issue 15's hostile run that swapped a
+// part's vtable for an empty one, so that the part read as empty and
+// digest-less).
+TEST(WirePartDigest, DigestsAreAllPresentOrAllAbsent) {
   const Plan plan = make_plan(explicit_and_split());
-  std::vector<uint8_t> bytes = encode_plan(plan);
-  auto* fp = fb::GetMutablePlan(bytes.data())->mutable_parts()->GetMutableObject(0);
-  const uint64_t digest = fp->digest();
+  const std::vector<uint8_t> original = encode_plan(plan);
+  std::vector<uint8_t> bytes = original;
+  auto root = [&] { return fb::GetMutablePlan(bytes.data()); };
+  auto fp = [&](flatbuffers::uoffset_t i) { return root()->mutable_parts()->GetMutableObject(i); };
+  ASSERT_EQ(root()->parts()->size(), 2u);
+  const uint64_t digest = fp(0)->digest();
   EXPECT_EQ(digest, part_digest(plan.fingerprint(), plan.parts().begin()->second));
-  ASSERT_TRUE(fp->mutate_digest(digest + 1));
-  expect_corrupt(bytes, "parts[0].digest: does not match");
-  ASSERT_TRUE(fp->mutate_digest(0));
-  EXPECT_EQ(encode_plan(decode_plan(bytes)), encode_plan(plan));
+  ASSERT_TRUE(fp(0)->mutate_digest(digest + 1));
+  expect_corrupt(bytes, "parts_digest: does not match");
+  ASSERT_TRUE(fp(0)->mutate_digest(0));
+  expect_corrupt(bytes, "parts[0].digest: missing, but the plan has parts_digest");
+  ASSERT_TRUE(fp(1)->mutate_digest(0));
+  expect_corrupt(bytes, "parts[0].digest: missing");
+  ASSERT_TRUE(root()->mutate_parts_digest(0));
+  EXPECT_EQ(encode_plan(decode_plan(bytes)), original);  // as an older plan
+  bytes = original;
+  ASSERT_TRUE(root()->mutate_parts_digest(0));
+  expect_corrupt(bytes, "parts[0].digest: present, but the plan lacks parts_digest");
+  bytes = original;
+  ASSERT_TRUE(root()->mutate_parts_digest(root()->parts_digest() ^ 4));
+  expect_corrupt(bytes, "parts_digest: does not match");
+  // The parts vector cut to its first part: a dropped part.
+  bytes = original;
+  const auto* parts = root()->parts();
+  const size_t at = static_cast<size_t>(reinterpret_cast<const uint8_t*>(parts) - bytes.data());
+  flatbuffers::WriteScalar<uint32_t>(bytes.data() + at, 1);
+  expect_corrupt(bytes, "parts_digest: does not match");
 }
 
 // A single-part buffer carries its part's digest; ranks decoding the same

@@ -18,6 +18,7 @@ BIN = sys.argv[1]
 CAP = 4 << 30      # bytes of address space
 LIMIT = 60.0       # seconds
 TMP = tempfile.mkdtemp(prefix="reshard-hostile-")
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def cap():
@@ -88,6 +89,14 @@ def row_allgather_65536():
     return o, clean(o, needles=("resource_exhausted",))
 
 
+def row_plan_405b_out():
+    # Every part of the 405B fleet plan into one file: refused by the
+    # estimate (plan bytes above 2 GiB, memory above the limit).
+    big = os.path.join(SRC, "examples", "specs", "llama405b_fsdp1024_to_tp8.json")
+    o = run("plan", "--spec", big, "--out", os.path.join(TMP, "big.rsplan"))
+    return o, clean(o, ok_codes=(1,), needles=("resource_exhausted", "--process P"))
+
+
 def row_mesh_4096x4096():
     doc = {"meshes": {"m": {"axis_names": ["a", "b"], "shape": [4096, 4096]}},
            "tensors": [{"name": "t", "shape": [4096, 4096], "dtype": "f32",
@@ -127,7 +136,7 @@ def row_small_tensors_100k():
 def row_nested_arrays():
     depth = 40000
     o = run("plan", "--spec", write("nested.json", "[" * depth + "]" * depth))
-    return o, clean(o, needles=("depth",))
+    return o, clean(o, needles=("nesting depth",))
 
 
 def row_gather_30000():
@@ -135,7 +144,11 @@ def row_gather_30000():
     doc = {"meshes": {"a": mesh(n), "b": {"axis_names": ["y"], "shape": [1], "devices": [n]}},
            "tensors": [{"name": "t", "shape": [n], "dtype": "f32",
                         "src": {"mesh": "a", "spec": ["x"]}, "dst": {"mesh": "b", "spec": []}}]}
-    o = run("plan", "--spec", spec_file("gather.json", doc))
+    out = os.path.join(TMP, "gather.rsplan")
+    o = run("plan", "--spec", spec_file("gather.json", doc), "--out", out)
+    if o.rc == 0:
+        o2 = run("verify", "--plan", out)
+        o = Outcome(o2.rc, o2.out, o2.err, o.seconds + o2.seconds)
     return o, clean(o, ok_codes=(0,))
 
 
@@ -187,7 +200,9 @@ def row_edited_plan():
                 accepted += 1
                 continue
             problems = clean(m, ok_codes=(1, 2), needles=("--plan",))
-            if problems or "corrupt" not in m.err:
+            if "wrong elements" in m.err:
+                problems.append("an edited plan decoded and moved wrong data")
+            if problems:
                 return m, ["byte %d bit %#x: %s" % (i, bit, m.summary())] + problems
     o.err = "%d of %d edits decoded and verified; every other edit refused\n" % (
         accepted, 2 * len(data))
@@ -218,6 +233,7 @@ def row_huge_key():
 
 ROWS = {
     "allgather_65536": ("195-byte spec: 65,536 devices all-gathering 65,536 elements", row_allgather_65536),
+    "plan_405b_out": ("whole 405B plan, plan --out", row_plan_405b_out),
     "mesh_4096x4096": ("226-byte spec: a 4096x4096 mesh, default devices", row_mesh_4096x4096),
     "explicit_boxes_100k": ("100,000 explicit one-element boxes to 4 devices, plan --out + verify", row_explicit_boxes_100k),
     "small_tensors_100k": ("100,000 small tensors, 8 devices", row_small_tensors_100k),

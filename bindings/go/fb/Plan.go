@@ -206,8 +206,20 @@ func (rcv *Plan) PartsLength() int {
 	return 0
 }
 
+func (rcv *Plan) PartsDigest() uint64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(26))
+	if o != 0 {
+		return rcv._tab.GetUint64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *Plan) MutatePartsDigest(n uint64) bool {
+	return rcv._tab.MutateUint64Slot(26, n)
+}
+
 func PlanStart(builder *flatbuffers.Builder) {
-	builder.StartObject(11)
+	builder.StartObject(12)
 }
 func PlanAddVersion(builder *flatbuffers.Builder, version uint32) {
 	builder.PrependUint32Slot(0, version, 0)
@@ -253,6 +265,9 @@ func PlanAddParts(builder *flatbuffers.Builder, parts flatbuffers.UOffsetT) {
 }
 func PlanStartPartsVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
 	return builder.StartVector(4, numElems, 4)
+}
+func PlanAddPartsDigest(builder *flatbuffers.Builder, partsDigest uint64) {
+	builder.PrependUint64Slot(11, partsDigest, 0)
 }
 func PlanEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

@@ -123,8 +123,20 @@ func (rcv *ProcessPart) Regions(obj *Regions) *Regions {
 	return nil
 }
 
+func (rcv *ProcessPart) Digest() uint64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(18))
+	if o != 0 {
+		return rcv._tab.GetUint64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *ProcessPart) MutateDigest(n uint64) bool {
+	return rcv._tab.MutateUint64Slot(18, n)
+}
+
 func ProcessPartStart(builder *flatbuffers.Builder) {
-	builder.StartObject(7)
+	builder.StartObject(8)
 }
 func ProcessPartAddProcess(builder *flatbuffers.Builder, process int32) {
 	builder.PrependInt32Slot(0, process, 0)
@@ -146,6 +158,9 @@ func ProcessPartAddRecvPieces(builder *flatbuffers.Builder, recvPieces flatbuffe
 }
 func ProcessPartAddRegions(builder *flatbuffers.Builder, regions flatbuffers.UOffsetT) {
 	builder.PrependUOffsetTSlot(6, flatbuffers.UOffsetT(regions), 0)
+}
+func ProcessPartAddDigest(builder *flatbuffers.Builder, digest uint64) {
+	builder.PrependUint64Slot(7, digest, 0)
 }
 func ProcessPartEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

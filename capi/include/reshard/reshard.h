@@ -45,6 +45,12 @@
  *   copied where kept), so they may be destroyed right after the call.
  *   Strings returned as `const char*` are owned by the handle they came from
  *   and stay valid until it is destroyed.
+ *   Undefined behaviour (not detected, as with free()): destroying a handle
+ *   twice, using a handle after destroying it, passing a pointer that no
+ *   reshard function returned, destroying a handle while another thread
+ *   uses it, passing an array shorter than the count given with it.
+ *   Everything else a caller can pass (NULL, out-of-range counts and
+ *   indices, bad enums, struct sizes) is an error value, never a crash.
  *
  * Options structs. Every options or result struct starts with
  *   `size_t struct_size`, and each has an _INIT macro that fills

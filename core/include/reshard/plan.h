@@ -235,7 +235,10 @@ struct PlanRequest {
   //   N > 0: N bytes;
   //   kUnlimitedPlanBytes (-1): no limit and no estimate;
   //   below -1: kInvalidArgument.
-  // kGlobal builds no parts and is never refused. With a limit in force,
+  // kGlobal builds no parts; it is refused only when the global statistics
+  // themselves would need more than the limit (their bookkeeping of device
+  // pairs that exchange data, quadratic in the devices when every device
+  // talks to every other: 65,536 devices all-gathering). With a limit in force,
   // kProcess without global_stats and without a staging budget still
   // computes the per-device figures the estimate needs (which it otherwise
   // skips). Not part of the plan's identity.
@@ -252,7 +255,8 @@ inline constexpr int64_t kUnlimitedPlanBytes = -1;
 // The limit PlanRequest::max_plan_bytes = 0 stands for: half the memory
 // available to this process, i.e. of the physical memory
 // (sysconf(_SC_PHYS_PAGES) * page size) or of the cgroup's memory limit when
-// one is set and lower (cgroup v2 memory.max, v1 memory.limit_in_bytes).
+// one is set and lower (cgroup v2 memory.max, v1 memory.limit_in_bytes), or
+// of the process's address-space limit (RLIMIT_AS) when that is lower.
 // Computed once per process.
 int64_t default_max_plan_bytes();
 

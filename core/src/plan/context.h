@@ -61,7 +61,10 @@ struct DeviceCounts {
 // null) receives every device's DeviceCounts, indexed like ctx.devices:
 // exact piece and stream counts, and message and cut counts that are exact
 // with `schedule` and an upper bound without.
+// `max_bytes` (kUnlimitedPlanBytes: none) caps the bookkeeping of device
+// pairs that exchange data, which a plan where every device talks to every
+// other makes quadratic in the devices: past it, kResourceExhausted.
 void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
-                   std::vector<DeviceCounts>* counts = nullptr);
+                   std::vector<DeviceCounts>* counts = nullptr, int64_t max_bytes = -1);
 
 }  // namespace reshard::planning

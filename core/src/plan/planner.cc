@@ -19,6 +19,7 @@
 #include "util/utf8.h"
 
 #if defined(__unix__)
+#include <sys/resource.h>
 #include <unistd.h>
 #endif
 
@@ -111,17 +112,34 @@ class MessageBuckets {
  public:
   MessageBuckets(size_t ndev, bool sized) : ndev_(ndev), sized_(sized) {}
 
+  // The bucket slots of one own device and stage, indexed by peer: a dense
+  // row over all devices while the rows fit kDenseCells, else a hash map
+  // (a process owning 30,000 devices of a 30,000-device plan would
+  // otherwise need 3.6 GB of rows that are almost all empty).
+  struct Table {
+    uint32_t* dense = nullptr;
+    uint32_t id = kNone;
+    explicit operator bool() const { return id != kNone; }
+  };
+  static constexpr size_t kDenseCells = size_t{1} << 24;  // 64 MiB of rows
+
   // Slot table for one own device and stage; call once per own entry and
   // stage, then add().
-  uint32_t* table_for(uint32_t own_dense, uint32_t stage = 0) {
+  Table table_for(uint32_t own_dense, uint32_t stage = 0) {
     auto [it, fresh] =
         own_.emplace(uint64_t{stage} << 32 | own_dense, static_cast<uint32_t>(tables_.size()));
-    if (fresh) tables_.emplace_back(ndev_, kNone);
-    return tables_[it->second].data();
+    if (fresh) {
+      const bool dense = (tables_.size() + 1) * ndev_ <= kDenseCells;
+      tables_.emplace_back(dense ? ndev_ : 0, kNone);
+    }
+    std::vector<uint32_t>& row = tables_[it->second];
+    return {row.empty() ? nullptr : row.data(), it->second};
   }
-  void add(uint32_t* table, uint32_t own_dense, uint32_t peer_dense, const Piece& piece,
+  void add(Table table, uint32_t own_dense, uint32_t peer_dense, const Piece& piece,
            int64_t bytes, uint32_t stage = 0) {
-    uint32_t& slot = table[peer_dense];
+    uint32_t& slot = table.dense ? table.dense[peer_dense]
+                                 : sparse_.try_emplace(uint64_t{table.id} << 32 | peer_dense, kNone)
+                                       .first->second;
     if (slot == kNone) {
       slot = static_cast<uint32_t>(buckets_.size());
       buckets_.emplace_back();
@@ -220,7 +238,8 @@ class MessageBuckets {
   size_t ndev_;
   bool sized_;
   std::unordered_map<uint64_t, uint32_t> own_;
-  std::vector<std::vector<uint32_t>> tables_;
+  std::vector<std::vector<uint32_t>> tables_;          // dense rows (empty: sparse_)
+  std::unordered_map<uint64_t, uint32_t> sparse_;     // table id << 32 | peer -> slot
   std::vector<std::vector<Piece>> buckets_;
   std::vector<std::vector<int64_t>> sizes_;  // parallel to buckets_ when sized_
   std::vector<uint64_t> keys_;
@@ -258,12 +277,12 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     auto [db, de] = entries_on(*t.dt, p);
     for (const uint32_t* it = db; it != de; ++it) {
       const uint32_t own = t.dt->dense[*it];
-      uint32_t* table = out.recvs.table_for(own);
-      uint32_t* relay_table[3] = {nullptr, nullptr, nullptr};
+      const auto table = out.recvs.table_for(own);
+      MessageBuckets::Table relay_table[3];
       en.recv(t, *it, [&](const Emitted& x) {
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
         if (x.relay()) {  // a later stage, from a relay's destination buffer
-          uint32_t*& rt = relay_table[x.stage];
+          MessageBuckets::Table& rt = relay_table[x.stage];
           if (!rt) rt = out.recvs.table_for(own, x.stage);
           piece.region = static_cast<uint32_t>(out.regions.size());
           out.regions.push_back(x.region);
@@ -278,9 +297,9 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
           out.recvs.add(table, own, t.st->dense[x.src_entry], piece, x.region.volume() * t.esize);
       });
       // Relay side: what this destination entry forwards in later stages.
-      uint32_t* fwd_table[3] = {nullptr, nullptr, nullptr};
+      MessageBuckets::Table fwd_table[3];
       en.forward(t, *it, [&](const Emitted& x) {
-        uint32_t*& ft = fwd_table[x.stage];
+        MessageBuckets::Table& ft = fwd_table[x.stage];
         if (!ft) ft = out.sends.table_for(own, x.stage);
         Piece piece{t.index, x.src_entry, x.dst_entry, static_cast<uint32_t>(out.regions.size())};
         out.regions.push_back(x.region);
@@ -292,7 +311,7 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     auto [sb, se] = entries_on(*t.st, p);
     for (const uint32_t* it = sb; it != se; ++it) {
       const uint32_t own = t.st->dense[*it];
-      uint32_t* table = out.sends.table_for(own);
+      const auto table = out.sends.table_for(own);
       en.send(t, *it, [&](const Emitted& x) {
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
         add_region(t, x, piece);
@@ -432,13 +451,16 @@ PartMemory part_memory(const PartSums& p, size_t ndev, int64_t chunks, bool budg
   // Enumerating (build_part): per message bucket a vector of pieces and one
   // of sizes, both possibly doubled, then the merged pieces and sizes; the
   // regions, growing by copying; per own device and direction a slot table
-  // over all devices, in every chunk.
+  // over all devices, in every chunk, dense up to MessageBuckets::kDenseCells
+  // cells and a hash map entry per stream beyond.
   const double sizes = budgeted ? kSizeBytes : 0;
+  const double cells = static_cast<double>(ndev) * static_cast<double>(p.devices);
+  const double dense_cells = std::min(cells, static_cast<double>(MessageBuckets::kDenseCells));
   const double build = net * (2 * (kPieceBytes + sizes) + kPieceBytes + sizes) +
                        2 * kPieceBytes * local + 64 * streams +
                        2 * kRegionBytes * static_cast<double>(p.regions) +
-                       8.0 * static_cast<double>(ndev) * static_cast<double>(p.devices) *
-                           static_cast<double>(chunks);
+                       8.0 * dense_cells * static_cast<double>(chunks) +
+                       (cells > dense_cells ? 64.0 * streams : 0.0);
   // Cutting rounds (split_rounds): the part with the uncut pieces and their
   // sizes beside the cut ones, the cut bounds, the new message list, and
   // the regions reserved at two per cut, copied when they grow beyond.
@@ -559,6 +581,12 @@ int64_t available_memory() {
       const int64_t limit = cgroup_limit(path);
       if (limit > 0 && (phys == 0 || limit < phys)) phys = limit;
     }
+    // An address-space limit (ulimit -v, prlimit --as) caps what this
+    // process can allocate whatever the machine has.
+    rlimit as{};
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY &&
+        (phys == 0 || as.rlim_cur < static_cast<rlim_t>(phys)))
+      phys = static_cast<int64_t>(as.rlim_cur);
     return phys > 0 ? phys : int64_t{8} << 30;  // unknown: assume 8 GiB
   }();
   return bytes;
@@ -657,7 +685,7 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request) {
   PlanStats stats;
   std::vector<DeviceCounts> counts;
   const bool want_stats = request.scope != PlanScope::kProcess || request.global_stats;
-  planning::compute_stats(ctx, stats, input.options, want_stats, &counts);
+  planning::compute_stats(ctx, stats, input.options, want_stats, &counts, limit);
   PlanEstimate e = estimate_parts(ctx, counts, request, threads);
   e.limit_bytes = limit;
   e.available_bytes = available_memory();
@@ -686,7 +714,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   if (budgeted || want_stats || guarded) {
     std::vector<DeviceCounts> counts;
     planning::compute_stats(ctx, Plan::Builder::stats(plan), input.options, want_stats,
-                            guarded ? &counts : nullptr);
+                            guarded ? &counts : nullptr, limit);
     Plan::Builder::has_stats(plan) = want_stats;
     if (guarded) {
       int64_t largest = 0;

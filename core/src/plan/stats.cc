@@ -83,7 +83,7 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
 }  // namespace
 
 void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
-                   std::vector<DeviceCounts>* counts) {
+                   std::vector<DeviceCounts>* counts, int64_t max_bytes) {
   const size_t ndev = ctx.devices.size();
   if (counts) counts->assign(ndev, DeviceCounts{});
   struct Acc {
@@ -110,6 +110,22 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   const size_t words = (ndev + 63) / 64;
   std::vector<uint64_t> bits(dense_pairs ? ndev * words : 0);
   std::unordered_set<uint64_t> pair_set, relay_pairs[kStages];
+  // Each pair in a hash set or map costs about kPairBytes; checked as the
+  // sets grow, so that a plan where every device talks to every other is
+  // refused at the limit instead of exhausting memory.
+  constexpr int64_t kPairBytes = 48;
+  int64_t pairs_kept = 0;
+  auto keep_pair = [&] {
+    if (max_bytes < 0 || ++pairs_kept * kPairBytes <= max_bytes) return;
+    fail(ErrorCode::kResourceExhausted, "request.max_plan_bytes",
+         "the global statistics track more than " + std::to_string(pairs_kept) +
+             " pairs of devices that exchange data (about " +
+             std::to_string(pairs_kept * kPairBytes >> 20) + " MiB), above the limit of " +
+             std::to_string(max_bytes >> 20) + " MiB (" + std::to_string(max_bytes) +
+             " bytes); every device of these " + std::to_string(ndev) +
+             " talks to many others: use a coarser layout (fewer devices, or a "
+             "replicated source sharded first), or raise the limit");
+  };
   Enumerator en(o);
   int64_t pieces = 0;
   std::vector<uint64_t> cell_bits;
@@ -124,8 +140,11 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   auto add_pair = [&](uint32_t sd, uint32_t dd, int64_t bytes) {
     if (dense_bytes)
       pair_dense[size_t{dd} * ndev + sd] += bytes;
-    else
-      pair_sparse[(uint64_t{sd} << 32) | dd] += bytes;
+    else {
+      auto [it, fresh] = pair_sparse.try_emplace((uint64_t{sd} << 32) | dd, 0);
+      it->second += bytes;
+      if (fresh) keep_pair();
+    }
   };
   // Destination geometries where relays across hosts may apply: a cell
   // spanning at least 2 hosts and more than the source spans (the per-cell
@@ -234,7 +253,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
               last_stage = std::max(last_stage, 1);
               st.forwarded_bytes += bytes;
               const uint64_t key = (uint64_t{ld} << 32) | dd;
-              relay_pairs[1].insert(key);
+              if (relay_pairs[1].insert(key).second) keep_pair();
               if (track_pairs) relay_bytes[1][key] += bytes;
             }
             g = g_end;
@@ -387,7 +406,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           last_stage = std::max(last_stage, static_cast<int32_t>(x.stage));
           st.forwarded_bytes += bytes;
           const uint64_t key = (uint64_t{sd} << 32) | dd;
-          relay_pairs[x.stage].insert(key);
+          if (relay_pairs[x.stage].insert(key).second) keep_pair();
           if (track_pairs) relay_bytes[x.stage][key] += bytes;
           return;
         }
@@ -395,7 +414,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         if (dense_pairs) {
           bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
         } else {
-          pair_set.insert((uint64_t{sd} << 32) | dd);
+          if (pair_set.insert((uint64_t{sd} << 32) | dd).second) keep_pair();
         }
       });
     }

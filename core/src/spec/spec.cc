@@ -57,7 +57,8 @@ std::string child(const std::string& path, std::string_view key) {
       return path + "[" + json(std::string(truncated(key))).dump() + "...]";
     return path + "[" + json(std::string(key)).dump() + "]";
   }
-  if (key.size() > kMaxQuoted) return path + "." + std::string(truncated(key)) + "...";
+  if (key.size() > kMaxQuoted)
+    return (path.empty() ? "" : path + ".") + std::string(truncated(key)) + "...";
   return path.empty() ? std::string(key) : path + "." + std::string(key);
 }
 std::string child(const std::string& path, size_t index) {
@@ -178,6 +179,9 @@ void check_keys(const json& obj, const std::string& path,
     std::vector<std::string> names;
     for (std::string_view a : allowed) {
       names.push_back(std::string(a));
+      // A key far longer than any allowed one is no typo of it (and would
+      // cost its length times theirs).
+      if (key.size() > a.size() + best_d) continue;
       const size_t d = edit_distance(key, a);
       if (d < best_d) {
         best_d = d;
@@ -214,8 +218,8 @@ class DuplicateKeyCheck {
         // A spec nests 5 deep; capping the depth bounds the paths kept here
         // (one per open container) and the parser's own stack.
         if (depth >= kMaxSpecDepth)
-          fail(ErrorCode::kParse, next_path().empty() ? std::string("(root)") : next_path(),
-               "JSON nested deeper than " + std::to_string(kMaxSpecDepth) + " levels");
+          fail(ErrorCode::kParse, "JSON nesting depth exceeds " + std::to_string(kMaxSpecDepth) +
+                                      " levels (a spec needs 5)");
         frames_.push_back({event == json::parse_event_t::array_start, 0, next_path(), {}, {}});
         break;
       case json::parse_event_t::key: {

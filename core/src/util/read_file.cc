@@ -23,17 +23,18 @@ std::string bytes_text(int64_t bytes) {
 std::vector<char> read_file_capped(const std::string& path, int64_t max_bytes,
                                    std::string_view what, std::string_view raise,
                                    const std::function<void(std::string_view)>& head) {
+  // `size`: "is 80.0 MiB (...)", or what is known of a stream.
   auto too_big = [&](const std::string& size) {
     fail(ErrorCode::kResourceExhausted, path,
-         std::string(what) + " of " + size + " is above the limit of " + bytes_text(max_bytes) +
-             " for " + std::string(what) + "s; " + std::string(raise));
+         std::string(what) + " " + size + ", above the limit of " + bytes_text(max_bytes) + " for " +
+             std::string(what) + "s; " + std::string(raise));
   };
   std::error_code ec;
   const bool regular = std::filesystem::is_regular_file(path, ec);
   if (regular) {
     const auto size = std::filesystem::file_size(path, ec);
     if (!ec && size > static_cast<uint64_t>(max_bytes))
-      too_big(bytes_text(static_cast<int64_t>(size)));
+      too_big("of " + bytes_text(static_cast<int64_t>(size)));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(ErrorCode::kInvalidArgument, path, "cannot open " + std::string(what));
@@ -42,7 +43,7 @@ std::vector<char> read_file_capped(const std::string& path, int64_t max_bytes,
   constexpr size_t kChunk = size_t{1} << 20;
   for (;;) {
     const size_t have = bytes.size();
-    if (have > static_cast<uint64_t>(max_bytes)) too_big("more than " + bytes_text(max_bytes));
+    if (have > static_cast<uint64_t>(max_bytes)) too_big("read past " + bytes_text(max_bytes) + " without ending");
     bytes.resize(have + kChunk);
     in.read(bytes.data() + have, static_cast<std::streamsize>(kChunk));
     bytes.resize(have + static_cast<size_t>(in.gcount()));
@@ -51,7 +52,7 @@ std::vector<char> read_file_capped(const std::string& path, int64_t max_bytes,
     if (in.eof()) break;
   }
   if (bytes.size() > static_cast<uint64_t>(max_bytes))
-    too_big(bytes_text(static_cast<int64_t>(bytes.size())));
+    too_big("of " + bytes_text(static_cast<int64_t>(bytes.size())));
   return bytes;
 }
 

@@ -23,6 +23,7 @@
 #include "reshard/plan_generated.h"
 #include "reshard/wire.h"
 #include "util/read_file.h"
+#include "wire/digest.h"
 #include "util/utf8.h"
 
 namespace reshard {
@@ -141,16 +142,28 @@ class Decoder {
     auto& parts = Plan::Builder::parts(plan);
     const auto& processes = Plan::Builder::processes(plan);
     const auto* fparts = root_.parts();
+    // Digests are all there or all absent (a plan written before them): a
+    // part whose digest vanished, or a part dropped or added, fails here.
+    const bool digested = root_.parts_digest() != 0;
+    std::vector<std::pair<int32_t, uint64_t>> digests;
     for (uoffset_t i = 0; fparts && i < fparts->size(); ++i) {
       const std::string f = idx("parts", i);
       const fb::ProcessPart& fp = *fparts->Get(i);
       const int32_t p = fp.process();
+      if ((fp.digest() != 0) != digested)
+        corrupt(f + ".digest", digested ? "missing, but the plan has parts_digest"
+                                        : "present, but the plan lacks parts_digest");
+      digests.emplace_back(p, fp.digest());
       if (!std::binary_search(processes.begin(), processes.end(), p))
         corrupt(f + ".process", "process " + std::to_string(p) + " owns no device of the plan");
       if (!parts.empty() && parts.rbegin()->first >= p)
         corrupt(f + ".process", "parts are not sorted by distinct process");
-      parts.emplace(p, decode_part(fp, f));
     }
+    if (digested && parts_digest(fingerprint, digests) != root_.parts_digest())
+      corrupt("parts_digest",
+              "does not match the parts the plan holds (a part was dropped, added or edited)");
+    for (uoffset_t i = 0; fparts && i < fparts->size(); ++i)
+      parts.emplace(fparts->Get(i)->process(), decode_part(*fparts->Get(i), idx("parts", i)));
     Plan::Builder::tensors(plan) = std::move(input.tensors);
     Plan::Builder::topology(plan) = std::move(input.topology);
     Plan::Builder::options(plan) = input.options;

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "reshard/wire.h"
+#include "wire/digest.h"
 
 namespace reshard {
 namespace {
@@ -55,6 +56,17 @@ void add_messages(WordHash& h, const std::vector<Message>& messages) {
 }
 
 }  // namespace
+
+uint64_t parts_digest(uint64_t fingerprint,
+                      std::span<const std::pair<int32_t, uint64_t>> process_digests) {
+  WordHash h(~fingerprint);
+  h.add(process_digests.size());
+  for (const auto& [process, digest] : process_digests) {
+    h.add(static_cast<uint32_t>(process));
+    h.add(digest);
+  }
+  return h.value();
+}
 
 uint64_t part_digest(uint64_t fingerprint, const ProcessPart& part) {
   WordHash h(fingerprint);

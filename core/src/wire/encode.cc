@@ -9,6 +9,7 @@
 #include "reshard/error.h"
 #include "reshard/plan_generated.h"
 #include "reshard/wire.h"
+#include "wire/digest.h"
 
 namespace reshard {
 namespace {
@@ -81,7 +82,12 @@ class Encoder {
     auto stats = encode_stats();
     auto processes = b_.CreateVector(plan_.processes());
     std::vector<Offset<fb::ProcessPart>> part_offsets;
-    for (const ProcessPart* p : parts) part_offsets.push_back(encode_part(*p));
+    std::vector<std::pair<int32_t, uint64_t>> digests;
+    for (const ProcessPart* p : parts) {
+      const uint64_t digest = part_digest(plan_.fingerprint(), *p);
+      digests.emplace_back(p->process, digest);
+      part_offsets.push_back(encode_part(*p, digest));
+    }
     auto part_vector = b_.CreateVector(part_offsets);
     uint64_t features = 0;
     for (const ProcessPart* p : parts)
@@ -90,7 +96,8 @@ class Encoder {
           if (m.stage > 0) features |= kPlanFeatureStages;
     auto root =
         fb::CreatePlan(b_, kPlanFormatVersion, features, plan_.fingerprint(), options, topology,
-                       tilings, tensor_vector, plan_.has_stats(), stats, processes, part_vector);
+                       tilings, tensor_vector, plan_.has_stats(), stats, processes, part_vector,
+                       parts_digest(plan_.fingerprint(), digests));
     b_.Finish(root, fb::PlanIdentifier());
     return std::vector<uint8_t>(b_.GetBufferPointer(), b_.GetBufferPointer() + b_.GetSize());
   }
@@ -241,7 +248,7 @@ class Encoder {
     return fb::CreateRegions(b_, rank_vector, lo_vector, hi_vector);
   }
 
-  Offset<fb::ProcessPart> encode_part(const ProcessPart& p) {
+  Offset<fb::ProcessPart> encode_part(const ProcessPart& p, uint64_t digest) {
     auto local = encode_pieces(p.local);
     auto sends = encode_messages(p.sends);
     auto send_pieces = encode_pieces(p.send_pieces);
@@ -249,7 +256,7 @@ class Encoder {
     auto recv_pieces = encode_pieces(p.recv_pieces);
     auto regions = encode_regions(p.regions);
     return fb::CreateProcessPart(b_, p.process, local, sends, send_pieces, recvs, recv_pieces,
-                                 regions, part_digest(plan_.fingerprint(), p));
+                                 regions, digest);
   }
 
   const Plan& plan_;
