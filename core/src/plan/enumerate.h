@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <vector>
 
 #include "layout/geometry.h"
@@ -224,6 +225,11 @@ class Enumerator {
   const CellHosts* ch_ = nullptr;       // ... and its hosts
   Route route_;
   std::vector<uint32_t> cands_, sel_, dsts_, near_, refined_;
+  std::vector<std::vector<uint32_t>> active_;  // refine(): candidates per slab
+  // send() on an explicit source: the network pieces of each destination
+  // entry of tensor *sent_tensor_ asked so far, sorted by source entry.
+  const TensorCtx* sent_tensor_ = nullptr;
+  std::unordered_map<uint32_t, std::vector<Emitted>> sent_;
   std::vector<int64_t> bounds_[kMaxRank];
 };
 
@@ -402,6 +408,23 @@ void Enumerator::refine(const TensorCtx& t, const Box& B, const std::vector<uint
     std::sort(v.begin(), v.end());
     v.erase(std::unique(v.begin(), v.end()), v.end());
   }
+  // Per slab of the dimension cut into the most slabs, the candidates that
+  // cover it (ascending): a cell's holders are found among its slab's, not
+  // among every candidate (which made many small boxes quadratic).
+  int key = 0;
+  for (int d = 1; d < rank; ++d)
+    if (bounds_[d].size() > bounds_[key].size()) key = d;
+  const std::vector<int64_t>& kb = bounds_[key];
+  const size_t slabs = kb.size() - 1;
+  if (active_.size() < slabs) active_.resize(slabs);
+  for (size_t i = 0; i < slabs; ++i) active_[i].clear();
+  for (uint32_t c : cands) {
+    const Box& cb = sg.boxes[c];
+    auto first = std::upper_bound(kb.begin(), kb.end(), cb.lo[key]) - kb.begin() - 1;
+    for (size_t i = static_cast<size_t>(std::max<ptrdiff_t>(first, 0));
+         i < slabs && kb[i] < cb.hi[key]; ++i)
+      if (kb[i] >= cb.lo[key]) active_[i].push_back(c);
+  }
   size_t idx[kMaxRank] = {};
   Box cell;
   cell.rank = rank;
@@ -412,7 +435,7 @@ void Enumerator::refine(const TensorCtx& t, const Box& B, const std::vector<uint
       cell.hi[d] = bounds_[d][idx[d] + 1];
     }
     holders.clear();
-    for (uint32_t c : cands)
+    for (uint32_t c : active_[idx[key]])
       if (sg.boxes[c].contains(cell)) holders.push_back(c);
     f(cell, holders.data(), holders.size(), true);
     int d = rank - 1;
@@ -884,7 +907,31 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
     if (t.T > 1 && ssum % t.T != t.dg->summands[e]) return;
     dsts.push_back(e);
   });
-  for (uint32_t e : dsts) recv(t, e, keep);
+  // Which source entry sends what to e is decided over e's whole box, so
+  // e's network pieces are enumerated once per tensor and kept by source
+  // entry: asking recv(t, e) again for each of the many small source boxes
+  // overlapping e was quadratic (100,000 one-element boxes: minutes).
+  if (sent_tensor_ != &t) {
+    sent_.clear();
+    sent_tensor_ = &t;
+  }
+  const auto by_source = [](const Emitted& a, const Emitted& b) {
+    return a.src_entry < b.src_entry;
+  };
+  for (uint32_t e : dsts) {
+    auto [it, fresh] = sent_.try_emplace(e);
+    std::vector<Emitted>& pieces = it->second;
+    if (fresh) {
+      recv(t, e, [&](const Emitted& p) {
+        if (!p.local && !p.relay()) pieces.push_back(p);
+      });
+      std::stable_sort(pieces.begin(), pieces.end(), by_source);  // keeps recv's order
+    }
+    Emitted probe{};
+    probe.src_entry = r;
+    const auto [b, end] = std::equal_range(pieces.begin(), pieces.end(), probe, by_source);
+    for (auto p = b; p != end; ++p) f(*p);
+  }
 }
 
 inline void Enumerator::uncovered(const TensorCtx& t, uint32_t e, const Box& region, int32_t s) {
