@@ -66,9 +66,9 @@ std::vector<reshard::TensorBuffers> to_views(const reshard::Plan& plan,
   const auto& tensors = plan.tensors();
   if (num_tensors > 0) require(buffers, "buffers");
   if (num_tensors != tensors.size())
-    reshard::fail(ErrorCode::kInvalidArgument,
-                  "buffers: " + std::to_string(num_tensors) + " tensors given, the plan has " +
-                      std::to_string(tensors.size()));
+    reshard::fail(ErrorCode::kInvalidArgument, "buffers: " + std::to_string(num_tensors) +
+                                                   " tensors given, the plan has " +
+                                                   std::to_string(tensors.size()));
   std::vector<reshard::TensorBuffers> views(num_tensors);
   for (size_t t = 0; t < num_tensors; ++t) {
     const reshard_tensor_buffers_t& b = buffers[t];
@@ -76,13 +76,13 @@ std::vector<reshard::TensorBuffers> to_views(const reshard::Plan& plan,
     // More buffers than entries: refused before the list is walked (the
     // engine reports any other count mismatch).
     if (b.num_src > tensors[t].src.num_entries())
-      reshard::fail(ErrorCode::kInvalidArgument,
-                    name + ".src: " + std::to_string(b.num_src) + " buffers given, the layout has " +
-                        std::to_string(tensors[t].src.num_entries()));
+      reshard::fail(ErrorCode::kInvalidArgument, name + ".src: " + std::to_string(b.num_src) +
+                                                     " buffers given, the layout has " +
+                                                     std::to_string(tensors[t].src.num_entries()));
     if (b.num_dst > tensors[t].dst.num_entries())
-      reshard::fail(ErrorCode::kInvalidArgument,
-                    name + ".dst: " + std::to_string(b.num_dst) + " buffers given, the layout has " +
-                        std::to_string(tensors[t].dst.num_entries()));
+      reshard::fail(ErrorCode::kInvalidArgument, name + ".dst: " + std::to_string(b.num_dst) +
+                                                     " buffers given, the layout has " +
+                                                     std::to_string(tensors[t].dst.num_entries()));
     if (b.num_src > 0 && b.src == nullptr) {
       reshard::fail(ErrorCode::kInvalidArgument, name + ".src: must not be NULL");
     }

@@ -38,8 +38,8 @@ uint64_t part_digest(uint64_t fingerprint, const ProcessPart& part);
 // Verifies (FlatBuffers Verifier, then semantic checks: indices in range,
 // boxes inside shapes, sizes and statistics consistent, fingerprint matches
 // the inputs, each part's digest matches the part; parts of plans written
-// before digests existed carry none and are accepted unchecked) and decodes. Any failure is Error(kCorrupt) with a message
-// naming what failed; never a crash or an out-of-bounds read.
+// before digests existed carry none and are accepted unchecked) and decodes. Any failure is
+// Error(kCorrupt) with a message naming what failed; never a crash or an out-of-bounds read.
 Plan decode_plan(std::span<const uint8_t> bytes);
 
 // The largest plan buffer the format allows (2 GiB - 1), load_plan's default

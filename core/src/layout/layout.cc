@@ -107,7 +107,8 @@ void Mesh::validate(const std::string& field) const {
            "mesh axis size " + std::to_string(shape[i]) + " must be at least 1");
     if (__builtin_mul_overflow(n, shape[i], &n) || n > kMaxDevices)
       fail(ErrorCode::kOutOfRange, field + ".shape",
-           "mesh has more than " + std::to_string(kMaxDevices) + " devices (the most one plan holds)");
+           "mesh has more than " + std::to_string(kMaxDevices) +
+               " devices (the most one plan holds)");
   }
   if (static_cast<int64_t>(devices.size()) != n)
     fail(ErrorCode::kInvalidArgument, field + ".devices",

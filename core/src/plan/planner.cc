@@ -135,11 +135,12 @@ class MessageBuckets {
     std::vector<uint32_t>& row = tables_[it->second];
     return {row.empty() ? nullptr : row.data(), it->second};
   }
-  void add(Table table, uint32_t own_dense, uint32_t peer_dense, const Piece& piece,
-           int64_t bytes, uint32_t stage = 0) {
-    uint32_t& slot = table.dense ? table.dense[peer_dense]
-                                 : sparse_.try_emplace(uint64_t{table.id} << 32 | peer_dense, kNone)
-                                       .first->second;
+  void add(Table table, uint32_t own_dense, uint32_t peer_dense, const Piece& piece, int64_t bytes,
+           uint32_t stage = 0) {
+    uint32_t& slot =
+        table.dense
+            ? table.dense[peer_dense]
+            : sparse_.try_emplace(uint64_t{table.id} << 32 | peer_dense, kNone).first->second;
     if (slot == kNone) {
       slot = static_cast<uint32_t>(buckets_.size());
       buckets_.emplace_back();
@@ -238,8 +239,8 @@ class MessageBuckets {
   size_t ndev_;
   bool sized_;
   std::unordered_map<uint64_t, uint32_t> own_;
-  std::vector<std::vector<uint32_t>> tables_;          // dense rows (empty: sparse_)
-  std::unordered_map<uint64_t, uint32_t> sparse_;     // table id << 32 | peer -> slot
+  std::vector<std::vector<uint32_t>> tables_;      // dense rows (empty: sparse_)
+  std::unordered_map<uint64_t, uint32_t> sparse_;  // table id << 32 | peer -> slot
   std::vector<std::vector<Piece>> buckets_;
   std::vector<std::vector<int64_t>> sizes_;  // parallel to buckets_ when sized_
   std::vector<uint64_t> keys_;

@@ -208,36 +208,33 @@ const json& require(const json& obj, const std::string& path, std::string_view k
 // ---------------------------------------------------------------- parsing JSON
 
 // Rejects duplicate object keys (nlohmann keeps the last silently), naming
-// the object's path. Tracks the path through the parser's callback events.
-class DuplicateKeyCheck {
+// the object's path, and nesting deeper than kMaxSpecDepth. A SAX pass of its
+// own before the DOM parse: nlohmann's parser with a callback scans the
+// parent container after every closed object (looking for discarded
+// values), which made a spec of 100,000 tensors quadratic.
+class DuplicateKeyCheck : public nlohmann::json_sax<json> {
  public:
-  bool operator()(int depth, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        // A spec nests 5 deep; capping the depth bounds the paths kept here
-        // (one per open container) and the parser's own stack.
-        if (depth >= kMaxSpecDepth)
-          fail(ErrorCode::kParse, "JSON nesting depth exceeds " + std::to_string(kMaxSpecDepth) +
-                                      " levels (a spec needs 5)");
-        frames_.push_back({event == json::parse_event_t::array_start, 0, next_path(), {}, {}});
-        break;
-      case json::parse_event_t::key: {
-        Frame& f = frames_.back();
-        f.key = parsed.get<std::string>();
-        if (!f.keys.insert(f.key).second)
-          bad(f.path.empty() ? std::string("(root)") : f.path, "duplicate key " + quote(f.key));
-        break;
-      }
-      case json::parse_event_t::value:
-        if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
-        break;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        frames_.pop_back();
-        break;
-    }
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override { return open(false); }
+  bool start_array(std::size_t) override { return open(true); }
+  bool key(string_t& key) override {
+    Frame& f = frames_.back();
+    f.key = key;
+    if (!f.keys.insert(key).second)
+      bad(f.path.empty() ? std::string("(root)") : f.path, "duplicate key " + quote(key));
     return true;
+  }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  // Syntax errors are left to the DOM parse, which reports their position.
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
   }
 
  private:
@@ -248,17 +245,37 @@ class DuplicateKeyCheck {
     std::set<std::string> keys;
     std::string key;
   };
+  bool value() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    return true;
+  }
+  bool open(bool array) {
+    // A spec nests 5 deep; capping the depth bounds the paths kept here
+    // (one per open container).
+    if (frames_.size() >= static_cast<size_t>(kMaxSpecDepth))
+      fail(ErrorCode::kParse, "JSON nesting depth exceeds " + std::to_string(kMaxSpecDepth) +
+                                  " levels (a spec needs 5)");
+    std::string path = next_path();
+    frames_.push_back({array, 0, std::move(path), {}, {}});
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return value();
+  }
   std::string next_path() {
     if (frames_.empty()) return "";
     Frame& f = frames_.back();
-    return f.array ? child(f.path, f.index++) : child(f.path, f.key);
+    return f.array ? child(f.path, f.index) : child(f.path, f.key);
   }
   std::vector<Frame> frames_;
 };
 
 json parse_json(std::string_view text) {
   try {
-    return json::parse(text.begin(), text.end(), DuplicateKeyCheck());
+    DuplicateKeyCheck check;
+    json::sax_parse(text.begin(), text.end(), &check);
+    return json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
     // e.byte is 1-based: the last character read.
     const size_t end = std::min(text.size(), e.byte == 0 ? size_t{0} : e.byte - 1);
@@ -618,6 +635,7 @@ Spec parse_spec_impl(std::string_view json_text) {
     const std::string name_path = child(path, "name");
     ts.name = as_string(require(t, path, "name"), name_path);
     if (ts.name.empty()) bad(name_path, "empty tensor name");
+    if (ts.name.find('\0') != std::string::npos) bad(name_path, "contains a NUL character");
     auto [it, inserted] = names.emplace(ts.name, name_path);
     if (!inserted)
       bad(name_path, "duplicate tensor name " + quote(ts.name) + " (also " + it->second + ")");

@@ -26,8 +26,8 @@ std::vector<char> read_file_capped(const std::string& path, int64_t max_bytes,
   // `size`: "is 80.0 MiB (...)", or what is known of a stream.
   auto too_big = [&](const std::string& size) {
     fail(ErrorCode::kResourceExhausted, path,
-         std::string(what) + " " + size + ", above the limit of " + bytes_text(max_bytes) + " for " +
-             std::string(what) + "s; " + std::string(raise));
+         std::string(what) + " " + size + ", above the limit of " + bytes_text(max_bytes) +
+             " for " + std::string(what) + "s; " + std::string(raise));
   };
   std::error_code ec;
   const bool regular = std::filesystem::is_regular_file(path, ec);
@@ -43,7 +43,8 @@ std::vector<char> read_file_capped(const std::string& path, int64_t max_bytes,
   constexpr size_t kChunk = size_t{1} << 20;
   for (;;) {
     const size_t have = bytes.size();
-    if (have > static_cast<uint64_t>(max_bytes)) too_big("read past " + bytes_text(max_bytes) + " without ending");
+    if (have > static_cast<uint64_t>(max_bytes))
+      too_big("read past " + bytes_text(max_bytes) + " without ending");
     bytes.resize(have + kChunk);
     in.read(bytes.data() + have, static_cast<std::streamsize>(kChunk));
     bytes.resize(have + static_cast<size_t>(in.gcount()));

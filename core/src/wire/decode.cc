@@ -23,8 +23,8 @@
 #include "reshard/plan_generated.h"
 #include "reshard/wire.h"
 #include "util/read_file.h"
-#include "wire/digest.h"
 #include "util/utf8.h"
+#include "wire/digest.h"
 
 namespace reshard {
 namespace {
@@ -746,8 +746,7 @@ class Decoder {
     // The digest first: an edited part is reported as edited, and the checks
     // below never tell an editor which value would have passed them.
     if (fp.digest() != 0 && fp.digest() != part_digest(fingerprint_, part))
-      corrupt(f + ".digest",
-              "does not match the part's contents (the part was edited or damaged)");
+      corrupt(f + ".digest", "does not match the part's contents (the part was edited or damaged)");
     for (size_t i = 0; i < part.local.size(); ++i) {
       const Piece& p = part.local[i];
       const Where fi{local, i};

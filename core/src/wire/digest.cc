@@ -7,11 +7,12 @@
 // list preceded by its length, so no two different parts hash the same
 // sequence. About a nanosecond per word: decoding checks it in a small
 // fraction of the time it spends on the pieces.
+#include "wire/digest.h"
+
 #include <bit>
 #include <cstdint>
 
 #include "reshard/wire.h"
-#include "wire/digest.h"
 
 namespace reshard {
 namespace {

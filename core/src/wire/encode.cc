@@ -94,10 +94,9 @@ class Encoder {
       for (const auto* list : {&p->sends, &p->recvs})
         for (const Message& m : *list)
           if (m.stage > 0) features |= kPlanFeatureStages;
-    auto root =
-        fb::CreatePlan(b_, kPlanFormatVersion, features, plan_.fingerprint(), options, topology,
-                       tilings, tensor_vector, plan_.has_stats(), stats, processes, part_vector,
-                       parts_digest(plan_.fingerprint(), digests));
+    auto root = fb::CreatePlan(b_, kPlanFormatVersion, features, plan_.fingerprint(), options,
+                               topology, tilings, tensor_vector, plan_.has_stats(), stats,
+                               processes, part_vector, parts_digest(plan_.fingerprint(), digests));
     b_.Finish(root, fb::PlanIdentifier());
     return std::vector<uint8_t>(b_.GetBufferPointer(), b_.GetBufferPointer() + b_.GetSize());
   }

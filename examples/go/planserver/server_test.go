@@ -242,6 +242,13 @@ func TestBadRequests(t *testing.T) {
 	if get.Header.Get("Allow") != http.MethodPost {
 		t.Fatal("Allow header")
 	}
+	// Issue 15: 40,000 nested arrays fit the default 1 MiB body; the parser
+	// refuses past 64 levels with memory linear in the input.
+	deep := NewServer(Config{})
+	deepBase := startServer(t, deep)
+	nested := strings.Repeat("[", 40000) + strings.Repeat("]", 40000)
+	resp, body = post(t, deepBase+"/v1/plan", []byte(nested))
+	expectError(t, resp, body, http.StatusBadRequest, "parse_error", "nesting depth exceeds 64")
 	// The server still plans after all that.
 	resp, body = post(t, base+"/v1/plan?format=json", spec(t, "partial_sums.json"))
 	if resp.StatusCode != http.StatusOK {
