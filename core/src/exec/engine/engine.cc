@@ -31,7 +31,7 @@ using engine_detail::DirectRunner;
 using engine_detail::EngineMessage;
 using engine_detail::RoundPlan;
 using engine_detail::Schedule;
-using Clock = std::chrono::steady_clock;
+using Clock = WaitClock;
 
 std::string hex(uint64_t v) {
   static const char* digits = "0123456789abcdef";
@@ -753,7 +753,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     }
     // (3) Execution.
     engine_detail::execute_whole(plan, local_buffers, schedule, options.threads, stats);
-    stats.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    stats.seconds = seconds_since(t0);
     return stats;
   }
   for (int32_t p : plan.processes()) {
@@ -793,7 +793,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   }
   // (3) Execution.
   if (participates) Run(*transport_, plan, local_buffers, options, *schedule, cached, stats).go();
-  stats.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  stats.seconds = seconds_since(t0);
   return stats;
 }
 
