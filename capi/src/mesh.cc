@@ -30,11 +30,12 @@ reshard_error_t* reshard_mesh_create(size_t rank, const char* const* axis_names,
     }
     mesh->shape.assign(shape, shape + rank);
     // The device count, when every size is valid (validate() reports bad
-    // sizes and counts past 2^31 itself).
+    // sizes and counts past reshard::kMaxDevices itself, before anything is
+    // sized by them).
     int64_t count = 1;
     bool sizes_ok = true;
     for (int64_t n : mesh->shape) {
-      if (n < 1 || __builtin_mul_overflow(count, n, &count) || count > (int64_t{1} << 31)) {
+      if (n < 1 || __builtin_mul_overflow(count, n, &count) || count > reshard::kMaxDevices) {
         sizes_ok = false;
         break;
       }

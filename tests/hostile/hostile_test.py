@@ -180,10 +180,10 @@ def real_plan():
 
 
 def row_edited_plan():
-    # Every single-bit edit of a real plan file (two processes, both parts):
-    # each must fail to decode (an error naming --plan), or verify with
-    # every element right. An edit that decodes and then moves wrong data is
-    # the bug the issue found.
+    # Single-bit edits of a real plan file (two processes, both parts): each
+    # must fail to decode (an error naming --plan), or verify with every
+    # element right. An edit that decodes and then moves wrong data is the
+    # bug the issue found.
     path = real_plan()
     o = run("verify", "--plan", path)
     if o.rc != 0:
@@ -195,19 +195,19 @@ def row_edited_plan():
     accepted = 0
     edits = 0
     for i in range(0, len(data), 3):
-        for bit in (1 << ((i // 3) % 8),):
-            edits += 1
-            mutated = bytearray(data)
-            mutated[i] ^= bit
-            m = run("verify", "--plan", write("mut.rsplan", bytes(mutated)))
-            if m.rc == 0:
-                accepted += 1
-                continue
-            problems = clean(m, ok_codes=(1, 2), needles=("--plan",))
-            if "wrong elements" in m.err:
-                problems.append("an edited plan decoded and moved wrong data")
-            if problems:
-                return m, ["byte %d bit %#x: %s" % (i, bit, m.summary())] + problems
+        bit = 1 << ((i // 3) % 8)
+        edits += 1
+        mutated = bytearray(data)
+        mutated[i] ^= bit
+        m = run("verify", "--plan", write("mut.rsplan", bytes(mutated)))
+        if m.rc == 0:
+            accepted += 1
+            continue
+        problems = clean(m, ok_codes=(1, 2), needles=("--plan",))
+        if "wrong elements" in m.err:
+            problems.append("an edited plan decoded and moved wrong data")
+        if problems:
+            return m, ["byte %d bit %#x: %s" % (i, bit, m.summary())] + problems
     o.err = "%d of %d single-bit edits decoded and verified; every other edit refused\n" % (
         accepted, edits)
     return o, []

@@ -104,15 +104,18 @@ void Mesh::validate(const std::string& field) const {
         fail(ErrorCode::kInvalidArgument, f, "duplicate axis name \"" + axis_names[i] + "\"");
   }
   int64_t n = 1;
+  bool overflow = false;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 1)
       fail(ErrorCode::kInvalidArgument, field + ".shape[" + std::to_string(i) + "]",
            "mesh axis size " + std::to_string(shape[i]) + " must be at least 1");
-    if (__builtin_mul_overflow(n, shape[i], &n) || n > kMaxDevices)
-      fail(ErrorCode::kOutOfRange, field + ".shape",
-           "mesh has more than " + std::to_string(kMaxDevices) +
-               " devices (the most one plan holds)");
+    overflow = overflow || __builtin_mul_overflow(n, shape[i], &n);
   }
+  if (overflow) fail(ErrorCode::kOverflow, field + ".shape", "the device count overflows 64 bits");
+  if (n > kMaxDevices)
+    fail(ErrorCode::kOutOfRange, field + ".shape",
+         "mesh has more than " + std::to_string(kMaxDevices) +
+             " devices (the most one plan holds)");
   if (static_cast<int64_t>(devices.size()) != n)
     fail(ErrorCode::kInvalidArgument, field + ".devices",
          std::to_string(devices.size()) + " devices for a mesh of " + std::to_string(n));
