@@ -236,9 +236,10 @@ struct PlanRequest {
   //   kUnlimitedPlanBytes (-1): no limit and no estimate;
   //   below -1: kInvalidArgument.
   // kGlobal builds no parts; it is refused only when the global statistics
-  // themselves would need more than the limit (their bookkeeping of device
-  // pairs that exchange data, quadratic in the devices when every device
-  // talks to every other: 65,536 devices all-gathering). With a limit in force,
+  // themselves would need more than the limit and more than 64 MiB (their
+  // bookkeeping of device pairs that exchange data, quadratic in the devices
+  // when every device talks to every other: 65,536 devices all-gathering).
+  // With a limit in force,
   // kProcess without global_stats and without a staging budget still
   // computes the per-device figures the estimate needs (which it otherwise
   // skips). Not part of the plan's identity.

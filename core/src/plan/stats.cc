@@ -113,10 +113,14 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // Each pair in a hash set or map costs about kPairBytes; checked as the
   // sets grow, so that a plan where every device talks to every other is
   // refused at the limit instead of exhausting memory.
+  // Bookkeeping up to kPairFloor is always allowed: the limit is meant for
+  // plans that would not fit, and small plans' statistics are never
+  // refused in its place (the parts' estimate names the way out).
   constexpr int64_t kPairBytes = 48;
+  constexpr int64_t kPairFloor = int64_t{64} << 20;
   int64_t pairs_kept = 0;
   auto keep_pair = [&] {
-    if (max_bytes < 0 || ++pairs_kept * kPairBytes <= max_bytes) return;
+    if (max_bytes < 0 || ++pairs_kept * kPairBytes <= std::max(max_bytes, kPairFloor)) return;
     fail(ErrorCode::kResourceExhausted, "request.max_plan_bytes",
          "the global statistics track more than " + std::to_string(pairs_kept) +
              " pairs of devices that exchange data (about " +
