@@ -378,6 +378,11 @@ bool acc_is_elem(DType dtype) noexcept;
 // Copies the described elements of `elem_size` bytes, one memcpy per run.
 void copy_box(const CopyDesc& desc, int64_t elem_size, const void* src, void* dst);
 
+// Copies `bytes` contiguous bytes; with `streaming`, with non-temporal
+// stores (for a copy larger than the caches, of which this may be a slice,
+// as memcpy does for such copies itself).
+void copy_bytes(void* dst, const void* src, int64_t bytes, bool streaming);
+
 // As copy_box, restricted to runs [first_run, last_run).
 void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, int64_t last_run,
                    const void* src, void* dst);

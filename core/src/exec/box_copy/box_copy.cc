@@ -197,6 +197,19 @@ void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, i
   }
 }
 
+void copy_bytes(void* dst, const void* src, int64_t bytes, bool streaming) {
+  if (bytes <= 0) return;
+  if (!streaming) {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return;
+  }
+  stream_copy(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src),
+              static_cast<size_t>(bytes));
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 void copy_box(const CopyDesc& desc, int64_t elem_size, const void* src, void* dst) {
   copy_box_runs(desc, elem_size, 0, copy_desc_runs(desc), src, dst);
 }
