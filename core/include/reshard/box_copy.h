@@ -400,6 +400,14 @@ void load_into_acc(const CopyDesc& desc, DType dtype, const void* src, void* acc
 // indexes acc (accumulation type), its source side indexes src (dtype).
 void reduce_into(const CopyDesc& desc, DType dtype, ReduceOp op, const void* src, void* acc);
 
+// Sums k contiguous streams into n elements of `dst` (dtype) in one pass:
+// dst[i] = store(((0 + load(srcs[0][i])) + load(srcs[1][i])) + ...), in
+// stream order, accumulating in the accumulation type and rounding once —
+// bit for bit what fill_identity, reduce_into per stream and store_from_acc
+// give. Returns false, writing nothing, for dtypes without this path (it
+// exists for f32 and bf16); the caller then folds stream by stream.
+bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t n);
+
 // Converts n accumulator elements to `dtype`, rounding to nearest even once.
 void store_from_acc(DType dtype, const void* acc, void* dst, int64_t n);
 

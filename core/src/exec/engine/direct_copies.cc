@@ -322,6 +322,7 @@ void DirectRunner::run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi
       chunk.hi[d] = std::min(dst_box.hi[d], chunk.lo[d] + grid.per_chunk);
     }
     const int64_t n = chunk.volume();
+    if (op == ReduceOp::kSum && sum_whole_chunk(g, chunk, dst + offset * elem)) continue;
     void* acc = in_place ? static_cast<void*>(dst + offset * elem) : scratch.data();
     fill_identity(dtype, op, acc, n);
     for (size_t i = g.begin; i < g.end; ++i) {
@@ -333,6 +334,28 @@ void DirectRunner::run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi
     }
     if (!in_place) store_from_acc(dtype, acc, dst + offset * elem, n);
   }
+}
+
+// The common case of run_group_chunks: every contribution covers the
+// chunk and holds it contiguously, so the chunk is one pass over k streams
+// (sum_streams: read each summand once, write once, no accumulator
+// traffic). False when that does not hold or the dtype has no such path.
+bool DirectRunner::sum_whole_chunk(const ReduceGroup& g, const Box& chunk, void* dst) const {
+  const void* streams[kMaxChunkedContributions];
+  int k = 0;
+  const AccTarget& a = s_.accs[g.acc];
+  const int64_t elem = dtype_size(tensors_[a.tensor].dtype);
+  for (size_t i = g.begin; i < g.end; ++i) {
+    const Contribution& c = s_.contributions[i];
+    const Box part = intersect(c.region, chunk);
+    if (part.empty()) continue;
+    if (!(part == chunk)) return false;
+    const CopyDesc d = make_copy_desc(chunk, c.src_box, chunk);
+    if (copy_desc_runs(d) != 1) return false;
+    streams[k++] = static_cast<const std::byte*>(buffers_[c.tensor].src[c.src_entry].data) +
+                   d.src_offset * elem;
+  }
+  return k > 0 && sum_streams(tensors_[a.tensor].dtype, streams, k, dst, chunk.volume());
 }
 
 void DirectRunner::run_replicas(std::span<const ReplicaCopy> replicas) {

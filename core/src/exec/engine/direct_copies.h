@@ -155,6 +155,7 @@ class DirectRunner {
   void run_group(const ReduceGroup& g, std::vector<std::byte>& scratch) const;
   void run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi,
                         std::vector<std::byte>& scratch) const;
+  bool sum_whole_chunk(const ReduceGroup& g, const Box& chunk, void* dst) const;
 
   const Plan& plan_;
   const std::vector<TensorSpec>& tensors_;

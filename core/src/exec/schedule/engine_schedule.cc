@@ -143,10 +143,12 @@ void Builder::add_contribution(const Piece& p, int64_t arrival, bool from_buffer
 
 // A piece between two buffers of this process, from a message of `round`
 // (a round_key; -1: a local piece). A reduced one contributes from its
-// source buffer after round `arrival`: -1 in a per-process schedule, whose
-// reductions follow the rounds of the messages from other processes (a
-// source buffer is there from the start); the message's round in a
-// whole-plan schedule. A piece of a later stage copies what an earlier one
+// source buffer, which is there from the start, so after round `arrival`
+// = -1: in a per-process schedule its reductions follow the rounds of the
+// messages from other processes; in a whole-plan schedule every
+// contribution reads a source buffer, so each destination entry is reduced
+// in one pass over all its summands (no accumulator kept between rounds).
+// A piece of a later stage copies what an earlier one
 // wrote (for a partial source: the reduced value, reduce-scatter's gather).
 void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_t stage) {
   if (reduces(p.tensor) && stage == 0) {
@@ -729,7 +731,7 @@ Schedule Builder::build_whole() {
                    "message's sender or receiver");
         }
         const int64_t key = round_key(m.stage, m.round);
-        add_direct(p, key, key, m.stage);
+        add_direct(p, key, -1, m.stage);
       }
     }
   }
