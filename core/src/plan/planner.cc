@@ -59,6 +59,13 @@ void validate_tensor(const TensorSpec& t, size_t i) {
     fail(ErrorCode::kMismatch, f + ".dst",
          "layout shape " + shape_str(t.dst.shape()) + " does not match tensor shape " +
              shape_str(t.shape));
+  if (t.dst.partial() && t.dst.reduce_op() == ReduceOp::kMean)
+    fail(ErrorCode::kInvalidArgument, f + ".dst.partial.op",
+         "\"mean\" is supported on sources only (a partial destination's summands combine with "
+         "sum, max or min)");
+  if (t.src.partial() && t.src.reduce_op() == ReduceOp::kMean && !dtype_is_float(t.dtype))
+    fail(ErrorCode::kInvalidArgument, f + ".src.partial.op",
+         "\"mean\" needs a floating-point dtype, not " + std::string(dtype_name(t.dtype)));
   if (t.src.partial() && t.dst.partial() && t.src.reduce_op() != t.dst.reduce_op())
     fail(ErrorCode::kMismatch, f + ".dst.partial.op",
          "\"" + std::string(reduce_op_name(t.dst.reduce_op())) + "\" differs from the source's \"" +
