@@ -326,6 +326,30 @@ TEST(EngineLocal, ChunkedReductionsKeepSummandOrderAndRoundOnce) {
   }
 }
 
+// Invariant: a mean (sum, then one division by the number of summands)
+// reduced chunk by chunk, into a sharded and into a replicated destination,
+// gives the oracle's values for 1 and 3 threads.
+TEST(EngineLocal, ChunkedMeanMatchesOracle) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    PlanInput in;
+    in.tensors.push_back(tensor("rows", {3 * 40, 3001}, dtype,
+                                sharding(mesh_1d({0, 1, 2, 3}), {{}, {}}, {"x"}, ReduceOp::kMean),
+                                sharding(mesh_1d({4, 5, 6}), {{"x"}, {}})));
+    in.tensors.push_back(tensor("replicated", {9000}, dtype,
+                                sharding(mesh_1d({0, 1, 2}), {{}}, {"x"}, ReduceOp::kMean),
+                                sharding(mesh_1d({3, 4}), {{}})));
+    const Plan plan = make_plan(in);
+    for (int32_t threads : {1, 3}) {
+      OracleBuffers buffers = fill_sources(plan);
+      const std::vector<TensorBuffers> views = buffers.views();
+      run_local(plan, views, threads);
+      const OracleReport report = check_destinations(plan, buffers);
+      ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches, threads " << threads;
+    }
+  }
+}
+
 // Invariant: the pool runs every task once, on several threads when asked
 // (the caller is worker 0 and alone calls `after`), on the caller alone
 // for one thread, and rethrows a task's exception after the others

@@ -294,7 +294,8 @@ void DirectRunner::run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi
   const AccTarget& a = s_.accs[g.acc];
   const TensorSpec& spec = tensors_[a.tensor];
   const DType dtype = spec.dtype;
-  const ReduceOp op = spec.src.reduce_op();
+  const ReduceOp op = combining_op(spec.src.reduce_op());
+  const int32_t divisor = exec_detail::mean_divisor(spec);
   const Box dst_box = spec.dst.box(a.dst_entry);
   const ChunkGrid grid = chunk_grid(dst_box);
   auto* dst = static_cast<std::byte*>(buffers_[a.tensor].dst[a.dst_entry].data);
@@ -322,7 +323,9 @@ void DirectRunner::run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi
       chunk.hi[d] = std::min(dst_box.hi[d], chunk.lo[d] + grid.per_chunk);
     }
     const int64_t n = chunk.volume();
-    if (op == ReduceOp::kSum && sum_whole_chunk(g, chunk, dst + offset * elem)) continue;
+    if (op == ReduceOp::kSum && divisor == 1 && sum_whole_chunk(g, chunk, dst + offset * elem)) {
+      continue;
+    }
     void* acc = in_place ? static_cast<void*>(dst + offset * elem) : scratch.data();
     fill_identity(dtype, op, acc, n);
     for (size_t i = g.begin; i < g.end; ++i) {
@@ -332,7 +335,11 @@ void DirectRunner::run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi
       reduce_into(make_copy_desc(part, k.src_box, chunk), dtype, op,
                   buffers_[k.tensor].src[k.src_entry].data, acc);
     }
-    if (!in_place) store_from_acc(dtype, acc, dst + offset * elem, n);
+    if (divisor > 1) {
+      store_mean_from_acc(dtype, acc, dst + offset * elem, n, divisor);
+    } else if (!in_place) {
+      store_from_acc(dtype, acc, dst + offset * elem, n);
+    }
   }
 }
 
