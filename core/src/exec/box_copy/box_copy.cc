@@ -332,6 +332,8 @@ void sum_block(const typename AccTraits<D>::Elem* const* s, int k, float* acc, i
     __m128 a0 = _mm_setzero_ps();
     __m128 a1 = _mm_setzero_ps();
     for (int j = 0; j < k; ++j) {
+      // k streams at once are more than the hardware prefetchers follow.
+      if ((i * sizeof(s[0][0])) % 64 == 0) __builtin_prefetch(s[j] + i + 1024 / sizeof(s[0][0]));
       if constexpr (D == DType::kF32) {
         a0 = _mm_add_ps(a0, _mm_loadu_ps(s[j] + i));
         a1 = _mm_add_ps(a1, _mm_loadu_ps(s[j] + i + 4));
