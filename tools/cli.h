@@ -15,6 +15,7 @@
 
 #include "reshard/plan.h"
 #include "reshard/spec.h"
+#include "reshard/wait.h"
 
 namespace reshard::cli {
 
@@ -97,6 +98,10 @@ std::string resource_message(const std::string& message, const std::string& proc
 // default (half the memory) or -1 / "none" for no limit.
 void add_max_plan_bytes_option(CLI::App* cmd, int64_t& target);
 
+// `--last-stage K`: run stages 0..K of a staged plan only and check what they
+// wrote (ExecuteOptions::last_stage, VerifyOptions::last_stage).
+void add_last_stage_option(CLI::App* cmd, int32_t& target);
+
 // One status line on stderr, redrawn in place ("planning 1,024 parts... 37%"),
 // only when stderr is a terminal: pipes, files and CI logs see nothing.
 class Progress {
@@ -124,10 +129,8 @@ struct PlanFootprint {
 };
 PlanFootprint footprint(const PlanInput& input);
 
-// Wall-clock timing.
-inline double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+// Wall-clock timing: reshard::seconds_since (reshard/wait.h).
+using reshard::seconds_since;
 
 // ---- drawing (draw.cc)
 // Text picture of a layout in the style of jax.debug.visualize_array_sharding.

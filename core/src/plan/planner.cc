@@ -14,6 +14,7 @@
 #include "plan/plan_builder.h"
 #include "plan/rounds.h"
 #include "reshard/error.h"
+#include "reshard/wait.h"
 #include "util/hash.h"
 #include "util/parallel.h"
 #include "util/utf8.h"
@@ -670,7 +671,7 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request) {
 }
 
 Plan make_plan(const PlanInput& input, const PlanRequest& request) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = WaitClock::now();
   const int threads = validate_request(input, request);
   const int64_t limit = resolve_limit(request.max_plan_bytes);
   // Parts are what can outgrow memory; the statistics alone never do.
@@ -743,8 +744,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
     parts.emplace(request.process, make_part(request.process, threads));
   }
   if (!Plan::Builder::has_stats(plan)) Plan::Builder::stats(plan) = PlanStats{};
-  Plan::Builder::stats(plan).plan_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Plan::Builder::stats(plan).plan_seconds = seconds_since(t0);
   return plan;
 }
 

@@ -173,9 +173,13 @@ class DirectRunner {
 // that were checked against the plan: the identity fills of partial
 // destinations, then round by round (local pieces first) the direct copies
 // and reduction groups, on resolve_threads(threads) threads (the calling
-// thread alone below kParallelMinBytes), then the replicas. Adds to `stats` (local_bytes,
-// rounds, accumulator_bytes).
+// thread alone below kParallelMinBytes), then the replicas (of tensors
+// whose pieces are all of stage 0, so they are filled for every
+// last_stage). Adds to `stats` (local_bytes, rounds, accumulator_bytes).
+// Work with a round key above `last_key` is left out
+// (ExecuteOptions::last_stage).
 void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
-                   const Schedule& schedule, int32_t threads, ExecuteStats& stats);
+                   const Schedule& schedule, int32_t threads, int64_t last_key,
+                   ExecuteStats& stats);
 
 }  // namespace reshard::engine_detail
