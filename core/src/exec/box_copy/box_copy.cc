@@ -225,14 +225,13 @@ void copy_short_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run,
   });
 }
 
-// Whether every run's destination is whole 64-byte lines: only then do
-// non-temporal stores pay (a line written partly by them and partly by
-// plain stores, or partly per run, is flushed several times).
-bool whole_lines(const CopyDesc& desc, int64_t elem_size, const unsigned char* t, int64_t bytes) {
-  if (bytes % 64 != 0 || (reinterpret_cast<uintptr_t>(t) + desc.dst_offset * elem_size) % 64 != 0)
+// Whether every run's destination is 16-byte aligned and whole 16-byte
+// blocks (so copy_short<true> may stream it).
+bool streamable(const CopyDesc& desc, int64_t elem_size, const unsigned char* t, int64_t bytes) {
+  if (bytes % 16 != 0 || (reinterpret_cast<uintptr_t>(t) + desc.dst_offset * elem_size) % 16 != 0)
     return false;
   for (int k = 0; k + 1 < desc.rank; ++k) {
-    if ((desc.dst_stride[k] * elem_size) % 64 != 0) return false;
+    if ((desc.dst_stride[k] * elem_size) % 16 != 0) return false;
   }
   return true;
 }
@@ -241,7 +240,9 @@ bool whole_lines(const CopyDesc& desc, int64_t elem_size, const unsigned char* t
 
 void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, int64_t last_run,
                    const void* src, void* dst) {
-  copy_box_runs(desc, elem_size, first_run, last_run, src, dst, false);
+  const int64_t run_bytes = copy_desc_run_length(desc) * elem_size;
+  copy_box_runs(desc, elem_size, first_run, last_run, src, dst,
+                (last_run - first_run) * run_bytes >= kStreamMinBytes);
 }
 
 void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, int64_t last_run,
@@ -249,11 +250,7 @@ void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, i
   const auto* s = static_cast<const unsigned char*>(src);
   auto* t = static_cast<unsigned char*>(dst);
   const int64_t run_bytes = copy_desc_run_length(desc) * elem_size;
-  // This copy alone larger than the caches, or part of an operation that
-  // is, with runs of whole lines.
-  const bool large = (last_run - first_run) * run_bytes >= kStreamMinBytes;
-  const bool lines = streaming && whole_lines(desc, elem_size, t, run_bytes);
-  if (run_bytes >= kStreamMinRun && (large || lines)) {
+  if (streaming && run_bytes >= kStreamMinRun) {
     // Hardware prefetchers stop at page boundaries; start each next run's
     // source early so a strided read does not stall at every run.
     int64_t next = first_run;
@@ -272,7 +269,7 @@ void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, i
     return;
   }
   if (run_bytes >= 16 && run_bytes <= kShortRunMax && desc.rank >= 2) {
-    if (lines) {
+    if (streaming && streamable(desc, elem_size, t, run_bytes)) {
       copy_short_runs<true>(desc, elem_size, first_run, last_run, s, t, run_bytes);
 #if defined(__SSE2__)
       _mm_sfence();
