@@ -701,21 +701,6 @@ TEST(CopyBox, ShortRunPathsMatchNaiveReference) {
         copy_box_runs(d, elem, 0, runs / 3, src.data(), split.data());
         copy_box_runs(d, elem, runs / 3, runs, src.data(), split.data());
         ASSERT_EQ(split, want);
-        // Streamed (non-temporal stores where the runs are 16-byte
-        // aligned blocks), into a 16-byte aligned destination and into a
-        // misaligned one.
-        for (size_t shift : {size_t{0}, size_t{3}}) {
-          std::vector<unsigned char> space(want.size() + 32, 0);
-          unsigned char* base =
-              space.data() + (16 - reinterpret_cast<uintptr_t>(space.data()) % 16);
-          unsigned char* out = base + shift;
-          std::memcpy(out, split.data(), split.size());  // the bytes outside the region
-          for_each_index(region, [&](const std::array<int64_t, kMaxRank>& idx) {
-            std::memset(out + offset_in(dst_box, idx) * elem, 0xee, static_cast<size_t>(elem));
-          });
-          copy_box_runs(d, elem, 0, runs, src.data(), out, true);
-          ASSERT_EQ(std::vector<unsigned char>(out, out + want.size()), want) << "shift " << shift;
-        }
       }
     }
   }

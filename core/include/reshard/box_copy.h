@@ -398,14 +398,6 @@ void copy_bytes(void* dst, const void* src, int64_t bytes, bool streaming);
 void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, int64_t last_run,
                    const void* src, void* dst);
 
-// As copy_box_runs, with `streaming` saying whether the destination should
-// bypass the caches (non-temporal stores where runs allow them): true when
-// the whole operation this copy belongs to writes more than the caches
-// hold, which the caller knows and a single piece does not. The overload
-// above decides from this copy's own size.
-void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, int64_t last_run,
-                   const void* src, void* dst, bool streaming);
-
 // Sets n accumulator elements (of acc_size(dtype) bytes) to the identity of
 // `op` for `dtype`.
 void fill_identity(DType dtype, ReduceOp op, void* acc, int64_t n);

@@ -157,32 +157,23 @@ constexpr int64_t kStreamMinRun = 512;
 constexpr int64_t kShortRunMax = 2048;
 
 // n >= 16 bytes: 64-byte blocks, then 16-byte moves, the last one ending at
-// n (it may overlap the previous one). With `Stream` (dst 16-byte aligned,
-// n a multiple of 16), non-temporal stores: no read for ownership of the
-// destination lines, which a copy larger than the caches otherwise pays.
-template <bool Stream = false>
+// n (it may overlap the previous one).
 inline void copy_short(unsigned char* dst, const unsigned char* src, int64_t n) {
 #if defined(__SSE2__)
-  const auto store = [](unsigned char* p, __m128i v) {
-    if constexpr (Stream) {
-      _mm_stream_si128(reinterpret_cast<__m128i*>(p), v);
-    } else {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
-    }
-  };
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
     const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
     const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
     const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    store(dst + i, a);
-    store(dst + i + 16, b);
-    store(dst + i + 32, c);
-    store(dst + i + 48, d);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
   }
   for (; i + 16 <= n; i += 16) {
-    store(dst + i, _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
   }
   if (i < n) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + n - 16),
@@ -200,7 +191,6 @@ constexpr int64_t kPrefetchRuns = 8;
 // Runs [first_run, last_run) of `bytes` bytes each (16 <= bytes <=
 // kShortRunMax). Rank 2 (one strided dimension) is a plain loop; deeper
 // ranks step the odometer of for_each_run.
-template <bool Stream>
 void copy_short_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, int64_t last_run,
                      const unsigned char* s, unsigned char* t, int64_t bytes) {
   if (desc.rank == 2) {
@@ -216,41 +206,23 @@ void copy_short_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run,
         for (int64_t line = 0; line < bytes; line += 64)
           __builtin_prefetch(sp + kPrefetchRuns * ss + line);
       }
-      copy_short<Stream>(tp, sp, bytes);
+      copy_short(tp, sp, bytes);
     }
     return;
   }
   for_each_run(desc, first_run, last_run, [&](int64_t so, int64_t to, int64_t) {
-    copy_short<Stream>(t + to * elem_size, s + so * elem_size, bytes);
+    copy_short(t + to * elem_size, s + so * elem_size, bytes);
   });
-}
-
-// Whether every run's destination is 16-byte aligned and whole 16-byte
-// blocks (so copy_short<true> may stream it).
-bool streamable(const CopyDesc& desc, int64_t elem_size, const unsigned char* t, int64_t bytes) {
-  if (bytes % 16 != 0 || (reinterpret_cast<uintptr_t>(t) + desc.dst_offset * elem_size) % 16 != 0)
-    return false;
-  for (int k = 0; k + 1 < desc.rank; ++k) {
-    if ((desc.dst_stride[k] * elem_size) % 16 != 0) return false;
-  }
-  return true;
 }
 
 }  // namespace
 
 void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, int64_t last_run,
                    const void* src, void* dst) {
-  const int64_t run_bytes = copy_desc_run_length(desc) * elem_size;
-  copy_box_runs(desc, elem_size, first_run, last_run, src, dst,
-                (last_run - first_run) * run_bytes >= kStreamMinBytes);
-}
-
-void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, int64_t last_run,
-                   const void* src, void* dst, bool streaming) {
   const auto* s = static_cast<const unsigned char*>(src);
   auto* t = static_cast<unsigned char*>(dst);
   const int64_t run_bytes = copy_desc_run_length(desc) * elem_size;
-  if (streaming && run_bytes >= kStreamMinRun) {
+  if ((last_run - first_run) * run_bytes >= kStreamMinBytes && run_bytes >= kStreamMinRun) {
     // Hardware prefetchers stop at page boundaries; start each next run's
     // source early so a strided read does not stall at every run.
     int64_t next = first_run;
@@ -269,14 +241,7 @@ void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, i
     return;
   }
   if (run_bytes >= 16 && run_bytes <= kShortRunMax && desc.rank >= 2) {
-    if (streaming && streamable(desc, elem_size, t, run_bytes)) {
-      copy_short_runs<true>(desc, elem_size, first_run, last_run, s, t, run_bytes);
-#if defined(__SSE2__)
-      _mm_sfence();
-#endif
-    } else {
-      copy_short_runs<false>(desc, elem_size, first_run, last_run, s, t, run_bytes);
-    }
+    copy_short_runs(desc, elem_size, first_run, last_run, s, t, run_bytes);
     return;
   }
   // Specialised widths let the compiler turn short runs into plain moves.

@@ -26,10 +26,6 @@ constexpr size_t kMaxChunkedContributions = 64;
 // Contiguous copies at least this large (in total; a task may copy a slice)
 // use non-temporal stores, as memcpy does for copies beyond the caches.
 constexpr int64_t kStreamBytes = int64_t{8} << 20;
-// Executions writing at least this much (beyond the last-level cache of
-// most hosts) copy strided pieces with non-temporal stores too, however
-// small each piece: their lines would be evicted before anyone reads them.
-constexpr int64_t kStreamTotalBytes = int64_t{32} << 20;
 
 }  // namespace
 
@@ -121,8 +117,7 @@ DirectRunner::DirectRunner(const Plan& plan, std::span<const TensorBuffers> buff
       s_(schedule),
       accumulators_(accumulators),
       pool_(threads),
-      scratch_(static_cast<size_t>(pool_.threads())),
-      streaming_(schedule.local_bytes >= kStreamTotalBytes) {}
+      scratch_(static_cast<size_t>(pool_.threads())) {}
 
 CopyDesc DirectRunner::desc_of(const DirectCopy& c) const {
   const Piece& p = *c.piece;
@@ -214,9 +209,8 @@ void DirectRunner::run_task(const Task& task, std::span<const DirectCopy> copies
     case Task::kCopies:
       for (size_t i = task.begin; i < task.end; ++i) {
         const Piece& p = *copies[i].piece;
-        const CopyDesc d = desc_of(copies[i]);
-        copy_box_runs(d, dtype_size(tensors_[p.tensor].dtype), 0, copy_desc_runs(d),
-                      source(copies[i]), buffers_[p.tensor].dst[p.dst_entry].data, streaming_);
+        copy_box(desc_of(copies[i]), dtype_size(tensors_[p.tensor].dtype), source(copies[i]),
+                 buffers_[p.tensor].dst[p.dst_entry].data);
       }
       return;
     case Task::kSlice: {
@@ -233,10 +227,9 @@ void DirectRunner::run_task(const Task& task, std::span<const DirectCopy> copies
         run_offsets(d, 0, &s, &t);
         copy_bytes(static_cast<std::byte*>(dst) + (t + task.lo) * elem,
                    static_cast<const std::byte*>(src) + (s + task.lo) * elem,
-                   (task.hi - task.lo) * elem,
-                   streaming_ || copy_desc_run_length(d) * elem >= kStreamBytes);
+                   (task.hi - task.lo) * elem, copy_desc_run_length(d) * elem >= kStreamBytes);
       } else {
-        copy_box_runs(d, elem, task.lo, task.hi, src, dst, streaming_);
+        copy_box_runs(d, elem, task.lo, task.hi, src, dst);
       }
       return;
     }
@@ -252,7 +245,7 @@ void DirectRunner::run_task(const Task& task, std::span<const DirectCopy> copies
       const TensorBuffers& b = buffers_[r.tensor];
       copy_bytes(static_cast<std::byte*>(b.dst[r.to].data) + task.lo,
                  static_cast<const std::byte*>(b.dst[r.from].data) + task.lo, task.hi - task.lo,
-                 streaming_ || r.bytes >= kStreamBytes);
+                 r.bytes >= kStreamBytes);
       return;
     }
   }

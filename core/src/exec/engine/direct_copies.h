@@ -166,7 +166,6 @@ class DirectRunner {
   std::vector<std::vector<std::byte>> scratch_;  // per worker
   std::vector<Task> tasks_;
   std::span<const ReplicaCopy> replicas_;
-  bool streaming_ = false;  // non-temporal stores (a large execution)
 };
 
 // Executes a whole-plan schedule (build_whole_schedule) on host buffers
