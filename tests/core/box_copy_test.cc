@@ -667,14 +667,14 @@ TEST(Reduce, InvalidDTypeOrOpIsInvalidArgument) {
 namespace reshard {
 namespace {
 
-// Invariant: the inline short-run copies (runs of 16 B to 2 KiB, rank 2
+// Invariant: the inline short-run copies (runs of 16 B to 512 B, rank 2
 // loops and deeper odometers) match the per-element reference for every
-// element size and run lengths around the 16-, 64- and 2048-byte edges,
+// element size and run lengths around the 16-, 64- and 512-byte edges,
 // whole and split into run ranges.
 TEST(CopyBox, ShortRunPathsMatchNaiveReference) {
   std::mt19937_64 rng(17);
   for (int64_t elem : {1, 2, 4, 8}) {
-    for (int64_t run_bytes : {16, 17, 40, 63, 64, 100, 320, 1440, 2048, 2056}) {
+    for (int64_t run_bytes : {16, 17, 40, 63, 64, 100, 320, 512, 520, 1440, 2048}) {
       const int64_t run = (run_bytes + elem - 1) / elem;
       for (int rank : {2, 3}) {
         SCOPED_TRACE("elem " + std::to_string(elem) + " run " + std::to_string(run) + " rank " +
