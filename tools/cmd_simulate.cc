@@ -18,8 +18,9 @@ struct SimulateArgs {
   std::string topology;
   std::string format = "text";
   int32_t threads = 1;
-  std::vector<std::string> peers = {"rank0_broadcast", "direct_p2p"};
-  int32_t broadcast_chunks = 0;
+  std::vector<std::string> peers = {"rank0_broadcast", "direct_p2p", "layered"};
+  int32_t chunks = 0;
+  int64_t budget = -1;
 };
 
 ojson link_json(const SimLink& l) {
@@ -45,7 +46,8 @@ struct Run {
 };
 
 int run_simulate(const SimulateArgs& args) {
-  const Spec spec = load_input(args.input);
+  Spec spec = load_input(args.input);
+  if (args.budget >= 0) spec.input.options.staging_budget_bytes = args.budget;
   ClusterTopology cluster;
   try {
     cluster = load_cluster_topology(args.topology);
@@ -70,8 +72,9 @@ int run_simulate(const SimulateArgs& args) {
     progress.update("simulating peer " + name + "\u2026");
     t0 = std::chrono::steady_clock::now();
     std::vector<SimMessage> m = name == "rank0_broadcast"
-                                    ? rank0_broadcast_messages(input, args.broadcast_chunks)
-                                    : direct_p2p_messages(input, args.threads);
+                                    ? rank0_broadcast_messages(input, args.chunks)
+                                : name == "layered" ? layered_messages(input, args.chunks)
+                                                    : direct_p2p_messages(input, args.threads);
     Run run{simulate(input.topology, cluster, std::move(m)), 0};
     run.seconds = seconds_since(t0);
     peers.emplace_back(name, std::move(run));
@@ -167,13 +170,17 @@ Runner add_simulate_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--peers", args->peers, "modelled peers to simulate (none: --peers '')")
-      ->check(CLI::IsMember({"rank0_broadcast", "direct_p2p", ""}))
+      ->check(CLI::IsMember({"rank0_broadcast", "direct_p2p", "layered", ""}))
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--broadcast-chunks", args->broadcast_chunks,
-                  "chunks of rank0_broadcast's pipelined chain (0: 4 per hop)")
+  cmd->add_option("--chunks", args->chunks,
+                  "chunks of the peers' pipelined chains (rank0_broadcast, layered; 0: 4 per hop)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--budget", args->budget,
+                  "staging budget per device in bytes (default: the spec's, 1 GiB unless set; 0: "
+                  "unbounded, one round)")
+      ->check(CLI::NonNegativeNumber);
   cmd->footer(
       "Example:\n  reshard simulate --spec bench/specs/rl_sync_fsdp8_to_2x_tp4.json "
       "--topology bench/topologies/h100_8gpu_ndr400.json --format json\n\n"

@@ -323,5 +323,26 @@ TEST(SimulatePeers, Rank0BroadcastGathersThenPipelinesDownAChain) {
   }
 }
 
+TEST(SimulatePeers, LayeredInjectsOnceThenFansOutInsideTheHost) {
+  const Spec s = replicate_to_one_host();
+  std::vector<SimMessage> m = layered_messages(s.input, 1);
+  // Device 1 leads host 1: it takes the 4 MiB in (round 0) and forwards
+  // them to 2, 3 and 4 (round 1).
+  const std::vector<SimMessage> want = {
+      {0, 1, 0, 0, 4 << 20}, {1, 2, 0, 1, 4 << 20}, {1, 3, 0, 1, 4 << 20}, {1, 4, 0, 1, 4 << 20}};
+  EXPECT_EQ(m, want);
+  const SimResult r = simulate(s.input.topology, cluster(1e-3, 1e9, 1e8), m);
+  EXPECT_NEAR(r.seconds, 2e-3 + (4 << 20) / 1e8 + 3.0 * (4 << 20) / 1e9, 1e-12);
+  // Two chunks: the fan-out of chunk 0 overlaps the injection of chunk 1.
+  m = layered_messages(s.input, 2);
+  EXPECT_EQ(m.size(), 7u + 1u);  // rounds 0, 1 (inject + 3 fan-outs), 2 (3 fan-outs)
+  try {
+    layered_messages(s.input, -2);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "chunks");
+  }
+}
+
 }  // namespace
 }  // namespace reshard

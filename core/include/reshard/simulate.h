@@ -161,8 +161,21 @@ SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& clu
 //    whole to every destination device down a pipelined chain ordered by
 //    (host, device), in `chunks` chunks (stage 1);
 //  - direct_p2p: the single-hop plan (PlanOptions::relays and
-//    reduce_scatter off): every destination pulls its slices from holders.
-std::vector<SimMessage> rank0_broadcast_messages(const PlanInput& input, int32_t chunks = 64);
+//    reduce_scatter off): every destination pulls its slices from holders;
+//  - layered (M2N's hierarchical path): each destination box (all entries
+//    with the same summand and box form one cell) is injected into one
+//    device of the first host needing it (its source bytes split over each
+//    source replica group's holders), forwarded down a chain of the other
+//    hosts needing it (one device each, rotating over the hosts' devices
+//    that need it), and fanned out inside every host to its other devices
+//    that need it; in `chunks` chunks, chunk j injected in round j, crossing
+//    hop i in round j + i and fanned out in the round after (one stage, so
+//    the chain pipelines). Messages between the same devices in the same
+//    round are fused. A destination holding part of its box still receives
+//    all of it (the peer does not look at its own shards).
+// `chunks` 0: four per hop of the longest chain (at least 4).
+std::vector<SimMessage> rank0_broadcast_messages(const PlanInput& input, int32_t chunks = 0);
 std::vector<SimMessage> direct_p2p_messages(const PlanInput& input, int32_t threads = 1);
+std::vector<SimMessage> layered_messages(const PlanInput& input, int32_t chunks = 0);
 
 }  // namespace reshard

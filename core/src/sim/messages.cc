@@ -104,7 +104,8 @@ std::vector<SimMessage> rank0_broadcast_messages(const PlanInput& input, int32_t
   std::sort(order.begin(), order.end());
   if (order.empty() || total == 0) return out;
   const int64_t hops = static_cast<int64_t>(order.size());
-  const int64_t c = std::max<int64_t>(1, std::min<int64_t>(chunks == 0 ? 4 * hops : chunks, total));
+  const int64_t c = std::max<int64_t>(
+      1, std::min<int64_t>(chunks == 0 ? std::max<int64_t>(4, 4 * hops) : chunks, total));
   int64_t prev = root;
   for (int64_t i = 0; i < hops; ++i) {
     const int64_t next = order[static_cast<size_t>(i)].second;
@@ -114,6 +115,99 @@ std::vector<SimMessage> rank0_broadcast_messages(const PlanInput& input, int32_t
     }
     prev = next;
   }
+  return out;
+}
+
+}  // namespace reshard
+
+namespace reshard {
+
+std::vector<SimMessage> layered_messages(const PlanInput& input, int32_t chunks) {
+  if (chunks < 0)
+    fail(ErrorCode::kInvalidArgument, "chunks",
+         "must be non-negative, got " + std::to_string(chunks));
+  struct Cell {
+    std::vector<std::pair<int64_t, int64_t>> inject;  // (holder, bytes)
+    std::vector<std::vector<int64_t>> per_host;       // devices needing it, by host
+    int64_t bytes = 0;
+  };
+  std::vector<Cell> cells;
+  int64_t longest = 1;
+  for (const TensorSpec& t : input.tensors) {
+    const int64_t es = dtype_size(t.dtype);
+    // Source replica groups: (summand, box) -> holders.
+    std::map<std::tuple<int32_t, std::vector<int64_t>>, std::vector<int64_t>> src_groups;
+    std::map<std::tuple<int32_t, std::vector<int64_t>>, Box> src_boxes;
+    for (size_t e = 0; e < t.src.num_entries(); ++e) {
+      const Box b = t.src.box(e);
+      if (b.empty()) continue;
+      std::vector<int64_t> key(b.lo.begin(), b.lo.begin() + b.rank);
+      key.insert(key.end(), b.hi.begin(), b.hi.begin() + b.rank);
+      const auto k = std::make_tuple(t.src.summand(e), std::move(key));
+      src_groups[k].push_back(t.src.device(e));
+      src_boxes[k] = b;
+    }
+    std::map<std::tuple<int32_t, std::vector<int64_t>>, std::vector<int64_t>> dst_groups;
+    std::map<std::tuple<int32_t, std::vector<int64_t>>, Box> dst_boxes;
+    for (size_t e = 0; e < t.dst.num_entries(); ++e) {
+      const Box b = t.dst.box(e);
+      if (b.empty()) continue;
+      std::vector<int64_t> key(b.lo.begin(), b.lo.begin() + b.rank);
+      key.insert(key.end(), b.hi.begin(), b.hi.begin() + b.rank);
+      const auto k = std::make_tuple(t.dst.summand(e), std::move(key));
+      dst_groups[k].push_back(t.dst.device(e));
+      dst_boxes[k] = b;
+    }
+    for (auto& [key, devices] : dst_groups) {
+      const Box B = dst_boxes[key];
+      Cell c;
+      c.bytes = B.volume() * es;
+      for (auto& [skey, holders] : src_groups) {
+        const int64_t bytes = intersect(src_boxes[skey], B).volume() * es;
+        if (bytes == 0) continue;
+        std::sort(holders.begin(), holders.end());
+        const auto n = static_cast<int64_t>(holders.size());
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t share = bytes / n + (i < bytes % n ? 1 : 0);
+          if (share > 0) c.inject.emplace_back(holders[static_cast<size_t>(i)], share);
+        }
+      }
+      std::map<int32_t, std::vector<int64_t>> by_host;
+      for (int64_t d : devices) by_host[input.topology.info(d).host].push_back(d);
+      for (auto& [h, v] : by_host) {
+        std::sort(v.begin(), v.end());
+        c.per_host.push_back(std::move(v));
+      }
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(c.per_host.size()));
+      cells.push_back(std::move(c));
+    }
+  }
+  const int64_t c_chunks = chunks == 0 ? std::max<int64_t>(4, 4 * longest) : chunks;
+  std::map<std::tuple<uint32_t, int64_t, int64_t>, int64_t> fused;  // (round, src, dst)
+  auto add = [&](int64_t round, int64_t src, int64_t dst, int64_t bytes) {
+    if (src == dst || bytes <= 0) return;
+    fused[{static_cast<uint32_t>(round), src, dst}] += bytes;
+  };
+  auto chunk = [&](int64_t bytes, int64_t j) { return bytes / c_chunks + (j < bytes % c_chunks); };
+  for (size_t ci = 0; ci < cells.size(); ++ci) {
+    const Cell& c = cells[ci];
+    // One device per host leads: rotating over the cell index.
+    std::vector<int64_t> leaders;
+    for (const auto& v : c.per_host) leaders.push_back(v[ci % v.size()]);
+    for (int64_t j = 0; j < c_chunks; ++j) {
+      for (const auto& [holder, bytes] : c.inject) add(j, holder, leaders[0], chunk(bytes, j));
+      const int64_t part = chunk(c.bytes, j);
+      for (size_t i = 0; i < leaders.size(); ++i) {
+        const auto hop = static_cast<int64_t>(i);
+        if (i > 0) add(j + hop, leaders[i - 1], leaders[i], part);
+        for (int64_t d : c.per_host[i]) add(j + hop + 1, leaders[i], d, part);
+      }
+    }
+  }
+  std::vector<SimMessage> out;
+  out.reserve(fused.size());
+  for (const auto& [k, bytes] : fused)
+    out.push_back({std::get<1>(k), std::get<2>(k), 0, std::get<0>(k), bytes});
   return out;
 }
 
