@@ -101,7 +101,11 @@ int run_calibrate(const CalibrateArgs& args) {
   const int rank = info.rank;
   const double alpha = one_way_seconds(engine, rank, 1, args);
   const double big = one_way_seconds(engine, rank, args.bytes, args);
-  const double bps = static_cast<double>(args.bytes) / std::max(big - alpha, 1e-12);
+  if (!(big > alpha))
+    throw Failure("the " + human_bytes(static_cast<double>(args.bytes)) + " plan took " +
+                  human_seconds(big) + ", no longer than the 1-byte one (" + human_seconds(alpha) +
+                  "): raise --bytes");
+  const double bps = static_cast<double>(args.bytes) / (big - alpha);
   if (rank != 0) return 0;
   ClusterTopology c;
   c.name = "calibrated by reshard calibrate: MPI ping-pong, " + std::to_string(args.iters) +
@@ -113,6 +117,7 @@ int run_calibrate(const CalibrateArgs& args) {
   c.nic_bytes_per_second = bps;
   c.intra_host_bytes_per_second = bps;
   const std::string text = cluster_topology_json(c) + "\n";
+  parse_cluster_topology(text);  // what `simulate --topology` will accept
   std::cout << text;
   if (!args.out.empty()) {
     std::ofstream f(args.out, std::ios::trunc);
