@@ -68,6 +68,24 @@ CASES = {
 PEERS = ["rank0_broadcast", "direct_p2p", "layered"]
 
 
+def render(rows, peers):
+    print("| case | GPUs (train + inference) | topology | ours (s) | bound (s) | ratio | "
+          + " | ".join(f"{p} (s)" for p in peers) + " | bound term | our binding link |")
+    print("| --- | --- | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in peers) + " | --- | --- |")
+    for d in rows:
+        cells = " | ".join(f"{d['peers'][p]['predicted_seconds']:.3f}" for p in peers)
+        bnd, link = d["lower_bound"], d["binding"]
+        print(f"| {d['case']} | {d['gpus']} | {d['topology_file']} | {d['predicted_seconds']:.3f} | "
+              f"{d['lower_bound_seconds']:.3f} | {d['ratio']:.2f} | {cells} | {bnd['kind']} {bnd['id']} | "
+              f"{link.get('link', '')} host {link.get('host', '')} |")
+    print("\nLayouts:")
+    for d in rows:
+        print(f"- {d['case']}: {d['description']}")
+    print("\nPublished (measured on real clusters, not simulated):")
+    for d in rows:
+        print(f"- {d['case']}: {d['published']}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reshard", default=os.path.join(ROOT, "build/dev/tools/reshard"))
@@ -75,7 +93,14 @@ def main():
     ap.add_argument("--out-dir", help="keep the specs and results here")
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--threads", default="0", help="reshard simulate --threads")
+    ap.add_argument("--render", metavar="DIR",
+                    help="print the table of the *.result.json a previous run left in DIR")
     args = ap.parse_args()
+    if args.render:
+        rows = [json.load(open(os.path.join(args.render, n + ".result.json"))) for n in CASES
+                if os.path.exists(os.path.join(args.render, n + ".result.json"))]
+        render(rows, [p for p in args.peers.split(",") if p])
+        return
     names = [n for n in args.only.split(",") if n] or list(CASES)
     out_dir = args.out_dir or tempfile.mkdtemp()
     os.makedirs(out_dir, exist_ok=True)
@@ -97,23 +122,16 @@ def main():
         doc["wall_seconds"] = time.time() - t0
         doc["tensors"] = len(b.tensors)
         doc["published"] = published
+        doc["topology_file"] = os.path.basename(topo)
+        train = {d for n, m in b.meshes.items() if n != "infer" for d in m["devices"]}
+        infer = set(b.meshes["infer"]["devices"])
+        doc["gpus"] = (f"{len(train)} (the same)" if train == infer
+                       else f"{len(train)} + {len(infer)}")
         json.dump(doc, open(os.path.join(out_dir, name + ".result.json"), "w"), indent=1)
         rows.append(doc)
         print(f"{name}: {doc['predicted_seconds']:.3f} s (bound {doc['lower_bound_seconds']:.3f} s) "
               f"in {doc['wall_seconds']:.0f} s", file=sys.stderr)
-    print("| case | layout | topology | ours (s) | bound (s) | ratio | "
-          + " | ".join(f"{p} (s)" for p in args.peers.split(",") if p) + " | binding |")
-    print("| --- | --- | --- | ---: | ---: | ---: | " + " | ".join("---:" for p in args.peers.split(",") if p)
-          + " | --- |")
-    for d in rows:
-        peers = " | ".join(f"{d['peers'][p]['predicted_seconds']:.3f}" for p in args.peers.split(",") if p)
-        bnd = d["lower_bound"]
-        print(f"| {d['case']} | {d['description']} | {os.path.basename(d['topology'].get('name', ''))[:40]} | "
-              f"{d['predicted_seconds']:.3f} | {d['lower_bound_seconds']:.3f} | {d['ratio']:.3f} | {peers} | "
-              f"{bnd['kind']} {bnd['id']} |")
-    print("\nPublished (measured on real clusters, not simulated):")
-    for d in rows:
-        print(f"- {d['case']}: {d['published']}")
+    render(rows, [p for p in args.peers.split(",") if p])
     print(f"\nspecs and results in {out_dir}", file=sys.stderr)
 
 
