@@ -117,6 +117,7 @@ int run_simulate(const SimulateArgs& args) {
       p["predicted_seconds"] = run.result.seconds;
       p["ratio"] = PlanStats::ratio(run.result.seconds, bound.seconds);
       p["messages"] = run.result.messages;
+      p["events"] = run.result.events;
       p["bytes"] = run.result.bytes;
       if (run.result.binding) p["binding"] = link_json(*run.result.binding);
       p["wall_seconds"] = run.seconds;

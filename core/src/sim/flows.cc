@@ -238,11 +238,13 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
     for (uint32_t l : bottlenecks) saturated[l] += dt;
     for (uint32_t m : active) flows[m].remaining -= flows[m].rate * dt;
     now = t_next;
-    // Completions: flows at (or, by rounding, within a hair of) their end.
+    // Completions: flows at their end, or within a millionth of their bytes
+    // of it (equal-sized flows that differ by a byte of a remainder, or by
+    // rounding, then complete in one event, not one each).
     size_t kept = 0;
     for (uint32_t m : active) {
       const Flow& f = flows[m];
-      const double slack = 1e-9 * static_cast<double>(std::max<int64_t>(messages[m].bytes, 1));
+      const double slack = 1e-6 * static_cast<double>(std::max<int64_t>(messages[m].bytes, 1));
       if (f.remaining <= slack)
         complete(m);
       else
