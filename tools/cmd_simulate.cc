@@ -46,6 +46,18 @@ struct Run {
 };
 
 int run_simulate(const SimulateArgs& args) {
+  // --plan FILE: the messages of the plan bytes (every part), its inputs
+  // for the bound and the peers.
+  std::optional<Plan> from_file = load_plan_file(args.input);
+  if (from_file) {
+    if (args.budget >= 0)
+      throw UsageError("--budget cannot be combined with --plan (the plan is already made)");
+    for (int32_t p : from_file->processes())
+      if (!from_file->parts().count(p))
+        throw InvalidInput(
+            "--plan: the file holds only some process parts; simulating needs "
+            "every part (write it without --process, or give --spec)");
+  }
   Spec spec = load_input(args.input);
   if (args.budget >= 0) spec.input.options.staging_budget_bytes = args.budget;
   ClusterTopology cluster;
@@ -57,9 +69,12 @@ int run_simulate(const SimulateArgs& args) {
   const PlanInput& input = spec.input;
   auto t0 = std::chrono::steady_clock::now();
   Progress progress;
-  std::vector<SimMessage> messages = plan_messages_by_part(
-      input, args.threads,
-      [&](int64_t done, int64_t total) { progress.update("planning parts\u2026", done, total); });
+  std::vector<SimMessage> messages =
+      from_file ? plan_messages(*from_file)
+                : plan_messages_by_part(input, args.threads, [&](int64_t done, int64_t total) {
+                    progress.update("planning parts\u2026", done, total);
+                  });
+  from_file.reset();
   const double plan_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   progress.update("simulating " + with_commas(static_cast<int64_t>(messages.size())) +
@@ -158,6 +173,7 @@ Runner add_simulate_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "simulate", "Predict a plan's time on a cluster, its lower bound and modelled peers");
   add_input_options(cmd, args->input);
+  add_plan_file_option(cmd, args->input);
   cmd->add_option("--topology", args->topology,
                   "cluster topology JSON (alpha_seconds, intra_host_bytes_per_second, "
                   "nic_bytes_per_second, nics_per_host, host_link_bytes_per_second)")

@@ -448,6 +448,19 @@ def case_simulate():
     check(single["peers"] == {}, str(single["peers"]))
     check(abs(single["predicted_seconds"] - doc["peers"]["direct_p2p"]["predicted_seconds"]) <
           1e-12, "--no-relays is the direct_p2p peer")
+    # Plan bytes simulate like the spec they were planned from.
+    with tempfile.TemporaryDirectory() as d:
+        whole, part = os.path.join(d, "plan.bin"), os.path.join(d, "part.bin")
+        run("plan", "--spec", RL_SYNC, "--out", whole)
+        from_file = json.loads(run("simulate", "--plan", whole, "--topology", h100, "--format",
+                                   "json", "--peers", "").stdout)
+        check(from_file["predicted_seconds"] == doc["predicted_seconds"], str(from_file))
+        check(from_file["lower_bound_seconds"] == doc["lower_bound_seconds"], str(from_file))
+        run("plan", "--spec", RL_SYNC, "--process", "0", "--out", part)
+        p = run("simulate", "--plan", part, "--topology", h100, expect=2)
+        check("every part" in p.stderr, p.stderr)
+        p = run("simulate", "--plan", whole, "--topology", h100, "--budget", "0", expect=2)
+        check("--budget" in p.stderr, p.stderr)
     text = run("simulate", "--spec", RL_SYNC, "--topology",
                os.path.join(TOPOLOGIES, "gb200_nvl72.json")).stdout
     check("predicted" in text and "lower bound" in text and "peer layered" in text, text)
