@@ -161,7 +161,6 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
   // share to its unfrozen flows, remove them from their other links.
   std::vector<double> rem(nl);
   std::vector<int64_t> unfrozen(nl);
-  std::vector<uint64_t> version(nl, 0);
   std::vector<std::vector<uint32_t>> on_link(nl);
   std::vector<uint8_t> frozen;
   int64_t events = 0;
@@ -180,14 +179,24 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
           ++unfrozen[l];
         }
     frozen.assign(active.size(), 0);
-    using Share = std::tuple<double, uint32_t, uint64_t>;  // (share, link, version)
+    // A link's fair share only grows as flows freeze elsewhere (a flow
+    // leaving it took at most its share), so heap entries are lower bounds
+    // and are refreshed lazily: a popped entry below its link's current
+    // share goes back with the current one; the first current entry popped
+    // is the smallest share.
+    using Share = std::pair<double, uint32_t>;  // (share, link)
     std::priority_queue<Share, std::vector<Share>, std::greater<>> heap;
     for (uint32_t l = 0; l < nl; ++l)
-      if (unfrozen[l] > 0) heap.emplace(rem[l] / static_cast<double>(unfrozen[l]), l, ++version[l]);
+      if (unfrozen[l] > 0) heap.emplace(rem[l] / static_cast<double>(unfrozen[l]), l);
     while (!heap.empty()) {
-      const auto [share, l, ver] = heap.top();
+      const auto [low, l] = heap.top();
       heap.pop();
-      if (ver != version[l] || unfrozen[l] == 0) continue;
+      if (unfrozen[l] == 0) continue;
+      const double share = rem[l] / static_cast<double>(unfrozen[l]);
+      if (share > low) {
+        heap.emplace(share, l);
+        continue;
+      }
       bottlenecks.push_back(l);
       for (uint32_t a : on_link[l]) {
         if (frozen[a]) continue;
@@ -197,10 +206,7 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
         for (uint32_t l2 : f.links) {
           if (l2 == kNoLink) continue;
           --unfrozen[l2];
-          if (l2 == l) continue;
-          rem[l2] = std::max(0.0, rem[l2] - share);
-          if (unfrozen[l2] > 0)
-            heap.emplace(rem[l2] / static_cast<double>(unfrozen[l2]), l2, ++version[l2]);
+          if (l2 != l) rem[l2] = std::max(0.0, rem[l2] - share);
         }
       }
       unfrozen[l] = 0;
