@@ -68,6 +68,27 @@ TEST(Simulate, TwoFlowsShareOneNicThenTheSurvivorTakesItAll) {
   EXPECT_DOUBLE_EQ(simulate(t, cluster(0, 1e6, 100, 2), m).seconds, 10.0);
 }
 
+TEST(Simulate, MoreNicsThanDevicesPoolIntoOneGroup) {
+  // One device per host, two NICs per host: the device's group has both.
+  const Topology t = hosts_of({{0, 0}, {1, 1}});
+  const SimResult r = simulate(t, cluster(0, 1e6, 100, 2), {{0, 1, 0, 0, 1000}});
+  EXPECT_DOUBLE_EQ(r.seconds, 5.0);
+  EXPECT_EQ(r.binding->bytes_per_second, 200);
+}
+
+TEST(Simulate, MessagesInsideAProcessFollowItsRounds) {
+  // Devices 0 and 1 on process 0 (host 0), device 2 on process 1 (host 1).
+  Topology t;
+  t.add({0, 0, 0, 0});
+  t.add({1, 0, 0, 1});
+  t.add({2, 1, 1, 0});
+  // Round 0: 0 -> 2 (1000 at 100) and 0 -> 1 inside the process (500 at
+  // 50), both 10 s; round 1: 1 -> 2 after both, 10 s more.
+  const SimResult r =
+      simulate(t, cluster(0, 50, 100), {{0, 2, 0, 0, 1000}, {0, 1, 0, 0, 500}, {1, 2, 0, 1, 1000}});
+  EXPECT_NEAR(r.seconds, 20.0, 1e-9);
+}
+
 TEST(Simulate, RatesAreMaxMinFairNotAnEvenSplitPerLink) {
   // A, D, B into device 2 (33.3 each); B and C share device 1's NIC out, so
   // C gets what B cannot use: 66.7, not 50. Everything ends at 30 s; an even
