@@ -5,7 +5,8 @@
 // The simulator reads messages (source device, destination device, stage,
 // round, bytes) — those of a plan's process parts, or of any other schedule
 // of the same data (the modelled peers below) — and the device -> process /
-// host mapping of the plan's Topology. It knows nothing of the planner.
+// host mapping of the plan's Topology; simulate() knows nothing of the
+// planner.
 //
 // Model (flow level, deterministic):
 //  - links, each direction separately: per device an intra-host port in and
@@ -24,6 +25,8 @@
 //    only after every chunk it receives in stage 0 arrived, and a process
 //    waits for its slowest peer of a round before the next.
 //  - local copies (a device to itself) take no time; α is paid per message.
+//  - a flow within a millionth of its bytes of its end at an event completes
+//    with it (equal flows split by a remainder byte end in one event).
 #pragma once
 
 #include <cstdint>
