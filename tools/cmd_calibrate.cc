@@ -74,7 +74,7 @@ double one_way_seconds(Engine& engine, int rank, int64_t bytes, const CalibrateA
     engine.execute(plan, rank, views, options);  // warm-up and agreement
     for (int i = 0; i < args.iters; ++i) {
       transport.allgather({}, args.timeout);  // barrier
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = WaitClock::now();
       engine.execute(plan, rank, views, options);
       const double s = seconds_since(t0);
       const auto all = transport.allgather(

@@ -67,7 +67,7 @@ int run_simulate(const SimulateArgs& args) {
     throw InvalidInput("--topology " + args.topology + ": " + e.what());
   }
   const PlanInput& input = spec.input;
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = WaitClock::now();
   Progress progress;
   std::vector<SimMessage> messages =
       from_file ? plan_messages(*from_file)
@@ -76,7 +76,7 @@ int run_simulate(const SimulateArgs& args) {
                   });
   from_file.reset();
   const double plan_seconds = seconds_since(t0);
-  t0 = std::chrono::steady_clock::now();
+  t0 = WaitClock::now();
   progress.update("simulating " + with_commas(static_cast<int64_t>(messages.size())) +
                   " messages\u2026");
   const SimResult ours = simulate(input.topology, cluster, std::move(messages));
@@ -85,7 +85,7 @@ int run_simulate(const SimulateArgs& args) {
   std::vector<std::pair<std::string, Run>> peers;
   for (const std::string& name : args.peers) {
     progress.update("simulating peer " + name + "\u2026");
-    t0 = std::chrono::steady_clock::now();
+    t0 = WaitClock::now();
     std::vector<SimMessage> m = name == "rank0_broadcast"
                                     ? rank0_broadcast_messages(input, args.chunks)
                                 : name == "layered" ? layered_messages(input, args.chunks)
