@@ -174,8 +174,9 @@ SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& clu
 //    that need it; in `chunks` chunks, chunk j injected in round j, crossing
 //    hop i in round j + i and fanned out in the round after (one stage, so
 //    the chain pipelines). Messages between the same devices in the same
-//    round are fused. A destination holding part of its box still receives
-//    all of it (the peer does not look at its own shards).
+//    round are fused: the chunks are those of the fused bytes per transfer
+//    (the sum over cells moving between the same devices at the same hop). A destination holding
+//    part of its box still receives all of it (the peer does not look at its own shards).
 // `chunks` 0: four per hop of the longest chain (at least 4).
 std::vector<SimMessage> rank0_broadcast_messages(const PlanInput& input, int32_t chunks = 0);
 std::vector<SimMessage> direct_p2p_messages(const PlanInput& input, int32_t threads = 1);

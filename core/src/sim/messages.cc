@@ -183,25 +183,33 @@ std::vector<SimMessage> layered_messages(const PlanInput& input, int32_t chunks)
     }
   }
   const int64_t c_chunks = chunks == 0 ? std::max<int64_t>(4, 4 * longest) : chunks;
-  std::map<std::tuple<uint32_t, int64_t, int64_t>, int64_t> fused;  // (round, src, dst)
-  auto add = [&](int64_t round, int64_t src, int64_t dst, int64_t bytes) {
+  // Bytes per (round offset, src, dst) over all cells first: a transfer of
+  // offset o carries chunk j of its cells in round j + o, so the chunking
+  // applies to the sums (fused messages; work proportional to the distinct
+  // transfers times the chunks, not to cells times holders times chunks).
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> per_offset;
+  auto add = [&](int64_t offset, int64_t src, int64_t dst, int64_t bytes) {
     if (src == dst || bytes <= 0) return;
-    fused[{static_cast<uint32_t>(round), src, dst}] += bytes;
+    per_offset[{offset, src, dst}] += bytes;
   };
-  auto chunk = [&](int64_t bytes, int64_t j) { return bytes / c_chunks + (j < bytes % c_chunks); };
   for (size_t ci = 0; ci < cells.size(); ++ci) {
     const Cell& c = cells[ci];
     // One device per host leads: rotating over the cell index.
     std::vector<int64_t> leaders;
     for (const auto& v : c.per_host) leaders.push_back(v[ci % v.size()]);
+    for (const auto& [holder, bytes] : c.inject) add(0, holder, leaders[0], bytes);
+    for (size_t i = 0; i < leaders.size(); ++i) {
+      const auto hop = static_cast<int64_t>(i);
+      if (i > 0) add(hop, leaders[i - 1], leaders[i], c.bytes);
+      for (int64_t d : c.per_host[i]) add(hop + 1, leaders[i], d, c.bytes);
+    }
+  }
+  std::map<std::tuple<uint32_t, int64_t, int64_t>, int64_t> fused;  // (round, src, dst)
+  for (const auto& [k, bytes] : per_offset) {
+    const auto [offset, src, dst] = k;
     for (int64_t j = 0; j < c_chunks; ++j) {
-      for (const auto& [holder, bytes] : c.inject) add(j, holder, leaders[0], chunk(bytes, j));
-      const int64_t part = chunk(c.bytes, j);
-      for (size_t i = 0; i < leaders.size(); ++i) {
-        const auto hop = static_cast<int64_t>(i);
-        if (i > 0) add(j + hop, leaders[i - 1], leaders[i], part);
-        for (int64_t d : c.per_host[i]) add(j + hop + 1, leaders[i], d, part);
-      }
+      const int64_t part = bytes / c_chunks + (j < bytes % c_chunks ? 1 : 0);
+      if (part > 0) fused[{static_cast<uint32_t>(offset + j), src, dst}] += part;
     }
   }
   std::vector<SimMessage> out;
