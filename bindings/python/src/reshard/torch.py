@@ -426,5 +426,29 @@ def redistribute(tensors: Any, targets: Any, *, executor: Optional[Executor] = N
     them): new DTensors with the same global values, on any mesh. Collective
     over the default process group; ``executor``: a
     :class:`reshard.MPIExecutor` when there are several processes. For a
-    loop, hold a :class:`Redistributor` (it keeps the plans)."""
-    return Redistributor(targets, executor=executor)(tensors)
+    loop, hold a :class:`Redistributor`; this function keeps one per
+    (targets, executor) too, so repeated calls plan once."""
+    try:
+        key = (_target_key(targets), id(executor))
+        hash(key)
+    except TypeError:
+        return Redistributor(targets, executor=executor)(tensors)
+    r = _REDISTRIBUTORS.get(key)
+    if r is None or r.executor is not executor:
+        if len(_REDISTRIBUTORS) > 64:
+            _REDISTRIBUTORS.clear()
+        r = _REDISTRIBUTORS[key] = Redistributor(targets, executor=executor)
+    return r(tensors)
+
+
+_REDISTRIBUTORS: Dict[Any, Redistributor] = {}
+
+
+def _target_key(targets: Any) -> Any:
+    if targets is None or _is_target(targets):
+        return None if targets is None else (targets[0], tuple(targets[1]))
+    if isinstance(targets, dict):
+        return ("dict", tuple((k, _target_key(v)) for k, v in targets.items()))
+    if isinstance(targets, (list, tuple)):
+        return ("seq", tuple(_target_key(v) for v in targets))
+    raise TypeError("unhashable")
