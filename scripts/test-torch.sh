@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# reshard.torch (bindings/python/src/reshard/torch.py, docs/python.md), kept
-# out of scripts/test.sh because PyTorch is heavy:
+# reshard.torch (bindings/python/src/reshard/torch.py, docs/python.md), run by
+# scripts/test.sh only with RESHARD_TEST_TORCH=1, because PyTorch is heavy:
 #   - a virtual environment build/torch-venv from Debian's python3 with the
 #     pinned packages of bindings/python/requirements-torch.txt, and torch
 #     2.15.0 from PyPI. PyPI's Linux torch wheel (514 MB) depends on about
