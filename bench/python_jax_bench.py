@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """reshard.jax.reshard against jax.device_put on 8 CPU devices, and against
 the C++ path running the same plan, in one run, interleaved (each repetition
-times every method once, in turn).
+times every method once, in an order rotated from one repetition to the next).
 
 Methods, per case:
   jax      jax.device_put(tree, shardings); outputs freed before the next call
@@ -156,13 +156,19 @@ def main():
         for m, f in methods.items():
             run_method(f, tree)
         gc.collect()
-        for _ in range(args.repeat):
-            for m, f in methods.items():
-                dt, y = run_method(f, tree)
+        order = list(times)
+        for rep in range(args.repeat):
+            # rotate the order each repetition: a method timed right after
+            # JAX's (which frees hundreds of MB) would otherwise always pay
+            # for that
+            for m in order[rep % len(order):] + order[:rep % len(order)]:
+                if m == "cpp":
+                    times[m].append(cli())
+                    continue
+                dt, y = run_method(methods[m], tree)
                 times[m].append(dt)
                 del y
-            if cli:
-                times["cpp"].append(cli())
+                gc.collect()
         med = {m: statistics.median(v) for m, v in times.items()}
         rows.append((name, nbytes, len(tree), med, plan_s, large))
         del tree
