@@ -128,6 +128,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--gib", type=float, default=0.25, help="size of the large f32 arrays")
     ap.add_argument("--build", default="build/dev", help="where tools/reshard is (the C++ column)")
+    ap.add_argument("--only", default="", help="run only the cases whose name contains this")
     args = ap.parse_args()
     side = int((args.gib * 2**30 / 4) ** 0.5) // 8 * 8
     print(f"JAX {jax.__version__}, reshard {reshard.__version__} ({reshard.LIBRARY_PATH}), "
@@ -136,6 +137,8 @@ def main():
     rows = []
     tmp = tempfile.mkdtemp()
     for name, (spec, targets), large in cases(side):
+        if args.only not in name:
+            continue
         tree = materialize(spec)
         nbytes = sum(x.nbytes for x in tree.values())
         t0 = time.perf_counter()
@@ -157,18 +160,20 @@ def main():
             run_method(f, tree)
         gc.collect()
         order = list(times)
+        gc.disable()  # as timeit does: no collection inside a timed call
         for rep in range(args.repeat):
-            # rotate the order each repetition: a method timed right after
-            # JAX's (which frees hundreds of MB) would otherwise always pay
-            # for that
+            # Rotate the order each repetition, and pause before each method:
+            # XLA's CPU worker threads keep spinning for a while after JAX's
+            # work, which slows whatever runs next on 2 cores.
             for m in order[rep % len(order):] + order[:rep % len(order)]:
+                time.sleep(0.05)
                 if m == "cpp":
                     times[m].append(cli())
                     continue
                 dt, y = run_method(methods[m], tree)
                 times[m].append(dt)
                 del y
-                gc.collect()
+        gc.enable()
         med = {m: statistics.median(v) for m, v in times.items()}
         rows.append((name, nbytes, len(tree), med, plan_s, large))
         del tree
@@ -191,7 +196,7 @@ def main():
     print(f"\nsmallest JAX / reshard ratio over both reshard columns: {min(worst):.2f}x")
     if cpp_large:
         print(f"large single arrays, reshard warm / C++: {min(cpp_large):.2f} to {max(cpp_large):.2f}")
-    else:
+    if not os.path.exists(os.path.join(args.build, "tools", "reshard")):
         print(f"(no {args.build}/tools/reshard: C++ column empty)", file=sys.stderr)
 
 
