@@ -391,11 +391,23 @@ class Resharder:
         self._cache: "collections.OrderedDict[Any, _Prepared]" = collections.OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        self._by_treedef: Dict[Any, Tuple[List[Optional[Sharding]], List[str]]] = {}
 
     def prepared(self, tree: Any) -> Tuple[_Prepared, List[Any], Any]:
-        leaves, treedef, targets, names = _flatten(tree, self.shardings)
-        key = (treedef, tuple((getattr(x, "shape", None), getattr(x, "dtype", None), getattr(x, "sharding", None), t)
-                              for x, t in zip(leaves, targets)))
+        # The targets and names of a leaf depend only on the tree's structure
+        # (self.shardings is fixed): matched once per structure, so a call
+        # with a cached plan only flattens the tree and hashes its leaves'
+        # shapes, dtypes and shardings.
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        per_def = self._by_treedef.get(treedef)
+        if per_def is None:
+            _, _, targets, names = _flatten(tree, self.shardings)
+            if len(self._by_treedef) >= 64:
+                self._by_treedef.clear()
+            per_def = self._by_treedef[treedef] = (targets, names)
+        targets, names = per_def
+        key = (treedef, tuple((getattr(x, "shape", None), getattr(x, "dtype", None),
+                               getattr(x, "sharding", None)) for x in leaves))
         with self._lock:
             prep = self._cache.get(key)
             if prep is not None:

@@ -271,6 +271,11 @@ def spec_for(tensors: Any, targets: Any, *, options: Optional[Dict[str, Any]] = 
     list of them (``None`` keeps a tensor where it is). Tensors are named by
     their dict keys (``"[i]"`` in a list, ``"x"`` alone)."""
     leaves, names, per, _ = _flatten(tensors, targets)
+    return _spec(leaves, names, per, options)
+
+
+def _spec(leaves: List[Any], names: List[str], per: List[Optional[Target]],
+          options: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     b = _SpecBuilder()
     out = []
     for name, (shape, dtype, src, dst) in zip(names, _describe(leaves, names, per)):
@@ -306,7 +311,8 @@ class _Prepared:
                  executor: Executor, rank: int) -> None:
         self.executor = executor
         self.rank = rank
-        self.plan = plan(leaves, per, process=None if executor.process is None else rank)
+        self.plan = _core.plan(_spec(leaves, names, per),
+                               process=None if executor.process is None else rank)
         self.described = _describe(leaves, names, per)
         self.src_entry: List[Optional[int]] = []
         self.dst_entry: List[Optional[int]] = []
