@@ -27,12 +27,13 @@
 #include "reshard/error.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
+#include "reshard/wait.h"
 
 using namespace reshard;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = reshard::WaitClock;
 
 bool g_csv = false;
 
@@ -95,7 +96,7 @@ void run_case(Engine& engine, const char* name, const PlanInput& in,
       slowest(transport, 0);        // barrier
       const auto t0 = Clock::now();
       last = engine.execute(plan, rank, views, arm == 0 ? cached : fresh);
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double s = reshard::seconds_since(t0);
       (arm == 0 ? with_cache : without).push_back(slowest(transport, s));
       if (arm == 0 && !last.schedule_cached) fail(ErrorCode::kInternal, "cache missed");
     }

@@ -2,9 +2,10 @@
 #pragma once
 
 #include <algorithm>
-#include <chrono>
 #include <functional>
 #include <vector>
+
+#include "reshard/wait.h"
 
 namespace reshard::bench {
 
@@ -12,9 +13,9 @@ namespace reshard::bench {
 inline double median_seconds(int repeat, const std::function<void()>& f) {
   std::vector<double> t;
   for (int i = 0; i < repeat; ++i) {
-    auto a = std::chrono::steady_clock::now();
+    const auto a = WaitClock::now();
     f();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+    t.push_back(seconds_since(a));
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];

@@ -15,6 +15,7 @@
 
 #include "reshard/plan.h"
 #include "reshard/spec.h"
+#include "reshard/wait.h"
 
 namespace reshard::cli {
 
@@ -124,10 +125,8 @@ struct PlanFootprint {
 };
 PlanFootprint footprint(const PlanInput& input);
 
-// Wall-clock timing.
-inline double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+// Wall-clock timing: reshard::seconds_since (reshard/wait.h).
+using reshard::seconds_since;
 
 // ---- drawing (draw.cc)
 // Text picture of a layout in the style of jax.debug.visualize_array_sharding.

@@ -32,7 +32,7 @@ template <typename F>
 Timing time_runs(int repeat, F&& f) {
   std::vector<double> t;
   for (int i = 0; i < repeat; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = WaitClock::now();
     f();
     t.push_back(seconds_since(t0));
   }

@@ -237,7 +237,7 @@ int run_plan(const PlanArgs& args) {
   const PlanFootprint fp = footprint(spec.input);
 
   // Global statistics: no piece lists, cheap at any scale.
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = WaitClock::now();
   const Plan global = plan_spec(spec.input, PlanRequest{PlanScope::kGlobal, 0, true});
   const double global_seconds = seconds_since(t0);
   // What every part (--out) would take, from the same statistics.
@@ -247,7 +247,7 @@ int run_plan(const PlanArgs& args) {
   std::optional<Plan> part_plan;
   double part_seconds = 0;
   if (args.process >= 0) {
-    t0 = std::chrono::steady_clock::now();
+    t0 = WaitClock::now();
     part_plan = plan_spec(spec.input, part_request(args, PlanScope::kProcess, args.process, false));
     part_seconds = seconds_since(t0);
   }

@@ -181,7 +181,7 @@ int run_local(const RunArgs& args, Spec spec) {
   for (int i = 0; i < args.warmup; ++i) execute_host(plan, views);
   std::vector<double> seconds;
   for (int i = 0; i < args.iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = WaitClock::now();
     execute_host(plan, views);
     seconds.push_back(seconds_since(t0));
   }
@@ -306,7 +306,7 @@ int run_mpi(const RunArgs& args, Spec spec) {
     for (int i = 0; i < args.warmup; ++i) stats = engine.execute(plan, rank, views, options);
     for (int i = 0; i < args.iters; ++i) {
       transport.allgather({}, args.timeout);  // barrier
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = WaitClock::now();
       stats = engine.execute(plan, rank, views, options);
       seconds.push_back(seconds_since(t0));
     }

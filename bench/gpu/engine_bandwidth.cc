@@ -31,19 +31,17 @@
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
 #include "reshard/spec.h"
+#include "reshard/wait.h"
 
 namespace {
 
+using reshard::seconds_since;
 using reshard::bench_gpu::alloc;
 using reshard::bench_gpu::check;
 using reshard::bench_gpu::DevicePtr;
 
 using reshard::Plan;
 using reshard::TensorBuffers;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -89,7 +87,7 @@ int main(int argc, char** argv) {
   if (const int status = reshard::bench_gpu::unavailable("engine_bandwidth"); status >= 0)
     return status;
   try {
-    const auto p0 = std::chrono::steady_clock::now();
+    const auto p0 = reshard::WaitClock::now();
     const Plan plan = one_gpu_plan(reshard::load_spec(spec_path).input);
     const double plan_seconds = seconds_since(p0);
 
@@ -130,7 +128,7 @@ int main(int argc, char** argv) {
     reshard::Engine engine(reshard::make_cuda_local_transport());
     reshard::ExecuteOptions options;
     options.agreement = reshard::ExecuteOptions::Agreement::kSkip;  // one process
-    const auto f0 = std::chrono::steady_clock::now();
+    const auto f0 = reshard::WaitClock::now();
     const reshard::ExecuteStats first = engine.execute(plan, 0, views, options);
     const double first_seconds = seconds_since(f0);
     // What the plan copies: bytes between devices plus within devices (all
@@ -160,7 +158,7 @@ int main(int argc, char** argv) {
     std::vector<double> times;
     bool cached = true;
     for (int i = 0; i < iters; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = reshard::WaitClock::now();
       const reshard::ExecuteStats s = engine.execute(plan, 0, views, options);
       times.push_back(seconds_since(t0));
       cached = cached && s.schedule_cached;
@@ -175,7 +173,7 @@ int main(int argc, char** argv) {
     std::vector<double> base;
     for (int i = 0; i < std::max(3, iters / 2); ++i) {
       check(cudaDeviceSynchronize(), "sync");
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = reshard::WaitClock::now();
       for (int64_t done = 0; done < moved; done += chunk) {
         const auto n = static_cast<size_t>(std::min(chunk, moved - done));
         check(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice, nullptr), "memcpy");

@@ -28,6 +28,7 @@
 #include "reshard/box_copy.h"
 #include "reshard/cuda.h"
 #include "reshard/error.h"
+#include "reshard/wait.h"
 
 namespace {
 
@@ -87,16 +88,16 @@ class Bench {
 
   Timing kernels(const Case& c) {
     Timing t;
-    const auto f0 = std::chrono::steady_clock::now();
+    const auto f0 = reshard::WaitClock::now();
     transport_->run_copies(0, 0, c.ops);  // plans; also the warm-up
-    t.first_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+    t.first_seconds = reshard::seconds_since(f0);
     check(cudaStreamSynchronize(stream_), "sync");
     EventPtr start = event();
     EventPtr stop = event();
     check(cudaEventRecord(start.get(), stream_), "record");
-    const auto h0 = std::chrono::steady_clock::now();
+    const auto h0 = reshard::WaitClock::now();
     for (int i = 0; i < iters_; ++i) transport_->run_copies(0, 0, c.ops);
-    const auto h1 = std::chrono::steady_clock::now();
+    const auto h1 = reshard::WaitClock::now();
     check(cudaEventRecord(stop.get(), stream_), "record");
     check(cudaEventSynchronize(stop.get()), "sync");
     float ms = 0;

@@ -68,9 +68,12 @@ const (
 	Sum ReduceOp = C.RESHARD_REDUCE_SUM
 	Max ReduceOp = C.RESHARD_REDUCE_MAX
 	Min ReduceOp = C.RESHARD_REDUCE_MIN
+	// Mean is the sum over the number of summands (since C ABI 1.4):
+	// floating-point source layouts only.
+	Mean ReduceOp = C.RESHARD_REDUCE_MEAN
 )
 
-// String is "sum", "max", "min" or "reduce_op(N)".
+// String is "sum", "max", "min", "mean" or "reduce_op(N)".
 func (o ReduceOp) String() string {
 	switch o {
 	case Sum:
@@ -79,6 +82,8 @@ func (o ReduceOp) String() string {
 		return "max"
 	case Min:
 		return "min"
+	case Mean:
+		return "mean"
 	}
 	return "reduce_op(" + strconv.Itoa(int(o)) + ")"
 }

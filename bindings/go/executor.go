@@ -79,77 +79,23 @@ func NewExecutor(opts *ExecutorOptions) (*Executor, error) {
 	return ex, nil
 }
 
-// checkBuffers checks counts and sizes of every buffer against the plan
-// before anything is allocated or called.
-func checkBuffers(p *Plan, sizes func(t int, side Side) ([]int, error), n int) error {
-	if want := p.NumTensors(); n != want {
-		return errorf(InvalidArgument, "buffers: %d tensors given, the plan has %d", n, want)
-	}
-	for t := 0; t < n; t++ {
-		for _, side := range []Side{Src, Dst} {
-			name := "src"
-			if side == Dst {
-				name = "dst"
-			}
-			given, err := sizes(t, side)
-			if err != nil {
-				return err
-			}
-			entries, err := p.NumEntries(t, side)
-			if err != nil {
-				return err
-			}
-			if len(given) != entries {
-				return errorf(InvalidArgument, "buffers[%d].%s: %d buffers given, the layout has %d entries", t, name, len(given), entries)
-			}
-			info, err := p.Tensor(t)
-			if err != nil {
-				return err
-			}
-			for e, got := range given {
-				need, err := p.ShardBytes(t, side, e)
-				if err != nil {
-					return err
-				}
-				if got != need {
-					return errorf(InvalidArgument, "buffers[%d].%s[%d]: %d bytes given, the box of %s needs %d", t, name, e, got, info.DType, need)
-				}
-			}
-		}
-	}
-	return nil
-}
-
 // Execute fills every destination buffer of every tensor of plan (which
 // must hold every process part) from the source buffers; buffers has one
-// element per plan tensor. Counts and sizes are checked against the plan
-// first; on error nothing is written.
+// element per plan tensor. The library checks counts and sizes against the
+// plan before it writes anything; on error nothing is written.
 //
 // The buffers are copied into C memory and the results copied back (cgo
 // forbids C from holding the Go pointers inside TensorBuffers). For large
 // shards use ExecuteHost, which runs in place on HostBuffers.
 //
-// Errors: InvalidArgument naming the buffer ("buffers[1].dst[3]: 96 bytes
-// given, the box of f32 needs 128"; "plan: lacks the part of process 1").
+// Errors: InvalidArgument naming the buffer ("tensors[1].dst[3]: 96 bytes
+// given, box [0:4, 0:8) of f32 needs 128"; "plan: lacks the part of process
+// 1").
 func (ex *Executor) Execute(plan *Plan, buffers []TensorBuffers) error {
 	if ex == nil || ex.ptr == nil {
 		return closedError("executor")
 	}
 	if _, err := plan.live(); err != nil {
-		return err
-	}
-	err := checkBuffers(plan, func(t int, side Side) ([]int, error) {
-		bufs := buffers[t].Src
-		if side == Dst {
-			bufs = buffers[t].Dst
-		}
-		sizes := make([]int, len(bufs))
-		for i, b := range bufs {
-			sizes[i] = len(b)
-		}
-		return sizes, nil
-	}, len(buffers))
-	if err != nil {
 		return err
 	}
 	var a cArena
@@ -188,24 +134,16 @@ func (ex *Executor) ExecuteHost(plan *Plan, buffers []HostTensorBuffers) error {
 	if _, err := plan.live(); err != nil {
 		return err
 	}
-	err := checkBuffers(plan, func(t int, side Side) ([]int, error) {
-		bufs := buffers[t].Src
-		name := "src"
-		if side == Dst {
-			bufs = buffers[t].Dst
-			name = "dst"
-		}
-		sizes := make([]int, len(bufs))
-		for i, b := range bufs {
-			if b == nil || (b.ptr == nil && b.size > 0) {
-				return nil, errorf(InvalidArgument, "buffers[%d].%s[%d]: nil or closed HostBuffer", t, name, i)
+	// Sizes and counts are the library's to check; a nil or closed
+	// HostBuffer is this package's.
+	for t, b := range buffers {
+		for side, bufs := range [2][]*HostBuffer{b.Src, b.Dst} {
+			for i, h := range bufs {
+				if h == nil || (h.ptr == nil && h.size > 0) {
+					return errorf(InvalidArgument, "buffers[%d].%s[%d]: nil or closed HostBuffer", t, [2]string{"src", "dst"}[side], i)
+				}
 			}
-			sizes[i] = b.size
 		}
-		return sizes, nil
-	}, len(buffers))
-	if err != nil {
-		return err
 	}
 	var a cArena
 	defer a.free()

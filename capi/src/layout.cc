@@ -17,6 +17,7 @@ using reshard::capi::require;
 static_assert(RESHARD_REDUCE_SUM == static_cast<int32_t>(ReduceOp::kSum));
 static_assert(RESHARD_REDUCE_MAX == static_cast<int32_t>(ReduceOp::kMax));
 static_assert(RESHARD_REDUCE_MIN == static_cast<int32_t>(ReduceOp::kMin));
+static_assert(RESHARD_REDUCE_MEAN == static_cast<int32_t>(ReduceOp::kMean));
 static_assert(RESHARD_MAX_RANK == reshard::kMaxRank);
 
 namespace {
@@ -45,8 +46,8 @@ std::vector<int64_t> checked_shape(size_t rank, const int64_t* shape) {
 }
 
 ReduceOp reduce_op(reshard_reduce_op_t op, const char* name) {
-  if (op != RESHARD_REDUCE_SUM && op != RESHARD_REDUCE_MAX && op != RESHARD_REDUCE_MIN) {
-    reshard::capi::bad_enum(name, op, "RESHARD_REDUCE_SUM, _MAX or _MIN");
+  if (!reshard::reduce_op_valid(op)) {
+    reshard::capi::bad_enum(name, op, "RESHARD_REDUCE_SUM, _MAX, _MIN or _MEAN");
   }
   return static_cast<ReduceOp>(op);
 }

@@ -707,9 +707,16 @@ static void test_layout_boxes(void) {
   CHECK_ERR(reshard_layout_create_boxes(2, shape, 3, devices, NULL, lo, hi, 0, RESHARD_REDUCE_SUM,
                                         &untouched),
             RESHARD_ERROR_INVALID_ARGUMENT, "num_summands: 0");
-  CHECK_ERR(reshard_layout_create_boxes(2, shape, 3, devices, summands, lo, hi, 2, 4, &untouched),
-            RESHARD_ERROR_INVALID_ARGUMENT, "op: invalid value 4");
+  CHECK_ERR(reshard_layout_create_boxes(2, shape, 3, devices, summands, lo, hi, 2, 5, &untouched),
+            RESHARD_ERROR_INVALID_ARGUMENT, "op: invalid value 5");
   CHECK(untouched == kSentinel);
+  /* 1.4: means are layouts like any other (planning checks where they may
+   * appear). */
+  reshard_layout_t* mean = NULL;
+  CHECK_OK(reshard_layout_create_boxes(2, shape, 3, devices, summands, lo, hi, 2,
+                                       RESHARD_REDUCE_MEAN, &mean));
+  CHECK(mean != NULL);
+  reshard_layout_destroy(mean);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -126,6 +126,75 @@ TEST(HostExecutor, Bf16PartialSumRoundsOnce) {
   for (uint16_t v : out) EXPECT_EQ(numeric::bf16_to_f32(v), 1.0f + std::ldexp(1.0f, -7));
 }
 
+// Invariant: a mean divides the exact sum once, in the accumulation type,
+// then rounds to the dtype: f32 summands 1, 2, 4 give 7/3 rounded once; bf16
+// summands 1, 2^-8, 2^-8 give (1 + 2^-7) / 3 in f32, rounded once to bf16.
+// Whole destinations (acc in place) and replicated ones alike, one thread
+// and two.
+TEST(HostExecutor, MeanDividesTheSumOnceInTheAccumulationType) {
+  auto src = mesh_1d({0, 1, 2});
+  auto dst = mesh_1d({3, 4});
+  for (int threads : {1, 2}) {
+    PlanInput in;
+    in.tensors.push_back(tensor("f", {6}, DType::kF32, sharding(src, {{}}, {"x"}, ReduceOp::kMean),
+                                sharding(dst, {{}})));
+    in.tensors.push_back(tensor("b", {6}, DType::kBF16, sharding(src, {{}}, {"x"}, ReduceOp::kMean),
+                                sharding(dst, {{"x"}})));
+    const Plan plan = make_plan(in);
+    std::vector<std::vector<float>> f(3);
+    std::vector<std::vector<uint16_t>> b(3);
+    for (size_t e = 0; e < 3; ++e) {
+      const int32_t s = plan.tensors()[0].src.summand(e);
+      f[e].assign(6, s == 0 ? 1.0f : s == 1 ? 2.0f : 4.0f);
+      const int32_t sb = plan.tensors()[1].src.summand(e);
+      b[e].assign(6, numeric::f32_to_bf16(sb == 0 ? 1.0f : std::ldexp(1.0f, -8)));
+    }
+    std::vector<std::vector<float>> fo(2, std::vector<float>(6, -1.0f));
+    std::vector<std::vector<uint16_t>> bo(2, std::vector<uint16_t>(3, 0));
+    std::vector<TensorBuffers> buffers(2);
+    for (auto& s : f) buffers[0].src.push_back({s.data(), 24});
+    for (auto& s : b) buffers[1].src.push_back({s.data(), 12});
+    for (auto& o : fo) buffers[0].dst.push_back({o.data(), 24});
+    for (auto& o : bo) buffers[1].dst.push_back({o.data(), 6});
+    execute_host(plan, buffers, {threads});
+    for (const auto& o : fo)
+      for (float v : o) EXPECT_EQ(v, 7.0f / 3.0f);
+    const uint16_t want = numeric::f32_to_bf16((1.0f + std::ldexp(1.0f, -7)) / 3.0f);
+    for (const auto& o : bo)
+      for (uint16_t v : o) EXPECT_EQ(v, want);
+  }
+}
+
+// Invariant: a mean is refused where it has no meaning: on a partial
+// destination and on an integer source, naming the field.
+TEST(HostExecutor, MeanOnADestinationOrAnIntegerSourceIsRefused) {
+  auto src = mesh_1d({0, 1});
+  auto dst = mesh_1d({2, 3});
+  PlanInput a;
+  a.tensors.push_back(tensor("w", {4}, DType::kF32, sharding(src, {{}}, {"x"}, ReduceOp::kMean),
+                             sharding(dst, {{}}, {"x"}, ReduceOp::kMean)));
+  try {
+    (void)make_plan(a);
+    ADD_FAILURE() << "a partial mean destination was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("tensors[0].dst.partial.op"), std::string::npos)
+        << e.what();
+  }
+  PlanInput b;
+  b.tensors.push_back(tensor("i", {4}, DType::kI32, sharding(src, {{}}, {"x"}, ReduceOp::kMean),
+                             sharding(dst, {{}})));
+  try {
+    (void)make_plan(b);
+    ADD_FAILURE() << "an integer mean was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("tensors[0].src.partial.op"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("i32"), std::string::npos) << e.what();
+  }
+}
+
 // Invariant: contributions fold in source summand order (s0, s1, s2, ...),
 // whatever the device order and whichever piece is local, so results do not
 // depend on placement. With f32 summands 2^24, 1, 1 that order gives 2^24

@@ -146,6 +146,11 @@ class CaseGen {
         if (!partial && !ds.partial_axes.empty() && coin()) ds.partial_op = ReduceOp::kSum;
         t.dst = maybe_explicit(Layout::from_named(ds, t.shape, "dst"), t.shape);
       }
+      // Means: floating-point partial sources into non-partial destinations.
+      if (partial && t.src.partial() && !t.dst.partial() && dtype_is_float(t.dtype) && coin(0.3)) {
+        ss.partial_op = ReduceOp::kMean;
+        t.src = maybe_explicit(Layout::from_named(ss, t.shape, "src"), t.shape);
+      }
       in.tensors.push_back(std::move(t));
     }
     const int64_t split = uni(0, 2);

@@ -139,7 +139,11 @@ inline void host_apply(const CopyOp& op, int64_t src_bytes, int64_t dst_bytes) {
       fill_identity_elements(op.dtype, op.op, d.data(), op.count);
       break;
     case CopyOp::Kind::kStore:
-      store_from_acc(op.dtype, s.data(), d.data(), op.count);
+      if (op.divisor > 1) {
+        store_mean_from_acc(op.dtype, s.data(), d.data(), op.count, op.divisor);
+      } else {
+        store_from_acc(op.dtype, s.data(), d.data(), op.count);
+      }
       break;
   }
   if (dst_bytes > 0) std::memcpy(op.dst, d.data(), static_cast<size_t>(dst_bytes));

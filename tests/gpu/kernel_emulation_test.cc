@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -90,6 +91,61 @@ TEST(KernelEmulation, FillsAndStoresMatchTheHostCore) {
         ASSERT_EQ(c.dst.contents(), expected.dst.contents()) << c.what;
       }
     }
+  }
+}
+
+// Invariant: a mean's store (CopyOp::divisor > 1) divides in the
+// accumulation type and rounds once, as the host core does, for every
+// floating-point dtype (f32 and f64 included, whose plain stores are copies),
+// also in place; integer dtypes and a divisor below 1 are refused by name.
+TEST(KernelEmulation, MeanStoresDivideLikeTheHostCore) {
+  Values values(3);
+  int cases = 0;
+  for (DType dtype : kAllDTypes) {
+    if (!dtype_is_float(dtype)) continue;
+    for (int32_t divisor : {2, 3, 7, 16}) {
+      RandomCopy c =
+          gpu_testing::random_linear_op(values, CopyOp::Kind::kStore, dtype, ReduceOp::kSum);
+      c.op.divisor = divisor;
+      RandomCopy expected = c;
+      expected.op.src = expected.src.data();
+      expected.op.dst = expected.dst.data();
+      host_apply(expected.op, expected.src.bytes, expected.dst.bytes);
+      emulate(plan_launches(std::span(&c.op, 1)));
+      ASSERT_EQ(c.dst.contents(), expected.dst.contents()) << c.what << " divisor " << divisor;
+      if (acc_is_elem(dtype)) {
+        // In place: the destination is its own accumulator.
+        RandomCopy in_place =
+            gpu_testing::random_linear_op(values, CopyOp::Kind::kStore, dtype, ReduceOp::kSum);
+        in_place.op.divisor = divisor;
+        in_place.op.src = in_place.op.dst;
+        std::vector<std::byte> want(static_cast<size_t>(in_place.op.count * dtype_size(dtype)));
+        store_mean_from_acc(dtype, in_place.op.dst, want.data(), in_place.op.count, divisor);
+        emulate(plan_launches(std::span(&in_place.op, 1)));
+        ASSERT_EQ(0, std::memcmp(want.data(), in_place.op.dst, want.size())) << in_place.what;
+      }
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 6 * 4);
+  RandomCopy bad =
+      gpu_testing::random_linear_op(values, CopyOp::Kind::kStore, DType::kI32, ReduceOp::kSum);
+  bad.op.divisor = 2;
+  try {
+    (void)plan_launches(std::span(&bad.op, 1));
+    ADD_FAILURE() << "an integer mean store was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(".divisor: a mean needs a floating-point dtype"),
+              std::string::npos)
+        << e.what();
+  }
+  bad.op.dtype = DType::kF32;
+  bad.op.divisor = 0;
+  try {
+    (void)plan_launches(std::span(&bad.op, 1));
+    ADD_FAILURE() << "divisor 0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(".divisor: 0 is below 1"), std::string::npos) << e.what();
   }
 }
 

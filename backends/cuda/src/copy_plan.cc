@@ -459,7 +459,16 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
       need(op.src, "src");
       need(op.dst, "dst");
       const CopyDesc d = linear_desc(op.count);
-      if (acc_is_elem(op.dtype)) {
+      if (op.divisor < 1) {
+        fail(ErrorCode::kInvalidArgument,
+             at(i) + ".divisor: " + std::to_string(op.divisor) + " is below 1");
+      }
+      if (op.divisor > 1 && !dtype_is_float(op.dtype)) {
+        fail(ErrorCode::kInvalidArgument,
+             at(i) + ".divisor: a mean needs a floating-point dtype, not " +
+                 std::string(dtype_name(op.dtype)));
+      }
+      if (acc_is_elem(op.dtype) && op.divisor == 1) {
         // store is the identity on these types: a plain copy.
         out.work = base_work(WorkKind::kCopy, d, op.src, op.dst, static_cast<int32_t>(es),
                              static_cast<int32_t>(es));
@@ -468,6 +477,7 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
         out.work = base_work(WorkKind::kStore, d, op.src, op.dst, static_cast<int32_t>(as),
                              static_cast<int32_t>(es));
         out.work.dtype = static_cast<int32_t>(op.dtype);
+        out.work.divisor = op.divisor;
         shape_elements(out.work);
       }
       out.reads.push_back(dense_footprint(op.src, op.count * as));

@@ -31,7 +31,8 @@ enum class WorkKind : int32_t {
   kCopy = 0,    // bytes: copy_box
   kReduce = 1,  // acc = op(acc, load(src)): reduce_into
   kFill = 2,    // dst[i] = pattern (identity of an accumulator or element)
-  kStore = 3,   // dst[i] = store(acc[i]) for f16/bf16/f8 (other dtypes become kCopy)
+  kStore = 3,   // dst[i] = store(acc[i] / divisor); a plain store (divisor 1) of
+                // dtypes other than f16/bf16/f8 becomes kCopy
 };
 
 enum WorkFlags : int32_t {
@@ -57,7 +58,7 @@ struct Work {
   int32_t dst_size;        // bytes per destination element
   int32_t group;           // threads per unit: a power of two <= kThreads
   int32_t flags;           // WorkFlags
-  int32_t reserved;
+  int32_t divisor;         // kStore: > 1 divides first (ReduceOp::kMean)
 };
 
 // The Work holding tile `tile`: the last w with tile_start[w] <= tile
@@ -220,6 +221,7 @@ RESHARD_HD inline void reduce_dispatch_op(const Work& w, const unsigned char* s,
                                           int64_t begin, int64_t end, int lane, int width) {
   switch (static_cast<ReduceOp>(w.op)) {
     case ReduceOp::kSum:
+    case ReduceOp::kMean:  // accumulated as a sum; kStore divides
       return reduce_elems<D, ReduceOp::kSum>(w, s, a, begin, end, lane, width);
     case ReduceOp::kMax:
       return reduce_elems<D, ReduceOp::kMax>(w, s, a, begin, end, lane, width);
@@ -261,9 +263,11 @@ RESHARD_HD inline void store_elems(const Work& w, const unsigned char* a, unsign
   using Acc = typename T::Acc;
   const bool sa = (w.flags & kSrcAligned) != 0;
   const bool da = (w.flags & kDstAligned) != 0;
+  const Acc div = static_cast<Acc>(w.divisor > 1 ? w.divisor : 1);
   for (int64_t i = begin + lane; i < end; i += width) {
     const Acc acc = load_elem<Acc>(a + i * static_cast<int64_t>(sizeof(Acc)), sa);
-    store_elem<E>(d + i * static_cast<int64_t>(sizeof(E)), T::store(acc), da);
+    store_elem<E>(d + i * static_cast<int64_t>(sizeof(E)),
+                  T::store(w.divisor > 1 ? acc / div : acc), da);
   }
 }
 
@@ -278,6 +282,10 @@ RESHARD_HD inline void store_unit_elems(const Work& w, const unsigned char* a, u
       return store_elems<DType::kF8E4M3>(w, a, d, begin, end, lane, width);
     case DType::kF8E5M2:
       return store_elems<DType::kF8E5M2>(w, a, d, begin, end, lane, width);
+    case DType::kF32:
+      return store_elems<DType::kF32>(w, a, d, begin, end, lane, width);
+    case DType::kF64:
+      return store_elems<DType::kF64>(w, a, d, begin, end, lane, width);
     default:
       return;  // copy_plan turns the other stores into copies
   }

@@ -11,6 +11,7 @@ const (
 	ReduceOpSum     ReduceOp = 1
 	ReduceOpMax     ReduceOp = 2
 	ReduceOpMin     ReduceOp = 3
+	ReduceOpMean    ReduceOp = 4
 )
 
 var EnumNamesReduceOp = map[ReduceOp]string{
@@ -18,6 +19,7 @@ var EnumNamesReduceOp = map[ReduceOp]string{
 	ReduceOpSum:     "Sum",
 	ReduceOpMax:     "Max",
 	ReduceOpMin:     "Min",
+	ReduceOpMean:    "Mean",
 }
 
 var EnumValuesReduceOp = map[string]ReduceOp{
@@ -25,6 +27,7 @@ var EnumValuesReduceOp = map[string]ReduceOp{
 	"Sum":     ReduceOpSum,
 	"Max":     ReduceOpMax,
 	"Min":     ReduceOpMin,
+	"Mean":    ReduceOpMean,
 }
 
 func (v ReduceOp) String() string {

@@ -109,7 +109,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 3
+#define RESHARD_ABI_MINOR 4
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -167,7 +167,14 @@ enum {
 
 /* How the summands of a partial (unreduced) layout combine. */
 typedef int32_t reshard_reduce_op_t;
-enum { RESHARD_REDUCE_SUM = 1, RESHARD_REDUCE_MAX = 2, RESHARD_REDUCE_MIN = 3 };
+enum {
+  RESHARD_REDUCE_SUM = 1,
+  RESHARD_REDUCE_MAX = 2,
+  RESHARD_REDUCE_MIN = 3,
+  /* Since 1.4: the sum divided by the number of summands (JAX pmean,
+   * DTensor Partial("avg")); floating-point dtypes, source layouts only. */
+  RESHARD_REDUCE_MEAN = 4
+};
 
 /* Which process parts reshard_plan_create computes. */
 typedef int32_t reshard_plan_scope_t;
@@ -1159,7 +1166,9 @@ typedef struct reshard_api {
   reshard_error_t* (*plan_device_location)(const reshard_plan_t*, int64_t, int32_t*, int32_t*,
                                            int32_t*);
   /* ABI 1.2 added no functions (reshard_plan_request_t.max_plan_bytes and
-   * RESHARD_ERROR_RESOURCE_EXHAUSTED): the table is 1.1's, abi_minor 2. */
+   * RESHARD_ERROR_RESOURCE_EXHAUSTED): the table is 1.1's, abi_minor 2.
+   * ABI 1.3 (plan options relays/reduce_scatter, stages) and 1.4
+   * (RESHARD_REDUCE_MEAN) added none either. */
   /* Append new functions here, never elsewhere, and bump RESHARD_ABI_MINOR. */
 } reshard_api_t;
 

@@ -362,6 +362,17 @@ RESHARD_HD void store_run(const typename AccTraits<D>::Acc* acc, typename AccTra
   for (int64_t i = 0; i < n; ++i) dst[i] = AccTraits<D>::store(acc[i]);
 }
 
+// dst[i] = store(acc[i] / divisor) for i in [0, n): the mean's one division,
+// in the accumulation type (floating-point dtypes), rounding once more to the
+// element type. In place (acc == dst) when the accumulator is the element.
+template <DType D>
+RESHARD_HD void store_mean_run(const typename AccTraits<D>::Acc* acc,
+                               typename AccTraits<D>::Elem* dst, int64_t n, int32_t divisor) {
+  using Acc = typename AccTraits<D>::Acc;
+  const Acc d = static_cast<Acc>(divisor);
+  for (int64_t i = 0; i < n; ++i) dst[i] = AccTraits<D>::store(acc[i] / d);
+}
+
 // ---------------------------------------------------------------------------
 // Host entry points. Invalid dtype or op values throw
 // Error(kInvalidArgument); nothing else throws. Buffers must not overlap.
@@ -397,6 +408,11 @@ void reduce_into(const CopyDesc& desc, DType dtype, ReduceOp op, const void* src
 
 // Converts n accumulator elements to `dtype`, rounding to nearest even once.
 void store_from_acc(DType dtype, const void* acc, void* dst, int64_t n);
+
+// store_mean_run: dst = acc / divisor (ReduceOp::kMean), converted to `dtype`;
+// acc may equal dst when acc_is_elem(dtype). Floating-point dtypes and
+// divisor >= 1 only (else Error(kInvalidArgument)).
+void store_mean_from_acc(DType dtype, const void* acc, void* dst, int64_t n, int32_t divisor);
 
 // Fills n elements of `dtype` (not accumulator elements) with the identity of
 // `op`: a partial destination whose elements no piece writes then holds the

@@ -20,7 +20,17 @@
 namespace reshard {
 
 // Stable numeric values shared with the C ABI and the plan format.
-enum class ReduceOp : int32_t { kSum = 1, kMax = 2, kMin = 3 };
+// kMean (JAX pmean, DTensor Partial("avg")) is the sum divided by the number
+// of summands: accumulated as a sum and divided once, in the accumulation
+// type, after the last summand. Floating-point dtypes only, and on sources
+// only: a partial destination's op is sum, max or min.
+enum class ReduceOp : int32_t { kSum = 1, kMax = 2, kMin = 3, kMean = 4 };
+// True for the values above.
+constexpr bool reduce_op_valid(int32_t op) noexcept { return op >= 1 && op <= 4; }
+// The op that combines summands: kSum for kMean, else `op` itself.
+constexpr ReduceOp combining_op(ReduceOp op) noexcept {
+  return op == ReduceOp::kMean ? ReduceOp::kSum : op;
+}
 std::string_view reduce_op_name(ReduceOp op) noexcept;
 ReduceOp parse_reduce_op(std::string_view name, const std::string& field);
 

@@ -51,7 +51,8 @@ namespace reshard {
 // another version is refused by the loader.
 // Version 2: TransferOp::remote_ordinal and TransferOp::state.
 // Version 3: TransportInfo::whole_plan.
-inline constexpr uint32_t kTransportInterfaceVersion = 3;
+// Version 4: CopyOp::divisor (kStore of ReduceOp::kMean).
+inline constexpr uint32_t kTransportInterfaceVersion = 4;
 
 enum class MemoryKind : int32_t {
   kHost = 0,  // ordinary host memory: the engine runs copies itself
@@ -160,7 +161,9 @@ struct CopyOp {
     kReduce = 1,        // reduce_into(desc, dtype, op, src, dst = accumulator)
     kFillAcc = 2,       // fill_identity(dtype, op, dst, count) on an accumulator
     kFillElements = 3,  // the identity stored as `dtype` into count elements of dst
-    kStore = 4,         // store_from_acc(dtype, src = accumulator, dst, count)
+    kStore = 4,         // store_from_acc(dtype, src = accumulator, dst, count), or
+                        // store_mean_from_acc(..., divisor) when divisor > 1
+                        // (src may equal dst when acc_is_elem(dtype))
   };
   Kind kind = Kind::kCopy;
   CopyDesc desc{};
@@ -169,6 +172,7 @@ struct CopyOp {
   int64_t count = 0;
   const void* src = nullptr;
   void* dst = nullptr;
+  int32_t divisor = 1;  // kStore: the mean's number of summands (interface 4)
 };
 
 class Transport {

@@ -1,6 +1,7 @@
-// reshard — waiting with deadlines, shared by the engine and the transports
-// (reshard/backend.h): every wait has a deadline, and an idle waiter yields
-// the core to the ranks it waits for.
+// reshard — waiting with deadlines and timing, shared by the engine, the
+// transports (reshard/backend.h), the command-line tool and the benchmarks:
+// every wait has a deadline, and an idle waiter yields the core to the ranks
+// it waits for.
 #pragma once
 
 #include <algorithm>
@@ -31,6 +32,11 @@ class Backoff {
  private:
   int n_ = 0;
 };
+
+// Seconds of wall time since `t0`.
+inline double seconds_since(WaitClock::time_point t0) {
+  return std::chrono::duration<double>(WaitClock::now() - t0).count();
+}
 
 // Now plus `seconds` (capped at 10^7 s, so that "forever" cannot overflow).
 inline WaitClock::time_point deadline_after(double seconds) {

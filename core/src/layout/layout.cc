@@ -22,6 +22,8 @@ std::string_view reduce_op_name(ReduceOp op) noexcept {
       return "max";
     case ReduceOp::kMin:
       return "min";
+    case ReduceOp::kMean:
+      return "mean";
   }
   return "invalid";
 }
@@ -30,8 +32,9 @@ ReduceOp parse_reduce_op(std::string_view name, const std::string& field) {
   if (name == "sum") return ReduceOp::kSum;
   if (name == "max") return ReduceOp::kMax;
   if (name == "min") return ReduceOp::kMin;
+  if (name == "mean") return ReduceOp::kMean;
   fail(ErrorCode::kInvalidArgument, field,
-       "unknown reduce op \"" + std::string(name) + "\" (expected sum, max or min)");
+       "unknown reduce op \"" + std::string(name) + "\" (expected sum, max, min or mean)");
 }
 
 // ---------------------------------------------------------------- Topology
@@ -272,8 +275,7 @@ std::shared_ptr<const Geometry> lower_named(const NamedSharding& s, size_t rank,
       fail(ErrorCode::kInvalidArgument, f, "mesh axis \"" + s.partial_axes[j] + "\" used twice");
     partial_axes.push_back(a);
   }
-  if (s.partial_op != ReduceOp::kSum && s.partial_op != ReduceOp::kMax &&
-      s.partial_op != ReduceOp::kMin)
+  if (!reduce_op_valid(static_cast<int32_t>(s.partial_op)))
     fail(ErrorCode::kInvalidArgument, field + ".partial.op", "invalid reduce op");
 
   GeometryKey key{mesh, s.dims, s.partial_axes, s.partial_op};
@@ -359,7 +361,7 @@ void check_entries_common(const std::vector<int64_t>& devices, const std::vector
   if (num_summands < 1)
     fail(ErrorCode::kInvalidArgument, field + ".summands",
          std::to_string(num_summands) + " must be at least 1");
-  if (op != ReduceOp::kSum && op != ReduceOp::kMax && op != ReduceOp::kMin)
+  if (!reduce_op_valid(static_cast<int32_t>(op)))
     fail(ErrorCode::kInvalidArgument, field + ".op",
          "invalid reduce op " + std::to_string(static_cast<int32_t>(op)));
   for (size_t e = 0; e < devices.size(); ++e) {

@@ -240,6 +240,7 @@ class Generator {
   uint64_t expected(uint64_t i) const {
     const uint64_t k = i + salt_;
     if (!partial_) return pattern(k);
+    if (op_ == ReduceOp::kMean) return encode_mean(total_value(k));
     return encode(total_value(k));
   }
 
@@ -262,7 +263,7 @@ class Generator {
       if (op_ == ReduceOp::kMin) return s == k % summands_ ? static_cast<int64_t>(k & 1) : 1;
       return s == k % summands_ ? static_cast<int64_t>(k & 1) : 0;
     }
-    if (op_ == ReduceOp::kSum) {
+    if (op_ == ReduceOp::kSum || op_ == ReduceOp::kMean) {
       const uint64_t b = m / summands_;
       if (b == 0) return s == 0 ? static_cast<int64_t>(k & 1) : 0;
       const uint64_t h = k * (2 * s + 1) + s;
@@ -283,12 +284,21 @@ class Generator {
   }
   int64_t total_value(uint64_t k) const {
     if (t_.kind == Kind::kBool) return static_cast<int64_t>(k & 1);
-    if (op_ != ReduceOp::kSum) return base_value(k);
+    if (op_ != ReduceOp::kSum && op_ != ReduceOp::kMean) return base_value(k);
     // Sums stay within [-M, M]; unsigned sums within [0, M] (may exceed
     // int64 for u64, hence the unsigned accumulation).
     uint64_t total = 0;
     for (uint64_t s = 0; s < summands_; ++s) total += static_cast<uint64_t>(summand_value(k, s));
     return static_cast<int64_t>(total);
+  }
+  // The mean as executors compute it: the exact sum divided once in the
+  // accumulation type (f64 for f64, else f32), then rounded to the dtype.
+  uint64_t encode_mean(int64_t total) const {
+    if (t_.bytes == 8) {
+      return from_double(t_, static_cast<double>(total) / static_cast<double>(summands_));
+    }
+    const float q = static_cast<float>(total) / static_cast<float>(summands_);
+    return from_double(t_, static_cast<double>(q));
   }
   uint64_t encode(int64_t v) const {
     if (t_.kind == Kind::kFloat) return from_double(t_, static_cast<double>(v));

@@ -14,6 +14,7 @@
 #include "plan/plan_builder.h"
 #include "plan/rounds.h"
 #include "reshard/error.h"
+#include "reshard/wait.h"
 #include "util/hash.h"
 #include "util/parallel.h"
 #include "util/utf8.h"
@@ -59,6 +60,13 @@ void validate_tensor(const TensorSpec& t, size_t i) {
     fail(ErrorCode::kMismatch, f + ".dst",
          "layout shape " + shape_str(t.dst.shape()) + " does not match tensor shape " +
              shape_str(t.shape));
+  if (t.dst.partial() && t.dst.reduce_op() == ReduceOp::kMean)
+    fail(ErrorCode::kInvalidArgument, f + ".dst.partial.op",
+         "\"mean\" is supported on sources only (a partial destination's summands combine with "
+         "sum, max or min)");
+  if (t.src.partial() && t.src.reduce_op() == ReduceOp::kMean && !dtype_is_float(t.dtype))
+    fail(ErrorCode::kInvalidArgument, f + ".src.partial.op",
+         "\"mean\" needs a floating-point dtype, not " + std::string(dtype_name(t.dtype)));
   if (t.src.partial() && t.dst.partial() && t.src.reduce_op() != t.dst.reduce_op())
     fail(ErrorCode::kMismatch, f + ".dst.partial.op",
          "\"" + std::string(reduce_op_name(t.dst.reduce_op())) + "\" differs from the source's \"" +
@@ -663,7 +671,7 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request) {
 }
 
 Plan make_plan(const PlanInput& input, const PlanRequest& request) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = WaitClock::now();
   const int threads = validate_request(input, request);
   const int64_t limit = resolve_limit(request.max_plan_bytes);
   // Parts are what can outgrow memory; the statistics alone never do.
@@ -736,8 +744,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
     parts.emplace(request.process, make_part(request.process, threads));
   }
   if (!Plan::Builder::has_stats(plan)) Plan::Builder::stats(plan) = PlanStats{};
-  Plan::Builder::stats(plan).plan_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Plan::Builder::stats(plan).plan_seconds = seconds_since(t0);
   return plan;
 }
 

@@ -281,7 +281,7 @@ class Decoder {
                        const std::string& f) {
     if (!l) corrupt(f, "missing");
     const int32_t op = static_cast<int32_t>(l->reduce_op());
-    if (op < 1 || op > 3) corrupt(f + ".reduce_op", "invalid reduce op " + std::to_string(op));
+    if (!reduce_op_valid(op)) corrupt(f + ".reduce_op", "invalid reduce op " + std::to_string(op));
     if (l->num_summands() < 1)
       corrupt(f + ".num_summands", std::to_string(l->num_summands()) + " must be at least 1");
     const size_t rank = shape.size();

@@ -110,7 +110,7 @@ class Layout:
     """A tensor's source or destination layout: entries sorted by device."""
     entries: Tuple[Entry, ...]
     num_summands: int
-    op: str  # "sum", "max", "min"
+    op: str  # "sum", "max", "min", "mean"
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,7 @@ class Plan:
             op = ffi.new("int32_t*")
             check(api.plan_tensor_partial(p, t, side, ns, op))
             layouts.append(Layout(tuple(entries), int(ns[0]),
-                                  {1: "sum", 2: "max", 3: "min"}.get(int(op[0]), "sum")))
+                                  {1: "sum", 2: "max", 3: "min", 4: "mean"}.get(int(op[0]), "sum")))
         return Tensor(t, ffi.string(name[0]).decode(), tuple(shape[0:r]),
                       ffi.string(api.dtype_name(dt[0])).decode(), layouts[0], layouts[1])
 

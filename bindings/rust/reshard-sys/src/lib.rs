@@ -25,7 +25,7 @@ pub const RESHARD_VERSION_NUMBER: u32 =
 /// `RESHARD_ABI_MAJOR`: pass to [`reshard_get_api`].
 pub const RESHARD_ABI_MAJOR: u32 = 1;
 /// `RESHARD_ABI_MINOR` of these declarations.
-pub const RESHARD_ABI_MINOR: u32 = 3;
+pub const RESHARD_ABI_MINOR: u32 = 4;
 /// `RESHARD_MAX_RANK`: the largest tensor rank.
 pub const RESHARD_MAX_RANK: usize = 8;
 
@@ -100,6 +100,8 @@ pub const RESHARD_REDUCE_SUM: reshard_reduce_op_t = 1;
 pub const RESHARD_REDUCE_MAX: reshard_reduce_op_t = 2;
 /// The smallest summand wins.
 pub const RESHARD_REDUCE_MIN: reshard_reduce_op_t = 3;
+/// The sum over the number of summands (since 1.4).
+pub const RESHARD_REDUCE_MEAN: reshard_reduce_op_t = 4;
 
 /// `reshard_plan_scope_t`.
 pub type reshard_plan_scope_t = i32;

@@ -119,12 +119,16 @@ pub enum ReduceOp {
     Max = sys::RESHARD_REDUCE_MAX,
     /// The smallest summand wins.
     Min = sys::RESHARD_REDUCE_MIN,
+    /// The sum over the number of summands (C ABI 1.4): floating-point
+    /// source layouts only.
+    Mean = sys::RESHARD_REDUCE_MEAN,
 }
 
 impl ReduceOp {
     /// The op of a raw `reshard_reduce_op_t`, or `None`.
     pub fn from_raw(raw: i32) -> Option<ReduceOp> {
-        [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min].into_iter().find(|o| *o as i32 == raw)
+        [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean]
+            .into_iter().find(|o| *o as i32 == raw)
     }
 }
 

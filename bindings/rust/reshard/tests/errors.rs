@@ -319,7 +319,7 @@ fn executor_errors() {
         expect_err(
             ex.execute(&plan, &mut b),
             ErrorCode::InvalidArgument,
-            "buffers[1].src: 3 buffers given, the layout has 4 entries",
+            "tensors[1].src: 3 buffers given, the layout has 4 entries",
         );
     }
     {
@@ -334,7 +334,7 @@ fn executor_errors() {
         expect_err(
             ex.execute(&plan, &mut bufs),
             ErrorCode::InvalidArgument,
-            "buffers[0].dst[3]: 40 bytes given, the box of f32 needs 65536",
+            "tensors[0].dst[3]: 40 bytes given, box",
         );
     }
     {

@@ -64,6 +64,7 @@ template <class Fn>
 void dispatch_op(ReduceOp op, Fn&& fn) {
   switch (op) {
     case ReduceOp::kSum:
+    case ReduceOp::kMean:  // accumulates as a sum; store_mean_from_acc divides
       return fn(OpTag<ReduceOp::kSum>{});
     case ReduceOp::kMax:
       return fn(OpTag<ReduceOp::kMax>{});
@@ -240,6 +241,21 @@ void store_from_acc(DType dtype, const void* acc, void* dst, int64_t n) {
     constexpr DType D = decltype(d)::value;
     store_run<D>(static_cast<const typename AccTraits<D>::Acc*>(acc),
                  static_cast<typename AccTraits<D>::Elem*>(dst), n);
+  });
+}
+
+void store_mean_from_acc(DType dtype, const void* acc, void* dst, int64_t n, int32_t divisor) {
+  if (divisor < 1)
+    fail(ErrorCode::kInvalidArgument, "divisor: " + std::to_string(divisor) + " is below 1");
+  dispatch_dtype(dtype, [&](auto d) {
+    constexpr DType D = decltype(d)::value;
+    if constexpr (AccTraits<D>::kFloat) {
+      store_mean_run<D>(static_cast<const typename AccTraits<D>::Acc*>(acc),
+                        static_cast<typename AccTraits<D>::Elem*>(dst), n, divisor);
+    } else {
+      fail(ErrorCode::kInvalidArgument,
+           "dtype: mean needs a floating-point dtype, not " + std::string(dtype_name(dtype)));
+    }
   });
 }
 

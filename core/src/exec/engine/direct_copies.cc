@@ -221,7 +221,7 @@ void DirectRunner::run_group(const ReduceGroup& g, std::vector<std::byte>& scrat
   const int64_t n = a.elements;
   if (n == 0) return;
   void* dst = buffers_[a.tensor].dst[a.dst_entry].data;
-  const ReduceOp op = spec.src.reduce_op();
+  const ReduceOp op = combining_op(spec.src.reduce_op());
   // Accumulate in the accumulation type (the destination itself when that
   // is the element type), starting from the identity, and round once.
   void* acc = dst;
@@ -242,7 +242,12 @@ void DirectRunner::run_group(const ReduceGroup& g, std::vector<std::byte>& scrat
     reduce_into(make_copy_desc(c.region, c.src_box, dst_box), dtype, op,
                 buffers_[c.tensor].src[c.src_entry].data, acc);
   }
-  if (g.store && acc != dst) store_from_acc(dtype, acc, dst, n);
+  if (!g.store) return;
+  if (const int32_t divisor = exec_detail::mean_divisor(spec); divisor > 1) {
+    store_mean_from_acc(dtype, acc, dst, n, divisor);
+  } else if (acc != dst) {
+    store_from_acc(dtype, acc, dst, n);
+  }
 }
 
 void DirectRunner::run_round(std::span<const DirectCopy> copies,

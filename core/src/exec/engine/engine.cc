@@ -31,7 +31,7 @@ using engine_detail::DirectRunner;
 using engine_detail::EngineMessage;
 using engine_detail::RoundPlan;
 using engine_detail::Schedule;
-using Clock = std::chrono::steady_clock;
+using Clock = WaitClock;
 
 std::string hex(uint64_t v) {
   static const char* digits = "0123456789abcdef";
@@ -211,9 +211,14 @@ class Copier {
     fill_identity_elements(dtype, op, dst, n);
   }
 
-  void store(int64_t device, int32_t ordinal, DType dtype, const void* acc, void* dst, int64_t n) {
-    if (!host_)
-      return queue(device, ordinal, {CopyOp::Kind::kStore, {}, dtype, ReduceOp::kSum, n, acc, dst});
+  // divisor > 1: the mean's division (acc may be dst).
+  void store(int64_t device, int32_t ordinal, DType dtype, const void* acc, void* dst, int64_t n,
+             int32_t divisor) {
+    if (!host_) {
+      return queue(device, ordinal,
+                   {CopyOp::Kind::kStore, {}, dtype, ReduceOp::kSum, n, acc, dst, divisor});
+    }
+    if (divisor > 1) return store_mean_from_acc(dtype, acc, dst, n, divisor);
     store_from_acc(dtype, acc, dst, n);
   }
 
@@ -387,7 +392,8 @@ void Run::fill() {
     const int64_t device = spec.dst.device(a.dst_entry);
     void* acc = a.separate ? static_cast<void*>(work(a.acc_block, a.acc_offset))
                            : buffers_[a.tensor].dst[a.dst_entry].data;
-    copier_.fill_acc(device, ordinal_of(device), spec.dtype, spec.src.reduce_op(), acc, a.elements);
+    copier_.fill_acc(device, ordinal_of(device), spec.dtype, combining_op(spec.src.reduce_op()),
+                     acc, a.elements);
   }
 }
 
@@ -558,7 +564,8 @@ void Run::reduce_ready(int64_t round) {
     // A separate accumulator is indexed like the destination box.
     const CopyDesc d = make_copy_desc(c.region, src_box, dst_box);
     const int64_t device = spec.dst.device(c.dst_entry);
-    copier_.reduce(device, ordinal_of(device), d, spec.dtype, spec.src.reduce_op(), src, acc);
+    copier_.reduce(device, ordinal_of(device), d, spec.dtype, combining_op(spec.src.reduce_op()),
+                   src, acc);
   }
 }
 
@@ -587,13 +594,18 @@ void Run::wait(std::deque<InFlight>& in_flight, size_t ri) {
   }
 }
 
+// Stores the separate accumulators, and divides the means (in place where
+// the destination is the accumulator).
 void Run::store() {
   for (const auto& a : s_.accs) {
-    if (!a.separate) continue;
     const TensorSpec& spec = tensors_[a.tensor];
+    const int32_t divisor = exec_detail::mean_divisor(spec);
+    if (!a.separate && divisor == 1) continue;
     const int64_t device = spec.dst.device(a.dst_entry);
-    copier_.store(device, ordinal_of(device), spec.dtype, work(a.acc_block, a.acc_offset),
-                  buffers_[a.tensor].dst[a.dst_entry].data, a.elements);
+    void* dst = buffers_[a.tensor].dst[a.dst_entry].data;
+    copier_.store(device, ordinal_of(device), spec.dtype,
+                  a.separate ? static_cast<const void*>(work(a.acc_block, a.acc_offset)) : dst, dst,
+                  a.elements, divisor);
   }
 }
 
@@ -741,7 +753,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     }
     // (3) Execution.
     engine_detail::execute_whole(plan, local_buffers, schedule, options.threads, stats);
-    stats.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    stats.seconds = seconds_since(t0);
     return stats;
   }
   for (int32_t p : plan.processes()) {
@@ -781,7 +793,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   }
   // (3) Execution.
   if (participates) Run(*transport_, plan, local_buffers, options, *schedule, cached, stats).go();
-  stats.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  stats.seconds = seconds_since(t0);
   return stats;
 }
 

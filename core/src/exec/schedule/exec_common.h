@@ -46,4 +46,10 @@ void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vecto
 // came from.
 inline bool reduce_before(int32_t summand_a, int32_t summand_b) { return summand_a < summand_b; }
 
+// What the reduced value of a destination entry is divided by once every
+// summand is in: the number of summands for a partial kMean source, else 1.
+inline int32_t mean_divisor(const TensorSpec& t) {
+  return t.src.partial() && t.src.reduce_op() == ReduceOp::kMean ? t.src.num_summands() : 1;
+}
+
 }  // namespace reshard::exec_detail
