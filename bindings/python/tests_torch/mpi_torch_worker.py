@@ -3,8 +3,8 @@ the MPI executor, with a gloo process group on the same ranks.
 
 1. Same mesh: equal, local shard by local shard and bit for bit, to DTensor's
    own ``redistribute`` for random source and destination placements
-   (Shard, Replicate, Partial("sum"/"max") sources; integer-valued floats so
-   that sums are exact in any order), on meshes (4,) and (2, 2).
+   (Shard, Replicate, Partial("sum"/"max"/"avg") sources; integer-valued
+   floats so that sums are exact in any order), on meshes (4,) and (2, 2).
 2. Across meshes (which ``redistribute`` cannot do): a dict of tensors from a
    mesh on ranks {0, 1} (or on all four) to a mesh on ranks {2, 3} (or all
    four in another order), every destination element checked against the
@@ -56,7 +56,8 @@ meshes = {
 
 def placements(rng, mesh, ndim, partial_ok):
     out = []
-    op = rng.choice(["sum", "max"])
+    # avg: summands over 2 or 4 ranks, so dividing integer sums is exact
+    op = rng.choice(["sum", "max", "avg"])
     for _ in range(mesh.ndim):
         r = rng.random()
         if r < 0.55:
@@ -83,7 +84,9 @@ def make_source(shape, dtype, mesh, pl, seed):
     op = pl[partial_dims[0]].reduce_op
     full = summands[0].clone()
     for s in summands[1:]:
-        full = full + s if op == "sum" else torch.maximum(full, s)
+        full = torch.maximum(full, s) if op == "max" else full + s
+    if op == "avg":
+        full = full / nsum
     coord = mesh.get_coordinate()
     if coord is None:
         local = torch.empty(0, dtype=dtype)
@@ -114,7 +117,7 @@ def check_against_global(out, full, mesh, pl, what):
 
 rng = random.Random(1234)  # the same draws on every rank
 same_mesh = cross = elements = 0
-kinds = {"partial": 0, "boxes": 0}
+kinds = {"partial": 0, "boxes": 0, "avg": 0}
 
 # 1. same mesh, against DTensor.redistribute
 for i in range(40):
@@ -129,6 +132,7 @@ for i in range(40):
     got = rt.redistribute(dt, (mesh, dst_pl), executor=ex)
     what = f"case {i}: {shape} {dtype} {src_pl} -> {dst_pl}"
     kinds["partial"] += any(isinstance(p, Partial) for p in src_pl)
+    kinds["avg"] += any(isinstance(p, Partial) and p.reduce_op == "avg" for p in src_pl)
     kinds["boxes"] += any("boxes" in rt.layout_json(mesh, pl, shape, "m") for pl in (src_pl, dst_pl))
     assert isinstance(got, DTensor), what
     assert tuple(got.placements) == tuple(want.placements), what
@@ -187,7 +191,7 @@ except reshard.InvalidArgumentError as e:
     assert "executor: None with 4 processes" in str(e), e
 
 # the random cases covered partial sources and DTensor's nested uneven chunks (boxes)
-assert kinds["partial"] > 0 and kinds["boxes"] > 0, kinds
+assert kinds["partial"] > 0 and kinds["boxes"] > 0 and kinds["avg"] > 0, kinds
 total = comm.allreduce(elements)
 dist.barrier()
 dist.destroy_process_group()

@@ -45,7 +45,7 @@ def random_mesh(rng):
 
 def random_placements(rng, mesh, rank, partial_ok=True):
     out = []
-    op = rng.choice(["sum", "max", "min"])
+    op = rng.choice(["sum", "max", "min", "avg"])
     for _ in range(mesh.ndim):
         r = rng.random()
         if r < 0.55:
@@ -147,6 +147,8 @@ def test_mesh_json_and_named_spec():
     lay = rt.layout_json(mesh, [Shard(0), Shard(0)], (10,), "m")
     assert [(b["device"], b["lo"], b["hi"]) for b in lay["boxes"]] == [
         (5, [0], [3]), (4, [3], [5]), (1, [5], [8]), (0, [8], [10])]
+    assert rt.layout_json(mesh, [Partial("avg"), Replicate()], (8, 3), "m") == {
+        "mesh": "m", "spec": [None, None], "partial": {"axes": ["dp"], "op": "mean"}}
     unnamed = DeviceMesh("cpu", torch.arange(4), _init_backend=False)
     assert rt.mesh_json(unnamed)["axis_names"] == ["dim0"]
 
@@ -158,8 +160,8 @@ def test_bad_placements_name_the_argument():
         rt.layout_json(mesh, [Shard(0)], (4,), "m")
     with pytest.raises(reshard.InvalidArgumentError, match=r"placements\[1\]: Shard\(2\) of a rank-2"):
         rt.layout_json(mesh, [Replicate(), Shard(2)], (4, 4), "m")
-    with pytest.raises(reshard.UnsupportedError, match=r"placements\[0\]: Partial\('avg'\)"):
-        rt.layout_json(mesh, [Partial("avg"), Replicate()], (4,), "m")
+    with pytest.raises(reshard.UnsupportedError, match=r"placements\[0\]: Partial\('prod'\) has no"):
+        rt.layout_json(mesh, [Partial("prod"), Replicate()], (4,), "m")
     with pytest.raises(reshard.UnsupportedError, match=r"placements\[1\]: Partial\('max'\) mixed"):
         rt.layout_json(mesh, [Partial("sum"), Partial("max")], (4,), "m")
     with pytest.raises(reshard.InvalidArgumentError, match=r"dtype: torch.complex64"):

@@ -17,7 +17,7 @@ device per process); placements have one entry per mesh dim:
   on one tensor dim split it in mesh-dim order, the first one major;
 - ``Replicate()``: nothing;
 - ``Partial(op)``: the axis is in ``partial.axes`` (``"sum"``, ``"max"``,
-  ``"min"``; ``"avg"`` has no equivalent and is refused).
+  ``"min"``; ``"avg"`` is ``"mean"``, for floating-point sources only).
 
 DTensor splits a dim over several mesh dims one after the other (each chunks
 the previous local shard); where that differs from a spec's single
@@ -55,7 +55,7 @@ for _name, _code in (("float8_e4m3fn", "f8e4m3"), ("float8_e5m2", "f8e5m2"), ("u
                      ("uint32", "u32"), ("uint64", "u64")):
     if hasattr(torch, _name):
         _DTYPES[getattr(torch, _name)] = _code
-_OPS = {"sum": "sum", "max": "max", "min": "min"}
+_OPS = {"sum": "sum", "max": "max", "min": "min", "avg": "mean"}  # DTensor -> spec
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -105,7 +105,7 @@ def _check_placements(mesh: DeviceMesh, placements: Sequence[Placement], shape: 
         elif isinstance(p, Partial):
             if p.reduce_op not in _OPS:
                 raise UnsupportedError(f"{where}[{m}]: Partial({p.reduce_op!r}) has no reshard "
-                                       "equivalent (sum, max, min)")
+                                       "equivalent (sum, max, min, avg)")
             if op is not None and op != p.reduce_op:
                 raise UnsupportedError(f"{where}[{m}]: Partial({p.reduce_op!r}) mixed with "
                                        f"Partial({op!r})")
@@ -114,7 +114,7 @@ def _check_placements(mesh: DeviceMesh, placements: Sequence[Placement], shape: 
         else:
             raise UnsupportedError(f"{where}[{m}]: {p!r} is not supported (Shard, Replicate, "
                                    "Partial)")
-    return split, partial, op or "sum"
+    return split, partial, _OPS[op or "sum"]
 
 
 def shard_boxes(mesh: DeviceMesh, placements: Sequence[Placement], shape: Sequence[int]
