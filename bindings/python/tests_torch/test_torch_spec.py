@@ -106,7 +106,6 @@ def test_plan_boxes_equal_dtensor_named_and_explicit():
         shape = tuple(rng.randint(1, 10) for _ in range(rank))
         src_pl = random_placements(rng, src_mesh, rank)
         dst_pl = random_placements(rng, dst_mesh, rank, partial_ok=False)
-        names = {}
         src_lay = rt.layout_json(src_mesh, src_pl, shape, "a")
         dst_lay = rt.layout_json(dst_mesh, dst_pl, shape, "b")
         kinds.add("boxes" if "boxes" in src_lay else "named")
