@@ -98,6 +98,10 @@ std::string resource_message(const std::string& message, const std::string& proc
 // default (half the memory) or -1 / "none" for no limit.
 void add_max_plan_bytes_option(CLI::App* cmd, int64_t& target);
 
+// `--last-stage K`: run stages 0..K of a staged plan only and check what they
+// wrote (ExecuteOptions::last_stage, VerifyOptions::last_stage).
+void add_last_stage_option(CLI::App* cmd, int32_t& target);
+
 // One status line on stderr, redrawn in place ("planning 1,024 parts... 37%"),
 // only when stderr is a terminal: pipes, files and CI logs see nothing.
 class Progress {

@@ -314,6 +314,18 @@ TEST_F(EngineLocalErrors, NegativeThreadsNameTheField) {
                {"options.threads", "-3"});
 }
 
+TEST_F(EngineLocalErrors, LastStageBelowMinusOneNamesTheField) {
+  Engine engine(make_local_transport());
+  ExecuteOptions o;
+  o.last_stage = -2;
+  expect_error([&] { engine.execute(plan_, kAllProcesses, views_, o); },
+               ErrorCode::kInvalidArgument, {"options.last_stage", "-2"});
+  VerifyOptions v;
+  v.last_stage = -5;
+  expect_error([&] { verify_plan(engine, plan_, kAllProcesses, {}, v); },
+               ErrorCode::kInvalidArgument, {"last_stage", "-5"});
+}
+
 TEST_F(EngineLocalErrors, AllProcessesNeedsAWholePlanTransport) {
   Engine engine(std::make_unique<OneRank>());
   expect_error([&] { engine.execute(plan_, kAllProcesses, views_); }, ErrorCode::kInvalidArgument,

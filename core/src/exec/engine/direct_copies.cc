@@ -261,7 +261,8 @@ void DirectRunner::run_round(std::span<const DirectCopy> copies,
 }
 
 void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
-                   const Schedule& schedule, int32_t threads, ExecuteStats& stats) {
+                   const Schedule& schedule, int32_t threads, int64_t last_key,
+                   ExecuteStats& stats) {
   const Schedule& s = schedule;
   // Separate accumulators of entries whose reductions span rounds.
   std::vector<std::vector<uint64_t>> work;
@@ -282,6 +283,7 @@ void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
     int64_t round = INT64_MAX;
     if (d < s.direct_rounds.size()) round = s.direct_rounds[d].round;
     if (g < s.groups.size()) round = std::min(round, s.groups[g].round);
+    if (round > last_key) break;
     std::span<const DirectCopy> copies;
     if (d < s.direct_rounds.size() && s.direct_rounds[d].round == round) {
       copies = std::span<const DirectCopy>(s.direct.data() + s.direct_rounds[d].begin,

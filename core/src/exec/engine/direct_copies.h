@@ -136,8 +136,10 @@ class DirectRunner {
 // destinations, then round by round (local pieces first) the direct copies
 // and reduction groups, on resolve_threads(threads) threads (the calling
 // thread alone below kParallelMinBytes). Adds to `stats` (local_bytes,
-// rounds, accumulator_bytes).
+// rounds, accumulator_bytes). Work with a round key above `last_key` is
+// left out (ExecuteOptions::last_stage).
 void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
-                   const Schedule& schedule, int32_t threads, ExecuteStats& stats);
+                   const Schedule& schedule, int32_t threads, int64_t last_key,
+                   ExecuteStats& stats);
 
 }  // namespace reshard::engine_detail

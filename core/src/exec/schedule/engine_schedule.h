@@ -55,6 +55,11 @@ namespace reshard::engine_detail {
 inline int64_t round_key(uint32_t stage, uint32_t round) {
   return static_cast<int64_t>(uint64_t{stage} << 32 | round);
 }
+// The last key of stage `last_stage` (ExecuteOptions::last_stage; -1: every
+// stage).
+inline int64_t last_key(int32_t last_stage) {
+  return last_stage < 0 ? INT64_MAX : round_key(static_cast<uint32_t>(last_stage) + 1, 0) - 1;
+}
 
 // Messages that gather are at most this large (MPI counts are int).
 inline constexpr int64_t kMaxGatherBytes = int64_t{1} << 30;
