@@ -68,6 +68,8 @@ Runner add_show_command(CLI::App& app);
 Runner add_verify_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_run_command(CLI::App& app);
+Runner add_simulate_command(CLI::App& app);
+Runner add_calibrate_command(CLI::App& app);
 
 // ---- formatting helpers (format.cc)
 std::string human_bytes(double bytes);      // "1.50 MiB"
