@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""reshard.jax.reshard against jax.device_put on 8 CPU devices, in one run,
-interleaved (each repetition times every method once, in turn), and the
-Python path against the C++ host executor (bench_exec) on large arrays.
+"""reshard.jax.reshard against jax.device_put on 8 CPU devices, and against
+the C++ path running the same plan, in one run, interleaved (each repetition
+times every method once, in an order rotated from one repetition to the next).
 
 Methods, per case:
   jax      jax.device_put(tree, shardings); outputs freed before the next call
@@ -10,8 +10,11 @@ Methods, per case:
   fresh    the same with reuse_buffers=False: new host memory every call
            (page faults included), like a first call with a cached plan
   plan     planning time of the case (once; not in the other columns)
-C++: bench_exec --gib G --csv (preallocated buffers, execute_host only) for
-the three large cases it shares with this script.
+  C++      the same spec (reshard.jax.spec_for of the case) run by the CLI,
+           `reshard run --spec F --transport local --iters 3 --warmup 1`:
+           execute_host on buffers filled and pre-faulted by a warm-up run,
+           with every hardware thread, as the Python executor has; the
+           median of its 3 timed iterations is this repetition's time
 
 Needs jax[cpu] and the reshard package (scripts/test-python.sh sets both up):
     XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
@@ -19,10 +22,12 @@ Needs jax[cpu] and the reshard package (scripts/test-python.sh sets both up):
 """
 import argparse
 import gc
+import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -70,10 +75,10 @@ def cases(side):
         ("rows -> columns, 8 devices", one(big, NamedSharding(x8, P("x")), NamedSharding(x8, P(None, "x"))), True),
         ("2x4 blocks -> columns, 8 devices", one(big, NamedSharding(ab, P("a", "b")), NamedSharding(ab, P(None, ("a", "b")))), True),
         ("columns -> rows, 8 devices", one(big, NamedSharding(x8, P(None, "x")), NamedSharding(x8, P("x"))), True),
-        ("cross-mesh dp=4 (0-3) -> tp=4 (4-7)", one(big, NamedSharding(lo4, P("dp")), NamedSharding(hi4, P(None, "tp"))), False),
+        ("cross-mesh dp=4 (0-3) -> tp=4 (4-7)", one(big, NamedSharding(lo4, P("dp")), NamedSharding(hi4, P(None, "tp"))), True),
         ("2x4 -> reversed 4x2, tuple axes, bf16", ({"w": (big, jnp.bfloat16, NamedSharding(ab, P(("b", "a"))))},
-                                                   {"w": NamedSharding(rev, P(None, ("q", "p")))}), False),
-        ("rows over 8 -> replicated on 4 (gather)", one((side // 2, side // 2), NamedSharding(x8, P("x")), NamedSharding(hi4, P())), False),
+                                                   {"w": NamedSharding(rev, P(None, ("q", "p")))}), True),
+        ("rows over 8 -> replicated on 4 (gather)", one((side // 2, side // 2), NamedSharding(x8, P("x")), NamedSharding(hi4, P())), True),
         ("transformer 24 layers, 217 tensors, FSDP8 -> TP4", transformer(24, 512, 1408, 8192, x8, hi4), False),
         ("transformer 4 layers, 37 small tensors", transformer(4, 128, 256, 1024, x8, hi4), False),
     ]
@@ -98,32 +103,42 @@ def run_method(f, tree):
     return dt, y
 
 
-def bench_exec(build, gib, repeat):
-    exe = os.path.join(build, "bench", "bench_exec")
+def cli_runner(build, tree, targets, tmp):
+    """The C++ path: `reshard run --transport local` on the case's spec;
+    returns a function timing one repetition (median of 3 iterations)."""
+    exe = os.path.join(build, "tools", "reshard")
     if not os.path.exists(exe):
-        return {}
-    res = subprocess.run([exe, "--csv", "--repeat", str(repeat), "--gib", str(gib)], check=True,
-                         capture_output=True, text=True).stdout
-    best = {}
-    for line in res.strip().splitlines():
-        name, threads, _, te, _ = line.split("\t")
-        if int(threads) >= best.get(name, (0, 0))[0]:
-            best[name] = (int(threads), float(te))
-    return {k: v[1] for k, v in best.items()}
+        return None
+    path = os.path.join(tmp, "spec.json")
+    with open(path, "w") as f:
+        json.dump(rj.spec_for(tree, targets), f)
+
+    def run():
+        out = subprocess.run([exe, "run", "--spec", path, "--transport", "local", "--iters", "3",
+                              "--warmup", "1", "--format", "json"], check=True,
+                             capture_output=True, text=True).stdout
+        j = json.loads(out)
+        assert j["verified"], j
+        return j["median_seconds"]
+    return run
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--gib", type=float, default=0.25, help="size of the large f32 arrays")
-    ap.add_argument("--build", default="build/dev")
+    ap.add_argument("--build", default="build/dev", help="where tools/reshard is (the C++ column)")
+    ap.add_argument("--only", default="", help="run only the cases whose name contains this")
     args = ap.parse_args()
     side = int((args.gib * 2**30 / 4) ** 0.5) // 8 * 8
     print(f"JAX {jax.__version__}, reshard {reshard.__version__} ({reshard.LIBRARY_PATH}), "
           f"{os.cpu_count()} cores, 8 CPU devices, large arrays f32 [{side}, {side}], "
           f"median of {args.repeat}, interleaved")
     rows = []
+    tmp = tempfile.mkdtemp()
     for name, (spec, targets), large in cases(side):
+        if args.only not in name:
+            continue
         tree = materialize(spec)
         nbytes = sum(x.nbytes for x in tree.values())
         t0 = time.perf_counter()
@@ -133,42 +148,56 @@ def main():
         fresh_r = rj.Resharder(targets, reuse_buffers=False)
         fresh_r.plan(tree)
         methods = {"jax": lambda t: jax.device_put(t, targets), "warm": warm_r, "fresh": fresh_r}
+        cli = cli_runner(args.build, tree, targets, tmp)
         # correctness once, then warm-up of every method
         want = jax.device_put(tree, targets)
         got = warm_r(tree)
         for k in tree:
             assert np.array_equal(np.asarray(got[k]), np.asarray(want[k])), (name, k)
         del got, want
-        times = {m: [] for m in methods}
+        times = {m: [] for m in list(methods) + (["cpp"] if cli else [])}
         for m, f in methods.items():
             run_method(f, tree)
         gc.collect()
-        for _ in range(args.repeat):
-            for m, f in methods.items():
-                dt, y = run_method(f, tree)
+        order = list(times)
+        gc.disable()  # as timeit does: no collection inside a timed call
+        for rep in range(args.repeat):
+            # Rotate the order each repetition, and pause before each method:
+            # XLA's CPU worker threads keep spinning for a while after JAX's
+            # work, which slows whatever runs next on 2 cores.
+            for m in order[rep % len(order):] + order[:rep % len(order)]:
+                time.sleep(0.05)
+                if m == "cpp":
+                    times[m].append(cli())
+                    continue
+                dt, y = run_method(methods[m], tree)
                 times[m].append(dt)
                 del y
+        gc.enable()
         med = {m: statistics.median(v) for m, v in times.items()}
         rows.append((name, nbytes, len(tree), med, plan_s, large))
         del tree
         gc.collect()
-    cpp = bench_exec(args.build, args.gib, args.repeat)
     print()
-    print(f"| case | tensors | MiB | jax.device_put ms | reshard warm ms | reshard fresh ms | "
-          f"JAX / warm | JAX / fresh | plan ms | C++ execute_host ms | warm / C++ |")
+    print("| case | tensors | MiB | jax.device_put ms | reshard warm ms | reshard fresh ms | "
+          "JAX / warm | JAX / fresh | plan ms | C++ run ms | warm / C++ |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    worst = []
+    worst, cpp_large = [], []
     for name, nbytes, n, med, plan_s, large in rows:
-        c = cpp.get(name) if large else None
+        c = med.get("cpp")
         worst.append(min(med["jax"] / med["warm"], med["jax"] / med["fresh"]))
+        if c is not None and large:
+            cpp_large.append(med["warm"] / c)
         c_ms = "" if c is None else f"{c * 1e3:.2f}"
         c_ratio = "" if c is None else f"{med['warm'] / c:.2f}"
         print(f"| {name} | {n} | {nbytes / 2**20:.0f} | {med['jax']*1e3:.2f} | {med['warm']*1e3:.2f} | "
               f"{med['fresh']*1e3:.2f} | {med['jax']/med['warm']:.2f}x | {med['jax']/med['fresh']:.2f}x | "
               f"{plan_s*1e3:.1f} | {c_ms} | {c_ratio} |")
     print(f"\nsmallest JAX / reshard ratio over both reshard columns: {min(worst):.2f}x")
-    if not cpp:
-        print(f"(no {args.build}/bench/bench_exec: C++ column empty)", file=sys.stderr)
+    if cpp_large:
+        print(f"large single arrays, reshard warm / C++: {min(cpp_large):.2f} to {max(cpp_large):.2f}")
+    if not os.path.exists(os.path.join(args.build, "tools", "reshard")):
+        print(f"(no {args.build}/tools/reshard: C++ column empty)", file=sys.stderr)
 
 
 if __name__ == "__main__":

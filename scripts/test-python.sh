@@ -13,7 +13,7 @@
 #     and 2-process MPI runs (core API, and JAX across two jax.distributed
 #     processes);
 #   - a wheel built from the same tree, and the glibc symbol versions it needs.
-# PyTorch is not installed here (bindings/python has no torch adapter yet).
+# PyTorch is not installed here: reshard.torch's tests are scripts/test-torch.sh.
 source "$(dirname "$0")/lib/strict.sh"
 cd "$(dirname "$0")/.."
 ROOT=$PWD

@@ -24,6 +24,11 @@ fi
 
 for extra in scripts/test-*.sh; do
   [[ -e "$extra" ]] || continue
+  # PyTorch (about 1 GB of wheels, 2 GB installed) only when asked for.
+  if [[ $extra == scripts/test-torch.sh && "${RESHARD_TEST_TORCH:-0}" != 1 ]]; then
+    echo "== $extra skipped (set RESHARD_TEST_TORCH=1 to run it)"
+    continue
+  fi
   echo "== $extra"
   bash "$extra" || die "$extra failed (exit status $?)"
 done

@@ -69,6 +69,8 @@ Runner add_show_command(CLI::App& app);
 Runner add_verify_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_run_command(CLI::App& app);
+Runner add_simulate_command(CLI::App& app);
+Runner add_calibrate_command(CLI::App& app);
 
 // ---- formatting helpers (format.cc)
 std::string human_bytes(double bytes);      // "1.50 MiB"
@@ -98,6 +100,10 @@ std::string resource_message(const std::string& message, const std::string& proc
 // an optional binary suffix (K, M, G, T, KiB, ...), 0 for the library's
 // default (half the memory) or -1 / "none" for no limit.
 void add_max_plan_bytes_option(CLI::App* cmd, int64_t& target);
+
+// `--last-stage K`: run stages 0..K of a staged plan only and check what they
+// wrote (ExecuteOptions::last_stage, VerifyOptions::last_stage).
+void add_last_stage_option(CLI::App* cmd, int32_t& target);
 
 // One status line on stderr, redrawn in place ("planning 1,024 parts... 37%"),
 // only when stderr is a terminal: pipes, files and CI logs see nothing.

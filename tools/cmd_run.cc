@@ -36,6 +36,7 @@ struct RunArgs {
   std::string packing = "auto";
   double max_gib = 4;
   int64_t max_plan_bytes = 0;  // PlanRequest::max_plan_bytes
+  int32_t last_stage = -1;     // ExecuteOptions::last_stage
 };
 
 // One rank's result, exchanged as a fixed-size record.
@@ -178,14 +179,21 @@ int run_local(const RunArgs& args, Spec spec) {
   const Plan plan = plan_spec(spec.input, request, "--transport mpi");
   OracleBuffers buffers = fill_sources(plan, gib_bytes(args.max_gib));
   std::vector<TensorBuffers> views = buffers.views();
-  for (int i = 0; i < args.warmup; ++i) execute_host(plan, views);
+  Engine engine(make_local_transport(), EngineOptions{.schedule_cache_entries = 0});
+  ExecuteOptions options;
+  options.agreement = ExecuteOptions::Agreement::kSkip;
+  options.last_stage = args.last_stage;
+  for (int i = 0; i < args.warmup; ++i) engine.execute(plan, kAllProcesses, views, options);
   std::vector<double> seconds;
   for (int i = 0; i < args.iters; ++i) {
     const auto t0 = WaitClock::now();
-    execute_host(plan, views);
+    engine.execute(plan, kAllProcesses, views, options);
     seconds.push_back(seconds_since(t0));
   }
-  const OracleReport report = check_destinations(plan, buffers, 10);
+  const OracleReport report =
+      args.last_stage >= 0
+          ? check_destinations_through_stage(plan, buffers, static_cast<uint32_t>(args.last_stage))
+          : check_destinations(plan, buffers, 10);
   print_result(args, plan, 1, seconds, report.ok(), report.elements, report.mismatches, 0, "");
   if (!report.ok()) {
     throw Failure("verification failed: " + std::to_string(report.mismatches) + " wrong elements");
@@ -203,6 +211,9 @@ RankResult verify_rank(const RunArgs& args, const PlanInput& input, const Plan& 
   RankResult r;
   OracleReport report;
   bool any_partial = false;
+  // --last-stage: the elements this rank's part writes by then.
+  StageCoverage cov;
+  if (args.last_stage >= 0) cov = stage_coverage(plan, static_cast<uint32_t>(args.last_stage));
   for (size_t t = 0; t < plan.tensors().size(); ++t) {
     const TensorSpec& spec = plan.tensors()[t];
     for (size_t e = 0; e < spec.dst.num_entries(); ++e) {
@@ -211,11 +222,19 @@ RankResult verify_rank(const RunArgs& args, const PlanInput& input, const Plan& 
         any_partial = true;
         continue;
       }
-      check_destination_shard(spec, static_cast<uint32_t>(t), e, dst[t][e], report, 10);
+      const std::vector<uint8_t>* only = nullptr;
+      if (args.last_stage >= 0) {
+        only = &cov.written[t][e];
+        if (only->empty()) continue;
+      }
+      check_destination_shard(spec, static_cast<uint32_t>(t), e, dst[t][e], report, 10, only);
     }
   }
   r.partial_checked = 1;
-  if (any_partial) {
+  if (any_partial && args.last_stage >= 0) {
+    r.partial_checked = 0;
+    *note = "partial destinations not checked (--last-stage)";
+  } else if (any_partial) {
     if (shard_bytes(input) > args.max_gib * 1024 * 1024 * 1024) {
       r.partial_checked = 0;
       *note = "partial destinations not checked (the whole plan exceeds --max-gib)";
@@ -300,6 +319,7 @@ int run_mpi(const RunArgs& args, Spec spec) {
   ExecuteOptions options;
   options.timeout_seconds = args.timeout;
   options.packing = parse_packing(args.packing);
+  options.last_stage = args.last_stage;
   std::vector<double> seconds;
   ExecuteStats stats;
   try {
@@ -412,6 +432,7 @@ Runner add_run_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   add_max_plan_bytes_option(cmd, args->max_plan_bytes);
+  add_last_stage_option(cmd, args->last_stage);
   cmd->footer(
       std::string(
           "Examples:\n"

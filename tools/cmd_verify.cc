@@ -15,6 +15,7 @@ struct VerifyArgs {
   int32_t threads = 0;
   double max_gib = 8;
   int64_t max_plan_bytes = 0;  // PlanRequest::max_plan_bytes
+  int32_t last_stage = -1;     // VerifyOptions::last_stage
 };
 
 std::string index_str(const std::vector<int64_t>& index) {
@@ -55,6 +56,7 @@ int run_verify(const VerifyArgs& args) {
   options.threads = args.threads;
   VerifyOptions verify;
   verify.max_bytes = static_cast<int64_t>(args.max_gib * 1024 * 1024 * 1024);
+  verify.last_stage = args.last_stage;
   const OracleReport report = verify_plan(engine, plan, kAllProcesses, options, verify);
   if (report.ok()) {
     std::cout << "verified " << report.tensors << " tensors, " << report.elements << " elements, "
@@ -89,6 +91,7 @@ Runner add_verify_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   add_max_plan_bytes_option(cmd, args->max_plan_bytes);
+  add_last_stage_option(cmd, args->last_stage);
   cmd->footer(
       std::string(
           "Examples:\n  reshard verify --spec examples/specs/small_transformer.json\n"

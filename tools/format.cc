@@ -142,6 +142,13 @@ Plan plan_spec(const PlanInput& input, const PlanRequest& request,
   }
 }
 
+void add_last_stage_option(CLI::App* cmd, int32_t& target) {
+  cmd->add_option("--last-stage", target,
+                  "run stages 0..K only and check the elements they wrote: what a relay or "
+                  "reducer holds before a later stage forwards it")
+      ->check(CLI::NonNegativeNumber);
+}
+
 void add_max_plan_bytes_option(CLI::App* cmd, int64_t& target) {
   cmd->add_option_function<std::string>(
          "--max-plan-bytes",

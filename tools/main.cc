@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   const Runner verify = add_verify_command(app);
   const Runner bench = add_bench_command(app);
   const Runner run = add_run_command(app);
+  const Runner simulate = add_simulate_command(app);
+  const Runner calibrate = add_calibrate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -58,6 +60,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("verify")) return verify();
     if (app.got_subcommand("bench")) return bench();
     if (app.got_subcommand("run")) return run();
+    if (app.got_subcommand("simulate")) return simulate();
+    if (app.got_subcommand("calibrate")) return calibrate();
     return usage_error(app, "unknown subcommand");
   } catch (const InvalidInput& e) {
     return usage_error(app, e.what(), false);

@@ -268,12 +268,12 @@ func TestExecutorErrors(t *testing.T) {
 	}
 	expectErr(t, ex.Execute(plan, bufs[:1]), reshard.InvalidArgument, "buffers: 1 tensors given, the plan has 3")
 	short := []reshard.TensorBuffers{bufs[0], {Src: bufs[1].Src[:3], Dst: bufs[1].Dst}, bufs[2]}
-	expectErr(t, ex.Execute(plan, short), reshard.InvalidArgument, "tensors[1].src: 3 buffers given, the layout has 4 entries")
+	expectErr(t, ex.Execute(plan, short), reshard.InvalidArgument, "buffers[1].src: 3 buffers given, the layout has 4 entries")
 	small := append([][]byte(nil), bufs[0].Dst...)
 	small[3] = small[3][:40]
 	// The library's own check (no per-buffer calls from Go).
 	err = ex.Execute(plan, []reshard.TensorBuffers{{Src: bufs[0].Src, Dst: small}, bufs[1], bufs[2]})
-	expectErr(t, err, reshard.InvalidArgument, "tensors[0].dst[3]: 40 bytes given, box")
+	expectErr(t, err, reshard.InvalidArgument, "buffers[0].dst[3]: 40 bytes given, box")
 	expectErr(t, err, reshard.InvalidArgument, "of f32 needs 65536")
 	if d0[0][0] != 7 {
 		t.Fatal("written on error")

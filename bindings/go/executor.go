@@ -88,7 +88,7 @@ func NewExecutor(opts *ExecutorOptions) (*Executor, error) {
 // forbids C from holding the Go pointers inside TensorBuffers). For large
 // shards use ExecuteHost, which runs in place on HostBuffers.
 //
-// Errors: InvalidArgument naming the buffer ("tensors[1].dst[3]: 96 bytes
+// Errors: InvalidArgument naming the buffer ("buffers[1].dst[3]: 96 bytes
 // given, box [0:4, 0:8) of f32 needs 128"; "plan: lacks the part of process
 // 1").
 func (ex *Executor) Execute(plan *Plan, buffers []TensorBuffers) error {

@@ -417,6 +417,76 @@ def case_progress_tty():
     check(text.rstrip().split("\r\x1b[K")[-1].startswith("wrote "), repr(text[-400:]))
 
 
+TOPOLOGIES = os.path.join(SRC, "bench", "topologies")
+RL_SYNC = os.path.join(SRC, "bench", "specs", "rl_sync_fsdp8_to_2x_tp4.json")
+
+
+def case_simulate():
+    h100 = os.path.join(TOPOLOGIES, "h100_8gpu_ndr400.json")
+    doc = json.loads(run("simulate", "--spec", RL_SYNC, "--topology", h100, "--format",
+                         "json").stdout)
+    for key in ["predicted_seconds", "lower_bound_seconds", "ratio", "binding", "per_stage",
+                "peers", "lower_bound"]:
+        check(key in doc, f"{key} missing: {doc}")
+    check(doc["lower_bound_seconds"] > 0, "no bound")
+    # The bound holds over every plan: ours and each modelled peer.
+    check(doc["predicted_seconds"] >= doc["lower_bound_seconds"], str(doc))
+    check(set(doc["peers"]) == {"rank0_broadcast", "direct_p2p", "layered"}, str(doc["peers"]))
+    for name, peer in doc["peers"].items():
+        check(peer["predicted_seconds"] >= doc["lower_bound_seconds"], f"{name}: {peer}")
+    # 448 MiB leave host 0 over its 8 NICs of 50 GB/s: the host egress bound.
+    check(doc["lower_bound"]["kind"] == "host_send", str(doc["lower_bound"]))
+    check(abs(doc["lower_bound_seconds"] - (5e-6 + 448 * 2**20 / 400e9)) < 1e-12,
+          str(doc["lower_bound_seconds"]))
+    check([s["stage"] for s in doc["per_stage"]] == [0, 1], str(doc["per_stage"]))
+    check(doc["binding"]["link"] == "nic_out", str(doc["binding"]))
+    # Relays move the same bytes across hosts once: faster than every peer.
+    for name, peer in doc["peers"].items():
+        check(doc["predicted_seconds"] < peer["predicted_seconds"], f"{name}: {peer}")
+    single = json.loads(run("simulate", "--spec", RL_SYNC, "--topology", h100, "--format", "json",
+                            "--no-relays", "--peers", "").stdout)
+    check(single["peers"] == {}, str(single["peers"]))
+    check(abs(single["predicted_seconds"] - doc["peers"]["direct_p2p"]["predicted_seconds"]) <
+          1e-12, "--no-relays is the direct_p2p peer")
+    # Plan bytes simulate like the spec they were planned from.
+    with tempfile.TemporaryDirectory() as d:
+        whole, part = os.path.join(d, "plan.bin"), os.path.join(d, "part.bin")
+        run("plan", "--spec", RL_SYNC, "--out", whole)
+        from_file = json.loads(run("simulate", "--plan", whole, "--topology", h100, "--format",
+                                   "json", "--peers", "").stdout)
+        check(from_file["predicted_seconds"] == doc["predicted_seconds"], str(from_file))
+        check(from_file["lower_bound_seconds"] == doc["lower_bound_seconds"], str(from_file))
+        run("plan", "--spec", RL_SYNC, "--process", "0", "--out", part)
+        p = run("simulate", "--plan", part, "--topology", h100, expect=2)
+        check("every part" in p.stderr, p.stderr)
+        p = run("simulate", "--plan", whole, "--topology", h100, "--budget", "0", expect=2)
+        check("--budget" in p.stderr, p.stderr)
+    text = run("simulate", "--spec", RL_SYNC, "--topology",
+               os.path.join(TOPOLOGIES, "gb200_nvl72.json")).stdout
+    check("predicted" in text and "lower bound" in text and "peer layered" in text, text)
+
+
+def case_simulate_bad_topology():
+    base = {"alpha_seconds": 1e-6, "intra_host_bytes_per_second": 4.5e11,
+            "nic_bytes_per_second": 5e10}
+    for change, field in [({"nic_bytes_per_second": -1}, "nic_bytes_per_second"),
+                          ({"intra_host_bytes_per_second": 0}, "intra_host_bytes_per_second"),
+                          ({"alpha_seconds": "x"}, "alpha_seconds"),
+                          ({"nics_per_host": 1.5}, "nics_per_host"),
+                          ({"host_link_bytes_per_second": -2}, "host_link_bytes_per_second"),
+                          ({"nic_gbps": 400}, "nic_gbps")]:
+        f = bad_spec_file(json.dumps({**base, **change}))
+        p = run("simulate", "--spec", RL_SYNC, "--topology", f, expect=2)
+        check(field + ":" in p.stderr, f"{change}: {p.stderr}")
+    f = bad_spec_file("{")
+    p = run("simulate", "--spec", RL_SYNC, "--topology", f, expect=2)
+    check("topology" in p.stderr, p.stderr)
+    p = run("simulate", "--spec", RL_SYNC, "--topology", "/nonexistent.json", expect=2)
+    check("/nonexistent.json" in p.stderr, p.stderr)
+    p = run("simulate", "--spec", RL_SYNC, expect=2)
+    check("--topology" in p.stderr, p.stderr)
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":

@@ -663,3 +663,95 @@ TEST(Reduce, InvalidDTypeOrOpIsInvalidArgument) {
 
 }  // namespace
 }  // namespace reshard
+
+namespace reshard {
+namespace {
+
+// Invariant: the inline short-run copies (runs of 16 B to 512 B, rank 2
+// loops and deeper odometers) match the per-element reference for every
+// element size and run lengths around the 16-, 64- and 512-byte edges,
+// whole and split into run ranges.
+TEST(CopyBox, ShortRunPathsMatchNaiveReference) {
+  std::mt19937_64 rng(17);
+  for (int64_t elem : {1, 2, 4, 8}) {
+    for (int64_t run_bytes : {16, 17, 40, 63, 64, 100, 320, 512, 520, 1440, 2048}) {
+      const int64_t run = (run_bytes + elem - 1) / elem;
+      for (int rank : {2, 3}) {
+        SCOPED_TRACE("elem " + std::to_string(elem) + " run " + std::to_string(run) + " rank " +
+                     std::to_string(rank));
+        Box region = rank == 2 ? make_box({{1, 12}, {3, 3 + run}})
+                               : make_box({{0, 3}, {2, 6}, {3, 3 + run}});
+        Box src_box = rank == 2 ? make_box({{0, 13}, {0, 2 * run + 5}})
+                                : make_box({{0, 3}, {0, 7}, {0, run + 9}});
+        Box dst_box = rank == 2 ? make_box({{1, 12}, {1, run + 4}})
+                                : make_box({{0, 4}, {2, 6}, {3, 3 + run}});
+        const CopyDesc d = make_copy_desc(region, src_box, dst_box);
+        ASSERT_GE(d.rank, 2);
+        const auto src = random_bytes(rng, src_box.volume() * elem);
+        auto got = random_bytes(rng, dst_box.volume() * elem);
+        auto want = got;
+        for_each_index(region, [&](const std::array<int64_t, kMaxRank>& idx) {
+          std::memcpy(want.data() + offset_in(dst_box, idx) * elem,
+                      src.data() + offset_in(src_box, idx) * elem, static_cast<size_t>(elem));
+        });
+        auto split = got;
+        copy_box(d, elem, src.data(), got.data());
+        ASSERT_EQ(got, want);
+        const int64_t runs = copy_desc_runs(d);
+        copy_box_runs(d, elem, 0, runs / 3, src.data(), split.data());
+        copy_box_runs(d, elem, runs / 3, runs, src.data(), split.data());
+        ASSERT_EQ(split, want);
+      }
+    }
+  }
+}
+
+// Invariant: sum_streams gives bit for bit what the identity fill, one
+// reduce_into per stream in stream order and store_from_acc give (f32 and
+// bf16: round once, ties to even, NaN stays NaN), for block-edge lengths;
+// other dtypes decline and write nothing.
+TEST(Reduce, SumStreamsMatchesStreamByStreamFold) {
+  std::mt19937_64 rng(19);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const int64_t elem = dtype_size(dtype);
+    for (int k : {1, 2, 3, 8}) {
+      for (int64_t n : {1, 7, 8, 255, 256, 257, 1000}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " k " + std::to_string(k) + " n " +
+                     std::to_string(n));
+        std::vector<std::vector<unsigned char>> streams;
+        std::vector<const void*> ptrs;
+        for (int j = 0; j < k; ++j) {
+          streams.push_back(random_bytes(rng, n * elem));
+          for (int64_t i = 0; i < n; ++i) {
+            // NaN only in the first stream: with two NaNs the payload kept
+            // depends on the operand order the compiler chose.
+            unsigned char* p = streams.back().data() + i * elem + elem - 1;
+            if (j > 0 && (*p & 0x7f) == 0x7f) *p &= 0xbf;
+            // Many small values, so that sums round (ties included).
+            if (rng() % 2) *p = static_cast<unsigned char>((*p & 0x80) | 0x3f);
+          }
+          ptrs.push_back(streams.back().data());
+        }
+        std::vector<unsigned char> acc(static_cast<size_t>(n * acc_size(dtype)));
+        fill_identity(dtype, ReduceOp::kSum, acc.data(), n);
+        Box b = make_box({{0, n}});
+        for (int j = 0; j < k; ++j) {
+          reduce_into(make_copy_desc(b, b, b), dtype, ReduceOp::kSum, ptrs[j], acc.data());
+        }
+        std::vector<unsigned char> want(static_cast<size_t>(n * elem));
+        store_from_acc(dtype, acc.data(), want.data(), n);
+        std::vector<unsigned char> got(static_cast<size_t>(n * elem), 0x5a);
+        ASSERT_TRUE(sum_streams(dtype, ptrs.data(), k, got.data(), n));
+        ASSERT_EQ(got, want);
+      }
+    }
+  }
+  std::vector<unsigned char> one(2, 1);
+  std::vector<unsigned char> out(2, 0x5a);
+  const void* p = one.data();
+  EXPECT_FALSE(sum_streams(DType::kF16, &p, 1, out.data(), 1));
+  EXPECT_EQ(out, std::vector<unsigned char>(2, 0x5a));
+}
+
+}  // namespace
+}  // namespace reshard

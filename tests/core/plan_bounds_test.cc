@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "random_cases.h"
+#include "reshard/engine.h"
 #include "reshard/exec.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
@@ -404,6 +405,31 @@ TEST(PlanRelays, RandomFleetsAreExactAndMeetTheHostBounds) {
     execute_host(plan, views, {static_cast<int32_t>(uni(1, 3))});
     const OracleReport report = check_destinations(plan, buffers);
     ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches";
+    // After every stage: what stages 0..k wrote already holds its value
+    // (what later stages forward), and each stage writes more; stopping
+    // after stage k leaves stage k+1's regions unwritten, which the check
+    // through k+1 sees.
+    Engine engine(make_local_transport());
+    int64_t before = 0;
+    for (int32_t k = 0; k < st.stages; ++k) {
+      VerifyOptions v;
+      v.last_stage = k;
+      const OracleReport r = verify_plan(engine, plan, kAllProcesses, {}, v);
+      ASSERT_TRUE(r.ok()) << r.mismatches << " mismatches after stage " << k;
+      ASSERT_GT(r.elements, before) << "stage " << k << " wrote nothing";
+      before = r.elements;
+      if (k + 1 < st.stages) {
+        OracleBuffers part = fill_sources(plan);
+        const std::vector<TensorBuffers> pv = part.views();
+        ExecuteOptions o;
+        o.last_stage = k;
+        engine.execute(plan, kAllProcesses, pv, o);
+        EXPECT_FALSE(
+            check_destinations_through_stage(plan, part, static_cast<uint32_t>(k + 1)).ok())
+            << "stopping after stage " << k << " went unnoticed";
+      }
+    }
+    ASSERT_EQ(before, report.elements);
   }
   // The generator exercises every kind of stage.
   EXPECT_GT(relayed, cases / 3);

@@ -134,6 +134,37 @@ def test_plan_is_cached_and_outputs_independent():
     assert p1.stats["network_bytes"] > 0
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_batched_outputs_and_public_fallback(fast, monkeypatch):
+    """Outputs made by one batched_device_put per array (the fast path JAX
+    0.10 offers) and by the public jax.device_put fallback are equal to
+    jax.device_put, and alias the output allocation (no copy) either way."""
+    if not fast:
+        monkeypatch.setattr(rj, "_FAST_PUT", None)
+    elif rj._FAST_PUT is None:
+        pytest.fail("this JAX lacks batched_device_put: the fast path is untested")
+    d = jax.devices()
+    x8 = Mesh(np.array(d), ("x",))
+    hi = Mesh(np.array(d[4:][::-1]), ("tp",))
+    lo = Mesh(np.array(d[:2]), ("dp",))
+    tree = {f"w{i}": make((8, 4 * (i + 1)), jnp.float32, NamedSharding(x8, P("x")), i)
+            for i in range(5)}
+    tree["b"] = make((6,), jnp.int8, NamedSharding(x8, P()), 9)
+    targets = {k: NamedSharding(hi, P(None, "tp")) for k in tree}
+    targets["b"] = NamedSharding(lo, P("dp"))
+    r = rj.Resharder(targets)
+    got = r(tree)
+    prep = next(iter(r._cache.values()))
+    assert prep._fast is fast
+    want = jax.device_put(tree, targets)
+    for k in tree:
+        assert_same(got[k], want[k])
+    slab = prep._pool[0]
+    lo_, hi_ = slab.__array_interface__["data"][0], slab.__array_interface__["data"][0] + slab.nbytes
+    ptrs = [s.data.unsafe_buffer_pointer() for v in got.values() for s in v.addressable_shards]
+    assert all(lo_ <= p < hi_ for p in ptrs), "an output shard was copied out of the allocation"
+
+
 def test_plan_wrapper():
     d = jax.devices()
     m = Mesh(np.array(d), ("x",))

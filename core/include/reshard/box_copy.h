@@ -389,6 +389,11 @@ bool acc_is_elem(DType dtype) noexcept;
 // Copies the described elements of `elem_size` bytes, one memcpy per run.
 void copy_box(const CopyDesc& desc, int64_t elem_size, const void* src, void* dst);
 
+// Copies `bytes` contiguous bytes; with `streaming`, with non-temporal
+// stores (for a copy larger than the caches, of which this may be a slice,
+// as memcpy does for such copies itself).
+void copy_bytes(void* dst, const void* src, int64_t bytes, bool streaming);
+
 // As copy_box, restricted to runs [first_run, last_run).
 void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, int64_t last_run,
                    const void* src, void* dst);
@@ -405,6 +410,14 @@ void load_into_acc(const CopyDesc& desc, DType dtype, const void* src, void* acc
 // acc = op(acc, src) over the described elements; desc's destination side
 // indexes acc (accumulation type), its source side indexes src (dtype).
 void reduce_into(const CopyDesc& desc, DType dtype, ReduceOp op, const void* src, void* acc);
+
+// Sums k contiguous streams into n elements of `dst` (dtype) in one pass:
+// dst[i] = store(((0 + load(srcs[0][i])) + load(srcs[1][i])) + ...), in
+// stream order, accumulating in the accumulation type and rounding once —
+// bit for bit what fill_identity, reduce_into per stream and store_from_acc
+// give. Returns false, writing nothing, for dtypes without this path (it
+// exists for f32 and bf16); the caller then folds stream by stream.
+bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t n);
 
 // Converts n accumulator elements to `dtype`, rounding to nearest even once.
 void store_from_acc(DType dtype, const void* acc, void* dst, int64_t n);

@@ -70,6 +70,11 @@ struct ExecuteOptions {
   // are always staged; so are messages above 1 GiB.
   enum class Packing : int32_t { kAuto = 0, kStaging = 1, kGather = 2 };
   Packing packing = Packing::kAuto;
+  // Runs stages 0..last_stage of a staged plan and stops (-1: every stage),
+  // leaving later stages' destination regions unwritten: for checking what
+  // each stage writes (check_destinations_through_stage). Every rank must
+  // pass the same value.
+  int32_t last_stage = -1;
   // Take the schedule from the engine's schedule cache (EngineOptions), and
   // put it there after building it. False: build it (and the transport's
   // per-message state, such as MPI datatypes) afresh for this call and keep

@@ -90,10 +90,30 @@ OracleReport check_destinations(const Plan& plan, const OracleBuffers& buffers,
 
 // Checks one destination shard of a tensor whose destination is not
 // partial (kInvalidArgument otherwise: partial destinations need every
-// summand, use check_destinations). Adds to `report`.
+// summand, use check_destinations). Adds to `report`. With `only`, checks
+// just the elements whose byte in it (one per element, buffer order) is
+// nonzero (StageCoverage).
 void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
                              std::span<const std::byte> data, OracleReport& report,
-                             size_t max_reported = 10);
+                             size_t max_reported = 10, const std::vector<uint8_t>* only = nullptr);
+
+// Which destination elements stages 0..`stage` of a staged plan write: the
+// regions of the pieces of those stages in the plan's parts (local pieces
+// are stage 0). written[t][e] has one byte per element of entry e of tensor
+// t, in buffer order, or is empty: tensors with partial destinations (no
+// stage forwards into them) and entries no piece of the plan's parts writes.
+struct StageCoverage {
+  uint32_t stage = 0;
+  std::vector<std::vector<std::vector<uint8_t>>> written;
+};
+StageCoverage stage_coverage(const Plan& plan, uint32_t stage);
+
+// After an execution stopped after stage `stage` (ExecuteOptions::
+// last_stage): checks the elements stages 0..stage wrote, each of which
+// must already hold its value (what a later stage forwards). Needs every
+// process part (kInvalidArgument otherwise).
+OracleReport check_destinations_through_stage(const Plan& plan, const OracleBuffers& buffers,
+                                              uint32_t stage, size_t max_reported = 10);
 
 // ------------------------------------------------------------ verify_plan
 
@@ -106,6 +126,9 @@ struct VerifyOptions {
   // checked before allocating (kResourceExhausted).
   int64_t max_bytes = 0;
   size_t max_reported = 10;  // OracleReport::first
+  // >= 0: executes stages 0..last_stage only (ExecuteOptions::last_stage)
+  // and checks what they wrote (StageCoverage); -1: the whole plan.
+  int32_t last_stage = -1;
 };
 
 // What `reshard verify`, reshard_executor_verify and the tests do: executes

@@ -605,12 +605,16 @@ OracleBuffers fill_sources(const Plan& plan, int64_t max_bytes) {
 
 void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
                              std::span<const std::byte> data, OracleReport& report,
-                             size_t max_reported) {
+                             size_t max_reported, const std::vector<uint8_t>* only) {
   if (tensor.dst.partial())
     fail(ErrorCode::kInvalidArgument, "oracle: tensor \"" + tensor.name +
                                           "\" has a partial destination; check it with "
                                           "check_destinations");
   check_size(tensor, tensor.dst, entry, data.size(), "dst");
+  if (only && only->size() != static_cast<size_t>(tensor.dst.box(entry).volume()))
+    fail(ErrorCode::kInvalidArgument, "oracle: the element mask of tensor \"" + tensor.name +
+                                          "\" entry " + std::to_string(entry) + " has " +
+                                          std::to_string(only->size()) + " bytes");
   const Generator gen(tensor, tensor_index);
   const Traits& t = gen.traits();
   const bool by_value = gen.partial_source();
@@ -620,6 +624,11 @@ void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, si
   with_width(t.bytes, [&](auto width) {
     constexpr int B = decltype(width)::value;
     for_each_element(tensor.dst.box(entry), tensor.shape, [&](uint64_t g, int64_t local) {
+      if (only) {
+        if (!(*only)[static_cast<size_t>(local)]) return;
+        ++report.elements;
+        report.bytes += B;
+      }
       const uint64_t got = load<B>(p + local * B) & mask;
       const uint64_t want = gen.expected(g) & mask;
       if (got == want) return;
@@ -629,6 +638,7 @@ void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, si
                     format_value(t, got, !by_value)});
     });
   });
+  if (only) return;
   report.elements += tensor.dst.box(entry).volume();
   report.bytes += shard_bytes(tensor, tensor.dst, entry);
 }
@@ -679,6 +689,70 @@ OracleReport check_destinations(const Plan& plan, const OracleBuffers& buffers,
     report.mismatches += r.mismatches;
     for (OracleMismatch& m : r.first)
       if (report.first.size() < max_reported) report.first.push_back(std::move(m));
+  }
+  return report;
+}
+
+StageCoverage stage_coverage(const Plan& plan, uint32_t stage) {
+  const auto& tensors = plan.tensors();
+  StageCoverage cov;
+  cov.stage = stage;
+  cov.written.resize(tensors.size());
+  for (size_t t = 0; t < tensors.size(); ++t)
+    if (!tensors[t].dst.partial()) cov.written[t].resize(tensors[t].dst.num_entries());
+  const auto mark = [&](const ProcessPart& part, const Piece& piece) {
+    auto& entries = cov.written[piece.tensor];
+    if (entries.empty()) return;  // partial destination
+    const Box box = tensors[piece.tensor].dst.box(piece.dst_entry);
+    std::vector<uint8_t>& mask = entries[piece.dst_entry];
+    if (mask.empty()) mask.assign(static_cast<size_t>(box.volume()), 0);
+    // The region relative to the entry's box: its index in that "shape" is
+    // the element's index in the entry's buffer.
+    Box rel = plan.region(part, piece);
+    std::vector<int64_t> extents(static_cast<size_t>(box.rank));
+    for (int d = 0; d < box.rank; ++d) {
+      rel.lo[d] -= box.lo[d];
+      rel.hi[d] -= box.lo[d];
+      extents[static_cast<size_t>(d)] = box.extent(d);
+    }
+    for_each_element(rel, extents, [&](uint64_t local, int64_t) { mask[local] = 1; });
+  };
+  for (const auto& [p, part] : plan.parts()) {
+    for (const Piece& piece : part.local) mark(part, piece);
+    for (const Message& m : part.recvs) {
+      if (m.stage > stage) continue;
+      for (uint64_t i = m.first_piece; i < m.first_piece + m.num_pieces; ++i)
+        mark(part, part.recv_pieces[i]);
+    }
+  }
+  return cov;
+}
+
+OracleReport check_destinations_through_stage(const Plan& plan, const OracleBuffers& buffers,
+                                              uint32_t stage, size_t max_reported) {
+  const auto& tensors = plan.tensors();
+  if (buffers.dst.size() != tensors.size())
+    fail(ErrorCode::kInvalidArgument, "oracle: buffers for " + std::to_string(buffers.dst.size()) +
+                                          " tensors, the plan has " +
+                                          std::to_string(tensors.size()));
+  for (int32_t p : plan.processes())
+    if (!plan.parts().contains(p))
+      fail(ErrorCode::kInvalidArgument,
+           "oracle: the plan lacks the part of process " + std::to_string(p));
+  const StageCoverage cov = stage_coverage(plan, stage);
+  OracleReport report;
+  report.tensors = static_cast<int64_t>(tensors.size());
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    if (buffers.dst[t].size() != tensors[t].dst.num_entries())
+      fail(ErrorCode::kInvalidArgument,
+           "oracle: tensors[" + std::to_string(t) +
+               "].dst: " + std::to_string(buffers.dst[t].size()) + " buffers for " +
+               std::to_string(tensors[t].dst.num_entries()) + " entries");
+    for (size_t e = 0; e < cov.written[t].size(); ++e) {
+      if (cov.written[t][e].empty()) continue;
+      check_destination_shard(tensors[t], static_cast<uint32_t>(t), e, buffers.dst[t][e], report,
+                              max_reported, &cov.written[t][e]);
+    }
   }
   return report;
 }

@@ -18,6 +18,13 @@ OracleReport verify_whole(Engine& engine, const Plan& plan, const ExecuteOptions
                           const VerifyOptions& verify) {
   OracleBuffers buffers = fill_sources(plan, verify.max_bytes);
   const std::vector<TensorBuffers> views = buffers.views();
+  if (verify.last_stage >= 0) {
+    ExecuteOptions o = options;
+    o.last_stage = verify.last_stage;
+    engine.execute(plan, kAllProcesses, views, o);
+    return check_destinations_through_stage(plan, buffers, static_cast<uint32_t>(verify.last_stage),
+                                            verify.max_reported);
+  }
   engine.execute(plan, kAllProcesses, views, options);
   return check_destinations(plan, buffers, verify.max_reported);
 }
@@ -87,13 +94,23 @@ OracleReport verify_part(Engine& engine, const Plan& plan, int32_t process,
     side(spec.src, src[t], true, views[t].src);
     side(spec.dst, dst[t], false, views[t].dst);
   }
-  engine.execute(plan, process, views, options);
+  ExecuteOptions o = options;
+  o.last_stage = verify.last_stage;
+  engine.execute(plan, process, views, o);
+  // Through a stage: the elements this process's part writes by then.
+  StageCoverage cov;
+  if (verify.last_stage >= 0) cov = stage_coverage(plan, static_cast<uint32_t>(verify.last_stage));
   OracleReport report;
   for (size_t t = 0; t < tensors.size(); ++t) {
     for (size_t e = 0; e < tensors[t].dst.num_entries(); ++e) {
       if (!mine(tensors[t].dst, e)) continue;
+      const std::vector<uint8_t>* only = nullptr;
+      if (verify.last_stage >= 0) {
+        only = &cov.written[t][e];
+        if (only->empty()) continue;  // nothing written by then
+      }
       check_destination_shard(tensors[t], static_cast<uint32_t>(t), e, dst[t][e], report,
-                              verify.max_reported);
+                              verify.max_reported, only);
     }
   }
   // Every rank's counts.
@@ -120,6 +137,10 @@ OracleReport verify_part(Engine& engine, const Plan& plan, int32_t process,
 
 OracleReport verify_plan(Engine& engine, const Plan& plan, int32_t process,
                          const ExecuteOptions& options, const VerifyOptions& verify) {
+  if (verify.last_stage < -1) {
+    fail(ErrorCode::kInvalidArgument,
+         "last_stage: " + std::to_string(verify.last_stage) + " is below -1 (-1: every stage)");
+  }
   if (process == kAllProcesses) return verify_whole(engine, plan, options, verify);
   return verify_part(engine, plan, process, options, verify);
 }

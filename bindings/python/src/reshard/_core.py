@@ -30,6 +30,9 @@ _NUMPY_NAMES = {
     "u8": "uint8", "bool": "bool",
 }
 _FROM_NUMPY = {v: k for k, v in _NUMPY_NAMES.items()}
+# Bytes per element, without NumPy dtypes (bf16 and f8 need ml_dtypes there).
+_ITEMSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1, "i64": 8,
+             "i32": 4, "i16": 2, "i8": 1, "u64": 8, "u32": 4, "u16": 2, "u8": 1, "bool": 1}
 # DLPack (code, bits) -> reshard dtype name (DLPack 1.1 codes; bool also as u8).
 _FROM_DLPACK = {
     (2, 64): "f64", (2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (10, 8): "f8e4m3",
@@ -499,7 +502,7 @@ def _from_dlpack(obj: Any, where: str, writable: bool, pinned: _Pinned):
 
 
 def _compact(shape: Tuple[int, ...], strides: Optional[Tuple[int, ...]]) -> bool:
-    if strides is None:
+    if strides is None or 0 in shape:  # no elements: nothing to lay out
         return True
     expect = 1
     for n, s in zip(reversed(shape), reversed(strides)):
@@ -553,7 +556,7 @@ def _convert(obj: Any, t: Tensor, e: Entry, where: str, writable: bool, pinned: 
     if not mv.c_contiguous:
         raise InvalidArgumentError(f"{where}: buffer is not C-contiguous")
     fmt = mv.format.lstrip("@=<")
-    nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(t.dtype).itemsize
+    nbytes = int(np.prod(shape, dtype=np.int64)) * _ITEMSIZE[t.dtype]
     raw = fmt in ("B", "b", "c") and mv.ndim == 1
     if raw:  # untyped bytes: only the size can be checked
         if mv.nbytes != nbytes:
@@ -607,7 +610,7 @@ class _Table:
         dp = ffi.cast("reshard_dst_buffer_t*", ffi.from_buffer(self.dst))
         so = do = 0
         for t in ts:
-            item = numpy_dtype(t.dtype).itemsize
+            item = _ITEMSIZE[t.dtype]
             for i, e in enumerate(t.src.entries):
                 self.src_bytes[so + i] = int(np.prod(e.shape, dtype=np.int64)) * item
             for i, e in enumerate(t.dst.entries):

@@ -33,6 +33,20 @@ __all__ = ["spec_for", "plan", "reshard", "Resharder", "layout_json", "mesh_json
 
 _ALIGN = 64  # XLA's CPU client aliases host memory aligned to this instead of copying
 
+# One global array from its per-device NumPy pieces in one C++ call (what
+# jax.device_put does for a NumPy array with a sharding). Private to JAX:
+# when a JAX version lacks it, outputs go through the public
+# jax.device_put + jax.make_array_from_single_device_arrays (slower for
+# pytrees of many small arrays, same values).
+try:
+    from jax._src.array import ArrayImpl as _ArrayImpl
+    from jax._src.core import ShapedArray as _ShapedArray
+    from jax._src.lib import xla_client as _xc
+    _FAST_PUT: Any = _xc.batched_device_put
+except (ImportError, AttributeError):  # pragma: no cover - depends on the JAX version
+    _ArrayImpl = _ShapedArray = None
+    _FAST_PUT = None
+
 
 def mesh_json(mesh: Any) -> Dict[str, Any]:
     """The spec mesh of a ``jax.sharding.Mesh``."""
@@ -251,10 +265,51 @@ class _Prepared:
                 k += 1
         self.num_src = len(tab.src)
         self.all_dst_devices = [d for devs in self.dst_devices for d in devs]
+        self._fast = _FAST_PUT is not None and all(
+            type(x) is _ArrayImpl for x in leaves)
+        if self._fast:
+            self._prepare_fast(leaves)
 
-    def run(self, leaves: List[Any]) -> List[Any]:
-        jax.block_until_ready(leaves)
+    def _prepare_fast(self, leaves: List[Any]) -> None:
+        """Index arrays that turn one execution's Python work into a few
+        vectorised steps: source pointers come from every leaf's per-device
+        buffers (``_arrays``, in the order of the sharding's addressable
+        devices) gathered into the plan's entry order, and each output array
+        is made by one ``batched_device_put`` from its views of the slab."""
+        tab = _core._table(self.plan)
+        slots, gather = [], []
+        base = 0
+        for t, x, devs in zip(self.plan.tensors, leaves, self.src_devices):
+            order = {int(d.id): k for k, d in enumerate(x.sharding._addressable_device_assignment)}
+            for i, d in enumerate(devs):
+                if d >= 0:
+                    slots.append(tab.src_off[t.index] + i)
+                    gather.append(base + order[d])
+            base += len(order)
+        self.src_slots = np.asarray(slots, np.intp)
+        self.src_gather = np.asarray(gather, np.intp)
+        # Per leaf: the views in the order of the target sharding's
+        # addressable devices (what an ArrayImpl holds).
+        self.out_specs = []
+        for t, shape, dt, s, views, devs in zip(self.plan.tensors, self.shapes, self.dtypes,
+                                                 self.dst_shardings, self.dst_views,
+                                                 self.dst_devices):
+            by_id = {int(d.id): v for d, v in zip(devs, views)}
+            order = list(s._addressable_device_assignment)
+            if not order or sorted(by_id) != sorted(int(d.id) for d in order):
+                self.out_specs.append(None)  # no local shard, or not one per device
+                continue
+            aval = _ShapedArray(shape, dt)
+            self.out_specs.append((aval, s, [(by_id[int(d.id)][0], by_id[int(d.id)][2]) for d in order],
+                                   order, dt))
+
+    def _sources(self, leaves: List[Any]) -> np.ndarray:
         src = np.zeros(self.num_src, np.uint64)
+        if self._fast:
+            ptrs = np.fromiter((a.unsafe_buffer_pointer() for x in leaves for a in x._arrays),
+                               np.uint64)
+            src[self.src_slots] = ptrs[self.src_gather]
+            return src
         k = 0
         for x, devs in zip(leaves, self.src_devices):
             ptr = {s.device.id: s.data.unsafe_buffer_pointer() for s in x.addressable_shards}
@@ -262,6 +317,11 @@ class _Prepared:
                 if d >= 0:
                     src[k] = ptr[d]
                 k += 1
+        return src
+
+    def run(self, leaves: List[Any]) -> List[Any]:
+        jax.block_until_ready(leaves)
+        src = self._sources(leaves)
         slab = None
         if self.reuse:
             # A slab whose arrays are all gone (only the pool refers to it)
@@ -280,6 +340,8 @@ class _Prepared:
         pad = (-base) % _ALIGN
         dst = np.where(self.dst_given, self.dst_offsets + np.uint64(base + pad), np.uint64(0))
         self.executor._execute_pointers(self.plan, src, dst)
+        if self._fast:
+            return self._outputs_fast(slab, pad)
         views = []
         for dt, vs in zip(self.dtypes, self.dst_views):
             for off, n, shape in vs:
@@ -291,6 +353,18 @@ class _Prepared:
             out.append(jax.make_array_from_single_device_arrays(shape, s, arrays[k:k + len(devs)],
                                                                 dtype=dt))
             k += len(devs)
+        return out
+
+    def _outputs_fast(self, slab: np.ndarray, pad: int) -> List[Any]:
+        out = []
+        nd = np.ndarray
+        for spec, shape, dt, s in zip(self.out_specs, self.shapes, self.dtypes, self.dst_shardings):
+            if spec is None:
+                out.append(jax.make_array_from_single_device_arrays(shape, s, [], dtype=dt))
+                continue
+            aval, sharding, views, devices, dtype = spec
+            xs = [nd(vshape, dtype, slab, pad + off) for off, vshape in views]
+            out.append(_FAST_PUT(aval, sharding, xs, devices, True))
         return out
 
 
@@ -317,11 +391,23 @@ class Resharder:
         self._cache: "collections.OrderedDict[Any, _Prepared]" = collections.OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        self._by_treedef: Dict[Any, Tuple[List[Optional[Sharding]], List[str]]] = {}
 
     def prepared(self, tree: Any) -> Tuple[_Prepared, List[Any], Any]:
-        leaves, treedef, targets, names = _flatten(tree, self.shardings)
-        key = (treedef, tuple((getattr(x, "shape", None), getattr(x, "dtype", None), getattr(x, "sharding", None), t)
-                              for x, t in zip(leaves, targets)))
+        # The targets and names of a leaf depend only on the tree's structure
+        # (self.shardings is fixed): matched once per structure, so a call
+        # with a cached plan only flattens the tree and hashes its leaves'
+        # shapes, dtypes and shardings.
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        per_def = self._by_treedef.get(treedef)
+        if per_def is None:
+            _, _, targets, names = _flatten(tree, self.shardings)
+            if len(self._by_treedef) >= 64:
+                self._by_treedef.clear()
+            per_def = self._by_treedef[treedef] = (targets, names)
+        targets, names = per_def
+        key = (treedef, tuple((getattr(x, "shape", None), getattr(x, "dtype", None),
+                               getattr(x, "sharding", None)) for x in leaves))
         with self._lock:
             prep = self._cache.get(key)
             if prep is not None:

@@ -127,8 +127,7 @@ pub enum ReduceOp {
 impl ReduceOp {
     /// The op of a raw `reshard_reduce_op_t`, or `None`.
     pub fn from_raw(raw: i32) -> Option<ReduceOp> {
-        [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean]
-            .into_iter().find(|o| *o as i32 == raw)
+        [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean].into_iter().find(|o| *o as i32 == raw)
     }
 }
 

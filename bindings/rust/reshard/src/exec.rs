@@ -151,7 +151,7 @@ impl Executor {
     /// before anything is written; on error nothing is written.
     ///
     /// Errors: [`ErrorCode::InvalidArgument`] naming the buffer
-    /// (`tensors[1].dst[3]: 96 bytes given, box [0:4, 0:8) of f32 needs
+    /// (`buffers[1].dst[3]: 96 bytes given, box [0:4, 0:8) of f32 needs
     /// 128`; `plan: lacks the part of process 1`), [`ErrorCode::Mismatch`]
     /// (element type).
     pub fn execute(&self, plan: &Plan, buffers: &mut [TensorBuffers<'_>]) -> Result<()> {

@@ -319,7 +319,7 @@ fn executor_errors() {
         expect_err(
             ex.execute(&plan, &mut b),
             ErrorCode::InvalidArgument,
-            "tensors[1].src: 3 buffers given, the layout has 4 entries",
+            "buffers[1].src: 3 buffers given, the layout has 4 entries",
         );
     }
     {
@@ -331,11 +331,7 @@ fn executor_errors() {
             TensorBuffers::from_vecs(&s1, &mut d1),
             TensorBuffers::from_vecs(&s2, &mut d2),
         ];
-        expect_err(
-            ex.execute(&plan, &mut bufs),
-            ErrorCode::InvalidArgument,
-            "tensors[0].dst[3]: 40 bytes given, box",
-        );
+        expect_err(ex.execute(&plan, &mut bufs), ErrorCode::InvalidArgument, "buffers[0].dst[3]: 40 bytes given, box");
     }
     {
         let ints: Vec<Vec<i32>> = s2.iter().map(|v| vec![0; v.len()]).collect();

@@ -16,6 +16,17 @@ namespace {
 constexpr int64_t kMinTaskBytes = int64_t{64} << 10;
 constexpr int64_t kMaxTaskBytes = int64_t{64} << 20;
 
+// Elements of a reduction chunk: its accumulator (32 KiB in f32) and the
+// summands' chunks stay in the first-level caches while every summand is
+// folded in.
+constexpr int64_t kChunkElements = 8192;
+// Groups with more contributions keep one pass per contribution: each
+// chunk intersects every contribution's region.
+constexpr size_t kMaxChunkedContributions = 64;
+// Contiguous copies at least this large (in total; a task may copy a slice)
+// use non-temporal stores, as memcpy does for copies beyond the caches.
+constexpr int64_t kStreamBytes = int64_t{8} << 20;
+
 }  // namespace
 
 // ------------------------------------------------------------ WorkerPool
@@ -142,9 +153,22 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
                        : std::clamp(total / (int64_t{threads} * 8), kMinTaskBytes, kMaxTaskBytes);
   if (max_task_bytes > 0) target = std::min(target, max_task_bytes);
 
-  // Groups first, largest first, so that the long ones start early.
+  // Groups first, largest first, so that the long ones start early; a
+  // group reduced chunk by chunk is cut into tasks near `target`.
   for (size_t i = 0; i < groups.size(); ++i) {
-    tasks_.push_back({Task::kGroup, i, i + 1, 0, 0, groups[i].bytes});
+    const ReduceGroup& g = groups[i];
+    if (!chunked(g)) {
+      tasks_.push_back({Task::kGroup, i, i + 1, 0, 0, g.bytes});
+      continue;
+    }
+    const AccTarget& a = s_.accs[g.acc];
+    const int64_t chunks = chunk_grid(tensors_[a.tensor].dst.box(a.dst_entry)).chunks;
+    const int64_t slices = std::clamp<int64_t>((g.bytes + target - 1) / target, 1, chunks);
+    for (int64_t k = 0; k < slices; ++k) {
+      const int64_t lo = chunks * k / slices;
+      const int64_t hi = chunks * (k + 1) / slices;
+      tasks_.push_back({Task::kGroup, i, i + 1, lo, hi, g.bytes * (hi - lo) / chunks});
+    }
   }
   std::stable_sort(tasks_.begin(), tasks_.end(),
                    [](const Task& a, const Task& b) { return a.bytes > b.bytes; });
@@ -196,22 +220,176 @@ void DirectRunner::run_task(const Task& task, std::span<const DirectCopy> copies
       const void* src = source(copies[task.begin]);
       void* dst = buffers_[p.tensor].dst[p.dst_entry].data;
       if (copy_desc_runs(d) == 1) {
-        // One contiguous run: copy elements [lo, hi) of it.
+        // One contiguous run: copy elements [lo, hi) of it, streamed when
+        // the whole run is (as one memcpy of it would be).
         int64_t s = 0;
         int64_t t = 0;
         run_offsets(d, 0, &s, &t);
-        std::memcpy(static_cast<std::byte*>(dst) + (t + task.lo) * elem,
-                    static_cast<const std::byte*>(src) + (s + task.lo) * elem,
-                    static_cast<size_t>((task.hi - task.lo) * elem));
+        copy_bytes(static_cast<std::byte*>(dst) + (t + task.lo) * elem,
+                   static_cast<const std::byte*>(src) + (s + task.lo) * elem,
+                   (task.hi - task.lo) * elem, copy_desc_run_length(d) * elem >= kStreamBytes);
       } else {
         copy_box_runs(d, elem, task.lo, task.hi, src, dst);
       }
       return;
     }
     case Task::kGroup:
-      run_group(groups[task.begin], scratch);
+      if (task.hi == 0) {
+        run_group(groups[task.begin], scratch);
+      } else {
+        run_group_chunks(groups[task.begin], task.lo, task.hi, scratch);
+      }
       return;
+    case Task::kReplica: {
+      const ReplicaCopy& r = replicas_[task.begin];
+      const TensorBuffers& b = buffers_[r.tensor];
+      copy_bytes(static_cast<std::byte*>(b.dst[r.to].data) + task.lo,
+                 static_cast<const std::byte*>(b.dst[r.from].data) + task.lo, task.hi - task.lo,
+                 r.bytes >= kStreamBytes);
+      return;
+    }
   }
+}
+
+DirectRunner::ChunkGrid DirectRunner::chunk_grid(const Box& box) {
+  ChunkGrid c;
+  if (box.rank == 0 || box.empty()) {
+    c.chunks = box.empty() ? 0 : 1;
+    c.dim = -1;
+    return c;
+  }
+  // The outermost dim whose index holds at most kChunkElements elements.
+  int d = box.rank - 1;
+  int64_t inner = 1;
+  while (d > 0 && inner * box.extent(d) <= kChunkElements) inner *= box.extent(d--);
+  if (inner * box.extent(d) <= kChunkElements) {
+    inner *= box.extent(d);  // the whole box is one chunk
+    c.dim = -1;
+    c.chunks = 1;
+    c.inner = inner;
+    return c;
+  }
+  c.dim = d;
+  c.inner = inner;
+  c.per_chunk = std::max<int64_t>(1, kChunkElements / inner);
+  c.per_row = (box.extent(d) + c.per_chunk - 1) / c.per_chunk;
+  int64_t rows = 1;
+  for (int k = 0; k < d; ++k) rows *= box.extent(k);
+  c.chunks = rows * c.per_row;
+  return c;
+}
+
+bool DirectRunner::chunked(const ReduceGroup& g) const {
+  const AccTarget& a = s_.accs[g.acc];
+  return g.fill && g.store && !a.separate && g.end > g.begin &&
+         g.end - g.begin <= kMaxChunkedContributions && a.elements > kChunkElements;
+}
+
+// Chunks [lo, hi) of group g's entry: per chunk, the identity, then every
+// contribution's part of the chunk in reduction order, then the rounding
+// store; each element sees the same operations in the same order as in
+// run_group, so the result is bit for bit the same.
+void DirectRunner::run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi,
+                                    std::vector<std::byte>& scratch) const {
+  const AccTarget& a = s_.accs[g.acc];
+  const TensorSpec& spec = tensors_[a.tensor];
+  const DType dtype = spec.dtype;
+  const ReduceOp op = combining_op(spec.src.reduce_op());
+  const int32_t divisor = exec_detail::mean_divisor(spec);
+  const Box dst_box = spec.dst.box(a.dst_entry);
+  const ChunkGrid grid = chunk_grid(dst_box);
+  auto* dst = static_cast<std::byte*>(buffers_[a.tensor].dst[a.dst_entry].data);
+  const int64_t elem = dtype_size(dtype);
+  const bool in_place = acc_is_elem(dtype);
+  if (!in_place) {
+    scratch.resize(
+        static_cast<size_t>(std::min(a.elements, grid.per_chunk * grid.inner) * acc_size(dtype)));
+  }
+  for (int64_t c = lo; c < hi; ++c) {
+    Box chunk = dst_box;
+    int64_t offset = 0;  // of the chunk's first element in the entry
+    if (grid.dim >= 0) {
+      const int d = grid.dim;
+      int64_t row = c / grid.per_row;
+      const int64_t first = (c % grid.per_row) * grid.per_chunk;
+      offset = (row * dst_box.extent(d) + first) * grid.inner;
+      for (int k = d - 1; k >= 0; --k) {
+        const int64_t i = row % dst_box.extent(k);
+        row /= dst_box.extent(k);
+        chunk.lo[k] = dst_box.lo[k] + i;
+        chunk.hi[k] = chunk.lo[k] + 1;
+      }
+      chunk.lo[d] = dst_box.lo[d] + first;
+      chunk.hi[d] = std::min(dst_box.hi[d], chunk.lo[d] + grid.per_chunk);
+    }
+    const int64_t n = chunk.volume();
+    if (op == ReduceOp::kSum && divisor == 1 && sum_whole_chunk(g, chunk, dst + offset * elem)) {
+      continue;
+    }
+    void* acc = in_place ? static_cast<void*>(dst + offset * elem) : scratch.data();
+    fill_identity(dtype, op, acc, n);
+    for (size_t i = g.begin; i < g.end; ++i) {
+      const Contribution& k = s_.contributions[i];
+      const Box part = intersect(k.region, chunk);
+      if (part.empty()) continue;
+      reduce_into(make_copy_desc(part, k.src_box, chunk), dtype, op,
+                  buffers_[k.tensor].src[k.src_entry].data, acc);
+    }
+    if (divisor > 1) {
+      store_mean_from_acc(dtype, acc, dst + offset * elem, n, divisor);
+    } else if (!in_place) {
+      store_from_acc(dtype, acc, dst + offset * elem, n);
+    }
+  }
+}
+
+// The common case of run_group_chunks: every contribution covers the
+// chunk and holds it contiguously, so the chunk is one pass over k streams
+// (sum_streams: read each summand once, write once, no accumulator
+// traffic). False when that does not hold or the dtype has no such path.
+bool DirectRunner::sum_whole_chunk(const ReduceGroup& g, const Box& chunk, void* dst) const {
+  const void* streams[kMaxChunkedContributions];
+  int k = 0;
+  const AccTarget& a = s_.accs[g.acc];
+  const int64_t elem = dtype_size(tensors_[a.tensor].dtype);
+  for (size_t i = g.begin; i < g.end; ++i) {
+    const Contribution& c = s_.contributions[i];
+    const Box part = intersect(c.region, chunk);
+    if (part.empty()) continue;
+    if (!(part == chunk)) return false;
+    const CopyDesc d = make_copy_desc(chunk, c.src_box, chunk);
+    if (copy_desc_runs(d) != 1) return false;
+    streams[k++] = static_cast<const std::byte*>(buffers_[c.tensor].src[c.src_entry].data) +
+                   d.src_offset * elem;
+  }
+  return k > 0 && sum_streams(tensors_[a.tensor].dtype, streams, k, dst, chunk.volume());
+}
+
+void DirectRunner::run_replicas(std::span<const ReplicaCopy> replicas) {
+  if (replicas.empty()) return;
+  replicas_ = replicas;
+  tasks_.clear();
+  int64_t total = 0;
+  for (const ReplicaCopy& r : replicas) total += r.bytes;
+  const int threads = pool_.threads();
+  const int64_t target =
+      threads <= 1 ? INT64_MAX
+                   : std::clamp(total / (int64_t{threads} * 8), kMinTaskBytes, kMaxTaskBytes);
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    const int64_t bytes = replicas[i].bytes;
+    const int64_t slices =
+        std::max<int64_t>(1, std::min(bytes / 64, (bytes + target - 1) / target));
+    for (int64_t k = 0; k < slices; ++k) {
+      // Slice boundaries on 64-byte multiples (whole cache lines).
+      const int64_t lo = k == 0 ? 0 : bytes * k / slices / 64 * 64;
+      const int64_t hi = k + 1 == slices ? bytes : bytes * (k + 1) / slices / 64 * 64;
+      tasks_.push_back({Task::kReplica, i, i + 1, lo, hi, hi - lo});
+    }
+  }
+  const std::function<void(size_t, int)> task = [&](size_t i, int worker) {
+    run_task(tasks_[i], {}, {}, scratch_[static_cast<size_t>(worker)]);
+  };
+  pool_.run(tasks_.size(), task);
 }
 
 void DirectRunner::run_group(const ReduceGroup& g, std::vector<std::byte>& scratch) const {
@@ -261,7 +439,8 @@ void DirectRunner::run_round(std::span<const DirectCopy> copies,
 }
 
 void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
-                   const Schedule& schedule, int32_t threads, ExecuteStats& stats) {
+                   const Schedule& schedule, int32_t threads, int64_t last_key,
+                   ExecuteStats& stats) {
   const Schedule& s = schedule;
   // Separate accumulators of entries whose reductions span rounds.
   std::vector<std::vector<uint64_t>> work;
@@ -282,6 +461,7 @@ void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
     int64_t round = INT64_MAX;
     if (d < s.direct_rounds.size()) round = s.direct_rounds[d].round;
     if (g < s.groups.size()) round = std::min(round, s.groups[g].round);
+    if (round > last_key) break;
     std::span<const DirectCopy> copies;
     if (d < s.direct_rounds.size() && s.direct_rounds[d].round == round) {
       copies = std::span<const DirectCopy>(s.direct.data() + s.direct_rounds[d].begin,
@@ -294,6 +474,7 @@ void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
     g = g_end;
     if (round >= 0) ++stats.rounds;
   }
+  runner.run_replicas(s.replicas);
   stats.local_bytes += s.local_bytes;
   stats.accumulator_bytes += s.accumulator_bytes;
 }

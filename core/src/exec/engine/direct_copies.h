@@ -11,6 +11,14 @@
 // written by one thread and summands are folded in a fixed order whatever
 // the thread count. Rounds run one after another; a round's tasks run in
 // parallel, each thread taking the next task.
+//
+// Reductions run in one pass over memory: an entry reduced in one round is
+// cut into chunks of its box that stay in cache (rows of its outer
+// dimensions), and each chunk folds every summand in order before the next
+// chunk starts, so each summand is read once and the destination written
+// once; the chunks of a large entry are spread over threads. Replicated
+// destinations (Schedule::replicas) are contiguous copies after the last
+// round.
 #pragma once
 
 #include <atomic>
@@ -93,19 +101,44 @@ class DirectRunner {
   void run_round(std::span<const DirectCopy> copies, std::span<const ReduceGroup> groups,
                  int64_t max_task_bytes = 0, const std::function<void()>& after = {});
 
+  // The replicas of a whole-plan schedule, after its last round: each a
+  // contiguous copy of another destination entry, split by bytes.
+  void run_replicas(std::span<const ReplicaCopy> replicas);
+
  private:
-  // A run of whole copies, a slice of one large copy, or a group.
+  // A run of whole copies, a slice of one large copy, a group (or chunks
+  // of one), or a slice of a replica.
   struct Task {
-    enum Kind : uint8_t { kCopies, kSlice, kGroup } kind = kCopies;
-    size_t begin =
-        0;  // kCopies: [begin, end) of copies; kSlice: copies[begin]; kGroup: groups[begin]
+    enum Kind : uint8_t { kCopies, kSlice, kGroup, kReplica } kind = kCopies;
+    // kCopies: [begin, end) of copies; kSlice: copies[begin]; kGroup:
+    // groups[begin]; kReplica: replicas[begin].
+    size_t begin = 0;
     size_t end = 0;
     // kSlice: runs [lo, hi) of the copy's CopyDesc, or, when it has one
-    // run, elements [lo, hi) of that run.
+    // run, elements [lo, hi) of that run. kGroup: chunks [lo, hi) of the
+    // entry's box (ChunkGrid), or the whole group in one pass per summand
+    // when hi == 0. kReplica: bytes [lo, hi).
     int64_t lo = 0;
     int64_t hi = 0;
     int64_t bytes = 0;
   };
+
+  // The cache-sized chunks of a destination box reduced one after another:
+  // dims [0, dim) are single indices, dim `dim` a range of at most
+  // `per_chunk` indices, the dims after it whole (so a chunk is contiguous
+  // in the destination).
+  struct ChunkGrid {
+    int dim = 0;
+    int64_t inner = 1;      // elements per index of `dim`
+    int64_t per_chunk = 1;  // indices of `dim` per chunk
+    int64_t per_row = 1;    // chunks per row of the dims before `dim`
+    int64_t chunks = 0;
+  };
+  static ChunkGrid chunk_grid(const Box& box);
+  // Whether group g is reduced chunk by chunk (an entry reduced in one
+  // round, from few enough contributions that intersecting each with every
+  // chunk stays cheap).
+  bool chunked(const ReduceGroup& g) const;
 
   CopyDesc desc_of(const DirectCopy& c) const;
   // The buffer a copy reads: its source entry's, or in a stage > 0 the
@@ -120,6 +153,9 @@ class DirectRunner {
   void run_task(const Task& task, std::span<const DirectCopy> copies,
                 std::span<const ReduceGroup> groups, std::vector<std::byte>& scratch) const;
   void run_group(const ReduceGroup& g, std::vector<std::byte>& scratch) const;
+  void run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi,
+                        std::vector<std::byte>& scratch) const;
+  bool sum_whole_chunk(const ReduceGroup& g, const Box& chunk, void* dst) const;
 
   const Plan& plan_;
   const std::vector<TensorSpec>& tensors_;
@@ -129,15 +165,20 @@ class DirectRunner {
   WorkerPool pool_;
   std::vector<std::vector<std::byte>> scratch_;  // per worker
   std::vector<Task> tasks_;
+  std::span<const ReplicaCopy> replicas_;
 };
 
 // Executes a whole-plan schedule (build_whole_schedule) on host buffers
 // that were checked against the plan: the identity fills of partial
 // destinations, then round by round (local pieces first) the direct copies
 // and reduction groups, on resolve_threads(threads) threads (the calling
-// thread alone below kParallelMinBytes). Adds to `stats` (local_bytes,
-// rounds, accumulator_bytes).
+// thread alone below kParallelMinBytes), then the replicas (of tensors
+// whose pieces are all of stage 0, so they are filled for every
+// last_stage). Adds to `stats` (local_bytes, rounds, accumulator_bytes).
+// Work with a round key above `last_key` is left out
+// (ExecuteOptions::last_stage).
 void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
-                   const Schedule& schedule, int32_t threads, ExecuteStats& stats);
+                   const Schedule& schedule, int32_t threads, int64_t last_key,
+                   ExecuteStats& stats);
 
 }  // namespace reshard::engine_detail

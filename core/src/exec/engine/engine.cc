@@ -624,15 +624,17 @@ void Run::go() {
   bool staged = false;
   for (const auto& d : s_.direct) staged |= d.stage > 0;
   for (const auto& r : s_.rounds) staged |= r.stage > 0;
+  const int64_t last = engine_detail::last_key(options_.last_stage);
   if (s_.rounds.empty()) {
-    direct(engine_detail::round_key(1, 0) - 1);  // stage 0
+    direct(std::min(engine_detail::round_key(1, 0) - 1, last));  // stage 0
     reduce_ready(-1);
     if (staged) store_once();
-    direct(INT64_MAX);
+    direct(last);
   }
   const size_t window = static_cast<size_t>(std::max(1, options_.max_batches_in_flight));
   for (size_t ri = 0; ri < s_.rounds.size(); ++ri) {
     const RoundPlan& r = s_.rounds[ri];
+    if (r.key > last) break;
     // Direct copies of earlier rounds (same-process messages of rounds in
     // which this process exchanges nothing with others) before this round's
     // sends, which may read what they wrote (multi-stage plans); local
@@ -670,7 +672,7 @@ void Run::go() {
     copier_.flush();
   }
   if (staged) store_once();
-  direct(INT64_MAX);  // rounds after the last one with transfers
+  direct(last);  // rounds after the last one with transfers
   store_once();
   transport_.finish(options_.timeout_seconds);
   stats_.rounds = static_cast<int32_t>(s_.rounds.size());
@@ -726,6 +728,10 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   if (options.max_batches_in_flight < 1) {
     fail(ErrorCode::kInvalidArgument, "options.max_batches_in_flight: must be at least 1");
   }
+  if (options.last_stage < -1) {
+    fail(ErrorCode::kInvalidArgument, "options.last_stage: " + std::to_string(options.last_stage) +
+                                          " is below -1 (-1: every stage)");
+  }
   if (options.threads < 0) {
     fail(ErrorCode::kInvalidArgument,
          "options.threads: " + std::to_string(options.threads) +
@@ -752,7 +758,8 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
       stats.agreed = true;
     }
     // (3) Execution.
-    engine_detail::execute_whole(plan, local_buffers, schedule, options.threads, stats);
+    engine_detail::execute_whole(plan, local_buffers, schedule, options.threads,
+                                 engine_detail::last_key(options.last_stage), stats);
     stats.seconds = seconds_since(t0);
     return stats;
   }

@@ -56,6 +56,7 @@ class Builder {
   void add_local(size_t i);
   void check_recv(const Message& m, size_t i, std::span<const Piece> pieces) const;
   void sort_direct();
+  void copy_replicas_once();
   void group_reductions();
   void add_send(const Message& m, size_t i);
   void add_recv(const Message& m, size_t i);
@@ -142,10 +143,12 @@ void Builder::add_contribution(const Piece& p, int64_t arrival, bool from_buffer
 
 // A piece between two buffers of this process, from a message of `round`
 // (a round_key; -1: a local piece). A reduced one contributes from its
-// source buffer after round `arrival`: -1 in a per-process schedule, whose
-// reductions follow the rounds of the messages from other processes (a
-// source buffer is there from the start); the message's round in a
-// whole-plan schedule. A piece of a later stage copies what an earlier one
+// source buffer, which is there from the start, so after round `arrival`
+// = -1: in a per-process schedule its reductions follow the rounds of the
+// messages from other processes; in a whole-plan schedule every
+// contribution reads a source buffer, so each destination entry is reduced
+// in one pass over all its summands (no accumulator kept between rounds).
+// A piece of a later stage copies what an earlier one
 // wrote (for a partial source: the reduced value, reduce-scatter's gather).
 void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_t stage) {
   if (reduces(p.tensor) && stage == 0) {
@@ -571,6 +574,63 @@ void Builder::sort_direct() {
   }
 }
 
+// Whole-plan schedules: destination entries of one tensor with the same
+// box hold the same values when the destination is not partial. The first
+// of them (lowest entry) keeps its pieces or contributions; the others
+// drop theirs and become contiguous copies of it after the last round.
+// Tensors with pieces of a later stage are left alone: a relay reads a
+// destination entry, which must then be written in its own stage.
+void Builder::copy_replicas_once() {
+  std::vector<char> staged(tensors_.size(), 0);
+  for (const DirectCopy& d : s_.direct) {
+    if (d.stage > 0) staged[d.piece->tensor] = 1;
+  }
+  // Per tensor, per destination entry: the entry it copies, or itself.
+  std::vector<std::vector<uint32_t>> from(tensors_.size());
+  bool any = false;
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    const Layout& dst = tensors_[t].dst;
+    const size_t n = dst.num_entries();
+    if (dst.partial() || staged[t] || n < 2) continue;
+    std::vector<uint32_t> order(n);
+    for (uint32_t e = 0; e < n; ++e) order[e] = e;
+    const auto key = [&](uint32_t e) {
+      const Box& b = dst.box(e);
+      return std::make_pair(std::vector<int64_t>(b.lo.begin(), b.lo.begin() + b.rank),
+                            std::vector<int64_t>(b.hi.begin(), b.hi.begin() + b.rank));
+    };
+    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> keys(n);
+    for (uint32_t e = 0; e < n; ++e) keys[e] = key(e);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
+    std::vector<uint32_t>& f = from[t];
+    f.resize(n);
+    for (uint32_t e = 0; e < n; ++e) f[e] = e;
+    for (size_t i = 1; i < n; ++i) {
+      const uint32_t e = order[i];
+      const uint32_t prev = order[i - 1];
+      if (keys[e] != keys[prev] || dst.box(e).volume() == 0) continue;
+      f[e] = f[prev];  // order is stable: the first of equal boxes is the lowest entry
+      s_.replicas.push_back({static_cast<uint32_t>(t), f[e], e,
+                             dst.box(e).volume() * elem(static_cast<uint32_t>(t))});
+      any = true;
+    }
+  }
+  if (!any) return;
+  const auto is_replica = [&](uint32_t t, uint32_t e) {
+    return !from[t].empty() && from[t][e] != e;
+  };
+  std::erase_if(s_.direct, [&](const DirectCopy& d) {
+    return is_replica(d.piece->tensor, d.piece->dst_entry);
+  });
+  std::erase_if(s_.contributions,
+                [&](const Contribution& c) { return is_replica(c.tensor, c.dst_entry); });
+  for (AccTarget& a : s_.accs) a.replica = is_replica(a.tensor, a.dst_entry);
+  std::sort(s_.replicas.begin(), s_.replicas.end(), [](const ReplicaCopy& a, const ReplicaCopy& b) {
+    return std::tie(a.tensor, a.to) < std::tie(b.tensor, b.to);
+  });
+}
+
 // Whole-plan schedules: one task per destination entry and round of its
 // contributions (already sorted by round, entry, reduction order). An
 // entry reduced in one round accumulates in its destination (f32, f64,
@@ -599,7 +659,7 @@ void Builder::group_reductions() {
   }
   std::vector<ReduceGroup> groups;
   for (size_t a = 0; a < s_.accs.size(); ++a) {
-    if (first_round[a] != INT64_MAX || s_.accs[a].elements == 0) continue;
+    if (first_round[a] != INT64_MAX || s_.accs[a].elements == 0 || s_.accs[a].replica) continue;
     ReduceGroup g;  // no contribution: the identity alone
     g.acc = a;
     g.fill = g.store = true;
@@ -671,10 +731,11 @@ Schedule Builder::build_whole() {
                    "message's sender or receiver");
         }
         const int64_t key = round_key(m.stage, m.round);
-        add_direct(p, key, key, m.stage);
+        add_direct(p, key, -1, m.stage);
       }
     }
   }
+  copy_replicas_once();
   order_contributions();
   sort_direct();
   group_reductions();

@@ -25,6 +25,10 @@
 //    is in flight. The arena holds the largest round (two consecutive rounds
 //    when they fit the budget together) and never exceeds the plan's
 //    staging budget.
+//  - Replicated destinations (whole-plan schedules): of the destination
+//    entries of a tensor that hold the same box, the first is written by
+//    its pieces and the others are copied from it after the last round
+//    (Schedule::replicas), not gathered again from the sources.
 //  - No buffer addresses: buffers are named by (tensor, entry), so a schedule
 //    serves every execution of its plan (the engine caches schedules,
 //    engine_cache.h); pieces point into the part the schedule was built from.
@@ -54,6 +58,11 @@ namespace reshard::engine_detail {
 // the first.
 inline int64_t round_key(uint32_t stage, uint32_t round) {
   return static_cast<int64_t>(uint64_t{stage} << 32 | round);
+}
+// The last key of stage `last_stage` (ExecuteOptions::last_stage; -1: every
+// stage).
+inline int64_t last_key(int32_t last_stage) {
+  return last_stage < 0 ? INT64_MAX : round_key(static_cast<uint32_t>(last_stage) + 1, 0) - 1;
 }
 
 // Messages that gather are at most this large (MPI counts are int).
@@ -178,6 +187,20 @@ struct AccTarget {
   bool separate = false;
   size_t acc_block = 0;  // when separate: where, in Schedule::work
   int64_t acc_offset = 0;
+  // Whole-plan schedules: a replica of another entry (ReplicaCopy), not
+  // reduced itself.
+  bool replica = false;
+};
+
+// Whole-plan schedules: destination entry `to` of a tensor copied whole
+// from entry `from`, which holds the same box and is written by the pieces
+// (or reductions) of every round: a replicated destination is gathered once
+// with the strided pass and the other replicas are contiguous copies.
+struct ReplicaCopy {
+  uint32_t tensor = 0;
+  uint32_t from = 0;
+  uint32_t to = 0;
+  int64_t bytes = 0;
 };
 
 // Memory besides staging on one device: separate accumulators, or summands
@@ -207,6 +230,8 @@ struct Schedule {
   std::vector<std::pair<uint32_t, uint32_t>> fills;
   // Whole-plan schedules: the reductions as tasks, sorted by round.
   std::vector<ReduceGroup> groups;
+  // Whole-plan schedules: replicas filled after the last round.
+  std::vector<ReplicaCopy> replicas;
   int64_t accumulator_bytes = 0;
   int64_t deferred_bytes = 0;
   int64_t local_bytes = 0;

@@ -1,0 +1,460 @@
+"""PyTorch adapter: DTensor / ``DeviceMesh`` + placements to reshard specs, and
+moving DTensors to another mesh and placements over the MPI executor.
+
+``redistribute(tensors, (mesh, placements), executor=MPIExecutor(comm))``
+returns DTensors on ``mesh`` with ``placements`` holding the same global
+values: what ``DTensor.redistribute`` does on one mesh, and what it cannot do
+across meshes (a training mesh to an inference mesh, a pipeline stage to
+another). Every process of the default process group calls it collectively;
+plan process p is global rank p, which must be rank p of the MPI
+communicator. CPU tensors (host memory) only.
+
+Layouts map one to one (docs/spec.md, "From PyTorch DTensor"): a
+``DeviceMesh`` becomes a spec mesh whose devices are its global ranks (one
+device per process); placements have one entry per mesh dim:
+
+- ``Shard(d)``: the mesh dim's axis splits tensor dim ``d``; several mesh dims
+  on one tensor dim split it in mesh-dim order, the first one major;
+- ``Replicate()``: nothing;
+- ``Partial(op)``: the axis is in ``partial.axes`` (``"sum"``, ``"max"``,
+  ``"min"``; ``"avg"`` is ``"mean"``, for floating-point sources only).
+
+DTensor splits a dim over several mesh dims one after the other (each chunks
+the previous local shard); where that differs from a spec's single
+ceil-division split (a size that does not divide evenly), the layout is
+written as explicit boxes with DTensor's own shard offsets, so the plan's
+shards are always DTensor's.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Partial, Placement, Replicate, Shard
+
+from . import _core
+from ._core import Executor, Plan
+from ._ffi import InvalidArgumentError, UnsupportedError
+
+__all__ = ["mesh_json", "layout_json", "shard_boxes", "spec_for", "plan", "redistribute",
+           "Redistributor", "dtype_name"]
+
+Target = Tuple[DeviceMesh, Sequence[Placement]]
+
+_DTYPES = {
+    torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8",
+    torch.uint8: "u8", torch.bool: "bool",
+}
+for _name, _code in (("float8_e4m3fn", "f8e4m3"), ("float8_e5m2", "f8e5m2"), ("uint16", "u16"),
+                     ("uint32", "u32"), ("uint64", "u64")):
+    if hasattr(torch, _name):
+        _DTYPES[getattr(torch, _name)] = _code
+_OPS = {"sum": "sum", "max": "max", "min": "min", "avg": "mean"}  # DTensor -> spec
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The reshard dtype name (``"f32"``, ``"bf16"``, ...) of a torch dtype."""
+    if dtype not in _DTYPES:
+        raise InvalidArgumentError(f"dtype: {dtype} has no reshard equivalent (supported: "
+                                   + ", ".join(str(d) for d in _DTYPES) + ")")
+    return _DTYPES[dtype]
+
+
+def _axis_names(mesh: DeviceMesh) -> List[str]:
+    names = mesh.mesh_dim_names
+    if names:
+        return [str(n) for n in names]
+    return [f"dim{i}" for i in range(mesh.ndim)]
+
+
+def mesh_json(mesh: DeviceMesh) -> Dict[str, Any]:
+    """The spec mesh of a ``DeviceMesh``: axis names (``mesh_dim_names``, or
+    ``dim0``, ``dim1``, ... without them), shape, and its global ranks as
+    device ids and processes."""
+    ranks = [int(r) for r in mesh.mesh.flatten().tolist()]
+    return {"axis_names": _axis_names(mesh), "shape": [int(n) for n in mesh.mesh.shape],
+            "devices": ranks, "processes": ranks}
+
+
+def _check_placements(mesh: DeviceMesh, placements: Sequence[Placement], shape: Sequence[int],
+                      where: str) -> Tuple[Dict[int, List[int]], List[int], str]:
+    """Per tensor dim the mesh dims sharding it (mesh-dim order), the partial
+    mesh dims and their op, after checking every placement."""
+    placements = tuple(placements)
+    if len(placements) != mesh.ndim:
+        raise InvalidArgumentError(f"{where}: {len(placements)} placements for a mesh of "
+                                   f"{mesh.ndim} dims (one per mesh dim)")
+    split: Dict[int, List[int]] = {}
+    partial: List[int] = []
+    op: Optional[str] = None
+    for m, p in enumerate(placements):
+        if isinstance(p, Shard) and type(p) is Shard:
+            d = p.dim + len(shape) if p.dim < 0 else p.dim
+            if not 0 <= d < len(shape):
+                raise InvalidArgumentError(f"{where}[{m}]: Shard({p.dim}) of a rank-{len(shape)} "
+                                           "tensor")
+            split.setdefault(d, []).append(m)
+        elif isinstance(p, Replicate):
+            continue
+        elif isinstance(p, Partial):
+            if p.reduce_op not in _OPS:
+                raise UnsupportedError(f"{where}[{m}]: Partial({p.reduce_op!r}) has no reshard "
+                                       "equivalent (sum, max, min, avg)")
+            if op is not None and op != p.reduce_op:
+                raise UnsupportedError(f"{where}[{m}]: Partial({p.reduce_op!r}) mixed with "
+                                       f"Partial({op!r})")
+            op = p.reduce_op
+            partial.append(m)
+        else:
+            raise UnsupportedError(f"{where}[{m}]: {p!r} is not supported (Shard, Replicate, "
+                                   "Partial)")
+    return split, partial, _OPS[op or "sum"]
+
+
+def shard_boxes(mesh: DeviceMesh, placements: Sequence[Placement], shape: Sequence[int]
+                ) -> List[Tuple[int, int, Tuple[int, ...], Tuple[int, ...]]]:
+    """DTensor's shards of a tensor of ``shape``: ``(rank, summand, lo, hi)``
+    per rank of ``mesh`` in mesh order. Shard placements are applied in
+    mesh-dim order, each chunking the previous local range
+    (``torch.chunk``: ceil-sized chunks, trailing ones smaller or empty)."""
+    split, partial, _ = _check_placements(mesh, placements, shape, "placements")
+    grid = [int(n) for n in mesh.mesh.shape]
+    ranks = [int(r) for r in mesh.mesh.flatten().tolist()]
+    out = []
+    for flat, rank in enumerate(ranks):
+        coord = []
+        rest = flat
+        for n in reversed(grid):
+            coord.append(rest % n)
+            rest //= n
+        coord.reverse()
+        lo = [0] * len(shape)
+        hi = [int(n) for n in shape]
+        for d, mdims in split.items():
+            for m in mdims:
+                k, c = grid[m], coord[m]
+                size = hi[d] - lo[d]
+                chunk = -(-size // k) if size else 0
+                a = min(hi[d], lo[d] + c * chunk)
+                b = min(hi[d], lo[d] + (c + 1) * chunk)
+                lo[d], hi[d] = a, b
+        summand = 0
+        for m in partial:
+            summand = summand * grid[m] + coord[m]
+        out.append((rank, summand, tuple(lo), tuple(hi)))
+    return out
+
+
+def layout_json(mesh: DeviceMesh, placements: Sequence[Placement], shape: Sequence[int],
+                mesh_name: str) -> Dict[str, Any]:
+    """The spec layout of ``placements`` on ``mesh`` (called ``mesh_name`` in
+    the spec) for a tensor of ``shape``: a named layout where it has DTensor's
+    shards, explicit boxes (:func:`shard_boxes`) otherwise."""
+    split, partial, op = _check_placements(mesh, placements, shape, "placements")
+    names = _axis_names(mesh)
+    grid = [int(n) for n in mesh.mesh.shape]
+    # One mesh dim per tensor dim, or sizes every split divides: a single
+    # ceil-division split gives DTensor's nested chunks.
+    named = all(len(ms) == 1 or int(shape[d]) % math.prod(grid[m] for m in ms) == 0
+                for d, ms in split.items())
+    if named:
+        spec: List[Any] = []
+        for d in range(len(shape)):
+            ms = split.get(d, [])
+            spec.append(None if not ms else names[ms[0]] if len(ms) == 1 else [names[m] for m in ms])
+        out: Dict[str, Any] = {"mesh": mesh_name, "spec": spec}
+        if partial:
+            out["partial"] = {"axes": [names[m] for m in partial], "op": op}
+        return out
+    boxes = [{"device": r, "lo": list(lo), "hi": list(hi), "summand": s}
+             for r, s, lo, hi in shard_boxes(mesh, placements, shape)]
+    out = {"boxes": boxes}
+    if partial:
+        out["summands"] = math.prod(grid[m] for m in partial)
+        out["op"] = op
+    return out
+
+
+def _is_target(x: Any) -> bool:
+    return (isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], DeviceMesh)
+            and isinstance(x[1], (list, tuple)))
+
+
+def _flatten(tensors: Any, targets: Any) -> Tuple[List[Any], List[str], List[Optional[Target]], Any]:
+    """Leaves (DTensors), their names, one target each (or None: keep), and a
+    function rebuilding the input's structure from new leaves."""
+    if isinstance(tensors, DTensor):
+        leaves, names = [tensors], ["x"]
+
+        def rebuild(xs: List[Any]) -> Any:
+            return xs[0]
+    elif isinstance(tensors, dict):
+        names = [str(k) for k in tensors]
+        leaves = list(tensors.values())
+        keys = list(tensors)
+
+        def rebuild(xs: List[Any]) -> Any:
+            return dict(zip(keys, xs))
+    elif isinstance(tensors, (list, tuple)):
+        leaves = list(tensors)
+        names = [f"[{i}]" for i in range(len(leaves))]
+        kind = type(tensors)
+
+        def rebuild(xs: List[Any]) -> Any:
+            return kind(xs) if kind in (list, tuple) else list(xs)
+    else:
+        raise TypeError(f"tensors: expected a DTensor, a dict or a list of DTensors, got "
+                        f"{type(tensors).__name__}")
+    for n, x in zip(names, leaves):
+        if not isinstance(x, DTensor):
+            raise TypeError(f"tensors[{n}]: {type(x).__name__} is not a DTensor")
+    if targets is None or _is_target(targets):
+        per = [targets] * len(leaves)
+    elif isinstance(tensors, dict) and isinstance(targets, dict):
+        unknown = set(targets) - set(tensors)
+        if unknown:
+            raise InvalidArgumentError(f"targets: unknown tensor(s) {sorted(map(str, unknown))}")
+        per = [targets.get(k) for k in tensors]
+    elif isinstance(tensors, (list, tuple)) and isinstance(targets, (list, tuple)):
+        if len(targets) != len(leaves):
+            raise InvalidArgumentError(f"targets: {len(targets)} targets for {len(leaves)} tensors")
+        per = list(targets)
+    else:
+        raise TypeError("targets: expected (DeviceMesh, placements), or a dict / list of them "
+                        "matching tensors")
+    for n, t in zip(names, per):
+        if t is not None and not _is_target(t):
+            raise TypeError(f"targets[{n}]: expected a (DeviceMesh, placements) pair, got "
+                            f"{type(t).__name__}")
+    return leaves, names, per, rebuild
+
+
+class _SpecBuilder:
+    def __init__(self) -> None:
+        self.names: Dict[Any, str] = {}
+        self.meshes: Dict[str, Any] = {}
+
+    def mesh(self, mesh: DeviceMesh) -> str:
+        key = (tuple(_axis_names(mesh)), tuple(mesh.mesh.shape), tuple(mesh.mesh.flatten().tolist()))
+        if key not in self.names:
+            name = f"m{len(self.names)}"
+            self.names[key] = name
+            self.meshes[name] = mesh_json(mesh)
+        return self.names[key]
+
+
+def _describe(leaves: List[Any], names: List[str], targets: List[Optional[Target]]
+              ) -> List[Tuple[Tuple[int, ...], torch.dtype, Target, Target]]:
+    out = []
+    for x, n, t in zip(leaves, names, targets):
+        src = (x.device_mesh, tuple(x.placements))
+        dst = t if t is not None else src
+        if x.device_mesh.device_type != "cpu" or dst[0].device_type != "cpu":
+            raise UnsupportedError(f"tensors[{n}]: meshes of device type "
+                                   f"{x.device_mesh.device_type!r} -> {dst[0].device_type!r}; "
+                                   "reshard.torch moves CPU tensors (host memory) only")
+        out.append((tuple(int(s) for s in x.shape), x.dtype, src, (dst[0], tuple(dst[1]))))
+    return out
+
+
+def spec_for(tensors: Any, targets: Any, *, options: Optional[Dict[str, Any]] = None
+             ) -> Dict[str, Any]:
+    """The reshard spec (a dict, docs/spec.md) moving every DTensor of
+    ``tensors`` (one, a dict by name, or a list) from its mesh and placements
+    to its target: one ``(DeviceMesh, placements)`` pair for all, or a dict /
+    list of them (``None`` keeps a tensor where it is). Tensors are named by
+    their dict keys (``"[i]"`` in a list, ``"x"`` alone)."""
+    leaves, names, per, _ = _flatten(tensors, targets)
+    return _spec(leaves, names, per, options)
+
+
+def _spec(leaves: List[Any], names: List[str], per: List[Optional[Target]],
+          options: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    b = _SpecBuilder()
+    out = []
+    for name, (shape, dtype, src, dst) in zip(names, _describe(leaves, names, per)):
+        out.append({"name": name, "shape": list(shape), "dtype": dtype_name(dtype),
+                    "src": layout_json(src[0], src[1], shape, b.mesh(src[0])),
+                    "dst": layout_json(dst[0], dst[1], shape, b.mesh(dst[0]))})
+    spec: Dict[str, Any] = {"meshes": b.meshes, "tensors": out}
+    if options:
+        spec["options"] = dict(options)
+    return spec
+
+
+def plan(tensors: Any, targets: Any, *, process: Optional[int] = None, **kwargs: Any) -> Plan:
+    """Plans ``spec_for(tensors, targets)`` (see :func:`reshard.plan` for the
+    keyword arguments; ``process``: only that rank's part)."""
+    options = kwargs.pop("options", None)
+    return _core.plan(spec_for(tensors, targets, options=options), process=process, **kwargs)
+
+
+def _contiguous_stride(shape: Sequence[int]) -> Tuple[int, ...]:
+    stride, acc = [], 1
+    for n in reversed(shape):
+        stride.append(acc)
+        acc *= max(int(n), 1)
+    return tuple(reversed(stride))
+
+
+class _Prepared:
+    """A plan of this rank's part with, per tensor, where this rank's source
+    and destination entries are."""
+
+    def __init__(self, leaves: List[Any], names: List[str], per: List[Optional[Target]],
+                 executor: Executor, rank: int) -> None:
+        self.executor = executor
+        self.rank = rank
+        self.plan = _core.plan(_spec(leaves, names, per),
+                               process=None if executor.process is None else rank)
+        self.described = _describe(leaves, names, per)
+        self.src_entry: List[Optional[int]] = []
+        self.dst_entry: List[Optional[int]] = []
+        for t, (shape, dtype, src, dst) in zip(self.plan.tensors, self.described):
+            mine = []
+            for lay in (t.src, t.dst):
+                idx = [i for i, e in enumerate(lay.entries) if e.device == rank]
+                if len(idx) > 1:  # a rank is one device of a DeviceMesh
+                    raise InvalidArgumentError(f"tensors[{t.name}]: rank {rank} holds "
+                                               f"{len(idx)} entries")
+                mine.append(idx[0] if idx else None)
+            self.src_entry.append(mine[0])
+            self.dst_entry.append(mine[1])
+
+    def run(self, leaves: List[Any]) -> List[Any]:
+        ts = self.plan.tensors
+        sources: List[List[Any]] = []
+        destinations: List[List[Any]] = []
+        outs: List[Optional[torch.Tensor]] = []
+        for t, x, s, d in zip(ts, leaves, self.src_entry, self.dst_entry):
+            row: List[Any] = [None] * len(t.src.entries)
+            if s is not None:
+                local = x.to_local()
+                if local.device.type != "cpu":
+                    raise UnsupportedError(f"tensors[{t.name}]: local tensor on {local.device}; "
+                                           "reshard.torch moves CPU tensors only")
+                row[s] = local if local.is_contiguous() else local.contiguous()
+            sources.append(row)
+            drow: List[Any] = [None] * len(t.dst.entries)
+            out = None
+            if d is not None:
+                out = torch.empty(t.dst.entries[d].shape, dtype=x.dtype)
+                drow[d] = out
+            destinations.append(drow)
+            outs.append(out)
+        self.executor.execute(self.plan, sources, destinations)
+        result = []
+        for (shape, dtype, src, dst), out in zip(self.described, outs):
+            mesh, placements = dst
+            if out is None:  # this rank is not on the destination mesh
+                out = torch.empty(0, dtype=dtype)
+            result.append(DTensor.from_local(out, mesh, placements, run_check=False,
+                                             shape=torch.Size(shape),
+                                             stride=_contiguous_stride(shape)))
+        return result
+
+
+class Redistributor:
+    """Moves DTensors of one structure to fixed targets, planning once per
+    distinct (shapes, dtypes, source and target meshes and placements): a
+    weight-sync loop.
+
+    targets: one ``(DeviceMesh, placements)`` pair, or a dict / list of them
+        matching the tensors.
+    executor: a :class:`reshard.MPIExecutor` whose rank is the global rank
+        (``torch.distributed.get_rank()``), or ``None`` in a single process
+        (a host executor).
+    """
+
+    def __init__(self, targets: Any, *, executor: Optional[Executor] = None,
+                 cache_size: int = 32) -> None:
+        self.targets = targets
+        self.executor = executor
+        self._cache: "collections.OrderedDict[Any, _Prepared]" = collections.OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def _executor_and_rank(self) -> Tuple[Executor, int]:
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        ex = self.executor
+        if ex is None:
+            if world != 1:
+                raise InvalidArgumentError(f"executor: None with {world} processes; pass a "
+                                           "reshard.MPIExecutor(comm) whose rank is the global rank")
+            return _core._default_executor(), rank
+        if ex.process is not None and ex.process != rank:
+            raise InvalidArgumentError(f"executor: MPI rank {ex.process} differs from "
+                                       f"torch.distributed rank {rank}; plan process p must be "
+                                       "global rank p")
+        if ex.process is None and world != 1:
+            raise InvalidArgumentError(f"executor: a host executor with {world} processes; pass "
+                                       "a reshard.MPIExecutor(comm)")
+        return ex, rank
+
+    def prepared(self, tensors: Any) -> Tuple[_Prepared, List[Any], Any]:
+        leaves, names, per, rebuild = _flatten(tensors, self.targets)
+        key = (tuple(names), tuple((tuple(x.shape), x.dtype, x.device_mesh, tuple(x.placements),
+                                    None if t is None else (t[0], tuple(t[1])))
+                                   for x, t in zip(leaves, per)))
+        with self._lock:
+            prep = self._cache.get(key)
+            if prep is not None:
+                self._cache.move_to_end(key)
+        if prep is None:
+            ex, rank = self._executor_and_rank()
+            prep = _Prepared(leaves, names, per, ex, rank)
+            with self._lock:
+                self._cache[key] = prep
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return prep, leaves, rebuild
+
+    def plan(self, tensors: Any) -> Plan:
+        """The (cached) plan for ``tensors``."""
+        return self.prepared(tensors)[0].plan
+
+    def __call__(self, tensors: Any) -> Any:
+        """``tensors`` moved to the targets, as new DTensors (same structure)."""
+        prep, leaves, rebuild = self.prepared(tensors)
+        return rebuild(prep.run(leaves))
+
+
+def redistribute(tensors: Any, targets: Any, *, executor: Optional[Executor] = None) -> Any:
+    """Returns ``tensors`` (a DTensor, or a dict / list of them) moved to
+    ``targets`` (one ``(DeviceMesh, placements)`` pair, or a dict / list of
+    them): new DTensors with the same global values, on any mesh. Collective
+    over the default process group; ``executor``: a
+    :class:`reshard.MPIExecutor` when there are several processes. For a
+    loop, hold a :class:`Redistributor`; this function keeps one per
+    (targets, executor) too, so repeated calls plan once."""
+    try:
+        key = (_target_key(targets), id(executor))
+        hash(key)
+    except TypeError:
+        return Redistributor(targets, executor=executor)(tensors)
+    r = _REDISTRIBUTORS.get(key)
+    if r is None or r.executor is not executor:
+        if len(_REDISTRIBUTORS) > 64:
+            _REDISTRIBUTORS.clear()
+        r = _REDISTRIBUTORS[key] = Redistributor(targets, executor=executor)
+    return r(tensors)
+
+
+_REDISTRIBUTORS: Dict[Any, Redistributor] = {}
+
+
+def _target_key(targets: Any) -> Any:
+    if targets is None or _is_target(targets):
+        return None if targets is None else (targets[0], tuple(targets[1]))
+    if isinstance(targets, dict):
+        return ("dict", tuple((k, _target_key(v)) for k, v in targets.items()))
+    if isinstance(targets, (list, tuple)):
+        return ("seq", tuple(_target_key(v) for v in targets))
+    raise TypeError("unhashable")

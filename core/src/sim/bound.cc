@@ -1,0 +1,53 @@
+// The simulator's lower bound (reshard/simulate.h): the planner's traffic
+// bounds over all plans (core/src/plan/bounds.h: per device the bytes it
+// must receive and must send, per host the bytes it must take in and send
+// out) divided by the capacity each can use at best.
+#include "plan/bounds.h"
+#include "plan/context.h"
+#include "reshard/simulate.h"
+#include "sim/nic_groups.h"
+
+namespace reshard {
+
+SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& cluster) {
+  validate(cluster);
+  planning::Context ctx(input);
+  ctx.build();
+  const planning::Bounds lb = planning::compute_bounds(ctx);
+  sim::HostMap hosts;
+  for (const DeviceInfo& d : input.topology.devices()) hosts.add(d.host, d.device);
+  for (int64_t d : ctx.devices) hosts.add(input.topology.info(d).host, d);
+  hosts.finish();
+  SimBound b;
+  b.kind = "none";
+  auto consider = [&](int64_t bytes, double bps, const char* kind, int64_t id) {
+    if (bytes <= 0) return;
+    const double s = cluster.alpha_seconds + static_cast<double>(bytes) / bps;
+    if (s > b.seconds) b = {s, kind, id, bytes, bps};
+  };
+  for (size_t d = 0; d < ctx.devices.size(); ++d) {
+    const int64_t dev = ctx.devices[d];
+    const int32_t host = input.topology.info(dev).host;
+    // At best it uses its intra-host port and its whole NIC group at once.
+    const double nic =
+        hosts.nic_group(host, dev, cluster.nics_per_host).second * cluster.nic_bytes_per_second;
+    const double bps = cluster.intra_host_bytes_per_second + nic;
+    consider(lb.missing[d], bps, "device_recv", dev);
+    consider(lb.forced[d], bps, "device_send", dev);
+  }
+  for (size_t h = 0; h < lb.hosts.size(); ++h) {
+    // Every NIC of the host (the topology's devices, not only the plan's).
+    const int32_t host = lb.hosts[h];
+    const int32_t nics = cluster.nics_per_host != 0
+                             ? cluster.nics_per_host
+                             : static_cast<int32_t>(hosts.devices.at(host).size());
+    double bps = nics * cluster.nic_bytes_per_second;
+    if (cluster.host_link_bytes_per_second > 0)
+      bps = std::min(bps, cluster.host_link_bytes_per_second);
+    consider(lb.ingress[h], bps, "host_recv", host);
+    consider(lb.egress[h], bps, "host_send", host);
+  }
+  return b;
+}
+
+}  // namespace reshard

@@ -1,0 +1,319 @@
+// The flow-level simulation of reshard/simulate.h: an event loop over
+// message starts and completions; between two events every active flow has
+// the max-min fair rate that progressive filling gives over its links.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <queue>
+#include <unordered_map>
+
+#include "reshard/error.h"
+#include "reshard/simulate.h"
+#include "sim/nic_groups.h"
+
+namespace reshard {
+namespace {
+
+constexpr uint32_t kNoLink = 0xffffffffu;
+
+// Links of the cluster, created for the devices and hosts the messages use.
+struct Links {
+  std::vector<SimLink> info;
+  std::vector<double> cap;
+  std::map<std::pair<int32_t, int64_t>, uint32_t> index;  // (kind key, id) -> link
+
+  uint32_t get(LinkClass cls, int32_t host, int64_t device, int32_t nic, double cap_bps) {
+    const int64_t id = device >= 0 ? device : (int64_t{host} << 24 | (nic < 0 ? 0xffffff : nic));
+    const auto key = std::make_pair(static_cast<int32_t>(cls) | (device >= 0 ? 0x100 : 0), id);
+    auto [it, fresh] = index.emplace(key, static_cast<uint32_t>(info.size()));
+    if (fresh) {
+      info.push_back({cls, host, device, nic, cap_bps});
+      cap.push_back(cap_bps);
+    }
+    return it->second;
+  }
+};
+
+struct Flow {
+  std::array<uint32_t, 4> links{kNoLink, kNoLink, kNoLink, kNoLink};
+  double remaining = 0;
+  double rate = 0;
+};
+
+}  // namespace
+
+SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
+                   std::vector<SimMessage> messages) {
+  validate(cluster);
+  const size_t nm = messages.size();
+  for (size_t i = 0; i < nm; ++i) {
+    const SimMessage& m = messages[i];
+    if (m.bytes < 0)
+      fail(ErrorCode::kInvalidArgument, "messages[" + std::to_string(i) + "].bytes",
+           "must be non-negative, got " + std::to_string(m.bytes));
+    if (m.src_device == m.dst_device)
+      fail(ErrorCode::kInvalidArgument, "messages[" + std::to_string(i) + "]",
+           "sends from device " + std::to_string(m.src_device) + " to itself");
+  }
+  // Every device of the topology counts for its host's NIC groups, plus any
+  // device a message names that the topology lacks (host 0).
+  sim::HostMap hosts;
+  for (const DeviceInfo& d : topo.devices()) hosts.add(d.host, d.device);
+  for (const SimMessage& m : messages) {
+    hosts.add(topo.info(m.src_device).host, m.src_device);
+    hosts.add(topo.info(m.dst_device).host, m.dst_device);
+  }
+  hosts.finish();
+
+  // Flows and their links.
+  Links links;
+  std::vector<Flow> flows(nm);
+  std::vector<int32_t> src_proc(nm), dst_proc(nm);
+  for (size_t i = 0; i < nm; ++i) {
+    const SimMessage& m = messages[i];
+    const DeviceInfo s = topo.info(m.src_device), d = topo.info(m.dst_device);
+    src_proc[i] = s.process;
+    dst_proc[i] = d.process;
+    Flow& f = flows[i];
+    f.remaining = static_cast<double>(m.bytes);
+    if (s.host == d.host) {
+      f.links[0] = links.get(LinkClass::kIntraOut, s.host, m.src_device, -1,
+                             cluster.intra_host_bytes_per_second);
+      f.links[1] = links.get(LinkClass::kIntraIn, d.host, m.dst_device, -1,
+                             cluster.intra_host_bytes_per_second);
+    } else {
+      const auto [sg, sn] = hosts.nic_group(s.host, m.src_device, cluster.nics_per_host);
+      const auto [dg, dn] = hosts.nic_group(d.host, m.dst_device, cluster.nics_per_host);
+      f.links[0] = links.get(LinkClass::kNicOut, s.host, -1, sg, sn * cluster.nic_bytes_per_second);
+      f.links[1] = links.get(LinkClass::kNicIn, d.host, -1, dg, dn * cluster.nic_bytes_per_second);
+      if (cluster.host_link_bytes_per_second > 0) {
+        f.links[2] =
+            links.get(LinkClass::kHostOut, s.host, -1, -1, cluster.host_link_bytes_per_second);
+        f.links[3] =
+            links.get(LinkClass::kHostIn, d.host, -1, -1, cluster.host_link_bytes_per_second);
+      }
+    }
+  }
+  const size_t nl = links.cap.size();
+
+  // Per process: its messages (sent or received) sorted by (stage, round),
+  // and the distinct keys it works through.
+  auto key_of = [&](size_t i) { return uint64_t{messages[i].stage} << 32 | messages[i].round; };
+  std::map<int32_t, std::vector<uint32_t>> by_proc_map;
+  for (size_t i = 0; i < nm; ++i) {
+    by_proc_map[src_proc[i]].push_back(static_cast<uint32_t>(i));
+    if (dst_proc[i] != src_proc[i]) by_proc_map[dst_proc[i]].push_back(static_cast<uint32_t>(i));
+  }
+  struct Proc {
+    std::vector<uint32_t> msgs;  // sorted by key, then index
+    size_t pos = 0;              // first message of the current key
+    size_t end = 0;              // one past the current key's messages
+    int64_t pending = 0;         // of the current key, not yet completed
+  };
+  std::vector<Proc> procs;
+  std::unordered_map<int32_t, uint32_t> proc_index;
+  for (auto& [p, v] : by_proc_map) {
+    std::stable_sort(v.begin(), v.end(),
+                     [&](uint32_t a, uint32_t b) { return key_of(a) < key_of(b); });
+    proc_index[p] = static_cast<uint32_t>(procs.size());
+    procs.push_back({std::move(v), 0, 0, 0});
+  }
+  by_proc_map.clear();
+  std::vector<uint8_t> ready_count(nm, 0);
+  std::vector<double> ready_time(nm, 0), done_time(nm, -1);
+
+  // Activations: (time, message), earliest first, then by index.
+  using Act = std::pair<double, uint32_t>;
+  std::priority_queue<Act, std::vector<Act>, std::greater<>> starts;
+  const double alpha = cluster.alpha_seconds;
+  double now = 0;
+
+  // Process `pi` enters its next key (if any): its messages of that key
+  // whose other end is there too become ready.
+  auto enter = [&](uint32_t pi) {
+    Proc& p = procs[pi];
+    p.pos = p.end;
+    if (p.pos >= p.msgs.size()) return;
+    const uint64_t k = key_of(p.msgs[p.pos]);
+    p.end = p.pos;
+    while (p.end < p.msgs.size() && key_of(p.msgs[p.end]) == k) ++p.end;
+    p.pending = static_cast<int64_t>(p.end - p.pos);
+    for (size_t j = p.pos; j < p.end; ++j) {
+      const uint32_t m = p.msgs[j];
+      const uint8_t need = src_proc[m] == dst_proc[m] ? 1 : 2;
+      if (++ready_count[m] == need) {
+        ready_time[m] = now;
+        starts.emplace(now + alpha, m);
+      }
+    }
+  };
+
+  std::vector<uint32_t> active;  // message indices
+  std::vector<uint32_t> finished;
+  // Saturation bookkeeping for the binding link.
+  std::vector<double> saturated(nl, 0);
+  std::vector<uint32_t> bottlenecks;  // links saturated in the current interval
+
+  // Max-min fair rates of the active flows (progressive filling): repeatedly
+  // take the link with the smallest fair share of what remains, give that
+  // share to its unfrozen flows, remove them from their other links.
+  std::vector<double> rem(nl);
+  std::vector<int64_t> unfrozen(nl);
+  std::vector<std::vector<uint32_t>> on_link(nl);
+  std::vector<uint8_t> frozen;
+  int64_t events = 0;
+  auto allocate = [&]() {
+    ++events;
+    bottlenecks.clear();
+    for (size_t l = 0; l < nl; ++l) {
+      on_link[l].clear();
+      unfrozen[l] = 0;
+      rem[l] = links.cap[l];
+    }
+    for (size_t a = 0; a < active.size(); ++a)
+      for (uint32_t l : flows[active[a]].links)
+        if (l != kNoLink) {
+          on_link[l].push_back(static_cast<uint32_t>(a));
+          ++unfrozen[l];
+        }
+    frozen.assign(active.size(), 0);
+    // A link's fair share only grows as flows freeze elsewhere (a flow
+    // leaving it took at most its share), so heap entries are lower bounds
+    // and are refreshed lazily: a popped entry below its link's current
+    // share goes back with the current one; the first current entry popped
+    // is the smallest share.
+    using Share = std::pair<double, uint32_t>;  // (share, link)
+    std::priority_queue<Share, std::vector<Share>, std::greater<>> heap;
+    for (uint32_t l = 0; l < nl; ++l)
+      if (unfrozen[l] > 0) heap.emplace(rem[l] / static_cast<double>(unfrozen[l]), l);
+    while (!heap.empty()) {
+      const auto [low, l] = heap.top();
+      heap.pop();
+      if (unfrozen[l] == 0) continue;
+      const double share = rem[l] / static_cast<double>(unfrozen[l]);
+      if (share > low) {
+        heap.emplace(share, l);
+        continue;
+      }
+      bottlenecks.push_back(l);
+      for (uint32_t a : on_link[l]) {
+        if (frozen[a]) continue;
+        frozen[a] = 1;
+        Flow& f = flows[active[a]];
+        f.rate = share;
+        for (uint32_t l2 : f.links) {
+          if (l2 == kNoLink) continue;
+          --unfrozen[l2];
+          if (l2 != l) rem[l2] = std::max(0.0, rem[l2] - share);
+        }
+      }
+      unfrozen[l] = 0;
+      rem[l] = 0;
+    }
+  };
+
+  SimResult r;
+  r.messages = static_cast<int64_t>(nm);
+  for (const SimMessage& m : messages) r.bytes += m.bytes;
+
+  auto complete = [&](uint32_t m) {
+    done_time[m] = now;
+    for (const int32_t proc : {src_proc[m], dst_proc[m]}) {
+      const uint32_t pi = proc_index.at(proc);
+      if (--procs[pi].pending == 0) finished.push_back(pi);
+      if (src_proc[m] == dst_proc[m]) break;
+    }
+  };
+
+  for (uint32_t pi = 0; pi < procs.size(); ++pi) enter(pi);
+  while (!starts.empty() || !active.empty()) {
+    // The next event: a start, or the first completion at current rates.
+    double t_done = std::numeric_limits<double>::infinity();
+    for (uint32_t m : active) {
+      const Flow& f = flows[m];
+      if (f.rate > 0) t_done = std::min(t_done, now + f.remaining / f.rate);
+    }
+    const double t_start =
+        starts.empty() ? std::numeric_limits<double>::infinity() : starts.top().first;
+    const double t_next = std::min(t_done, t_start);
+    if (!std::isfinite(t_next))
+      fail(ErrorCode::kInternal, "simulate: active flows with no rate and nothing to start");
+    const double dt = t_next - now;
+    for (uint32_t l : bottlenecks) saturated[l] += dt;
+    for (uint32_t m : active) flows[m].remaining -= flows[m].rate * dt;
+    now = t_next;
+    // Completions: flows at their end, or within a millionth of their bytes
+    // of it (equal-sized flows that differ by a byte of a remainder, or by
+    // rounding, then complete in one event, not one each).
+    size_t kept = 0;
+    for (uint32_t m : active) {
+      const Flow& f = flows[m];
+      const double slack = 1e-6 * static_cast<double>(std::max<int64_t>(messages[m].bytes, 1));
+      if (f.remaining <= slack)
+        complete(m);
+      else
+        active[kept++] = m;
+    }
+    active.resize(kept);
+    // Starts due now (zero-byte messages complete at once).
+    while (!starts.empty() && starts.top().first <= now) {
+      const uint32_t m = starts.top().second;
+      starts.pop();
+      if (messages[m].bytes == 0)
+        complete(m);
+      else
+        active.push_back(m);
+    }
+    // Processes whose key completed move on; entering may start messages
+    // (after α) or complete zero-byte ones, which may finish keys again.
+    while (!finished.empty()) {
+      std::vector<uint32_t> batch;
+      batch.swap(finished);
+      std::sort(batch.begin(), batch.end());
+      for (uint32_t pi : batch) enter(pi);
+      while (!starts.empty() && starts.top().first <= now) {
+        const uint32_t m = starts.top().second;
+        starts.pop();
+        if (messages[m].bytes == 0)
+          complete(m);
+        else
+          active.push_back(m);
+      }
+    }
+    std::sort(active.begin(), active.end());
+    allocate();
+  }
+  for (size_t pi = 0; pi < procs.size(); ++pi)
+    if (procs[pi].pos < procs[pi].msgs.size())
+      fail(ErrorCode::kInternal, "simulate: a process stopped before its last round");
+
+  r.seconds = now;
+  r.events = events;
+  std::map<uint32_t, SimStage> stages;
+  for (size_t i = 0; i < nm; ++i) {
+    auto [it, fresh] = stages.try_emplace(messages[i].stage);
+    SimStage& s = it->second;
+    if (fresh) {
+      s.stage = messages[i].stage;
+      s.start_seconds = ready_time[i];
+      s.end_seconds = done_time[i];
+    }
+    s.start_seconds = std::min(s.start_seconds, ready_time[i]);
+    s.end_seconds = std::max(s.end_seconds, done_time[i]);
+    ++s.messages;
+    s.bytes += messages[i].bytes;
+  }
+  for (auto& [k, s] : stages) r.per_stage.push_back(s);
+  // Binding: the longest-saturated link; ties to the lowest index (the
+  // order links were first used, deterministic).
+  for (size_t l = 0; l < nl; ++l)
+    if (saturated[l] > r.binding_saturated_seconds) {
+      r.binding_saturated_seconds = saturated[l];
+      r.binding = links.info[l];
+    }
+  return r;
+}
+
+}  // namespace reshard

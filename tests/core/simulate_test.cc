@@ -1,0 +1,369 @@
+// The fleet simulator (reshard/simulate.h) on small cases computed by hand:
+// one link, flows sharing a NIC, max-min fairness, a relay chain, rounds,
+// host caps; its lower bound; its topology files and their errors.
+#include "reshard/simulate.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+
+#include "reshard/error.h"
+#include "reshard/spec.h"
+
+namespace reshard {
+namespace {
+
+// Each device on its own process; hosts as given.
+Topology hosts_of(std::initializer_list<std::pair<int64_t, int32_t>> devices) {
+  Topology t;
+  int32_t p = 0;
+  for (auto [d, h] : devices) t.add({d, p++, h, 0});
+  return t;
+}
+
+ClusterTopology cluster(double alpha, double intra, double nic, int32_t nics = 0,
+                        double host_link = 0) {
+  ClusterTopology c;
+  c.alpha_seconds = alpha;
+  c.intra_host_bytes_per_second = intra;
+  c.nic_bytes_per_second = nic;
+  c.nics_per_host = nics;
+  c.host_link_bytes_per_second = host_link;
+  return c;
+}
+
+TEST(Simulate, OneLinkIsAlphaPlusBytesOverBandwidth) {
+  const Topology t = hosts_of({{0, 0}, {1, 1}});
+  const SimResult r = simulate(t, cluster(0.5, 1e6, 100), {{0, 1, 0, 0, 1000}});
+  EXPECT_DOUBLE_EQ(r.seconds, 10.5);
+  EXPECT_EQ(r.messages, 1);
+  EXPECT_EQ(r.bytes, 1000);
+  ASSERT_TRUE(r.binding.has_value());
+  EXPECT_EQ(r.binding->cls, LinkClass::kNicOut);  // both ends saturated: the first link
+  EXPECT_DOUBLE_EQ(r.binding_saturated_seconds, 10.0);
+  ASSERT_EQ(r.per_stage.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.per_stage[0].start_seconds, 0);
+  EXPECT_DOUBLE_EQ(r.per_stage[0].end_seconds, 10.5);
+}
+
+TEST(Simulate, InsideAHostUsesTheIntraHostPorts) {
+  const Topology t = hosts_of({{0, 0}, {1, 0}});
+  const SimResult r = simulate(t, cluster(0, 300, 1), {{0, 1, 0, 0, 900}});
+  EXPECT_DOUBLE_EQ(r.seconds, 3.0);
+  EXPECT_EQ(r.binding->cls, LinkClass::kIntraOut);
+  EXPECT_EQ(r.binding->device, 0);
+}
+
+TEST(Simulate, TwoFlowsShareOneNicThenTheSurvivorTakesItAll) {
+  // Devices 0 and 1 on host 0 with one NIC; 2 and 3 on hosts 1 and 2.
+  const Topology t = hosts_of({{0, 0}, {1, 0}, {2, 1}, {3, 2}});
+  const std::vector<SimMessage> m = {{0, 2, 0, 0, 1000}, {1, 3, 0, 0, 500}};
+  // 50 each until the 500-byte flow ends at 10 s; 500 bytes left at 100.
+  EXPECT_DOUBLE_EQ(simulate(t, cluster(0, 1e6, 100, 1), m).seconds, 15.0);
+  // One NIC per device: no sharing.
+  EXPECT_DOUBLE_EQ(simulate(t, cluster(0, 1e6, 100, 0), m).seconds, 10.0);
+  // Two NICs per host of two devices: one each.
+  EXPECT_DOUBLE_EQ(simulate(t, cluster(0, 1e6, 100, 2), m).seconds, 10.0);
+}
+
+TEST(Simulate, MoreNicsThanDevicesPoolIntoOneGroup) {
+  // One device per host, two NICs per host: the device's group has both.
+  const Topology t = hosts_of({{0, 0}, {1, 1}});
+  const SimResult r = simulate(t, cluster(0, 1e6, 100, 2), {{0, 1, 0, 0, 1000}});
+  EXPECT_DOUBLE_EQ(r.seconds, 5.0);
+  EXPECT_EQ(r.binding->bytes_per_second, 200);
+}
+
+TEST(Simulate, MessagesInsideAProcessFollowItsRounds) {
+  // Devices 0 and 1 on process 0 (host 0), device 2 on process 1 (host 1).
+  Topology t;
+  t.add({0, 0, 0, 0});
+  t.add({1, 0, 0, 1});
+  t.add({2, 1, 1, 0});
+  // Round 0: 0 -> 2 (1000 at 100) and 0 -> 1 inside the process (500 at
+  // 50), both 10 s; round 1: 1 -> 2 after both, 10 s more.
+  const SimResult r =
+      simulate(t, cluster(0, 50, 100), {{0, 2, 0, 0, 1000}, {0, 1, 0, 0, 500}, {1, 2, 0, 1, 1000}});
+  EXPECT_NEAR(r.seconds, 20.0, 1e-9);
+}
+
+TEST(Simulate, RatesAreMaxMinFairNotAnEvenSplitPerLink) {
+  // A, D, B into device 2 (33.3 each); B and C share device 1's NIC out, so
+  // C gets what B cannot use: 66.7, not 50. Everything ends at 30 s; an even
+  // split of device 1's NIC would end C at 40 s.
+  const Topology t = hosts_of({{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, 4}});
+  const std::vector<SimMessage> m = {
+      {0, 2, 0, 0, 1000}, {4, 2, 0, 0, 1000}, {1, 2, 0, 0, 1000}, {1, 3, 0, 0, 2000}};
+  EXPECT_NEAR(simulate(t, cluster(0, 1e6, 100), m).seconds, 30.0, 1e-9);
+}
+
+TEST(Simulate, HostLinkCapsTheNicsOfAHost) {
+  const Topology t = hosts_of({{0, 0}, {1, 0}, {2, 1}, {3, 1}});
+  const std::vector<SimMessage> m = {{0, 2, 0, 0, 1500}, {1, 3, 0, 0, 1500}};
+  // Two NICs of 100 under a 150 cap: 75 each.
+  const SimResult r = simulate(t, cluster(0, 1e6, 100, 0, 150), m);
+  EXPECT_NEAR(r.seconds, 20.0, 1e-9);
+  EXPECT_EQ(r.binding->cls, LinkClass::kHostOut);
+  EXPECT_NEAR(simulate(t, cluster(0, 1e6, 100, 0, 0), m).seconds, 15.0, 1e-9);
+}
+
+TEST(Simulate, RelayChainForwardsAfterItsChunkArrived) {
+  // 0 -> 1 (stage 0), 1 -> 2 (stage 1): 0.1 + 10, then 0.1 + 10 more.
+  const Topology t = hosts_of({{0, 0}, {1, 1}, {2, 2}, {3, 3}});
+  std::vector<SimMessage> m = {{0, 1, 0, 0, 1000}, {1, 2, 1, 0, 1000}};
+  SimResult r = simulate(t, cluster(0.1, 1e6, 100), m);
+  EXPECT_NEAR(r.seconds, 20.2, 1e-9);
+  ASSERT_EQ(r.per_stage.size(), 2u);
+  EXPECT_NEAR(r.per_stage[0].end_seconds, 10.1, 1e-9);
+  EXPECT_NEAR(r.per_stage[1].start_seconds, 10.1, 1e-9);
+  EXPECT_NEAR(r.per_stage[1].end_seconds, 20.2, 1e-9);
+  // The relay also receives 2000 bytes from device 3 in stage 0: both share
+  // its NIC in (50 each) until 20.1, then 1000 bytes alone until 30.1; the
+  // forward starts only after that, although its own chunk came at 20.1.
+  m.push_back({3, 1, 0, 0, 2000});
+  r = simulate(t, cluster(0.1, 1e6, 100), m);
+  EXPECT_NEAR(r.seconds, 40.2, 1e-9);
+}
+
+TEST(Simulate, RoundsRunInOrderAndWaitForTheSlowestPeer) {
+  const Topology t = hosts_of({{0, 0}, {1, 1}, {2, 2}});
+  // Two rounds of one stream: (0.5 + 10) twice.
+  EXPECT_NEAR(simulate(t, cluster(0.5, 1e6, 100), {{0, 1, 0, 0, 1000}, {0, 1, 0, 1, 1000}}).seconds,
+              21.0, 1e-9);
+  // Round 0: 0 -> 1 (1000) and 0 -> 2 (3000) share device 0's NIC out: the
+  // first ends at 20, the second at 40. Round 1's 0 -> 1 (1000) waits for
+  // device 0 to finish round 0: 40 + 10.
+  const SimResult r = simulate(t, cluster(0, 1e6, 100),
+                               {{0, 1, 0, 0, 1000}, {0, 2, 0, 0, 3000}, {0, 1, 0, 1, 1000}});
+  EXPECT_NEAR(r.seconds, 50.0, 1e-9);
+  const SimResult r2 = simulate(t, cluster(0, 1e6, 100),
+                                {{0, 1, 0, 0, 1000}, {0, 2, 0, 0, 3000}, {1, 2, 0, 1, 1000}});
+  // 1 -> 2 starts at 20 (device 1 done with round 0) but device 2 is still
+  // in round 0 until 40: it starts at 40, alone, ends at 50.
+  EXPECT_NEAR(r2.seconds, 50.0, 1e-9);
+}
+
+TEST(Simulate, ZeroByteMessagesCostAlphaOnly) {
+  const Topology t = hosts_of({{0, 0}, {1, 1}});
+  EXPECT_NEAR(simulate(t, cluster(0.25, 1e6, 100), {{0, 1, 0, 0, 0}, {0, 1, 0, 1, 0}}).seconds, 0.5,
+              1e-12);
+  EXPECT_EQ(simulate(t, cluster(0.25, 1e6, 100), {}).seconds, 0);
+}
+
+TEST(Simulate, DeterministicWhateverTheMessageOrder) {
+  Topology t;
+  for (int64_t d = 0; d < 16; ++d)
+    t.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d / 4), 0});
+  std::vector<SimMessage> m;
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 200; ++i) {
+    const int64_t s = static_cast<int64_t>(rng() % 16);
+    int64_t d = static_cast<int64_t>(rng() % 16);
+    if (d == s) d = (d + 1) % 16;
+    m.push_back({s, d, static_cast<uint32_t>(rng() % 2), static_cast<uint32_t>(rng() % 3),
+                 static_cast<int64_t>(rng() % 100000)});
+  }
+  const ClusterTopology c = cluster(1e-3, 4e5, 1e5, 2, 3e5);
+  const SimResult a = simulate(t, c, m);
+  const SimResult a2 = simulate(t, c, m);
+  EXPECT_EQ(a.seconds, a2.seconds);
+  EXPECT_EQ(a.events, a2.events);
+  std::shuffle(m.begin(), m.end(), rng);
+  EXPECT_NEAR(simulate(t, c, m).seconds, a.seconds, 1e-9 * a.seconds);
+}
+
+TEST(Simulate, BadMessagesNameTheMessage) {
+  const Topology t = hosts_of({{0, 0}, {1, 1}});
+  try {
+    simulate(t, cluster(0, 1, 1), {{0, 1, 0, 0, 1}, {0, 1, 0, 0, -5}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(e.field(), "messages[1].bytes");
+  }
+  try {
+    simulate(t, cluster(0, 1, 1), {{1, 1, 0, 0, 1}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(e.field(), "messages[0]");
+  }
+  try {
+    simulate(t, cluster(0, 1, -1), {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "nic_bytes_per_second");
+  }
+}
+
+// ------------------------------------------------------------ topology files
+
+void expect_topology_error(const std::string& text, ErrorCode code, const std::string& field) {
+  try {
+    parse_cluster_topology(text);
+    ADD_FAILURE() << "accepted: " << text;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_EQ(e.field(), field) << e.what();
+  }
+}
+
+TEST(ClusterTopologyFile, ParsesAndRoundTrips) {
+  const ClusterTopology c = parse_cluster_topology(
+      R"({"name": "x", "alpha_seconds": 1e-6, "intra_host_bytes_per_second": 4.5e11,
+          "nic_bytes_per_second": 5e10, "nics_per_host": 8,
+          "host_link_bytes_per_second": 3e11, "sources": ["a"]})");
+  EXPECT_EQ(c.name, "x");
+  EXPECT_EQ(c.nics_per_host, 8);
+  EXPECT_EQ(c.host_link_bytes_per_second, 3e11);
+  EXPECT_EQ(parse_cluster_topology(cluster_topology_json(c)), c);
+}
+
+TEST(ClusterTopologyFile, BadValuesNameTheirKey) {
+  const std::string ok_rest = R"("intra_host_bytes_per_second": 1, "nic_bytes_per_second": 1)";
+  expect_topology_error(R"({"alpha_seconds": 0, "intra_host_bytes_per_second": 1,
+                            "nic_bytes_per_second": -1})",
+                        ErrorCode::kInvalidArgument, "nic_bytes_per_second");
+  expect_topology_error(R"({"alpha_seconds": 0, "intra_host_bytes_per_second": 0,
+                            "nic_bytes_per_second": 1})",
+                        ErrorCode::kInvalidArgument, "intra_host_bytes_per_second");
+  expect_topology_error(R"({"alpha_seconds": -1, )" + ok_rest + "}", ErrorCode::kInvalidArgument,
+                        "alpha_seconds");
+  expect_topology_error(R"({"alpha_seconds": "fast", )" + ok_rest + "}",
+                        ErrorCode::kInvalidArgument, "alpha_seconds");
+  expect_topology_error(R"({)" + ok_rest + "}", ErrorCode::kInvalidArgument, "alpha_seconds");
+  expect_topology_error(R"({"alpha_seconds": 0, "nics_per_host": 2.5, )" + ok_rest + "}",
+                        ErrorCode::kInvalidArgument, "nics_per_host");
+  expect_topology_error(R"({"alpha_seconds": 0, "nics_per_host": -1, )" + ok_rest + "}",
+                        ErrorCode::kInvalidArgument, "nics_per_host");
+  expect_topology_error(R"({"alpha_seconds": 0, "host_link_bytes_per_second": 0, )" + ok_rest + "}",
+                        ErrorCode::kInvalidArgument, "host_link_bytes_per_second");
+  expect_topology_error(R"({"alpha_seconds": 0, "nic_bandwidth": 5, )" + ok_rest + "}",
+                        ErrorCode::kInvalidArgument, "nic_bandwidth");
+  expect_topology_error(R"({"alpha_seconds": 0, "sources": [1], )" + ok_rest + "}",
+                        ErrorCode::kInvalidArgument, "sources[0]");
+  expect_topology_error(R"({"alpha_seconds": 0, "name": 3, )" + ok_rest + "}",
+                        ErrorCode::kInvalidArgument, "name");
+  expect_topology_error("[1, 2]", ErrorCode::kInvalidArgument, "topology");
+  try {
+    parse_cluster_topology("{\"alpha_seconds\": ");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kParse);
+  }
+}
+
+TEST(ClusterTopologyFile, ShippedFilesParse) {
+  for (const char* f : {"h100_8gpu_ndr400.json", "gb200_nvl72.json"}) {
+    const ClusterTopology c =
+        load_cluster_topology(std::string(RESHARD_SOURCE_DIR) + "/bench/topologies/" + f);
+    EXPECT_EQ(c.nic_bytes_per_second, 50e9) << f;  // 400 Gb/s per GPU
+  }
+  try {
+    load_cluster_topology("/nonexistent/topology.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(e.field(), "topology");
+  }
+}
+
+// ------------------------------------------------------------ plans
+
+// One f32 tensor of 1M elements on device 0 (host 0) replicated to the four
+// devices of host 1.
+Spec replicate_to_one_host() {
+  return parse_spec(R"({
+    "meshes": {
+      "a": {"axis_names": ["x"], "shape": [1], "devices": [0], "processes": [0], "hosts": [0]},
+      "b": {"axis_names": ["x"], "shape": [4], "devices": [1, 2, 3, 4],
+            "processes": [1, 2, 3, 4], "hosts": [1, 1, 1, 1]}},
+    "tensors": [{"name": "w", "shape": [1024, 1024], "dtype": "f32",
+                 "src": {"mesh": "a", "spec": []}, "dst": {"mesh": "b", "spec": []}}]})");
+}
+
+TEST(SimulateBound, HostEgressOverItsNicsBinds) {
+  const Spec s = replicate_to_one_host();
+  const ClusterTopology c = cluster(1e-3, 1e9, 1e8);
+  const SimBound b = simulate_lower_bound(s.input, c);
+  // Host 0 alone holds the 4 MiB and has one NIC; the device bound divides
+  // by NIC plus NVLink, host 1's ingress by four NICs.
+  EXPECT_EQ(b.kind, "host_send");
+  EXPECT_EQ(b.id, 0);
+  EXPECT_EQ(b.bytes, 4 << 20);
+  EXPECT_DOUBLE_EQ(b.seconds, 1e-3 + (4 << 20) / 1e8);
+  // Every plan, relays or not, takes at least that long here.
+  const Plan relays = make_plan(s.input);
+  const SimResult r = simulate(s.input.topology, c, plan_messages(relays));
+  EXPECT_GE(r.seconds, b.seconds);
+  const SimResult d = simulate(s.input.topology, c, direct_p2p_messages(s.input));
+  EXPECT_EQ(direct_p2p_messages(s.input).size(), 4u);  // one per destination
+  // Without relays the 4 MiB leave device 0 four times.
+  EXPECT_NEAR(d.seconds, 1e-3 + 4 * (4 << 20) / 1e8, 1e-9);
+  EXPECT_LT(r.seconds, d.seconds);
+}
+
+TEST(SimulateBound, PlanMessagesByPartEqualTheWholePlan) {
+  const Spec s = replicate_to_one_host();
+  std::vector<SimMessage> whole = plan_messages(make_plan(s.input));
+  std::vector<SimMessage> parts = plan_messages_by_part(s.input);
+  auto less = [](const SimMessage& a, const SimMessage& b) {
+    return std::tie(a.stage, a.round, a.src_device, a.dst_device, a.bytes) <
+           std::tie(b.stage, b.round, b.src_device, b.dst_device, b.bytes);
+  };
+  std::sort(whole.begin(), whole.end(), less);
+  std::sort(parts.begin(), parts.end(), less);
+  EXPECT_EQ(whole, parts);
+  EXPECT_FALSE(whole.empty());
+}
+
+TEST(SimulatePeers, Rank0BroadcastGathersThenPipelinesDownAChain) {
+  const Spec s = replicate_to_one_host();
+  const std::vector<SimMessage> m = rank0_broadcast_messages(s.input, 8);
+  // Device 0 is the root and holds everything: no gather; a chain of 4
+  // hops, 8 chunks each.
+  ASSERT_EQ(m.size(), 32u);
+  int64_t bytes = 0;
+  for (const SimMessage& x : m) {
+    EXPECT_EQ(x.stage, 1u);
+    bytes += x.bytes;
+  }
+  EXPECT_EQ(bytes, 4 * (4 << 20));
+  // Chunk 0 crosses hop 0 (0 -> 1) in round 0, hop 3 (3 -> 4) in round 3.
+  EXPECT_EQ(m[0].src_device, 0);
+  EXPECT_EQ(m[0].dst_device, 1);
+  EXPECT_EQ(m[24].src_device, 3);
+  EXPECT_EQ(m[24].round, 3u);
+  try {
+    rank0_broadcast_messages(s.input, -1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "chunks");
+  }
+}
+
+TEST(SimulatePeers, LayeredInjectsOnceThenFansOutInsideTheHost) {
+  const Spec s = replicate_to_one_host();
+  std::vector<SimMessage> m = layered_messages(s.input, 1);
+  // Device 1 leads host 1: it takes the 4 MiB in (round 0) and forwards
+  // them to 2, 3 and 4 (round 1).
+  const std::vector<SimMessage> want = {
+      {0, 1, 0, 0, 4 << 20}, {1, 2, 0, 1, 4 << 20}, {1, 3, 0, 1, 4 << 20}, {1, 4, 0, 1, 4 << 20}};
+  EXPECT_EQ(m, want);
+  const SimResult r = simulate(s.input.topology, cluster(1e-3, 1e9, 1e8), m);
+  EXPECT_NEAR(r.seconds, 2e-3 + (4 << 20) / 1e8 + 3.0 * (4 << 20) / 1e9, 1e-12);
+  // Two chunks: the fan-out of chunk 0 overlaps the injection of chunk 1.
+  m = layered_messages(s.input, 2);
+  EXPECT_EQ(m.size(), 7u + 1u);  // rounds 0, 1 (inject + 3 fan-outs), 2 (3 fan-outs)
+  try {
+    layered_messages(s.input, -2);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "chunks");
+  }
+}
+
+}  // namespace
+}  // namespace reshard

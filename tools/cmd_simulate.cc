@@ -1,0 +1,211 @@
+// `reshard simulate`: predict a plan's execution time on a cluster
+// (reshard/simulate.h), its lower bound over all plans, and the time of the
+// same data movement scheduled the way common systems do it.
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "reshard/error.h"
+#include "reshard/simulate.h"
+
+namespace reshard::cli {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+struct SimulateArgs {
+  InputOptions input;
+  std::string topology;
+  std::string format = "text";
+  int32_t threads = 1;
+  std::vector<std::string> peers = {"rank0_broadcast", "direct_p2p", "layered"};
+  int32_t chunks = 0;
+  int64_t budget = -1;
+};
+
+ojson link_json(const SimLink& l) {
+  ojson j;
+  j["link"] = std::string(link_class_name(l.cls));
+  j["host"] = l.host;
+  if (l.device >= 0) j["device"] = l.device;
+  if (l.nic >= 0) j["nic_group"] = l.nic;
+  j["bytes_per_second"] = l.bytes_per_second;
+  return j;
+}
+
+std::string link_text(const SimLink& l) {
+  std::string s = std::string(link_class_name(l.cls)) + " of host " + std::to_string(l.host);
+  if (l.device >= 0) s += ", device " + std::to_string(l.device);
+  if (l.nic >= 0) s += ", NIC group " + std::to_string(l.nic);
+  return s;
+}
+
+struct Run {
+  SimResult result;
+  double seconds = 0;  // wall time of planning + simulating
+};
+
+int run_simulate(const SimulateArgs& args) {
+  // --plan FILE: the messages of the plan bytes (every part), its inputs
+  // for the bound and the peers.
+  std::optional<Plan> from_file = load_plan_file(args.input);
+  if (from_file) {
+    if (args.budget >= 0)
+      throw UsageError("--budget cannot be combined with --plan (the plan is already made)");
+    for (int32_t p : from_file->processes())
+      if (!from_file->parts().count(p))
+        throw InvalidInput(
+            "--plan: the file holds only some process parts; simulating needs "
+            "every part (write it without --process, or give --spec)");
+  }
+  Spec spec = load_input(args.input);
+  if (args.budget >= 0) spec.input.options.staging_budget_bytes = args.budget;
+  ClusterTopology cluster;
+  try {
+    cluster = load_cluster_topology(args.topology);
+  } catch (const Error& e) {
+    throw InvalidInput("--topology " + args.topology + ": " + e.what());
+  }
+  const PlanInput& input = spec.input;
+  auto t0 = WaitClock::now();
+  Progress progress;
+  std::vector<SimMessage> messages =
+      from_file ? plan_messages(*from_file)
+                : plan_messages_by_part(input, args.threads, [&](int64_t done, int64_t total) {
+                    progress.update("planning parts\u2026", done, total);
+                  });
+  from_file.reset();
+  const double plan_seconds = seconds_since(t0);
+  t0 = WaitClock::now();
+  progress.update("simulating " + with_commas(static_cast<int64_t>(messages.size())) +
+                  " messages\u2026");
+  const SimResult ours = simulate(input.topology, cluster, std::move(messages));
+  const double sim_seconds = seconds_since(t0);
+  const SimBound bound = simulate_lower_bound(input, cluster);
+  std::vector<std::pair<std::string, Run>> peers;
+  for (const std::string& name : args.peers) {
+    progress.update("simulating peer " + name + "\u2026");
+    t0 = WaitClock::now();
+    std::vector<SimMessage> m = name == "rank0_broadcast"
+                                    ? rank0_broadcast_messages(input, args.chunks)
+                                : name == "layered" ? layered_messages(input, args.chunks)
+                                                    : direct_p2p_messages(input, args.threads);
+    Run run{simulate(input.topology, cluster, std::move(m)), 0};
+    run.seconds = seconds_since(t0);
+    peers.emplace_back(name, std::move(run));
+  }
+  progress.clear();
+  const double ratio = PlanStats::ratio(ours.seconds, bound.seconds);
+
+  if (args.format == "json") {
+    ojson j;
+    j["topology"] = nlohmann::ordered_json::parse(cluster_topology_json(cluster));
+    j["predicted_seconds"] = ours.seconds;
+    j["lower_bound_seconds"] = bound.seconds;
+    j["ratio"] = ratio;
+    ojson binding;
+    if (ours.binding) {
+      binding = link_json(*ours.binding);
+      binding["saturated_seconds"] = ours.binding_saturated_seconds;
+    }
+    j["binding"] = binding;
+    j["lower_bound"] = {{"kind", bound.kind},
+                        {"id", bound.id},
+                        {"bytes", bound.bytes},
+                        {"bytes_per_second", bound.bytes_per_second}};
+    ojson stages = ojson::array();
+    for (const SimStage& s : ours.per_stage)
+      stages.push_back({{"stage", s.stage},
+                        {"start_seconds", s.start_seconds},
+                        {"end_seconds", s.end_seconds},
+                        {"messages", s.messages},
+                        {"bytes", s.bytes}});
+    j["per_stage"] = stages;
+    j["messages"] = ours.messages;
+    j["bytes"] = ours.bytes;
+    j["events"] = ours.events;
+    j["plan_seconds"] = plan_seconds;
+    j["simulate_seconds"] = sim_seconds;
+    ojson pj = ojson::object();
+    for (const auto& [name, run] : peers) {
+      ojson p;
+      p["predicted_seconds"] = run.result.seconds;
+      p["ratio"] = PlanStats::ratio(run.result.seconds, bound.seconds);
+      p["messages"] = run.result.messages;
+      p["events"] = run.result.events;
+      p["bytes"] = run.result.bytes;
+      if (run.result.binding) p["binding"] = link_json(*run.result.binding);
+      p["wall_seconds"] = run.seconds;
+      pj[name] = p;
+    }
+    j["peers"] = pj;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "simulated on " << (cluster.name.empty() ? args.topology : cluster.name) << ": "
+            << with_commas(ours.messages) << " messages, "
+            << human_bytes(static_cast<double>(ours.bytes)) << "\n";
+  std::cout << "  predicted    " << human_seconds(ours.seconds) << "\n";
+  std::cout << "  lower bound  " << human_seconds(bound.seconds) << " (" << bound.kind << " "
+            << bound.id << ": " << human_bytes(static_cast<double>(bound.bytes)) << " at "
+            << human_bytes(bound.bytes_per_second) << "/s)\n";
+  std::cout << "  ratio        " << ratio_str(ratio) << "\n";
+  if (ours.binding)
+    std::cout << "  binding      " << link_text(*ours.binding) << " (saturated "
+              << human_seconds(ours.binding_saturated_seconds) << ")\n";
+  for (const SimStage& s : ours.per_stage)
+    std::cout << "  stage " << s.stage << "      " << human_seconds(s.start_seconds) << " .. "
+              << human_seconds(s.end_seconds) << ", " << with_commas(s.messages) << " messages, "
+              << human_bytes(static_cast<double>(s.bytes)) << "\n";
+  for (const auto& [name, run] : peers)
+    std::cout << "  peer " << name << ": " << human_seconds(run.result.seconds) << " (ratio "
+              << ratio_str(PlanStats::ratio(run.result.seconds, bound.seconds)) << ", "
+              << with_commas(run.result.messages) << " messages)\n";
+  std::cout << "  planning took " << human_seconds(plan_seconds) << ", simulating "
+            << human_seconds(sim_seconds) << " (" << with_commas(ours.events) << " events)\n";
+  return 0;
+}
+
+}  // namespace
+
+Runner add_simulate_command(CLI::App& app) {
+  auto args = std::make_shared<SimulateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "simulate", "Predict a plan's time on a cluster, its lower bound and modelled peers");
+  add_input_options(cmd, args->input);
+  add_plan_file_option(cmd, args->input);
+  cmd->add_option("--topology", args->topology,
+                  "cluster topology JSON (alpha_seconds, intra_host_bytes_per_second, "
+                  "nic_bytes_per_second, nics_per_host, host_link_bytes_per_second)")
+      ->required()
+      ->type_name("FILE");
+  cmd->add_option("--format", args->format, "output format")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->add_option("--threads", args->threads,
+                  "threads planning each part (0: every hardware thread)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--peers", args->peers, "modelled peers to simulate (none: --peers '')")
+      ->check(CLI::IsMember({"rank0_broadcast", "direct_p2p", "layered", ""}))
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--chunks", args->chunks,
+                  "chunks of the peers' pipelined chains (rank0_broadcast, layered; 0: 4 per hop)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--budget", args->budget,
+                  "staging budget per device in bytes (default: the spec's, 1 GiB unless set; 0: "
+                  "unbounded, one round)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->footer(
+      "Example:\n  reshard simulate --spec bench/specs/rl_sync_fsdp8_to_2x_tp4.json "
+      "--topology bench/topologies/h100_8gpu_ndr400.json --format json\n\n"
+      "Model and output: docs/simulate.md.\n");
+  return [args]() {
+    std::erase(args->peers, std::string());
+    return run_simulate(*args);
+  };
+}
+
+}  // namespace reshard::cli
