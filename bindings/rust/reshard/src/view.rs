@@ -346,18 +346,12 @@ impl<'a> PartView<'a> {
     /// Total packed bytes of the sent messages (saturating: bytes that only
     /// the Rust verifier checked may hold any values).
     pub fn send_bytes(&self) -> i64 {
-        self.raw
-            .sends()
-            .and_then(|m| m.bytes())
-            .map_or(0, |v| v.iter().fold(0i64, i64::saturating_add))
+        self.raw.sends().and_then(|m| m.bytes()).map_or(0, |v| v.iter().fold(0i64, i64::saturating_add))
     }
 
     /// Total packed bytes of the received messages.
     pub fn recv_bytes(&self) -> i64 {
-        self.raw
-            .recvs()
-            .and_then(|m| m.bytes())
-            .map_or(0, |v| v.iter().fold(0i64, i64::saturating_add))
+        self.raw.recvs().and_then(|m| m.bytes()).map_or(0, |v| v.iter().fold(0i64, i64::saturating_add))
     }
 
     /// The sent messages, read from the columns in place (ordered by stage,
