@@ -113,9 +113,9 @@ void Mesh::validate(const std::string& field) const {
   }
   if (overflow) fail(ErrorCode::kOverflow, field + ".shape", "the device count overflows 64 bits");
   if (n > kMaxDevices)
-    fail(ErrorCode::kOutOfRange, field + ".shape",
-         "mesh has more than " + std::to_string(kMaxDevices) +
-             " devices (the most one plan holds)");
+    fail(
+        ErrorCode::kOutOfRange, field + ".shape",
+        "mesh has more than " + std::to_string(kMaxDevices) + " devices (the most one plan holds)");
   if (static_cast<int64_t>(devices.size()) != n)
     fail(ErrorCode::kInvalidArgument, field + ".devices",
          std::to_string(devices.size()) + " devices for a mesh of " + std::to_string(n));
