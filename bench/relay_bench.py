@@ -19,7 +19,6 @@ cluster.
     python3 bench/relay_bench.py [--reshard build/dev/tools/reshard] [--scale 4]
 """
 import argparse
-import copy
 import glob
 import json
 import os
@@ -28,25 +27,10 @@ import subprocess
 import sys
 import tempfile
 
+from spec_tools import processes, scaled
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = [("single-hop", ["--no-relays", "--no-reduce-scatter"]), ("staged", [])]
-
-
-def processes(doc):
-    procs = set()
-    for mesh in doc["meshes"].values():
-        n = 1
-        for s in mesh["shape"]:
-            n *= s
-        procs.update(mesh.get("processes", range(n)))
-    return max(procs) + 1
-
-
-def scaled(doc, scale):
-    out = copy.deepcopy(doc)
-    for t in out["tensors"]:
-        t["shape"] = [max(1, s // scale) for s in t["shape"]]
-    return out
 
 
 def run(cmd, env=None):

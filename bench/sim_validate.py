@@ -17,7 +17,6 @@ runs up to 16 processes on the machine's cores at once.
     python3 bench/sim_validate.py [--reshard build/dev/tools/reshard] [--scale 4]
 """
 import argparse
-import copy
 import glob
 import json
 import os
@@ -25,6 +24,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+from spec_tools import processes, scaled
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = [("relays", []), ("single-hop", ["--no-relays", "--no-reduce-scatter"])]
@@ -38,23 +39,6 @@ def run(cmd):
     if p.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
     return p.stdout
-
-
-def processes(doc):
-    procs = set()
-    for mesh in doc["meshes"].values():
-        n = 1
-        for s in mesh["shape"]:
-            n *= s
-        procs.update(mesh.get("processes", range(n)))
-    return max(procs) + 1
-
-
-def scaled(doc, scale):
-    out = copy.deepcopy(doc)
-    for t in out["tensors"]:
-        t["shape"] = [max(1, s // scale) for s in t["shape"]]
-    return out
 
 
 def main():
