@@ -23,21 +23,13 @@ import glob
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
-from spec_tools import processes, scaled
+from spec_tools import processes, run, scaled
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = [("single-hop", ["--no-relays", "--no-reduce-scatter"]), ("staged", [])]
-
-
-def run(cmd, env=None):
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    if p.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
-    return p.stdout
 
 
 def main():

@@ -21,10 +21,10 @@ import glob
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
+import spec_tools
 from spec_tools import processes, scaled
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,10 +35,7 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
 
 
 def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=900)
-    if p.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
-    return p.stdout
+    return spec_tools.run(cmd, ENV)
 
 
 def main():

@@ -1,7 +1,17 @@
 """Helpers shared by the benchmark scripts that run specs over MPI
-(relay_bench.py, sim_validate.py): how many processes a spec needs, and a
-spec with every tensor scaled down."""
+(relay_bench.py, sim_validate.py): running a command, how many processes a
+spec needs, and a spec with every tensor scaled down."""
 import copy
+import subprocess
+import sys
+
+
+def run(cmd, env=None):
+    """The command's stdout; exits with its output when it fails."""
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    if p.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    return p.stdout
 
 
 def processes(doc):
