@@ -119,8 +119,15 @@ TEST(KernelEmulation, MeanStoresDivideLikeTheHostCore) {
             gpu_testing::random_linear_op(values, CopyOp::Kind::kStore, dtype, ReduceOp::kSum);
         in_place.op.divisor = divisor;
         in_place.op.src = in_place.op.dst;
-        std::vector<std::byte> want(static_cast<size_t>(in_place.op.count * dtype_size(dtype)));
-        store_mean_from_acc(dtype, in_place.op.dst, want.data(), in_place.op.count, divisor);
+        // The host reference reads an aligned copy (the kernels take any
+        // alignment; the host functions need aligned accumulators).
+        const size_t bytes = static_cast<size_t>(in_place.op.count * dtype_size(dtype));
+        std::vector<uint64_t> acc(bytes / 8 + 1);
+        std::memcpy(acc.data(), in_place.op.dst, bytes);
+        std::vector<uint64_t> want_words(bytes / 8 + 1);
+        store_mean_from_acc(dtype, acc.data(), want_words.data(), in_place.op.count, divisor);
+        std::vector<std::byte> want(bytes);
+        std::memcpy(want.data(), want_words.data(), bytes);
         emulate(plan_launches(std::span(&in_place.op, 1)));
         ASSERT_EQ(0, std::memcmp(want.data(), in_place.op.dst, want.size())) << in_place.what;
       }

@@ -10,7 +10,11 @@
 #include "util/threads.h"
 
 namespace reshard::engine_detail {
+
 namespace {
+
+// ceil(a / b) for a >= 0, b > 0, without overflow (b may be INT64_MAX).
+int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 // Bounds on the bytes one task moves when work is spread over threads.
 constexpr int64_t kMinTaskBytes = int64_t{64} << 10;
@@ -163,7 +167,7 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
     }
     const AccTarget& a = s_.accs[g.acc];
     const int64_t chunks = chunk_grid(tensors_[a.tensor].dst.box(a.dst_entry)).chunks;
-    const int64_t slices = std::clamp<int64_t>((g.bytes + target - 1) / target, 1, chunks);
+    const int64_t slices = std::clamp<int64_t>(ceil_div_nonneg(g.bytes, target), 1, chunks);
     for (int64_t k = 0; k < slices; ++k) {
       const int64_t lo = chunks * k / slices;
       const int64_t hi = chunks * (k + 1) / slices;
@@ -180,7 +184,7 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
       const CopyDesc d = desc_of(copies[i]);
       const int64_t runs = copy_desc_runs(d);
       const int64_t units = runs == 1 ? copy_desc_run_length(d) : runs;
-      const int64_t slices = std::min(units, (bytes + target - 1) / target);
+      const int64_t slices = std::min(units, ceil_div_nonneg(bytes, target));
       if (slices > 1) {
         if (batch.end > batch.begin) tasks_.push_back(batch);
         for (int64_t s = 0; s < slices; ++s) {
@@ -378,7 +382,7 @@ void DirectRunner::run_replicas(std::span<const ReplicaCopy> replicas) {
   for (size_t i = 0; i < replicas.size(); ++i) {
     const int64_t bytes = replicas[i].bytes;
     const int64_t slices =
-        std::max<int64_t>(1, std::min(bytes / 64, (bytes + target - 1) / target));
+        std::max<int64_t>(1, std::min(bytes / 64, ceil_div_nonneg(bytes, target)));
     for (int64_t k = 0; k < slices; ++k) {
       // Slice boundaries on 64-byte multiples (whole cache lines).
       const int64_t lo = k == 0 ? 0 : bytes * k / slices / 64 * 64;
