@@ -227,6 +227,18 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
     }
   };
 
+  // Starts the messages due now (zero-byte ones complete at once).
+  auto start_due = [&] {
+    while (!starts.empty() && starts.top().first <= now) {
+      const uint32_t m = starts.top().second;
+      starts.pop();
+      if (messages[m].bytes == 0)
+        complete(m);
+      else
+        active.push_back(m);
+    }
+  };
+
   for (uint32_t pi = 0; pi < procs.size(); ++pi) enter(pi);
   while (!starts.empty() || !active.empty()) {
     // The next event: a start, or the first completion at current rates.
@@ -257,15 +269,7 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
         active[kept++] = m;
     }
     active.resize(kept);
-    // Starts due now (zero-byte messages complete at once).
-    while (!starts.empty() && starts.top().first <= now) {
-      const uint32_t m = starts.top().second;
-      starts.pop();
-      if (messages[m].bytes == 0)
-        complete(m);
-      else
-        active.push_back(m);
-    }
+    start_due();
     // Processes whose key completed move on; entering may start messages
     // (after α) or complete zero-byte ones, which may finish keys again.
     while (!finished.empty()) {
@@ -273,14 +277,7 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
       batch.swap(finished);
       std::sort(batch.begin(), batch.end());
       for (uint32_t pi : batch) enter(pi);
-      while (!starts.empty() && starts.top().first <= now) {
-        const uint32_t m = starts.top().second;
-        starts.pop();
-        if (messages[m].bytes == 0)
-          complete(m);
-        else
-          active.push_back(m);
-      }
+      start_due();
     }
     std::sort(active.begin(), active.end());
     allocate();
