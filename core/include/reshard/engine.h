@@ -59,8 +59,14 @@ struct ExecuteOptions {
   // every execution, or never (the caller guarantees agreement).
   enum class Agreement : int32_t { kFirstUse = 0, kEveryCall = 1, kSkip = 2 };
   Agreement agreement = Agreement::kFirstUse;
-  // Pack round r+1 while round r's transfers are in flight, when both
-  // rounds fit the staging budget together.
+  // Overlap rounds and stages: a batch starts as soon as what it reads has
+  // arrived (a relay forwards round r of stage 1 while it receives round
+  // r + 1 of stage 0), its staging is free and at most
+  // max_batches_in_flight batches are in flight; round r+1 is packed while
+  // round r is in flight when both fit the staging budget together. False:
+  // each round starts after the previous one (of every stage) completed.
+  // Stream-ordered transports (NCCL, CUDA) issue batches in (stage, round)
+  // order either way; their streams order the work.
   bool overlap = true;
   // How a message that is not one contiguous run of one buffer is built:
   // packed into staging with the box-copy core (kStaging), or described in
@@ -112,7 +118,9 @@ struct ExecuteStats {
   // has one) and the sum over this process's devices.
   int64_t staging_peak_bytes = 0;
   int64_t staging_bytes = 0;
-  int32_t overlapped_rounds = 0;  // rounds packed while the previous one was in flight
+  // Rounds with a batch posted (its staged sends packed) while an earlier
+  // round of this process was still in flight or not yet posted.
+  int32_t overlapped_rounds = 0;
   // Memory outside the staging budget: f32 accumulators of f16/bf16/f8
   // destinations with partial sources, and summands that arrived before a
   // lower summand of the same elements and wait to be reduced in order.
@@ -122,6 +130,10 @@ struct ExecuteStats {
   // The schedule came from the engine's cache (validation of the part and
   // the schedule's construction were skipped; buffers were checked as ever).
   bool schedule_cached = false;
+  // Batches of a stage s > 0 posted while a batch of a stage below s of this
+  // process had not completed yet: relays forwarding while still receiving
+  // (ExecuteOptions::overlap).
+  int64_t overlapped_stage_batches = 0;
 };
 
 struct EngineOptions {

@@ -274,7 +274,7 @@ class Run {
 
  private:
   struct InFlight {
-    size_t step;
+    uint32_t step;  // Schedule::steps index
     std::unique_ptr<TransferBatch> batch;
   };
 
@@ -300,26 +300,24 @@ class Run {
   }
   void allocate();
   void fill();
-  void direct(int64_t last_round);
+  void run_direct(size_t d);
   void pack_message(size_t mi);
-  void pack_next(size_t ri, int64_t after);
   std::unique_ptr<TransferBatch> post(size_t ri, size_t step);
   void unpack(size_t ri, size_t step);
   void reduce_ready(int64_t round);
-  void wait(std::deque<InFlight>& in_flight, size_t ri);
-  void store();
-  // Stores the separate accumulators once: at the end of stage 0 when a
-  // later stage forwards reduced values, else at the end.
-  void store_once() {
-    if (stored_) return;
-    if (next_contribution_ != s_.contributions.size()) {
-      fail(ErrorCode::kInternal, "execute: contributions left unreduced");
-    }
-    store();
-    copier_.flush();
-    stored_ = true;
-  }
-  bool stored_ = false;
+  void store_acc(size_t a);
+  // The overlap of rounds and stages (engine_schedule.h): what may start
+  // now, what completed, and the reductions of completed rounds.
+  bool done(uint32_t event) const { return done_[event] != 0; }
+  bool deps_done(uint32_t begin, uint32_t end) const;
+  bool postable(uint32_t g) const;
+  bool post_ready();
+  bool run_ready_directs();
+  bool test_in_flight();
+  void complete(uint32_t g);
+  bool reduce_completed_rounds();
+  void finish_accs(int64_t round);
+  [[noreturn]] void timed_out();
 
   Transport& transport_;
   const TransportInfo info_;
@@ -340,9 +338,29 @@ class Run {
   std::vector<TransferOp> ops_;
   std::vector<Segment> segments_;  // of ops_, with the buffers' addresses
   std::vector<uint8_t> packed_;    // per message
-  bool packed_early_ = false;
   size_t next_contribution_ = 0;
-  size_t next_direct_ = 0;  // index in Schedule::direct_rounds
+  // Overlap state.
+  int64_t last_ = 0;                // last round key to run (ExecuteOptions::last_stage)
+  size_t rounds_ = 0;               // rounds with key <= last_
+  size_t directs_ = 0;              // direct rounds with key <= last_
+  size_t window_ = 1;               // ExecuteOptions::max_batches_in_flight
+  bool strict_ = false;             // steps posted in (stage, round, step) order only
+  bool sequential_ = false;         // a round starts after the previous one was reduced
+  std::vector<uint8_t> done_;       // per event (Schedule::events)
+  std::vector<uint8_t> released_;   // per message: its staging is free again
+  std::vector<uint8_t> posted_;     // per step
+  std::vector<uint8_t> step_done_;  // per step
+  std::vector<uint32_t> chan_pos_;  // per channel: its next step to post
+  std::vector<uint32_t> unposted_;  // steps not posted, in priority order
+  std::vector<size_t> steps_left_;  // per round: steps not completed
+  std::vector<size_t> unreleased_;  // per round: staged messages not released
+  std::vector<uint8_t> round_overlapped_;
+  std::vector<int64_t> open_by_stage_;  // steps not completed, per stage
+  std::vector<InFlight> in_flight_;
+  size_t released_prefix_ = 0;  // leading rounds whose staging is all free
+  size_t reduced_ = 0;          // leading rounds completed and reduced
+  size_t first_open_ = 0;       // first round with a step not completed
+  size_t next_direct_ = 0;      // first direct round not run
   // Host memory: the direct copies' threads (ExecuteOptions::threads).
   std::unique_ptr<DirectRunner> runner_;
 };
@@ -397,34 +415,30 @@ void Run::fill() {
   }
 }
 
-// Runs the direct copies of the rounds up to `last_round` not run yet, a
-// round's copies in parallel (host memory) and rounds in order.
-void Run::direct(int64_t last_round) {
-  for (;
-       next_direct_ < s_.direct_rounds.size() && s_.direct_rounds[next_direct_].round <= last_round;
-       ++next_direct_) {
-    const engine_detail::DirectRound& r = s_.direct_rounds[next_direct_];
-    const std::span<const engine_detail::DirectCopy> copies(s_.direct.data() + r.begin,
-                                                            r.end - r.begin);
-    if (runner_) {
-      // While transfers are in flight, tasks stay small and the calling
-      // thread gives the transport a chance to progress after each.
-      const bool in_flight = copier_.in_flight();
-      runner_->run_round(copies, {}, in_flight ? int64_t{256} << 10 : 0,
-                         in_flight ? std::function<void()>([this] { transport_.progress(); })
-                                   : std::function<void()>());
-      continue;
-    }
-    for (const auto& d : copies) {
-      const Piece& p = *d.piece;
+// Runs the copies of direct round `d` (host memory: in parallel).
+void Run::run_direct(size_t d) {
+  const engine_detail::DirectRound& r = s_.direct_rounds[d];
+  const std::span<const engine_detail::DirectCopy> copies(s_.direct.data() + r.begin,
+                                                          r.end - r.begin);
+  if (runner_) {
+    // While transfers are in flight, tasks stay small and the calling
+    // thread gives the transport a chance to progress after each.
+    const bool in_flight = copier_.in_flight();
+    runner_->run_round(copies, {}, in_flight ? int64_t{256} << 10 : 0,
+                       in_flight ? std::function<void()>([this] { transport_.progress(); })
+                                 : std::function<void()>());
+  } else {
+    for (const auto& c : copies) {
+      const Piece& p = *c.piece;
       const TensorSpec& spec = tensors_[p.tensor];
-      const Box region = plan_.region(*d.part, p);
+      const Box region = plan_.region(*c.part, p);
       const int64_t device = spec.dst.device(p.dst_entry);
       copier_.copy(device, ordinal_of(device),
-                   make_copy_desc(region, plan_.source_box(p, d.stage), spec.dst.box(p.dst_entry)),
-                   spec.dtype, src_ptr(p, d.stage), dst_ptr(p));
+                   make_copy_desc(region, plan_.source_box(p, c.stage), spec.dst.box(p.dst_entry)),
+                   spec.dtype, src_ptr(p, c.stage), dst_ptr(p));
     }
   }
+  done_[s_.direct_event(d)] = 1;
 }
 
 void Run::pack_message(size_t mi) {
@@ -442,20 +456,9 @@ void Run::pack_message(size_t mi) {
   }
 }
 
-// Packs the sends of round ri+1 that step `after` of round ri released
-// (after == -1: those that overlap nothing of round ri).
-void Run::pack_next(size_t ri, int64_t after) {
-  if (ri + 1 >= s_.rounds.size()) return;
-  const RoundPlan& r = s_.rounds[ri];
-  const auto& list = r.pack_next[static_cast<size_t>(after + 1)];
-  if (list.empty()) return;
-  for (size_t mi : list) pack_message(mi);
-  packed_early_ = true;
-}
-
 std::unique_ptr<TransferBatch> Run::post(size_t ri, size_t step) {
-  // Pack this step's staged sends now (unless packed during the previous
-  // round): packing step k overlaps the transfers of the steps before it.
+  // Pack this step's staged sends now: packing a step overlaps the
+  // transfers of the steps posted before it.
   for (size_t mi : s_.rounds[ri].steps[step]) {
     const EngineMessage& m = s_.messages[mi];
     if (m.send && m.mode == EngineMessage::Mode::kStaged) pack_message(mi);
@@ -569,44 +572,203 @@ void Run::reduce_ready(int64_t round) {
   }
 }
 
-void Run::wait(std::deque<InFlight>& in_flight, size_t ri) {
-  InFlight& front = in_flight.front();
-  Backoff backoff;
-  const auto deadline = deadline_after(options_.timeout_seconds);
-  while (!front.batch->test()) {
-    if (Clock::now() > deadline) {
-      std::vector<int32_t> peers;
-      for (const InFlight& f : in_flight) {
-        f.batch->test();  // settle what completed unobserved behind the front batch
-        for (int32_t p : f.batch->pending_peers()) peers.push_back(p);
-      }
-      std::sort(peers.begin(), peers.end());
-      peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-      fail(ErrorCode::kTimeout,
-           "execute: timed out after " + seconds_text(options_.timeout_seconds) + " in round " +
-               std::to_string(s_.rounds[ri].round) +
-               (s_.rounds[ri].stage > 0 ? " of stage " + std::to_string(s_.rounds[ri].stage)
-                                        : std::string()) +
-               " waiting for rank(s) " + rank_list(peers) + " (this is rank " +
-               std::to_string(info_.rank) + ", plan " + hex(plan_.fingerprint()) + ")");
-    }
-    backoff.pause();
+[[noreturn]] void Run::timed_out() {
+  std::vector<int32_t> peers;
+  for (const InFlight& f : in_flight_) {
+    f.batch->test();  // settle what completed unobserved
+    for (int32_t p : f.batch->pending_peers()) peers.push_back(p);
   }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  const RoundPlan& r = s_.rounds[s_.steps[in_flight_.front().step].round];
+  fail(ErrorCode::kTimeout,
+       "execute: timed out after " + seconds_text(options_.timeout_seconds) + " in round " +
+           std::to_string(r.round) +
+           (r.stage > 0 ? " of stage " + std::to_string(r.stage) : std::string()) +
+           " waiting for rank(s) " + rank_list(peers) + " (this is rank " +
+           std::to_string(info_.rank) + ", plan " + hex(plan_.fingerprint()) + ")");
 }
 
-// Stores the separate accumulators, and divides the means (in place where
-// the destination is the accumulator).
-void Run::store() {
-  for (const auto& a : s_.accs) {
-    const TensorSpec& spec = tensors_[a.tensor];
-    const int32_t divisor = exec_detail::mean_divisor(spec);
-    if (!a.separate && divisor == 1) continue;
-    const int64_t device = spec.dst.device(a.dst_entry);
-    void* dst = buffers_[a.tensor].dst[a.dst_entry].data;
-    copier_.store(device, ordinal_of(device), spec.dtype,
-                  a.separate ? static_cast<const void*>(work(a.acc_block, a.acc_offset)) : dst, dst,
-                  a.elements, divisor);
+// Stores accumulator `a` (a separate one, or a mean's division, in place
+// where the destination is the accumulator).
+void Run::store_acc(size_t a_index) {
+  const auto& a = s_.accs[a_index];
+  const TensorSpec& spec = tensors_[a.tensor];
+  const int32_t divisor = exec_detail::mean_divisor(spec);
+  if (!a.separate && divisor == 1) return;
+  const int64_t device = spec.dst.device(a.dst_entry);
+  void* dst = buffers_[a.tensor].dst[a.dst_entry].data;
+  copier_.store(device, ordinal_of(device), spec.dtype,
+                a.separate ? static_cast<const void*>(work(a.acc_block, a.acc_offset)) : dst, dst,
+                a.elements, divisor);
+}
+
+// The reductions whose last contribution was reduced in round `round` (or
+// that have none, round == INT64_MIN) are finished: stored, and what later
+// stages forward from them may go.
+void Run::finish_accs(int64_t round) {
+  bool any = false;
+  for (size_t a = 0; a < s_.accs.size(); ++a) {
+    if (s_.accs[a].last_ready != round || done_[s_.acc_event(a)]) continue;
+    store_acc(a);
+    done_[s_.acc_event(a)] = 1;
+    any = true;
   }
+  if (any) copier_.flush();
+}
+
+bool Run::deps_done(uint32_t begin, uint32_t end) const {
+  for (uint32_t i = begin; i < end; ++i) {
+    if (!done(s_.deps[i])) return false;
+  }
+  return true;
+}
+
+// Whether step g may be posted now (engine_schedule.h: dependencies,
+// staging, the order of each channel, the window).
+bool Run::postable(uint32_t g) const {
+  const engine_detail::StepPlan& st = s_.steps[g];
+  if (posted_[g]) return false;
+  if (sequential_ && reduced_ < st.round) return false;
+  if (in_flight_.size() >= window_ && st.round != first_open_) return false;
+  for (uint32_t i = st.chan_begin; i < st.chan_end; ++i) {
+    // g is in channel c, at or after its position.
+    const uint32_t c = s_.step_channels[i];
+    if (s_.channel_steps[c][chan_pos_[c]] != g) return false;
+  }
+  if (!deps_done(st.dep_begin, st.dep_end)) return false;
+  for (size_t mi : s_.rounds[st.round].steps[st.step]) {
+    const EngineMessage& m = s_.messages[mi];
+    if (m.mode != EngineMessage::Mode::kStaged || m.bytes == 0 || st.round == 0) continue;
+    if (released_prefix_ + 1 < st.round) return false;
+    for (uint32_t k = m.conflict_begin; k < m.conflict_end; ++k) {
+      if (!released_[s_.conflicts[k]]) return false;
+    }
+  }
+  return true;
+}
+
+// Posts every step that may start, in priority order (strict: stops at the
+// first that may not). True when it posted one.
+bool Run::post_ready() {
+  bool any = false;
+  size_t kept = 0;
+  bool blocked = false;
+  for (size_t i = 0; i < unposted_.size(); ++i) {
+    const uint32_t g = unposted_[i];
+    if (!blocked && postable(g)) {
+      const engine_detail::StepPlan& st = s_.steps[g];
+      if (!round_overlapped_[st.round] && first_open_ < st.round) {
+        round_overlapped_[st.round] = 1;
+        ++stats_.overlapped_rounds;
+      }
+      for (uint32_t s = 0; s < st.stage; ++s) {
+        if (open_by_stage_[s] > 0) {
+          ++stats_.overlapped_stage_batches;
+          break;
+        }
+      }
+      copier_.set_in_flight(!in_flight_.empty());
+      in_flight_.push_back({g, post(st.round, st.step)});
+      posted_[g] = 1;
+      for (uint32_t k = st.chan_begin; k < st.chan_end; ++k) ++chan_pos_[s_.step_channels[k]];
+      any = true;
+      continue;
+    }
+    if (strict_) blocked = true;
+    unposted_[kept++] = g;
+  }
+  unposted_.resize(kept);
+  return any;
+}
+
+// Runs the direct rounds, in order, whose dependencies are done.
+bool Run::run_ready_directs() {
+  bool any = false;
+  while (next_direct_ < directs_) {
+    const engine_detail::DirectRound& r = s_.direct_rounds[next_direct_];
+    if (!deps_done(r.dep_begin, r.dep_end)) break;
+    // Without overlap (and on stream-ordered transports), a round's copies
+    // run once every earlier round was posted, as they always did.
+    if (strict_ && r.round >= 0) {
+      bool earlier_unposted = false;
+      for (uint32_t g : unposted_) {
+        earlier_unposted = s_.rounds[s_.steps[g].round].key <= r.round;
+        break;
+      }
+      if (earlier_unposted) break;
+    }
+    copier_.set_in_flight(!in_flight_.empty());
+    run_direct(next_direct_++);
+    any = true;
+  }
+  if (any) copier_.flush();
+  return any;
+}
+
+// Step g's batch completed: unpack what it received, release staging,
+// mark its messages done.
+void Run::complete(uint32_t g) {
+  const engine_detail::StepPlan& st = s_.steps[g];
+  unpack(st.round, st.step);
+  for (size_t mi : s_.rounds[st.round].steps[st.step]) {
+    const EngineMessage& m = s_.messages[mi];
+    done_[mi] = 1;
+    const bool staged = m.mode == EngineMessage::Mode::kStaged && m.bytes > 0;
+    // Summands stay in staging until their round is reduced.
+    if (staged && !(m.has_reduce && !m.send)) {
+      released_[mi] = 1;
+      --unreleased_[st.round];
+    }
+  }
+  step_done_[g] = 1;
+  --open_by_stage_[st.stage];
+  --steps_left_[st.round];
+  while (first_open_ < rounds_ && steps_left_[first_open_] == 0) ++first_open_;
+}
+
+bool Run::test_in_flight() {
+  bool any = false;
+  size_t kept = 0;
+  for (size_t i = 0; i < in_flight_.size(); ++i) {
+    if (in_flight_[i].batch->test()) {
+      copier_.set_in_flight(true);
+      complete(in_flight_[i].step);
+      any = true;
+      continue;
+    }
+    if (kept != i) in_flight_[kept] = std::move(in_flight_[i]);
+    ++kept;
+  }
+  in_flight_.resize(kept);
+  if (any) copier_.flush();
+  return any;
+}
+
+// Reduces the rounds completed in order (summands keep their order), then
+// finishes the reductions that were waiting for them.
+bool Run::reduce_completed_rounds() {
+  bool any = false;
+  while (reduced_ < rounds_ && steps_left_[reduced_] == 0) {
+    const RoundPlan& r = s_.rounds[reduced_];
+    copier_.set_in_flight(!in_flight_.empty());
+    reduce_ready(r.key);
+    copier_.flush();
+    for (const auto& step : r.steps) {
+      for (size_t mi : step) {
+        const EngineMessage& m = s_.messages[mi];
+        if (m.mode == EngineMessage::Mode::kStaged && m.bytes > 0 && m.has_reduce && !m.send) {
+          released_[mi] = 1;
+          --unreleased_[reduced_];
+        }
+      }
+    }
+    finish_accs(r.key);
+    ++reduced_;
+    any = true;
+  }
+  while (released_prefix_ < rounds_ && unreleased_[released_prefix_] == 0) ++released_prefix_;
+  return any;
 }
 
 void Run::go() {
@@ -619,61 +781,89 @@ void Run::go() {
   }
   fill();
   stats_.local_bytes += s_.local_bytes;
-  // Stage 1 on forwards what stage 0 wrote, reduced values included: the
-  // separate accumulators are stored before (store_once).
-  bool staged = false;
-  for (const auto& d : s_.direct) staged |= d.stage > 0;
-  for (const auto& r : s_.rounds) staged |= r.stage > 0;
-  const int64_t last = engine_detail::last_key(options_.last_stage);
-  if (s_.rounds.empty()) {
-    direct(std::min(engine_detail::round_key(1, 0) - 1, last));  // stage 0
-    reduce_ready(-1);
-    if (staged) store_once();
-    direct(last);
+  last_ = engine_detail::last_key(options_.last_stage);
+  rounds_ = 0;
+  while (rounds_ < s_.rounds.size() && s_.rounds[rounds_].key <= last_) ++rounds_;
+  directs_ = 0;
+  while (directs_ < s_.direct_rounds.size() && s_.direct_rounds[directs_].round <= last_) {
+    ++directs_;
   }
-  const size_t window = static_cast<size_t>(std::max(1, options_.max_batches_in_flight));
-  for (size_t ri = 0; ri < s_.rounds.size(); ++ri) {
-    const RoundPlan& r = s_.rounds[ri];
-    if (r.key > last) break;
-    // Direct copies of earlier rounds (same-process messages of rounds in
-    // which this process exchanges nothing with others) before this round's
-    // sends, which may read what they wrote (multi-stage plans); local
-    // pieces (round -1) read only sources and overlap the first round.
-    if (r.stage > 0) store_once();
-    if (ri > 0 || r.key > 0) direct(r.key - 1);
-    std::deque<InFlight> in_flight;
-    size_t next = 0;
-    const auto post_next = [&] {
-      copier_.set_in_flight(!in_flight.empty());
-      in_flight.push_back({next, post(ri, next)});
-      ++next;
-    };
-    while (next < r.steps.size() && in_flight.size() < window) post_next();
-    copier_.set_in_flight(true);
-    direct(r.key);  // this round's, while its transfers are in flight
-    if (ri == 0) reduce_ready(-1);
-    // Round r+1, as far as round r leaves its staging free.
-    packed_early_ = false;
-    pack_next(ri, -1);
-    copier_.flush();
-    while (!in_flight.empty()) {
-      wait(in_flight, ri);
-      const size_t step = in_flight.front().step;
-      in_flight.pop_front();
-      if (next < r.steps.size()) post_next();
-      copier_.set_in_flight(!in_flight.empty());
-      unpack(ri, step);
-      pack_next(ri, static_cast<int64_t>(step));
-      copier_.flush();
+  window_ = static_cast<size_t>(std::max(1, options_.max_batches_in_flight));
+  strict_ = info_.stream_ordered || !options_.overlap;
+  sequential_ = !options_.overlap;
+  done_.assign(s_.events(), 0);
+  released_.assign(s_.messages.size(), 0);
+  posted_.assign(s_.steps.size(), 0);
+  step_done_.assign(s_.steps.size(), 0);
+  chan_pos_.assign(s_.channel_steps.size(), 0);
+  steps_left_.assign(rounds_, 0);
+  unreleased_.assign(rounds_, 0);
+  round_overlapped_.assign(rounds_, 0);
+  uint32_t stages = 1;
+  for (const auto& st : s_.steps) stages = std::max(stages, st.stage + 1);
+  open_by_stage_.assign(stages, 0);
+  for (uint32_t g : s_.priority) {
+    const auto& st = s_.steps[g];
+    if (st.round >= rounds_) continue;
+    unposted_.push_back(g);
+    ++steps_left_[st.round];
+    ++open_by_stage_[st.stage];
+    for (size_t mi : s_.rounds[st.round].steps[st.step]) {
+      const EngineMessage& m = s_.messages[mi];
+      if (m.mode == EngineMessage::Mode::kStaged && m.bytes > 0) ++unreleased_[st.round];
     }
-    if (packed_early_) ++stats_.overlapped_rounds;
-    copier_.set_in_flight(false);
-    reduce_ready(r.key);
-    copier_.flush();
   }
-  if (staged) store_once();
-  direct(last);  // rounds after the last one with transfers
-  store_once();
+  // Reductions without contributions are finished at once (their store
+  // writes the identity; later stages write over it).
+  finish_accs(INT64_MIN);
+  bool started = false;
+  auto last_progress = Clock::now();
+  Backoff backoff;
+  for (;;) {
+    bool progress = post_ready();
+    progress |= run_ready_directs();
+    if (!started) {
+      // Summands read from source buffers, while the first batches fly.
+      started = true;
+      copier_.set_in_flight(!in_flight_.empty());
+      reduce_ready(-1);
+      copier_.flush();
+      finish_accs(-1);
+      progress = true;
+    }
+    progress |= test_in_flight();
+    progress |= reduce_completed_rounds();
+    if (unposted_.empty() && in_flight_.empty() && next_direct_ == directs_ &&
+        reduced_ == rounds_) {
+      break;
+    }
+    if (progress) {
+      last_progress = Clock::now();
+      backoff = Backoff();
+      continue;
+    }
+    if (in_flight_.empty()) {
+      fail(ErrorCode::kInternal, "execute: no step can start and none is in flight (" +
+                                     std::to_string(unposted_.size()) +
+                                     " steps left, direct round " + std::to_string(next_direct_) +
+                                     " of " + std::to_string(directs_) + ")");
+    }
+    if (Clock::now() - last_progress > std::chrono::duration<double>(options_.timeout_seconds)) {
+      timed_out();
+    }
+    backoff.pause();
+  }
+  copier_.set_in_flight(false);
+  if (next_contribution_ != s_.contributions.size()) {
+    fail(ErrorCode::kInternal, "execute: contributions left unreduced");
+  }
+  for (size_t a = 0; a < s_.accs.size(); ++a) {
+    if (!done_[s_.acc_event(a)]) {
+      store_acc(a);
+      done_[s_.acc_event(a)] = 1;
+    }
+  }
+  copier_.flush();
   transport_.finish(options_.timeout_seconds);
   stats_.rounds = static_cast<int32_t>(s_.rounds.size());
 }

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <climits>
 #include <limits>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 
 #include "exec/schedule/exec_common.h"
+#include "exec/schedule/stage_deps.h"
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
 
@@ -61,6 +63,13 @@ class Builder {
   void add_send(const Message& m, size_t i);
   void add_recv(const Message& m, size_t i);
   void build_rounds();
+  // Dependencies (overlapping stages): raw events of what a piece of a
+  // message of `stage` reads or writes, resolved to Schedule events by
+  // resolve_deps once the direct rounds are known.
+  void read_deps(const Piece& p, uint32_t stage, std::vector<uint64_t>& out);
+  void write_deps(const Piece& p, uint32_t stage, std::vector<uint64_t>& out);
+  uint32_t resolve(uint64_t raw) const;
+  void resolve_deps();
   void ready_for_entry(std::span<const size_t> order);
   void order_contributions();
 
@@ -80,6 +89,15 @@ class Builder {
   std::unordered_map<int64_t, size_t> deferred_blocks_;  // device -> work index
   uint64_t seq_ = 0;
   bool whole_ = false;  // every part of the plan (build_whole)
+  std::unique_ptr<stage_deps::WriterIndex> writers_;
+  std::vector<uint32_t> recv_msg_;               // part recvs index -> messages index
+  std::vector<std::vector<uint64_t>> raw_deps_;  // per message
+  std::vector<uint32_t> found_;                  // scratch
+  static constexpr uint64_t kRawMessage = uint64_t{0} << 62;
+  static constexpr uint64_t kRawRecv = uint64_t{1} << 62;  // an index in part recvs
+  static constexpr uint64_t kRawAcc = uint64_t{2} << 62;
+  static constexpr uint64_t kRawMask = (uint64_t{1} << 62) - 1;
+  static constexpr uint32_t kNoMessage = 0xffffffffu;
 };
 
 // Reserves `bytes` (8-aligned) in the work block of `device` of one kind.
@@ -222,6 +240,9 @@ void Builder::add_send(const Message& m, size_t i) {
           {nullptr, from(p, m.stage).box(p.src_entry), plan_.region(*part_, p), elem(p.tensor)});
     }
   }
+  std::vector<uint64_t> raw;
+  for (const Piece& p : pieces) read_deps(p, m.stage, raw);
+  raw_deps_.push_back(std::move(raw));
   s_.messages.push_back(std::move(e));
 }
 
@@ -239,6 +260,7 @@ void Builder::add_recv(const Message& m, size_t i) {
   }
   const int32_t peer = process_of(m.src_device);
   if (peer == process_) {
+    recv_msg_.push_back(kNoMessage);
     for (const Piece& p : pieces) {
       if (from(p, m.stage).device(p.src_entry) != m.src_device) {
         fail(ErrorCode::kInvalidArgument,
@@ -250,6 +272,10 @@ void Builder::add_recv(const Message& m, size_t i) {
   }
   EngineMessage e = engine_message(m, i, false, peer, pieces);
   const size_t index = s_.messages.size();
+  recv_msg_.push_back(static_cast<uint32_t>(index));
+  std::vector<uint64_t> raw;
+  for (const Piece& p : pieces) write_deps(p, m.stage, raw);
+  raw_deps_.push_back(std::move(raw));
   int64_t offset = 0;
   for (const Piece& p : pieces) {
     if (reduces(p.tensor) && m.stage == 0) {
@@ -308,7 +334,6 @@ void Builder::build_rounds() {
            std::tie(b.round, b.step, b.send, b.src, b.dst);
   });
   const size_t nslots = s_.slots.size();
-  std::vector<int32_t> step_of(s_.messages.size(), 0);
   for (size_t k = 0; k < keys.size(); ++k) {
     const Key& key = keys[k];
     if (s_.rounds.empty() || s_.rounds.back().key != key.round) {
@@ -325,7 +350,6 @@ void Builder::build_rounds() {
       r.steps.emplace_back();
     }
     r.steps.back().push_back(key.index);
-    step_of[key.index] = static_cast<int32_t>(r.steps.size() - 1);
     EngineMessage& m = s_.messages[key.index];
     if (m.mode == EngineMessage::Mode::kStaged) {
       m.offset = r.staged[m.slot];  // relative for now
@@ -360,41 +384,32 @@ void Builder::build_rounds() {
       }
     }
   }
-  // What of round i+1 can be packed while round i is in flight, and after
-  // which of round i's steps.
-  struct Held {
-    int64_t lo;
-    int64_t hi;
-    int32_t until;  // step index, or INT32_MAX: until the round's end
-  };
-  std::vector<std::vector<Held>> held(nslots);
-  for (size_t i = 0; i + 1 < s_.rounds.size(); ++i) {
-    RoundPlan& r = s_.rounds[i];
-    r.pack_next.assign(r.steps.size() + 1, {});
-    if (!options_.overlap) continue;
-    // A later stage forwards what this one receives: nothing of it is
-    // packed before this stage has completed.
-    if (s_.rounds[i + 1].stage != r.stage) continue;
-    for (auto& h : held) h.clear();
-    for (const auto& step : r.steps) {
-      for (size_t mi : step) {
-        const EngineMessage& m = s_.messages[mi];
-        if (m.mode != EngineMessage::Mode::kStaged || m.bytes == 0) continue;
-        // Summands reduce from staging after the round's last step.
-        const int32_t until = !m.send && m.has_reduce ? INT32_MAX : step_of[mi];
-        held[m.slot].push_back({m.offset, m.offset + m.bytes, until});
-      }
+  for (size_t i = 0; i < s_.rounds.size(); ++i) {
+    for (const auto& step : s_.rounds[i].steps) {
+      for (size_t mi : step) s_.messages[mi].round_index = i;
     }
-    for (const auto& step : s_.rounds[i + 1].steps) {
+  }
+  // Staging conflicts: a staged message of round i + 1 reuses the staging
+  // of round i - 1 (same end of the arena) and may overlap messages of
+  // round i; the engine posts it once those are released.
+  for (size_t i = 1; i < s_.rounds.size(); ++i) {
+    for (const auto& step : s_.rounds[i].steps) {
       for (size_t mi : step) {
-        const EngineMessage& m = s_.messages[mi];
-        if (!m.send || m.mode != EngineMessage::Mode::kStaged) continue;
-        int32_t after = -1;
-        for (const Held& h : held[m.slot]) {
-          if (h.lo < m.offset + m.bytes && m.offset < h.hi) after = std::max(after, h.until);
+        EngineMessage& m = s_.messages[mi];
+        m.conflict_begin = m.conflict_end = static_cast<uint32_t>(s_.conflicts.size());
+        if (m.mode != EngineMessage::Mode::kStaged || m.bytes == 0) continue;
+        for (const auto& prev_step : s_.rounds[i - 1].steps) {
+          for (size_t pi : prev_step) {
+            const EngineMessage& p = s_.messages[pi];
+            if (p.mode != EngineMessage::Mode::kStaged || p.bytes == 0 || p.slot != m.slot) {
+              continue;
+            }
+            if (p.offset < m.offset + m.bytes && m.offset < p.offset + p.bytes) {
+              s_.conflicts.push_back(static_cast<uint32_t>(pi));
+            }
+          }
         }
-        if (after == INT32_MAX) continue;
-        r.pack_next[static_cast<size_t>(after + 1)].push_back(mi);
+        m.conflict_end = static_cast<uint32_t>(s_.conflicts.size());
       }
     }
   }
@@ -537,6 +552,7 @@ void Builder::add_targets() {
         a.dst_entry = static_cast<uint32_t>(e);
         a.elements = spec.dst.box(e).volume();
         a.separate = !whole_ && !acc_is_elem(spec.dtype);
+        a.store_writes = a.separate || exec_detail::mean_divisor(spec) > 1;
         if (a.separate) {
           const int64_t bytes = a.elements * acc_size(spec.dtype);
           a.acc_block = work_block(acc_blocks_, spec.dst.device(e), bytes, &a.acc_offset);
@@ -687,18 +703,134 @@ void Builder::group_reductions() {
   s_.groups = std::move(groups);
 }
 
+// What piece `p` of a message of `stage` > 0 reads: destination entry
+// p.src_entry, written by receives and direct copies of earlier stages, or,
+// for a partial source, by the reduction (finished when stored).
+void Builder::read_deps(const Piece& p, uint32_t stage, std::vector<uint64_t>& out) {
+  if (stage == 0) return;
+  if (reduces(p.tensor)) {
+    const auto it = acc_of_.find(uint64_t{p.tensor} << 32 | p.src_entry);
+    if (it != acc_of_.end()) out.push_back(kRawAcc | it->second);
+  }
+  found_.clear();
+  writers_->writers(p.tensor, p.src_entry, plan_.region(*part_, p), stage, found_);
+  for (uint32_t r : found_) out.push_back(kRawRecv | r);
+}
+
+// A piece of a later stage writing into an entry whose reduction is stored
+// over the whole entry waits for that store.
+void Builder::write_deps(const Piece& p, uint32_t stage, std::vector<uint64_t>& out) {
+  if (stage == 0 || !reduces(p.tensor)) return;
+  const auto it = acc_of_.find(uint64_t{p.tensor} << 32 | p.dst_entry);
+  if (it != acc_of_.end() && s_.accs[it->second].store_writes) out.push_back(kRawAcc | it->second);
+}
+
+uint32_t Builder::resolve(uint64_t raw) const {
+  const uint64_t id = raw & kRawMask;
+  switch (raw & ~kRawMask) {
+    case kRawMessage:
+      return static_cast<uint32_t>(id);
+    case kRawAcc:
+      return static_cast<uint32_t>(s_.acc_event(id));
+    default: {
+      if (recv_msg_[id] != kNoMessage) return recv_msg_[id];
+      // A message between two devices of this process: its direct round.
+      const Message& m = part_->recvs[id];
+      const int64_t key = round_key(m.stage, m.round);
+      const auto it = std::lower_bound(s_.direct_rounds.begin(), s_.direct_rounds.end(), key,
+                                       [](const DirectRound& r, int64_t k) { return r.round < k; });
+      if (it == s_.direct_rounds.end() || it->round != key) {
+        fail(ErrorCode::kInternal, "engine: a relay reads a copy the schedule lacks");
+      }
+      return static_cast<uint32_t>(
+          s_.direct_event(static_cast<size_t>(it - s_.direct_rounds.begin())));
+    }
+  }
+}
+
+// Events of every step and direct round, channels, and the order the
+// engine tries the steps in.
+void Builder::resolve_deps() {
+  std::vector<uint64_t> raw;
+  std::vector<uint32_t> events;
+  for (DirectRound& r : s_.direct_rounds) {
+    raw.clear();
+    for (size_t i = r.begin; i < r.end; ++i) {
+      const DirectCopy& d = s_.direct[i];
+      read_deps(*d.piece, d.stage, raw);
+      write_deps(*d.piece, d.stage, raw);
+    }
+    events.clear();
+    for (uint64_t x : raw) events.push_back(resolve(x));
+    stage_deps::sort_unique(events);
+    r.dep_begin = static_cast<uint32_t>(s_.deps.size());
+    s_.deps.insert(s_.deps.end(), events.begin(), events.end());
+    r.dep_end = static_cast<uint32_t>(s_.deps.size());
+  }
+  for (size_t a = 0; a < s_.accs.size(); ++a) s_.accs[a].last_ready = INT64_MIN;
+  for (const Contribution& c : s_.contributions) {
+    s_.accs[c.acc].last_ready = std::max(s_.accs[c.acc].last_ready, c.ready);
+  }
+  s_.channel_steps.assign(2 * static_cast<size_t>(info_.size), {});
+  std::vector<uint32_t> chans;
+  for (size_t ri = 0; ri < s_.rounds.size(); ++ri) {
+    const RoundPlan& r = s_.rounds[ri];
+    for (size_t k = 0; k < r.steps.size(); ++k) {
+      StepPlan st;
+      st.round = ri;
+      st.step = k;
+      st.stage = r.stage;
+      events.clear();
+      chans.clear();
+      for (size_t mi : r.steps[k]) {
+        for (uint64_t x : raw_deps_[mi]) events.push_back(resolve(x));
+        const EngineMessage& m = s_.messages[mi];
+        chans.push_back(static_cast<uint32_t>(2 * m.peer + (m.send ? 1 : 0)));
+      }
+      stage_deps::sort_unique(events);
+      stage_deps::sort_unique(chans);
+      st.dep_begin = static_cast<uint32_t>(s_.deps.size());
+      s_.deps.insert(s_.deps.end(), events.begin(), events.end());
+      st.dep_end = static_cast<uint32_t>(s_.deps.size());
+      st.chan_begin = static_cast<uint32_t>(s_.step_channels.size());
+      s_.step_channels.insert(s_.step_channels.end(), chans.begin(), chans.end());
+      st.chan_end = static_cast<uint32_t>(s_.step_channels.size());
+      const auto id = static_cast<uint32_t>(s_.steps.size());
+      for (uint32_t c : chans) s_.channel_steps[c].push_back(id);
+      s_.steps.push_back(st);
+    }
+  }
+  s_.priority.resize(s_.steps.size());
+  for (size_t i = 0; i < s_.steps.size(); ++i) s_.priority[i] = static_cast<uint32_t>(i);
+  // Stream-ordered transports issue everything in (stage, round, step)
+  // order, the order every rank uses (NCCL groups must match); without
+  // overlap rounds run one after the other. Otherwise the engine tries a
+  // step of round r of stage s before those of round r + 2 of stage s - 1.
+  if (!info_.stream_ordered && options_.overlap) {
+    std::stable_sort(s_.priority.begin(), s_.priority.end(), [&](uint32_t a, uint32_t b) {
+      const StepPlan& x = s_.steps[a];
+      const StepPlan& y = s_.steps[b];
+      const uint64_t wx = uint64_t{x.stage} + s_.rounds[x.round].round;
+      const uint64_t wy = uint64_t{y.stage} + s_.rounds[y.round].round;
+      return wx < wy;
+    });
+  }
+}
+
 Schedule Builder::build() {
   s_.part = part_;
   exec_detail::validate_pieces(plan_, *part_, part_->local, "local");
   exec_detail::validate_pieces(plan_, *part_, part_->send_pieces, "send_pieces", &part_->sends);
   exec_detail::validate_pieces(plan_, *part_, part_->recv_pieces, "recv_pieces", &part_->recvs);
   add_targets();
+  writers_ = std::make_unique<stage_deps::WriterIndex>(plan_, *part_, true);
   for (size_t i = 0; i < part_->local.size(); ++i) add_local(i);
   for (size_t i = 0; i < part_->sends.size(); ++i) add_send(part_->sends[i], i);
   for (size_t i = 0; i < part_->recvs.size(); ++i) add_recv(part_->recvs[i], i);
   build_rounds();
   order_contributions();
   sort_direct();
+  resolve_deps();
   return std::move(s_);
 }
 

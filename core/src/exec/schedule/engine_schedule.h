@@ -16,6 +16,18 @@
 //  - Rounds, each cut into steps: step k pairs this rank with rank+k (sends)
 //    and rank-k (receives), so a step's operations match its peers' step k;
 //    the batches of a round are these steps, in ascending k.
+//  - Overlap of rounds and stages: a step is the unit the engine posts, and
+//    it may be posted before earlier rounds and stages completed, as soon as
+//    (a) the events it depends on are done — for the pieces a relay forwards
+//    (stage > 0), the receives and direct copies of earlier stages that wrote
+//    the regions they read (stage_deps.h), or the finished reduction of a
+//    partial source; for writes into an entry whose reduction is stored over
+//    it, that store; (b) its staging is free (conflicts below); (c) every
+//    earlier step (in (stage, round) order) with the same peer and direction
+//    was posted, so that both ends start the operations between two ranks in
+//    the same order. The engine tries steps in `priority` order: by
+//    stage + round, so that a relay forwards round r of stage 1 before it
+//    receives round r + 2 of stage 0.
 //  - Staging: one arena per local device, each round's staged messages at
 //    consecutive offsets in step order, even rounds upwards from the
 //    arena's start, odd rounds downwards from its end. Round r+1's first
@@ -95,6 +107,12 @@ struct EngineMessage {
   BufferRef in_place;             // kInPlace: the buffer ...
   int64_t in_place_offset = 0;    // ... and the byte offset in it
   int64_t offset = 0;             // kStaged: offset in its device's staging arena
+  size_t round_index = 0;         // index in Schedule::rounds
+  // kStaged: the staged messages of the previous round (Schedule::rounds)
+  // on the same device whose staging overlaps this one's:
+  // Schedule::conflicts[conflict_begin, conflict_end).
+  uint32_t conflict_begin = 0;
+  uint32_t conflict_end = 0;
   // kGather: one segment per piece, `buffer` null (set from the piece's
   // buffer when the message is posted).
   std::vector<Segment> segments;
@@ -116,11 +134,21 @@ struct RoundPlan {
   // device, destination device); empty steps are dropped.
   std::vector<std::vector<size_t>> steps;
   std::vector<int64_t> staged;  // per slot: staged bytes of the round
-  // Staged sends of the next round that can be packed while this round is
-  // in flight: pack_next[0] at once, pack_next[k + 1] once step k of this
-  // round completed (their staging no longer overlaps anything of this
-  // round still in use). The others are packed when their step is posted.
-  std::vector<std::vector<size_t>> pack_next;
+};
+
+// A step: the unit the engine posts (one batch), Schedule::steps in
+// (stage, round, step) order.
+struct StepPlan {
+  size_t round = 0;  // index in Schedule::rounds
+  size_t step = 0;   // index in RoundPlan::steps
+  uint32_t stage = 0;
+  // Events that must be done before it is posted: Schedule::deps[begin, end).
+  uint32_t dep_begin = 0;
+  uint32_t dep_end = 0;
+  // Its channels (2 * peer + 1 for sends, 2 * peer for receives):
+  // Schedule::step_channels[begin, end).
+  uint32_t chan_begin = 0;
+  uint32_t chan_end = 0;
 };
 
 // A piece copied between two buffers of this process.
@@ -136,6 +164,9 @@ struct DirectRound {
   int64_t round = -1;
   size_t begin = 0;
   size_t end = 0;
+  // Events that must be done before its copies run (Schedule::deps).
+  uint32_t dep_begin = 0;
+  uint32_t dep_end = 0;
 };
 
 // Whole-plan schedules: the contributions to one destination entry that are
@@ -190,6 +221,13 @@ struct AccTarget {
   // Whole-plan schedules: a replica of another entry (ReplicaCopy), not
   // reduced itself.
   bool replica = false;
+  // Per-process schedules: the last round key in which a contribution is
+  // reduced (INT64_MIN: none), after which the reduction is finished (and
+  // stored); the store writes the whole destination entry (a separate
+  // accumulator, or a mean's division), so writes of later stages into the
+  // entry wait for it.
+  int64_t last_ready = INT64_MIN;
+  bool store_writes = false;
 };
 
 // Whole-plan schedules: destination entry `to` of a tensor copied whole
@@ -219,6 +257,18 @@ struct Schedule {
   std::shared_ptr<const ProcessPart> owned_part;
   std::vector<EngineMessage> messages;
   std::vector<RoundPlan> rounds;  // ascending round
+  // Overlap (see the head of this file). Events: [0, messages) a message
+  // completed (a receive: and unpacked), then one per direct round (run),
+  // then one per accumulator (reduction finished and stored).
+  std::vector<StepPlan> steps;     // (stage, round, step) order
+  std::vector<uint32_t> priority;  // step indices in the order the engine tries them
+  std::vector<uint32_t> deps;      // event indices
+  std::vector<uint32_t> step_channels;
+  std::vector<std::vector<uint32_t>> channel_steps;  // per channel: its steps, in order
+  std::vector<uint32_t> conflicts;                   // message indices
+  size_t direct_event(size_t direct_round) const { return messages.size() + direct_round; }
+  size_t acc_event(size_t acc) const { return messages.size() + direct_rounds.size() + acc; }
+  size_t events() const { return messages.size() + direct_rounds.size() + accs.size(); }
   std::vector<DeviceSlot> slots;
   std::vector<DirectCopy> direct;           // tensors without a partial source, by round
   std::vector<DirectRound> direct_rounds;   // ascending round
