@@ -110,9 +110,10 @@ TEST(Simulate, HostLinkCapsTheNicsOfAHost) {
 }
 
 TEST(Simulate, RelayChainForwardsAfterItsChunkArrived) {
-  // 0 -> 1 (stage 0), 1 -> 2 (stage 1): 0.1 + 10, then 0.1 + 10 more.
+  // 0 -> 1 (stage 0), 1 -> 2 (stage 1, after it): 0.1 + 10, then 0.1 + 10
+  // more.
   const Topology t = hosts_of({{0, 0}, {1, 1}, {2, 2}, {3, 3}});
-  std::vector<SimMessage> m = {{0, 1, 0, 0, 1000}, {1, 2, 1, 0, 1000}};
+  std::vector<SimMessage> m = {{0, 1, 0, 0, 1000}, {1, 2, 1, 0, 1000, {0}}};
   SimResult r = simulate(t, cluster(0.1, 1e6, 100), m);
   EXPECT_NEAR(r.seconds, 20.2, 1e-9);
   ASSERT_EQ(r.per_stage.size(), 2u);
@@ -120,11 +121,56 @@ TEST(Simulate, RelayChainForwardsAfterItsChunkArrived) {
   EXPECT_NEAR(r.per_stage[1].start_seconds, 10.1, 1e-9);
   EXPECT_NEAR(r.per_stage[1].end_seconds, 20.2, 1e-9);
   // The relay also receives 2000 bytes from device 3 in stage 0: both share
-  // its NIC in (50 each) until 20.1, then 1000 bytes alone until 30.1; the
-  // forward starts only after that, although its own chunk came at 20.1.
+  // its NIC in (50 each) until 20.1, then 1000 bytes alone until 30.1. The
+  // forward waits for its own chunk only (20.1), not for the whole stage
+  // (30.1): it starts at 20.2 and ends at 30.2, not 40.2.
   m.push_back({3, 1, 0, 0, 2000});
   r = simulate(t, cluster(0.1, 1e6, 100), m);
-  EXPECT_NEAR(r.seconds, 40.2, 1e-9);
+  EXPECT_NEAR(r.seconds, 30.2, 1e-9);
+  // Without the dependency the forward has nothing to wait for.
+  m[1].after.clear();
+  EXPECT_NEAR(simulate(t, cluster(0.1, 1e6, 100), m).seconds, 30.1, 1e-9);
+}
+
+TEST(Simulate, PipelinedRelayChainForwardsRoundRWhileReceivingRoundRPlus1) {
+  // 0 -> 1 in 4 rounds of 1000 bytes (stage 0); 1 -> 2 forwards each round
+  // (stage 1, round j after stage 0's round j). NICs 100 B/s, alpha 0.1.
+  // Stage 0's rounds end at 10.1, 20.2, 30.3, 40.4. Stage 1's round j is
+  // ready when its chunk arrived and its round j - 1 ended: 10.1, 20.2,
+  // 30.3, 40.4, each 0.1 + 10 long: the last ends at 50.5 — a round more
+  // than stage 0, not a whole stage (80.8 when every forward waits for all
+  // of stage 0).
+  const Topology t = hosts_of({{0, 0}, {1, 1}, {2, 2}});
+  std::vector<SimMessage> m;
+  for (uint32_t j = 0; j < 4; ++j) m.push_back({0, 1, 0, j, 1000});
+  for (uint32_t j = 0; j < 4; ++j) m.push_back({1, 2, 1, j, 1000, {j}});
+  const SimResult r = simulate(t, cluster(0.1, 1e6, 100), m);
+  EXPECT_NEAR(r.seconds, 50.5, 1e-9);
+  ASSERT_EQ(r.per_stage.size(), 2u);
+  EXPECT_NEAR(r.per_stage[0].end_seconds, 40.4, 1e-9);
+  EXPECT_NEAR(r.per_stage[1].start_seconds, 10.1, 1e-9);
+  for (uint32_t j = 0; j < 4; ++j) m[4 + j].after = {3};  // stage barrier
+  EXPECT_NEAR(simulate(t, cluster(0.1, 1e6, 100), m).seconds, 80.8, 1e-9);
+}
+
+TEST(Simulate, DependenciesThatWaitOnALaterRoundAreAnError) {
+  // 0 -> 1 round 0 waits for 0 -> 1 round 1 of the same stage, which waits
+  // for round 0 to end: neither starts.
+  const Topology t = hosts_of({{0, 0}, {1, 1}});
+  try {
+    simulate(t, cluster(0, 1, 1), {{0, 1, 0, 0, 1, {1}}, {0, 1, 0, 1, 1}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(e.field(), "messages");
+  }
+  try {
+    simulate(t, cluster(0, 1, 1), {{0, 1, 0, 0, 1, {0}}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(e.field(), "messages[0].after");
+  }
 }
 
 TEST(Simulate, RoundsRunInOrderAndWaitForTheSlowestPeer) {
@@ -317,6 +363,44 @@ TEST(SimulateBound, PlanMessagesByPartEqualTheWholePlan) {
   std::sort(parts.begin(), parts.end(), less);
   EXPECT_EQ(whole, parts);
   EXPECT_FALSE(whole.empty());
+}
+
+// plan_messages gives each forwarded message the messages that brought
+// what it forwards: earlier stages, into the device that forwards.
+TEST(SimulateBound, ForwardsWaitForTheMessagesThatBroughtTheirData) {
+  const Spec s =
+      load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/relay_one_holder_3_hosts.json");
+  PlanInput in = s.input;
+  in.options.staging_budget_bytes = 64 << 10;  // several rounds per stage
+  const std::vector<SimMessage> m = plan_messages(make_plan(in));
+  int forwards = 0;
+  uint32_t max_stage = 0;
+  for (const SimMessage& x : m) {
+    max_stage = std::max(max_stage, x.stage);
+    if (x.stage == 0) {
+      EXPECT_TRUE(x.after.empty());
+      continue;
+    }
+    ++forwards;
+    EXPECT_FALSE(x.after.empty()) << x.src_device << " -> " << x.dst_device;
+    for (uint32_t a : x.after) {
+      ASSERT_LT(a, m.size());
+      EXPECT_LT(m[a].stage, x.stage);
+      EXPECT_EQ(m[a].dst_device, x.src_device);
+    }
+  }
+  EXPECT_EQ(max_stage, 2u);
+  EXPECT_GT(forwards, 0);
+  // Pipelined, the plan ends before the same messages with stage barriers.
+  const ClusterTopology c = cluster(1e-5, 1e9, 1e8);
+  std::vector<SimMessage> barrier = m;
+  for (SimMessage& x : barrier) {
+    x.after.clear();
+    if (x.stage == 0) continue;
+    for (uint32_t i = 0; i < barrier.size(); ++i)
+      if (m[i].stage < x.stage && m[i].dst_device == x.src_device) x.after.push_back(i);
+  }
+  EXPECT_LT(simulate(in.topology, c, m).seconds, simulate(in.topology, c, barrier).seconds);
 }
 
 TEST(SimulatePeers, Rank0BroadcastGathersThenPipelinesDownAChain) {

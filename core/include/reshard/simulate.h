@@ -18,12 +18,15 @@
 //  - the flows active at a moment share every link max-min fairly
 //    (progressive filling); rates change only when a flow starts or ends.
 //  - order as the engine executes a part (docs/distributed.md): each process
-//    works through the (stage, round) keys it has messages in, in order,
-//    and moves to the next key once all its messages of the current one
-//    (sent and received) completed. A message starts flowing alpha_seconds
-//    after both its processes reached its key. So a relay forwards (stage 1)
-//    only after every chunk it receives in stage 0 arrived, and a process
-//    waits for its slowest peer of a round before the next.
+//    works through the rounds of each stage in order, stages side by side:
+//    it moves to the next round of a stage once all its messages of the
+//    current one (sent and received) completed. A message starts flowing
+//    alpha_seconds after both its processes reached its round of its stage
+//    and every message in its `after` completed: what it forwards arrived.
+//    So a relay forwards round r (stage 1) as soon as the chunks it
+//    forwards arrived, while it still receives round r + 1 of stage 0, and
+//    a process waits for its slowest peer of a round before the next round
+//    of that stage.
 //  - local copies (a device to itself) take no time; α is paid per message.
 //  - a flow within a millionth of its bytes of its end at an event completes
 //    with it (equal flows split by a remainder byte end in one event).
@@ -81,6 +84,10 @@ struct SimMessage {
   uint32_t stage = 0;
   uint32_t round = 0;  // within its stage
   int64_t bytes = 0;
+  // Indices (in the same vector) of the messages that must complete before
+  // this one starts: for a message of a later stage, those that brought
+  // what it forwards (plan_messages derives them from the pieces).
+  std::vector<uint32_t> after = {};
   friend bool operator==(const SimMessage&, const SimMessage&) = default;
 };
 

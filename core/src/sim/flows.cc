@@ -56,6 +56,11 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
     if (m.src_device == m.dst_device)
       fail(ErrorCode::kInvalidArgument, "messages[" + std::to_string(i) + "]",
            "sends from device " + std::to_string(m.src_device) + " to itself");
+    for (uint32_t a : m.after)
+      if (a >= nm || a == i)
+        fail(ErrorCode::kInvalidArgument, "messages[" + std::to_string(i) + "].after",
+             "names message " + std::to_string(a) + " (" + std::to_string(nm) +
+                 " messages; not itself)");
   }
   // Every device of the topology counts for its host's NIC groups, plus any
   // device a message names that the topology lacks (host 0).
@@ -98,29 +103,46 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
   }
   const size_t nl = links.cap.size();
 
-  // Per process: its messages (sent or received) sorted by (stage, round),
-  // and the distinct keys it works through.
-  auto key_of = [&](size_t i) { return uint64_t{messages[i].stage} << 32 | messages[i].round; };
-  std::map<int32_t, std::vector<uint32_t>> by_proc_map;
+  // Per process and stage (a lane): its messages (sent or received) sorted
+  // by round, and the rounds it works through. Stages of a process run side
+  // by side; what a message of a later stage forwards is in its `after`.
+  std::map<std::pair<int32_t, uint32_t>, std::vector<uint32_t>> by_lane_map;
   for (size_t i = 0; i < nm; ++i) {
-    by_proc_map[src_proc[i]].push_back(static_cast<uint32_t>(i));
-    if (dst_proc[i] != src_proc[i]) by_proc_map[dst_proc[i]].push_back(static_cast<uint32_t>(i));
+    by_lane_map[{src_proc[i], messages[i].stage}].push_back(static_cast<uint32_t>(i));
+    if (dst_proc[i] != src_proc[i])
+      by_lane_map[{dst_proc[i], messages[i].stage}].push_back(static_cast<uint32_t>(i));
   }
-  struct Proc {
-    std::vector<uint32_t> msgs;  // sorted by key, then index
-    size_t pos = 0;              // first message of the current key
-    size_t end = 0;              // one past the current key's messages
-    int64_t pending = 0;         // of the current key, not yet completed
+  struct Lane {
+    std::vector<uint32_t> msgs;  // sorted by round, then index
+    size_t pos = 0;              // first message of the current round
+    size_t end = 0;              // one past the current round's messages
+    int64_t pending = 0;         // of the current round, not yet completed
   };
-  std::vector<Proc> procs;
-  std::unordered_map<int32_t, uint32_t> proc_index;
-  for (auto& [p, v] : by_proc_map) {
+  std::vector<Lane> lanes;
+  std::map<std::pair<int32_t, uint32_t>, uint32_t> lane_index;
+  for (auto& [key, v] : by_lane_map) {
     std::stable_sort(v.begin(), v.end(),
-                     [&](uint32_t a, uint32_t b) { return key_of(a) < key_of(b); });
-    proc_index[p] = static_cast<uint32_t>(procs.size());
-    procs.push_back({std::move(v), 0, 0, 0});
+                     [&](uint32_t a, uint32_t b) { return messages[a].round < messages[b].round; });
+    lane_index[key] = static_cast<uint32_t>(lanes.size());
+    lanes.push_back({std::move(v), 0, 0, 0});
   }
-  by_proc_map.clear();
+  by_lane_map.clear();
+  std::vector<std::array<uint32_t, 2>> lanes_of(nm);
+  for (size_t i = 0; i < nm; ++i) {
+    lanes_of[i][0] = lane_index.at({src_proc[i], messages[i].stage});
+    lanes_of[i][1] = dst_proc[i] == src_proc[i] ? lanes_of[i][0]
+                                                : lane_index.at({dst_proc[i], messages[i].stage});
+  }
+  // Dependencies: messages that wait for each one, and how many each waits for.
+  std::vector<uint32_t> deps_left(nm, 0);
+  std::vector<std::vector<uint32_t>> dependents(nm);
+  for (size_t i = 0; i < nm; ++i) {
+    std::vector<uint32_t> after = messages[i].after;
+    std::sort(after.begin(), after.end());
+    after.erase(std::unique(after.begin(), after.end()), after.end());
+    deps_left[i] = static_cast<uint32_t>(after.size());
+    for (uint32_t a : after) dependents[a].push_back(static_cast<uint32_t>(i));
+  }
   std::vector<uint8_t> ready_count(nm, 0);
   std::vector<double> ready_time(nm, 0), done_time(nm, -1);
 
@@ -130,23 +152,27 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
   const double alpha = cluster.alpha_seconds;
   double now = 0;
 
-  // Process `pi` enters its next key (if any): its messages of that key
-  // whose other end is there too become ready.
-  auto enter = [&](uint32_t pi) {
-    Proc& p = procs[pi];
+  // A message is ready once both its lanes reached its round and every
+  // message it depends on completed: it starts flowing α later.
+  auto maybe_ready = [&](uint32_t m) {
+    const uint8_t need = lanes_of[m][0] == lanes_of[m][1] ? 1 : 2;
+    if (ready_count[m] != need || deps_left[m] != 0) return;
+    ready_time[m] = now;
+    starts.emplace(now + alpha, m);
+  };
+  // Lane `li` enters its next round (if any).
+  auto enter = [&](uint32_t li) {
+    Lane& p = lanes[li];
     p.pos = p.end;
     if (p.pos >= p.msgs.size()) return;
-    const uint64_t k = key_of(p.msgs[p.pos]);
+    const uint32_t k = messages[p.msgs[p.pos]].round;
     p.end = p.pos;
-    while (p.end < p.msgs.size() && key_of(p.msgs[p.end]) == k) ++p.end;
+    while (p.end < p.msgs.size() && messages[p.msgs[p.end]].round == k) ++p.end;
     p.pending = static_cast<int64_t>(p.end - p.pos);
     for (size_t j = p.pos; j < p.end; ++j) {
       const uint32_t m = p.msgs[j];
-      const uint8_t need = src_proc[m] == dst_proc[m] ? 1 : 2;
-      if (++ready_count[m] == need) {
-        ready_time[m] = now;
-        starts.emplace(now + alpha, m);
-      }
+      ++ready_count[m];
+      maybe_ready(m);
     }
   };
 
@@ -215,15 +241,21 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
   };
 
   SimResult r;
+  size_t completed = 0;
   r.messages = static_cast<int64_t>(nm);
   for (const SimMessage& m : messages) r.bytes += m.bytes;
 
   auto complete = [&](uint32_t m) {
     done_time[m] = now;
-    for (const int32_t proc : {src_proc[m], dst_proc[m]}) {
-      const uint32_t pi = proc_index.at(proc);
-      if (--procs[pi].pending == 0) finished.push_back(pi);
-      if (src_proc[m] == dst_proc[m]) break;
+    ++completed;
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t li = lanes_of[m][static_cast<size_t>(k)];
+      if (--lanes[li].pending == 0) finished.push_back(li);
+      if (lanes_of[m][0] == lanes_of[m][1]) break;
+    }
+    for (uint32_t d : dependents[m]) {
+      --deps_left[d];
+      maybe_ready(d);
     }
   };
 
@@ -239,7 +271,7 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
     }
   };
 
-  for (uint32_t pi = 0; pi < procs.size(); ++pi) enter(pi);
+  for (uint32_t li = 0; li < lanes.size(); ++li) enter(li);
   while (!starts.empty() || !active.empty()) {
     // The next event: a start, or the first completion at current rates.
     double t_done = std::numeric_limits<double>::infinity();
@@ -270,21 +302,22 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
     }
     active.resize(kept);
     start_due();
-    // Processes whose key completed move on; entering may start messages
-    // (after α) or complete zero-byte ones, which may finish keys again.
+    // Lanes whose round completed move on; entering may start messages
+    // (after α) or complete zero-byte ones, which may finish rounds again.
     while (!finished.empty()) {
       std::vector<uint32_t> batch;
       batch.swap(finished);
       std::sort(batch.begin(), batch.end());
-      for (uint32_t pi : batch) enter(pi);
+      for (uint32_t li : batch) enter(li);
       start_due();
     }
     std::sort(active.begin(), active.end());
     allocate();
   }
-  for (size_t pi = 0; pi < procs.size(); ++pi)
-    if (procs[pi].pos < procs[pi].msgs.size())
-      fail(ErrorCode::kInternal, "simulate: a process stopped before its last round");
+  if (completed != nm)
+    fail(ErrorCode::kInvalidArgument, "messages",
+         std::to_string(nm - completed) +
+             " message(s) never start: their dependencies (after) and rounds wait on each other");
 
   r.seconds = now;
   r.events = events;

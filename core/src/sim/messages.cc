@@ -6,22 +6,66 @@
 #include <set>
 #include <tuple>
 
+#include "exec/schedule/stage_deps.h"
 #include "reshard/error.h"
 #include "reshard/simulate.h"
 
 namespace reshard {
 namespace {
 
-void append_sends(const ProcessPart& part, std::vector<SimMessage>& out) {
-  for (const Message& m : part.sends)
+using MessageKey = std::tuple<int64_t, int64_t, uint32_t, uint32_t>;  // src, dst, stage, round
+
+MessageKey key_of(const Message& m) { return {m.src_device, m.dst_device, m.stage, m.round}; }
+
+// Appends the sends of `part` (a part of `plan`) and, for each, the keys
+// of the messages it waits for: for a send of a later stage, the messages
+// the sending process received in earlier stages that wrote what its
+// pieces read (the engine's dependencies, engine_schedule.h; for a partial
+// source, the summands of the region rather than the whole reduction).
+void append_sends(const Plan& plan, const ProcessPart& part, std::vector<SimMessage>& out,
+                  std::vector<std::vector<MessageKey>>& after) {
+  const stage_deps::WriterIndex writers(plan, part, false);
+  std::vector<uint32_t> found;
+  for (const Message& m : part.sends) {
     out.push_back({m.src_device, m.dst_device, m.stage, m.round, m.bytes});
+    after.emplace_back();
+    if (m.stage == 0 || writers.empty()) continue;
+    found.clear();
+    for (uint64_t k = 0; k < m.num_pieces && m.first_piece + k < part.send_pieces.size(); ++k) {
+      const Piece& p = part.send_pieces[m.first_piece + k];
+      writers.writers(p.tensor, p.src_entry, plan.region(part, p), m.stage, found);
+    }
+    stage_deps::sort_unique(found);
+    for (uint32_t r : found) after.back().push_back(key_of(part.recvs[r]));
+  }
+}
+
+// Turns the keys of `after` into indices in `out`.
+void resolve_after(std::vector<SimMessage>& out,
+                   const std::vector<std::vector<MessageKey>>& after) {
+  std::vector<std::pair<MessageKey, uint32_t>> index(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const SimMessage& m = out[i];
+    index[i] = {{m.src_device, m.dst_device, m.stage, m.round}, static_cast<uint32_t>(i)};
+  }
+  std::sort(index.begin(), index.end());
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (const MessageKey& k : after[i]) {
+      const auto it = std::lower_bound(index.begin(), index.end(), k,
+                                       [](const std::pair<MessageKey, uint32_t>& e,
+                                          const MessageKey& v) { return e.first < v; });
+      if (it != index.end() && it->first == k) out[i].after.push_back(it->second);
+    }
+  }
 }
 
 }  // namespace
 
 std::vector<SimMessage> plan_messages(const Plan& plan) {
   std::vector<SimMessage> out;
-  for (const auto& [p, part] : plan.parts()) append_sends(part, out);
+  std::vector<std::vector<MessageKey>> after;
+  for (const auto& [p, part] : plan.parts()) append_sends(plan, part, out, after);
+  resolve_after(out, after);
   return out;
 }
 
@@ -31,6 +75,7 @@ std::vector<SimMessage> plan_messages_by_part(
   // The global part names the processes (statistics only, no pieces).
   const Plan global = make_plan(input, PlanRequest{PlanScope::kGlobal, 0, false});
   std::vector<SimMessage> out;
+  std::vector<std::vector<MessageKey>> after;
   const auto total = static_cast<int64_t>(global.processes().size());
   int64_t done = 0;
   for (int32_t p : global.processes()) {
@@ -38,9 +83,10 @@ std::vector<SimMessage> plan_messages_by_part(
     r.threads = threads;
     const Plan part_plan = make_plan(input, r);
     auto it = part_plan.parts().find(p);
-    if (it != part_plan.parts().end()) append_sends(it->second, out);
+    if (it != part_plan.parts().end()) append_sends(part_plan, it->second, out, after);
     if (parts_planned) parts_planned(++done, total);
   }
+  resolve_after(out, after);
   return out;
 }
 
@@ -96,6 +142,7 @@ std::vector<SimMessage> rank0_broadcast_messages(const PlanInput& input, int32_t
     }
   }
   for (auto [dev, bytes] : to_root) out.push_back({dev, root, 0, 0, bytes});
+  const auto gathered = static_cast<uint32_t>(out.size());
   // Stage 1, broadcast down a chain: root, then the destinations by (host,
   // device); chunk j crosses hop i in round i + j.
   std::vector<std::pair<int32_t, int64_t>> order;
@@ -112,6 +159,11 @@ std::vector<SimMessage> rank0_broadcast_messages(const PlanInput& input, int32_t
     for (int64_t j = 0; j < c; ++j) {
       const int64_t bytes = total / c + (j < total % c ? 1 : 0);
       out.push_back({prev, next, 1, static_cast<uint32_t>(i + j), bytes});
+      // The root forwards once everything was gathered; later hops follow
+      // the chain's rounds (chunk j reaches hop i in round i + j, after it
+      // crossed hop i - 1 in round i + j - 1).
+      if (i == 0)
+        for (uint32_t g = 0; g < gathered; ++g) out.back().after.push_back(g);
     }
     prev = next;
   }
