@@ -37,6 +37,7 @@ struct RunArgs {
   double max_gib = 4;
   int64_t max_plan_bytes = 0;  // PlanRequest::max_plan_bytes
   int32_t last_stage = -1;     // ExecuteOptions::last_stage
+  bool no_overlap = false;     // ExecuteOptions::overlap = false
 };
 
 // One rank's result, exchanged as a fixed-size record.
@@ -320,6 +321,7 @@ int run_mpi(const RunArgs& args, Spec spec) {
   options.timeout_seconds = args.timeout;
   options.packing = parse_packing(args.packing);
   options.last_stage = args.last_stage;
+  options.overlap = !args.no_overlap;
   std::vector<double> seconds;
   ExecuteStats stats;
   try {
@@ -433,6 +435,9 @@ Runner add_run_command(CLI::App& app) {
       ->capture_default_str();
   add_max_plan_bytes_option(cmd, args->max_plan_bytes);
   add_last_stage_option(cmd, args->last_stage);
+  cmd->add_flag("--no-overlap", args->no_overlap,
+                "run each round (of every stage) after the previous one completed, instead of "
+                "starting a batch as soon as what it reads arrived (ExecuteOptions::overlap)");
   cmd->footer(
       std::string(
           "Examples:\n"
