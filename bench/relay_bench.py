@@ -29,7 +29,10 @@ import tempfile
 from spec_tools import processes, run, scaled
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VARIANTS = [("single-hop", ["--no-relays", "--no-reduce-scatter"]), ("staged", [])]
+# (name, planner flags, engine flags): staged plans run with the engine's
+# overlap of stages off (each round after the previous one) and on.
+VARIANTS = [("single-hop", ["--no-relays", "--no-reduce-scatter"], []),
+            ("staged, no overlap", [], ["--no-overlap"]), ("staged", [], [])]
 
 
 def main():
@@ -52,20 +55,20 @@ def main():
             f = os.path.join(d, os.path.basename(path))
             json.dump(small, open(f, "w"))
             np = processes(small)
-            stats, times = {}, {name: [] for name, _ in VARIANTS}
-            for name, flags in VARIANTS:
+            stats, times = {}, {name: [] for name, _, _ in VARIANTS}
+            for name, flags, _ in VARIANTS:
                 stats[name] = json.loads(run([args.reshard, "plan", "--spec", f, "--format", "json",
                                               *flags]))["stats"]
             for _ in range(args.repeat):
-                for name, flags in VARIANTS:
+                for name, flags, run_flags in VARIANTS:
                     out = run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np),
                                args.reshard, "run", "--spec", f, "--transport", "mpi", "--format",
-                               "json", "--iters", str(args.iters), *flags], env)
+                               "json", "--iters", str(args.iters), *flags, *run_flags], env)
                     doc_out = json.loads(out[out.index("{"):])
                     if not doc_out["verified"]:
                         sys.exit(f"{path} {name}: not verified")
                     times[name].append(doc_out["median_seconds"])
-            for name, _ in VARIANTS:
+            for name, _, _ in VARIANTS:
                 s = stats[name]
                 rows.append((os.path.basename(path), np, name, s["stages"], s["network_bytes"],
                              s["cross_host_bytes"], s["lower_bound_cross_host_bytes"],

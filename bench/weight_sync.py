@@ -94,6 +94,8 @@ def main():
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--threads", default="0", help="reshard simulate --threads")
     ap.add_argument("--chunks", default="0", help="reshard simulate --chunks (0: 4 per hop)")
+    ap.add_argument("--budget", default="0",
+                    help="reshard simulate --budget (staging per device; 0: one round)")
     ap.add_argument("--render", metavar="DIR",
                     help="print the table of the *.result.json a previous run left in DIR")
     args = ap.parse_args()
@@ -113,7 +115,7 @@ def main():
         b.write(spec)
         t0 = time.time()
         p = subprocess.run([args.reshard, "simulate", "--spec", spec, "--topology", topo,
-                            "--format", "json", "--budget", "0", "--peers", args.peers,
+                            "--format", "json", "--budget", args.budget, "--peers", args.peers,
                             "--threads", args.threads, "--chunks", args.chunks],
                            capture_output=True, text=True)
         if p.returncode != 0:
@@ -125,6 +127,7 @@ def main():
         doc["tensors"] = len(b.tensors)
         doc["published"] = published
         doc["chunks"] = args.chunks
+        doc["budget"] = args.budget
         doc["topology_file"] = os.path.basename(topo)
         train = {d for n, m in b.meshes.items() if n != "infer" for d in m["devices"]}
         infer = set(b.meshes["infer"]["devices"])
