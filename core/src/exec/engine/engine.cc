@@ -819,9 +819,15 @@ void Run::go() {
   bool started = false;
   auto last_progress = Clock::now();
   Backoff backoff;
+  // What may start changes only when something completed, ran or was
+  // posted: idle polls test the batches in flight and nothing else.
+  bool changed = true;
   for (;;) {
-    bool progress = post_ready();
-    progress |= run_ready_directs();
+    bool progress = false;
+    if (changed) {
+      progress |= post_ready();
+      progress |= run_ready_directs();
+    }
     if (!started) {
       // Summands read from source buffers, while the first batches fly.
       started = true;
@@ -833,6 +839,7 @@ void Run::go() {
     }
     progress |= test_in_flight();
     progress |= reduce_completed_rounds();
+    changed = progress;
     if (unposted_.empty() && in_flight_.empty() && next_direct_ == directs_ &&
         reduced_ == rounds_) {
       break;
