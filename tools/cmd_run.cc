@@ -50,6 +50,14 @@ struct RankResult {
   int64_t staging_peak = 0;
   int64_t bytes_sent = 0;
   int64_t rounds = 0;
+  double wait_seconds = 0;  // ExecuteStats::wait_seconds of the last iteration
+  int64_t overlapped_stage_batches = 0;
+};
+
+// Where ranks waited in the last iteration (ExecuteStats), for profiling.
+struct RankWaits {
+  std::vector<double> wait_seconds;  // per rank
+  int64_t overlapped_stage_batches = 0;
 };
 
 double median(std::vector<double> v) {
@@ -117,7 +125,8 @@ double shard_bytes(const PlanInput& input) {
 
 void print_result(const RunArgs& args, const Plan& plan, int ranks,
                   const std::vector<double>& seconds, bool verified, int64_t elements,
-                  int64_t mismatches, int64_t staging_peak, const std::string& note) {
+                  int64_t mismatches, int64_t staging_peak, const std::string& note,
+                  const RankWaits& waits = {}) {
   const int64_t network = plan.has_stats() ? plan.stats().network_bytes : 0;
   const double med = median(seconds);
   const double rate = med > 0 ? static_cast<double>(network) / med : 0;
@@ -139,6 +148,10 @@ void print_result(const RunArgs& args, const Plan& plan, int ranks,
     j["staging_peak_bytes"] = staging_peak;
     j["fingerprint"] = hex64(plan.fingerprint());
     if (!note.empty()) j["note"] = note;
+    if (!waits.wait_seconds.empty()) {
+      j["rank_wait_seconds"] = waits.wait_seconds;
+      j["overlapped_stage_batches"] = waits.overlapped_stage_batches;
+    }
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "run: " << plan.tensors().size() << " tensors over " << ranks << " rank(s) ("
@@ -348,6 +361,8 @@ int run_mpi(const RunArgs& args, Spec spec) {
   mine_result.staging_peak = stats.staging_peak_bytes;
   mine_result.bytes_sent = stats.bytes_sent;
   mine_result.rounds = stats.rounds;
+  mine_result.wait_seconds = stats.wait_seconds;
+  mine_result.overlapped_stage_batches = stats.overlapped_stage_batches;
   // Per rank: the result record, then its iteration times.
   std::vector<std::byte> record(sizeof(RankResult) + seconds.size() * sizeof(double));
   std::memcpy(record.data(), &mine_result, sizeof(RankResult));
@@ -360,9 +375,12 @@ int run_mpi(const RunArgs& args, Spec spec) {
   int64_t elements = 0, mismatches = 0, staging_peak = 0;
   std::vector<double> slowest(seconds.size(), 0.0);
   std::vector<int> bad;
+  RankWaits waits;
   for (int r = 0; r < size; ++r) {
     RankResult rr;
     std::memcpy(&rr, all[static_cast<size_t>(r)].data(), sizeof(RankResult));
+    waits.wait_seconds.push_back(rr.wait_seconds);
+    waits.overlapped_stage_batches += rr.overlapped_stage_batches;
     verified = verified && rr.verified;
     if (!rr.verified) bad.push_back(r);
     elements += rr.elements;
@@ -376,7 +394,8 @@ int run_mpi(const RunArgs& args, Spec spec) {
     }
   }
   if (rank == 0) {
-    print_result(args, plan, size, slowest, verified, elements, mismatches, staging_peak, note);
+    print_result(args, plan, size, slowest, verified, elements, mismatches, staging_peak, note,
+                 waits);
   }
   if (!verified) {
     std::string list;

@@ -349,6 +349,8 @@ TEST(EngineOverlap, LateSummandsDoNotOverwriteForwardedParts) {
       const RunResult r = run_threads(in, 5, 0, gather, options, slow);
       EXPECT_TRUE(r.error.empty()) << r.error;
       EXPECT_TRUE(r.report.ok()) << "slow rank " << rank << ": " << describe(r.report);
+      // It waited for its late summands (ExecuteStats::wait_seconds).
+      EXPECT_GT(r.stats[static_cast<size_t>(rank)].wait_seconds, 0);
     }
   }
 }

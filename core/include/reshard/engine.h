@@ -134,6 +134,9 @@ struct ExecuteStats {
   // process had not completed yet: relays forwarding while still receiving
   // (ExecuteOptions::overlap).
   int64_t overlapped_stage_batches = 0;
+  // Time with batches in flight and nothing else to do: waiting for peers
+  // (where a rank waits, for profiling).
+  double wait_seconds = 0;
 };
 
 struct EngineOptions {

@@ -818,6 +818,7 @@ void Run::go() {
   finish_accs(INT64_MIN);
   bool started = false;
   auto last_progress = Clock::now();
+  bool idle = false;  // since last_progress
   Backoff backoff;
   // What may start changes only when something completed, ran or was
   // posted: idle polls test the batches in flight and nothing else.
@@ -845,10 +846,14 @@ void Run::go() {
       break;
     }
     if (progress) {
-      last_progress = Clock::now();
+      const auto now = Clock::now();
+      if (idle) stats_.wait_seconds += std::chrono::duration<double>(now - last_progress).count();
+      idle = false;
+      last_progress = now;
       backoff = Backoff();
       continue;
     }
+    idle = true;
     if (in_flight_.empty()) {
       fail(ErrorCode::kInternal, "execute: no step can start and none is in flight (" +
                                      std::to_string(unposted_.size()) +
@@ -860,6 +865,7 @@ void Run::go() {
     }
     backoff.pause();
   }
+  if (idle) stats_.wait_seconds += seconds_since(last_progress);
   copier_.set_in_flight(false);
   if (next_contribution_ != s_.contributions.size()) {
     fail(ErrorCode::kInternal, "execute: contributions left unreduced");
