@@ -84,8 +84,12 @@ typedef struct reshard_mpi_executor_options {
   double timeout_seconds;
   reshard_agreement_t agreement; /* default RESHARD_AGREEMENT_FIRST_USE */
   reshard_packing_t packing;     /* default RESHARD_PACKING_AUTO (gathers) */
-  /* Non-zero (default): pack round r+1 while round r is in flight, when
-   * both fit the plan's staging budget (reshard_plan_options_t). */
+  /* Non-zero (default): rounds and stages overlap: a batch starts once
+   * what it reads has arrived and its staging is free (a relay forwards
+   * round r while it receives round r+1; round r+1 is packed while round r
+   * is in flight, when both fit the plan's staging budget,
+   * reshard_plan_options_t). Zero: each round starts after the previous
+   * one (of every stage) completed. */
   int32_t overlap;
   int32_t reserved0; /* set to 0; keeps the struct free of tail padding */
   /* The backend library to load: a file name or path (copied). NULL: the
