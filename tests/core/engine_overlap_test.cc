@@ -28,6 +28,8 @@
 namespace reshard {
 namespace {
 
+constexpr int32_t kEveryRank = -2;
+
 struct Event {
   bool send = false;  // a send started; else a receive delivered
   int32_t src = 0;
@@ -52,10 +54,12 @@ struct Hub {
   std::mt19937_64 rng;
   int32_t max_delay;
   // The first `slow_first` messages of every channel into rank `slow_rank`
-  // wait `slow_polls` polls (its stage-0 receives come late).
+  // wait `slow_polls` polls (its stage-0 receives come late); with
+  // `slow_after`, those after the first `slow_first` do.
   int32_t slow_rank = -1;
   int32_t slow_first = 0;
   int32_t slow_polls = 0;
+  bool slow_after = false;
   std::map<std::pair<int32_t, int32_t>, int32_t> matched;
   std::map<std::pair<int32_t, int32_t>, std::deque<std::vector<std::byte>>> mail;
   std::map<std::pair<int32_t, int32_t>, std::deque<std::shared_ptr<Slot>>> posted;
@@ -82,7 +86,10 @@ struct Hub {
       m.pop_front();
       s->matched = true;
       s->polls_left = static_cast<int32_t>(rng() % static_cast<uint64_t>(max_delay + 1));
-      if (dst == slow_rank && matched[{src, dst}]++ < slow_first) s->polls_left = slow_polls;
+      const bool early = matched[{src, dst}]++ < slow_first;
+      if ((dst == slow_rank || slow_rank == kEveryRank) && early != slow_after) {
+        s->polls_left = slow_polls;
+      }
     }
   }
 };
@@ -224,9 +231,10 @@ struct RunResult {
 // part, and checks every destination element written by stages
 // 0..options.last_stage.
 struct Slow {
-  int32_t rank = -1;
+  int32_t rank = -1;  // kEveryRank: every rank
   int32_t first = 0;
   int32_t polls = 0;
+  bool after = false;
 };
 
 RunResult run_threads(const PlanInput& input, uint64_t seed, int32_t max_delay, bool gather,
@@ -238,6 +246,7 @@ RunResult run_threads(const PlanInput& input, uint64_t seed, int32_t max_delay, 
   hub.slow_rank = slow.rank;
   hub.slow_first = slow.first;
   hub.slow_polls = slow.polls;
+  hub.slow_after = slow.after;
   OracleBuffers buffers = fill_sources(full);
   const std::vector<TensorBuffers> views = buffers.views();
   RunResult out;
@@ -355,30 +364,32 @@ TEST(EngineOverlap, LateSummandsDoNotOverwriteForwardedParts) {
   }
 }
 
-// The relays of host 1 (ranks 2 and 3) forward stage 1 while stage 0 still
-// arrives: a relay's first forward starts before its last stage-0 receive
-// is delivered, and the engine counts batches posted that way. Without
-// overlap, neither happens.
+// One holder (rank 0) feeds 3 hosts (ranks 1-3): each host's leader takes
+// a part in (stage 0) and forwards it to the other leaders (stage 1). The
+// relays forward while stage 0 still arrives: every message after the
+// first of each channel is delivered late, so a relay's first forward
+// starts before its last stage-0 receive is delivered, and the engine
+// counts batches posted that way. Without overlap, neither happens.
 TEST(EngineOverlap, RelaysForwardWhileTheyStillReceive) {
-  const PlanInput in = spec_input("relay_pipeline_replicated.json", 2048);
+  const PlanInput in = spec_input("relay_one_holder_3_hosts.json", 16384);
   for (bool overlap : {true, false}) {
     ExecuteOptions options;
     options.timeout_seconds = 60;
     options.overlap = overlap;
-    const RunResult r = run_threads(in, 7, 20, true, options);
+    const RunResult r = run_threads(in, 7, 5, true, options, Slow{kEveryRank, 1, 400, true});
     ASSERT_TRUE(r.error.empty()) << r.error;
     ASSERT_TRUE(r.report.ok()) << describe(r.report);
     int64_t overlapped = 0;
     bool forwarded_early = false;
-    for (int32_t relay : {2, 3}) {
+    for (int32_t relay : {1, 2, 3}) {
       overlapped += r.stats[static_cast<size_t>(relay)].overlapped_stage_batches;
       EXPECT_GT(r.stats[static_cast<size_t>(relay)].rounds, 4) << "too few rounds to pipeline";
-      // Host 1's ranks hold no source: all they send is stage 1.
+      // The relays hold no source: all they send is of stage 1 or 2.
       size_t first_send = r.log.size(), last_stage0 = 0;
       for (size_t i = 0; i < r.log.size(); ++i) {
         const Event& e = r.log[i];
         if (e.send && e.src == relay && first_send == r.log.size()) first_send = i;
-        if (!e.send && e.dst == relay && e.src < 2) last_stage0 = i;
+        if (!e.send && e.dst == relay && e.src == 0) last_stage0 = i;
       }
       forwarded_early |= first_send < last_stage0;
     }

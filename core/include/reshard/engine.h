@@ -52,7 +52,8 @@ struct ExecuteOptions {
   // (Transport::abort).
   double timeout_seconds = 300;
   // Batches (one round's messages to and from at most two peers, see
-  // docs/distributed.md) in flight at once; at least 1.
+  // docs/distributed.md) of one stage in flight at once (receives of later
+  // rounds in flight do not hold back what relays forward); at least 1.
   int32_t max_batches_in_flight = 8;
   // When ranks compare plan fingerprints and dtypes before executing:
   // before the first execution of a plan on this engine (default), before

@@ -356,6 +356,7 @@ class Run {
   std::vector<size_t> unreleased_;  // per round: staged messages not released
   std::vector<uint8_t> round_overlapped_;
   std::vector<int64_t> open_by_stage_;  // steps not completed, per stage
+  std::vector<size_t> in_flight_by_stage_;
   std::vector<InFlight> in_flight_;
   size_t released_prefix_ = 0;  // leading rounds whose staging is all free
   size_t reduced_ = 0;          // leading rounds completed and reduced
@@ -630,7 +631,9 @@ bool Run::postable(uint32_t g) const {
   const engine_detail::StepPlan& st = s_.steps[g];
   if (posted_[g]) return false;
   if (sequential_ && reduced_ < st.round) return false;
-  if (in_flight_.size() >= window_ && st.round != first_open_) return false;
+  // The window is per stage, so that receives of later rounds in flight do
+  // not hold back what a relay forwards.
+  if (in_flight_by_stage_[st.stage] >= window_ && st.round != first_open_) return false;
   for (uint32_t i = st.chan_begin; i < st.chan_end; ++i) {
     // g is in channel c, at or after its position.
     const uint32_t c = s_.step_channels[i];
@@ -670,6 +673,7 @@ bool Run::post_ready() {
       }
       copier_.set_in_flight(!in_flight_.empty());
       in_flight_.push_back({g, post(st.round, st.step)});
+      ++in_flight_by_stage_[st.stage];
       posted_[g] = 1;
       for (uint32_t k = st.chan_begin; k < st.chan_end; ++k) ++chan_pos_[s_.step_channels[k]];
       any = true;
@@ -723,6 +727,7 @@ void Run::complete(uint32_t g) {
   }
   step_done_[g] = 1;
   --open_by_stage_[st.stage];
+  --in_flight_by_stage_[st.stage];
   --steps_left_[st.round];
   while (first_open_ < rounds_ && steps_left_[first_open_] == 0) ++first_open_;
 }
@@ -802,6 +807,7 @@ void Run::go() {
   uint32_t stages = 1;
   for (const auto& st : s_.steps) stages = std::max(stages, st.stage + 1);
   open_by_stage_.assign(stages, 0);
+  in_flight_by_stage_.assign(stages, 0);
   for (uint32_t g : s_.priority) {
     const auto& st = s_.steps[g];
     if (st.round >= rounds_) continue;
