@@ -9,6 +9,9 @@ Methods, per case:
            previous outputs are freed (what a weight-sync loop sees)
   fresh    the same with reuse_buffers=False: new host memory every call
            (page faults included), like a first call with a cached plan
+  C exec   of the warm time, the reshard_executor_execute call alone (the
+           rest of the warm time is Python: flattening, cache lookup, source
+           addresses, output arrays)
   plan     planning time of the case (once; not in the other columns)
   C++      the same spec (reshard.jax.spec_for of the case) run by the CLI,
            `reshard run --spec F --transport local --iters 3 --warmup 1`:
@@ -95,6 +98,18 @@ def materialize(tree):
     return out
 
 
+_EXEC_TIMES = []
+
+
+def _timed_execute_table(self, table, _inner=reshard.Executor._execute_table):
+    t0 = time.perf_counter()
+    _inner(self, table)
+    _EXEC_TIMES.append(time.perf_counter() - t0)
+
+
+reshard.Executor._execute_table = _timed_execute_table
+
+
 def run_method(f, tree):
     t0 = time.perf_counter()
     y = f(tree)
@@ -133,7 +148,7 @@ def main():
     side = int((args.gib * 2**30 / 4) ** 0.5) // 8 * 8
     print(f"JAX {jax.__version__}, reshard {reshard.__version__} ({reshard.LIBRARY_PATH}), "
           f"{os.cpu_count()} cores, 8 CPU devices, large arrays f32 [{side}, {side}], "
-          f"median of {args.repeat}, interleaved")
+          f"median of {args.repeat}, interleaved; load average %.2f %.2f %.2f" % os.getloadavg())
     rows = []
     tmp = tempfile.mkdtemp()
     for name, (spec, targets), large in cases(side):
@@ -156,6 +171,7 @@ def main():
             assert np.array_equal(np.asarray(got[k]), np.asarray(want[k])), (name, k)
         del got, want
         times = {m: [] for m in list(methods) + (["cpp"] if cli else [])}
+        exec_times = []
         for m, f in methods.items():
             run_method(f, tree)
         gc.collect()
@@ -170,18 +186,22 @@ def main():
                 if m == "cpp":
                     times[m].append(cli())
                     continue
+                _EXEC_TIMES.clear()
                 dt, y = run_method(methods[m], tree)
                 times[m].append(dt)
+                if m == "warm":
+                    exec_times.append(sum(_EXEC_TIMES))
                 del y
         gc.enable()
         med = {m: statistics.median(v) for m, v in times.items()}
+        med["exec"] = statistics.median(exec_times)
         rows.append((name, nbytes, len(tree), med, plan_s, large))
         del tree
         gc.collect()
     print()
     print("| case | tensors | MiB | jax.device_put ms | reshard warm ms | reshard fresh ms | "
-          "JAX / warm | JAX / fresh | plan ms | C++ run ms | warm / C++ |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "JAX / warm | JAX / fresh | C exec ms (of warm) | plan ms | C++ run ms | warm / C++ |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     worst, cpp_large = [], []
     for name, nbytes, n, med, plan_s, large in rows:
         c = med.get("cpp")
@@ -192,8 +212,9 @@ def main():
         c_ratio = "" if c is None else f"{med['warm'] / c:.2f}"
         print(f"| {name} | {n} | {nbytes / 2**20:.0f} | {med['jax']*1e3:.2f} | {med['warm']*1e3:.2f} | "
               f"{med['fresh']*1e3:.2f} | {med['jax']/med['warm']:.2f}x | {med['jax']/med['fresh']:.2f}x | "
-              f"{plan_s*1e3:.1f} | {c_ms} | {c_ratio} |")
-    print(f"\nsmallest JAX / reshard ratio over both reshard columns: {min(worst):.2f}x")
+              f"{med['exec']*1e3:.2f} | {plan_s*1e3:.1f} | {c_ms} | {c_ratio} |")
+    print("\nload average at the end: %.2f %.2f %.2f" % os.getloadavg())
+    print(f"smallest JAX / reshard ratio over both reshard columns: {min(worst):.2f}x")
     if cpp_large:
         print(f"large single arrays, reshard warm / C++: {min(cpp_large):.2f} to {max(cpp_large):.2f}")
     if not os.path.exists(os.path.join(args.build, "tools", "reshard")):
