@@ -187,6 +187,38 @@ def test_output_memory_reused_only_once_free(fast, monkeypatch):
         assert_same(y4[k], jax.device_put(tree[k] * 5, targets[k]))
 
 
+def test_concurrent_calls_of_one_plan():
+    """Threads calling one Resharder on trees of one structure at once (one
+    cached plan): each call has its own addresses and its own output memory."""
+    import threading
+    d = jax.devices()
+    m = Mesh(np.array(d), ("x",))
+    base = {f"w{i}": make((64, 32), jnp.float32, NamedSharding(m, P("x")), i) for i in range(4)}
+    targets = NamedSharding(Mesh(np.array(d[::-1]), ("y",)), P(None, "y"))
+    r = rj.Resharder(targets)
+    r(base)
+    inputs = [jax.tree.map(lambda a, k=k: a + k, base) for k in range(8)]
+    wants = [{n: np.asarray(a) for n, a in t.items()} for t in inputs]
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(25):
+                got = r(inputs[k])
+                for n, a in got.items():
+                    if not np.array_equal(np.asarray(a), wants[k][n]):
+                        errors.append((k, n))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
+    assert len(r._cache) == 1
+
+
 @pytest.mark.parametrize("fast", [True, False])
 def test_batched_outputs_and_public_fallback(fast, monkeypatch):
     """Outputs made by one batched_device_put per array (the fast path JAX
