@@ -209,14 +209,16 @@ class _Slab:
         self.view_refs = 0
         self.mem_refs = sys.getrefcount(self.mem)
 
-    def make_views(self, specs: List[Any]) -> None:
+    def make_views(self, specs: List[Any], pooled: bool) -> None:
         """Views per output array (``specs``: per array ``(dtype, [(offset,
-        shape), ...])``), and the reference counts of an allocation nobody
-        else holds, measured now (every view of the memory refers to
-        ``mem``, and JAX keeps the views it was given)."""
+        shape), ...])``), and for a pooled allocation the reference counts
+        of one nobody else holds, measured now (every view of the memory
+        refers to ``mem``, and JAX keeps the views it was given)."""
         nd, pad = np.ndarray, self.addr - self.mem.__array_interface__["data"][0]
         self.views = [[nd(shape, dt, self.mem, pad + off) for off, shape in views]
                       for dt, views in specs]
+        if not pooled:
+            return
         self.mem_refs = sys.getrefcount(self.mem)
         self.view_refs = max(map(sys.getrefcount, itertools.chain.from_iterable(self.views)),
                              default=0)
@@ -391,7 +393,7 @@ class _Prepared:
                 if len(self._pool) > 4:
                     self._pool.pop(0)
         if self._fast:
-            slab.make_views(self.out_views)
+            slab.make_views(self.out_views, self.reuse)
         return slab
 
     def run(self, leaves: List[Any]) -> List[Any]:
