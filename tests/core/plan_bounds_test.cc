@@ -523,6 +523,41 @@ TEST(PlanBounds, PartialSumNeedsOneValuePerElement) {
   EXPECT_TRUE(check_destinations(plan, buffers).ok());
 }
 
+// psum over 4 hosts of 2 devices each, replicated destination: the
+// reduce-scatter's gather enters each host once (the reducer sends its
+// reduced part to its host mate and to one leader per other host, which
+// fans it out), not once per device.
+TEST(PlanBounds, PartialSumGatherEntersEachHostOnce) {
+  std::vector<int32_t> hosts(8);
+  for (int32_t d = 0; d < 8; ++d) hosts[static_cast<size_t>(d)] = d / 2;
+  auto m = mesh({"dp", "k"}, {4, 2}, 0);
+  PlanInput in =
+      one_tensor({256, 64}, DType::kF32, named(m, {{}, {}}, {"dp"}), named(m, {{}, {}}), hosts);
+  in.options.alpha_seconds = 0;  // parts as small as 4 KiB
+  const int64_t V = 256 * 64 * 4;
+  const Plan plan = make_plan(in);
+  const PlanStats& st = plan.stats();
+  // Stage 0: each of the 8 parts' reducer takes in the 3 summands of other
+  // hosts; then each reduced part crosses to the 3 other hosts once.
+  EXPECT_EQ(st.cross_host_bytes, 3 * V + 3 * V);
+  EXPECT_EQ(st.stages, 3);
+  EXPECT_EQ(st.max_host_recv_bytes, 3 * V / 4 + 3 * V / 4);
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views);
+  EXPECT_TRUE(check_destinations(plan, buffers).ok());
+  for (int32_t p : plan.processes()) {
+    const Plan one = make_plan(in, {PlanScope::kProcess, p, false});
+    ASSERT_EQ(one.part(p), plan.part(p)) << "process " << p;
+  }
+  // Without relays the gather goes to every device of every other host.
+  PlanInput direct = in;
+  direct.options.relays = false;
+  const PlanStats d = make_plan(direct, {PlanScope::kGlobal}).stats();
+  EXPECT_EQ(d.cross_host_bytes, 3 * V + 6 * V);
+  EXPECT_EQ(d.stages, 2);
+}
+
 // Replicas of a shard on one host share the sending: each of the 8 source
 // devices sends a quarter of what tp=4 needs from its shard.
 TEST(PlanBounds, ReplicasOnOneHostShareTheLoad) {

@@ -83,7 +83,9 @@ struct CellHosts {
 struct Route {
   // Reduce-scatter (PlanOptions::reduce_scatter, partial sources): part j's
   // reducer, an entry of the cell, receives every summand of it (stage 0)
-  // and forwards the reduced part to the cell's other entries (stage 1).
+  // and forwards the reduced part to the cell's other entries (stage 1);
+  // with relays, to one entry per other host (its leader for part j,
+  // stage 1), which fans it out inside its host (stage 2).
   bool reduce = false;
   uint32_t cell_first = 0, cell_count = 0;  // the cell's entries in Geometry::cell_entries
   bool cross = false;
@@ -250,6 +252,21 @@ class Enumerator {
   // The reducer of part j (reduce routes).
   uint32_t reducer(const TensorCtx& t, const Route& r, size_t j) const {
     return t.dg->cell_entries[r.cell_first + (j + r.rot) % r.cell_count];
+  }
+  // The CellHosts index of destination entry e's host in e's cell.
+  size_t host_slot(const TensorCtx& t, uint32_t e) {
+    const CellHosts& ch = cell_hosts(t);
+    const auto c = static_cast<size_t>(t.dg->cell_of_entry[e]);
+    const auto b = ch.hosts.begin() + static_cast<std::ptrdiff_t>(ch.cell_offsets[c]);
+    const auto end = ch.hosts.begin() + static_cast<std::ptrdiff_t>(ch.cell_offsets[c + 1]);
+    return static_cast<size_t>(std::lower_bound(b, end, t.dt->host[e]) - ch.hosts.begin());
+  }
+  // Reduce routes with relays: the entry on the host at CellHosts index
+  // `hi` that takes part j in from its reducer on another host and fans it
+  // out inside the host (the gather enters each host once).
+  uint32_t gather_leader(const Route& r, size_t hi, size_t j) const {
+    const uint32_t b = ch_->member_offsets[hi], end = ch_->member_offsets[hi + 1];
+    return ch_->members[b + (j + r.rot) % (end - b)];
   }
   // The reduce-scatter rule for a region of a partial source (see Route).
   bool reduce_route(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders,
@@ -943,6 +960,7 @@ template <class F>
 void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, const Box& region,
                              const uint32_t* holders, size_t n, bool own, F&& f) {
   if (r.reduce) {
+    const size_t hi = options_.relays ? host_slot(t, e) : 0;
     for (size_t j = 0; j < r.parts.size(); ++j) {
       const uint32_t red = reducer(t, r, j);
       if (red == e) {  // stage 0: every summand of the part
@@ -951,6 +969,15 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
       }
       Emitted x{red, e, r.parts[j], true, false, false};
       x.stage = 1;  // the reduced part, from its reducer
+      // From another host: it enters e's host once, at the part's leader
+      // there, which fans it out (stage 2).
+      if (options_.relays && t.dt->host[red] != t.dt->host[e]) {
+        const uint32_t l = gather_leader(r, hi, j);
+        if (l != e) {
+          x.src_entry = l;
+          x.stage = 2;
+        }
+      }
       f(x);
     }
     return;
@@ -1023,17 +1050,34 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
     if (!options_.reduce_scatter || t.T > 1 || !t.dg->tiled) return;
     const auto c = static_cast<size_t>(t.dg->cell_of_entry[l]);
     if (t.dg->cell_offsets[c + 1] - t.dg->cell_offsets[c] < 2) return;
+    const bool gather = options_.relays;
+    const size_t own_hi = gather ? host_slot(t, l) : 0;
+    const int32_t host = t.dt->host[l];
     cover(t, t.dst->box(l), [&](const Box& region, const uint32_t* h, size_t n, bool) {
       Route& r = route_;
       if (!route(t, l, region, h, n, r)) return;
       for (size_t j = 0; j < r.parts.size(); ++j) {
-        if (reducer(t, r, j) != l) continue;
-        for (uint32_t i = r.cell_first; i < r.cell_first + r.cell_count; ++i) {
-          const uint32_t m = t.dg->cell_entries[i];
-          if (m == l) continue;
-          Emitted x{l, m, r.parts[j], true, false, false};
-          x.stage = 1;
-          f(x);
+        const uint32_t red = reducer(t, r, j);
+        if (red == l) {
+          // To the other entries of its host, and to the part's leader on
+          // every other host (all of them without relays).
+          for (uint32_t i = r.cell_first; i < r.cell_first + r.cell_count; ++i) {
+            const uint32_t m = t.dg->cell_entries[i];
+            if (m == l) continue;
+            if (gather && t.dt->host[m] != host && gather_leader(r, host_slot(t, m), j) != m)
+              continue;
+            Emitted x{l, m, r.parts[j], true, false, false};
+            x.stage = 1;
+            f(x);
+          }
+        } else if (gather && t.dt->host[red] != host && gather_leader(r, own_hi, j) == l) {
+          // The part's leader on this host: to the others here.
+          for (uint32_t k = ch_->member_offsets[own_hi]; k < ch_->member_offsets[own_hi + 1]; ++k) {
+            if (ch_->members[k] == l) continue;
+            Emitted x{l, ch_->members[k], r.parts[j], true, false, false};
+            x.stage = 2;
+            f(x);
+          }
         }
       }
     });
