@@ -1001,7 +1001,7 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
       if (entry) {  // stage 0, from a holder (on the part's host, if it has one)
         if (r.cross && r.part_host[j] >= 0) {
           holders_on(t, holders, n, r.part_host[j]);
-          assign(t, e, part, hsel_.data(), hsel_.size(), true, f);
+          assign(t, e, part, hsel_.data(), hsel_.size(), own || r.parts.size() > 1, f);
         } else {
           assign(t, e, part, holders, n, own || r.parts.size() > 1, f);
         }
