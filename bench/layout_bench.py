@@ -22,6 +22,10 @@ Every family's result is checked against JAX's once before timing.
       RESHARD_LIBRARY=build/dev/capi/libreshard.so PYTHONPATH=bindings/python/src \\
       build/python-venv/bin/python bench/layout_bench.py [--mib 64] [--repeat 7] [--only NAME]
 
+--dump-specs DIR writes each family's spec (JSON) to DIR and exits: for
+`build/dev/bench/bench_exec --spec DIR/NAME.json`, which times the same plans
+against memcpy without Python around them (for perf).
+
 Prints one table of medians (ms) and ratios, and the geometric means. The
 figures are same-run ratios; absolute times on shared machines mean little.
 """
@@ -388,7 +392,21 @@ def main():
     ap.add_argument("--mib", type=float, default=64, help="bytes each family writes (about)")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--only", action="append", default=[], help="substring of family names")
+    ap.add_argument("--dump-specs", metavar="DIR", help="write each family's spec JSON and exit")
     args = ap.parse_args()
+    if args.dump_specs:
+        import json
+        import re
+        os.makedirs(args.dump_specs, exist_ok=True)
+        for fam in families(args.mib):
+            if args.only and not any(o in fam.name for o in args.only):
+                continue
+            spec = spec_of(fam, make_sources(fam) if fam.jax else None)
+            name = re.sub(r"[^a-z0-9]+", "_", fam.name.lower()).strip("_")
+            with open(os.path.join(args.dump_specs, name + ".json"), "w") as f:
+                json.dump(spec, f)
+            print(os.path.join(args.dump_specs, name + ".json"))
+        return
     print(f"JAX {jax.__version__}, reshard {reshard.__version__} ({reshard.LIBRARY_PATH}), "
           f"{os.cpu_count()} cores, {len(jax.devices())} CPU devices, ~{args.mib:g} MiB per "
           f"family, median of {args.repeat}, interleaved", flush=True)
