@@ -27,8 +27,11 @@ constexpr int64_t kChunkElements = 8192;
 // Groups with more contributions keep one pass per contribution: each
 // chunk intersects every contribution's region.
 constexpr size_t kMaxChunkedContributions = 64;
-// Contiguous copies at least this large (in total; a task may copy a slice)
-// use non-temporal stores, as memcpy does for copies beyond the caches.
+// Executions moving at least this many bytes between buffers copy with
+// non-temporal stores (where the destination's runs allow, see copy_box):
+// their destinations do not stay in the caches anyway, and plain stores
+// would read every destination line first (a third of the bandwidth), as
+// memcpy avoids for its large copies.
 constexpr int64_t kStreamBytes = int64_t{8} << 20;
 
 }  // namespace
@@ -120,6 +123,7 @@ DirectRunner::DirectRunner(const Plan& plan, std::span<const TensorBuffers> buff
       buffers_(buffers),
       s_(schedule),
       accumulators_(accumulators),
+      stream_(schedule.local_bytes >= kStreamBytes),
       pool_(threads),
       scratch_(static_cast<size_t>(pool_.threads())) {}
 
@@ -214,7 +218,7 @@ void DirectRunner::run_task(const Task& task, std::span<const DirectCopy> copies
       for (size_t i = task.begin; i < task.end; ++i) {
         const Piece& p = *copies[i].piece;
         copy_box(desc_of(copies[i]), dtype_size(tensors_[p.tensor].dtype), source(copies[i]),
-                 buffers_[p.tensor].dst[p.dst_entry].data);
+                 buffers_[p.tensor].dst[p.dst_entry].data, stream_);
       }
       return;
     case Task::kSlice: {
@@ -224,16 +228,15 @@ void DirectRunner::run_task(const Task& task, std::span<const DirectCopy> copies
       const void* src = source(copies[task.begin]);
       void* dst = buffers_[p.tensor].dst[p.dst_entry].data;
       if (copy_desc_runs(d) == 1) {
-        // One contiguous run: copy elements [lo, hi) of it, streamed when
-        // the whole run is (as one memcpy of it would be).
+        // One contiguous run: copy elements [lo, hi) of it.
         int64_t s = 0;
         int64_t t = 0;
         run_offsets(d, 0, &s, &t);
         copy_bytes(static_cast<std::byte*>(dst) + (t + task.lo) * elem,
                    static_cast<const std::byte*>(src) + (s + task.lo) * elem,
-                   (task.hi - task.lo) * elem, copy_desc_run_length(d) * elem >= kStreamBytes);
+                   (task.hi - task.lo) * elem, stream_);
       } else {
-        copy_box_runs(d, elem, task.lo, task.hi, src, dst);
+        copy_box_runs(d, elem, task.lo, task.hi, src, dst, stream_);
       }
       return;
     }
@@ -249,7 +252,7 @@ void DirectRunner::run_task(const Task& task, std::span<const DirectCopy> copies
       const TensorBuffers& b = buffers_[r.tensor];
       copy_bytes(static_cast<std::byte*>(b.dst[r.to].data) + task.lo,
                  static_cast<const std::byte*>(b.dst[r.from].data) + task.lo, task.hi - task.lo,
-                 r.bytes >= kStreamBytes);
+                 stream_);
       return;
     }
   }

@@ -162,6 +162,7 @@ class DirectRunner {
   std::span<const TensorBuffers> buffers_;
   const Schedule& s_;
   std::span<void* const> accumulators_;
+  const bool stream_;  // non-temporal stores (a large execution)
   WorkerPool pool_;
   std::vector<std::vector<std::byte>> scratch_;  // per worker
   std::vector<Task> tasks_;
