@@ -116,13 +116,11 @@ void WorkerPool::run(size_t n, const std::function<void(size_t, int)>& task,
 // ---------------------------------------------------------- DirectRunner
 
 DirectRunner::DirectRunner(const Plan& plan, std::span<const TensorBuffers> buffers,
-                           const Schedule& schedule, std::span<void* const> accumulators,
-                           int threads)
+                           const Schedule& schedule, int threads)
     : plan_(plan),
       tensors_(plan.tensors()),
       buffers_(buffers),
       s_(schedule),
-      accumulators_(accumulators),
       stream_(schedule.local_bytes >= kStreamBytes),
       pool_(threads),
       scratch_(static_cast<size_t>(pool_.threads())) {}
@@ -411,14 +409,11 @@ void DirectRunner::run_group(const ReduceGroup& g, std::vector<std::byte>& scrat
   // is the element type), starting from the identity, and round once.
   void* acc = dst;
   if (!acc_is_elem(dtype)) {
-    if (g.scratch) {
-      scratch.resize(static_cast<size_t>(n * acc_size(dtype)));
-      acc = scratch.data();
-    } else {
-      acc = accumulators_[g.acc];
-      if (acc == nullptr)
-        fail(ErrorCode::kInternal, "execute: reduction group without accumulator");
+    if (!g.scratch || !g.fill || !g.store) {
+      fail(ErrorCode::kInternal, "execute: a reduction group spans rounds on the host executor");
     }
+    scratch.resize(static_cast<size_t>(n * acc_size(dtype)));
+    acc = scratch.data();
   }
   if (g.fill) fill_identity(dtype, op, acc, n);
   const Box dst_box = spec.dst.box(a.dst_entry);
@@ -449,17 +444,7 @@ void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
                    const Schedule& schedule, int32_t threads, int64_t last_key,
                    ExecuteStats& stats) {
   const Schedule& s = schedule;
-  // Separate accumulators of entries whose reductions span rounds.
-  std::vector<std::vector<uint64_t>> work;
-  work.reserve(s.work.size());
-  for (const WorkBlock& w : s.work) work.emplace_back(static_cast<size_t>(w.bytes / 8));
-  std::vector<void*> accumulators(s.accs.size(), nullptr);
-  for (size_t a = 0; a < s.accs.size(); ++a) {
-    if (!s.accs[a].separate) continue;
-    accumulators[a] =
-        reinterpret_cast<std::byte*>(work[s.accs[a].acc_block].data()) + s.accs[a].acc_offset;
-  }
-  DirectRunner runner(plan, buffers, s, accumulators,
+  DirectRunner runner(plan, buffers, s,
                       s.local_bytes < kParallelMinBytes ? 1 : resolve_threads(threads));
   runner.run_fills();
   size_t d = 0;
