@@ -436,7 +436,8 @@ void reduce_into(const CopyDesc& desc, DType dtype, ReduceOp op, const void* src
 // stream order, accumulating in the accumulation type and rounding once —
 // bit for bit what fill_identity, reduce_into per stream and store_from_acc
 // give. Returns false, writing nothing, for dtypes without this path (it
-// exists for f32 and bf16); the caller then folds stream by stream.
+// exists for f32, bf16 and f16, vectorised with AVX2/AVX-512 where
+// host_isa() has them); the caller then folds stream by stream.
 bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t n);
 
 // Converts n accumulator elements to `dtype`, rounding to nearest even once.

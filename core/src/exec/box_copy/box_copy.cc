@@ -122,6 +122,8 @@ namespace {
 HostIsa detect_host_isa() noexcept {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
+  // F16C came with AVX2 on every x86-64 CPU; checked all the same.
+  if (!__builtin_cpu_supports("f16c")) return HostIsa::kBaseline;
   if (__builtin_cpu_supports("avx512f")) return HostIsa::kAvx512;
   if (__builtin_cpu_supports("avx2")) return HostIsa::kAvx2;
 #endif
@@ -402,10 +404,12 @@ void reduce_into(const CopyDesc& desc, DType dtype, ReduceOp op, const void* src
 }
 
 bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t n) {
-  if ((dtype != DType::kF32 && dtype != DType::kBF16) || k < 1 || k > 64) return false;
+  if ((dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) || k < 1 || k > 64) {
+    return false;
+  }
   dispatch_dtype(dtype, [&](auto d) {
     constexpr DType D = decltype(d)::value;
-    if constexpr (D == DType::kF32 || D == DType::kBF16) {
+    if constexpr (D == DType::kF32 || D == DType::kBF16 || D == DType::kF16) {
       using Elem = typename AccTraits<D>::Elem;
       const Elem* s[64];
       for (int j = 0; j < k; ++j) s[j] = static_cast<const Elem*>(srcs[j]);
@@ -416,8 +420,10 @@ bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t
       // once, prefetched), the rest below.
       if constexpr (D == DType::kF32) {
         done = kernels().sum_f32(s, k, out, n);
-      } else {
+      } else if constexpr (D == DType::kBF16) {
         done = kernels().sum_bf16(s, k, out, n);
+      } else {
+        done = kernels().sum_f16(s, k, out, n);
       }
 #endif
       for (int64_t i = done; i < n; ++i) {

@@ -10,6 +10,7 @@ namespace {
 struct V {
   using F = __m512;
   static constexpr int kLanes = 16;
+  static constexpr bool kHasF16 = true;
   static F zero() { return _mm512_setzero_ps(); }
   static F add(F a, F b) { return _mm512_add_ps(a, b); }
   static F load_f32(const float* p) { return _mm512_loadu_ps(p); }
@@ -31,6 +32,19 @@ struct V {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                         _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
   }
+  static F load_f16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static void store_f16(uint16_t* p, F a) {
+    const __m256i h = _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    // NaN: the quiet NaN of its sign, whatever the payload.
+    const __mmask16 nan = _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    const __m512i wide = _mm512_cvtepu16_epi32(h);
+    const __m512i canonical = _mm512_or_si512(_mm512_and_si512(wide, _mm512_set1_epi32(0x8000)),
+                                              _mm512_set1_epi32(0x7e00));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, wide, canonical)));
+  }
   static void stream_line(unsigned char* dst, const unsigned char* src) {
     _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), _mm512_loadu_si512(src));
   }
@@ -41,6 +55,6 @@ struct V {
 #include "exec/box_copy/kernels_body.h"
 
 namespace reshard::vector_kernels {
-const Kernels kAvx512 = {&stream_rows, &sum_f32, &sum_bf16};
+const Kernels kAvx512 = {&stream_rows, &sum_f32, &sum_bf16, &sum_f16};
 }  // namespace reshard::vector_kernels
 #endif

@@ -7,6 +7,7 @@
 //   V::load_f32(p), V::load_bf16(p)     kLanes values, exact
 //   V::store_f32(p, a), V::store_bf16(p, a)   bf16: round to nearest even,
 //                                              NaN stays NaN
+//   V::kHasF16, and with it V::load_f16(p), V::store_f16(p, a)
 //   V::stream_line(dst, src)     64 bytes, non-temporal, dst 64-aligned
 // No includes beyond the intrinsics (see vector_kernels.h); everything here
 // has internal linkage.
@@ -105,6 +106,23 @@ int64_t sum_bf16(const uint16_t* const* s, int k, uint16_t* out, int64_t n) {
   return sum_impl(
       s, k, out, n, [](const uint16_t* p) { return V::load_bf16(p); },
       [](uint16_t* p, typename V::F a) { V::store_bf16(p, a); });
+}
+
+// A template, so that the branch a policy without F16C lacks is dropped.
+template <class P>
+int64_t sum_f16_with(const uint16_t* const* s, int k, uint16_t* out, int64_t n) {
+  if constexpr (P::kHasF16) {
+    return sum_impl(
+        s, k, out, n, [](const uint16_t* p) { return P::load_f16(p); },
+        [](uint16_t* p, typename P::F a) { P::store_f16(p, a); });
+  } else {
+    (void)s, (void)k, (void)out, (void)n;
+    return 0;
+  }
+}
+
+int64_t sum_f16(const uint16_t* const* s, int k, uint16_t* out, int64_t n) {
+  return sum_f16_with<V>(s, k, out, n);
 }
 
 }  // namespace

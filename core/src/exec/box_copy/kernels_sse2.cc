@@ -10,6 +10,7 @@ namespace {
 struct V {
   using F = __m128;
   static constexpr int kLanes = 4;
+  static constexpr bool kHasF16 = false;
   static F zero() { return _mm_setzero_ps(); }
   static F add(F a, F b) { return _mm_add_ps(a, b); }
   static F load_f32(const float* p) { return _mm_loadu_ps(p); }
@@ -44,6 +45,6 @@ struct V {
 #include "exec/box_copy/kernels_body.h"
 
 namespace reshard::vector_kernels {
-const Kernels kSse2 = {&stream_rows, &sum_f32, &sum_bf16};
+const Kernels kSse2 = {&stream_rows, &sum_f32, &sum_bf16, &sum_f16};
 }  // namespace reshard::vector_kernels
 #endif

@@ -37,6 +37,9 @@ struct Kernels {
   // (the caller finishes the rest).
   int64_t (*sum_f32)(const float* const* s, int k, float* out, int64_t n);
   int64_t (*sum_bf16)(const uint16_t* const* s, int k, uint16_t* out, int64_t n);
+  // f16 (F16C conversions, NaN stored as the canonical quiet NaN of its
+  // sign, as numeric::f32_to_f16 does); the baseline writes none.
+  int64_t (*sum_f16)(const uint16_t* const* s, int k, uint16_t* out, int64_t n);
 };
 
 #if defined(__x86_64__)
