@@ -847,6 +847,10 @@ TEST(Reduce, SumStreamsMatchesStreamByStreamFold) {
           std::vector<unsigned char> got(static_cast<size_t>(n * elem), 0x5a);
           ASSERT_TRUE(sum_streams(dtype, ptrs.data(), k, got.data(), n));
           ASSERT_EQ(got, want);
+          // Streamed (non-temporal stores; malloc's 16-byte alignment).
+          std::vector<unsigned char> streamed(static_cast<size_t>(n * elem), 0x5a);
+          ASSERT_TRUE(sum_streams(dtype, ptrs.data(), k, streamed.data(), n, true));
+          ASSERT_EQ(streamed, want);
         }
       }
     }

@@ -437,8 +437,11 @@ void reduce_into(const CopyDesc& desc, DType dtype, ReduceOp op, const void* src
 // bit for bit what fill_identity, reduce_into per stream and store_from_acc
 // give. Returns false, writing nothing, for dtypes without this path (it
 // exists for f32, bf16 and f16, vectorised with AVX2/AVX-512 where
-// host_isa() has them); the caller then folds stream by stream.
-bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t n);
+// host_isa() has them); the caller then folds stream by stream. With
+// `streaming`, dst is written with non-temporal stores where aligned (see
+// copy_box), fenced before returning.
+bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t n,
+                 bool streaming = false);
 
 // Converts n accumulator elements to `dtype`, rounding to nearest even once.
 void store_from_acc(DType dtype, const void* acc, void* dst, int64_t n);

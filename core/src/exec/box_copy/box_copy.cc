@@ -403,7 +403,8 @@ void reduce_into(const CopyDesc& desc, DType dtype, ReduceOp op, const void* src
   });
 }
 
-bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t n) {
+bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t n,
+                 bool streaming) {
   if ((dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) || k < 1 || k > 64) {
     return false;
   }
@@ -419,12 +420,13 @@ bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t
       // Whole vector blocks in one pass over the k streams (each read
       // once, prefetched), the rest below.
       if constexpr (D == DType::kF32) {
-        done = kernels().sum_f32(s, k, out, n);
+        done = kernels().sum_f32(s, k, out, n, streaming);
       } else if constexpr (D == DType::kBF16) {
-        done = kernels().sum_bf16(s, k, out, n);
+        done = kernels().sum_bf16(s, k, out, n, streaming);
       } else {
-        done = kernels().sum_f16(s, k, out, n);
+        done = kernels().sum_f16(s, k, out, n, streaming);
       }
+      if (streaming) stream_fence();
 #endif
       for (int64_t i = done; i < n; ++i) {
         float a = 0;

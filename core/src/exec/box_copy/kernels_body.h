@@ -73,9 +73,10 @@ constexpr int kUnroll = 2;
 // more than the hardware prefetchers follow.
 constexpr int64_t kSumPrefetchBytes = 1024;
 
-template <class E, class Load, class Store>
-int64_t sum_impl(const E* const* s, int k, E* out, int64_t n, Load load, Store store) {
+template <bool kStream, class E, class Load, class Store>
+int64_t sum_blocks(const E* const* s, int k, E* out, int64_t n, Load load, Store store) {
   constexpr int64_t kBlock = int64_t{V::kLanes} * kUnroll;
+  static_assert(kBlock * sizeof(E) % 16 == 0);
   int64_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
     typename V::F acc[kUnroll];
@@ -91,38 +92,58 @@ int64_t sum_impl(const E* const* s, int k, E* out, int64_t n, Load load, Store s
       }
       for (int u = 0; u < kUnroll; ++u) acc[u] = V::add(acc[u], load(p + u * V::kLanes));
     }
-    for (int u = 0; u < kUnroll; ++u) store(out + i + u * V::kLanes, acc[u]);
+    if constexpr (kStream) {
+      // Through a block in L1 to non-temporal stores (out 16-byte aligned).
+      alignas(64) E block[kBlock];
+      for (int u = 0; u < kUnroll; ++u) store(block + u * V::kLanes, acc[u]);
+      for (int64_t b = 0; b < kBlock * static_cast<int64_t>(sizeof(E)); b += 16) {
+        stream16(reinterpret_cast<unsigned char*>(out + i) + b,
+                 reinterpret_cast<const unsigned char*>(block) + b);
+      }
+    } else {
+      for (int u = 0; u < kUnroll; ++u) store(out + i + u * V::kLanes, acc[u]);
+    }
   }
   return i;
 }
 
-int64_t sum_f32(const float* const* s, int k, float* out, int64_t n) {
+// With `stream` and a 16-byte aligned `out`, non-temporal stores (the
+// caller fences).
+template <class E, class Load, class Store>
+int64_t sum_impl(const E* const* s, int k, E* out, int64_t n, bool stream, Load load, Store store) {
+  if (stream && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {
+    return sum_blocks<true>(s, k, out, n, load, store);
+  }
+  return sum_blocks<false>(s, k, out, n, load, store);
+}
+
+int64_t sum_f32(const float* const* s, int k, float* out, int64_t n, bool stream) {
   return sum_impl(
-      s, k, out, n, [](const float* p) { return V::load_f32(p); },
+      s, k, out, n, stream, [](const float* p) { return V::load_f32(p); },
       [](float* p, typename V::F a) { V::store_f32(p, a); });
 }
 
-int64_t sum_bf16(const uint16_t* const* s, int k, uint16_t* out, int64_t n) {
+int64_t sum_bf16(const uint16_t* const* s, int k, uint16_t* out, int64_t n, bool stream) {
   return sum_impl(
-      s, k, out, n, [](const uint16_t* p) { return V::load_bf16(p); },
+      s, k, out, n, stream, [](const uint16_t* p) { return V::load_bf16(p); },
       [](uint16_t* p, typename V::F a) { V::store_bf16(p, a); });
 }
 
 // A template, so that the branch a policy without F16C lacks is dropped.
 template <class P>
-int64_t sum_f16_with(const uint16_t* const* s, int k, uint16_t* out, int64_t n) {
+int64_t sum_f16_with(const uint16_t* const* s, int k, uint16_t* out, int64_t n, bool stream) {
   if constexpr (P::kHasF16) {
     return sum_impl(
-        s, k, out, n, [](const uint16_t* p) { return P::load_f16(p); },
+        s, k, out, n, stream, [](const uint16_t* p) { return P::load_f16(p); },
         [](uint16_t* p, typename P::F a) { P::store_f16(p, a); });
   } else {
-    (void)s, (void)k, (void)out, (void)n;
+    (void)s, (void)k, (void)out, (void)n, (void)stream;
     return 0;
   }
 }
 
-int64_t sum_f16(const uint16_t* const* s, int k, uint16_t* out, int64_t n) {
-  return sum_f16_with<V>(s, k, out, n);
+int64_t sum_f16(const uint16_t* const* s, int k, uint16_t* out, int64_t n, bool stream) {
+  return sum_f16_with<V>(s, k, out, n, stream);
 }
 
 }  // namespace

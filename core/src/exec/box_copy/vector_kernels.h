@@ -34,12 +34,13 @@ struct Kernels {
   // out[i] = ((0 + s[0][i]) + s[1][i]) + ... in f32 (bf16: loaded exactly,
   // the sum rounded once to nearest even, NaN kept NaN), for the first
   // elements of [0, n) in whole vector blocks; returns how many it wrote
-  // (the caller finishes the rest).
-  int64_t (*sum_f32)(const float* const* s, int k, float* out, int64_t n);
-  int64_t (*sum_bf16)(const uint16_t* const* s, int k, uint16_t* out, int64_t n);
+  // (the caller finishes the rest). With `stream`, non-temporal stores when
+  // out is 16-byte aligned (the caller fences).
+  int64_t (*sum_f32)(const float* const* s, int k, float* out, int64_t n, bool stream);
+  int64_t (*sum_bf16)(const uint16_t* const* s, int k, uint16_t* out, int64_t n, bool stream);
   // f16 (F16C conversions, NaN stored as the canonical quiet NaN of its
   // sign, as numeric::f32_to_f16 does); the baseline writes none.
-  int64_t (*sum_f16)(const uint16_t* const* s, int k, uint16_t* out, int64_t n);
+  int64_t (*sum_f16)(const uint16_t* const* s, int k, uint16_t* out, int64_t n, bool stream);
 };
 
 #if defined(__x86_64__)

@@ -367,7 +367,7 @@ bool DirectRunner::sum_whole_chunk(const ReduceGroup& g, const Box& chunk, void*
     streams[k++] = static_cast<const std::byte*>(buffers_[c.tensor].src[c.src_entry].data) +
                    d.src_offset * elem;
   }
-  return k > 0 && sum_streams(tensors_[a.tensor].dtype, streams, k, dst, chunk.volume());
+  return k > 0 && sum_streams(tensors_[a.tensor].dtype, streams, k, dst, chunk.volume(), stream_);
 }
 
 void DirectRunner::run_replicas(std::span<const ReplicaCopy> replicas) {
