@@ -361,7 +361,7 @@ def bench_family(fam, repeat):
         shards = [s for w in want for s in w.addressable_shards]
         ptrs = {s.data.unsafe_buffer_pointer() for s in shards}
         if len(ptrs) < len(shards):
-            verdict += f"; JAX's {len(shards)} output shards share {len(ptrs)} buffers"
+            verdict += f"; JAX's {len(shards)} output shards share {len(ptrs)} buffer(s)"
             fam.aliased = True
     del want, slab
     # memcpy of the bytes written; for sums, of half the bytes read and
