@@ -793,11 +793,13 @@ TEST(CopyBox, StreamingCopiesMatchNaiveReference) {
             });
             std::memcpy(dst, init.data(), static_cast<size_t>(dst_bytes));
             copy_box(d, elem, src.data(), dst, /*streaming=*/true);
+            fence_streamed_stores();
             ASSERT_EQ(std::vector<unsigned char>(dst, dst + dst_bytes), want);
             std::memcpy(dst, init.data(), static_cast<size_t>(dst_bytes));
             const int64_t runs = copy_desc_runs(d);
             copy_box_runs(d, elem, 0, runs / 3, src.data(), dst, true);
             copy_box_runs(d, elem, runs / 3, runs, src.data(), dst, true);
+            fence_streamed_stores();
             ASSERT_EQ(std::vector<unsigned char>(dst, dst + dst_bytes), want);
           }
         }
@@ -850,6 +852,7 @@ TEST(Reduce, SumStreamsMatchesStreamByStreamFold) {
           // Streamed (non-temporal stores; malloc's 16-byte alignment).
           std::vector<unsigned char> streamed(static_cast<size_t>(n * elem), 0x5a);
           ASSERT_TRUE(sum_streams(dtype, ptrs.data(), k, streamed.data(), n, true));
+          fence_streamed_stores();
           ASSERT_EQ(streamed, want);
         }
       }

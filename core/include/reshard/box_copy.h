@@ -404,15 +404,21 @@ HostIsa limit_host_isa(HostIsa cap) noexcept;
 // with non-temporal stores where the destination's runs allow it (runs of
 // at least 64 bytes, 16-byte aligned, abutting or of 256 bytes or more):
 // for copies that, taken together, are larger than the caches, as memcpy
-// does for such copies; the stores are fenced before returning. Copies of
-// 8 MiB or more in one call stream whatever the flag.
+// does for such copies. Such stores are weakly ordered: the caller calls
+// fence_streamed_stores() before another thread may read the destination
+// (once after many copies). Copies of 8 MiB or more in one call stream
+// whatever the flag, and then fence themselves.
 void copy_box(const CopyDesc& desc, int64_t elem_size, const void* src, void* dst,
               bool streaming = false);
 
 // Copies `bytes` contiguous bytes; with `streaming`, with non-temporal
 // stores (for a copy larger than the caches, of which this may be a slice,
-// as memcpy does for such copies itself).
+// as memcpy does for such copies itself), fenced by the caller.
 void copy_bytes(void* dst, const void* src, int64_t bytes, bool streaming);
+
+// Orders the calling thread's non-temporal stores (an sfence on x86-64)
+// before its later stores and any synchronisation that follows.
+void fence_streamed_stores() noexcept;
 
 // As copy_box, restricted to runs [first_run, last_run).
 void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, int64_t last_run,
@@ -439,7 +445,7 @@ void reduce_into(const CopyDesc& desc, DType dtype, ReduceOp op, const void* src
 // exists for f32, bf16 and f16, vectorised with AVX2/AVX-512 where
 // host_isa() has them); the caller then folds stream by stream. With
 // `streaming`, dst is written with non-temporal stores where aligned (see
-// copy_box), fenced before returning.
+// copy_box; the caller fences).
 bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t n,
                  bool streaming = false);
 

@@ -264,13 +264,13 @@ constexpr int64_t kStreamMinLoneRun = 256;
 // run 16-byte aligned and a multiple of 16 bytes, abutting or at least
 // kStreamMinLoneRun long. False, having written nothing, otherwise.
 bool stream_runs(const CopyDesc& d, int64_t elem, int64_t first_run, int64_t last_run,
-                 const unsigned char* s, unsigned char* t) {
+                 const unsigned char* s, unsigned char* t, bool fence) {
 #if defined(__x86_64__)
   const int64_t run = copy_desc_run_length(d) * elem;
   if (run < 64) return false;
   if (d.rank == 1) {  // one contiguous run, any alignment
     stream_copy(t + d.dst_offset * elem, s + d.src_offset * elem, run);
-    stream_fence();
+    if (fence) stream_fence();
     return true;
   }
   if (run % 16 != 0 || (reinterpret_cast<uintptr_t>(t) + d.dst_offset * elem) % 16 != 0) {
@@ -293,10 +293,10 @@ bool stream_runs(const CopyDesc& d, int64_t elem, int64_t first_run, int64_t las
     k.stream_rows({s + so * elem, t + to * elem, n, run, ss, ts});
     r += n;
   }
-  stream_fence();
+  if (fence) stream_fence();
   return true;
 #else
-  (void)d, (void)elem, (void)first_run, (void)last_run, (void)s, (void)t;
+  (void)d, (void)elem, (void)first_run, (void)last_run, (void)s, (void)t, (void)fence;
   return false;
 #endif
 }
@@ -311,7 +311,11 @@ void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, i
   const int64_t run_bytes = copy_desc_run_length(desc) * elem_size;
   const bool large =
       (last_run - first_run) * run_bytes >= kStreamMinBytes && run_bytes >= kStreamMinRun;
-  if ((streaming || large) && stream_runs(desc, elem_size, first_run, last_run, s, t)) return;
+  // Asked to stream, the caller fences (once for many copies); streaming
+  // on its own account, this call does.
+  if ((streaming || large) && stream_runs(desc, elem_size, first_run, last_run, s, t, !streaming)) {
+    return;
+  }
   if (large) {
     // Hardware prefetchers stop at page boundaries; start each next run's
     // source early so a strided read does not stall at every run.
@@ -362,8 +366,9 @@ void copy_bytes(void* dst, const void* src, int64_t bytes, bool streaming) {
     return;
   }
   stream_copy(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), bytes);
-  stream_fence();
 }
+
+void fence_streamed_stores() noexcept { stream_fence(); }
 
 void copy_box(const CopyDesc& desc, int64_t elem_size, const void* src, void* dst, bool streaming) {
   copy_box_runs(desc, elem_size, 0, copy_desc_runs(desc), src, dst, streaming);
@@ -426,7 +431,6 @@ bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t
       } else {
         done = kernels().sum_f16(s, k, out, n, streaming);
       }
-      if (streaming) stream_fence();
 #endif
       for (int64_t i = done; i < n; ++i) {
         float a = 0;

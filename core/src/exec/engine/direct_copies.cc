@@ -211,6 +211,15 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
 void DirectRunner::run_task(const Task& task, std::span<const DirectCopy> copies,
                             std::span<const ReduceGroup> groups,
                             std::vector<std::byte>& scratch) const {
+  run_task_stores(task, copies, groups, scratch);
+  // The streamed stores of the task, fenced once before the pool's
+  // synchronisation publishes them.
+  if (stream_) fence_streamed_stores();
+}
+
+void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy> copies,
+                                   std::span<const ReduceGroup> groups,
+                                   std::vector<std::byte>& scratch) const {
   switch (task.kind) {
     case Task::kCopies:
       for (size_t i = task.begin; i < task.end; ++i) {

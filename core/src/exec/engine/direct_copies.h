@@ -153,6 +153,8 @@ class DirectRunner {
                    int64_t max_task_bytes);
   void run_task(const Task& task, std::span<const DirectCopy> copies,
                 std::span<const ReduceGroup> groups, std::vector<std::byte>& scratch) const;
+  void run_task_stores(const Task& task, std::span<const DirectCopy> copies,
+                       std::span<const ReduceGroup> groups, std::vector<std::byte>& scratch) const;
   void run_group(const ReduceGroup& g, std::vector<std::byte>& scratch) const;
   void run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi,
                         std::vector<std::byte>& scratch) const;
