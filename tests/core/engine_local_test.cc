@@ -20,6 +20,7 @@
 #include "core/random_cases.h"
 #include "exec/engine/direct_copies.h"
 #include "exec/schedule/engine_schedule.h"
+#include "plan/plan_builder.h"
 #include "reshard/engine.h"
 #include "reshard/error.h"
 #include "reshard/exec.h"
@@ -505,6 +506,72 @@ TEST_F(EngineLocalErrors, ValidCallPassesAndReportsLocalBytes) {
 // Invariant: the local transport moves nothing itself: one rank holding
 // every process, an allgather that returns its own record, and a batch
 // with operations refused.
+// Invariant: whole-plan schedules come from the engine's cache on later
+// executions of an equal plan (its own object, or one planned again) and
+// give the oracle's values; a plan with the same fingerprint and an edited
+// part is validated afresh (its bad piece refused), never served the
+// cached schedule; cache_schedule = false and a cache of 0 entries build
+// every time.
+TEST(EngineLocal, WholeSchedulesAreCachedForEqualPlansOnly) {
+  Engine engine(make_local_transport());
+  std::vector<Plan> plans;
+  std::vector<PlanInput> inputs;
+  for (int c = 0; c < 12; ++c) {
+    testing::CaseGen gen(93000 + static_cast<uint64_t>(c), {5, 32, 3, c % 2 ? 9 : 40, true, true});
+    inputs.push_back(gen.input());
+    plans.push_back(make_plan(inputs.back()));
+  }
+  ExecuteOptions o;
+  o.threads = 2;
+  const auto run = [&](const Plan& plan, ExecuteOptions opt) {
+    OracleBuffers buffers = fill_sources(plan);
+    const std::vector<TensorBuffers> views = buffers.views();
+    const ExecuteStats s = engine.execute(plan, kAllProcesses, views, opt);
+    const OracleReport report = check_destinations(plan, buffers);
+    EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+    return s.schedule_cached;
+  };
+  // Fewer plans than entries (8): first a miss, then hits, interleaved.
+  for (size_t k = 0; k < 4; ++k) EXPECT_FALSE(run(plans[k], o)) << k;
+  for (size_t k = 0; k < 4; ++k) EXPECT_TRUE(run(plans[k], o)) << k;
+  const Plan again = make_plan(inputs[1]);
+  EXPECT_TRUE(run(again, o));
+  ExecuteOptions uncached = o;
+  uncached.cache_schedule = false;
+  EXPECT_FALSE(run(plans[2], uncached));
+  // More plans than entries: the least recently used are evicted.
+  for (size_t k = 4; k < 12; ++k) EXPECT_FALSE(run(plans[k], o)) << k;
+  EXPECT_FALSE(run(plans[0], o));
+  EXPECT_TRUE(run(plans[11], o));
+
+  // The same fingerprint, an edited part: refused as an uncached plan is.
+  Plan edited = plans[11];
+  bool changed = false;
+  for (auto& [process, part] : Plan::Builder::parts(edited)) {
+    std::vector<Piece>& pieces = part.local.empty() ? part.recv_pieces : part.local;
+    if (!pieces.empty()) {
+      pieces.front().dst_entry = 1u << 30;
+      changed = true;
+      break;
+    }
+  }
+  ASSERT_TRUE(changed);
+  ASSERT_EQ(edited.fingerprint(), plans[11].fingerprint());
+  {
+    OracleBuffers buffers = fill_sources(edited);
+    const std::vector<TensorBuffers> views = buffers.views();
+    EXPECT_THROW(engine.execute(edited, kAllProcesses, views, o), Error);
+  }
+  EXPECT_FALSE(run(plans[11], o)) << "the edited plan's lookup dropped the entry";
+  EXPECT_TRUE(run(plans[11], o));
+
+  Engine no_cache(make_local_transport(), EngineOptions{.schedule_cache_entries = 0});
+  OracleBuffers buffers = fill_sources(plans[0]);
+  const std::vector<TensorBuffers> views = buffers.views();
+  for (int i = 0; i < 2; ++i)
+    EXPECT_FALSE(no_cache.execute(plans[0], kAllProcesses, views, o).schedule_cached);
+}
+
 TEST(EngineLocal, LocalTransportHoldsEveryProcessAndTransfersNothing) {
   auto t = make_local_transport();
   const TransportInfo info = t->info();

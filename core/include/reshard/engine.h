@@ -86,7 +86,8 @@ struct ExecuteOptions {
   // put it there after building it. False: build it (and the transport's
   // per-message state, such as MPI datatypes) afresh for this call and keep
   // nothing, as for a plan's first execution. Whole-plan executions
-  // (kAllProcesses) build their schedule on every call and keep nothing.
+  // (kAllProcesses) are cached too, under one entry holding a copy of the
+  // whole plan.
   bool cache_schedule = true;
   // Threads copying between buffers of this process (local pieces, pieces
   // between two devices of the process and, with kAllProcesses, every
@@ -148,8 +149,9 @@ struct EngineOptions {
   // rounds, steps, staging offsets, reductions) plus the transport's state
   // per message (MPI datatypes), and it holds no buffer address, so one entry
   // serves every set of buffers. An entry holds a copy of the plan's part
-  // for this process and its inputs (layouts shared, not copied), so it
-  // costs about the part's size again plus the schedule: some hundred bytes
+  // for this process (of the whole plan, for kAllProcesses) and its inputs
+  // (layouts shared, not copied), so it costs about the part's size again
+  // plus the schedule: some hundred bytes
   // per message, and per piece tens of bytes, a few hundred for pieces of
   // gathered or reduced messages. A cached schedule is used only for a plan
   // whose fingerprint, inputs, options and part equal those it was built

@@ -955,7 +955,13 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
       }
     }
     exec_detail::validate_buffers(plan, local_buffers);
-    const Schedule schedule = engine_detail::build_whole_schedule(plan);
+    Schedule built;
+    const Schedule* schedule = &built;
+    if (cache_ != nullptr && options.cache_schedule) {
+      schedule = &cache_->get_whole(plan, &stats.schedule_cached);
+    } else {
+      built = engine_detail::build_whole_schedule(plan);
+    }
     // (2) The agreement, with itself: kept so that every execution follows
     // the same order of events.
     if (options.agreement == ExecuteOptions::Agreement::kEveryCall ||
@@ -966,7 +972,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
       stats.agreed = true;
     }
     // (3) Execution.
-    engine_detail::execute_whole(plan, local_buffers, schedule, options.threads,
+    engine_detail::execute_whole(plan, local_buffers, *schedule, options.threads,
                                  engine_detail::last_key(options.last_stage), stats);
     stats.seconds = seconds_since(t0);
     return stats;

@@ -14,7 +14,7 @@ bool same_layout(const Layout& a, const Layout& b) {
 
 }  // namespace
 
-bool ScheduleCache::same_inputs(const Entry& e, const Plan& plan, const ProcessPart& part) {
+bool ScheduleCache::same_plan_inputs(const Entry& e, const Plan& plan) {
   const std::vector<TensorSpec>& tensors = plan.tensors();
   if (tensors.size() != e.tensors.size() || !(plan.options() == e.plan_options)) return false;
   for (size_t t = 0; t < tensors.size(); ++t) {
@@ -25,7 +25,38 @@ bool ScheduleCache::same_inputs(const Entry& e, const Plan& plan, const ProcessP
       return false;
     }
   }
-  return plan.topology() == e.topology && part == *e.part;
+  return plan.topology() == e.topology;
+}
+
+bool ScheduleCache::same_inputs(const Entry& e, const Plan& plan, const ProcessPart& part) {
+  return e.part != nullptr && same_plan_inputs(e, plan) && part == *e.part;
+}
+
+bool ScheduleCache::same_whole(const Entry& e, const Plan& plan) {
+  return e.plan != nullptr && same_plan_inputs(e, plan) && plan.parts() == e.plan->parts();
+}
+
+// The entry for `key` whose inputs equal the plan's (and `part`, or every
+// part when null), moved to the front; an entry with the same key and other
+// inputs (a fingerprint collision, or a damaged plan) is dropped.
+ScheduleCache::Entry* ScheduleCache::find(const Key& key, const Plan& plan,
+                                          const ProcessPart* part) {
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (!(it->key == key)) continue;
+    if (part != nullptr ? same_inputs(*it, plan, *part) : same_whole(*it, plan)) {
+      entries_.splice(entries_.begin(), entries_, it);
+      return &entries_.front();
+    }
+    entries_.erase(it);
+    break;
+  }
+  return nullptr;
+}
+
+Schedule& ScheduleCache::insert(Entry e) {
+  while (entries_.size() >= capacity_) entries_.pop_back();
+  entries_.push_front(std::move(e));
+  return entries_.front().schedule;
 }
 
 Schedule& ScheduleCache::get(const Plan& plan, int32_t process, const TransportInfo& transport,
@@ -34,17 +65,9 @@ Schedule& ScheduleCache::get(const Plan& plan, int32_t process, const TransportI
                 transport.gather && options.packing != ExecuteOptions::Packing::kStaging,
                 options.overlap};
   const ProcessPart& part = plan.part(process);
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (!(it->key == key)) continue;
-    if (same_inputs(*it, plan, part)) {
-      entries_.splice(entries_.begin(), entries_, it);
-      *hit = true;
-      return entries_.front().schedule;
-    }
-    // The same key for other inputs or another part (a fingerprint
-    // collision, or a damaged plan): this plan replaces the entry.
-    entries_.erase(it);
-    break;
+  if (Entry* e = find(key, plan, &part)) {
+    *hit = true;
+    return e->schedule;
   }
   *hit = false;
   Entry e;
@@ -56,9 +79,25 @@ Schedule& ScheduleCache::get(const Plan& plan, int32_t process, const TransportI
   e.tensors = plan.tensors();
   e.topology = plan.topology();
   e.plan_options = plan.options();
-  while (entries_.size() >= capacity_) entries_.pop_back();
-  entries_.push_front(std::move(e));
-  return entries_.front().schedule;
+  return insert(std::move(e));
+}
+
+Schedule& ScheduleCache::get_whole(const Plan& plan, bool* hit) {
+  const Key key{plan.fingerprint(), kAllProcesses, false, false};
+  if (Entry* e = find(key, plan, nullptr)) {
+    *hit = true;
+    return e->schedule;
+  }
+  *hit = false;
+  Entry e;
+  e.key = key;
+  e.plan = std::make_shared<const Plan>(plan);
+  // Built from the copy, so that its pieces outlive `plan`.
+  e.schedule = build_whole_schedule(*e.plan);
+  e.tensors = plan.tensors();
+  e.topology = plan.topology();
+  e.plan_options = plan.options();
+  return insert(std::move(e));
 }
 
 }  // namespace reshard::engine_detail

@@ -39,6 +39,10 @@ class ScheduleCache {
   // cached then).
   Schedule& get(const Plan& plan, int32_t process, const TransportInfo& transport,
                 const ExecuteOptions& options, bool* hit);
+  // The whole-plan schedule of `plan` (every part, kAllProcesses), likewise:
+  // the entry keeps a copy of the plan, so its pieces outlive `plan`, and a
+  // hit requires the plan's inputs and every part to equal the copy's.
+  Schedule& get_whole(const Plan& plan, bool* hit);
 
   size_t size() const { return entries_.size(); }
 
@@ -56,11 +60,16 @@ class ScheduleCache {
     std::vector<TensorSpec> tensors;
     Topology topology;
     PlanOptions plan_options;
-    std::shared_ptr<const ProcessPart> part;
-    Schedule schedule;  // its pieces point into *part
+    std::shared_ptr<const ProcessPart> part;  // per-process entries
+    std::shared_ptr<const Plan> plan;         // whole-plan entries
+    Schedule schedule;                        // its pieces point into *part (or *plan's parts)
   };
 
+  static bool same_plan_inputs(const Entry& e, const Plan& plan);
   static bool same_inputs(const Entry& e, const Plan& plan, const ProcessPart& part);
+  static bool same_whole(const Entry& e, const Plan& plan);
+  Entry* find(const Key& key, const Plan& plan, const ProcessPart* part);
+  Schedule& insert(Entry e);
 
   size_t capacity_;
   std::list<Entry> entries_;  // most recently used first
