@@ -45,7 +45,9 @@ SLACK = 10.0  # seconds past T that an answer may take on a loaded 2-core machin
 
 
 def names_rank(message, rank):
-    """The message names `rank` as a rank ("rank 3", "rank(s) 1, 3")."""
+    """The message names `rank` as a rank ("rank 3", "rank(s) 1, 3"), other
+    than as the rank that wrote it ("this is rank 3")."""
+    message = re.sub(r"this is rank \d+", "", message)
     for m in re.finditer(r"rank(?:\(s\))?s? ((?:\d+(?:, ?| and )?)+)", message):
         if str(rank) in re.findall(r"\d+", m.group(1)):
             return True
@@ -181,6 +183,10 @@ def judge(job, rc, stderr, results, wall, start_timeout):
             continue
         if code in ("timeout", "transport", "mismatch") and names_rank(msg, V):
             kinds["%s naming the victim" % code] += 1
+        elif code == "mismatch" and job.np == 2 and re.search(r"rank\(s\) %d\b" % r, msg):
+            # Two ranks that disagree: neither is the odd one out, and each
+            # names the side it sees as different (possibly itself).
+            kinds["mismatch naming the other side (2 ranks)"] += 1
         else:
             waiting.append((r, code, msg))
     # A rank waiting on a rank that waits on the victim names the rank it
