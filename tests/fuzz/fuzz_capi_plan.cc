@@ -141,8 +141,8 @@ reshard_plan_input_t* input_built(FuzzedDataProvider& in) {
     for (size_t d = 0; d < rank; ++d) tshape[d] = in.ConsumeIntegralInRange<int64_t>(-1, 12);
     reshard_layout_t* layouts[2] = {nullptr, nullptr};
     for (reshard_layout_t*& l : layouts) {
-      const reshard_reduce_op_t op = in.ConsumeBool() ? in.ConsumeIntegralInRange(0, 4)
-                                                      : in.ConsumeIntegral<int32_t>();
+      const reshard_reduce_op_t op =
+          in.ConsumeBool() ? in.ConsumeIntegralInRange(0, 4) : in.ConsumeIntegral<int32_t>();
       if (in.ConsumeBool() && mesh != nullptr) {
         const char* names[3][3];
         reshard_axes_t dims[3];
@@ -173,8 +173,8 @@ reshard_plan_input_t* input_built(FuzzedDataProvider& in) {
             hi[e * rank + d] = in.ConsumeIntegralInRange<int64_t>(-1, 13);
           }
         }
-        if (!ok(reshard_layout_create_boxes(rank, tshape, n, dev.data(), summands.data(),
-                                            lo.data(), hi.data(), num_summands, op, &l),
+        if (!ok(reshard_layout_create_boxes(rank, tshape, n, dev.data(), summands.data(), lo.data(),
+                                            hi.data(), num_summands, op, &l),
                 "layout_boxes"))
           l = nullptr;
       }
@@ -199,8 +199,8 @@ void check_plan(reshard_plan_t* plan, FuzzedDataProvider& in) {
   ok(reshard_plan_stats(plan, &stats.value), "plan_stats");
   Padded<reshard_serialize_options_t> so;
   std::memset(&so, 0x5a, sizeof so);
-  so.value.struct_size = struct_size(in, sizeof(reshard_serialize_options_t),
-                                     sizeof(reshard_serialize_options_t));
+  so.value.struct_size =
+      struct_size(in, sizeof(reshard_serialize_options_t), sizeof(reshard_serialize_options_t));
   so.value.all_parts = in.ConsumeIntegralInRange(-1, 1);
   so.value.process = in.ConsumeIntegralInRange(-1, 4);
   reshard_buffer_t* bytes = nullptr;
@@ -221,8 +221,8 @@ void check_plan(reshard_plan_t* plan, FuzzedDataProvider& in) {
   // The decoded plan serializes to bytes that verify again.
   reshard_buffer_t* again = nullptr;
   if (ok(reshard_plan_serialize(back, nullptr, &again), "serialize again")) {
-    reshard_error_t* v = reshard_plan_verify_bytes(reshard_buffer_data(again),
-                                                   reshard_buffer_size(again));
+    reshard_error_t* v =
+        reshard_plan_verify_bytes(reshard_buffer_data(again), reshard_buffer_size(again));
     if (v != nullptr) broken("a deserialized plan's bytes do not verify", v);
   }
   reshard_buffer_destroy(again);
@@ -258,8 +258,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       opts.value.inter_host_bytes_per_second = in.ConsumeFloatingPoint<double>();
       break;
     case 4:
-      opts.value.staging_budget_bytes = in.ConsumeBool() ? in.ConsumeIntegralInRange(-1, 4096)
-                                                         : in.ConsumeIntegral<int64_t>();
+      opts.value.staging_budget_bytes =
+          in.ConsumeBool() ? in.ConsumeIntegralInRange(-1, 4096) : in.ConsumeIntegral<int64_t>();
       break;
     case 5:
       opts.value.relays = in.ConsumeIntegral<int32_t>();
@@ -272,8 +272,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memset(&req, in.ConsumeIntegral<uint8_t>(), sizeof req);
   const reshard_plan_request_t rdefaults = RESHARD_PLAN_REQUEST_INIT;
   req.value = rdefaults;
-  req.value.struct_size = struct_size(in, sizeof(reshard_plan_request_t),
-                                      offsetof(reshard_plan_request_t, threads));
+  req.value.struct_size =
+      struct_size(in, sizeof(reshard_plan_request_t), offsetof(reshard_plan_request_t, threads));
   req.value.scope = in.ConsumeIntegralInRange(-1, 3);
   req.value.process = in.ConsumeIntegralInRange(-1, 4);
   req.value.global_stats = in.ConsumeIntegralInRange(0, 2);
