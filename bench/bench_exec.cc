@@ -2,6 +2,12 @@
 // (issue 2 benchmark): 1 GiB of f32, row-sharded -> column-sharded over 8
 // devices in one process. Also prints the other layouts tried.
 //   bench_exec [--repeat N] [--gib G] [--csv]
+// With --spec, the plans of spec files instead (bench/layout_bench.py
+// --dump-specs DIR writes its families' specs), on 1 and 2 threads,
+// interleaved with memcpy of the bytes written (partial sums: of half the
+// bytes read and written, their memory bound), for profiling the copy
+// kernels without Python around them:
+//   bench_exec --spec a.json [--spec b.json ...] [--repeat N]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,8 +20,12 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "reshard/engine.h"
 #include "reshard/exec.h"
+#include "reshard/oracle.h"
 #include "reshard/plan.h"
+#include "reshard/spec.h"
+#include "reshard/wait.h"
 
 using namespace reshard;
 
@@ -118,15 +128,133 @@ void run_case(const char* name, int64_t rows, int64_t cols,
   }
 }
 
+// 64-byte aligned storage, as the Python benchmark's slabs.
+struct Aligned {
+  std::vector<std::byte> raw;
+  std::byte* data = nullptr;
+  explicit Aligned(int64_t bytes) : raw(static_cast<size_t>(bytes) + 64) {
+    const auto a = reinterpret_cast<uintptr_t>(raw.data());
+    data = raw.data() + ((64 - a % 64) % 64);
+  }
+};
+
+void run_spec(const std::string& path, int repeat) {
+  const Spec spec = load_spec(path);
+  const Plan plan = make_plan(spec.input);
+  std::vector<Aligned> storage;
+  std::vector<TensorBuffers> buffers;
+  int64_t written = 0;
+  int64_t read = 0;
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    const TensorSpec& ts = plan.tensors()[t];
+    const int64_t e = dtype_size(ts.dtype);
+    TensorBuffers tb;
+    for (size_t i = 0; i < ts.src.num_entries(); ++i) {
+      const int64_t bytes = ts.src.box(i).volume() * e;
+      storage.emplace_back(bytes);
+      fill_source_shard(ts, static_cast<uint32_t>(t), i,
+                        std::span<std::byte>(storage.back().data, static_cast<size_t>(bytes)));
+      tb.src.push_back({storage.back().data, bytes});
+      if (ts.src.partial()) read += bytes;
+    }
+    for (size_t i = 0; i < ts.dst.num_entries(); ++i) {
+      const int64_t bytes = ts.dst.box(i).volume() * e;
+      storage.emplace_back(bytes);
+      std::memset(storage.back().data, 1, static_cast<size_t>(bytes));
+      tb.dst.push_back({storage.back().data, bytes});
+      written += bytes;
+    }
+    buffers.push_back(std::move(tb));
+  }
+  // Partial sums: the memory bound moves (read + written) bytes; memcpy
+  // reads and writes each byte once.
+  const int64_t copy = read > 0 ? (read + written) / 2 : written;
+  Aligned a(copy);
+  Aligned b(copy);
+  std::memset(a.data, 1, static_cast<size_t>(copy));
+  std::memset(b.data, 2, static_cast<size_t>(copy));
+  Engine engine(make_local_transport(), EngineOptions{.schedule_cache_entries = 0});
+  ExecuteOptions o;
+  o.agreement = ExecuteOptions::Agreement::kSkip;
+  std::vector<double> tm[3];
+  std::vector<double> te[3];
+  for (int threads : {1, 2}) {
+    o.threads = threads;
+    engine.execute(plan, kAllProcesses, buffers, o);
+  }
+  // The oracle checks what the executor wrote (partial destinations aside).
+  OracleReport report;
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    const TensorSpec& ts = plan.tensors()[t];
+    if (ts.dst.partial()) continue;
+    for (size_t i = 0; i < ts.dst.num_entries(); ++i) {
+      check_destination_shard(
+          ts, static_cast<uint32_t>(t), i,
+          std::span<const std::byte>(static_cast<const std::byte*>(buffers[t].dst[i].data),
+                                     static_cast<size_t>(buffers[t].dst[i].bytes)),
+          report);
+    }
+  }
+  if (!report.ok()) {
+    std::fprintf(stderr, "%s: %lld wrong elements\n", path.c_str(), (long long)report.mismatches);
+    std::exit(1);
+  }
+  auto timed = [](const std::function<void()>& f) {
+    const auto t0 = WaitClock::now();
+    f();
+    return seconds_since(t0);
+  };
+  for (int r = 0; r < repeat; ++r) {
+    for (int threads : {1, 2}) {
+      tm[threads].push_back(timed([&] {
+        std::vector<std::jthread> pool;
+        for (int t = 1; t < threads; ++t)
+          pool.emplace_back([&, t] {
+            const int64_t lo = copy * t / threads / 64 * 64;
+            const int64_t hi = t + 1 == threads ? copy : copy * (t + 1) / threads / 64 * 64;
+            std::memcpy(b.data + lo, a.data + lo, static_cast<size_t>(hi - lo));
+          });
+        std::memcpy(b.data, a.data, static_cast<size_t>(copy / threads / 64 * 64));
+      }));
+      o.threads = threads;
+      te[threads].push_back(timed([&] { engine.execute(plan, kAllProcesses, buffers, o); }));
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("%-40s %7.1f MiB written", path.substr(path.find_last_of('/') + 1).c_str(),
+              written / 1048576.0);
+  // The minimum too: on a shared machine the medians move with the load,
+  // the fastest runs less so.
+  for (int threads : {1, 2}) {
+    const double m = median(tm[threads]);
+    const double e = median(te[threads]);
+    const double mmin = *std::min_element(tm[threads].begin(), tm[threads].end());
+    const double emin = *std::min_element(te[threads].begin(), te[threads].end());
+    std::printf(" | %dT memcpy %6.2f ms ours %6.2f ms: %.2f of memcpy (fastest: %.2f)", threads,
+                m * 1e3, e * 1e3, m / e, mmin / emin);
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int repeat = 5;
   double gib = 1.0;
+  std::vector<std::string> specs;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--gib") && i + 1 < argc) gib = std::atof(argv[++i]);
     if (!std::strcmp(argv[i], "--csv")) g_csv = true;
+    if (!std::strcmp(argv[i], "--spec") && i + 1 < argc) specs.emplace_back(argv[++i]);
+  }
+  if (!specs.empty()) {
+    for (const std::string& s : specs) run_spec(s, repeat);
+    return 0;
   }
   const int64_t n = static_cast<int64_t>(std::sqrt(gib * 1073741824.0 / 4));
   const int64_t side = n / 8 * 8;

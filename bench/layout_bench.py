@@ -9,8 +9,13 @@ Every repetition times, in turn and per family:
   memcpy T    memcpy of the destination bytes (source and destination
               pre-faulted), split over T threads (T = 1, 2)
   ours T pre  reshard's executor on T threads into pre-faulted destinations
-  ours T new  the same into freshly allocated destinations (page faults
-              included, as jax.device_put's fresh output buffers pay)
+  ours T new  the same into freshly allocated destinations, one buffer per
+              destination shard from the allocator (np.empty: malloc), as
+              jax.device_put allocates its outputs; the allocator may hand
+              back memory freed before (no page faults), as it does for JAX
+  ours 2 slab the same into one fresh slab holding every destination shard
+              (np.empty of ~64 MiB: above glibc's mmap threshold, so every
+              call maps, faults in and zeroes new pages), for reference
 both reshard columns with the warm and with the fresh source. The partial-sum
 families compare against a jitted jnp.sum over the summand axis (JAX has no
 device_put of unreduced values) and against the memory bound: (bytes read +
@@ -22,8 +27,13 @@ Every family's result is checked against JAX's once before timing.
       RESHARD_LIBRARY=build/dev/capi/libreshard.so PYTHONPATH=bindings/python/src \\
       build/python-venv/bin/python bench/layout_bench.py [--mib 64] [--repeat 7] [--only NAME]
 
-Prints one table of medians (ms) and ratios, and the geometric means. The
-figures are same-run ratios; absolute times on shared machines mean little.
+--dump-specs DIR writes each family's spec (JSON) to DIR and exits: for
+`build/dev/bench/bench_exec --spec DIR/NAME.json`, which times the same plans
+against memcpy without Python around them (for perf).
+
+Prints one table of medians (ms) and ratios, the memcpy ratios of the fastest
+repetitions too, and the geometric means. The figures are same-run ratios;
+absolute times on shared machines mean little.
 """
 import argparse
 import concurrent.futures
@@ -60,6 +70,7 @@ class Family:
     def __init__(self, name, tensors, targets, summands=0, jax=True):
         self.name, self.tensors, self.targets, self.summands = name, tensors, targets, summands
         self.jax = jax  # False: JAX cannot hold the layout (uneven splits)
+        self.aliased = False  # JAX's output shards share buffers (found when run)
 
 
 def _rows_for(mib, cols, item):
@@ -262,9 +273,15 @@ class Ours:
     def alloc(self):
         return np.empty(self.slab_bytes + ALIGN, np.uint8)
 
+    def alloc_shards(self):
+        """One new buffer per destination entry, as jax.device_put makes."""
+        return [np.empty(n, np.uint8) for _, n, *_ in self.dst]
+
     def pointers(self, xs, slab):
         ptr = xs.pointers() if isinstance(xs, HostSources) else jax_pointers(xs)
         src = np.array([ptr[k] for k in self.src_dev], np.uint64)
+        if isinstance(slab, list):
+            return src, np.array([a.ctypes.data for a in slab], np.uint64), 0
         base = slab.__array_interface__["data"][0]
         pad = (-base) % ALIGN
         dst = np.array([base + pad + off for off, *_ in self.dst], np.uint64)
@@ -338,6 +355,14 @@ def bench_family(fam, repeat):
     slab = ours.alloc()
     ours.run(2, xs, slab)
     verdict = ours.check(xs, slab, want)
+    if want is not None:
+        # On CPU devices JAX may give replicated outputs one buffer for all
+        # their shards (no copy at all); say so where it does.
+        shards = [s for w in want for s in w.addressable_shards]
+        ptrs = {s.data.unsafe_buffer_pointer() for s in shards}
+        if len(ptrs) < len(shards):
+            verdict += f"; JAX's {len(shards)} output shards share {len(ptrs)} buffer(s)"
+            fam.aliased = True
     del want, slab
     # memcpy of the bytes written; for sums, of half the bytes read and
     # written (memcpy reads and writes each byte once), so that its time is
@@ -346,7 +371,8 @@ def bench_family(fam, repeat):
     msrc = np.ones(ours.copy_bytes, np.uint8)
     mdst = np.ones(ours.copy_bytes, np.uint8)
     cols = ["jax/warm", "jax/fresh"] + [f"memcpy {t}" for t in (1, 2)] + [
-        f"ours {t} {d} {s}" for t in (1, 2) for d in ("pre", "new") for s in ("warm", "fresh")]
+        f"ours {t} {d} {s}" for t in (1, 2) for d in ("pre", "new") for s in ("warm", "fresh")] + [
+        "ours 2 slab warm"]
     times = {c: [] for c in cols}
     if f is not None:
         r = f(xs)  # warm-up: JAX caches the source's host copy here
@@ -371,15 +397,25 @@ def bench_family(fam, repeat):
                 times[f"ours {t} pre {mode}"].append(dt)
 
                 def fresh_run():
-                    slab = ours.alloc()
-                    ours.run(t, src, slab)
+                    ours.run(t, src, ours.alloc_shards())
                     return None
 
                 dt, _ = timed(fresh_run)
                 times[f"ours {t} new {mode}"].append(dt)
+                if t == 2 and mode == "warm":
+
+                    def slab_run():
+                        ours.run(t, src, ours.alloc())
+                        return None
+
+                    dt, _ = timed(slab_run)
+                    times["ours 2 slab warm"].append(dt)
             del src
             gc.collect()
     med = {c: statistics.median(v) if v else math.nan for c, v in times.items()}
+    # The fastest repetition too: on a shared machine medians move with the
+    # load, the fastest runs of interleaved timings less so.
+    med.update({f"fastest {c}": min(v) if v else math.nan for c, v in times.items()})
     return med, ours, verdict
 
 
@@ -388,7 +424,21 @@ def main():
     ap.add_argument("--mib", type=float, default=64, help="bytes each family writes (about)")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--only", action="append", default=[], help="substring of family names")
+    ap.add_argument("--dump-specs", metavar="DIR", help="write each family's spec JSON and exit")
     args = ap.parse_args()
+    if args.dump_specs:
+        import json
+        import re
+        os.makedirs(args.dump_specs, exist_ok=True)
+        for fam in families(args.mib):
+            if args.only and not any(o in fam.name for o in args.only):
+                continue
+            spec = spec_of(fam, make_sources(fam) if fam.jax else None)
+            name = re.sub(r"[^a-z0-9]+", "_", fam.name.lower()).strip("_")
+            with open(os.path.join(args.dump_specs, name + ".json"), "w") as f:
+                json.dump(spec, f)
+            print(os.path.join(args.dump_specs, name + ".json"))
+        return
     print(f"JAX {jax.__version__}, reshard {reshard.__version__} ({reshard.LIBRARY_PATH}), "
           f"{os.cpu_count()} cores, {len(jax.devices())} CPU devices, ~{args.mib:g} MiB per "
           f"family, median of {args.repeat}, interleaved", flush=True)
@@ -404,21 +454,26 @@ def main():
     print("Ratios: `of memcpy` = memcpy time / ours (pre-faulted destinations, warm source), "
           "same thread count; partial sums: memory-bound time / ours, the bound being "
           "(bytes read + written) at memcpy bandwidth (memcpy of half those bytes, same run). `JAX /` = jax time / ours (2 threads), "
-          "per (JAX source, our destination).")
+          "per (JAX source, our destination: pre-faulted, or new buffers per shard as JAX allocates). "
+          "`slab` = ours (2 threads) into one fresh ~64 MiB slab (page faults included).")
     print()
     print("| family | MiB written | memcpy 1T ms | ours 1T ms | of memcpy 1T | memcpy 2T ms | "
           "ours 2T ms | of memcpy 2T | JAX warm ms | JAX fresh ms | JAX/ours warm,pre | "
-          "warm,new | fresh,pre | fresh,new |")
+          "warm,new | fresh,pre | fresh,new | slab ms | fastest 1T | fastest 2T |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
-          "---: | ---: |")
+          "---: | ---: | ---: | ---: | ---: |")
     g = {1: [], 2: []}
+    gf = {1: [], 2: []}
     jr = []
     for fam, med, ours, _ in rows:
         ratio = {}
+        fast = {}
         for t in (1, 2):
             bound = med[f"memcpy {t}"]  # for sums: memcpy of (read + written) / 2
             ratio[t] = bound / med[f"ours {t} pre warm"]
             g[t].append(ratio[t])
+            fast[t] = med[f"fastest memcpy {t}"] / med[f"fastest ours {t} pre warm"]
+            gf[t].append(fast[t])
         js = [med[f"jax/{s}"] / med[f"ours 2 {d} {s}"] for s in ("warm", "fresh")
               for d in ("pre", "new")]
         if fam.jax:
@@ -427,14 +482,20 @@ def main():
               f"{med['ours 1 pre warm'] * 1e3:.1f} | {ratio[1]:.2f} | "
               f"{med['memcpy 2'] * 1e3:.1f} | {med['ours 2 pre warm'] * 1e3:.1f} | "
               f"{ratio[2]:.2f} | {med['jax/warm'] * 1e3:.1f} | {med['jax/fresh'] * 1e3:.1f} | "
-              + " | ".join(f"{x:.2f}" for x in js) + " |")
+              + " | ".join(f"{x:.2f}" for x in js) + f" | {med['ours 2 slab warm'] * 1e3:.1f} | {fast[1]:.2f} | {fast[2]:.2f} |")
     geo = lambda v: math.exp(sum(math.log(x) for x in v) / len(v))  # noqa: E731
     print()
     for t in (1, 2):
-        print(f"{t} thread(s): of memcpy geomean {geo(g[t]):.2f}, min {min(g[t]):.2f}")
+        print(f"{t} thread(s): of memcpy geomean {geo(g[t]):.2f}, min {min(g[t]):.2f}; "
+              f"fastest runs: geomean {geo(gf[t]):.2f}, min {min(gf[t]):.2f}")
     flat = [x for js in jr for x in js]
     print(f"JAX / ours (2 threads), all four combinations: geomean {geo(flat):.2f}, "
           f"min {min(flat):.2f}")
+    own = [x for (fam, *_), js in zip([r for r in rows if r[0].jax], jr) if not fam.aliased
+           for x in js]
+    if own and len(own) < len(flat):
+        print(f"  ... over the families where JAX writes every output shard (not aliased): "
+              f"geomean {geo(own):.2f}, min {min(own):.2f}")
 
 
 if __name__ == "__main__":

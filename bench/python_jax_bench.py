@@ -9,12 +9,18 @@ Methods, per case:
            previous outputs are freed (what a weight-sync loop sees)
   fresh    the same with reuse_buffers=False: new host memory every call
            (page faults included), like a first call with a cached plan
+  C exec   of the warm time, the reshard_executor_execute call alone (the
+           rest of the warm time is Python: flattening, cache lookup, source
+           addresses, output arrays)
   plan     planning time of the case (once; not in the other columns)
   C++      the same spec (reshard.jax.spec_for of the case) run by the CLI,
            `reshard run --spec F --transport local --iters 3 --warmup 1`:
            execute_host on buffers filled and pre-faulted by a warm-up run,
            with every hardware thread, as the Python executor has; the
            median of its 3 timed iterations is this repetition's time
+  warm x3  reshard warm timed as the C++ column is: one untimed call, then
+           3 calls back to back, their median (the warm column pauses
+           before its single call, which the C++ column does not)
 
 Needs jax[cpu] and the reshard package (scripts/test-python.sh sets both up):
     XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
@@ -95,6 +101,18 @@ def materialize(tree):
     return out
 
 
+_EXEC_TIMES = []
+
+
+def _timed_execute_table(self, table, _inner=reshard.Executor._execute_table):
+    t0 = time.perf_counter()
+    _inner(self, table)
+    _EXEC_TIMES.append(time.perf_counter() - t0)
+
+
+reshard.Executor._execute_table = _timed_execute_table
+
+
 def run_method(f, tree):
     t0 = time.perf_counter()
     y = f(tree)
@@ -133,7 +151,7 @@ def main():
     side = int((args.gib * 2**30 / 4) ** 0.5) // 8 * 8
     print(f"JAX {jax.__version__}, reshard {reshard.__version__} ({reshard.LIBRARY_PATH}), "
           f"{os.cpu_count()} cores, 8 CPU devices, large arrays f32 [{side}, {side}], "
-          f"median of {args.repeat}, interleaved")
+          f"median of {args.repeat}, interleaved; load average %.2f %.2f %.2f" % os.getloadavg())
     rows = []
     tmp = tempfile.mkdtemp()
     for name, (spec, targets), large in cases(side):
@@ -155,7 +173,8 @@ def main():
         for k in tree:
             assert np.array_equal(np.asarray(got[k]), np.asarray(want[k])), (name, k)
         del got, want
-        times = {m: [] for m in list(methods) + (["cpp"] if cli else [])}
+        times = {m: [] for m in list(methods) + ["warm3"] + (["cpp"] if cli else [])}
+        exec_times = []
         for m, f in methods.items():
             run_method(f, tree)
         gc.collect()
@@ -170,32 +189,47 @@ def main():
                 if m == "cpp":
                     times[m].append(cli())
                     continue
+                if m == "warm3":  # as the CLI times: a warm-up, then 3 back to back
+                    ts = [run_method(warm_r, tree)[0] for _ in range(4)][1:]
+                    times[m].append(statistics.median(ts))
+                    continue
+                _EXEC_TIMES.clear()
                 dt, y = run_method(methods[m], tree)
                 times[m].append(dt)
+                if m == "warm":
+                    exec_times.append(sum(_EXEC_TIMES))
                 del y
         gc.enable()
         med = {m: statistics.median(v) for m, v in times.items()}
+        med["exec"] = statistics.median(exec_times)
         rows.append((name, nbytes, len(tree), med, plan_s, large))
         del tree
         gc.collect()
     print()
     print("| case | tensors | MiB | jax.device_put ms | reshard warm ms | reshard fresh ms | "
-          "JAX / warm | JAX / fresh | plan ms | C++ run ms | warm / C++ |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "JAX / warm | JAX / fresh | C exec ms (of warm) | plan ms | C++ run ms | warm / C++ | "
+          "warm x3 ms | warm x3 / C++ |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+          "| ---: |")
     worst, cpp_large = [], []
     for name, nbytes, n, med, plan_s, large in rows:
         c = med.get("cpp")
         worst.append(min(med["jax"] / med["warm"], med["jax"] / med["fresh"]))
         if c is not None and large:
-            cpp_large.append(med["warm"] / c)
+            cpp_large.append((med["warm"] / c, med["warm3"] / c))
         c_ms = "" if c is None else f"{c * 1e3:.2f}"
         c_ratio = "" if c is None else f"{med['warm'] / c:.2f}"
+        c3_ratio = "" if c is None else f"{med['warm3'] / c:.2f}"
         print(f"| {name} | {n} | {nbytes / 2**20:.0f} | {med['jax']*1e3:.2f} | {med['warm']*1e3:.2f} | "
               f"{med['fresh']*1e3:.2f} | {med['jax']/med['warm']:.2f}x | {med['jax']/med['fresh']:.2f}x | "
-              f"{plan_s*1e3:.1f} | {c_ms} | {c_ratio} |")
-    print(f"\nsmallest JAX / reshard ratio over both reshard columns: {min(worst):.2f}x")
+              f"{med['exec']*1e3:.2f} | {plan_s*1e3:.1f} | {c_ms} | {c_ratio} | "
+              f"{med['warm3']*1e3:.2f} | {c3_ratio} |")
+    print("\nload average at the end: %.2f %.2f %.2f" % os.getloadavg())
+    print(f"smallest JAX / reshard ratio over both reshard columns: {min(worst):.2f}x")
     if cpp_large:
-        print(f"large single arrays, reshard warm / C++: {min(cpp_large):.2f} to {max(cpp_large):.2f}")
+        w, w3 = zip(*cpp_large)
+        print(f"large single arrays, reshard warm / C++: {min(w):.2f} to {max(w):.2f}; "
+              f"timed as the CLI is (warm x3 / C++): {min(w3):.2f} to {max(w3):.2f}")
     if not os.path.exists(os.path.join(args.build, "tools", "reshard")):
         print(f"(no {args.build}/tools/reshard: C++ column empty)", file=sys.stderr)
 

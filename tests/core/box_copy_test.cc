@@ -706,50 +706,162 @@ TEST(CopyBox, ShortRunPathsMatchNaiveReference) {
   }
 }
 
+// The instruction-set levels this machine can run, lowest first: tests run
+// every kernel path the CPU has (limit_host_isa caps the level).
+std::vector<HostIsa> isa_levels() {
+  std::vector<HostIsa> out;
+  const HostIsa top = host_isa();
+  for (HostIsa l : {HostIsa::kBaseline, HostIsa::kAvx2, HostIsa::kAvx512}) {
+    if (static_cast<int32_t>(l) <= static_cast<int32_t>(top)) out.push_back(l);
+  }
+  return out;
+}
+
+// Restores the level cap when a test ends.
+struct IsaCap {
+  HostIsa previous;
+  explicit IsaCap(HostIsa cap) : previous(limit_host_isa(cap)) {}
+  ~IsaCap() { limit_host_isa(previous); }
+};
+
+// Invariant: limit_host_isa caps host_isa() and returns the previous cap.
+TEST(CopyBox, HostIsaCapLowersTheLevelUsed) {
+  const HostIsa top = host_isa();
+  {
+    IsaCap cap(HostIsa::kBaseline);
+    EXPECT_EQ(host_isa(), HostIsa::kBaseline);
+    EXPECT_EQ(limit_host_isa(HostIsa::kAvx2), HostIsa::kBaseline);
+    EXPECT_LE(static_cast<int32_t>(host_isa()), static_cast<int32_t>(HostIsa::kAvx2));
+  }
+  EXPECT_EQ(host_isa(), top);
+}
+
+// Invariant: streamed copies (non-temporal stores, at every instruction-set
+// level the CPU has) write exactly what the per-element reference writes:
+// gathers into abutting destination runs, scatters into strided ones, runs
+// of 16 B to 2 KiB around the 64- and 256-byte edges, destinations aligned
+// and not, ranks 1-3, whole and split into run ranges starting mid-row; the
+// copies that cannot stream fall back to plain stores.
+TEST(CopyBox, StreamingCopiesMatchNaiveReference) {
+  std::mt19937_64 rng(23);
+  for (HostIsa level : isa_levels()) {
+    IsaCap cap(level);
+    for (int64_t elem : {1, 2, 4, 8}) {
+      for (int64_t run_bytes : {16, 48, 64, 80, 240, 256, 320, 1440, 2048}) {
+        const int64_t run = run_bytes / elem;
+        for (int shape = 0; shape < 4; ++shape) {
+          for (int64_t misalign : {0, 16, 4}) {
+            SCOPED_TRACE("isa " + std::to_string(static_cast<int>(level)) + " elem " +
+                         std::to_string(elem) + " run " + std::to_string(run_bytes) + " shape " +
+                         std::to_string(shape) + " misalign " + std::to_string(misalign));
+            Box region;
+            Box src_box;
+            Box dst_box;
+            switch (shape) {
+              case 0:  // gather: strided source, destination runs abut
+                region = make_box({{0, 9}, {run, 2 * run}});
+                src_box = make_box({{0, 9}, {0, 4 * run}});
+                dst_box = region;
+                break;
+              case 1:  // scatter: contiguous source, strided destination runs
+                region = make_box({{0, 9}, {run, 2 * run}});
+                src_box = region;
+                dst_box = make_box({{0, 9}, {0, 3 * run}});
+                break;
+              case 2:  // rank 3, both sides strided
+                region = make_box({{1, 4}, {0, 5}, {run, 2 * run}});
+                src_box = make_box({{0, 4}, {0, 6}, {0, 3 * run}});
+                dst_box = make_box({{1, 5}, {0, 5}, {0, 2 * run}});
+                break;
+              default:  // rank 1: one contiguous run
+                region = make_box({{3, 3 + 5 * run}});
+                src_box = make_box({{0, 8 * run}});
+                dst_box = make_box({{1, 7 * run}});
+            }
+            const CopyDesc d = make_copy_desc(region, src_box, dst_box);
+            const auto src = random_bytes(rng, src_box.volume() * elem);
+            // 64-byte aligned storage, the destination `misalign` bytes in.
+            const int64_t dst_bytes = dst_box.volume() * elem;
+            std::vector<unsigned char> store(static_cast<size_t>(dst_bytes + 128));
+            const auto base = reinterpret_cast<uintptr_t>(store.data());
+            unsigned char* dst = store.data() + ((64 - base % 64) % 64) + misalign;
+            const auto init = random_bytes(rng, dst_bytes);
+            std::vector<unsigned char> want = init;
+            for_each_index(region, [&](const std::array<int64_t, kMaxRank>& idx) {
+              std::memcpy(want.data() + offset_in(dst_box, idx) * elem,
+                          src.data() + offset_in(src_box, idx) * elem, static_cast<size_t>(elem));
+            });
+            std::memcpy(dst, init.data(), static_cast<size_t>(dst_bytes));
+            copy_box(d, elem, src.data(), dst, /*streaming=*/true);
+            fence_streamed_stores();
+            ASSERT_EQ(std::vector<unsigned char>(dst, dst + dst_bytes), want);
+            std::memcpy(dst, init.data(), static_cast<size_t>(dst_bytes));
+            const int64_t runs = copy_desc_runs(d);
+            copy_box_runs(d, elem, 0, runs / 3, src.data(), dst, true);
+            copy_box_runs(d, elem, runs / 3, runs, src.data(), dst, true);
+            fence_streamed_stores();
+            ASSERT_EQ(std::vector<unsigned char>(dst, dst + dst_bytes), want);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Invariant: sum_streams gives bit for bit what the identity fill, one
-// reduce_into per stream in stream order and store_from_acc give (f32 and
-// bf16: round once, ties to even, NaN stays NaN), for block-edge lengths;
-// other dtypes decline and write nothing.
+// reduce_into per stream in stream order and store_from_acc give (f32, bf16
+// and f16: round once, ties to even, NaN stays NaN), for block-edge lengths
+// and at every instruction-set level the CPU has; other dtypes decline and
+// write nothing.
 TEST(Reduce, SumStreamsMatchesStreamByStreamFold) {
   std::mt19937_64 rng(19);
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    const int64_t elem = dtype_size(dtype);
-    for (int k : {1, 2, 3, 8}) {
-      for (int64_t n : {1, 7, 8, 255, 256, 257, 1000}) {
-        SCOPED_TRACE(std::string(dtype_name(dtype)) + " k " + std::to_string(k) + " n " +
-                     std::to_string(n));
-        std::vector<std::vector<unsigned char>> streams;
-        std::vector<const void*> ptrs;
-        for (int j = 0; j < k; ++j) {
-          streams.push_back(random_bytes(rng, n * elem));
-          for (int64_t i = 0; i < n; ++i) {
-            // NaN only in the first stream: with two NaNs the payload kept
-            // depends on the operand order the compiler chose.
-            unsigned char* p = streams.back().data() + i * elem + elem - 1;
-            if (j > 0 && (*p & 0x7f) == 0x7f) *p &= 0xbf;
-            // Many small values, so that sums round (ties included).
-            if (rng() % 2) *p = static_cast<unsigned char>((*p & 0x80) | 0x3f);
+  for (HostIsa level : isa_levels()) {
+    IsaCap cap(level);
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      const int64_t elem = dtype_size(dtype);
+      for (int k : {1, 2, 3, 8}) {
+        for (int64_t n : {1, 7, 8, 31, 32, 33, 255, 256, 257, 1000}) {
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " k " + std::to_string(k) + " n " +
+                       std::to_string(n) + " isa " + std::to_string(static_cast<int>(level)));
+          std::vector<std::vector<unsigned char>> streams;
+          std::vector<const void*> ptrs;
+          for (int j = 0; j < k; ++j) {
+            streams.push_back(random_bytes(rng, n * elem));
+            for (int64_t i = 0; i < n; ++i) {
+              // NaN only in the first stream: with two NaNs the payload kept
+              // depends on the operand order the compiler chose.
+              unsigned char* p = streams.back().data() + i * elem + elem - 1;
+              const unsigned char exp_bits = dtype == DType::kF16 ? 0x7c : 0x7f;
+              if (j > 0 && (*p & exp_bits) == exp_bits) *p &= 0xbf;
+              // Many small values, so that sums round (ties included).
+              if (rng() % 2) *p = static_cast<unsigned char>((*p & 0x80) | 0x3f);
+            }
+            ptrs.push_back(streams.back().data());
           }
-          ptrs.push_back(streams.back().data());
+          std::vector<unsigned char> acc(static_cast<size_t>(n * acc_size(dtype)));
+          fill_identity(dtype, ReduceOp::kSum, acc.data(), n);
+          Box b = make_box({{0, n}});
+          for (int j = 0; j < k; ++j) {
+            reduce_into(make_copy_desc(b, b, b), dtype, ReduceOp::kSum, ptrs[j], acc.data());
+          }
+          std::vector<unsigned char> want(static_cast<size_t>(n * elem));
+          store_from_acc(dtype, acc.data(), want.data(), n);
+          std::vector<unsigned char> got(static_cast<size_t>(n * elem), 0x5a);
+          ASSERT_TRUE(sum_streams(dtype, ptrs.data(), k, got.data(), n));
+          ASSERT_EQ(got, want);
+          // Streamed (non-temporal stores; malloc's 16-byte alignment).
+          std::vector<unsigned char> streamed(static_cast<size_t>(n * elem), 0x5a);
+          ASSERT_TRUE(sum_streams(dtype, ptrs.data(), k, streamed.data(), n, true));
+          fence_streamed_stores();
+          ASSERT_EQ(streamed, want);
         }
-        std::vector<unsigned char> acc(static_cast<size_t>(n * acc_size(dtype)));
-        fill_identity(dtype, ReduceOp::kSum, acc.data(), n);
-        Box b = make_box({{0, n}});
-        for (int j = 0; j < k; ++j) {
-          reduce_into(make_copy_desc(b, b, b), dtype, ReduceOp::kSum, ptrs[j], acc.data());
-        }
-        std::vector<unsigned char> want(static_cast<size_t>(n * elem));
-        store_from_acc(dtype, acc.data(), want.data(), n);
-        std::vector<unsigned char> got(static_cast<size_t>(n * elem), 0x5a);
-        ASSERT_TRUE(sum_streams(dtype, ptrs.data(), k, got.data(), n));
-        ASSERT_EQ(got, want);
       }
     }
   }
   std::vector<unsigned char> one(2, 1);
   std::vector<unsigned char> out(2, 0x5a);
   const void* p = one.data();
-  EXPECT_FALSE(sum_streams(DType::kF16, &p, 1, out.data(), 1));
+  EXPECT_FALSE(sum_streams(DType::kF8E4M3, &p, 1, out.data(), 1));
   EXPECT_EQ(out, std::vector<unsigned char>(2, 0x5a));
 }
 

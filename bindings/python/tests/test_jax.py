@@ -134,6 +134,91 @@ def test_plan_is_cached_and_outputs_independent():
     assert p1.stats["network_bytes"] > 0
 
 
+def _slab_of(prep, tree):
+    """The index in prep's pool of the allocation every output shard of
+    ``tree`` lies in (None: not all in one)."""
+    ptrs = [s.data.unsafe_buffer_pointer() for v in jax.tree.leaves(tree) for s in v.addressable_shards]
+    for i, slab in enumerate(prep._pool):
+        lo = slab.mem.__array_interface__["data"][0]
+        if all(lo <= p < lo + slab.mem.nbytes for p in ptrs):
+            return i
+    return None
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_output_memory_reused_only_once_free(fast, monkeypatch):
+    """A warm call writes into the allocation of an earlier call once every
+    array of that call is gone, and never while one of them (or a NumPy view
+    of one) is alive: outputs of earlier calls keep their values."""
+    if not fast:
+        monkeypatch.setattr(rj, "_FAST_PUT", None)
+    d = jax.devices()
+    m = Mesh(np.array(d), ("x",))
+    tree = {f"w{i}": make((16, 8 * (i + 1)), jnp.float32, NamedSharding(m, P("x")), i) for i in range(3)}
+    tree["n"] = make((8,), jnp.bfloat16, NamedSharding(m, P()), 7)
+    ab = Mesh(np.array(d[::-1]).reshape(2, 4), ("a", "b"))
+    targets = {k: NamedSharding(ab, P(None, ("b", "a"))) for k in tree}
+    targets["n"] = NamedSharding(ab, P("b"))
+    r = rj.Resharder(targets)
+    y0 = r(tree)
+    prep = next(iter(r._cache.values()))
+    assert prep._fast is fast
+    assert len(prep._pool) == 1 and _slab_of(prep, y0) == 0
+    del y0
+    y1 = r(tree)  # every array of the first call gone: same memory, no new allocation
+    assert len(prep._pool) == 1 and _slab_of(prep, y1) == 0
+    keep = y1["w1"]  # one array of the call alive: the next call allocates anew
+    del y1
+    y2 = r(jax.tree.map(lambda a: a + 1, tree))
+    assert len(prep._pool) == 2 and _slab_of(prep, y2) == 1
+    assert_same(keep, jax.device_put(tree["w1"], targets["w1"]))
+    host = np.asarray(y2["w0"].addressable_shards[0].data)  # a host view of an output shard
+    del keep, y2
+    y3 = r(jax.tree.map(lambda a: a * 3, tree))
+    assert _slab_of(prep, y3) == 0  # the first allocation is free again, the second is not
+    want = jax.device_put(tree["w0"] + 1, targets["w0"])
+    assert np.array_equal(host, np.asarray(want.addressable_shards[0].data))
+    for k in tree:
+        assert_same(y3[k], jax.device_put(tree[k] * 3, targets[k]))
+    y4 = r(jax.tree.map(lambda a: a * 5, tree))  # y3 alive; `host` may alias the second allocation
+    assert np.array_equal(host, np.asarray(want.addressable_shards[0].data))
+    for k in tree:
+        assert_same(y3[k], jax.device_put(tree[k] * 3, targets[k]))
+        assert_same(y4[k], jax.device_put(tree[k] * 5, targets[k]))
+
+
+def test_concurrent_calls_of_one_plan():
+    """Threads calling one Resharder on trees of one structure at once (one
+    cached plan): each call has its own addresses and its own output memory."""
+    import threading
+    d = jax.devices()
+    m = Mesh(np.array(d), ("x",))
+    base = {f"w{i}": make((64, 32), jnp.float32, NamedSharding(m, P("x")), i) for i in range(4)}
+    targets = NamedSharding(Mesh(np.array(d[::-1]), ("y",)), P(None, "y"))
+    r = rj.Resharder(targets)
+    r(base)
+    inputs = [jax.tree.map(lambda a, k=k: a + k, base) for k in range(8)]
+    wants = [{n: np.asarray(a) for n, a in t.items()} for t in inputs]
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(25):
+                got = r(inputs[k])
+                for n, a in got.items():
+                    if not np.array_equal(np.asarray(a), wants[k][n]):
+                        errors.append((k, n))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
+    assert len(r._cache) == 1
+
+
 @pytest.mark.parametrize("fast", [True, False])
 def test_batched_outputs_and_public_fallback(fast, monkeypatch):
     """Outputs made by one batched_device_put per array (the fast path JAX
@@ -159,7 +244,7 @@ def test_batched_outputs_and_public_fallback(fast, monkeypatch):
     want = jax.device_put(tree, targets)
     for k in tree:
         assert_same(got[k], want[k])
-    slab = prep._pool[0]
+    slab = prep._pool[0].mem
     lo_, hi_ = slab.__array_interface__["data"][0], slab.__array_interface__["data"][0] + slab.nbytes
     ptrs = [s.data.unsafe_buffer_pointer() for v in got.values() for s in v.addressable_shards]
     assert all(lo_ <= p < hi_ for p in ptrs), "an output shard was copied out of the allocation"

@@ -386,17 +386,43 @@ int64_t acc_size(DType dtype) noexcept;
 // its own accumulator, and store_from_acc is a plain copy.
 bool acc_is_elem(DType dtype) noexcept;
 
-// Copies the described elements of `elem_size` bytes, one memcpy per run.
-void copy_box(const CopyDesc& desc, int64_t elem_size, const void* src, void* dst);
+// The vector instructions the host copy and reduction loops use beyond the
+// x86-64 baseline (SSE2), chosen once from the CPU (__builtin_cpu_supports,
+// which also checks that the OS saves the registers); kBaseline on other
+// architectures. One binary runs on every x86-64 machine.
+enum class HostIsa : int32_t { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// The level in use: the CPU's, capped by limit_host_isa.
+HostIsa host_isa() noexcept;
+
+// Caps the level used from now on (process-wide; for tests and
+// benchmarks that cover every path on one machine); returns the previous
+// cap. Not to be called while copies run on other threads.
+HostIsa limit_host_isa(HostIsa cap) noexcept;
+
+// Copies the described elements of `elem_size` bytes. With `streaming`,
+// with non-temporal stores where the destination's runs allow it (runs of
+// at least 64 bytes, 16-byte aligned, abutting or of 256 bytes or more):
+// for copies that, taken together, are larger than the caches, as memcpy
+// does for such copies. Such stores are weakly ordered: the caller calls
+// fence_streamed_stores() before another thread may read the destination
+// (once after many copies). Copies of 8 MiB or more in one call stream
+// whatever the flag, and then fence themselves.
+void copy_box(const CopyDesc& desc, int64_t elem_size, const void* src, void* dst,
+              bool streaming = false);
 
 // Copies `bytes` contiguous bytes; with `streaming`, with non-temporal
 // stores (for a copy larger than the caches, of which this may be a slice,
-// as memcpy does for such copies itself).
+// as memcpy does for such copies itself), fenced by the caller.
 void copy_bytes(void* dst, const void* src, int64_t bytes, bool streaming);
+
+// Orders the calling thread's non-temporal stores (an sfence on x86-64)
+// before its later stores and any synchronisation that follows.
+void fence_streamed_stores() noexcept;
 
 // As copy_box, restricted to runs [first_run, last_run).
 void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, int64_t last_run,
-                   const void* src, void* dst);
+                   const void* src, void* dst, bool streaming = false);
 
 // Sets n accumulator elements (of acc_size(dtype) bytes) to the identity of
 // `op` for `dtype`.
@@ -416,8 +442,12 @@ void reduce_into(const CopyDesc& desc, DType dtype, ReduceOp op, const void* src
 // stream order, accumulating in the accumulation type and rounding once —
 // bit for bit what fill_identity, reduce_into per stream and store_from_acc
 // give. Returns false, writing nothing, for dtypes without this path (it
-// exists for f32 and bf16); the caller then folds stream by stream.
-bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t n);
+// exists for f32, bf16 and f16, vectorised with AVX2/AVX-512 where
+// host_isa() has them); the caller then folds stream by stream. With
+// `streaming`, dst is written with non-temporal stores where aligned (see
+// copy_box; the caller fences).
+bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t n,
+                 bool streaming = false);
 
 // Converts n accumulator elements to `dtype`, rounding to nearest even once.
 void store_from_acc(DType dtype, const void* acc, void* dst, int64_t n);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -82,7 +83,9 @@ struct CellHosts {
 struct Route {
   // Reduce-scatter (PlanOptions::reduce_scatter, partial sources): part j's
   // reducer, an entry of the cell, receives every summand of it (stage 0)
-  // and forwards the reduced part to the cell's other entries (stage 1).
+  // and forwards the reduced part to the cell's other entries (stage 1);
+  // with relays, to one entry per other host (its leader for part j,
+  // stage 1), which fans it out inside its host (stage 2).
   bool reduce = false;
   uint32_t cell_first = 0, cell_count = 0;  // the cell's entries in Geometry::cell_entries
   bool cross = false;
@@ -90,6 +93,11 @@ struct Route {
   std::vector<int32_t> holder_hosts;    // sorted, unique
   size_t receiving = 0;                 // receiving hosts
   std::vector<Box> parts;
+  // Cross routes, per part: the host whose holders send it in stage 0 (-1:
+  // any holder), and the receiving host (index among the receiving hosts)
+  // it enters, or -1 for a direct part, which the holders send to every
+  // receiving host's leader themselves (see CellShares).
+  std::vector<int32_t> part_host, part_entry;
   uint64_t rot = 0;
   // Relays inside hosts, tiled source: the region is source cell `idx` of
   // the `n` (row-major) covering the destination box; the leaders take
@@ -97,6 +105,59 @@ struct Route {
   // so each forwards boxes that merge (Relay merging below). n = 0: rotate.
   uint64_t idx = 0, n = 0;
 };
+
+// How the holders' hosts of one destination cell share the forwarding of
+// a cross route (Route::cross), so that the busiest NIC, holders' included,
+// approaches the host send bound. Only for a cell none of whose hosts holds
+// any of it (every region crosses to all of its hosts). Each region is cut
+// into one share per holder host (its holders send it); host h sends the
+// fraction `direct` of its share straight to every receiving host (R
+// copies) and the rest once, cut into entry parts that the receiving hosts
+// forward to each other (R - 1 copies each, spread over them). With w_h
+// the volume host h holds (a region held on k hosts counts 1/k on each), h
+// sends w_h ((R - 1) direct_h + 1) and each receiving host (R - 1) / R
+// (V - Σ w_h direct_h): `direct` is chosen per host so the largest of those
+// is least (water-filling). One holder host: direct 0, the plain scatter
+// then all-gather.
+struct CellShares {
+  bool disjoint = false;
+  std::vector<std::pair<int32_t, double>> direct;  // (holder host, fraction), by host
+  double of(int32_t host) const {
+    auto it = std::lower_bound(direct.begin(), direct.end(), std::make_pair(host, -1.0));
+    return it != direct.end() && it->first == host ? it->second : 0.0;
+  }
+};
+
+// The `direct` fractions minimising the busiest of the hosts' sends (see
+// CellShares): w = (host, volume held) sorted by host, R receiving hosts.
+inline void water_fill(const std::vector<std::pair<int32_t, double>>& w, size_t R,
+                       std::vector<std::pair<int32_t, double>>& direct) {
+  direct.clear();
+  double V = 0, top = 0;
+  for (const auto& [h, v] : w) {
+    V += v;
+    top = std::max(top, v);
+  }
+  if (R < 2 || V <= 0) return;
+  const double r1 = static_cast<double>(R - 1);
+  auto frac = [&](double tau, double v) { return std::clamp((tau / v - 1) / r1, 0.0, 1.0); };
+  auto receivers = [&](double tau) {
+    double sent = 0;
+    for (const auto& [h, v] : w) sent += v * frac(tau, v);
+    return r1 / static_cast<double>(R) * (V - sent);
+  };
+  // The busiest holder host sends at least its volume; above that, raising
+  // the target lowers what the receiving hosts forward.
+  double lo = top, hi = top * static_cast<double>(R);
+  if (receivers(lo) > lo) {
+    for (int i = 0; i < 64; ++i) {
+      const double mid = (lo + hi) / 2;
+      (receivers(mid) > mid ? lo : hi) = mid;
+    }
+    lo = hi;
+  }
+  for (const auto& [h, v] : w) direct.emplace_back(h, v > 0 ? frac(lo, v) : 0.0);
+}
 
 // Merges the relay pieces of one (relay, receiver) pair: consecutive boxes
 // (in cover order) that extend each other along one dimension become one
@@ -183,11 +244,29 @@ class Enumerator {
              Route& r);
   // Among the receiving hosts of `r`: whether `host` is one, its index.
   bool receiving_index(const Route& r, int32_t host, size_t* index) const;
-  // The entry host of part j (cross routes).
-  size_t entry_host(const Route& r, size_t j) const { return (j + r.rot) % r.receiving; }
+  // Cross routes: whether part j arrives at the receiving host of index
+  // `idx` in stage 0 (a direct part, or its entry host).
+  static bool arrives_first(const Route& r, size_t j, size_t idx) {
+    return !r.cross || r.part_entry[j] < 0 || static_cast<size_t>(r.part_entry[j]) == idx;
+  }
   // The reducer of part j (reduce routes).
   uint32_t reducer(const TensorCtx& t, const Route& r, size_t j) const {
     return t.dg->cell_entries[r.cell_first + (j + r.rot) % r.cell_count];
+  }
+  // The CellHosts index of destination entry e's host in e's cell.
+  size_t host_slot(const TensorCtx& t, uint32_t e) {
+    const CellHosts& ch = cell_hosts(t);
+    const auto c = static_cast<size_t>(t.dg->cell_of_entry[e]);
+    const auto b = ch.hosts.begin() + static_cast<std::ptrdiff_t>(ch.cell_offsets[c]);
+    const auto end = ch.hosts.begin() + static_cast<std::ptrdiff_t>(ch.cell_offsets[c + 1]);
+    return static_cast<size_t>(std::lower_bound(b, end, t.dt->host[e]) - ch.hosts.begin());
+  }
+  // Reduce routes with relays: the entry on the host at CellHosts index
+  // `hi` that takes part j in from its reducer on another host and fans it
+  // out inside the host (the gather enters each host once).
+  uint32_t gather_leader(const Route& r, size_t hi, size_t j) const {
+    const uint32_t b = ch_->member_offsets[hi], end = ch_->member_offsets[hi + 1];
+    return ch_->members[b + (j + r.rot) % (end - b)];
   }
   // The reduce-scatter rule for a region of a partial source (see Route).
   bool reduce_route(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders,
@@ -218,12 +297,33 @@ class Enumerator {
   [[noreturn]] void uncovered(const TensorCtx& t, uint32_t e, const Box& region, int32_t s);
 
   const CellHosts& cell_hosts(const TensorCtx& t);
+  const CellShares& cell_shares(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
+  // Cuts a cross route's region into shares and parts (see CellShares).
+  void cross_parts(const TensorCtx& t, size_t c, const Box& region, const uint32_t* holders,
+                   size_t n, Route& r);
+  // Whether, by the α–β model, a cross route's stages (r, just cut) take
+  // longer for this region than each receiving host fetching it from the
+  // holders (single-hop into the host, then inside it): the stages add up.
+  bool cross_slower(const TensorCtx& t, size_t c, const Box& region, size_t n,
+                    const Route& r) const;
+  // Holders of `holders` on `host` (all of them for host -1), into hsel_.
+  void holders_on(const TensorCtx& t, const uint32_t* holders, size_t n, int32_t host);
 
   const PlanOptions& options_;
   std::map<const Geometry*, CellHosts> cell_hosts_;
   const Geometry* last_geo_ = nullptr;  // cell_hosts' last geometry ...
   const CellHosts* ch_ = nullptr;       // ... and its hosts
   Route route_;
+  // cell_shares(): per (source, destination) geometry pair, per cell.
+  std::map<std::pair<const Geometry*, const Geometry*>, std::unordered_map<size_t, CellShares>>
+      shares_;
+  std::unique_ptr<Enumerator> share_en_;  // covers inside a cover
+  std::vector<std::pair<int32_t, double>> volumes_;
+  std::vector<int32_t> region_hosts_;
+  std::vector<int64_t> forwarding_;
+  std::vector<uint32_t> order_;
+  std::vector<uint32_t> hsel_;
+  std::vector<Box> share_boxes_, entry_boxes_;
   std::vector<uint32_t> cands_, sel_, dsts_, near_, refined_;
   std::vector<std::vector<uint32_t>> active_;  // refine(): candidates per slab
   // send() on an explicit source: the network pieces of each destination
@@ -538,6 +638,38 @@ inline void split_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
   }
 }
 
+// Splits `region` into m parts along the outermost dimension where they come
+// out within 2% of equal (the largest over the mean), else the one where
+// they come closest; fewer when no dimension has m elements (as
+// split_parts). Relay loads follow part sizes: 6 rows cut 5 ways give one
+// receiving host twice the others' forwarding.
+inline void even_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
+  int dim = -1;
+  double best = 0;
+  for (int d = 0; d < region.rank; ++d) {
+    const int64_t ext = region.extent(d);
+    if (ext < m || m < 2) continue;
+    const double excess = static_cast<double>(ceil_div(ext, m) * m) / static_cast<double>(ext);
+    if (dim < 0 || excess < best) {
+      dim = d;
+      best = excess;
+    }
+    if (excess <= 1.02) break;
+  }
+  if (dim < 0) {
+    split_parts(region, m, parts);
+    return;
+  }
+  parts.clear();
+  const int64_t ext = region.extent(dim);
+  for (int64_t j = 0; j < m; ++j) {
+    Box part = region;
+    part.lo[dim] = region.lo[dim] + ext * j / m;
+    part.hi[dim] = region.lo[dim] + ext * (j + 1) / m;
+    parts.push_back(part);
+  }
+}
+
 inline bool Enumerator::reduce_route(const TensorCtx& t, uint32_t e, const Box& region,
                                      const uint32_t* holders, size_t n, Route& r) const {
   if (!options_.reduce_scatter || t.S < 2 || t.T > 1 || !t.dg->tiled || n == 0) return false;
@@ -615,19 +747,184 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
   r.rot = k;
   r.cross = r.receiving >= 2 && r.receiving > static_cast<size_t>(t.st->num_hosts);
   r.parts.clear();
+  r.part_host.clear();
+  r.part_entry.clear();
   r.n = 0;
-  if (!r.cross) {
-    if (t.sg->tiled) cover_position(t, t.dst->box(e), region, r);
-    r.parts.push_back(region);
-    return true;
+  if (r.cross) {
+    cross_parts(t, c, region, holders, n, r);
+    if (!cross_slower(t, c, region, n, r)) return true;
+    r.cross = false;
+    r.parts.clear();
+    r.part_host.clear();
+    r.part_entry.clear();
   }
-  // Parts of at least split_min_bytes (one at least, one per receiving
-  // host at most), cut along the first dimension with enough extent.
-  const int64_t bytes = region.volume() * t.esize;
-  int64_t m = static_cast<int64_t>(r.receiving);
-  if (options_.split_min_bytes > 0) m = std::min<int64_t>(m, bytes / options_.split_min_bytes);
-  split_parts(region, m, r.parts);
+  if (t.sg->tiled) cover_position(t, t.dst->box(e), region, r);
+  r.parts.push_back(region);
   return true;
+}
+
+inline bool Enumerator::cross_slower(const TensorCtx& t, size_t c, const Box& region, size_t n,
+                                     const Route& r) const {
+  const double a = options_.alpha_seconds, bx = 1.0 / options_.inter_host_bytes_per_second,
+               bi = 1.0 / options_.intra_host_bytes_per_second;
+  const auto B = static_cast<double>(region.volume() * t.esize);
+  const auto R = static_cast<double>(r.receiving);
+  const auto M = static_cast<double>(ch_->max_members[c]);
+  const auto nd = static_cast<double>(std::max<size_t>(n, 1));
+  // Into each receiving host from the holders, then inside it.
+  const bool split = n > 1 && region.volume() * t.esize >= options_.split_min_bytes;
+  const double peers = split ? R : std::ceil(R / nd);
+  const double inside = M > 1 ? a * (M - 1) + bi * (M - 1) * B : 0;
+  const double single = a * peers + bx * (split ? R * B / nd : peers * B) + inside;
+  // Cross: the holders send the entry parts once and the direct parts to
+  // every receiving host (stage 0); the busiest entry host forwards its
+  // parts to the others (stage 1); the other hosts fan out (stage 2).
+  double sent = 0, entries = 0, direct = 0;
+  for (size_t j = 0; j < r.parts.size(); ++j) {
+    const auto v = static_cast<double>(r.parts[j].volume() * t.esize);
+    if (r.part_entry[j] < 0) {
+      sent += R * v;
+      direct = 1;
+    } else {
+      sent += v;
+      ++entries;
+    }
+  }
+  double most = 0;  // bytes the busiest receiving host forwards
+  for (int64_t v : forwarding_) most = std::max(most, static_cast<double>(v * t.esize));
+  const double stage0 =
+      a * std::ceil((direct > 0 ? R : std::min(R, entries)) / nd) + bx * sent / nd;
+  const double stage1 =
+      entries > 0 ? a * (R - 1 + M - 1) + (bx * (R - 1) + bi * (M - 1)) * most : 0;
+  // Only for regions too small to give every receiving host a part: larger
+  // ones are bandwidth-bound, where the cross route keeps every NIC near its
+  // bound and single-hop multiplies the holders' egress by R.
+  return entries < R && stage0 + stage1 + inside > single;
+}
+
+inline void Enumerator::cross_parts(const TensorCtx& t, size_t c, const Box& region,
+                                    const uint32_t* holders, size_t n, Route& r) {
+  (void)holders;
+  (void)n;
+  const CellShares& cs = cell_shares(t, c, r.cell_begin, r.cell_end);
+  // One share per holder host (cut evenly), or the whole region from any
+  // holder where the cell's hosts hold some of it.
+  share_boxes_.clear();
+  const size_t nh = r.holder_hosts.size();
+  if (cs.disjoint && nh > 1) split_parts(region, static_cast<int64_t>(nh), share_boxes_);
+  const bool per_host = cs.disjoint && (nh == 1 || share_boxes_.size() == nh);
+  if (!per_host || nh == 1) share_boxes_.assign(1, region);
+  int32_t entries = 0;
+  for (size_t s = 0; s < share_boxes_.size(); ++s) {
+    const int32_t host = per_host ? r.holder_hosts[s] : -1;
+    const double a = per_host ? cs.of(host) : 0.0;
+    Box rest = share_boxes_[s];
+    if (a > 0 && rest.rank > 0) {
+      // The direct part: the first fraction `a` along the longest dimension.
+      int dim = 0;
+      for (int d = 1; d < rest.rank; ++d)
+        if (rest.extent(d) > rest.extent(dim)) dim = d;
+      const int64_t rows = std::min<int64_t>(
+          rest.extent(dim), std::llround(static_cast<double>(rest.extent(dim)) * a));
+      if (rows > 0) {
+        Box direct = rest;
+        direct.hi[dim] = rest.lo[dim] + rows;
+        rest.lo[dim] += rows;
+        r.parts.push_back(direct);
+        r.part_host.push_back(host);
+        r.part_entry.push_back(-1);
+      }
+    }
+    if (rest.empty() && rest.rank > 0) continue;
+    // Entry parts of at least split_min_bytes (one at least, one per
+    // receiving host at most), cut along the first dimension with enough
+    // extent.
+    const int64_t bytes = rest.volume() * t.esize;
+    int64_t m = static_cast<int64_t>(r.receiving);
+    if (options_.split_min_bytes > 0) m = std::min<int64_t>(m, bytes / options_.split_min_bytes);
+    even_parts(rest, m, entry_boxes_);
+    for (const Box& b : entry_boxes_) {
+      r.parts.push_back(b);
+      r.part_host.push_back(host);
+      r.part_entry.push_back(entries++);
+    }
+  }
+  // Each entry part, largest first (then in order), enters the receiving
+  // host that forwards the fewest bytes of this region so far, ties broken
+  // in cyclic order from `start`: equal parts go to (q + start) % R,
+  // unequal ones even out (cuts along a dimension of few rows differ by a
+  // row). `start` lets the
+  // regions of a cell take turns: by Q when they have fewer entry parts
+  // than receiving hosts, by one when every host gets the same number.
+  const uint64_t R = r.receiving;
+  const auto Q = static_cast<uint64_t>(entries);
+  const uint64_t start = (Q % R == 0 ? r.rot : r.rot * Q) % R;
+  forwarding_.assign(R, 0);
+  order_.clear();
+  for (size_t j = 0; j < r.parts.size(); ++j)
+    if (r.part_entry[j] >= 0) order_.push_back(static_cast<uint32_t>(j));
+  std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
+    return r.parts[a].volume() > r.parts[b].volume();
+  });
+  for (uint32_t j : order_) {
+    size_t best = start;
+    for (uint64_t k = 1; k < R; ++k) {
+      const size_t i = static_cast<size_t>((start + k) % R);
+      if (forwarding_[i] < forwarding_[best]) best = i;
+    }
+    forwarding_[best] += r.parts[j].volume();
+    r.part_entry[j] = static_cast<int32_t>(best);
+  }
+}
+
+inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, size_t cell_begin,
+                                                 size_t cell_end) {
+  auto& per_cell = shares_[{t.sg, t.dg}];
+  auto [it, fresh] = per_cell.try_emplace(c);
+  CellShares& cs = it->second;
+  if (!fresh) return cs;
+  const Geometry& dg = *t.dg;
+  const Box B = t.dst->box(dg.cell_entries[dg.cell_offsets[c]]);
+  if (!share_en_) share_en_ = std::make_unique<Enumerator>(options_);
+  const auto hb = ch_->hosts.begin() + static_cast<std::ptrdiff_t>(cell_begin);
+  const auto he = ch_->hosts.begin() + static_cast<std::ptrdiff_t>(cell_end);
+  volumes_.clear();
+  bool disjoint = true;
+  share_en_->cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
+    if (!disjoint) return;
+    region_hosts_.clear();
+    for (size_t i = 0; i < n; ++i) region_hosts_.push_back(t.st->host[h[i]]);
+    std::sort(region_hosts_.begin(), region_hosts_.end());
+    region_hosts_.erase(std::unique(region_hosts_.begin(), region_hosts_.end()),
+                        region_hosts_.end());
+    for (int32_t host : region_hosts_)
+      if (std::binary_search(hb, he, host)) disjoint = false;
+    if (region_hosts_.empty()) disjoint = false;
+    if (!disjoint) return;
+    const double v =
+        static_cast<double>(region.volume()) / static_cast<double>(region_hosts_.size());
+    for (int32_t host : region_hosts_) volumes_.emplace_back(host, v);
+  });
+  if (!disjoint) return cs;
+  std::sort(volumes_.begin(), volumes_.end());
+  size_t k = 0;
+  for (size_t i = 0; i < volumes_.size(); ++i) {
+    if (k > 0 && volumes_[k - 1].first == volumes_[i].first)
+      volumes_[k - 1].second += volumes_[i].second;
+    else
+      volumes_[k++] = volumes_[i];
+  }
+  volumes_.resize(k);
+  water_fill(volumes_, cell_end - cell_begin, cs.direct);
+  cs.disjoint = true;
+  return cs;
+}
+
+inline void Enumerator::holders_on(const TensorCtx& t, const uint32_t* holders, size_t n,
+                                   int32_t host) {
+  hsel_.clear();
+  for (size_t i = 0; i < n; ++i)
+    if (host < 0 || t.st->host[holders[i]] == host) hsel_.push_back(holders[i]);
 }
 
 inline bool Enumerator::receiving_index(const Route& r, int32_t host, size_t* index) const {
@@ -663,6 +960,7 @@ template <class F>
 void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, const Box& region,
                              const uint32_t* holders, size_t n, bool own, F&& f) {
   if (r.reduce) {
+    const size_t hi = options_.relays ? host_slot(t, e) : 0;
     for (size_t j = 0; j < r.parts.size(); ++j) {
       const uint32_t red = reducer(t, r, j);
       if (red == e) {  // stage 0: every summand of the part
@@ -671,6 +969,15 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
       }
       Emitted x{red, e, r.parts[j], true, false, false};
       x.stage = 1;  // the reduced part, from its reducer
+      // From another host: it enters e's host once, at the part's leader
+      // there, which fans it out (stage 2).
+      if (options_.relays && t.dt->host[red] != t.dt->host[e]) {
+        const uint32_t l = gather_leader(r, hi, j);
+        if (l != e) {
+          x.src_entry = l;
+          x.stage = 2;
+        }
+      }
       f(x);
     }
     return;
@@ -687,15 +994,20 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
       ch_->hosts.begin());
   for (size_t j = 0; j < r.parts.size(); ++j) {
     const Box& part = r.parts[j];
-    const bool entry = !r.cross || entry_host(r, j) == idx;
+    const bool entry = arrives_first(r, j, idx);
     const uint32_t l = leader(r, hi, j);
     Emitted x{0, e, part, true, false, false};
     if (l == e) {
-      if (entry) {  // stage 0, from a holder
-        assign(t, e, part, holders, n, own || r.parts.size() > 1, f);
+      if (entry) {  // stage 0, from a holder (on the part's host, if it has one)
+        if (r.cross && r.part_host[j] >= 0) {
+          holders_on(t, holders, n, r.part_host[j]);
+          assign(t, e, part, hsel_.data(), hsel_.size(), own || r.parts.size() > 1, f);
+        } else {
+          assign(t, e, part, holders, n, own || r.parts.size() > 1, f);
+        }
         continue;
       }
-      x.src_entry = leader(r, receiving_host(r, entry_host(r, j)), j);
+      x.src_entry = leader(r, receiving_host(r, static_cast<size_t>(r.part_entry[j])), j);
       x.stage = 1;  // across hosts, from the entry host's leader
     } else {
       x.src_entry = l;
@@ -738,17 +1050,34 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
     if (!options_.reduce_scatter || t.T > 1 || !t.dg->tiled) return;
     const auto c = static_cast<size_t>(t.dg->cell_of_entry[l]);
     if (t.dg->cell_offsets[c + 1] - t.dg->cell_offsets[c] < 2) return;
+    const bool gather = options_.relays;
+    const size_t own_hi = gather ? host_slot(t, l) : 0;
+    const int32_t host = t.dt->host[l];
     cover(t, t.dst->box(l), [&](const Box& region, const uint32_t* h, size_t n, bool) {
       Route& r = route_;
       if (!route(t, l, region, h, n, r)) return;
       for (size_t j = 0; j < r.parts.size(); ++j) {
-        if (reducer(t, r, j) != l) continue;
-        for (uint32_t i = r.cell_first; i < r.cell_first + r.cell_count; ++i) {
-          const uint32_t m = t.dg->cell_entries[i];
-          if (m == l) continue;
-          Emitted x{l, m, r.parts[j], true, false, false};
-          x.stage = 1;
-          f(x);
+        const uint32_t red = reducer(t, r, j);
+        if (red == l) {
+          // To the other entries of its host, and to the part's leader on
+          // every other host (all of them without relays).
+          for (uint32_t i = r.cell_first; i < r.cell_first + r.cell_count; ++i) {
+            const uint32_t m = t.dg->cell_entries[i];
+            if (m == l) continue;
+            if (gather && t.dt->host[m] != host && gather_leader(r, host_slot(t, m), j) != m)
+              continue;
+            Emitted x{l, m, r.parts[j], true, false, false};
+            x.stage = 1;
+            f(x);
+          }
+        } else if (gather && t.dt->host[red] != host && gather_leader(r, own_hi, j) == l) {
+          // The part's leader on this host: to the others here.
+          for (uint32_t k = ch_->member_offsets[own_hi]; k < ch_->member_offsets[own_hi + 1]; ++k) {
+            if (ch_->members[k] == l) continue;
+            Emitted x{l, ch_->members[k], r.parts[j], true, false, false};
+            x.stage = 2;
+            f(x);
+          }
         }
       }
     });
@@ -773,7 +1102,7 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
         ch.hosts.begin());
     for (size_t j = 0; j < r.parts.size(); ++j) {
       if (leader(r, hi, j) != l) continue;
-      const bool entry = !r.cross || entry_host(r, j) == idx;
+      const bool entry = arrives_first(r, j, idx);
       // The other entries of this host.
       for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {
         if (ch.members[k] == l) continue;
@@ -781,7 +1110,7 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
         x.stage = entry ? 1 : 2;
         f(x);
       }
-      if (!r.cross || !entry) continue;
+      if (!r.cross || !entry || r.part_entry[j] < 0) continue;
       // The leaders of part j on the other receiving hosts.
       for (size_t i = 0; i < r.receiving; ++i) {
         if (i == idx) continue;

@@ -37,8 +37,10 @@ namespace {
 
 // Bump when any planning rule changes (2: cut windows; 3: large pieces split
 // across the replicas of the destination's process or host too; 4: relays
-// for replicated destinations, stages).
-constexpr uint64_t kPlannerVersion = 4;
+// for replicated destinations, stages; 5: the holders' hosts share the
+// forwarding of relays across hosts, entry parts balanced, the α–β model
+// keeps small regions single-hop).
+constexpr uint64_t kPlannerVersion = 5;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

@@ -5,12 +5,11 @@ import ctypes
 import json
 import os
 from dataclasses import dataclass
-from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union)
+from typing import (Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union)
 
 import numpy as np
 
-from . import _ffi
-from ._ffi import InvalidArgumentError, api, check, const, ffi
+from ._ffi import InvalidArgumentError, api, check, ffi
 
 Spec = Union[Mapping[str, Any], str, "os.PathLike[str]"]
 BufferLike = Any
@@ -626,6 +625,33 @@ class _Table:
         self.plan = plan
 
 
+class _PointerTable:
+    """A private ``reshard_tensor_buffers_t`` table for repeated executions of
+    one plan with a fixed set of given entries (an adapter's cached plan):
+    sizes are written once, and a call writes only the addresses, into
+    ``src_ptr`` and ``dst_ptr`` (one per entry, all tensors back to back, in
+    the order of :func:`_table`); entries not given keep address and size 0.
+    Not for concurrent use: one per thread."""
+
+    def __init__(self, plan: Plan, src_given: np.ndarray, dst_given: np.ndarray) -> None:
+        tab = _table(plan)
+        self.plan = plan
+        self.num_tensors = tab.num_tensors
+        self.src = np.zeros_like(tab.src)
+        self.dst = np.zeros_like(tab.dst)
+        # given: one flag per entry (tab.src / tab.dst have at least one row)
+        self.src[:len(src_given), 1] = np.where(src_given, tab.src_bytes[:len(src_given)], 0)
+        self.dst[:len(dst_given), 1] = np.where(dst_given, tab.dst_bytes[:len(dst_given)], 0)
+        self.src_ptr = self.src[:, 0]  # views: writing them writes the table
+        self.dst_ptr = self.dst[:, 0]
+        self.tb = ffi.new("reshard_tensor_buffers_t[]", max(tab.num_tensors, 1))
+        sp = ffi.cast("reshard_src_buffer_t*", ffi.from_buffer(self.src))
+        dp = ffi.cast("reshard_dst_buffer_t*", ffi.from_buffer(self.dst))
+        for t in range(tab.num_tensors):
+            self.tb[t].src, self.tb[t].num_src = sp + tab.src_off[t], tab.tb[t].num_src
+            self.tb[t].dst, self.tb[t].num_dst = dp + tab.dst_off[t], tab.tb[t].num_dst
+
+
 def _table(plan: Plan) -> _Table:
     tab = plan._tables.get("table")
     if tab is None:
@@ -714,6 +740,10 @@ class Executor:
             check(api.executor_execute(self._ptr, plan._ptr, tb, tab.num_tensors))
         finally:
             pinned.release()
+
+    def _execute_table(self, table: "_PointerTable") -> None:
+        """Executes ``table.plan`` with the addresses written into ``table``."""
+        check(api.executor_execute(self._ptr, table.plan._ptr, table.tb, table.num_tensors))
 
     def _execute_pointers(self, plan: Plan, src_ptrs: Any, dst_ptrs: Any) -> None:
         """Executes with raw addresses (one per entry, all tensors back to back,

@@ -16,6 +16,8 @@ Shardings that are not ``NamedSharding`` (a single device, ``GSPMDSharding``,
 from __future__ import annotations
 
 import collections
+import itertools
+import operator
 import sys
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -26,7 +28,7 @@ import jax
 from jax.sharding import NamedSharding, Sharding, SingleDeviceSharding
 
 from . import _core
-from ._core import Executor, MPIExecutor, Plan
+from ._core import Executor, Plan
 from ._ffi import InvalidArgumentError, InternalError
 
 __all__ = ["spec_for", "plan", "reshard", "Resharder", "layout_json", "mesh_json"]
@@ -43,9 +45,10 @@ try:
     from jax._src.core import ShapedArray as _ShapedArray
     from jax._src.lib import xla_client as _xc
     _FAST_PUT: Any = _xc.batched_device_put
+    _BLOCK: Any = _xc.batched_block_until_ready
 except (ImportError, AttributeError):  # pragma: no cover - depends on the JAX version
     _ArrayImpl = _ShapedArray = None
-    _FAST_PUT = None
+    _FAST_PUT = _BLOCK = None
 
 
 def mesh_json(mesh: Any) -> Dict[str, Any]:
@@ -189,15 +192,64 @@ def plan(tree: Any, shardings: Any, *, process: Optional[int] = None, **kwargs: 
     return _core.plan(spec_for(tree, shardings, options=options), process=process, **kwargs)
 
 
+class _Slab:
+    """One call's output allocation: host memory aligned to ``_ALIGN`` that
+    holds every output shard, and, on the fast path, the NumPy views of it
+    that become the output arrays' shards (made with the allocation, reused
+    with it)."""
+
+    __slots__ = ("mem", "addr", "views", "mem_refs", "view_refs", "busy")
+
+    def __init__(self, nbytes: int) -> None:
+        self.mem = np.empty(nbytes + _ALIGN, np.uint8)
+        base = self.mem.__array_interface__["data"][0]
+        self.addr = base + (-base) % _ALIGN
+        self.views: Optional[List[List[np.ndarray]]] = None
+        self.busy = True
+        self.view_refs = 0
+        self.mem_refs = sys.getrefcount(self.mem)
+
+    def make_views(self, specs: List[Any], pooled: bool) -> None:
+        """Views per output array (``specs``: per array ``(dtype, [(offset,
+        shape), ...])``), and for a pooled allocation the reference counts
+        of one nobody else holds, measured now (every view of the memory
+        refers to ``mem``, and JAX keeps the views it was given)."""
+        nd, pad = np.ndarray, self.addr - self.mem.__array_interface__["data"][0]
+        self.views = [[nd(shape, dt, self.mem, pad + off) for off, shape in views]
+                      for dt, views in specs]
+        if not pooled:
+            return
+        self.mem_refs = sys.getrefcount(self.mem)
+        self.view_refs = max(map(sys.getrefcount, itertools.chain.from_iterable(self.views)),
+                             default=0)
+
+    def free(self) -> bool:
+        """Whether no output array of an earlier call aliases the memory any
+        more (then a new call may overwrite it)."""
+        if self.busy or sys.getrefcount(self.mem) != self.mem_refs:
+            return False
+        return self.views is None or max(
+            map(sys.getrefcount, itertools.chain.from_iterable(self.views)),
+            default=0) == self.view_refs
+
+
+_LEAF_KEY = operator.attrgetter("shape", "dtype", "sharding")
+_ARRAYS = operator.attrgetter("_arrays")
+_POINTER = operator.methodcaller("unsafe_buffer_pointer")
+
+
 class _Prepared:
     """A plan with everything an execution needs precomputed: per leaf, the
-    device of each source entry, and the destination slab layout."""
+    device of each source entry, and the destination slab layout; on the
+    fast path, index arrays that turn a call's Python work into a few
+    vectorised steps and one C++ call per output array."""
 
     def __init__(self, leaves: List[Any], targets: List[Optional[Sharding]], names: List[str],
                  executor: Executor, reuse: bool = True) -> None:
         self.executor = executor
         self.reuse = reuse
-        self._pool: List[np.ndarray] = []
+        self._pool: List[_Slab] = []
+        self._lock = threading.Lock()
         process = executor.process
         if process is not None and process != jax.process_index():
             raise InvalidArgumentError(f"executor: rank {process} differs from "
@@ -217,7 +269,6 @@ class _Prepared:
                             f"tree{name}: device {d} is a {d.platform} device; reshard.jax "
                             "executes on CPU devices (host memory) only")
         local = None if process is None else self.plan.local_entries(process)
-        me = jax.process_index()
         devices = {d.id: d for d in jax.devices()}
         self.src_devices: List[List[int]] = []  # per leaf, entry -> device id, -1: not ours
         self.dst_views: List[List[Tuple[int, int, Tuple[int, ...]]]] = []  # (offset, bytes, shape)
@@ -250,20 +301,28 @@ class _Prepared:
             self.dst_views.append(views)
             self.dst_devices.append(devs)
         self.slab_bytes = off
-        # Destination pointers: offsets into the slab, in the plan's entry order.
+        # The buffer table: the entries this process gives, their sizes
+        # written once; a call writes the addresses only.
         tab = _core._table(self.plan)
-        self.dst_offsets = np.zeros(len(tab.dst), np.uint64)
-        self.dst_given = np.zeros(len(tab.dst), bool)
-        for t in self.plan.tensors:
+        src_given = np.zeros(len(tab.src_bytes), bool)
+        dst_given = np.zeros(len(tab.dst_bytes), bool)
+        dst_offsets = np.zeros(len(tab.dst_bytes), np.uint64)
+        for t, devs in zip(self.plan.tensors, self.src_devices):
+            for i, d in enumerate(devs):
+                src_given[tab.src_off[t.index] + i] = d >= 0
             keep_dst = None if local is None else set(local[t.index][1])
             k = 0
             for i, _ in enumerate(t.dst.entries):
                 if keep_dst is not None and i not in keep_dst:
                     continue
-                self.dst_offsets[tab.dst_off[t.index] + i] = self.dst_views[t.index][k][0]
-                self.dst_given[tab.dst_off[t.index] + i] = True
+                dst_offsets[tab.dst_off[t.index] + i] = self.dst_views[t.index][k][0]
+                dst_given[tab.dst_off[t.index] + i] = True
                 k += 1
-        self.num_src = len(tab.src)
+        self._src_given, self._dst_given = src_given, dst_given
+        self.dst_slots = np.flatnonzero(dst_given)
+        self.dst_offsets = dst_offsets[self.dst_slots]
+        self._table = _core._PointerTable(self.plan, src_given, dst_given)
+        self._table_lock = threading.Lock()
         self.all_dst_devices = [d for devs in self.dst_devices for d in devs]
         self._fast = _FAST_PUT is not None and all(
             type(x) is _ArrayImpl for x in leaves)
@@ -271,11 +330,10 @@ class _Prepared:
             self._prepare_fast(leaves)
 
     def _prepare_fast(self, leaves: List[Any]) -> None:
-        """Index arrays that turn one execution's Python work into a few
-        vectorised steps: source pointers come from every leaf's per-device
-        buffers (``_arrays``, in the order of the sharding's addressable
-        devices) gathered into the plan's entry order, and each output array
-        is made by one ``batched_device_put`` from its views of the slab."""
+        """Source addresses come from every leaf's per-device buffers
+        (``_arrays``, in the order of the sharding's addressable devices)
+        gathered into the plan's entry order, and each output array is made
+        by one ``batched_device_put`` from its views of the slab."""
         tab = _core._table(self.plan)
         slots, gather = [], []
         base = 0
@@ -286,66 +344,88 @@ class _Prepared:
                     slots.append(tab.src_off[t.index] + i)
                     gather.append(base + order[d])
             base += len(order)
+        self.num_shards = base
         self.src_slots = np.asarray(slots, np.intp)
         self.src_gather = np.asarray(gather, np.intp)
         # Per leaf: the views in the order of the target sharding's
         # addressable devices (what an ArrayImpl holds).
-        self.out_specs = []
+        self.out_views: List[Tuple[np.dtype, List[Tuple[int, Tuple[int, ...]]]]] = []
+        self.out_avals, self.out_devices, self.out_local = [], [], []
         for t, shape, dt, s, views, devs in zip(self.plan.tensors, self.shapes, self.dtypes,
                                                  self.dst_shardings, self.dst_views,
                                                  self.dst_devices):
             by_id = {int(d.id): v for d, v in zip(devs, views)}
             order = list(s._addressable_device_assignment)
-            if not order or sorted(by_id) != sorted(int(d.id) for d in order):
-                self.out_specs.append(None)  # no local shard, or not one per device
-                continue
-            aval = _ShapedArray(shape, dt)
-            self.out_specs.append((aval, s, [(by_id[int(d.id)][0], by_id[int(d.id)][2]) for d in order],
-                                   order, dt))
+            local = bool(order) and sorted(by_id) == sorted(int(d.id) for d in order)
+            self.out_local.append(local)  # False: no local shard, or not one per device
+            self.out_avals.append(_ShapedArray(shape, dt))
+            self.out_devices.append(order)
+            self.out_views.append((dt, [(by_id[int(d.id)][0], by_id[int(d.id)][2]) for d in order]
+                                   if local else []))
+        self.all_local = all(self.out_local)
 
-    def _sources(self, leaves: List[Any]) -> np.ndarray:
-        src = np.zeros(self.num_src, np.uint64)
+    def _write_sources(self, leaves: List[Any], src_ptr: np.ndarray) -> None:
         if self._fast:
-            ptrs = np.fromiter((a.unsafe_buffer_pointer() for x in leaves for a in x._arrays),
-                               np.uint64)
-            src[self.src_slots] = ptrs[self.src_gather]
-            return src
+            ptrs = np.fromiter(map(_POINTER, itertools.chain.from_iterable(map(_ARRAYS, leaves))),
+                               np.uint64, count=self.num_shards)
+            src_ptr[self.src_slots] = ptrs[self.src_gather]
+            return
         k = 0
         for x, devs in zip(leaves, self.src_devices):
             ptr = {s.device.id: s.data.unsafe_buffer_pointer() for s in x.addressable_shards}
             for d in devs:
                 if d >= 0:
-                    src[k] = ptr[d]
+                    src_ptr[k] = ptr[d]
                 k += 1
-        return src
 
-    def run(self, leaves: List[Any]) -> List[Any]:
-        jax.block_until_ready(leaves)
-        src = self._sources(leaves)
-        slab = None
-        if self.reuse:
-            # A slab whose arrays are all gone (only the pool refers to it)
-            # is reused: no fresh pages to fault in.
-            for i in range(len(self._pool)):
-                if sys.getrefcount(self._pool[i]) == 2:
-                    slab = self._pool[i]
-                    break
-        if slab is None:
-            slab = np.empty(self.slab_bytes + _ALIGN, np.uint8)
+    def _take_slab(self) -> _Slab:
+        with self._lock:
+            if self.reuse:
+                # An allocation whose arrays are all gone is reused: no
+                # fresh pages to fault in, and its views are made already.
+                for s in self._pool:
+                    if s.free():
+                        s.busy = True
+                        return s
+            slab = _Slab(self.slab_bytes)
             if self.reuse:
                 self._pool.append(slab)
                 if len(self._pool) > 4:
                     self._pool.pop(0)
-        base = slab.__array_interface__["data"][0]
-        pad = (-base) % _ALIGN
-        dst = np.where(self.dst_given, self.dst_offsets + np.uint64(base + pad), np.uint64(0))
-        self.executor._execute_pointers(self.plan, src, dst)
         if self._fast:
-            return self._outputs_fast(slab, pad)
+            slab.make_views(self.out_views, self.reuse)
+        return slab
+
+    def run(self, leaves: List[Any]) -> List[Any]:
+        if self._fast:
+            _BLOCK(leaves)
+        else:
+            jax.block_until_ready(leaves)
+        slab = self._take_slab()
+        try:
+            # One table per concurrent call (the usual case: this one).
+            mine = self._table_lock.acquire(blocking=False)
+            table = self._table if mine else _core._PointerTable(self.plan, self._src_given,
+                                                                  self._dst_given)
+            try:
+                self._write_sources(leaves, table.src_ptr)
+                table.dst_ptr[self.dst_slots] = self.dst_offsets + np.uint64(slab.addr)
+                self.executor._execute_table(table)
+            finally:
+                if mine:
+                    self._table_lock.release()
+            return self._outputs_fast(slab) if self._fast else self._outputs(slab)
+        finally:
+            slab.busy = False
+
+    def _outputs(self, slab: _Slab) -> List[Any]:
+        """Public JAX API: one jax.device_put for every shard, then an array
+        per leaf."""
+        pad = slab.addr - slab.mem.__array_interface__["data"][0]
         views = []
         for dt, vs in zip(self.dtypes, self.dst_views):
             for off, n, shape in vs:
-                views.append(slab[pad + off:pad + off + n].view(dt).reshape(shape))
+                views.append(slab.mem[pad + off:pad + off + n].view(dt).reshape(shape))
         arrays = jax.device_put(views, self.all_dst_devices)
         out, k = [], 0
         for shape, dt, s, devs in zip(self.shapes, self.dtypes, self.dst_shardings, self.dst_devices):
@@ -355,16 +435,21 @@ class _Prepared:
             k += len(devs)
         return out
 
-    def _outputs_fast(self, slab: np.ndarray, pad: int) -> List[Any]:
+    def _outputs_fast(self, slab: _Slab) -> List[Any]:
+        """One ``batched_device_put`` per output array (XLA aliases the
+        views: no copy), called from C through ``map``."""
+        assert slab.views is not None
+        if self.all_local:
+            return list(map(_FAST_PUT, self.out_avals, self.dst_shardings, slab.views,
+                            self.out_devices, itertools.repeat(True)))
         out = []
-        nd = np.ndarray
-        for spec, shape, dt, s in zip(self.out_specs, self.shapes, self.dtypes, self.dst_shardings):
-            if spec is None:
+        for local, aval, s, xs, devs, shape, dt in zip(
+                self.out_local, self.out_avals, self.dst_shardings, slab.views, self.out_devices,
+                self.shapes, self.dtypes):
+            if local:
+                out.append(_FAST_PUT(aval, s, xs, devs, True))
+            else:
                 out.append(jax.make_array_from_single_device_arrays(shape, s, [], dtype=dt))
-                continue
-            aval, sharding, views, devices, dtype = spec
-            xs = [nd(vshape, dtype, slab, pad + off) for off, vshape in views]
-            out.append(_FAST_PUT(aval, sharding, xs, devices, True))
         return out
 
 
@@ -399,6 +484,16 @@ class Resharder:
         # with a cached plan only flattens the tree and hashes its leaves'
         # shapes, dtypes and shardings.
         leaves, treedef = jax.tree_util.tree_flatten(tree)
+        try:
+            key = (treedef, tuple(map(_LEAF_KEY, leaves)))
+        except AttributeError:  # not an array: _leaf_info names it
+            key = (treedef, tuple((getattr(x, "shape", None), getattr(x, "dtype", None),
+                                   getattr(x, "sharding", None)) for x in leaves))
+        with self._lock:
+            prep = self._cache.get(key)
+            if prep is not None:
+                self._cache.move_to_end(key)
+                return prep, leaves, treedef
         per_def = self._by_treedef.get(treedef)
         if per_def is None:
             _, _, targets, names = _flatten(tree, self.shardings)
@@ -406,18 +501,11 @@ class Resharder:
                 self._by_treedef.clear()
             per_def = self._by_treedef[treedef] = (targets, names)
         targets, names = per_def
-        key = (treedef, tuple((getattr(x, "shape", None), getattr(x, "dtype", None),
-                               getattr(x, "sharding", None)) for x in leaves))
+        prep = _Prepared(leaves, targets, names, self.executor, self.reuse_buffers)
         with self._lock:
-            prep = self._cache.get(key)
-            if prep is not None:
-                self._cache.move_to_end(key)
-        if prep is None:
-            prep = _Prepared(leaves, targets, names, self.executor, self.reuse_buffers)
-            with self._lock:
-                self._cache[key] = prep
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
+            self._cache[key] = prep
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
         return prep, leaves, treedef
 
     def plan(self, tree: Any) -> Plan:
@@ -428,7 +516,7 @@ class Resharder:
         """``tree`` with every leaf resharded; equal to
         ``jax.device_put(tree, shardings)``."""
         prep, leaves, treedef = self.prepared(tree)
-        return jax.tree_util.tree_unflatten(treedef, prep.run(leaves))
+        return treedef.unflatten(prep.run(leaves))
 
 
 _RESHARDERS: Dict[Any, Resharder] = {}
@@ -443,7 +531,10 @@ def reshard(tree: Any, shardings: Any, *, executor: Optional[Executor] = None) -
     executor: ``None`` in one process; a :class:`reshard.MPIExecutor` when the
         arrays span processes (collective: every process calls it).
     """
-    sh_leaves, sh_def = jax.tree_util.tree_flatten(shardings, is_leaf=_is_sharding_leaf)
+    # The cache key: shardings flattened as JAX does by default (None is a
+    # node of the structure there, so the key still tells every tree apart);
+    # Resharder matches them to the leaves once per structure.
+    sh_leaves, sh_def = jax.tree_util.tree_flatten(shardings)
     key = (tuple(sh_leaves), sh_def, id(executor))
     try:
         hash(key)

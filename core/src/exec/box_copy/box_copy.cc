@@ -7,10 +7,12 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <type_traits>
 
+#include "exec/box_copy/vector_kernels.h"
 #include "reshard/error.h"
 
 namespace reshard {
@@ -117,34 +119,69 @@ bool acc_is_elem(DType dtype) noexcept {
 
 namespace {
 
-// Copies with non-temporal stores: large strided copies otherwise pay a
-// read-for-ownership of every destination line, which costs a third of the
-// bandwidth next to memcpy (glibc streams large contiguous copies itself).
-void stream_copy(unsigned char* dst, const unsigned char* src, size_t n) {
-#if defined(__SSE2__)
-  const size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+HostIsa detect_host_isa() noexcept {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  // F16C came with AVX2 on every x86-64 CPU; checked all the same.
+  if (!__builtin_cpu_supports("f16c")) return HostIsa::kBaseline;
+  if (__builtin_cpu_supports("avx512f")) return HostIsa::kAvx512;
+  if (__builtin_cpu_supports("avx2")) return HostIsa::kAvx2;
+#endif
+  return HostIsa::kBaseline;
+}
+
+std::atomic<int32_t> g_isa_cap{static_cast<int32_t>(HostIsa::kAvx512)};
+
+#if defined(__x86_64__)
+const vector_kernels::Kernels& kernels() noexcept {
+  switch (host_isa()) {
+    case HostIsa::kAvx512:
+      return vector_kernels::kAvx512;
+    case HostIsa::kAvx2:
+      return vector_kernels::kAvx2;
+    case HostIsa::kBaseline:
+      break;
+  }
+  return vector_kernels::kSse2;
+}
+#endif
+
+}  // namespace
+
+HostIsa host_isa() noexcept {
+  static const HostIsa cpu = detect_host_isa();
+  return static_cast<HostIsa>(
+      std::min(static_cast<int32_t>(cpu), g_isa_cap.load(std::memory_order_relaxed)));
+}
+
+HostIsa limit_host_isa(HostIsa cap) noexcept {
+  return static_cast<HostIsa>(
+      g_isa_cap.exchange(static_cast<int32_t>(cap), std::memory_order_relaxed));
+}
+
+namespace {
+
+// Copies n bytes (any alignment) with non-temporal stores: the unaligned
+// head and the tail below 16 bytes with plain stores.
+void stream_copy(unsigned char* dst, const unsigned char* src, int64_t n) {
+#if defined(__x86_64__)
+  const int64_t head = (16 - static_cast<int64_t>(reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
   if (n < head + 64) {
-    std::memcpy(dst, src, n);
+    std::memcpy(dst, src, static_cast<size_t>(n));
     return;
   }
-  std::memcpy(dst, src, head);
-  dst += head;
-  src += head;
-  n -= head;
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-  }
-  std::memcpy(dst + i, src + i, n - i);
+  std::memcpy(dst, src, static_cast<size_t>(head));
+  const int64_t body = (n - head) / 16 * 16;
+  kernels().stream_rows({src + head, dst + head, 1, body, body, body});
+  std::memcpy(dst + head + body, src + head + body, static_cast<size_t>(n - head - body));
 #else
-  std::memcpy(dst, src, n);
+  std::memcpy(dst, src, static_cast<size_t>(n));
+#endif
+}
+
+void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();  // order the streamed stores before the caller's later writes
 #endif
 }
 
@@ -218,14 +255,68 @@ void copy_short_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run,
   });
 }
 
+// Runs that neither abut nor reach this length are not streamed: a
+// non-temporal store of part of a line costs a partial write to memory.
+constexpr int64_t kStreamMinLoneRun = 256;
+
+// Streams runs [first_run, last_run) (non-empty) when the destination
+// takes whole-line non-temporal stores: runs of 64 bytes or more, every
+// run 16-byte aligned and a multiple of 16 bytes, abutting or at least
+// kStreamMinLoneRun long. False, having written nothing, otherwise.
+bool stream_runs(const CopyDesc& d, int64_t elem, int64_t first_run, int64_t last_run,
+                 const unsigned char* s, unsigned char* t, bool fence) {
+#if defined(__x86_64__)
+  const int64_t run = copy_desc_run_length(d) * elem;
+  if (run < 64) return false;
+  if (d.rank == 1) {  // one contiguous run, any alignment
+    stream_copy(t + d.dst_offset * elem, s + d.src_offset * elem, run);
+    if (fence) stream_fence();
+    return true;
+  }
+  if (run % 16 != 0 || (reinterpret_cast<uintptr_t>(t) + d.dst_offset * elem) % 16 != 0) {
+    return false;
+  }
+  for (int k = 0; k + 1 < d.rank; ++k) {
+    if ((d.dst_stride[k] * elem) % 16 != 0) return false;
+  }
+  const int64_t ss = d.src_stride[d.rank - 2] * elem;
+  const int64_t ts = d.dst_stride[d.rank - 2] * elem;
+  if (ts != run && run < kStreamMinLoneRun) return false;
+  const vector_kernels::Kernels& k = kernels();
+  // Rows of the innermost strided dimension at a time, one kernel call each.
+  const int64_t inner = d.extent[d.rank - 2];
+  for (int64_t r = first_run; r < last_run;) {
+    const int64_t n = std::min(inner - r % inner, last_run - r);
+    int64_t so = 0;
+    int64_t to = 0;
+    run_offsets(d, r, &so, &to);
+    k.stream_rows({s + so * elem, t + to * elem, n, run, ss, ts});
+    r += n;
+  }
+  if (fence) stream_fence();
+  return true;
+#else
+  (void)d, (void)elem, (void)first_run, (void)last_run, (void)s, (void)t, (void)fence;
+  return false;
+#endif
+}
+
 }  // namespace
 
 void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, int64_t last_run,
-                   const void* src, void* dst) {
+                   const void* src, void* dst, bool streaming) {
+  if (first_run >= last_run) return;
   const auto* s = static_cast<const unsigned char*>(src);
   auto* t = static_cast<unsigned char*>(dst);
   const int64_t run_bytes = copy_desc_run_length(desc) * elem_size;
-  if ((last_run - first_run) * run_bytes >= kStreamMinBytes && run_bytes >= kStreamMinRun) {
+  const bool large =
+      (last_run - first_run) * run_bytes >= kStreamMinBytes && run_bytes >= kStreamMinRun;
+  // Asked to stream, the caller fences (once for many copies); streaming
+  // on its own account, this call does.
+  if ((streaming || large) && stream_runs(desc, elem_size, first_run, last_run, s, t, !streaming)) {
+    return;
+  }
+  if (large) {
     // Hardware prefetchers stop at page boundaries; start each next run's
     // source early so a strided read does not stall at every run.
     int64_t next = first_run;
@@ -236,11 +327,9 @@ void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, i
         for (int64_t line = 0; line < std::min<int64_t>(run_bytes, 1024); line += 64)
           __builtin_prefetch(s + ns * elem_size + line);
       }
-      stream_copy(t + to * elem_size, s + so * elem_size, static_cast<size_t>(n * elem_size));
+      stream_copy(t + to * elem_size, s + so * elem_size, n * elem_size);
     });
-#if defined(__SSE2__)
-    _mm_sfence();  // order the streamed stores before the caller's later writes
-#endif
+    stream_fence();
     return;
   }
   if (run_bytes >= 16 && run_bytes <= kShortRunMax && desc.rank >= 2) {
@@ -276,15 +365,13 @@ void copy_bytes(void* dst, const void* src, int64_t bytes, bool streaming) {
     std::memcpy(dst, src, static_cast<size_t>(bytes));
     return;
   }
-  stream_copy(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src),
-              static_cast<size_t>(bytes));
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
+  stream_copy(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), bytes);
 }
 
-void copy_box(const CopyDesc& desc, int64_t elem_size, const void* src, void* dst) {
-  copy_box_runs(desc, elem_size, 0, copy_desc_runs(desc), src, dst);
+void fence_streamed_stores() noexcept { stream_fence(); }
+
+void copy_box(const CopyDesc& desc, int64_t elem_size, const void* src, void* dst, bool streaming) {
+  copy_box_runs(desc, elem_size, 0, copy_desc_runs(desc), src, dst, streaming);
 }
 
 void fill_identity(DType dtype, ReduceOp op, void* acc, int64_t n) {
@@ -321,90 +408,34 @@ void reduce_into(const CopyDesc& desc, DType dtype, ReduceOp op, const void* src
   });
 }
 
-namespace {
-
-// Elements summed per block: the f32 block stays in registers and L1.
-constexpr int64_t kSumBlock = 256;
-
-// acc[0, m) = sum over streams j of load(s[j][0, m)) in stream order, from 0.
-template <DType D>
-void sum_block(const typename AccTraits<D>::Elem* const* s, int k, float* acc, int64_t m) {
-  int64_t i = 0;
-#if defined(__SSE2__)
-  for (; i + 8 <= m; i += 8) {
-    __m128 a0 = _mm_setzero_ps();
-    __m128 a1 = _mm_setzero_ps();
-    for (int j = 0; j < k; ++j) {
-      // k streams at once are more than the hardware prefetchers follow.
-      if ((i * sizeof(s[0][0])) % 64 == 0) __builtin_prefetch(s[j] + i + 1024 / sizeof(s[0][0]));
-      if constexpr (D == DType::kF32) {
-        a0 = _mm_add_ps(a0, _mm_loadu_ps(s[j] + i));
-        a1 = _mm_add_ps(a1, _mm_loadu_ps(s[j] + i + 4));
-      } else {  // bf16: the upper half of an f32
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s[j] + i));
-        const __m128i z = _mm_setzero_si128();
-        a0 = _mm_add_ps(a0, _mm_castsi128_ps(_mm_unpacklo_epi16(z, v)));
-        a1 = _mm_add_ps(a1, _mm_castsi128_ps(_mm_unpackhi_epi16(z, v)));
-      }
-    }
-    _mm_storeu_ps(acc + i, a0);
-    _mm_storeu_ps(acc + i + 4, a1);
+bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t n,
+                 bool streaming) {
+  if ((dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) || k < 1 || k > 64) {
+    return false;
   }
-#endif
-  for (; i < m; ++i) {
-    float a = 0;
-    for (int j = 0; j < k; ++j) a = a + AccTraits<D>::load(s[j][i]);
-    acc[i] = a;
-  }
-}
-
-// store_run<kBF16> (round to nearest even, NaN stays NaN), 8 at a time.
-void store_bf16_block(const float* acc, uint16_t* out, int64_t m) {
-  int64_t i = 0;
-#if defined(__SSE2__)
-  const __m128i abs_mask = _mm_set1_epi32(0x7fffffff);
-  const __m128i inf = _mm_set1_epi32(0x7f800000);
-  const __m128i half = _mm_set1_epi32(0x7fff);
-  const __m128i one = _mm_set1_epi32(1);
-  const __m128i quiet = _mm_set1_epi32(0x400000);  // 0x40 in the upper half
-  auto round = [&](__m128i u) {
-    const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, abs_mask), inf);
-    const __m128i even =
-        _mm_add_epi32(_mm_add_epi32(u, half), _mm_and_si128(_mm_srli_epi32(u, 16), one));
-    const __m128i r =
-        _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(u, quiet)), _mm_andnot_si128(nan, even));
-    return _mm_srai_epi32(r, 16);  // the upper half, sign-extended: packs exactly
-  };
-  for (; i + 8 <= m; i += 8) {
-    const __m128i lo = round(_mm_castps_si128(_mm_loadu_ps(acc + i)));
-    const __m128i hi = round(_mm_castps_si128(_mm_loadu_ps(acc + i + 4)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm_packs_epi32(lo, hi));
-  }
-#endif
-  for (; i < m; ++i) out[i] = numeric::f32_to_bf16(acc[i]);
-}
-
-}  // namespace
-
-bool sum_streams(DType dtype, const void* const* srcs, int k, void* dst, int64_t n) {
-  if ((dtype != DType::kF32 && dtype != DType::kBF16) || k < 1 || k > 64) return false;
   dispatch_dtype(dtype, [&](auto d) {
     constexpr DType D = decltype(d)::value;
-    if constexpr (D == DType::kF32 || D == DType::kBF16) {
+    if constexpr (D == DType::kF32 || D == DType::kBF16 || D == DType::kF16) {
       using Elem = typename AccTraits<D>::Elem;
-      constexpr int kMaxStreams = 64;
-      const Elem* s[kMaxStreams];
+      const Elem* s[64];
+      for (int j = 0; j < k; ++j) s[j] = static_cast<const Elem*>(srcs[j]);
       auto* out = static_cast<Elem*>(dst);
-      float acc[kSumBlock];
-      for (int64_t i = 0; i < n; i += kSumBlock) {
-        const int64_t m = std::min(kSumBlock, n - i);
-        for (int j = 0; j < k; ++j) s[j] = static_cast<const Elem*>(srcs[j]) + i;
-        if constexpr (D == DType::kF32) {
-          sum_block<D>(s, k, out + i, m);
-        } else {
-          sum_block<D>(s, k, acc, m);
-          store_bf16_block(acc, out + i, m);
-        }
+      int64_t done = 0;
+#if defined(__x86_64__)
+      // Whole vector blocks in one pass over the k streams (each read
+      // once, prefetched), the rest below.
+      if constexpr (D == DType::kF32) {
+        done = kernels().sum_f32(s, k, out, n, streaming);
+      } else if constexpr (D == DType::kBF16) {
+        done = kernels().sum_bf16(s, k, out, n, streaming);
+      } else {
+        done = kernels().sum_f16(s, k, out, n, streaming);
+      }
+#endif
+      for (int64_t i = done; i < n; ++i) {
+        float a = 0;
+        for (int j = 0; j < k; ++j) a = a + AccTraits<D>::load(s[j][i]);
+        out[i] = AccTraits<D>::store(a);
       }
     }
   });

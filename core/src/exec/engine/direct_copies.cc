@@ -27,8 +27,11 @@ constexpr int64_t kChunkElements = 8192;
 // Groups with more contributions keep one pass per contribution: each
 // chunk intersects every contribution's region.
 constexpr size_t kMaxChunkedContributions = 64;
-// Contiguous copies at least this large (in total; a task may copy a slice)
-// use non-temporal stores, as memcpy does for copies beyond the caches.
+// Executions moving at least this many bytes between buffers copy with
+// non-temporal stores (where the destination's runs allow, see copy_box):
+// their destinations do not stay in the caches anyway, and plain stores
+// would read every destination line first (a third of the bandwidth), as
+// memcpy avoids for its large copies.
 constexpr int64_t kStreamBytes = int64_t{8} << 20;
 
 }  // namespace
@@ -113,13 +116,12 @@ void WorkerPool::run(size_t n, const std::function<void(size_t, int)>& task,
 // ---------------------------------------------------------- DirectRunner
 
 DirectRunner::DirectRunner(const Plan& plan, std::span<const TensorBuffers> buffers,
-                           const Schedule& schedule, std::span<void* const> accumulators,
-                           int threads)
+                           const Schedule& schedule, int threads)
     : plan_(plan),
       tensors_(plan.tensors()),
       buffers_(buffers),
       s_(schedule),
-      accumulators_(accumulators),
+      stream_(schedule.local_bytes >= kStreamBytes),
       pool_(threads),
       scratch_(static_cast<size_t>(pool_.threads())) {}
 
@@ -209,12 +211,21 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
 void DirectRunner::run_task(const Task& task, std::span<const DirectCopy> copies,
                             std::span<const ReduceGroup> groups,
                             std::vector<std::byte>& scratch) const {
+  run_task_stores(task, copies, groups, scratch);
+  // The streamed stores of the task, fenced once before the pool's
+  // synchronisation publishes them.
+  if (stream_) fence_streamed_stores();
+}
+
+void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy> copies,
+                                   std::span<const ReduceGroup> groups,
+                                   std::vector<std::byte>& scratch) const {
   switch (task.kind) {
     case Task::kCopies:
       for (size_t i = task.begin; i < task.end; ++i) {
         const Piece& p = *copies[i].piece;
         copy_box(desc_of(copies[i]), dtype_size(tensors_[p.tensor].dtype), source(copies[i]),
-                 buffers_[p.tensor].dst[p.dst_entry].data);
+                 buffers_[p.tensor].dst[p.dst_entry].data, stream_);
       }
       return;
     case Task::kSlice: {
@@ -224,16 +235,15 @@ void DirectRunner::run_task(const Task& task, std::span<const DirectCopy> copies
       const void* src = source(copies[task.begin]);
       void* dst = buffers_[p.tensor].dst[p.dst_entry].data;
       if (copy_desc_runs(d) == 1) {
-        // One contiguous run: copy elements [lo, hi) of it, streamed when
-        // the whole run is (as one memcpy of it would be).
+        // One contiguous run: copy elements [lo, hi) of it.
         int64_t s = 0;
         int64_t t = 0;
         run_offsets(d, 0, &s, &t);
         copy_bytes(static_cast<std::byte*>(dst) + (t + task.lo) * elem,
                    static_cast<const std::byte*>(src) + (s + task.lo) * elem,
-                   (task.hi - task.lo) * elem, copy_desc_run_length(d) * elem >= kStreamBytes);
+                   (task.hi - task.lo) * elem, stream_);
       } else {
-        copy_box_runs(d, elem, task.lo, task.hi, src, dst);
+        copy_box_runs(d, elem, task.lo, task.hi, src, dst, stream_);
       }
       return;
     }
@@ -249,7 +259,7 @@ void DirectRunner::run_task(const Task& task, std::span<const DirectCopy> copies
       const TensorBuffers& b = buffers_[r.tensor];
       copy_bytes(static_cast<std::byte*>(b.dst[r.to].data) + task.lo,
                  static_cast<const std::byte*>(b.dst[r.from].data) + task.lo, task.hi - task.lo,
-                 r.bytes >= kStreamBytes);
+                 stream_);
       return;
     }
   }
@@ -366,7 +376,7 @@ bool DirectRunner::sum_whole_chunk(const ReduceGroup& g, const Box& chunk, void*
     streams[k++] = static_cast<const std::byte*>(buffers_[c.tensor].src[c.src_entry].data) +
                    d.src_offset * elem;
   }
-  return k > 0 && sum_streams(tensors_[a.tensor].dtype, streams, k, dst, chunk.volume());
+  return k > 0 && sum_streams(tensors_[a.tensor].dtype, streams, k, dst, chunk.volume(), stream_);
 }
 
 void DirectRunner::run_replicas(std::span<const ReplicaCopy> replicas) {
@@ -408,14 +418,11 @@ void DirectRunner::run_group(const ReduceGroup& g, std::vector<std::byte>& scrat
   // is the element type), starting from the identity, and round once.
   void* acc = dst;
   if (!acc_is_elem(dtype)) {
-    if (g.scratch) {
-      scratch.resize(static_cast<size_t>(n * acc_size(dtype)));
-      acc = scratch.data();
-    } else {
-      acc = accumulators_[g.acc];
-      if (acc == nullptr)
-        fail(ErrorCode::kInternal, "execute: reduction group without accumulator");
+    if (!g.scratch || !g.fill || !g.store) {
+      fail(ErrorCode::kInternal, "execute: a reduction group spans rounds on the host executor");
     }
+    scratch.resize(static_cast<size_t>(n * acc_size(dtype)));
+    acc = scratch.data();
   }
   if (g.fill) fill_identity(dtype, op, acc, n);
   const Box dst_box = spec.dst.box(a.dst_entry);
@@ -446,17 +453,7 @@ void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
                    const Schedule& schedule, int32_t threads, int64_t last_key,
                    ExecuteStats& stats) {
   const Schedule& s = schedule;
-  // Separate accumulators of entries whose reductions span rounds.
-  std::vector<std::vector<uint64_t>> work;
-  work.reserve(s.work.size());
-  for (const WorkBlock& w : s.work) work.emplace_back(static_cast<size_t>(w.bytes / 8));
-  std::vector<void*> accumulators(s.accs.size(), nullptr);
-  for (size_t a = 0; a < s.accs.size(); ++a) {
-    if (!s.accs[a].separate) continue;
-    accumulators[a] =
-        reinterpret_cast<std::byte*>(work[s.accs[a].acc_block].data()) + s.accs[a].acc_offset;
-  }
-  DirectRunner runner(plan, buffers, s, accumulators,
+  DirectRunner runner(plan, buffers, s,
                       s.local_bytes < kParallelMinBytes ? 1 : resolve_threads(threads));
   runner.run_fills();
   size_t d = 0;

@@ -86,10 +86,11 @@ class WorkerPool {
 // Runs rounds of direct copies and reduction groups on host buffers.
 class DirectRunner {
  public:
-  // `accumulators`: per Schedule::accs index, the separate accumulator of
-  // an entry whose reductions span rounds (null for the others).
+  // Reduction groups accumulate in their destination or in the running
+  // thread's scratch (ReduceGroup::scratch): a whole-plan schedule reduces
+  // every entry in one round, so no accumulator outlives a task.
   DirectRunner(const Plan& plan, std::span<const TensorBuffers> buffers, const Schedule& schedule,
-               std::span<void* const> accumulators, int threads);
+               int threads);
 
   // The identity fills of partial destinations (Schedule::fills), in
   // parallel.
@@ -152,6 +153,8 @@ class DirectRunner {
                    int64_t max_task_bytes);
   void run_task(const Task& task, std::span<const DirectCopy> copies,
                 std::span<const ReduceGroup> groups, std::vector<std::byte>& scratch) const;
+  void run_task_stores(const Task& task, std::span<const DirectCopy> copies,
+                       std::span<const ReduceGroup> groups, std::vector<std::byte>& scratch) const;
   void run_group(const ReduceGroup& g, std::vector<std::byte>& scratch) const;
   void run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi,
                         std::vector<std::byte>& scratch) const;
@@ -161,7 +164,7 @@ class DirectRunner {
   const std::vector<TensorSpec>& tensors_;
   std::span<const TensorBuffers> buffers_;
   const Schedule& s_;
-  std::span<void* const> accumulators_;
+  const bool stream_;  // non-temporal stores (a large execution)
   WorkerPool pool_;
   std::vector<std::vector<std::byte>> scratch_;  // per worker
   std::vector<Task> tasks_;

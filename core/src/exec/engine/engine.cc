@@ -614,8 +614,7 @@ void Run::go() {
   if (info_.memory == MemoryKind::kHost && !s_.direct.empty()) {
     const int threads =
         s_.local_bytes < engine_detail::kParallelMinBytes ? 1 : resolve_threads(options_.threads);
-    runner_ =
-        std::make_unique<DirectRunner>(plan_, buffers_, s_, std::span<void* const>(), threads);
+    runner_ = std::make_unique<DirectRunner>(plan_, buffers_, s_, threads);
   }
   fill();
   stats_.local_bytes += s_.local_bytes;

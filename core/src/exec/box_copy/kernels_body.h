@@ -1,0 +1,149 @@
+// Internal: the body of vector_kernels.h's loops, included by each
+// per-instruction-set file after it defines, in an anonymous namespace, the
+// policy `V`:
+//   V::F                         kLanes f32 values in a register
+//   V::kLanes
+//   V::zero(), V::add(a, b)
+//   V::load_f32(p), V::load_bf16(p)     kLanes values, exact
+//   V::store_f32(p, a), V::store_bf16(p, a)   bf16: round to nearest even,
+//                                              NaN stays NaN
+//   V::kHasF16, and with it V::load_f16(p), V::store_f16(p, a)
+//   V::stream_line(dst, src)     64 bytes, non-temporal, dst 64-aligned
+// No includes beyond the intrinsics (see vector_kernels.h); everything here
+// has internal linkage.
+#pragma once
+
+#include <emmintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "exec/box_copy/vector_kernels.h"
+
+namespace {
+
+inline void stream16(unsigned char* dst, const unsigned char* src) {
+  _mm_stream_si128(reinterpret_cast<__m128i*>(dst),
+                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+}
+
+// n a multiple of 16, dst 16-byte aligned: 16-byte stores up to the next
+// cache line, whole lines, then 16-byte stores, so that every line is
+// written by non-temporal stores only (write-combined whole).
+inline void stream_run(unsigned char* dst, const unsigned char* src, int64_t n) {
+  while (n > 0 && (reinterpret_cast<uintptr_t>(dst) & 63) != 0) {
+    stream16(dst, src);
+    dst += 16;
+    src += 16;
+    n -= 16;
+  }
+  for (; n >= 128; n -= 128, dst += 128, src += 128) {
+    V::stream_line(dst, src);
+    V::stream_line(dst + 64, src + 64);
+  }
+  for (; n >= 64; n -= 64, dst += 64, src += 64) V::stream_line(dst, src);
+  for (; n > 0; n -= 16, dst += 16, src += 16) stream16(dst, src);
+}
+
+// Source runs this many bytes ahead are prefetched when the source is
+// strided: the hardware prefetchers do not follow a stride across pages.
+constexpr int64_t kPrefetchAheadBytes = 2048;
+// Lines of a run prefetched (the prefetchers follow a run once started).
+constexpr int64_t kPrefetchRunBytes = 1024;
+
+void stream_rows(const reshard::vector_kernels::Rows& r) {
+  const bool strided = r.src_step != r.bytes;
+  int64_t ahead = kPrefetchAheadBytes / r.bytes;
+  if (ahead < 1) ahead = 1;
+  const int64_t lines = r.bytes < kPrefetchRunBytes ? r.bytes : kPrefetchRunBytes;
+  const unsigned char* s = r.src;
+  unsigned char* t = r.dst;
+  for (int64_t i = 0; i < r.rows; ++i, s += r.src_step, t += r.dst_step) {
+    if (strided && i + ahead < r.rows) {
+      for (int64_t l = 0; l < lines; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(s + ahead * r.src_step + l), _MM_HINT_T0);
+    }
+    stream_run(t, s, r.bytes);
+  }
+}
+
+// Vectors per block: independent sums in flight.
+constexpr int kUnroll = 2;
+// Each of the k streams is prefetched this far ahead: k streams at once are
+// more than the hardware prefetchers follow.
+constexpr int64_t kSumPrefetchBytes = 1024;
+
+template <bool kStream, class E, class Load, class Store>
+int64_t sum_blocks(const E* const* s, int k, E* out, int64_t n, Load load, Store store) {
+  constexpr int64_t kBlock = int64_t{V::kLanes} * kUnroll;
+  static_assert(kBlock * sizeof(E) % 16 == 0);
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    typename V::F acc[kUnroll];
+    for (int u = 0; u < kUnroll; ++u) acc[u] = V::zero();
+    const bool fetch = (i * static_cast<int64_t>(sizeof(E))) % 64 == 0;
+    for (int j = 0; j < k; ++j) {
+      const E* p = s[j] + i;
+      if (fetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kSumPrefetchBytes, _MM_HINT_T0);
+        if (kBlock * sizeof(E) > 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(p) + kSumPrefetchBytes + 64, _MM_HINT_T0);
+        }
+      }
+      for (int u = 0; u < kUnroll; ++u) acc[u] = V::add(acc[u], load(p + u * V::kLanes));
+    }
+    if constexpr (kStream) {
+      // Through a block in L1 to non-temporal stores (out 16-byte aligned).
+      alignas(64) E block[kBlock];
+      for (int u = 0; u < kUnroll; ++u) store(block + u * V::kLanes, acc[u]);
+      for (int64_t b = 0; b < kBlock * static_cast<int64_t>(sizeof(E)); b += 16) {
+        stream16(reinterpret_cast<unsigned char*>(out + i) + b,
+                 reinterpret_cast<const unsigned char*>(block) + b);
+      }
+    } else {
+      for (int u = 0; u < kUnroll; ++u) store(out + i + u * V::kLanes, acc[u]);
+    }
+  }
+  return i;
+}
+
+// With `stream` and a 16-byte aligned `out`, non-temporal stores (the
+// caller fences).
+template <class E, class Load, class Store>
+int64_t sum_impl(const E* const* s, int k, E* out, int64_t n, bool stream, Load load, Store store) {
+  if (stream && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {
+    return sum_blocks<true>(s, k, out, n, load, store);
+  }
+  return sum_blocks<false>(s, k, out, n, load, store);
+}
+
+int64_t sum_f32(const float* const* s, int k, float* out, int64_t n, bool stream) {
+  return sum_impl(
+      s, k, out, n, stream, [](const float* p) { return V::load_f32(p); },
+      [](float* p, typename V::F a) { V::store_f32(p, a); });
+}
+
+int64_t sum_bf16(const uint16_t* const* s, int k, uint16_t* out, int64_t n, bool stream) {
+  return sum_impl(
+      s, k, out, n, stream, [](const uint16_t* p) { return V::load_bf16(p); },
+      [](uint16_t* p, typename V::F a) { V::store_bf16(p, a); });
+}
+
+// A template, so that the branch a policy without F16C lacks is dropped.
+template <class P>
+int64_t sum_f16_with(const uint16_t* const* s, int k, uint16_t* out, int64_t n, bool stream) {
+  if constexpr (P::kHasF16) {
+    return sum_impl(
+        s, k, out, n, stream, [](const uint16_t* p) { return P::load_f16(p); },
+        [](uint16_t* p, typename P::F a) { P::store_f16(p, a); });
+  } else {
+    (void)s, (void)k, (void)out, (void)n, (void)stream;
+    return 0;
+  }
+}
+
+int64_t sum_f16(const uint16_t* const* s, int k, uint16_t* out, int64_t n, bool stream) {
+  return sum_f16_with<V>(s, k, out, n, stream);
+}
+
+}  // namespace
