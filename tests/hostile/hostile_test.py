@@ -45,10 +45,10 @@ class Outcome:
         return "exit %s in %.1f s: %s" % (self.rc, self.seconds, last[:200])
 
 
-def run(*args):
+def run(*args, limit=LIMIT):
     t0 = time.monotonic()
     try:
-        p = subprocess.run([BIN, *args], capture_output=True, timeout=LIMIT, preexec_fn=cap)
+        p = subprocess.run([BIN, *args], capture_output=True, timeout=limit, preexec_fn=cap)
         rc, out, err = p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as e:
         rc, out, err = "timeout", e.stdout or b"", e.stderr or b""
@@ -82,11 +82,15 @@ def mesh(n, name="x"):
 
 def row_allgather_65536():
     # 195-byte spec: 65,536 devices all-gathering a 65,536-element tensor.
+    # Refused up front from the layouts (at least 2^32 - 2^16 device pairs),
+    # well within 5 s (0.6 s measured at load 10 on 2 cores); the running
+    # guard used to take 20-34 s.
     doc = {"meshes": {"m": mesh(65536)},
            "tensors": [{"name": "t", "shape": [65536], "dtype": "f32",
                         "src": {"mesh": "m", "spec": ["x"]}, "dst": {"mesh": "m", "spec": []}}]}
-    o = run("plan", "--spec", spec_file("allgather.json", doc))
-    return o, clean(o, needles=("resource_exhausted",))
+    o = run("plan", "--spec", spec_file("allgather.json", doc), limit=5)
+    return o, clean(o, ok_codes=(1,), needles=("resource_exhausted", "at least 4294901760 pairs",
+                                               "coarser layout"))
 
 
 def row_plan_405b_out():

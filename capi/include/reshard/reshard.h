@@ -525,7 +525,11 @@ typedef struct reshard_plan_request {
    * zero-initialised structs): half the memory available (physical memory,
    * or the cgroup's limit when lower); N > 0: N bytes;
    * RESHARD_PLAN_BYTES_UNLIMITED: no limit. Below -1: INVALID_ARGUMENT.
-   * RESHARD_PLAN_SCOPE_GLOBAL builds no parts and is never refused. The
+   * RESHARD_PLAN_SCOPE_GLOBAL builds no parts; it is refused (also
+   * RESOURCE_EXHAUSTED) only when the statistics' bookkeeping of device
+   * pairs that exchange data would need more than the limit and 64 MiB
+   * (every device receiving from every other: 65,536 devices
+   * all-gathering), up front when the layouts show it. The
    * estimate errs on the high side (measured 1.2 to 2.3 times the peak
    * resident memory of whole plans). Not part of the plan's identity. */
   int64_t max_plan_bytes;

@@ -238,7 +238,9 @@ struct PlanRequest {
   // kGlobal builds no parts; it is refused only when the global statistics
   // themselves would need more than the limit and more than 64 MiB (their
   // bookkeeping of device pairs that exchange data, quadratic in the devices
-  // when every device talks to every other: 65,536 devices all-gathering).
+  // when every device talks to every other: 65,536 devices all-gathering),
+  // up front, before enumerating anything, when a lower bound on the pairs
+  // computed from the layouts is already above it.
   // With a limit in force,
   // kProcess without global_stats and without a staging budget still
   // computes the per-device figures the estimate needs (which it otherwise

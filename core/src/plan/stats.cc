@@ -12,6 +12,7 @@
 #include "plan/bounds.h"
 #include "plan/context.h"
 #include "plan/rounds.h"
+#include "plan/stream_bound.h"
 #include "reshard/error.h"
 
 namespace reshard::planning {
@@ -140,6 +141,26 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   const bool track_pairs = budgeted && schedule;
   const bool dense_bytes = track_pairs && ndev <= 4096;
   std::vector<int64_t> pair_dense(dense_bytes ? ndev * ndev : 0);
+  // Refused up front, in time linear in the layouts' entries, when the
+  // fewest pairs the layouts allow are already above what keep_pair
+  // accepts (it would refuse anyway, after enumerating them).
+  if (max_bytes >= 0 && (!dense_pairs || (track_pairs && !dense_bytes))) {
+    const int64_t least = min_device_pairs(ctx);
+    const int64_t most = std::max(max_bytes, kPairFloor) / kPairBytes;
+    if (least > most)
+      fail(ErrorCode::kResourceExhausted, "request.max_plan_bytes",
+           "the global statistics would track at least " + std::to_string(least) +
+               " pairs of devices that exchange data (estimated from the layouts before "
+               "planning: about " +
+               std::to_string(
+                   static_cast<int64_t>(static_cast<double>(least) * kPairBytes / (1 << 20))) +
+               " MiB at " + std::to_string(kPairBytes) + " bytes a pair), above the limit of " +
+               std::to_string(std::max(max_bytes, kPairFloor) >> 20) + " MiB (" +
+               std::to_string(max_bytes) + " bytes); each of these " + std::to_string(ndev) +
+               " devices receives from many others (an all-gather over every device?): "
+               "use a coarser layout (fewer devices, or gather within groups first), or raise "
+               "the limit (-1: no limit)");
+  }
   std::unordered_map<uint64_t, int64_t> pair_sparse, relay_bytes[kStages];
   auto add_pair = [&](uint32_t sd, uint32_t dd, int64_t bytes) {
     if (dense_bytes)

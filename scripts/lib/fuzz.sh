@@ -1,0 +1,26 @@
+# Sourced by scripts/test-fuzz.sh and scripts/fuzz-long.sh: configures and
+# builds the libFuzzer targets (clang, ASan+UBSan, an instrumented copy of
+# the library) in build/fuzz, and says where each target's seeds are.
+# The targets: fuzz_<name> for each name below.
+FUZZ_TARGETS=(plan_decode spec_parse capi_plan)
+FUZZ_BUILD=build/fuzz
+
+fuzz_build() {
+  # Warnings are enforced by the gcc builds; the CUDA backend is not fuzzed.
+  CC=clang CXX=clang++ cmake -S . -B $FUZZ_BUILD -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DRESHARD_FUZZ=ON -DRESHARD_WERROR=OFF -DRESHARD_CUDA=OFF -DRESHARD_BENCH=OFF >/dev/null
+  local targets=()
+  for t in "$@"; do targets+=("fuzz_$t"); done
+  cmake --build $FUZZ_BUILD -j "${JOBS:-$(nproc)}" --target "${targets[@]}"
+}
+
+# The seeds the build writes for a target (encoded plans, example specs).
+fuzz_seeds() {
+  case $1 in
+    plan_decode) echo $FUZZ_BUILD/tests/fuzz/plan_corpus ;;
+    *) echo $FUZZ_BUILD/tests/fuzz/spec_corpus ;;
+  esac
+}
+
+# The corpus kept in the repository (minimised by scripts/fuzz-long.sh).
+fuzz_kept() { echo tests/fuzz/corpus/$1; }
