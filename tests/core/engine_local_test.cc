@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -570,6 +571,55 @@ TEST(EngineLocal, WholeSchedulesAreCachedForEqualPlansOnly) {
   const std::vector<TensorBuffers> views = buffers.views();
   for (int i = 0; i < 2; ++i)
     EXPECT_FALSE(no_cache.execute(plans[0], kAllProcesses, views, o).schedule_cached);
+}
+
+// Thread ids of this process (Linux: /proc/self/task), empty where unknown.
+std::set<std::string> process_threads() {
+  std::error_code ec;
+  std::set<std::string> ids;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ids.insert(it->path().filename().string());
+  return ids;
+}
+
+// Invariant: an engine starts its copy threads once and keeps them between
+// executions (the same thread ids; the pool grows when a call asks for
+// more threads, and a call asking for fewer uses fewer of them); they end
+// with the engine. Every execution matches the oracle.
+TEST(EngineLocal, CopyThreadsOutliveAnExecutionAndEndWithTheEngine) {
+  const std::set<std::string> before = process_threads();
+  if (before.empty()) GTEST_SKIP() << "no /proc/self/task";
+  PlanInput in;  // 8 MiB between buffers: above kParallelMinBytes
+  in.tensors.push_back(tensor("w", {1024, 2048}, DType::kF32,
+                              sharding(mesh_1d({0, 1, 2, 3}), {{"x"}, {}}),
+                              sharding(mesh_1d({0, 1, 2, 3}), {{}, {"x"}})));
+  const Plan plan = make_plan(in);
+  ASSERT_GE(plan.stats().network_bytes + plan.stats().local_bytes,
+            engine_detail::kParallelMinBytes);
+  {
+    Engine engine(make_local_transport());
+    const auto run = [&](int32_t threads) {
+      OracleBuffers buffers = fill_sources(plan);
+      const std::vector<TensorBuffers> views = buffers.views();
+      ExecuteOptions o;
+      o.threads = threads;
+      engine.execute(plan, kAllProcesses, views, o);
+      const OracleReport report = check_destinations(plan, buffers);
+      EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches, threads " << threads;
+    };
+    run(3);
+    const std::set<std::string> started = process_threads();
+    EXPECT_EQ(started.size(), before.size() + 2) << "two helpers started and kept";
+    run(3);
+    EXPECT_EQ(process_threads(), started) << "the same helpers reused";
+    run(2);
+    run(1);
+    EXPECT_EQ(process_threads(), started) << "fewer threads asked: the pool stays";
+    run(4);
+    EXPECT_EQ(process_threads().size(), before.size() + 3) << "more threads asked: it grows";
+  }
+  EXPECT_EQ(process_threads(), before) << "the helpers end with the engine";
 }
 
 TEST(EngineLocal, LocalTransportHoldsEveryProcessAndTransfersNothing) {

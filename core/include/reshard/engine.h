@@ -161,7 +161,8 @@ struct EngineOptions {
 
 namespace engine_detail {
 class ScheduleCache;
-}
+class WorkerPool;
+}  // namespace engine_detail
 
 // Executes plans over one transport. Not thread-safe: one execute() at a
 // time per engine (its schedule cache and agreement record are unguarded,
@@ -215,6 +216,10 @@ class Engine {
   std::set<uint64_t> agreed_;  // fingerprints agreed on this transport
   // Declared after transport_: destroyed first (it holds transport state).
   std::unique_ptr<engine_detail::ScheduleCache> cache_;
+  // The threads of host copies (ExecuteOptions::threads), started by the
+  // first execution that needs them and kept (asleep between executions)
+  // until the engine is destroyed; grown when a call asks for more.
+  std::unique_ptr<engine_detail::WorkerPool> pool_;
 };
 
 // -------------------------------------------------------------- local

@@ -612,6 +612,18 @@ inline const CellHosts& Enumerator::cell_hosts(const TensorCtx& t) {
   return ch;
 }
 
+// Appends the m parts of `region` cut evenly (within one element) along
+// dimension `dim`, which has at least m elements.
+inline void cut_along(const Box& region, int dim, int64_t m, std::vector<Box>& parts) {
+  const int64_t ext = region.extent(dim);
+  for (int64_t j = 0; j < m; ++j) {
+    Box part = region;
+    part.lo[dim] = region.lo[dim] + ext * j / m;
+    part.hi[dim] = region.lo[dim] + ext * (j + 1) / m;
+    parts.push_back(part);
+  }
+}
+
 // Splits `region` into at most m parts along its first dimension with at
 // least m elements (else its longest).
 inline void split_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
@@ -629,13 +641,7 @@ inline void split_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
     parts.push_back(region);
     return;
   }
-  const int64_t ext = region.extent(dim);
-  for (int64_t j = 0; j < m; ++j) {
-    Box part = region;
-    part.lo[dim] = region.lo[dim] + ext * j / m;
-    part.hi[dim] = region.lo[dim] + ext * (j + 1) / m;
-    parts.push_back(part);
-  }
+  cut_along(region, dim, m, parts);
 }
 
 // Splits `region` into m parts along the outermost dimension where they come
@@ -661,13 +667,7 @@ inline void even_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
     return;
   }
   parts.clear();
-  const int64_t ext = region.extent(dim);
-  for (int64_t j = 0; j < m; ++j) {
-    Box part = region;
-    part.lo[dim] = region.lo[dim] + ext * j / m;
-    part.hi[dim] = region.lo[dim] + ext * (j + 1) / m;
-    parts.push_back(part);
-  }
+  cut_along(region, dim, m, parts);
 }
 
 inline bool Enumerator::reduce_route(const TensorCtx& t, uint32_t e, const Box& region,

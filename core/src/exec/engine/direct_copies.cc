@@ -61,22 +61,25 @@ void WorkerPool::work(int worker) {
 void WorkerPool::helper(int worker) {
   uint64_t seen = 0;
   for (;;) {
+    bool takes_tasks = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
+      takes_tasks = worker < active_;
     }
-    work(worker);
+    if (takes_tasks) work(worker);
     std::lock_guard<std::mutex> lock(mutex_);
     if (--busy_ == 0) done_.notify_one();
   }
 }
 
 void WorkerPool::run(size_t n, const std::function<void(size_t, int)>& task,
-                     const std::function<void()>& after) {
+                     const std::function<void()>& after, int limit) {
   if (n == 0) return;
-  const bool parallel = threads_ > 1 && n > 1;
+  const int active = limit < 1 ? threads_ : std::min(limit, threads_);
+  const bool parallel = active > 1 && n > 1;
   if (parallel && helpers_.empty()) {
     helpers_.reserve(static_cast<size_t>(threads_ - 1));
     for (int w = 1; w < threads_; ++w) helpers_.emplace_back([this, w] { helper(w); });
@@ -90,6 +93,7 @@ void WorkerPool::run(size_t n, const std::function<void(size_t, int)>& task,
     {
       std::lock_guard<std::mutex> lock(mutex_);
       busy_ = static_cast<int>(helpers_.size());
+      active_ = active;
       ++generation_;
     }
     wake_.notify_all();
@@ -116,14 +120,15 @@ void WorkerPool::run(size_t n, const std::function<void(size_t, int)>& task,
 // ---------------------------------------------------------- DirectRunner
 
 DirectRunner::DirectRunner(const Plan& plan, std::span<const TensorBuffers> buffers,
-                           const Schedule& schedule, int threads)
+                           const Schedule& schedule, WorkerPool& pool, int threads)
     : plan_(plan),
       tensors_(plan.tensors()),
       buffers_(buffers),
       s_(schedule),
       stream_(schedule.local_bytes >= kStreamBytes),
-      pool_(threads),
-      scratch_(static_cast<size_t>(pool_.threads())) {}
+      pool_(pool),
+      threads_(std::clamp(threads, 1, pool.threads())),
+      scratch_(static_cast<size_t>(threads_)) {}
 
 CopyDesc DirectRunner::desc_of(const DirectCopy& c) const {
   const Piece& p = *c.piece;
@@ -140,7 +145,7 @@ void DirectRunner::run_fills() {
     fill_identity_elements(spec.dtype, spec.dst.reduce_op(), buffers_[t].dst[e].data,
                            spec.dst.box(e).volume());
   };
-  pool_.run(s_.fills.size(), task);
+  pool_.run(s_.fills.size(), task, {}, threads_);
 }
 
 void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
@@ -153,7 +158,7 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
     total += piece_bytes[i];
   }
   for (const ReduceGroup& g : groups) total += g.bytes;
-  const int threads = pool_.threads();
+  const int threads = threads_;
   int64_t target = threads <= 1
                        ? INT64_MAX
                        : std::clamp(total / (int64_t{threads} * 8), kMinTaskBytes, kMaxTaskBytes);
@@ -385,7 +390,7 @@ void DirectRunner::run_replicas(std::span<const ReplicaCopy> replicas) {
   tasks_.clear();
   int64_t total = 0;
   for (const ReplicaCopy& r : replicas) total += r.bytes;
-  const int threads = pool_.threads();
+  const int threads = threads_;
   const int64_t target =
       threads <= 1 ? INT64_MAX
                    : std::clamp(total / (int64_t{threads} * 8), kMinTaskBytes, kMaxTaskBytes);
@@ -403,7 +408,7 @@ void DirectRunner::run_replicas(std::span<const ReplicaCopy> replicas) {
   const std::function<void(size_t, int)> task = [&](size_t i, int worker) {
     run_task(tasks_[i], {}, {}, scratch_[static_cast<size_t>(worker)]);
   };
-  pool_.run(tasks_.size(), task);
+  pool_.run(tasks_.size(), task, {}, threads_);
 }
 
 void DirectRunner::run_group(const ReduceGroup& g, std::vector<std::byte>& scratch) const {
@@ -446,15 +451,18 @@ void DirectRunner::run_round(std::span<const DirectCopy> copies,
   const std::function<void(size_t, int)> task = [&](size_t i, int worker) {
     run_task(tasks_[i], copies, groups, scratch_[static_cast<size_t>(worker)]);
   };
-  pool_.run(tasks_.size(), task, after);
+  pool_.run(tasks_.size(), task, after, threads_);
+}
+
+int execution_threads(const Schedule& schedule, int32_t threads) {
+  return schedule.local_bytes < kParallelMinBytes ? 1 : resolve_threads(threads);
 }
 
 void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
-                   const Schedule& schedule, int32_t threads, int64_t last_key,
+                   const Schedule& schedule, WorkerPool& pool, int32_t threads, int64_t last_key,
                    ExecuteStats& stats) {
   const Schedule& s = schedule;
-  DirectRunner runner(plan, buffers, s,
-                      s.local_bytes < kParallelMinBytes ? 1 : resolve_threads(threads));
+  DirectRunner runner(plan, buffers, s, pool, execution_threads(s, threads));
   runner.run_fills();
   size_t d = 0;
   size_t g = 0;

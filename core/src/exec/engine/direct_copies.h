@@ -43,11 +43,13 @@ namespace reshard::engine_detail {
 // calling thread: starting threads costs more than the copy.
 inline constexpr int64_t kParallelMinBytes = int64_t{1} << 20;
 
-// Threads started once per execution and reused by every round.
+// Threads started once and reused by every round of every execution: an
+// Engine keeps one (Engine::pool), so that executions after the first start
+// no thread.
 class WorkerPool {
  public:
   // `threads` >= 1, the calling thread included; helpers start on the
-  // first run() that has work for them.
+  // first run() that has work for them, and wait (asleep) between runs.
   explicit WorkerPool(int threads) : threads_(threads < 1 ? 1 : threads) {}
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -59,9 +61,11 @@ class WorkerPool {
   // (the calling thread is worker 0), each taking the next unclaimed index;
   // after a task of its own the calling thread calls `after` (if set).
   // Returns once every task finished; if a task threw, the remaining ones
-  // are skipped and the first exception is rethrown.
+  // are skipped and the first exception is rethrown. `limit` (1 to
+  // threads(); 0: threads()) caps the threads this run uses: workers at or
+  // above it take no task.
   void run(size_t n, const std::function<void(size_t, int)>& task,
-           const std::function<void()>& after = {});
+           const std::function<void()>& after = {}, int limit = 0);
 
  private:
   void helper(int worker);
@@ -74,7 +78,8 @@ class WorkerPool {
   std::condition_variable done_;
   uint64_t generation_ = 0;
   bool stop_ = false;
-  int busy_ = 0;  // helpers still in the current generation
+  int busy_ = 0;    // helpers still in the current generation
+  int active_ = 0;  // workers below this take tasks in the current generation
   // The current generation's work.
   size_t n_ = 0;
   const std::function<void(size_t, int)>* task_ = nullptr;
@@ -89,8 +94,10 @@ class DirectRunner {
   // Reduction groups accumulate in their destination or in the running
   // thread's scratch (ReduceGroup::scratch): a whole-plan schedule reduces
   // every entry in one round, so no accumulator outlives a task.
+  // Runs its tasks on up to `threads` threads of `pool` (at most
+  // pool.threads()).
   DirectRunner(const Plan& plan, std::span<const TensorBuffers> buffers, const Schedule& schedule,
-               int threads);
+               WorkerPool& pool, int threads);
 
   // The identity fills of partial destinations (Schedule::fills), in
   // parallel.
@@ -165,7 +172,8 @@ class DirectRunner {
   std::span<const TensorBuffers> buffers_;
   const Schedule& s_;
   const bool stream_;  // non-temporal stores (a large execution)
-  WorkerPool pool_;
+  WorkerPool& pool_;
+  const int threads_;                            // of pool_, for this execution
   std::vector<std::vector<std::byte>> scratch_;  // per worker
   std::vector<Task> tasks_;
   std::span<const ReplicaCopy> replicas_;
@@ -175,13 +183,18 @@ class DirectRunner {
 // that were checked against the plan: the identity fills of partial
 // destinations, then round by round (local pieces first) the direct copies
 // and reduction groups, on resolve_threads(threads) threads (the calling
-// thread alone below kParallelMinBytes), then the replicas (of tensors
+// thread alone below kParallelMinBytes; threads of `pool`, which has at
+// least that many), then the replicas (of tensors
 // whose pieces are all of stage 0, so they are filled for every
 // last_stage). Adds to `stats` (local_bytes, rounds, accumulator_bytes).
 // Work with a round key above `last_key` is left out
 // (ExecuteOptions::last_stage).
 void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
-                   const Schedule& schedule, int32_t threads, int64_t last_key,
+                   const Schedule& schedule, WorkerPool& pool, int32_t threads, int64_t last_key,
                    ExecuteStats& stats);
+
+// The threads an execution of `schedule` copies on: one below
+// kParallelMinBytes, else resolve_threads(threads).
+int execution_threads(const Schedule& schedule, int32_t threads);
 
 }  // namespace reshard::engine_detail

@@ -31,6 +31,13 @@ using engine_detail::DirectRunner;
 using engine_detail::EngineMessage;
 using engine_detail::RoundPlan;
 using engine_detail::Schedule;
+using engine_detail::WorkerPool;
+
+// The engine's pool, (re)started with `threads` when it has fewer.
+WorkerPool& grown(std::unique_ptr<WorkerPool>& pool, int threads) {
+  if (pool == nullptr || pool->threads() < threads) pool = std::make_unique<WorkerPool>(threads);
+  return *pool;
+}
 using Clock = WaitClock;
 
 std::string hex(uint64_t v) {
@@ -257,7 +264,8 @@ class Run {
   // `keep_state`: the schedule is cached, the transport may keep state in
   // it (TransferOp::state).
   Run(Transport& transport, const Plan& plan, std::span<const TensorBuffers> buffers,
-      const ExecuteOptions& options, Schedule& schedule, bool keep_state, ExecuteStats& stats)
+      const ExecuteOptions& options, Schedule& schedule, bool keep_state, ExecuteStats& stats,
+      std::unique_ptr<WorkerPool>& pool)
       : transport_(transport),
         info_(transport.info()),
         plan_(plan),
@@ -268,7 +276,8 @@ class Run {
         s_(schedule),
         keep_state_(keep_state),
         stats_(stats),
-        copier_(transport, info_.memory == MemoryKind::kHost) {}
+        copier_(transport, info_.memory == MemoryKind::kHost),
+        pool_(pool) {}
 
   void go();
 
@@ -364,6 +373,7 @@ class Run {
   size_t next_direct_ = 0;      // first direct round not run
   // Host memory: the direct copies' threads (ExecuteOptions::threads).
   std::unique_ptr<DirectRunner> runner_;
+  std::unique_ptr<WorkerPool>& pool_;  // the engine's
 };
 
 void Run::allocate() {
@@ -779,9 +789,8 @@ bool Run::reduce_completed_rounds() {
 void Run::go() {
   allocate();
   if (info_.memory == MemoryKind::kHost && !s_.direct.empty()) {
-    const int threads =
-        s_.local_bytes < engine_detail::kParallelMinBytes ? 1 : resolve_threads(options_.threads);
-    runner_ = std::make_unique<DirectRunner>(plan_, buffers_, s_, threads);
+    const int threads = engine_detail::execution_threads(s_, options_.threads);
+    runner_ = std::make_unique<DirectRunner>(plan_, buffers_, s_, grown(pool_, threads), threads);
   }
   fill();
   stats_.local_bytes += s_.local_bytes;
@@ -905,6 +914,7 @@ Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&& other) noexcept {
   // The cache holds state of the current transport: it goes first.
   cache_ = std::move(other.cache_);
+  pool_ = std::move(other.pool_);
   transport_ = std::move(other.transport_);
   agreed_ = std::move(other.agreed_);
   return *this;
@@ -972,8 +982,10 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
       stats.agreed = true;
     }
     // (3) Execution.
-    engine_detail::execute_whole(plan, local_buffers, *schedule, options.threads,
-                                 engine_detail::last_key(options.last_stage), stats);
+    engine_detail::execute_whole(
+        plan, local_buffers, *schedule,
+        grown(pool_, engine_detail::execution_threads(*schedule, options.threads)), options.threads,
+        engine_detail::last_key(options.last_stage), stats);
     stats.seconds = seconds_since(t0);
     return stats;
   }
@@ -1013,7 +1025,8 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     stats.agreed = true;
   }
   // (3) Execution.
-  if (participates) Run(*transport_, plan, local_buffers, options, *schedule, cached, stats).go();
+  if (participates)
+    Run(*transport_, plan, local_buffers, options, *schedule, cached, stats, pool_).go();
   stats.seconds = seconds_since(t0);
   return stats;
 }
