@@ -5,6 +5,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -122,8 +125,11 @@ namespace {
 HostIsa detect_host_isa() noexcept {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
-  // F16C came with AVX2 on every x86-64 CPU; checked all the same.
-  if (!__builtin_cpu_supports("f16c")) return HostIsa::kBaseline;
+  // F16C came with AVX2 on every x86-64 CPU; checked all the same, through
+  // CPUID leaf 1 (clang's __builtin_cpu_supports does not know "f16c").
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & bit_F16C) == 0)
+    return HostIsa::kBaseline;
   if (__builtin_cpu_supports("avx512f")) return HostIsa::kAvx512;
   if (__builtin_cpu_supports("avx2")) return HostIsa::kAvx2;
 #endif
