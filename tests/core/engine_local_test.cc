@@ -2,6 +2,8 @@
 // kAllProcesses): whole plans in one process, round by round, on any number
 // of threads; the thread pool; the whole-plan schedule; and bad inputs.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -623,6 +625,54 @@ TEST(EngineLocal, CopyThreadsOutliveAnExecutionAndEndWithTheEngine) {
     EXPECT_EQ(process_threads().size(), before.size() + 3) << "more threads asked: it grows";
   }
   EXPECT_EQ(process_threads(), before) << "the helpers end with the engine";
+}
+
+// Invariant: an engine whose copy threads were started before fork() works
+// in the child (the parent's threads do not exist there: it starts its
+// own) and is destroyed there without waiting for them.
+TEST(EngineLocal, AForkedChildStartsCopyThreadsOfItsOwn) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer does not support threads started after a threaded fork";
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "ThreadSanitizer does not support threads started after a threaded fork";
+#endif
+#endif
+  PlanInput in;  // 8 MiB between buffers: above kParallelMinBytes
+  in.tensors.push_back(tensor("w", {1024, 2048}, DType::kF32,
+                              sharding(mesh_1d({0, 1, 2, 3}), {{"x"}, {}}),
+                              sharding(mesh_1d({0, 1, 2, 3}), {{}, {"x"}})));
+  const Plan plan = make_plan(in);
+  auto engine = std::make_unique<Engine>(make_local_transport());
+  ExecuteOptions o;
+  o.threads = 3;
+  const auto run = [&] {
+    OracleBuffers buffers = fill_sources(plan);
+    const std::vector<TensorBuffers> views = buffers.views();
+    engine->execute(plan, kAllProcesses, views, o);
+    return check_destinations(plan, buffers).ok();
+  };
+  ASSERT_TRUE(run());  // the helpers exist now
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(60);  // a hang ends the child by SIGALRM
+    int code = 1;
+    try {
+      code = run() && run() ? 0 : 2;
+      engine.reset();
+    } catch (...) {
+      code = 3;
+    }
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status)) << "the child was killed by signal " << WTERMSIG(status);
+  if (WIFEXITED(status)) {
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "1 or 3: threw; 2: wrong data";
+  }
+  EXPECT_TRUE(run()) << "the parent's engine still works";
 }
 
 TEST(EngineLocal, LocalTransportHoldsEveryProcessAndTransfersNothing) {

@@ -218,7 +218,9 @@ class Engine {
   std::unique_ptr<engine_detail::ScheduleCache> cache_;
   // The threads of host copies (ExecuteOptions::threads), started by the
   // first execution that needs them and kept (asleep between executions)
-  // until the engine is destroyed; grown when a call asks for more.
+  // until the engine is destroyed; grown when a call asks for more. In a
+  // fork()ed child the parent's threads do not exist: the child's first
+  // execution starts its own (the parent's pool is let go, not joined).
   std::unique_ptr<engine_detail::WorkerPool> pool_;
 };
 

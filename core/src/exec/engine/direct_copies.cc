@@ -1,5 +1,7 @@
 #include "exec/engine/direct_copies.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -37,6 +39,8 @@ constexpr int64_t kStreamBytes = int64_t{8} << 20;
 }  // namespace
 
 // ------------------------------------------------------------ WorkerPool
+
+bool WorkerPool::forked() const { return !helpers_.empty() && started_by_ != getpid(); }
 
 WorkerPool::~WorkerPool() {
   {
@@ -83,6 +87,7 @@ void WorkerPool::run(size_t n, const std::function<void(size_t, int)>& task,
   if (parallel && helpers_.empty()) {
     helpers_.reserve(static_cast<size_t>(threads_ - 1));
     for (int w = 1; w < threads_; ++w) helpers_.emplace_back([this, w] { helper(w); });
+    started_by_ = getpid();
   }
   task_ = &task;
   n_ = n;

@@ -21,12 +21,15 @@
 // round.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <thread>
@@ -56,6 +59,12 @@ class WorkerPool {
   ~WorkerPool();
 
   int threads() const { return threads_; }
+  // Whether this process is a fork() of the one that started the helpers:
+  // they do not exist here, and destroying the pool would wait for them
+  // forever (joining them, and in pthread_cond_destroy for their waits).
+  // Such a pool is released, never destroyed (drop_pool), and a new one
+  // made.
+  bool forked() const;
 
   // Calls task(i, worker) for every i in [0, n), on up to threads() threads
   // (the calling thread is worker 0), each taking the next unclaimed index;
@@ -73,6 +82,7 @@ class WorkerPool {
 
   const int threads_;
   std::vector<std::jthread> helpers_;
+  pid_t started_by_ = 0;  // the process that started helpers_
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
@@ -87,6 +97,17 @@ class WorkerPool {
   std::atomic<bool> failed_{false};
   std::exception_ptr error_;
 };
+
+// Destroys `pool`, or in a fork()ed child of the process that started its
+// threads, lets go of it (see WorkerPool::forked; a few hundred bytes per
+// fork).
+inline void drop_pool(std::unique_ptr<WorkerPool>& pool) {
+  if (pool != nullptr && pool->forked()) {
+    (void)pool.release();
+  } else {
+    pool.reset();
+  }
+}
 
 // Runs rounds of direct copies and reduction groups on host buffers.
 class DirectRunner {

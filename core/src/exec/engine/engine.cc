@@ -33,9 +33,13 @@ using engine_detail::RoundPlan;
 using engine_detail::Schedule;
 using engine_detail::WorkerPool;
 
-// The engine's pool, (re)started with `threads` when it has fewer.
+// The engine's pool, (re)started with `threads` when it has fewer, or when
+// this process is a fork() of the one that started its threads.
 WorkerPool& grown(std::unique_ptr<WorkerPool>& pool, int threads) {
-  if (pool == nullptr || pool->threads() < threads) pool = std::make_unique<WorkerPool>(threads);
+  if (pool == nullptr || pool->threads() < threads || pool->forked()) {
+    engine_detail::drop_pool(pool);
+    pool = std::make_unique<WorkerPool>(threads);
+  }
   return *pool;
 }
 using Clock = WaitClock;
@@ -914,12 +918,13 @@ Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&& other) noexcept {
   // The cache holds state of the current transport: it goes first.
   cache_ = std::move(other.cache_);
+  engine_detail::drop_pool(pool_);
   pool_ = std::move(other.pool_);
   transport_ = std::move(other.transport_);
   agreed_ = std::move(other.agreed_);
   return *this;
 }
-Engine::~Engine() = default;
+Engine::~Engine() { engine_detail::drop_pool(pool_); }
 
 ExecuteStats Engine::execute(const Plan& plan, int32_t process,
                              std::span<const TensorBuffers> local_buffers,
