@@ -15,17 +15,21 @@ bool same_layout(const Layout& a, const Layout& b) {
 }  // namespace
 
 bool ScheduleCache::same_plan_inputs(const Entry& e, const Plan& plan) {
+  // A whole-plan entry's inputs are those of its copy of the plan.
+  const std::vector<TensorSpec>& kept = e.plan ? e.plan->tensors() : e.tensors;
+  const PlanOptions& kept_options = e.plan ? e.plan->options() : e.plan_options;
+  const Topology& kept_topology = e.plan ? e.plan->topology() : e.topology;
   const std::vector<TensorSpec>& tensors = plan.tensors();
-  if (tensors.size() != e.tensors.size() || !(plan.options() == e.plan_options)) return false;
+  if (tensors.size() != kept.size() || !(plan.options() == kept_options)) return false;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const TensorSpec& a = tensors[t];
-    const TensorSpec& b = e.tensors[t];
+    const TensorSpec& b = kept[t];
     if (a.dtype != b.dtype || a.shape != b.shape || !same_layout(a.src, b.src) ||
         !same_layout(a.dst, b.dst)) {
       return false;
     }
   }
-  return plan.topology() == e.topology;
+  return plan.topology() == kept_topology;
 }
 
 bool ScheduleCache::same_inputs(const Entry& e, const Plan& plan, const ProcessPart& part) {
@@ -94,9 +98,6 @@ Schedule& ScheduleCache::get_whole(const Plan& plan, bool* hit) {
   e.plan = std::make_shared<const Plan>(plan);
   // Built from the copy, so that its pieces outlive `plan`.
   e.schedule = build_whole_schedule(*e.plan);
-  e.tensors = plan.tensors();
-  e.topology = plan.topology();
-  e.plan_options = plan.options();
   return insert(std::move(e));
 }
 

@@ -56,7 +56,8 @@ class ScheduleCache {
   };
   struct Entry {
     Key key;
-    // What the schedule was built from, compared on every hit.
+    // What the schedule was built from, compared on every hit (whole-plan
+    // entries: those of `plan`, these stay empty).
     std::vector<TensorSpec> tensors;
     Topology topology;
     PlanOptions plan_options;
