@@ -424,6 +424,26 @@ void fence_streamed_stores() noexcept;
 void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, int64_t last_run,
                    const void* src, void* dst, bool streaming = false);
 
+// Most copies copy_boxes_interleaved takes at once.
+inline constexpr int kMaxInterleavedCopies = 64;
+
+// True when copies a and b can be interleaved run by run: both of rank 2
+// or more, with the same extents in every dimension but the innermost (the
+// same runs, row-major; their lengths may differ).
+bool copy_descs_interleavable(const CopyDesc& a, const CopyDesc& b) noexcept;
+
+// Copies runs [first_run, last_run) of n copies (1 <= n <=
+// kMaxInterleavedCopies; each interleavable with descs[0]), interleaved:
+// run r of copies 0, 1, ..., n - 1, then run r + 1. Copies i reads srcs[i]
+// and writes dsts[i]; all have elements of `elem_size` bytes. Copies that
+// each take a slice of the same source rows (a row-sharded buffer cut into
+// columns) then read the source once, in order, instead of once per copy
+// with a stride. `streaming` as for copy_box, per copy (the caller fences);
+// without it, runs of 8 MiB or more in all stream and fence themselves.
+void copy_boxes_interleaved(const CopyDesc* descs, int n, int64_t elem_size,
+                            const void* const* srcs, void* const* dsts, int64_t first_run,
+                            int64_t last_run, bool streaming);
+
 // Sets n accumulator elements (of acc_size(dtype) bytes) to the identity of
 // `op` for `dtype`.
 void fill_identity(DType dtype, ReduceOp op, void* acc, int64_t n);

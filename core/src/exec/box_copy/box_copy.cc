@@ -265,6 +265,23 @@ void copy_short_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run,
 // non-temporal store of part of a line costs a partial write to memory.
 constexpr int64_t kStreamMinLoneRun = 256;
 
+// Whether the runs of copy d (rank >= 2) into t take non-temporal stores:
+// runs of 64 bytes or more, every run 16-byte aligned and a multiple of 16
+// bytes, abutting or at least kStreamMinLoneRun long.
+#if defined(__x86_64__)
+bool strided_streamable(const CopyDesc& d, int64_t elem, const unsigned char* t) {
+  const int64_t run = copy_desc_run_length(d) * elem;
+  if (run < 64 || run % 16 != 0 ||
+      (reinterpret_cast<uintptr_t>(t) + d.dst_offset * elem) % 16 != 0) {
+    return false;
+  }
+  for (int k = 0; k + 1 < d.rank; ++k) {
+    if ((d.dst_stride[k] * elem) % 16 != 0) return false;
+  }
+  return d.dst_stride[d.rank - 2] * elem == run || run >= kStreamMinLoneRun;
+}
+#endif
+
 // Streams runs [first_run, last_run) (non-empty) when the destination
 // takes whole-line non-temporal stores: runs of 64 bytes or more, every
 // run 16-byte aligned and a multiple of 16 bytes, abutting or at least
@@ -279,15 +296,9 @@ bool stream_runs(const CopyDesc& d, int64_t elem, int64_t first_run, int64_t las
     if (fence) stream_fence();
     return true;
   }
-  if (run % 16 != 0 || (reinterpret_cast<uintptr_t>(t) + d.dst_offset * elem) % 16 != 0) {
-    return false;
-  }
-  for (int k = 0; k + 1 < d.rank; ++k) {
-    if ((d.dst_stride[k] * elem) % 16 != 0) return false;
-  }
+  if (!strided_streamable(d, elem, t)) return false;
   const int64_t ss = d.src_stride[d.rank - 2] * elem;
   const int64_t ts = d.dst_stride[d.rank - 2] * elem;
-  if (ts != run && run < kStreamMinLoneRun) return false;
   const vector_kernels::Kernels& k = kernels();
   // Rows of the innermost strided dimension at a time, one kernel call each.
   const int64_t inner = d.extent[d.rank - 2];
@@ -363,6 +374,69 @@ void copy_box_runs(const CopyDesc& desc, int64_t elem_size, int64_t first_run, i
         std::memcpy(t + to * elem_size, s + so * elem_size, static_cast<size_t>(n * elem_size));
       });
   }
+}
+
+bool copy_descs_interleavable(const CopyDesc& a, const CopyDesc& b) noexcept {
+  if (a.rank != b.rank || a.rank < 2) return false;
+  for (int k = 0; k + 1 < a.rank; ++k) {
+    if (a.extent[k] != b.extent[k]) return false;
+  }
+  return true;
+}
+
+void copy_boxes_interleaved(const CopyDesc* descs, int n, int64_t elem_size,
+                            const void* const* srcs, void* const* dsts, int64_t first_run,
+                            int64_t last_run, bool streaming) {
+  if (n < 1 || n > kMaxInterleavedCopies) {
+    fail(ErrorCode::kInternal, "copy_boxes_interleaved: " + std::to_string(n) + " copies (1 to " +
+                                   std::to_string(kMaxInterleavedCopies) + ")");
+  }
+  if (first_run >= last_run) return;
+  const CopyDesc& d0 = descs[0];
+  for (int c = 1; c < n; ++c) {
+    if (!copy_descs_interleavable(d0, descs[c])) {
+      fail(ErrorCode::kInternal, "copy_boxes_interleaved: copies of different shapes");
+    }
+  }
+#if defined(__x86_64__)
+  int64_t bytes = 0;
+  for (int c = 0; c < n; ++c) bytes += copy_desc_run_length(descs[c]) * elem_size;
+  const bool stream = streaming || (last_run - first_run) * bytes >= kStreamMinBytes;
+  vector_kernels::GroupCopy g[kMaxInterleavedCopies];
+  bool streamed = false;
+  for (int c = 0; c < n; ++c) {
+    const CopyDesc& d = descs[c];
+    const auto* t = static_cast<unsigned char*>(dsts[c]);
+    g[c].bytes = copy_desc_run_length(d) * elem_size;
+    g[c].src_step = d.src_stride[d.rank - 2] * elem_size;
+    g[c].dst_step = d.dst_stride[d.rank - 2] * elem_size;
+    g[c].stream = stream && strided_streamable(d, elem_size, t);
+    streamed = streamed || g[c].stream;
+  }
+  const vector_kernels::Kernels& k = kernels();
+  // Rows of the innermost strided dimension at a time, one kernel call each.
+  const int64_t inner = d0.extent[d0.rank - 2];
+  for (int64_t r = first_run; r < last_run;) {
+    const int64_t rows = std::min(inner - r % inner, last_run - r);
+    for (int c = 0; c < n; ++c) {
+      int64_t so = 0;
+      int64_t to = 0;
+      run_offsets(descs[c], r, &so, &to);
+      g[c].src = static_cast<const unsigned char*>(srcs[c]) + so * elem_size;
+      g[c].dst = static_cast<unsigned char*>(dsts[c]) + to * elem_size;
+    }
+    k.copy_group_rows({g, n, rows});
+    r += rows;
+  }
+  if (streamed && !streaming) stream_fence();
+#else
+  (void)streaming;
+  for (int64_t r = first_run; r < last_run; ++r) {
+    for (int c = 0; c < n; ++c) {
+      copy_box_runs(descs[c], elem_size, r, r + 1, srcs[c], dsts[c], false);
+    }
+  }
+#endif
 }
 
 void copy_bytes(void* dst, const void* src, int64_t bytes, bool streaming) {

@@ -48,6 +48,12 @@ struct V {
     h = _mm_blendv_epi8(h, canonical, nan);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
   }
+  static void copy_line(unsigned char* dst, const unsigned char* src) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32)));
+  }
   static void stream_line(unsigned char* dst, const unsigned char* src) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(dst),
                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
@@ -61,6 +67,6 @@ struct V {
 #include "exec/box_copy/kernels_body.h"
 
 namespace reshard::vector_kernels {
-const Kernels kAvx2 = {&stream_rows, &sum_f32, &sum_bf16, &sum_f16};
+const Kernels kAvx2 = {&stream_rows, &copy_group_rows, &sum_f32, &sum_bf16, &sum_f16};
 }  // namespace reshard::vector_kernels
 #endif

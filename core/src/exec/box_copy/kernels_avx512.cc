@@ -45,6 +45,9 @@ struct V {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                         _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, wide, canonical)));
   }
+  static void copy_line(unsigned char* dst, const unsigned char* src) {
+    _mm512_storeu_si512(dst, _mm512_loadu_si512(src));
+  }
   static void stream_line(unsigned char* dst, const unsigned char* src) {
     _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), _mm512_loadu_si512(src));
   }
@@ -55,6 +58,6 @@ struct V {
 #include "exec/box_copy/kernels_body.h"
 
 namespace reshard::vector_kernels {
-const Kernels kAvx512 = {&stream_rows, &sum_f32, &sum_bf16, &sum_f16};
+const Kernels kAvx512 = {&stream_rows, &copy_group_rows, &sum_f32, &sum_bf16, &sum_f16};
 }  // namespace reshard::vector_kernels
 #endif

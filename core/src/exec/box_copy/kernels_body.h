@@ -9,6 +9,7 @@
 //                                              NaN stays NaN
 //   V::kHasF16, and with it V::load_f16(p), V::store_f16(p, a)
 //   V::stream_line(dst, src)     64 bytes, non-temporal, dst 64-aligned
+//   V::copy_line(dst, src)       64 bytes, plain stores, any alignment
 // No includes beyond the intrinsics (see vector_kernels.h); everything here
 // has internal linkage.
 #pragma once
@@ -64,6 +65,40 @@ void stream_rows(const reshard::vector_kernels::Rows& r) {
         _mm_prefetch(reinterpret_cast<const char*>(s + ahead * r.src_step + l), _MM_HINT_T0);
     }
     stream_run(t, s, r.bytes);
+  }
+}
+
+// n bytes with plain stores: whole lines, 16-byte moves, the last one
+// ending at n (it may overlap the one before); below 16 bytes, memcpy.
+inline void copy_run(unsigned char* dst, const unsigned char* src, int64_t n) {
+  if (n < 16) {
+    std::memcpy(dst, src, static_cast<size_t>(n));
+    return;
+  }
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) V::copy_line(dst + i, src + i);
+  for (; i + 16 <= n; i += 16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+  }
+  if (i < n) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + n - 16),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + n - 16)));
+  }
+}
+
+void copy_group_rows(const reshard::vector_kernels::GroupRows& g) {
+  for (int64_t i = 0; i < g.rows; ++i) {
+    for (int c = 0; c < g.n; ++c) {
+      const reshard::vector_kernels::GroupCopy& x = g.copies[c];
+      const unsigned char* s = x.src + i * x.src_step;
+      unsigned char* t = x.dst + i * x.dst_step;
+      if (x.stream) {
+        stream_run(t, s, x.bytes);
+      } else {
+        copy_run(t, s, x.bytes);
+      }
+    }
   }
 }
 

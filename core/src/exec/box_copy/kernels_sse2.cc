@@ -32,6 +32,12 @@ struct V {
     const __m128i h = _mm_packs_epi32(_mm_srai_epi32(r, 16), _mm_setzero_si128());
     _mm_storel_epi64(reinterpret_cast<__m128i*>(p), h);
   }
+  static void copy_line(unsigned char* dst, const unsigned char* src) {
+    for (int i = 0; i < 64; i += 16) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    }
+  }
   static void stream_line(unsigned char* dst, const unsigned char* src) {
     for (int i = 0; i < 64; i += 16) {
       _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i),
@@ -45,6 +51,6 @@ struct V {
 #include "exec/box_copy/kernels_body.h"
 
 namespace reshard::vector_kernels {
-const Kernels kSse2 = {&stream_rows, &sum_f32, &sum_bf16, &sum_f16};
+const Kernels kSse2 = {&stream_rows, &copy_group_rows, &sum_f32, &sum_bf16, &sum_f16};
 }  // namespace reshard::vector_kernels
 #endif

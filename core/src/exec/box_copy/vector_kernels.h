@@ -25,12 +25,34 @@ struct Rows {
   int64_t dst_step;
 };
 
+// One of the copies of GroupRows: `bytes` per row, row i from
+// src + i * src_step to dst + i * dst_step; with `stream`, non-temporal
+// stores (bytes and dst_step multiples of 16, dst 16-byte aligned).
+struct GroupCopy {
+  const unsigned char* src;
+  unsigned char* dst;
+  int64_t bytes;
+  int64_t src_step;
+  int64_t dst_step;
+  bool stream;
+};
+
+// `rows` rows of `n` copies, interleaved: row i of every copy, in order,
+// before row i + 1.
+struct GroupRows {
+  const GroupCopy* copies;
+  int n;
+  int64_t rows;
+};
+
 struct Kernels {
   // Copies `r` with non-temporal stores, prefetching the source runs ahead
   // when they are not contiguous. Preconditions: bytes and dst_step
   // multiples of 16, dst 16-byte aligned. The stores are weakly ordered:
   // the caller fences (_mm_sfence) before anyone else reads the bytes.
   void (*stream_rows)(const Rows& r);
+  // Copies `g`; the streamed copies' stores are fenced by the caller.
+  void (*copy_group_rows)(const GroupRows& g);
   // out[i] = ((0 + s[0][i]) + s[1][i]) + ... in f32 (bf16: loaded exactly,
   // the sum rounded once to nearest even, NaN kept NaN), for the first
   // elements of [0, n) in whole vector blocks; returns how many it wrote

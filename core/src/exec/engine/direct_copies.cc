@@ -188,11 +188,28 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
   }
   std::stable_sort(tasks_.begin(), tasks_.end(),
                    [](const Task& a, const Task& b) { return a.bytes > b.bytes; });
-  // Copies: small pieces batched, large ones sliced, each task near `target`.
+  // Copies: small pieces batched, large ones sliced, each task near `target`;
+  // an interleaved group counts as one piece (sliced by runs).
   Task batch{Task::kCopies, 0, 0, 0, 0, 0};
-  for (size_t i = 0; i < copies.size(); ++i) {
-    const int64_t bytes = piece_bytes[i];
-    if (bytes > target) {
+  for (size_t i = 0; i < copies.size();) {
+    const size_t n = unit_size(copies, i);
+    int64_t bytes = 0;
+    for (size_t k = i; k < i + n; ++k) bytes += piece_bytes[k];
+    if (n > 1) {
+      const int64_t runs = copy_desc_runs(desc_of(copies[i]));
+      const int64_t slices = bytes > target ? std::min(runs, ceil_div_nonneg(bytes, target)) : 1;
+      if (slices > 1) {
+        if (batch.end > batch.begin) tasks_.push_back(batch);
+        for (int64_t s = 0; s < slices; ++s) {
+          const int64_t lo = runs * s / slices;
+          const int64_t hi = runs * (s + 1) / slices;
+          tasks_.push_back({Task::kSlice, i, i + n, lo, hi, bytes * (hi - lo) / runs});
+        }
+        batch = {Task::kCopies, i + n, i + n, 0, 0, 0};
+        i += n;
+        continue;
+      }
+    } else if (bytes > target) {
       const CopyDesc d = desc_of(copies[i]);
       const int64_t runs = copy_desc_runs(d);
       const int64_t units = runs == 1 ? copy_desc_run_length(d) : runs;
@@ -205,14 +222,16 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
           tasks_.push_back({Task::kSlice, i, i + 1, lo, hi, bytes * (hi - lo) / units});
         }
         batch = {Task::kCopies, i + 1, i + 1, 0, 0, 0};
+        ++i;
         continue;
       }
     }
-    batch.end = i + 1;
+    i += n;
+    batch.end = i;
     batch.bytes += bytes;
     if (batch.bytes >= target) {
       tasks_.push_back(batch);
-      batch = {Task::kCopies, i + 1, i + 1, 0, 0, 0};
+      batch = {Task::kCopies, i, i, 0, 0, 0};
     }
   }
   if (batch.end > batch.begin) tasks_.push_back(batch);
@@ -232,13 +251,23 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
                                    std::vector<std::byte>& scratch) const {
   switch (task.kind) {
     case Task::kCopies:
-      for (size_t i = task.begin; i < task.end; ++i) {
-        const Piece& p = *copies[i].piece;
-        copy_box(desc_of(copies[i]), dtype_size(tensors_[p.tensor].dtype), source(copies[i]),
-                 buffers_[p.tensor].dst[p.dst_entry].data, stream_);
+      for (size_t i = task.begin; i < task.end;) {
+        const size_t n = unit_size(copies.first(task.end), i);
+        if (n > 1) {
+          copy_interleaved(copies, i, n, 0, copy_desc_runs(desc_of(copies[i])));
+        } else {
+          const Piece& p = *copies[i].piece;
+          copy_box(desc_of(copies[i]), dtype_size(tensors_[p.tensor].dtype), source(copies[i]),
+                   buffers_[p.tensor].dst[p.dst_entry].data, stream_);
+        }
+        i += n;
       }
       return;
     case Task::kSlice: {
+      if (task.end > task.begin + 1) {
+        copy_interleaved(copies, task.begin, task.end - task.begin, task.lo, task.hi);
+        return;
+      }
       const Piece& p = *copies[task.begin].piece;
       const CopyDesc d = desc_of(copies[task.begin]);
       const int64_t elem = dtype_size(tensors_[p.tensor].dtype);
@@ -273,6 +302,22 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
       return;
     }
   }
+}
+
+void DirectRunner::copy_interleaved(std::span<const DirectCopy> copies, size_t begin, size_t n,
+                                    int64_t lo, int64_t hi) const {
+  CopyDesc descs[kMaxInterleavedCopies];
+  const void* srcs[kMaxInterleavedCopies];
+  void* dsts[kMaxInterleavedCopies];
+  const int count = static_cast<int>(std::min<size_t>(n, kMaxInterleavedCopies));
+  for (int c = 0; c < count; ++c) {
+    const DirectCopy& x = copies[begin + static_cast<size_t>(c)];
+    descs[c] = desc_of(x);
+    srcs[c] = source(x);
+    dsts[c] = buffers_[x.piece->tensor].dst[x.piece->dst_entry].data;
+  }
+  copy_boxes_interleaved(descs, count, dtype_size(tensors_[copies[begin].piece->tensor].dtype),
+                         srcs, dsts, lo, hi, stream_);
 }
 
 DirectRunner::ChunkGrid DirectRunner::chunk_grid(const Box& box) {

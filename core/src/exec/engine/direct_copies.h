@@ -23,6 +23,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -139,12 +140,14 @@ class DirectRunner {
   // of one), or a slice of a replica.
   struct Task {
     enum Kind : uint8_t { kCopies, kSlice, kGroup, kReplica } kind = kCopies;
-    // kCopies: [begin, end) of copies; kSlice: copies[begin]; kGroup:
+    // kCopies: [begin, end) of copies; kSlice: copies[begin] (or
+    // [begin, end), an interleaved group); kGroup:
     // groups[begin]; kReplica: replicas[begin].
     size_t begin = 0;
     size_t end = 0;
     // kSlice: runs [lo, hi) of the copy's CopyDesc, or, when it has one
-    // run, elements [lo, hi) of that run. kGroup: chunks [lo, hi) of the
+    // run, elements [lo, hi) of that run; when end > begin + 1, runs
+    // [lo, hi) of the interleaved group [begin, end). kGroup: chunks [lo, hi) of the
     // entry's box (ChunkGrid), or the whole group in one pass per summand
     // when hi == 0. kReplica: bytes [lo, hi).
     int64_t lo = 0;
@@ -183,6 +186,13 @@ class DirectRunner {
                 std::span<const ReduceGroup> groups, std::vector<std::byte>& scratch) const;
   void run_task_stores(const Task& task, std::span<const DirectCopy> copies,
                        std::span<const ReduceGroup> groups, std::vector<std::byte>& scratch) const;
+  // Copies [begin, begin + n) (DirectCopy::interleave), runs [lo, hi).
+  void copy_interleaved(std::span<const DirectCopy> copies, size_t begin, size_t n, int64_t lo,
+                        int64_t hi) const;
+  // The copies of the unit (interleaved group or single copy) at i.
+  static size_t unit_size(std::span<const DirectCopy> copies, size_t i) {
+    return std::clamp<size_t>(copies[i].interleave, 1, copies.size() - i);
+  }
   void run_group(const ReduceGroup& g, std::vector<std::byte>& scratch) const;
   void run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi,
                         std::vector<std::byte>& scratch) const;

@@ -58,6 +58,7 @@ class Builder {
   void add_local(size_t i);
   void check_recv(const Message& m, size_t i, std::span<const Piece> pieces) const;
   void sort_direct();
+  void interleave_round(size_t b, size_t e);
   void copy_replicas_once();
   void group_reductions();
   void add_send(const Message& m, size_t i);
@@ -578,16 +579,112 @@ void Builder::add_local(size_t i) {
 }
 
 // Direct copies in round order (stable: within a round, in the order they
-// were found), and the range of each round.
+// were found, but for interleaved groups), and the range of each round.
 void Builder::sort_direct() {
   std::stable_sort(s_.direct.begin(), s_.direct.end(),
                    [](const DirectCopy& a, const DirectCopy& b) { return a.round < b.round; });
+  for (size_t b = 0; b < s_.direct.size();) {
+    size_t e = b;
+    while (e < s_.direct.size() && s_.direct[e].round == s_.direct[b].round) ++e;
+    interleave_round(b, e);
+    b = e;
+  }
   for (size_t i = 0; i < s_.direct.size(); ++i) {
     if (s_.direct_rounds.empty() || s_.direct_rounds.back().round != s_.direct[i].round) {
       s_.direct_rounds.push_back({s_.direct[i].round, i, i});
     }
     s_.direct_rounds.back().end = i + 1;
   }
+}
+
+// Copies [b, e) of one round: those that read slices of the same rows of
+// one source buffer (a row-sharded source cut into columns, one slice per
+// destination) become groups of consecutive copies in source order
+// (DirectCopy::interleave), placed where the first of them was; the others
+// keep their order. Copied one slice after the other, such a source is
+// read once per slice with a stride, each run in another page; interleaved,
+// it is read once, in order (320-byte runs, 64 MiB: 1.3-1.4x memcpy's
+// speed instead of 0.7-0.9 in a microbenchmark on the development machine).
+void Builder::interleave_round(size_t b, size_t e) {
+  struct Item {
+    size_t index;
+    CopyDesc desc;
+    int64_t src_end;  // one past the last source element of its first run
+  };
+  std::vector<Item> items;
+  for (size_t i = b; i < e; ++i) {
+    const DirectCopy& c = s_.direct[i];
+    const Piece& p = *c.piece;
+    const CopyDesc d = make_copy_desc(plan_.region(*c.part, p), plan_.source_box(p, c.stage),
+                                      tensors_[p.tensor].dst.box(p.dst_entry));
+    if (d.rank < 2 || copy_desc_runs(d) < 2) continue;
+    items.push_back({i, d, d.src_offset + copy_desc_run_length(d)});
+  }
+  if (items.size() < 2) return;
+  // Same source buffer, same runs and source strides, then source order.
+  auto key_less = [&](const Item& x, const Item& y) {
+    const DirectCopy& a = s_.direct[x.index];
+    const DirectCopy& c = s_.direct[y.index];
+    const auto ka = std::tuple(a.piece->tensor, a.stage, a.piece->src_entry, x.desc.rank);
+    const auto kc = std::tuple(c.piece->tensor, c.stage, c.piece->src_entry, y.desc.rank);
+    if (ka != kc) return ka < kc;
+    for (int k = 0; k + 1 < x.desc.rank; ++k) {
+      if (x.desc.extent[k] != y.desc.extent[k]) return x.desc.extent[k] < y.desc.extent[k];
+      if (x.desc.src_stride[k] != y.desc.src_stride[k]) {
+        return x.desc.src_stride[k] < y.desc.src_stride[k];
+      }
+    }
+    return false;
+  };
+  std::stable_sort(items.begin(), items.end(), [&](const Item& x, const Item& y) {
+    if (key_less(x, y)) return true;
+    if (key_less(y, x)) return false;
+    return x.desc.src_offset < y.desc.src_offset;
+  });
+  // Groups: equal keys, first runs within one source row (from the first
+  // copy's first element to the last one's end no more than the row
+  // stride), at most kMaxInterleavedCopies.
+  std::vector<std::pair<size_t, size_t>> groups;  // [first, last) of items
+  for (size_t i = 0; i < items.size();) {
+    size_t j = i + 1;
+    const CopyDesc& d = items[i].desc;
+    const int64_t row = d.src_stride[d.rank - 2];
+    int64_t end = items[i].src_end;
+    while (j < items.size() && j - i < static_cast<size_t>(kMaxInterleavedCopies) &&
+           !key_less(items[i], items[j]) && std::max(end, items[j].src_end) - d.src_offset <= row) {
+      end = std::max(end, items[j].src_end);
+      ++j;
+    }
+    if (j - i >= 2) groups.emplace_back(i, j);
+    i = j;
+  }
+  if (groups.empty()) return;
+  // The new order: each group where its first copy (in the old order) was.
+  std::vector<int64_t> group_of(e - b, -1);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = groups[g].first; i < groups[g].second; ++i) {
+      group_of[items[i].index - b] = static_cast<int64_t>(g);
+    }
+  }
+  std::vector<DirectCopy> order;
+  order.reserve(e - b);
+  std::vector<char> placed(groups.size(), 0);
+  for (size_t i = b; i < e; ++i) {
+    const int64_t g = group_of[i - b];
+    if (g < 0) {
+      order.push_back(s_.direct[i]);
+      order.back().interleave = 0;
+      continue;
+    }
+    if (placed[static_cast<size_t>(g)]) continue;
+    placed[static_cast<size_t>(g)] = 1;
+    const auto [first, last] = groups[static_cast<size_t>(g)];
+    for (size_t k = first; k < last; ++k) {
+      order.push_back(s_.direct[items[k].index]);
+      order.back().interleave = k == first ? static_cast<uint32_t>(last - first) : 0;
+    }
+  }
+  std::copy(order.begin(), order.end(), s_.direct.begin() + static_cast<std::ptrdiff_t>(b));
 }
 
 // Whole-plan schedules: destination entries of one tensor with the same

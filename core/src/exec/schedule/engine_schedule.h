@@ -157,6 +157,12 @@ struct DirectCopy {
   const Piece* piece = nullptr;
   int64_t round = -1;  // round_key of its message; -1: a local piece
   uint32_t stage = 0;  // > 0: reads the destination entry src_entry (a relay)
+  // On the first copy of an interleaved group: copies [this, this + n) of
+  // its round read the same rows of one source buffer, each a slice of
+  // them (copy_descs_interleavable), in source order; the executor copies
+  // them together, run by run (copy_boxes_interleaved), so that the rows
+  // are read once, in order. 0 elsewhere.
+  uint32_t interleave = 0;
 };
 
 // The direct copies of one round: Schedule::direct[begin, end).
