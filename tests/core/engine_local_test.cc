@@ -207,6 +207,86 @@ TEST(EngineLocal, WholeScheduleIsOrderedByRound) {
   EXPECT_EQ(contributions, s.contributions.size());
 }
 
+// Invariant: direct copies that read column slices of the same source rows
+// (row-sharded sources to column-sharded destinations, even and uneven
+// splits, rank 2 and 3) form interleaved groups (DirectCopy::interleave):
+// consecutive copies of one round, source entry and stage, in increasing
+// source order, whose first runs lie within one source row; every copy of
+// the schedule stays once. Executed (1, 2 and 3 threads; 9 MiB, so that
+// the copies stream and groups are cut into run ranges across threads),
+// the values are the oracle's.
+TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
+  auto grid = std::make_shared<Mesh>();
+  grid->axis_names = {"a", "b"};
+  grid->shape = {2, 4};
+  grid->devices = {0, 1, 2, 3, 4, 5, 6, 7};
+  PlanInput in;
+  in.tensors.push_back(tensor("even", {1024, 2304}, DType::kF32,
+                              sharding(mesh_1d({0, 1, 2, 3}), {{"x"}, {}}),
+                              sharding(mesh_1d({0, 1, 2, 3, 4, 5, 6, 7, 8}), {{}, {"x"}})));
+  in.tensors.push_back(tensor("uneven", {101, 203}, DType::kBF16,
+                              sharding(mesh_1d({0, 1, 2}), {{"x"}, {}}),
+                              sharding(mesh_1d({3, 4, 5, 6, 7}), {{}, {"x"}})));
+  in.tensors.push_back(tensor("rank3", {4, 30, 48}, DType::kF32,
+                              sharding(mesh_1d({0, 1}), {{"x"}, {}, {}}),
+                              sharding(grid, {{}, {"a"}, {"b"}})));
+  const Plan plan = make_plan(in);
+  const engine_detail::Schedule s = engine_detail::build_whole_schedule(plan);
+  std::set<const Piece*> pieces;
+  for (const engine_detail::DirectCopy& d : s.direct) {
+    EXPECT_TRUE(pieces.insert(d.piece).second) << "a copy twice";
+  }
+  size_t expected = 0;
+  for (const auto& [p, part] : plan.parts())
+    expected += part.local.size() + part.recv_pieces.size();
+  EXPECT_EQ(pieces.size(), expected);
+  auto desc = [&](const engine_detail::DirectCopy& d) {
+    const Piece& p = *d.piece;
+    return make_copy_desc(plan.region(*d.part, p), plan.source_box(p, d.stage),
+                          plan.tensors()[p.tensor].dst.box(p.dst_entry));
+  };
+  std::vector<size_t> grouped(in.tensors.size(), 0);
+  for (size_t i = 0; i < s.direct.size(); ++i) {
+    const size_t n = s.direct[i].interleave;
+    if (n < 2) continue;
+    ASSERT_LE(i + n, s.direct.size());
+    const engine_detail::DirectCopy& first = s.direct[i];
+    const CopyDesc d0 = desc(first);
+    const int64_t row = d0.src_stride[d0.rank - 2];
+    for (size_t k = i + 1; k < i + n; ++k) {
+      const engine_detail::DirectCopy& c = s.direct[k];
+      EXPECT_EQ(c.interleave, 0u);
+      EXPECT_EQ(c.round, first.round);
+      EXPECT_EQ(c.stage, first.stage);
+      EXPECT_EQ(c.piece->tensor, first.piece->tensor);
+      EXPECT_EQ(c.piece->src_entry, first.piece->src_entry);
+      const CopyDesc d = desc(c);
+      EXPECT_TRUE(copy_descs_interleavable(d0, d));
+      EXPECT_GT(d.src_offset, desc(s.direct[k - 1]).src_offset) << "not in source order";
+      EXPECT_LE(d.src_offset + copy_desc_run_length(d) - d0.src_offset, row)
+          << "first runs beyond one source row";
+    }
+    grouped[first.piece->tensor] += n;
+  }
+  // Every tensor has its source rows sliced by several destinations.
+  for (size_t t = 0; t < grouped.size(); ++t) {
+    EXPECT_GE(grouped[t], 4u) << "tensor " << t;
+  }
+  std::vector<std::vector<std::vector<std::byte>>> first;
+  for (int32_t threads : {1, 2, 3}) {
+    OracleBuffers buffers = fill_sources(plan);
+    const std::vector<TensorBuffers> views = buffers.views();
+    run_local(plan, views, threads);
+    const OracleReport report = check_destinations(plan, buffers);
+    ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches, threads " << threads;
+    if (first.empty()) {
+      first = buffers.dst;
+    } else {
+      EXPECT_EQ(first, buffers.dst);
+    }
+  }
+}
+
 // Invariant: destination entries of a tensor that hold the same box are
 // written once by pieces (or reductions) and the others are whole copies
 // of that first entry after the last round (Schedule::replicas); the
