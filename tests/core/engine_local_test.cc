@@ -209,7 +209,8 @@ TEST(EngineLocal, WholeScheduleIsOrderedByRound) {
 
 // Invariant: direct copies that read column slices of the same source rows
 // (row-sharded sources to column-sharded destinations, even and uneven
-// splits, rank 2 and 3) form interleaved groups (DirectCopy::interleave):
+// splits, rank 2 and 3; runs of 1 KiB or more only two to four per row)
+// form interleaved groups (DirectCopy::interleave):
 // consecutive copies of one round, source entry and stage, in increasing
 // source order, whose first runs lie within one source row; every copy of
 // the schedule stays once. Executed (1, 2 and 3 threads; 9 MiB, so that
@@ -221,7 +222,7 @@ TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
   grid->shape = {2, 4};
   grid->devices = {0, 1, 2, 3, 4, 5, 6, 7};
   PlanInput in;
-  in.tensors.push_back(tensor("even", {1024, 2304}, DType::kF32,
+  in.tensors.push_back(tensor("even", {2048, 2304}, DType::kBF16,
                               sharding(mesh_1d({0, 1, 2, 3}), {{"x"}, {}}),
                               sharding(mesh_1d({0, 1, 2, 3, 4, 5, 6, 7, 8}), {{}, {"x"}})));
   in.tensors.push_back(tensor("uneven", {101, 203}, DType::kBF16,
@@ -230,6 +231,13 @@ TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
   in.tensors.push_back(tensor("rank3", {4, 30, 48}, DType::kF32,
                               sharding(mesh_1d({0, 1}), {{"x"}, {}, {}}),
                               sharding(grid, {{}, {"a"}, {"b"}})));
+  // Runs of 2 KiB: two per source row are interleaved, eight are not.
+  in.tensors.push_back(tensor("long_few", {64, 1024}, DType::kF32,
+                              sharding(mesh_1d({0, 1}), {{"x"}, {}}),
+                              sharding(mesh_1d({2, 3}), {{}, {"x"}})));
+  in.tensors.push_back(tensor("long_many", {16, 4096}, DType::kF32,
+                              sharding(mesh_1d({0, 1}), {{"x"}, {}}),
+                              sharding(mesh_1d({0, 1, 2, 3, 4, 5, 6, 7}), {{}, {"x"}})));
   const Plan plan = make_plan(in);
   const engine_detail::Schedule s = engine_detail::build_whole_schedule(plan);
   std::set<const Piece*> pieces;
@@ -268,10 +276,12 @@ TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
     }
     grouped[first.piece->tensor] += n;
   }
-  // Every tensor has its source rows sliced by several destinations.
-  for (size_t t = 0; t < grouped.size(); ++t) {
+  // Every tensor has its source rows sliced by several destinations; long
+  // runs are interleaved in small groups only.
+  for (size_t t = 0; t + 1 < grouped.size(); ++t) {
     EXPECT_GE(grouped[t], 4u) << "tensor " << t;
   }
+  EXPECT_EQ(grouped.back(), 0u) << "eight 2 KiB runs per row interleaved";
   std::vector<std::vector<std::vector<std::byte>>> first;
   for (int32_t threads : {1, 2, 3}) {
     OracleBuffers buffers = fill_sources(plan);
