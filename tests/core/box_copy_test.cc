@@ -813,9 +813,9 @@ TEST(CopyBox, StreamingCopiesMatchNaiveReference) {
 // 1) writes exactly what the per-element reference writes, at every
 // instruction-set level the CPU has, streamed or not: element sizes 1-8,
 // runs of 8 B to 1.4 KiB of even and uneven widths (abutting destination
-// runs and strided ones), destinations aligned and not, ranks 2 and 3, 1 to
-// 33 copies, whole and split into run ranges that start mid-row; nothing
-// outside the copies' regions changes.
+// runs, whole 16-byte units or not, and strided ones), destinations aligned
+// and not, ranks 2 and 3, 1 to 33 copies, whole and split into run ranges
+// that start mid-row; nothing outside the copies' regions changes.
 TEST(CopyBox, InterleavedCopiesMatchNaiveReference) {
   std::mt19937_64 rng(29);
   for (HostIsa level : isa_levels()) {
@@ -823,8 +823,10 @@ TEST(CopyBox, InterleavedCopiesMatchNaiveReference) {
     for (int64_t elem : {1, 2, 4, 8}) {
       for (int64_t run_bytes : {8, 16, 40, 64, 80, 320, 516, 720, 1440}) {
         for (int n : {1, 2, 5, 33}) {
-          for (int shape = 0; shape < 3; ++shape) {
-            const int64_t misalign = shape == 2 ? 4 : 16 * shape;
+          for (int shape = 0; shape < 4; ++shape) {
+            // Shapes 0 and 3: abutting destination runs, aligned or 4 bytes
+            // off; 1 (rank 3) and 2: strided destination runs.
+            const int64_t misalign = shape == 0 ? 0 : shape == 1 ? 16 : 4;
             SCOPED_TRACE("isa " + std::to_string(static_cast<int>(level)) + " elem " +
                          std::to_string(elem) + " run " + std::to_string(run_bytes) + " n " +
                          std::to_string(n) + " shape " + std::to_string(shape));
@@ -853,9 +855,8 @@ TEST(CopyBox, InterleavedCopiesMatchNaiveReference) {
             for (int c = 0; c < n; ++c) {
               const Box region = rank3 ? make_box({{1, 3}, {0, 3}, {col[c], col[c] + w[c]}})
                                        : make_box({{1, 6}, {col[c], col[c] + w[c]}});
-              // Shape 0: destination runs abut (a gather); otherwise strided.
               Box dst_box = region;
-              if (shape != 0) {
+              if (shape == 1 || shape == 2) {
                 dst_box.lo[region.rank - 1] -= 1;
                 dst_box.hi[region.rank - 1] += 2;
               }

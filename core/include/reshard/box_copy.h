@@ -440,6 +440,9 @@ bool copy_descs_interleavable(const CopyDesc& a, const CopyDesc& b) noexcept;
 // columns) then read the source once, in order, instead of once per copy
 // with a stride. `streaming` as for copy_box, per copy (the caller fences);
 // without it, runs of 8 MiB or more in all stream and fence themselves.
+// A streamed copy whose destination runs abut without being whole 16-byte
+// units may read up to 63 bytes between two of its source rows (masked
+// out): no one may write the source buffers during the call.
 void copy_boxes_interleaved(const CopyDesc* descs, int n, int64_t elem_size,
                             const void* const* srcs, void* const* dsts, int64_t first_run,
                             int64_t last_run, bool streaming);

@@ -87,18 +87,103 @@ inline void copy_run(unsigned char* dst, const unsigned char* src, int64_t n) {
   }
 }
 
+// The state of a kStreamJoined copy: the next destination byte, and the
+// `pending` bytes of its line before it (the line 64-byte aligned at
+// next - pending), still at `tail` in the source, not yet stored.
+struct Joined {
+  unsigned char* next;
+  const unsigned char* tail;
+  int64_t pending;
+};
+
+// Byte masks: 64 of 0xff, then 64 of 0; from kLineMask + 64 - p, the first
+// p bytes of a line.
+alignas(64) constexpr unsigned char kLineMask[128] = {
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255};
+
+// One row of a kStreamJoined copy: its n (>= 64) bytes at j.next, from s.
+// A line that spans two rows is stored whole, in one go, from registers:
+// its first p bytes from the previous row's tail, the rest from this row,
+// each loaded as 16-byte pieces that reach past that tail or before this
+// row by less than a line (between the two rows, inside the source, which
+// nobody writes meanwhile).
+inline void join_row(Joined& j, const unsigned char* s, int64_t n) {
+  if (j.pending == 0 && (reinterpret_cast<uintptr_t>(j.next) & 63) != 0) {
+    // Before the first whole line: plain stores.
+    int64_t h = 64 - static_cast<int64_t>(reinterpret_cast<uintptr_t>(j.next) & 63);
+    if (h > n) h = n;
+    std::memcpy(j.next, s, static_cast<size_t>(h));
+    j.next += h;
+    s += h;
+    n -= h;
+  } else if (j.pending > 0) {
+    const int64_t p = j.pending;
+    unsigned char* line = j.next - p;
+    for (int q = 0; q < 64; q += 16) {
+      const __m128i m = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kLineMask + 64 - p + q));
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(j.tail + q));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s - p + q));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(line + q),
+                       _mm_or_si128(_mm_and_si128(m, a), _mm_andnot_si128(m, b)));
+    }
+    j.next += 64 - p;
+    s += 64 - p;
+    n -= 64 - p;
+    j.pending = 0;
+  }
+  unsigned char* t = j.next;
+  for (; n >= 64; n -= 64, s += 64, t += 64) V::stream_line(t, s);
+  j.next = t;
+  if (n > 0) {
+    j.tail = s;
+    j.pending = n;
+    j.next += n;
+  }
+}
+
 void copy_group_rows(const reshard::vector_kernels::GroupRows& g) {
+  using reshard::vector_kernels::Store;
+  Joined joined[reshard::vector_kernels::kMaxGroupCopies];
+  for (int c = 0; c < g.n; ++c) {
+    joined[c].next = g.copies[c].dst;
+    joined[c].tail = nullptr;
+    joined[c].tail = nullptr;
+    joined[c].pending = 0;
+  }
   for (int64_t i = 0; i < g.rows; ++i) {
     for (int c = 0; c < g.n; ++c) {
       const reshard::vector_kernels::GroupCopy& x = g.copies[c];
       const unsigned char* s = x.src + i * x.src_step;
-      unsigned char* t = x.dst + i * x.dst_step;
-      if (x.stream) {
-        stream_run(t, s, x.bytes);
-      } else {
-        copy_run(t, s, x.bytes);
+      if (i + 1 < g.rows) {
+        // The next row's run: a hole in the source rows (a slice no copy
+        // of the group reads, such as a local piece's) stops the hardware
+        // prefetchers (1.2x memcpy's speed without a hole, 0.7 with one of
+        // 516 bytes in 16 KiB rows, 1.1 with this prefetch).
+        const int64_t lines = x.bytes < kPrefetchRunBytes ? x.bytes : kPrefetchRunBytes;
+        for (int64_t l = 0; l < lines; l += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(s + x.src_step + l), _MM_HINT_T0);
+        }
+      }
+      switch (x.store) {
+        case Store::kPlain:
+          copy_run(x.dst + i * x.dst_step, s, x.bytes);
+          break;
+        case Store::kStream:
+          stream_run(x.dst + i * x.dst_step, s, x.bytes);
+          break;
+        case Store::kStreamJoined:
+          join_row(joined[c], s, x.bytes);
+          break;
       }
     }
+  }
+  // The last lines' pending bytes, plain.
+  for (int c = 0; c < g.n; ++c) {
+    const Joined& j = joined[c];
+    if (j.pending > 0) std::memcpy(j.next - j.pending, j.tail, static_cast<size_t>(j.pending));
   }
 }
 

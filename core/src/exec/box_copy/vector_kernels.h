@@ -25,20 +25,37 @@ struct Rows {
   int64_t dst_step;
 };
 
+// How a copy of GroupRows stores.
+enum class Store : uint8_t {
+  kPlain,
+  // Non-temporal: bytes and dst_step multiples of 16, dst 16-byte aligned.
+  kStream,
+  // Rows that abut in the destination (dst_step == bytes >= 64), any
+  // alignment: whole destination lines non-temporal, a line that spans two
+  // rows assembled in registers from both (its loads reach up to 63 bytes
+  // past a row's end and before the next row's start, src_step >= bytes:
+  // bytes of the source buffer between the rows, which must not be written
+  // meanwhile); the bytes before the first whole line and after the last
+  // one plain.
+  kStreamJoined,
+};
+
+// Most copies in one GroupRows.
+inline constexpr int kMaxGroupCopies = 64;
+
 // One of the copies of GroupRows: `bytes` per row, row i from
-// src + i * src_step to dst + i * dst_step; with `stream`, non-temporal
-// stores (bytes and dst_step multiples of 16, dst 16-byte aligned).
+// src + i * src_step to dst + i * dst_step.
 struct GroupCopy {
   const unsigned char* src;
   unsigned char* dst;
   int64_t bytes;
   int64_t src_step;
   int64_t dst_step;
-  bool stream;
+  Store store;
 };
 
-// `rows` rows of `n` copies, interleaved: row i of every copy, in order,
-// before row i + 1.
+// `rows` rows of `n` (<= kMaxGroupCopies) copies, interleaved: row i of
+// every copy, in order, before row i + 1.
 struct GroupRows {
   const GroupCopy* copies;
   int n;

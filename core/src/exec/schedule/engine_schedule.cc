@@ -617,6 +617,9 @@ void Builder::interleave_round(size_t b, size_t e) {
   std::vector<Item> items;
   for (size_t i = b; i < e; ++i) {
     const DirectCopy& c = s_.direct[i];
+    // A relay reads a destination entry, which copies of the same round
+    // may be writing elsewhere (copy_boxes_interleaved reads between rows).
+    if (c.stage != 0) continue;
     const Piece& p = *c.piece;
     const CopyDesc d = make_copy_desc(plan_.region(*c.part, p), plan_.source_box(p, c.stage),
                                       tensors_[p.tensor].dst.box(p.dst_entry));
