@@ -150,7 +150,6 @@ void copy_group_rows(const reshard::vector_kernels::GroupRows& g) {
   for (int c = 0; c < g.n; ++c) {
     joined[c].next = g.copies[c].dst;
     joined[c].tail = nullptr;
-    joined[c].tail = nullptr;
     joined[c].pending = 0;
   }
   for (int64_t i = 0; i < g.rows; ++i) {

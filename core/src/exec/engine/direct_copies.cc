@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "exec/schedule/exec_common.h"
@@ -306,10 +307,15 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
 
 void DirectRunner::copy_interleaved(std::span<const DirectCopy> copies, size_t begin, size_t n,
                                     int64_t lo, int64_t hi) const {
+  if (n > static_cast<size_t>(kMaxInterleavedCopies)) {
+    fail(ErrorCode::kInternal, "execute: an interleaved group of " + std::to_string(n) +
+                                   " copies (at most " + std::to_string(kMaxInterleavedCopies) +
+                                   ")");
+  }
   CopyDesc descs[kMaxInterleavedCopies];
   const void* srcs[kMaxInterleavedCopies];
   void* dsts[kMaxInterleavedCopies];
-  const int count = static_cast<int>(std::min<size_t>(n, kMaxInterleavedCopies));
+  const int count = static_cast<int>(n);
   for (int c = 0; c < count; ++c) {
     const DirectCopy& x = copies[begin + static_cast<size_t>(c)];
     descs[c] = desc_of(x);
