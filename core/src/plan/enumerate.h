@@ -56,8 +56,81 @@ struct Emitted {
   // > 0: a relay piece of that stage; src_entry is a *destination* entry
   // that received the region in an earlier stage and forwards it.
   uint32_t stage = 0;
+  // Relay chunk (see Bands): pieces of a relay stream in chunk k travel in
+  // the stream's k-th message, so a relay forwards chunk k once chunk k
+  // arrived. 0 for pieces of no relay stream.
+  uint32_t band = 0;
   bool relay() const { return stage > 0; }
 };
+
+// Relay chunks. A routed destination cell's box D (every entry of the cell
+// holds it) is cut into n bands along one dimension: n = D's bytes over
+// relay_chunk_bytes(options), clamped to [1, kRelayBands], the dimension the
+// first with at least n elements (else the longest, n at most its extent).
+// Every relay piece — the stage-0 delivery into a relay that forwards it and
+// each later-stage forward — is cut at the band boundaries and carries its
+// band; a (stage, source, destination) stream sends its bands in ascending
+// order, one message each. A forward of band k reads only what band k's
+// messages into the relay wrote, so the relay forwards band k while band
+// k + 1 still arrives, with or without a staging budget. The bands depend on
+// the cell and the tensor alone: every process cuts them the same way.
+inline constexpr int64_t kRelayBands = 8;
+// Bands no smaller than options.split_min_bytes (the size below which the
+// planner cuts no piece) and 8 α's worth of inter-host bandwidth (a band's
+// α at most 1/8 of its time): 1 MiB by default.
+inline int64_t relay_chunk_bytes(const PlanOptions& o) {
+  const double v = 8 * o.alpha_seconds * o.inter_host_bytes_per_second;
+  return std::max<int64_t>({o.split_min_bytes, v < 9e18 ? static_cast<int64_t>(v) : INT64_MAX, 1});
+}
+struct Bands {
+  int dim = -1;  // -1: one band
+  int64_t n = 1, lo = 0, ext = 0;
+  // The band holding coordinate x (along dim).
+  int64_t of(int64_t x) const {
+    return static_cast<int64_t>((static_cast<__int128>(x - lo + 1) * n - 1) / ext);
+  }
+  int64_t start(int64_t k) const {
+    return lo + static_cast<int64_t>(static_cast<__int128>(ext) * k / n);
+  }
+  // Calls f(sub, band) for the parts of `part` (a box inside D) in each band
+  // it overlaps, ascending.
+  template <class F>
+  void each(const Box& part, F&& f) const {
+    if (dim < 0 || part.empty()) {
+      f(part, uint32_t{0});
+      return;
+    }
+    const int64_t k0 = of(part.lo[dim]), k1 = of(part.hi[dim] - 1);
+    for (int64_t k = k0; k <= k1; ++k) {
+      Box sub = part;
+      sub.lo[dim] = std::max(part.lo[dim], start(k));
+      sub.hi[dim] = std::min(part.hi[dim], start(k + 1));
+      f(sub, static_cast<uint32_t>(k));
+    }
+  }
+};
+inline Bands relay_bands(const Box& D, int64_t esize, const PlanOptions& o) {
+  Bands b;
+  if (D.rank == 0 || D.empty()) return b;
+  const int64_t bytes = D.volume() * esize;
+  int64_t n = std::min<int64_t>(kRelayBands, bytes / relay_chunk_bytes(o));
+  if (n < 2) return b;
+  int dim = -1;
+  for (int d = 0; d < D.rank && dim < 0; ++d)
+    if (D.extent(d) >= n) dim = d;
+  if (dim < 0) {
+    dim = 0;
+    for (int d = 1; d < D.rank; ++d)
+      if (D.extent(d) > D.extent(dim)) dim = d;
+    n = std::min(n, D.extent(dim));
+  }
+  if (n < 2) return b;
+  b.dim = dim;
+  b.n = n;
+  b.lo = D.lo[dim];
+  b.ext = D.extent(dim);
+  return b;
+}
 
 // The hosts of each cell of a tiled destination geometry, and the entries of
 // the cell on each host (both ascending): the relay groups.
@@ -170,8 +243,8 @@ class RelayMerger {
     auto [it, fresh] = pending_.try_emplace(key, x);
     if (fresh) return;
     Emitted& p = it->second;
-    if (p.stage == x.stage && p.src_entry == x.src_entry && p.dst_entry == x.dst_entry &&
-        extends(p.region, x.region))
+    if (p.stage == x.stage && p.band == x.band && p.src_entry == x.src_entry &&
+        p.dst_entry == x.dst_entry && extends(p.region, x.region))
       return;
     f(p);
     p = x;
@@ -992,6 +1065,8 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
                        ch_->hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_end),
                        t.dt->host[e]) -
       ch_->hosts.begin());
+  const Bands bands = relay_bands(t.dst->box(e), t.esize, options_);
+  const bool several = ch_->member_offsets[hi + 1] - ch_->member_offsets[hi] > 1;
   for (size_t j = 0; j < r.parts.size(); ++j) {
     const Box& part = r.parts[j];
     const bool entry = arrives_first(r, j, idx);
@@ -999,12 +1074,22 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
     Emitted x{0, e, part, true, false, false};
     if (l == e) {
       if (entry) {  // stage 0, from a holder (on the part's host, if it has one)
-        if (r.cross && r.part_host[j] >= 0) {
-          holders_on(t, holders, n, r.part_host[j]);
-          assign(t, e, part, hsel_.data(), hsel_.size(), own || r.parts.size() > 1, f);
-        } else {
-          assign(t, e, part, holders, n, own || r.parts.size() > 1, f);
+        const bool cut = own || r.parts.size() > 1;
+        const bool shared = r.cross && r.part_host[j] >= 0;
+        if (shared) holders_on(t, holders, n, r.part_host[j]);
+        const uint32_t* hs = shared ? hsel_.data() : holders;
+        const size_t nh = shared ? hsel_.size() : n;
+        // In bands when e forwards the part (inside its host or across).
+        if (!several && !(r.cross && r.part_entry[j] >= 0)) {
+          assign(t, e, part, hs, nh, cut, f);
+          continue;
         }
+        bands.each(part, [&](const Box& sub, uint32_t band) {
+          assign(t, e, sub, hs, nh, cut || !(sub == part), [&](Emitted y) {
+            y.band = band;
+            f(y);
+          });
+        });
         continue;
       }
       x.src_entry = leader(r, receiving_host(r, static_cast<size_t>(r.part_entry[j])), j);
@@ -1013,7 +1098,11 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
       x.src_entry = l;
       x.stage = entry ? 1 : 2;  // inside the host, from its leader
     }
-    f(x);
+    bands.each(part, [&](const Box& sub, uint32_t band) {
+      x.region = sub;
+      x.band = band;
+      f(x);
+    });
   }
 }
 
@@ -1091,6 +1180,7 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
       ch.member_offsets[ch.cell_offsets[c] + 1] - ch.member_offsets[ch.cell_offsets[c]] == 1)
     return;
   const int32_t host = t.dt->host[l];
+  const Bands bands = relay_bands(t.dst->box(l), t.esize, options_);
   cover(t, t.dst->box(l), [&](const Box& region, const uint32_t* h, size_t n, bool) {
     Route& r = route_;
     if (!route(t, l, region, h, n, r)) return;
@@ -1103,21 +1193,25 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
     for (size_t j = 0; j < r.parts.size(); ++j) {
       if (leader(r, hi, j) != l) continue;
       const bool entry = arrives_first(r, j, idx);
-      // The other entries of this host.
-      for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {
-        if (ch.members[k] == l) continue;
-        Emitted x{l, ch.members[k], r.parts[j], true, false, false};
-        x.stage = entry ? 1 : 2;
-        f(x);
-      }
-      if (!r.cross || !entry || r.part_entry[j] < 0) continue;
-      // The leaders of part j on the other receiving hosts.
-      for (size_t i = 0; i < r.receiving; ++i) {
-        if (i == idx) continue;
-        Emitted x{l, leader(r, receiving_host(r, i), j), r.parts[j], true, false, false};
-        x.stage = 1;
-        f(x);
-      }
+      bands.each(r.parts[j], [&](const Box& sub, uint32_t band) {
+        // The other entries of this host.
+        for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {
+          if (ch.members[k] == l) continue;
+          Emitted x{l, ch.members[k], sub, true, false, false};
+          x.stage = entry ? 1 : 2;
+          x.band = band;
+          f(x);
+        }
+        if (!r.cross || !entry || r.part_entry[j] < 0) return;
+        // The leaders of part j on the other receiving hosts.
+        for (size_t i = 0; i < r.receiving; ++i) {
+          if (i == idx) continue;
+          Emitted x{l, leader(r, receiving_host(r, i), j), sub, true, false, false};
+          x.stage = 1;
+          x.band = band;
+          f(x);
+        }
+      });
     }
   });
 }

@@ -64,15 +64,22 @@ inline int64_t round_cap(int64_t bytes, int64_t chunk) {
   return std::min(bytes, chunk + std::max<int64_t>(round_window(chunk), 8) - 1);
 }
 
-// Re-cuts the messages of `part` (each holding one whole stream in round 0)
-// into rounds. `send_bytes` / `recv_bytes` give each piece's size (parallel
-// to part.send_pieces / part.recv_pieces); `load(device)` a device's figures
-// (make_plan may cut several parts at once, so it must be safe to call
-// concurrently). Streams are cut on up to `threads` threads; the result is
-// the same for any thread count.
+// Re-cuts the messages of `part` into rounds. They come from build_part
+// sorted by (stage, peer, own, band), one per segment — a stream's pieces of
+// one relay band (plan/enumerate.h, Bands), `round` the band — and a
+// stream's segments are cut one after the other, each at the chunk of the
+// whole stream (its rounds never share a round with the next segment's). `send_bytes` /
+// `recv_bytes` give each piece's size (parallel to part.send_pieces / part.recv_pieces);
+// `load(device)` a device's figures (make_plan may cut several parts at once, so it must be safe to
+// call concurrently). Streams are cut on up to `threads` threads; the result is the same for any
+// thread count.
 void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, int64_t budget,
                   std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes,
                   const std::function<DeviceLoad(int64_t)>& load, int threads = 1);
+
+// Without a staging budget: a stream's k-th segment (see split_rounds) is
+// its round k; messages sorted by (stage, round, peer, own).
+void number_band_rounds(ProcessPart& part);
 
 // Appends to `out` the boxes covering elements [i0, i1) of `region` in
 // row-major order (at most 2 * rank + 1 boxes; one when i0 and i1 are whole
