@@ -371,6 +371,11 @@ class Enumerator {
 
   const CellHosts& cell_hosts(const TensorCtx& t);
   const CellShares& cell_shares(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
+  // Appends to volumes_ the (holder host, volume) of cell c's cover; false
+  // when a region has no holder or one on a host of the cell.
+  bool cell_volumes(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
+  // Sums volumes_ per host (sorted by host).
+  void merge_volumes();
   // Cuts a cross route's region into shares and parts (see CellShares).
   void cross_parts(const TensorCtx& t, size_t c, const Box& region, const uint32_t* holders,
                    size_t n, Route& r);
@@ -390,6 +395,13 @@ class Enumerator {
   // cell_shares(): per (source, destination) geometry pair, per cell.
   std::map<std::pair<const Geometry*, const Geometry*>, std::unordered_map<size_t, CellShares>>
       shares_;
+  // Per geometry pair: whether every cell is on the same hosts (and none
+  // holds any of its cells), and then the shares they all use.
+  struct UniformShares {
+    bool uniform = false;
+    CellShares shares;
+  };
+  std::map<std::pair<const Geometry*, const Geometry*>, UniformShares> uniform_shares_;
   std::unique_ptr<Enumerator> share_en_;  // covers inside a cover
   std::vector<std::pair<int32_t, double>> volumes_;
   std::vector<int32_t> region_hosts_;
@@ -718,17 +730,23 @@ inline void split_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
 }
 
 // Splits `region` into m parts along the outermost dimension where they come
-// out within 2% of equal (the largest over the mean), else the one where
-// they come closest; fewer when no dimension has m elements (as
-// split_parts). Relay loads follow part sizes: 6 rows cut 5 ways give one
-// receiving host twice the others' forwarding.
+// out within 2% of equal (the largest part less the smallest, over the
+// mean: m / extent unless m divides the extent), else the one where they
+// come closest — the longest dimension m does not divide, when none it
+// divides; fewer when no dimension has m elements (as split_parts). Relay
+// loads follow part sizes: 6 rows cut 5 ways give one receiving host twice
+// the others' forwarding, and 27 rows cut 7 ways (3 or 4 rows) leave the
+// hosts that took 4 a third more than those that took 3, which the
+// rotation across regions cannot even out; 71 columns (10 or 11) can.
 inline void even_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
   int dim = -1;
   double best = 0;
   for (int d = 0; d < region.rank; ++d) {
     const int64_t ext = region.extent(d);
     if (ext < m || m < 2) continue;
-    const double excess = static_cast<double>(ceil_div(ext, m) * m) / static_cast<double>(ext);
+    // The largest part over the smallest, less 1, relative to the mean.
+    const double excess =
+        1.0 + (ext % m == 0 ? 0.0 : static_cast<double>(m) / static_cast<double>(ext));
     if (dim < 0 || excess < best) {
       dim = d;
       best = excess;
@@ -884,7 +902,7 @@ inline void Enumerator::cross_parts(const TensorCtx& t, size_t c, const Box& reg
   // holder where the cell's hosts hold some of it.
   share_boxes_.clear();
   const size_t nh = r.holder_hosts.size();
-  if (cs.disjoint && nh > 1) split_parts(region, static_cast<int64_t>(nh), share_boxes_);
+  if (cs.disjoint && nh > 1) even_parts(region, static_cast<int64_t>(nh), share_boxes_);
   const bool per_host = cs.disjoint && (nh == 1 || share_boxes_.size() == nh);
   if (!per_host || nh == 1) share_boxes_.assign(1, region);
   int32_t entries = 0;
@@ -926,42 +944,43 @@ inline void Enumerator::cross_parts(const TensorCtx& t, size_t c, const Box& reg
   // host that forwards the fewest bytes of this region so far, ties broken
   // in cyclic order from `start`: equal parts go to (q + start) % R,
   // unequal ones even out (cuts along a dimension of few rows differ by a
-  // row). `start` lets the
-  // regions of a cell take turns: by Q when they have fewer entry parts
-  // than receiving hosts, by one when every host gets the same number.
+  // row). The hosts left above the least loaded are then a run of e hosts
+  // from `start`; start = rot * e lets the regions of a cell, and the cells
+  // (rot counts them), take turns at carrying them, e found by a first pass
+  // from 0.
   const uint64_t R = r.receiving;
-  const auto Q = static_cast<uint64_t>(entries);
-  const uint64_t start = (Q % R == 0 ? r.rot : r.rot * Q) % R;
-  forwarding_.assign(R, 0);
   order_.clear();
   for (size_t j = 0; j < r.parts.size(); ++j)
     if (r.part_entry[j] >= 0) order_.push_back(static_cast<uint32_t>(j));
   std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
     return r.parts[a].volume() > r.parts[b].volume();
   });
-  for (uint32_t j : order_) {
-    size_t best = start;
-    for (uint64_t k = 1; k < R; ++k) {
-      const size_t i = static_cast<size_t>((start + k) % R);
-      if (forwarding_[i] < forwarding_[best]) best = i;
+  auto place = [&](uint64_t start) {
+    forwarding_.assign(R, 0);
+    for (uint32_t j : order_) {
+      size_t best = start;
+      for (uint64_t k = 1; k < R; ++k) {
+        const size_t i = static_cast<size_t>((start + k) % R);
+        if (forwarding_[i] < forwarding_[best]) best = i;
+      }
+      forwarding_[best] += r.parts[j].volume();
+      r.part_entry[j] = static_cast<int32_t>(best);
     }
-    forwarding_[best] += r.parts[j].volume();
-    r.part_entry[j] = static_cast<int32_t>(best);
-  }
+  };
+  place(0);
+  const int64_t least = *std::min_element(forwarding_.begin(), forwarding_.end());
+  uint64_t e = 0;
+  for (int64_t v : forwarding_) e += v > least;
+  place((e == 0 ? r.rot : r.rot * e) % R);
 }
 
-inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, size_t cell_begin,
-                                                 size_t cell_end) {
-  auto& per_cell = shares_[{t.sg, t.dg}];
-  auto [it, fresh] = per_cell.try_emplace(c);
-  CellShares& cs = it->second;
-  if (!fresh) return cs;
+inline bool Enumerator::cell_volumes(const TensorCtx& t, size_t c, size_t cell_begin,
+                                     size_t cell_end) {
   const Geometry& dg = *t.dg;
   const Box B = t.dst->box(dg.cell_entries[dg.cell_offsets[c]]);
   if (!share_en_) share_en_ = std::make_unique<Enumerator>(options_);
   const auto hb = ch_->hosts.begin() + static_cast<std::ptrdiff_t>(cell_begin);
   const auto he = ch_->hosts.begin() + static_cast<std::ptrdiff_t>(cell_end);
-  volumes_.clear();
   bool disjoint = true;
   share_en_->cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
     if (!disjoint) return;
@@ -978,7 +997,63 @@ inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, s
         static_cast<double>(region.volume()) / static_cast<double>(region_hosts_.size());
     for (int32_t host : region_hosts_) volumes_.emplace_back(host, v);
   });
-  if (!disjoint) return cs;
+  return disjoint;
+}
+
+inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, size_t cell_begin,
+                                                 size_t cell_end) {
+  auto& per_cell = shares_[{t.sg, t.dg}];
+  auto [it, fresh] = per_cell.try_emplace(c);
+  CellShares& cs = it->second;
+  if (!fresh) return cs;
+  const Geometry& dg = *t.dg;
+  const size_t cells = dg.cell_offsets.size() - 1;
+  // Cells on the same hosts as this one (all of them, typically: a
+  // destination replicated over hosts) send through the same receiving
+  // hosts, whose forwarding adds up over the cells, while each holder host
+  // sends what it holds of every cell: the fractions come from one
+  // water-filling over all of those cells (computed once), not cell by
+  // cell, which left holder hosts idle while the receiving hosts forwarded
+  // more than their share. Otherwise, the cell's own.
+  auto [git, gfresh] = uniform_shares_.try_emplace(std::make_pair(t.sg, t.dg));
+  UniformShares& us = git->second;
+  if (gfresh) {
+    us.uniform = cells > 1;
+    for (size_t k = 0; k < cells && us.uniform; ++k) {
+      const size_t b = ch_->cell_offsets[k], e = ch_->cell_offsets[k + 1];
+      us.uniform = e - b == cell_end - cell_begin &&
+                   std::equal(ch_->hosts.begin() + static_cast<std::ptrdiff_t>(b),
+                              ch_->hosts.begin() + static_cast<std::ptrdiff_t>(e),
+                              ch_->hosts.begin() + static_cast<std::ptrdiff_t>(cell_begin));
+    }
+    if (us.uniform) {
+      volumes_.clear();
+      for (size_t k = 0; k < cells && us.uniform; ++k) {
+        if (dg.cell_offsets[k] == dg.cell_offsets[k + 1] ||
+            t.dst->box(dg.cell_entries[dg.cell_offsets[k]]).empty())
+          continue;
+        us.uniform = cell_volumes(t, k, ch_->cell_offsets[k], ch_->cell_offsets[k + 1]);
+      }
+      if (us.uniform) {
+        merge_volumes();
+        water_fill(volumes_, cell_end - cell_begin, us.shares.direct);
+        us.shares.disjoint = true;
+      }
+    }
+  }
+  if (us.uniform) {
+    cs = us.shares;
+    return cs;
+  }
+  volumes_.clear();
+  if (!cell_volumes(t, c, cell_begin, cell_end)) return cs;
+  merge_volumes();
+  water_fill(volumes_, cell_end - cell_begin, cs.direct);
+  cs.disjoint = true;
+  return cs;
+}
+
+inline void Enumerator::merge_volumes() {
   std::sort(volumes_.begin(), volumes_.end());
   size_t k = 0;
   for (size_t i = 0; i < volumes_.size(); ++i) {
@@ -988,9 +1063,6 @@ inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, s
       volumes_[k++] = volumes_[i];
   }
   volumes_.resize(k);
-  water_fill(volumes_, cell_end - cell_begin, cs.direct);
-  cs.disjoint = true;
-  return cs;
 }
 
 inline void Enumerator::holders_on(const TensorCtx& t, const uint32_t* holders, size_t n,

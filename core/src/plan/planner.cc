@@ -40,7 +40,10 @@ namespace {
 // for replicated destinations, stages; 5: the holders' hosts share the
 // forwarding of relays across hosts, entry parts balanced, the α–β model
 // keeps small regions single-hop; 6: relay streams cut into bands, one
-// message each, so relays forward band k while band k + 1 arrives).
+// message each, so relays forward band k while band k + 1 arrives; the
+// holders' direct fractions water-filled over all cells on the same hosts,
+// shares and entry parts cut where their sizes differ least, entry parts'
+// rotation by the hosts left above the least loaded).
 constexpr uint64_t kPlannerVersion = 6;
 
 std::string shape_str(const std::vector<int64_t>& s) {
