@@ -310,6 +310,7 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     for (const uint32_t* it = db; it != de; ++it) {
       const uint32_t own = t.dt->dense[*it];
       reset();
+      const auto table = out.recvs.table_for(own);  // stage 0, band 0: most pieces
       en.recv(t, *it, [&](const Emitted& x) {
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
         if (x.relay()) {  // a later stage, from a relay's destination buffer
@@ -322,6 +323,8 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
         add_region(t, x, piece);
         if (x.local)
           out.local.push_back(piece);
+        else if (x.band == 0)
+          out.recvs.add(table, own, t.st->dense[x.src_entry], piece, x.region.volume() * t.esize);
         else
           out.recvs.add(table_of(out.recvs, own, 0, x.band), own, t.st->dense[x.src_entry], piece,
                         x.region.volume() * t.esize, 0, x.band);
@@ -340,11 +343,15 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     for (const uint32_t* it = sb; it != se; ++it) {
       const uint32_t own = t.st->dense[*it];
       reset();
+      const auto table = out.sends.table_for(own);
       en.send(t, *it, [&](const Emitted& x) {
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
         add_region(t, x, piece);
-        out.sends.add(table_of(out.sends, own, 0, x.band), own, t.dt->dense[x.dst_entry], piece,
-                      x.region.volume() * t.esize, 0, x.band);
+        if (x.band == 0)
+          out.sends.add(table, own, t.dt->dense[x.dst_entry], piece, x.region.volume() * t.esize);
+        else
+          out.sends.add(table_of(out.sends, own, 0, x.band), own, t.dt->dense[x.dst_entry], piece,
+                        x.region.volume() * t.esize, 0, x.band);
       });
     }
   }
