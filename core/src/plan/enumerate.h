@@ -63,17 +63,21 @@ struct Emitted {
   bool relay() const { return stage > 0; }
 };
 
-// Relay chunks. A routed destination cell's box D (every entry of the cell
-// holds it) is cut into n bands along one dimension: n = D's bytes over
-// relay_chunk_bytes(options), clamped to [1, kRelayBands], the dimension the
-// first with at least n elements (else the longest, n at most its extent).
-// Every relay piece — the stage-0 delivery into a relay that forwards it and
-// each later-stage forward — is cut at the band boundaries and carries its
-// band; a (stage, source, destination) stream sends its bands in ascending
-// order, one message each. A forward of band k reads only what band k's
-// messages into the relay wrote, so the relay forwards band k while band
-// k + 1 still arrives, with or without a staging budget. The bands depend on
-// the cell and the tensor alone: every process cuts them the same way.
+// Relay bands. Each region a destination cell routes (its cover: a source
+// cell clipped to the cell's box) is cut into n bands along one dimension:
+// n = the region's bytes over relay_chunk_bytes(options), clamped to
+// [1, kRelayBands], the dimension the first with at least n elements (else
+// the longest, n at most its extent). Every relay piece of the region — the
+// stage-0 delivery into a relay that forwards it and each later-stage
+// forward — is cut at the band boundaries and carries its band; a (stage,
+// source, destination) stream sends its bands in ascending order, one
+// message each. A forward of band k reads only what band k's messages into
+// the relay wrote, so the relay forwards band k while band k + 1 still
+// arrives, with or without a staging budget. Bands follow the region, not
+// the cell: holders sending their regions side by side deliver the first
+// band of every region first, so a relay fed by several holders forwards
+// early too. The bands depend on the region, the tensor and the options
+// alone: every process cuts them the same way.
 inline constexpr int64_t kRelayBands = 8;
 // Bands no smaller than options.split_min_bytes (the size below which the
 // planner cuts no piece) and 8 α's worth of inter-host bandwidth (a band's
@@ -92,8 +96,10 @@ struct Bands {
   int64_t start(int64_t k) const {
     return lo + static_cast<int64_t>(static_cast<__int128>(ext) * k / n);
   }
-  // Calls f(sub, band) for the parts of `part` (a box inside D) in each band
-  // it overlaps, ascending.
+  // Calls f(sub, band) for the parts of `part` (a box inside the region) in
+  // each band it overlaps, ascending; band k of n is numbered k * 8 / n, its
+  // place among 8 (a stream sends a band of each region it carries in one
+  // message, the regions' bands in step).
   template <class F>
   void each(const Box& part, F&& f) const {
     if (dim < 0 || part.empty()) {
@@ -105,7 +111,7 @@ struct Bands {
       Box sub = part;
       sub.lo[dim] = std::max(part.lo[dim], start(k));
       sub.hi[dim] = std::min(part.hi[dim], start(k + 1));
-      f(sub, static_cast<uint32_t>(k));
+      f(sub, static_cast<uint32_t>(k * kRelayBands / n));
     }
   }
 };
@@ -1137,7 +1143,7 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
                        ch_->hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_end),
                        t.dt->host[e]) -
       ch_->hosts.begin());
-  const Bands bands = relay_bands(t.dst->box(e), t.esize, options_);
+  const Bands bands = relay_bands(region, t.esize, options_);
   const bool several = ch_->member_offsets[hi + 1] - ch_->member_offsets[hi] > 1;
   for (size_t j = 0; j < r.parts.size(); ++j) {
     const Box& part = r.parts[j];
@@ -1252,10 +1258,10 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
       ch.member_offsets[ch.cell_offsets[c] + 1] - ch.member_offsets[ch.cell_offsets[c]] == 1)
     return;
   const int32_t host = t.dt->host[l];
-  const Bands bands = relay_bands(t.dst->box(l), t.esize, options_);
   cover(t, t.dst->box(l), [&](const Box& region, const uint32_t* h, size_t n, bool) {
     Route& r = route_;
     if (!route(t, l, region, h, n, r)) return;
+    const Bands bands = relay_bands(region, t.esize, options_);
     size_t idx = 0;
     if (!receiving_index(r, host, &idx)) return;
     const size_t hi = static_cast<size_t>(

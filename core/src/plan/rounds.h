@@ -4,9 +4,14 @@
 // message order, B bytes — between devices a and b has a chunk
 //   c = floor(W * B / max(T(a), T(b), B)) + 8,
 //   W = floor((budget - 16 * max(peers(a), peers(b))) * kCutWindowDiv / (kCutWindowDiv + 1)),
-// where peers(x) counts the devices x exchanges messages with and T(x) is the
-// bytes x sends plus receives, and a cut window s = floor(c / kCutWindowDiv).
-// The stream spans exactly R = ceil(B / c) rounds. Round k (0 < k < R) starts
+// where peers(x) counts x's messages before cutting (a stream of each stage
+// it exchanges data on, a message per relay band above the first) and T(x)
+// is the bytes x sends plus receives, and a cut window s = floor(c /
+// kCutWindowDiv). A stream in relay bands (plan/enumerate.h, Bands) is cut
+// band by band, each band a segment of B_k bytes cut as below with the
+// whole stream's c, its rounds after the previous band's (the stream spans
+// sum_k ceil(B_k / c) rounds). A segment of B bytes spans exactly
+// R = ceil(B / c) rounds. Round k (0 < k < R) starts
 // at a cut x_k chosen among the element boundaries in (k*c - s, k*c]:
 //   1. the last piece boundary there (no piece is split), else
 //   2. inside the piece covering the window, the last offset there at which
@@ -25,7 +30,8 @@
 // The rule depends only on the stream (identical for sender and receiver) and
 // on per-device figures of the global statistics, so every process cuts its
 // streams the same way on its own; the global statistics get each stream's
-// round count and staging from B and c alone, without its pieces.
+// round count and staging from its bands' B_k and c alone, without its
+// pieces.
 #pragma once
 
 #include <algorithm>
