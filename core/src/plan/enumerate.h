@@ -63,9 +63,10 @@ struct Emitted {
   bool relay() const { return stage > 0; }
 };
 
-// Relay bands. Each region a destination cell routes (its cover: a source
-// cell clipped to the cell's box) is cut into n bands along one dimension:
-// n = the region's bytes over relay_chunk_bytes(options), clamped to
+// Relay bands. Each part of a region a destination cell routes (Route::parts;
+// the region is a source cell clipped to the cell's box) is cut into n bands
+// along one dimension: n = the part's bytes over relay_chunk_bytes(options),
+// clamped to
 // [1, kRelayBands], the dimension the first with at least n elements (else
 // the longest, n at most its extent). Every relay piece of the region — the
 // stage-0 delivery into a relay that forwards it and each later-stage
@@ -73,11 +74,12 @@ struct Emitted {
 // source, destination) stream sends its bands in ascending order, one
 // message each. A forward of band k reads only what band k's messages into
 // the relay wrote, so the relay forwards band k while band k + 1 still
-// arrives, with or without a staging budget. Bands follow the region, not
-// the cell: holders sending their regions side by side deliver the first
-// band of every region first, so a relay fed by several holders forwards
-// early too. The bands depend on the region, the tensor and the options
-// alone: every process cuts them the same way.
+// arrives, with or without a staging budget. Bands follow the part, not the
+// cell: holders sending their parts side by side deliver the first band of
+// every part first, so a relay fed by several holders forwards early too,
+// and a part a host takes in to forward across hosts is forwarded band by
+// band. The bands depend on the part, the tensor and the options alone:
+// every process cuts them the same way.
 inline constexpr int64_t kRelayBands = 8;
 // Bands no smaller than options.split_min_bytes (the size below which the
 // planner cuts no piece) and 8 α's worth of inter-host bandwidth (a band's
@@ -1143,12 +1145,12 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
                        ch_->hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_end),
                        t.dt->host[e]) -
       ch_->hosts.begin());
-  const Bands bands = relay_bands(region, t.esize, options_);
   const bool several = ch_->member_offsets[hi + 1] - ch_->member_offsets[hi] > 1;
   for (size_t j = 0; j < r.parts.size(); ++j) {
     const Box& part = r.parts[j];
     const bool entry = arrives_first(r, j, idx);
     const uint32_t l = leader(r, hi, j);
+    const Bands bands = relay_bands(part, t.esize, options_);
     Emitted x{0, e, part, true, false, false};
     if (l == e) {
       if (entry) {  // stage 0, from a holder (on the part's host, if it has one)
@@ -1261,7 +1263,6 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
   cover(t, t.dst->box(l), [&](const Box& region, const uint32_t* h, size_t n, bool) {
     Route& r = route_;
     if (!route(t, l, region, h, n, r)) return;
-    const Bands bands = relay_bands(region, t.esize, options_);
     size_t idx = 0;
     if (!receiving_index(r, host, &idx)) return;
     const size_t hi = static_cast<size_t>(
@@ -1271,6 +1272,7 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
     for (size_t j = 0; j < r.parts.size(); ++j) {
       if (leader(r, hi, j) != l) continue;
       const bool entry = arrives_first(r, j, idx);
+      const Bands bands = relay_bands(r.parts[j], t.esize, options_);
       bands.each(r.parts[j], [&](const Box& sub, uint32_t band) {
         // The other entries of this host.
         for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {
