@@ -135,13 +135,6 @@ DirectRunner::DirectRunner(const Plan& plan, std::span<const TensorBuffers> buff
       threads_(std::clamp(threads, 1, pool.threads())),
       scratch_(static_cast<size_t>(threads_)) {}
 
-CopyDesc DirectRunner::desc_of(const DirectCopy& c) const {
-  const Piece& p = *c.piece;
-  const TensorSpec& spec = tensors_[p.tensor];
-  return make_copy_desc(plan_.region(*c.part, p), plan_.source_box(p, c.stage),
-                        spec.dst.box(p.dst_entry));
-}
-
 void DirectRunner::run_fills() {
   if (s_.fills.empty()) return;
   const std::function<void(size_t, int)> task = [&](size_t i, int) {
@@ -156,12 +149,8 @@ void DirectRunner::run_fills() {
 void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
                                std::span<const ReduceGroup> groups, int64_t max_task_bytes) {
   tasks_.clear();
-  std::vector<int64_t> piece_bytes(copies.size());
   int64_t total = 0;
-  for (size_t i = 0; i < copies.size(); ++i) {
-    piece_bytes[i] = plan_.piece_bytes(*copies[i].part, *copies[i].piece);
-    total += piece_bytes[i];
-  }
+  for (const DirectCopy& c : copies) total += c.bytes;
   for (const ReduceGroup& g : groups) total += g.bytes;
   const int threads = threads_;
   int64_t target = threads <= 1
@@ -191,9 +180,9 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
   // Copies: small pieces batched, large ones sliced, each task near `target`.
   Task batch{Task::kCopies, 0, 0, 0, 0, 0};
   for (size_t i = 0; i < copies.size(); ++i) {
-    const int64_t bytes = piece_bytes[i];
+    const int64_t bytes = copies[i].bytes;
     if (bytes > target) {
-      const CopyDesc d = desc_of(copies[i]);
+      const CopyDesc& d = copies[i].desc;
       const int64_t runs = copy_desc_runs(d);
       const int64_t units = runs == 1 ? copy_desc_run_length(d) : runs;
       const int64_t slices = std::min(units, ceil_div_nonneg(bytes, target));
@@ -234,13 +223,13 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
     case Task::kCopies:
       for (size_t i = task.begin; i < task.end; ++i) {
         const Piece& p = *copies[i].piece;
-        copy_box(desc_of(copies[i]), dtype_size(tensors_[p.tensor].dtype), source(copies[i]),
+        copy_box(copies[i].desc, dtype_size(tensors_[p.tensor].dtype), source(copies[i]),
                  buffers_[p.tensor].dst[p.dst_entry].data, stream_);
       }
       return;
     case Task::kSlice: {
       const Piece& p = *copies[task.begin].piece;
-      const CopyDesc d = desc_of(copies[task.begin]);
+      const CopyDesc& d = copies[task.begin].desc;
       const int64_t elem = dtype_size(tensors_[p.tensor].dtype);
       const void* src = source(copies[task.begin]);
       void* dst = buffers_[p.tensor].dst[p.dst_entry].data;

@@ -169,7 +169,6 @@ class DirectRunner {
   // chunk stays cheap).
   bool chunked(const ReduceGroup& g) const;
 
-  CopyDesc desc_of(const DirectCopy& c) const;
   // The buffer a copy reads: its source entry's, or in a stage > 0 the
   // destination entry it forwards from.
   const void* source(const DirectCopy& c) const {

@@ -172,7 +172,11 @@ void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_
   if (reduces(p.tensor) && stage == 0) {
     add_contribution(p, arrival, true, 0, 0);
   } else {
-    s_.direct.push_back({part_, &p, round, stage});
+    const TensorSpec& t = tensors_[p.tensor];
+    const Box region = plan_.region(*part_, p);
+    s_.direct.push_back(
+        {part_, &p, round, stage, region.volume() * elem(p.tensor),
+         make_copy_desc(region, plan_.source_box(p, stage), t.dst.box(p.dst_entry))});
   }
   s_.local_bytes += plan_.piece_bytes(*part_, p);
 }
