@@ -399,6 +399,51 @@ TEST(EngineLocal, WorkerPoolRunsEveryTaskOnceAndRethrows) {
   }
 }
 
+// Regression (per-call latency of small executions): run() waited for
+// every helper to wake up, even once the calling thread had done every
+// task, so on a busy machine a small execution took as long as the
+// scheduler needed to run a woken thread. A helper that wakes late now
+// skips the run; it still helps later runs.
+TEST(EngineLocal, WorkerPoolDoesNotWaitForHelpersThatWakeLate) {
+  using Clock = std::chrono::steady_clock;
+  engine_detail::WorkerPool pool(2);
+  std::atomic<int> wakes{0};
+  std::atomic<bool> delayed_done{false};
+  pool.on_wake = [&](int) {
+    if (wakes++ == 0) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      delayed_done = true;
+    }
+  };
+  std::vector<std::atomic<int>> runs(2);
+  std::atomic<int> by_helper{0};
+  const auto t0 = Clock::now();
+  pool.run(runs.size(), [&](size_t i, int worker) {
+    ++runs[i];
+    if (worker != 0) ++by_helper;
+  });
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (const auto& r : runs) EXPECT_EQ(r.load(), 1);
+  EXPECT_EQ(by_helper.load(), 0);
+  EXPECT_LT(seconds, 1.0) << "run() waited for a helper that had not woken up";
+  EXPECT_FALSE(delayed_done.load());
+  // Once awake, the helper takes tasks of later runs again.
+  while (!delayed_done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::set<int> workers;
+  std::mutex mutex;
+  for (int attempt = 0; attempt < 50 && !workers.contains(1); ++attempt) {
+    std::vector<std::atomic<int>> more(64);
+    pool.run(more.size(), [&](size_t i, int worker) {
+      ++more[i];
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+      std::lock_guard<std::mutex> lock(mutex);
+      workers.insert(worker);
+    });
+    for (const auto& r : more) ASSERT_EQ(r.load(), 1);
+  }
+  EXPECT_TRUE(workers.contains(1)) << "the helper never took a task after waking late";
+}
+
 // A transport of one rank that does not hold every process.
 class OneRank final : public Transport {
  public:

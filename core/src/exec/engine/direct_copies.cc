@@ -65,17 +65,25 @@ void WorkerPool::work(int worker) {
 void WorkerPool::helper(int worker) {
   uint64_t seen = 0;
   for (;;) {
-    bool takes_tasks = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
-      takes_tasks = worker < active_;
+      if (on_wake) {
+        lock.unlock();
+        on_wake(worker);
+        lock.lock();
+        if (stop_) return;
+      }
+      // A generation that moved on or closed while this helper was waking
+      // up is not joined (its caller does not wait for this helper).
+      if (generation_ != seen || closed_ || worker >= active_) continue;
+      ++running_;
     }
-    if (takes_tasks) work(worker);
+    work(worker);
     std::lock_guard<std::mutex> lock(mutex_);
-    if (--busy_ == 0) done_.notify_one();
+    if (--running_ == 0 && closed_) done_.notify_one();
   }
 }
 
@@ -97,7 +105,8 @@ void WorkerPool::run(size_t n, const std::function<void(size_t, int)>& task,
   if (parallel) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      busy_ = static_cast<int>(helpers_.size());
+      closed_ = false;
+      running_ = 0;
       active_ = active;
       ++generation_;
     }
@@ -115,8 +124,11 @@ void WorkerPool::run(size_t n, const std::function<void(size_t, int)>& task,
     failed_.store(true);
   }
   if (parallel) {
+    // Every task is taken (or skipped after a failure): wait for the
+    // helpers still running theirs, and close the generation to the rest.
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return busy_ == 0; });
+    closed_ = true;
+    done_.wait(lock, [&] { return running_ == 0; });
   }
   task_ = nullptr;
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));

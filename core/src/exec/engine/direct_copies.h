@@ -73,8 +73,17 @@ class WorkerPool {
   // are skipped and the first exception is rethrown. `limit` (1 to
   // threads(); 0: threads()) caps the threads this run uses: workers at or
   // above it take no task.
+  //
+  // Helpers that have not woken up by the time the calling thread ran out
+  // of tasks take no part in this run, and run() does not wait for them:
+  // on a busy machine a woken thread may wait milliseconds to be
+  // scheduled, longer than a small run's work.
   void run(size_t n, const std::function<void(size_t, int)>& task,
            const std::function<void()>& after = {}, int limit = 0);
+
+  // Tests: called by a helper after it woke for a run, before it joins it
+  // (to delay it). Set before the first run.
+  std::function<void(int worker)> on_wake;
 
  private:
   void helper(int worker);
@@ -88,8 +97,11 @@ class WorkerPool {
   std::condition_variable done_;
   uint64_t generation_ = 0;
   bool stop_ = false;
-  int busy_ = 0;    // helpers still in the current generation
-  int active_ = 0;  // workers below this take tasks in the current generation
+  // The current generation takes no more helpers: the calling thread ran
+  // out of tasks (late helpers skip it).
+  bool closed_ = true;
+  int running_ = 0;  // helpers that joined the current generation and are still in it
+  int active_ = 0;   // workers below this take tasks in the current generation
   // The current generation's work.
   size_t n_ = 0;
   const std::function<void(size_t, int)>* task_ = nullptr;
