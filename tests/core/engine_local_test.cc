@@ -672,6 +672,33 @@ TEST(EngineLocal, CopyThreadsOutliveAnExecutionAndEndWithTheEngine) {
   EXPECT_EQ(process_threads(), before) << "the helpers end with the engine";
 }
 
+// Regression (per-call latency of small executions): a 2 MiB execution
+// woke copy threads (the threshold was 1 MiB), which on a busy machine
+// cost more than the copy; below kParallelMinBytes (4 MiB) it runs on the
+// calling thread whatever ExecuteOptions::threads asks.
+TEST(EngineLocal, SmallExecutionsStartNoCopyThread) {
+  std::thread([] {}).join();
+  const std::set<std::string> before = process_threads();
+  if (before.empty()) GTEST_SKIP() << "no /proc/self/task";
+  PlanInput in;  // 2 MiB between buffers
+  in.tensors.push_back(tensor("w", {512, 1024}, DType::kF32,
+                              sharding(mesh_1d({0, 1, 2, 3}), {{"x"}, {}}),
+                              sharding(mesh_1d({0, 1, 2, 3}), {{}, {"x"}})));
+  const Plan plan = make_plan(in);
+  ASSERT_EQ(plan.stats().network_bytes + plan.stats().local_bytes, int64_t{2} << 20);
+  Engine engine(make_local_transport());
+  for (int i = 0; i < 2; ++i) {
+    OracleBuffers buffers = fill_sources(plan);
+    const std::vector<TensorBuffers> views = buffers.views();
+    ExecuteOptions o;
+    o.threads = 4;
+    engine.execute(plan, kAllProcesses, views, o);
+    const OracleReport report = check_destinations(plan, buffers);
+    EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+  }
+  EXPECT_EQ(process_threads(), before) << "a small execution started copy threads";
+}
+
 // Invariant: an engine whose copy threads were started before fork() works
 // in the child (the parent's threads do not exist there: it starts its
 // own) and is destroyed there without waiting for them.

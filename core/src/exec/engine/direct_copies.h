@@ -43,8 +43,11 @@
 namespace reshard::engine_detail {
 
 // Executions moving fewer bytes between buffers than this run on the
-// calling thread: starting threads costs more than the copy.
-inline constexpr int64_t kParallelMinBytes = int64_t{1} << 20;
+// calling thread: waking copy threads costs more than sharing the copy.
+// Measured on 2 cores (docs/results.md, per-call latency): a 1.5 MiB
+// transformer pytree executed after a pause took 0.34 ms on one thread and
+// 0.6 ms woken onto two; at 6 MiB one and two threads were even.
+inline constexpr int64_t kParallelMinBytes = int64_t{4} << 20;
 
 // Threads started once and reused by every round of every execution: an
 // Engine keeps one (Engine::pool), so that executions after the first start
