@@ -112,6 +112,7 @@ TEST(PlanEstimate, BoundsWhatMakePlanAllocates) {
     if (c % 4 == 0) in.options.staging_budget_bytes = 4096 + 97 * c;  // many rounds and cuts
     if (c % 4 == 1) in.options.staging_budget_bytes = 0;
     if (c % 5 == 0) in.options.split_min_bytes = 16;  // split pieces: own regions
+    if (c % 3 == 1) in.options.alpha_seconds = 0;     // relay streams cut into bands
     for (int32_t threads : {1, 3}) {
       const PlanRequest all = request(PlanScope::kAll, 0, threads, kUnlimitedPlanBytes);
       const PlanEstimate e = estimate_plan(in, all);

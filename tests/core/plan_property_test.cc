@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <map>
+#include <tuple>
 
 #include "random_cases.h"
 #include "reshard/error.h"
@@ -274,6 +275,53 @@ TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
       "%lld parts with split/refined regions, %lld with relays, %lld pieces\n",
       cases, (long long)with_network, (long long)with_partial, (long long)with_explicit,
       (long long)with_regions, (long long)with_relays, (long long)total_pieces);
+}
+
+// Relay bands (plan/enumerate.h, Bands): with alpha 0 the band size falls
+// to split_min_bytes (0, 64 bytes or 1 MiB here), so the random cases' relay
+// streams are cut into bands, one message each. The same invariants hold —
+// coverage, pairing, statistics (pieces, messages, rounds) equal to the
+// parts', each process's part equal to the whole plan's — and a stream's
+// rounds are its bands in ascending order, with and without a budget.
+TEST(PlanProperty, RelayBandsKeepCoveragePairingAndExactStatistics) {
+  const int cases = 1500;
+  int64_t banded = 0, banded_budget = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    testing::CaseGen gen(70000 + static_cast<uint64_t>(c), {5, 64, 3, c % 2 ? 13 : 40, true, true});
+    PlanInput in = gen.input();
+    in.options.alpha_seconds = 0;
+    // No budget, one that never cuts these small plans (every stream with
+    // several messages of a stage is cut into bands), the generated one.
+    const int64_t generated = in.options.staging_budget_bytes;
+    for (int64_t budget : {int64_t{0}, int64_t{1} << 30, generated}) {
+      SCOPED_TRACE("budget " + std::to_string(budget));
+      in.options.staging_budget_bytes = budget;
+      Plan a = make_plan(in);
+      ASSERT_EQ(a.parts(), make_plan(in).parts()) << "determinism";
+      ASSERT_NO_FATAL_FAILURE(check_coverage(a));
+      ASSERT_NO_FATAL_FAILURE(check_pairing(a));
+      ASSERT_NO_FATAL_FAILURE(check_stats(a));
+      for (int32_t p : a.processes()) {
+        Plan one = make_plan(in, {PlanScope::kProcess, p, false});
+        ASSERT_EQ(one.part(p), a.part(p)) << "process " << p;
+      }
+      if (budget != 0 && budget != int64_t{1} << 30) continue;
+      // A relay stream (stage > 0) in more than one message.
+      std::map<std::tuple<uint32_t, int64_t, int64_t>, int> per_stream;
+      for (const auto& [p, part] : a.parts())
+        for (const Message& m : part.recvs)
+          if (m.stage > 0) ++per_stream[{m.stage, m.src_device, m.dst_device}];
+      bool cut = false;
+      for (const auto& [k, n] : per_stream) cut |= n > 1;
+      if (cut) (budget > 0 ? banded_budget : banded) += 1;
+    }
+  }
+  EXPECT_GT(banded, cases / 50);
+  EXPECT_GT(banded_budget, cases / 50);
+  std::printf(
+      "%d cases: %lld with relay streams cut into bands without a budget, %lld with 1 GiB\n", cases,
+      (long long)banded, (long long)banded_budget);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "reshard/error.h"
@@ -401,6 +402,46 @@ TEST(SimulateBound, ForwardsWaitForTheMessagesThatBroughtTheirData) {
       if (m[i].stage < x.stage && m[i].dst_device == x.src_device) x.after.push_back(i);
   }
   EXPECT_LT(simulate(in.topology, c, m).seconds, simulate(in.topology, c, barrier).seconds);
+}
+
+// Relay bands (plan/enumerate.h): the RL weight sync's relays (one entry of
+// each tensor-parallel cell per replica on host 1 takes a source cell in and
+// forwards it to the other replica) forward each band once the messages
+// that brought that band arrived, not the whole stream: without a budget
+// and with the default 1 GiB, which cuts none of these streams. Planner
+// version 5 sent each stream in one message, so every forward waited for
+// everything its relay received, the same as a stage barrier.
+TEST(SimulateBound, RelayBandsForwardBeforeTheirWholeStreamArrived) {
+  const Spec s =
+      load_spec(std::string(RESHARD_SOURCE_DIR) + "/bench/specs/rl_sync_fsdp8_to_2x_tp4.json");
+  for (int64_t budget : {int64_t{0}, int64_t{1} << 30}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    PlanInput in = s.input;
+    in.options.staging_budget_bytes = budget;
+    const std::vector<SimMessage> m = plan_messages(make_plan(in));
+    std::map<int64_t, size_t> into;  // stage-0 messages into each relay
+    for (const SimMessage& x : m)
+      if (x.stage == 0) ++into[x.dst_device];
+    std::map<int64_t, size_t> fewest;  // per relay, the fewest a forward waits for
+    for (const SimMessage& x : m) {
+      if (x.stage == 0) continue;
+      EXPECT_FALSE(x.after.empty());
+      auto [it, fresh] = fewest.try_emplace(x.src_device, x.after.size());
+      it->second = std::min(it->second, x.after.size());
+    }
+    ASSERT_EQ(fewest.size(), 8u);  // every destination device relays
+    for (const auto& [relay, n] : fewest) EXPECT_LT(n, into[relay]) << "relay " << relay;
+    // So the plan ends before the same messages with stage barriers.
+    const ClusterTopology c = cluster(1e-5, 1e9, 1e8);
+    std::vector<SimMessage> barrier = m;
+    for (SimMessage& x : barrier) {
+      x.after.clear();
+      if (x.stage == 0) continue;
+      for (uint32_t i = 0; i < barrier.size(); ++i)
+        if (m[i].stage < x.stage && m[i].dst_device == x.src_device) x.after.push_back(i);
+    }
+    EXPECT_LT(simulate(in.topology, c, m).seconds, simulate(in.topology, c, barrier).seconds);
+  }
 }
 
 TEST(SimulatePeers, Rank0BroadcastGathersThenPipelinesDownAChain) {

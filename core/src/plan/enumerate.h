@@ -56,8 +56,89 @@ struct Emitted {
   // > 0: a relay piece of that stage; src_entry is a *destination* entry
   // that received the region in an earlier stage and forwards it.
   uint32_t stage = 0;
+  // Relay chunk (see Bands): pieces of a relay stream in chunk k travel in
+  // the stream's k-th message, so a relay forwards chunk k once chunk k
+  // arrived. 0 for pieces of no relay stream.
+  uint32_t band = 0;
   bool relay() const { return stage > 0; }
 };
+
+// Relay bands. Each part of a region a destination cell routes (Route::parts;
+// the region is a source cell clipped to the cell's box) is cut into n bands
+// along one dimension: n = the part's bytes over relay_chunk_bytes(options),
+// clamped to
+// [1, kRelayBands], the dimension the first with at least n elements (else
+// the longest, n at most its extent). Every relay piece of the region — the
+// stage-0 delivery into a relay that forwards it and each later-stage
+// forward — is cut at the band boundaries and carries its band; a (stage,
+// source, destination) stream sends its bands in ascending order, one
+// message each. A forward of band k reads only what band k's messages into
+// the relay wrote, so the relay forwards band k while band k + 1 still
+// arrives, with or without a staging budget. Bands follow the part, not the
+// cell: holders sending their parts side by side deliver the first band of
+// every part first, so a relay fed by several holders forwards early too,
+// and a part a host takes in to forward across hosts is forwarded band by
+// band. The bands depend on the part, the tensor and the options alone:
+// every process cuts them the same way.
+inline constexpr int64_t kRelayBands = 8;
+// Bands no smaller than options.split_min_bytes (the size below which the
+// planner cuts no piece) and 8 α's worth of inter-host bandwidth (a band's
+// α at most 1/8 of its time): 1 MiB by default.
+inline int64_t relay_chunk_bytes(const PlanOptions& o) {
+  const double v = 8 * o.alpha_seconds * o.inter_host_bytes_per_second;
+  return std::max<int64_t>({o.split_min_bytes, v < 9e18 ? static_cast<int64_t>(v) : INT64_MAX, 1});
+}
+struct Bands {
+  int dim = -1;  // -1: one band
+  int64_t n = 1, lo = 0, ext = 0;
+  // The band holding coordinate x (along dim).
+  int64_t of(int64_t x) const {
+    return static_cast<int64_t>((static_cast<__int128>(x - lo + 1) * n - 1) / ext);
+  }
+  int64_t start(int64_t k) const {
+    return lo + static_cast<int64_t>(static_cast<__int128>(ext) * k / n);
+  }
+  // Calls f(sub, band) for the parts of `part` (a box inside the region) in
+  // each band it overlaps, ascending; band k of n is numbered k * 8 / n, its
+  // place among 8 (a stream sends a band of each region it carries in one
+  // message, the regions' bands in step).
+  template <class F>
+  void each(const Box& part, F&& f) const {
+    if (dim < 0 || part.empty()) {
+      f(part, uint32_t{0});
+      return;
+    }
+    const int64_t k0 = of(part.lo[dim]), k1 = of(part.hi[dim] - 1);
+    for (int64_t k = k0; k <= k1; ++k) {
+      Box sub = part;
+      sub.lo[dim] = std::max(part.lo[dim], start(k));
+      sub.hi[dim] = std::min(part.hi[dim], start(k + 1));
+      f(sub, static_cast<uint32_t>(k * kRelayBands / n));
+    }
+  }
+};
+inline Bands relay_bands(const Box& D, int64_t esize, const PlanOptions& o) {
+  Bands b;
+  if (D.rank == 0 || D.empty()) return b;
+  const int64_t bytes = D.volume() * esize;
+  int64_t n = std::min<int64_t>(kRelayBands, bytes / relay_chunk_bytes(o));
+  if (n < 2) return b;
+  int dim = -1;
+  for (int d = 0; d < D.rank && dim < 0; ++d)
+    if (D.extent(d) >= n) dim = d;
+  if (dim < 0) {
+    dim = 0;
+    for (int d = 1; d < D.rank; ++d)
+      if (D.extent(d) > D.extent(dim)) dim = d;
+    n = std::min(n, D.extent(dim));
+  }
+  if (n < 2) return b;
+  b.dim = dim;
+  b.n = n;
+  b.lo = D.lo[dim];
+  b.ext = D.extent(dim);
+  return b;
+}
 
 // The hosts of each cell of a tiled destination geometry, and the entries of
 // the cell on each host (both ascending): the relay groups.
@@ -170,8 +251,8 @@ class RelayMerger {
     auto [it, fresh] = pending_.try_emplace(key, x);
     if (fresh) return;
     Emitted& p = it->second;
-    if (p.stage == x.stage && p.src_entry == x.src_entry && p.dst_entry == x.dst_entry &&
-        extends(p.region, x.region))
+    if (p.stage == x.stage && p.band == x.band && p.src_entry == x.src_entry &&
+        p.dst_entry == x.dst_entry && extends(p.region, x.region))
       return;
     f(p);
     p = x;
@@ -298,6 +379,11 @@ class Enumerator {
 
   const CellHosts& cell_hosts(const TensorCtx& t);
   const CellShares& cell_shares(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
+  // Appends to volumes_ the (holder host, volume) of cell c's cover; false
+  // when a region has no holder or one on a host of the cell.
+  bool cell_volumes(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
+  // Sums volumes_ per host (sorted by host).
+  void merge_volumes();
   // Cuts a cross route's region into shares and parts (see CellShares).
   void cross_parts(const TensorCtx& t, size_t c, const Box& region, const uint32_t* holders,
                    size_t n, Route& r);
@@ -317,6 +403,13 @@ class Enumerator {
   // cell_shares(): per (source, destination) geometry pair, per cell.
   std::map<std::pair<const Geometry*, const Geometry*>, std::unordered_map<size_t, CellShares>>
       shares_;
+  // Per geometry pair: whether every cell is on the same hosts (and none
+  // holds any of its cells), and then the shares they all use.
+  struct UniformShares {
+    bool uniform = false;
+    CellShares shares;
+  };
+  std::map<std::pair<const Geometry*, const Geometry*>, UniformShares> uniform_shares_;
   std::unique_ptr<Enumerator> share_en_;  // covers inside a cover
   std::vector<std::pair<int32_t, double>> volumes_;
   std::vector<int32_t> region_hosts_;
@@ -645,17 +738,23 @@ inline void split_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
 }
 
 // Splits `region` into m parts along the outermost dimension where they come
-// out within 2% of equal (the largest over the mean), else the one where
-// they come closest; fewer when no dimension has m elements (as
-// split_parts). Relay loads follow part sizes: 6 rows cut 5 ways give one
-// receiving host twice the others' forwarding.
+// out within 2% of equal (the largest part less the smallest, over the
+// mean: m / extent unless m divides the extent), else the one where they
+// come closest — the longest dimension m does not divide, when none it
+// divides; fewer when no dimension has m elements (as split_parts). Relay
+// loads follow part sizes: 6 rows cut 5 ways give one receiving host twice
+// the others' forwarding, and 27 rows cut 7 ways (3 or 4 rows) leave the
+// hosts that took 4 a third more than those that took 3, which the
+// rotation across regions cannot even out; 71 columns (10 or 11) can.
 inline void even_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
   int dim = -1;
   double best = 0;
   for (int d = 0; d < region.rank; ++d) {
     const int64_t ext = region.extent(d);
     if (ext < m || m < 2) continue;
-    const double excess = static_cast<double>(ceil_div(ext, m) * m) / static_cast<double>(ext);
+    // The largest part over the smallest, less 1, relative to the mean.
+    const double excess =
+        1.0 + (ext % m == 0 ? 0.0 : static_cast<double>(m) / static_cast<double>(ext));
     if (dim < 0 || excess < best) {
       dim = d;
       best = excess;
@@ -811,7 +910,7 @@ inline void Enumerator::cross_parts(const TensorCtx& t, size_t c, const Box& reg
   // holder where the cell's hosts hold some of it.
   share_boxes_.clear();
   const size_t nh = r.holder_hosts.size();
-  if (cs.disjoint && nh > 1) split_parts(region, static_cast<int64_t>(nh), share_boxes_);
+  if (cs.disjoint && nh > 1) even_parts(region, static_cast<int64_t>(nh), share_boxes_);
   const bool per_host = cs.disjoint && (nh == 1 || share_boxes_.size() == nh);
   if (!per_host || nh == 1) share_boxes_.assign(1, region);
   int32_t entries = 0;
@@ -853,42 +952,43 @@ inline void Enumerator::cross_parts(const TensorCtx& t, size_t c, const Box& reg
   // host that forwards the fewest bytes of this region so far, ties broken
   // in cyclic order from `start`: equal parts go to (q + start) % R,
   // unequal ones even out (cuts along a dimension of few rows differ by a
-  // row). `start` lets the
-  // regions of a cell take turns: by Q when they have fewer entry parts
-  // than receiving hosts, by one when every host gets the same number.
+  // row). The hosts left above the least loaded are then a run of e hosts
+  // from `start`; start = rot * e lets the regions of a cell, and the cells
+  // (rot counts them), take turns at carrying them, e found by a first pass
+  // from 0.
   const uint64_t R = r.receiving;
-  const auto Q = static_cast<uint64_t>(entries);
-  const uint64_t start = (Q % R == 0 ? r.rot : r.rot * Q) % R;
-  forwarding_.assign(R, 0);
   order_.clear();
   for (size_t j = 0; j < r.parts.size(); ++j)
     if (r.part_entry[j] >= 0) order_.push_back(static_cast<uint32_t>(j));
   std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
     return r.parts[a].volume() > r.parts[b].volume();
   });
-  for (uint32_t j : order_) {
-    size_t best = start;
-    for (uint64_t k = 1; k < R; ++k) {
-      const size_t i = static_cast<size_t>((start + k) % R);
-      if (forwarding_[i] < forwarding_[best]) best = i;
+  auto place = [&](uint64_t start) {
+    forwarding_.assign(R, 0);
+    for (uint32_t j : order_) {
+      size_t best = start;
+      for (uint64_t k = 1; k < R; ++k) {
+        const size_t i = static_cast<size_t>((start + k) % R);
+        if (forwarding_[i] < forwarding_[best]) best = i;
+      }
+      forwarding_[best] += r.parts[j].volume();
+      r.part_entry[j] = static_cast<int32_t>(best);
     }
-    forwarding_[best] += r.parts[j].volume();
-    r.part_entry[j] = static_cast<int32_t>(best);
-  }
+  };
+  place(0);
+  const int64_t least = *std::min_element(forwarding_.begin(), forwarding_.end());
+  uint64_t e = 0;
+  for (int64_t v : forwarding_) e += v > least;
+  place((e == 0 ? r.rot : r.rot * e) % R);
 }
 
-inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, size_t cell_begin,
-                                                 size_t cell_end) {
-  auto& per_cell = shares_[{t.sg, t.dg}];
-  auto [it, fresh] = per_cell.try_emplace(c);
-  CellShares& cs = it->second;
-  if (!fresh) return cs;
+inline bool Enumerator::cell_volumes(const TensorCtx& t, size_t c, size_t cell_begin,
+                                     size_t cell_end) {
   const Geometry& dg = *t.dg;
   const Box B = t.dst->box(dg.cell_entries[dg.cell_offsets[c]]);
   if (!share_en_) share_en_ = std::make_unique<Enumerator>(options_);
   const auto hb = ch_->hosts.begin() + static_cast<std::ptrdiff_t>(cell_begin);
   const auto he = ch_->hosts.begin() + static_cast<std::ptrdiff_t>(cell_end);
-  volumes_.clear();
   bool disjoint = true;
   share_en_->cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
     if (!disjoint) return;
@@ -905,7 +1005,63 @@ inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, s
         static_cast<double>(region.volume()) / static_cast<double>(region_hosts_.size());
     for (int32_t host : region_hosts_) volumes_.emplace_back(host, v);
   });
-  if (!disjoint) return cs;
+  return disjoint;
+}
+
+inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, size_t cell_begin,
+                                                 size_t cell_end) {
+  auto& per_cell = shares_[{t.sg, t.dg}];
+  auto [it, fresh] = per_cell.try_emplace(c);
+  CellShares& cs = it->second;
+  if (!fresh) return cs;
+  const Geometry& dg = *t.dg;
+  const size_t cells = dg.cell_offsets.size() - 1;
+  // Cells on the same hosts as this one (all of them, typically: a
+  // destination replicated over hosts) send through the same receiving
+  // hosts, whose forwarding adds up over the cells, while each holder host
+  // sends what it holds of every cell: the fractions come from one
+  // water-filling over all of those cells (computed once), not cell by
+  // cell, which left holder hosts idle while the receiving hosts forwarded
+  // more than their share. Otherwise, the cell's own.
+  auto [git, gfresh] = uniform_shares_.try_emplace(std::make_pair(t.sg, t.dg));
+  UniformShares& us = git->second;
+  if (gfresh) {
+    us.uniform = cells > 1;
+    for (size_t k = 0; k < cells && us.uniform; ++k) {
+      const size_t b = ch_->cell_offsets[k], e = ch_->cell_offsets[k + 1];
+      us.uniform = e - b == cell_end - cell_begin &&
+                   std::equal(ch_->hosts.begin() + static_cast<std::ptrdiff_t>(b),
+                              ch_->hosts.begin() + static_cast<std::ptrdiff_t>(e),
+                              ch_->hosts.begin() + static_cast<std::ptrdiff_t>(cell_begin));
+    }
+    if (us.uniform) {
+      volumes_.clear();
+      for (size_t k = 0; k < cells && us.uniform; ++k) {
+        if (dg.cell_offsets[k] == dg.cell_offsets[k + 1] ||
+            t.dst->box(dg.cell_entries[dg.cell_offsets[k]]).empty())
+          continue;
+        us.uniform = cell_volumes(t, k, ch_->cell_offsets[k], ch_->cell_offsets[k + 1]);
+      }
+      if (us.uniform) {
+        merge_volumes();
+        water_fill(volumes_, cell_end - cell_begin, us.shares.direct);
+        us.shares.disjoint = true;
+      }
+    }
+  }
+  if (us.uniform) {
+    cs = us.shares;
+    return cs;
+  }
+  volumes_.clear();
+  if (!cell_volumes(t, c, cell_begin, cell_end)) return cs;
+  merge_volumes();
+  water_fill(volumes_, cell_end - cell_begin, cs.direct);
+  cs.disjoint = true;
+  return cs;
+}
+
+inline void Enumerator::merge_volumes() {
   std::sort(volumes_.begin(), volumes_.end());
   size_t k = 0;
   for (size_t i = 0; i < volumes_.size(); ++i) {
@@ -915,9 +1071,6 @@ inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, s
       volumes_[k++] = volumes_[i];
   }
   volumes_.resize(k);
-  water_fill(volumes_, cell_end - cell_begin, cs.direct);
-  cs.disjoint = true;
-  return cs;
 }
 
 inline void Enumerator::holders_on(const TensorCtx& t, const uint32_t* holders, size_t n,
@@ -992,19 +1145,31 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
                        ch_->hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_end),
                        t.dt->host[e]) -
       ch_->hosts.begin());
+  const bool several = ch_->member_offsets[hi + 1] - ch_->member_offsets[hi] > 1;
   for (size_t j = 0; j < r.parts.size(); ++j) {
     const Box& part = r.parts[j];
     const bool entry = arrives_first(r, j, idx);
     const uint32_t l = leader(r, hi, j);
+    const Bands bands = relay_bands(part, t.esize, options_);
     Emitted x{0, e, part, true, false, false};
     if (l == e) {
       if (entry) {  // stage 0, from a holder (on the part's host, if it has one)
-        if (r.cross && r.part_host[j] >= 0) {
-          holders_on(t, holders, n, r.part_host[j]);
-          assign(t, e, part, hsel_.data(), hsel_.size(), own || r.parts.size() > 1, f);
-        } else {
-          assign(t, e, part, holders, n, own || r.parts.size() > 1, f);
+        const bool cut = own || r.parts.size() > 1;
+        const bool shared = r.cross && r.part_host[j] >= 0;
+        if (shared) holders_on(t, holders, n, r.part_host[j]);
+        const uint32_t* hs = shared ? hsel_.data() : holders;
+        const size_t nh = shared ? hsel_.size() : n;
+        // In bands when e forwards the part (inside its host or across).
+        if (!several && !(r.cross && r.part_entry[j] >= 0)) {
+          assign(t, e, part, hs, nh, cut, f);
+          continue;
         }
+        bands.each(part, [&](const Box& sub, uint32_t band) {
+          assign(t, e, sub, hs, nh, cut || !(sub == part), [&](Emitted y) {
+            y.band = band;
+            f(y);
+          });
+        });
         continue;
       }
       x.src_entry = leader(r, receiving_host(r, static_cast<size_t>(r.part_entry[j])), j);
@@ -1013,7 +1178,11 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
       x.src_entry = l;
       x.stage = entry ? 1 : 2;  // inside the host, from its leader
     }
-    f(x);
+    bands.each(part, [&](const Box& sub, uint32_t band) {
+      x.region = sub;
+      x.band = band;
+      f(x);
+    });
   }
 }
 
@@ -1103,21 +1272,26 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
     for (size_t j = 0; j < r.parts.size(); ++j) {
       if (leader(r, hi, j) != l) continue;
       const bool entry = arrives_first(r, j, idx);
-      // The other entries of this host.
-      for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {
-        if (ch.members[k] == l) continue;
-        Emitted x{l, ch.members[k], r.parts[j], true, false, false};
-        x.stage = entry ? 1 : 2;
-        f(x);
-      }
-      if (!r.cross || !entry || r.part_entry[j] < 0) continue;
-      // The leaders of part j on the other receiving hosts.
-      for (size_t i = 0; i < r.receiving; ++i) {
-        if (i == idx) continue;
-        Emitted x{l, leader(r, receiving_host(r, i), j), r.parts[j], true, false, false};
-        x.stage = 1;
-        f(x);
-      }
+      const Bands bands = relay_bands(r.parts[j], t.esize, options_);
+      bands.each(r.parts[j], [&](const Box& sub, uint32_t band) {
+        // The other entries of this host.
+        for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {
+          if (ch.members[k] == l) continue;
+          Emitted x{l, ch.members[k], sub, true, false, false};
+          x.stage = entry ? 1 : 2;
+          x.band = band;
+          f(x);
+        }
+        if (!r.cross || !entry || r.part_entry[j] < 0) return;
+        // The leaders of part j on the other receiving hosts.
+        for (size_t i = 0; i < r.receiving; ++i) {
+          if (i == idx) continue;
+          Emitted x{l, leader(r, receiving_host(r, i), j), sub, true, false, false};
+          x.stage = 1;
+          x.band = band;
+          f(x);
+        }
+      });
     }
   });
 }

@@ -39,8 +39,12 @@ namespace {
 // across the replicas of the destination's process or host too; 4: relays
 // for replicated destinations, stages; 5: the holders' hosts share the
 // forwarding of relays across hosts, entry parts balanced, the α–β model
-// keeps small regions single-hop).
-constexpr uint64_t kPlannerVersion = 5;
+// keeps small regions single-hop; 6: relay streams cut into bands, one
+// message each, so relays forward band k while band k + 1 arrives; the
+// holders' direct fractions water-filled over all cells on the same hosts,
+// shares and entry parts cut where their sizes differ least, entry parts'
+// rotation by the hosts left above the least loaded).
+constexpr uint64_t kPlannerVersion = 6;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -122,7 +126,7 @@ class MessageBuckets {
  public:
   MessageBuckets(size_t ndev, bool sized) : ndev_(ndev), sized_(sized) {}
 
-  // The bucket slots of one own device and stage, indexed by peer: a dense
+  // The bucket slots of one own device, stage and band, indexed by peer: a dense
   // row over all devices while the rows fit kDenseCells, else a hash map
   // (a process owning 30,000 devices of a 30,000-device plan would
   // otherwise need 3.6 GB of rows that are almost all empty).
@@ -133,11 +137,11 @@ class MessageBuckets {
   };
   static constexpr size_t kDenseCells = size_t{1} << 24;  // 64 MiB of rows
 
-  // Slot table for one own device and stage; call once per own entry and
-  // stage, then add().
-  Table table_for(uint32_t own_dense, uint32_t stage = 0) {
-    auto [it, fresh] =
-        own_.emplace(uint64_t{stage} << 32 | own_dense, static_cast<uint32_t>(tables_.size()));
+  // Slot table for one own device, stage and band (relay chunk,
+  // enumerate.h); call once per own entry, stage and band, then add().
+  Table table_for(uint32_t own_dense, uint32_t stage = 0, uint32_t band = 0) {
+    auto [it, fresh] = own_.emplace(uint64_t{stage} << 40 | uint64_t{band} << 32 | own_dense,
+                                    static_cast<uint32_t>(tables_.size()));
     if (fresh) {
       const bool dense = (tables_.size() + 1) * ndev_ <= kDenseCells;
       tables_.emplace_back(dense ? ndev_ : 0, kNone);
@@ -146,7 +150,7 @@ class MessageBuckets {
     return {row.empty() ? nullptr : row.data(), it->second};
   }
   void add(Table table, uint32_t own_dense, uint32_t peer_dense, const Piece& piece, int64_t bytes,
-           uint32_t stage = 0) {
+           uint32_t stage = 0, uint32_t band = 0) {
     uint32_t& slot =
         table.dense
             ? table.dense[peer_dense]
@@ -155,7 +159,8 @@ class MessageBuckets {
       slot = static_cast<uint32_t>(buckets_.size());
       buckets_.emplace_back();
       if (sized_) sizes_.emplace_back();
-      keys_.push_back((uint64_t{stage} << 40) | (uint64_t{peer_dense} << 20) | own_dense);
+      keys_.push_back((uint64_t{stage} << 48) | (uint64_t{peer_dense} << 28) |
+                      (uint64_t{own_dense} << 8) | band);
       bytes_.push_back(0);
     }
     buckets_[slot].push_back(piece);
@@ -164,7 +169,9 @@ class MessageBuckets {
   }
 
   // Merges the buckets of consecutive tensor ranges (chunks[0] holding the
-  // first tensors) into messages sorted by key, each message's pieces chunk
+  // first tensors) into messages sorted by key — (stage, peer, own, band),
+  // a message's `round` its band (order_bands / split_rounds number the
+  // rounds) — each message's pieces chunk
   // by chunk, so the result does not depend on how the tensors were cut into
   // chunks. A chunk's region indices are local to it: region_base[c] is
   // added to those of chunk c. The copying runs on `threads` threads.
@@ -193,13 +200,15 @@ class MessageBuckets {
     for (size_t k = 0; k < srcs.size(); ++k) {
       const MessageBuckets& b = *chunks[srcs[k].chunk];
       at[k + 1] = at[k] + b.buckets_[srcs[k].slot].size();
-      // key = (stage << 40) | (peer dense << 20) | own dense; both < 2^20.
+      // key = (stage << 48) | (peer dense << 28) | (own dense << 8) | band;
+      // both dense indices < 2^20, bands < 2^8.
       const uint64_t key = srcs[k].key;
       if (msgs.empty() || k == 0 || srcs[k - 1].key != key) {
         Message& m = msgs.emplace_back();
-        m.stage = static_cast<uint32_t>(key >> 40);
-        const int64_t peer = devices[(key >> 20) & 0xfffff];
-        const int64_t own = devices[key & 0xfffff];
+        m.stage = static_cast<uint32_t>(key >> 48);
+        m.round = static_cast<uint32_t>(key & 0xff);
+        const int64_t peer = devices[(key >> 28) & 0xfffff];
+        const int64_t own = devices[(key >> 8) & 0xfffff];
         m.src_device = send ? own : peer;
         m.dst_device = send ? peer : own;
         m.first_piece = at[k];
@@ -286,47 +295,63 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     const TensorCtx& t = ctx.tensors[ti];
     // Receiver side: every piece whose destination is on p.
     auto [db, de] = entries_on(*t.dt, p);
+    // Slot tables per (stage, band), fetched when first needed.
+    constexpr size_t kBands = static_cast<size_t>(planning::kRelayBands);
+    MessageBuckets::Table tables[3][kBands];
+    auto table_of = [&](MessageBuckets& b, uint32_t own, uint32_t stage, uint32_t band) {
+      MessageBuckets::Table& tb = tables[stage][band];
+      if (!tb) tb = b.table_for(own, stage, band);
+      return tb;
+    };
+    auto reset = [&] {
+      for (auto& row : tables)
+        for (auto& tb : row) tb = {};
+    };
     for (const uint32_t* it = db; it != de; ++it) {
       const uint32_t own = t.dt->dense[*it];
-      const auto table = out.recvs.table_for(own);
-      MessageBuckets::Table relay_table[3];
+      reset();
+      const auto table = out.recvs.table_for(own);  // stage 0, band 0: most pieces
       en.recv(t, *it, [&](const Emitted& x) {
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
         if (x.relay()) {  // a later stage, from a relay's destination buffer
-          MessageBuckets::Table& rt = relay_table[x.stage];
-          if (!rt) rt = out.recvs.table_for(own, x.stage);
           piece.region = static_cast<uint32_t>(out.regions.size());
           out.regions.push_back(x.region);
-          out.recvs.add(rt, own, t.dt->dense[x.src_entry], piece, x.region.volume() * t.esize,
-                        x.stage);
+          out.recvs.add(table_of(out.recvs, own, x.stage, x.band), own, t.dt->dense[x.src_entry],
+                        piece, x.region.volume() * t.esize, x.stage, x.band);
           return;
         }
         add_region(t, x, piece);
         if (x.local)
           out.local.push_back(piece);
-        else
+        else if (x.band == 0)
           out.recvs.add(table, own, t.st->dense[x.src_entry], piece, x.region.volume() * t.esize);
+        else
+          out.recvs.add(table_of(out.recvs, own, 0, x.band), own, t.st->dense[x.src_entry], piece,
+                        x.region.volume() * t.esize, 0, x.band);
       });
       // Relay side: what this destination entry forwards in later stages.
-      MessageBuckets::Table fwd_table[3];
+      reset();
       en.forward(t, *it, [&](const Emitted& x) {
-        MessageBuckets::Table& ft = fwd_table[x.stage];
-        if (!ft) ft = out.sends.table_for(own, x.stage);
         Piece piece{t.index, x.src_entry, x.dst_entry, static_cast<uint32_t>(out.regions.size())};
         out.regions.push_back(x.region);
-        out.sends.add(ft, own, t.dt->dense[x.dst_entry], piece, x.region.volume() * t.esize,
-                      x.stage);
+        out.sends.add(table_of(out.sends, own, x.stage, x.band), own, t.dt->dense[x.dst_entry],
+                      piece, x.region.volume() * t.esize, x.stage, x.band);
       });
     }
     // Sender side: network pieces whose source is on p.
     auto [sb, se] = entries_on(*t.st, p);
     for (const uint32_t* it = sb; it != se; ++it) {
       const uint32_t own = t.st->dense[*it];
+      reset();
       const auto table = out.sends.table_for(own);
       en.send(t, *it, [&](const Emitted& x) {
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
         add_region(t, x, piece);
-        out.sends.add(table, own, t.dt->dense[x.dst_entry], piece, x.region.volume() * t.esize);
+        if (x.band == 0)
+          out.sends.add(table, own, t.dt->dense[x.dst_entry], piece, x.region.volume() * t.esize);
+        else
+          out.sends.add(table_of(out.sends, own, 0, x.band), own, t.dt->dense[x.dst_entry], piece,
+                        x.region.volume() * t.esize, 0, x.band);
       });
     }
   }
@@ -755,6 +780,8 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
     if (budgeted)
       planning::split_rounds(built.part, input.tensors, input.options.staging_budget_bytes,
                              built.send_bytes, built.recv_bytes, load, part_threads);
+    else
+      planning::number_band_rounds(built.part);
     if (request.progress) {
       std::lock_guard<std::mutex> lock(progress_mutex);
       request.progress(++parts_done, nparts);

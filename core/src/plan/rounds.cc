@@ -88,25 +88,43 @@ struct Bound {
   uint32_t before, before_n, after, after_n;
 };
 
-// Chunk and round count of every stream of one direction; stream i has
-// rounds[i] - 1 cuts, from first_bound[i] on.
+// Chunk and round count of every segment of one direction (a message of
+// build_part: one band of a stream, rounds.h); segment i has rounds[i] - 1
+// cuts, from first_bound[i] on, and starts at its stream's round offset[i].
 struct Streams {
-  std::vector<int64_t> chunks, rounds;
+  std::vector<int64_t> chunks, rounds, offset;
   std::vector<size_t> first_bound;
 };
+
+bool same_stream(const Message& a, const Message& b) {
+  return a.stage == b.stage && a.src_device == b.src_device && a.dst_device == b.dst_device;
+}
 
 Streams size_streams(const std::vector<Message>& msgs, int64_t budget,
                      const std::function<DeviceLoad(int64_t)>& load) {
   const size_t n = msgs.size();
-  Streams s{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<size_t>(n + 1, 0)};
-  for (size_t i = 0; i < n; ++i) {
-    const Message& m = msgs[i];
-    s.chunks[i] = round_chunk(budget, load(m.src_device), load(m.dst_device), m.bytes);
-    s.rounds[i] = std::max<int64_t>(stream_rounds(m.bytes, s.chunks[i]), m.num_pieces > 0 ? 1 : 0);
-    if (s.rounds[i] - 1 >= int64_t{1} << 31)
-      fail(ErrorCode::kOutOfRange, "options.staging_budget_bytes: more than 2^31 rounds");
-    s.first_bound[i + 1] =
-        s.first_bound[i] + static_cast<size_t>(std::max<int64_t>(s.rounds[i] - 1, 0));
+  Streams s{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int64_t>(n),
+            std::vector<size_t>(n + 1, 0)};
+  for (size_t a = 0; a < n;) {
+    // The stream's segments [a, b) share the chunk of its whole bytes.
+    size_t b = a + 1;
+    int64_t bytes = msgs[a].bytes;
+    while (b < n && same_stream(msgs[b], msgs[a])) bytes += msgs[b++].bytes;
+    const Message& m = msgs[a];
+    const int64_t chunk = round_chunk(budget, load(m.src_device), load(m.dst_device), bytes);
+    int64_t offset = 0;
+    for (size_t i = a; i < b; ++i) {
+      s.chunks[i] = chunk;
+      s.rounds[i] =
+          std::max<int64_t>(stream_rounds(msgs[i].bytes, chunk), msgs[i].num_pieces > 0 ? 1 : 0);
+      s.offset[i] = offset;
+      offset += s.rounds[i];
+      if (offset - 1 >= int64_t{1} << 31)
+        fail(ErrorCode::kOutOfRange, "options.staging_budget_bytes: more than 2^31 rounds");
+      s.first_bound[i + 1] =
+          s.first_bound[i] + static_cast<size_t>(std::max<int64_t>(s.rounds[i] - 1, 0));
+    }
+    a = b;
   }
   return s;
 }
@@ -224,8 +242,8 @@ void find_cuts(const std::vector<Message>& msgs, const std::vector<Piece>& piece
 
 // Phase 2: the messages of one direction stage by stage and round by round,
 // in each round the streams of the stage still running in stream order
-// (messages come one per stream, sorted by (stage, peer, own); the output is
-// sorted by (stage, round, peer, own)). The
+// (messages come one per segment, sorted by (stage, peer, own, band); the
+// output is sorted by (stage, round, peer, own)). The
 // output positions are laid out first, then the pieces are copied, ranges
 // of messages on up to `threads` threads.
 void emit_rounds(std::vector<Message>& msgs, std::vector<Piece>& pieces, const Streams& streams,
@@ -244,25 +262,27 @@ void emit_rounds(std::vector<Message>& msgs, std::vector<Piece>& pieces, const S
   // 1. The output messages and where their pieces go.
   std::vector<Message> out_msgs;
   out_msgs.reserve(nmsg + bounds.size());
-  std::vector<uint32_t> stream_of;  // per output message
+  std::vector<uint32_t> stream_of, local_of;  // per output message: segment, its round
   stream_of.reserve(nmsg + bounds.size());
+  local_of.reserve(nmsg + bounds.size());
   std::vector<uint32_t> active;
   active.reserve(nmsg);
   uint64_t total = 0;
   // Stage by stage (streams come sorted by stage), each stage's rounds in
-  // order.
+  // order; a stream's segments one after the other (the next takes the
+  // place of the last in `active`, which stays in segment order).
   for (uint32_t first = 0; first < nmsg;) {
     uint32_t last = first;
     while (last < nmsg && msgs[last].stage == msgs[first].stage) ++last;
     active.clear();
     for (uint32_t i = first; i < last; ++i)
-      if (rounds[i] > 0) active.push_back(i);
-    first = last;
+      if (i == first || !same_stream(msgs[i], msgs[i - 1])) active.push_back(i);
     for (uint32_t r = 0; !active.empty(); ++r) {
       size_t still = 0;
       for (uint32_t i : active) {
+        const auto local = static_cast<uint32_t>(r - streams.offset[i]);
         Bound cur, end;
-        range_of(i, r, cur, end);
+        range_of(i, local, cur, end);
         Message mr = msgs[i];
         mr.round = r;
         mr.first_piece = total;
@@ -281,17 +301,21 @@ void emit_rounds(std::vector<Message>& msgs, std::vector<Piece>& pieces, const S
         total += n;
         out_msgs.push_back(mr);
         stream_of.push_back(i);
-        if (r + 1 != rounds[i]) active[still++] = i;
+        local_of.push_back(local);
+        if (local + 1 != rounds[i])
+          active[still++] = i;
+        else if (i + 1 < last && same_stream(msgs[i + 1], msgs[i]))
+          active[still++] = i + 1;
       }
       active.resize(still);
     }
+    first = last;
   }
   // 2. The pieces; ranges of about equally many pieces.
   // Message mi's pieces, handed to put(piece) and append(first, last).
   auto fill = [&](size_t mi, auto&& put, auto&& append) {
-    const Message& mr = out_msgs[mi];
     Bound cur, end;
-    range_of(stream_of[mi], mr.round, cur, end);
+    range_of(stream_of[mi], local_of[mi], cur, end);
     auto emit_fragment = [&](uint64_t j, uint32_t first, uint32_t n) {
       Piece q = pieces[j];
       for (uint32_t i = 0; i < n; ++i) {
@@ -343,6 +367,32 @@ void emit_rounds(std::vector<Message>& msgs, std::vector<Piece>& pieces, const S
 }
 
 }  // namespace
+
+namespace {
+void number_direction(std::vector<Message>& msgs, std::vector<Piece>& pieces) {
+  bool banded = false;
+  for (const Message& m : msgs) banded |= m.round > 0;
+  if (!banded) return;  // one message per stream, round 0
+  for (size_t i = 0; i < msgs.size(); ++i)
+    msgs[i].round = i > 0 && same_stream(msgs[i], msgs[i - 1]) ? msgs[i - 1].round + 1 : 0;
+  std::stable_sort(msgs.begin(), msgs.end(), [](const Message& a, const Message& b) {
+    return a.stage != b.stage ? a.stage < b.stage : a.round < b.round;
+  });
+  std::vector<Piece> out;
+  out.reserve(pieces.size());
+  for (Message& m : msgs) {
+    const auto b = pieces.begin() + static_cast<ptrdiff_t>(m.first_piece);
+    m.first_piece = out.size();
+    out.insert(out.end(), b, b + static_cast<ptrdiff_t>(m.num_pieces));
+  }
+  pieces = std::move(out);
+}
+}  // namespace
+
+void number_band_rounds(ProcessPart& part) {
+  number_direction(part.sends, part.send_pieces);
+  number_direction(part.recvs, part.recv_pieces);
+}
 
 void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, int64_t budget,
                   std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes,

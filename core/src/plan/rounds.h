@@ -4,9 +4,14 @@
 // message order, B bytes — between devices a and b has a chunk
 //   c = floor(W * B / max(T(a), T(b), B)) + 8,
 //   W = floor((budget - 16 * max(peers(a), peers(b))) * kCutWindowDiv / (kCutWindowDiv + 1)),
-// where peers(x) counts the devices x exchanges messages with and T(x) is the
-// bytes x sends plus receives, and a cut window s = floor(c / kCutWindowDiv).
-// The stream spans exactly R = ceil(B / c) rounds. Round k (0 < k < R) starts
+// where peers(x) counts x's messages before cutting (a stream of each stage
+// it exchanges data on, a message per relay band above the first) and T(x)
+// is the bytes x sends plus receives, and a cut window s = floor(c /
+// kCutWindowDiv). A stream in relay bands (plan/enumerate.h, Bands) is cut
+// band by band, each band a segment of B_k bytes cut as below with the
+// whole stream's c, its rounds after the previous band's (the stream spans
+// sum_k ceil(B_k / c) rounds). A segment of B bytes spans exactly
+// R = ceil(B / c) rounds. Round k (0 < k < R) starts
 // at a cut x_k chosen among the element boundaries in (k*c - s, k*c]:
 //   1. the last piece boundary there (no piece is split), else
 //   2. inside the piece covering the window, the last offset there at which
@@ -25,7 +30,8 @@
 // The rule depends only on the stream (identical for sender and receiver) and
 // on per-device figures of the global statistics, so every process cuts its
 // streams the same way on its own; the global statistics get each stream's
-// round count and staging from B and c alone, without its pieces.
+// round count and staging from its bands' B_k and c alone, without its
+// pieces.
 #pragma once
 
 #include <algorithm>
@@ -64,15 +70,22 @@ inline int64_t round_cap(int64_t bytes, int64_t chunk) {
   return std::min(bytes, chunk + std::max<int64_t>(round_window(chunk), 8) - 1);
 }
 
-// Re-cuts the messages of `part` (each holding one whole stream in round 0)
-// into rounds. `send_bytes` / `recv_bytes` give each piece's size (parallel
-// to part.send_pieces / part.recv_pieces); `load(device)` a device's figures
-// (make_plan may cut several parts at once, so it must be safe to call
-// concurrently). Streams are cut on up to `threads` threads; the result is
-// the same for any thread count.
+// Re-cuts the messages of `part` into rounds. They come from build_part
+// sorted by (stage, peer, own, band), one per segment — a stream's pieces of
+// one relay band (plan/enumerate.h, Bands), `round` the band — and a
+// stream's segments are cut one after the other, each at the chunk of the
+// whole stream (its rounds never share a round with the next segment's). `send_bytes` /
+// `recv_bytes` give each piece's size (parallel to part.send_pieces / part.recv_pieces);
+// `load(device)` a device's figures (make_plan may cut several parts at once, so it must be safe to
+// call concurrently). Streams are cut on up to `threads` threads; the result is the same for any
+// thread count.
 void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, int64_t budget,
                   std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes,
                   const std::function<DeviceLoad(int64_t)>& load, int threads = 1);
+
+// Without a staging budget: a stream's k-th segment (see split_rounds) is
+// its round k; messages sorted by (stage, round, peer, own).
+void number_band_rounds(ProcessPart& part);
 
 // Appends to `out` the boxes covering elements [i0, i1) of `region` in
 // row-major order (at most 2 * rank + 1 boxes; one when i0 and i1 are whole

@@ -2,6 +2,7 @@
 // enumeration, never the parts themselves), its round schedule, and its
 // lower bounds (core/src/plan/bounds.cc).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
@@ -99,11 +100,13 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   bool relayed = false;
   // Tensors with the same shape and layout geometries have proportional
   // statistics: enumerate one of them and scale by the group's bytes/element.
-  std::map<std::tuple<std::vector<int64_t>, const Geometry*, const Geometry*>, std::vector<size_t>>
+  // With relays, element sizes too: relay bands follow a cell's bytes.
+  std::map<std::tuple<std::vector<int64_t>, const Geometry*, const Geometry*, int64_t>,
+           std::vector<size_t>>
       groups;
   for (size_t i = 0; i < ctx.tensors.size(); ++i) {
     const TensorCtx& t = ctx.tensors[i];
-    groups[{t.spec->shape, t.sg, t.dg}].push_back(i);
+    groups[{t.spec->shape, t.sg, t.dg, o.relays ? t.esize : 0}].push_back(i);
   }
   // Pairs (dst device row, src device column) that exchange a message, per
   // stage (stage 1 sparse: relays stay inside hosts).
@@ -162,6 +165,16 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                "the limit (-1: no limit)");
   }
   std::unordered_map<uint64_t, int64_t> pair_sparse, relay_bytes[kStages];
+  // Streams cut into relay bands (enumerate.h, Bands): per (stage, source,
+  // destination) — stage << 40 | source dense << 20 | destination dense —
+  // the bands above 0 it carries, each its own message (band 0 travels with
+  // the stream's pieces of no band, counted with the pairs above), and
+  // under a budget their bytes.
+  struct BandStream {
+    uint32_t mask = 0;
+    std::array<int64_t, kRelayBands> bytes{};
+  };
+  std::unordered_map<uint64_t, BandStream> band_streams;
   auto add_pair = [&](uint32_t sd, uint32_t dd, int64_t bytes) {
     if (dense_bytes)
       pair_dense[size_t{dd} * ndev + sd] += bytes;
@@ -192,6 +205,72 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       if (distinct >= 2 && distinct > static_cast<size_t>(t.st->num_hosts)) it->second = true;
     }
     return it->second;
+  };
+  // The pieces of destination entry e of t (a group of `copies` tensors of
+  // `esum` bytes per element in all), enumerated.
+  auto enum_entry = [&](const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
+                        int64_t& group_pieces) {
+    const uint32_t dd = t.dt->dense[e];
+    en.recv(t, e, [&](const Emitted& x) {
+      ++group_pieces;
+      const int64_t bytes = x.region.volume() * esum;
+      // A relay piece's source is a destination entry (stage 1).
+      const GeoTopo& from = x.relay() ? *t.dt : *t.st;
+      const uint32_t sd = from.dense[x.src_entry];
+      if (counts) {
+        DeviceCounts& c = (*counts)[dd];
+        if (x.local) {
+          c.local_pieces += copies;
+          if (x.own_region) c.regions += copies;
+        } else {
+          c.recv_pieces += copies;
+          (*counts)[sd].send_pieces += copies;
+          if (x.own_region) {
+            c.regions += copies;
+            (*counts)[sd].regions += copies;
+          }
+        }
+      }
+      if (x.local) {
+        acc[dd].local += bytes;
+        return;
+      }
+      const bool inter = from.host[x.src_entry] != t.dt->host[e];
+      std::vector<Acc>& sacc = stage_acc[x.stage];
+      sacc[sd].send += bytes;
+      sacc[dd].recv += bytes;
+      if (inter) {
+        sacc[sd].send_inter += bytes;
+        sacc[dd].recv_inter += bytes;
+        st.cross_host_bytes += bytes;
+      }
+      if (from.process[x.src_entry] != t.dt->process[e]) st.cross_process_bytes += bytes;
+      if (x.relay()) {
+        relayed = true;
+        last_stage = std::max(last_stage, static_cast<int32_t>(x.stage));
+        st.forwarded_bytes += bytes;
+      }
+      if (x.band > 0) {  // its stream's own message
+        auto [it, fresh] = band_streams.try_emplace(
+            uint64_t{x.stage} << 40 | uint64_t{sd} << 20 | dd, BandStream{});
+        if (fresh) keep_pair();
+        it->second.mask |= 1u << x.band;
+        if (track_pairs) it->second.bytes[x.band] += bytes;
+        return;
+      }
+      if (x.relay()) {
+        const uint64_t key = (uint64_t{sd} << 32) | dd;
+        if (relay_pairs[x.stage].insert(key).second) keep_pair();
+        if (track_pairs) relay_bytes[x.stage][key] += bytes;
+        return;
+      }
+      if (track_pairs) add_pair(sd, dd, bytes);
+      if (dense_pairs) {
+        bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
+      } else {
+        if (pair_set.insert((uint64_t{sd} << 32) | dd).second) keep_pair();
+      }
+    });
   };
   for (auto& [key, members] : groups) {
     int64_t esum = 0;
@@ -329,6 +408,11 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         });
         const int64_t n = b1 - b0;
         if (o.relays && relay_cell(t, b0, b1)) {
+          if (relay_bands(B, t.esize, o).n > 1) {  // relay bands: enumerated
+            for (uint32_t i = b0; i < b1; ++i)
+              enum_entry(t, dg.cell_entries[i], esum, copies, group_pieces);
+            continue;
+          }
           group_pieces += relay_cell_stats(t, B, esum, copies);
           continue;
         }
@@ -389,59 +473,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       continue;
     }
     for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {
-      const uint32_t dd = t.dt->dense[e];
-      const Box B = t.dst->box(e);
-      if (B.empty()) continue;
-      en.recv(t, e, [&](const Emitted& x) {
-        ++group_pieces;
-        const int64_t bytes = x.region.volume() * esum;
-        // A relay piece's source is a destination entry (stage 1).
-        const GeoTopo& from = x.relay() ? *t.dt : *t.st;
-        const uint32_t sd = from.dense[x.src_entry];
-        if (counts) {
-          DeviceCounts& c = (*counts)[dd];
-          if (x.local) {
-            c.local_pieces += copies;
-            if (x.own_region) c.regions += copies;
-          } else {
-            c.recv_pieces += copies;
-            (*counts)[sd].send_pieces += copies;
-            if (x.own_region) {
-              c.regions += copies;
-              (*counts)[sd].regions += copies;
-            }
-          }
-        }
-        if (x.local) {
-          acc[dd].local += bytes;
-          return;
-        }
-        const bool inter = from.host[x.src_entry] != t.dt->host[e];
-        std::vector<Acc>& sacc = stage_acc[x.stage];
-        sacc[sd].send += bytes;
-        sacc[dd].recv += bytes;
-        if (inter) {
-          sacc[sd].send_inter += bytes;
-          sacc[dd].recv_inter += bytes;
-          st.cross_host_bytes += bytes;
-        }
-        if (from.process[x.src_entry] != t.dt->process[e]) st.cross_process_bytes += bytes;
-        if (x.relay()) {
-          relayed = true;
-          last_stage = std::max(last_stage, static_cast<int32_t>(x.stage));
-          st.forwarded_bytes += bytes;
-          const uint64_t key = (uint64_t{sd} << 32) | dd;
-          if (relay_pairs[x.stage].insert(key).second) keep_pair();
-          if (track_pairs) relay_bytes[x.stage][key] += bytes;
-          return;
-        }
-        if (track_pairs) add_pair(sd, dd, bytes);
-        if (dense_pairs) {
-          bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
-        } else {
-          if (pair_set.insert((uint64_t{sd} << 32) | dd).second) keep_pair();
-        }
-      });
+      if (t.dst->box(e).empty()) continue;
+      enum_entry(t, e, esum, copies, group_pieces);
     }
     pieces += group_pieces * static_cast<int64_t>(members.size());
   }
@@ -478,6 +511,27 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       ++stage_send_msgs[s][pr >> 32];
       ++stage_recv_msgs[s][pr & 0xffffffffu];
     }
+  }
+  // Streams cut into bands: a message per band above 0 (a stream with no
+  // piece outside them was not counted above); per stage, the most messages
+  // one stream has (its rounds without a budget).
+  int64_t stage_rounds[kStages] = {0, 0, 0};
+  for (int s = 0; s < kStages; ++s)
+    for (size_t d = 0; d < ndev && stage_rounds[s] == 0; ++d)
+      if (stage_recv_msgs[s][d] > 0) stage_rounds[s] = 1;
+  auto plain_pair = [&](uint32_t s, uint32_t sd, uint32_t dd) {
+    if (s > 0) return relay_pairs[s].count(uint64_t{sd} << 32 | dd) > 0;
+    if (dense_pairs) return (bits[dd * words + (sd >> 6)] >> (sd & 63) & 1) != 0;
+    return pair_set.count(uint64_t{sd} << 32 | dd) > 0;
+  };
+  for (const auto& [key, b] : band_streams) {
+    const auto s = static_cast<uint32_t>(key >> 40);
+    const auto sd = static_cast<uint32_t>(key >> 20 & 0xfffff);
+    const auto dd = static_cast<uint32_t>(key & 0xfffff);
+    const int bands = __builtin_popcount(b.mask);
+    stage_send_msgs[s][sd] += bands;
+    stage_recv_msgs[s][dd] += bands;
+    stage_rounds[s] = std::max<int64_t>(stage_rounds[s], bands + (plain_pair(s, sd, dd) ? 1 : 0));
   }
   // Both stages together: the figures of the statistics and of round
   // cutting (a device's peers and bytes over the whole plan bound those of
@@ -543,8 +597,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   }
   apply_bounds(ctx, lb, o, st);
   st.pieces = pieces;
-  const bool network = st.network_bytes - st.forwarded_bytes > 0;
-  st.rounds = (network ? 1 : 0) + last_stage;
+  st.rounds = static_cast<int32_t>(stage_rounds[0] + stage_rounds[1] + stage_rounds[2]);
   st.stages = pieces > 0 ? 1 + last_stage : 0;
   if (budgeted) {
     const int64_t budget = o.staging_budget_bytes;
@@ -561,30 +614,65 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     const int64_t budget = o.staging_budget_bytes;
     std::vector<int64_t> staged(ndev, 0);
     int64_t rounds = 0, messages = 0, all_rounds = 0;
-    auto visit = [&](size_t sd, size_t dd, int64_t bytes) {
-      if (bytes <= 0) return;
+    // A stream of `bytes` outside bands above 0 and the bands `b` (may be
+    // null): its segments cut one after the other at the whole stream's
+    // chunk (rounds.h).
+    auto visit = [&](size_t sd, size_t dd, int64_t bytes, const BandStream* b) {
+      int64_t all = bytes;
+      if (b)
+        for (int64_t v : b->bytes) all += v;
+      if (all <= 0) return;
       const int64_t chunk = planning::round_chunk(
           budget, {send_msgs[sd] + recv_msgs[sd], total[sd].send + total[sd].recv},
-          {send_msgs[dd] + recv_msgs[dd], total[dd].send + total[dd].recv}, bytes);
-      const int64_t r = planning::stream_rounds(bytes, chunk);
+          {send_msgs[dd] + recv_msgs[dd], total[dd].send + total[dd].recv}, all);
+      int64_t r = 0, segments = 0, cap = 0;
+      auto segment = [&](int64_t v) {
+        if (v <= 0) return;
+        r += planning::stream_rounds(v, chunk);
+        ++segments;
+        // Most bytes any round of the segment stages.
+        cap = std::max(cap, planning::round_cap(v, chunk));
+      };
+      segment(bytes);
+      if (b)
+        for (int64_t v : b->bytes) segment(v);
       rounds = std::max(rounds, r);
       messages += r;
       if (counts) {
         (*counts)[sd].messages += r;
         (*counts)[dd].messages += r;
-        (*counts)[sd].cuts += r - 1;
-        (*counts)[dd].cuts += r - 1;
+        (*counts)[sd].cuts += r - segments;
+        (*counts)[dd].cuts += r - segments;
       }
-      // Most bytes any round of the stream stages.
-      const int64_t cap = planning::round_cap(bytes, chunk);
       staged[sd] += cap;
       staged[dd] += cap;
     };
+    auto bands_of = [&](uint32_t s, size_t sd, size_t dd) -> const BandStream* {
+      if (band_streams.empty()) return nullptr;
+      auto it = band_streams.find(uint64_t{s} << 40 | uint64_t{sd} << 20 | dd);
+      return it == band_streams.end() ? nullptr : &it->second;
+    };
+    // Streams with bands only (no bytes counted with the pairs).
+    auto band_only = [&](uint32_t s, auto&& plain_bytes) {
+      for (const auto& [key, b] : band_streams) {
+        if (static_cast<uint32_t>(key >> 40) != s) continue;
+        const size_t sd = key >> 20 & 0xfffff, dd = key & 0xfffff;
+        if (plain_bytes(sd, dd) <= 0) visit(sd, dd, 0, &b);
+      }
+    };
     if (dense_bytes) {
       for (size_t dd = 0; dd < ndev; ++dd)
-        for (size_t sd = 0; sd < ndev; ++sd) visit(sd, dd, pair_dense[dd * ndev + sd]);
+        for (size_t sd = 0; sd < ndev; ++sd)
+          if (pair_dense[dd * ndev + sd] > 0)
+            visit(sd, dd, pair_dense[dd * ndev + sd], bands_of(0, sd, dd));
+      band_only(0, [&](size_t sd, size_t dd) { return pair_dense[dd * ndev + sd]; });
     } else {
-      for (auto [k, b] : pair_sparse) visit(k >> 32, k & 0xffffffffu, b);
+      for (auto [k, b] : pair_sparse)
+        visit(k >> 32, k & 0xffffffffu, b, bands_of(0, k >> 32, k & 0xffffffffu));
+      band_only(0, [&](size_t sd, size_t dd) {
+        auto it = pair_sparse.find(uint64_t{sd} << 32 | dd);
+        return it == pair_sparse.end() ? int64_t{0} : it->second;
+      });
     }
     // Stage by stage: rounds add up, staging peaks per stage.
     for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
@@ -592,7 +680,13 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     for (int s = 1; s < kStages; ++s) {
       rounds = 0;
       staged.assign(ndev, 0);
-      for (auto [k, b] : relay_bytes[s]) visit(k >> 32, k & 0xffffffffu, b);
+      for (auto [k, b] : relay_bytes[s])
+        visit(k >> 32, k & 0xffffffffu, b,
+              bands_of(static_cast<uint32_t>(s), k >> 32, k & 0xffffffffu));
+      band_only(static_cast<uint32_t>(s), [&](size_t sd, size_t dd) {
+        auto it = relay_bytes[s].find(uint64_t{sd} << 32 | dd);
+        return it == relay_bytes[s].end() ? int64_t{0} : it->second;
+      });
       for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
       all_rounds += rounds;
     }
