@@ -7,7 +7,9 @@
 // interleaved with memcpy of the bytes written (partial sums: of half the
 // bytes read and written, their memory bound), for profiling the copy
 // kernels without Python around them:
-//   bench_exec --spec a.json [--spec b.json ...] [--repeat N]
+//   bench_exec --spec a.json [--spec b.json ...] [--repeat N] [--pause-ms P]
+// --pause-ms sleeps P ms before each timed call (what a training loop's
+// weight sync between steps sees: caches cold, copy threads asleep).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -32,6 +34,7 @@ using namespace reshard;
 namespace {
 
 bool g_csv = false;
+int g_pause_ms = 0;
 
 using bench::median_seconds;
 
@@ -173,7 +176,9 @@ void run_spec(const std::string& path, int repeat) {
   Aligned b(copy);
   std::memset(a.data, 1, static_cast<size_t>(copy));
   std::memset(b.data, 2, static_cast<size_t>(copy));
-  Engine engine(make_local_transport(), EngineOptions{.schedule_cache_entries = 0});
+  // Schedules cached, as the C ABI's host executor does: what a loop
+  // executing one plan again and again costs.
+  Engine engine(make_local_transport());
   ExecuteOptions o;
   o.agreement = ExecuteOptions::Agreement::kSkip;
   std::vector<double> tm[3];
@@ -200,6 +205,7 @@ void run_spec(const std::string& path, int repeat) {
     std::exit(1);
   }
   auto timed = [](const std::function<void()>& f) {
+    if (g_pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(g_pause_ms));
     const auto t0 = WaitClock::now();
     f();
     return seconds_since(t0);
@@ -250,6 +256,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--gib") && i + 1 < argc) gib = std::atof(argv[++i]);
     if (!std::strcmp(argv[i], "--csv")) g_csv = true;
+    if (!std::strcmp(argv[i], "--pause-ms") && i + 1 < argc) g_pause_ms = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--spec") && i + 1 < argc) specs.emplace_back(argv[++i]);
   }
   if (!specs.empty()) {

@@ -242,12 +242,12 @@ reshard_error_t* reshard_executor_create(const reshard_executor_options_t* optio
           o.transport, reshard::make_cuda_local_transport(reshard::CudaLocalOptions{}), execute);
     } else {
       // Whole plans over the local transport, an engine per concurrent
-      // call, none caching schedules (whole-plan schedules are built per
-      // call).
+      // call, each caching the whole-plan schedules of the plans it ran
+      // (EngineOptions' default capacity): a plan executed again skips
+      // building and validating its schedule, the bulk of a small plan's
+      // call.
       const auto make_engine = [] {
-        reshard::EngineOptions engine_options;
-        engine_options.schedule_cache_entries = 0;
-        return std::make_unique<reshard::Engine>(reshard::make_local_transport(), engine_options);
+        return std::make_unique<reshard::Engine>(reshard::make_local_transport());
       };
       handle = std::make_unique<reshard_executor>();
       handle->transport = o.transport;

@@ -489,6 +489,51 @@ TEST(EngineLocal, WorkerPoolRunsEveryTaskOnceAndRethrows) {
   }
 }
 
+// Regression (per-call latency of small executions): run() waited for
+// every helper to wake up, even once the calling thread had done every
+// task, so on a busy machine a small execution took as long as the
+// scheduler needed to run a woken thread. A helper that wakes late now
+// skips the run; it still helps later runs.
+TEST(EngineLocal, WorkerPoolDoesNotWaitForHelpersThatWakeLate) {
+  using Clock = std::chrono::steady_clock;
+  engine_detail::WorkerPool pool(2);
+  std::atomic<int> wakes{0};
+  std::atomic<bool> delayed_done{false};
+  pool.on_wake = [&](int) {
+    if (wakes++ == 0) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      delayed_done = true;
+    }
+  };
+  std::vector<std::atomic<int>> runs(2);
+  std::atomic<int> by_helper{0};
+  const auto t0 = Clock::now();
+  pool.run(runs.size(), [&](size_t i, int worker) {
+    ++runs[i];
+    if (worker != 0) ++by_helper;
+  });
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (const auto& r : runs) EXPECT_EQ(r.load(), 1);
+  EXPECT_EQ(by_helper.load(), 0);
+  EXPECT_LT(seconds, 1.0) << "run() waited for a helper that had not woken up";
+  EXPECT_FALSE(delayed_done.load());
+  // Once awake, the helper takes tasks of later runs again.
+  while (!delayed_done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::set<int> workers;
+  std::mutex mutex;
+  for (int attempt = 0; attempt < 50 && !workers.contains(1); ++attempt) {
+    std::vector<std::atomic<int>> more(64);
+    pool.run(more.size(), [&](size_t i, int worker) {
+      ++more[i];
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+      std::lock_guard<std::mutex> lock(mutex);
+      workers.insert(worker);
+    });
+    for (const auto& r : more) ASSERT_EQ(r.load(), 1);
+  }
+  EXPECT_TRUE(workers.contains(1)) << "the helper never took a task after waking late";
+}
+
 // A transport of one rank that does not hold every process.
 class OneRank final : public Transport {
  public:
@@ -715,6 +760,33 @@ TEST(EngineLocal, CopyThreadsOutliveAnExecutionAndEndWithTheEngine) {
     EXPECT_EQ(process_threads().size(), before.size() + 3) << "more threads asked: it grows";
   }
   EXPECT_EQ(process_threads(), before) << "the helpers end with the engine";
+}
+
+// Regression (per-call latency of small executions): a 2 MiB execution
+// woke copy threads (the threshold was 1 MiB), which on a busy machine
+// cost more than the copy; below kParallelMinBytes (4 MiB) it runs on the
+// calling thread whatever ExecuteOptions::threads asks.
+TEST(EngineLocal, SmallExecutionsStartNoCopyThread) {
+  std::thread([] {}).join();
+  const std::set<std::string> before = process_threads();
+  if (before.empty()) GTEST_SKIP() << "no /proc/self/task";
+  PlanInput in;  // 2 MiB between buffers
+  in.tensors.push_back(tensor("w", {512, 1024}, DType::kF32,
+                              sharding(mesh_1d({0, 1, 2, 3}), {{"x"}, {}}),
+                              sharding(mesh_1d({0, 1, 2, 3}), {{}, {"x"}})));
+  const Plan plan = make_plan(in);
+  ASSERT_EQ(plan.stats().network_bytes + plan.stats().local_bytes, int64_t{2} << 20);
+  Engine engine(make_local_transport());
+  for (int i = 0; i < 2; ++i) {
+    OracleBuffers buffers = fill_sources(plan);
+    const std::vector<TensorBuffers> views = buffers.views();
+    ExecuteOptions o;
+    o.threads = 4;
+    engine.execute(plan, kAllProcesses, views, o);
+    const OracleReport report = check_destinations(plan, buffers);
+    EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+  }
+  EXPECT_EQ(process_threads(), before) << "a small execution started copy threads";
 }
 
 // Invariant: an engine whose copy threads were started before fork() works

@@ -875,6 +875,9 @@ typedef struct reshard_executor_options {
 
 /* Creates an executor (NULL options: host transport, default threads).
  * RESHARD_TRANSPORT_HOST: host memory, every plan device in this process.
+ *   Keeps what it derives from the last 8 plans it executed (their
+ *   schedules, each with a copy of its plan; per concurrent call) until it
+ *   is destroyed, so that executing a plan again only copies.
  * RESHARD_TRANSPORT_CUDA_LOCAL (ABI 1.1): CUDA memory, every plan device in
  *   this process (all on plan process 0), on the GPU of its topology
  *   ordinal, ordered on streams of the executor; execute returns once the

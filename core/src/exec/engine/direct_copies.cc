@@ -66,17 +66,25 @@ void WorkerPool::work(int worker) {
 void WorkerPool::helper(int worker) {
   uint64_t seen = 0;
   for (;;) {
-    bool takes_tasks = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
-      takes_tasks = worker < active_;
+      if (on_wake) {
+        lock.unlock();
+        on_wake(worker);
+        lock.lock();
+        if (stop_) return;
+      }
+      // A generation that moved on or closed while this helper was waking
+      // up is not joined (its caller does not wait for this helper).
+      if (generation_ != seen || closed_ || worker >= active_) continue;
+      ++running_;
     }
-    if (takes_tasks) work(worker);
+    work(worker);
     std::lock_guard<std::mutex> lock(mutex_);
-    if (--busy_ == 0) done_.notify_one();
+    if (--running_ == 0 && closed_) done_.notify_one();
   }
 }
 
@@ -98,7 +106,8 @@ void WorkerPool::run(size_t n, const std::function<void(size_t, int)>& task,
   if (parallel) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      busy_ = static_cast<int>(helpers_.size());
+      closed_ = false;
+      running_ = 0;
       active_ = active;
       ++generation_;
     }
@@ -116,8 +125,11 @@ void WorkerPool::run(size_t n, const std::function<void(size_t, int)>& task,
     failed_.store(true);
   }
   if (parallel) {
+    // Every task is taken (or skipped after a failure): wait for the
+    // helpers still running theirs, and close the generation to the rest.
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return busy_ == 0; });
+    closed_ = true;
+    done_.wait(lock, [&] { return running_ == 0; });
   }
   task_ = nullptr;
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
@@ -136,13 +148,6 @@ DirectRunner::DirectRunner(const Plan& plan, std::span<const TensorBuffers> buff
       threads_(std::clamp(threads, 1, pool.threads())),
       scratch_(static_cast<size_t>(threads_)) {}
 
-CopyDesc DirectRunner::desc_of(const DirectCopy& c) const {
-  const Piece& p = *c.piece;
-  const TensorSpec& spec = tensors_[p.tensor];
-  return make_copy_desc(plan_.region(*c.part, p), plan_.source_box(p, c.stage),
-                        spec.dst.box(p.dst_entry));
-}
-
 void DirectRunner::run_fills() {
   if (s_.fills.empty()) return;
   const std::function<void(size_t, int)> task = [&](size_t i, int) {
@@ -157,12 +162,8 @@ void DirectRunner::run_fills() {
 void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
                                std::span<const ReduceGroup> groups, int64_t max_task_bytes) {
   tasks_.clear();
-  std::vector<int64_t> piece_bytes(copies.size());
   int64_t total = 0;
-  for (size_t i = 0; i < copies.size(); ++i) {
-    piece_bytes[i] = plan_.piece_bytes(*copies[i].part, *copies[i].piece);
-    total += piece_bytes[i];
-  }
+  for (const DirectCopy& c : copies) total += c.bytes;
   for (const ReduceGroup& g : groups) total += g.bytes;
   const int threads = threads_;
   int64_t target = threads <= 1
@@ -195,9 +196,9 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
   for (size_t i = 0; i < copies.size();) {
     const size_t n = unit_size(copies, i);
     int64_t bytes = 0;
-    for (size_t k = i; k < i + n; ++k) bytes += piece_bytes[k];
+    for (size_t k = i; k < i + n; ++k) bytes += copies[k].bytes;
     if (n > 1) {
-      const int64_t runs = copy_desc_runs(desc_of(copies[i]));
+      const int64_t runs = copy_desc_runs(copies[i].desc);
       const int64_t slices = bytes > target ? std::min(runs, ceil_div_nonneg(bytes, target)) : 1;
       if (slices > 1) {
         if (batch.end > batch.begin) tasks_.push_back(batch);
@@ -211,7 +212,7 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
         continue;
       }
     } else if (bytes > target) {
-      const CopyDesc d = desc_of(copies[i]);
+      const CopyDesc& d = copies[i].desc;
       const int64_t runs = copy_desc_runs(d);
       const int64_t units = runs == 1 ? copy_desc_run_length(d) : runs;
       const int64_t slices = std::min(units, ceil_div_nonneg(bytes, target));
@@ -255,10 +256,10 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
       for (size_t i = task.begin; i < task.end;) {
         const size_t n = unit_size(copies.first(task.end), i);
         if (n > 1) {
-          copy_interleaved(copies, i, n, 0, copy_desc_runs(desc_of(copies[i])));
+          copy_interleaved(copies, i, n, 0, copy_desc_runs(copies[i].desc));
         } else {
           const Piece& p = *copies[i].piece;
-          copy_box(desc_of(copies[i]), dtype_size(tensors_[p.tensor].dtype), source(copies[i]),
+          copy_box(copies[i].desc, dtype_size(tensors_[p.tensor].dtype), source(copies[i]),
                    buffers_[p.tensor].dst[p.dst_entry].data, stream_);
         }
         i += n;
@@ -270,7 +271,7 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
         return;
       }
       const Piece& p = *copies[task.begin].piece;
-      const CopyDesc d = desc_of(copies[task.begin]);
+      const CopyDesc& d = copies[task.begin].desc;
       const int64_t elem = dtype_size(tensors_[p.tensor].dtype);
       const void* src = source(copies[task.begin]);
       void* dst = buffers_[p.tensor].dst[p.dst_entry].data;
@@ -318,7 +319,7 @@ void DirectRunner::copy_interleaved(std::span<const DirectCopy> copies, size_t b
   const int count = static_cast<int>(n);
   for (int c = 0; c < count; ++c) {
     const DirectCopy& x = copies[begin + static_cast<size_t>(c)];
-    descs[c] = desc_of(x);
+    descs[c] = x.desc;
     srcs[c] = source(x);
     dsts[c] = buffers_[x.piece->tensor].dst[x.piece->dst_entry].data;
   }

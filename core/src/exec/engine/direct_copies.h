@@ -44,8 +44,11 @@
 namespace reshard::engine_detail {
 
 // Executions moving fewer bytes between buffers than this run on the
-// calling thread: starting threads costs more than the copy.
-inline constexpr int64_t kParallelMinBytes = int64_t{1} << 20;
+// calling thread: waking copy threads costs more than sharing the copy.
+// Measured on 2 cores (docs/results.md, per-call latency): a 1.5 MiB
+// transformer pytree executed after a pause took 0.34 ms on one thread and
+// 0.6 ms woken onto two; at 6 MiB one and two threads were even.
+inline constexpr int64_t kParallelMinBytes = int64_t{4} << 20;
 
 // Threads started once and reused by every round of every execution: an
 // Engine keeps one (Engine::pool), so that executions after the first start
@@ -74,8 +77,17 @@ class WorkerPool {
   // are skipped and the first exception is rethrown. `limit` (1 to
   // threads(); 0: threads()) caps the threads this run uses: workers at or
   // above it take no task.
+  //
+  // Helpers that have not woken up by the time the calling thread ran out
+  // of tasks take no part in this run, and run() does not wait for them:
+  // on a busy machine a woken thread may wait milliseconds to be
+  // scheduled, longer than a small run's work.
   void run(size_t n, const std::function<void(size_t, int)>& task,
            const std::function<void()>& after = {}, int limit = 0);
+
+  // Tests: called by a helper after it woke for a run, before it joins it
+  // (to delay it). Set before the first run.
+  std::function<void(int worker)> on_wake;
 
  private:
   void helper(int worker);
@@ -89,8 +101,11 @@ class WorkerPool {
   std::condition_variable done_;
   uint64_t generation_ = 0;
   bool stop_ = false;
-  int busy_ = 0;    // helpers still in the current generation
-  int active_ = 0;  // workers below this take tasks in the current generation
+  // The current generation takes no more helpers: the calling thread ran
+  // out of tasks (late helpers skip it).
+  bool closed_ = true;
+  int running_ = 0;  // helpers that joined the current generation and are still in it
+  int active_ = 0;   // workers below this take tasks in the current generation
   // The current generation's work.
   size_t n_ = 0;
   const std::function<void(size_t, int)>* task_ = nullptr;
@@ -172,7 +187,6 @@ class DirectRunner {
   // chunk stays cheap).
   bool chunked(const ReduceGroup& g) const;
 
-  CopyDesc desc_of(const DirectCopy& c) const;
   // The buffer a copy reads: its source entry's, or in a stage > 0 the
   // destination entry it forwards from.
   const void* source(const DirectCopy& c) const {

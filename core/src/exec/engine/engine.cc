@@ -446,11 +446,8 @@ void Run::run_direct(size_t d) {
     for (const auto& c : copies) {
       const Piece& p = *c.piece;
       const TensorSpec& spec = tensors_[p.tensor];
-      const Box region = plan_.region(*c.part, p);
       const int64_t device = spec.dst.device(p.dst_entry);
-      copier_.copy(device, ordinal_of(device),
-                   make_copy_desc(region, plan_.source_box(p, c.stage), spec.dst.box(p.dst_entry)),
-                   spec.dtype, src_ptr(p, c.stage), dst_ptr(p));
+      copier_.copy(device, ordinal_of(device), c.desc, spec.dtype, src_ptr(p, c.stage), dst_ptr(p));
     }
   }
   done_[s_.direct_event(d)] = 1;

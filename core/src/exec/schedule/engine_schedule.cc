@@ -173,7 +173,11 @@ void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_
   if (reduces(p.tensor) && stage == 0) {
     add_contribution(p, arrival, true, 0, 0);
   } else {
-    s_.direct.push_back({part_, &p, round, stage});
+    const TensorSpec& t = tensors_[p.tensor];
+    const Box region = plan_.region(*part_, p);
+    s_.direct.push_back(
+        {part_, &p, round, stage, region.volume() * elem(p.tensor),
+         make_copy_desc(region, plan_.source_box(p, stage), t.dst.box(p.dst_entry))});
   }
   s_.local_bytes += plan_.piece_bytes(*part_, p);
 }
@@ -620,9 +624,7 @@ void Builder::interleave_round(size_t b, size_t e) {
     // A relay reads a destination entry, which copies of the same round
     // may be writing elsewhere (copy_boxes_interleaved reads between rows).
     if (c.stage != 0) continue;
-    const Piece& p = *c.piece;
-    const CopyDesc d = make_copy_desc(plan_.region(*c.part, p), plan_.source_box(p, c.stage),
-                                      tensors_[p.tensor].dst.box(p.dst_entry));
+    const CopyDesc& d = c.desc;
     if (d.rank < 2 || copy_desc_runs(d) < 2) continue;
     items.push_back({i, d, d.src_offset + copy_desc_run_length(d)});
   }

@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "reshard/box.h"
+#include "reshard/box_copy.h"
 #include "reshard/engine.h"
 #include "reshard/exec.h"
 #include "reshard/plan.h"
@@ -157,6 +158,12 @@ struct DirectCopy {
   const Piece* piece = nullptr;
   int64_t round = -1;  // round_key of its message; -1: a local piece
   uint32_t stage = 0;  // > 0: reads the destination entry src_entry (a relay)
+  int64_t bytes = 0;   // the piece's
+  // The copy from its source buffer to its destination buffer, derived
+  // once when the schedule is built (a cached schedule's executions read
+  // it instead of deriving the piece's boxes again, which dominated the
+  // time of small executions).
+  CopyDesc desc{};
   // On the first copy of an interleaved group: copies [this, this + n) of
   // its round read the same rows of one source buffer, each a slice of
   // them (copy_descs_interleavable), in source order; the executor copies
