@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -49,6 +50,24 @@ ExecuteStats run_local(const Plan& plan, std::span<const TensorBuffers> views, i
   ExecuteOptions o;
   o.threads = threads;
   return engine.execute(plan, kAllProcesses, views, o);
+}
+
+// The plan executed whole on each thread count gives the oracle's values,
+// the same bytes every time.
+void expect_oracle_values_on(const Plan& plan, std::initializer_list<int32_t> thread_counts) {
+  std::vector<std::vector<std::vector<std::byte>>> first;
+  for (int32_t threads : thread_counts) {
+    OracleBuffers buffers = fill_sources(plan);
+    const std::vector<TensorBuffers> views = buffers.views();
+    run_local(plan, views, threads);
+    const OracleReport report = check_destinations(plan, buffers);
+    ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches, threads " << threads;
+    if (first.empty()) {
+      first = buffers.dst;
+    } else {
+      EXPECT_EQ(first, buffers.dst) << "threads " << threads;
+    }
+  }
 }
 
 // Invariant: random plans (several processes, staging budgets that cut
@@ -282,19 +301,7 @@ TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
     EXPECT_GE(grouped[t], 4u) << "tensor " << t;
   }
   EXPECT_EQ(grouped.back(), 0u) << "eight 2 KiB runs per row interleaved";
-  std::vector<std::vector<std::vector<std::byte>>> first;
-  for (int32_t threads : {1, 2, 3}) {
-    OracleBuffers buffers = fill_sources(plan);
-    const std::vector<TensorBuffers> views = buffers.views();
-    run_local(plan, views, threads);
-    const OracleReport report = check_destinations(plan, buffers);
-    ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches, threads " << threads;
-    if (first.empty()) {
-      first = buffers.dst;
-    } else {
-      EXPECT_EQ(first, buffers.dst);
-    }
-  }
+  expect_oracle_values_on(plan, {1, 2, 3});
 }
 
 // Invariant: destination entries of a tensor that hold the same box are
@@ -343,19 +350,7 @@ TEST(EngineLocal, ReplicatedDestinationsAreGatheredOnceThenCopied) {
   for (const engine_detail::Contribution& c : s.contributions) {
     EXPECT_FALSE(copied.contains({c.tensor, c.dst_entry})) << "a replica is also reduced";
   }
-  std::vector<std::vector<std::vector<std::byte>>> first;
-  for (int32_t threads : {1, 3}) {
-    OracleBuffers buffers = fill_sources(plan);
-    const std::vector<TensorBuffers> views = buffers.views();
-    run_local(plan, views, threads);
-    const OracleReport report = check_destinations(plan, buffers);
-    ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches, threads " << threads;
-    if (first.empty()) {
-      first = buffers.dst;
-    } else {
-      EXPECT_EQ(first, buffers.dst);
-    }
-  }
+  expect_oracle_values_on(plan, {1, 3});
 }
 
 // Invariant: reductions of entries larger than one cache chunk, reduced
