@@ -366,6 +366,20 @@ TEST(SimulateBound, PlanMessagesByPartEqualTheWholePlan) {
   EXPECT_FALSE(whole.empty());
 }
 
+// The same messages with stage barriers: a message of a later stage waits
+// for every earlier-stage message into its sender, not only for those that
+// brought what it forwards.
+std::vector<SimMessage> behind_stage_barriers(const std::vector<SimMessage>& m) {
+  std::vector<SimMessage> barrier = m;
+  for (SimMessage& x : barrier) {
+    x.after.clear();
+    if (x.stage == 0) continue;
+    for (uint32_t i = 0; i < barrier.size(); ++i)
+      if (m[i].stage < x.stage && m[i].dst_device == x.src_device) x.after.push_back(i);
+  }
+  return barrier;
+}
+
 // plan_messages gives each forwarded message the messages that brought
 // what it forwards: earlier stages, into the device that forwards.
 TEST(SimulateBound, ForwardsWaitForTheMessagesThatBroughtTheirData) {
@@ -394,14 +408,8 @@ TEST(SimulateBound, ForwardsWaitForTheMessagesThatBroughtTheirData) {
   EXPECT_GT(forwards, 0);
   // Pipelined, the plan ends before the same messages with stage barriers.
   const ClusterTopology c = cluster(1e-5, 1e9, 1e8);
-  std::vector<SimMessage> barrier = m;
-  for (SimMessage& x : barrier) {
-    x.after.clear();
-    if (x.stage == 0) continue;
-    for (uint32_t i = 0; i < barrier.size(); ++i)
-      if (m[i].stage < x.stage && m[i].dst_device == x.src_device) x.after.push_back(i);
-  }
-  EXPECT_LT(simulate(in.topology, c, m).seconds, simulate(in.topology, c, barrier).seconds);
+  EXPECT_LT(simulate(in.topology, c, m).seconds,
+            simulate(in.topology, c, behind_stage_barriers(m)).seconds);
 }
 
 // Relay bands (plan/enumerate.h): the RL weight sync's relays (one entry of
@@ -433,14 +441,8 @@ TEST(SimulateBound, RelayBandsForwardBeforeTheirWholeStreamArrived) {
     for (const auto& [relay, n] : fewest) EXPECT_LT(n, into[relay]) << "relay " << relay;
     // So the plan ends before the same messages with stage barriers.
     const ClusterTopology c = cluster(1e-5, 1e9, 1e8);
-    std::vector<SimMessage> barrier = m;
-    for (SimMessage& x : barrier) {
-      x.after.clear();
-      if (x.stage == 0) continue;
-      for (uint32_t i = 0; i < barrier.size(); ++i)
-        if (m[i].stage < x.stage && m[i].dst_device == x.src_device) x.after.push_back(i);
-    }
-    EXPECT_LT(simulate(in.topology, c, m).seconds, simulate(in.topology, c, barrier).seconds);
+    EXPECT_LT(simulate(in.topology, c, m).seconds,
+              simulate(in.topology, c, behind_stage_barriers(m)).seconds);
   }
 }
 
