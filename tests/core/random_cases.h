@@ -74,19 +74,35 @@ class CaseGen {
     return Layout::from_boxes(shape, l.entries(), l.num_summands(), l.reduce_op(), "explicit");
   }
 
-  // A destination of arbitrary (possibly overlapping, non-covering) boxes.
+  Box random_box(const std::vector<int64_t>& shape) {
+    Box box;
+    box.rank = static_cast<int32_t>(shape.size());
+    for (size_t i = 0; i < shape.size(); ++i) {
+      int64_t a = uni(0, shape[i]), b = uni(0, shape[i]);
+      box.lo[i] = std::min(a, b);
+      box.hi[i] = std::max(a, b);
+    }
+    return box;
+  }
+
+  // A destination of arbitrary (possibly overlapping, non-covering) boxes;
+  // half the time replicated: 1-4 boxes, each device holding one of them
+  // (checkpoint-style replicas spread over processes and hosts, relayed
+  // inside each host).
   Layout random_boxes(const std::vector<int64_t>& shape, const std::vector<int64_t>& devices) {
     std::vector<LayoutEntry> entries;
+    std::vector<Box> replicated;
+    if (coin()) {
+      const int64_t k = uni(1, 4);
+      for (int64_t i = 0; i < k; ++i) replicated.push_back(random_box(shape));
+    }
     for (int64_t d : devices) {
       if (!coin(0.7)) continue;
       LayoutEntry e;
       e.device = d;
-      e.box.rank = static_cast<int32_t>(shape.size());
-      for (size_t i = 0; i < shape.size(); ++i) {
-        int64_t a = uni(0, shape[i]), b = uni(0, shape[i]);
-        e.box.lo[i] = std::min(a, b);
-        e.box.hi[i] = std::max(a, b);
-      }
+      e.box = replicated.empty() ? random_box(shape)
+                                 : replicated[static_cast<size_t>(
+                                       uni(0, static_cast<int64_t>(replicated.size()) - 1))];
       entries.push_back(e);
     }
     return Layout::from_boxes(shape, entries, 1, ReduceOp::kSum, "random");

@@ -21,15 +21,19 @@ class Geometry {
   std::vector<int64_t> devices;   // per entry, strictly ascending
   std::vector<int32_t> summands;  // per entry
 
-  // Tiled: per-dim shard counts; per entry its shard index per dim and its
-  // cell (row-major over counts); cells -> entries (CSR, entries ascending).
+  // Tiled: per-dim shard counts; per entry its shard index per dim.
   std::array<int64_t, kMaxRank> counts{};
   std::vector<int64_t> shard;  // entry * rank + dim
+  // Per entry its cell; cells -> entries (CSR, entries ascending). Tiled:
+  // the cells of the per-dim splits, row-major over counts. Explicit: the
+  // entries with equal boxes, cells in ascending order of their boxes;
+  // cells of different boxes may overlap.
   std::vector<int64_t> cell_of_entry;
   std::vector<uint32_t> cell_offsets;
   std::vector<uint32_t> cell_entries;
   bool unique_cells = false;  // tiled and every cell held by exactly one entry
   int64_t num_cells() const {
+    if (!tiled) return static_cast<int64_t>(cell_offsets.size()) - 1;
     int64_t n = 1;
     for (int d = 0; d < rank; ++d) n *= counts[d];
     return n;

@@ -218,6 +218,30 @@ void Geometry::finalize() {
       max_sweep_extent = 0;
       for (const Box& b : boxes) max_sweep_extent = std::max(max_sweep_extent, b.extent(sweep_dim));
     }
+    // Cells: entries with equal boxes (replicas of one box), numbered in
+    // ascending order of their boxes (lo, then hi, dimension by dimension),
+    // entries ascending within a cell.
+    std::vector<uint32_t> order(boxes.size());
+    std::iota(order.begin(), order.end(), 0u);
+    auto box_less = [&](const Box& a, const Box& c) {
+      for (int d = 0; d < a.rank; ++d) {
+        if (a.lo[d] != c.lo[d]) return a.lo[d] < c.lo[d];
+        if (a.hi[d] != c.hi[d]) return a.hi[d] < c.hi[d];
+      }
+      return false;
+    };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t c) { return box_less(boxes[a], boxes[c]); });
+    cell_of_entry.assign(boxes.size(), 0);
+    cell_entries = order;
+    cell_offsets.assign(1, 0);
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (i > 0 && !(boxes[order[i]] == boxes[order[i - 1]]))
+        cell_offsets.push_back(static_cast<uint32_t>(i));
+      cell_of_entry[order[i]] = static_cast<int64_t>(cell_offsets.size() - 1);
+    }
+    cell_offsets.push_back(static_cast<uint32_t>(order.size()));
+    if (order.empty()) cell_offsets.assign(1, 0);
   }
   hash = h.value();
 }

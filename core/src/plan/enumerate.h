@@ -140,8 +140,9 @@ inline Bands relay_bands(const Box& D, int64_t esize, const PlanOptions& o) {
   return b;
 }
 
-// The hosts of each cell of a tiled destination geometry, and the entries of
-// the cell on each host (both ascending): the relay groups.
+// The hosts of each cell of a destination geometry (tiled, or explicit:
+// entries with equal boxes), and the entries of the cell on each host (both
+// ascending): the relay groups.
 struct CellHosts {
   std::vector<uint32_t> cell_offsets;  // cell -> [begin, end) into hosts
   std::vector<int32_t> hosts;
@@ -319,8 +320,9 @@ class Enumerator {
   void forward_unmerged(const TensorCtx& t, uint32_t l, F&& f);
 
   // The route of a region of e's cell (see Route); false when the cell's
-  // entries fetch it single-hop (relays off, a partial layout, an explicit
-  // destination, no holder listed).
+  // entries fetch it single-hop (relays off, a partial layout, no holder
+  // listed). A cell is a tiled cell or, in an explicit destination, the
+  // entries with equal boxes (Geometry::cell_entries).
   bool route(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders, size_t n,
              Route& r);
   // Among the receiving hosts of `r`: whether `host` is one, its index.
@@ -809,7 +811,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
                               const uint32_t* holders, size_t n, Route& r) {
   r.reduce = false;
   if (t.S > 1) return reduce_route(t, e, region, holders, n, r);
-  if (!options_.relays || t.S > 1 || t.T > 1 || !t.dg->tiled || n == 0) return false;
+  if (!options_.relays || t.S > 1 || t.T > 1 || n == 0) return false;
   const CellHosts& ch = cell_hosts(t);
   const auto c = static_cast<size_t>(t.dg->cell_of_entry[e]);
   r.cell_begin = ch.cell_offsets[c];
@@ -1252,7 +1254,7 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
     });
     return;
   }
-  if (!options_.relays || t.T > 1 || !t.dg->tiled) return;
+  if (!options_.relays || t.T > 1) return;
   const CellHosts& ch = cell_hosts(t);
   const auto c = static_cast<size_t>(t.dg->cell_of_entry[l]);
   // A cell with one entry on one host never relays.
