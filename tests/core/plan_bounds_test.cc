@@ -11,6 +11,7 @@
 #include <set>
 #include <tuple>
 
+#include "cell_ingress.h"
 #include "random_cases.h"
 #include "reshard/engine.h"
 #include "reshard/exec.h"
@@ -169,7 +170,7 @@ OracleBounds oracle(const PlanInput& in) {
 // otherwise, which would make them not bounds).
 TEST(PlanBounds, RandomCasesMatchTheElementOracle) {
   const int cases = 4000;
-  int64_t exact = 0, partial = 0, multi_host = 0;
+  int64_t exact = 0, partial = 0, multi_host = 0, relay_checked = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     testing::CaseGen gen(7000 + static_cast<uint64_t>(c), {4, 16, 3, 7, true, true});
@@ -187,10 +188,24 @@ TEST(PlanBounds, RandomCasesMatchTheElementOracle) {
     const Plan plan = make_plan(in, {PlanScope::kGlobal});
     const PlanStats& st = plan.stats();
     const OracleBounds o = oracle(in);
-    bool tiled = true;
+    // Exact where every destination box is a tiled cell or equal to or
+    // disjoint from the others.
+    bool tiled = true, whole = true;
+    int64_t per_box = 0;
     for (const TensorSpec& t : in.tensors) {
-      tiled &= t.dst.tiled();
+      tiled &= !testing::overlapping_boxes(t.dst);
       partial += t.src.partial();
+      whole &= !t.src.partial() && !t.dst.partial();
+      if (whole) per_box += testing::cell_ingress_bytes(in.topology, t);
+    }
+    // Relays (on by default): each distinct destination box enters each
+    // host once, across up to 5 hosts here; that is the bound where exact.
+    if (whole) {
+      ++relay_checked;
+      ASSERT_EQ(st.cross_host_bytes, per_box);
+      if (tiled) {
+        ASSERT_EQ(st.cross_host_bytes, o.cross_host);
+      }
     }
     std::set<int32_t> hosts;
     for (const DeviceInfo& d : in.topology.devices()) hosts.insert(d.host);
@@ -215,6 +230,7 @@ TEST(PlanBounds, RandomCasesMatchTheElementOracle) {
   EXPECT_GT(exact, cases / 3);
   EXPECT_GT(partial, cases / 10);
   EXPECT_GT(multi_host, cases / 2);  // half the cases have 1-5 random hosts
+  EXPECT_GT(relay_checked, cases / 2);
 }
 
 // ------------------------------------------------ where single-hop loses
@@ -574,6 +590,126 @@ TEST(PlanBounds, ReplicasOnOneHostShareTheLoad) {
     EXPECT_EQ(st.lower_bound_max_send_bytes, 32 * kMiB);
     EXPECT_EQ(st.max_send_bytes, 32 * kMiB) << "split across the replicas on the host";
   }
+}
+
+// Relays for explicit destination layouts (checkpoint-style boxes): the
+// entries with equal boxes form a cell and relay like a tiled cell — inside
+// hosts, and across hosts when few holders feed many hosts. Fleets as in
+// RandomFleetsAreExactAndMeetTheHostBounds (holders on 1-2 hosts, 3-7
+// receiving hosts of 1-3 devices), destinations given as boxes: the whole
+// tensor on every device, row blocks cut at random points (block m on
+// member m of every host: replicas across hosts, disjoint blocks), or the
+// same blocks widened by a halo (distinct boxes that overlap). Sources named
+// (whole, sharded, psum over the holders: reduce-scatter) or the same as
+// boxes. Every plan is checked against the oracle through the in-process
+// engine, per process, and for its cross-host bytes: the bound where the
+// boxes are equal or disjoint; where they overlap, each distinct box's
+// bytes once per host (the overlap once per box containing it). The whole
+// tensor replicated as boxes gets the plan of the same tiled destination.
+TEST(PlanRelays, ExplicitFleetsAreExactAndMeetTheHostBounds) {
+  std::mt19937_64 rng(20261124);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  int relayed = 0, crossed = 0, reduced = 0, overlapping = 0, same_as_tiled = 0;
+  const int cases = 150;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t holders = uni(1, 3), holder_hosts = uni(1, 2);
+    const int64_t receiving = uni(3, 7), members = uni(1, 3);
+    std::vector<int32_t> hosts;
+    for (int64_t d = 0; d < holders; ++d) hosts.push_back(static_cast<int32_t>(d % holder_hosts));
+    for (int64_t i = 0; i < receiving * members; ++i)
+      hosts.push_back(static_cast<int32_t>(holder_hosts + i / members));
+    const int rank = static_cast<int>(uni(1, 3));
+    std::vector<int64_t> shape;
+    for (int d = 0; d < rank; ++d) shape.push_back(uni(5, 90));
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32};
+    const DType dtype = dtypes[uni(0, 3)];
+    const int src_kind = static_cast<int>(uni(0, 2));  // whole, sharded, partial
+    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+    std::vector<std::string> partial;
+    if (src_kind == 1) src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+    if (src_kind == 2 && dtype != DType::kI32) partial = {"a"};
+    const auto dst_mesh = mesh({"r", "k"}, {receiving, members}, holders);
+    PlanInput in = one_tensor(
+        shape, dtype, named(mesh({"a"}, {holders}, 0), src_dims, partial),
+        named(dst_mesh, std::vector<std::vector<std::string>>(static_cast<size_t>(rank))), hosts);
+    TensorSpec& t = in.tensors[0];
+    const PlanInput tiled = in;
+    // Destination boxes: 0 whole, 1 blocks, 2 blocks with a halo.
+    const int dst_kind = static_cast<int>(uni(0, 2));
+    std::vector<int64_t> cuts = {0, shape[0]};
+    for (int64_t m = 1; m < members; ++m) cuts.push_back(uni(0, shape[0]));
+    std::sort(cuts.begin(), cuts.end());
+    const int64_t halo = dst_kind == 2 ? uni(1, 3) : 0;
+    std::vector<LayoutEntry> boxes;
+    for (int64_t i = 0; i < receiving * members; ++i) {
+      LayoutEntry e;
+      e.device = holders + i;
+      e.box.rank = rank;
+      for (int d = 0; d < rank; ++d) e.box.hi[d] = shape[static_cast<size_t>(d)];
+      if (dst_kind > 0) {
+        const auto m = static_cast<size_t>(i % members);
+        e.box.lo[0] = std::max<int64_t>(0, cuts[m] - halo);
+        e.box.hi[0] = std::min(shape[0], cuts[m + 1] + halo);
+      }
+      boxes.push_back(e);
+    }
+    t.dst = Layout::from_boxes(shape, boxes, 1, ReduceOp::kSum, "dst");
+    if (uni(0, 3) == 0)  // the source as boxes too
+      t.src = Layout::from_boxes(shape, t.src.entries(), t.src.num_summands(), t.src.reduce_op(),
+                                 "src");
+    in.options.split_min_bytes = 256;
+    in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
+    const int64_t budgets[] = {0, 2000, 8000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    const Plan plan = make_plan(in);
+    ASSERT_EQ(plan.parts(), make_plan(in).parts()) << "determinism";
+    const PlanStats& st = plan.stats();
+    relayed += st.forwarded_bytes > 0;
+    reduced += t.src.num_summands() > 1 && st.forwarded_bytes > 0;
+    bool across = false;
+    for (const auto& [p, part] : plan.parts())
+      for (const Message& m : part.recvs)
+        across |= m.stage > 0 &&
+                  in.topology.info(m.src_device).host != in.topology.info(m.dst_device).host;
+    crossed += across && partial.empty();
+    if (partial.empty()) {
+      const bool overlap = testing::overlapping_boxes(t.dst);
+      overlapping += overlap && st.forwarded_bytes > 0;
+      EXPECT_EQ(st.cross_host_bytes, testing::cell_ingress_bytes(in.topology, t));
+      if (!overlap) {
+        EXPECT_EQ(st.cross_host_bytes, st.lower_bound_cross_host_bytes);
+        EXPECT_EQ(st.max_host_recv_bytes, st.lower_bound_max_host_recv_bytes);
+      }
+      if (dst_kind == 0) {  // the tiled plan: same cells, same rules
+        PlanInput same = tiled;
+        same.tensors[0].src = t.src;
+        same.options = in.options;
+        EXPECT_TRUE(make_plan(same).parts() == plan.parts()) << "the tiled plan";
+        ++same_as_tiled;
+      }
+    }
+    for (int32_t p : plan.processes()) {
+      const Plan one = make_plan(in, {PlanScope::kProcess, p, false});
+      ASSERT_EQ(one.part(p), plan.part(p)) << "process " << p;
+    }
+    OracleBuffers buffers = fill_sources(plan);
+    const std::vector<TensorBuffers> views = buffers.views();
+    execute_host(plan, views, {static_cast<int32_t>(uni(1, 3))});
+    const OracleReport report = check_destinations(plan, buffers);
+    ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches";
+  }
+  std::printf(
+      "%d cases: %d relayed, %d across hosts, %d reduce-scattered, %d with overlapping boxes "
+      "relayed, %d equal to the tiled plan\n",
+      cases, relayed, crossed, reduced, overlapping, same_as_tiled);
+  EXPECT_GT(relayed, cases / 2);
+  EXPECT_GT(crossed, cases / 5);
+  EXPECT_GT(reduced, cases / 20);
+  EXPECT_GT(overlapping, cases / 10);
+  EXPECT_GT(same_as_tiled, cases / 10);
 }
 
 }  // namespace

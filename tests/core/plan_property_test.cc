@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cell_ingress.h"
 #include "random_cases.h"
 #include "reshard/error.h"
 #include "reshard/plan.h"
@@ -138,48 +139,6 @@ void check_pairing(const Plan& plan) {
   ASSERT_EQ(nsend, nrecv);
 }
 
-// Whether two entries of `l` have distinct boxes that overlap.
-bool overlapping_boxes(const Layout& l) {
-  if (l.tiled()) return false;
-  for (size_t a = 0; a < l.num_entries(); ++a)
-    for (size_t b = a + 1; b < l.num_entries(); ++b)
-      if (!(l.box(a) == l.box(b)) && !intersect(l.box(a), l.box(b)).empty()) return true;
-  return false;
-}
-
-// Bytes of t that enter hosts when each host takes in each element of each
-// distinct destination box on it once, unless a source device of that host
-// holds the element: per host, elements held there are marked, then each
-// distinct box counts its unmarked elements.
-int64_t cell_ingress_bytes(const Topology& topo, const TensorSpec& t) {
-  const Box whole = [&] {
-    Box b;
-    b.rank = static_cast<int32_t>(t.shape.size());
-    for (int d = 0; d < b.rank; ++d) b.hi[d] = t.shape[static_cast<size_t>(d)];
-    return b;
-  }();
-  std::map<int32_t, std::vector<Box>> boxes;  // host -> distinct destination boxes
-  for (size_t e = 0; e < t.dst.num_entries(); ++e) {
-    std::vector<Box>& v = boxes[topo.info(t.dst.device(e)).host];
-    if (std::find(v.begin(), v.end(), t.dst.box(e)) == v.end()) v.push_back(t.dst.box(e));
-  }
-  int64_t bytes = 0;
-  std::vector<char> held;
-  for (const auto& [host, v] : boxes) {
-    held.assign(static_cast<size_t>(std::max<int64_t>(whole.volume(), 1)), 0);
-    for (size_t r = 0; r < t.src.num_entries(); ++r)
-      if (topo.info(t.src.device(r)).host == host)
-        for_each_index(t.src.box(r), [&](const int64_t* idx) {
-          held[static_cast<size_t>(linear(whole, idx))] = 1;
-        });
-    for (const Box& b : v)
-      for_each_index(b, [&](const int64_t* idx) {
-        bytes += held[static_cast<size_t>(linear(whole, idx))] ? 0 : dtype_size(t.dtype);
-      });
-  }
-  return bytes;
-}
-
 // Invariant: statistics agree with the pieces, and traffic meets the bound.
 void check_stats(const Plan& plan) {
   const PlanStats& st = plan.stats();
@@ -257,8 +216,8 @@ void check_stats(const Plan& plan) {
     int64_t per_box = 0;
     bool exact = true;
     for (const TensorSpec& t : plan.tensors()) {
-      exact &= !overlapping_boxes(t.dst);
-      per_box += cell_ingress_bytes(plan.topology(), t);
+      exact &= !testing::overlapping_boxes(t.dst);
+      per_box += testing::cell_ingress_bytes(plan.topology(), t);
     }
     EXPECT_EQ(st.cross_host_bytes, per_box) << "each distinct box enters each host once";
     if (exact) {
@@ -332,7 +291,7 @@ TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
     for (size_t i = 0; i < in.tensors.size(); ++i) {
       const TensorSpec& t = in.tensors[i];
       if (!relays[i] || t.dst.tiled() || t.src.partial() || t.dst.partial()) continue;
-      (overlapping_boxes(t.dst) ? exp_overlap : exp_exact) = true;
+      (testing::overlapping_boxes(t.dst) ? exp_overlap : exp_exact) = true;
     }
     explicit_relays += exp_exact;
     explicit_overlap_relays += exp_overlap;

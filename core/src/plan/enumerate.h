@@ -773,7 +773,7 @@ inline void even_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
 
 inline bool Enumerator::reduce_route(const TensorCtx& t, uint32_t e, const Box& region,
                                      const uint32_t* holders, size_t n, Route& r) const {
-  if (!options_.reduce_scatter || t.S < 2 || t.T > 1 || !t.dg->tiled || n == 0) return false;
+  if (!options_.reduce_scatter || t.S < 2 || t.T > 1 || n == 0) return false;
   const Geometry& dg = *t.dg;
   const auto c = static_cast<size_t>(dg.cell_of_entry[e]);
   const uint32_t first = dg.cell_offsets[c], count = dg.cell_offsets[c + 1] - first;
@@ -1218,7 +1218,7 @@ void Enumerator::forward(const TensorCtx& t, uint32_t l, F&& emit) {
 template <class F>
 void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
   if (t.S > 1) {
-    if (!options_.reduce_scatter || t.T > 1 || !t.dg->tiled) return;
+    if (!options_.reduce_scatter || t.T > 1) return;
     const auto c = static_cast<size_t>(t.dg->cell_of_entry[l]);
     if (t.dg->cell_offsets[c + 1] - t.dg->cell_offsets[c] < 2) return;
     const bool gather = options_.relays;
