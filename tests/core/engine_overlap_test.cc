@@ -292,15 +292,15 @@ std::string describe(const OracleReport& r) {
   return s;
 }
 
-// Relays, chains across hosts and reduce-scatter, with messages delivered
-// late and in random order: every destination element is right, so no
-// relay forwarded a region before the message writing it had arrived (the
-// transport reads a send's bytes when it starts) and reductions kept their
-// order and rounded once.
+// Relays (also for explicit destination boxes), chains across hosts and
+// reduce-scatter, with messages delivered late and in random order: every
+// destination element is right, so no relay forwarded a region before the
+// message writing it had arrived (the transport reads a send's bytes when
+// it starts) and reductions kept their order and rounded once.
 TEST(EngineOverlap, StagedPlansMatchTheOracleUnderRandomDeliveryDelays) {
   int cases = 0;
   for (const char* spec : {"relay_pipeline_replicated.json", "relay_one_holder_3_hosts.json",
-                           "psum_reduce_scatter.json"}) {
+                           "psum_reduce_scatter.json", "relay_explicit_3_hosts.json"}) {
     for (int64_t budget : {int64_t{0}, int64_t{4096}}) {
       for (bool gather : {false, true}) {
         for (uint64_t seed : {1, 2}) {
@@ -320,7 +320,7 @@ TEST(EngineOverlap, StagedPlansMatchTheOracleUnderRandomDeliveryDelays) {
       }
     }
   }
-  EXPECT_EQ(cases, 24);
+  EXPECT_EQ(cases, 32);
 }
 
 // A reducer whose own summands arrive late while the other reducers'
