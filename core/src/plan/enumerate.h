@@ -318,10 +318,10 @@ inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& o
 // bound on random fleets. A run may start or end inside a region; its part
 // of the region is at most 2 rank - 1 boxes (linear_boxes).
 struct CrossSlot {
-  int32_t host = 0;     // the holder host of this share
+  int32_t host = 0;      // the holder host of this share
   int64_t a = 0, b = 0;  // the share: elements [a, b) of the region, row-major
-  int64_t direct = 0;   // its first `direct` elements go direct
-  int64_t entry = 0;    // position of element a + direct in the entry sequence
+  int64_t direct = 0;    // its first `direct` elements go direct
+  int64_t entry = 0;     // position of element a + direct in the entry sequence
 };
 struct CrossLayout {
   bool disjoint = false;  // false: not applicable (a cell's host holds some of it)
@@ -329,8 +329,8 @@ struct CrossLayout {
   int64_t N = 0, m = 0, R = 0;
   uint64_t rot = 0;
   using Key = std::array<int64_t, kMaxRank + 1>;  // cell, then the region's lower corner
-  std::vector<std::pair<Key, uint32_t>> index;      // sorted; -> first slot
-  std::vector<uint32_t> slot_end;                   // per index entry
+  std::vector<std::pair<Key, uint32_t>> index;    // sorted; -> first slot
+  std::vector<uint32_t> slot_end;                 // per index entry
   std::vector<CrossSlot> slots;
   static Key key(size_t cell, const Box& region) {
     Key k{};
@@ -493,8 +493,7 @@ class Enumerator {
   bool cross_slower(const TensorCtx& t, size_t c, const Box& region, size_t n,
                     const Route& r) const;
   // The cross layout of cell c's group (see CrossLayout), built on first use.
-  const CrossLayout& cross_layout(const TensorCtx& t, size_t c, size_t cell_begin,
-                                  size_t cell_end);
+  const CrossLayout& cross_layout(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
   // Cuts a cross route's region by its group's layout: 1 with r's parts
   // set, 0 when the group goes single-hop, -1 when no layout applies.
   int layout_parts(const TensorCtx& t, size_t c, const Box& region, Route& r);
@@ -1180,13 +1179,12 @@ inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, s
   return cs;
 }
 
-inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
-                                                   size_t cell_begin, size_t cell_end) {
+inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c, size_t cell_begin,
+                                                   size_t cell_end) {
   const CellShares& cs = cell_shares(t, c, cell_begin, cell_end);
   const GeoKey gk = geo_key(t);
   const bool uniform = uniform_shares_[gk].uniform;
-  auto [it, fresh] =
-      layouts_.try_emplace(std::make_tuple(gk, t.esize, uniform ? SIZE_MAX : c));
+  auto [it, fresh] = layouts_.try_emplace(std::make_tuple(gk, t.esize, uniform ? SIZE_MAX : c));
   CrossLayout& L = it->second;
   if (!fresh) return L;
   if (!cs.disjoint) return L;
@@ -1263,9 +1261,9 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
       // Its share of h's direct elements, spread evenly over h's shares:
       // floor(P D / w) before position P.
       auto before = [&](int64_t pos) {
-        return h.elements > 0 ? static_cast<int64_t>(static_cast<__int128>(pos) * h.direct /
-                                                     h.elements)
-                              : 0;
+        return h.elements > 0
+                   ? static_cast<int64_t>(static_cast<__int128>(pos) * h.direct / h.elements)
+                   : 0;
       };
       slot.direct = before(h.pos + slot.b - slot.a) - before(h.pos);
       slot.entry = L.N;
@@ -1328,11 +1326,9 @@ inline int Enumerator::layout_parts(const TensorCtx& t, size_t c, const Box& reg
   const CrossLayout& L = cross_layout(t, c, r.cell_begin, r.cell_end);
   if (!L.disjoint) return -1;
   const CrossLayout::Key key = CrossLayout::key(c, region);
-  const auto it = std::lower_bound(
-      L.index.begin(), L.index.end(), key,
-      [](const std::pair<CrossLayout::Key, uint32_t>& x, const CrossLayout::Key& k) {
-        return x.first < k;
-      });
+  const auto it = std::lower_bound(L.index.begin(), L.index.end(), key,
+                                   [](const std::pair<CrossLayout::Key, uint32_t>& x,
+                                      const CrossLayout::Key& k) { return x.first < k; });
   if (it == L.index.end() || it->first != key) return -1;
   if (!L.cross) return 0;
   const auto pos = static_cast<size_t>(it - L.index.begin());
@@ -1359,8 +1355,8 @@ inline int Enumerator::layout_parts(const TensorCtx& t, size_t c, const Box& reg
       lin_boxes_.clear();
       linear_boxes(region, from, from + count, lin_boxes_);
       from += count;
-      const auto host = static_cast<int32_t>((static_cast<uint64_t>(i) + L.rot) %
-                                             static_cast<uint64_t>(L.R));
+      const auto host =
+          static_cast<int32_t>((static_cast<uint64_t>(i) + L.rot) % static_cast<uint64_t>(L.R));
       for (const Box& b : lin_boxes_) {
         r.parts.push_back(b);
         r.part_host.push_back(sl.host);
