@@ -92,7 +92,8 @@ std::map<int32_t, int64_t> host_sends(const Plan& plan, const std::vector<int32_
 // Two tensors on the same meshes and specs share their Geometry; their
 // shapes (uneven shards of different proportions) give each its own
 // layout: planned together, each host sends what it sends for each tensor
-// alone, and the plan delivers every element.
+// alone, whatever the order the planner meets them in (threads, one
+// process's part), and the plan delivers every element.
 TEST(CrossLayout, TensorsSharingAGeometryKeepTheirOwnLayouts) {
   // Holders: devices 0 and 2 on host 0, device 1 on host 1; four receiving
   // hosts of two devices.
@@ -142,6 +143,16 @@ TEST(CrossLayout, TensorsSharingAGeometryKeepTheirOwnLayouts) {
   EXPECT_EQ(host_sends(both, hosts), sum);
   EXPECT_EQ(both.stats().network_bytes,
             alone_a.stats().network_bytes + alone_b.stats().network_bytes);
+  // Planned on two threads (a chunk of tensors each, each chunk with its
+  // own enumerator) and by each process alone: the same parts.
+  PlanRequest two;
+  two.threads = 2;
+  const Plan threaded = make_plan(input({a, b}), two);
+  EXPECT_EQ(threaded.parts(), both.parts());
+  for (int32_t p : both.processes()) {
+    const Plan one = make_plan(input({a, b}), {PlanScope::kProcess, p, false});
+    ASSERT_EQ(one.part(p), both.part(p)) << "process " << p;
+  }
   OracleBuffers buffers = fill_sources(both);
   const std::vector<TensorBuffers> views = buffers.views();
   execute_host(both, views);
