@@ -303,20 +303,26 @@ inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& o
 // hosts holds any of them (CellShares::disjoint): one layout per *group* —
 // every cell of the tensor when all are on the same hosts (CellShares), else
 // the cell alone. The group's regions (its cells ascending, each cell's
-// cover in order) are read as one sequence. Each region is cut into one
-// share per holder host (its elements in row-major order, in equal runs);
-// host h's shares, concatenated, hold w_h elements, whose first D_h =
-// round(d_h w_h) go direct (d_h from water_fill) and the rest become entry
-// elements. The entry elements of every share, concatenated, form a
-// sequence of N, cut into m runs of floor(N / m) or one more (m = R, or
-// fewer where N × element size < R × split_min_bytes), run i entering
-// receiving host (i + rot) % R. So holder host h sends R D_h + w_h - D_h
-// elements and each receiving host forwards (R - 1) times its run: each
-// within R elements of what water_fill asks, however the regions are cut —
-// cutting every region along one dimension (planner version 6) left some
-// hosts a row more in every region and the busiest NIC up to 1.17x its
-// bound on random fleets. A run may start or end inside a region; its part
-// of the region is at most 2 rank - 1 boxes (linear_boxes).
+// cover in order) are read as one sequence; those with at least
+// split_min_bytes per receiving host in each share are laid out here, the
+// others keep the per-region rule (cross_parts, cross_slower). Each region's
+// elements, in row-major order, are cut into one share per holder host
+// (equal runs); host h's shares, concatenated, hold w_h elements, of which
+// D_h = round(d_h w_h) go direct (d_h from water_fill), spread over the
+// shares: floor(P D_h / w_h) of them before position P, each share's first
+// elements. The other (entry) elements of every share, concatenated over the
+// group, are numbered 0 .. N - 1; those numbered i mod m enter receiving
+// host (i + rot) % R, m = R (fewer where N × element size < R ×
+// split_min_bytes, and then the α–β model may send the group single-hop).
+// In a share, each host's entry elements are one contiguous stretch, at
+// most 2 rank - 1 boxes (linear_boxes), whose leaders rotate by stretch. So
+// holder host h sends R D_h + w_h - D_h elements and each receiving host
+// forwards R - 1 times floor(N / R) or one more: every NIC within R
+// elements of what water_fill asks, however the regions are cut, and every
+// share spread over all receiving hosts. Cutting every region along one
+// dimension and placing the parts region by region (planner version 6) left
+// some hosts a row more in every region, the busiest NIC up to 3.6x its
+// bound on random fleets.
 struct CrossSlot {
   int32_t host = 0;      // the holder host of this share
   int64_t a = 0, b = 0;  // the share: elements [a, b) of the region, row-major
@@ -1207,10 +1213,7 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
       most_members = std::max(most_members, ch_->max_members[k]);
       share_en_->cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
         hosts.clear();
-        for (size_t i = 0; i < n; ++i) {
-          hosts.push_back(t.st->host[h[i]]);
-          devices.emplace_back(t.st->host[h[i]], t.sg->devices[h[i]]);
-        }
+        for (size_t i = 0; i < n; ++i) hosts.push_back(t.st->host[h[i]]);
         std::sort(hosts.begin(), hosts.end());
         hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
         // Regions whose shares give every receiving host split_min_bytes or
@@ -1219,6 +1222,7 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
         const auto k_hosts = static_cast<int64_t>(hosts.size());
         if (k_hosts == 0 || (region.volume() / k_hosts) * t.esize < L.R * options_.split_min_bytes)
           return;
+        for (size_t i = 0; i < n; ++i) devices.emplace_back(t.st->host[h[i]], t.sg->devices[h[i]]);
         f(k, region, hosts);
       });
     }
