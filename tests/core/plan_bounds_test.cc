@@ -543,7 +543,7 @@ TEST(PlanRelays, RandomFleetsKeepTheBusiestNicNearItsBound) {
       "busiest NIC within 1.05x of its bound on %d eligible cases of %d (%d replanned "
       "without a staging budget), worst %.3f\n",
       eligible, cases, refused, worst);
-  EXPECT_GE(eligible, 400);
+  EXPECT_GE(eligible, 4000);  // 8,478 with libstdc++'s distributions
 }
 
 // One holder feeding 8 hosts: a tree (or scatter then all-gather) sends the
