@@ -43,10 +43,13 @@ namespace {
 // message each, so relays forward band k while band k + 1 arrives; the
 // holders' direct fractions water-filled over all cells on the same hosts,
 // shares and entry parts cut where their sizes differ least, entry parts'
-// rotation by the hosts left above the least loaded; 7: relays and
+// rotation by the hosts left above the least loaded; 7: relays across hosts
+// cut at element granularity over each cell group — shares, direct and
+// entry elements counted along row-major sequences — for regions of at
+// least split_min_bytes per receiving host and share; 8: relays and
 // reduce-scatter for explicit destination layouts, whose entries with
 // equal boxes form a cell).
-constexpr uint64_t kPlannerVersion = 7;
+constexpr uint64_t kPlannerVersion = 8;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
