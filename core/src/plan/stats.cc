@@ -208,15 +208,17 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   };
   // One piece x of destination entry e of t (a group of `copies` tensors of
   // `esum` bytes per element in all).
-  // Band streams looked up last (consecutive pieces of one part share it).
-  uint64_t band_key = ~uint64_t{0};
-  BandStream* band_stream = nullptr;
+  // Band streams looked up recently: a direct-mapped cache (a leader's
+  // stage-0 bands alternate between its holders' streams).
+  constexpr size_t kBandCache = 256;
+  std::array<std::pair<uint64_t, BandStream*>, kBandCache> band_cache;
+  band_cache.fill({~uint64_t{0}, nullptr});
   auto band_entry = [&](uint64_t key) -> BandStream& {
-    if (key == band_key) return *band_stream;
+    auto& slot = band_cache[(key * 0x9e3779b97f4a7c15ull) >> 56];
+    if (slot.first == key) return *slot.second;
     auto [it, fresh] = band_streams.try_emplace(key, BandStream{});
     if (fresh) keep_pair();
-    band_key = key;
-    band_stream = &it->second;  // stable: unordered_map nodes do not move
+    slot = {key, &it->second};  // stable: unordered_map nodes do not move
     return it->second;
   };
   auto account = [&](const TensorCtx& t, uint32_t e, const Emitted& x, int64_t esum, int64_t copies,
@@ -284,13 +286,57 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                         int64_t& group_pieces) {
     en.recv(t, e, [&](const Emitted& x) { account(t, e, x, esum, copies, group_pieces); });
   };
+  // A routed part's bands (relay_bands), worked out once per region for
+  // every entry of the cell: the elements of each band by band number (the
+  // k-th of n is numbered k * kRelayBands / n), the numbers above 0 as a
+  // mask, and the first and last bands' boxes (what merging looks at).
+  struct PartBands {
+    Bands bands;
+    int64_t n = 1;
+    uint32_t mask = 0, last_band = 0;
+    std::array<int64_t, kRelayBands> volume{};
+    Box first, last;
+  };
+  auto part_bands_of = [&](const Box& part, int64_t esize, PartBands& pb) {
+    pb.bands = relay_bands(part, esize, o);
+    const Bands& b = pb.bands;
+    pb.n = b.dim < 0 ? 1 : b.n;
+    pb.mask = 0;
+    pb.volume.fill(0);
+    pb.first = pb.last = part;
+    pb.last_band = 0;
+    if (b.dim < 0) {
+      pb.volume[0] = part.volume();
+      return;
+    }
+    const int64_t slab = part.volume() / part.extent(b.dim);
+    for (int64_t k = 0; k < b.n; ++k) {
+      const auto band = static_cast<uint32_t>(k * kRelayBands / b.n);
+      pb.volume[band] = slab * (b.start(k + 1) - b.start(k));
+      if (band > 0) pb.mask |= 1u << band;
+    }
+    pb.first.hi[b.dim] = b.start(1);
+    pb.last.lo[b.dim] = b.start(b.n - 1);
+    pb.last_band = static_cast<uint32_t>((b.n - 1) * kRelayBands / b.n);
+  };
+  // A relay stream (stage, destination entry src -> the entry being
+  // enumerated) as relay_part found it: its keys, counted in relay_pairs
+  // and band_streams (kept by keep_pair) the first time, and where its bytes
+  // add up. Looked up once per cell instead of once per part.
+  struct StreamRef {
+    uint32_t src = 0, stage = 0;
+    bool counted = false;
+    int64_t* plain = nullptr;      // relay_bytes[stage] (with track_pairs)
+    BandStream* banded = nullptr;  // band_streams
+  };
   // The relay pieces of `part` from destination entry `src` to e in stage
   // `stage`, cut into `bands` (relay_bands of the part): what account() does
   // for each band's piece, at once. `added`: the pieces they make after
   // merging (Enumerator::recv's RelayMerger; see merge_part).
-  auto relay_part = [&](const TensorCtx& t, uint32_t src, uint32_t e, uint32_t stage,
-                        const Box& part, const Bands& bands, int64_t added, int64_t esum,
-                        int64_t copies, int64_t& group_pieces) {
+  auto relay_part = [&](const TensorCtx& t, StreamRef& ref, uint32_t e, const Box& part,
+                        const PartBands& pb, int64_t added, int64_t esum, int64_t copies,
+                        int64_t& group_pieces) {
+    const uint32_t src = ref.src, stage = ref.stage;
     const uint32_t sd = t.dt->dense[src], dd = t.dt->dense[e];
     group_pieces += added;
     if (counts) {
@@ -312,20 +358,21 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     relayed = true;
     last_stage = std::max(last_stage, static_cast<int32_t>(stage));
     st.forwarded_bytes += bytes;
-    // Band k's rows [start(k), start(k + 1)) along bands.dim; band 0 travels
-    // with the stream's pieces of no band, the others in their own messages.
-    const int64_t slab = bands.dim < 0 ? 0 : bytes / part.extent(bands.dim);
-    const uint64_t key = (uint64_t{sd} << 32) | dd;
-    if (relay_pairs[stage].insert(key).second) keep_pair();
-    if (track_pairs)
-      relay_bytes[stage][key] += bands.dim < 0 ? bytes : slab * (bands.start(1) - bands.start(0));
-    if (bands.dim < 0) return;
-    BandStream& b = band_entry(uint64_t{stage} << 40 | uint64_t{sd} << 20 | dd);
-    for (int64_t k = 1; k < bands.n; ++k) {
-      const auto band = static_cast<uint32_t>(k * kRelayBands / bands.n);
-      b.mask |= 1u << band;
-      if (track_pairs) b.bytes[band] += slab * (bands.start(k + 1) - bands.start(k));
+    // Band 0 travels with the stream's pieces of no band, the others in
+    // their own messages.
+    if (!ref.counted) {
+      const uint64_t key = (uint64_t{sd} << 32) | dd;
+      if (relay_pairs[stage].insert(key).second) keep_pair();
+      if (track_pairs) ref.plain = &relay_bytes[stage][key];
+      ref.counted = true;
     }
+    if (track_pairs) *ref.plain += pb.volume[0] * esum;
+    if (pb.n == 1) return;
+    if (!ref.banded) ref.banded = &band_entry(uint64_t{stage} << 40 | uint64_t{sd} << 20 | dd);
+    BandStream& b = *ref.banded;
+    b.mask |= pb.mask;
+    if (track_pairs)
+      for (size_t k = 1; k < kRelayBands; ++k) b.bytes[k] += pb.volume[k] * esum;
   };
   // Enumerator::recv merges the relay pieces of each (relay, receiver) pair
   // (RelayMerger): per entry of the cell being enumerated, the pending piece
@@ -336,28 +383,21 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     uint32_t src = 0, stage = 0, band = 0;
     Box box;
   };
-  auto merge_part = [](std::vector<Pending>& pending, uint32_t src, uint32_t stage, const Box& part,
-                       const Bands& bands) -> int64_t {
-    Box first = part, last = part;
-    uint32_t last_band = 0;
-    if (bands.dim >= 0) {
-      first.hi[bands.dim] = bands.start(1);
-      last.lo[bands.dim] = bands.start(bands.n - 1);
-      last_band = static_cast<uint32_t>((bands.n - 1) * kRelayBands / bands.n);
-    }
+  auto merge_part = [](std::vector<Pending>& pending, uint32_t src, uint32_t stage,
+                       const PartBands& pb) -> int64_t {
     Pending* p = nullptr;
     for (Pending& q : pending)
       if (q.src == src) p = &q;
     if (!p) {
-      pending.push_back(Pending{src, stage, last_band, last});
-      return bands.n;
+      pending.push_back(Pending{src, stage, pb.last_band, pb.last});
+      return pb.n;
     }
-    int64_t added = bands.n;
-    if (p->stage == stage && p->band == 0 && RelayMerger::extends(p->box, first)) {
+    int64_t added = pb.n;
+    if (p->stage == stage && p->band == 0 && RelayMerger::extends(p->box, pb.first)) {
       --added;
-      if (bands.n == 1) return added;  // the pending piece grew
+      if (pb.n == 1) return added;  // the pending piece grew
     }
-    *p = Pending{src, stage, last_band, last};
+    *p = Pending{src, stage, pb.last_band, pb.last};
     return added;
   };
   // Enumerator::assign for one summand on both sides: the piece(s) of
@@ -437,11 +477,12 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // which reports it).
   Route route;
   std::vector<std::vector<Pending>> pending;
-  std::vector<uint8_t> several;        // per entry of the cell: another entry on its host
-  std::vector<size_t> slot;            // per entry of the cell: Enumerator::host_slot
-  std::vector<Bands> part_bands;       // per part of the region's route
-  std::vector<uint32_t> part_holders;  // holders on a part's host, per part
-  std::vector<size_t> holder_begin;    // per part: offset into part_holders (+1 at the end)
+  std::vector<std::vector<StreamRef>> streams;  // per entry of the cell
+  std::vector<uint8_t> several;                 // per entry of the cell: another entry on its host
+  std::vector<size_t> slot;                     // per entry of the cell: Enumerator::host_slot
+  std::vector<PartBands> part_bands;            // per part of the region's route
+  std::vector<uint32_t> part_holders;           // holders on a part's host, per part
+  std::vector<size_t> holder_begin;  // per part: offset into part_holders (+1 at the end)
   std::vector<std::pair<int32_t, uint32_t>> by_host_cell;
   auto enum_cell = [&](const TensorCtx& t, size_t c, int64_t esum, int64_t copies,
                        int64_t& group_pieces) {
@@ -453,7 +494,11 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     if (!held) return false;
     const size_t m = b1 - b0;
     pending.resize(std::max(pending.size(), m));
-    for (size_t i = 0; i < m; ++i) pending[i].clear();
+    streams.resize(std::max(streams.size(), m));
+    for (size_t i = 0; i < m; ++i) {
+      pending[i].clear();
+      streams[i].clear();
+    }
     several.assign(m, 0);
     slot.assign(m, 0);
     by_host_cell.clear();
@@ -480,7 +525,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       part_holders.clear();
       holder_begin.assign(np + 1, 0);
       for (size_t j = 0; j < np; ++j) {
-        part_bands[j] = relay_bands(route.parts[j], t.esize, o);
+        part_bands_of(route.parts[j], t.esize, part_bands[j]);
         holder_begin[j] = part_holders.size();
         if (route.cross && route.part_host[j] >= 0)
           for (size_t k = 0; k < n; ++k)
@@ -497,7 +542,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         const size_t hi = slot[i - b0];
         for (size_t j = 0; j < np; ++j) {
           const Box& part = route.parts[j];
-          const Bands& bands = part_bands[j];
+          const PartBands& pb = part_bands[j];
+          const Bands& bands = pb.bands;
           const bool entry = Enumerator::arrives_first(route, j, idx);
           const uint32_t l = en.leader(route, hi, j);
           uint32_t src = l, stage = entry ? 1 : 2;
@@ -522,8 +568,12 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                             en.receiving_host(route, static_cast<size_t>(route.part_entry[j])), j);
             stage = 1;  // across hosts, from the entry host's leader
           }
-          const int64_t added = merge_part(pending[i - b0], src, stage, part, bands);
-          relay_part(t, src, e, stage, part, bands, added, esum, copies, group_pieces);
+          const int64_t added = merge_part(pending[i - b0], src, stage, pb);
+          StreamRef* ref = nullptr;
+          for (StreamRef& r : streams[i - b0])
+            if (r.src == src && r.stage == stage) ref = &r;
+          if (!ref) ref = &streams[i - b0].emplace_back(StreamRef{src, stage});
+          relay_part(t, *ref, e, part, pb, added, esum, copies, group_pieces);
         }
       }
     });
