@@ -14,6 +14,7 @@
 
 #include "plan/context.h"
 #include "random_cases.h"
+#include "reshard/error.h"
 #include "reshard/plan.h"
 
 namespace reshard {
@@ -176,6 +177,46 @@ TEST(PlanStatsFastPath, RandomCrossHostFleetsMatchTheEnumeration) {
   }
   EXPECT_GT(crossed, cases / 4) << "cases relayed across hosts";
   EXPECT_GT(banded, cases / 4) << "cases with relay streams in several messages";
+}
+
+// A region no source device holds: both ways report the piece the
+// enumeration meets first (entry order), with the same message.
+TEST(PlanStatsFastPath, UncoveredRegionIsReportedAsTheEnumerationReportsIt) {
+  const std::vector<int64_t> shape = {8, 6};
+  auto box = [](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    Box b;
+    b.rank = 2;
+    b.lo[0] = r0;
+    b.hi[0] = r1;
+    b.lo[1] = c0;
+    b.hi[1] = c1;
+    return b;
+  };
+  PlanInput in;
+  for (int64_t d = 0; d < 8; ++d)
+    in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d / 2), 0});
+  TensorSpec t;
+  t.name = "w";
+  t.shape = shape;
+  t.dtype = DType::kF32;
+  // Rows 4..8, columns 3..6 are held by nobody.
+  t.src = Layout::from_boxes(shape, {{0, 0, box(0, 4, 0, 6)}, {1, 0, box(4, 8, 0, 3)}}, 1,
+                             ReduceOp::kSum, "w.src");
+  t.dst = Layout::from_named(named(mesh({"r", "k"}, {3, 2}, 2), {{"k"}, {}}), shape, "w.dst");
+  in.tensors.push_back(std::move(t));
+  std::string fast, ref;
+  try {
+    (void)run_stats(in, true, false);
+  } catch (const Error& e) {
+    fast = e.what();
+  }
+  try {
+    (void)run_stats(in, true, true);
+  } catch (const Error& e) {
+    ref = e.what();
+  }
+  EXPECT_NE(ref.find("is held by no source device"), std::string::npos) << ref;
+  EXPECT_EQ(fast, ref);
 }
 
 }  // namespace
