@@ -100,7 +100,7 @@ NamedSharding named(std::shared_ptr<Mesh> m, std::vector<std::vector<std::string
 // The random cases of the property tests (relays inside hosts, replicas,
 // explicit layouts, partial sums) with alpha 0, so that relay parts are cut
 // into bands, without a budget, with one that never cuts them and with the
-// generated one.
+// generated one; and single-hop.
 TEST(PlanStatsFastPath, RandomCasesWithRelayBandsMatchTheEnumeration) {
   const int cases = 600;
   int banded = 0;
@@ -115,6 +115,12 @@ TEST(PlanStatsFastPath, RandomCasesWithRelayBandsMatchTheEnumeration) {
       in.options.staging_budget_bytes = budget;
       ASSERT_NO_FATAL_FAILURE(check_fast_path(in));
     }
+    // Single-hop (no route anywhere: every cell's regions assigned entry by
+    // entry, replicas split or rotated).
+    PlanInput single = in;
+    single.options.relays = false;
+    single.options.reduce_scatter = false;
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(single));
     const PlanStats st = run_stats(in, true, false).st;
     banded += st.forwarded_bytes > 0 && st.rounds > st.stages;
   }
