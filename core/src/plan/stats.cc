@@ -206,8 +206,6 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     }
     return it->second;
   };
-  // One piece x of destination entry e of t (a group of `copies` tensors of
-  // `esum` bytes per element in all).
   // Band streams looked up recently: a direct-mapped cache (a leader's
   // stage-0 bands alternate between its holders' streams).
   constexpr size_t kBandCache = 256;
@@ -221,6 +219,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     slot = {key, &it->second};  // stable: unordered_map nodes do not move
     return it->second;
   };
+  // One piece x of destination entry e of t (a group of `copies` tensors of
+  // `esum` bytes per element in all).
   auto account = [&](const TensorCtx& t, uint32_t e, const Emitted& x, int64_t esum, int64_t copies,
                      int64_t& group_pieces) {
     const uint32_t dd = t.dt->dense[e];
@@ -579,7 +579,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     });
     return true;
   };
-  // Cells enumerated by enum_cell, else entry by entry.
+  // Every cell of t (tiled destination, one summand on both sides) by
+  // enum_cell.
   auto enum_cells = [&](const TensorCtx& t, int64_t esum, int64_t copies, int64_t& group_pieces) {
     const Geometry& dg = *t.dg;
     for (int64_t c = 0; c < dg.num_cells(); ++c) {
