@@ -4,36 +4,63 @@ and against jax.device_put, in one process, interleaved (issue 12).
 
 Every repetition times, in turn and per family:
   jax/warm    jax.device_put(x, dst) of a source JAX has moved before (its
-              cached host copy is reused)
+              cached host copy is reused), as JAX does it: output shards may
+              be slices of that host copy, replicas all one buffer (no copy)
   jax/fresh   the same from a fresh copy of the source (made untimed)
+  jaxd/warm   JAX asked for one buffer of its own per output shard, the
+  jaxd/fresh  contract of reshard's executor (one filled buffer per
+              destination device, as on GPUs): `jax.device_put(...,
+              may_alias=False)` does not give it (replicas still share one
+              buffer in JAX 0.10), so leaves that JAX moves through its host
+              copy are put with JAX's own `batched_device_put(...,
+              force_copy=True)` (--jax-distinct force_copy, the default; see
+              jax_distinct_fn) or, public API only, `jax.device_put` followed
+              by a jitted copy (--jax-distinct jit_copy). After every call,
+              every output shard is checked to be a buffer of its own (not
+              another shard's, not in a source buffer or host copy).
   memcpy T    memcpy of the destination bytes (source and destination
               pre-faulted), split over T threads (T = 1, 2)
-  ours T pre  reshard's executor on T threads into pre-faulted destinations
+  ours T pre  reshard's executor on T threads into pre-faulted destinations.
+              With the warm source the buffers never change, and are bound
+              once (reshard.Executor.prepare: checked and converted before
+              timing, as memcpy's addresses are), so the time is one call
+              into the library; with a fresh source its addresses are read
+              in the timed call, the way reshard.jax reads them (one
+              vectorised gather of `unsafe_buffer_pointer` over the arrays'
+              per-device buffers)
   ours T new  the same into freshly allocated destinations, one buffer per
               destination shard from the allocator (np.empty: malloc), as
               jax.device_put allocates its outputs; the allocator may hand
-              back memory freed before (no page faults), as it does for JAX
+              back memory freed before (no page faults), as it does for JAX;
+              allocation and reading the new addresses are timed
   ours 2 slab the same into one fresh slab holding every destination shard
               (np.empty of ~64 MiB: above glibc's mmap threshold, so every
               call maps, faults in and zeroes new pages), for reference
 both reshard columns with the warm and with the fresh source. The partial-sum
 families compare against a jitted jnp.sum over the summand axis (JAX has no
-device_put of unreduced values) and against the memory bound: (bytes read +
-bytes written) at memcpy's bandwidth (memcpy reads and writes each byte once).
+device_put of unreduced values; its outputs are buffers of their own, so
+both JAX columns time it) and against the memory bound: (bytes read + bytes
+written) at memcpy's bandwidth (memcpy reads and writes each byte once).
 
-Every family's result is checked against JAX's once before timing.
+Every family's result is checked against JAX's once before timing (the
+prepared executions, the per-call path and the new per-shard buffers each),
+and JAX's distinct result against its aliased one.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=32 \\
-      RESHARD_LIBRARY=build/dev/capi/libreshard.so PYTHONPATH=bindings/python/src \\
+      RESHARD_LIBRARY=build/dev/capi/libreshard.so.1 PYTHONPATH=bindings/python/src \\
       build/python-venv/bin/python bench/layout_bench.py [--mib 64] [--repeat 7] [--only NAME]
+      [--jax-distinct force_copy|jit_copy]
 
 --dump-specs DIR writes each family's spec (JSON) to DIR and exits: for
 `build/dev/bench/bench_exec --spec DIR/NAME.json`, which times the same plans
 against memcpy without Python around them (for perf).
 
 Prints one table of medians (ms) and ratios, the memcpy ratios of the fastest
-repetitions too, and the geometric means. The figures are same-run ratios;
-absolute times on shared machines mean little.
+repetitions too, the geometric means, and the load average at the start and
+the end. "Faster than JAX" is evaluated against the distinct columns, which
+fill the same buffers reshard fills; the aliased columns are JAX as it runs
+by default. The figures are same-run ratios; absolute times on shared
+machines mean little.
 """
 import argparse
 import bisect
