@@ -840,7 +840,7 @@ class Executor:
         :attr:`Plan.tensors`); ``None`` for entries of other processes. Buffers
         are checked (dtype, shape, contiguity, CPU device, writability) before
         anything is written; memory is never copied. Every call checks and
-        converts every buffer again (a few microseconds per NumPy array,
+        converts every buffer again (about a microsecond per NumPy array,
         more through DLPack); to execute many times on the same buffers, pay
         that once with :meth:`prepare`.
         """
