@@ -337,46 +337,111 @@ TEST(PlanRelays, FewHoldersToManyHostsMeetTheHostBounds) {
 // Random fleets for staged plans: few holders on one or two hosts feeding
 // 3-7 receiving hosts of 1-3 devices, destinations replicated or sharded
 // inside each host, sources whole, sharded or partial (psum over the
-// holders), uneven shapes, several dtypes, staging budgets. Every plan is
-// checked against the oracle through the in-process engine, against its
-// host bounds, for staging within the budget per (device, stage, round),
-// for determinism and for parts equal to each process's own plan.
-TEST(PlanRelays, RandomFleetsAreExactAndMeetTheHostBounds) {
-  std::mt19937_64 rng(20261123);
+// holders), uneven shapes, several dtypes, staging budgets.
+struct Fleet {
+  int64_t holders = 0, holder_hosts = 0, receiving = 0, members = 0;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kF32;
+  int src_kind = 0;  // whole, sharded, partial
+  std::vector<std::string> partial;
+  std::vector<std::vector<std::string>> dst_dims;
+  int32_t threads = 1;  // for execute_host
+
+  std::vector<int32_t> hosts;  // per device
+  PlanInput in;
+
+  // Whether the busiest NIC's bound is asserted (RandomFleetsKeep...): a
+  // source that is not partial, whose every region (source cell ∩
+  // destination cell) gives each receiving host at least split_min_bytes of
+  // each holder host's share of it — those the planner cuts at element
+  // granularity (docs/design.md §2.4). Smaller regions are not cut into
+  // one part per receiving host (no piece below split_min_bytes), and a
+  // plan that sends such a region whole from every host that sends it
+  // loads some NIC with at least the region, not R/(R + H) of it.
+  bool egress_eligible() const {
+    if (!partial.empty()) return false;
+    const Layout& src = in.tensors[0].src;
+    const Layout& dst = in.tensors[0].dst;
+    std::map<std::vector<int64_t>, std::set<int32_t>> regions;  // corners -> holder hosts
+    for (size_t e = 0; e < dst.num_entries(); ++e)
+      for (size_t r = 0; r < src.num_entries(); ++r) {
+        const Box b = intersect(src.box(r), dst.box(e));
+        if (b.empty()) continue;
+        std::vector<int64_t> k;
+        for (int d = 0; d < b.rank; ++d) k.insert(k.end(), {b.lo[d], b.hi[d]});
+        regions[k].insert(hosts[static_cast<size_t>(src.device(r))]);
+      }
+    for (const auto& [k, hs] : regions) {
+      int64_t volume = 1;
+      for (size_t d = 0; d < k.size(); d += 2) volume *= k[d + 1] - k[d];
+      const auto nh = static_cast<int64_t>(hs.size());
+      if (volume / nh * dtype_size(dtype) < receiving * in.options.split_min_bytes) return false;
+    }
+    return true;
+  }
+};
+
+Fleet random_fleet(std::mt19937_64& rng) {
   auto uni = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
+  Fleet f;
+  f.holders = uni(1, 3);
+  f.holder_hosts = uni(1, 2);
+  f.receiving = uni(3, 7);
+  f.members = uni(1, 3);
+  std::vector<int32_t>& hosts = f.hosts;
+  for (int64_t d = 0; d < f.holders; ++d) hosts.push_back(static_cast<int32_t>(d % f.holder_hosts));
+  for (int64_t i = 0; i < f.receiving * f.members; ++i)
+    hosts.push_back(static_cast<int32_t>(f.holder_hosts + i / f.members));
+  const int rank = static_cast<int>(uni(1, 3));
+  for (int d = 0; d < rank; ++d) f.shape.push_back(uni(5, 90));
+  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32};
+  f.dtype = dtypes[uni(0, 3)];
+  f.src_kind = static_cast<int>(uni(0, 2));
+  std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+  if (f.src_kind == 1) src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+  if (f.src_kind == 2 && f.dtype != DType::kI32) f.partial = {"a"};
+  f.dst_dims.resize(static_cast<size_t>(rank));
+  if (f.members > 1 && uni(0, 1) == 1) f.dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
+  f.in =
+      one_tensor(f.shape, f.dtype, named(mesh({"a"}, {f.holders}, 0), src_dims, f.partial),
+                 named(mesh({"r", "k"}, {f.receiving, f.members}, f.holders), f.dst_dims), hosts);
+  f.in.options.split_min_bytes = 256;
+  f.in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
+  const int64_t budgets[] = {0, 2000, 8000, int64_t{1} << 30};
+  f.in.options.staging_budget_bytes = budgets[uni(0, 3)];
+  f.threads = static_cast<int32_t>(uni(1, 3));
+  return f;
+}
+
+std::string describe(const Fleet& f) {
+  std::string s = "holders " + std::to_string(f.holders) + " on " + std::to_string(f.holder_hosts) +
+                  " hosts, " + std::to_string(f.receiving) + " receiving hosts of " +
+                  std::to_string(f.members) + ", shape [";
+  for (size_t d = 0; d < f.shape.size(); ++d) s += (d ? "," : "") + std::to_string(f.shape[d]);
+  s += "] " + std::to_string(dtype_size(f.dtype)) + " B, src kind " + std::to_string(f.src_kind) +
+       ", dst ";
+  for (const auto& d : f.dst_dims) s += d.empty() ? "_" : d[0];
+  s += ", alpha " + std::to_string(f.in.options.alpha_seconds) + ", budget " +
+       std::to_string(f.in.options.staging_budget_bytes);
+  return s;
+}
+
+// Every plan is checked against the oracle through the in-process engine,
+// against its host bounds, for staging within the budget per (device,
+// stage, round), for determinism and for parts equal to each process's own
+// plan.
+TEST(PlanRelays, RandomFleetsAreExactAndMeetTheHostBounds) {
+  std::mt19937_64 rng(20261123);
   int relayed = 0, crossed = 0, reduced = 0;
-  int egress_cases = 0, egress_within = 0;
-  double worst_egress = 0;
   const int cases = 120;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
-    const int64_t holders = uni(1, 3), holder_hosts = uni(1, 2);
-    const int64_t receiving = uni(3, 7), members = uni(1, 3);
-    std::vector<int32_t> hosts;
-    for (int64_t d = 0; d < holders; ++d) hosts.push_back(static_cast<int32_t>(d % holder_hosts));
-    for (int64_t i = 0; i < receiving * members; ++i)
-      hosts.push_back(static_cast<int32_t>(holder_hosts + i / members));
-    const int rank = static_cast<int>(uni(1, 3));
-    std::vector<int64_t> shape;
-    for (int d = 0; d < rank; ++d) shape.push_back(uni(5, 90));
-    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32};
-    const DType dtype = dtypes[uni(0, 3)];
-    const int src_kind = static_cast<int>(uni(0, 2));  // whole, sharded, partial
-    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
-    std::vector<std::string> partial;
-    if (src_kind == 1) src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
-    if (src_kind == 2 && dtype != DType::kI32) partial = {"a"};
-    std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
-    if (members > 1 && uni(0, 1) == 1) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
-    PlanInput in =
-        one_tensor(shape, dtype, named(mesh({"a"}, {holders}, 0), src_dims, partial),
-                   named(mesh({"r", "k"}, {receiving, members}, holders), dst_dims), hosts);
-    in.options.split_min_bytes = 256;
-    in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
-    const int64_t budgets[] = {0, 2000, 8000, int64_t{1} << 30};
-    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    const Fleet fleet = random_fleet(rng);
+    const int64_t members = fleet.members;
+    const int src_kind = fleet.src_kind;
+    const PlanInput& in = fleet.in;
     const Plan plan = make_plan(in);
     const Plan again = make_plan(in);
     ASSERT_EQ(plan.parts(), again.parts()) << "determinism";
@@ -384,25 +449,7 @@ TEST(PlanRelays, RandomFleetsAreExactAndMeetTheHostBounds) {
     relayed += st.forwarded_bytes > 0;
     crossed += st.stages == 3 || (st.stages == 2 && members == 1 && src_kind != 2);
     reduced += src_kind == 2 && st.stages == 2;
-    if (partial.empty()) {
-      // The busiest NIC (host egress) against its bound, on cases with
-      // holders on at least 2 hosts whose every region (source cell ∩
-      // destination cell) has at least 2 × split_min_bytes per receiving
-      // host: smaller ones cannot give each receiving host a part, and the
-      // α–β model may rightly keep them single-hop.
-      int64_t bytes = dtype_size(dtype);
-      for (int64_t x : shape) bytes *= x;
-      bool dst_sharded = false;
-      for (const auto& d : dst_dims) dst_sharded |= !d.empty();
-      const int64_t cells = (src_kind == 1 ? holders : 1) * (dst_sharded ? members : 1);
-      const double ratio =
-          PlanStats::ratio(st.max_host_send_bytes, st.lower_bound_max_host_send_bytes);
-      if (holder_hosts >= 2 && holders >= 2 &&
-          bytes / cells >= 2 * in.options.split_min_bytes * receiving) {
-        ++egress_cases;
-        egress_within += ratio <= 1.05;
-        worst_egress = std::max(worst_egress, ratio);
-      }
+    if (fleet.partial.empty()) {
       EXPECT_EQ(st.cross_host_bytes, st.lower_bound_cross_host_bytes);
       EXPECT_EQ(st.max_host_recv_bytes, st.lower_bound_max_host_recv_bytes);
     }
@@ -422,7 +469,7 @@ TEST(PlanRelays, RandomFleetsAreExactAndMeetTheHostBounds) {
     }
     OracleBuffers buffers = fill_sources(plan);
     const std::vector<TensorBuffers> views = buffers.views();
-    execute_host(plan, views, {static_cast<int32_t>(uni(1, 3))});
+    execute_host(plan, views, {fleet.threads});
     const OracleReport report = check_destinations(plan, buffers);
     ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches";
     // After every stage: what stages 0..k wrote already holds its value
@@ -451,21 +498,52 @@ TEST(PlanRelays, RandomFleetsAreExactAndMeetTheHostBounds) {
     }
     ASSERT_EQ(before, report.elements);
   }
-  // The busiest NIC: within 1.05x of its bound on every one of those cases
-  // (worst 1.037). Planner version 5 had 17 of 18 (1.053: entry parts cut
-  // along a dimension of few rows, 27 rows 7 ways, left the same receiving
-  // hosts a row more in every cell); before the holders' hosts shared the
-  // forwarding (planner version 4), 14 of 32 were within 1.05x and the worst
-  // was 1.29.
-  std::printf("busiest NIC within 1.05x of its bound: %d of %d cases, worst %.3f\n", egress_within,
-              egress_cases, worst_egress);
-  EXPECT_GE(egress_cases, 15);
-  EXPECT_EQ(egress_within, egress_cases);
-  EXPECT_LE(worst_egress, 1.05);
   // The generator exercises every kind of stage.
   EXPECT_GT(relayed, cases / 3);
   EXPECT_GT(crossed, cases / 10);
   EXPECT_GT(reduced, cases / 20);
+}
+
+// The busiest NIC (a host's egress) within 1.05x of its bound over all
+// plans, on every eligible case (Fleet::egress_eligible) of 2,000 random
+// fleets: global statistics only (the first 120 fleets are also executed
+// and checked above). Planner version 6 cut each region along one
+// dimension into entry parts placed region by region: on the first 4,000
+// fleets 439 of 475 cases then eligible were within 1.05x, worst 1.17 (a
+// row more for the same hosts in every region); at element granularity
+// over each cell group, all of them, worst 1.005.
+TEST(PlanRelays, RandomFleetsKeepTheBusiestNicNearItsBound) {
+  std::mt19937_64 rng(20261123);
+  const int cases = 20000;
+  int eligible = 0, refused = 0;
+  double worst = 0;
+  for (int c = 0; c < cases; ++c) {
+    Fleet fleet = random_fleet(rng);
+    if (!fleet.egress_eligible()) continue;
+    SCOPED_TRACE("case " + std::to_string(c) + ": " + describe(fleet));
+    PlanStats st;
+    try {
+      st = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
+    } catch (const Error& x) {
+      // A staging budget too small for the streams (16 bytes per peer);
+      // budgets cut rounds, not the bytes a host sends.
+      ASSERT_EQ(x.code(), ErrorCode::kInvalidArgument) << x.what();
+      ++refused;
+      fleet.in.options.staging_budget_bytes = 0;
+      st = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
+    }
+    ++eligible;
+    const double ratio =
+        PlanStats::ratio(st.max_host_send_bytes, st.lower_bound_max_host_send_bytes);
+    EXPECT_LE(ratio, 1.05) << st.max_host_send_bytes << " bytes, bound "
+                           << st.lower_bound_max_host_send_bytes;
+    worst = std::max(worst, ratio);
+  }
+  std::printf(
+      "busiest NIC within 1.05x of its bound on %d eligible cases of %d (%d replanned "
+      "without a staging budget), worst %.3f\n",
+      eligible, cases, refused, worst);
+  EXPECT_GE(eligible, 4000);  // 8,478 with libstdc++'s distributions
 }
 
 // One holder feeding 8 hosts: a tree (or scatter then all-gather) sends the

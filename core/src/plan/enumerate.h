@@ -179,6 +179,9 @@ struct Route {
   // it enters, or -1 for a direct part, which the holders send to every
   // receiving host's leader themselves (see CellShares).
   std::vector<int32_t> part_host, part_entry;
+  // Per part, when set: the index that picks its leaders (below) in place
+  // of the part's own; the boxes of one run share it (CrossLayout).
+  std::vector<uint32_t> part_lead;
   uint64_t rot = 0;
   // Relays inside hosts, tiled source: the region is source cell `idx` of
   // the `n` (row-major) covering the destination box; the leaders take
@@ -239,6 +242,109 @@ inline void water_fill(const std::vector<std::pair<int32_t, double>>& w, size_t 
   }
   for (const auto& [h, v] : w) direct.emplace_back(h, v > 0 ? frac(lo, v) : 0.0);
 }
+
+// Appends the boxes covering elements [s, e) of `B` in row-major order (at
+// most 2 rank - 1 boxes; none when s >= e).
+inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& out) {
+  if (s >= e) return;
+  if (B.rank == 0) {
+    out.push_back(B);
+    return;
+  }
+  int64_t inner = 1;
+  for (int d = 1; d < B.rank; ++d) inner *= B.extent(d);
+  auto sub = [&](int64_t r, int64_t a, int64_t b) {  // elements [a, b) of row r
+    Box rest = B;
+    rest.lo[0] = B.lo[0] + r;
+    rest.hi[0] = rest.lo[0] + 1;
+    if (a == 0 && b == inner) {
+      out.push_back(rest);
+      return;
+    }
+    // Drop dimension 0 (one row), cut the rest, put it back.
+    Box inner_box;
+    inner_box.rank = B.rank - 1;
+    for (int d = 1; d < B.rank; ++d) {
+      inner_box.lo[d - 1] = B.lo[d];
+      inner_box.hi[d - 1] = B.hi[d];
+    }
+    const size_t first = out.size();
+    if (inner_box.rank == 0) {
+      out.push_back(rest);
+      return;
+    }
+    linear_boxes(inner_box, a, b, out);
+    for (size_t i = first; i < out.size(); ++i) {
+      Box x = rest;
+      for (int d = 1; d < B.rank; ++d) {
+        x.lo[d] = out[i].lo[d - 1];
+        x.hi[d] = out[i].hi[d - 1];
+      }
+      out[i] = x;
+    }
+  };
+  int64_t r0 = s / inner;
+  const int64_t r1 = e / inner;
+  if (r0 == r1) {
+    sub(r0, s % inner, e % inner);
+    return;
+  }
+  if (s % inner != 0) sub(r0++, s % inner, inner);
+  if (r0 < r1) {
+    Box mid = B;
+    mid.lo[0] = B.lo[0] + r0;
+    mid.hi[0] = B.lo[0] + r1;
+    out.push_back(mid);
+  }
+  if (e % inner != 0) sub(r1, 0, e % inner);
+}
+
+// Relays across hosts, at element granularity, for the cells none of whose
+// hosts holds any of them (CellShares::disjoint): one layout per *group* —
+// every cell of the tensor when all are on the same hosts (CellShares), else
+// the cell alone. The group's regions (its cells ascending, each cell's
+// cover in order) are read as one sequence; those with at least
+// split_min_bytes per receiving host in each share are laid out here, the
+// others keep the per-region rule (cross_parts, cross_slower). Each region's
+// elements, in row-major order, are cut into one share per holder host
+// (equal runs); host h's shares, concatenated, hold w_h elements, of which
+// D_h = round(d_h w_h) go direct (d_h from water_fill), spread over the
+// shares: floor(P D_h / w_h) of them before position P, each share's first
+// elements. The other (entry) elements of every share, concatenated over the
+// group, are numbered 0 .. N - 1; those numbered i mod m enter receiving
+// host (i + rot) % R, m = R (fewer where N × element size < R ×
+// split_min_bytes, and then the α–β model may send the group single-hop).
+// In a share, each host's entry elements are one contiguous stretch, at
+// most 2 rank - 1 boxes (linear_boxes), whose leaders rotate by stretch. So
+// holder host h sends R D_h + w_h - D_h elements and each receiving host
+// forwards R - 1 times floor(N / R) or one more: every NIC within R
+// elements of what water_fill asks, however the regions are cut, and every
+// share spread over all receiving hosts. Cutting every region along one
+// dimension and placing the parts region by region (planner version 6) left
+// some hosts a row more in every region, the busiest NIC up to 3.6x its
+// bound on random fleets.
+struct CrossSlot {
+  int32_t host = 0;      // the holder host of this share
+  int64_t a = 0, b = 0;  // the share: elements [a, b) of the region, row-major
+  int64_t direct = 0;    // its first `direct` elements go direct
+  int64_t entry = 0;     // position of element a + direct in the entry sequence
+};
+struct CrossLayout {
+  bool disjoint = false;  // false: not applicable (a cell's host holds some of it)
+  bool cross = true;      // false: the group goes single-hop (α–β, too small)
+  int64_t N = 0, m = 0, R = 0;
+  uint64_t rot = 0;
+  using Key = std::array<int64_t, kMaxRank + 1>;  // cell, then the region's lower corner
+  std::vector<std::pair<Key, uint32_t>> index;    // sorted; -> first slot
+  std::vector<uint32_t> slot_end;                 // per index entry
+  std::vector<CrossSlot> slots;
+  static Key key(size_t cell, const Box& region) {
+    Key k{};
+    k[0] = static_cast<int64_t>(cell);
+    for (int d = 0; d < region.rank; ++d) k[static_cast<size_t>(d) + 1] = region.lo[d];
+    return k;
+  }
+};
 
 // Merges the relay pieces of one (relay, receiver) pair: consecutive boxes
 // (in cover order) that extend each other along one dimension become one
@@ -392,6 +498,11 @@ class Enumerator {
   // holders (single-hop into the host, then inside it): the stages add up.
   bool cross_slower(const TensorCtx& t, size_t c, const Box& region, size_t n,
                     const Route& r) const;
+  // The cross layout of cell c's group (see CrossLayout), built on first use.
+  const CrossLayout& cross_layout(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
+  // Cuts a cross route's region by its group's layout: 1 with r's parts
+  // set, 0 when the group goes single-hop, -1 when no layout applies.
+  int layout_parts(const TensorCtx& t, size_t c, const Box& region, Route& r);
   // Holders of `holders` on `host` (all of them for host -1), into hsel_.
   void holders_on(const TensorCtx& t, const uint32_t* holders, size_t n, int32_t host);
 
@@ -401,16 +512,23 @@ class Enumerator {
   const CellHosts* ch_ = nullptr;       // ... and its hosts
   Route route_;
   // cell_shares(): per (source, destination) geometry pair, per cell.
-  std::map<std::pair<const Geometry*, const Geometry*>, std::unordered_map<size_t, CellShares>>
-      shares_;
+  // Keyed by the tensor's shape too: a Geometry is shared by tensors of
+  // every shape on one mesh and spec, and the volumes follow the shape.
+  using GeoKey = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>>;
+  static GeoKey geo_key(const TensorCtx& t) { return {t.sg, t.dg, t.src->shape()}; }
+  std::map<GeoKey, std::unordered_map<size_t, CellShares>> shares_;
   // Per geometry pair: whether every cell is on the same hosts (and none
   // holds any of its cells), and then the shares they all use.
   struct UniformShares {
     bool uniform = false;
     CellShares shares;
   };
-  std::map<std::pair<const Geometry*, const Geometry*>, UniformShares> uniform_shares_;
+  std::map<GeoKey, UniformShares> uniform_shares_;
   std::unique_ptr<Enumerator> share_en_;  // covers inside a cover
+  // cross_layout(): per (geometries and shape, element size, cell or
+  // SIZE_MAX for a uniform group).
+  std::map<std::tuple<GeoKey, int64_t, size_t>, CrossLayout> layouts_;
+  std::vector<Box> lin_boxes_;
   std::vector<std::pair<int32_t, double>> volumes_;
   std::vector<int32_t> region_hosts_;
   std::vector<int64_t> forwarding_;
@@ -848,14 +966,20 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
   r.parts.clear();
   r.part_host.clear();
   r.part_entry.clear();
+  r.part_lead.clear();
   r.n = 0;
   if (r.cross) {
-    cross_parts(t, c, region, holders, n, r);
-    if (!cross_slower(t, c, region, n, r)) return true;
+    const int laid = layout_parts(t, c, region, r);
+    if (laid > 0) return true;
+    if (laid < 0) {
+      cross_parts(t, c, region, holders, n, r);
+      if (!cross_slower(t, c, region, n, r)) return true;
+    }
     r.cross = false;
     r.parts.clear();
     r.part_host.clear();
     r.part_entry.clear();
+    r.part_lead.clear();
   }
   if (t.sg->tiled) cover_position(t, t.dst->box(e), region, r);
   r.parts.push_back(region);
@@ -1010,7 +1134,7 @@ inline bool Enumerator::cell_volumes(const TensorCtx& t, size_t c, size_t cell_b
 
 inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, size_t cell_begin,
                                                  size_t cell_end) {
-  auto& per_cell = shares_[{t.sg, t.dg}];
+  auto& per_cell = shares_[geo_key(t)];
   auto [it, fresh] = per_cell.try_emplace(c);
   CellShares& cs = it->second;
   if (!fresh) return cs;
@@ -1023,7 +1147,7 @@ inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, s
   // water-filling over all of those cells (computed once), not cell by
   // cell, which left holder hosts idle while the receiving hosts forwarded
   // more than their share. Otherwise, the cell's own.
-  auto [git, gfresh] = uniform_shares_.try_emplace(std::make_pair(t.sg, t.dg));
+  auto [git, gfresh] = uniform_shares_.try_emplace(geo_key(t));
   UniformShares& us = git->second;
   if (gfresh) {
     us.uniform = cells > 1;
@@ -1059,6 +1183,194 @@ inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, s
   water_fill(volumes_, cell_end - cell_begin, cs.direct);
   cs.disjoint = true;
   return cs;
+}
+
+inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c, size_t cell_begin,
+                                                   size_t cell_end) {
+  const CellShares& cs = cell_shares(t, c, cell_begin, cell_end);
+  const GeoKey gk = geo_key(t);
+  const bool uniform = uniform_shares_[gk].uniform;
+  auto [it, fresh] = layouts_.try_emplace(std::make_tuple(gk, t.esize, uniform ? SIZE_MAX : c));
+  CrossLayout& L = it->second;
+  if (!fresh) return L;
+  if (!cs.disjoint) return L;
+  const Geometry& dg = *t.dg;
+  const size_t cells = dg.cell_offsets.size() - 1;
+  if (!share_en_) share_en_ = std::make_unique<Enumerator>(options_);
+  L.disjoint = true;
+  L.R = static_cast<int64_t>(cell_end - cell_begin);
+  L.rot = uniform ? 0 : c;
+  // Calls f(cell, region, hosts) for the group's regions in order, `hosts`
+  // the region's holder hosts (sorted, unique).
+  std::vector<int32_t> hosts;
+  std::vector<std::pair<int32_t, int64_t>> devices;  // (holder host, device)
+  uint32_t most_members = 0;
+  auto walk = [&](auto&& f) {
+    for (size_t k = uniform ? 0 : c; k < (uniform ? cells : c + 1); ++k) {
+      if (dg.cell_offsets[k] == dg.cell_offsets[k + 1]) continue;
+      const Box B = t.dst->box(dg.cell_entries[dg.cell_offsets[k]]);
+      if (B.empty()) continue;
+      most_members = std::max(most_members, ch_->max_members[k]);
+      share_en_->cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
+        hosts.clear();
+        for (size_t i = 0; i < n; ++i) hosts.push_back(t.st->host[h[i]]);
+        std::sort(hosts.begin(), hosts.end());
+        hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+        // Regions whose shares give every receiving host split_min_bytes or
+        // more; smaller ones keep the per-region rule (cross_parts, and the
+        // α–β choice of cross_slower).
+        const auto k_hosts = static_cast<int64_t>(hosts.size());
+        if (k_hosts == 0 || (region.volume() / k_hosts) * t.esize < L.R * options_.split_min_bytes)
+          return;
+        for (size_t i = 0; i < n; ++i) devices.emplace_back(t.st->host[h[i]], t.sg->devices[h[i]]);
+        f(k, region, hosts);
+      });
+    }
+  };
+  // Pass 1: the elements each holder host's shares hold.
+  volumes_.clear();
+  walk([&](size_t, const Box& region, const std::vector<int32_t>& hs) {
+    const int64_t n = region.volume(), k = static_cast<int64_t>(hs.size());
+    for (int64_t s = 0; s < k; ++s)
+      volumes_.emplace_back(hs[static_cast<size_t>(s)],
+                            static_cast<double>((s + 1) * n / k - s * n / k));
+  });
+  merge_volumes();
+  std::vector<std::pair<int32_t, double>> frac;
+  water_fill(volumes_, static_cast<size_t>(L.R), frac);
+  // Per holder host: (host, elements it sends direct, position in its shares).
+  struct Held {
+    int32_t host;
+    int64_t direct, pos, elements;
+  };
+  std::vector<Held> held;
+  for (size_t i = 0; i < volumes_.size(); ++i) {
+    const auto w = static_cast<int64_t>(std::llround(volumes_[i].second));
+    const double d = i < frac.size() ? frac[i].second : 0.0;
+    held.push_back({volumes_[i].first,
+                    std::clamp<int64_t>(std::llround(d * static_cast<double>(w)), 0, w), 0, w});
+  }
+  // Pass 2: the slots.
+  walk([&](size_t k, const Box& region, const std::vector<int32_t>& hs) {
+    const int64_t n = region.volume(), nk = static_cast<int64_t>(hs.size());
+    L.index.emplace_back(CrossLayout::key(k, region), static_cast<uint32_t>(L.slots.size()));
+    for (int64_t s = 0; s < nk; ++s) {
+      const int32_t host = hs[static_cast<size_t>(s)];
+      Held& h = *std::lower_bound(held.begin(), held.end(), host,
+                                  [](const Held& x, int32_t v) { return x.host < v; });
+      CrossSlot slot;
+      slot.host = host;
+      slot.a = s * n / nk;
+      slot.b = (s + 1) * n / nk;
+      // Its share of h's direct elements, spread evenly over h's shares:
+      // floor(P D / w) before position P.
+      auto before = [&](int64_t pos) {
+        return h.elements > 0
+                   ? static_cast<int64_t>(static_cast<__int128>(pos) * h.direct / h.elements)
+                   : 0;
+      };
+      slot.direct = before(h.pos + slot.b - slot.a) - before(h.pos);
+      slot.entry = L.N;
+      h.pos += slot.b - slot.a;
+      L.N += slot.b - slot.a - slot.direct;
+      L.slots.push_back(slot);
+    }
+    L.slot_end.push_back(static_cast<uint32_t>(L.slots.size()));
+  });
+  // Sorted for lookup (the keys are distinct: a cell's regions are disjoint).
+  std::vector<uint32_t> order(L.index.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return L.index[a].first < L.index[b].first; });
+  std::vector<std::pair<CrossLayout::Key, uint32_t>> index;
+  std::vector<uint32_t> slot_end;
+  for (uint32_t i : order) {
+    index.push_back(L.index[i]);
+    slot_end.push_back(L.slot_end[i]);
+  }
+  L.index = std::move(index);
+  L.slot_end = std::move(slot_end);
+  // Entry runs of at least split_min_bytes, one per receiving host at most.
+  const int64_t bytes = L.N * t.esize;
+  L.m = L.R;
+  if (options_.split_min_bytes > 0) L.m = std::min<int64_t>(L.m, bytes / options_.split_min_bytes);
+  L.m = std::max<int64_t>(L.m, L.N > 0 ? 1 : 0);
+  if (L.m >= L.R || L.N == 0) return L;
+  // Too small for a run per receiving host: the α–β model chooses between
+  // the cross route and each receiving host fetching the group itself
+  // (single-hop into the host, then inside it); the stages add up.
+  std::sort(devices.begin(), devices.end());
+  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  const double a = options_.alpha_seconds, bx = 1.0 / options_.inter_host_bytes_per_second,
+               bi = 1.0 / options_.intra_host_bytes_per_second;
+  const auto R = static_cast<double>(L.R), M = static_cast<double>(most_members);
+  const auto es = static_cast<double>(t.esize);
+  double V = 0, single = 0, stage0 = 0;
+  bool direct = false;
+  for (const Held& h : held) {
+    const auto nd = static_cast<double>(std::max<ptrdiff_t>(
+        1, std::count_if(devices.begin(), devices.end(),
+                         [&](const std::pair<int32_t, int64_t>& x) { return x.first == h.host; })));
+    const auto w = static_cast<double>(h.elements), dd = static_cast<double>(h.direct);
+    V += w * es;
+    single = std::max(single, bx * R * w * es / nd);
+    stage0 = std::max(stage0, bx * (R * dd + w - dd) * es / nd);
+    direct |= h.direct > 0;
+  }
+  const double inside = M > 1 ? a * (M - 1) + bi * (M - 1) * V : 0;
+  single += a * R + inside;
+  stage0 += a * (direct ? R : static_cast<double>(L.m));
+  const double most = static_cast<double>((L.N + L.m - 1) / L.m) * es;
+  const double stage1 = a * (R - 1 + M - 1) + (bx * (R - 1) + bi * (M - 1)) * most;
+  L.cross = stage0 + stage1 + inside <= single;
+  return L;
+}
+
+inline int Enumerator::layout_parts(const TensorCtx& t, size_t c, const Box& region, Route& r) {
+  const CrossLayout& L = cross_layout(t, c, r.cell_begin, r.cell_end);
+  if (!L.disjoint) return -1;
+  const CrossLayout::Key key = CrossLayout::key(c, region);
+  const auto it = std::lower_bound(L.index.begin(), L.index.end(), key,
+                                   [](const std::pair<CrossLayout::Key, uint32_t>& x,
+                                      const CrossLayout::Key& k) { return x.first < k; });
+  if (it == L.index.end() || it->first != key) return -1;
+  if (!L.cross) return 0;
+  const auto pos = static_cast<size_t>(it - L.index.begin());
+  uint32_t runs = 0;  // leaders rotate per run, not per box
+  for (uint32_t i = it->second; i < L.slot_end[pos]; ++i) {
+    const CrossSlot& sl = L.slots[i];
+    lin_boxes_.clear();
+    linear_boxes(region, sl.a, sl.a + sl.direct, lin_boxes_);
+    for (const Box& b : lin_boxes_) {
+      r.parts.push_back(b);
+      r.part_host.push_back(sl.host);
+      r.part_entry.push_back(-1);
+      r.part_lead.push_back(runs);
+    }
+    runs += !lin_boxes_.empty();
+    // The entry elements [entry, entry + len) of the sequence: the run of
+    // index i takes those at positions x with x % m == i, as one box (or a
+    // few) cut in order.
+    const int64_t len = sl.b - sl.a - sl.direct;
+    int64_t from = sl.a + sl.direct;
+    for (int64_t i = 0; i < L.m && len > 0; ++i) {
+      const int64_t count = (sl.entry + len + L.m - 1 - i) / L.m - (sl.entry + L.m - 1 - i) / L.m;
+      if (count == 0) continue;
+      lin_boxes_.clear();
+      linear_boxes(region, from, from + count, lin_boxes_);
+      from += count;
+      const auto host =
+          static_cast<int32_t>((static_cast<uint64_t>(i) + L.rot) % static_cast<uint64_t>(L.R));
+      for (const Box& b : lin_boxes_) {
+        r.parts.push_back(b);
+        r.part_host.push_back(sl.host);
+        r.part_entry.push_back(host);
+        r.part_lead.push_back(runs);
+      }
+      ++runs;
+    }
+  }
+  return 1;
 }
 
 inline void Enumerator::merge_volumes() {
@@ -1106,7 +1418,8 @@ inline size_t Enumerator::receiving_host(const Route& r, size_t index) const {
 inline uint32_t Enumerator::leader(const Route& r, size_t hi, size_t j) const {
   const uint32_t b = ch_->member_offsets[hi], end = ch_->member_offsets[hi + 1];
   if (r.n > 0) return ch_->members[b + static_cast<uint32_t>(r.idx * (end - b) / r.n)];
-  return ch_->members[b + (j + r.rot) % (end - b)];
+  const size_t k = r.part_lead.empty() ? j : r.part_lead[j];
+  return ch_->members[b + (k + r.rot) % (end - b)];
 }
 
 template <class F>

@@ -43,8 +43,11 @@ namespace {
 // message each, so relays forward band k while band k + 1 arrives; the
 // holders' direct fractions water-filled over all cells on the same hosts,
 // shares and entry parts cut where their sizes differ least, entry parts'
-// rotation by the hosts left above the least loaded).
-constexpr uint64_t kPlannerVersion = 6;
+// rotation by the hosts left above the least loaded; 7: relays across hosts
+// cut at element granularity over each cell group — shares, direct and
+// entry elements counted along row-major sequences — for regions of at
+// least split_min_bytes per receiving host and share).
+constexpr uint64_t kPlannerVersion = 7;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
