@@ -4,42 +4,72 @@ and against jax.device_put, in one process, interleaved (issue 12).
 
 Every repetition times, in turn and per family:
   jax/warm    jax.device_put(x, dst) of a source JAX has moved before (its
-              cached host copy is reused)
+              cached host copy is reused), as JAX does it: output shards may
+              be slices of that host copy, replicas all one buffer (no copy)
   jax/fresh   the same from a fresh copy of the source (made untimed)
+  jaxd/warm   JAX asked for one buffer of its own per output shard, the
+  jaxd/fresh  contract of reshard's executor (one filled buffer per
+              destination device, as on GPUs): `jax.device_put(...,
+              may_alias=False)` does not give it (replicas still share one
+              buffer in JAX 0.10), so leaves that JAX moves through its host
+              copy are put with JAX's own `batched_device_put(...,
+              force_copy=True)` (--jax-distinct force_copy, the default; see
+              jax_distinct_fn) or, public API only, `jax.device_put` followed
+              by a jitted copy (--jax-distinct jit_copy). After every call,
+              every output shard is checked to be a buffer of its own (not
+              another shard's, not in a source buffer or host copy).
   memcpy T    memcpy of the destination bytes (source and destination
               pre-faulted), split over T threads (T = 1, 2)
-  ours T pre  reshard's executor on T threads into pre-faulted destinations
+  ours T pre  reshard's executor on T threads into pre-faulted destinations.
+              With the warm source the buffers never change, and are bound
+              once (reshard.Executor.prepare: checked and converted before
+              timing, as memcpy's addresses are), so the time is one call
+              into the library; with a fresh source its addresses are read
+              in the timed call, the way reshard.jax reads them (one
+              vectorised gather of `unsafe_buffer_pointer` over the arrays'
+              per-device buffers)
   ours T new  the same into freshly allocated destinations, one buffer per
               destination shard from the allocator (np.empty: malloc), as
               jax.device_put allocates its outputs; the allocator may hand
-              back memory freed before (no page faults), as it does for JAX
+              back memory freed before (no page faults), as it does for JAX;
+              allocation and reading the new addresses are timed
   ours 2 slab the same into one fresh slab holding every destination shard
               (np.empty of ~64 MiB: above glibc's mmap threshold, so every
               call maps, faults in and zeroes new pages), for reference
 both reshard columns with the warm and with the fresh source. The partial-sum
 families compare against a jitted jnp.sum over the summand axis (JAX has no
-device_put of unreduced values) and against the memory bound: (bytes read +
-bytes written) at memcpy's bandwidth (memcpy reads and writes each byte once).
+device_put of unreduced values; its outputs are buffers of their own, so
+both JAX columns time it) and against the memory bound: (bytes read + bytes
+written) at memcpy's bandwidth (memcpy reads and writes each byte once).
 
-Every family's result is checked against JAX's once before timing.
+Every family's result is checked against JAX's once before timing (the
+prepared executions, the per-call path and the new per-shard buffers each),
+and JAX's distinct result against its aliased one.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=32 \\
-      RESHARD_LIBRARY=build/dev/capi/libreshard.so PYTHONPATH=bindings/python/src \\
+      RESHARD_LIBRARY=build/dev/capi/libreshard.so.1 PYTHONPATH=bindings/python/src \\
       build/python-venv/bin/python bench/layout_bench.py [--mib 64] [--repeat 7] [--only NAME]
+      [--jax-distinct force_copy|jit_copy]
 
 --dump-specs DIR writes each family's spec (JSON) to DIR and exits: for
 `build/dev/bench/bench_exec --spec DIR/NAME.json`, which times the same plans
 against memcpy without Python around them (for perf).
 
 Prints one table of medians (ms) and ratios, the memcpy ratios of the fastest
-repetitions too, and the geometric means. The figures are same-run ratios;
-absolute times on shared machines mean little.
+repetitions too, the geometric means, and the load average at the start and
+the end. "Faster than JAX" is evaluated against the distinct columns, which
+fill the same buffers reshard fills; the aliased columns are JAX as it runs
+by default. The figures are same-run ratios; absolute times on shared
+machines mean little.
 """
 import argparse
+import bisect
 import concurrent.futures
 import ctypes
 import gc
+import itertools
 import math
+import operator
 import os
 import statistics
 import sys
@@ -240,13 +270,19 @@ class HostSources:
         return self.fulls[t][entry.index]
 
 
-def jax_pointers(xs):
-    return {(i, s.device.id): s.data.unsafe_buffer_pointer()
-            for i, x in enumerate(xs) for s in x.addressable_shards}
+_ARRAYS = operator.attrgetter("_arrays")  # a jax.Array's per-device buffers
+_POINTER = operator.methodcaller("unsafe_buffer_pointer")
+_DATA = operator.attrgetter("ctypes.data")
 
 
 class Ours:
-    """A plan of the family, its destination slab layout and executors."""
+    """A plan of the family, its destination slab layout and executors.
+
+    Per-call address work is what a user pays: buffers that stay the same
+    from call to call (the warm source and the pre-faulted destinations)
+    are bound once with Executor.prepare; new buffers (a fresh source, new
+    destinations) have their addresses read in the timed call, the way
+    reshard.jax reads them (one vectorised gather over the arrays' buffers)."""
 
     def __init__(self, fam, xs):
         self.plan = reshard.plan(spec_of(fam, xs))
@@ -269,6 +305,18 @@ class Ours:
             self.read_bytes = self.dst_bytes * fam.summands
         self.pre = self.alloc()
         self.pre[:] = 1  # pre-faulted
+        self.pre_ptrs = self._slab_pointers(self.pre)
+        if xs is not None and not isinstance(xs, HostSources):
+            # Source entry k reads buffer gather[k] of the flattened
+            # per-device buffers of all leaves (each leaf's in the order of
+            # its sharding's addressable devices, as `_arrays` holds them).
+            pos, base = {}, 0
+            for i, x in enumerate(xs):
+                for k, d in enumerate(x.sharding._addressable_device_assignment):
+                    pos[(i, d.id)] = base + k
+                base += len(x.sharding._addressable_device_assignment)
+            self.num_bufs = base
+            self.gather = np.array([pos[k] for k in self.src_dev], np.intp)
 
     def alloc(self):
         return np.empty(self.slab_bytes + ALIGN, np.uint8)
@@ -277,27 +325,74 @@ class Ours:
         """One new buffer per destination entry, as jax.device_put makes."""
         return [np.empty(n, np.uint8) for _, n, *_ in self.dst]
 
-    def pointers(self, xs, slab):
-        ptr = xs.pointers() if isinstance(xs, HostSources) else jax_pointers(xs)
-        src = np.array([ptr[k] for k in self.src_dev], np.uint64)
-        if isinstance(slab, list):
-            return src, np.array([a.ctypes.data for a in slab], np.uint64), 0
+    def _slab_pointers(self, slab):
         base = slab.__array_interface__["data"][0]
         pad = (-base) % ALIGN
-        dst = np.array([base + pad + off for off, *_ in self.dst], np.uint64)
-        return src, dst, pad
+        return np.array([base + pad + off for off, *_ in self.dst], np.uint64), pad
+
+    def src_pointers(self, xs):
+        if isinstance(xs, HostSources):
+            ptr = xs.pointers()
+            return np.array([ptr[k] for k in self.src_dev], np.uint64)
+        bufs = np.fromiter(map(_POINTER, itertools.chain.from_iterable(map(_ARRAYS, xs))),
+                           np.uint64, count=self.num_bufs)
+        return bufs[self.gather]
+
+    def pointers(self, xs, slab):
+        src = self.src_pointers(xs)
+        if isinstance(slab, list):
+            return src, np.fromiter(map(_DATA, slab), np.uint64, count=len(slab)), 0
+        if slab is self.pre:
+            return (src, *self.pre_ptrs)
+        return (src, *self._slab_pointers(slab))
 
     def run(self, threads, xs, slab):
+        """One execution whose addresses are read in the call (new buffers)."""
         src, dst, _ = self.pointers(xs, slab)
         self.execs[threads]._execute_pointers(self.plan, src, dst)
+
+    def prepare(self, threads, xs):
+        """The warm source and the pre-faulted destinations, bound once
+        (reshard.Executor.prepare: checked, converted, kept alive)."""
+        if isinstance(xs, HostSources):
+            srcs = [[xs.shards[(t.index, e.device)] for e in t.src.entries]
+                    for t in self.plan.tensors]
+        else:
+            # NumPy views of the JAX shards' memory (partial sums' shards
+            # carry a leading summand dim of 1, which the plan's boxes do not
+            # have); `xs` keeps that memory alive while the bench runs.
+            srcs = []
+            for t in self.plan.tensors:
+                item = np.dtype(t.numpy_dtype).itemsize
+                by_dev = {s.device.id: s.data for s in xs[t.index].addressable_shards}
+                row = []
+                for e in t.src.entries:
+                    n = int(np.prod(e.shape, dtype=np.int64)) * item
+                    mem = (ctypes.c_uint8 * n).from_address(by_dev[e.device].unsafe_buffer_pointer())
+                    row.append(np.ctypeslib.as_array(mem).view(t.numpy_dtype).reshape(tuple(e.shape)))
+                srcs.append(row)
+        pad = self.pre_ptrs[1]
+        dsts = [[] for _ in self.plan.tensors]
+        for off, n, e, dt, dev, t in self.dst:
+            dsts[t].append(self.pre[pad + off:pad + off + n].view(dt).reshape(tuple(e.shape)))
+        return self.execs[threads].prepare(self.plan, srcs, dsts)
+
+    def views(self, slab):
+        """Per destination entry, its array in `slab` (or in the list of
+        per-entry buffers)."""
+        if isinstance(slab, list):
+            return [buf.view(dt).reshape(tuple(e.shape))
+                    for buf, (_, _, e, dt, *_) in zip(slab, self.dst)]
+        pad = self._slab_pointers(slab)[1]
+        return [slab[pad + off:pad + off + n].view(dt).reshape(tuple(e.shape))
+                for off, n, e, dt, *_ in self.dst]
 
     def check(self, xs, slab, want):
         """Every destination entry equals JAX's shard on its device (or the
         numpy slice of the full array)."""
-        _, _, pad = self.pointers(xs, slab)
-        for off, n, e, dt, dev, t in self.dst:
+        verdict = "equal"
+        for got, (off, n, e, dt, dev, t) in zip(self.views(slab), self.dst):
             shape = tuple(e.shape)
-            got = slab[pad + off:pad + off + n].view(dt).reshape(shape)
             if want is None:
                 ref = xs.reference(t, e)
             else:
@@ -307,8 +402,102 @@ class Ours:
                 if not np.allclose(got.astype(np.float32), ref.astype(np.float32), rtol=1e-2,
                                    atol=1e-2):
                     raise AssertionError(f"tensor {t} on device {dev}: reshard differs from JAX")
-                return "close"  # sums: JAX's order of summation differs from ours
-        return "equal"
+                verdict = "close"  # sums: JAX's order of summation differs from ours
+        return verdict
+
+
+# ------------------------------------------------------------------ JAX, one buffer per shard
+def host_path_leaves(xs, f):
+    """Runs f(xs) once (JAX's warm-up) and returns its result and, per leaf,
+    whether JAX moved it through its host copy of the source (the array's
+    cached `_npy_value`, made by that call): `device_put` of a sharded array
+    to a sharding it cannot reach by reordering devices or by copying whole
+    shards gathers the array on the host and hands each target device a
+    slice of that copy, without a copy wherever the slice is contiguous and
+    aligned (replicas all share it)."""
+    assert all(x._npy_value is None for x in xs), "a source already has a host copy"
+    r = f(xs)
+    jax.block_until_ready(r)
+    return r, [x._npy_value is not None for x in xs]
+
+
+def jax_distinct_fn(fam, host, method):
+    """JAX asked for one buffer of its own per output shard, what reshard's
+    executor writes (the C ABI's contract). `jax.device_put(..., may_alias=False)`
+    does not give that: on the host path JAX 0.10 passes the host copy on
+    with copy semantics REUSE_INPUT (`shard_sharded_device_array_slow_path`),
+    and `_shard_np_array` ignores copy semantics, so replicas still alias one
+    buffer. Leaves JAX moves another way get `jax.device_put(...,
+    may_alias=False)`; host-path leaves get, per `method`:
+
+      force_copy  what `_shard_np_array` does with ALWAYS_COPY honoured: JAX's
+                  own `batched_device_put(aval, sharding, slices of the host
+                  copy, devices, committed=True, force_copy=True)` (private;
+                  the call `jax.device_put(x, device, may_alias=False)` makes
+                  for single-device arrays)
+      jit_copy    public API only: `jax.device_put` then a jitted `.copy()` of
+                  the results (two steps; where JAX copied already, twice)
+    """
+    if fam.summands:
+        return jax_fn(fam)  # a jitted computation: its outputs are its own
+    from jax._src.lib import xla_client as xc
+    targets = fam.targets
+    hp = [i for i, h in enumerate(host) if h]
+    other = [i for i, h in enumerate(host) if not h]
+    slices = {}
+    for i in hp:
+        shape, s = fam.tensors[i][0], targets[i]
+        devs = list(s._addressable_device_assignment)
+        idx = s.addressable_devices_indices_map(shape)
+        slices[i] = (devs, [idx[d] for d in devs])
+    jcopy = jax.jit(lambda ys: [y.copy() for y in ys], out_shardings=[targets[i] for i in hp])
+
+    def f(xs):
+        out = [None] * len(xs)
+        if other:
+            for i, y in zip(other, jax.device_put([xs[i] for i in other],
+                                                  [targets[i] for i in other], may_alias=False)):
+                out[i] = y
+        if method == "jit_copy":
+            ys = jax.device_put([xs[i] for i in hp], [targets[i] for i in hp], may_alias=False)
+            for i, y in zip(hp, jcopy(ys)):
+                out[i] = y
+            return out
+        for i in hp:
+            x = xs[i]
+            h = x._value  # JAX's host copy: cached when warm, gathered when fresh
+            devs, idx = slices[i]
+            out[i] = xc.batched_device_put(x.aval, targets[i], [h[ix] for ix in idx], devs,
+                                           True, True)
+        return out
+    return f
+
+
+def own_buffers(ys, xs):
+    """(shards, shards sharing a buffer with another shard or lying in a
+    source's buffers or host copy): 0 in the second means one buffer per
+    output shard."""
+    spans = []
+    for x in xs:
+        for sh in x.addressable_shards:
+            p = sh.data.unsafe_buffer_pointer()
+            spans.append((p, p + max(sh.data.nbytes, 1)))
+        h = getattr(x, "_npy_value", None)
+        if h is not None:
+            p = h.__array_interface__["data"][0]
+            spans.append((p, p + max(h.nbytes, 1)))
+    spans.sort()
+    starts = [lo for lo, _ in spans]
+    seen, bad, n = set(), 0, 0
+    for y in ys:
+        for sh in y.addressable_shards:
+            p = sh.data.unsafe_buffer_pointer()
+            n += 1
+            k = bisect.bisect_right(starts, p) - 1  # allocations do not overlap
+            if p in seen or (k >= 0 and p < spans[k][1]):
+                bad += 1
+            seen.add(p)
+    return n, bad
 
 
 # ------------------------------------------------------------------ memcpy
@@ -339,30 +528,54 @@ def timed(f):
     return time.perf_counter() - t0, r
 
 
-def bench_family(fam, repeat):
+def bench_family(fam, repeat, distinct_method):
+    host = None
     if fam.jax:
         xs = make_sources(fam)
         f = jax_fn(fam)
         ours = Ours(fam, xs)
-        want = f(xs)
-        jax.block_until_ready(want)
+        want, host = host_path_leaves(xs, f)  # also JAX's warm-up
+        fd = jax_distinct_fn(fam, host, distinct_method)
     else:
         ours = Ours(fam, None)
         rng = np.random.default_rng(0)
         xs = HostSources(ours.plan, [rng.standard_normal(shape, np.float32).astype(dtype)
                                      for shape, dtype, _ in fam.tensors])
-        f = want = None
+        f = fd = want = None
+    # The warm source and the pre-faulted destinations, bound once per executor.
+    prepared = {t: ours.prepare(t, xs) for t in (1, 2)}
     slab = ours.alloc()
     ours.run(2, xs, slab)
     verdict = ours.check(xs, slab, want)
+    for t in (1, 2):
+        ours.pre[:] = 0
+        prepared[t].execute()
+        assert ours.check(xs, ours.pre, want) == verdict
+    shards = ours.alloc_shards()
+    ours.run(1, xs, shards)
+    assert ours.check(xs, shards, want) == verdict
+    del shards
     if want is not None:
-        # On CPU devices JAX may give replicated outputs one buffer for all
-        # their shards (no copy at all); say so where it does.
-        shards = [s for w in want for s in w.addressable_shards]
-        ptrs = {s.data.unsafe_buffer_pointer() for s in shards}
-        if len(ptrs) < len(shards):
-            verdict += f"; JAX's {len(shards)} output shards share {len(ptrs)} buffer(s)"
+        # On CPU devices JAX may hand out slices of its host copy of the
+        # source (replicas all share one buffer) and copy nothing; say so
+        # where it does. The `distinct` columns ask JAX for one buffer per
+        # output shard; checked here for values, and after every timed call
+        # for buffers.
+        n, bad = own_buffers(want, xs)
+        if bad:
+            verdict += f"; {bad} of JAX's {n} output shards are not buffers of their own"
             fam.aliased = True
+        wd = fd(xs)
+        jax.block_until_ready(wd)
+        n, bad = own_buffers(wd, xs)
+        assert not bad, f"{fam.name}: JAX distinct: {bad} of {n} output shards share buffers"
+        for w, v in zip(want, wd):
+            for a, b in zip(w.addressable_shards, v.addressable_shards):
+                assert a.device == b.device and a.index == b.index
+                assert np.array_equal(np.asarray(a.data), np.asarray(b.data)), fam.name
+        del wd
+        if any(host):
+            verdict += f"; {sum(host)} of {len(host)} leaves through JAX's host copy"
     del want, slab
     # memcpy of the bytes written; for sums, of half the bytes read and
     # written (memcpy reads and writes each byte once), so that its time is
@@ -370,12 +583,13 @@ def bench_family(fam, repeat):
     ours.copy_bytes = ours.dst_bytes if not fam.summands else (ours.read_bytes + ours.dst_bytes) // 2
     msrc = np.ones(ours.copy_bytes, np.uint8)
     mdst = np.ones(ours.copy_bytes, np.uint8)
-    cols = ["jax/warm", "jax/fresh"] + [f"memcpy {t}" for t in (1, 2)] + [
+    cols = ["jax/warm", "jax/fresh", "jaxd/warm", "jaxd/fresh"] + [
+        f"memcpy {t}" for t in (1, 2)] + [
         f"ours {t} {d} {s}" for t in (1, 2) for d in ("pre", "new") for s in ("warm", "fresh")] + [
         "ours 2 slab warm"]
     times = {c: [] for c in cols}
-    if f is not None:
-        r = f(xs)  # warm-up: JAX caches the source's host copy here
+    if fd is not None:
+        r = fd(xs)  # warm-up of the distinct path (the aliased one ran above)
         jax.block_until_ready(r)
         del r
     gc.collect()
@@ -386,14 +600,24 @@ def bench_family(fam, repeat):
             else:
                 src = xs.fresh() if f is None else fresh_copy(xs)
             if f is not None:
+                # Each JAX variant gets a source of its own when fresh: a
+                # device_put through the host path caches the host copy.
+                srcd = xs if mode == "warm" else fresh_copy(xs)
                 dt, r = timed(lambda: f(src))
                 times[f"jax/{mode}"].append(dt)
                 del r
+                dt, r = timed(lambda: fd(srcd))
+                times[f"jaxd/{mode}"].append(dt)
+                n, bad = own_buffers(r, srcd)
+                assert not bad, f"{fam.name}: JAX distinct ({mode}): {bad} of {n} shards shared"
+                del r, srcd
             for t in (1, 2):
                 if mode == "warm":
                     dt, _ = timed(lambda: memcpy(mdst, msrc, ours.copy_bytes, t))
                     times[f"memcpy {t}"].append(dt)
-                dt, _ = timed(lambda: ours.run(t, src, ours.pre))
+                    dt, _ = timed(prepared[t].execute)
+                else:
+                    dt, _ = timed(lambda: ours.run(t, src, ours.pre))
                 times[f"ours {t} pre {mode}"].append(dt)
 
                 def fresh_run():
@@ -412,6 +636,8 @@ def bench_family(fam, repeat):
                     times["ours 2 slab warm"].append(dt)
             del src
             gc.collect()
+    for p in prepared.values():
+        p.release()
     med = {c: statistics.median(v) if v else math.nan for c, v in times.items()}
     # The fastest repetition too: on a shared machine medians move with the
     # load, the fastest runs of interleaved timings less so.
@@ -424,6 +650,8 @@ def main():
     ap.add_argument("--mib", type=float, default=64, help="bytes each family writes (about)")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--only", action="append", default=[], help="substring of family names")
+    ap.add_argument("--jax-distinct", choices=("force_copy", "jit_copy"), default="force_copy",
+                    help="how JAX is asked for one buffer per output shard (see jax_distinct_fn)")
     ap.add_argument("--dump-specs", metavar="DIR", help="write each family's spec JSON and exit")
     args = ap.parse_args()
     if args.dump_specs:
@@ -441,30 +669,40 @@ def main():
         return
     print(f"JAX {jax.__version__}, reshard {reshard.__version__} ({reshard.LIBRARY_PATH}), "
           f"{os.cpu_count()} cores, {len(jax.devices())} CPU devices, ~{args.mib:g} MiB per "
-          f"family, median of {args.repeat}, interleaved", flush=True)
+          f"family, median of {args.repeat}, interleaved; JAX distinct: {args.jax_distinct}; "
+          f"load average {' '.join(open('/proc/loadavg').read().split()[:3])}", flush=True)
     rows = []
     for fam in families(args.mib):
         if args.only and not any(o in fam.name for o in args.only):
             continue
-        med, ours, verdict = bench_family(fam, args.repeat)
+        med, ours, verdict = bench_family(fam, args.repeat, args.jax_distinct)
         rows.append((fam, med, ours, verdict))
         print(f"  {fam.name}: done ({verdict})", file=sys.stderr, flush=True)
         gc.collect()
     print()
-    print("Ratios: `of memcpy` = memcpy time / ours (pre-faulted destinations, warm source), "
-          "same thread count; partial sums: memory-bound time / ours, the bound being "
-          "(bytes read + written) at memcpy bandwidth (memcpy of half those bytes, same run). `JAX /` = jax time / ours (2 threads), "
-          "per (JAX source, our destination: pre-faulted, or new buffers per shard as JAX allocates). "
-          "`slab` = ours (2 threads) into one fresh ~64 MiB slab (page faults included).")
+    print("Ratios: `of memcpy` = memcpy time / ours (pre-faulted destinations, warm source: "
+          "buffers bound once with Executor.prepare, as memcpy's are given), same thread count; "
+          "partial sums: memory-bound time / ours, the bound being (bytes read + written) at "
+          "memcpy bandwidth (memcpy of half those bytes, same run). "
+          "`JAX /` = jax.device_put time / ours (2 threads), per (JAX source warm or fresh, "
+          "our destination: pre-faulted, or new buffers per shard as JAX allocates); ours with "
+          "a fresh source or new destinations reads their addresses inside the timed call. "
+          "`aliased`: jax.device_put as it is, whose output shards may be slices of its host "
+          "copy of the source (replicas share one buffer: no copy); `distinct`: JAX asked for "
+          "one buffer of its own per output shard (checked after every call), the contract "
+          "reshard's executor fulfils: the target `faster than JAX` is evaluated against "
+          "`distinct`. `slab` = ours (2 threads) into one fresh ~64 MiB slab (page faults "
+          "included).")
     print()
     print("| family | MiB written | memcpy 1T ms | ours 1T ms | of memcpy 1T | memcpy 2T ms | "
-          "ours 2T ms | of memcpy 2T | JAX warm ms | JAX fresh ms | JAX/ours warm,pre | "
-          "warm,new | fresh,pre | fresh,new | slab ms | fastest 1T | fastest 2T |")
+          "ours 2T ms | of memcpy 2T | JAX warm ms aliased / distinct | JAX fresh ms aliased / "
+          "distinct | JAX/ours warm,pre aliased / distinct | warm,new | fresh,pre | fresh,new | "
+          "slab ms | fastest 1T | fastest 2T |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
           "---: | ---: | ---: | ---: | ---: |")
     g = {1: [], 2: []}
     gf = {1: [], 2: []}
-    jr = []
+    jr, jd = [], []
     for fam, med, ours, _ in rows:
         ratio = {}
         fast = {}
@@ -476,26 +714,37 @@ def main():
             gf[t].append(fast[t])
         js = [med[f"jax/{s}"] / med[f"ours 2 {d} {s}"] for s in ("warm", "fresh")
               for d in ("pre", "new")]
+        ds = [med[f"jaxd/{s}"] / med[f"ours 2 {d} {s}"] for s in ("warm", "fresh")
+              for d in ("pre", "new")]
         if fam.jax:
             jr.append(js)
+            jd.append(ds)
+        pair = lambda a, b: f"{a:.1f} / {b:.1f}"  # noqa: E731
         print(f"| {fam.name} | {ours.dst_bytes / 2**20:.1f} | {med['memcpy 1'] * 1e3:.1f} | "
               f"{med['ours 1 pre warm'] * 1e3:.1f} | {ratio[1]:.2f} | "
               f"{med['memcpy 2'] * 1e3:.1f} | {med['ours 2 pre warm'] * 1e3:.1f} | "
-              f"{ratio[2]:.2f} | {med['jax/warm'] * 1e3:.1f} | {med['jax/fresh'] * 1e3:.1f} | "
-              + " | ".join(f"{x:.2f}" for x in js) + f" | {med['ours 2 slab warm'] * 1e3:.1f} | {fast[1]:.2f} | {fast[2]:.2f} |")
+              f"{ratio[2]:.2f} | {pair(med['jax/warm'] * 1e3, med['jaxd/warm'] * 1e3)} | "
+              f"{pair(med['jax/fresh'] * 1e3, med['jaxd/fresh'] * 1e3)} | "
+              + " | ".join(f"{a:.2f} / {b:.2f}" for a, b in zip(js, ds))
+              + f" | {med['ours 2 slab warm'] * 1e3:.1f} | {fast[1]:.2f} | {fast[2]:.2f} |")
     geo = lambda v: math.exp(sum(math.log(x) for x in v) / len(v))  # noqa: E731
     print()
     for t in (1, 2):
         print(f"{t} thread(s): of memcpy geomean {geo(g[t]):.2f}, min {min(g[t]):.2f}; "
               f"fastest runs: geomean {geo(gf[t]):.2f}, min {min(gf[t]):.2f}")
-    flat = [x for js in jr for x in js]
-    print(f"JAX / ours (2 threads), all four combinations: geomean {geo(flat):.2f}, "
-          f"min {min(flat):.2f}")
-    own = [x for (fam, *_), js in zip([r for r in rows if r[0].jax], jr) if not fam.aliased
-           for x in js]
-    if own and len(own) < len(flat):
-        print(f"  ... over the families where JAX writes every output shard (not aliased): "
-              f"geomean {geo(own):.2f}, min {min(own):.2f}")
+    if jr:
+        flat = [x for js in jr for x in js]
+        flatd = [x for ds in jd for x in ds]
+        print(f"JAX distinct / ours (2 threads), all four combinations, every family with JAX: "
+              f"geomean {geo(flatd):.2f}, min {min(flatd):.2f} (the target's comparison)")
+        print(f"JAX aliased / ours (2 threads), all four combinations: geomean {geo(flat):.2f}, "
+              f"min {min(flat):.2f}")
+        own = [x for (fam, *_), js in zip([r for r in rows if r[0].jax], jr) if not fam.aliased
+               for x in js]
+        if own and len(own) < len(flat):
+            print(f"  ... over the families where JAX's output shards are buffers of their own "
+                  f"(not aliased): geomean {geo(own):.2f}, min {min(own):.2f}")
+    print(f"load average at the end: {' '.join(open('/proc/loadavg').read().split()[:3])}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,11 @@
 // thread), with the ratio and a check that both parts are equal. With
 // --single-hop, the same cases are also planned without relays and
 // reduce-scatter, alternating with the staged plans, to show what stages
-// cost the planner.
+// cost the planner. With --spec FILE (and --budget BYTES: the spec's
+// options.staging_budget_bytes instead of its own) the same figures for
+// that spec's plan instead of the built-in cases: global statistics, the
+// estimate of every part (estimate_plan) and process 0's part as a worker
+// plans it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +22,7 @@
 
 #include "bench_util.h"
 #include "model_cases.h"
+#include "reshard/spec.h"
 #include "reshard/wire.h"
 
 using namespace reshard;
@@ -39,11 +44,18 @@ double time_part(const PlanInput& in, int repeat, int32_t threads, ProcessPart& 
   return t;
 }
 
-bool fleet(const char* name, const PlanInput& in, int repeat, int32_t threads) {
+bool fleet(const char* name, const PlanInput& in, int repeat, int32_t threads,
+           bool estimate = false) {
   Plan global;
   const double tg = median_seconds(repeat, [&] {
     global = make_plan(in, {PlanScope::kGlobal, 0, true});
   });
+  if (estimate) {
+    PlanEstimate e;
+    const double t = median_seconds(repeat, [&] { e = estimate_plan(in); });
+    std::printf("  estimate of every part (estimate_plan): %.1f ms (%lld parts, %lld pieces)\n",
+                t * 1e3, (long long)e.parts, (long long)e.pieces);
+  }
   // One thread, then `threads` (the baseline and the figure in one run).
   ProcessPart one, many;
   const double tp = time_part(in, repeat, 1, one);
@@ -87,14 +99,25 @@ int main(int argc, char** argv) {
   // Threads of the parallel runs; 0 (the default) is the hardware's count.
   int32_t threads = 0;
   bool single_hop = false;
+  const char* spec_file = nullptr;
+  int64_t budget_arg = -1;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--single-hop")) single_hop = true;
+    if (!std::strcmp(argv[i], "--spec") && i + 1 < argc) spec_file = argv[++i];
+    if (!std::strcmp(argv[i], "--budget") && i + 1 < argc) budget_arg = std::atoll(argv[++i]);
     if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
   }
   if (threads <= 0)
     threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   bool ok = true;
+  if (spec_file) {
+    Spec spec = load_spec(spec_file);
+    if (budget_arg >= 0) spec.input.options.staging_budget_bytes = budget_arg;
+    std::printf("== %s, staging budget %lld bytes\n", spec_file,
+                (long long)spec.input.options.staging_budget_bytes);
+    return fleet(spec_file, spec.input, repeat, threads, true) ? 0 : 1;
+  }
   bench::ModelShape m;
   for (int64_t budget : {int64_t{0}, int64_t{1} << 30}) {
     std::printf("== staging budget: %s\n",

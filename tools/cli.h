@@ -92,6 +92,9 @@ std::string shape_str(const std::vector<int64_t>& shape);
 // stderr (Progress).
 Plan plan_spec(const PlanInput& input, const PlanRequest& request,
                const std::string& process_hint = "--process P");
+// estimate_plan(input, request, stats), its errors turned as plan_spec's.
+PlanEstimate estimate_spec(const PlanInput& input, const PlanRequest& request,
+                           PlanStats* stats = nullptr);
 // A kResourceExhausted message of make_plan in the command line's terms
 // (see plan_spec).
 std::string resource_message(const std::string& message, const std::string& process_hint);

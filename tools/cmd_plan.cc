@@ -38,10 +38,10 @@ constexpr int64_t kMaxPlanFileBytes = (int64_t{1} << 31) - 1;
 
 // `--out` of every part: the plan, then its bytes built beside it (the
 // FlatBuffers builder grows by doubling, then the bytes are copied out: up
-// to three times their size). Refuses before planning when the estimate is
+// to three times their size). Refuses before planning when the estimate of
+// every part `e` (estimate_plan of PlanScope::kAll with args' limit) is
 // above what a plan file holds or above --max-plan-bytes.
-void check_whole_plan_file(const PlanArgs& args, const PlanInput& input) {
-  const PlanEstimate e = estimate_plan(input, part_request(args, PlanScope::kAll, 0, true));
+void check_whole_plan_file(const PlanArgs& args, const PlanEstimate& e) {
   const std::string what = "writing every process part (" + with_commas(e.parts) + " parts, " +
                            with_commas(e.pieces) + " pieces)";
   if (e.encoded_bytes > kMaxPlanFileBytes)
@@ -188,9 +188,10 @@ PartSummary summarize(const Plan& plan, const ProcessPart& part) {
 
 // `--out FILE`: the whole plan (every process part), or with --process P
 // only that worker's part, with the global statistics, as FlatBuffers bytes.
-void write_plan_file(const PlanArgs& args, const PlanInput& input) {
+// `whole`: the estimate of every part run_plan computed.
+void write_plan_file(const PlanArgs& args, const PlanInput& input, const PlanEstimate& whole) {
   const bool one = args.process >= 0;
-  if (!one) check_whole_plan_file(args, input);
+  if (!one) check_whole_plan_file(args, whole);
   const Plan plan =
       plan_spec(input, one ? part_request(args, PlanScope::kProcess, args.process, true)
                            : part_request(args, PlanScope::kAll, 0, true));
@@ -236,13 +237,15 @@ int run_plan(const PlanArgs& args) {
   const Spec spec = load_input(args.input);
   const PlanFootprint fp = footprint(spec.input);
 
-  // Global statistics: no piece lists, cheap at any scale.
+  // Global statistics (no piece lists, cheap at any scale) and what every
+  // part (--out) would take, computed once: estimate_plan's statistics are
+  // those of PlanScope::kGlobal.
   auto t0 = WaitClock::now();
-  const Plan global = plan_spec(spec.input, PlanRequest{PlanScope::kGlobal, 0, true});
-  const double global_seconds = seconds_since(t0);
-  // What every part (--out) would take, from the same statistics.
+  PlanStats global_stats;
   const PlanEstimate whole =
-      estimate_plan(spec.input, part_request(args, PlanScope::kAll, 0, true));
+      estimate_spec(spec.input, part_request(args, PlanScope::kAll, 0, true), &global_stats);
+  const double global_seconds = seconds_since(t0);
+  const uint64_t fingerprint = plan_fingerprint(spec.input);
 
   std::optional<Plan> part_plan;
   double part_seconds = 0;
@@ -260,7 +263,7 @@ int run_plan(const PlanArgs& args) {
 
   if (args.format == "json") {
     ojson j;
-    j["fingerprint"] = hex64(global.fingerprint());
+    j["fingerprint"] = hex64(fingerprint);
     j["tensors"] = spec.input.tensors.size();
     j["devices"] = fp.devices.size();
     j["processes"] = fp.processes;
@@ -268,7 +271,7 @@ int run_plan(const PlanArgs& args) {
     // Names of the meshes whose hosts defaulted to their processes.
     j["hosts_defaulted"] = spec.hosts_defaulted;
     j["global_seconds"] = global_seconds;
-    j["stats"] = stats_json(global.stats());
+    j["stats"] = stats_json(global_stats);
     j["estimate"] = {{"parts", whole.parts},
                      {"pieces", whole.pieces},
                      {"messages", whole.messages},
@@ -290,12 +293,12 @@ int run_plan(const PlanArgs& args) {
   }
   std::cout << "plan: " << spec.input.tensors.size() << " tensors, " << fp.devices.size()
             << " devices, " << fp.processes << " processes, " << fp.hosts << " hosts; fingerprint "
-            << hex64(global.fingerprint()) << "\n";
+            << hex64(fingerprint) << "\n";
   for (const std::string& note : hosts_notes(spec, args.input.spec.empty()))
     std::cout << "note: " << note << "\n";
-  std::cout << stats_text(global.stats());
+  std::cout << stats_text(global_stats);
   std::cout << "  global statistics took " << human_seconds(global_seconds)
-            << " (PlanScope::kGlobal)\n";
+            << " (PlanScope::kGlobal, with the estimate below)\n";
   std::cout << "every part (" << with_commas(whole.parts)
             << "), estimated: " << human_bytes(static_cast<double>(whole.memory_bytes))
             << " of memory to plan, " << human_bytes(static_cast<double>(whole.encoded_bytes))
@@ -325,10 +328,10 @@ int run_plan(const PlanArgs& args) {
                 << count_line("recv pieces", ps.recv_pieces)
                 << bytes_line("recv bytes", ps.recv_bytes);
     }
-    if (part_plan->fingerprint() != global.fingerprint())
+    if (part_plan->fingerprint() != fingerprint)
       throw Failure("fingerprint of the process part differs from the global plan's");
   }
-  if (!args.out.empty()) write_plan_file(args, spec.input);
+  if (!args.out.empty()) write_plan_file(args, spec.input, whole);
   return 0;
 }
 

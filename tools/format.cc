@@ -117,16 +117,13 @@ std::string resource_message(const std::string& message, const std::string& proc
   return m;
 }
 
-Plan plan_spec(const PlanInput& input, const PlanRequest& request,
-               const std::string& process_hint) {
-  PlanRequest r = request;
-  Progress progress;
-  if (progress.active() && !r.progress && r.scope == PlanScope::kAll)
-    r.progress = [&](int64_t done, int64_t total) {
-      progress.update("planning " + with_commas(total) + " parts\u2026 ", done, total);
-    };
+namespace {
+
+// f(), with the planner's errors in the command line's terms (plan_spec).
+template <class F>
+auto translated(F&& f, const std::string& process_hint) {
   try {
-    return make_plan(input, r);
+    return f();
   } catch (const Error& e) {
     switch (e.code()) {
       case ErrorCode::kInvalidArgument:
@@ -140,6 +137,23 @@ Plan plan_spec(const PlanInput& input, const PlanRequest& request,
         throw;
     }
   }
+}
+
+}  // namespace
+
+Plan plan_spec(const PlanInput& input, const PlanRequest& request,
+               const std::string& process_hint) {
+  PlanRequest r = request;
+  Progress progress;
+  if (progress.active() && !r.progress && r.scope == PlanScope::kAll)
+    r.progress = [&](int64_t done, int64_t total) {
+      progress.update("planning " + with_commas(total) + " parts\u2026 ", done, total);
+    };
+  return translated([&] { return make_plan(input, r); }, process_hint);
+}
+
+PlanEstimate estimate_spec(const PlanInput& input, const PlanRequest& request, PlanStats* stats) {
+  return translated([&] { return estimate_plan(input, request, stats); }, "--process P");
 }
 
 void add_last_stage_option(CLI::App* cmd, int32_t& target) {

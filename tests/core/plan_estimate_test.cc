@@ -290,6 +290,35 @@ TEST(PlanLimit, DefaultIsHalfTheMemory) {
   EXPECT_LT(e.memory_bytes, d);
 }
 
+// estimate_plan(input, request, &stats) hands back the statistics it
+// computed, equal to PlanScope::kGlobal's (what `reshard plan` prints with
+// one computation), and the same estimate as without them.
+TEST(PlanEstimate, HandsBackTheGlobalStatistics) {
+  for (uint64_t seed = 30; seed < 60; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    testing::CaseGen gen(seed);
+    PlanInput in = gen.input();
+    in.options.alpha_seconds = seed % 2 ? 0 : in.options.alpha_seconds;  // relay bands
+    PlanStats st;
+    st.pieces = -1;  // overwritten
+    const PlanEstimate e = estimate_plan(in, request(PlanScope::kAll, 0, 1, 0), &st);
+    const PlanEstimate plain = estimate_plan(in, request(PlanScope::kAll, 0, 1, 0));
+    EXPECT_EQ(e.memory_bytes, plain.memory_bytes);
+    EXPECT_EQ(e.pieces, plain.pieces);
+    EXPECT_EQ(e.messages, plain.messages);
+    const PlanStats g = make_plan(in, request(PlanScope::kGlobal, 0, 1, 0)).stats();
+    EXPECT_EQ(st.pieces, g.pieces);
+    EXPECT_EQ(st.messages, g.messages);
+    EXPECT_EQ(st.rounds, g.rounds);
+    EXPECT_EQ(st.network_bytes, g.network_bytes);
+    EXPECT_EQ(st.peak_staging_bytes, g.peak_staging_bytes);
+    EXPECT_EQ(st.cost_seconds, g.cost_seconds);
+    EXPECT_EQ(st.lower_bound_cost_seconds, g.lower_bound_cost_seconds);
+    EXPECT_EQ(st.per_device, g.per_device);
+    EXPECT_GT(st.plan_seconds, 0);
+  }
+}
+
 TEST(PlanProgress, ReportsEveryPartOnce) {
   testing::CaseGen gen(11, {3, 64, 4, 13, false, false});
   const PlanInput in = gen.input();

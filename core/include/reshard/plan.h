@@ -288,6 +288,13 @@ struct PlanEstimate {
 // the global statistics (what PlanScope::kGlobal costs). Throws what
 // make_plan throws for invalid inputs.
 PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request = {});
+// The same, and into *stats (when not null) the global statistics the
+// estimate was computed from: what make_plan(input, {PlanScope::kGlobal})
+// .stats() holds, plan_seconds being the time this call took, so that a
+// caller wanting both computes them once. With PlanScope::kProcess and
+// global_stats = false only the per-device figures are computed (no
+// rounds, messages or peak staging of a schedule).
+PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, PlanStats* stats);
 
 class Plan {
  public:

@@ -64,7 +64,11 @@ struct DeviceCounts {
 // `max_bytes` (kUnlimitedPlanBytes: none) caps the bookkeeping of device
 // pairs that exchange data, which a plan where every device talks to every
 // other makes quadratic in the devices: past it, kResourceExhausted.
+// `reference`: enumerate every piece of every tensor, as the parts do,
+// instead of the per-cell arithmetic and the per-cell enumeration of tiled
+// destinations (the same figures, slower: what the tests compare them with).
 void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
-                   std::vector<DeviceCounts>* counts = nullptr, int64_t max_bytes = -1);
+                   std::vector<DeviceCounts>* counts = nullptr, int64_t max_bytes = -1,
+                   bool reference = false);
 
 }  // namespace reshard::planning

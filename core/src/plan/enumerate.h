@@ -464,7 +464,10 @@ class Enumerator {
   uint32_t leader(const Route& r, size_t hi, size_t j) const;
   // The CellHosts index of the index-th receiving host.
   size_t receiving_host(const Route& r, size_t index) const;
-  // Pieces of entry `e` for `region` along its route, to f.
+  // Pieces of entry `e` for `region` along its route, to f. The global
+  // statistics mirror it, assign (one summand) and recv's relay merging for
+  // whole cells (core/src/plan/stats.cc, enum_cell): a change here needs the
+  // same there (PlanStatsFastPath compares the two).
   template <class F>
   void routed_recv(const TensorCtx& t, uint32_t e, const Route& r, const Box& region,
                    const uint32_t* holders, size_t n, bool own, F&& f);

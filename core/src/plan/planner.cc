@@ -719,17 +719,25 @@ int validate_request(const PlanInput& input, const PlanRequest& request) {
 int64_t default_max_plan_bytes() { return available_memory() / 2; }
 
 PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request) {
+  return estimate_plan(input, request, nullptr);
+}
+
+PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, PlanStats* stats) {
+  const auto t0 = WaitClock::now();
   const int threads = validate_request(input, request);
   const int64_t limit = resolve_limit(request.max_plan_bytes);
   Context ctx(input);
   ctx.build();
-  PlanStats stats;
+  PlanStats own;
+  PlanStats& st = stats ? *stats : own;
+  st = PlanStats{};
   std::vector<DeviceCounts> counts;
   const bool want_stats = request.scope != PlanScope::kProcess || request.global_stats;
-  planning::compute_stats(ctx, stats, input.options, want_stats, &counts, limit);
+  planning::compute_stats(ctx, st, input.options, want_stats, &counts, limit);
   PlanEstimate e = estimate_parts(ctx, counts, request, threads);
   e.limit_bytes = limit;
   e.available_bytes = available_memory();
+  st.plan_seconds = seconds_since(t0);
   return e;
 }
 

@@ -85,7 +85,7 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
 }  // namespace
 
 void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
-                   std::vector<DeviceCounts>* counts, int64_t max_bytes) {
+                   std::vector<DeviceCounts>* counts, int64_t max_bytes, bool reference) {
   const size_t ndev = ctx.devices.size();
   if (counts) counts->assign(ndev, DeviceCounts{});
   struct Acc {
@@ -206,71 +206,393 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     }
     return it->second;
   };
-  // The pieces of destination entry e of t (a group of `copies` tensors of
-  // `esum` bytes per element in all), enumerated.
-  auto enum_entry = [&](const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
-                        int64_t& group_pieces) {
+  // Band streams looked up recently: a direct-mapped cache (a leader's
+  // stage-0 bands alternate between its holders' streams).
+  constexpr size_t kBandCache = 256;
+  std::array<std::pair<uint64_t, BandStream*>, kBandCache> band_cache;
+  band_cache.fill({~uint64_t{0}, nullptr});
+  auto band_entry = [&](uint64_t key) -> BandStream& {
+    auto& slot = band_cache[(key * 0x9e3779b97f4a7c15ull) >> 56];
+    if (slot.first == key) return *slot.second;
+    auto [it, fresh] = band_streams.try_emplace(key, BandStream{});
+    if (fresh) keep_pair();
+    slot = {key, &it->second};  // stable: unordered_map nodes do not move
+    return it->second;
+  };
+  // One piece x of destination entry e of t (a group of `copies` tensors of
+  // `esum` bytes per element in all).
+  auto account = [&](const TensorCtx& t, uint32_t e, const Emitted& x, int64_t esum, int64_t copies,
+                     int64_t& group_pieces) {
     const uint32_t dd = t.dt->dense[e];
-    en.recv(t, e, [&](const Emitted& x) {
-      ++group_pieces;
-      const int64_t bytes = x.region.volume() * esum;
-      // A relay piece's source is a destination entry (stage 1).
-      const GeoTopo& from = x.relay() ? *t.dt : *t.st;
-      const uint32_t sd = from.dense[x.src_entry];
-      if (counts) {
-        DeviceCounts& c = (*counts)[dd];
-        if (x.local) {
-          c.local_pieces += copies;
-          if (x.own_region) c.regions += copies;
-        } else {
-          c.recv_pieces += copies;
-          (*counts)[sd].send_pieces += copies;
-          if (x.own_region) {
-            c.regions += copies;
-            (*counts)[sd].regions += copies;
-          }
+    ++group_pieces;
+    const int64_t bytes = x.region.volume() * esum;
+    // A relay piece's source is a destination entry (stage 1).
+    const GeoTopo& from = x.relay() ? *t.dt : *t.st;
+    const uint32_t sd = from.dense[x.src_entry];
+    if (counts) {
+      DeviceCounts& c = (*counts)[dd];
+      if (x.local) {
+        c.local_pieces += copies;
+        if (x.own_region) c.regions += copies;
+      } else {
+        c.recv_pieces += copies;
+        (*counts)[sd].send_pieces += copies;
+        if (x.own_region) {
+          c.regions += copies;
+          (*counts)[sd].regions += copies;
         }
       }
-      if (x.local) {
-        acc[dd].local += bytes;
+    }
+    if (x.local) {
+      acc[dd].local += bytes;
+      return;
+    }
+    const bool inter = from.host[x.src_entry] != t.dt->host[e];
+    std::vector<Acc>& sacc = stage_acc[x.stage];
+    sacc[sd].send += bytes;
+    sacc[dd].recv += bytes;
+    if (inter) {
+      sacc[sd].send_inter += bytes;
+      sacc[dd].recv_inter += bytes;
+      st.cross_host_bytes += bytes;
+    }
+    if (from.process[x.src_entry] != t.dt->process[e]) st.cross_process_bytes += bytes;
+    if (x.relay()) {
+      relayed = true;
+      last_stage = std::max(last_stage, static_cast<int32_t>(x.stage));
+      st.forwarded_bytes += bytes;
+    }
+    if (x.band > 0) {  // its stream's own message
+      BandStream& b = band_entry(uint64_t{x.stage} << 40 | uint64_t{sd} << 20 | dd);
+      b.mask |= 1u << x.band;
+      if (track_pairs) b.bytes[x.band] += bytes;
+      return;
+    }
+    if (x.relay()) {
+      const uint64_t key = (uint64_t{sd} << 32) | dd;
+      if (relay_pairs[x.stage].insert(key).second) keep_pair();
+      if (track_pairs) relay_bytes[x.stage][key] += bytes;
+      return;
+    }
+    if (track_pairs) add_pair(sd, dd, bytes);
+    if (dense_pairs) {
+      bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
+    } else {
+      if (pair_set.insert((uint64_t{sd} << 32) | dd).second) keep_pair();
+    }
+  };
+  // The pieces of destination entry e of t, enumerated.
+  auto enum_entry = [&](const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
+                        int64_t& group_pieces) {
+    en.recv(t, e, [&](const Emitted& x) { account(t, e, x, esum, copies, group_pieces); });
+  };
+  // A routed part's bands (relay_bands), worked out once per region for
+  // every entry of the cell: the elements of each band by band number (the
+  // k-th of n is numbered k * kRelayBands / n), the numbers above 0 as a
+  // mask, and the first and last bands' boxes (what merging looks at).
+  struct PartBands {
+    Bands bands;
+    int64_t n = 1;
+    uint32_t mask = 0, last_band = 0;
+    std::array<int64_t, kRelayBands> volume{};
+    Box first, last;
+  };
+  auto part_bands_of = [&](const Box& part, int64_t esize, PartBands& pb) {
+    pb.bands = relay_bands(part, esize, o);
+    const Bands& b = pb.bands;
+    pb.n = b.dim < 0 ? 1 : b.n;
+    pb.mask = 0;
+    pb.volume.fill(0);
+    pb.first = pb.last = part;
+    pb.last_band = 0;
+    if (b.dim < 0) {
+      pb.volume[0] = part.volume();
+      return;
+    }
+    const int64_t slab = part.volume() / part.extent(b.dim);
+    for (int64_t k = 0; k < b.n; ++k) {
+      const auto band = static_cast<uint32_t>(k * kRelayBands / b.n);
+      pb.volume[band] = slab * (b.start(k + 1) - b.start(k));
+      if (band > 0) pb.mask |= 1u << band;
+    }
+    pb.first.hi[b.dim] = b.start(1);
+    pb.last.lo[b.dim] = b.start(b.n - 1);
+    pb.last_band = static_cast<uint32_t>((b.n - 1) * kRelayBands / b.n);
+  };
+  // A relay stream (stage, destination entry src -> the entry being
+  // enumerated) as relay_part found it: its keys, counted in relay_pairs
+  // and band_streams (kept by keep_pair) the first time, and where its bytes
+  // add up. Looked up once per cell instead of once per part.
+  struct StreamRef {
+    uint32_t src = 0, stage = 0;
+    bool counted = false;
+    int64_t* plain = nullptr;      // relay_bytes[stage] (with track_pairs)
+    BandStream* banded = nullptr;  // band_streams
+  };
+  // The relay pieces of `part` from destination entry `src` to e in stage
+  // `stage`, cut into `bands` (relay_bands of the part): what account() does
+  // for each band's piece, at once. `added`: the pieces they make after
+  // merging (Enumerator::recv's RelayMerger; see merge_part).
+  auto relay_part = [&](const TensorCtx& t, StreamRef& ref, uint32_t e, const Box& part,
+                        const PartBands& pb, int64_t added, int64_t esum, int64_t copies,
+                        int64_t& group_pieces) {
+    const uint32_t src = ref.src, stage = ref.stage;
+    const uint32_t sd = t.dt->dense[src], dd = t.dt->dense[e];
+    group_pieces += added;
+    if (counts) {
+      (*counts)[dd].recv_pieces += copies * added;
+      (*counts)[dd].regions += copies * added;
+      (*counts)[sd].send_pieces += copies * added;
+      (*counts)[sd].regions += copies * added;
+    }
+    const int64_t bytes = part.volume() * esum;
+    std::vector<Acc>& sacc = stage_acc[stage];
+    sacc[sd].send += bytes;
+    sacc[dd].recv += bytes;
+    if (t.dt->host[src] != t.dt->host[e]) {
+      sacc[sd].send_inter += bytes;
+      sacc[dd].recv_inter += bytes;
+      st.cross_host_bytes += bytes;
+    }
+    if (t.dt->process[src] != t.dt->process[e]) st.cross_process_bytes += bytes;
+    relayed = true;
+    last_stage = std::max(last_stage, static_cast<int32_t>(stage));
+    st.forwarded_bytes += bytes;
+    // Band 0 travels with the stream's pieces of no band, the others in
+    // their own messages.
+    if (!ref.counted) {
+      const uint64_t key = (uint64_t{sd} << 32) | dd;
+      if (relay_pairs[stage].insert(key).second) keep_pair();
+      if (track_pairs) ref.plain = &relay_bytes[stage][key];
+      ref.counted = true;
+    }
+    if (track_pairs) *ref.plain += pb.volume[0] * esum;
+    if (pb.n == 1) return;
+    if (!ref.banded) ref.banded = &band_entry(uint64_t{stage} << 40 | uint64_t{sd} << 20 | dd);
+    BandStream& b = *ref.banded;
+    b.mask |= pb.mask;
+    if (track_pairs)
+      for (size_t k = 1; k < kRelayBands; ++k) b.bytes[k] += pb.volume[k] * esum;
+  };
+  // Enumerator::recv merges the relay pieces of each (relay, receiver) pair
+  // (RelayMerger): per entry of the cell being enumerated, the pending piece
+  // from each relay. A part's bands have distinct band numbers, so only its
+  // first band can extend the pending piece (of band 0), and its last band
+  // is pending after it. Returns the pieces the part adds.
+  struct Pending {
+    uint32_t src = 0, stage = 0, band = 0;
+    Box box;
+  };
+  auto merge_part = [](std::vector<Pending>& pending, uint32_t src, uint32_t stage,
+                       const PartBands& pb) -> int64_t {
+    Pending* p = nullptr;
+    for (Pending& q : pending)
+      if (q.src == src) p = &q;
+    if (!p) {
+      pending.push_back(Pending{src, stage, pb.last_band, pb.last});
+      return pb.n;
+    }
+    int64_t added = pb.n;
+    if (p->stage == stage && p->band == 0 && RelayMerger::extends(p->box, pb.first)) {
+      --added;
+      if (pb.n == 1) return added;  // the pending piece grew
+    }
+    *p = Pending{src, stage, pb.last_band, pb.last};
+    return added;
+  };
+  // Enumerator::assign for one summand on both sides: the piece(s) of
+  // `region` for entry e from the holders R[0..nr), as stage-0 pieces of
+  // band `band`, to account(). False when no holder is listed.
+  std::vector<uint32_t> near;
+  auto assign_stats = [&](const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* R,
+                          size_t nr, bool own, uint32_t band, int64_t esum, int64_t copies,
+                          int64_t& group_pieces) {
+    if (nr == 0) return false;
+    const Geometry& sg = *t.sg;
+    const int64_t dev = t.dg->devices[e];
+    Emitted x{R[0], e, region, own, sg.devices[R[0]] == dev, true};
+    x.band = band;
+    if (nr == 1) {
+      account(t, e, x, esum, copies, group_pieces);
+      return true;
+    }
+    x.forced = false;
+    for (size_t i = 0; i < nr; ++i)
+      if (sg.devices[R[i]] == dev) {
+        x.src_entry = R[i];
+        x.local = true;
+        account(t, e, x, esum, copies, group_pieces);
+        return true;
+      }
+    x.local = false;
+    const uint32_t* N = R;
+    size_t nn = nr;
+    for (int level = 0; level < 2; ++level) {
+      near.clear();
+      for (size_t i = 0; i < nr; ++i)
+        if (level == 0 ? t.st->process[R[i]] == t.dt->process[e]
+                       : t.st->host[R[i]] == t.dt->host[e])
+          near.push_back(R[i]);
+      if (!near.empty()) {
+        N = near.data();
+        nn = near.size();
+        break;
+      }
+    }
+    // Enumerator::split: evenly along the first dimension with nn elements
+    // (else the longest) when the piece is at least split_min_bytes.
+    if (nn > 1 && region.volume() * t.esize >= o.split_min_bytes && region.rank > 0) {
+      int dim = -1;
+      for (int d = 0; d < region.rank && dim < 0; ++d)
+        if (region.extent(d) >= static_cast<int64_t>(nn)) dim = d;
+      if (dim < 0) {
+        dim = 0;
+        for (int d = 1; d < region.rank; ++d)
+          if (region.extent(d) > region.extent(dim)) dim = d;
+      }
+      const int64_t ext = region.extent(dim);
+      const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nn));
+      if (m > 1) {
+        x.own_region = true;
+        for (int64_t j = 0; j < m; ++j) {
+          x.region = region;
+          x.region.lo[dim] = region.lo[dim] + ext * j / m;
+          x.region.hi[dim] = region.lo[dim] + ext * (j + 1) / m;
+          x.src_entry = N[(static_cast<size_t>(j) + e) % nn];
+          account(t, e, x, esum, copies, group_pieces);
+        }
+        return true;
+      }
+    }
+    x.src_entry = N[e % nn];
+    account(t, e, x, esum, copies, group_pieces);
+    return true;
+  };
+  // Destination cell c of t (tiled, one summand on both sides), as
+  // Enumerator::recv enumerates each of its entries, but with the cover and
+  // each region's route computed once for the cell (both depend on the cell
+  // and the region alone) and each relay part's bands accounted at once
+  // (relay_part) instead of piece by piece. Returns false, having
+  // accounted nothing, when a region has no holder (the caller enumerates,
+  // which reports it).
+  Route route;
+  std::vector<std::vector<Pending>> pending;
+  std::vector<std::vector<StreamRef>> streams;  // per entry of the cell
+  std::vector<uint8_t> several;                 // per entry of the cell: another entry on its host
+  std::vector<size_t> slot;                     // per entry of the cell: Enumerator::host_slot
+  std::vector<PartBands> part_bands;            // per part of the region's route
+  std::vector<uint32_t> part_holders;           // holders on a part's host, per part
+  std::vector<size_t> holder_begin;  // per part: offset into part_holders (+1 at the end)
+  std::vector<std::pair<int32_t, uint32_t>> by_host_cell;
+  auto enum_cell = [&](const TensorCtx& t, size_t c, int64_t esum, int64_t copies,
+                       int64_t& group_pieces) {
+    const Geometry& dg = *t.dg;
+    const uint32_t b0 = dg.cell_offsets[c], b1 = dg.cell_offsets[c + 1];
+    const Box B = t.dst->box(dg.cell_entries[b0]);
+    bool held = true;
+    en.cover(t, B, [&](const Box&, const uint32_t*, size_t n, bool) { held &= n > 0; });
+    if (!held) return false;
+    const size_t m = b1 - b0;
+    pending.resize(std::max(pending.size(), m));
+    streams.resize(std::max(streams.size(), m));
+    for (size_t i = 0; i < m; ++i) {
+      pending[i].clear();
+      streams[i].clear();
+    }
+    several.assign(m, 0);
+    slot.assign(m, 0);
+    by_host_cell.clear();
+    for (uint32_t i = b0; i < b1; ++i) by_host_cell.emplace_back(t.dt->host[dg.cell_entries[i]], i);
+    std::sort(by_host_cell.begin(), by_host_cell.end());
+    for (size_t i = 1; i < m; ++i)
+      if (by_host_cell[i].first == by_host_cell[i - 1].first)
+        several[by_host_cell[i].second - b0] = several[by_host_cell[i - 1].second - b0] = 1;
+    bool slots = false;
+    const uint32_t e0 = dg.cell_entries[b0];
+    en.cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool own) {
+      if (!en.route(t, e0, region, h, n, route)) {
+        for (uint32_t i = b0; i < b1; ++i)
+          assign_stats(t, dg.cell_entries[i], region, h, n, own, 0, esum, copies, group_pieces);
         return;
       }
-      const bool inter = from.host[x.src_entry] != t.dt->host[e];
-      std::vector<Acc>& sacc = stage_acc[x.stage];
-      sacc[sd].send += bytes;
-      sacc[dd].recv += bytes;
-      if (inter) {
-        sacc[sd].send_inter += bytes;
-        sacc[dd].recv_inter += bytes;
-        st.cross_host_bytes += bytes;
+      if (route.reduce) fail(ErrorCode::kInternal, "statistics: a reduce route in one summand");
+      if (!slots) {
+        for (uint32_t i = b0; i < b1; ++i) slot[i - b0] = en.host_slot(t, dg.cell_entries[i]);
+        slots = true;
       }
-      if (from.process[x.src_entry] != t.dt->process[e]) st.cross_process_bytes += bytes;
-      if (x.relay()) {
-        relayed = true;
-        last_stage = std::max(last_stage, static_cast<int32_t>(x.stage));
-        st.forwarded_bytes += bytes;
+      const size_t np = route.parts.size();
+      part_bands.resize(np);
+      part_holders.clear();
+      holder_begin.assign(np + 1, 0);
+      for (size_t j = 0; j < np; ++j) {
+        part_bands_of(route.parts[j], t.esize, part_bands[j]);
+        holder_begin[j] = part_holders.size();
+        if (route.cross && route.part_host[j] >= 0)
+          for (size_t k = 0; k < n; ++k)
+            if (t.st->host[h[k]] == route.part_host[j]) part_holders.push_back(h[k]);
       }
-      if (x.band > 0) {  // its stream's own message
-        auto [it, fresh] = band_streams.try_emplace(
-            uint64_t{x.stage} << 40 | uint64_t{sd} << 20 | dd, BandStream{});
-        if (fresh) keep_pair();
-        it->second.mask |= 1u << x.band;
-        if (track_pairs) it->second.bytes[x.band] += bytes;
-        return;
-      }
-      if (x.relay()) {
-        const uint64_t key = (uint64_t{sd} << 32) | dd;
-        if (relay_pairs[x.stage].insert(key).second) keep_pair();
-        if (track_pairs) relay_bytes[x.stage][key] += bytes;
-        return;
-      }
-      if (track_pairs) add_pair(sd, dd, bytes);
-      if (dense_pairs) {
-        bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
-      } else {
-        if (pair_set.insert((uint64_t{sd} << 32) | dd).second) keep_pair();
+      holder_begin[np] = part_holders.size();
+      for (uint32_t i = b0; i < b1; ++i) {
+        const uint32_t e = dg.cell_entries[i];
+        size_t idx = 0;
+        if (!en.receiving_index(route, t.dt->host[e], &idx)) {  // a holder on e's host
+          assign_stats(t, e, region, h, n, own, 0, esum, copies, group_pieces);
+          continue;
+        }
+        const size_t hi = slot[i - b0];
+        for (size_t j = 0; j < np; ++j) {
+          const Box& part = route.parts[j];
+          const PartBands& pb = part_bands[j];
+          const Bands& bands = pb.bands;
+          const bool entry = Enumerator::arrives_first(route, j, idx);
+          const uint32_t l = en.leader(route, hi, j);
+          uint32_t src = l, stage = entry ? 1 : 2;
+          if (l == e) {
+            if (entry) {  // stage 0, from a holder (on the part's host, if it has one)
+              const bool cut = own || np > 1;
+              const bool shared = route.cross && route.part_host[j] >= 0;
+              const uint32_t* hs = shared ? part_holders.data() + holder_begin[j] : h;
+              const size_t nh = shared ? holder_begin[j + 1] - holder_begin[j] : n;
+              bool ok = true;
+              if (!several[i - b0] && !(route.cross && route.part_entry[j] >= 0))
+                ok = assign_stats(t, e, part, hs, nh, cut, 0, esum, copies, group_pieces);
+              else
+                bands.each(part, [&](const Box& sub, uint32_t band) {
+                  ok &= assign_stats(t, e, sub, hs, nh, cut || !(sub == part), band, esum, copies,
+                                     group_pieces);
+                });
+              if (!ok) fail(ErrorCode::kInternal, "statistics: a route part without holders");
+              continue;
+            }
+            src = en.leader(route,
+                            en.receiving_host(route, static_cast<size_t>(route.part_entry[j])), j);
+            stage = 1;  // across hosts, from the entry host's leader
+          }
+          const int64_t added = merge_part(pending[i - b0], src, stage, pb);
+          StreamRef* ref = nullptr;
+          for (StreamRef& r : streams[i - b0])
+            if (r.src == src && r.stage == stage) ref = &r;
+          if (!ref) ref = &streams[i - b0].emplace_back(StreamRef{src, stage});
+          relay_part(t, *ref, e, part, pb, added, esum, copies, group_pieces);
+        }
       }
     });
+    return true;
+  };
+  // Every cell of t (tiled destination, one summand on both sides) by
+  // enum_cell.
+  auto enum_cells = [&](const TensorCtx& t, int64_t esum, int64_t copies, int64_t& group_pieces) {
+    const Geometry& dg = *t.dg;
+    for (int64_t c = 0; c < dg.num_cells(); ++c) {
+      const auto cs = static_cast<size_t>(c);
+      if (dg.cell_offsets[cs] == dg.cell_offsets[cs + 1]) continue;
+      if (t.dst->box(dg.cell_entries[dg.cell_offsets[cs]]).empty()) continue;
+      if (enum_cell(t, cs, esum, copies, group_pieces)) continue;
+      // A region held by no source device: the enumeration reports the first
+      // such piece, in entry order, as a plan would.
+      for (uint32_t e = 0; e < t.dst->num_entries(); ++e) en.recv(t, e, [](const Emitted&) {});
+      fail(ErrorCode::kInternal, "statistics: a region without holders was not reported");
+    }
   };
   for (auto& [key, members] : groups) {
     int64_t esum = 0;
@@ -279,7 +601,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     // Every member has the representative's pieces.
     const int64_t copies = static_cast<int64_t>(members.size());
     int64_t group_pieces = 0;
-    if (dense_pairs && t.sg->unique_cells && t.dg->tiled && t.S == 1 && t.T == 1 && !may_relay(t)) {
+    if (!reference && dense_pairs && t.sg->unique_cells && t.dg->tiled && t.S == 1 && t.T == 1 &&
+        !may_relay(t)) {
       // No choice of sender anywhere: statistics follow from per-cell
       // arithmetic over destination cells, without enumerating pieces.
       const Geometry& dg = *t.dg;
@@ -408,9 +731,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         });
         const int64_t n = b1 - b0;
         if (o.relays && relay_cell(t, b0, b1)) {
-          if (relay_bands(B, t.esize, o).n > 1) {  // relay bands: enumerated
-            for (uint32_t i = b0; i < b1; ++i)
-              enum_entry(t, dg.cell_entries[i], esum, copies, group_pieces);
+          if (relay_bands(B, t.esize, o).n > 1) {  // relay bands: by enum_cell
+            if (!enum_cell(t, static_cast<size_t>(c), esum, copies, group_pieces))
+              fail(ErrorCode::kInternal, "statistics: a tiled source cell without holders");
             continue;
           }
           group_pieces += relay_cell_stats(t, B, esum, copies);
@@ -472,9 +795,13 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       pieces += group_pieces * static_cast<int64_t>(members.size());
       continue;
     }
-    for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {
-      if (t.dst->box(e).empty()) continue;
-      enum_entry(t, e, esum, copies, group_pieces);
+    if (!reference && t.dg->tiled && t.S == 1 && t.T == 1) {
+      enum_cells(t, esum, copies, group_pieces);
+    } else {
+      for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {
+        if (t.dst->box(e).empty()) continue;
+        enum_entry(t, e, esum, copies, group_pieces);
+      }
     }
     pieces += group_pieces * static_cast<int64_t>(members.size());
   }

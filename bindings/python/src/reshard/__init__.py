@@ -9,6 +9,8 @@ Python binding over the stable C ABI of ``libreshard.so.1`` (loaded through
     src = p.scatter({"w": w})            # or your own buffers, one per entry
     dst = p.allocate("dst")
     reshard.execute(p, src, dst)
+    run = reshard.prepare(p, src, dst)   # the same buffers again and again:
+    run()                                # checked and converted once
 
 Adapters: :mod:`reshard.jax` (``jax.Array`` pytrees and ``NamedSharding``)
 and :mod:`reshard.torch` (DTensor placements, DeviceMesh).
@@ -18,15 +20,16 @@ from ._ffi import (ABI_VERSION, HEADER_ABI_VERSION, LIBRARY_PATH, CorruptError, 
                    ReshardMemoryError, ReshardOverflowError, ReshardTimeoutError,
                    ResourceExhaustedError, TransportError, UnsupportedError)
 from ._ffi import api as _api, ffi as _ffi_mod
-from ._core import (Entry, Executor, Layout, MPIExecutor, Plan, Tensor, dtype_name, execute,
-                    numpy_dtype, plan, spec_fingerprint, transport_available, verify_bytes)
+from ._core import (Entry, Executor, Layout, MPIExecutor, Plan, PreparedExecution, Tensor,
+                    dtype_name, execute, numpy_dtype, plan, prepare, spec_fingerprint,
+                    transport_available, verify_bytes)
 
 __version__: str = _ffi_mod.string(_api.version()).decode()
 """The library's release version (``reshard_version()``)."""
 
 __all__ = [
     "ABI_VERSION", "HEADER_ABI_VERSION", "LIBRARY_PATH", "__version__",
-    "plan", "execute", "Plan", "Tensor", "Layout", "Entry", "Executor", "MPIExecutor",
+    "plan", "execute", "prepare", "PreparedExecution", "Plan", "Tensor", "Layout", "Entry", "Executor", "MPIExecutor",
     "spec_fingerprint", "verify_bytes", "transport_available", "dtype_name", "numpy_dtype",
     "ReshardError", "InvalidArgumentError", "OutOfRangeError", "ReshardOverflowError",
     "MismatchError", "ParseError", "CorruptError", "UnsupportedError", "ReshardTimeoutError",

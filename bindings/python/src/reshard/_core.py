@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import weakref
 from dataclasses import dataclass
 from typing import (Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union)
 
@@ -511,9 +512,19 @@ def _compact(shape: Tuple[int, ...], strides: Optional[Tuple[int, ...]]) -> bool
     return True
 
 
-def _convert(obj: Any, t: Tensor, e: Entry, where: str, writable: bool, pinned: _Pinned) -> int:
+def _where(where: Any) -> str:
+    """``sources['w'][3]`` from ``("sources", "w", 3)`` (built only when needed)."""
+    if isinstance(where, tuple):
+        side, name, i = where
+        return f"{side}[{name!r}][{i}]"
+    return where
+
+
+def _convert(obj: Any, t: Tensor, e: Entry, where: Any, writable: bool, pinned: _Pinned) -> int:
     """The address of a host buffer holding entry ``e`` of ``t``, after checking
-    dtype, shape, contiguity, device and writability."""
+    dtype, shape, contiguity, device and writability. ``where`` names the
+    buffer in messages: a string, or ``(side, tensor name, entry index)``."""
+    where = _where(where)
     shape = e.shape
     if isinstance(obj, np.ndarray):
         if obj.dtype.name != _NUMPY_NAMES[t.dtype]:
@@ -623,6 +634,16 @@ class _Table:
             do += ndst[t.index]
         self.num_tensors = len(ts)
         self.plan = plan
+        # For the NumPy fast path of _bind: each entry's shape, and each
+        # tensor's NumPy dtype (None where ml_dtypes is missing: slow path).
+        self.src_shapes = [[e.shape for e in t.src.entries] for t in ts]
+        self.dst_shapes = [[e.shape for e in t.dst.entries] for t in ts]
+        self.np_dtypes: List[Optional[np.dtype]] = []
+        for t in ts:
+            try:
+                self.np_dtypes.append(np.dtype(numpy_dtype(t.dtype)))
+            except ImportError:
+                self.np_dtypes.append(None)
 
 
 class _PointerTable:
@@ -657,6 +678,126 @@ def _table(plan: Plan) -> _Table:
     if tab is None:
         tab = plan._tables["table"] = _Table(plan, None)
     return tab
+
+
+def _bind(plan: Plan, sources: Buffers, destinations: Buffers,
+          pinned: _Pinned) -> Tuple[np.ndarray, np.ndarray, Any, int]:
+    """Checks and converts every buffer: the (source, destination) address and
+    size arrays, a ``reshard_tensor_buffers_t`` table pointing into them (new
+    for each call: a plan may run on several threads at once), and the tensor
+    count. ``pinned`` holds what keeps the buffers' memory alive."""
+    src_rows = _rows(plan, sources, "sources")
+    dst_rows = _rows(plan, destinations, "destinations")
+    tab = _table(plan)
+    src = np.zeros((len(tab.src), 2), np.uint64)
+    dst = np.zeros((len(tab.dst), 2), np.uint64)
+    keep = pinned.keep
+    ndarray = np.ndarray
+    for t in plan.tensors:
+        ti = t.index
+        want = tab.np_dtypes[ti]
+        for side, rows, arr, off, sizes, lay, shapes, writable in (
+                ("sources", src_rows, src, tab.src_off, tab.src_bytes, t.src, tab.src_shapes, False),
+                ("destinations", dst_rows, dst, tab.dst_off, tab.dst_bytes, t.dst, tab.dst_shapes,
+                 True)):
+            row = rows[ti]
+            if row is None:
+                row = ()
+            n = len(lay.entries)
+            if len(row) not in (0, n):
+                raise InvalidArgumentError(
+                    f"{side}[{t.name!r}]: {len(row)} buffers given, the layout has "
+                    f"{n} entries (pass None for entries of other processes)")
+            base = off[ti]
+            shp = shapes[ti]
+            for i, b in enumerate(row):
+                if b is None:
+                    continue
+                # NumPy arrays that pass every check take this path; any
+                # other buffer, or an array that fails a check, is converted
+                # (and its error reported) by _convert.
+                if (type(b) is ndarray and want is not None and b.dtype == want
+                        and b.shape == shp[i] and b.flags.c_contiguous
+                        and (not writable or b.flags.writeable)):
+                    keep.append(b)
+                    ptr = b.ctypes.data
+                else:
+                    ptr = _convert(b, t, lay.entries[i], (side, t.name, i), writable, pinned)
+                arr[base + i, 0] = ptr
+                arr[base + i, 1] = sizes[base + i]
+    tb = ffi.new("reshard_tensor_buffers_t[]", max(tab.num_tensors, 1))
+    sp = ffi.cast("reshard_src_buffer_t*", ffi.from_buffer(src))
+    dp = ffi.cast("reshard_dst_buffer_t*", ffi.from_buffer(dst))
+    for t in plan.tensors:
+        i = t.index
+        src_given = len(src_rows[i] or ()) > 0
+        dst_given = len(dst_rows[i] or ()) > 0
+        tb[i].src = sp + tab.src_off[i] if src_given else ffi.NULL
+        tb[i].num_src = len(t.src.entries) if src_given else 0
+        tb[i].dst = dp + tab.dst_off[i] if dst_given else ffi.NULL
+        tb[i].num_dst = len(t.dst.entries) if dst_given else 0
+    return src, dst, tb, tab.num_tensors
+
+
+class PreparedExecution:
+    """One plan bound to fixed buffers by :meth:`Executor.prepare` (or
+    :func:`reshard.prepare`): every buffer was checked and converted to an
+    address once, and :meth:`execute` is one call into the library.
+
+    The buffers' memory must stay where it is: the object keeps every
+    buffer alive (and DLPack exports unreleased) until :meth:`release`, the
+    end of a ``with`` block, or garbage collection. Their contents may change
+    between executions; that is what each execution reads and writes.
+    Executing concurrently from several threads is allowed by the library
+    (the table is only read) but writes the same destinations.
+    """
+
+    def __init__(self, executor: "Executor", plan: Plan, sources: Buffers,
+                 destinations: Buffers) -> None:
+        pinned = _Pinned()
+        try:
+            self._src, self._dst, self._tb, self._num_tensors = _bind(
+                plan, sources, destinations, pinned)
+        except BaseException:
+            pinned.release()
+            raise
+        self.executor = executor
+        self.plan = plan
+        # DLPack deleters run on release or collection; not at interpreter
+        # exit, when the exporting framework may be gone already.
+        self._release = weakref.finalize(self, pinned.release)
+        self._release.atexit = False
+
+    @property
+    def released(self) -> bool:
+        return self._tb is None
+
+    def execute(self) -> None:
+        """Runs the plan on the bound buffers (collective for MPI executors,
+        as :meth:`Executor.execute`)."""
+        tb = self._tb
+        if tb is None:
+            raise InvalidArgumentError("prepared execution: released; prepare the buffers again")
+        check(api.executor_execute(self.executor._ptr, self.plan._ptr, tb, self._num_tensors))
+
+    __call__ = execute
+
+    def release(self) -> None:
+        """Drops the references to the buffers (and releases DLPack exports);
+        :meth:`execute` raises afterwards. Idempotent."""
+        self._tb = None
+        self._src = self._dst = None
+        self._release()
+
+    def __enter__(self) -> "PreparedExecution":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self._tb is None else "ready"
+        return f"<reshard.PreparedExecution {state}, {self._num_tensors} tensors>"
 
 
 # -------------------------------------------------------------- executors
@@ -698,48 +839,28 @@ class Executor:
         dict by name), one buffer per layout entry in entry order (see
         :attr:`Plan.tensors`); ``None`` for entries of other processes. Buffers
         are checked (dtype, shape, contiguity, CPU device, writability) before
-        anything is written; memory is never copied.
+        anything is written; memory is never copied. Every call checks and
+        converts every buffer again (about a microsecond per NumPy array,
+        more through DLPack); to execute many times on the same buffers, pay
+        that once with :meth:`prepare`.
         """
-        src_rows = _rows(plan, sources, "sources")
-        dst_rows = _rows(plan, destinations, "destinations")
-        tab = _table(plan)
         pinned = _Pinned()
         try:
-            src = np.zeros((len(tab.src), 2), np.uint64)
-            dst = np.zeros((len(tab.dst), 2), np.uint64)
-            for t in plan.tensors:
-                for side, rows, arr, off, sizes, lay, writable in (
-                        ("sources", src_rows, src, tab.src_off, tab.src_bytes, t.src, False),
-                        ("destinations", dst_rows, dst, tab.dst_off, tab.dst_bytes, t.dst, True)):
-                    row = rows[t.index]
-                    if row is None:
-                        row = ()
-                    if len(row) not in (0, len(lay.entries)):
-                        raise InvalidArgumentError(
-                            f"{side}[{t.name!r}]: {len(row)} buffers given, the layout has "
-                            f"{len(lay.entries)} entries (pass None for entries of other processes)")
-                    for i, b in enumerate(row):
-                        if b is None:
-                            continue
-                        where = f"{side}[{t.name!r}][{i}]"
-                        arr[off[t.index] + i] = (_convert(b, t, lay.entries[i], where, writable, pinned),
-                                                 sizes[off[t.index] + i])
-            # Build a private table for this call (a plan may run on several
-            # threads at once).
-            tb = ffi.new("reshard_tensor_buffers_t[]", max(tab.num_tensors, 1))
-            sp = ffi.cast("reshard_src_buffer_t*", ffi.from_buffer(src))
-            dp = ffi.cast("reshard_dst_buffer_t*", ffi.from_buffer(dst))
-            for t in plan.tensors:
-                i = t.index
-                src_given = len(src_rows[i] or ()) > 0
-                dst_given = len(dst_rows[i] or ()) > 0
-                tb[i].src = sp + tab.src_off[i] if src_given else ffi.NULL
-                tb[i].num_src = len(t.src.entries) if src_given else 0
-                tb[i].dst = dp + tab.dst_off[i] if dst_given else ffi.NULL
-                tb[i].num_dst = len(t.dst.entries) if dst_given else 0
-            check(api.executor_execute(self._ptr, plan._ptr, tb, tab.num_tensors))
+            src, dst, tb, n = _bind(plan, sources, destinations, pinned)  # tb points into src, dst
+            check(api.executor_execute(self._ptr, plan._ptr, tb, n))
+            del src, dst
         finally:
             pinned.release()
+
+    def prepare(self, plan: Plan, sources: Buffers,
+                destinations: Buffers) -> "PreparedExecution":
+        """Checks and converts the buffers once, as :meth:`execute` does, and
+        returns a :class:`PreparedExecution` whose ``execute()`` runs ``plan``
+        on them with one C call: for loops that execute a plan again and
+        again on the same buffers (their contents may change between calls,
+        their memory may not move). The buffers are kept alive (DLPack
+        exports held) until :meth:`PreparedExecution.release`."""
+        return PreparedExecution(self, plan, sources, destinations)
 
     def _execute_table(self, table: "_PointerTable") -> None:
         """Executes ``table.plan`` with the addresses written into ``table``."""
@@ -814,6 +935,14 @@ def execute(plan: Plan, sources: Buffers, destinations: Buffers, *,
     """Executes ``plan`` on host buffers (see :meth:`Executor.execute`); with no
     executor, on a host executor using every hardware thread."""
     (executor or _default_executor()).execute(plan, sources, destinations)
+
+
+def prepare(plan: Plan, sources: Buffers, destinations: Buffers, *,
+            executor: Optional[Executor] = None) -> PreparedExecution:
+    """Binds ``plan`` to fixed buffers for repeated executions (see
+    :meth:`Executor.prepare`); with no executor, the host executor using
+    every hardware thread that :func:`execute` uses."""
+    return (executor or _default_executor()).prepare(plan, sources, destinations)
 
 
 _DEFAULT: List[Executor] = []

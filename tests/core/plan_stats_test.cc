@@ -1,0 +1,229 @@
+// The global statistics' fast paths (core/src/plan/stats.cc: per-cell
+// arithmetic, and tiled destination cells enumerated once per cell with
+// each relay part's bands accounted at once) against the reference that
+// enumerates every piece as the parts do, field by field, on cases with
+// relay bands (inside and across hosts), replicas and staging budgets. The
+// per-device counts behind estimate_plan are compared too; the property
+// tests (check_stats) compare the statistics with the parts themselves.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "plan/context.h"
+#include "random_cases.h"
+#include "reshard/error.h"
+#include "reshard/plan.h"
+
+namespace reshard {
+namespace {
+
+struct StatsRun {
+  PlanStats st;
+  std::vector<planning::DeviceCounts> counts;
+};
+
+StatsRun run_stats(const PlanInput& in, bool schedule, bool reference) {
+  planning::Context ctx(in);
+  ctx.build();
+  StatsRun r;
+  planning::compute_stats(ctx, r.st, in.options, schedule, &r.counts, -1, reference);
+  return r;
+}
+
+// Every figure of the statistics and every device's counts, exactly (the
+// α–β figures are sums of the same integers in the same order).
+void expect_same(const StatsRun& fast, const StatsRun& ref) {
+  const PlanStats &a = fast.st, &b = ref.st;
+#define RESHARD_SAME(f) EXPECT_EQ(a.f, b.f) << #f
+  RESHARD_SAME(network_bytes);
+  RESHARD_SAME(local_bytes);
+  RESHARD_SAME(cross_host_bytes);
+  RESHARD_SAME(cross_process_bytes);
+  RESHARD_SAME(max_send_bytes);
+  RESHARD_SAME(max_recv_bytes);
+  RESHARD_SAME(messages);
+  RESHARD_SAME(pieces);
+  RESHARD_SAME(rounds);
+  RESHARD_SAME(peak_staging_bytes);
+  RESHARD_SAME(cost_seconds);
+  RESHARD_SAME(stages);
+  RESHARD_SAME(max_host_send_bytes);
+  RESHARD_SAME(max_host_recv_bytes);
+  RESHARD_SAME(forwarded_bytes);
+  RESHARD_SAME(lower_bound_network_bytes);
+  RESHARD_SAME(lower_bound_cost_seconds);
+#undef RESHARD_SAME
+  EXPECT_EQ(a.per_device, b.per_device);
+  ASSERT_EQ(fast.counts.size(), ref.counts.size());
+  for (size_t d = 0; d < ref.counts.size(); ++d) {
+    SCOPED_TRACE("device index " + std::to_string(d));
+    const planning::DeviceCounts &x = fast.counts[d], &y = ref.counts[d];
+    EXPECT_EQ(x.local_pieces, y.local_pieces);
+    EXPECT_EQ(x.send_pieces, y.send_pieces);
+    EXPECT_EQ(x.recv_pieces, y.recv_pieces);
+    EXPECT_EQ(x.regions, y.regions);
+    EXPECT_EQ(x.streams, y.streams);
+    EXPECT_EQ(x.messages, y.messages);
+    EXPECT_EQ(x.cuts, y.cuts);
+  }
+}
+
+// Both ways of computing the statistics, with the schedule (what the
+// global statistics do) and without (what a worker's estimate does).
+void check_fast_path(const PlanInput& in) {
+  for (bool schedule : {true, false}) {
+    SCOPED_TRACE(schedule ? "with the schedule" : "without the schedule");
+    ASSERT_NO_FATAL_FAILURE(
+        expect_same(run_stats(in, schedule, false), run_stats(in, schedule, true)));
+  }
+}
+
+std::shared_ptr<Mesh> mesh(std::vector<std::string> axes, std::vector<int64_t> shape,
+                           int64_t first) {
+  auto m = std::make_shared<Mesh>();
+  m->axis_names = std::move(axes);
+  m->shape = std::move(shape);
+  for (int64_t i = 0; i < m->size(); ++i) m->devices.push_back(first + i);
+  return m;
+}
+
+NamedSharding named(std::shared_ptr<Mesh> m, std::vector<std::vector<std::string>> dims) {
+  NamedSharding s;
+  s.mesh = std::move(m);
+  s.dims = std::move(dims);
+  return s;
+}
+
+// The random cases of the property tests (relays inside hosts, replicas,
+// explicit layouts, partial sums) with alpha 0, so that relay parts are cut
+// into bands, without a budget, with one that never cuts them and with the
+// generated one; and single-hop.
+TEST(PlanStatsFastPath, RandomCasesWithRelayBandsMatchTheEnumeration) {
+  const int cases = 600;
+  int banded = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    testing::CaseGen gen(90000 + static_cast<uint64_t>(c), {5, 64, 3, c % 2 ? 13 : 40, true, true});
+    PlanInput in = gen.input();
+    in.options.alpha_seconds = 0;
+    const int64_t generated = in.options.staging_budget_bytes;
+    for (int64_t budget : {int64_t{0}, int64_t{1} << 30, generated}) {
+      SCOPED_TRACE("budget " + std::to_string(budget));
+      in.options.staging_budget_bytes = budget;
+      ASSERT_NO_FATAL_FAILURE(check_fast_path(in));
+    }
+    // Single-hop (no route anywhere: every cell's regions assigned entry by
+    // entry, replicas split or rotated).
+    PlanInput single = in;
+    single.options.relays = false;
+    single.options.reduce_scatter = false;
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(single));
+    const PlanStats st = run_stats(in, true, false).st;
+    banded += st.forwarded_bytes > 0 && st.rounds > st.stages;
+  }
+  EXPECT_GT(banded, cases / 50) << "cases with relay streams in several messages";
+}
+
+// Relays across hosts (Route::cross): few holders on one or two hosts —
+// replicas, one per host or several (split across replicas, in bands), or
+// shards — feeding 3-7 receiving hosts of 1-3 devices each; two tensors of
+// the same geometry and shape (one group, scaled) and one of another dtype
+// (relay bands follow the bytes); alpha 0 or 5 µs, budgets.
+TEST(PlanStatsFastPath, RandomCrossHostFleetsMatchTheEnumeration) {
+  std::mt19937_64 rng(20261124);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int cases = 300;
+  int crossed = 0, banded = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t holders = uni(1, 4), holder_hosts = uni(1, 2);
+    const int64_t receiving = uni(3, 7), members = uni(1, 3);
+    PlanInput in;
+    for (int64_t d = 0; d < holders; ++d)
+      in.topology.add(
+          {d, static_cast<int32_t>(uni(0, 1) ? d : 0), static_cast<int32_t>(d % holder_hosts), 0});
+    for (int64_t i = 0; i < receiving * members; ++i)
+      in.topology.add({holders + i, static_cast<int32_t>(holders + i),
+                       static_cast<int32_t>(holder_hosts + i / members), 0});
+    const int rank = static_cast<int>(uni(1, 3));
+    std::vector<int64_t> shape;
+    for (int d = 0; d < rank; ++d) shape.push_back(uni(5, 120));
+    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+    if (uni(0, 1)) src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+    std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
+    if (members > 1 && uni(0, 1)) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
+    const NamedSharding src = named(mesh({"a"}, {holders}, 0), src_dims);
+    const NamedSharding dst = named(mesh({"r", "k"}, {receiving, members}, holders), dst_dims);
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
+    const DType first = dtypes[uni(0, 2)], other = dtypes[uni(0, 2)];
+    for (int i = 0; i < 3; ++i) {
+      TensorSpec t;
+      t.name = "w" + std::to_string(i);
+      t.shape = shape;
+      t.dtype = i < 2 ? first : other;
+      t.src = Layout::from_named(src, shape, t.name + ".src");
+      t.dst = Layout::from_named(dst, shape, t.name + ".dst");
+      in.tensors.push_back(std::move(t));
+    }
+    in.options.split_min_bytes = uni(0, 1) ? 256 : 1024;
+    in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
+    // Budgets that cut the streams into several rounds (bands beside
+    // rounds), and one that never does.
+    const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(in));
+    const PlanStats st = run_stats(in, true, true).st;
+    crossed += st.stages == 3 || (st.stages == 2 && members == 1);
+    banded += st.forwarded_bytes > 0 && st.rounds > st.stages;
+  }
+  EXPECT_GT(crossed, cases / 4) << "cases relayed across hosts";
+  EXPECT_GT(banded, cases / 4) << "cases with relay streams in several messages";
+}
+
+// A region no source device holds: both ways report the piece the
+// enumeration meets first (entry order), with the same message.
+TEST(PlanStatsFastPath, UncoveredRegionIsReportedAsTheEnumerationReportsIt) {
+  const std::vector<int64_t> shape = {8, 6};
+  auto box = [](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    Box b;
+    b.rank = 2;
+    b.lo[0] = r0;
+    b.hi[0] = r1;
+    b.lo[1] = c0;
+    b.hi[1] = c1;
+    return b;
+  };
+  PlanInput in;
+  for (int64_t d = 0; d < 8; ++d)
+    in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d / 2), 0});
+  TensorSpec t;
+  t.name = "w";
+  t.shape = shape;
+  t.dtype = DType::kF32;
+  // Rows 4..8, columns 3..6 are held by nobody.
+  t.src = Layout::from_boxes(shape, {{0, 0, box(0, 4, 0, 6)}, {1, 0, box(4, 8, 0, 3)}}, 1,
+                             ReduceOp::kSum, "w.src");
+  t.dst = Layout::from_named(named(mesh({"r", "k"}, {3, 2}, 2), {{"k"}, {}}), shape, "w.dst");
+  in.tensors.push_back(std::move(t));
+  std::string fast, ref;
+  try {
+    (void)run_stats(in, true, false);
+  } catch (const Error& e) {
+    fast = e.what();
+  }
+  try {
+    (void)run_stats(in, true, true);
+  } catch (const Error& e) {
+    ref = e.what();
+  }
+  EXPECT_NE(ref.find("is held by no source device"), std::string::npos) << ref;
+  EXPECT_EQ(fast, ref);
+}
+
+}  // namespace
+}  // namespace reshard
