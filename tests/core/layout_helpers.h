@@ -20,6 +20,16 @@ inline std::shared_ptr<Mesh> mesh_1d(std::vector<int64_t> devices, const std::st
   return m;
 }
 
+// A mesh of `shape` over consecutive devices from `first`.
+inline std::shared_ptr<Mesh> mesh(std::vector<std::string> axes, std::vector<int64_t> shape,
+                                  int64_t first) {
+  auto m = std::make_shared<Mesh>();
+  m->axis_names = std::move(axes);
+  m->shape = std::move(shape);
+  for (int64_t i = 0; i < m->size(); ++i) m->devices.push_back(first + i);
+  return m;
+}
+
 inline NamedSharding sharding(std::shared_ptr<Mesh> mesh,
                               std::vector<std::vector<std::string>> dims,
                               std::vector<std::string> partial = {}, ReduceOp op = ReduceOp::kSum) {

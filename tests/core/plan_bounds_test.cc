@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "cell_ingress.h"
+#include "layout_helpers.h"
 #include "random_cases.h"
 #include "reshard/engine.h"
 #include "reshard/exec.h"
@@ -235,14 +236,7 @@ TEST(PlanBounds, RandomCasesMatchTheElementOracle) {
 
 // ------------------------------------------------ where single-hop loses
 
-std::shared_ptr<Mesh> mesh(std::vector<std::string> axes, std::vector<int64_t> shape,
-                           int64_t first) {
-  auto m = std::make_shared<Mesh>();
-  m->axis_names = std::move(axes);
-  m->shape = std::move(shape);
-  for (int64_t i = 0; i < m->size(); ++i) m->devices.push_back(first + i);
-  return m;
-}
+using testing::mesh;
 
 // hosts[i] is the host of device i (and its process).
 PlanInput one_tensor(std::vector<int64_t> shape, DType dtype, const NamedSharding& src,

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "layout_helpers.h"
 #include "plan/context.h"
 #include "random_cases.h"
 #include "reshard/error.h"
@@ -81,14 +82,7 @@ void check_fast_path(const PlanInput& in) {
   }
 }
 
-std::shared_ptr<Mesh> mesh(std::vector<std::string> axes, std::vector<int64_t> shape,
-                           int64_t first) {
-  auto m = std::make_shared<Mesh>();
-  m->axis_names = std::move(axes);
-  m->shape = std::move(shape);
-  for (int64_t i = 0; i < m->size(); ++i) m->devices.push_back(first + i);
-  return m;
-}
+using testing::mesh;
 
 NamedSharding named(std::shared_ptr<Mesh> m, std::vector<std::vector<std::string>> dims) {
   NamedSharding s;
