@@ -83,6 +83,26 @@ def test_wrong_dtype(p):
         reshard.execute(p, src, dst)
 
 
+def test_foreign_byte_order(p):
+    # float64 in the other byte order has the same dtype name: it must be
+    # refused, not reinterpreted.
+    other = ">" if np.little_endian else "<"
+    for side in ("sources", "destinations"):
+        src, dst = buffers(p)
+        bufs = src if side == "sources" else dst
+        bufs[0][1] = bufs[0][1].astype(np.dtype(np.float64).newbyteorder(other))
+        with pytest.raises(reshard.InvalidArgumentError,
+                           match=rf"{side}\['w'\]\[1\]: dtype '{other}f8' is not in this "
+                           "machine's byte order"):
+            reshard.execute(p, src, dst)
+        with pytest.raises(reshard.InvalidArgumentError, match="byte order"):
+            reshard.prepare(p, src, dst)
+        # the same buffer through the buffer protocol: its format says so
+        bufs[0][1] = memoryview(bufs[0][1])
+        with pytest.raises(reshard.InvalidArgumentError, match=rf"buffer format '{other}d' given"):
+            reshard.execute(p, src, dst)
+
+
 def test_wrong_size(p):
     src, dst = buffers(p)
     dst[0][1] = np.empty((2, 10))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import sys
 import weakref
 from dataclasses import dataclass
 from typing import (Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union)
@@ -530,6 +531,9 @@ def _convert(obj: Any, t: Tensor, e: Entry, where: Any, writable: bool, pinned: 
         if obj.dtype.name != _NUMPY_NAMES[t.dtype]:
             raise InvalidArgumentError(f"{where}: dtype {obj.dtype.name} given, tensor {t.name!r} "
                                        f"is {t.dtype} ({_NUMPY_NAMES[t.dtype]})")
+        if not obj.dtype.isnative:
+            raise InvalidArgumentError(f"{where}: dtype {obj.dtype.str!r} is not in this machine's "
+                                       "byte order; pass x.astype(x.dtype.newbyteorder('='))")
         if obj.shape != shape:
             raise InvalidArgumentError(f"{where}: shape {obj.shape} given, entry of device "
                                        f"{e.device} of tensor {t.name!r} is box {_box(e)}, shape {shape}")
@@ -565,7 +569,7 @@ def _convert(obj: Any, t: Tensor, e: Entry, where: Any, writable: bool, pinned: 
         raise InvalidArgumentError(f"{where}: buffer is read-only; destinations must be writable")
     if not mv.c_contiguous:
         raise InvalidArgumentError(f"{where}: buffer is not C-contiguous")
-    fmt = mv.format.lstrip("@=<")
+    fmt = mv.format.lstrip("@=<" if sys.byteorder == "little" else "@=>")
     nbytes = int(np.prod(shape, dtype=np.int64)) * _ITEMSIZE[t.dtype]
     raw = fmt in ("B", "b", "c") and mv.ndim == 1
     if raw:  # untyped bytes: only the size can be checked
