@@ -16,20 +16,13 @@
 #include <tuple>
 #include <vector>
 
+#include "layout_helpers.h"
 #include "reshard/error.h"
 
 namespace reshard {
 namespace {
 
-Box make_box(std::initializer_list<std::pair<int64_t, int64_t>> dims) {
-  Box b;
-  for (const auto& [lo, hi] : dims) {
-    b.lo[b.rank] = lo;
-    b.hi[b.rank] = hi;
-    ++b.rank;
-  }
-  return b;
-}
+using testing::make_box;
 
 // Row-major element offset of global index `idx` in a buffer shaped `box`.
 int64_t offset_in(const Box& box, const std::array<int64_t, kMaxRank>& idx) {

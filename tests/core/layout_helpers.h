@@ -1,6 +1,7 @@
 // Test support: small builders for meshes, named shardings and tensors.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -10,6 +11,17 @@
 #include "reshard/plan.h"
 
 namespace reshard::testing {
+
+// A box from (lo, hi) per dimension: make_box({{0, 4}, {2, 6}}).
+inline Box make_box(std::initializer_list<std::pair<int64_t, int64_t>> dims) {
+  Box b;
+  for (const auto& [lo, hi] : dims) {
+    b.lo[b.rank] = lo;
+    b.hi[b.rank] = hi;
+    ++b.rank;
+  }
+  return b;
+}
 
 // A one-axis mesh over `devices`.
 inline std::shared_ptr<Mesh> mesh_1d(std::vector<int64_t> devices, const std::string& axis = "x") {

@@ -184,13 +184,7 @@ TEST(PlanStatsFastPath, RandomCrossHostFleetsMatchTheEnumeration) {
 TEST(PlanStatsFastPath, UncoveredRegionIsReportedAsTheEnumerationReportsIt) {
   const std::vector<int64_t> shape = {8, 6};
   auto box = [](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    Box b;
-    b.rank = 2;
-    b.lo[0] = r0;
-    b.hi[0] = r1;
-    b.lo[1] = c0;
-    b.hi[1] = c1;
-    return b;
+    return testing::make_box({{r0, r1}, {c0, c1}});
   };
   PlanInput in;
   for (int64_t d = 0; d < 8; ++d)
