@@ -174,7 +174,8 @@ TEST(EngineLocal, ReductionsOverManyRoundsKeepSummandOrderAndRoundOnce) {
 }
 
 // Invariant: the whole-plan schedule holds every piece once, its direct
-// copies in ascending round (local pieces, round -1, first) and its
+// copies in ascending round (local pieces in the first round of stage 0's
+// messages, see SlicesOfOneSourceRowAreInterleavedInSourceOrder) and its
 // reduction groups in ascending round, each group one destination entry's
 // contributions of one round in summand order.
 TEST(EngineLocal, WholeScheduleIsOrderedByRound) {
@@ -228,13 +229,16 @@ TEST(EngineLocal, WholeScheduleIsOrderedByRound) {
 
 // Invariant: direct copies that read column slices of the same source rows
 // (row-sharded sources to column-sharded destinations, even and uneven
-// splits, rank 2 and 3; runs of 1 KiB or more only two to four per row)
-// form interleaved groups (DirectCopy::interleave):
+// splits, rank 2 and 3; runs of 1 KiB or more two to four per row, or any
+// number where they abut and make up whole source rows) form interleaved
+// groups (DirectCopy::interleave):
 // consecutive copies of one round, source entry and stage, in increasing
 // source order, whose first runs lie within one source row; every copy of
-// the schedule stays once. Executed (1, 2 and 3 threads; 9 MiB, so that
-// the copies stream and groups are cut into run ranges across threads),
-// the values are the oracle's.
+// the schedule stays once. A source's local slice (a local piece) runs in
+// the round of the other slices (whole-plan schedules put local pieces in
+// the first round of stage 0), so that its group has no hole. Executed (1,
+// 2 and 3 threads; 9 MiB, so that the copies stream and groups are cut
+// into run ranges across threads), the values are the oracle's.
 TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
   auto grid = std::make_shared<Mesh>();
   grid->axis_names = {"a", "b"};
@@ -250,13 +254,19 @@ TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
   in.tensors.push_back(tensor("rank3", {4, 30, 48}, DType::kF32,
                               sharding(mesh_1d({0, 1}), {{"x"}, {}, {}}),
                               sharding(grid, {{}, {"a"}, {"b"}})));
-  // Runs of 2 KiB: two per source row are interleaved, eight are not.
+  // Runs of 2 KiB: two per source row are interleaved; eight that make up
+  // whole rows (one of them each source's local slice) too; eight of a
+  // source replicated twice, each replica read for some of the slices of
+  // its rows only, are not.
   in.tensors.push_back(tensor("long_few", {64, 1024}, DType::kF32,
                               sharding(mesh_1d({0, 1}), {{"x"}, {}}),
                               sharding(mesh_1d({2, 3}), {{}, {"x"}})));
   in.tensors.push_back(tensor("long_many", {16, 4096}, DType::kF32,
                               sharding(mesh_1d({0, 1}), {{"x"}, {}}),
                               sharding(mesh_1d({0, 1, 2, 3, 4, 5, 6, 7}), {{}, {"x"}})));
+  in.tensors.push_back(tensor("long_holes", {16, 8192}, DType::kF32,
+                              sharding(testing::mesh({"x", "r"}, {2, 2}, 0), {{"x"}, {}}),
+                              sharding(testing::mesh({"x"}, {16}, 4), {{}, {"x"}})));
   const Plan plan = make_plan(in);
   const engine_detail::Schedule s = engine_detail::build_whole_schedule(plan);
   std::set<const Piece*> pieces;
@@ -272,6 +282,16 @@ TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
     return make_copy_desc(plan.region(*d.part, p), plan.source_box(p, d.stage),
                           plan.tensors()[p.tensor].dst.box(p.dst_entry));
   };
+  const size_t long_many = 4;
+  const size_t long_holes = 5;
+  // Both replicas of long_holes' source rows are read (else its rows have
+  // no holes and the case tests nothing).
+  std::set<uint32_t> replicas_read;
+  for (const engine_detail::DirectCopy& d : s.direct) {
+    EXPECT_GE(d.round, 0) << "a local piece outside the messages' round";
+    if (d.piece->tensor == long_holes) replicas_read.insert(d.piece->src_entry);
+  }
+  EXPECT_EQ(replicas_read.size(), 4u);
   std::vector<size_t> grouped(in.tensors.size(), 0);
   for (size_t i = 0; i < s.direct.size(); ++i) {
     const size_t n = s.direct[i].interleave;
@@ -280,6 +300,7 @@ TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
     const engine_detail::DirectCopy& first = s.direct[i];
     const CopyDesc d0 = desc(first);
     const int64_t row = d0.src_stride[d0.rank - 2];
+    bool whole_rows = true;
     for (size_t k = i + 1; k < i + n; ++k) {
       const engine_detail::DirectCopy& c = s.direct[k];
       EXPECT_EQ(c.interleave, 0u);
@@ -292,15 +313,25 @@ TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
       EXPECT_GT(d.src_offset, desc(s.direct[k - 1]).src_offset) << "not in source order";
       EXPECT_LE(d.src_offset + copy_desc_run_length(d) - d0.src_offset, row)
           << "first runs beyond one source row";
+      const CopyDesc before = desc(s.direct[k - 1]);
+      whole_rows = whole_rows && d.src_offset == before.src_offset + copy_desc_run_length(before);
+    }
+    const CopyDesc last = desc(s.direct[i + n - 1]);
+    whole_rows = whole_rows && last.src_offset + copy_desc_run_length(last) - d0.src_offset == row;
+    const int64_t elem = dtype_size(plan.tensors()[first.piece->tensor].dtype);
+    if (copy_desc_run_length(d0) * elem >= 1024 && n > 4) {
+      EXPECT_TRUE(whole_rows) << "more than four long runs interleaved, with holes in the rows";
     }
     grouped[first.piece->tensor] += n;
   }
   // Every tensor has its source rows sliced by several destinations; long
-  // runs are interleaved in small groups only.
-  for (size_t t = 0; t + 1 < grouped.size(); ++t) {
+  // runs with holes are interleaved in small groups only.
+  for (size_t t = 0; t < grouped.size(); ++t) {
+    if (t == long_holes) continue;
     EXPECT_GE(grouped[t], 4u) << "tensor " << t;
   }
-  EXPECT_EQ(grouped.back(), 0u) << "eight 2 KiB runs per row interleaved";
+  EXPECT_EQ(grouped[long_many], 16u) << "whole rows of 2 KiB runs not interleaved";
+  EXPECT_EQ(grouped[long_holes], 0u) << "eight 2 KiB runs per row, with holes, interleaved";
   expect_oracle_values_on(plan, {1, 2, 3});
 }
 

@@ -59,6 +59,7 @@ class Builder {
   void check_recv(const Message& m, size_t i, std::span<const Piece> pieces) const;
   void sort_direct();
   void interleave_round(size_t b, size_t e);
+  void join_local_round();
   void copy_replicas_once();
   void group_reductions();
   void add_send(const Message& m, size_t i);
@@ -585,6 +586,7 @@ void Builder::add_local(size_t i) {
 // Direct copies in round order (stable: within a round, in the order they
 // were found, but for interleaved groups), and the range of each round.
 void Builder::sort_direct() {
+  if (whole_) join_local_round();
   std::stable_sort(s_.direct.begin(), s_.direct.end(),
                    [](const DirectCopy& a, const DirectCopy& b) { return a.round < b.round; });
   for (size_t b = 0; b < s_.direct.size();) {
@@ -598,6 +600,26 @@ void Builder::sort_direct() {
       s_.direct_rounds.push_back({s_.direct[i].round, i, i});
     }
     s_.direct_rounds.back().end = i + 1;
+  }
+}
+
+// Whole-plan schedules: the local pieces (round -1) run in the first round
+// of stage 0's messages, where there is one. Every stage-0 copy reads a
+// source buffer and writes its own region of a destination, so the round
+// does not change what is written (relays, of later stages, come after
+// every stage-0 round either way, and whole-plan rounds are not counted
+// for round -1); in one round, a source's local slice joins the
+// interleaved group of the other slices of its rows (interleave_round), so
+// that the group reads its rows without a hole, in which the hardware
+// prefetchers stop.
+void Builder::join_local_round() {
+  int64_t first = INT64_MAX;
+  for (const DirectCopy& d : s_.direct) {
+    if (d.stage == 0 && d.round >= 0) first = std::min(first, d.round);
+  }
+  if (first == INT64_MAX) return;
+  for (DirectCopy& d : s_.direct) {
+    if (d.round < 0) d.round = first;
   }
 }
 
@@ -672,7 +694,18 @@ void Builder::interleave_round(size_t b, size_t e) {
     int64_t longest = 0;
     for (size_t k = i; k < j; ++k) longest = std::max(longest, copy_desc_run_length(items[k].desc));
     const bool long_runs = longest * elem(s_.direct[items[i].index].piece->tensor) >= kLongRunBytes;
-    if (j - i >= 2 && (!long_runs || j - i <= kMaxLongRunGroup)) groups.emplace_back(i, j);
+    // Runs that abut and make up whole source rows: the group reads its
+    // source from end to end, as the hardware prefetchers follow it, in
+    // groups of any size (eight 1440-byte runs per row: 1.1-1.3x memcpy
+    // interleaved, 0.9-0.95 copy by copy; with one of the eight slices
+    // missing, 0.85-0.9 interleaved).
+    bool whole_rows = end - d.src_offset == row;
+    for (size_t k = i + 1; k < j && whole_rows; ++k) {
+      whole_rows = items[k].desc.src_offset == items[k - 1].src_end;
+    }
+    if (j - i >= 2 && (!long_runs || j - i <= kMaxLongRunGroup || whole_rows)) {
+      groups.emplace_back(i, j);
+    }
     i = j;
   }
   if (groups.empty()) return;
