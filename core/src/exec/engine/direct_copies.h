@@ -226,7 +226,8 @@ class DirectRunner {
 
 // Executes a whole-plan schedule (build_whole_schedule) on host buffers
 // that were checked against the plan: the identity fills of partial
-// destinations, then round by round (local pieces first) the direct copies
+// destinations, then round by round (local pieces first, or in the first
+// round of stage 0 where the schedule put them there) the direct copies
 // and reduction groups, on resolve_threads(threads) threads (the calling
 // thread alone below kParallelMinBytes; threads of `pool`, which has at
 // least that many), then the replicas (of tensors

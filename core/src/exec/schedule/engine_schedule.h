@@ -9,7 +9,9 @@
 //  - A whole-plan schedule (build_whole_schedule, kAllProcesses on a
 //    transport that holds every process, the `local` transport): every
 //    piece of every part is a direct copy or a contribution read straight
-//    from its source buffer; no messages, no staging.
+//    from its source buffer; no messages, no staging. Its local pieces run
+//    in the first round of stage 0's messages where there is one (so that
+//    they join the interleaved groups of their source rows).
 //  - Messages to and from other processes, each sent or received in place
 //    (one contiguous piece), staged (packed with the box-copy core), or
 //    gathered (Segment lists, for transports that support them).
@@ -156,7 +158,7 @@ struct StepPlan {
 struct DirectCopy {
   const ProcessPart* part = nullptr;
   const Piece* piece = nullptr;
-  int64_t round = -1;  // round_key of its message; -1: a local piece
+  int64_t round = -1;  // round_key of its message; -1: a local piece (see above)
   uint32_t stage = 0;  // > 0: reads the destination entry src_entry (a relay)
   int64_t bytes = 0;   // the piece's
   // The copy from its source buffer to its destination buffer, derived
