@@ -230,7 +230,8 @@ TEST(EngineLocal, WholeScheduleIsOrderedByRound) {
 // Invariant: direct copies that read column slices of the same source rows
 // (row-sharded sources to column-sharded destinations, even and uneven
 // splits, rank 2 and 3; runs of 1 KiB or more two to four per row, or any
-// number where they abut and make up whole source rows) form interleaved
+// number where they abut, make up whole source rows and are at most 16 KiB
+// long) form interleaved
 // groups (DirectCopy::interleave):
 // consecutive copies of one round, source entry and stage, in increasing
 // source order, whose first runs lie within one source row; every copy of
@@ -267,6 +268,11 @@ TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
   in.tensors.push_back(tensor("long_holes", {16, 8192}, DType::kF32,
                               sharding(testing::mesh({"x", "r"}, {2, 2}, 0), {{"x"}, {}}),
                               sharding(testing::mesh({"x"}, {16}, 4), {{}, {"x"}})));
+  // Eight 32 KiB runs that make up whole rows: long reads each, not
+  // interleaved.
+  in.tensors.push_back(tensor("very_long", {4, 65536}, DType::kF32,
+                              sharding(mesh_1d({0, 1}), {{"x"}, {}}),
+                              sharding(mesh_1d({0, 1, 2, 3, 4, 5, 6, 7}), {{}, {"x"}})));
   const Plan plan = make_plan(in);
   const engine_detail::Schedule s = engine_detail::build_whole_schedule(plan);
   std::set<const Piece*> pieces;
@@ -284,6 +290,7 @@ TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
   };
   const size_t long_many = 4;
   const size_t long_holes = 5;
+  const size_t very_long = 6;
   // Both replicas of long_holes' source rows are read (else its rows have
   // no holes and the case tests nothing).
   std::set<uint32_t> replicas_read;
@@ -321,17 +328,19 @@ TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
     const int64_t elem = dtype_size(plan.tensors()[first.piece->tensor].dtype);
     if (copy_desc_run_length(d0) * elem >= 1024 && n > 4) {
       EXPECT_TRUE(whole_rows) << "more than four long runs interleaved, with holes in the rows";
+      EXPECT_LE(copy_desc_run_length(d0) * elem, 16 << 10) << "more than four runs of 16+ KiB";
     }
     grouped[first.piece->tensor] += n;
   }
   // Every tensor has its source rows sliced by several destinations; long
   // runs with holes are interleaved in small groups only.
   for (size_t t = 0; t < grouped.size(); ++t) {
-    if (t == long_holes) continue;
+    if (t == long_holes || t == very_long) continue;
     EXPECT_GE(grouped[t], 4u) << "tensor " << t;
   }
   EXPECT_EQ(grouped[long_many], 16u) << "whole rows of 2 KiB runs not interleaved";
   EXPECT_EQ(grouped[long_holes], 0u) << "eight 2 KiB runs per row, with holes, interleaved";
+  EXPECT_EQ(grouped[very_long], 0u) << "eight 32 KiB runs per row interleaved";
   expect_oracle_values_on(plan, {1, 2, 3});
 }
 

@@ -633,6 +633,11 @@ void Builder::join_local_round() {
 // speed instead of 0.7-0.9 in a microbenchmark on the development machine).
 constexpr int64_t kLongRunBytes = 1024;
 constexpr size_t kMaxLongRunGroup = 4;
+// Runs longer than this are not grouped beyond kMaxLongRunGroup even when
+// they make up whole rows: each is a long contiguous read on its own
+// (eight 64 KiB or 256 KiB runs per row: 0.7-0.8 of memcpy interleaved,
+// 1.1-1.2 copy by copy, in a microbenchmark).
+constexpr int64_t kMaxWholeRowRunBytes = int64_t{16} << 10;
 
 void Builder::interleave_round(size_t b, size_t e) {
   struct Item {
@@ -693,13 +698,14 @@ void Builder::interleave_round(size_t b, size_t e) {
     // row: 1.11 interleaved, 0.89 not).
     int64_t longest = 0;
     for (size_t k = i; k < j; ++k) longest = std::max(longest, copy_desc_run_length(items[k].desc));
-    const bool long_runs = longest * elem(s_.direct[items[i].index].piece->tensor) >= kLongRunBytes;
-    // Runs that abut and make up whole source rows: the group reads its
-    // source from end to end, as the hardware prefetchers follow it, in
-    // groups of any size (eight 1440-byte runs per row: 1.1-1.3x memcpy
-    // interleaved, 0.9-0.95 copy by copy; with one of the eight slices
-    // missing, 0.85-0.9 interleaved).
-    bool whole_rows = end - d.src_offset == row;
+    const int64_t longest_bytes = longest * elem(s_.direct[items[i].index].piece->tensor);
+    const bool long_runs = longest_bytes >= kLongRunBytes;
+    // Runs (up to 16 KiB) that abut and make up whole source rows: the
+    // group reads its source from end to end, as the hardware prefetchers
+    // follow it, in groups of any size (eight 1440-byte runs per row:
+    // 1.1-1.3x memcpy interleaved, 0.9-0.95 copy by copy; with one of the
+    // eight slices missing, 0.85-0.9 interleaved).
+    bool whole_rows = end - d.src_offset == row && longest_bytes <= kMaxWholeRowRunBytes;
     for (size_t k = i + 1; k < j && whole_rows; ++k) {
       whole_rows = items[k].desc.src_offset == items[k - 1].src_end;
     }
