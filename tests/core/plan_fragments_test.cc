@@ -174,6 +174,47 @@ TEST(PlanFragments, DisjointBoxesAreNotRefined) {
   EXPECT_EQ(g.cell_offsets[1], 2u);  // [0, 16) on entries 0 and 2
 }
 
+// Many boxes: 512 x 512 one-element tiles given as boxes (disjoint: the
+// sweep compares each with its neighbour in its row, not with the whole
+// row, so the pair cap is far away and no cell is marked overlapping), and
+// 64 x 64 tiles of 8 x 8 widened by a halo of 1 (every tile overlapping its
+// eight neighbours: one group, refined).
+TEST(PlanFragments, ManyTilesAsBoxes) {
+  std::vector<LayoutEntry> tiles;
+  for (int64_t i = 0; i < 512; ++i)
+    for (int64_t j = 0; j < 512; ++j) {
+      LayoutEntry e;
+      e.device = i * 512 + j;
+      e.box = make_box({{i, i + 1}, {j, j + 1}});
+      tiles.push_back(e);
+    }
+  const Layout disjoint = Layout::from_boxes(std::vector<int64_t>{512, 512}, tiles, 1, ReduceOp::kSum, "dst");
+  const Geometry& g = *disjoint.geometry();
+  EXPECT_FALSE(g.fragmented);
+  EXPECT_EQ(g.num_cells(), 512 * 512);
+  EXPECT_EQ(std::count(g.cell_overlaps.begin(), g.cell_overlaps.end(), 1), 0);
+  std::vector<LayoutEntry> halos;
+  for (int64_t i = 0; i < 64; ++i)
+    for (int64_t j = 0; j < 64; ++j) {
+      LayoutEntry e;
+      e.device = i * 64 + j;
+      e.box = make_box({{std::max<int64_t>(0, 8 * i - 1), std::min<int64_t>(512, 8 * i + 9)},
+                        {std::max<int64_t>(0, 8 * j - 1), std::min<int64_t>(512, 8 * j + 9)}});
+      halos.push_back(e);
+    }
+  const Layout halo = Layout::from_boxes(std::vector<int64_t>{512, 512}, halos, 1, ReduceOp::kSum, "dst");
+  const Geometry& h = *halo.geometry();
+  EXPECT_TRUE(h.fragmented);
+  EXPECT_EQ(std::count(h.cell_overlaps.begin(), h.cell_overlaps.end(), 1), 0);
+  // Per dimension 64 interiors of 6 and 63 seams of 2, plus the two edges
+  // of 1 merged with them: 127 intervals; runs merge along the last
+  // dimension only where the covering boxes agree, which they never do.
+  EXPECT_EQ(h.num_cells(), 127 * 127);
+  int64_t volume = 0;
+  for (const Box& b : h.cell_boxes) volume += b.volume();
+  EXPECT_EQ(volume, 512 * 512) << "fragments are disjoint and cover the boxes";
+}
+
 // The fragment cap: boxes [2i, 2i + 3)^2 on one host, each overlapping the
 // next one in a corner, one chain. 100 of them compress to a grid of 199^2 cells, which
 // is refined; 300 to 599^2 = 358,801, above Geometry::kMaxFragments, which

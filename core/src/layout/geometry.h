@@ -48,8 +48,9 @@ class Geometry {
   bool fragmented = false;
   // Caps on the refinement of overlapping boxes, per layout: the fragments
   // (grid cells of the compressed coordinates) of all refined groups, the
-  // work of building them (Σ over the distinct boxes of the grid cells each
-  // covers), and the pairs of boxes compared to find the groups. A group
+  // (grid cell, entry) incidences the fragments list (Σ over the distinct
+  // boxes of the grid cells each covers times its entries), and the pairs
+  // of boxes compared to find the groups. A group
   // above what is left keeps one cell per distinct box; past the pair cap
   // no group is refined (every overlapping box keeps its own cell).
   static constexpr int64_t kMaxFragments = int64_t{1} << 18;

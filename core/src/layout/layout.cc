@@ -198,27 +198,43 @@ void Geometry::build_explicit_cells(const std::vector<uint32_t>& order) {
   dist_begin.push_back(static_cast<uint32_t>(order.size()));
   auto dbox = [&](size_t k) -> const Box& { return boxes[order[dist_begin[k]]]; };
 
-  // Groups of mutually overlapping distinct boxes: a sweep along sweep_dim.
+  // Groups of mutually overlapping distinct boxes: a sweep along sweep_dim,
+  // boxes sorted by their lower bound there and then in a second dimension
+  // d2. A box i can only overlap a box j later in that order whose lower
+  // bound along sweep_dim is below i's upper bound, and, among the boxes
+  // of one lower bound along sweep_dim (sorted by d2), only those whose
+  // lower bound along d2 is below i's upper bound: a layout of tiles (rows
+  // of boxes sharing their lower bounds) compares each box with a few.
   UnionFind uf(nd);
-  bool any = false, capped = false;
+  bool capped = false;
   if (rank > 0 && nd > 1) {
     std::vector<uint32_t> by(nd);
     std::iota(by.begin(), by.end(), 0u);
     const int sd = sweep_dim;
-    std::stable_sort(by.begin(), by.end(),
-                     [&](uint32_t a, uint32_t c) { return dbox(a).lo[sd] < dbox(c).lo[sd]; });
+    const int d2 = rank > 1 ? (sd == 0 ? 1 : 0) : -1;
+    std::stable_sort(by.begin(), by.end(), [&](uint32_t a, uint32_t c) {
+      if (dbox(a).lo[sd] != dbox(c).lo[sd]) return dbox(a).lo[sd] < dbox(c).lo[sd];
+      return d2 >= 0 && dbox(a).lo[d2] < dbox(c).lo[d2];
+    });
+    std::vector<size_t> run_end(nd);  // end of the run of equal lo[sd]
+    for (size_t i = nd; i-- > 0;)
+      run_end[i] = i + 1 < nd && dbox(by[i + 1]).lo[sd] == dbox(by[i]).lo[sd] ? run_end[i + 1] : i + 1;
     int64_t pairs = 0;
     for (size_t i = 0; i < nd && !capped; ++i) {
       const Box& a = dbox(by[i]);
       if (a.empty()) continue;
-      for (size_t j = i + 1; j < nd && dbox(by[j]).lo[sd] < a.hi[sd]; ++j) {
-        if (++pairs > kMaxOverlapPairs) {
-          capped = true;
-          break;
+      for (size_t j = i + 1; j < nd && dbox(by[j]).lo[sd] < a.hi[sd] && !capped;) {
+        const size_t end = run_end[j];
+        for (; j < end; ++j) {
+          const Box& b = dbox(by[j]);
+          if (d2 >= 0 && b.lo[d2] >= a.hi[d2]) break;  // and every later box of the run
+          if (++pairs > kMaxOverlapPairs) {
+            capped = true;
+            break;
+          }
+          if (!intersect(a, b).empty()) uf.join(by[i], by[j]);
         }
-        if (intersect(a, dbox(by[j])).empty()) continue;
-        uf.join(by[i], by[j]);
-        any = true;
+        j = end;
       }
     }
   }
@@ -272,10 +288,11 @@ void Geometry::build_explicit_cells(const std::vector<uint32_t>& order) {
         if (n > frag_left / G) fits = false;
         if (fits) G *= n;
       }
+      // Work: the (grid cell, entry) incidences the fragments will list.
       int64_t work = 0;
       if (fits && G <= frag_left) {
         for (uint32_t k : g) {
-          int64_t w = 1;
+          int64_t w = dist_begin[k + 1] - dist_begin[k];
           for (int d = 0; d < rank && w > 0; ++d) {
             const auto a = std::lower_bound(coords[d].begin(), coords[d].end(), dbox(k).lo[d]);
             const auto b = std::lower_bound(coords[d].begin(), coords[d].end(), dbox(k).hi[d]);
@@ -364,7 +381,6 @@ void Geometry::build_explicit_cells(const std::vector<uint32_t>& order) {
       }
     }
   }
-  (void)any;
   std::stable_sort(cells.begin(), cells.end(),
                    [](const Cell& a, const Cell& b) { return box_less(a.box, b.box); });
 
