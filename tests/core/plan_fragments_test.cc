@@ -105,9 +105,8 @@ PlanInput fleet(std::vector<int64_t> shape, const std::vector<Box>& boxes, int32
 // [32, 40), [40, 64): the overlaps [16, 24) and [32, 40) are cells of the
 // four entries containing them, and enter each host once.
 TEST(PlanFragments, HaloBoxesEnterEachHostOnce) {
-  const std::vector<Box> halos = {make_box({{0, 24}}),  make_box({{16, 40}}),
-                                  make_box({{32, 64}}), make_box({{16, 40}}),
-                                  make_box({{32, 64}}), make_box({{0, 24}})};
+  const std::vector<Box> halos = {make_box({{0, 24}}),  make_box({{16, 40}}), make_box({{32, 64}}),
+                                  make_box({{16, 40}}), make_box({{32, 64}}), make_box({{0, 24}})};
   const PlanInput in = fleet({64}, halos, 3);
   const Geometry& g = *in.tensors[0].dst.geometry();
   ASSERT_TRUE(g.fragmented);
@@ -145,10 +144,10 @@ TEST(PlanFragments, HaloBoxesEnterEachHostOnce) {
 // Nested and partially overlapping 2-D boxes, replicated over hosts: the
 // union of each host's boxes enters it once.
 TEST(PlanFragments, NestedAndPartialBoxesMeetTheHostBound) {
-  const std::vector<Box> boxes = {
-      make_box({{0, 20}, {0, 20}}), make_box({{4, 8}, {5, 15}}), make_box({{10, 30}, {10, 30}}),
-      make_box({{0, 20}, {0, 20}}), make_box({{4, 8}, {5, 15}}), make_box({{10, 30}, {10, 30}}),
-      make_box({{4, 8}, {5, 15}}),  make_box({{0, 20}, {0, 20}})};
+  const std::vector<Box> boxes = {make_box({{0, 20}, {0, 20}}),   make_box({{4, 8}, {5, 15}}),
+                                  make_box({{10, 30}, {10, 30}}), make_box({{0, 20}, {0, 20}}),
+                                  make_box({{4, 8}, {5, 15}}),    make_box({{10, 30}, {10, 30}}),
+                                  make_box({{4, 8}, {5, 15}}),    make_box({{0, 20}, {0, 20}})};
   for (int32_t hosts : {1, 2, 3}) {
     SCOPED_TRACE("hosts " + std::to_string(hosts));
     const PlanInput in = fleet({30, 30}, boxes, hosts);
@@ -188,7 +187,8 @@ TEST(PlanFragments, ManyTilesAsBoxes) {
       e.box = make_box({{i, i + 1}, {j, j + 1}});
       tiles.push_back(e);
     }
-  const Layout disjoint = Layout::from_boxes(std::vector<int64_t>{512, 512}, tiles, 1, ReduceOp::kSum, "dst");
+  const Layout disjoint =
+      Layout::from_boxes(std::vector<int64_t>{512, 512}, tiles, 1, ReduceOp::kSum, "dst");
   const Geometry& g = *disjoint.geometry();
   EXPECT_FALSE(g.fragmented);
   EXPECT_EQ(g.num_cells(), 512 * 512);
@@ -202,7 +202,8 @@ TEST(PlanFragments, ManyTilesAsBoxes) {
                         {std::max<int64_t>(0, 8 * j - 1), std::min<int64_t>(512, 8 * j + 9)}});
       halos.push_back(e);
     }
-  const Layout halo = Layout::from_boxes(std::vector<int64_t>{512, 512}, halos, 1, ReduceOp::kSum, "dst");
+  const Layout halo =
+      Layout::from_boxes(std::vector<int64_t>{512, 512}, halos, 1, ReduceOp::kSum, "dst");
   const Geometry& h = *halo.geometry();
   EXPECT_TRUE(h.fragmented);
   EXPECT_EQ(std::count(h.cell_overlaps.begin(), h.cell_overlaps.end(), 1), 0);

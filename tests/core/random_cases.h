@@ -151,8 +151,8 @@ class CaseGen {
       else if (mode > 0)
         e.box = replicated[turn++ % replicated.size()];
       else
-        e.box = replicated[static_cast<size_t>(
-            uni(0, static_cast<int64_t>(replicated.size()) - 1))];
+        e.box =
+            replicated[static_cast<size_t>(uni(0, static_cast<int64_t>(replicated.size()) - 1))];
       entries.push_back(e);
     }
     return Layout::from_boxes(shape, entries, 1, ReduceOp::kSum, "random");

@@ -218,7 +218,8 @@ void Geometry::build_explicit_cells(const std::vector<uint32_t>& order) {
     });
     std::vector<size_t> run_end(nd);  // end of the run of equal lo[sd]
     for (size_t i = nd; i-- > 0;)
-      run_end[i] = i + 1 < nd && dbox(by[i + 1]).lo[sd] == dbox(by[i]).lo[sd] ? run_end[i + 1] : i + 1;
+      run_end[i] =
+          i + 1 < nd && dbox(by[i + 1]).lo[sd] == dbox(by[i]).lo[sd] ? run_end[i + 1] : i + 1;
     int64_t pairs = 0;
     for (size_t i = 0; i < nd && !capped; ++i) {
       const Box& a = dbox(by[i]);
@@ -259,7 +260,8 @@ void Geometry::build_explicit_cells(const std::vector<uint32_t>& order) {
     }
   } else {
     std::vector<std::vector<uint32_t>> members(nd);
-    for (size_t k = 0; k < nd; ++k) members[uf.find(static_cast<uint32_t>(k))].push_back(static_cast<uint32_t>(k));
+    for (size_t k = 0; k < nd; ++k)
+      members[uf.find(static_cast<uint32_t>(k))].push_back(static_cast<uint32_t>(k));
     int64_t frag_left = kMaxFragments, work_left = kMaxFragmentWork;
     std::vector<int64_t> coords[kMaxRank];
     std::vector<uint32_t> cover_off, cover;  // per grid cell: the distinct boxes covering it
@@ -317,8 +319,8 @@ void Geometry::build_explicit_cells(const std::vector<uint32_t>& order) {
       // The distinct boxes covering each grid cell (row-major), as CSR.
       std::vector<int64_t> stride(static_cast<size_t>(rank), 1);
       for (int d = rank - 2; d >= 0; --d)
-        stride[static_cast<size_t>(d)] = stride[static_cast<size_t>(d) + 1] *
-                                         (static_cast<int64_t>(coords[d + 1].size()) - 1);
+        stride[static_cast<size_t>(d)] =
+            stride[static_cast<size_t>(d) + 1] * (static_cast<int64_t>(coords[d + 1].size()) - 1);
       cover_off.assign(static_cast<size_t>(G) + 1, 0);
       auto each_cell_of = [&](uint32_t k, auto&& f) {
         std::array<int64_t, kMaxRank> a{}, b{}, i{};

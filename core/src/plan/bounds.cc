@@ -285,8 +285,8 @@ Bounds compute_bounds(const Context& ctx) {
       const Box& B = dg.cell_boxes[c];
       if (dg.cell_overlaps[c]) {
         any_overlap = true;
-        over_leave = std::max(over_leave, walk.cell(t, B, dg.cell_entries.data() + b0, b1 - b0,
-                                                     esum, folded));
+        over_leave = std::max(over_leave,
+                              walk.cell(t, B, dg.cell_entries.data() + b0, b1 - b0, esum, folded));
         s_ingress.fold_max(over_ingress);
         s_egress.fold_max(over_egress);
         s_forced.fold_max(over_forced);

@@ -169,7 +169,7 @@ struct Route {
   // with relays, to one entry per other host (its leader for part j,
   // stage 1), which fans it out inside its host (stage 2).
   bool reduce = false;
-  size_t cell = 0;  // the destination cell routed
+  size_t cell = 0;                          // the destination cell routed
   uint32_t cell_first = 0, cell_count = 0;  // the cell's entries in Geometry::cell_entries
   bool cross = false;
   size_t cell_begin = 0, cell_end = 0;  // the cell's range in CellHosts::hosts
@@ -1189,8 +1189,7 @@ inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, s
     if (us.uniform) {
       volumes_.clear();
       for (size_t k = 0; k < cells && us.uniform; ++k) {
-        if (dg.cell_offsets[k] == dg.cell_offsets[k + 1] || cell_box(t, k).empty())
-          continue;
+        if (dg.cell_offsets[k] == dg.cell_offsets[k + 1] || cell_box(t, k).empty()) continue;
         us.uniform = cell_volumes(t, k, ch_->cell_offsets[k], ch_->cell_offsets[k + 1]);
       }
       if (us.uniform) {
@@ -1561,38 +1560,39 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
   if (t.S > 1) {
     if (!options_.reduce_scatter || t.T > 1) return;
     each_cell(t, l, [&](size_t c, const Box& B, bool) {
-    if (t.dg->cell_offsets[c + 1] - t.dg->cell_offsets[c] < 2) return;
-    const bool gather = options_.relays;
-    const size_t own_hi = gather ? host_slot(t, l, c) : 0;
-    const int32_t host = t.dt->host[l];
-    cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
-      Route& r = route_;
-      if (!route(t, l, c, region, h, n, r)) return;
-      for (size_t j = 0; j < r.parts.size(); ++j) {
-        const uint32_t red = reducer(t, r, j);
-        if (red == l) {
-          // To the other entries of its host, and to the part's leader on
-          // every other host (all of them without relays).
-          for (uint32_t i = r.cell_first; i < r.cell_first + r.cell_count; ++i) {
-            const uint32_t m = t.dg->cell_entries[i];
-            if (m == l) continue;
-            if (gather && t.dt->host[m] != host && gather_leader(r, host_slot(t, m, c), j) != m)
-              continue;
-            Emitted x{l, m, r.parts[j], true, false, false};
-            x.stage = 1;
-            f(x);
-          }
-        } else if (gather && t.dt->host[red] != host && gather_leader(r, own_hi, j) == l) {
-          // The part's leader on this host: to the others here.
-          for (uint32_t k = ch_->member_offsets[own_hi]; k < ch_->member_offsets[own_hi + 1]; ++k) {
-            if (ch_->members[k] == l) continue;
-            Emitted x{l, ch_->members[k], r.parts[j], true, false, false};
-            x.stage = 2;
-            f(x);
+      if (t.dg->cell_offsets[c + 1] - t.dg->cell_offsets[c] < 2) return;
+      const bool gather = options_.relays;
+      const size_t own_hi = gather ? host_slot(t, l, c) : 0;
+      const int32_t host = t.dt->host[l];
+      cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
+        Route& r = route_;
+        if (!route(t, l, c, region, h, n, r)) return;
+        for (size_t j = 0; j < r.parts.size(); ++j) {
+          const uint32_t red = reducer(t, r, j);
+          if (red == l) {
+            // To the other entries of its host, and to the part's leader on
+            // every other host (all of them without relays).
+            for (uint32_t i = r.cell_first; i < r.cell_first + r.cell_count; ++i) {
+              const uint32_t m = t.dg->cell_entries[i];
+              if (m == l) continue;
+              if (gather && t.dt->host[m] != host && gather_leader(r, host_slot(t, m, c), j) != m)
+                continue;
+              Emitted x{l, m, r.parts[j], true, false, false};
+              x.stage = 1;
+              f(x);
+            }
+          } else if (gather && t.dt->host[red] != host && gather_leader(r, own_hi, j) == l) {
+            // The part's leader on this host: to the others here.
+            for (uint32_t k = ch_->member_offsets[own_hi]; k < ch_->member_offsets[own_hi + 1];
+                 ++k) {
+              if (ch_->members[k] == l) continue;
+              Emitted x{l, ch_->members[k], r.parts[j], true, false, false};
+              x.stage = 2;
+              f(x);
+            }
           }
         }
-      }
-    });
+      });
     });
     return;
   }
@@ -1600,44 +1600,44 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
   const CellHosts& ch = cell_hosts(t);
   const int32_t host = t.dt->host[l];
   each_cell(t, l, [&](size_t c, const Box& B, bool) {
-  // A cell with one entry on one host never relays.
-  if (ch.cell_offsets[c + 1] - ch.cell_offsets[c] == 1 &&
-      ch.member_offsets[ch.cell_offsets[c] + 1] - ch.member_offsets[ch.cell_offsets[c]] == 1)
-    return;
-  cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
-    Route& r = route_;
-    if (!route(t, l, c, region, h, n, r)) return;
-    size_t idx = 0;
-    if (!receiving_index(r, host, &idx)) return;
-    const size_t hi = static_cast<size_t>(
-        std::lower_bound(ch.hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_begin),
-                         ch.hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_end), host) -
-        ch.hosts.begin());
-    for (size_t j = 0; j < r.parts.size(); ++j) {
-      if (leader(r, hi, j) != l) continue;
-      const bool entry = arrives_first(r, j, idx);
-      const Bands bands = relay_bands(r.parts[j], t.esize, options_);
-      bands.each(r.parts[j], [&](const Box& sub, uint32_t band) {
-        // The other entries of this host.
-        for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {
-          if (ch.members[k] == l) continue;
-          Emitted x{l, ch.members[k], sub, true, false, false};
-          x.stage = entry ? 1 : 2;
-          x.band = band;
-          f(x);
-        }
-        if (!r.cross || !entry || r.part_entry[j] < 0) return;
-        // The leaders of part j on the other receiving hosts.
-        for (size_t i = 0; i < r.receiving; ++i) {
-          if (i == idx) continue;
-          Emitted x{l, leader(r, receiving_host(r, i), j), sub, true, false, false};
-          x.stage = 1;
-          x.band = band;
-          f(x);
-        }
-      });
-    }
-  });
+    // A cell with one entry on one host never relays.
+    if (ch.cell_offsets[c + 1] - ch.cell_offsets[c] == 1 &&
+        ch.member_offsets[ch.cell_offsets[c] + 1] - ch.member_offsets[ch.cell_offsets[c]] == 1)
+      return;
+    cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
+      Route& r = route_;
+      if (!route(t, l, c, region, h, n, r)) return;
+      size_t idx = 0;
+      if (!receiving_index(r, host, &idx)) return;
+      const size_t hi = static_cast<size_t>(
+          std::lower_bound(ch.hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_begin),
+                           ch.hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_end), host) -
+          ch.hosts.begin());
+      for (size_t j = 0; j < r.parts.size(); ++j) {
+        if (leader(r, hi, j) != l) continue;
+        const bool entry = arrives_first(r, j, idx);
+        const Bands bands = relay_bands(r.parts[j], t.esize, options_);
+        bands.each(r.parts[j], [&](const Box& sub, uint32_t band) {
+          // The other entries of this host.
+          for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {
+            if (ch.members[k] == l) continue;
+            Emitted x{l, ch.members[k], sub, true, false, false};
+            x.stage = entry ? 1 : 2;
+            x.band = band;
+            f(x);
+          }
+          if (!r.cross || !entry || r.part_entry[j] < 0) return;
+          // The leaders of part j on the other receiving hosts.
+          for (size_t i = 0; i < r.receiving; ++i) {
+            if (i == idx) continue;
+            Emitted x{l, leader(r, receiving_host(r, i), j), sub, true, false, false};
+            x.stage = 1;
+            x.band = band;
+            f(x);
+          }
+        });
+      }
+    });
   });
 }
 
@@ -1718,8 +1718,8 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
         const uint32_t b = dg.cell_offsets[static_cast<size_t>(cell)];
         const uint32_t end = dg.cell_offsets[static_cast<size_t>(cell) + 1];
         // The route depends on the cell and the region only: once per cell.
-        const bool routed =
-            b < end && route(t, dg.cell_entries[b], static_cast<size_t>(cell), region, h, n, route_);
+        const bool routed = b < end && route(t, dg.cell_entries[b], static_cast<size_t>(cell),
+                                             region, h, n, route_);
         for (uint32_t i = b; i < end; ++i) {
           const uint32_t e = dg.cell_entries[i];
           if (dg.devices[e] == sdev) continue;
