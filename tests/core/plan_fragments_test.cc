@@ -251,5 +251,29 @@ TEST(PlanFragments, AboveTheCapEachBoxKeepsItsCell) {
   }
 }
 
+// The pair cap: 6,000 boxes [i, i + 6000) x [5999 - i, 6000 - i), each
+// overlapping all the others along the sweep dimension and none along the
+// second one, which does not rule them out either (every later box starts
+// below its end there): 18 M pairs to compare, above
+// Geometry::kMaxOverlapPairs. The sweep stops at the cap and no box is
+// refined: each keeps its own cell, marked as possibly overlapping, and
+// the bounds count them by their maximum (here the plan could meet the
+// union: the boxes are disjoint).
+TEST(PlanFragments, PastThePairCapNoBoxIsRefined) {
+  const int64_t n = 6000;
+  std::vector<Box> boxes;
+  for (int64_t i = 0; i < n; ++i) boxes.push_back(make_box({{i, i + n}, {n - 1 - i, n - i}}));
+  ASSERT_GT(n * (n - 1) / 2, Geometry::kMaxOverlapPairs);
+  const PlanInput in = fleet({2 * n, n}, boxes, 1);
+  const Geometry& g = *in.tensors[0].dst.geometry();
+  EXPECT_FALSE(g.fragmented);
+  EXPECT_EQ(g.num_cells(), n);
+  EXPECT_EQ(std::count(g.cell_overlaps.begin(), g.cell_overlaps.end(), 1), n);
+  const Plan plan = make_plan(in, {PlanScope::kGlobal});
+  const PlanStats& st = plan.stats();
+  EXPECT_EQ(st.cross_host_bytes, n * n * 4);
+  EXPECT_EQ(st.lower_bound_cross_host_bytes, n * 4) << "one box: the maximum rule";
+}
+
 }  // namespace
 }  // namespace reshard
