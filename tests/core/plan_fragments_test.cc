@@ -251,6 +251,28 @@ TEST(PlanFragments, AboveTheCapEachBoxKeepsItsCell) {
   }
 }
 
+// The incidence cap: 3,000 nested boxes [i, 6000 - i) compress to 5,999
+// grid cells (below kMaxFragments) but list about 9 M (grid cell, entry)
+// incidences, above kMaxFragmentWork: no box is refined, each keeps its
+// own cell, marked overlapping, and the bounds count them by their
+// maximum (the largest box).
+TEST(PlanFragments, AboveTheIncidenceCapEachBoxKeepsItsCell) {
+  const int64_t n = 3000;
+  std::vector<Box> boxes;
+  for (int64_t i = 0; i < n; ++i) boxes.push_back(make_box({{i, 2 * n - i}}));
+  ASSERT_LE(2 * n - 1, Geometry::kMaxFragments);
+  ASSERT_GT(n * n, Geometry::kMaxFragmentWork);
+  const PlanInput in = fleet({2 * n}, boxes, 1);
+  const Geometry& g = *in.tensors[0].dst.geometry();
+  EXPECT_FALSE(g.fragmented);
+  EXPECT_EQ(g.num_cells(), n);
+  EXPECT_EQ(std::count(g.cell_overlaps.begin(), g.cell_overlaps.end(), 1), n);
+  const Plan plan = make_plan(in, {PlanScope::kGlobal});
+  const PlanStats& st = plan.stats();
+  EXPECT_EQ(st.cross_host_bytes, per_box_ingress(in.topology, in.tensors[0]));
+  EXPECT_EQ(st.lower_bound_cross_host_bytes, 2 * n * 4) << "the largest box";
+}
+
 // The pair cap: 6,000 boxes [i, i + 6000) x [5999 - i, 6000 - i), each
 // overlapping all the others along the sweep dimension and none along the
 // second one, which does not rule them out either (every later box starts
