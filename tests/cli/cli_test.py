@@ -112,7 +112,15 @@ def case_stages():
     check("forwarded by relays" in text and "stages" in text, text)
     out = run("show", "--spec", relay, "--tensor", "a").stdout
     check("forwarded by relays" in out and "relay 4 \u2192" in out or "relay 5 \u2192" in out, out)
-    for s in (relay, psum):
+    # Overlapping explicit destination boxes (halos, nested boxes): each
+    # element needed on a host enters it once, the host-level bound.
+    for name in ("relay_halo_3_hosts.json", "relay_explicit_3_hosts.json"):
+        st = json.loads(run("plan", "--spec", os.path.join(SRC, "tests", "mpi", "specs", name),
+                            "--format", "json").stdout)["stats"]
+        check(st["cross_host_bytes"] == st["lower_bound_cross_host_bytes"] > 0, f"{name}: {st}")
+        check(st["max_host_recv_bytes"] == st["lower_bound_max_host_recv_bytes"], f"{name}: {st}")
+    halo = os.path.join(SRC, "tests", "mpi", "specs", "relay_halo_3_hosts.json")
+    for s in (relay, psum, halo):
         for flags in ([], ["--no-relays", "--no-reduce-scatter"]):
             out = run("verify", "--spec", s, *flags).stdout
             check(out.endswith(": OK\n"), out)

@@ -1,5 +1,5 @@
 // Test support: the cross-host bytes of a plan whose relays bring each
-// element of each destination box into each host once (docs/design.md
+// element needed on a host into it once (docs/design.md
 // §2.4), computed element by element from the layouts and the topology.
 #pragma once
 
@@ -22,12 +22,13 @@ inline bool overlapping_boxes(const Layout& l) {
 }
 
 // Bytes of t (not partial) that enter hosts when each host takes in each
-// element of each distinct destination box on it once, unless a source
+// element that some destination box on it contains once, unless a source
 // device of that host holds the element: per host, the elements held there
-// are marked, then each distinct box counts its unmarked elements. Where no
-// two distinct boxes overlap, this is the host-level bound
-// (lower_bound_cross_host_bytes); where they do, their overlap counts once
-// per distinct box containing it.
+// and the elements needed there (the union of its destination boxes) are
+// marked, then the needed and unheld ones are counted. This is the
+// host-level bound (lower_bound_cross_host_bytes) for a tensor that is not
+// partial, overlapping explicit boxes included (their overlap counts once
+// per host).
 inline int64_t cell_ingress_bytes(const Topology& topo, const TensorSpec& t) {
   Box whole;
   whole.rank = static_cast<int32_t>(t.shape.size());
@@ -48,19 +49,20 @@ inline int64_t cell_ingress_bytes(const Topology& topo, const TensorSpec& t) {
       if (d < 0) break;
     }
   };
-  std::map<int32_t, std::vector<Box>> boxes;  // host -> distinct destination boxes
-  for (size_t e = 0; e < t.dst.num_entries(); ++e) {
-    std::vector<Box>& v = boxes[topo.info(t.dst.device(e)).host];
-    if (std::find(v.begin(), v.end(), t.dst.box(e)) == v.end()) v.push_back(t.dst.box(e));
-  }
+  std::map<int32_t, std::vector<Box>> boxes;  // host -> destination boxes
+  for (size_t e = 0; e < t.dst.num_entries(); ++e)
+    boxes[topo.info(t.dst.device(e)).host].push_back(t.dst.box(e));
   int64_t bytes = 0;
-  std::vector<char> held;
+  std::vector<char> held, needed;
   for (const auto& [host, v] : boxes) {
     held.assign(static_cast<size_t>(std::max<int64_t>(whole.volume(), 1)), 0);
+    needed.assign(held.size(), 0);
     for (size_t r = 0; r < t.src.num_entries(); ++r)
       if (topo.info(t.src.device(r)).host == host)
         each(t.src.box(r), [&](size_t i) { held[i] = 1; });
-    for (const Box& b : v) each(b, [&](size_t i) { bytes += held[i] ? 0 : dtype_size(t.dtype); });
+    for (const Box& b : v) each(b, [&](size_t i) { needed[i] = 1; });
+    for (size_t i = 0; i < held.size(); ++i)
+      if (needed[i] && !held[i]) bytes += dtype_size(t.dtype);
   }
   return bytes;
 }

@@ -85,24 +85,74 @@ class CaseGen {
     return box;
   }
 
-  // A destination of arbitrary (possibly overlapping, non-covering) boxes;
-  // half the time replicated: 1-4 boxes, each device holding one of them
+  // A random sub-box of `b` (possibly empty, possibly b itself).
+  Box sub_box(const Box& b) {
+    Box r = b;
+    for (int d = 0; d < b.rank; ++d) {
+      const int64_t x = uni(b.lo[d], b.hi[d]), y = uni(b.lo[d], b.hi[d]);
+      r.lo[d] = std::min(x, y);
+      r.hi[d] = std::max(x, y);
+    }
+    return r;
+  }
+
+  // A destination of arbitrary (possibly overlapping, non-covering) boxes.
+  // Half the time as drawn: every device its own random box, or (half of
+  // those) 1-4 random boxes, each device holding one of them
   // (checkpoint-style replicas spread over processes and hosts, relayed
-  // inside each host).
+  // inside each host; distinct ones overlap partially or nest by chance).
+  // Else boxes that overlap by construction, each held by the devices in
+  // turn (replicas of overlapping boxes, across hosts): halos (ragged
+  // blocks along one dimension widened by 1-2 on each side), or nested
+  // boxes (a box and 1-3 random boxes inside it, and boxes shifted from it
+  // that overlap it partially).
   Layout random_boxes(const std::vector<int64_t>& shape, const std::vector<int64_t>& devices) {
     std::vector<LayoutEntry> entries;
     std::vector<Box> replicated;
-    if (coin()) {
+    const int64_t mode = uni(0, 3);
+    if (mode == 1 && !shape.empty()) {
+      const auto dim = static_cast<size_t>(uni(0, static_cast<int64_t>(shape.size()) - 1));
+      const int64_t k = uni(1, 4), halo = uni(1, 2);
+      std::vector<int64_t> cuts = {0, shape[dim]};
+      for (int64_t i = 1; i < k; ++i) cuts.push_back(uni(0, shape[dim]));
+      std::sort(cuts.begin(), cuts.end());
+      for (int64_t i = 0; i < k; ++i) {
+        Box b;
+        b.rank = static_cast<int32_t>(shape.size());
+        for (size_t d = 0; d < shape.size(); ++d) b.hi[d] = shape[d];
+        b.lo[dim] = std::max<int64_t>(0, cuts[static_cast<size_t>(i)] - halo);
+        b.hi[dim] = std::min(shape[dim], cuts[static_cast<size_t>(i) + 1] + halo);
+        replicated.push_back(b);
+      }
+    } else if (mode == 2) {
+      const Box base = random_box(shape);
+      replicated.push_back(base);
+      const int64_t k = uni(1, 3);
+      for (int64_t i = 0; i < k; ++i) replicated.push_back(sub_box(base));
+      Box shifted = base;
+      for (int d = 0; d < base.rank; ++d) {
+        const int64_t n = shape[static_cast<size_t>(d)];
+        const int64_t off = uni(-base.extent(d) / 2, base.extent(d) / 2);
+        shifted.lo[d] = std::clamp<int64_t>(base.lo[d] + off, 0, n);
+        shifted.hi[d] = std::clamp<int64_t>(base.hi[d] + off, shifted.lo[d], n);
+      }
+      replicated.push_back(shifted);
+    } else if (coin()) {
       const int64_t k = uni(1, 4);
       for (int64_t i = 0; i < k; ++i) replicated.push_back(random_box(shape));
     }
+    size_t turn = static_cast<size_t>(uni(0, 3));
     for (int64_t d : devices) {
       if (!coin(0.7)) continue;
       LayoutEntry e;
       e.device = d;
-      e.box = replicated.empty() ? random_box(shape)
-                                 : replicated[static_cast<size_t>(
-                                       uni(0, static_cast<int64_t>(replicated.size()) - 1))];
+      if (replicated.empty())
+        e.box = random_box(shape);
+      else if (mode > 0)
+        e.box = replicated[turn++ % replicated.size()];
+      else
+        e.box =
+            replicated[static_cast<size_t>(uni(0, static_cast<int64_t>(replicated.size()) - 1))];
       entries.push_back(e);
     }
     return Layout::from_boxes(shape, entries, 1, ReduceOp::kSum, "random");

@@ -24,14 +24,38 @@ class Geometry {
   // Tiled: per-dim shard counts; per entry its shard index per dim.
   std::array<int64_t, kMaxRank> counts{};
   std::vector<int64_t> shard;  // entry * rank + dim
-  // Per entry its cell; cells -> entries (CSR, entries ascending). Tiled:
-  // the cells of the per-dim splits, row-major over counts. Explicit: the
-  // entries with equal boxes, cells in ascending order of their boxes;
-  // cells of different boxes may overlap.
+  // Per entry its (first) cell; cells -> entries (CSR, entries ascending).
+  // Tiled: the cells of the per-dim splits, row-major over counts.
+  // Explicit: cells in ascending order of their boxes (cell_boxes). A box
+  // that overlaps no other distinct box is one cell, its entries those with
+  // that box. Distinct boxes that overlap are refined into disjoint
+  // fragments (the arrangement of each group of mutually overlapping
+  // boxes, by coordinate compression, runs merged along the last
+  // dimension), each a cell whose entries are every entry whose box
+  // contains it: such an entry has several cells (entry_cells). A group
+  // whose refinement would exceed the fragment caps below keeps one cell
+  // per distinct box, and those cells overlap (cell_overlaps).
   std::vector<int64_t> cell_of_entry;
   std::vector<uint32_t> cell_offsets;
   std::vector<uint32_t> cell_entries;
   bool unique_cells = false;  // tiled and every cell held by exactly one entry
+  // Explicit only: per cell its box; per entry its cells (CSR, ascending);
+  // per cell whether it may overlap another cell (a group left unrefined);
+  // whether some entry has several cells.
+  std::vector<Box> cell_boxes;
+  std::vector<uint32_t> entry_cell_offsets, entry_cells;
+  std::vector<uint8_t> cell_overlaps;
+  bool fragmented = false;
+  // Caps on the refinement of overlapping boxes, per layout: the fragments
+  // (grid cells of the compressed coordinates) of all refined groups, the
+  // (grid cell, entry) incidences the fragments list (Σ over the distinct
+  // boxes of the grid cells each covers times its entries), and the pairs
+  // of boxes compared to find the groups. A group
+  // above what is left keeps one cell per distinct box; past the pair cap
+  // no group is refined (every overlapping box keeps its own cell).
+  static constexpr int64_t kMaxFragments = int64_t{1} << 18;
+  static constexpr int64_t kMaxFragmentWork = int64_t{1} << 22;
+  static constexpr int64_t kMaxOverlapPairs = int64_t{1} << 24;
   int64_t num_cells() const {
     if (!tiled) return static_cast<int64_t>(cell_offsets.size()) - 1;
     int64_t n = 1;
@@ -51,6 +75,9 @@ class Geometry {
   // intersects `query` with a non-empty overlap, in ascending entry order
   // for explicit layouts and in cell order for tiled ones.
   void finalize();
+
+ private:
+  void build_explicit_cells(const std::vector<uint32_t>& order);
 };
 
 }  // namespace reshard

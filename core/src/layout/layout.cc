@@ -161,6 +161,259 @@ void validate_shape(std::span<const int64_t> shape, int64_t element_size,
 
 // ---------------------------------------------------------------- Geometry
 
+namespace {
+
+bool box_less(const Box& a, const Box& c) {
+  for (int d = 0; d < a.rank; ++d) {
+    if (a.lo[d] != c.lo[d]) return a.lo[d] < c.lo[d];
+    if (a.hi[d] != c.hi[d]) return a.hi[d] < c.hi[d];
+  }
+  return false;
+}
+
+struct UnionFind {
+  std::vector<uint32_t> parent;
+  explicit UnionFind(size_t n) : parent(n) { std::iota(parent.begin(), parent.end(), 0u); }
+  uint32_t find(uint32_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  }
+  void join(uint32_t a, uint32_t b) {
+    a = find(a);
+    b = find(b);
+    if (a != b) parent[std::max(a, b)] = std::min(a, b);
+  }
+};
+
+}  // namespace
+
+// Explicit cells from the entries sorted by box (`order`): see geometry.h.
+void Geometry::build_explicit_cells(const std::vector<uint32_t>& order) {
+  // Distinct boxes, ascending, with their entries (ascending).
+  std::vector<uint32_t> dist_begin;  // into order
+  for (size_t i = 0; i < order.size(); ++i)
+    if (i == 0 || !(boxes[order[i]] == boxes[order[i - 1]]))
+      dist_begin.push_back(static_cast<uint32_t>(i));
+  const size_t nd = dist_begin.size();
+  dist_begin.push_back(static_cast<uint32_t>(order.size()));
+  auto dbox = [&](size_t k) -> const Box& { return boxes[order[dist_begin[k]]]; };
+
+  // Groups of mutually overlapping distinct boxes: a sweep along sweep_dim,
+  // boxes sorted by their lower bound there and then in a second dimension
+  // d2. A box i can only overlap a box j later in that order whose lower
+  // bound along sweep_dim is below i's upper bound, and, among the boxes
+  // of one lower bound along sweep_dim (sorted by d2), only those whose
+  // lower bound along d2 is below i's upper bound: a layout of tiles (rows
+  // of boxes sharing their lower bounds) compares each box with a few.
+  UnionFind uf(nd);
+  bool capped = false;
+  if (rank > 0 && nd > 1) {
+    std::vector<uint32_t> by(nd);
+    std::iota(by.begin(), by.end(), 0u);
+    const int sd = sweep_dim;
+    const int d2 = rank > 1 ? (sd == 0 ? 1 : 0) : -1;
+    std::stable_sort(by.begin(), by.end(), [&](uint32_t a, uint32_t c) {
+      if (dbox(a).lo[sd] != dbox(c).lo[sd]) return dbox(a).lo[sd] < dbox(c).lo[sd];
+      return d2 >= 0 && dbox(a).lo[d2] < dbox(c).lo[d2];
+    });
+    std::vector<size_t> run_end(nd);  // end of the run of equal lo[sd]
+    for (size_t i = nd; i-- > 0;)
+      run_end[i] =
+          i + 1 < nd && dbox(by[i + 1]).lo[sd] == dbox(by[i]).lo[sd] ? run_end[i + 1] : i + 1;
+    int64_t pairs = 0;
+    for (size_t i = 0; i < nd && !capped; ++i) {
+      const Box& a = dbox(by[i]);
+      if (a.empty()) continue;
+      for (size_t j = i + 1; j < nd && dbox(by[j]).lo[sd] < a.hi[sd] && !capped;) {
+        const size_t end = run_end[j];
+        for (; j < end; ++j) {
+          const Box& b = dbox(by[j]);
+          if (d2 >= 0 && b.lo[d2] >= a.hi[d2]) break;  // and every later box of the run
+          if (++pairs > kMaxOverlapPairs) {
+            capped = true;
+            break;
+          }
+          if (!intersect(a, b).empty()) uf.join(by[i], by[j]);
+        }
+        j = end;
+      }
+    }
+  }
+
+  struct Cell {
+    Box box;
+    std::vector<uint32_t> entries;
+    bool overlaps = false;
+  };
+  std::vector<Cell> cells;
+  auto entries_of = [&](size_t k, std::vector<uint32_t>& out) {
+    out.insert(out.end(), order.begin() + dist_begin[k], order.begin() + dist_begin[k + 1]);
+  };
+  if (capped) {
+    // Too many pairs to compare: one cell per distinct box, each of which
+    // may overlap another.
+    for (size_t k = 0; k < nd; ++k) {
+      Cell& c = cells.emplace_back();
+      c.box = dbox(k);
+      entries_of(k, c.entries);
+      c.overlaps = !c.box.empty();
+    }
+  } else {
+    std::vector<std::vector<uint32_t>> members(nd);
+    for (size_t k = 0; k < nd; ++k)
+      members[uf.find(static_cast<uint32_t>(k))].push_back(static_cast<uint32_t>(k));
+    int64_t frag_left = kMaxFragments, work_left = kMaxFragmentWork;
+    std::vector<int64_t> coords[kMaxRank];
+    std::vector<uint32_t> cover_off, cover;  // per grid cell: the distinct boxes covering it
+    std::vector<uint32_t> prev, cur;
+    for (size_t root = 0; root < nd; ++root) {
+      const std::vector<uint32_t>& g = members[root];
+      if (g.empty()) continue;
+      if (g.size() == 1) {
+        Cell& c = cells.emplace_back();
+        c.box = dbox(g[0]);
+        entries_of(g[0], c.entries);
+        continue;
+      }
+      // Coordinate compression of the group.
+      int64_t G = 1;
+      bool fits = true;
+      for (int d = 0; d < rank; ++d) {
+        coords[d].clear();
+        for (uint32_t k : g) {
+          coords[d].push_back(dbox(k).lo[d]);
+          coords[d].push_back(dbox(k).hi[d]);
+        }
+        std::sort(coords[d].begin(), coords[d].end());
+        coords[d].erase(std::unique(coords[d].begin(), coords[d].end()), coords[d].end());
+        const auto n = static_cast<int64_t>(coords[d].size()) - 1;
+        if (n > frag_left / G) fits = false;
+        if (fits) G *= n;
+      }
+      // Work: the (grid cell, entry) incidences the fragments will list.
+      int64_t work = 0;
+      if (fits && G <= frag_left) {
+        for (uint32_t k : g) {
+          int64_t w = dist_begin[k + 1] - dist_begin[k];
+          for (int d = 0; d < rank && w > 0; ++d) {
+            const auto a = std::lower_bound(coords[d].begin(), coords[d].end(), dbox(k).lo[d]);
+            const auto b = std::lower_bound(coords[d].begin(), coords[d].end(), dbox(k).hi[d]);
+            w *= b - a;
+          }
+          work += w;
+          if (work > work_left) break;
+        }
+      }
+      if (!fits || G > frag_left || work > work_left) {
+        // Above the caps: one cell per distinct box, as if unrefined.
+        for (uint32_t k : g) {
+          Cell& c = cells.emplace_back();
+          c.box = dbox(k);
+          entries_of(k, c.entries);
+          c.overlaps = true;
+        }
+        continue;
+      }
+      frag_left -= G;
+      work_left -= work;
+      // The distinct boxes covering each grid cell (row-major), as CSR.
+      std::vector<int64_t> stride(static_cast<size_t>(rank), 1);
+      for (int d = rank - 2; d >= 0; --d)
+        stride[static_cast<size_t>(d)] =
+            stride[static_cast<size_t>(d) + 1] * (static_cast<int64_t>(coords[d + 1].size()) - 1);
+      cover_off.assign(static_cast<size_t>(G) + 1, 0);
+      auto each_cell_of = [&](uint32_t k, auto&& f) {
+        std::array<int64_t, kMaxRank> a{}, b{}, i{};
+        for (int d = 0; d < rank; ++d) {
+          a[d] = std::lower_bound(coords[d].begin(), coords[d].end(), dbox(k).lo[d]) -
+                 coords[d].begin();
+          b[d] = std::lower_bound(coords[d].begin(), coords[d].end(), dbox(k).hi[d]) -
+                 coords[d].begin();
+          if (a[d] >= b[d]) return;
+          i[d] = a[d];
+        }
+        while (true) {
+          int64_t idx = 0;
+          for (int d = 0; d < rank; ++d) idx += i[d] * stride[static_cast<size_t>(d)];
+          f(static_cast<size_t>(idx));
+          int d = rank - 1;
+          while (d >= 0 && ++i[d] == b[d]) {
+            i[d] = a[d];
+            --d;
+          }
+          if (d < 0) return;
+        }
+      };
+      for (uint32_t k : g) each_cell_of(k, [&](size_t idx) { ++cover_off[idx + 1]; });
+      for (size_t x = 1; x < cover_off.size(); ++x) cover_off[x] += cover_off[x - 1];
+      cover.assign(cover_off.back(), 0);
+      {
+        std::vector<uint32_t> fill(cover_off.begin(), cover_off.end() - 1);
+        for (uint32_t k : g) each_cell_of(k, [&](size_t idx) { cover[fill[idx]++] = k; });
+      }
+      // Fragments: grid cells covered by some box, runs of equal covers
+      // along the last dimension merged.
+      const int64_t last_n = static_cast<int64_t>(coords[rank - 1].size()) - 1;
+      for (int64_t idx = 0; idx < G;) {
+        const auto u = static_cast<size_t>(idx);
+        if (cover_off[u] == cover_off[u + 1]) {
+          ++idx;
+          continue;
+        }
+        int64_t end = idx + 1;
+        auto same = [&](size_t x, size_t y) {
+          return cover_off[x + 1] - cover_off[x] == cover_off[y + 1] - cover_off[y] &&
+                 std::equal(cover.begin() + cover_off[x], cover.begin() + cover_off[x + 1],
+                            cover.begin() + cover_off[y]);
+        };
+        while (end % last_n != 0 && same(u, static_cast<size_t>(end))) ++end;
+        Cell& c = cells.emplace_back();
+        c.box.rank = rank;
+        int64_t rem = idx;
+        for (int d = 0; d < rank; ++d) {
+          const int64_t i = rem / stride[static_cast<size_t>(d)];
+          rem %= stride[static_cast<size_t>(d)];
+          c.box.lo[d] = coords[d][static_cast<size_t>(i)];
+          c.box.hi[d] = coords[d][static_cast<size_t>(i) + 1];
+        }
+        c.box.hi[rank - 1] = coords[rank - 1][static_cast<size_t>((end - 1) % last_n) + 1];
+        for (uint32_t x = cover_off[u]; x < cover_off[u + 1]; ++x) entries_of(cover[x], c.entries);
+        std::sort(c.entries.begin(), c.entries.end());
+        idx = end;
+      }
+    }
+  }
+  std::stable_sort(cells.begin(), cells.end(),
+                   [](const Cell& a, const Cell& b) { return box_less(a.box, b.box); });
+
+  const size_t ne = boxes.size();
+  cell_boxes.clear();
+  cell_overlaps.clear();
+  cell_offsets.assign(1, 0);
+  cell_entries.clear();
+  std::vector<uint32_t> count(ne + 1, 0);
+  for (const Cell& c : cells) {
+    cell_boxes.push_back(c.box);
+    cell_overlaps.push_back(c.overlaps ? 1 : 0);
+    cell_entries.insert(cell_entries.end(), c.entries.begin(), c.entries.end());
+    cell_offsets.push_back(static_cast<uint32_t>(cell_entries.size()));
+    for (uint32_t e : c.entries) ++count[e + 1];
+  }
+  fragmented = false;
+  for (size_t e = 0; e < ne; ++e) {
+    if (count[e + 1] > 1) fragmented = true;
+    count[e + 1] += count[e];
+  }
+  entry_cell_offsets = count;
+  entry_cells.assign(count.back(), 0);
+  cell_of_entry.assign(ne, 0);
+  for (size_t c = 0; c + 1 < cell_offsets.size(); ++c)
+    for (uint32_t i = cell_offsets[c]; i < cell_offsets[c + 1]; ++i)
+      entry_cells[count[cell_entries[i]]++] = static_cast<uint32_t>(c);
+  for (size_t e = 0; e < ne; ++e)
+    cell_of_entry[e] = entry_cells.empty() ? 0 : entry_cells[entry_cell_offsets[e]];
+}
+
 void Geometry::finalize() {
   Hasher h;
   h.u64(tiled ? 1 : 2);
@@ -232,16 +485,7 @@ void Geometry::finalize() {
     };
     std::stable_sort(order.begin(), order.end(),
                      [&](uint32_t a, uint32_t c) { return box_less(boxes[a], boxes[c]); });
-    cell_of_entry.assign(boxes.size(), 0);
-    cell_entries = order;
-    cell_offsets.assign(1, 0);
-    for (size_t i = 0; i < order.size(); ++i) {
-      if (i > 0 && !(boxes[order[i]] == boxes[order[i - 1]]))
-        cell_offsets.push_back(static_cast<uint32_t>(i));
-      cell_of_entry[order[i]] = static_cast<int64_t>(cell_offsets.size() - 1);
-    }
-    cell_offsets.push_back(static_cast<uint32_t>(order.size()));
-    if (order.empty()) cell_offsets.assign(1, 0);
+    build_explicit_cells(order);
   }
   hash = h.value();
 }

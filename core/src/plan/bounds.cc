@@ -250,8 +250,6 @@ Bounds compute_bounds(const Context& ctx) {
     first.emplace(key, i);
   }
   BoundsWalker walk(ctx, b);
-  Enumerator en(ctx.input.options);
-  std::vector<uint32_t> order, same;
   // Devices holding anything (tensors of a group share their empty boxes).
   std::vector<int64_t> holds(ndev, 0);
   for (const auto& [key, esum] : groups) {
@@ -274,37 +272,27 @@ Bounds compute_bounds(const Context& ctx) {
       }
       continue;
     }
-    // Explicit: entries with equal boxes form a cell.
-    order.resize(dg.boxes.size());
-    for (uint32_t e = 0; e < order.size(); ++e) order[e] = e;
-    auto box_less = [&](uint32_t x, uint32_t y) {
-      const Box &a = dg.boxes[x], &c = dg.boxes[y];
-      for (int d = 0; d < a.rank; ++d) {
-        if (a.lo[d] != c.lo[d]) return a.lo[d] < c.lo[d];
-        if (a.hi[d] != c.hi[d]) return a.hi[d] < c.hi[d];
-      }
-      return x < y;
-    };
-    std::sort(order.begin(), order.end(), box_less);
+    // Explicit: cells are the distinct boxes that overlap no other and the
+    // disjoint fragments of those that do (Geometry), each needed by every
+    // entry containing it, so each element needed on a device or host is
+    // counted there once (the union of its boxes). Cells of a group left
+    // unrefined (above Geometry's caps) overlap: they contribute their
+    // maximum.
     bool any_overlap = false;
-    for (size_t i = 0; i < order.size();) {
-      size_t j = i;
-      while (j < order.size() && dg.boxes[order[j]] == dg.boxes[order[i]]) ++j;
-      const Box B = t.dst->box(order[i]);
-      bool overlapping = false;
-      en.dst_overlapping(t, B, [&](uint32_t e) {
-        if (!(dg.boxes[e] == dg.boxes[order[i]])) overlapping = true;
-      });
-      if (overlapping) {
+    for (size_t c = 0; c + 1 < dg.cell_offsets.size(); ++c) {
+      const uint32_t b0 = dg.cell_offsets[c], b1 = dg.cell_offsets[c + 1];
+      if (b0 == b1) continue;
+      const Box& B = dg.cell_boxes[c];
+      if (dg.cell_overlaps[c]) {
         any_overlap = true;
-        over_leave = std::max(over_leave, walk.cell(t, B, order.data() + i, j - i, esum, folded));
+        over_leave = std::max(over_leave,
+                              walk.cell(t, B, dg.cell_entries.data() + b0, b1 - b0, esum, folded));
         s_ingress.fold_max(over_ingress);
         s_egress.fold_max(over_egress);
         s_forced.fold_max(over_forced);
       } else {
-        b.leave += walk.cell(t, B, order.data() + i, j - i, esum, direct);
+        b.leave += walk.cell(t, B, dg.cell_entries.data() + b0, b1 - b0, esum, direct);
       }
-      i = j;
     }
     if (!any_overlap) continue;
     b.leave += std::exchange(over_leave, 0);

@@ -18,10 +18,12 @@
 //  - an element some device needs and does not hold leaves its holders at
 //    least once, so the busiest holder sends at least those bytes over the
 //    number of holders.
-// Where two destination boxes of an explicit layout overlap without being
-// equal, the bytes of their overlap are counted once per device or host
-// only where that is exact, and otherwise the overlapping boxes contribute
-// their maximum (still a bound, a weaker one).
+// Every fact is applied to disjoint regions of the destination cells, so an
+// element needed on a device or host is counted there once, however many
+// destination boxes contain it (the union): explicit boxes that overlap
+// without being equal are refined into disjoint fragments (Geometry). Only
+// where a group of overlapping boxes is above Geometry's fragment caps do
+// its boxes contribute their maximum (still a bound, a weaker one).
 #pragma once
 
 #include <cstdint>

@@ -169,6 +169,7 @@ struct Route {
   // with relays, to one entry per other host (its leader for part j,
   // stage 1), which fans it out inside its host (stage 2).
   bool reduce = false;
+  size_t cell = 0;                          // the destination cell routed
   uint32_t cell_first = 0, cell_count = 0;  // the cell's entries in Geometry::cell_entries
   bool cross = false;
   size_t cell_begin = 0, cell_end = 0;  // the cell's range in CellHosts::hosts
@@ -425,12 +426,37 @@ class Enumerator {
   template <class F>
   void forward_unmerged(const TensorCtx& t, uint32_t l, F&& f);
 
-  // The route of a region of e's cell (see Route); false when the cell's
-  // entries fetch it single-hop (relays off, a partial layout, no holder
-  // listed). A cell is a tiled cell or, in an explicit destination, the
-  // entries with equal boxes (Geometry::cell_entries).
-  bool route(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders, size_t n,
-             Route& r);
+  // The route of a region of destination cell c, a cell of entry e (see
+  // Route); false when the cell's entries fetch it single-hop (relays off,
+  // a partial layout, no holder listed). A cell is a tiled cell or, in an
+  // explicit destination, the entries with equal boxes, or a fragment of
+  // overlapping boxes with every entry containing it (Geometry).
+  bool route(const TensorCtx& t, uint32_t e, size_t c, const Box& region, const uint32_t* holders,
+             size_t n, Route& r);
+  // The box of destination cell c (non-empty cells of a tiled layout: the
+  // box of its entries).
+  static Box cell_box(const TensorCtx& t, size_t c) {
+    const Geometry& dg = *t.dg;
+    if (!dg.tiled) return dg.cell_boxes[c];
+    return t.dst->box(dg.cell_entries[dg.cell_offsets[c]]);
+  }
+  // Calls f(cell, box, part) for every cell of destination entry e, cells
+  // ascending; `part` is true when the cell's box is only part of e's box
+  // (a fragment of overlapping explicit boxes). Fragments matter only to
+  // routes (relays, reduce-scatter): where no route can apply, the entry's
+  // box is enumerated whole, as its first cell (single-hop pieces).
+  template <class F>
+  void each_cell(const TensorCtx& t, uint32_t e, F&& f) const {
+    const Geometry& dg = *t.dg;
+    const bool routes = t.T == 1 && (t.S == 1 ? options_.relays : options_.reduce_scatter);
+    if (dg.tiled || !dg.fragmented || !routes ||
+        dg.entry_cell_offsets[e + 1] - dg.entry_cell_offsets[e] == 1) {
+      f(static_cast<size_t>(dg.cell_of_entry[e]), t.dst->box(e), false);
+      return;
+    }
+    for (uint32_t i = dg.entry_cell_offsets[e]; i < dg.entry_cell_offsets[e + 1]; ++i)
+      f(static_cast<size_t>(dg.entry_cells[i]), dg.cell_boxes[dg.entry_cells[i]], true);
+  }
   // Among the receiving hosts of `r`: whether `host` is one, its index.
   bool receiving_index(const Route& r, int32_t host, size_t* index) const;
   // Cross routes: whether part j arrives at the receiving host of index
@@ -442,10 +468,9 @@ class Enumerator {
   uint32_t reducer(const TensorCtx& t, const Route& r, size_t j) const {
     return t.dg->cell_entries[r.cell_first + (j + r.rot) % r.cell_count];
   }
-  // The CellHosts index of destination entry e's host in e's cell.
-  size_t host_slot(const TensorCtx& t, uint32_t e) {
+  // The CellHosts index of destination entry e's host in cell c (one of e's).
+  size_t host_slot(const TensorCtx& t, uint32_t e, size_t c) {
     const CellHosts& ch = cell_hosts(t);
-    const auto c = static_cast<size_t>(t.dg->cell_of_entry[e]);
     const auto b = ch.hosts.begin() + static_cast<std::ptrdiff_t>(ch.cell_offsets[c]);
     const auto end = ch.hosts.begin() + static_cast<std::ptrdiff_t>(ch.cell_offsets[c + 1]);
     return static_cast<size_t>(std::lower_bound(b, end, t.dt->host[e]) - ch.hosts.begin());
@@ -458,7 +483,7 @@ class Enumerator {
     return ch_->members[b + (j + r.rot) % (end - b)];
   }
   // The reduce-scatter rule for a region of a partial source (see Route).
-  bool reduce_route(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders,
+  bool reduce_route(const TensorCtx& t, size_t c, const Box& region, const uint32_t* holders,
                     size_t n, Route& r) const;
   // The leader of part j on the host at CellHosts index `hi`.
   uint32_t leader(const Route& r, size_t hi, size_t j) const;
@@ -892,11 +917,10 @@ inline void even_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
   cut_along(region, dim, m, parts);
 }
 
-inline bool Enumerator::reduce_route(const TensorCtx& t, uint32_t e, const Box& region,
+inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& region,
                                      const uint32_t* holders, size_t n, Route& r) const {
   if (!options_.reduce_scatter || t.S < 2 || t.T > 1 || n == 0) return false;
   const Geometry& dg = *t.dg;
-  const auto c = static_cast<size_t>(dg.cell_of_entry[e]);
   const uint32_t first = dg.cell_offsets[c], count = dg.cell_offsets[c + 1] - first;
   if (count < 2) return false;
   // Parts no smaller than a quarter of what one α buys between hosts (at
@@ -928,13 +952,13 @@ inline bool Enumerator::reduce_route(const TensorCtx& t, uint32_t e, const Box& 
   return true;
 }
 
-inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
+inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Box& region,
                               const uint32_t* holders, size_t n, Route& r) {
   r.reduce = false;
-  if (t.S > 1) return reduce_route(t, e, region, holders, n, r);
+  r.cell = c;
+  if (t.S > 1) return reduce_route(t, c, region, holders, n, r);
   if (!options_.relays || t.S > 1 || t.T > 1 || n == 0) return false;
   const CellHosts& ch = cell_hosts(t);
-  const auto c = static_cast<size_t>(t.dg->cell_of_entry[e]);
   r.cell_begin = ch.cell_offsets[c];
   r.cell_end = ch.cell_offsets[c + 1];
   // One entry per host and too few hosts to cross: single-hop, cheaply.
@@ -986,7 +1010,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
     r.part_entry.clear();
     r.part_lead.clear();
   }
-  if (t.sg->tiled) cover_position(t, t.dst->box(e), region, r);
+  if (t.sg->tiled) cover_position(t, t.dg->tiled ? t.dst->box(e) : t.dg->cell_boxes[c], region, r);
   r.parts.push_back(region);
   return true;
 }
@@ -1113,8 +1137,7 @@ inline void Enumerator::cross_parts(const TensorCtx& t, size_t c, const Box& reg
 
 inline bool Enumerator::cell_volumes(const TensorCtx& t, size_t c, size_t cell_begin,
                                      size_t cell_end) {
-  const Geometry& dg = *t.dg;
-  const Box B = t.dst->box(dg.cell_entries[dg.cell_offsets[c]]);
+  const Box B = cell_box(t, c);
   if (!share_en_) share_en_ = std::make_unique<Enumerator>(options_);
   const auto hb = ch_->hosts.begin() + static_cast<std::ptrdiff_t>(cell_begin);
   const auto he = ch_->hosts.begin() + static_cast<std::ptrdiff_t>(cell_end);
@@ -1166,9 +1189,7 @@ inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, s
     if (us.uniform) {
       volumes_.clear();
       for (size_t k = 0; k < cells && us.uniform; ++k) {
-        if (dg.cell_offsets[k] == dg.cell_offsets[k + 1] ||
-            t.dst->box(dg.cell_entries[dg.cell_offsets[k]]).empty())
-          continue;
+        if (dg.cell_offsets[k] == dg.cell_offsets[k + 1] || cell_box(t, k).empty()) continue;
         us.uniform = cell_volumes(t, k, ch_->cell_offsets[k], ch_->cell_offsets[k + 1]);
       }
       if (us.uniform) {
@@ -1213,7 +1234,7 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   auto walk = [&](auto&& f) {
     for (size_t k = uniform ? 0 : c; k < (uniform ? cells : c + 1); ++k) {
       if (dg.cell_offsets[k] == dg.cell_offsets[k + 1]) continue;
-      const Box B = t.dst->box(dg.cell_entries[dg.cell_offsets[k]]);
+      const Box B = cell_box(t, k);
       if (B.empty()) continue;
       most_members = std::max(most_members, ch_->max_members[k]);
       share_en_->cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
@@ -1431,7 +1452,7 @@ template <class F>
 void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, const Box& region,
                              const uint32_t* holders, size_t n, bool own, F&& f) {
   if (r.reduce) {
-    const size_t hi = options_.relays ? host_slot(t, e) : 0;
+    const size_t hi = options_.relays ? host_slot(t, e, r.cell) : 0;
     for (size_t j = 0; j < r.parts.size(); ++j) {
       const uint32_t red = reducer(t, r, j);
       if (red == e) {  // stage 0: every summand of the part
@@ -1513,12 +1534,15 @@ void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
     else
       f(x);
   };
-  cover(t, t.dst->box(e), [&](const Box& region, const uint32_t* h, size_t n, bool own) {
-    if (!route(t, e, region, h, n, route_)) {
-      assign(t, e, region, h, n, own, f);
-      return;
-    }
-    routed_recv(t, e, route_, region, h, n, own, out);
+  each_cell(t, e, [&](size_t c, const Box& B, bool part) {
+    cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool own) {
+      own |= part;
+      if (!route(t, e, c, region, h, n, route_)) {
+        assign(t, e, region, h, n, own, f);
+        return;
+      }
+      routed_recv(t, e, route_, region, h, n, own, out);
+    });
   });
   merger.flush(f);
 }
@@ -1535,82 +1559,85 @@ template <class F>
 void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
   if (t.S > 1) {
     if (!options_.reduce_scatter || t.T > 1) return;
-    const auto c = static_cast<size_t>(t.dg->cell_of_entry[l]);
-    if (t.dg->cell_offsets[c + 1] - t.dg->cell_offsets[c] < 2) return;
-    const bool gather = options_.relays;
-    const size_t own_hi = gather ? host_slot(t, l) : 0;
-    const int32_t host = t.dt->host[l];
-    cover(t, t.dst->box(l), [&](const Box& region, const uint32_t* h, size_t n, bool) {
-      Route& r = route_;
-      if (!route(t, l, region, h, n, r)) return;
-      for (size_t j = 0; j < r.parts.size(); ++j) {
-        const uint32_t red = reducer(t, r, j);
-        if (red == l) {
-          // To the other entries of its host, and to the part's leader on
-          // every other host (all of them without relays).
-          for (uint32_t i = r.cell_first; i < r.cell_first + r.cell_count; ++i) {
-            const uint32_t m = t.dg->cell_entries[i];
-            if (m == l) continue;
-            if (gather && t.dt->host[m] != host && gather_leader(r, host_slot(t, m), j) != m)
-              continue;
-            Emitted x{l, m, r.parts[j], true, false, false};
-            x.stage = 1;
-            f(x);
-          }
-        } else if (gather && t.dt->host[red] != host && gather_leader(r, own_hi, j) == l) {
-          // The part's leader on this host: to the others here.
-          for (uint32_t k = ch_->member_offsets[own_hi]; k < ch_->member_offsets[own_hi + 1]; ++k) {
-            if (ch_->members[k] == l) continue;
-            Emitted x{l, ch_->members[k], r.parts[j], true, false, false};
-            x.stage = 2;
-            f(x);
+    each_cell(t, l, [&](size_t c, const Box& B, bool) {
+      if (t.dg->cell_offsets[c + 1] - t.dg->cell_offsets[c] < 2) return;
+      const bool gather = options_.relays;
+      const size_t own_hi = gather ? host_slot(t, l, c) : 0;
+      const int32_t host = t.dt->host[l];
+      cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
+        Route& r = route_;
+        if (!route(t, l, c, region, h, n, r)) return;
+        for (size_t j = 0; j < r.parts.size(); ++j) {
+          const uint32_t red = reducer(t, r, j);
+          if (red == l) {
+            // To the other entries of its host, and to the part's leader on
+            // every other host (all of them without relays).
+            for (uint32_t i = r.cell_first; i < r.cell_first + r.cell_count; ++i) {
+              const uint32_t m = t.dg->cell_entries[i];
+              if (m == l) continue;
+              if (gather && t.dt->host[m] != host && gather_leader(r, host_slot(t, m, c), j) != m)
+                continue;
+              Emitted x{l, m, r.parts[j], true, false, false};
+              x.stage = 1;
+              f(x);
+            }
+          } else if (gather && t.dt->host[red] != host && gather_leader(r, own_hi, j) == l) {
+            // The part's leader on this host: to the others here.
+            for (uint32_t k = ch_->member_offsets[own_hi]; k < ch_->member_offsets[own_hi + 1];
+                 ++k) {
+              if (ch_->members[k] == l) continue;
+              Emitted x{l, ch_->members[k], r.parts[j], true, false, false};
+              x.stage = 2;
+              f(x);
+            }
           }
         }
-      }
+      });
     });
     return;
   }
   if (!options_.relays || t.T > 1) return;
   const CellHosts& ch = cell_hosts(t);
-  const auto c = static_cast<size_t>(t.dg->cell_of_entry[l]);
-  // A cell with one entry on one host never relays.
-  if (ch.cell_offsets[c + 1] - ch.cell_offsets[c] == 1 &&
-      ch.member_offsets[ch.cell_offsets[c] + 1] - ch.member_offsets[ch.cell_offsets[c]] == 1)
-    return;
   const int32_t host = t.dt->host[l];
-  cover(t, t.dst->box(l), [&](const Box& region, const uint32_t* h, size_t n, bool) {
-    Route& r = route_;
-    if (!route(t, l, region, h, n, r)) return;
-    size_t idx = 0;
-    if (!receiving_index(r, host, &idx)) return;
-    const size_t hi = static_cast<size_t>(
-        std::lower_bound(ch.hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_begin),
-                         ch.hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_end), host) -
-        ch.hosts.begin());
-    for (size_t j = 0; j < r.parts.size(); ++j) {
-      if (leader(r, hi, j) != l) continue;
-      const bool entry = arrives_first(r, j, idx);
-      const Bands bands = relay_bands(r.parts[j], t.esize, options_);
-      bands.each(r.parts[j], [&](const Box& sub, uint32_t band) {
-        // The other entries of this host.
-        for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {
-          if (ch.members[k] == l) continue;
-          Emitted x{l, ch.members[k], sub, true, false, false};
-          x.stage = entry ? 1 : 2;
-          x.band = band;
-          f(x);
-        }
-        if (!r.cross || !entry || r.part_entry[j] < 0) return;
-        // The leaders of part j on the other receiving hosts.
-        for (size_t i = 0; i < r.receiving; ++i) {
-          if (i == idx) continue;
-          Emitted x{l, leader(r, receiving_host(r, i), j), sub, true, false, false};
-          x.stage = 1;
-          x.band = band;
-          f(x);
-        }
-      });
-    }
+  each_cell(t, l, [&](size_t c, const Box& B, bool) {
+    // A cell with one entry on one host never relays.
+    if (ch.cell_offsets[c + 1] - ch.cell_offsets[c] == 1 &&
+        ch.member_offsets[ch.cell_offsets[c] + 1] - ch.member_offsets[ch.cell_offsets[c]] == 1)
+      return;
+    cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
+      Route& r = route_;
+      if (!route(t, l, c, region, h, n, r)) return;
+      size_t idx = 0;
+      if (!receiving_index(r, host, &idx)) return;
+      const size_t hi = static_cast<size_t>(
+          std::lower_bound(ch.hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_begin),
+                           ch.hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_end), host) -
+          ch.hosts.begin());
+      for (size_t j = 0; j < r.parts.size(); ++j) {
+        if (leader(r, hi, j) != l) continue;
+        const bool entry = arrives_first(r, j, idx);
+        const Bands bands = relay_bands(r.parts[j], t.esize, options_);
+        bands.each(r.parts[j], [&](const Box& sub, uint32_t band) {
+          // The other entries of this host.
+          for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {
+            if (ch.members[k] == l) continue;
+            Emitted x{l, ch.members[k], sub, true, false, false};
+            x.stage = entry ? 1 : 2;
+            x.band = band;
+            f(x);
+          }
+          if (!r.cross || !entry || r.part_entry[j] < 0) return;
+          // The leaders of part j on the other receiving hosts.
+          for (size_t i = 0; i < r.receiving; ++i) {
+            if (i == idx) continue;
+            Emitted x{l, leader(r, receiving_host(r, i), j), sub, true, false, false};
+            x.stage = 1;
+            x.band = band;
+            f(x);
+          }
+        });
+      }
+    });
   });
 }
 
@@ -1691,7 +1718,8 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
         const uint32_t b = dg.cell_offsets[static_cast<size_t>(cell)];
         const uint32_t end = dg.cell_offsets[static_cast<size_t>(cell) + 1];
         // The route depends on the cell and the region only: once per cell.
-        const bool routed = b < end && route(t, dg.cell_entries[b], region, h, n, route_);
+        const bool routed = b < end && route(t, dg.cell_entries[b], static_cast<size_t>(cell),
+                                             region, h, n, route_);
         for (uint32_t i = b; i < end; ++i) {
           const uint32_t e = dg.cell_entries[i];
           if (dg.devices[e] == sdev) continue;
@@ -1711,14 +1739,15 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
       if (t.T > 1 && ssum % t.T != t.dg->summands[e]) return;
       dsts.push_back(e);
     });
-    for (uint32_t e : dsts) {
-      const Box region = intersect(C, t.dst->box(e));
-      if (region.empty()) continue;
-      if (route(t, e, region, h, n, route_))
-        routed_recv(t, e, route_, region, h, n, false, keep);
-      else
-        assign(t, e, region, h, n, false, keep);
-    }
+    for (uint32_t e : dsts)
+      each_cell(t, e, [&](size_t c, const Box& B, bool part) {
+        const Box region = intersect(C, B);
+        if (region.empty()) return;
+        if (route(t, e, c, region, h, n, route_))
+          routed_recv(t, e, route_, region, h, n, part, keep);
+        else
+          assign(t, e, region, h, n, part, keep);
+      });
     return;
   }
   std::vector<uint32_t>& dsts = dsts_;

@@ -48,8 +48,9 @@ namespace {
 // entry elements counted along row-major sequences — for regions of at
 // least split_min_bytes per receiving host and share; 8: relays and
 // reduce-scatter for explicit destination layouts, whose entries with
-// equal boxes form a cell).
-constexpr uint64_t kPlannerVersion = 8;
+// equal boxes form a cell; 9: distinct overlapping explicit boxes refined
+// into disjoint fragments, each a cell of every entry containing it).
+constexpr uint64_t kPlannerVersion = 9;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

@@ -510,14 +510,14 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     bool slots = false;
     const uint32_t e0 = dg.cell_entries[b0];
     en.cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool own) {
-      if (!en.route(t, e0, region, h, n, route)) {
+      if (!en.route(t, e0, c, region, h, n, route)) {
         for (uint32_t i = b0; i < b1; ++i)
           assign_stats(t, dg.cell_entries[i], region, h, n, own, 0, esum, copies, group_pieces);
         return;
       }
       if (route.reduce) fail(ErrorCode::kInternal, "statistics: a reduce route in one summand");
       if (!slots) {
-        for (uint32_t i = b0; i < b1; ++i) slot[i - b0] = en.host_slot(t, dg.cell_entries[i]);
+        for (uint32_t i = b0; i < b1; ++i) slot[i - b0] = en.host_slot(t, dg.cell_entries[i], c);
         slots = true;
       }
       const size_t np = route.parts.size();
