@@ -373,9 +373,16 @@ struct Fleet {
   // times the entry bytes, while the bound is R/(R + H) of the tensor (H
   // holder hosts) or what one host alone holds; direct parts instead cost
   // their holders R copies. Below that floor one α costs more than the
-  // bytes it spreads (the α–β model picks the star or single-hop).
+  // bytes it spreads (the α–β model picks the star or single-hop). (c) No
+  // more receiving hosts than the source spans (3 receiving hosts, 3 holder
+  // hosts): the planner relays across hosts only for few holders' hosts
+  // feeding more hosts (a limit of this planner: water-filled direct parts
+  // would reach the bound there too, but relaying there as well, e.g. 405B
+  // FSDP to a disjoint dp=32 x tp=8, cost 4.8x the pieces).
   bool egress_eligible() const {
     if (!partial.empty()) return false;
+    std::set<int32_t> source_hosts(hosts.begin(), hosts.begin() + holders);
+    if (receiving <= static_cast<int64_t>(source_hosts.size())) return false;
     int64_t bytes = dtype_size(dtype);
     for (int64_t x : shape) bytes *= x;
     const PlanOptions& o = in.options;
@@ -480,13 +487,15 @@ std::string describe(const Fleet& f) {
 // against its host bounds, for staging within the budget per (device,
 // stage, round), for determinism and for parts equal to each process's own
 // plan.
+// Then 60 fleets with shards on subsets of the holder hosts (planner
+// version 9's water-filled shares).
 TEST(PlanRelays, RandomFleetsAreExactAndMeetTheHostBounds) {
-  std::mt19937_64 rng(20261123);
+  std::mt19937_64 rng(20261123), subset_rng(20261125);
   int relayed = 0, crossed = 0, reduced = 0;
-  const int cases = 120;
-  for (int c = 0; c < cases; ++c) {
+  const int cases = 120, subset_cases = 60;
+  for (int c = 0; c < cases + subset_cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
-    const Fleet fleet = random_fleet(rng);
+    const Fleet fleet = c < cases ? random_fleet(rng) : random_fleet(subset_rng, true);
     const int64_t members = fleet.members;
     const int src_kind = fleet.src_kind;
     const PlanInput& in = fleet.in;
@@ -559,11 +568,11 @@ TEST(PlanRelays, RandomFleetsAreExactAndMeetTheHostBounds) {
 // also executed and checked above). Planner version 6 cut each region along
 // one dimension into entry parts placed region by region (worst 1.17 on the
 // cases of version 7's rule); version 8 cut at element granularity only the
-// regions of at least split_min_bytes per receiving host and share, shared
-// regions equally among their holders' hosts, and crossed only to more
-// receiving hosts than the source spans: on these fleets 10,263 of 17,509
-// cases without partial sums within 1.05x, worst 9.3. Version 9: every case
-// the test's rule admits (docs/results.md).
+// regions of at least split_min_bytes per receiving host and share and
+// shared regions equally among their holders' hosts: on these fleets 2,062
+// of the 10,560 eligible cases above 1.05x, worst 7.83 (458 of the 8,787
+// cases of version 8's own rule, worst 1.33: shards on subsets). Version 9:
+// all of them, worst 1.018 (docs/results.md).
 TEST(PlanRelays, RandomFleetsKeepTheBusiestNicNearItsBound) {
   std::mt19937_64 rng(20261123);
   const int cases = 20000;
@@ -603,7 +612,7 @@ TEST(PlanRelays, RandomFleetsKeepTheBusiestNicNearItsBound) {
       "subsets of the holder hosts, %d eligible by version 8's rule; %d replanned without a "
       "staging budget), worst %.3f; %d cases without partial sums left out, worst %.3f\n",
       eligible, cases, subsets, split, refused, worst, outside, worst_outside);
-  EXPECT_GE(eligible, 10000);  // 13,306 with libstdc++'s distributions
+  EXPECT_GE(eligible, 9000);  // 10,560 with libstdc++'s distributions
 }
 
 // One holder feeding 8 hosts: a tree (or scatter then all-gather) sends the

@@ -966,9 +966,11 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
   const auto c = static_cast<size_t>(t.dg->cell_of_entry[e]);
   r.cell_begin = ch.cell_offsets[c];
   r.cell_end = ch.cell_offsets[c + 1];
-  // One entry on one host: single-hop, cheaply.
+  // One entry per host and too few hosts to cross: single-hop, cheaply.
   const size_t cell_hosts_n = r.cell_end - r.cell_begin;
-  if (ch.max_members[c] < 2 && cell_hosts_n < 2) return false;
+  if (ch.max_members[c] < 2 &&
+      !(cell_hosts_n >= 2 && cell_hosts_n > static_cast<size_t>(t.st->num_hosts)))
+    return false;
   r.holder_hosts.clear();
   for (size_t i = 0; i < n; ++i) r.holder_hosts.push_back(t.st->host[holders[i]]);
   std::sort(r.holder_hosts.begin(), r.holder_hosts.end());
@@ -994,13 +996,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
     k = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
   }
   r.rot = k;
-  // Few holders' hosts feeding more receiving hosts; where the cell's
-  // hosts hold none of it (a cross layout), any 2 receiving hosts or more:
-  // the water-filled direct parts send what the receiving hosts cannot
-  // forward (all of it where the holders' hosts are as many: single-hop
-  // from shares balanced over the hosts).
-  const bool few = r.receiving > static_cast<size_t>(t.st->num_hosts);
-  r.cross = r.receiving >= 2;
+  r.cross = r.receiving >= 2 && r.receiving > static_cast<size_t>(t.st->num_hosts);
   r.parts.clear();
   r.part_host.clear();
   r.part_entry.clear();
@@ -1009,7 +1005,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, const Box& region,
   if (r.cross) {
     const int laid = layout_parts(t, c, region, r);
     if (laid > 0) return true;
-    if (laid < 0 && few) {
+    if (laid < 0) {
       cross_parts(t, c, region, holders, n, r);
       if (!cross_slower(t, c, region, n, r)) return true;
     }
