@@ -322,8 +322,8 @@ inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& o
 // shares: floor(P D_h / w_h) of them before position P, each share's first
 // elements. The other (entry) elements of every share, concatenated over the
 // group, are numbered 0 .. N - 1; those numbered i mod m enter receiving
-// host (i + rot) % R, m = R (fewer where N × element size < R ×
-// split_min_bytes, and then the α–β model may send the group single-hop).
+// host (i + rot) % R, m = R (where N × element size < R × split_min_bytes,
+// every region of the group goes to the chunked sequence below instead).
 // In a share, each host's entry elements are one contiguous stretch, at
 // most 2 rank - 1 boxes (linear_boxes), whose leaders rotate by stretch. So
 // holder host h sends R D_h + w_h - D_h elements and each receiving host
@@ -359,8 +359,7 @@ struct CrossSlot {
 };
 struct CrossLayout {
   bool disjoint = false;    // false: not applicable (a cell's host holds some of it)
-  bool cross = true;        // false: the group goes single-hop (α–β, too small)
-  bool small_cross = true;  // the same for the chunked sequence
+  bool small_cross = true;  // false: the chunked sequence goes single-hop (α–β)
   int64_t Ns = 0, ms = 0;   // the chunked sequence: elements, chunks
   int64_t N = 0, m = 0, R = 0;
   uint64_t rot = 0;
@@ -1510,7 +1509,7 @@ inline int Enumerator::layout_parts(const TensorCtx& t, size_t c, const Box& reg
                                       const CrossLayout::Key& k) { return x.first < k; });
   if (it == L.index.end() || it->first != key) return -1;
   const auto pos = static_cast<size_t>(it - L.index.begin());
-  if (!(L.slots[it->second].small ? L.small_cross : L.cross)) return 0;
+  if (L.slots[it->second].small && !L.small_cross) return 0;
   uint32_t runs = 0;  // leaders rotate per run, not per box
   auto emit = [&](const CrossSlot& sl, int64_t from, int64_t count, int32_t entry) {
     lin_boxes_.clear();
