@@ -179,6 +179,63 @@ TEST(PlanStatsFastPath, RandomCrossHostFleetsMatchTheEnumeration) {
   EXPECT_GT(banded, cases / 4) << "cases with relay streams in several messages";
 }
 
+// Relays across hosts from shards held on subsets of the holder hosts
+// (planner version 9: water-filled shares, small regions in chunks): 1-3
+// shards × 2-3 copies, each device on a random one of 2-3 holder hosts,
+// feeding 4-7 receiving hosts of 1-3 devices; two tensors of one geometry
+// and one of another dtype; alpha 0 or 5 µs, split_min_bytes 256 or 1 MiB
+// (everything in chunks of at least 31,250 bytes), budgets.
+TEST(PlanStatsFastPath, RandomSubsetFleetsMatchTheEnumeration) {
+  std::mt19937_64 rng(20261126);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int cases = 150;
+  int crossed = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t shards = uni(1, 3), copies = uni(2, 3), holder_hosts = uni(2, 3);
+    const int64_t holders = shards * copies, receiving = uni(4, 7), members = uni(1, 3);
+    PlanInput in;
+    for (int64_t d = 0; d < holders; ++d) {
+      const auto h = static_cast<int32_t>(uni(0, holder_hosts - 1));
+      in.topology.add({d, h, h, 0});
+    }
+    for (int64_t i = 0; i < receiving * members; ++i) {
+      const auto h = static_cast<int32_t>(holder_hosts + i / members);
+      in.topology.add({holders + i, h, h, 0});
+    }
+    const int rank = static_cast<int>(uni(1, 3));
+    std::vector<int64_t> shape;
+    for (int d = 0; d < rank; ++d) shape.push_back(uni(5, 120));
+    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+    src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+    std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
+    if (members > 1 && uni(0, 1)) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
+    const NamedSharding src = named(mesh({"a", "c"}, {shards, copies}, 0), src_dims);
+    const NamedSharding dst = named(mesh({"r", "k"}, {receiving, members}, holders), dst_dims);
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
+    const DType first = dtypes[uni(0, 2)], other = dtypes[uni(0, 2)];
+    for (int i = 0; i < 3; ++i) {
+      TensorSpec t;
+      t.name = "w" + std::to_string(i);
+      t.shape = shape;
+      t.dtype = i < 2 ? first : other;
+      t.src = Layout::from_named(src, shape, t.name + ".src");
+      t.dst = Layout::from_named(dst, shape, t.name + ".dst");
+      in.tensors.push_back(std::move(t));
+    }
+    in.options.split_min_bytes = uni(0, 1) ? 256 : 1 << 20;
+    in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
+    const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(in));
+    const PlanStats st = run_stats(in, true, true).st;
+    crossed += st.stages == 3 || (st.stages == 2 && members == 1);
+  }
+  EXPECT_GT(crossed, cases / 4) << "cases relayed across hosts";
+}
+
 // A region no source device holds: both ways report the piece the
 // enumeration meets first (entry order), with the same message.
 TEST(PlanStatsFastPath, UncoveredRegionIsReportedAsTheEnumerationReportsIt) {

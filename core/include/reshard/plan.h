@@ -36,6 +36,10 @@ struct PlanOptions {
   // A piece held by several remote replicas (none on the destination's
   // device, process or host) is split evenly across them when it has at least
   // this many bytes; smaller pieces go to one replica chosen by rotation.
+  // Relays across hosts cut their smaller regions into chunks of at least
+  // the lesser of this and a quarter of what one α buys between hosts (at
+  // least 4 KiB), or one per receiving host where the holders reach every
+  // one anyway (docs/design.md §2.4).
   int64_t split_min_bytes = 1 << 20;
   // α–β cost model: seconds per message, bytes per second inside a host and
   // between hosts.

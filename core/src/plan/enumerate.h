@@ -88,6 +88,15 @@ inline int64_t relay_chunk_bytes(const PlanOptions& o) {
   const double v = 8 * o.alpha_seconds * o.inter_host_bytes_per_second;
   return std::max<int64_t>({o.split_min_bytes, v < 9e18 ? static_cast<int64_t>(v) : INT64_MAX, 1});
 }
+// The smallest entry chunk of a relay across hosts (CrossLayout's chunked
+// sequence): the lesser of split_min_bytes and the reduce-scatter floor, a
+// quarter of what one α buys between hosts and at least 4 KiB (31,250 bytes
+// by default: a chunk's α at most 4 times its bandwidth time).
+inline int64_t cross_min_bytes(const PlanOptions& o) {
+  const double v = std::max(4096.0, o.alpha_seconds * o.inter_host_bytes_per_second / 4);
+  return std::min<int64_t>(o.split_min_bytes, v < 9e18 ? static_cast<int64_t>(v) : INT64_MAX);
+}
+
 struct Bands {
   int dim = -1;  // -1: one band
   int64_t n = 1, lo = 0, ext = 0;
@@ -314,8 +323,8 @@ inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& o
 // shares: floor(P D_h / w_h) of them before position P, each share's first
 // elements. The other (entry) elements of every share, concatenated over the
 // group, are numbered 0 .. N - 1; those numbered i mod m enter receiving
-// host (i + rot) % R, m = R (fewer where N × element size < R ×
-// split_min_bytes, and then the α–β model may send the group single-hop).
+// host (i + rot) % R, m = R (where N × element size < R × split_min_bytes,
+// every region of the group goes to the chunked sequence below instead).
 // In a share, each host's entry elements are one contiguous stretch, at
 // most 2 rank - 1 boxes (linear_boxes), whose leaders rotate by stretch. So
 // holder host h sends R D_h + w_h - D_h elements and each receiving host
@@ -325,15 +334,34 @@ inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& o
 // dimension and placing the parts region by region (planner version 6) left
 // some hosts a row more in every region, the busiest NIC up to 3.6x its
 // bound on random fleets.
+//
+// Regions below that size (planner version 10) are laid out too, in a second
+// sequence: their entry elements, concatenated over the group, are numbered
+// 0 .. Ns - 1 and cut into ms contiguous chunks, chunk j (elements
+// [j Ns / ms, (j + 1) Ns / ms)) entering receiving host (j + rot) % R, so a
+// share is cut only where a chunk ends (pieces: at most the shares plus ms
+// boxes of each chunk). ms = R where the group's other relays already open
+// a stream from the holders to every receiving host (runs for every host,
+// or direct parts: more chunks add no message), else the most chunks of at
+// least cross_min_bytes (the lesser of split_min_bytes and a quarter of
+// what one α buys between hosts, at least 4 KiB: the reduce-scatter
+// floor), and below R the α–β model chooses between that and single-hop.
+// A region held on several holder hosts is cut into shares in proportion
+// to the volumes `share_targets` assigns them: the shared volume goes
+// preferably to the hosts with less volume of their own (the allocation
+// that minimises the largest host volume), equal shares where that is
+// balanced.
 struct CrossSlot {
   int32_t host = 0;      // the holder host of this share
+  bool small = false;    // in the chunked sequence (below the size above)
   int64_t a = 0, b = 0;  // the share: elements [a, b) of the region, row-major
   int64_t direct = 0;    // its first `direct` elements go direct
-  int64_t entry = 0;     // position of element a + direct in the entry sequence
+  int64_t entry = 0;     // position of element a + direct in its entry sequence
 };
 struct CrossLayout {
-  bool disjoint = false;  // false: not applicable (a cell's host holds some of it)
-  bool cross = true;      // false: the group goes single-hop (α–β, too small)
+  bool disjoint = false;    // false: not applicable (a cell's host holds some of it)
+  bool small_cross = true;  // false: the chunked sequence goes single-hop (α–β)
+  int64_t Ns = 0, ms = 0;   // the chunked sequence: elements, chunks
   int64_t N = 0, m = 0, R = 0;
   uint64_t rot = 0;
   using Key = std::array<int64_t, kMaxRank + 1>;  // cell, then the region's lower corner
@@ -1211,6 +1239,84 @@ inline const CellShares& Enumerator::cell_shares(const TensorCtx& t, size_t c, s
   return cs;
 }
 
+// The volumes a group's shared regions give each of their holder hosts (see
+// CrossSlot): `classes` maps each set of holder hosts (sorted) to the
+// elements of the group's regions held on exactly those hosts; for each set
+// of two hosts or more, `cum` gets the cumulative targets (k + 1 integers
+// from 0 to the class's volume), or stays empty where equal shares are the
+// balanced allocation. Block coordinate descent on the sum of squared host
+// volumes: each class in turn is water-filled over its hosts against the
+// others' volumes; its fixed point is the allocation that minimises the
+// largest host volume (and then the next largest). Deterministic: the same
+// classes give the same targets on every process.
+inline void share_targets(const std::map<std::vector<int32_t>, int64_t>& classes,
+                          std::map<std::vector<int32_t>, std::vector<int64_t>>& cum) {
+  cum.clear();
+  std::map<int32_t, double> load;
+  struct Shared {
+    const std::vector<int32_t>* hosts;
+    double volume;
+    std::vector<double> t;
+  };
+  std::vector<Shared> shared;
+  double total = 0;
+  for (const auto& [hs, v] : classes) {
+    total += static_cast<double>(v);
+    if (hs.size() == 1) {
+      load[hs[0]] += static_cast<double>(v);
+      continue;
+    }
+    const double each = static_cast<double>(v) / static_cast<double>(hs.size());
+    shared.push_back({&hs, static_cast<double>(v), std::vector<double>(hs.size(), each)});
+    for (int32_t h : hs) load[h] += each;
+  }
+  if (shared.empty()) return;
+  std::vector<std::pair<double, size_t>> others;
+  for (int sweep = 0; sweep < 200; ++sweep) {
+    double moved = 0;
+    for (Shared& s : shared) {
+      const size_t k = s.hosts->size();
+      others.clear();
+      for (size_t i = 0; i < k; ++i) others.emplace_back(load[(*s.hosts)[i]] - s.t[i], i);
+      std::sort(others.begin(), others.end());
+      // The level λ with Σ max(0, λ - other_i) = volume.
+      double level = 0, below = 0;
+      for (size_t i = 0; i < k; ++i) {
+        below += others[i].first;
+        const double l = (s.volume + below) / static_cast<double>(i + 1);
+        if (i + 1 == k || l <= others[i + 1].first) {
+          level = l;
+          break;
+        }
+      }
+      for (const auto& [o, i] : others) {
+        const double v = std::max(0.0, level - o);
+        moved = std::max(moved, std::abs(v - s.t[i]));
+        load[(*s.hosts)[i]] += v - s.t[i];
+        s.t[i] = v;
+      }
+    }
+    if (moved <= 1e-9 * total) break;
+  }
+  for (const Shared& s : shared) {
+    const size_t k = s.hosts->size();
+    const auto v = static_cast<int64_t>(std::llround(s.volume));
+    // Equal within half an element: the equal shares (s n / k) of before.
+    bool equal = true;
+    for (size_t i = 0; i < k; ++i)
+      equal &= std::abs(s.t[i] - s.volume / static_cast<double>(k)) < 0.5;
+    if (equal) continue;
+    std::vector<int64_t>& c = cum[*s.hosts];
+    c.assign(k + 1, 0);
+    double acc = 0;
+    for (size_t i = 0; i + 1 < k; ++i) {
+      acc += s.t[i];
+      c[i + 1] = std::clamp<int64_t>(std::llround(acc), c[i], v);
+    }
+    c[k] = v;
+  }
+}
+
 inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c, size_t cell_begin,
                                                    size_t cell_end) {
   const CellShares& cs = cell_shares(t, c, cell_begin, cell_end);
@@ -1226,8 +1332,10 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   L.disjoint = true;
   L.R = static_cast<int64_t>(cell_end - cell_begin);
   L.rot = uniform ? 0 : c;
-  // Calls f(cell, region, hosts) for the group's regions in order, `hosts`
-  // the region's holder hosts (sorted, unique).
+  // Calls f(cell, region, hosts, small) for the group's regions in order,
+  // `hosts` the region's holder hosts (sorted, unique), `small` whether its
+  // shares give a receiving host less than split_min_bytes (the chunked
+  // sequence).
   std::vector<int32_t> hosts;
   std::vector<std::pair<int32_t, int64_t>> devices;  // (holder host, device)
   uint32_t most_members = 0;
@@ -1242,67 +1350,120 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
         for (size_t i = 0; i < n; ++i) hosts.push_back(t.st->host[h[i]]);
         std::sort(hosts.begin(), hosts.end());
         hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
-        // Regions whose shares give every receiving host split_min_bytes or
-        // more; smaller ones keep the per-region rule (cross_parts, and the
-        // α–β choice of cross_slower).
         const auto k_hosts = static_cast<int64_t>(hosts.size());
-        if (k_hosts == 0 || (region.volume() / k_hosts) * t.esize < L.R * options_.split_min_bytes)
-          return;
+        if (k_hosts == 0) return;
+        const bool small = (region.volume() / k_hosts) * t.esize < L.R * options_.split_min_bytes;
         for (size_t i = 0; i < n; ++i) devices.emplace_back(t.st->host[h[i]], t.sg->devices[h[i]]);
-        f(k, region, hosts);
+        f(k, region, hosts, small);
       });
     }
   };
+  // Pass 0: the volume held on each set of holder hosts, and the shares of
+  // the sets of several hosts.
+  std::map<std::vector<int32_t>, int64_t> classes;
+  walk([&](size_t, const Box& region, const std::vector<int32_t>& hs, bool) {
+    classes[hs] += region.volume();
+  });
+  std::map<std::vector<int32_t>, std::vector<int64_t>> cum;
+  share_targets(classes, cum);
+  // Share s of a region of n elements held on `hs`: [bound(s), bound(s + 1)).
+  auto share_bounds = [&](const std::vector<int32_t>& hs, int64_t n, std::vector<int64_t>& out) {
+    const auto k = static_cast<int64_t>(hs.size());
+    out.resize(static_cast<size_t>(k) + 1);
+    const auto cit = k > 1 ? cum.find(hs) : cum.end();
+    for (int64_t s = 0; s <= k; ++s) {
+      if (cit == cum.end()) {
+        out[static_cast<size_t>(s)] = s * n / k;
+      } else {
+        const int64_t V = cit->second.back();
+        out[static_cast<size_t>(s)] =
+            V > 0 ? static_cast<int64_t>(static_cast<__int128>(n) *
+                                         cit->second[static_cast<size_t>(s)] / V)
+                  : s * n / k;
+      }
+    }
+  };
+  std::vector<int64_t> bounds;
   // Pass 1: the elements each holder host's shares hold.
   volumes_.clear();
-  walk([&](size_t, const Box& region, const std::vector<int32_t>& hs) {
-    const int64_t n = region.volume(), k = static_cast<int64_t>(hs.size());
-    for (int64_t s = 0; s < k; ++s)
-      volumes_.emplace_back(hs[static_cast<size_t>(s)],
-                            static_cast<double>((s + 1) * n / k - s * n / k));
+  walk([&](size_t, const Box& region, const std::vector<int32_t>& hs, bool) {
+    share_bounds(hs, region.volume(), bounds);
+    for (size_t s = 0; s < hs.size(); ++s)
+      volumes_.emplace_back(hs[s], static_cast<double>(bounds[s + 1] - bounds[s]));
   });
   merge_volumes();
   std::vector<std::pair<int32_t, double>> frac;
   water_fill(volumes_, static_cast<size_t>(L.R), frac);
-  // Per holder host: (host, elements it sends direct, position in its shares).
+  // Per holder host: (host, elements it sends direct, position in its
+  // shares, elements), then per sequence (big, small) its elements and
+  // direct elements.
   struct Held {
     int32_t host;
     int64_t direct, pos, elements;
+    int64_t seq_elements[2], seq_direct[2];
   };
   std::vector<Held> held;
   for (size_t i = 0; i < volumes_.size(); ++i) {
     const auto w = static_cast<int64_t>(std::llround(volumes_[i].second));
     const double d = i < frac.size() ? frac[i].second : 0.0;
     held.push_back({volumes_[i].first,
-                    std::clamp<int64_t>(std::llround(d * static_cast<double>(w)), 0, w), 0, w});
+                    std::clamp<int64_t>(std::llround(d * static_cast<double>(w)), 0, w),
+                    0,
+                    w,
+                    {0, 0},
+                    {0, 0}});
   }
-  // Pass 2: the slots.
-  walk([&](size_t k, const Box& region, const std::vector<int32_t>& hs) {
-    const int64_t n = region.volume(), nk = static_cast<int64_t>(hs.size());
-    L.index.emplace_back(CrossLayout::key(k, region), static_cast<uint32_t>(L.slots.size()));
-    for (int64_t s = 0; s < nk; ++s) {
-      const int32_t host = hs[static_cast<size_t>(s)];
-      Held& h = *std::lower_bound(held.begin(), held.end(), host,
-                                  [](const Held& x, int32_t v) { return x.host < v; });
-      CrossSlot slot;
-      slot.host = host;
-      slot.a = s * n / nk;
-      slot.b = (s + 1) * n / nk;
-      // Its share of h's direct elements, spread evenly over h's shares:
-      // floor(P D / w) before position P.
-      auto before = [&](int64_t pos) {
-        return h.elements > 0
-                   ? static_cast<int64_t>(static_cast<__int128>(pos) * h.direct / h.elements)
-                   : 0;
-      };
-      slot.direct = before(h.pos + slot.b - slot.a) - before(h.pos);
-      slot.entry = L.N;
-      h.pos += slot.b - slot.a;
-      L.N += slot.b - slot.a - slot.direct;
-      L.slots.push_back(slot);
-    }
-    L.slot_end.push_back(static_cast<uint32_t>(L.slots.size()));
-  });
+  // Pass 2: the slots (all_small: every region in the chunked sequence).
+  auto lay = [&](bool all_small) {
+    L.index.clear();
+    L.slot_end.clear();
+    L.slots.clear();
+    L.N = L.Ns = 0;
+    for (Held& h : held)
+      h.pos = h.seq_elements[0] = h.seq_elements[1] = h.seq_direct[0] = h.seq_direct[1] = 0;
+    walk([&](size_t k, const Box& region, const std::vector<int32_t>& hs, bool small) {
+      small |= all_small;
+      const int64_t n = region.volume();
+      share_bounds(hs, n, bounds);
+      L.index.emplace_back(CrossLayout::key(k, region), static_cast<uint32_t>(L.slots.size()));
+      for (size_t s = 0; s < hs.size(); ++s) {
+        const int32_t host = hs[s];
+        Held& h = *std::lower_bound(held.begin(), held.end(), host,
+                                    [](const Held& x, int32_t v) { return x.host < v; });
+        CrossSlot slot;
+        slot.host = host;
+        slot.small = small;
+        slot.a = bounds[s];
+        slot.b = bounds[s + 1];
+        // Its share of h's direct elements, spread evenly over h's shares:
+        // floor(P D / w) before position P.
+        auto before = [&](int64_t pos) {
+          return h.elements > 0
+                     ? static_cast<int64_t>(static_cast<__int128>(pos) * h.direct / h.elements)
+                     : 0;
+        };
+        slot.direct = before(h.pos + slot.b - slot.a) - before(h.pos);
+        int64_t& seq = small ? L.Ns : L.N;
+        slot.entry = seq;
+        h.pos += slot.b - slot.a;
+        h.seq_elements[small] += slot.b - slot.a;
+        h.seq_direct[small] += slot.direct;
+        seq += slot.b - slot.a - slot.direct;
+        L.slots.push_back(slot);
+      }
+      L.slot_end.push_back(static_cast<uint32_t>(L.slots.size()));
+    });
+  };
+  lay(false);
+  // Entry runs of at least split_min_bytes, one per receiving host at most;
+  // fewer: every region goes to the chunked sequence.
+  L.m = L.R;
+  if (options_.split_min_bytes > 0)
+    L.m = std::min<int64_t>(L.m, L.N * t.esize / options_.split_min_bytes);
+  if (L.N > 0 && L.m < L.R) {
+    lay(true);
+    L.m = 0;
+  }
   // Sorted for lookup (the keys are distinct: a cell's regions are disjoint).
   std::vector<uint32_t> order(L.index.size());
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -1316,39 +1477,47 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   }
   L.index = std::move(index);
   L.slot_end = std::move(slot_end);
-  // Entry runs of at least split_min_bytes, one per receiving host at most.
-  const int64_t bytes = L.N * t.esize;
-  L.m = L.R;
-  if (options_.split_min_bytes > 0) L.m = std::min<int64_t>(L.m, bytes / options_.split_min_bytes);
-  L.m = std::max<int64_t>(L.m, L.N > 0 ? 1 : 0);
-  if (L.m >= L.R || L.N == 0) return L;
-  // Too small for a run per receiving host: the α–β model chooses between
-  // the cross route and each receiving host fetching the group itself
-  // (single-hop into the host, then inside it); the stages add up.
-  std::sort(devices.begin(), devices.end());
-  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  // Too few runs or chunks for every receiving host: the α–β model chooses
+  // between the cross route and each receiving host fetching the sequence
+  // itself (single-hop into the host, then inside it); the stages add up.
   const double a = options_.alpha_seconds, bx = 1.0 / options_.inter_host_bytes_per_second,
                bi = 1.0 / options_.intra_host_bytes_per_second;
   const auto R = static_cast<double>(L.R), M = static_cast<double>(most_members);
   const auto es = static_cast<double>(t.esize);
-  double V = 0, single = 0, stage0 = 0;
-  bool direct = false;
-  for (const Held& h : held) {
-    const auto nd = static_cast<double>(std::max<ptrdiff_t>(
-        1, std::count_if(devices.begin(), devices.end(),
-                         [&](const std::pair<int32_t, int64_t>& x) { return x.first == h.host; })));
-    const auto w = static_cast<double>(h.elements), dd = static_cast<double>(h.direct);
-    V += w * es;
-    single = std::max(single, bx * R * w * es / nd);
-    stage0 = std::max(stage0, bx * (R * dd + w - dd) * es / nd);
-    direct |= h.direct > 0;
-  }
-  const double inside = M > 1 ? a * (M - 1) + bi * (M - 1) * V : 0;
-  single += a * R + inside;
-  stage0 += a * (direct ? R : static_cast<double>(L.m));
-  const double most = static_cast<double>((L.N + L.m - 1) / L.m) * es;
-  const double stage1 = a * (R - 1 + M - 1) + (bx * (R - 1) + bi * (M - 1)) * most;
-  L.cross = stage0 + stage1 + inside <= single;
+  auto cross_faster = [&](int64_t seq_n, int64_t m) {
+    std::sort(devices.begin(), devices.end());
+    devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+    double V = 0, single = 0, stage0 = 0;
+    bool direct = false;
+    for (const Held& h : held) {
+      const auto nd = static_cast<double>(std::max<ptrdiff_t>(
+          1,
+          std::count_if(devices.begin(), devices.end(),
+                        [&](const std::pair<int32_t, int64_t>& x) { return x.first == h.host; })));
+      const auto w = static_cast<double>(h.seq_elements[1]),
+                 dd = static_cast<double>(h.seq_direct[1]);
+      V += w * es;
+      single = std::max(single, bx * R * w * es / nd);
+      stage0 = std::max(stage0, bx * (R * dd + w - dd) * es / nd);
+      direct |= h.seq_direct[1] > 0;
+    }
+    const double inside = M > 1 ? a * (M - 1) + bi * (M - 1) * V : 0;
+    single += a * R + inside;
+    stage0 += a * (direct ? R : static_cast<double>(m));
+    const double most = static_cast<double>((seq_n + m - 1) / m) * es;
+    const double stage1 = a * (R - 1 + M - 1) + (bx * (R - 1) + bi * (M - 1)) * most;
+    return stage0 + stage1 + inside <= single;
+  };
+  // The chunked sequence: a chunk for every receiving host where the
+  // holders already open a stream to each of them, else chunks of at least
+  // cross_min_bytes.
+  bool streams = L.N > 0;
+  for (const Held& h : held) streams |= h.direct > 0;
+  L.ms = L.R;
+  const int64_t floor_bytes = cross_min_bytes(options_);
+  if (!streams && floor_bytes > 0) L.ms = std::clamp<int64_t>(L.Ns * t.esize / floor_bytes, 1, L.R);
+  if (L.Ns == 0) L.ms = 0;
+  if (L.ms > 0 && L.ms < L.R) L.small_cross = cross_faster(L.Ns, L.ms);
   return L;
 }
 
@@ -1360,40 +1529,54 @@ inline int Enumerator::layout_parts(const TensorCtx& t, size_t c, const Box& reg
                                    [](const std::pair<CrossLayout::Key, uint32_t>& x,
                                       const CrossLayout::Key& k) { return x.first < k; });
   if (it == L.index.end() || it->first != key) return -1;
-  if (!L.cross) return 0;
   const auto pos = static_cast<size_t>(it - L.index.begin());
+  if (L.slots[it->second].small && !L.small_cross) return 0;
   uint32_t runs = 0;  // leaders rotate per run, not per box
-  for (uint32_t i = it->second; i < L.slot_end[pos]; ++i) {
-    const CrossSlot& sl = L.slots[i];
+  auto emit = [&](const CrossSlot& sl, int64_t from, int64_t count, int32_t entry) {
     lin_boxes_.clear();
-    linear_boxes(region, sl.a, sl.a + sl.direct, lin_boxes_);
+    linear_boxes(region, from, from + count, lin_boxes_);
     for (const Box& b : lin_boxes_) {
       r.parts.push_back(b);
       r.part_host.push_back(sl.host);
-      r.part_entry.push_back(-1);
+      r.part_entry.push_back(entry);
       r.part_lead.push_back(runs);
     }
     runs += !lin_boxes_.empty();
+  };
+  for (uint32_t i = it->second; i < L.slot_end[pos]; ++i) {
+    const CrossSlot& sl = L.slots[i];
+    emit(sl, sl.a, sl.direct, -1);
+    const int64_t len = sl.b - sl.a - sl.direct;
+    int64_t from = sl.a + sl.direct;
+    if (sl.small) {
+      // Chunk j holds positions [j Ns / ms, (j + 1) Ns / ms).
+      auto start = [&](int64_t j) {
+        return static_cast<int64_t>(static_cast<__int128>(j) * L.Ns / L.ms);
+      };
+      int64_t x = sl.entry,
+              j = std::min<int64_t>(L.ms - 1, sl.entry * L.ms / std::max<int64_t>(L.Ns, 1));
+      while (j + 1 < L.ms && start(j + 1) <= x) ++j;
+      while (j > 0 && start(j) > x) --j;
+      for (int64_t left = len; left > 0; ++j) {
+        const int64_t count = std::min(left, start(j + 1) - x);
+        if (count <= 0) continue;
+        emit(sl, from, count,
+             static_cast<int32_t>((static_cast<uint64_t>(j) + L.rot) % static_cast<uint64_t>(L.R)));
+        from += count;
+        x += count;
+        left -= count;
+      }
+      continue;
+    }
     // The entry elements [entry, entry + len) of the sequence: the run of
     // index i takes those at positions x with x % m == i, as one box (or a
     // few) cut in order.
-    const int64_t len = sl.b - sl.a - sl.direct;
-    int64_t from = sl.a + sl.direct;
     for (int64_t i = 0; i < L.m && len > 0; ++i) {
       const int64_t count = (sl.entry + len + L.m - 1 - i) / L.m - (sl.entry + L.m - 1 - i) / L.m;
       if (count == 0) continue;
-      lin_boxes_.clear();
-      linear_boxes(region, from, from + count, lin_boxes_);
+      emit(sl, from, count,
+           static_cast<int32_t>((static_cast<uint64_t>(i) + L.rot) % static_cast<uint64_t>(L.R)));
       from += count;
-      const auto host =
-          static_cast<int32_t>((static_cast<uint64_t>(i) + L.rot) % static_cast<uint64_t>(L.R));
-      for (const Box& b : lin_boxes_) {
-        r.parts.push_back(b);
-        r.part_host.push_back(sl.host);
-        r.part_entry.push_back(host);
-        r.part_lead.push_back(runs);
-      }
-      ++runs;
     }
   }
   return 1;

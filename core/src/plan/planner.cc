@@ -49,8 +49,13 @@ namespace {
 // least split_min_bytes per receiving host and share; 8: relays and
 // reduce-scatter for explicit destination layouts, whose entries with
 // equal boxes form a cell; 9: distinct overlapping explicit boxes refined
-// into disjoint fragments, each a cell of every entry containing it).
-constexpr uint64_t kPlannerVersion = 9;
+// into disjoint fragments, each a cell of every entry containing it; 10:
+// relays across hosts lay out the regions below that size too, in contiguous
+// chunks of at least cross_min_bytes (the lesser of split_min_bytes and the
+// reduce-scatter floor), one per receiving host where the holders already
+// reach every one, and cut the regions held on several hosts into shares
+// water-filled against each host's own volume).
+constexpr uint64_t kPlannerVersion = 10;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
