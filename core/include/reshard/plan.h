@@ -101,6 +101,32 @@ struct Piece {
 };
 inline constexpr uint32_t kOverlapRegion = 0xffffffffu;
 
+// Piece::dst_entry (or, in a message of stage > 0, Piece::src_entry) value
+// naming a scratch buffer in place of a layout entry: the Scratch of the
+// piece's tensor on the device that writes (dst_entry) or reads (src_entry)
+// the piece, the one whose box contains the piece's region. A piece naming
+// a scratch always names its region (never kOverlapRegion).
+inline constexpr uint32_t kScratchEntry = 0xfffffffeu;
+
+// Planner-sized staging (docs/design.md §2.4): a buffer the executor
+// allocates on `device` for one execution and frees when it ends, holding
+// `box` of tensor `tensor` in the tensor's dtype, row-major like a
+// destination entry of that box. Scratch is used for partial sources only
+// (reduction trees: summands reduced on their holders' host before they
+// cross to the destination's reducer). It starts at the identity of the
+// source's reduce op; every piece written into it is combined into it with
+// that op (in the executors' accumulator precision, stored in the dtype
+// once its last contribution arrived); a piece that reads it (stage > 0)
+// is one contribution to the buffer it writes, combined like a summand.
+// Pieces that read a destination entry copy reduced values. The scratch
+// boxes of one (tensor, device) are disjoint and non-empty.
+struct Scratch {
+  uint32_t tensor = 0;
+  int64_t device = 0;
+  Box box;
+  friend bool operator==(const Scratch&, const Scratch&) = default;
+};
+
 // All pieces from one device to another in one round of one stage, packed
 // back to back in piece order. `bytes` is the packed size. Stages run in
 // order, each one's rounds in order; a message of stage s > 0 reads
@@ -131,6 +157,10 @@ struct ProcessPart {
   std::vector<Message> recvs;
   std::vector<Piece> recv_pieces;
   std::vector<Box> regions;
+  // Scratch buffers on this process's devices, sorted by (tensor, device,
+  // box.lo): the ones its pieces write (dst_entry == kScratchEntry) or its
+  // sends read (src_entry == kScratchEntry).
+  std::vector<Scratch> scratch;
   friend bool operator==(const ProcessPart&, const ProcessPart&) = default;
 };
 
@@ -203,6 +233,8 @@ struct PlanStats {
   // Bytes of stages after the first: what relays forward from a destination
   // buffer (part of network_bytes).
   int64_t forwarded_bytes = 0;
+  // The most scratch bytes (Scratch) allocated on one device.
+  int64_t max_scratch_bytes = 0;
   std::vector<DeviceTraffic> per_device;  // sorted by device
 
   // figure / bound; 1.0 when both are 0.
