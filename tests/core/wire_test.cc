@@ -471,7 +471,7 @@ TEST_F(WireMutation, HeaderFields) {
   ASSERT_TRUE(root()->mutate_version(2));
   expect_corrupt(bytes_, "version");
   bytes_ = original;
-  ASSERT_TRUE(root()->mutate_required_features(2));  // bit 0 (stages) is known
+  ASSERT_TRUE(root()->mutate_required_features(4));  // bits 0 and 1 are known
   expect_corrupt(bytes_, "required_features");
   bytes_ = original;
   ASSERT_TRUE(root()->mutate_fingerprint(root()->fingerprint() ^ 1));

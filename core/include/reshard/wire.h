@@ -14,7 +14,11 @@ inline constexpr uint32_t kPlanFormatVersion = 1;
 // Plan::required_features bits. Stages: some message is in a stage above 0
 // (its pieces read destination buffers an earlier stage wrote).
 inline constexpr uint64_t kPlanFeatureStages = 1;
-inline constexpr uint64_t kPlanKnownFeatures = kPlanFeatureStages;
+// Scratch: some part holds scratch buffers (ProcessPart::scratch) or has
+// pieces naming one (kScratchEntry; a holder sending into another device's
+// scratch holds none itself).
+inline constexpr uint64_t kPlanFeatureScratch = 2;
+inline constexpr uint64_t kPlanKnownFeatures = kPlanFeatureStages | kPlanFeatureScratch;
 
 struct EncodeOptions {
   // Which process parts to include: all parts the plan holds (default), or

@@ -115,8 +115,10 @@ class Decoder {
       corrupt("required_features",
               "unknown feature bits " +
                   std::to_string(root_.required_features() & ~kPlanKnownFeatures) +
-                  " (this reader knows " + std::to_string(kPlanKnownFeatures) + ": stages)");
+                  " (this reader knows " + std::to_string(kPlanKnownFeatures) +
+                  ": stages, scratch)");
     staged_ = (root_.required_features() & kPlanFeatureStages) != 0;
+    scratch_bit_ = (root_.required_features() & kPlanFeatureScratch) != 0;
     PlanInput input;
     input.options = decode_options();
     input.topology = decode_topology();
@@ -164,6 +166,9 @@ class Decoder {
               "does not match the parts the plan holds (a part was dropped, added or edited)");
     for (uoffset_t i = 0; fparts && i < fparts->size(); ++i)
       parts.emplace(fparts->Get(i)->process(), decode_part(*fparts->Get(i), idx("parts", i)));
+    if (scratch_bit_ && !any_scratch_)
+      corrupt("required_features",
+              "has the scratch bit (2) but no part holds scratch and no piece names one");
     Plan::Builder::tensors(plan) = std::move(input.tensors);
     Plan::Builder::topology(plan) = std::move(input.topology);
     Plan::Builder::options(plan) = input.options;
@@ -473,6 +478,7 @@ class Decoder {
     s.lower_bound_binding_id = fs->lower_bound_binding_id();
     if (s.lower_bound_binding_id < -1) corrupt("stats.lower_bound_binding_id", "below -1");
     s.forwarded_bytes = non_negative(fs->forwarded_bytes(), "stats.forwarded_bytes");
+    s.max_scratch_bytes = non_negative(fs->max_scratch_bytes(), "stats.max_scratch_bytes");
     if (const auto* pd = fs->per_device()) {
       charge(uint64_t{pd->size()} * sizeof(DeviceTraffic), "stats.per_device");
       s.per_device.reserve(pd->size());
@@ -579,13 +585,66 @@ class Decoder {
   // Checks one piece and returns its packed size: indices in range, the
   // moved region inside both the source and the destination shard. In a
   // stage above 0 the source is a destination entry and the region explicit.
+  //
+  // Scratch (kScratchEntry): the part being checked (part_) holds the
+  // scratch its local and received pieces write and its sent pieces read,
+  // on `src_device` / `dst_device`; the other side's scratch belongs to the
+  // peer's part and is not checked here (`side`: 0 local, 1 sent, 2
+  // received).
   int64_t check_piece(const Piece& p, const std::vector<Box>& regions, const Where& f,
-                      uint32_t stage = 0) {
+                      uint32_t stage = 0, int side = 0, int64_t src_device = -1,
+                      int64_t dst_device = -1) {
     const auto& tensors = *tensors_;
     if (p.tensor >= tensors.size())
       corrupt(f(".tensor"), std::to_string(p.tensor) + " is out of range (" +
                                 std::to_string(tensors.size()) + " tensors)");
     const TensorSpec& t = tensors[p.tensor];
+    const bool src_scratch = p.src_entry == kScratchEntry;
+    const bool dst_scratch = p.dst_entry == kScratchEntry;
+    if (src_scratch || dst_scratch) {
+      const char* field = dst_scratch ? ".dst_entry" : ".src_entry";
+      if (!scratch_bit_)
+        corrupt(f(field), "names a scratch but required_features lacks the scratch bit (2)");
+      any_scratch_ = true;
+      if (!t.src.partial())
+        corrupt(f(field),
+                "names a scratch of tensor \"" + t.name + "\", whose source is not partial");
+      if (p.region == kOverlapRegion)
+        corrupt(f(".region"), "a piece naming a scratch names no region");
+      if (src_scratch && stage == 0)
+        corrupt(f(".src_entry"), "a piece of stage 0 reads a scratch (" +
+                                     std::string(side == 0 ? "a local piece" : "a message") +
+                                     " of stage 0 reads source entries)");
+      if (p.region >= regions.size())
+        corrupt(f(".region"), std::to_string(p.region) + " is out of range (" +
+                                  std::to_string(regions.size()) + " regions)");
+      const Box& region = regions[p.region];
+      if (region.rank != t.src.rank())
+        corrupt(f(".region"), "region " + std::to_string(p.region) + " has rank " +
+                                  std::to_string(region.rank) + ", tensor \"" + t.name +
+                                  "\" has rank " + std::to_string(t.src.rank()));
+      Box src = region;
+      Box dst = region;
+      if (src_scratch && side == 1) src = held_scratch(p.tensor, src_device, region, f(field));
+      if (!src_scratch) {
+        const Layout& from = stage == 0 ? t.src : t.dst;
+        if (p.src_entry >= from.num_entries())
+          corrupt(f(".src_entry"), std::to_string(p.src_entry) + " is out of range");
+        src = boxes(stage == 0 ? tensor_slots_[p.tensor].first
+                               : tensor_slots_[p.tensor].second)[p.src_entry];
+      }
+      if (dst_scratch && side != 1) dst = held_scratch(p.tensor, dst_device, region, f(field));
+      if (!dst_scratch) {
+        if (p.dst_entry >= t.dst.num_entries())
+          corrupt(f(".dst_entry"), std::to_string(p.dst_entry) + " is out of range");
+        dst = boxes(tensor_slots_[p.tensor].second)[p.dst_entry];
+      }
+      if (!src.contains(region) || !dst.contains(region))
+        corrupt(f(".region"), "region " + to_string(region) +
+                                  " is not inside both the source box " + to_string(src) +
+                                  " and the destination box " + to_string(dst));
+      return region.volume() * dtype_size(t.dtype);
+    }
     const Layout& from = stage == 0 ? t.src : t.dst;
     if (p.src_entry >= from.num_entries())
       corrupt(f(".src_entry"), std::to_string(p.src_entry) + " is out of range (tensor \"" +
@@ -714,14 +773,18 @@ class Decoder {
       for (uint64_t k = next; k < next + m.num_pieces; ++k) {
         const Piece& p = pieces[k];
         const Where fk{fpieces, k};
-        const int64_t b = check_piece(p, regions, fk, m.stage);
+        const int64_t b =
+            check_piece(p, regions, fk, m.stage, send ? 1 : 2, m.src_device, m.dst_device);
         const TensorSpec& t = (*tensors_)[p.tensor];
-        const int64_t from = m.stage == 0 ? t.src.device(p.src_entry) : t.dst.device(p.src_entry);
-        if (from != m.src_device || t.dst.device(p.dst_entry) != m.dst_device)
+        // A scratch is on the device that reads or writes it.
+        const int64_t from = p.src_entry == kScratchEntry ? m.src_device
+                             : m.stage == 0               ? t.src.device(p.src_entry)
+                                                          : t.dst.device(p.src_entry);
+        const int64_t to = p.dst_entry == kScratchEntry ? m.dst_device : t.dst.device(p.dst_entry);
+        if (from != m.src_device || to != m.dst_device)
           corrupt(fk(), "moves from device " + std::to_string(from) + " to device " +
-                            std::to_string(t.dst.device(p.dst_entry)) + " but its message " + fi() +
-                            " goes from " + std::to_string(m.src_device) + " to " +
-                            std::to_string(m.dst_device));
+                            std::to_string(to) + " but its message " + fi() + " goes from " +
+                            std::to_string(m.src_device) + " to " + std::to_string(m.dst_device));
         if (__builtin_add_overflow(bytes, b, &bytes)) corrupt(fi(".bytes"), "overflows 64 bits");
       }
       if (m.bytes != bytes)
@@ -743,17 +806,23 @@ class Decoder {
     part.sends = decode_messages(fp.sends(), f + ".sends");
     part.recv_pieces = decode_pieces(fp.recv_pieces(), f + ".recv_pieces");
     part.recvs = decode_messages(fp.recvs(), f + ".recvs");
+    part.scratch = decode_scratch(fp, f);
     // The digest first: an edited part is reported as edited, and the checks
     // below never tell an editor which value would have passed them.
     if (fp.digest() != 0 && fp.digest() != part_digest(fingerprint_, part))
       corrupt(f + ".digest", "does not match the part's contents (the part was edited or damaged)");
+    check_scratch(part, f);
+    part_ = &part;
     for (size_t i = 0; i < part.local.size(); ++i) {
       const Piece& p = part.local[i];
       const Where fi{local, i};
-      check_piece(p, part.regions, fi);
+      const bool in_range = p.tensor < tensors_->size() && p.src_entry != kScratchEntry &&
+                            p.src_entry < (*tensors_)[p.tensor].src.num_entries();
+      const int64_t src_device = in_range ? (*tensors_)[p.tensor].src.device(p.src_entry) : -1;
+      check_piece(p, part.regions, fi, 0, 0, src_device, src_device);
       const TensorSpec& t = (*tensors_)[p.tensor];
       const int64_t device = t.src.device(p.src_entry);
-      if (device != t.dst.device(p.dst_entry))
+      if (p.dst_entry != kScratchEntry && device != t.dst.device(p.dst_entry))
         corrupt(fi(), "a local piece moves from device " + std::to_string(device) + " to device " +
                           std::to_string(t.dst.device(p.dst_entry)));
       if (topology_->info(device).process != part.process)
@@ -764,7 +833,102 @@ class Decoder {
                    f + ".send_pieces");
     check_messages(part.recvs, part.recv_pieces, part.regions, part.process, false, f + ".recvs",
                    f + ".recv_pieces");
+    part_ = nullptr;
+    any_scratch_ |= !part.scratch.empty();
     return part;
+  }
+
+  // The scratch columns of a part, as stored (check_scratch checks them).
+  std::vector<Scratch> decode_scratch(const fb::ProcessPart& fp, const std::string& f) {
+    std::vector<Scratch> out;
+    auto tensor = col(fp.scratch_tensor());
+    auto device = col(fp.scratch_device());
+    auto lo = col(fp.scratch_lo());
+    auto hi = col(fp.scratch_hi());
+    const size_t n = tensor.size();
+    expect_size(device.size(), n, f + ".scratch_device");
+    charge(n * sizeof(Scratch), f + ".scratch_tensor");
+    out.resize(n);
+    size_t at = 0;
+    for (size_t k = 0; k < n; ++k) {
+      const Where fk{f + ".scratch_tensor", k};
+      Scratch& s = out[k];
+      s.tensor = tensor[k];
+      s.device = device[k];
+      if (s.tensor >= tensors_->size())
+        corrupt(fk(), std::to_string(s.tensor) + " is out of range (" +
+                          std::to_string(tensors_->size()) + " tensors)");
+      const int rank = (*tensors_)[s.tensor].src.rank();
+      if (lo.size() - at < static_cast<size_t>(rank) || hi.size() - at < static_cast<size_t>(rank))
+        corrupt(f + ".scratch_lo", "holds fewer values than the scratch tensors' ranks need");
+      s.box.rank = rank;
+      for (int d = 0; d < rank; ++d, ++at) {
+        s.box.lo[d] = lo[at];
+        s.box.hi[d] = hi[at];
+      }
+    }
+    if (at != lo.size() || at != hi.size())
+      corrupt(f + ".scratch_lo", "lo/hi hold other counts than the scratch tensors' ranks need");
+    return out;
+  }
+
+  // Scratch of a partial source, non-empty boxes inside the shape, on this
+  // process, sorted by (tensor, device, lo), disjoint per (tensor, device).
+  void check_scratch(const ProcessPart& part, const std::string& f) {
+    const auto& x = part.scratch;
+    if (!x.empty() && !scratch_bit_)
+      corrupt(f + ".scratch_tensor", "present but required_features lacks the scratch bit (2)");
+    uint64_t compared = 0;
+    for (size_t k = 0; k < x.size(); ++k) {
+      const Scratch& s = x[k];
+      const TensorSpec& t = (*tensors_)[s.tensor];
+      const Where ft{f + ".scratch_tensor", k};
+      if (!t.src.partial())
+        corrupt(ft(),
+                "tensor \"" + t.name + "\" has no partial source (scratch is for reductions)");
+      const Where fb{f + ".scratch_lo", k};
+      for (int d = 0; d < s.box.rank; ++d) {
+        if (s.box.lo[d] < 0 || s.box.hi[d] > t.shape[static_cast<size_t>(d)] ||
+            s.box.hi[d] <= s.box.lo[d])
+          corrupt(fb(), "box " + to_string(s.box) + " is empty or outside the shape of tensor \"" +
+                            t.name + "\"");
+      }
+      if (s.device < 0 || topology_->info(s.device).process != part.process)
+        corrupt(Where{f + ".scratch_device", k}(), "device " + std::to_string(s.device) +
+                                                       " is not on process " +
+                                                       std::to_string(part.process));
+      if (k == 0) continue;
+      const Scratch& q = x[k - 1];
+      const auto key = [](const Scratch& v) {
+        return std::make_tuple(
+            v.tensor, v.device,
+            std::vector<int64_t>(v.box.lo.begin(), v.box.lo.begin() + v.box.rank));
+      };
+      if (!(key(q) < key(s)))
+        corrupt(ft(), "not after the previous scratch in (tensor, device, lo) order");
+      // Disjoint from the earlier boxes of its (tensor, device) that reach
+      // it in the first dimension (boxes are sorted by lo there).
+      for (size_t j = k; j-- > 0;) {
+        const Scratch& o = x[j];
+        if (o.tensor != s.tensor || o.device != s.device) break;
+        if (++compared > (uint64_t{1} << 24))
+          corrupt(f + ".scratch_tensor", "too many overlapping scratch boxes to check");
+        if (!intersect(o.box, s.box).empty())
+          corrupt(fb(), "box " + to_string(s.box) + " overlaps scratch " + std::to_string(j) +
+                            " of the same tensor and device");
+      }
+    }
+  }
+
+  // The box of the scratch of the part being checked that contains
+  // `region`, or kCorrupt naming `field`.
+  Box held_scratch(uint32_t tensor, int64_t device, const Box& region, const std::string& field) {
+    const int64_t k = part_ == nullptr ? -1 : find_scratch(*part_, tensor, device, region);
+    if (k < 0)
+      corrupt(field, "names a scratch of tensor " + std::to_string(tensor) + " on device " +
+                         std::to_string(device) + " containing region " + to_string(region) +
+                         ", which the part does not hold");
+    return part_->scratch[static_cast<size_t>(k)].box;
   }
 
   const uint8_t* base_;
@@ -783,9 +947,12 @@ class Decoder {
   const std::vector<TensorSpec>* tensors_ = nullptr;
   const Topology* topology_ = nullptr;
   uint64_t fingerprint_ = 0;
-  int64_t rounds_ = -1;  // stats.rounds, or -1 without statistics
-  int64_t stages_ = -1;  // stats.stages, or -1 without statistics
-  bool staged_ = false;  // required_features has the stages bit
+  int64_t rounds_ = -1;                // stats.rounds, or -1 without statistics
+  int64_t stages_ = -1;                // stats.stages, or -1 without statistics
+  bool staged_ = false;                // required_features has the stages bit
+  bool scratch_bit_ = false;           // required_features has the scratch bit
+  bool any_scratch_ = false;           // a decoded part holds scratch
+  const ProcessPart* part_ = nullptr;  // the part whose pieces are being checked
 };
 
 }  // namespace

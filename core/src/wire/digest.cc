@@ -85,6 +85,20 @@ uint64_t part_digest(uint64_t fingerprint, const ProcessPart& part) {
       h.add(static_cast<uint64_t>(r.hi[d]));
     }
   }
+  // Scratch only where there is some: digests of parts without scratch are
+  // those of plans written before it existed.
+  if (!part.scratch.empty()) {
+    h.add(part.scratch.size());
+    for (const Scratch& s : part.scratch) {
+      h.add(s.tensor);
+      h.add(static_cast<uint64_t>(s.device));
+      h.add(static_cast<uint64_t>(s.box.rank));
+      for (int d = 0; d < s.box.rank; ++d) {
+        h.add(static_cast<uint64_t>(s.box.lo[d]));
+        h.add(static_cast<uint64_t>(s.box.hi[d]));
+      }
+    }
+  }
   return h.value();
 }
 

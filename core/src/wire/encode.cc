@@ -58,6 +58,7 @@ uint64_t size_bound(const Plan& plan, const std::vector<const ProcessPart*>& par
     s += (p->local.size() + p->send_pieces.size() + p->recv_pieces.size()) * 16;
     s += (p->sends.size() + p->recvs.size()) * 44;
     for (const Box& r : p->regions) s += 1 + 16 * static_cast<uint64_t>(r.rank);
+    for (const Scratch& x : p->scratch) s += 12 + 16 * static_cast<uint64_t>(x.box.rank);
   }
   return s;
 }
@@ -94,6 +95,17 @@ class Encoder {
       for (const auto* list : {&p->sends, &p->recvs})
         for (const Message& m : *list)
           if (m.stage > 0) features |= kPlanFeatureStages;
+    // Scratch: a part holds some, or a piece names one (a holder sending
+    // into its leader's scratch holds none itself).
+    const auto names_scratch = [](const std::vector<Piece>& pieces) {
+      return std::any_of(pieces.begin(), pieces.end(), [](const Piece& x) {
+        return x.src_entry == kScratchEntry || x.dst_entry == kScratchEntry;
+      });
+    };
+    for (const ProcessPart* p : parts)
+      if (!p->scratch.empty() || names_scratch(p->local) || names_scratch(p->send_pieces) ||
+          names_scratch(p->recv_pieces))
+        features |= kPlanFeatureScratch;
     auto root = fb::CreatePlan(b_, kPlanFormatVersion, features, plan_.fingerprint(), options,
                                topology, tilings, tensor_vector, plan_.has_stats(), stats,
                                processes, part_vector, parts_digest(plan_.fingerprint(), digests));
@@ -194,7 +206,7 @@ class Encoder {
         0.0, per_device_vector, s.stages, s.max_host_send_bytes, s.max_host_recv_bytes,
         s.lower_bound_cross_host_bytes, s.lower_bound_max_host_send_bytes,
         s.lower_bound_max_host_recv_bytes, static_cast<fb::BoundKind>(s.lower_bound_binding),
-        s.lower_bound_binding_id, s.forwarded_bytes);
+        s.lower_bound_binding_id, s.forwarded_bytes, s.max_scratch_bytes);
   }
 
   Offset<fb::Pieces> encode_pieces(const std::vector<Piece>& pieces) {
@@ -254,8 +266,27 @@ class Encoder {
     auto recvs = encode_messages(p.recvs);
     auto recv_pieces = encode_pieces(p.recv_pieces);
     auto regions = encode_regions(p.regions);
+    // Scratch columns only where the part has scratch: parts without keep
+    // the bytes of plans written before scratch existed.
+    Offset<Vector<uint32_t>> scratch_tensor = 0;
+    Offset<Vector<int64_t>> scratch_device = 0, scratch_lo = 0, scratch_hi = 0;
+    if (!p.scratch.empty()) {
+      const auto& x = p.scratch;
+      std::vector<int64_t> lo, hi;
+      for (const Scratch& s : x) {
+        for (int d = 0; d < s.box.rank; ++d) {
+          lo.push_back(s.box.lo[d]);
+          hi.push_back(s.box.hi[d]);
+        }
+      }
+      scratch_tensor = column<uint32_t>(b_, x.size(), [&](size_t i) { return x[i].tensor; });
+      scratch_device = column<int64_t>(b_, x.size(), [&](size_t i) { return x[i].device; });
+      scratch_lo = column<int64_t>(b_, lo.size(), [&](size_t i) { return lo[i]; });
+      scratch_hi = column<int64_t>(b_, hi.size(), [&](size_t i) { return hi[i]; });
+    }
     return fb::CreateProcessPart(b_, p.process, local, sends, send_pieces, recvs, recv_pieces,
-                                 regions, digest);
+                                 regions, digest, scratch_tensor, scratch_device, scratch_lo,
+                                 scratch_hi);
   }
 
   const Plan& plan_;
