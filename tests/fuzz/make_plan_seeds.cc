@@ -1,7 +1,8 @@
 // Writes encoded plans into a directory, as the seed corpus of
 // fuzz_plan_decode: the random cases of the property tests (named and
 // explicit layouts, partial sums, split pieces, several processes) and, for
-// each, one single-part encoding.
+// each, one single-part encoding; and reduction trees with scratch
+// buffers (core/scratch_plans.h), whole and part by part.
 //   make_plan_seeds DIR [COUNT]
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "core/random_cases.h"
+#include "core/scratch_plans.h"
 #include "reshard/wire.h"
 
 int main(int argc, char** argv) {
@@ -34,6 +36,21 @@ int main(int argc, char** argv) {
     if (!plan.processes().empty())
       write("part-" + std::to_string(c) + ".rsplan",
             reshard::encode_plan(plan, {false, plan.processes().back()}));
+  }
+  int k = 0;
+  for (const reshard::DType dtype : {reshard::DType::kF32, reshard::DType::kBF16}) {
+    for (const bool host_process : {false, true}) {
+      reshard::scratch_plans::TreeCase c;
+      c.per_host = {2, 1};
+      c.dtype = dtype;
+      c.host_process = host_process;
+      c.rounds = host_process ? 2 : 1;
+      const reshard::Plan plan = reshard::scratch_plans::tree_plan(c);
+      write("scratch-" + std::to_string(k) + ".rsplan", reshard::encode_plan(plan));
+      write("scratch-part-" + std::to_string(k) + ".rsplan",
+            reshard::encode_plan(plan, {false, plan.processes().front()}));
+      ++k;
+    }
   }
   return 0;
 }
