@@ -91,6 +91,7 @@ ojson stats_json(const PlanStats& s) {
   j["lower_bound_binding"] = std::string(bound_kind_name(s.lower_bound_binding));
   j["lower_bound_binding_id"] = s.lower_bound_binding_id;
   j["forwarded_bytes"] = s.forwarded_bytes;
+  j["max_scratch_bytes"] = s.max_scratch_bytes;
   auto r = [](int64_t f, int64_t b) {
     return PlanStats::ratio(static_cast<double>(f), static_cast<double>(b));
   };
@@ -145,6 +146,7 @@ std::string stats_text(const PlanStats& s) {
   out += bound_line("max recv per host", s.max_host_recv_bytes, s.lower_bound_max_host_recv_bytes);
   out += count_line("stages", s.stages);
   if (s.forwarded_bytes > 0) out += bytes_line("  forwarded by relays", s.forwarded_bytes);
+  if (s.max_scratch_bytes > 0) out += bytes_line("max scratch per device", s.max_scratch_bytes);
   out += count_line("messages", s.messages);
   out += count_line("pieces", s.pieces);
   out += count_line("rounds", s.rounds);

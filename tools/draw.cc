@@ -547,7 +547,8 @@ Traffic traffic_of(const Plan& plan, const std::vector<int64_t>& devices) {
       if (m.stage > 0) t.forwarded[{m.src_device, m.dst_device}] += m.bytes;
     }
     for (const Piece& p : part.local) {
-      const int64_t d = plan.tensors()[p.tensor].dst.device(p.dst_entry);
+      // (A local piece into a scratch stays on its source's device.)
+      const int64_t d = plan.tensors()[p.tensor].src.device(p.src_entry);
       t.bytes[{d, d}] += plan.piece_bytes(part, p);
     }
   }

@@ -112,7 +112,8 @@ static_assert(sizeof(reshard_api_t) == kHeader + 70 * sizeof(void*),
 // reshard_plan_stats_t::forwarded_bytes, reshard_message_t::stage,
 // reshard_piece_t::stage), no function.
 // ABI 1.4 added an enum value (RESHARD_REDUCE_MEAN), no function or field.
-static_assert(RESHARD_ABI_MINOR == 4);
+// ABI 1.5 appended reshard_plan_stats_t::max_scratch_bytes, no function.
+static_assert(RESHARD_ABI_MINOR == 5);
 
 }  // namespace
 

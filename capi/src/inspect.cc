@@ -245,20 +245,32 @@ reshard_error_t* reshard_plan_part_piece(const reshard_plan_t* plan, int32_t pro
     const Box region = plan->plan.region(part, p);
     // The stage of the message holding the piece (messages tile the list).
     uint32_t stage = 0;
+    const reshard::Message* message = nullptr;
     if (list != RESHARD_PIECES_LOCAL) {
       const auto& msgs = list == RESHARD_PIECES_SEND ? part.sends : part.recvs;
       const auto it =
           std::upper_bound(msgs.begin(), msgs.end(), index,
                            [](size_t i, const reshard::Message& m) { return i < m.first_piece; });
-      if (it != msgs.begin()) stage = std::prev(it)->stage;
+      if (it != msgs.begin()) {
+        message = &*std::prev(it);
+        stage = message->stage;
+      }
     }
     reshard_piece_t c = RESHARD_PIECE_INIT;
     c.tensor = p.tensor;
     c.src_entry = p.src_entry;
     c.dst_entry = p.dst_entry;
     c.stage = stage;
-    c.src_device = stage == 0 ? tensor.src.device(p.src_entry) : tensor.dst.device(p.src_entry);
-    c.dst_device = tensor.dst.device(p.dst_entry);
+    // A scratch (kScratchEntry) is on the device that reads or writes it:
+    // the message's, or a local piece's one device.
+    const int64_t local_device =
+        p.src_entry == reshard::kScratchEntry ? -1 : tensor.src.device(p.src_entry);
+    c.src_device = p.src_entry == reshard::kScratchEntry ? (message ? message->src_device : -1)
+                   : stage == 0                          ? tensor.src.device(p.src_entry)
+                                                         : tensor.dst.device(p.src_entry);
+    c.dst_device = p.dst_entry != reshard::kScratchEntry ? tensor.dst.device(p.dst_entry)
+                   : message                             ? message->dst_device
+                                                         : local_device;
     c.bytes = plan->plan.piece_bytes(part, p);
     write_struct(c, out_piece);
     write_box(region, out_lo, out_hi);

@@ -30,6 +30,7 @@ constexpr size_t kPlanStatsV1Size = RESHARD_CAPI_V1_SIZE(reshard_plan_stats_t, n
 constexpr size_t kPlanStatsV1_2Size =
     RESHARD_CAPI_V1_SIZE(reshard_plan_stats_t, lower_bound_binding_id);
 constexpr size_t kPlanStatsV1_3Size = RESHARD_CAPI_V1_SIZE(reshard_plan_stats_t, forwarded_bytes);
+constexpr size_t kPlanStatsV1_5Size = RESHARD_CAPI_V1_SIZE(reshard_plan_stats_t, max_scratch_bytes);
 constexpr size_t kDeviceTrafficV1Size =
     RESHARD_CAPI_V1_SIZE(reshard_device_traffic_t, recv_messages);
 static_assert(kPlanRequestV1Size == offsetof(reshard_plan_request_t, threads));
@@ -40,7 +41,8 @@ static_assert(RESHARD_ERROR_RESOURCE_EXHAUSTED ==
               static_cast<int32_t>(ErrorCode::kResourceExhausted));
 static_assert(kPlanStatsV1Size == offsetof(reshard_plan_stats_t, stages));
 static_assert(kPlanStatsV1_2Size == offsetof(reshard_plan_stats_t, forwarded_bytes));
-static_assert(kPlanStatsV1_3Size == sizeof(reshard_plan_stats_t));
+static_assert(kPlanStatsV1_3Size == offsetof(reshard_plan_stats_t, max_scratch_bytes));
+static_assert(kPlanStatsV1_5Size == sizeof(reshard_plan_stats_t));
 static_assert(RESHARD_BOUND_HOST_SEND == static_cast<int32_t>(reshard::BoundKind::kHostSend));
 static_assert(RESHARD_BOUND_DEVICE_RECV == static_cast<int32_t>(reshard::BoundKind::kDeviceRecv));
 static_assert(kDeviceTrafficV1Size == sizeof(reshard_device_traffic_t));
@@ -145,6 +147,7 @@ reshard_error_t* reshard_plan_stats(const reshard_plan_t* plan, reshard_plan_sta
     c.lower_bound_binding = static_cast<reshard_bound_kind_t>(s.lower_bound_binding);
     c.lower_bound_binding_id = s.lower_bound_binding_id;
     c.forwarded_bytes = s.forwarded_bytes;
+    c.max_scratch_bytes = s.max_scratch_bytes;
     write_struct(c, out_stats);
   });
 }

@@ -1161,6 +1161,17 @@ static void test_stats(void) {
     CHECK(old.num_devices == 8 && old.network_bytes == stats.network_bytes);
     CHECK(old.stages == 0x5555555555555555);
   }
+  {
+    /* A 1.4-sized struct gets everything but max_scratch_bytes (1.5); the
+     * whole struct gets it: 0, the plan has no scratch. */
+    reshard_plan_stats_t old;
+    memset(&old, 0x55, sizeof old);
+    old.struct_size = offsetof(reshard_plan_stats_t, max_scratch_bytes);
+    CHECK_OK(reshard_plan_stats(plan, &old));
+    CHECK(old.forwarded_bytes == stats.forwarded_bytes);
+    CHECK(old.max_scratch_bytes == 0x5555555555555555);
+    CHECK(stats.max_scratch_bytes == 0);
+  }
   for (i = 0; i < stats.num_devices; ++i) {
     traffic.device = -1;
     CHECK_OK(reshard_plan_device_traffic(plan, (size_t)i, &traffic));

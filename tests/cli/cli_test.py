@@ -101,6 +101,7 @@ def case_stages():
     off = json.loads(run("plan", "--spec", relay, "--format", "json", "--no-relays").stdout)["stats"]
     check(on["stages"] == 2 and on["forwarded_bytes"] > 0, str(on))
     check(off["stages"] == 1 and off["forwarded_bytes"] == 0, str(off))
+    check(on["max_scratch_bytes"] == 0 and off["max_scratch_bytes"] == 0, str(on))
     check(on["cross_host_bytes"] == on["lower_bound_cross_host_bytes"] < off["cross_host_bytes"],
           f"{on['cross_host_bytes']} {off['cross_host_bytes']}")
     check(on["network_bytes"] == off["network_bytes"], "relays change the network bytes")

@@ -115,7 +115,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 4
+#define RESHARD_ABI_MINOR 5
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -614,12 +614,16 @@ typedef struct reshard_plan_stats {
   /* Since 1.3: bytes of stages after the first (what relays forward from a
    * destination buffer; part of network_bytes). */
   int64_t forwarded_bytes;
+  /* Since 1.5: the most scratch bytes allocated on one device (buffers the
+   * executors allocate for one execution where a reduction tree combines
+   * summands on their holders' host before they cross; 0 without). */
+  int64_t max_scratch_bytes;
 } reshard_plan_stats_t;
 
 #define RESHARD_PLAN_STATS_INIT                                                                  \
   {                                                                                              \
     sizeof(reshard_plan_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0, \
-        0, 0, 0, 0, RESHARD_BOUND_NONE, 0, -1, 0                                                 \
+        0, 0, 0, 0, RESHARD_BOUND_NONE, 0, -1, 0, 0                                              \
   }
 
 /* Fills *out_stats (set out_stats->struct_size first, e.g. with
