@@ -103,6 +103,9 @@ type PlanStats struct {
 	// from a destination buffer (part of NetworkBytes). Stages is 2 when
 	// there are any, 1 for a single-hop plan, 0 for no work.
 	ForwardedBytes int64 `json:"forwarded_bytes"`
+	// MaxScratchBytes is the most scratch bytes allocated on one device
+	// (reduction trees' planner-sized staging; 0 without; ABI 1.5).
+	MaxScratchBytes int64 `json:"max_scratch_bytes"`
 }
 
 // DeviceTraffic is the traffic of one device (reshard_device_traffic_t).
@@ -313,6 +316,7 @@ func (p *Plan) Stats() (PlanStats, error) {
 		LowerBoundBinding:          int32(s.lower_bound_binding),
 		LowerBoundBindingID:        int64(s.lower_bound_binding_id),
 		ForwardedBytes:             int64(s.forwarded_bytes),
+		MaxScratchBytes:            int64(s.max_scratch_bytes),
 	}, nil
 }
 

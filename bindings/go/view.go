@@ -10,9 +10,13 @@ const (
 	// of such a message read the DESTINATION entry SrcEntry of their tensor
 	// (what an earlier stage wrote there).
 	PlanFeatureStages uint64 = 1
+	// PlanFeatureScratch: some part holds scratch buffers (ProcessPart
+	// ScratchTensor ...: planner-sized staging of reduction trees) or has
+	// pieces naming one (SrcEntry or DstEntry 0xFFFFFFFE).
+	PlanFeatureScratch uint64 = 2
 	// KnownPlanFeatures are the bits this package's reader understands;
 	// ViewPlan rejects bytes that require any other.
-	KnownPlanFeatures = PlanFeatureStages
+	KnownPlanFeatures = PlanFeatureStages | PlanFeatureScratch
 )
 
 // checkPlanFeatures rejects a plan that requires a feature this package
@@ -20,7 +24,7 @@ const (
 // library knows; a newer library may know more than this package.
 func checkPlanFeatures(root *fb.Plan) error {
 	if unknown := root.RequiredFeatures() &^ KnownPlanFeatures; unknown != 0 {
-		return errorf(Corrupt, "required_features: unknown feature bits %d (this reader knows %d: stages)",
+		return errorf(Corrupt, "required_features: unknown feature bits %d (this reader knows %d: stages, scratch)",
 			unknown, KnownPlanFeatures)
 	}
 	return nil

@@ -353,8 +353,20 @@ func (rcv *PlanStats) MutateForwardedBytes(n int64) bool {
 	return rcv._tab.MutateInt64Slot(54, n)
 }
 
+func (rcv *PlanStats) MaxScratchBytes() int64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(56))
+	if o != 0 {
+		return rcv._tab.GetInt64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *PlanStats) MutateMaxScratchBytes(n int64) bool {
+	return rcv._tab.MutateInt64Slot(56, n)
+}
+
 func PlanStatsStart(builder *flatbuffers.Builder) {
-	builder.StartObject(26)
+	builder.StartObject(27)
 }
 func PlanStatsAddNetworkBytes(builder *flatbuffers.Builder, networkBytes int64) {
 	builder.PrependInt64Slot(0, networkBytes, 0)
@@ -436,6 +448,9 @@ func PlanStatsAddLowerBoundBindingId(builder *flatbuffers.Builder, lowerBoundBin
 }
 func PlanStatsAddForwardedBytes(builder *flatbuffers.Builder, forwardedBytes int64) {
 	builder.PrependInt64Slot(25, forwardedBytes, 0)
+}
+func PlanStatsAddMaxScratchBytes(builder *flatbuffers.Builder, maxScratchBytes int64) {
+	builder.PrependInt64Slot(26, maxScratchBytes, 0)
 }
 func PlanStatsEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

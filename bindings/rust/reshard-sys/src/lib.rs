@@ -388,6 +388,9 @@ pub struct reshard_plan_stats_t {
     /// Since 1.3: bytes of stages after the first (what relays forward from
     /// a destination buffer; part of `network_bytes`).
     pub forwarded_bytes: i64,
+    /// Since 1.5: the most scratch bytes allocated on one device (reduction
+    /// trees' planner-sized staging; 0 without).
+    pub max_scratch_bytes: i64,
 }
 
 /// `reshard_bound_kind_t` (since 1.2): which lower bound limits the cost estimate.
@@ -435,6 +438,7 @@ impl Default for reshard_plan_stats_t {
             reserved0: 0,
             lower_bound_binding_id: -1,
             forwarded_bytes: 0,
+            max_scratch_bytes: 0,
         }
     }
 }

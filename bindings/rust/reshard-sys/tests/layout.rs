@@ -54,7 +54,7 @@ fn struct_layouts_match_the_c_header() {
             num_devices, stages, max_host_send_bytes, max_host_recv_bytes,
             lower_bound_cross_host_bytes, lower_bound_max_host_send_bytes,
             lower_bound_max_host_recv_bytes, lower_bound_binding, reserved0,
-            lower_bound_binding_id, forwarded_bytes }
+            lower_bound_binding_id, forwarded_bytes, max_scratch_bytes }
         reshard_device_traffic_t { struct_size, device, send_bytes, recv_bytes, local_bytes,
             send_messages, recv_messages }
         reshard_part_info_t { struct_size, num_local_pieces, num_sends, num_send_pieces,

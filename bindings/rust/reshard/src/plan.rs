@@ -140,6 +140,9 @@ pub struct PlanStats {
     /// Bytes of stages after the first: what relays forward from a
     /// destination buffer (part of `network_bytes`; ABI 1.3).
     pub forwarded_bytes: i64,
+    /// The most scratch bytes allocated on one device (reduction trees;
+    /// ABI 1.5).
+    pub max_scratch_bytes: i64,
 }
 
 /// Traffic of one device (`reshard_device_traffic_t`).
@@ -373,6 +376,7 @@ impl Plan {
             lower_bound_binding: s.lower_bound_binding,
             lower_bound_binding_id: s.lower_bound_binding_id,
             forwarded_bytes: s.forwarded_bytes,
+            max_scratch_bytes: s.max_scratch_bytes,
         })
     }
 

@@ -34,9 +34,14 @@ pub use generated::reshard::fb;
 /// `src_entry` of their tensor (what an earlier stage wrote there).
 pub const PLAN_FEATURE_STAGES: u64 = 1;
 
+/// `Plan.required_features` bit: scratch. Some part holds scratch buffers
+/// (`ProcessPart.scratch_*`: planner-sized staging of reduction trees) or
+/// has pieces naming one (`src_entry` or `dst_entry` 0xFFFFFFFE).
+pub const PLAN_FEATURE_SCRATCH: u64 = 2;
+
 /// Every `Plan.required_features` bit this crate's reader understands;
 /// bytes that require any other are rejected ([`ErrorCode::Corrupt`]).
-pub const KNOWN_PLAN_FEATURES: u64 = PLAN_FEATURE_STAGES;
+pub const KNOWN_PLAN_FEATURES: u64 = PLAN_FEATURE_STAGES | PLAN_FEATURE_SCRATCH;
 
 /// A verified, zero-copy, read-only view of plan bytes.
 ///
@@ -183,6 +188,7 @@ impl<'a> PlanView<'a> {
             lower_bound_binding: s.lower_bound_binding().0,
             lower_bound_binding_id: s.lower_bound_binding_id(),
             forwarded_bytes: s.forwarded_bytes(),
+            max_scratch_bytes: s.max_scratch_bytes(),
         })
     }
 
