@@ -2,8 +2,8 @@
 //! fed from another host enters that host once (stage 0) and is forwarded
 //! inside it (stage 1); `PlanOptions::relays = false` plans single-hop.
 use reshard::{
-    fb, Direction, ErrorCode, Executor, PieceList, Plan, PlanInput, PlanOptions, PlanView, Side, KNOWN_PLAN_FEATURES, PLAN_FEATURE_SCRATCH,
-    PLAN_FEATURE_STAGES,
+    fb, Direction, ErrorCode, Executor, PieceList, Plan, PlanInput, PlanOptions, PlanView, Side, KNOWN_PLAN_FEATURES,
+    PLAN_FEATURE_SCRATCH, PLAN_FEATURE_STAGES,
 };
 
 /// bench/specs/pipeline_2x2_replicated_dst.json, smaller: a 2x2 mesh on host
