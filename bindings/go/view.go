@@ -197,6 +197,10 @@ func (v *PlanView) Parts() []PartView {
 // Process is the part's process.
 func (p PartView) Process() int32 { return p.p.Process() }
 
+// NumScratch is the number of scratch buffers the part holds (columns
+// ScratchTensor, ScratchDevice, ScratchLo, ScratchHi of the raw table).
+func (p PartView) NumScratch() int { return p.p.ScratchTensorLength() }
+
 func piecesLen(x *fb.Pieces) int {
 	if x == nil {
 		return 0

@@ -324,6 +324,12 @@ impl<'a> PartView<'a> {
         self.raw.process()
     }
 
+    /// Scratch buffers the part holds (the `scratch_*` columns of
+    /// [`raw`](Self::raw)).
+    pub fn num_scratch(&self) -> usize {
+        self.raw.scratch_tensor().map_or(0, |v| v.len())
+    }
+
     /// Pieces copied within a device.
     pub fn num_local_pieces(&self) -> usize {
         pieces_len(self.raw.local())
