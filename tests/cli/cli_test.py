@@ -138,6 +138,16 @@ def case_verify():
         check(re.fullmatch(r"verified \d+ tensors, \d+ elements, \d+ bytes: OK\n", out) is not None, out)
 
 
+def case_scratch_plan():
+    # A reduction tree with scratch buffers written by the C++ encoder
+    # (tests/core/scratch_plans.h): verified in one process, drawn, and its
+    # statistics printed.
+    plan = os.path.join(SRC, "tests", "data", "scratch_tree.rsplan")
+    out = run("verify", "--plan", plan).stdout
+    check(out.endswith(": OK\n"), out)
+    run("show", "--plan", plan)
+
+
 def case_bench():
     out = run("bench", "plan", "--spec", spec("explicit_boxes"), "--repeat", "2").stdout
     check("make_plan" in out and "naive / make_plan" in out and "(equal)" in out, out)
