@@ -351,6 +351,17 @@ inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& o
 // preferably to the hosts with less volume of their own (the allocation
 // that minimises the largest host volume), equal shares where that is
 // balanced.
+// Relays across hosts where the receiving hosts are no more than the hosts
+// the source spans (planner version 11): a group crosses only where
+// single-hop would load a holder host above kCrossGain times the volume V
+// each receiving host must take in anyway (every plan's busiest NIC carries
+// at least V; the cross route's is at most V: host h sends at most
+// max(w_h, the receiving hosts' forwarding), both at most V). Single-hop
+// loads holder host h with R times its part of the group (each region split
+// evenly over its holders), so with balanced holdings (R w_h <= V, e.g. the
+// 405B FSDP dp=1024 source feeding 32 hosts: V / 4) nothing changes.
+inline constexpr double kCrossGain = 1.02;
+
 struct CrossSlot {
   int32_t host = 0;      // the holder host of this share
   bool small = false;    // in the chunked sequence (below the size above)
@@ -359,7 +370,11 @@ struct CrossSlot {
   int64_t entry = 0;     // position of element a + direct in its entry sequence
 };
 struct CrossLayout {
-  bool disjoint = false;    // false: not applicable (a cell's host holds some of it)
+  bool disjoint = false;  // false: not applicable (a cell's host holds some of it)
+  // false: no more receiving hosts than the source spans, and single-hop
+  // already loads the busiest NIC within kCrossGain of what each receiving
+  // host takes in anyway (cross_gate): the group goes single-hop.
+  bool crosses = true;
   bool small_cross = true;  // false: the chunked sequence goes single-hop (α–β)
   int64_t Ns = 0, ms = 0;   // the chunked sequence: elements, chunks
   int64_t N = 0, m = 0, R = 0;
@@ -517,6 +532,10 @@ class Enumerator {
   uint32_t leader(const Route& r, size_t hi, size_t j) const;
   // The CellHosts index of the index-th receiving host.
   size_t receiving_host(const Route& r, size_t index) const;
+  // Whether some cell of the tensor spans at least 2 and no more hosts than
+  // the source and crosses by cross_gate (the statistics' fast path applies
+  // to no such tensor).
+  bool crosses_few(const TensorCtx& t);
   // Pieces of entry `e` for `region` along its route, to f. The global
   // statistics mirror it, assign (one summand) and recv's relay merging for
   // whole cells (core/src/plan/stats.cc, enum_cell): a change here needs the
@@ -556,6 +575,9 @@ class Enumerator {
   // holders (single-hop into the host, then inside it): the stages add up.
   bool cross_slower(const TensorCtx& t, size_t c, const Box& region, size_t n,
                     const Route& r) const;
+  // Whether cell c's group, on no more receiving hosts than the source spans,
+  // crosses (CrossLayout::crosses, a disjoint group); memoised per tensor.
+  bool cross_gate(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
   // The cross layout of cell c's group (see CrossLayout), built on first use.
   const CrossLayout& cross_layout(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
   // Cuts a cross route's region by its group's layout: 1 with r's parts
@@ -587,6 +609,11 @@ class Enumerator {
   // SIZE_MAX for a uniform group).
   std::map<std::tuple<GeoKey, int64_t, size_t>, CrossLayout> layouts_;
   std::vector<Box> lin_boxes_;
+  // cross_gate()'s last answer: tensor, cell (SIZE_MAX: every cell).
+  const TensorSpec* gate_spec_ = nullptr;
+  const Geometry* gate_geo_ = nullptr;
+  size_t gate_cell_ = 0;
+  bool gate_ = false;
   std::vector<std::pair<int32_t, double>> volumes_;
   std::vector<int32_t> region_hosts_;
   std::vector<int64_t> forwarding_;
@@ -992,7 +1019,8 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
   // One entry per host and too few hosts to cross: single-hop, cheaply.
   const size_t cell_hosts_n = r.cell_end - r.cell_begin;
   if (ch.max_members[c] < 2 &&
-      !(cell_hosts_n >= 2 && cell_hosts_n > static_cast<size_t>(t.st->num_hosts)))
+      !(cell_hosts_n >= 2 && (cell_hosts_n > static_cast<size_t>(t.st->num_hosts) ||
+                              cross_gate(t, c, r.cell_begin, r.cell_end))))
     return false;
   r.holder_hosts.clear();
   for (size_t i = 0; i < n; ++i) r.holder_hosts.push_back(t.st->host[holders[i]]);
@@ -1019,7 +1047,11 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
     k = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
   }
   r.rot = k;
-  r.cross = r.receiving >= 2 && r.receiving > static_cast<size_t>(t.st->num_hosts);
+  // Few holders' hosts feeding more hosts, or (no more receiving hosts than
+  // the source spans) a group whose single-hop plan overloads a holder host
+  // (cross_gate).
+  const bool few = r.receiving > static_cast<size_t>(t.st->num_hosts);
+  r.cross = r.receiving >= 2 && (few || cross_gate(t, c, r.cell_begin, r.cell_end));
   r.parts.clear();
   r.part_host.clear();
   r.part_entry.clear();
@@ -1028,7 +1060,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
   if (r.cross) {
     const int laid = layout_parts(t, c, region, r);
     if (laid > 0) return true;
-    if (laid < 0) {
+    if (laid < 0 && few) {
       cross_parts(t, c, region, holders, n, r);
       if (!cross_slower(t, c, region, n, r)) return true;
     }
@@ -1339,6 +1371,9 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   std::vector<int32_t> hosts;
   std::vector<std::pair<int32_t, int64_t>> devices;  // (holder host, device)
   uint32_t most_members = 0;
+  // Pass 0 only: (holder host, the most elements it may send each receiving
+  // host in a single-hop plan: every region it holds).
+  std::vector<std::pair<int32_t, double>>* single = nullptr;
   auto walk = [&](auto&& f) {
     for (size_t k = uniform ? 0 : c; k < (uniform ? cells : c + 1); ++k) {
       if (dg.cell_offsets[k] == dg.cell_offsets[k + 1]) continue;
@@ -1354,6 +1389,9 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
         if (k_hosts == 0) return;
         const bool small = (region.volume() / k_hosts) * t.esize < L.R * options_.split_min_bytes;
         for (size_t i = 0; i < n; ++i) devices.emplace_back(t.st->host[h[i]], t.sg->devices[h[i]]);
+        if (single)
+          for (int32_t host : hosts)
+            single->emplace_back(host, static_cast<double>(region.volume()));
         f(k, region, hosts, small);
       });
     }
@@ -1361,9 +1399,23 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   // Pass 0: the volume held on each set of holder hosts, and the shares of
   // the sets of several hosts.
   std::map<std::vector<int32_t>, int64_t> classes;
+  volumes_.clear();
+  single = &volumes_;
+  double V = 0;  // what each receiving host takes in
   walk([&](size_t, const Box& region, const std::vector<int32_t>& hs, bool) {
     classes[hs] += region.volume();
+    V += static_cast<double>(region.volume());
   });
+  single = nullptr;
+  // No more receiving hosts than the source spans: cross only where
+  // single-hop loads a holder host above kCrossGain V (see kCrossGain).
+  if (L.R <= static_cast<int64_t>(t.st->num_hosts)) {
+    merge_volumes();
+    double most = 0;
+    for (const auto& [h, v] : volumes_) most = std::max(most, v);
+    L.crosses = static_cast<double>(L.R) * most > kCrossGain * V;
+    if (!L.crosses) return L;
+  }
   std::map<std::vector<int32_t>, std::vector<int64_t>> cum;
   share_targets(classes, cum);
   // Share s of a region of n elements held on `hs`: [bound(s), bound(s + 1)).
@@ -1521,9 +1573,34 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   return L;
 }
 
+inline bool Enumerator::cross_gate(const TensorCtx& t, size_t c, size_t cell_begin,
+                                   size_t cell_end) {
+  if (gate_spec_ == t.spec && gate_geo_ == t.dg && (gate_cell_ == SIZE_MAX || gate_cell_ == c))
+    return gate_;
+  const CrossLayout& L = cross_layout(t, c, cell_begin, cell_end);
+  gate_spec_ = t.spec;
+  gate_geo_ = t.dg;
+  gate_cell_ = uniform_shares_[geo_key(t)].uniform ? SIZE_MAX : c;
+  gate_ = L.disjoint && L.crosses;
+  return gate_;
+}
+
+inline bool Enumerator::crosses_few(const TensorCtx& t) {
+  const CellHosts& ch = cell_hosts(t);
+  const size_t cells = ch.cell_offsets.size() - 1;
+  for (size_t c = 0; c < cells; ++c) {
+    const size_t b = ch.cell_offsets[c], e = ch.cell_offsets[c + 1];
+    if (e - b < 2 || e - b > static_cast<size_t>(t.st->num_hosts)) continue;
+    if (t.dg->cell_offsets[c] == t.dg->cell_offsets[c + 1] || cell_box(t, c).empty()) continue;
+    if (cross_gate(t, c, b, e)) return true;
+  }
+  return false;
+}
+
 inline int Enumerator::layout_parts(const TensorCtx& t, size_t c, const Box& region, Route& r) {
   const CrossLayout& L = cross_layout(t, c, r.cell_begin, r.cell_end);
   if (!L.disjoint) return -1;
+  if (!L.crosses) return 0;
   const CrossLayout::Key key = CrossLayout::key(c, region);
   const auto it = std::lower_bound(L.index.begin(), L.index.end(), key,
                                    [](const std::pair<CrossLayout::Key, uint32_t>& x,
