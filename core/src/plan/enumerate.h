@@ -1372,7 +1372,7 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   std::vector<std::pair<int32_t, int64_t>> devices;  // (holder host, device)
   uint32_t most_members = 0;
   // Pass 0 only: (holder host, the most elements it may send each receiving
-  // host in a single-hop plan: every region it holds).
+  // host in a single-hop plan).
   std::vector<std::pair<int32_t, double>>* single = nullptr;
   auto walk = [&](auto&& f) {
     for (size_t k = uniform ? 0 : c; k < (uniform ? cells : c + 1); ++k) {
@@ -1389,9 +1389,27 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
         if (k_hosts == 0) return;
         const bool small = (region.volume() / k_hosts) * t.esize < L.R * options_.split_min_bytes;
         for (size_t i = 0; i < n; ++i) devices.emplace_back(t.st->host[h[i]], t.sg->devices[h[i]]);
-        if (single)
-          for (int32_t host : hosts)
-            single->emplace_back(host, static_cast<double>(region.volume()));
+        if (single) {
+          // Single-hop (assign, split): a region of at least split_min_bytes
+          // is cut evenly over its n holders along the first dimension with
+          // at least n elements, and each band of it again (a holder may get
+          // a row more in each); a smaller one goes whole to one of them.
+          const auto vol = static_cast<double>(region.volume());
+          int dim = -1;
+          for (int d = 0; d < region.rank && dim < 0; ++d)
+            if (region.extent(d) >= static_cast<int64_t>(n)) dim = d;
+          double per = vol;
+          if (n > 1 && dim >= 0 && region.volume() * t.esize >= options_.split_min_bytes) {
+            const auto ext = static_cast<double>(region.extent(dim));
+            per = vol / static_cast<double>(n) +
+                  std::min(static_cast<double>(kRelayBands), ext) * vol / ext;
+          }
+          for (int32_t host : hosts) {
+            double on = 0;
+            for (size_t i = 0; i < n; ++i) on += t.st->host[h[i]] == host ? per : 0.0;
+            single->emplace_back(host, std::min(on, vol));
+          }
+        }
         f(k, region, hosts, small);
       });
     }
