@@ -28,6 +28,7 @@ struct GeoTopo {
   std::vector<int32_t> procs;    // sorted unique processes
   std::vector<uint32_t> proc_offsets, proc_entries;  // CSR process -> entries (ascending)
   int32_t num_hosts = 0;                             // distinct hosts of the entries
+  int64_t max_host_entries = 0;                      // the most entries on one host
 };
 
 struct TensorCtx {
@@ -578,6 +579,10 @@ class Enumerator {
   // Whether cell c's group, on no more receiving hosts than the source spans,
   // crosses (CrossLayout::crosses, a disjoint group); memoised per tensor.
   bool cross_gate(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
+  // A bound cross_gate checks first: false when no holder host's entries
+  // hold enough of the group for single-hop to overload it (or the group's
+  // hosts hold some of it); sets same_hosts_ (every cell on c's hosts).
+  bool gate_may_cross(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
   // The cross layout of cell c's group (see CrossLayout), built on first use.
   const CrossLayout& cross_layout(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
   // Cuts a cross route's region by its group's layout: 1 with r's parts
@@ -609,7 +614,18 @@ class Enumerator {
   // SIZE_MAX for a uniform group).
   std::map<std::tuple<GeoKey, int64_t, size_t>, CrossLayout> layouts_;
   std::vector<Box> lin_boxes_;
-  // cross_gate()'s last answer: tensor, cell (SIZE_MAX: every cell).
+  // cross_gate(): per key (see there) whether the group is uniform and
+  // crosses, and its last answer: tensor, cell (SIZE_MAX: every cell).
+  struct GateHash {
+    size_t operator()(const std::vector<intptr_t>& k) const {
+      uint64_t h = 0x9e3779b97f4a7c15ull;
+      for (intptr_t x : k) h = (h ^ static_cast<uint64_t>(x)) * 0xbf58476d1ce4e5b9ull;
+      return static_cast<size_t>(h ^ (h >> 31));
+    }
+  };
+  std::unordered_map<std::vector<intptr_t>, std::pair<bool, bool>, GateHash> gates_;
+  std::vector<intptr_t> gate_key_;
+  bool same_hosts_ = false;
   const TensorSpec* gate_spec_ = nullptr;
   const Geometry* gate_geo_ = nullptr;
   size_t gate_cell_ = 0;
@@ -1595,12 +1611,92 @@ inline bool Enumerator::cross_gate(const TensorCtx& t, size_t c, size_t cell_beg
                                    size_t cell_end) {
   if (gate_spec_ == t.spec && gate_geo_ == t.dg && (gate_cell_ == SIZE_MAX || gate_cell_ == c))
     return gate_;
-  const CrossLayout& L = cross_layout(t, c, cell_begin, cell_end);
+  // Per (geometries, element size, shape, cell): tensors of one shape and
+  // layouts share the answer (1,137 tensors of 405B, a few shapes).
+  gate_key_.assign({reinterpret_cast<intptr_t>(t.sg), reinterpret_cast<intptr_t>(t.dg),
+                    reinterpret_cast<intptr_t>(t.st), reinterpret_cast<intptr_t>(t.dt),
+                    static_cast<intptr_t>(t.esize), static_cast<intptr_t>(c)});
+  for (int64_t x : t.src->shape()) gate_key_.push_back(static_cast<intptr_t>(x));
+  auto it = gates_.find(gate_key_);
+  if (it == gates_.end() && !gate_may_cross(t, c, cell_begin, cell_end)) {
+    // Every cell on the same hosts answers the same (its group is them all,
+    // or, should a host of theirs hold some of them, none crosses).
+    it = gates_.emplace(gate_key_, std::make_pair(same_hosts_, false)).first;
+    if (same_hosts_) {
+      for (size_t k = 0; k + 1 < t.dg->cell_offsets.size(); ++k) {
+        gate_key_[5] = static_cast<intptr_t>(k);
+        gates_.emplace(gate_key_, it->second);
+      }
+    }
+  }
+  if (it == gates_.end()) {
+    const CrossLayout& L = cross_layout(t, c, cell_begin, cell_end);
+    const bool uniform = uniform_shares_[geo_key(t)].uniform;
+    it = gates_.emplace(gate_key_, std::make_pair(uniform, L.disjoint && L.crosses)).first;
+    if (uniform) {  // every cell of the group answers the same
+      for (size_t k = 0; k + 1 < t.dg->cell_offsets.size(); ++k) {
+        gate_key_[5] = static_cast<intptr_t>(k);
+        gates_.emplace(gate_key_, it->second);
+      }
+    }
+  }
   gate_spec_ = t.spec;
   gate_geo_ = t.dg;
-  gate_cell_ = uniform_shares_[geo_key(t)].uniform ? SIZE_MAX : c;
-  gate_ = L.disjoint && L.crosses;
+  gate_cell_ = it->second.first ? SIZE_MAX : c;
+  gate_ = it->second.second;
   return gate_;
+}
+
+inline bool Enumerator::gate_may_cross(const TensorCtx& t, size_t c, size_t cell_begin,
+                                       size_t cell_end) {
+  const Geometry& dg = *t.dg;
+  const size_t cells = dg.cell_offsets.size() - 1;
+  same_hosts_ = cells > 1;
+  for (size_t k = 0; k < cells && same_hosts_; ++k) {
+    const size_t b = ch_->cell_offsets[k], e = ch_->cell_offsets[k + 1];
+    same_hosts_ = e - b == cell_end - cell_begin &&
+                  std::equal(ch_->hosts.begin() + static_cast<std::ptrdiff_t>(b),
+                             ch_->hosts.begin() + static_cast<std::ptrdiff_t>(e),
+                             ch_->hosts.begin() + static_cast<std::ptrdiff_t>(cell_begin));
+  }
+  const size_t k0 = same_hosts_ ? 0 : c, k1 = same_hosts_ ? cells : c + 1;
+  // What a host may send each receiving host single-hop is at most the
+  // group's elements its entries hold (cross_layout's estimate counts each
+  // region at most once per host holding it).
+  volumes_.clear();
+  share_boxes_.clear();
+  double V = 0;
+  for (size_t k = k0; k < k1; ++k) {
+    if (dg.cell_offsets[k] == dg.cell_offsets[k + 1]) continue;
+    const Box B = cell_box(t, k);
+    if (B.empty()) continue;
+    V += static_cast<double>(B.volume());
+    share_boxes_.push_back(B);
+  }
+  const auto R = static_cast<double>(cell_end - cell_begin);
+  if (t.sg->tiled) {
+    // Cheaper first: a host holds at most its entries times the largest
+    // source cell (FSDP over many hosts: 8 shards of 1,024 on each).
+    double cell = 1;
+    const std::vector<int64_t>& shape = t.src->shape();
+    for (int d = 0; d < t.sg->rank; ++d)
+      cell *= static_cast<double>(ceil_div(shape[static_cast<size_t>(d)], t.sg->counts[d]));
+    if (R * std::min(V, static_cast<double>(t.st->max_host_entries) * cell) <= kCrossGain * V)
+      return false;
+  }
+  const size_t entries = t.src->num_entries();
+  if (share_boxes_.size() * entries > (size_t{1} << 16)) return true;  // the cover's walk decides
+  for (size_t e = 0; e < entries; ++e) {
+    const Box S = t.src->box(e);
+    if (S.empty()) continue;
+    double v = 0;
+    for (const Box& B : share_boxes_) v += static_cast<double>(intersect(S, B).volume());
+    if (v > 0) volumes_.emplace_back(t.st->host[e], v);
+  }
+  merge_volumes();
+  double most = 0;
+  for (const auto& [h, v] : volumes_) most = std::max(most, v);
+  return R * most > kCrossGain * V;
 }
 
 inline bool Enumerator::crosses_few(const TensorCtx& t) {
