@@ -528,6 +528,20 @@ bool relays_across(const PlanInput& in) {
   return false;
 }
 
+// The same, from a fleet's global statistics where they tell (a source not
+// partial): with one device per receiving host, a destination device that
+// sends forwards to another host; with several, a stage 2 is the fan-out on
+// the hosts a part crossed to; else from the plan.
+bool relays_across(const Fleet& fleet, const PlanStats& st) {
+  if (fleet.members == 1) {
+    for (const DeviceTraffic& d : st.per_device)
+      if (d.device >= fleet.holders && d.send_bytes > 0) return true;
+    return false;
+  }
+  if (st.stages == 3) return true;
+  return st.stages == 2 && relays_across(fleet.in);
+}
+
 // The busiest NIC: the most bytes one host sends or takes in, over its bound
 // (the larger of the host send bound, which includes the cross-host total
 // over the hosts, and the host receive bound).
@@ -751,7 +765,7 @@ TEST(PlanRelays, UnevenFleetsKeepTheBusiestNicNearItsBound) {
                          << st.lower_bound_max_host_recv_bytes;
     worst = std::max(worst, nic);
     // Relayed across hosts: a forward from one receiving host to another.
-    if (fleet.receiving < 2 || !relays_across(fleet.in)) continue;
+    if (fleet.receiving < 2 || !relays_across(fleet, st)) continue;
     ++crossed;
     const double egress =
         PlanStats::ratio(st.max_host_send_bytes, st.lower_bound_max_host_send_bytes);
