@@ -54,8 +54,11 @@ namespace {
 // chunks of at least cross_min_bytes (the lesser of split_min_bytes and the
 // reduce-scatter floor), one per receiving host where the holders already
 // reach every one, and cut the regions held on several hosts into shares
-// water-filled against each host's own volume).
-constexpr uint64_t kPlannerVersion = 10;
+// water-filled against each host's own volume; 11: relays across hosts also
+// where the receiving hosts are no more than the source spans, for a group
+// whose single-hop plan would load a holder host above kCrossGain times what
+// each receiving host takes in).
+constexpr uint64_t kPlannerVersion = 11;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
