@@ -1,6 +1,8 @@
 // Context::build: what every step of make_plan looks up.
 #include "plan/context.h"
 
+#include <cstdint>
+
 namespace reshard::planning {
 
 void Context::build() {
@@ -69,5 +71,25 @@ void Context::build() {
     t.T = s.dst.num_summands();
     t.field = "tensors[" + std::to_string(i) + "]";
   }
+  // Pre-reduction (docs/design.md §2.4): a device's scratch boxes of one
+  // tensor are disjoint, so the partial tensors' bytes bound what any device
+  // holds; under a budget they must leave at least half of it to staging.
+  const PlanOptions& o = input.options;
+  scratch_reserve = 0;
+  for (const TensorCtx& t : tensors) {
+    if (t.S < 2 || t.T > 1) continue;
+    const int64_t bytes = t.src->num_elements() * t.esize;
+    scratch_reserve =
+        bytes > INT64_MAX / 4 - scratch_reserve ? INT64_MAX / 4 : scratch_reserve + bytes;
+  }
+  pre_reduce = o.relays && o.reduce_scatter && scratch_reserve > 0 &&
+               (o.staging_budget_bytes == 0 || scratch_reserve <= o.staging_budget_bytes / 2);
+  if (!pre_reduce) scratch_reserve = 0;
+}
+
+PlanOptions Context::staging_options() const {
+  PlanOptions o = input.options;
+  if (o.staging_budget_bytes > 0) o.staging_budget_bytes -= scratch_reserve;
+  return o;
 }
 }  // namespace reshard::planning
