@@ -71,20 +71,25 @@ void Context::build() {
     t.T = s.dst.num_summands();
     t.field = "tensors[" + std::to_string(i) + "]";
   }
-  // Pre-reduction (docs/design.md §2.4): a device's scratch boxes of one
-  // tensor are disjoint, so the partial tensors' bytes bound what any device
-  // holds; under a budget they must leave at least half of it to staging.
+  // Pre-reduction (docs/design.md §2.4): a candidate with relays and
+  // reduce-scatter on and a partial source with a whole destination;
+  // decide_pre_reduce settles it under a staging budget.
   const PlanOptions& o = input.options;
+  pre_reduce = false;
   scratch_reserve = 0;
-  for (const TensorCtx& t : tensors) {
-    if (t.S < 2 || t.T > 1) continue;
-    const int64_t bytes = t.src->num_elements() * t.esize;
-    scratch_reserve =
-        bytes > INT64_MAX / 4 - scratch_reserve ? INT64_MAX / 4 : scratch_reserve + bytes;
-  }
-  pre_reduce = o.relays && o.reduce_scatter && scratch_reserve > 0 &&
-               (o.staging_budget_bytes == 0 || scratch_reserve <= o.staging_budget_bytes / 2);
-  if (!pre_reduce) scratch_reserve = 0;
+  for (const TensorCtx& t : tensors) pre_reduce |= t.S > 1 && t.T == 1;
+  pre_reduce = pre_reduce && o.relays && o.reduce_scatter;
+}
+
+void Context::decide_pre_reduce(int64_t max_bytes) {
+  const int64_t budget = input.options.staging_budget_bytes;
+  if (!pre_reduce || budget == 0) return;
+  PlanStats probe;
+  compute_stats(*this, probe, input.options, false, nullptr, max_bytes);
+  if (probe.max_scratch_bytes <= budget / 2)
+    scratch_reserve = probe.max_scratch_bytes;
+  else
+    pre_reduce = false;
 }
 
 PlanOptions Context::staging_options() const {

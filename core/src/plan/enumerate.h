@@ -980,7 +980,21 @@ inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& re
   if (!options_.reduce_scatter || t.S < 2 || t.T > 1 || n == 0) return false;
   const Geometry& dg = *t.dg;
   const uint32_t first = dg.cell_offsets[c], count = dg.cell_offsets[c + 1] - first;
-  if (count < 2) return false;
+  if (count < 2) {
+    // One entry: it reduces the region itself (one part, no gather), its
+    // summands pre-reduced on their holders' hosts where they can be.
+    if (!pre_reduce_ || !options_.relays || count == 0) return false;
+    r.reduce = true;
+    r.pre_reduce = true;
+    r.cross = false;
+    r.cell_first = first;
+    r.cell_count = count;
+    uint64_t k = c;  // owners rotate over regions
+    for (int d = 0; d < region.rank; ++d) k = k * 1000003u + static_cast<uint64_t>(region.lo[d]);
+    r.rot = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
+    r.parts.assign(1, region);
+    return true;
+  }
   // Parts no smaller than a quarter of what one α buys between hosts (at
   // least 4 KiB), at most one per entry.
   const double bytes = static_cast<double>(region.volume() * t.esize);
@@ -1007,7 +1021,7 @@ inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& re
   uint64_t k = c;
   for (int d = 0; d < region.rank; ++d) k = k * 1000003u + static_cast<uint64_t>(region.lo[d]);
   r.rot = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
-  split_parts(region, m, r.parts);
+  even_parts(region, m, r.parts);
   return true;
 }
 

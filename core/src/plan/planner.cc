@@ -798,6 +798,7 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   const int64_t limit = resolve_limit(request.max_plan_bytes);
   Context ctx(input);
   ctx.build();
+  ctx.decide_pre_reduce(limit);
   PlanStats own;
   PlanStats& st = stats ? *stats : own;
   st = PlanStats{};
@@ -820,6 +821,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   const bool guarded = limit != kUnlimitedPlanBytes && request.scope != PlanScope::kGlobal;
   Context ctx(input);
   ctx.build();
+  ctx.decide_pre_reduce(limit);
   Plan plan;
   Plan::Builder::tensors(plan) = input.tensors;
   Plan::Builder::topology(plan) = input.topology;
