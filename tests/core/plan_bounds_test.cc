@@ -865,7 +865,8 @@ void each_offset(const Box& region, const Box& box, F&& f) {
 // be the identical receive message of its destination's part. Scratch must
 // be listed, sorted, by the part of its device's process, boxes of one
 // (tensor, device) disjoint, each on a device holding the box's summand of
-// its tensor. Returns "" when every destination element of every tensor
+// its tensor, and written from its own host only. Returns "" when every
+// destination element of every tensor
 // with a whole destination holds every summand once, else the first problem.
 std::string check_summands(const Plan& plan, std::map<int64_t, int64_t>* scratch_bytes = nullptr) {
   const auto& tensors = plan.tensors();
@@ -1014,8 +1015,14 @@ std::string check_summands(const Plan& plan, std::map<int64_t, int64_t>* scratch
         }
       for (const Message& m : part.recvs)
         if (m.stage == s)
-          for (uint64_t i = 0; i < m.num_pieces; ++i)
-            apply(part, part.recv_pieces[m.first_piece + i], s, m.src_device, m.dst_device);
+          for (uint64_t i = 0; i < m.num_pieces; ++i) {
+            const Piece& piece = part.recv_pieces[m.first_piece + i];
+            // Summands reach a scratch from its own host only.
+            if (piece.dst_entry == kScratchEntry &&
+                plan.topology().info(m.src_device).host != plan.topology().info(m.dst_device).host)
+              problem = "a summand crosses hosts into a scratch";
+            apply(part, piece, s, m.src_device, m.dst_device);
+          }
     }
   if (!problem.empty()) return problem;
   for (const Read& r : reads) {
