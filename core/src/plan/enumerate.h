@@ -189,6 +189,9 @@ struct Route {
   // Reduce routes: whether holder hosts may pre-reduce their summands of a
   // part (Enumerator::reduce_part).
   bool pre_reduce = false;
+  // Per part: 1 when it pre-reduces, 0 when not, 2 not yet known
+  // (Enumerator::part_shift); cleared whenever the route is set.
+  mutable std::vector<uint8_t> shift;
   size_t cell = 0;                          // the destination cell routed
   uint32_t cell_first = 0, cell_count = 0;  // the cell's entries in Geometry::cell_entries
   bool cross = false;
@@ -540,6 +543,15 @@ class Enumerator {
   // function of (tensor, cell, region, holders), like the route.
   bool reduce_part(const TensorCtx& t, const Route& r, size_t j, const uint32_t* holders, size_t n,
                    bool cut);
+  // 1 when part j of reduce route r pre-reduces (its gather a stage later),
+  // else 0; worked out once per part of the route.
+  uint32_t part_shift(const TensorCtx& t, const Route& r, size_t j, const uint32_t* holders,
+                      size_t n) {
+    if (!r.pre_reduce || !options_.relays) return 0;
+    if (r.shift.size() != r.parts.size()) r.shift.assign(r.parts.size(), 2);
+    if (r.shift[j] == 2) r.shift[j] = reduce_part(t, r, j, holders, n, true) ? 1 : 0;
+    return r.shift[j];
+  }
   // The leader of part j on the host at CellHosts index `hi`.
   uint32_t leader(const Route& r, size_t hi, size_t j) const;
   // The CellHosts index of the index-th receiving host.
@@ -1029,6 +1041,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
                               const uint32_t* holders, size_t n, Route& r) {
   r.reduce = false;
   r.cell = c;
+  r.shift.clear();
   if (t.S > 1) return reduce_route(t, c, region, holders, n, r);
   if (!options_.relays || t.S > 1 || t.T > 1 || n == 0) return false;
   const CellHosts& ch = cell_hosts(t);
@@ -1729,11 +1742,12 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
       const bool cut = own || r.parts.size() > 1;
       // Every summand of the part (stage 0), or its holder hosts' scratch
       // (stage 1): the gather runs a stage later after a pre-reduction.
-      const uint32_t shift = reduce_part(t, r, j, holders, n, cut) ? 1 : 0;
       if (red == e) {
+        reduce_part(t, r, j, holders, n, cut);
         for (const Emitted& x : pre_) f(x);
         continue;
       }
+      const uint32_t shift = part_shift(t, r, j, holders, n);
       Emitted x{red, e, r.parts[j], true, false, false};
       x.stage = 1 + shift;  // the reduced part, from its reducer
       // From another host: it enters e's host once, at the part's leader
@@ -1846,7 +1860,7 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
           const uint32_t red = reducer(t, r, j);
           const bool fans = gather && t.dt->host[red] != host && gather_leader(r, own_hi, j) == l;
           if (red != l && !fans) continue;
-          const uint32_t shift = reduce_part(t, r, j, h, n, true) ? 1 : 0;
+          const uint32_t shift = part_shift(t, r, j, h, n);
           if (red == l) {
             // To the other entries of its host, and to the part's leader on
             // every other host (all of them without relays).
