@@ -128,6 +128,10 @@ struct ExecuteStats {
   // lower summand of the same elements and wait to be reduced in order.
   int64_t accumulator_bytes = 0;
   int64_t deferred_bytes = 0;
+  // Scratch buffers (plan.h, Scratch) allocated for this execution on this
+  // process's devices, in the tensors' dtypes (their f32 accumulators, for
+  // f16/bf16/f8, are counted in accumulator_bytes).
+  int64_t scratch_bytes = 0;
   double seconds = 0;  // wall time of execute()
   // The schedule came from the engine's cache (validation of the part and
   // the schedule's construction were skipped; buffers were checked as ever).

@@ -102,6 +102,9 @@ void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, si
 // are stage 0). written[t][e] has one byte per element of entry e of tensor
 // t, in buffer order, or is empty: tensors with partial destinations (no
 // stage forwards into them) and entries no piece of the plan's parts writes.
+// Pieces into a scratch write no destination element; a region of a
+// destination entry that a scratch contributes to in a later stage is not
+// finished, and not marked.
 struct StageCoverage {
   uint32_t stage = 0;
   std::vector<std::vector<std::vector<uint8_t>>> written;

@@ -164,6 +164,11 @@ struct ProcessPart {
   friend bool operator==(const ProcessPart&, const ProcessPart&) = default;
 };
 
+// The index in `part.scratch` (sorted as ProcessPart says) of the scratch of
+// `tensor` on `device` whose box contains `region`; -1 when the part holds
+// none. O(log n + the scratch of that tensor on that device).
+int64_t find_scratch(const ProcessPart& part, uint32_t tensor, int64_t device, const Box& region);
+
 struct DeviceTraffic {
   int64_t device = 0;
   int64_t send_bytes = 0;
@@ -353,7 +358,19 @@ class Plan {
   int64_t piece_bytes(const ProcessPart& part, const Piece& piece) const;
   // The buffer box a piece reads: its tensor's source entry's box, or, in a
   // message of stage > 0, the destination entry's box it forwards from.
+  // A piece reading a scratch (src_entry == kScratchEntry) has no such box
+  // without its part and device: kOutOfRange naming piece.src_entry (use
+  // the overload below).
   Box source_box(const Piece& piece, uint32_t stage) const;
+  // The same, and for a piece of stage > 0 reading a scratch the box of the
+  // scratch of `part` on `device` (the sending device) that contains its
+  // region; kOutOfRange naming piece.src_entry when there is none.
+  Box source_box(const ProcessPart& part, const Piece& piece, uint32_t stage, int64_t device) const;
+  // The buffer box a piece writes: its destination entry's box, or for
+  // dst_entry == kScratchEntry the box of the scratch of `part` on `device`
+  // (the receiving device) that contains its region; kOutOfRange naming
+  // piece.dst_entry when there is none.
+  Box destination_box(const ProcessPart& part, const Piece& piece, int64_t device) const;
 
   // Internal: used by the planner and the wire decoder.
   struct Builder;

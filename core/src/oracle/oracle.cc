@@ -700,9 +700,14 @@ StageCoverage stage_coverage(const Plan& plan, uint32_t stage) {
   cov.written.resize(tensors.size());
   for (size_t t = 0; t < tensors.size(); ++t)
     if (!tensors[t].dst.partial()) cov.written[t].resize(tensors[t].dst.num_entries());
-  const auto mark = [&](const ProcessPart& part, const Piece& piece) {
+  // `value` 1 marks a region written; 0 unmarks the region of a scratch's
+  // contribution of a later stage (its reduction is not finished).
+  const auto mark = [&](const ProcessPart& part, const Piece& piece, uint8_t value = 1) {
+    if (piece.tensor >= tensors.size()) return;
     auto& entries = cov.written[piece.tensor];
     if (entries.empty()) return;  // partial destination
+    // Scratch is internal to the executors: nothing to check there.
+    if (piece.dst_entry >= entries.size()) return;
     const Box box = tensors[piece.tensor].dst.box(piece.dst_entry);
     std::vector<uint8_t>& mask = entries[piece.dst_entry];
     if (mask.empty()) mask.assign(static_cast<size_t>(box.volume()), 0);
@@ -715,7 +720,7 @@ StageCoverage stage_coverage(const Plan& plan, uint32_t stage) {
       rel.hi[d] -= box.lo[d];
       extents[static_cast<size_t>(d)] = box.extent(d);
     }
-    for_each_element(rel, extents, [&](uint64_t local, int64_t) { mask[local] = 1; });
+    for_each_element(rel, extents, [&](uint64_t local, int64_t) { mask[local] = value; });
   };
   for (const auto& [p, part] : plan.parts()) {
     for (const Piece& piece : part.local) mark(part, piece);
@@ -723,6 +728,14 @@ StageCoverage stage_coverage(const Plan& plan, uint32_t stage) {
       if (m.stage > stage) continue;
       for (uint64_t i = m.first_piece; i < m.first_piece + m.num_pieces; ++i)
         mark(part, part.recv_pieces[i]);
+    }
+  }
+  for (const auto& [p, part] : plan.parts()) {
+    for (const Message& m : part.recvs) {
+      if (m.stage <= stage) continue;
+      for (uint64_t i = m.first_piece; i < m.first_piece + m.num_pieces; ++i) {
+        if (part.recv_pieces[i].src_entry == kScratchEntry) mark(part, part.recv_pieces[i], 0);
+      }
     }
   }
   return cov;

@@ -928,11 +928,66 @@ Box Plan::source_box(const Piece& piece, uint32_t stage) const {
     fail(ErrorCode::kOutOfRange, "piece.tensor",
          std::to_string(piece.tensor) + " but the plan has " + std::to_string(tensors_.size()) +
              " tensors");
+  if (piece.src_entry == kScratchEntry)
+    fail(ErrorCode::kOutOfRange, "piece.src_entry",
+         "names a scratch, whose box depends on the part and the sending device");
   const Layout& l = stage == 0 ? tensors_[piece.tensor].src : tensors_[piece.tensor].dst;
   if (piece.src_entry >= l.num_entries())
     fail(ErrorCode::kOutOfRange, "piece.src_entry",
          "out of range for tensor " + std::to_string(piece.tensor));
   return l.box(piece.src_entry);
+}
+
+Box Plan::source_box(const ProcessPart& part, const Piece& piece, uint32_t stage,
+                     int64_t device) const {
+  if (piece.src_entry != kScratchEntry) return source_box(piece, stage);
+  if (piece.tensor >= tensors_.size())
+    fail(ErrorCode::kOutOfRange, "piece.tensor",
+         std::to_string(piece.tensor) + " but the plan has " + std::to_string(tensors_.size()) +
+             " tensors");
+  if (stage == 0)
+    fail(ErrorCode::kOutOfRange, "piece.src_entry",
+         "a piece of stage 0 reads a source entry, not a scratch");
+  const int64_t i = find_scratch(part, piece.tensor, device, region(part, piece));
+  if (i < 0)
+    fail(ErrorCode::kOutOfRange, "piece.src_entry",
+         "part " + std::to_string(part.process) + " holds no scratch of tensor " +
+             std::to_string(piece.tensor) + " on device " + std::to_string(device) +
+             " containing the piece's region");
+  return part.scratch[static_cast<size_t>(i)].box;
+}
+
+Box Plan::destination_box(const ProcessPart& part, const Piece& piece, int64_t device) const {
+  if (piece.tensor >= tensors_.size())
+    fail(ErrorCode::kOutOfRange, "piece.tensor",
+         std::to_string(piece.tensor) + " but the plan has " + std::to_string(tensors_.size()) +
+             " tensors");
+  if (piece.dst_entry != kScratchEntry) {
+    const Layout& l = tensors_[piece.tensor].dst;
+    if (piece.dst_entry >= l.num_entries())
+      fail(ErrorCode::kOutOfRange, "piece.dst_entry",
+           "out of range for tensor " + std::to_string(piece.tensor));
+    return l.box(piece.dst_entry);
+  }
+  const int64_t i = find_scratch(part, piece.tensor, device, region(part, piece));
+  if (i < 0)
+    fail(ErrorCode::kOutOfRange, "piece.dst_entry",
+         "part " + std::to_string(part.process) + " holds no scratch of tensor " +
+             std::to_string(piece.tensor) + " on device " + std::to_string(device) +
+             " containing the piece's region");
+  return part.scratch[static_cast<size_t>(i)].box;
+}
+
+int64_t find_scratch(const ProcessPart& part, uint32_t tensor, int64_t device, const Box& region) {
+  const auto& v = part.scratch;
+  auto it = std::lower_bound(v.begin(), v.end(), std::pair(tensor, device),
+                             [](const Scratch& s, const std::pair<uint32_t, int64_t>& k) {
+                               return std::pair(s.tensor, s.device) < k;
+                             });
+  for (; it != v.end() && it->tensor == tensor && it->device == device; ++it) {
+    if (it->box.rank == region.rank && it->box.contains(region)) return it - v.begin();
+  }
+  return -1;
 }
 
 int64_t Plan::piece_bytes(const ProcessPart& part, const Piece& piece) const {

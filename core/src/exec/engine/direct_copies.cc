@@ -371,10 +371,10 @@ void DirectRunner::run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi
   const TensorSpec& spec = tensors_[a.tensor];
   const DType dtype = spec.dtype;
   const ReduceOp op = combining_op(spec.src.reduce_op());
-  const int32_t divisor = exec_detail::mean_divisor(spec);
-  const Box dst_box = spec.dst.box(a.dst_entry);
+  const int32_t divisor = a.scratch == kNoScratch ? exec_detail::mean_divisor(spec) : 1;
+  const Box dst_box = a.box;
   const ChunkGrid grid = chunk_grid(dst_box);
-  auto* dst = static_cast<std::byte*>(buffers_[a.tensor].dst[a.dst_entry].data);
+  auto* dst = static_cast<std::byte*>(target(a));
   const int64_t elem = dtype_size(dtype);
   const bool in_place = acc_is_elem(dtype);
   if (!in_place) {
@@ -408,8 +408,7 @@ void DirectRunner::run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi
       const Contribution& k = s_.contributions[i];
       const Box part = intersect(k.region, chunk);
       if (part.empty()) continue;
-      reduce_into(make_copy_desc(part, k.src_box, chunk), dtype, op,
-                  buffers_[k.tensor].src[k.src_entry].data, acc);
+      reduce_into(make_copy_desc(part, k.src_box, chunk), dtype, op, contribution_source(k), acc);
     }
     if (divisor > 1) {
       store_mean_from_acc(dtype, acc, dst + offset * elem, n, divisor);
@@ -435,8 +434,7 @@ bool DirectRunner::sum_whole_chunk(const ReduceGroup& g, const Box& chunk, void*
     if (!(part == chunk)) return false;
     const CopyDesc d = make_copy_desc(chunk, c.src_box, chunk);
     if (copy_desc_runs(d) != 1) return false;
-    streams[k++] = static_cast<const std::byte*>(buffers_[c.tensor].src[c.src_entry].data) +
-                   d.src_offset * elem;
+    streams[k++] = static_cast<const std::byte*>(contribution_source(c)) + d.src_offset * elem;
   }
   return k > 0 && sum_streams(tensors_[a.tensor].dtype, streams, k, dst, chunk.volume(), stream_);
 }
@@ -474,12 +472,14 @@ void DirectRunner::run_group(const ReduceGroup& g, std::vector<std::byte>& scrat
   const DType dtype = spec.dtype;
   const int64_t n = a.elements;
   if (n == 0) return;
-  void* dst = buffers_[a.tensor].dst[a.dst_entry].data;
+  void* dst = target(a);
   const ReduceOp op = combining_op(spec.src.reduce_op());
   // Accumulate in the accumulation type (the destination itself when that
-  // is the element type), starting from the identity, and round once.
-  void* acc = dst;
-  if (!acc_is_elem(dtype)) {
+  // is the element type), starting from the identity, and round once: in
+  // a separate accumulator when the reduction spans rounds (scratch
+  // contributions of later stages), else in the thread's scratch.
+  void* acc = accumulator(a);
+  if (!a.separate && !acc_is_elem(dtype)) {
     if (!g.scratch || !g.fill || !g.store) {
       fail(ErrorCode::kInternal, "execute: a reduction group spans rounds on the host executor");
     }
@@ -487,17 +487,32 @@ void DirectRunner::run_group(const ReduceGroup& g, std::vector<std::byte>& scrat
     acc = scratch.data();
   }
   if (g.fill) fill_identity(dtype, op, acc, n);
-  const Box dst_box = spec.dst.box(a.dst_entry);
   for (size_t i = g.begin; i < g.end; ++i) {
     const Contribution& c = s_.contributions[i];
-    reduce_into(make_copy_desc(c.region, c.src_box, dst_box), dtype, op,
-                buffers_[c.tensor].src[c.src_entry].data, acc);
+    reduce_into(make_copy_desc(c.region, c.src_box, a.box), dtype, op, contribution_source(c), acc);
   }
   if (!g.store) return;
-  if (const int32_t divisor = exec_detail::mean_divisor(spec); divisor > 1) {
+  // A scratch holds sums: a mean divides at its destination only.
+  const int32_t divisor = a.scratch == kNoScratch ? exec_detail::mean_divisor(spec) : 1;
+  if (divisor > 1) {
     store_mean_from_acc(dtype, acc, dst, n, divisor);
   } else if (acc != dst) {
     store_from_acc(dtype, acc, dst, n);
+  }
+}
+
+void DirectRunner::store_accs(std::span<const size_t> accs) {
+  for (size_t i : accs) {
+    const AccTarget& a = s_.accs[i];
+    const TensorSpec& spec = tensors_[a.tensor];
+    const int32_t divisor = a.scratch == kNoScratch ? exec_detail::mean_divisor(spec) : 1;
+    void* dst = target(a);
+    void* acc = accumulator(a);
+    if (divisor > 1) {
+      store_mean_from_acc(spec.dtype, acc, dst, a.elements, divisor);
+    } else if (acc != dst) {
+      store_from_acc(spec.dtype, acc, dst, a.elements);
+    }
   }
 }
 
@@ -520,7 +535,20 @@ void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
                    ExecuteStats& stats) {
   const Schedule& s = schedule;
   DirectRunner runner(plan, buffers, s, pool, execution_threads(s, threads));
+  // Separate accumulators and scratch buffers, for this execution.
+  std::vector<std::vector<uint64_t>> work(s.work.size());
+  std::vector<std::byte*> bases(s.work.size());
+  for (size_t i = 0; i < s.work.size(); ++i) {
+    work[i].resize(static_cast<size_t>((s.work[i].bytes + 7) / 8));
+    bases[i] = reinterpret_cast<std::byte*>(work[i].data());
+  }
+  runner.set_work(std::move(bases));
   runner.run_fills();
+  // With scratch, reductions end in rounds after the first: a round's
+  // reductions run before its copies, which may forward from them.
+  const bool groups_first = !s.scratch.empty();
+  std::vector<char> filled(s.accs.size(), 0);
+  std::vector<char> stored(s.accs.size(), 0);
   size_t d = 0;
   size_t g = 0;
   while (d < s.direct_rounds.size() || g < s.groups.size()) {
@@ -536,13 +564,31 @@ void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
     }
     size_t g_end = g;
     while (g_end < s.groups.size() && s.groups[g_end].round == round) ++g_end;
-    runner.run_round(copies, std::span<const ReduceGroup>(s.groups.data() + g, g_end - g));
+    const std::span<const ReduceGroup> groups(s.groups.data() + g, g_end - g);
+    for (const ReduceGroup& x : groups) {
+      filled[x.acc] |= x.fill ? 1 : 0;
+      stored[x.acc] |= x.store ? 1 : 0;
+    }
+    if (groups_first && !groups.empty() && !copies.empty()) {
+      runner.run_round({}, groups);
+      runner.run_round(copies, {});
+    } else {
+      runner.run_round(copies, groups);
+    }
     g = g_end;
     if (round >= 0) ++stats.rounds;
   }
+  // Reductions cut short by last_stage: stored as they are (their regions
+  // finished in earlier stages are right; the others are not checked).
+  std::vector<size_t> unfinished;
+  for (size_t a = 0; a < s.accs.size(); ++a) {
+    if (filled[a] && !stored[a]) unfinished.push_back(a);
+  }
+  runner.store_accs(unfinished);
   runner.run_replicas(s.replicas);
   stats.local_bytes += s.local_bytes;
   stats.accumulator_bytes += s.accumulator_bytes;
+  stats.scratch_bytes += s.scratch_bytes;
 }
 
 }  // namespace reshard::engine_detail

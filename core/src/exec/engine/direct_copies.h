@@ -136,9 +136,17 @@ class DirectRunner {
   DirectRunner(const Plan& plan, std::span<const TensorBuffers> buffers, const Schedule& schedule,
                WorkerPool& pool, int threads);
 
+  // The bases of Schedule::work's blocks (separate accumulators and
+  // scratch buffers), for reduction groups.
+  void set_work(std::vector<std::byte*> work) { work_ = std::move(work); }
+
   // The identity fills of partial destinations (Schedule::fills), in
   // parallel.
   void run_fills();
+
+  // Stores the accumulators of `accs` (their reductions were cut short by
+  // ExecuteOptions::last_stage), as their last group would have.
+  void store_accs(std::span<const size_t> accs);
 
   // One round: `copies` and `groups`. With `max_task_bytes` > 0 no task
   // moves more (so that `after`, called on the calling thread after each
@@ -194,6 +202,26 @@ class DirectRunner {
     return c.stage == 0 ? buffers_[p.tensor].src[p.src_entry].data
                         : buffers_[p.tensor].dst[p.src_entry].data;
   }
+  // A reduction's target buffer (destination entry or scratch), where it
+  // accumulates, and what a contribution reads.
+  void* target(const AccTarget& a) const {
+    if (a.scratch != kNoScratch) {
+      const ScratchBuffer& b = s_.scratch[a.scratch];
+      return work_[b.block] + b.offset;
+    }
+    return buffers_[a.tensor].dst[a.dst_entry].data;
+  }
+  void* accumulator(const AccTarget& a) const {
+    return a.separate ? work_[a.acc_block] + a.acc_offset : target(a);
+  }
+  const void* contribution_source(const Contribution& c) const {
+    if (c.src_scratch != kNoScratch) {
+      const ScratchBuffer& b = s_.scratch[c.src_scratch];
+      return work_[b.block] + b.offset;
+    }
+    return c.src_dst ? buffers_[c.tensor].dst[c.src_entry].data
+                     : buffers_[c.tensor].src[c.src_entry].data;
+  }
   void build_tasks(std::span<const DirectCopy> copies, std::span<const ReduceGroup> groups,
                    int64_t max_task_bytes);
   void run_task(const Task& task, std::span<const DirectCopy> copies,
@@ -222,6 +250,7 @@ class DirectRunner {
   std::vector<std::vector<std::byte>> scratch_;  // per worker
   std::vector<Task> tasks_;
   std::span<const ReplicaCopy> replicas_;
+  std::vector<std::byte*> work_;
 };
 
 // Executes a whole-plan schedule (build_whole_schedule) on host buffers

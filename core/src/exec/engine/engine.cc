@@ -311,6 +311,18 @@ class Run {
                           : work_device_[block]->data();
     return base + offset;
   }
+  // A reduction's target buffer (destination entry or scratch) and where
+  // it accumulates.
+  void* target(const engine_detail::AccTarget& a) {
+    if (a.scratch != engine_detail::kNoScratch) {
+      const auto& b = s_.scratch[a.scratch];
+      return work(b.block, b.offset);
+    }
+    return buffers_[a.tensor].dst[a.dst_entry].data;
+  }
+  void* accumulator(const engine_detail::AccTarget& a) {
+    return a.separate ? static_cast<void*>(work(a.acc_block, a.acc_offset)) : target(a);
+  }
   void allocate();
   void fill();
   void run_direct(size_t d);
@@ -405,6 +417,7 @@ void Run::allocate() {
   }
   stats_.accumulator_bytes = s_.accumulator_bytes;
   stats_.deferred_bytes = s_.deferred_bytes;
+  stats_.scratch_bytes = s_.scratch_bytes;
   deferred_of_.resize(s_.messages.size());
   packed_.assign(s_.messages.size(), 0);
   for (size_t i = 0; i < s_.contributions.size(); ++i) {
@@ -422,11 +435,8 @@ void Run::fill() {
   }
   for (const auto& a : s_.accs) {
     const TensorSpec& spec = tensors_[a.tensor];
-    const int64_t device = spec.dst.device(a.dst_entry);
-    void* acc = a.separate ? static_cast<void*>(work(a.acc_block, a.acc_offset))
-                           : buffers_[a.tensor].dst[a.dst_entry].data;
-    copier_.fill_acc(device, ordinal_of(device), spec.dtype, combining_op(spec.src.reduce_op()),
-                     acc, a.elements);
+    copier_.fill_acc(a.device, ordinal_of(a.device), spec.dtype, combining_op(spec.src.reduce_op()),
+                     accumulator(a), a.elements);
   }
 }
 
@@ -458,12 +468,23 @@ void Run::pack_message(size_t mi) {
   packed_[mi] = 1;
   const EngineMessage& m = s_.messages[mi];
   std::byte* out = staging(m.slot) + m.offset;
-  for (const Piece& p : m.pieces) {
+  for (size_t k = 0; k < m.pieces.size(); ++k) {
+    const Piece& p = m.pieces[k];
     const TensorSpec& spec = tensors_[p.tensor];
     const Box region = plan_.region(*part_, p);
-    copier_.copy(m.local_device, m.ordinal,
-                 make_copy_desc(region, plan_.source_box(p, m.stage), region), spec.dtype,
-                 src_ptr(p, m.stage), out);
+    Box box;
+    const void* src = nullptr;
+    if (!m.scratch_src.empty() && m.scratch_src[k] != engine_detail::kNoScratch) {
+      // A stored scratch (the step waited for its reduction).
+      const auto& b = s_.scratch[m.scratch_src[k]];
+      box = b.box;
+      src = work(b.block, b.offset);
+    } else {
+      box = plan_.source_box(p, m.stage);
+      src = src_ptr(p, m.stage);
+    }
+    copier_.copy(m.local_device, m.ordinal, make_copy_desc(region, box, region), spec.dtype, src,
+                 out);
     out += region.volume() * elem(p.tensor);
   }
 }
@@ -539,7 +560,8 @@ void Run::unpack(size_t ri, size_t step) {
     for (const Piece& p : m.pieces) {
       const TensorSpec& spec = tensors_[p.tensor];
       const Box region = plan_.region(*part_, p);
-      if (!spec.src.partial() || m.stage > 0) {  // later stages copy reduced values
+      // Contributions are reduced with their round; relays copy reduced values.
+      if (!engine_detail::is_contribution(spec, p, m.stage)) {
         copier_.copy(m.local_device, m.ordinal,
                      make_copy_desc(region, region, spec.dst.box(p.dst_entry)), spec.dtype, in,
                      dst_ptr(p));
@@ -562,13 +584,18 @@ void Run::reduce_ready(int64_t round) {
     if (c.ready != round) break;
     const TensorSpec& spec = tensors_[c.tensor];
     const auto& a = s_.accs[c.acc];
-    const Box dst_box = spec.dst.box(c.dst_entry);
-    void* acc = a.separate ? static_cast<void*>(work(a.acc_block, a.acc_offset))
-                           : buffers_[c.tensor].dst[c.dst_entry].data;
+    const Box dst_box = a.box;
+    void* acc = accumulator(a);
     const void* src = nullptr;
     Box src_box = c.region;
     if (c.from_buffer) {
-      src = buffers_[c.tensor].src[c.src_entry].data;
+      if (c.src_scratch != engine_detail::kNoScratch) {
+        const auto& b = s_.scratch[c.src_scratch];
+        src = work(b.block, b.offset);
+      } else {
+        src = c.src_dst ? buffers_[c.tensor].dst[c.src_entry].data
+                        : buffers_[c.tensor].src[c.src_entry].data;
+      }
       src_box = c.src_box;
     } else if (c.deferred_offset >= 0) {
       src = work(c.deferred_block, c.deferred_offset);
@@ -578,7 +605,7 @@ void Run::reduce_ready(int64_t round) {
     }
     // A separate accumulator is indexed like the destination box.
     const CopyDesc d = make_copy_desc(c.region, src_box, dst_box);
-    const int64_t device = spec.dst.device(c.dst_entry);
+    const int64_t device = a.device;
     copier_.reduce(device, ordinal_of(device), d, spec.dtype, combining_op(spec.src.reduce_op()),
                    src, acc);
   }
@@ -606,13 +633,13 @@ void Run::reduce_ready(int64_t round) {
 void Run::store_acc(size_t a_index) {
   const auto& a = s_.accs[a_index];
   const TensorSpec& spec = tensors_[a.tensor];
-  const int32_t divisor = exec_detail::mean_divisor(spec);
+  // A scratch holds sums: a mean divides at its destination only.
+  const int32_t divisor =
+      a.scratch == engine_detail::kNoScratch ? exec_detail::mean_divisor(spec) : 1;
   if (!a.separate && divisor == 1) return;
-  const int64_t device = spec.dst.device(a.dst_entry);
-  void* dst = buffers_[a.tensor].dst[a.dst_entry].data;
-  copier_.store(device, ordinal_of(device), spec.dtype,
-                a.separate ? static_cast<const void*>(work(a.acc_block, a.acc_offset)) : dst, dst,
-                a.elements, divisor);
+  void* dst = target(a);
+  copier_.store(a.device, ordinal_of(a.device), spec.dtype, accumulator(a), dst, a.elements,
+                divisor);
 }
 
 // The reductions whose last contribution was reduced in round `round` (or
@@ -882,7 +909,9 @@ void Run::go() {
   }
   if (idle) stats_.wait_seconds += seconds_since(last_progress);
   copier_.set_in_flight(false);
-  if (next_contribution_ != s_.contributions.size()) {
+  // (Contributions of stages after last_stage are not reduced.)
+  if (next_contribution_ != s_.contributions.size() &&
+      s_.contributions[next_contribution_].ready <= last_) {
     fail(ErrorCode::kInternal, "execute: contributions left unreduced");
   }
   for (size_t a = 0; a < s_.accs.size(); ++a) {

@@ -44,9 +44,24 @@ class Builder {
   }
   std::span<const Piece> message_pieces(const Message& m, const std::vector<Piece>& pieces,
                                         const char* list, size_t i) const;
-  void add_contribution(const Piece& p, int64_t arrival, bool from_buffer, size_t msg,
-                        int64_t msg_offset);
-  void add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_t stage);
+  // `src_scratch`: the Schedule::scratch index of the scratch a piece
+  // between buffers of this process reads (kNoScratch: none).
+  void add_contribution(const Piece& p, uint32_t stage, int64_t arrival, bool from_buffer,
+                        size_t msg, int64_t msg_offset, int64_t dst_device, uint32_t src_scratch);
+  void add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_t stage,
+                  int64_t dst_device, uint32_t src_scratch);
+  // Scratch: the buffers of `part` (process `process`), and the
+  // Schedule::scratch index of the one of the current part a piece names on
+  // `device` (checked by validate_pieces to exist).
+  void add_scratch(const ProcessPart& part, int32_t process);
+  uint32_t scratch_of(const Piece& p, int64_t device) const {
+    return scratch_in(*part_, p.tensor, device, plan_.region(*part_, p));
+  }
+  uint32_t scratch_in(const ProcessPart& holder, uint32_t tensor, int64_t device,
+                      const Box& region) const;
+  void note_scratch_write(uint32_t scratch, uint32_t stage);
+  void note_scratch_read(uint32_t scratch, uint32_t stage, const char* list, size_t i);
+  void check_scratch_order() const;
   EngineMessage engine_message(const Message& m, size_t i, bool send, int32_t peer,
                                std::span<const Piece> pieces);
   // What a piece of a message of `stage` reads: the tensor's source layout,
@@ -95,6 +110,21 @@ class Builder {
   std::vector<uint32_t> recv_msg_;               // part recvs index -> messages index
   std::vector<std::vector<uint64_t>> raw_deps_;  // per message
   std::vector<uint32_t> found_;                  // scratch
+  std::unordered_map<const ProcessPart*, size_t> scratch_base_;  // part -> first Schedule::scratch
+  std::unordered_map<int64_t, size_t> scratch_blocks_;           // device -> work index
+  // Per Schedule::scratch: the highest stage writing it (-1: none), and the
+  // reads (stage, where) to check against it.
+  std::vector<int64_t> scratch_write_stage_;
+  struct ScratchRead {
+    uint32_t scratch;
+    uint32_t stage;
+    std::string where;
+  };
+  std::vector<ScratchRead> scratch_reads_;
+  // Per-process schedules: round keys of contributions between buffers of
+  // this process that read a scratch or a destination entry (stage > 0),
+  // reduced once that round is (a round without messages is added).
+  std::vector<int64_t> extra_keys_;
   static constexpr uint64_t kRawMessage = uint64_t{0} << 62;
   static constexpr uint64_t kRawRecv = uint64_t{1} << 62;  // an index in part recvs
   static constexpr uint64_t kRawAcc = uint64_t{2} << 62;
@@ -134,31 +164,144 @@ std::span<const Piece> Builder::message_pieces(const Message& m, const std::vect
   return span;
 }
 
-void Builder::add_contribution(const Piece& p, int64_t arrival, bool from_buffer, size_t msg,
-                               int64_t msg_offset) {
-  const auto it = acc_of_.find(uint64_t{p.tensor} << 32 | p.dst_entry);
-  if (it == acc_of_.end()) {
-    fail(ErrorCode::kInternal, "engine: no accumulator for a reduced piece");
-  }
+void Builder::add_contribution(const Piece& p, uint32_t stage, int64_t arrival, bool from_buffer,
+                               size_t msg, int64_t msg_offset, int64_t dst_device,
+                               uint32_t src_scratch) {
   const TensorSpec& t = tensors_[p.tensor];
   Contribution c;
+  if (p.dst_entry == kScratchEntry) {
+    const uint32_t k = scratch_of(p, dst_device);
+    c.acc = s_.scratch[k].acc;
+    note_scratch_write(k, stage);
+  } else {
+    const auto it = acc_of_.find(uint64_t{p.tensor} << 32 | p.dst_entry);
+    if (it == acc_of_.end()) {
+      fail(ErrorCode::kInternal, "engine: no accumulator for a reduced piece");
+    }
+    c.acc = it->second;
+  }
   c.tensor = p.tensor;
   c.dst_entry = p.dst_entry;
-  c.summand = t.src.summand(p.src_entry);
+  c.summand = stage == 0 ? t.src.summand(p.src_entry) : kScratchSummand;
   c.seq = seq_++;
-  c.acc = it->second;
   c.region = plan_.region(*part_, p);
   c.arrival = arrival;
   c.from_buffer = from_buffer;
   c.bytes = c.region.volume() * elem(p.tensor);
   if (from_buffer) {
     c.src_entry = p.src_entry;
-    c.src_box = t.src.box(p.src_entry);
+    if (p.src_entry == kScratchEntry) {
+      if (src_scratch == kNoScratch) fail(ErrorCode::kInternal, "engine: scratch read unresolved");
+      c.src_scratch = src_scratch;
+      c.src_box = s_.scratch[c.src_scratch].box;
+    } else if (stage > 0) {
+      c.src_dst = true;
+      c.src_box = t.dst.box(p.src_entry);
+    } else {
+      c.src_box = t.src.box(p.src_entry);
+    }
   } else {
     c.msg = msg;
     c.msg_offset = msg_offset;
   }
   s_.contributions.push_back(c);
+}
+
+uint32_t Builder::scratch_in(const ProcessPart& holder, uint32_t tensor, int64_t device,
+                             const Box& region) const {
+  const auto base = scratch_base_.find(&holder);
+  const int64_t k = find_scratch(holder, tensor, device, region);
+  if (base == scratch_base_.end() || k < 0) {
+    fail(ErrorCode::kInvalidArgument, "plan: part " + std::to_string(process_) +
+                                          ": a piece names a scratch the part does not hold");
+  }
+  return static_cast<uint32_t>(base->second + static_cast<size_t>(k));
+}
+
+void Builder::note_scratch_write(uint32_t scratch, uint32_t stage) {
+  scratch_write_stage_[scratch] = std::max<int64_t>(scratch_write_stage_[scratch], stage);
+}
+
+void Builder::note_scratch_read(uint32_t scratch, uint32_t stage, const char* list, size_t i) {
+  scratch_reads_.push_back({scratch, stage, where(list, i)});
+}
+
+// A scratch is read once its reduction is finished: by pieces of a stage
+// after every stage writing it (the reads of stage s wait for the
+// reduction, whose contributions of stage >= s could wait for them).
+void Builder::check_scratch_order() const {
+  for (const ScratchRead& r : scratch_reads_) {
+    const int64_t w = scratch_write_stage_[r.scratch];
+    if (w >= static_cast<int64_t>(r.stage)) {
+      const ScratchBuffer& b = s_.scratch[r.scratch];
+      fail(ErrorCode::kInvalidArgument,
+           r.where + "a piece of stage " + std::to_string(r.stage) + " reads the scratch " +
+               to_string(b.box) + " of tensor " + std::to_string(b.tensor) + " on device " +
+               std::to_string(b.device) + ", which a piece of stage " + std::to_string(w) +
+               " writes (a scratch is read in a later stage than every write)");
+    }
+  }
+}
+
+// The scratch buffers of `part`: memory in work blocks of their devices
+// (the dtype's bytes, and an f32 accumulator for f16/bf16/f8), and one
+// reduction target each.
+void Builder::add_scratch(const ProcessPart& part, int32_t process) {
+  scratch_base_[&part] = s_.scratch.size();
+  for (size_t k = 0; k < part.scratch.size(); ++k) {
+    const Scratch& sc = part.scratch[k];
+    const std::string at =
+        "plan: part " + std::to_string(process) + " scratch[" + std::to_string(k) + "]: ";
+    if (sc.tensor >= tensors_.size()) {
+      fail(ErrorCode::kInvalidArgument, at + "tensor index out of range");
+    }
+    const TensorSpec& spec = tensors_[sc.tensor];
+    if (!spec.src.partial()) {
+      fail(ErrorCode::kInvalidArgument, at + "a scratch of tensor " + std::to_string(sc.tensor) +
+                                            ", whose source is not partial");
+    }
+    if (sc.device < 0 || process_of(sc.device) != process) {
+      fail(ErrorCode::kInvalidArgument,
+           at + "device " + std::to_string(sc.device) + " is not on this process");
+    }
+    if (sc.box.rank != static_cast<int>(spec.shape.size()) || sc.box.empty()) {
+      fail(ErrorCode::kInvalidArgument,
+           at + "box " + to_string(sc.box) + " is empty or not of the tensor's rank");
+    }
+    for (int d = 0; d < sc.box.rank; ++d) {
+      if (sc.box.lo[d] < 0 || sc.box.hi[d] > spec.shape[static_cast<size_t>(d)]) {
+        fail(ErrorCode::kInvalidArgument,
+             at + "box " + to_string(sc.box) + " is outside the tensor's shape");
+      }
+    }
+    ScratchBuffer b;
+    b.tensor = sc.tensor;
+    b.device = sc.device;
+    b.box = sc.box;
+    const int64_t bytes = sc.box.volume() * elem(sc.tensor);
+    b.block = work_block(scratch_blocks_, sc.device, bytes, &b.offset);
+    s_.scratch_bytes += bytes;
+    AccTarget a;
+    a.tensor = sc.tensor;
+    a.dst_entry = kScratchEntry;
+    a.scratch = static_cast<uint32_t>(s_.scratch.size());
+    a.box = sc.box;
+    a.device = sc.device;
+    a.elements = sc.box.volume();
+    // A scratch holds sums (a mean divides at its destination only): a
+    // separate accumulator for the dtypes that accumulate in f32.
+    a.separate = !acc_is_elem(spec.dtype);
+    a.store_writes = a.separate;
+    if (a.separate) {
+      const int64_t acc_bytes = a.elements * acc_size(spec.dtype);
+      a.acc_block = work_block(acc_blocks_, sc.device, acc_bytes, &a.acc_offset);
+      s_.accumulator_bytes += acc_bytes;
+    }
+    b.acc = s_.accs.size();
+    s_.accs.push_back(a);
+    s_.scratch.push_back(b);
+    scratch_write_stage_.push_back(-1);
+  }
 }
 
 // A piece between two buffers of this process, from a message of `round`
@@ -170,9 +313,25 @@ void Builder::add_contribution(const Piece& p, int64_t arrival, bool from_buffer
 // in one pass over all its summands (no accumulator kept between rounds).
 // A piece of a later stage copies what an earlier one
 // wrote (for a partial source: the reduced value, reduce-scatter's gather).
-void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_t stage) {
-  if (reduces(p.tensor) && stage == 0) {
-    add_contribution(p, arrival, true, 0, 0);
+// A contribution reading a scratch or a destination entry (stage > 0) is
+// reduced in the round of its message (in a per-process schedule, a round
+// of its own when no message has that key), after what it reads was
+// stored: the scratch's writers are of earlier stages (checked).
+void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_t stage,
+                         int64_t dst_device, uint32_t src_scratch) {
+  if (is_contribution(tensors_[p.tensor], p, stage)) {
+    if (stage > 0) {
+      if (!whole_ && p.src_entry != kScratchEntry) {
+        fail(ErrorCode::kUnsupported,
+             "plan: part " + std::to_string(process_) + ": a piece of stage " +
+                 std::to_string(stage) +
+                 " between two devices of one process reads a destination entry into a scratch "
+                 "(the distributed engine cannot order it)");
+      }
+      if (!whole_) extra_keys_.push_back(round);
+      arrival = round;
+    }
+    add_contribution(p, stage, arrival, true, 0, 0, dst_device, src_scratch);
   } else {
     const TensorSpec& t = tensors_[p.tensor];
     const Box region = plan_.region(*part_, p);
@@ -218,6 +377,7 @@ void Builder::add_send(const Message& m, size_t i) {
   }
   const std::span<const Piece> pieces = message_pieces(m, part_->send_pieces, "sends", i);
   for (const Piece& p : pieces) {
+    if (p.src_entry == kScratchEntry) continue;  // on the sender (validate_pieces)
     if (from(p, m.stage).device(p.src_entry) != m.src_device) {
       fail(ErrorCode::kInvalidArgument,
            where("sends", i) + "a piece reads an entry of another device than the sender");
@@ -226,10 +386,21 @@ void Builder::add_send(const Message& m, size_t i) {
   const int32_t peer = process_of(m.dst_device);
   if (peer == process_) return;  // between devices of this process: done from recvs
   EngineMessage e = engine_message(m, i, true, peer, pieces);
-  const bool gather = info_.gather && options_.packing != ExecuteOptions::Packing::kStaging &&
+  // Pieces reading a scratch are packed from it (staged, never in place
+  // or gathered: a scratch is not a caller's buffer).
+  bool reads_scratch = false;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    if (pieces[k].src_entry != kScratchEntry) continue;
+    if (!reads_scratch) e.scratch_src.assign(pieces.size(), kNoScratch);
+    reads_scratch = true;
+    e.scratch_src[k] = scratch_of(pieces[k], m.src_device);
+    note_scratch_read(e.scratch_src[k], m.stage, "sends", i);
+  }
+  const bool gather = !reads_scratch && info_.gather &&
+                      options_.packing != ExecuteOptions::Packing::kStaging &&
                       m.bytes <= kMaxGatherBytes;
   e.mode = EngineMessage::Mode::kStaged;
-  if (pieces.size() == 1) {
+  if (pieces.size() == 1 && !reads_scratch) {
     const Piece& p = pieces[0];
     const Box region = plan_.region(*part_, p);
     const CopyDesc d = make_copy_desc(region, from(p, m.stage).box(p.src_entry), region);
@@ -247,7 +418,14 @@ void Builder::add_send(const Message& m, size_t i) {
     }
   }
   std::vector<uint64_t> raw;
-  for (const Piece& p : pieces) read_deps(p, m.stage, raw);
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    if (reads_scratch && e.scratch_src[k] != kNoScratch) {
+      // The scratch's reduction, finished and stored.
+      raw.push_back(kRawAcc | s_.scratch[e.scratch_src[k]].acc);
+    } else {
+      read_deps(pieces[k], m.stage, raw);
+    }
+  }
   raw_deps_.push_back(std::move(raw));
   s_.messages.push_back(std::move(e));
 }
@@ -259,6 +437,7 @@ void Builder::add_recv(const Message& m, size_t i) {
   }
   const std::span<const Piece> pieces = message_pieces(m, part_->recv_pieces, "recvs", i);
   for (const Piece& p : pieces) {
+    if (p.dst_entry == kScratchEntry) continue;  // on the receiver (validate_pieces)
     if (tensors_[p.tensor].dst.device(p.dst_entry) != m.dst_device) {
       fail(ErrorCode::kInvalidArgument,
            where("recvs", i) + "a piece writes an entry of another device than the receiver");
@@ -268,11 +447,16 @@ void Builder::add_recv(const Message& m, size_t i) {
   if (peer == process_) {
     recv_msg_.push_back(kNoMessage);
     for (const Piece& p : pieces) {
-      if (from(p, m.stage).device(p.src_entry) != m.src_device) {
+      if (p.src_entry != kScratchEntry && from(p, m.stage).device(p.src_entry) != m.src_device) {
         fail(ErrorCode::kInvalidArgument,
              where("recvs", i) + "a piece reads an entry of another device than the sender");
       }
-      add_direct(p, round_key(m.stage, m.round), -1, m.stage);
+      uint32_t src_scratch = kNoScratch;
+      if (p.src_entry == kScratchEntry) {
+        src_scratch = scratch_of(p, m.src_device);
+        note_scratch_read(src_scratch, m.stage, "recvs", i);
+      }
+      add_direct(p, round_key(m.stage, m.round), -1, m.stage, m.dst_device, src_scratch);
     }
     return;
   }
@@ -284,9 +468,9 @@ void Builder::add_recv(const Message& m, size_t i) {
   raw_deps_.push_back(std::move(raw));
   int64_t offset = 0;
   for (const Piece& p : pieces) {
-    if (reduces(p.tensor) && m.stage == 0) {
+    if (is_contribution(tensors_[p.tensor], p, m.stage)) {
       e.has_reduce = true;
-      add_contribution(p, e.key, false, index, offset);
+      add_contribution(p, m.stage, e.key, false, index, offset, m.dst_device, kNoScratch);
     }
     offset += plan_.piece_bytes(*part_, p);
   }
@@ -362,6 +546,29 @@ void Builder::build_rounds() {
       r.staged[m.slot] += m.bytes;
     }
   }
+  // Rounds without messages in which contributions between buffers of
+  // this process are reduced (add_direct).
+  if (!extra_keys_.empty()) {
+    std::sort(extra_keys_.begin(), extra_keys_.end());
+    extra_keys_.erase(std::unique(extra_keys_.begin(), extra_keys_.end()), extra_keys_.end());
+    bool added = false;
+    for (int64_t key : extra_keys_) {
+      const bool present = std::any_of(s_.rounds.begin(), s_.rounds.end(),
+                                       [&](const RoundPlan& r) { return r.key == key; });
+      if (present) continue;
+      RoundPlan r;
+      r.stage = static_cast<uint32_t>(static_cast<uint64_t>(key) >> 32);
+      r.round = static_cast<uint32_t>(key & 0xffffffff);
+      r.key = key;
+      r.staged.assign(nslots, 0);
+      s_.rounds.push_back(std::move(r));
+      added = true;
+    }
+    if (added) {
+      std::stable_sort(s_.rounds.begin(), s_.rounds.end(),
+                       [](const RoundPlan& a, const RoundPlan& b) { return a.key < b.key; });
+    }
+  }
   // Arena capacity per device: the largest round, or two consecutive rounds
   // when they fit the budget together.
   const int64_t budget = plan_.options().staging_budget_bytes > 0
@@ -428,7 +635,7 @@ void Builder::build_rounds() {
 // hundreds of rounds is not scanned quadratically.
 void Builder::ready_for_entry(std::span<const size_t> order) {
   std::vector<Contribution>& cs = s_.contributions;
-  const Box dst = tensors_[cs[order[0]].tensor].dst.box(cs[order[0]].dst_entry);
+  const Box dst = s_.accs[cs[order[0]].acc].box;
   // The indexed dimension: smallest mean extent fraction.
   int dim = -1;
   double best_fraction = 2;
@@ -507,8 +714,7 @@ void Builder::order_contributions() {
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const Contribution& x = cs[a];
     const Contribution& y = cs[b];
-    if (x.tensor != y.tensor) return x.tensor < y.tensor;
-    if (x.dst_entry != y.dst_entry) return x.dst_entry < y.dst_entry;
+    if (x.acc != y.acc) return x.acc < y.acc;
     if (x.summand != y.summand) return exec_detail::reduce_before(x.summand, y.summand);
     return x.seq < y.seq;
   });
@@ -519,24 +725,22 @@ void Builder::order_contributions() {
   while (i < order.size()) {
     size_t end = i;
     const Contribution& first = cs[order[i]];
-    while (end < order.size() && cs[order[end]].tensor == first.tensor &&
-           cs[order[end]].dst_entry == first.dst_entry) {
-      ++end;
-    }
+    while (end < order.size() && cs[order[end]].acc == first.acc) ++end;
     ready_for_entry(std::span<const size_t>(order.data() + i, end - i));
     i = end;
   }
   for (Contribution& c : cs) {
     if (!c.from_buffer && c.ready > c.arrival) {
-      const int64_t device = tensors_[c.tensor].dst.device(c.dst_entry);
+      const int64_t device = s_.accs[c.acc].device;
       c.deferred_block = work_block(deferred_blocks_, device, c.bytes, &c.deferred_offset);
       s_.deferred_bytes += c.bytes;
     }
   }
+  // Accumulator indices ascend with (tensor, destination entry), then the
+  // scratch buffers.
   std::sort(cs.begin(), cs.end(), [](const Contribution& x, const Contribution& y) {
     if (x.ready != y.ready) return x.ready < y.ready;
-    if (x.tensor != y.tensor) return x.tensor < y.tensor;
-    if (x.dst_entry != y.dst_entry) return x.dst_entry < y.dst_entry;
+    if (x.acc != y.acc) return x.acc < y.acc;
     if (x.summand != y.summand) return exec_detail::reduce_before(x.summand, y.summand);
     return x.seq < y.seq;
   });
@@ -556,7 +760,9 @@ void Builder::add_targets() {
         AccTarget a;
         a.tensor = static_cast<uint32_t>(t);
         a.dst_entry = static_cast<uint32_t>(e);
-        a.elements = spec.dst.box(e).volume();
+        a.box = spec.dst.box(e);
+        a.device = spec.dst.device(e);
+        a.elements = a.box.volume();
         a.separate = !whole_ && !acc_is_elem(spec.dtype);
         a.store_writes = a.separate || exec_detail::mean_divisor(spec) > 1;
         if (a.separate) {
@@ -576,11 +782,12 @@ void Builder::add_targets() {
 void Builder::add_local(size_t i) {
   const Piece& p = part_->local[i];
   const int64_t device = tensors_[p.tensor].src.device(p.src_entry);
-  if (device != tensors_[p.tensor].dst.device(p.dst_entry) || process_of(device) != process_) {
+  if ((p.dst_entry != kScratchEntry && device != tensors_[p.tensor].dst.device(p.dst_entry)) ||
+      process_of(device) != process_) {
     fail(ErrorCode::kInvalidArgument,
          where("local", i) + "source and destination are not one device of this process");
   }
-  add_direct(p, -1, -1, 0);
+  add_direct(p, -1, -1, 0, device, kNoScratch);
 }
 
 // Direct copies in round order (stable: within a round, in the order they
@@ -787,7 +994,7 @@ void Builder::copy_replicas_once() {
   }
   if (!any) return;
   const auto is_replica = [&](uint32_t t, uint32_t e) {
-    return !from[t].empty() && from[t][e] != e;
+    return e != kScratchEntry && !from[t].empty() && from[t][e] != e;
   };
   std::erase_if(s_.direct, [&](const DirectCopy& d) {
     return is_replica(d.piece->tensor, d.piece->dst_entry);
@@ -818,9 +1025,9 @@ void Builder::group_reductions() {
   for (size_t a = 0; a < s_.accs.size(); ++a) {
     AccTarget& acc = s_.accs[a];
     const DType dtype = tensors_[acc.tensor].dtype;
-    if (first_round[a] < last_round[a] && !acc_is_elem(dtype)) {
+    if (first_round[a] < last_round[a] && !acc_is_elem(dtype) && !acc.separate) {
       const int64_t bytes = acc.elements * acc_size(dtype);
-      const int64_t device = tensors_[acc.tensor].dst.device(acc.dst_entry);
+      const int64_t device = acc.device;
       acc.separate = true;
       acc.acc_block = work_block(acc_blocks_, device, bytes, &acc.acc_offset);
       s_.accumulator_bytes += bytes;
@@ -854,6 +1061,24 @@ void Builder::group_reductions() {
   std::stable_sort(groups.begin(), groups.end(),
                    [](const ReduceGroup& x, const ReduceGroup& y) { return x.round < y.round; });
   s_.groups = std::move(groups);
+  // A whole-plan execution orders its work by (stage, round) alone, a
+  // round's reductions before its copies: a copy reading or writing a
+  // destination entry whose reduction ends in a later round (a scratch
+  // contributing after it) would see or be overwritten by an unfinished
+  // value. The distributed engine orders such copies by their events.
+  for (const DirectCopy& d : s_.direct) {
+    if (d.stage == 0 || !reduces(d.piece->tensor)) continue;
+    for (const uint32_t entry : {d.piece->src_entry, d.piece->dst_entry}) {
+      const auto it = acc_of_.find(uint64_t{d.piece->tensor} << 32 | entry);
+      if (it == acc_of_.end() || last_round[it->second] <= d.round) continue;
+      fail(ErrorCode::kUnsupported,
+           "plan: a piece of stage " + std::to_string(d.stage) + " of tensor " +
+               std::to_string(d.piece->tensor) + " copies from or into destination entry " +
+               std::to_string(entry) +
+               " before its reduction ends (in-process execution needs "
+               "reductions to end in an earlier stage than the copies of their entries)");
+    }
+  }
 }
 
 // What piece `p` of a message of `stage` > 0 reads: destination entry
@@ -861,6 +1086,7 @@ void Builder::group_reductions() {
 // for a partial source, by the reduction (finished when stored).
 void Builder::read_deps(const Piece& p, uint32_t stage, std::vector<uint64_t>& out) {
   if (stage == 0) return;
+  if (p.src_entry == kScratchEntry) return;  // add_send: the scratch's reduction
   if (reduces(p.tensor)) {
     const auto it = acc_of_.find(uint64_t{p.tensor} << 32 | p.src_entry);
     if (it != acc_of_.end()) out.push_back(kRawAcc | it->second);
@@ -873,7 +1099,7 @@ void Builder::read_deps(const Piece& p, uint32_t stage, std::vector<uint64_t>& o
 // A piece of a later stage writing into an entry whose reduction is stored
 // over the whole entry waits for that store.
 void Builder::write_deps(const Piece& p, uint32_t stage, std::vector<uint64_t>& out) {
-  if (stage == 0 || !reduces(p.tensor)) return;
+  if (stage == 0 || !reduces(p.tensor) || is_contribution(tensors_[p.tensor], p, stage)) return;
   const auto it = acc_of_.find(uint64_t{p.tensor} << 32 | p.dst_entry);
   if (it != acc_of_.end() && s_.accs[it->second].store_writes) out.push_back(kRawAcc | it->second);
 }
@@ -976,10 +1202,12 @@ Schedule Builder::build() {
   exec_detail::validate_pieces(plan_, *part_, part_->send_pieces, "send_pieces", &part_->sends);
   exec_detail::validate_pieces(plan_, *part_, part_->recv_pieces, "recv_pieces", &part_->recvs);
   add_targets();
+  add_scratch(*part_, process_);
   writers_ = std::make_unique<stage_deps::WriterIndex>(plan_, *part_, true);
   for (size_t i = 0; i < part_->local.size(); ++i) add_local(i);
   for (size_t i = 0; i < part_->sends.size(); ++i) add_send(part_->sends[i], i);
   for (size_t i = 0; i < part_->recvs.size(); ++i) add_recv(part_->recvs[i], i);
+  check_scratch_order();
   build_rounds();
   order_contributions();
   sort_direct();
@@ -990,6 +1218,7 @@ Schedule Builder::build() {
 Schedule Builder::build_whole() {
   whole_ = true;
   add_targets();
+  for (const auto& [process, part] : plan_.parts()) add_scratch(part, process);
   for (const auto& [process, part] : plan_.parts()) {
     part_ = &part;
     process_ = process;
@@ -1008,18 +1237,27 @@ Schedule Builder::build_whole() {
       const std::span<const Piece> pieces = message_pieces(m, part.recv_pieces, "recvs", i);
       for (const Piece& p : pieces) {
         const TensorSpec& t = tensors_[p.tensor];
-        if (t.dst.device(p.dst_entry) != m.dst_device ||
-            from(p, m.stage).device(p.src_entry) != m.src_device) {
+        if ((p.dst_entry != kScratchEntry && t.dst.device(p.dst_entry) != m.dst_device) ||
+            (p.src_entry != kScratchEntry &&
+             from(p, m.stage).device(p.src_entry) != m.src_device)) {
           fail(ErrorCode::kInvalidArgument,
                where("recvs", i) +
                    "a piece reads or writes an entry of another device than the "
                    "message's sender or receiver");
         }
         const int64_t key = round_key(m.stage, m.round);
-        add_direct(p, key, -1, m.stage);
+        // The scratch a piece reads is in its sender's part.
+        uint32_t src_scratch = kNoScratch;
+        if (p.src_entry == kScratchEntry) {
+          src_scratch = scratch_in(plan_.part(process_of(m.src_device)), p.tensor, m.src_device,
+                                   plan_.region(part, p));
+          note_scratch_read(src_scratch, m.stage, "recvs", i);
+        }
+        add_direct(p, key, -1, m.stage, m.dst_device, src_scratch);
       }
     }
   }
+  check_scratch_order();
   copy_replicas_once();
   order_contributions();
   sort_direct();

@@ -46,6 +46,15 @@
 //  - No buffer addresses: buffers are named by (tensor, entry), so a schedule
 //    serves every execution of its plan (the engine caches schedules,
 //    engine_cache.h); pieces point into the part the schedule was built from.
+//  - Scratch (plan.h, Scratch): each scratch buffer of the part lives in
+//    Schedule::work on its device (in the tensor's dtype, plus an
+//    accumulator for f16/bf16/f8) and is a reduction target like a
+//    destination entry of a partial source (AccTarget::scratch): every piece
+//    writing it, and every piece reading it (one contribution to the buffer
+//    it writes), is a Contribution. A send reading a scratch waits for its
+//    finished (stored) reduction; a scratch is read only by pieces of a
+//    later stage than every piece writing it (checked), so each target's
+//    contributions are reduced after what they read was stored.
 //  - Reductions: every contribution to a destination entry of a tensor with
 //    a partial source, with the round after which it can be reduced without
 //    breaking the summand order (exec_common.h) — later than its arrival
@@ -90,6 +99,16 @@ struct BufferRef {
   bool src = false;
 };
 
+inline constexpr uint32_t kNoScratch = 0xffffffffu;
+
+// Whether piece `p` of a message of `stage` (0 for local pieces) is a
+// contribution to a reduction rather than a copy: it writes or reads a
+// scratch, or is a summand of a partial source (stage 0).
+inline bool is_contribution(const TensorSpec& t, const Piece& p, uint32_t stage) {
+  return p.dst_entry == kScratchEntry || p.src_entry == kScratchEntry ||
+         (stage == 0 && t.src.partial());
+}
+
 struct EngineMessage {
   enum class Mode : uint8_t { kInPlace, kStaged, kGather };
   bool send = false;
@@ -107,10 +126,13 @@ struct EngineMessage {
   size_t slot = 0;             // index of the local device in Schedule::devices
   int64_t bytes = 0;
   std::span<const Piece> pieces;  // of Schedule::part's send_pieces or recv_pieces
-  BufferRef in_place;             // kInPlace: the buffer ...
-  int64_t in_place_offset = 0;    // ... and the byte offset in it
-  int64_t offset = 0;             // kStaged: offset in its device's staging arena
-  size_t round_index = 0;         // index in Schedule::rounds
+  // Per piece (empty when none reads one): the Schedule::scratch index of
+  // the scratch a send's piece reads, else kNoScratch.
+  std::vector<uint32_t> scratch_src;
+  BufferRef in_place;           // kInPlace: the buffer ...
+  int64_t in_place_offset = 0;  // ... and the byte offset in it
+  int64_t offset = 0;           // kStaged: offset in its device's staging arena
+  size_t round_index = 0;       // index in Schedule::rounds
   // kStaged: the staged messages of the previous round (Schedule::rounds)
   // on the same device whose staging overlaps this one's:
   // Schedule::conflicts[conflict_begin, conflict_end).
@@ -198,10 +220,14 @@ struct ReduceGroup {
   int64_t bytes = 0;     // read by its contributions
 };
 
-// One summand's contribution to a destination entry with a partial source.
+// One summand's contribution to a destination entry with a partial source,
+// or to a scratch, or a scratch's contribution to what it feeds.
 struct Contribution {
   uint32_t tensor = 0;
-  uint32_t dst_entry = 0;
+  uint32_t dst_entry = 0;  // kScratchEntry: the target is a scratch (see acc)
+  // The reduction order's key: the source summand of a raw summand; after
+  // every summand (kScratchSummand) for what reads a scratch or a
+  // destination entry (already combined values).
   int32_t summand = 0;
   uint64_t seq = 0;  // tie-break: discovery order
   size_t acc = 0;    // index in Schedule::accs
@@ -212,6 +238,10 @@ struct Contribution {
   // process (`from_buffer`) ...
   bool from_buffer = false;
   uint32_t src_entry = 0;
+  // ... which is, in a stage > 0, destination entry src_entry (src_dst) or
+  // scratch src_scratch (Schedule::scratch index; kNoScratch: none).
+  bool src_dst = false;
+  uint32_t src_scratch = kNoScratch;
   Box src_box;
   // ... or bytes [msg_offset, +bytes) of message `msg`, copied to
   // `deferred_offset` of work block `deferred_block` when ready > arrival.
@@ -222,10 +252,15 @@ struct Contribution {
   int64_t deferred_offset = -1;
 };
 
-// A destination entry with a partial source: its accumulator.
+inline constexpr int32_t kScratchSummand = INT32_MAX;
+
+// A destination entry with a partial source, or a scratch: its accumulator.
 struct AccTarget {
   uint32_t tensor = 0;
-  uint32_t dst_entry = 0;
+  uint32_t dst_entry = 0;         // kScratchEntry for a scratch
+  uint32_t scratch = kNoScratch;  // Schedule::scratch index of a scratch
+  Box box;                        // the target buffer's box
+  int64_t device = 0;             // and device
   int64_t elements = 0;
   // Accumulates in f32 beside the destination, in Schedule::work (in a
   // whole-plan schedule only when its contributions span several rounds;
@@ -264,6 +299,18 @@ struct WorkBlock {
   int64_t bytes = 0;
 };
 
+// A scratch buffer of the part (plan.h, Scratch): `box` of `tensor` in its
+// dtype, bytes [offset, + volume x size) of work block `block`; its
+// reduction is accs[acc].
+struct ScratchBuffer {
+  uint32_t tensor = 0;
+  int64_t device = 0;
+  Box box;
+  size_t block = 0;
+  int64_t offset = 0;
+  size_t acc = 0;
+};
+
 struct Schedule {
   // The part the pieces below point into: the plan's own, or a copy the
   // schedule owns (cached schedules outlive the plan they were built from).
@@ -297,8 +344,12 @@ struct Schedule {
   std::vector<ReduceGroup> groups;
   // Whole-plan schedules: replicas filled after the last round.
   std::vector<ReplicaCopy> replicas;
+  // Scratch buffers (of every part in a whole-plan schedule), in part
+  // order, each part's in its order.
+  std::vector<ScratchBuffer> scratch;
   int64_t accumulator_bytes = 0;
   int64_t deferred_bytes = 0;
+  int64_t scratch_bytes = 0;  // of the scratch buffers themselves (in work)
   int64_t local_bytes = 0;
 };
 

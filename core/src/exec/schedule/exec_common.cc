@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "reshard/box_copy.h"
@@ -103,26 +104,31 @@ void validate_buffers(const Plan& plan, std::span<const TensorBuffers> buffers, 
 void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vector<Piece>& pieces,
                      const char* list, const std::vector<Message>* messages) {
   const std::vector<TensorSpec>& tensors = plan.tensors();
-  // Each piece's stage: that of the message holding it (0 without one).
-  std::vector<uint32_t> stage;
+  // Each piece's message (none: a local piece, stage 0).
+  constexpr uint32_t kNone = 0xffffffffu;
+  std::vector<uint32_t> message;
   if (messages) {
-    for (const Message& m : *messages) {
-      if (m.stage == 0) continue;
-      if (stage.empty()) stage.assign(pieces.size(), 0);
+    message.assign(pieces.size(), kNone);
+    for (size_t i = 0; i < messages->size(); ++i) {
+      const Message& m = (*messages)[i];
       for (uint64_t k = m.first_piece; k < pieces.size() && k - m.first_piece < m.num_pieces; ++k)
-        stage[k] = m.stage;
+        message[k] = static_cast<uint32_t>(i);
     }
   }
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& p = pieces[i];
-    const uint32_t s = stage.empty() ? 0 : stage[i];
+    const Message* m = message.empty() || message[i] == kNone ? nullptr : &(*messages)[message[i]];
+    const uint32_t s = m ? m->stage : 0;
     const auto where = [&] {
       return "plan: part " + std::to_string(part.process) + " " + list + "[" + std::to_string(i) +
              "]: ";
     };
+    const bool src_scratch = p.src_entry == kScratchEntry;
+    const bool dst_scratch = p.dst_entry == kScratchEntry;
     if (p.tensor >= tensors.size() ||
-        p.src_entry >= (s == 0 ? tensors[p.tensor].src : tensors[p.tensor].dst).num_entries() ||
-        p.dst_entry >= tensors[p.tensor].dst.num_entries()) {
+        (!src_scratch &&
+         p.src_entry >= (s == 0 ? tensors[p.tensor].src : tensors[p.tensor].dst).num_entries()) ||
+        (!dst_scratch && p.dst_entry >= tensors[p.tensor].dst.num_entries())) {
       fail(ErrorCode::kInvalidArgument, where() + "tensor or entry index out of range");
     }
     if (p.region != kOverlapRegion && p.region >= part.regions.size()) {
@@ -132,9 +138,41 @@ void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vecto
       fail(ErrorCode::kInvalidArgument,
            where() + "a piece of stage " + std::to_string(s) + " names no region");
     }
+    if (src_scratch || dst_scratch) {
+      if (p.region == kOverlapRegion) {
+        fail(ErrorCode::kInvalidArgument, where() + "a piece naming a scratch names no region");
+      }
+      if (!tensors[p.tensor].src.partial()) {
+        fail(ErrorCode::kInvalidArgument, where() + "names a scratch of tensor " +
+                                              std::to_string(p.tensor) +
+                                              ", whose source is not partial");
+      }
+      if (src_scratch && s == 0) {
+        fail(ErrorCode::kInvalidArgument, where() + "a piece of stage 0 reads a scratch");
+      }
+      if (src_scratch && dst_scratch && m == nullptr) {
+        fail(ErrorCode::kInvalidArgument, where() + "a local piece reads and writes a scratch");
+      }
+    }
+    // The devices that read and write it: the message's, or for a local
+    // piece the one device of its source entry.
+    const int64_t local_device = src_scratch || m ? 0 : tensors[p.tensor].src.device(p.src_entry);
+    const int64_t src_device = m ? m->src_device : local_device;
+    const int64_t dst_device = m ? m->dst_device : local_device;
     const Box region = plan.region(part, p);
-    const Box src = plan.source_box(p, s);
-    const Box dst = tensors[p.tensor].dst.box(p.dst_entry);
+    Box src;
+    Box dst;
+    // A part holds the scratch its pieces write and its sends read: a
+    // received piece's source scratch is the sender's, a sent piece's
+    // destination scratch the receiver's (checked by their parts).
+    const bool sent = messages != nullptr && std::string_view(list) == "send_pieces";
+    const bool received = messages != nullptr && !sent;
+    try {
+      src = received && src_scratch ? region : plan.source_box(part, p, s, src_device);
+      dst = sent && dst_scratch ? region : plan.destination_box(part, p, dst_device);
+    } catch (const Error& e) {
+      fail(ErrorCode::kInvalidArgument, where() + e.what());
+    }
     if (region.rank != src.rank || region.rank != dst.rank ||
         (!region.empty() && (!src.contains(region) || !dst.contains(region)))) {
       fail(ErrorCode::kInvalidArgument, where() + "region " + to_string(region) +

@@ -23,8 +23,10 @@ namespace reshard::stage_deps {
 class WriterIndex {
  public:
   // `skip_reduced`: leave out stage-0 pieces of tensors with a partial
-  // source (contributions to a reduction; the engine waits for the finished
-  // reduction instead).
+  // source and pieces reading or writing a scratch (contributions to a
+  // reduction; the engine waits for the finished reduction instead).
+  // Otherwise pieces writing a scratch are indexed under entry
+  // kScratchEntry (of every device of the part).
   WriterIndex(const Plan& plan, const ProcessPart& part, bool skip_reduced);
 
   // Appends to `out` the indices in part.recvs of the messages of stage <

@@ -1,0 +1,580 @@
+// Execution of scratch buffers (plan.h, Scratch): reduction trees whose
+// summands are combined on their holders' host before they cross to the
+// destination's reducer. The plans are built by hand (the planner does not
+// emit scratch yet) and checked against the oracle through execute_host,
+// the engine over the local transport, and per-process engines on a
+// transport of threads that delivers every message late and in random order
+// (thread_transport.h): a send that read a scratch before its last
+// contribution was combined and stored, a reducer forwarding before its
+// scratch contributions arrived, or a scratch that did not start at the
+// identity of the reduce op leaves wrong elements the oracle sees.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "plan/plan_builder.h"
+#include "reshard/engine.h"
+#include "reshard/error.h"
+#include "reshard/exec.h"
+#include "reshard/oracle.h"
+#include "reshard/plan.h"
+#include "thread_transport.h"
+
+namespace reshard {
+namespace {
+
+using namespace thread_transport;  // NOLINT(google-build-using-namespace)
+
+// One piece of a hand-built plan, from device to device.
+struct Xfer {
+  int64_t src = 0;
+  int64_t dst = 0;
+  uint32_t stage = 0;
+  uint32_t round = 0;
+  uint32_t src_entry = 0;
+  uint32_t dst_entry = 0;
+  Box region;
+};
+
+Box rows(int64_t lo, int64_t hi, int64_t cols) {
+  Box b;
+  b.rank = 2;
+  b.lo[0] = lo;
+  b.hi[0] = hi;
+  b.lo[1] = 0;
+  b.hi[1] = cols;
+  return b;
+}
+
+// Replaces the parts of `plan` (of tensor 0) with the given pieces and
+// scratch: local pieces (same device, stage 0), sends ordered by (stage,
+// round, destination, source), receives by (stage, round, source,
+// destination), each message's pieces in the order given.
+void set_parts(Plan& plan, const std::vector<Xfer>& xs, std::vector<Scratch> scratch) {
+  const Topology& topo = plan.topology();
+  const int64_t elem = dtype_size(plan.tensors()[0].dtype);
+  std::map<int32_t, ProcessPart> parts;
+  std::vector<int32_t> processes;
+  const auto part_of = [&](int64_t device) -> ProcessPart& {
+    const int32_t p = topo.info(device).process;
+    ProcessPart& part = parts[p];
+    part.process = p;
+    return part;
+  };
+  for (const Xfer& x : xs) {
+    part_of(x.src);
+    part_of(x.dst);
+  }
+  const auto piece = [&](ProcessPart& part, const Xfer& x) {
+    part.regions.push_back(x.region);
+    return Piece{0, x.src_entry, x.dst_entry, static_cast<uint32_t>(part.regions.size() - 1)};
+  };
+  for (const Xfer& x : xs) {
+    if (x.src == x.dst) {
+      ProcessPart& part = part_of(x.src);
+      part.local.push_back(piece(part, x));
+    }
+  }
+  for (int side = 0; side < 2; ++side) {
+    const bool send = side == 0;
+    // key -> pieces in order
+    std::map<std::tuple<int32_t, uint32_t, uint32_t, int64_t, int64_t>, std::vector<Xfer>> msgs;
+    for (const Xfer& x : xs) {
+      if (x.src == x.dst) continue;
+      const int32_t p = topo.info(send ? x.src : x.dst).process;
+      msgs[{p, x.stage, x.round, send ? x.dst : x.src, send ? x.src : x.dst}].push_back(x);
+    }
+    for (const auto& [key, list] : msgs) {
+      ProcessPart& part = parts[std::get<0>(key)];
+      std::vector<Piece>& pieces = send ? part.send_pieces : part.recv_pieces;
+      Message m;
+      m.src_device = list.front().src;
+      m.dst_device = list.front().dst;
+      m.stage = list.front().stage;
+      m.round = list.front().round;
+      m.first_piece = pieces.size();
+      m.num_pieces = list.size();
+      for (const Xfer& x : list) {
+        pieces.push_back(piece(part, x));
+        m.bytes += x.region.volume() * elem;
+      }
+      (send ? part.sends : part.recvs).push_back(m);
+    }
+  }
+  std::sort(scratch.begin(), scratch.end(), [](const Scratch& a, const Scratch& b) {
+    return std::tie(a.tensor, a.device, a.box.lo) < std::tie(b.tensor, b.device, b.box.lo);
+  });
+  for (const Scratch& s : scratch) part_of(s.device).scratch.push_back(s);
+  for (const auto& [p, part] : parts) processes.push_back(p);
+  Plan::Builder::parts(plan) = std::move(parts);
+  Plan::Builder::processes(plan) = processes;
+}
+
+struct TreeCase {
+  std::vector<int> per_host = {2, 2};  // holders on each holder host
+  ReduceOp op = ReduceOp::kSum;
+  DType dtype = DType::kF32;
+  bool two_level = false;       // the leaders' scratch meet in an aggregator's
+  int rounds = 1;               // row slabs of each part, one round each
+  bool host_process = false;    // one process per host (else per device)
+  bool raw_first_host = false;  // host 0's holders send raw summands to the reducers
+  std::string label() const {
+    std::string s = "hosts";
+    for (int k : per_host) s += " " + std::to_string(k);
+    s += std::string(" op ") + std::to_string(static_cast<int>(op)) + " " +
+         std::string(dtype_name(dtype)) + (two_level ? " two-level" : "") + " rounds " +
+         std::to_string(rounds) + (host_process ? " process/host" : " process/device") +
+         (raw_first_host ? " raw host 0" : "");
+    return s;
+  }
+};
+
+constexpr int64_t kRows = 8;
+constexpr int64_t kCols = 6;
+
+// The plan shape of a reduction tree (the brief of the planner's scratch):
+// holder hosts reduce each half of the tensor on their first device
+// (scratch written by its own summand, a local piece, and by the other
+// holders' messages, stage 0), optionally combined again in an aggregator's
+// scratch (stage 1), then sent as one contribution each to the half's
+// reducer (a destination entry, on its own host), which forwards its
+// reduced half to the other replica (a relay of the last stage).
+Plan tree_plan(const TreeCase& c) {
+  const int hosts = static_cast<int>(c.per_host.size());
+  Topology topo;
+  std::vector<std::vector<int64_t>> holders(static_cast<size_t>(hosts));
+  int64_t next = 0;
+  const auto add = [&](int host) {
+    const int64_t d = next++;
+    topo.add({d, c.host_process ? host : static_cast<int32_t>(d), host, 0});
+    return d;
+  };
+  for (int h = 0; h < hosts; ++h) {
+    for (int k = 0; k < c.per_host[static_cast<size_t>(h)]; ++k) {
+      holders[static_cast<size_t>(h)].push_back(add(h));
+    }
+  }
+  const int64_t r0 = add(hosts);
+  const int64_t r1 = add(hosts + 1);
+  const int64_t agg = c.two_level ? add(hosts + 2) : -1;
+  const std::vector<int64_t> shape = {kRows, kCols};
+  std::vector<LayoutEntry> src_entries;
+  int32_t summand = 0;
+  for (const auto& host : holders) {
+    for (int64_t d : host) src_entries.push_back({d, summand++, rows(0, kRows, kCols)});
+  }
+  const int32_t summands = summand;
+  TensorSpec t;
+  t.name = "w";
+  t.shape = shape;
+  t.dtype = c.dtype;
+  t.src = Layout::from_boxes(shape, src_entries, summands, c.op, "src");
+  t.dst =
+      Layout::from_boxes(shape, {{r0, 0, rows(0, kRows, kCols)}, {r1, 0, rows(0, kRows, kCols)}}, 1,
+                         ReduceOp::kSum, "dst");
+  PlanInput in;
+  in.tensors.push_back(t);
+  in.topology = topo;
+  in.options.staging_budget_bytes = 0;
+  Plan plan = make_plan(in);
+  const Layout& src = plan.tensors()[0].src;
+  const Layout& dst = plan.tensors()[0].dst;
+  const auto src_entry = [&](int64_t d) { return static_cast<uint32_t>(*src.entry_of(d)); };
+  const auto dst_entry = [&](int64_t d) { return static_cast<uint32_t>(*dst.entry_of(d)); };
+  const int64_t reducer[2] = {r0, r1};
+  const int64_t half = kRows / 2;
+  std::vector<Xfer> xs;
+  std::vector<Scratch> scratch;
+  // Stage of the reducers' last contributions; the relay comes after it.
+  const uint32_t last = c.two_level ? 2 : 1;
+  for (int j = 0; j < 2; ++j) {
+    const Box part = rows(j * half, (j + 1) * half, kCols);
+    if (c.two_level) scratch.push_back({0, agg, part});
+    for (int r = 0; r < c.rounds; ++r) {
+      const int64_t lo = j * half + half * r / c.rounds;
+      const int64_t hi = j * half + half * (r + 1) / c.rounds;
+      const Box slab = rows(lo, hi, kCols);
+      const auto round = static_cast<uint32_t>(r);
+      for (int h = 0; h < hosts; ++h) {
+        const auto& host = holders[static_cast<size_t>(h)];
+        if (c.raw_first_host && h == 0) {
+          for (int64_t d : host) {
+            xs.push_back({d, reducer[j], 0, round, src_entry(d), dst_entry(reducer[j]), slab});
+          }
+          continue;
+        }
+        const int64_t leader = host.front();
+        if (r == 0) scratch.push_back({0, leader, part});
+        for (int64_t d : host)
+          xs.push_back({d, leader, 0, round, src_entry(d), kScratchEntry, slab});
+        if (c.two_level) {
+          xs.push_back({leader, agg, 1, round, kScratchEntry, kScratchEntry, slab});
+        } else {
+          xs.push_back({leader, reducer[j], 1, round, kScratchEntry, dst_entry(reducer[j]), slab});
+        }
+      }
+      if (c.two_level) {
+        xs.push_back({agg, reducer[j], 2, round, kScratchEntry, dst_entry(reducer[j]), slab});
+      }
+      xs.push_back({reducer[j], reducer[1 - j], last + 1, round, dst_entry(reducer[j]),
+                    dst_entry(reducer[1 - j]), slab});
+    }
+  }
+  set_parts(plan, xs, scratch);
+  return plan;
+}
+
+std::string describe(const OracleReport& r) {
+  std::string s = std::to_string(r.mismatches) + " mismatches";
+  for (const auto& m : r.first) {
+    s += "; " + m.tensor + " on device " + std::to_string(m.device) + ": expected " + m.expected +
+         ", got " + m.got;
+  }
+  return s;
+}
+
+OracleReport run_host(const Plan& plan, int32_t threads) {
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  HostExecuteOptions o;
+  o.threads = threads;
+  execute_host(plan, views, o);
+  return check_destinations(plan, buffers);
+}
+
+// Per-process engines on a transport of threads, every message delivered
+// after up to `max_delay` polls.
+struct ThreadsResult {
+  std::string error;
+  OracleReport report;
+  std::vector<ExecuteStats> stats;
+};
+ThreadsResult run_threads(const Plan& plan, uint64_t seed, int32_t max_delay, bool gather,
+                          int32_t threads, int32_t last_stage = -1) {
+  int32_t n = 0;
+  for (int32_t p : plan.processes()) n = std::max(n, p + 1);
+  Hub hub(n, seed, max_delay);
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  ThreadsResult out;
+  out.stats.resize(static_cast<size_t>(n));
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> workers;
+  for (int32_t r = 0; r < n; ++r) {
+    workers.emplace_back([&, r] {
+      try {
+        Engine engine(std::make_unique<ThreadTransport>(hub, r, gather));
+        ExecuteOptions o;
+        o.timeout_seconds = 60;
+        o.threads = threads;
+        o.last_stage = last_stage;
+        o.packing = gather ? ExecuteOptions::Packing::kAuto : ExecuteOptions::Packing::kStaging;
+        out.stats[static_cast<size_t>(r)] = engine.execute(plan, r, views, o);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = "rank " + std::to_string(r) + ": " + e.what();
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (const auto& e : errors) {
+    if (!e.empty()) out.error += e + "; ";
+  }
+  out.error += hub.error;
+  out.report = last_stage < 0 ? check_destinations(plan, buffers)
+                              : check_destinations_through_stage(plan, buffers,
+                                                                 static_cast<uint32_t>(last_stage));
+  return out;
+}
+
+std::vector<TreeCase> tree_cases() {
+  std::vector<TreeCase> cases;
+  std::mt19937_64 rng(7);
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kMean};
+  for (int i = 0; i < 32; ++i) {
+    TreeCase c;
+    c.op = ops[i % 4];
+    c.dtype = (i / 4) % 2 == 0 ? DType::kF32 : DType::kBF16;
+    const int hosts = 2 + static_cast<int>(rng() % 2);
+    c.per_host.clear();
+    for (int h = 0; h < hosts; ++h) c.per_host.push_back(1 + static_cast<int>(rng() % 3));
+    c.two_level = (i / 8) % 2 == 1;
+    c.rounds = 1 + static_cast<int>(rng() % 2);
+    c.host_process = rng() % 2 == 0;
+    c.raw_first_host = i >= 16 && rng() % 2 == 0;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+// Reduction trees of every reduce op, f32 and bf16, 1-3 summands per host,
+// one or two levels of scratch, one or two rounds, holders in one process
+// per host or per device: execute_host on 1-3 threads matches the oracle.
+TEST(EngineScratch, TreesMatchTheOracleInProcess) {
+  int checked = 0;
+  for (const TreeCase& c : tree_cases()) {
+    const Plan plan = tree_plan(c);
+    for (int32_t threads : {1, 2, 3}) {
+      const OracleReport r = run_host(plan, threads);
+      EXPECT_TRUE(r.ok()) << c.label() << " threads " << threads << ": " << describe(r);
+      EXPECT_GT(r.elements, 0);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 96);
+}
+
+// The same trees on per-process engines, messages delivered late and in
+// random order, staged or gathered, 1-3 copy threads.
+TEST(EngineScratch, TreesMatchTheOracleUnderRandomDeliveryDelays) {
+  int checked = 0;
+  uint64_t seed = 1;
+  for (const TreeCase& c : tree_cases()) {
+    const Plan plan = tree_plan(c);
+    for (bool gather : {false, true}) {
+      const int32_t threads = 1 + static_cast<int32_t>(seed % 3);
+      const ThreadsResult r = run_threads(plan, seed++, 30, gather, threads);
+      EXPECT_TRUE(r.error.empty()) << c.label() << ": " << r.error;
+      EXPECT_TRUE(r.report.ok()) << c.label() << (gather ? " gather" : " staging") << ": "
+                                 << describe(r.report);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 64);
+}
+
+// The scratch buffers are allocated on their devices and counted: two
+// halves of 4 x 6 f32 on each holder host's leader; for bf16 also their f32
+// accumulators.
+TEST(EngineScratch, ScratchBytesAreCounted) {
+  TreeCase c;
+  c.per_host = {2, 3};
+  const Plan f32 = tree_plan(c);
+  ExecuteStats host_stats;
+  {
+    OracleBuffers buffers = fill_sources(f32);
+    const std::vector<TensorBuffers> views = buffers.views();
+    Engine engine(make_local_transport());
+    host_stats = engine.execute(f32, kAllProcesses, views);
+    EXPECT_TRUE(check_destinations(f32, buffers).ok());
+  }
+  EXPECT_EQ(host_stats.scratch_bytes, 2 * 2 * 4 * 6 * 4);
+  const ThreadsResult r = run_threads(f32, 3, 5, false, 1);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  int64_t total = 0;
+  for (const ExecuteStats& s : r.stats) total += s.scratch_bytes;
+  EXPECT_EQ(total, 2 * 2 * 4 * 6 * 4);
+  c.dtype = DType::kBF16;
+  const Plan bf16 = tree_plan(c);
+  const ThreadsResult b = run_threads(bf16, 4, 5, false, 1);
+  ASSERT_TRUE(b.error.empty()) << b.error;
+  int64_t scratch = 0, acc = 0;
+  for (const ExecuteStats& s : b.stats) {
+    scratch += s.scratch_bytes;
+    acc += s.accumulator_bytes;
+  }
+  EXPECT_EQ(scratch, 2 * 2 * 4 * 6 * 2);
+  // The leaders' scratch accumulators (f32), and the two reducers' entries.
+  EXPECT_EQ(acc, 2 * 2 * 4 * 6 * 4 + 2 * 8 * 6 * 4);
+}
+
+// ExecuteOptions::last_stage stops after a stage: the oracle checks what
+// the stages so far finished (scratch contributions of later stages leave
+// their regions unchecked), and no contribution is left unreduced in error.
+TEST(EngineScratch, LastStageStopsAfterThatStage) {
+  TreeCase c;
+  c.per_host = {2, 1, 3};
+  c.raw_first_host = true;
+  c.rounds = 2;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    c.dtype = dtype;
+    c.op = dtype == DType::kF32 ? ReduceOp::kMean : ReduceOp::kSum;
+    const Plan plan = tree_plan(c);
+    for (int32_t last : {0, 1, 2}) {
+      const ThreadsResult r =
+          run_threads(plan, 11 + static_cast<uint64_t>(last), 10, false, 2, last);
+      EXPECT_TRUE(r.error.empty()) << "last stage " << last << ": " << r.error;
+      EXPECT_TRUE(r.report.ok()) << "last stage " << last << ": " << describe(r.report);
+      OracleBuffers buffers = fill_sources(plan);
+      const std::vector<TensorBuffers> views = buffers.views();
+      Engine engine(make_local_transport());
+      ExecuteOptions o;
+      o.last_stage = last;
+      engine.execute(plan, kAllProcesses, views, o);
+      const OracleReport h =
+          check_destinations_through_stage(plan, buffers, static_cast<uint32_t>(last));
+      EXPECT_TRUE(h.ok()) << "in process, last stage " << last << ": " << describe(h);
+    }
+  }
+}
+
+// ----------------------------------------------------------- bad plans
+
+std::string execute_error(const Plan& plan, ErrorCode* code) {
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  try {
+    execute_host(plan, views);
+  } catch (const Error& e) {
+    *code = e.code();
+    return e.what();
+  }
+  *code = ErrorCode::kOk;
+  return "";
+}
+
+// Edits the first piece of `list` ("local", "recv") of the part of
+// `process` that names a scratch.
+Piece* scratch_piece(Plan& plan, bool local) {
+  for (auto& [p, part] : Plan::Builder::parts(plan)) {
+    for (Piece& piece : local ? part.local : part.recv_pieces) {
+      if (piece.dst_entry == kScratchEntry || piece.src_entry == kScratchEntry) return &piece;
+    }
+  }
+  return nullptr;
+}
+
+TEST(EngineScratch, BadScratchIsRefusedNamingThePiece) {
+  TreeCase c;
+  c.per_host = {2, 2};
+  c.host_process = true;
+  ErrorCode code = ErrorCode::kOk;
+  {
+    // No scratch held where a piece writes: the part's scratch removed.
+    Plan plan = tree_plan(c);
+    for (auto& [p, part] : Plan::Builder::parts(plan)) part.scratch.clear();
+    const std::string what = execute_error(plan, &code);
+    EXPECT_EQ(code, ErrorCode::kInvalidArgument) << what;
+    EXPECT_NE(what.find("local[0]"), std::string::npos) << what;
+    EXPECT_NE(what.find("piece.dst_entry"), std::string::npos) << what;
+  }
+  {
+    // A scratch box that does not contain the piece's region.
+    Plan plan = tree_plan(c);
+    for (auto& [p, part] : Plan::Builder::parts(plan)) {
+      for (Scratch& s : part.scratch) s.box.hi[1] = kCols - 1;
+    }
+    const std::string what = execute_error(plan, &code);
+    EXPECT_EQ(code, ErrorCode::kInvalidArgument) << what;
+    EXPECT_NE(what.find("piece.dst_entry"), std::string::npos) << what;
+  }
+  {
+    // A piece naming a scratch without a region.
+    Plan plan = tree_plan(c);
+    Piece* piece = scratch_piece(plan, true);
+    ASSERT_NE(piece, nullptr);
+    piece->region = kOverlapRegion;
+    const std::string what = execute_error(plan, &code);
+    EXPECT_EQ(code, ErrorCode::kInvalidArgument) << what;
+    EXPECT_NE(what.find("names no region"), std::string::npos) << what;
+  }
+  {
+    // A stage-0 piece reading a scratch.
+    Plan plan = tree_plan(c);
+    Piece* piece = scratch_piece(plan, true);
+    ASSERT_NE(piece, nullptr);
+    piece->src_entry = kScratchEntry;
+    const std::string what = execute_error(plan, &code);
+    EXPECT_EQ(code, ErrorCode::kInvalidArgument) << what;
+    EXPECT_NE(what.find("stage 0 reads a scratch"), std::string::npos) << what;
+  }
+  {
+    // A scratch read in the stage that writes it: two levels, the
+    // aggregator's sends to the reducers moved from stage 2 to stage 1.
+    TreeCase two = c;
+    two.two_level = true;
+    Plan plan = tree_plan(two);
+    for (auto& [p, part] : Plan::Builder::parts(plan)) {
+      for (Message& m : part.sends) m.stage = m.stage == 2 ? 1 : m.stage;
+      for (Message& m : part.recvs) m.stage = m.stage == 2 ? 1 : m.stage;
+    }
+    const std::string what = execute_error(plan, &code);
+    EXPECT_EQ(code, ErrorCode::kInvalidArgument) << what;
+    EXPECT_NE(what.find("which a piece of stage 1 writes"), std::string::npos) << what;
+  }
+  {
+    // A scratch on a device of another process.
+    Plan plan = tree_plan(c);
+    auto& parts = Plan::Builder::parts(plan);
+    parts.begin()->second.scratch.front().device = 2;  // on host (process) 1
+    const std::string what = execute_error(plan, &code);
+    EXPECT_EQ(code, ErrorCode::kInvalidArgument) << what;
+    EXPECT_NE(what.find("scratch[0]"), std::string::npos) << what;
+  }
+}
+
+TEST(EngineScratch, BadScratchIsRefusedForTensorsWithoutPartialSource) {
+  // A whole source: a scratch (and a piece into it) is refused.
+  const std::vector<int64_t> shape = {4, 2};
+  TensorSpec t;
+  t.name = "w";
+  t.shape = shape;
+  t.src = Layout::from_boxes(shape, {{0, 0, rows(0, 4, 2)}}, 1, ReduceOp::kSum, "src");
+  t.dst = Layout::from_boxes(shape, {{1, 0, rows(0, 4, 2)}}, 1, ReduceOp::kSum, "dst");
+  PlanInput in;
+  in.tensors.push_back(t);
+  Plan plan = make_plan(in);
+  set_parts(plan,
+            {{0, 0, 0, 0, 0, kScratchEntry, rows(0, 4, 2)},
+             {0, 1, 1, 0, kScratchEntry, 0, rows(0, 4, 2)}},
+            {{0, 0, rows(0, 4, 2)}});
+  ErrorCode code = ErrorCode::kOk;
+  const std::string what = execute_error(plan, &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument) << what;
+  EXPECT_NE(what.find("whose source is not partial"), std::string::npos) << what;
+}
+
+TEST(EngineScratch, PlanLooksUpScratchBoxes) {
+  TreeCase c;
+  c.per_host = {2, 2};
+  c.host_process = true;
+  const Plan plan = tree_plan(c);
+  const ProcessPart& part = plan.part(0);
+  ASSERT_EQ(part.scratch.size(), 2u);
+  const Box lower = rows(0, 4, kCols);
+  const Box upper = rows(4, 8, kCols);
+  EXPECT_EQ(find_scratch(part, 0, 0, rows(1, 3, kCols)), 0);
+  EXPECT_EQ(find_scratch(part, 0, 0, upper), 1);
+  EXPECT_EQ(find_scratch(part, 0, 0, rows(3, 5, kCols)), -1);  // spans both
+  EXPECT_EQ(find_scratch(part, 0, 1, lower), -1);              // another device
+  EXPECT_EQ(find_scratch(part, 1, 0, lower), -1);              // another tensor
+  const Piece* local = &part.local.front();
+  ASSERT_EQ(local->dst_entry, kScratchEntry);
+  EXPECT_EQ(plan.destination_box(part, *local, 0), lower);
+  try {
+    (void)plan.destination_box(part, *local, 1);
+    ADD_FAILURE() << "no scratch on device 1";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfRange);
+    EXPECT_EQ(e.field(), "piece.dst_entry");
+  }
+  Piece read = *local;
+  read.src_entry = kScratchEntry;
+  read.dst_entry = 0;
+  EXPECT_EQ(plan.source_box(part, read, 1, 0), lower);
+  for (uint32_t stage : {0u, 1u}) {
+    try {
+      (void)plan.source_box(read, stage);
+      ADD_FAILURE() << "source_box without a part";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kOutOfRange);
+      EXPECT_EQ(e.field(), "piece.src_entry");
+    }
+  }
+  try {
+    (void)plan.source_box(part, read, 0, 0);
+    ADD_FAILURE() << "a stage-0 piece reading a scratch";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "piece.src_entry");
+  }
+  EXPECT_EQ(plan.piece_bytes(part, read), 4 * kCols * 4);
+}
+
+}  // namespace
+}  // namespace reshard
