@@ -121,10 +121,11 @@ struct TreeCase {
   std::vector<int> per_host = {2, 2};  // holders on each holder host
   ReduceOp op = ReduceOp::kSum;
   DType dtype = DType::kF32;
-  bool two_level = false;       // the leaders' scratch meet in an aggregator's
-  int rounds = 1;               // row slabs of each part, one round each
-  bool host_process = false;    // one process per host (else per device)
-  bool raw_first_host = false;  // host 0's holders send raw summands to the reducers
+  bool two_level = false;         // the leaders' scratch meet in an aggregator's
+  int rounds = 1;                 // row slabs of each part, one round each
+  bool host_process = false;      // one process per host (else per device)
+  bool raw_first_host = false;    // host 0's holders send raw summands to the reducers
+  bool relay_same_stage = false;  // the reducers forward in their contributions' stage
   std::string label() const {
     std::string s = "hosts";
     for (int k : per_host) s += " " + std::to_string(k);
@@ -223,8 +224,8 @@ Plan tree_plan(const TreeCase& c) {
       if (c.two_level) {
         xs.push_back({agg, reducer[j], 2, round, kScratchEntry, dst_entry(reducer[j]), slab});
       }
-      xs.push_back({reducer[j], reducer[1 - j], last + 1, round, dst_entry(reducer[j]),
-                    dst_entry(reducer[1 - j]), slab});
+      xs.push_back({reducer[j], reducer[1 - j], c.relay_same_stage ? last : last + 1, round,
+                    dst_entry(reducer[j]), dst_entry(reducer[1 - j]), slab});
     }
   }
   set_parts(plan, xs, scratch);
@@ -506,6 +507,36 @@ TEST(EngineScratch, BadScratchIsRefusedNamingThePiece) {
     const std::string what = execute_error(plan, &code);
     EXPECT_EQ(code, ErrorCode::kInvalidArgument) << what;
     EXPECT_NE(what.find("scratch[0]"), std::string::npos) << what;
+  }
+}
+
+// A reducer forwarding in the stage (and round) of its scratch
+// contributions cannot wait for its reduction: refused in one process and
+// by the per-process schedule (which would otherwise wait forever).
+TEST(EngineScratch, ForwardingInTheStageOfTheContributionsIsRefused) {
+  TreeCase c;
+  c.per_host = {2, 2};
+  c.relay_same_stage = true;
+  const Plan plan = tree_plan(c);
+  ErrorCode code = ErrorCode::kOk;
+  const std::string what = execute_error(plan, &code);
+  EXPECT_EQ(code, ErrorCode::kUnsupported) << what;
+  EXPECT_NE(what.find("before its reduction ends"), std::string::npos) << what;
+  // The first reducer (device 4, process 4) alone: its schedule is refused
+  // before the agreement.
+  int32_t n = 0;
+  for (int32_t p : plan.processes()) n = std::max(n, p + 1);
+  Hub hub(n, 1, 0);
+  Engine engine(std::make_unique<ThreadTransport>(hub, 4, false));
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  try {
+    engine.execute(plan, 4, views);
+    ADD_FAILURE() << "executed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("forwards from a destination entry"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -544,9 +544,6 @@ void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
   }
   runner.set_work(std::move(bases));
   runner.run_fills();
-  // With scratch, reductions end in rounds after the first: a round's
-  // reductions run before its copies, which may forward from them.
-  const bool groups_first = !s.scratch.empty();
   std::vector<char> filled(s.accs.size(), 0);
   std::vector<char> stored(s.accs.size(), 0);
   size_t d = 0;
@@ -569,12 +566,9 @@ void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
       filled[x.acc] |= x.fill ? 1 : 0;
       stored[x.acc] |= x.store ? 1 : 0;
     }
-    if (groups_first && !groups.empty() && !copies.empty()) {
-      runner.run_round({}, groups);
-      runner.run_round(copies, {});
-    } else {
-      runner.run_round(copies, groups);
-    }
+    // (A round's copies never touch an entry reduced in the same round:
+    // build_whole_schedule refuses such plans.)
+    runner.run_round(copies, groups);
     g = g_end;
     if (round >= 0) ++stats.rounds;
   }

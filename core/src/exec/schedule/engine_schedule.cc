@@ -1062,15 +1062,16 @@ void Builder::group_reductions() {
                    [](const ReduceGroup& x, const ReduceGroup& y) { return x.round < y.round; });
   s_.groups = std::move(groups);
   // A whole-plan execution orders its work by (stage, round) alone, a
-  // round's reductions before its copies: a copy reading or writing a
-  // destination entry whose reduction ends in a later round (a scratch
-  // contributing after it) would see or be overwritten by an unfinished
-  // value. The distributed engine orders such copies by their events.
+  // round's reductions and copies in parallel: a copy reading or writing a
+  // destination entry whose reduction ends in its round or a later one (a
+  // scratch contributing then) would see or be overwritten by an
+  // unfinished value. (The distributed engine refuses the same plans,
+  // resolve_deps.)
   for (const DirectCopy& d : s_.direct) {
     if (d.stage == 0 || !reduces(d.piece->tensor)) continue;
     for (const uint32_t entry : {d.piece->src_entry, d.piece->dst_entry}) {
       const auto it = acc_of_.find(uint64_t{d.piece->tensor} << 32 | entry);
-      if (it == acc_of_.end() || last_round[it->second] <= d.round) continue;
+      if (it == acc_of_.end() || last_round[it->second] < d.round) continue;
       fail(ErrorCode::kUnsupported,
            "plan: a piece of stage " + std::to_string(d.stage) + " of tensor " +
                std::to_string(d.piece->tensor) + " copies from or into destination entry " +
@@ -1168,6 +1169,22 @@ void Builder::resolve_deps() {
       }
       stage_deps::sort_unique(events);
       stage_deps::sort_unique(chans);
+      // A step waiting for a reduction that ends in its own round or later
+      // would wait forever (a round is reduced once its steps completed):
+      // a relay forwarding from a reducer in the stage of its scratch
+      // contributions.
+      for (uint32_t ev : events) {
+        if (ev < s_.acc_event(0) || ev >= s_.events()) continue;
+        const AccTarget& a = s_.accs[ev - s_.acc_event(0)];
+        if (a.last_ready < r.key) continue;
+        fail(ErrorCode::kInvalidArgument,
+             "plan: part " + std::to_string(process_) + ": a message of stage " +
+                 std::to_string(r.stage) + " round " + std::to_string(r.round) +
+                 " forwards from a " +
+                 (a.scratch == kNoScratch ? "destination entry" : std::string("scratch")) +
+                 " of tensor " + std::to_string(a.tensor) +
+                 " whose reduction ends in that round or later");
+      }
       st.dep_begin = static_cast<uint32_t>(s_.deps.size());
       s_.deps.insert(s_.deps.end(), events.begin(), events.end());
       st.dep_end = static_cast<uint32_t>(s_.deps.size());
