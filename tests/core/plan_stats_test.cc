@@ -236,6 +236,64 @@ TEST(PlanStatsFastPath, RandomSubsetFleetsMatchTheEnumeration) {
   EXPECT_GT(crossed, cases / 4) << "cases relayed across hosts";
 }
 
+// No more receiving hosts than the source spans (planner version 11: relays
+// across hosts where single-hop may overload a holder host): 1-4 shards x
+// 1-2 copies (one copy: every cell held once, the per-cell arithmetic's
+// case), each device on one of 2-6 holder hosts, host 0 often holding most,
+// feeding 2-3 receiving hosts of 1-3 devices. Both ways must agree on which
+// tensors cross.
+TEST(PlanStatsFastPath, UnevenHolderFleetsMatchTheEnumeration) {
+  std::mt19937_64 rng(20261128);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int cases = 150;
+  int crossed = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t shards = uni(1, 4), copies = uni(1, 2), holder_hosts = uni(2, 6);
+    const int64_t holders = shards * copies, members = uni(1, 3);
+    const int64_t receiving = uni(2, std::min<int64_t>(3, holder_hosts));
+    const bool skewed = uni(0, 1) == 1;
+    PlanInput in;
+    for (int64_t d = 0; d < holders; ++d) {
+      const auto h = static_cast<int32_t>(skewed && uni(0, 1) ? 0 : uni(0, holder_hosts - 1));
+      in.topology.add({d, h, h, 0});
+    }
+    for (int64_t i = 0; i < receiving * members; ++i) {
+      const auto h = static_cast<int32_t>(holder_hosts + i / members);
+      in.topology.add({holders + i, h, h, 0});
+    }
+    const int rank = static_cast<int>(uni(1, 3));
+    std::vector<int64_t> shape;
+    for (int d = 0; d < rank; ++d) shape.push_back(uni(5, 120));
+    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+    src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+    std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
+    if (members > 1 && uni(0, 1)) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
+    const NamedSharding src = named(mesh({"a", "c"}, {shards, copies}, 0), src_dims);
+    const NamedSharding dst = named(mesh({"r", "k"}, {receiving, members}, holders), dst_dims);
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
+    for (int i = 0; i < 2; ++i) {
+      TensorSpec t;
+      t.name = "w" + std::to_string(i);
+      t.shape = shape;
+      t.dtype = dtypes[uni(0, 2)];
+      t.src = Layout::from_named(src, shape, t.name + ".src");
+      t.dst = Layout::from_named(dst, shape, t.name + ".dst");
+      in.tensors.push_back(std::move(t));
+    }
+    in.options.split_min_bytes = 256;
+    in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
+    const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(in));
+    const PlanStats st = run_stats(in, true, true).st;
+    crossed += st.stages == 3 || (st.stages == 2 && members == 1);
+  }
+  EXPECT_GT(crossed, cases / 4) << "cases relayed across hosts";
+}
+
 // A region no source device holds: both ways report the piece the
 // enumeration meets first (entry order), with the same message.
 TEST(PlanStatsFastPath, UncoveredRegionIsReportedAsTheEnumerationReportsIt) {

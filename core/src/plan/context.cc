@@ -52,6 +52,12 @@ void Context::build() {
     std::vector<int32_t> hosts = gt.host;
     std::sort(hosts.begin(), hosts.end());
     gt.num_hosts = static_cast<int32_t>(std::unique(hosts.begin(), hosts.end()) - hosts.begin());
+    std::vector<int32_t> by_host = gt.host;
+    std::sort(by_host.begin(), by_host.end());
+    for (size_t i = 0, j = 0; i < by_host.size(); i = j) {
+      for (j = i; j < by_host.size() && by_host[j] == by_host[i];) ++j;
+      gt.max_host_entries = std::max(gt.max_host_entries, static_cast<int64_t>(j - i));
+    }
   }
   processes.assign(procs.begin(), procs.end());
   tensors.resize(input.tensors.size());

@@ -28,6 +28,7 @@ struct GeoTopo {
   std::vector<int32_t> procs;    // sorted unique processes
   std::vector<uint32_t> proc_offsets, proc_entries;  // CSR process -> entries (ascending)
   int32_t num_hosts = 0;                             // distinct hosts of the entries
+  int64_t max_host_entries = 0;                      // the most entries on one host
 };
 
 struct TensorCtx {
@@ -365,6 +366,17 @@ inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& o
 // preferably to the hosts with less volume of their own (the allocation
 // that minimises the largest host volume), equal shares where that is
 // balanced.
+// Relays across hosts where the receiving hosts are no more than the hosts
+// the source spans (planner version 11): a group crosses only where
+// single-hop would load a holder host above kCrossGain times the volume V
+// each receiving host must take in anyway (every plan's busiest NIC carries
+// at least V; the cross route's is at most V: host h sends at most
+// max(w_h, the receiving hosts' forwarding), both at most V). Single-hop
+// loads holder host h with R times its part of the group (each region split
+// evenly over its holders), so with balanced holdings (R w_h <= V, e.g. the
+// 405B FSDP dp=1024 source feeding 32 hosts: V / 4) nothing changes.
+inline constexpr double kCrossGain = 1.02;
+
 struct CrossSlot {
   int32_t host = 0;      // the holder host of this share
   bool small = false;    // in the chunked sequence (below the size above)
@@ -373,7 +385,11 @@ struct CrossSlot {
   int64_t entry = 0;     // position of element a + direct in its entry sequence
 };
 struct CrossLayout {
-  bool disjoint = false;    // false: not applicable (a cell's host holds some of it)
+  bool disjoint = false;  // false: not applicable (a cell's host holds some of it)
+  // false: no more receiving hosts than the source spans, and single-hop
+  // already loads the busiest NIC within kCrossGain of what each receiving
+  // host takes in anyway (cross_gate): the group goes single-hop.
+  bool crosses = true;
   bool small_cross = true;  // false: the chunked sequence goes single-hop (α–β)
   int64_t Ns = 0, ms = 0;   // the chunked sequence: elements, chunks
   int64_t N = 0, m = 0, R = 0;
@@ -556,6 +572,10 @@ class Enumerator {
   uint32_t leader(const Route& r, size_t hi, size_t j) const;
   // The CellHosts index of the index-th receiving host.
   size_t receiving_host(const Route& r, size_t index) const;
+  // Whether some cell of the tensor spans at least 2 and no more hosts than
+  // the source and crosses by cross_gate (the statistics' fast path applies
+  // to no such tensor).
+  bool crosses_few(const TensorCtx& t);
   // Pieces of entry `e` for `region` along its route, to f. The global
   // statistics mirror it, assign (one summand) and recv's relay merging for
   // whole cells (core/src/plan/stats.cc, enum_cell): a change here needs the
@@ -595,6 +615,13 @@ class Enumerator {
   // holders (single-hop into the host, then inside it): the stages add up.
   bool cross_slower(const TensorCtx& t, size_t c, const Box& region, size_t n,
                     const Route& r) const;
+  // Whether cell c's group, on no more receiving hosts than the source spans,
+  // crosses (CrossLayout::crosses, a disjoint group); memoised per tensor.
+  bool cross_gate(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
+  // A bound cross_gate checks first: false when no holder host's entries
+  // hold enough of the group for single-hop to overload it (or the group's
+  // hosts hold some of it); sets same_hosts_ (every cell on c's hosts).
+  bool gate_may_cross(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
   // The cross layout of cell c's group (see CrossLayout), built on first use.
   const CrossLayout& cross_layout(const TensorCtx& t, size_t c, size_t cell_begin, size_t cell_end);
   // Cuts a cross route's region by its group's layout: 1 with r's parts
@@ -629,6 +656,22 @@ class Enumerator {
   std::vector<Emitted> pre_;                             // reduce_part()
   std::vector<std::pair<int32_t, uint32_t>> pre_hosts_;  // (source host, index in pre_)
   std::vector<Box> lin_boxes_;
+  // cross_gate(): per key (see there) whether the group is uniform and
+  // crosses, and its last answer: tensor, cell (SIZE_MAX: every cell).
+  struct GateHash {
+    size_t operator()(const std::vector<intptr_t>& k) const {
+      uint64_t h = 0x9e3779b97f4a7c15ull;
+      for (intptr_t x : k) h = (h ^ static_cast<uint64_t>(x)) * 0xbf58476d1ce4e5b9ull;
+      return static_cast<size_t>(h ^ (h >> 31));
+    }
+  };
+  std::unordered_map<std::vector<intptr_t>, std::pair<bool, bool>, GateHash> gates_;
+  std::vector<intptr_t> gate_key_;
+  bool same_hosts_ = false;
+  const TensorSpec* gate_spec_ = nullptr;
+  const Geometry* gate_geo_ = nullptr;
+  size_t gate_cell_ = 0;
+  bool gate_ = false;
   std::vector<std::pair<int32_t, double>> volumes_;
   std::vector<int32_t> region_hosts_;
   std::vector<int64_t> forwarding_;
@@ -1050,7 +1093,8 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
   // One entry per host and too few hosts to cross: single-hop, cheaply.
   const size_t cell_hosts_n = r.cell_end - r.cell_begin;
   if (ch.max_members[c] < 2 &&
-      !(cell_hosts_n >= 2 && cell_hosts_n > static_cast<size_t>(t.st->num_hosts)))
+      !(cell_hosts_n >= 2 && (cell_hosts_n > static_cast<size_t>(t.st->num_hosts) ||
+                              cross_gate(t, c, r.cell_begin, r.cell_end))))
     return false;
   r.holder_hosts.clear();
   for (size_t i = 0; i < n; ++i) r.holder_hosts.push_back(t.st->host[holders[i]]);
@@ -1077,7 +1121,11 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
     k = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
   }
   r.rot = k;
-  r.cross = r.receiving >= 2 && r.receiving > static_cast<size_t>(t.st->num_hosts);
+  // Few holders' hosts feeding more hosts, or (no more receiving hosts than
+  // the source spans) a group whose single-hop plan overloads a holder host
+  // (cross_gate).
+  const bool few = r.receiving > static_cast<size_t>(t.st->num_hosts);
+  r.cross = r.receiving >= 2 && (few || cross_gate(t, c, r.cell_begin, r.cell_end));
   r.parts.clear();
   r.part_host.clear();
   r.part_entry.clear();
@@ -1086,7 +1134,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
   if (r.cross) {
     const int laid = layout_parts(t, c, region, r);
     if (laid > 0) return true;
-    if (laid < 0) {
+    if (laid < 0 && few) {
       cross_parts(t, c, region, holders, n, r);
       if (!cross_slower(t, c, region, n, r)) return true;
     }
@@ -1397,6 +1445,9 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   std::vector<int32_t> hosts;
   std::vector<std::pair<int32_t, int64_t>> devices;  // (holder host, device)
   uint32_t most_members = 0;
+  // Pass 0 only: (holder host, the most elements it may send each receiving
+  // host in a single-hop plan).
+  std::vector<std::pair<int32_t, double>>* single = nullptr;
   auto walk = [&](auto&& f) {
     for (size_t k = uniform ? 0 : c; k < (uniform ? cells : c + 1); ++k) {
       if (dg.cell_offsets[k] == dg.cell_offsets[k + 1]) continue;
@@ -1412,6 +1463,27 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
         if (k_hosts == 0) return;
         const bool small = (region.volume() / k_hosts) * t.esize < L.R * options_.split_min_bytes;
         for (size_t i = 0; i < n; ++i) devices.emplace_back(t.st->host[h[i]], t.sg->devices[h[i]]);
+        if (single) {
+          // Single-hop (assign, split): a region of at least split_min_bytes
+          // is cut evenly over its n holders along the first dimension with
+          // at least n elements, and each band of it again (a holder may get
+          // a row more in each); a smaller one goes whole to one of them.
+          const auto vol = static_cast<double>(region.volume());
+          int dim = -1;
+          for (int d = 0; d < region.rank && dim < 0; ++d)
+            if (region.extent(d) >= static_cast<int64_t>(n)) dim = d;
+          double per = vol;
+          if (n > 1 && dim >= 0 && region.volume() * t.esize >= options_.split_min_bytes) {
+            const auto ext = static_cast<double>(region.extent(dim));
+            per = vol / static_cast<double>(n) +
+                  std::min(static_cast<double>(kRelayBands), ext) * vol / ext;
+          }
+          for (int32_t host : hosts) {
+            double on = 0;
+            for (size_t i = 0; i < n; ++i) on += t.st->host[h[i]] == host ? per : 0.0;
+            single->emplace_back(host, std::min(on, vol));
+          }
+        }
         f(k, region, hosts, small);
       });
     }
@@ -1419,9 +1491,23 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   // Pass 0: the volume held on each set of holder hosts, and the shares of
   // the sets of several hosts.
   std::map<std::vector<int32_t>, int64_t> classes;
+  volumes_.clear();
+  single = &volumes_;
+  double V = 0;  // what each receiving host takes in
   walk([&](size_t, const Box& region, const std::vector<int32_t>& hs, bool) {
     classes[hs] += region.volume();
+    V += static_cast<double>(region.volume());
   });
+  single = nullptr;
+  // No more receiving hosts than the source spans: cross only where
+  // single-hop loads a holder host above kCrossGain V (see kCrossGain).
+  if (L.R <= static_cast<int64_t>(t.st->num_hosts)) {
+    merge_volumes();
+    double most = 0;
+    for (const auto& [h, v] : volumes_) most = std::max(most, v);
+    L.crosses = static_cast<double>(L.R) * most > kCrossGain * V;
+    if (!L.crosses) return L;
+  }
   std::map<std::vector<int32_t>, std::vector<int64_t>> cum;
   share_targets(classes, cum);
   // Share s of a region of n elements held on `hs`: [bound(s), bound(s + 1)).
@@ -1579,9 +1665,114 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   return L;
 }
 
+inline bool Enumerator::cross_gate(const TensorCtx& t, size_t c, size_t cell_begin,
+                                   size_t cell_end) {
+  if (gate_spec_ == t.spec && gate_geo_ == t.dg && (gate_cell_ == SIZE_MAX || gate_cell_ == c))
+    return gate_;
+  // Per (geometries, element size, shape, cell): tensors of one shape and
+  // layouts share the answer (1,137 tensors of 405B, a few shapes).
+  gate_key_.assign({reinterpret_cast<intptr_t>(t.sg), reinterpret_cast<intptr_t>(t.dg),
+                    reinterpret_cast<intptr_t>(t.st), reinterpret_cast<intptr_t>(t.dt),
+                    static_cast<intptr_t>(t.esize), static_cast<intptr_t>(c)});
+  for (int64_t x : t.src->shape()) gate_key_.push_back(static_cast<intptr_t>(x));
+  auto it = gates_.find(gate_key_);
+  if (it == gates_.end() && !gate_may_cross(t, c, cell_begin, cell_end)) {
+    // Every cell on the same hosts answers the same (its group is them all,
+    // or, should a host of theirs hold some of them, none crosses).
+    it = gates_.emplace(gate_key_, std::make_pair(same_hosts_, false)).first;
+    if (same_hosts_) {
+      for (size_t k = 0; k + 1 < t.dg->cell_offsets.size(); ++k) {
+        gate_key_[5] = static_cast<intptr_t>(k);
+        gates_.emplace(gate_key_, it->second);
+      }
+    }
+  }
+  if (it == gates_.end()) {
+    const CrossLayout& L = cross_layout(t, c, cell_begin, cell_end);
+    const bool uniform = uniform_shares_[geo_key(t)].uniform;
+    it = gates_.emplace(gate_key_, std::make_pair(uniform, L.disjoint && L.crosses)).first;
+    if (uniform) {  // every cell of the group answers the same
+      for (size_t k = 0; k + 1 < t.dg->cell_offsets.size(); ++k) {
+        gate_key_[5] = static_cast<intptr_t>(k);
+        gates_.emplace(gate_key_, it->second);
+      }
+    }
+  }
+  gate_spec_ = t.spec;
+  gate_geo_ = t.dg;
+  gate_cell_ = it->second.first ? SIZE_MAX : c;
+  gate_ = it->second.second;
+  return gate_;
+}
+
+inline bool Enumerator::gate_may_cross(const TensorCtx& t, size_t c, size_t cell_begin,
+                                       size_t cell_end) {
+  const Geometry& dg = *t.dg;
+  const size_t cells = dg.cell_offsets.size() - 1;
+  same_hosts_ = cells > 1;
+  for (size_t k = 0; k < cells && same_hosts_; ++k) {
+    const size_t b = ch_->cell_offsets[k], e = ch_->cell_offsets[k + 1];
+    same_hosts_ = e - b == cell_end - cell_begin &&
+                  std::equal(ch_->hosts.begin() + static_cast<std::ptrdiff_t>(b),
+                             ch_->hosts.begin() + static_cast<std::ptrdiff_t>(e),
+                             ch_->hosts.begin() + static_cast<std::ptrdiff_t>(cell_begin));
+  }
+  const size_t k0 = same_hosts_ ? 0 : c, k1 = same_hosts_ ? cells : c + 1;
+  // What a host may send each receiving host single-hop is at most the
+  // group's elements its entries hold (cross_layout's estimate counts each
+  // region at most once per host holding it).
+  volumes_.clear();
+  share_boxes_.clear();
+  double V = 0;
+  for (size_t k = k0; k < k1; ++k) {
+    if (dg.cell_offsets[k] == dg.cell_offsets[k + 1]) continue;
+    const Box B = cell_box(t, k);
+    if (B.empty()) continue;
+    V += static_cast<double>(B.volume());
+    share_boxes_.push_back(B);
+  }
+  const auto R = static_cast<double>(cell_end - cell_begin);
+  if (t.sg->tiled) {
+    // Cheaper first: a host holds at most its entries times the largest
+    // source cell (FSDP over many hosts: 8 shards of 1,024 on each).
+    double cell = 1;
+    const std::vector<int64_t>& shape = t.src->shape();
+    for (int d = 0; d < t.sg->rank; ++d)
+      cell *= static_cast<double>(ceil_div(shape[static_cast<size_t>(d)], t.sg->counts[d]));
+    if (R * std::min(V, static_cast<double>(t.st->max_host_entries) * cell) <= kCrossGain * V)
+      return false;
+  }
+  const size_t entries = t.src->num_entries();
+  if (share_boxes_.size() * entries > (size_t{1} << 16)) return true;  // the cover's walk decides
+  for (size_t e = 0; e < entries; ++e) {
+    const Box S = t.src->box(e);
+    if (S.empty()) continue;
+    double v = 0;
+    for (const Box& B : share_boxes_) v += static_cast<double>(intersect(S, B).volume());
+    if (v > 0) volumes_.emplace_back(t.st->host[e], v);
+  }
+  merge_volumes();
+  double most = 0;
+  for (const auto& [h, v] : volumes_) most = std::max(most, v);
+  return R * most > kCrossGain * V;
+}
+
+inline bool Enumerator::crosses_few(const TensorCtx& t) {
+  const CellHosts& ch = cell_hosts(t);
+  const size_t cells = ch.cell_offsets.size() - 1;
+  for (size_t c = 0; c < cells; ++c) {
+    const size_t b = ch.cell_offsets[c], e = ch.cell_offsets[c + 1];
+    if (e - b < 2 || e - b > static_cast<size_t>(t.st->num_hosts)) continue;
+    if (t.dg->cell_offsets[c] == t.dg->cell_offsets[c + 1] || cell_box(t, c).empty()) continue;
+    if (cross_gate(t, c, b, e)) return true;
+  }
+  return false;
+}
+
 inline int Enumerator::layout_parts(const TensorCtx& t, size_t c, const Box& region, Route& r) {
   const CrossLayout& L = cross_layout(t, c, r.cell_begin, r.cell_end);
   if (!L.disjoint) return -1;
+  if (!L.crosses) return 0;
   const CrossLayout::Key key = CrossLayout::key(c, region);
   const auto it = std::lower_bound(L.index.begin(), L.index.end(), key,
                                    [](const std::pair<CrossLayout::Key, uint32_t>& x,

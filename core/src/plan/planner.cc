@@ -54,10 +54,13 @@ namespace {
 // chunks of at least cross_min_bytes (the lesser of split_min_bytes and the
 // reduce-scatter floor), one per receiving host where the holders already
 // reach every one, and cut the regions held on several hosts into shares
-// water-filled against each host's own volume; 11: partial sources
+// water-filled against each host's own volume; 11: relays across hosts also
+// where the receiving hosts are no more than the source spans, for a group
+// whose single-hop plan would load a holder host above kCrossGain times what
+// each receiving host takes in; 12: partial sources
 // pre-reduced on the holders' hosts into planner-sized scratch, the gather
 // of such parts a stage later).
-constexpr uint64_t kPlannerVersion = 11;
+constexpr uint64_t kPlannerVersion = 12;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

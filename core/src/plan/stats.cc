@@ -210,6 +210,13 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     }
     return it->second;
   };
+  // ... or a cell on no more hosts than the source spans whose group
+  // crosses anyway (Enumerator::cross_gate: single-hop would overload a
+  // holder host); it depends on the shape too.
+  auto may_cross = [&](const TensorCtx& t) {
+    if (may_relay(t)) return true;
+    return o.relays && t.S == 1 && t.T == 1 && t.dg->tiled && en.crosses_few(t);
+  };
   // Band streams looked up recently: a direct-mapped cache (a leader's
   // stage-0 bands alternate between its holders' streams).
   constexpr size_t kBandCache = 256;
@@ -615,7 +622,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     const int64_t copies = static_cast<int64_t>(members.size());
     int64_t group_pieces = 0;
     if (!reference && dense_pairs && t.sg->unique_cells && t.dg->tiled && t.S == 1 && t.T == 1 &&
-        !may_relay(t)) {
+        !may_cross(t)) {
       // No choice of sender anywhere: statistics follow from per-cell
       // arithmetic over destination cells, without enumerating pieces.
       const Geometry& dg = *t.dg;
