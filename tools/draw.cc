@@ -547,7 +547,10 @@ Traffic traffic_of(const Plan& plan, const std::vector<int64_t>& devices) {
       if (m.stage > 0) t.forwarded[{m.src_device, m.dst_device}] += m.bytes;
     }
     for (const Piece& p : part.local) {
-      const int64_t d = plan.tensors()[p.tensor].dst.device(p.dst_entry);
+      // A summand into a scratch (pre-reduction) stays on its source's device.
+      const TensorSpec& spec = plan.tensors()[p.tensor];
+      const int64_t d = p.dst_entry == kScratchEntry ? spec.src.device(p.src_entry)
+                                                     : spec.dst.device(p.dst_entry);
       t.bytes[{d, d}] += plan.piece_bytes(part, p);
     }
   }
