@@ -45,7 +45,57 @@ bool needs(const TensorSpec& t, int32_t s, size_t dst_entry) {
 // exactly once, from a source entry that holds it; local iff same device.
 void check_coverage(const Plan& plan) {
   std::map<std::pair<uint32_t, uint32_t>, std::vector<int>> count;  // (tensor, dst entry) -> S*vol
+  // Pre-reduction: the summands each scratch (tensor, device, box) takes
+  // in, each once over its whole box; a piece reading a scratch counts for
+  // them.
+  std::map<std::tuple<uint32_t, int64_t, std::vector<int64_t>>, std::map<int32_t, int64_t>> into;
+  auto scratch_key = [&](uint32_t tensor, int64_t device, const Box& region) {
+    for (const auto& [p, part] : plan.parts())
+      for (const Scratch& x : part.scratch)
+        if (x.tensor == tensor && x.device == device && x.box.contains(region))
+          return std::make_tuple(
+              tensor, device,
+              std::vector<int64_t>(x.box.lo.begin(), x.box.lo.begin() + x.box.rank));
+    ADD_FAILURE() << "no scratch for " << to_string(region) << " on device " << device;
+    return std::make_tuple(tensor, device, std::vector<int64_t>{});
+  };
   for (const auto& [p, part] : plan.parts()) {
+    auto add = [&](const Piece& piece, int64_t device) {
+      if (piece.dst_entry != kScratchEntry) return;
+      const int32_t s = plan.tensors()[piece.tensor].src.summand(piece.src_entry);
+      into[scratch_key(piece.tensor, device, plan.region(part, piece))][s] +=
+          plan.region(part, piece).volume();
+    };
+    for (const Piece& piece : part.local)
+      add(piece, plan.tensors()[piece.tensor].src.device(piece.src_entry));
+    for (const Message& m : part.recvs)
+      for (uint64_t i = 0; i < m.num_pieces; ++i)
+        add(part.recv_pieces[m.first_piece + i], m.dst_device);
+  }
+  for (const auto& [p, part] : plan.parts()) {
+    // A piece reading a scratch: each summand it took in, once.
+    auto visit_scratch = [&](const Piece& piece, const Message& m) {
+      const TensorSpec& t = plan.tensors()[piece.tensor];
+      const Box region = plan.region(part, piece), db = t.dst.box(piece.dst_entry);
+      ASSERT_TRUE(db.contains(region));
+      auto it = into.find(scratch_key(piece.tensor, m.src_device, region));
+      ASSERT_NE(it, into.end()) << "a scratch no piece wrote";
+      auto& c = count[{piece.tensor, piece.dst_entry}];
+      const int64_t vol = db.volume();
+      if (c.empty()) c.assign(static_cast<size_t>(vol * t.src.num_summands()), 0);
+      for (const auto& [s, elements] : it->second) {
+        const Box& box = [&]() -> const Box& {
+          for (const Scratch& x : plan.part(plan.topology().info(m.src_device).process).scratch)
+            if (x.tensor == piece.tensor && x.device == m.src_device && x.box.contains(region))
+              return x.box;
+          return region;
+        }();
+        ASSERT_EQ(elements, box.volume()) << "a summand fills its scratch once";
+        for_each_index(region, [&](const int64_t* idx) {
+          ++c[static_cast<size_t>(s * vol + linear(db, idx))];
+        });
+      }
+    };
     // A relay piece (stage > 0) reads a destination entry of the same cell
     // that an earlier stage wrote: a region received (relays), or a part
     // reduced from every summand (reduce-scatter), which then counts for
@@ -87,10 +137,17 @@ void check_coverage(const Plan& plan) {
         });
       }
     };
-    for (const Piece& piece : part.local) visit(piece, true, 0);
+    for (const Piece& piece : part.local)
+      if (piece.dst_entry != kScratchEntry) visit(piece, true, 0);
     for (const Message& m : part.recvs)
-      for (uint64_t i = 0; i < m.num_pieces; ++i)
-        visit(part.recv_pieces[m.first_piece + i], false, m.stage);
+      for (uint64_t i = 0; i < m.num_pieces; ++i) {
+        const Piece& piece = part.recv_pieces[m.first_piece + i];
+        if (piece.dst_entry == kScratchEntry) continue;  // counted where it is read
+        if (piece.src_entry == kScratchEntry)
+          visit_scratch(piece, m);
+        else
+          visit(piece, false, m.stage);
+      }
   }
   for (uint32_t ti = 0; ti < plan.tensors().size(); ++ti) {
     const TensorSpec& t = plan.tensors()[ti];

@@ -1,6 +1,8 @@
 // Context::build: what every step of make_plan looks up.
 #include "plan/context.h"
 
+#include <cstdint>
+
 namespace reshard::planning {
 
 void Context::build() {
@@ -75,5 +77,30 @@ void Context::build() {
     t.T = s.dst.num_summands();
     t.field = "tensors[" + std::to_string(i) + "]";
   }
+  // Pre-reduction (docs/design.md §2.4): a candidate with relays and
+  // reduce-scatter on and a partial source with a whole destination;
+  // decide_pre_reduce settles it under a staging budget.
+  const PlanOptions& o = input.options;
+  pre_reduce = false;
+  scratch_reserve = 0;
+  for (const TensorCtx& t : tensors) pre_reduce |= t.S > 1 && t.T == 1;
+  pre_reduce = pre_reduce && o.relays && o.reduce_scatter;
+}
+
+void Context::decide_pre_reduce(int64_t max_bytes) {
+  const int64_t budget = input.options.staging_budget_bytes;
+  if (!pre_reduce || budget == 0) return;
+  PlanStats probe;
+  compute_stats(*this, probe, input.options, false, nullptr, max_bytes);
+  if (probe.max_scratch_bytes <= budget / 2)
+    scratch_reserve = probe.max_scratch_bytes;
+  else
+    pre_reduce = false;
+}
+
+PlanOptions Context::staging_options() const {
+  PlanOptions o = input.options;
+  if (o.staging_budget_bytes > 0) o.staging_budget_bytes -= scratch_reserve;
+  return o;
 }
 }  // namespace reshard::planning

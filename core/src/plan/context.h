@@ -21,6 +21,19 @@ struct Context {
   std::vector<int64_t> devices;  // sorted unique devices of all layouts
   std::map<const Geometry*, GeoTopo> topo;
   std::vector<int32_t> processes;
+  // Pre-reduction on the holders' hosts (Enumerator::reduce_part): on with
+  // relays and reduce-scatter for partial sources, unless, under a staging
+  // budget, the most scratch one device would hold is above half the budget
+  // (decide_pre_reduce, from the global statistics of the plan with it);
+  // rounds are then cut at the budget less that most (`scratch_reserve`,
+  // staging_options), so scratch and staged bytes together stay below the
+  // budget on every device.
+  bool pre_reduce = false;
+  int64_t scratch_reserve = 0;
+  // Settles pre_reduce under a budget (after build; max_bytes as
+  // compute_stats's).
+  void decide_pre_reduce(int64_t max_bytes);
+  PlanOptions staging_options() const;
 
   explicit Context(const PlanInput& in) : input(in) {}
 

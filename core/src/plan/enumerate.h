@@ -61,6 +61,14 @@ struct Emitted {
   // the stream's k-th message, so a relay forwards chunk k once chunk k
   // arrived. 0 for pieces of no relay stream.
   uint32_t band = 0;
+  // Pre-reduction on a holder host (Enumerator::reduce_part): 1, the piece
+  // writes the scratch of source entry `dst_entry` (its owner; `local` when
+  // the sender is on the owner's device); 2, the piece reads the scratch of
+  // source entry `src_entry` and is one contribution to destination entry
+  // `dst_entry` (stage 1). 0 for every other piece.
+  uint8_t scratch = 0;
+  // Enumerator::send's cache: a scratch write kept under its owner.
+  bool mirror = false;
   bool relay() const { return stage > 0; }
 };
 
@@ -179,6 +187,12 @@ struct Route {
   // with relays, to one entry per other host (its leader for part j,
   // stage 1), which fans it out inside its host (stage 2).
   bool reduce = false;
+  // Reduce routes: whether holder hosts may pre-reduce their summands of a
+  // part (Enumerator::reduce_part).
+  bool pre_reduce = false;
+  // Per part: 1 when it pre-reduces, 0 when not, 2 not yet known
+  // (Enumerator::part_shift); cleared whenever the route is set.
+  mutable std::vector<uint8_t> shift;
   size_t cell = 0;                          // the destination cell routed
   uint32_t cell_first = 0, cell_count = 0;  // the cell's entries in Geometry::cell_entries
   bool cross = false;
@@ -436,7 +450,9 @@ class RelayMerger {
 
 class Enumerator {
  public:
-  explicit Enumerator(const PlanOptions& options) : options_(options) {}
+  // `pre_reduce`: holder hosts may pre-reduce partial sources (Context).
+  explicit Enumerator(const PlanOptions& options, bool pre_reduce = false)
+      : options_(options), pre_reduce_(pre_reduce) {}
 
   // Pieces received by destination entry `e` (including local copies), in
   // canonical order: source cells row-major, summands ascending, split parts
@@ -529,6 +545,29 @@ class Enumerator {
   // The reduce-scatter rule for a region of a partial source (see Route).
   bool reduce_route(const TensorCtx& t, size_t c, const Box& region, const uint32_t* holders,
                     size_t n, Route& r) const;
+  // Pre-reduction on the holders' hosts (planner version 11, with relays
+  // and reduce-scatter): the stage-0 pieces of part j of reduce route `r`
+  // as its reducer receives them (assign), into pre_, where every holder
+  // host other than the reducer's that sends at least 2 whole summands of
+  // the part reduces them first. Their holders send them into the Scratch
+  // of one of them, the part's *owner* on that host (the k-th of the k
+  // holders in summand order, k = (j + rot) mod k: rotating over parts),
+  // its own summand by a local piece (Emitted::scratch 1, stage 0), and the
+  // owner sends the scratch to the reducer once (Emitted::scratch 2, stage
+  // 1), appended after the others. Returns whether any host pre-reduces:
+  // the part's gather then runs a stage later (stages 2 and 3). A pure
+  // function of (tensor, cell, region, holders), like the route.
+  bool reduce_part(const TensorCtx& t, const Route& r, size_t j, const uint32_t* holders, size_t n,
+                   bool cut);
+  // 1 when part j of reduce route r pre-reduces (its gather a stage later),
+  // else 0; worked out once per part of the route.
+  uint32_t part_shift(const TensorCtx& t, const Route& r, size_t j, const uint32_t* holders,
+                      size_t n) {
+    if (!r.pre_reduce || !options_.relays) return 0;
+    if (r.shift.size() != r.parts.size()) r.shift.assign(r.parts.size(), 2);
+    if (r.shift[j] == 2) r.shift[j] = reduce_part(t, r, j, holders, n, true) ? 1 : 0;
+    return r.shift[j];
+  }
   // The leader of part j on the host at CellHosts index `hi`.
   uint32_t leader(const Route& r, size_t hi, size_t j) const;
   // The CellHosts index of the index-th receiving host.
@@ -592,6 +631,7 @@ class Enumerator {
   void holders_on(const TensorCtx& t, const uint32_t* holders, size_t n, int32_t host);
 
   const PlanOptions& options_;
+  bool pre_reduce_ = false;
   std::map<const Geometry*, CellHosts> cell_hosts_;
   const Geometry* last_geo_ = nullptr;  // cell_hosts' last geometry ...
   const CellHosts* ch_ = nullptr;       // ... and its hosts
@@ -613,6 +653,8 @@ class Enumerator {
   // cross_layout(): per (geometries and shape, element size, cell or
   // SIZE_MAX for a uniform group).
   std::map<std::tuple<GeoKey, int64_t, size_t>, CrossLayout> layouts_;
+  std::vector<Emitted> pre_;                             // reduce_part()
+  std::vector<std::pair<int32_t, uint32_t>> pre_hosts_;  // (source host, index in pre_)
   std::vector<Box> lin_boxes_;
   // cross_gate(): per key (see there) whether the group is uniform and
   // crosses, and its last answer: tensor, cell (SIZE_MAX: every cell).
@@ -993,7 +1035,21 @@ inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& re
   if (!options_.reduce_scatter || t.S < 2 || t.T > 1 || n == 0) return false;
   const Geometry& dg = *t.dg;
   const uint32_t first = dg.cell_offsets[c], count = dg.cell_offsets[c + 1] - first;
-  if (count < 2) return false;
+  if (count < 2) {
+    // One entry: it reduces the region itself (one part, no gather), its
+    // summands pre-reduced on their holders' hosts where they can be.
+    if (!pre_reduce_ || !options_.relays || count == 0) return false;
+    r.reduce = true;
+    r.pre_reduce = true;
+    r.cross = false;
+    r.cell_first = first;
+    r.cell_count = count;
+    uint64_t k = c;  // owners rotate over regions
+    for (int d = 0; d < region.rank; ++d) k = k * 1000003u + static_cast<uint64_t>(region.lo[d]);
+    r.rot = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
+    r.parts.assign(1, region);
+    return true;
+  }
   // Parts no smaller than a quarter of what one α buys between hosts (at
   // least 4 KiB), at most one per entry.
   const double bytes = static_cast<double>(region.volume() * t.esize);
@@ -1013,13 +1069,14 @@ inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& re
   const int64_t staged = t.S + int64_t{count} - 1;
   if (staged >= single) return false;
   r.reduce = true;
+  r.pre_reduce = pre_reduce_;
   r.cross = false;
   r.cell_first = first;
   r.cell_count = count;
   uint64_t k = c;
   for (int d = 0; d < region.rank; ++d) k = k * 1000003u + static_cast<uint64_t>(region.lo[d]);
   r.rot = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
-  split_parts(region, m, r.parts);
+  even_parts(region, m, r.parts);
   return true;
 }
 
@@ -1027,6 +1084,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
                               const uint32_t* holders, size_t n, Route& r) {
   r.reduce = false;
   r.cell = c;
+  r.shift.clear();
   if (t.S > 1) return reduce_route(t, c, region, holders, n, r);
   if (!options_.relays || t.S > 1 || t.T > 1 || n == 0) return false;
   const CellHosts& ch = cell_hosts(t);
@@ -1822,6 +1880,49 @@ inline uint32_t Enumerator::leader(const Route& r, size_t hi, size_t j) const {
   return ch_->members[b + (k + r.rot) % (end - b)];
 }
 
+inline bool Enumerator::reduce_part(const TensorCtx& t, const Route& r, size_t j,
+                                    const uint32_t* holders, size_t n, bool cut) {
+  pre_.clear();
+  const uint32_t red = reducer(t, r, j);
+  const Box& part = r.parts[j];
+  assign(t, red, part, holders, n, cut, [&](const Emitted& x) { pre_.push_back(x); });
+  if (!options_.relays || !r.pre_reduce || pre_.size() < 2) return false;
+  // Whole summands of the part sent from each host but the reducer's.
+  const int32_t rhost = t.dt->host[red];
+  pre_hosts_.clear();
+  for (size_t i = 0; i < pre_.size(); ++i) {
+    const Emitted& x = pre_[i];
+    if (x.local || !(x.region == part)) continue;
+    const int32_t h = t.st->host[x.src_entry];
+    if (h != rhost) pre_hosts_.emplace_back(h, static_cast<uint32_t>(i));
+  }
+  if (pre_hosts_.size() < 2) return false;
+  std::sort(pre_hosts_.begin(), pre_hosts_.end());
+  const size_t before = pre_.size();
+  for (size_t b = 0; b < pre_hosts_.size();) {
+    size_t end = b + 1;
+    while (end < pre_hosts_.size() && pre_hosts_[end].first == pre_hosts_[b].first) ++end;
+    const size_t k = end - b;
+    if (k >= 2) {
+      const uint32_t owner = pre_[pre_hosts_[b + (j + r.rot) % k].second].src_entry;
+      const int64_t odev = t.sg->devices[owner];
+      for (size_t i = b; i < end; ++i) {
+        Emitted& x = pre_[pre_hosts_[i].second];
+        x.dst_entry = owner;
+        x.own_region = true;
+        x.local = t.sg->devices[x.src_entry] == odev;
+        x.scratch = 1;
+      }
+      Emitted y{owner, red, part, true, false, false};
+      y.stage = 1;
+      y.scratch = 2;
+      pre_.push_back(y);
+    }
+    b = end;
+  }
+  return pre_.size() > before;
+}
+
 template <class F>
 void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, const Box& region,
                              const uint32_t* holders, size_t n, bool own, F&& f) {
@@ -1829,19 +1930,24 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
     const size_t hi = options_.relays ? host_slot(t, e, r.cell) : 0;
     for (size_t j = 0; j < r.parts.size(); ++j) {
       const uint32_t red = reducer(t, r, j);
-      if (red == e) {  // stage 0: every summand of the part
-        assign(t, e, r.parts[j], holders, n, own || r.parts.size() > 1, f);
+      const bool cut = own || r.parts.size() > 1;
+      // Every summand of the part (stage 0), or its holder hosts' scratch
+      // (stage 1): the gather runs a stage later after a pre-reduction.
+      if (red == e) {
+        reduce_part(t, r, j, holders, n, cut);
+        for (const Emitted& x : pre_) f(x);
         continue;
       }
+      const uint32_t shift = part_shift(t, r, j, holders, n);
       Emitted x{red, e, r.parts[j], true, false, false};
-      x.stage = 1;  // the reduced part, from its reducer
+      x.stage = 1 + shift;  // the reduced part, from its reducer
       // From another host: it enters e's host once, at the part's leader
       // there, which fans it out (stage 2).
       if (options_.relays && t.dt->host[red] != t.dt->host[e]) {
         const uint32_t l = gather_leader(r, hi, j);
         if (l != e) {
           x.src_entry = l;
-          x.stage = 2;
+          x.stage = 2 + shift;
         }
       }
       f(x);
@@ -1903,7 +2009,7 @@ template <class F>
 void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
   RelayMerger merger;
   auto out = [&](const Emitted& x) {
-    if (x.relay())
+    if (x.relay() && x.scratch == 0)
       merger.add(x.src_entry, x, f);  // per relay
     else
       f(x);
@@ -1943,6 +2049,9 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
         if (!route(t, l, c, region, h, n, r)) return;
         for (size_t j = 0; j < r.parts.size(); ++j) {
           const uint32_t red = reducer(t, r, j);
+          const bool fans = gather && t.dt->host[red] != host && gather_leader(r, own_hi, j) == l;
+          if (red != l && !fans) continue;
+          const uint32_t shift = part_shift(t, r, j, h, n);
           if (red == l) {
             // To the other entries of its host, and to the part's leader on
             // every other host (all of them without relays).
@@ -1952,16 +2061,16 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
               if (gather && t.dt->host[m] != host && gather_leader(r, host_slot(t, m, c), j) != m)
                 continue;
               Emitted x{l, m, r.parts[j], true, false, false};
-              x.stage = 1;
+              x.stage = 1 + shift;
               f(x);
             }
-          } else if (gather && t.dt->host[red] != host && gather_leader(r, own_hi, j) == l) {
+          } else {
             // The part's leader on this host: to the others here.
             for (uint32_t k = ch_->member_offsets[own_hi]; k < ch_->member_offsets[own_hi + 1];
                  ++k) {
               if (ch_->members[k] == l) continue;
               Emitted x{l, ch_->members[k], r.parts[j], true, false, false};
-              x.stage = 2;
+              x.stage = 2 + shift;
               f(x);
             }
           }
@@ -2076,8 +2185,15 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
   if (C.empty()) return;
   const int64_t sdev = t.sg->devices[r];
   const int32_t ssum = t.sg->summands[r];
+  // Network pieces r sends; for pre-reductions (Emitted::scratch) also the
+  // scratch writes into r's scratch (from r itself: local) and its
+  // scratch's sends.
   auto keep = [&](const Emitted& p) {
-    if (p.src_entry == r && !p.local && !p.relay()) f(p);
+    if (p.scratch == 1) {
+      if (p.src_entry == r || p.dst_entry == r) f(p);
+      return;
+    }
+    if (p.src_entry == r && (p.scratch == 2 || (!p.local && !p.relay()))) f(p);
   };
   if (t.sg->tiled) {
     const Geometry& sg = *t.sg;
@@ -2139,22 +2255,31 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
     sent_.clear();
     sent_tensor_ = &t;
   }
-  const auto by_source = [](const Emitted& a, const Emitted& b) {
-    return a.src_entry < b.src_entry;
-  };
+  // Kept by the source entry they concern: their sender, and for a scratch
+  // write into another device also its owner (a mirror copy).
+  const auto key = [](const Emitted& a) { return a.mirror ? a.dst_entry : a.src_entry; };
+  const auto by_source = [&](const Emitted& a, const Emitted& b) { return key(a) < key(b); };
   for (uint32_t e : dsts) {
     auto [it, fresh] = sent_.try_emplace(e);
     std::vector<Emitted>& pieces = it->second;
     if (fresh) {
       recv(t, e, [&](const Emitted& p) {
-        if (!p.local && !p.relay()) pieces.push_back(p);
+        if (p.scratch == 1 && !p.local) {
+          pieces.push_back(p);
+          pieces.back().mirror = true;
+        }
+        if (p.scratch != 0 || (!p.local && !p.relay())) pieces.push_back(p);
       });
       std::stable_sort(pieces.begin(), pieces.end(), by_source);  // keeps recv's order
     }
     Emitted probe{};
     probe.src_entry = r;
     const auto [b, end] = std::equal_range(pieces.begin(), pieces.end(), probe, by_source);
-    for (auto p = b; p != end; ++p) f(*p);
+    for (auto p = b; p != end; ++p) {
+      Emitted x = *p;
+      x.mirror = false;
+      f(x);
+    }
   }
 }
 

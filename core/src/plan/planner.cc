@@ -57,8 +57,10 @@ namespace {
 // water-filled against each host's own volume; 11: relays across hosts also
 // where the receiving hosts are no more than the source spans, for a group
 // whose single-hop plan would load a holder host above kCrossGain times what
-// each receiving host takes in).
-constexpr uint64_t kPlannerVersion = 11;
+// each receiving host takes in; 12: partial sources
+// pre-reduced on the holders' hosts into planner-sized scratch, the gather
+// of such parts a stage later).
+constexpr uint64_t kPlannerVersion = 12;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -291,6 +293,7 @@ struct BuiltPart {
 // indices are local to the chunk.
 struct PartChunk {
   std::vector<Piece> local;
+  std::vector<Scratch> scratch;
   std::vector<Box> regions;
   MessageBuckets sends, recvs;
   PartChunk(size_t ndev, bool sized) : sends(ndev, sized), recvs(ndev, sized) {}
@@ -298,7 +301,16 @@ struct PartChunk {
 
 void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0, size_t t1,
                  PartChunk& out) {
-  Enumerator en(options);
+  Enumerator en(options, ctx.pre_reduce);
+  // Pre-reduction pieces (Emitted::scratch) of the tensor, from both loops:
+  // added after the tensor's other pieces, sorted, so that the two ends of a
+  // message, which meet them in different loops, list them alike.
+  struct Deferred {
+    int kind;  // 0: send, 1: receive, 2: local
+    uint32_t own, peer;
+    Emitted x;
+  };
+  std::vector<Deferred> deferred;
   auto add_region = [&](const TensorCtx& t, const Emitted& x, Piece& piece) {
     if (!x.own_region) return;
     if (x.region == intersect(t.src->box(x.src_entry), t.dst->box(x.dst_entry))) return;
@@ -311,7 +323,7 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     auto [db, de] = entries_on(*t.dt, p);
     // Slot tables per (stage, band), fetched when first needed.
     constexpr size_t kBands = static_cast<size_t>(planning::kRelayBands);
-    MessageBuckets::Table tables[3][kBands];
+    MessageBuckets::Table tables[4][kBands];
     auto table_of = [&](MessageBuckets& b, uint32_t own, uint32_t stage, uint32_t band) {
       MessageBuckets::Table& tb = tables[stage][band];
       if (!tb) tb = b.table_for(own, stage, band);
@@ -326,6 +338,11 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
       reset();
       const auto table = out.recvs.table_for(own);  // stage 0, band 0: most pieces
       en.recv(t, *it, [&](const Emitted& x) {
+        if (x.scratch == 1) return;  // into a holder's scratch: its process's
+        if (x.scratch == 2) {        // a holder host's scratch, reduced
+          deferred.push_back({1, own, t.st->dense[x.src_entry], x});
+          return;
+        }
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
         if (x.relay()) {  // a later stage, from a relay's destination buffer
           piece.region = static_cast<uint32_t>(out.regions.size());
@@ -359,6 +376,20 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
       reset();
       const auto table = out.sends.table_for(own);
       en.send(t, *it, [&](const Emitted& x) {
+        if (x.scratch == 1) {  // a summand into a scratch: this entry's or another's
+          if (x.local) {
+            if (x.dst_entry == *it) deferred.push_back({2, own, own, x});  // once, by its owner
+          } else if (x.src_entry == *it)
+            deferred.push_back({0, own, t.st->dense[x.dst_entry], x});
+          else
+            deferred.push_back({1, own, t.st->dense[x.src_entry], x});
+          return;
+        }
+        if (x.scratch == 2) {  // this entry's scratch to the part's reducer
+          deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
+          out.scratch.push_back({t.index, ctx.devices[own], x.region});
+          return;
+        }
         Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
         add_region(t, x, piece);
         if (x.band == 0)
@@ -368,6 +399,31 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
                         x.region.volume() * t.esize, 0, x.band);
       });
     }
+    if (deferred.empty()) continue;
+    std::sort(deferred.begin(), deferred.end(), [](const Deferred& a, const Deferred& b) {
+      const Emitted &x = a.x, &y = b.x;
+      if (x.stage != y.stage) return x.stage < y.stage;
+      for (int d = 0; d < x.region.rank; ++d)
+        if (x.region.lo[d] != y.region.lo[d]) return x.region.lo[d] < y.region.lo[d];
+      if (x.src_entry != y.src_entry) return x.src_entry < y.src_entry;
+      if (x.dst_entry != y.dst_entry) return x.dst_entry < y.dst_entry;
+      return a.kind < b.kind;
+    });
+    for (const Deferred& d : deferred) {
+      const Emitted& x = d.x;
+      Piece piece{t.index, x.scratch == 2 ? kScratchEntry : x.src_entry,
+                  x.scratch == 1 ? kScratchEntry : x.dst_entry,
+                  static_cast<uint32_t>(out.regions.size())};
+      out.regions.push_back(x.region);
+      const int64_t bytes = x.region.volume() * t.esize;
+      if (d.kind == 2)
+        out.local.push_back(piece);
+      else if (d.kind == 0)
+        out.sends.add(out.sends.table_for(d.own, x.stage), d.own, d.peer, piece, bytes, x.stage);
+      else
+        out.recvs.add(out.recvs.table_for(d.own, x.stage), d.own, d.peer, piece, bytes, x.stage);
+    }
+    deferred.clear();
   }
 }
 
@@ -401,6 +457,14 @@ BuiltPart build_part(Context& ctx, int32_t p, const PlanOptions& options, int th
   // The first chunk's buffers become the part's (its region base is 0).
   part.regions = std::move(chunks.front().regions);
   part.local = std::move(chunks.front().local);
+  for (const PartChunk& c : chunks)
+    part.scratch.insert(part.scratch.end(), c.scratch.begin(), c.scratch.end());
+  std::sort(part.scratch.begin(), part.scratch.end(), [](const Scratch& a, const Scratch& b) {
+    if (a.tensor != b.tensor) return a.tensor < b.tensor;
+    if (a.device != b.device) return a.device < b.device;
+    return std::lexicographical_compare(a.box.lo.begin(), a.box.lo.begin() + a.box.rank,
+                                        b.box.lo.begin(), b.box.lo.begin() + b.box.rank);
+  });
   part.regions.reserve(nregions);
   part.local.reserve(nlocal);
   std::vector<const MessageBuckets*> sends, recvs;
@@ -737,12 +801,14 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   const int64_t limit = resolve_limit(request.max_plan_bytes);
   Context ctx(input);
   ctx.build();
+  ctx.decide_pre_reduce(limit);
   PlanStats own;
   PlanStats& st = stats ? *stats : own;
   st = PlanStats{};
   std::vector<DeviceCounts> counts;
   const bool want_stats = request.scope != PlanScope::kProcess || request.global_stats;
-  planning::compute_stats(ctx, st, input.options, want_stats, &counts, limit);
+  const PlanOptions staging = ctx.staging_options();
+  planning::compute_stats(ctx, st, staging, want_stats, &counts, limit);
   PlanEstimate e = estimate_parts(ctx, counts, request, threads);
   e.limit_bytes = limit;
   e.available_bytes = available_memory();
@@ -758,6 +824,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   const bool guarded = limit != kUnlimitedPlanBytes && request.scope != PlanScope::kGlobal;
   Context ctx(input);
   ctx.build();
+  ctx.decide_pre_reduce(limit);
   Plan plan;
   Plan::Builder::tensors(plan) = input.tensors;
   Plan::Builder::topology(plan) = input.topology;
@@ -766,12 +833,14 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   Plan::Builder::processes(plan) = ctx.processes;
   auto& parts = Plan::Builder::parts(plan);
   const bool budgeted = input.options.staging_budget_bytes > 0;
+  // Rounds are cut at the budget less what scratch may hold (Context).
+  const PlanOptions staging = ctx.staging_options();
   // Cutting streams into rounds needs every device's peer count, which the
   // global statistics provide; so does the memory estimate.
   const bool want_stats = request.scope != PlanScope::kProcess || request.global_stats;
   if (budgeted || want_stats || guarded) {
     std::vector<DeviceCounts> counts;
-    planning::compute_stats(ctx, Plan::Builder::stats(plan), input.options, want_stats,
+    planning::compute_stats(ctx, Plan::Builder::stats(plan), staging, want_stats,
                             guarded ? &counts : nullptr, limit);
     Plan::Builder::has_stats(plan) = want_stats;
     if (guarded) {
@@ -800,7 +869,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   auto make_part = [&](int32_t p, int part_threads) {
     BuiltPart built = build_part(ctx, p, input.options, part_threads);
     if (budgeted)
-      planning::split_rounds(built.part, input.tensors, input.options.staging_budget_bytes,
+      planning::split_rounds(built.part, input.tensors, staging.staging_budget_bytes,
                              built.send_bytes, built.recv_bytes, load, part_threads);
     else
       planning::number_band_rounds(built.part);

@@ -92,9 +92,13 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
   };
   // Per stage (0: from the sources; 1, 2: relays forwarding) and device.
-  constexpr int kStages = 3;
+  // Per stage (0: from the sources; 1-3: relays forwarding, scratch sent
+  // to its reducer, and the gather after a pre-reduction) and device.
+  constexpr int kStages = 4;
   std::vector<Acc> stage_acc[kStages] = {std::vector<Acc>(ndev), std::vector<Acc>(ndev),
-                                         std::vector<Acc>(ndev)};
+                                         std::vector<Acc>(ndev), std::vector<Acc>(ndev)};
+  // Scratch bytes per device (pre-reduction).
+  std::vector<int64_t> scratch_bytes;
   int32_t last_stage = 0;
   std::vector<Acc>& acc = stage_acc[0];
   bool relayed = false;
@@ -134,7 +138,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
              " talks to many others: use a coarser layout (fewer devices, or a "
              "replicated source sharded first), or raise the limit");
   };
-  Enumerator en(o);
+  Enumerator en(o, ctx.pre_reduce);
   int64_t pieces = 0;
   std::vector<uint64_t> cell_bits;
   // Bytes per (src, dst) stream, needed for the statistics of the rounds.
@@ -230,12 +234,21 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // `esum` bytes per element in all).
   auto account = [&](const TensorCtx& t, uint32_t e, const Emitted& x, int64_t esum, int64_t copies,
                      int64_t& group_pieces) {
-    const uint32_t dd = t.dt->dense[e];
+    // A piece into a holder's scratch goes to that source entry's device
+    // rather than e's (Emitted::scratch).
+    const GeoTopo& to = x.scratch == 1 ? *t.st : *t.dt;
+    if (x.scratch == 1) e = x.dst_entry;
+    const uint32_t dd = to.dense[e];
     ++group_pieces;
     const int64_t bytes = x.region.volume() * esum;
-    // A relay piece's source is a destination entry (stage 1).
-    const GeoTopo& from = x.relay() ? *t.dt : *t.st;
+    // A relay piece's source is a destination entry (stages > 0), a
+    // scratch's its owner, a source entry.
+    const GeoTopo& from = x.relay() && x.scratch == 0 ? *t.dt : *t.st;
     const uint32_t sd = from.dense[x.src_entry];
+    if (x.scratch == 2) {
+      if (scratch_bytes.empty()) scratch_bytes.assign(ndev, 0);
+      scratch_bytes[sd] += bytes;
+    }
     if (counts) {
       DeviceCounts& c = (*counts)[dd];
       if (x.local) {
@@ -254,7 +267,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       acc[dd].local += bytes;
       return;
     }
-    const bool inter = from.host[x.src_entry] != t.dt->host[e];
+    const bool inter = from.host[x.src_entry] != to.host[e];
     std::vector<Acc>& sacc = stage_acc[x.stage];
     sacc[sd].send += bytes;
     sacc[dd].recv += bytes;
@@ -263,7 +276,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       sacc[dd].recv_inter += bytes;
       st.cross_host_bytes += bytes;
     }
-    if (from.process[x.src_entry] != t.dt->process[e]) st.cross_process_bytes += bytes;
+    if (from.process[x.src_entry] != to.process[e]) st.cross_process_bytes += bytes;
     if (x.relay()) {
       relayed = true;
       last_stage = std::max(last_stage, static_cast<int32_t>(x.stage));
@@ -815,10 +828,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // Streams (device pairs with a message) per device: stage 0 from the bit
   // rows or the pair set, stage 1 from the relay pairs.
   std::vector<int64_t> send_msgs(ndev, 0), recv_msgs(ndev, 0);
-  std::vector<int64_t> stage_send_msgs[kStages] = {std::vector<int64_t>(ndev, 0),
-                                                   std::vector<int64_t>(ndev, 0)};
-  std::vector<int64_t> stage_recv_msgs[kStages] = {std::vector<int64_t>(ndev, 0),
-                                                   std::vector<int64_t>(ndev, 0)};
+  std::vector<int64_t> stage_send_msgs[kStages] = {std::vector<int64_t>(ndev, 0)};
+  std::vector<int64_t> stage_recv_msgs[kStages] = {std::vector<int64_t>(ndev, 0)};
   if (dense_pairs) {
     for (size_t dd = 0; dd < ndev; ++dd) {
       uint64_t* row = bits.data() + dd * words;
@@ -849,7 +860,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // Streams cut into bands: a message per band above 0 (a stream with no
   // piece outside them was not counted above); per stage, the most messages
   // one stream has (its rounds without a budget).
-  int64_t stage_rounds[kStages] = {0, 0, 0};
+  int64_t stage_rounds[kStages] = {};
   for (int s = 0; s < kStages; ++s)
     for (size_t d = 0; d < ndev && stage_rounds[s] == 0; ++d)
       if (stage_recv_msgs[s][d] > 0) stage_rounds[s] = 1;
@@ -931,7 +942,10 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   }
   apply_bounds(ctx, lb, o, st);
   st.pieces = pieces;
-  st.rounds = static_cast<int32_t>(stage_rounds[0] + stage_rounds[1] + stage_rounds[2]);
+  int64_t all_stage_rounds = 0;
+  for (int64_t r : stage_rounds) all_stage_rounds += r;
+  st.rounds = static_cast<int32_t>(all_stage_rounds);
+  for (int64_t v : scratch_bytes) st.max_scratch_bytes = std::max(st.max_scratch_bytes, v);
   st.stages = pieces > 0 ? 1 + last_stage : 0;
   if (budgeted) {
     const int64_t budget = o.staging_budget_bytes;

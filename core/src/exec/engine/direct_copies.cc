@@ -180,7 +180,7 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
       continue;
     }
     const AccTarget& a = s_.accs[g.acc];
-    const int64_t chunks = chunk_grid(tensors_[a.tensor].dst.box(a.dst_entry)).chunks;
+    const int64_t chunks = chunk_grid(a.box).chunks;
     const int64_t slices = std::clamp<int64_t>(ceil_div_nonneg(g.bytes, target), 1, chunks);
     for (int64_t k = 0; k < slices; ++k) {
       const int64_t lo = chunks * k / slices;
