@@ -61,25 +61,13 @@ RunResult run_threads(const PlanInput& input, uint64_t seed, int32_t max_delay, 
   OracleBuffers buffers = fill_sources(full);
   const std::vector<TensorBuffers> views = buffers.views();
   RunResult out;
-  out.stats.resize(static_cast<size_t>(n));
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int32_t r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Engine engine(std::make_unique<ThreadTransport>(hub, r, gather));
+  out.error = run_ranks(
+      hub, gather,
+      [&](Engine& engine, int32_t r) {
         const Plan part = make_plan(input, PlanRequest{PlanScope::kProcess, r, false});
-        out.stats[static_cast<size_t>(r)] = engine.execute(part, r, views, options);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = "rank " + std::to_string(r) + ": " + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& e : errors) {
-    if (!e.empty()) out.error += e + "; ";
-  }
-  out.error += hub.error;
+        return engine.execute(part, r, views, options);
+      },
+      out.stats);
   out.log = hub.log;
   out.report = options.last_stage < 0
                    ? check_destinations(full, buffers)

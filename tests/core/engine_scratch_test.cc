@@ -68,29 +68,17 @@ ThreadsResult run_threads(const Plan& plan, uint64_t seed, int32_t max_delay, bo
   OracleBuffers buffers = fill_sources(plan);
   const std::vector<TensorBuffers> views = buffers.views();
   ThreadsResult out;
-  out.stats.resize(static_cast<size_t>(n));
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> workers;
-  for (int32_t r = 0; r < n; ++r) {
-    workers.emplace_back([&, r] {
-      try {
-        Engine engine(std::make_unique<ThreadTransport>(hub, r, gather));
+  out.error = run_ranks(
+      hub, gather,
+      [&](Engine& engine, int32_t r) {
         ExecuteOptions o;
         o.timeout_seconds = 60;
         o.threads = threads;
         o.last_stage = last_stage;
         o.packing = gather ? ExecuteOptions::Packing::kAuto : ExecuteOptions::Packing::kStaging;
-        out.stats[static_cast<size_t>(r)] = engine.execute(plan, r, views, o);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = "rank " + std::to_string(r) + ": " + e.what();
-      }
-    });
-  }
-  for (auto& w : workers) w.join();
-  for (const auto& e : errors) {
-    if (!e.empty()) out.error += e + "; ";
-  }
-  out.error += hub.error;
+        return engine.execute(plan, r, views, o);
+      },
+      out.stats);
   out.report = last_stage < 0 ? check_destinations(plan, buffers)
                               : check_destinations_through_stage(plan, buffers,
                                                                  static_cast<uint32_t>(last_stage));

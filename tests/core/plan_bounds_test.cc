@@ -565,6 +565,20 @@ std::string describe(const Fleet& f) {
   return s;
 }
 
+// The fleet's global statistics. A staging budget too small for the
+// streams (16 bytes per peer: kInvalidArgument) is dropped and counted in
+// *refused: budgets cut rounds, not the bytes a host sends.
+PlanStats global_stats(Fleet& fleet, int* refused = nullptr) {
+  try {
+    return make_plan(fleet.in, {PlanScope::kGlobal}).stats();
+  } catch (const Error& x) {
+    EXPECT_EQ(x.code(), ErrorCode::kInvalidArgument) << x.what();
+    if (refused) ++*refused;
+    fleet.in.options.staging_budget_bytes = 0;
+    return make_plan(fleet.in, {PlanScope::kGlobal}).stats();
+  }
+}
+
 // Every plan is checked against the oracle through the in-process engine,
 // against its host bounds, for staging within the budget per (device,
 // stage, round), for determinism and for parts equal to each process's own
@@ -685,17 +699,7 @@ TEST(PlanRelays, RandomFleetsKeepTheBusiestNicNearItsBound) {
     Fleet fleet = random_fleet(rng, true);
     if (!fleet.partial.empty()) continue;
     SCOPED_TRACE("case " + std::to_string(c) + ": " + describe(fleet));
-    PlanStats st;
-    try {
-      st = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
-    } catch (const Error& x) {
-      // A staging budget too small for the streams (16 bytes per peer);
-      // budgets cut rounds, not the bytes a host sends.
-      ASSERT_EQ(x.code(), ErrorCode::kInvalidArgument) << x.what();
-      ++refused;
-      fleet.in.options.staging_budget_bytes = 0;
-      st = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
-    }
+    const PlanStats st = global_stats(fleet, &refused);
     const double ratio =
         PlanStats::ratio(st.max_host_send_bytes, st.lower_bound_max_host_send_bytes);
     if (fleet.few_receiving()) {
@@ -756,15 +760,7 @@ TEST(PlanRelays, UnevenFleetsKeepTheBusiestNicNearItsBound) {
   for (int c = 0; c < cases; ++c) {
     Fleet fleet = uneven_fleet(rng);
     SCOPED_TRACE("case " + std::to_string(c) + ": " + describe(fleet));
-    PlanStats st;
-    try {
-      st = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
-    } catch (const Error& x) {
-      ASSERT_EQ(x.code(), ErrorCode::kInvalidArgument) << x.what();
-      ++refused;
-      fleet.in.options.staging_budget_bytes = 0;
-      st = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
-    }
+    const PlanStats st = global_stats(fleet, &refused);
     std::set<int32_t> source_hosts(fleet.hosts.begin(), fleet.hosts.begin() + fleet.holders);
     if (source_hosts.size() < 2 || !fleet.large()) continue;
     ++eligible;
@@ -1408,14 +1404,7 @@ TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
     Fleet fleet = random_fleet(rng, true);
     if (fleet.partial.empty() || fleet.holders < 2) continue;
     SCOPED_TRACE("case " + std::to_string(c) + ": " + describe(fleet));
-    PlanStats st;
-    try {
-      st = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
-    } catch (const Error& x) {
-      ASSERT_EQ(x.code(), ErrorCode::kInvalidArgument) << x.what();  // 16 bytes per peer
-      fleet.in.options.staging_budget_bytes = 0;
-      st = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
-    }
+    const PlanStats st = global_stats(fleet);
     const double e = PlanStats::ratio(st.max_host_send_bytes, st.lower_bound_max_host_send_bytes);
     const double n = PlanStats::ratio(
         std::max(st.max_host_send_bytes, st.max_host_recv_bytes),

@@ -91,6 +91,48 @@ NamedSharding named(std::shared_ptr<Mesh> m, std::vector<std::vector<std::string
   return s;
 }
 
+struct FleetLayouts {
+  std::vector<int64_t> shape;
+  NamedSharding src, dst;
+};
+
+// After the holders' devices 0 .. holders - 1 (added by the caller):
+// receiving x members devices (member m of receiving host i on host
+// holder_hosts + i), a random rank-1..3 shape, the source over (a, c) =
+// (shards, copies) sharded along a random dimension, the destination over
+// (r, k) = (receiving, members), k along a random dimension half the time.
+template <class Uni>
+FleetLayouts subset_fleet_layouts(PlanInput& in, Uni& uni, int64_t shards, int64_t copies,
+                                  int64_t holder_hosts, int64_t receiving, int64_t members) {
+  const int64_t holders = shards * copies;
+  for (int64_t i = 0; i < receiving * members; ++i) {
+    const auto h = static_cast<int32_t>(holder_hosts + i / members);
+    in.topology.add({holders + i, h, h, 0});
+  }
+  const int rank = static_cast<int>(uni(1, 3));
+  std::vector<int64_t> shape;
+  for (int d = 0; d < rank; ++d) shape.push_back(uni(5, 120));
+  std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+  src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+  std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
+  if (members > 1 && uni(0, 1)) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
+  return {shape, named(mesh({"a", "c"}, {shards, copies}, 0), src_dims),
+          named(mesh({"r", "k"}, {receiving, members}, holders), dst_dims)};
+}
+
+// Tensors w0, w1, ... of the fleet's layouts, one per dtype.
+void add_tensors(PlanInput& in, const FleetLayouts& f, const std::vector<DType>& dtypes) {
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    TensorSpec t;
+    t.name = "w" + std::to_string(i);
+    t.shape = f.shape;
+    t.dtype = dtypes[i];
+    t.src = Layout::from_named(f.src, f.shape, t.name + ".src");
+    t.dst = Layout::from_named(f.dst, f.shape, t.name + ".dst");
+    in.tensors.push_back(std::move(t));
+  }
+}
+
 // The random cases of the property tests (relays inside hosts, replicas,
 // explicit layouts, partial sums) with alpha 0, so that relay parts are cut
 // into bands, without a budget, with one that never cuts them and with the
@@ -201,30 +243,11 @@ TEST(PlanStatsFastPath, RandomSubsetFleetsMatchTheEnumeration) {
       const auto h = static_cast<int32_t>(uni(0, holder_hosts - 1));
       in.topology.add({d, h, h, 0});
     }
-    for (int64_t i = 0; i < receiving * members; ++i) {
-      const auto h = static_cast<int32_t>(holder_hosts + i / members);
-      in.topology.add({holders + i, h, h, 0});
-    }
-    const int rank = static_cast<int>(uni(1, 3));
-    std::vector<int64_t> shape;
-    for (int d = 0; d < rank; ++d) shape.push_back(uni(5, 120));
-    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
-    src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
-    std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
-    if (members > 1 && uni(0, 1)) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
-    const NamedSharding src = named(mesh({"a", "c"}, {shards, copies}, 0), src_dims);
-    const NamedSharding dst = named(mesh({"r", "k"}, {receiving, members}, holders), dst_dims);
+    const FleetLayouts f =
+        subset_fleet_layouts(in, uni, shards, copies, holder_hosts, receiving, members);
     const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
     const DType first = dtypes[uni(0, 2)], other = dtypes[uni(0, 2)];
-    for (int i = 0; i < 3; ++i) {
-      TensorSpec t;
-      t.name = "w" + std::to_string(i);
-      t.shape = shape;
-      t.dtype = i < 2 ? first : other;
-      t.src = Layout::from_named(src, shape, t.name + ".src");
-      t.dst = Layout::from_named(dst, shape, t.name + ".dst");
-      in.tensors.push_back(std::move(t));
-    }
+    add_tensors(in, f, {first, first, other});
     in.options.split_min_bytes = uni(0, 1) ? 256 : 1 << 20;
     in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
     const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
@@ -260,29 +283,11 @@ TEST(PlanStatsFastPath, UnevenHolderFleetsMatchTheEnumeration) {
       const auto h = static_cast<int32_t>(skewed && uni(0, 1) ? 0 : uni(0, holder_hosts - 1));
       in.topology.add({d, h, h, 0});
     }
-    for (int64_t i = 0; i < receiving * members; ++i) {
-      const auto h = static_cast<int32_t>(holder_hosts + i / members);
-      in.topology.add({holders + i, h, h, 0});
-    }
-    const int rank = static_cast<int>(uni(1, 3));
-    std::vector<int64_t> shape;
-    for (int d = 0; d < rank; ++d) shape.push_back(uni(5, 120));
-    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
-    src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
-    std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
-    if (members > 1 && uni(0, 1)) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
-    const NamedSharding src = named(mesh({"a", "c"}, {shards, copies}, 0), src_dims);
-    const NamedSharding dst = named(mesh({"r", "k"}, {receiving, members}, holders), dst_dims);
+    const FleetLayouts f =
+        subset_fleet_layouts(in, uni, shards, copies, holder_hosts, receiving, members);
     const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
-    for (int i = 0; i < 2; ++i) {
-      TensorSpec t;
-      t.name = "w" + std::to_string(i);
-      t.shape = shape;
-      t.dtype = dtypes[uni(0, 2)];
-      t.src = Layout::from_named(src, shape, t.name + ".src");
-      t.dst = Layout::from_named(dst, shape, t.name + ".dst");
-      in.tensors.push_back(std::move(t));
-    }
+    const DType d0 = dtypes[uni(0, 2)], d1 = dtypes[uni(0, 2)];
+    add_tensors(in, f, {d0, d1});
     in.options.split_min_bytes = 256;
     in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
     const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};

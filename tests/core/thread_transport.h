@@ -11,14 +11,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "reshard/box_copy.h"
+#include "reshard/engine.h"
 #include "reshard/transport.h"
 
 namespace reshard::thread_transport {
@@ -214,5 +218,34 @@ class ThreadTransport final : public Transport {
   int32_t rank_;
   bool gather_;
 };
+
+// Runs `run` for ranks 0 .. hub.size - 1, each on its own thread with an
+// Engine on a ThreadTransport of `hub`, storing what each returns in
+// stats[rank]. Returns the ranks' errors ("rank r: what; ...") followed by
+// the hub's, empty when every rank finished.
+inline std::string run_ranks(Hub& hub, bool gather,
+                             const std::function<ExecuteStats(Engine&, int32_t)>& run,
+                             std::vector<ExecuteStats>& stats) {
+  const auto n = static_cast<size_t>(hub.size);
+  stats.resize(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> workers;
+  for (int32_t r = 0; r < hub.size; ++r) {
+    workers.emplace_back([&, r] {
+      try {
+        Engine engine(std::make_unique<ThreadTransport>(hub, r, gather));
+        stats[static_cast<size_t>(r)] = run(engine, r);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = "rank " + std::to_string(r) + ": " + e.what();
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  std::string error;
+  for (const auto& e : errors) {
+    if (!e.empty()) error += e + "; ";
+  }
+  return error + hub.error;
+}
 
 }  // namespace reshard::thread_transport

@@ -377,6 +377,10 @@ class Plan {
 
  private:
   friend struct Builder;
+  // The box of the scratch that `piece` names on `device`; kOutOfRange
+  // naming `field` when `part` holds none containing its region.
+  Box scratch_box(const ProcessPart& part, const Piece& piece, int64_t device,
+                  const char* field) const;
   std::vector<TensorSpec> tensors_;
   Topology topology_;
   PlanOptions options_;

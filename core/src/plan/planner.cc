@@ -941,44 +941,43 @@ Box Plan::source_box(const Piece& piece, uint32_t stage) const {
   return l.box(piece.src_entry);
 }
 
-Box Plan::source_box(const ProcessPart& part, const Piece& piece, uint32_t stage,
-                     int64_t device) const {
-  if (piece.src_entry != kScratchEntry) return source_box(piece, stage);
+// The box of the scratch a piece names on `device` (its `field`), or
+// kOutOfRange naming that field.
+Box Plan::scratch_box(const ProcessPart& part, const Piece& piece, int64_t device,
+                      const char* field) const {
   if (piece.tensor >= tensors_.size())
     fail(ErrorCode::kOutOfRange, "piece.tensor",
          std::to_string(piece.tensor) + " but the plan has " + std::to_string(tensors_.size()) +
              " tensors");
-  if (stage == 0)
-    fail(ErrorCode::kOutOfRange, "piece.src_entry",
-         "a piece of stage 0 reads a source entry, not a scratch");
   const int64_t i = find_scratch(part, piece.tensor, device, region(part, piece));
   if (i < 0)
-    fail(ErrorCode::kOutOfRange, "piece.src_entry",
+    fail(ErrorCode::kOutOfRange, field,
          "part " + std::to_string(part.process) + " holds no scratch of tensor " +
              std::to_string(piece.tensor) + " on device " + std::to_string(device) +
              " containing the piece's region");
   return part.scratch[static_cast<size_t>(i)].box;
 }
 
+Box Plan::source_box(const ProcessPart& part, const Piece& piece, uint32_t stage,
+                     int64_t device) const {
+  if (piece.src_entry != kScratchEntry) return source_box(piece, stage);
+  if (stage == 0)
+    fail(ErrorCode::kOutOfRange, "piece.src_entry",
+         "a piece of stage 0 reads a source entry, not a scratch");
+  return scratch_box(part, piece, device, "piece.src_entry");
+}
+
 Box Plan::destination_box(const ProcessPart& part, const Piece& piece, int64_t device) const {
+  if (piece.dst_entry == kScratchEntry) return scratch_box(part, piece, device, "piece.dst_entry");
   if (piece.tensor >= tensors_.size())
     fail(ErrorCode::kOutOfRange, "piece.tensor",
          std::to_string(piece.tensor) + " but the plan has " + std::to_string(tensors_.size()) +
              " tensors");
-  if (piece.dst_entry != kScratchEntry) {
-    const Layout& l = tensors_[piece.tensor].dst;
-    if (piece.dst_entry >= l.num_entries())
-      fail(ErrorCode::kOutOfRange, "piece.dst_entry",
-           "out of range for tensor " + std::to_string(piece.tensor));
-    return l.box(piece.dst_entry);
-  }
-  const int64_t i = find_scratch(part, piece.tensor, device, region(part, piece));
-  if (i < 0)
+  const Layout& l = tensors_[piece.tensor].dst;
+  if (piece.dst_entry >= l.num_entries())
     fail(ErrorCode::kOutOfRange, "piece.dst_entry",
-         "part " + std::to_string(part.process) + " holds no scratch of tensor " +
-             std::to_string(piece.tensor) + " on device " + std::to_string(device) +
-             " containing the piece's region");
-  return part.scratch[static_cast<size_t>(i)].box;
+         "out of range for tensor " + std::to_string(piece.tensor));
+  return l.box(piece.dst_entry);
 }
 
 int64_t find_scratch(const ProcessPart& part, uint32_t tensor, int64_t device, const Box& region) {
