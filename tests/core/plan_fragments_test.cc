@@ -70,6 +70,17 @@ void check_plan(const PlanInput& in, const Plan& plan) {
   ASSERT_EQ(before, report.elements);
 }
 
+// Above a fragment cap: the `n` boxes of `in`'s destination are not
+// refined, each keeps its own cell, marked as possibly overlapping. Returns
+// the global statistics.
+PlanStats unrefined_stats(const PlanInput& in, int64_t n) {
+  const Geometry& g = *in.tensors[0].dst.geometry();
+  EXPECT_FALSE(g.fragmented);
+  EXPECT_EQ(g.num_cells(), n);
+  EXPECT_EQ(std::count(g.cell_overlaps.begin(), g.cell_overlaps.end(), 1), n);
+  return make_plan(in, {PlanScope::kGlobal}).stats();
+}
+
 // One tensor of `shape` held whole by device 0 (host 0), to the entries
 // `boxes` (device 1 + i), device 1 + i on host 1 + i % hosts, one process
 // per device.
@@ -263,12 +274,7 @@ TEST(PlanFragments, AboveTheIncidenceCapEachBoxKeepsItsCell) {
   ASSERT_LE(2 * n - 1, Geometry::kMaxFragments);
   ASSERT_GT(n * n, Geometry::kMaxFragmentWork);
   const PlanInput in = fleet({2 * n}, boxes, 1);
-  const Geometry& g = *in.tensors[0].dst.geometry();
-  EXPECT_FALSE(g.fragmented);
-  EXPECT_EQ(g.num_cells(), n);
-  EXPECT_EQ(std::count(g.cell_overlaps.begin(), g.cell_overlaps.end(), 1), n);
-  const Plan plan = make_plan(in, {PlanScope::kGlobal});
-  const PlanStats& st = plan.stats();
+  const PlanStats st = unrefined_stats(in, n);
   EXPECT_EQ(st.cross_host_bytes, per_box_ingress(in.topology, in.tensors[0]));
   EXPECT_EQ(st.lower_bound_cross_host_bytes, 2 * n * 4) << "the largest box";
 }
@@ -287,12 +293,7 @@ TEST(PlanFragments, PastThePairCapNoBoxIsRefined) {
   for (int64_t i = 0; i < n; ++i) boxes.push_back(make_box({{i, i + n}, {n - 1 - i, n - i}}));
   ASSERT_GT(n * (n - 1) / 2, Geometry::kMaxOverlapPairs);
   const PlanInput in = fleet({2 * n, n}, boxes, 1);
-  const Geometry& g = *in.tensors[0].dst.geometry();
-  EXPECT_FALSE(g.fragmented);
-  EXPECT_EQ(g.num_cells(), n);
-  EXPECT_EQ(std::count(g.cell_overlaps.begin(), g.cell_overlaps.end(), 1), n);
-  const Plan plan = make_plan(in, {PlanScope::kGlobal});
-  const PlanStats& st = plan.stats();
+  const PlanStats st = unrefined_stats(in, n);
   EXPECT_EQ(st.cross_host_bytes, n * n * 4);
   EXPECT_EQ(st.lower_bound_cross_host_bytes, n * 4) << "one box: the maximum rule";
 }
