@@ -472,7 +472,6 @@ void DirectRunner::run_group(const ReduceGroup& g, std::vector<std::byte>& scrat
   const DType dtype = spec.dtype;
   const int64_t n = a.elements;
   if (n == 0) return;
-  void* dst = target(a);
   const ReduceOp op = combining_op(spec.src.reduce_op());
   // Accumulate in the accumulation type (the destination itself when that
   // is the element type), starting from the identity, and round once: in
@@ -491,29 +490,23 @@ void DirectRunner::run_group(const ReduceGroup& g, std::vector<std::byte>& scrat
     const Contribution& c = s_.contributions[i];
     reduce_into(make_copy_desc(c.region, c.src_box, a.box), dtype, op, contribution_source(c), acc);
   }
-  if (!g.store) return;
+  if (g.store) store_acc(a, acc);
+}
+
+void DirectRunner::store_acc(const AccTarget& a, const void* acc) const {
+  const TensorSpec& spec = tensors_[a.tensor];
   // A scratch holds sums: a mean divides at its destination only.
   const int32_t divisor = a.scratch == kNoScratch ? exec_detail::mean_divisor(spec) : 1;
+  void* dst = target(a);
   if (divisor > 1) {
-    store_mean_from_acc(dtype, acc, dst, n, divisor);
+    store_mean_from_acc(spec.dtype, acc, dst, a.elements, divisor);
   } else if (acc != dst) {
-    store_from_acc(dtype, acc, dst, n);
+    store_from_acc(spec.dtype, acc, dst, a.elements);
   }
 }
 
 void DirectRunner::store_accs(std::span<const size_t> accs) {
-  for (size_t i : accs) {
-    const AccTarget& a = s_.accs[i];
-    const TensorSpec& spec = tensors_[a.tensor];
-    const int32_t divisor = a.scratch == kNoScratch ? exec_detail::mean_divisor(spec) : 1;
-    void* dst = target(a);
-    void* acc = accumulator(a);
-    if (divisor > 1) {
-      store_mean_from_acc(spec.dtype, acc, dst, a.elements, divisor);
-    } else if (acc != dst) {
-      store_from_acc(spec.dtype, acc, dst, a.elements);
-    }
-  }
+  for (size_t i : accs) store_acc(s_.accs[i], accumulator(s_.accs[i]));
 }
 
 void DirectRunner::run_round(std::span<const DirectCopy> copies,

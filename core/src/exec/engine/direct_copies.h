@@ -236,6 +236,9 @@ class DirectRunner {
     return std::clamp<size_t>(copies[i].interleave, 1, copies.size() - i);
   }
   void run_group(const ReduceGroup& g, std::vector<std::byte>& scratch) const;
+  // Stores accumulator `acc` of `a` into its target (a mean divided, a
+  // separate accumulator rounded to the dtype).
+  void store_acc(const AccTarget& a, const void* acc) const;
   void run_group_chunks(const ReduceGroup& g, int64_t lo, int64_t hi,
                         std::vector<std::byte>& scratch) const;
   bool sum_whole_chunk(const ReduceGroup& g, const Box& chunk, void* dst) const;
