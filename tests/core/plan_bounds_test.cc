@@ -587,10 +587,11 @@ PlanStats global_stats(Fleet& fleet, int* refused = nullptr) {
 // version 9's water-filled shares).
 // Executes `plan` in-process against the oracle, then stage by stage:
 // what stages 0..k wrote already holds its value (what later stages
-// forward), and each stage writes more (but stage 0 of a plan with scratch,
-// which may write scratch only: pre-reduction, docs/design.md §2.4);
-// stopping after stage k leaves stage k+1's regions unwritten, which the
-// check through k+1 sees.
+// forward), and each stage finishes more elements (but in a plan with
+// scratch, where stages may write scratch only or contribute to reductions
+// that end later: pre-reduction and chains, docs/design.md §2.4); where
+// stage k+1 finishes elements, stopping after stage k leaves them
+// unwritten, which the check through k+1 sees.
 void execute_every_stage(const Plan& plan, int32_t threads) {
   const PlanStats& st = plan.stats();
   OracleBuffers buffers = fill_sources(plan);
@@ -599,28 +600,35 @@ void execute_every_stage(const Plan& plan, int32_t threads) {
   const OracleReport report = check_destinations(plan, buffers);
   ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches";
   Engine engine(make_local_transport());
-  int64_t before = 0;
+  // Elements finished after each stage: every stage finishes some, but for
+  // stages that only write scratch or contribute to reductions that end
+  // later (a pre-reduction, a chain's links: plans with scratch).
+  std::vector<int64_t> finished;
   for (int32_t k = 0; k < st.stages; ++k) {
     VerifyOptions v;
     v.last_stage = k;
     const OracleReport r = verify_plan(engine, plan, kAllProcesses, {}, v);
     ASSERT_TRUE(r.ok()) << r.mismatches << " mismatches after stage " << k;
-    if (k == 0 && st.max_scratch_bytes > 0)
+    const int64_t before = finished.empty() ? 0 : finished.back();
+    if (st.max_scratch_bytes > 0)
       ASSERT_GE(r.elements, before);
     else
       ASSERT_GT(r.elements, before) << "stage " << k << " wrote nothing";
-    before = r.elements;
-    if (k + 1 < st.stages) {
-      OracleBuffers part = fill_sources(plan);
-      const std::vector<TensorBuffers> pv = part.views();
-      ExecuteOptions o;
-      o.last_stage = k;
-      engine.execute(plan, kAllProcesses, pv, o);
-      EXPECT_FALSE(check_destinations_through_stage(plan, part, static_cast<uint32_t>(k + 1)).ok())
-          << "stopping after stage " << k << " went unnoticed";
-    }
+    finished.push_back(r.elements);
   }
-  ASSERT_EQ(before, report.elements);
+  ASSERT_GT(finished.back(), 0);
+  for (int32_t k = 0; k + 1 < st.stages; ++k) {
+    if (finished[static_cast<size_t>(k) + 1] == finished[static_cast<size_t>(k)]) continue;
+    // Stage k + 1 finishes elements: stopping after stage k must show.
+    OracleBuffers part = fill_sources(plan);
+    const std::vector<TensorBuffers> pv = part.views();
+    ExecuteOptions o;
+    o.last_stage = k;
+    engine.execute(plan, kAllProcesses, pv, o);
+    EXPECT_FALSE(check_destinations_through_stage(plan, part, static_cast<uint32_t>(k + 1)).ok())
+        << "stopping after stage " << k << " went unnoticed";
+  }
+  ASSERT_EQ(finished.back(), report.elements);
 }
 
 // Plans `fleet` and checks it: determinism, cross-host bytes and host
@@ -1107,9 +1115,13 @@ void each_offset(const Box& region, const Box& box, F&& f) {
 // be the identical receive message of its destination's part. Scratch must
 // be listed, sorted, by the part of its device's process, boxes of one
 // (tensor, device) disjoint, each on a device holding the box's summand of
-// its tensor, and written from its own host only. Returns "" when every
-// destination element of every tensor
-// with a whole destination holds every summand once, else the first problem.
+// its tensor, and read once, every element (sent on, to the next scratch or
+// the reducer). The chain rule (planner version 13): a scratch element takes
+// in at most one piece from another host — the chain's previous link, a
+// scratch read in an earlier stage or, in stage 0, a summand — and the rest
+// from its own host in stage 0. Returns "" when every destination element
+// of every tensor with a whole destination holds every summand once, else
+// the first problem.
 std::string check_summands(const Plan& plan, std::map<int64_t, int64_t>* scratch_bytes = nullptr) {
   const auto& tensors = plan.tensors();
   std::map<std::pair<uint32_t, uint32_t>, std::vector<uint64_t>> dst;  // (tensor, entry)
@@ -1118,6 +1130,7 @@ std::string check_summands(const Plan& plan, std::map<int64_t, int64_t>* scratch
     Box box;
     std::vector<uint64_t> mask;
     std::vector<int32_t> written;
+    std::vector<int32_t> reads, foreign;  // per element: reads, writes from another host
   };
   std::map<std::pair<uint32_t, int64_t>, std::vector<Buf>> scratch;  // (tensor, device)
   for (const auto& [p, part] : plan.parts()) {
@@ -1143,7 +1156,8 @@ std::string check_summands(const Plan& plan, std::map<int64_t, int64_t>* scratch
       for (const Buf& b : list)
         if (!intersect(b.box, x.box).empty()) return "overlapping scratch boxes";
       const auto n = static_cast<size_t>(x.box.volume());
-      list.push_back({x.box, std::vector<uint64_t>(n, 0), std::vector<int32_t>(n, -1)});
+      list.push_back({x.box, std::vector<uint64_t>(n, 0), std::vector<int32_t>(n, -1),
+                      std::vector<int32_t>(n, 0), std::vector<int32_t>(n, 0)});
       if (scratch_bytes)
         (*scratch_bytes)[x.device] += x.box.volume() * dtype_size(tensors[x.tensor].dtype);
     }
@@ -1205,7 +1219,10 @@ std::string check_summands(const Plan& plan, std::map<int64_t, int64_t>* scratch
       Buf* b = find_scratch(piece.tensor, sdev, region);
       if (!b) return problem = "a piece reads no scratch", void();
       size_t i = 0;
-      each_offset(region, b->box, [&](int64_t o) { value[i++] = b->mask[static_cast<size_t>(o)]; });
+      each_offset(region, b->box, [&](int64_t o) {
+        value[i++] = b->mask[static_cast<size_t>(o)];
+        ++b->reads[static_cast<size_t>(o)];
+      });
       reads.push_back({&b->written, b->box, region, stage});
     } else if (stage == 0) {
       if (piece.src_entry >= t.src.num_entries() || t.src.device(piece.src_entry) != sdev)
@@ -1227,6 +1244,18 @@ std::string check_summands(const Plan& plan, std::map<int64_t, int64_t>* scratch
     if (piece.dst_entry == kScratchEntry) {
       Buf* b = find_scratch(piece.tensor, ddev, region);
       if (!b) return problem = "a piece writes no scratch", void();
+      // The chain rule: from its own host in stage 0; from another host, a
+      // chain's link (a scratch, or in stage 0 a summand), once.
+      if (plan.topology().info(sdev).host != plan.topology().info(ddev).host) {
+        if (piece.src_entry != kScratchEntry && stage != 0)
+          return problem = "a summand crosses hosts into a scratch after stage 0", void();
+        each_offset(region, b->box, [&](int64_t o) {
+          if (++b->foreign[static_cast<size_t>(o)] > 1)
+            problem = "a scratch takes in two links from other hosts";
+        });
+      } else if (piece.src_entry == kScratchEntry || stage != 0) {
+        return problem = "a scratch written from its own host after stage 0", void();
+      }
       to = &b->mask;
       wr = &b->written;
       box = b->box;
@@ -1259,10 +1288,6 @@ std::string check_summands(const Plan& plan, std::map<int64_t, int64_t>* scratch
         if (m.stage == s)
           for (uint64_t i = 0; i < m.num_pieces; ++i) {
             const Piece& piece = part.recv_pieces[m.first_piece + i];
-            // Summands reach a scratch from its own host only.
-            if (piece.dst_entry == kScratchEntry &&
-                plan.topology().info(m.src_device).host != plan.topology().info(m.dst_device).host)
-              problem = "a summand crosses hosts into a scratch";
             apply(part, piece, s, m.src_device, m.dst_device);
           }
     }
@@ -1274,6 +1299,10 @@ std::string check_summands(const Plan& plan, std::map<int64_t, int64_t>* scratch
     });
   }
   if (!problem.empty()) return problem;
+  for (const auto& [key, list] : scratch)
+    for (const Buf& b : list)
+      for (int32_t n : b.reads)
+        if (n != 1) return "a scratch element read " + std::to_string(n) + " times";
   for (uint32_t ti = 0; ti < tensors.size(); ++ti) {
     const TensorSpec& t = tensors[ti];
     if (t.dst.partial()) continue;
@@ -1331,16 +1360,30 @@ PsumFleet psum_fleet(std::mt19937_64& rng) {
   return f;
 }
 
+// Whether a plan has a chain's link across hosts into a scratch (a scratch
+// or, in stage 0, a summand written into a scratch on another host).
+bool has_chain_link(const Plan& plan) {
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs)
+      for (uint64_t i = 0; i < m.num_pieces; ++i)
+        if (part.recv_pieces[m.first_piece + i].dst_entry == kScratchEntry &&
+            plan.topology().info(m.src_device).host != plan.topology().info(m.dst_device).host)
+          return true;
+  return false;
+}
+
 // Every plan of the partial fleets reduces exactly (through the oracle,
-// stage by stage, and check_summands: each
-// destination element gets every summand once, scratch listed and placed
-// on its holders), is deterministic, has parts equal to each process's own
-// plan, keeps scratch plus staging below the budget, and reports its
-// largest scratch (PlanStats::max_scratch_bytes).
+// stage by stage, and check_summands: each destination element gets every
+// summand once, through the holder hosts' scratches in stage order — the
+// chain rule —, scratch listed, placed on its holders and read once), is
+// deterministic, has parts equal to each process's own plan, keeps scratch
+// plus staging below the budget, and reports its largest scratch
+// (PlanStats::max_scratch_bytes). Summands on 2-3 holder hosts chain
+// (planner version 13) where the α–β model picks it.
 TEST(PlanScratch, PsumFleetsPreReduceOnTheHoldersHosts) {
   std::mt19937_64 rng(20261124);
   const int cases = 200;
-  int pre = 0, four = 0;
+  int pre = 0, four = 0, chained = 0, longer = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     const PsumFleet f = psum_fleet(rng);
@@ -1358,6 +1401,16 @@ TEST(PlanScratch, PsumFleetsPreReduceOnTheHoldersHosts) {
     EXPECT_EQ(st.max_scratch_bytes, most);
     pre += most > 0;
     four += st.stages == 4;
+    const bool chain = has_chain_link(plan);
+    chained += chain;
+    longer += st.stages > 4;
+    const std::set<int32_t> holder_hosts(f.hosts.begin(), f.hosts.begin() + f.holders);
+    if (holder_hosts.size() >= 2 && st.stages > 1 && f.in.options.alpha_seconds == 0 &&
+        f.in.options.staging_budget_bytes == 0) {
+      // Reduce-scatter (more than one stage) with no α and summands on 2
+      // or more hosts, none of them a reducer's: every part chains.
+      EXPECT_TRUE(chain) << "no chain across " << holder_hosts.size() << " holder hosts";
+    }
     const int64_t budget = f.in.options.staging_budget_bytes;
     if (budget > 0) {
       std::map<std::tuple<int64_t, uint32_t, uint32_t>, int64_t> staged;
@@ -1369,24 +1422,33 @@ TEST(PlanScratch, PsumFleetsPreReduceOnTheHoldersHosts) {
       for (const auto& [k, bytes] : staged) EXPECT_LT(bytes + scratch[std::get<0>(k)], budget);
     }
   }
-  std::printf("%d psum fleets: %d pre-reduce, %d in 4 stages\n", cases, pre, four);
+  std::printf(
+      "%d psum fleets: %d pre-reduce, %d in 4 stages, %d chain across holder hosts, %d "
+      "in more than 4 stages\n",
+      cases, pre, four, chained, longer);
   EXPECT_GT(pre, cases / 3);
   EXPECT_GT(four, cases / 10);
+  EXPECT_GT(chained, cases / 10);
+  EXPECT_GT(longer, cases / 20);
 }
 
 // The busiest NIC of partial sources with at least 2 holders (the partial
 // fleets of RandomFleetsKeepTheBusiestNicNearItsBound, left out there):
 // max(host send, host receive) against the larger of their bounds, and a
 // host's egress alone against its bound, on the 20,000 fleets of that test.
-// Asserted within 1.05x on the eligible cases: every holder on one host (2-3
-// summands there), each destination cell at least its entries x the
-// reduce-scatter floor (a quarter of what one α buys between hosts, at least
-// 4 KiB), and no staging budget or one of at least twice the tensor. Left
-// out: (a) holders on 2 hosts: each holder host sends its reduced part to
-// the reducer's host, whose ingress is then (H + R - 1)/R of its bound (H
-// holder hosts, R receiving hosts) — a limit of this planner (reducing
-// across the holder hosts first reaches the bound; docs/design.md §2.4);
-// (b) smaller cells: parts of at least the floor are fewer than the cell's
+// Asserted within 1.05x on the eligible cases: holders on one host (2-3
+// summands there) or on 2 (1-2 summands each: the chain across them,
+// planner version 13, sends each part into the reducer's host once), each
+// destination cell at least its entries x the reduce-scatter floor (a
+// quarter of what one α buys between hosts, at least 4 KiB), and no staging
+// budget or one of at least twice the tensor. Left out: (a) holders on 2
+// hosts where α > 0 and a cell is below its entries x 2 α x the inter-host
+// bandwidth: parts that small may keep the star (each holder host sends its
+// partial to the reducer's host, whose ingress is then (H + R - 1)/R of its
+// bound, H holder hosts, R receiving hosts), because the stage the chain
+// adds costs α, more than the bandwidth time of the copy it saves (a choice
+// of this planner's α–β rule, docs/design.md §2.4, not a limit of every
+// plan); (b) smaller cells: parts of at least the floor are fewer than the cell's
 // entries, so some host reduces and forwards more than its share (for m < R
 // parts, (R - 1)/m times the part's bytes against a bound of the tensor:
 // out of reach of every plan that respects the floor; between R and the
@@ -1398,7 +1460,7 @@ TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
   std::mt19937_64 rng(20261123);
   const int cases = 20000;
   std::vector<double> egress, nic;
-  int eligible = 0;
+  int eligible = 0, chained = 0;
   double worst = 0;
   for (int c = 0; c < cases; ++c) {
     Fleet fleet = random_fleet(rng, true);
@@ -1422,10 +1484,14 @@ TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
     const PlanOptions& o = fleet.in.options;
     const double floor_bytes =
         std::max(4096.0, o.alpha_seconds * o.inter_host_bytes_per_second / 4);
-    if (holder_hosts.size() > 1 || cell < static_cast<double>(entries) * floor_bytes ||
+    const bool star_may_win =
+        holder_hosts.size() > 1 && o.alpha_seconds > 0 &&
+        cell < static_cast<double>(entries) * 2 * o.alpha_seconds * o.inter_host_bytes_per_second;
+    if (star_may_win || cell < static_cast<double>(entries) * floor_bytes ||
         (o.staging_budget_bytes > 0 && o.staging_budget_bytes < 2 * bytes))
       continue;
     ++eligible;
+    chained += holder_hosts.size() > 1;
     EXPECT_LE(n, 1.05) << st.max_host_send_bytes << " / " << st.max_host_recv_bytes << " bytes";
     EXPECT_GT(st.max_scratch_bytes, 0);
     worst = std::max(worst, n);
@@ -1438,10 +1504,14 @@ TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
                 above, v.size(), v[v.size() / 2], v[v.size() * 9 / 10], v[v.size() * 99 / 100],
                 v.back());
   };
-  std::printf("partial fleets with >= 2 holders (%d eligible, worst %.3f):\n", eligible, worst);
+  std::printf(
+      "partial fleets with >= 2 holders (%d eligible, %d of them on 2 holder hosts, worst "
+      "%.3f):\n",
+      eligible, chained, worst);
   report("egress", egress);
   report("busiest NIC", nic);
   EXPECT_GE(eligible, 40);
+  EXPECT_GE(chained, 40);
 }
 
 }  // namespace

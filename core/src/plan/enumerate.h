@@ -61,11 +61,15 @@ struct Emitted {
   // the stream's k-th message, so a relay forwards chunk k once chunk k
   // arrived. 0 for pieces of no relay stream.
   uint32_t band = 0;
-  // Pre-reduction on a holder host (Enumerator::reduce_part): 1, the piece
-  // writes the scratch of source entry `dst_entry` (its owner; `local` when
-  // the sender is on the owner's device); 2, the piece reads the scratch of
-  // source entry `src_entry` and is one contribution to destination entry
-  // `dst_entry` (stage 1). 0 for every other piece.
+  // Pre-reduction on the holders' hosts (Enumerator::reduce_part): 1, the
+  // piece writes a summand of source entry `src_entry` into the scratch of
+  // source entry `dst_entry` (its owner; `local` when the sender is on the
+  // owner's device; stage 0, across hosts only as a chain's first link);
+  // 2, the piece reads the scratch of source entry `src_entry` and is one
+  // contribution to destination entry `dst_entry`; 3, a chain link: the
+  // piece reads the scratch of source entry `src_entry` and is one
+  // contribution to the scratch of source entry `dst_entry`, on another
+  // holder host. 0 for every other piece.
   uint8_t scratch = 0;
   // Enumerator::send's cache: a scratch write kept under its owner.
   bool mirror = false;
@@ -190,9 +194,14 @@ struct Route {
   // Reduce routes: whether holder hosts may pre-reduce their summands of a
   // part (Enumerator::reduce_part).
   bool pre_reduce = false;
-  // Per part: 1 when it pre-reduces, 0 when not, 2 not yet known
-  // (Enumerator::part_shift); cleared whenever the route is set.
-  mutable std::vector<uint8_t> shift;
+  // Per part: Enumerator::part_shift's value, kUnknownShift until worked
+  // out; cleared whenever the route is set.
+  static constexpr uint32_t kUnknownShift = UINT32_MAX;
+  mutable std::vector<uint32_t> shift;
+  // Whether parts whose summands sit on 2 or more holder hosts chain
+  // (Enumerator::reduce_part): -1 until worked out, from the route's
+  // smallest part; cleared with `shift`.
+  mutable int8_t chain = -1;
   size_t cell = 0;                          // the destination cell routed
   uint32_t cell_first = 0, cell_count = 0;  // the cell's entries in Geometry::cell_entries
   bool cross = false;
@@ -545,27 +554,60 @@ class Enumerator {
   // The reduce-scatter rule for a region of a partial source (see Route).
   bool reduce_route(const TensorCtx& t, size_t c, const Box& region, const uint32_t* holders,
                     size_t n, Route& r) const;
-  // Pre-reduction on the holders' hosts (planner version 11, with relays
-  // and reduce-scatter): the stage-0 pieces of part j of reduce route `r`
-  // as its reducer receives them (assign), into pre_, where every holder
-  // host other than the reducer's that sends at least 2 whole summands of
-  // the part reduces them first. Their holders send them into the Scratch
-  // of one of them, the part's *owner* on that host (the k-th of the k
-  // holders in summand order, k = (j + rot) mod k: rotating over parts),
-  // its own summand by a local piece (Emitted::scratch 1, stage 0), and the
-  // owner sends the scratch to the reducer once (Emitted::scratch 2, stage
-  // 1), appended after the others. Returns whether any host pre-reduces:
-  // the part's gather then runs a stage later (stages 2 and 3). A pure
-  // function of (tensor, cell, region, holders), like the route.
-  bool reduce_part(const TensorCtx& t, const Route& r, size_t j, const uint32_t* holders, size_t n,
-                   bool cut);
-  // 1 when part j of reduce route r pre-reduces (its gather a stage later),
-  // else 0; worked out once per part of the route.
+  // Pre-reduction on the holders' hosts (with relays and reduce-scatter):
+  // the pieces of part j of reduce route `r` that bring its summands to its
+  // reducer, into pre_. Starts from what the reducer would fetch single-hop
+  // (assign); the whole summands sent from holder hosts other than the
+  // reducer's (H of them, each sending k_h) are then reduced on the way:
+  //  - star (planner version 11): every host with k_h >= 2 reduces its
+  //    summands into the Scratch of one of its holders, the part's *owner*
+  //    there (the i-th of the k_h in summand order, i = (j + rot) mod k_h:
+  //    rotating over parts), its own summand by a local piece
+  //    (Emitted::scratch 1, stage 0), and the owner sends the scratch to
+  //    the reducer once (Emitted::scratch 2, stage 1); a host with one
+  //    summand sends it in stage 0. The reducer's host takes in H copies.
+  //  - chain (planner version 13, H >= 2): the hosts in ascending order,
+  //    rotated to start at the ((j + rot) mod H)-th, each host's summands
+  //    into its owner's scratch (stage 0; the owner the
+  //    ((j + rot) / H mod k_h)-th holder, so that a host's owners rotate
+  //    over the parts where it has the same place in the chain); the first
+  //    host's partial (its scratch, or its one summand: scratch 1 across
+  //    hosts, stage 0) goes into the next host's scratch (Emitted::scratch
+  //    3), which adds it to its own, and so on; the last host sends one
+  //    fully reduced partial to the reducer (scratch 2). Link i (from 0)
+  //    runs in stage i + s0, s0 = 1 when some host has 2 or more summands
+  //    (their scratch is complete after stage 0), else 0; the last link,
+  //    into the reducer, in H - 1 + s0 for every part of the route (a
+  //    destination entry's reductions must end before the gather copies
+  //    into it, whichever parts it reduces). The reducer's host takes in one
+  //    copy; each holder host sends the part once and takes it in unless
+  //    it starts the chain: rotating the start over parts balances the
+  //    holder hosts' ingress (each sends V and takes in about V (H - 1)/H).
+  // The chain adds H - 1 stages to the star (whose last contribution comes
+  // in stage s0) and saves H - 1 copies of the part's B bytes through the
+  // reducer's NIC, each costing B / inter_host_bytes_per_second: the route
+  // chains when its smallest part's bytes are above what one α buys between
+  // hosts, alpha_seconds x inter_host_bytes_per_second (always with α 0;
+  // smaller parts keep the star, whose fewer stages cost less than the
+  // bandwidth time it adds).
+  // Holders on the reducer's host send their summands to it in stage 0
+  // (the chain's end), as do holders of parts of summands (a summand
+  // split over replicas). Returns the stage in which the reducer receives
+  // the part's last contribution (0: no pre-reduction). A pure function of
+  // (tensor, cell, region, holders), like the route.
+  uint32_t reduce_part(const TensorCtx& t, const Route& r, size_t j, const uint32_t* holders,
+                       size_t n, bool cut);
+  // The gather's offset for part j of reduce route r: the stage in which
+  // its reducer receives the last contribution to the part (reduce_part; 0
+  // without pre-reduction, 1 after a star, the chain's last link's stage
+  // after a chain). The reduced part leaves its reducer in stage
+  // 1 + part_shift and fans out inside other hosts in 2 + part_shift.
+  // Worked out once per part of the route.
   uint32_t part_shift(const TensorCtx& t, const Route& r, size_t j, const uint32_t* holders,
                       size_t n) {
     if (!r.pre_reduce || !options_.relays) return 0;
-    if (r.shift.size() != r.parts.size()) r.shift.assign(r.parts.size(), 2);
-    if (r.shift[j] == 2) r.shift[j] = reduce_part(t, r, j, holders, n, true) ? 1 : 0;
+    if (r.shift.size() != r.parts.size()) r.shift.assign(r.parts.size(), Route::kUnknownShift);
+    if (r.shift[j] == Route::kUnknownShift) r.shift[j] = reduce_part(t, r, j, holders, n, true);
     return r.shift[j];
   }
   // The leader of part j on the host at CellHosts index `hi`.
@@ -655,6 +697,7 @@ class Enumerator {
   std::map<std::tuple<GeoKey, int64_t, size_t>, CrossLayout> layouts_;
   std::vector<Emitted> pre_;                             // reduce_part()
   std::vector<std::pair<int32_t, uint32_t>> pre_hosts_;  // (source host, index in pre_)
+  std::vector<size_t> chain_;                            // reduce_part(): host group starts
   std::vector<Box> lin_boxes_;
   // cross_gate(): per key (see there) whether the group is uniform and
   // crosses, and its last answer: tensor, cell (SIZE_MAX: every cell).
@@ -1085,6 +1128,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
   r.reduce = false;
   r.cell = c;
   r.shift.clear();
+  r.chain = -1;
   if (t.S > 1) return reduce_route(t, c, region, holders, n, r);
   if (!options_.relays || t.S > 1 || t.T > 1 || n == 0) return false;
   const CellHosts& ch = cell_hosts(t);
@@ -1880,13 +1924,13 @@ inline uint32_t Enumerator::leader(const Route& r, size_t hi, size_t j) const {
   return ch_->members[b + (k + r.rot) % (end - b)];
 }
 
-inline bool Enumerator::reduce_part(const TensorCtx& t, const Route& r, size_t j,
-                                    const uint32_t* holders, size_t n, bool cut) {
+inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size_t j,
+                                        const uint32_t* holders, size_t n, bool cut) {
   pre_.clear();
   const uint32_t red = reducer(t, r, j);
   const Box& part = r.parts[j];
   assign(t, red, part, holders, n, cut, [&](const Emitted& x) { pre_.push_back(x); });
-  if (!options_.relays || !r.pre_reduce || pre_.size() < 2) return false;
+  if (!options_.relays || !r.pre_reduce || pre_.size() < 2) return 0;
   // Whole summands of the part sent from each host but the reducer's.
   const int32_t rhost = t.dt->host[red];
   pre_hosts_.clear();
@@ -1896,31 +1940,96 @@ inline bool Enumerator::reduce_part(const TensorCtx& t, const Route& r, size_t j
     const int32_t h = t.st->host[x.src_entry];
     if (h != rhost) pre_hosts_.emplace_back(h, static_cast<uint32_t>(i));
   }
-  if (pre_hosts_.size() < 2) return false;
+  if (pre_hosts_.size() < 2) return 0;
   std::sort(pre_hosts_.begin(), pre_hosts_.end());
-  const size_t before = pre_.size();
+  // The hosts' groups in pre_hosts_: [chain_[i], chain_[i + 1]).
+  chain_.clear();
+  bool multi = false;
   for (size_t b = 0; b < pre_hosts_.size();) {
     size_t end = b + 1;
     while (end < pre_hosts_.size() && pre_hosts_[end].first == pre_hosts_[b].first) ++end;
-    const size_t k = end - b;
-    if (k >= 2) {
-      const uint32_t owner = pre_[pre_hosts_[b + (j + r.rot) % k].second].src_entry;
-      const int64_t odev = t.sg->devices[owner];
-      for (size_t i = b; i < end; ++i) {
-        Emitted& x = pre_[pre_hosts_[i].second];
-        x.dst_entry = owner;
-        x.own_region = true;
-        x.local = t.sg->devices[x.src_entry] == odev;
-        x.scratch = 1;
-      }
-      Emitted y{owner, red, part, true, false, false};
-      y.stage = 1;
-      y.scratch = 2;
-      pre_.push_back(y);
-    }
+    chain_.push_back(b);
+    multi |= end - b >= 2;
     b = end;
   }
-  return pre_.size() > before;
+  chain_.push_back(pre_hosts_.size());
+  const size_t H = chain_.size() - 1;
+  // The owner of host group g: its ((j + rot) / div mod k)-th holder (div
+  // 1 for the star; H for a chain, whose hosts take each place in the
+  // chain every H parts: so each host's owners rotate over the parts where
+  // it has the same place, and each link's sends spread over its holders).
+  auto owner_of = [&](size_t g, size_t div) {
+    const size_t b = chain_[g], k = chain_[g + 1] - b;
+    return pre_[pre_hosts_[b + (j + r.rot) / div % k].second].src_entry;
+  };
+  // Every summand of group g into its owner's scratch (stage 0).
+  auto into_owner = [&](size_t g, uint32_t owner) {
+    const int64_t odev = t.sg->devices[owner];
+    for (size_t i = chain_[g]; i < chain_[g + 1]; ++i) {
+      Emitted& x = pre_[pre_hosts_[i].second];
+      x.dst_entry = owner;
+      x.own_region = true;
+      x.local = t.sg->devices[x.src_entry] == odev;
+      x.scratch = 1;
+    }
+  };
+  // Chain or star, once per route: by its smallest part.
+  if (r.chain < 0) {
+    int64_t least = INT64_MAX;
+    for (const Box& p : r.parts) least = std::min(least, p.volume());
+    r.chain = static_cast<double>(least) * static_cast<double>(t.esize) >
+                      options_.alpha_seconds * options_.inter_host_bytes_per_second
+                  ? 1
+                  : 0;
+  }
+  if (H >= 2 && r.chain == 1) {
+    // Link i (from 0) from the i-th host after `first` to the next, in
+    // stage i + (multi ? 1 : 0); a first host with one summand sends it
+    // into the next host's scratch in stage 0 instead.
+    const size_t first = (j + r.rot) % H;
+    const bool single_first = chain_[first + 1] - chain_[first] == 1;
+    const uint32_t base = multi ? 1 : 0;
+    uint32_t from = 0;
+    for (size_t i = 0; i < H; ++i) {
+      const size_t g = (first + i) % H;
+      const uint32_t owner = owner_of(g, H);
+      if (i == 0 && single_first) {
+        from = pre_hosts_[chain_[g]].second;  // its summand, sent in stage 0
+        continue;
+      }
+      into_owner(g, owner);
+      if (i == 1 && single_first) {
+        Emitted& x = pre_[from];
+        x.dst_entry = owner;
+        x.own_region = true;
+        x.local = false;
+        x.scratch = 1;
+      } else if (i > 0) {
+        Emitted y{pre_[from].dst_entry, owner, part, true, false, false};
+        y.stage = static_cast<uint32_t>(i - 1) + base;
+        y.scratch = 3;
+        pre_.push_back(y);
+      }
+      // `from` names a piece into this owner's scratch (its dst_entry).
+      from = pre_hosts_[chain_[g]].second;
+    }
+    Emitted y{pre_[from].dst_entry, red, part, true, false, false};
+    y.stage = static_cast<uint32_t>(H - 1) + base;
+    y.scratch = 2;
+    pre_.push_back(y);
+    return y.stage;
+  }
+  if (!multi) return 0;
+  for (size_t g = 0; g < H; ++g) {
+    if (chain_[g + 1] - chain_[g] < 2) continue;
+    const uint32_t owner = owner_of(g, 1);
+    into_owner(g, owner);
+    Emitted y{owner, red, part, true, false, false};
+    y.stage = 1;
+    y.scratch = 2;
+    pre_.push_back(y);
+  }
+  return 1;
 }
 
 template <class F>
@@ -2186,10 +2295,10 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
   const int64_t sdev = t.sg->devices[r];
   const int32_t ssum = t.sg->summands[r];
   // Network pieces r sends; for pre-reductions (Emitted::scratch) also the
-  // scratch writes into r's scratch (from r itself: local) and its
-  // scratch's sends.
+  // scratch writes into r's scratch (from r itself: local, or a chain's
+  // link from another host) and its scratch's sends.
   auto keep = [&](const Emitted& p) {
-    if (p.scratch == 1) {
+    if (p.scratch == 1 || p.scratch == 3) {
       if (p.src_entry == r || p.dst_entry == r) f(p);
       return;
     }
@@ -2264,7 +2373,7 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
     std::vector<Emitted>& pieces = it->second;
     if (fresh) {
       recv(t, e, [&](const Emitted& p) {
-        if (p.scratch == 1 && !p.local) {
+        if ((p.scratch == 1 && !p.local) || p.scratch == 3) {
           pieces.push_back(p);
           pieces.back().mirror = true;
         }

@@ -60,8 +60,11 @@ namespace {
 // whose single-hop plan would load a holder host above kCrossGain times what
 // each receiving host takes in; 12: partial sources
 // pre-reduced on the holders' hosts into planner-sized scratch, the gather
-// of such parts a stage later).
-constexpr uint64_t kPlannerVersion = 12;
+// of such parts a stage later; 13: a part's summands on 2 or more holder
+// hosts besides the reducer's reduced along a chain of those hosts, scratch
+// into scratch, rotated over parts, where the α–β model says the stages it
+// adds cost less than the copies it saves into the reducer's host).
+constexpr uint64_t kPlannerVersion = 13;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -341,8 +344,8 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
       reset();
       const auto table = out.recvs.table_for(own);  // stage 0, band 0: most pieces
       en.recv(t, *it, [&](const Emitted& x) {
-        if (x.scratch == 1) return;  // into a holder's scratch: its process's
-        if (x.scratch == 2) {        // a holder host's scratch, reduced
+        if (x.scratch == 1 || x.scratch == 3) return;  // into a holder's scratch: its process's
+        if (x.scratch == 2) {                          // a holder host's scratch, reduced
           deferred.push_back({1, own, t.st->dense[x.src_entry], x});
           return;
         }
@@ -388,6 +391,15 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
             deferred.push_back({1, own, t.st->dense[x.src_entry], x});
           return;
         }
+        if (x.scratch == 3) {  // a chain's link: from this entry's scratch or into it
+          if (x.src_entry == *it) {
+            deferred.push_back({0, own, t.st->dense[x.dst_entry], x});
+            out.scratch.push_back({t.index, ctx.devices[own], x.region});
+          } else {
+            deferred.push_back({1, own, t.st->dense[x.src_entry], x});
+          }
+          return;
+        }
         if (x.scratch == 2) {  // this entry's scratch to the part's reducer
           deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
           out.scratch.push_back({t.index, ctx.devices[own], x.region});
@@ -414,8 +426,8 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     });
     for (const Deferred& d : deferred) {
       const Emitted& x = d.x;
-      Piece piece{t.index, x.scratch == 2 ? kScratchEntry : x.src_entry,
-                  x.scratch == 1 ? kScratchEntry : x.dst_entry,
+      Piece piece{t.index, x.scratch == 2 || x.scratch == 3 ? kScratchEntry : x.src_entry,
+                  x.scratch == 1 || x.scratch == 3 ? kScratchEntry : x.dst_entry,
                   static_cast<uint32_t>(out.regions.size())};
       out.regions.push_back(x.region);
       const int64_t bytes = x.region.volume() * t.esize;

@@ -248,8 +248,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                      int64_t& group_pieces) {
     // A piece into a holder's scratch goes to that source entry's device
     // rather than e's (Emitted::scratch).
-    const GeoTopo& to = x.scratch == 1 ? *t.st : *t.dt;
-    if (x.scratch == 1) e = x.dst_entry;
+    const bool into_scratch = x.scratch == 1 || x.scratch == 3;
+    const GeoTopo& to = into_scratch ? *t.st : *t.dt;
+    if (into_scratch) e = x.dst_entry;
     const uint32_t dd = to.dense[e];
     ++group_pieces;
     const int64_t bytes = x.region.volume() * esum;
@@ -257,7 +258,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     // scratch's its owner, a source entry.
     const GeoTopo& from = x.relay() && x.scratch == 0 ? *t.dt : *t.st;
     const uint32_t sd = from.dense[x.src_entry];
-    if (x.scratch == 2) {
+    if (x.scratch == 2 || x.scratch == 3) {  // every scratch is read once
       if (scratch_bytes.empty()) scratch_bytes.assign(ndev, 0);
       scratch_bytes[sd] += bytes;
     }
