@@ -7,6 +7,7 @@
 // tests (check_stats) compare the statistics with the parts themselves.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
@@ -297,6 +298,55 @@ TEST(PlanStatsFastPath, UnevenHolderFleetsMatchTheEnumeration) {
     crossed += st.stages == 3 || (st.stages == 2 && members == 1);
   }
   EXPECT_GT(crossed, cases / 4) << "cases relayed across hosts";
+}
+
+// Partial sources on 2-3 holder hosts (planner version 13: chains across
+// them, scratch into scratch, more than 4 stages): the statistics of two
+// tensors of one shape and different element sizes (grouped, scaled by
+// bytes per element; the chain's choice depends on them) against the
+// enumeration of every piece.
+TEST(PlanStatsFastPath, PsumChainFleetsMatchTheEnumeration) {
+  std::mt19937_64 rng(20261129);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int cases = 120;
+  int chained = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t holder_hosts = uni(2, 3), holders = uni(holder_hosts, 6);
+    const int64_t receiving = uni(1, 3), members = uni(1, 3);
+    PlanInput in;
+    for (int64_t d = 0; d < holders; ++d) {
+      const auto h = static_cast<int32_t>(d < holder_hosts ? d : uni(0, holder_hosts - 1));
+      in.topology.add({d, h, h, 0});
+    }
+    for (int64_t i = 0; i < receiving * members; ++i) {
+      const auto h = static_cast<int32_t>(holder_hosts + i / members);
+      in.topology.add({holders + i, h, h, 0});
+    }
+    const int rank = static_cast<int>(uni(1, 2));
+    std::vector<int64_t> shape;
+    for (int d = 0; d < rank; ++d) shape.push_back(rank == 1 ? uni(2000, 200000) : uni(40, 400));
+    NamedSharding src = named(mesh({"a"}, {holders}, 0),
+                              std::vector<std::vector<std::string>>(static_cast<size_t>(rank)));
+    src.partial_axes = {"a"};
+    std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
+    if (members > 1 && uni(0, 1)) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
+    const FleetLayouts f{shape, src,
+                         named(mesh({"r", "k"}, {receiving, members}, holders), dst_dims)};
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
+    add_tensors(in, f, {dtypes[uni(0, 2)], dtypes[uni(0, 2)]});
+    in.options.split_min_bytes = 256;
+    in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
+    const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(in));
+    const PlanStats st = run_stats(in, true, true).st;
+    chained += st.stages >= 5;
+  }
+  std::printf("%d of %d psum fleets in 5 stages or more (chains)\n", chained, cases);
+  EXPECT_GT(chained, cases / 4) << "cases that chain across 2 or more holder hosts";
 }
 
 // A region no source device holds: both ways report the piece the
