@@ -113,7 +113,8 @@ inline constexpr uint32_t kScratchEntry = 0xfffffffeu;
 // `box` of tensor `tensor` in the tensor's dtype, row-major like a
 // destination entry of that box. Scratch is used for partial sources only
 // (reduction trees: summands reduced on their holders' host before they
-// cross to the destination's reducer). It starts at the identity of the
+// cross to the destination's reducer, and chains across holder hosts,
+// where a piece reads one host's scratch into the next host's). It starts at the identity of the
 // source's reduce op; every piece written into it is combined into it with
 // that op (in the executors' accumulator precision, stored in the dtype
 // once its last contribution arrived); a piece that reads it (stage > 0)
@@ -216,7 +217,9 @@ struct PlanStats {
   double lower_bound_cost_seconds = 0;
   double plan_seconds = 0;  // wall time make_plan took here; not encoded (0 after decode)
   // Steps of the plan, each reading only what earlier ones wrote: 0 for no
-  // work, 1 for a single-hop plan, 2 when relays forward (stage 1).
+  // work, 1 for a single-hop plan, 2 when relays forward (stage 1), more
+  // for relays across hosts, pre-reductions and chains across holder hosts
+  // (no limit).
   int32_t stages = 0;
   // Host level. A host's network traffic is what its devices send to, or
   // receive from, devices of other hosts. Bounds: the bytes a host needs
