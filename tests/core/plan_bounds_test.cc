@@ -1432,6 +1432,36 @@ TEST(PlanScratch, PsumFleetsPreReduceOnTheHoldersHosts) {
   EXPECT_GT(longer, cases / 20);
 }
 
+// Summands on 3 hosts that hold no destination (one each) and on a host of
+// the destination cell (2): the 3 chain (planner version 13), scratch into
+// scratch, while the cell's host, which takes in the gather and reduces parts
+// of its own, never takes in a chain's link: its summands go to the reducers
+// on its host in stage 0, and as a star (its scratch in stage 1) to those
+// on the other host. Exact after every stage, the same process parts.
+TEST(PlanScratch, ChainSkipsHoldersOnTheCellsHosts) {
+  const std::vector<int32_t> hosts = {0, 1, 2, 3, 3, 3, 3, 4, 4};
+  PlanInput in = one_tensor({96, 200}, DType::kF32, named(mesh({"a"}, {5}, 0), {{}, {}}, {"a"}),
+                            named(mesh({"r", "k"}, {2, 2}, 5), {{}, {}}), hosts);
+  in.options.alpha_seconds = 0;
+  const Plan plan = make_plan(in);
+  const PlanStats& st = plan.stats();
+  EXPECT_EQ(st.stages, 5);  // links in stages 0-2, the gather in 3-4
+  EXPECT_TRUE(has_chain_link(plan));
+  ASSERT_EQ(check_summands(plan), "");
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs)
+      for (uint64_t i = 0; i < m.num_pieces; ++i) {
+        if (part.recv_pieces[m.first_piece + i].dst_entry == kScratchEntry &&
+            plan.topology().info(m.src_device).host != plan.topology().info(m.dst_device).host) {
+          EXPECT_LT(plan.topology().info(m.dst_device).host, 3) << "a link into the cell's host";
+        }
+      }
+  ASSERT_NO_FATAL_FAILURE(execute_every_stage(plan, 2));
+  for (int32_t p : plan.processes())
+    ASSERT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), plan.part(p))
+        << "process " << p;
+}
+
 // The busiest NIC of partial sources with at least 2 holders (the partial
 // fleets of RandomFleetsKeepTheBusiestNicNearItsBound, left out there):
 // max(host send, host receive) against the larger of their bounds, and a

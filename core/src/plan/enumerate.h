@@ -566,25 +566,29 @@ class Enumerator {
   //    (Emitted::scratch 1, stage 0), and the owner sends the scratch to
   //    the reducer once (Emitted::scratch 2, stage 1); a host with one
   //    summand sends it in stage 0. The reducer's host takes in H copies.
-  //  - chain (planner version 13, H >= 2): the hosts in ascending order,
-  //    rotated to start at the ((j + rot) mod H)-th, each host's summands
+  //  - chain (planner version 13): the hosts among the H that host no
+  //    entry of the cell (L of them, L >= 2; the others keep the star: a
+  //    host of the cell takes in the gather and reduces parts of its own,
+  //    so moving the copies into the reducer's host onto it balances
+  //    nothing, as in a psum in place) in ascending order,
+  //    rotated to start at the ((j + rot) mod L)-th, each host's summands
   //    into its owner's scratch (stage 0; the owner the
-  //    ((j + rot) / H mod k_h)-th holder, so that a host's owners rotate
+  //    ((j + rot) / L mod k_h)-th holder, so that a host's owners rotate
   //    over the parts where it has the same place in the chain); the first
   //    host's partial (its scratch, or its one summand: scratch 1 across
   //    hosts, stage 0) goes into the next host's scratch (Emitted::scratch
   //    3), which adds it to its own, and so on; the last host sends one
   //    fully reduced partial to the reducer (scratch 2). Link i (from 0)
-  //    runs in stage i + s0, s0 = 1 when some host has 2 or more summands
-  //    (their scratch is complete after stage 0), else 0; the last link,
-  //    into the reducer, in H - 1 + s0 for every part of the route (a
+  //    runs in stage i + s0, s0 = 1 when some chained host has 2 or more
+  //    summands (their scratch is complete after stage 0), else 0; the last
+  //    link, into the reducer, in L - 1 + s0 for every part of the route (a
   //    destination entry's reductions must end before the gather copies
   //    into it, whichever parts it reduces). The reducer's host takes in one
   //    copy; each holder host sends the part once and takes it in unless
   //    it starts the chain: rotating the start over parts balances the
-  //    holder hosts' ingress (each sends V and takes in about V (H - 1)/H).
-  // The chain adds H - 1 stages to the star (whose last contribution comes
-  // in stage s0) and saves H - 1 copies of the part's B bytes through the
+  //    holder hosts' ingress (each sends V and takes in about V (L - 1)/L).
+  // The chain adds L - 1 stages to the star (whose last contribution comes
+  // in stage s0) and saves L - 1 copies of the part's B bytes through the
   // reducer's NIC, each costing B / inter_host_bytes_per_second: the route
   // chains when its smallest part's bytes are above what one α buys between
   // hosts, alpha_seconds x inter_host_bytes_per_second (always with α 0;
@@ -697,7 +701,8 @@ class Enumerator {
   std::map<std::tuple<GeoKey, int64_t, size_t>, CrossLayout> layouts_;
   std::vector<Emitted> pre_;                             // reduce_part()
   std::vector<std::pair<int32_t, uint32_t>> pre_hosts_;  // (source host, index in pre_)
-  std::vector<size_t> chain_;                            // reduce_part(): host group starts
+  std::vector<size_t> chain_;  // reduce_part(): host group starts in pre_hosts_
+  std::vector<size_t> links_;  // reduce_part(): the groups that may chain
   std::vector<Box> lin_boxes_;
   // cross_gate(): per key (see there) whether the group is uniform and
   // crosses, and its last answer: tensor, cell (SIZE_MAX: every cell).
@@ -1944,19 +1949,35 @@ inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size
   std::sort(pre_hosts_.begin(), pre_hosts_.end());
   // The hosts' groups in pre_hosts_: [chain_[i], chain_[i + 1]).
   chain_.clear();
-  bool multi = false;
   for (size_t b = 0; b < pre_hosts_.size();) {
     size_t end = b + 1;
     while (end < pre_hosts_.size() && pre_hosts_[end].first == pre_hosts_[b].first) ++end;
     chain_.push_back(b);
-    multi |= end - b >= 2;
     b = end;
   }
   chain_.push_back(pre_hosts_.size());
   const size_t H = chain_.size() - 1;
+  // The groups that may chain: hosts with no entry of the cell, whose
+  // ingress the cell leaves idle (a chain moves H - 1 copies of the part
+  // from the reducer's host's ingress to theirs; on a host of the cell,
+  // which takes in the gather and reduces parts of its own, that would
+  // balance nothing: a psum in place keeps the star).
+  links_.clear();
+  bool link_multi = false;
+  {
+    const CellHosts& ch = cell_hosts(t);
+    const auto hb = ch.hosts.begin() + static_cast<std::ptrdiff_t>(ch.cell_offsets[r.cell]);
+    const auto he = ch.hosts.begin() + static_cast<std::ptrdiff_t>(ch.cell_offsets[r.cell + 1]);
+    for (size_t g = 0; g < H; ++g) {
+      if (std::binary_search(hb, he, pre_hosts_[chain_[g]].first)) continue;
+      links_.push_back(g);
+      link_multi |= chain_[g + 1] - chain_[g] >= 2;
+    }
+  }
+  const size_t L = links_.size();
   // The owner of host group g: its ((j + rot) / div mod k)-th holder (div
-  // 1 for the star; H for a chain, whose hosts take each place in the
-  // chain every H parts: so each host's owners rotate over the parts where
+  // 1 for the star; L for a chain, whose hosts take each place in the
+  // chain every L parts: so each host's owners rotate over the parts where
   // it has the same place, and each link's sends spread over its holders).
   auto owner_of = [&](size_t g, size_t div) {
     const size_t b = chain_[g], k = chain_[g + 1] - b;
@@ -1982,17 +2003,40 @@ inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size
                   ? 1
                   : 0;
   }
-  if (H >= 2 && r.chain == 1) {
-    // Link i (from 0) from the i-th host after `first` to the next, in
-    // stage i + (multi ? 1 : 0); a first host with one summand sends it
-    // into the next host's scratch in stage 0 instead.
-    const size_t first = (j + r.rot) % H;
-    const bool single_first = chain_[first + 1] - chain_[first] == 1;
-    const uint32_t base = multi ? 1 : 0;
+  // Groups that do not chain: the star (k >= 2: their scratch to the
+  // reducer in stage 1; one summand: sent in stage 0). Returns 1 when any
+  // pre-reduces, else 0.
+  auto star = [&](bool chained) -> uint32_t {
+    uint32_t last = 0;
+    for (size_t g = 0, l = 0; g < H; ++g) {
+      if (chained && l < L && links_[l] == g) {
+        ++l;
+        continue;
+      }
+      if (chain_[g + 1] - chain_[g] < 2) continue;
+      const uint32_t owner = owner_of(g, 1);
+      into_owner(g, owner);
+      Emitted y{owner, red, part, true, false, false};
+      y.stage = 1;
+      y.scratch = 2;
+      pre_.push_back(y);
+      last = 1;
+    }
+    return last;
+  };
+  if (L >= 2 && r.chain == 1) {
+    // Link i (from 0) from the i-th chain host after `first` to the next,
+    // in stage i + base, base = 1 when some chain host has 2 or more
+    // summands, else 0; a first host with one summand sends it into the
+    // next host's scratch in stage 0 instead. The last link, into the
+    // reducer, in L - 1 + base (>= 1, so after the star's stage-1 scratch).
+    const size_t first = (j + r.rot) % L;
+    const bool single_first = chain_[links_[first] + 1] - chain_[links_[first]] == 1;
+    const uint32_t base = link_multi ? 1 : 0;
     uint32_t from = 0;
-    for (size_t i = 0; i < H; ++i) {
-      const size_t g = (first + i) % H;
-      const uint32_t owner = owner_of(g, H);
+    for (size_t i = 0; i < L; ++i) {
+      const size_t g = links_[(first + i) % L];
+      const uint32_t owner = owner_of(g, L);
       if (i == 0 && single_first) {
         from = pre_hosts_[chain_[g]].second;  // its summand, sent in stage 0
         continue;
@@ -2014,22 +2058,13 @@ inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size
       from = pre_hosts_[chain_[g]].second;
     }
     Emitted y{pre_[from].dst_entry, red, part, true, false, false};
-    y.stage = static_cast<uint32_t>(H - 1) + base;
+    y.stage = static_cast<uint32_t>(L - 1) + base;
     y.scratch = 2;
     pre_.push_back(y);
+    star(true);
     return y.stage;
   }
-  if (!multi) return 0;
-  for (size_t g = 0; g < H; ++g) {
-    if (chain_[g + 1] - chain_[g] < 2) continue;
-    const uint32_t owner = owner_of(g, 1);
-    into_owner(g, owner);
-    Emitted y{owner, red, part, true, false, false};
-    y.stage = 1;
-    y.scratch = 2;
-    pre_.push_back(y);
-  }
-  return 1;
+  return star(false);
 }
 
 template <class F>
