@@ -941,6 +941,32 @@ TEST(PlanBounds, PartialSumGatherEntersEachHostOnce) {
   EXPECT_EQ(d.stages, 2);
 }
 
+// The reduce-scatter's reducers go round-robin over the cell's hosts, then
+// over the entries within a host (planner version 14): 4 parts of a cell of
+// 2 hosts x 3 devices are reduced 2 on each host, so each host sends 2 reduced
+// parts across (rotating over the cell's entries in order, one host reduced 3
+// and sent 3 quarters of the tensor, the other one quarter).
+TEST(PlanBounds, ReducersSpreadOverTheCellsHosts) {
+  const std::vector<int32_t> hosts = {0, 0, 1, 1, 1, 2, 2, 2};
+  PlanInput in = one_tensor({4500}, DType::kF32, named(mesh({"a"}, {2}, 0), {{}}, {"a"}),
+                            named(mesh({"r", "k"}, {2, 3}, 2), {{}}), hosts);
+  in.options.alpha_seconds = 0;  // parts of at least 4 KiB: 4 of 18,000 bytes
+  const int64_t V = 4500 * 4;
+  const Plan plan = make_plan(in);
+  std::map<int32_t, int64_t> sent;  // cross-host bytes per sending host
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs) {
+      const int32_t from = in.topology.info(m.src_device).host;
+      if (from != in.topology.info(m.dst_device).host) sent[from] += m.bytes;
+    }
+  EXPECT_EQ(sent[1], V / 2);
+  EXPECT_EQ(sent[2], V / 2);
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views);
+  EXPECT_TRUE(check_destinations(plan, buffers).ok());
+}
+
 // Replicas of a shard on one host share the sending: each of the 8 source
 // devices sends a quarter of what tp=4 needs from its shard.
 TEST(PlanBounds, ReplicasOnOneHostShareTheLoad) {

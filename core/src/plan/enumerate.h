@@ -524,9 +524,14 @@ class Enumerator {
   static bool arrives_first(const Route& r, size_t j, size_t idx) {
     return !r.cross || r.part_entry[j] < 0 || static_cast<size_t>(r.part_entry[j]) == idx;
   }
-  // The reducer of part j (reduce routes).
-  uint32_t reducer(const TensorCtx& t, const Route& r, size_t j) const {
-    return t.dg->cell_entries[r.cell_first + (j + r.rot) % r.cell_count];
+  // The reducer of part j (reduce routes): parts go round-robin over the
+  // cell's hosts (CellHosts order), then over the entries within a host, from
+  // the route's rotation, so no host reduces more than ceil(parts / hosts).
+  uint32_t reducer(const TensorCtx&, const Route& r, size_t j) const {
+    const uint64_t q = j + r.rot, nh = r.cell_end - r.cell_begin;
+    const size_t hi = r.cell_begin + static_cast<size_t>(q % nh);
+    const uint32_t b = ch_->member_offsets[hi], end = ch_->member_offsets[hi + 1];
+    return ch_->members[b + static_cast<uint32_t>((q / nh) % (end - b))];
   }
   // The CellHosts index of destination entry e's host in cell c (one of e's).
   size_t host_slot(const TensorCtx& t, uint32_t e, size_t c) {
@@ -1085,7 +1090,13 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
   r.reduce = false;
   r.cell = c;
   r.shift.clear();
-  if (t.S > 1) return reduce_route(t, c, region, holders, n, r);
+  if (t.S > 1) {
+    if (!options_.reduce_scatter || t.T > 1 || n == 0) return false;
+    const CellHosts& ch = cell_hosts(t);  // reducer() and the gather read ch_
+    r.cell_begin = ch.cell_offsets[c];
+    r.cell_end = ch.cell_offsets[c + 1];
+    return reduce_route(t, c, region, holders, n, r);
+  }
   if (!options_.relays || t.S > 1 || t.T > 1 || n == 0) return false;
   const CellHosts& ch = cell_hosts(t);
   r.cell_begin = ch.cell_offsets[c];

@@ -59,8 +59,11 @@ namespace {
 // whose single-hop plan would load a holder host above kCrossGain times what
 // each receiving host takes in; 12: partial sources
 // pre-reduced on the holders' hosts into planner-sized scratch, the gather
-// of such parts a stage later).
-constexpr uint64_t kPlannerVersion = 12;
+// of such parts a stage later; 14: the
+// reduce-scatter's reducers round-robin over the cell's hosts, cells below
+// two parts reduced as one part where the α–β model says so, and parts
+// fewer than the cell's hosts gathered along a chain or a tree of hosts).
+constexpr uint64_t kPlannerVersion = 14;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
