@@ -1,5 +1,6 @@
 // make_plan: validation, per-process parts, global statistics, fingerprint.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -320,14 +321,16 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     piece.region = static_cast<uint32_t>(out.regions.size());
     out.regions.push_back(x.region);
   };
+  // Slot tables per (stage, band), fetched when first needed; as many
+  // stages as the pieces name.
+  constexpr size_t kBands = static_cast<size_t>(planning::kRelayBands);
+  std::vector<std::array<MessageBuckets::Table, kBands>> tables;
   for (size_t ti = t0; ti < t1; ++ti) {
     const TensorCtx& t = ctx.tensors[ti];
     // Receiver side: every piece whose destination is on p.
     auto [db, de] = entries_on(*t.dt, p);
-    // Slot tables per (stage, band), fetched when first needed.
-    constexpr size_t kBands = static_cast<size_t>(planning::kRelayBands);
-    MessageBuckets::Table tables[4][kBands];
     auto table_of = [&](MessageBuckets& b, uint32_t own, uint32_t stage, uint32_t band) {
+      if (tables.size() <= stage) tables.resize(stage + 1);
       MessageBuckets::Table& tb = tables[stage][band];
       if (!tb) tb = b.table_for(own, stage, band);
       return tb;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <set>
 #include <tuple>
@@ -91,12 +92,13 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   struct Acc {
     int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
   };
-  // Per stage (0: from the sources; 1, 2: relays forwarding) and device.
-  // Per stage (0: from the sources; 1-3: relays forwarding, scratch sent
-  // to its reducer, and the gather after a pre-reduction) and device.
-  constexpr int kStages = 4;
-  std::vector<Acc> stage_acc[kStages] = {std::vector<Acc>(ndev), std::vector<Acc>(ndev),
-                                         std::vector<Acc>(ndev), std::vector<Acc>(ndev)};
+  // Per stage (0: from the sources; later ones: relays forwarding, scratch
+  // sent along a reduction's chain and to its reducer, and the gather after
+  // it) and device; as many stages as the pieces name (grown by
+  // stage_grow). Deques: growing them keeps references to earlier stages'
+  // rows and maps valid (acc, StreamRef::plain).
+  std::deque<std::vector<Acc>> stage_acc;
+  stage_acc.emplace_back(ndev);
   // Scratch bytes per device (pre-reduction).
   std::vector<int64_t> scratch_bytes;
   int32_t last_stage = 0;
@@ -117,7 +119,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   const bool dense_pairs = ndev <= 16384;
   const size_t words = (ndev + 63) / 64;
   std::vector<uint64_t> bits(dense_pairs ? ndev * words : 0);
-  std::unordered_set<uint64_t> pair_set, relay_pairs[kStages];
+  std::unordered_set<uint64_t> pair_set;
+  std::deque<std::unordered_set<uint64_t>> relay_pairs(1);
   // Each pair in a hash set or map costs about kPairBytes; checked as the
   // sets grow, so that a plan where every device talks to every other is
   // refused at the limit instead of exhausting memory.
@@ -168,7 +171,16 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                "use a coarser layout (fewer devices, or gather within groups first), or raise "
                "the limit (-1: no limit)");
   }
-  std::unordered_map<uint64_t, int64_t> pair_sparse, relay_bytes[kStages];
+  std::unordered_map<uint64_t, int64_t> pair_sparse;
+  std::deque<std::unordered_map<uint64_t, int64_t>> relay_bytes(1);
+  // Makes room for stage s in the per-stage rows and maps.
+  auto stage_grow = [&](uint32_t s) {
+    while (stage_acc.size() <= s) {
+      stage_acc.emplace_back(ndev);
+      relay_pairs.emplace_back();
+      relay_bytes.emplace_back();
+    }
+  };
   // Streams cut into relay bands (enumerate.h, Bands): per (stage, source,
   // destination) — stage << 40 | source dense << 20 | destination dense —
   // the bands above 0 it carries, each its own message (band 0 travels with
@@ -268,6 +280,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       return;
     }
     const bool inter = from.host[x.src_entry] != to.host[e];
+    stage_grow(x.stage);
     std::vector<Acc>& sacc = stage_acc[x.stage];
     sacc[sd].send += bytes;
     sacc[dd].recv += bytes;
@@ -366,6 +379,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       (*counts)[sd].regions += copies * added;
     }
     const int64_t bytes = part.volume() * esum;
+    stage_grow(stage);
     std::vector<Acc>& sacc = stage_acc[stage];
     sacc[sd].send += bytes;
     sacc[dd].recv += bytes;
@@ -693,6 +707,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                 continue;
               }
               const uint32_t ld = tc.dt->dense[leader];
+              stage_grow(1);
               stage_acc[1][ld].send += bytes;
               stage_acc[1][dd].recv += bytes;
               if (tc.dt->process[leader] != tc.dt->process[e]) st.cross_process_bytes += bytes;
@@ -828,8 +843,10 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // Streams (device pairs with a message) per device: stage 0 from the bit
   // rows or the pair set, stage 1 from the relay pairs.
   std::vector<int64_t> send_msgs(ndev, 0), recv_msgs(ndev, 0);
-  std::vector<int64_t> stage_send_msgs[kStages] = {std::vector<int64_t>(ndev, 0)};
-  std::vector<int64_t> stage_recv_msgs[kStages] = {std::vector<int64_t>(ndev, 0)};
+  const auto nstages = static_cast<int>(stage_acc.size());
+  std::vector<std::vector<int64_t>> stage_send_msgs(stage_acc.size(),
+                                                    std::vector<int64_t>(ndev, 0));
+  std::vector<std::vector<int64_t>> stage_recv_msgs = stage_send_msgs;
   if (dense_pairs) {
     for (size_t dd = 0; dd < ndev; ++dd) {
       uint64_t* row = bits.data() + dd * words;
@@ -849,9 +866,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       ++stage_recv_msgs[0][pr & 0xffffffffu];
     }
   }
-  for (int s = 1; s < kStages; ++s) {
-    stage_send_msgs[s].assign(ndev, 0);
-    stage_recv_msgs[s].assign(ndev, 0);
+  for (int s = 1; s < nstages; ++s) {
     for (uint64_t pr : relay_pairs[s]) {
       ++stage_send_msgs[s][pr >> 32];
       ++stage_recv_msgs[s][pr & 0xffffffffu];
@@ -860,8 +875,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // Streams cut into bands: a message per band above 0 (a stream with no
   // piece outside them was not counted above); per stage, the most messages
   // one stream has (its rounds without a budget).
-  int64_t stage_rounds[kStages] = {};
-  for (int s = 0; s < kStages; ++s)
+  std::vector<int64_t> stage_rounds(stage_acc.size(), 0);
+  for (int s = 0; s < nstages; ++s)
     for (size_t d = 0; d < ndev && stage_rounds[s] == 0; ++d)
       if (stage_recv_msgs[s][d] > 0) stage_rounds[s] = 1;
   auto plain_pair = [&](uint32_t s, uint32_t sd, uint32_t dd) {
@@ -878,11 +893,11 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     stage_recv_msgs[s][dd] += bands;
     stage_rounds[s] = std::max<int64_t>(stage_rounds[s], bands + (plain_pair(s, sd, dd) ? 1 : 0));
   }
-  // Both stages together: the figures of the statistics and of round
+  // Every stage together: the figures of the statistics and of round
   // cutting (a device's peers and bytes over the whole plan bound those of
   // each stage, so the budget holds in every round of every stage).
   std::vector<Acc> total(ndev);
-  for (int s = 0; s < kStages; ++s) {
+  for (int s = 0; s < nstages; ++s) {
     for (size_t d = 0; d < ndev; ++d) {
       const Acc& x = stage_acc[s][d];
       total[d].send += x.send;
@@ -922,7 +937,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // The α–β estimate: each stage takes its busiest device's time, and the
   // stages run one after the other.
   st.cost_seconds = 0;
-  for (int s = 0; s < kStages; ++s) {
+  for (int s = 0; s < nstages; ++s) {
     double busiest = 0;
     for (size_t d = 0; d < ndev; ++d) {
       const Acc& x = stage_acc[s][d];
@@ -1025,7 +1040,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     // Stage by stage: rounds add up, staging peaks per stage.
     for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
     all_rounds += rounds;
-    for (int s = 1; s < kStages; ++s) {
+    for (int s = 1; s < nstages; ++s) {
       rounds = 0;
       staged.assign(ndev, 0);
       for (auto [k, b] : relay_bytes[s])
