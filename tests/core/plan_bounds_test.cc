@@ -1325,14 +1325,18 @@ struct PsumFleet {
   PlanInput in;
   int64_t bytes = 0;
 };
-PsumFleet psum_fleet(std::mt19937_64& rng) {
+// `few`: few parts and many receiving hosts instead — 3-7 receiving hosts
+// and tensors of a few hundred bytes to a few tens of KiB (cells below two
+// or a few reduce-scatter parts: one part, or parts fewer than the hosts,
+// gathered along a chain or tree of hosts).
+PsumFleet psum_fleet(std::mt19937_64& rng, bool few = false) {
   auto uni = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
   PsumFleet f;
   f.holder_hosts = uni(1, 3);
   f.holders = uni(std::max<int64_t>(2, f.holder_hosts), 8);
-  f.receiving = uni(1, 4);
+  f.receiving = few ? uni(3, 7) : uni(1, 4);
   f.members = uni(1, 3);
   for (int64_t d = 0; d < f.holders; ++d)
     f.hosts.push_back(
@@ -1342,7 +1346,12 @@ PsumFleet psum_fleet(std::mt19937_64& rng) {
   const int rank = static_cast<int>(uni(1, 3));
   std::vector<int64_t> shape;
   for (int d = 0; d < rank; ++d)
-    shape.push_back(rank == 1 ? uni(200, 40000) : rank == 2 ? uni(8, 200) : uni(4, 34));
+    shape.push_back(few         ? (rank == 1   ? uni(50, 6000)
+                                   : rank == 2 ? uni(4, 80)
+                                               : uni(3, 18))
+                    : rank == 1 ? uni(200, 40000)
+                    : rank == 2 ? uni(8, 200)
+                                : uni(4, 34));
   const DType dtype = uni(0, 1) ? DType::kF32 : DType::kBF16;
   std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
   if (f.members > 1 && uni(0, 1) == 1) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
@@ -1366,13 +1375,15 @@ PsumFleet psum_fleet(std::mt19937_64& rng) {
 // on its holders), is deterministic, has parts equal to each process's own
 // plan, keeps scratch plus staging below the budget, and reports its
 // largest scratch (PlanStats::max_scratch_bytes).
+// The last 80 fleets have few parts and many receiving hosts (psum_fleet's
+// `few`), whose gathers run along chains or trees of hosts.
 TEST(PlanScratch, PsumFleetsPreReduceOnTheHoldersHosts) {
-  std::mt19937_64 rng(20261124);
-  const int cases = 200;
-  int pre = 0, four = 0;
-  for (int c = 0; c < cases; ++c) {
+  std::mt19937_64 rng(20261124), few_rng(20261124 + 14);
+  const int cases = 200, few_cases = 80;
+  int pre = 0, four = 0, hops = 0;
+  for (int c = 0; c < cases + few_cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
-    const PsumFleet f = psum_fleet(rng);
+    const PsumFleet f = c < cases ? psum_fleet(rng) : psum_fleet(few_rng, true);
     const Plan plan = make_plan(f.in);
     ASSERT_EQ(plan.parts(), make_plan(f.in).parts()) << "determinism";
     for (int32_t p : plan.processes())
@@ -1387,6 +1398,26 @@ TEST(PlanScratch, PsumFleetsPreReduceOnTheHoldersHosts) {
     EXPECT_EQ(st.max_scratch_bytes, most);
     pre += most > 0;
     four += st.stages == 4;
+    // A gather hop: a device that took a reduced part in from another
+    // receiving host forwards across hosts later (a chain or tree).
+    std::map<int64_t, uint32_t> relayed_in;  // device -> first such stage
+    std::vector<const Message*> across;
+    for (const auto& [p, part] : plan.parts())
+      for (const Message& m : part.recvs) {
+        const int32_t from = f.in.topology.info(m.src_device).host;
+        if (m.stage == 0 || from == f.in.topology.info(m.dst_device).host) continue;
+        across.push_back(&m);
+        if (m.src_device >= f.holders) {
+          auto [it, fresh] = relayed_in.try_emplace(m.dst_device, m.stage);
+          if (!fresh) it->second = std::min(it->second, m.stage);
+        }
+      }
+    bool hop = false;
+    for (const Message* m : across) {
+      auto it = relayed_in.find(m->src_device);
+      hop |= it != relayed_in.end() && it->second < m->stage;
+    }
+    hops += hop;
     const int64_t budget = f.in.options.staging_budget_bytes;
     if (budget > 0) {
       std::map<std::tuple<int64_t, uint32_t, uint32_t>, int64_t> staged;
@@ -1398,9 +1429,11 @@ TEST(PlanScratch, PsumFleetsPreReduceOnTheHoldersHosts) {
       for (const auto& [k, bytes] : staged) EXPECT_LT(bytes + scratch[std::get<0>(k)], budget);
     }
   }
-  std::printf("%d psum fleets: %d pre-reduce, %d in 4 stages\n", cases, pre, four);
+  std::printf("%d psum fleets: %d pre-reduce, %d in 4 stages, %d gathered along a chain or tree\n",
+              cases + few_cases, pre, four, hops);
   EXPECT_GT(pre, cases / 3);
   EXPECT_GT(four, cases / 10);
+  EXPECT_GT(hops, few_cases / 3);
 }
 
 // The α–β estimate of `fleet`'s plan (global statistics, the fleet's
