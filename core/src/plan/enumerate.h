@@ -1200,12 +1200,13 @@ inline int64_t Enumerator::reach(const TensorCtx& t, uint32_t src) {
     reach_.clear();
     reach_tensor_ = t.spec;
   }
-  auto [it, fresh] = reach_.try_emplace(src, 0);
-  if (fresh) {
-    const Box b = t.src->box(src);
-    if (!b.empty()) dst_overlapping(t, b, [&](uint32_t) { ++it->second; });
-  }
-  return it->second;
+  const auto found = reach_.find(src);
+  if (found != reach_.end()) return found->second;
+  int64_t count = 0;
+  const Box b = t.src->box(src);
+  if (!b.empty()) dst_overlapping(t, b, [&](uint32_t) { ++count; });
+  reach_.emplace(src, count);
+  return count;
 }
 
 inline bool Enumerator::one_part(const TensorCtx& t, size_t c, const Box& region,
