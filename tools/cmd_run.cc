@@ -2,9 +2,11 @@
 // and check every destination element.
 //
 //   mpirun -np P reshard run --spec F --transport mpi [--iters K] [--format json]
+//   mpirun -np P reshard run --plan F.rsplan --transport mpi
 //   reshard run --spec F --transport local
 //
-// With `mpi` every rank plans its own part, fills its source shards with
+// With `mpi` every rank plans its own part (or takes it from a plan file
+// written by `reshard plan --out`), fills its source shards with
 // the oracle's values (reshard/oracle.h), executes K timed iterations (each
 // after a barrier, after one untimed warm-up that also runs the agreement),
 // and checks its destination shards; rank 0 prints the result for all
@@ -183,14 +185,22 @@ void print_result(const RunArgs& args, const Plan& plan, int ranks,
   std::cout.flush();
 }
 
-int run_local(const RunArgs& args, Spec spec) {
+int run_local(const RunArgs& args, Spec spec, std::optional<Plan> from_file) {
   if (shard_bytes(spec.input) > args.max_gib * 1024 * 1024 * 1024) {
     throw UsageError("the shards of this spec need " + human_bytes(shard_bytes(spec.input)) +
                      ", above --max-gib");
   }
+  if (from_file) {
+    for (int32_t p : from_file->processes())
+      if (!from_file->parts().count(p))
+        throw InvalidInput("--plan: the file holds no part for process " + std::to_string(p) +
+                           "; --transport local runs every process and needs every part (write "
+                           "the file without --process)");
+  }
   PlanRequest request{PlanScope::kAll, 0, true};
   request.max_plan_bytes = args.max_plan_bytes;
-  const Plan plan = plan_spec(spec.input, request, "--transport mpi");
+  const Plan plan =
+      from_file ? std::move(*from_file) : plan_spec(spec.input, request, "--transport mpi");
   OracleBuffers buffers = fill_sources(plan, gib_bytes(args.max_gib));
   std::vector<TensorBuffers> views = buffers.views();
   Engine engine(make_local_transport(), EngineOptions{.schedule_cache_entries = 0});
@@ -220,7 +230,7 @@ int run_local(const RunArgs& args, Spec spec) {
 // several ranks) against execute_host of the whole plan, when every shard
 // fits in memory here.
 RankResult verify_rank(const RunArgs& args, const PlanInput& input, const Plan& plan, int rank,
-                       const std::vector<std::vector<std::vector<std::byte>>>& dst,
+                       const std::vector<std::vector<std::vector<std::byte>>>& dst, bool from_file,
                        std::string* note) {
   RankResult r;
   OracleReport report;
@@ -253,9 +263,13 @@ RankResult verify_rank(const RunArgs& args, const PlanInput& input, const Plan& 
       r.partial_checked = 0;
       *note = "partial destinations not checked (the whole plan exceeds --max-gib)";
     } else {
+      // The reference runs the same plan (a plan file holding every part:
+      // that plan, so that sums round in the same order) in this process.
+      bool whole = from_file;
+      for (int32_t p : plan.processes()) whole = whole && plan.parts().count(p) > 0;
       PlanRequest request{PlanScope::kAll, 0, false};
       request.max_plan_bytes = args.max_plan_bytes;
-      const Plan full = make_plan(input, request);
+      const Plan full = whole ? plan : make_plan(input, request);
       OracleBuffers ref = fill_sources(full, gib_bytes(args.max_gib));
       std::vector<TensorBuffers> views = ref.views();
       execute_host(full, views);
@@ -287,23 +301,44 @@ RankResult verify_rank(const RunArgs& args, const PlanInput& input, const Plan& 
   return r;
 }
 
-int run_mpi(const RunArgs& args, Spec spec) {
+// A plan file's processes are the ranks. Every rank reads the same file,
+// so these checks fail alike on every rank, before the first message.
+void check_file_ranks(const Plan& plan, int size) {
+  const std::vector<int32_t>& processes = plan.processes();
+  if (!processes.empty() && processes.back() >= size)
+    throw UsageError("the plan puts devices on process " + std::to_string(processes.back()) +
+                     " but " + std::to_string(size) + " rank(s) run (start at least " +
+                     std::to_string(processes.back() + 1) + " with mpirun -np)");
+  for (int32_t p : processes)
+    if (!plan.parts().count(p))
+      throw InvalidInput("--plan: the file holds no part for process " + std::to_string(p) +
+                         "; every rank reads the same file, so it needs every part (write it "
+                         "without --process)");
+}
+
+int run_mpi(const RunArgs& args, Spec spec, std::optional<Plan> from_file) {
   Engine engine(make_mpi_transport());
   Transport& transport = engine.transport();
   const TransportInfo info = transport.info();
   const int rank = info.rank;
   const int size = info.size;
   // Everything that can fail alike on every rank before the first message
-  // (spec, mapping, planning) throws here on every rank.
-  map_devices(spec.input, size);
-  if (args.budget >= 0) spec.input.options.staging_budget_bytes = args.budget;
+  // (spec, mapping, planning) throws here on every rank. A plan file keeps
+  // its own processes (no mapping) and budget.
+  if (from_file) {
+    check_file_ranks(*from_file, size);
+  } else {
+    map_devices(spec.input, size);
+    if (args.budget >= 0) spec.input.options.staging_budget_bytes = args.budget;
+  }
   const PlanInput& input = spec.input;
   bool mine = false;
   for (int64_t d : footprint(input).devices) mine = mine || input.topology.info(d).process == rank;
   PlanRequest request = mine ? PlanRequest{PlanScope::kProcess, rank, true}
                              : PlanRequest{PlanScope::kGlobal, 0, true};
   request.max_plan_bytes = args.max_plan_bytes;
-  const Plan plan = make_plan(input, request);
+  const bool from_file_given = from_file.has_value();
+  const Plan plan = from_file ? std::move(*from_file) : make_plan(input, request);
 
   // This rank's shards: sources from the oracle, destinations poisoned.
   const size_t nt = plan.tensors().size();
@@ -357,7 +392,7 @@ int run_mpi(const RunArgs& args, Spec spec) {
   }
 
   std::string note;
-  RankResult mine_result = verify_rank(args, input, plan, rank, dst, &note);
+  RankResult mine_result = verify_rank(args, input, plan, rank, dst, from_file_given, &note);
   mine_result.staging_peak = stats.staging_peak_bytes;
   mine_result.bytes_sent = stats.bytes_sent;
   mine_result.rounds = stats.rounds;
@@ -409,12 +444,16 @@ int run_run(const RunArgs& args) {
   if (args.transport != "mpi" && args.transport != "local") {
     throw UsageError("--transport: must be mpi or local");
   }
+  std::optional<Plan> from_file = load_plan_file(args.input);
+  if (from_file && args.budget >= 0)
+    throw UsageError("--budget cannot be combined with --plan (the plan is already made)");
+  // With --plan: the plan's inputs (and the usage checks of --plan).
   Spec spec = load_input(args.input);
   if (args.transport == "local") {
     if (args.budget >= 0) spec.input.options.staging_budget_bytes = args.budget;
-    return run_local(args, std::move(spec));
+    return run_local(args, std::move(spec), std::move(from_file));
   }
-  return run_mpi(args, std::move(spec));
+  return run_mpi(args, std::move(spec), std::move(from_file));
 }
 
 }  // namespace
@@ -424,6 +463,7 @@ Runner add_run_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "run", "Execute the plan across MPI ranks (or in-process) on generated data and verify it");
   add_input_options(cmd, args->input);
+  add_plan_file_option(cmd, args->input);
   cmd->add_option("--transport", args->transport, "mpi (under mpirun) or local (one process)")
       ->check(CLI::IsMember({"mpi", "local"}))
       ->capture_default_str();
@@ -464,11 +504,15 @@ Runner add_run_command(CLI::App& app) {
           "--transport mpi\n"
           "  reshard run --spec examples/specs/partial_sums.json --transport local "
           "--format json\n"
+          "  reshard plan --spec examples/specs/small_transformer.json --out t.rsplan\n"
+          "  mpirun -np 3 reshard run --plan t.rsplan --transport mpi\n"
           "Open MPI as root needs --allow-run-as-root; more ranks than cores need\n"
           "--oversubscribe (mpirun --allow-run-as-root --oversubscribe -np 3 ...).\n\n"
           "Devices map to ranks through the spec's `processes` arrays; a spec without them\n"
           "(every device on process 0) is spread over the ranks in contiguous blocks of\n"
-          "device ids. Times are per iteration, after a barrier, of the slowest rank.\n"
+          "device ids. A --plan file keeps its processes (rank r runs process r's part,\n"
+          "so the file must hold every part) and its staging budget.\n"
+          "Times are per iteration, after a barrier, of the slowest rank.\n"
           "Exit status 0 when every destination element on every rank is right.\n\n") +
       kSingleTensorHelp);
   return [args]() { return run_run(*args); };

@@ -259,8 +259,17 @@ Spec load_input(const InputOptions& in) {
 
 namespace {
 Spec load_input_as_given(const InputOptions& in) {
+  const bool any_flag = !in.shape.empty() || !in.src_mesh.empty() || !in.src_spec.empty() ||
+                        !in.src_devices.empty() || !in.src_processes.empty() ||
+                        !in.src_hosts.empty() || !in.src_partial.empty() || !in.dst_mesh.empty() ||
+                        !in.dst_spec.empty() || !in.dst_devices.empty() ||
+                        !in.dst_processes.empty() || !in.dst_hosts.empty() ||
+                        !in.dst_partial.empty();
   if (!in.plan_file.empty()) {
     if (!in.spec.empty()) throw UsageError("--plan cannot be combined with --spec");
+    if (any_flag || (in.shape_option && in.shape_option->count() > 0))
+      throw UsageError(
+          "--plan cannot be combined with the single-tensor flags (--shape, --src-*, --dst-*)");
     if (in.no_relays || in.no_reduce_scatter)
       throw UsageError(std::string(in.no_relays ? "--no-relays" : "--no-reduce-scatter") +
                        " cannot be combined with --plan (the plan is already made)");
@@ -272,12 +281,6 @@ Spec load_input_as_given(const InputOptions& in) {
     spec.input.options = plan.options();
     return spec;
   }
-  const bool any_flag = !in.shape.empty() || !in.src_mesh.empty() || !in.src_spec.empty() ||
-                        !in.src_devices.empty() || !in.src_processes.empty() ||
-                        !in.src_hosts.empty() || !in.src_partial.empty() || !in.dst_mesh.empty() ||
-                        !in.dst_spec.empty() || !in.dst_devices.empty() ||
-                        !in.dst_processes.empty() || !in.dst_hosts.empty() ||
-                        !in.dst_partial.empty();
   if (!in.spec.empty() && any_flag)
     throw UsageError(
         "--spec cannot be combined with the single-tensor flags (--shape, --src-*, --dst-*)");

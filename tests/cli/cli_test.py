@@ -149,6 +149,8 @@ def case_scratch_plan():
     out = run("verify", "--plan", plan).stdout
     check(out.endswith(": OK\n"), out)
     run("show", "--plan", plan)
+    out = run("run", "--plan", plan, "--transport", "local", "--format", "json").stdout
+    check(json.loads(out)["verified"] is True, out)
 
 
 def case_bench():
@@ -243,6 +245,20 @@ def case_plan_file():
     err = run("verify", "--plan", spec("small_transformer"), "--spec", spec("small_transformer"),
               expect=2).stderr
     check("--plan cannot be combined with --spec" in err, err)
+    # `run --plan` in one process: the file's plan executed and verified; a
+    # part-only file, a budget, or single-tensor flags beside it refused.
+    path = os.path.join(d, "partial_sums.rsplan")
+    out = run("run", "--plan", path, "--transport", "local", "--iters", "1").stdout
+    check("verified" in out and " 0 wrong" in out, out)
+    err = run("run", "--plan", os.path.join(d, "partial_sums.p0.rsplan"), "--transport", "local",
+              expect=2).stderr
+    check("--plan: the file holds no part for process" in err, err)
+    err = run("run", "--plan", path, "--transport", "local", "--budget", "4096", expect=2).stderr
+    check("--budget cannot be combined with --plan" in err, err)
+    err = run("run", "--plan", path, "--shape", "8", "--src-mesh", "x=2", expect=2).stderr
+    check("--plan cannot be combined with the single-tensor flags" in err, err)
+    err = run("verify", "--plan", path, "--src-mesh", "x=2", expect=2).stderr
+    check("--plan cannot be combined with the single-tensor flags" in err, err)
 
 
 def case_plan_threads():

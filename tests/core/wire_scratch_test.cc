@@ -41,11 +41,12 @@ std::string decode_error(const std::vector<uint8_t>& bytes, ErrorCode* code) {
 }
 
 // kCorrupt, naming every one of `fields`.
-void expect_corrupt(const std::vector<uint8_t>& bytes, std::initializer_list<const char*> fields) {
+void expect_corrupt(const std::vector<uint8_t>& bytes, std::initializer_list<std::string> fields) {
   ErrorCode code = ErrorCode::kOk;
   const std::string what = decode_error(bytes, &code);
   EXPECT_EQ(code, ErrorCode::kCorrupt) << what;
-  for (const char* f : fields) EXPECT_NE(what.find(f), std::string::npos) << f << " in: " << what;
+  for (const std::string& f : fields)
+    EXPECT_NE(what.find(f), std::string::npos) << f << " in: " << what;
 }
 
 TEST(WireScratch, RoundTripIsExactAndExecutes) {
@@ -212,6 +213,37 @@ TEST_F(WireScratchMutation, PiecesNamingScratch) {
   // leader's scratch (the leader's first received piece).
   leader()->mutable_recv_pieces()->mutable_src_entry()->Mutate(0, kScratchEntry);
   expect_corrupt(bytes_, {(field("recv_pieces") + "[0].src_entry").c_str(), "stage 0"});
+}
+
+// stats.max_scratch_bytes against the parts: below a device's scratch is
+// refused whatever parts the plan holds; above the largest is refused in a
+// plan holding every part and accepted in a plan of one part (the device
+// holding the most may be elsewhere).
+TEST(WireScratch, MaxScratchBytesMatchesTheParts) {
+  const Plan plan = scratch_plan();
+  const int64_t most = plan.stats().max_scratch_bytes;
+  ASSERT_GT(most, 0);
+  auto with = [](std::vector<uint8_t> bytes, int64_t v) {
+    EXPECT_TRUE(fb::GetMutablePlan(bytes.data())->mutable_stats()->mutate_max_scratch_bytes(v));
+    return bytes;
+  };
+  const std::vector<uint8_t> whole = encode_plan(plan);
+  EXPECT_EQ(decode_plan(with(whole, most)).stats().max_scratch_bytes, most);
+  expect_corrupt(with(whole, most - 1),
+                 {"stats.max_scratch_bytes", "holds " + std::to_string(most)});
+  expect_corrupt(with(whole, most + 1), {"stats.max_scratch_bytes", "every process's part"});
+  int checked = 0;
+  for (const auto& [process, part] : plan.parts()) {
+    if (part.scratch.empty()) continue;
+    EncodeOptions o;
+    o.all_parts = false;
+    o.process = process;
+    const std::vector<uint8_t> one = encode_plan(plan, o);
+    EXPECT_EQ(decode_plan(with(one, most + 1)).stats().max_scratch_bytes, most + 1);
+    expect_corrupt(with(one, 0), {"stats.max_scratch_bytes", "bytes of scratch"});
+    ++checked;
+  }
+  EXPECT_GT(checked, 1);
 }
 
 TEST(WireScratch, SendReadingScratchThePartDoesNotHoldIsRefused) {

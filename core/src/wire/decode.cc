@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <string>
 #include <string_view>
@@ -169,6 +170,8 @@ class Decoder {
     if (scratch_bit_ && !any_scratch_)
       corrupt("required_features",
               "has the scratch bit (2) but no part holds scratch and no piece names one");
+    if (root_.has_stats())
+      check_scratch_bytes(parts, processes.size(), Plan::Builder::stats(plan).max_scratch_bytes);
     Plan::Builder::tensors(plan) = std::move(input.tensors);
     Plan::Builder::topology(plan) = std::move(input.topology);
     Plan::Builder::options(plan) = input.options;
@@ -918,6 +921,37 @@ class Decoder {
                             " of the same tensor and device");
       }
     }
+  }
+
+  // stats.max_scratch_bytes against the parts' scratch: no device holds
+  // more, and a plan holding every process's part has a device holding
+  // exactly that much (boxes of one (tensor, device) are disjoint and inside
+  // the shape, so the per-device sums stay far below int64 for any shape
+  // the decoder accepted; they saturate regardless).
+  void check_scratch_bytes(const std::map<int32_t, ProcessPart>& parts, size_t processes,
+                           int64_t max_scratch_bytes) {
+    std::map<int64_t, int64_t> per_device;
+    for (const auto& [p, part] : parts)
+      for (const Scratch& s : part.scratch) {
+        const int64_t b = s.box.volume() * dtype_size((*tensors_)[s.tensor].dtype);
+        int64_t& sum = per_device[s.device];
+        sum = b > std::numeric_limits<int64_t>::max() - sum ? std::numeric_limits<int64_t>::max()
+                                                            : sum + b;
+      }
+    int64_t most = 0;
+    for (const auto& [d, b] : per_device) {
+      if (b > max_scratch_bytes)
+        corrupt("stats.max_scratch_bytes",
+                std::to_string(max_scratch_bytes) + " bytes, but device " + std::to_string(d) +
+                    " holds " + std::to_string(b) + " bytes of scratch in the plan's parts");
+      most = std::max(most, b);
+    }
+    if (parts.size() == processes && most != max_scratch_bytes)
+      corrupt("stats.max_scratch_bytes",
+              std::to_string(max_scratch_bytes) +
+                  " bytes, but the plan holds every process's part and its largest scratch on "
+                  "one device is " +
+                  std::to_string(most) + " bytes");
   }
 
   // The box of the scratch of the part being checked that contains
