@@ -970,6 +970,33 @@ TEST(PlanBounds, ReducersSpreadOverTheCellsHosts) {
   EXPECT_TRUE(check_destinations(plan, buffers).ok());
 }
 
+// A one-part psum (256 bytes, α = 0: below two reduce-scatter parts) from 2
+// holders on host 0 to H hosts of one device: gathered along a chain of the
+// H hosts while it has at most Enumerator::kMaxGatherLevels (32) hops, every
+// NIC at its bound; past that along the tree of least fan-out within 32
+// levels (40 hosts: fan-out 2, 5 levels), so a plan's stages stay bounded.
+TEST(PlanBounds, PsumGatherChainsStopAt32Hops) {
+  for (const int32_t H : {33, 40}) {
+    SCOPED_TRACE("hosts " + std::to_string(H));
+    std::vector<int32_t> hosts = {0, 0};
+    for (int32_t h = 1; h <= H; ++h) hosts.push_back(h);
+    PlanInput in = one_tensor({64}, DType::kF32, named(mesh({"a"}, {2}, 0), {{}}, {"a"}),
+                              named(mesh({"r"}, {H}, 2), {{}}), hosts);
+    in.options.alpha_seconds = 0;
+    const Plan plan = make_plan(in);
+    const PlanStats& st = plan.stats();
+    // Stage 0: the holders' summands into scratch; 1: the scratch to the
+    // reducer; then one stage per level.
+    EXPECT_EQ(st.stages, H == 33 ? 2 + 32 : 2 + 5);
+    EXPECT_EQ(st.max_host_send_bytes, H == 33 ? 256 : 512);
+    EXPECT_EQ(st.max_host_recv_bytes, 256);
+    OracleBuffers buffers = fill_sources(plan);
+    const std::vector<TensorBuffers> views = buffers.views();
+    execute_host(plan, views);
+    EXPECT_TRUE(check_destinations(plan, buffers).ok());
+  }
+}
+
 // Replicas of a shard on one host share the sending: each of the 8 source
 // devices sends a quarter of what tp=4 needs from its shard.
 TEST(PlanBounds, ReplicasOnOneHostShareTheLoad) {

@@ -585,8 +585,12 @@ class Enumerator {
   // hosts; else with α = 0 a chain (1), otherwise the tree whose levels
   // take least time by the α–β model.
   uint32_t gather_fanout(size_t c, double part_bytes, size_t parts) const;
+  // The most levels a gather tree has (a chain longer than that becomes the
+  // tree of least fan-out within it): 32 hops.
+  static constexpr uint32_t kMaxGatherLevels = 32;
   // Levels of a tree of fan-out k over nh hosts (its root the reducer's).
   static uint32_t gather_levels(size_t nh, size_t k) {
+    if (k <= 1) return nh > 0 ? static_cast<uint32_t>(std::min<size_t>(nh - 1, UINT32_MAX)) : 0;
     uint32_t d = 0;
     for (size_t reach = 1, level = 1; reach < nh; ++d) {
       level *= k;
@@ -1169,14 +1173,30 @@ inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& re
 inline uint32_t Enumerator::gather_fanout(size_t c, double part_bytes, size_t parts) const {
   const size_t nh = ch_->cell_offsets[c + 1] - ch_->cell_offsets[c];
   if (parts >= nh || nh < 3) return 0;  // the star: no host forwards more than its share
+  // The least fan-out whose tree has at most `levels` levels (levels fall
+  // as the fan-out grows).
+  auto fewest = [&](uint32_t levels) {
+    size_t lo = 1, hi = nh - 1;
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (gather_levels(nh, mid) <= levels)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    return lo;
+  };
+  // At most kMaxGatherLevels levels: a plan's stages, and the statistics'
+  // per-stage figures, stay bounded.
+  const size_t least = fewest(kMaxGatherLevels);
   if (choice_override().fanout >= 0) {
-    const auto k = static_cast<size_t>(choice_override().fanout);
-    return k == 0 || k + 1 >= nh ? 0 : static_cast<uint32_t>(k);
+    const auto k = std::max(least, static_cast<size_t>(choice_override().fanout));
+    return choice_override().fanout == 0 || k + 1 >= nh ? 0 : static_cast<uint32_t>(k);
   }
   // α = 0: a chain, each host forwarding each part at most once (the busiest
-  // NIC at its bound; pipelining costs nothing).
+  // NIC at its bound; pipelining costs nothing), up to kMaxGatherLevels hops.
   const double a = options_.alpha_seconds;
-  if (a <= 0) return 1;
+  if (a <= 0) return least + 1 >= nh ? 0 : static_cast<uint32_t>(least);
   // Else the tree whose stages take least time: in each of its D(k) levels
   // a host sends a part to k hosts and to the other entries of its host.
   const double cx = a + part_bytes / options_.inter_host_bytes_per_second;
@@ -1184,7 +1204,9 @@ inline uint32_t Enumerator::gather_fanout(size_t c, double part_bytes, size_t pa
                    (a + part_bytes / options_.intra_host_bytes_per_second);
   double best = 0;
   uint32_t fan = 0;
-  for (size_t k = 1; k < nh; ++k) {
+  // For each number of levels its least fan-out, levels down (fan-outs up).
+  for (uint32_t levels = kMaxGatherLevels; levels >= 1; --levels) {
+    const size_t k = fewest(levels);
     const double time =
         static_cast<double>(gather_levels(nh, k)) * (static_cast<double>(k) * cx + f);
     if (fan == 0 || time < best * (1 - 1e-9)) {
