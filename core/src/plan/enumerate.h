@@ -191,6 +191,13 @@ struct Route {
   // with relays, to one entry per other host (its leader for part j,
   // stage 1), which fans it out inside its host (stage 2).
   bool reduce = false;
+  // Reduce routes with relays: the gather's fan-out across the cell's hosts
+  // (Enumerator::gather_fanout): 0, the star (the reducer sends to one leader
+  // on every other host); k > 0, a tree of fan-out k (1: a chain) over the
+  // hosts in the part's gather order, each host's leader taking the part in
+  // once and forwarding it to its children's leaders and inside its host, in
+  // stage 1 + shift + its level.
+  uint32_t fanout = 0;
   // Reduce routes: whether holder hosts may pre-reduce their summands of a
   // part (Enumerator::reduce_part).
   bool pre_reduce = false;
@@ -457,6 +464,19 @@ class RelayMerger {
   std::map<uint32_t, Emitted> pending_;
 };
 
+// Tests only (tests/core/plan_bounds_test.cc): overrides of the reduce
+// route's α–β choices, to plan the alternative a choice rejected and
+// compare estimates. Set before make_plan, never while one runs; plans made
+// with an override are not what their fingerprint says.
+struct ChoiceOverride {
+  int one_part = 0;  // 1: cells below two parts always take one part; 0: the model's choice
+  int fanout = -1;   // >= 0: the gather's fan-out wherever parts are fewer than the hosts
+};
+inline ChoiceOverride& choice_override() {
+  static ChoiceOverride o;
+  return o;
+}
+
 class Enumerator {
  public:
   // `pre_reduce`: holder hosts may pre-reduce partial sources (Context).
@@ -533,9 +553,14 @@ class Enumerator {
   static bool arrives_first(const Route& r, size_t j, size_t idx) {
     return !r.cross || r.part_entry[j] < 0 || static_cast<size_t>(r.part_entry[j]) == idx;
   }
-  // The reducer of part j (reduce routes).
-  uint32_t reducer(const TensorCtx& t, const Route& r, size_t j) const {
-    return t.dg->cell_entries[r.cell_first + (j + r.rot) % r.cell_count];
+  // The reducer of part j (reduce routes): parts go round-robin over the
+  // cell's hosts (CellHosts order), then over the entries within a host, from
+  // the route's rotation, so no host reduces more than ceil(parts / hosts).
+  uint32_t reducer(const TensorCtx&, const Route& r, size_t j) const {
+    const uint64_t q = j + r.rot, nh = r.cell_end - r.cell_begin;
+    const size_t hi = r.cell_begin + static_cast<size_t>(q % nh);
+    const uint32_t b = ch_->member_offsets[hi], end = ch_->member_offsets[hi + 1];
+    return ch_->members[b + static_cast<uint32_t>((q / nh) % (end - b))];
   }
   // The CellHosts index of destination entry e's host in cell c (one of e's).
   size_t host_slot(const TensorCtx& t, uint32_t e, size_t c) {
@@ -553,7 +578,58 @@ class Enumerator {
   }
   // The reduce-scatter rule for a region of a partial source (see Route).
   bool reduce_route(const TensorCtx& t, size_t c, const Box& region, const uint32_t* holders,
-                    size_t n, Route& r) const;
+                    size_t n, Route& r);
+  // Cells below two parts of the reduce-scatter's floor (planner version
+  // 14): whether the whole region as one part, reduced by one entry and
+  // gathered along a chain or tree of the cell's hosts, beats single-hop —
+  // with α = 0 on the busiest NIC's bytes, else by the α–β model (stages
+  // add up; each stage takes its busiest device's time). Sets r.fanout.
+  bool one_part(const TensorCtx& t, size_t c, const Box& region, const uint32_t* holders, size_t n,
+                uint64_t rot, Route& r);
+  // Destination entries whose box overlaps source entry `src`'s (what its
+  // holder device sends single-hop), memoised per tensor.
+  int64_t reach(const TensorCtx& t, uint32_t src);
+  // The gather's fan-out for `parts` parts of `part_bytes` over cell c's
+  // hosts (Route::fanout): 0 (the star) where the parts are at least the
+  // hosts; else with α = 0 a chain (1), otherwise the tree whose levels
+  // take least time by the α–β model.
+  uint32_t gather_fanout(size_t c, double part_bytes, size_t parts) const;
+  // The most levels a gather tree has (a chain longer than that becomes the
+  // tree of least fan-out within it): 32 hops.
+  static constexpr uint32_t kMaxGatherLevels = 32;
+  // Levels of a tree of fan-out k over nh hosts (its root the reducer's).
+  static uint32_t gather_levels(size_t nh, size_t k) {
+    if (k <= 1) return nh > 0 ? static_cast<uint32_t>(std::min<size_t>(nh - 1, UINT32_MAX)) : 0;
+    uint32_t d = 0;
+    for (size_t reach = 1, level = 1; reach < nh; ++d) {
+      level *= k;
+      reach += level;
+    }
+    return d;
+  }
+  // Reduce routes with relays: part j's gather order over the cell's hosts
+  // (the reducer's first, then cyclically in CellHosts order) — the position
+  // of CellHosts index hi, and the index at a position.
+  size_t gather_pos(const Route& r, size_t hi, size_t j) const {
+    const size_t nh = r.cell_end - r.cell_begin;
+    return (hi - r.cell_begin + nh - (j + r.rot) % nh) % nh;
+  }
+  size_t gather_host(const Route& r, size_t pos, size_t j) const {
+    const size_t nh = r.cell_end - r.cell_begin;
+    return r.cell_begin + (pos + (j + r.rot) % nh) % nh;
+  }
+  // The level of position p in the gather tree (0: the reducer's host; the
+  // star: 1 for every other host), and the position it receives from.
+  static uint32_t gather_depth(const Route& r, size_t p) {
+    if (p == 0) return 0;
+    if (r.fanout == 0) return 1;
+    uint32_t d = 0;
+    for (; p > 0; ++d) p = (p - 1) / r.fanout;
+    return d;
+  }
+  static size_t gather_parent(const Route& r, size_t p) {
+    return r.fanout == 0 ? 0 : (p - 1) / r.fanout;
+  }
   // Pre-reduction on the holders' hosts (with relays and reduce-scatter):
   // the pieces of part j of reduce route `r` that bring its summands to its
   // reducer, into pre_. Starts from what the reducer would fetch single-hop
@@ -699,7 +775,9 @@ class Enumerator {
   // cross_layout(): per (geometries and shape, element size, cell or
   // SIZE_MAX for a uniform group).
   std::map<std::tuple<GeoKey, int64_t, size_t>, CrossLayout> layouts_;
-  std::vector<Emitted> pre_;                             // reduce_part()
+  std::vector<Emitted> pre_;                  // reduce_part()
+  const TensorSpec* reach_tensor_ = nullptr;  // reach()
+  std::unordered_map<uint32_t, int64_t> reach_;
   std::vector<std::pair<int32_t, uint32_t>> pre_hosts_;  // (source host, index in pre_)
   std::vector<size_t> chain_;  // reduce_part(): host group starts in pre_hosts_
   std::vector<size_t> links_;  // reduce_part(): the groups that may chain
@@ -1079,7 +1157,7 @@ inline void even_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
 }
 
 inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& region,
-                                     const uint32_t* holders, size_t n, Route& r) const {
+                                     const uint32_t* holders, size_t n, Route& r) {
   if (!options_.reduce_scatter || t.S < 2 || t.T > 1 || n == 0) return false;
   const Geometry& dg = *t.dg;
   const uint32_t first = dg.cell_offsets[c], count = dg.cell_offsets[c + 1] - first;
@@ -1105,27 +1183,202 @@ inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& re
       std::max(4096.0, options_.alpha_seconds * options_.inter_host_bytes_per_second / 4);
   const auto m =
       static_cast<int64_t>(std::min(static_cast<double>(count), std::floor(bytes / min_part)));
-  if (m < 2) return false;
-  // Worth it when the entries lack summands: single-hop moves every lacking
-  // (entry, summand) pair's region; reduce-scatter at most each summand's
-  // region once plus the reduced region to every other entry.
-  int64_t local = 0;
-  for (uint32_t i = first; i < first + count; ++i)
-    for (size_t k = 0; k < n; ++k)
-      local += t.sg->devices[holders[k]] == dg.devices[dg.cell_entries[i]];
-  const int64_t single = int64_t{count} * t.S - local;
-  const int64_t staged = t.S + int64_t{count} - 1;
-  if (staged >= single) return false;
+  uint64_t k = c;
+  for (int d = 0; d < region.rank; ++d) k = k * 1000003u + static_cast<uint64_t>(region.lo[d]);
+  const uint64_t rot = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
+  r.fanout = 0;
+  if (m < 2) {
+    // Below two parts: the whole region as one part where the α–β model
+    // says so (few_parts), gathered along a chain or tree of hosts.
+    if (!options_.relays || !one_part(t, c, region, holders, n, rot, r)) return false;
+  } else {
+    // Worth it when the entries lack summands: single-hop moves every lacking
+    // (entry, summand) pair's region; reduce-scatter at most each summand's
+    // region once plus the reduced region to every other entry.
+    int64_t local = 0;
+    for (uint32_t i = first; i < first + count; ++i)
+      for (size_t h = 0; h < n; ++h)
+        local += t.sg->devices[holders[h]] == dg.devices[dg.cell_entries[i]];
+    const int64_t single = int64_t{count} * t.S - local;
+    const int64_t staged = t.S + int64_t{count} - 1;
+    if (staged >= single) return false;
+    if (options_.relays)
+      r.fanout = gather_fanout(c, bytes / static_cast<double>(m), static_cast<size_t>(m));
+  }
   r.reduce = true;
   r.pre_reduce = pre_reduce_;
   r.cross = false;
   r.cell_first = first;
   r.cell_count = count;
-  uint64_t k = c;
-  for (int d = 0; d < region.rank; ++d) k = k * 1000003u + static_cast<uint64_t>(region.lo[d]);
-  r.rot = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
-  even_parts(region, m, r.parts);
+  r.rot = rot;
+  if (m < 2)
+    r.parts.assign(1, region);
+  else
+    even_parts(region, m, r.parts);
   return true;
+}
+
+inline uint32_t Enumerator::gather_fanout(size_t c, double part_bytes, size_t parts) const {
+  const size_t nh = ch_->cell_offsets[c + 1] - ch_->cell_offsets[c];
+  if (parts >= nh || nh < 3) return 0;  // the star: no host forwards more than its share
+  // The least fan-out whose tree has at most `levels` levels (levels fall
+  // as the fan-out grows).
+  auto fewest = [&](uint32_t levels) {
+    size_t lo = 1, hi = nh - 1;
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (gather_levels(nh, mid) <= levels)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    return lo;
+  };
+  // At most kMaxGatherLevels levels: a plan's stages, and the statistics'
+  // per-stage figures, stay bounded.
+  const size_t least = fewest(kMaxGatherLevels);
+  if (choice_override().fanout >= 0) {
+    const auto k = std::max(least, static_cast<size_t>(choice_override().fanout));
+    return choice_override().fanout == 0 || k + 1 >= nh ? 0 : static_cast<uint32_t>(k);
+  }
+  // α = 0: a chain, each host forwarding each part at most once (the busiest
+  // NIC at its bound; pipelining costs nothing), up to kMaxGatherLevels hops.
+  const double a = options_.alpha_seconds;
+  if (a <= 0) return least + 1 >= nh ? 0 : static_cast<uint32_t>(least);
+  // Else the tree whose stages take least time: in each of its D(k) levels
+  // a host sends a part to k hosts and to the other entries of its host.
+  const double cx = a + part_bytes / options_.inter_host_bytes_per_second;
+  const double f = static_cast<double>(ch_->max_members[c] - 1) *
+                   (a + part_bytes / options_.intra_host_bytes_per_second);
+  double best = 0;
+  uint32_t fan = 0;
+  // For each number of levels its least fan-out, levels down (fan-outs up).
+  for (uint32_t levels = kMaxGatherLevels; levels >= 1; --levels) {
+    const size_t k = fewest(levels);
+    const double time =
+        static_cast<double>(gather_levels(nh, k)) * (static_cast<double>(k) * cx + f);
+    if (fan == 0 || time < best * (1 - 1e-9)) {
+      best = time;
+      fan = static_cast<uint32_t>(k);
+    }
+  }
+  return fan + 1 >= nh ? 0 : fan;
+}
+
+inline int64_t Enumerator::reach(const TensorCtx& t, uint32_t src) {
+  if (reach_tensor_ != t.spec) {
+    reach_.clear();
+    reach_tensor_ = t.spec;
+  }
+  const auto found = reach_.find(src);
+  if (found != reach_.end()) return found->second;
+  int64_t count = 0;
+  const Box b = t.src->box(src);
+  if (!b.empty()) dst_overlapping(t, b, [&](uint32_t) { ++count; });
+  reach_.emplace(src, count);
+  return count;
+}
+
+inline bool Enumerator::one_part(const TensorCtx& t, size_t c, const Box& region,
+                                 const uint32_t* holders, size_t n, uint64_t rot, Route& r) {
+  const Geometry& dg = *t.dg;
+  const uint32_t first = dg.cell_offsets[c], count = dg.cell_offsets[c + 1] - first;
+  const size_t hb = ch_->cell_offsets[c], nh = ch_->cell_offsets[c + 1] - hb;
+  const double V = static_cast<double>(region.volume() * t.esize);
+  const double a = options_.alpha_seconds, bx = 1.0 / options_.inter_host_bytes_per_second,
+               bi = 1.0 / options_.intra_host_bytes_per_second;
+  // Per summand: its holders' host when they are all on one (else -1), and
+  // its holder devices.
+  struct Sum {
+    int32_t host = -2;
+    int64_t devices = 0;
+  };
+  std::vector<Sum> sums(static_cast<size_t>(t.S));
+  // The destination entries a holder serves (this cell's and others'): its
+  // messages single-hop, and the cells it feeds a reducer of.
+  int64_t served = count;
+  for (size_t i = 0; i < n; ++i) served = std::max(served, reach(t, holders[i]));
+  const double cells = std::ceil(static_cast<double>(served) / count);
+  for (size_t i = 0; i < n; ++i) {
+    Sum& s = sums[static_cast<size_t>(t.sg->summands[holders[i]])];
+    const int32_t h = t.st->host[holders[i]];
+    s.host = s.host == -2 || s.host == h ? h : -1;
+    ++s.devices;
+  }
+  auto on_cell_host = [&](int32_t h, size_t* hi) {
+    const auto b = ch_->hosts.begin() + static_cast<std::ptrdiff_t>(hb);
+    const auto e = b + static_cast<std::ptrdiff_t>(nh);
+    const auto it = std::lower_bound(b, e, h);
+    if (it == e || *it != h) return false;
+    *hi = static_cast<size_t>(it - ch_->hosts.begin());
+    return true;
+  };
+  auto members = [&](size_t hi) {
+    return static_cast<double>(ch_->member_offsets[hi + 1] - ch_->member_offsets[hi]);
+  };
+  // Single-hop: every entry fetches every summand (from another host unless
+  // one is held on its own); a summand's holder devices share its entries.
+  double single_nic = 0, single_time = 0;
+  for (size_t hi = hb; hi < hb + nh; ++hi) {
+    double remote = 0, near = 0;
+    for (const Sum& s : sums) (s.host == ch_->hosts[hi] ? near : remote) += 1;
+    single_nic = std::max(single_nic, members(hi) * remote * V);
+    single_time = std::max(single_time, remote * (a + bx * V) + near * (a + bi * V));
+  }
+  std::map<int32_t, double> holder_sums;  // holder host -> summands held there alone
+  for (const Sum& s : sums) {
+    if (s.host < 0) continue;
+    holder_sums[s.host] += 1;
+    size_t hi = 0;
+    const double here = on_cell_host(s.host, &hi) ? members(hi) : 0;
+    const double away = static_cast<double>(count) - here;
+    single_nic = std::max(single_nic, holder_sums[s.host] * away * V);
+    const double per = cells / static_cast<double>(s.devices);
+    single_time = std::max(single_time, std::ceil(static_cast<double>(count) * per) * a +
+                                            per * (away * bx + here * bi) * V);
+  }
+  // One part: its reducer (on the cell's host (rot mod hosts)) takes in each
+  // holder host's summands, once per host where 2 or more pre-reduce; the
+  // gather then reaches every other host once.
+  const int32_t rhost = ch_->hosts[hb + rot % nh];
+  const bool pre = pre_reduce_;
+  double red_in = 0, red_t0 = 0, red_t1 = 0, nic = V;
+  for (const auto& [h, k] : holder_sums) {
+    if (h == rhost) {
+      red_t0 += k * (a + bi * V);
+      continue;
+    }
+    const bool pooled = pre && k >= 2;
+    const double w = pooled ? 1 : k;
+    red_in += w;
+    nic = std::max(nic, w * V);
+    if (pooled) {
+      red_t0 = std::max(red_t0, (k - 1) * std::ceil(cells / k) * (a + bi * V));
+      red_t1 = std::max(red_t1 + a + bx * V, std::ceil(cells / k) * (a + bx * V));
+    } else {
+      red_t0 += k * (a + bx * V);
+    }
+  }
+  // Every holder sends its summand once per cell it feeds.
+  red_t0 = std::max(red_t0, cells * (a + bx * V));
+  for (const Sum& s : sums)
+    if (s.host == -1) {  // replicas on several hosts: one crosses
+      red_in += 1;
+      red_t0 += a + bx * V;
+    }
+  nic = std::max(nic, red_in * V);
+  const uint32_t fan = gather_fanout(c, V, 1);
+  const double k = fan == 0 ? static_cast<double>(nh - 1) : fan;
+  nic = std::max(nic, k * V);
+  const double cx = a + bx * V;
+  const double f = static_cast<double>(ch_->max_members[c] - 1) * (a + bi * V);
+  const double gather =
+      nh < 2 ? f
+             : static_cast<double>(gather_levels(nh, fan == 0 ? nh - 1 : fan)) * (k * cx + f) + f;
+  r.fanout = fan;
+  if (choice_override().one_part > 0) return true;
+  if (a <= 0) return nic < single_nic;
+  return red_t0 + red_t1 + gather < single_time;
 }
 
 inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Box& region,
@@ -1134,7 +1387,13 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
   r.cell = c;
   r.shift.clear();
   r.chain = -1;
-  if (t.S > 1) return reduce_route(t, c, region, holders, n, r);
+  if (t.S > 1) {
+    if (!options_.reduce_scatter || t.T > 1 || n == 0) return false;
+    const CellHosts& ch = cell_hosts(t);  // reducer() and the gather read ch_
+    r.cell_begin = ch.cell_offsets[c];
+    r.cell_end = ch.cell_offsets[c + 1];
+    return reduce_route(t, c, region, holders, n, r);
+  }
   if (!options_.relays || t.S > 1 || t.T > 1 || n == 0) return false;
   const CellHosts& ch = cell_hosts(t);
   r.cell_begin = ch.cell_offsets[c];
@@ -2086,12 +2345,19 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
       Emitted x{red, e, r.parts[j], true, false, false};
       x.stage = 1 + shift;  // the reduced part, from its reducer
       // From another host: it enters e's host once, at the part's leader
-      // there, which fans it out (stage 2).
+      // there (from its parent in the gather tree: the reducer, or the
+      // parent host's leader), which fans it out a stage later.
       if (options_.relays && t.dt->host[red] != t.dt->host[e]) {
         const uint32_t l = gather_leader(r, hi, j);
+        const size_t pos = gather_pos(r, hi, j);
+        const uint32_t depth = gather_depth(r, pos);
         if (l != e) {
           x.src_entry = l;
-          x.stage = 2 + shift;
+          x.stage = 1 + shift + depth;
+        } else {
+          const size_t up = gather_parent(r, pos);
+          if (up > 0) x.src_entry = gather_leader(r, gather_host(r, up, j), j);
+          x.stage = shift + depth;
         }
       }
       f(x);
@@ -2196,7 +2462,7 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
           const bool fans = gather && t.dt->host[red] != host && gather_leader(r, own_hi, j) == l;
           if (red != l && !fans) continue;
           const uint32_t shift = part_shift(t, r, j, h, n);
-          if (red == l) {
+          if (red == l && (!gather || r.fanout == 0)) {
             // To the other entries of its host, and to the part's leader on
             // every other host (all of them without relays).
             for (uint32_t i = r.cell_first; i < r.cell_first + r.cell_count; ++i) {
@@ -2208,15 +2474,24 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
               x.stage = 1 + shift;
               f(x);
             }
-          } else {
-            // The part's leader on this host: to the others here.
-            for (uint32_t k = ch_->member_offsets[own_hi]; k < ch_->member_offsets[own_hi + 1];
-                 ++k) {
-              if (ch_->members[k] == l) continue;
-              Emitted x{l, ch_->members[k], r.parts[j], true, false, false};
-              x.stage = 2 + shift;
-              f(x);
-            }
+            continue;
+          }
+          // The reducer, or the part's leader on this host: to the others
+          // here, then to the leaders of its children in the gather tree.
+          const size_t pos = red == l ? 0 : gather_pos(r, own_hi, j);
+          const uint32_t stage = 1 + shift + gather_depth(r, pos);
+          for (uint32_t k = ch_->member_offsets[own_hi]; k < ch_->member_offsets[own_hi + 1]; ++k) {
+            if (ch_->members[k] == l) continue;
+            Emitted x{l, ch_->members[k], r.parts[j], true, false, false};
+            x.stage = stage;
+            f(x);
+          }
+          const size_t nh = r.cell_end - r.cell_begin;
+          if (r.fanout == 0) continue;  // a leader of the star: no children
+          for (size_t q = pos * r.fanout + 1; q <= pos * r.fanout + r.fanout && q < nh; ++q) {
+            Emitted x{l, gather_leader(r, gather_host(r, q, j), j), r.parts[j], true, false, false};
+            x.stage = stage;
+            f(x);
           }
         }
       });

@@ -63,8 +63,11 @@ namespace {
 // of such parts a stage later; 13: a part's summands on 2 or more holder
 // hosts besides the reducer's reduced along a chain of those hosts, scratch
 // into scratch, rotated over parts, where the α–β model says the stages it
-// adds cost less than the copies it saves into the reducer's host).
-constexpr uint64_t kPlannerVersion = 13;
+// adds cost less than the copies it saves into the reducer's host; 14: the
+// reduce-scatter's reducers round-robin over the cell's hosts, cells below
+// two parts reduced as one part where the α–β model says so, and parts
+// fewer than the cell's hosts gathered along a chain or a tree of hosts).
+constexpr uint64_t kPlannerVersion = 14;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
