@@ -1385,18 +1385,26 @@ struct PsumFleet {
 // and tensors of a few hundred bytes to a few tens of KiB (cells below two
 // or a few reduce-scatter parts: one part, or parts fewer than the hosts,
 // gathered along a chain or tree of hosts).
-PsumFleet psum_fleet(std::mt19937_64& rng, bool few = false) {
+// `sharded`: the summands are themselves sharded along dimension 0 over
+// x = 2-3 devices (`holders` counts the source mesh's devices, summands x
+// x), each device on a random holder host, so the regions of one
+// destination cell have different holder sets: some pre-reduce or chain
+// and some do not, and each destination entry's reductions must still end
+// before the gather copies from or into it (Enumerator::cell_shift).
+PsumFleet psum_fleet(std::mt19937_64& rng, bool few = false, bool sharded = false) {
   auto uni = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
   PsumFleet f;
   f.holder_hosts = uni(1, 3);
   f.holders = uni(std::max<int64_t>(2, f.holder_hosts), 8);
+  const int64_t x = sharded ? uni(2, 3) : 1;
+  if (sharded) f.holders = uni(2, 4) * x;
   f.receiving = few ? uni(3, 7) : uni(1, 4);
   f.members = uni(1, 3);
   for (int64_t d = 0; d < f.holders; ++d)
-    f.hosts.push_back(
-        static_cast<int32_t>(uni(0, 1) ? d % f.holder_hosts : uni(0, f.holder_hosts - 1)));
+    f.hosts.push_back(static_cast<int32_t>(uni(0, 1) && !sharded ? d % f.holder_hosts
+                                                                 : uni(0, f.holder_hosts - 1)));
   for (int64_t i = 0; i < f.receiving * f.members; ++i)
     f.hosts.push_back(static_cast<int32_t>(f.holder_hosts + i / f.members));
   const int rank = static_cast<int>(uni(1, 3));
@@ -1411,11 +1419,16 @@ PsumFleet psum_fleet(std::mt19937_64& rng, bool few = false) {
   const DType dtype = uni(0, 1) ? DType::kF32 : DType::kBF16;
   std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
   if (f.members > 1 && uni(0, 1) == 1) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
-  f.in =
-      one_tensor(shape, dtype,
-                 named(mesh({"a"}, {f.holders}, 0),
-                       std::vector<std::vector<std::string>>(static_cast<size_t>(rank)), {"a"}),
-                 named(mesh({"r", "k"}, {f.receiving, f.members}, f.holders), dst_dims), f.hosts);
+  std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+  if (sharded) {
+    src_dims[0] = {"x"};
+    shape[0] = std::max(shape[0], x);
+  }
+  f.in = one_tensor(
+      shape, dtype,
+      named(sharded ? mesh({"a", "x"}, {f.holders / x, x}, 0) : mesh({"a"}, {f.holders}, 0),
+            src_dims, {"a"}),
+      named(mesh({"r", "k"}, {f.receiving, f.members}, f.holders), dst_dims), f.hosts);
   f.in.options.split_min_bytes = 256;
   f.in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
   const int64_t budgets[] = {0, int64_t{64} << 10, int64_t{1} << 20};
@@ -1437,6 +1450,27 @@ bool has_chain_link(const Plan& plan) {
   return false;
 }
 
+// Whether some destination entry of a partial tensor takes contributions
+// (summands in stage 0, a scratch in a later stage) in different stages:
+// the layouts whose reductions, without Enumerator::cell_shift, could end
+// after the gather copied from or into the entry.
+bool stages_differ_within_a_cell(const Plan& plan) {
+  std::map<std::pair<uint32_t, uint32_t>, std::set<uint32_t>> stages;  // (tensor, entry)
+  for (const auto& [p, part] : plan.parts()) {
+    for (const Piece& x : part.local)
+      if (x.dst_entry != kScratchEntry) stages[{x.tensor, x.dst_entry}].insert(0);
+    for (const Message& m : part.recvs)
+      for (uint64_t i = 0; i < m.num_pieces; ++i) {
+        const Piece& x = part.recv_pieces[m.first_piece + i];
+        if (x.dst_entry != kScratchEntry && (m.stage == 0 || x.src_entry == kScratchEntry))
+          stages[{x.tensor, x.dst_entry}].insert(m.stage);
+      }
+  }
+  for (const auto& [k, s] : stages)
+    if (s.size() > 1) return true;
+  return false;
+}
+
 // Every plan of the partial fleets reduces exactly (through the oracle,
 // stage by stage, and check_summands: each destination element gets every
 // summand once, through the holder hosts' scratches in stage order — the
@@ -1445,15 +1479,19 @@ bool has_chain_link(const Plan& plan) {
 // plus staging below the budget, and reports its largest scratch
 // (PlanStats::max_scratch_bytes). Summands on 2-3 holder hosts chain
 // (planner version 13) where the α–β model picks it.
-// The last 80 fleets have few parts and many receiving hosts (psum_fleet's
-// `few`), whose gathers run along chains or trees of hosts.
+// Then 80 fleets have few parts and many receiving hosts (psum_fleet's
+// `few`), whose gathers run along chains or trees of hosts, and the last 80
+// sharded summands (psum_fleet's `sharded`), half of them with few parts.
 TEST(PlanScratch, PsumFleetsPreReduceOnTheHoldersHosts) {
-  std::mt19937_64 rng(20261124), few_rng(20261124 + 14);
-  const int cases = 200, few_cases = 80;
-  int pre = 0, four = 0, hops = 0, chained = 0, longer = 0;
-  for (int c = 0; c < cases + few_cases; ++c) {
+  std::mt19937_64 rng(20261124), few_rng(20261124 + 14), sharded_rng(20261124 + 15);
+  const int cases = 200, few_cases = 80, sharded_cases = 80;
+  int pre = 0, four = 0, hops = 0, chained = 0, longer = 0, uneven = 0;
+  for (int c = 0; c < cases + few_cases + sharded_cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
-    const PsumFleet f = c < cases ? psum_fleet(rng) : psum_fleet(few_rng, true);
+    const bool sharded = c >= cases + few_cases;
+    const PsumFleet f = c < cases ? psum_fleet(rng)
+                        : sharded ? psum_fleet(sharded_rng, c % 2 == 1, true)
+                                  : psum_fleet(few_rng, true);
     const Plan plan = make_plan(f.in);
     ASSERT_EQ(plan.parts(), make_plan(f.in).parts()) << "determinism";
     for (int32_t p : plan.processes())
@@ -1472,8 +1510,9 @@ TEST(PlanScratch, PsumFleetsPreReduceOnTheHoldersHosts) {
     chained += chain;
     longer += st.stages > 4;
     const std::set<int32_t> holder_hosts(f.hosts.begin(), f.hosts.begin() + f.holders);
+    if (sharded) uneven += stages_differ_within_a_cell(plan);
     if (holder_hosts.size() >= 2 && st.stages > 1 && f.in.options.alpha_seconds == 0 &&
-        f.in.options.staging_budget_bytes == 0) {
+        f.in.options.staging_budget_bytes == 0 && !sharded) {
       // Reduce-scatter (more than one stage) with no α and summands on 2
       // or more hosts, none of them a reducer's: every part chains.
       EXPECT_TRUE(chain) << "no chain across " << holder_hosts.size() << " holder hosts";
@@ -1511,13 +1550,15 @@ TEST(PlanScratch, PsumFleetsPreReduceOnTheHoldersHosts) {
   }
   std::printf(
       "%d psum fleets: %d pre-reduce, %d in 4 stages, %d gathered along a chain or tree, %d "
-      "chain across holder hosts, %d in more than 4 stages\n",
-      cases + few_cases, pre, four, hops, chained, longer);
+      "chain across holder hosts, %d in more than 4 stages; %d of %d sharded with contributions "
+      "into one destination entry in different stages\n",
+      cases + few_cases + sharded_cases, pre, four, hops, chained, longer, uneven, sharded_cases);
   EXPECT_GT(pre, cases / 3);
   EXPECT_GT(four, cases / 10);
   EXPECT_GT(hops, few_cases / 3);
   EXPECT_GT(chained, cases / 10);
   EXPECT_GT(longer, cases / 20);
+  EXPECT_GT(uneven, sharded_cases / 10);
 }
 
 // Summands on 3 hosts that hold no destination (one each) and on a host of
@@ -1599,7 +1640,7 @@ TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
   std::vector<double> egress, nic;
   int eligible = 0, modelled = 0, model_above = 0, several_hosts = 0, budgeted = 0, chained = 0;
   int small_two = 0, small_two_above = 0, alpha_two = 0, alpha_two_above = 0;
-  double worst = 0, worst_gain = 0, worst_small_two = 0;
+  double worst = 0, worst_gain = 0, worst_small_two = 0, worst_two_single = 0;
   for (int c = 0; c < cases; ++c) {
     Fleet fleet = random_fleet(rng, true);
     if (fleet.partial.empty() || fleet.holders < 2) continue;
@@ -1624,9 +1665,12 @@ TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
       const int64_t entries = sharded ? fleet.receiving : fleet.receiving * fleet.members;
       const double cell =
           static_cast<double>(bytes) / static_cast<double>(sharded ? fleet.members : 1);
-      if (o.alpha_seconds > 0) {  // reported, not asserted (see above)
+      if (o.alpha_seconds > 0) {  // the NIC reported, the estimate checked (see above)
         ++alpha_two;
         alpha_two_above += n > 1.05;
+        const double single = estimate_with(fleet, {}, true);
+        EXPECT_LE(st.cost_seconds, single * 1.05) << "slower than single-hop by the estimate";
+        worst_two_single = std::max(worst_two_single, st.cost_seconds / single);
         continue;
       }
       if (cell < static_cast<double>(entries) * 4096) {  // fewer parts than entries
@@ -1670,10 +1714,10 @@ TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
       "with holders on 2 hosts); %d with alpha > 0 chosen by the α–β model (%d above 1.05; "
       "estimate at most %.3fx the best alternative's); %d with holders on 2 hosts in all; left "
       "out: %d with a budget below twice the tensor, %d with holders on 2 hosts and alpha > 0 "
-      "(%d above 1.05), %d with holders on 2 hosts, alpha 0 and cells below their entries x the "
-      "floor (%d above 1.05, worst %.3f)\n",
+      "(%d above 1.05; estimate at most %.3fx single-hop's), %d with holders on 2 hosts, alpha 0 "
+      "and cells below their entries x the floor (%d above 1.05, worst %.3f)\n",
       eligible, worst, chained, modelled, model_above, worst_gain, several_hosts, budgeted,
-      alpha_two, alpha_two_above, small_two, small_two_above, worst_small_two);
+      alpha_two, alpha_two_above, worst_two_single, small_two, small_two_above, worst_small_two);
   report("egress", egress);
   report("busiest NIC", nic);
   EXPECT_GE(eligible, 200);

@@ -2,6 +2,7 @@
 #include "plan/context.h"
 
 #include <cstdint>
+#include <tuple>
 
 namespace reshard::planning {
 
@@ -96,6 +97,65 @@ void Context::decide_pre_reduce(int64_t max_bytes) {
     scratch_reserve = probe.max_scratch_bytes;
   else
     pre_reduce = false;
+}
+
+namespace {
+// A mode going less far must beat the estimate by this factor: near-ties
+// keep the plan nearer the byte bounds.
+constexpr double kReduceMargin = 1.05;
+// Above this many groups of like tensors, one mode for all of them.
+constexpr size_t kMaxReduceGroups = 16;
+}  // namespace
+
+void Context::decide_reductions(int64_t max_bytes) {
+  const PlanOptions& o = input.options;
+  if (!o.reduce_scatter || o.alpha_seconds <= 0) return;
+  // Groups of like partial tensors (source geometry, destination geometry,
+  // element size; a geometry covers its layout and the tensor's shape):
+  // one decision each.
+  std::map<std::tuple<const Geometry*, const Geometry*, int64_t>, std::vector<size_t>> by_key;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].S > 1 && tensors[i].T == 1)
+      by_key[std::make_tuple(tensors[i].sg, tensors[i].dg, tensors[i].esize)].push_back(i);
+  if (by_key.empty()) return;
+  std::vector<std::vector<size_t>> groups;
+  if (by_key.size() <= kMaxReduceGroups) {
+    for (auto& [k, g] : by_key) groups.push_back(std::move(g));
+  } else {
+    groups.emplace_back();
+    for (auto& [k, g] : by_key) groups.back().insert(groups.back().end(), g.begin(), g.end());
+  }
+  const PlanOptions staging = staging_options();
+  auto estimate = [&] {
+    PlanStats st;
+    compute_stats(*this, st, staging, true, nullptr, max_bytes);
+    return st.cost_seconds;
+  };
+  auto set = [&](const std::vector<size_t>& g, TensorCtx::Reduce m) {
+    for (size_t i : g) tensors[i].reduce = m;
+  };
+  double least = estimate();  // every tensor at kPreReduce
+  for (const std::vector<size_t>& g : groups) {
+    TensorCtx::Reduce best = TensorCtx::kPreReduce;
+    for (TensorCtx::Reduce m : {TensorCtx::kReduceScatter, TensorCtx::kSingleHop}) {
+      if (m == TensorCtx::kReduceScatter && !pre_reduce) continue;  // the same plan
+      set(g, m);
+      const double cost = estimate();
+      if (cost * kReduceMargin < least) {
+        best = m;
+        least = cost;
+      }
+    }
+    set(g, best);
+  }
+  // No tensor pre-reduces: no scratch to reserve under the budget.
+  bool any = false;
+  for (const TensorCtx& t : tensors)
+    any |= t.S > 1 && t.T == 1 && t.reduce == TensorCtx::kPreReduce;
+  if (!any) {
+    pre_reduce = false;
+    scratch_reserve = 0;
+  }
 }
 
 PlanOptions Context::staging_options() const {

@@ -33,6 +33,18 @@ struct Context {
   // Settles pre_reduce under a budget (after build; max_bytes as
   // compute_stats's).
   void decide_pre_reduce(int64_t max_bytes);
+  // With α > 0 (PlanOptions::alpha_seconds) and reduce-scatter on, sets the
+  // partial tensors' TensorCtx::reduce (after decide_pre_reduce) by the
+  // whole plan's α–β estimate (PlanStats::cost_seconds): from every tensor
+  // at kPreReduce, each group of like tensors (same layouts, shape and
+  // dtype; one group for all above 16 groups) in turn takes the mode going
+  // less far where that lowers the estimate by more than 5% (near-ties keep
+  // the plan nearer the byte bounds). The routes choose their parts, gathers
+  // and chains cell by cell and do not see the stages the other choices add,
+  // so a plan could otherwise come out slower by the estimate than its
+  // single-hop plan. A pure function of the input: every process decides
+  // alike.
+  void decide_reductions(int64_t max_bytes);
   PlanOptions staging_options() const;
 
   explicit Context(const PlanInput& in) : input(in) {}

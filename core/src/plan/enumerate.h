@@ -44,6 +44,13 @@ struct TensorCtx {
   int32_t S = 1;      // source summands
   int32_t T = 1;      // destination summands
   std::string field;  // "tensors[i]"
+  // Partial sources, how far the reduce routes go (Context::decide_reductions,
+  // with PlanOptions::reduce_scatter on): kPreReduce, reduce-scatter with
+  // pre-reduction on the holders' hosts (where Context::pre_reduce allows);
+  // kReduceScatter, without it; kSingleHop, no reduce route (every entry
+  // fetches every summand it lacks).
+  enum Reduce : uint8_t { kSingleHop = 0, kReduceScatter = 1, kPreReduce = 2 };
+  Reduce reduce = kPreReduce;
 };
 
 // What the enumeration reports for every piece.
@@ -537,7 +544,7 @@ class Enumerator {
   template <class F>
   void each_cell(const TensorCtx& t, uint32_t e, F&& f) const {
     const Geometry& dg = *t.dg;
-    const bool routes = t.T == 1 && (t.S == 1 ? options_.relays : options_.reduce_scatter);
+    const bool routes = t.T == 1 && (t.S == 1 ? options_.relays : reduces(t));
     if (dg.tiled || !dg.fragmented || !routes ||
         dg.entry_cell_offsets[e + 1] - dg.entry_cell_offsets[e] == 1) {
       f(static_cast<size_t>(dg.cell_of_entry[e]), t.dst->box(e), false);
@@ -690,6 +697,16 @@ class Enumerator {
     if (r.shift[j] == Route::kUnknownShift) r.shift[j] = reduce_part(t, r, j, holders, n, true);
     return r.shift[j];
   }
+  // The gather's offset shared by every part of every region of destination
+  // cell c (box B): the largest part_shift among them (0 without
+  // pre-reduction). An entry's reductions, whichever regions and parts it
+  // reduces, end in or before this stage, and every gather piece from or
+  // into an entry of the cell comes after it: executors that order work by
+  // (stage, round) alone (execute_host) need each destination entry's
+  // reduction finished before a later stage copies from or into it.
+  // Fragmented destinations (an entry in several cells) never pre-reduce
+  // (reduce_route), so the cell's entries reduce nothing elsewhere.
+  uint32_t cell_shift(const TensorCtx& t, uint32_t e, size_t c, const Box& B);
   // The leader of part j on the host at CellHosts index `hi`.
   uint32_t leader(const Route& r, size_t hi, size_t j) const;
   // The CellHosts index of the index-th receiving host.
@@ -701,10 +718,12 @@ class Enumerator {
   // Pieces of entry `e` for `region` along its route, to f. The global
   // statistics mirror it, assign (one summand) and recv's relay merging for
   // whole cells (core/src/plan/stats.cc, enum_cell): a change here needs the
-  // same there (PlanStatsFastPath compares the two).
+  // same there (PlanStatsFastPath compares the two). `shift`: cell_shift of
+  // the region's cell, for the gather's stages (send() passes 0: it keeps
+  // no gather piece).
   template <class F>
   void routed_recv(const TensorCtx& t, uint32_t e, const Route& r, const Box& region,
-                   const uint32_t* holders, size_t n, bool own, F&& f);
+                   const uint32_t* holders, size_t n, bool own, uint32_t shift, F&& f);
 
   // Naive variant of recv: finds candidate source entries by scanning all of
   // them (the quadratic baseline).
@@ -754,10 +773,19 @@ class Enumerator {
 
   const PlanOptions& options_;
   bool pre_reduce_ = false;
+  // Reduce routes for partial tensor t (PlanOptions::reduce_scatter and
+  // TensorCtx::reduce), and pre-reduction in them (Context::pre_reduce too).
+  bool reduces(const TensorCtx& t) const {
+    return options_.reduce_scatter && t.reduce != TensorCtx::kSingleHop;
+  }
+  bool pre_reduces(const TensorCtx& t) const {
+    return pre_reduce_ && t.reduce == TensorCtx::kPreReduce;
+  }
   std::map<const Geometry*, CellHosts> cell_hosts_;
   const Geometry* last_geo_ = nullptr;  // cell_hosts' last geometry ...
   const CellHosts* ch_ = nullptr;       // ... and its hosts
   Route route_;
+  Route shift_route_;  // cell_shift's, beside route_ in use
   // cell_shares(): per (source, destination) geometry pair, per cell.
   // Keyed by the tensor's shape too: a Geometry is shared by tensors of
   // every shape on one mesh and spec, and the volumes follow the shape.
@@ -1158,13 +1186,13 @@ inline void even_parts(const Box& region, int64_t m, std::vector<Box>& parts) {
 
 inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& region,
                                      const uint32_t* holders, size_t n, Route& r) {
-  if (!options_.reduce_scatter || t.S < 2 || t.T > 1 || n == 0) return false;
+  if (!reduces(t) || t.S < 2 || t.T > 1 || n == 0) return false;
   const Geometry& dg = *t.dg;
   const uint32_t first = dg.cell_offsets[c], count = dg.cell_offsets[c + 1] - first;
   if (count < 2) {
     // One entry: it reduces the region itself (one part, no gather), its
     // summands pre-reduced on their holders' hosts where they can be.
-    if (!pre_reduce_ || !options_.relays || count == 0) return false;
+    if (!pre_reduces(t) || !options_.relays || count == 0 || dg.fragmented) return false;
     r.reduce = true;
     r.pre_reduce = true;
     r.cross = false;
@@ -1206,7 +1234,7 @@ inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& re
       r.fanout = gather_fanout(c, bytes / static_cast<double>(m), static_cast<size_t>(m));
   }
   r.reduce = true;
-  r.pre_reduce = pre_reduce_;
+  r.pre_reduce = pre_reduces(t) && !dg.fragmented;  // see cell_shift
   r.cross = false;
   r.cell_first = first;
   r.cell_count = count;
@@ -1341,7 +1369,7 @@ inline bool Enumerator::one_part(const TensorCtx& t, size_t c, const Box& region
   // holder host's summands, once per host where 2 or more pre-reduce; the
   // gather then reaches every other host once.
   const int32_t rhost = ch_->hosts[hb + rot % nh];
-  const bool pre = pre_reduce_;
+  const bool pre = pre_reduces(t);
   double red_in = 0, red_t0 = 0, red_t1 = 0, nic = V;
   for (const auto& [h, k] : holder_sums) {
     if (h == rhost) {
@@ -1388,7 +1416,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
   r.shift.clear();
   r.chain = -1;
   if (t.S > 1) {
-    if (!options_.reduce_scatter || t.T > 1 || n == 0) return false;
+    if (!reduces(t) || t.T > 1 || n == 0) return false;
     const CellHosts& ch = cell_hosts(t);  // reducer() and the gather read ch_
     r.cell_begin = ch.cell_offsets[c];
     r.cell_end = ch.cell_offsets[c + 1];
@@ -2326,9 +2354,20 @@ inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size
   return star(false);
 }
 
+inline uint32_t Enumerator::cell_shift(const TensorCtx& t, uint32_t e, size_t c, const Box& B) {
+  if (!pre_reduces(t) || !options_.relays || t.S < 2 || t.T > 1 || t.dg->fragmented) return 0;
+  uint32_t shift = 0;
+  cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
+    Route& r = shift_route_;
+    if (!route(t, e, c, region, h, n, r) || !r.reduce) return;
+    for (size_t j = 0; j < r.parts.size(); ++j) shift = std::max(shift, part_shift(t, r, j, h, n));
+  });
+  return shift;
+}
+
 template <class F>
 void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, const Box& region,
-                             const uint32_t* holders, size_t n, bool own, F&& f) {
+                             const uint32_t* holders, size_t n, bool own, uint32_t shift, F&& f) {
   if (r.reduce) {
     const size_t hi = options_.relays ? host_slot(t, e, r.cell) : 0;
     for (size_t j = 0; j < r.parts.size(); ++j) {
@@ -2341,7 +2380,6 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
         for (const Emitted& x : pre_) f(x);
         continue;
       }
-      const uint32_t shift = part_shift(t, r, j, holders, n);
       Emitted x{red, e, r.parts[j], true, false, false};
       x.stage = 1 + shift;  // the reduced part, from its reducer
       // From another host: it enters e's host once, at the part's leader
@@ -2425,13 +2463,14 @@ void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
       f(x);
   };
   each_cell(t, e, [&](size_t c, const Box& B, bool part) {
+    const uint32_t shift = cell_shift(t, e, c, B);
     cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool own) {
       own |= part;
       if (!route(t, e, c, region, h, n, route_)) {
         assign(t, e, region, h, n, own, f);
         return;
       }
-      routed_recv(t, e, route_, region, h, n, own, out);
+      routed_recv(t, e, route_, region, h, n, own, shift, out);
     });
   });
   merger.flush(f);
@@ -2448,12 +2487,13 @@ void Enumerator::forward(const TensorCtx& t, uint32_t l, F&& emit) {
 template <class F>
 void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
   if (t.S > 1) {
-    if (!options_.reduce_scatter || t.T > 1) return;
+    if (!reduces(t) || t.T > 1) return;
     each_cell(t, l, [&](size_t c, const Box& B, bool) {
       if (t.dg->cell_offsets[c + 1] - t.dg->cell_offsets[c] < 2) return;
       const bool gather = options_.relays;
       const size_t own_hi = gather ? host_slot(t, l, c) : 0;
       const int32_t host = t.dt->host[l];
+      const uint32_t shift = cell_shift(t, l, c, B);
       cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
         Route& r = route_;
         if (!route(t, l, c, region, h, n, r)) return;
@@ -2461,7 +2501,6 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
           const uint32_t red = reducer(t, r, j);
           const bool fans = gather && t.dt->host[red] != host && gather_leader(r, own_hi, j) == l;
           if (red != l && !fans) continue;
-          const uint32_t shift = part_shift(t, r, j, h, n);
           if (red == l && (!gather || r.fanout == 0)) {
             // To the other entries of its host, and to the part's leader on
             // every other host (all of them without relays).
@@ -2634,7 +2673,7 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
           if (dg.devices[e] == sdev) continue;
           if (t.T > 1 && ssum % t.T != dg.summands[e]) continue;
           if (routed)
-            routed_recv(t, e, route_, region, h, n, false, keep);
+            routed_recv(t, e, route_, region, h, n, false, 0, keep);
           else
             assign(t, e, region, h, n, false, keep);
         }
@@ -2653,7 +2692,7 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
         const Box region = intersect(C, B);
         if (region.empty()) return;
         if (route(t, e, c, region, h, n, route_))
-          routed_recv(t, e, route_, region, h, n, part, keep);
+          routed_recv(t, e, route_, region, h, n, part, 0, keep);
         else
           assign(t, e, region, h, n, part, keep);
       });

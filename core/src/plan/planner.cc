@@ -66,8 +66,11 @@ namespace {
 // adds cost less than the copies it saves into the reducer's host; 14: the
 // reduce-scatter's reducers round-robin over the cell's hosts, cells below
 // two parts reduced as one part where the α–β model says so, and parts
-// fewer than the cell's hosts gathered along a chain or a tree of hosts).
-constexpr uint64_t kPlannerVersion = 14;
+// fewer than the cell's hosts gathered along a chain or a tree of hosts;
+// 15: the gather's offset is the destination cell's largest pre-reduction
+// shift, so each entry's reductions end before its gather, whatever
+// regions it reduces; fragmented destinations do not pre-reduce).
+constexpr uint64_t kPlannerVersion = 15;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -820,6 +823,7 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   Context ctx(input);
   ctx.build();
   ctx.decide_pre_reduce(limit);
+  ctx.decide_reductions(limit);
   PlanStats own;
   PlanStats& st = stats ? *stats : own;
   st = PlanStats{};
@@ -843,6 +847,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   Context ctx(input);
   ctx.build();
   ctx.decide_pre_reduce(limit);
+  ctx.decide_reductions(limit);
   Plan plan;
   Plan::Builder::tensors(plan) = input.tensors;
   Plan::Builder::topology(plan) = input.topology;
