@@ -108,10 +108,12 @@ def case_stages():
     rs = json.loads(run("plan", "--spec", psum, "--format", "json").stdout)["stats"]
     one = json.loads(run("plan", "--spec", psum, "--format", "json",
                          "--no-reduce-scatter").stdout)["stats"]
-    # Stage 0 reduces, stage 1 gathers; pmean_bf16's regions, below two
-    # reduce-scatter parts, are reduced as one part each and gathered along
-    # a tree of the 4 hosts (stages 1-3).
-    check(rs["stages"] == 4 and rs["network_bytes"] < one["network_bytes"], f"{rs} {one}")
+    # Stage 0 reduces, stage 1 gathers. (pmean_bf16's regions, below two
+    # reduce-scatter parts, would be reduced as one part each and gathered
+    # along a tree of the 4 hosts, stages 1-3; the whole plan's α-β
+    # estimate prefers them single-hop, planner version 15.)
+    check(rs["stages"] == 2 and rs["network_bytes"] < one["network_bytes"], f"{rs} {one}")
+    check(rs["cost_seconds"] < one["cost_seconds"], f"{rs} {one}")
     text = run("plan", "--spec", relay).stdout
     check("forwarded by relays" in text and "stages" in text, text)
     out = run("show", "--spec", relay, "--tensor", "a").stdout
