@@ -126,19 +126,23 @@ void Context::decide_reductions(int64_t max_bytes) {
     for (auto& [k, g] : by_key) groups.back().insert(groups.back().end(), g.begin(), g.end());
   }
   const PlanOptions staging = staging_options();
+  int64_t scratch = 0;
   auto estimate = [&] {
     PlanStats st;
     compute_stats(*this, st, staging, true, nullptr, max_bytes);
+    scratch = st.max_scratch_bytes;
     return st.cost_seconds;
   };
   auto set = [&](const std::vector<size_t>& g, TensorCtx::Reduce m) {
     for (size_t i : g) tensors[i].reduce = m;
   };
   double least = estimate();  // every tensor at kPreReduce
+  // No scratch anywhere: nothing pre-reduces, and kReduceScatter plans the same.
+  const bool pre = pre_reduce && scratch > 0;
   for (const std::vector<size_t>& g : groups) {
     TensorCtx::Reduce best = TensorCtx::kPreReduce;
     for (TensorCtx::Reduce m : {TensorCtx::kReduceScatter, TensorCtx::kSingleHop}) {
-      if (m == TensorCtx::kReduceScatter && !pre_reduce) continue;  // the same plan
+      if (m == TensorCtx::kReduceScatter && !pre) continue;  // the same plan
       set(g, m);
       const double cost = estimate();
       if (cost * kReduceMargin < least) {
