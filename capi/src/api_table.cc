@@ -85,6 +85,7 @@ constexpr reshard_api_t kApiV1 = {
     .nccl_unique_id = &reshard_nccl_unique_id,
     .nccl_executor_create = &reshard_nccl_executor_create,
     .plan_device_location = &reshard_plan_device_location,
+    .plan_part_scratch = &reshard_plan_part_scratch,
 };
 
 // One assertion per shipped ABI version (ONNX Runtime's pattern): the offset
@@ -105,15 +106,22 @@ static_assert(offsetof(reshard_api_t, plan_device_location) == kHeader + 69 * si
               "ABI 1.1 table layout changed");
 // ABI 1.2 appended struct fields (reshard_plan_stats_t, reshard_plan_request_t)
 // and an error code, no function: the table ends with 1.1's last function.
-static_assert(sizeof(reshard_api_t) == kHeader + 70 * sizeof(void*),
-              "a field was appended: bump RESHARD_ABI_MINOR and add a static_assert for it");
+static_assert(offsetof(reshard_api_t, plan_device_location) + sizeof(void*) ==
+                  offsetof(reshard_api_t, plan_part_scratch),
+              "ABI 1.2-1.5 added no function");
 // ABI 1.3 appended struct fields for stages (reshard_plan_options_t::relays
 // and ::reduce_scatter,
 // reshard_plan_stats_t::forwarded_bytes, reshard_message_t::stage,
 // reshard_piece_t::stage), no function.
 // ABI 1.4 added an enum value (RESHARD_REDUCE_MEAN), no function or field.
 // ABI 1.5 appended reshard_plan_stats_t::max_scratch_bytes, no function.
-static_assert(RESHARD_ABI_MINOR == 5);
+// ABI 1.6: 71 functions, plan_part_scratch added (and
+// reshard_part_info_t::num_scratch appended).
+static_assert(offsetof(reshard_api_t, plan_part_scratch) == kHeader + 70 * sizeof(void*),
+              "ABI 1.6 table layout changed");
+static_assert(sizeof(reshard_api_t) == kHeader + 71 * sizeof(void*),
+              "a field was appended: bump RESHARD_ABI_MINOR and add a static_assert for it");
+static_assert(RESHARD_ABI_MINOR == 6);
 
 }  // namespace
 

@@ -27,9 +27,11 @@ namespace {
 constexpr size_t kPartInfoV1Size = RESHARD_CAPI_V1_SIZE(reshard_part_info_t, num_recv_pieces);
 constexpr size_t kMessageV1Size = RESHARD_CAPI_V1_SIZE(reshard_message_t, bytes);
 constexpr size_t kPieceV1Size = RESHARD_CAPI_V1_SIZE(reshard_piece_t, bytes);
-static_assert(kPartInfoV1Size == sizeof(reshard_part_info_t));
-static_assert(kMessageV1Size == offsetof(reshard_message_t, stage));  // 1.3 appended stage
-static_assert(kPieceV1Size == offsetof(reshard_piece_t, stage));      // 1.3 appended stage
+constexpr size_t kScratchV1Size = sizeof(reshard_scratch_t);  // since 1.6
+static_assert(RESHARD_SCRATCH_ENTRY == reshard::kScratchEntry);
+static_assert(kPartInfoV1Size == offsetof(reshard_part_info_t, num_scratch));  // 1.6 appended it
+static_assert(kMessageV1Size == offsetof(reshard_message_t, stage));           // 1.3 appended stage
+static_assert(kPieceV1Size == offsetof(reshard_piece_t, stage));               // 1.3 appended stage
 
 const std::vector<Piece>& piece_list(const ProcessPart& part, reshard_piece_list_t list) {
   switch (list) {
@@ -200,6 +202,7 @@ reshard_error_t* reshard_plan_part_info(const reshard_plan_t* plan, int32_t proc
     c.num_send_pieces = part.send_pieces.size();
     c.num_recvs = part.recvs.size();
     c.num_recv_pieces = part.recv_pieces.size();
+    c.num_scratch = part.scratch.size();
     write_struct(c, out_info);
   });
 }
@@ -274,6 +277,25 @@ reshard_error_t* reshard_plan_part_piece(const reshard_plan_t* plan, int32_t pro
     c.bytes = plan->plan.piece_bytes(part, p);
     write_struct(c, out_piece);
     write_box(region, out_lo, out_hi);
+  });
+}
+
+reshard_error_t* reshard_plan_part_scratch(const reshard_plan_t* plan, int32_t process,
+                                           size_t index, reshard_scratch_t* out_scratch,
+                                           int64_t* out_lo, int64_t* out_hi) {
+  return guard([&] {
+    require(plan, "plan");
+    check_out_struct(out_scratch, kScratchV1Size, "out_scratch");
+    const ProcessPart& part = plan->plan.part(process);
+    check_index(index, part.scratch.size(), "index", "scratch buffers");
+    const reshard::Scratch& x = part.scratch[index];
+    reshard_scratch_t c = RESHARD_SCRATCH_INIT;
+    c.tensor = x.tensor;
+    c.device = x.device;
+    c.bytes = x.box.volume() *
+              static_cast<int64_t>(reshard::dtype_size(plan->plan.tensors()[x.tensor].dtype));
+    write_struct(c, out_scratch);
+    write_box(x.box, out_lo, out_hi);
   });
 }
 

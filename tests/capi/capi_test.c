@@ -2273,6 +2273,96 @@ static void test_relays(void) {
   fixture_destroy(&f);
 }
 
+/* Scratch buffers (ABI 1.6): a psum over 2 holder hosts of 2 (alpha 0) whose
+ * holders pre-reduce on their host. Each part lists its scratch; every piece
+ * naming RESHARD_SCRATCH_ENTRY lies inside a scratch of its tensor on its
+ * device; a device's scratch adds up to at most max_scratch_bytes, reached. */
+static void test_scratch(void) {
+  static const char kPsum[] =
+      "{\"options\": {\"alpha_seconds\": 0},"
+      " \"meshes\": {\"src\": {\"axis_names\": [\"dp\"], \"shape\": [4], \"devices\": [0, 1, 2, 3],"
+      " \"processes\": [0, 1, 2, 3], \"hosts\": [0, 0, 1, 1]},"
+      " \"dst\": {\"axis_names\": [\"r\"], \"shape\": [2], \"devices\": [4, 5],"
+      " \"processes\": [4, 5], \"hosts\": [2, 3]}},"
+      " \"tensors\": [{\"name\": \"g\", \"shape\": [1024, 8], \"dtype\": \"f32\","
+      " \"src\": {\"mesh\": \"src\", \"spec\": [null, null], \"partial\": {\"axes\": [\"dp\"]}},"
+      " \"dst\": {\"mesh\": \"dst\", \"spec\": [null, null]}}]}";
+  reshard_plan_input_t* input = NULL;
+  reshard_plan_t* plan = NULL;
+  reshard_plan_stats_t stats = RESHARD_PLAN_STATS_INIT;
+  reshard_part_info_t info = RESHARD_PART_INFO_INIT, old;
+  reshard_scratch_t x = RESHARD_SCRATCH_INIT, boxes[16];
+  reshard_piece_t piece = RESHARD_PIECE_INIT;
+  int64_t lo[16][2], hi[16][2], plo[2], phi[2];
+  int64_t per_device[6] = {0, 0, 0, 0, 0, 0}, most = 0;
+  size_t n, i, k, total = 0, named = 0;
+  int32_t process;
+  int list, d;
+
+  REQUIRE_OK(reshard_plan_input_from_spec(kPsum, strlen(kPsum), &input));
+  REQUIRE_OK(reshard_plan_create(input, NULL, &plan));
+  REQUIRE_OK(reshard_plan_stats(plan, &stats));
+  CHECK(stats.max_scratch_bytes > 0);
+  for (process = 0; process < 6; ++process) {
+    REQUIRE_OK(reshard_plan_part_info(plan, process, &info));
+    n = (size_t)info.num_scratch;
+    REQUIRE(n <= 16);
+    for (i = 0; i < n; ++i) {
+      boxes[i].struct_size = sizeof boxes[i];
+      REQUIRE_OK(reshard_plan_part_scratch(plan, process, i, &boxes[i], lo[i], hi[i]));
+      CHECK(boxes[i].tensor == 0);
+      CHECK(boxes[i].device == process); /* one device per process, devices 0-3 hold */
+      CHECK(boxes[i].bytes == (hi[i][0] - lo[i][0]) * (hi[i][1] - lo[i][1]) * 4);
+      per_device[process] += boxes[i].bytes;
+    }
+    total += n;
+    for (list = RESHARD_PIECES_LOCAL; list <= RESHARD_PIECES_RECV; ++list) {
+      const uint64_t count = list == RESHARD_PIECES_LOCAL  ? info.num_local_pieces
+                             : list == RESHARD_PIECES_SEND ? info.num_send_pieces
+                                                           : info.num_recv_pieces;
+      for (i = 0; i < count; ++i) {
+        REQUIRE_OK(reshard_plan_part_piece(plan, process, (reshard_piece_list_t)list, i, &piece,
+                                           plo, phi));
+        for (k = 0; k < 2; ++k) {
+          const uint64_t entry = k == 0 ? piece.src_entry : piece.dst_entry;
+          const int64_t device = k == 0 ? piece.src_device : piece.dst_device;
+          size_t j;
+          int inside = 0;
+          if (entry != RESHARD_SCRATCH_ENTRY || device != process) continue;
+          ++named;
+          for (j = 0; j < n; ++j)
+            inside |= boxes[j].device == device && boxes[j].tensor == piece.tensor &&
+                      lo[j][0] <= plo[0] && phi[0] <= hi[j][0] && lo[j][1] <= plo[1] &&
+                      phi[1] <= hi[j][1];
+          CHECK(inside);
+        }
+      }
+    }
+  }
+  for (d = 0; d < 6; ++d) most = per_device[d] > most ? per_device[d] : most;
+  CHECK(total > 0 && named > 0);
+  CHECK(most == stats.max_scratch_bytes);
+  /* Bad inputs name what is wrong. */
+  CHECK_ERR(reshard_plan_part_scratch(plan, 0, 99, &x, NULL, NULL), RESHARD_ERROR_OUT_OF_RANGE,
+            "index: 99 >=");
+  CHECK_ERR(reshard_plan_part_scratch(plan, 42, 0, &x, NULL, NULL), RESHARD_ERROR_OUT_OF_RANGE,
+            "process: this plan holds no part for process 42");
+  CHECK_ERR(reshard_plan_part_scratch(NULL, 0, 0, &x, NULL, NULL), RESHARD_ERROR_INVALID_ARGUMENT,
+            "plan");
+  CHECK_ERR(reshard_plan_part_scratch(plan, 0, 0, NULL, NULL, NULL), RESHARD_ERROR_INVALID_ARGUMENT,
+            "out_scratch");
+  x.struct_size = 0;
+  CHECK_ERR(reshard_plan_part_scratch(plan, 0, 0, &x, NULL, NULL), RESHARD_ERROR_INVALID_ARGUMENT,
+            "out_scratch->struct_size");
+  /* A 1.5-sized part info leaves num_scratch alone. */
+  memset(&old, 0x55, sizeof old);
+  old.struct_size = offsetof(reshard_part_info_t, num_scratch);
+  CHECK_OK(reshard_plan_part_info(plan, 0, &old));
+  CHECK(old.num_scratch == 0x5555555555555555);
+  reshard_plan_destroy(plan);
+  reshard_plan_input_destroy(input);
+}
+
 static void test_plan_limit(void) {
   static const char* const kFleet[] = {
       "request->max_plan_bytes: the 1,024 process parts of this plan need about ",
@@ -2681,6 +2771,7 @@ static const test_group kGroups[] = {
     {"out_of_memory", test_out_of_memory},
     {"plan_limit", test_plan_limit},
     {"relays", test_relays},
+    {"scratch", test_scratch},
     {"transports", test_transports},
     {"mpi_options", test_mpi_options},
     {"nccl_options", test_nccl_options},

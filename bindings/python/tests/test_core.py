@@ -91,6 +91,28 @@ def test_process_parts(root):
         reshard.plan(spec, process=0, global_stats=False).stats
 
 
+def test_scratch_buffers(root):
+    # Partial sums over 3 holder hosts chained (alpha 0): holders pre-reduce
+    # into scratch on their host; every part lists its scratch (C ABI 1.6).
+    spec = root / "tests" / "mpi" / "specs" / "psum_chain_3_holder_hosts.json"
+    p = reshard.plan(spec)
+    most = 0
+    for proc in p.processes:
+        xs = p.scratch(proc)
+        assert len(xs) == p.part_info(proc)["num_scratch"]
+        per_device = {}
+        for x in xs:
+            size = {"f32": 4, "bf16": 2}[p.tensors[x["tensor"]].dtype]
+            assert x["bytes"] == int(np.prod(np.subtract(x["hi"], x["lo"]))) * size
+            assert p.device_location(x["device"])[0] == proc
+            per_device[x["device"]] = per_device.get(x["device"], 0) + x["bytes"]
+        most = max([most, *per_device.values()])
+    assert most == p.stats["max_scratch_bytes"] > 0
+    assert reshard.SCRATCH_ENTRY == 0xFFFFFFFE
+    with pytest.raises(reshard.OutOfRangeError):
+        p.scratch(99)
+
+
 def test_threads_give_identical_plans(root):
     spec = root / "examples" / "specs" / "small_transformer.json"
     assert reshard.plan(spec, threads=1).to_bytes() == reshard.plan(spec, threads=4).to_bytes()

@@ -115,7 +115,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 5
+#define RESHARD_ABI_MINOR 6
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -733,10 +733,13 @@ typedef struct reshard_part_info {
   uint64_t num_send_pieces;
   uint64_t num_recvs; /* messages the process receives */
   uint64_t num_recv_pieces;
+  /* Since 1.6: scratch buffers the process allocates for one execution
+   * (reshard_plan_part_scratch). */
+  uint64_t num_scratch;
 } reshard_part_info_t;
 
 #define RESHARD_PART_INFO_INIT \
-  { sizeof(reshard_part_info_t), 0, 0, 0, 0, 0 }
+  { sizeof(reshard_part_info_t), 0, 0, 0, 0, 0, 0 }
 
 /* Describes the part of `process`, written like reshard_plan_stats.
  * Errors: INVALID_ARGUMENT, OUT_OF_RANGE ("process: this plan holds no part
@@ -778,7 +781,8 @@ typedef struct reshard_piece {
   size_t struct_size;
   uint64_t tensor;
   /* Entry of the tensor's source layout; in a stage > 0 (see `stage`), of
-   * its destination layout: the relay's buffer the piece is forwarded from. */
+   * its destination layout: the relay's buffer the piece is forwarded from.
+   * Either may be RESHARD_SCRATCH_ENTRY (below): a scratch buffer. */
   uint64_t src_entry;
   uint64_t dst_entry; /* entry of the tensor's destination layout */
   int64_t src_device;
@@ -790,6 +794,39 @@ typedef struct reshard_piece {
 
 #define RESHARD_PIECE_INIT \
   { sizeof(reshard_piece_t), 0, 0, 0, 0, 0, 0, 0 }
+
+/* Since 1.6: a piece's src_entry or dst_entry equal to RESHARD_SCRATCH_ENTRY
+ * names a scratch buffer instead of a layout entry: the scratch of the
+ * piece's tensor on the piece's src_device (reading) or dst_device (writing)
+ * whose box contains the piece's region (reshard_plan_part_scratch). Plans
+ * with partial sources and relays may have them (pre-reductions on the
+ * holders' hosts). */
+#define RESHARD_SCRATCH_ENTRY 4294967294u
+
+/* Since 1.6: a buffer a process allocates for one execution on one of its
+ * devices, holding a box of one tensor: it starts at the identity of the
+ * tensor's reduce op (0 for sum and mean, the lowest value for max, the
+ * highest for min), every piece written into it combines with what it
+ * holds, and pieces of later stages read it once complete. */
+typedef struct reshard_scratch {
+  size_t struct_size;
+  uint64_t tensor;
+  int64_t device;
+  int64_t bytes; /* the box's elements times the tensor's dtype size */
+} reshard_scratch_t;
+
+#define RESHARD_SCRATCH_INIT \
+  { sizeof(reshard_scratch_t), 0, 0, 0 }
+
+/* Since 1.6: scratch `index` (< reshard_part_info_t::num_scratch) of
+ * `process`'s part, sorted by tensor, device, then box, written like
+ * reshard_plan_stats, and its box (global tensor coordinates, rank values
+ * each in out_lo / out_hi; either may be NULL). A device's scratch boxes of
+ * one tensor are disjoint.
+ * Errors: INVALID_ARGUMENT (NULL), OUT_OF_RANGE (process, index). */
+RESHARD_API reshard_error_t* reshard_plan_part_scratch(const reshard_plan_t* plan, int32_t process,
+                                                       size_t index, reshard_scratch_t* out_scratch,
+                                                       int64_t* out_lo, int64_t* out_hi);
 
 /* Piece `index` of a piece list of `process`'s part, written like
  * reshard_plan_stats, and the region it moves (global tensor coordinates,
@@ -1186,6 +1223,9 @@ typedef struct reshard_api {
    * RESHARD_ERROR_RESOURCE_EXHAUSTED): the table is 1.1's, abi_minor 2.
    * ABI 1.3 (plan options relays/reduce_scatter, stages) and 1.4
    * (RESHARD_REDUCE_MEAN) added none either. */
+  /* ABI 1.6 (check struct_size or abi_minor >= 6 before use) */
+  reshard_error_t* (*plan_part_scratch)(const reshard_plan_t*, int32_t, size_t, reshard_scratch_t*,
+                                        int64_t*, int64_t*);
   /* Append new functions here, never elsewhere, and bump RESHARD_ABI_MINOR. */
 } reshard_api_t;
 

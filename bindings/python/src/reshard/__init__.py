@@ -20,15 +20,15 @@ from ._ffi import (ABI_VERSION, HEADER_ABI_VERSION, LIBRARY_PATH, CorruptError, 
                    ReshardMemoryError, ReshardOverflowError, ReshardTimeoutError,
                    ResourceExhaustedError, TransportError, UnsupportedError)
 from ._ffi import api as _api, ffi as _ffi_mod
-from ._core import (Entry, Executor, Layout, MPIExecutor, Plan, PreparedExecution, Tensor,
-                    dtype_name, execute, numpy_dtype, plan, prepare, spec_fingerprint,
+from ._core import (SCRATCH_ENTRY, Entry, Executor, Layout, MPIExecutor, Plan, PreparedExecution,
+                    Tensor, dtype_name, execute, numpy_dtype, plan, prepare, spec_fingerprint,
                     transport_available, verify_bytes)
 
 __version__: str = _ffi_mod.string(_api.version()).decode()
 """The library's release version (``reshard_version()``)."""
 
 __all__ = [
-    "ABI_VERSION", "HEADER_ABI_VERSION", "LIBRARY_PATH", "__version__",
+    "ABI_VERSION", "HEADER_ABI_VERSION", "LIBRARY_PATH", "SCRATCH_ENTRY", "__version__",
     "plan", "execute", "prepare", "PreparedExecution", "Plan", "Tensor", "Layout", "Entry", "Executor", "MPIExecutor",
     "spec_fingerprint", "verify_bytes", "transport_available", "dtype_name", "numpy_dtype",
     "ReshardError", "InvalidArgumentError", "OutOfRangeError", "ReshardOverflowError",

@@ -11,7 +11,12 @@ from typing import (Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union)
 
 import numpy as np
 
-from ._ffi import InvalidArgumentError, api, check, ffi
+from ._ffi import (LIBRARY_PATH, MACROS, InvalidArgumentError, UnsupportedError, api, check,
+                   ffi)
+
+SCRATCH_ENTRY: int = MACROS["RESHARD_SCRATCH_ENTRY"]
+"""A piece's ``src_entry`` or ``dst_entry`` naming a scratch buffer (C ABI 1.6;
+:meth:`Plan.scratch`) instead of a layout entry."""
 
 Spec = Union[Mapping[str, Any], str, "os.PathLike[str]"]
 BufferLike = Any
@@ -298,6 +303,31 @@ class Plan:
         check(api.plan_part_info(self._ptr, process, info))
         return {k: int(getattr(info, k)) for k, _ in ffi.typeof("reshard_part_info_t").fields
                 if k != "struct_size"}
+
+    def scratch(self, process: int) -> List[Dict[str, Any]]:
+        """The scratch buffers of ``process``'s part (C ABI 1.6), sorted by tensor,
+        device, then box: each a dict with ``tensor``, ``device``, ``bytes`` and
+        its box ``lo``, ``hi`` (global coordinates). A scratch starts at the
+        identity of its tensor's reduce op, pieces written into it combine, and
+        pieces of later stages read it once complete; pieces name it with
+        ``src_entry`` or ``dst_entry`` equal to ``SCRATCH_ENTRY``."""
+        if int(api.abi_minor) < 6:
+            raise UnsupportedError(f"scratch: {LIBRARY_PATH} has C ABI "
+                                   f"{int(api.abi_major)}.{int(api.abi_minor)}; "
+                                   f"scratch buffers need 1.6")
+        n = self.part_info(process)["num_scratch"]
+        x = ffi.new("reshard_scratch_t*")
+        x.struct_size = ffi.sizeof("reshard_scratch_t")
+        lo = ffi.new("int64_t[%d]" % MACROS["RESHARD_MAX_RANK"])
+        hi = ffi.new("int64_t[%d]" % MACROS["RESHARD_MAX_RANK"])
+        out: List[Dict[str, Any]] = []
+        for i in range(n):
+            check(api.plan_part_scratch(self._ptr, process, i, x, lo, hi))
+            rank = len(self.tensors[int(x.tensor)].shape)
+            out.append({"tensor": int(x.tensor), "device": int(x.device), "bytes": int(x.bytes),
+                        "lo": [int(lo[d]) for d in range(rank)],
+                        "hi": [int(hi[d]) for d in range(rank)]})
+        return out
 
     def device_location(self, device: int) -> Tuple[int, int, int]:
         """``(process, host, ordinal)`` of a plan device."""

@@ -25,7 +25,7 @@ pub const RESHARD_VERSION_NUMBER: u32 =
 /// `RESHARD_ABI_MAJOR`: pass to [`reshard_get_api`].
 pub const RESHARD_ABI_MAJOR: u32 = 1;
 /// `RESHARD_ABI_MINOR` of these declarations.
-pub const RESHARD_ABI_MINOR: u32 = 5;
+pub const RESHARD_ABI_MINOR: u32 = 6;
 /// `RESHARD_MAX_RANK`: the largest tensor rank.
 pub const RESHARD_MAX_RANK: usize = 8;
 
@@ -494,6 +494,9 @@ pub struct reshard_part_info_t {
     pub num_recvs: u64,
     /// Pieces of those messages.
     pub num_recv_pieces: u64,
+    /// Since 1.6: scratch buffers the process allocates for one execution
+    /// ([`reshard_plan_part_scratch`]).
+    pub num_scratch: u64,
 }
 
 impl Default for reshard_part_info_t {
@@ -506,7 +509,33 @@ impl Default for reshard_part_info_t {
             num_send_pieces: 0,
             num_recvs: 0,
             num_recv_pieces: 0,
+            num_scratch: 0,
         }
+    }
+}
+
+/// `RESHARD_SCRATCH_ENTRY` (since 1.6): a piece's `src_entry` or `dst_entry`
+/// naming a scratch buffer instead of a layout entry.
+pub const RESHARD_SCRATCH_ENTRY: u64 = 4294967294;
+
+/// `reshard_scratch_t` (since 1.6).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct reshard_scratch_t {
+    /// `sizeof(reshard_scratch_t)`.
+    pub struct_size: usize,
+    /// The tensor whose box it holds.
+    pub tensor: u64,
+    /// The device it is allocated on.
+    pub device: i64,
+    /// The box's elements times the tensor's dtype size.
+    pub bytes: i64,
+}
+
+impl Default for reshard_scratch_t {
+    /// `RESHARD_SCRATCH_INIT`.
+    fn default() -> Self {
+        Self { struct_size: core::mem::size_of::<Self>(), tensor: 0, device: 0, bytes: 0 }
     }
 }
 
@@ -1002,6 +1031,15 @@ extern "C" {
         out_host: *mut i32,
         out_ordinal: *mut i32,
     ) -> Status;
+    /// `reshard_plan_part_scratch` (ABI 1.6), documented in `reshard/reshard.h`.
+    pub fn reshard_plan_part_scratch(
+        plan: *const reshard_plan_t,
+        process: i32,
+        index: usize,
+        out_scratch: *mut reshard_scratch_t,
+        out_lo: *mut i64,
+        out_hi: *mut i64,
+    ) -> Status;
 
     /// `reshard_get_api`, documented in `reshard/reshard.h`.
     pub fn reshard_get_api(abi_major: u32) -> *const reshard_api_t;
@@ -1010,7 +1048,7 @@ extern "C" {
 /// `reshard_get_api_fn`: the type of [`reshard_get_api`], for `dlsym` users.
 pub type reshard_get_api_fn = Option<unsafe extern "C" fn(abi_major: u32) -> *const reshard_api_t>;
 
-/// `reshard_api_t`: the static function table (ABI 1.1 fields). Fields are
+/// `reshard_api_t`: the static function table (ABI 1.6 fields). Fields are
 /// only appended; check `struct_size` before using one added after 1.0.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -1262,6 +1300,10 @@ pub struct reshard_api_t {
     /// [`reshard_plan_device_location`] (ABI 1.1).
     pub plan_device_location:
         Option<unsafe extern "C" fn(*const reshard_plan_t, i64, *mut i32, *mut i32, *mut i32) -> Status>,
-    // ABI 1.2 and 1.3 appended struct fields (and an error code), no
-    // function: the table is 1.1's.
+    // ABI 1.2 to 1.5 appended struct fields (and an error code and an enum
+    // value), no function.
+    /// [`reshard_plan_part_scratch`] (ABI 1.6).
+    pub plan_part_scratch: Option<
+        unsafe extern "C" fn(*const reshard_plan_t, i32, usize, *mut reshard_scratch_t, *mut i64, *mut i64) -> Status,
+    >,
 }

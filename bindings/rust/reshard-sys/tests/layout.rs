@@ -58,7 +58,8 @@ fn struct_layouts_match_the_c_header() {
         reshard_device_traffic_t { struct_size, device, send_bytes, recv_bytes, local_bytes,
             send_messages, recv_messages }
         reshard_part_info_t { struct_size, num_local_pieces, num_sends, num_send_pieces,
-            num_recvs, num_recv_pieces }
+            num_recvs, num_recv_pieces, num_scratch }
+        reshard_scratch_t { struct_size, tensor, device, bytes }
         reshard_message_t { struct_size, src_device, dst_device, round, first_piece,
             num_pieces, bytes, stage }
         reshard_piece_t { struct_size, tensor, src_entry, dst_entry, src_device, dst_device,
@@ -72,7 +73,7 @@ fn struct_layouts_match_the_c_header() {
         reshard_executor_info_t { struct_size, transport, rank, size, reserved0 }
         reshard_api_t { struct_size, abi_major, abi_minor, version, plan_create,
             executor_verify, transport_available, executor_info, mpi_executor_create,
-            nccl_unique_id, nccl_executor_create, plan_device_location }
+            nccl_unique_id, nccl_executor_create, plan_device_location, plan_part_scratch }
     };
     let Some(include) = include_dir() else {
         eprintln!(
@@ -130,7 +131,7 @@ fn function_table_matches_the_exported_functions() {
     assert!(!api.is_null());
     assert!(unsafe { reshard_get_api(RESHARD_ABI_MAJOR + 1) }.is_null());
     let api = unsafe { &*api };
-    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.5");
+    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.6");
     assert_eq!(api.struct_size, size_of::<reshard_api_t>(), "table size");
     assert_eq!(api.abi_major, RESHARD_ABI_MAJOR);
     macro_rules! same {
@@ -188,5 +189,6 @@ fn function_table_matches_the_exported_functions() {
         nccl_unique_id => reshard_nccl_unique_id,
         nccl_executor_create => reshard_nccl_executor_create,
         plan_device_location => reshard_plan_device_location,
+        plan_part_scratch => reshard_plan_part_scratch,
     }
 }

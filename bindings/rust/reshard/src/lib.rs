@@ -92,7 +92,7 @@ pub use layout::{Layout, LayoutEntry, Sharding};
 pub use mesh::Mesh;
 pub use plan::{
     DeviceTraffic, Direction, Message, PartInfo, Piece, PieceList, Plan, PlanBytes, PlanRequest, PlanStats, Scope,
-    Side, TensorInfo, PLAN_BYTES_UNLIMITED,
+    Scratch, Side, TensorInfo, PLAN_BYTES_UNLIMITED, SCRATCH_ENTRY,
 };
 pub use topology::Topology;
 pub use view::{fb, PartView, PlanView, TensorView, KNOWN_PLAN_FEATURES, PLAN_FEATURE_SCRATCH, PLAN_FEATURE_STAGES};

@@ -186,7 +186,33 @@ pub struct PartInfo {
     pub num_recvs: u64,
     /// Pieces of those messages.
     pub num_recv_pieces: u64,
+    /// Scratch buffers the process allocates for one execution (ABI 1.6;
+    /// [`Plan::scratch`]).
+    pub num_scratch: u64,
 }
+
+/// A buffer a process allocates for one execution on one of its devices,
+/// holding a box of one tensor (`reshard_scratch_t`, ABI 1.6): it starts at
+/// the identity of the tensor's reduce op, pieces written into it combine,
+/// and pieces of later stages read it once complete. Pieces name it with
+/// [`SCRATCH_ENTRY`] as their `src_entry` or `dst_entry`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scratch {
+    /// The tensor whose box it holds.
+    pub tensor: u64,
+    /// The device it is allocated on.
+    pub device: i64,
+    /// The box's elements times the tensor's dtype size.
+    pub bytes: i64,
+    /// The box's lower corner (global coordinates).
+    pub lo: Vec<i64>,
+    /// The box's upper corner (exclusive).
+    pub hi: Vec<i64>,
+}
+
+/// `RESHARD_SCRATCH_ENTRY`: a piece's `src_entry` or `dst_entry` naming the
+/// scratch of its tensor on the piece's device that contains its region.
+pub const SCRATCH_ENTRY: u64 = sys::RESHARD_SCRATCH_ENTRY;
 
 /// One message: all pieces from one device to another in one round of one
 /// stage, packed back to back in piece order (`reshard_message_t`). Stages
@@ -557,7 +583,33 @@ impl Plan {
             num_send_pieces: i.num_send_pieces,
             num_recvs: i.num_recvs,
             num_recv_pieces: i.num_recv_pieces,
+            num_scratch: i.num_scratch,
         })
+    }
+
+    /// Scratch `index` of `process`'s part (sorted by tensor, device, box).
+    ///
+    /// Errors: [`ErrorCode::OutOfRange`] (process, index).
+    pub fn scratch(&self, process: i32, index: usize) -> Result<Scratch> {
+        let mut x = sys::reshard_scratch_t::default();
+        let mut lo = vec![0i64; sys::RESHARD_MAX_RANK];
+        let mut hi = vec![0i64; sys::RESHARD_MAX_RANK];
+        // SAFETY: live plan; struct_size set; lo/hi have RESHARD_MAX_RANK room.
+        check(unsafe {
+            sys::reshard_plan_part_scratch(self.raw, process, index, &mut x, lo.as_mut_ptr(), hi.as_mut_ptr())
+        })?;
+        let mut rank = 0;
+        // SAFETY: live plan; the library returned this tensor index.
+        check(unsafe { sys::reshard_plan_tensor_rank(self.raw, x.tensor as usize, &mut rank) })?;
+        lo.truncate(rank);
+        hi.truncate(rank);
+        Ok(Scratch { tensor: x.tensor, device: x.device, bytes: x.bytes, lo, hi })
+    }
+
+    /// Every scratch of `process`'s part.
+    pub fn scratches(&self, process: i32) -> Result<Vec<Scratch>> {
+        let info = self.part_info(process)?;
+        (0..info.num_scratch as usize).map(|i| self.scratch(process, i)).collect()
     }
 
     /// Message `index` of the sends or receives of `process`'s part.
