@@ -19,6 +19,7 @@
 #include "reshard/exec.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
+#include "reshard/spec.h"
 
 namespace reshard {
 namespace {
@@ -1723,6 +1724,40 @@ TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
   EXPECT_GE(eligible, 200);
   EXPECT_GE(modelled, 200);
   EXPECT_GE(chained, 40);
+}
+
+// The whole plan's reduction choice (Context::decide_reductions) over many
+// partial tensors at the default α: 3 shapes (3 groups, decided one after
+// another) and 18 shapes (past 16 groups: one decision for all). Every
+// process's part equals the whole plan's, the plan is exact after every
+// stage, and its estimate is within 5% of the single-hop plan's.
+TEST(PlanScratch, ManyPartialTensorsShareTheWholePlansChoice) {
+  for (int shapes : {3, 18}) {
+    SCOPED_TRACE(std::to_string(shapes) + " shapes");
+    std::string json = R"({"meshes": {
+      "src": {"axis_names": ["dp"], "shape": [4], "devices": [0, 1, 2, 3],
+              "processes": [0, 1, 2, 3], "hosts": [0, 0, 1, 1]},
+      "dst": {"axis_names": ["r"], "shape": [2], "devices": [4, 5],
+              "processes": [4, 5], "hosts": [2, 3]}}, "tensors": [)";
+    for (int i = 0; i < 36; ++i) {
+      const int rows = 8 + 24 * (i % shapes);  // a few KiB to 40 KiB
+      json += std::string(i ? "," : "") + R"({"name": "g)" + std::to_string(i) +
+              R"(", "shape": [)" + std::to_string(rows) + R"(, 64], "dtype": "f32",
+               "src": {"mesh": "src", "spec": [null, null], "partial": {"axes": ["dp"]}},
+               "dst": {"mesh": "dst", "spec": [null, null]}})";
+    }
+    json += "]}";
+    PlanInput in = parse_spec(json).input;
+    const Plan plan = make_plan(in);
+    for (int32_t p : plan.processes())
+      ASSERT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), plan.part(p))
+          << "process " << p;
+    ASSERT_NO_FATAL_FAILURE(execute_every_stage(plan, 2));
+    PlanInput single = in;
+    single.options.reduce_scatter = false;
+    const double alone = make_plan(single, {PlanScope::kGlobal}).stats().cost_seconds;
+    EXPECT_LE(plan.stats().cost_seconds, alone * 1.05);
+  }
 }
 
 }  // namespace

@@ -118,12 +118,19 @@ void Context::decide_reductions(int64_t max_bytes) {
     if (tensors[i].S > 1 && tensors[i].T == 1)
       by_key[std::make_tuple(tensors[i].sg, tensors[i].dg, tensors[i].esize)].push_back(i);
   if (by_key.empty()) return;
+  // In the order of their first tensors: the map's order is that of
+  // pointers, which two processes need not share, and the greedy pass
+  // below depends on the order.
   std::vector<std::vector<size_t>> groups;
-  if (by_key.size() <= kMaxReduceGroups) {
-    for (auto& [k, g] : by_key) groups.push_back(std::move(g));
-  } else {
-    groups.emplace_back();
-    for (auto& [k, g] : by_key) groups.back().insert(groups.back().end(), g.begin(), g.end());
+  for (auto& [k, g] : by_key) groups.push_back(std::move(g));
+  std::sort(groups.begin(), groups.end(),
+            [](const std::vector<size_t>& a, const std::vector<size_t>& b) {
+              return a.front() < b.front();
+            });
+  if (groups.size() > kMaxReduceGroups) {
+    std::vector<size_t> all;
+    for (const std::vector<size_t>& g : groups) all.insert(all.end(), g.begin(), g.end());
+    groups.assign(1, std::move(all));
   }
   const PlanOptions staging = staging_options();
   int64_t scratch = 0;
