@@ -1760,5 +1760,58 @@ TEST(PlanScratch, ManyPartialTensorsShareTheWholePlansChoice) {
   }
 }
 
+// A staging budget that cannot hold every tensor's scratch: a 1 MiB psum
+// whose owners would each hold 512 KiB of scratch, beside four 16 KiB ones,
+// under a 256 KiB budget. Before, nothing pre-reduced (the most scratch
+// above half the budget); now the small tensors' group pre-reduces and the
+// large one's does not (Context::decide_pre_reduce), scratch plus staged
+// bytes stay below the budget on every device, parts equal the whole
+// plan's and every stage is exact; with α = 0 and at the default α.
+TEST(PlanScratch, BudgetPreReducesTheGroupsItHolds) {
+  for (double alpha : {0.0, 5e-6}) {
+    SCOPED_TRACE("alpha " + std::to_string(alpha));
+    std::string json = R"({"options": {"staging_budget_bytes": 262144, "alpha_seconds": )" +
+                       std::to_string(alpha) + R"(}, "meshes": {
+      "src": {"axis_names": ["dp"], "shape": [4], "devices": [0, 1, 2, 3],
+              "processes": [0, 1, 2, 3], "hosts": [0, 0, 1, 1]},
+      "dst": {"axis_names": ["r"], "shape": [2], "devices": [4, 5],
+              "processes": [4, 5], "hosts": [2, 3]}}, "tensors": [
+      {"name": "big", "shape": [4096, 64], "dtype": "f32",
+       "src": {"mesh": "src", "spec": [null, null], "partial": {"axes": ["dp"]}},
+       "dst": {"mesh": "dst", "spec": [null, null]}})";
+    for (int i = 0; i < 4; ++i)
+      json += R"(, {"name": "small)" + std::to_string(i) + R"(", "shape": [64, 64], "dtype": "f32",
+       "src": {"mesh": "src", "spec": [null, null], "partial": {"axes": ["dp"]}},
+       "dst": {"mesh": "dst", "spec": [null, null]}})";
+    json += "]}";
+    const PlanInput in = parse_spec(json).input;
+    const Plan plan = make_plan(in);
+    const int64_t budget = in.options.staging_budget_bytes;
+    std::map<int64_t, int64_t> scratch;
+    ASSERT_EQ(check_summands(plan, &scratch), "");
+    std::set<uint32_t> pre_reduced;
+    for (const auto& [p, part] : plan.parts())
+      for (const Scratch& x : part.scratch) pre_reduced.insert(x.tensor);
+    if (alpha == 0) {
+      EXPECT_EQ(pre_reduced, (std::set<uint32_t>{1, 2, 3, 4})) << "the small tensors only";
+      EXPECT_GT(plan.stats().max_scratch_bytes, 0);
+    } else {
+      EXPECT_EQ(pre_reduced.count(0), 0u) << "the large tensor's scratch does not fit";
+    }
+    EXPECT_LE(plan.stats().max_scratch_bytes, budget / 2);
+    std::map<std::tuple<int64_t, uint32_t, uint32_t>, int64_t> staged;
+    for (const auto& [p, part] : plan.parts())
+      for (const Message& m : part.recvs) {
+        staged[{m.src_device, m.stage, m.round}] += m.bytes;
+        staged[{m.dst_device, m.stage, m.round}] += m.bytes;
+      }
+    for (const auto& [k, bytes] : staged) EXPECT_LT(bytes + scratch[std::get<0>(k)], budget);
+    for (int32_t p : plan.processes())
+      ASSERT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), plan.part(p))
+          << "process " << p;
+    ASSERT_NO_FATAL_FAILURE(execute_every_stage(plan, 2));
+  }
+}
+
 }  // namespace
 }  // namespace reshard

@@ -88,17 +88,6 @@ void Context::build() {
   pre_reduce = pre_reduce && o.relays && o.reduce_scatter;
 }
 
-void Context::decide_pre_reduce(int64_t max_bytes) {
-  const int64_t budget = input.options.staging_budget_bytes;
-  if (!pre_reduce || budget == 0) return;
-  PlanStats probe;
-  compute_stats(*this, probe, input.options, false, nullptr, max_bytes);
-  if (probe.max_scratch_bytes <= budget / 2)
-    scratch_reserve = probe.max_scratch_bytes;
-  else
-    pre_reduce = false;
-}
-
 namespace {
 // A mode going less far must beat the estimate by this factor: near-ties
 // keep the plan nearer the byte bounds.
@@ -107,20 +96,19 @@ constexpr double kReduceMargin = 1.05;
 constexpr size_t kMaxReduceGroups = 16;
 }  // namespace
 
-void Context::decide_reductions(int64_t max_bytes) {
-  const PlanOptions& o = input.options;
-  if (!o.reduce_scatter || o.alpha_seconds <= 0) return;
-  // Groups of like partial tensors (source geometry, destination geometry,
-  // element size; a geometry covers its layout and the tensor's shape):
-  // one decision each.
-  std::map<std::tuple<const Geometry*, const Geometry*, int64_t>, std::vector<size_t>> by_key;
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (tensors[i].S > 1 && tensors[i].T == 1)
-      by_key[std::make_tuple(tensors[i].sg, tensors[i].dg, tensors[i].esize)].push_back(i);
-  if (by_key.empty()) return;
+std::vector<std::vector<size_t>> Context::reduce_groups() const {
+  // Like partial tensors: source geometry, destination geometry (layouts:
+  // a geometry is shared by every shape on one mesh and spec), shape and
+  // element size.
+  using Key = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t>;
+  std::map<Key, std::vector<size_t>> by_key;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorCtx& t = tensors[i];
+    if (t.S > 1 && t.T == 1) by_key[Key(t.sg, t.dg, t.spec->shape, t.esize)].push_back(i);
+  }
   // In the order of their first tensors: the map's order is that of
-  // pointers, which two processes need not share, and the greedy pass
-  // below depends on the order.
+  // pointers, which two processes need not share, and the greedy passes
+  // depend on the order.
   std::vector<std::vector<size_t>> groups;
   for (auto& [k, g] : by_key) groups.push_back(std::move(g));
   std::sort(groups.begin(), groups.end(),
@@ -130,8 +118,68 @@ void Context::decide_reductions(int64_t max_bytes) {
   if (groups.size() > kMaxReduceGroups) {
     std::vector<size_t> all;
     for (const std::vector<size_t>& g : groups) all.insert(all.end(), g.begin(), g.end());
+    std::sort(all.begin(), all.end());
     groups.assign(1, std::move(all));
   }
+  return groups;
+}
+
+void Context::set_reduce(const std::vector<size_t>& group, TensorCtx::Reduce mode) {
+  for (size_t i : group) tensors[i].reduce = mode;
+}
+
+void Context::decide_pre_reduce(int64_t max_bytes) {
+  const int64_t budget = input.options.staging_budget_bytes;
+  if (!pre_reduce || budget == 0) return;
+  auto most_scratch = [&] {
+    PlanStats probe;
+    compute_stats(*this, probe, input.options, false, nullptr, max_bytes);
+    return probe.max_scratch_bytes;
+  };
+  const int64_t most = most_scratch();
+  if (most <= budget / 2) {
+    scratch_reserve = most;
+    return;
+  }
+  // Too much scratch for every tensor to pre-reduce: groups of like tensors
+  // join one at a time, smallest first (by their bytes), while the most
+  // scratch on a device stays within half the budget.
+  std::vector<std::vector<size_t>> groups = reduce_groups();
+  if (groups.size() < 2) {
+    pre_reduce = false;
+    return;
+  }
+  auto bytes = [&](const std::vector<size_t>& g) {
+    int64_t b = 0;
+    for (size_t i : g) b += tensors[i].dst->num_elements() * tensors[i].esize;
+    return b;
+  };
+  std::stable_sort(groups.begin(), groups.end(),
+                   [&](const std::vector<size_t>& a, const std::vector<size_t>& b) {
+                     return bytes(a) < bytes(b);
+                   });
+  for (const std::vector<size_t>& g : groups) set_reduce(g, TensorCtx::kReduceScatter);
+  int64_t kept = 0;
+  for (const std::vector<size_t>& g : groups) {
+    set_reduce(g, TensorCtx::kPreReduce);
+    const int64_t s = most_scratch();
+    if (s <= budget / 2)
+      kept = s;
+    else
+      set_reduce(g, TensorCtx::kReduceScatter);
+  }
+  if (kept == 0) {
+    pre_reduce = false;
+    for (const std::vector<size_t>& g : groups) set_reduce(g, TensorCtx::kPreReduce);
+  }
+  scratch_reserve = kept;
+}
+
+void Context::decide_reductions(int64_t max_bytes) {
+  const PlanOptions& o = input.options;
+  if (!o.reduce_scatter || o.alpha_seconds <= 0) return;
+  const std::vector<std::vector<size_t>> groups = reduce_groups();
+  if (groups.empty()) return;
   const PlanOptions staging = staging_options();
   int64_t scratch = 0;
   auto estimate = [&] {
@@ -140,24 +188,24 @@ void Context::decide_reductions(int64_t max_bytes) {
     scratch = st.max_scratch_bytes;
     return st.cost_seconds;
   };
-  auto set = [&](const std::vector<size_t>& g, TensorCtx::Reduce m) {
-    for (size_t i : g) tensors[i].reduce = m;
-  };
-  double least = estimate();  // every tensor at kPreReduce
+  // From the modes decide_pre_reduce left (kPreReduce, or kReduceScatter
+  // for groups whose scratch the budget could not hold).
+  double least = estimate();
   // No scratch anywhere: nothing pre-reduces, and kReduceScatter plans the same.
   const bool pre = pre_reduce && scratch > 0;
   for (const std::vector<size_t>& g : groups) {
-    TensorCtx::Reduce best = TensorCtx::kPreReduce;
+    const TensorCtx::Reduce from = tensors[g.front()].reduce;
+    TensorCtx::Reduce best = from;
     for (TensorCtx::Reduce m : {TensorCtx::kReduceScatter, TensorCtx::kSingleHop}) {
-      if (m == TensorCtx::kReduceScatter && !pre) continue;  // the same plan
-      set(g, m);
+      if (m >= from || (m == TensorCtx::kReduceScatter && !pre)) continue;  // the same plan
+      set_reduce(g, m);
       const double cost = estimate();
       if (cost * kReduceMargin < least) {
         best = m;
         least = cost;
       }
     }
-    set(g, best);
+    set_reduce(g, best);
   }
   // No tensor pre-reduces: no scratch to reserve under the budget.
   bool any = false;

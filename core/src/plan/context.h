@@ -31,8 +31,16 @@ struct Context {
   bool pre_reduce = false;
   int64_t scratch_reserve = 0;
   // Settles pre_reduce under a budget (after build; max_bytes as
-  // compute_stats's).
+  // compute_stats's): where every partial tensor pre-reducing would put more
+  // than half the budget in scratch on some device, groups of like tensors
+  // (reduce_groups) pre-reduce one at a time, smallest first, while the
+  // most scratch stays within half the budget; the others take
+  // TensorCtx::kReduceScatter. scratch_reserve is what is kept.
   void decide_pre_reduce(int64_t max_bytes);
+  // Partial tensors (whole destination) grouped by layouts, shape and dtype,
+  // in the order of their first tensors; one group for all past 16.
+  std::vector<std::vector<size_t>> reduce_groups() const;
+  void set_reduce(const std::vector<size_t>& group, TensorCtx::Reduce mode);
   // With α > 0 (PlanOptions::alpha_seconds) and reduce-scatter on, sets the
   // partial tensors' TensorCtx::reduce (after decide_pre_reduce) by the
   // whole plan's α–β estimate (PlanStats::cost_seconds): from every tensor
