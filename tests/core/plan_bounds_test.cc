@@ -1439,6 +1439,19 @@ PsumFleet psum_fleet(std::mt19937_64& rng, bool few = false, bool sharded = fals
   return f;
 }
 
+// Every device's scratch (`scratch`, from check_summands) plus what it
+// stages in any (stage, round) — each message's bytes at both its ends —
+// stays below the staging budget.
+void expect_within_budget(const Plan& plan, std::map<int64_t, int64_t>& scratch, int64_t budget) {
+  std::map<std::tuple<int64_t, uint32_t, uint32_t>, int64_t> staged;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs) {
+      staged[{m.src_device, m.stage, m.round}] += m.bytes;
+      staged[{m.dst_device, m.stage, m.round}] += m.bytes;
+    }
+  for (const auto& [k, bytes] : staged) EXPECT_LT(bytes + scratch[std::get<0>(k)], budget);
+}
+
 // Whether a plan has a chain's link across hosts into a scratch (a scratch
 // or, in stage 0, a summand written into a scratch on another host).
 bool has_chain_link(const Plan& plan) {
@@ -1539,15 +1552,7 @@ TEST(PlanScratch, PsumFleetsPreReduceOnTheHoldersHosts) {
     }
     hops += hop;
     const int64_t budget = f.in.options.staging_budget_bytes;
-    if (budget > 0) {
-      std::map<std::tuple<int64_t, uint32_t, uint32_t>, int64_t> staged;
-      for (const auto& [p, part] : plan.parts())
-        for (const Message& m : part.recvs) {
-          staged[{m.src_device, m.stage, m.round}] += m.bytes;
-          staged[{m.dst_device, m.stage, m.round}] += m.bytes;
-        }
-      for (const auto& [k, bytes] : staged) EXPECT_LT(bytes + scratch[std::get<0>(k)], budget);
-    }
+    if (budget > 0) expect_within_budget(plan, scratch, budget);
   }
   std::printf(
       "%d psum fleets: %d pre-reduce, %d in 4 stages, %d gathered along a chain or tree, %d "
@@ -1799,13 +1804,7 @@ TEST(PlanScratch, BudgetPreReducesTheGroupsItHolds) {
       EXPECT_EQ(pre_reduced.count(0), 0u) << "the large tensor's scratch does not fit";
     }
     EXPECT_LE(plan.stats().max_scratch_bytes, budget / 2);
-    std::map<std::tuple<int64_t, uint32_t, uint32_t>, int64_t> staged;
-    for (const auto& [p, part] : plan.parts())
-      for (const Message& m : part.recvs) {
-        staged[{m.src_device, m.stage, m.round}] += m.bytes;
-        staged[{m.dst_device, m.stage, m.round}] += m.bytes;
-      }
-    for (const auto& [k, bytes] : staged) EXPECT_LT(bytes + scratch[std::get<0>(k)], budget);
+    expect_within_budget(plan, scratch, budget);
     for (int32_t p : plan.processes())
       ASSERT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), plan.part(p))
           << "process " << p;
