@@ -132,6 +132,25 @@ type PartInfo struct {
 	NumSendPieces  uint64
 	NumRecvs       uint64
 	NumRecvPieces  uint64
+	// NumScratch is the number of scratch buffers the process allocates for
+	// one execution (C ABI 1.6; Plan.Scratch).
+	NumScratch uint64
+}
+
+// ScratchEntry is a piece's SrcEntry or DstEntry naming a scratch buffer
+// (RESHARD_SCRATCH_ENTRY): the scratch of its tensor on the piece's
+// SrcDevice (reading) or DstDevice (writing) whose box contains its region.
+const ScratchEntry uint64 = C.RESHARD_SCRATCH_ENTRY
+
+// Scratch is a buffer a process allocates for one execution on one of its
+// devices, holding box [Lo, Hi) of one tensor (reshard_scratch_t, C ABI
+// 1.6): it starts at the identity of the tensor's reduce op, pieces written
+// into it combine, and pieces of later stages read it once complete.
+type Scratch struct {
+	Tensor uint64
+	Device int64
+	Bytes  int64 // the box's elements times the tensor's dtype size
+	Lo, Hi []int64
 }
 
 // Message is all pieces from one device to another in one round of one
@@ -556,7 +575,48 @@ func (p *Plan) PartInfo(process int32) (PartInfo, error) {
 		return PartInfo{}, err
 	}
 	return PartInfo{NumLocalPieces: uint64(i.num_local_pieces), NumSends: uint64(i.num_sends),
-		NumSendPieces: uint64(i.num_send_pieces), NumRecvs: uint64(i.num_recvs), NumRecvPieces: uint64(i.num_recv_pieces)}, nil
+		NumSendPieces: uint64(i.num_send_pieces), NumRecvs: uint64(i.num_recvs), NumRecvPieces: uint64(i.num_recv_pieces),
+		NumScratch: uint64(i.num_scratch)}, nil
+}
+
+// Scratch returns scratch index of process's part (sorted by tensor, device,
+// then box).
+//
+// Errors: OutOfRange (process, index).
+func (p *Plan) Scratch(process int32, index int) (Scratch, error) {
+	ptr, err := p.live()
+	if err != nil {
+		return Scratch{}, err
+	}
+	if err := checkIndex("index", index); err != nil {
+		return Scratch{}, err
+	}
+	defer keep(p)
+	c := C.reshard_scratch_t{struct_size: C.size_t(C.sizeof_reshard_scratch_t)}
+	lo := make([]int64, C.RESHARD_MAX_RANK)
+	hi := make([]int64, C.RESHARD_MAX_RANK)
+	if err := check(C.reshard_plan_part_scratch(ptr, C.int32_t(process), C.size_t(index), &c, int64s(lo), int64s(hi))); err != nil {
+		return Scratch{}, err
+	}
+	var rank C.size_t
+	mustOK(C.reshard_plan_tensor_rank(ptr, C.size_t(c.tensor), &rank), "reshard_plan_tensor_rank")
+	return Scratch{Tensor: uint64(c.tensor), Device: int64(c.device), Bytes: int64(c.bytes),
+		Lo: lo[:rank], Hi: hi[:rank]}, nil
+}
+
+// Scratches returns every scratch of process's part.
+func (p *Plan) Scratches(process int32) ([]Scratch, error) {
+	info, err := p.PartInfo(process)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Scratch, info.NumScratch)
+	for i := range out {
+		if out[i], err = p.Scratch(process, i); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Message returns message index of the sends or receives of process's part.
