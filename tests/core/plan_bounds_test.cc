@@ -1774,6 +1774,61 @@ TEST(PlanScratch, ManyPartialTensorsShareTheWholePlansChoice) {
   }
 }
 
+// A psum in place (every device holds a summand and needs the sum) over H
+// hosts of k devices: the busiest device sends and takes in the ring
+// all-reduce's 2 (n - 1) / n of the tensor (n = H k, the bandwidth-optimal
+// all-reduce volume), once each part's owner on each holder host and its
+// gather leader there rotate over the parts that host takes from others
+// (Enumerator::away_rank, planner version 16; version 15 rotated by j +
+// rot, which aliased with the reducer's host: over 2 hosts of 8, half the
+// devices owned and led two parts each, the busiest device 592 MiB of a
+// 256 MiB tensor instead of 480). Sharded destinations too (each entry
+// needs its shard: reduce-scatter, no gather). Exact after every stage on
+// the small cases with α = 0; process parts equal the whole plan's.
+TEST(PlanScratch, PsumInPlaceSpreadsOverEveryDevice) {
+  int cases = 0;
+  double worst = 0;
+  for (int64_t H : {2, 3, 4})
+    for (int64_t k : {2, 3, 4, 8})
+      for (bool sharded : {false, true})
+        for (double alpha : {0.0, 5e-6}) {
+          const int64_t n = H * k;
+          std::vector<int32_t> hosts;
+          for (int64_t d = 0; d < n; ++d) hosts.push_back(static_cast<int32_t>(d / k));
+          const bool small = k <= 3;
+          const std::vector<int64_t> shape = {small ? 16 * n : 512 * n, 1024};
+          std::vector<std::vector<std::string>> dims(2);
+          if (sharded) dims[0] = {"dp"};
+          PlanInput in =
+              one_tensor(shape, DType::kF32, named(mesh({"dp"}, {n}, 0), {{}, {}}, {"dp"}),
+                         named(mesh({"dp"}, {n}, 0), dims), hosts);
+          in.options.alpha_seconds = alpha;
+          in.options.staging_budget_bytes = 0;
+          SCOPED_TRACE(std::to_string(H) + " hosts of " + std::to_string(k) +
+                       (sharded ? ", sharded" : ", replicated") + ", alpha " +
+                       std::to_string(alpha));
+          const Plan plan = make_plan(in, {small ? PlanScope::kAll : PlanScope::kGlobal});
+          const PlanStats& st = plan.stats();
+          const double V = static_cast<double>(shape[0] * shape[1] * 4);
+          // Reduce-scatter alone (a sharded destination) is half the all-reduce.
+          const double volume =
+              (sharded ? 1.0 : 2.0) * static_cast<double>(n - 1) / static_cast<double>(n) * V;
+          const double r =
+              static_cast<double>(std::max(st.max_send_bytes, st.max_recv_bytes)) / volume;
+          EXPECT_LE(r, 1.05) << st.max_send_bytes << " / " << st.max_recv_bytes << " bytes";
+          worst = std::max(worst, r);
+          ++cases;
+          if (!small || alpha > 0) continue;
+          ASSERT_EQ(check_summands(plan), "");
+          ASSERT_NO_FATAL_FAILURE(execute_every_stage(plan, 2));
+          for (int32_t p : plan.processes())
+            ASSERT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), plan.part(p))
+                << "process " << p;
+        }
+  std::printf("psum in place: %d cases, the busiest device at most %.3fx the all-reduce volume\n",
+              cases, worst);
+}
+
 // A staging budget that cannot hold every tensor's scratch: a 1 MiB psum
 // whose owners would each hold 512 KiB of scratch, beside four 16 KiB ones,
 // under a 256 KiB budget. Before, nothing pre-reduced (the most scratch

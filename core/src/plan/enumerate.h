@@ -581,7 +581,22 @@ class Enumerator {
   // out inside the host (the gather enters each host once).
   uint32_t gather_leader(const Route& r, size_t hi, size_t j) const {
     const uint32_t b = ch_->member_offsets[hi], end = ch_->member_offsets[hi + 1];
-    return ch_->members[b + (j + r.rot) % (end - b)];
+    return ch_->members[b + away_rank(r, hi, j) % (end - b)];
+  }
+  // Reduce routes: the rank of part j among the parts whose reducer is not
+  // on the cell's host at CellHosts index `hi` (j + rot where hi is not one
+  // of the cell's hosts, or the cell has one). A host's gather leaders and
+  // pre-reduction owners rotate over its devices by this rank: the reducer's
+  // host is (j + rot) mod nh, so rotating by j + rot itself aliases with it
+  // (with 2 hosts, the parts a host takes from the other all have one
+  // parity, and half its devices led and owned two parts each, the others
+  // none: planner version 15, a psum in place over 2 hosts of 8 at 1.23x
+  // the busiest device's 2 (n - 1) / n all-reduce volume).
+  uint64_t away_rank(const Route& r, size_t hi, size_t j) const {
+    const uint64_t q = j + r.rot, nh = r.cell_end - r.cell_begin;
+    if (nh < 2 || hi < r.cell_begin || hi >= r.cell_end) return q;
+    const uint64_t i = hi - r.cell_begin, m = q % nh;
+    return q / nh * (nh - 1) + m - (m > i ? 1 : 0);
   }
   // The reduce-scatter rule for a region of a partial source (see Route).
   bool reduce_route(const TensorCtx& t, size_t c, const Box& region, const uint32_t* holders,
@@ -644,8 +659,9 @@ class Enumerator {
   // reducer's (H of them, each sending k_h) are then reduced on the way:
   //  - star (planner version 11): every host with k_h >= 2 reduces its
   //    summands into the Scratch of one of its holders, the part's *owner*
-  //    there (the i-th of the k_h in summand order, i = (j + rot) mod k_h:
-  //    rotating over parts), its own summand by a local piece
+  //    there (the i-th of the k_h in summand order, i = away_rank mod k_h:
+  //    rotating over the parts the host sends away), its own summand by a
+  //    local piece
   //    (Emitted::scratch 1, stage 0), and the owner sends the scratch to
   //    the reducer once (Emitted::scratch 2, stage 1); a host with one
   //    summand sends it in stage 0. The reducer's host takes in H copies.
@@ -657,7 +673,9 @@ class Enumerator {
   //    rotated to start at the ((j + rot) mod L)-th, each host's summands
   //    into its owner's scratch (stage 0; the owner the
   //    ((j + rot) / L mod k_h)-th holder, so that a host's owners rotate
-  //    over the parts where it has the same place in the chain); the first
+  //    over the parts where it has the same place in the chain; a cell of
+  //    one entry starts at the (G + (c mod k)) mod L-th, its owners the
+  //    (c mod k_h)-th: see the chain below); the first
   //    host's partial (its scratch, or its one summand: scratch 1 across
   //    hosts, stage 0) goes into the next host's scratch (Emitted::scratch
   //    3), which adds it to its own, and so on; the last host sends one
@@ -1198,9 +1216,16 @@ inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& re
     r.cross = false;
     r.cell_first = first;
     r.cell_count = count;
-    uint64_t k = c;  // owners rotate over regions
-    for (int d = 0; d < region.rank; ++d) k = k * 1000003u + static_cast<uint64_t>(region.lo[d]);
-    r.rot = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
+    // Owners rotate over the cells (planner version 16: a host's devices
+    // then own the cells of each other host in turn, where a hash of the
+    // region placed them at random: 2.4x the reduce-scatter's volume on the
+    // busiest device of a psum in place over 2 hosts of 8), and over the
+    // regions of one cell by a hash of the region's offset in it.
+    const Box B = cell_box(t, c);
+    uint64_t k = 0;
+    for (int d = 0; d < region.rank; ++d)
+      k = k * 1000003u + static_cast<uint64_t>(region.lo[d] - B.lo[d]);
+    r.rot = c + (k == 0 ? 0 : ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32);
     r.parts.assign(1, region);
     return true;
   }
@@ -2268,7 +2293,15 @@ inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size
   // it has the same place, and each link's sends spread over its holders).
   auto owner_of = [&](size_t g, size_t div) {
     const size_t b = chain_[g], k = chain_[g + 1] - b;
-    return pre_[pre_hosts_[b + (j + r.rot) / div % k].second].src_entry;
+    uint64_t q = (j + r.rot) / div;
+    if (div == 1) {  // the star: by the part's rank among those the host sends away
+      const int32_t h = pre_hosts_[b].first;
+      const auto hb = ch_->hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_begin);
+      const auto he = ch_->hosts.begin() + static_cast<std::ptrdiff_t>(r.cell_end);
+      const auto it = std::lower_bound(hb, he, h);
+      if (it != he && *it == h) q = away_rank(r, static_cast<size_t>(it - ch_->hosts.begin()), j);
+    }
+    return pre_[pre_hosts_[b + q % k].second].src_entry;
   };
   // Every summand of group g into its owner's scratch (stage 0).
   auto into_owner = [&](size_t g, uint32_t owner) {
@@ -2317,13 +2350,32 @@ inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size
     // summands, else 0; a first host with one summand sends it into the
     // next host's scratch in stage 0 instead. The last link, into the
     // reducer, in L - 1 + base (>= 1, so after the star's stage-1 scratch).
-    const size_t first = (j + r.rot) % L;
+    size_t first = (j + r.rot) % L;
+    // A cell of one entry (one part, rot its cell c: reduce_route): a host's
+    // owners take the cells it chains in turn (c mod k), and the chain
+    // starts at the G + (c mod k)-th link host (mod L), G the link hosts
+    // below the reducer's: the host after the reducer's in the cyclic order
+    // of hosts, shifted by the cell's place. Where the cells lie in blocks
+    // of k per host (a psum in place into a sharded destination), each
+    // owner then starts the chain of exactly one of its cells, so every
+    // device takes in the same (the cell / L and (c mod L) of version 15
+    // left half the devices idle and the others owning twice).
+    size_t div = L;
+    if (r.cell_count < 2) {
+      div = 1;
+      size_t below = 0, k = 1;
+      for (size_t g : links_) {
+        below += pre_hosts_[chain_[g]].first < rhost;
+        k = std::max(k, chain_[g + 1] - chain_[g]);
+      }
+      first = (below + (j + r.rot) % k) % L;
+    }
     const bool single_first = chain_[links_[first] + 1] - chain_[links_[first]] == 1;
     const uint32_t base = link_multi ? 1 : 0;
     uint32_t from = 0;
     for (size_t i = 0; i < L; ++i) {
       const size_t g = links_[(first + i) % L];
-      const uint32_t owner = owner_of(g, L);
+      const uint32_t owner = owner_of(g, div);
       if (i == 0 && single_first) {
         from = pre_hosts_[chain_[g]].second;  // its summand, sent in stage 0
         continue;

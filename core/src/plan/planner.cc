@@ -69,8 +69,14 @@ namespace {
 // fewer than the cell's hosts gathered along a chain or a tree of hosts;
 // 15: the gather's offset is the destination cell's largest pre-reduction
 // shift, so each entry's reductions end before its gather, whatever
-// regions it reduces; fragmented destinations do not pre-reduce).
-constexpr uint64_t kPlannerVersion = 15;
+// regions it reduces; fragmented destinations do not pre-reduce; 16: a
+// host's gather leaders and pre-reduction owners rotate by the part's rank
+// among the parts reduced on other hosts, which spreads them over every
+// device of the host where j + rot aliased with the reducer's host; cells
+// of one entry rotate owners by cell and start their chains so that each
+// owner starts one: a psum in place at the all-reduce's volume on every
+// device).
+constexpr uint64_t kPlannerVersion = 16;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
