@@ -686,6 +686,63 @@ TEST(PlanRelays, RandomFleetsAreExactAndMeetTheHostBounds) {
   EXPECT_GT(reduced, cases / 20);
 }
 
+// Fewer regions than entries on the receiving host (planner version 16):
+// 1-3 holders on host 0, each holding a shard, to one host of 2-8 entries
+// (replicated, or sharded along the other dimension). Each region is cut
+// into parts that different entries take in and forward
+// (Enumerator::relay_split), so no entry forwards more than the inside-host
+// broadcast's (M - 1)/M of what the host takes in: the busiest device sends
+// within 1.05x of the larger of its bound and that. Version 15 gave each
+// region one leader: one holder to 8 entries had one device send 7 x 8 MiB
+// (7x its bound; estimate 923 µs against 409 µs now). Small tensors with
+// split_min_bytes 256 are executed and checked after every stage, with
+// process parts equal to the whole plan's.
+TEST(PlanRelays, FewRegionsSpreadTheForwardingOverTheHost) {
+  int cases = 0;
+  double worst = 0;
+  for (int64_t holders : {1, 2, 3})
+    for (int64_t members : {2, 3, 4, 5, 8})
+      for (bool sharded : {false, true})
+        for (bool small : {false, true}) {
+          SCOPED_TRACE(std::to_string(holders) + " holders, " + std::to_string(members) +
+                       " members" + (sharded ? ", sharded" : ", replicated") +
+                       (small ? ", small" : ""));
+          std::vector<int32_t> hosts(static_cast<size_t>(holders), 0);
+          hosts.resize(static_cast<size_t>(holders + members), 1);
+          const std::vector<int64_t> shape = {small ? 96 : 4096, small ? 40 : 2048};
+          std::vector<std::vector<std::string>> dims(2);
+          if (sharded) dims[1] = {"k"};
+          PlanInput in =
+              one_tensor(shape, DType::kF32, named(mesh({"a"}, {holders}, 0), {{"a"}, {}}),
+                         named(mesh({"k"}, {members}, holders), dims), hosts);
+          in.options.alpha_seconds = 0;
+          in.options.staging_budget_bytes = 0;
+          if (small) in.options.split_min_bytes = 256;
+          const Plan plan = make_plan(in);
+          const PlanStats& st = plan.stats();
+          // What the host takes in, over its entries: each forwards its share
+          // to the others (sharded: each entry needs its own columns only).
+          const double V = static_cast<double>(shape[0] * shape[1] * 4) /
+                           static_cast<double>(sharded ? members : 1);
+          const double fan =
+              sharded ? 0.0 : V * static_cast<double>(members - 1) / static_cast<double>(members);
+          const double target = std::max(static_cast<double>(st.lower_bound_max_send_bytes), fan);
+          const double r = static_cast<double>(st.max_send_bytes) / target;
+          EXPECT_LE(r, 1.05) << st.max_send_bytes << " bytes sent, bound "
+                             << st.lower_bound_max_send_bytes;
+          EXPECT_EQ(st.max_host_recv_bytes, st.lower_bound_max_host_recv_bytes);
+          worst = std::max(worst, r);
+          ++cases;
+          if (!small) continue;
+          ASSERT_NO_FATAL_FAILURE(execute_every_stage(plan, 2));
+          for (int32_t p : plan.processes())
+            ASSERT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), plan.part(p))
+                << "process " << p;
+        }
+  std::printf("fewer regions than entries: %d cases, the busiest device at most %.3fx\n", cases,
+              worst);
+}
+
 // The busiest NIC (a host's egress) within 1.05x of its bound over all
 // plans, on every eligible case (Fleet::egress_eligible) of 20,000 random
 // fleets, half of them holding shards on random subsets of 2-3 holder

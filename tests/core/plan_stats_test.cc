@@ -164,6 +164,38 @@ TEST(PlanStatsFastPath, RandomCasesWithRelayBandsMatchTheEnumeration) {
   EXPECT_GT(banded, cases / 50) << "cases with relay streams in several messages";
 }
 
+// Few regions for a host's entries (planner version 16: each region cut
+// into parts led by different entries, Enumerator::relay_split): 1-3
+// holders on host 0 to one host of 2-8 entries, replicated or sharded
+// along another dimension, region parts at split_min_bytes of 256 and of
+// 1 MiB (then whole regions, where the cell is below relay bands: the
+// per-cell arithmetic).
+TEST(PlanStatsFastPath, RegionsCutForMoreLeadersMatchTheEnumeration) {
+  int cases = 0;
+  for (int64_t holders : {1, 2, 3})
+    for (int64_t members : {2, 3, 5, 8})
+      for (bool sharded : {false, true})
+        for (int64_t split : {int64_t{256}, int64_t{1} << 20}) {
+          SCOPED_TRACE(std::to_string(holders) + " holders, " + std::to_string(members) +
+                       " members, split_min_bytes " + std::to_string(split));
+          PlanInput in;
+          for (int64_t d = 0; d < holders; ++d) in.topology.add({d, 0, 0, 0});
+          for (int64_t i = 0; i < members; ++i)
+            in.topology.add({holders + i, static_cast<int32_t>(1 + i), 1, 0});
+          FleetLayouts f{
+              {96, 40},
+              named(mesh({"a"}, {holders}, 0), {{"a"}, {}}),
+              named(mesh({"k"}, {members}, holders),
+                    {{}, sharded ? std::vector<std::string>{"k"} : std::vector<std::string>{}})};
+          add_tensors(in, f, {DType::kF32, DType::kBF16});
+          in.options.split_min_bytes = split;
+          in.options.alpha_seconds = 0;
+          ASSERT_NO_FATAL_FAILURE(check_fast_path(in));
+          ++cases;
+        }
+  EXPECT_EQ(cases, 48);
+}
+
 // Relays across hosts (Route::cross): few holders on one or two hosts —
 // replicas, one per host or several (split across replicas, in bands), or
 // shards — feeding 3-7 receiving hosts of 1-3 devices each; two tensors of

@@ -229,8 +229,11 @@ struct Route {
   // receiving host's leader themselves (see CellShares).
   std::vector<int32_t> part_host, part_entry;
   // Per part, when set: the index that picks its leaders (below) in place
-  // of the part's own; the boxes of one run share it (CrossLayout).
+  // of the part's own; the boxes of one run share it (CrossLayout). With n >
+  // 0 (lead_parts): the part's slot among `lead_slots`, which map onto a
+  // host's entries in blocks.
   std::vector<uint32_t> part_lead;
+  uint32_t lead_slots = 0;
   uint64_t rot = 0;
   // Relays inside hosts, tiled source: the region is source cell `idx` of
   // the `n` (row-major) covering the destination box; the leaders take
@@ -557,6 +560,25 @@ class Enumerator {
   bool receiving_index(const Route& r, int32_t host, size_t* index) const;
   // Cross routes: whether part j arrives at the receiving host of index
   // `idx` in stage 0 (a direct part, or its entry host).
+  // Relays inside hosts, tiled source (planner version 16): whether region
+  // `idx` of the n covering the destination box is cut into parts that
+  // different entries of a host lead (take in and forward), because the n
+  // regions do not fall evenly on the most entries the cell has on one host
+  // (`members`: CellHosts::max_members; n not a multiple of it) and the
+  // region holds at least split_min_bytes per part. The regions then share the host's entries as
+  // a broadcast's scatter does: the unit interval cut into `members` equal
+  // slots, region k covering [k/n, (k+1)/n), each region cut where a slot
+  // begins and each part led by its slot's entry (lead_parts). One leader
+  // forwarding a whole region to the M - 1 others sent (M - 1) x its bytes.
+  // The statistics' per-cell arithmetic (core/src/plan/stats.cc) leaves
+  // such cells to the enumeration.
+  bool relay_cut(const TensorCtx& t, int64_t members, const Box& region, uint64_t n) const {
+    if (n == 0 || n % static_cast<uint64_t>(members) == 0 || options_.split_min_bytes <= 0)
+      return false;
+    const int64_t per = (members + static_cast<int64_t>(n) - 1) / static_cast<int64_t>(n);
+    return region.volume() * t.esize >= 2 * per * options_.split_min_bytes &&
+           region.volume() * t.esize >= 2 * options_.split_min_bytes;
+  }
   static bool arrives_first(const Route& r, size_t j, size_t idx) {
     return !r.cross || r.part_entry[j] < 0 || static_cast<size_t>(r.part_entry[j]) == idx;
   }
@@ -786,6 +808,9 @@ class Enumerator {
   // Cuts a cross route's region by its group's layout: 1 with r's parts
   // set, 0 when the group goes single-hop, -1 when no layout applies.
   int layout_parts(const TensorCtx& t, size_t c, const Box& region, Route& r);
+  // Relays inside hosts: region k of n cut at the starts of `slots` equal
+  // slots, into r.parts with their slots in r.part_lead (relay_cut).
+  static void lead_parts(const Box& region, uint64_t k, uint64_t n, int64_t slots, Route& r);
   // Holders of `holders` on `host` (all of them for host -1), into hsel_.
   void holders_on(const TensorCtx& t, const uint32_t* holders, size_t n, int32_t host);
 
@@ -1506,8 +1531,43 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
     r.part_lead.clear();
   }
   if (t.sg->tiled) cover_position(t, t.dg->tiled ? t.dst->box(e) : t.dg->cell_boxes[c], region, r);
-  r.parts.push_back(region);
+  if (relay_cut(t, ch.max_members[c], region, r.n))
+    lead_parts(region, r.idx, r.n, ch.max_members[c], r);
+  else
+    r.parts.push_back(region);
   return true;
+}
+
+inline void Enumerator::lead_parts(const Box& region, uint64_t k, uint64_t n, int64_t slots,
+                                   Route& r) {
+  // Along the longest dimension; slot m begins at m / slots of the unit
+  // interval, region k spans [k / n, (k + 1) / n): its cuts fall at
+  // (m n - k slots) / slots of its extent for the slots m beginning inside.
+  int dim = 0;
+  for (int d = 1; d < region.rank; ++d)
+    if (region.extent(d) > region.extent(dim)) dim = d;
+  const int64_t ext = region.extent(dim);
+  const auto S = static_cast<uint64_t>(slots);
+  uint64_t m = k * S / n;  // the slot holding the region's start
+  int64_t lo = region.lo[dim];
+  while (true) {
+    // The end of slot m within the region (or the region's end).
+    const uint64_t num = (m + 1) * n;  // slot end at num / S, the region at [k, k + 1) x 1/n
+    int64_t hi = region.hi[dim];
+    if (num < (k + 1) * S)
+      hi = region.lo[dim] + static_cast<int64_t>((num - k * S) * static_cast<uint64_t>(ext) / S);
+    if (hi > lo) {
+      Box part = region;
+      part.lo[dim] = lo;
+      part.hi[dim] = hi;
+      r.parts.push_back(part);
+      r.part_lead.push_back(static_cast<uint32_t>(m));
+      lo = hi;
+    }
+    if (hi >= region.hi[dim]) break;
+    ++m;
+  }
+  r.lead_slots = static_cast<uint32_t>(slots);
 }
 
 inline bool Enumerator::cross_slower(const TensorCtx& t, size_t c, const Box& region, size_t n,
@@ -2236,7 +2296,12 @@ inline size_t Enumerator::receiving_host(const Route& r, size_t index) const {
 
 inline uint32_t Enumerator::leader(const Route& r, size_t hi, size_t j) const {
   const uint32_t b = ch_->member_offsets[hi], end = ch_->member_offsets[hi + 1];
-  if (r.n > 0) return ch_->members[b + static_cast<uint32_t>(r.idx * (end - b) / r.n)];
+  if (r.n > 0) {
+    if (!r.part_lead.empty())  // lead_parts: part j's slot of lead_slots
+      return ch_
+          ->members[b + static_cast<uint32_t>(uint64_t{r.part_lead[j]} * (end - b) / r.lead_slots)];
+    return ch_->members[b + static_cast<uint32_t>(r.idx * (end - b) / r.n)];
+  }
   const size_t k = r.part_lead.empty() ? j : r.part_lead[j];
   return ch_->members[b + (k + r.rot) % (end - b)];
 }

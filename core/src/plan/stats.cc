@@ -767,7 +767,20 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         });
         const int64_t n = b1 - b0;
         if (o.relays && relay_cell(t, b0, b1)) {
-          if (relay_bands(B, t.esize, o).n > 1) {  // relay bands: by enum_cell
+          // The most entries of the cell on one host (by_host: relay_cell's).
+          int64_t members = 0;
+          for (size_t i = 0, j = 0; i < by_host.size(); i = j) {
+            for (j = i; j < by_host.size() && by_host[j].first == by_host[i].first;) ++j;
+            members = std::max(members, static_cast<int64_t>(j - i));
+          }
+          bool split = false;
+          for (const Box& region : regions) {
+            Route pos;
+            cover_position(t, B, region, pos);
+            split |= en.relay_cut(t, members, region, pos.n);
+          }
+          // Relay bands, or regions cut into parts for more leaders: by enum_cell.
+          if (split || relay_bands(B, t.esize, o).n > 1) {
             if (!enum_cell(t, static_cast<size_t>(c), esum, copies, group_pieces))
               fail(ErrorCode::kInternal, "statistics: a tiled source cell without holders");
             continue;
