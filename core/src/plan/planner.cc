@@ -75,7 +75,8 @@ namespace {
 // device of the host where j + rot aliased with the reducer's host; cells
 // of one entry rotate owners by cell and start their chains so that each
 // owner starts one: a psum in place at the all-reduce's volume on every
-// device).
+// device; relays inside hosts cut regions that do not fall evenly on a
+// host's entries at equal slots, each part led by its slot's entry).
 constexpr uint64_t kPlannerVersion = 16;
 
 std::string shape_str(const std::vector<int64_t>& s) {
