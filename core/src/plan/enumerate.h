@@ -558,27 +558,27 @@ class Enumerator {
   }
   // Among the receiving hosts of `r`: whether `host` is one, its index.
   bool receiving_index(const Route& r, int32_t host, size_t* index) const;
-  // Cross routes: whether part j arrives at the receiving host of index
-  // `idx` in stage 0 (a direct part, or its entry host).
   // Relays inside hosts, tiled source (planner version 16): whether region
   // `idx` of the n covering the destination box is cut into parts that
   // different entries of a host lead (take in and forward), because the n
   // regions do not fall evenly on the most entries the cell has on one host
   // (`members`: CellHosts::max_members; n not a multiple of it) and the
-  // region holds at least split_min_bytes per part. The regions then share the host's entries as
-  // a broadcast's scatter does: the unit interval cut into `members` equal
-  // slots, region k covering [k/n, (k+1)/n), each region cut where a slot
-  // begins and each part led by its slot's entry (lead_parts). One leader
-  // forwarding a whole region to the M - 1 others sent (M - 1) x its bytes.
-  // The statistics' per-cell arithmetic (core/src/plan/stats.cc) leaves
-  // such cells to the enumeration.
+  // region holds at least split_min_bytes per part. The regions then share
+  // the host's entries as a broadcast's scatter does: the unit interval cut
+  // into `members` equal slots, region k covering [k/n, (k+1)/n), each
+  // region cut where a slot begins and each part led by its slot's entry
+  // (lead_parts). One leader forwarding a whole region to the M - 1 others
+  // sent (M - 1) x its bytes. The statistics' per-cell arithmetic
+  // (core/src/plan/stats.cc) leaves such cells to the enumeration.
   bool relay_cut(const TensorCtx& t, int64_t members, const Box& region, uint64_t n) const {
-    if (n == 0 || n % static_cast<uint64_t>(members) == 0 || options_.split_min_bytes <= 0)
+    if (members < 2 || n == 0 || n % static_cast<uint64_t>(members) == 0 ||
+        options_.split_min_bytes <= 0)
       return false;
     const int64_t per = (members + static_cast<int64_t>(n) - 1) / static_cast<int64_t>(n);
-    return region.volume() * t.esize >= 2 * per * options_.split_min_bytes &&
-           region.volume() * t.esize >= 2 * options_.split_min_bytes;
+    return region.volume() * t.esize >= 2 * per * options_.split_min_bytes;
   }
+  // Cross routes: whether part j arrives at the receiving host of index
+  // `idx` in stage 0 (a direct part, or its entry host).
   static bool arrives_first(const Route& r, size_t j, size_t idx) {
     return !r.cross || r.part_entry[j] < 0 || static_cast<size_t>(r.part_entry[j]) == idx;
   }
