@@ -741,6 +741,15 @@ TEST(PlanRelays, FewRegionsSpreadTheForwardingOverTheHost) {
         }
   std::printf("fewer regions than entries: %d cases, the busiest device at most %.3fx\n", cases,
               worst);
+  // split_min_bytes near INT64_MAX (a fuzzed spec found the product of the
+  // first version overflowing): no cut, the plan as with one leader per region.
+  PlanInput in =
+      one_tensor({64, 64}, DType::kF32, named(mesh({"a"}, {3}, 0), {{"a"}, {}}),
+                 named(mesh({"k"}, {8}, 3), {{}, {}}), {0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1});
+  in.options.split_min_bytes = INT64_MAX - 1;
+  in.options.alpha_seconds = 0;
+  const PlanStats st = make_plan(in, {PlanScope::kGlobal}).stats();
+  EXPECT_EQ(st.max_host_recv_bytes, st.lower_bound_max_host_recv_bytes);
 }
 
 // The busiest NIC (a host's egress) within 1.05x of its bound over all

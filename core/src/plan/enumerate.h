@@ -575,7 +575,8 @@ class Enumerator {
         options_.split_min_bytes <= 0)
       return false;
     const int64_t per = (members + static_cast<int64_t>(n) - 1) / static_cast<int64_t>(n);
-    return region.volume() * t.esize >= 2 * per * options_.split_min_bytes;
+    // By division: split_min_bytes may be anything up to INT64_MAX.
+    return region.volume() * t.esize / 2 / per >= options_.split_min_bytes;
   }
   // Cross routes: whether part j arrives at the receiving host of index
   // `idx` in stage 0 (a direct part, or its entry host).
@@ -1554,8 +1555,9 @@ inline void Enumerator::lead_parts(const Box& region, uint64_t k, uint64_t n, in
     // The end of slot m within the region (or the region's end).
     const uint64_t num = (m + 1) * n;  // slot end at num / S, the region at [k, k + 1) x 1/n
     int64_t hi = region.hi[dim];
-    if (num < (k + 1) * S)
-      hi = region.lo[dim] + static_cast<int64_t>((num - k * S) * static_cast<uint64_t>(ext) / S);
+    if (num < (k + 1) * S)  // (num - k S) < S: the product fits 128 bits
+      hi = region.lo[dim] + static_cast<int64_t>(static_cast<unsigned __int128>(num - k * S) *
+                                                 static_cast<uint64_t>(ext) / S);
     if (hi > lo) {
       Box part = region;
       part.lo[dim] = lo;
