@@ -525,13 +525,12 @@ class Enumerator {
   template <class F>
   void forward_unmerged(const TensorCtx& t, uint32_t l, F&& f);
 
-  // The route of a region of destination cell c, a cell of entry e (see
-  // Route); false when the cell's entries fetch it single-hop (relays off,
+  // The route of a region of destination cell c (see Route); false when the cell's entries fetch it single-hop (relays off,
   // a partial layout, no holder listed). A cell is a tiled cell or, in an
   // explicit destination, the entries with equal boxes, or a fragment of
   // overlapping boxes with every entry containing it (Geometry).
-  bool route(const TensorCtx& t, uint32_t e, size_t c, const Box& region, const uint32_t* holders,
-             size_t n, Route& r);
+  bool route(const TensorCtx& t, size_t c, const Box& region, const uint32_t* holders, size_t n,
+             Route& r);
   // The box of destination cell c (non-empty cells of a tiled layout: the
   // box of its entries).
   static Box cell_box(const TensorCtx& t, size_t c) {
@@ -747,7 +746,7 @@ class Enumerator {
   // reduction finished before a later stage copies from or into it.
   // Fragmented destinations (an entry in several cells) never pre-reduce
   // (reduce_route), so the cell's entries reduce nothing elsewhere.
-  uint32_t cell_shift(const TensorCtx& t, uint32_t e, size_t c, const Box& B);
+  uint32_t cell_shift(const TensorCtx& t, size_t c, const Box& B);
   // The leader of part j on the host at CellHosts index `hi`.
   uint32_t leader(const Route& r, size_t hi, size_t j) const;
   // The CellHosts index of the index-th receiving host.
@@ -830,6 +829,17 @@ class Enumerator {
   const CellHosts* ch_ = nullptr;       // ... and its hosts
   Route route_;
   Route shift_route_;  // cell_shift's, beside route_ in use
+  // route() on a tiled source: per dimension, the source's shard extent
+  // (`chunk`) and the source shards [a, a + span) overlapping the box of
+  // destination cell `c` of tensor *t, the last cell routed. Routes come
+  // region by region of one cell: the divisions behind these run once per
+  // cell, not once per region (they were most of route()'s time).
+  struct CoverDims {
+    const TensorCtx* t = nullptr;
+    size_t c = 0;
+    std::array<int64_t, kMaxRank> chunk{}, a{}, span{};
+  } cover_dims_;
+  const CoverDims& cover_dims(const TensorCtx& t, size_t c);
   // cell_shares(): per (source, destination) geometry pair, per cell.
   // Keyed by the tensor's shape too: a Geometry is shared by tensors of
   // every shape on one mesh and spec, and the volumes follow the shape.
@@ -1460,7 +1470,7 @@ inline bool Enumerator::one_part(const TensorCtx& t, size_t c, const Box& region
   return red_t0 + red_t1 + gather < single_time;
 }
 
-inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Box& region,
+inline bool Enumerator::route(const TensorCtx& t, size_t c, const Box& region,
                               const uint32_t* holders, size_t n, Route& r) {
   r.reduce = false;
   r.cell = c;
@@ -1495,14 +1505,20 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
   r.receiving = (r.cell_end - r.cell_begin) - held;
   // Rotation: by the source cell's coordinates (neighbouring cells
   // alternate) plus the destination cell, or, for an explicit source, a
-  // hash of the region's corner.
+  // hash of the region's corner. A tiled source also places the region in
+  // the cover of the cell's box (r.idx of r.n, for relay_cut below).
   uint64_t k = c;
   if (t.sg->tiled) {
-    const std::vector<int64_t>& shape = t.src->shape();
+    const CoverDims& cd = cover_dims(t, c);
+    uint64_t idx = 0, nb = 1;
     for (int d = 0; d < region.rank; ++d) {
-      const int64_t chunk = ceil_div(shape[static_cast<size_t>(d)], t.sg->counts[d]);
-      if (chunk > 0) k += static_cast<uint64_t>(region.lo[d] / chunk);
+      const int64_t s = cd.chunk[d] > 0 ? region.lo[d] / cd.chunk[d] : 0;
+      k += static_cast<uint64_t>(s);
+      idx = idx * static_cast<uint64_t>(cd.span[d]) + static_cast<uint64_t>(s - cd.a[d]);
+      nb *= static_cast<uint64_t>(cd.span[d]);
     }
+    r.idx = idx;
+    r.n = nb;
   } else {
     for (int d = 0; d < region.rank; ++d) k = k * 1000003u + static_cast<uint64_t>(region.lo[d]);
     k = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
@@ -1517,6 +1533,7 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
   r.part_host.clear();
   r.part_entry.clear();
   r.part_lead.clear();
+  const uint64_t cover_idx = r.idx, cover_n = t.sg->tiled ? r.n : 0;
   r.n = 0;
   if (r.cross) {
     const int laid = layout_parts(t, c, region, r);
@@ -1531,12 +1548,31 @@ inline bool Enumerator::route(const TensorCtx& t, uint32_t e, size_t c, const Bo
     r.part_entry.clear();
     r.part_lead.clear();
   }
-  if (t.sg->tiled) cover_position(t, t.dg->tiled ? t.dst->box(e) : t.dg->cell_boxes[c], region, r);
+  r.idx = cover_idx;
+  r.n = cover_n;
   if (relay_cut(t, ch.max_members[c], region, r.n))
     lead_parts(region, r.idx, r.n, ch.max_members[c], r);
   else
     r.parts.push_back(region);
   return true;
+}
+
+inline const Enumerator::CoverDims& Enumerator::cover_dims(const TensorCtx& t, size_t c) {
+  CoverDims& cd = cover_dims_;
+  if (cd.t == &t && cd.c == c) return cd;
+  cd.t = &t;
+  cd.c = c;
+  const Box B = cell_box(t, c);
+  const std::vector<int64_t>& shape = t.src->shape();
+  for (int d = 0; d < B.rank; ++d) {
+    const int64_t count = t.sg->counts[d];
+    cd.chunk[d] = ceil_div(shape[static_cast<size_t>(d)], count);
+    int64_t a = 0, b = 0;
+    shard_range(shape[static_cast<size_t>(d)], count, B.lo[d], B.hi[d], a, b);
+    cd.a[d] = a;
+    cd.span[d] = b - a;
+  }
+  return cd;
 }
 
 inline void Enumerator::lead_parts(const Box& region, uint64_t k, uint64_t n, int64_t slots,
@@ -2473,12 +2509,12 @@ inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size
   return star(false);
 }
 
-inline uint32_t Enumerator::cell_shift(const TensorCtx& t, uint32_t e, size_t c, const Box& B) {
+inline uint32_t Enumerator::cell_shift(const TensorCtx& t, size_t c, const Box& B) {
   if (!pre_reduces(t) || !options_.relays || t.S < 2 || t.T > 1 || t.dg->fragmented) return 0;
   uint32_t shift = 0;
   cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
     Route& r = shift_route_;
-    if (!route(t, e, c, region, h, n, r) || !r.reduce) return;
+    if (!route(t, c, region, h, n, r) || !r.reduce) return;
     for (size_t j = 0; j < r.parts.size(); ++j) shift = std::max(shift, part_shift(t, r, j, h, n));
   });
   return shift;
@@ -2582,10 +2618,10 @@ void Enumerator::recv(const TensorCtx& t, uint32_t e, F&& f) {
       f(x);
   };
   each_cell(t, e, [&](size_t c, const Box& B, bool part) {
-    const uint32_t shift = cell_shift(t, e, c, B);
+    const uint32_t shift = cell_shift(t, c, B);
     cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool own) {
       own |= part;
-      if (!route(t, e, c, region, h, n, route_)) {
+      if (!route(t, c, region, h, n, route_)) {
         assign(t, e, region, h, n, own, f);
         return;
       }
@@ -2612,10 +2648,10 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
       const bool gather = options_.relays;
       const size_t own_hi = gather ? host_slot(t, l, c) : 0;
       const int32_t host = t.dt->host[l];
-      const uint32_t shift = cell_shift(t, l, c, B);
+      const uint32_t shift = cell_shift(t, c, B);
       cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
         Route& r = route_;
-        if (!route(t, l, c, region, h, n, r)) return;
+        if (!route(t, c, region, h, n, r)) return;
         for (size_t j = 0; j < r.parts.size(); ++j) {
           const uint32_t red = reducer(t, r, j);
           const bool fans = gather && t.dt->host[red] != host && gather_leader(r, own_hi, j) == l;
@@ -2666,7 +2702,7 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
       return;
     cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
       Route& r = route_;
-      if (!route(t, l, c, region, h, n, r)) return;
+      if (!route(t, c, region, h, n, r)) return;
       size_t idx = 0;
       if (!receiving_index(r, host, &idx)) return;
       const size_t hi = static_cast<size_t>(
@@ -2785,8 +2821,7 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
         const uint32_t b = dg.cell_offsets[static_cast<size_t>(cell)];
         const uint32_t end = dg.cell_offsets[static_cast<size_t>(cell) + 1];
         // The route depends on the cell and the region only: once per cell.
-        const bool routed = b < end && route(t, dg.cell_entries[b], static_cast<size_t>(cell),
-                                             region, h, n, route_);
+        const bool routed = b < end && route(t, static_cast<size_t>(cell), region, h, n, route_);
         for (uint32_t i = b; i < end; ++i) {
           const uint32_t e = dg.cell_entries[i];
           if (dg.devices[e] == sdev) continue;
@@ -2810,7 +2845,7 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
       each_cell(t, e, [&](size_t c, const Box& B, bool part) {
         const Box region = intersect(C, B);
         if (region.empty()) return;
-        if (route(t, e, c, region, h, n, route_))
+        if (route(t, c, region, h, n, route_))
           routed_recv(t, e, route_, region, h, n, part, 0, keep);
         else
           assign(t, e, region, h, n, part, keep);

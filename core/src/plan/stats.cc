@@ -543,9 +543,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       if (by_host_cell[i].first == by_host_cell[i - 1].first)
         several[by_host_cell[i].second - b0] = several[by_host_cell[i - 1].second - b0] = 1;
     bool slots = false;
-    const uint32_t e0 = dg.cell_entries[b0];
     en.cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool own) {
-      if (!en.route(t, e0, c, region, h, n, route)) {
+      if (!en.route(t, c, region, h, n, route)) {
         for (uint32_t i = b0; i < b1; ++i)
           assign_stats(t, dg.cell_entries[i], region, h, n, own, 0, esum, copies, group_pieces);
         return;
