@@ -152,9 +152,13 @@ uint64_t fingerprint_of(const PlanInput& in) {
 // ------------------------------------------------------------- process part
 
 // Collects the pieces of one direction (sends or receives) of a range of
-// tensors of a part into one bucket per message, keeping generation order
-// (tensor-major, canonical within a tensor) inside each bucket, and, when
-// `sized` (round cutting needs them), each piece's size.
+// tensors of a part, each tagged with its message's bucket, keeping
+// generation order (tensor-major, canonical within a tensor) inside each
+// bucket, and, when `sized` (round cutting needs them), each piece's size.
+// The pieces are appended in generation order and placed by bucket once,
+// in merge(): a vector per bucket wrote each piece into one of thousands of
+// growing vectors (a cache miss and, as it doubled, copies) and then copied
+// it again.
 class MessageBuckets {
  public:
   MessageBuckets(size_t ndev, bool sized) : ndev_(ndev), sized_(sized) {}
@@ -189,16 +193,17 @@ class MessageBuckets {
             ? table.dense[peer_dense]
             : sparse_.try_emplace(uint64_t{table.id} << 32 | peer_dense, kNone).first->second;
     if (slot == kNone) {
-      slot = static_cast<uint32_t>(buckets_.size());
-      buckets_.emplace_back();
-      if (sized_) sizes_.emplace_back();
+      slot = static_cast<uint32_t>(keys_.size());
       keys_.push_back((uint64_t{stage} << 48) | (uint64_t{peer_dense} << 28) |
                       (uint64_t{own_dense} << 8) | band);
       bytes_.push_back(0);
+      counts_.push_back(0);
     }
-    buckets_[slot].push_back(piece);
-    if (sized_) sizes_[slot].push_back(bytes);
+    pieces_.push_back(piece);
+    slots_.push_back(slot);
+    if (sized_) sizes_.push_back(bytes);
     bytes_[slot] += bytes;
+    ++counts_[slot];
   }
 
   // Merges the buckets of consecutive tensor ranges (chunks[0] holding the
@@ -207,7 +212,7 @@ class MessageBuckets {
   // rounds) — each message's pieces chunk
   // by chunk, so the result does not depend on how the tensors were cut into
   // chunks. A chunk's region indices are local to it: region_base[c] is
-  // added to those of chunk c. The copying runs on `threads` threads.
+  // added to those of chunk c. The chunks are placed on `threads` threads.
   static void merge(const std::vector<const MessageBuckets*>& chunks,
                     const std::vector<uint32_t>& region_base, int threads,
                     std::vector<Piece>& pieces, std::vector<int64_t>& piece_bytes,
@@ -227,12 +232,15 @@ class MessageBuckets {
       return a.key != b.key ? a.key < b.key : a.chunk < b.chunk;
     });
     const bool sized = !chunks.empty() && chunks.front()->sized_;
-    std::vector<uint64_t> at(srcs.size() + 1, 0);  // output offset of each source bucket
+    // Where each chunk's buckets begin in the output.
+    std::vector<std::vector<uint64_t>> cursor(chunks.size());
+    for (size_t c = 0; c < chunks.size(); ++c) cursor[c].resize(chunks[c]->keys_.size());
+    uint64_t total = 0;
     msgs.clear();
     msgs.reserve(chunks.size() == 1 ? srcs.size() : 0);
     for (size_t k = 0; k < srcs.size(); ++k) {
       const MessageBuckets& b = *chunks[srcs[k].chunk];
-      at[k + 1] = at[k] + b.buckets_[srcs[k].slot].size();
+      cursor[srcs[k].chunk][srcs[k].slot] = total;
       // key = (stage << 48) | (peer dense << 28) | (own dense << 8) | band;
       // both dense indices < 2^20, bands < 2^8.
       const uint64_t key = srcs[k].key;
@@ -244,45 +252,29 @@ class MessageBuckets {
         const int64_t own = devices[(key >> 8) & 0xfffff];
         m.src_device = send ? own : peer;
         m.dst_device = send ? peer : own;
-        m.first_piece = at[k];
+        m.first_piece = total;
       }
-      msgs.back().num_pieces += b.buckets_[srcs[k].slot].size();
+      msgs.back().num_pieces += b.counts_[srcs[k].slot];
       msgs.back().bytes += b.bytes_[srcs[k].slot];
+      total += b.counts_[srcs[k].slot];
     }
-    // Bucket k's pieces, region indices rebased, to out / sizes_out.
-    auto copy = [&](size_t k, Piece* out, int64_t* sizes_out) {
-      const MessageBuckets& b = *chunks[srcs[k].chunk];
-      const uint32_t base = region_base[srcs[k].chunk];
-      for (const Piece& p : b.buckets_[srcs[k].slot]) {
-        *out = p;
-        if (p.region != kOverlapRegion) out->region += base;
-        ++out;
-      }
-      if (sized) std::copy(b.sizes_[srcs[k].slot].begin(), b.sizes_[srcs[k].slot].end(), sizes_out);
-    };
     pieces.clear();
     piece_bytes.clear();
-    if (threads <= 1 && chunks.size() == 1) {  // appending writes each piece once
-      const MessageBuckets& b = *chunks.front();
-      pieces.reserve(at.back());
-      if (sized) piece_bytes.reserve(at.back());
-      for (const Src& src : srcs) {
-        pieces.insert(pieces.end(), b.buckets_[src.slot].begin(), b.buckets_[src.slot].end());
-        if (sized)
-          piece_bytes.insert(piece_bytes.end(), b.sizes_[src.slot].begin(),
-                             b.sizes_[src.slot].end());
+    grow_to(pieces, total, threads);
+    if (sized) grow_to(piece_bytes, total, threads);
+    // Chunk c's pieces, region indices rebased, each to its bucket's next
+    // place (the chunks' buckets fill disjoint ranges).
+    parallel_for(threads, chunks.size(), [&](size_t c) {
+      const MessageBuckets& b = *chunks[c];
+      const uint32_t base = region_base[c];
+      std::vector<uint64_t>& at = cursor[c];
+      for (size_t i = 0; i < b.pieces_.size(); ++i) {
+        const uint64_t to = at[b.slots_[i]]++;
+        Piece& out = pieces[to];
+        out = b.pieces_[i];
+        if (out.region != kOverlapRegion) out.region += base;
+        if (sized) piece_bytes[to] = b.sizes_[i];
       }
-      if (region_base.front() != 0)
-        fail(ErrorCode::kInternal, "MessageBuckets::merge: one chunk with a region base");
-      return;
-    }
-    grow_to(pieces, at.back(), threads);
-    if (sized) grow_to(piece_bytes, at.back(), threads);
-    const std::vector<size_t> ranges =
-        even_ranges(srcs.size(), threads > 1 ? 8 * static_cast<size_t>(threads) : 1);
-    parallel_for(threads, ranges.size() - 1, [&](size_t r) {
-      for (size_t k = ranges[r]; k < ranges[r + 1]; ++k)
-        copy(k, pieces.data() + at[k], sized ? piece_bytes.data() + at[k] : nullptr);
     });
   }
 
@@ -293,10 +285,14 @@ class MessageBuckets {
   std::unordered_map<uint64_t, uint32_t> own_;
   std::vector<std::vector<uint32_t>> tables_;      // dense rows (empty: sparse_)
   std::unordered_map<uint64_t, uint32_t> sparse_;  // table id << 32 | peer -> slot
-  std::vector<std::vector<Piece>> buckets_;
-  std::vector<std::vector<int64_t>> sizes_;  // parallel to buckets_ when sized_
+  // Per piece, in generation order: the piece, its bucket and (sized_) size.
+  std::vector<Piece> pieces_;
+  std::vector<uint32_t> slots_;
+  std::vector<int64_t> sizes_;
+  // Per bucket: its key, bytes and number of pieces.
   std::vector<uint64_t> keys_;
   std::vector<int64_t> bytes_;
+  std::vector<uint64_t> counts_;
 };
 
 // A process part before round cutting, with each network piece's size.
@@ -590,15 +586,16 @@ PartMemory part_memory(const PartSums& p, size_t ndev, int64_t chunks, bool budg
   // keeps that capacity.
   m.held =
       kPieceBytes * (m.pieces + local) + kMessageBytes * messages + kRegionBytes * m.regions + 512;
-  // Enumerating (build_part): per message bucket a vector of pieces and one
-  // of sizes, both possibly doubled, then the merged pieces and sizes; the
+  // Enumerating (build_part): per chunk a vector of pieces, one of their
+  // buckets (4 bytes a piece) and one of sizes, all possibly doubled, then
+  // the merged pieces and sizes; the
   // regions, growing by copying; per own device and direction a slot table
   // over all devices, in every chunk, dense up to MessageBuckets::kDenseCells
   // cells and a hash map entry per stream beyond.
   const double sizes = budgeted ? kSizeBytes : 0;
   const double cells = static_cast<double>(ndev) * static_cast<double>(p.devices);
   const double dense_cells = std::min(cells, static_cast<double>(MessageBuckets::kDenseCells));
-  const double build = net * (2 * (kPieceBytes + sizes) + kPieceBytes + sizes) +
+  const double build = net * (2 * (kPieceBytes + 4 + sizes) + kPieceBytes + sizes) +
                        2 * kPieceBytes * local + 64 * streams +
                        2 * kRegionBytes * static_cast<double>(p.regions) +
                        8.0 * dense_cells * static_cast<double>(chunks) +
