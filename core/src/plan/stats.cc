@@ -83,6 +83,50 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
   }
 }
 
+// The (source, destination) device pairs that exchange a message in one
+// relay stage: a bit matrix (rows per destination) when `dense`, else a
+// hash set. Relay stages across hosts insert a pair per forwarded piece, and
+// hashing them was a tenth of the global statistics of a 1,024-device plan.
+class StagePairs {
+ public:
+  StagePairs(size_t ndev, bool dense)
+      : words_((ndev + 63) / 64), bits_(dense ? ndev * words_ : 0), dense_(dense) {}
+  // Whether the pair is new.
+  bool insert(uint32_t sd, uint32_t dd) {
+    if (!dense_) return set_.insert(uint64_t{sd} << 32 | dd).second;
+    uint64_t& w = bits_[dd * words_ + (sd >> 6)];
+    const uint64_t bit = uint64_t{1} << (sd & 63);
+    const bool fresh = (w & bit) == 0;
+    w |= bit;
+    return fresh;
+  }
+  bool contains(uint32_t sd, uint32_t dd) const {
+    if (!dense_) return set_.count(uint64_t{sd} << 32 | dd) > 0;
+    return (bits_[dd * words_ + (sd >> 6)] >> (sd & 63) & 1) != 0;
+  }
+  // Calls f(sd, dd) for every pair.
+  template <class F>
+  void each(F&& f) const {
+    if (!dense_) {
+      for (uint64_t pr : set_)
+        f(static_cast<uint32_t>(pr >> 32), static_cast<uint32_t>(pr & 0xffffffffu));
+      return;
+    }
+    for (size_t i = 0; i < bits_.size(); ++i)
+      for (uint64_t v = bits_[i]; v; v &= v - 1)
+        f(static_cast<uint32_t>((i % words_) * 64 + static_cast<size_t>(__builtin_ctzll(v))),
+          static_cast<uint32_t>(i / words_));
+  }
+  // Bytes a dense stage of `ndev` devices holds.
+  static size_t dense_bytes(size_t ndev) { return ndev * ((ndev + 63) / 64) * 8; }
+
+ private:
+  size_t words_;
+  std::vector<uint64_t> bits_;
+  bool dense_;
+  std::unordered_set<uint64_t> set_;
+};
+
 }  // namespace
 
 void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
@@ -120,7 +164,12 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   const size_t words = (ndev + 63) / 64;
   std::vector<uint64_t> bits(dense_pairs ? ndev * words : 0);
   std::unordered_set<uint64_t> pair_set;
-  std::deque<std::unordered_set<uint64_t>> relay_pairs(1);
+  // Relay stages (index 0 unused): dense while all of them together hold at
+  // most kDenseRelayBytes.
+  constexpr size_t kDenseRelayBytes = size_t{32} << 20;
+  size_t dense_relay_bytes = 0;
+  std::deque<StagePairs> relay_pairs;
+  relay_pairs.emplace_back(0, false);
   // Each pair in a hash set or map costs about kPairBytes; checked as the
   // sets grow, so that a plan where every device talks to every other is
   // refused at the limit instead of exhausting memory.
@@ -177,7 +226,10 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   auto stage_grow = [&](uint32_t s) {
     while (stage_acc.size() <= s) {
       stage_acc.emplace_back(ndev);
-      relay_pairs.emplace_back();
+      const size_t b = StagePairs::dense_bytes(ndev);
+      const bool dense = dense_relay_bytes + b <= kDenseRelayBytes;
+      if (dense) dense_relay_bytes += b;
+      relay_pairs.emplace_back(ndev, dense);
       relay_bytes.emplace_back();
     }
   };
@@ -304,7 +356,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     }
     if (x.relay()) {
       const uint64_t key = (uint64_t{sd} << 32) | dd;
-      if (relay_pairs[x.stage].insert(key).second) keep_pair();
+      if (relay_pairs[x.stage].insert(sd, dd)) keep_pair();
       if (track_pairs) relay_bytes[x.stage][key] += bytes;
       return;
     }
@@ -396,9 +448,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     // Band 0 travels with the stream's pieces of no band, the others in
     // their own messages.
     if (!ref.counted) {
-      const uint64_t key = (uint64_t{sd} << 32) | dd;
-      if (relay_pairs[stage].insert(key).second) keep_pair();
-      if (track_pairs) ref.plain = &relay_bytes[stage][key];
+      if (relay_pairs[stage].insert(sd, dd)) keep_pair();
+      if (track_pairs) ref.plain = &relay_bytes[stage][(uint64_t{sd} << 32) | dd];
       ref.counted = true;
     }
     if (track_pairs) *ref.plain += pb.volume[0] * esum;
@@ -714,9 +765,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
               relayed = true;
               last_stage = std::max(last_stage, 1);
               st.forwarded_bytes += bytes;
-              const uint64_t key = (uint64_t{ld} << 32) | dd;
-              if (relay_pairs[1].insert(key).second) keep_pair();
-              if (track_pairs) relay_bytes[1][key] += bytes;
+              if (relay_pairs[1].insert(ld, dd)) keep_pair();
+              if (track_pairs) relay_bytes[1][(uint64_t{ld} << 32) | dd] += bytes;
             }
             g = g_end;
           }
@@ -880,10 +930,10 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     }
   }
   for (int s = 1; s < nstages; ++s) {
-    for (uint64_t pr : relay_pairs[s]) {
-      ++stage_send_msgs[s][pr >> 32];
-      ++stage_recv_msgs[s][pr & 0xffffffffu];
-    }
+    relay_pairs[s].each([&](uint32_t sd, uint32_t dd) {
+      ++stage_send_msgs[s][sd];
+      ++stage_recv_msgs[s][dd];
+    });
   }
   // Streams cut into bands: a message per band above 0 (a stream with no
   // piece outside them was not counted above); per stage, the most messages
@@ -893,7 +943,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     for (size_t d = 0; d < ndev && stage_rounds[s] == 0; ++d)
       if (stage_recv_msgs[s][d] > 0) stage_rounds[s] = 1;
   auto plain_pair = [&](uint32_t s, uint32_t sd, uint32_t dd) {
-    if (s > 0) return relay_pairs[s].count(uint64_t{sd} << 32 | dd) > 0;
+    if (s > 0) return relay_pairs[s].contains(sd, dd);
     if (dense_pairs) return (bits[dd * words + (sd >> 6)] >> (sd & 63) & 1) != 0;
     return pair_set.count(uint64_t{sd} << 32 | dd) > 0;
   };
