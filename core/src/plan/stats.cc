@@ -711,69 +711,85 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       // several entries of the cell, the leader (by blocks of source cells)
       // takes the region in and forwards it to the others in stage 1, the
       // forwarded boxes merged as RelayMerger does. Returns the cell's pieces.
-      std::map<std::pair<size_t, uint32_t>, std::vector<size_t>> led;  // (group, leader) -> regions
+      // Per by_host position of a leader, its regions (indices into hv, in
+      // cover order) and their bytes; `leading` lists (group start,
+      // position) of those with any; `spans` the (begin, end) of by_host's
+      // groups (one per host). The forwarding inside a host is added per
+      // leader once its regions are known, not per region and entry. (A map
+      // keyed by (group, leader) and the per-entry loop were most of the
+      // statistics' time on a replicated destination.)
+      std::vector<std::vector<size_t>> led;
+      std::vector<int64_t> led_bytes;
+      std::vector<std::pair<size_t, size_t>> leading, spans;
       auto relay_cell_stats = [&](const TensorCtx& tc, const Box& B, int64_t es, int64_t cp) {
         int64_t cell_pieces = 0;
-        led.clear();
+        for (const auto& gp : leading) {
+          led[gp.second].clear();
+          led_bytes[gp.second] = 0;
+        }
+        leading.clear();
+        if (led.size() < by_host.size()) {
+          led.resize(by_host.size());
+          led_bytes.resize(by_host.size(), 0);
+        }
+        spans.clear();
+        for (size_t g = 0, g_end = 0; g < by_host.size(); g = g_end) {
+          for (g_end = g; g_end < by_host.size() && by_host[g_end].first == by_host[g].first;)
+            ++g_end;
+          spans.emplace_back(g, g_end);
+        }
+        // The pieces from holder h into entry e (stage 0).
+        auto direct = [&](uint32_t h, uint32_t e, int64_t bytes, bool other_host) {
+          const uint32_t sd = tc.st->dense[h];
+          const uint32_t dd = tc.dt->dense[e];
+          ++cell_pieces;
+          if (tc.dg->devices[e] == tc.sg->devices[h]) {  // its own copy
+            acc[dd].local += bytes;
+            if (counts) (*counts)[dd].local_pieces += cp;
+            return;
+          }
+          acc[sd].send += bytes;
+          acc[dd].recv += bytes;
+          if (other_host) {
+            acc[sd].send_inter += bytes;
+            acc[dd].recv_inter += bytes;
+            st.cross_host_bytes += bytes;
+          }
+          if (tc.st->process[h] != tc.dt->process[e]) st.cross_process_bytes += bytes;
+          bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
+          if (track_pairs) add_pair(sd, dd, bytes);
+          if (counts) {
+            (*counts)[sd].send_pieces += cp;
+            (*counts)[dd].recv_pieces += cp;
+          }
+        };
         for (size_t k = 0; k < hv.size(); ++k) {
           const uint32_t h = hv[k].first;
           const int64_t bytes = hv[k].second * es;
-          const uint32_t sd = tc.st->dense[h];
           const int32_t hhost = tc.st->host[h];
           Route pos;
           cover_position(tc, B, regions[k], pos);
-          for (size_t g = 0; g < by_host.size();) {
-            size_t g_end = g;
-            while (g_end < by_host.size() && by_host[g_end].first == by_host[g].first) ++g_end;
+          for (const auto& [g, g_end] : spans) {
             const int32_t host = by_host[g].first;
             const size_t m = g_end - g;
-            const bool relay = m >= 2 && hhost != host;
-            const uint32_t leader =
-                relay ? by_host[g + static_cast<size_t>(pos.idx * m / pos.n)].second : 0;
-            if (relay) led[{g, leader}].push_back(k);
-            for (size_t i = g; i < g_end; ++i) {
-              const uint32_t e = by_host[i].second;
-              const uint32_t dd = tc.dt->dense[e];
-              if (!relay || e == leader) {
-                ++cell_pieces;
-                if (tc.dg->devices[e] == tc.sg->devices[h]) {  // its own copy
-                  acc[dd].local += bytes;
-                  if (counts) (*counts)[dd].local_pieces += cp;
-                  continue;
-                }
-                acc[sd].send += bytes;
-                acc[dd].recv += bytes;
-                if (hhost != host) {
-                  acc[sd].send_inter += bytes;
-                  acc[dd].recv_inter += bytes;
-                  st.cross_host_bytes += bytes;
-                }
-                if (tc.st->process[h] != tc.dt->process[e]) st.cross_process_bytes += bytes;
-                bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
-                if (track_pairs) add_pair(sd, dd, bytes);
-                if (counts) {
-                  (*counts)[sd].send_pieces += cp;
-                  (*counts)[dd].recv_pieces += cp;
-                }
-                continue;
-              }
-              const uint32_t ld = tc.dt->dense[leader];
-              stage_grow(1);
-              stage_acc[1][ld].send += bytes;
-              stage_acc[1][dd].recv += bytes;
-              if (tc.dt->process[leader] != tc.dt->process[e]) st.cross_process_bytes += bytes;
-              relayed = true;
-              last_stage = std::max(last_stage, 1);
-              st.forwarded_bytes += bytes;
-              if (relay_pairs[1].insert(ld, dd)) keep_pair();
-              if (track_pairs) relay_bytes[1][(uint64_t{ld} << 32) | dd] += bytes;
+            if (m >= 2 && hhost != host) {  // the leader takes it in and forwards it
+              const size_t lp = g + static_cast<size_t>(pos.idx * m / pos.n);
+              if (led[lp].empty()) leading.emplace_back(g, lp);
+              led[lp].push_back(k);
+              led_bytes[lp] += bytes;
+              direct(h, by_host[lp].second, bytes, true);
+              continue;
             }
-            g = g_end;
+            for (size_t i = g; i < g_end; ++i) direct(h, by_host[i].second, bytes, hhost != host);
           }
         }
         // Relay pieces: each leader's regions merged in cover order, one
         // sequence per other entry of its host.
-        for (const auto& [key, ks] : led) {
+        for (const auto& [g, lp] : leading) {
+          const std::vector<size_t>& ks = led[lp];
+          const uint32_t lead = by_host[lp].second;
+          const int64_t bytes = led_bytes[lp];
+          const uint32_t ld = tc.dt->dense[lead];
           int64_t merged = 0;
           Box cur;
           for (size_t i = 0; i < ks.size(); ++i) {
@@ -782,15 +798,21 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
             cur = r;
             ++merged;
           }
-          const size_t g = key.first;
-          size_t g_end = g;
-          while (g_end < by_host.size() && by_host[g_end].first == by_host[g].first) ++g_end;
-          for (size_t i = g; i < g_end; ++i) {
+          stage_grow(1);
+          relayed = true;
+          last_stage = std::max(last_stage, 1);
+          for (size_t i = g; i < by_host.size() && by_host[i].first == by_host[g].first; ++i) {
             const uint32_t e = by_host[i].second;
-            if (e == key.second) continue;
+            if (e == lead) continue;
+            const uint32_t dd = tc.dt->dense[e];
+            stage_acc[1][ld].send += bytes;
+            stage_acc[1][dd].recv += bytes;
+            if (tc.dt->process[lead] != tc.dt->process[e]) st.cross_process_bytes += bytes;
+            st.forwarded_bytes += bytes;
+            if (relay_pairs[1].insert(ld, dd)) keep_pair();
+            if (track_pairs) relay_bytes[1][(uint64_t{ld} << 32) | dd] += bytes;
             cell_pieces += merged;
             if (counts) {
-              const uint32_t ld = tc.dt->dense[key.second], dd = tc.dt->dense[e];
               (*counts)[ld].send_pieces += cp * merged;
               (*counts)[dd].recv_pieces += cp * merged;
               (*counts)[ld].regions += cp * merged;
