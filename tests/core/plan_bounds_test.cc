@@ -752,6 +752,116 @@ TEST(PlanRelays, FewRegionsSpreadTheForwardingOverTheHost) {
   EXPECT_EQ(st.max_host_recv_bytes, st.lower_bound_max_host_recv_bytes);
 }
 
+// Relays across hosts with several entries per receiving host (planner
+// version 17): a few holders (1-3 devices on 1-2 hosts) feed R = 2-4 more
+// hosts of M = 2-8 entries each, the destination replicated, so each
+// region crosses as R runs and fans out inside every host. One leader per
+// run and host forwarded a run to the R - 1 other hosts and the M - 1
+// other entries: up to 4x the busiest device's bound (one holder into 2
+// hosts of 8). Cut into a sub-run per entry, every device sends at most
+// 1.05x the larger of its bound and what a device must forward in any
+// plan where each element enters each host once, (RM - 1) / RM of the
+// tensor, while the host figures stay at their bounds. Small cases are
+// executed after every stage and process parts compared.
+TEST(PlanRelays, RunsAcrossHostsShareTheForwardingOverEveryEntry) {
+  int cases = 0;
+  double worst = 0, worst_small = 0;
+  for (int64_t holders : {1, 2, 3})
+    for (int64_t holder_hosts : {1, 2})
+      for (int64_t R : {2, 3, 4})
+        for (int64_t M : {2, 3, 8})
+          for (double alpha : {0.0, 5e-6})
+            for (bool small : {false, true}) {
+              if (holder_hosts > holders || R <= holder_hosts) continue;
+              SCOPED_TRACE(std::to_string(holders) + " holders on " + std::to_string(holder_hosts) +
+                           " hosts into " + std::to_string(R) + " x " + std::to_string(M) +
+                           ", alpha " + std::to_string(alpha) + (small ? ", small" : ""));
+              std::vector<int32_t> hosts;
+              for (int64_t d = 0; d < holders; ++d)
+                hosts.push_back(static_cast<int32_t>(d * holder_hosts / holders));
+              for (int64_t i = 0; i < R * M; ++i)
+                hosts.push_back(static_cast<int32_t>(holder_hosts + i / M));
+              const std::vector<int64_t> shape = {small ? 48 : 2048, small ? 40 : 1024};
+              PlanInput in =
+                  one_tensor(shape, DType::kBF16, named(mesh({"a"}, {holders}, 0), {{"a"}, {}}),
+                             named(mesh({"r", "m"}, {R, M}, holders), {{}, {}}), hosts);
+              in.options.alpha_seconds = alpha;
+              in.options.staging_budget_bytes = 0;
+              if (small) in.options.split_min_bytes = 64;
+              const Plan plan = make_plan(in);
+              const PlanStats& st = plan.stats();
+              const double V = static_cast<double>(shape[0] * shape[1] * 2);
+              const double fan = V * static_cast<double>(R * M - 1) / static_cast<double>(R * M);
+              const double target =
+                  std::max(static_cast<double>(st.lower_bound_max_send_bytes), fan);
+              EXPECT_EQ(st.cross_host_bytes, st.lower_bound_cross_host_bytes);
+              EXPECT_EQ(st.max_host_recv_bytes, st.lower_bound_max_host_recv_bytes);
+              // Shares are cut at elements: within R elements (CrossLayout).
+              EXPECT_LE(st.max_host_send_bytes, st.lower_bound_max_host_send_bytes + 2 * R);
+              ++cases;
+              if (!small) {
+                const double r = static_cast<double>(st.max_send_bytes) / target;
+                EXPECT_LE(r, 1.05)
+                    << st.max_send_bytes << " bytes sent, bound " << st.lower_bound_max_send_bytes;
+                worst = std::max(worst, r);
+                continue;
+              }
+              // 3,840 bytes over up to 32 entries: sub-runs of a few rows,
+              // the busiest device within 1.3x (printed, not the point).
+              worst_small = std::max(worst_small, static_cast<double>(st.max_send_bytes) / target);
+              ASSERT_NO_FATAL_FAILURE(execute_every_stage(plan, 2));
+              for (int32_t p : plan.processes())
+                ASSERT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), plan.part(p))
+                    << "process " << p;
+            }
+  std::printf(
+      "runs across hosts of several entries: %d cases, the busiest device at most %.3fx "
+      "(%.3fx on the small ones)\n",
+      cases, worst, worst_small);
+  EXPECT_GT(cases, 80);
+}
+
+// Sub-runs add peers: where a staging budget cannot stage them on some
+// device (more than budget / 16 peers), the plan goes without them
+// (Context::relay_split) instead of refusing the budget, which the plan
+// without sub-runs meets (a random explicit fleet of stop 18 found it: one
+// holder into 7 hosts of 2, a 57 KB tensor, 2,000 bytes of budget).
+TEST(PlanRelays, BudgetsThatCannotStageSubRunsPlanWithoutThem) {
+  std::vector<int32_t> hosts = {0};
+  for (int32_t i = 0; i < 14; ++i) hosts.push_back(1 + i / 2);
+  PlanInput in = one_tensor({7, 63, 65}, DType::kF16, named(mesh({"a"}, {1}, 0), {{}, {}, {}}),
+                            named(mesh({"r", "k"}, {7, 2}, 1), {{}, {}, {}}), hosts);
+  in.options.split_min_bytes = 256;
+  in.options.alpha_seconds = 0;
+  in.options.staging_budget_bytes = 0;
+  const Plan unbounded = make_plan(in);
+  in.options.staging_budget_bytes = 2000;
+  const Plan budgeted = make_plan(in);
+  // Without sub-runs each run has one leader per host: fewer streams.
+  int64_t most_unbounded = 0, most_budgeted = 0;
+  for (const DeviceTraffic& d : unbounded.stats().per_device)
+    most_unbounded = std::max(most_unbounded, d.send_bytes);
+  for (const DeviceTraffic& d : budgeted.stats().per_device)
+    most_budgeted = std::max(most_budgeted, d.send_bytes);
+  EXPECT_LT(most_unbounded, most_budgeted) << "sub-runs balance the unbounded plan only";
+  const PlanStats& st = budgeted.stats();
+  EXPECT_EQ(st.cross_host_bytes, st.lower_bound_cross_host_bytes);
+  EXPECT_EQ(st.max_host_recv_bytes, st.lower_bound_max_host_recv_bytes);
+  ASSERT_NO_FATAL_FAILURE(execute_every_stage(budgeted, 2));
+  for (int32_t p : budgeted.processes())
+    ASSERT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), budgeted.part(p))
+        << "process " << p;
+  // A budget too small for either plan is still refused, naming the field.
+  in.options.staging_budget_bytes = 100;
+  try {
+    (void)make_plan(in);
+    ADD_FAILURE() << "a 100-byte budget was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("options.staging_budget_bytes"), std::string::npos);
+  }
+}
+
 // The busiest NIC (a host's egress) within 1.05x of its bound over all
 // plans, on every eligible case (Fleet::egress_eligible) of 20,000 random
 // fleets, half of them holding shards on random subsets of 2-3 holder

@@ -30,6 +30,12 @@ struct Context {
   // budget on every device.
   bool pre_reduce = false;
   int64_t scratch_reserve = 0;
+  // Relays across hosts cut a run into sub-runs led by different entries of
+  // a host (Enumerator::layout_parts). On, unless a staging budget cannot
+  // stage the peers they add on some device: compute_stats then turns it
+  // off for the whole plan and starts again (the parts follow, as every
+  // process decides alike).
+  bool relay_split = true;
   // Settles pre_reduce under a budget (after build; max_bytes as
   // compute_stats's): where every partial tensor pre-reducing would put more
   // than half the budget in scratch on some device, groups of like tensors

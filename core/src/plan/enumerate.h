@@ -489,9 +489,12 @@ inline ChoiceOverride& choice_override() {
 
 class Enumerator {
  public:
-  // `pre_reduce`: holder hosts may pre-reduce partial sources (Context).
-  explicit Enumerator(const PlanOptions& options, bool pre_reduce = false)
-      : options_(options), pre_reduce_(pre_reduce) {}
+  // `pre_reduce`: holder hosts may pre-reduce partial sources;
+  // `relay_split`: runs across hosts may be cut into sub-runs (Context).
+  explicit Enumerator(const PlanOptions& options, bool pre_reduce = false, bool relay_split = true)
+      : options_(options), pre_reduce_(pre_reduce), relay_split_(relay_split) {}
+  // Runs layout_parts has cut into sub-runs so far.
+  int64_t split_runs() const { return split_runs_; }
 
   // Pieces received by destination entry `e` (including local copies), in
   // canonical order: source cells row-major, summands ascending, split parts
@@ -525,8 +528,8 @@ class Enumerator {
   template <class F>
   void forward_unmerged(const TensorCtx& t, uint32_t l, F&& f);
 
-  // The route of a region of destination cell c (see Route); false when the cell's entries fetch it single-hop (relays off,
-  // a partial layout, no holder listed). A cell is a tiled cell or, in an
+  // The route of a region of destination cell c (see Route); false when the cell's entries fetch it
+  // single-hop (relays off, a partial layout, no holder listed). A cell is a tiled cell or, in an
   // explicit destination, the entries with equal boxes, or a fragment of
   // overlapping boxes with every entry containing it (Geometry).
   bool route(const TensorCtx& t, size_t c, const Box& region, const uint32_t* holders, size_t n,
@@ -816,6 +819,15 @@ class Enumerator {
 
   const PlanOptions& options_;
   bool pre_reduce_ = false;
+  bool relay_split_ = true;
+  int64_t split_runs_ = 0;
+  // layout_parts: the region's runs before their cut into sub-runs.
+  struct RunSpan {
+    int32_t host;
+    int64_t from, count;
+    int32_t entry;
+  };
+  std::vector<RunSpan> runs_;
   // Reduce routes for partial tensor t (PlanOptions::reduce_scatter and
   // TensorCtx::reduce), and pre-reduction in them (Context::pre_reduce too).
   bool reduces(const TensorCtx& t) const {
@@ -2239,17 +2251,11 @@ inline int Enumerator::layout_parts(const TensorCtx& t, size_t c, const Box& reg
   if (it == L.index.end() || it->first != key) return -1;
   const auto pos = static_cast<size_t>(it - L.index.begin());
   if (L.slots[it->second].small && !L.small_cross) return 0;
-  uint32_t runs = 0;  // leaders rotate per run, not per box
+  // The region's runs (holder host, first element, elements, entry), then
+  // their parts.
+  runs_.clear();
   auto emit = [&](const CrossSlot& sl, int64_t from, int64_t count, int32_t entry) {
-    lin_boxes_.clear();
-    linear_boxes(region, from, from + count, lin_boxes_);
-    for (const Box& b : lin_boxes_) {
-      r.parts.push_back(b);
-      r.part_host.push_back(sl.host);
-      r.part_entry.push_back(entry);
-      r.part_lead.push_back(runs);
-    }
-    runs += !lin_boxes_.empty();
+    if (count > 0) runs_.push_back({sl.host, from, count, entry});
   };
   for (uint32_t i = it->second; i < L.slot_end[pos]; ++i) {
     const CrossSlot& sl = L.slots[i];
@@ -2285,6 +2291,41 @@ inline int Enumerator::layout_parts(const TensorCtx& t, size_t c, const Box& reg
       emit(sl, from, count,
            static_cast<int32_t>((static_cast<uint64_t>(i) + L.rot) % static_cast<uint64_t>(L.R)));
       from += count;
+    }
+  }
+  // Leaders rotate per run, not per box (run k of the region led by entry
+  // (k + rot) mod M on a host of M entries). Where a cell's hosts have
+  // several entries (M, the most on one host), each run is cut into M
+  // sub-runs (equal element counts; fewer where one would hold less than
+  // cross_min_bytes, whose α would outweigh the balance), each its own
+  // run, so that every entry of a host leads as many: the host's entries
+  // share the forwarding (to the other hosts and inside the host) as a
+  // broadcast's scatter does, instead of one entry per run forwarding it
+  // R - 1 + M - 1 times (planner version 17; 4x the busiest device's bound
+  // with one holder into 2 hosts of 8). Cutting only where the cover's
+  // runs are fewer than M (the rotation spreading the others) left the
+  // busiest device up to 3.1x its bound: consecutive regions' rotations
+  // overlap, and a run's entry host is the same in every region.
+  const auto M = static_cast<int64_t>(ch_->max_members[c]);
+  const int64_t q = relay_split_ && M >= 2 ? M : 1;
+  const int64_t sub_elems = std::max<int64_t>(1, cross_min_bytes(options_) / t.esize);
+  uint32_t lead = 0;
+  for (const RunSpan& run : runs_) {
+    const int64_t cut = std::clamp<int64_t>(run.count / sub_elems, 1, q);
+    split_runs_ += cut > 1;
+    for (int64_t k = 0; k < cut; ++k) {
+      const auto at = [&](int64_t i) {
+        return run.from + static_cast<int64_t>(static_cast<__int128>(run.count) * i / cut);
+      };
+      lin_boxes_.clear();
+      linear_boxes(region, at(k), at(k + 1), lin_boxes_);
+      for (const Box& b : lin_boxes_) {
+        r.parts.push_back(b);
+        r.part_host.push_back(run.host);
+        r.part_entry.push_back(run.entry);
+        r.part_lead.push_back(lead);
+      }
+      lead += !lin_boxes_.empty();
     }
   }
   return 1;

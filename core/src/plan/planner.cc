@@ -76,8 +76,11 @@ namespace {
 // of one entry rotate owners by cell and start their chains so that each
 // owner starts one: a psum in place at the all-reduce's volume on every
 // device; relays inside hosts cut regions that do not fall evenly on a
-// host's entries at equal slots, each part led by its slot's entry).
-constexpr uint64_t kPlannerVersion = 16;
+// host's entries at equal slots, each part led by its slot's entry; 17:
+// relays across hosts cut each run of at least two cross_min_bytes into
+// one sub-run per entry of the busiest host, each led by a different entry,
+// unless a staging budget cannot stage the peers that adds).
+constexpr uint64_t kPlannerVersion = 17;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -314,7 +317,7 @@ struct PartChunk {
 
 void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0, size_t t1,
                  PartChunk& out) {
-  Enumerator en(options, ctx.pre_reduce);
+  Enumerator en(options, ctx.pre_reduce, ctx.relay_split);
   // Pre-reduction pieces (Emitted::scratch) of the tensor, from both loops:
   // added after the tensor's other pieces, sorted, so that the two ends of a
   // message, which meet them in different loops, list them alike.

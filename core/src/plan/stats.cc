@@ -132,6 +132,7 @@ class StagePairs {
 void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
                    std::vector<DeviceCounts>* counts, int64_t max_bytes, bool reference) {
   const size_t ndev = ctx.devices.size();
+  const PlanStats entry = st;  // to start again from (Context::relay_split)
   if (counts) counts->assign(ndev, DeviceCounts{});
   struct Acc {
     int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
@@ -190,7 +191,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
              " talks to many others: use a coarser layout (fewer devices, or a "
              "replicated source sharded first), or raise the limit");
   };
-  Enumerator en(o, ctx.pre_reduce);
+  Enumerator en(o, ctx.pre_reduce, ctx.relay_split);
   int64_t pieces = 0;
   std::vector<uint64_t> cell_bits;
   // Bytes per (src, dst) stream, needed for the statistics of the rounds.
@@ -1051,6 +1052,13 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     const int64_t budget = o.staging_budget_bytes;
     for (size_t d = 0; d < ndev; ++d) {
       const int64_t peers = send_msgs[d] + recv_msgs[d];
+      if (peers > 0 && budget <= 16 * peers && ctx.relay_split && en.split_runs() > 0) {
+        // Without sub-runs (Context::relay_split), from the start.
+        ctx.relay_split = false;
+        st = entry;
+        compute_stats(ctx, st, o, schedule, counts, max_bytes, reference);
+        return;
+      }
       if (peers > 0 && budget <= 16 * peers)
         fail(ErrorCode::kInvalidArgument,
              "options.staging_budget_bytes: " + std::to_string(budget) +
