@@ -821,6 +821,64 @@ TEST(PlanRelays, RunsAcrossHostsShareTheForwardingOverEveryEntry) {
   EXPECT_GT(cases, 80);
 }
 
+// Many small tensors with the same layouts (an RL weight sync's biases and
+// norms) travel in the same messages, so the α a relay adds is theirs
+// together (TensorCtx::share, planner version 17). Each alone is too small
+// to cut into a chunk per receiving host, and each had its one chunk enter
+// the same host, which then forwarded all of them: 512 biases of 4 KiB from
+// one holder into 8 hosts sent 14 MiB from one host (7x the bound, α–β
+// estimate 711 us); now every host sends at most its bound.
+TEST(PlanRelays, LikeSmallTensorsRelayTogether) {
+  for (int64_t R : {4, 8})
+    for (int64_t M : {1, 2})
+      for (bool mixed : {false, true}) {
+        SCOPED_TRACE(std::to_string(R) + " hosts of " + std::to_string(M) +
+                     (mixed ? ", two shapes" : ""));
+        std::vector<int32_t> hosts = {0};
+        for (int64_t i = 0; i < R * M; ++i) hosts.push_back(static_cast<int32_t>(1 + i / M));
+        PlanInput in = one_tensor({1024}, DType::kF32, named(mesh({"a"}, {1}, 0), {{}}),
+                                  named(mesh({"r", "m"}, {R, M}, 1), {{}}), hosts);
+        const TensorSpec first = in.tensors[0];
+        for (int i = 1; i < 256; ++i) {
+          TensorSpec t = first;
+          t.name = "b" + std::to_string(i);
+          if (mixed && i % 2 == 1) {
+            t.shape = {512};
+            t.dtype = DType::kBF16;
+            t.src = Layout::from_named(named(mesh({"a"}, {1}, 0), {{}}), t.shape, "src");
+            t.dst = Layout::from_named(named(mesh({"r", "m"}, {R, M}, 1), {{}}), t.shape, "dst");
+          }
+          in.tensors.push_back(t);
+        }
+        in.options.staging_budget_bytes = 0;
+        const Plan plan = make_plan(in);
+        const PlanStats& st = plan.stats();
+        EXPECT_EQ(st.cross_host_bytes, st.lower_bound_cross_host_bytes);
+        EXPECT_EQ(st.max_host_recv_bytes, st.lower_bound_max_host_recv_bytes);
+        // Chunks are cut at elements: within R elements of each tensor.
+        EXPECT_LE(st.max_host_send_bytes, st.lower_bound_max_host_send_bytes + 256 * R * 4)
+            << "one host forwards every tensor";
+        PlanInput single = in;
+        single.options.relays = false;
+        EXPECT_LT(st.cost_seconds, make_plan(single, {PlanScope::kGlobal}).stats().cost_seconds);
+        if (R == 4 && M == 2) {
+          ASSERT_NO_FATAL_FAILURE(execute_every_stage(plan, 2));
+          for (int32_t p : plan.processes())
+            ASSERT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), plan.part(p))
+                << "process " << p;
+        }
+        EXPECT_TRUE(relays_across(in));
+        // One of them alone: share 1, the α–β choice as before, never above
+        // single-hop's estimate.
+        PlanInput alone = in;
+        alone.tensors.resize(1);
+        PlanInput alone_single = alone;
+        alone_single.options.relays = false;
+        EXPECT_LE(make_plan(alone, {PlanScope::kGlobal}).stats().cost_seconds,
+                  make_plan(alone_single, {PlanScope::kGlobal}).stats().cost_seconds);
+      }
+}
+
 // Sub-runs add peers: where a staging budget cannot stage them on some
 // device (more than budget / 16 peers), the plan goes without them
 // (Context::relay_split) instead of refusing the budget, which the plan

@@ -78,6 +78,14 @@ void Context::build() {
     t.T = s.dst.num_summands();
     t.field = "tensors[" + std::to_string(i) + "]";
   }
+  // TensorCtx::share: bytes per (source, destination) geometry pair.
+  std::map<std::pair<const Geometry*, const Geometry*>, double> pair_bytes;
+  for (const TensorCtx& t : tensors)
+    pair_bytes[{t.sg, t.dg}] += static_cast<double>(t.dst->num_elements() * t.esize);
+  for (TensorCtx& t : tensors) {
+    const auto own = static_cast<double>(t.dst->num_elements() * t.esize);
+    t.share = own > 0 ? pair_bytes[{t.sg, t.dg}] / own : 1.0;
+  }
   // Pre-reduction (docs/design.md §2.4): a candidate with relays and
   // reduce-scatter on and a partial source with a whole destination;
   // decide_pre_reduce settles it under a staging budget.

@@ -51,6 +51,12 @@ struct TensorCtx {
   // fetches every summand it lacks).
   enum Reduce : uint8_t { kSingleHop = 0, kReduceScatter = 1, kPreReduce = 2 };
   Reduce reduce = kPreReduce;
+  // The bytes of every tensor with this tensor's source and destination
+  // geometries (whatever their shapes) over this tensor's own (1 for a
+  // tensor alone, 512 for one of 512 like biases): their pieces between the
+  // same devices travel in the same messages, so the α a relay adds is
+  // shared by them all (CrossLayout's chunked sequence; Context::build).
+  double share = 1;
 };
 
 // What the enumeration reports for every piece.
@@ -2098,7 +2104,9 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   const double a = options_.alpha_seconds, bx = 1.0 / options_.inter_host_bytes_per_second,
                bi = 1.0 / options_.intra_host_bytes_per_second;
   const auto R = static_cast<double>(L.R), M = static_cast<double>(most_members);
-  const auto es = static_cast<double>(t.esize);
+  // Bytes per element, over like tensors (TensorCtx::share): the messages,
+  // and so the α terms, are theirs together.
+  const double es = static_cast<double>(t.esize) * t.share;
   auto cross_faster = [&](int64_t seq_n, int64_t m) {
     std::sort(devices.begin(), devices.end());
     devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
@@ -2126,11 +2134,17 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   // The chunked sequence: a chunk for every receiving host where the
   // holders already open a stream to each of them, else chunks of at least
   // cross_min_bytes.
+  // Chunks of like tensors (TensorCtx::share) travel together: their bytes
+  // count towards the floor.
   bool streams = L.N > 0;
   for (const Held& h : held) streams |= h.direct > 0;
   L.ms = L.R;
   const int64_t floor_bytes = cross_min_bytes(options_);
-  if (!streams && floor_bytes > 0) L.ms = std::clamp<int64_t>(L.Ns * t.esize / floor_bytes, 1, L.R);
+  if (!streams && floor_bytes > 0) {
+    const double together = static_cast<double>(L.Ns * t.esize) * t.share;
+    L.ms = static_cast<int64_t>(
+        std::clamp(together / static_cast<double>(floor_bytes), 1.0, static_cast<double>(L.R)));
+  }
   if (L.Ns == 0) L.ms = 0;
   if (L.ms > 0 && L.ms < L.R) L.small_cross = cross_faster(L.Ns, L.ms);
   return L;

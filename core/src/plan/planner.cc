@@ -79,7 +79,9 @@ namespace {
 // host's entries at equal slots, each part led by its slot's entry; 17:
 // relays across hosts cut each run of at least two cross_min_bytes into
 // one sub-run per entry of the busiest host, each led by a different entry,
-// unless a staging budget cannot stage the peers that adds).
+// unless a staging budget cannot stage the peers that adds; the chunked
+// sequence of small regions counts the bytes of every tensor with the same
+// layouts, whose chunks share its messages).
 constexpr uint64_t kPlannerVersion = 17;
 
 std::string shape_str(const std::vector<int64_t>& s) {
