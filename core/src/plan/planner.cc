@@ -77,8 +77,8 @@ namespace {
 // owner starts one: a psum in place at the all-reduce's volume on every
 // device; relays inside hosts cut regions that do not fall evenly on a
 // host's entries at equal slots, each part led by its slot's entry; 17:
-// relays across hosts cut each run of at least two cross_min_bytes into
-// one sub-run per entry of the busiest host, each led by a different entry,
+// relays across hosts cut each run into a sub-run per entry of the busiest
+// host (each at least cross_min_bytes), each led by a different entry,
 // unless a staging budget cannot stage the peers that adds; the chunked
 // sequence of small regions counts the bytes of every tensor with the same
 // layouts, whose chunks share its messages).
