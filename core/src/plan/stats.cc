@@ -148,6 +148,16 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   std::vector<int64_t> scratch_bytes;
   int32_t last_stage = 0;
   std::vector<Acc>& acc = stage_acc[0];
+  // `bytes` from dense device sd to dd in one stage's rows `a`, and across
+  // hosts when `inter`.
+  auto charge = [&](std::vector<Acc>& a, uint32_t sd, uint32_t dd, int64_t bytes, bool inter) {
+    a[sd].send += bytes;
+    a[dd].recv += bytes;
+    if (!inter) return;
+    a[sd].send_inter += bytes;
+    a[dd].recv_inter += bytes;
+    st.cross_host_bytes += bytes;
+  };
   bool relayed = false;
   // Tensors with the same shape and layout geometries have proportional
   // statistics: enumerate one of them and scale by the group's bytes/element.
@@ -333,16 +343,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       acc[dd].local += bytes;
       return;
     }
-    const bool inter = from.host[x.src_entry] != to.host[e];
     stage_grow(x.stage);
-    std::vector<Acc>& sacc = stage_acc[x.stage];
-    sacc[sd].send += bytes;
-    sacc[dd].recv += bytes;
-    if (inter) {
-      sacc[sd].send_inter += bytes;
-      sacc[dd].recv_inter += bytes;
-      st.cross_host_bytes += bytes;
-    }
+    charge(stage_acc[x.stage], sd, dd, bytes, from.host[x.src_entry] != to.host[e]);
     if (from.process[x.src_entry] != to.process[e]) st.cross_process_bytes += bytes;
     if (x.relay()) {
       relayed = true;
@@ -434,14 +436,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     }
     const int64_t bytes = part.volume() * esum;
     stage_grow(stage);
-    std::vector<Acc>& sacc = stage_acc[stage];
-    sacc[sd].send += bytes;
-    sacc[dd].recv += bytes;
-    if (t.dt->host[src] != t.dt->host[e]) {
-      sacc[sd].send_inter += bytes;
-      sacc[dd].recv_inter += bytes;
-      st.cross_host_bytes += bytes;
-    }
+    charge(stage_acc[stage], sd, dd, bytes, t.dt->host[src] != t.dt->host[e]);
     if (t.dt->process[src] != t.dt->process[e]) st.cross_process_bytes += bytes;
     relayed = true;
     last_stage = std::max(last_stage, static_cast<int32_t>(stage));
@@ -749,13 +744,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
             if (counts) (*counts)[dd].local_pieces += cp;
             return;
           }
-          acc[sd].send += bytes;
-          acc[dd].recv += bytes;
-          if (other_host) {
-            acc[sd].send_inter += bytes;
-            acc[dd].recv_inter += bytes;
-            st.cross_host_bytes += bytes;
-          }
+          charge(acc, sd, dd, bytes, other_host);
           if (tc.st->process[h] != tc.dt->process[e]) st.cross_process_bytes += bytes;
           bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
           if (track_pairs) add_pair(sd, dd, bytes);
