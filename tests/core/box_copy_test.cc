@@ -222,7 +222,12 @@ TEST(CopyDesc, RandomDescriptorsAreCanonical) {
 TEST(CopyBox, MatchesNaivePerElementReference) {
   std::mt19937_64 rng(11);
   for (int iter = 0; iter < 3000; ++iter) {
-    const auto [region, src_box, dst_box] = random_copy(rng);
+    // Named copies, not structured bindings: a lambda below captures them
+    // (clang before 16 cannot capture a structured binding).
+    const auto copy = random_copy(rng);
+    const Box& region = std::get<0>(copy);
+    const Box& src_box = std::get<1>(copy);
+    const Box& dst_box = std::get<2>(copy);
     const int64_t elem = std::array<int64_t, 5>{1, 2, 3, 4, 8}[iter % 5];
     const auto src = random_bytes(rng, src_box.volume() * elem);
     auto got = random_bytes(rng, dst_box.volume() * elem);

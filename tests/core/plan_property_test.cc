@@ -59,7 +59,10 @@ void check_coverage(const Plan& plan) {
     ADD_FAILURE() << "no scratch for " << to_string(region) << " on device " << device;
     return std::make_tuple(tensor, device, std::vector<int64_t>{});
   };
-  for (const auto& [p, part] : plan.parts()) {
+  // Parts by reference, not structured bindings: the lambdas below capture
+  // them (clang before 16 cannot capture a structured binding).
+  for (const auto& entry : plan.parts()) {
+    const ProcessPart& part = entry.second;
     auto add = [&](const Piece& piece, int64_t device) {
       if (piece.dst_entry != kScratchEntry) return;
       const int32_t s = plan.tensors()[piece.tensor].src.summand(piece.src_entry);
@@ -72,7 +75,8 @@ void check_coverage(const Plan& plan) {
       for (uint64_t i = 0; i < m.num_pieces; ++i)
         add(part.recv_pieces[m.first_piece + i], m.dst_device);
   }
-  for (const auto& [p, part] : plan.parts()) {
+  for (const auto& entry : plan.parts()) {
+    const ProcessPart& part = entry.second;
     // A piece reading a scratch: each summand it took in, once.
     auto visit_scratch = [&](const Piece& piece, const Message& m) {
       const TensorSpec& t = plan.tensors()[piece.tensor];
@@ -83,7 +87,9 @@ void check_coverage(const Plan& plan) {
       auto& c = count[{piece.tensor, piece.dst_entry}];
       const int64_t vol = db.volume();
       if (c.empty()) c.assign(static_cast<size_t>(vol * t.src.num_summands()), 0);
-      for (const auto& [s, elements] : it->second) {
+      for (const auto& summand : it->second) {
+        const int32_t s = summand.first;
+        const int64_t elements = summand.second;
         const Box& box = [&]() -> const Box& {
           for (const Scratch& x : plan.part(plan.topology().info(m.src_device).process).scratch)
             if (x.tensor == piece.tensor && x.device == m.src_device && x.box.contains(region))
