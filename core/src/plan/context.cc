@@ -225,6 +225,57 @@ void Context::decide_reductions(int64_t max_bytes) {
   }
 }
 
+void Context::decide_device_cross(int64_t max_bytes) {
+  const PlanOptions& o = input.options;
+  if (!o.relays) return;
+  const PlanOptions staging = staging_options();
+  // Like tensors: the cross gate's key (layouts, shape, element size).
+  using Key = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t>;
+  std::map<Key, std::vector<size_t>> by_key;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorCtx& t = tensors[i];
+    if (t.S == 1 && t.T == 1 && t.st->num_hosts >= 2)
+      by_key[Key(t.sg, t.dg, t.spec->shape, t.esize)].push_back(i);
+  }
+  if (by_key.empty()) return;
+  Enumerator en(staging, pre_reduce, relay_split);
+  std::vector<std::vector<size_t>> groups;
+  for (auto& [k, g] : by_key)
+    if (en.device_crosses(tensors[g.front()])) groups.push_back(std::move(g));
+  if (groups.empty()) return;
+  // In the order of their first tensors (the map's is that of pointers,
+  // which two processes need not share).
+  std::sort(groups.begin(), groups.end(),
+            [](const std::vector<size_t>& a, const std::vector<size_t>& b) {
+              return a.front() < b.front();
+            });
+  if (groups.size() > kMaxReduceGroups) {
+    std::vector<size_t> all;
+    for (const std::vector<size_t>& g : groups) all.insert(all.end(), g.begin(), g.end());
+    std::sort(all.begin(), all.end());
+    groups.assign(1, std::move(all));
+  }
+  auto set = [&](const std::vector<size_t>& g, bool on) {
+    for (size_t i : g) tensors[i].device_cross = on;
+  };
+  auto estimate = [&] {
+    PlanStats st;
+    compute_stats(*this, st, staging, true, nullptr, max_bytes);
+    return st.cost_seconds;
+  };
+  // Each group crosses by the device rule only where the estimate drops:
+  // a plan never comes out slower by it than without the rule.
+  double least = estimate();
+  for (const std::vector<size_t>& g : groups) {
+    set(g, true);
+    const double cost = estimate();
+    if (cost < least)
+      least = cost;
+    else
+      set(g, false);
+  }
+}
+
 PlanOptions Context::staging_options() const {
   PlanOptions o = input.options;
   if (o.staging_budget_bytes > 0) o.staging_budget_bytes -= scratch_reserve;

@@ -833,6 +833,7 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   ctx.build();
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
+  ctx.decide_device_cross(limit);
   PlanStats own;
   PlanStats& st = stats ? *stats : own;
   st = PlanStats{};
@@ -857,6 +858,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   ctx.build();
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
+  ctx.decide_device_cross(limit);
   Plan plan;
   Plan::Builder::tensors(plan) = input.tensors;
   Plan::Builder::topology(plan) = input.topology;
