@@ -821,6 +821,87 @@ TEST(PlanRelays, RunsAcrossHostsShareTheForwardingOverEveryEntry) {
   EXPECT_GT(cases, 80);
 }
 
+// The source spans as many hosts as receive (a trainer on H hosts of D
+// devices feeding R <= H inference replicas of M devices, the destination
+// sharded in each): single-hop keeps every host NIC at its bound (each
+// receiving host takes in V from the H holder hosts, each holder host sends
+// R V / H <= V), so the host rule (kCrossGain) keeps it, but a holder
+// device sends its shard R times while a receiving device takes in V / M.
+// Planner version 18 crosses such a group by the device rule where that
+// lowers the whole plan's α–β estimate (Context::decide_device_cross): the
+// chosen plan's estimate is the lesser of the rule off and on, never above
+// single-hop's; 2 hosts of 4 into 2 hosts of 8 reach every device and host
+// bound (the busiest device sent 2x its bound). Small cases are executed
+// after every stage and process parts compared.
+TEST(PlanRelays, HolderDevicesLoadedSeveralTimesCrossByTheEstimate) {
+  int cases = 0, crossed = 0, small_crossed = 0;
+  double least_gain = 1;
+  for (int64_t H : {2, 3})
+    for (int64_t D : {1, 2, 4})
+      for (int64_t R = 2; R <= H; ++R)
+        for (int64_t M : {2, 4, 8})
+          for (int src : {0, 1, 2})  // rows over every device, columns, rows on each host
+            for (bool dst_rows : {false, true})
+              for (double alpha : {0.0, 5e-6})
+                for (bool small : {false, true}) {
+                  if (small && (alpha > 0 || H * D + R * M > 24)) continue;
+                  SCOPED_TRACE(std::to_string(H) + " hosts of " + std::to_string(D) + " into " +
+                               std::to_string(R) + " of " + std::to_string(M) + ", source " +
+                               std::to_string(src) + (dst_rows ? ", rows" : ", columns") +
+                               ", alpha " + std::to_string(alpha) + (small ? ", small" : ""));
+                  std::vector<int32_t> hosts;
+                  for (int64_t i = 0; i < H * D; ++i) hosts.push_back(static_cast<int32_t>(i / D));
+                  for (int64_t i = 0; i < R * M; ++i)
+                    hosts.push_back(static_cast<int32_t>(H + i / M));
+                  std::vector<std::vector<std::string>> sd(2), dd(2);
+                  if (src == 0) sd[0] = {"h", "d"};
+                  if (src == 1) sd[1] = {"h", "d"};
+                  if (src == 2) sd[0] = {"d"};
+                  dd[dst_rows ? 0 : 1] = {"k"};
+                  const std::vector<int64_t> shape = {small ? 96 : 8192, small ? 48 : 8192};
+                  PlanInput in = one_tensor(shape, DType::kF32, named(mesh({"h", "d"}, {H, D}, 0), sd),
+                                            named(mesh({"r", "k"}, {R, M}, H * D), dd), hosts);
+                  in.options.alpha_seconds = alpha;
+                  in.options.staging_budget_bytes = 0;
+                  if (small) in.options.split_min_bytes = 256;
+                  auto with = [&](int rule) {
+                    planning::choice_override().device_cross = rule;
+                    const double cost = make_plan(in, {PlanScope::kGlobal}).stats().cost_seconds;
+                    planning::choice_override() = {};
+                    return cost;
+                  };
+                  const double off = with(0), on = with(1);
+                  const Plan plan = make_plan(in);
+                  const PlanStats& st = plan.stats();
+                  EXPECT_DOUBLE_EQ(st.cost_seconds, std::min(off, on)) << off << " " << on;
+                  EXPECT_EQ(st.cross_host_bytes, st.lower_bound_cross_host_bytes);
+                  EXPECT_EQ(st.max_host_recv_bytes, st.lower_bound_max_host_recv_bytes);
+                  ++cases;
+                  if (st.cost_seconds < off) {
+                    ++crossed;
+                    small_crossed += small;
+                    least_gain = std::min(least_gain, st.cost_seconds / off);
+                  }
+                  if (H == 2 && D == 4 && R == 2 && M == 8 && src != 2 && !small) {
+                    EXPECT_LT(st.cost_seconds, 0.85 * off);
+                    EXPECT_EQ(st.max_send_bytes, st.lower_bound_max_send_bytes);
+                    EXPECT_EQ(st.max_recv_bytes, st.lower_bound_max_recv_bytes);
+                    EXPECT_EQ(st.max_host_send_bytes, st.lower_bound_max_host_send_bytes);
+                  }
+                  if (!small) continue;
+                  ASSERT_NO_FATAL_FAILURE(execute_every_stage(plan, 2));
+                  for (int32_t p : plan.processes())
+                    ASSERT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), plan.part(p))
+                        << "process " << p;
+                }
+  std::printf(
+      "source spanning as many hosts as receive: %d cases, %d crossed by the device rule "
+      "(estimate down to %.3fx the rule off's; %d of them small, executed)\n",
+      cases, crossed, least_gain, small_crossed);
+  EXPECT_GT(crossed, cases / 8);
+  EXPECT_GT(small_crossed, 10);
+}
+
 // Many small tensors with the same layouts (an RL weight sync's biases and
 // norms) travel in the same messages, so the α a relay adds is theirs
 // together (TensorCtx::share, planner version 17). Each alone is too small

@@ -227,7 +227,8 @@ void Context::decide_reductions(int64_t max_bytes) {
 
 void Context::decide_device_cross(int64_t max_bytes) {
   const PlanOptions& o = input.options;
-  if (!o.relays) return;
+  const int forced = choice_override().device_cross;
+  if (!o.relays || forced == 0) return;
   const PlanOptions staging = staging_options();
   // Like tensors: the cross gate's key (layouts, shape, element size).
   using Key = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t>;
@@ -265,6 +266,10 @@ void Context::decide_device_cross(int64_t max_bytes) {
   };
   // Each group crosses by the device rule only where the estimate drops:
   // a plan never comes out slower by it than without the rule.
+  if (forced == 1) {
+    for (const std::vector<size_t>& g : groups) set(g, true);
+    return;
+  }
   double least = estimate();
   for (const std::vector<size_t>& g : groups) {
     set(g, true);

@@ -497,6 +497,9 @@ class RelayMerger {
 struct ChoiceOverride {
   int one_part = 0;  // 1: cells below two parts always take one part; 0: the model's choice
   int fanout = -1;   // >= 0: the gather's fan-out wherever parts are fewer than the hosts
+  // 0: no group crosses by the device rule; 1: every group it changes does
+  // (TensorCtx::device_cross); -1: the estimate's choice.
+  int device_cross = -1;
 };
 inline ChoiceOverride& choice_override() {
   static ChoiceOverride o;

@@ -82,7 +82,7 @@ namespace {
 // unless a staging budget cannot stage the peers that adds; the chunked
 // sequence of small regions counts the bytes of every tensor with the same
 // layouts, whose chunks share its messages).
-constexpr uint64_t kPlannerVersion = 17;
+constexpr uint64_t kPlannerVersion = 18;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
