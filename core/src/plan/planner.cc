@@ -81,7 +81,10 @@ namespace {
 // host (each at least cross_min_bytes), each led by a different entry,
 // unless a staging budget cannot stage the peers that adds; the chunked
 // sequence of small regions counts the bytes of every tensor with the same
-// layouts, whose chunks share its messages).
+// layouts, whose chunks share its messages; 18: relays across hosts also
+// for groups of like tensors whose single-hop plan loads a holder device
+// above kCrossGain times what a receiving device takes in, where that
+// lowers the whole plan's α–β estimate).
 constexpr uint64_t kPlannerVersion = 18;
 
 std::string shape_str(const std::vector<int64_t>& s) {
