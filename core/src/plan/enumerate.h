@@ -278,24 +278,32 @@ struct CellShares {
 
 // The `direct` fractions minimising the busiest of the hosts' sends (see
 // CellShares): w = (host, volume held) sorted by host, R receiving hosts.
+// With `devices` (per entry of w, the holder devices of that host) and
+// `recv_devices` (the devices of each receiving host), the busiest
+// *device's* send instead: each host's sends spread over its devices
+// (CrossLayout::device_only).
 inline void water_fill(const std::vector<std::pair<int32_t, double>>& w, size_t R,
-                       std::vector<std::pair<int32_t, double>>& direct) {
+                       std::vector<std::pair<int32_t, double>>& direct,
+                       const std::vector<double>* devices = nullptr, double recv_devices = 1) {
   direct.clear();
+  // Per entry: what one of its devices holds.
+  auto per = [&](size_t i) { return devices ? w[i].second / (*devices)[i] : w[i].second; };
   double V = 0, top = 0;
-  for (const auto& [h, v] : w) {
-    V += v;
-    top = std::max(top, v);
+  for (size_t i = 0; i < w.size(); ++i) {
+    V += w[i].second;
+    top = std::max(top, per(i));
   }
   if (R < 2 || V <= 0) return;
   const double r1 = static_cast<double>(R - 1);
-  auto frac = [&](double tau, double v) { return std::clamp((tau / v - 1) / r1, 0.0, 1.0); };
+  auto frac = [&](double tau, size_t i) { return std::clamp((tau / per(i) - 1) / r1, 0.0, 1.0); };
   auto receivers = [&](double tau) {
     double sent = 0;
-    for (const auto& [h, v] : w) sent += v * frac(tau, v);
-    return r1 / static_cast<double>(R) * (V - sent);
+    for (size_t i = 0; i < w.size(); ++i)
+      if (w[i].second > 0) sent += w[i].second * frac(tau, i);
+    return r1 / static_cast<double>(R) * (V - sent) / recv_devices;
   };
-  // The busiest holder host sends at least its volume; above that, raising
-  // the target lowers what the receiving hosts forward.
+  // The busiest holder host (device) sends at least its volume; above that,
+  // raising the target lowers what the receiving hosts forward.
   double lo = top, hi = top * static_cast<double>(R);
   if (receivers(lo) > lo) {
     for (int i = 0; i < 64; ++i) {
@@ -304,7 +312,8 @@ inline void water_fill(const std::vector<std::pair<int32_t, double>>& w, size_t 
     }
     lo = hi;
   }
-  for (const auto& [h, v] : w) direct.emplace_back(h, v > 0 ? frac(lo, v) : 0.0);
+  for (size_t i = 0; i < w.size(); ++i)
+    direct.emplace_back(w[i].first, w[i].second > 0 ? frac(lo, i) : 0.0);
 }
 
 // Appends the boxes covering elements [s, e) of `B` in row-major order (at
@@ -1960,7 +1969,12 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
         hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
         const auto k_hosts = static_cast<int64_t>(hosts.size());
         if (k_hosts == 0) return;
-        const bool small = (region.volume() / k_hosts) * t.esize < L.R * options_.split_min_bytes;
+        // Crossing by the device rule, every region is cut into a run per
+        // receiving host (each destination device then forwards its cell's
+        // share once per other host; the chunked sequence hands whole cells
+        // to one host, whose device forwards all of its cell).
+        const bool small = !L.device_only &&
+                           (region.volume() / k_hosts) * t.esize < L.R * options_.split_min_bytes;
         for (size_t i = 0; i < n; ++i) devices.emplace_back(t.st->host[h[i]], t.sg->devices[h[i]]);
         if (single) {
           // Single-hop (assign, split): a region of at least split_min_bytes
@@ -2021,8 +2035,8 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
         i = j;
       }
     }
-    L.device_only = by_device;
-    L.crosses = by_host || (t.device_cross && by_device);
+    L.device_only = by_device && t.device_cross;
+    L.crosses = by_host || L.device_only;
     if (!L.crosses) return L;
   }
   std::map<std::vector<int32_t>, std::vector<int64_t>> cum;
@@ -2054,7 +2068,27 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   });
   merge_volumes();
   std::vector<std::pair<int32_t, double>> frac;
-  water_fill(volumes_, static_cast<size_t>(L.R), frac);
+  if (L.device_only) {
+    // Crossing by the device rule: the devices' sends balanced, each host's
+    // spread over its holder devices and each receiving host's forwarding
+    // over its entries (every region enters every receiving host, above).
+    std::sort(devices.begin(), devices.end());
+    devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+    std::vector<double> per_host;
+    for (const std::pair<int32_t, double>& hv : volumes_) {
+      const int32_t h = hv.first;
+      per_host.push_back(static_cast<double>(std::max<ptrdiff_t>(
+          1, std::count_if(devices.begin(), devices.end(),
+                           [h](const std::pair<int32_t, int64_t>& x) { return x.first == h; }))));
+    }
+    double entries = 0;
+    for (size_t k = uniform ? 0 : c; k < (uniform ? cells : c + 1); ++k)
+      entries += static_cast<double>(dg.cell_offsets[k + 1] - dg.cell_offsets[k]);
+    water_fill(volumes_, static_cast<size_t>(L.R), frac, &per_host,
+               std::max(1.0, entries / static_cast<double>(L.R)));
+  } else {
+    water_fill(volumes_, static_cast<size_t>(L.R), frac);
+  }
   // Per holder host: (host, elements it sends direct, position in its
   // shares, elements), then per sequence (big, small) its elements and
   // direct elements.
