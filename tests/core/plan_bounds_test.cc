@@ -861,8 +861,9 @@ TEST(PlanRelays, HolderDevicesLoadedSeveralTimesCrossByTheEstimate) {
                   if (src == 2) sd[0] = {"d"};
                   dd[dst_rows ? 0 : 1] = {"k"};
                   const std::vector<int64_t> shape = {small ? 96 : 8192, small ? 48 : 8192};
-                  PlanInput in = one_tensor(shape, DType::kF32, named(mesh({"h", "d"}, {H, D}, 0), sd),
-                                            named(mesh({"r", "k"}, {R, M}, H * D), dd), hosts);
+                  PlanInput in =
+                      one_tensor(shape, DType::kF32, named(mesh({"h", "d"}, {H, D}, 0), sd),
+                                 named(mesh({"r", "k"}, {R, M}, H * D), dd), hosts);
                   in.options.alpha_seconds = alpha;
                   in.options.staging_budget_bytes = 0;
                   if (small) in.options.split_min_bytes = 256;
@@ -887,8 +888,8 @@ TEST(PlanRelays, HolderDevicesLoadedSeveralTimesCrossByTheEstimate) {
                     // the larger of its bounds.
                     const double dev =
                         static_cast<double>(std::max(st.max_send_bytes, st.max_recv_bytes)) /
-                        static_cast<double>(std::max(st.lower_bound_max_send_bytes,
-                                                     st.lower_bound_max_recv_bytes));
+                        static_cast<double>(
+                            std::max(st.lower_bound_max_send_bytes, st.lower_bound_max_recv_bytes));
                     if (!small) {
                       EXPECT_LE(dev, 1.05) << st.max_send_bytes << " / " << st.max_recv_bytes;
                     }
