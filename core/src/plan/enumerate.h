@@ -790,6 +790,10 @@ class Enumerator {
   // than the source crosses with TensorCtx::device_cross on and not with it
   // off (Context::decide_device_cross tries those groups).
   bool device_crosses(const TensorCtx& t);
+  // Whether f(cell, cell_begin, cell_end) holds for some non-empty cell of
+  // the tensor on at least 2 and no more hosts than the source spans.
+  template <class F>
+  bool any_few_cell(const TensorCtx& t, F&& f);
   // Pieces of entry `e` for `region` along its route, to f. The global
   // statistics mirror it, assign (one summand) and recv's relay merging for
   // whole cells (core/src/plan/stats.cc, enum_cell): a change here needs the
@@ -2323,31 +2327,30 @@ inline bool Enumerator::gate_may_cross(const TensorCtx& t, size_t c, size_t cell
   return R * most > kCrossGain * V;
 }
 
-inline bool Enumerator::crosses_few(const TensorCtx& t) {
+template <class F>
+inline bool Enumerator::any_few_cell(const TensorCtx& t, F&& f) {
   const CellHosts& ch = cell_hosts(t);
   const size_t cells = ch.cell_offsets.size() - 1;
   for (size_t c = 0; c < cells; ++c) {
     const size_t b = ch.cell_offsets[c], e = ch.cell_offsets[c + 1];
     if (e - b < 2 || e - b > static_cast<size_t>(t.st->num_hosts)) continue;
     if (t.dg->cell_offsets[c] == t.dg->cell_offsets[c + 1] || cell_box(t, c).empty()) continue;
-    if (cross_gate(t, c, b, e)) return true;
+    if (f(c, b, e)) return true;
   }
   return false;
+}
+
+inline bool Enumerator::crosses_few(const TensorCtx& t) {
+  return any_few_cell(t, [&](size_t c, size_t b, size_t e) { return cross_gate(t, c, b, e); });
 }
 
 inline bool Enumerator::device_crosses(const TensorCtx& t) {
   TensorCtx on = t, off = t;
   on.device_cross = true;
   off.device_cross = false;
-  const CellHosts& ch = cell_hosts(t);
-  const size_t cells = ch.cell_offsets.size() - 1;
-  for (size_t c = 0; c < cells; ++c) {
-    const size_t b = ch.cell_offsets[c], e = ch.cell_offsets[c + 1];
-    if (e - b < 2 || e - b > static_cast<size_t>(t.st->num_hosts)) continue;
-    if (t.dg->cell_offsets[c] == t.dg->cell_offsets[c + 1] || cell_box(t, c).empty()) continue;
-    if (cross_gate(on, c, b, e) && !cross_gate(off, c, b, e)) return true;
-  }
-  return false;
+  return any_few_cell(t, [&](size_t c, size_t b, size_t e) {
+    return cross_gate(on, c, b, e) && !cross_gate(off, c, b, e);
+  });
 }
 
 inline int Enumerator::layout_parts(const TensorCtx& t, size_t c, const Box& region, Route& r) {
