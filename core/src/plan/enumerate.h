@@ -57,11 +57,11 @@ struct TensorCtx {
   // same devices travel in the same messages, so the α a relay adds is
   // shared by them all (CrossLayout's chunked sequence; Context::build).
   double share = 1;
-  // Groups on no more receiving hosts than the source spans also cross
-  // where single-hop would load a source *device* above kCrossGain times
-  // what a receiving device takes in (CrossLayout::device_only): set per
-  // group of like tensors where that lowers the whole plan's α–β estimate
-  // (Context::decide_device_cross).
+  // Groups on no more receiving hosts than the source spans also cross,
+  // laid out for devices, where single-hop would load a source *device*
+  // above kCrossGain times what a receiving device takes in
+  // (CrossLayout::for_devices): set per group of like tensors where that
+  // lowers the whole plan's α–β estimate (Context::decide_device_cross).
   bool device_cross = false;
 };
 
@@ -280,8 +280,8 @@ struct CellShares {
 // CellShares): w = (host, volume held) sorted by host, R receiving hosts.
 // With `devices` (per entry of w, the holder devices of that host) and
 // `recv_devices` (the devices of each receiving host), the busiest
-// *device's* send instead: each host's sends spread over its devices
-// (CrossLayout::device_only).
+// *device's* send instead, each host's sends spread over its devices, and
+// no host sending above V (CrossLayout::for_devices).
 inline void water_fill(const std::vector<std::pair<int32_t, double>>& w, size_t R,
                        std::vector<std::pair<int32_t, double>>& direct,
                        const std::vector<double>* devices = nullptr, double recv_devices = 1) {
@@ -295,7 +295,14 @@ inline void water_fill(const std::vector<std::pair<int32_t, double>>& w, size_t 
   }
   if (R < 2 || V <= 0) return;
   const double r1 = static_cast<double>(R - 1);
-  auto frac = [&](double tau, size_t i) { return std::clamp((tau / per(i) - 1) / r1, 0.0, 1.0); };
+  // Balancing devices, no host sends above V, what each receiving host
+  // takes in (so the busiest NIC stays at its bound): w ((R - 1) d + 1) <= V.
+  auto cap = [&](size_t i) {
+    return devices ? std::clamp((V / w[i].second - 1) / r1, 0.0, 1.0) : 1.0;
+  };
+  auto frac = [&](double tau, size_t i) {
+    return std::min(std::clamp((tau / per(i) - 1) / r1, 0.0, 1.0), cap(i));
+  };
   auto receivers = [&](double tau) {
     double sent = 0;
     for (size_t i = 0; i < w.size(); ++i)
@@ -437,10 +444,12 @@ struct CrossLayout {
   // already loads the busiest NIC within kCrossGain of what each receiving
   // host takes in anyway (cross_gate): the group goes single-hop.
   bool crosses = true;
-  // Crosses by the device rule alone (TensorCtx::device_cross): single-hop
-  // keeps every host within kCrossGain of the busiest NIC's V but loads a
-  // holder device above kCrossGain times the largest cell of the group.
-  bool device_only = false;
+  // Laid out by the device rule (TensorCtx::device_cross): single-hop
+  // would load a holder device above kCrossGain times the largest cell of
+  // the group; the group crosses (whatever the host rule says) with every
+  // region cut into a run per receiving host and the direct parts
+  // water-filled over devices.
+  bool for_devices = false;
   bool small_cross = true;  // false: the chunked sequence goes single-hop (α–β)
   int64_t Ns = 0, ms = 0;   // the chunked sequence: elements, chunks
   int64_t N = 0, m = 0, R = 0;
@@ -787,8 +796,9 @@ class Enumerator {
   // to no such tensor).
   bool crosses_few(const TensorCtx& t);
   // Whether some cell of the tensor spanning at least 2 and no more hosts
-  // than the source crosses with TensorCtx::device_cross on and not with it
-  // off (Context::decide_device_cross tries those groups).
+  // than the source is laid out by the device rule with
+  // TensorCtx::device_cross on (CrossLayout::for_devices; its plan then
+  // differs: Context::decide_device_cross tries those groups).
   bool device_crosses(const TensorCtx& t);
   // Whether f(cell, cell_begin, cell_end) holds for some non-empty cell of
   // the tensor on at least 2 and no more hosts than the source spans.
@@ -1977,7 +1987,7 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
         // receiving host (each destination device then forwards its cell's
         // share once per other host; the chunked sequence hands whole cells
         // to one host, whose device forwards all of its cell).
-        const bool small = !L.device_only &&
+        const bool small = !L.for_devices &&
                            (region.volume() / k_hosts) * t.esize < L.R * options_.split_min_bytes;
         for (size_t i = 0; i < n; ++i) devices.emplace_back(t.st->host[h[i]], t.sg->devices[h[i]]);
         if (single) {
@@ -2028,19 +2038,17 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
     // The same per device: the busiest holder device against what each
     // receiving device takes in (TensorCtx::device_cross).
     bool by_device = false;
-    if (!by_host) {
-      std::sort(single_devices.begin(), single_devices.end());
-      for (size_t i = 0; i < single_devices.size() && !by_device;) {
-        double v = 0;
-        size_t j = i;
-        for (; j < single_devices.size() && single_devices[j].first == single_devices[i].first; ++j)
-          v += single_devices[j].second;
-        by_device = static_cast<double>(L.R) * v > kCrossGain * largest;
-        i = j;
-      }
+    std::sort(single_devices.begin(), single_devices.end());
+    for (size_t i = 0; i < single_devices.size() && !by_device;) {
+      double v = 0;
+      size_t j = i;
+      for (; j < single_devices.size() && single_devices[j].first == single_devices[i].first; ++j)
+        v += single_devices[j].second;
+      by_device = static_cast<double>(L.R) * v > kCrossGain * largest;
+      i = j;
     }
-    L.device_only = by_device && t.device_cross;
-    L.crosses = by_host || L.device_only;
+    L.for_devices = by_device && t.device_cross;
+    L.crosses = by_host || L.for_devices;
     if (!L.crosses) return L;
   }
   std::map<std::vector<int32_t>, std::vector<int64_t>> cum;
@@ -2072,7 +2080,7 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   });
   merge_volumes();
   std::vector<std::pair<int32_t, double>> frac;
-  if (L.device_only) {
+  if (L.for_devices) {
     // Crossing by the device rule: the devices' sends balanced, each host's
     // spread over its holder devices and each receiving host's forwarding
     // over its entries (every region enters every receiving host, above).
@@ -2345,11 +2353,10 @@ inline bool Enumerator::crosses_few(const TensorCtx& t) {
 }
 
 inline bool Enumerator::device_crosses(const TensorCtx& t) {
-  TensorCtx on = t, off = t;
+  TensorCtx on = t;
   on.device_cross = true;
-  off.device_cross = false;
   return any_few_cell(t, [&](size_t c, size_t b, size_t e) {
-    return cross_gate(on, c, b, e) && !cross_gate(off, c, b, e);
+    return cross_gate(on, c, b, e) && cross_layout(on, c, b, e).for_devices;
   });
 }
 
