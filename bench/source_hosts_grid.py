@@ -11,9 +11,13 @@ global statistics only (`reshard plan --format json`). For each build it
 prints how many plans have the busiest device (what it sends or takes in,
 over the larger of its two bounds) or a host's egress above 1.05x its bound,
 and, over the plans whose figures differ, the new build's estimate against
-the old one's.
+the old one's. With --topology, each changed plan is also simulated with
+both builds (`reshard simulate --peers '' --budget 0`) and the predicted times
+compared: the planner's estimate models one NIC per device, the simulator
+the topology's NICs per host.
 
     python3 bench/source_hosts_grid.py --old OLD/tools/reshard [--new build/dev/tools/reshard]
+        [--alpha 5e-6] [--topology bench/topologies/h100_8gpu_ndr400.json ...]
 """
 import argparse
 import itertools
@@ -45,6 +49,19 @@ def spec(H, D, R, M, src, dst, alpha, big):
                      "src": {"mesh": "src", "spec": src}, "dst": {"mesh": "dst", "spec": dst}}]}
 
 
+def simulated(reshard, path, topology):
+    out = subprocess.run([reshard, "simulate", "--spec", path, "--topology", topology, "--peers",
+                          "", "--budget", "0", "--format", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["predicted_seconds"]
+
+
+def summary(ratios):
+    return (f"lower (< 0.99) on {sum(r < 0.99 for r in ratios)}, higher (> 1.01) on "
+            f"{sum(r > 1.01 for r in ratios)}; min {min(ratios):.3f}, median "
+            f"{statistics.median(ratios):.3f}, max {max(ratios):.3f}")
+
+
 def figures(reshard, path):
     out = subprocess.run([reshard, "plan", "--spec", path, "--format", "json"],
                          capture_output=True, text=True, check=True).stdout
@@ -59,18 +76,28 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--old", required=True, help="the reshard binary to compare against")
     ap.add_argument("--new", default=os.path.join(ROOT, "build/dev/tools/reshard"))
+    ap.add_argument("--alpha", type=float, action="append",
+                    help="α values of the grid (default: 0 and 5e-6)")
+    ap.add_argument("--topology", action="append", default=[],
+                    help="also simulate the changed plans on this topology (repeatable)")
     args = ap.parse_args()
+    alphas = args.alpha or [0.0, 5e-6]
+    sims = {t: [] for t in args.topology}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "spec.json")
         for H, D, R, M, s, d, alpha, big in itertools.product(
                 [2, 3, 4], [1, 2, 4, 8], [2, 3, 4], [1, 2, 4, 8], SOURCES, DESTINATIONS,
-                [0.0, 5e-6], [True, False]):
+                alphas, [True, False]):
             if R > H or (D == 1 and s == "2d"):
                 continue
             with open(path, "w") as f:
                 json.dump(spec(H, D, R, M, SOURCES[s], DESTINATIONS[d], alpha, big), f)
-            rows.append((figures(args.old, path), figures(args.new, path)))
+            old, new = figures(args.old, path), figures(args.new, path)
+            rows.append((old, new))
+            if old != new:
+                for t in args.topology:
+                    sims[t].append(simulated(args.new, path, t) / simulated(args.old, path, t))
     changed = [(o, n) for o, n in rows if o != n]
     print(f"{len(rows)} plans, {len(changed)} with different figures")
     for name, i in (("old", 0), ("new", 1)):
@@ -79,10 +106,9 @@ def main():
               f"{sum(r[i][1] > 1.05 for r in rows)}; of the changed plans "
               f"{sum(r[i][0] > 1.05 for r in changed)} and {sum(r[i][1] > 1.05 for r in changed)}")
     if changed:
-        est = [n[2] / o[2] for o, n in changed]
-        print(f"  estimate new/old on the changed plans: lower on {sum(e < 1 for e in est)}, "
-              f"higher on {sum(e > 1 for e in est)}; min {min(est):.3f}, median "
-              f"{statistics.median(est):.3f}, max {max(est):.3f}")
+        print(f"  estimate new/old on the changed plans: {summary([n[2] / o[2] for o, n in changed])}")
+        for t, ratios in sims.items():
+            print(f"  simulated new/old on {os.path.basename(t)}: {summary(ratios)}")
 
 
 if __name__ == "__main__":

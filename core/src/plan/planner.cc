@@ -81,11 +81,8 @@ namespace {
 // host (each at least cross_min_bytes), each led by a different entry,
 // unless a staging budget cannot stage the peers that adds; the chunked
 // sequence of small regions counts the bytes of every tensor with the same
-// layouts, whose chunks share its messages; 18: relays across hosts also
-// for groups of like tensors whose single-hop plan loads a holder device
-// above kCrossGain times what a receiving device takes in, where that
-// lowers the whole plan's α–β estimate).
-constexpr uint64_t kPlannerVersion = 18;
+// layouts, whose chunks share its messages).
+constexpr uint64_t kPlannerVersion = 17;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -836,7 +833,6 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   ctx.build();
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
-  ctx.decide_device_cross(limit);
   PlanStats own;
   PlanStats& st = stats ? *stats : own;
   st = PlanStats{};
@@ -861,7 +857,6 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   ctx.build();
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
-  ctx.decide_device_cross(limit);
   Plan plan;
   Plan::Builder::tensors(plan) = input.tensors;
   Plan::Builder::topology(plan) = input.topology;
