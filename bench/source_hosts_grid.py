@@ -14,10 +14,13 @@ and, over the plans whose figures differ, the new build's estimate against
 the old one's. With --topology, each changed plan is also simulated with
 both builds (`reshard simulate --peers '' --budget 0`) and the predicted times
 compared: the planner's estimate models one NIC per device, the simulator
-the topology's NICs per host.
+the topology's NICs per host; --nics-per-host N gives the new build's plans
+the option of that name (older builds do not know it), so its estimate
+models the NICs the topology has.
 
     python3 bench/source_hosts_grid.py --old OLD/tools/reshard [--new build/dev/tools/reshard]
         [--alpha 5e-6] [--topology bench/topologies/h100_8gpu_ndr400.json ...]
+        [--nics-per-host 8]
 """
 import argparse
 import itertools
@@ -34,15 +37,18 @@ DESTINATIONS = {"cols": [None, "k"], "rows": ["k", None], "replicated": [None, N
                 "2d": ["r", "k"]}
 
 
-def spec(H, D, R, M, src, dst, alpha, big):
+def spec(H, D, R, M, src, dst, alpha, big, nics=None):
     n_src, n_dst = H * D, R * M
 
     def mesh(names, shape, first, hosts):
         ids = list(range(first, first + len(hosts)))
         return {"axis_names": names, "shape": shape, "devices": ids, "processes": ids,
                 "hosts": hosts}
+    options = {"alpha_seconds": alpha, "staging_budget_bytes": 0}
+    if nics is not None:
+        options["nics_per_host"] = nics
     return {
-        "options": {"alpha_seconds": alpha, "staging_budget_bytes": 0},
+        "options": options,
         "meshes": {"src": mesh(["h", "d"], [H, D], 0, [i // D for i in range(n_src)]),
                    "dst": mesh(["r", "k"], [R, M], n_src, [H + i // M for i in range(n_dst)])},
         "tensors": [{"name": "w", "shape": [8192, 4096] if big else [1024, 1024], "dtype": "f32",
@@ -80,24 +86,27 @@ def main():
                     help="α values of the grid (default: 0 and 5e-6)")
     ap.add_argument("--topology", action="append", default=[],
                     help="also simulate the changed plans on this topology (repeatable)")
+    ap.add_argument("--nics-per-host", type=int,
+                    help="options.nics_per_host of the new build's plans (default: not set)")
     args = ap.parse_args()
     alphas = args.alpha or [0.0, 5e-6]
     sims = {t: [] for t in args.topology}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "spec.json")
+        path, new_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "new.json")
         for H, D, R, M, s, d, alpha, big in itertools.product(
                 [2, 3, 4], [1, 2, 4, 8], [2, 3, 4], [1, 2, 4, 8], SOURCES, DESTINATIONS,
                 alphas, [True, False]):
             if R > H or (D == 1 and s == "2d"):
                 continue
-            with open(path, "w") as f:
-                json.dump(spec(H, D, R, M, SOURCES[s], DESTINATIONS[d], alpha, big), f)
-            old, new = figures(args.old, path), figures(args.new, path)
+            for p, nics in ((path, None), (new_path, args.nics_per_host)):
+                with open(p, "w") as f:
+                    json.dump(spec(H, D, R, M, SOURCES[s], DESTINATIONS[d], alpha, big, nics), f)
+            old, new = figures(args.old, path), figures(args.new, new_path)
             rows.append((old, new))
             if old != new:
                 for t in args.topology:
-                    sims[t].append(simulated(args.new, path, t) / simulated(args.old, path, t))
+                    sims[t].append(simulated(args.new, new_path, t) / simulated(args.old, path, t))
     changed = [(o, n) for o, n in rows if o != n]
     print(f"{len(rows)} plans, {len(changed)} with different figures")
     for name, i in (("old", 0), ("new", 1)):

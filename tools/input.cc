@@ -194,6 +194,11 @@ void add_input_options(CLI::App* cmd, InputOptions& in) {
   cmd->add_flag("--no-reduce-scatter", in.no_reduce_scatter,
                 "partial sources: every device receives every summand (overrides the spec's "
                 "options.reduce_scatter)");
+  cmd->add_option("--nics-per-host", in.nics_per_host,
+                  "NICs per host for the cost model, 0 for one per device (overrides the spec's "
+                  "options.nics_per_host)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->type_name("N");
   const char* const kGroup = "Single tensor (instead of --spec)";
   in.shape_option =
       cmd->add_option("--shape", in.shape, "shape, e.g. 4096,11008 (\"\" for a scalar)")
@@ -254,6 +259,7 @@ Spec load_input(const InputOptions& in) {
   Spec spec = load_input_as_given(in);
   if (in.no_relays) spec.input.options.relays = false;
   if (in.no_reduce_scatter) spec.input.options.reduce_scatter = false;
+  if (in.nics_per_host >= 0) spec.input.options.nics_per_host = in.nics_per_host;
   return spec;
 }
 
@@ -270,8 +276,10 @@ Spec load_input_as_given(const InputOptions& in) {
     if (any_flag || (in.shape_option && in.shape_option->count() > 0))
       throw UsageError(
           "--plan cannot be combined with the single-tensor flags (--shape, --src-*, --dst-*)");
-    if (in.no_relays || in.no_reduce_scatter)
-      throw UsageError(std::string(in.no_relays ? "--no-relays" : "--no-reduce-scatter") +
+    if (in.no_relays || in.no_reduce_scatter || in.nics_per_host >= 0)
+      throw UsageError(std::string(in.no_relays           ? "--no-relays"
+                                   : in.no_reduce_scatter ? "--no-reduce-scatter"
+                                                          : "--nics-per-host") +
                        " cannot be combined with --plan (the plan is already made)");
     // The plan carries its inputs: tensors with layouts, topology, options.
     const Plan plan = *load_plan_file(in);

@@ -38,11 +38,16 @@ type PlanOptions struct {
 	// device from every summand (stage 0) and forwarded reduced to the
 	// others (stage 1). False: every device receives every summand it lacks.
 	ReduceScatter bool
+	// NICs per host for the α–β estimate and the choices made by it (C ABI
+	// 1.7; docs/design.md §2.8): 0 in DefaultPlanOptions, one NIC per
+	// device. With n > 0 (at most 1048576) the host's NICs form min(n, m)
+	// groups over its m devices of the plan.
+	NicsPerHost int32
 }
 
 // DefaultPlanOptions returns RESHARD_PLAN_OPTIONS_INIT: 1 MiB split
 // threshold, α = 5 µs, 100e9 and 25e9 bytes/s, 1 GiB staging, relays and
-// reduce-scatter on.
+// reduce-scatter on, one NIC per device.
 func DefaultPlanOptions() PlanOptions {
 	return PlanOptions{
 		SplitMinBytes:           1 << 20,
@@ -156,6 +161,7 @@ func (in *PlanInput) SetOptions(o PlanOptions) error {
 		intra_host_bytes_per_second: C.double(o.IntraHostBytesPerSecond),
 		inter_host_bytes_per_second: C.double(o.InterHostBytesPerSecond),
 		staging_budget_bytes:        C.int64_t(o.StagingBudgetBytes),
+		nics_per_host:               C.int32_t(o.NicsPerHost),
 	}
 	if o.Relays {
 		opts.relays = 1

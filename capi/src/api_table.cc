@@ -119,9 +119,10 @@ static_assert(offsetof(reshard_api_t, plan_device_location) + sizeof(void*) ==
 // reshard_part_info_t::num_scratch appended).
 static_assert(offsetof(reshard_api_t, plan_part_scratch) == kHeader + 70 * sizeof(void*),
               "ABI 1.6 table layout changed");
+// ABI 1.7 appended reshard_plan_options_t::nics_per_host, no function.
 static_assert(sizeof(reshard_api_t) == kHeader + 71 * sizeof(void*),
               "a field was appended: bump RESHARD_ABI_MINOR and add a static_assert for it");
-static_assert(RESHARD_ABI_MINOR == 6);
+static_assert(RESHARD_ABI_MINOR == 7);
 
 }  // namespace
 

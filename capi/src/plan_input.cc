@@ -27,6 +27,7 @@ reshard_plan_options_t to_c(const reshard::PlanOptions& o) {
   c.staging_budget_bytes = o.staging_budget_bytes;
   c.relays = o.relays ? 1 : 0;
   c.reduce_scatter = o.reduce_scatter ? 1 : 0;
+  c.nics_per_host = o.nics_per_host;
   return c;
 }
 
@@ -43,6 +44,7 @@ static_assert(kInit.inter_host_bytes_per_second == kDefaults.inter_host_bytes_pe
 static_assert(kInit.staging_budget_bytes == kDefaults.staging_budget_bytes);
 static_assert((kInit.relays != 0) == kDefaults.relays);
 static_assert((kInit.reduce_scatter != 0) == kDefaults.reduce_scatter);
+static_assert(kInit.nics_per_host == kDefaults.nics_per_host);
 static_assert(kPlanOptionsV1Size == offsetof(reshard_plan_options_t, relays),
               "reshard_plan_options_t: keep kPlanOptionsV1Size at the 1.0 size");
 
@@ -170,6 +172,11 @@ reshard_error_t* reshard_plan_input_set_options(reshard_plan_input_t* input,
                     std::to_string(o.reduce_scatter) + " is neither 0 nor 1");
     cpp.relays = o.relays == 1;
     cpp.reduce_scatter = o.reduce_scatter == 1;
+    if (o.nics_per_host < 0 || o.nics_per_host > (1 << 20))
+      reshard::fail(ErrorCode::kInvalidArgument, "options->nics_per_host",
+                    "must be in [0, 1048576] (0: one NIC per device), got " +
+                        std::to_string(o.nics_per_host));
+    cpp.nics_per_host = o.nics_per_host;
     input->input.options = cpp;
   });
 }

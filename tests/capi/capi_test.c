@@ -2273,6 +2273,63 @@ static void test_relays(void) {
   fixture_destroy(&f);
 }
 
+/* 1.7: NICs per host for the cost model. 4 devices of host 0 feed 4
+ * devices of host 1 that each need the whole tensor: with one NIC per host,
+ * host 1's NIC takes in everything, and the estimate and its bound rise.
+ * Out-of-range values name the field; a 1.6-sized struct leaves it at its
+ * default (0, one NIC per device). */
+static void test_nics_per_host(void) {
+  static const char kSpec[] =
+      "{\"meshes\": {\"src\": {\"axis_names\": [\"dp\"], \"shape\": [4], \"devices\": [0, 1, 2, 3],"
+      " \"processes\": [0, 1, 2, 3], \"hosts\": [0, 0, 0, 0]},"
+      " \"dst\": {\"axis_names\": [\"r\"], \"shape\": [4], \"devices\": [4, 5, 6, 7],"
+      " \"processes\": [4, 5, 6, 7], \"hosts\": [1, 1, 1, 1]}},"
+      " \"tensors\": [{\"name\": \"w\", \"shape\": [1024, 256], \"dtype\": \"f32\","
+      " \"src\": {\"mesh\": \"src\", \"spec\": [\"dp\", null]},"
+      " \"dst\": {\"mesh\": \"dst\", \"spec\": [null, null]}}]}";
+  reshard_plan_input_t* input = NULL;
+  reshard_plan_t* plan = NULL;
+  reshard_plan_request_t request = RESHARD_PLAN_REQUEST_INIT;
+  reshard_plan_stats_t per_device = RESHARD_PLAN_STATS_INIT, one = RESHARD_PLAN_STATS_INIT;
+  reshard_plan_options_t opts = RESHARD_PLAN_OPTIONS_INIT;
+  reshard_plan_options_t v16;
+  size_t v16_size = offsetof(reshard_plan_options_t, nics_per_host);
+
+  CHECK(opts.nics_per_host == 0);
+  REQUIRE_OK(reshard_plan_input_from_spec(kSpec, strlen(kSpec), &input));
+  CHECK_OK(reshard_plan_create(input, &request, &plan));
+  REQUIRE(plan != NULL);
+  CHECK_OK(reshard_plan_stats(plan, &per_device));
+  reshard_plan_destroy(plan);
+  opts.nics_per_host = 1;
+  CHECK_OK(reshard_plan_input_set_options(input, &opts));
+  CHECK_OK(reshard_plan_create(input, &request, &plan));
+  REQUIRE(plan != NULL);
+  CHECK_OK(reshard_plan_stats(plan, &one));
+  reshard_plan_destroy(plan);
+  CHECK(one.cost_seconds > per_device.cost_seconds);
+  CHECK(one.lower_bound_cost_seconds > per_device.lower_bound_cost_seconds);
+  CHECK(one.cost_seconds >= one.lower_bound_cost_seconds);
+  CHECK(one.network_bytes == per_device.network_bytes);
+  opts.nics_per_host = -1;
+  CHECK_ERR(reshard_plan_input_set_options(input, &opts), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->nics_per_host");
+  opts.nics_per_host = (1 << 20) + 1;
+  CHECK_ERR(reshard_plan_input_set_options(input, &opts), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->nics_per_host");
+  opts.nics_per_host = 1;
+  memset(&v16, 0xff, sizeof v16);
+  memcpy(&v16, &opts, v16_size);
+  v16.struct_size = v16_size;
+  CHECK_OK(reshard_plan_input_set_options(input, &v16));
+  CHECK_OK(reshard_plan_create(input, &request, &plan));
+  REQUIRE(plan != NULL);
+  CHECK_OK(reshard_plan_stats(plan, &one));
+  CHECK(one.cost_seconds == per_device.cost_seconds);
+  reshard_plan_destroy(plan);
+  reshard_plan_input_destroy(input);
+}
+
 /* Scratch buffers (ABI 1.6): a psum over 2 holder hosts of 2 (alpha 0) whose
  * holders pre-reduce on their host. Each part lists its scratch; every piece
  * naming RESHARD_SCRATCH_ENTRY lies inside a scratch of its tensor on its
@@ -2771,6 +2828,7 @@ static const test_group kGroups[] = {
     {"out_of_memory", test_out_of_memory},
     {"plan_limit", test_plan_limit},
     {"relays", test_relays},
+    {"nics_per_host", test_nics_per_host},
     {"scratch", test_scratch},
     {"transports", test_transports},
     {"mpi_options", test_mpi_options},

@@ -144,6 +144,43 @@ def case_stages():
         check("--no-relays cannot be combined with --plan" in err, err)
 
 
+def case_nics_per_host():
+    # The cost model's NICs per host: with one NIC per device (the default)
+    # a trainer on 2 hosts of 4 feeding 2 replicas of 8 relays across hosts
+    # (each trainer device would send its shard twice); with the host's 8
+    # NICs pooled over its 4 devices the plan stays single-hop, and its
+    # estimate is near its bound. Bad values name the flag or the field.
+    trainer = os.path.join(SRC, "bench", "specs", "trainer_2_hosts_of_4_to_2_replicas_of_8.json")
+    per_device = json.loads(run("plan", "--spec", trainer, "--format", "json").stdout)["stats"]
+    pooled = json.loads(run("plan", "--spec", trainer, "--format", "json",
+                            "--nics-per-host", "8").stdout)["stats"]
+    check(per_device["stages"] == 2 and pooled["stages"] == 1, f"{per_device} {pooled}")
+    check(pooled["cost_seconds"] < 1.1 * pooled["lower_bound_cost_seconds"], str(pooled))
+    check(per_device["max_send_bytes"] < pooled["max_send_bytes"], f"{per_device} {pooled}")
+    out = run("verify", "--spec", trainer, "--nics-per-host", "8").stdout
+    check(out.endswith(": OK\n"), out)
+    for bad in ("-1", "1048577", "two"):
+        err = run("plan", "--spec", trainer, "--nics-per-host", bad, expect=2).stderr
+        check("--nics-per-host" in err, err)
+    with open(trainer) as f:
+        doc = json.load(f)
+    doc.setdefault("options", {})["nics_per_host"] = -3
+    path = bad_spec_file(json.dumps(doc))
+    try:
+        err = run("plan", "--spec", path, expect=2).stderr
+        check(err.startswith("reshard: error: options.nics_per_host: must be in [0, 1048576]"), err)
+    finally:
+        os.unlink(path)
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "p.rsplan")
+        run("plan", "--spec", trainer, "--nics-per-host", "8", "--out", f)
+        err = run("verify", "--plan", f, "--nics-per-host", "1", expect=2).stderr
+        check("--nics-per-host cannot be combined with --plan" in err, err)
+        # The plan carries the option (its fingerprint covers it).
+        out = run("verify", "--plan", f).stdout
+        check(out.endswith(": OK\n"), out)
+
+
 def case_verify():
     for name in EXAMPLES:
         out = run("verify", "--spec", spec(name)).stdout

@@ -581,6 +581,21 @@ PlanStats global_stats(Fleet& fleet, int* refused = nullptr) {
   }
 }
 
+// The device rule (planner version 18) trades host egress for the devices'
+// balance where the whole plan's estimate drops. The statistics of
+// `fleet`'s plan without it, where it changed the plan (after checking that
+// its estimate is lower than `st`'s, the plan with it; counted in
+// *traded), else `st`: the host-egress guards below hold for the host rule.
+PlanStats without_device_rule(const Fleet& fleet, const PlanStats& st, int* traded) {
+  planning::choice_override().device_cross = 0;
+  PlanStats host_only = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
+  planning::choice_override() = {};
+  if (host_only.cost_seconds == st.cost_seconds) return st;
+  EXPECT_LT(st.cost_seconds, host_only.cost_seconds) << "the device rule raised the estimate";
+  ++*traded;
+  return host_only;
+}
+
 // Every plan is checked against the oracle through the in-process engine,
 // against its host bounds, for staging within the budget per (device,
 // stage, round), for determinism and for parts equal to each process's own
@@ -821,6 +836,101 @@ TEST(PlanRelays, RunsAcrossHostsShareTheForwardingOverEveryEntry) {
   EXPECT_GT(cases, 80);
 }
 
+// The source spans as many hosts as receive (a trainer on H hosts of D
+// devices feeding R <= H inference replicas of M devices, the destination
+// sharded in each): single-hop keeps every host NIC at its bound (each
+// receiving host takes in V from the H holder hosts, each holder host sends
+// R V / H <= V), so the host rule (kCrossGain) keeps it, but a holder
+// device sends its shard R times while a receiving device takes in V / M.
+// Planner version 18 crosses such a group by the device rule where that
+// lowers the whole plan's α–β estimate (Context::decide_device_cross),
+// every region cut into a run per receiving host and the direct parts
+// water-filled over devices: the chosen plan's estimate is the lesser of
+// the rule off and on, and where it crosses the busiest device (send or
+// receive) is within 1.05x of the larger of its bounds (2 hosts of 4 into
+// 2 hosts of 8 reach every device and host bound; single-hop sent 2x).
+// Small cases are executed after every stage and process parts compared.
+TEST(PlanRelays, HolderDevicesLoadedSeveralTimesCrossByTheEstimate) {
+  int cases = 0, crossed = 0, small_crossed = 0;
+  double least_gain = 1, worst_device = 0;
+  for (int64_t H : {2, 3})
+    for (int64_t D : {1, 2, 4})
+      for (int64_t R = 2; R <= H; ++R)
+        for (int64_t M : {2, 4, 8})
+          for (int src : {0, 1, 2})  // rows over every device, columns, rows on each host
+            for (bool dst_rows : {false, true})
+              for (double alpha : {0.0, 5e-6})
+                for (bool small : {false, true}) {
+                  if (small && (alpha > 0 || H * D + R * M > 24)) continue;
+                  SCOPED_TRACE(std::to_string(H) + " hosts of " + std::to_string(D) + " into " +
+                               std::to_string(R) + " of " + std::to_string(M) + ", source " +
+                               std::to_string(src) + (dst_rows ? ", rows" : ", columns") +
+                               ", alpha " + std::to_string(alpha) + (small ? ", small" : ""));
+                  std::vector<int32_t> hosts;
+                  for (int64_t i = 0; i < H * D; ++i) hosts.push_back(static_cast<int32_t>(i / D));
+                  for (int64_t i = 0; i < R * M; ++i)
+                    hosts.push_back(static_cast<int32_t>(H + i / M));
+                  std::vector<std::vector<std::string>> sd(2), dd(2);
+                  if (src == 0) sd[0] = {"h", "d"};
+                  if (src == 1) sd[1] = {"h", "d"};
+                  if (src == 2) sd[0] = {"d"};
+                  dd[dst_rows ? 0 : 1] = {"k"};
+                  const std::vector<int64_t> shape = {small ? 96 : 8192, small ? 48 : 8192};
+                  PlanInput in =
+                      one_tensor(shape, DType::kF32, named(mesh({"h", "d"}, {H, D}, 0), sd),
+                                 named(mesh({"r", "k"}, {R, M}, H * D), dd), hosts);
+                  in.options.alpha_seconds = alpha;
+                  in.options.staging_budget_bytes = 0;
+                  if (small) in.options.split_min_bytes = 256;
+                  auto with = [&](int rule) {
+                    planning::choice_override().device_cross = rule;
+                    const double cost = make_plan(in, {PlanScope::kGlobal}).stats().cost_seconds;
+                    planning::choice_override() = {};
+                    return cost;
+                  };
+                  const double off = with(0), on = with(1);
+                  const Plan plan = make_plan(in);
+                  const PlanStats& st = plan.stats();
+                  EXPECT_DOUBLE_EQ(st.cost_seconds, std::min(off, on)) << off << " " << on;
+                  EXPECT_EQ(st.cross_host_bytes, st.lower_bound_cross_host_bytes);
+                  EXPECT_EQ(st.max_host_recv_bytes, st.lower_bound_max_host_recv_bytes);
+                  ++cases;
+                  if (st.cost_seconds < off) {
+                    ++crossed;
+                    small_crossed += small;
+                    least_gain = std::min(least_gain, st.cost_seconds / off);
+                    // The busiest device (what it sends or takes in) at
+                    // the larger of its bounds.
+                    const double dev =
+                        static_cast<double>(std::max(st.max_send_bytes, st.max_recv_bytes)) /
+                        static_cast<double>(
+                            std::max(st.lower_bound_max_send_bytes, st.lower_bound_max_recv_bytes));
+                    if (!small) {
+                      EXPECT_LE(dev, 1.05) << st.max_send_bytes << " / " << st.max_recv_bytes;
+                    }
+                    worst_device = std::max(worst_device, small ? 0.0 : dev);
+                  }
+                  if (H == 2 && D == 4 && R == 2 && M == 8 && src != 2 && !small) {
+                    EXPECT_LT(st.cost_seconds, 0.85 * off);
+                    EXPECT_EQ(st.max_send_bytes, st.lower_bound_max_send_bytes);
+                    EXPECT_EQ(st.max_recv_bytes, st.lower_bound_max_recv_bytes);
+                    EXPECT_EQ(st.max_host_send_bytes, st.lower_bound_max_host_send_bytes);
+                  }
+                  if (!small) continue;
+                  ASSERT_NO_FATAL_FAILURE(execute_every_stage(plan, 2));
+                  for (int32_t p : plan.processes())
+                    ASSERT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), plan.part(p))
+                        << "process " << p;
+                }
+  std::printf(
+      "source spanning as many hosts as receive: %d cases, %d crossed by the device rule "
+      "(estimate down to %.3fx the rule off's; %d of them small, executed), the busiest device "
+      "at most %.3fx its bound\n",
+      cases, crossed, least_gain, small_crossed, worst_device);
+  EXPECT_GT(crossed, cases / 8);
+  EXPECT_GT(small_crossed, 10);
+}
+
 // Many small tensors with the same layouts (an RL weight sync's biases and
 // norms) travel in the same messages, so the α a relay adds is theirs
 // together (TensorCtx::share, planner version 17). Each alone is too small
@@ -937,8 +1047,8 @@ TEST(PlanRelays, BudgetsThatCannotStageSubRunsPlanWithoutThem) {
 TEST(PlanRelays, RandomFleetsKeepTheBusiestNicNearItsBound) {
   std::mt19937_64 rng(20261123);
   const int cases = 20000;
-  int eligible = 0, refused = 0, split = 0, subsets = 0, outside = 0, few = 0;
-  double worst = 0, worst_outside = 0, worst_few = 0;
+  int eligible = 0, refused = 0, split = 0, subsets = 0, outside = 0, few = 0, traded = 0;
+  double worst = 0, worst_outside = 0, worst_few = 0, worst_traded = 0;
   for (int c = 0; c < cases; ++c) {
     Fleet fleet = random_fleet(rng, true);
     if (!fleet.partial.empty()) continue;
@@ -958,17 +1068,26 @@ TEST(PlanRelays, RandomFleetsKeepTheBusiestNicNearItsBound) {
     ++eligible;
     split += fleet.split_eligible();
     subsets += fleet.src_kind == 3;
-    EXPECT_LE(ratio, 1.05) << st.max_host_send_bytes << " bytes, bound "
-                           << st.lower_bound_max_host_send_bytes;
-    worst = std::max(worst, ratio);
+    double held = ratio;
+    if (ratio > 1.05) {
+      worst_traded = std::max(worst_traded, ratio);
+      const PlanStats h = without_device_rule(fleet, st, &traded);
+      held = PlanStats::ratio(h.max_host_send_bytes, h.lower_bound_max_host_send_bytes);
+    }
+    EXPECT_LE(held, 1.05) << st.max_host_send_bytes << " bytes, bound "
+                          << st.lower_bound_max_host_send_bytes;
+    worst = std::max(worst, held);
   }
   std::printf(
       "busiest NIC within 1.05x of its bound on %d eligible cases of %d (%d with shards on "
       "subsets of the holder hosts, %d eligible by version 8's rule; %d replanned without a "
       "staging budget), worst %.3f; %d cases without partial sums left out, worst %.3f\n",
       eligible, cases, subsets, split, refused, worst, outside, worst_outside);
-  std::printf("of them %d with no more receiving hosts than the source spans, worst %.3f\n", few,
-              worst_few);
+  std::printf(
+      "of them %d with no more receiving hosts than the source spans, worst %.3f; the device "
+      "rule laid out %d plans above 1.05x (egress up to %.3fx), each with a lower estimate, "
+      "held to the host rule's plan\n",
+      few, worst_few, traded, worst_traded);
   EXPECT_GE(eligible, 9000);  // 10,888 with libstdc++'s distributions
   EXPECT_GE(few, 300);        // 328
 }
@@ -999,8 +1118,8 @@ TEST(PlanRelays, RandomFleetsKeepTheBusiestNicNearItsBound) {
 TEST(PlanRelays, UnevenFleetsKeepTheBusiestNicNearItsBound) {
   std::mt19937_64 rng(20261126);
   const int cases = 20000;
-  int eligible = 0, crossed = 0, egress_above = 0, refused = 0;
-  double worst = 0, worst_egress = 0;
+  int eligible = 0, crossed = 0, egress_above = 0, refused = 0, device_traded = 0;
+  double worst = 0, worst_egress = 0, worst_traded = 0;
   for (int c = 0; c < cases; ++c) {
     Fleet fleet = uneven_fleet(rng);
     SCOPED_TRACE("case " + std::to_string(c) + ": " + describe(fleet));
@@ -1016,16 +1135,26 @@ TEST(PlanRelays, UnevenFleetsKeepTheBusiestNicNearItsBound) {
     // Relayed across hosts: a forward from one receiving host to another.
     if (fleet.receiving < 2 || !relays_across(fleet, st)) continue;
     ++crossed;
-    const double egress =
-        PlanStats::ratio(st.max_host_send_bytes, st.lower_bound_max_host_send_bytes);
+    double egress = PlanStats::ratio(st.max_host_send_bytes, st.lower_bound_max_host_send_bytes);
+    if (egress > 1.05) {
+      const int before = device_traded;
+      const PlanStats h = without_device_rule(fleet, st, &device_traded);
+      if (device_traded > before) {
+        worst_traded = std::max(worst_traded, egress);
+        if (!relays_across(fleet, h)) continue;
+        egress = PlanStats::ratio(h.max_host_send_bytes, h.lower_bound_max_host_send_bytes);
+      }
+    }
     egress_above += egress > 1.05;
     worst_egress = std::max(worst_egress, egress);
   }
   std::printf(
       "busiest NIC within 1.05x of its bound on %d eligible cases of %d (%d replanned without a "
       "staging budget), worst %.3f; %d relayed across hosts, egress alone above 1.05x on %d of "
-      "them, worst %.3f\n",
-      eligible, cases, refused, worst, crossed, egress_above, worst_egress);
+      "them, worst %.3f (without the device rule; it crosses %d more above, egress at most "
+      "%.3fx, each with a lower estimate)\n",
+      eligible, cases, refused, worst, crossed, egress_above, worst_egress, device_traded,
+      worst_traded);
   EXPECT_GE(eligible, 8000);
   EXPECT_GE(crossed, 2000);
   EXPECT_LE(egress_above, 55);  // 50

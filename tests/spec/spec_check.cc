@@ -27,7 +27,8 @@ int main() {
                            {"inter_host_bytes_per_second", o.inter_host_bytes_per_second},
                            {"staging_budget_bytes", o.staging_budget_bytes},
                            {"relays", o.relays},
-                           {"reduce_scatter", o.reduce_scatter}}}});
+                           {"reduce_scatter", o.reduce_scatter},
+                           {"nics_per_host", o.nics_per_host}}}});
     } catch (const reshard::Error& e) {
       results.push_back({{"code", reshard::error_code_name(e.code())}, {"message", e.what()}});
     }

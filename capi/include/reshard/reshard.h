@@ -115,7 +115,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 6
+#define RESHARD_ABI_MINOR 7
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -431,10 +431,20 @@ typedef struct reshard_plan_options {
    * every summand (stage 0) and forwarded reduced to the others (stage 1).
    * 0: every device receives every summand it lacks. */
   int32_t reduce_scatter;
+  /* Since 1.7 (a smaller struct leaves it at its default, 0). NICs per host
+   * for the α–β estimate (reshard_plan_stats_t::cost_seconds and its bound)
+   * and the choices made by it: 0, one NIC per device; n > 0 (at most
+   * 1048576), the host's n NICs form min(n, m) groups over its m devices of
+   * the plan, each device moving its cross-host bytes over its group
+   * (docs/design.md §2.8). Execution does not read it. */
+  int32_t nics_per_host;
 } reshard_plan_options_t;
 
-#define RESHARD_PLAN_OPTIONS_INIT \
-  { sizeof(reshard_plan_options_t), INT64_C(1) << 20, 5e-6, 100e9, 25e9, INT64_C(1) << 30, 1, 1 }
+#define RESHARD_PLAN_OPTIONS_INIT                                                                \
+  {                                                                                              \
+    sizeof(reshard_plan_options_t), INT64_C(1) << 20, 5e-6, 100e9, 25e9, INT64_C(1) << 30, 1, 1, \
+        0                                                                                        \
+  }
 
 /* Everything the planner needs: tensors with source and destination layouts,
  * a topology and options. A builder: not thread-safe while being modified;

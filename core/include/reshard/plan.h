@@ -67,12 +67,22 @@ struct PlanOptions {
   // part only (stage 0) and forwards the reduced part to the other entries
   // (stage 1). False: every entry receives every summand it lacks.
   bool reduce_scatter = true;
+  // NICs per host for the α–β estimate and its bound (PlanStats::
+  // cost_seconds): 0, the default, means one per device, each at
+  // inter_host_bytes_per_second. With n NICs and m plan devices on a host,
+  // the NICs form min(n, m) groups and device i (by id order) uses group
+  // i·G/m (the fleet simulator's model, docs/simulate.md): a device moves
+  // its cross-host bytes over its whole group, and the group carries every
+  // device's of it. Decisions made by the whole plan's estimate (the device
+  // rule of relays, reductions with α > 0) follow it.
+  int32_t nics_per_host = 0;
   friend bool operator==(const PlanOptions&, const PlanOptions&) = default;
 };
 
 // The one rule for option values, applied wherever options enter: make_plan,
 // the spec parser, the plan decoder (with kCorrupt) and, through make_plan,
 // the C ABI. split_min_bytes and staging_budget_bytes are >= 0,
+// nics_per_host is in [0, 2^20],
 // alpha_seconds is finite and >= 0, the bandwidths are finite and > 0 (a
 // plan must decode from the bytes it encodes to). Throws Error(code, field,
 // detail) with field `prefix` + the member's name, e.g.

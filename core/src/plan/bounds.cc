@@ -12,6 +12,8 @@
 #include <tuple>
 #include <utility>
 
+#include "util/nic_groups.h"
+
 namespace reshard::planning {
 
 namespace {
@@ -228,6 +230,25 @@ Bounds compute_bounds(const Context& ctx) {
         std::lower_bound(b.hosts.begin(), b.hosts.end(), host_id[d]) - b.hosts.begin());
     b.host_of_device[d] = h;
     ++b.host_devices[h];
+  }
+  // NIC groups: a device's position on its host picks its group.
+  {
+    const int32_t nics = ctx.input.options.nics_per_host;
+    std::vector<uint32_t> first_group(nh, 0), seen(nh, 0);
+    uint32_t groups = 0;
+    for (size_t h = 0; h < nh; ++h) {
+      first_group[h] = groups;
+      groups += static_cast<uint32_t>(
+          std::min<int64_t>(nics == 0 ? b.host_devices[h] : nics, b.host_devices[h]));
+    }
+    b.group_of_device.resize(ndev);
+    b.group_nics.assign(groups, 0);
+    for (size_t d = 0; d < ndev; ++d) {
+      const uint32_t h = b.host_of_device[d];
+      const auto [g, n] = nic_group(seen[h]++, b.host_devices[h], nics);
+      b.group_of_device[d] = first_group[h] + static_cast<uint32_t>(g);
+      b.group_nics[b.group_of_device[d]] = n;
+    }
   }
   b.missing.assign(ndev, 0);
   b.forced.assign(ndev, 0);

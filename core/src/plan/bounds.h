@@ -42,6 +42,10 @@ struct Bounds {
   std::vector<int32_t> hosts;
   std::vector<int64_t> host_devices, ingress, egress;
   std::vector<uint32_t> host_of_device;  // dense device -> index into hosts
+  // NIC groups (PlanOptions::nics_per_host, reshard::nic_group): the group
+  // of each dense device (numbered over all hosts) and each group's NICs.
+  std::vector<uint32_t> group_of_device;
+  std::vector<int32_t> group_nics;
   // Bytes that must leave the devices holding them (some device needs them
   // and does not hold them: a relay can forward them, but only after a
   // holder sent them once), and the devices holding anything.

@@ -102,6 +102,23 @@ namespace {
 constexpr double kReduceMargin = 1.05;
 // Above this many groups of like tensors, one mode for all of them.
 constexpr size_t kMaxReduceGroups = 16;
+
+// Groups of tensor indices in the order of their first tensors (a map's
+// order is that of pointers, which two processes need not share, and the
+// greedy passes depend on the order); past kMaxReduceGroups, one group.
+std::vector<std::vector<size_t>> in_order(std::vector<std::vector<size_t>> groups) {
+  std::sort(groups.begin(), groups.end(),
+            [](const std::vector<size_t>& a, const std::vector<size_t>& b) {
+              return a.front() < b.front();
+            });
+  if (groups.size() > kMaxReduceGroups) {
+    std::vector<size_t> all;
+    for (const std::vector<size_t>& g : groups) all.insert(all.end(), g.begin(), g.end());
+    std::sort(all.begin(), all.end());
+    groups.assign(1, std::move(all));
+  }
+  return groups;
+}
 }  // namespace
 
 std::vector<std::vector<size_t>> Context::reduce_groups() const {
@@ -114,22 +131,9 @@ std::vector<std::vector<size_t>> Context::reduce_groups() const {
     const TensorCtx& t = tensors[i];
     if (t.S > 1 && t.T == 1) by_key[Key(t.sg, t.dg, t.spec->shape, t.esize)].push_back(i);
   }
-  // In the order of their first tensors: the map's order is that of
-  // pointers, which two processes need not share, and the greedy passes
-  // depend on the order.
   std::vector<std::vector<size_t>> groups;
   for (auto& [k, g] : by_key) groups.push_back(std::move(g));
-  std::sort(groups.begin(), groups.end(),
-            [](const std::vector<size_t>& a, const std::vector<size_t>& b) {
-              return a.front() < b.front();
-            });
-  if (groups.size() > kMaxReduceGroups) {
-    std::vector<size_t> all;
-    for (const std::vector<size_t>& g : groups) all.insert(all.end(), g.begin(), g.end());
-    std::sort(all.begin(), all.end());
-    groups.assign(1, std::move(all));
-  }
-  return groups;
+  return in_order(std::move(groups));
 }
 
 void Context::set_reduce(const std::vector<size_t>& group, TensorCtx::Reduce mode) {
@@ -222,6 +226,51 @@ void Context::decide_reductions(int64_t max_bytes) {
   if (!any) {
     pre_reduce = false;
     scratch_reserve = 0;
+  }
+}
+
+void Context::decide_device_cross(int64_t max_bytes) {
+  const PlanOptions& o = input.options;
+  const int forced = choice_override().device_cross;
+  if (!o.relays || forced == 0) return;
+  const PlanOptions staging = staging_options();
+  // Like tensors: the cross gate's key (layouts, shape, element size).
+  using Key = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t>;
+  std::map<Key, std::vector<size_t>> by_key;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorCtx& t = tensors[i];
+    if (t.S == 1 && t.T == 1 && t.st->num_hosts >= 2)
+      by_key[Key(t.sg, t.dg, t.spec->shape, t.esize)].push_back(i);
+  }
+  if (by_key.empty()) return;
+  Enumerator en(staging, pre_reduce, relay_split);
+  std::vector<std::vector<size_t>> groups;
+  for (auto& [k, g] : by_key)
+    if (en.device_crosses(tensors[g.front()])) groups.push_back(std::move(g));
+  if (groups.empty()) return;
+  groups = in_order(std::move(groups));
+  auto set = [&](const std::vector<size_t>& g, bool on) {
+    for (size_t i : g) tensors[i].device_cross = on;
+  };
+  auto estimate = [&] {
+    PlanStats st;
+    compute_stats(*this, st, staging, true, nullptr, max_bytes);
+    return st.cost_seconds;
+  };
+  // Each group crosses by the device rule only where the estimate drops:
+  // a plan never comes out slower by it than without the rule.
+  if (forced == 1) {
+    for (const std::vector<size_t>& g : groups) set(g, true);
+    return;
+  }
+  double least = estimate();
+  for (const std::vector<size_t>& g : groups) {
+    set(g, true);
+    const double cost = estimate();
+    if (cost < least)
+      least = cost;
+    else
+      set(g, false);
   }
 }
 

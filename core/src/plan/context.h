@@ -59,6 +59,16 @@ struct Context {
   // single-hop plan. A pure function of the input: every process decides
   // alike.
   void decide_reductions(int64_t max_bytes);
+  // With relays on, sets TensorCtx::device_cross (after decide_reductions):
+  // groups of like tensors (same layouts, shape and dtype; one group for all
+  // past 16) whose cells would cross by the device rule alone
+  // (Enumerator::device_crosses) take it in turn where that lowers the whole
+  // plan's α–β estimate (PlanStats::cost_seconds). Single-hop into no more
+  // hosts than the source spans keeps every host NIC at its bound but can
+  // load a holder device R times over (a trainer on 2 hosts feeding 2
+  // inference replicas: 2x); the relay halves it at the cost of a stage,
+  // which the estimate weighs. A pure function of the input.
+  void decide_device_cross(int64_t max_bytes);
   PlanOptions staging_options() const;
 
   explicit Context(const PlanInput& in) : input(in) {}

@@ -57,6 +57,12 @@ struct TensorCtx {
   // same devices travel in the same messages, so the α a relay adds is
   // shared by them all (CrossLayout's chunked sequence; Context::build).
   double share = 1;
+  // Groups on no more receiving hosts than the source spans also cross,
+  // laid out for devices, where single-hop would load a source *device*
+  // above kCrossGain times what a receiving device takes in
+  // (CrossLayout::for_devices): set per group of like tensors where that
+  // lowers the whole plan's α–β estimate (Context::decide_device_cross).
+  bool device_cross = false;
 };
 
 // What the enumeration reports for every piece.
@@ -272,24 +278,39 @@ struct CellShares {
 
 // The `direct` fractions minimising the busiest of the hosts' sends (see
 // CellShares): w = (host, volume held) sorted by host, R receiving hosts.
+// With `devices` (per entry of w, the holder devices of that host) and
+// `recv_devices` (the devices of each receiving host), the busiest
+// *device's* send instead, each host's sends spread over its devices, and
+// no host sending above V (CrossLayout::for_devices).
 inline void water_fill(const std::vector<std::pair<int32_t, double>>& w, size_t R,
-                       std::vector<std::pair<int32_t, double>>& direct) {
+                       std::vector<std::pair<int32_t, double>>& direct,
+                       const std::vector<double>* devices = nullptr, double recv_devices = 1) {
   direct.clear();
+  // Per entry: what one of its devices holds.
+  auto per = [&](size_t i) { return devices ? w[i].second / (*devices)[i] : w[i].second; };
   double V = 0, top = 0;
-  for (const auto& [h, v] : w) {
-    V += v;
-    top = std::max(top, v);
+  for (size_t i = 0; i < w.size(); ++i) {
+    V += w[i].second;
+    top = std::max(top, per(i));
   }
   if (R < 2 || V <= 0) return;
   const double r1 = static_cast<double>(R - 1);
-  auto frac = [&](double tau, double v) { return std::clamp((tau / v - 1) / r1, 0.0, 1.0); };
+  // Balancing devices, no host sends above V, what each receiving host
+  // takes in (so the busiest NIC stays at its bound): w ((R - 1) d + 1) <= V.
+  auto cap = [&](size_t i) {
+    return devices ? std::clamp((V / w[i].second - 1) / r1, 0.0, 1.0) : 1.0;
+  };
+  auto frac = [&](double tau, size_t i) {
+    return std::min(std::clamp((tau / per(i) - 1) / r1, 0.0, 1.0), cap(i));
+  };
   auto receivers = [&](double tau) {
     double sent = 0;
-    for (const auto& [h, v] : w) sent += v * frac(tau, v);
-    return r1 / static_cast<double>(R) * (V - sent);
+    for (size_t i = 0; i < w.size(); ++i)
+      if (w[i].second > 0) sent += w[i].second * frac(tau, i);
+    return r1 / static_cast<double>(R) * (V - sent) / recv_devices;
   };
-  // The busiest holder host sends at least its volume; above that, raising
-  // the target lowers what the receiving hosts forward.
+  // The busiest holder host (device) sends at least its volume; above that,
+  // raising the target lowers what the receiving hosts forward.
   double lo = top, hi = top * static_cast<double>(R);
   if (receivers(lo) > lo) {
     for (int i = 0; i < 64; ++i) {
@@ -298,7 +319,8 @@ inline void water_fill(const std::vector<std::pair<int32_t, double>>& w, size_t 
     }
     lo = hi;
   }
-  for (const auto& [h, v] : w) direct.emplace_back(h, v > 0 ? frac(lo, v) : 0.0);
+  for (size_t i = 0; i < w.size(); ++i)
+    direct.emplace_back(w[i].first, w[i].second > 0 ? frac(lo, i) : 0.0);
 }
 
 // Appends the boxes covering elements [s, e) of `B` in row-major order (at
@@ -422,6 +444,12 @@ struct CrossLayout {
   // already loads the busiest NIC within kCrossGain of what each receiving
   // host takes in anyway (cross_gate): the group goes single-hop.
   bool crosses = true;
+  // Laid out by the device rule (TensorCtx::device_cross): single-hop
+  // would load a holder device above kCrossGain times the largest cell of
+  // the group; the group crosses (whatever the host rule says) with every
+  // region cut into a run per receiving host and the direct parts
+  // water-filled over devices.
+  bool for_devices = false;
   bool small_cross = true;  // false: the chunked sequence goes single-hop (α–β)
   int64_t Ns = 0, ms = 0;   // the chunked sequence: elements, chunks
   int64_t N = 0, m = 0, R = 0;
@@ -487,6 +515,9 @@ class RelayMerger {
 struct ChoiceOverride {
   int one_part = 0;  // 1: cells below two parts always take one part; 0: the model's choice
   int fanout = -1;   // >= 0: the gather's fan-out wherever parts are fewer than the hosts
+  // 0: no group crosses by the device rule; 1: every group it changes does
+  // (TensorCtx::device_cross); -1: the estimate's choice.
+  int device_cross = -1;
 };
 inline ChoiceOverride& choice_override() {
   static ChoiceOverride o;
@@ -764,6 +795,15 @@ class Enumerator {
   // the source and crosses by cross_gate (the statistics' fast path applies
   // to no such tensor).
   bool crosses_few(const TensorCtx& t);
+  // Whether some cell of the tensor spanning at least 2 and no more hosts
+  // than the source is laid out by the device rule with
+  // TensorCtx::device_cross on (CrossLayout::for_devices; its plan then
+  // differs: Context::decide_device_cross tries those groups).
+  bool device_crosses(const TensorCtx& t);
+  // Whether f(cell, cell_begin, cell_end) holds for some non-empty cell of
+  // the tensor on at least 2 and no more hosts than the source spans.
+  template <class F>
+  bool any_few_cell(const TensorCtx& t, F&& f);
   // Pieces of entry `e` for `region` along its route, to f. The global
   // statistics mirror it, assign (one summand) and recv's relay merging for
   // whole cells (core/src/plan/stats.cc, enum_cell): a change here needs the
@@ -873,8 +913,8 @@ class Enumerator {
   std::map<GeoKey, UniformShares> uniform_shares_;
   std::unique_ptr<Enumerator> share_en_;  // covers inside a cover
   // cross_layout(): per (geometries and shape, element size, cell or
-  // SIZE_MAX for a uniform group).
-  std::map<std::tuple<GeoKey, int64_t, size_t>, CrossLayout> layouts_;
+  // SIZE_MAX for a uniform group, TensorCtx::device_cross).
+  std::map<std::tuple<GeoKey, int64_t, size_t, bool>, CrossLayout> layouts_;
   std::vector<Emitted> pre_;                  // reduce_part()
   const TensorSpec* reach_tensor_ = nullptr;  // reach()
   std::unordered_map<uint32_t, int64_t> reach_;
@@ -897,6 +937,7 @@ class Enumerator {
   const TensorSpec* gate_spec_ = nullptr;
   const Geometry* gate_geo_ = nullptr;
   size_t gate_cell_ = 0;
+  bool gate_device_ = false;
   bool gate_ = false;
   std::vector<std::pair<int32_t, double>> volumes_;
   std::vector<int32_t> region_hosts_;
@@ -1905,7 +1946,8 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   const CellShares& cs = cell_shares(t, c, cell_begin, cell_end);
   const GeoKey gk = geo_key(t);
   const bool uniform = uniform_shares_[gk].uniform;
-  auto [it, fresh] = layouts_.try_emplace(std::make_tuple(gk, t.esize, uniform ? SIZE_MAX : c));
+  auto [it, fresh] =
+      layouts_.try_emplace(std::make_tuple(gk, t.esize, uniform ? SIZE_MAX : c, t.device_cross));
   CrossLayout& L = it->second;
   if (!fresh) return L;
   if (!cs.disjoint) return L;
@@ -1922,15 +1964,18 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   std::vector<int32_t> hosts;
   std::vector<std::pair<int32_t, int64_t>> devices;  // (holder host, device)
   uint32_t most_members = 0;
+  double largest = 0;  // the largest cell: the most a receiving device takes in
   // Pass 0 only: (holder host, the most elements it may send each receiving
-  // host in a single-hop plan).
+  // host in a single-hop plan), and the same per holder device.
   std::vector<std::pair<int32_t, double>>* single = nullptr;
+  std::vector<std::pair<int64_t, double>> single_devices;
   auto walk = [&](auto&& f) {
     for (size_t k = uniform ? 0 : c; k < (uniform ? cells : c + 1); ++k) {
       if (dg.cell_offsets[k] == dg.cell_offsets[k + 1]) continue;
       const Box B = cell_box(t, k);
       if (B.empty()) continue;
       most_members = std::max(most_members, ch_->max_members[k]);
+      largest = std::max(largest, static_cast<double>(B.volume()));
       share_en_->cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
         hosts.clear();
         for (size_t i = 0; i < n; ++i) hosts.push_back(t.st->host[h[i]]);
@@ -1938,7 +1983,12 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
         hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
         const auto k_hosts = static_cast<int64_t>(hosts.size());
         if (k_hosts == 0) return;
-        const bool small = (region.volume() / k_hosts) * t.esize < L.R * options_.split_min_bytes;
+        // Crossing by the device rule, every region is cut into a run per
+        // receiving host (each destination device then forwards its cell's
+        // share once per other host; the chunked sequence hands whole cells
+        // to one host, whose device forwards all of its cell).
+        const bool small = !L.for_devices &&
+                           (region.volume() / k_hosts) * t.esize < L.R * options_.split_min_bytes;
         for (size_t i = 0; i < n; ++i) devices.emplace_back(t.st->host[h[i]], t.sg->devices[h[i]]);
         if (single) {
           // Single-hop (assign, split): a region of at least split_min_bytes
@@ -1960,6 +2010,8 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
             for (size_t i = 0; i < n; ++i) on += t.st->host[h[i]] == host ? per : 0.0;
             single->emplace_back(host, std::min(on, vol));
           }
+          for (size_t i = 0; i < n; ++i)
+            single_devices.emplace_back(t.sg->devices[h[i]], std::min(per, vol));
         }
         f(k, region, hosts, small);
       });
@@ -1982,7 +2034,21 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
     merge_volumes();
     double most = 0;
     for (const auto& [h, v] : volumes_) most = std::max(most, v);
-    L.crosses = static_cast<double>(L.R) * most > kCrossGain * V;
+    const bool by_host = static_cast<double>(L.R) * most > kCrossGain * V;
+    // The same per device: the busiest holder device against what each
+    // receiving device takes in (TensorCtx::device_cross).
+    bool by_device = false;
+    std::sort(single_devices.begin(), single_devices.end());
+    for (size_t i = 0; i < single_devices.size() && !by_device;) {
+      double v = 0;
+      size_t j = i;
+      for (; j < single_devices.size() && single_devices[j].first == single_devices[i].first; ++j)
+        v += single_devices[j].second;
+      by_device = static_cast<double>(L.R) * v > kCrossGain * largest;
+      i = j;
+    }
+    L.for_devices = by_device && t.device_cross;
+    L.crosses = by_host || L.for_devices;
     if (!L.crosses) return L;
   }
   std::map<std::vector<int32_t>, std::vector<int64_t>> cum;
@@ -2014,7 +2080,27 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   });
   merge_volumes();
   std::vector<std::pair<int32_t, double>> frac;
-  water_fill(volumes_, static_cast<size_t>(L.R), frac);
+  if (L.for_devices) {
+    // Crossing by the device rule: the devices' sends balanced, each host's
+    // spread over its holder devices and each receiving host's forwarding
+    // over its entries (every region enters every receiving host, above).
+    std::sort(devices.begin(), devices.end());
+    devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+    std::vector<double> per_host;
+    for (const std::pair<int32_t, double>& hv : volumes_) {
+      const int32_t h = hv.first;
+      per_host.push_back(static_cast<double>(std::max<ptrdiff_t>(
+          1, std::count_if(devices.begin(), devices.end(),
+                           [h](const std::pair<int32_t, int64_t>& x) { return x.first == h; }))));
+    }
+    double entries = 0;
+    for (size_t k = uniform ? 0 : c; k < (uniform ? cells : c + 1); ++k)
+      entries += static_cast<double>(dg.cell_offsets[k + 1] - dg.cell_offsets[k]);
+    water_fill(volumes_, static_cast<size_t>(L.R), frac, &per_host,
+               std::max(1.0, entries / static_cast<double>(L.R)));
+  } else {
+    water_fill(volumes_, static_cast<size_t>(L.R), frac);
+  }
   // Per holder host: (host, elements it sends direct, position in its
   // shares, elements), then per sequence (big, small) its elements and
   // direct elements.
@@ -2152,7 +2238,8 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
 
 inline bool Enumerator::cross_gate(const TensorCtx& t, size_t c, size_t cell_begin,
                                    size_t cell_end) {
-  if (gate_spec_ == t.spec && gate_geo_ == t.dg && (gate_cell_ == SIZE_MAX || gate_cell_ == c))
+  if (gate_spec_ == t.spec && gate_geo_ == t.dg && gate_device_ == t.device_cross &&
+      (gate_cell_ == SIZE_MAX || gate_cell_ == c))
     return gate_;
   // Per (geometries, element size, shape, cell): tensors of one shape and
   // layouts share the answer (1,137 tensors of 405B, a few shapes).
@@ -2160,6 +2247,7 @@ inline bool Enumerator::cross_gate(const TensorCtx& t, size_t c, size_t cell_beg
                     reinterpret_cast<intptr_t>(t.st), reinterpret_cast<intptr_t>(t.dt),
                     static_cast<intptr_t>(t.esize), static_cast<intptr_t>(c)});
   for (int64_t x : t.src->shape()) gate_key_.push_back(static_cast<intptr_t>(x));
+  gate_key_.push_back(t.device_cross);
   auto it = gates_.find(gate_key_);
   if (it == gates_.end() && !gate_may_cross(t, c, cell_begin, cell_end)) {
     // Every cell on the same hosts answers the same (its group is them all,
@@ -2185,6 +2273,7 @@ inline bool Enumerator::cross_gate(const TensorCtx& t, size_t c, size_t cell_beg
   }
   gate_spec_ = t.spec;
   gate_geo_ = t.dg;
+  gate_device_ = t.device_cross;
   gate_cell_ = it->second.first ? SIZE_MAX : c;
   gate_ = it->second.second;
   return gate_;
@@ -2208,23 +2297,26 @@ inline bool Enumerator::gate_may_cross(const TensorCtx& t, size_t c, size_t cell
   // region at most once per host holding it).
   volumes_.clear();
   share_boxes_.clear();
-  double V = 0;
+  double V = 0, largest = 0;  // largest: the most a receiving device takes in
   for (size_t k = k0; k < k1; ++k) {
     if (dg.cell_offsets[k] == dg.cell_offsets[k + 1]) continue;
     const Box B = cell_box(t, k);
     if (B.empty()) continue;
     V += static_cast<double>(B.volume());
+    largest = std::max(largest, static_cast<double>(B.volume()));
     share_boxes_.push_back(B);
   }
   const auto R = static_cast<double>(cell_end - cell_begin);
   if (t.sg->tiled) {
     // Cheaper first: a host holds at most its entries times the largest
-    // source cell (FSDP over many hosts: 8 shards of 1,024 on each).
+    // source cell (FSDP over many hosts: 8 shards of 1,024 on each), a
+    // device one source cell.
     double cell = 1;
     const std::vector<int64_t>& shape = t.src->shape();
     for (int d = 0; d < t.sg->rank; ++d)
       cell *= static_cast<double>(ceil_div(shape[static_cast<size_t>(d)], t.sg->counts[d]));
-    if (R * std::min(V, static_cast<double>(t.st->max_host_entries) * cell) <= kCrossGain * V)
+    if (R * std::min(V, static_cast<double>(t.st->max_host_entries) * cell) <= kCrossGain * V &&
+        !(t.device_cross && R * std::min(V, cell) > kCrossGain * largest))
       return false;
   }
   const size_t entries = t.src->num_entries();
@@ -2234,6 +2326,7 @@ inline bool Enumerator::gate_may_cross(const TensorCtx& t, size_t c, size_t cell
     if (S.empty()) continue;
     double v = 0;
     for (const Box& B : share_boxes_) v += static_cast<double>(intersect(S, B).volume());
+    if (t.device_cross && R * v > kCrossGain * largest) return true;
     if (v > 0) volumes_.emplace_back(t.st->host[e], v);
   }
   merge_volumes();
@@ -2242,16 +2335,29 @@ inline bool Enumerator::gate_may_cross(const TensorCtx& t, size_t c, size_t cell
   return R * most > kCrossGain * V;
 }
 
-inline bool Enumerator::crosses_few(const TensorCtx& t) {
+template <class F>
+inline bool Enumerator::any_few_cell(const TensorCtx& t, F&& f) {
   const CellHosts& ch = cell_hosts(t);
   const size_t cells = ch.cell_offsets.size() - 1;
   for (size_t c = 0; c < cells; ++c) {
     const size_t b = ch.cell_offsets[c], e = ch.cell_offsets[c + 1];
     if (e - b < 2 || e - b > static_cast<size_t>(t.st->num_hosts)) continue;
     if (t.dg->cell_offsets[c] == t.dg->cell_offsets[c + 1] || cell_box(t, c).empty()) continue;
-    if (cross_gate(t, c, b, e)) return true;
+    if (f(c, b, e)) return true;
   }
   return false;
+}
+
+inline bool Enumerator::crosses_few(const TensorCtx& t) {
+  return any_few_cell(t, [&](size_t c, size_t b, size_t e) { return cross_gate(t, c, b, e); });
+}
+
+inline bool Enumerator::device_crosses(const TensorCtx& t) {
+  TensorCtx on = t;
+  on.device_cross = true;
+  return any_few_cell(t, [&](size_t c, size_t b, size_t e) {
+    return cross_gate(on, c, b, e) && cross_layout(on, c, b, e).for_devices;
+  });
 }
 
 inline int Enumerator::layout_parts(const TensorCtx& t, size_t c, const Box& region, Route& r) {

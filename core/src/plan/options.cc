@@ -35,6 +35,9 @@ void validate(const PlanOptions& o, const std::string& prefix, ErrorCode code) {
   finite(o.intra_host_bytes_per_second, "intra_host_bytes_per_second", true);
   finite(o.inter_host_bytes_per_second, "inter_host_bytes_per_second", true);
   non_negative(o.staging_budget_bytes, "staging_budget_bytes");
+  if (o.nics_per_host < 0 || o.nics_per_host > (1 << 20))
+    fail(code, prefix + "nics_per_host",
+         "must be in [0, 1048576] (0: one NIC per device), got " + std::to_string(o.nics_per_host));
 }
 
 }  // namespace reshard

@@ -81,8 +81,12 @@ namespace {
 // host (each at least cross_min_bytes), each led by a different entry,
 // unless a staging budget cannot stage the peers that adds; the chunked
 // sequence of small regions counts the bytes of every tensor with the same
-// layouts, whose chunks share its messages).
-constexpr uint64_t kPlannerVersion = 17;
+// layouts, whose chunks share its messages; 18: relays across hosts also
+// for groups of like tensors whose single-hop plan loads a holder device
+// above kCrossGain times what a receiving device takes in, where that
+// lowers the whole plan's α–β estimate, which models the hosts' NICs,
+// PlanOptions::nics_per_host).
+constexpr uint64_t kPlannerVersion = 18;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -151,6 +155,7 @@ uint64_t fingerprint_of(const PlanInput& in) {
   h.i64(o.staging_budget_bytes);
   h.u64(o.relays ? 1 : 0);
   h.u64(o.reduce_scatter ? 1 : 0);
+  h.i64(o.nics_per_host);
   return h.value();
 }
 
@@ -833,6 +838,7 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   ctx.build();
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
+  ctx.decide_device_cross(limit);
   PlanStats own;
   PlanStats& st = stats ? *stats : own;
   st = PlanStats{};
@@ -857,6 +863,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   ctx.build();
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
+  ctx.decide_device_cross(limit);
   Plan plan;
   Plan::Builder::tensors(plan) = input.tensors;
   Plan::Builder::topology(plan) = input.topology;

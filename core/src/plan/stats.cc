@@ -23,13 +23,14 @@ namespace {
 
 // The plan-independent bounds of `lb` into `st`, and the α–β cost bound
 // with the term that gives it. Under the cost model a device moves bytes at
-// the faster of its two links at best, and a host's NICs (one per device,
-// options.inter_host_bytes_per_second each) carry what it takes in or sends
-// out; the all-devices and all-hosts averages never exceed these maxima, so
-// they bound bytes but never bind the cost.
+// the faster of its intra-host port and its NIC group at best, and a host's
+// NICs (options.nics_per_host, 0: one per device; each at
+// options.inter_host_bytes_per_second) carry what it takes in or sends out;
+// the all-devices and all-hosts averages never exceed these maxima, so they
+// bound bytes but never bind the cost.
 void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, PlanStats& st) {
   const double a = o.alpha_seconds, bi = 1.0 / o.intra_host_bytes_per_second,
-               bx = 1.0 / o.inter_host_bytes_per_second, bmin = std::min(bi, bx);
+               bx = 1.0 / o.inter_host_bytes_per_second;
   const size_t ndev = ctx.devices.size();
   int64_t total = 0;
   st.lower_bound_cost_seconds = 0;
@@ -44,6 +45,7 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
   };
   for (size_t d = 0; d < ndev; ++d) {
     const int64_t miss = lb.missing[d], forced = lb.forced[d];
+    const double bmin = std::min(bi, bx / lb.group_nics[lb.group_of_device[d]]);
     total += miss;
     st.lower_bound_max_recv_bytes = std::max(st.lower_bound_max_recv_bytes, miss);
     st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes, forced);
@@ -67,7 +69,8 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
     st.lower_bound_max_host_recv_bytes =
         std::max(st.lower_bound_max_host_recv_bytes, lb.ingress[h]);
     st.lower_bound_max_host_send_bytes = std::max(st.lower_bound_max_host_send_bytes, lb.egress[h]);
-    const double nics = static_cast<double>(lb.host_devices[h]);
+    const double nics = static_cast<double>(o.nics_per_host != 0 ? o.nics_per_host
+                                                                  : lb.host_devices[h]);
     if (lb.ingress[h] > 0)
       consider(a + bx * static_cast<double>(lb.ingress[h]) / nics, BoundKind::kHostRecv,
                lb.hosts[h]);
@@ -1009,20 +1012,34 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     host_recv[lb.host_of_device[d]] += x.recv_inter;
     if (!budgeted) st.peak_staging_bytes = std::max(st.peak_staging_bytes, x.send + x.recv);
   }
-  // The α–β estimate: each stage takes its busiest device's time, and the
-  // stages run one after the other.
+  // The α–β estimate: each stage takes its busiest device's or NIC group's
+  // time, and the stages run one after the other. A device moves its
+  // cross-host bytes over its whole NIC group (Bounds::group_nics; one NIC
+  // per device by default), and the group carries all its devices' bytes.
   st.cost_seconds = 0;
+  std::vector<int64_t> group_send(lb.group_nics.size()), group_recv(lb.group_nics.size());
   for (int s = 0; s < nstages; ++s) {
     double busiest = 0;
+    std::fill(group_send.begin(), group_send.end(), 0);
+    std::fill(group_recv.begin(), group_recv.end(), 0);
     for (size_t d = 0; d < ndev; ++d) {
       const Acc& x = stage_acc[s][d];
+      const uint32_t g = lb.group_of_device[d];
+      const double bxg = bx / lb.group_nics[g];
       const double send_t = a * static_cast<double>(stage_send_msgs[s][d]) +
                             bi * static_cast<double>(x.send - x.send_inter) +
-                            bx * static_cast<double>(x.send_inter);
+                            bxg * static_cast<double>(x.send_inter);
       const double recv_t = a * static_cast<double>(stage_recv_msgs[s][d]) +
                             bi * static_cast<double>(x.recv - x.recv_inter) +
-                            bx * static_cast<double>(x.recv_inter);
+                            bxg * static_cast<double>(x.recv_inter);
       busiest = std::max({busiest, send_t, recv_t});
+      group_send[g] += x.send_inter;
+      group_recv[g] += x.recv_inter;
+    }
+    for (size_t g = 0; g < lb.group_nics.size(); ++g) {
+      const int64_t bytes = std::max(group_send[g], group_recv[g]);
+      if (bytes > 0)
+        busiest = std::max(busiest, a + bx / lb.group_nics[g] * static_cast<double>(bytes));
     }
     st.cost_seconds += busiest;
   }

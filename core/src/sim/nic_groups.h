@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "util/nic_groups.h"
+
 namespace reshard::sim {
 
 // Per host: its devices, sorted (a device's position picks its NIC group).
@@ -26,18 +28,11 @@ struct HostMap {
     const auto m = static_cast<int64_t>(devices.at(host).size());
     return std::min<int64_t>(nics == 0 ? m : nics, m);
   }
-  // (group, NICs in the group) of `device` on `host`: device i of m uses
-  // group i·G/m; NIC k of n is in group k·G/n.
+  // (group, NICs in the group) of `device` on `host` (reshard::nic_group).
   std::pair<int32_t, int32_t> nic_group(int32_t host, int64_t device, int32_t nics) const {
     const std::vector<int64_t>& v = devices.at(host);
-    const auto m = static_cast<int64_t>(v.size());
-    const int64_t n = nics == 0 ? m : nics;
-    const int64_t g = std::min(n, m);
     const int64_t i = std::lower_bound(v.begin(), v.end(), device) - v.begin();
-    const int64_t group = i * g / m;
-    // The k with k·g/n == group: from ceil(group·n/g) to ceil((group+1)·n/g).
-    const int64_t first = (group * n + g - 1) / g, last = ((group + 1) * n + g - 1) / g;
-    return {static_cast<int32_t>(group), static_cast<int32_t>(last - first)};
+    return reshard::nic_group(i, static_cast<int64_t>(v.size()), nics);
   }
 };
 

@@ -561,7 +561,8 @@ PlanOptions parse_options(const json& j, const std::string& path) {
   as_object(j, path);
   check_keys(j, path,
              {"split_min_bytes", "alpha_seconds", "intra_host_bytes_per_second",
-              "inter_host_bytes_per_second", "staging_budget_bytes", "relays", "reduce_scatter"});
+              "inter_host_bytes_per_second", "staging_budget_bytes", "relays", "reduce_scatter",
+              "nics_per_host"});
   PlanOptions o;
   // Types here; values by the one rule for options (validate below).
   auto integer = [&](const char* key, int64_t& out) {
@@ -583,6 +584,12 @@ PlanOptions parse_options(const json& j, const std::string& path) {
   };
   flag("relays", o.relays);
   flag("reduce_scatter", o.reduce_scatter);
+  int64_t nics = 0;
+  integer("nics_per_host", nics);
+  if (nics < 0 || nics > (1 << 20))
+    bad(child(path, "nics_per_host"),
+        "must be in [0, 1048576] (0: one NIC per device), got " + std::to_string(nics));
+  o.nics_per_host = static_cast<int32_t>(nics);
   validate(o, path + ".");
   return o;
 }

@@ -199,6 +199,7 @@ class Decoder {
     out.staging_budget_bytes = o->staging_budget_bytes();
     out.relays = o->relays();
     out.reduce_scatter = o->reduce_scatter();
+    out.nics_per_host = o->nics_per_host();
     validate(out, "options.", ErrorCode::kCorrupt);
     return out;
   }

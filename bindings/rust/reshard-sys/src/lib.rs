@@ -25,7 +25,7 @@ pub const RESHARD_VERSION_NUMBER: u32 =
 /// `RESHARD_ABI_MAJOR`: pass to [`reshard_get_api`].
 pub const RESHARD_ABI_MAJOR: u32 = 1;
 /// `RESHARD_ABI_MINOR` of these declarations.
-pub const RESHARD_ABI_MINOR: u32 = 6;
+pub const RESHARD_ABI_MINOR: u32 = 7;
 /// `RESHARD_MAX_RANK`: the largest tensor rank.
 pub const RESHARD_MAX_RANK: usize = 8;
 
@@ -261,6 +261,10 @@ pub struct reshard_plan_options_t {
     /// Since 1.3: reduce-scatter then gather for partial sources (1, the
     /// default) or every device receiving every summand (0); no other value.
     pub reduce_scatter: i32,
+    /// Since 1.7: NICs per host for the α–β estimate and the choices made
+    /// by it (0, the default: one per device; at most 1048576). Execution
+    /// does not read it.
+    pub nics_per_host: i32,
 }
 
 impl Default for reshard_plan_options_t {
@@ -275,6 +279,7 @@ impl Default for reshard_plan_options_t {
             staging_budget_bytes: 1 << 30,
             relays: 1,
             reduce_scatter: 1,
+            nics_per_host: 0,
         }
     }
 }

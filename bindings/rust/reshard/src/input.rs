@@ -36,6 +36,10 @@ pub struct PlanOptions {
     /// every summand (stage 0) and forwarded reduced to the others (stage 1).
     /// False: every device receives every summand it lacks.
     pub reduce_scatter: bool,
+    /// NICs per host for the α–β estimate and the choices made by it (ABI
+    /// 1.7; docs/design.md §2.8). Default 0: one NIC per device. With n > 0
+    /// the host's NICs form min(n, m) groups over its m devices of the plan.
+    pub nics_per_host: i32,
 }
 
 impl Default for PlanOptions {
@@ -49,6 +53,7 @@ impl Default for PlanOptions {
             staging_budget_bytes: d.staging_budget_bytes,
             relays: d.relays != 0,
             reduce_scatter: d.reduce_scatter != 0,
+            nics_per_host: d.nics_per_host,
         }
     }
 }
@@ -149,6 +154,7 @@ impl PlanInput {
             staging_budget_bytes: options.staging_budget_bytes,
             relays: i32::from(options.relays),
             reduce_scatter: i32::from(options.reduce_scatter),
+            nics_per_host: options.nics_per_host,
             ..Default::default()
         };
         // SAFETY: live handle; raw is a complete options struct.
