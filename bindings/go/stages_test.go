@@ -252,3 +252,38 @@ func TestUnknownFeatureBitsAreRejected(t *testing.T) {
 		}
 	}
 }
+
+// The hosts' NICs (C ABI 1.7): one NIC for host 1's four devices makes its
+// NIC carry everything it takes in, so the estimate rises; the bytes stay.
+// The option enters the fingerprint; bad values name the field.
+func TestNicsPerHostShapesTheEstimate(t *testing.T) {
+	if reshard.DefaultPlanOptions().NicsPerHost != 0 {
+		t.Fatal("DefaultPlanOptions().NicsPerHost is not 0")
+	}
+	in := must(reshard.PlanInputFromSpec([]byte(pipelineSpec)))(t)
+	defer in.Close()
+	before := must(in.Fingerprint())(t)
+	stats := func() reshard.PlanStats {
+		p := must(reshard.NewPlan(in))(t)
+		defer p.Close()
+		return must(p.Stats())(t)
+	}
+	perDevice := stats()
+	o := reshard.DefaultPlanOptions()
+	o.NicsPerHost = 1
+	ok(t, in.SetOptions(o))
+	if must(in.Fingerprint())(t) == before {
+		t.Fatal("NicsPerHost did not enter the fingerprint")
+	}
+	one := stats()
+	if one.CostSeconds <= perDevice.CostSeconds || one.LowerBoundCostSeconds <= perDevice.LowerBoundCostSeconds {
+		t.Fatalf("one NIC per host: %+v, one per device: %+v", one, perDevice)
+	}
+	if one.NetworkBytes != perDevice.NetworkBytes {
+		t.Fatalf("network bytes %d, want %d", one.NetworkBytes, perDevice.NetworkBytes)
+	}
+	for _, bad := range []int32{-1, 1<<20 + 1} {
+		o.NicsPerHost = bad
+		expectErr(t, in.SetOptions(o), reshard.InvalidArgument, "options->nics_per_host")
+	}
+}

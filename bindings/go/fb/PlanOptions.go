@@ -117,8 +117,20 @@ func (rcv *PlanOptions) MutateReduceScatter(n bool) bool {
 	return rcv._tab.MutateBoolSlot(16, n)
 }
 
+func (rcv *PlanOptions) NicsPerHost() int32 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(18))
+	if o != 0 {
+		return rcv._tab.GetInt32(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *PlanOptions) MutateNicsPerHost(n int32) bool {
+	return rcv._tab.MutateInt32Slot(18, n)
+}
+
 func PlanOptionsStart(builder *flatbuffers.Builder) {
-	builder.StartObject(7)
+	builder.StartObject(8)
 }
 func PlanOptionsAddSplitMinBytes(builder *flatbuffers.Builder, splitMinBytes int64) {
 	builder.PrependInt64Slot(0, splitMinBytes, 0)
@@ -140,6 +152,9 @@ func PlanOptionsAddRelays(builder *flatbuffers.Builder, relays bool) {
 }
 func PlanOptionsAddReduceScatter(builder *flatbuffers.Builder, reduceScatter bool) {
 	builder.PrependBoolSlot(6, reduceScatter, false)
+}
+func PlanOptionsAddNicsPerHost(builder *flatbuffers.Builder, nicsPerHost int32) {
+	builder.PrependInt32Slot(7, nicsPerHost, 0)
 }
 func PlanOptionsEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

@@ -193,3 +193,25 @@ fn unknown_feature_bits_are_rejected() {
         assert_eq!(Plan::from_bytes(&bytes).unwrap_err().code(), ErrorCode::Corrupt);
     }
 }
+
+/// The hosts' NICs (ABI 1.7): one NIC for host 1's four devices makes its
+/// NIC carry everything it takes in, so the estimate rises; the bytes stay.
+/// The option enters the fingerprint; bad values name the field.
+#[test]
+fn nics_per_host_shapes_the_estimate() {
+    assert_eq!(PlanOptions::default().nics_per_host, 0);
+    let mut input = PlanInput::from_spec(PIPELINE_SPEC).unwrap();
+    let before = input.fingerprint().unwrap();
+    let per_device = Plan::new(&input).unwrap().stats().unwrap();
+    input.set_options(&PlanOptions { nics_per_host: 1, ..Default::default() }).unwrap();
+    assert_ne!(input.fingerprint().unwrap(), before);
+    let one = Plan::new(&input).unwrap().stats().unwrap();
+    assert!(one.cost_seconds > per_device.cost_seconds, "{one:?} {per_device:?}");
+    assert!(one.lower_bound_cost_seconds > per_device.lower_bound_cost_seconds);
+    assert_eq!(one.network_bytes, per_device.network_bytes);
+    for bad in [-1, (1 << 20) + 1] {
+        let e = input.set_options(&PlanOptions { nics_per_host: bad, ..Default::default() }).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
+        assert!(e.message().contains("options->nics_per_host"), "{e}");
+    }
+}
