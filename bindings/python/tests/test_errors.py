@@ -33,6 +33,24 @@ def test_error_classes_carry_code_and_message():
         reshard.plan(42)
 
 
+def test_nics_per_host_passes_through_the_spec():
+    # Spec options reach the planner unchanged: the NIC count (C ABI 1.7)
+    # changes the estimate, not the bytes; a bad value names its field.
+    def stats(**options):
+        s = json.loads(json.dumps(DLOPEN_SPEC))
+        s["meshes"]["train"]["hosts"] = [0] * 8
+        s["meshes"]["infer"]["hosts"] = [1, 1]
+        s.setdefault("options", {}).update(options)
+        return reshard.plan(s).stats()
+    base, one = stats(), stats(nics_per_host=1)
+    assert one["network_bytes"] == base["network_bytes"]
+    assert one["cost_seconds"] > base["cost_seconds"]
+    assert one["lower_bound_cost_seconds"] > base["lower_bound_cost_seconds"]
+    with pytest.raises(reshard.InvalidArgumentError) as e:
+        stats(nics_per_host=-1)
+    assert e.value.message.startswith("options.nics_per_host: must be in [0, 1048576]")
+
+
 def test_resource_exhausted_with_estimate():
     with pytest.raises(reshard.ResourceExhaustedError) as e:
         reshard.plan(DLOPEN_SPEC, max_plan_bytes=1)
