@@ -222,7 +222,12 @@ class CaseGen {
     const int64_t split = uni(0, 2);
     in.options.split_min_bytes = split == 0 ? 0 : split == 1 ? 64 : (1 << 20);
     const int64_t budgets[] = {0, 3000, 20000, int64_t{1} << 30};
-    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    const int64_t budget = uni(0, 3);
+    in.options.staging_budget_bytes = budgets[budget];
+    // The cost model's NICs per host (0: one per device) from the draws
+    // above, so the cases before this option was added stay the same.
+    const int32_t nics[] = {0, 0, 1, 2, 8};
+    in.options.nics_per_host = nics[(split * 4 + budget) % 5];
     return in;
   }
 

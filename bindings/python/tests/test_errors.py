@@ -40,8 +40,9 @@ def test_nics_per_host_passes_through_the_spec():
         s = json.loads(json.dumps(DLOPEN_SPEC))
         s["meshes"]["train"]["hosts"] = [0] * 8
         s["meshes"]["infer"]["hosts"] = [1, 1]
+        s["tensors"][0]["shape"] = [600, 1000]  # planned, not executed
         s.setdefault("options", {}).update(options)
-        return reshard.plan(s).stats()
+        return reshard.plan(s).stats
     base, one = stats(), stats(nics_per_host=1)
     assert one["network_bytes"] == base["network_bytes"]
     assert one["cost_seconds"] > base["cost_seconds"]
