@@ -16,7 +16,9 @@
 #      benchmark;
 #   5. runs the GPU tests: ctest -L gpu (kernels against the host box-copy
 #      core for every dtype and op, the cuda local transport against
-#      execute_host on random plans, the nccl transport on one GPU, the
+#      execute_host on random plans and on staged ones (relays, trees,
+#      scratch; the MPI specs in one process), the nccl transport on one GPU
+#      (staged plans through the engine too), the
 #      backend loader, the CPU emulation of the kernels);
 #   6. runs bench_gpu_kernel_bandwidth: pack/unpack/reduce GB/s of strided
 #      boxes as a ratio to cudaMemcpy device-to-device of the same bytes;
@@ -126,11 +128,15 @@ FAILED=$(grep -oE "[0-9]+ tests failed" <<<"$SUMMARY" | grep -oE "^[0-9]+" ||
 SKIPPED_LIST=$(grep -E "^\s+[0-9]+ - .*\(Skipped\)" "$LOG_DIR/ctest.log" | sed -E 's/^\s+[0-9]+ - ([^ ]+).*/\1/' | sort -u)
 FAILED_LIST=$(sed -n '/The following tests FAILED/,$p' "$LOG_DIR/ctest.log" | grep -E "^\s+[0-9]+ - " | sed -E 's/^\s+[0-9]+ - //')
 VERIFIED=$(grep -hoE "[0-9]+ plans verified, [0-9]+ of them with bf16 partial sums[^)]*\)" "$LOG_DIR/ctest.log" | head -1)
+STAGED=$(grep -hoE "[0-9]+ spec plans and [0-9]+ random plans verified in stages.*" "$LOG_DIR/ctest.log" | head -1)
+STAGED_NCCL=$(grep -hoE "[0-9]+ staged plans verified over nccl.*" "$LOG_DIR/ctest.log" | head -1)
 BACKEND=$(grep -hoE "backend: CUDA runtime.*" "$LOG_DIR/ctest.log" | head -1 | sed 's/^backend: //')
 [[ -n "$FAILED_LIST" ]] && printf 'failed:\n%s\n' "$FAILED_LIST"
 UNEXPECTED_SKIPS=$(grep -vE "TwoGpus" <<<"$SKIPPED_LIST" | sed '/^$/d')
 echo "skipped: ${SKIPPED_LIST:-none}"
 [[ -n "$VERIFIED" ]] && echo "random plans: $VERIFIED"
+[[ -n "$STAGED" ]] && echo "staged plans, cuda local: $STAGED"
+[[ -n "$STAGED_NCCL" ]] && echo "staged plans, nccl: $STAGED_NCCL"
 
 say "kernel bandwidth (bench_gpu_kernel_bandwidth)"
 RESHARD_BACKEND_DIR="$BUILD/lib" "$BUILD/bench/gpu/bench_gpu_kernel_bandwidth" --gib "${BENCH_GIB:-1}" --iters "${BENCH_ITERS:-10}" \
@@ -189,6 +195,8 @@ fi
   echo "- GPU tests (ctest -L gpu): $TOTAL run, $FAILED failed; skipped: $(tr '\n' ' ' <<<"${SKIPPED_LIST:-none}")"
   [[ -n "$FAILED_LIST" ]] && echo "- failed: $(tr '\n' ';' <<<"$FAILED_LIST")"
   [[ -n "$VERIFIED" ]] && echo "- cuda local vs execute_host: $VERIFIED"
+  [[ -n "$STAGED" ]] && echo "- staged plans, cuda local vs execute_host and the oracle: $STAGED"
+  [[ -n "$STAGED_NCCL" ]] && echo "- staged plans through the engine over nccl (one rank), against the oracle: $STAGED_NCCL"
   echo
   echo "Kernel bandwidth (ratio = kernel GB/s / cudaMemcpy D2D GB/s of the same bytes, same run):"
   echo

@@ -4,6 +4,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "reshard/exec.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
+#include "staged_cases.h"
 
 namespace reshard {
 namespace {
@@ -77,8 +80,10 @@ bool has_narrow_partial_sums(const Plan& plan) {
 
 // Runs `plan` on the host and on the GPU(s); the destinations must match
 // byte for byte. False (with a test failure) otherwise.
+// With `oracle`, the host's bytes (so the GPU's) are also checked against
+// the oracle.
 bool matches_host(const Plan& plan, const CudaLocalOptions& options = {},
-                  cudaStream_t sync_stream = nullptr) {
+                  cudaStream_t sync_stream = nullptr, bool oracle = false) {
   OracleBuffers host = fill_sources(plan);
   const std::vector<TensorBuffers> host_views = host.views();
   const OracleBuffers start = host;  // sources and poisoned destinations
@@ -100,6 +105,11 @@ bool matches_host(const Plan& plan, const CudaLocalOptions& options = {},
           << dtype_name(plan.tensors()[t].dtype) << ") dst entry " << e;
       if (::testing::Test::HasFailure()) return false;
     }
+  }
+  if (oracle) {
+    const OracleReport report = check_destinations(plan, host);
+    EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+    if (!report.ok()) return false;
   }
   return true;
 }
@@ -127,6 +137,41 @@ TEST(CudaLocal, RandomPlansMatchExecuteHostByteForByte) {
   std::cout << verified << " plans verified, " << narrow_partial
             << " of them with bf16 partial sums (f32 accumulators on the GPU)\n";
   EXPECT_EQ(verified, 150);
+}
+
+// Invariant (staged plans: relays across hosts, chains and trees of hosts,
+// reduce-scatter then gather, pre-reduction in scratch; the MPI tests'
+// specs and random cases in one process with their hosts kept, with and
+// without a staging budget): the cuda transport runs the stages in order,
+// leaves execute_host's bytes in every destination, and the oracle accepts
+// them.
+TEST(CudaLocal, StagedPlansMatchExecuteHostByteForByte) {
+  RESHARD_REQUIRE_GPU();
+  std::string why;
+  const int gpus = gpu_testing::gpu_count(&why);
+  int specs = 0, random = 0, with_scratch = 0, max_stages = 0;
+  for (const gpu_testing::StagedCase& c : gpu_testing::staged_spec_cases(gpus)) {
+    SCOPED_TRACE(c.name);
+    const Plan plan = make_plan(c.input);
+    ASSERT_GT(plan.stats().stages, 1) << "not a staged plan";
+    ASSERT_TRUE(matches_host(plan, {}, nullptr, true));
+    ++specs;
+    with_scratch += plan.stats().max_scratch_bytes > 0;
+    max_stages = std::max(max_stages, plan.stats().stages);
+  }
+  // About one random case in six is staged with its processes as hosts.
+  for (uint64_t seed = 2000; random < 60 && seed < 4000; ++seed) {
+    const Plan plan = make_plan(gpu_testing::random_staged_input(seed, gpus));
+    if (plan.stats().stages < 2) continue;
+    ASSERT_TRUE(matches_host(plan, {}, nullptr, true)) << "seed " << seed;
+    ++random;
+    with_scratch += plan.stats().max_scratch_bytes > 0;
+  }
+  std::cout << specs << " spec plans and " << random << " random plans verified in stages (up to "
+            << max_stages << "), " << with_scratch << " with scratch\n";
+  EXPECT_GE(specs, 30);
+  EXPECT_EQ(random, 60);
+  EXPECT_GE(with_scratch, 10);
 }
 
 TensorSpec bf16_tensor(int64_t rows, int64_t cols, const std::shared_ptr<Mesh>& src_mesh,

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "reshard/error.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
+#include "staged_cases.h"
 
 #if defined(RESHARD_TEST_NCCL)
 #include <nccl.h>
@@ -93,6 +95,34 @@ TEST(Nccl, OneRankGroupFromAUniqueId) {
   self_send(*t, 3);
 }
 
+// Executes `plan` (every device in process 0) through `engine` on buffers in
+// device memory filled as fill_sources fills host ones; the oracle's report
+// on the destinations downloaded afterwards.
+OracleReport execute_on_gpu(Engine& engine, const Plan& plan) {
+  OracleBuffers host = fill_sources(plan);
+  std::vector<std::vector<DeviceBuffer>> src(plan.tensors().size());
+  std::vector<std::vector<DeviceBuffer>> dst(plan.tensors().size());
+  std::vector<TensorBuffers> views(plan.tensors().size());
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    for (const auto& b : host.src[t]) {
+      src[t].emplace_back(static_cast<int64_t>(b.size()), 0);
+      src[t].back().upload(b.data());
+      views[t].src.push_back({src[t].back().data(), src[t].back().bytes()});
+    }
+    for (const auto& b : host.dst[t]) {
+      dst[t].emplace_back(static_cast<int64_t>(b.size()), 0);
+      dst[t].back().upload(b.data());
+      views[t].dst.push_back({dst[t].back().data(), dst[t].back().bytes()});
+    }
+  }
+  const ExecuteStats stats = engine.execute(plan, 0, views);
+  EXPECT_TRUE(stats.agreed);
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    for (size_t e = 0; e < dst[t].size(); ++e) host.dst[t][e] = dst[t][e].download();
+  }
+  return check_destinations(plan, host);
+}
+
 // Invariant: the engine executes a whole plan over the nccl transport (the
 // agreement over NCCL, staging in device memory, the fused kernels), and
 // every destination element is right.
@@ -123,31 +153,35 @@ TEST(Nccl, EngineExecutesAPlanOnOneGpu) {
     in.tensors.push_back(t);
   }
   const Plan plan = make_plan(in);
-  OracleBuffers host = fill_sources(plan);
-  std::vector<std::vector<DeviceBuffer>> src(plan.tensors().size());
-  std::vector<std::vector<DeviceBuffer>> dst(plan.tensors().size());
-  std::vector<TensorBuffers> views(plan.tensors().size());
-  for (size_t t = 0; t < plan.tensors().size(); ++t) {
-    for (const auto& b : host.src[t]) {
-      src[t].emplace_back(static_cast<int64_t>(b.size()), 0);
-      src[t].back().upload(b.data());
-      views[t].src.push_back({src[t].back().data(), src[t].back().bytes()});
-    }
-    for (const auto& b : host.dst[t]) {
-      dst[t].emplace_back(static_cast<int64_t>(b.size()), 0);
-      dst[t].back().upload(b.data());
-      views[t].dst.push_back({dst[t].back().data(), dst[t].back().bytes()});
-    }
-  }
   Engine engine(make_nccl_transport(one_rank()));
-  const ExecuteStats stats = engine.execute(plan, 0, views);
-  EXPECT_TRUE(stats.agreed);
-  for (size_t t = 0; t < plan.tensors().size(); ++t) {
-    for (size_t e = 0; e < dst[t].size(); ++e) host.dst[t][e] = dst[t][e].download();
-  }
-  const OracleReport report = check_destinations(plan, host);
+  const OracleReport report = execute_on_gpu(engine, plan);
   EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
   EXPECT_GT(report.elements, 0);
+}
+
+// Invariant: staged plans (relays across hosts, chains and trees of hosts,
+// reduce-scatter then gather, pre-reduction in scratch; the MPI tests'
+// specs in one process, unbudgeted and under a budget) run stage after
+// stage through one engine over the nccl transport, and every destination
+// element is right. One engine for all: its schedule cache and staging
+// serve plan after plan.
+TEST(Nccl, EngineExecutesStagedPlansOnOneGpu) {
+  RESHARD_REQUIRE_NCCL();
+  Engine engine(make_nccl_transport(one_rank()));
+  int plans = 0, with_scratch = 0;
+  for (const gpu_testing::StagedCase& c : gpu_testing::staged_spec_cases(1)) {
+    SCOPED_TRACE(c.name);
+    const Plan plan = make_plan(c.input);
+    ASSERT_GT(plan.stats().stages, 1) << "not a staged plan";
+    const OracleReport report = execute_on_gpu(engine, plan);
+    ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches";
+    EXPECT_GT(report.elements, 0);
+    ++plans;
+    with_scratch += plan.stats().max_scratch_bytes > 0;
+  }
+  std::cout << plans << " staged plans verified over nccl, " << with_scratch << " with scratch\n";
+  EXPECT_GE(plans, 30);
+  EXPECT_GE(with_scratch, 8);
 }
 
 // Invariant: a group that never fills up (two NCCL ranks expected, one
