@@ -148,16 +148,69 @@ class ThreadBatch final : public TransferBatch {
   std::vector<std::pair<int32_t, std::shared_ptr<Hub::Slot>>> slots_;
 };
 
+// Runs a transport's copy operations on host memory at once, in order: what
+// one CUDA stream does with a run_copies call (the semantics of the host
+// functions of reshard/box_copy.h with the same names).
+inline void run_copy_ops(std::span<const CopyOp> ops) {
+  for (const CopyOp& op : ops) {
+    const int64_t elem = dtype_size(op.dtype);
+    switch (op.kind) {
+      case CopyOp::Kind::kCopy:
+        copy_box(op.desc, elem, op.src, op.dst);
+        break;
+      case CopyOp::Kind::kReduce: {
+        // A source in staging may be misaligned for its dtype; such a
+        // source is always the dense packed region.
+        const void* src = op.src;
+        std::vector<uint64_t> aligned;
+        if (reinterpret_cast<uintptr_t>(src) % static_cast<uintptr_t>(elem) != 0) {
+          const int64_t n = copy_desc_elements(op.desc);
+          aligned.resize(static_cast<size_t>((n * elem + 7) / 8));
+          std::memcpy(aligned.data(), src, static_cast<size_t>(n * elem));
+          src = aligned.data();
+        }
+        reduce_into(op.desc, op.dtype, op.op, src, op.dst);
+        break;
+      }
+      case CopyOp::Kind::kFillAcc:
+        fill_identity(op.dtype, op.op, op.dst, op.count);
+        break;
+      case CopyOp::Kind::kFillElements:
+        fill_identity_elements(op.dtype, op.op, op.dst, op.count);
+        break;
+      case CopyOp::Kind::kStore:
+        if (op.divisor > 1) {
+          store_mean_from_acc(op.dtype, op.src, op.dst, op.count, op.divisor);
+        } else {
+          store_from_acc(op.dtype, op.src, op.dst, op.count);
+        }
+        break;
+    }
+  }
+}
+
+// `device_path`: the transport says its memory is not the host's and is
+// stream-ordered (as the nccl transport does), so the engine hands it its
+// copies through run_copies, which runs them at once (run_copy_ops).
 class ThreadTransport final : public Transport {
  public:
-  ThreadTransport(Hub& hub, int32_t rank, bool gather) : hub_(hub), rank_(rank), gather_(gather) {}
+  ThreadTransport(Hub& hub, int32_t rank, bool gather, bool device_path = false)
+      : hub_(hub), rank_(rank), gather_(gather), device_path_(device_path) {}
   TransportInfo info() const override {
     TransportInfo i;
     i.name = "threads";
     i.rank = rank_;
     i.size = hub_.size;
     i.gather = gather_;
+    if (device_path_) {
+      i.memory = MemoryKind::kCuda;
+      i.stream_ordered = true;
+    }
     return i;
+  }
+  void run_copies(int64_t, int32_t, std::span<const CopyOp> ops) override {
+    if (!device_path_) Transport::run_copies(0, 0, ops);
+    run_copy_ops(ops);
   }
   std::unique_ptr<StagingBlock> allocate_staging(int64_t, int32_t, int64_t bytes) override {
     return std::make_unique<ThreadBlock>(bytes);
@@ -217,6 +270,7 @@ class ThreadTransport final : public Transport {
   Hub& hub_;
   int32_t rank_;
   bool gather_;
+  bool device_path_;
 };
 
 // Runs `run` for ranks 0 .. hub.size - 1, each on its own thread with an
@@ -225,7 +279,7 @@ class ThreadTransport final : public Transport {
 // the hub's, empty when every rank finished.
 inline std::string run_ranks(Hub& hub, bool gather,
                              const std::function<ExecuteStats(Engine&, int32_t)>& run,
-                             std::vector<ExecuteStats>& stats) {
+                             std::vector<ExecuteStats>& stats, bool device_path = false) {
   const auto n = static_cast<size_t>(hub.size);
   stats.resize(n);
   std::vector<std::string> errors(n);
@@ -233,7 +287,7 @@ inline std::string run_ranks(Hub& hub, bool gather,
   for (int32_t r = 0; r < hub.size; ++r) {
     workers.emplace_back([&, r] {
       try {
-        Engine engine(std::make_unique<ThreadTransport>(hub, r, gather));
+        Engine engine(std::make_unique<ThreadTransport>(hub, r, gather, device_path));
         stats[static_cast<size_t>(r)] = run(engine, r);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(r)] = "rank " + std::to_string(r) + ": " + e.what();

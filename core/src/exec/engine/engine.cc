@@ -742,9 +742,14 @@ bool Run::run_ready_directs() {
     }
     copier_.set_in_flight(!in_flight_.empty());
     run_direct(next_direct_++);
+    // Off the host, a round's copies are queued per device and each device's
+    // queue goes to the transport in one call, in device order: a later
+    // round that reads what this one wrote (a relay's source, a stage's
+    // destination) must not share a flush with it, or a device that sorts
+    // first would read before the writer ran.
+    copier_.flush();
     any = true;
   }
-  if (any) copier_.flush();
   return any;
 }
 

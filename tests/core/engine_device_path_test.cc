@@ -1,0 +1,212 @@
+// The engine's device path (Transport::run_copies, MemoryKind::kCuda) on the
+// CPU: a one-process transport that says its memory is not the host's and
+// runs each run_copies call's operations on the host, in the order it is
+// given them, as one CUDA stream would. A plan executed through it must
+// leave what execute_host leaves, so the order in which the engine hands a
+// stream-ordered transport its copies (fills, reductions into scratch,
+// stores, relays that read what an earlier stage wrote) is tested without a
+// GPU; tests/gpu runs the same plans through the cuda and nccl transports.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/random_cases.h"
+#include "core/thread_transport.h"
+#include "reshard/engine.h"
+#include "reshard/error.h"
+#include "reshard/exec.h"
+#include "reshard/oracle.h"
+#include "reshard/plan.h"
+#include "reshard/spec.h"
+#include "reshard/transport.h"
+
+namespace reshard {
+namespace {
+
+class Block final : public StagingBlock {
+ public:
+  explicit Block(int64_t bytes)
+      : bytes_(bytes), data_(static_cast<size_t>(bytes < 1 ? 1 : bytes)) {}
+  std::byte* data() override { return data_.data(); }
+  int64_t bytes() const override { return bytes_; }
+
+ private:
+  int64_t bytes_;
+  std::vector<std::byte> data_;
+};
+
+class Done final : public TransferBatch {
+ public:
+  bool test() override { return true; }
+  std::vector<int32_t> pending_peers() const override { return {}; }
+};
+
+// One process, one stream: every run_copies call runs at once, in call
+// order.
+class DevicePathTransport final : public Transport {
+ public:
+  TransportInfo info() const override {
+    TransportInfo i;
+    i.name = "device-path emulation";
+    i.memory = MemoryKind::kCuda;
+    i.rank = 0;
+    i.size = 1;
+    i.whole_plan = true;
+    i.stream_ordered = true;
+    return i;
+  }
+  std::unique_ptr<StagingBlock> allocate_staging(int64_t, int32_t, int64_t bytes) override {
+    return std::make_unique<Block>(bytes);
+  }
+  std::unique_ptr<TransferBatch> start(std::span<const TransferOp> ops) override {
+    EXPECT_TRUE(ops.empty()) << "a one-process group has no peer";
+    return std::make_unique<Done>();
+  }
+  void run_copies(int64_t, int32_t, std::span<const CopyOp> ops) override {
+    copies += static_cast<int64_t>(ops.size());
+    thread_transport::run_copy_ops(ops);
+  }
+  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> record,
+                                                double) override {
+    return {std::vector<std::byte>(record.begin(), record.end())};
+  }
+  [[noreturn]] void abort(int exit_code) noexcept override { std::_Exit(exit_code); }
+
+  int64_t copies = 0;
+};
+
+// `in` with every device in process 0 and each process its own host (or
+// the hosts kept): the staged plans of the GPU tests.
+PlanInput in_one_process(PlanInput in, bool hosts_from_processes) {
+  Topology t;
+  for (const DeviceInfo& d : in.topology.devices()) {
+    DeviceInfo info = d;
+    if (hosts_from_processes) info.host = d.process;
+    info.process = 0;
+    info.ordinal = 0;
+    t.add(info);
+  }
+  in.topology = t;
+  return in;
+}
+
+// The MPI tests' specs, sorted.
+std::vector<std::filesystem::path> spec_files() {
+  std::vector<std::filesystem::path> files;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs"))
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Runs `plan` on the host and through `engine`; the destinations must match
+// byte for byte and meet the oracle.
+void expect_same_as_host(Engine& engine, const Plan& plan) {
+  OracleBuffers host = fill_sources(plan);
+  OracleBuffers dev = host;
+  execute_host(plan, host.views());
+  const std::vector<TensorBuffers> views = dev.views();
+  engine.execute(plan, 0, views, {.agreement = ExecuteOptions::Agreement::kSkip});
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    for (size_t e = 0; e < host.dst[t].size(); ++e) {
+      ASSERT_EQ(dev.dst[t][e], host.dst[t][e])
+          << "tensor " << t << " (" << plan.tensors()[t].name << ") dst entry " << e;
+    }
+  }
+  const OracleReport report = check_destinations(plan, dev);
+  EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+}
+
+// Invariant: the MPI tests' staged specs (relays, chains and trees of hosts,
+// reduce-scatter then gather, pre-reduction in scratch), in one process with
+// their hosts kept, unbudgeted and under 64 KiB, leave execute_host's bytes
+// through the device path.
+TEST(EngineDevicePath, StagedSpecsMatchExecuteHost) {
+  const std::vector<std::filesystem::path> files = spec_files();
+  auto transport = std::make_unique<DevicePathTransport>();
+  DevicePathTransport* t = transport.get();
+  Engine engine(std::move(transport));
+  int plans = 0, with_scratch = 0;
+  for (const auto& f : files) {
+    PlanInput in = in_one_process(load_spec(f.string()).input, false);
+    for (int64_t budget : {int64_t{0}, int64_t{65536}}) {
+      SCOPED_TRACE(f.filename().string() + " budget " + std::to_string(budget));
+      in.options.staging_budget_bytes = budget;
+      const Plan plan = make_plan(in);
+      ASSERT_GT(plan.stats().stages, 1);
+      expect_same_as_host(engine, plan);
+      ++plans;
+      with_scratch += plan.stats().max_scratch_bytes > 0;
+    }
+  }
+  EXPECT_GE(plans, 30);
+  EXPECT_GE(with_scratch, 7);
+  EXPECT_GT(t->copies, 0);
+}
+
+// Invariant: random cases (ranks 0-5, uneven, replication, partial sources
+// and destinations, explicit boxes, budgets) in one process, each of their
+// processes a host, staged or not, leave execute_host's bytes through the
+// device path.
+TEST(EngineDevicePath, RandomPlansMatchExecuteHost) {
+  Engine engine(std::make_unique<DevicePathTransport>());
+  int staged = 0;
+  for (uint64_t seed = 2000; seed < 2400; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    testing::CaseOptions o;
+    o.max_devices = 16;
+    testing::CaseGen gen(seed, o);
+    const Plan plan = make_plan(in_one_process(gen.input(), true));
+    expect_same_as_host(engine, plan);
+    if (::testing::Test::HasFatalFailure()) return;
+    staged += plan.stats().stages > 1;
+  }
+  EXPECT_GE(staged, 40);
+}
+
+// Invariant: the same specs across processes (one thread and engine per
+// rank, messages delivered after random delays, a send's bytes read when it
+// starts) through the device path, as the nccl transport runs them: packs
+// are in staging before a send starts, relays forward only what arrived,
+// reductions keep their order; every destination element meets the oracle.
+TEST(EngineDevicePath, StagedSpecsAcrossRanksMeetTheOracle) {
+  int plans = 0;
+  for (const auto& f : spec_files()) {
+    for (int64_t budget : {int64_t{0}, int64_t{8192}}) {
+      SCOPED_TRACE(f.filename().string() + " budget " + std::to_string(budget));
+      PlanInput in = load_spec(f.string()).input;
+      in.options.staging_budget_bytes = budget;
+      const Plan full = make_plan(in);
+      int32_t n = 0;
+      for (int32_t p : full.processes()) n = std::max(n, p + 1);
+      thread_transport::Hub hub(n, 11 + static_cast<uint64_t>(plans), 20);
+      OracleBuffers buffers = fill_sources(full);
+      const std::vector<TensorBuffers> views = buffers.views();
+      std::vector<ExecuteStats> stats;
+      ExecuteOptions options;
+      options.timeout_seconds = 60;
+      const std::string error = thread_transport::run_ranks(
+          hub, false,
+          [&](Engine& engine, int32_t r) {
+            const Plan part = make_plan(in, PlanRequest{PlanScope::kProcess, r, false});
+            return engine.execute(part, r, views, options);
+          },
+          stats, true);
+      ASSERT_EQ(error, "");
+      const OracleReport report = check_destinations(full, buffers);
+      EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+      ++plans;
+    }
+  }
+  EXPECT_GE(plans, 30);
+}
+
+}  // namespace
+}  // namespace reshard
