@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,15 +82,86 @@ class DevicePathTransport final : public Transport {
   int64_t copies = 0;
 };
 
+// Several streams, one per ordinal: run_copies only queues on its ordinal's
+// stream. order_streams and finish run what is queued stream after stream
+// (ascending ordinals, or descending), and so does freeing staging (as
+// cudaFree waits for the device). Copies on one stream keep their order;
+// a copy that reads what another stream wrote since the last order_streams
+// reads it unwritten in one of the two orders, and the oracle sees it.
+class StreamsTransport final : public Transport {
+ public:
+  explicit StreamsTransport(bool descending) : descending_(descending) {}
+  TransportInfo info() const override {
+    TransportInfo i;
+    i.name = "streams emulation";
+    i.memory = MemoryKind::kCuda;
+    i.rank = 0;
+    i.size = 1;
+    i.whole_plan = true;
+    i.stream_ordered = true;
+    return i;
+  }
+  class Staging final : public StagingBlock {
+   public:
+    Staging(StreamsTransport& t, int64_t bytes) : t_(t), block_(bytes) {}
+    ~Staging() override { t_.drain(); }
+    std::byte* data() override { return block_.data(); }
+    int64_t bytes() const override { return block_.bytes(); }
+
+   private:
+    StreamsTransport& t_;
+    Block block_;
+  };
+  std::unique_ptr<StagingBlock> allocate_staging(int64_t, int32_t, int64_t bytes) override {
+    return std::make_unique<Staging>(*this, bytes);
+  }
+  std::unique_ptr<TransferBatch> start(std::span<const TransferOp> ops) override {
+    EXPECT_TRUE(ops.empty()) << "a one-process group has no peer";
+    return std::make_unique<Done>();
+  }
+  void run_copies(int64_t, int32_t ordinal, std::span<const CopyOp> ops) override {
+    auto& q = streams_[ordinal];
+    q.insert(q.end(), ops.begin(), ops.end());
+  }
+  void order_streams() override {
+    ++barriers;
+    drain();
+  }
+  void finish(double) override { drain(); }
+  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> record,
+                                                double) override {
+    return {std::vector<std::byte>(record.begin(), record.end())};
+  }
+  [[noreturn]] void abort(int exit_code) noexcept override { std::_Exit(exit_code); }
+
+  void drain() {
+    auto run = [](std::vector<CopyOp>& q) {
+      thread_transport::run_copy_ops(q);
+      q.clear();
+    };
+    if (descending_) {
+      for (auto it = streams_.rbegin(); it != streams_.rend(); ++it) run(it->second);
+    } else {
+      for (auto& [ordinal, q] : streams_) run(q);
+    }
+  }
+
+  int64_t barriers = 0;
+
+ private:
+  bool descending_;
+  std::map<int32_t, std::vector<CopyOp>> streams_;
+};
+
 // `in` with every device in process 0 and each process its own host (or
 // the hosts kept): the staged plans of the GPU tests.
-PlanInput in_one_process(PlanInput in, bool hosts_from_processes) {
+PlanInput in_one_process(PlanInput in, bool hosts_from_processes, int gpus = 1) {
   Topology t;
   for (const DeviceInfo& d : in.topology.devices()) {
     DeviceInfo info = d;
     if (hosts_from_processes) info.host = d.process;
     info.process = 0;
-    info.ordinal = 0;
+    info.ordinal = static_cast<int32_t>(d.device % gpus);
     t.add(info);
   }
   in.topology = t;
@@ -169,6 +241,36 @@ TEST(EngineDevicePath, RandomPlansMatchExecuteHost) {
     staged += plan.stats().stages > 1;
   }
   EXPECT_GE(staged, 40);
+}
+
+// Invariant: with a stream per GPU (3 GPUs, plan devices spread over them),
+// the staged specs and random cases leave execute_host's bytes whichever
+// stream runs first: every copy that reads what another GPU's stream wrote
+// in an earlier flush comes after an order_streams.
+TEST(EngineDevicePath, SeveralStreamsAreOrderedBetweenStages) {
+  for (bool descending : {false, true}) {
+    SCOPED_TRACE(descending ? "descending" : "ascending");
+    auto transport = std::make_unique<StreamsTransport>(descending);
+    StreamsTransport* t = transport.get();
+    Engine engine(std::move(transport));
+    for (const auto& f : spec_files()) {
+      PlanInput in = in_one_process(load_spec(f.string()).input, false, 3);
+      for (int64_t budget : {int64_t{0}, int64_t{65536}}) {
+        SCOPED_TRACE(f.filename().string() + " budget " + std::to_string(budget));
+        in.options.staging_budget_bytes = budget;
+        expect_same_as_host(engine, make_plan(in));
+      }
+    }
+    for (uint64_t seed = 2000; seed < 2200; ++seed) {
+      SCOPED_TRACE("seed " + std::to_string(seed));
+      testing::CaseOptions o;
+      o.max_devices = 16;
+      testing::CaseGen gen(seed, o);
+      expect_same_as_host(engine, make_plan(in_one_process(gen.input(), true, 3)));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    EXPECT_GT(t->barriers, 0);
+  }
 }
 
 // Invariant: the same specs across processes (one thread and engine per

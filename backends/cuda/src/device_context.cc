@@ -329,6 +329,21 @@ EventPtr DeviceContext::record() {
 
 // ------------------------------------------------------------ DeviceSet
 
+void DeviceSet::order_streams() {
+  if (contexts_.size() < 2) return;
+  // An event's wait is enqueued with the event's state at the call, so the
+  // events may go once every stream waits on them.
+  std::vector<std::pair<int, EventPtr>> events;
+  for (const auto& [ordinal, ctx] : contexts_) events.emplace_back(ordinal, ctx->record());
+  for (const auto& [ordinal, ctx] : contexts_) {
+    DeviceGuard guard(ordinal);
+    for (const auto& [other, event] : events) {
+      if (other == ordinal) continue;
+      check(cudaStreamWaitEvent(ctx->stream(), event.get(), 0), "cudaStreamWaitEvent");
+    }
+  }
+}
+
 DeviceSet::DeviceSet(const CudaStreamOptions& options) : options_(options) {
   if (!(options_.timeout_seconds > 0)) {
     fail(ErrorCode::kInvalidArgument, "options.timeout_seconds: must be positive");

@@ -121,6 +121,10 @@ class DeviceSet {
   // Checks the pointers (unless disabled), plans and enqueues the copies.
   void run_copies(int ordinal, std::span<const CopyOp> ops);
 
+  // Every stream waits for the work enqueued so far on every other stream
+  // (Transport::order_streams); nothing with one GPU.
+  void order_streams();
+
   // Waits until all work enqueued so far completed or `deadline` passed
   // (false). `poll` runs between queries and may throw (NCCL errors).
   bool wait_all(Clock::time_point deadline, const std::function<void()>& poll = {});

@@ -95,6 +95,8 @@ class LocalTransport : public Transport {
     return std::make_unique<DoneBatch>();
   }
 
+  void order_streams() override { devices_.order_streams(); }
+
   void run_copies(int64_t device, int32_t ordinal, std::span<const CopyOp> ops) override {
     (void)device;
     devices_.run_copies(ordinal, ops);

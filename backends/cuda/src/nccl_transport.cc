@@ -214,6 +214,11 @@ class NcclTransport : public Transport {
     return std::make_unique<Batch>(std::move(issued));
   }
 
+  void order_streams() override {
+    usable();
+    devices_.order_streams();
+  }
+
   void run_copies(int64_t device, int32_t ordinal, std::span<const CopyOp> ops) override {
     (void)device;
     usable();

@@ -52,7 +52,8 @@ namespace reshard {
 // Version 2: TransferOp::remote_ordinal and TransferOp::state.
 // Version 3: TransportInfo::whole_plan.
 // Version 4: CopyOp::divisor (kStore of ReduceOp::kMean).
-inline constexpr uint32_t kTransportInterfaceVersion = 4;
+// Version 5: Transport::order_streams.
+inline constexpr uint32_t kTransportInterfaceVersion = 5;
 
 enum class MemoryKind : int32_t {
   kHost = 0,  // ordinary host memory: the engine runs copies itself
@@ -204,6 +205,16 @@ class Transport {
     (void)ops;
     throw Error(ErrorCode::kUnsupported, info().name + " transport: run_copies not implemented");
   }
+
+  // Orders everything run_copies and start issued so far, on every stream
+  // of this transport, before anything issued after this call. The engine
+  // calls it before a batch of copies that may read what earlier copies or
+  // transfers wrote on another device's stream (a relay reading a
+  // destination an earlier stage wrote, a reduction reading another
+  // device's scratch). Stream-ordered transports with several streams make
+  // every stream wait for the others (events); a no-op for the others
+  // (interface 5).
+  virtual void order_streams() {}
 
   // Waits until everything issued so far has completed (stream-ordered
   // transports; a no-op for the others). kTimeout after `timeout_seconds`.

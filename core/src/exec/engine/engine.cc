@@ -234,6 +234,15 @@ class Copier {
   }
 
   void flush() {
+    bool any = false;
+    for (const auto& [key, ops] : queued_) any |= !ops.empty();
+    if (!any) return;
+    // Each device's copies go to its own stream. Those of an earlier flush
+    // (and transfers started since) may have written what these read on
+    // another device (stages, scratch): the transport orders its streams.
+    // Copies of one flush are independent across devices.
+    if (flushed_) transport_.order_streams();
+    flushed_ = true;
     for (auto& [key, ops] : queued_) {
       if (!ops.empty()) transport_.run_copies(key.first, key.second, ops);
       ops.clear();
@@ -255,6 +264,7 @@ class Copier {
 
   Transport& transport_;
   bool host_;
+  bool flushed_ = false;  // a flush of this execution ran
   bool in_flight_ = false;
   int64_t since_progress_ = 0;
   std::vector<uint64_t> scratch_;
