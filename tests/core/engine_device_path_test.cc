@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/random_cases.h"
+#include "core/staged_cases.h"
 #include "core/thread_transport.h"
 #include "reshard/engine.h"
 #include "reshard/error.h"
@@ -30,56 +30,10 @@
 namespace reshard {
 namespace {
 
-class Block final : public StagingBlock {
- public:
-  explicit Block(int64_t bytes)
-      : bytes_(bytes), data_(static_cast<size_t>(bytes < 1 ? 1 : bytes)) {}
-  std::byte* data() override { return data_.data(); }
-  int64_t bytes() const override { return bytes_; }
-
- private:
-  int64_t bytes_;
-  std::vector<std::byte> data_;
-};
-
 class Done final : public TransferBatch {
  public:
   bool test() override { return true; }
   std::vector<int32_t> pending_peers() const override { return {}; }
-};
-
-// One process, one stream: every run_copies call runs at once, in call
-// order.
-class DevicePathTransport final : public Transport {
- public:
-  TransportInfo info() const override {
-    TransportInfo i;
-    i.name = "device-path emulation";
-    i.memory = MemoryKind::kCuda;
-    i.rank = 0;
-    i.size = 1;
-    i.whole_plan = true;
-    i.stream_ordered = true;
-    return i;
-  }
-  std::unique_ptr<StagingBlock> allocate_staging(int64_t, int32_t, int64_t bytes) override {
-    return std::make_unique<Block>(bytes);
-  }
-  std::unique_ptr<TransferBatch> start(std::span<const TransferOp> ops) override {
-    EXPECT_TRUE(ops.empty()) << "a one-process group has no peer";
-    return std::make_unique<Done>();
-  }
-  void run_copies(int64_t, int32_t, std::span<const CopyOp> ops) override {
-    copies += static_cast<int64_t>(ops.size());
-    thread_transport::run_copy_ops(ops);
-  }
-  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> record,
-                                                double) override {
-    return {std::vector<std::byte>(record.begin(), record.end())};
-  }
-  [[noreturn]] void abort(int exit_code) noexcept override { std::_Exit(exit_code); }
-
-  int64_t copies = 0;
 };
 
 // Several streams, one per ordinal: run_copies only queues on its ordinal's
@@ -103,14 +57,14 @@ class StreamsTransport final : public Transport {
   }
   class Staging final : public StagingBlock {
    public:
-    Staging(StreamsTransport& t, int64_t bytes) : t_(t), block_(bytes) {}
+    Staging(StreamsTransport& t, int64_t bytes) : t_(t), block_(bytes < 1 ? 1 : bytes) {}
     ~Staging() override { t_.drain(); }
     std::byte* data() override { return block_.data(); }
     int64_t bytes() const override { return block_.bytes(); }
 
    private:
     StreamsTransport& t_;
-    Block block_;
+    thread_transport::ThreadBlock block_;
   };
   std::unique_ptr<StagingBlock> allocate_staging(int64_t, int32_t, int64_t bytes) override {
     return std::make_unique<Staging>(*this, bytes);
@@ -120,6 +74,7 @@ class StreamsTransport final : public Transport {
     return std::make_unique<Done>();
   }
   void run_copies(int64_t, int32_t ordinal, std::span<const CopyOp> ops) override {
+    copies += static_cast<int64_t>(ops.size());
     auto& q = streams_[ordinal];
     q.insert(q.end(), ops.begin(), ops.end());
   }
@@ -146,37 +101,13 @@ class StreamsTransport final : public Transport {
     }
   }
 
+  int64_t copies = 0;
   int64_t barriers = 0;
 
  private:
   bool descending_;
   std::map<int32_t, std::vector<CopyOp>> streams_;
 };
-
-// `in` with every device in process 0 and each process its own host (or
-// the hosts kept): the staged plans of the GPU tests.
-PlanInput in_one_process(PlanInput in, bool hosts_from_processes, int gpus = 1) {
-  Topology t;
-  for (const DeviceInfo& d : in.topology.devices()) {
-    DeviceInfo info = d;
-    if (hosts_from_processes) info.host = d.process;
-    info.process = 0;
-    info.ordinal = static_cast<int32_t>(d.device % gpus);
-    t.add(info);
-  }
-  in.topology = t;
-  return in;
-}
-
-// The MPI tests' specs, sorted.
-std::vector<std::filesystem::path> spec_files() {
-  std::vector<std::filesystem::path> files;
-  for (const auto& e :
-       std::filesystem::directory_iterator(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs"))
-    if (e.path().extension() == ".json") files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  return files;
-}
 
 // Runs `plan` on the host and through `engine`; the destinations must match
 // byte for byte and meet the oracle.
@@ -199,24 +130,19 @@ void expect_same_as_host(Engine& engine, const Plan& plan) {
 // Invariant: the MPI tests' staged specs (relays, chains and trees of hosts,
 // reduce-scatter then gather, pre-reduction in scratch), in one process with
 // their hosts kept, unbudgeted and under 64 KiB, leave execute_host's bytes
-// through the device path.
+// through the device path on one stream.
 TEST(EngineDevicePath, StagedSpecsMatchExecuteHost) {
-  const std::vector<std::filesystem::path> files = spec_files();
-  auto transport = std::make_unique<DevicePathTransport>();
-  DevicePathTransport* t = transport.get();
+  auto transport = std::make_unique<StreamsTransport>(false);
+  StreamsTransport* t = transport.get();
   Engine engine(std::move(transport));
   int plans = 0, with_scratch = 0;
-  for (const auto& f : files) {
-    PlanInput in = in_one_process(load_spec(f.string()).input, false);
-    for (int64_t budget : {int64_t{0}, int64_t{65536}}) {
-      SCOPED_TRACE(f.filename().string() + " budget " + std::to_string(budget));
-      in.options.staging_budget_bytes = budget;
-      const Plan plan = make_plan(in);
-      ASSERT_GT(plan.stats().stages, 1);
-      expect_same_as_host(engine, plan);
-      ++plans;
-      with_scratch += plan.stats().max_scratch_bytes > 0;
-    }
+  for (const testing::StagedCase& c : testing::staged_spec_cases(1)) {
+    SCOPED_TRACE(c.name);
+    const Plan plan = make_plan(c.input);
+    ASSERT_GT(plan.stats().stages, 1);
+    expect_same_as_host(engine, plan);
+    ++plans;
+    with_scratch += plan.stats().max_scratch_bytes > 0;
   }
   EXPECT_GE(plans, 30);
   EXPECT_GE(with_scratch, 7);
@@ -226,16 +152,13 @@ TEST(EngineDevicePath, StagedSpecsMatchExecuteHost) {
 // Invariant: random cases (ranks 0-5, uneven, replication, partial sources
 // and destinations, explicit boxes, budgets) in one process, each of their
 // processes a host, staged or not, leave execute_host's bytes through the
-// device path.
+// device path on one stream.
 TEST(EngineDevicePath, RandomPlansMatchExecuteHost) {
-  Engine engine(std::make_unique<DevicePathTransport>());
+  Engine engine(std::make_unique<StreamsTransport>(false));
   int staged = 0;
   for (uint64_t seed = 2000; seed < 2400; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    testing::CaseOptions o;
-    o.max_devices = 16;
-    testing::CaseGen gen(seed, o);
-    const Plan plan = make_plan(in_one_process(gen.input(), true));
+    const Plan plan = make_plan(testing::random_staged_input(seed, 1));
     expect_same_as_host(engine, plan);
     if (::testing::Test::HasFatalFailure()) return;
     staged += plan.stats().stages > 1;
@@ -253,20 +176,13 @@ TEST(EngineDevicePath, SeveralStreamsAreOrderedBetweenStages) {
     auto transport = std::make_unique<StreamsTransport>(descending);
     StreamsTransport* t = transport.get();
     Engine engine(std::move(transport));
-    for (const auto& f : spec_files()) {
-      PlanInput in = in_one_process(load_spec(f.string()).input, false, 3);
-      for (int64_t budget : {int64_t{0}, int64_t{65536}}) {
-        SCOPED_TRACE(f.filename().string() + " budget " + std::to_string(budget));
-        in.options.staging_budget_bytes = budget;
-        expect_same_as_host(engine, make_plan(in));
-      }
+    for (const testing::StagedCase& c : testing::staged_spec_cases(3)) {
+      SCOPED_TRACE(c.name);
+      expect_same_as_host(engine, make_plan(c.input));
     }
     for (uint64_t seed = 2000; seed < 2200; ++seed) {
       SCOPED_TRACE("seed " + std::to_string(seed));
-      testing::CaseOptions o;
-      o.max_devices = 16;
-      testing::CaseGen gen(seed, o);
-      expect_same_as_host(engine, make_plan(in_one_process(gen.input(), true, 3)));
+      expect_same_as_host(engine, make_plan(testing::random_staged_input(seed, 3)));
       if (::testing::Test::HasFatalFailure()) return;
     }
     EXPECT_GT(t->barriers, 0);
@@ -280,7 +196,7 @@ TEST(EngineDevicePath, SeveralStreamsAreOrderedBetweenStages) {
 // reductions keep their order; every destination element meets the oracle.
 TEST(EngineDevicePath, StagedSpecsAcrossRanksMeetTheOracle) {
   int plans = 0;
-  for (const auto& f : spec_files()) {
+  for (const auto& f : testing::staged_spec_files()) {
     for (int64_t budget : {int64_t{0}, int64_t{8192}}) {
       SCOPED_TRACE(f.filename().string() + " budget " + std::to_string(budget));
       PlanInput in = load_spec(f.string()).input;

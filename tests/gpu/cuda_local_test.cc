@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "core/random_cases.h"
+#include "core/staged_cases.h"
 #include "gpu_util.h"
 #include "reshard/cuda.h"
 #include "reshard/error.h"
 #include "reshard/exec.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
-#include "staged_cases.h"
 
 namespace reshard {
 namespace {
@@ -150,7 +150,7 @@ TEST(CudaLocal, StagedPlansMatchExecuteHostByteForByte) {
   std::string why;
   const int gpus = gpu_testing::gpu_count(&why);
   int specs = 0, random = 0, with_scratch = 0, max_stages = 0;
-  for (const gpu_testing::StagedCase& c : gpu_testing::staged_spec_cases(gpus)) {
+  for (const testing::StagedCase& c : testing::staged_spec_cases(gpus)) {
     SCOPED_TRACE(c.name);
     const Plan plan = make_plan(c.input);
     ASSERT_GT(plan.stats().stages, 1) << "not a staged plan";
@@ -161,7 +161,7 @@ TEST(CudaLocal, StagedPlansMatchExecuteHostByteForByte) {
   }
   // About one random case in six is staged with its processes as hosts.
   for (uint64_t seed = 2000; random < 60 && seed < 4000; ++seed) {
-    const Plan plan = make_plan(gpu_testing::random_staged_input(seed, gpus));
+    const Plan plan = make_plan(testing::random_staged_input(seed, gpus));
     if (plan.stats().stages < 2) continue;
     ASSERT_TRUE(matches_host(plan, {}, nullptr, true)) << "seed " << seed;
     ++random;

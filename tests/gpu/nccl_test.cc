@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "core/staged_cases.h"
 #include "gpu_util.h"
 #include "reshard/cuda.h"
 #include "reshard/engine.h"
 #include "reshard/error.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
-#include "staged_cases.h"
 
 #if defined(RESHARD_TEST_NCCL)
 #include <nccl.h>
@@ -169,7 +169,7 @@ TEST(Nccl, EngineExecutesStagedPlansOnOneGpu) {
   RESHARD_REQUIRE_NCCL();
   Engine engine(make_nccl_transport(one_rank()));
   int plans = 0, with_scratch = 0;
-  for (const gpu_testing::StagedCase& c : gpu_testing::staged_spec_cases(1)) {
+  for (const testing::StagedCase& c : testing::staged_spec_cases(1)) {
     SCOPED_TRACE(c.name);
     const Plan plan = make_plan(c.input);
     ASSERT_GT(plan.stats().stages, 1) << "not a staged plan";

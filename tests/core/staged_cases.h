@@ -1,10 +1,11 @@
-// Staged plans for the GPU transports' tests: relays across hosts, chains
-// and trees of hosts, and reduction trees through scratch (docs/design.md
-// §2.2-2.4), in one process. A plan's stages follow from its hosts, not its
-// processes, so each case keeps its hosts and moves every device into
-// process 0 on one GPU ordinal: the same stages the MPI tests run across
-// processes, executed by one process's engine. Needs no CUDA (the planner
-// only), so a CPU build compiles it too.
+// Staged plans for the tests of the engine's device path (tests/core, on
+// the CPU) and of the GPU transports (tests/gpu): relays across hosts,
+// chains and trees of hosts, and reduction trees through scratch
+// (docs/design.md §2.2-2.4), in one process. A plan's stages follow from its
+// hosts, not its processes, so each case keeps its hosts and moves every
+// device into process 0, spread over `gpus` ordinals: the same stages the
+// MPI tests run across processes, executed by one process's engine. Needs
+// RESHARD_SOURCE_DIR (the repository) and no CUDA.
 #pragma once
 
 #include <algorithm>
@@ -17,7 +18,7 @@
 #include "reshard/plan.h"
 #include "reshard/spec.h"
 
-namespace reshard::gpu_testing {
+namespace reshard::testing {
 
 // `in` with every device in process 0, on GPU `device % gpus`; hosts kept,
 // or (hosts_from_processes) each process its own host, which gives the
@@ -40,16 +41,22 @@ struct StagedCase {
   PlanInput input;
 };
 
+// The specs of tests/mpi/specs, sorted.
+inline std::vector<std::filesystem::path> staged_spec_files() {
+  std::vector<std::filesystem::path> files;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs"))
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 // Every spec of tests/mpi/specs (relay chains and trees over up to 5 hosts,
 // psum reduce-scatter and gather, pre-reduction in scratch), in one process,
 // unbudgeted and under a 64 KiB staging budget (the MPI tests' largest).
 inline std::vector<StagedCase> staged_spec_cases(int gpus) {
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(RESHARD_MPI_SPECS_DIR))
-    if (e.path().extension() == ".json") files.push_back(e.path());
-  std::sort(files.begin(), files.end());
   std::vector<StagedCase> cases;
-  for (const auto& f : files) {
+  for (const auto& f : staged_spec_files()) {
     PlanInput in = in_one_process(load_spec(f.string()).input, gpus, false);
     cases.push_back({f.filename().string(), in});
     in.options.staging_budget_bytes = 65536;
@@ -61,10 +68,10 @@ inline std::vector<StagedCase> staged_spec_cases(int gpus) {
 // The random generator's case `seed` (up to 16 devices) in one process,
 // each of its processes a host.
 inline PlanInput random_staged_input(uint64_t seed, int gpus) {
-  testing::CaseOptions o;
+  CaseOptions o;
   o.max_devices = 16;
-  testing::CaseGen gen(seed, o);
+  CaseGen gen(seed, o);
   return in_one_process(gen.input(), gpus, true);
 }
 
-}  // namespace reshard::gpu_testing
+}  // namespace reshard::testing
