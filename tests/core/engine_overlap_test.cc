@@ -49,7 +49,7 @@ struct Slow {
 };
 
 RunResult run_threads(const PlanInput& input, uint64_t seed, int32_t max_delay, bool gather,
-                      const ExecuteOptions& options, Slow slow = {}) {
+                      const ExecuteOptions& options, Slow slow = {}, bool device_path = false) {
   const Plan full = make_plan(input);
   int32_t n = 0;
   for (int32_t p : full.processes()) n = std::max(n, p + 1);
@@ -67,7 +67,7 @@ RunResult run_threads(const PlanInput& input, uint64_t seed, int32_t max_delay, 
         const Plan part = make_plan(input, PlanRequest{PlanScope::kProcess, r, false});
         return engine.execute(part, r, views, options);
       },
-      out.stats);
+      out.stats, device_path);
   out.log = hub.log;
   out.report = options.last_stage < 0
                    ? check_destinations(full, buffers)
@@ -126,7 +126,7 @@ TEST(EngineOverlap, StagedPlansMatchTheOracleUnderRandomDeliveryDelays) {
 // finished parts arrive early: what they forward into its entry (stage 1)
 // is not overwritten by its own store of the reduction (bf16 accumulates
 // in f32 beside the destination and is stored over the whole entry; a mean
-// is divided in place).
+// is divided in place), also when the copies go through run_copies.
 TEST(EngineOverlap, LateSummandsDoNotOverwriteForwardedParts) {
   // Four summands on four hosts reduced onto two replicas (ranks 0 and 1):
   // each reduces half (stage 0) and sends it to the other (stage 1), a
@@ -151,13 +151,15 @@ TEST(EngineOverlap, LateSummandsDoNotOverwriteForwardedParts) {
   const Plan plan = make_plan(in);
   ASSERT_EQ(plan.stats().stages, 2) << "no reduce-scatter: the case tests nothing";
   for (int32_t rank : {0, 1}) {
-    for (bool gather : {false, true}) {
+    // Staged, gathered, and staged through the device path (run_copies).
+    for (int mode = 0; mode < 3; ++mode) {
       ExecuteOptions options;
       options.timeout_seconds = 60;
       const Slow slow{rank, 1, 3000};
-      const RunResult r = run_threads(in, 5, 0, gather, options, slow);
+      const RunResult r = run_threads(in, 5, 0, mode == 1, options, slow, mode == 2);
       EXPECT_TRUE(r.error.empty()) << r.error;
-      EXPECT_TRUE(r.report.ok()) << "slow rank " << rank << ": " << describe(r.report);
+      EXPECT_TRUE(r.report.ok()) << "slow rank " << rank << " mode " << mode << ": "
+                                 << describe(r.report);
       // It waited for its late summands (ExecuteStats::wait_seconds).
       EXPECT_GT(r.stats[static_cast<size_t>(rank)].wait_seconds, 0);
     }

@@ -60,8 +60,10 @@ struct ThreadsResult {
   OracleReport report;
   std::vector<ExecuteStats> stats;
 };
+// `device_path`: the transport takes the engine's copies through run_copies
+// (as the nccl transport does; thread_transport.h).
 ThreadsResult run_threads(const Plan& plan, uint64_t seed, int32_t max_delay, bool gather,
-                          int32_t threads, int32_t last_stage = -1) {
+                          int32_t threads, int32_t last_stage = -1, bool device_path = false) {
   int32_t n = 0;
   for (int32_t p : plan.processes()) n = std::max(n, p + 1);
   Hub hub(n, seed, max_delay);
@@ -78,7 +80,7 @@ ThreadsResult run_threads(const Plan& plan, uint64_t seed, int32_t max_delay, bo
         o.packing = gather ? ExecuteOptions::Packing::kAuto : ExecuteOptions::Packing::kStaging;
         return engine.execute(plan, r, views, o);
       },
-      out.stats);
+      out.stats, device_path);
   out.report = last_stage < 0 ? check_destinations(plan, buffers)
                               : check_destinations_through_stage(plan, buffers,
                                                                  static_cast<uint32_t>(last_stage));
@@ -123,22 +125,24 @@ TEST(EngineScratch, TreesMatchTheOracleInProcess) {
 }
 
 // The same trees on per-process engines, messages delivered late and in
-// random order, staged or gathered, 1-3 copy threads.
+// random order, staged or gathered, 1-3 copy threads; and staged through the
+// device path (every copy through run_copies, as over NCCL).
 TEST(EngineScratch, TreesMatchTheOracleUnderRandomDeliveryDelays) {
   int checked = 0;
   uint64_t seed = 1;
   for (const TreeCase& c : tree_cases()) {
     const Plan plan = tree_plan(c);
-    for (bool gather : {false, true}) {
+    for (int mode = 0; mode < 3; ++mode) {
+      const bool gather = mode == 1, device_path = mode == 2;
       const int32_t threads = 1 + static_cast<int32_t>(seed % 3);
-      const ThreadsResult r = run_threads(plan, seed++, 30, gather, threads);
-      EXPECT_TRUE(r.error.empty()) << c.label() << ": " << r.error;
-      EXPECT_TRUE(r.report.ok()) << c.label() << (gather ? " gather" : " staging") << ": "
-                                 << describe(r.report);
+      const ThreadsResult r = run_threads(plan, seed++, 30, gather, threads, -1, device_path);
+      const char* how = gather ? " gather" : device_path ? " device path" : " staging";
+      EXPECT_TRUE(r.error.empty()) << c.label() << how << ": " << r.error;
+      EXPECT_TRUE(r.report.ok()) << c.label() << how << ": " << describe(r.report);
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 64);
+  EXPECT_EQ(checked, 96);
 }
 
 // The scratch buffers are allocated on their devices and counted: two
