@@ -331,8 +331,12 @@ EventPtr DeviceContext::record() {
 
 void DeviceSet::order_streams() {
   if (contexts_.size() < 2) return;
-  // An event's wait is enqueued with the event's state at the call, so the
-  // events may go once every stream waits on them.
+  // Every wait added goes from work issued after this call to work issued
+  // before it in this process: a subset of the order that one stream for
+  // all of the process's GPUs would impose, so it adds no cycle with the
+  // NCCL sends and receives of other processes (whose one-GPU case is that
+  // order). An event's wait is enqueued with the event's state at the call,
+  // so the events may go once every stream waits on them.
   std::vector<std::pair<int, EventPtr>> events;
   for (const auto& [ordinal, ctx] : contexts_) events.emplace_back(ordinal, ctx->record());
   for (const auto& [ordinal, ctx] : contexts_) {
