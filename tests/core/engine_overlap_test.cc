@@ -212,16 +212,22 @@ TEST(EngineOverlap, RelaysForwardWhileTheyStillReceive) {
 TEST(EngineOverlap, LastStageStopsAfterThatStage) {
   for (const char* spec : {"relay_one_holder_3_hosts.json", "psum_reduce_scatter.json"}) {
     for (int32_t last : {0, 1}) {
-      ExecuteOptions options;
-      options.timeout_seconds = 60;
-      options.last_stage = last;
-      const RunResult r = run_threads(spec_input(spec, 4096), 3, 20, true, options);
-      EXPECT_TRUE(r.error.empty()) << spec << " last " << last << ": " << r.error;
-      EXPECT_TRUE(r.report.ok()) << spec << " last " << last << ": " << describe(r.report);
-      EXPECT_GT(r.report.elements, 0);
-      for (const ExecuteStats& s : r.stats) {
-        if (last == 0) {
-          EXPECT_EQ(s.overlapped_stage_batches, 0);
+      // Gathered, and staged through the device path (run_copies).
+      for (bool device_path : {false, true}) {
+        ExecuteOptions options;
+        options.timeout_seconds = 60;
+        options.last_stage = last;
+        const RunResult r =
+            run_threads(spec_input(spec, 4096), 3, 20, !device_path, options, {}, device_path);
+        const std::string label = std::string(spec) + " last " + std::to_string(last) +
+                                  (device_path ? " device path" : "");
+        EXPECT_TRUE(r.error.empty()) << label << ": " << r.error;
+        EXPECT_TRUE(r.report.ok()) << label << ": " << describe(r.report);
+        EXPECT_GT(r.report.elements, 0);
+        for (const ExecuteStats& s : r.stats) {
+          if (last == 0) {
+            EXPECT_EQ(s.overlapped_stage_batches, 0);
+          }
         }
       }
     }
