@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/copy_op_host.h"
 #include "reshard/box_copy.h"
 #include "reshard/engine.h"
 #include "reshard/transport.h"
@@ -149,43 +150,22 @@ class ThreadBatch final : public TransferBatch {
 };
 
 // Runs a transport's copy operations on host memory at once, in order: what
-// one CUDA stream does with a run_copies call (the semantics of the host
-// functions of reshard/box_copy.h with the same names).
+// one CUDA stream does with a run_copies call.
 inline void run_copy_ops(std::span<const CopyOp> ops) {
   for (const CopyOp& op : ops) {
+    // A reduction's source in staging may be misaligned for its dtype; such
+    // a source is always the dense packed region.
+    const void* src = op.src;
+    std::vector<uint64_t> aligned;
     const int64_t elem = dtype_size(op.dtype);
-    switch (op.kind) {
-      case CopyOp::Kind::kCopy:
-        copy_box(op.desc, elem, op.src, op.dst);
-        break;
-      case CopyOp::Kind::kReduce: {
-        // A source in staging may be misaligned for its dtype; such a
-        // source is always the dense packed region.
-        const void* src = op.src;
-        std::vector<uint64_t> aligned;
-        if (reinterpret_cast<uintptr_t>(src) % static_cast<uintptr_t>(elem) != 0) {
-          const int64_t n = copy_desc_elements(op.desc);
-          aligned.resize(static_cast<size_t>((n * elem + 7) / 8));
-          std::memcpy(aligned.data(), src, static_cast<size_t>(n * elem));
-          src = aligned.data();
-        }
-        reduce_into(op.desc, op.dtype, op.op, src, op.dst);
-        break;
-      }
-      case CopyOp::Kind::kFillAcc:
-        fill_identity(op.dtype, op.op, op.dst, op.count);
-        break;
-      case CopyOp::Kind::kFillElements:
-        fill_identity_elements(op.dtype, op.op, op.dst, op.count);
-        break;
-      case CopyOp::Kind::kStore:
-        if (op.divisor > 1) {
-          store_mean_from_acc(op.dtype, op.src, op.dst, op.count, op.divisor);
-        } else {
-          store_from_acc(op.dtype, op.src, op.dst, op.count);
-        }
-        break;
+    if (op.kind == CopyOp::Kind::kReduce &&
+        reinterpret_cast<uintptr_t>(src) % static_cast<uintptr_t>(elem) != 0) {
+      const int64_t n = copy_desc_elements(op.desc);
+      aligned.resize(static_cast<size_t>((n * elem + 7) / 8));
+      std::memcpy(aligned.data(), src, static_cast<size_t>(n * elem));
+      src = aligned.data();
     }
+    testing::apply_copy_op(op, src, op.dst);
   }
 }
 

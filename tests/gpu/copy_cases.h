@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/copy_op_host.h"
 #include "reshard/box_copy.h"
 #include "reshard/numeric.h"
 #include "reshard/transport.h"
@@ -125,27 +126,7 @@ inline void host_apply(const CopyOp& op, int64_t src_bytes, int64_t dst_bytes) {
   };
   std::vector<uint64_t> s = aligned(op.src, src_bytes);
   std::vector<uint64_t> d = aligned(op.dst, dst_bytes);
-  switch (op.kind) {
-    case CopyOp::Kind::kCopy:
-      copy_box(op.desc, dtype_size(op.dtype), s.data(), d.data());
-      break;
-    case CopyOp::Kind::kReduce:
-      reduce_into(op.desc, op.dtype, op.op, s.data(), d.data());
-      break;
-    case CopyOp::Kind::kFillAcc:
-      fill_identity(op.dtype, op.op, d.data(), op.count);
-      break;
-    case CopyOp::Kind::kFillElements:
-      fill_identity_elements(op.dtype, op.op, d.data(), op.count);
-      break;
-    case CopyOp::Kind::kStore:
-      if (op.divisor > 1) {
-        store_mean_from_acc(op.dtype, s.data(), d.data(), op.count, op.divisor);
-      } else {
-        store_from_acc(op.dtype, s.data(), d.data(), op.count);
-      }
-      break;
-  }
+  testing::apply_copy_op(op, s.data(), d.data());
   if (dst_bytes > 0) std::memcpy(op.dst, d.data(), static_cast<size_t>(dst_bytes));
 }
 
