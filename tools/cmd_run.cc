@@ -34,7 +34,6 @@ struct RunArgs {
   int warmup = 1;
   std::string format = "text";
   double timeout = 300;
-  int64_t budget = -1;
   std::string packing = "auto";
   double max_gib = 4;
   int64_t max_plan_bytes = 0;  // PlanRequest::max_plan_bytes
@@ -329,7 +328,6 @@ int run_mpi(const RunArgs& args, Spec spec, std::optional<Plan> from_file) {
     check_file_ranks(*from_file, size);
   } else {
     map_devices(spec.input, size);
-    if (args.budget >= 0) spec.input.options.staging_budget_bytes = args.budget;
   }
   const PlanInput& input = spec.input;
   bool mine = false;
@@ -445,12 +443,10 @@ int run_run(const RunArgs& args) {
     throw UsageError("--transport: must be mpi or local");
   }
   std::optional<Plan> from_file = load_plan_file(args.input);
-  if (from_file && args.budget >= 0)
-    throw UsageError("--budget cannot be combined with --plan (the plan is already made)");
-  // With --plan: the plan's inputs (and the usage checks of --plan).
+  // With --plan: the plan's inputs (and the usage checks of --plan, --budget
+  // among them).
   Spec spec = load_input(args.input);
   if (args.transport == "local") {
-    if (args.budget >= 0) spec.input.options.staging_budget_bytes = args.budget;
     return run_local(args, std::move(spec), std::move(from_file));
   }
   return run_mpi(args, std::move(spec), std::move(from_file));
@@ -480,9 +476,6 @@ Runner add_run_command(CLI::App& app) {
   cmd->add_option("--timeout", args->timeout, "seconds any one wait may take before the run fails")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--budget", args->budget,
-                  "staging budget per device in bytes (default: the spec's, 1 GiB unless set)")
-      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--packing", args->packing,
                   "how non-contiguous messages are built: auto, staging (box-copy core) or gather "
                   "(MPI derived datatypes)")

@@ -20,7 +20,6 @@ struct SimulateArgs {
   int32_t threads = 1;
   std::vector<std::string> peers = {"rank0_broadcast", "direct_p2p", "layered"};
   int32_t chunks = 0;
-  int64_t budget = -1;
 };
 
 ojson link_json(const SimLink& l) {
@@ -50,16 +49,13 @@ int run_simulate(const SimulateArgs& args) {
   // for the bound and the peers.
   std::optional<Plan> from_file = load_plan_file(args.input);
   if (from_file) {
-    if (args.budget >= 0)
-      throw UsageError("--budget cannot be combined with --plan (the plan is already made)");
     for (int32_t p : from_file->processes())
       if (!from_file->parts().count(p))
         throw InvalidInput(
             "--plan: the file holds only some process parts; simulating needs "
             "every part (write it without --process, or give --spec)");
   }
-  Spec spec = load_input(args.input);
-  if (args.budget >= 0) spec.input.options.staging_budget_bytes = args.budget;
+  Spec spec = load_input(args.input);  // --budget with --plan refused there
   ClusterTopology cluster;
   try {
     cluster = load_cluster_topology(args.topology);
@@ -194,10 +190,6 @@ Runner add_simulate_command(CLI::App& app) {
                   "chunks of the peers' pipelined chains (rank0_broadcast, layered; 0: 4 per hop)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--budget", args->budget,
-                  "staging budget per device in bytes (default: the spec's, 1 GiB unless set; 0: "
-                  "unbounded, one round)")
-      ->check(CLI::NonNegativeNumber);
   cmd->footer(
       "Example:\n  reshard simulate --spec bench/specs/rl_sync_fsdp8_to_2x_tp4.json "
       "--topology bench/topologies/h100_8gpu_ndr400.json --format json\n\n"

@@ -199,6 +199,16 @@ void add_input_options(CLI::App* cmd, InputOptions& in) {
                   "options.nics_per_host)")
       ->check(CLI::Range(0, 1 << 20))
       ->type_name("N");
+  cmd->add_option("--budget", in.budget,
+                  "staging budget per device, e.g. 64MiB (overrides the spec's "
+                  "options.staging_budget_bytes, 1 GiB unless set; 0: unbounded, one round)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return !v.empty() && v.front() == '-' ? "must be 0 or more bytes, not " + v : "";
+          },
+          "", "NONNEGATIVE"))
+      ->type_name("BYTES");
   const char* const kGroup = "Single tensor (instead of --spec)";
   in.shape_option =
       cmd->add_option("--shape", in.shape, "shape, e.g. 4096,11008 (\"\" for a scalar)")
@@ -260,6 +270,7 @@ Spec load_input(const InputOptions& in) {
   if (in.no_relays) spec.input.options.relays = false;
   if (in.no_reduce_scatter) spec.input.options.reduce_scatter = false;
   if (in.nics_per_host >= 0) spec.input.options.nics_per_host = in.nics_per_host;
+  if (in.budget >= 0) spec.input.options.staging_budget_bytes = in.budget;
   return spec;
 }
 
@@ -276,10 +287,11 @@ Spec load_input_as_given(const InputOptions& in) {
     if (any_flag || (in.shape_option && in.shape_option->count() > 0))
       throw UsageError(
           "--plan cannot be combined with the single-tensor flags (--shape, --src-*, --dst-*)");
-    if (in.no_relays || in.no_reduce_scatter || in.nics_per_host >= 0)
-      throw UsageError(std::string(in.no_relays           ? "--no-relays"
-                                   : in.no_reduce_scatter ? "--no-reduce-scatter"
-                                                          : "--nics-per-host") +
+    if (in.no_relays || in.no_reduce_scatter || in.nics_per_host >= 0 || in.budget >= 0)
+      throw UsageError(std::string(in.no_relays            ? "--no-relays"
+                                   : in.no_reduce_scatter  ? "--no-reduce-scatter"
+                                   : in.nics_per_host >= 0 ? "--nics-per-host"
+                                                           : "--budget") +
                        " cannot be combined with --plan (the plan is already made)");
     // The plan carries its inputs: tensors with layouts, topology, options.
     const Plan plan = *load_plan_file(in);

@@ -181,6 +181,33 @@ def case_nics_per_host():
         check(out.endswith(": OK\n"), out)
 
 
+
+def case_budget():
+    # --budget overrides the spec's staging budget on every command that
+    # plans (sizes with units), and the plan says so: a 64 MiB psum cut at
+    # 1 MiB takes more rounds and verifies. Bad values name the flag; a
+    # plan file keeps its own budget.
+    psum = os.path.join(SRC, "bench", "specs", "psum_2_holder_hosts_of_4_to_2_hosts.json")
+    spec_stats = json.loads(run("plan", "--spec", psum, "--format", "json").stdout)["stats"]
+    cut = json.loads(run("plan", "--spec", psum, "--format", "json",
+                         "--budget", "1MiB").stdout)["stats"]
+    check(cut["rounds"] > spec_stats["rounds"], f"{spec_stats['rounds']} {cut['rounds']}")
+    check(cut["peak_staging_bytes"] <= 1 << 20, str(cut))
+    small = os.path.join(SRC, "examples", "specs", "partial_sums.json")
+    out = run("verify", "--spec", small, "--budget", "4096").stdout
+    check(out.endswith(": OK\n"), out)
+    for bad, says in (("-5", "must be 0 or more bytes"), ("lots", "unit not recognized")):
+        err = run("plan", "--spec", psum, "--budget", bad, expect=2).stderr
+        check(err.startswith("reshard: error: --budget: ") and says in err, err)
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "p.rsplan")
+        run("plan", "--spec", psum, "--out", f)
+        h100 = os.path.join(SRC, "bench", "topologies", "h100_8gpu_ndr400.json")
+        for cmd in (["verify"], ["show"], ["run", "--transport", "local"],
+                    ["simulate", "--topology", h100]):
+            err = run(*cmd, "--plan", f, "--budget", "0", expect=2).stderr
+            check("--budget cannot be combined with --plan" in err, f"{cmd}: {err}")
+
 def case_verify():
     for name in EXAMPLES:
         out = run("verify", "--spec", spec(name)).stdout
