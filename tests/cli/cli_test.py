@@ -208,6 +208,7 @@ def case_budget():
             err = run(*cmd, "--plan", f, "--budget", "0", expect=2).stderr
             check("--budget cannot be combined with --plan" in err, f"{cmd}: {err}")
 
+
 def case_verify():
     for name in EXAMPLES:
         out = run("verify", "--spec", spec(name)).stdout

@@ -1999,11 +1999,12 @@ double estimate_with(const Fleet& fleet, planning::ChoiceOverride o, bool single
 // with α > 0: the reduce route's α–β choices (single-hop or not, parts, the
 // gather's shape) do not see the stages the chain adds, so the plan's
 // estimate can exceed single-hop's (up to 1.37x on these fleets) — a limit
-// of this planner; and holders on 2 hosts, α = 0 and cells below their
-// entries x the reduce-scatter floor (fewer parts than entries): 3 of
-// these are above 1.05x (worst 1.16: a receiving host that reduces 2 of 5
-// parts forwards both to every other host), a limit of this planner's
-// reducer rotation with few parts, not of the chain.
+// of this planner. Holders on 2 hosts, α = 0 and cells below their entries
+// x the reduce-scatter floor (fewer parts than entries) are counted apart
+// and asserted within 1.05x: until planner version 19, 3 of these 238 were
+// above (worst 1.163: a receiving host that reduced 2 of 5 parts forwarded
+// both to every other host); the part count is now a multiple of the
+// cell's hosts.
 TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
   std::mt19937_64 rng(20261123);
   const int cases = 20000;
@@ -2052,6 +2053,7 @@ TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
         ++small_two;
         small_two_above += n > 1.05;
         worst_small_two = std::max(worst_small_two, n);
+        EXPECT_LE(n, 1.05) << "fewer parts than entries";
         continue;
       }
     }

@@ -85,8 +85,9 @@ namespace {
 // for groups of like tensors whose single-hop plan loads a holder device
 // above kCrossGain times what a receiving device takes in, where that
 // lowers the whole plan's α–β estimate, which models the hosts' NICs,
-// PlanOptions::nics_per_host).
-constexpr uint64_t kPlannerVersion = 18;
+// PlanOptions::nics_per_host; 19: a reduce-scatter with at least as many
+// parts as the cell's hosts cuts a whole number of parts per host).
+constexpr uint64_t kPlannerVersion = 19;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
