@@ -1329,8 +1329,7 @@ inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& re
   const double bytes = static_cast<double>(region.volume() * t.esize);
   const double min_part =
       std::max(4096.0, options_.alpha_seconds * options_.inter_host_bytes_per_second / 4);
-  auto m =
-      static_cast<int64_t>(std::min(static_cast<double>(count), std::floor(bytes / min_part)));
+  auto m = static_cast<int64_t>(std::min(static_cast<double>(count), std::floor(bytes / min_part)));
   // At least as many parts as the cell's hosts (the star gather): a whole
   // number of parts per host (planner version 19). Each host forwards the
   // parts it reduces to every other host, so with m = q nh + e parts (0 < e
