@@ -13,6 +13,7 @@
 
 #include "cell_ingress.h"
 #include "layout_helpers.h"
+#include "plan/context.h"
 #include "plan/enumerate.h"
 #include "random_cases.h"
 #include "reshard/engine.h"
@@ -2239,6 +2240,98 @@ TEST(PlanScratch, BudgetPreReducesTheGroupsItHolds) {
           << "process " << p;
     ASSERT_NO_FATAL_FAILURE(execute_every_stage(plan, 2));
   }
+}
+
+// A process part's enumeration replays the pieces of like tensors (same
+// layouts, shape, dtype and decisions: planner.cc, build_chunk) instead of
+// enumerating each: the plans must be those of every tensor enumerated on
+// its own — whole plans and every process's part, with 1 and 3 threads
+// (each thread's tensor range records its own), on random fleets (relays,
+// trees, partial sources, budgets), uneven fleets and the random generator's
+// cases, each tensor three times over (the copies after the originals, one
+// in another dtype: a kind of its own unless it has the same size).
+PlanInput thrice(PlanInput in) {
+  const size_t n = in.tensors.size();
+  for (int copy = 1; copy <= 2; ++copy) {
+    for (size_t i = 0; i < n; ++i) {
+      TensorSpec t = in.tensors[i];
+      t.name += "_copy" + std::to_string(copy);
+      if (copy == 2) t.dtype = t.dtype == DType::kF32 ? DType::kBF16 : DType::kF32;
+      in.tensors.push_back(std::move(t));
+    }
+  }
+  return in;
+}
+
+struct ReplayOff {
+  ReplayOff() { planning::set_replay_like(false); }
+  ~ReplayOff() { planning::set_replay_like(true); }
+};
+
+void expect_replay_plans_alike(const PlanInput& in) {
+  std::vector<std::pair<std::string, Plan>> off;
+  auto plans = [&](std::vector<std::pair<std::string, Plan>>& out) {
+    for (int32_t threads : {1, 3}) {
+      PlanRequest all;
+      all.threads = threads;
+      Plan whole = make_plan(in, all);
+      const std::vector<int32_t> procs = whole.processes();
+      out.emplace_back("whole, threads " + std::to_string(threads), std::move(whole));
+      for (int32_t p : procs) {
+        PlanRequest one;
+        one.scope = PlanScope::kProcess;
+        one.process = p;
+        one.global_stats = false;
+        one.threads = threads;
+        out.emplace_back("process " + std::to_string(p) + ", threads " + std::to_string(threads),
+                         make_plan(in, one));
+      }
+    }
+  };
+  {
+    ReplayOff guard;
+    plans(off);
+  }
+  std::vector<std::pair<std::string, Plan>> on;
+  plans(on);
+  ASSERT_EQ(on.size(), off.size());
+  for (size_t i = 0; i < on.size(); ++i) {
+    SCOPED_TRACE(on[i].first);
+    EXPECT_EQ(on[i].second.fingerprint(), off[i].second.fingerprint());
+    EXPECT_EQ(on[i].second.parts(), off[i].second.parts());
+  }
+}
+
+TEST(PlanReplay, LikeTensorsPlanAsIfEnumeratedAlone) {
+  std::mt19937_64 rng(20261127);
+  int partial = 0, relayed = 0, budgeted = 0;
+  for (int c = 0; c < 90; ++c) {
+    PlanInput in;
+    std::string what;
+    if (c % 3 == 0) {
+      Fleet f = random_fleet(rng, c % 2 == 0);
+      what = describe(f);
+      partial += !f.partial.empty();
+      in = f.in;
+    } else if (c % 3 == 1) {
+      Fleet f = uneven_fleet(rng);
+      what = describe(f);
+      in = f.in;
+    } else {
+      testing::CaseGen gen(90000 + static_cast<uint64_t>(c));
+      in = gen.input();
+      what = "random case";
+    }
+    SCOPED_TRACE("case " + std::to_string(c) + ": " + what);
+    in = thrice(std::move(in));
+    budgeted += in.options.staging_budget_bytes > 0;
+    relayed += make_plan(in, {PlanScope::kGlobal}).stats().stages > 1;
+    expect_replay_plans_alike(in);
+    if (HasFailure()) return;
+  }
+  EXPECT_GE(partial, 3);
+  EXPECT_GE(relayed, 20);
+  EXPECT_GE(budgeted, 10);
 }
 
 }  // namespace

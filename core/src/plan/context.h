@@ -120,4 +120,10 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                    std::vector<DeviceCounts>* counts = nullptr, int64_t max_bytes = -1,
                    bool reference = false);
 
+// Whether a process part's enumeration replays the pieces of like tensors
+// (planner.cc, build_chunk): on unless a test turns it off to compare the
+// parts with those of every tensor enumerated on its own.
+bool replay_like();
+void set_replay_like(bool on);
+
 }  // namespace reshard::planning
