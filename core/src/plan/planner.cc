@@ -352,11 +352,11 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
   // of those (405B: 1,137 tensors, a few kinds), the first records every
   // call's pieces and the others replay them (set_replay_like(false):
   // each enumerates, what the tests compare with).
-  using LikeKey = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t,
-                             uint8_t, bool>;
+  using LikeKey =
+      std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t, uint8_t, bool>;
   struct Recording {
     std::vector<Emitted> pieces;
-    std::vector<size_t> ends;  // per call, in call order
+    std::vector<size_t> ends;    // per call, in call order
     size_t total = 0, left = 0;  // tensors of the kind in the range, and still to come
     bool recorded = false;
   };
@@ -367,9 +367,9 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     kind_of.resize(t1 - t0);
     for (size_t ti = t0; ti < t1; ++ti) {
       const TensorCtx& t = ctx.tensors[ti];
-      const auto [it, fresh] = kinds.try_emplace(
-          LikeKey(t.sg, t.dg, t.src->shape(), t.esize, t.reduce, t.device_cross),
-          recordings.size());
+      const auto [it, fresh] =
+          kinds.try_emplace(LikeKey(t.sg, t.dg, t.src->shape(), t.esize, t.reduce, t.device_cross),
+                            recordings.size());
       if (fresh) recordings.emplace_back();
       ++recordings[it->second].total;
       ++recordings[it->second].left;
@@ -426,37 +426,44 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
       const uint32_t own = t.dt->dense[*it];
       reset();
       const auto table = out.recvs.table_for(own);  // stage 0, band 0: most pieces
-      stream([&](auto&& g) { en.recv(t, *it, g); }, [&](const Emitted& x) {
-        if (x.scratch == 1 || x.scratch == 3) return;  // into a holder's scratch: its process's
-        if (x.scratch == 2) {                          // a holder host's scratch, reduced
-          deferred.push_back({1, own, t.st->dense[x.src_entry], x});
-          return;
-        }
-        Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
-        if (x.relay()) {  // a later stage, from a relay's destination buffer
-          piece.region = static_cast<uint32_t>(out.regions.size());
-          out.regions.push_back(x.region);
-          out.recvs.add(table_of(out.recvs, own, x.stage, x.band), own, t.dt->dense[x.src_entry],
-                        piece, x.region.volume() * t.esize, x.stage, x.band);
-          return;
-        }
-        add_region(t, x, piece);
-        if (x.local)
-          out.local.push_back(piece);
-        else if (x.band == 0)
-          out.recvs.add(table, own, t.st->dense[x.src_entry], piece, x.region.volume() * t.esize);
-        else
-          out.recvs.add(table_of(out.recvs, own, 0, x.band), own, t.st->dense[x.src_entry], piece,
-                        x.region.volume() * t.esize, 0, x.band);
-      });
+      stream([&](auto&& g) { en.recv(t, *it, g); },
+             [&](const Emitted& x) {
+               if (x.scratch == 1 || x.scratch == 3)
+                 return;              // into a holder's scratch: its process's
+               if (x.scratch == 2) {  // a holder host's scratch, reduced
+                 deferred.push_back({1, own, t.st->dense[x.src_entry], x});
+                 return;
+               }
+               Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
+               if (x.relay()) {  // a later stage, from a relay's destination buffer
+                 piece.region = static_cast<uint32_t>(out.regions.size());
+                 out.regions.push_back(x.region);
+                 out.recvs.add(table_of(out.recvs, own, x.stage, x.band), own,
+                               t.dt->dense[x.src_entry], piece, x.region.volume() * t.esize,
+                               x.stage, x.band);
+                 return;
+               }
+               add_region(t, x, piece);
+               if (x.local)
+                 out.local.push_back(piece);
+               else if (x.band == 0)
+                 out.recvs.add(table, own, t.st->dense[x.src_entry], piece,
+                               x.region.volume() * t.esize);
+               else
+                 out.recvs.add(table_of(out.recvs, own, 0, x.band), own, t.st->dense[x.src_entry],
+                               piece, x.region.volume() * t.esize, 0, x.band);
+             });
       // Relay side: what this destination entry forwards in later stages.
       reset();
-      stream([&](auto&& g) { en.forward(t, *it, g); }, [&](const Emitted& x) {
-        Piece piece{t.index, x.src_entry, x.dst_entry, static_cast<uint32_t>(out.regions.size())};
-        out.regions.push_back(x.region);
-        out.sends.add(table_of(out.sends, own, x.stage, x.band), own, t.dt->dense[x.dst_entry],
-                      piece, x.region.volume() * t.esize, x.stage, x.band);
-      });
+      stream([&](auto&& g) { en.forward(t, *it, g); },
+             [&](const Emitted& x) {
+               Piece piece{t.index, x.src_entry, x.dst_entry,
+                           static_cast<uint32_t>(out.regions.size())};
+               out.regions.push_back(x.region);
+               out.sends.add(table_of(out.sends, own, x.stage, x.band), own,
+                             t.dt->dense[x.dst_entry], piece, x.region.volume() * t.esize, x.stage,
+                             x.band);
+             });
     }
     // Sender side: network pieces whose source is on p.
     auto [sb, se] = entries_on(*t.st, p);
@@ -464,38 +471,41 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
       const uint32_t own = t.st->dense[*it];
       reset();
       const auto table = out.sends.table_for(own);
-      stream([&](auto&& g) { en.send(t, *it, g); }, [&](const Emitted& x) {
-        if (x.scratch == 1) {  // a summand into a scratch: this entry's or another's
-          if (x.local) {
-            if (x.dst_entry == *it) deferred.push_back({2, own, own, x});  // once, by its owner
-          } else if (x.src_entry == *it)
-            deferred.push_back({0, own, t.st->dense[x.dst_entry], x});
-          else
-            deferred.push_back({1, own, t.st->dense[x.src_entry], x});
-          return;
-        }
-        if (x.scratch == 3) {  // a chain's link: from this entry's scratch or into it
-          if (x.src_entry == *it) {
-            deferred.push_back({0, own, t.st->dense[x.dst_entry], x});
-            out.scratch.push_back({t.index, ctx.devices[own], x.region});
-          } else {
-            deferred.push_back({1, own, t.st->dense[x.src_entry], x});
-          }
-          return;
-        }
-        if (x.scratch == 2) {  // this entry's scratch to the part's reducer
-          deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
-          out.scratch.push_back({t.index, ctx.devices[own], x.region});
-          return;
-        }
-        Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
-        add_region(t, x, piece);
-        if (x.band == 0)
-          out.sends.add(table, own, t.dt->dense[x.dst_entry], piece, x.region.volume() * t.esize);
-        else
-          out.sends.add(table_of(out.sends, own, 0, x.band), own, t.dt->dense[x.dst_entry], piece,
-                        x.region.volume() * t.esize, 0, x.band);
-      });
+      stream([&](auto&& g) { en.send(t, *it, g); },
+             [&](const Emitted& x) {
+               if (x.scratch == 1) {  // a summand into a scratch: this entry's or another's
+                 if (x.local) {
+                   if (x.dst_entry == *it)
+                     deferred.push_back({2, own, own, x});  // once, by its owner
+                 } else if (x.src_entry == *it)
+                   deferred.push_back({0, own, t.st->dense[x.dst_entry], x});
+                 else
+                   deferred.push_back({1, own, t.st->dense[x.src_entry], x});
+                 return;
+               }
+               if (x.scratch == 3) {  // a chain's link: from this entry's scratch or into it
+                 if (x.src_entry == *it) {
+                   deferred.push_back({0, own, t.st->dense[x.dst_entry], x});
+                   out.scratch.push_back({t.index, ctx.devices[own], x.region});
+                 } else {
+                   deferred.push_back({1, own, t.st->dense[x.src_entry], x});
+                 }
+                 return;
+               }
+               if (x.scratch == 2) {  // this entry's scratch to the part's reducer
+                 deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
+                 out.scratch.push_back({t.index, ctx.devices[own], x.region});
+                 return;
+               }
+               Piece piece{t.index, x.src_entry, x.dst_entry, kOverlapRegion};
+               add_region(t, x, piece);
+               if (x.band == 0)
+                 out.sends.add(table, own, t.dt->dense[x.dst_entry], piece,
+                               x.region.volume() * t.esize);
+               else
+                 out.sends.add(table_of(out.sends, own, 0, x.band), own, t.dt->dense[x.dst_entry],
+                               piece, x.region.volume() * t.esize, 0, x.band);
+             });
     }
     if (rec != nullptr) {
       rec->recorded = true;
