@@ -169,7 +169,9 @@ type Message struct {
 // Piece is a box of one tensor moving from a source entry to a destination
 // entry, with the region it moves in global coordinates. In a stage above
 // 0 (a relay), SrcEntry indexes the tensor's DESTINATION layout: the buffer,
-// on SrcDevice, that an earlier stage wrote and the piece forwards from.
+// on SrcDevice, that an earlier stage wrote and the piece forwards from;
+// except a piece writing a scratch (DstEntry ScratchEntry) from an entry,
+// whose SrcEntry is a SOURCE entry, a summand (PlanFeatureLateSummands).
 type Piece struct {
 	Tensor, SrcEntry, DstEntry uint64
 	SrcDevice, DstDevice       int64

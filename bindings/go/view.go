@@ -14,9 +14,15 @@ const (
 	// ScratchTensor ...: planner-sized staging of reduction trees) or has
 	// pieces naming one (SrcEntry or DstEntry 0xFFFFFFFE).
 	PlanFeatureScratch uint64 = 2
+	// PlanFeatureLateSummands: some piece of a message in a stage above 0
+	// writes a scratch (DstEntry 0xFFFFFFFE) from an entry (SrcEntry not
+	// 0xFFFFFFFE): that entry is of the SOURCE layout, a summand, as in
+	// stage 0 (a band of a pre-reduction under a staging budget, written in
+	// one stage and read in the next).
+	PlanFeatureLateSummands uint64 = 4
 	// KnownPlanFeatures are the bits this package's reader understands;
 	// ViewPlan rejects bytes that require any other.
-	KnownPlanFeatures = PlanFeatureStages | PlanFeatureScratch
+	KnownPlanFeatures = PlanFeatureStages | PlanFeatureScratch | PlanFeatureLateSummands
 )
 
 // checkPlanFeatures rejects a plan that requires a feature this package
@@ -24,7 +30,7 @@ const (
 // library knows; a newer library may know more than this package.
 func checkPlanFeatures(root *fb.Plan) error {
 	if unknown := root.RequiredFeatures() &^ KnownPlanFeatures; unknown != 0 {
-		return errorf(Corrupt, "required_features: unknown feature bits %d (this reader knows %d: stages, scratch)",
+		return errorf(Corrupt, "required_features: unknown feature bits %d (this reader knows %d: stages, scratch, late summands)",
 			unknown, KnownPlanFeatures)
 	}
 	return nil

@@ -269,7 +269,7 @@ reshard_error_t* reshard_plan_part_piece(const reshard_plan_t* plan, int32_t pro
     const int64_t local_device =
         p.src_entry == reshard::kScratchEntry ? -1 : tensor.src.device(p.src_entry);
     c.src_device = p.src_entry == reshard::kScratchEntry ? (message ? message->src_device : -1)
-                   : stage == 0                          ? tensor.src.device(p.src_entry)
+                   : reshard::reads_source(p, stage)     ? tensor.src.device(p.src_entry)
                                                          : tensor.dst.device(p.src_entry);
     c.dst_device = p.dst_entry != reshard::kScratchEntry ? tensor.dst.device(p.dst_entry)
                    : message                             ? message->dst_device

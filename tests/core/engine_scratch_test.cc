@@ -25,6 +25,7 @@
 #include "reshard/exec.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
+#include "reshard/simulate.h"
 #include "scratch_plans.h"
 #include "thread_transport.h"
 
@@ -91,14 +92,15 @@ std::vector<TreeCase> tree_cases() {
   std::vector<TreeCase> cases;
   std::mt19937_64 rng(7);
   const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kMean};
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < 40; ++i) {
     TreeCase c;
     c.op = ops[i % 4];
     c.dtype = (i / 4) % 2 == 0 ? DType::kF32 : DType::kBF16;
     const int hosts = 2 + static_cast<int>(rng() % 2);
     c.per_host.clear();
     for (int h = 0; h < hosts; ++h) c.per_host.push_back(1 + static_cast<int>(rng() % 3));
-    c.two_level = (i / 8) % 2 == 1;
+    c.two_level = (i / 8) % 2 == 1 && i < 32;
+    c.late = i >= 32;  // the second half's summands cross in stage 1
     c.rounds = 1 + static_cast<int>(rng() % 2);
     c.host_process = rng() % 2 == 0;
     c.raw_first_host = i >= 16 && rng() % 2 == 0;
@@ -109,7 +111,9 @@ std::vector<TreeCase> tree_cases() {
 
 // Reduction trees of every reduce op, f32 and bf16, 1-3 summands per host,
 // one or two levels of scratch, one or two rounds, holders in one process
-// per host or per device: execute_host on 1-3 threads matches the oracle.
+// per host or per device, and 8 trees whose second half's summands cross in
+// stage 1 (plan.h, reads_source): execute_host on 1-3 threads matches the
+// oracle.
 TEST(EngineScratch, TreesMatchTheOracleInProcess) {
   int checked = 0;
   for (const TreeCase& c : tree_cases()) {
@@ -121,7 +125,7 @@ TEST(EngineScratch, TreesMatchTheOracleInProcess) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 96);
+  EXPECT_EQ(checked, 120);
 }
 
 // The same trees on per-process engines, messages delivered late and in
@@ -142,7 +146,32 @@ TEST(EngineScratch, TreesMatchTheOracleUnderRandomDeliveryDelays) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 96);
+  EXPECT_EQ(checked, 120);
+}
+
+// The simulator reads late summands (plan.h, reads_source) as summands:
+// their messages wait for nothing, and the leader's send of the scratch
+// they write waits for them.
+TEST(EngineScratch, SimulatorTakesLateSummandsFromTheSources) {
+  TreeCase c;
+  c.per_host = {2, 3};
+  c.late = true;
+  c.host_process = true;
+  const Plan plan = tree_plan(c);
+  const std::vector<SimMessage> msgs = plan_messages(plan);
+  int late = 0, waiting = 0;
+  for (const SimMessage& m : msgs) {
+    if (m.stage != 1) continue;
+    const auto& t = plan.tensors()[0];
+    // From a holder to its host's leader (both holders of the source).
+    if (t.src.entry_of(m.src_device) && t.src.entry_of(m.dst_device)) {
+      ++late;
+      EXPECT_TRUE(m.after.empty()) << m.src_device << " -> " << m.dst_device;
+    }
+  }
+  for (const SimMessage& m : msgs) waiting += m.stage == 2 && !m.after.empty();
+  EXPECT_GT(late, 0);
+  EXPECT_GT(waiting, 0);
 }
 
 // The scratch buffers are allocated on their devices and counted: two

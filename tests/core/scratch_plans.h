@@ -109,13 +109,17 @@ struct TreeCase {
   bool host_process = false;      // one process per host (else per device)
   bool raw_first_host = false;    // host 0's holders send raw summands to the reducers
   bool relay_same_stage = false;  // the reducers forward in their contributions' stage
+  // The second half's scratch is written in stage 1 (its summands read in a
+  // later stage: plan.h, reads_source) and sent on in stage 2, as a
+  // pre-reduction banded under a staging budget; not with two_level.
+  bool late = false;
   std::string label() const {
     std::string s = "hosts";
     for (int k : per_host) s += " " + std::to_string(k);
     s += std::string(" op ") + std::to_string(static_cast<int>(op)) + " " +
          std::string(dtype_name(dtype)) + (two_level ? " two-level" : "") + " rounds " +
          std::to_string(rounds) + (host_process ? " process/host" : " process/device") +
-         (raw_first_host ? " raw host 0" : "");
+         (raw_first_host ? " raw host 0" : "") + (late ? " late" : "");
     return s;
   }
 };
@@ -177,9 +181,11 @@ inline Plan tree_plan(const TreeCase& c) {
   std::vector<Xfer> xs;
   std::vector<Scratch> scratch;
   // Stage of the reducers' last contributions; the relay comes after it.
-  const uint32_t last = c.two_level ? 2 : 1;
+  const uint32_t last = c.two_level || c.late ? 2 : 1;
   for (int j = 0; j < 2; ++j) {
     const Box part = rows(j * half, (j + 1) * half, kCols);
+    // The stage in which the holders write the half's scratch.
+    const uint32_t w = c.late && j == 1 ? 1 : 0;
     if (c.two_level) scratch.push_back({0, agg, part});
     for (int r = 0; r < c.rounds; ++r) {
       const int64_t lo = j * half + half * r / c.rounds;
@@ -197,11 +203,12 @@ inline Plan tree_plan(const TreeCase& c) {
         const int64_t leader = host.front();
         if (r == 0) scratch.push_back({0, leader, part});
         for (int64_t d : host)
-          xs.push_back({d, leader, 0, round, src_entry(d), kScratchEntry, slab});
+          xs.push_back({d, leader, w, round, src_entry(d), kScratchEntry, slab});
         if (c.two_level) {
           xs.push_back({leader, agg, 1, round, kScratchEntry, kScratchEntry, slab});
         } else {
-          xs.push_back({leader, reducer[j], 1, round, kScratchEntry, dst_entry(reducer[j]), slab});
+          xs.push_back(
+              {leader, reducer[j], w + 1, round, kScratchEntry, dst_entry(reducer[j]), slab});
         }
       }
       if (c.two_level) {

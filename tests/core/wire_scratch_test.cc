@@ -136,7 +136,7 @@ TEST_F(WireScratchMutation, UnmodifiedBufferDecodes) {
 
 TEST_F(WireScratchMutation, FeatureBits) {
   const auto original = bytes_;
-  ASSERT_TRUE(root()->mutate_required_features(root()->required_features() | 4));
+  ASSERT_TRUE(root()->mutate_required_features(root()->required_features() | 8));
   expect_corrupt(bytes_, {"required_features", "unknown"});
   bytes_ = original;
   ASSERT_TRUE(root()->mutate_required_features(kPlanFeatureStages));
@@ -153,6 +153,38 @@ TEST_F(WireScratchMutation, FeatureBits) {
   set(encode_plan(make_plan(in)));
   ASSERT_TRUE(root()->mutate_required_features(root()->required_features() | kPlanFeatureScratch));
   expect_corrupt(bytes_, {"required_features", "no part holds scratch and no piece names one"});
+}
+
+// Late summands (required_features bit 4; plan.h, reads_source): pieces of
+// stage 1 writing a scratch from source entries (the second half of a tree
+// written in stage 1 and sent on in stage 2) round-trip exactly, set the
+// bit, execute to the oracle's values, and are refused without it; the bit
+// in a plan without such a piece is refused too.
+TEST_F(WireScratchMutation, LateSummandsNeedTheirBit) {
+  TreeCase c;
+  c.per_host = {2, 3};
+  c.rounds = 2;
+  c.late = true;
+  const Plan plan = tree_plan(c);
+  const std::vector<uint8_t> bytes = encode_plan(plan);
+  EXPECT_EQ(fb::GetPlan(bytes.data())->required_features(),
+            kPlanFeatureStages | kPlanFeatureScratch | kPlanFeatureLateSummands);
+  const Plan back = decode_plan(bytes);
+  EXPECT_EQ(back.parts(), plan.parts());
+  EXPECT_EQ(encode_plan(back), bytes);
+  OracleBuffers buffers = fill_sources(back);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(back, views);
+  EXPECT_TRUE(check_destinations(back, buffers).ok());
+  set(bytes);
+  ASSERT_TRUE(
+      root()->mutate_required_features(root()->required_features() & ~kPlanFeatureLateSummands));
+  expect_corrupt(bytes_, {".src_entry", "a piece of stage 1", "late-summands bit (4)"});
+  // The bit where no piece needs it.
+  set(encode_plan(scratch_plan()));
+  ASSERT_TRUE(
+      root()->mutate_required_features(root()->required_features() | kPlanFeatureLateSummands));
+  expect_corrupt(bytes_, {"required_features", "late-summands bit (4) but no piece"});
 }
 
 TEST_F(WireScratchMutation, ScratchBoxes) {

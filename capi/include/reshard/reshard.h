@@ -791,8 +791,10 @@ typedef struct reshard_piece {
   size_t struct_size;
   uint64_t tensor;
   /* Entry of the tensor's source layout; in a stage > 0 (see `stage`), of
-   * its destination layout: the relay's buffer the piece is forwarded from.
-   * Either may be RESHARD_SCRATCH_ENTRY (below): a scratch buffer. */
+   * its destination layout: the relay's buffer the piece is forwarded from,
+   * except for a piece whose dst_entry is RESHARD_SCRATCH_ENTRY, which reads
+   * a source entry (a summand) in every stage. Either may be
+   * RESHARD_SCRATCH_ENTRY (below): a scratch buffer. */
   uint64_t src_entry;
   uint64_t dst_entry; /* entry of the tensor's destination layout */
   int64_t src_device;

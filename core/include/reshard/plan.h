@@ -102,6 +102,10 @@ struct PlanInput {
 // In a message of stage s > 0, `src_entry` indexes the tensor's
 // *destination* layout: the piece forwards what an earlier stage wrote into
 // that destination buffer (a relay), and `region` always names its region.
+// One exception (reads_source below): a piece of stage s > 0 writing a
+// scratch from an entry (not from another scratch) reads a summand, a
+// *source* entry, as in stage 0: a band of a pre-reduction under a staging
+// budget, whose scratch is written in stage s and read in s + 1.
 struct Piece {
   uint32_t tensor = 0;
   uint32_t src_entry = 0;
@@ -117,6 +121,14 @@ inline constexpr uint32_t kOverlapRegion = 0xffffffffu;
 // the piece, the one whose box contains the piece's region. A piece naming
 // a scratch always names its region (never kOverlapRegion).
 inline constexpr uint32_t kScratchEntry = 0xfffffffeu;
+
+// Whether piece `p` of a message of `stage` (0 for local pieces) reads the
+// tensor's source layout: every piece of stage 0, and a piece of a later
+// stage that writes a scratch from an entry (Piece). Other pieces of a later
+// stage read a destination entry (a relay) or a scratch (kScratchEntry).
+inline bool reads_source(const Piece& p, uint32_t stage) {
+  return stage == 0 || (p.dst_entry == kScratchEntry && p.src_entry != kScratchEntry);
+}
 
 // Planner-sized staging (docs/design.md §2.4): a buffer the executor
 // allocates on `device` for one execution and frees when it ends, holding
@@ -370,7 +382,8 @@ class Plan {
   Box region(const ProcessPart& part, const Piece& piece) const;
   int64_t piece_bytes(const ProcessPart& part, const Piece& piece) const;
   // The buffer box a piece reads: its tensor's source entry's box, or, in a
-  // message of stage > 0, the destination entry's box it forwards from.
+  // message of stage > 0, the destination entry's box it forwards from
+  // (unless it writes a scratch from a summand: reads_source).
   // A piece reading a scratch (src_entry == kScratchEntry) has no such box
   // without its part and device: kOutOfRange naming piece.src_entry (use
   // the overload below).

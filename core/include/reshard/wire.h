@@ -18,7 +18,13 @@ inline constexpr uint64_t kPlanFeatureStages = 1;
 // pieces naming one (kScratchEntry; a holder sending into another device's
 // scratch holds none itself).
 inline constexpr uint64_t kPlanFeatureScratch = 2;
-inline constexpr uint64_t kPlanKnownFeatures = kPlanFeatureStages | kPlanFeatureScratch;
+// Late summands: some piece of a message in a stage above 0 writes a scratch
+// from a *source* entry (reads_source in plan.h: a band of a pre-reduction
+// under a staging budget). A reader without this bit would take the entry
+// for a destination entry.
+inline constexpr uint64_t kPlanFeatureLateSummands = 4;
+inline constexpr uint64_t kPlanKnownFeatures =
+    kPlanFeatureStages | kPlanFeatureScratch | kPlanFeatureLateSummands;
 
 struct EncodeOptions {
   // Which process parts to include: all parts the plan holds (default), or

@@ -1051,7 +1051,8 @@ Box Plan::source_box(const Piece& piece, uint32_t stage) const {
   if (piece.src_entry == kScratchEntry)
     fail(ErrorCode::kOutOfRange, "piece.src_entry",
          "names a scratch, whose box depends on the part and the sending device");
-  const Layout& l = stage == 0 ? tensors_[piece.tensor].src : tensors_[piece.tensor].dst;
+  const Layout& l =
+      reads_source(piece, stage) ? tensors_[piece.tensor].src : tensors_[piece.tensor].dst;
   if (piece.src_entry >= l.num_entries())
     fail(ErrorCode::kOutOfRange, "piece.src_entry",
          "out of range for tensor " + std::to_string(piece.tensor));

@@ -33,6 +33,7 @@ void append_sends(const Plan& plan, const ProcessPart& part, std::vector<SimMess
     found.clear();
     for (uint64_t k = 0; k < m.num_pieces && m.first_piece + k < part.send_pieces.size(); ++k) {
       const Piece& p = part.send_pieces[m.first_piece + k];
+      if (reads_source(p, m.stage)) continue;  // a summand: there from the start
       writers.writers(p.tensor, p.src_entry, plan.region(part, p), m.stage, found);
     }
     stage_deps::sort_unique(found);

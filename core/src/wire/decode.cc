@@ -120,6 +120,7 @@ class Decoder {
                   ": stages, scratch)");
     staged_ = (root_.required_features() & kPlanFeatureStages) != 0;
     scratch_bit_ = (root_.required_features() & kPlanFeatureScratch) != 0;
+    late_summands_bit_ = (root_.required_features() & kPlanFeatureLateSummands) != 0;
     PlanInput input;
     input.options = decode_options();
     input.topology = decode_topology();
@@ -170,6 +171,10 @@ class Decoder {
     if (scratch_bit_ && !any_scratch_)
       corrupt("required_features",
               "has the scratch bit (2) but no part holds scratch and no piece names one");
+    if (late_summands_bit_ && !any_late_summand_)
+      corrupt("required_features",
+              "has the late-summands bit (4) but no piece of a stage above 0 writes a scratch "
+              "from a source entry");
     if (root_.has_stats())
       check_scratch_bytes(parts, processes.size(), Plan::Builder::stats(plan).max_scratch_bytes);
     Plan::Builder::tensors(plan) = std::move(input.tensors);
@@ -631,11 +636,16 @@ class Decoder {
       Box dst = region;
       if (src_scratch && side == 1) src = held_scratch(p.tensor, src_device, region, f(field));
       if (!src_scratch) {
-        const Layout& from = stage == 0 ? t.src : t.dst;
-        if (p.src_entry >= from.num_entries())
+        // Into a scratch (dst_scratch here): a summand, a source entry, in
+        // any stage (reads_source); in a later stage only under bit 4.
+        if (stage > 0 && !late_summands_bit_)
+          corrupt(f(".src_entry"), "a piece of stage " + std::to_string(stage) +
+                                       " writes a scratch from a source entry but "
+                                       "required_features lacks the late-summands bit (4)");
+        any_late_summand_ |= stage > 0;
+        if (p.src_entry >= t.src.num_entries())
           corrupt(f(".src_entry"), std::to_string(p.src_entry) + " is out of range");
-        src = boxes(stage == 0 ? tensor_slots_[p.tensor].first
-                               : tensor_slots_[p.tensor].second)[p.src_entry];
+        src = boxes(tensor_slots_[p.tensor].first)[p.src_entry];
       }
       if (dst_scratch && side != 1) dst = held_scratch(p.tensor, dst_device, region, f(field));
       if (!dst_scratch) {
@@ -782,7 +792,7 @@ class Decoder {
         const TensorSpec& t = (*tensors_)[p.tensor];
         // A scratch is on the device that reads or writes it.
         const int64_t from = p.src_entry == kScratchEntry ? m.src_device
-                             : m.stage == 0               ? t.src.device(p.src_entry)
+                             : reads_source(p, m.stage)   ? t.src.device(p.src_entry)
                                                           : t.dst.device(p.src_entry);
         const int64_t to = p.dst_entry == kScratchEntry ? m.dst_device : t.dst.device(p.dst_entry);
         if (from != m.src_device || to != m.dst_device)
@@ -986,6 +996,8 @@ class Decoder {
   int64_t stages_ = -1;                // stats.stages, or -1 without statistics
   bool staged_ = false;                // required_features has the stages bit
   bool scratch_bit_ = false;           // required_features has the scratch bit
+  bool late_summands_bit_ = false;     // required_features has the late-summands bit
+  bool any_late_summand_ = false;      // a piece of stage > 0 writes a scratch from a summand
   bool any_scratch_ = false;           // a decoded part holds scratch
   const ProcessPart* part_ = nullptr;  // the part whose pieces are being checked
 };

@@ -71,10 +71,10 @@ class Encoder {
 
   std::vector<uint8_t> encode(const std::vector<const ProcessPart*>& parts) {
     const PlanOptions& o = plan_.options();
-    auto options = fb::CreatePlanOptions(
-        b_, o.split_min_bytes, o.alpha_seconds, o.intra_host_bytes_per_second,
-        o.inter_host_bytes_per_second, o.staging_budget_bytes, o.relays, o.reduce_scatter,
-        o.nics_per_host);
+    auto options =
+        fb::CreatePlanOptions(b_, o.split_min_bytes, o.alpha_seconds, o.intra_host_bytes_per_second,
+                              o.inter_host_bytes_per_second, o.staging_budget_bytes, o.relays,
+                              o.reduce_scatter, o.nics_per_host);
     auto topology = encode_topology();
     std::vector<Offset<fb::Tensor>> tensors;
     tensors.reserve(plan_.tensors().size());
@@ -92,10 +92,19 @@ class Encoder {
     }
     auto part_vector = b_.CreateVector(part_offsets);
     uint64_t features = 0;
-    for (const ProcessPart* p : parts)
-      for (const auto* list : {&p->sends, &p->recvs})
-        for (const Message& m : *list)
-          if (m.stage > 0) features |= kPlanFeatureStages;
+    for (const ProcessPart* p : parts) {
+      for (const auto* list : {&p->sends, &p->recvs}) {
+        const std::vector<Piece>& pieces = list == &p->sends ? p->send_pieces : p->recv_pieces;
+        for (const Message& m : *list) {
+          if (m.stage == 0) continue;
+          features |= kPlanFeatureStages;
+          // Pieces out of range are the decoder's to report.
+          for (uint64_t k = m.first_piece; k < m.first_piece + m.num_pieces && k < pieces.size();
+               ++k)
+            if (reads_source(pieces[k], m.stage)) features |= kPlanFeatureLateSummands;
+        }
+      }
+    }
     // Scratch: a part holds some, or a piece names one (a holder sending
     // into its leader's scratch holds none itself).
     const auto names_scratch = [](const std::vector<Piece>& pieces) {

@@ -95,7 +95,10 @@ pub use plan::{
     Scratch, Side, TensorInfo, PLAN_BYTES_UNLIMITED, SCRATCH_ENTRY,
 };
 pub use topology::Topology;
-pub use view::{fb, PartView, PlanView, TensorView, KNOWN_PLAN_FEATURES, PLAN_FEATURE_SCRATCH, PLAN_FEATURE_STAGES};
+pub use view::{
+    fb, PartView, PlanView, TensorView, KNOWN_PLAN_FEATURES, PLAN_FEATURE_LATE_SUMMANDS, PLAN_FEATURE_SCRATCH,
+    PLAN_FEATURE_STAGES,
+};
 
 /// The raw declarations this crate is built on.
 pub use reshard_sys as sys;

@@ -244,7 +244,9 @@ pub struct Piece {
     pub tensor: u64,
     /// Entry of the tensor's source layout; in a stage > 0 (a relay), of its
     /// *destination* layout: the buffer, on `src_device`, that an earlier
-    /// stage wrote and this piece forwards from.
+    /// stage wrote and this piece forwards from. Except a piece of a stage >
+    /// 0 writing a scratch (`dst_entry` [`SCRATCH_ENTRY`]) from an entry: a
+    /// source entry, a summand (`required_features` bit 4).
     pub src_entry: u64,
     /// Entry of the tensor's destination layout.
     pub dst_entry: u64,

@@ -39,9 +39,16 @@ pub const PLAN_FEATURE_STAGES: u64 = 1;
 /// has pieces naming one (`src_entry` or `dst_entry` 0xFFFFFFFE).
 pub const PLAN_FEATURE_SCRATCH: u64 = 2;
 
+/// `Plan.required_features` bit: late summands. Some piece of a message in
+/// a stage above 0 writes a scratch (`dst_entry` 0xFFFFFFFE) from an entry
+/// (`src_entry` not 0xFFFFFFFE): that entry is of the *source* layout, a
+/// summand, as in stage 0 (a band of a pre-reduction under a staging
+/// budget, written in one stage and read in the next).
+pub const PLAN_FEATURE_LATE_SUMMANDS: u64 = 4;
+
 /// Every `Plan.required_features` bit this crate's reader understands;
 /// bytes that require any other are rejected ([`ErrorCode::Corrupt`]).
-pub const KNOWN_PLAN_FEATURES: u64 = PLAN_FEATURE_STAGES | PLAN_FEATURE_SCRATCH;
+pub const KNOWN_PLAN_FEATURES: u64 = PLAN_FEATURE_STAGES | PLAN_FEATURE_SCRATCH | PLAN_FEATURE_LATE_SUMMANDS;
 
 /// A verified, zero-copy, read-only view of plan bytes.
 ///
@@ -98,7 +105,7 @@ impl<'a> PlanView<'a> {
                 ErrorCode::Corrupt,
                 format!(
                     "plan bytes: required_features: unknown feature bits {unknown} \
-                     (this reader knows {KNOWN_PLAN_FEATURES}: stages)"
+                     (this reader knows {KNOWN_PLAN_FEATURES}: stages, scratch, late summands)"
                 ),
             ));
         }

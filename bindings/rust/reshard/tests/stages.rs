@@ -3,7 +3,7 @@
 //! inside it (stage 1); `PlanOptions::relays = false` plans single-hop.
 use reshard::{
     fb, Direction, ErrorCode, Executor, PieceList, Plan, PlanInput, PlanOptions, PlanView, Side, KNOWN_PLAN_FEATURES,
-    PLAN_FEATURE_SCRATCH, PLAN_FEATURE_STAGES,
+    PLAN_FEATURE_LATE_SUMMANDS, PLAN_FEATURE_SCRATCH, PLAN_FEATURE_STAGES,
 };
 
 /// bench/specs/pipeline_2x2_replicated_dst.json, smaller: a 2x2 mesh on host
@@ -173,16 +173,16 @@ fn bytes_requiring(features: u64) -> Vec<u8> {
 
 #[test]
 fn unknown_feature_bits_are_rejected() {
-    assert_eq!(KNOWN_PLAN_FEATURES, PLAN_FEATURE_STAGES | PLAN_FEATURE_SCRATCH);
-    // The stages and scratch bits are known to the Rust reader ...
-    for features in [PLAN_FEATURE_STAGES, PLAN_FEATURE_SCRATCH, 3] {
+    assert_eq!(KNOWN_PLAN_FEATURES, PLAN_FEATURE_STAGES | PLAN_FEATURE_SCRATCH | PLAN_FEATURE_LATE_SUMMANDS);
+    // The stages, scratch and late-summands bits are known to the Rust reader ...
+    for features in [PLAN_FEATURE_STAGES, PLAN_FEATURE_SCRATCH, 3, PLAN_FEATURE_LATE_SUMMANDS, 7] {
         let known = bytes_requiring(features);
         let view = PlanView::new_rust_verified(&known).unwrap();
         assert_eq!(view.required_features(), features);
         assert_eq!(view.parts().count(), 0);
     }
     // ... any other is not, alone or with them.
-    for features in [4, 5, 7, 1 << 63] {
+    for features in [8, 9, 15, 1 << 63] {
         let bytes = bytes_requiring(features);
         let err = PlanView::new_rust_verified(&bytes).unwrap_err();
         assert_eq!(err.code(), ErrorCode::Corrupt);

@@ -199,8 +199,8 @@ class DirectRunner {
   // destination entry it forwards from.
   const void* source(const DirectCopy& c) const {
     const Piece& p = *c.piece;
-    return c.stage == 0 ? buffers_[p.tensor].src[p.src_entry].data
-                        : buffers_[p.tensor].dst[p.src_entry].data;
+    return reads_source(p, c.stage) ? buffers_[p.tensor].src[p.src_entry].data
+                                    : buffers_[p.tensor].dst[p.src_entry].data;
   }
   // A reduction's target buffer (destination entry or scratch), where it
   // accumulates, and what a contribution reads.

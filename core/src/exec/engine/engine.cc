@@ -303,10 +303,10 @@ class Run {
 
   int64_t elem(uint32_t t) const { return dtype_size(tensors_[t].dtype); }
   // What a piece reads: its source buffer, or in a stage > 0 the
-  // destination buffer it forwards from.
+  // destination buffer it forwards from (reads_source).
   const void* src_ptr(const Piece& p, uint32_t stage) const {
-    return stage == 0 ? buffers_[p.tensor].src[p.src_entry].data
-                      : buffers_[p.tensor].dst[p.src_entry].data;
+    return reads_source(p, stage) ? buffers_[p.tensor].src[p.src_entry].data
+                                  : buffers_[p.tensor].dst[p.src_entry].data;
   }
   void* dst_ptr(const Piece& p) const { return buffers_[p.tensor].dst[p.dst_entry].data; }
   void* buffer(const engine_detail::BufferRef& r) const {

@@ -67,7 +67,7 @@ class Builder {
   // What a piece of a message of `stage` reads: the tensor's source layout,
   // or in a later stage its destination layout (relays).
   const Layout& from(const Piece& p, uint32_t stage) const {
-    return stage == 0 ? tensors_[p.tensor].src : tensors_[p.tensor].dst;
+    return reads_source(p, stage) ? tensors_[p.tensor].src : tensors_[p.tensor].dst;
   }
   void add_targets();
   void add_local(size_t i);
@@ -182,7 +182,7 @@ void Builder::add_contribution(const Piece& p, uint32_t stage, int64_t arrival, 
   }
   c.tensor = p.tensor;
   c.dst_entry = p.dst_entry;
-  c.summand = stage == 0 ? t.src.summand(p.src_entry) : kScratchSummand;
+  c.summand = reads_source(p, stage) ? t.src.summand(p.src_entry) : kScratchSummand;
   c.seq = seq_++;
   c.region = plan_.region(*part_, p);
   c.arrival = arrival;
@@ -194,7 +194,7 @@ void Builder::add_contribution(const Piece& p, uint32_t stage, int64_t arrival, 
       if (src_scratch == kNoScratch) fail(ErrorCode::kInternal, "engine: scratch read unresolved");
       c.src_scratch = src_scratch;
       c.src_box = s_.scratch[c.src_scratch].box;
-    } else if (stage > 0) {
+    } else if (!reads_source(p, stage)) {
       c.src_dst = true;
       c.src_box = t.dst.box(p.src_entry);
     } else {
@@ -321,13 +321,8 @@ void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_
                          int64_t dst_device, uint32_t src_scratch) {
   if (is_contribution(tensors_[p.tensor], p, stage)) {
     if (stage > 0) {
-      if (!whole_ && p.src_entry != kScratchEntry) {
-        fail(ErrorCode::kUnsupported,
-             "plan: part " + std::to_string(process_) + ": a piece of stage " +
-                 std::to_string(stage) +
-                 " between two devices of one process reads a destination entry into a scratch "
-                 "(the distributed engine cannot order it)");
-      }
+      // A scratch's summand of a later stage (reads_source) waits for its
+      // stage too: the scratch is written then, not before.
       if (!whole_) extra_keys_.push_back(round);
       arrival = round;
     }
@@ -406,7 +401,7 @@ void Builder::add_send(const Message& m, size_t i) {
     const CopyDesc d = make_copy_desc(region, from(p, m.stage).box(p.src_entry), region);
     if (copy_desc_contiguous(d)) {
       e.mode = EngineMessage::Mode::kInPlace;
-      e.in_place = {p.tensor, p.src_entry, m.stage == 0};
+      e.in_place = {p.tensor, p.src_entry, reads_source(p, m.stage)};
       e.in_place_offset = d.src_offset * elem(p.tensor);
     }
   }
@@ -1086,7 +1081,7 @@ void Builder::group_reductions() {
 // p.src_entry, written by receives and direct copies of earlier stages, or,
 // for a partial source, by the reduction (finished when stored).
 void Builder::read_deps(const Piece& p, uint32_t stage, std::vector<uint64_t>& out) {
-  if (stage == 0) return;
+  if (reads_source(p, stage)) return;        // a source buffer: there from the start
   if (p.src_entry == kScratchEntry) return;  // add_send: the scratch's reduction
   if (reduces(p.tensor)) {
     const auto it = acc_of_.find(uint64_t{p.tensor} << 32 | p.src_entry);

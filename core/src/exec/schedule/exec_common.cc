@@ -127,7 +127,8 @@ void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vecto
     const bool dst_scratch = p.dst_entry == kScratchEntry;
     if (p.tensor >= tensors.size() ||
         (!src_scratch &&
-         p.src_entry >= (s == 0 ? tensors[p.tensor].src : tensors[p.tensor].dst).num_entries()) ||
+         p.src_entry >=
+             (reads_source(p, s) ? tensors[p.tensor].src : tensors[p.tensor].dst).num_entries()) ||
         (!dst_scratch && p.dst_entry >= tensors[p.tensor].dst.num_entries())) {
       fail(ErrorCode::kInvalidArgument, where() + "tensor or entry index out of range");
     }

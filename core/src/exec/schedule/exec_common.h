@@ -35,7 +35,8 @@ void validate_buffers(const Plan& plan, std::span<const TensorBuffers> buffers,
 // damaged plan cannot make a copy loop leave its buffers. Throws
 // kInvalidArgument ("plan: part 2 recv_pieces[7]: ...").
 // `messages` (when given) are the messages that group `pieces`: a piece of
-// a message of stage > 0 reads a destination entry (Piece).
+// a message of stage > 0 reads a destination entry (Piece; or a source
+// entry into a scratch: reads_source).
 void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vector<Piece>& pieces,
                      const char* list, const std::vector<Message>* messages = nullptr);
 
