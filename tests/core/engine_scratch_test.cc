@@ -26,6 +26,7 @@
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
 #include "reshard/simulate.h"
+#include "reshard/wire.h"
 #include "scratch_plans.h"
 #include "thread_transport.h"
 
@@ -100,10 +101,18 @@ std::vector<TreeCase> tree_cases() {
     c.per_host.clear();
     for (int h = 0; h < hosts; ++h) c.per_host.push_back(1 + static_cast<int>(rng() % 3));
     c.two_level = (i / 8) % 2 == 1 && i < 32;
-    c.late = i >= 32;  // the second half's summands cross in stage 1
+    c.late = i >= 32 ? 1 + static_cast<uint32_t>(i % 2) : 0;  // summands crossing in stage 1 or 2
     c.rounds = 1 + static_cast<int>(rng() % 2);
     c.host_process = rng() % 2 == 0;
     c.raw_first_host = i >= 16 && rng() % 2 == 0;
+    if (c.late > 0) {
+      // Hosts of 2-3 holders (a leader receiving, whose halves may share
+      // bytes), f32 and bf16 in turn (bf16 accumulates in f32 apart).
+      c.dtype = (i / 2) % 2 == 0 ? DType::kF32 : DType::kBF16;
+      c.op = ops[(i / 2) % 4];  // sum and min among the f32 halves that share
+      for (int& k : c.per_host) k = std::max(k, 2);
+      c.raw_first_host = false;
+    }
     cases.push_back(c);
   }
   return cases;
@@ -112,8 +121,10 @@ std::vector<TreeCase> tree_cases() {
 // Reduction trees of every reduce op, f32 and bf16, 1-3 summands per host,
 // one or two levels of scratch, one or two rounds, holders in one process
 // per host or per device, and 8 trees whose second half's summands cross in
-// stage 1 (plan.h, reads_source): execute_host on 1-3 threads matches the
-// oracle.
+// stage 1 or 2 (plan.h, reads_source; in stage 2 the halves share the
+// leader's scratch bytes): execute_host on 1-3 threads matches the oracle.
+// (execute_host keeps every scratch apart; the per-process engines below
+// share them.)
 TEST(EngineScratch, TreesMatchTheOracleInProcess) {
   int checked = 0;
   for (const TreeCase& c : tree_cases()) {
@@ -132,10 +143,14 @@ TEST(EngineScratch, TreesMatchTheOracleInProcess) {
 // random order, staged or gathered, 1-3 copy threads; and staged through the
 // device path (every copy through run_copies, as over NCCL).
 TEST(EngineScratch, TreesMatchTheOracleUnderRandomDeliveryDelays) {
-  int checked = 0;
+  int checked = 0, shared = 0;
   uint64_t seed = 1;
   for (const TreeCase& c : tree_cases()) {
     const Plan plan = tree_plan(c);
+    // Halves sharing a leader's bytes (late 2), in f32 (whose scratch is
+    // its accumulator).
+    shared += c.dtype == DType::kF32 &&
+              plan.stats().max_scratch_bytes < kRows * kCols * dtype_size(c.dtype);
     for (int mode = 0; mode < 3; ++mode) {
       const bool gather = mode == 1, device_path = mode == 2;
       const int32_t threads = 1 + static_cast<int32_t>(seed % 3);
@@ -147,6 +162,32 @@ TEST(EngineScratch, TreesMatchTheOracleUnderRandomDeliveryDelays) {
     }
   }
   EXPECT_EQ(checked, 120);
+  EXPECT_GE(shared, 2);
+}
+
+// Halves written two stages apart (late 2: stages 0-1 and 2-3) share the
+// leader's scratch bytes in a per-process engine: one half's worth, where
+// halves whose stages overlap (late 1) take two. The trees above check the
+// values under random delays (the second half's identity fill and the
+// leader's own summand wait for stage 2, after the first half was sent).
+TEST(EngineScratch, HalvesTwoStagesApartShareTheLeadersScratch) {
+  for (uint32_t late : {1u, 2u}) {
+    TreeCase c;
+    c.per_host = {2, 3};
+    c.late = late;
+    c.host_process = true;
+    const Plan plan = tree_plan(c);
+    const int64_t half = kRows / 2 * kCols * 4;
+    EXPECT_EQ(plan.stats().max_scratch_bytes, late == 2 ? half : 2 * half);
+    const ThreadsResult r = run_threads(plan, 5, 10, false, 1);
+    ASSERT_TRUE(r.error.empty()) << r.error;
+    EXPECT_TRUE(r.report.ok()) << describe(r.report);
+    int64_t most = 0;
+    for (const ExecuteStats& s : r.stats) most = std::max(most, s.scratch_bytes);
+    EXPECT_EQ(most, plan.stats().max_scratch_bytes) << "late " << late;
+    // The plan's bytes carry the same figure, which the decoder checks.
+    EXPECT_EQ(decode_plan(encode_plan(plan)).stats().max_scratch_bytes, most);
+  }
 }
 
 // The simulator reads late summands (plan.h, reads_source) as summands:
@@ -155,7 +196,7 @@ TEST(EngineScratch, TreesMatchTheOracleUnderRandomDeliveryDelays) {
 TEST(EngineScratch, SimulatorTakesLateSummandsFromTheSources) {
   TreeCase c;
   c.per_host = {2, 3};
-  c.late = true;
+  c.late = 1;
   c.host_process = true;
   const Plan plan = tree_plan(c);
   const std::vector<SimMessage> msgs = plan_messages(plan);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "plan/plan_builder.h"
+#include "plan/scratch_layout.h"
 #include "reshard/plan.h"
 
 namespace reshard::scratch_plans {
@@ -109,17 +110,20 @@ struct TreeCase {
   bool host_process = false;      // one process per host (else per device)
   bool raw_first_host = false;    // host 0's holders send raw summands to the reducers
   bool relay_same_stage = false;  // the reducers forward in their contributions' stage
-  // The second half's scratch is written in stage 1 (its summands read in a
-  // later stage: plan.h, reads_source) and sent on in stage 2, as a
-  // pre-reduction banded under a staging budget; not with two_level.
-  bool late = false;
+  // The stage in which the second half's scratch is written (its summands
+  // read in a later stage than 0: plan.h, reads_source) and after which it
+  // is sent on, as a pre-reduction banded under a staging budget: 1, its
+  // stages overlap the first half's (0-1); 2, they do not, and the two
+  // halves share bytes on the leader (plan/scratch_layout.h). Not with
+  // two_level.
+  uint32_t late = 0;
   std::string label() const {
     std::string s = "hosts";
     for (int k : per_host) s += " " + std::to_string(k);
     s += std::string(" op ") + std::to_string(static_cast<int>(op)) + " " +
          std::string(dtype_name(dtype)) + (two_level ? " two-level" : "") + " rounds " +
          std::to_string(rounds) + (host_process ? " process/host" : " process/device") +
-         (raw_first_host ? " raw host 0" : "") + (late ? " late" : "");
+         (raw_first_host ? " raw host 0" : "") + (late > 0 ? " late " + std::to_string(late) : "");
     return s;
   }
 };
@@ -181,11 +185,11 @@ inline Plan tree_plan(const TreeCase& c) {
   std::vector<Xfer> xs;
   std::vector<Scratch> scratch;
   // Stage of the reducers' last contributions; the relay comes after it.
-  const uint32_t last = c.two_level || c.late ? 2 : 1;
+  const uint32_t last = c.late > 0 ? c.late + 1 : c.two_level ? 2 : 1;
   for (int j = 0; j < 2; ++j) {
     const Box part = rows(j * half, (j + 1) * half, kCols);
     // The stage in which the holders write the half's scratch.
-    const uint32_t w = c.late && j == 1 ? 1 : 0;
+    const uint32_t w = j == 1 ? c.late : 0;
     if (c.two_level) scratch.push_back({0, agg, part});
     for (int r = 0; r < c.rounds; ++r) {
       const int64_t lo = j * half + half * r / c.rounds;
@@ -220,11 +224,17 @@ inline Plan tree_plan(const TreeCase& c) {
   }
   set_parts(plan, xs, scratch);
   // Statistics the decoder accepts: every stage and round below their
-  // counts, and the scratch of one leader (two halves).
+  // counts, and the scratch of one leader (two halves, or one where they
+  // share bytes) as the planner would place it.
   PlanStats& stats = Plan::Builder::stats(plan);
   stats.stages = std::max<int32_t>(stats.stages, static_cast<int32_t>(last) + 2);
   stats.rounds = std::max<int32_t>(stats.rounds, c.rounds);
-  stats.max_scratch_bytes = kRows * kCols * dtype_size(c.dtype);
+  std::vector<planning::ScratchLife> lives;
+  for (const auto& [p, part] : plan.parts()) {
+    const std::vector<planning::ScratchLife> l = planning::scratch_lives(part, plan.tensors());
+    lives.insert(lives.end(), l.begin(), l.end());
+  }
+  stats.max_scratch_bytes = planning::most_scratch(lives);
   return plan;
 }
 

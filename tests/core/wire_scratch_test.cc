@@ -164,7 +164,7 @@ TEST_F(WireScratchMutation, LateSummandsNeedTheirBit) {
   TreeCase c;
   c.per_host = {2, 3};
   c.rounds = 2;
-  c.late = true;
+  c.late = 1;
   const Plan plan = tree_plan(c);
   const std::vector<uint8_t> bytes = encode_plan(plan);
   EXPECT_EQ(fb::GetPlan(bytes.data())->required_features(),
@@ -262,7 +262,7 @@ TEST(WireScratch, MaxScratchBytesMatchesTheParts) {
   const std::vector<uint8_t> whole = encode_plan(plan);
   EXPECT_EQ(decode_plan(with(whole, most)).stats().max_scratch_bytes, most);
   expect_corrupt(with(whole, most - 1),
-                 {"stats.max_scratch_bytes", "holds " + std::to_string(most)});
+                 {"stats.max_scratch_bytes", "needs " + std::to_string(most)});
   expect_corrupt(with(whole, most + 1), {"stats.max_scratch_bytes", "every process's part"});
   int checked = 0;
   for (const auto& [process, part] : plan.parts()) {

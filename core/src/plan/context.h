@@ -125,5 +125,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
 // parts with those of every tensor enumerated on its own.
 bool replay_like();
 void set_replay_like(bool on);
+// The most pieces a tensor range keeps to replay (0: the default, 1 MiB of
+// them); tests lower it to reach the kinds that enumerate every tensor.
+size_t replay_pieces_cap();
+void set_replay_pieces_cap(size_t pieces);
 
 }  // namespace reshard::planning

@@ -32,9 +32,12 @@ namespace reshard {
 namespace planning {
 namespace {
 std::atomic<bool> replay_like_on{true};
+std::atomic<size_t> replay_cap{0};  // 0: kReplayPieces
 }  // namespace
 bool replay_like() { return replay_like_on.load(std::memory_order_relaxed); }
 void set_replay_like(bool on) { replay_like_on.store(on, std::memory_order_relaxed); }
+size_t replay_pieces_cap() { return replay_cap.load(std::memory_order_relaxed); }
+void set_replay_pieces_cap(size_t pieces) { replay_cap.store(pieces, std::memory_order_relaxed); }
 }  // namespace planning
 
 using planning::Context;
@@ -316,6 +319,12 @@ class MessageBuckets {
   std::vector<uint64_t> counts_;
 };
 
+// What one tensor range keeps at a time to replay like tensors
+// (build_chunk): a kind whose record would pass it enumerates every tensor
+// instead. estimate_plan counts it once per thread.
+constexpr size_t kReplayBytes = size_t{1} << 20;
+constexpr size_t kReplayPieces = kReplayBytes / sizeof(Emitted);
+
 // A process part before round cutting, with each network piece's size.
 struct BuiltPart {
   ProcessPart part;
@@ -359,7 +368,11 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     std::vector<size_t> ends;    // per call, in call order
     size_t total = 0, left = 0;  // tensors of the kind in the range, and still to come
     bool recorded = false;
+    bool abandoned = false;  // past kReplayBytes: its tensors enumerate
   };
+  size_t recorded_pieces = 0;  // in every live recording of the range
+  const size_t cap =
+      planning::replay_pieces_cap() > 0 ? planning::replay_pieces_cap() : kReplayPieces;
   std::map<LikeKey, size_t> kinds;
   std::vector<Recording> recordings;
   std::vector<size_t> kind_of;
@@ -386,10 +399,20 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
       for (const size_t end = rec->ends[call++]; at < end; ++at) f(rec->pieces[at]);
     } else {
       enumerate([&](const Emitted& x) {
-        rec->pieces.push_back(x);
+        if (!rec->abandoned) {
+          if (recorded_pieces < cap) {
+            rec->pieces.push_back(x);
+            ++recorded_pieces;
+          } else {  // too large to keep: this kind enumerates every tensor
+            recorded_pieces -= rec->pieces.size();
+            rec->abandoned = true;
+            rec->pieces = {};
+            rec->ends = {};
+          }
+        }
         f(x);
       });
-      rec->ends.push_back(rec->pieces.size());
+      if (!rec->abandoned) rec->ends.push_back(rec->pieces.size());
     }
   };
   auto add_region = [&](const TensorCtx& t, const Emitted& x, Piece& piece) {
@@ -405,7 +428,8 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
   for (size_t ti = t0; ti < t1; ++ti) {
     const TensorCtx& t = ctx.tensors[ti];
     rec = nullptr;
-    if (!kind_of.empty() && recordings[kind_of[ti - t0]].total >= 2) {
+    if (!kind_of.empty() && recordings[kind_of[ti - t0]].total >= 2 &&
+        !recordings[kind_of[ti - t0]].abandoned) {
       rec = &recordings[kind_of[ti - t0]];
       replaying = rec->recorded;
       call = at = 0;
@@ -507,9 +531,14 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
                                piece, x.region.volume() * t.esize, 0, x.band);
              });
     }
-    if (rec != nullptr) {
-      rec->recorded = true;
-      if (--rec->left == 0) *rec = Recording{};  // the last of its kind: free its pieces
+    if (!kind_of.empty()) {
+      Recording& r = recordings[kind_of[ti - t0]];
+      r.recorded = !r.abandoned;
+      if (--r.left == 0) {  // the last of its kind: free its pieces
+        recorded_pieces -= r.pieces.size();
+        r.pieces = {};
+        r.ends = {};
+      }
     }
     if (deferred.empty()) continue;
     std::sort(deferred.begin(), deferred.end(), [](const Deferred& a, const Deferred& b) {
@@ -763,8 +792,10 @@ PlanEstimate estimate_parts(const Context& ctx, const std::vector<DeviceCounts>&
     encoded += (m.regions > 0 ? 16 : 12) * m.pieces + 44 * static_cast<double>(sums.messages) +
                (1 + 16.0 * max_rank) * m.regions + 1024;
   }
-  // The plan's copy of the inputs and the statistics.
-  double base = 4096 + 128.0 * static_cast<double>(ndev);
+  // The plan's copy of the inputs and the statistics, and the records of
+  // like tensors (build_chunk) on every thread.
+  double base = 4096 + 128.0 * static_cast<double>(ndev) +
+                static_cast<double>(std::max(threads, 1)) * static_cast<double>(kReplayBytes);
   double encoded_base = 2048 + 120.0 * static_cast<double>(in.topology.devices().size()) +
                         144.0 * static_cast<double>(ndev);
   for (const TensorSpec& t : in.tensors) {

@@ -14,6 +14,7 @@
 #include "plan/bounds.h"
 #include "plan/context.h"
 #include "plan/rounds.h"
+#include "plan/scratch_layout.h"
 #include "plan/stream_bound.h"
 #include "reshard/error.h"
 
@@ -69,8 +70,8 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
     st.lower_bound_max_host_recv_bytes =
         std::max(st.lower_bound_max_host_recv_bytes, lb.ingress[h]);
     st.lower_bound_max_host_send_bytes = std::max(st.lower_bound_max_host_send_bytes, lb.egress[h]);
-    const double nics = static_cast<double>(o.nics_per_host != 0 ? o.nics_per_host
-                                                                  : lb.host_devices[h]);
+    const double nics =
+        static_cast<double>(o.nics_per_host != 0 ? o.nics_per_host : lb.host_devices[h]);
     if (lb.ingress[h] > 0)
       consider(a + bx * static_cast<double>(lb.ingress[h]) / nics, BoundKind::kHostRecv,
                lb.hosts[h]);
@@ -147,8 +148,25 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // rows and maps valid (acc, StreamRef::plain).
   std::deque<std::vector<Acc>> stage_acc;
   stage_acc.emplace_back(ndev);
-  // Scratch bytes per device (pre-reduction).
-  std::vector<int64_t> scratch_bytes;
+  // Scratch (pre-reduction) per (tensor group, owner device, box corner):
+  // the lowest stage of a message writing it, the highest reading it, its
+  // elements (scratch_layout.h places them). Every tensor of the group
+  // (groups_seen[group_index], the group being accounted) has such a
+  // scratch, in its own dtype.
+  struct ScratchUse {
+    uint32_t first = UINT32_MAX;  // none yet
+    uint32_t last = 0;
+    int64_t volume = 0;
+  };
+  std::map<std::tuple<size_t, uint32_t, std::vector<int64_t>>, ScratchUse> scratch_use;
+  std::vector<std::vector<size_t>> groups_seen;
+  size_t group_index = 0;
+  auto scratch_at = [&](uint32_t device, const Box& box) -> ScratchUse& {
+    ScratchUse& u = scratch_use[{group_index, device,
+                                 std::vector<int64_t>(box.lo.begin(), box.lo.begin() + box.rank)}];
+    u.volume = box.volume();
+    return u;
+  };
   int32_t last_stage = 0;
   std::vector<Acc>& acc = stage_acc[0];
   // `bytes` from dense device sd to dd in one stage's rows `a`, and across
@@ -324,9 +342,13 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     // scratch's its owner, a source entry.
     const GeoTopo& from = x.relay() && x.scratch == 0 ? *t.dt : *t.st;
     const uint32_t sd = from.dense[x.src_entry];
-    if (x.scratch == 2 || x.scratch == 3) {  // every scratch is read once
-      if (scratch_bytes.empty()) scratch_bytes.assign(ndev, 0);
-      scratch_bytes[sd] += bytes;
+    if (x.scratch == 2 || x.scratch == 3) {  // read in x.stage
+      ScratchUse& u = scratch_at(sd, x.region);
+      u.last = std::max(u.last, x.stage);
+    }
+    if ((x.scratch == 1 && !x.local) || x.scratch == 3) {  // written by a message of x.stage
+      ScratchUse& u = scratch_at(dd, x.region);
+      u.first = std::min(u.first, x.stage);
     }
     if (counts) {
       DeviceCounts& c = (*counts)[dd];
@@ -681,6 +703,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   for (auto& [key, members] : groups) {
     int64_t esum = 0;
     for (size_t i : members) esum += ctx.tensors[i].esize;
+    group_index = groups_seen.size();
+    groups_seen.push_back(members);
     const TensorCtx& t = ctx.tensors[members.front()];
     // Every member has the representative's pieces.
     const int64_t copies = static_cast<int64_t>(members.size());
@@ -1052,7 +1076,20 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   int64_t all_stage_rounds = 0;
   for (int64_t r : stage_rounds) all_stage_rounds += r;
   st.rounds = static_cast<int32_t>(all_stage_rounds);
-  for (int64_t v : scratch_bytes) st.max_scratch_bytes = std::max(st.max_scratch_bytes, v);
+  if (!scratch_use.empty()) {
+    std::vector<ScratchLife> lives;
+    for (const auto& [key, u] : scratch_use) {
+      for (size_t i : groups_seen[std::get<0>(key)]) {
+        ScratchLife l;
+        l.device = ctx.devices[std::get<1>(key)];
+        l.bytes = u.volume * ctx.tensors[i].esize;
+        l.first = u.first == UINT32_MAX ? 0 : u.first;
+        l.last = std::max(u.last, l.first);
+        lives.push_back(l);
+      }
+    }
+    st.max_scratch_bytes = most_scratch(lives);
+  }
   st.stages = pieces > 0 ? 1 + last_stage : 0;
   if (budgeted) {
     const int64_t budget = o.staging_budget_bytes;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "plan/plan_builder.h"
+#include "plan/scratch_layout.h"
 #include "reshard/error.h"
 #include "reshard/plan_generated.h"
 #include "reshard/wire.h"
@@ -934,34 +935,31 @@ class Decoder {
     }
   }
 
-  // stats.max_scratch_bytes against the parts' scratch: no device holds
-  // more, and a plan holding every process's part has a device holding
-  // exactly that much (boxes of one (tensor, device) are disjoint and inside
-  // the shape, so the per-device sums stay far below int64 for any shape
-  // the decoder accepted; they saturate regardless).
+  // stats.max_scratch_bytes against the parts' scratch, placed by the
+  // stages that write and read it (plan/scratch_layout.h, as the planner
+  // and the engine place it): no device needs more, and a plan holding
+  // every process's part has a device needing exactly that much (sizes
+  // saturate).
   void check_scratch_bytes(const std::map<int32_t, ProcessPart>& parts, size_t processes,
                            int64_t max_scratch_bytes) {
-    std::map<int64_t, int64_t> per_device;
-    for (const auto& [p, part] : parts)
-      for (const Scratch& s : part.scratch) {
-        const int64_t b = s.box.volume() * dtype_size((*tensors_)[s.tensor].dtype);
-        int64_t& sum = per_device[s.device];
-        sum = b > std::numeric_limits<int64_t>::max() - sum ? std::numeric_limits<int64_t>::max()
-                                                            : sum + b;
-      }
+    std::vector<planning::ScratchLife> lives;
+    for (const auto& [p, part] : parts) {
+      const std::vector<planning::ScratchLife> l = planning::scratch_lives(part, *tensors_);
+      lives.insert(lives.end(), l.begin(), l.end());
+    }
     int64_t most = 0;
-    for (const auto& [d, b] : per_device) {
+    for (const auto& [d, b] : planning::place_scratch(lives).peak) {
       if (b > max_scratch_bytes)
         corrupt("stats.max_scratch_bytes",
                 std::to_string(max_scratch_bytes) + " bytes, but device " + std::to_string(d) +
-                    " holds " + std::to_string(b) + " bytes of scratch in the plan's parts");
+                    " needs " + std::to_string(b) + " bytes of scratch in the plan's parts");
       most = std::max(most, b);
     }
     if (parts.size() == processes && most != max_scratch_bytes)
       corrupt("stats.max_scratch_bytes",
               std::to_string(max_scratch_bytes) +
-                  " bytes, but the plan holds every process's part and its largest scratch on "
-                  "one device is " +
+                  " bytes, but the plan holds every process's part and the most scratch one "
+                  "device needs is " +
                   std::to_string(most) + " bytes");
   }
 

@@ -335,6 +335,7 @@ class Run {
   }
   void allocate();
   void fill();
+  void fill_acc_once(size_t a_index);
   void run_direct(size_t d);
   void pack_message(size_t mi);
   std::unique_ptr<TransferBatch> post(size_t ri, size_t step);
@@ -382,6 +383,7 @@ class Run {
   bool strict_ = false;             // steps posted in (stage, round, step) order only
   bool sequential_ = false;         // a round starts after the previous one was reduced
   std::vector<uint8_t> done_;       // per event (Schedule::events)
+  std::vector<uint8_t> filled_;     // per accumulator: filled with the identity
   std::vector<uint8_t> released_;   // per message: its staging is free again
   std::vector<uint8_t> posted_;     // per step
   std::vector<uint8_t> step_done_;  // per step
@@ -443,11 +445,22 @@ void Run::fill() {
     copier_.fill_elements(device, ordinal_of(device), spec.dtype, spec.dst.reduce_op(),
                           buffers_[t].dst[e].data, spec.dst.box(e).volume());
   }
-  for (const auto& a : s_.accs) {
-    const TensorSpec& spec = tensors_[a.tensor];
-    copier_.fill_acc(a.device, ordinal_of(a.device), spec.dtype, combining_op(spec.src.reduce_op()),
-                     accumulator(a), a.elements);
+  filled_.assign(s_.accs.size(), 0);
+  for (size_t i = 0; i < s_.accs.size(); ++i) {
+    // A scratch may share its bytes with one read in an earlier stage
+    // (engine_schedule.cc, add_scratch): filled just before its first
+    // reduction (fill_acc_once), which follows every earlier round.
+    if (s_.accs[i].scratch == engine_detail::kNoScratch) fill_acc_once(i);
   }
+}
+
+void Run::fill_acc_once(size_t a_index) {
+  if (filled_[a_index]) return;
+  filled_[a_index] = 1;
+  const auto& a = s_.accs[a_index];
+  const TensorSpec& spec = tensors_[a.tensor];
+  copier_.fill_acc(a.device, ordinal_of(a.device), spec.dtype, combining_op(spec.src.reduce_op()),
+                   accumulator(a), a.elements);
 }
 
 // Runs the copies of direct round `d` (host memory: in parallel).
@@ -594,6 +607,7 @@ void Run::reduce_ready(int64_t round) {
     if (c.ready != round) break;
     const TensorSpec& spec = tensors_[c.tensor];
     const auto& a = s_.accs[c.acc];
+    fill_acc_once(c.acc);
     const Box dst_box = a.box;
     void* acc = accumulator(a);
     const void* src = nullptr;
@@ -641,6 +655,7 @@ void Run::reduce_ready(int64_t round) {
 // Stores accumulator `a` (a separate one, or a mean's division, in place
 // where the destination is the accumulator).
 void Run::store_acc(size_t a_index) {
+  fill_acc_once(a_index);  // a scratch without contributions holds the identity
   const auto& a = s_.accs[a_index];
   const TensorSpec& spec = tensors_[a.tensor];
   // A scratch holds sums: a mean divides at its destination only.

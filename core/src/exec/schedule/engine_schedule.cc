@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -10,6 +11,7 @@
 
 #include "exec/schedule/exec_common.h"
 #include "exec/schedule/stage_deps.h"
+#include "plan/scratch_layout.h"
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
 
@@ -115,6 +117,9 @@ class Builder {
   // Per Schedule::scratch: the highest stage writing it (-1: none), and the
   // reads (stage, where) to check against it.
   std::vector<int64_t> scratch_write_stage_;
+  // Per Schedule::scratch of a per-process schedule: the lowest stage of a
+  // message writing it (scratch_lives; 0 in a whole-plan schedule).
+  std::vector<uint32_t> scratch_first_;
   struct ScratchRead {
     uint32_t scratch;
     uint32_t stage;
@@ -248,6 +253,27 @@ void Builder::check_scratch_order() const {
 // reduction target each.
 void Builder::add_scratch(const ProcessPart& part, int32_t process) {
   scratch_base_[&part] = s_.scratch.size();
+  // A per-process schedule places its scratch by the stages that write and
+  // read it (plan/scratch_layout.h, as PlanStats::max_scratch_bytes counts
+  // it): buffers whose stages do not overlap share bytes. Every scratch
+  // written in stage s > 0 is then filled with the identity, and its local
+  // contributions reduced, no earlier than round 0 of stage s (Run::fill,
+  // add_local), after every read of stage s - 1 or below completed. A
+  // whole-plan schedule keeps each buffer apart (its reductions run as
+  // tasks, not in stage order).
+  std::vector<planning::ScratchLife> lives;
+  planning::ScratchPlacement placed;
+  std::map<int64_t, std::pair<size_t, int64_t>> base;  // device -> (work block, offset)
+  if (!whole_) {
+    lives = planning::scratch_lives(part, tensors_);
+    placed = planning::place_scratch(lives);
+    for (const auto& [device, bytes] : placed.peak) {
+      int64_t offset = 0;
+      const size_t block = work_block(scratch_blocks_, device, bytes, &offset);
+      base[device] = {block, offset};
+      s_.scratch_bytes += bytes;
+    }
+  }
   for (size_t k = 0; k < part.scratch.size(); ++k) {
     const Scratch& sc = part.scratch[k];
     const std::string at =
@@ -278,9 +304,15 @@ void Builder::add_scratch(const ProcessPart& part, int32_t process) {
     b.tensor = sc.tensor;
     b.device = sc.device;
     b.box = sc.box;
-    const int64_t bytes = sc.box.volume() * elem(sc.tensor);
-    b.block = work_block(scratch_blocks_, sc.device, bytes, &b.offset);
-    s_.scratch_bytes += bytes;
+    if (whole_) {
+      const int64_t bytes = sc.box.volume() * elem(sc.tensor);
+      b.block = work_block(scratch_blocks_, sc.device, bytes, &b.offset);
+      s_.scratch_bytes += bytes;
+    } else {
+      const auto& [block, offset] = base.at(sc.device);
+      b.block = block;
+      b.offset = offset + placed.offset[k];
+    }
     AccTarget a;
     a.tensor = sc.tensor;
     a.dst_entry = kScratchEntry;
@@ -301,6 +333,7 @@ void Builder::add_scratch(const ProcessPart& part, int32_t process) {
     s_.accs.push_back(a);
     s_.scratch.push_back(b);
     scratch_write_stage_.push_back(-1);
+    scratch_first_.push_back(whole_ ? 0 : lives[k].first);
   }
 }
 
@@ -781,6 +814,17 @@ void Builder::add_local(size_t i) {
       process_of(device) != process_) {
     fail(ErrorCode::kInvalidArgument,
          where("local", i) + "source and destination are not one device of this process");
+  }
+  // Into a scratch first written in a later stage: with that stage's
+  // writes, once its bytes are free (add_scratch).
+  if (p.dst_entry == kScratchEntry && !whole_) {
+    const uint32_t first = scratch_first_[scratch_of(p, device)];
+    if (first > 0) {
+      const int64_t key = round_key(first, 0);
+      extra_keys_.push_back(key);
+      add_direct(p, -1, key, 0, device, kNoScratch);
+      return;
+    }
   }
   add_direct(p, -1, -1, 0, device, kNoScratch);
 }
