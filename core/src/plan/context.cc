@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <tuple>
 
+#include "reshard/error.h"
+
 namespace reshard::planning {
 
 void Context::build() {
@@ -153,10 +155,52 @@ void Context::decide_pre_reduce(int64_t max_bytes) {
     scratch_reserve = most;
     return;
   }
-  // Too much scratch for every tensor to pre-reduce: groups of like tensors
-  // join one at a time, smallest first (by their bytes), while the most
-  // scratch on a device stays within half the budget.
+  // Bands (planner version 20): each part a holder host pre-reduces cut
+  // into 2, 4, ... kMaxReduceBands bands, band k written into its scratch
+  // in stage k and sent on in k + 1, so that the scratch of band k + 2
+  // reuses band k's bytes (plan/scratch_layout.h): the fewest bands whose
+  // most scratch on a device fits half the budget.
   std::vector<std::vector<size_t>> groups = reduce_groups();
+  // (compute_stats may turn relay_split off for the streams the bands add:
+  // restored when no band count is kept, or nothing pre-reduces in the
+  // end, decide_reductions.)
+  split_before_bands = relay_split;
+  const bool split = relay_split;
+  const auto set_bands = [&](uint32_t bands) {
+    for (const std::vector<size_t>& g : groups)
+      for (size_t i : g) tensors[i].reduce_bands = bands;
+  };
+  for (uint32_t bands = 2; bands <= kMaxReduceBands; bands *= 2) {
+    set_bands(bands);
+    int64_t s = 0;
+    try {
+      s = most_scratch();
+    } catch (const Error& e) {
+      // The budget cannot stage the streams the bands add on some device
+      // (16 bytes per peer and stage, compute_stats): more bands add more.
+      if (e.code() != ErrorCode::kInvalidArgument) throw;
+      break;
+    }
+    if (s > budget / 2) continue;
+    // Kept only if the plan at the budget less that scratch (what rounds
+    // are cut at, staging_options) stages every device's streams and holds
+    // the same scratch; else as without bands.
+    scratch_reserve = s;
+    try {
+      PlanStats at;
+      compute_stats(*this, at, staging_options(), false, nullptr, max_bytes);
+      if (at.max_scratch_bytes == s) return;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kInvalidArgument) throw;
+    }
+    scratch_reserve = 0;
+    break;
+  }
+  set_bands(1);
+  relay_split = split;
+  // Too much scratch even so for every tensor to pre-reduce: groups of like
+  // tensors join one at a time, smallest first (by their bytes), while the
+  // most scratch on a device stays within half the budget.
   if (groups.size() < 2) {
     pre_reduce = false;
     return;
@@ -223,9 +267,19 @@ void Context::decide_reductions(int64_t max_bytes) {
   bool any = false;
   for (const TensorCtx& t : tensors)
     any |= t.S > 1 && t.T == 1 && t.reduce == TensorCtx::kPreReduce;
+  // The scratch the chosen modes hold (routes may pre-reduce less than the
+  // choice allows): what rounds are cut at the budget less.
+  if (any && scratch_reserve > 0) {
+    PlanStats held;
+    compute_stats(*this, held, input.options, false, nullptr, max_bytes);
+    any = held.max_scratch_bytes > 0;
+    scratch_reserve = held.max_scratch_bytes;
+  }
   if (!any) {
     pre_reduce = false;
     scratch_reserve = 0;
+    for (TensorCtx& t : tensors) t.reduce_bands = 1;
+    relay_split = split_before_bands;
   }
 }
 

@@ -63,7 +63,51 @@ struct TensorCtx {
   // (CrossLayout::for_devices): set per group of like tensors where that
   // lowers the whole plan's α–β estimate (Context::decide_device_cross).
   bool device_cross = false;
+  // Pre-reduction under a staging budget (Context::decide_pre_reduce): each
+  // part a holder host pre-reduces in a star is cut into this many bands
+  // (reduce_band_cut), band k's summands written into the owner's scratch
+  // in stage k and sent on in stage k + 1, so that a scratch lives two
+  // stages and one two stages later reuses its bytes (plan/scratch_layout.h);
+  // such parts never chain. 1: one band, the whole part in stage 0. Set per
+  // group of like tensors.
+  uint32_t reduce_bands = 1;
 };
+
+// The most bands a pre-reduced part is cut into (TensorCtx::reduce_bands).
+inline constexpr uint32_t kMaxReduceBands = 4096;
+
+// The bands `part` is cut into for TensorCtx::reduce_bands = `bands`: its
+// dimensions in order, each cut into as many slabs as still wanted (at most
+// its extent), until at least `bands` (or every element); band k is the
+// k-th box of that grid in row-major order, its d-th coordinate
+// [lo + ext i / c, lo + ext (i + 1) / c). Calls f(sub, k) in ascending k.
+template <class F>
+void reduce_band_cut(const Box& part, uint32_t bands, F&& f) {
+  std::array<int64_t, kMaxRank> cut{};
+  int64_t n = 1;
+  for (int d = 0; d < part.rank; ++d) {
+    const int64_t want = n >= bands ? 1 : (bands + n - 1) / n;
+    cut[static_cast<size_t>(d)] = std::max<int64_t>(1, std::min<int64_t>(part.extent(d), want));
+    n *= cut[static_cast<size_t>(d)];
+  }
+  if (n <= 1) {
+    f(part, uint32_t{0});
+    return;
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    Box sub = part;
+    int64_t rest = k;
+    for (int d = part.rank - 1; d >= 0; --d) {
+      const int64_t c = cut[static_cast<size_t>(d)];
+      const int64_t i = rest % c;
+      rest /= c;
+      const int64_t ext = part.extent(d);
+      sub.lo[d] = part.lo[d] + ext * i / c;
+      sub.hi[d] = part.lo[d] + ext * (i + 1) / c;
+    }
+    f(sub, static_cast<uint32_t>(k));
+  }
+}
 
 // What the enumeration reports for every piece.
 struct Emitted {
@@ -919,8 +963,9 @@ class Enumerator {
   const TensorSpec* reach_tensor_ = nullptr;  // reach()
   std::unordered_map<uint32_t, int64_t> reach_;
   std::vector<std::pair<int32_t, uint32_t>> pre_hosts_;  // (source host, index in pre_)
-  std::vector<size_t> chain_;  // reduce_part(): host group starts in pre_hosts_
-  std::vector<size_t> links_;  // reduce_part(): the groups that may chain
+  std::vector<size_t> chain_;     // reduce_part(): host group starts in pre_hosts_
+  std::vector<size_t> links_;     // reduce_part(): the groups that may chain
+  std::vector<uint32_t> owners_;  // reduce_part(): each chained host's owner (in bands)
   std::vector<Box> lin_boxes_;
   // cross_gate(): per key (see there) whether the group is uniform and
   // crosses, and its last answer: tensor, cell (SIZE_MAX: every cell).
@@ -2597,6 +2642,10 @@ inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size
   // Groups that do not chain: the star (k >= 2: their scratch to the
   // reducer in stage 1; one summand: sent in stage 0). Returns 1 when any
   // pre-reduces, else 0.
+  // Under a budget (t.reduce_bands > 1), band k of the part (reduce_band_cut)
+  // is written in stage k and sent on in stage k + 1: every summand piece
+  // of the group becomes one per band (local ones, the owner's own, have no
+  // stage: the engine reduces them with the band's first message).
   auto star = [&](bool chained) -> uint32_t {
     uint32_t last = 0;
     for (size_t g = 0, l = 0; g < H; ++g) {
@@ -2607,11 +2656,32 @@ inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size
       if (chain_[g + 1] - chain_[g] < 2) continue;
       const uint32_t owner = owner_of(g, 1);
       into_owner(g, owner);
-      Emitted y{owner, red, part, true, false, false};
-      y.stage = 1;
-      y.scratch = 2;
-      pre_.push_back(y);
-      last = 1;
+      if (t.reduce_bands < 2) {
+        Emitted y{owner, red, part, true, false, false};
+        y.stage = 1;
+        y.scratch = 2;
+        pre_.push_back(y);
+        last = std::max(last, 1u);
+        continue;
+      }
+      reduce_band_cut(part, t.reduce_bands, [&](const Box& sub, uint32_t k) {
+        for (size_t i = chain_[g]; i < chain_[g + 1]; ++i) {
+          const size_t at = pre_hosts_[i].second;
+          if (k == 0) {
+            pre_[at].region = sub;
+            continue;
+          }
+          Emitted x = pre_[at];
+          x.region = sub;
+          x.stage = k;
+          pre_.push_back(x);
+        }
+        Emitted y{owner, red, sub, true, false, false};
+        y.stage = k + 1;
+        y.scratch = 2;
+        pre_.push_back(y);
+        last = std::max(last, k + 1);
+      });
     }
     return last;
   };
@@ -2643,6 +2713,58 @@ inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size
     }
     const bool single_first = chain_[links_[first] + 1] - chain_[links_[first]] == 1;
     const uint32_t base = link_multi ? 1 : 0;
+    if (t.reduce_bands >= 2) {
+      // In bands (a staging budget, planner version 20): band k moves one
+      // host along the chain per stage. Host i's summands (and a single
+      // first host's summand, into host 1) enter its scratch in the stage of
+      // the link into it, k + i - 1 + base (host 0: k), and the link out
+      // leaves a stage later, so each band's scratch lives two stages.
+      owners_.assign(L, 0);
+      for (size_t i = 0; i < L; ++i) {
+        const size_t g = links_[(first + i) % L];
+        owners_[i] = owner_of(g, div);
+        if (!(i == 0 && single_first)) into_owner(g, owners_[i]);
+      }
+      if (single_first) {
+        Emitted& x = pre_[pre_hosts_[chain_[links_[first]]].second];
+        x.dst_entry = owners_[1];
+        x.own_region = true;
+        x.local = false;
+        x.scratch = 1;
+      }
+      uint32_t last = 0;
+      reduce_band_cut(part, t.reduce_bands, [&](const Box& sub, uint32_t k) {
+        for (size_t i = 0; i < L; ++i) {
+          const size_t g = links_[(first + i) % L];
+          const auto into = static_cast<uint32_t>(i) + base;  // k + into - 1: the link into host i
+          const uint32_t w = i == 0 ? (single_first ? k + base : k) : k + into - 1;
+          for (size_t m = chain_[g]; m < chain_[g + 1]; ++m) {
+            const size_t at = pre_hosts_[m].second;
+            if (k == 0) {
+              pre_[at].region = sub;
+              pre_[at].stage = w;
+              continue;
+            }
+            Emitted x = pre_[at];
+            x.region = sub;
+            x.stage = w;
+            pre_.push_back(x);
+          }
+          if (i > 0 && !(i == 1 && single_first)) {
+            Emitted y{owners_[i - 1], owners_[i], sub, true, false, false};
+            y.stage = k + into - 1;
+            y.scratch = 3;
+            pre_.push_back(y);
+          }
+        }
+        Emitted y{owners_[L - 1], red, sub, true, false, false};
+        y.stage = k + static_cast<uint32_t>(L) - 1 + base;
+        y.scratch = 2;
+        pre_.push_back(y);
+        last = std::max(last, y.stage);
+      });
+      return std::max(last, star(true));
+    }
     uint32_t from = 0;
     for (size_t i = 0; i < L; ++i) {
       const size_t g = links_[(first + i) % L];

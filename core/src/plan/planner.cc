@@ -99,8 +99,12 @@ namespace {
 // above kCrossGain times what a receiving device takes in, where that
 // lowers the whole plan's α–β estimate, which models the hosts' NICs,
 // PlanOptions::nics_per_host; 19: a reduce-scatter with at least as many
-// parts as the cell's hosts cuts a whole number of parts per host).
-constexpr uint64_t kPlannerVersion = 19;
+// parts as the cell's hosts cuts a whole number of parts per host; 20:
+// under a staging budget below the scratch pre-reduction needs, its parts
+// are cut into bands written and sent on stage by stage, whose scratch
+// reuses bytes two stages apart, and max_scratch_bytes is that placement's
+// peak, 8-aligned).
+constexpr uint64_t kPlannerVersion = 20;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -361,8 +365,8 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
   // of those (405B: 1,137 tensors, a few kinds), the first records every
   // call's pieces and the others replay them (set_replay_like(false):
   // each enumerates, what the tests compare with).
-  using LikeKey =
-      std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t, uint8_t, bool>;
+  using LikeKey = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t,
+                             uint8_t, bool, uint32_t>;
   struct Recording {
     std::vector<Emitted> pieces;
     std::vector<size_t> ends;    // per call, in call order
@@ -380,9 +384,9 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     kind_of.resize(t1 - t0);
     for (size_t ti = t0; ti < t1; ++ti) {
       const TensorCtx& t = ctx.tensors[ti];
-      const auto [it, fresh] =
-          kinds.try_emplace(LikeKey(t.sg, t.dg, t.src->shape(), t.esize, t.reduce, t.device_cross),
-                            recordings.size());
+      const auto [it, fresh] = kinds.try_emplace(
+          LikeKey(t.sg, t.dg, t.src->shape(), t.esize, t.reduce, t.device_cross, t.reduce_bands),
+          recordings.size());
       if (fresh) recordings.emplace_back();
       ++recordings[it->second].total;
       ++recordings[it->second].left;
