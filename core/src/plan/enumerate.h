@@ -2646,6 +2646,22 @@ inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size
   // is written in stage k and sent on in stage k + 1: every summand piece
   // of the group becomes one per band (local ones, the owner's own, have no
   // stage: the engine reduces them with the band's first message).
+  // Group g's summand pieces in band k (region `sub`), written in `stage`:
+  // band 0 rewrites them, later bands copy them.
+  auto band_summands = [&](size_t g, const Box& sub, uint32_t k, uint32_t stage) {
+    for (size_t i = chain_[g]; i < chain_[g + 1]; ++i) {
+      const size_t at = pre_hosts_[i].second;
+      if (k == 0) {
+        pre_[at].region = sub;
+        pre_[at].stage = stage;
+        continue;
+      }
+      Emitted x = pre_[at];
+      x.region = sub;
+      x.stage = stage;
+      pre_.push_back(x);
+    }
+  };
   auto star = [&](bool chained) -> uint32_t {
     uint32_t last = 0;
     for (size_t g = 0, l = 0; g < H; ++g) {
@@ -2665,17 +2681,7 @@ inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size
         continue;
       }
       reduce_band_cut(part, t.reduce_bands, [&](const Box& sub, uint32_t k) {
-        for (size_t i = chain_[g]; i < chain_[g + 1]; ++i) {
-          const size_t at = pre_hosts_[i].second;
-          if (k == 0) {
-            pre_[at].region = sub;
-            continue;
-          }
-          Emitted x = pre_[at];
-          x.region = sub;
-          x.stage = k;
-          pre_.push_back(x);
-        }
+        band_summands(g, sub, k, k);
         Emitted y{owner, red, sub, true, false, false};
         y.stage = k + 1;
         y.scratch = 2;
@@ -2737,19 +2743,7 @@ inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size
         for (size_t i = 0; i < L; ++i) {
           const size_t g = links_[(first + i) % L];
           const auto into = static_cast<uint32_t>(i) + base;  // k + into - 1: the link into host i
-          const uint32_t w = i == 0 ? (single_first ? k + base : k) : k + into - 1;
-          for (size_t m = chain_[g]; m < chain_[g + 1]; ++m) {
-            const size_t at = pre_hosts_[m].second;
-            if (k == 0) {
-              pre_[at].region = sub;
-              pre_[at].stage = w;
-              continue;
-            }
-            Emitted x = pre_[at];
-            x.region = sub;
-            x.stage = w;
-            pre_.push_back(x);
-          }
+          band_summands(g, sub, k, i == 0 ? (single_first ? k + base : k) : k + into - 1);
           if (i > 0 && !(i == 1 && single_first)) {
             Emitted y{owners_[i - 1], owners_[i], sub, true, false, false};
             y.stage = k + into - 1;
