@@ -176,6 +176,7 @@ void Context::decide_pre_reduce(int64_t max_bytes) {
   // than the bytes they save (docs/results.md, planner version 20); the
   // α–β estimate does not see that yet.
   const uint32_t most_bands = input.options.alpha_seconds == 0 ? kMaxReduceBands : 1;
+  bands_tried = most_bands >= 2;
   for (uint32_t bands = 2; bands <= most_bands; bands *= 2) {
     set_bands(bands);
     int64_t s = 0;
@@ -285,7 +286,7 @@ void Context::decide_reductions(int64_t max_bytes) {
     pre_reduce = false;
     scratch_reserve = 0;
     for (TensorCtx& t : tensors) t.reduce_bands = 1;
-    relay_split = split_before_bands;
+    if (bands_tried) relay_split = split_before_bands;
   }
 }
 

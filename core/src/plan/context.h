@@ -39,6 +39,7 @@ struct Context {
   // relay_split before decide_pre_reduce tried bands (their streams may turn
   // it off), restored where nothing pre-reduces in the end.
   bool split_before_bands = true;
+  bool bands_tried = false;
   // Settles pre_reduce under a budget (after build; max_bytes as
   // compute_stats's): where every partial tensor pre-reducing would put more
   // than half the budget in scratch on some device, groups of like tensors
