@@ -1810,11 +1810,8 @@ PsumFleet psum_fleet(std::mt19937_64& rng, bool few = false, bool sharded = fals
 // raw bytes of each device's buffers from check_summands, bounds it from
 // above.)
 void expect_within_budget(const Plan& plan, std::map<int64_t, int64_t>& held, int64_t budget) {
-  std::vector<planning::ScratchLife> lives;
-  for (const auto& [p, part] : plan.parts()) {
-    const std::vector<planning::ScratchLife> l = planning::scratch_lives(part, plan.tensors());
-    lives.insert(lives.end(), l.begin(), l.end());
-  }
+  const std::vector<planning::ScratchLife> lives =
+      planning::scratch_lives(plan.parts(), plan.tensors());
   std::map<int64_t, int64_t> scratch = planning::place_scratch(lives).peak;
   for (const auto& [d, b] : scratch) EXPECT_LE(b, held[d] + 8 * static_cast<int64_t>(lives.size()));
   std::map<std::tuple<int64_t, uint32_t, uint32_t>, int64_t> staged;
@@ -1832,11 +1829,8 @@ void expect_within_budget(const Plan& plan, std::map<int64_t, int64_t>& held, in
 // byte; and the figure lies between the most raw bytes live in one stage on
 // one device and the 8-aligned sum of one device's buffers.
 void expect_scratch_placed(const Plan& plan) {
-  std::vector<planning::ScratchLife> lives;
-  for (const auto& [p, part] : plan.parts()) {
-    const std::vector<planning::ScratchLife> l = planning::scratch_lives(part, plan.tensors());
-    lives.insert(lives.end(), l.begin(), l.end());
-  }
+  const std::vector<planning::ScratchLife> lives =
+      planning::scratch_lives(plan.parts(), plan.tensors());
   const planning::ScratchPlacement placed = planning::place_scratch(lives);
   int64_t most = 0;
   for (const auto& [d, b] : placed.peak) most = std::max(most, b);

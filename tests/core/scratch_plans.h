@@ -229,12 +229,8 @@ inline Plan tree_plan(const TreeCase& c) {
   PlanStats& stats = Plan::Builder::stats(plan);
   stats.stages = std::max<int32_t>(stats.stages, static_cast<int32_t>(last) + 2);
   stats.rounds = std::max<int32_t>(stats.rounds, c.rounds);
-  std::vector<planning::ScratchLife> lives;
-  for (const auto& [p, part] : plan.parts()) {
-    const std::vector<planning::ScratchLife> l = planning::scratch_lives(part, plan.tensors());
-    lives.insert(lives.end(), l.begin(), l.end());
-  }
-  stats.max_scratch_bytes = planning::most_scratch(lives);
+  stats.max_scratch_bytes =
+      planning::most_scratch(planning::scratch_lives(plan.parts(), plan.tensors()));
   return plan;
 }
 

@@ -59,6 +59,16 @@ std::vector<ScratchLife> scratch_lives(const ProcessPart& part,
   return lives;
 }
 
+std::vector<ScratchLife> scratch_lives(const std::map<int32_t, ProcessPart>& parts,
+                                       const std::vector<TensorSpec>& tensors) {
+  std::vector<ScratchLife> lives;
+  for (const auto& [p, part] : parts) {
+    const std::vector<ScratchLife> l = scratch_lives(part, tensors);
+    lives.insert(lives.end(), l.begin(), l.end());
+  }
+  return lives;
+}
+
 ScratchPlacement place_scratch(const std::vector<ScratchLife>& lives) {
   ScratchPlacement out;
   out.offset.assign(lives.size(), 0);

@@ -30,6 +30,10 @@ struct ScratchLife {
 std::vector<ScratchLife> scratch_lives(const ProcessPart& part,
                                        const std::vector<TensorSpec>& tensors);
 
+// The lives of the scratch of every part of `parts`, part by part.
+std::vector<ScratchLife> scratch_lives(const std::map<int32_t, ProcessPart>& parts,
+                                       const std::vector<TensorSpec>& tensors);
+
 struct ScratchPlacement {
   std::vector<int64_t> offset;      // per life, in its device's scratch memory
   std::map<int64_t, int64_t> peak;  // device -> bytes of scratch memory

@@ -942,11 +942,7 @@ class Decoder {
   // saturate).
   void check_scratch_bytes(const std::map<int32_t, ProcessPart>& parts, size_t processes,
                            int64_t max_scratch_bytes) {
-    std::vector<planning::ScratchLife> lives;
-    for (const auto& [p, part] : parts) {
-      const std::vector<planning::ScratchLife> l = planning::scratch_lives(part, *tensors_);
-      lives.insert(lives.end(), l.begin(), l.end());
-    }
+    const std::vector<planning::ScratchLife> lives = planning::scratch_lives(parts, *tensors_);
     int64_t most = 0;
     for (const auto& [d, b] : planning::place_scratch(lives).peak) {
       if (b > max_scratch_bytes)
