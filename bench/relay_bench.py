@@ -16,7 +16,10 @@ transfers. A relay's extra stage costs time here that a network would repay;
 the time column shows the executor's overhead, not what the bytes buy on a
 cluster.
 
-    python3 bench/relay_bench.py [--reshard build/dev/tools/reshard] [--scale 4]
+    python3 bench/relay_bench.py [--reshard build/dev/tools/reshard] [--scale 4] [--budget 1MiB]
+
+--budget plans and runs every variant under that staging budget (the
+planner's `--budget`: bands, rounds), instead of the specs' own.
 """
 import argparse
 import glob
@@ -43,7 +46,9 @@ def main():
     ap.add_argument("--scale", type=int, default=4, help="divide every dimension by this")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved runs per variant")
     ap.add_argument("--iters", type=int, default=3, help="timed iterations per run")
+    ap.add_argument("--budget", help="staging budget for every variant (e.g. 256KiB)")
     args = ap.parse_args()
+    budget = ["--budget", args.budget] if args.budget else []
     specs = ([] if args.only else sorted(glob.glob(os.path.join(ROOT, "bench/specs/*.json")))) + args.spec
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl_vader_single_copy_mechanism="none")
@@ -58,12 +63,12 @@ def main():
             stats, times = {}, {name: [] for name, _, _ in VARIANTS}
             for name, flags, _ in VARIANTS:
                 stats[name] = json.loads(run([args.reshard, "plan", "--spec", f, "--format", "json",
-                                              *flags]))["stats"]
+                                              *flags, *budget]))["stats"]
             for _ in range(args.repeat):
                 for name, flags, run_flags in VARIANTS:
                     out = run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np),
                                args.reshard, "run", "--spec", f, "--transport", "mpi", "--format",
-                               "json", "--iters", str(args.iters), *flags, *run_flags], env)
+                               "json", "--iters", str(args.iters), *flags, *run_flags, *budget], env)
                     doc_out = json.loads(out[out.index("{"):])
                     if not doc_out["verified"]:
                         sys.exit(f"{path} {name}: not verified")
@@ -76,7 +81,8 @@ def main():
                              statistics.median(times[name])))
     mib = 1 << 20
     print(f"scale 1/{args.scale} per dimension, {args.repeat} interleaved runs x {args.iters} "
-          "iterations, median; MiB as plan / bound\n")
+          "iterations, median; MiB as plan / bound"
+          + (f"; staging budget {args.budget}" if args.budget else "") + "\n")
     print("| case (`bench/specs/`) | ranks | plan | stages | network | cross-host | busiest host sends | MPI time (ms) |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
     for (case, np, name, stages, net, x, xb, hs, hsb, t) in rows:

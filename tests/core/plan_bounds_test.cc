@@ -995,7 +995,9 @@ TEST(PlanRelays, LikeSmallTensorsRelayTogether) {
 // device (more than budget / 16 peers), the plan goes without them
 // (Context::relay_split) instead of refusing the budget, which the plan
 // without sub-runs meets (a random explicit fleet of stop 18 found it: one
-// holder into 7 hosts of 2, a 57 KB tensor, 2,000 bytes of budget).
+// holder into 7 hosts of 2, a 57 KB tensor, 2,000 bytes of budget; since
+// planner version 21 counts a device's peers stage by stage, budgets of
+// 1,284-1,780 bytes plan without sub-runs and 1,796 or more with them).
 TEST(PlanRelays, BudgetsThatCannotStageSubRunsPlanWithoutThem) {
   std::vector<int32_t> hosts = {0};
   for (int32_t i = 0; i < 14; ++i) hosts.push_back(1 + i / 2);
@@ -1005,7 +1007,7 @@ TEST(PlanRelays, BudgetsThatCannotStageSubRunsPlanWithoutThem) {
   in.options.alpha_seconds = 0;
   in.options.staging_budget_bytes = 0;
   const Plan unbounded = make_plan(in);
-  in.options.staging_budget_bytes = 2000;
+  in.options.staging_budget_bytes = 1500;
   const Plan budgeted = make_plan(in);
   // Without sub-runs each run has one leader per host: fewer streams.
   int64_t most_unbounded = 0, most_budgeted = 0;
@@ -2042,10 +2044,16 @@ double estimate_with(const Fleet& fleet, planning::ChoiceOverride o, bool single
 // alone (a pure function of the cell, §2.8 of docs/design.md), with a model
 // of the stages' busiest devices, while the estimate is the whole plan's
 // (the other cells' stages overlap), so near-ties may fall either way.
-// Left out (counted and printed): a budget below twice the tensor: the
-// planner does not pre-reduce there, so the reducer's host takes each
-// summand in (scratch could be used round by round; with α = 0, 241 of
-// these 243 cases are above 1.05x, median 2.0, worst 3.0); holders on 2 hosts
+// A budget below twice the tensor (counted apart): the whole parts'
+// scratch does not fit half the budget, so the holders pre-reduce in bands
+// (planner version 20); with α = 0 each of these 243 cases pre-reduces and
+// keeps the busiest NIC within 1.05x (asserted). Until version 20 none of
+// them pre-reduced (241 above 1.05x, median 2.0, worst 3.0); version 20
+// pre-reduced 115, the others' budgets being too small to stage the
+// streams bands add while a device's streams of every stage shared its
+// budget (version 21 cuts rounds stage by stage, plan/rounds.h). With α > 0
+// the estimate is asserted within 5% of single-hop's, as below, and the
+// NIC is printed. Left out (counted and printed): holders on 2 hosts
 // with α > 0: the reduce route's α–β choices (single-hop or not, parts, the
 // gather's shape) do not see the stages the chain adds, so the plan's
 // estimate can exceed single-hop's (up to 1.37x on these fleets) — a limit
@@ -2058,8 +2066,8 @@ double estimate_with(const Fleet& fleet, planning::ChoiceOverride o, bool single
 TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
   std::mt19937_64 rng(20261123);
   const int cases = 20000;
-  std::vector<double> egress, nic, budget_nic;
-  int budget_scratch = 0;
+  std::vector<double> egress, nic, budget_nic, budget_alpha_nic;
+  int budget_scratch = 0, budget_alpha_scratch = 0;
   int eligible = 0, modelled = 0, model_above = 0, several_hosts = 0, budgeted = 0, chained = 0;
   int small_two = 0, small_two_above = 0, alpha_two = 0, alpha_two_above = 0;
   double worst = 0, worst_gain = 0, worst_small_two = 0, worst_two_single = 0;
@@ -2084,9 +2092,13 @@ TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
         budget_scratch += st.max_scratch_bytes > 0;
         // Pre-reduced (in bands where the whole parts' scratch is above
         // half the budget, planner version 20): the NIC at its bound too.
-        if (st.max_scratch_bytes > 0) {
-          EXPECT_LE(n, 1.05) << "pre-reduced under the budget";
-        }
+        EXPECT_GT(st.max_scratch_bytes, 0) << "not pre-reduced under the budget";
+        EXPECT_LE(n, 1.05) << "under the budget";
+      } else {
+        budget_alpha_nic.push_back(n);
+        budget_alpha_scratch += st.max_scratch_bytes > 0;
+        const double single = estimate_with(fleet, {}, true);
+        EXPECT_LE(st.cost_seconds, single * 1.05) << "slower than single-hop by the estimate";
       }
       continue;
     }
@@ -2155,7 +2167,10 @@ TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
   std::printf("budget below twice the tensor, alpha 0: %zu, %d with scratch\n", budget_nic.size(),
               budget_scratch);
   report("busiest NIC, budget below twice the tensor, alpha 0", budget_nic);
-  EXPECT_GE(budget_scratch, 80);
+  std::printf("budget below twice the tensor, alpha > 0: %zu, %d with scratch\n",
+              budget_alpha_nic.size(), budget_alpha_scratch);
+  report("busiest NIC, budget below twice the tensor, alpha > 0", budget_alpha_nic);
+  EXPECT_GE(budget_scratch, 200);
   EXPECT_GE(eligible, 200);
   EXPECT_GE(modelled, 200);
   EXPECT_GE(chained, 40);

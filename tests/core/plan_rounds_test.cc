@@ -109,14 +109,22 @@ TEST(PlanRounds, StreamsAreCutByTheWindowRule) {
     auto streams = stream_pieces(u);
     auto rounds = round_bytes(a);
     ASSERT_EQ(streams.size(), rounds.size());
-    std::map<int64_t, planning::DeviceLoad> load;
-    for (const DeviceTraffic& d : a.stats().per_device)
-      load[d.device] = {d.send_messages + d.recv_messages, d.send_bytes + d.recv_bytes};
+    // Each device's messages (before cutting: the unbudgeted plan's) and
+    // bytes in the stream's stage alone (planner version 21).
+    std::map<std::pair<uint32_t, int64_t>, planning::DeviceLoad> load;
+    for (const auto& [p, part] : u.parts())
+      for (const Message& m : part.recvs)
+        for (int64_t d : {m.src_device, m.dst_device}) {
+          planning::DeviceLoad& l = load[{m.stage, d}];
+          ++l.peers;
+          l.bytes += m.bytes;
+        }
     for (const auto& [key, pieces] : streams) {
       const int64_t B = pieces.back().offset + pieces.back().bytes;
-      const int64_t chunk =
-          planning::round_chunk(in.options.staging_budget_bytes - reserve, load[std::get<1>(key)],
-                                load[std::get<2>(key)], B);
+      const uint32_t stage = std::get<0>(key);
+      const int64_t chunk = planning::round_chunk(in.options.staging_budget_bytes - reserve,
+                                                  load[{stage, std::get<1>(key)}],
+                                                  load[{stage, std::get<2>(key)}], B);
       const int64_t s = planning::round_window(chunk);
       const std::vector<int64_t>& got = rounds[key];
       ASSERT_EQ(static_cast<int64_t>(got.size()), planning::stream_rounds(B, chunk));

@@ -137,7 +137,7 @@ TEST(PlanThreads, ManyTensorsAndRoundsPlanIdentically) {
                                t.shape, "dst");
     in.tensors.push_back(std::move(t));
   }
-  in.options.staging_budget_bytes = 4096;
+  in.options.staging_budget_bytes = 2048;
   const Plan base = expect_same_on_any_thread_count(in);
   EXPECT_GT(base.stats().rounds, 100);
   EXPECT_EQ(base.processes().size(), 8u);

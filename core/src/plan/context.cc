@@ -170,14 +170,8 @@ void Context::decide_pre_reduce(int64_t max_bytes) {
     for (const std::vector<size_t>& g : groups)
       for (size_t i : g) tensors[i].reduce_bands = bands;
   };
-  // Only with α = 0: a device's streams of every stage share its budget
-  // when rounds are cut (plan/rounds.h), so the streams bands add shrink
-  // every message, and on a fabric with a latency the many rounds cost more
-  // than the bytes they save (docs/results.md, planner version 20); the
-  // α–β estimate does not see that yet.
-  const uint32_t most_bands = input.options.alpha_seconds == 0 ? kMaxReduceBands : 1;
-  bands_tried = most_bands >= 2;
-  for (uint32_t bands = 2; bands <= most_bands; bands *= 2) {
+  bands_tried = true;
+  for (uint32_t bands = 2; bands <= kMaxReduceBands; bands *= 2) {
     set_bands(bands);
     int64_t s = 0;
     try {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "plan/enumerate.h"
+#include "plan/rounds.h"
 #include "reshard/plan.h"
 
 namespace reshard::planning {
@@ -120,9 +121,12 @@ struct DeviceCounts {
 // `reference`: enumerate every piece of every tensor, as the parts do,
 // instead of the per-cell arithmetic and the per-cell enumeration of tiled
 // destinations (the same figures, slower: what the tests compare them with).
+// `stage_loads` (when not null) receives what round cutting needs
+// (plan/rounds.h): each device's messages and bytes in each stage, at
+// [stage * ctx.devices.size() + dense device].
 void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
                    std::vector<DeviceCounts>* counts = nullptr, int64_t max_bytes = -1,
-                   bool reference = false);
+                   bool reference = false, std::vector<DeviceLoad>* stage_loads = nullptr);
 
 // Whether a process part's enumeration replays the pieces of like tensors
 // (planner.cc, build_chunk): on unless a test turns it off to compare the

@@ -103,8 +103,9 @@ namespace {
 // under a staging budget below the scratch pre-reduction needs, its parts
 // are cut into bands written and sent on stage by stage, whose scratch
 // reuses bytes two stages apart, and max_scratch_bytes is that placement's
-// peak, 8-aligned).
-constexpr uint64_t kPlannerVersion = 20;
+// peak, 8-aligned; 21: rounds are cut with each device's messages and bytes
+// of the stream's stage, not of every stage, plan/rounds.h).
+constexpr uint64_t kPlannerVersion = 21;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -990,10 +991,12 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   // Cutting streams into rounds needs every device's peer count, which the
   // global statistics provide; so does the memory estimate.
   const bool want_stats = request.scope != PlanScope::kProcess || request.global_stats;
+  // Each device's messages and bytes per stage, which round cutting needs.
+  std::vector<planning::DeviceLoad> stage_loads;
   if (budgeted || want_stats || guarded) {
     std::vector<DeviceCounts> counts;
     planning::compute_stats(ctx, Plan::Builder::stats(plan), staging, want_stats,
-                            guarded ? &counts : nullptr, limit);
+                            guarded ? &counts : nullptr, limit, false, &stage_loads);
     Plan::Builder::has_stats(plan) = want_stats;
     if (guarded) {
       int64_t largest = 0;
@@ -1005,12 +1008,12 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
       }
     }
   }
-  const auto& per_device = Plan::Builder::stats(plan).per_device;
-  auto load = [&](int64_t device) -> planning::DeviceLoad {
-    auto it = std::lower_bound(per_device.begin(), per_device.end(), device,
-                               [](const DeviceTraffic& d, int64_t v) { return d.device < v; });
-    if (it == per_device.end() || it->device != device) return {};
-    return {it->send_messages + it->recv_messages, it->send_bytes + it->recv_bytes};
+  const size_t ndev = ctx.devices.size();
+  auto load = [&](int64_t device, uint32_t stage) -> planning::DeviceLoad {
+    const size_t d = ctx.dense(device);
+    const size_t at = static_cast<size_t>(stage) * ndev + d;
+    if (d >= ndev || ctx.devices[d] != device || at >= stage_loads.size()) return {};
+    return stage_loads[at];
   };
   const int64_t nparts = request.scope == PlanScope::kAll
                              ? static_cast<int64_t>(ctx.processes.size())

@@ -101,7 +101,7 @@ bool same_stream(const Message& a, const Message& b) {
 }
 
 Streams size_streams(const std::vector<Message>& msgs, int64_t budget,
-                     const std::function<DeviceLoad(int64_t)>& load) {
+                     const std::function<DeviceLoad(int64_t, uint32_t)>& load) {
   const size_t n = msgs.size();
   Streams s{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int64_t>(n),
             std::vector<size_t>(n + 1, 0)};
@@ -111,7 +111,8 @@ Streams size_streams(const std::vector<Message>& msgs, int64_t budget,
     int64_t bytes = msgs[a].bytes;
     while (b < n && same_stream(msgs[b], msgs[a])) bytes += msgs[b++].bytes;
     const Message& m = msgs[a];
-    const int64_t chunk = round_chunk(budget, load(m.src_device), load(m.dst_device), bytes);
+    const int64_t chunk =
+        round_chunk(budget, load(m.src_device, m.stage), load(m.dst_device, m.stage), bytes);
     int64_t offset = 0;
     for (size_t i = a; i < b; ++i) {
       s.chunks[i] = chunk;
@@ -396,7 +397,7 @@ void number_band_rounds(ProcessPart& part) {
 
 void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, int64_t budget,
                   std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes,
-                  const std::function<DeviceLoad(int64_t)>& load, int threads) {
+                  const std::function<DeviceLoad(int64_t, uint32_t)>& load, int threads) {
   if (budget <= 0) return;
   if (send_bytes.size() != part.send_pieces.size() || recv_bytes.size() != part.recv_pieces.size())
     fail(ErrorCode::kInternal, "split_rounds: piece sizes do not match the pieces");

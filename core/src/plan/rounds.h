@@ -1,13 +1,17 @@
 // Internal: bounded staging (docs/design.md §2.6).
 //
-// The rule. A (source, destination) stream — its pieces back to back in
-// message order, B bytes — between devices a and b has a chunk
+// The rule. A (source, destination) stream of stage t — its pieces back to
+// back in message order, B bytes — between devices a and b has a chunk
 //   c = floor(W * B / max(T(a), T(b), B)) + 8,
 //   W = floor((budget - 16 * max(peers(a), peers(b))) * kCutWindowDiv / (kCutWindowDiv + 1)),
-// where peers(x) counts x's messages before cutting (a stream of each stage
-// it exchanges data on, a message per relay band above the first) and T(x)
-// is the bytes x sends plus receives, and a cut window s = floor(c /
-// kCutWindowDiv). A stream in relay bands (plan/enumerate.h, Bands) is cut
+// where peers(x) counts x's messages of stage t before cutting (a stream of
+// each peer it exchanges data with in stage t, a message per relay band
+// above the first) and T(x) is the bytes x sends plus receives in stage t,
+// and a cut window s = floor(c / kCutWindowDiv). A round belongs to one
+// stage, so only a device's streams of that stage share its budget (planner
+// version 21; until version 20 its streams of every stage did, as if all
+// stages were staged at once, which cut a plan of many stages — reduction
+// bands — ever finer). A stream in relay bands (plan/enumerate.h, Bands) is cut
 // band by band, each band a segment of B_k bytes cut as below with the
 // whole stream's c, its rounds after the previous band's (the stream spans
 // sum_k ceil(B_k / c) rounds). A segment of B bytes spans exactly
@@ -21,14 +25,14 @@
 //      before k*c.
 // Cuts fall on element boundaries in (k*c - max(s, 8), k*c] and increase
 // strictly, so every round of the stream is non-empty and holds fewer than
-// c + max(s, 8) bytes (round_cap). Summed over a device's streams that is at
+// c + max(s, 8) bytes (round_cap). Summed over a device's streams of one stage that is at
 // most (budget - 16 * peers) + 15 * peers < budget: the budget is strict.
 // Compared with cutting at element granularity (s = 0, W = budget - 16 P),
 // the window costs about 1 / kCutWindowDiv more rounds and saves most of the
 // split pieces (each of which is a separate box to pack and encode).
 //
 // The rule depends only on the stream (identical for sender and receiver) and
-// on per-device figures of the global statistics, so every process cuts its
+// on per-(device, stage) figures of the global statistics, so every process cuts its
 // streams the same way on its own; the global statistics get each stream's
 // round count and staging from its bands' B_k and c alone, without its
 // pieces.
@@ -48,10 +52,10 @@ namespace reshard::planning {
 // element granularity, the rule before planner version 2).
 inline constexpr int64_t kCutWindowDiv = 16;
 
-// Per-device figures the rule needs.
+// Per-(device, stage) figures the rule needs.
 struct DeviceLoad {
-  int64_t peers = 0;
-  int64_t bytes = 0;  // sent + received
+  int64_t peers = 0;  // messages of the stage before cutting
+  int64_t bytes = 0;  // sent + received in the stage
 };
 
 // Chunk size c of a stream of `stream_bytes` between devices a and b.
@@ -76,12 +80,12 @@ inline int64_t round_cap(int64_t bytes, int64_t chunk) {
 // stream's segments are cut one after the other, each at the chunk of the
 // whole stream (its rounds never share a round with the next segment's). `send_bytes` /
 // `recv_bytes` give each piece's size (parallel to part.send_pieces / part.recv_pieces);
-// `load(device)` a device's figures (make_plan may cut several parts at once, so it must be safe to
-// call concurrently). Streams are cut on up to `threads` threads; the result is the same for any
-// thread count.
+// `load(device, stage)` a device's figures in a stage (make_plan may cut several parts at once, so
+// it must be safe to call concurrently). Streams are cut on up to `threads` threads; the result is
+// the same for any thread count.
 void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, int64_t budget,
                   std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes,
-                  const std::function<DeviceLoad(int64_t)>& load, int threads = 1);
+                  const std::function<DeviceLoad(int64_t, uint32_t)>& load, int threads = 1);
 
 // Without a staging budget: a stream's k-th segment (see split_rounds) is
 // its round k; messages sorted by (stage, round, peer, own).

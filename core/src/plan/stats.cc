@@ -134,7 +134,8 @@ class StagePairs {
 }  // namespace
 
 void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
-                   std::vector<DeviceCounts>* counts, int64_t max_bytes, bool reference) {
+                   std::vector<DeviceCounts>* counts, int64_t max_bytes, bool reference,
+                   std::vector<DeviceLoad>* stage_loads) {
   const size_t ndev = ctx.devices.size();
   const PlanStats entry = st;  // to start again from (Context::relay_split)
   if (counts) counts->assign(ndev, DeviceCounts{});
@@ -995,9 +996,12 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     stage_recv_msgs[s][dd] += bands;
     stage_rounds[s] = std::max<int64_t>(stage_rounds[s], bands + (plain_pair(s, sd, dd) ? 1 : 0));
   }
-  // Every stage together: the figures of the statistics and of round
-  // cutting (a device's peers and bytes over the whole plan bound those of
-  // each stage, so the budget holds in every round of every stage).
+  // Every stage together: the figures of the statistics. Round cutting
+  // takes each stage's alone (rounds.h): a round belongs to one stage.
+  auto load_of = [&](int s, size_t d) -> DeviceLoad {
+    return {stage_send_msgs[s][d] + stage_recv_msgs[s][d],
+            stage_acc[s][d].send + stage_acc[s][d].recv};
+  };
   std::vector<Acc> total(ndev);
   for (int s = 0; s < nstages; ++s) {
     for (size_t d = 0; d < ndev; ++d) {
@@ -1093,20 +1097,29 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   st.stages = pieces > 0 ? 1 + last_stage : 0;
   if (budgeted) {
     const int64_t budget = o.staging_budget_bytes;
-    for (size_t d = 0; d < ndev; ++d) {
-      const int64_t peers = send_msgs[d] + recv_msgs[d];
-      if (peers > 0 && budget <= 16 * peers && ctx.relay_split && en.split_runs() > 0) {
-        // Without sub-runs (Context::relay_split), from the start.
-        ctx.relay_split = false;
-        st = entry;
-        compute_stats(ctx, st, o, schedule, counts, max_bytes, reference);
-        return;
+    for (int s = 0; s < nstages; ++s) {
+      for (size_t d = 0; d < ndev; ++d) {
+        const int64_t peers = load_of(s, d).peers;
+        if (peers > 0 && budget <= 16 * peers && ctx.relay_split && en.split_runs() > 0) {
+          // Without sub-runs (Context::relay_split), from the start.
+          ctx.relay_split = false;
+          st = entry;
+          compute_stats(ctx, st, o, schedule, counts, max_bytes, reference, stage_loads);
+          return;
+        }
+        if (peers > 0 && budget <= 16 * peers)
+          fail(ErrorCode::kInvalidArgument,
+               "options.staging_budget_bytes: " + std::to_string(budget) +
+                   " bytes cannot stage device " + std::to_string(ctx.devices[d]) + " with " +
+                   std::to_string(peers) + " peers in stage " + std::to_string(s) +
+                   " (needs more than 16 bytes per peer)");
       }
-      if (peers > 0 && budget <= 16 * peers)
-        fail(ErrorCode::kInvalidArgument,
-             "options.staging_budget_bytes: " + std::to_string(budget) +
-                 " bytes cannot stage device " + std::to_string(ctx.devices[d]) + " with " +
-                 std::to_string(peers) + " peers (needs more than 16 bytes per peer)");
+    }
+    if (stage_loads) {
+      stage_loads->resize(static_cast<size_t>(nstages) * ndev);
+      for (int s = 0; s < nstages; ++s)
+        for (size_t d = 0; d < ndev; ++d)
+          (*stage_loads)[static_cast<size_t>(s) * ndev + d] = load_of(s, d);
     }
   }
   if (track_pairs) {
@@ -1116,14 +1129,12 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     // A stream of `bytes` outside bands above 0 and the bands `b` (may be
     // null): its segments cut one after the other at the whole stream's
     // chunk (rounds.h).
-    auto visit = [&](size_t sd, size_t dd, int64_t bytes, const BandStream* b) {
+    auto visit = [&](int s, size_t sd, size_t dd, int64_t bytes, const BandStream* b) {
       int64_t all = bytes;
       if (b)
         for (int64_t v : b->bytes) all += v;
       if (all <= 0) return;
-      const int64_t chunk = planning::round_chunk(
-          budget, {send_msgs[sd] + recv_msgs[sd], total[sd].send + total[sd].recv},
-          {send_msgs[dd] + recv_msgs[dd], total[dd].send + total[dd].recv}, all);
+      const int64_t chunk = planning::round_chunk(budget, load_of(s, sd), load_of(s, dd), all);
       int64_t r = 0, segments = 0, cap = 0;
       auto segment = [&](int64_t v) {
         if (v <= 0) return;
@@ -1156,18 +1167,18 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       for (const auto& [key, b] : band_streams) {
         if (static_cast<uint32_t>(key >> 40) != s) continue;
         const size_t sd = key >> 20 & 0xfffff, dd = key & 0xfffff;
-        if (plain_bytes(sd, dd) <= 0) visit(sd, dd, 0, &b);
+        if (plain_bytes(sd, dd) <= 0) visit(static_cast<int>(s), sd, dd, 0, &b);
       }
     };
     if (dense_bytes) {
       for (size_t dd = 0; dd < ndev; ++dd)
         for (size_t sd = 0; sd < ndev; ++sd)
           if (pair_dense[dd * ndev + sd] > 0)
-            visit(sd, dd, pair_dense[dd * ndev + sd], bands_of(0, sd, dd));
+            visit(0, sd, dd, pair_dense[dd * ndev + sd], bands_of(0, sd, dd));
       band_only(0, [&](size_t sd, size_t dd) { return pair_dense[dd * ndev + sd]; });
     } else {
       for (auto [k, b] : pair_sparse)
-        visit(k >> 32, k & 0xffffffffu, b, bands_of(0, k >> 32, k & 0xffffffffu));
+        visit(0, k >> 32, k & 0xffffffffu, b, bands_of(0, k >> 32, k & 0xffffffffu));
       band_only(0, [&](size_t sd, size_t dd) {
         auto it = pair_sparse.find(uint64_t{sd} << 32 | dd);
         return it == pair_sparse.end() ? int64_t{0} : it->second;
@@ -1180,7 +1191,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       rounds = 0;
       staged.assign(ndev, 0);
       for (auto [k, b] : relay_bytes[s])
-        visit(k >> 32, k & 0xffffffffu, b,
+        visit(s, k >> 32, k & 0xffffffffu, b,
               bands_of(static_cast<uint32_t>(s), k >> 32, k & 0xffffffffu));
       band_only(static_cast<uint32_t>(s), [&](size_t sd, size_t dd) {
         auto it = relay_bytes[s].find(uint64_t{sd} << 32 | dd);
@@ -1199,28 +1210,37 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     for (DeviceCounts& c : *counts) c.messages = c.streams;
     return;
   }
-  // Without the streams' bytes, bound the cuts (rounds.h): a stream of B
-  // bytes between a and b has chunk c > W * B / max(T(a), T(b)), so at most
-  // B / c < max(T(a), T(b)) / W cuts, W >= (budget - 16 * most peers) * 16/17.
-  // Summed over device d's streams that is below both
-  // streams(d) * max T / W and (streams(d) * T(d) + 2 * sum T) / W (a peer
-  // is at most two of d's streams).
-  int64_t max_peers = 0, max_t = 0;
-  double sum_t = 0;
-  for (size_t d = 0; d < ndev; ++d) {
-    max_peers = std::max(max_peers, send_msgs[d] + recv_msgs[d]);
-    max_t = std::max(max_t, total[d].send + total[d].recv);
-    sum_t += static_cast<double>(total[d].send + total[d].recv);
+  // Without the streams' bytes, bound the cuts (rounds.h), stage by stage:
+  // a stream of stage s of B bytes between a and b has chunk
+  // c > W_s * B / max(T_s(a), T_s(b)), so at most B / c < max(T_s(a),
+  // T_s(b)) / W_s cuts, W_s >= (budget - 16 * most peers in s) * 16/17.
+  // Summed over device d's streams of stage s that is below both
+  // streams_s(d) * max T_s / W_s and (streams_s(d) * T_s(d) + 2 * sum T_s) / W_s
+  // (a peer is at most two of d's streams).
+  std::vector<double> cuts(ndev, 0);
+  for (int s = 0; s < nstages; ++s) {
+    int64_t max_peers = 0, max_t = 0;
+    double sum_t = 0;
+    for (size_t d = 0; d < ndev; ++d) {
+      const DeviceLoad l = load_of(s, d);
+      max_peers = std::max(max_peers, l.peers);
+      max_t = std::max(max_t, l.bytes);
+      sum_t += static_cast<double>(l.bytes);
+    }
+    if (max_peers == 0) continue;
+    const double w = std::max(
+        1.0, static_cast<double>(o.staging_budget_bytes - 16 * max_peers) * 16.0 / 17.0 - 8.0);
+    for (size_t d = 0; d < ndev; ++d) {
+      const DeviceLoad l = load_of(s, d);
+      const double streams = static_cast<double>(l.peers);
+      const double t_d = static_cast<double>(l.bytes);
+      cuts[d] += std::min(streams * std::ceil(static_cast<double>(max_t) / w),
+                          (streams * t_d + 2 * sum_t) / w);
+    }
   }
-  const double w = std::max(
-      1.0, static_cast<double>(o.staging_budget_bytes - 16 * max_peers) * 16.0 / 17.0 - 8.0);
   for (size_t d = 0; d < ndev; ++d) {
     DeviceCounts& c = (*counts)[d];
-    const double streams = static_cast<double>(c.streams);
-    const double t_d = static_cast<double>(total[d].send + total[d].recv);
-    const double bound = std::min(streams * std::ceil(static_cast<double>(max_t) / w),
-                                  (streams * t_d + 2 * sum_t) / w);
-    c.cuts = static_cast<int64_t>(std::min(bound, 9e18));
+    c.cuts = static_cast<int64_t>(std::min(cuts[d], 9e18));
     c.messages = c.streams + c.cuts;
   }
 }
