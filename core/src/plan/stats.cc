@@ -131,6 +131,206 @@ class StagePairs {
   std::unordered_set<uint64_t> set_;
 };
 
+// A device's bytes in one stage: sent, received, copied locally, and the
+// parts of those sent and received across hosts.
+struct Acc {
+  int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
+};
+
+// A stream cut into relay bands (enumerate.h, Bands): the bands above 0 it
+// carries, each its own message (band 0 travels with the stream's pieces of
+// no band, counted with the pairs), and under a budget their bytes.
+struct BandStream {
+  uint32_t mask = 0;
+  std::array<int64_t, kRelayBands> bytes{};
+};
+// Keyed stage << 40 | source dense << 20 | destination dense.
+using BandStreams = std::unordered_map<uint64_t, BandStream>;
+
+// The α–β estimate: each stage takes its busiest device's or NIC group's
+// time, and the stages run one after the other. A device pays α per message
+// of the stage (before round cutting) and moves its cross-host bytes over
+// its whole NIC group (Bounds::group_nics; one NIC per device by default),
+// and the group carries all its devices' bytes.
+double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
+                  const std::vector<std::vector<int64_t>>& send_msgs,
+                  const std::vector<std::vector<int64_t>>& recv_msgs, const Bounds& lb,
+                  const PlanOptions& o) {
+  const double a = o.alpha_seconds, bi = 1.0 / o.intra_host_bytes_per_second,
+               bx = 1.0 / o.inter_host_bytes_per_second;
+  double cost = 0;
+  std::vector<int64_t> group_send(lb.group_nics.size()), group_recv(lb.group_nics.size());
+  for (size_t s = 0; s < stage_acc.size(); ++s) {
+    double busiest = 0;
+    std::fill(group_send.begin(), group_send.end(), 0);
+    std::fill(group_recv.begin(), group_recv.end(), 0);
+    for (size_t d = 0; d < stage_acc[s].size(); ++d) {
+      const Acc& x = stage_acc[s][d];
+      const uint32_t g = lb.group_of_device[d];
+      const double bxg = bx / lb.group_nics[g];
+      const double send_t = a * static_cast<double>(send_msgs[s][d]) +
+                            bi * static_cast<double>(x.send - x.send_inter) +
+                            bxg * static_cast<double>(x.send_inter);
+      const double recv_t = a * static_cast<double>(recv_msgs[s][d]) +
+                            bi * static_cast<double>(x.recv - x.recv_inter) +
+                            bxg * static_cast<double>(x.recv_inter);
+      busiest = std::max({busiest, send_t, recv_t});
+      group_send[g] += x.send_inter;
+      group_recv[g] += x.recv_inter;
+    }
+    for (size_t g = 0; g < lb.group_nics.size(); ++g) {
+      const int64_t bytes = std::max(group_send[g], group_recv[g]);
+      if (bytes > 0)
+        busiest = std::max(busiest, a + bx / lb.group_nics[g] * static_cast<double>(bytes));
+    }
+    cost += busiest;
+  }
+  return cost;
+}
+
+// Every stream's bytes, which the round schedule's figures need: stage 0's
+// pairs (dense rows per destination, [dd * ndev + sd], or a sparse map
+// keyed sd << 32 | dd), later stages' relay streams (relay[s], index 0
+// unused) and the band streams.
+struct StreamBytes {
+  const std::vector<int64_t>* dense;  // null: `sparse`
+  const std::unordered_map<uint64_t, int64_t>* sparse;
+  const std::deque<std::unordered_map<uint64_t, int64_t>>* relay;
+  const BandStreams* bands;
+};
+
+struct RoundFigures {
+  int64_t rounds = 0, messages = 0, peak_staging = 0;
+};
+
+// Rounds, messages and peak staging of the plan cut at `budget` (rounds.h),
+// from each stream's bytes and each device's load per stage (`loads`,
+// [stage * ndev + device]), without cutting any piece; with `counts`, each
+// device's messages and cuts too.
+RoundFigures round_schedule(size_t ndev, int nstages, int64_t budget,
+                            const std::vector<DeviceLoad>& loads, const StreamBytes& in,
+                            std::vector<DeviceCounts>* counts) {
+  RoundFigures out;
+  std::vector<int64_t> staged(ndev, 0);
+  int64_t rounds = 0;
+  auto load = [&](int s, size_t d) { return loads[static_cast<size_t>(s) * ndev + d]; };
+  // A stream of `bytes` outside bands above 0 and the bands `b` (may be
+  // null): its segments cut one after the other at the whole stream's
+  // chunk (rounds.h).
+  auto visit = [&](int s, size_t sd, size_t dd, int64_t bytes, const BandStream* b) {
+    int64_t all = bytes;
+    if (b)
+      for (int64_t v : b->bytes) all += v;
+    if (all <= 0) return;
+    const int64_t chunk = round_chunk(budget, load(s, sd), load(s, dd), all);
+    int64_t r = 0, segments = 0, cap = 0;
+    auto segment = [&](int64_t v) {
+      if (v <= 0) return;
+      r += stream_rounds(v, chunk);
+      ++segments;
+      // Most bytes any round of the segment stages.
+      cap = std::max(cap, round_cap(v, chunk));
+    };
+    segment(bytes);
+    if (b)
+      for (int64_t v : b->bytes) segment(v);
+    rounds = std::max(rounds, r);
+    out.messages += r;
+    if (counts) {
+      (*counts)[sd].messages += r;
+      (*counts)[dd].messages += r;
+      (*counts)[sd].cuts += r - segments;
+      (*counts)[dd].cuts += r - segments;
+    }
+    staged[sd] += cap;
+    staged[dd] += cap;
+  };
+  auto bands_of = [&](uint32_t s, size_t sd, size_t dd) -> const BandStream* {
+    if (in.bands->empty()) return nullptr;
+    auto it = in.bands->find(uint64_t{s} << 40 | uint64_t{sd} << 20 | dd);
+    return it == in.bands->end() ? nullptr : &it->second;
+  };
+  // Streams with bands only (no bytes counted with the pairs).
+  auto band_only = [&](uint32_t s, auto&& plain_bytes) {
+    for (const auto& [key, b] : *in.bands) {
+      if (static_cast<uint32_t>(key >> 40) != s) continue;
+      const size_t sd = key >> 20 & 0xfffff, dd = key & 0xfffff;
+      if (plain_bytes(sd, dd) <= 0) visit(static_cast<int>(s), sd, dd, 0, &b);
+    }
+  };
+  // Stage by stage: rounds add up, staging peaks per stage.
+  auto end_stage = [&] {
+    for (int64_t v : staged) out.peak_staging = std::max(out.peak_staging, v);
+    out.rounds += rounds;
+    rounds = 0;
+    staged.assign(ndev, 0);
+  };
+  if (in.dense) {
+    const std::vector<int64_t>& pairs = *in.dense;
+    for (size_t dd = 0; dd < ndev; ++dd)
+      for (size_t sd = 0; sd < ndev; ++sd)
+        if (pairs[dd * ndev + sd] > 0) visit(0, sd, dd, pairs[dd * ndev + sd], bands_of(0, sd, dd));
+    band_only(0, [&](size_t sd, size_t dd) { return pairs[dd * ndev + sd]; });
+  } else {
+    for (auto [k, b] : *in.sparse)
+      visit(0, k >> 32, k & 0xffffffffu, b, bands_of(0, k >> 32, k & 0xffffffffu));
+    band_only(0, [&](size_t sd, size_t dd) {
+      auto it = in.sparse->find(uint64_t{sd} << 32 | dd);
+      return it == in.sparse->end() ? int64_t{0} : it->second;
+    });
+  }
+  end_stage();
+  for (int s = 1; s < nstages; ++s) {
+    const auto& relay = (*in.relay)[static_cast<size_t>(s)];
+    for (auto [k, b] : relay)
+      visit(s, k >> 32, k & 0xffffffffu, b,
+            bands_of(static_cast<uint32_t>(s), k >> 32, k & 0xffffffffu));
+    band_only(static_cast<uint32_t>(s), [&](size_t sd, size_t dd) {
+      auto it = relay.find(uint64_t{sd} << 32 | dd);
+      return it == relay.end() ? int64_t{0} : it->second;
+    });
+    end_stage();
+  }
+  return out;
+}
+
+// Without the streams' bytes, bounds each device's cuts (rounds.h), stage by
+// stage: a stream of stage s of B bytes between a and b has chunk
+// c > W_s * B / max(T_s(a), T_s(b)), so at most B / c < max(T_s(a),
+// T_s(b)) / W_s cuts, W_s >= (budget - 16 * most peers in s) * 16/17.
+// Summed over device d's streams of stage s that is below both
+// streams_s(d) * max T_s / W_s and (streams_s(d) * T_s(d) + 2 * sum T_s) / W_s
+// (a peer is at most two of d's streams). Sets counts' cuts and messages
+// (streams set).
+void bound_cuts(size_t ndev, int nstages, int64_t budget, const std::vector<DeviceLoad>& loads,
+                std::vector<DeviceCounts>& counts) {
+  std::vector<double> cuts(ndev, 0);
+  for (int s = 0; s < nstages; ++s) {
+    const DeviceLoad* stage = loads.data() + static_cast<size_t>(s) * ndev;
+    int64_t max_peers = 0, max_t = 0;
+    double sum_t = 0;
+    for (size_t d = 0; d < ndev; ++d) {
+      max_peers = std::max(max_peers, stage[d].peers);
+      max_t = std::max(max_t, stage[d].bytes);
+      sum_t += static_cast<double>(stage[d].bytes);
+    }
+    if (max_peers == 0) continue;
+    const double w =
+        std::max(1.0, static_cast<double>(budget - 16 * max_peers) * 16.0 / 17.0 - 8.0);
+    for (size_t d = 0; d < ndev; ++d) {
+      const double streams = static_cast<double>(stage[d].peers);
+      const double t_d = static_cast<double>(stage[d].bytes);
+      cuts[d] += std::min(streams * std::ceil(static_cast<double>(max_t) / w),
+                          (streams * t_d + 2 * sum_t) / w);
+    }
+  }
+  for (size_t d = 0; d < ndev; ++d) {
+    DeviceCounts& c = counts[d];
+    c.cuts = static_cast<int64_t>(std::min(cuts[d], 9e18));
+    c.messages = c.streams + c.cuts;
+  }
+}
+
 }  // namespace
 
 void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
@@ -139,9 +339,6 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   const size_t ndev = ctx.devices.size();
   const PlanStats entry = st;  // to start again from (Context::relay_split)
   if (counts) counts->assign(ndev, DeviceCounts{});
-  struct Acc {
-    int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
-  };
   // Per stage (0: from the sources; later ones: relays forwarding, scratch
   // sent along a reduction's chain and to its reducer, and the gather after
   // it) and device; as many stages as the pieces name (grown by
@@ -266,16 +463,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       relay_bytes.emplace_back();
     }
   };
-  // Streams cut into relay bands (enumerate.h, Bands): per (stage, source,
-  // destination) — stage << 40 | source dense << 20 | destination dense —
-  // the bands above 0 it carries, each its own message (band 0 travels with
-  // the stream's pieces of no band, counted with the pairs above), and
-  // under a budget their bytes.
-  struct BandStream {
-    uint32_t mask = 0;
-    std::array<int64_t, kRelayBands> bytes{};
-  };
-  std::unordered_map<uint64_t, BandStream> band_streams;
+  // Streams cut into relay bands (BandStream), keyed stage << 40 | source
+  // dense << 20 | destination dense.
+  BandStreams band_streams;
   auto add_pair = [&](uint32_t sd, uint32_t dd, int64_t bytes) {
     if (dense_bytes)
       pair_dense[size_t{dd} * ndev + sd] += bytes;
@@ -998,10 +1188,11 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   }
   // Every stage together: the figures of the statistics. Round cutting
   // takes each stage's alone (rounds.h): a round belongs to one stage.
-  auto load_of = [&](int s, size_t d) -> DeviceLoad {
-    return {stage_send_msgs[s][d] + stage_recv_msgs[s][d],
-            stage_acc[s][d].send + stage_acc[s][d].recv};
-  };
+  std::vector<DeviceLoad> loads(static_cast<size_t>(nstages) * ndev);
+  for (int s = 0; s < nstages; ++s)
+    for (size_t d = 0; d < ndev; ++d)
+      loads[static_cast<size_t>(s) * ndev + d] = {stage_send_msgs[s][d] + stage_recv_msgs[s][d],
+                                                  stage_acc[s][d].send + stage_acc[s][d].recv};
   std::vector<Acc> total(ndev);
   for (int s = 0; s < nstages; ++s) {
     for (size_t d = 0; d < ndev; ++d) {
@@ -1015,8 +1206,6 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       recv_msgs[d] += stage_recv_msgs[s][d];
     }
   }
-  const double a = o.alpha_seconds, bi = 1.0 / o.intra_host_bytes_per_second,
-               bx = 1.0 / o.inter_host_bytes_per_second;
   std::vector<int64_t> host_send, host_recv;
   const Bounds lb = compute_bounds(ctx);
   host_send.assign(lb.hosts.size(), 0);
@@ -1040,37 +1229,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     host_recv[lb.host_of_device[d]] += x.recv_inter;
     if (!budgeted) st.peak_staging_bytes = std::max(st.peak_staging_bytes, x.send + x.recv);
   }
-  // The α–β estimate: each stage takes its busiest device's or NIC group's
-  // time, and the stages run one after the other. A device moves its
-  // cross-host bytes over its whole NIC group (Bounds::group_nics; one NIC
-  // per device by default), and the group carries all its devices' bytes.
-  st.cost_seconds = 0;
-  std::vector<int64_t> group_send(lb.group_nics.size()), group_recv(lb.group_nics.size());
-  for (int s = 0; s < nstages; ++s) {
-    double busiest = 0;
-    std::fill(group_send.begin(), group_send.end(), 0);
-    std::fill(group_recv.begin(), group_recv.end(), 0);
-    for (size_t d = 0; d < ndev; ++d) {
-      const Acc& x = stage_acc[s][d];
-      const uint32_t g = lb.group_of_device[d];
-      const double bxg = bx / lb.group_nics[g];
-      const double send_t = a * static_cast<double>(stage_send_msgs[s][d]) +
-                            bi * static_cast<double>(x.send - x.send_inter) +
-                            bxg * static_cast<double>(x.send_inter);
-      const double recv_t = a * static_cast<double>(stage_recv_msgs[s][d]) +
-                            bi * static_cast<double>(x.recv - x.recv_inter) +
-                            bxg * static_cast<double>(x.recv_inter);
-      busiest = std::max({busiest, send_t, recv_t});
-      group_send[g] += x.send_inter;
-      group_recv[g] += x.recv_inter;
-    }
-    for (size_t g = 0; g < lb.group_nics.size(); ++g) {
-      const int64_t bytes = std::max(group_send[g], group_recv[g]);
-      if (bytes > 0)
-        busiest = std::max(busiest, a + bx / lb.group_nics[g] * static_cast<double>(bytes));
-    }
-    st.cost_seconds += busiest;
-  }
+  st.cost_seconds = stage_cost(stage_acc, stage_send_msgs, stage_recv_msgs, lb, o);
   for (size_t h = 0; h < lb.hosts.size(); ++h) {
     st.max_host_send_bytes = std::max(st.max_host_send_bytes, host_send[h]);
     st.max_host_recv_bytes = std::max(st.max_host_recv_bytes, host_recv[h]);
@@ -1099,7 +1258,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     const int64_t budget = o.staging_budget_bytes;
     for (int s = 0; s < nstages; ++s) {
       for (size_t d = 0; d < ndev; ++d) {
-        const int64_t peers = load_of(s, d).peers;
+        const int64_t peers = loads[static_cast<size_t>(s) * ndev + d].peers;
         if (peers > 0 && budget <= 16 * peers && ctx.relay_split && en.split_runs() > 0) {
           // Without sub-runs (Context::relay_split), from the start.
           ctx.relay_split = false;
@@ -1115,93 +1274,15 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                    " (needs more than 16 bytes per peer)");
       }
     }
-    if (stage_loads) {
-      stage_loads->resize(static_cast<size_t>(nstages) * ndev);
-      for (int s = 0; s < nstages; ++s)
-        for (size_t d = 0; d < ndev; ++d)
-          (*stage_loads)[static_cast<size_t>(s) * ndev + d] = load_of(s, d);
-    }
+    if (stage_loads) *stage_loads = loads;
   }
   if (track_pairs) {
-    const int64_t budget = o.staging_budget_bytes;
-    std::vector<int64_t> staged(ndev, 0);
-    int64_t rounds = 0, messages = 0, all_rounds = 0;
-    // A stream of `bytes` outside bands above 0 and the bands `b` (may be
-    // null): its segments cut one after the other at the whole stream's
-    // chunk (rounds.h).
-    auto visit = [&](int s, size_t sd, size_t dd, int64_t bytes, const BandStream* b) {
-      int64_t all = bytes;
-      if (b)
-        for (int64_t v : b->bytes) all += v;
-      if (all <= 0) return;
-      const int64_t chunk = planning::round_chunk(budget, load_of(s, sd), load_of(s, dd), all);
-      int64_t r = 0, segments = 0, cap = 0;
-      auto segment = [&](int64_t v) {
-        if (v <= 0) return;
-        r += planning::stream_rounds(v, chunk);
-        ++segments;
-        // Most bytes any round of the segment stages.
-        cap = std::max(cap, planning::round_cap(v, chunk));
-      };
-      segment(bytes);
-      if (b)
-        for (int64_t v : b->bytes) segment(v);
-      rounds = std::max(rounds, r);
-      messages += r;
-      if (counts) {
-        (*counts)[sd].messages += r;
-        (*counts)[dd].messages += r;
-        (*counts)[sd].cuts += r - segments;
-        (*counts)[dd].cuts += r - segments;
-      }
-      staged[sd] += cap;
-      staged[dd] += cap;
-    };
-    auto bands_of = [&](uint32_t s, size_t sd, size_t dd) -> const BandStream* {
-      if (band_streams.empty()) return nullptr;
-      auto it = band_streams.find(uint64_t{s} << 40 | uint64_t{sd} << 20 | dd);
-      return it == band_streams.end() ? nullptr : &it->second;
-    };
-    // Streams with bands only (no bytes counted with the pairs).
-    auto band_only = [&](uint32_t s, auto&& plain_bytes) {
-      for (const auto& [key, b] : band_streams) {
-        if (static_cast<uint32_t>(key >> 40) != s) continue;
-        const size_t sd = key >> 20 & 0xfffff, dd = key & 0xfffff;
-        if (plain_bytes(sd, dd) <= 0) visit(static_cast<int>(s), sd, dd, 0, &b);
-      }
-    };
-    if (dense_bytes) {
-      for (size_t dd = 0; dd < ndev; ++dd)
-        for (size_t sd = 0; sd < ndev; ++sd)
-          if (pair_dense[dd * ndev + sd] > 0)
-            visit(0, sd, dd, pair_dense[dd * ndev + sd], bands_of(0, sd, dd));
-      band_only(0, [&](size_t sd, size_t dd) { return pair_dense[dd * ndev + sd]; });
-    } else {
-      for (auto [k, b] : pair_sparse)
-        visit(0, k >> 32, k & 0xffffffffu, b, bands_of(0, k >> 32, k & 0xffffffffu));
-      band_only(0, [&](size_t sd, size_t dd) {
-        auto it = pair_sparse.find(uint64_t{sd} << 32 | dd);
-        return it == pair_sparse.end() ? int64_t{0} : it->second;
-      });
-    }
-    // Stage by stage: rounds add up, staging peaks per stage.
-    for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
-    all_rounds += rounds;
-    for (int s = 1; s < nstages; ++s) {
-      rounds = 0;
-      staged.assign(ndev, 0);
-      for (auto [k, b] : relay_bytes[s])
-        visit(s, k >> 32, k & 0xffffffffu, b,
-              bands_of(static_cast<uint32_t>(s), k >> 32, k & 0xffffffffu));
-      band_only(static_cast<uint32_t>(s), [&](size_t sd, size_t dd) {
-        auto it = relay_bytes[s].find(uint64_t{sd} << 32 | dd);
-        return it == relay_bytes[s].end() ? int64_t{0} : it->second;
-      });
-      for (int64_t v : staged) st.peak_staging_bytes = std::max(st.peak_staging_bytes, v);
-      all_rounds += rounds;
-    }
-    st.rounds = static_cast<int32_t>(std::min<int64_t>(all_rounds, INT32_MAX));
-    st.messages = messages;
+    const RoundFigures r = round_schedule(
+        ndev, nstages, o.staging_budget_bytes, loads,
+        {dense_bytes ? &pair_dense : nullptr, &pair_sparse, &relay_bytes, &band_streams}, counts);
+    st.peak_staging_bytes = std::max(st.peak_staging_bytes, r.peak_staging);
+    st.rounds = static_cast<int32_t>(std::min<int64_t>(r.rounds, INT32_MAX));
+    st.messages = r.messages;
   }
   if (!counts) return;
   for (size_t d = 0; d < ndev; ++d) (*counts)[d].streams = send_msgs[d] + recv_msgs[d];
@@ -1210,39 +1291,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     for (DeviceCounts& c : *counts) c.messages = c.streams;
     return;
   }
-  // Without the streams' bytes, bound the cuts (rounds.h), stage by stage:
-  // a stream of stage s of B bytes between a and b has chunk
-  // c > W_s * B / max(T_s(a), T_s(b)), so at most B / c < max(T_s(a),
-  // T_s(b)) / W_s cuts, W_s >= (budget - 16 * most peers in s) * 16/17.
-  // Summed over device d's streams of stage s that is below both
-  // streams_s(d) * max T_s / W_s and (streams_s(d) * T_s(d) + 2 * sum T_s) / W_s
-  // (a peer is at most two of d's streams).
-  std::vector<double> cuts(ndev, 0);
-  for (int s = 0; s < nstages; ++s) {
-    int64_t max_peers = 0, max_t = 0;
-    double sum_t = 0;
-    for (size_t d = 0; d < ndev; ++d) {
-      const DeviceLoad l = load_of(s, d);
-      max_peers = std::max(max_peers, l.peers);
-      max_t = std::max(max_t, l.bytes);
-      sum_t += static_cast<double>(l.bytes);
-    }
-    if (max_peers == 0) continue;
-    const double w = std::max(
-        1.0, static_cast<double>(o.staging_budget_bytes - 16 * max_peers) * 16.0 / 17.0 - 8.0);
-    for (size_t d = 0; d < ndev; ++d) {
-      const DeviceLoad l = load_of(s, d);
-      const double streams = static_cast<double>(l.peers);
-      const double t_d = static_cast<double>(l.bytes);
-      cuts[d] += std::min(streams * std::ceil(static_cast<double>(max_t) / w),
-                          (streams * t_d + 2 * sum_t) / w);
-    }
-  }
-  for (size_t d = 0; d < ndev; ++d) {
-    DeviceCounts& c = (*counts)[d];
-    c.cuts = static_cast<int64_t>(std::min(cuts[d], 9e18));
-    c.messages = c.streams + c.cuts;
-  }
+  bound_cuts(ndev, nstages, o.staging_budget_bytes, loads, *counts);
 }
 
 }  // namespace reshard::planning
