@@ -14,6 +14,7 @@
 
 #include "plan/context.h"
 #include "plan/enumerate.h"
+#include "plan/estimate.h"
 #include "plan/plan_builder.h"
 #include "plan/rounds.h"
 #include "reshard/error.h"
@@ -40,11 +41,16 @@ size_t replay_pieces_cap() { return replay_cap.load(std::memory_order_relaxed); 
 void set_replay_pieces_cap(size_t pieces) { replay_cap.store(pieces, std::memory_order_relaxed); }
 }  // namespace planning
 
+using planning::available_memory;
 using planning::Context;
 using planning::DeviceCounts;
 using planning::Emitted;
 using planning::entries_on;
 using planning::Enumerator;
+using planning::estimate_parts;
+using planning::kReplayBytes;
+using planning::refuse;
+using planning::resolve_limit;
 using planning::TensorCtx;
 
 namespace {
@@ -201,7 +207,7 @@ class MessageBuckets {
     uint32_t id = kNone;
     explicit operator bool() const { return id != kNone; }
   };
-  static constexpr size_t kDenseCells = size_t{1} << 24;  // 64 MiB of rows
+  static constexpr size_t kDenseCells = planning::kDenseBucketCells;
 
   // Slot table for one own device, stage and band (relay chunk,
   // enumerate.h); call once per own entry, stage and band, then add().
@@ -324,10 +330,6 @@ class MessageBuckets {
   std::vector<uint64_t> counts_;
 };
 
-// What one tensor range keeps at a time to replay like tensors
-// (build_chunk): a kind whose record would pass it enumerates every tensor
-// instead. estimate_plan counts it once per thread.
-constexpr size_t kReplayBytes = size_t{1} << 20;
 constexpr size_t kReplayPieces = kReplayBytes / sizeof(Emitted);
 
 // A process part before round cutting, with each network piece's size.
@@ -630,261 +632,6 @@ BuiltPart build_part(Context& ctx, int32_t p, const PlanOptions& options, int th
   MessageBuckets::merge(recvs, region_base, threads, part.recv_pieces, built.recv_bytes, part.recvs,
                         false, ctx.devices);
   return built;
-}
-
-// ------------------------------------------------------------- estimate
-
-// Sizes of what a part holds and what building it allocates on the way
-// (build_part, plan/rounds.cc).
-constexpr int64_t kPieceBytes = sizeof(Piece);
-constexpr int64_t kMessageBytes = sizeof(Message);
-constexpr int64_t kRegionBytes = sizeof(Box);
-constexpr int64_t kSizeBytes = sizeof(int64_t);  // a piece's size, kept until rounds are cut
-constexpr double kFragmentsPerCut = 3;
-// On top of the structures: what the allocator keeps (freed buffers of
-// earlier parts, partly used pages), measured at 0-10% of the plan's
-// resident size, plus the rest of the process's planning state.
-constexpr double kAllocatorMargin = 1.15;
-constexpr double kFixedBytes = 16 << 20;
-
-// Saturating arithmetic: an estimate of an absurd spec must not wrap.
-int64_t sat(double v) {
-  return v >= 9e18 ? int64_t{9'000'000'000'000'000'000} : static_cast<int64_t>(v);
-}
-
-std::string commas(int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return n < 0 ? "-" + out : out;
-}
-
-std::string size_str(int64_t bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 6) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[48];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  else
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
-  return buf;
-}
-
-// A process part's figures: its devices' DeviceCounts summed.
-struct PartSums {
-  int64_t devices = 0, local = 0, send = 0, recv = 0, regions = 0, streams = 0, messages = 0,
-          cuts = 0;
-};
-
-// Memory of one part as make_plan returns it, and the most memory building
-// it holds on top of that (the extra of the busiest moment).
-struct PartMemory {
-  double pieces = 0, regions = 0, held = 0, extra = 0;
-};
-
-PartMemory part_memory(const PartSums& p, size_t ndev, int64_t chunks, bool budgeted) {
-  PartMemory m;
-  const double net = static_cast<double>(p.send + p.recv);
-  const double local = static_cast<double>(p.local);
-  const double cuts = static_cast<double>(p.cuts);
-  const double messages = static_cast<double>(p.messages);
-  const double streams = static_cast<double>(p.streams);
-  // A cut inside a piece turns it into fragments of one box or a few
-  // (rounds.h): count kFragmentsPerCut more pieces and regions per cut.
-  // Measured plans had 1.8 to 2.3 more regions per cut when rounds hold
-  // several pieces, up to 2.8 when they hold less than a row of a piece
-  // (every cut then makes a fragment of a partial row, whole rows and a
-  // partial row).
-  m.pieces = local + net + kFragmentsPerCut * cuts;
-  m.regions = static_cast<double>(p.regions) + kFragmentsPerCut * cuts;
-  // Vectors filled by push_back may hold up to twice their size; `local`
-  // keeps that capacity.
-  m.held =
-      kPieceBytes * (m.pieces + local) + kMessageBytes * messages + kRegionBytes * m.regions + 512;
-  // Enumerating (build_part): per chunk a vector of pieces, one of their
-  // buckets (4 bytes a piece) and one of sizes, all possibly doubled, then
-  // the merged pieces and sizes; the
-  // regions, growing by copying; per own device and direction a slot table
-  // over all devices, in every chunk, dense up to MessageBuckets::kDenseCells
-  // cells and a hash map entry per stream beyond.
-  const double sizes = budgeted ? kSizeBytes : 0;
-  const double cells = static_cast<double>(ndev) * static_cast<double>(p.devices);
-  const double dense_cells = std::min(cells, static_cast<double>(MessageBuckets::kDenseCells));
-  const double build = net * (2 * (kPieceBytes + 4 + sizes) + kPieceBytes + sizes) +
-                       2 * kPieceBytes * local + 64 * streams +
-                       2 * kRegionBytes * static_cast<double>(p.regions) +
-                       8.0 * dense_cells * static_cast<double>(chunks) +
-                       (cells > dense_cells ? 64.0 * streams : 0.0);
-  // Cutting rounds (split_rounds): the part with the uncut pieces and their
-  // sizes beside the cut ones, the cut bounds, the new message list, and
-  // the regions reserved at two per cut, copied when they grow beyond.
-  const double cut = budgeted ? m.held + net * (kPieceBytes + kSizeBytes) + 40 * cuts +
-                                    (kMessageBytes + 4) * messages + 24 * streams +
-                                    kRegionBytes * 2 * cuts
-                              : 0;
-  m.extra = std::max({0.0, build - m.held, cut - m.held});
-  return m;
-}
-
-// The estimate of make_plan(ctx.input, request) from the devices' counts;
-// `largest` (when not null) receives the estimate of the busiest single part
-// planned alone (PlanScope::kProcess with the same threads).
-PlanEstimate estimate_parts(const Context& ctx, const std::vector<DeviceCounts>& counts,
-                            const PlanRequest& request, int threads, int64_t* largest = nullptr) {
-  const PlanInput& in = ctx.input;
-  const size_t ndev = ctx.devices.size();
-  const bool budgeted = in.options.staging_budget_bytes > 0;
-  PlanEstimate e;
-  std::map<int32_t, PartSums> parts;
-  if (request.scope == PlanScope::kAll) {
-    for (int32_t p : ctx.processes) parts[p];
-  } else if (request.scope == PlanScope::kProcess &&
-             std::binary_search(ctx.processes.begin(), ctx.processes.end(), request.process)) {
-    parts[request.process];
-  }
-  for (size_t d = 0; d < ndev && !parts.empty(); ++d) {
-    auto it = parts.find(in.topology.info(ctx.devices[d]).process);
-    if (it == parts.end()) continue;
-    const DeviceCounts& c = counts[d];
-    PartSums& s = it->second;
-    ++s.devices;
-    s.local += c.local_pieces;
-    s.send += c.send_pieces;
-    s.recv += c.recv_pieces;
-    s.regions += c.regions;
-    s.streams += c.streams;
-    s.messages += c.messages;
-    s.cuts += c.cuts;
-  }
-  // make_plan's threading: whole parts per thread when there are enough of
-  // them, else each part's tensors cut into 8 chunks per thread.
-  const bool per_part = request.scope == PlanScope::kAll && threads > 1 &&
-                        parts.size() >= static_cast<size_t>(threads);
-  const int64_t chunks =
-      per_part || threads <= 1
-          ? 1
-          : std::min<int64_t>(8 * int64_t{threads}, std::max<size_t>(in.tensors.size(), 1));
-  const int64_t concurrent = per_part ? threads : 1;
-  const int64_t alone_chunks =
-      threads <= 1
-          ? 1
-          : std::min<int64_t>(8 * int64_t{threads}, std::max<size_t>(in.tensors.size(), 1));
-  double largest_part = 0;
-  int max_rank = 0;
-  for (const TensorSpec& t : in.tensors) max_rank = std::max(max_rank, t.src.rank());
-  double held = 0, extra = 0, pieces = 0, messages = 0, regions = 0, encoded = 0;
-  for (const auto& [p, sums] : parts) {
-    const PartMemory m = part_memory(sums, ndev, chunks, budgeted);
-    if (largest) {
-      const PartMemory alone = part_memory(sums, ndev, alone_chunks, budgeted);
-      largest_part = std::max(largest_part, alone.held + alone.extra);
-    }
-    held += m.held;
-    extra = std::max(extra, m.extra);
-    pieces += m.pieces;
-    messages += static_cast<double>(sums.messages);
-    regions += m.regions;
-    // Columns of 4 (pieces: tensor, source, destination, region when any
-    // piece has one) and 44 (messages) bytes per row; regions: rank byte
-    // and lo / hi per dimension.
-    encoded += (m.regions > 0 ? 16 : 12) * m.pieces + 44 * static_cast<double>(sums.messages) +
-               (1 + 16.0 * max_rank) * m.regions + 1024;
-  }
-  // The plan's copy of the inputs and the statistics, and the records of
-  // like tensors (build_chunk) on every thread.
-  double base = 4096 + 128.0 * static_cast<double>(ndev) +
-                static_cast<double>(std::max(threads, 1)) * static_cast<double>(kReplayBytes);
-  double encoded_base = 2048 + 120.0 * static_cast<double>(in.topology.devices().size()) +
-                        144.0 * static_cast<double>(ndev);
-  for (const TensorSpec& t : in.tensors) {
-    const double rank = static_cast<double>(t.shape.size());
-    base += 256 + static_cast<double>(t.name.size());
-    encoded_base += 512 + static_cast<double>(t.name.size()) + 8 * rank;
-    for (const Layout* l : {&t.src, &t.dst})
-      if (!l->tiled()) encoded_base += static_cast<double>(l->num_entries()) * (12 + 16 * rank);
-  }
-  e.parts = static_cast<int64_t>(parts.size());
-  e.pieces = sat(pieces);
-  e.messages = sat(messages);
-  e.regions = sat(regions);
-  e.memory_bytes =
-      e.parts == 0 ? sat(base)
-                   : sat(kFixedBytes + kAllocatorMargin *
-                                           (base + held + static_cast<double>(concurrent) * extra));
-  e.encoded_bytes = sat(encoded_base + encoded);
-  if (largest) *largest = sat(kFixedBytes + kAllocatorMargin * (base + largest_part));
-  return e;
-}
-
-// Reads one integer from a cgroup file; 0 when absent or "max".
-int64_t cgroup_limit(const char* path) {
-  std::FILE* f = std::fopen(path, "r");
-  if (!f) return 0;
-  long long v = 0;
-  const int n = std::fscanf(f, "%lld", &v);
-  std::fclose(f);
-  return n == 1 && v > 0 ? static_cast<int64_t>(v) : 0;
-}
-
-int64_t available_memory() {
-  static const int64_t bytes = [] {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    int64_t phys = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
-    // A container's limit, when lower (cgroup v2, then v1; v1 reports
-    // "unlimited" as a huge number, which the min ignores).
-    for (const char* path :
-         {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
-      const int64_t limit = cgroup_limit(path);
-      if (limit > 0 && (phys == 0 || limit < phys)) phys = limit;
-    }
-    // An address-space limit (ulimit -v, prlimit --as) caps what this
-    // process can allocate whatever the machine has.
-    rlimit as{};
-    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY &&
-        (phys == 0 || as.rlim_cur < static_cast<rlim_t>(phys)))
-      phys = static_cast<int64_t>(as.rlim_cur);
-    return phys > 0 ? phys : int64_t{8} << 30;  // unknown: assume 8 GiB
-  }();
-  return bytes;
-}
-
-// request.max_plan_bytes resolved: kUnlimitedPlanBytes or a byte count.
-int64_t resolve_limit(int64_t max_plan_bytes) {
-  if (max_plan_bytes < kUnlimitedPlanBytes)
-    fail(ErrorCode::kInvalidArgument, "request.max_plan_bytes",
-         std::to_string(max_plan_bytes) +
-             " is invalid (0: the default, half the memory available; N > 0: N bytes; -1: no "
-             "limit)");
-  return max_plan_bytes == 0 ? default_max_plan_bytes() : max_plan_bytes;
-}
-
-[[noreturn]] void refuse(const PlanEstimate& e, const PlanRequest& request,
-                         int64_t largest_part_bytes) {
-  // Layers above rename "request.max_plan_bytes" and "PlanScope::kProcess"
-  // to their own terms (the C ABI's field, the command line's flags).
-  const bool all = request.scope == PlanScope::kAll;
-  std::string m = !all           ? "process " + std::to_string(request.process) + "'s part needs"
-                  : e.parts == 1 ? std::string("the only process part of this plan needs")
-                                 : "the " + commas(e.parts) + " process parts of this plan need";
-  m += " about " + size_str(e.memory_bytes) + " of memory to plan (" + commas(e.pieces) +
-       " pieces, " + commas(e.messages) + " messages, " + commas(e.regions) + " regions; " +
-       size_str(e.encoded_bytes) + " as plan bytes), above the limit of " +
-       size_str(e.limit_bytes) + " (" + commas(e.limit_bytes) + " bytes";
-  m += request.max_plan_bytes == 0
-           ? ": the default, half of the " + size_str(e.available_bytes) + " of memory available)"
-           : ")";
-  if (all && e.parts > 1)
-    m += "; plan one process's part at a time (PlanScope::kProcess: at most " +
-         size_str(largest_part_bytes) + " each)";
-  m += "; or raise request.max_plan_bytes (-1: no limit)";
-  fail(ErrorCode::kResourceExhausted, "request.max_plan_bytes", m);
 }
 
 }  // namespace
