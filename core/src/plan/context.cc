@@ -165,12 +165,10 @@ void Context::decide_pre_reduce(int64_t max_bytes) {
   // restored when no band count is kept, or nothing pre-reduces in the
   // end, decide_reductions.)
   split_before_bands = relay_split;
-  const bool split = relay_split;
   const auto set_bands = [&](uint32_t bands) {
     for (const std::vector<size_t>& g : groups)
       for (size_t i : g) tensors[i].reduce_bands = bands;
   };
-  bands_tried = true;
   for (uint32_t bands = 2; bands <= kMaxReduceBands; bands *= 2) {
     set_bands(bands);
     int64_t s = 0;
@@ -198,7 +196,7 @@ void Context::decide_pre_reduce(int64_t max_bytes) {
     break;
   }
   set_bands(1);
-  relay_split = split;
+  relay_split = *split_before_bands;
   // Too much scratch even so for every tensor to pre-reduce: groups of like
   // tensors join one at a time, smallest first (by their bytes), while the
   // most scratch on a device stays within half the budget.
@@ -280,7 +278,7 @@ void Context::decide_reductions(int64_t max_bytes) {
     pre_reduce = false;
     scratch_reserve = 0;
     for (TensorCtx& t : tensors) t.reduce_bands = 1;
-    if (bands_tried) relay_split = split_before_bands;
+    if (split_before_bands) relay_split = *split_before_bands;
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -38,9 +39,9 @@ struct Context {
   // process decides alike).
   bool relay_split = true;
   // relay_split before decide_pre_reduce tried bands (their streams may turn
-  // it off), restored where nothing pre-reduces in the end.
-  bool split_before_bands = true;
-  bool bands_tried = false;
+  // it off), restored where nothing pre-reduces in the end; empty where no
+  // bands were tried.
+  std::optional<bool> split_before_bands;
   // Settles pre_reduce under a budget (after build; max_bytes as
   // compute_stats's): where every partial tensor pre-reducing would put more
   // than half the budget in scratch on some device, groups of like tensors
