@@ -194,6 +194,9 @@ void add_input_options(CLI::App* cmd, InputOptions& in) {
   cmd->add_flag("--no-reduce-scatter", in.no_reduce_scatter,
                 "partial sources: every device receives every summand (overrides the spec's "
                 "options.reduce_scatter)");
+  cmd->add_flag("--no-single-hop-guard", in.no_single_hop_guard,
+                "keep every route (relays, reduce-scatter) even where the single-hop plan is faster "
+                "by the estimate (overrides the spec's options.single_hop_guard)");
   cmd->add_option("--nics-per-host", in.nics_per_host,
                   "NICs per host for the cost model, 0 for one per device (overrides the spec's "
                   "options.nics_per_host)")
@@ -269,6 +272,7 @@ Spec load_input(const InputOptions& in) {
   Spec spec = load_input_as_given(in);
   if (in.no_relays) spec.input.options.relays = false;
   if (in.no_reduce_scatter) spec.input.options.reduce_scatter = false;
+  if (in.no_single_hop_guard) spec.input.options.single_hop_guard = false;
   if (in.nics_per_host >= 0) spec.input.options.nics_per_host = in.nics_per_host;
   if (in.budget >= 0) spec.input.options.staging_budget_bytes = in.budget;
   return spec;
@@ -287,11 +291,13 @@ Spec load_input_as_given(const InputOptions& in) {
     if (any_flag || (in.shape_option && in.shape_option->count() > 0))
       throw UsageError(
           "--plan cannot be combined with the single-tensor flags (--shape, --src-*, --dst-*)");
-    if (in.no_relays || in.no_reduce_scatter || in.nics_per_host >= 0 || in.budget >= 0)
-      throw UsageError(std::string(in.no_relays            ? "--no-relays"
-                                   : in.no_reduce_scatter  ? "--no-reduce-scatter"
-                                   : in.nics_per_host >= 0 ? "--nics-per-host"
-                                                           : "--budget") +
+    if (in.no_relays || in.no_reduce_scatter || in.no_single_hop_guard || in.nics_per_host >= 0 ||
+        in.budget >= 0)
+      throw UsageError(std::string(in.no_relays             ? "--no-relays"
+                                   : in.no_reduce_scatter   ? "--no-reduce-scatter"
+                                   : in.no_single_hop_guard ? "--no-single-hop-guard"
+                                   : in.nics_per_host >= 0  ? "--nics-per-host"
+                                                            : "--budget") +
                        " cannot be combined with --plan (the plan is already made)");
     // The plan carries its inputs: tensors with layouts, topology, options.
     const Plan plan = *load_plan_file(in);

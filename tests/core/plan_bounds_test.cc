@@ -591,7 +591,7 @@ PlanStats global_stats(Fleet& fleet, int* refused = nullptr) {
 PlanStats without_device_rule(const Fleet& fleet, const PlanStats& st, int* traded) {
   planning::choice_override().device_cross = 0;
   PlanStats host_only = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
-  planning::choice_override() = {};
+  planning::choice_override() = {.single_hop = 0};
   if (host_only.cost_seconds == st.cost_seconds) return st;
   EXPECT_LT(st.cost_seconds, host_only.cost_seconds) << "the device rule raised the estimate";
   ++*traded;
@@ -906,7 +906,7 @@ TEST(PlanRelays, HolderDevicesLoadedSeveralTimesCrossByTheEstimate) {
                   auto with = [&](int rule) {
                     planning::choice_override().device_cross = rule;
                     const double cost = make_plan(in, {PlanScope::kGlobal}).stats().cost_seconds;
-                    planning::choice_override() = {};
+                    planning::choice_override() = {.single_hop = 0};
                     return cost;
                   };
                   const double off = with(0), on = with(1);
@@ -2037,9 +2037,10 @@ TEST(PlanScratch, ChainSkipsHoldersOnTheCellsHosts) {
 double estimate_with(const Fleet& fleet, planning::ChoiceOverride o, bool single_hop = false) {
   PlanInput in = fleet.in;
   in.options.reduce_scatter = !single_hop;
+  o.single_hop = 0;
   planning::choice_override() = o;
   const double cost = make_plan(in, {PlanScope::kGlobal}).stats().cost_seconds;
-  planning::choice_override() = {};
+  planning::choice_override() = {.single_hop = 0};
   return cost;
 }
 

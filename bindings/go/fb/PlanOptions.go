@@ -129,8 +129,20 @@ func (rcv *PlanOptions) MutateNicsPerHost(n int32) bool {
 	return rcv._tab.MutateInt32Slot(18, n)
 }
 
+func (rcv *PlanOptions) SingleHopGuard() bool {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(20))
+	if o != 0 {
+		return rcv._tab.GetBool(o + rcv._tab.Pos)
+	}
+	return true
+}
+
+func (rcv *PlanOptions) MutateSingleHopGuard(n bool) bool {
+	return rcv._tab.MutateBoolSlot(20, n)
+}
+
 func PlanOptionsStart(builder *flatbuffers.Builder) {
-	builder.StartObject(8)
+	builder.StartObject(9)
 }
 func PlanOptionsAddSplitMinBytes(builder *flatbuffers.Builder, splitMinBytes int64) {
 	builder.PrependInt64Slot(0, splitMinBytes, 0)
@@ -155,6 +167,9 @@ func PlanOptionsAddReduceScatter(builder *flatbuffers.Builder, reduceScatter boo
 }
 func PlanOptionsAddNicsPerHost(builder *flatbuffers.Builder, nicsPerHost int32) {
 	builder.PrependInt32Slot(7, nicsPerHost, 0)
+}
+func PlanOptionsAddSingleHopGuard(builder *flatbuffers.Builder, singleHopGuard bool) {
+	builder.PrependBoolSlot(8, singleHopGuard, true)
 }
 func PlanOptionsEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

@@ -76,6 +76,12 @@ struct PlanOptions {
   // device's of it. Decisions made by the whole plan's estimate (the device
   // rule of relays, reductions with α > 0) follow it.
   int32_t nics_per_host = 0;
+  // The single-hop guard (docs/planner.md): groups of like tensors whose
+  // routes (relays, reduce routes) make the whole plan slower by its α–β
+  // estimate go single-hop, and a plan is never slower by it than the
+  // single-hop plan. False: every route the other choices take is kept
+  // (to exercise the routes, or where the model misjudges the network).
+  bool single_hop_guard = true;
   friend bool operator==(const PlanOptions&, const PlanOptions&) = default;
 };
 

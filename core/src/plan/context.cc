@@ -102,6 +102,9 @@ namespace {
 // A mode going less far must beat the estimate by this factor: near-ties
 // keep the plan nearer the byte bounds.
 constexpr double kReduceMargin = 1.05;
+// The single-hop guard tries groups one by one only for plans estimated
+// above this times their lower bound (the whole plans it always compares).
+constexpr double kNearBound = 1.02;
 // Above this many groups of like tensors, one mode for all of them.
 constexpr size_t kMaxReduceGroups = 16;
 
@@ -262,6 +265,10 @@ void Context::decide_reductions(int64_t max_bytes) {
     }
     set_reduce(g, best);
   }
+  settle_scratch(max_bytes);
+}
+
+void Context::settle_scratch(int64_t max_bytes) {
   // No tensor pre-reduces: no scratch to reserve under the budget.
   bool any = false;
   for (const TensorCtx& t : tensors)
@@ -325,6 +332,123 @@ void Context::decide_device_cross(int64_t max_bytes) {
     else
       set(g, false);
   }
+}
+
+bool Context::decide_single_hop(int64_t max_bytes, const PlanStats* routed_stats) {
+  const PlanOptions& o = input.options;
+  if ((!o.relays && !o.reduce_scatter) || !o.single_hop_guard || choice_override().single_hop == 0)
+    return false;
+  // Like tensors with a route: the other deciders' key.
+  using Key = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t>;
+  std::map<Key, std::vector<size_t>> by_key;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorCtx& t = tensors[i];
+    if (t.T != 1) continue;
+    const bool route = t.S == 1 ? o.relays : o.reduce_scatter && t.reduce != TensorCtx::kSingleHop;
+    if (route) by_key[Key(t.sg, t.dg, t.spec->shape, t.esize)].push_back(i);
+  }
+  if (by_key.empty()) return false;
+  PlanStats probe;
+  if (!routed_stats) {
+    compute_stats(*this, probe, staging_options(), false, nullptr, max_bytes);
+    routed_stats = &probe;
+  }
+  // One stage: no route taken, the plan is single-hop already.
+  if (routed_stats->stages <= 1) return false;
+  auto bytes = [&](const std::vector<size_t>& g) {
+    int64_t b = 0;
+    for (size_t i : g) b += tensors[i].dst->num_elements() * tensors[i].esize;
+    return b;
+  };
+  std::vector<std::vector<size_t>> groups;
+  for (auto& [k, g] : by_key) groups.push_back(std::move(g));
+  // Largest first, ties in the order of their first tensors (a map's order
+  // is that of pointers, which two processes need not share).
+  std::sort(groups.begin(), groups.end(),
+            [&](const std::vector<size_t>& a, const std::vector<size_t>& b) {
+              const int64_t x = bytes(a), y = bytes(b);
+              return x != y ? x > y : a.front() < b.front();
+            });
+  if (groups.size() > kMaxReduceGroups) {
+    std::vector<size_t> rest;
+    for (size_t g = kMaxReduceGroups - 1; g < groups.size(); ++g)
+      rest.insert(rest.end(), groups[g].begin(), groups[g].end());
+    std::sort(rest.begin(), rest.end());
+    groups.resize(kMaxReduceGroups - 1);
+    groups.push_back(std::move(rest));
+  }
+  // Each group's routed decisions (what the other deciders left) and the
+  // context's, to go back to.
+  struct Routed {
+    TensorCtx::Reduce reduce;
+    uint32_t bands;
+  };
+  std::vector<Routed> routed(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    routed[i] = {tensors[i].reduce, tensors[i].reduce_bands};
+  const bool routed_pre = pre_reduce, routed_split = relay_split;
+  const int64_t routed_reserve = scratch_reserve;
+  auto set = [&](const std::vector<size_t>& g, bool single) {
+    for (size_t i : g) {
+      TensorCtx& t = tensors[i];
+      t.single_hop = single;
+      t.reduce = single && t.S > 1 ? TensorCtx::kSingleHop : routed[i].reduce;
+      t.reduce_bands = single ? 1 : routed[i].bands;
+    }
+  };
+  // Scratch, bands and split runs as the routed plan had them, or as
+  // without pre-reduction (settle_scratch).
+  auto context_routed = [&](bool on) {
+    if (on) {
+      pre_reduce = routed_pre;
+      relay_split = routed_split;
+      scratch_reserve = routed_reserve;
+    } else {
+      pre_reduce = false;
+      scratch_reserve = 0;
+      if (split_before_bands) relay_split = *split_before_bands;
+    }
+  };
+  auto estimate = [&] {
+    PlanStats st;
+    compute_stats(*this, st, staging_options(), false, nullptr, max_bytes);
+    return st.cost_seconds;
+  };
+  // The two whole plans first: the single-hop one is cheap to estimate,
+  // and where it wins (the routes' stages and relay duties cost more than
+  // the bytes they save), the groups start from it and each tries its
+  // routes alone, which keeps every estimate cheap; else each group tries
+  // single-hop from the routed plan.
+  const double routed_cost = routed_stats->cost_seconds;
+  for (const std::vector<size_t>& g : groups) set(g, true);
+  context_routed(false);
+  const double single_cost = estimate();
+  const bool from_single = single_cost < routed_cost;
+  double least = from_single ? single_cost : routed_cost;
+  if (!from_single) {
+    for (const std::vector<size_t>& g : groups) set(g, false);
+    context_routed(true);
+  }
+  bool changed = from_single;
+  // Group by group only where that can gain more than kNearBound: each try
+  // estimates the whole plan again.
+  const double bound = routed_stats->lower_bound_cost_seconds;
+  if (groups.size() >= 2 && least > bound * kNearBound) {
+    if (from_single) context_routed(true);
+    for (const std::vector<size_t>& g : groups) {
+      set(g, !from_single);
+      const double cost = estimate();
+      if (cost < least) {
+        least = cost;
+        changed = true;
+      } else {
+        set(g, from_single);
+      }
+    }
+  }
+  // Untouched, the plan is the routed one, byte for byte.
+  if (changed) settle_scratch(max_bytes);
+  return changed;
 }
 
 PlanOptions Context::staging_options() const {

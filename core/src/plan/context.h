@@ -75,6 +75,25 @@ struct Context {
   // inference replicas: 2x); the relay halves it at the cost of a stage,
   // which the estimate weighs. A pure function of the input.
   void decide_device_cross(int64_t max_bytes);
+  // The single-hop guard (after decide_device_cross): a plan is never
+  // slower, by its own α–β estimate (PlanStats::cost_seconds), than the
+  // single-hop plan it could have built. Groups of like tensors with a
+  // route (relays, or a reduce route) take TensorCtx::single_hop in turn,
+  // largest first (the 15 largest on their own, the rest as one group),
+  // where that lowers the whole plan's estimate; then, where the plan with
+  // every tensor single-hop is faster still, every tensor takes it. Routes
+  // are chosen cell by cell by bytes and host NICs and cannot see the
+  // stages and per-device α they add; this is where the estimate weighs
+  // them. A pure function of the input: every process decides alike.
+  // `routed`: the statistics of the plan as the other deciders left it,
+  // where the caller has them (else they are computed); a plan of one
+  // stage takes no route and is left alone. Returns whether anything
+  // changed (the caller's statistics are then stale).
+  bool decide_single_hop(int64_t max_bytes, const PlanStats* routed = nullptr);
+  // After a decider changed reduce modes: where no tensor pre-reduces any
+  // more, no scratch is reserved (and bands and relay_split are as without
+  // pre-reduction); else the reserve is the scratch the plan now holds.
+  void settle_scratch(int64_t max_bytes);
   PlanOptions staging_options() const;
 
   explicit Context(const PlanInput& in) : input(in) {}

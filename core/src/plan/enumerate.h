@@ -71,6 +71,12 @@ struct TensorCtx {
   // such parts never chain. 1: one band, the whole part in stage 0. Set per
   // group of like tensors.
   uint32_t reduce_bands = 1;
+  // No route at all (Context::decide_single_hop): the tensor's pieces go
+  // straight from a holder to each destination entry, as with relays and
+  // reduce-scatter off, where that single-hop plan is faster by the whole
+  // plan's α–β estimate. Set per group of like tensors; a partial tensor
+  // takes kSingleHop besides.
+  bool single_hop = false;
 };
 
 // The most bands a pre-reduced part is cut into (TensorCtx::reduce_bands).
@@ -562,6 +568,9 @@ struct ChoiceOverride {
   // 0: no group crosses by the device rule; 1: every group it changes does
   // (TensorCtx::device_cross); -1: the estimate's choice.
   int device_cross = -1;
+  // 0: no single-hop guard (the routes the other deciders leave,
+  // Context::decide_single_hop); -1: the estimate's choice.
+  int single_hop = -1;
 };
 inline ChoiceOverride& choice_override() {
   static ChoiceOverride o;
@@ -630,7 +639,7 @@ class Enumerator {
   template <class F>
   void each_cell(const TensorCtx& t, uint32_t e, F&& f) const {
     const Geometry& dg = *t.dg;
-    const bool routes = t.T == 1 && (t.S == 1 ? options_.relays : reduces(t));
+    const bool routes = t.T == 1 && (t.S == 1 ? relays(t) : reduces(t));
     if (dg.tiled || !dg.fragmented || !routes ||
         dg.entry_cell_offsets[e + 1] - dg.entry_cell_offsets[e] == 1) {
       f(static_cast<size_t>(dg.cell_of_entry[e]), t.dst->box(e), false);
@@ -923,6 +932,8 @@ class Enumerator {
   bool reduces(const TensorCtx& t) const {
     return options_.reduce_scatter && t.reduce != TensorCtx::kSingleHop;
   }
+  // Relays for a tensor of one summand (TensorCtx::single_hop).
+  bool relays(const TensorCtx& t) const { return options_.relays && !t.single_hop; }
   bool pre_reduces(const TensorCtx& t) const {
     return pre_reduce_ && t.reduce == TensorCtx::kPreReduce;
   }
@@ -1594,7 +1605,7 @@ inline bool Enumerator::route(const TensorCtx& t, size_t c, const Box& region,
     r.cell_end = ch.cell_offsets[c + 1];
     return reduce_route(t, c, region, holders, n, r);
   }
-  if (!options_.relays || t.S > 1 || t.T > 1 || n == 0) return false;
+  if (!relays(t) || t.S > 1 || t.T > 1 || n == 0) return false;
   const CellHosts& ch = cell_hosts(t);
   r.cell_begin = ch.cell_offsets[c];
   r.cell_end = ch.cell_offsets[c + 1];
@@ -2976,7 +2987,7 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
     });
     return;
   }
-  if (!options_.relays || t.T > 1) return;
+  if (!relays(t) || t.T > 1) return;
   const CellHosts& ch = cell_hosts(t);
   const int32_t host = t.dt->host[l];
   each_cell(t, l, [&](size_t c, const Box& B, bool) {

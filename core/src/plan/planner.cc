@@ -110,8 +110,11 @@ namespace {
 // are cut into bands written and sent on stage by stage, whose scratch
 // reuses bytes two stages apart, and max_scratch_bytes is that placement's
 // peak, 8-aligned; 21: rounds are cut with each device's messages and bytes
-// of the stream's stage, not of every stage, plan/rounds.h).
-constexpr uint64_t kPlannerVersion = 21;
+// of the stream's stage, not of every stage, plan/rounds.h; 22: the
+// single-hop guard, Context::decide_single_hop: groups of like tensors
+// whose routes make the whole plan slower by its estimate go single-hop,
+// and the plan is never slower by it than the single-hop plan).
+constexpr uint64_t kPlannerVersion = 22;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -181,6 +184,7 @@ uint64_t fingerprint_of(const PlanInput& in) {
   h.u64(o.relays ? 1 : 0);
   h.u64(o.reduce_scatter ? 1 : 0);
   h.i64(o.nics_per_host);
+  h.u64(o.single_hop_guard ? 1 : 0);
   return h.value();
 }
 
@@ -369,7 +373,7 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
   // call's pieces and the others replay them (set_replay_like(false):
   // each enumerates, what the tests compare with).
   using LikeKey = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t,
-                             uint8_t, bool, uint32_t>;
+                             uint8_t, bool, uint32_t, bool>;
   struct Recording {
     std::vector<Emitted> pieces;
     std::vector<size_t> ends;    // per call, in call order
@@ -388,7 +392,8 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     for (size_t ti = t0; ti < t1; ++ti) {
       const TensorCtx& t = ctx.tensors[ti];
       const auto [it, fresh] = kinds.try_emplace(
-          LikeKey(t.sg, t.dg, t.src->shape(), t.esize, t.reduce, t.device_cross, t.reduce_bands),
+          LikeKey(t.sg, t.dg, t.src->shape(), t.esize, t.reduce, t.device_cross, t.reduce_bands,
+                  t.single_hop),
           recordings.size());
       if (fresh) recordings.emplace_back();
       ++recordings[it->second].total;
@@ -702,11 +707,15 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   ctx.decide_device_cross(limit);
   PlanStats own;
   PlanStats& st = stats ? *stats : own;
-  st = PlanStats{};
   std::vector<DeviceCounts> counts;
   const bool want_stats = request.scope != PlanScope::kProcess || request.global_stats;
-  const PlanOptions staging = ctx.staging_options();
-  planning::compute_stats(ctx, st, staging, want_stats, &counts, limit);
+  auto global = [&] {
+    st = PlanStats{};
+    counts.clear();
+    planning::compute_stats(ctx, st, ctx.staging_options(), want_stats, &counts, limit);
+  };
+  global();
+  if (ctx.decide_single_hop(limit, &st)) global();
   PlanEstimate e = estimate_parts(ctx, counts, request, threads);
   e.limit_bytes = limit;
   e.available_bytes = available_memory();
@@ -733,17 +742,30 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   Plan::Builder::processes(plan) = ctx.processes;
   auto& parts = Plan::Builder::parts(plan);
   const bool budgeted = input.options.staging_budget_bytes > 0;
-  // Rounds are cut at the budget less what scratch may hold (Context).
-  const PlanOptions staging = ctx.staging_options();
   // Cutting streams into rounds needs every device's peer count, which the
   // global statistics provide; so does the memory estimate.
   const bool want_stats = request.scope != PlanScope::kProcess || request.global_stats;
   // Each device's messages and bytes per stage, which round cutting needs.
   std::vector<planning::DeviceLoad> stage_loads;
-  if (budgeted || want_stats || guarded) {
-    std::vector<DeviceCounts> counts;
-    planning::compute_stats(ctx, Plan::Builder::stats(plan), staging, want_stats,
+  std::vector<DeviceCounts> counts;
+  auto global = [&] {
+    Plan::Builder::stats(plan) = PlanStats{};
+    stage_loads.clear();
+    counts.clear();
+    planning::compute_stats(ctx, Plan::Builder::stats(plan), ctx.staging_options(), want_stats,
                             guarded ? &counts : nullptr, limit, false, &stage_loads);
+  };
+  // The single-hop guard weighs the routed plan's statistics where they
+  // are computed anyway (and its own estimate where not); the statistics
+  // follow its choice.
+  const bool with_stats = budgeted || want_stats || guarded;
+  if (with_stats) global();
+  if (ctx.decide_single_hop(limit, with_stats ? &Plan::Builder::stats(plan) : nullptr) &&
+      with_stats)
+    global();
+  // Rounds are cut at the budget less what scratch may hold (Context).
+  const PlanOptions staging = ctx.staging_options();
+  if (with_stats) {
     Plan::Builder::has_stats(plan) = want_stats;
     if (guarded) {
       int64_t largest = 0;

@@ -386,7 +386,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       groups;
   for (size_t i = 0; i < ctx.tensors.size(); ++i) {
     const TensorCtx& t = ctx.tensors[i];
-    groups[{t.spec->shape, t.sg, t.dg, o.relays ? t.esize : 0}].push_back(i);
+    groups[{t.spec->shape, t.sg, t.dg, o.relays ? t.esize * 2 + t.single_hop : 0}].push_back(i);
   }
   // Pairs (dst device row, src device column) that exchange a message, per
   // stage (stage 1 sparse: relays stay inside hosts).
@@ -480,7 +480,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // arithmetic below handles relays inside hosts, not across them).
   std::map<std::tuple<const Geometry*, const GeoTopo*, const GeoTopo*>, bool> relay_geo;
   auto may_relay = [&](const TensorCtx& t) {
-    if (!o.relays || t.S > 1 || t.T > 1 || !t.dg->tiled) return false;
+    if (!o.relays || t.single_hop || t.S > 1 || t.T > 1 || !t.dg->tiled) return false;
     auto [it, fresh] = relay_geo.emplace(std::make_tuple(t.dg, t.dt, t.st), false);
     if (!fresh) return it->second;
     const Geometry& dg = *t.dg;
@@ -502,7 +502,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // holder host); it depends on the shape too.
   auto may_cross = [&](const TensorCtx& t) {
     if (may_relay(t)) return true;
-    return o.relays && t.S == 1 && t.T == 1 && t.dg->tiled && en.crosses_few(t);
+    return o.relays && !t.single_hop && t.S == 1 && t.T == 1 && t.dg->tiled && en.crosses_few(t);
   };
   // Band streams looked up recently: a direct-mapped cache (a leader's
   // stage-0 bands alternate between its holders' streams).
@@ -1045,7 +1045,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           regions.push_back(region);
         });
         const int64_t n = b1 - b0;
-        if (o.relays && relay_cell(t, b0, b1)) {
+        if (o.relays && !t.single_hop && relay_cell(t, b0, b1)) {
           // The most entries of the cell on one host (by_host: relay_cell's).
           int64_t members = 0;
           for (size_t i = 0, j = 0; i < by_host.size(); i = j) {

@@ -562,7 +562,7 @@ PlanOptions parse_options(const json& j, const std::string& path) {
   check_keys(j, path,
              {"split_min_bytes", "alpha_seconds", "intra_host_bytes_per_second",
               "inter_host_bytes_per_second", "staging_budget_bytes", "relays", "reduce_scatter",
-              "nics_per_host"});
+              "nics_per_host", "single_hop_guard"});
   PlanOptions o;
   // Types here; values by the one rule for options (validate below).
   auto integer = [&](const char* key, int64_t& out) {
@@ -584,6 +584,7 @@ PlanOptions parse_options(const json& j, const std::string& path) {
   };
   flag("relays", o.relays);
   flag("reduce_scatter", o.reduce_scatter);
+  flag("single_hop_guard", o.single_hop_guard);
   int64_t nics = 0;
   integer("nics_per_host", nics);
   if (nics < 0 || nics > (1 << 20))

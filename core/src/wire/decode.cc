@@ -206,6 +206,7 @@ class Decoder {
     out.relays = o->relays();
     out.reduce_scatter = o->reduce_scatter();
     out.nics_per_host = o->nics_per_host();
+    out.single_hop_guard = o->single_hop_guard();
     validate(out, "options.", ErrorCode::kCorrupt);
     return out;
   }

@@ -74,7 +74,7 @@ class Encoder {
     auto options =
         fb::CreatePlanOptions(b_, o.split_min_bytes, o.alpha_seconds, o.intra_host_bytes_per_second,
                               o.inter_host_bytes_per_second, o.staging_budget_bytes, o.relays,
-                              o.reduce_scatter, o.nics_per_host);
+                              o.reduce_scatter, o.nics_per_host, o.single_hop_guard);
     auto topology = encode_topology();
     std::vector<Offset<fb::Tensor>> tensors;
     tensors.reserve(plan_.tensors().size());

@@ -1,0 +1,150 @@
+// The single-hop guard (Context::decide_single_hop, docs/design.md §2.4): a
+// plan is never slower, by its own α–β estimate, than the single-hop plan
+// it could have built, and groups of like tensors go single-hop only where
+// that lowers the whole plan's estimate. This binary plans with the guard
+// off (routes_as_built.cc); each test here turns it on.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "plan/enumerate.h"
+#include "random_cases.h"
+#include "reshard/exec.h"
+#include "reshard/oracle.h"
+#include "reshard/plan.h"
+#include "reshard/spec.h"
+
+namespace reshard {
+namespace {
+
+struct GuardOn {
+  GuardOn() { planning::choice_override().single_hop = -1; }
+  ~GuardOn() { planning::choice_override().single_hop = 0; }
+};
+
+double cost_of(const PlanInput& in) {
+  return make_plan(in, {PlanScope::kGlobal}).stats().cost_seconds;
+}
+// The single-hop plan of `in` (relays and reduce-scatter off).
+double single_hop_cost(PlanInput in) {
+  in.options.relays = false;
+  in.options.reduce_scatter = false;
+  return cost_of(in);
+}
+// The plan of `in` with every route the other choices take.
+double routed_cost(PlanInput in) {
+  in.options.single_hop_guard = false;
+  return cost_of(in);
+}
+
+void expect_exact(const Plan& plan) {
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views, {1});
+  const OracleReport report = check_destinations(plan, buffers);
+  EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+}
+
+// Every process's own part equals its part of the whole plan: each decides
+// alike, whether it computed the global statistics or only the guard's
+// estimate (PlanScope::kProcess without global_stats).
+void expect_parts_agree(const PlanInput& in, const Plan& plan) {
+  for (int32_t p : plan.processes())
+    EXPECT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), plan.part(p))
+        << "process " << p;
+}
+
+PlanInput pipeline_spec() {
+  PlanInput in =
+      load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/relay_pipeline_replicated.json")
+          .input;
+  in.options.single_hop_guard = true;  // the spec keeps its routes for the MPI tests
+  return in;
+}
+
+// Every tensor's first dimension `times` as long.
+PlanInput scaled(PlanInput in, int64_t times, const std::string& suffix) {
+  for (TensorSpec& t : in.tensors) {
+    t.shape[0] *= times;
+    t.name += suffix;
+    t.src = t.src.with_shape(t.shape, "src");
+    t.dst = t.dst.with_shape(t.shape, "dst");
+  }
+  return in;
+}
+
+// The relay spec's tensors are small (46-196 KB): the relay stage's α and
+// the forwarding device's intra-host bytes cost more than the host NIC
+// bytes they save, so the estimate prefers single-hop (the fleet simulator
+// agrees: 6.1 us against 10.7 us on bench/topologies/h100_8gpu_ndr400.json).
+TEST(PlanSingleHop, SmallRelaysGoSingleHop) {
+  GuardOn on;
+  const PlanInput in = pipeline_spec();
+  const Plan plan = make_plan(in);
+  const double single = single_hop_cost(in), routed = routed_cost(in);
+  EXPECT_LT(single, routed);
+  EXPECT_EQ(plan.stats().cost_seconds, single);
+  EXPECT_EQ(plan.stats().stages, 1);
+  EXPECT_EQ(plan.stats().forwarded_bytes, 0);
+  expect_exact(plan);
+  expect_parts_agree(in, plan);
+}
+
+// 256 times the bytes: the host NIC bytes relays save now dominate.
+TEST(PlanSingleHop, LargeRelaysKeepTheirRoutes) {
+  GuardOn on;
+  const PlanInput in = scaled(pipeline_spec(), 256, "");
+  const Plan plan = make_plan(in);
+  const double single = single_hop_cost(in), routed = routed_cost(in);
+  EXPECT_LT(routed, single);
+  EXPECT_LE(plan.stats().cost_seconds, routed);
+  EXPECT_EQ(plan.stats().stages, 2);
+  EXPECT_GT(plan.stats().forwarded_bytes, 0);
+  expect_exact(plan);
+}
+
+// Both in one plan, each group of like tensors decided on its own: the
+// plan beats both whole-plan choices (the small tensors' pieces ride in the
+// large ones' messages, so whether they relay changes no α).
+TEST(PlanSingleHop, EachGroupOfLikeTensorsDecides) {
+  GuardOn on;
+  PlanInput in = pipeline_spec();
+  for (const TensorSpec& t : scaled(pipeline_spec(), 256, ".large").tensors)
+    in.tensors.push_back(t);
+  const Plan plan = make_plan(in);
+  const double single = single_hop_cost(in), routed = routed_cost(in);
+  EXPECT_LT(plan.stats().cost_seconds, single);
+  EXPECT_LE(plan.stats().cost_seconds, routed);
+  EXPECT_GT(plan.stats().forwarded_bytes, 0);
+  expect_exact(plan);
+  expect_parts_agree(in, plan);
+}
+
+// Random cases (multi-host, replicated, partial, explicit boxes, uneven),
+// unbounded and under a small staging budget: the estimate never above the
+// single-hop plan's, every destination exact, parts planned alone equal.
+TEST(PlanSingleHop, RandomPlansAreNeverSlowerThanSingleHop) {
+  GuardOn on;
+  const int cases = 300;
+  int changed = 0, staged = 0;
+  for (int c = 0; c < cases; ++c) {
+    testing::CaseGen gen(91000 + static_cast<uint64_t>(c), {4, 32, 3, c % 2 ? 13 : 40, true, true});
+    PlanInput in = gen.input();
+    in.options.staging_budget_bytes = c % 3 == 0 ? 4096 : 0;
+    SCOPED_TRACE("case " + std::to_string(c));
+    const Plan plan = make_plan(in);
+    const double cost = plan.stats().cost_seconds, single = single_hop_cost(in);
+    EXPECT_LE(cost, single);
+    changed += cost < routed_cost(in);
+    staged += plan.stats().stages > 1;
+    expect_exact(plan);
+    if (c % 10 == 0) expect_parts_agree(in, plan);
+  }
+  std::printf("%d cases: %d staged, %d faster than with every route\n", cases, staged, changed);
+  EXPECT_GT(staged, 0);
+  EXPECT_GT(changed, cases / 50);
+}
+
+}  // namespace
+}  // namespace reshard
