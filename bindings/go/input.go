@@ -43,11 +43,16 @@ type PlanOptions struct {
 	// device. With n > 0 (at most 1048576) the host's NICs form min(n, m)
 	// groups over its m devices of the plan.
 	NicsPerHost int32
+	// The single-hop guard (C ABI 1.8); true in DefaultPlanOptions: groups
+	// of like tensors whose routes (relays, reduce-scatter) make the whole
+	// plan slower by its α–β estimate go single-hop. False: every route the
+	// other choices take is kept.
+	SingleHopGuard bool
 }
 
 // DefaultPlanOptions returns RESHARD_PLAN_OPTIONS_INIT: 1 MiB split
 // threshold, α = 5 µs, 100e9 and 25e9 bytes/s, 1 GiB staging, relays and
-// reduce-scatter on, one NIC per device.
+// reduce-scatter on, one NIC per device, the single-hop guard on.
 func DefaultPlanOptions() PlanOptions {
 	return PlanOptions{
 		SplitMinBytes:           1 << 20,
@@ -57,6 +62,7 @@ func DefaultPlanOptions() PlanOptions {
 		StagingBudgetBytes:      1 << 30,
 		Relays:                  true,
 		ReduceScatter:           true,
+		SingleHopGuard:          true,
 	}
 }
 
@@ -168,6 +174,9 @@ func (in *PlanInput) SetOptions(o PlanOptions) error {
 	}
 	if o.ReduceScatter {
 		opts.reduce_scatter = 1
+	}
+	if o.SingleHopGuard {
+		opts.single_hop_guard = 1
 	}
 	err := check(C.reshard_plan_input_set_options(in.ptr, &opts))
 	keep(in)

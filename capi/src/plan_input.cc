@@ -28,6 +28,7 @@ reshard_plan_options_t to_c(const reshard::PlanOptions& o) {
   c.relays = o.relays ? 1 : 0;
   c.reduce_scatter = o.reduce_scatter ? 1 : 0;
   c.nics_per_host = o.nics_per_host;
+  c.single_hop_guard = o.single_hop_guard ? 1 : 0;
   return c;
 }
 
@@ -45,6 +46,7 @@ static_assert(kInit.staging_budget_bytes == kDefaults.staging_budget_bytes);
 static_assert((kInit.relays != 0) == kDefaults.relays);
 static_assert((kInit.reduce_scatter != 0) == kDefaults.reduce_scatter);
 static_assert(kInit.nics_per_host == kDefaults.nics_per_host);
+static_assert((kInit.single_hop_guard != 0) == kDefaults.single_hop_guard);
 static_assert(kPlanOptionsV1Size == offsetof(reshard_plan_options_t, relays),
               "reshard_plan_options_t: keep kPlanOptionsV1Size at the 1.0 size");
 
@@ -177,6 +179,10 @@ reshard_error_t* reshard_plan_input_set_options(reshard_plan_input_t* input,
                     "must be in [0, 1048576] (0: one NIC per device), got " +
                         std::to_string(o.nics_per_host));
     cpp.nics_per_host = o.nics_per_host;
+    if (o.single_hop_guard != 0 && o.single_hop_guard != 1)
+      reshard::fail(ErrorCode::kInvalidArgument, "options->single_hop_guard",
+                    std::to_string(o.single_hop_guard) + " is neither 0 nor 1");
+    cpp.single_hop_guard = o.single_hop_guard == 1;
     input->input.options = cpp;
   });
 }

@@ -123,6 +123,16 @@ static int fixture_create(fixture* f) {
     fixture_destroy(f);
     return 0;
   }
+  {
+    /* The fixture's tensors are tiny: the single-hop guard (1.8) would drop
+     * the relays the tests below check; test_relays checks the guard. */
+    reshard_plan_options_t routes = RESHARD_PLAN_OPTIONS_INIT;
+    routes.single_hop_guard = 0;
+    if (!ok_(reshard_plan_input_set_options(f->input, &routes), __FILE__, __LINE__, "options")) {
+      fixture_destroy(f);
+      return 0;
+    }
+  }
   return 1;
 }
 
@@ -835,9 +845,10 @@ static void test_plan_input(void) {
   CHECK_ERR(reshard_plan_input_set_options(NULL, &bigger.v1), RESHARD_ERROR_INVALID_ARGUMENT,
             "input: must not be NULL");
   options.struct_size = sizeof options;
+  options.single_hop_guard = 0; /* the fixture's */
   CHECK_OK(reshard_plan_input_set_options(f.input, &options));
   CHECK_OK(reshard_plan_input_fingerprint(f.input, &fp2));
-  CHECK(fp2 == fp1); /* back to the defaults */
+  CHECK(fp2 == fp1); /* back to the fixture's options */
 
   CHECK_ERR(reshard_plan_input_set_topology(f.input, NULL), RESHARD_ERROR_INVALID_ARGUMENT,
             "topology: must not be NULL");
@@ -2228,15 +2239,39 @@ static void test_relays(void) {
   reshard_plan_t* plan = NULL;
   reshard_plan_stats_t on = RESHARD_PLAN_STATS_INIT, off = RESHARD_PLAN_STATS_INIT;
   reshard_plan_options_t opts = RESHARD_PLAN_OPTIONS_INIT;
-  reshard_plan_options_t v10;
+  reshard_plan_stats_t guarded = RESHARD_PLAN_STATS_INIT;
+  reshard_plan_options_t v10, v17;
   size_t v10_size = offsetof(reshard_plan_options_t, relays);
+  size_t v17_size = offsetof(reshard_plan_options_t, single_hop_guard);
 
-  CHECK(opts.relays == 1 && opts.reduce_scatter == 1);
-  REQUIRE(fixture_create(&f));
+  CHECK(opts.relays == 1 && opts.reduce_scatter == 1 && opts.single_hop_guard == 1);
+  REQUIRE(fixture_create(&f)); /* single_hop_guard 0: every route kept */
   plan = fixture_plan(&f);
   REQUIRE(plan != NULL);
   CHECK_OK(reshard_plan_stats(plan, &on));
   reshard_plan_destroy(plan);
+  /* 1.8: the single-hop guard (the default) finds the relays of these tiny
+   * tensors slower by the estimate than single-hop, and drops them. */
+  CHECK_OK(reshard_plan_input_set_options(f.input, &opts));
+  plan = fixture_plan(&f);
+  REQUIRE(plan != NULL);
+  CHECK_OK(reshard_plan_stats(plan, &guarded));
+  reshard_plan_destroy(plan);
+  CHECK(guarded.stages == 1 && guarded.cost_seconds < on.cost_seconds);
+  opts.single_hop_guard = 2;
+  CHECK_ERR(reshard_plan_input_set_options(f.input, &opts), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->single_hop_guard");
+  opts.single_hop_guard = 1;
+  /* A 1.7-sized struct leaves the guard at its default (on). */
+  memset(&v17, 0xff, sizeof v17);
+  memcpy(&v17, &opts, v17_size);
+  v17.struct_size = v17_size;
+  CHECK_OK(reshard_plan_input_set_options(f.input, &v17));
+  plan = fixture_plan(&f);
+  REQUIRE(plan != NULL);
+  CHECK_OK(reshard_plan_stats(plan, &off));
+  reshard_plan_destroy(plan);
+  CHECK(off.stages == 1 && off.cost_seconds == guarded.cost_seconds);
   opts.relays = 0;
   CHECK_OK(reshard_plan_input_set_options(f.input, &opts));
   plan = fixture_plan(&f);
@@ -2260,7 +2295,8 @@ static void test_relays(void) {
   CHECK_ERR(reshard_plan_input_set_options(f.input, &opts), RESHARD_ERROR_INVALID_ARGUMENT,
             "options->reduce_scatter");
   opts.reduce_scatter = 1;
-  /* A 1.0-sized struct leaves relays at its default (on). */
+  /* A 1.0-sized struct leaves relays at its default (on), and the guard
+   * (on): the guarded plan. */
   memset(&v10, 0xff, sizeof v10);
   memcpy(&v10, &opts, v10_size);
   v10.struct_size = v10_size;
@@ -2268,7 +2304,7 @@ static void test_relays(void) {
   plan = fixture_plan(&f);
   REQUIRE(plan != NULL);
   CHECK_OK(reshard_plan_stats(plan, &off));
-  CHECK(off.stages == 2);
+  CHECK(off.stages == 1 && off.cost_seconds == guarded.cost_seconds);
   reshard_plan_destroy(plan);
   fixture_destroy(&f);
 }

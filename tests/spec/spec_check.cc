@@ -28,7 +28,8 @@ int main() {
                            {"staging_budget_bytes", o.staging_budget_bytes},
                            {"relays", o.relays},
                            {"reduce_scatter", o.reduce_scatter},
-                           {"nics_per_host", o.nics_per_host}}}});
+                           {"nics_per_host", o.nics_per_host},
+                           {"single_hop_guard", o.single_hop_guard}}}});
     } catch (const reshard::Error& e) {
       results.push_back({{"code", reshard::error_code_name(e.code())}, {"message", e.what()}});
     }

@@ -115,7 +115,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 7
+#define RESHARD_ABI_MINOR 8
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -438,10 +438,19 @@ typedef struct reshard_plan_options {
    * the plan, each device moving its cross-host bytes over its group
    * (docs/design.md §2.8). Execution does not read it. */
   int32_t nics_per_host;
+  /* Since 1.8 (a smaller struct leaves it at its default, 1). The
+   * single-hop guard: groups of like tensors whose routes (relays,
+   * reduce-scatter) make the whole plan slower by its α–β estimate go
+   * single-hop, and a plan is never slower by it than the single-hop plan
+   * (docs/planner.md). 0: every route the other choices take is kept. */
+  int32_t single_hop_guard;
 } reshard_plan_options_t;
 
-#define RESHARD_PLAN_OPTIONS_INIT \
-  { sizeof(reshard_plan_options_t), INT64_C(1) << 20, 5e-6, 100e9, 25e9, INT64_C(1) << 30, 1, 1, 0 }
+#define RESHARD_PLAN_OPTIONS_INIT                                                                  \
+  {                                                                                                \
+    sizeof(reshard_plan_options_t), INT64_C(1) << 20, 5e-6, 100e9, 25e9, INT64_C(1) << 30, 1, 1, 0, \
+        1                                                                                          \
+  }
 
 /* Everything the planner needs: tensors with source and destination layouts,
  * a topology and options. A builder: not thread-safe while being modified;

@@ -25,7 +25,7 @@ pub const RESHARD_VERSION_NUMBER: u32 =
 /// `RESHARD_ABI_MAJOR`: pass to [`reshard_get_api`].
 pub const RESHARD_ABI_MAJOR: u32 = 1;
 /// `RESHARD_ABI_MINOR` of these declarations.
-pub const RESHARD_ABI_MINOR: u32 = 7;
+pub const RESHARD_ABI_MINOR: u32 = 8;
 /// `RESHARD_MAX_RANK`: the largest tensor rank.
 pub const RESHARD_MAX_RANK: usize = 8;
 
@@ -265,6 +265,11 @@ pub struct reshard_plan_options_t {
     /// by it (0, the default: one per device; at most 1048576). Execution
     /// does not read it.
     pub nics_per_host: i32,
+    /// Since 1.8: the single-hop guard (1, the default) or every route the
+    /// other choices take kept (0); no other value. Groups of like tensors
+    /// whose routes make the whole plan slower by its α–β estimate go
+    /// single-hop.
+    pub single_hop_guard: i32,
 }
 
 impl Default for reshard_plan_options_t {
@@ -280,6 +285,7 @@ impl Default for reshard_plan_options_t {
             relays: 1,
             reduce_scatter: 1,
             nics_per_host: 0,
+            single_hop_guard: 1,
         }
     }
 }

@@ -45,7 +45,7 @@ fn struct_layouts_match_the_c_header() {
         reshard_axes_t { names, count }
         reshard_plan_options_t { struct_size, split_min_bytes, alpha_seconds,
             intra_host_bytes_per_second, inter_host_bytes_per_second, staging_budget_bytes, relays, reduce_scatter,
-            nics_per_host }
+            nics_per_host, single_hop_guard }
         reshard_plan_request_t { struct_size, scope, process, global_stats, reserved0, threads,
             reserved1, max_plan_bytes }
         reshard_plan_stats_t { struct_size, network_bytes, local_bytes, cross_host_bytes,

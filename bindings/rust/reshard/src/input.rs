@@ -40,6 +40,10 @@ pub struct PlanOptions {
     /// 1.7; docs/design.md §2.8). Default 0: one NIC per device. With n > 0
     /// the host's NICs form min(n, m) groups over its m devices of the plan.
     pub nics_per_host: i32,
+    /// The single-hop guard (ABI 1.8). Default true: groups of like tensors
+    /// whose routes (relays, reduce-scatter) make the whole plan slower by
+    /// its α–β estimate go single-hop. False: every route is kept.
+    pub single_hop_guard: bool,
 }
 
 impl Default for PlanOptions {
@@ -54,6 +58,7 @@ impl Default for PlanOptions {
             relays: d.relays != 0,
             reduce_scatter: d.reduce_scatter != 0,
             nics_per_host: d.nics_per_host,
+            single_hop_guard: d.single_hop_guard != 0,
         }
     }
 }
@@ -155,6 +160,7 @@ impl PlanInput {
             relays: i32::from(options.relays),
             reduce_scatter: i32::from(options.reduce_scatter),
             nics_per_host: options.nics_per_host,
+            single_hop_guard: i32::from(options.single_hop_guard),
             ..Default::default()
         };
         // SAFETY: live handle; raw is a complete options struct.
