@@ -45,13 +45,13 @@ struct InputOptions {
   std::string dtype = "f32";
   std::string src_mesh, src_spec, src_devices, src_processes, src_hosts, src_partial;
   std::string dst_mesh, dst_spec, dst_devices, dst_processes, dst_hosts, dst_partial;
-  std::string plan_file;           // --plan FILE (commands that accept plan bytes)
-  bool no_relays = false;          // --no-relays: PlanOptions::relays = false
-  bool no_reduce_scatter = false;  // --no-reduce-scatter
+  std::string plan_file;             // --plan FILE (commands that accept plan bytes)
+  bool no_relays = false;            // --no-relays: PlanOptions::relays = false
+  bool no_reduce_scatter = false;    // --no-reduce-scatter
   bool no_single_hop_guard = false;  // --no-single-hop-guard
-  int32_t nics_per_host = -1;      // --nics-per-host: PlanOptions::nics_per_host (-1: the spec's)
-  int64_t budget = -1;             // --budget: PlanOptions::staging_budget_bytes (-1: the spec's)
-  int64_t max_input_bytes = 0;     // --max-input-bytes: 0 the defaults (64 MiB spec, 2 GiB plan)
+  int32_t nics_per_host = -1;        // --nics-per-host: PlanOptions::nics_per_host (-1: the spec's)
+  int64_t budget = -1;               // --budget: PlanOptions::staging_budget_bytes (-1: the spec's)
+  int64_t max_input_bytes = 0;       // --max-input-bytes: 0 the defaults (64 MiB spec, 2 GiB plan)
 };
 void add_input_options(CLI::App* cmd, InputOptions& in);
 // Adds `--plan FILE`: read a plan written by `reshard plan --out` instead of

@@ -194,9 +194,10 @@ void add_input_options(CLI::App* cmd, InputOptions& in) {
   cmd->add_flag("--no-reduce-scatter", in.no_reduce_scatter,
                 "partial sources: every device receives every summand (overrides the spec's "
                 "options.reduce_scatter)");
-  cmd->add_flag("--no-single-hop-guard", in.no_single_hop_guard,
-                "keep every route (relays, reduce-scatter) even where the single-hop plan is faster "
-                "by the estimate (overrides the spec's options.single_hop_guard)");
+  cmd->add_flag(
+      "--no-single-hop-guard", in.no_single_hop_guard,
+      "keep every route (relays, reduce-scatter) even where the single-hop plan is faster "
+      "by the estimate (overrides the spec's options.single_hop_guard)");
   cmd->add_option("--nics-per-host", in.nics_per_host,
                   "NICs per host for the cost model, 0 for one per device (overrides the spec's "
                   "options.nics_per_host)")

@@ -26,6 +26,7 @@
 #include "reshard/plan.h"
 #include "reshard/spec.h"
 #include "reshard/transport.h"
+#include "test_scale.h"
 
 namespace reshard {
 namespace {
@@ -156,7 +157,7 @@ TEST(EngineDevicePath, StagedSpecsMatchExecuteHost) {
 TEST(EngineDevicePath, RandomPlansMatchExecuteHost) {
   Engine engine(std::make_unique<StreamsTransport>(false));
   int staged = 0;
-  for (uint64_t seed = 2000; seed < 2400; ++seed) {
+  for (uint64_t seed = 2000; seed < 2000 + scaled_cases(400); ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     const Plan plan = make_plan(testing::random_staged_input(seed, 1));
     expect_same_as_host(engine, plan);
@@ -180,7 +181,7 @@ TEST(EngineDevicePath, SeveralStreamsAreOrderedBetweenStages) {
       SCOPED_TRACE(c.name);
       expect_same_as_host(engine, make_plan(c.input));
     }
-    for (uint64_t seed = 2000; seed < 2200; ++seed) {
+    for (uint64_t seed = 2000; seed < 2000 + scaled_cases(200); ++seed) {
       SCOPED_TRACE("seed " + std::to_string(seed));
       expect_same_as_host(engine, make_plan(testing::random_staged_input(seed, 3)));
       if (::testing::Test::HasFatalFailure()) return;

@@ -31,6 +31,7 @@
 #include "reshard/numeric.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
+#include "test_scale.h"
 
 namespace reshard {
 namespace {
@@ -76,7 +77,7 @@ void expect_oracle_values_on(const Plan& plan, std::initializer_list<int32_t> th
 // every hardware thread.
 TEST(EngineLocal, RandomWholePlansMatchOracleForAnyThreadCount) {
   int64_t multi_round = 0;
-  for (int c = 0; c < 300; ++c) {
+  for (int c = 0; c < scaled_cases(300); ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     testing::CaseGen gen(91000 + static_cast<uint64_t>(c), {5, 32, 3, c % 2 ? 9 : 40, true, true});
     const Plan plan = make_plan(gen.input());

@@ -18,6 +18,7 @@
 #include "reshard/numeric.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
+#include "test_scale.h"
 
 namespace reshard {
 namespace {
@@ -53,7 +54,7 @@ std::vector<std::vector<std::vector<std::byte>>> run_oracle(const Plan& plan, in
 // with several, and both give identical bytes.
 TEST(HostExecutor, RandomPlansMatchOracleForAnyThreadCount) {
   int64_t partial = 0;
-  for (int c = 0; c < 600; ++c) {
+  for (int c = 0; c < scaled_cases(600); ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     testing::CaseGen gen(5000 + static_cast<uint64_t>(c), {5, 32, 3, c % 2 ? 9 : 40, true, true});
     const PlanInput in = gen.input();

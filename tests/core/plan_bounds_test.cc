@@ -22,6 +22,7 @@
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
 #include "reshard/spec.h"
+#include "test_scale.h"
 
 namespace reshard {
 namespace {
@@ -174,7 +175,7 @@ OracleBounds oracle(const PlanInput& in) {
 // explicit destination boxes included (their overlap counts once per
 // device and host: the union).
 TEST(PlanBounds, RandomCasesMatchTheElementOracle) {
-  const int cases = 4000;
+  const int cases = scaled_cases(4000);
   int64_t exact = 0, partial = 0, multi_host = 0, relay_checked = 0, overlapping = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
@@ -706,7 +707,7 @@ PlanStats check_fleet(const Fleet& fleet) {
 TEST(PlanRelays, RandomFleetsAreExactAndMeetTheHostBounds) {
   std::mt19937_64 rng(20261123), subset_rng(20261125);
   int relayed = 0, crossed = 0, reduced = 0;
-  const int cases = 120, subset_cases = 60;
+  const int cases = scaled_cases(120), subset_cases = scaled_cases(60);
   for (int c = 0; c < cases + subset_cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     const Fleet fleet = c < cases ? random_fleet(rng) : random_fleet(subset_rng, true);
@@ -1069,7 +1070,7 @@ TEST(PlanRelays, BudgetsThatCannotStageSubRunsPlanWithoutThem) {
 // version 10): all 10,888 within, worst 1.029.
 TEST(PlanRelays, RandomFleetsKeepTheBusiestNicNearItsBound) {
   std::mt19937_64 rng(20261123);
-  const int cases = 20000;
+  const int cases = scaled_cases(20000);
   int eligible = 0, refused = 0, split = 0, subsets = 0, outside = 0, few = 0, traded = 0;
   double worst = 0, worst_outside = 0, worst_few = 0, worst_traded = 0;
   for (int c = 0; c < cases; ++c) {
@@ -1140,7 +1141,7 @@ TEST(PlanRelays, RandomFleetsKeepTheBusiestNicNearItsBound) {
 // planner does not use).
 TEST(PlanRelays, UnevenFleetsKeepTheBusiestNicNearItsBound) {
   std::mt19937_64 rng(20261126);
-  const int cases = 20000;
+  const int cases = scaled_cases(20000);
   int eligible = 0, crossed = 0, egress_above = 0, refused = 0, device_traded = 0;
   double worst = 0, worst_egress = 0, worst_traded = 0;
   for (int c = 0; c < cases; ++c) {
@@ -1190,7 +1191,7 @@ TEST(PlanRelays, UnevenFleetsKeepTheBusiestNicNearItsBound) {
 TEST(PlanRelays, UnevenFleetsAreExact) {
   std::mt19937_64 rng(20261127);
   int crossed = 0;
-  for (int c = 0; c < 80; ++c) {
+  for (int c = 0; c < scaled_cases(80); ++c) {
     const Fleet fleet = uneven_fleet(rng);
     SCOPED_TRACE("case " + std::to_string(c) + ": " + describe(fleet));
     const PlanStats st = check_fleet(fleet);
@@ -1428,7 +1429,7 @@ TEST(PlanRelays, ExplicitFleetsAreExactAndMeetTheHostBounds) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
   int relayed = 0, crossed = 0, reduced = 0, overlapping = 0, same_as_tiled = 0;
-  const int cases = 150;
+  const int cases = scaled_cases(150);
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     const int64_t holders = uni(1, 3), holder_hosts = uni(1, 2);
@@ -1932,7 +1933,8 @@ bool stages_differ_within_a_cell(const Plan& plan) {
 // sharded summands (psum_fleet's `sharded`), half of them with few parts.
 TEST(PlanScratch, PsumFleetsPreReduceOnTheHoldersHosts) {
   std::mt19937_64 rng(20261124), few_rng(20261124 + 14), sharded_rng(20261124 + 15);
-  const int cases = 200, few_cases = 80, sharded_cases = 80;
+  const int cases = scaled_cases(200), few_cases = scaled_cases(80),
+            sharded_cases = scaled_cases(80);
   int pre = 0, four = 0, hops = 0, chained = 0, longer = 0, uneven = 0;
   for (int c = 0; c < cases + few_cases + sharded_cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
@@ -2085,7 +2087,7 @@ double estimate_with(const Fleet& fleet, planning::ChoiceOverride o, bool single
 // cell's hosts.
 TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
   std::mt19937_64 rng(20261123);
-  const int cases = 20000;
+  const int cases = scaled_cases(20000);
   std::vector<double> egress, nic, budget_nic, budget_alpha_nic;
   int budget_scratch = 0, budget_alpha_scratch = 0;
   int eligible = 0, modelled = 0, model_above = 0, several_hosts = 0, budgeted = 0, chained = 0;
@@ -2405,7 +2407,7 @@ void expect_replay_plans_alike(const PlanInput& in) {
 TEST(PlanReplay, LikeTensorsPlanAsIfEnumeratedAlone) {
   std::mt19937_64 rng(20261127);
   int partial = 0, relayed = 0, budgeted = 0;
-  for (int c = 0; c < 90; ++c) {
+  for (int c = 0; c < scaled_cases(90); ++c) {
     PlanInput in;
     std::string what;
     if (c % 3 == 0) {

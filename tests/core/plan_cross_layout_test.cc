@@ -13,6 +13,7 @@
 #include "reshard/exec.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
+#include "test_scale.h"
 
 namespace reshard {
 namespace {
@@ -33,7 +34,7 @@ TEST(CrossLayout, LinearBoxesCoverExactlyTheRun) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
   int checked = 0;
-  for (int c = 0; c < 3000; ++c) {
+  for (int c = 0; c < scaled_cases(3000); ++c) {
     Box B;
     B.rank = static_cast<int>(uni(0, 4));
     for (int d = 0; d < B.rank; ++d) {

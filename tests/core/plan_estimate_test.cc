@@ -17,6 +17,7 @@
 #include "reshard/error.h"
 #include "reshard/plan.h"
 #include "reshard/spec.h"
+#include "test_scale.h"
 
 // ---- resident memory: what the kernel's OOM killer counts.
 namespace {
@@ -99,7 +100,7 @@ void expect_counts(const PlanEstimate& e, const Plan& plan) {
 // least the peak of what make_plan allocates, and counts at least the
 // pieces and regions the plan holds.
 TEST(PlanEstimate, BoundsWhatMakePlanAllocates) {
-  const int cases = 150;
+  const int cases = scaled_cases(150);
   if (!reset_peak_rss())
     GTEST_SKIP() << "no peak resident size to measure (no /proc/self/clear_refs, or ASan)";
   double worst = 1e9;

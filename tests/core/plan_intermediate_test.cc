@@ -16,6 +16,7 @@
 
 #include "layout_helpers.h"
 #include "reshard/plan.h"
+#include "test_scale.h"
 
 namespace reshard {
 namespace {
@@ -141,7 +142,7 @@ TEST(PlanIntermediate, RandomIntermediatesMoveNoFewerBytes) {
   auto uni = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
-  const int cases = 1000;
+  const int cases = scaled_cases(1000);
   int strictly = 0, slower = 0, sender = 0;
   double slowest = 0, worst = 0;
   for (int c = 0; c < cases; ++c) {

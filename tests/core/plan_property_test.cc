@@ -11,6 +11,7 @@
 #include "random_cases.h"
 #include "reshard/error.h"
 #include "reshard/plan.h"
+#include "test_scale.h"
 
 namespace reshard {
 namespace {
@@ -298,7 +299,7 @@ void check_stats(const Plan& plan) {
 }
 
 TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
-  const int cases = 5000;
+  const int cases = scaled_cases(5000);
   int64_t with_network = 0, with_partial = 0, with_regions = 0, with_explicit = 0, multi_proc = 0;
   int64_t total_pieces = 0, with_relays = 0;
   // Explicit destinations (not partial) that relay: boxes equal or disjoint
@@ -390,7 +391,7 @@ TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
 // parts', each process's part equal to the whole plan's — and a stream's
 // rounds are its bands in ascending order, with and without a budget.
 TEST(PlanProperty, RelayBandsKeepCoveragePairingAndExactStatistics) {
-  const int cases = 1500;
+  const int cases = scaled_cases(1500);
   int64_t banded = 0, banded_budget = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));

@@ -10,6 +10,7 @@
 #include "random_cases.h"
 #include "reshard/error.h"
 #include "reshard/plan.h"
+#include "test_scale.h"
 
 namespace reshard {
 namespace {
@@ -80,7 +81,7 @@ int64_t expected_cut(const std::vector<StreamPiece>& pieces, int64_t x, int64_t 
 // boundary lies in the window.
 TEST(PlanRounds, StreamsAreCutByTheWindowRule) {
   int checked_streams = 0, multi_round = 0, split_cuts = 0, aligned_cuts = 0, without_scratch = 0;
-  for (int c = 0; c < 1500; ++c) {
+  for (int c = 0; c < scaled_cases(1500); ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     testing::CaseGen gen(50000 + static_cast<uint64_t>(c), {4, 32, 3, c % 2 ? 13 : 60, true, true});
     PlanInput in = gen.input();

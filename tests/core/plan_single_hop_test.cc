@@ -14,6 +14,7 @@
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
 #include "reshard/spec.h"
+#include "test_scale.h"
 
 namespace reshard {
 namespace {
@@ -126,7 +127,7 @@ TEST(PlanSingleHop, EachGroupOfLikeTensorsDecides) {
 // single-hop plan's, every destination exact, parts planned alone equal.
 TEST(PlanSingleHop, RandomPlansAreNeverSlowerThanSingleHop) {
   GuardOn on;
-  const int cases = 300;
+  const int cases = scaled_cases(300);
   int changed = 0, staged = 0;
   for (int c = 0; c < cases; ++c) {
     testing::CaseGen gen(91000 + static_cast<uint64_t>(c), {4, 32, 3, c % 2 ? 13 : 40, true, true});

@@ -18,6 +18,7 @@
 #include "random_cases.h"
 #include "reshard/error.h"
 #include "reshard/plan.h"
+#include "test_scale.h"
 
 namespace reshard {
 namespace {
@@ -139,7 +140,7 @@ void add_tensors(PlanInput& in, const FleetLayouts& f, const std::vector<DType>&
 // into bands, without a budget, with one that never cuts them and with the
 // generated one; and single-hop.
 TEST(PlanStatsFastPath, RandomCasesWithRelayBandsMatchTheEnumeration) {
-  const int cases = 600;
+  const int cases = scaled_cases(600);
   int banded = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
@@ -206,7 +207,7 @@ TEST(PlanStatsFastPath, RandomCrossHostFleetsMatchTheEnumeration) {
   auto uni = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
-  const int cases = 300;
+  const int cases = scaled_cases(300);
   int crossed = 0, banded = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
@@ -265,7 +266,7 @@ TEST(PlanStatsFastPath, RandomSubsetFleetsMatchTheEnumeration) {
   auto uni = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
-  const int cases = 150;
+  const int cases = scaled_cases(150);
   int crossed = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
@@ -303,7 +304,7 @@ TEST(PlanStatsFastPath, UnevenHolderFleetsMatchTheEnumeration) {
   auto uni = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
-  const int cases = 150;
+  const int cases = scaled_cases(150);
   int crossed = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
@@ -342,7 +343,7 @@ TEST(PlanStatsFastPath, PsumChainFleetsMatchTheEnumeration) {
   auto uni = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
-  const int cases = 120;
+  const int cases = scaled_cases(120);
   int chained = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));

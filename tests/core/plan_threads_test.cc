@@ -10,6 +10,7 @@
 #include "reshard/error.h"
 #include "reshard/plan.h"
 #include "reshard/wire.h"
+#include "test_scale.h"
 
 namespace reshard {
 namespace {
@@ -61,12 +62,8 @@ Plan expect_same_on_any_thread_count(const PlanInput& in) {
   return base;
 }
 
-#ifndef RESHARD_PLAN_THREADS_CASES
-#define RESHARD_PLAN_THREADS_CASES 400  // fewer in the ThreadSanitizer build
-#endif
-
 TEST(PlanThreads, RandomCasesPlanIdenticallyOnAnyThreadCount) {
-  const int cases = RESHARD_PLAN_THREADS_CASES;
+  const int cases = scaled_cases(400);
   int64_t many_rounds = 0, with_regions = 0, multi_proc = 0, many_tensors = 0, disjoint = 0,
           partial = 0;
   for (int c = 0; c < cases; ++c) {

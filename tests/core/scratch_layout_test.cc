@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "test_scale.h"
+
 namespace reshard {
 namespace {
 
@@ -38,7 +40,7 @@ TEST(ScratchLayout, SizesAreAlignedAndDevicesApart) {
 
 TEST(ScratchLayout, RandomLivesNeverOverlapWhileLiveAndPeakIgnoresOrder) {
   std::mt19937_64 rng(11);
-  for (int c = 0; c < 300; ++c) {
+  for (int c = 0; c < scaled_cases(300); ++c) {
     std::vector<ScratchLife> lives;
     const int n = 1 + static_cast<int>(rng() % 24);
     for (int i = 0; i < n; ++i) {

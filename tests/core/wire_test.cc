@@ -22,6 +22,7 @@
 #include "reshard/plan.h"
 #include "reshard/plan_generated.h"
 #include "reshard/spec.h"
+#include "test_scale.h"
 
 namespace reshard {
 namespace {
@@ -297,7 +298,7 @@ TEST(Wire, SinglePartEncodingCarriesOnlyThatPart) {
 }
 
 TEST(Wire, RandomPlansRoundTripExactly) {
-  for (int c = 0; c < 400; ++c) {
+  for (int c = 0; c < scaled_cases(400); ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     testing::CaseGen gen(7000 + static_cast<uint64_t>(c));
     const PlanInput in = gen.input();

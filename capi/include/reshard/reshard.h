@@ -446,10 +446,10 @@ typedef struct reshard_plan_options {
   int32_t single_hop_guard;
 } reshard_plan_options_t;
 
-#define RESHARD_PLAN_OPTIONS_INIT                                                                  \
-  {                                                                                                \
-    sizeof(reshard_plan_options_t), INT64_C(1) << 20, 5e-6, 100e9, 25e9, INT64_C(1) << 30, 1, 1, 0, \
-        1                                                                                          \
+#define RESHARD_PLAN_OPTIONS_INIT                                                                \
+  {                                                                                              \
+    sizeof(reshard_plan_options_t), INT64_C(1) << 20, 5e-6, 100e9, 25e9, INT64_C(1) << 30, 1, 1, \
+        0, 1                                                                                     \
   }
 
 /* Everything the planner needs: tensors with source and destination layouts,

@@ -391,10 +391,10 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     kind_of.resize(t1 - t0);
     for (size_t ti = t0; ti < t1; ++ti) {
       const TensorCtx& t = ctx.tensors[ti];
-      const auto [it, fresh] = kinds.try_emplace(
-          LikeKey(t.sg, t.dg, t.src->shape(), t.esize, t.reduce, t.device_cross, t.reduce_bands,
-                  t.single_hop),
-          recordings.size());
+      const auto [it, fresh] =
+          kinds.try_emplace(LikeKey(t.sg, t.dg, t.src->shape(), t.esize, t.reduce, t.device_cross,
+                                    t.reduce_bands, t.single_hop),
+                            recordings.size());
       if (fresh) recordings.emplace_back();
       ++recordings[it->second].total;
       ++recordings[it->second].left;

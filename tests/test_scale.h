@@ -1,0 +1,21 @@
+// The one knob for test sizes: RESHARD_TEST_SCALE, the percentage of their
+// random cases the randomised tests run (the CMake cache variable of the
+// same name: 100 by default; the sanitizer presets in CMakePresets.json set
+// less, as ASan and TSan run the same code 5-50 times slower and the dev
+// build runs every case). Each test's assertions on what its cases covered
+// are proportional to the cases it ran.
+#pragma once
+
+#ifndef RESHARD_TEST_SCALE
+#define RESHARD_TEST_SCALE 100
+#endif
+
+namespace reshard {
+
+// `cases` scaled by RESHARD_TEST_SCALE, at least `least`.
+constexpr int scaled_cases(int cases, int least = 1) {
+  const long long s = static_cast<long long>(cases) * RESHARD_TEST_SCALE / 100;
+  return s < least ? least : static_cast<int>(s);
+}
+
+}  // namespace reshard
