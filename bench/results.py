@@ -93,8 +93,8 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
-def build_commit(ctx):
-    """The commit of the source tree the build was configured from."""
+def build_source(ctx):
+    """The source tree the build was configured from."""
     src = ROOT
     try:
         with open(os.path.join(ctx.build, "CMakeCache.txt")) as f:
@@ -103,6 +103,12 @@ def build_commit(ctx):
                     src = line.split("=", 1)[1].strip()
     except OSError:
         pass
+    return src
+
+
+def build_commit(ctx):
+    """The commit of the source tree the build was configured from."""
+    src = build_source(ctx)
     try:
         c = subprocess.run(["git", "-C", src, "rev-parse", "--short", "HEAD"],
                            capture_output=True, text=True).stdout.strip()
@@ -115,8 +121,13 @@ def stamp(ctx, command, seconds):
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f"`{command}` — {now}, {os.cpu_count()} cores ({cpu_model()}), "
-            f"load average {load:.1f} at the end, commit {build_commit(ctx)} "
-            f"(`{ctx.build_rel}`), {seconds:.0f} s.")
+            f"load average {load:.1f} at the end, build `{build_name(ctx)}` of commit "
+            f"{build_commit(ctx)}, {seconds:.0f} s.")
+
+
+def build_name(ctx):
+    rel = os.path.relpath(ctx.build, build_source(ctx))
+    return ctx.build_rel if rel.startswith("..") else rel
 
 
 def table(header, rows, align=None):
