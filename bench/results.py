@@ -57,6 +57,11 @@ class Ctx:
             sys.exit(f"{path}: not built (build the dev preset, or pass --build DIR)")
         return path
 
+    def show(self, path):
+        """A binary's path as the page shows it: relative to the build's source tree."""
+        rel = os.path.relpath(path, build_source(self))
+        return path if rel.startswith("..") else rel
+
     def env(self):
         e = dict(os.environ)
         e["RESHARD_BACKEND_DIR"] = os.path.join(self.build, "lib")
@@ -227,7 +232,7 @@ def t_plan_scale(ctx):
                  f"every part): naive {naive.group(1)} ms, reshard {naive.group(2)} ms, "
                  f"**{naive.group(3)}×** (pieces {int(naive.group(4)):,} vs "
                  f"{int(naive.group(5)):,}).")
-    return shlex.join([os.path.relpath(exe, ROOT)] + argv[1:]), body
+    return shlex.join([ctx.show(exe)] + argv[1:]), body
 
 
 def plan_json(ctx, spec, *flags):
@@ -298,7 +303,7 @@ def t_exec(ctx):
             continue
         rows.append(cells)
     body = table(hdr or [f"col{i}" for i in range(len(rows[0]) if rows else 0)], rows)
-    return shlex.join([os.path.relpath(exe, ROOT)] + argv[1:]), body
+    return shlex.join([ctx.show(exe)] + argv[1:]), body
 
 
 def t_engine_cache(ctx):
@@ -308,21 +313,21 @@ def t_engine_cache(ctx):
     lines = [l for l in text.splitlines() if "," in l]
     hdr = [c.strip() for c in lines[0].split(",")]
     rows = [[c.strip() for c in l.split(",")] for l in lines[1:]]
-    return ("mpirun -np 2 " + os.path.relpath(exe, ROOT) + " --iters 200 --csv"), table(hdr, rows)
+    return ("mpirun -np 2 " + ctx.show(exe) + " --iters 200 --csv"), table(hdr, rows)
 
 
 def t_scalapack(ctx):
     exe = ctx.bin("bench/scalapack/bench_scalapack")
     argv = mpirun(4) + [exe, "--n", "4000", "--iters", "10"]
     text = run(ctx, argv)
-    return ("mpirun -np 4 " + os.path.relpath(exe, ROOT) + " --n 4000 --iters 10"), \
+    return ("mpirun -np 4 " + ctx.show(exe) + " --n 4000 --iters 10"), \
         "```\n" + text.strip() + "\n```"
 
 
 def t_hostile(ctx):
     argv = [sys.executable, "tests/hostile/hostile_test.py", ctx.reshard, "--table"]
     text = run(ctx, argv)
-    return f"python3 tests/hostile/hostile_test.py {ctx.build_rel}/tools/reshard --table", text.strip()
+    return f"python3 tests/hostile/hostile_test.py {ctx.show(ctx.reshard)} --table", text.strip()
 
 
 def t_soak(ctx):
@@ -335,7 +340,7 @@ def t_soak(ctx):
     body = open(md).read().strip()
     summary = [l for l in text.splitlines() if re.search(r"\bjobs?\b", l)][-1:]
     shutil.rmtree(out, ignore_errors=True)
-    return ("python3 tests/soak/soak.py --binary " + ctx.build_rel + "/tests/soak/soak_rank "
+    return ("python3 tests/soak/soak.py --binary " + ctx.show(ctx.bin("tests/soak/soak_rank")) + " "
             "--budget 90 --max-cases 20 --timeout 6 --seed 200 --every-fault --table F"), \
         ("\n".join(summary) + "\n\n" if summary else "") + body
 
