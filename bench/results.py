@@ -182,7 +182,7 @@ def t_weight_sync(ctx, names="dsv3_m2n,dsv3_nemorl,kimi_k2,kimi_k2_fp8,qwen3_m2n
 
 
 def t_weight_sync_405b(ctx):
-    return t_weight_sync(ctx, "llama405b", ("--peers", "direct_p2p", "--chunks", "256"))
+    return t_weight_sync(ctx, "llama405b", ("--peers", "direct_p2p,layered", "--chunks", "256"))
 
 
 def t_plan_scale(ctx):
@@ -290,30 +290,34 @@ def t_simulate(ctx):
 
 def t_exec(ctx):
     exe = ctx.bin("bench/bench_exec")
-    argv = [exe, "--repeat", "5", "--gib", "0.25", "--csv"]
-    text = run(ctx, argv)
+    argv = [exe, "--repeat", "7", "--csv"]
     rows = []
-    lines = [l for l in text.splitlines() if "," in l]
-    hdr = None
-    for l in lines:
-        cells = [c.strip() for c in l.split(",")]
-        if hdr is None and any(not re.match(r"^-?[\d.e+]+$", c) for c in cells[1:]) and \
-                not any(re.match(r"^[\d.]+$", c) for c in cells):
-            hdr = cells
+    for line in run(ctx, argv).splitlines():
+        cells = line.split("\t")
+        if len(cells) != 5:
             continue
-        rows.append(cells)
-    body = table(hdr or [f"col{i}" for i in range(len(rows[0]) if rows else 0)], rows)
+        name, threads, nbytes, ours, mem = cells[0], cells[1], int(cells[2]), float(cells[3]), float(cells[4])
+        rows.append([name, threads, mib(nbytes), f"{ours * 1e3:.1f}", f"{mem * 1e3:.1f}",
+                     f"**{mem / ours:.2f}**"])
+    body = table(["layout change (f32, 1 GiB)", "threads", "MiB moved", "ours (ms)", "memcpy (ms)",
+                  "memcpy / ours"], rows, ["---", "---:", "---:", "---:", "---:", "---:"])
     return shlex.join([ctx.show(exe)] + argv[1:]), body
 
 
 def t_engine_cache(ctx):
     exe = ctx.bin("bench/bench_engine_cache")
     argv = mpirun(2) + [exe, "--iters", "200", "--csv"]
-    text = run(ctx, argv)
-    lines = [l for l in text.splitlines() if "," in l]
-    hdr = [c.strip() for c in lines[0].split(",")]
-    rows = [[c.strip() for c in l.split(",")] for l in lines[1:]]
-    return ("mpirun -np 2 " + ctx.show(exe) + " --iters 200 --csv"), table(hdr, rows)
+    rows = []
+    for line in run(ctx, argv).splitlines():
+        c = line.split("\t")
+        if len(c) != 7 or c[0] == "case":
+            continue
+        rows.append([c[0], c[1], f"{int(c[2]):,}", mib(int(c[3])), f"{float(c[4]):,.0f}",
+                     f"{float(c[5]):,.0f}", f"**{float(c[6]):.2f}**"])
+    body = table(["case", "packing", "messages per execution", "network MiB", "without cache (µs)",
+                  "with cache (µs)", "without / with"], rows,
+                 ["---", "---", "---:", "---:", "---:", "---:", "---:"])
+    return ("mpirun -np 2 " + ctx.show(exe) + " --iters 200 --csv"), body
 
 
 def t_scalapack(ctx):
