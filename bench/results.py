@@ -146,6 +146,11 @@ def mib(b):
     return f"{b / 1048576:,.1f}"
 
 
+def num(text):
+    """A figure printed by a benchmark, with thousands separators."""
+    return f"{float(text):,.1f}" if "." in text else f"{int(text):,}"
+
+
 def ratio(x):
     return "—" if x is None or x != x else f"{x:.3f}"
 
@@ -200,7 +205,8 @@ def t_plan_scale(ctx):
                      r"\(bound ([\d.]+) GiB\), max send ([\d.]+) GiB \(bound ([\d.]+)\)", line)
         if m:
             head = {"case": m.group(1), "pieces": int(m.group(3)),
-                    "net": f"{m.group(4)} / {m.group(5)}", "send": f"{m.group(6)} / {m.group(7)}"}
+                    "net": f"{num(m.group(4))} / {num(m.group(5))}",
+                    "send": f"{m.group(6)} / {m.group(7)}"}
             continue
         m = re.search(r"process 0 plan bytes: ([\d.]+) MiB \(([\d.]+) B/piece\), encode ([\d.]+) ms, "
                       r"decode\+verify ([\d.]+) ms", line)
@@ -351,15 +357,15 @@ def t_soak(ctx):
 
 # name -> (function, what it runs, rough cost on 2 cores)
 TABLES = {
-    "weight_sync": (t_weight_sync, "bench/weight_sync.py: 5 models on the peers' layouts", "5-10 min"),
+    "weight_sync": (t_weight_sync, "bench/weight_sync.py: 5 models on the peers' layouts", "20-25 min"),
     "weight_sync_405b": (t_weight_sync_405b, "bench/weight_sync.py --only llama405b", "10+ min"),
-    "plan_scale": (t_plan_scale, "bench_plan_scale: the 405B plan at 1,024 devices", "1-2 min"),
+    "plan_scale": (t_plan_scale, "bench_plan_scale: the 405B plan at 1,024 devices", "< 1 min"),
     "bounds": (t_bounds, "reshard plan on bench/specs, staged and single-hop", "< 1 min"),
-    "simulate": (t_simulate, "reshard simulate on bench/specs, H100 topology", "< 1 min"),
+    "simulate": (t_simulate, "reshard simulate on bench/specs, H100 topology", "2 min"),
     "exec": (t_exec, "bench_exec: host executor against memcpy", "< 1 min"),
     "engine_cache": (t_engine_cache, "bench_engine_cache over MPI, 2 ranks", "< 1 min"),
     "scalapack": (t_scalapack, "bench_scalapack over MPI, 4 ranks", "< 1 min"),
-    "hostile": (t_hostile, "tests/hostile/hostile_test.py --table", "1 min"),
+    "hostile": (t_hostile, "tests/hostile/hostile_test.py --table", "< 1 min"),
     "soak": (t_soak, "tests/soak/soak.py, 90 s of jobs", "2 min"),
 }
 
