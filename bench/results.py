@@ -357,7 +357,7 @@ def t_soak(ctx):
 # name -> (function, what it runs, rough cost on 2 cores)
 TABLES = {
     "weight_sync": (t_weight_sync, "bench/weight_sync.py: 5 models on the peers' layouts", "20-25 min"),
-    "weight_sync_405b": (t_weight_sync_405b, "bench/weight_sync.py --only llama405b", "10+ min"),
+    "weight_sync_405b": (t_weight_sync_405b, "bench/weight_sync.py --only llama405b", "4-5 min"),
     "plan_scale": (t_plan_scale, "bench_plan_scale: the 405B plan at 1,024 devices", "< 1 min"),
     "bounds": (t_bounds, "reshard plan on bench/specs, staged and single-hop", "< 1 min"),
     "simulate": (t_simulate, "reshard simulate on bench/specs, H100 topology", "2 min"),
