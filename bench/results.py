@@ -175,8 +175,10 @@ def t_weight_sync(ctx, names="dsv3_m2n,dsv3_nemorl,kimi_k2,kimi_k2_fp8,qwen3_m2n
                      f"{b['kind']} {b['id']}", f"{d['messages']:,}"])
         pub.append(f"- {n}: {d['published']}")
     shutil.rmtree(out, ignore_errors=True)
-    cmd = "python3 bench/weight_sync.py --only " + names + " --threads 1" + \
-        ("" if not extra else " " + " ".join(extra))
+    shown = ctx.show(ctx.reshard)
+    cmd = ("python3 bench/weight_sync.py --only " + names + " --threads 1"
+           + ("" if shown == "build/dev/tools/reshard" else " --reshard " + shown)
+           + ("" if not extra else " " + " ".join(extra)))
     body = table(["case", "GPUs (train + inference)", "topology", "ours (s)", "bound (s)",
                   "ours / bound", *[f"{p} (s)" for p in peers], "bound term", "messages"],
                  rows, ["---", "---", "---", "---:", "---:", "---:", "---:", "---:", "---:",
