@@ -423,6 +423,9 @@ TEST(PlanStatsOverflow, HugeAllGatherIsExactOrAnErrorNamingTheFigure) {
   const int64_t n = int64_t{1} << 60;  // f32: 2^62 bytes
   auto a = testing::mesh_1d({0, 1});
   auto b = testing::mesh_1d({2, 3});
+  auto replicated = [](std::shared_ptr<Mesh> m) {
+    return testing::sharding(std::move(m), std::vector<std::vector<std::string>>(1));
+  };
   auto expect_error = [](const PlanInput& in, ErrorCode code, const std::string& field,
                          const std::string& detail) {
     try {
@@ -437,8 +440,8 @@ TEST(PlanStatsOverflow, HugeAllGatherIsExactOrAnErrorNamingTheFigure) {
   {
     // In place: each device takes in the other's half, 2^61 bytes; 2^62 in all.
     PlanInput in;
-    in.tensors.push_back(testing::tensor("huge", {n}, DType::kF32, testing::sharding(a, {{"x"}}),
-                                         testing::sharding(a, {})));
+    in.tensors.push_back(
+        testing::tensor("huge", {n}, DType::kF32, testing::sharding(a, {{"x"}}), replicated(a)));
     in.options.staging_budget_bytes = 0;
     const Plan plan = make_plan(in, {PlanScope::kGlobal});
     EXPECT_EQ(plan.stats().network_bytes, int64_t{1} << 62);
@@ -453,8 +456,8 @@ TEST(PlanStatsOverflow, HugeAllGatherIsExactOrAnErrorNamingTheFigure) {
   {
     // Onto two other devices: each takes in 2^62 bytes, 2^63 in all.
     PlanInput in;
-    in.tensors.push_back(testing::tensor("huge", {n}, DType::kF32, testing::sharding(a, {{"x"}}),
-                                         testing::sharding(b, {})));
+    in.tensors.push_back(
+        testing::tensor("huge", {n}, DType::kF32, testing::sharding(a, {{"x"}}), replicated(b)));
     in.options.staging_budget_bytes = 0;
     for (bool relays : {true, false}) {
       in.options.relays = relays;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -27,6 +28,7 @@
 #include "util/read_file.h"
 #include "util/utf8.h"
 #include "wire/digest.h"
+#include "wire/exact.h"
 
 namespace reshard {
 namespace {
@@ -169,6 +171,14 @@ class Decoder {
               "does not match the parts the plan holds (a part was dropped, added or edited)");
     for (uoffset_t i = 0; fparts && i < fparts->size(); ++i)
       parts.emplace(fparts->Get(i)->process(), decode_part(*fparts->Get(i), idx("parts", i)));
+    const auto process_of = [this](int64_t device) { return topology_->info(device).process; };
+    wire::check_parts_agree(parts, process_of, "parts");
+    wire::check_scratch_reductions(
+        parts, *tensors_, process_of,
+        [this](uint32_t t, bool source, uint32_t e) -> const Box& {
+          return boxes(source ? tensor_slots_[t].first : tensor_slots_[t].second)[e];
+        },
+        "parts");
     if (scratch_bit_ && !any_scratch_)
       corrupt("required_features",
               "has the scratch bit (2) but no part holds scratch and no piece names one");
@@ -848,6 +858,15 @@ class Decoder {
                    f + ".send_pieces");
     check_messages(part.recvs, part.recv_pieces, part.regions, part.process, false, f + ".recvs",
                    f + ".recv_pieces");
+    // Indices are sound: now what the part does (issue 37: every
+    // destination element written exactly once per summand, no piece twice,
+    // nothing read before it is written).
+    wire::check_part_exact(
+        part, *tensors_, entries_on(part.process),
+        [this](uint32_t t, bool source, uint32_t e) -> const Box& {
+          return boxes(source ? tensor_slots_[t].first : tensor_slots_[t].second)[e];
+        },
+        f);
     part_ = nullptr;
     any_scratch_ |= !part.scratch.empty();
     return part;
@@ -959,6 +978,24 @@ class Decoder {
                   std::to_string(most) + " bytes");
   }
 
+  // The (tensor, destination entry) pairs on the devices of `process`,
+  // computed for every process at the first call.
+  const std::vector<std::pair<uint32_t, uint32_t>>& entries_on(int32_t process) {
+    if (!entries_by_process_) {
+      entries_by_process_.emplace();
+      for (size_t i = 0; i < tensors_->size(); ++i) {
+        const Layout& dst = (*tensors_)[i].dst;
+        charge(dst.num_entries() * 8, "plan");
+        for (size_t e = 0; e < dst.num_entries(); ++e)
+          (*entries_by_process_)[topology_->info(dst.device(e)).process].emplace_back(
+              static_cast<uint32_t>(i), static_cast<uint32_t>(e));
+      }
+    }
+    static const std::vector<std::pair<uint32_t, uint32_t>> kNone;
+    auto it = entries_by_process_->find(process);
+    return it == entries_by_process_->end() ? kNone : it->second;
+  }
+
   // The box of the scratch of the part being checked that contains
   // `region`, or kCorrupt naming `field`.
   Box held_scratch(uint32_t tensor, int64_t device, const Box& region, const std::string& field) {
@@ -994,6 +1031,7 @@ class Decoder {
   bool any_late_summand_ = false;      // a piece of stage > 0 writes a scratch from a summand
   bool any_scratch_ = false;           // a decoded part holds scratch
   const ProcessPart* part_ = nullptr;  // the part whose pieces are being checked
+  std::optional<std::map<int32_t, std::vector<std::pair<uint32_t, uint32_t>>>> entries_by_process_;
 };
 
 }  // namespace
