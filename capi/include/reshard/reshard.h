@@ -885,8 +885,14 @@ RESHARD_API reshard_error_t* reshard_plan_serialize(const reshard_plan_t* plan,
 
 /* Verifies `size` bytes at `data` (FlatBuffers verifier, then semantic
  * checks: indices in range, boxes inside shapes, sizes and statistics
- * consistent, fingerprint matching the inputs) and decodes them into a new
- * plan. Untrusted bytes are safe: any defect is an error, never a crash.
+ * consistent, fingerprint matching the inputs, and what each process part
+ * does: every destination element written exactly once per summand it
+ * takes, no piece sent twice, nothing read before an earlier stage wrote
+ * it, and parts held together agreeing on every message between them) and
+ * decodes them into a new plan. Untrusted bytes are safe: any defect is an
+ * error, never a crash. (A buffer holding only some parts checks the
+ * summands that reach a reduction through another part's scratch for
+ * duplicates, not completeness.)
  * The bytes are not referenced after the call.
  * Errors: INVALID_ARGUMENT (data NULL with size > 0, out NULL), CORRUPT
  * naming what failed (truncated, wrong identifier, unknown version, bad
