@@ -30,7 +30,9 @@ struct Write {
   int64_t device = -1;  // sent pieces from a scratch: the sending device
   int64_t peer = -1;    // sent pieces: the receiving device
   uint64_t where = 0;   // piece index; bit 63: a received piece, bit 62: a sent one
-  Box box;
+  // The piece; its region is computed when needed (PartChecker::box_of):
+  // a box per piece would be most of the memory and time of the check.
+  const Piece* piece = nullptr;
 };
 
 constexpr uint64_t kRecvBit = uint64_t{1} << 63;
@@ -186,6 +188,7 @@ class PartChecker {
     return intersect(entry_box_(p.tensor, reads_source(p, stage), p.src_entry),
                      entry_box_(p.tensor, false, p.dst_entry));
   }
+  Box box_of(const Write& w) const { return region_of(*w.piece, w.stage); }
   int32_t cls_of(const Piece& p, uint32_t stage) const {
     if (p.src_entry == kScratchEntry) return kFromScratch;
     if (reads_source(p, stage)) return tensors_[p.tensor].src.summand(p.src_entry);
@@ -202,8 +205,9 @@ class PartChecker {
   void add(std::vector<Write>& out, const Piece& p, uint32_t stage, int64_t device, uint64_t where,
            bool resolve_scratch) {
     Write w;
-    w.box = region_of(p, stage);
-    if (w.box.empty()) return;
+    const Box box = region_of(p, stage);
+    if (box.empty()) return;
+    w.piece = &p;
     w.tensor = p.tensor;
     w.cls = cls_of(p, stage);
     w.stage = stage;
@@ -211,7 +215,7 @@ class PartChecker {
     if (p.dst_entry != kScratchEntry)
       w.target = p.dst_entry;
     else
-      w.target = resolve_scratch ? scratch_target(p.tensor, device, w.box) : kScratchTarget;
+      w.target = resolve_scratch ? scratch_target(p.tensor, device, box) : kScratchTarget;
     out.push_back(w);
   }
 
@@ -250,7 +254,7 @@ class PartChecker {
     std::string pieces;
     int named = 0;
     for (const Write* w = first; w != last && named < 2; ++w) {
-      if (intersect(w->box, bad.where).empty()) continue;
+      if (intersect(box_of(*w), bad.where).empty()) continue;
       pieces += (named++ ? ", " : " (") + piece_name(w->where);
     }
     if (named) pieces += ")";
@@ -265,9 +269,11 @@ class PartChecker {
   void tile(const Write* first, const Write* last, const std::vector<const Write*>& also,
             const Box& region, bool cover, uint32_t tensor, uint32_t target,
             const std::string& what) {
+    held_.clear();
+    for (const Write* w = first; w != last; ++w) held_.push_back(box_of(*w));
+    for (const Write* w : also) held_.push_back(box_of(*w));
     boxes_.clear();
-    for (const Write* w = first; w != last; ++w) boxes_.push_back(&w->box);
-    for (const Write* w : also) boxes_.push_back(&w->box);
+    for (const Box& b : held_) boxes_.push_back(&b);
     Tiler tiler(256 * (boxes_.size() + 1) * static_cast<uint64_t>(std::max(region.rank, 1)) +
                     (uint64_t{1} << 16),
                 field_);
@@ -279,22 +285,22 @@ class PartChecker {
     }
   }
 
-  static bool same_boxes(const Write* a0, const Write* a1, const Write* b0, const Write* b1) {
+  bool same_boxes(const Write* a0, const Write* a1, const Write* b0, const Write* b1) const {
     if (a1 - a0 != b1 - b0) return false;
-    std::vector<const Box*> x, y;
-    for (const Write* w = a0; w != a1; ++w) x.push_back(&w->box);
-    for (const Write* w = b0; w != b1; ++w) y.push_back(&w->box);
-    auto less = [](const Box* p, const Box* q) {
-      for (int d = 0; d < p->rank; ++d)
-        if (p->lo[d] != q->lo[d]) return p->lo[d] < q->lo[d];
-      for (int d = 0; d < p->rank; ++d)
-        if (p->hi[d] != q->hi[d]) return p->hi[d] < q->hi[d];
+    std::vector<Box> x, y;
+    for (const Write* w = a0; w != a1; ++w) x.push_back(box_of(*w));
+    for (const Write* w = b0; w != b1; ++w) y.push_back(box_of(*w));
+    auto less = [](const Box& p, const Box& q) {
+      for (int d = 0; d < p.rank; ++d)
+        if (p.lo[d] != q.lo[d]) return p.lo[d] < q.lo[d];
+      for (int d = 0; d < p.rank; ++d)
+        if (p.hi[d] != q.hi[d]) return p.hi[d] < q.hi[d];
       return false;
     };
     std::sort(x.begin(), x.end(), less);
     std::sort(y.begin(), y.end(), less);
     for (size_t i = 0; i < x.size(); ++i)
-      if (!(*x[i] == *y[i])) return false;
+      if (!(x[i] == y[i])) return false;
     return true;
   }
 
@@ -452,7 +458,7 @@ class PartChecker {
         if (w->cls >= 0) virt.push_back(*w);
         continue;
       }
-      const std::vector<int32_t>* set = (*sets_)(w->device, tensor, w->box);
+      const std::vector<int32_t>* set = (*sets_)(w->device, tensor, box_of(*w));
       if (set == nullptr) return false;
       for (int32_t s : *set) {
         if (!takes(t, e, s))
@@ -542,12 +548,13 @@ class PartChecker {
           if (budget-- == 0)
             fail(ErrorCode::kCorrupt, field_,
                  "its relays read buffers written in the same stages in ways too costly to check");
-          if (w.stage < m.stage || intersect(w.box, region).empty()) continue;
+          if (w.stage < m.stage) continue;
+          const Box written = intersect(box_of(w), region);
+          if (written.empty()) continue;
           fail(ErrorCode::kCorrupt, field_,
                target_name(p.tensor, target) + ": " + piece_name(k | kSendBit) + " of stage " +
-                   std::to_string(m.stage) + " reads elements " +
-                   to_string(intersect(w.box, region)) + " that " + piece_name(w.where) +
-                   " writes in stage " + std::to_string(w.stage) +
+                   std::to_string(m.stage) + " reads elements " + to_string(written) + " that " +
+                   piece_name(w.where) + " writes in stage " + std::to_string(w.stage) +
                    " (a stage reads only what earlier stages wrote)");
         }
       }
@@ -587,8 +594,10 @@ class PartChecker {
       const TensorSpec& t = tensors_[a.tensor];
       const Box box =
           a.target == kScratchTarget ? t.src.full_box() : entry_box_(a.tensor, false, a.target);
+      held_.clear();
+      for (size_t i = g; i < g_end; ++i) held_.push_back(box_of(sent[i]));
       boxes_.clear();
-      for (size_t i = g; i < g_end; ++i) boxes_.push_back(&sent[i].box);
+      for (const Box& b : held_) boxes_.push_back(&b);
       Tiler tiler(256 * (boxes_.size() + 1) * static_cast<uint64_t>(std::max(box.rank, 1)) +
                       (uint64_t{1} << 16),
                   field_);
@@ -596,7 +605,7 @@ class PartChecker {
         std::string pieces;
         int named = 0;
         for (size_t i = g; i < g_end && named < 2; ++i)
-          if (!intersect(sent[i].box, bad->where).empty())
+          if (!intersect(held_[i - g], bad->where).empty())
             pieces += (named++ ? ", " : " (") + piece_name(sent[i].where);
         fail(ErrorCode::kCorrupt, field_,
              "tensor \"" + t.name + "\": elements " + to_string(bad->where) + " are sent twice" +
@@ -615,6 +624,7 @@ class PartChecker {
   const std::string& field_;
   std::vector<Write> writes_;  // local and received pieces, by (tensor, target, cls)
   std::vector<Group> groups_;  // runs of writes_ per (tensor, target), sorted
+  std::vector<Box> held_;      // the boxes of the writes being checked
   std::vector<const Box*> boxes_;
   const ScratchSetOf* sets_ = nullptr;
   bool only_scratch_reductions_ = false;
