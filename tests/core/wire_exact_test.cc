@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -244,6 +245,63 @@ TEST(WireExact, PartsDisagreeingOnAMessageAreRejected) {
     }
   }
   FAIL() << "no message of two pieces";
+}
+
+// Work per plan byte is bounded: disjoint pieces laid out as a staircase
+// (piece i covers rows [i, n) of column i) make the slab sweep quadratic;
+// past a budget proportional to the pieces the part is refused instead.
+TEST(WireExact, PathologicalPiecesExhaustTheBudget) {
+  const int64_t n = 3000;
+  PlanInput in;
+  Topology topology;
+  topology.add(DeviceInfo{0, 0, 0, 0});
+  topology.add(DeviceInfo{1, 1, 1, 0});
+  in.topology = topology;
+  auto a = std::make_shared<Mesh>();
+  a->axis_names = {"x"};
+  a->shape = {1};
+  a->devices = {0};
+  auto b = std::make_shared<Mesh>();
+  b->axis_names = {"x"};
+  b->shape = {1};
+  b->devices = {1};
+  TensorSpec t;
+  t.name = "w";
+  t.shape = {n, n};
+  t.dtype = DType::kU8;
+  t.src = Layout::from_named({a, {{}, {}}, {}, ReduceOp::kSum}, t.shape, "src");
+  t.dst = Layout::from_named({b, {{}, {}}, {}, ReduceOp::kSum}, t.shape, "dst");
+  in.tensors.push_back(t);
+  in.options.staging_budget_bytes = 0;
+  Plan plan = make_plan(in);
+  ProcessPart& part = Plan::Builder::parts(plan).at(0);
+  ASSERT_EQ(part.sends.size(), 1u);
+  const Piece p = part.send_pieces.at(0);
+  part.send_pieces.clear();
+  part.regions.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    Box r;
+    r.rank = 2;
+    r.lo = {i, i};
+    r.hi = {n, i + 1};
+    part.regions.push_back(r);
+    part.send_pieces.push_back(Piece{p.tensor, p.src_entry, p.dst_entry, static_cast<uint32_t>(i)});
+  }
+  part.sends[0].num_pieces = static_cast<uint64_t>(n);
+  retile(plan, part, list(part, false));
+  EncodeOptions o;
+  o.all_parts = false;
+  o.process = 0;
+  std::string message;
+  try {
+    decode_plan(encode_plan(plan, o));
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorrupt);
+    message = e.what();
+  }
+  EXPECT_NE(message.find("parts[0]: its pieces overlap in ways too costly to check"),
+            std::string::npos)
+      << message;
 }
 
 // A relay of stage s >= 2 reading what a relay of an earlier stage writes
