@@ -454,9 +454,11 @@ RESHARD_API reshard_error_t* reshard_plan_input_create(reshard_plan_input_t** ou
 
 /* Parses a JSON spec (docs/spec.md: meshes, tensors with named shardings,
  * processes/hosts, optional options) of `length` bytes (need not be
- * NUL-terminated) into a new input.
+ * NUL-terminated; every one of the `length` bytes is parsed, and a NUL
+ * among them is a PARSE error with its position) into a new input.
  * Errors: INVALID_ARGUMENT (json NULL with length > 0; out NULL), PARSE
- * (malformed JSON, with line and column), INVALID_ARGUMENT whose message
+ * (malformed JSON, with line and column; a number past a double's range,
+ * with its JSON path too), INVALID_ARGUMENT whose message
  * starts with the JSON path of the bad value ("tensors[2].src.spec[1]:
  * unknown mesh axis \"tq\""). */
 RESHARD_API reshard_error_t* reshard_plan_input_from_spec(const char* json, size_t length,
