@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -88,6 +90,27 @@ void retile(const Plan& plan, const ProcessPart& part, Edit e) {
                                [](const Message& m) { return m.num_pieces == 0; }),
                 e.msgs->end());
 }
+// Whether Plan::piece_bytes (an API for trusted plans) can size `p`.
+bool sizable(const Plan& plan, const ProcessPart& part, const Piece& p, uint32_t stage) {
+  if (p.tensor >= plan.tensors().size()) return false;
+  const TensorSpec& t = plan.tensors()[p.tensor];
+  if (p.region != kOverlapRegion)
+    return p.region < part.regions.size() && part.regions[p.region].rank == t.src.rank();
+  (void)stage;  // Plan::region sizes an overlap from the source layout
+  return p.src_entry < t.src.num_entries() && p.dst_entry < t.dst.num_entries();
+}
+// retile, where every piece can be sized.
+void retile_if_sizable(const Plan& plan, const ProcessPart& part, Edit e) {
+  uint64_t next = 0;
+  for (const Message& m : *e.msgs) {
+    if (m.num_pieces > e.pieces->size() - std::min<uint64_t>(next, e.pieces->size())) return;
+    for (uint64_t k = next; k < next + m.num_pieces; ++k)
+      if (!sizable(plan, part, (*e.pieces)[k], m.stage)) return;
+    next += m.num_pieces;
+  }
+  retile(plan, part, e);
+}
+
 size_t message_of(const Edit& e, uint64_t k) {
   for (size_t i = 0; i < e.msgs->size(); ++i)
     if (k < (*e.msgs)[i].first_piece + (*e.msgs)[i].num_pieces) return i;
@@ -449,6 +472,112 @@ TEST(WireExact, EverySingleEditIsRejectedOrExact) {
   std::printf("%zu single edits: %zu rejected, %zu decoded (and exact)\n", edits, rejected, exact);
   EXPECT_GT(edits, 200u);
   EXPECT_GT(rejected, edits / 2);
+}
+
+// The attacker's model at random: 1-3 random edits of a real plan (a
+// piece's tensor, entries or region index set to another value, a region's
+// bound moved, pieces dropped, repeated or swapped, a message's stage or
+// round changed), every digest recomputed by encode_plan; the outcome is
+// an error or the oracle's exact result, never anything else. Edits per
+// case: RESHARD_RANDOM_EDITS (default 40; the long run in the commit log
+// used more).
+TEST(WireExact, RandomEditsAreRejectedOrExact) {
+  const char* env = std::getenv("RESHARD_RANDOM_EDITS");
+  const int per_case = env ? std::atoi(env) : 40;
+  std::mt19937_64 rng(37);
+  auto uni = [&](uint64_t n) { return n == 0 ? uint64_t{0} : rng() % n; };
+  size_t edits = 0, rejected = 0, exact = 0, errors = 0;
+  for (const Case& c : real_cases(24)) {
+    const Plan plan = make_plan(c.input);
+    if (plan.parts().empty() || oracle_buffer_bytes(plan) > (int64_t{8} << 20)) continue;
+    for (int round = 0; round < per_case; ++round) {
+      Plan edited = plan;
+      auto& parts = Plan::Builder::parts(edited);
+      std::string what = c.name;
+      const int n_edits = 1 + static_cast<int>(uni(3));
+      for (int k = 0; k < n_edits; ++k) {
+        auto it = parts.begin();
+        std::advance(it, static_cast<std::ptrdiff_t>(uni(parts.size())));
+        ProcessPart& part = it->second;
+        const bool recv = uni(2) == 0;
+        Edit e = list(part, recv);
+        std::vector<Piece>& pieces = uni(4) == 0 ? part.local : *e.pieces;
+        const int kind = static_cast<int>(uni(8));
+        what += " | part " + std::to_string(it->first) + " kind " + std::to_string(kind);
+        if (kind <= 2 && !pieces.empty()) {
+          Piece& p = pieces[uni(pieces.size())];
+          const uint32_t v = static_cast<uint32_t>(uni(6));
+          const uint32_t field = static_cast<uint32_t>(uni(4));
+          uint32_t* f = field == 0   ? &p.tensor
+                        : field == 1 ? &p.src_entry
+                        : field == 2 ? &p.dst_entry
+                                     : &p.region;
+          *f = uni(5) == 0 ? (uni(2) ? kScratchEntry : kOverlapRegion) : v;
+        } else if (kind == 3 && !part.regions.empty()) {
+          Box& r = part.regions[uni(part.regions.size())];
+          if (r.rank > 0) {
+            const int d = static_cast<int>(uni(static_cast<uint64_t>(r.rank)));
+            (uni(2) ? r.lo[d] : r.hi[d]) += uni(2) ? 1 : -1;
+          }
+        } else if (kind == 4 && !e.pieces->empty()) {
+          const uint64_t i = uni(e.pieces->size());
+          if (message_of(e, i) < e.msgs->size()) {
+            Message& m = (*e.msgs)[message_of(e, i)];
+            if (uni(2)) {
+              e.pieces->erase(e.pieces->begin() + static_cast<std::ptrdiff_t>(i));
+              --m.num_pieces;
+            } else {
+              e.pieces->insert(e.pieces->begin() + static_cast<std::ptrdiff_t>(i), (*e.pieces)[i]);
+              ++m.num_pieces;
+            }
+          }
+        } else if (kind == 5 && e.pieces->size() >= 2) {
+          std::swap((*e.pieces)[uni(e.pieces->size())], (*e.pieces)[uni(e.pieces->size())]);
+        } else if (kind == 6 && !e.msgs->empty()) {
+          Message& m = (*e.msgs)[uni(e.msgs->size())];
+          (uni(2) ? m.stage : m.round) += uni(2) ? 1 : static_cast<uint32_t>(-1);
+        } else if (kind == 7 && !part.local.empty()) {
+          if (uni(2))
+            part.local.erase(part.local.begin() +
+                             static_cast<std::ptrdiff_t>(uni(part.local.size())));
+          else
+            part.local.push_back(part.local[uni(part.local.size())]);
+        }
+        // Keep message sizes consistent most of the time (what an editor
+        // would do), so that the structural checks, not the byte counts,
+        // have to find the edit.
+        if (uni(4) != 0) {
+          retile_if_sizable(edited, part, list(part, true));
+          retile_if_sizable(edited, part, list(part, false));
+        }
+      }
+      ++edits;
+      Plan back;
+      try {
+        back = decode_plan(encode_plan(edited));
+      } catch (const Error&) {
+        ++rejected;
+        continue;
+      }
+      int64_t wrong = -1;
+      try {
+        OracleBuffers buffers = fill_sources(back);
+        const auto views = buffers.views();
+        execute_host(back, views, {1});
+        wrong = check_destinations(back, buffers).mismatches;
+        ++exact;
+      } catch (const Error&) {
+        ++errors;
+        wrong = 0;
+      }
+      EXPECT_EQ(wrong, 0) << what << ": decoded and executed to wrong data";
+    }
+  }
+  std::printf(
+      "%zu random edits: %zu rejected at decode, %zu decoded and exact, %zu decoded and "
+      "refused by the executor\n",
+      edits, rejected, exact, errors);
+  EXPECT_GT(edits, 100u);
 }
 
 }  // namespace
