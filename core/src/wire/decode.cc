@@ -13,7 +13,6 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -981,19 +980,23 @@ class Decoder {
   // The (tensor, destination entry) pairs on the devices of `process`,
   // computed for every process at the first call.
   const std::vector<std::pair<uint32_t, uint32_t>>& entries_on(int32_t process) {
-    if (!entries_by_process_) {
-      entries_by_process_.emplace();
-      for (size_t i = 0; i < tensors_->size(); ++i) {
-        const Layout& dst = (*tensors_)[i].dst;
+    // Per destination geometry (tensors share them), its entries by
+    // process, computed once; then per part one lookup per tensor.
+    entries_.clear();
+    static const std::vector<uint32_t> kNone;
+    for (size_t i = 0; i < tensors_->size(); ++i) {
+      const Layout& dst = (*tensors_)[i].dst;
+      auto [it, fresh] = entries_by_geometry_.try_emplace(dst.geometry().get());
+      if (fresh) {
         charge(dst.num_entries() * 8, "plan");
         for (size_t e = 0; e < dst.num_entries(); ++e)
-          (*entries_by_process_)[topology_->info(dst.device(e)).process].emplace_back(
-              static_cast<uint32_t>(i), static_cast<uint32_t>(e));
+          it->second[topology_->info(dst.device(e)).process].push_back(static_cast<uint32_t>(e));
       }
+      auto on = it->second.find(process);
+      for (uint32_t e : on == it->second.end() ? kNone : on->second)
+        entries_.emplace_back(static_cast<uint32_t>(i), e);
     }
-    static const std::vector<std::pair<uint32_t, uint32_t>> kNone;
-    auto it = entries_by_process_->find(process);
-    return it == entries_by_process_->end() ? kNone : it->second;
+    return entries_;
   }
 
   // The box of the scratch of the part being checked that contains
@@ -1031,7 +1034,10 @@ class Decoder {
   bool any_late_summand_ = false;      // a piece of stage > 0 writes a scratch from a summand
   bool any_scratch_ = false;           // a decoded part holds scratch
   const ProcessPart* part_ = nullptr;  // the part whose pieces are being checked
-  std::optional<std::map<int32_t, std::vector<std::pair<uint32_t, uint32_t>>>> entries_by_process_;
+  // entries_on: each destination geometry's entries by process, and the
+  // (tensor, entry) pairs of the part being checked.
+  std::map<const Geometry*, std::map<int32_t, std::vector<uint32_t>>> entries_by_geometry_;
+  std::vector<std::pair<uint32_t, uint32_t>> entries_;
 };
 
 }  // namespace
