@@ -290,6 +290,9 @@ int run_plan(const PlanArgs& args) {
           {"send_bytes", ps.send_bytes},       {"recv_messages", ps.recv_messages},
           {"recv_pieces", ps.recv_pieces},     {"recv_bytes", ps.recv_bytes}};
     }
+    // The file first (issue 37: --format json used to return before
+    // writing it): a failure to write exits non-zero with nothing on stdout.
+    if (!args.out.empty()) write_plan_file(args, spec.input, whole);
     std::cout << j.dump(2) << "\n";
     return 0;
   }

@@ -53,7 +53,8 @@ void rethrow_renamed(const Error& e, std::initializer_list<Rename> renames) {
 
 int64_t to_int64(size_t value, const std::string& name) {
   if (value > static_cast<size_t>(INT64_MAX)) {
-    fail(ErrorCode::kOutOfRange, name + ": " + std::to_string(value) + " exceeds INT64_MAX");
+    fail(ErrorCode::kInvalidArgument,
+         name + ": " + std::to_string(value) + " exceeds INT64_MAX (no shard is that large)");
   }
   return static_cast<int64_t>(value);
 }

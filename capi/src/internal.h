@@ -202,7 +202,8 @@ decltype(auto) renamed(std::initializer_list<Rename> renames, F&& body) {
   }
 }
 
-// Converts a caller's size_t to int64, naming the argument on overflow.
+// Converts a caller's size_t to int64: kInvalidArgument naming the argument above
+// INT64_MAX (a buffer size no shard can have, reshard.h promises INVALID_ARGUMENT).
 int64_t to_int64(size_t value, const std::string& name);
 
 // A vector of `n` values from a C array that must not be NULL when n > 0.

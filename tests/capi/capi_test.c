@@ -945,6 +945,33 @@ static void test_spec(void) {
             "json: must not be NULL");
   CHECK_ERR(reshard_plan_input_from_spec(kSpec, strlen(kSpec), NULL),
             RESHARD_ERROR_INVALID_ARGUMENT, "out_input: must not be NULL");
+  /* Issue 37 finding 7: the whole length counts. A NUL inside it (here
+   * after a complete spec, then text) is an error, as the CLI gives for the
+   * same bytes, never a silent truncation to the text before it. */
+  {
+    char with_nul[sizeof kShortSpec + 16];
+    const size_t n_spec = strlen(kShortSpec);
+    memcpy(with_nul, kShortSpec, n_spec);
+    memcpy(with_nul + n_spec, "\0{\"junk\": 1}", 13);
+    CHECK_ERR(reshard_plan_input_from_spec(with_nul, n_spec + 13, &untouched), RESHARD_ERROR_PARSE,
+              "line 1, column 198: NUL character at byte 197 of 210 (not valid JSON)");
+    /* A NUL inside a string value, and the spec alone still parses. */
+    memcpy(with_nul, kShortSpec, n_spec);
+    with_nul[strstr(kShortSpec, "\"t\"") - kShortSpec + 1] = '\0';
+    CHECK_ERR(reshard_plan_input_from_spec(with_nul, n_spec, &untouched), RESHARD_ERROR_PARSE,
+              "NUL character at byte");
+    REQUIRE_OK(reshard_plan_input_from_spec(kShortSpec, n_spec, &input));
+    reshard_plan_input_destroy(input);
+  }
+  /* Issue 37 finding 8: a number past a double's range names its path and
+   * position. */
+  {
+    static const char kHuge[] =
+        "{\"meshes\": {\"m\": {\"axis_names\": [\"x\"], \"shape\": [2]}},\n"
+        " \"options\": {\"alpha_seconds\": 1e309}, \"tensors\": []}";
+    CHECK_ERR(reshard_plan_input_from_spec(kHuge, strlen(kHuge), &untouched), RESHARD_ERROR_PARSE,
+              "options.alpha_seconds: line 2, column 31: number 1e309 is too large for a double");
+  }
   CHECK(untouched == kSentinel);
 }
 
@@ -1020,6 +1047,14 @@ static const struct {
      "options.inter_host_bytes_per_second: must be positive and finite, got -inf"},
     {offsetof(reshard_plan_options_t, staging_budget_bytes), 1, -5,
      "options.staging_budget_bytes: must be non-negative, got -5"},
+    /* Issue 37 finding 4: finite values whose estimate is not finite (the
+     * plan wrote but never read back). */
+    {offsetof(reshard_plan_options_t, alpha_seconds), 0, 1e308,
+     "options.alpha_seconds: must be at most 1e+09 seconds (the cost estimate must stay finite), "
+     "got 1e+308"},
+    {offsetof(reshard_plan_options_t, intra_host_bytes_per_second), 0, 5e-324,
+     "options.intra_host_bytes_per_second: must be at least 1 byte per second (the cost estimate "
+     "must stay finite), got 5e-324"},
 };
 
 static void test_plan_create(void) {
@@ -1805,8 +1840,10 @@ static void test_executor(void) {
   CHECK_ERR(reshard_executor_execute(executor, plan, h.tensors, 2), RESHARD_ERROR_INVALID_ARGUMENT,
             "buffers[0].dst[1]: 60 bytes given");
   ((reshard_dst_buffer_t*)h.tensors[0].dst)[1].bytes += 4;
+  /* Issue 37 finding 8: a size past INT64_MAX is a bad buffer, the
+   * INVALID_ARGUMENT the header promises (was OUT_OF_RANGE). */
   ((reshard_dst_buffer_t*)h.tensors[0].dst)[1].bytes = (size_t)INT64_MAX + 1u;
-  CHECK_ERR(reshard_executor_execute(executor, plan, h.tensors, 2), RESHARD_ERROR_OUT_OF_RANGE,
+  CHECK_ERR(reshard_executor_execute(executor, plan, h.tensors, 2), RESHARD_ERROR_INVALID_ARGUMENT,
             "buffers[0].dst[1].bytes");
   ((reshard_dst_buffer_t*)h.tensors[0].dst)[1].bytes = 64;
   saved = h.tensors[0].dst[2];

@@ -608,7 +608,87 @@ def case_simulate_bad_topology():
     check("--topology" in p.stderr, p.stderr)
 
 
+def case_plan_json_out():
+    # Issue 37 finding 8: --format json with --out returned before writing the file.
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "plan.rsplan")
+    p = run("plan", "--spec", spec("partial_sums"), "--format", "json", "--out", path)
+    doc = json.loads(p.stdout)  # stdout stays one JSON document
+    check("stats" in doc, p.stdout)
+    check(os.path.exists(path), "--format json --out wrote no file")
+    with open(path, "rb") as f:
+        data = f.read()
+    check(data[4:8] == b"RSHP", "no RSHP file identifier")
+    again = os.path.join(d, "text.rsplan")
+    run("plan", "--spec", spec("partial_sums"), "--out", again)
+    with open(again, "rb") as f:
+        check(f.read() == data, "--format json wrote other bytes than --format text")
+    out = run("verify", "--plan", path).stdout
+    check(out.strip().endswith("OK"), out)
+
+
+HUGE_TENSOR = {"name": "huge", "shape": [2**60], "dtype": "f32",
+               "src": {"mesh": "a", "spec": ["x"]}, "dst": {"mesh": "b", "spec": [None]}}
+
+
+def case_stats_overflow():
+    # Issue 37 finding 6: all-gathering a 2^62-byte tensor onto 2 devices
+    # reported network bytes of -9223372036854775808.
+    doc = {"meshes": {"a": {"axis_names": ["x"], "shape": [2], "devices": [0, 1]},
+                      "b": {"axis_names": ["x"], "shape": [2], "devices": [2, 3]}},
+           "tensors": [HUGE_TENSOR], "options": {"staging_budget_bytes": 0}}
+    err = run("plan", "--spec", spec_file(doc), "--format", "json", expect=None)
+    check(err.returncode != 0, f"planned: {err.stdout}")
+    check("-9223372036854775808" not in err.stdout + err.stderr, err.stdout)
+    check("stats." in err.stderr and "exceeds 2^63 - 1" in err.stderr, err.stderr)
+    # In place the figures fit, and are exact.
+    doc["tensors"][0]["dst"]["mesh"] = "a"
+    stats = json.loads(run("plan", "--spec", spec_file(doc), "--format", "json").stdout)["stats"]
+    check(stats["network_bytes"] == 2**62 and stats["max_recv_bytes"] == 2**61, str(stats))
+    # Rounds past 2^31 - 1 name the budget rather than saturate.
+    doc["options"]["staging_budget_bytes"] = 2**30
+    err = run("plan", "--spec", spec_file(doc), expect=None)
+    check(err.returncode != 0 and "stats.rounds" in err.stderr
+          and "staging_budget_bytes" in err.stderr, err.stdout + err.stderr)
+
+
+def case_options_finite_estimate():
+    # Issue 37 finding 4: finite options whose estimate is infinite were
+    # planned and written, then refused by every reader.
+    d = tempfile.mkdtemp()
+    for key, value in (("alpha_seconds", 1e308), ("inter_host_bytes_per_second", 5e-324),
+                       ("intra_host_bytes_per_second", 5e-324)):
+        with open(spec("partial_sums")) as f:
+            doc = json.load(f)
+        doc.setdefault("options", {})[key] = value
+        path = os.path.join(d, key + ".rsplan")
+        err = run("plan", "--spec", spec_file(doc), "--out", path, expect=None)
+        check(err.returncode != 0 and "options." + key in err.stderr, err.stderr)
+        check(not os.path.exists(path), f"{key}: a plan was written")
+
+
+def case_spec_number_overflow():
+    # Issue 37 finding 8: 1e309 was reported without field or position.
+    path = bad_spec_file('{"tensors": [],\n "options": {"alpha_seconds": 1e309}}')
+    err = run("plan", "--spec", path, expect=None).stderr
+    check("options.alpha_seconds" in err and "line 2, column 31" in err and "1e309" in err, err)
+
+
+def case_spec_embedded_nul():
+    # Issue 37 finding 7 (the CLI side): a NUL inside the file is an error
+    # naming its position, like the C ABI's for the same bytes.
+    with open(spec("partial_sums"), "rb") as f:
+        data = f.read()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.write(fd, data + b"\0{}")
+    os.close(fd)
+    err = run("plan", "--spec", path, expect=None).stderr
+    check(f"NUL character at byte {len(data)}" in err, err)
+
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
+
 
 if __name__ == "__main__":
     if CASE not in CASES:

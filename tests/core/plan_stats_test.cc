@@ -416,5 +416,63 @@ TEST(PlanStatsFastPath, UncoveredRegionIsReportedAsTheEnumerationReportsIt) {
   EXPECT_EQ(fast, ref);
 }
 
+// Issue 37 finding 6: all-gathering a 2^62-byte tensor onto 2 devices
+// reported network bytes of -2^63 (signed overflow in the statistics) and
+// saturated `rounds` silently. Figures that fit are exact; one that does not
+// is kOverflow naming it; rounds past 2^31 - 1 name the budget.
+TEST(PlanStatsOverflow, HugeAllGatherIsExactOrAnErrorNamingTheFigure) {
+  const int64_t n = int64_t{1} << 60;  // f32: 2^62 bytes
+  auto a = testing::mesh_1d({0, 1});
+  auto b = testing::mesh_1d({2, 3});
+  auto replicated = [](std::shared_ptr<Mesh> m) {
+    return testing::sharding(std::move(m), std::vector<std::vector<std::string>>(1));
+  };
+  auto expect_error = [](const PlanInput& in, ErrorCode code, const std::string& field,
+                         const std::string& detail) {
+    try {
+      make_plan(in, {PlanScope::kGlobal});
+      ADD_FAILURE() << "planned";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_EQ(e.field(), field) << e.what();
+      EXPECT_NE(std::string(e.detail()).find(detail), std::string::npos) << e.what();
+    }
+  };
+  {
+    // In place: each device takes in the other's half, 2^61 bytes; 2^62 in all.
+    PlanInput in;
+    in.tensors.push_back(
+        testing::tensor("huge", {n}, DType::kF32, testing::sharding(a, {{"x"}}), replicated(a)));
+    in.options.staging_budget_bytes = 0;
+    const Plan plan = make_plan(in, {PlanScope::kGlobal});
+    EXPECT_EQ(plan.stats().network_bytes, int64_t{1} << 62);
+    EXPECT_EQ(plan.stats().max_recv_bytes, int64_t{1} << 61);
+    EXPECT_EQ(plan.stats().local_bytes, int64_t{1} << 62);
+    EXPECT_EQ(plan.stats().lower_bound_network_bytes, int64_t{1} << 62);
+    EXPECT_GT(plan.stats().cost_seconds, 0);
+    // Under the default 1 GiB budget that is 2^31 rounds: never saturated.
+    in.options.staging_budget_bytes = int64_t{1} << 30;
+    expect_error(in, ErrorCode::kOverflow, "stats.rounds", "options.staging_budget_bytes");
+  }
+  {
+    // Onto two other devices: each takes in 2^62 bytes, 2^63 in all.
+    PlanInput in;
+    in.tensors.push_back(
+        testing::tensor("huge", {n}, DType::kF32, testing::sharding(a, {{"x"}}), replicated(b)));
+    in.options.staging_budget_bytes = 0;
+    for (bool relays : {true, false}) {
+      in.options.relays = relays;
+      try {
+        const Plan plan = make_plan(in, {PlanScope::kGlobal});
+        ADD_FAILURE() << "network bytes " << plan.stats().network_bytes;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kOverflow) << e.what();
+        EXPECT_TRUE(e.field().starts_with("stats.")) << e.what();
+        EXPECT_NE(std::string(e.detail()).find("exceeds 2^63 - 1"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace reshard

@@ -1043,6 +1043,17 @@ TEST(PlanValidation, OptionValuesFollowOneRuleAtEveryEntry) {
       {"inter_host_bytes_per_second", -inf,
        "options.inter_host_bytes_per_second: must be positive and finite, got -inf"},
       {"staging_budget_bytes", -5, "options.staging_budget_bytes: must be non-negative, got -5"},
+      // Issue 37 finding 4: finite values whose estimate was infinite (the
+      // plan was written, and no reader accepted its bytes).
+      {"alpha_seconds", 1e308,
+       "options.alpha_seconds: must be at most 1e+09 seconds (the cost estimate must stay "
+       "finite), got 1e+308"},
+      {"intra_host_bytes_per_second", 5e-324,
+       "options.intra_host_bytes_per_second: must be at least 1 byte per second (the cost "
+       "estimate must stay finite), got 5e-324"},
+      {"inter_host_bytes_per_second", 1e300,
+       "options.inter_host_bytes_per_second: must be at most 1e+18 bytes per second (the cost "
+       "estimate must stay finite), got 1e+300"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.field) + " = " + std::to_string(c.value));

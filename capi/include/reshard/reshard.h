@@ -463,9 +463,11 @@ RESHARD_API reshard_error_t* reshard_plan_input_create(reshard_plan_input_t** ou
 
 /* Parses a JSON spec (docs/spec.md: meshes, tensors with named shardings,
  * processes/hosts, optional options) of `length` bytes (need not be
- * NUL-terminated) into a new input.
+ * NUL-terminated; every one of the `length` bytes is parsed, and a NUL
+ * among them is a PARSE error with its position) into a new input.
  * Errors: INVALID_ARGUMENT (json NULL with length > 0; out NULL), PARSE
- * (malformed JSON, with line and column), INVALID_ARGUMENT whose message
+ * (malformed JSON, with line and column; a number past a double's range,
+ * with its JSON path too), INVALID_ARGUMENT whose message
  * starts with the JSON path of the bad value ("tensors[2].src.spec[1]:
  * unknown mesh axis \"tq\""). */
 RESHARD_API reshard_error_t* reshard_plan_input_from_spec(const char* json, size_t length,
@@ -894,8 +896,14 @@ RESHARD_API reshard_error_t* reshard_plan_serialize(const reshard_plan_t* plan,
 
 /* Verifies `size` bytes at `data` (FlatBuffers verifier, then semantic
  * checks: indices in range, boxes inside shapes, sizes and statistics
- * consistent, fingerprint matching the inputs) and decodes them into a new
- * plan. Untrusted bytes are safe: any defect is an error, never a crash.
+ * consistent, fingerprint matching the inputs, and what each process part
+ * does: every destination element written exactly once per summand it
+ * takes, no piece sent twice, nothing read before an earlier stage wrote
+ * it, and parts held together agreeing on every message between them) and
+ * decodes them into a new plan. Untrusted bytes are safe: any defect is an
+ * error, never a crash. (A buffer holding only some parts checks the
+ * summands that reach a reduction through another part's scratch for
+ * duplicates, not completeness.)
  * The bytes are not referenced after the call.
  * Errors: INVALID_ARGUMENT (data NULL with size > 0, out NULL), CORRUPT
  * naming what failed (truncated, wrong identifier, unknown version, bad

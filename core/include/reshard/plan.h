@@ -89,10 +89,15 @@ struct PlanOptions {
 // the spec parser, the plan decoder (with kCorrupt) and, through make_plan,
 // the C ABI. split_min_bytes and staging_budget_bytes are >= 0,
 // nics_per_host is in [0, 2^20],
-// alpha_seconds is finite and >= 0, the bandwidths are finite and > 0 (a
-// plan must decode from the bytes it encodes to). Throws Error(code, field,
+// alpha_seconds is finite and in [0, kMaxAlphaSeconds], the bandwidths are
+// finite and in [kMinBytesPerSecond, kMaxBytesPerSecond] (a plan must decode
+// from the bytes it encodes to, so its cost estimate must be finite: with
+// alpha_seconds 1e308 or a bandwidth of 5e-324 it was not). Throws Error(code, field,
 // detail) with field `prefix` + the member's name, e.g.
 // "options.alpha_seconds: must be non-negative and finite, got -1".
+inline constexpr double kMaxAlphaSeconds = 1e9;
+inline constexpr double kMinBytesPerSecond = 1;
+inline constexpr double kMaxBytesPerSecond = 1e18;
 void validate(const PlanOptions& options, const std::string& prefix = "options.",
               ErrorCode code = ErrorCode::kInvalidArgument);
 

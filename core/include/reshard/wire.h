@@ -48,7 +48,14 @@ uint64_t part_digest(uint64_t fingerprint, const ProcessPart& part);
 // Verifies (FlatBuffers Verifier, then semantic checks: indices in range,
 // boxes inside shapes, sizes and statistics consistent, fingerprint matches
 // the inputs, each part's digest matches the part; parts of plans written
-// before digests existed carry none and are accepted unchecked) and decodes. Any failure is
+// before digests existed carry none and are accepted unchecked) and decodes.
+// Then what each part does, since a digest anyone can recompute proves
+// nothing: every destination element on the part's devices written exactly
+// once per summand it takes (once by a copy, or once by each summand of a
+// reduction), no piece sent twice, no element read in a stage that writes
+// it or an earlier one (core/src/wire/exact.h; summands that reach a
+// reduction through another part's scratch are checked for duplicates, not
+// completeness). Any failure is
 // Error(kCorrupt) with a message naming what failed; never a crash or an out-of-bounds read.
 Plan decode_plan(std::span<const uint8_t> bytes);
 

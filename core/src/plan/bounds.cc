@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "plan/checked.h"
 #include "util/nic_groups.h"
 
 namespace reshard::planning {
@@ -27,7 +28,7 @@ struct SparseSums {
   explicit SparseSums(size_t n) : val(n, 0) {}
   void add(uint32_t i, int64_t v) {
     if (val[i] == 0) touched.push_back(i);
-    val[i] += v;
+    add_to(val[i], v, "lower_bound_max_send_bytes");
   }
   void fold_max(std::vector<int64_t>& into) {
     for (uint32_t i : touched) {
@@ -52,19 +53,19 @@ struct Sinks {
     if (s_ingress)
       s_ingress->add(h, v);
     else
-      (*ingress)[h] += v;
+      add_to((*ingress)[h], v, "lower_bound_max_host_recv_bytes");
   }
   void add_egress(uint32_t h, int64_t v) {
     if (s_egress)
       s_egress->add(h, v);
     else
-      (*egress)[h] += v;
+      add_to((*egress)[h], v, "lower_bound_max_host_send_bytes");
   }
   void add_forced(uint32_t d, int64_t v) {
     if (s_forced)
       s_forced->add(d, v);
     else
-      (*forced)[d] += v;
+      add_to((*forced)[d], v, "lower_bound_max_send_bytes");
   }
 };
 
@@ -108,14 +109,14 @@ class BoundsWalker {
     int64_t first_dev = -1;
     bool many_devs = false;
     size_t needers = 0;  // distinct needer devices
-    const int64_t bvol = B.volume() * esum;
+    const int64_t bvol = mul_of(B.volume(), esum, "lower_bound_network_bytes");
     for (size_t i = 0; i < n; ++i) {
       const uint32_t e = entries[i];
       if (t.T > 1 && t.dg->summands[e] != u) continue;
       const uint32_t dd = t.dt->dense[e];
       if (dev_mark_[dd] != stamp) ++needers;
       dev_mark_[dd] = stamp;
-      b_.missing[dd] += bvol;
+      add_to(b_.missing[dd], bvol, "lower_bound_max_recv_bytes");
       if (first_dev < 0)
         first_dev = dd;
       else if (static_cast<int64_t>(dd) != first_dev)
@@ -184,7 +185,7 @@ class BoundsWalker {
         }
         i = j;
       }
-      if (needers_holding < needers) leave_ += v;
+      if (needers_holding < needers) add_to(leave_, v, "lower_bound_max_send_bytes");
       for (uint32_t h : count_hosts_) {
         if (host_count_[h] == g && host_mark_[h] == stamp) sink.add_ingress(h, -v);
         last_summand_host_[h] = -1;
@@ -288,8 +289,10 @@ Bounds compute_bounds(const Context& ctx) {
         const uint32_t b0 = dg.cell_offsets[static_cast<size_t>(c)],
                        b1 = dg.cell_offsets[static_cast<size_t>(c) + 1];
         if (b0 == b1) continue;
-        b.leave += walk.cell(t, t.dst->box(dg.cell_entries[b0]), dg.cell_entries.data() + b0,
-                             b1 - b0, esum, direct);
+        add_to(b.leave,
+               walk.cell(t, t.dst->box(dg.cell_entries[b0]), dg.cell_entries.data() + b0, b1 - b0,
+                         esum, direct),
+               "lower_bound_max_send_bytes");
       }
       continue;
     }
@@ -312,16 +315,18 @@ Bounds compute_bounds(const Context& ctx) {
         s_egress.fold_max(over_egress);
         s_forced.fold_max(over_forced);
       } else {
-        b.leave += walk.cell(t, B, dg.cell_entries.data() + b0, b1 - b0, esum, direct);
+        add_to(b.leave, walk.cell(t, B, dg.cell_entries.data() + b0, b1 - b0, esum, direct),
+               "lower_bound_max_send_bytes");
       }
     }
     if (!any_overlap) continue;
-    b.leave += std::exchange(over_leave, 0);
+    add_to(b.leave, std::exchange(over_leave, 0), "lower_bound_max_send_bytes");
     for (size_t h = 0; h < nh; ++h) {
-      b.ingress[h] += std::exchange(over_ingress[h], 0);
-      b.egress[h] += std::exchange(over_egress[h], 0);
+      add_to(b.ingress[h], std::exchange(over_ingress[h], 0), "lower_bound_max_host_recv_bytes");
+      add_to(b.egress[h], std::exchange(over_egress[h], 0), "lower_bound_max_host_send_bytes");
     }
-    for (size_t d = 0; d < ndev; ++d) b.forced[d] += std::exchange(over_forced[d], 0);
+    for (size_t d = 0; d < ndev; ++d)
+      add_to(b.forced[d], std::exchange(over_forced[d], 0), "lower_bound_max_send_bytes");
   }
   return b;
 }

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "plan/checked.h"
 #include "plan/context.h"
 #include "plan/enumerate.h"
 #include "plan/estimate.h"
@@ -933,7 +934,10 @@ NaivePlanResult naive_plan(const PlanInput& input) {
     for (uint32_t e = 0; e < t.dst->num_entries(); ++e)
       en.recv_naive(t, e, [&](const Emitted& x) {
         ++r.pieces;
-        if (!x.local) r.network_bytes += x.region.volume() * t.esize;
+        if (!x.local)
+          planning::add_to(r.network_bytes,
+                           planning::mul_of(x.region.volume(), t.esize, "network_bytes"),
+                           "network_bytes");
       });
   return r;
 }

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "plan/bounds.h"
+#include "plan/checked.h"
 #include "plan/context.h"
 #include "plan/rounds.h"
 #include "plan/scratch_layout.h"
@@ -19,6 +20,12 @@
 #include "reshard/error.h"
 
 namespace reshard::planning {
+
+void stat_overflow(const char* figure) {
+  fail(ErrorCode::kOverflow, std::string("stats.") + figure,
+       "exceeds 2^63 - 1: the plan moves more than 64-bit statistics can count (plan the "
+       "tensors in several plans, or cut them smaller)");
+}
 
 namespace {
 
@@ -47,7 +54,7 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
   for (size_t d = 0; d < ndev; ++d) {
     const int64_t miss = lb.missing[d], forced = lb.forced[d];
     const double bmin = std::min(bi, bx / lb.group_nics[lb.group_of_device[d]]);
-    total += miss;
+    add_to(total, miss, "lower_bound_network_bytes");
     st.lower_bound_max_recv_bytes = std::max(st.lower_bound_max_recv_bytes, miss);
     st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes, forced);
     if (miss > 0)
@@ -58,15 +65,14 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
   st.lower_bound_network_bytes = total;
   if (lb.holders > 0)
     st.lower_bound_max_send_bytes =
-        std::max(st.lower_bound_max_send_bytes, (lb.leave + lb.holders - 1) / lb.holders);
+        std::max(st.lower_bound_max_send_bytes, ceil_div_checked(lb.leave, lb.holders));
   if (ndev > 0)
-    st.lower_bound_max_send_bytes =
-        std::max(st.lower_bound_max_send_bytes,
-                 (total + static_cast<int64_t>(ndev) - 1) / static_cast<int64_t>(ndev));
+    st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes,
+                                             ceil_div_checked(total, static_cast<int64_t>(ndev)));
   int64_t in = 0, out = 0;
   for (size_t h = 0; h < lb.hosts.size(); ++h) {
-    in += lb.ingress[h];
-    out += lb.egress[h];
+    add_to(in, lb.ingress[h], "lower_bound_cross_host_bytes");
+    add_to(out, lb.egress[h], "lower_bound_cross_host_bytes");
     st.lower_bound_max_host_recv_bytes =
         std::max(st.lower_bound_max_host_recv_bytes, lb.ingress[h]);
     st.lower_bound_max_host_send_bytes = std::max(st.lower_bound_max_host_send_bytes, lb.egress[h]);
@@ -82,8 +88,8 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
   st.lower_bound_cross_host_bytes = std::max(in, out);
   if (!lb.hosts.empty()) {
     const auto nh = static_cast<int64_t>(lb.hosts.size());
-    st.lower_bound_max_host_send_bytes = std::max(st.lower_bound_max_host_send_bytes,
-                                                  (st.lower_bound_cross_host_bytes + nh - 1) / nh);
+    st.lower_bound_max_host_send_bytes = std::max(
+        st.lower_bound_max_host_send_bytes, ceil_div_checked(st.lower_bound_cross_host_bytes, nh));
   }
 }
 
@@ -175,8 +181,8 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
                             bi * static_cast<double>(x.recv - x.recv_inter) +
                             bxg * static_cast<double>(x.recv_inter);
       busiest = std::max({busiest, send_t, recv_t});
-      group_send[g] += x.send_inter;
-      group_recv[g] += x.recv_inter;
+      add_to(group_send[g], x.send_inter, "max_host_send_bytes");
+      add_to(group_recv[g], x.recv_inter, "max_host_recv_bytes");
     }
     for (size_t g = 0; g < lb.group_nics.size(); ++g) {
       const int64_t bytes = std::max(group_send[g], group_recv[g]);
@@ -220,13 +226,13 @@ RoundFigures round_schedule(size_t ndev, int nstages, int64_t budget,
   auto visit = [&](int s, size_t sd, size_t dd, int64_t bytes, const BandStream* b) {
     int64_t all = bytes;
     if (b)
-      for (int64_t v : b->bytes) all += v;
+      for (int64_t v : b->bytes) add_to(all, v, "network_bytes");
     if (all <= 0) return;
     const int64_t chunk = round_chunk(budget, load(s, sd), load(s, dd), all);
     int64_t r = 0, segments = 0, cap = 0;
     auto segment = [&](int64_t v) {
       if (v <= 0) return;
-      r += stream_rounds(v, chunk);
+      add_to(r, stream_rounds(v, chunk), "rounds");
       ++segments;
       // Most bytes any round of the segment stages.
       cap = std::max(cap, round_cap(v, chunk));
@@ -235,15 +241,15 @@ RoundFigures round_schedule(size_t ndev, int nstages, int64_t budget,
     if (b)
       for (int64_t v : b->bytes) segment(v);
     rounds = std::max(rounds, r);
-    out.messages += r;
+    add_to(out.messages, r, "messages");
     if (counts) {
       (*counts)[sd].messages += r;
       (*counts)[dd].messages += r;
       (*counts)[sd].cuts += r - segments;
       (*counts)[dd].cuts += r - segments;
     }
-    staged[sd] += cap;
-    staged[dd] += cap;
+    add_to(staged[sd], cap, "peak_staging_bytes");
+    add_to(staged[dd], cap, "peak_staging_bytes");
   };
   auto bands_of = [&](uint32_t s, size_t sd, size_t dd) -> const BandStream* {
     if (in.bands->empty()) return nullptr;
@@ -261,7 +267,7 @@ RoundFigures round_schedule(size_t ndev, int nstages, int64_t budget,
   // Stage by stage: rounds add up, staging peaks per stage.
   auto end_stage = [&] {
     for (int64_t v : staged) out.peak_staging = std::max(out.peak_staging, v);
-    out.rounds += rounds;
+    add_to(out.rounds, rounds, "rounds");
     rounds = 0;
     staged.assign(ndev, 0);
   };
@@ -370,12 +376,12 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // `bytes` from dense device sd to dd in one stage's rows `a`, and across
   // hosts when `inter`.
   auto charge = [&](std::vector<Acc>& a, uint32_t sd, uint32_t dd, int64_t bytes, bool inter) {
-    a[sd].send += bytes;
-    a[dd].recv += bytes;
+    add_to(a[sd].send, bytes, "max_send_bytes");
+    add_to(a[dd].recv, bytes, "max_recv_bytes");
     if (!inter) return;
-    a[sd].send_inter += bytes;
-    a[dd].recv_inter += bytes;
-    st.cross_host_bytes += bytes;
+    add_to(a[sd].send_inter, bytes, "max_host_send_bytes");
+    add_to(a[dd].recv_inter, bytes, "max_host_recv_bytes");
+    add_to(st.cross_host_bytes, bytes, "cross_host_bytes");
   };
   bool relayed = false;
   // Tensors with the same shape and layout geometries have proportional
@@ -468,10 +474,10 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   BandStreams band_streams;
   auto add_pair = [&](uint32_t sd, uint32_t dd, int64_t bytes) {
     if (dense_bytes)
-      pair_dense[size_t{dd} * ndev + sd] += bytes;
+      add_to(pair_dense[size_t{dd} * ndev + sd], bytes, "network_bytes");
     else {
       auto [it, fresh] = pair_sparse.try_emplace((uint64_t{sd} << 32) | dd, 0);
-      it->second += bytes;
+      add_to(it->second, bytes, "network_bytes");
       if (fresh) keep_pair();
     }
   };
@@ -528,7 +534,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     if (into_scratch) e = x.dst_entry;
     const uint32_t dd = to.dense[e];
     ++group_pieces;
-    const int64_t bytes = x.region.volume() * esum;
+    const int64_t bytes = mul_of(x.region.volume(), esum, "network_bytes");
     // A relay piece's source is a destination entry (stages > 0), a
     // scratch's its owner, a source entry.
     const GeoTopo& from = x.relay() && x.scratch == 0 ? *t.dt : *t.st;
@@ -556,27 +562,28 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       }
     }
     if (x.local) {
-      acc[dd].local += bytes;
+      add_to(acc[dd].local, bytes, "local_bytes");
       return;
     }
     stage_grow(x.stage);
     charge(stage_acc[x.stage], sd, dd, bytes, from.host[x.src_entry] != to.host[e]);
-    if (from.process[x.src_entry] != to.process[e]) st.cross_process_bytes += bytes;
+    if (from.process[x.src_entry] != to.process[e])
+      add_to(st.cross_process_bytes, bytes, "cross_process_bytes");
     if (x.relay()) {
       relayed = true;
       last_stage = std::max(last_stage, static_cast<int32_t>(x.stage));
-      st.forwarded_bytes += bytes;
+      add_to(st.forwarded_bytes, bytes, "forwarded_bytes");
     }
     if (x.band > 0) {  // its stream's own message
       BandStream& b = band_entry(uint64_t{x.stage} << 40 | uint64_t{sd} << 20 | dd);
       b.mask |= 1u << x.band;
-      if (track_pairs) b.bytes[x.band] += bytes;
+      if (track_pairs) add_to(b.bytes[x.band], bytes, "network_bytes");
       return;
     }
     if (x.relay()) {
       const uint64_t key = (uint64_t{sd} << 32) | dd;
       if (relay_pairs[x.stage].insert(sd, dd)) keep_pair();
-      if (track_pairs) relay_bytes[x.stage][key] += bytes;
+      if (track_pairs) add_to(relay_bytes[x.stage][key], bytes, "network_bytes");
       return;
     }
     if (track_pairs) add_pair(sd, dd, bytes);
@@ -650,13 +657,14 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       (*counts)[sd].send_pieces += copies * added;
       (*counts)[sd].regions += copies * added;
     }
-    const int64_t bytes = part.volume() * esum;
+    const int64_t bytes = mul_of(part.volume(), esum, "network_bytes");
     stage_grow(stage);
     charge(stage_acc[stage], sd, dd, bytes, t.dt->host[src] != t.dt->host[e]);
-    if (t.dt->process[src] != t.dt->process[e]) st.cross_process_bytes += bytes;
+    if (t.dt->process[src] != t.dt->process[e])
+      add_to(st.cross_process_bytes, bytes, "cross_process_bytes");
     relayed = true;
     last_stage = std::max(last_stage, static_cast<int32_t>(stage));
-    st.forwarded_bytes += bytes;
+    add_to(st.forwarded_bytes, bytes, "forwarded_bytes");
     // Band 0 travels with the stream's pieces of no band, the others in
     // their own messages.
     if (!ref.counted) {
@@ -664,13 +672,15 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       if (track_pairs) ref.plain = &relay_bytes[stage][(uint64_t{sd} << 32) | dd];
       ref.counted = true;
     }
-    if (track_pairs) *ref.plain += pb.volume[0] * esum;
+    if (track_pairs)
+      add_to(*ref.plain, mul_of(pb.volume[0], esum, "network_bytes"), "network_bytes");
     if (pb.n == 1) return;
     if (!ref.banded) ref.banded = &band_entry(uint64_t{stage} << 40 | uint64_t{sd} << 20 | dd);
     BandStream& b = *ref.banded;
     b.mask |= pb.mask;
     if (track_pairs)
-      for (size_t k = 1; k < kRelayBands; ++k) b.bytes[k] += pb.volume[k] * esum;
+      for (size_t k = 1; k < kRelayBands; ++k)
+        add_to(b.bytes[k], mul_of(pb.volume[k], esum, "network_bytes"), "network_bytes");
   };
   // Enumerator::recv merges the relay pieces of each (relay, receiver) pair
   // (RelayMerger): per entry of the cell being enumerated, the pending piece
@@ -958,12 +968,13 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           const uint32_t dd = tc.dt->dense[e];
           ++cell_pieces;
           if (tc.dg->devices[e] == tc.sg->devices[h]) {  // its own copy
-            acc[dd].local += bytes;
+            add_to(acc[dd].local, bytes, "local_bytes");
             if (counts) (*counts)[dd].local_pieces += cp;
             return;
           }
           charge(acc, sd, dd, bytes, other_host);
-          if (tc.st->process[h] != tc.dt->process[e]) st.cross_process_bytes += bytes;
+          if (tc.st->process[h] != tc.dt->process[e])
+            add_to(st.cross_process_bytes, bytes, "cross_process_bytes");
           bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
           if (track_pairs) add_pair(sd, dd, bytes);
           if (counts) {
@@ -973,7 +984,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         };
         for (size_t k = 0; k < hv.size(); ++k) {
           const uint32_t h = hv[k].first;
-          const int64_t bytes = hv[k].second * es;
+          const int64_t bytes = mul_of(hv[k].second, es, "network_bytes");
           const int32_t hhost = tc.st->host[h];
           Route pos;
           cover_position(tc, B, regions[k], pos);
@@ -984,7 +995,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
               const size_t lp = g + static_cast<size_t>(pos.idx * m / pos.n);
               if (led[lp].empty()) leading.emplace_back(g, lp);
               led[lp].push_back(k);
-              led_bytes[lp] += bytes;
+              add_to(led_bytes[lp], bytes, "forwarded_bytes");
               direct(h, by_host[lp].second, bytes, true);
               continue;
             }
@@ -1013,12 +1024,14 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
             const uint32_t e = by_host[i].second;
             if (e == lead) continue;
             const uint32_t dd = tc.dt->dense[e];
-            stage_acc[1][ld].send += bytes;
-            stage_acc[1][dd].recv += bytes;
-            if (tc.dt->process[lead] != tc.dt->process[e]) st.cross_process_bytes += bytes;
-            st.forwarded_bytes += bytes;
+            add_to(stage_acc[1][ld].send, bytes, "max_send_bytes");
+            add_to(stage_acc[1][dd].recv, bytes, "max_recv_bytes");
+            if (tc.dt->process[lead] != tc.dt->process[e])
+              add_to(st.cross_process_bytes, bytes, "cross_process_bytes");
+            add_to(st.forwarded_bytes, bytes, "forwarded_bytes");
             if (relay_pairs[1].insert(ld, dd)) keep_pair();
-            if (track_pairs) relay_bytes[1][(uint64_t{ld} << 32) | dd] += bytes;
+            if (track_pairs)
+              add_to(relay_bytes[1][(uint64_t{ld} << 32) | dd], bytes, "network_bytes");
             cell_pieces += merged;
             if (counts) {
               (*counts)[ld].send_pieces += cp * merged;
@@ -1078,17 +1091,19 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         int64_t total = 0;
         for (auto [h, vol] : hv) {
           const uint32_t sd = t.st->dense[h];
-          const int64_t bytes = vol * esum;
+          const int64_t bytes = mul_of(vol, esum, "network_bytes");
           const int64_t other_host =
               n - (dst_on_host.count(t.st->host[h]) ? dst_on_host[t.st->host[h]] : 0);
           const int64_t other_proc =
               n - (dst_on_proc.count(t.st->process[h]) ? dst_on_proc[t.st->process[h]] : 0);
-          acc[sd].send += bytes * n;
-          acc[sd].send_inter += bytes * other_host;
-          st.cross_host_bytes += bytes * other_host;
-          st.cross_process_bytes += bytes * other_proc;
-          vol_on_host[t.st->host[h]] += bytes;
-          total += bytes;
+          add_to(acc[sd].send, mul_of(bytes, n, "max_send_bytes"), "max_send_bytes");
+          const int64_t inter = mul_of(bytes, other_host, "cross_host_bytes");
+          add_to(acc[sd].send_inter, inter, "max_host_send_bytes");
+          add_to(st.cross_host_bytes, inter, "cross_host_bytes");
+          add_to(st.cross_process_bytes, mul_of(bytes, other_proc, "cross_process_bytes"),
+                 "cross_process_bytes");
+          add_to(vol_on_host[t.st->host[h]], bytes, "max_host_send_bytes");
+          add_to(total, bytes, "max_recv_bytes");
           cell_bits[sd >> 6] |= uint64_t{1} << (sd & 63);
           if (counts) (*counts)[sd].send_pieces += n * copies;
         }
@@ -1098,7 +1113,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           const uint32_t dd = t.dt->dense[e];
           int64_t own = 0;
           if (auto r = t.src->entry_of(dg.devices[e])) {
-            own = intersect(t.src->box(*r), B).volume() * esum;
+            own = mul_of(intersect(t.src->box(*r), B).volume(), esum, "local_bytes");
             // The device keeps its own overlap: a local copy, not a send.
             acc[t.st->dense[*r]].send -= own;
             // Its holder is then one of hv, counted above as a sender.
@@ -1109,15 +1124,16 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
             }
           }
           if (counts) (*counts)[dd].recv_pieces += static_cast<int64_t>(hv.size()) * copies;
-          acc[dd].local += own;
-          acc[dd].recv += total - own;
-          acc[dd].recv_inter +=
-              total - (vol_on_host.count(t.dt->host[e]) ? vol_on_host[t.dt->host[e]] : 0);
+          add_to(acc[dd].local, own, "local_bytes");
+          add_to(acc[dd].recv, total - own, "max_recv_bytes");
+          add_to(acc[dd].recv_inter,
+                 total - (vol_on_host.count(t.dt->host[e]) ? vol_on_host[t.dt->host[e]] : 0),
+                 "max_host_recv_bytes");
           uint64_t* row = bits.data() + dd * words;
           for (size_t w = 0; w < words; ++w) row[w] |= cell_bits[w];
           if (track_pairs)
             for (auto [h, vol] : hv)
-              if (t.st->dense[h] != dd) add_pair(t.st->dense[h], dd, vol * esum);
+              if (t.st->dense[h] != dd) add_pair(t.st->dense[h], dd, vol * esum);  // <= bytes above
         }
       }
       pieces += group_pieces * static_cast<int64_t>(members.size());
@@ -1197,11 +1213,11 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   for (int s = 0; s < nstages; ++s) {
     for (size_t d = 0; d < ndev; ++d) {
       const Acc& x = stage_acc[s][d];
-      total[d].send += x.send;
-      total[d].recv += x.recv;
-      total[d].local += x.local;
-      total[d].send_inter += x.send_inter;
-      total[d].recv_inter += x.recv_inter;
+      add_to(total[d].send, x.send, "max_send_bytes");
+      add_to(total[d].recv, x.recv, "max_recv_bytes");
+      add_to(total[d].local, x.local, "local_bytes");
+      add_to(total[d].send_inter, x.send_inter, "max_host_send_bytes");
+      add_to(total[d].recv_inter, x.recv_inter, "max_host_recv_bytes");
       send_msgs[d] += stage_send_msgs[s][d];
       recv_msgs[d] += stage_recv_msgs[s][d];
     }
@@ -1220,14 +1236,18 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     dt.local_bytes = x.local;
     dt.send_messages = send_msgs[d];
     dt.recv_messages = recv_msgs[d];
-    st.network_bytes += x.recv;
-    st.local_bytes += x.local;
-    st.messages += recv_msgs[d];
+    add_to(st.network_bytes, x.recv, "network_bytes");
+    add_to(st.local_bytes, x.local, "local_bytes");
+    add_to(st.messages, recv_msgs[d], "messages");
     st.max_send_bytes = std::max(st.max_send_bytes, x.send);
     st.max_recv_bytes = std::max(st.max_recv_bytes, x.recv);
-    host_send[lb.host_of_device[d]] += x.send_inter;
-    host_recv[lb.host_of_device[d]] += x.recv_inter;
-    if (!budgeted) st.peak_staging_bytes = std::max(st.peak_staging_bytes, x.send + x.recv);
+    add_to(host_send[lb.host_of_device[d]], x.send_inter, "max_host_send_bytes");
+    add_to(host_recv[lb.host_of_device[d]], x.recv_inter, "max_host_recv_bytes");
+    if (!budgeted) {
+      int64_t staged = x.send;
+      add_to(staged, x.recv, "peak_staging_bytes");
+      st.peak_staging_bytes = std::max(st.peak_staging_bytes, staged);
+    }
   }
   st.cost_seconds = stage_cost(stage_acc, stage_send_msgs, stage_recv_msgs, lb, o);
   for (size_t h = 0; h < lb.hosts.size(); ++h) {
@@ -1235,9 +1255,19 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     st.max_host_recv_bytes = std::max(st.max_host_recv_bytes, host_recv[h]);
   }
   apply_bounds(ctx, lb, o, st);
+  // validate(PlanOptions) keeps the estimate finite; should a plan still
+  // come out with an infinite one, refuse it here rather than write bytes
+  // that no reader accepts (decode checks stats.cost_seconds).
+  if (!std::isfinite(st.cost_seconds) || !std::isfinite(st.lower_bound_cost_seconds))
+    fail(ErrorCode::kInvalidArgument, "options",
+         "the cost estimate of this plan is not finite (alpha_seconds " +
+             std::to_string(o.alpha_seconds) + ", intra_host_bytes_per_second " +
+             std::to_string(o.intra_host_bytes_per_second) + ", inter_host_bytes_per_second " +
+             std::to_string(o.inter_host_bytes_per_second) + ")");
   st.pieces = pieces;
   int64_t all_stage_rounds = 0;
-  for (int64_t r : stage_rounds) all_stage_rounds += r;
+  for (int64_t r : stage_rounds) add_to(all_stage_rounds, r, "rounds");
+  if (all_stage_rounds > INT32_MAX) stat_overflow("rounds");  // stages, not budget rounds
   st.rounds = static_cast<int32_t>(all_stage_rounds);
   if (!scratch_use.empty()) {
     std::vector<ScratchLife> lives;
@@ -1245,7 +1275,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       for (size_t i : groups_seen[std::get<0>(key)]) {
         ScratchLife l;
         l.device = ctx.devices[std::get<1>(key)];
-        l.bytes = u.volume * ctx.tensors[i].esize;
+        l.bytes = mul_of(u.volume, ctx.tensors[i].esize, "max_scratch_bytes");
         l.first = u.first == UINT32_MAX ? 0 : u.first;
         l.last = std::max(u.last, l.first);
         lives.push_back(l);
@@ -1281,7 +1311,13 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         ndev, nstages, o.staging_budget_bytes, loads,
         {dense_bytes ? &pair_dense : nullptr, &pair_sparse, &relay_bytes, &band_streams}, counts);
     st.peak_staging_bytes = std::max(st.peak_staging_bytes, r.peak_staging);
-    st.rounds = static_cast<int32_t>(std::min<int64_t>(r.rounds, INT32_MAX));
+    // A plan's rounds are int32 (PlanStats) and its messages' uint32: never
+    // saturated, an error naming the budget that needs them.
+    if (r.rounds > INT32_MAX)
+      fail(ErrorCode::kOverflow, "stats.rounds",
+           std::to_string(r.rounds) + " rounds exceed 2^31 - 1: options.staging_budget_bytes (" +
+               std::to_string(o.staging_budget_bytes) + ") is too small for these tensors");
+    st.rounds = static_cast<int32_t>(r.rounds);
     st.messages = r.messages;
   }
   if (!counts) return;

@@ -207,6 +207,21 @@ const json& require(const json& obj, const std::string& path, std::string_view k
 
 // ---------------------------------------------------------------- parsing JSON
 
+// 1-based line and column of the character after the first `end` of `text`.
+std::pair<size_t, size_t> line_column(std::string_view text, size_t end) {
+  end = std::min(text.size(), end);
+  size_t line = 1, column = 1;
+  for (size_t i = 0; i < end; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
 // Rejects duplicate object keys (nlohmann keeps the last silently), naming
 // the object's path, and nesting deeper than kMaxSpecDepth. A SAX pass of its
 // own before the DOM parse: nlohmann's parser with a callback scans the
@@ -233,9 +248,23 @@ class DuplicateKeyCheck : public nlohmann::json_sax<json> {
   bool end_object() override { return close(); }
   bool end_array() override { return close(); }
   // Syntax errors are left to the DOM parse, which reports their position.
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+  // A number too large for a double (1e309) is no syntax error to the DOM
+  // parse, which reports it with neither position nor path (issue 37): here
+  // it gets both.
+  bool parse_error(std::size_t position, const std::string& token,
+                   const nlohmann::detail::exception& e) override {
+    if (e.id == 406) {
+      // `position` is past the number: point at its first character.
+      const auto [line, column] =
+          line_column(text_, position >= token.size() ? position - token.size() : 0);
+      const std::string path = next_path();
+      fail(ErrorCode::kParse, path.empty() ? std::string("(root)") : path,
+           "line " + std::to_string(line) + ", column " + std::to_string(column) + ": number " +
+               token + " is too large for a double");
+    }
     return false;
   }
+  explicit DuplicateKeyCheck(std::string_view text) : text_(text) {}
 
  private:
   struct Frame {
@@ -269,25 +298,27 @@ class DuplicateKeyCheck : public nlohmann::json_sax<json> {
     return f.array ? child(f.path, f.index) : child(f.path, f.key);
   }
   std::vector<Frame> frames_;
+  std::string_view text_;
 };
 
 json parse_json(std::string_view text) {
+  // NUL is never valid JSON (not even inside a string), and nlohmann's lexer
+  // takes it for the end of the input: the text after it would be ignored
+  // (issue 37: the C ABI parsed `{...}\0garbage` as `{...}`). The whole
+  // length counts.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    const auto [line, column] = line_column(text, nul);
+    fail(ErrorCode::kParse, "line " + std::to_string(line) + ", column " + std::to_string(column) +
+                                ": NUL character at byte " + std::to_string(nul) + " of " +
+                                std::to_string(text.size()) + " (not valid JSON)");
+  }
   try {
-    DuplicateKeyCheck check;
+    DuplicateKeyCheck check(text);
     json::sax_parse(text.begin(), text.end(), &check);
     return json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
     // e.byte is 1-based: the last character read.
-    const size_t end = std::min(text.size(), e.byte == 0 ? size_t{0} : e.byte - 1);
-    size_t line = 1, column = 1;
-    for (size_t i = 0; i < end; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
+    const auto [line, column] = line_column(text, e.byte == 0 ? size_t{0} : e.byte - 1);
     std::string what = e.what();
     // Drop nlohmann's "[json.exception.parse_error.101] parse error at ...: " prefix.
     const size_t p = what.find("parse error");

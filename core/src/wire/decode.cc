@@ -27,6 +27,7 @@
 #include "util/read_file.h"
 #include "util/utf8.h"
 #include "wire/digest.h"
+#include "wire/exact.h"
 
 namespace reshard {
 namespace {
@@ -169,6 +170,14 @@ class Decoder {
               "does not match the parts the plan holds (a part was dropped, added or edited)");
     for (uoffset_t i = 0; fparts && i < fparts->size(); ++i)
       parts.emplace(fparts->Get(i)->process(), decode_part(*fparts->Get(i), idx("parts", i)));
+    const auto process_of = [this](int64_t device) { return topology_->info(device).process; };
+    wire::check_parts_agree(parts, process_of, "parts");
+    wire::check_scratch_reductions(
+        parts, *tensors_, process_of,
+        [this](uint32_t t, bool source, uint32_t e) -> const Box& {
+          return boxes(source ? tensor_slots_[t].first : tensor_slots_[t].second)[e];
+        },
+        "parts");
     if (scratch_bit_ && !any_scratch_)
       corrupt("required_features",
               "has the scratch bit (2) but no part holds scratch and no piece names one");
@@ -849,6 +858,15 @@ class Decoder {
                    f + ".send_pieces");
     check_messages(part.recvs, part.recv_pieces, part.regions, part.process, false, f + ".recvs",
                    f + ".recv_pieces");
+    // Indices are sound: now what the part does (issue 37: every
+    // destination element written exactly once per summand, no piece twice,
+    // nothing read before it is written).
+    wire::check_part_exact(
+        part, *tensors_, entries_on(part.process),
+        [this](uint32_t t, bool source, uint32_t e) -> const Box& {
+          return boxes(source ? tensor_slots_[t].first : tensor_slots_[t].second)[e];
+        },
+        f);
     part_ = nullptr;
     any_scratch_ |= !part.scratch.empty();
     return part;
@@ -960,6 +978,28 @@ class Decoder {
                   std::to_string(most) + " bytes");
   }
 
+  // The (tensor, destination entry) pairs on the devices of `process`,
+  // computed for every process at the first call.
+  const std::vector<std::pair<uint32_t, uint32_t>>& entries_on(int32_t process) {
+    // Per destination geometry (tensors share them), its entries by
+    // process, computed once; then per part one lookup per tensor.
+    entries_.clear();
+    static const std::vector<uint32_t> kNone;
+    for (size_t i = 0; i < tensors_->size(); ++i) {
+      const Layout& dst = (*tensors_)[i].dst;
+      auto [it, fresh] = entries_by_geometry_.try_emplace(dst.geometry().get());
+      if (fresh) {
+        charge(dst.num_entries() * 8, "plan");
+        for (size_t e = 0; e < dst.num_entries(); ++e)
+          it->second[topology_->info(dst.device(e)).process].push_back(static_cast<uint32_t>(e));
+      }
+      auto on = it->second.find(process);
+      for (uint32_t e : on == it->second.end() ? kNone : on->second)
+        entries_.emplace_back(static_cast<uint32_t>(i), e);
+    }
+    return entries_;
+  }
+
   // The box of the scratch of the part being checked that contains
   // `region`, or kCorrupt naming `field`.
   Box held_scratch(uint32_t tensor, int64_t device, const Box& region, const std::string& field) {
@@ -995,6 +1035,10 @@ class Decoder {
   bool any_late_summand_ = false;      // a piece of stage > 0 writes a scratch from a summand
   bool any_scratch_ = false;           // a decoded part holds scratch
   const ProcessPart* part_ = nullptr;  // the part whose pieces are being checked
+  // entries_on: each destination geometry's entries by process, and the
+  // (tensor, entry) pairs of the part being checked.
+  std::map<const Geometry*, std::map<int32_t, std::vector<uint32_t>>> entries_by_geometry_;
+  std::vector<std::pair<uint32_t, uint32_t>> entries_;
 };
 
 }  // namespace

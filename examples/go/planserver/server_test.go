@@ -249,6 +249,13 @@ func TestBadRequests(t *testing.T) {
 	nested := strings.Repeat("[", 40000) + strings.Repeat("]", 40000)
 	resp, body = post(t, deepBase+"/v1/plan", []byte(nested))
 	expectError(t, resp, body, http.StatusBadRequest, "parse_error", "nesting depth exceeds 64")
+	// Issue 37 finding 4: finite options whose estimate is infinite were
+	// answered 200 with bytes no reader accepts; now a 400 naming the option.
+	for _, opt := range []string{`"alpha_seconds": 1e308`, `"inter_host_bytes_per_second": 5e-324`} {
+		withOpt := strings.Replace(string(spec(t, "partial_sums.json")), "{", `{"options": {`+opt+`}, `, 1)
+		resp, body = post(t, base+"/v1/plan", []byte(withOpt))
+		expectError(t, resp, body, http.StatusBadRequest, "invalid_argument", "options."+strings.Split(opt, `"`)[1])
+	}
 	// The server still plans after all that.
 	resp, body = post(t, base+"/v1/plan?format=json", spec(t, "partial_sums.json"))
 	if resp.StatusCode != http.StatusOK {
