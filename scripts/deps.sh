@@ -10,6 +10,7 @@ PACKAGES=(
   abigail-tools
   python3-jsonschema  # tests/spec/schema_test.py: schema/spec.schema.json
   python3-venv binutils  # scripts/test-python.sh: the venv of bindings/python, wheel checks (objdump)
+  ccache  # scripts/lib/ccache.sh: compiler cache kept across test runs on one machine
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

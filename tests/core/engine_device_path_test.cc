@@ -164,7 +164,7 @@ TEST(EngineDevicePath, RandomPlansMatchExecuteHost) {
     if (::testing::Test::HasFatalFailure()) return;
     staged += plan.stats().stages > 1;
   }
-  EXPECT_GE(staged, 40);
+  EXPECT_GE(staged, scaled_cases(40));
 }
 
 // Invariant: with a stream per GPU (3 GPUs, plan devices spread over them),
@@ -199,6 +199,9 @@ TEST(EngineDevicePath, StagedSpecsAcrossRanksMeetTheOracle) {
   int plans = 0;
   for (const auto& f : testing::staged_spec_files()) {
     for (int64_t budget : {int64_t{0}, int64_t{8192}}) {
+      // Below half the cases (the sanitizer builds), the budgeted plans
+      // only: their many rounds are the ones the ranks interleave.
+      if (budget == 0 && RESHARD_TEST_SCALE < 50) continue;
       SCOPED_TRACE(f.filename().string() + " budget " + std::to_string(budget));
       PlanInput in = load_spec(f.string()).input;
       in.options.staging_budget_bytes = budget;
@@ -224,7 +227,7 @@ TEST(EngineDevicePath, StagedSpecsAcrossRanksMeetTheOracle) {
       ++plans;
     }
   }
-  EXPECT_GE(plans, 30);
+  EXPECT_GE(plans, RESHARD_TEST_SCALE < 50 ? 15 : 30);
 }
 
 }  // namespace

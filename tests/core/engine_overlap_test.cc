@@ -24,6 +24,7 @@
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
 #include "reshard/spec.h"
+#include "test_scale.h"
 #include "thread_transport.h"
 
 namespace reshard {
@@ -103,6 +104,8 @@ TEST(EngineOverlap, StagedPlansMatchTheOracleUnderRandomDeliveryDelays) {
     for (int64_t budget : {int64_t{0}, int64_t{4096}}) {
       for (bool gather : {false, true}) {
         for (uint64_t seed : {1, 2}) {
+          // Below half the cases (the sanitizer builds), one seed.
+          if (seed == 2 && RESHARD_TEST_SCALE < 50) continue;
           ExecuteOptions options;
           options.timeout_seconds = 60;
           options.packing =
@@ -119,7 +122,7 @@ TEST(EngineOverlap, StagedPlansMatchTheOracleUnderRandomDeliveryDelays) {
       }
     }
   }
-  EXPECT_EQ(cases, 32);
+  EXPECT_EQ(cases, RESHARD_TEST_SCALE < 50 ? 16 : 32);
 }
 
 // A reducer whose own summands arrive late while the other reducers'
