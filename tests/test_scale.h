@@ -18,4 +18,9 @@ constexpr int scaled_cases(int cases, int least = 1) {
   return s < least ? least : static_cast<int>(s);
 }
 
+// A coverage threshold of `n` cases at full scale: `n` there, and half the
+// scaled count below it (a few dozen random cases fluctuate around their
+// share).
+constexpr int least_covered(int n) { return RESHARD_TEST_SCALE >= 100 ? n : scaled_cases(n) / 2; }
+
 }  // namespace reshard

@@ -1112,8 +1112,8 @@ TEST(PlanRelays, RandomFleetsKeepTheBusiestNicNearItsBound) {
       "rule laid out %d plans above 1.05x (egress up to %.3fx), each with a lower estimate, "
       "held to the host rule's plan\n",
       few, worst_few, traded, worst_traded);
-  EXPECT_GE(eligible, scaled_cases(9000));  // 10,888 with libstdc++'s distributions
-  EXPECT_GE(few, scaled_cases(300));        // 328
+  EXPECT_GE(eligible, least_covered(9000));  // 10,888 with libstdc++'s distributions
+  EXPECT_GE(few, least_covered(300));        // 328
 }
 
 // The source spans more hosts than receive (uneven_fleet: 2-8 holder hosts
@@ -1179,8 +1179,8 @@ TEST(PlanRelays, UnevenFleetsKeepTheBusiestNicNearItsBound) {
       "%.3fx, each with a lower estimate)\n",
       eligible, cases, refused, worst, crossed, egress_above, worst_egress, device_traded,
       worst_traded);
-  EXPECT_GE(eligible, scaled_cases(8000));
-  EXPECT_GE(crossed, scaled_cases(2000));
+  EXPECT_GE(eligible, least_covered(8000));
+  EXPECT_GE(crossed, least_covered(2000));
   EXPECT_LE(egress_above, 55);  // 50
   EXPECT_LE(worst_egress, 1.3);
 }
@@ -1199,7 +1199,7 @@ TEST(PlanRelays, UnevenFleetsAreExact) {
     crossed +=
         fleet.receiving >= 2 && st.forwarded_bytes > 0 && (fleet.members == 1 || st.stages == 3);
   }
-  EXPECT_GE(crossed, scaled_cases(15));
+  EXPECT_GE(crossed, least_covered(15));
 }
 
 // Where single-hop already loads no holder host above what each receiving
@@ -2192,10 +2192,10 @@ TEST(PlanScratch, PartialFleetsKeepTheBusiestNicNearItsBound) {
   std::printf("budget below twice the tensor, alpha > 0: %zu, %d with scratch\n",
               budget_alpha_nic.size(), budget_alpha_scratch);
   report("busiest NIC, budget below twice the tensor, alpha > 0", budget_alpha_nic);
-  EXPECT_GE(budget_scratch, scaled_cases(200));
-  EXPECT_GE(eligible, scaled_cases(200));
-  EXPECT_GE(modelled, scaled_cases(200));
-  EXPECT_GE(chained, scaled_cases(40));
+  EXPECT_GE(budget_scratch, least_covered(200));
+  EXPECT_GE(eligible, least_covered(200));
+  EXPECT_GE(modelled, least_covered(200));
+  EXPECT_GE(chained, least_covered(40));
 }
 
 // The whole plan's reduction choice (Context::decide_reductions) over many
@@ -2436,9 +2436,9 @@ TEST(PlanReplay, LikeTensorsPlanAsIfEnumeratedAlone) {
     }
     if (HasFailure()) return;
   }
-  EXPECT_GE(partial, scaled_cases(3));
-  EXPECT_GE(relayed, scaled_cases(20));
-  EXPECT_GE(budgeted, scaled_cases(10));
+  EXPECT_GE(partial, least_covered(3));
+  EXPECT_GE(relayed, least_covered(20));
+  EXPECT_GE(budgeted, least_covered(10));
 }
 
 }  // namespace

@@ -75,7 +75,7 @@ TEST(CrossLayout, LinearBoxesCoverExactlyTheRun) {
     EXPECT_EQ(static_cast<int64_t>(seen.size()), e - s);
     ++checked;
   }
-  EXPECT_GT(checked, scaled_cases(1500));
+  EXPECT_GT(checked, least_covered(1500));
 }
 
 // Bytes each host sends to other hosts (hosts[d]: device d's host).
