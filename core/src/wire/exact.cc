@@ -706,7 +706,11 @@ void check_scratch_reductions(const std::map<int32_t, ProcessPart>& parts,
     int state = 0;  // 0: not resolved, 1: resolving, 2: resolved, 3: unknown
   };
   std::map<std::pair<int32_t, int64_t>, Into> into;
-  for (const auto& [p, part] : parts) {
+  for (const auto& entry : parts) {
+    // Named, not structured, bindings: clang 14 (the fuzz build) does not
+    // let a lambda capture a structured binding.
+    const int32_t p = entry.first;
+    const ProcessPart& part = entry.second;
     auto add = [&](const Piece& q, uint32_t stage, int64_t device, int64_t from) {
       if (q.dst_entry != kScratchEntry || q.region >= part.regions.size()) return;
       const Box& r = part.regions[q.region];
