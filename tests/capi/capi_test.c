@@ -2270,10 +2270,17 @@ typedef struct plan_request_v1_1 {
   reshard_plan_request_t request; /* struct_size = offsetof(max_plan_bytes) */
 } plan_request_v1_1;
 
+/* Plans the fixture's input as it stands into *out; 0 when planning failed. */
+static int fixture_stats(fixture* f, reshard_plan_stats_t* out) {
+  reshard_plan_t* plan = fixture_plan(f);
+  int ok = plan != NULL && ok_(reshard_plan_stats(plan, out), __FILE__, __LINE__, "plan_stats");
+  reshard_plan_destroy(plan);
+  return ok;
+}
+
 /* 1.3: relays for replicated destinations, switchable off. */
 static void test_relays(void) {
   fixture f;
-  reshard_plan_t* plan = NULL;
   reshard_plan_stats_t on = RESHARD_PLAN_STATS_INIT, off = RESHARD_PLAN_STATS_INIT;
   reshard_plan_options_t opts = RESHARD_PLAN_OPTIONS_INIT;
   reshard_plan_stats_t guarded = RESHARD_PLAN_STATS_INIT;
@@ -2283,17 +2290,11 @@ static void test_relays(void) {
 
   CHECK(opts.relays == 1 && opts.reduce_scatter == 1 && opts.single_hop_guard == 1);
   REQUIRE(fixture_create(&f)); /* single_hop_guard 0: every route kept */
-  plan = fixture_plan(&f);
-  REQUIRE(plan != NULL);
-  CHECK_OK(reshard_plan_stats(plan, &on));
-  reshard_plan_destroy(plan);
+  REQUIRE(fixture_stats(&f, &on));
   /* 1.8: the single-hop guard (the default) finds the relays of these tiny
    * tensors slower by the estimate than single-hop, and drops them. */
   CHECK_OK(reshard_plan_input_set_options(f.input, &opts));
-  plan = fixture_plan(&f);
-  REQUIRE(plan != NULL);
-  CHECK_OK(reshard_plan_stats(plan, &guarded));
-  reshard_plan_destroy(plan);
+  REQUIRE(fixture_stats(&f, &guarded));
   CHECK(guarded.stages == 1 && guarded.cost_seconds < on.cost_seconds);
   opts.single_hop_guard = 2;
   CHECK_ERR(reshard_plan_input_set_options(f.input, &opts), RESHARD_ERROR_INVALID_ARGUMENT,
@@ -2304,17 +2305,11 @@ static void test_relays(void) {
   memcpy(&v17, &opts, v17_size);
   v17.struct_size = v17_size;
   CHECK_OK(reshard_plan_input_set_options(f.input, &v17));
-  plan = fixture_plan(&f);
-  REQUIRE(plan != NULL);
-  CHECK_OK(reshard_plan_stats(plan, &off));
-  reshard_plan_destroy(plan);
+  REQUIRE(fixture_stats(&f, &off));
   CHECK(off.stages == 1 && off.cost_seconds == guarded.cost_seconds);
   opts.relays = 0;
   CHECK_OK(reshard_plan_input_set_options(f.input, &opts));
-  plan = fixture_plan(&f);
-  REQUIRE(plan != NULL);
-  CHECK_OK(reshard_plan_stats(plan, &off));
-  reshard_plan_destroy(plan);
+  REQUIRE(fixture_stats(&f, &off));
   /* Single-hop: one stage, nothing forwarded, every byte crosses. */
   CHECK(off.stages == 1 && off.forwarded_bytes == 0);
   CHECK(off.cross_host_bytes == off.network_bytes);
@@ -2338,11 +2333,8 @@ static void test_relays(void) {
   memcpy(&v10, &opts, v10_size);
   v10.struct_size = v10_size;
   CHECK_OK(reshard_plan_input_set_options(f.input, &v10));
-  plan = fixture_plan(&f);
-  REQUIRE(plan != NULL);
-  CHECK_OK(reshard_plan_stats(plan, &off));
+  REQUIRE(fixture_stats(&f, &off));
   CHECK(off.stages == 1 && off.cost_seconds == guarded.cost_seconds);
-  reshard_plan_destroy(plan);
   fixture_destroy(&f);
 }
 

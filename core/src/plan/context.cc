@@ -128,19 +128,28 @@ std::vector<std::vector<size_t>> in_order(std::vector<std::vector<size_t>> group
 }
 }  // namespace
 
-std::vector<std::vector<size_t>> Context::reduce_groups() const {
-  // Like partial tensors: source geometry, destination geometry (layouts:
-  // a geometry is shared by every shape on one mesh and spec), shape and
-  // element size.
+namespace {
+// Groups of like tensors among those `pick` accepts: same source and
+// destination geometry (layouts: a geometry is shared by every shape on one
+// mesh and spec), shape and element size. Their order follows pointers,
+// which two processes need not share: callers order them (in_order, or by
+// size).
+template <class Pick>
+std::vector<std::vector<size_t>> like_tensors(const std::vector<TensorCtx>& tensors, Pick&& pick) {
   using Key = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t>;
   std::map<Key, std::vector<size_t>> by_key;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorCtx& t = tensors[i];
-    if (t.S > 1 && t.T == 1) by_key[Key(t.sg, t.dg, t.spec->shape, t.esize)].push_back(i);
+    if (pick(t)) by_key[Key(t.sg, t.dg, t.spec->shape, t.esize)].push_back(i);
   }
   std::vector<std::vector<size_t>> groups;
   for (auto& [k, g] : by_key) groups.push_back(std::move(g));
-  return in_order(std::move(groups));
+  return groups;
+}
+}  // namespace
+
+std::vector<std::vector<size_t>> Context::reduce_groups() const {
+  return in_order(like_tensors(tensors, [](const TensorCtx& t) { return t.S > 1 && t.T == 1; }));
 }
 
 void Context::set_reduce(const std::vector<size_t>& group, TensorCtx::Reduce mode) {
@@ -297,17 +306,12 @@ void Context::decide_device_cross(int64_t max_bytes) {
   if (!o.relays || forced == 0) return;
   const PlanOptions staging = staging_options();
   // Like tensors: the cross gate's key (layouts, shape, element size).
-  using Key = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t>;
-  std::map<Key, std::vector<size_t>> by_key;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const TensorCtx& t = tensors[i];
-    if (t.S == 1 && t.T == 1 && t.st->num_hosts >= 2)
-      by_key[Key(t.sg, t.dg, t.spec->shape, t.esize)].push_back(i);
-  }
-  if (by_key.empty()) return;
+  std::vector<std::vector<size_t>> like = like_tensors(
+      tensors, [](const TensorCtx& t) { return t.S == 1 && t.T == 1 && t.st->num_hosts >= 2; });
+  if (like.empty()) return;
   Enumerator en(staging, pre_reduce, relay_split);
   std::vector<std::vector<size_t>> groups;
-  for (auto& [k, g] : by_key)
+  for (std::vector<size_t>& g : like)
     if (en.device_crosses(tensors[g.front()])) groups.push_back(std::move(g));
   if (groups.empty()) return;
   groups = in_order(std::move(groups));
@@ -340,16 +344,12 @@ bool Context::decide_single_hop(int64_t max_bytes, const PlanStats* routed_stats
   const PlanOptions& o = input.options;
   if ((!o.relays && !o.reduce_scatter) || !o.single_hop_guard || choice_override().single_hop == 0)
     return false;
-  // Like tensors with a route: the other deciders' key.
-  using Key = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t>;
-  std::map<Key, std::vector<size_t>> by_key;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const TensorCtx& t = tensors[i];
-    if (t.T != 1) continue;
-    const bool route = t.S == 1 ? o.relays : o.reduce_scatter && t.reduce != TensorCtx::kSingleHop;
-    if (route) by_key[Key(t.sg, t.dg, t.spec->shape, t.esize)].push_back(i);
-  }
-  if (by_key.empty()) return false;
+  // Like tensors with a route.
+  std::vector<std::vector<size_t>> groups = like_tensors(tensors, [&](const TensorCtx& t) {
+    return t.T == 1 &&
+           (t.S == 1 ? o.relays : o.reduce_scatter && t.reduce != TensorCtx::kSingleHop);
+  });
+  if (groups.empty()) return false;
   PlanStats probe;
   if (!routed_stats) {
     compute_stats(*this, probe, staging_options(), false, nullptr, max_bytes);
@@ -362,8 +362,6 @@ bool Context::decide_single_hop(int64_t max_bytes, const PlanStats* routed_stats
     for (size_t i : g) b += tensors[i].dst->num_elements() * tensors[i].esize;
     return b;
   };
-  std::vector<std::vector<size_t>> groups;
-  for (auto& [k, g] : by_key) groups.push_back(std::move(g));
   // Largest first, ties in the order of their first tensors (a map's order
   // is that of pointers, which two processes need not share).
   std::sort(groups.begin(), groups.end(),
