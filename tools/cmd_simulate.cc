@@ -20,6 +20,7 @@ struct SimulateArgs {
   int32_t threads = 1;
   std::vector<std::string> peers = {"rank0_broadcast", "direct_p2p", "layered"};
   int32_t chunks = 0;
+  int64_t max_sim_bytes = 0;  // plan_messages_by_part's max_bytes
 };
 
 ojson link_json(const SimLink& l) {
@@ -66,10 +67,23 @@ int run_simulate(const SimulateArgs& args) {
   auto t0 = WaitClock::now();
   Progress progress;
   std::vector<SimMessage> messages =
-      from_file ? plan_messages(*from_file)
-                : plan_messages_by_part(input, args.threads, [&](int64_t done, int64_t total) {
-                    progress.update("planning parts\u2026", done, total);
-                  });
+      from_file ? plan_messages(*from_file) : std::vector<SimMessage>{};
+  if (!from_file) {
+    try {
+      messages = plan_messages_by_part(
+          input, args.threads,
+          [&](int64_t done, int64_t total) {
+            progress.update("planning parts\u2026", done, total);
+          },
+          args.max_sim_bytes);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kResourceExhausted) throw;
+      throw Error(ErrorCode::kResourceExhausted,
+                  std::string("--max-sim-bytes: ") + e.what() +
+                      "; fewer rounds make fewer messages (--budget 0: one round, or a larger "
+                      "--budget), or raise --max-sim-bytes (-1: no limit)");
+    }
+  }
   from_file.reset();
   const double plan_seconds = seconds_since(t0);
   t0 = WaitClock::now();
@@ -190,6 +204,11 @@ Runner add_simulate_command(CLI::App& app) {
                   "chunks of the peers' pipelined chains (rank0_broadcast, layered; 0: 4 per hop)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  add_memory_limit_option(
+      cmd, "--max-sim-bytes", args->max_sim_bytes,
+      "memory planning and simulating the plan may take, estimated from its message count "
+      "before any part is planned (bytes, or 8G, 512M, ...); above it the command stops "
+      "with the estimate. 0: half the memory available; -1 or none: no limit");
   cmd->footer(
       "Example:\n  reshard simulate --spec bench/specs/rl_sync_fsdp8_to_2x_tp4.json "
       "--topology bench/topologies/h100_8gpu_ndr400.json --format json\n\n"

@@ -163,10 +163,11 @@ void add_last_stage_option(CLI::App* cmd, int32_t& target) {
       ->check(CLI::NonNegativeNumber);
 }
 
-void add_max_plan_bytes_option(CLI::App* cmd, int64_t& target) {
+void add_memory_limit_option(CLI::App* cmd, const std::string& name, int64_t& target,
+                             const std::string& help) {
   cmd->add_option_function<std::string>(
-         "--max-plan-bytes",
-         [&target](const std::string& text) {
+         name,
+         [&target, name](const std::string& text) {
            std::string t = text;
            for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
            if (t == "none" || t == "-1") {
@@ -190,17 +191,23 @@ void add_max_plan_bytes_option(CLI::App* cmd, int64_t& target) {
            else if (!unit.empty())
              used = 0;
            if (used == 0 || !(v >= 0) || v * scale >= 9e18)
-             throw CLI::ValidationError("--max-plan-bytes",
+             throw CLI::ValidationError(name,
                                         "\"" + text +
                                             "\" is not a size (bytes, or with K/M/G/T: 8G, "
                                             "512MiB; 0: the default; -1 or none: no limit)");
            target = static_cast<int64_t>(v * scale);
          },
-         "memory the plan's process parts may take, estimated before planning (bytes, or "
-         "8G, 512M, ...); above it the command stops with the estimate. 0: half the memory "
-         "available; -1 or none: no limit")
+         help)
       ->type_name("SIZE")
       ->default_str("0");
+}
+
+void add_max_plan_bytes_option(CLI::App* cmd, int64_t& target) {
+  add_memory_limit_option(
+      cmd, "--max-plan-bytes", target,
+      "memory the plan's process parts may take, estimated before planning (bytes, or "
+      "8G, 512M, ...); above it the command stops with the estimate. 0: half the memory "
+      "available; -1 or none: no limit");
 }
 
 Progress::Progress() : active_(isatty(STDERR_FILENO) == 1) {}

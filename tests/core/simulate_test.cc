@@ -366,6 +366,38 @@ TEST(SimulateBound, PlanMessagesByPartEqualTheWholePlan) {
   EXPECT_FALSE(whole.empty());
 }
 
+// Memory is known before it is spent: above max_bytes the call refuses from
+// the global statistics' message count, naming the estimate, before any part
+// is planned; at the estimate it plans.
+TEST(SimulateBound, PlanMessagesByPartRefusesAboveItsMemoryLimit) {
+  const Spec s = replicate_to_one_host();
+  const int64_t messages = make_plan(s.input, {PlanScope::kGlobal}).stats().messages;
+  ASSERT_GT(messages, 0);
+  const int64_t need = sim_memory_estimate(messages);
+  EXPECT_EQ(need, messages * kSimBytesPerMessage);
+  int64_t parts = 0;
+  try {
+    plan_messages_by_part(s.input, 1, [&](int64_t, int64_t) { ++parts; }, need - 1);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_NE(std::string(e.what()).find("max_bytes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(need) + " bytes"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(parts, 0) << "a part was planned before the refusal";
+  EXPECT_EQ(plan_messages_by_part(s.input, 1, nullptr, need).size(),
+            static_cast<size_t>(messages));
+  try {
+    plan_messages_by_part(s.input, 1, nullptr, -5);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+  EXPECT_EQ(sim_memory_estimate(0), 0);
+  EXPECT_EQ(sim_memory_estimate(INT64_MAX / 2), INT64_MAX);
+}
+
 // The same messages with stage barriers: a message of a later stage waits
 // for every earlier-stage message into its sender, not only for those that
 // brought what it forwards.

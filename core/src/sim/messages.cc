@@ -2,6 +2,7 @@
 // whole or one process part at a time, and the modelled peers' schedules of
 // the same data movement.
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -70,11 +71,33 @@ std::vector<SimMessage> plan_messages(const Plan& plan) {
   return out;
 }
 
+int64_t sim_memory_estimate(int64_t messages) {
+  if (messages <= 0) return 0;
+  if (messages > std::numeric_limits<int64_t>::max() / kSimBytesPerMessage)
+    return std::numeric_limits<int64_t>::max();
+  return messages * kSimBytesPerMessage;
+}
+
 std::vector<SimMessage> plan_messages_by_part(
     const PlanInput& input, int32_t threads,
-    const std::function<void(int64_t, int64_t)>& parts_planned) {
-  // The global part names the processes (statistics only, no pieces).
-  const Plan global = make_plan(input, PlanRequest{PlanScope::kGlobal, 0, false});
+    const std::function<void(int64_t, int64_t)>& parts_planned, int64_t max_bytes) {
+  // The global part names the processes; its statistics count the messages.
+  const Plan global = make_plan(input, PlanRequest{PlanScope::kGlobal, 0, true});
+  if (max_bytes != kUnlimitedPlanBytes) {
+    if (max_bytes < 0)
+      fail(ErrorCode::kInvalidArgument, "max_bytes",
+           "must be >= 0 or kUnlimitedPlanBytes (-1), got " + std::to_string(max_bytes));
+    const int64_t limit = max_bytes == 0 ? default_max_plan_bytes() : max_bytes;
+    const int64_t messages = global.stats().messages;
+    const int64_t need = sim_memory_estimate(messages);
+    if (need > limit)
+      fail(ErrorCode::kResourceExhausted, "max_bytes",
+           "simulating the plan's " + std::to_string(messages) + " messages needs about " +
+               std::to_string(need) + " bytes of memory (" +
+               std::to_string(kSimBytesPerMessage) + " a message), above the limit of " +
+               std::to_string(limit) + " bytes" +
+               (max_bytes == 0 ? " (the default, half the memory available)" : ""));
+  }
   std::vector<SimMessage> out;
   std::vector<std::vector<MessageKey>> after;
   const auto total = static_cast<int64_t>(global.processes().size());
