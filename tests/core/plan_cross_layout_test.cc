@@ -1,4 +1,4 @@
-// Relays across hosts at element granularity (core/src/plan/enumerate.h,
+// Relays across hosts at element granularity (core/src/plan/enumerate/cross_layout.h,
 // CrossLayout): the row-major runs a region is cut into, and layouts that
 // follow each tensor's shape although tensors of several shapes share one
 // Geometry.

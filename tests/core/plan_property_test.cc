@@ -384,7 +384,7 @@ TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
       (long long)explicit_overlap_relays, (long long)total_pieces);
 }
 
-// Relay bands (plan/enumerate.h, Bands): with alpha 0 the band size falls
+// Relay bands (plan/enumerate/types.h, Bands): with alpha 0 the band size falls
 // to split_min_bytes (0, 64 bytes or 1 MiB here), so the random cases' relay
 // streams are cut into bands, one message each. The same invariants hold —
 // coverage, pairing, statistics (pieces, messages, rounds) equal to the

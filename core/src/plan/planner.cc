@@ -215,7 +215,7 @@ class MessageBuckets {
   static constexpr size_t kDenseCells = planning::kDenseBucketCells;
 
   // Slot table for one own device, stage and band (relay chunk,
-  // enumerate.h); call once per own entry, stage and band, then add().
+  // enumerate/types.h); call once per own entry, stage and band, then add().
   Table table_for(uint32_t own_dense, uint32_t stage = 0, uint32_t band = 0) {
     auto [it, fresh] = own_.emplace(uint64_t{stage} << 40 | uint64_t{band} << 32 | own_dense,
                                     static_cast<uint32_t>(tables_.size()));

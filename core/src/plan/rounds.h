@@ -11,7 +11,7 @@
 // stage, so only a device's streams of that stage share its budget (planner
 // version 21; until version 20 its streams of every stage did, as if all
 // stages were staged at once, which cut a plan of many stages — reduction
-// bands — ever finer). A stream in relay bands (plan/enumerate.h, Bands) is cut
+// bands — ever finer). A stream in relay bands (plan/enumerate/types.h, Bands) is cut
 // band by band, each band a segment of B_k bytes cut as below with the
 // whole stream's c, its rounds after the previous band's (the stream spans
 // sum_k ceil(B_k / c) rounds). A segment of B bytes spans exactly
@@ -76,7 +76,7 @@ inline int64_t round_cap(int64_t bytes, int64_t chunk) {
 
 // Re-cuts the messages of `part` into rounds. They come from build_part
 // sorted by (stage, peer, own, band), one per segment — a stream's pieces of
-// one relay band (plan/enumerate.h, Bands), `round` the band — and a
+// one relay band (plan/enumerate/types.h, Bands), `round` the band — and a
 // stream's segments are cut one after the other, each at the chunk of the
 // whole stream (its rounds never share a round with the next segment's). `send_bytes` /
 // `recv_bytes` give each piece's size (parallel to part.send_pieces / part.recv_pieces);

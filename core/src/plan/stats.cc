@@ -143,7 +143,7 @@ struct Acc {
   int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
 };
 
-// A stream cut into relay bands (enumerate.h, Bands): the bands above 0 it
+// A stream cut into relay bands (enumerate/types.h, Bands): the bands above 0 it
 // carries, each its own message (band 0 travels with the stream's pieces of
 // no band, counted with the pairs), and under a budget their bytes.
 struct BandStream {
