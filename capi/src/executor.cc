@@ -261,6 +261,11 @@ reshard_error_t* reshard_executor_create(const reshard_executor_options_t* optio
 }
 
 void reshard_executor_destroy(reshard_executor_t* executor) {
+  // Waits for executions on other threads; an executor destroyed before is
+  // left alone.
+  if (executor == nullptr ||
+      !reshard::capi::retire_handle(reshard::capi::HandleKind::kExecutor, executor))
+    return;
   std::unique_ptr<reshard_executor>{executor}.reset();
 }
 
@@ -271,6 +276,11 @@ reshard_error_t* reshard_executor_execute(const reshard_executor_t* executor,
   return guard([&] {
     require(executor, "executor");
     require(plan, "plan");
+    // Both stay alive until the call returns (a destroy on another thread
+    // waits); destroyed ones are refused here.
+    const reshard::capi::HandleUse executor_use(reshard::capi::HandleKind::kExecutor, executor,
+                                                "executor");
+    const reshard::capi::HandleUse plan_use(reshard::capi::HandleKind::kPlan, plan, "plan");
     const std::vector<reshard::TensorBuffers> views = to_views(plan->plan, buffers, num_tensors);
     if (executor->process != reshard::kAllProcesses) {
       check_remote_entries_empty(plan->plan, buffers, num_tensors, executor->rank);
@@ -337,6 +347,9 @@ reshard_error_t* reshard_executor_verify(const reshard_executor_t* executor,
   return guard([&] {
     require(executor, "executor");
     require(plan, "plan");
+    const reshard::capi::HandleUse executor_use(reshard::capi::HandleKind::kExecutor, executor,
+                                                "executor");
+    const reshard::capi::HandleUse plan_use(reshard::capi::HandleKind::kPlan, plan, "plan");
     check_out_struct(out_report, kVerifyReportV1Size, "out_report");
     if (executor->transport == RESHARD_TRANSPORT_NCCL ||
         executor->transport == RESHARD_TRANSPORT_CUDA_LOCAL) {

@@ -1940,6 +1940,76 @@ static void test_executor_concurrent(void) {
   fixture_destroy(&f);
 }
 
+/* Regression (issue 37): an executor destroyed on one thread while another
+ * thread is inside reshard_executor_execute freed the engine under the
+ * execution. Destroy now waits for the execution in flight; a later call
+ * with the destroyed handle is INVALID_ARGUMENT ("not a live executor"),
+ * never a use of freed memory; destroying it again is a no-op. The same for
+ * a plan. */
+typedef struct racing_call {
+  const reshard_executor_t* executor;
+  const reshard_plan_t* plan;
+  host_buffers h;
+  int ok;
+  int refused;
+  int other;
+} racing_call;
+
+static int racing_worker(void* arg) {
+  racing_call* c = (racing_call*)arg;
+  int i;
+  for (i = 0; i < 400; ++i) {
+    reshard_error_t* err =
+        reshard_executor_execute(c->executor, c->plan, c->h.tensors, c->h.num_tensors);
+    if (err == NULL) {
+      ++c->ok;
+    } else if (reshard_error_code(err) == RESHARD_ERROR_INVALID_ARGUMENT &&
+               strstr(reshard_error_message(err), "not a live") != NULL) {
+      ++c->refused;
+    } else {
+      ++c->other;
+    }
+    reshard_error_destroy(err);
+  }
+  return 0;
+}
+
+static void test_destroy_while_executing(void) {
+  fixture f;
+  reshard_plan_t* plan = NULL;
+  reshard_executor_t* executor = NULL;
+  racing_call call;
+  thrd_t thread;
+  struct timespec pause = {0, 200000}; /* 0.2 ms: the worker is executing */
+
+  REQUIRE(fixture_create(&f));
+  plan = fixture_plan(&f);
+  REQUIRE(plan != NULL);
+  REQUIRE_OK(reshard_executor_create(NULL, &executor));
+  memset(&call, 0, sizeof call);
+  call.executor = executor;
+  call.plan = plan;
+  REQUIRE(host_buffers_make(plan, &call.h));
+  REQUIRE(thrd_create(&thread, racing_worker, &call) == thrd_success);
+  thrd_sleep(&pause, NULL);
+  reshard_executor_destroy(executor); /* waits for the call in flight */
+  thrd_join(thread, NULL);
+  CHECK(call.other == 0);
+  CHECK(call.ok + call.refused == 400);
+  CHECK(call.refused > 0);
+  reshard_executor_destroy(executor); /* destroyed already: nothing happens */
+
+  /* A destroyed plan is refused by a live executor. */
+  REQUIRE_OK(reshard_executor_create(NULL, &executor));
+  reshard_plan_destroy(plan);
+  CHECK_ERR(reshard_executor_execute(executor, plan, call.h.tensors, call.h.num_tensors),
+            RESHARD_ERROR_INVALID_ARGUMENT, "plan: not a live plan");
+  reshard_plan_destroy(plan); /* again: nothing happens */
+  reshard_executor_destroy(executor);
+  host_buffers_free(&call.h);
+  fixture_destroy(&f);
+}
+
 static void test_oracle(void) {
   fixture f;
   reshard_plan_t* plan;
@@ -2888,6 +2958,7 @@ static const test_group kGroups[] = {
     {"corrupt_bytes", test_corrupt_bytes},
     {"executor", test_executor},
     {"executor_concurrent", test_executor_concurrent},
+    {"destroy_while_executing", test_destroy_while_executing},
     {"oracle", test_oracle},
     {"partial", test_partial},
     {"out_of_memory", test_out_of_memory},

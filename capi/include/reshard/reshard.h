@@ -574,7 +574,11 @@ RESHARD_API reshard_error_t* reshard_plan_create(const reshard_plan_input_t* inp
                                                  const reshard_plan_request_t* request,
                                                  reshard_plan_t** out_plan);
 
-/* Releases a plan. Accepts NULL. */
+/* Releases a plan. Accepts NULL. An execution using the plan on another
+ * thread (reshard_executor_execute, reshard_executor_verify) is waited for
+ * first; afterwards those calls refuse the handle (INVALID_ARGUMENT "plan:
+ * not a live plan ..."), and destroying it again does nothing. Other calls
+ * must not race with its destruction. */
 RESHARD_API void reshard_plan_destroy(reshard_plan_t* plan);
 
 /* The plan's fingerprint (hash of its canonical inputs and options). */
@@ -960,7 +964,11 @@ typedef struct reshard_executor_options {
 RESHARD_API reshard_error_t* reshard_executor_create(const reshard_executor_options_t* options,
                                                      reshard_executor_t** out_executor);
 
-/* Releases an executor. Accepts NULL. */
+/* Releases an executor. Accepts NULL. Executions on it running on other
+ * threads are waited for first (so that their engine is not freed under
+ * them); afterwards reshard_executor_execute and reshard_executor_verify
+ * refuse the handle (INVALID_ARGUMENT "executor: not a live executor ..."),
+ * and destroying it again does nothing. */
 RESHARD_API void reshard_executor_destroy(reshard_executor_t* executor);
 
 /* A read-only shard buffer. */
