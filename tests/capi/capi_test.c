@@ -2010,6 +2010,60 @@ static void test_destroy_while_executing(void) {
   fixture_destroy(&f);
 }
 
+/* ABI 1.9, regression (issue 37): a HOST execution had no deadline, so a plan
+ * could keep the executor busy for as long as its copies took. With
+ * options->timeout_seconds the copies of 16 MB stop after 0.1 ms with
+ * TIMEOUT naming it, and the executor stays usable; with time enough the
+ * same plan is exact. Bad values are INVALID_ARGUMENT naming the field; a
+ * 1.8-sized struct keeps the default. */
+static void test_executor_timeout(void) {
+  static const char kSpec[] =
+      "{\"meshes\": {\"a\": {\"axis_names\": [\"x\"], \"shape\": [8]},"
+      " \"b\": {\"axis_names\": [\"y\"], \"shape\": [8], \"devices\": [8, 9, 10, 11, 12, "
+      "13, 14, 15]}}, \"tensors\": [{\"name\": \"w\", \"shape\": [4096, 1024], \"dtype\": "
+      "\"f32\", \"src\": {\"mesh\": \"a\", \"spec\": [\"x\"]}, \"dst\": {\"mesh\": \"b\", "
+      "\"spec\": [null, \"y\"]}}]}";
+  const double bad[] = {0.0, -1.0, NAN, INFINITY};
+  reshard_plan_input_t* input = NULL;
+  reshard_plan_t* plan = NULL;
+  reshard_executor_t* executor = NULL;
+  reshard_executor_options_t o = RESHARD_EXECUTOR_OPTIONS_INIT;
+  host_buffers h;
+  size_t i;
+
+  CHECK(o.timeout_seconds == 300.0);
+  REQUIRE_OK(reshard_plan_input_from_spec(kSpec, strlen(kSpec), &input));
+  REQUIRE_OK(reshard_plan_create(input, NULL, &plan));
+  REQUIRE(host_buffers_make(plan, &h));
+  o.threads = 1;
+  o.timeout_seconds = 1e-4;
+  REQUIRE_OK(reshard_executor_create(&o, &executor));
+  CHECK_ERR(reshard_executor_execute(executor, plan, h.tensors, h.num_tensors),
+            RESHARD_ERROR_TIMEOUT, "ran past its deadline (timeout_seconds 0.0001 s)");
+  reshard_executor_destroy(executor);
+  o.timeout_seconds = 300;
+  REQUIRE_OK(reshard_executor_create(&o, &executor));
+  CHECK_OK(reshard_executor_execute(executor, plan, h.tensors, h.num_tensors));
+  CHECK(host_buffers_mismatches(plan, &h) == 0);
+  reshard_executor_destroy(executor);
+  for (i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    executor = NULL;
+    o.timeout_seconds = bad[i];
+    CHECK_ERR(reshard_executor_create(&o, &executor), RESHARD_ERROR_INVALID_ARGUMENT,
+              "options->timeout_seconds");
+    CHECK(executor == NULL);
+  }
+  /* A 1.8 caller's struct ends before the field: what follows is ignored. */
+  o.struct_size = offsetof(reshard_executor_options_t, timeout_seconds);
+  o.timeout_seconds = -5;
+  REQUIRE_OK(reshard_executor_create(&o, &executor));
+  CHECK_OK(reshard_executor_execute(executor, plan, h.tensors, h.num_tensors));
+  reshard_executor_destroy(executor);
+  host_buffers_free(&h);
+  reshard_plan_destroy(plan);
+  reshard_plan_input_destroy(input);
+}
+
 static void test_oracle(void) {
   fixture f;
   reshard_plan_t* plan;
@@ -2959,6 +3013,7 @@ static const test_group kGroups[] = {
     {"executor", test_executor},
     {"executor_concurrent", test_executor_concurrent},
     {"destroy_while_executing", test_destroy_while_executing},
+    {"executor_timeout", test_executor_timeout},
     {"oracle", test_oracle},
     {"partial", test_partial},
     {"out_of_memory", test_out_of_memory},

@@ -115,7 +115,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 8
+#define RESHARD_ABI_MINOR 9
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -939,10 +939,18 @@ typedef struct reshard_executor_options {
   size_t struct_size;
   reshard_transport_t transport; /* default RESHARD_TRANSPORT_HOST */
   int32_t threads;               /* worker threads; 0: one per hardware thread */
+  /* Since 1.9 (a smaller struct leaves it at its default, 300). Seconds,
+   * > 0 and finite. HOST: the deadline of each execution as a whole: a
+   * plan (untrusted bytes, say) whose copies run past it ends with
+   * RESHARD_ERROR_TIMEOUT ("execute: ran past its deadline
+   * (timeout_seconds 300 s) in ..."), the destinations holding unspecified
+   * data; the executor stays usable. CUDA_LOCAL: the longest wait for the
+   * GPUs, as timeout_seconds of the distributed executors. */
+  double timeout_seconds;
 } reshard_executor_options_t;
 
 #define RESHARD_EXECUTOR_OPTIONS_INIT \
-  { sizeof(reshard_executor_options_t), RESHARD_TRANSPORT_HOST, 0 }
+  { sizeof(reshard_executor_options_t), RESHARD_TRANSPORT_HOST, 0, 300.0 }
 
 /* Creates an executor (NULL options: host transport, default threads).
  * RESHARD_TRANSPORT_HOST: host memory, every plan device in this process.
@@ -959,7 +967,7 @@ typedef struct reshard_executor_options {
  *   (reshard/reshard_mpi.h, reshard/reshard_nccl.h); here they are
  *   UNSUPPORTED, with a message saying so.
  * Errors: INVALID_ARGUMENT (bad struct_size, negative threads, unknown
- * transport), UNSUPPORTED (MPI or NCCL; CUDA_LOCAL without the CUDA backend,
+ * transport, timeout_seconds not positive and finite), UNSUPPORTED (MPI or NCCL; CUDA_LOCAL without the CUDA backend,
  * driver or a GPU: the message says what is missing), TRANSPORT (CUDA). */
 RESHARD_API reshard_error_t* reshard_executor_create(const reshard_executor_options_t* options,
                                                      reshard_executor_t** out_executor);
@@ -1004,8 +1012,10 @@ typedef struct reshard_tensor_buffers {
  * counts, byte sizes, NULL data, a destination overlapping another buffer.
  * Errors: INVALID_ARGUMENT naming the buffer ("buffers[1].dst[3]: 96 bytes
  * given, box [0:4, 0:8] of f32 needs 128", "plan: lacks the part of process
- * 1"), and nothing is written. Thread-safe for distinct destination
- * buffers; the source buffers are only read.
+ * 1"), and nothing is written. TIMEOUT when the copies ran past the
+ * executor's timeout_seconds (ABI 1.9; destinations then hold unspecified
+ * data). Thread-safe for distinct destination buffers; the source buffers
+ * are only read.
  *
  * Distributed executors (MPI, NCCL; ABI 1.1) execute the part of the plan
  * that belongs to this process: plan process p is rank p of the executor's

@@ -868,16 +868,20 @@ class Executor:
     may execute with it at once on distinct destinations.
 
     threads: worker threads (0: one per hardware thread).
+    timeout: the deadline of each execution, in seconds (> 0): copies still
+        running past it raise :class:`ReshardTimeoutError` (a
+        ``TimeoutError``), the destinations holding unspecified data.
     """
 
     transport = "host"
 
-    def __init__(self, threads: int = 0, *, _ptr: Any = None) -> None:
+    def __init__(self, threads: int = 0, *, timeout: float = 300.0, _ptr: Any = None) -> None:
         if _ptr is None:
             opts = ffi.new("reshard_executor_options_t*")
             opts.struct_size = ffi.sizeof("reshard_executor_options_t")
             opts.transport = 1
             opts.threads = threads
+            opts.timeout_seconds = timeout
             out = ffi.new("reshard_executor_t**")
             check(api.executor_create(opts, out))
             _ptr = out[0]
