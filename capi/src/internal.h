@@ -70,12 +70,8 @@ struct reshard_buffer {
 // destination buffers run concurrently, as the header promises.
 struct reshard_executor {
   // Live from construction to destruction (live_handles.h).
-  reshard_executor() {
-    reshard::capi::register_handle(reshard::capi::HandleKind::kExecutor, this);
-  }
-  ~reshard_executor() {
-    reshard::capi::forget_handle(reshard::capi::HandleKind::kExecutor, this);
-  }
+  reshard_executor() { reshard::capi::register_handle(reshard::capi::HandleKind::kExecutor, this); }
+  ~reshard_executor() { reshard::capi::forget_handle(reshard::capi::HandleKind::kExecutor, this); }
   reshard_executor(const reshard_executor&) = delete;
   reshard_executor& operator=(const reshard_executor&) = delete;
   reshard_transport_t transport = RESHARD_TRANSPORT_HOST;

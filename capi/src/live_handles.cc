@@ -64,10 +64,9 @@ HandleUse::HandleUse(HandleKind kind, const void* handle, const char* name)
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.live.find({kind, handle});
   if (it == r.live.end()) {
-    fail(ErrorCode::kInvalidArgument,
-         std::string(name) + ": not a live " +
-             (kind == HandleKind::kExecutor ? "executor" : "plan") +
-             " (destroyed, or not made by this library)");
+    fail(ErrorCode::kInvalidArgument, std::string(name) + ": not a live " +
+                                          (kind == HandleKind::kExecutor ? "executor" : "plan") +
+                                          " (destroyed, or not made by this library)");
   }
   ++it->second;
 }

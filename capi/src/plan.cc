@@ -107,8 +107,7 @@ reshard_error_t* reshard_plan_create(const reshard_plan_input_t* input,
 
 void reshard_plan_destroy(reshard_plan_t* plan) {
   // Waits for executions using the plan; a plan destroyed before is left alone.
-  if (plan == nullptr ||
-      !reshard::capi::retire_handle(reshard::capi::HandleKind::kPlan, plan))
+  if (plan == nullptr || !reshard::capi::retire_handle(reshard::capi::HandleKind::kPlan, plan))
     return;
   std::unique_ptr<reshard_plan>{plan}.reset();
 }

@@ -382,8 +382,8 @@ TEST(HostExecutorPlanErrors, ExecutionPastItsDeadlineIsATimeout) {
   auto b = mesh_1d({8, 9, 10, 11, 12, 13, 14, 15});
   PlanInput in;
   // 16 MB of rows to columns: strided copies, milliseconds of work.
-  in.tensors.push_back(tensor("w", {4096, 1024}, DType::kF32, sharding(a, {{"x"}, {}}),
-                              sharding(b, {{}, {"x"}})));
+  in.tensors.push_back(
+      tensor("w", {4096, 1024}, DType::kF32, sharding(a, {{"x"}, {}}), sharding(b, {{}, {"x"}})));
   const Plan plan = make_plan(in);
   OracleBuffers buffers = fill_sources(plan);
   const auto views = buffers.views();

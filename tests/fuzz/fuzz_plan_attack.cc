@@ -317,7 +317,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     bytes = reshard::encode_plan(plan);
   } catch (const reshard::Error&) {
-    return 0;  // not encodable by ours (an attacker's own encoder could; the decoder fuzzer covers bytes)
+    return 0;  // not encodable by ours (an attacker's own encoder could; the decoder fuzzer covers
+               // bytes)
   }
   Plan decoded;
   try {

@@ -967,8 +967,9 @@ typedef struct reshard_executor_options {
  *   (reshard/reshard_mpi.h, reshard/reshard_nccl.h); here they are
  *   UNSUPPORTED, with a message saying so.
  * Errors: INVALID_ARGUMENT (bad struct_size, negative threads, unknown
- * transport, timeout_seconds not positive and finite), UNSUPPORTED (MPI or NCCL; CUDA_LOCAL without the CUDA backend,
- * driver or a GPU: the message says what is missing), TRANSPORT (CUDA). */
+ * transport, timeout_seconds not positive and finite), UNSUPPORTED (MPI or
+ * NCCL; CUDA_LOCAL without the CUDA backend, driver or a GPU: the message
+ * says what is missing), TRANSPORT (CUDA). */
 RESHARD_API reshard_error_t* reshard_executor_create(const reshard_executor_options_t* options,
                                                      reshard_executor_t** out_executor);
 
