@@ -17,7 +17,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <iterator>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -309,7 +312,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   const std::vector<Plan>& seeds = seed_plans();
   FuzzedDataProvider in(data, size);
-  Plan plan = seeds[in.ConsumeIntegral<uint8_t>() % seeds.size()];
+  const size_t seed_index = in.ConsumeIntegral<uint8_t>() % seeds.size();
+  Plan plan = seeds[seed_index];
   const int edits = in.ConsumeIntegralInRange<int>(1, 8);
   for (int i = 0; i < edits && in.remaining_bytes() > 0; ++i) mutate(in, plan);
   // The attacker's encoder: every digest recomputed over the edited parts.
@@ -335,6 +339,70 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;  // an error: allowed (destinations unspecified)
   }
   // Executed without error: every destination element must be exact.
-  if (!reshard::check_destinations(decoded, buffers, 1).ok()) __builtin_trap();
+  const reshard::OracleReport report = reshard::check_destinations(decoded, buffers, 3);
+  if (!report.ok()) {
+    // What the finding is, before the trap: the wrong elements, and which
+    // part differs from the seed's.
+    std::fprintf(stderr, "fuzz_plan_attack: %lld wrong element(s) after a successful execution\n",
+                 static_cast<long long>(report.mismatches));
+    for (const reshard::OracleMismatch& m : report.first) {
+      std::string index;
+      for (int64_t i : m.index) index += std::to_string(i) + ",";
+      std::fprintf(stderr, "  %s device %lld [%s] expected %s got %s\n", m.tensor.c_str(),
+                   static_cast<long long>(m.device), index.c_str(), m.expected.c_str(),
+                   m.got.c_str());
+    }
+    for (const auto& [process, part] : decoded.parts()) {
+      const ProcessPart& seed = seeds[seed_index].parts().at(process);
+      if (part == seed) continue;
+      std::fprintf(stderr,
+                   "  part %d edited: local %zu/%zu sends %zu/%zu send_pieces %zu/%zu "
+                   "recvs %zu/%zu recv_pieces %zu/%zu regions %zu/%zu scratch %zu/%zu\n",
+                   process, part.local.size(), seed.local.size(), part.sends.size(),
+                   seed.sends.size(), part.send_pieces.size(), seed.send_pieces.size(),
+                   part.recvs.size(), seed.recvs.size(), part.recv_pieces.size(),
+                   seed.recv_pieces.size(), part.regions.size(), seed.regions.size(),
+                   part.scratch.size(), seed.scratch.size());
+      const auto pieces = [&](const char* name, const std::vector<Piece>& a,
+                              const std::vector<Piece>& b) {
+        for (size_t i = 0; i < a.size(); ++i) {
+          if (i < b.size() && a[i] == b[i]) continue;
+          std::fprintf(stderr, "    %s[%zu] = {tensor %u, src %u, dst %u, region %u}\n", name, i,
+                       a[i].tensor, a[i].src_entry, a[i].dst_entry, a[i].region);
+        }
+      };
+      pieces("local", part.local, seed.local);
+      pieces("send_pieces", part.send_pieces, seed.send_pieces);
+      pieces("recv_pieces", part.recv_pieces, seed.recv_pieces);
+      for (size_t i = 0; i < part.regions.size(); ++i) {
+        if (i < seed.regions.size() && part.regions[i] == seed.regions[i]) continue;
+        std::string box;
+        for (int d = 0; d < part.regions[i].rank; ++d)
+          box += std::to_string(part.regions[i].lo[static_cast<size_t>(d)]) + ":" +
+                 std::to_string(part.regions[i].hi[static_cast<size_t>(d)]) + " ";
+        std::fprintf(stderr, "    regions[%zu] = [%s]\n", i, box.c_str());
+      }
+      for (size_t i = 0; i < part.sends.size(); ++i) {
+        if (i < seed.sends.size() && part.sends[i] == seed.sends[i]) continue;
+        std::fprintf(stderr, "    sends[%zu] edited\n", i);
+      }
+      for (size_t i = 0; i < part.recvs.size(); ++i) {
+        if (i < seed.recvs.size() && part.recvs[i] == seed.recvs[i]) continue;
+        std::fprintf(stderr, "    recvs[%zu] edited\n", i);
+      }
+      for (size_t i = 0; i < part.scratch.size(); ++i) {
+        if (i < seed.scratch.size() && part.scratch[i] == seed.scratch[i]) continue;
+        std::fprintf(stderr, "    scratch[%zu] edited\n", i);
+      }
+    }
+    // The edited plan's bytes, for a regression test.
+    if (const char* dump = std::getenv("FUZZ_PLAN_ATTACK_DUMP")) {
+      if (FILE* f = std::fopen(dump, "wb")) {
+        std::fwrite(bytes.data(), 1, bytes.size(), f);
+        std::fclose(f);
+      }
+    }
+    __builtin_trap();
+  }
   return 0;
 }
