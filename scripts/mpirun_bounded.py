@@ -16,8 +16,9 @@ OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK) and preloads a small probe
 MPI_Init and MPI_Init_thread through the MPI profiling interface (PMPI_*)
 and records the rank as initialised once they return successfully. If some
 rank has not started within S seconds (default 60), or has not completed
-MPI_Init within I seconds (default: S), or the job still runs after T
-seconds (default: none), the job is ended and the message names the ranks.
+MPI_Init within I seconds (default: S; 0: not watched, for programs that do
+not call MPI_Init), or the job still runs after T seconds (default: none),
+the job is ended and the message names the ranks.
 
 Ending a job (also on SIGTERM, SIGINT or SIGHUP to the launcher: what
 `timeout` and CI runners send): SIGTERM to mpirun's process group, which
@@ -285,7 +286,7 @@ def main():
         proc = subprocess.Popen(cmd, env=env, start_new_session=True,
                                 preexec_fn=_mpirun_preexec)
         not_started = set(range(np))
-        not_init = set(range(np)) if probe else set()
+        not_init = set(range(np)) if probe and init_timeout > 0 else set()
         while True:
             try:
                 rc = proc.wait(timeout=0.1)
