@@ -5,7 +5,10 @@
 # inputs that keep the coverage) and capped in size. Commit the corpus
 # afterwards; scripts/test-fuzz.sh starts from it.
 #   scripts/fuzz-long.sh [SECONDS] [TARGET ...]    (default 600 s; targets:
-#   plan_decode spec_parse capi_plan)
+#   plan_decode spec_parse capi_plan plan_attack)
+# plan_attack (the attacker's model of issue 37: edited parts, recomputed
+# digests, executed against the oracle) is worth a long run of its own:
+#   nice scripts/fuzz-long.sh 1800 plan_attack
 #   RESHARD_FUZZ_MAX_LEN  largest input kept (default 4096 bytes)
 # Exit status 1 when a target crashed (the input is in build/fuzz/artifacts/).
 source "$(dirname "$0")/lib/strict.sh"

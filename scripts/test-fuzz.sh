@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fuzzes the plan decoder, the spec parser and the C ABI's spec and plan
-# entry points (random option structs) for a fixed short time each
+# Fuzzes the plan decoder, the spec parser, the C ABI's spec and plan
+# entry points (random option structs) and edited plans with recomputed
+# digests executed against the oracle (plan_attack) for a fixed short time each
 # (libFuzzer, clang, ASan+UBSan), run by scripts/test.sh after ctest. Starts
 # from the build's seeds and the corpus kept in tests/fuzz/corpus/ (left
 # unchanged: new inputs go to build/fuzz/work/). Longer runs that also grow

@@ -121,9 +121,10 @@ static_assert(offsetof(reshard_api_t, plan_part_scratch) == kHeader + 70 * sizeo
               "ABI 1.6 table layout changed");
 // ABI 1.7 appended reshard_plan_options_t::nics_per_host, no function.
 // ABI 1.8 appended reshard_plan_options_t::single_hop_guard, no function.
+// ABI 1.9 appended reshard_executor_options_t::timeout_seconds, no function.
 static_assert(sizeof(reshard_api_t) == kHeader + 71 * sizeof(void*),
               "a field was appended: bump RESHARD_ABI_MINOR and add a static_assert for it");
-static_assert(RESHARD_ABI_MINOR == 8);
+static_assert(RESHARD_ABI_MINOR == 9);
 
 }  // namespace
 

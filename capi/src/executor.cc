@@ -2,7 +2,9 @@
 // local transport, executing whole plans) — execution, and the
 // verification oracle.
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
+#include <cstddef>
 #include <mutex>
 #include <span>
 #include <string>
@@ -29,9 +31,12 @@ using reshard::capi::write_struct;
 namespace {
 
 constexpr size_t kExecutorOptionsV1Size = RESHARD_CAPI_V1_SIZE(reshard_executor_options_t, threads);
+// ABI 1.9 appended timeout_seconds.
+static_assert(offsetof(reshard_executor_options_t, timeout_seconds) == 16);
+static_assert(sizeof(reshard_executor_options_t) == 24);
 constexpr size_t kVerifyReportV1Size = RESHARD_CAPI_V1_SIZE(reshard_verify_report_t, mismatches);
 constexpr size_t kExecutorInfoV1Size = RESHARD_CAPI_V1_SIZE(reshard_executor_info_t, reserved0);
-static_assert(kExecutorOptionsV1Size == sizeof(reshard_executor_options_t));
+static_assert(kExecutorOptionsV1Size == 16);
 static_assert(kVerifyReportV1Size == sizeof(reshard_verify_report_t));
 static_assert(kExecutorInfoV1Size == sizeof(reshard_executor_info_t));
 
@@ -236,6 +241,12 @@ reshard_error_t* reshard_executor_create(const reshard_executor_options_t* optio
     execute.agreement = reshard::ExecuteOptions::Agreement::kSkip;
     execute.threads = reshard::capi::threads_from_c(o.threads, reshard::capi::CThreads::kExecutor,
                                                     "options->threads");
+    if (!(o.timeout_seconds > 0) || !std::isfinite(o.timeout_seconds)) {
+      reshard::fail(ErrorCode::kInvalidArgument,
+                    "options->timeout_seconds: " + std::to_string(o.timeout_seconds) +
+                        " must be positive and finite");
+    }
+    execute.timeout_seconds = o.timeout_seconds;
     std::unique_ptr<reshard_executor> handle;
     if (o.transport == RESHARD_TRANSPORT_CUDA_LOCAL) {
       handle = reshard::capi::make_engine_executor(
@@ -261,6 +272,11 @@ reshard_error_t* reshard_executor_create(const reshard_executor_options_t* optio
 }
 
 void reshard_executor_destroy(reshard_executor_t* executor) {
+  // Waits for executions on other threads; an executor destroyed before is
+  // left alone.
+  if (executor == nullptr ||
+      !reshard::capi::retire_handle(reshard::capi::HandleKind::kExecutor, executor))
+    return;
   std::unique_ptr<reshard_executor>{executor}.reset();
 }
 
@@ -271,6 +287,11 @@ reshard_error_t* reshard_executor_execute(const reshard_executor_t* executor,
   return guard([&] {
     require(executor, "executor");
     require(plan, "plan");
+    // Both stay alive until the call returns (a destroy on another thread
+    // waits); destroyed ones are refused here.
+    const reshard::capi::HandleUse executor_use(reshard::capi::HandleKind::kExecutor, executor,
+                                                "executor");
+    const reshard::capi::HandleUse plan_use(reshard::capi::HandleKind::kPlan, plan, "plan");
     const std::vector<reshard::TensorBuffers> views = to_views(plan->plan, buffers, num_tensors);
     if (executor->process != reshard::kAllProcesses) {
       check_remote_entries_empty(plan->plan, buffers, num_tensors, executor->rank);
@@ -337,6 +358,9 @@ reshard_error_t* reshard_executor_verify(const reshard_executor_t* executor,
   return guard([&] {
     require(executor, "executor");
     require(plan, "plan");
+    const reshard::capi::HandleUse executor_use(reshard::capi::HandleKind::kExecutor, executor,
+                                                "executor");
+    const reshard::capi::HandleUse plan_use(reshard::capi::HandleKind::kPlan, plan, "plan");
     check_out_struct(out_report, kVerifyReportV1Size, "out_report");
     if (executor->transport == RESHARD_TRANSPORT_NCCL ||
         executor->transport == RESHARD_TRANSPORT_CUDA_LOCAL) {

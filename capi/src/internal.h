@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "live_handles.h"
 #include "reshard/engine.h"
 #include "reshard/error.h"
 #include "reshard/layout.h"
@@ -48,6 +49,11 @@ struct reshard_plan_input {
 };
 
 struct reshard_plan {
+  // Live from construction to destruction (live_handles.h).
+  reshard_plan() { reshard::capi::register_handle(reshard::capi::HandleKind::kPlan, this); }
+  ~reshard_plan() { reshard::capi::forget_handle(reshard::capi::HandleKind::kPlan, this); }
+  reshard_plan(const reshard_plan&) = delete;
+  reshard_plan& operator=(const reshard_plan&) = delete;
   reshard::Plan plan;
 };
 
@@ -63,6 +69,11 @@ struct reshard_buffer {
 // transport when all are busy (`make_engine`), so that calls on distinct
 // destination buffers run concurrently, as the header promises.
 struct reshard_executor {
+  // Live from construction to destruction (live_handles.h).
+  reshard_executor() { reshard::capi::register_handle(reshard::capi::HandleKind::kExecutor, this); }
+  ~reshard_executor() { reshard::capi::forget_handle(reshard::capi::HandleKind::kExecutor, this); }
+  reshard_executor(const reshard_executor&) = delete;
+  reshard_executor& operator=(const reshard_executor&) = delete;
   reshard_transport_t transport = RESHARD_TRANSPORT_HOST;
   int32_t rank = 0;  // this process's rank in the group
   int32_t size = 1;

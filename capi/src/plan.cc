@@ -105,7 +105,12 @@ reshard_error_t* reshard_plan_create(const reshard_plan_input_t* input,
   });
 }
 
-void reshard_plan_destroy(reshard_plan_t* plan) { std::unique_ptr<reshard_plan>{plan}.reset(); }
+void reshard_plan_destroy(reshard_plan_t* plan) {
+  // Waits for executions using the plan; a plan destroyed before is left alone.
+  if (plan == nullptr || !reshard::capi::retire_handle(reshard::capi::HandleKind::kPlan, plan))
+    return;
+  std::unique_ptr<reshard_plan>{plan}.reset();
+}
 
 reshard_error_t* reshard_plan_fingerprint(const reshard_plan_t* plan, uint64_t* out_fingerprint) {
   return guard([&] {

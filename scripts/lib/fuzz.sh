@@ -2,7 +2,7 @@
 # builds the libFuzzer targets (clang, ASan+UBSan, an instrumented copy of
 # the library) in build/fuzz, and says where each target's seeds are.
 # The targets: fuzz_<name> for each name below.
-FUZZ_TARGETS=(plan_decode spec_parse capi_plan)
+FUZZ_TARGETS=(plan_decode spec_parse capi_plan plan_attack)
 FUZZ_BUILD=build/fuzz
 
 fuzz_build() {
@@ -18,6 +18,7 @@ fuzz_build() {
 fuzz_seeds() {
   case $1 in
     plan_decode) echo $FUZZ_BUILD/tests/fuzz/plan_corpus ;;
+    plan_attack) echo $FUZZ_BUILD/tests/fuzz/attack_corpus ;;
     *) echo $FUZZ_BUILD/tests/fuzz/spec_corpus ;;
   esac
 }

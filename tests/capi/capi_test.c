@@ -13,6 +13,7 @@
 /* POSIX for setrlimit only (the out_of_memory group). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1940,6 +1941,133 @@ static void test_executor_concurrent(void) {
   fixture_destroy(&f);
 }
 
+/* Regression (issue 37): an executor destroyed on one thread while another
+ * thread is inside reshard_executor_execute freed the engine under the
+ * execution. Destroy now waits for the execution in flight; a later call
+ * with the destroyed handle is INVALID_ARGUMENT ("not a live executor"),
+ * never a use of freed memory; destroying it again is a no-op. The same for
+ * a plan. */
+typedef struct racing_call {
+  const reshard_executor_t* executor;
+  const reshard_plan_t* plan;
+  host_buffers h;
+  atomic_int ok; /* read by the destroying thread */
+  int refused;
+  int other;
+} racing_call;
+
+/* Executes until the executor is refused (at most 2,000,000 calls). */
+static int racing_worker(void* arg) {
+  racing_call* c = (racing_call*)arg;
+  int i;
+  for (i = 0; i < 2000000 && c->refused == 0; ++i) {
+    reshard_error_t* err =
+        reshard_executor_execute(c->executor, c->plan, c->h.tensors, c->h.num_tensors);
+    if (err == NULL) {
+      atomic_fetch_add(&c->ok, 1);
+    } else if (reshard_error_code(err) == RESHARD_ERROR_INVALID_ARGUMENT &&
+               strstr(reshard_error_message(err), "not a live") != NULL) {
+      ++c->refused;
+    } else {
+      ++c->other;
+    }
+    reshard_error_destroy(err);
+  }
+  return 0;
+}
+
+static void test_destroy_while_executing(void) {
+  fixture f;
+  reshard_plan_t* plan = NULL;
+  reshard_executor_t* executor = NULL;
+  racing_call call;
+  thrd_t thread;
+  struct timespec pause = {0, 100000}; /* 0.1 ms */
+
+  REQUIRE(fixture_create(&f));
+  plan = fixture_plan(&f);
+  REQUIRE(plan != NULL);
+  REQUIRE_OK(reshard_executor_create(NULL, &executor));
+  memset(&call, 0, sizeof call);
+  call.executor = executor;
+  call.plan = plan;
+  atomic_init(&call.ok, 0);
+  REQUIRE(host_buffers_make(plan, &call.h));
+  REQUIRE(thrd_create(&thread, racing_worker, &call) == thrd_success);
+  /* Destroy while the worker is executing in a loop. */
+  while (atomic_load(&call.ok) < 20) thrd_sleep(&pause, NULL);
+  reshard_executor_destroy(executor); /* waits for the call in flight */
+  thrd_join(thread, NULL);
+  CHECK(call.other == 0);
+  CHECK(call.refused == 1); /* the first call after destroy, never a crash */
+  CHECK(atomic_load(&call.ok) >= 20);
+  reshard_executor_destroy(executor); /* destroyed already: nothing happens */
+
+  /* A destroyed plan is refused by a live executor. */
+  REQUIRE_OK(reshard_executor_create(NULL, &executor));
+  reshard_plan_destroy(plan);
+  CHECK_ERR(reshard_executor_execute(executor, plan, call.h.tensors, call.h.num_tensors),
+            RESHARD_ERROR_INVALID_ARGUMENT, "plan: not a live plan");
+  reshard_plan_destroy(plan); /* again: nothing happens */
+  reshard_executor_destroy(executor);
+  host_buffers_free(&call.h);
+  fixture_destroy(&f);
+}
+
+/* ABI 1.9, regression (issue 37): a HOST execution had no deadline, so a plan
+ * could keep the executor busy for as long as its copies took. With
+ * options->timeout_seconds the copies of 16 MB stop after 0.1 ms with
+ * TIMEOUT naming it, and the executor stays usable; with time enough the
+ * same plan is exact. Bad values are INVALID_ARGUMENT naming the field; a
+ * 1.8-sized struct keeps the default. */
+static void test_executor_timeout(void) {
+  static const char kSpec[] =
+      "{\"meshes\": {\"a\": {\"axis_names\": [\"x\"], \"shape\": [8]},"
+      " \"b\": {\"axis_names\": [\"y\"], \"shape\": [8], \"devices\": [8, 9, 10, 11, 12, "
+      "13, 14, 15]}}, \"tensors\": [{\"name\": \"w\", \"shape\": [4096, 1024], \"dtype\": "
+      "\"f32\", \"src\": {\"mesh\": \"a\", \"spec\": [\"x\"]}, \"dst\": {\"mesh\": \"b\", "
+      "\"spec\": [null, \"y\"]}}]}";
+  const double bad[] = {0.0, -1.0, NAN, INFINITY};
+  reshard_plan_input_t* input = NULL;
+  reshard_plan_t* plan = NULL;
+  reshard_executor_t* executor = NULL;
+  reshard_executor_options_t o = RESHARD_EXECUTOR_OPTIONS_INIT;
+  host_buffers h;
+  size_t i;
+
+  CHECK(o.timeout_seconds == 300.0);
+  REQUIRE_OK(reshard_plan_input_from_spec(kSpec, strlen(kSpec), &input));
+  REQUIRE_OK(reshard_plan_create(input, NULL, &plan));
+  REQUIRE(host_buffers_make(plan, &h));
+  o.threads = 1;
+  o.timeout_seconds = 1e-4;
+  REQUIRE_OK(reshard_executor_create(&o, &executor));
+  CHECK_ERR(reshard_executor_execute(executor, plan, h.tensors, h.num_tensors),
+            RESHARD_ERROR_TIMEOUT, "ran past its deadline (timeout_seconds 0.0001 s)");
+  reshard_executor_destroy(executor);
+  o.timeout_seconds = 300;
+  REQUIRE_OK(reshard_executor_create(&o, &executor));
+  CHECK_OK(reshard_executor_execute(executor, plan, h.tensors, h.num_tensors));
+  CHECK(host_buffers_mismatches(plan, &h) == 0);
+  reshard_executor_destroy(executor);
+  for (i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    executor = NULL;
+    o.timeout_seconds = bad[i];
+    CHECK_ERR(reshard_executor_create(&o, &executor), RESHARD_ERROR_INVALID_ARGUMENT,
+              "options->timeout_seconds");
+    CHECK(executor == NULL);
+  }
+  /* A 1.8 caller's struct ends before the field: what follows is ignored. */
+  o.struct_size = offsetof(reshard_executor_options_t, timeout_seconds);
+  o.timeout_seconds = -5;
+  REQUIRE_OK(reshard_executor_create(&o, &executor));
+  CHECK_OK(reshard_executor_execute(executor, plan, h.tensors, h.num_tensors));
+  reshard_executor_destroy(executor);
+  host_buffers_free(&h);
+  reshard_plan_destroy(plan);
+  reshard_plan_input_destroy(input);
+}
+
 static void test_oracle(void) {
   fixture f;
   reshard_plan_t* plan;
@@ -2888,6 +3016,8 @@ static const test_group kGroups[] = {
     {"corrupt_bytes", test_corrupt_bytes},
     {"executor", test_executor},
     {"executor_concurrent", test_executor_concurrent},
+    {"destroy_while_executing", test_destroy_while_executing},
+    {"executor_timeout", test_executor_timeout},
     {"oracle", test_oracle},
     {"partial", test_partial},
     {"out_of_memory", test_out_of_memory},

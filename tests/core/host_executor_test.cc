@@ -373,5 +373,44 @@ TEST(HostExecutorPlanErrors, PlanWithoutEveryPartIsRejected) {
   }
 }
 
+// Regression (issue 37): the host executor had no deadline, so a plan could
+// keep it busy for as long as its copies took (a 1.2 MB plan once took 57 s
+// on a 16 MB tensor). An execution running past timeout_seconds now ends
+// with kTimeout naming it; with time enough the same plan is exact.
+TEST(HostExecutorPlanErrors, ExecutionPastItsDeadlineIsATimeout) {
+  auto a = mesh_1d({0, 1, 2, 3, 4, 5, 6, 7});
+  auto b = mesh_1d({8, 9, 10, 11, 12, 13, 14, 15});
+  PlanInput in;
+  // 16 MB of rows to columns: strided copies, milliseconds of work.
+  in.tensors.push_back(
+      tensor("w", {4096, 1024}, DType::kF32, sharding(a, {{"x"}, {}}), sharding(b, {{}, {"x"}})));
+  const Plan plan = make_plan(in);
+  OracleBuffers buffers = fill_sources(plan);
+  const auto views = buffers.views();
+  for (const int threads : {1, 2}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    try {
+      execute_host(plan, views, {threads, 1e-4});
+      ADD_FAILURE() << "16 MB copied within 0.1 ms: no deadline";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+      EXPECT_NE(std::string(e.what()).find("timeout_seconds 0.0001 s"), std::string::npos)
+          << e.what();
+    }
+  }
+  for (const double bad : {0.0, -1.0, std::nan("")}) {
+    try {
+      execute_host(plan, views, {1, bad});
+      ADD_FAILURE() << "timeout " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("timeout_seconds"), std::string::npos) << e.what();
+    }
+  }
+  execute_host(plan, views, {2, 300});
+  const OracleReport report = check_destinations(plan, buffers);
+  EXPECT_TRUE(report.ok()) << describe(report);
+}
+
 }  // namespace
 }  // namespace reshard

@@ -83,8 +83,10 @@ def run_job(job, args, workdir):
                     "--victim", str(job.victim)]
     start_timeout = 10.0
     bound = start_timeout + job.cases * 20 + job.stop_seconds + 4 * job.timeout + 60
+    # MPI_Init of 8 oversubscribed ranks on a loaded machine takes seconds:
+    # its bound is looser than the start's.
     cmd = [sys.executable, LAUNCHER, "--mpirun", args.mpirun, "--start-timeout",
-           str(start_timeout), "--timeout", str(bound)]
+           str(start_timeout), "--init-timeout", str(start_timeout + 30), "--timeout", str(bound)]
     if job.fault == "never_start":
         cmd += ["--hold-rank", str(job.victim)]
     cmd += mpirun_opts + ["--"] + program

@@ -209,3 +209,28 @@ def test_nothing_written_on_error(p):
 def test_mpi_executor_options_errors():
     with pytest.raises(reshard.InvalidArgumentError, match="unknown option"):
         reshard.MPIExecutor(agreement="sometimes")
+
+
+def test_host_execution_past_its_deadline_raises_timeout():
+    """Regression (issue 37, ABI 1.9): a host execution had no deadline. With
+    Executor(timeout=...) copies still running past it raise
+    ReshardTimeoutError naming timeout_seconds; with time enough the plan is
+    exact; a timeout that is not positive and finite is refused."""
+    import math
+    import numpy as np
+    spec = {"meshes": {"a": {"axis_names": ["x"], "shape": [8]},
+                       "b": {"axis_names": ["y"], "shape": [8],
+                             "devices": list(range(8, 16))}},
+            "tensors": [{"name": "w", "shape": [4096, 1024], "dtype": "f32",
+                         "src": {"mesh": "a", "spec": ["x"]},
+                         "dst": {"mesh": "b", "spec": [None, "y"]}}]}
+    p = reshard.plan(spec)
+    g = np.arange(4096 * 1024, dtype=np.float32).reshape(4096, 1024)
+    src, dst = p.scatter({"w": g}), p.allocate("dst", fill=-1)
+    with pytest.raises(reshard.ReshardTimeoutError, match=r"timeout_seconds 0\.0001 s"):
+        reshard.Executor(threads=1, timeout=1e-4).execute(p, src, dst)
+    reshard.Executor(threads=1, timeout=300).execute(p, src, dst)
+    assert np.array_equal(p.gather(dst)["w"], g)
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(reshard.InvalidArgumentError, match="options->timeout_seconds"):
+            reshard.Executor(timeout=bad)

@@ -146,3 +146,62 @@ def test_unprepared_execute_fast_path_and_fallback_agree():
     dst = p.allocate("dst", fill=-1)
     reshard.execute(p, src, dst)
     assert np.array_equal(p.gather(dst)["w"], g)
+
+
+# A child process: a thread executes a prepared execution in a loop whose
+# buffers only the prepared execution holds, while the main thread releases
+# it. Before the fix release() freed the address table (and the buffers)
+# under the running execution: a segfault, 3 runs of 3.
+_RELEASE_RACE = r"""
+import sys, threading, time
+import reshard
+spec = {"meshes": {"a": {"axis_names": ["x"], "shape": [4]},
+                   "b": {"axis_names": ["y"], "shape": [4], "devices": [4, 5, 6, 7]}},
+        "tensors": [{"name": "w", "shape": [2048, 1024], "dtype": "f32",
+                     "src": {"mesh": "a", "spec": ["x"]},
+                     "dst": {"mesh": "b", "spec": [None, "y"]}}]}
+p = reshard.plan(spec)
+for attempt in range(int(sys.argv[1])):
+    # Buffers referenced by the prepared execution only.
+    run = reshard.Executor(threads=1).prepare(p, p.allocate("src", fill=1), p.allocate("dst"))
+    state = {"runs": 0, "raised": None}
+    started = threading.Event()
+    def loop():
+        try:
+            while True:
+                started.set()
+                run.execute()
+                state["runs"] += 1
+        except reshard.InvalidArgumentError as e:
+            state["raised"] = str(e)
+    t = threading.Thread(target=loop)
+    t.start()
+    started.wait()
+    time.sleep(0.002 * (attempt % 5))
+    run.release()          # waits for the execution in flight
+    assert run.released
+    t.join()
+    assert state["raised"] is not None and "released" in state["raised"], state
+    try:
+        run.execute()
+        raise SystemExit("execute after release did not raise")
+    except reshard.InvalidArgumentError as e:
+        assert "released" in str(e)
+    run.release()          # idempotent
+print("ok")
+"""
+
+
+def test_release_during_execute_on_another_thread_waits_not_crashes(tmp_path):
+    """Regression (issue 37): PreparedExecution.release() on one thread while
+    another thread is inside execute() segfaulted; release now waits for the
+    execution in flight and later executions raise InvalidArgumentError."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "race.py"
+    script.write_text(_RELEASE_RACE)
+    r = subprocess.run([sys.executable, str(script), "20"], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ))
+    assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+    assert r.stdout.strip().endswith("ok")

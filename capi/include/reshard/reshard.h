@@ -115,7 +115,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 8
+#define RESHARD_ABI_MINOR 9
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -574,7 +574,11 @@ RESHARD_API reshard_error_t* reshard_plan_create(const reshard_plan_input_t* inp
                                                  const reshard_plan_request_t* request,
                                                  reshard_plan_t** out_plan);
 
-/* Releases a plan. Accepts NULL. */
+/* Releases a plan. Accepts NULL. An execution using the plan on another
+ * thread (reshard_executor_execute, reshard_executor_verify) is waited for
+ * first; afterwards those calls refuse the handle (INVALID_ARGUMENT "plan:
+ * not a live plan ..."), and destroying it again does nothing. Other calls
+ * must not race with its destruction. */
 RESHARD_API void reshard_plan_destroy(reshard_plan_t* plan);
 
 /* The plan's fingerprint (hash of its canonical inputs and options). */
@@ -935,10 +939,18 @@ typedef struct reshard_executor_options {
   size_t struct_size;
   reshard_transport_t transport; /* default RESHARD_TRANSPORT_HOST */
   int32_t threads;               /* worker threads; 0: one per hardware thread */
+  /* Since 1.9 (a smaller struct leaves it at its default, 300). Seconds,
+   * > 0 and finite. HOST: the deadline of each execution as a whole: a
+   * plan (untrusted bytes, say) whose copies run past it ends with
+   * RESHARD_ERROR_TIMEOUT ("execute: ran past its deadline
+   * (timeout_seconds 300 s) in ..."), the destinations holding unspecified
+   * data; the executor stays usable. CUDA_LOCAL: the longest wait for the
+   * GPUs, as timeout_seconds of the distributed executors. */
+  double timeout_seconds;
 } reshard_executor_options_t;
 
 #define RESHARD_EXECUTOR_OPTIONS_INIT \
-  { sizeof(reshard_executor_options_t), RESHARD_TRANSPORT_HOST, 0 }
+  { sizeof(reshard_executor_options_t), RESHARD_TRANSPORT_HOST, 0, 300.0 }
 
 /* Creates an executor (NULL options: host transport, default threads).
  * RESHARD_TRANSPORT_HOST: host memory, every plan device in this process.
@@ -955,12 +967,17 @@ typedef struct reshard_executor_options {
  *   (reshard/reshard_mpi.h, reshard/reshard_nccl.h); here they are
  *   UNSUPPORTED, with a message saying so.
  * Errors: INVALID_ARGUMENT (bad struct_size, negative threads, unknown
- * transport), UNSUPPORTED (MPI or NCCL; CUDA_LOCAL without the CUDA backend,
- * driver or a GPU: the message says what is missing), TRANSPORT (CUDA). */
+ * transport, timeout_seconds not positive and finite), UNSUPPORTED (MPI or
+ * NCCL; CUDA_LOCAL without the CUDA backend, driver or a GPU: the message
+ * says what is missing), TRANSPORT (CUDA). */
 RESHARD_API reshard_error_t* reshard_executor_create(const reshard_executor_options_t* options,
                                                      reshard_executor_t** out_executor);
 
-/* Releases an executor. Accepts NULL. */
+/* Releases an executor. Accepts NULL. Executions on it running on other
+ * threads are waited for first (so that their engine is not freed under
+ * them); afterwards reshard_executor_execute and reshard_executor_verify
+ * refuse the handle (INVALID_ARGUMENT "executor: not a live executor ..."),
+ * and destroying it again does nothing. */
 RESHARD_API void reshard_executor_destroy(reshard_executor_t* executor);
 
 /* A read-only shard buffer. */
@@ -996,8 +1013,10 @@ typedef struct reshard_tensor_buffers {
  * counts, byte sizes, NULL data, a destination overlapping another buffer.
  * Errors: INVALID_ARGUMENT naming the buffer ("buffers[1].dst[3]: 96 bytes
  * given, box [0:4, 0:8] of f32 needs 128", "plan: lacks the part of process
- * 1"), and nothing is written. Thread-safe for distinct destination
- * buffers; the source buffers are only read.
+ * 1"), and nothing is written. TIMEOUT when the copies ran past the
+ * executor's timeout_seconds (ABI 1.9; destinations then hold unspecified
+ * data). Thread-safe for distinct destination buffers; the source buffers
+ * are only read.
  *
  * Distributed executors (MPI, NCCL; ABI 1.1) execute the part of the plan
  * that belongs to this process: plan process p is rank p of the executor's

@@ -49,7 +49,10 @@ struct ExecuteOptions {
   // the final flush. On expiry execute() throws kTimeout naming the ranks
   // still missing. After a timeout the group's communicator may hold
   // unmatched operations and must not be used again: abort the job
-  // (Transport::abort).
+  // (Transport::abort). With kAllProcesses (the `local` transport), where
+  // nothing waits, it is the deadline of the whole call instead: copies
+  // still running past it end with kTimeout (checked between tasks of a
+  // few MiB), the destinations holding unspecified data.
   double timeout_seconds = 300;
   // Batches (one round's messages to and from at most two peers, see
   // docs/distributed.md) of one stage in flight at once (receives of later

@@ -17,6 +17,12 @@ struct HostExecuteOptions {
   // (reshard/engine.h), whose meaning every `threads` field shares.
   // Negative: kInvalidArgument ("options.threads: ...").
   int32_t threads = 0;
+  // Deadline of the whole execution, in seconds (> 0; default 300): a plan
+  // (untrusted bytes, say) that keeps the copies busy longer ends with
+  // kTimeout ("execute: ran past its deadline (timeout_seconds 300 s) in
+  // ..."), its destinations holding unspecified data; checked between
+  // tasks of a few MiB each. ExecuteOptions::timeout_seconds.
+  double timeout_seconds = 300;
 };
 
 // Fills every destination buffer of every tensor of `plan`, which must hold

@@ -714,6 +714,10 @@ void check_scratch_reductions(const std::map<int32_t, ProcessPart>& parts,
     auto add = [&](const Piece& q, uint32_t stage, int64_t device, int64_t from) {
       if (q.dst_entry != kScratchEntry || q.region >= part.regions.size()) return;
       const Box& r = part.regions[q.region];
+      // A piece that moves no element brings no summand: the part checks
+      // skip it too, so counting it would let a scratch claim a summand (or
+      // a source scratch's summands) that never arrives (fuzz_plan_attack).
+      if (r.empty()) return;
       const int64_t k = find_scratch(part, q.tensor, device, r);
       if (k < 0) return;
       Into& x = into[{p, k}];

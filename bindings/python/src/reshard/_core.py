@@ -5,6 +5,7 @@ import ctypes
 import json
 import os
 import sys
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import (Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union)
@@ -783,7 +784,9 @@ class PreparedExecution:
     end of a ``with`` block, or garbage collection. Their contents may change
     between executions; that is what each execution reads and writes.
     Executing concurrently from several threads is allowed by the library
-    (the table is only read) but writes the same destinations.
+    (the table is only read) but writes the same destinations. The object is
+    thread-safe: :meth:`release` on one thread waits for executions in
+    flight on others, and later executions raise.
     """
 
     def __init__(self, executor: "Executor", plan: Plan, sources: Buffers,
@@ -797,6 +800,12 @@ class PreparedExecution:
             raise
         self.executor = executor
         self.plan = plan
+        # Executions in flight (the library runs them without the GIL) and
+        # whether release() was called: release waits for the first to end
+        # before it lets the buffers go.
+        self._state = threading.Condition(threading.Lock())
+        self._in_flight = 0
+        self._released = False
         # DLPack deleters run on release or collection; not at interpreter
         # exit, when the exporting framework may be gone already.
         self._release = weakref.finalize(self, pinned.release)
@@ -804,23 +813,41 @@ class PreparedExecution:
 
     @property
     def released(self) -> bool:
-        return self._tb is None
+        return self._released
 
     def execute(self) -> None:
         """Runs the plan on the bound buffers (collective for MPI executors,
-        as :meth:`Executor.execute`)."""
-        tb = self._tb
-        if tb is None:
-            raise InvalidArgumentError("prepared execution: released; prepare the buffers again")
-        check(api.executor_execute(self.executor._ptr, self.plan._ptr, tb, self._num_tensors))
+        as :meth:`Executor.execute`). After :meth:`release` (even one that
+        is waiting for another thread's execution) it raises
+        :class:`InvalidArgumentError` and touches nothing."""
+        with self._state:
+            if self._released:
+                raise InvalidArgumentError(
+                    "prepared execution: released; prepare the buffers again")
+            self._in_flight += 1
+            tb = self._tb
+        try:
+            check(api.executor_execute(self.executor._ptr, self.plan._ptr, tb, self._num_tensors))
+        finally:
+            with self._state:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._state.notify_all()
 
     __call__ = execute
 
     def release(self) -> None:
         """Drops the references to the buffers (and releases DLPack exports);
-        :meth:`execute` raises afterwards. Idempotent."""
-        self._tb = None
-        self._src = self._dst = None
+        :meth:`execute` raises afterwards. Thread-safe: executions already
+        running on other threads finish first (release waits for them, so
+        the buffers never go while the library uses them); executions
+        starting after release was called raise. Idempotent."""
+        with self._state:
+            self._released = True
+            while self._in_flight:
+                self._state.wait()
+            self._tb = None
+            self._src = self._dst = None
         self._release()
 
     def __enter__(self) -> "PreparedExecution":
@@ -830,7 +857,7 @@ class PreparedExecution:
         self.release()
 
     def __repr__(self) -> str:
-        state = "released" if self._tb is None else "ready"
+        state = "released" if self._released else "ready"
         return f"<reshard.PreparedExecution {state}, {self._num_tensors} tensors>"
 
 
@@ -841,16 +868,20 @@ class Executor:
     may execute with it at once on distinct destinations.
 
     threads: worker threads (0: one per hardware thread).
+    timeout: the deadline of each execution, in seconds (> 0): copies still
+        running past it raise :class:`ReshardTimeoutError` (a
+        ``TimeoutError``), the destinations holding unspecified data.
     """
 
     transport = "host"
 
-    def __init__(self, threads: int = 0, *, _ptr: Any = None) -> None:
+    def __init__(self, threads: int = 0, *, timeout: float = 300.0, _ptr: Any = None) -> None:
         if _ptr is None:
             opts = ffi.new("reshard_executor_options_t*")
             opts.struct_size = ffi.sizeof("reshard_executor_options_t")
             opts.transport = 1
             opts.threads = threads
+            opts.timeout_seconds = timeout
             out = ffi.new("reshard_executor_t**")
             check(api.executor_create(opts, out))
             _ptr = out[0]

@@ -22,6 +22,10 @@ int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 :
 // Bounds on the bytes one task moves when work is spread over threads.
 constexpr int64_t kMinTaskBytes = int64_t{64} << 10;
 constexpr int64_t kMaxTaskBytes = int64_t{64} << 20;
+// Under a deadline (DirectRunner::set_deadline): the most a task moves, in
+// bytes and in pieces, between two checks of the clock (a few ms of work).
+constexpr int64_t kDeadlineTaskBytes = int64_t{4} << 20;
+constexpr size_t kDeadlineTaskCopies = 4096;
 
 // Elements of a reduction chunk: its accumulator (32 KiB in f32) and the
 // summands' chunks stay in the first-level caches while every summand is
@@ -148,9 +152,17 @@ DirectRunner::DirectRunner(const Plan& plan, std::span<const TensorBuffers> buff
       threads_(std::clamp(threads, 1, pool.threads())),
       scratch_(static_cast<size_t>(threads_)) {}
 
+void DirectRunner::check_deadline(const char* where) const {
+  if (deadline_ == WaitClock::time_point::max() || WaitClock::now() <= deadline_) return;
+  fail(ErrorCode::kTimeout, std::string("execute: ran past its deadline (timeout_seconds ") +
+                                seconds_text(timeout_seconds_) + ") in " + where +
+                                "; the destination buffers hold unspecified data");
+}
+
 void DirectRunner::run_fills() {
   if (s_.fills.empty()) return;
   const std::function<void(size_t, int)> task = [&](size_t i, int) {
+    check_deadline("the identity fills");
     const auto [t, e] = s_.fills[i];
     const TensorSpec& spec = tensors_[t];
     fill_identity_elements(spec.dtype, spec.dst.reduce_op(), buffers_[t].dst[e].data,
@@ -170,6 +182,8 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
                        ? INT64_MAX
                        : std::clamp(total / (int64_t{threads} * 8), kMinTaskBytes, kMaxTaskBytes);
   if (max_task_bytes > 0) target = std::min(target, max_task_bytes);
+  const bool bounded = deadline_ != WaitClock::time_point::max();
+  if (bounded) target = std::min(target, kDeadlineTaskBytes);
 
   // Groups first, largest first, so that the long ones start early; a
   // group reduced chunk by chunk is cut into tasks near `target`.
@@ -231,7 +245,7 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
     i += n;
     batch.end = i;
     batch.bytes += bytes;
-    if (batch.bytes >= target) {
+    if (batch.bytes >= target || (bounded && batch.end - batch.begin >= kDeadlineTaskCopies)) {
       tasks_.push_back(batch);
       batch = {Task::kCopies, i, i, 0, 0, 0};
     }
@@ -461,6 +475,7 @@ void DirectRunner::run_replicas(std::span<const ReplicaCopy> replicas) {
     }
   }
   const std::function<void(size_t, int)> task = [&](size_t i, int worker) {
+    check_deadline("the replicas");
     run_task(tasks_[i], {}, {}, scratch_[static_cast<size_t>(worker)]);
   };
   pool_.run(tasks_.size(), task, {}, threads_);
@@ -514,6 +529,7 @@ void DirectRunner::run_round(std::span<const DirectCopy> copies,
                              const std::function<void()>& after) {
   build_tasks(copies, groups, max_task_bytes);
   const std::function<void(size_t, int)> task = [&](size_t i, int worker) {
+    check_deadline("a round of copies");
     run_task(tasks_[i], copies, groups, scratch_[static_cast<size_t>(worker)]);
   };
   pool_.run(tasks_.size(), task, after, threads_);
@@ -525,9 +541,11 @@ int execution_threads(const Schedule& schedule, int32_t threads) {
 
 void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
                    const Schedule& schedule, WorkerPool& pool, int32_t threads, int64_t last_key,
-                   ExecuteStats& stats) {
+                   ExecuteStats& stats, WaitClock::time_point deadline, double timeout_seconds) {
   const Schedule& s = schedule;
   DirectRunner runner(plan, buffers, s, pool, execution_threads(s, threads));
+  runner.set_deadline(deadline, timeout_seconds);
+  runner.check_deadline("building the schedule");
   // Separate accumulators and scratch buffers, for this execution.
   std::vector<std::vector<uint64_t>> work(s.work.size());
   std::vector<std::byte*> bases(s.work.size());
@@ -561,6 +579,7 @@ void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
     }
     // (A round's copies never touch an entry reduced in the same round:
     // build_whole_schedule refuses such plans.)
+    runner.check_deadline("a round of copies");
     runner.run_round(copies, groups);
     g = g_end;
     if (round >= 0) ++stats.rounds;

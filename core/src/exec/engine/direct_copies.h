@@ -40,6 +40,7 @@
 #include "reshard/engine.h"
 #include "reshard/exec.h"
 #include "reshard/plan.h"
+#include "reshard/wait.h"
 
 namespace reshard::engine_detail {
 
@@ -139,6 +140,19 @@ class DirectRunner {
   // The bases of Schedule::work's blocks (separate accumulators and
   // scratch buffers), for reduction groups.
   void set_work(std::vector<std::byte*> work) { work_ = std::move(work); }
+
+  // A deadline for every task run from now on (execute_whole: the whole
+  // execution's): a task starting after it throws kTimeout, the pool skips
+  // the remaining ones. With a deadline no task moves more than
+  // kDeadlineTaskBytes or kDeadlineTaskCopies pieces, so that the checks
+  // come often whatever the thread count. `timeout_seconds` is named in the
+  // message.
+  void set_deadline(WaitClock::time_point deadline, double timeout_seconds) {
+    deadline_ = deadline;
+    timeout_seconds_ = timeout_seconds;
+  }
+  // Throws kTimeout when the deadline passed; `where` says in what.
+  void check_deadline(const char* where) const;
 
   // The identity fills of partial destinations (Schedule::fills), in
   // parallel.
@@ -247,6 +261,8 @@ class DirectRunner {
   const std::vector<TensorSpec>& tensors_;
   std::span<const TensorBuffers> buffers_;
   const Schedule& s_;
+  WaitClock::time_point deadline_ = WaitClock::time_point::max();
+  double timeout_seconds_ = 0;
   const bool stream_;  // non-temporal stores (a large execution)
   WorkerPool& pool_;
   const int threads_;                            // of pool_, for this execution
@@ -266,10 +282,14 @@ class DirectRunner {
 // whose pieces are all of stage 0, so they are filled for every
 // last_stage). Adds to `stats` (local_bytes, rounds, accumulator_bytes).
 // Work with a round key above `last_key` is left out
-// (ExecuteOptions::last_stage).
+// (ExecuteOptions::last_stage). Past `deadline` (checked before each task
+// and each round) throws kTimeout naming `timeout_seconds`; the
+// destinations then hold unspecified data.
 void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
                    const Schedule& schedule, WorkerPool& pool, int32_t threads, int64_t last_key,
-                   ExecuteStats& stats);
+                   ExecuteStats& stats,
+                   WaitClock::time_point deadline = WaitClock::time_point::max(),
+                   double timeout_seconds = 0);
 
 // The threads an execution of `schedule` copies on: one below
 // kParallelMinBytes, else resolve_threads(threads).

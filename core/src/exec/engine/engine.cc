@@ -1043,10 +1043,15 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
       stats.agreed = true;
     }
     // (3) Execution.
+    // Nothing waits here, so the deadline bounds the whole execution
+    // (copies of an untrusted plan included), from the start of this call.
     engine_detail::execute_whole(
         plan, local_buffers, *schedule,
         grown(pool_, engine_detail::execution_threads(*schedule, options.threads)), options.threads,
-        engine_detail::last_key(options.last_stage), stats);
+        engine_detail::last_key(options.last_stage), stats,
+        t0 + std::chrono::duration_cast<Clock::duration>(
+                 std::chrono::duration<double>(std::min(options.timeout_seconds, 1e7))),
+        options.timeout_seconds);
     stats.seconds = seconds_since(t0);
     return stats;
   }

@@ -16,6 +16,7 @@ void execute_host(const Plan& plan, std::span<const TensorBuffers> buffers,
   ExecuteOptions execute;
   execute.agreement = ExecuteOptions::Agreement::kSkip;
   execute.threads = options.threads;  // the same meaning (0: every hardware thread)
+  execute.timeout_seconds = options.timeout_seconds;
   engine.execute(plan, kAllProcesses, buffers, execute);
 }
 
