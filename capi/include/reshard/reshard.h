@@ -217,8 +217,11 @@ enum {
   RESHARD_TRANSPORT_CUDA_LOCAL = 4 /* CUDA memory, one process owns all (ABI 1.1) */
 };
 
-/* When the ranks of a distributed executor compare plan fingerprints and
- * dtypes before executing (C++ ExecuteOptions::Agreement), ABI 1.1. */
+/* When the ranks of a distributed executor agree on the plan before
+ * executing (C++ ExecuteOptions::Agreement), ABI 1.1: fingerprints, dtypes
+ * and the digest of every part (a rank whose part differs from the
+ * others' list of part digests is named in a MISMATCH error on every rank;
+ * docs/design.md §3.5). */
 typedef int32_t reshard_agreement_t;
 enum {
   RESHARD_AGREEMENT_FIRST_USE = 0,  /* before a plan's first execution on an executor */
