@@ -66,8 +66,8 @@ func DefaultConfig() Config {
 type planRequest struct {
 	spec         []byte
 	asJSON       bool
-	process      int32 // -1: every part
-	maxPlanBytes int64 // reshard.PlanRequest.MaxPlanBytes
+	process      int32  // -1: every part
+	maxPlanBytes int64  // reshard.PlanRequest.MaxPlanBytes
 	key          []byte // Config.Key: sign the bytes
 }
 

@@ -366,9 +366,7 @@ impl Plan {
     pub fn verify_signed_bytes(bytes: &[u8], key: &[u8]) -> Result<()> {
         let options = deserialize_options(key);
         // SAFETY: as in from_signed_bytes.
-        check(unsafe {
-            sys::reshard_plan_verify_bytes_with_options(ptr_or_null(bytes).cast(), bytes.len(), &options)
-        })
+        check(unsafe { sys::reshard_plan_verify_bytes_with_options(ptr_or_null(bytes).cast(), bytes.len(), &options) })
     }
 
     /// [`to_bytes`](Self::to_bytes) followed by a 48-byte trailer carrying
