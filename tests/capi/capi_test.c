@@ -1698,8 +1698,8 @@ static void test_mac(void) {
   dopt.key_size = sizeof key;
   CHECK_OK(reshard_plan_verify_bytes_with_options(reshard_buffer_data(signed_bytes),
                                                   reshard_buffer_size(signed_bytes), &dopt));
-  REQUIRE_OK(reshard_plan_deserialize_with_options(reshard_buffer_data(signed_bytes),
-                                                   reshard_buffer_size(signed_bytes), &dopt, &back));
+  REQUIRE_OK(reshard_plan_deserialize_with_options(
+      reshard_buffer_data(signed_bytes), reshard_buffer_size(signed_bytes), &dopt, &back));
   CHECK_OK(reshard_plan_fingerprint(plan, &fp1));
   CHECK_OK(reshard_plan_fingerprint(back, &fp2));
   CHECK(fp1 == fp2);
@@ -1732,12 +1732,14 @@ static void test_mac(void) {
   REQUIRE(edited != NULL);
   memcpy(edited, reshard_buffer_data(signed_bytes), reshard_buffer_size(signed_bytes));
   edited[n / 2] ^= 1; /* a byte of the plan */
-  CHECK_ERR(reshard_plan_verify_bytes_with_options(edited, reshard_buffer_size(signed_bytes), &dopt),
-            RESHARD_ERROR_CORRUPT, "mac: does not match");
+  CHECK_ERR(
+      reshard_plan_verify_bytes_with_options(edited, reshard_buffer_size(signed_bytes), &dopt),
+      RESHARD_ERROR_CORRUPT, "mac: does not match");
   edited[n / 2] ^= 1;
   edited[reshard_buffer_size(signed_bytes) - 1] ^= 1; /* a byte of the tag */
-  CHECK_ERR(reshard_plan_verify_bytes_with_options(edited, reshard_buffer_size(signed_bytes), &dopt),
-            RESHARD_ERROR_CORRUPT, "mac: does not match");
+  CHECK_ERR(
+      reshard_plan_verify_bytes_with_options(edited, reshard_buffer_size(signed_bytes), &dopt),
+      RESHARD_ERROR_CORRUPT, "mac: does not match");
   /* The trailer cut off: missing. */
   CHECK_ERR(reshard_plan_verify_bytes_with_options(edited, n, &dopt), RESHARD_ERROR_CORRUPT,
             "mac: missing");
@@ -1751,10 +1753,10 @@ static void test_mac(void) {
             RESHARD_ERROR_INVALID_ARGUMENT, "options->key: is NULL");
   dopt.key = key;
   dopt.key_size = 0;
-  CHECK_ERR(reshard_plan_deserialize_with_options(reshard_buffer_data(signed_bytes),
-                                                  reshard_buffer_size(signed_bytes), &dopt,
-                                                  &untouched),
-            RESHARD_ERROR_INVALID_ARGUMENT, "options->key_size: is 0");
+  CHECK_ERR(
+      reshard_plan_deserialize_with_options(reshard_buffer_data(signed_bytes),
+                                            reshard_buffer_size(signed_bytes), &dopt, &untouched),
+      RESHARD_ERROR_INVALID_ARGUMENT, "options->key_size: is 0");
   dopt.key_size = RESHARD_MAC_KEY_MIN_BYTES - 1;
   CHECK_ERR(reshard_plan_verify_bytes_with_options(reshard_buffer_data(signed_bytes),
                                                    reshard_buffer_size(signed_bytes), &dopt),

@@ -905,9 +905,8 @@ TEST(WirePartDigest, EveryBufferOfAWholePlanListsEveryPart) {
               want);
   }
   const Plan alone = make_plan(train_to_infer(), PlanRequest{PlanScope::kProcess, 0, true});
-  EXPECT_TRUE(decode_plan(encode_plan(alone, {.all_parts = false, .process = 0}))
-                  .part_digests()
-                  .empty());
+  EXPECT_TRUE(
+      decode_plan(encode_plan(alone, {.all_parts = false, .process = 0})).part_digests().empty());
 }
 
 // The list is checked against the parts a buffer carries: an entry edited,
@@ -933,7 +932,8 @@ TEST(WirePartDigest, ListedDigestsAgreeWithTheCarriedParts) {
   bytes = encode_plan(plan, {.all_parts = false, .process = p1});
   ASSERT_TRUE(listed()->Mutate(0, listed()->Get(0) ^ 1));
   const Plan worker = decode_plan(bytes);
-  EXPECT_NE(worker.part_digests()[0], part_digest(plan.fingerprint(), plan.part(plan.processes()[0])));
+  EXPECT_NE(worker.part_digests()[0],
+            part_digest(plan.fingerprint(), plan.part(plan.processes()[0])));
   ASSERT_TRUE(listed()->Mutate(1, listed()->Get(1) ^ 1));
   expect_corrupt(bytes, "parts[0].digest: differs from part_digests[1]");
 }

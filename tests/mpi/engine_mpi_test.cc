@@ -1036,8 +1036,9 @@ int run_agree(const World& w) {
     if (w.rank == last) mine = edited_plan(own, last);
     const Outcome o = run("edited part without a list", mine, every);
     check(o.code == ErrorCode::kMismatch, "edited part without a list: kMismatch");
-    check(contains(o.message, last_named) && contains(o.message, "other than the one the plan lists"),
-          "edited part without a list: the message names rank " + std::to_string(last));
+    check(
+        contains(o.message, last_named) && contains(o.message, "other than the one the plan lists"),
+        "edited part without a list: the message names rank " + std::to_string(last));
   }
   // A plan of another staging budget, same tensors: the fingerprint.
   {
@@ -1084,8 +1085,9 @@ int main(int argc, char** argv) {
     } else if (mode == "agree") {
       failures = run_agree(w);
     } else {
-      std::fprintf(stderr,
-                   "usage: engine_mpi_test random|budget|faults|cache|agree [--cases N] [--seed S]\n");
+      std::fprintf(
+          stderr,
+          "usage: engine_mpi_test random|budget|faults|cache|agree [--cases N] [--seed S]\n");
       return 2;
     }
     if (failures == 0 && w.rank == 0) std::printf("%s: OK\n", mode.c_str());

@@ -125,10 +125,10 @@ class Encoder {
       listed = listed_part_digests(plan_);
     }
     auto part_digests = listed.empty() ? 0 : b_.CreateVector(listed);
-    auto root = fb::CreatePlan(b_, kPlanFormatVersion, features, plan_.fingerprint(), options,
-                               topology, tilings, tensor_vector, plan_.has_stats(), stats,
-                               processes, part_vector, parts_digest(plan_.fingerprint(), digests),
-                               part_digests);
+    auto root =
+        fb::CreatePlan(b_, kPlanFormatVersion, features, plan_.fingerprint(), options, topology,
+                       tilings, tensor_vector, plan_.has_stats(), stats, processes, part_vector,
+                       parts_digest(plan_.fingerprint(), digests), part_digests);
     b_.Finish(root, fb::PlanIdentifier());
     return std::vector<uint8_t>(b_.GetBufferPointer(), b_.GetBufferPointer() + b_.GetSize());
   }

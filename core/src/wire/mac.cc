@@ -25,8 +25,8 @@ constexpr size_t kTagBytes = 32;
 
 void check_key(const std::vector<uint8_t>& key, const char* field) {
   if (key.empty())
-    fail(ErrorCode::kInvalidArgument, field, "is empty (a MAC key has at least " +
-                                                 std::to_string(kPlanMacKeyMinBytes) + " bytes)");
+    fail(ErrorCode::kInvalidArgument, field,
+         "is empty (a MAC key has at least " + std::to_string(kPlanMacKeyMinBytes) + " bytes)");
   if (key.size() < kPlanMacKeyMinBytes)
     fail(ErrorCode::kInvalidArgument, field,
          std::to_string(key.size()) + " bytes is shorter than the minimum of " +

@@ -176,10 +176,10 @@ void agree(Transport& transport, const Plan& plan, const AgreeSubject& subject, 
   uint64_t ref = 0;
   std::vector<int32_t> odd = outliers(keys, &ref);
   if (!odd.empty()) {
-    fail(ErrorCode::kMismatch,
-         "execute: plan mismatch: rank(s) " + rank_list(odd) + " have a plan of " +
-             std::to_string(keys[static_cast<size_t>(odd.front())]) + " tensors, the others " +
-             std::to_string(ref) + self);
+    fail(ErrorCode::kMismatch, "execute: plan mismatch: rank(s) " + rank_list(odd) +
+                                   " have a plan of " +
+                                   std::to_string(keys[static_cast<size_t>(odd.front())]) +
+                                   " tensors, the others " + std::to_string(ref) + self);
   }
   keys.clear();
   for (const AgreeRecord& r : records) keys.push_back(r.dtype_hash);
@@ -189,10 +189,9 @@ void agree(Transport& transport, const Plan& plan, const AgreeSubject& subject, 
   for (const AgreeRecord& r : records) keys.push_back(r.fingerprint);
   odd = outliers(keys, &ref);
   if (!odd.empty()) {
-    fail(ErrorCode::kMismatch, "execute: plan mismatch: rank(s) " + rank_list(odd) +
-                                   " have plan fingerprint " +
-                                   hex(keys[static_cast<size_t>(odd.front())]) + ", the others " +
-                                   hex(ref) + self);
+    fail(ErrorCode::kMismatch,
+         "execute: plan mismatch: rank(s) " + rank_list(odd) + " have plan fingerprint " +
+             hex(keys[static_cast<size_t>(odd.front())]) + ", the others " + hex(ref) + self);
   }
   // The lists of part digests, among the ranks whose plan has one. The
   // digests themselves are not printed: they are what an editor would need.
@@ -209,9 +208,8 @@ void agree(Transport& transport, const Plan& plan, const AgreeSubject& subject, 
              self);
   }
   if (ref == 0) return;  // no rank's plan lists the parts: each planned its own
-  const bool whole = std::any_of(records.begin(), records.end(), [](const AgreeRecord& r) {
-    return r.process == kAllProcesses;
-  });
+  const bool whole = std::any_of(records.begin(), records.end(),
+                                 [](const AgreeRecord& r) { return r.process == kAllProcesses; });
   if (whole) return;  // one rank executes every part: its digest is its list's
   // The parts the ranks execute, against the lists: every rank computes the
   // same whole-plan digest from the records.

@@ -963,15 +963,15 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     }
   }
   // (2) The agreement.
-    if (options.agreement != ExecuteOptions::Agreement::kSkip) {
-      const engine_detail::AgreeSubject subject = engine_detail::agree_subject(plan, process);
-      const std::pair key{plan.fingerprint(), subject.part_digest};
-      if (options.agreement == ExecuteOptions::Agreement::kEveryCall || !agreed_.contains(key)) {
-        engine_detail::agree(*transport_, plan, subject, options.timeout_seconds);
-        agreed_.insert(key);
-        stats.agreed = true;
-      }
+  if (options.agreement != ExecuteOptions::Agreement::kSkip) {
+    const engine_detail::AgreeSubject subject = engine_detail::agree_subject(plan, process);
+    const std::pair key{plan.fingerprint(), subject.part_digest};
+    if (options.agreement == ExecuteOptions::Agreement::kEveryCall || !agreed_.contains(key)) {
+      engine_detail::agree(*transport_, plan, subject, options.timeout_seconds);
+      agreed_.insert(key);
+      stats.agreed = true;
     }
+  }
   // (3) Execution.
   if (participates)
     Run(*transport_, plan, local_buffers, options, *schedule, cached, stats, pool_).go();
