@@ -919,9 +919,9 @@ TEST(WirePartDigest, ListedDigestsAgreeWithTheCarriedParts) {
   std::vector<uint8_t> bytes = original;
   auto listed = [&] { return fb::GetMutablePlan(bytes.data())->mutable_part_digests(); };
   const uint64_t first = listed()->Get(0);
-  ASSERT_TRUE(listed()->Mutate(0, first ^ 1));
+  listed()->Mutate(0, first ^ 1);
   expect_corrupt(bytes, "parts[0].digest: differs from part_digests[0]");
-  ASSERT_TRUE(listed()->Mutate(0, 0));
+  listed()->Mutate(0, 0);
   expect_corrupt(bytes, "part_digests[0]: is 0");
   bytes = original;
   const size_t at = static_cast<size_t>(reinterpret_cast<const uint8_t*>(listed()) - bytes.data());
@@ -930,11 +930,11 @@ TEST(WirePartDigest, ListedDigestsAgreeWithTheCarriedParts) {
   // A worker's bytes: its own entry is checked, another's is carried.
   const int32_t p1 = plan.processes()[1];
   bytes = encode_plan(plan, {.all_parts = false, .process = p1});
-  ASSERT_TRUE(listed()->Mutate(0, listed()->Get(0) ^ 1));
+  listed()->Mutate(0, listed()->Get(0) ^ 1);
   const Plan worker = decode_plan(bytes);
   EXPECT_NE(worker.part_digests()[0],
             part_digest(plan.fingerprint(), plan.part(plan.processes()[0])));
-  ASSERT_TRUE(listed()->Mutate(1, listed()->Get(1) ^ 1));
+  listed()->Mutate(1, listed()->Get(1) ^ 1);
   expect_corrupt(bytes, "parts[0].digest: differs from part_digests[1]");
 }
 

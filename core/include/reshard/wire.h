@@ -44,13 +44,13 @@ struct EncodeOptions {
   bool all_parts = true;
   int32_t process = 0;
   // Sign the bytes with this key (sign_plan_bytes). Absent: unsigned.
-  std::optional<std::vector<uint8_t>> mac_key;
+  std::optional<std::vector<uint8_t>> mac_key = std::nullopt;
 };
 
 struct DecodeOptions {
   // Require a MAC made with this key (open_plan_bytes). Absent: none is
   // required, and a MAC the bytes carry is not checked.
-  std::optional<std::vector<uint8_t>> mac_key;
+  std::optional<std::vector<uint8_t>> mac_key = std::nullopt;
 };
 
 // Throws kInvalidArgument naming `field` unless `key` is a usable MAC key
