@@ -446,6 +446,10 @@ class WireMutation : public ::testing::Test {
     bytes_ = encode_plan(make_plan(explicit_and_split()));
     for (size_t i = 0; i < root()->parts()->size(); ++i) ASSERT_TRUE(part(i)->mutate_digest(0));
     ASSERT_TRUE(root()->mutate_parts_digest(0));
+    // Without the list of part digests either (empty reads as absent).
+    const auto* list = root()->part_digests();
+    ASSERT_NE(list, nullptr);
+    set_length(list, 0);
   }
   fb::Plan* root() { return fb::GetMutablePlan(bytes_.data()); }
   fb::ProcessPart* part(size_t i) {
@@ -852,6 +856,14 @@ TEST(WirePartDigest, DigestsAreAllPresentOrAllAbsent) {
   // Without digests, as an older plan, except for the list of every part's
   // digest, which requires them.
   expect_corrupt(bytes, "parts[0].digest: missing, but the plan lists part_digests");
+  {
+    // The list emptied (empty reads as absent): an older plan.
+    std::vector<uint8_t> older = bytes;
+    const auto* list = fb::GetPlan(older.data())->part_digests();
+    const size_t at = static_cast<size_t>(reinterpret_cast<const uint8_t*>(list) - older.data());
+    flatbuffers::WriteScalar<uint32_t>(older.data() + at, 0);
+    EXPECT_TRUE(decode_plan(older).part_digests().empty());
+  }
   {
     // A part planned alone lists nothing: with its digest gone it reads as
     // an older plan.

@@ -171,7 +171,8 @@ class Decoder {
     // The list of every process's part digest: one per process, never 0,
     // and equal to the digest of each part the buffer carries (which
     // decode_part then recomputes from the part).
-    if (const auto* flisted = root_.part_digests(); flisted != nullptr) {
+    // Empty reads as absent (the schema's rule for vectors).
+    if (const auto* flisted = root_.part_digests(); flisted != nullptr && flisted->size() > 0) {
       const auto listed = col(flisted);
       expect_size(listed.size(), processes.size(), "part_digests");
       auto& out = Plan::Builder::part_digests(plan);
