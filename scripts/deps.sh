@@ -11,6 +11,7 @@ PACKAGES=(
   python3-jsonschema  # tests/spec/schema_test.py: schema/spec.schema.json
   python3-venv binutils  # scripts/test-python.sh: the venv of bindings/python, wheel checks (objdump)
   ccache  # scripts/lib/ccache.sh: compiler cache kept across test runs on one machine
+  libssl-dev  # libcrypto: HMAC-SHA-256 of authenticated plans (core/src/wire/mac.cc)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

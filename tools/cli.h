@@ -52,13 +52,22 @@ struct InputOptions {
   int32_t nics_per_host = -1;        // --nics-per-host: PlanOptions::nics_per_host (-1: the spec's)
   int64_t budget = -1;               // --budget: PlanOptions::staging_budget_bytes (-1: the spec's)
   int64_t max_input_bytes = 0;       // --max-input-bytes: 0 the defaults (64 MiB spec, 2 GiB plan)
+  std::string key_file;              // --key-file: the MAC key plans are signed or checked with
 };
 void add_input_options(CLI::App* cmd, InputOptions& in);
 // Adds `--plan FILE`: read a plan written by `reshard plan --out` instead of
 // planning from a spec.
 void add_plan_file_option(CLI::App* cmd, InputOptions& in);
-// The decoded plan of --plan FILE (verified: reshard::decode_plan), or
-// nothing when no --plan was given. Corrupt bytes are an InvalidInput.
+// Adds `--key-file FILE`: the MAC key (the file's bytes, exactly) a plan is
+// signed with (`plan --out`) or must carry (`--plan`); `what` says which.
+void add_key_file_option(CLI::App* cmd, InputOptions& in, const std::string& what);
+// The key of --key-file, or nothing without one. An unreadable file is a
+// UsageError; a key that is empty, too short or too long an InvalidInput
+// naming --key-file.
+std::optional<std::vector<uint8_t>> read_key_file(const InputOptions& in);
+// The decoded plan of --plan FILE (verified: reshard::decode_plan; with
+// --key-file its MAC checked first), or nothing when no --plan was given.
+// Corrupt bytes, or a MAC missing or wrong, are an InvalidInput.
 std::optional<Plan> load_plan_file(const InputOptions& in);
 // Loads the spec; every problem is a UsageError.
 Spec load_input(const InputOptions& in);

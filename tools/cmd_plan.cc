@@ -200,6 +200,7 @@ void write_plan_file(const PlanArgs& args, const PlanInput& input, const PlanEst
   EncodeOptions eo;
   eo.all_parts = !one;
   eo.process = one ? args.process : 0;
+  eo.mac_key = read_key_file(args.input);
   std::vector<uint8_t> bytes;
   {
     Progress progress;
@@ -236,6 +237,10 @@ std::vector<std::string> hosts_notes(const Spec& spec, bool from_flags) {
 }
 
 int run_plan(const PlanArgs& args) {
+  if (!args.input.key_file.empty() && args.out.empty())
+    throw UsageError("--key-file needs --out (the plan file it signs)");
+  // The key before any planning: a bad one fails at once.
+  (void)read_key_file(args.input);
   const Spec spec = load_input(args.input);
   const PlanFootprint fp = footprint(spec.input);
 
@@ -357,6 +362,9 @@ Runner add_plan_command(CLI::App& app) {
                   "write the plan as FlatBuffers bytes (every part; with --process only that "
                   "part) for `reshard verify --plan` / `show --plan` or another process")
       ->type_name("FILE");
+  add_key_file_option(cmd, args->input,
+                      "sign the --out file with an HMAC-SHA-256 under the key in FILE (its "
+                      "bytes, exactly: 16 to 1024 random bytes, e.g. head -c 32 /dev/urandom)");
   cmd->add_option("--threads", args->threads,
                   "threads planning the parts (--process, --out); 0 = every hardware thread. "
                   "The plan is the same for any value")

@@ -1,6 +1,7 @@
 // Input of every subcommand: `--spec FILE` or flags describing one tensor.
 // The flags are turned into the JSON spec they stand for, so both paths
 // share one parser; errors name the flag their field came from.
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
@@ -250,13 +251,45 @@ void add_plan_file_option(CLI::App* cmd, InputOptions& in) {
                   "plan file written by `reshard plan --out` (instead of --spec)")
       ->type_name("FILE");
   add_max_input_bytes_option(cmd, in);
+  add_key_file_option(cmd, in,
+                      "require the --plan file to carry an HMAC-SHA-256 made with the key in "
+                      "FILE (its bytes, exactly; `reshard plan --out --key-file`)");
+}
+
+void add_key_file_option(CLI::App* cmd, InputOptions& in, const std::string& what) {
+  cmd->add_option("--key-file", in.key_file, what)->type_name("FILE");
+}
+
+std::optional<std::vector<uint8_t>> read_key_file(const InputOptions& in) {
+  if (in.key_file.empty()) return std::nullopt;
+  std::ifstream f(in.key_file, std::ios::binary);
+  if (!f) throw UsageError("--key-file: cannot read \"" + in.key_file + "\"");
+  // One byte past the limit is enough to refuse a key too long (or
+  // /dev/zero) without reading it all.
+  std::vector<uint8_t> key(kPlanMacKeyMaxBytes + 1);
+  f.read(reinterpret_cast<char*>(key.data()), static_cast<std::streamsize>(key.size()));
+  if (f.bad()) throw UsageError("--key-file: cannot read \"" + in.key_file + "\"");
+  key.resize(static_cast<size_t>(f.gcount()));
+  try {
+    check_plan_mac_key(key, "--key-file");
+  } catch (const Error& e) {
+    throw InvalidInput(std::string(e.what()) + " (\"" + in.key_file + "\") [" +
+                       error_code_name(e.code()) + "]");
+  }
+  return key;
 }
 
 std::optional<Plan> load_plan_file(const InputOptions& in) {
-  if (in.plan_file.empty()) return std::nullopt;
+  if (in.plan_file.empty()) {
+    if (!in.key_file.empty()) throw UsageError("--key-file needs --plan (the plan it checks)");
+    return std::nullopt;
+  }
   if (!in.spec.empty()) throw UsageError("--plan cannot be combined with --spec");
+  DecodeOptions options;
+  options.mac_key = read_key_file(in);
   try {
-    return load_plan(in.plan_file, in.max_input_bytes > 0 ? in.max_input_bytes : kMaxPlanFileBytes);
+    return load_plan(in.plan_file, in.max_input_bytes > 0 ? in.max_input_bytes : kMaxPlanFileBytes,
+                     options);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kInvalidArgument)
       throw UsageError("--plan: cannot read \"" + in.plan_file + "\"");

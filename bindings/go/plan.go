@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"runtime"
+	"unsafe"
 )
 
 // Scope says which process parts NewPlanWithRequest computes.
@@ -252,6 +253,49 @@ func VerifyPlanBytes(b []byte) error {
 	return check(C.reshard_plan_verify_bytes(bytesPtr(b), C.size_t(len(b))))
 }
 
+// cKey copies a MAC key into C memory (C never sees a Go pointer inside a
+// struct); free it with C.free. An empty key stays non-NULL with size 0, so
+// that the library reports it as empty.
+func cKey(key []byte) (unsafe.Pointer, C.size_t) {
+	p := C.malloc(C.size_t(len(key) + 1))
+	if len(key) > 0 {
+		copy(unsafe.Slice((*byte)(p), len(key)), key)
+	}
+	return p, C.size_t(len(key))
+}
+
+func deserializeOptions(key []byte) (*C.reshard_deserialize_options_t, func()) {
+	ptr, n := cKey(key)
+	o := C.reshard_deserialize_options_t{struct_size: C.size_t(C.sizeof_reshard_deserialize_options_t), key: ptr, key_size: n}
+	return &o, func() { C.free(ptr) }
+}
+
+// PlanFromSignedBytes is PlanFromBytes after checking the bytes' MAC: an
+// HMAC-SHA-256 under key (16 to 1024 bytes) that SignedBytes appended.
+// b and key are not retained.
+//
+// Errors: InvalidArgument naming options->key_size (key empty, too short,
+// too long); Corrupt "mac: missing" (unsigned bytes) or "mac: does not
+// match" (another key, or bytes edited after signing); those of
+// PlanFromBytes.
+func PlanFromSignedBytes(b, key []byte) (*Plan, error) {
+	o, free := deserializeOptions(key)
+	defer free()
+	var out *C.reshard_plan_t
+	if err := check(C.reshard_plan_deserialize_with_options(bytesPtr(b), C.size_t(len(b)), o, &out)); err != nil {
+		return nil, err
+	}
+	return newPlan(out), nil
+}
+
+// VerifySignedPlanBytes verifies plan bytes exactly as PlanFromSignedBytes
+// does, without keeping a plan (then read them with ViewPlan).
+func VerifySignedPlanBytes(b, key []byte) error {
+	o, free := deserializeOptions(key)
+	defer free()
+	return check(C.reshard_plan_verify_bytes_with_options(bytesPtr(b), C.size_t(len(b)), o))
+}
+
 func (p *Plan) live() (*C.reshard_plan_t, error) {
 	if p == nil || p.ptr == nil {
 		return nil, closedError("plan")
@@ -278,6 +322,27 @@ func (p *Plan) Bytes() ([]byte, error) {
 // Errors: OutOfRange when the plan holds no part for it.
 func (p *Plan) BytesForProcess(process int32) ([]byte, error) {
 	o := C.reshard_serialize_options_t{struct_size: C.size_t(C.sizeof_reshard_serialize_options_t), all_parts: 0, process: C.int32_t(process)}
+	return p.serialize(&o)
+}
+
+// SignedBytes is Bytes followed by a 48-byte trailer carrying an
+// HMAC-SHA-256 of them under key (16 to 1024 bytes; docs/design.md §4).
+// Readers without a key ignore the trailer; PlanFromSignedBytes requires it.
+//
+// Errors: InvalidArgument naming options->key_size (key empty, too short,
+// too long).
+func (p *Plan) SignedBytes(key []byte) ([]byte, error) {
+	ptr, n := cKey(key)
+	defer C.free(ptr)
+	o := C.reshard_serialize_options_t{struct_size: C.size_t(C.sizeof_reshard_serialize_options_t), all_parts: 1, key: ptr, key_size: n}
+	return p.serialize(&o)
+}
+
+// SignedBytesForProcess is BytesForProcess, signed as SignedBytes.
+func (p *Plan) SignedBytesForProcess(process int32, key []byte) ([]byte, error) {
+	ptr, n := cKey(key)
+	defer C.free(ptr)
+	o := C.reshard_serialize_options_t{struct_size: C.size_t(C.sizeof_reshard_serialize_options_t), all_parts: 0, process: C.int32_t(process), key: ptr, key_size: n}
 	return p.serialize(&o)
 }
 

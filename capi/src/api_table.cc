@@ -86,6 +86,8 @@ constexpr reshard_api_t kApiV1 = {
     .nccl_executor_create = &reshard_nccl_executor_create,
     .plan_device_location = &reshard_plan_device_location,
     .plan_part_scratch = &reshard_plan_part_scratch,
+    .plan_deserialize_with_options = &reshard_plan_deserialize_with_options,
+    .plan_verify_bytes_with_options = &reshard_plan_verify_bytes_with_options,
 };
 
 // One assertion per shipped ABI version (ONNX Runtime's pattern): the offset
@@ -121,8 +123,17 @@ static_assert(offsetof(reshard_api_t, plan_part_scratch) == kHeader + 70 * sizeo
               "ABI 1.6 table layout changed");
 // ABI 1.7 appended reshard_plan_options_t::nics_per_host, no function.
 // ABI 1.8 appended reshard_plan_options_t::single_hop_guard, no function.
-// ABI 1.9 appended reshard_executor_options_t::timeout_seconds, no function.
-static_assert(sizeof(reshard_api_t) == kHeader + 71 * sizeof(void*),
+// ABI 1.9 also appended reshard_executor_options_t::timeout_seconds.
+// ABI 1.9: 73 functions, plan_deserialize_with_options and
+// plan_verify_bytes_with_options added (and reshard_serialize_options_t::key,
+// ::key_size appended).
+static_assert(offsetof(reshard_api_t, plan_deserialize_with_options) ==
+                  kHeader + 71 * sizeof(void*),
+              "ABI 1.9 table layout changed");
+static_assert(offsetof(reshard_api_t, plan_verify_bytes_with_options) ==
+                  kHeader + 72 * sizeof(void*),
+              "ABI 1.9 table layout changed");
+static_assert(sizeof(reshard_api_t) == kHeader + 73 * sizeof(void*),
               "a field was appended: bump RESHARD_ABI_MINOR and add a static_assert for it");
 static_assert(RESHARD_ABI_MINOR == 9);
 

@@ -1581,6 +1581,8 @@ static void test_serialize(void) {
   bigger.v1.struct_size = sizeof bigger;
   bigger.v1.all_parts = 0;
   bigger.v1.process = 1;
+  bigger.v1.key = NULL;
+  bigger.v1.key_size = 0;
   REQUIRE_OK(reshard_plan_serialize(plan, &bigger.v1, &part));
   CHECK(reshard_buffer_size(part) < reshard_buffer_size(bytes));
   REQUIRE_OK(
@@ -1652,6 +1654,146 @@ static int decode_outcome(const unsigned char* data, size_t size) {
   reshard_error_destroy(error);
   if (outcome < 0) ++g_failures;
   return outcome;
+}
+
+/* Authenticated plans (ABI 1.9): the MAC trailer, each bad key and each bad
+ * MAC an error naming its field. */
+static void test_mac(void) {
+  fixture f;
+  reshard_plan_t* plan = NULL;
+  reshard_plan_t* back = NULL;
+  reshard_plan_t* const kSentinel = (reshard_plan_t*)&g_failures;
+  reshard_plan_t* untouched = kSentinel;
+  reshard_buffer_t *plain = NULL, *signed_bytes = NULL, *worker = NULL;
+  reshard_buffer_t* const kBufferSentinel = (reshard_buffer_t*)&g_failures;
+  reshard_buffer_t* buffer_untouched = kBufferSentinel;
+  reshard_serialize_options_t so = RESHARD_SERIALIZE_OPTIONS_INIT;
+  reshard_deserialize_options_t dopt = RESHARD_DESERIALIZE_OPTIONS_INIT;
+  unsigned char key[32], other[32], longkey[RESHARD_MAC_KEY_MAX_BYTES + 1];
+  unsigned char* edited = NULL;
+  size_t n = 0;
+  uint64_t fp1 = 0, fp2 = 0;
+  const reshard_api_t* api = reshard_get_api(RESHARD_ABI_MAJOR);
+
+  memset(key, 0x11, sizeof key);
+  memset(other, 0x22, sizeof other);
+  memset(longkey, 0x33, sizeof longkey);
+  REQUIRE(fixture_create(&f));
+  plan = fixture_plan(&f);
+  REQUIRE(plan != NULL);
+  REQUIRE(api != NULL);
+  CHECK(api->abi_minor >= 9);
+  CHECK(api->plan_deserialize_with_options == reshard_plan_deserialize_with_options);
+  CHECK(api->plan_verify_bytes_with_options == reshard_plan_verify_bytes_with_options);
+  REQUIRE_OK(reshard_plan_serialize(plan, NULL, &plain));
+  so.key = key;
+  so.key_size = sizeof key;
+  REQUIRE_OK(reshard_plan_serialize(plan, &so, &signed_bytes));
+  /* The trailer: the plan bytes unchanged, then "RSHPMAC1", their length, the tag. */
+  n = reshard_buffer_size(plain);
+  REQUIRE(reshard_buffer_size(signed_bytes) == n + 48);
+  CHECK(memcmp(reshard_buffer_data(signed_bytes), reshard_buffer_data(plain), n) == 0);
+  CHECK(memcmp((const char*)reshard_buffer_data(signed_bytes) + n, "RSHPMAC1", 8) == 0);
+  /* With the key: accepted, the same plan. */
+  dopt.key = key;
+  dopt.key_size = sizeof key;
+  CHECK_OK(reshard_plan_verify_bytes_with_options(reshard_buffer_data(signed_bytes),
+                                                  reshard_buffer_size(signed_bytes), &dopt));
+  REQUIRE_OK(reshard_plan_deserialize_with_options(
+      reshard_buffer_data(signed_bytes), reshard_buffer_size(signed_bytes), &dopt, &back));
+  CHECK_OK(reshard_plan_fingerprint(plan, &fp1));
+  CHECK_OK(reshard_plan_fingerprint(back, &fp2));
+  CHECK(fp1 == fp2);
+  reshard_plan_destroy(back);
+  back = NULL;
+  /* Without a key: signed and unsigned bytes both decode (NULL options too). */
+  CHECK_OK(reshard_plan_verify_bytes(reshard_buffer_data(signed_bytes),
+                                     reshard_buffer_size(signed_bytes)));
+  CHECK_OK(reshard_plan_verify_bytes_with_options(reshard_buffer_data(plain),
+                                                  reshard_buffer_size(plain), NULL));
+  /* A worker's part, signed. */
+  so.all_parts = 0;
+  so.process = 1;
+  REQUIRE_OK(reshard_plan_serialize(plan, &so, &worker));
+  CHECK_OK(reshard_plan_verify_bytes_with_options(reshard_buffer_data(worker),
+                                                  reshard_buffer_size(worker), &dopt));
+  so.all_parts = 1;
+  so.process = 0;
+
+  /* The MAC missing (unsigned bytes, a key required) or wrong. */
+  CHECK_ERR(reshard_plan_deserialize_with_options(reshard_buffer_data(plain),
+                                                  reshard_buffer_size(plain), &dopt, &untouched),
+            RESHARD_ERROR_CORRUPT, "mac: missing");
+  dopt.key = other;
+  CHECK_ERR(reshard_plan_verify_bytes_with_options(reshard_buffer_data(signed_bytes),
+                                                   reshard_buffer_size(signed_bytes), &dopt),
+            RESHARD_ERROR_CORRUPT, "mac: does not match");
+  dopt.key = key;
+  edited = (unsigned char*)malloc(reshard_buffer_size(signed_bytes));
+  REQUIRE(edited != NULL);
+  memcpy(edited, reshard_buffer_data(signed_bytes), reshard_buffer_size(signed_bytes));
+  edited[n / 2] ^= 1; /* a byte of the plan */
+  CHECK_ERR(
+      reshard_plan_verify_bytes_with_options(edited, reshard_buffer_size(signed_bytes), &dopt),
+      RESHARD_ERROR_CORRUPT, "mac: does not match");
+  edited[n / 2] ^= 1;
+  edited[reshard_buffer_size(signed_bytes) - 1] ^= 1; /* a byte of the tag */
+  CHECK_ERR(
+      reshard_plan_verify_bytes_with_options(edited, reshard_buffer_size(signed_bytes), &dopt),
+      RESHARD_ERROR_CORRUPT, "mac: does not match");
+  /* The trailer cut off: missing. */
+  CHECK_ERR(reshard_plan_verify_bytes_with_options(edited, n, &dopt), RESHARD_ERROR_CORRUPT,
+            "mac: missing");
+  free(edited);
+
+  /* Bad keys, on both sides. */
+  dopt.key = NULL;
+  dopt.key_size = 16;
+  CHECK_ERR(reshard_plan_verify_bytes_with_options(reshard_buffer_data(signed_bytes),
+                                                   reshard_buffer_size(signed_bytes), &dopt),
+            RESHARD_ERROR_INVALID_ARGUMENT, "options->key: is NULL");
+  dopt.key = key;
+  dopt.key_size = 0;
+  CHECK_ERR(
+      reshard_plan_deserialize_with_options(reshard_buffer_data(signed_bytes),
+                                            reshard_buffer_size(signed_bytes), &dopt, &untouched),
+      RESHARD_ERROR_INVALID_ARGUMENT, "options->key_size: is 0");
+  dopt.key_size = RESHARD_MAC_KEY_MIN_BYTES - 1;
+  CHECK_ERR(reshard_plan_verify_bytes_with_options(reshard_buffer_data(signed_bytes),
+                                                   reshard_buffer_size(signed_bytes), &dopt),
+            RESHARD_ERROR_INVALID_ARGUMENT, "options->key_size: 15 bytes is shorter");
+  dopt.key = longkey;
+  dopt.key_size = sizeof longkey;
+  CHECK_ERR(reshard_plan_verify_bytes_with_options(reshard_buffer_data(signed_bytes),
+                                                   reshard_buffer_size(signed_bytes), &dopt),
+            RESHARD_ERROR_INVALID_ARGUMENT, "options->key_size: 1025 bytes exceeds");
+  dopt.struct_size = 0;
+  CHECK_ERR(reshard_plan_verify_bytes_with_options(reshard_buffer_data(signed_bytes),
+                                                   reshard_buffer_size(signed_bytes), &dopt),
+            RESHARD_ERROR_INVALID_ARGUMENT, "options->struct_size");
+  so.key = NULL;
+  so.key_size = 32;
+  CHECK_ERR(reshard_plan_serialize(plan, &so, &buffer_untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->key: is NULL");
+  so.key = key;
+  so.key_size = 0;
+  CHECK_ERR(reshard_plan_serialize(plan, &so, &buffer_untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->key_size: is 0");
+  so.key_size = 8;
+  CHECK_ERR(reshard_plan_serialize(plan, &so, &buffer_untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->key_size: 8 bytes is shorter");
+  so.key = longkey;
+  so.key_size = sizeof longkey;
+  CHECK_ERR(reshard_plan_serialize(plan, &so, &buffer_untouched), RESHARD_ERROR_INVALID_ARGUMENT,
+            "options->key_size: 1025 bytes exceeds");
+  CHECK(untouched == kSentinel);
+  CHECK(buffer_untouched == kBufferSentinel);
+
+  reshard_buffer_destroy(plain);
+  reshard_buffer_destroy(signed_bytes);
+  reshard_buffer_destroy(worker);
+  reshard_plan_destroy(plan);
+  fixture_destroy(&f);
 }
 
 static void test_corrupt_bytes(void) {
@@ -3014,6 +3156,7 @@ static const test_group kGroups[] = {
     {"local_pieces", test_local_pieces},
     {"serialize", test_serialize},
     {"corrupt_bytes", test_corrupt_bytes},
+    {"mac", test_mac},
     {"executor", test_executor},
     {"executor_concurrent", test_executor_concurrent},
     {"destroy_while_executing", test_destroy_while_executing},

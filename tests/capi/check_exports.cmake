@@ -4,8 +4,10 @@
 #  - `nm -D --defined-only` lists only reshard_* functions (plus the symbol
 #    version node RESHARD_1.x), and reshard_get_api among them;
 #  - the SONAME is libreshard.so.1;
-#  - DT_NEEDED names only libc, libm, libstdc++ and libgcc_s (and the
-#    sanitizer runtimes in a sanitizer build).
+#  - DT_NEEDED names only libc, libm, libstdc++, libgcc_s and OpenSSL's
+#    libcrypto (HMAC-SHA-256 of authenticated plans; dynamic, so that the
+#    system's security updates reach it), and the sanitizer runtimes in a
+#    sanitizer build.
 find_program(NM nm REQUIRED)
 find_program(READELF readelf REQUIRED)
 
@@ -49,14 +51,14 @@ if(NOT dynamic MATCHES "Library soname: \\[libreshard\\.so\\.1\\]")
   message(FATAL_ERROR "${LIBRARY}: SONAME is not libreshard.so.1:\n${dynamic}")
 endif()
 string(REGEX MATCHALL "Shared library: \\[[^]]*\\]" needed "${dynamic}")
-set(allowed "^(libc\\.so\\.6|libm\\.so\\.6|libstdc\\+\\+\\.so\\.6|libgcc_s\\.so\\.1|ld-linux[-a-z0-9_.]*)$")
+set(allowed "^(libc\\.so\\.6|libm\\.so\\.6|libstdc\\+\\+\\.so\\.6|libgcc_s\\.so\\.1|libcrypto\\.so\\.3|ld-linux[-a-z0-9_.]*)$")
 if(SANITIZE)
-  set(allowed "^(libc\\.so\\.6|libm\\.so\\.6|libstdc\\+\\+\\.so\\.6|libgcc_s\\.so\\.1|ld-linux[-a-z0-9_.]*|libasan\\.so\\.[0-9]+|libubsan\\.so\\.[0-9]+)$")
+  set(allowed "^(libc\\.so\\.6|libm\\.so\\.6|libstdc\\+\\+\\.so\\.6|libgcc_s\\.so\\.1|libcrypto\\.so\\.3|ld-linux[-a-z0-9_.]*|libasan\\.so\\.[0-9]+|libubsan\\.so\\.[0-9]+)$")
 endif()
 foreach(entry IN LISTS needed)
   string(REGEX REPLACE "Shared library: \\[(.*)\\]" "\\1" lib "${entry}")
   if(NOT lib MATCHES "${allowed}")
-    message(FATAL_ERROR "${LIBRARY} needs ${lib}; only libc, libm, libstdc++ and libgcc_s are allowed")
+    message(FATAL_ERROR "${LIBRARY} needs ${lib}; only libc, libm, libstdc++, libgcc_s and libcrypto are allowed")
   endif()
 endforeach()
 message(STATUS "needed: ${needed}")

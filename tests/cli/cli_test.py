@@ -708,6 +708,53 @@ def case_spec_embedded_nul():
 
 
 
+def case_key_file():
+    # Authenticated plans: `plan --out --key-file` signs, `--plan --key-file`
+    # requires the MAC; every bad key and bad MAC exits 2 naming what failed.
+    d = tempfile.mkdtemp()
+    key, other = os.path.join(d, "key"), os.path.join(d, "other")
+    with open(key, "wb") as f:
+        f.write(bytes(range(32)))
+    with open(other, "wb") as f:
+        f.write(bytes(range(1, 33)))
+    signed, plain = os.path.join(d, "signed.rsplan"), os.path.join(d, "plain.rsplan")
+    run("plan", "--spec", spec("small_transformer"), "--out", signed, "--key-file", key)
+    run("plan", "--spec", spec("small_transformer"), "--out", plain)
+    with open(signed, "rb") as a, open(plain, "rb") as b:
+        sb, pb = a.read(), b.read()
+    check(len(sb) == len(pb) + 48 and sb[:len(pb)] == pb and sb[len(pb):len(pb) + 8] == b"RSHPMAC1",
+          "the signed file is the plan and a 48-byte trailer")
+    for cmd in (["verify"], ["show"], ["run", "--transport", "local", "--iters", "1"]):
+        run(*cmd, "--plan", signed, "--key-file", key)
+        run(*cmd, "--plan", signed)  # no key: the MAC is not required
+    err = run("verify", "--plan", plain, "--key-file", key, expect=2).stderr
+    check("mac: missing" in err and plain in err and "[corrupt]" in err, err)
+    err = run("verify", "--plan", signed, "--key-file", other, expect=2).stderr
+    check("mac: does not match" in err, err)
+    edited = os.path.join(d, "edited.rsplan")
+    with open(edited, "wb") as f:
+        f.write(sb[:100] + bytes([sb[100] ^ 1]) + sb[101:])
+    err = run("show", "--plan", edited, "--key-file", key, expect=2).stderr
+    check("mac: does not match" in err, err)
+    for content, text in ((b"", "--key-file: is empty"),
+                          (b"short", "--key-file: 5 bytes is shorter than the minimum of 16"),
+                          (b"x" * 1025, "--key-file: 1025 bytes exceeds the maximum of 1024")):
+        bad = os.path.join(d, "bad.key")
+        with open(bad, "wb") as f:
+            f.write(content)
+        err = run("verify", "--plan", signed, "--key-file", bad, expect=2).stderr
+        check(text in err, err)
+        err = run("plan", "--spec", spec("small_transformer"), "--out", os.path.join(d, "x"),
+                  "--key-file", bad, expect=2).stderr
+        check(text in err, err)
+    err = run("verify", "--plan", signed, "--key-file", os.path.join(d, "absent"), expect=2).stderr
+    check("--key-file: cannot read" in err, err)
+    err = run("plan", "--spec", spec("small_transformer"), "--key-file", key, expect=2).stderr
+    check("--key-file needs --out" in err, err)
+    err = run("verify", "--spec", spec("small_transformer"), "--key-file", key, expect=2).stderr
+    check("--key-file needs --plan" in err, err)
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 

@@ -106,6 +106,12 @@ class WireScratchMutation : public ::testing::Test {
     for (flatbuffers::uoffset_t i = 0; i < root()->parts()->size(); ++i)
       ASSERT_TRUE(part(i)->mutate_digest(0));
     ASSERT_TRUE(root()->mutate_parts_digest(0));
+    // Without the list of part digests either (empty reads as absent).
+    if (const auto* list = root()->part_digests(); list != nullptr) {
+      const size_t at =
+          static_cast<size_t>(reinterpret_cast<const uint8_t*>(list) - bytes_.data());
+      flatbuffers::WriteScalar<uint32_t>(bytes_.data() + at, 0);
+    }
   }
   fb::Plan* root() { return fb::GetMutablePlan(bytes_.data()); }
   fb::ProcessPart* part(flatbuffers::uoffset_t i) {

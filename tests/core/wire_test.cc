@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -445,6 +446,10 @@ class WireMutation : public ::testing::Test {
     bytes_ = encode_plan(make_plan(explicit_and_split()));
     for (size_t i = 0; i < root()->parts()->size(); ++i) ASSERT_TRUE(part(i)->mutate_digest(0));
     ASSERT_TRUE(root()->mutate_parts_digest(0));
+    // Without the list of part digests either (empty reads as absent).
+    const auto* list = root()->part_digests();
+    ASSERT_NE(list, nullptr);
+    set_length(list, 0);
   }
   fb::Plan* root() { return fb::GetMutablePlan(bytes_.data()); }
   fb::ProcessPart* part(size_t i) {
@@ -848,7 +853,29 @@ TEST(WirePartDigest, DigestsAreAllPresentOrAllAbsent) {
   ASSERT_TRUE(fp(1)->mutate_digest(0));
   expect_corrupt(bytes, "parts[0].digest: missing");
   ASSERT_TRUE(root()->mutate_parts_digest(0));
-  EXPECT_EQ(encode_plan(decode_plan(bytes)), original);  // as an older plan
+  // Without digests, as an older plan, except for the list of every part's
+  // digest, which requires them.
+  expect_corrupt(bytes, "parts[0].digest: missing, but the plan lists part_digests");
+  {
+    // The list emptied (empty reads as absent): an older plan.
+    std::vector<uint8_t> older = bytes;
+    const auto* list = fb::GetPlan(older.data())->part_digests();
+    const size_t at = static_cast<size_t>(reinterpret_cast<const uint8_t*>(list) - older.data());
+    flatbuffers::WriteScalar<uint32_t>(older.data() + at, 0);
+    EXPECT_TRUE(decode_plan(older).part_digests().empty());
+  }
+  {
+    // A part planned alone lists nothing: with its digest gone it reads as
+    // an older plan.
+    const Plan one = make_plan(explicit_and_split(), PlanRequest{PlanScope::kProcess, 1, true});
+    const std::vector<uint8_t> one_bytes = encode_plan(one, {.all_parts = false, .process = 1});
+    std::vector<uint8_t> older = one_bytes;
+    auto* r = fb::GetMutablePlan(older.data());
+    ASSERT_EQ(r->part_digests(), nullptr);
+    ASSERT_TRUE(r->mutable_parts()->GetMutableObject(0)->mutate_digest(0));
+    ASSERT_TRUE(r->mutate_parts_digest(0));
+    EXPECT_EQ(encode_plan(decode_plan(older), {.all_parts = false, .process = 1}), one_bytes);
+  }
   bytes = original;
   ASSERT_TRUE(root()->mutate_parts_digest(0));
   expect_corrupt(bytes, "parts[0].digest: present, but the plan lacks parts_digest");
@@ -872,6 +899,151 @@ TEST(WirePartDigest, SinglePartBuffersCarryTheDigest) {
     EXPECT_EQ(fb::GetPlan(bytes.data())->parts()->Get(0)->digest(),
               part_digest(plan.fingerprint(), part));
   }
+}
+
+// Every buffer of a plan held whole lists every part's digest (the list the
+// ranks agree on, docs/design.md §3.5), a worker's bytes included; a part
+// planned alone lists none.
+TEST(WirePartDigest, EveryBufferOfAWholePlanListsEveryPart) {
+  const Plan plan = make_plan(train_to_infer());
+  std::vector<uint64_t> want;
+  for (int32_t p : plan.processes()) want.push_back(part_digest(plan.fingerprint(), plan.part(p)));
+  EXPECT_EQ(decode_plan(encode_plan(plan)).part_digests(), want);
+  for (int32_t p : plan.processes()) {
+    const Plan worker = decode_plan(encode_plan(plan, {.all_parts = false, .process = p}));
+    EXPECT_EQ(worker.part_digests(), want) << "process " << p;
+    // Re-encoded, the worker's bytes keep the list.
+    EXPECT_EQ(decode_plan(encode_plan(worker, {.all_parts = false, .process = p})).part_digests(),
+              want);
+  }
+  const Plan alone = make_plan(train_to_infer(), PlanRequest{PlanScope::kProcess, 0, true});
+  EXPECT_TRUE(
+      decode_plan(encode_plan(alone, {.all_parts = false, .process = 0})).part_digests().empty());
+}
+
+// The list is checked against the parts a buffer carries: an entry edited,
+// zeroed or cut is rejected by name. (An entry of a part the buffer does not
+// carry is checked by the ranks' agreement, not here.)
+TEST(WirePartDigest, ListedDigestsAgreeWithTheCarriedParts) {
+  const Plan plan = make_plan(train_to_infer());
+  ASSERT_GE(plan.processes().size(), 2u);
+  const std::vector<uint8_t> original = encode_plan(plan);
+  std::vector<uint8_t> bytes = original;
+  auto listed = [&] { return fb::GetMutablePlan(bytes.data())->mutable_part_digests(); };
+  const uint64_t first = listed()->Get(0);
+  listed()->Mutate(0, first ^ 1);
+  expect_corrupt(bytes, "parts[0].digest: differs from part_digests[0]");
+  listed()->Mutate(0, 0);
+  expect_corrupt(bytes, "part_digests[0]: is 0");
+  bytes = original;
+  const size_t at = static_cast<size_t>(reinterpret_cast<const uint8_t*>(listed()) - bytes.data());
+  flatbuffers::WriteScalar<uint32_t>(bytes.data() + at, 1);
+  expect_corrupt(bytes, "part_digests: has 1 values, expected");
+  // A worker's bytes: its own entry is checked, another's is carried.
+  const int32_t p1 = plan.processes()[1];
+  bytes = encode_plan(plan, {.all_parts = false, .process = p1});
+  listed()->Mutate(0, listed()->Get(0) ^ 1);
+  const Plan worker = decode_plan(bytes);
+  EXPECT_NE(worker.part_digests()[0],
+            part_digest(plan.fingerprint(), plan.part(plan.processes()[0])));
+  listed()->Mutate(1, listed()->Get(1) ^ 1);
+  expect_corrupt(bytes, "parts[0].digest: differs from part_digests[1]");
+}
+
+// ------------------------------------------------------------ MAC
+
+std::vector<uint8_t> key_of(size_t n, uint8_t v) { return std::vector<uint8_t>(n, v); }
+
+ErrorCode keyed_error(std::span<const uint8_t> bytes, const std::vector<uint8_t>& key,
+                      std::string* message) {
+  try {
+    decode_plan(bytes, DecodeOptions{key});
+  } catch (const Error& e) {
+    *message = e.what();
+    return e.code();
+  }
+  return ErrorCode::kOk;
+}
+
+TEST(WireMac, SignedPlansDecodeWithTheirKeyAndWithoutOne) {
+  const Plan plan = make_plan(train_to_infer());
+  const std::vector<uint8_t> key = key_of(32, 7);
+  const std::vector<uint8_t> plain = encode_plan(plan);
+  EncodeOptions eo;
+  eo.mac_key = key;
+  const std::vector<uint8_t> signed_bytes = encode_plan(plan, eo);
+  ASSERT_EQ(signed_bytes.size(), plain.size() + kPlanMacTrailerBytes);
+  EXPECT_TRUE(std::equal(plain.begin(), plain.end(), signed_bytes.begin()));
+  EXPECT_TRUE(plan_bytes_signed(signed_bytes));
+  EXPECT_FALSE(plan_bytes_signed(plain));
+  EXPECT_EQ(sign_plan_bytes(plain, key), signed_bytes);
+  EXPECT_EQ(encode_plan(decode_plan(signed_bytes, DecodeOptions{key})), plain);
+  EXPECT_EQ(encode_plan(decode_plan(signed_bytes)), plain);  // no key: not checked
+  EXPECT_EQ(encode_plan(decode_plan(plain, DecodeOptions{})), plain);
+  // A worker's bytes, signed.
+  eo.all_parts = false;
+  eo.process = plan.processes()[0];
+  EXPECT_EQ(decode_plan(encode_plan(plan, eo), DecodeOptions{key}).parts().size(), 1u);
+}
+
+TEST(WireMac, MissingOrWrongMacIsRejectedByName) {
+  const Plan plan = make_plan(train_to_infer());
+  const std::vector<uint8_t> key = key_of(32, 7);
+  const std::vector<uint8_t> plain = encode_plan(plan);
+  const std::vector<uint8_t> signed_bytes = sign_plan_bytes(plain, key);
+  std::string message;
+  EXPECT_EQ(keyed_error(plain, key, &message), ErrorCode::kCorrupt);
+  EXPECT_NE(message.find("mac: missing"), std::string::npos) << message;
+  EXPECT_EQ(keyed_error(signed_bytes, key_of(32, 8), &message), ErrorCode::kCorrupt);
+  EXPECT_NE(message.find("mac: does not match"), std::string::npos) << message;
+  // Any one byte changed, in the plan or the trailer: rejected.
+  for (size_t i = 0; i < signed_bytes.size(); i += signed_bytes.size() / 97 + 1) {
+    std::vector<uint8_t> edited = signed_bytes;
+    edited[i] ^= 0x10;
+    EXPECT_EQ(keyed_error(edited, key, &message), ErrorCode::kCorrupt) << "byte " << i;
+    EXPECT_NE(message.find("mac: "), std::string::npos) << message;
+  }
+  // Trailer cut or extended.
+  std::vector<uint8_t> cut(signed_bytes.begin(), signed_bytes.end() - 1);
+  EXPECT_EQ(keyed_error(cut, key, &message), ErrorCode::kCorrupt);
+  EXPECT_NE(message.find("mac: missing"), std::string::npos) << message;
+  std::vector<uint8_t> longer = signed_bytes;
+  longer.push_back(0);
+  EXPECT_EQ(keyed_error(longer, key, &message), ErrorCode::kCorrupt);
+  EXPECT_NE(message.find("mac: missing"), std::string::npos) << message;
+  // Signed twice: refused.
+  try {
+    sign_plan_bytes(signed_bytes, key);
+    ADD_FAILURE() << "signed twice";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("plan_bytes: already carry a MAC"), std::string::npos);
+  }
+}
+
+TEST(WireMac, BadKeysAreRejectedByName) {
+  const Plan plan = make_plan(train_to_infer());
+  const std::vector<uint8_t> signed_bytes = sign_plan_bytes(encode_plan(plan), key_of(16, 1));
+  for (const auto& [size, text] : std::vector<std::pair<size_t, std::string>>{
+           {0, "mac_key: is empty"},
+           {kPlanMacKeyMinBytes - 1, "mac_key: 15 bytes is shorter than the minimum of 16"},
+           {kPlanMacKeyMaxBytes + 1, "mac_key: 1025 bytes exceeds the maximum of 1024"}}) {
+    std::string message;
+    EXPECT_EQ(keyed_error(signed_bytes, key_of(size, 1), &message), ErrorCode::kInvalidArgument);
+    EXPECT_NE(message.find(text), std::string::npos) << message;
+    EncodeOptions eo;
+    eo.mac_key = key_of(size, 1);
+    try {
+      encode_plan(plan, eo);
+      ADD_FAILURE() << "encoded with a key of " << size << " bytes";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  }
+  // The limits themselves are keys.
+  EXPECT_NO_THROW(decode_plan(sign_plan_bytes(encode_plan(plan), key_of(kPlanMacKeyMaxBytes, 2)),
+                              DecodeOptions{key_of(kPlanMacKeyMaxBytes, 2)}));
 }
 
 TEST(WirePartDigest, FingerprintErrorNamesNoFingerprint) {

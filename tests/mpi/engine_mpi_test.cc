@@ -24,6 +24,15 @@
 //     any communication; the others time out naming it), on a fresh and on
 //     a cached plan; a fresh transport then executes repeatedly from its
 //     schedule cache.
+//   engine_mpi_test agree
+//     Agreement on the whole plan (docs/design.md §3.5): every rank executes
+//     the same plan bytes (whole, or its worker part with the list of every
+//     part's digest; with and without a MAC) and the data are exact; every
+//     rank planning its own part also runs; then the last rank executes an
+//     edited-but-decodable plan (its part edited, digests and list
+//     recomputed: every check of the decoder passes), or its own part edited
+//     without a list, or a plan of another staging budget: kMismatch on
+//     every rank, naming the last rank, within the deadline.
 //   engine_mpi_test cache --cases N --seed S
 //     The schedule cache (EngineOptions): groups of three random plans
 //     executed A B A C B A A with room for two schedules hit exactly where
@@ -33,6 +42,7 @@
 //     carries its devices' topology ordinals; the same plan repeated with
 //     alternating packings; a wrong buffer size on a cached plan is refused
 //     and the plan still works; no cache (0 entries) and bad options.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -47,6 +57,7 @@
 
 #include "core/random_cases.h"
 #include "mpi/counting_transport.h"
+#include "plan/plan_builder.h"
 #include "reshard/box_copy.h"
 #include "reshard/engine.h"
 #include "reshard/error.h"
@@ -929,6 +940,119 @@ int run_cache(const World& w, int cases, uint64_t seed) {
   return g_failures;
 }
 
+// ------------------------------------------------------------------ agree
+
+// The last rank's part with its local pieces in reverse order: the same
+// writes, so every check of the decoder passes once digests and the list of
+// part digests are recomputed (as an editor can), yet not the part the
+// others were given.
+Plan edited_plan(const Plan& plan, int32_t process) {
+  Plan edited = plan;
+  ProcessPart& part = Plan::Builder::parts(edited).at(process);
+  std::reverse(part.local.begin(), part.local.end());
+  Plan::Builder::part_digests(edited).clear();
+  return edited;
+}
+
+int run_agree(const World& w) {
+  const int last = w.size - 1;
+  const std::string last_named = "rank(s) " + std::to_string(last);
+  const std::vector<uint8_t> key(32, 0x5a);
+  auto engine = make_engine(std::make_shared<StagingCounter>());
+  const PlanInput in = fault_input(w.size, DType::kF32, 192);
+  const Plan full = make_plan(in);
+  check(full.part(last).local.size() >= 2, "the last rank's part has two local pieces to edit");
+  OracleBuffers want = fill_sources(full);
+  {
+    std::vector<TensorBuffers> v = want.views();
+    execute_host(full, v);
+  }
+  const auto run = [&](const char* name, const Plan& plan, ExecuteOptions::Agreement agreement) {
+    OracleBuffers got = fill_sources(full);
+    std::vector<TensorBuffers> views = local_views(full, got, w.rank);
+    ExecuteOptions options;
+    options.timeout_seconds = 30;
+    options.agreement = agreement;
+    Outcome o;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      engine->execute(plan, w.rank, views, options);
+      const std::string error = compare_local(full, got, want, w.rank);
+      check(error.empty(), std::string(name) + ": " + error);
+    } catch (const Error& e) {
+      o.code = e.code();
+      o.message = e.what();
+    }
+    o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("rank %d %s: [%s] %s (%.2f s)\n", w.rank, name, error_code_name(o.code),
+                o.message.c_str(), o.seconds);
+    return o;
+  };
+  const auto every = ExecuteOptions::Agreement::kEveryCall;
+  // The normal paths: the same bytes everywhere.
+  const std::vector<uint8_t> whole_bytes = encode_plan(full);
+  EncodeOptions worker;
+  worker.all_parts = false;
+  worker.process = w.rank;
+  worker.mac_key = key;
+  const std::vector<uint8_t> worker_bytes = encode_plan(full, worker);
+  DecodeOptions keyed;
+  keyed.mac_key = key;
+  const Plan decoded_whole = decode_plan(whole_bytes);
+  const Plan decoded_worker = decode_plan(worker_bytes, keyed);
+  check(decoded_worker.part_digests().size() == full.processes().size(),
+        "a worker's bytes list every part's digest");
+  const Plan own = make_plan(in, PlanRequest{PlanScope::kProcess, w.rank, false});
+  check(own.part_digests().empty(), "a part planned alone lists no digests");
+  for (const auto& [name, plan] : {std::pair<const char*, const Plan*>{"in memory", &full},
+                                   {"decoded whole", &decoded_whole},
+                                   {"decoded signed worker part", &decoded_worker},
+                                   {"own part planned alone", &own}}) {
+    const Outcome o = run(name, *plan, every);
+    check(o.code == ErrorCode::kOk, std::string(name) + ": " + o.message);
+  }
+  // Mixed: the last rank planned its own part, the others hold the list.
+  {
+    const Outcome o = run("mixed lists", w.rank == last ? own : decoded_worker, every);
+    check(o.code == ErrorCode::kOk, "mixed lists: " + o.message);
+  }
+  // An edited-but-decodable plan on the last rank.
+  {
+    Plan mine = decoded_whole;
+    if (w.rank == last) {
+      mine = decode_plan(encode_plan(edited_plan(full, last)));
+      check(mine.part(last) != full.part(last), "the edit changed the last rank's part");
+    }
+    const Outcome o = run("edited part, digests recomputed", mine, every);
+    check(o.code == ErrorCode::kMismatch, "edited part: kMismatch");
+    check(contains(o.message, last_named) && contains(o.message, "other process parts"),
+          "edited part: the message names rank " + std::to_string(last));
+    check(o.seconds < 20, "edited part: returned within the deadline");
+  }
+  // The same edit on a part planned alone (no list on the last rank): the
+  // ranks holding the list name it.
+  {
+    Plan mine = decoded_worker;
+    if (w.rank == last) mine = edited_plan(own, last);
+    const Outcome o = run("edited part without a list", mine, every);
+    check(o.code == ErrorCode::kMismatch, "edited part without a list: kMismatch");
+    check(
+        contains(o.message, last_named) && contains(o.message, "other than the one the plan lists"),
+        "edited part without a list: the message names rank " + std::to_string(last));
+  }
+  // A plan of another staging budget, same tensors: the fingerprint.
+  {
+    PlanInput other = in;
+    other.options.staging_budget_bytes = 4096;
+    const Plan mine = w.rank == last ? make_plan(other) : full;
+    const Outcome o = run("other budget", mine, every);
+    check(o.code == ErrorCode::kMismatch && contains(o.message, last_named),
+          "other budget: kMismatch naming rank " + std::to_string(last));
+  }
+  check(all_ranks(engine->transport(), g_failures == 0), "agreement cases on every rank");
+  return g_failures;
+}
+
 }  // namespace
 }  // namespace reshard
 
@@ -958,9 +1082,12 @@ int main(int argc, char** argv) {
       failures = run_faults(w);
     } else if (mode == "cache") {
       failures = run_cache(w, cases, seed);
+    } else if (mode == "agree") {
+      failures = run_agree(w);
     } else {
-      std::fprintf(stderr,
-                   "usage: engine_mpi_test random|budget|faults|cache [--cases N] [--seed S]\n");
+      std::fprintf(
+          stderr,
+          "usage: engine_mpi_test random|budget|faults|cache|agree [--cases N] [--seed S]\n");
       return 2;
     }
     if (failures == 0 && w.rank == 0) std::printf("%s: OK\n", mode.c_str());

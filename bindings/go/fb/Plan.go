@@ -218,8 +218,34 @@ func (rcv *Plan) MutatePartsDigest(n uint64) bool {
 	return rcv._tab.MutateUint64Slot(26, n)
 }
 
+func (rcv *Plan) PartDigests(j int) uint64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(28))
+	if o != 0 {
+		a := rcv._tab.Vector(o)
+		return rcv._tab.GetUint64(a + flatbuffers.UOffsetT(j*8))
+	}
+	return 0
+}
+
+func (rcv *Plan) PartDigestsLength() int {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(28))
+	if o != 0 {
+		return rcv._tab.VectorLen(o)
+	}
+	return 0
+}
+
+func (rcv *Plan) MutatePartDigests(j int, n uint64) bool {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(28))
+	if o != 0 {
+		a := rcv._tab.Vector(o)
+		return rcv._tab.MutateUint64(a+flatbuffers.UOffsetT(j*8), n)
+	}
+	return false
+}
+
 func PlanStart(builder *flatbuffers.Builder) {
-	builder.StartObject(12)
+	builder.StartObject(13)
 }
 func PlanAddVersion(builder *flatbuffers.Builder, version uint32) {
 	builder.PrependUint32Slot(0, version, 0)
@@ -268,6 +294,12 @@ func PlanStartPartsVector(builder *flatbuffers.Builder, numElems int) flatbuffer
 }
 func PlanAddPartsDigest(builder *flatbuffers.Builder, partsDigest uint64) {
 	builder.PrependUint64Slot(11, partsDigest, 0)
+}
+func PlanAddPartDigests(builder *flatbuffers.Builder, partDigests flatbuffers.UOffsetT) {
+	builder.PrependUOffsetTSlot(12, flatbuffers.UOffsetT(partDigests), 0)
+}
+func PlanStartPartDigestsVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
+	return builder.StartVector(8, numElems, 8)
 }
 func PlanEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

@@ -234,3 +234,34 @@ def test_host_execution_past_its_deadline_raises_timeout():
     for bad in (0.0, -1.0, math.nan, math.inf):
         with pytest.raises(reshard.InvalidArgumentError, match="options->timeout_seconds"):
             reshard.Executor(timeout=bad)
+
+
+def test_signed_plan_bytes():
+    # Authenticated plans (C ABI 1.9): signed bytes read with their key and
+    # without one; every bad key and bad MAC raises with its field.
+    p = reshard.plan(DLOPEN_SPEC)
+    key = b"k" * 32
+    plain = p.to_bytes()
+    signed = p.to_bytes(key=key)
+    assert len(signed) == len(plain) + 48 and signed[:len(plain)] == plain
+    assert reshard.Plan.from_bytes(signed, key=key).fingerprint == p.fingerprint
+    assert reshard.Plan.from_bytes(signed).fingerprint == p.fingerprint
+    reshard.verify_bytes(signed, key=key)
+    reshard.verify_bytes(p.to_bytes(process=0, key=key), key=key)
+    with pytest.raises(reshard.CorruptError, match="mac: missing"):
+        reshard.Plan.from_bytes(plain, key=key)
+    with pytest.raises(reshard.CorruptError, match="mac: does not match"):
+        reshard.verify_bytes(signed, key=b"j" * 32)
+    edited = bytearray(signed)
+    edited[len(plain) // 2] ^= 1
+    with pytest.raises(reshard.CorruptError, match="mac: does not match"):
+        reshard.Plan.from_bytes(bytes(edited), key=key)
+    for bad, text in [(b"", "options->key_size: is 0"),
+                      (b"x" * 15, "options->key_size: 15 bytes is shorter"),
+                      (b"x" * 1025, "options->key_size: 1025 bytes exceeds")]:
+        with pytest.raises(reshard.InvalidArgumentError) as e:
+            reshard.verify_bytes(signed, key=bad)
+        assert e.value.message.startswith(text), e.value.message
+        with pytest.raises(reshard.InvalidArgumentError) as e:
+            p.to_bytes(key=bad)
+        assert e.value.message.startswith(text), e.value.message

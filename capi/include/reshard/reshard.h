@@ -217,8 +217,11 @@ enum {
   RESHARD_TRANSPORT_CUDA_LOCAL = 4 /* CUDA memory, one process owns all (ABI 1.1) */
 };
 
-/* When the ranks of a distributed executor compare plan fingerprints and
- * dtypes before executing (C++ ExecuteOptions::Agreement), ABI 1.1. */
+/* When the ranks of a distributed executor agree on the plan before
+ * executing (C++ ExecuteOptions::Agreement), ABI 1.1: fingerprints, dtypes
+ * and the digest of every part (a rank whose part differs from the
+ * others' list of part digests is named in a MISMATCH error on every rank;
+ * docs/design.md §3.5). */
 typedef int32_t reshard_agreement_t;
 enum {
   RESHARD_AGREEMENT_FIRST_USE = 0,  /* before a plan's first execution on an executor */
@@ -878,6 +881,16 @@ RESHARD_API size_t reshard_buffer_size(const reshard_buffer_t* buffer);
 /* Releases a buffer. Accepts NULL. */
 RESHARD_API void reshard_buffer_destroy(reshard_buffer_t* buffer);
 
+/* Authenticated plans (ABI 1.9): plan bytes may carry an HMAC-SHA-256 of
+ * themselves under a key the caller supplies, in a 48-byte trailer after
+ * the FlatBuffers bytes ("RSHPMAC1", the plan bytes' length as a 64-bit
+ * little-endian integer, the 32-byte tag over everything before it;
+ * docs/design.md §4). Readers that know no MAC ignore the trailer. Keys are
+ * raw bytes, RESHARD_MAC_KEY_MIN_BYTES to RESHARD_MAC_KEY_MAX_BYTES long
+ * (random bytes: a passphrase is not a key). */
+#define RESHARD_MAC_KEY_MIN_BYTES 16
+#define RESHARD_MAC_KEY_MAX_BYTES 1024
+
 /* What reshard_plan_serialize includes. */
 typedef struct reshard_serialize_options {
   size_t struct_size;
@@ -885,15 +898,22 @@ typedef struct reshard_serialize_options {
    * `process` (a worker's bytes). */
   int32_t all_parts;
   int32_t process;
+  /* ABI 1.9: sign the bytes with the `key_size` bytes at `key` (copied;
+   * not referenced after the call). NULL with key_size 0 (default):
+   * unsigned. */
+  const void* key;
+  size_t key_size;
 } reshard_serialize_options_t;
 
 #define RESHARD_SERIALIZE_OPTIONS_INIT \
-  { sizeof(reshard_serialize_options_t), 1, 0 }
+  { sizeof(reshard_serialize_options_t), 1, 0, NULL, 0 }
 
 /* Serializes `plan` (NULL options: all parts) into a new buffer.
  * Deterministic: the same plan and options give the same bytes.
- * Errors: INVALID_ARGUMENT (NULL, bad struct_size), OUT_OF_RANGE (the plan
- * holds no part for options->process), OUT_OF_MEMORY. */
+ * Errors: INVALID_ARGUMENT (NULL, bad struct_size; options->key NULL with
+ * key_size > 0, options->key_size 0 with a key, or outside
+ * [RESHARD_MAC_KEY_MIN_BYTES, RESHARD_MAC_KEY_MAX_BYTES]), OUT_OF_RANGE
+ * (the plan holds no part for options->process), OUT_OF_MEMORY. */
 RESHARD_API reshard_error_t* reshard_plan_serialize(const reshard_plan_t* plan,
                                                     const reshard_serialize_options_t* options,
                                                     reshard_buffer_t** out_buffer);
@@ -919,6 +939,37 @@ RESHARD_API reshard_error_t* reshard_plan_deserialize(const void* data, size_t s
  * keeping the plan (readers in other languages call this before reading the
  * bytes with their own generated code). NULL when the bytes are valid. */
 RESHARD_API reshard_error_t* reshard_plan_verify_bytes(const void* data, size_t size);
+
+/* How reshard_plan_deserialize_with_options reads bytes (ABI 1.9). */
+typedef struct reshard_deserialize_options {
+  size_t struct_size;
+  /* Require a MAC made with the `key_size` bytes at `key` (not referenced
+   * after the call). NULL with key_size 0 (default): none is required, and
+   * a MAC the bytes carry is not checked. */
+  const void* key;
+  size_t key_size;
+} reshard_deserialize_options_t;
+
+#define RESHARD_DESERIALIZE_OPTIONS_INIT \
+  { sizeof(reshard_deserialize_options_t), NULL, 0 }
+
+/* reshard_plan_deserialize (NULL options: the same), after checking the
+ * bytes' MAC when options->key is set, in constant time, before anything
+ * is decoded (ABI 1.9).
+ * Errors: those of reshard_plan_deserialize; INVALID_ARGUMENT naming
+ * options->key (NULL with key_size > 0) or options->key_size (0 with a key:
+ * "empty"; below RESHARD_MAC_KEY_MIN_BYTES; above
+ * RESHARD_MAC_KEY_MAX_BYTES); CORRUPT naming `mac`: "missing" (the bytes
+ * carry no MAC) or "does not match" (another key, or bytes edited after
+ * they were signed). */
+RESHARD_API reshard_error_t* reshard_plan_deserialize_with_options(
+    const void* data, size_t size, const reshard_deserialize_options_t* options,
+    reshard_plan_t** out_plan);
+
+/* reshard_plan_verify_bytes with the MAC check of
+ * reshard_plan_deserialize_with_options (ABI 1.9). */
+RESHARD_API reshard_error_t* reshard_plan_verify_bytes_with_options(
+    const void* data, size_t size, const reshard_deserialize_options_t* options);
 
 /* ------------------------------------------------------------------------ */
 /* Execution                                                                */
@@ -1271,6 +1322,12 @@ typedef struct reshard_api {
   /* ABI 1.6 (check struct_size or abi_minor >= 6 before use) */
   reshard_error_t* (*plan_part_scratch)(const reshard_plan_t*, int32_t, size_t, reshard_scratch_t*,
                                         int64_t*, int64_t*);
+  /* ABI 1.9 (check struct_size or abi_minor >= 9 before use) */
+  reshard_error_t* (*plan_deserialize_with_options)(const void*, size_t,
+                                                    const reshard_deserialize_options_t*,
+                                                    reshard_plan_t**);
+  reshard_error_t* (*plan_verify_bytes_with_options)(const void*, size_t,
+                                                     const reshard_deserialize_options_t*);
   /* Append new functions here, never elsewhere, and bump RESHARD_ABI_MINOR. */
 } reshard_api_t;
 

@@ -27,6 +27,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reshard/buffers.h"
@@ -58,9 +59,11 @@ struct ExecuteOptions {
   // docs/distributed.md) of one stage in flight at once (receives of later
   // rounds in flight do not hold back what relays forward); at least 1.
   int32_t max_batches_in_flight = 8;
-  // When ranks compare plan fingerprints and dtypes before executing:
-  // before the first execution of a plan on this engine (default), before
-  // every execution, or never (the caller guarantees agreement).
+  // When ranks agree on the plan before executing (fingerprints, dtypes,
+  // part digests; execute below): before the first execution of a plan
+  // (its fingerprint and the digest of this rank's part) on this engine
+  // (default), before every execution, or never (the caller guarantees
+  // agreement).
   enum class Agreement : int32_t { kFirstUse = 0, kEveryCall = 1, kSkip = 2 };
   Agreement agreement = Agreement::kFirstUse;
   // Overlap rounds and stages: a batch starts as soon as what it reads has
@@ -204,8 +207,11 @@ class Engine {
   // then time out naming this one); buffers on every call, the part when
   // its schedule is built (not when it comes from the cache, see
   // EngineOptions: a cached part is one that passed); (2) the agreement:
-  // ranks exchange plan fingerprint and tensor dtypes, a difference is
-  // kMismatch on every rank, naming the ranks that differ; (3) execution.
+  // ranks exchange plan fingerprint, tensor dtypes, the digest of the whole
+  // plan's list of part digests (where their plan lists every part) and the
+  // digest of the part each executes, recomputed from the part in memory; a
+  // difference is kMismatch on every rank, naming the ranks that differ
+  // (docs/design.md §3.5); (3) execution.
   // Partial sources are reduced with the semantics of execute_host, bit for
   // bit (f16/bf16/f8 accumulate in f32 and round once; summands are reduced
   // in source summand order).
@@ -220,7 +226,9 @@ class Engine {
 
  private:
   std::unique_ptr<Transport> transport_;
-  std::set<uint64_t> agreed_;  // fingerprints agreed on this transport
+  // (fingerprint, digest of the part executed) of the plans agreed on this
+  // transport.
+  std::set<std::pair<uint64_t, uint64_t>> agreed_;
   // Declared after transport_: destroyed first (it holds transport state).
   std::unique_ptr<engine_detail::ScheduleCache> cache_;
   // The threads of host copies (ExecuteOptions::threads), started by the

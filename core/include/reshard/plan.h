@@ -386,6 +386,12 @@ class Plan {
   // Processes owning at least one device of the plan, sorted.
   const std::vector<int32_t>& processes() const { return processes_; }
   const std::map<int32_t, ProcessPart>& parts() const { return parts_; }
+  // The digest (part_digest in reshard/wire.h) of every process's part, in
+  // the order of processes(): what every rank executing this plan must
+  // hold. Set when the plan was made or decoded holding every part, or
+  // decoded from a buffer that lists them (Plan.part_digests); empty when
+  // the plan was made for one process only.
+  const std::vector<uint64_t>& part_digests() const { return part_digests_; }
   // Throws kOutOfRange if this plan does not hold that part.
   const ProcessPart& part(int32_t process) const;
   // The region a piece of `part` moves.
@@ -426,6 +432,7 @@ class Plan {
   uint64_t fingerprint_ = 0;
   std::vector<int32_t> processes_;
   std::map<int32_t, ProcessPart> parts_;
+  std::vector<uint64_t> part_digests_;
 };
 
 // Validates the inputs (ranks, shapes, dtypes, layouts match each tensor,

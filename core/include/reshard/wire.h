@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -26,12 +27,52 @@ inline constexpr uint64_t kPlanFeatureLateSummands = 4;
 inline constexpr uint64_t kPlanKnownFeatures =
     kPlanFeatureStages | kPlanFeatureScratch | kPlanFeatureLateSummands;
 
+// Authenticated plans: an HMAC-SHA-256 (OpenSSL's libcrypto) of the plan
+// bytes under a key the caller supplies, carried in a trailer of
+// kPlanMacTrailerBytes after the FlatBuffers bytes ("RSHPMAC1", the plan
+// bytes' length as uint64 little-endian, then the 32-byte tag over
+// everything before it; docs/design.md §4). Readers that know no MAC ignore
+// the trailer; a reader given a key requires it. Keys are raw bytes,
+// kPlanMacKeyMinBytes to kPlanMacKeyMaxBytes long.
+inline constexpr size_t kPlanMacTrailerBytes = 48;
+inline constexpr size_t kPlanMacKeyMinBytes = 16;
+inline constexpr size_t kPlanMacKeyMaxBytes = 1024;
+
 struct EncodeOptions {
   // Which process parts to include: all parts the plan holds (default), or
   // just one (a worker's bytes).
   bool all_parts = true;
   int32_t process = 0;
+  // Sign the bytes with this key (sign_plan_bytes). Absent: unsigned.
+  std::optional<std::vector<uint8_t>> mac_key = std::nullopt;
 };
+
+struct DecodeOptions {
+  // Require a MAC made with this key (open_plan_bytes). Absent: none is
+  // required, and a MAC the bytes carry is not checked.
+  std::optional<std::vector<uint8_t>> mac_key = std::nullopt;
+};
+
+// Throws kInvalidArgument naming `field` unless `key` is a usable MAC key
+// (not empty, kPlanMacKeyMinBytes to kPlanMacKeyMaxBytes).
+void check_plan_mac_key(const std::vector<uint8_t>& key, const char* field);
+
+// True when `bytes` end with a MAC trailer (whatever its key).
+bool plan_bytes_signed(std::span<const uint8_t> bytes);
+
+// `plan_bytes` followed by the trailer carrying their MAC under `key`.
+// kInvalidArgument naming mac_key for a bad key, plan_bytes when they are
+// already signed.
+std::vector<uint8_t> sign_plan_bytes(std::span<const uint8_t> plan_bytes,
+                                     const std::vector<uint8_t>& key);
+
+// The plan bytes of `bytes` (without the trailer, if any). With a key, the
+// MAC is checked first, in constant time: kCorrupt naming `mac` when it is
+// missing ("missing: the plan is not signed") or does not match;
+// kInvalidArgument naming mac_key for a bad key. Without a key, a trailer
+// is removed unchecked.
+std::span<const uint8_t> open_plan_bytes(std::span<const uint8_t> bytes,
+                                         const std::optional<std::vector<uint8_t>>& key);
 
 // Deterministic: the same plan and options give the same bytes, and plans of
 // the same inputs encode identically (PlanStats::plan_seconds is written as 0).
@@ -58,6 +99,10 @@ uint64_t part_digest(uint64_t fingerprint, const ProcessPart& part);
 // completeness). Any failure is
 // Error(kCorrupt) with a message naming what failed; never a crash or an out-of-bounds read.
 Plan decode_plan(std::span<const uint8_t> bytes);
+// The same after open_plan_bytes(bytes, options.mac_key): with a key, a
+// plan without a MAC, or with one that does not match, is kCorrupt naming
+// `mac` before anything is decoded.
+Plan decode_plan(std::span<const uint8_t> bytes, const DecodeOptions& options);
 
 // The largest plan buffer the format allows (2 GiB - 1), load_plan's default
 // cap on a plan file's size.
@@ -67,5 +112,6 @@ inline constexpr int64_t kMaxPlanFileBytes = (int64_t{1} << 31) - 1;
 // kCorrupt, one larger than `max_bytes` kResourceExhausted naming the limit;
 // an unreadable one kInvalidArgument. Every message starts with the path.
 Plan load_plan(const std::string& path, int64_t max_bytes = kMaxPlanFileBytes);
+Plan load_plan(const std::string& path, int64_t max_bytes, const DecodeOptions& options);
 
 }  // namespace reshard

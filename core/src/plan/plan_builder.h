@@ -14,6 +14,9 @@ struct Plan::Builder {
   static uint64_t& fingerprint(Plan& p) { return p.fingerprint_; }
   static std::vector<int32_t>& processes(Plan& p) { return p.processes_; }
   static std::map<int32_t, ProcessPart>& parts(Plan& p) { return p.parts_; }
+  // Every part's digest (Plan::part_digests): set once the parts are final;
+  // code that edits parts afterwards (tests) clears or recomputes it.
+  static std::vector<uint64_t>& part_digests(Plan& p) { return p.part_digests_; }
 };
 
 }  // namespace reshard

@@ -168,6 +168,31 @@ class Decoder {
     if (digested && parts_digest(fingerprint, digests) != root_.parts_digest())
       corrupt("parts_digest",
               "does not match the parts the plan holds (a part was dropped, added or edited)");
+    // The list of every process's part digest: one per process, never 0,
+    // and equal to the digest of each part the buffer carries (which
+    // decode_part then recomputes from the part).
+    // Empty reads as absent (the schema's rule for vectors).
+    if (const auto* flisted = root_.part_digests(); flisted != nullptr && flisted->size() > 0) {
+      const auto listed = col(flisted);
+      expect_size(listed.size(), processes.size(), "part_digests");
+      auto& out = Plan::Builder::part_digests(plan);
+      charge(8 * static_cast<uint64_t>(listed.size()), "part_digests");
+      for (size_t k = 0; k < listed.size(); ++k) {
+        if (listed[k] == 0) corrupt(idx("part_digests", k), "is 0 (a digest is never 0)");
+        out.push_back(listed[k]);
+      }
+      for (size_t i = 0; i < digests.size(); ++i) {
+        const auto at = std::lower_bound(processes.begin(), processes.end(), digests[i].first);
+        const size_t k = static_cast<size_t>(at - processes.begin());
+        if (digests[i].second == 0)
+          corrupt(idx("parts", i) + ".digest", "missing, but the plan lists part_digests");
+        if (digests[i].second != out[k])
+          corrupt(idx("parts", i) + ".digest",
+                  "differs from part_digests[" + std::to_string(k) +
+                      "], the plan's list of every part's digest (the part or the list was "
+                      "edited)");
+      }
+    }
     for (uoffset_t i = 0; fparts && i < fparts->size(); ++i)
       parts.emplace(fparts->Get(i)->process(), decode_part(*fparts->Get(i), idx("parts", i)));
     const auto process_of = [this](int64_t device) { return topology_->info(device).process; };
@@ -1072,7 +1097,15 @@ Plan decode_plan(std::span<const uint8_t> bytes) {
   return Decoder(data, n).decode();
 }
 
+Plan decode_plan(std::span<const uint8_t> bytes, const DecodeOptions& options) {
+  return decode_plan(open_plan_bytes(bytes, options.mac_key));
+}
+
 Plan load_plan(const std::string& path, int64_t max_bytes) {
+  return load_plan(path, max_bytes, DecodeOptions{});
+}
+
+Plan load_plan(const std::string& path, int64_t max_bytes, const DecodeOptions& options) {
   if (max_bytes < 1)
     fail(ErrorCode::kInvalidArgument, "max_bytes", std::to_string(max_bytes) + " is not positive");
   const std::vector<char> bytes = read_file_capped(
@@ -1086,7 +1119,8 @@ Plan load_plan(const std::string& path, int64_t max_bytes) {
                    "\")");
       });
   try {
-    return decode_plan(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+    return decode_plan(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                       options);
   } catch (const Error& e) {
     throw Error(e.code(), path, e.what());
   }

@@ -9,6 +9,7 @@
 // fraction of the time it spends on the pieces.
 #include "wire/digest.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 
@@ -100,6 +101,26 @@ uint64_t part_digest(uint64_t fingerprint, const ProcessPart& part) {
     }
   }
   return h.value();
+}
+
+std::vector<uint64_t> listed_part_digests(const Plan& plan) {
+  const std::vector<int32_t>& processes = plan.processes();
+  const bool all = !processes.empty() && plan.parts().size() == processes.size() &&
+                   std::all_of(processes.begin(), processes.end(),
+                               [&](int32_t p) { return plan.parts().contains(p); });
+  if (!all) return plan.part_digests();
+  std::vector<uint64_t> out;
+  out.reserve(processes.size());
+  for (int32_t p : processes) out.push_back(part_digest(plan.fingerprint(), plan.part(p)));
+  return out;
+}
+
+uint64_t whole_plan_digest(const Plan& plan, std::span<const uint64_t> listed) {
+  if (listed.empty() || listed.size() != plan.processes().size()) return 0;
+  std::vector<std::pair<int32_t, uint64_t>> pairs;
+  pairs.reserve(listed.size());
+  for (size_t i = 0; i < listed.size(); ++i) pairs.emplace_back(plan.processes()[i], listed[i]);
+  return parts_digest(plan.fingerprint(), pairs);
 }
 
 }  // namespace reshard

@@ -116,9 +116,19 @@ class Encoder {
       if (!p->scratch.empty() || names_scratch(p->local) || names_scratch(p->send_pieces) ||
           names_scratch(p->recv_pieces))
         features |= kPlanFeatureScratch;
-    auto root = fb::CreatePlan(b_, kPlanFormatVersion, features, plan_.fingerprint(), options,
-                               topology, tilings, tensor_vector, plan_.has_stats(), stats,
-                               processes, part_vector, parts_digest(plan_.fingerprint(), digests));
+    // Every part's digest, listed even in a buffer of one part, so that the
+    // ranks executing it agree on every part (docs/design.md §3.5).
+    std::vector<uint64_t> listed;
+    if (digests.size() == plan_.processes().size()) {
+      for (const auto& [process, digest] : digests) listed.push_back(digest);
+    } else {
+      listed = listed_part_digests(plan_);
+    }
+    auto part_digests = listed.empty() ? 0 : b_.CreateVector(listed);
+    auto root =
+        fb::CreatePlan(b_, kPlanFormatVersion, features, plan_.fingerprint(), options, topology,
+                       tilings, tensor_vector, plan_.has_stats(), stats, processes, part_vector,
+                       parts_digest(plan_.fingerprint(), digests), part_digests);
     b_.Finish(root, fb::PlanIdentifier());
     return std::vector<uint8_t>(b_.GetBufferPointer(), b_.GetBufferPointer() + b_.GetSize());
   }
@@ -309,6 +319,7 @@ class Encoder {
 }  // namespace
 
 std::vector<uint8_t> encode_plan(const Plan& plan, const EncodeOptions& options) {
+  if (options.mac_key) check_plan_mac_key(*options.mac_key, "mac_key");
   const auto parts = selected_parts(plan, options);
   const uint64_t bound = size_bound(plan, parts);
   if (bound >= FLATBUFFERS_MAX_BUFFER_SIZE)
@@ -319,7 +330,9 @@ std::vector<uint8_t> encode_plan(const Plan& plan, const EncodeOptions& options)
   // The bound overestimates; start from it for small plans and let big ones
   // grow (by doubling) rather than reserve memory they may not need.
   const size_t initial = static_cast<size_t>(std::min<uint64_t>(bound, uint64_t{64} << 20));
-  return Encoder(plan, initial).encode(parts);
+  std::vector<uint8_t> bytes = Encoder(plan, initial).encode(parts);
+  if (options.mac_key) return sign_plan_bytes(bytes, *options.mac_key);
+  return bytes;
 }
 
 }  // namespace reshard

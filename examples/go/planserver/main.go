@@ -1,7 +1,9 @@
 // Command planserver is an HTTP planning service: POST a JSON spec
 // (docs/spec.md) to /v1/plan and get the plan as FlatBuffers bytes
 // (application/octet-stream) to ship to workers, or with ?format=json its
-// statistics as JSON. ?process=N returns one worker's part.
+// statistics as JSON. ?process=N returns one worker's part. With -key-file
+// every plan carries an HMAC-SHA-256 under that key, which workers check
+// (reshard.PlanFromSignedBytes).
 //
 //	planserver -addr 127.0.0.1:8080
 //	curl --data-binary @examples/specs/small_transformer.json \
@@ -31,8 +33,16 @@ func main() {
 	flag.IntVar(&cfg.MaxConcurrent, "concurrency", cfg.MaxConcurrent, "plannings running at once")
 	flag.Int64Var(&cfg.MaxPlanBytes, "max-plan-bytes", cfg.MaxPlanBytes,
 		"memory one planning may take, estimated before planning (0: half the memory, -1: no limit)")
+	keyFile := flag.String("key-file", "", "sign every plan with the MAC key in this file (16 to 1024 bytes; workers verify)")
 	flag.Parse()
 	cfg.Logger = log.New(os.Stderr, "planserver: ", log.LstdFlags)
+	if *keyFile != "" {
+		key, err := LoadKey(*keyFile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		cfg.Key = key
+	}
 
 	l, err := net.Listen("tcp", *addr)
 	if err != nil {

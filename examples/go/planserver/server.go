@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,24 @@ type Config struct {
 	MaxPlanBytes int64
 	// Logger receives one line per request (nil: none).
 	Logger *log.Logger
+	// Key, when set, signs every plan served (an HMAC-SHA-256 trailer,
+	// docs/design.md §4; 16 to 1024 bytes, see LoadKey): workers read the
+	// bytes with reshard.PlanFromSignedBytes(b, key) and refuse bytes that
+	// are unsigned or were changed on the way.
+	Key []byte
+}
+
+// LoadKey reads a MAC key file (its bytes, exactly) and checks its length
+// before the server starts.
+func LoadKey(path string) ([]byte, error) {
+	key, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("-key-file: %w", err)
+	}
+	if len(key) < 16 || len(key) > 1024 {
+		return nil, fmt.Errorf("-key-file %s: %d bytes, a key has 16 to 1024 (head -c 32 /dev/urandom)", path, len(key))
+	}
+	return key, nil
 }
 
 // DefaultConfig: 1 MiB specs, 10 s per plan, 4 plannings at once.
@@ -47,8 +66,9 @@ func DefaultConfig() Config {
 type planRequest struct {
 	spec         []byte
 	asJSON       bool
-	process      int32 // -1: every part
-	maxPlanBytes int64 // reshard.PlanRequest.MaxPlanBytes
+	process      int32  // -1: every part
+	maxPlanBytes int64  // reshard.PlanRequest.MaxPlanBytes
+	key          []byte // Config.Key: sign the bytes
 }
 
 // planResult is what a planning produced.
@@ -174,7 +194,7 @@ func (s *Server) servePlan(w http.ResponseWriter, r *http.Request) int {
 		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST with a JSON spec in the body")
 		return http.StatusMethodNotAllowed
 	}
-	req := planRequest{process: -1, maxPlanBytes: s.cfg.MaxPlanBytes}
+	req := planRequest{process: -1, maxPlanBytes: s.cfg.MaxPlanBytes, key: s.cfg.Key}
 	var err error
 	if req.asJSON, err = wantsJSON(r); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_argument", err.Error())
@@ -319,9 +339,14 @@ func makePlan(req planRequest) (*planResult, error) {
 		}
 		return res, nil
 	}
-	if req.process >= 0 {
+	switch {
+	case req.process >= 0 && req.key != nil:
+		res.bytes, err = plan.SignedBytesForProcess(req.process, req.key)
+	case req.process >= 0:
 		res.bytes, err = plan.BytesForProcess(req.process)
-	} else {
+	case req.key != nil:
+		res.bytes, err = plan.SignedBytes(req.key)
+	default:
 		res.bytes, err = plan.Bytes()
 	}
 	return res, err

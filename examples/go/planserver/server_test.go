@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -162,6 +163,49 @@ func TestWorkerPartOverHTTP(t *testing.T) {
 	}
 	resp, body = post(t, base+"/v1/plan?process=99", spec(t, "small_transformer.json"))
 	expectError(t, resp, body, http.StatusBadRequest, "out_of_range", "process")
+}
+
+// A server with a key signs what it serves; a worker with the key reads
+// the bytes, and refuses them unsigned, under another key, or changed.
+func TestSignedPlansOverHTTP(t *testing.T) {
+	key := bytes.Repeat([]byte{0x42}, 32)
+	cfg := DefaultConfig()
+	cfg.Key = key
+	base := startServer(t, NewServer(cfg))
+	for _, q := range []string{"", "?process=1"} {
+		resp, body := post(t, base+"/v1/plan"+q, spec(t, "small_transformer.json"))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		plan, err := reshard.PlanFromSignedBytes(body, key)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		plan.Close()
+		var e *reshard.Error
+		err = reshard.VerifySignedPlanBytes(body, bytes.Repeat([]byte{0x43}, 32))
+		if !errors.As(err, &e) || e.Code != reshard.Corrupt || !strings.Contains(e.Message, "mac: does not match") {
+			t.Fatalf("another key: %v", err)
+		}
+		body[len(body)/3] ^= 1
+		if err := reshard.VerifySignedPlanBytes(body, key); !errors.As(err, &e) || !strings.Contains(e.Message, "mac: does not match") {
+			t.Fatalf("changed bytes: %v", err)
+		}
+	}
+	unsigned := startServer(t, NewServer(DefaultConfig()))
+	_, body := post(t, unsigned+"/v1/plan", spec(t, "small_transformer.json"))
+	var e *reshard.Error
+	if err := reshard.VerifySignedPlanBytes(body, key); !errors.As(err, &e) || !strings.Contains(e.Message, "mac: missing") {
+		t.Fatalf("unsigned bytes: %v", err)
+	}
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte("0123456789"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadKey(short); err == nil || !strings.Contains(err.Error(), "10 bytes") {
+		t.Fatalf("short key: %v", err)
+	}
 }
 
 // Every part of a fleet-scale plan (1,024 processes, 2.5 billion pieces)

@@ -164,23 +164,44 @@ class Plan:
 
     # -- bytes
     @classmethod
-    def from_bytes(cls, data: Union[bytes, bytearray, memoryview]) -> "Plan":
+    def from_bytes(cls, data: Union[bytes, bytearray, memoryview],
+                   key: Optional[Union[bytes, bytearray, memoryview]] = None) -> "Plan":
         """Verifies and decodes plan bytes (from :meth:`to_bytes`, ``reshard plan
-        --out`` or any binding). Corrupt bytes raise :class:`CorruptError`."""
+        --out`` or any binding). Corrupt bytes raise :class:`CorruptError`.
+
+        With ``key`` (16 to 1024 bytes) the bytes must carry an HMAC-SHA-256
+        under it (:meth:`to_bytes` with ``key``, ``reshard plan --key-file``):
+        :class:`CorruptError` "mac: missing" or "mac: does not match"
+        otherwise; a bad key is :class:`InvalidArgumentError` naming
+        ``options->key_size``. Without one a MAC is not checked."""
         buf = ffi.from_buffer(data)
         out = ffi.new("reshard_plan_t**")
-        check(api.plan_deserialize(buf, len(buf), out))
+        if key is None:
+            check(api.plan_deserialize(buf, len(buf), out))
+        else:
+            opts, keep = _deserialize_options(key)
+            check(api.plan_deserialize_with_options(buf, len(buf), opts, out))
+            del keep
         return cls(out[0])
 
-    def to_bytes(self, process: Optional[int] = None) -> bytes:
+    def to_bytes(self, process: Optional[int] = None,
+                 key: Optional[Union[bytes, bytearray, memoryview]] = None) -> bytes:
         """The plan's FlatBuffers bytes: every part it holds, or only the part of
-        ``process`` (a worker's bytes)."""
+        ``process`` (a worker's bytes). With ``key`` (16 to 1024 bytes) they end
+        with an HMAC-SHA-256 trailer under it (docs/design.md §4)."""
         opts = ffi.new("reshard_serialize_options_t*")
         opts.struct_size = ffi.sizeof("reshard_serialize_options_t")
         opts.all_parts = 1 if process is None else 0
         opts.process = 0 if process is None else process
+        keep = None
+        if key is not None:
+            _require_mac_abi()
+            keep = _key_buffer(key)
+            opts.key = keep
+            opts.key_size = len(bytes(key))
         out = ffi.new("reshard_buffer_t**")
         check(api.plan_serialize(self._ptr, opts, out))
+        del keep
         try:
             return bytes(ffi.buffer(api.buffer_data(out[0]), api.buffer_size(out[0])))
         finally:
@@ -468,10 +489,40 @@ def spec_fingerprint(spec: Spec) -> int:
     return int(out[0])
 
 
-def verify_bytes(data: Union[bytes, bytearray, memoryview]) -> None:
-    """Verifies plan bytes without keeping the plan; raises :class:`CorruptError`."""
+def verify_bytes(data: Union[bytes, bytearray, memoryview],
+                 key: Optional[Union[bytes, bytearray, memoryview]] = None) -> None:
+    """Verifies plan bytes without keeping the plan; raises :class:`CorruptError`.
+    With ``key``, the MAC is required first, as in :meth:`Plan.from_bytes`."""
     buf = ffi.from_buffer(data)
-    check(api.plan_verify_bytes(buf, len(buf)))
+    if key is None:
+        check(api.plan_verify_bytes(buf, len(buf)))
+        return
+    opts, keep = _deserialize_options(key)
+    check(api.plan_verify_bytes_with_options(buf, len(buf), opts))
+    del keep
+
+
+def _require_mac_abi() -> None:
+    if api.abi_minor < 9:
+        raise UnsupportedError(f"reshard: {LIBRARY_PATH} has ABI {api.abi_major}.{api.abi_minor}; "
+                               "signed plans (key=) need ABI 1.9")
+
+
+def _key_buffer(key: Union[bytes, bytearray, memoryview]) -> Any:
+    # A C copy, never empty: an empty key reaches the library as a key of size
+    # 0, which it reports as empty.
+    raw = bytes(key)
+    return ffi.new("unsigned char[]", raw if raw else b"\0")
+
+
+def _deserialize_options(key: Union[bytes, bytearray, memoryview]) -> Tuple[Any, Any]:
+    _require_mac_abi()
+    keep = _key_buffer(key)
+    opts = ffi.new("reshard_deserialize_options_t*")
+    opts.struct_size = ffi.sizeof("reshard_deserialize_options_t")
+    opts.key = keep
+    opts.key_size = len(bytes(key))
+    return opts, keep
 
 
 # --------------------------------------------------------------- buffers

@@ -25,7 +25,7 @@ pub const RESHARD_VERSION_NUMBER: u32 =
 /// `RESHARD_ABI_MAJOR`: pass to [`reshard_get_api`].
 pub const RESHARD_ABI_MAJOR: u32 = 1;
 /// `RESHARD_ABI_MINOR` of these declarations.
-pub const RESHARD_ABI_MINOR: u32 = 8;
+pub const RESHARD_ABI_MINOR: u32 = 9;
 /// `RESHARD_MAX_RANK`: the largest tensor rank.
 pub const RESHARD_MAX_RANK: usize = 8;
 
@@ -639,14 +639,48 @@ pub struct reshard_serialize_options_t {
     pub all_parts: i32,
     /// The process whose part to write when `all_parts` is 0.
     pub process: i32,
+    /// MAC key to sign the bytes with (ABI 1.9; null with `key_size` 0: unsigned).
+    pub key: *const c_void,
+    /// Bytes of `key` (16 to 1024).
+    pub key_size: usize,
 }
 
 impl Default for reshard_serialize_options_t {
     /// `RESHARD_SERIALIZE_OPTIONS_INIT`.
     fn default() -> Self {
-        Self { struct_size: core::mem::size_of::<Self>(), all_parts: 1, process: 0 }
+        Self {
+            struct_size: core::mem::size_of::<Self>(),
+            all_parts: 1,
+            process: 0,
+            key: core::ptr::null(),
+            key_size: 0,
+        }
     }
 }
+
+/// `reshard_deserialize_options_t` (ABI 1.9).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct reshard_deserialize_options_t {
+    /// `sizeof(reshard_deserialize_options_t)`.
+    pub struct_size: usize,
+    /// MAC key the bytes must be signed with (null with `key_size` 0: none required).
+    pub key: *const c_void,
+    /// Bytes of `key` (16 to 1024).
+    pub key_size: usize,
+}
+
+impl Default for reshard_deserialize_options_t {
+    /// `RESHARD_DESERIALIZE_OPTIONS_INIT`.
+    fn default() -> Self {
+        Self { struct_size: core::mem::size_of::<Self>(), key: core::ptr::null(), key_size: 0 }
+    }
+}
+
+/// `RESHARD_MAC_KEY_MIN_BYTES`.
+pub const RESHARD_MAC_KEY_MIN_BYTES: usize = 16;
+/// `RESHARD_MAC_KEY_MAX_BYTES`.
+pub const RESHARD_MAC_KEY_MAX_BYTES: usize = 1024;
 
 /// `reshard_executor_options_t`.
 #[repr(C)]
@@ -972,6 +1006,19 @@ extern "C" {
     pub fn reshard_plan_deserialize(data: *const c_void, size: usize, out_plan: *mut *mut reshard_plan_t) -> Status;
     /// `reshard_plan_verify_bytes`, documented in `reshard/reshard.h`.
     pub fn reshard_plan_verify_bytes(data: *const c_void, size: usize) -> Status;
+    /// `reshard_plan_deserialize_with_options` (ABI 1.9), documented in `reshard/reshard.h`.
+    pub fn reshard_plan_deserialize_with_options(
+        data: *const c_void,
+        size: usize,
+        options: *const reshard_deserialize_options_t,
+        out_plan: *mut *mut reshard_plan_t,
+    ) -> Status;
+    /// `reshard_plan_verify_bytes_with_options` (ABI 1.9), documented in `reshard/reshard.h`.
+    pub fn reshard_plan_verify_bytes_with_options(
+        data: *const c_void,
+        size: usize,
+        options: *const reshard_deserialize_options_t,
+    ) -> Status;
 
     /// `reshard_executor_create`, documented in `reshard/reshard.h`.
     pub fn reshard_executor_create(
@@ -1317,4 +1364,16 @@ pub struct reshard_api_t {
     pub plan_part_scratch: Option<
         unsafe extern "C" fn(*const reshard_plan_t, i32, usize, *mut reshard_scratch_t, *mut i64, *mut i64) -> Status,
     >,
+    /// [`reshard_plan_deserialize_with_options`] (ABI 1.9).
+    pub plan_deserialize_with_options: Option<
+        unsafe extern "C" fn(
+            *const c_void,
+            usize,
+            *const reshard_deserialize_options_t,
+            *mut *mut reshard_plan_t,
+        ) -> Status,
+    >,
+    /// [`reshard_plan_verify_bytes_with_options`] (ABI 1.9).
+    pub plan_verify_bytes_with_options:
+        Option<unsafe extern "C" fn(*const c_void, usize, *const reshard_deserialize_options_t) -> Status>,
 }

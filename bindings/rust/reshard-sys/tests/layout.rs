@@ -65,7 +65,8 @@ fn struct_layouts_match_the_c_header() {
             num_pieces, bytes, stage }
         reshard_piece_t { struct_size, tensor, src_entry, dst_entry, src_device, dst_device,
             bytes, stage }
-        reshard_serialize_options_t { struct_size, all_parts, process }
+        reshard_serialize_options_t { struct_size, all_parts, process, key, key_size }
+        reshard_deserialize_options_t { struct_size, key, key_size }
         reshard_executor_options_t { struct_size, transport, threads }
         reshard_src_buffer_t { data, bytes }
         reshard_dst_buffer_t { data, bytes }
@@ -74,7 +75,8 @@ fn struct_layouts_match_the_c_header() {
         reshard_executor_info_t { struct_size, transport, rank, size, reserved0 }
         reshard_api_t { struct_size, abi_major, abi_minor, version, plan_create,
             executor_verify, transport_available, executor_info, mpi_executor_create,
-            nccl_unique_id, nccl_executor_create, plan_device_location, plan_part_scratch }
+            nccl_unique_id, nccl_executor_create, plan_device_location, plan_part_scratch,
+            plan_deserialize_with_options, plan_verify_bytes_with_options }
     };
     let Some(include) = include_dir() else {
         eprintln!(
@@ -132,7 +134,7 @@ fn function_table_matches_the_exported_functions() {
     assert!(!api.is_null());
     assert!(unsafe { reshard_get_api(RESHARD_ABI_MAJOR + 1) }.is_null());
     let api = unsafe { &*api };
-    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.6");
+    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.9");
     assert_eq!(api.struct_size, size_of::<reshard_api_t>(), "table size");
     assert_eq!(api.abi_major, RESHARD_ABI_MAJOR);
     macro_rules! same {
@@ -191,5 +193,7 @@ fn function_table_matches_the_exported_functions() {
         nccl_executor_create => reshard_nccl_executor_create,
         plan_device_location => reshard_plan_device_location,
         plan_part_scratch => reshard_plan_part_scratch,
+        plan_deserialize_with_options => reshard_plan_deserialize_with_options,
+        plan_verify_bytes_with_options => reshard_plan_verify_bytes_with_options,
     }
 }

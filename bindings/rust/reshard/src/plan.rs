@@ -341,6 +341,59 @@ impl Plan {
         check(unsafe { sys::reshard_plan_verify_bytes(ptr_or_null(bytes).cast(), bytes.len()) })
     }
 
+    /// [`from_bytes`](Self::from_bytes) after checking the bytes' MAC: an
+    /// HMAC-SHA-256 under `key` (16 to 1024 bytes) that
+    /// [`to_signed_bytes`](Self::to_signed_bytes) appended (ABI 1.9).
+    ///
+    /// Errors: [`ErrorCode::InvalidArgument`] naming `options->key_size`
+    /// (key empty, too short, too long); [`ErrorCode::Corrupt`] "mac:
+    /// missing" (unsigned bytes) or "mac: does not match" (another key, or
+    /// bytes edited after signing); those of `from_bytes`.
+    pub fn from_signed_bytes(bytes: &[u8], key: &[u8]) -> Result<Plan> {
+        let options = deserialize_options(key);
+        let mut raw = ptr::null_mut();
+        // SAFETY: bytes.len() readable bytes (NULL only when empty); options
+        // points at `key`, alive for the call; nothing is kept.
+        check(unsafe {
+            sys::reshard_plan_deserialize_with_options(ptr_or_null(bytes).cast(), bytes.len(), &options, &mut raw)
+        })?;
+        Ok(Plan { raw })
+    }
+
+    /// Verifies plan bytes exactly as
+    /// [`from_signed_bytes`](Self::from_signed_bytes) does, without keeping
+    /// a plan.
+    pub fn verify_signed_bytes(bytes: &[u8], key: &[u8]) -> Result<()> {
+        let options = deserialize_options(key);
+        // SAFETY: as in from_signed_bytes.
+        check(unsafe { sys::reshard_plan_verify_bytes_with_options(ptr_or_null(bytes).cast(), bytes.len(), &options) })
+    }
+
+    /// [`to_bytes`](Self::to_bytes) followed by a 48-byte trailer carrying
+    /// an HMAC-SHA-256 of them under `key` (16 to 1024 bytes; readers
+    /// without a key ignore it).
+    ///
+    /// Errors: [`ErrorCode::InvalidArgument`] naming `options->key_size`.
+    pub fn to_signed_bytes(&self, key: &[u8]) -> Result<PlanBytes> {
+        self.serialize(sys::reshard_serialize_options_t {
+            key: key.as_ptr().cast(),
+            key_size: key.len(),
+            ..Default::default()
+        })
+    }
+
+    /// [`to_bytes_for_process`](Self::to_bytes_for_process), signed as
+    /// [`to_signed_bytes`](Self::to_signed_bytes).
+    pub fn to_signed_bytes_for_process(&self, process: i32, key: &[u8]) -> Result<PlanBytes> {
+        self.serialize(sys::reshard_serialize_options_t {
+            all_parts: 0,
+            process,
+            key: key.as_ptr().cast(),
+            key_size: key.len(),
+            ..Default::default()
+        })
+    }
+
     /// Serializes the plan with every part it holds (FlatBuffers,
     /// schema/plan.fbs). Deterministic.
     pub fn to_bytes(&self) -> Result<PlanBytes> {
@@ -784,4 +837,10 @@ impl Drop for PlanBytes {
         // SAFETY: owned, destroyed once.
         unsafe { sys::reshard_buffer_destroy(self.raw) }
     }
+}
+
+// A key as C options: never a null pointer (an empty slice's pointer is
+// dangling but non-null), so an empty key is reported as empty.
+fn deserialize_options(key: &[u8]) -> sys::reshard_deserialize_options_t {
+    sys::reshard_deserialize_options_t { key: key.as_ptr().cast(), key_size: key.len(), ..Default::default() }
 }

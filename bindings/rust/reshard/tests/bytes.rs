@@ -145,3 +145,39 @@ fn flipped_bytes_never_crash_a_reader() {
     }
     assert!(rejected > 0, "rejected {rejected}, accepted {accepted}");
 }
+
+/// Authenticated plans (ABI 1.9): signed bytes read with their key and
+/// without one; each bad key and each bad MAC is an error with its code and
+/// the field it names.
+#[test]
+fn signed_bytes_need_their_key() {
+    fn expect(r: reshard::Result<()>, code: ErrorCode, needle: &str) {
+        let e = r.expect_err(needle);
+        assert_eq!(e.code(), code, "{e}");
+        assert!(e.message().contains(needle), "message {:?} lacks {:?}", e.message(), needle);
+    }
+    let plan = train_to_infer_plan();
+    let key = [7u8; 32];
+    let plain = plan.to_bytes().unwrap();
+    let signed = plan.to_signed_bytes(&key).unwrap();
+    assert_eq!(signed.len(), plain.len() + 48);
+    assert_eq!(&signed[..plain.len()], plain.as_slice());
+    assert_eq!(Plan::from_signed_bytes(&signed, &key).unwrap().fingerprint(), plan.fingerprint());
+    Plan::verify_bytes(&signed).unwrap(); // no key: the MAC is not required
+    assert_eq!(PlanView::new(&signed).unwrap().fingerprint(), plan.fingerprint());
+    let process = plan.processes()[0];
+    Plan::verify_signed_bytes(&plan.to_signed_bytes_for_process(process, &key).unwrap(), &key).unwrap();
+    expect(Plan::verify_signed_bytes(&plain, &key), ErrorCode::Corrupt, "mac: missing");
+    expect(Plan::verify_signed_bytes(&signed, &[8u8; 32]), ErrorCode::Corrupt, "mac: does not match");
+    let mut edited = signed.to_vec();
+    edited[plain.len() / 2] ^= 1;
+    expect(Plan::from_signed_bytes(&edited, &key).map(|_| ()), ErrorCode::Corrupt, "mac: does not match");
+    for (bad, needle) in [
+        (vec![], "options->key_size: is 0"),
+        (vec![1u8; 15], "options->key_size: 15 bytes is shorter"),
+        (vec![1u8; 1025], "options->key_size: 1025 bytes exceeds"),
+    ] {
+        expect(Plan::verify_signed_bytes(&signed, &bad), ErrorCode::InvalidArgument, needle);
+        expect(plan.to_signed_bytes(&bad).map(|_| ()), ErrorCode::InvalidArgument, needle);
+    }
+}

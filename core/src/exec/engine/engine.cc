@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "exec/engine/agreement.h"
 #include "exec/engine/direct_copies.h"
 #include "exec/engine/engine_cache.h"
 #include "exec/schedule/engine_schedule.h"
@@ -49,124 +50,6 @@ std::string hex(uint64_t v) {
   std::string s = "0x";
   for (int i = 60; i >= 0; i -= 4) s += digits[(v >> i) & 15];
   return s;
-}
-
-// ------------------------------------------------------------- agreement
-
-constexpr uint64_t kAgreeMagic = 0x31524741'44485352ull;  // "RSHDAGR1"
-
-struct AgreeRecord {
-  uint64_t magic = kAgreeMagic;
-  uint64_t fingerprint = 0;
-  uint64_t tensors = 0;
-  uint64_t dtype_hash = 0;
-};
-
-uint64_t dtype_hash(const Plan& plan) {
-  Hasher h;
-  for (const TensorSpec& t : plan.tensors()) h.i64(static_cast<int32_t>(t.dtype));
-  return h.value();
-}
-
-// Groups ranks by `key`; returns the ranks outside the reference group (the
-// largest; on a tie the one holding the lowest rank) and that group's key.
-template <class Key>
-std::vector<int32_t> outliers(const std::vector<Key>& keys, Key* reference) {
-  std::map<Key, std::vector<int32_t>> groups;
-  for (size_t r = 0; r < keys.size(); ++r) groups[keys[r]].push_back(static_cast<int32_t>(r));
-  const std::vector<int32_t>* best = nullptr;
-  for (const auto& [key, ranks] : groups) {
-    if (best == nullptr || ranks.size() > best->size() ||
-        (ranks.size() == best->size() && ranks.front() < best->front())) {
-      best = &ranks;
-      *reference = key;
-    }
-  }
-  std::vector<int32_t> out;
-  for (size_t r = 0; r < keys.size(); ++r) {
-    if (!(keys[r] == *reference)) out.push_back(static_cast<int32_t>(r));
-  }
-  return out;
-}
-
-void agree(Transport& transport, const Plan& plan, double timeout) {
-  AgreeRecord mine;
-  mine.fingerprint = plan.fingerprint();
-  mine.tensors = plan.tensors().size();
-  mine.dtype_hash = dtype_hash(plan);
-  std::vector<std::vector<std::byte>> all;
-  try {
-    all = transport.allgather(std::as_bytes(std::span(&mine, 1)), timeout);
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::kTimeout) throw;
-    fail(ErrorCode::kTimeout, std::string("execute: agreeing on the plan: ") + e.what() +
-                                  " (did every rank call execute?)");
-  }
-  std::vector<AgreeRecord> records(all.size());
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (all[r].size() != sizeof(AgreeRecord)) {
-      fail(ErrorCode::kMismatch, "execute: rank " + std::to_string(r) +
-                                     " sent an agreement record of " +
-                                     std::to_string(all[r].size()) + " bytes");
-    }
-    std::memcpy(&records[r], all[r].data(), sizeof(AgreeRecord));
-    if (records[r].magic != kAgreeMagic) {
-      fail(ErrorCode::kMismatch,
-           "execute: rank " + std::to_string(r) +
-               " sent an unexpected agreement record (another reshard version?)");
-    }
-  }
-  const int32_t me = transport.info().rank;
-  // Tensor counts, then dtypes, then the fingerprint: the first difference
-  // found is the most specific one to report.
-  std::vector<uint64_t> counts;
-  for (const AgreeRecord& r : records) counts.push_back(r.tensors);
-  uint64_t ref_count = 0;
-  std::vector<int32_t> odd = outliers(counts, &ref_count);
-  if (!odd.empty()) {
-    fail(ErrorCode::kMismatch,
-         "execute: plan mismatch: rank(s) " + rank_list(odd) + " have a plan of " +
-             std::to_string(counts[static_cast<size_t>(odd.front())]) + " tensors, the others " +
-             std::to_string(ref_count) + " (this is rank " + std::to_string(me) + ")");
-  }
-  std::vector<uint64_t> dhash;
-  for (const AgreeRecord& r : records) dhash.push_back(r.dtype_hash);
-  uint64_t ref_hash = 0;
-  odd = outliers(dhash, &ref_hash);
-  if (!odd.empty()) {
-    // Every rank saw the same records, so every rank runs this exchange.
-    std::vector<std::byte> dtypes;
-    for (const TensorSpec& t : plan.tensors()) {
-      dtypes.push_back(static_cast<std::byte>(static_cast<int32_t>(t.dtype)));
-    }
-    const auto lists = transport.allgather(dtypes, timeout);
-    for (size_t t = 0; t < plan.tensors().size(); ++t) {
-      std::vector<int32_t> keys;
-      for (const auto& l : lists) keys.push_back(t < l.size() ? static_cast<int32_t>(l[t]) : -1);
-      int32_t ref = 0;
-      const std::vector<int32_t> bad = outliers(keys, &ref);
-      if (bad.empty()) continue;
-      const auto name = [](int32_t v) {
-        return dtype_valid(v) ? std::string(dtype_name(static_cast<DType>(v))) : "?";
-      };
-      fail(ErrorCode::kMismatch, "execute: dtype mismatch: tensors[" + std::to_string(t) + "] (\"" +
-                                     plan.tensors()[t].name + "\") is " +
-                                     name(keys[static_cast<size_t>(bad.front())]) + " on rank(s) " +
-                                     rank_list(bad) + " and " + name(ref) +
-                                     " on the others (this is rank " + std::to_string(me) + ")");
-    }
-    fail(ErrorCode::kMismatch, "execute: dtype mismatch on rank(s) " + rank_list(odd));
-  }
-  std::vector<uint64_t> fps;
-  for (const AgreeRecord& r : records) fps.push_back(r.fingerprint);
-  uint64_t ref_fp = 0;
-  odd = outliers(fps, &ref_fp);
-  if (!odd.empty()) {
-    fail(ErrorCode::kMismatch, "execute: plan mismatch: rank(s) " + rank_list(odd) +
-                                   " have plan fingerprint " +
-                                   hex(fps[static_cast<size_t>(odd.front())]) + ", the others " +
-                                   hex(ref_fp) + " (this is rank " + std::to_string(me) + ")");
-  }
 }
 
 // ---------------------------------------------------------------- copies
@@ -1035,12 +918,14 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     }
     // (2) The agreement, with itself: kept so that every execution follows
     // the same order of events.
-    if (options.agreement == ExecuteOptions::Agreement::kEveryCall ||
-        (options.agreement == ExecuteOptions::Agreement::kFirstUse &&
-         !agreed_.contains(plan.fingerprint()))) {
-      agree(*transport_, plan, options.timeout_seconds);
-      agreed_.insert(plan.fingerprint());
-      stats.agreed = true;
+    if (options.agreement != ExecuteOptions::Agreement::kSkip) {
+      const engine_detail::AgreeSubject subject = engine_detail::agree_subject(plan, process);
+      const std::pair key{plan.fingerprint(), subject.part_digest};
+      if (options.agreement == ExecuteOptions::Agreement::kEveryCall || !agreed_.contains(key)) {
+        engine_detail::agree(*transport_, plan, subject, options.timeout_seconds);
+        agreed_.insert(key);
+        stats.agreed = true;
+      }
     }
     // (3) Execution.
     // Nothing waits here, so the deadline bounds the whole execution
@@ -1083,12 +968,14 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     }
   }
   // (2) The agreement.
-  const bool first = !agreed_.contains(plan.fingerprint());
-  if (options.agreement == ExecuteOptions::Agreement::kEveryCall ||
-      (options.agreement == ExecuteOptions::Agreement::kFirstUse && first)) {
-    agree(*transport_, plan, options.timeout_seconds);
-    agreed_.insert(plan.fingerprint());
-    stats.agreed = true;
+  if (options.agreement != ExecuteOptions::Agreement::kSkip) {
+    const engine_detail::AgreeSubject subject = engine_detail::agree_subject(plan, process);
+    const std::pair key{plan.fingerprint(), subject.part_digest};
+    if (options.agreement == ExecuteOptions::Agreement::kEveryCall || !agreed_.contains(key)) {
+      engine_detail::agree(*transport_, plan, subject, options.timeout_seconds);
+      agreed_.insert(key);
+      stats.agreed = true;
+    }
   }
   // (3) Execution.
   if (participates)
