@@ -922,7 +922,7 @@ void Run::go() {
       if (idle) stats_.wait_seconds += std::chrono::duration<double>(now - last_progress).count();
       idle = false;
       last_progress = now;
-      backoff = Backoff();
+      backoff.reset();
       continue;
     }
     idle = true;
@@ -932,10 +932,11 @@ void Run::go() {
                                      " steps left, direct round " + std::to_string(next_direct_) +
                                      " of " + std::to_string(directs_) + ")");
     }
-    if (Clock::now() - last_progress > std::chrono::duration<double>(options_.timeout_seconds)) {
-      timed_out();
-    }
-    backoff.pause();
+    const auto deadline =
+        last_progress + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(std::min(options_.timeout_seconds, 1e7)));
+    if (Clock::now() > deadline) timed_out();
+    backoff.pause(deadline);
   }
   if (idle) stats_.wait_seconds += seconds_since(last_progress);
   copier_.set_in_flight(false);
