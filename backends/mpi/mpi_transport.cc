@@ -435,6 +435,7 @@ class MpiTransport final : public Transport {
     i.size = shared_->size;
     i.stream_ordered = false;
     i.gather = true;
+    i.host_ranks = host_ranks_;
     return i;
   }
 
@@ -468,6 +469,7 @@ class MpiTransport final : public Transport {
   void post(Requests& requests, const TransferOp& op);
 
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
+  int32_t host_ranks_ = 1;
 };
 
 // The caller's communicator: a Fortran handle, an MPI_Comm's address, or
@@ -517,6 +519,19 @@ MpiTransport::MpiTransport(const MpiTransportOptions& options) {
   check(MPI_Comm_set_errhandler(shared_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(shared_->comm, &shared_->rank), "MPI_Comm_rank");
   check(MPI_Comm_size(shared_->comm, &shared_->size), "MPI_Comm_size");
+  // Ranks on this host (TransportInfo::host_ranks): processor names
+  // compared, through the transport's own exchange, which has a deadline
+  // (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED has none).
+  if (shared_->size > 1) {
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    check(MPI_Get_processor_name(name, &len), "MPI_Get_processor_name");
+    const auto* bytes = reinterpret_cast<const std::byte*>(name);
+    const auto all = allgather({bytes, sizeof name}, options.timeout_seconds);
+    host_ranks_ = static_cast<int32_t>(std::count_if(all.begin(), all.end(), [&](const auto& r) {
+      return std::equal(r.begin(), r.end(), bytes);
+    }));
+  }
 }
 
 void MpiTransport::post(Requests& requests, const TransferOp& op) {

@@ -847,7 +847,7 @@ bool Run::reduce_completed_rounds() {
 void Run::go() {
   allocate();
   if (info_.memory == MemoryKind::kHost && !s_.direct.empty()) {
-    const int threads = engine_detail::execution_threads(s_, options_.threads);
+    const int threads = engine_detail::execution_threads(s_, options_.threads, info_.host_ranks);
     runner_ = std::make_unique<DirectRunner>(plan_, buffers_, s_, grown(pool_, threads), threads);
   }
   fill();
