@@ -115,7 +115,7 @@ double load_average() {
 struct Timing {
   double median = 0;  // wall seconds of the slowest rank
   double min = 0;
-  double cpu = 0;  // CPU seconds per rank: mean over ranks, median over iterations
+  double cpu = 0;                   // CPU seconds per rank: mean over ranks, median over iterations
   std::vector<double> walls, cpus;  // per iteration
 };
 
@@ -146,8 +146,8 @@ std::vector<Timing> time_runs(int iters, const std::vector<std::function<void()>
   }
   std::vector<Timing> out;
   for (size_t k = 0; k < runs.size(); ++k) {
-    out.push_back({median_of(t[k]), *std::min_element(t[k].begin(), t[k].end()),
-                   median_of(cpu[k]), t[k], cpu[k]});
+    out.push_back({median_of(t[k]), *std::min_element(t[k].begin(), t[k].end()), median_of(cpu[k]),
+                   t[k], cpu[k]});
   }
   return out;
 }
@@ -376,10 +376,9 @@ int main(int argc, char** argv) {
         std::printf("%-18s %9.2fms /%7.2fms %9.2fms /%7.2fms", c.name, ours_t.median * 1e3,
                     ours_t.min * 1e3, theirs_t.median * 1e3, theirs_t.min * 1e3);
         if (with_staging) std::printf(" %10.2fms", tm[2].median * 1e3);
-        std::printf(" %8.1fms %9.1fms %7.3f %11s %6.0f%%%s\n", ours_t.cpu * 1e3,
-                    theirs_t.cpu * 1e3, ours_t.median / theirs_t.median,
-                    gbs(bytes / ours_t.median).c_str(), 100 * (bytes / ours_t.median) / p2p,
-                    all_ok ? "" : "  RESULTS DIFFER");
+        std::printf(" %8.1fms %9.1fms %7.3f %11s %6.0f%%%s\n", ours_t.cpu * 1e3, theirs_t.cpu * 1e3,
+                    ours_t.median / theirs_t.median, gbs(bytes / ours_t.median).c_str(),
+                    100 * (bytes / ours_t.median) / p2p, all_ok ? "" : "  RESULTS DIFFER");
       }
       json += std::string(first_case ? "" : ", ") + "{\"name\": \"" + c.name + "\", " +
               json_timing("reshard", ours_t) + ", " + json_timing("pdgemr2d", theirs_t) +
