@@ -68,7 +68,8 @@ class Backoff {
  private:
   void restore_slack() {
 #if defined(__linux__)
-    if (saved_slack_ > 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(saved_slack_), 0, 0, 0);
+    if (saved_slack_ > 0)
+      prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(saved_slack_), 0, 0, 0);
 #endif
   }
 
