@@ -336,6 +336,14 @@ def t_scalapack(ctx):
         "```\n" + text.strip() + "\n```"
 
 
+def t_scalapack_contention(ctx):
+    argv = [sys.executable, "bench/scalapack/contention.py", "--build", ctx.build, "--rounds", "2",
+            "--iters", "10", "--markdown"]
+    text = run(ctx, argv, timeout=2400)
+    return ("python3 bench/scalapack/contention.py --build " + ctx.build_rel +
+            " --rounds 2 --iters 10 --markdown"), text.strip()
+
+
 def t_hostile(ctx):
     argv = [sys.executable, "tests/hostile/hostile_test.py", ctx.reshard, "--table"]
     text = run(ctx, argv)
@@ -366,6 +374,9 @@ TABLES = {
     "exec": (t_exec, "bench_exec: host executor against memcpy", "< 1 min"),
     "engine_cache": (t_engine_cache, "bench_engine_cache over MPI, 2 ranks", "< 1 min"),
     "scalapack": (t_scalapack, "bench_scalapack over MPI, 4 ranks", "< 1 min"),
+    "scalapack_contention": (t_scalapack_contention,
+                             "bench/scalapack/contention.py: idle and beside 2 spinning processes",
+                             "3-10 min"),
     "hostile": (t_hostile, "tests/hostile/hostile_test.py --table", "< 1 min"),
     "soak": (t_soak, "tests/soak/soak.py, 90 s of jobs", "2 min"),
 }
@@ -373,7 +384,7 @@ TABLES = {
 
 # Tables regenerated only when named (--only) or with --all: too costly for
 # a routine run on 2 cores.
-ON_REQUEST = {"weight_sync_405b"}
+ON_REQUEST = {"weight_sync_405b", "scalapack_contention"}
 
 
 # --------------------------------------------------------------- the page

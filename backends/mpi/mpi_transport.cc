@@ -12,6 +12,7 @@
 // before completing cancels its receives and frees its requests, and the
 // staging memory of the transport is then kept until the process exits
 // (MPI may still touch it), never freed under MPI's feet.
+#include <dlfcn.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -62,6 +63,44 @@ bool mpi_finalized() {
 void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) mpi_fail(rc, what);
 }
+
+// ----------------------------------------------------------- polling quietly
+
+// Open MPI calls sched_yield in every progress call that completes nothing
+// when a host runs more ranks than cores (mpi_yield_when_idle, on by
+// default under --oversubscribe). Beside a busy process each such yield
+// hands it a whole time slice, so a rank polling its requests gave its core
+// away on every poll; measured on 2 cores, 4 ranks, two spinning processes,
+// that alone kept MPI executions 2-4x slower even with waits that sleep
+// (docs/engine.md, "Sharing the machine"). The transport's polls therefore
+// run with the yield off and wait in reshard::Backoff (which sleeps)
+// instead; the application's setting is restored after each poll, so its
+// own MPI calls behave as before. Open MPI's switch is found at run time;
+// with another MPI, or RESHARD_MPI_YIELD=1 in the environment, nothing
+// changes.
+class QuietPoll {
+ public:
+  QuietPoll() {
+    if (set() != nullptr) previous_ = set()(false);
+  }
+  ~QuietPoll() {
+    if (set() != nullptr) set()(previous_);
+  }
+  QuietPoll(const QuietPoll&) = delete;
+  QuietPoll& operator=(const QuietPoll&) = delete;
+
+ private:
+  using Set = bool (*)(bool);
+  static Set set() {
+    static const Set f = [] {
+      const char* keep = std::getenv("RESHARD_MPI_YIELD");
+      if (keep != nullptr && std::strcmp(keep, "1") == 0) return Set{nullptr};
+      return reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "opal_progress_set_yield_when_idle"));
+    }();
+    return f;
+  }
+  bool previous_ = false;
+};
 
 // ---------------------------------------------------------------- MPI setup
 
@@ -191,7 +230,11 @@ class Requests {
     indices_.resize(requests_.size());
     statuses_.resize(requests_.size());
     int count = 0;
-    const int rc = MPI_Testsome(n, requests_.data(), &count, indices_.data(), statuses_.data());
+    int rc = MPI_SUCCESS;
+    {
+      QuietPoll quiet;
+      rc = MPI_Testsome(n, requests_.data(), &count, indices_.data(), statuses_.data());
+    }
     if (rc == MPI_ERR_IN_STATUS) {
       for (int i = 0; i < count; ++i) {
         const MPI_Status& st = statuses_[static_cast<size_t>(i)];
@@ -392,6 +435,7 @@ class MpiTransport final : public Transport {
     i.size = shared_->size;
     i.stream_ordered = false;
     i.gather = true;
+    i.host_ranks = host_ranks_;
     return i;
   }
 
@@ -409,6 +453,7 @@ class MpiTransport final : public Transport {
 
   void progress() override {
     int flag = 0;
+    QuietPoll quiet;
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, shared_->comm, &flag, MPI_STATUS_IGNORE);
   }
 
@@ -424,6 +469,7 @@ class MpiTransport final : public Transport {
   void post(Requests& requests, const TransferOp& op);
 
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
+  int32_t host_ranks_ = 1;
 };
 
 // The caller's communicator: a Fortran handle, an MPI_Comm's address, or
@@ -455,7 +501,10 @@ MpiTransport::MpiTransport(const MpiTransportOptions& options) {
   Backoff backoff;
   for (;;) {
     int done = 0;
-    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test (MPI_Comm_idup)");
+    {
+      QuietPoll quiet;
+      check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test (MPI_Comm_idup)");
+    }
     if (done) break;
     if (Clock::now() > deadline) {
       MPI_Request_free(&request);
@@ -465,11 +514,24 @@ MpiTransport::MpiTransport(const MpiTransportOptions& options) {
                                     seconds_text(options.timeout_seconds) +
                                     " (did every rank create the transport?)");
     }
-    backoff.pause();
+    backoff.pause(deadline);
   }
   check(MPI_Comm_set_errhandler(shared_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(shared_->comm, &shared_->rank), "MPI_Comm_rank");
   check(MPI_Comm_size(shared_->comm, &shared_->size), "MPI_Comm_size");
+  // Ranks on this host (TransportInfo::host_ranks): processor names
+  // compared, through the transport's own exchange, which has a deadline
+  // (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED has none).
+  if (shared_->size > 1) {
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    check(MPI_Get_processor_name(name, &len), "MPI_Get_processor_name");
+    const auto* bytes = reinterpret_cast<const std::byte*>(name);
+    const auto all = allgather({bytes, sizeof name}, options.timeout_seconds);
+    host_ranks_ = static_cast<int32_t>(std::count_if(all.begin(), all.end(), [&](const auto& r) {
+      return std::equal(r.begin(), r.end(), bytes);
+    }));
+  }
 }
 
 void MpiTransport::post(Requests& requests, const TransferOp& op) {
@@ -577,7 +639,7 @@ std::vector<std::vector<std::byte>> MpiTransport::allgather(std::span<const std:
                                     seconds_text(timeout_seconds) + " (this is rank " +
                                     std::to_string(rank) + ")");
     }
-    backoff.pause();
+    backoff.pause(deadline);
   }
   keep.completed = true;
   for (int r = 0; r < size; ++r) out[static_cast<size_t>(r)].resize(static_cast<size_t>(n));

@@ -2,7 +2,7 @@
 // redistributions, in one run (docs/design.md §9.7: benchmarks print ratios
 // against baselines measured in the same run).
 //
-//   mpirun -np 4 bench_scalapack [--n 4000] [--iters 10]
+//   mpirun -np 4 bench_scalapack [--n 4000] [--iters 10] [--staging] [--json FILE]
 //
 // The matrix M is n × n doubles, row-major, split into P_r × P_c blocks of
 // ceil(n/P_r) × ceil(n/P_c) (one block per rank; the reshard sharding
@@ -15,17 +15,25 @@
 // very same buffers, and the destination of each is checked against the
 // other's.
 //
-// Printed per case: median time over the iterations of the slowest rank
-// (each run after a barrier; the three contenders alternate, so that they
-// share the machine's load alike) for reshard with packing through the
-// box-copy core (staging), reshard with MPI derived datatypes (gather), and
-// pdgemr2d; the ratio ours / ScaLAPACK (target <= 0.5); and our bytes per
-// second next to a point-to-point MPI bandwidth measured in the same run
-// (MPI_Sendrecv ping-pong of 16 MiB between ranks 0 and 1).
+// Printed per case: median and minimum time over the iterations of the
+// slowest rank (each run after a barrier; the contenders alternate, so that
+// they share the machine's load alike) for reshard with MPI derived
+// datatypes (gather, the default), optionally reshard with packing through
+// the box-copy core (--staging), and pdgemr2d; the CPU seconds each rank
+// spent in the run (getrusage of the whole process, helper threads
+// included; the mean over ranks, median over iterations): a rank that waits
+// for its peers should use little; the ratio ours / ScaLAPACK; and our bytes
+// per second next to a point-to-point MPI bandwidth measured in the same run
+// (MPI_Sendrecv ping-pong of 16 MiB between ranks 0 and 1). The 1-minute
+// load average is printed before and after. --json FILE writes the same
+// figures for bench/scalapack/contention.py, which runs this program on an
+// idle machine and beside busy processes.
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -91,27 +99,57 @@ struct Case {
 
 double now() { return MPI_Wtime(); }
 
+// CPU seconds (user + system) of the whole process so far.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+double load_average() {
+  double l = 0;
+  return getloadavg(&l, 1) == 1 ? l : -1;
+}
+
+struct Timing {
+  double median = 0;  // wall seconds of the slowest rank
+  double min = 0;
+  double cpu = 0;                   // CPU seconds per rank: mean over ranks, median over iterations
+  std::vector<double> walls, cpus;  // per iteration
+};
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // Runs the contenders in turn, `iters` times round-robin (so that all see
 // the same load on a shared machine), each run after a barrier and timed on
-// the slowest rank; returns each one's median.
-std::vector<double> time_medians(int iters, const std::vector<std::function<void()>>& runs) {
-  std::vector<std::vector<double>> t(runs.size());
+// the slowest rank, its CPU time averaged over the ranks.
+std::vector<Timing> time_runs(int iters, const std::vector<std::function<void()>>& runs) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<std::vector<double>> t(runs.size()), cpu(runs.size());
   for (int i = 0; i < iters; ++i) {
     for (size_t k = 0; k < runs.size(); ++k) {
       MPI_Barrier(MPI_COMM_WORLD);
+      const double c0 = cpu_seconds();
       const double t0 = now();
       runs[k]();
-      double mine = now() - t0, slowest = 0;
-      MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      double mine[2] = {now() - t0, cpu_seconds() - c0}, slowest = 0, cpu_sum = 0;
+      MPI_Allreduce(&mine[0], &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      MPI_Allreduce(&mine[1], &cpu_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
       t[k].push_back(slowest);
+      cpu[k].push_back(cpu_sum / size);
     }
   }
-  std::vector<double> medians;
-  for (auto& v : t) {
-    std::sort(v.begin(), v.end());
-    medians.push_back(v[v.size() / 2]);
+  std::vector<Timing> out;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    out.push_back({median_of(t[k]), *std::min_element(t[k].begin(), t[k].end()), median_of(cpu[k]),
+                   t[k], cpu[k]});
   }
-  return medians;
+  return out;
 }
 
 Layout block_layout(const std::vector<int64_t>& shape, const Grid& g, int ranks) {
@@ -192,39 +230,78 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int64_t n = 4000;
   int iters = 10;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool with_staging = false;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--n") n = std::stoll(argv[i + 1]);
-    if (flag == "--iters") iters = std::stoi(argv[i + 1]);
+    const bool has_value = i + 1 < argc;
+    if (flag == "--staging") {
+      with_staging = true;
+    } else if (flag == "--n" && has_value) {
+      n = std::stoll(argv[++i]);
+    } else if (flag == "--iters" && has_value) {
+      iters = std::max(1, std::stoi(argv[++i]));
+    } else if (flag == "--json" && has_value) {
+      json_path = argv[++i];
+    } else {
+      if (rank == 0) std::fprintf(stderr, "unknown or incomplete argument: %s\n", flag.c_str());
+      MPI_Finalize();
+      return 2;
+    }
   }
   if (size != 4) {
     if (rank == 0) std::fprintf(stderr, "run with mpirun -np 4\n");
     MPI_Finalize();
     return 2;
   }
+  // The redistributions of the issue that asked for this benchmark: rows ->
+  // columns, a 2 x 2 grid -> columns, rows -> a 2 x 2 grid.
   const std::vector<Case> cases = {
-      {"row blocks -> column blocks", {4, 1}, {1, 4}},
-      {"2x2 -> 4x1", {2, 2}, {4, 1}},
-      {"1x4 -> 2x2", {1, 4}, {2, 2}},
+      {"rows -> columns", {4, 1}, {1, 4}},
+      {"2x2 -> columns", {2, 2}, {1, 4}},
+      {"rows -> 2x2", {4, 1}, {2, 2}},
   };
   int status = 0;
+  std::string json = "{\"n\": " + std::to_string(n) + ", \"ranks\": " + std::to_string(size) +
+                     ", \"iters\": " + std::to_string(iters);
+  const auto json_list = [](const std::vector<double>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) {
+      char x[32];
+      std::snprintf(x, sizeof x, "%s%.6f", i ? ", " : "", v[i]);
+      s += x;
+    }
+    return s + "]";
+  };
+  const auto json_timing = [&](const char* name, const Timing& t) {
+    char s[160];
+    std::snprintf(s, sizeof s, "\"%s\": {\"median_s\": %.6f, \"min_s\": %.6f, \"cpu_s\": %.6f, ",
+                  name, t.median, t.min, t.cpu);
+    return std::string(s) + "\"wall_s\": " + json_list(t.walls) +
+           ", \"cpu_per_rank_s\": " + json_list(t.cpus) + "}";
+  };
   try {
     reshard::MpiTransportOptions topts;
     topts.initialize = false;
     Engine engine(reshard::make_mpi_transport(topts));
     const double p2p = pingpong_bandwidth(rank);
+    const double load_before = load_average();
     if (rank == 0) {
       std::printf(
-          "reshard vs ScaLAPACK pdgemr2d: %lld x %lld doubles, 4 ranks, median of %d "
-          "iterations (slowest rank, after a barrier)\n",
+          "reshard vs ScaLAPACK pdgemr2d: %lld x %lld doubles, 4 ranks, %d iterations "
+          "(slowest rank, after a barrier; contenders alternate)\n",
           static_cast<long long>(n), static_cast<long long>(n), iters);
       std::printf(
           "point-to-point MPI bandwidth (16 MiB MPI_Sendrecv, ranks 0<->1): %s per "
-          "direction\n\n",
-          gbs(p2p).c_str());
-      std::printf("%-30s %12s %12s %12s %8s %12s %10s\n", "case", "staging", "gather", "pdgemr2d",
-                  "ratio", "ours B/s", "vs p2p");
+          "direction; load average %.2f\n\n",
+          gbs(p2p).c_str(), load_before);
+      std::printf("%-18s %22s %22s", "case", "reshard med/min", "pdgemr2d med/min");
+      if (with_staging) std::printf(" %12s", "staging");
+      std::printf(" %9s %9s %7s %11s %7s\n", "CPU ours", "CPU theirs", "ratio", "ours B/s",
+                  "vs p2p");
     }
+    json += ", \"p2p_Bps\": " + std::to_string(p2p) + ", \"cases\": [";
+    bool first_case = true;
     for (const Case& c : cases) {
       PlanInput in;
       for (int r = 0; r < size; ++r) {
@@ -261,22 +338,22 @@ int main(int argc, char** argv) {
           ours.data(), static_cast<int64_t>(ours.size() * sizeof(double))};
       ExecuteOptions staging;
       staging.packing = ExecuteOptions::Packing::kStaging;
-      ExecuteOptions gather;
-      gather.packing = ExecuteOptions::Packing::kGather;
+      const ExecuteOptions defaults;  // kAuto: MPI derived datatypes on the mpi transport
       Scalapack a = scalapack_grid(c.src, static_cast<int>(n), rank);
       Scalapack b = scalapack_grid(c.dst, static_cast<int>(n), rank);
       int all = 0;
       Cblacs_get(0, 0, &all);
       Cblacs_gridinit(&all, "Row", 1, size);
       const int ni = static_cast<int>(n);
-      const std::vector<std::function<void()>> runs = {
-          [&] { engine.execute(plan, rank, views, staging); },
-          [&] { engine.execute(plan, rank, views, gather); },
+      std::vector<std::function<void()>> runs = {
+          [&] { engine.execute(plan, rank, views, defaults); },
           [&] { Cpdgemr2d(ni, ni, src.data(), 1, 1, a.desc, theirs.data(), 1, 1, b.desc, all); },
       };
+      if (with_staging) runs.push_back([&] { engine.execute(plan, rank, views, staging); });
       for (const auto& run : runs) run();  // warm-up (and the engine's agreement)
-      const std::vector<double> med = time_medians(iters, runs);
-      const double t_stage = med[0], t_gather = med[1], t_scalapack = med[2];
+      const std::vector<Timing> tm = time_runs(iters, runs);
+      const Timing& ours_t = tm[0];
+      const Timing& theirs_t = tm[1];
       Cblacs_gridexit(a.context);
       Cblacs_gridexit(b.context);
       Cblacs_gridexit(all);
@@ -294,24 +371,41 @@ int main(int argc, char** argv) {
       }
       int ok = same && right ? 1 : 0, all_ok = 0;
       MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-      // The default (ExecuteOptions::Packing::kAuto) gathers on the mpi transport.
-      const double t_default = t_gather;
       const double bytes = static_cast<double>(plan.stats().network_bytes);
       if (rank == 0) {
-        char ratio[16];
-        std::snprintf(ratio, sizeof ratio, "%.3f", t_default / t_scalapack);
-        std::printf("%-30s %10.2fms %10.2fms %10.2fms %8s %12s %9.0f%%%s\n", c.name, t_stage * 1e3,
-                    t_gather * 1e3, t_scalapack * 1e3, ratio, gbs(bytes / t_default).c_str(),
-                    100 * (bytes / t_default) / p2p, all_ok ? "" : "  RESULTS DIFFER");
+        std::printf("%-18s %9.2fms /%7.2fms %9.2fms /%7.2fms", c.name, ours_t.median * 1e3,
+                    ours_t.min * 1e3, theirs_t.median * 1e3, theirs_t.min * 1e3);
+        if (with_staging) std::printf(" %10.2fms", tm[2].median * 1e3);
+        std::printf(" %8.1fms %9.1fms %7.3f %11s %6.0f%%%s\n", ours_t.cpu * 1e3, theirs_t.cpu * 1e3,
+                    ours_t.median / theirs_t.median, gbs(bytes / ours_t.median).c_str(),
+                    100 * (bytes / ours_t.median) / p2p, all_ok ? "" : "  RESULTS DIFFER");
       }
+      json += std::string(first_case ? "" : ", ") + "{\"name\": \"" + c.name + "\", " +
+              json_timing("reshard", ours_t) + ", " + json_timing("pdgemr2d", theirs_t) +
+              (with_staging ? ", " + json_timing("staging", tm[2]) : std::string()) +
+              ", \"network_bytes\": " + std::to_string(plan.stats().network_bytes) +
+              ", \"ok\": " + (all_ok ? "true" : "false") + "}";
+      first_case = false;
       if (!all_ok) status = 1;
     }
+    const double load_after = load_average();
+    json += "], \"load_before\": " + std::to_string(load_before) +
+            ", \"load_after\": " + std::to_string(load_after) + "}\n";
     if (rank == 0) {
       std::printf(
-          "\nstaging: packed by the box-copy core; gather: MPI derived datatypes (the default, "
-          "kAuto); ratio = gather / pdgemr2d (target <= 0.5); ours B/s = the plan's network "
-          "bytes / gather time, all ranks together, against one pair's point-to-point "
-          "bandwidth\n");
+          "\nload average %.2f at the end. reshard: the default execution (MPI derived "
+          "datatypes); med/min: median and minimum over the iterations of the slowest rank; "
+          "CPU: CPU seconds per rank (mean over ranks, median over iterations); ratio = "
+          "reshard / pdgemr2d medians; ours B/s = the plan's network bytes / reshard's median, "
+          "all ranks together, against one pair's point-to-point bandwidth\n",
+          load_after);
+      if (!json_path.empty()) {
+        FILE* f = std::fopen(json_path.c_str(), "w");
+        if (f == nullptr || std::fputs(json.c_str(), f) < 0 || std::fclose(f) != 0) {
+          std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+          status = 1;
+        }
+      }
     }
   } catch (const reshard::Error& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());

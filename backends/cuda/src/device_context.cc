@@ -169,7 +169,7 @@ DeviceContext::Slot& DeviceContext::acquire(Clock::time_point deadline) {
       fail(ErrorCode::kTimeout, "CUDA device " + std::to_string(ordinal_) +
                                     ": timed out waiting for earlier copy kernels to complete");
     }
-    backoff.pause();
+    backoff.pause(deadline);
   }
   return oldest;
 }
@@ -532,7 +532,7 @@ bool DeviceSet::wait_all(Clock::time_point deadline, const std::function<void()>
     if (done == events.size()) return true;
     if (poll) poll();
     if (Clock::now() > deadline) return false;
-    backoff.pause();
+    backoff.pause(deadline);
   }
 }
 

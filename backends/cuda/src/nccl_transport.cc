@@ -66,7 +66,7 @@ struct OwnedCommDeleter {
         return;
       }
       if (state != ncclInProgress || Clock::now() > deadline) break;
-      backoff.pause();
+      backoff.pause(deadline);
     }
     ncclCommAbort(comm);
   }
@@ -463,7 +463,7 @@ class NcclTransport : public Transport {
           failure(ErrorCode::kTimeout,
                   what + ": timed out after " + seconds_text(options_.timeout_seconds));
         }
-        backoff.pause();
+        backoff.pause(deadline);
       }
     }
   }

@@ -101,7 +101,10 @@ struct ExecuteOptions {
   // processes, and the reductions of what they carry, stay on the calling
   // thread. The meaning every `threads` field of the C++ API shares
   // (PlanRequest::threads, HostExecuteOptions::threads): 0 is one thread
-  // per hardware thread, N >= 1 up to min(N, 256) threads, the calling
+  // per core this process may use (its affinity mask and cgroup CPU quota;
+  // the environment variable RESHARD_CORES overrides the detection), and
+  // over a transport whose ranks share a host (mpi) no more than the host's
+  // cores divided by those ranks; N >= 1 up to min(N, 256) threads, the calling
   // thread included (1: the calling thread only, the default); negative is
   // kInvalidArgument. Executions moving less than 1 MiB between buffers
   // run on the calling thread whatever the value. Results are identical

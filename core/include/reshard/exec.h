@@ -12,7 +12,7 @@
 namespace reshard {
 
 struct HostExecuteOptions {
-  // Threads copying: 0 (the default) one per hardware thread, N >= 1 up to
+  // Threads copying: 0 (the default) one per usable core, N >= 1 up to
   // min(N, 256), the calling thread included: ExecuteOptions::threads
   // (reshard/engine.h), whose meaning every `threads` field shares.
   // Negative: kInvalidArgument ("options.threads: ...").

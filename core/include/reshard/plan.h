@@ -297,7 +297,8 @@ struct PlanRequest {
   // planning only its part need not pay for the fleet's statistics).
   bool global_stats = true;
   // Threads planning the requested parts: 1 (the default) plans on the
-  // calling thread only; 0 uses std::thread::hardware_concurrency(); N > 1
+  // calling thread only; 0 one per core this process may use (affinity
+  // mask, cgroup CPU quota, or RESHARD_CORES; see ExecuteOptions::threads); N > 1
   // uses up to min(N, 256) threads (the caller's and the rest started for
   // the call). Not
   // part of the plan's identity: the Plan, its encoding and fingerprint are

@@ -53,7 +53,8 @@ namespace reshard {
 // Version 3: TransportInfo::whole_plan.
 // Version 4: CopyOp::divisor (kStore of ReduceOp::kMean).
 // Version 5: Transport::order_streams.
-inline constexpr uint32_t kTransportInterfaceVersion = 5;
+// Version 6: TransportInfo::host_ranks.
+inline constexpr uint32_t kTransportInterfaceVersion = 6;
 
 enum class MemoryKind : int32_t {
   kHost = 0,  // ordinary host memory: the engine runs copies itself
@@ -76,6 +77,10 @@ struct TransportInfo {
   // engine may execute whole plans (Engine::execute with kAllProcesses),
   // every message a direct copy between buffers.
   bool whole_plan = false;
+  // Ranks of the group on this rank's host, itself included (interface 6):
+  // they share its cores, so ExecuteOptions::threads = 0 gives each its
+  // share of the host rather than every core.
+  int32_t host_ranks = 1;
 };
 
 // Staging memory owned by the transport, on one device; freed (or returned

@@ -535,8 +535,8 @@ void DirectRunner::run_round(std::span<const DirectCopy> copies,
   pool_.run(tasks_.size(), task, after, threads_);
 }
 
-int execution_threads(const Schedule& schedule, int32_t threads) {
-  return schedule.local_bytes < kParallelMinBytes ? 1 : resolve_threads(threads);
+int execution_threads(const Schedule& schedule, int32_t threads, int32_t host_ranks) {
+  return schedule.local_bytes < kParallelMinBytes ? 1 : resolve_threads(threads, host_ranks);
 }
 
 void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,

@@ -292,7 +292,7 @@ void execute_whole(const Plan& plan, std::span<const TensorBuffers> buffers,
                    double timeout_seconds = 0);
 
 // The threads an execution of `schedule` copies on: one below
-// kParallelMinBytes, else resolve_threads(threads).
-int execution_threads(const Schedule& schedule, int32_t threads);
+// kParallelMinBytes, else resolve_threads(threads, host_ranks).
+int execution_threads(const Schedule& schedule, int32_t threads, int32_t host_ranks = 1);
 
 }  // namespace reshard::engine_detail

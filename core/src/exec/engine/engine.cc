@@ -730,7 +730,7 @@ bool Run::reduce_completed_rounds() {
 void Run::go() {
   allocate();
   if (info_.memory == MemoryKind::kHost && !s_.direct.empty()) {
-    const int threads = engine_detail::execution_threads(s_, options_.threads);
+    const int threads = engine_detail::execution_threads(s_, options_.threads, info_.host_ranks);
     runner_ = std::make_unique<DirectRunner>(plan_, buffers_, s_, grown(pool_, threads), threads);
   }
   fill();
@@ -805,7 +805,7 @@ void Run::go() {
       if (idle) stats_.wait_seconds += std::chrono::duration<double>(now - last_progress).count();
       idle = false;
       last_progress = now;
-      backoff = Backoff();
+      backoff.reset();
       continue;
     }
     idle = true;
@@ -815,10 +815,11 @@ void Run::go() {
                                      " steps left, direct round " + std::to_string(next_direct_) +
                                      " of " + std::to_string(directs_) + ")");
     }
-    if (Clock::now() - last_progress > std::chrono::duration<double>(options_.timeout_seconds)) {
-      timed_out();
-    }
-    backoff.pause();
+    const auto deadline =
+        last_progress + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(std::min(options_.timeout_seconds, 1e7)));
+    if (Clock::now() > deadline) timed_out();
+    backoff.pause(deadline);
   }
   if (idle) stats_.wait_seconds += seconds_since(last_progress);
   copier_.set_in_flight(false);
