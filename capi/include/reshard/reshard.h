@@ -885,7 +885,7 @@ RESHARD_API void reshard_buffer_destroy(reshard_buffer_t* buffer);
  * themselves under a key the caller supplies, in a 48-byte trailer after
  * the FlatBuffers bytes ("RSHPMAC1", the plan bytes' length as a 64-bit
  * little-endian integer, the 32-byte tag over everything before it;
- * docs/design.md §4). Readers that know no MAC ignore the trailer. Keys are
+ * docs/wire.md). Readers that know no MAC ignore the trailer. Keys are
  * raw bytes, RESHARD_MAC_KEY_MIN_BYTES to RESHARD_MAC_KEY_MAX_BYTES long
  * (random bytes: a passphrase is not a key). */
 #define RESHARD_MAC_KEY_MIN_BYTES 16
