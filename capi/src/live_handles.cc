@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -22,7 +23,10 @@ struct Registry {
 
 Registry& registry() {
   // Never destroyed: handles may be released by other static destructors.
-  static Registry* r = new Registry;
+  // In the library's static storage rather than on the heap, so that
+  // unloading the library (dlclose) leaves no allocation behind.
+  alignas(Registry) static unsigned char storage[sizeof(Registry)];
+  static Registry* r = new (storage) Registry;
   return *r;
 }
 
