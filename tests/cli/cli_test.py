@@ -289,7 +289,16 @@ def case_usage():
         check("Example" in out and "reshard " + " ".join(cmd) in out, out)
     check("Examples:" in run("--help").stdout, "top-level help")
     check(run(expect=2).stderr.startswith("reshard: error:"), "no subcommand")
-    check(run("frobnicate", expect=2).stderr.startswith("reshard: error:"), "unknown subcommand")
+    err = run("frobnicate", expect=2).stderr
+    check(err.startswith("reshard: error:") and "did you mean" not in err, err)
+    # Mistyped subcommands and flags get the closest name the parser knows.
+    for args, says in ((["plna"], "'plna' is not a subcommand; did you mean 'plan'?"),
+                       (["simulat"], "did you mean 'simulate'?"),
+                       (["plan", "--budgt", "0"], "'--budgt' is not an option of 'plan'; "
+                                                  "did you mean '--budget'?"),
+                       (["verify", "--spec=x", "--no-relay"], "did you mean '--no-relays'?")):
+        err = run(*args, expect=2).stderr
+        check(err.startswith("reshard: error:") and says in err, f"{args}: {err}")
     check(run("plan", expect=2).stderr.startswith("reshard: error: give --spec"), "no input")
     err = run("plan", "--spec", spec("partial_sums"), "--format", "xml", expect=2).stderr
     check(err.startswith("reshard: error: --format"), err)
