@@ -22,7 +22,7 @@ using WaitClock = std::chrono::steady_clock;
 
 // Idle waiting on shared, oversubscribed machines: poll a few times (a
 // completion about to land costs no sleep), then sleep, from 5 µs doubling
-// to at most 200 µs a slice, and never past the waiter's deadline, so that
+// to at most 50 µs a slice, and never past the waiter's deadline, so that
 // the ranks waited for get the cores. Never sched_yield: on a core shared
 // with a busy process (a data loader, `yes > /dev/null`) a yield hands that
 // process a whole time slice, milliseconds, on every idle poll, where a
