@@ -63,7 +63,9 @@ type Executor struct {
 // Errors: InvalidArgument (negative threads, unknown transport),
 // Unsupported (a transport not in this build).
 func NewExecutor(opts *ExecutorOptions) (*Executor, error) {
-	o := C.reshard_executor_options_t{struct_size: C.size_t(C.sizeof_reshard_executor_options_t), transport: C.RESHARD_TRANSPORT_HOST}
+	// RESHARD_EXECUTOR_OPTIONS_INIT: the 300 s deadline of each host
+	// execution (ABI 1.9) included.
+	o := C.reshard_executor_options_t{struct_size: C.size_t(C.sizeof_reshard_executor_options_t), transport: C.RESHARD_TRANSPORT_HOST, timeout_seconds: 300}
 	if opts != nil {
 		if opts.Transport != 0 {
 			o.transport = C.reshard_transport_t(opts.Transport)

@@ -44,7 +44,7 @@ timing_report() {
     [[ -s $log ]] || continue
     echo "-- slowest tests of $name"
     sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9]+\.[0-9]+) sec$/\2 \1/p' "$log" |
-      sort -rn | head -12 | awk '{printf "%8.1f  %s\n", $1, $2}'
+      sort -rn | awk 'NR <= 12 {printf "%8.1f  %s\n", $1, $2}'
   done
   if command -v ccache >/dev/null && [[ -n ${CCACHE_BASEDIR:-} ]]; then
     echo "-- compiler cache ($(ccache -k cache_dir 2>/dev/null || echo ccache))"

@@ -684,7 +684,7 @@ pub const RESHARD_MAC_KEY_MAX_BYTES: usize = 1024;
 
 /// `reshard_executor_options_t`.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct reshard_executor_options_t {
     /// `sizeof(reshard_executor_options_t)`.
     pub struct_size: usize,
@@ -692,12 +692,20 @@ pub struct reshard_executor_options_t {
     pub transport: reshard_transport_t,
     /// Worker threads; 0: one per hardware thread.
     pub threads: i32,
+    /// ABI 1.9: the deadline of each host execution as a whole, seconds
+    /// (positive and finite; 300 by default).
+    pub timeout_seconds: f64,
 }
 
 impl Default for reshard_executor_options_t {
     /// `RESHARD_EXECUTOR_OPTIONS_INIT`.
     fn default() -> Self {
-        Self { struct_size: core::mem::size_of::<Self>(), transport: RESHARD_TRANSPORT_HOST, threads: 0 }
+        Self {
+            struct_size: core::mem::size_of::<Self>(),
+            transport: RESHARD_TRANSPORT_HOST,
+            threads: 0,
+            timeout_seconds: 300.0,
+        }
     }
 }
 

@@ -67,7 +67,7 @@ fn struct_layouts_match_the_c_header() {
             bytes, stage }
         reshard_serialize_options_t { struct_size, all_parts, process, key, key_size }
         reshard_deserialize_options_t { struct_size, key, key_size }
-        reshard_executor_options_t { struct_size, transport, threads }
+        reshard_executor_options_t { struct_size, transport, threads, timeout_seconds }
         reshard_src_buffer_t { data, bytes }
         reshard_dst_buffer_t { data, bytes }
         reshard_tensor_buffers_t { src, num_src, dst, num_dst }
