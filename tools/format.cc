@@ -191,10 +191,9 @@ void add_memory_limit_option(CLI::App* cmd, const std::string& name, int64_t& ta
            else if (!unit.empty())
              used = 0;
            if (used == 0 || !(v >= 0) || v * scale >= 9e18)
-             throw CLI::ValidationError(name,
-                                        "\"" + text +
-                                            "\" is not a size (bytes, or with K/M/G/T: 8G, "
-                                            "512MiB; 0: the default; -1 or none: no limit)");
+             throw CLI::ValidationError(name, "\"" + text +
+                                                  "\" is not a size (bytes, or with K/M/G/T: 8G, "
+                                                  "512MiB; 0: the default; -1 or none: no limit)");
            target = static_cast<int64_t>(v * scale);
          },
          help)

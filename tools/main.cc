@@ -31,8 +31,8 @@ size_t distance(const std::string& a, const std::string& b) {
   for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (size_t i = 1; i <= a.size(); ++i)
     for (size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
-                          d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      d[i][j] = std::min(
+          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
         d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
@@ -78,7 +78,8 @@ std::string suggestion(const CLI::App& app, int argc, char** argv) {
     word = word.substr(0, word.find('='));
     if (std::find(flags.begin(), flags.end(), word) != flags.end()) continue;
     const std::string c = closest(word, flags);
-    if (!c.empty()) return "'" + word + "' is not an option of '" + first + "'; did you mean '" + c + "'?";
+    if (!c.empty())
+      return "'" + word + "' is not an option of '" + first + "'; did you mean '" + c + "'?";
   }
   return "";
 }
@@ -114,7 +115,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     const std::string hint = suggestion(app, argc, argv);
-    return usage_error(app, hint.empty() ? std::string(e.what()) : e.what() + std::string(": ") + hint);
+    return usage_error(app,
+                       hint.empty() ? std::string(e.what()) : e.what() + std::string(": ") + hint);
   }
   try {
     if (app.got_subcommand("plan")) return plan();

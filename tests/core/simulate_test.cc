@@ -377,7 +377,8 @@ TEST(SimulateBound, PlanMessagesByPartRefusesAboveItsMemoryLimit) {
   EXPECT_EQ(need, messages * kSimBytesPerMessage);
   int64_t parts = 0;
   try {
-    plan_messages_by_part(s.input, 1, [&](int64_t, int64_t) { ++parts; }, need - 1);
+    plan_messages_by_part(
+        s.input, 1, [&](int64_t, int64_t) { ++parts; }, need - 1);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
@@ -386,8 +387,7 @@ TEST(SimulateBound, PlanMessagesByPartRefusesAboveItsMemoryLimit) {
         << e.what();
   }
   EXPECT_EQ(parts, 0) << "a part was planned before the refusal";
-  EXPECT_EQ(plan_messages_by_part(s.input, 1, nullptr, need).size(),
-            static_cast<size_t>(messages));
+  EXPECT_EQ(plan_messages_by_part(s.input, 1, nullptr, need).size(), static_cast<size_t>(messages));
   try {
     plan_messages_by_part(s.input, 1, nullptr, -5);
     ADD_FAILURE() << "no error";

@@ -108,8 +108,7 @@ class WireScratchMutation : public ::testing::Test {
     ASSERT_TRUE(root()->mutate_parts_digest(0));
     // Without the list of part digests either (empty reads as absent).
     if (const auto* list = root()->part_digests(); list != nullptr) {
-      const size_t at =
-          static_cast<size_t>(reinterpret_cast<const uint8_t*>(list) - bytes_.data());
+      const size_t at = static_cast<size_t>(reinterpret_cast<const uint8_t*>(list) - bytes_.data());
       flatbuffers::WriteScalar<uint32_t>(bytes_.data() + at, 0);
     }
   }

@@ -93,9 +93,8 @@ std::vector<SimMessage> plan_messages_by_part(
     if (need > limit)
       fail(ErrorCode::kResourceExhausted, "max_bytes",
            "simulating the plan's " + std::to_string(messages) + " messages needs about " +
-               std::to_string(need) + " bytes of memory (" +
-               std::to_string(kSimBytesPerMessage) + " a message), above the limit of " +
-               std::to_string(limit) + " bytes" +
+               std::to_string(need) + " bytes of memory (" + std::to_string(kSimBytesPerMessage) +
+               " a message), above the limit of " + std::to_string(limit) + " bytes" +
                (max_bytes == 0 ? " (the default, half the memory available)" : ""));
   }
   std::vector<SimMessage> out;
