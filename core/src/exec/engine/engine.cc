@@ -839,6 +839,21 @@ void Run::go() {
   stats_.rounds = static_cast<int32_t>(s_.rounds.size());
 }
 
+// The ranks' agreement on what `process` executes (agreement.h), once per
+// (fingerprint, part digest) under kFirstUse, every call under kEveryCall;
+// true when it ran.
+bool agree_once(Transport& transport, std::set<std::pair<uint64_t, uint64_t>>& agreed,
+                const Plan& plan, int32_t process, const ExecuteOptions& options) {
+  if (options.agreement == ExecuteOptions::Agreement::kSkip) return false;
+  const engine_detail::AgreeSubject subject = engine_detail::agree_subject(plan, process);
+  const std::pair key{plan.fingerprint(), subject.part_digest};
+  if (options.agreement != ExecuteOptions::Agreement::kEveryCall && agreed.contains(key))
+    return false;
+  engine_detail::agree(transport, plan, subject, options.timeout_seconds);
+  agreed.insert(key);
+  return true;
+}
+
 }  // namespace
 
 Engine::Engine(std::unique_ptr<Transport> transport) : Engine(std::move(transport), {}) {}
@@ -919,15 +934,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     }
     // (2) The agreement, with itself: kept so that every execution follows
     // the same order of events.
-    if (options.agreement != ExecuteOptions::Agreement::kSkip) {
-      const engine_detail::AgreeSubject subject = engine_detail::agree_subject(plan, process);
-      const std::pair key{plan.fingerprint(), subject.part_digest};
-      if (options.agreement == ExecuteOptions::Agreement::kEveryCall || !agreed_.contains(key)) {
-        engine_detail::agree(*transport_, plan, subject, options.timeout_seconds);
-        agreed_.insert(key);
-        stats.agreed = true;
-      }
-    }
+    stats.agreed = agree_once(*transport_, agreed_, plan, process, options);
     // (3) Execution.
     // Nothing waits here, so the deadline bounds the whole execution
     // (copies of an untrusted plan included), from the start of this call.
@@ -969,15 +976,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     }
   }
   // (2) The agreement.
-  if (options.agreement != ExecuteOptions::Agreement::kSkip) {
-    const engine_detail::AgreeSubject subject = engine_detail::agree_subject(plan, process);
-    const std::pair key{plan.fingerprint(), subject.part_digest};
-    if (options.agreement == ExecuteOptions::Agreement::kEveryCall || !agreed_.contains(key)) {
-      engine_detail::agree(*transport_, plan, subject, options.timeout_seconds);
-      agreed_.insert(key);
-      stats.agreed = true;
-    }
-  }
+  stats.agreed = agree_once(*transport_, agreed_, plan, process, options);
   // (3) Execution.
   if (participates)
     Run(*transport_, plan, local_buffers, options, *schedule, cached, stats, pool_).go();
