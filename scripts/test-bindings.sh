@@ -57,6 +57,37 @@ if ! diff -r -x doc.go "$XLANG/gen/fb" bindings/go/fb >/dev/null; then
 fi
 rm -rf "$XLANG/gen"
 
+echo "-- bindings/rust/reshard/src/plan_generated.rs is what flatc generates from schema/plan.fbs"
+bash scripts/gen-rust-plan-reader.sh "$XLANG/gen" >/dev/null
+if ! diff -q "$XLANG/gen/plan_generated.rs" bindings/rust/reshard/src/plan_generated.rs >/dev/null; then
+  diff "$XLANG/gen/plan_generated.rs" bindings/rust/reshard/src/plan_generated.rs | head -20 || true
+  echo "bindings/rust/reshard/src/plan_generated.rs is stale: run scripts/gen-rust-plan-reader.sh and commit the result" >&2
+  exit 1
+fi
+rm -rf "$XLANG/gen"
+
+echo "-- cargo package: both crates, self-contained (no path outside the crate, no build-time flatc)"
+# reshard depends on reshard-sys by version; offline, cargo finds the
+# unpublished reshard-sys through a [patch] to its path.
+# One crate at a time: cargo refuses several at once when crates-io is
+# replaced by a directory source.
+for crate in reshard-sys reshard; do
+  (cd bindings/rust && "${CARGO[@]}" --config "patch.crates-io.reshard-sys.path=\"$PWD/bindings/rust/reshard-sys\"" \
+    package -p $crate --no-verify --allow-dirty -q) >"$XLANG/package.log" 2>&1 ||
+    { cat "$XLANG/package.log"; echo "cargo package -p $crate failed" >&2; exit 1; }
+done
+for crate in reshard-sys reshard; do
+  list=$(tar tzf "$CARGO_TARGET_DIR/package/$crate-0.1.0.crate")
+  grep -qx "$crate-0.1.0/Cargo.toml" <<<"$list" || { echo "$crate: no Cargo.toml in the .crate" >&2; exit 1; }
+  grep -qx "$crate-0.1.0/LICENSE" <<<"$list" || { echo "$crate: no LICENSE in the .crate" >&2; exit 1; }
+done
+grep -qx "reshard-0.1.0/src/plan_generated.rs" <<<"$list" || { echo "reshard: the .crate lacks src/plan_generated.rs" >&2; exit 1; }
+if tar xzf "$CARGO_TARGET_DIR/package/reshard-0.1.0.crate" -O --wildcards 'reshard-0.1.0/src/*.rs' | grep -n 'include!(concat!(env!("OUT_DIR")\|\.\./\.\./\.\./'; then
+  echo "reshard: the packaged sources read files outside the crate" >&2
+  exit 1
+fi
+echo "   $(ls "$CARGO_TARGET_DIR"/package/*.crate | xargs -n1 basename | tr '\n' ' ')"
+
 echo "-- plans written by C and C++"
 [[ -x $BUILD/examples/plan_and_execute_c ]] && "$BUILD/examples/plan_and_execute_c" "$XLANG/c.rsplan" >/dev/null
 [[ -x $BUILD/examples/plan_and_execute_cpp ]] && "$BUILD/examples/plan_and_execute_cpp" "$XLANG/cpp.rsplan" >/dev/null
