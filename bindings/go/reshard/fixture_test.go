@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reshard/reshard/bindings/go"
+	"github.com/reshard/reshard/bindings/go/reshard"
 )
 
 // trainToInferInput is the reshard of examples/c: training mesh (dp=2,
