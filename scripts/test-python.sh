@@ -19,6 +19,7 @@
 #     anew each run) with only its runtime dependencies, installed from a
 #     local wheelhouse (build/python-wheelhouse, downloaded once) and no
 #     compiler on PATH: bindings/python/tests/installed_smoke.py;
+#   - mypy -p reshard, clean (its cache in build/python-mypy-cache);
 #   - the sdist (`python -m build --sdist`): it must carry the C++ sources it
 #     builds, and CMake must configure from it unpacked in an empty directory.
 #     RESHARD_TEST_SDIST=1 also builds and installs it into a fresh venv and
@@ -49,6 +50,9 @@ step "pinned test dependencies (bindings/python/requirements-test.txt)"
 "${PIP[@]}" install -q -r bindings/python/requirements-test.txt
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+
+step "mypy -p reshard (bindings/python/pyproject.toml: [tool.mypy])"
+(cd bindings/python && "$VENV/bin/mypy" --cache-dir "$ROOT/build/python-mypy-cache" -p reshard)
 
 step "wheel: pip wheel ./bindings/python (builds libreshard with CMake)"
 EXTRA=()

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+import importlib
+from typing import Any, Dict, Optional, Tuple, Type
 
 _HERE = Path(__file__).resolve().parent
 
@@ -57,8 +58,9 @@ def _declarations() -> Tuple[Any, Dict[str, int]]:
     generated at build time (``_cffi_decl``), else parsed from the headers."""
     if not os.environ.get("RESHARD_INCLUDE_DIR"):
         try:
-            from . import _cffi_decl  # written by bindings/python/gen_cffi_decl.py
-            return _cffi_decl.ffi, dict(_cffi_decl.MACROS)
+            # Written by bindings/python/gen_cffi_decl.py at build time.
+            decl = importlib.import_module(f"{__package__}._cffi_decl")
+            return decl.ffi, dict(decl.MACROS)
         except ImportError:
             pass
     import cffi
@@ -125,7 +127,7 @@ class ReshardError(Exception):
         return ffi.string(api.error_code_name(self.code)).decode()
 
 
-def _error_class(name: str, code_const: str, *bases: type) -> type:
+def _error_class(name: str, code_const: str, *bases: type) -> Type[ReshardError]:
     cls = type(name, (ReshardError,) + bases, {"code": const(code_const),
                                                "__doc__": f"{code_const} from libreshard."})
     return cls
@@ -144,7 +146,7 @@ ReshardMemoryError = _error_class("ReshardMemoryError", "RESHARD_ERROR_OUT_OF_ME
 InternalError = _error_class("InternalError", "RESHARD_ERROR_INTERNAL")
 ResourceExhaustedError = _error_class("ResourceExhaustedError", "RESHARD_ERROR_RESOURCE_EXHAUSTED")
 
-ERROR_CLASSES: Dict[int, type] = {c.code: c for c in (
+ERROR_CLASSES: Dict[int, Type[ReshardError]] = {c.code: c for c in (
     InvalidArgumentError, OutOfRangeError, ReshardOverflowError, MismatchError, ParseError,
     CorruptError, UnsupportedError, ReshardTimeoutError, TransportError, ReshardMemoryError,
     InternalError, ResourceExhaustedError)}
