@@ -59,7 +59,7 @@ EXTRA=()
 if command -v ccache >/dev/null; then
   EXTRA=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache --config-settings=cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
-WHEELS=build/python-wheel
+WHEELS=$ROOT/build/python-wheel
 rm -rf "$WHEELS"
 CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-$(nproc)} "${PIP[@]}" wheel -q --no-build-isolation --no-deps \
   "${EXTRA[@]}" -w "$WHEELS/raw" ./bindings/python
@@ -163,7 +163,9 @@ if [[ ${RESHARD_TEST_SDIST:-0} == 1 ]]; then
 fi
 
 step "glibc and libstdc++ symbol versions the bundled libraries need"
-(cd "$TMP" && unzip -q -o "$WHEEL" 'reshard/_lib/*' -d w)
+"$VENV/bin/python" -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("reshard/_lib/")])' "$WHEEL" "$TMP/w"
 GLIBC=$(objdump -T "$TMP"/w/reshard/_lib/*.so.1 | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
 echo "   $(basename "$WHEEL"): needs $GLIBC, $(objdump -T "$TMP"/w/reshard/_lib/libreshard.so.1 | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1 || echo 'no GLIBCXX')"
 echo "-- python: done in $(( $(date +%s) - start )) s"
