@@ -30,12 +30,15 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 start=$(date +%s)
 step_t=$start
-# step NAME: prints the seconds since the previous step, then the heading.
+step_name=
+# step NAME: ends the previous step (prints its seconds), starts NAME.
 step() {
   local now
   now=$(date +%s)
-  echo "-- $1   (+$((now - step_t)) s)"
+  [[ -z $step_name ]] || echo "   ($((now - step_t)) s: $step_name)"
+  step_name=$1
   step_t=$now
+  [[ -z $1 ]] || echo "-- $1"
 }
 bash scripts/deps.sh
 VENV=$ROOT/build/python-venv
@@ -68,7 +71,7 @@ RAW=$(ls "$WHEELS"/raw/reshard-*.whl)
 step "auditwheel repair $(basename "$RAW")"
 # libmpi stays outside: an MPI library must match the mpirun and the network
 # of the machine it runs on (mpi4py's wheels do the same).
-"$VENV/bin/auditwheel" repair -w "$WHEELS" --exclude 'libmpi.so.*' "$RAW" >"$TMP/auditwheel.log" 2>&1 ||
+PATH="$VENV/bin:$PATH" "$VENV/bin/auditwheel" repair -w "$WHEELS" --exclude 'libmpi.so.*' "$RAW" >"$TMP/auditwheel.log" 2>&1 ||
   { cat "$TMP/auditwheel.log"; echo "auditwheel repair failed" >&2; exit 1; }
 WHEEL=$(ls "$WHEELS"/reshard-*manylinux*.whl)
 "$VENV/bin/python" - "$WHEEL" <<'PY'
@@ -168,4 +171,5 @@ z = zipfile.ZipFile(sys.argv[1])
 z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("reshard/_lib/")])' "$WHEEL" "$TMP/w"
 GLIBC=$(objdump -T "$TMP"/w/reshard/_lib/*.so.1 | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
 echo "   $(basename "$WHEEL"): needs $GLIBC, $(objdump -T "$TMP"/w/reshard/_lib/libreshard.so.1 | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1 || echo 'no GLIBCXX')"
+step ""
 echo "-- python: done in $(( $(date +%s) - start )) s"
