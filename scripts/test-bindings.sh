@@ -74,7 +74,7 @@ echo "-- cargo package: both crates, self-contained (no path outside the crate, 
 # One crate at a time: cargo refuses several at once when crates-io is
 # replaced by a directory source.
 for crate in reshard-sys reshard; do
-  (cd bindings/rust && "${CARGO[@]}" --config "patch.crates-io.reshard-sys.path=\"$PWD/bindings/rust/reshard-sys\"" \
+  (cd bindings/rust && "${CARGO[@]}" --config "patch.crates-io.reshard-sys.path=\"$ROOT/bindings/rust/reshard-sys\"" \
     package -p $crate --no-verify --allow-dirty -q) >"$XLANG/package.log" 2>&1 ||
     { cat "$XLANG/package.log"; echo "cargo package -p $crate failed" >&2; exit 1; }
 done
