@@ -120,13 +120,15 @@ print('reshard', reshard.__version__, 'C ABI %d.%d' % reshard.ABI_VERSION, 'from
 HOUSE=$ROOT/build/python-wheelhouse
 fresh_venv() {
   rm -rf "$1"
-  "$PY" -m venv "$1"
+  # No pip of its own (ensurepip takes seconds): the test venv's pip installs
+  # into it (pip --python).
+  "$PY" -m venv --without-pip "$1"
   if [[ ! -f $HOUSE/.complete ]]; then
     mapfile -t runtime < <(grep -E '^(cffi|numpy|pycparser)==' bindings/python/requirements-test.txt)
     "${PIP[@]}" download -q --only-binary :all: -d "$HOUSE" "${runtime[@]}"
     touch "$HOUSE/.complete"
   fi
-  "$1/bin/pip" install -q --disable-pip-version-check --no-index --find-links "$HOUSE" "${@:2}"
+  "${PIP[@]}" --python "$1/bin/python" install -q --no-index --find-links "$HOUSE" "${@:2}"
 }
 # smoke VENV: installed_smoke.py with no compiler on PATH, from an empty directory.
 smoke() {
@@ -161,7 +163,7 @@ if [[ ${RESHARD_TEST_SDIST:-0} == 1 ]]; then
   fresh_venv "$FRESH" cffi numpy
   # An isolated build: pip fetches scikit-build-core (and CMake or Ninja if
   # the machine's are missing) from PyPI, as for any user.
-  CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-$(nproc)} "$FRESH/bin/pip" install -q --disable-pip-version-check "$SDIST"
+  CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-$(nproc)} "${PIP[@]}" --python "$FRESH/bin/python" install -q "$SDIST"
   smoke "$FRESH"
 fi
 
