@@ -128,7 +128,7 @@ fresh_venv() {
     "${PIP[@]}" download -q --only-binary :all: -d "$HOUSE" "${runtime[@]}"
     touch "$HOUSE/.complete"
   fi
-  "${PIP[@]}" --python "$1/bin/python" install -q --no-index --find-links "$HOUSE" "${@:2}"
+  "${PIP[@]}" --python "$1/bin/python" install -q --no-compile --no-index --find-links "$HOUSE" "${@:2}"
 }
 # smoke VENV: installed_smoke.py with no compiler on PATH, from an empty directory.
 smoke() {
