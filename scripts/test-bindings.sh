@@ -70,12 +70,14 @@ rm -rf "$XLANG/gen"
 
 echo "-- cargo package: both crates, self-contained (no path outside the crate, no build-time flatc)"
 # reshard depends on reshard-sys by version; offline, cargo finds the
-# unpublished reshard-sys through a [patch] to its path.
+# unpublished reshard-sys through a [patch] to its path. Each .crate is
+# unpacked and built on its own (cargo's verification; the dependencies are
+# already compiled in CARGO_TARGET_DIR, so a few seconds).
 # One crate at a time: cargo refuses several at once when crates-io is
 # replaced by a directory source.
 for crate in reshard-sys reshard; do
   (cd bindings/rust && "${CARGO[@]}" --config "patch.crates-io.reshard-sys.path=\"$ROOT/bindings/rust/reshard-sys\"" \
-    package -p $crate --no-verify --allow-dirty -q) >"$XLANG/package.log" 2>&1 ||
+    package -p $crate --allow-dirty -q) >"$XLANG/package.log" 2>&1 ||
     { cat "$XLANG/package.log"; echo "cargo package -p $crate failed" >&2; exit 1; }
 done
 for crate in reshard-sys reshard; do
