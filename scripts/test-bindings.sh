@@ -4,7 +4,9 @@
 #     FlatBuffers runtimes from Debian's source package, generated cargo
 #     config and go.work — no public registry is contacted);
 #   - libreshard.so and the CLI from the build directory;
-#   - Go plan reader (bindings/go/fb) up to date with schema/plan.fbs;
+#   - Go plan reader (bindings/go/reshard/fb) and Rust plan reader
+#     (bindings/rust/reshard/src/plan_generated.rs) up to date with
+#     schema/plan.fbs; both crates package (cargo package);
 #   - cargo fmt --check, cargo test (workspace: reshard-sys, reshard, doctests),
 #     cargo doc with warnings denied, the Rust example;
 #   - gofmt, go vet, go test (bindings and examples/go/planserver) under
@@ -48,14 +50,47 @@ XLANG=$(mktemp -d)
 trap 'rm -rf "$XLANG"' EXIT
 export RESHARD_XLANG_DIR=$XLANG
 
-echo "-- bindings/go/fb is what flatc generates from schema/plan.fbs"
+echo "-- bindings/go/reshard/fb is what flatc generates from schema/plan.fbs"
 flatc --go --go-namespace fb -o "$XLANG/gen" schema/plan.fbs
-if ! diff -r -x doc.go "$XLANG/gen/fb" bindings/go/fb >/dev/null; then
-  diff -r -x doc.go "$XLANG/gen/fb" bindings/go/fb | head -20 || true
-  echo "bindings/go/fb is stale: run 'go generate' in bindings/go and commit the result" >&2
+if ! diff -r -x doc.go "$XLANG/gen/fb" bindings/go/reshard/fb >/dev/null; then
+  diff -r -x doc.go "$XLANG/gen/fb" bindings/go/reshard/fb | head -20 || true
+  echo "bindings/go/reshard/fb is stale: run 'go generate' in bindings/go/reshard and commit the result" >&2
   exit 1
 fi
 rm -rf "$XLANG/gen"
+
+echo "-- bindings/rust/reshard/src/plan_generated.rs is what flatc generates from schema/plan.fbs"
+bash scripts/gen-rust-plan-reader.sh "$XLANG/gen" >/dev/null
+if ! diff -q "$XLANG/gen/plan_generated.rs" bindings/rust/reshard/src/plan_generated.rs >/dev/null; then
+  diff "$XLANG/gen/plan_generated.rs" bindings/rust/reshard/src/plan_generated.rs | head -20 || true
+  echo "bindings/rust/reshard/src/plan_generated.rs is stale: run scripts/gen-rust-plan-reader.sh and commit the result" >&2
+  exit 1
+fi
+rm -rf "$XLANG/gen"
+
+echo "-- cargo package: both crates, self-contained (no path outside the crate, no build-time flatc)"
+# reshard depends on reshard-sys by version; offline, cargo finds the
+# unpublished reshard-sys through a [patch] to its path. Each .crate is
+# unpacked and built on its own (cargo's verification; the dependencies are
+# already compiled in CARGO_TARGET_DIR, so a few seconds).
+# One crate at a time: cargo refuses several at once when crates-io is
+# replaced by a directory source.
+for crate in reshard-sys reshard; do
+  (cd bindings/rust && "${CARGO[@]}" --config "patch.crates-io.reshard-sys.path=\"$ROOT/bindings/rust/reshard-sys\"" \
+    package -p $crate --allow-dirty -q) >"$XLANG/package.log" 2>&1 ||
+    { cat "$XLANG/package.log"; echo "cargo package -p $crate failed" >&2; exit 1; }
+done
+for crate in reshard-sys reshard; do
+  list=$(tar tzf "$CARGO_TARGET_DIR/package/$crate-0.1.0.crate")
+  grep -qx "$crate-0.1.0/Cargo.toml" <<<"$list" || { echo "$crate: no Cargo.toml in the .crate" >&2; exit 1; }
+  grep -qx "$crate-0.1.0/LICENSE" <<<"$list" || { echo "$crate: no LICENSE in the .crate" >&2; exit 1; }
+done
+grep -qx "reshard-0.1.0/src/plan_generated.rs" <<<"$list" || { echo "reshard: the .crate lacks src/plan_generated.rs" >&2; exit 1; }
+if tar xzf "$CARGO_TARGET_DIR/package/reshard-0.1.0.crate" -O --wildcards 'reshard-0.1.0/src/*.rs' | grep -n 'include!(concat!(env!("OUT_DIR")\|\.\./\.\./\.\./'; then
+  echo "reshard: the packaged sources read files outside the crate" >&2
+  exit 1
+fi
+echo "   $(ls "$CARGO_TARGET_DIR"/package/*.crate | xargs -n1 basename | tr '\n' ' ')"
 
 echo "-- plans written by C and C++"
 [[ -x $BUILD/examples/plan_and_execute_c ]] && "$BUILD/examples/plan_and_execute_c" "$XLANG/c.rsplan" >/dev/null
@@ -88,11 +123,11 @@ summary+=("rust: $(passed "$log") tests passed (incl. doctests)")
 echo "-- Go: gofmt, vet, test"
 unformatted=$(gofmt -l bindings/go examples/go)
 [[ -z $unformatted ]] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
-(cd bindings/go && go vet ./...)
+(cd bindings/go/reshard && go vet ./...)
 (cd examples/go && go vet ./...)
 log=$XLANG/go-test.log
-(cd bindings/go && GODEBUG=cgocheck=2 go test -count=1 -v ./... 2>&1) >"$log" ||
-  { grep -Ev "^=== RUN" "$log" | tail -60; echo "go test in bindings/go failed" >&2; exit 1; }
+(cd bindings/go/reshard && GODEBUG=cgocheck=2 go test -count=1 -v ./... 2>&1) >"$log" ||
+  { grep -Ev "^=== RUN" "$log" | tail -60; echo "go test in bindings/go/reshard failed" >&2; exit 1; }
 grep -E "^(ok|FAIL|---)" "$log" | grep -v -- "--- PASS" || true
 grep -E "xlang_test|read \[" "$log" || true
 gobind=$(grep -c -- "--- PASS" "$log" || true)
@@ -101,6 +136,46 @@ log=$XLANG/planserver-test.log
   { grep -Ev "^=== RUN" "$log" | tail -60; echo "go test in examples/go failed" >&2; exit 1; }
 grep -E "^(ok|FAIL)|SKIP|server_test.go" "$log" || true
 summary+=("go: $gobind binding tests and $(grep -c -- "--- PASS" "$log" || true) planserver tests passed, $(grep -c -- "--- SKIP" "$log" || true) skipped")
+
+echo "-- Go: a module outside the repository imports github.com/reshard/reshard/bindings/go/reshard"
+# What a user's module does: require the package by its module path. Its own
+# go.work points that path at this checkout (the release is not tagged
+# anywhere this machine reaches) and the FlatBuffers runtime at Debian's.
+OOT=$XLANG/consumer
+mkdir -p "$OOT"
+cat >"$OOT/go.mod" <<'GOMOD'
+module example.com/consumer
+
+go 1.19
+
+require github.com/reshard/reshard/bindings/go/reshard v0.1.0
+GOMOD
+cat >"$OOT/main.go" <<'GOMAIN'
+package main
+
+import (
+	"fmt"
+
+	"github.com/reshard/reshard/bindings/go/reshard"
+)
+
+func main() {
+	fmt.Println("reshard", reshard.Version())
+}
+GOMAIN
+cat >"$OOT/go.work" <<GOWORK
+go $(go env GOVERSION | sed -nE 's/^go([0-9]+\.[0-9]+).*/\1/p')
+
+use (
+	.
+	$ROOT/bindings/go/reshard
+)
+
+replace github.com/google/flatbuffers => $RESHARD_GOFB
+
+replace github.com/reshard/reshard/bindings/go/reshard v0.1.0 => $ROOT/bindings/go/reshard
+GOWORK
+(cd "$OOT" && GOWORK=$OOT/go.work go run .) || { echo "an out-of-tree module could not use the package" >&2; exit 1; }
 
 echo "-- Rust reads what Go and the planserver wrote"
 (cd bindings/rust && "${CARGO[@]}" test -q -p reshard --test cross_language -- --nocapture 2>&1) |
@@ -124,7 +199,7 @@ pc=$(find "$PREFIX" -name reshard.pc -print -quit)
   export PKG_CONFIG_PATH
   LD_LIBRARY_PATH=$(pkg-config --variable=libdir reshard)
   export LD_LIBRARY_PATH
-  (cd bindings/go && go build ./... && go run ./internal/smoke) ||
+  (cd bindings/go/reshard && go build ./... && go run ./internal/smoke) ||
     { echo "go build with #cgo pkg-config failed" >&2; exit 1; }
   (cd bindings/rust && "${CARGO[@]}" run -q -p reshard --example smoke 2>"$XLANG/pc.log") ||
     { cat "$XLANG/pc.log"; echo "reshard-sys could not find libreshard through pkg-config" >&2; exit 1; }

@@ -5,8 +5,11 @@
 #     one always, a compatible one (an appended function or struct field)
 #     until the baseline is updated on purpose (docs/c-api.md):
 #       RESHARD_ABI_UPDATE=1 bash scripts/test-capi.sh
-#  2. Install into a temporary prefix, then build and run examples/c against
-#     it with pkg-config, and examples/c + examples/cpp with find_package.
+#  2. Install into a temporary prefix (component reshard; the library file
+#     named after the C ABI version, its SONAME the ABI major), then build and
+#     run examples/c against it with pkg-config, and examples/c + examples/cpp
+#     with find_package; and a plain `cmake --install` of every component,
+#     which skips what was not built (e.g. the CUDA backend).
 # RESHARD_CAPI_BUILD: the build directory to use (default build/dev, built
 # with the dev preset when missing).
 source "$(dirname "$0")/lib/strict.sh"
@@ -68,6 +71,21 @@ cmake --install "$BUILD" --prefix "$prefix" --component reshard >/dev/null
 for f in include/reshard/reshard.h include/reshard/plan.h; do
   [[ -f "$prefix/$f" ]] || { echo "missing $prefix/$f" >&2; exit 1; }
 done
+
+# The file is named after the C ABI: libreshard.so.<major>.<minor>.0, SONAME
+# libreshard.so.<major> (docs/c-api.md).
+abi_major=$(sed -nE 's/^#define RESHARD_ABI_MAJOR +([0-9]+).*/\1/p' capi/include/reshard/reshard.h)
+abi_minor=$(sed -nE 's/^#define RESHARD_ABI_MINOR +([0-9]+).*/\1/p' capi/include/reshard/reshard.h)
+libfile=$(find "$prefix" -name "libreshard.so.$abi_major.$abi_minor.0" -print -quit)
+[[ -n $libfile && -f $libfile ]] || { echo "no libreshard.so.$abi_major.$abi_minor.0 installed:" $(find "$prefix" -name 'libreshard.so*') >&2; exit 1; }
+soname=$(objdump -p "$libfile" | awk '$1 == "SONAME" {print $2}')
+[[ $soname == "libreshard.so.$abi_major" ]] || { echo "$libfile: SONAME $soname, expected libreshard.so.$abi_major" >&2; exit 1; }
+echo "   $(basename "$libfile"), SONAME $soname (C ABI $abi_major.$abi_minor)"
+
+echo "-- cmake --install of every component (those whose targets were not built are skipped)"
+cmake --install "$BUILD" --prefix "$tmp/all" >"$tmp/install-all.log" 2>&1 ||
+  { cat "$tmp/install-all.log"; echo "cmake --install $BUILD failed" >&2; exit 1; }
+echo "   $(cd "$tmp/all" && find . -name 'libreshard*.so*' -o -name reshard -type f | sort | tr '\n' ' ')"
 
 echo "-- examples/c with pkg-config"
 pc=$(find "$prefix" -name reshard.pc -print -quit)

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/reshard/reshard/bindings/go"
+	"github.com/reshard/reshard/bindings/go/reshard"
 )
 
 // Config bounds what one request may cost.

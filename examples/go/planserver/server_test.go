@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reshard/reshard/bindings/go"
+	"github.com/reshard/reshard/bindings/go/reshard"
 )
 
 // startServer serves cfg on a loopback port and returns its base URL.

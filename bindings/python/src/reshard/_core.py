@@ -662,8 +662,8 @@ def _convert(obj: Any, t: Tensor, e: Entry, where: Any, writable: bool, pinned: 
         if _FROM_FORMAT.get(fmt) != t.dtype:
             raise InvalidArgumentError(f"{where}: buffer format {mv.format!r} given, tensor "
                                        f"{t.name!r} is {t.dtype}")
-        if tuple(mv.shape) != shape:
-            raise InvalidArgumentError(f"{where}: shape {tuple(mv.shape)} given, entry of device "
+        if tuple(mv.shape or ()) != shape:
+            raise InvalidArgumentError(f"{where}: shape {tuple(mv.shape or ())} given, entry of device "
                                        f"{e.device} of tensor {t.name!r} is shape {shape}")
     cd = ffi.from_buffer(mv, require_writable=writable)
     pinned.keep.extend((mv, cd))
@@ -843,6 +843,8 @@ class PreparedExecution:
     def __init__(self, executor: "Executor", plan: Plan, sources: Buffers,
                  destinations: Buffers) -> None:
         pinned = _Pinned()
+        self._src: Optional[np.ndarray]
+        self._dst: Optional[np.ndarray]
         try:
             self._src, self._dst, self._tb, self._num_tensors = _bind(
                 plan, sources, destinations, pinned)

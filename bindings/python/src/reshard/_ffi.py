@@ -1,9 +1,11 @@
 """Loading libreshard through its C ABI only.
 
 The declarations come from the public headers themselves (``reshard.h``,
-``reshard_mpi.h``, ``reshard_nccl.h``): they are read at import time, the few
-things cffi cannot parse (preprocessor lines, ``RESHARD_API``, the C++ guards)
-are stripped, and integer macros are substituted. Every call then goes through
+``reshard_mpi.h``, ``reshard_nccl.h``; ``reshard._cdef`` strips what cffi
+cannot parse and substitutes integer macros). An installed package has them
+pre-parsed in ``_cffi_decl``, which the build generates (cffi's out-of-line
+ABI mode), so an import parses no C; a source checkout parses the headers at
+import. Every call then goes through
 the function table that ``reshard_get_api(RESHARD_ABI_MAJOR)`` returns, the way
 a framework that ``dlopen``s the library uses it; the table's ``struct_size``
 and ABI version are checked before anything else.
@@ -19,32 +21,9 @@ Where things are looked up:
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
-
-import cffi
-
-HEADERS = ("reshard.h", "reshard_mpi.h", "reshard_nccl.h")
-
-# The subset of DLPack (dlpack.h, v1.0 and the legacy unversioned form) that
-# reshard reads. DLPack is itself a stable C ABI; these layouts never change.
-_DLPACK_CDEF = """
-typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
-typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
-typedef struct {
-  void* data; DLDevice device; int32_t ndim; DLDataType dtype;
-  int64_t* shape; int64_t* strides; uint64_t byte_offset;
-} DLTensor;
-typedef struct DLManagedTensor {
-  DLTensor dl_tensor; void* manager_ctx; void (*deleter)(struct DLManagedTensor*);
-} DLManagedTensor;
-typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
-typedef struct DLManagedTensorVersioned {
-  DLPackVersion version; void* manager_ctx;
-  void (*deleter)(struct DLManagedTensorVersioned*); uint64_t flags; DLTensor dl_tensor;
-} DLManagedTensorVersioned;
-"""
+import importlib
+from typing import Any, Dict, Optional, Tuple, Type
 
 _HERE = Path(__file__).resolve().parent
 
@@ -74,54 +53,27 @@ def _library_path() -> str:
                       "a built libreshard.so.1 (build/dev/capi/libreshard.so.1)")
 
 
-_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
-_INT = re.compile(r"^\(?\s*(-?\d+)\s*\)?[uUlL]*$")
+def _declarations() -> Tuple[Any, Dict[str, int]]:
+    """The FFI with every declaration, and the headers' integer macros:
+    generated at build time (``_cffi_decl``), else parsed from the headers."""
+    if not os.environ.get("RESHARD_INCLUDE_DIR"):
+        try:
+            # Written by bindings/python/gen_cffi_decl.py at build time.
+            decl = importlib.import_module(f"{__package__}._cffi_decl")
+            return decl.ffi, dict(decl.MACROS)
+        except ImportError:
+            pass
+    import cffi
 
-
-def header_to_cdef(text: str, macros: Dict[str, int]) -> str:
-    """Turns one public header into declarations cffi accepts.
-
-    Removes comments, preprocessor lines and ``RESHARD_API``, drops what
-    ``#ifdef __cplusplus`` guards, records ``#define NAME <integer>`` in
-    ``macros`` and substitutes those names where they are used (array
-    bounds). Any other construct is passed to cffi unchanged, so a header
-    change cffi cannot read fails at import with cffi's message.
-    """
-    text = _COMMENT.sub(" ", text).replace("\\\n", " ")
-    out: List[str] = []
-    active: List[bool] = []
-    for line in text.splitlines():
-        s = line.strip()
-        if s.startswith("#"):
-            d = s[1:].strip()
-            if d.startswith(("ifdef", "ifndef", "if ")):
-                active.append("__cplusplus" not in d)
-            elif d.startswith("else") or d.startswith("elif"):
-                if active and not active[-1] and "__cplusplus" in d:
-                    active[-1] = True
-            elif d.startswith("endif"):
-                active.pop()
-            elif d.startswith("define") and all(active):
-                parts = d.split(None, 2)
-                if len(parts) == 3:
-                    m = _INT.match(parts[2].strip())
-                    if m:
-                        macros[parts[1]] = int(m.group(1))
-            continue
-        if all(active):
-            out.append(line)
-    body = "\n".join(out).replace("RESHARD_API", "")
-    for name, value in macros.items():
-        body = re.sub(r"\b%s\b" % re.escape(name), str(value), body)
-    return body
-
-
-def _build() -> Tuple[cffi.FFI, object, object, Dict[str, int], str]:
+    from ._cdef import declarations
+    source, macros = declarations(_include_dir())
     ffi = cffi.FFI()
-    inc = _include_dir() / "reshard"
-    macros: Dict[str, int] = {}
-    parts = [header_to_cdef((inc / h).read_text(), macros) for h in HEADERS]
-    ffi.cdef("\n".join(parts) + _DLPACK_CDEF)
+    ffi.cdef(source)
+    return ffi, macros
+
+
+def _build() -> Tuple[Any, Any, Any, Dict[str, int], str]:
+    ffi, macros = _declarations()
     path = _library_path()
     lib = ffi.dlopen(path)
     api = lib.reshard_get_api(macros["RESHARD_ABI_MAJOR"])
@@ -175,7 +127,7 @@ class ReshardError(Exception):
         return ffi.string(api.error_code_name(self.code)).decode()
 
 
-def _error_class(name: str, code_const: str, *bases: type) -> type:
+def _error_class(name: str, code_const: str, *bases: type) -> Type[ReshardError]:
     cls = type(name, (ReshardError,) + bases, {"code": const(code_const),
                                                "__doc__": f"{code_const} from libreshard."})
     return cls
@@ -194,7 +146,7 @@ ReshardMemoryError = _error_class("ReshardMemoryError", "RESHARD_ERROR_OUT_OF_ME
 InternalError = _error_class("InternalError", "RESHARD_ERROR_INTERNAL")
 ResourceExhaustedError = _error_class("ResourceExhaustedError", "RESHARD_ERROR_RESOURCE_EXHAUSTED")
 
-ERROR_CLASSES: Dict[int, type] = {c.code: c for c in (
+ERROR_CLASSES: Dict[int, Type[ReshardError]] = {c.code: c for c in (
     InvalidArgumentError, OutOfRangeError, ReshardOverflowError, MismatchError, ParseError,
     CorruptError, UnsupportedError, ReshardTimeoutError, TransportError, ReshardMemoryError,
     InternalError, ResourceExhaustedError)}

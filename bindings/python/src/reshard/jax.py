@@ -40,15 +40,18 @@ _ALIGN = 64  # XLA's CPU client aliases host memory aligned to this instead of c
 # when a JAX version lacks it, outputs go through the public
 # jax.device_put + jax.make_array_from_single_device_arrays (slower for
 # pytrees of many small arrays, same values).
+_ArrayImpl: Any = None
+_ShapedArray: Any = None
+_FAST_PUT: Any = None
+_BLOCK: Any = None
 try:
-    from jax._src.array import ArrayImpl as _ArrayImpl
-    from jax._src.core import ShapedArray as _ShapedArray
+    from jax._src import array as _jax_array
+    from jax._src import core as _jax_core
     from jax._src.lib import xla_client as _xc
-    _FAST_PUT: Any = _xc.batched_device_put
-    _BLOCK: Any = _xc.batched_block_until_ready
+    _ArrayImpl, _ShapedArray = _jax_array.ArrayImpl, _jax_core.ShapedArray
+    _FAST_PUT, _BLOCK = _xc.batched_device_put, _xc.batched_block_until_ready
 except (ImportError, AttributeError):  # pragma: no cover - depends on the JAX version
-    _ArrayImpl = _ShapedArray = None
-    _FAST_PUT = _BLOCK = None
+    _ArrayImpl = _ShapedArray = _FAST_PUT = _BLOCK = None
 
 
 def mesh_json(mesh: Any) -> Dict[str, Any]:
@@ -355,13 +358,13 @@ class _Prepared:
                                                  self.dst_shardings, self.dst_views,
                                                  self.dst_devices):
             by_id = {int(d.id): v for d, v in zip(devs, views)}
-            order = list(s._addressable_device_assignment)
-            local = bool(order) and sorted(by_id) == sorted(int(d.id) for d in order)
+            addressable = list(s._addressable_device_assignment)
+            local = bool(addressable) and sorted(by_id) == sorted(int(d.id) for d in addressable)
             self.out_local.append(local)  # False: no local shard, or not one per device
             self.out_avals.append(_ShapedArray(shape, dt))
-            self.out_devices.append(order)
-            self.out_views.append((dt, [(by_id[int(d.id)][0], by_id[int(d.id)][2]) for d in order]
-                                   if local else []))
+            self.out_devices.append(addressable)
+            self.out_views.append((dt, [(by_id[int(d.id)][0], by_id[int(d.id)][2])
+                                        for d in addressable] if local else []))
         self.all_local = all(self.out_local)
 
     def _write_sources(self, leaves: List[Any], src_ptr: np.ndarray) -> None:

@@ -251,7 +251,7 @@ class _SpecBuilder:
 
 def _describe(leaves: List[Any], names: List[str], targets: List[Optional[Target]]
               ) -> List[Tuple[Tuple[int, ...], torch.dtype, Target, Target]]:
-    out = []
+    out: List[Tuple[Tuple[int, ...], torch.dtype, Target, Target]] = []
     for x, n, t in zip(leaves, names, targets):
         src = (x.device_mesh, tuple(x.placements))
         dst = t if t is not None else src

@@ -4,4 +4,4 @@ package reshard
 // committed, because `go build` and `go get` never run generators: a module
 // must carry all of its sources. scripts/test-bindings.sh regenerates it and
 // fails when the committed files differ from the schema.
-//go:generate flatc --go --go-namespace fb -o . ../../schema/plan.fbs
+//go:generate flatc --go --go-namespace fb -o . ../../../schema/plan.fbs

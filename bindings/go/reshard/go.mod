@@ -1,4 +1,4 @@
-module github.com/reshard/reshard/bindings/go
+module github.com/reshard/reshard/bindings/go/reshard
 
 go 1.19
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reshard/reshard/bindings/go"
+	"github.com/reshard/reshard/bindings/go/reshard"
 )
 
 // trainToInferInput is the reshard of examples/c: training mesh (dp=2,
@@ -148,7 +148,7 @@ func bytesOf(v [][]float32) [][]byte {
 
 func specPath(name string) string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "examples", "specs", name)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "examples", "specs", name)
 }
 
 func readSpec(t testing.TB, name string) []byte {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/reshard/reshard/bindings/go"
+	"github.com/reshard/reshard/bindings/go/reshard"
 )
 
 func main() {

@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/reshard/reshard/bindings/go"
+	"github.com/reshard/reshard/bindings/go/reshard"
 )
 
 func TestRoundTrip(t *testing.T) {

@@ -1,6 +1,6 @@
 package reshard
 
-import "github.com/reshard/reshard/bindings/go/fb"
+import "github.com/reshard/reshard/bindings/go/reshard/fb"
 
 // CheckPlanFeaturesForTest runs the package's own required_features check
 // (which ViewPlan runs after the C verifier) on the root of b, for tests

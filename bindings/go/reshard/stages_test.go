@@ -7,8 +7,8 @@ import (
 
 	flatbuffers "github.com/google/flatbuffers/go"
 
-	"github.com/reshard/reshard/bindings/go"
-	"github.com/reshard/reshard/bindings/go/fb"
+	"github.com/reshard/reshard/bindings/go/reshard"
+	"github.com/reshard/reshard/bindings/go/reshard/fb"
 )
 
 // pipelineSpec is bench/specs/pipeline_2x2_replicated_dst.json, smaller: a

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reshard/reshard/bindings/go"
+	"github.com/reshard/reshard/bindings/go/reshard"
 )
 
 // TestCrossLanguageBytes: plans written by Rust, C and C++ (files *.rsplan

@@ -4,14 +4,14 @@ import (
 	"os"
 	"testing"
 
-	"github.com/reshard/reshard/bindings/go"
+	"github.com/reshard/reshard/bindings/go/reshard"
 )
 
 // A reduction tree with scratch buffers, written by the C++ encoder
 // (tests/core/scratch_plans.h through tests/fuzz/make_plan_seeds): the
 // reader accepts the scratch bit and reads the columns and statistics.
 func TestPlanWithScratchIsRead(t *testing.T) {
-	b, err := os.ReadFile("../../tests/data/scratch_tree.rsplan")
+	b, err := os.ReadFile("../../../tests/data/scratch_tree.rsplan")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/reshard/reshard/bindings/go"
+	"github.com/reshard/reshard/bindings/go/reshard"
 )
 
 // Authenticated plans: signed bytes read with their key and without one;

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/reshard/reshard/bindings/go"
+	"github.com/reshard/reshard/bindings/go/reshard"
 )
 
 func TestPlanMeetsTheTrafficLowerBound(t *testing.T) {

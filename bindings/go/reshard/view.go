@@ -1,7 +1,7 @@
 package reshard
 
 import (
-	"github.com/reshard/reshard/bindings/go/fb"
+	"github.com/reshard/reshard/bindings/go/reshard/fb"
 )
 
 // Plan.required_features bits (schema/plan.fbs).

@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/reshard/reshard/bindings/go"
+	"github.com/reshard/reshard/bindings/go/reshard"
 )
 
 func TestHostExecutionMovesEveryElement(t *testing.T) {

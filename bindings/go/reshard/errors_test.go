@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reshard/reshard/bindings/go"
+	"github.com/reshard/reshard/bindings/go/reshard"
 )
 
 func TestErrorValues(t *testing.T) {
