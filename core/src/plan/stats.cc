@@ -166,7 +166,10 @@ using BandStreams = std::unordered_map<uint64_t, BandStream>;
 //   T_s = α·k_s + max over links of L_s(link).
 // Stages overlap as the engine runs them: a later stage forwards a band as
 // soon as that band arrived, so the plan takes the larger of
-//   - the busiest link over every stage, Σ_s L_s(link), plus α·max k_s;
+//   - for every link, what it carries over every stage, Σ_s L_s(link),
+//     plus α·max k_s, after one round of each stage before the first it
+//     serves (the fill) and before one round of each stage after the last
+//     (the drain);
 //   - the pipeline: one round of every stage, then the rest of the
 //     stage with the most after its first round,
 //     Σ_s T_s / k_s + max_s (T_s − T_s / k_s),
@@ -177,12 +180,17 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   const double a = o.alpha_seconds, bi = 1.0 / o.intra_host_bytes_per_second,
                bx = 1.0 / o.inter_host_bytes_per_second;
   const size_t ndev = stage_acc.empty() ? 0 : stage_acc[0].size();
-  const size_t ng = lb.group_nics.size();
+  const size_t ng = lb.group_nics.size(), ns = stage_acc.size();
   // Links: [2d] device d's port out, [2d + 1] in; [2 ndev + 2g] NIC group g
-  // out, [2 ndev + 2g + 1] in.
-  std::vector<double> total(2 * ndev + 2 * ng, 0.0), stage(total.size());
-  double sum = 0, slowest = 0, pipeline_rest = 0, rounds_most = 0;
-  for (size_t s = 0; s < stage_acc.size(); ++s) {
+  // out, [2 ndev + 2g + 1] in. Per link its seconds over every stage and
+  // the first and last stage that uses it.
+  const size_t nl = 2 * ndev + 2 * ng;
+  std::vector<double> total(nl, 0.0), stage(nl);
+  std::vector<uint32_t> first(nl, UINT32_MAX), last(nl, 0);
+  // Per stage one round's time (0 for a stage where nothing moves).
+  std::vector<double> one_round(ns, 0.0);
+  double sum = 0, slowest = 0, rounds_most = 0;
+  for (size_t s = 0; s < ns; ++s) {
     std::fill(stage.begin(), stage.end(), 0.0);
     for (size_t d = 0; d < ndev; ++d) {
       const Acc& x = stage_acc[s][d];
@@ -194,25 +202,38 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
       stage[2 * ndev + 2 * g + 1] += bxg * static_cast<double>(x.recv_inter);
     }
     double busiest = 0;
-    for (size_t i = 0; i < stage.size(); ++i) {
+    for (size_t i = 0; i < nl; ++i) {
+      if (stage[i] <= 0) continue;
       busiest = std::max(busiest, stage[i]);
       total[i] += stage[i];
+      first[i] = std::min(first[i], static_cast<uint32_t>(s));
+      last[i] = static_cast<uint32_t>(s);
     }
-    const auto k = static_cast<double>(std::max<int64_t>(1, s < stage_rounds.size() ? stage_rounds[s] : 1));
     if (busiest <= 0) continue;  // an empty stage (nothing moves)
+    const auto k =
+        static_cast<double>(std::max<int64_t>(1, s < stage_rounds.size() ? stage_rounds[s] : 1));
     const double t = a * k + busiest;
     sum += t;
     rounds_most = std::max(rounds_most, k);
-    // The pipeline: every stage contributes one round, the slowest whole.
-    const double one_round = t / k;
-    pipeline_rest += one_round;
-    slowest = std::max(slowest, t - one_round);
+    one_round[s] = t / k;
+    slowest = std::max(slowest, t - one_round[s]);
   }
   if (sum <= 0) return 0;
+  // fill[s]: one round of every stage before s; the pipeline's length is
+  // one round of every stage plus the rest of the slowest.
+  std::vector<double> fill(ns + 1, 0.0);
+  for (size_t s = 0; s < ns; ++s) fill[s + 1] = fill[s] + one_round[s];
+  const double pipeline = fill[ns] + slowest;
+  // Each link waits for the first round of the stages before the first it
+  // serves, and what it carries last still crosses a round of every later
+  // stage: fill + its seconds + drain.
   double busiest_link = 0;
-  for (double v : total) busiest_link = std::max(busiest_link, v);
-  const double pipeline = pipeline_rest + slowest;
-  return std::min(sum, std::max(busiest_link + a * rounds_most, pipeline));
+  for (size_t i = 0; i < nl; ++i) {
+    if (total[i] <= 0) continue;
+    const double drain = fill[ns] - fill[last[i] + 1];
+    busiest_link = std::max(busiest_link, fill[first[i]] + total[i] + a * rounds_most + drain);
+  }
+  return std::min(sum, std::max(busiest_link, pipeline));
 }
 
 // Every stream's bytes, which the round schedule's figures need: stage 0's
