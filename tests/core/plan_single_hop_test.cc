@@ -133,6 +133,10 @@ TEST(PlanSingleHop, RandomPlansAreNeverSlowerThanSingleHop) {
     testing::CaseGen gen(91000 + static_cast<uint64_t>(c), {4, 32, 3, c % 2 ? 13 : 40, true, true});
     PlanInput in = gen.input();
     in.options.staging_budget_bytes = c % 3 == 0 ? 4096 : 0;
+    // These tensors are small: by the estimate one α outweighs what a
+    // route saves, so every plan would be single-hop. A fifth of the cases
+    // make α small enough for the routes to win some.
+    if (c % 5 == 1) in.options.alpha_seconds = 1e-9;
     SCOPED_TRACE("case " + std::to_string(c));
     const Plan plan = make_plan(in);
     const double cost = plan.stats().cost_seconds, single = single_hop_cost(in);

@@ -114,8 +114,12 @@ namespace {
 // of the stream's stage, not of every stage, plan/rounds.h; 22: the
 // single-hop guard, Context::decide_single_hop: groups of like tensors
 // whose routes make the whole plan slower by its estimate go single-hop,
-// and the plan is never slower by it than the single-hop plan).
-constexpr uint64_t kPlannerVersion = 22;
+// and the plan is never slower by it than the single-hop plan; 23: the
+// estimate on the fleet simulator's links (a device's intra-host port and
+// its NIC group side by side, one α per round, stages overlapping by
+// rounds), and the routes' local choices, Enumerator::cross_slower,
+// gather_fanout and one_part, on the same model).
+constexpr uint64_t kPlannerVersion = 23;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

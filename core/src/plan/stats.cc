@@ -30,8 +30,9 @@ void stat_overflow(const char* figure) {
 namespace {
 
 // The plan-independent bounds of `lb` into `st`, and the α–β cost bound
-// with the term that gives it. Under the cost model a device moves bytes at
-// the faster of its intra-host port and its NIC group at best, and a host's
+// with the term that gives it. Under the cost model a device moves bytes
+// over its intra-host port and its NIC group side by side at best (the sum
+// of their bandwidths, as the fleet simulator's bound), and a host's
 // NICs (options.nics_per_host, 0: one per device; each at
 // options.inter_host_bytes_per_second) carry what it takes in or sends out;
 // the all-devices and all-hosts averages never exceed these maxima, so they
@@ -53,7 +54,9 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
   };
   for (size_t d = 0; d < ndev; ++d) {
     const int64_t miss = lb.missing[d], forced = lb.forced[d];
-    const double bmin = std::min(bi, bx / lb.group_nics[lb.group_of_device[d]]);
+    // Its port and its NIC group run side by side: seconds per byte at best.
+    const double bxg = bx / lb.group_nics[lb.group_of_device[d]];
+    const double bmin = bi * bxg / (bi + bxg);
     add_to(total, miss, "lower_bound_network_bytes");
     st.lower_bound_max_recv_bytes = std::max(st.lower_bound_max_recv_bytes, miss);
     st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes, forced);
@@ -153,45 +156,84 @@ struct BandStream {
 // Keyed stage << 40 | source dense << 20 | destination dense.
 using BandStreams = std::unordered_map<uint64_t, BandStream>;
 
-// The α–β estimate: each stage takes its busiest device's or NIC group's
-// time, and the stages run one after the other. A device pays α per message
-// of the stage (before round cutting) and moves its cross-host bytes over
-// its whole NIC group (Bounds::group_nics; one NIC per device by default),
-// and the group carries all its devices' bytes.
+// The α–β estimate, on the links the fleet simulator models
+// (reshard/simulate.h): per device an intra-host port out and in, per NIC
+// group an out and in link carrying all its devices' cross-host bytes
+// (Bounds::group_nics; one NIC per device by default). Stage s moves
+// L_s(link) = bytes / bandwidth over each link and has k_s rounds without a
+// budget (its relay bands: a stream's bands are messages one after the
+// other); its messages are concurrent, so it takes
+//   T_s = α·k_s + max over links of L_s(link).
+// Stages overlap as the engine runs them: a later stage forwards a band as
+// soon as that band arrived, so the plan takes the larger of
+//   - for every link, what it carries over every stage, Σ_s L_s(link),
+//     plus α·max k_s, after one round of each stage before the first it
+//     serves (the fill) and before one round of each stage after the last
+//     (the drain);
+//   - the pipeline: one round of every stage, then the rest of the
+//     stage with the most after its first round,
+//     Σ_s T_s / k_s + max_s (T_s − T_s / k_s),
+// and never more than the stages one after the other, Σ_s T_s.
 double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
-                  const std::vector<std::vector<int64_t>>& send_msgs,
-                  const std::vector<std::vector<int64_t>>& recv_msgs, const Bounds& lb,
+                  const std::vector<int64_t>& stage_rounds, const Bounds& lb,
                   const PlanOptions& o) {
   const double a = o.alpha_seconds, bi = 1.0 / o.intra_host_bytes_per_second,
                bx = 1.0 / o.inter_host_bytes_per_second;
-  double cost = 0;
-  std::vector<int64_t> group_send(lb.group_nics.size()), group_recv(lb.group_nics.size());
-  for (size_t s = 0; s < stage_acc.size(); ++s) {
-    double busiest = 0;
-    std::fill(group_send.begin(), group_send.end(), 0);
-    std::fill(group_recv.begin(), group_recv.end(), 0);
-    for (size_t d = 0; d < stage_acc[s].size(); ++d) {
+  const size_t ndev = stage_acc.empty() ? 0 : stage_acc[0].size();
+  const size_t ng = lb.group_nics.size(), ns = stage_acc.size();
+  // Links: [2d] device d's port out, [2d + 1] in; [2 ndev + 2g] NIC group g
+  // out, [2 ndev + 2g + 1] in. Per link its seconds over every stage and
+  // the first and last stage that uses it.
+  const size_t nl = 2 * ndev + 2 * ng;
+  std::vector<double> total(nl, 0.0), stage(nl);
+  std::vector<uint32_t> first(nl, UINT32_MAX), last(nl, 0);
+  // Per stage one round's time (0 for a stage where nothing moves).
+  std::vector<double> one_round(ns, 0.0);
+  double sum = 0, slowest = 0, rounds_most = 0;
+  for (size_t s = 0; s < ns; ++s) {
+    std::fill(stage.begin(), stage.end(), 0.0);
+    for (size_t d = 0; d < ndev; ++d) {
       const Acc& x = stage_acc[s][d];
-      const uint32_t g = lb.group_of_device[d];
+      const size_t g = lb.group_of_device[d];
       const double bxg = bx / lb.group_nics[g];
-      const double send_t = a * static_cast<double>(send_msgs[s][d]) +
-                            bi * static_cast<double>(x.send - x.send_inter) +
-                            bxg * static_cast<double>(x.send_inter);
-      const double recv_t = a * static_cast<double>(recv_msgs[s][d]) +
-                            bi * static_cast<double>(x.recv - x.recv_inter) +
-                            bxg * static_cast<double>(x.recv_inter);
-      busiest = std::max({busiest, send_t, recv_t});
-      add_to(group_send[g], x.send_inter, "max_host_send_bytes");
-      add_to(group_recv[g], x.recv_inter, "max_host_recv_bytes");
+      stage[2 * d] += bi * static_cast<double>(x.send - x.send_inter);
+      stage[2 * d + 1] += bi * static_cast<double>(x.recv - x.recv_inter);
+      stage[2 * ndev + 2 * g] += bxg * static_cast<double>(x.send_inter);
+      stage[2 * ndev + 2 * g + 1] += bxg * static_cast<double>(x.recv_inter);
     }
-    for (size_t g = 0; g < lb.group_nics.size(); ++g) {
-      const int64_t bytes = std::max(group_send[g], group_recv[g]);
-      if (bytes > 0)
-        busiest = std::max(busiest, a + bx / lb.group_nics[g] * static_cast<double>(bytes));
+    double busiest = 0;
+    for (size_t i = 0; i < nl; ++i) {
+      if (stage[i] <= 0) continue;
+      busiest = std::max(busiest, stage[i]);
+      total[i] += stage[i];
+      first[i] = std::min(first[i], static_cast<uint32_t>(s));
+      last[i] = static_cast<uint32_t>(s);
     }
-    cost += busiest;
+    if (busiest <= 0) continue;  // an empty stage (nothing moves)
+    const auto k =
+        static_cast<double>(std::max<int64_t>(1, s < stage_rounds.size() ? stage_rounds[s] : 1));
+    const double t = a * k + busiest;
+    sum += t;
+    rounds_most = std::max(rounds_most, k);
+    one_round[s] = t / k;
+    slowest = std::max(slowest, t - one_round[s]);
   }
-  return cost;
+  if (sum <= 0) return 0;
+  // fill[s]: one round of every stage before s; the pipeline's length is
+  // one round of every stage plus the rest of the slowest.
+  std::vector<double> fill(ns + 1, 0.0);
+  for (size_t s = 0; s < ns; ++s) fill[s + 1] = fill[s] + one_round[s];
+  const double pipeline = fill[ns] + slowest;
+  // Each link waits for the first round of the stages before the first it
+  // serves, and what it carries last still crosses a round of every later
+  // stage: fill + its seconds + drain.
+  double busiest_link = 0;
+  for (size_t i = 0; i < nl; ++i) {
+    if (total[i] <= 0) continue;
+    const double drain = fill[ns] - fill[last[i] + 1];
+    busiest_link = std::max(busiest_link, fill[first[i]] + total[i] + a * rounds_most + drain);
+  }
+  return std::min(sum, std::max(busiest_link, pipeline));
 }
 
 // Every stream's bytes, which the round schedule's figures need: stage 0's
@@ -1249,7 +1291,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       st.peak_staging_bytes = std::max(st.peak_staging_bytes, staged);
     }
   }
-  st.cost_seconds = stage_cost(stage_acc, stage_send_msgs, stage_recv_msgs, lb, o);
+  st.cost_seconds = stage_cost(stage_acc, stage_rounds, lb, o);
   for (size_t h = 0; h < lb.hosts.size(); ++h) {
     st.max_host_send_bytes = std::max(st.max_host_send_bytes, host_send[h]);
     st.max_host_recv_bytes = std::max(st.max_host_recv_bytes, host_recv[h]);

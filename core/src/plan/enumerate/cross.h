@@ -16,20 +16,22 @@ inline bool Enumerator::cross_slower(const TensorCtx& t, size_t c, const Box& re
   const auto R = static_cast<double>(r.receiving);
   const auto M = static_cast<double>(ch_->max_members[c]);
   const auto nd = static_cast<double>(std::max<size_t>(n, 1));
-  // Into each receiving host from the holders, then inside it.
+  // The estimate's model (PlanStats::cost_seconds): a stage's messages run
+  // side by side, so it takes one α and its busiest link's bytes; a
+  // device's intra-host port and its NIC are separate links. Into each
+  // receiving host from the holders, then inside it.
   const bool split = n > 1 && region.volume() * t.esize >= options_.split_min_bytes;
   const double peers = split ? R : std::ceil(R / nd);
-  const double inside = M > 1 ? a * (M - 1) + bi * (M - 1) * B : 0;
-  const double single = a * peers + bx * (split ? R * B / nd : peers * B) + inside;
+  const double inside = M > 1 ? a + bi * (M - 1) * B : 0;
+  const double single = a + bx * (split ? R * B / nd : peers * B) + inside;
   // Cross: the holders send the entry parts once and the direct parts to
   // every receiving host (stage 0); the busiest entry host forwards its
   // parts to the others (stage 1); the other hosts fan out (stage 2).
-  double sent = 0, entries = 0, direct = 0;
+  double sent = 0, entries = 0;
   for (size_t j = 0; j < r.parts.size(); ++j) {
     const auto v = static_cast<double>(r.parts[j].volume() * t.esize);
     if (r.part_entry[j] < 0) {
       sent += R * v;
-      direct = 1;
     } else {
       sent += v;
       ++entries;
@@ -37,10 +39,8 @@ inline bool Enumerator::cross_slower(const TensorCtx& t, size_t c, const Box& re
   }
   double most = 0;  // bytes the busiest receiving host forwards
   for (int64_t v : forwarding_) most = std::max(most, static_cast<double>(v * t.esize));
-  const double stage0 =
-      a * std::ceil((direct > 0 ? R : std::min(R, entries)) / nd) + bx * sent / nd;
-  const double stage1 =
-      entries > 0 ? a * (R - 1 + M - 1) + (bx * (R - 1) + bi * (M - 1)) * most : 0;
+  const double stage0 = a + bx * sent / nd;
+  const double stage1 = entries > 0 ? a + std::max(bx * (R - 1), bi * (M - 1)) * most : 0;
   // Only for regions too small to give every receiving host a part: larger
   // ones are bandwidth-bound, where the cross route keeps every NIC near its
   // bound and single-hop multiplies the holders' egress by R.
@@ -527,7 +527,8 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   L.slot_end = std::move(slot_end);
   // Too few runs or chunks for every receiving host: the α–β model chooses
   // between the cross route and each receiving host fetching the sequence
-  // itself (single-hop into the host, then inside it); the stages add up.
+  // itself (single-hop into the host, then inside it); the stages add up,
+  // each one α and its busiest link (the estimate's model).
   const double a = options_.alpha_seconds, bx = 1.0 / options_.inter_host_bytes_per_second,
                bi = 1.0 / options_.intra_host_bytes_per_second;
   const auto R = static_cast<double>(L.R), M = static_cast<double>(most_members);
@@ -538,7 +539,6 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
     std::sort(devices.begin(), devices.end());
     devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
     double V = 0, single = 0, stage0 = 0;
-    bool direct = false;
     for (const Held& h : held) {
       const auto nd = static_cast<double>(std::max<ptrdiff_t>(
           1,
@@ -549,13 +549,13 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
       V += w * es;
       single = std::max(single, bx * R * w * es / nd);
       stage0 = std::max(stage0, bx * (R * dd + w - dd) * es / nd);
-      direct |= h.seq_direct[1] > 0;
     }
-    const double inside = M > 1 ? a * (M - 1) + bi * (M - 1) * V : 0;
-    single += a * R + inside;
-    stage0 += a * (direct ? R : static_cast<double>(m));
+    // One α per stage, links side by side (as cross_slower).
+    const double inside = M > 1 ? a + bi * (M - 1) * V : 0;
+    single += a + inside;
+    stage0 += a;
     const double most = static_cast<double>((seq_n + m - 1) / m) * es;
-    const double stage1 = a * (R - 1 + M - 1) + (bx * (R - 1) + bi * (M - 1)) * most;
+    const double stage1 = a + std::max(bx * (R - 1), bi * (M - 1)) * most;
     return stage0 + stage1 + inside <= single;
   };
   // The chunked sequence: a chunk for every receiving host where the

@@ -112,17 +112,18 @@ inline uint32_t Enumerator::gather_fanout(size_t c, double part_bytes, size_t pa
   const double a = options_.alpha_seconds;
   if (a <= 0) return least + 1 >= nh ? 0 : static_cast<uint32_t>(least);
   // Else the tree whose stages take least time: in each of its D(k) levels
-  // a host sends a part to k hosts and to the other entries of its host.
-  const double cx = a + part_bytes / options_.inter_host_bytes_per_second;
-  const double f = static_cast<double>(ch_->max_members[c] - 1) *
-                   (a + part_bytes / options_.intra_host_bytes_per_second);
+  // a host sends a part to k hosts and to the other entries of its host,
+  // side by side (its NIC and its intra-host port), one α a level.
+  const double cx = part_bytes / options_.inter_host_bytes_per_second;
+  const double f = static_cast<double>(ch_->max_members[c] - 1) * part_bytes /
+                   options_.intra_host_bytes_per_second;
   double best = 0;
   uint32_t fan = 0;
   // For each number of levels its least fan-out, levels down (fan-outs up).
   for (uint32_t levels = kMaxGatherLevels; levels >= 1; --levels) {
     const size_t k = fewest(levels);
     const double time =
-        static_cast<double>(gather_levels(nh, k)) * (static_cast<double>(k) * cx + f);
+        static_cast<double>(gather_levels(nh, k)) * (a + std::max(static_cast<double>(k) * cx, f));
     if (fan == 0 || time < best * (1 - 1e-9)) {
       best = time;
       fan = static_cast<uint32_t>(k);
@@ -182,6 +183,9 @@ inline bool Enumerator::one_part(const TensorCtx& t, size_t c, const Box& region
   auto members = [&](size_t hi) {
     return static_cast<double>(ch_->member_offsets[hi + 1] - ch_->member_offsets[hi]);
   };
+  // The estimate's model (PlanStats::cost_seconds): a stage's messages run
+  // side by side, one α and its busiest link's bytes; a device's NIC and
+  // its intra-host port are separate links.
   // Single-hop: every entry fetches every summand (from another host unless
   // one is held on its own); a summand's holder devices share its entries.
   double single_nic = 0, single_time = 0;
@@ -189,7 +193,7 @@ inline bool Enumerator::one_part(const TensorCtx& t, size_t c, const Box& region
     double remote = 0, near = 0;
     for (const Sum& s : sums) (s.host == ch_->hosts[hi] ? near : remote) += 1;
     single_nic = std::max(single_nic, members(hi) * remote * V);
-    single_time = std::max(single_time, remote * (a + bx * V) + near * (a + bi * V));
+    single_time = std::max(single_time, a + std::max(remote * bx, near * bi) * V);
   }
   std::map<int32_t, double> holder_sums;  // holder host -> summands held there alone
   for (const Sum& s : sums) {
@@ -200,51 +204,68 @@ inline bool Enumerator::one_part(const TensorCtx& t, size_t c, const Box& region
     const double away = static_cast<double>(count) - here;
     single_nic = std::max(single_nic, holder_sums[s.host] * away * V);
     const double per = cells / static_cast<double>(s.devices);
-    single_time = std::max(single_time, std::ceil(static_cast<double>(count) * per) * a +
-                                            per * (away * bx + here * bi) * V);
+    single_time = std::max(single_time, a + per * std::max(away * bx, here * bi) * V);
   }
   // One part: its reducer (on the cell's host (rot mod hosts)) takes in each
   // holder host's summands, once per host where 2 or more pre-reduce; the
   // gather then reaches every other host once.
   const int32_t rhost = ch_->hosts[hb + rot % nh];
   const bool pre = pre_reduces(t);
-  double red_in = 0, red_t0 = 0, red_t1 = 0, nic = V;
-  for (const auto& [h, k] : holder_sums) {
-    if (h == rhost) {
-      red_t0 += k * (a + bi * V);
-      continue;
+  // Seconds each link carries: stage 0 into the reducer over its port
+  // (near) and its NIC (far), the pooling hosts' ports, every unpooled
+  // holder's NIC (its summand once per cell it feeds); stage 1 the pooled
+  // sums into the reducer and out of each pooling host. Pooling (2 or more
+  // summands on a host pre-reduced there) is up to the emission
+  // (reduce_part): the model takes the faster of the two.
+  double red_time = 0, nic = V;
+  for (const bool pool : {false, true}) {
+    if (pool && !pre) break;
+    double red_in = 0, near0 = 0, far0 = 0, pool0 = 0, out0 = 0, in1 = 0, out1 = 0, nic_here = V;
+    for (const auto& [h, k] : holder_sums) {
+      if (h == rhost) {
+        near0 += k * bi * V;
+        continue;
+      }
+      const bool pooled = pool && k >= 2;
+      const double w = pooled ? 1 : k;
+      red_in += w;
+      nic_here = std::max(nic_here, w * V);
+      if (pooled) {
+        pool0 = std::max(pool0, (k - 1) * std::ceil(cells / k) * bi * V);
+        in1 += bx * V;
+        out1 = std::max(out1, std::ceil(cells / k) * bx * V);
+      } else {
+        far0 += k * bx * V;
+        out0 = std::max(out0, cells * bx * V);
+      }
     }
-    const bool pooled = pre && k >= 2;
-    const double w = pooled ? 1 : k;
-    red_in += w;
-    nic = std::max(nic, w * V);
-    if (pooled) {
-      red_t0 = std::max(red_t0, (k - 1) * std::ceil(cells / k) * (a + bi * V));
-      red_t1 = std::max(red_t1 + a + bx * V, std::ceil(cells / k) * (a + bx * V));
-    } else {
-      red_t0 += k * (a + bx * V);
+    for (const Sum& s : sums)
+      if (s.host == -1) {  // replicas on several hosts: one crosses
+        red_in += 1;
+        far0 += bx * V;
+        out0 = std::max(out0, cells * bx * V);
+      }
+    const double t =
+        a + std::max({near0, far0, pool0, out0}) + (in1 > 0 ? a + std::max(in1, out1) : 0);
+    if (!pool || t < red_time) {
+      red_time = t;
+      nic = std::max(nic_here, red_in * V);
     }
   }
-  // Every holder sends its summand once per cell it feeds.
-  red_t0 = std::max(red_t0, cells * (a + bx * V));
-  for (const Sum& s : sums)
-    if (s.host == -1) {  // replicas on several hosts: one crosses
-      red_in += 1;
-      red_t0 += a + bx * V;
-    }
-  nic = std::max(nic, red_in * V);
   const uint32_t fan = gather_fanout(c, V, 1);
   const double k = fan == 0 ? static_cast<double>(nh - 1) : fan;
   nic = std::max(nic, k * V);
-  const double cx = a + bx * V;
-  const double f = static_cast<double>(ch_->max_members[c] - 1) * (a + bi * V);
+  // The gather: each level one α, a host's NIC to k hosts beside its port
+  // to its other entries; then the last hosts' entries.
+  const double members_rest = static_cast<double>(ch_->max_members[c] - 1);
+  const double f = members_rest > 0 ? a + members_rest * bi * V : 0;
+  const double level = a + std::max(k * bx * V, members_rest * bi * V);
   const double gather =
-      nh < 2 ? f
-             : static_cast<double>(gather_levels(nh, fan == 0 ? nh - 1 : fan)) * (k * cx + f) + f;
+      nh < 2 ? f : static_cast<double>(gather_levels(nh, fan == 0 ? nh - 1 : fan)) * level + f;
   r.fanout = fan;
   if (choice_override().one_part > 0) return true;
   if (a <= 0) return nic < single_nic;
-  return red_t0 + red_t1 + gather < single_time;
+  return red_time + gather < single_time;
 }
 
 inline uint32_t Enumerator::reduce_part(const TensorCtx& t, const Route& r, size_t j,
