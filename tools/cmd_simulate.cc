@@ -21,7 +21,28 @@ struct SimulateArgs {
   std::vector<std::string> peers = {"rank0_broadcast", "direct_p2p", "layered"};
   int32_t chunks = 0;
   int64_t max_sim_bytes = 0;  // plan_messages_by_part's max_bytes
+  // The α–β costs the plan is made with: "topology" (the cluster's) or
+  // "spec" (the spec's options).
+  std::string plan_costs = "topology";
+  bool plan_costs_given = false;
 };
+
+// The plan's cost options from the cluster it is simulated on (α, the
+// intra-host and per-NIC bandwidths, NICs per host unless --nics-per-host
+// set them): the planner then decides by an estimate of the same links
+// (docs/simulate.md). The cluster's host link cap has no planner option.
+void plan_for_cluster(PlanOptions& o, const ClusterTopology& c, const InputOptions& in) {
+  o.alpha_seconds = c.alpha_seconds;
+  o.intra_host_bytes_per_second = c.intra_host_bytes_per_second;
+  o.inter_host_bytes_per_second = c.nic_bytes_per_second;
+  if (in.nics_per_host < 0) o.nics_per_host = c.nics_per_host;
+  try {
+    validate(o);
+  } catch (const Error& e) {
+    throw InvalidInput("--topology: its costs cannot plan (" + std::string(e.what()) +
+                       "); --plan-costs spec plans with the spec's options");
+  }
+}
 
 ojson link_json(const SimLink& l) {
   ojson j;
@@ -63,6 +84,10 @@ int run_simulate(const SimulateArgs& args) {
   } catch (const Error& e) {
     throw InvalidInput("--topology " + args.topology + ": " + e.what());
   }
+  if (from_file && args.plan_costs_given)
+    throw UsageError("--plan-costs cannot be combined with --plan (the plan is made already)");
+  if (!from_file && args.plan_costs == "topology")
+    plan_for_cluster(spec.input.options, cluster, args.input);
   const PlanInput& input = spec.input;
   auto t0 = WaitClock::now();
   Progress progress;
@@ -84,6 +109,7 @@ int run_simulate(const SimulateArgs& args) {
                       "--budget), or raise --max-sim-bytes (-1: no limit)");
     }
   }
+  const bool planned_here = !from_file;
   from_file.reset();
   const double plan_seconds = seconds_since(t0);
   t0 = WaitClock::now();
@@ -110,6 +136,7 @@ int run_simulate(const SimulateArgs& args) {
   if (args.format == "json") {
     ojson j;
     j["topology"] = nlohmann::ordered_json::parse(cluster_topology_json(cluster));
+    j["plan_costs"] = planned_here ? args.plan_costs : "plan";
     j["predicted_seconds"] = ours.seconds;
     j["lower_bound_seconds"] = bound.seconds;
     j["ratio"] = ratio;
@@ -155,6 +182,13 @@ int run_simulate(const SimulateArgs& args) {
   std::cout << "simulated on " << (cluster.name.empty() ? args.topology : cluster.name) << ": "
             << with_commas(ours.messages) << " messages, "
             << human_bytes(static_cast<double>(ours.bytes)) << "\n";
+  if (planned_here)
+    std::cout << "  planned with "
+              << (args.plan_costs == "topology" ? "the topology's" : "the spec's")
+              << " costs (alpha " << human_seconds(input.options.alpha_seconds) << ", intra-host "
+              << human_bytes(input.options.intra_host_bytes_per_second) << "/s, NIC "
+              << human_bytes(input.options.inter_host_bytes_per_second) << "/s, NICs per host "
+              << input.options.nics_per_host << ")\n";
   std::cout << "  predicted    " << human_seconds(ours.seconds) << "\n";
   std::cout << "  lower bound  " << human_seconds(bound.seconds) << " (" << bound.kind << " "
             << bound.id << ": " << human_bytes(static_cast<double>(bound.bytes)) << " at "
@@ -204,6 +238,16 @@ Runner add_simulate_command(CLI::App& app) {
                   "chunks of the peers' pipelined chains (rank0_broadcast, layered; 0: 4 per hop)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--plan-costs",
+         [args](const std::string& v) {
+           args->plan_costs = v;
+           args->plan_costs_given = true;
+         },
+         "the alpha-beta costs the plan is made with: 'topology' (the cluster's alpha, "
+         "bandwidths and NICs per host, so the planner decides for the cluster simulated; "
+         "--nics-per-host still wins) or 'spec' (the spec's options) [topology]")
+      ->check(CLI::IsMember({"topology", "spec"}));
   add_memory_limit_option(
       cmd, "--max-sim-bytes", args->max_sim_bytes,
       "memory planning and simulating the plan may take, estimated from its message count "

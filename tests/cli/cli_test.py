@@ -599,14 +599,29 @@ def case_simulate():
     check(single["peers"] == {}, str(single["peers"]))
     check(abs(single["predicted_seconds"] - doc["peers"]["direct_p2p"]["predicted_seconds"]) <
           1e-12, "--no-relays is the direct_p2p peer")
-    # Plan bytes simulate like the spec they were planned from.
+    # The plan is made with the cluster's costs (--plan-costs topology, the
+    # default), or with the spec's; plan bytes simulate like the spec they
+    # were planned from, with its costs.
+    check(doc["plan_costs"] == "topology", str(doc["plan_costs"]))
+    spec_costs = json.loads(run("simulate", "--spec", RL_SYNC, "--topology", h100, "--format",
+                                "json", "--peers", "", "--plan-costs", "spec").stdout)
+    check(spec_costs["plan_costs"] == "spec", str(spec_costs["plan_costs"]))
+    text = run("simulate", "--spec", RL_SYNC, "--topology", h100, "--peers", "").stdout
+    check("planned with the topology's costs (alpha 5.0 us" in text and "NICs per host 8)" in text,
+          text)
+    p = run("simulate", "--spec", RL_SYNC, "--topology", h100, "--plan-costs", "cluster",
+            expect=2)
+    check("--plan-costs" in p.stderr, p.stderr)
     with tempfile.TemporaryDirectory() as d:
         whole, part = os.path.join(d, "plan.bin"), os.path.join(d, "part.bin")
         run("plan", "--spec", RL_SYNC, "--out", whole)
         from_file = json.loads(run("simulate", "--plan", whole, "--topology", h100, "--format",
                                    "json", "--peers", "").stdout)
-        check(from_file["predicted_seconds"] == doc["predicted_seconds"], str(from_file))
+        check(from_file["plan_costs"] == "plan", str(from_file["plan_costs"]))
+        check(from_file["predicted_seconds"] == spec_costs["predicted_seconds"], str(from_file))
         check(from_file["lower_bound_seconds"] == doc["lower_bound_seconds"], str(from_file))
+        p = run("simulate", "--plan", whole, "--topology", h100, "--plan-costs", "spec", expect=2)
+        check("--plan-costs cannot be combined with --plan" in p.stderr, p.stderr)
         run("plan", "--spec", RL_SYNC, "--process", "0", "--out", part)
         p = run("simulate", "--plan", part, "--topology", h100, expect=2)
         check("every part" in p.stderr, p.stderr)
