@@ -12,8 +12,9 @@ Workloads, N devices in all, 8 per host, one process per device:
          TP8) on the other N/2.
 
 Each command runs once (its own process, one thread) with the default
-options (1 GiB staging budget); peak RSS is the command's maximum resident
-set (os.wait4). A command past --timeout is recorded as such; a refusal
+options (1 GiB staging budget); its CPU seconds (user + system) and peak
+RSS come from os.wait4, next to the planner's own wall-clock figure
+(global_seconds; the part's plan_seconds). A command past --timeout is recorded as such; a refusal
 (the planner's memory estimate, before planning) is recorded with its
 message. The part is process 0's for the dense case and the first
 inference process's (N/2) for the MoE case (its receiver, the busier side).
@@ -117,16 +118,19 @@ def measure(reshard, workload, n, timeout, tmp):
 
 
 def cell_seconds(c):
+    """CPU seconds of the command (the machine is shared: wall time moves with
+    its load), and the planner's own wall-clock figure."""
     if c["rc"] == "timeout":
         return "no answer"
     if c["rc"] != 0:
         return "refused"
-    return f"{c['seconds']:.2f}"
+    return f"{c['cpu_seconds']:.2f} ({c['seconds']:.2f})"
 
 
 def render(rows):
-    print("| devices | workload | global statistics (s) | peak RSS (MiB) | process part (s) | "
-          "peak RSS (MiB) | pieces (whole plan) | part pieces | part plan bytes (MiB) |")
+    print("| devices | workload | global statistics, CPU s (planner's wall s) | peak RSS (MiB) | "
+          "process part, CPU s (planner's wall s) | peak RSS (MiB) | pieces (whole plan) | "
+          "part pieces | part plan bytes (MiB) |")
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     notes = []
     for r in rows:
