@@ -14,19 +14,21 @@ Workloads, N devices in all, 8 per host, one process per device:
 Each command runs once (its own process, one thread) with the default
 options (1 GiB staging budget); its CPU seconds (user + system) and peak
 RSS come from os.wait4, next to the planner's own wall-clock figure
-(global_seconds; the part's plan_seconds). A command past --timeout is recorded as such; a refusal
-(the planner's memory estimate, before planning) is recorded with its
-message. The part is process 0's for the dense case and the first
+(global_seconds; the part's plan_seconds). A command past --timeout
+seconds of CPU is stopped and recorded as giving no answer (the part's
+command is then not run: it computes the global statistics first); a
+refusal (the planner's memory estimate, before planning) is recorded with
+its message. The part is process 0's for the dense case and the first
 inference process's (N/2) for the MoE case (its receiver, the busier side).
 
     python3 bench/plan_scale.py [--reshard build/dev/tools/reshard]
         [--sizes 1024,4096,16384,65536] [--workloads dense,moe]
-        [--timeout 600] [--json OUT] [--check]
+        [--timeout 300] [--json OUT] [--check]
 
 --check (CI, the smallest size): asserts the counts, not the times:
 pieces equal to the figures below (a change of plan shows here), the
-part's plan bytes within 128 bytes a piece (and 1 MiB), and peak RSS within --max-rss
-(default 1 GiB) for both commands.
+part's plan bytes within 128 bytes a piece (and 1 MiB), and peak RSS
+within --max-rss (default 1 GiB) for both commands.
 """
 import argparse
 import json
@@ -60,8 +62,20 @@ def part_process(workload, n):
     return 0 if workload == "dense" else n // 2
 
 
+def cpu_seconds_of(pid):
+    """User + system seconds of a running process (/proc), 0 where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def run(argv, timeout):
-    """(returncode or 'timeout', stdout, stderr, wall seconds, cpu seconds, peak RSS bytes)."""
+    """(returncode or 'timeout', stdout, stderr, wall seconds, cpu seconds, peak RSS bytes).
+    The command is stopped past `timeout` seconds of CPU (a shared machine
+    stretches wall time) or 10 times that of wall time."""
     t0 = time.time()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         p = subprocess.Popen(argv, stdout=out, stderr=err)
@@ -71,7 +85,7 @@ def run(argv, timeout):
             if pid:
                 rc = os.waitstatus_to_exitcode(status)
                 break
-            if time.time() - t0 > timeout:
+            if cpu_seconds_of(p.pid) > timeout or time.time() - t0 > 10 * timeout:
                 p.kill()
                 _, status, ru = os.wait4(p.pid, 0)
                 rc = "timeout"
@@ -98,6 +112,13 @@ def measure(reshard, workload, n, timeout, tmp):
     else:
         row["global"]["error"] = (err or out).strip().splitlines()[-1:] if rc != "timeout" else []
     p = part_process(workload, n)
+    if rc == "timeout":
+        # The part's command computes the global statistics first (the
+        # estimate of every part): it cannot answer sooner.
+        row["part"] = {"rc": "skipped", "process": p, "wall_seconds": 0, "cpu_seconds": 0,
+                       "peak_rss": 0}
+        os.remove(spec)
+        return row
     plan_file = os.path.join(tmp, "part.rsplan")
     rc, out, err, wall, cpu, rss = run([reshard, "plan", "--spec", spec, "--format", "json",
                                         "--process", str(p), "--out", plan_file], timeout)
@@ -122,6 +143,8 @@ def cell_seconds(c):
     its load), and the planner's own wall-clock figure."""
     if c["rc"] == "timeout":
         return "no answer"
+    if c["rc"] == "skipped":
+        return "not run"
     if c["rc"] != 0:
         return "refused"
     return f"{c['cpu_seconds']:.2f} ({c['seconds']:.2f})"
@@ -143,7 +166,11 @@ def render(rows):
         for what, c in (("global statistics", g), ("process part", p)):
             if c["rc"] == "timeout":
                 notes.append(f"- {r['devices']:,} {r['workload']}, {what}: no answer within "
-                             f"{c['wall_seconds']:.0f} s")
+                             f"{c['cpu_seconds']:.0f} s of CPU ({c['wall_seconds']:.0f} s of wall "
+                             f"time, peak RSS {c['peak_rss'] / 1048576:,.0f} MiB by then)")
+            elif c["rc"] == "skipped":
+                notes.append(f"- {r['devices']:,} {r['workload']}, {what}: not run (its command "
+                             "computes the global statistics first)")
             elif c["rc"] != 0:
                 notes.append(f"- {r['devices']:,} {r['workload']}, {what}: refused after "
                              f"{c['wall_seconds']:.1f} s: " + " ".join(c.get("error", [])))
@@ -177,7 +204,8 @@ def main():
     ap.add_argument("--reshard", default=os.path.join(ROOT, "build", "dev", "tools", "reshard"))
     ap.add_argument("--sizes", default="1024,4096,16384,65536")
     ap.add_argument("--workloads", default="dense,moe")
-    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--timeout", type=float, default=300,
+                    help="CPU seconds a command may take (and 10x that of wall time)")
     ap.add_argument("--json", help="write the rows as JSON to this file")
     ap.add_argument("--check", action="store_true", help="assert counts and memory (CI)")
     ap.add_argument("--max-rss", type=int, default=1 << 30)

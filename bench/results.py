@@ -254,12 +254,12 @@ def stats_of(doc):
 def t_plan_fleet(ctx):
     out = tempfile.mkdtemp(prefix="pf-")
     rows_json = os.path.join(out, "plan_fleet.json")
-    argv = [sys.executable, "bench/plan_scale.py", "--reshard", ctx.reshard, "--timeout", "300",
+    argv = [sys.executable, "bench/plan_scale.py", "--reshard", ctx.reshard, "--timeout", "120",
             "--json", rows_json]
     text = run(ctx, argv, timeout=4 * 3600)
     shutil.rmtree(out, ignore_errors=True)
     shown = ctx.show(ctx.reshard)
-    cmd = ("python3 bench/plan_scale.py --timeout 300"
+    cmd = ("python3 bench/plan_scale.py --timeout 120"
            + ("" if shown == "build/dev/tools/reshard" else " --reshard " + shown))
     return cmd, text.strip()
 

@@ -9,6 +9,7 @@
 // a hash node's ~48, and no hashing.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -22,23 +23,23 @@ class PairBytes {
   // `rows`/`cols`: per dense device, whether it can receive / send a
   // stage-0 stream; `dense_cap`: most bytes the table may take.
   PairBytes(const std::vector<uint8_t>& rows, const std::vector<uint8_t>& cols, size_t dense_cap)
-      : row_of_(rows.size(), -1), col_of_(cols.size(), -1) {
+      : col_of_(cols.size(), -1) {
     for (size_t d = 0; d < rows.size(); ++d)
-      if (rows[d]) {
-        row_of_[d] = static_cast<int32_t>(row_dev_.size());
-        row_dev_.push_back(static_cast<uint32_t>(d));
-      }
+      if (rows[d]) row_dev_.push_back(static_cast<uint32_t>(d));
     for (size_t d = 0; d < cols.size(); ++d)
       if (cols[d]) {
         col_of_[d] = static_cast<int32_t>(col_dev_.size());
         col_dev_.push_back(static_cast<uint32_t>(d));
       }
+    row_base_.assign(rows.size(), -1);
+    for (size_t r = 0; r < row_dev_.size(); ++r)
+      row_base_[row_dev_[r]] = static_cast<int64_t>(r * col_dev_.size());
     table_bytes_ = row_dev_.size() * col_dev_.size() * sizeof(int64_t);
     dense_ok_ = table_bytes_ <= dense_cap;
   }
-  // Starts dense (the table is small enough to take at once).
-  // (Streams outside the table, which the caller's rows and columns should
-  // not leave, stay in the map.)
+  // Turns to the table, the map's streams moved into it (any outside the
+  // table, which the caller's rows and columns should not leave, stay in
+  // the map).
   void make_dense() {
     if (dense_ || !dense_ok_) return;
     table_.assign(row_dev_.size() * col_dev_.size(), 0);
@@ -91,14 +92,14 @@ class PairBytes {
   }
 
  private:
-  bool in_table(uint32_t sd, uint32_t dd) const {
-    return sd < col_of_.size() && dd < row_of_.size() && col_of_[sd] >= 0 && row_of_[dd] >= 0;
-  }
+  // sd and dd are dense device indices (below the size of `rows`/`cols`).
+  bool in_table(uint32_t sd, uint32_t dd) const { return row_base_[dd] >= 0 && col_of_[sd] >= 0; }
   size_t index(uint32_t sd, uint32_t dd) const {
-    return static_cast<size_t>(row_of_[dd]) * col_dev_.size() + static_cast<size_t>(col_of_[sd]);
+    return static_cast<size_t>(row_base_[dd]) + static_cast<size_t>(col_of_[sd]);
   }
   int64_t& at(uint32_t sd, uint32_t dd) { return table_[index(sd, dd)]; }
-  std::vector<int32_t> row_of_, col_of_;
+  std::vector<int32_t> col_of_;    // per device: its column, -1 where none
+  std::vector<int64_t> row_base_;  // per device: its row x columns, -1 where none
   std::vector<uint32_t> row_dev_, col_dev_;
   size_t table_bytes_ = 0;
   bool dense_ok_ = false, dense_ = false;
