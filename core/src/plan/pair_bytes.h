@@ -2,8 +2,9 @@
 // stream, which the round schedule of a budgeted plan needs (stats.cc).
 //
 // A hash map while the streams are few; a dense table over the devices that
-// can send (sources) and receive (destinations) once the map would take more
-// memory than the table, and the table stays within a cap. A fleet where
+// can send (sources) and receive (destinations) once the map takes a quarter
+// of the table's memory (so the two together peak at 1.25 tables), where the
+// table stays within a cap. A fleet where
 // every trainer talks to every inference device (an MoE sync from replicated
 // pipeline stages: N/2 x N/2 streams) then costs 8 bytes a stream instead of
 // a hash node's ~48, and no hashing.
@@ -66,7 +67,7 @@ class PairBytes {
     auto [it, fresh] = sparse_.try_emplace((uint64_t{sd} << 32) | dd, 0);
     add_to(it->second, bytes, "network_bytes");
     if (fresh && !dense_ && dense_ok_ &&
-        sparse_.size() * static_cast<size_t>(node_bytes) >= table_bytes_) {
+        sparse_.size() * static_cast<size_t>(node_bytes) * 4 >= table_bytes_) {
       make_dense();
       return false;
     }

@@ -425,8 +425,10 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   const bool track_pairs = budgeted && schedule;
   // Stage-0 stream bytes (PairBytes): dense from the start where the table
   // takes at most what a 4,096-device square one did, else once the hash
-  // map outgrows it (up to kDensePairCap).
-  constexpr size_t kDensePairCap = size_t{1} << 30;
+  // map reaches a quarter of it (a table of up to kDensePairCap, and within
+  // max_bytes: the 405B plan at 16,384 devices has 2^28 streams, 2 GiB as
+  // a table against some 17 GiB as a map).
+  constexpr size_t kDensePairCap = size_t{2} << 30;
   std::vector<uint8_t> can_recv(track_pairs ? ndev : 0), can_send(track_pairs ? ndev : 0);
   if (track_pairs) {
     std::set<const GeoTopo*> seen;
@@ -443,7 +445,11 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     for (const TensorCtx& t : ctx.tensors)
       if (seen.insert(t.st).second) mark(t.st, can_send);
   }
-  PairBytes pair_bytes(can_recv, can_send, kDensePairCap);
+  PairBytes pair_bytes(
+      can_recv, can_send,
+      max_bytes < 0
+          ? kDensePairCap
+          : std::min(kDensePairCap, static_cast<size_t>(std::max(max_bytes, kPairFloor))));
   if (track_pairs && pair_bytes.table_bytes() <= size_t{4096} * 4096 * sizeof(int64_t))
     pair_bytes.make_dense();
   const bool dense_bytes = pair_bytes.dense();
