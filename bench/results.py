@@ -251,6 +251,19 @@ def stats_of(doc):
     return doc.get("stats", doc)
 
 
+def t_plan_fleet(ctx):
+    out = tempfile.mkdtemp(prefix="pf-")
+    rows_json = os.path.join(out, "plan_fleet.json")
+    argv = [sys.executable, "bench/plan_scale.py", "--reshard", ctx.reshard, "--timeout", "120",
+            "--json", rows_json]
+    text = run(ctx, argv, timeout=4 * 3600)
+    shutil.rmtree(out, ignore_errors=True)
+    shown = ctx.show(ctx.reshard)
+    cmd = ("python3 bench/plan_scale.py --timeout 120"
+           + ("" if shown == "build/dev/tools/reshard" else " --reshard " + shown))
+    return cmd, text.strip()
+
+
 def t_bounds(ctx):
     specs = sorted(f for f in os.listdir(os.path.join(ROOT, "bench", "specs")) if f.endswith(".json"))
     rows = []
@@ -369,6 +382,8 @@ TABLES = {
     "weight_sync": (t_weight_sync, "bench/weight_sync.py: 5 models on the peers' layouts", "20-25 min"),
     "weight_sync_405b": (t_weight_sync_405b, "bench/weight_sync.py --only llama405b", "4-5 min"),
     "plan_scale": (t_plan_scale, "bench_plan_scale: the 405B plan at 1,024 devices", "< 1 min"),
+    "plan_fleet": (t_plan_fleet, "bench/plan_scale.py: dense and MoE, 1,024 to 65,536 devices",
+                   "30-60 min"),
     "bounds": (t_bounds, "reshard plan on bench/specs, staged and single-hop", "< 1 min"),
     "simulate": (t_simulate, "reshard simulate on bench/specs, H100 topology", "2 min"),
     "exec": (t_exec, "bench_exec: host executor against memcpy", "< 1 min"),
@@ -384,7 +399,7 @@ TABLES = {
 
 # Tables regenerated only when named (--only) or with --all: too costly for
 # a routine run on 2 cores.
-ON_REQUEST = {"weight_sync_405b", "scalapack_contention"}
+ON_REQUEST = {"weight_sync_405b", "scalapack_contention", "plan_fleet"}
 
 
 # --------------------------------------------------------------- the page

@@ -14,6 +14,7 @@
 #include "plan/bounds.h"
 #include "plan/checked.h"
 #include "plan/context.h"
+#include "plan/pair_bytes.h"
 #include "plan/rounds.h"
 #include "plan/scratch_layout.h"
 #include "plan/stream_bound.h"
@@ -237,12 +238,11 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
 }
 
 // Every stream's bytes, which the round schedule's figures need: stage 0's
-// pairs (dense rows per destination, [dd * ndev + sd], or a sparse map
-// keyed sd << 32 | dd), later stages' relay streams (relay[s], index 0
-// unused) and the band streams.
+// pairs (PairBytes: a hash map, or a table of destination rows and source
+// columns), later stages' relay streams (relay[s], index 0 unused) and the
+// band streams.
 struct StreamBytes {
-  const std::vector<int64_t>* dense;  // null: `sparse`
-  const std::unordered_map<uint64_t, int64_t>* sparse;
+  const PairBytes* pairs;
   const std::deque<std::unordered_map<uint64_t, int64_t>>* relay;
   const BandStreams* bands;
 };
@@ -313,20 +313,11 @@ RoundFigures round_schedule(size_t ndev, int nstages, int64_t budget,
     rounds = 0;
     staged.assign(ndev, 0);
   };
-  if (in.dense) {
-    const std::vector<int64_t>& pairs = *in.dense;
-    for (size_t dd = 0; dd < ndev; ++dd)
-      for (size_t sd = 0; sd < ndev; ++sd)
-        if (pairs[dd * ndev + sd] > 0) visit(0, sd, dd, pairs[dd * ndev + sd], bands_of(0, sd, dd));
-    band_only(0, [&](size_t sd, size_t dd) { return pairs[dd * ndev + sd]; });
-  } else {
-    for (auto [k, b] : *in.sparse)
-      visit(0, k >> 32, k & 0xffffffffu, b, bands_of(0, k >> 32, k & 0xffffffffu));
-    band_only(0, [&](size_t sd, size_t dd) {
-      auto it = in.sparse->find(uint64_t{sd} << 32 | dd);
-      return it == in.sparse->end() ? int64_t{0} : it->second;
-    });
-  }
+  in.pairs->each(
+      [&](uint32_t sd, uint32_t dd, int64_t b) { visit(0, sd, dd, b, bands_of(0, sd, dd)); });
+  band_only(0, [&](size_t sd, size_t dd) {
+    return in.pairs->get(static_cast<uint32_t>(sd), static_cast<uint32_t>(dd));
+  });
   end_stage();
   for (int s = 1; s < nstages; ++s) {
     const auto& relay = (*in.relay)[static_cast<size_t>(s)];
@@ -472,12 +463,38 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   int64_t pieces = 0;
   std::vector<uint64_t> cell_bits;
   // Bytes per (src, dst) stream, needed for the statistics of the rounds.
-  // Dense rows are per destination: a destination's sources are added in a
-  // row, not scattered over the matrix.
   const bool budgeted = o.staging_budget_bytes > 0;
   const bool track_pairs = budgeted && schedule;
-  const bool dense_bytes = track_pairs && ndev <= 4096;
-  std::vector<int64_t> pair_dense(dense_bytes ? ndev * ndev : 0);
+  // Stage-0 stream bytes (PairBytes): dense from the start where the table
+  // takes at most what a 4,096-device square one did, else once the hash
+  // map reaches a quarter of it (a table of up to kDensePairCap, and within
+  // max_bytes: the 405B plan at 16,384 devices has 2^28 streams, 2 GiB as
+  // a table against some 17 GiB as a map).
+  constexpr size_t kDensePairCap = size_t{2} << 30;
+  std::vector<uint8_t> can_recv(track_pairs ? ndev : 0), can_send(track_pairs ? ndev : 0);
+  if (track_pairs) {
+    std::set<const GeoTopo*> seen;
+    auto mark = [&](const GeoTopo* g, std::vector<uint8_t>& v) {
+      for (uint32_t d : g->dense) v[d] = 1;
+    };
+    for (const TensorCtx& t : ctx.tensors) {
+      // Rows: destination devices, and holders taking a summand into their
+      // scratch (partial sources); columns: source devices.
+      if (seen.insert(t.dt).second) mark(t.dt, can_recv);
+      if (t.S > 1) mark(t.st, can_recv);
+    }
+    seen.clear();
+    for (const TensorCtx& t : ctx.tensors)
+      if (seen.insert(t.st).second) mark(t.st, can_send);
+  }
+  PairBytes pair_bytes(
+      can_recv, can_send,
+      max_bytes < 0
+          ? kDensePairCap
+          : std::min(kDensePairCap, static_cast<size_t>(std::max(max_bytes, kPairFloor))));
+  if (track_pairs && pair_bytes.table_bytes() <= size_t{4096} * 4096 * sizeof(int64_t))
+    pair_bytes.make_dense();
+  const bool dense_bytes = pair_bytes.dense();
   // Refused up front, in time linear in the layouts' entries, when the
   // fewest pairs the layouts allow are already above what keep_pair
   // accepts (it would refuse anyway, after enumerating them).
@@ -498,7 +515,6 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                "use a coarser layout (fewer devices, or gather within groups first), or raise "
                "the limit (-1: no limit)");
   }
-  std::unordered_map<uint64_t, int64_t> pair_sparse;
   std::deque<std::unordered_map<uint64_t, int64_t>> relay_bytes(1);
   // Makes room for stage s in the per-stage rows and maps.
   auto stage_grow = [&](uint32_t s) {
@@ -515,13 +531,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // dense << 20 | destination dense.
   BandStreams band_streams;
   auto add_pair = [&](uint32_t sd, uint32_t dd, int64_t bytes) {
-    if (dense_bytes)
-      add_to(pair_dense[size_t{dd} * ndev + sd], bytes, "network_bytes");
-    else {
-      auto [it, fresh] = pair_sparse.try_emplace((uint64_t{sd} << 32) | dd, 0);
-      add_to(it->second, bytes, "network_bytes");
-      if (fresh) keep_pair();
-    }
+    if (pair_bytes.add(sd, dd, bytes, kPairBytes)) keep_pair();
   };
   // Destination geometries where relays across hosts may apply: a cell
   // spanning at least 2 hosts and more than the source spans (the per-cell
@@ -728,27 +738,55 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // (RelayMerger): per entry of the cell being enumerated, the pending piece
   // from each relay. A part's bands have distinct band numbers, so only its
   // first band can extend the pending piece (of band 0), and its last band
-  // is pending after it. Returns the pieces the part adds.
+  // is pending after it (enum_cell counts the pieces a part adds).
   struct Pending {
     uint32_t src = 0, stage = 0, band = 0;
     Box box;
   };
-  auto merge_part = [](std::vector<Pending>& pending, uint32_t src, uint32_t stage,
-                       const PartBands& pb) -> int64_t {
-    Pending* p = nullptr;
-    for (Pending& q : pending)
-      if (q.src == src) p = &q;
-    if (!p) {
-      pending.push_back(Pending{src, stage, pb.last_band, pb.last});
-      return pb.n;
+  // The m pieces of `region` for entry e split evenly along `dim` over the
+  // holders N[0..nn) (piece j from N[(j + e) % nn]; Enumerator::split),
+  // stage 0 and band 0, none local: what account() does for each, with
+  // the receiver's figures added once (the statistics of a replicated
+  // source meet m pieces per entry, m up to the replicas).
+  auto split_stats = [&](const TensorCtx& t, uint32_t e, const Box& region, int dim, int64_t m,
+                         const uint32_t* N, size_t nn, int64_t esum, int64_t copies,
+                         int64_t& group_pieces) {
+    const uint32_t dd = t.dt->dense[e];
+    const int32_t host = t.dt->host[e], proc = t.dt->process[e];
+    const int64_t ext = region.extent(dim);
+    const int64_t slab = mul_of(region.volume() / ext, esum, "network_bytes");
+    int64_t recv = 0, recv_inter = 0, cross_proc = 0;
+    uint64_t* row = dense_pairs ? bits.data() + size_t{dd} * words : nullptr;
+    for (int64_t j = 0; j < m; ++j) {
+      const uint32_t src = N[(static_cast<size_t>(j) + e) % nn];
+      const uint32_t sd = t.st->dense[src];
+      const int64_t bytes = mul_of(ext * (j + 1) / m - ext * j / m, slab, "network_bytes");
+      add_to(acc[sd].send, bytes, "max_send_bytes");
+      add_to(recv, bytes, "max_recv_bytes");
+      if (t.st->host[src] != host) {
+        add_to(acc[sd].send_inter, bytes, "max_host_send_bytes");
+        add_to(recv_inter, bytes, "max_host_recv_bytes");
+      }
+      if (t.st->process[src] != proc) add_to(cross_proc, bytes, "cross_process_bytes");
+      if (counts) {
+        (*counts)[sd].send_pieces += copies;
+        (*counts)[sd].regions += copies;
+      }
+      if (track_pairs) add_pair(sd, dd, bytes);
+      if (row)
+        row[sd >> 6] |= uint64_t{1} << (sd & 63);
+      else if (pair_set.insert((uint64_t{sd} << 32) | dd).second)
+        keep_pair();
     }
-    int64_t added = pb.n;
-    if (p->stage == stage && p->band == 0 && RelayMerger::extends(p->box, pb.first)) {
-      --added;
-      if (pb.n == 1) return added;  // the pending piece grew
+    add_to(acc[dd].recv, recv, "max_recv_bytes");
+    add_to(acc[dd].recv_inter, recv_inter, "max_host_recv_bytes");
+    add_to(st.cross_host_bytes, recv_inter, "cross_host_bytes");
+    add_to(st.cross_process_bytes, cross_proc, "cross_process_bytes");
+    if (counts) {
+      (*counts)[dd].recv_pieces += copies * m;
+      (*counts)[dd].regions += copies * m;
     }
-    *p = Pending{src, stage, pb.last_band, pb.last};
-    return added;
+    group_pieces += m;
   };
   // Enumerator::assign for one summand on both sides: the piece(s) of
   // `region` for entry e from the holders R[0..nr), as stage-0 pieces of
@@ -802,6 +840,10 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       }
       const int64_t ext = region.extent(dim);
       const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nn));
+      if (m > 1 && band == 0) {
+        split_stats(t, e, region, dim, m, N, nn, esum, copies, group_pieces);
+        return true;
+      }
       if (m > 1) {
         x.own_region = true;
         for (int64_t j = 0; j < m; ++j) {
@@ -834,6 +876,15 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   std::vector<uint32_t> part_holders;           // holders on a part's host, per part
   std::vector<size_t> holder_begin;  // per part: offset into part_holders (+1 at the end)
   std::vector<std::pair<int32_t, uint32_t>> by_host_cell;
+  std::vector<int64_t> recv_index;  // per host of the cell (Enumerator::receiving_table)
+  std::vector<size_t> recv_host;    // per receiving host
+  // Per cell: each entry's position in it, and per (entry, source entry,
+  // stage) of the cell the index of the entry's pending piece (stage bit
+  // clear) and stream, valid where the stamp is the cell's tick.
+  std::vector<uint32_t> pos_in_cell;
+  std::vector<uint32_t> cell_index, stream_index;
+  std::vector<uint64_t> cell_stamp, stream_stamp;
+  uint64_t cell_tick = 0;
   auto enum_cell = [&](const TensorCtx& t, size_t c, int64_t esum, int64_t copies,
                        int64_t& group_pieces) {
     const Geometry& dg = *t.dg;
@@ -851,6 +902,19 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     }
     several.assign(m, 0);
     slot.assign(m, 0);
+    ++cell_tick;
+    // Indexed where the tables stay small (16 Mi slots), else scanned.
+    const bool indexed = m * m * 2 <= (size_t{1} << 24);
+    if (indexed && pos_in_cell.size() < t.dst->num_entries())
+      pos_in_cell.resize(t.dst->num_entries());
+    if (indexed)
+      for (uint32_t i = b0; i < b1; ++i) pos_in_cell[dg.cell_entries[i]] = i - b0;
+    if (indexed && cell_stamp.size() < m * m * 2) {
+      cell_stamp.assign(m * m * 2, 0);
+      stream_stamp.assign(m * m * 2, 0);
+      cell_index.resize(m * m * 2);
+      stream_index.resize(m * m * 2);
+    }
     by_host_cell.clear();
     for (uint32_t i = b0; i < b1; ++i) by_host_cell.emplace_back(t.dt->host[dg.cell_entries[i]], i);
     std::sort(by_host_cell.begin(), by_host_cell.end());
@@ -881,14 +945,16 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
             if (t.st->host[h[k]] == route.part_host[j]) part_holders.push_back(h[k]);
       }
       holder_begin[np] = part_holders.size();
+      en.receiving_table(route, recv_index, recv_host);
       for (uint32_t i = b0; i < b1; ++i) {
         const uint32_t e = dg.cell_entries[i];
-        size_t idx = 0;
-        if (!en.receiving_index(route, t.dt->host[e], &idx)) {  // a holder on e's host
+        const size_t hi = slot[i - b0];
+        const int64_t ri = recv_index[hi - route.cell_begin];
+        if (ri < 0) {  // a holder on e's host
           assign_stats(t, e, region, h, n, own, 0, esum, copies, group_pieces);
           continue;
         }
-        const size_t hi = slot[i - b0];
+        const auto idx = static_cast<size_t>(ri);
         for (size_t j = 0; j < np; ++j) {
           const Box& part = route.parts[j];
           const PartBands& pb = part_bands[j];
@@ -913,15 +979,53 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
               if (!ok) fail(ErrorCode::kInternal, "statistics: a route part without holders");
               continue;
             }
-            src = en.leader(route,
-                            en.receiving_host(route, static_cast<size_t>(route.part_entry[j])), j);
+            src = en.leader(route, recv_host[static_cast<size_t>(route.part_entry[j])], j);
             stage = 1;  // across hosts, from the entry host's leader
           }
-          const int64_t added = merge_part(pending[i - b0], src, stage, pb);
+          // RelayMerger on the entry's pending piece from `src` (`added`:
+          // the pieces the part adds after merging), and the entry's
+          // stream from src: found by index (src, a leader, is an entry of
+          // the cell, at pos_in_cell[src]), or by a scan where the cell is
+          // too large for the tables (a scan per part was most of the
+          // statistics' time on a 4,096-device MoE sync).
+          std::vector<Pending>& pe = pending[i - b0];
+          std::vector<StreamRef>& se = streams[i - b0];
+          int64_t added = pb.n;
+          size_t key = 0;
+          Pending* q = nullptr;
           StreamRef* ref = nullptr;
-          for (StreamRef& r : streams[i - b0])
-            if (r.src == src && r.stage == stage) ref = &r;
-          if (!ref) ref = &streams[i - b0].emplace_back(StreamRef{src, stage});
+          if (indexed) {
+            key = ((i - b0) * m + pos_in_cell[src]) * 2 + (stage == 1 ? 0 : 1);
+            const size_t pk = key & ~size_t{1};  // pending: by source alone
+            if (cell_stamp[pk] == cell_tick) q = &pe[cell_index[pk]];
+            if (stream_stamp[key] == cell_tick) ref = &se[stream_index[key]];
+          } else {
+            for (Pending& x : pe)
+              if (x.src == src) q = &x;
+            for (StreamRef& r : se)
+              if (r.src == src && r.stage == stage) ref = &r;
+          }
+          if (!q) {
+            if (indexed) {
+              cell_stamp[key & ~size_t{1}] = cell_tick;
+              cell_index[key & ~size_t{1}] = static_cast<uint32_t>(pe.size());
+            }
+            pe.push_back(Pending{src, stage, pb.last_band, pb.last});
+          } else {
+            bool grew = false;
+            if (q->stage == stage && q->band == 0 && RelayMerger::extends(q->box, pb.first)) {
+              --added;
+              grew = pb.n == 1;  // the pending piece grew (kept as it was)
+            }
+            if (!grew) *q = Pending{src, stage, pb.last_band, pb.last};
+          }
+          if (!ref) {
+            if (indexed) {
+              stream_stamp[key] = cell_tick;
+              stream_index[key] = static_cast<uint32_t>(se.size());
+            }
+            ref = &se.emplace_back(StreamRef{src, stage});
+          }
           relay_part(t, *ref, e, part, pb, added, esum, copies, group_pieces);
         }
       }
@@ -1349,9 +1453,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     if (stage_loads) *stage_loads = loads;
   }
   if (track_pairs) {
-    const RoundFigures r = round_schedule(
-        ndev, nstages, o.staging_budget_bytes, loads,
-        {dense_bytes ? &pair_dense : nullptr, &pair_sparse, &relay_bytes, &band_streams}, counts);
+    const RoundFigures r = round_schedule(ndev, nstages, o.staging_budget_bytes, loads,
+                                          {&pair_bytes, &relay_bytes, &band_streams}, counts);
     st.peak_staging_bytes = std::max(st.peak_staging_bytes, r.peak_staging);
     // A plan's rounds are int32 (PlanStats) and its messages' uint32: never
     // saturated, an error naming the budget that needs them.

@@ -283,6 +283,14 @@ class Enumerator {
   uint32_t leader(const Route& r, size_t hi, size_t j) const;
   // The CellHosts index of the index-th receiving host.
   size_t receiving_host(const Route& r, size_t index) const;
+  // receiving_index and receiving_host of every host of the route's cell
+  // at once, in one pass (the global statistics ask them of each entry
+  // and part, which costs the cell's hosts times the holders' hosts):
+  // index_of[hi - r.cell_begin] is the receiving index of the host at
+  // CellHosts index hi (-1: a holder's host), host_of[k] the CellHosts
+  // index of the k-th receiving host.
+  void receiving_table(const Route& r, std::vector<int64_t>& index_of,
+                       std::vector<size_t>& host_of) const;
   // Whether some cell of the tensor spans at least 2 and no more hosts than
   // the source and crosses by cross_gate (the statistics' fast path applies
   // to no such tensor).

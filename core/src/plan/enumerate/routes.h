@@ -176,6 +176,20 @@ inline size_t Enumerator::receiving_host(const Route& r, size_t index) const {
   return r.cell_end;
 }
 
+inline void Enumerator::receiving_table(const Route& r, std::vector<int64_t>& index_of,
+                                        std::vector<size_t>& host_of) const {
+  index_of.assign(r.cell_end - r.cell_begin, -1);
+  host_of.clear();
+  auto held = r.holder_hosts.begin();
+  for (size_t hi = r.cell_begin; hi < r.cell_end; ++hi) {
+    const int32_t host = ch_->hosts[hi];
+    held = std::lower_bound(held, r.holder_hosts.end(), host);
+    if (held != r.holder_hosts.end() && *held == host) continue;
+    index_of[hi - r.cell_begin] = static_cast<int64_t>(host_of.size());
+    host_of.push_back(hi);
+  }
+}
+
 inline uint32_t Enumerator::leader(const Route& r, size_t hi, size_t j) const {
   const uint32_t b = ch_->member_offsets[hi], end = ch_->member_offsets[hi + 1];
   if (r.n > 0) {

@@ -1,0 +1,111 @@
+// Internal: the bytes of every stage-0 (source device, destination device)
+// stream, which the round schedule of a budgeted plan needs (stats.cc).
+//
+// A hash map while the streams are few; a dense table over the devices that
+// can send (sources) and receive (destinations) once the map takes a quarter
+// of the table's memory (so the two together peak at 1.25 tables), where the
+// table stays within a cap. A fleet where
+// every trainer talks to every inference device (an MoE sync from replicated
+// pipeline stages: N/2 x N/2 streams) then costs 8 bytes a stream instead of
+// a hash node's ~48, and no hashing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "plan/checked.h"
+
+namespace reshard::planning {
+
+class PairBytes {
+ public:
+  // `rows`/`cols`: per dense device, whether it can receive / send a
+  // stage-0 stream; `dense_cap`: most bytes the table may take.
+  PairBytes(const std::vector<uint8_t>& rows, const std::vector<uint8_t>& cols, size_t dense_cap)
+      : col_of_(cols.size(), -1) {
+    for (size_t d = 0; d < rows.size(); ++d)
+      if (rows[d]) row_dev_.push_back(static_cast<uint32_t>(d));
+    for (size_t d = 0; d < cols.size(); ++d)
+      if (cols[d]) {
+        col_of_[d] = static_cast<int32_t>(col_dev_.size());
+        col_dev_.push_back(static_cast<uint32_t>(d));
+      }
+    row_base_.assign(rows.size(), -1);
+    for (size_t r = 0; r < row_dev_.size(); ++r)
+      row_base_[row_dev_[r]] = static_cast<int64_t>(r * col_dev_.size());
+    table_bytes_ = row_dev_.size() * col_dev_.size() * sizeof(int64_t);
+    dense_ok_ = table_bytes_ <= dense_cap;
+  }
+  // Turns to the table, the map's streams moved into it (any outside the
+  // table, which the caller's rows and columns should not leave, stay in
+  // the map).
+  void make_dense() {
+    if (dense_ || !dense_ok_) return;
+    table_.assign(row_dev_.size() * col_dev_.size(), 0);
+    dense_ = true;
+    std::unordered_map<uint64_t, int64_t> rest;
+    for (const auto& [k, b] : sparse_) {
+      const auto sd = static_cast<uint32_t>(k >> 32), dd = static_cast<uint32_t>(k & 0xffffffffu);
+      if (in_table(sd, dd))
+        table_[index(sd, dd)] = b;
+      else
+        rest.emplace(k, b);
+    }
+    sparse_.swap(rest);
+  }
+  bool dense() const { return dense_; }
+  size_t table_bytes() const { return table_bytes_; }
+  // Adds `bytes` to the stream sd -> dd; returns whether it is a new entry
+  // of the hash map (the caller counts those against its memory limit).
+  bool add(uint32_t sd, uint32_t dd, int64_t bytes, int64_t node_bytes) {
+    if (dense_ && in_table(sd, dd)) {
+      add_to(at(sd, dd), bytes, "network_bytes");
+      return false;
+    }
+    auto [it, fresh] = sparse_.try_emplace((uint64_t{sd} << 32) | dd, 0);
+    add_to(it->second, bytes, "network_bytes");
+    if (fresh && !dense_ && dense_ok_ &&
+        sparse_.size() * static_cast<size_t>(node_bytes) * 4 >= table_bytes_) {
+      make_dense();
+      return false;
+    }
+    return fresh;
+  }
+  // The bytes of stream sd -> dd (0: none).
+  int64_t get(uint32_t sd, uint32_t dd) const {
+    if (dense_ && in_table(sd, dd)) return table_[index(sd, dd)];
+    auto it = sparse_.find((uint64_t{sd} << 32) | dd);
+    return it == sparse_.end() ? 0 : it->second;
+  }
+  // Calls f(sd, dd, bytes) for every stream: the map's entries, then the
+  // table's with bytes.
+  template <class F>
+  void each(F&& f) const {
+    for (const auto& [k, b] : sparse_)
+      f(static_cast<uint32_t>(k >> 32), static_cast<uint32_t>(k & 0xffffffffu), b);
+    if (!dense_) return;
+    const size_t nc = col_dev_.size();
+    for (size_t r = 0; r < row_dev_.size(); ++r)
+      for (size_t c = 0; c < nc; ++c)
+        if (const int64_t b = table_[r * nc + c]; b > 0) f(col_dev_[c], row_dev_[r], b);
+  }
+
+ private:
+  // sd and dd are dense device indices (below the size of `rows`/`cols`).
+  bool in_table(uint32_t sd, uint32_t dd) const { return row_base_[dd] >= 0 && col_of_[sd] >= 0; }
+  size_t index(uint32_t sd, uint32_t dd) const {
+    return static_cast<size_t>(row_base_[dd]) + static_cast<size_t>(col_of_[sd]);
+  }
+  int64_t& at(uint32_t sd, uint32_t dd) { return table_[index(sd, dd)]; }
+  std::vector<int32_t> col_of_;    // per device: its column, -1 where none
+  std::vector<int64_t> row_base_;  // per device: its row x columns, -1 where none
+  std::vector<uint32_t> row_dev_, col_dev_;
+  size_t table_bytes_ = 0;
+  bool dense_ok_ = false, dense_ = false;
+  std::vector<int64_t> table_;
+  std::unordered_map<uint64_t, int64_t> sparse_;
+};
+
+}  // namespace reshard::planning
