@@ -1013,8 +1013,7 @@ TEST(PlanRelays, LikeSmallTensorsRelayTogether) {
         const double alone_single_cost =
             make_plan(alone_single, {PlanScope::kGlobal}).stats().cost_seconds;
         if (M == 1) {
-          EXPECT_LE(make_plan(alone, {PlanScope::kGlobal}).stats().cost_seconds,
-                    alone_single_cost);
+          EXPECT_LE(make_plan(alone, {PlanScope::kGlobal}).stats().cost_seconds, alone_single_cost);
         }
         planning::choice_override().single_hop = -1;
         EXPECT_LE(make_plan(alone, {PlanScope::kGlobal}).stats().cost_seconds, alone_single_cost);
