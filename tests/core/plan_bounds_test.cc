@@ -2012,7 +2012,9 @@ TEST(PlanScratch, PsumFleetsPreReduceOnTheHoldersHosts) {
   EXPECT_GT(longer, cases / 20);
   // About 1 in 13 sharded fleets has it (6 of 80): below full scale the
   // sample may hold none.
-  if (RESHARD_TEST_SCALE >= 100) EXPECT_GE(uneven, sharded_cases / 16);
+  if (RESHARD_TEST_SCALE >= 100) {
+    EXPECT_GE(uneven, sharded_cases / 16);
+  }
 }
 
 // Summands on 3 hosts that hold no destination (one each) and on a host of

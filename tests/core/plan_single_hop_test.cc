@@ -134,9 +134,10 @@ TEST(PlanSingleHop, RandomPlansAreNeverSlowerThanSingleHop) {
     PlanInput in = gen.input();
     in.options.staging_budget_bytes = c % 3 == 0 ? 4096 : 0;
     // These tensors are small: by the estimate one α outweighs what a
-    // route saves, so every plan would be single-hop. A fifth of the cases
-    // make α small enough for the routes to win some.
-    if (c % 5 == 1) in.options.alpha_seconds = 1e-9;
+    // route saves, so every plan would be single-hop. A third of the cases
+    // have no α, where routes win some (10 of 300 plans staged; 1 of the
+    // 75 at ASan's scale, the seeds fixed).
+    if (c % 3 == 1) in.options.alpha_seconds = 0;
     SCOPED_TRACE("case " + std::to_string(c));
     const Plan plan = make_plan(in);
     const double cost = plan.stats().cost_seconds, single = single_hop_cost(in);
