@@ -153,8 +153,10 @@ def test_donate_deletes_the_sources(meshes):
     assert tree["a"].is_deleted() and not tree["b"].is_deleted() and not tree["k"].is_deleted()
     assert np.array_equal(np.asarray(tree["b"]), np.arange(8))
     # bad donate values name their path
+    tree = mk()
     with pytest.raises(TypeError, match=r"donate\['a'\]: expected a bool, got str"):
-        rj.reshard(mk(), dst, donate={"a": "yes", "b": False, "k": False, "n": False})
+        rj.reshard(tree, dst, donate={"a": "yes", "b": True, "k": False, "n": False})
+    assert not tree["b"].is_deleted()  # refused before anything moved or was deleted
     with pytest.raises(reshard.InvalidArgumentError, match="donate: not a pytree prefix"):
         rj.reshard(mk(), dst, donate=[True, False])
 

@@ -4,7 +4,15 @@
 returns, computed by a reshard plan executed on the arrays' host buffers
 (CPU devices) in one process, or across processes over MPI. Plans are made
 once per (shapes, dtypes, source and target shardings) and cached, so a
-training loop that syncs weights every step plans only on the first.
+training loop that syncs weights every step plans only on the first
+(``cache_resharding_plans=False`` and ``clear_plan_cache()`` turn that off).
+
+It takes what ``jax.device_put`` takes: PRNG key arrays move as their key
+data and come back as key arrays; NumPy arrays and scalars (host values,
+nothing to reshard) are placed by ``jax.device_put``; a bare
+``PartitionSpec`` uses the mesh of ``jax.set_mesh``; ``donate`` deletes the
+sources. It runs eagerly: inside ``jax.jit`` it is a ``TypeError``. Errors
+name the leaf by its key path (``tree['opt']['step']``).
 
 Layouts map one to one (docs/spec.md, "From JAX"): a ``Mesh`` becomes a spec
 mesh (axis names, shape, device ids in the mesh's order, process indices), a
@@ -676,13 +684,26 @@ class Resharder:
             per_def = self._by_treedef[treedef] = (targets, names)
         return per_def
 
-    def _prepared(self, key: Any, leaves: List[Any], targets: List[Optional[Sharding]],
-                  names: List[str]) -> _Prepared:
+    def _lookup(self, key: Any) -> Optional[_Prepared]:
         with self._lock:
             prep = self._cache.get(key)
             if prep is not None:
                 self._cache.move_to_end(key)
-                return prep
+            return prep
+
+    def _plain_prepared(self, tree: Any, leaves: List[Any], treedef: Any) -> _Prepared:
+        key = (treedef, tuple(map(_LEAF_KEY, leaves)))
+        prep = self._lookup(key)
+        if prep is None:
+            targets, names = self._targets(tree, treedef)
+            prep = self._prepared(key, leaves, targets, names)
+        return prep
+
+    def _prepared(self, key: Any, leaves: List[Any], targets: List[Optional[Sharding]],
+                  names: List[str]) -> _Prepared:
+        prep = self._lookup(key)
+        if prep is not None:
+            return prep
         prep = _Prepared(leaves, targets, names, self.executor, self.reuse_buffers)
         with self._lock:
             self._cache[key] = prep
@@ -731,9 +752,7 @@ class Resharder:
         its leaves and treedef."""
         leaves, treedef = jax.tree_util.tree_flatten(tree)
         if self._plain(leaves):
-            targets, names = self._targets(tree, treedef)
-            return self._prepared((treedef, tuple(map(_LEAF_KEY, leaves))), leaves, targets,
-                                  names), leaves, treedef
+            return self._plain_prepared(tree, leaves, treedef), leaves, treedef
         sp = self._split(tree, leaves, treedef)
         return (self._prepared(self._split_key(treedef, sp), sp.leaves, sp.targets, sp.names),
                 sp.leaves, treedef)
@@ -748,17 +767,18 @@ class Resharder:
         ``jax.device_put(tree, shardings, donate=donate)`` (donated sources
         are always deleted)."""
         leaves, treedef = jax.tree_util.tree_flatten(tree)
+        # checked before anything moves: a bad donate leaves the sources be
+        donated = None if donate is False else _donate_flags(tree, leaves, donate)
         if self._plain(leaves):
             if _TRACE_STATE_CLEAN is not None and not _TRACE_STATE_CLEAN():
                 _check_eager(leaves)
-            targets, names = self._targets(tree, treedef)
-            prep = self._prepared((treedef, tuple(map(_LEAF_KEY, leaves))), leaves, targets,
-                                  names)
-            out = prep.run(leaves)
+            out = self._plain_prepared(tree, leaves, treedef).run(leaves)
         else:
             out = self._call_split(tree, leaves, treedef)
-        if donate is not False:
-            _delete_donated(tree, leaves, donate)
+        if donated is not None:
+            for x, d in zip(leaves, donated):
+                if d and isinstance(x, jax.Array) and not x.is_deleted():
+                    x.delete()
         return treedef.unflatten(out)
 
     def _call_split(self, tree: Any, leaves: List[Any], treedef: Any) -> List[Any]:
@@ -791,22 +811,19 @@ def _is_bool(v: Any) -> bool:
     return isinstance(v, (bool, np.bool_))
 
 
-def _delete_donated(tree: Any, leaves: List[Any], donate: Any) -> None:
-    """Deletes the donated source arrays (``donate``: a bool, or a pytree
-    prefix of ``tree`` of bools), after the move: using them raises JAX's
-    deleted-array error. NumPy and scalar leaves have nothing to delete."""
+def _donate_flags(tree: Any, leaves: List[Any], donate: Any) -> List[bool]:
+    """One flag per leaf from ``donate`` (a bool, or a pytree prefix of
+    ``tree`` of bools). The donated source arrays are deleted after the move:
+    using them raises JAX's deleted-array error. NumPy and scalar leaves have
+    nothing to delete."""
     if _is_bool(donate):
-        flags = [bool(donate)] * len(leaves)
-    else:
-        per = _per_leaf("donate", donate, tree, lambda v: v is None or _is_bool(v))
-        flags = []
-        for path, v in per:
-            if not _is_bool(v):
-                raise TypeError(f"donate{path}: expected a bool, got {type(v).__name__}")
-            flags.append(bool(v))
-    for x, d in zip(leaves, flags):
-        if d and isinstance(x, jax.Array) and not x.is_deleted():
-            x.delete()
+        return [bool(donate)] * len(leaves)
+    flags = []
+    for path, v in _per_leaf("donate", donate, tree, lambda v: v is None or _is_bool(v)):
+        if not _is_bool(v):
+            raise TypeError(f"donate{path}: expected a bool, got {type(v).__name__}")
+        flags.append(bool(v))
+    return flags
 
 
 _RESHARDERS: Dict[Any, Resharder] = {}
