@@ -50,6 +50,14 @@ tree = {"w": make("w", NamedSharding(train, P("dp", "tp"))),
 targets = {"w": NamedSharding(infer, P(None, "tp")),
            "b": NamedSharding(both, P("a")),
            "e": NamedSharding(both, P(("b", "a"), None, None))}
+# executor= left out across processes: an error that says what to pass (was
+# `KeyError: 0` from the internals), raised on every process before any
+# communication
+try:
+    rj.reshard(tree, targets)
+    raise AssertionError("reshard across processes without an executor did not raise")
+except reshard.InvalidArgumentError as e:
+    assert "executor=reshard.MPIExecutor(comm)" in str(e) and "tree['" in str(e), e
 ex = reshard.MPIExecutor(comm, timeout=60)
 r = rj.Resharder(targets, executor=ex)
 for step in range(3):

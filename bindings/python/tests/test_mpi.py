@@ -36,3 +36,17 @@ def test_jax_two_processes():
     out = mpirun("mpi_jax_worker.py", extra_env={
         "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"})
     assert "rank 0: OK" in out and "rank 1: OK" in out, out
+
+
+def test_docs_two_process_recipe(tmp_path):
+    """The JAX two-process recipe of docs/python.md runs as written."""
+    pytest.importorskip("jax")
+    import re
+    root = HERE.parents[2]
+    doc = (root / "docs" / "python.md").read_text()
+    m = re.search(r"^### Across processes\n.*?^```python\n(.*?)^```", doc, re.S | re.M)
+    assert m, "docs/python.md: no python block under '### Across processes'"
+    script = tmp_path / "jax_two_processes.py"
+    script.write_text(m.group(1))
+    out = mpirun(script)
+    assert "process 0: 0 shards OK" in out and "process 1: 4 shards OK" in out, out

@@ -4,7 +4,15 @@
 returns, computed by a reshard plan executed on the arrays' host buffers
 (CPU devices) in one process, or across processes over MPI. Plans are made
 once per (shapes, dtypes, source and target shardings) and cached, so a
-training loop that syncs weights every step plans only on the first.
+training loop that syncs weights every step plans only on the first
+(``cache_resharding_plans=False`` and ``clear_plan_cache()`` turn that off).
+
+It takes what ``jax.device_put`` takes: PRNG key arrays move as their key
+data and come back as key arrays; NumPy arrays and scalars (host values,
+nothing to reshard) are placed by ``jax.device_put``; a bare
+``PartitionSpec`` uses the mesh of ``jax.set_mesh``; ``donate`` deletes the
+sources. It runs eagerly: inside ``jax.jit`` it is a ``TypeError``. Errors
+name the leaf by its key path (``tree['opt']['step']``).
 
 Layouts map one to one (docs/spec.md, "From JAX"): a ``Mesh`` becomes a spec
 mesh (axis names, shape, device ids in the mesh's order, process indices), a
@@ -18,20 +26,22 @@ from __future__ import annotations
 import collections
 import itertools
 import operator
+import re
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 import jax
-from jax.sharding import NamedSharding, Sharding, SingleDeviceSharding
+from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
 from . import _core
 from ._core import Executor, Plan
-from ._ffi import InvalidArgumentError, InternalError
+from ._ffi import InvalidArgumentError, InternalError, ReshardError
 
-__all__ = ["spec_for", "plan", "reshard", "Resharder", "layout_json", "mesh_json"]
+__all__ = ["spec_for", "plan", "reshard", "Resharder", "clear_plan_cache", "layout_json",
+           "mesh_json"]
 
 _ALIGN = 64  # XLA's CPU client aliases host memory aligned to this instead of copying
 
@@ -52,6 +62,26 @@ try:
     _FAST_PUT, _BLOCK = _xc.batched_device_put, _xc.batched_block_until_ready
 except (ImportError, AttributeError):  # pragma: no cover - depends on the JAX version
     _ArrayImpl = _ShapedArray = _FAST_PUT = _BLOCK = None
+
+# Tracers (a leaf inside jax.jit, vmap, grad) and whether JAX is tracing at
+# all; private to JAX, looked up where they have been since 0.4.
+_Tracer: Any = None
+_TRACE_STATE_CLEAN: Optional[Callable[[], bool]] = None
+try:
+    from jax._src import core as _jax_src_core
+    _Tracer = _jax_src_core.Tracer
+    _TRACE_STATE_CLEAN = _jax_src_core.trace_state_clean
+except (ImportError, AttributeError):  # pragma: no cover - depends on the JAX version
+    pass
+
+# The sharding of a key array's key data (one more trailing dimension per
+# key) for a sharding of the key array: JAX's own rule where it has one.
+_PHYSICAL_SHARDING: Any = None
+try:
+    from jax._src import sharding_impls as _sharding_impls
+    _PHYSICAL_SHARDING = _sharding_impls.physical_sharding
+except (ImportError, AttributeError):  # pragma: no cover - depends on the JAX version
+    pass
 
 
 def mesh_json(mesh: Any) -> Dict[str, Any]:
@@ -95,49 +125,127 @@ def layout_json(sharding: Sharding, shape: Sequence[int], mesh_name: Optional[st
     return {"boxes": boxes}
 
 
-def _as_sharding(s: Any) -> Optional[Sharding]:
+def _as_sharding(s: Any, where: str) -> Optional[Sharding]:
     if s is None or isinstance(s, Sharding):
         return s
     if isinstance(s, jax.Device):
         return SingleDeviceSharding(s)
-    raise TypeError(f"shardings: expected a jax.sharding.Sharding, a jax.Device or None, got "
-                    f"{type(s).__name__}")
+    raise TypeError(f"{where}: expected a jax.sharding.Sharding, a jax.Device, a PartitionSpec "
+                    f"(with jax.set_mesh) or None, got {type(s).__name__}")
 
 
 def _is_sharding_leaf(s: Any) -> bool:
-    return s is None or isinstance(s, (Sharding, jax.Device))
+    return s is None or isinstance(s, (Sharding, jax.Device, PartitionSpec))
+
+
+def _ambient_mesh() -> Any:
+    """The concrete mesh of ``jax.set_mesh`` / ``jax.sharding.use_mesh``
+    (what ``jax.device_put`` resolves a bare ``PartitionSpec`` against), or
+    None."""
+    get = getattr(jax.sharding, "get_mesh", None)
+    mesh = get() if get is not None else None
+    if mesh is None or getattr(mesh, "empty", False):
+        return None
+    return mesh
+
+
+def _first_leaf_name(tree: Any) -> str:
+    with_path = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return jax.tree_util.keystr(with_path[0][0]) if with_path else ""
+
+
+def _resolve_specs(shardings: Any, tree: Any = None) -> Any:
+    """``shardings`` with every bare ``PartitionSpec`` made a ``NamedSharding``
+    on the ambient mesh, as ``jax.device_put`` does. Errors name the leaf of
+    ``tree`` (or the path in ``shardings`` when there is no tree)."""
+    leaves = jax.tree_util.tree_leaves(shardings, is_leaf=_is_sharding_leaf)
+    if not any(isinstance(s, PartitionSpec) for s in leaves):
+        return shardings
+    mesh = _ambient_mesh()
+
+    def one(path: Any, s: Any) -> Any:
+        if not isinstance(s, PartitionSpec):
+            return s
+        if mesh is None:
+            where = jax.tree_util.keystr(path)
+            where = f"tree{where or _first_leaf_name(tree)}" if tree is not None else \
+                f"shardings{where}"
+            how = ("inside `with jax.set_mesh(mesh):`" if hasattr(jax, "set_mesh") else
+                   "inside `with jax.sharding.use_mesh(mesh):`")
+            raise InvalidArgumentError(
+                f"{where}: the target is a bare PartitionSpec {s!r} but no mesh is set; call "
+                f"reshard {how}, or pass NamedSharding(mesh, spec)")
+        return NamedSharding(mesh, s)
+    return jax.tree_util.tree_map_with_path(one, shardings, is_leaf=_is_sharding_leaf)
+
+
+def _per_leaf(what: str, prefix: Any, tree: Any, is_leaf: Callable[[Any], bool]
+              ) -> List[Tuple[str, Any]]:
+    """``prefix`` (one value, or a pytree prefix of ``tree``, as
+    ``jax.device_put`` takes its shardings and ``donate``) broadcast to one
+    ``(path in prefix, value)`` per leaf of ``tree``."""
+    n = len(jax.tree_util.tree_leaves(tree))
+    if is_leaf(prefix):
+        return [("", prefix)] * n
+    p_leaves, p_def = jax.tree_util.tree_flatten_with_path(prefix, is_leaf=is_leaf)
+    try:
+        subtrees = p_def.flatten_up_to(tree)
+    except ValueError as e:
+        raise InvalidArgumentError(f"{what}: not a pytree prefix of the tree ({e})") from None
+    out: List[Tuple[str, Any]] = []
+    for (path, v), sub in zip(p_leaves, subtrees):
+        out += [(jax.tree_util.keystr(path), v)] * len(jax.tree_util.tree_leaves(sub))
+    if len(out) != n:
+        raise InvalidArgumentError(f"{what}: {len(out)} values for {n} leaves")
+    return out
 
 
 def _flatten(tree: Any, shardings: Any) -> Tuple[List[Any], Any, List[Optional[Sharding]], List[str]]:
     """Leaves, treedef, one target sharding per leaf (``shardings`` may be a
-    single sharding or a pytree prefix of ``tree``, as for jax.device_put) and
-    leaf names (their key paths)."""
+    single sharding or a pytree prefix of ``tree``, as for jax.device_put;
+    a bare ``PartitionSpec`` is resolved against the ambient mesh) and leaf
+    names (their key paths)."""
     with_path, treedef = jax.tree_util.tree_flatten_with_path(tree)
     leaves = [x for _, x in with_path]
-    names = [jax.tree_util.keystr(p) or "x" for p, _ in with_path]
-    if _is_sharding_leaf(shardings):
-        per_leaf = [_as_sharding(shardings)] * len(leaves)
-    else:
-        sh_leaves, sh_def = jax.tree_util.tree_flatten(shardings, is_leaf=_is_sharding_leaf)
-        try:
-            subtrees = sh_def.flatten_up_to(tree)
-        except ValueError as e:
-            raise InvalidArgumentError(f"shardings: not a pytree prefix of the tree ({e})"
-                                       ) from None
-        per_leaf = []
-        for s, sub in zip(sh_leaves, subtrees):
-            per_leaf += [_as_sharding(s)] * len(jax.tree_util.tree_leaves(sub))
-    if len(per_leaf) != len(leaves):
-        raise InvalidArgumentError(f"shardings: {len(per_leaf)} shardings for {len(leaves)} leaves")
+    names = [jax.tree_util.keystr(p) for p, _ in with_path]  # "" for a bare array
+    shardings = _resolve_specs(shardings, tree)
+    per_leaf = [_as_sharding(s, f"shardings{path}")
+                for path, s in _per_leaf("shardings", shardings, tree, _is_sharding_leaf)]
     return leaves, treedef, per_leaf, names
 
 
+def _is_key(dtype: Any) -> bool:
+    return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+
+
 def _leaf_info(x: Any, name: str) -> Tuple[Tuple[int, ...], Any, Sharding]:
+    if _Tracer is not None and isinstance(x, _Tracer):
+        raise TypeError(_in_jit_message(f"tree{name}: a {type(x).__name__}"))
     sharding = getattr(x, "sharding", None)
     if sharding is None or not hasattr(x, "shape") or not hasattr(x, "dtype"):
         raise InvalidArgumentError(f"tree{name}: {type(x).__name__} is not a jax.Array (or a "
                                    "jax.ShapeDtypeStruct with a sharding)")
+    if _is_key(x.dtype):
+        raise InvalidArgumentError(
+            f"tree{name}: a PRNG key array ({x.dtype}); plan its key data "
+            "(jax.random.key_data), which is what reshard.jax.reshard moves")
     return tuple(int(n) for n in x.shape), x.dtype, sharding
+
+
+def _in_jit_message(what: str) -> str:
+    return (f"{what} (JAX is tracing: inside jax.jit, vmap, grad, ...): reshard.jax.reshard "
+            "runs eagerly on concrete arrays; call it outside jit, or use jax.device_put "
+            "(or jax.lax.with_sharding_constraint) inside jit")
+
+
+def _renamed(e: ReshardError, names: List[str]) -> ReshardError:
+    """``e`` with the C library's ``tensors[i]`` / ``buffers[i]`` (tensor i
+    of the plan) replaced by the leaf's key path ``tree['w']``."""
+    def sub(m: "re.Match[str]") -> str:
+        i = int(m.group(2))
+        return f"tree{names[i]}" if i < len(names) else m.group(0)
+    out = type(e)(re.sub(r"\b(tensors|buffers)\[(\d+)\]", sub, e.message), e.code)
+    return out
 
 
 class _SpecBuilder:
@@ -173,14 +281,24 @@ def spec_for(tree: Any, shardings: Any, *, options: Optional[Dict[str, Any]] = N
     """The reshard spec (a dict, docs/spec.md) that moves every leaf of ``tree``
     (``jax.Array``\\ s, or ``jax.ShapeDtypeStruct``\\ s with a sharding) from its
     sharding to the matching one of ``shardings`` (one sharding, or a pytree
-    prefix of ``tree``; ``None`` keeps a leaf's sharding). Tensors are named by
-    their key paths (``"['layers'][0]['w']"``)."""
+    prefix of ``tree``; ``None`` keeps a leaf's sharding; a bare
+    ``PartitionSpec`` uses the mesh of ``jax.set_mesh``). Tensors are named by
+    their key paths (``"['layers'][0]['w']"``; ``"x"`` for a bare array)."""
     leaves, _, targets, names = _flatten(tree, shardings)
+    return _spec(leaves, targets, names, options)
+
+
+def _spec(leaves: List[Any], targets: List[Optional[Sharding]], names: List[str],
+          options: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     b = _SpecBuilder()
     tensors = []
     for x, dst, name in zip(leaves, targets, names):
         shape, dtype, src = _leaf_info(x, name)
-        tensors.append({"name": name, "shape": list(shape), "dtype": _core.dtype_name(dtype),
+        try:
+            dname = _core.dtype_name(dtype)
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(f"tree{name}.{e.message}; jax.device_put moves it") from None
+        tensors.append({"name": name or "x", "shape": list(shape), "dtype": dname,
                         "src": b.layout(src, shape), "dst": b.layout(dst or src, shape)})
     spec: Dict[str, Any] = {"meshes": b.meshes_json(), "tensors": tensors}
     if options:
@@ -188,11 +306,22 @@ def spec_for(tree: Any, shardings: Any, *, options: Optional[Dict[str, Any]] = N
     return spec
 
 
+def _plan(leaves: List[Any], targets: List[Optional[Sharding]], names: List[str], *,
+          process: Optional[int] = None, **kwargs: Any) -> Plan:
+    """Plans the leaves; the C library's errors name the leaves' key paths."""
+    options = kwargs.pop("options", None)
+    spec = _spec(leaves, targets, names, options)
+    try:
+        return _core.plan(spec, process=process, **kwargs)
+    except ReshardError as e:
+        raise _renamed(e, names) from None
+
+
 def plan(tree: Any, shardings: Any, *, process: Optional[int] = None, **kwargs: Any) -> Plan:
     """Plans ``spec_for(tree, shardings)`` (see :func:`reshard.plan` for the
     keyword arguments)."""
-    options = kwargs.pop("options", None)
-    return _core.plan(spec_for(tree, shardings, options=options), process=process, **kwargs)
+    leaves, _, targets, names = _flatten(tree, shardings)
+    return _plan(leaves, targets, names, process=process, **kwargs)
 
 
 class _Slab:
@@ -253,12 +382,13 @@ class _Prepared:
         self.reuse = reuse
         self._pool: List[_Slab] = []
         self._lock = threading.Lock()
+        self.names = names
         process = executor.process
-        if process is not None and process != jax.process_index():
+        me = jax.process_index()
+        if process is not None and process != me:
             raise InvalidArgumentError(f"executor: rank {process} differs from "
-                                       f"jax.process_index() {jax.process_index()}; plan process "
+                                       f"jax.process_index() {me}; plan process "
                                        "p must be JAX process p")
-        self.plan = plan(leaves, targets, process=process)
         self.shapes, self.dtypes, self.dst_shardings = [], [], []
         for x, dst, name in zip(leaves, targets, names):
             shape, dtype, src = _leaf_info(x, name)
@@ -267,10 +397,19 @@ class _Prepared:
             self.dst_shardings.append(dst or src)
             for s in (src, dst or src):
                 for d in s.device_set:
-                    if d.process_index == jax.process_index() and d.platform != "cpu":
+                    if d.process_index == me and d.platform != "cpu":
                         raise InvalidArgumentError(
                             f"tree{name}: device {d} is a {d.platform} device; reshard.jax "
                             "executes on CPU devices (host memory) only")
+                    if d.process_index != me and process is None:
+                        # A host executor moves bytes inside this process only.
+                        raise InvalidArgumentError(
+                            f"executor: tree{name} has devices in process {d.process_index} "
+                            f"(this is process {me} of {jax.process_count()}); arrays that "
+                            "span processes need executor=reshard.MPIExecutor(comm) with "
+                            "comm's rank == jax.process_index(), every process calling "
+                            "reshard with the same tree and shardings")
+        self.plan = _plan(leaves, targets, names, process=process)
         local = None if process is None else self.plan.local_entries(process)
         devices = {d.id: d for d in jax.devices()}
         self.src_devices: List[List[int]] = []  # per leaf, entry -> device id, -1: not ours
@@ -290,7 +429,7 @@ class _Prepared:
                     idx = jmap.get(e.device)
                     got = None if idx is None else tuple(sl.indices(n)[:2] for sl, n in zip(idx, t.shape))
                     if got != tuple(zip(e.lo, e.hi)):
-                        raise InternalError(f"tree{t.name}: the plan's box {e.lo}..{e.hi} on device "
+                        raise InternalError(f"tree{names[t.index]}: the plan's box {e.lo}..{e.hi} on device "
                                             f"{e.device} differs from JAX's shard {got}")
             views, devs = [], []
             item = self.dtypes[t.index].itemsize
@@ -413,7 +552,10 @@ class _Prepared:
             try:
                 self._write_sources(leaves, table.src_ptr)
                 table.dst_ptr[self.dst_slots] = self.dst_offsets + np.uint64(slab.addr)
-                self.executor._execute_table(table)
+                try:
+                    self.executor._execute_table(table)
+                except ReshardError as e:
+                    raise _renamed(e, self.names) from None
             finally:
                 if mine:
                     self._table_lock.release()
@@ -456,96 +598,289 @@ class _Prepared:
         return out
 
 
+class _Split:
+    """How a tree that is not all plain ``jax.Array``\\ s is moved: the
+    indices of the leaves the plan moves (arrays, and key arrays through
+    their key data), the key impls to wrap back (None: a plain array), and
+    the other leaves (NumPy, scalars), placed by ``jax.device_put``."""
+
+    __slots__ = ("idx", "impls", "leaves", "targets", "names", "host")
+
+    def __init__(self) -> None:
+        self.idx: List[int] = []
+        self.impls: List[Any] = []
+        self.leaves: List[Any] = []
+        self.targets: List[Optional[Sharding]] = []
+        self.names: List[str] = []
+        self.host: List[int] = []
+
+
+def _key_data_sharding(key: Any, dst: Optional[Sharding]) -> Optional[Sharding]:
+    """The sharding of the key data of ``key`` placed at ``dst``."""
+    if dst is None or _PHYSICAL_SHARDING is None:
+        return dst  # a NamedSharding's spec leaves the trailing key dimension whole
+    return _PHYSICAL_SHARDING(key.aval, dst)
+
+
+def _check_eager(leaves: List[Any], names: Optional[List[str]] = None) -> None:
+    """A clear error inside ``jax.jit`` (a tracer, or JAX tracing at all):
+    reshard executes eagerly, outside any trace."""
+    if _Tracer is not None:
+        for i, x in enumerate(leaves):
+            if isinstance(x, _Tracer):
+                name = names[i] if names is not None else f"<leaf {i}>"
+                raise TypeError(_in_jit_message(f"tree{name}: a {type(x).__name__}"))
+    if _TRACE_STATE_CLEAN is not None and not _TRACE_STATE_CLEAN():
+        raise TypeError(_in_jit_message("reshard.jax.reshard called while tracing"))
+
+
 class Resharder:
     """Reshards pytrees of one structure to fixed target shardings, planning
     once per distinct (shapes, dtypes, shardings) and reusing the plan: the
     weight-sync loop of an RL trainer.
 
+    shardings: one target (a ``Sharding``, a ``jax.Device``, or a bare
+        ``PartitionSpec``, resolved against the mesh of ``jax.set_mesh``
+        current when the ``Resharder`` is made) or a pytree prefix of the
+        trees it will be called on; ``None`` keeps a leaf's sharding.
     executor: ``None`` for one process (a host executor over this process's
         CPU devices), or a :class:`reshard.MPIExecutor` whose rank is
-        ``jax.process_index()`` for arrays spread over processes.
-    cache_size: plans kept (least recently used dropped).
+        ``jax.process_index()`` for arrays spread over processes (omitting it
+        then is an ``InvalidArgumentError`` that says so).
+    cache_size: plans kept (least recently used dropped; 0 keeps none, so
+        every call plans afresh).
     reuse_buffers: outputs live in one host allocation per call (aliased by
         the returned arrays, no copy); with ``True`` an allocation whose arrays
         have all been freed is reused by a later call instead of allocating
         fresh pages (up to 4 per plan are kept).
+
+    Called on a tree, it takes what ``jax.device_put`` takes: ``jax.Array``
+    leaves are moved by the plan; PRNG key arrays (``jax.random.key``) by
+    their key data, given back as key arrays of the same impl; NumPy arrays
+    and Python scalars are converted and placed by ``jax.device_put`` (there
+    is nothing to reshard). ``donate`` as for :func:`reshard`.
     """
 
     def __init__(self, shardings: Any, *, executor: Optional[Executor] = None,
                  cache_size: int = 32, reuse_buffers: bool = True) -> None:
         self.reuse_buffers = reuse_buffers
-        self.shardings = shardings
+        self.shardings = _resolve_specs(shardings)
         self.executor = executor or _core._default_executor()
         self._cache: "collections.OrderedDict[Any, _Prepared]" = collections.OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._by_treedef: Dict[Any, Tuple[List[Optional[Sharding]], List[str]]] = {}
 
-    def prepared(self, tree: Any) -> Tuple[_Prepared, List[Any], Any]:
+    def _targets(self, tree: Any, treedef: Any) -> Tuple[List[Optional[Sharding]], List[str]]:
         # The targets and names of a leaf depend only on the tree's structure
         # (self.shardings is fixed): matched once per structure, so a call
         # with a cached plan only flattens the tree and hashes its leaves'
         # shapes, dtypes and shardings.
-        leaves, treedef = jax.tree_util.tree_flatten(tree)
-        try:
-            key = (treedef, tuple(map(_LEAF_KEY, leaves)))
-        except AttributeError:  # not an array: _leaf_info names it
-            key = (treedef, tuple((getattr(x, "shape", None), getattr(x, "dtype", None),
-                                   getattr(x, "sharding", None)) for x in leaves))
-        with self._lock:
-            prep = self._cache.get(key)
-            if prep is not None:
-                self._cache.move_to_end(key)
-                return prep, leaves, treedef
         per_def = self._by_treedef.get(treedef)
         if per_def is None:
             _, _, targets, names = _flatten(tree, self.shardings)
             if len(self._by_treedef) >= 64:
                 self._by_treedef.clear()
             per_def = self._by_treedef[treedef] = (targets, names)
-        targets, names = per_def
+        return per_def
+
+    def _lookup(self, key: Any) -> Optional[_Prepared]:
+        with self._lock:
+            prep = self._cache.get(key)
+            if prep is not None:
+                self._cache.move_to_end(key)
+            return prep
+
+    def _plain_prepared(self, tree: Any, leaves: List[Any], treedef: Any) -> _Prepared:
+        key = (treedef, tuple(map(_LEAF_KEY, leaves)))
+        prep = self._lookup(key)
+        if prep is None:
+            targets, names = self._targets(tree, treedef)
+            prep = self._prepared(key, leaves, targets, names)
+        return prep
+
+    def _prepared(self, key: Any, leaves: List[Any], targets: List[Optional[Sharding]],
+                  names: List[str]) -> _Prepared:
+        prep = self._lookup(key)
+        if prep is not None:
+            return prep
         prep = _Prepared(leaves, targets, names, self.executor, self.reuse_buffers)
         with self._lock:
             self._cache[key] = prep
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
-        return prep, leaves, treedef
+        return prep
+
+    def _plain(self, leaves: List[Any]) -> bool:
+        """Every leaf a plain ``jax.Array`` (the fast path: no key arrays, no
+        NumPy, no tracers)."""
+        if _ArrayImpl is not None:
+            return all(type(x) is _ArrayImpl for x in leaves)
+        return all(isinstance(x, jax.Array) and not _is_key(x.dtype)
+                   and not (_Tracer is not None and isinstance(x, _Tracer)) for x in leaves)
+
+    def _split(self, tree: Any, leaves: List[Any], treedef: Any) -> _Split:
+        targets, names = self._targets(tree, treedef)
+        _check_eager(leaves, names)
+        sp = _Split()
+        for i, (x, dst, name) in enumerate(zip(leaves, targets, names)):
+            if isinstance(x, jax.Array):
+                if _is_key(x.dtype):
+                    sp.impls.append(jax.random.key_impl(x))
+                    sp.leaves.append(jax.random.key_data(x))
+                    sp.targets.append(_key_data_sharding(x, dst))
+                else:
+                    sp.impls.append(None)
+                    sp.leaves.append(x)
+                    sp.targets.append(dst)
+                sp.idx.append(i)
+                sp.names.append(name)
+            elif isinstance(x, jax.ShapeDtypeStruct):
+                raise InvalidArgumentError(
+                    f"tree{name}: a jax.ShapeDtypeStruct has no data to move "
+                    "(reshard.jax.plan and spec_for take it; reshard needs arrays)")
+            else:
+                sp.host.append(i)
+        return sp
+
+    def _split_key(self, treedef: Any, sp: _Split) -> Any:
+        return (treedef, tuple(sp.idx), tuple(map(str, sp.impls)),
+                tuple(map(_LEAF_KEY, sp.leaves)))
+
+    def prepared(self, tree: Any) -> Tuple[_Prepared, List[Any], Any]:
+        """The (cached) prepared plan of a tree of plain ``jax.Array``\\ s,
+        its leaves and treedef."""
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        if self._plain(leaves):
+            return self._plain_prepared(tree, leaves, treedef), leaves, treedef
+        sp = self._split(tree, leaves, treedef)
+        return (self._prepared(self._split_key(treedef, sp), sp.leaves, sp.targets, sp.names),
+                sp.leaves, treedef)
 
     def plan(self, tree: Any) -> Plan:
-        """The (cached) plan for ``tree``."""
+        """The (cached) plan for ``tree`` (of its ``jax.Array`` leaves, key
+        arrays as their key data)."""
         return self.prepared(tree)[0].plan
 
-    def __call__(self, tree: Any) -> Any:
+    def __call__(self, tree: Any, *, donate: Any = False) -> Any:
         """``tree`` with every leaf resharded; equal to
-        ``jax.device_put(tree, shardings)``."""
-        prep, leaves, treedef = self.prepared(tree)
-        return treedef.unflatten(prep.run(leaves))
+        ``jax.device_put(tree, shardings, donate=donate)`` (donated sources
+        are always deleted)."""
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        # checked before anything moves: a bad donate leaves the sources be
+        donated = None if donate is False else _donate_flags(tree, leaves, donate)
+        if self._plain(leaves):
+            if _TRACE_STATE_CLEAN is not None and not _TRACE_STATE_CLEAN():
+                _check_eager(leaves)
+            out = self._plain_prepared(tree, leaves, treedef).run(leaves)
+        else:
+            out = self._call_split(tree, leaves, treedef)
+        if donated is not None:
+            for x, d in zip(leaves, donated):
+                if d and isinstance(x, jax.Array) and not x.is_deleted():
+                    x.delete()
+        return treedef.unflatten(out)
+
+    def _call_split(self, tree: Any, leaves: List[Any], treedef: Any) -> List[Any]:
+        sp = self._split(tree, leaves, treedef)
+        out: List[Any] = [None] * len(leaves)
+        if sp.idx:
+            prep = self._prepared(self._split_key(treedef, sp), sp.leaves, sp.targets, sp.names)
+            for i, y, impl in zip(sp.idx, prep.run(sp.leaves), sp.impls):
+                out[i] = y if impl is None else jax.random.wrap_key_data(y, impl=impl)
+        if sp.host:
+            targets, names = self._targets(tree, treedef)
+            for i in sp.host:
+                out[i] = _put_host(leaves[i], targets[i], names[i])
+        return out
+
+
+def _put_host(x: Any, dst: Optional[Sharding], name: str) -> Any:
+    """A leaf that is not a ``jax.Array`` (NumPy, a Python or NumPy scalar):
+    converted and placed as ``jax.device_put`` does."""
+    try:
+        return jax.device_put(x, dst)
+    except TypeError as e:
+        raise TypeError(f"tree{name}: {type(x).__name__} is neither a jax.Array nor something "
+                        f"jax.device_put converts ({e})") from None
+    except ValueError as e:
+        raise InvalidArgumentError(f"tree{name}: jax.device_put refuses it ({e})") from None
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, (bool, np.bool_))
+
+
+def _donate_flags(tree: Any, leaves: List[Any], donate: Any) -> List[bool]:
+    """One flag per leaf from ``donate`` (a bool, or a pytree prefix of
+    ``tree`` of bools). The donated source arrays are deleted after the move:
+    using them raises JAX's deleted-array error. NumPy and scalar leaves have
+    nothing to delete."""
+    if _is_bool(donate):
+        return [bool(donate)] * len(leaves)
+    flags = []
+    for path, v in _per_leaf("donate", donate, tree, lambda v: v is None or _is_bool(v)):
+        if not _is_bool(v):
+            raise TypeError(f"donate{path}: expected a bool, got {type(v).__name__}")
+        flags.append(bool(v))
+    return flags
 
 
 _RESHARDERS: Dict[Any, Resharder] = {}
 
 
-def reshard(tree: Any, shardings: Any, *, executor: Optional[Executor] = None) -> Any:
-    """Returns ``tree`` with every ``jax.Array`` moved to ``shardings`` (one
-    sharding, or a pytree prefix of ``tree``), equal to
-    ``jax.device_put(tree, shardings)``. Plans are cached per (structure,
-    shapes, dtypes, shardings); see :class:`Resharder` to hold one yourself.
+def clear_plan_cache() -> None:
+    """Drops every plan :func:`reshard` has cached (and the output memory the
+    plans keep for reuse); ``Resharder``\\ s you hold keep theirs."""
+    _RESHARDERS.clear()
 
-    executor: ``None`` in one process; a :class:`reshard.MPIExecutor` when the
-        arrays span processes (collective: every process calls it).
+
+def reshard(tree: Any, shardings: Any, *, donate: Any = False,
+            executor: Optional[Executor] = None, cache_resharding_plans: bool = True) -> Any:
+    """Returns ``tree`` moved to ``shardings``, equal to
+    ``jax.device_put(tree, shardings, donate=donate)``.
+
+    tree: a pytree of ``jax.Array``\\ s on CPU devices (moved by a reshard
+        plan), PRNG key arrays (moved through their key data, given back as
+        key arrays of the same impl), NumPy arrays and Python scalars
+        (converted and placed by ``jax.device_put``). Not inside ``jax.jit``:
+        a tracer (or any call while JAX traces) is a ``TypeError``.
+    shardings: one target or a pytree prefix of ``tree``: a ``Sharding``, a
+        ``jax.Device``, a bare ``PartitionSpec`` (on the mesh of
+        ``jax.set_mesh``), or ``None`` (keep the leaf's sharding).
+    donate: a bool, or a pytree prefix of ``tree`` of bools: the donated
+        source arrays are deleted once moved (using them raises JAX's
+        "Array has been deleted" ``RuntimeError``).
+    executor: ``None`` in one process; a :class:`reshard.MPIExecutor` (rank
+        ``jax.process_index()``) when the arrays span processes (collective:
+        every process calls it with the same tree and shardings).
+    cache_resharding_plans: ``True`` (the default) plans once per (structure,
+        shapes, dtypes, shardings, executor) and reuses the plan and its
+        output memory; ``False`` plans afresh and keeps nothing.
+        :func:`clear_plan_cache` drops what is cached; see :class:`Resharder`
+        to hold a cache yourself.
+
+    Errors name the leaf by its key path (``tree['step']``).
     """
     # The cache key: shardings flattened as JAX does by default (None is a
     # node of the structure there, so the key still tells every tree apart);
     # Resharder matches them to the leaves once per structure.
     sh_leaves, sh_def = jax.tree_util.tree_flatten(shardings)
+    if any(isinstance(s, PartitionSpec) for s in sh_leaves):
+        # resolved now: the key holds the mesh of this call
+        shardings = _resolve_specs(shardings, tree)
+        sh_leaves, sh_def = jax.tree_util.tree_flatten(shardings)
+    if not cache_resharding_plans:
+        return Resharder(shardings, executor=executor, cache_size=0,
+                         reuse_buffers=False)(tree, donate=donate)
     key = (tuple(sh_leaves), sh_def, id(executor))
     try:
         hash(key)
     except TypeError:
-        return Resharder(shardings, executor=executor)(tree)
+        return Resharder(shardings, executor=executor)(tree, donate=donate)
     r = _RESHARDERS.get(key)
     if r is None:
         if len(_RESHARDERS) > 64:
             _RESHARDERS.clear()
         r = _RESHARDERS[key] = Resharder(shardings, executor=executor)
-    return r(tree)
+    return r(tree, donate=donate)
