@@ -612,6 +612,18 @@ def case_simulate():
     p = run("simulate", "--spec", RL_SYNC, "--topology", h100, "--plan-costs", "cluster",
             expect=2)
     check("--plan-costs" in p.stderr, p.stderr)
+    # A cluster whose costs the planner cannot take: the error names the
+    # option and the way out.
+    with tempfile.TemporaryDirectory() as d:
+        fast = os.path.join(d, "fast.json")
+        with open(h100) as f:
+            topo = json.load(f)
+        topo["nic_bytes_per_second"] = 1e19
+        with open(fast, "w") as f:
+            json.dump(topo, f)
+        p = run("simulate", "--spec", RL_SYNC, "--topology", fast, "--peers", "", expect=2)
+        check("inter_host_bytes_per_second" in p.stderr and "--plan-costs spec" in p.stderr,
+              p.stderr)
     with tempfile.TemporaryDirectory() as d:
         whole, part = os.path.join(d, "plan.bin"), os.path.join(d, "part.bin")
         run("plan", "--spec", RL_SYNC, "--out", whole)
