@@ -105,7 +105,7 @@ int run_simulate(const SimulateArgs& args) {
       if (e.code() != ErrorCode::kResourceExhausted) throw;
       throw Error(ErrorCode::kResourceExhausted,
                   std::string("--max-sim-bytes: ") + e.what() +
-                      "; fewer rounds make fewer messages (--budget 0: one round, or a larger "
+                      "; fewer rounds make fewer messages (--budget 0: unbounded, or a larger "
                       "--budget), or raise --max-sim-bytes (-1: no limit)");
     }
   }

@@ -206,7 +206,7 @@ void add_input_options(CLI::App* cmd, InputOptions& in) {
       ->type_name("N");
   cmd->add_option("--budget", in.budget,
                   "staging budget per device, e.g. 64MiB (overrides the spec's "
-                  "options.staging_budget_bytes, 1 GiB unless set; 0: unbounded, one round)")
+                  "options.staging_budget_bytes, 1 GiB unless set; 0: unbounded)")
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {

@@ -90,7 +90,12 @@ void expect_counts(const PlanEstimate& e, const Plan& plan) {
   }
   EXPECT_EQ(e.parts, static_cast<int64_t>(plan.parts().size()));
   EXPECT_EQ(e.messages, messages);
-  if (plan.options().staging_budget_bytes == 0) {
+  // Rounds are cut under a budget, and in plans of several stages for
+  // pipelining (plan/rounds.h, RoundRule).
+  bool staged = false;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.sends) staged |= m.stage > 0;
+  if (plan.options().staging_budget_bytes == 0 && !staged) {
     EXPECT_EQ(e.pieces, pieces);
     EXPECT_GE(e.regions, regions);
   }

@@ -182,7 +182,11 @@ TEST(PlanThreads, ErrorIsTheFirstInTensorOrder) {
     t.dst = Layout::from_named({mesh, {{"x"}, {}}, {}, ReduceOp::kSum}, t.shape, "dst");
     in.tensors.push_back(std::move(t));
   }
-  in.options.staging_budget_bytes = 0;  // no global statistics: the part's enumeration fails
+  // No global statistics (no budget, no routes to pipeline): the part's
+  // enumeration fails.
+  in.options.staging_budget_bytes = 0;
+  in.options.relays = false;
+  in.options.reduce_scatter = false;
   for (int32_t n : {1, 2, 3, 8, 0}) {
     SCOPED_TRACE("threads " + std::to_string(n));
     try {

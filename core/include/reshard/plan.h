@@ -46,11 +46,13 @@ struct PlanOptions {
   double alpha_seconds = 5e-6;
   double intra_host_bytes_per_second = 100e9;
   double inter_host_bytes_per_second = 25e9;
-  // Staging memory per device per round; 0 means unbounded (one round).
+  // Staging memory per device per round; 0 means unbounded.
   // Each (src, dst) stream is cut into rounds of about its share of the
   // budget (its bytes over the busier endpoint's traffic), cuts placed at a
   // piece or row boundary when one lies within 1/16 of a round, so no device
   // stages more than the budget in a round (see core/src/plan/rounds.h).
+  // A plan of several stages (relays, reductions) is also cut into up to 16
+  // rounds for pipelining, with or without a budget.
   // The default, 1 GiB, is ~1% of an 80 GiB GPU. The in-process executor
   // stages nothing and ignores rounds.
   int64_t staging_budget_bytes = int64_t{1} << 30;

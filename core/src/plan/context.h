@@ -38,6 +38,11 @@ struct Context {
   // off for the whole plan and starts again (the parts follow, as every
   // process decides alike).
   bool relay_split = true;
+  // The global statistics track every stream's bytes for the round
+  // schedule: under a staging budget always; without one once a plan of
+  // several stages is pipelined (rounds.h, RoundRule), compute_stats then
+  // setting this and starting again.
+  bool track_streams = false;
   // relay_split before decide_pre_reduce tried bands (their streams may turn
   // it off), restored where nothing pre-reduces in the end; empty where no
   // bands were tried.
@@ -143,10 +148,12 @@ struct DeviceCounts {
 // destinations (the same figures, slower: what the tests compare them with).
 // `stage_loads` (when not null) receives what round cutting needs
 // (plan/rounds.h): each device's messages and bytes in each stage, at
-// [stage * ctx.devices.size() + dense device].
+// [stage * ctx.devices.size() + dense device], where rounds are cut (a
+// staging budget, or pipelined stages); `rounds` the rule that cuts them.
 void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
                    std::vector<DeviceCounts>* counts = nullptr, int64_t max_bytes = -1,
-                   bool reference = false, std::vector<DeviceLoad>* stage_loads = nullptr);
+                   bool reference = false, std::vector<DeviceLoad>* stage_loads = nullptr,
+                   RoundRule* rounds = nullptr);
 
 // Whether a process part's enumeration replays the pieces of like tensors
 // (planner.cc, build_chunk): on unless a test turns it off to compare the

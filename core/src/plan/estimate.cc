@@ -127,10 +127,11 @@ int64_t cgroup_limit(const char* path) {
 }  // namespace
 
 PlanEstimate estimate_parts(const Context& ctx, const std::vector<DeviceCounts>& counts,
-                            const PlanRequest& request, int threads, int64_t* largest) {
+                            const PlanRequest& request, int threads, bool cut_rounds,
+                            int64_t* largest) {
   const PlanInput& in = ctx.input;
   const size_t ndev = ctx.devices.size();
-  const bool budgeted = in.options.staging_budget_bytes > 0;
+  const bool budgeted = cut_rounds;
   PlanEstimate e;
   std::map<int32_t, PartSums> parts;
   if (request.scope == PlanScope::kAll) {

@@ -23,10 +23,12 @@ inline constexpr size_t kReplayBytes = size_t{1} << 20;
 inline constexpr size_t kDenseBucketCells = size_t{1} << 24;
 
 // The estimate of make_plan(ctx.input, request) from the devices' counts;
+// `cut_rounds`: the parts' rounds are cut (RoundRule::cuts);
 // `largest` (when not null) receives the estimate of the busiest single part
 // planned alone (PlanScope::kProcess with the same threads).
 PlanEstimate estimate_parts(const Context& ctx, const std::vector<DeviceCounts>& counts,
-                            const PlanRequest& request, int threads, int64_t* largest = nullptr);
+                            const PlanRequest& request, int threads, bool cut_rounds,
+                            int64_t* largest = nullptr);
 
 // The memory this process may use: physical memory, or a container's or an
 // address-space limit when lower (8 GiB when none is known).

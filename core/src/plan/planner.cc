@@ -118,8 +118,10 @@ namespace {
 // estimate on the fleet simulator's links (a device's intra-host port and
 // its NIC group side by side, one α per round, stages overlapping by
 // rounds), and the routes' local choices, Enumerator::cross_slower,
-// gather_fanout and one_part, on the same model).
-constexpr uint64_t kPlannerVersion = 23;
+// gather_fanout and one_part, on the same model); 24: plans of several
+// stages are cut into rounds for pipelining, with or without a staging
+// budget (plan/rounds.h, RoundRule), and the estimate counts those rounds).
+constexpr uint64_t kPlannerVersion = 24;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -344,7 +346,7 @@ constexpr size_t kReplayPieces = kReplayBytes / sizeof(Emitted);
 // A process part before round cutting, with each network piece's size.
 struct BuiltPart {
   ProcessPart part;
-  // Parallel to send_pieces / recv_pieces; empty without a staging budget.
+  // Parallel to send_pieces / recv_pieces; empty where rounds are not cut.
   std::vector<int64_t> send_bytes, recv_bytes;
 };
 
@@ -588,12 +590,11 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
 // Process p's part. With several threads the tensors are cut into ranges
 // enumerated concurrently, each into its own buffers, which are then
 // concatenated in tensor order: the part is the same for any thread count.
-BuiltPart build_part(Context& ctx, int32_t p, const PlanOptions& options, int threads) {
+BuiltPart build_part(Context& ctx, int32_t p, const PlanOptions& options, bool sized, int threads) {
   static_assert(kMaxDevices < (1 << 20), "devices are indexed densely in 20 bits");
   BuiltPart built;
   ProcessPart& part = built.part;
   part.process = p;
-  const bool sized = options.staging_budget_bytes > 0;
   // Several ranges per thread: tensors differ in work, and a thread that
   // finishes early takes the next range.
   const std::vector<size_t> ranges =
@@ -713,15 +714,17 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   PlanStats own;
   PlanStats& st = stats ? *stats : own;
   std::vector<DeviceCounts> counts;
+  planning::RoundRule rule;
   const bool want_stats = request.scope != PlanScope::kProcess || request.global_stats;
   auto global = [&] {
     st = PlanStats{};
     counts.clear();
-    planning::compute_stats(ctx, st, ctx.staging_options(), want_stats, &counts, limit);
+    planning::compute_stats(ctx, st, ctx.staging_options(), want_stats, &counts, limit, false,
+                            nullptr, &rule);
   };
   global();
   if (ctx.decide_single_hop(limit, &st)) global();
-  PlanEstimate e = estimate_parts(ctx, counts, request, threads);
+  PlanEstimate e = estimate_parts(ctx, counts, request, threads, rule.cuts());
   e.limit_bytes = limit;
   e.available_bytes = available_memory();
   st.plan_seconds = seconds_since(t0);
@@ -753,28 +756,32 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   // Each device's messages and bytes per stage, which round cutting needs.
   std::vector<planning::DeviceLoad> stage_loads;
   std::vector<DeviceCounts> counts;
+  // How rounds are cut (a staging budget, pipelined stages: rounds.h).
+  planning::RoundRule rule;
   auto global = [&] {
     Plan::Builder::stats(plan) = PlanStats{};
     stage_loads.clear();
     counts.clear();
     planning::compute_stats(ctx, Plan::Builder::stats(plan), ctx.staging_options(), want_stats,
-                            guarded ? &counts : nullptr, limit, false, &stage_loads);
+                            guarded ? &counts : nullptr, limit, false, &stage_loads, &rule);
   };
   // The single-hop guard weighs the routed plan's statistics where they
   // are computed anyway (and its own estimate where not); the statistics
-  // follow its choice.
-  const bool with_stats = budgeted || want_stats || guarded;
+  // follow its choice. A plan that may relay or reduce in stages needs them
+  // too: its stages are pipelined by the global figures (rounds.h).
+  const bool staged = input.options.relays || input.options.reduce_scatter;
+  const bool with_stats = budgeted || want_stats || guarded || staged;
   if (with_stats) global();
   if (ctx.decide_single_hop(limit, with_stats ? &Plan::Builder::stats(plan) : nullptr) &&
       with_stats)
     global();
-  // Rounds are cut at the budget less what scratch may hold (Context).
-  const PlanOptions staging = ctx.staging_options();
+  // Rounds are cut at the budget less what scratch may hold (Context's
+  // staging_options, which the rule's budget comes from).
   if (with_stats) {
     Plan::Builder::has_stats(plan) = want_stats;
     if (guarded) {
       int64_t largest = 0;
-      PlanEstimate e = estimate_parts(ctx, counts, request, threads, &largest);
+      PlanEstimate e = estimate_parts(ctx, counts, request, threads, rule.cuts(), &largest);
       if (e.memory_bytes > limit) {
         e.limit_bytes = limit;
         e.available_bytes = available_memory();
@@ -795,11 +802,15 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
                                                                 : 0;
   std::mutex progress_mutex;
   int64_t parts_done = 0;
+  const std::vector<uint32_t> ranks =
+      rule.pipeline.empty() ? std::vector<uint32_t>{} : planning::pipeline_ranks(input.tensors);
   auto make_part = [&](int32_t p, int part_threads) {
-    BuiltPart built = build_part(ctx, p, input.options, part_threads);
-    if (budgeted)
-      planning::split_rounds(built.part, input.tensors, staging.staging_budget_bytes,
-                             built.send_bytes, built.recv_bytes, load, part_threads);
+    BuiltPart built = build_part(ctx, p, input.options, rule.cuts(), part_threads);
+    if (!rule.pipeline.empty())
+      planning::order_pieces(built.part, ranks, built.send_bytes, built.recv_bytes);
+    if (rule.cuts())
+      planning::split_rounds(built.part, input.tensors, rule, built.send_bytes, built.recv_bytes,
+                             load, part_threads);
     else
       planning::number_band_rounds(built.part);
     if (request.progress) {

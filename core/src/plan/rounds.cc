@@ -1,7 +1,9 @@
 #include "plan/rounds.h"
 
 #include <algorithm>
+#include <map>
 
+#include "reshard/dtype.h"
 #include "reshard/error.h"
 #include "util/parallel.h"
 
@@ -27,6 +29,18 @@ int64_t round_chunk(int64_t budget, DeviceLoad a, DeviceLoad b, int64_t stream_b
     share = static_cast<uint64_t>(static_cast<unsigned __int128>(w) * sb /
                                   static_cast<uint64_t>(total));
   return static_cast<int64_t>(share) + 8;
+}
+
+int64_t RoundRule::chunk(uint32_t stage, DeviceLoad a, DeviceLoad b, int64_t stream_bytes) const {
+  int64_t c =
+      budget > 0 ? round_chunk(budget, a, b, stream_bytes) : std::max<int64_t>(stream_bytes, 8);
+  const int64_t p = stage < pipeline.size() ? pipeline[stage] : 0;
+  if (p <= 0 || stream_bytes <= 0) return c;
+  const int64_t total = std::max({a.bytes, b.bytes, stream_bytes, int64_t{1}});
+  const auto share =
+      static_cast<int64_t>(static_cast<unsigned __int128>(p) * static_cast<uint64_t>(stream_bytes) /
+                           static_cast<uint64_t>(total));
+  return std::min(c, std::max(share + 8, std::min(stream_bytes, min_chunk)));
 }
 
 namespace {
@@ -100,7 +114,7 @@ bool same_stream(const Message& a, const Message& b) {
   return a.stage == b.stage && a.src_device == b.src_device && a.dst_device == b.dst_device;
 }
 
-Streams size_streams(const std::vector<Message>& msgs, int64_t budget,
+Streams size_streams(const std::vector<Message>& msgs, const RoundRule& rule,
                      const std::function<DeviceLoad(int64_t, uint32_t)>& load) {
   const size_t n = msgs.size();
   Streams s{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int64_t>(n),
@@ -112,7 +126,7 @@ Streams size_streams(const std::vector<Message>& msgs, int64_t budget,
     while (b < n && same_stream(msgs[b], msgs[a])) bytes += msgs[b++].bytes;
     const Message& m = msgs[a];
     const int64_t chunk =
-        round_chunk(budget, load(m.src_device, m.stage), load(m.dst_device, m.stage), bytes);
+        rule.chunk(m.stage, load(m.src_device, m.stage), load(m.dst_device, m.stage), bytes);
     int64_t offset = 0;
     for (size_t i = a; i < b; ++i) {
       s.chunks[i] = chunk;
@@ -390,19 +404,109 @@ void number_direction(std::vector<Message>& msgs, std::vector<Piece>& pieces) {
 }
 }  // namespace
 
+std::vector<uint32_t> pipeline_ranks(const std::vector<TensorSpec>& tensors) {
+  const size_t n = tensors.size();
+  // Groups: (first source device, source entries) -> total bytes.
+  std::map<std::pair<int64_t, size_t>, unsigned __int128> total;
+  std::vector<std::pair<int64_t, size_t>> group(n);
+  std::vector<unsigned __int128> bytes(n), before(n);
+  for (size_t i = 0; i < n; ++i) {
+    const TensorSpec& t = tensors[i];
+    const size_t entries = t.src.num_entries();
+    group[i] = {entries > 0 ? t.src.device(0) : -1, entries};
+    bytes[i] = static_cast<unsigned __int128>(std::max<int64_t>(t.src.num_elements(), 0)) *
+               static_cast<uint64_t>(std::max<int64_t>(dtype_size(t.dtype), 1));
+    unsigned __int128& sum = total[group[i]];
+    before[i] = sum;
+    sum += bytes[i];
+  }
+  // Key of tensor i: (2 before + bytes) / (2 total), compared exactly.
+  std::vector<uint32_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = static_cast<uint32_t>(i);
+  auto num = [&](uint32_t i) { return 2 * before[i] + bytes[i]; };
+  auto den = [&](uint32_t i) { return std::max<unsigned __int128>(2 * total.at(group[i]), 1); };
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    // num(a) / den(a) < num(b) / den(b): exactly, in 128 bits, while the
+    // denominators are below 2^63 (num <= den, so each product is below
+    // 2^126); in long double beyond (groups of more than 4 EiB).
+    const unsigned __int128 na = num(a), da = den(a), nb = num(b), db = den(b);
+    constexpr unsigned __int128 kExact = static_cast<unsigned __int128>(1) << 63;
+    if (da < kExact && db < kExact) {
+      if (na * db != nb * da) return na * db < nb * da;
+    } else {
+      const long double ka = static_cast<long double>(na) / static_cast<long double>(da);
+      const long double kb = static_cast<long double>(nb) / static_cast<long double>(db);
+      if (ka != kb) return ka < kb;
+    }
+    return a < b;
+  });
+  std::vector<uint32_t> rank(n);
+  for (size_t r = 0; r < n; ++r) rank[order[r]] = static_cast<uint32_t>(r);
+  return rank;
+}
+
+namespace {
+void order_direction(std::vector<Message>& msgs, std::vector<Piece>& pieces,
+                     std::vector<int64_t>& sizes, std::span<const uint32_t> rank) {
+  // One message per stream: its band segments (consecutive, their pieces
+  // back to back) merged.
+  std::vector<Message> merged;
+  merged.reserve(msgs.size());
+  for (const Message& m : msgs) {
+    if (!merged.empty() && same_stream(merged.back(), m)) {
+      Message& w = merged.back();
+      if (w.first_piece + w.num_pieces != m.first_piece)
+        fail(ErrorCode::kInternal, "order_pieces: a stream's segments are not back to back");
+      w.num_pieces += m.num_pieces;
+      w.bytes += m.bytes;
+      continue;
+    }
+    merged.push_back(m);
+    merged.back().round = 0;
+  }
+  msgs = std::move(merged);
+  std::vector<uint32_t> idx;
+  std::vector<Piece> p2;
+  std::vector<int64_t> s2;
+  for (const Message& m : msgs) {
+    if (m.num_pieces < 2) continue;
+    const auto b = static_cast<size_t>(m.first_piece), n = static_cast<size_t>(m.num_pieces);
+    if (b + n > pieces.size()) fail(ErrorCode::kInternal, "order_pieces: pieces out of range");
+    idx.resize(n);
+    for (size_t k = 0; k < n; ++k) idx[k] = static_cast<uint32_t>(k);
+    std::stable_sort(idx.begin(), idx.end(), [&](uint32_t x, uint32_t y) {
+      return rank[pieces[b + x].tensor] < rank[pieces[b + y].tensor];
+    });
+    p2.resize(n);
+    for (size_t k = 0; k < n; ++k) p2[k] = pieces[b + idx[k]];
+    std::copy(p2.begin(), p2.end(), pieces.begin() + static_cast<ptrdiff_t>(b));
+    if (sizes.empty()) continue;
+    s2.resize(n);
+    for (size_t k = 0; k < n; ++k) s2[k] = sizes[b + idx[k]];
+    std::copy(s2.begin(), s2.end(), sizes.begin() + static_cast<ptrdiff_t>(b));
+  }
+}
+}  // namespace
+
+void order_pieces(ProcessPart& part, std::span<const uint32_t> rank,
+                  std::vector<int64_t>& send_bytes, std::vector<int64_t>& recv_bytes) {
+  order_direction(part.sends, part.send_pieces, send_bytes, rank);
+  order_direction(part.recvs, part.recv_pieces, recv_bytes, rank);
+}
+
 void number_band_rounds(ProcessPart& part) {
   number_direction(part.sends, part.send_pieces);
   number_direction(part.recvs, part.recv_pieces);
 }
 
-void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, int64_t budget,
+void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, const RoundRule& rule,
                   std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes,
                   const std::function<DeviceLoad(int64_t, uint32_t)>& load, int threads) {
-  if (budget <= 0) return;
+  if (!rule.cuts()) return;
   if (send_bytes.size() != part.send_pieces.size() || recv_bytes.size() != part.recv_pieces.size())
     fail(ErrorCode::kInternal, "split_rounds: piece sizes do not match the pieces");
-  const Streams sends = size_streams(part.sends, budget, load);
-  const Streams recvs = size_streams(part.recvs, budget, load);
+  const Streams sends = size_streams(part.sends, rule, load);
+  const Streams recvs = size_streams(part.recvs, rule, load);
   std::vector<Bound> send_bounds(sends.first_bound.back()), recv_bounds(recvs.first_bound.back());
   // Most cuts split a piece in two one-box fragments.
   const size_t cuts = sends.first_bound.back() + recvs.first_bound.back();

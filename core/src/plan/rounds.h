@@ -61,6 +61,35 @@ struct DeviceLoad {
 // Chunk size c of a stream of `stream_bytes` between devices a and b.
 int64_t round_chunk(int64_t budget, DeviceLoad a, DeviceLoad b, int64_t stream_bytes);
 
+// The most rounds a plan of several stages is cut into for pipelining.
+inline constexpr int64_t kMaxPipelineRounds = 16;
+
+// Pipelined stages (planner version 24). A plan of several stages is also
+// cut for pipelining, with or without a staging budget: a relay forwards
+// round r while it receives round r + 1, so stages overlap only as far as
+// their rounds are small. The plan takes k rounds (pipeline_rounds, from
+// the estimate's stage times), and stage t a pipeline budget
+//   P_t = ceil(max over devices of T(x) / k),
+// so the busiest device of each stage sends and receives its traffic of the
+// stage in about k rounds. A stream of B bytes of stage t between a and b
+// then has the chunk
+//   c = min(c_budget, max(floor(P_t * B / max(T(a), T(b), B)) + 8, min(B, m)))
+// where c_budget is round_chunk's (none without a budget) and m the
+// smallest pipelined round (cross_min_bytes: a round's α at most 4 times its
+// bandwidth time). The chunk is never above the budget's, so the staging
+// bound holds; P_t and m are figures of the global statistics, so every
+// process cuts alike. k = 1 (one stage, or nothing to overlap) cuts nothing
+// for pipelining.
+struct RoundRule {
+  int64_t budget = 0;             // staging budget; 0: none
+  std::vector<int64_t> pipeline;  // per stage: P_t (0 or absent: not pipelined)
+  int64_t min_chunk = 1;          // m
+  bool cuts() const { return budget > 0 || !pipeline.empty(); }
+  // The chunk of a stream of `stream_bytes` of stage `stage` (at least the
+  // stream's bytes when nothing cuts it).
+  int64_t chunk(uint32_t stage, DeviceLoad a, DeviceLoad b, int64_t stream_bytes) const;
+};
+
 // Cut window s of a stream with chunk c.
 inline int64_t round_window(int64_t chunk) { return kCutWindowDiv > 0 ? chunk / kCutWindowDiv : 0; }
 
@@ -74,6 +103,28 @@ inline int64_t round_cap(int64_t bytes, int64_t chunk) {
   return std::min(bytes, chunk + std::max<int64_t>(round_window(chunk), 8) - 1);
 }
 
+// The order of pieces in the messages of a pipelined plan. A relay fed by
+// several sources (the stages of a pipeline-parallel trainer, each holding
+// its own layers) receives round r of every source's stream together, the
+// r-th share of each source's tensors; it forwards in round r what its
+// forward stream holds there. In tensor order that would be the first
+// source's tensors alone, most of which arrive in later rounds. So in a
+// pipelined plan the pieces of every message are ordered by their tensor's
+// place among the tensors of its source (the tensors whose source layout
+// starts on the same device with as many entries): tensor t of such a
+// group, after tensors of B bytes of a group of T bytes in all, has the key
+// (2B + bytes(t)) / 2T, the middle of its share; ties go to the lower tensor
+// index. pipeline_ranks gives each tensor its place in that order (the same
+// in every process: it depends on the tensors alone). order_pieces merges
+// each stream's relay bands into one message (the rounds pipeline it, and
+// bands cut separately would put a band at a different round in each
+// stream a relay reads and writes) and sorts its pieces by rank (stably:
+// sender and receiver generate a message's pieces in the same order, so
+// they order them alike; a tensor's bands stay in band order).
+std::vector<uint32_t> pipeline_ranks(const std::vector<TensorSpec>& tensors);
+void order_pieces(ProcessPart& part, std::span<const uint32_t> rank,
+                  std::vector<int64_t>& send_bytes, std::vector<int64_t>& recv_bytes);
+
 // Re-cuts the messages of `part` into rounds. They come from build_part
 // sorted by (stage, peer, own, band), one per segment — a stream's pieces of
 // one relay band (plan/enumerate/types.h, Bands), `round` the band — and a
@@ -83,7 +134,7 @@ inline int64_t round_cap(int64_t bytes, int64_t chunk) {
 // `load(device, stage)` a device's figures in a stage (make_plan may cut several parts at once, so
 // it must be safe to call concurrently). Streams are cut on up to `threads` threads; the result is
 // the same for any thread count.
-void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, int64_t budget,
+void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, const RoundRule& rule,
                   std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes,
                   const std::function<DeviceLoad(int64_t, uint32_t)>& load, int threads = 1);
 

@@ -175,11 +175,57 @@ using BandStreams = std::unordered_map<uint64_t, BandStream>;
 //     stage with the most after its first round,
 //     Σ_s T_s / k_s + max_s (T_s − T_s / k_s),
 // and never more than the stages one after the other, Σ_s T_s.
+// Seconds each link carries in one stage (`x`: the stage's rows): [2d]
+// device d's port out, [2d + 1] in; [2 ndev + 2g] NIC group g out,
+// [2 ndev + 2g + 1] in.
+void link_seconds(const std::vector<Acc>& x, const Bounds& lb, const PlanOptions& o,
+                  std::vector<double>& stage) {
+  const double bi = 1.0 / o.intra_host_bytes_per_second, bx = 1.0 / o.inter_host_bytes_per_second;
+  const size_t ndev = x.size();
+  stage.assign(2 * ndev + 2 * lb.group_nics.size(), 0.0);
+  for (size_t d = 0; d < ndev; ++d) {
+    const size_t g = lb.group_of_device[d];
+    const double bxg = bx / lb.group_nics[g];
+    stage[2 * d] += bi * static_cast<double>(x[d].send - x[d].send_inter);
+    stage[2 * d + 1] += bi * static_cast<double>(x[d].recv - x[d].recv_inter);
+    stage[2 * ndev + 2 * g] += bxg * static_cast<double>(x[d].send_inter);
+    stage[2 * ndev + 2 * g + 1] += bxg * static_cast<double>(x[d].recv_inter);
+  }
+}
+
+// The rounds a plan is cut into for pipelining (rounds.h, RoundRule): S
+// stages of busiest-link seconds T_s in k rounds each take about
+// Σ_s T_s / k + max_s T_s (1 - 1 / k) + α k S when a relay's rounds wait
+// on one another (each stage's α charged one after the other, as the
+// fleet simulator's per-process rounds do), least at
+// k = sqrt((Σ_s T_s - max_s T_s) / (α S)); clamped to [1,
+// kMaxPipelineRounds], 1 with fewer than two stages that move data.
+// (Charging α once per stage instead, stage_cost's pipeline, gave
+// k = sqrt(.. / α), which the simulator found slower than one round on
+// small plans of three stages.)
+int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bounds& lb,
+                        const PlanOptions& o) {
+  std::vector<double> stage;
+  double sum = 0, most = 0;
+  int moving = 0;
+  for (const std::vector<Acc>& x : stage_acc) {
+    link_seconds(x, lb, o, stage);
+    const double t = stage.empty() ? 0.0 : *std::max_element(stage.begin(), stage.end());
+    if (t <= 0) continue;
+    ++moving;
+    sum += t;
+    most = std::max(most, t);
+  }
+  if (moving < 2 || sum - most <= 0) return 1;
+  if (o.alpha_seconds <= 0) return kMaxPipelineRounds;
+  const double k = std::sqrt((sum - most) / (o.alpha_seconds * moving));
+  return std::clamp<int64_t>(std::llround(std::min(k, 1e6)), 1, kMaxPipelineRounds);
+}
+
 double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
                   const std::vector<int64_t>& stage_rounds, const Bounds& lb,
                   const PlanOptions& o) {
-  const double a = o.alpha_seconds, bi = 1.0 / o.intra_host_bytes_per_second,
-               bx = 1.0 / o.inter_host_bytes_per_second;
+  const double a = o.alpha_seconds;
   const size_t ndev = stage_acc.empty() ? 0 : stage_acc[0].size();
   const size_t ng = lb.group_nics.size(), ns = stage_acc.size();
   // Links: [2d] device d's port out, [2d + 1] in; [2 ndev + 2g] NIC group g
@@ -192,16 +238,7 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   std::vector<double> one_round(ns, 0.0);
   double sum = 0, slowest = 0, rounds_most = 0;
   for (size_t s = 0; s < ns; ++s) {
-    std::fill(stage.begin(), stage.end(), 0.0);
-    for (size_t d = 0; d < ndev; ++d) {
-      const Acc& x = stage_acc[s][d];
-      const size_t g = lb.group_of_device[d];
-      const double bxg = bx / lb.group_nics[g];
-      stage[2 * d] += bi * static_cast<double>(x.send - x.send_inter);
-      stage[2 * d + 1] += bi * static_cast<double>(x.recv - x.recv_inter);
-      stage[2 * ndev + 2 * g] += bxg * static_cast<double>(x.send_inter);
-      stage[2 * ndev + 2 * g + 1] += bxg * static_cast<double>(x.recv_inter);
-    }
+    link_seconds(stage_acc[s], lb, o, stage);
     double busiest = 0;
     for (size_t i = 0; i < nl; ++i) {
       if (stage[i] <= 0) continue;
@@ -255,7 +292,7 @@ struct RoundFigures {
 // from each stream's bytes and each device's load per stage (`loads`,
 // [stage * ndev + device]), without cutting any piece; with `counts`, each
 // device's messages and cuts too.
-RoundFigures round_schedule(size_t ndev, int nstages, int64_t budget,
+RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
                             const std::vector<DeviceLoad>& loads, const StreamBytes& in,
                             std::vector<DeviceCounts>* counts) {
   RoundFigures out;
@@ -264,13 +301,14 @@ RoundFigures round_schedule(size_t ndev, int nstages, int64_t budget,
   auto load = [&](int s, size_t d) { return loads[static_cast<size_t>(s) * ndev + d]; };
   // A stream of `bytes` outside bands above 0 and the bands `b` (may be
   // null): its segments cut one after the other at the whole stream's
-  // chunk (rounds.h).
+  // chunk (rounds.h); in a pipelined plan, one segment (order_pieces merges
+  // a stream's bands).
   auto visit = [&](int s, size_t sd, size_t dd, int64_t bytes, const BandStream* b) {
     int64_t all = bytes;
     if (b)
       for (int64_t v : b->bytes) add_to(all, v, "network_bytes");
     if (all <= 0) return;
-    const int64_t chunk = round_chunk(budget, load(s, sd), load(s, dd), all);
+    const int64_t chunk = rule.chunk(static_cast<uint32_t>(s), load(s, sd), load(s, dd), all);
     int64_t r = 0, segments = 0, cap = 0;
     auto segment = [&](int64_t v) {
       if (v <= 0) return;
@@ -279,9 +317,13 @@ RoundFigures round_schedule(size_t ndev, int nstages, int64_t budget,
       // Most bytes any round of the segment stages.
       cap = std::max(cap, round_cap(v, chunk));
     };
-    segment(bytes);
-    if (b)
-      for (int64_t v : b->bytes) segment(v);
+    if (!rule.pipeline.empty()) {
+      segment(all);
+    } else {
+      segment(bytes);
+      if (b)
+        for (int64_t v : b->bytes) segment(v);
+    }
     rounds = std::max(rounds, r);
     add_to(out.messages, r, "messages");
     if (counts) {
@@ -337,12 +379,17 @@ RoundFigures round_schedule(size_t ndev, int nstages, int64_t budget,
 // stage: a stream of stage s of B bytes between a and b has chunk
 // c > W_s * B / max(T_s(a), T_s(b)), so at most B / c < max(T_s(a),
 // T_s(b)) / W_s cuts, W_s >= (budget - 16 * most peers in s) * 16/17.
+// Pipelined (RoundRule), a stream's chunk is also at least
+// min(P_s * B / max(T_s(a), T_s(b)), m) unless the stream is one round, so
+// it adds at most min(max T_s / P_s, B / m) cuts: over d's streams at most
+// min(streams_s(d) * ceil(max T_s / P_s), T_s(d) / m). A chunk under both
+// rules is the smaller one, so the cuts are at most the two bounds added.
 // Summed over device d's streams of stage s that is below both
 // streams_s(d) * max T_s / W_s and (streams_s(d) * T_s(d) + 2 * sum T_s) / W_s
 // (a peer is at most two of d's streams). Sets counts' cuts and messages
 // (streams set).
-void bound_cuts(size_t ndev, int nstages, int64_t budget, const std::vector<DeviceLoad>& loads,
-                std::vector<DeviceCounts>& counts) {
+void bound_cuts(size_t ndev, int nstages, const RoundRule& rule,
+                const std::vector<DeviceLoad>& loads, std::vector<DeviceCounts>& counts) {
   std::vector<double> cuts(ndev, 0);
   for (int s = 0; s < nstages; ++s) {
     const DeviceLoad* stage = loads.data() + static_cast<size_t>(s) * ndev;
@@ -353,14 +400,20 @@ void bound_cuts(size_t ndev, int nstages, int64_t budget, const std::vector<Devi
       max_t = std::max(max_t, stage[d].bytes);
       sum_t += static_cast<double>(stage[d].bytes);
     }
+    const int64_t pipe = static_cast<size_t>(s) < rule.pipeline.size() ? rule.pipeline[s] : 0;
     if (max_peers == 0) continue;
     const double w =
-        std::max(1.0, static_cast<double>(budget - 16 * max_peers) * 16.0 / 17.0 - 8.0);
+        std::max(1.0, static_cast<double>(rule.budget - 16 * max_peers) * 16.0 / 17.0 - 8.0);
     for (size_t d = 0; d < ndev; ++d) {
       const double streams = static_cast<double>(stage[d].peers);
       const double t_d = static_cast<double>(stage[d].bytes);
-      cuts[d] += std::min(streams * std::ceil(static_cast<double>(max_t) / w),
-                          (streams * t_d + 2 * sum_t) / w);
+      if (rule.budget > 0)
+        cuts[d] += std::min(streams * std::ceil(static_cast<double>(max_t) / w),
+                            (streams * t_d + 2 * sum_t) / w);
+      if (pipe > 0)
+        cuts[d] +=
+            std::min(streams * std::ceil(static_cast<double>(max_t) / static_cast<double>(pipe)),
+                     t_d / static_cast<double>(std::max<int64_t>(rule.min_chunk, 1)));
     }
   }
   for (size_t d = 0; d < ndev; ++d) {
@@ -374,7 +427,7 @@ void bound_cuts(size_t ndev, int nstages, int64_t budget, const std::vector<Devi
 
 void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
                    std::vector<DeviceCounts>* counts, int64_t max_bytes, bool reference,
-                   std::vector<DeviceLoad>* stage_loads) {
+                   std::vector<DeviceLoad>* stage_loads, RoundRule* rounds_out) {
   const size_t ndev = ctx.devices.size();
   const PlanStats entry = st;  // to start again from (Context::relay_split)
   if (counts) counts->assign(ndev, DeviceCounts{});
@@ -464,7 +517,10 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   std::vector<uint64_t> cell_bits;
   // Bytes per (src, dst) stream, needed for the statistics of the rounds.
   const bool budgeted = o.staging_budget_bytes > 0;
-  const bool track_pairs = budgeted && schedule;
+  // Pipelined plans (RoundRule) are cut without a budget too: their
+  // streams' bytes are tracked once a plan turns out to have several stages
+  // (Context::track_streams, set below).
+  const bool track_pairs = (budgeted || ctx.track_streams) && schedule;
   // Stage-0 stream bytes (PairBytes): dense from the start where the table
   // takes at most what a 4,096-device square one did, else once the hash
   // map reaches a quarter of it (a table of up to kDensePairCap, and within
@@ -1395,7 +1451,34 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       st.peak_staging_bytes = std::max(st.peak_staging_bytes, staged);
     }
   }
+  // Pipelined stages (rounds.h, RoundRule): k rounds, stage s's pipeline
+  // budget P_s from its busiest device; the estimate counts the rounds the
+  // busiest device's streams then span (fewer where the smallest pipelined
+  // round m allows fewer). Kept only where the estimate is faster for it:
+  // where a link busy over every stage binds, more rounds only add α.
+  RoundRule rule;
+  rule.budget = o.staging_budget_bytes;
+  rule.min_chunk = std::max<int64_t>(1, cross_min_bytes(o));
   st.cost_seconds = stage_cost(stage_acc, stage_rounds, lb, o);
+  if (const int64_t k = pipeline_rounds(stage_acc, lb, o); k > 1) {
+    std::vector<int64_t> piped = stage_rounds;
+    std::vector<int64_t> budgets(static_cast<size_t>(nstages), 0);
+    for (int s = 0; s < nstages; ++s) {
+      int64_t most = 0;
+      for (size_t d = 0; d < ndev; ++d)
+        most = std::max(most, loads[static_cast<size_t>(s) * ndev + d].bytes);
+      if (most <= 0) continue;
+      budgets[static_cast<size_t>(s)] = most / k + (most % k != 0 ? 1 : 0);
+      const int64_t spans = std::min(k, most / rule.min_chunk + 1);
+      piped[static_cast<size_t>(s)] = std::max(piped[static_cast<size_t>(s)], spans);
+    }
+    const double cost = stage_cost(stage_acc, piped, lb, o);
+    if (cost < st.cost_seconds) {
+      st.cost_seconds = cost;
+      rule.pipeline = std::move(budgets);
+      stage_rounds = std::move(piped);
+    }
+  }
   for (size_t h = 0; h < lb.hosts.size(); ++h) {
     st.max_host_send_bytes = std::max(st.max_host_send_bytes, host_send[h]);
     st.max_host_recv_bytes = std::max(st.max_host_recv_bytes, host_recv[h]);
@@ -1439,7 +1522,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           // Without sub-runs (Context::relay_split), from the start.
           ctx.relay_split = false;
           st = entry;
-          compute_stats(ctx, st, o, schedule, counts, max_bytes, reference, stage_loads);
+          compute_stats(ctx, st, o, schedule, counts, max_bytes, reference, stage_loads,
+                        rounds_out);
           return;
         }
         if (peers > 0 && budget <= 16 * peers)
@@ -1450,10 +1534,19 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                    " (needs more than 16 bytes per peer)");
       }
     }
-    if (stage_loads) *stage_loads = loads;
   }
-  if (track_pairs) {
-    const RoundFigures r = round_schedule(ndev, nstages, o.staging_budget_bytes, loads,
+  if (!track_pairs && schedule && !rule.pipeline.empty()) {
+    // Pipelined without a budget: the round schedule needs every stream's
+    // bytes; from the start with them tracked.
+    ctx.track_streams = true;
+    st = entry;
+    compute_stats(ctx, st, o, schedule, counts, max_bytes, reference, stage_loads, rounds_out);
+    return;
+  }
+  if (stage_loads && rule.cuts()) *stage_loads = loads;
+  if (rounds_out) *rounds_out = rule;
+  if (track_pairs && rule.cuts()) {
+    const RoundFigures r = round_schedule(ndev, nstages, rule, loads,
                                           {&pair_bytes, &relay_bytes, &band_streams}, counts);
     st.peak_staging_bytes = std::max(st.peak_staging_bytes, r.peak_staging);
     // A plan's rounds are int32 (PlanStats) and its messages' uint32: never
@@ -1467,12 +1560,12 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   }
   if (!counts) return;
   for (size_t d = 0; d < ndev; ++d) (*counts)[d].streams = send_msgs[d] + recv_msgs[d];
-  if (track_pairs) return;  // exact messages and cuts above
-  if (!budgeted) {
+  if (track_pairs && rule.cuts()) return;  // exact messages and cuts above
+  if (!rule.cuts()) {
     for (DeviceCounts& c : *counts) c.messages = c.streams;
     return;
   }
-  bound_cuts(ndev, nstages, o.staging_budget_bytes, loads, *counts);
+  bound_cuts(ndev, nstages, rule, loads, *counts);
 }
 
 }  // namespace reshard::planning
