@@ -37,6 +37,9 @@ _NUMPY_NAMES = {
     "u8": "uint8", "bool": "bool",
 }
 _FROM_NUMPY = {v: k for k, v in _NUMPY_NAMES.items()}
+# NumPy dtype -> reshard dtype name, for the dtypes NumPy has without ml_dtypes.
+_FROM_NUMPY_DTYPE = {np.dtype(v): k for k, v in _NUMPY_NAMES.items()
+                     if v not in ("bfloat16", "float8_e4m3fn", "float8_e5m2")}
 # Bytes per element, without NumPy dtypes (bf16 and f8 need ml_dtypes there).
 _ITEMSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1, "i64": 8,
              "i32": 4, "i16": 2, "i8": 1, "u64": 8, "u32": 4, "u16": 2, "u8": 1, "bool": 1}
@@ -45,6 +48,7 @@ _ITEMSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1, 
 # NumPy versions that lack it). _from_dlpack relabels them as the unsigned
 # integer of their width for NumPy to read.
 _RELABEL = {(4, 16): "bf16", (10, 8): "f8e4m3", (12, 8): "f8e5m2", (6, 8): "bool"}
+_NOT_IN_NUMPY = ("bfloat16", "float8_e4m3fn", "float8_e5m2")  # dtype names (JAX, PyTorch)
 _DLUINT = 1
 # struct module format characters of the buffer protocol -> reshard dtype name.
 _FROM_FORMAT = {"d": "f64", "f": "f32", "e": "f16", "q": "i64", "l": "i64", "i": "i32",
@@ -571,21 +575,29 @@ class _Export:
         return cap
 
 
-def _from_dlpack(obj: Any, where: str) -> Tuple[np.ndarray, str, bool]:
-    """``numpy.from_dlpack`` of an object exporting DLPack on the CPU: (the
-    array, its reshard dtype name, whether the export was a legacy capsule,
-    which cannot say it is read-only). Zero-copy: the array is the
-    exporter's memory and holds the export until dropped."""
+def _from_dlpack(obj: Any, where: str, writable: bool) -> Tuple[np.ndarray, str]:
+    """``numpy.from_dlpack`` of an object exporting DLPack on the CPU: the
+    array and its reshard dtype name. Zero-copy: the array is the exporter's
+    memory and holds the export until dropped. ``writable``: refuses an
+    export that says it is read-only."""
     dev = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (_DLCPU, 0)
     if int(dev[0]) not in (_DLCPU, _DLCUDAHOST):
         raise InvalidArgumentError(f"{where}: buffer on DLPack device type {int(dev[0])} "
                                    f"(device {int(dev[1])}); host executors need CPU memory")
-    ex = _Export(obj, False)
-    try:
-        a = np.from_dlpack(ex)
-    except (BufferError, RuntimeError, ValueError) as first:
-        # A dtype NumPy lacks (bf16, f8: "Unsupported dtype in DLTensor"):
-        # export again, relabelled.
+    a: Optional[np.ndarray] = None
+    name: Optional[str] = None
+    legacy: Optional[bool] = None  # whether the capsule was a legacy one, when known
+    first: Optional[BaseException] = None
+    # Straight to NumPy, unless the exporter's dtype attribute (JAX, ml_dtypes,
+    # PyTorch) names one NumPy lacks.
+    if str(getattr(obj, "dtype", "")).rpartition(".")[2] not in _NOT_IN_NUMPY:
+        try:
+            a = np.from_dlpack(obj)
+            name = _FROM_NUMPY_DTYPE.get(a.dtype)
+        except (BufferError, RuntimeError, ValueError) as err:
+            first = err  # e.g. "Unsupported dtype in DLTensor" (bf16, f8)
+    if a is None:
+        # Exported (again) and relabelled for NumPy.
         ex = _Export(obj, True)
         try:
             a = np.from_dlpack(ex)
@@ -596,13 +608,22 @@ def _from_dlpack(obj: Any, where: str) -> Tuple[np.ndarray, str, bool]:
                                            f"{lanes} has no reshard equivalent") from None
             raise InvalidArgumentError(f"{where}: numpy.from_dlpack refused the export: "
                                        f"{err}") from first
-    if ex.dtype is not None:
-        return a, ex.dtype, ex.legacy
-    name = _FROM_NUMPY.get(a.dtype.name)
+        name = ex.dtype if ex.dtype is not None else _FROM_NUMPY_DTYPE.get(a.dtype)
+        legacy = ex.legacy
     if name is None:
         raise InvalidArgumentError(f"{where}: DLPack dtype {a.dtype.name} has no reshard "
                                    "equivalent")
-    return a, name, ex.legacy
+    if writable and not a.flags.writeable:
+        # NumPy marks the arrays of legacy capsules read-only: they cannot say
+        # whether they are. Which was it (export again to see)?
+        if legacy is None:
+            ex = _Export(obj, False)
+            a = np.from_dlpack(ex)
+            legacy = ex.legacy
+        if not legacy:
+            raise InvalidArgumentError(f"{where}: the DLPack export is read-only; destinations "
+                                       "must be writable")
+    return a, name
 
 
 def _where(where: Any) -> str:
@@ -641,7 +662,7 @@ def _convert(obj: Any, t: Tensor, e: Entry, where: Any, writable: bool, pinned: 
             raise InvalidArgumentError(f"{where}: a jax.Array is immutable and cannot be a "
                                        "destination; pass NumPy buffers (Plan.allocate) or use "
                                        "reshard.jax.reshard")
-        a, dt, legacy = _from_dlpack(obj, where)
+        a, dt = _from_dlpack(obj, where, writable)
         # (Legacy exporters of bool, older PyTorch, give uint8.)
         if dt != t.dtype and not (dt == "u8" and t.dtype == "bool"):
             raise InvalidArgumentError(f"{where}: dtype {dt} given, tensor {t.name!r} is {t.dtype}")
@@ -652,10 +673,6 @@ def _convert(obj: Any, t: Tensor, e: Entry, where: Any, writable: bool, pinned: 
             strides = tuple(s // a.itemsize for s in a.strides)
             raise InvalidArgumentError(f"{where}: not contiguous (strides {strides} elements); "
                                        "pass a contiguous copy")
-        # NumPy marks arrays of legacy capsules read-only: they cannot say.
-        if writable and not a.flags.writeable and not legacy:
-            raise InvalidArgumentError(f"{where}: the DLPack export is read-only; destinations "
-                                       "must be writable")
         pinned.keep.append(a)
         return int(a.__array_interface__["data"][0])
     try:
