@@ -796,6 +796,7 @@ void Svg::flush_omitted() {
 void Svg::traffic(const Traffic& traffic) {
   flush_omitted();
   const auto& devs = traffic.devices;
+  if (devs.empty()) return;
   // The matrix's units: devices up to 32; beyond, hosts (devices when all
   // are on one host); beyond kMaxUnits of those, bands of consecutive ones.
   constexpr size_t kMaxDeviceMatrix = 32, kMaxUnits = 128;
@@ -808,7 +809,7 @@ void Svg::traffic(const Traffic& traffic) {
   for (const auto& [d, k] : key_of) keys.push_back(k);
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  const size_t per = (keys.size() + kMaxUnits - 1) / kMaxUnits;  // keys per unit
+  const size_t per = std::max<size_t>(1, (keys.size() + kMaxUnits - 1) / kMaxUnits);  // per unit
   const size_t n = (keys.size() + per - 1) / per;
   std::map<int64_t, size_t> unit_of_key;
   std::vector<std::string> labels(n);
@@ -929,6 +930,7 @@ void Svg::traffic(const Traffic& traffic) {
 void Svg::totals(const std::vector<DeviceTraffic>& per_device, const Topology& topology,
                  const std::string& why) {
   flush_omitted();
+  if (per_device.empty()) return;
   // Units: hosts (devices when all are on one host); beyond kMaxUnits, bands.
   constexpr size_t kMaxUnits = 1024, kColumns = 16;
   std::set<int64_t> hosts;
