@@ -171,17 +171,27 @@ struct Traffic {
 Traffic traffic_of(const Plan& plan, const std::vector<int64_t>& devices);
 std::string draw_traffic_text(const Traffic& traffic);
 
-// SVG document built section by section.
+// SVG document built section by section, readable at any fleet size: layouts
+// with more than 16 parts along a dim are drawn in bands, at most kMaxGroups
+// layout pairs are drawn, the send matrix is by device up to 32 devices and
+// by host (or bands of hosts, at most 128) beyond; text never overlaps.
 class Svg {
  public:
+  static constexpr size_t kMaxGroups = 12;
   void title(const std::string& text);
   void layouts(const std::string& heading, const Layout& src, const Layout& dst);
   void traffic(const Traffic& traffic);
-  std::string finish() const;
+  // Without a send matrix (too many pieces): per host, bytes sent and
+  // received; `why` says why there is no matrix.
+  void totals(const std::vector<DeviceTraffic>& per_device, const Topology& topology,
+              const std::string& why);
+  std::string finish();
 
  private:
+  void flush_omitted();
   double y_ = 10;
   double width_ = 820;
+  size_t groups_ = 0, omitted_ = 0;
   std::string body_;
 };
 

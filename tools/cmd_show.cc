@@ -88,6 +88,8 @@ int run_show(const ShowArgs& args) {
             << "), local " << human_bytes(static_cast<double>(global.stats().local_bytes)) << ", "
             << with_commas(global.stats().messages) << " messages\n";
   bool drawn = false;
+  std::string why = with_commas(global.stats().pieces) + " pieces, more than " +
+                    with_commas(kMaxPiecesForMatrix) + ": no send matrix";
   if (global.stats().pieces <= kMaxPiecesForMatrix) {
     PlanRequest request{PlanScope::kAll, 0, true};
     request.max_plan_bytes = args.max_plan_bytes;
@@ -101,6 +103,7 @@ int run_show(const ShowArgs& args) {
       // Too big to plan whole here: the summary below needs no parts.
       if (e.code() != ErrorCode::kResourceExhausted) throw;
       std::cout << "(no send matrix: " << e.what() << ")\n";
+      why = std::string("no send matrix: ") + e.what();
     }
   }
   if (!drawn) {
@@ -115,6 +118,7 @@ int run_show(const ShowArgs& args) {
                 << human_bytes(static_cast<double>(per[i].send_bytes)) << " in "
                 << per[i].send_messages << " messages, receives "
                 << human_bytes(static_cast<double>(per[i].recv_bytes)) << "\n";
+    svg.totals(global.stats().per_device, global.topology(), why);
   }
   if (!args.svg.empty()) {
     std::ofstream out(args.svg, std::ios::binary);

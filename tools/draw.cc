@@ -77,19 +77,35 @@ struct GridModel {
   std::map<size_t, Rect> rects;
 };
 
+// device_ranges, with an arithmetic progression of four or more devices
+// (a replica group, e.g. 0,8,16,...,1016) written as its first two and last.
+std::string devices_label(std::vector<int64_t> devs) {
+  std::sort(devs.begin(), devs.end());
+  devs.erase(std::unique(devs.begin(), devs.end()), devs.end());
+  if (devs.size() >= 4 && devs[1] - devs[0] > 1) {
+    bool progression = true;
+    for (size_t i = 2; i < devs.size() && progression; ++i)
+      progression = devs[i] - devs[i - 1] == devs[1] - devs[0];
+    if (progression)
+      return std::to_string(devs[0]) + "," + std::to_string(devs[1]) + ",\xE2\x80\xA6," +
+             std::to_string(devs.back());
+  }
+  return device_ranges(devs);
+}
+
 std::string cell_label(const Layout& layout, const std::vector<size_t>& entries) {
   if (entries.empty()) return "(none)";
   std::vector<std::string> lines;
   if (!layout.partial()) {
     std::vector<int64_t> devs;
     for (size_t e : entries) devs.push_back(layout.device(e));
-    lines = wrap(device_ranges(devs), kLabelWidth);
+    lines = wrap(devices_label(devs), kLabelWidth);
   } else {
     std::map<int32_t, std::vector<int64_t>> by_summand;
     for (size_t e : entries) by_summand[layout.summand(e)].push_back(layout.device(e));
     for (const auto& [s, devs] : by_summand)
       for (const auto& l :
-           wrap("\xCE\xA3" + std::to_string(s) + ":" + device_ranges(devs), kLabelWidth))
+           wrap("\xCE\xA3" + std::to_string(s) + ":" + devices_label(devs), kLabelWidth))
         lines.push_back(l);
   }
   if (lines.size() > kMaxLabelLines) {
@@ -102,7 +118,12 @@ std::string cell_label(const Layout& layout, const std::vector<size_t>& entries)
   return out;
 }
 
-GridModel make_grid(const Layout& layout) {
+// The cells of a layout's picture. A drawn dim cut into more than `max_rows`
+// (`max_cols`) parts is "too fine to draw", unless `bands`: then runs of
+// consecutive parts are drawn as one band each, labelled with every device
+// holding part of it (the SVG, at any fleet size).
+GridModel make_grid(const Layout& layout, size_t max_rows = kMaxRows, size_t max_cols = kMaxCols,
+                    bool bands = false) {
   GridModel g;
   const int rank = layout.rank();
   const auto& shape = layout.shape();
@@ -157,15 +178,31 @@ GridModel make_grid(const Layout& layout) {
   };
   g.row_cuts = cuts(g.row_dim);
   g.col_cuts = cuts(g.col_dim);
-  if (g.rows() > kMaxRows || g.cols() > kMaxCols) {
+  // Runs of ceil(parts / max) consecutive parts per band.
+  auto band = [&](std::vector<int64_t>& c, size_t max, int dim) {
+    const size_t parts = c.size() - 1;
+    if (!bands || parts <= max) return;
+    const size_t k = (parts + max - 1) / max;
+    std::vector<int64_t> b;
+    for (size_t i = 0; i < parts; i += k) b.push_back(c[i]);
+    b.push_back(c.back());
+    g.notes.push_back("dim " + std::to_string(dim) + ": " +
+                      with_commas(static_cast<int64_t>(parts)) + " parts drawn in " +
+                      std::to_string(b.size() - 1) + " bands of " + std::to_string(k));
+    c = std::move(b);
+  };
+  band(g.row_cuts, max_rows, g.row_dim);
+  band(g.col_cuts, max_cols, g.col_dim);
+  if (g.rows() > max_rows || g.cols() > max_cols) {
     g.reason = std::to_string(g.rows()) + " \xC3\x97 " + std::to_string(g.cols()) +
                " cells: too fine to draw";
     return g;
   }
   const size_t rows = g.rows(), cols = g.cols();
   std::vector<std::vector<size_t>> cell_entries(rows * cols);
+  // The cells [a, b) that [lo, hi) overlaps (lo need not be a cut: bands).
   auto range = [](const std::vector<int64_t>& c, int64_t lo, int64_t hi) {
-    const size_t a = static_cast<size_t>(std::lower_bound(c.begin(), c.end(), lo) - c.begin());
+    const size_t a = static_cast<size_t>(std::upper_bound(c.begin(), c.end(), lo) - c.begin()) - 1;
     const size_t b = static_cast<size_t>(std::lower_bound(c.begin(), c.end(), hi) - c.begin());
     return std::make_pair(a, b);
   };
@@ -474,22 +511,116 @@ const char* colour(size_t index) {
   return kPalette[index % (sizeof kPalette / sizeof kPalette[0])];
 }
 
+// Text is laid out from an estimate of its extent: monospace glyphs advance
+// 0.6 em (DejaVu Sans Mono, Liberation Mono: 0.60 em; kAdvance keeps a
+// margin), rise 0.8 em above the baseline and descend 0.2 em below it.
+// Every label is placed where that box overlaps no other text, inside the
+// picture; tests/cli/cli_test.py (case show_svg_scale) checks it.
+constexpr double kAdvance = 0.62;
+constexpr double kMinFont = 6;  // smaller labels are left out (the box's <title> has them)
+
+double text_width(const std::string& s, double font) {
+  return static_cast<double>(display_width(s)) * kAdvance * font;
+}
+
+// `s` cut to at most `width` pixels at `font`, ending in "…" when cut.
+std::string fit_text(const std::string& s, double width, double font) {
+  const double chars = std::floor(width / (kAdvance * font));
+  if (chars < 1) return "";
+  const size_t max = static_cast<size_t>(chars);
+  if (display_width(s) <= max) return s;
+  std::string out;
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const bool starts = (static_cast<unsigned char>(s[i]) & 0xC0) != 0x80;
+    if (starts && ++n > max - 1) break;
+    out += s[i];
+  }
+  return out + "\xE2\x80\xA6";
+}
+
 std::string svg_text(double x, double y, const std::string& s, const char* extra = "") {
   return "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\" " + extra + ">" + xml_escape(s) +
          "</text>\n";
 }
 
-// Draws a grid at (x, y) within w x h pixels; returns the height used.
+// One line at `font` pixels, cut to `width` pixels.
+std::string svg_line(double x, double y, const std::string& s, double font, double width,
+                     const std::string& extra = "") {
+  const std::string t = fit_text(s, width, font);
+  if (t.empty()) return "";
+  return svg_text(x, y, t, ("font-size=\"" + num(font) + "\"" + extra).c_str());
+}
+
+// Splits `text` into lines of at most `width` columns, breaking after ','
+// or '-' (device lists: "0-63,128-191"); a longer part stays whole.
+std::vector<std::string> break_lines(const std::string& text, size_t width) {
+  std::vector<std::string> parts{""};
+  size_t cols = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    parts.back() += text[i];
+    cols += (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80;
+    if ((text[i] == ',' || text[i] == '-') && i + 1 < text.size()) {
+      parts.emplace_back();
+      cols = 0;
+    }
+  }
+  std::vector<std::string> lines{""};
+  for (const auto& p : parts) {
+    if (!lines.back().empty() && display_width(lines.back()) + display_width(p) > width)
+      lines.emplace_back();
+    lines.back() += p;
+  }
+  return lines;
+}
+
+// The label's lines centred in the box [x0, x1] x [y0, y1], re-broken to
+// the width that allows the largest font up to `font`; nothing if that
+// would be below kMinFont.
+std::string svg_centred(const std::vector<std::string>& label, double x0, double x1, double y0,
+                        double y1, double font, const std::string& extra = "") {
+  size_t widest = 1;
+  for (const auto& l : label) widest = std::max(widest, display_width(l));
+  std::vector<std::string> best;
+  double best_font = 0;
+  for (size_t width = widest; width >= 1; --width) {
+    std::vector<std::string> lines;
+    for (const auto& l : label)
+      for (auto& part : break_lines(l, width)) lines.push_back(std::move(part));
+    size_t longest = 1;
+    for (const auto& l : lines) longest = std::max(longest, display_width(l));
+    const double f = std::min({font, (x1 - x0 - 4) / (kAdvance * static_cast<double>(longest)),
+                               (y1 - y0 - 2) / (1.15 * static_cast<double>(lines.size()))});
+    if (f > best_font + 0.25) {
+      best_font = f;
+      best = std::move(lines);
+    }
+    if (best_font >= font) break;
+  }
+  if (best_font < kMinFont) return "";
+  font = std::floor(best_font * 2) / 2;
+  const double n = static_cast<double>(best.size());
+  const double top = (y0 + y1) / 2 - 1.15 * font * n / 2;
+  std::string out;
+  for (size_t k = 0; k < best.size(); ++k)
+    out +=
+        svg_text((x0 + x1) / 2, top + 1.15 * font * static_cast<double>(k) + 0.875 * font, best[k],
+                 ("font-size=\"" + num(font) + "\" text-anchor=\"middle\"" + extra).c_str());
+  return out;
+}
+
+// Draws a grid at (x, y) within w pixels; returns the height used.
 double svg_grid(std::string& out, const GridModel& g, double x, double y, double w) {
   if (!g.drawable) {
-    out += svg_text(x, y + 14, g.reason, "font-size=\"12\"");
+    out += svg_line(x, y + 14, g.reason, 12, w);
     return 24;
   }
+  // In proportion to the extents, at least 14 pixels a row of boxes.
   double h = 48;
   if (g.row_dim >= 0)
     h = std::clamp(
-        w * static_cast<double>(g.row_cuts.back()) / static_cast<double>(g.col_cuts.back()), 60.0,
-        320.0);
+        w * static_cast<double>(g.row_cuts.back()) / static_cast<double>(g.col_cuts.back()),
+        std::min(std::max(60.0, 14.0 * static_cast<double>(g.rows())), 320.0), 320.0);
   auto pos = [](const std::vector<int64_t>& cuts, size_t i, double origin, double size) {
     return origin + size * static_cast<double>(cuts[i] - cuts.front()) /
                         static_cast<double>(cuts.back() - cuts.front());
@@ -497,19 +628,19 @@ double svg_grid(std::string& out, const GridModel& g, double x, double y, double
   for (const auto& [root, rc] : g.rects) {
     const double x0 = pos(g.col_cuts, rc.c0, x, w), x1 = pos(g.col_cuts, rc.c1 + 1, x, w);
     const double y0 = pos(g.row_cuts, rc.r0, y, h), y1 = pos(g.row_cuts, rc.r1 + 1, y, h);
+    const auto lines = split_lines(g.labels[root]);
+    std::string all;
+    for (const auto& l : lines) all += (all.empty() ? "" : " ") + l;
     out += "<rect x=\"" + num(x0) + "\" y=\"" + num(y0) + "\" width=\"" +
            num(std::max(x1 - x0, 1.0)) + "\" height=\"" + num(std::max(y1 - y0, 1.0)) +
-           "\" fill=\"" + colour(g.colours[root]) + "\" stroke=\"#333\" stroke-width=\"1\"/>\n";
-    const auto lines = split_lines(g.labels[root]);
-    const double cy = (y0 + y1) / 2 - 6.0 * static_cast<double>(lines.size() - 1) + 4;
-    for (size_t k = 0; k < lines.size(); ++k)
-      out += svg_text((x0 + x1) / 2, cy + 12.0 * static_cast<double>(k), lines[k],
-                      "font-size=\"11\" text-anchor=\"middle\"");
+           "\" fill=\"" + colour(g.colours[root]) +
+           "\" stroke=\"#333\" stroke-width=\"1\"><title>" + xml_escape(all) + "</title></rect>\n";
+    out += svg_centred(lines, x0, x1, y0, y1, 11);
   }
   double used = h;
   for (const auto& note : g.notes) {
     used += 14;
-    out += svg_text(x, y + used, note, "font-size=\"10\" fill=\"#555\"");
+    out += svg_line(x, y + used, note, 10, w, " fill=\"#555\"");
   }
   return used + 6;
 }
@@ -629,76 +760,243 @@ std::string draw_traffic_text(const Traffic& traffic) {
 
 void Svg::title(const std::string& text) {
   y_ += 20;
-  body_ += svg_text(10, y_, text, "font-size=\"16\" font-weight=\"bold\"");
+  body_ += svg_line(10, y_, text, 16, width_ - 20, " font-weight=\"bold\"");
   y_ += 10;
 }
 
 void Svg::layouts(const std::string& heading, const Layout& src, const Layout& dst) {
+  if (groups_ >= kMaxGroups) {
+    ++omitted_;
+    return;
+  }
+  ++groups_;
   y_ += 18;
-  body_ += svg_text(10, y_, heading, "font-size=\"13\" font-weight=\"bold\"");
+  body_ += svg_line(10, y_, heading, 13, width_ - 20, " font-weight=\"bold\"");
   y_ += 8;
   const double w = 380;
-  body_ += svg_text(10, y_ + 12, "source: " + describe(src), "font-size=\"11\"");
-  body_ += svg_text(430, y_ + 12, "destination: " + describe(dst), "font-size=\"11\"");
+  body_ += svg_line(10, y_ + 12, "source: " + describe(src), 11, w);
+  body_ += svg_line(430, y_ + 12, "destination: " + describe(dst), 11, w);
   y_ += 20;
-  const double h1 = svg_grid(body_, make_grid(src), 10, y_, w);
-  const double h2 = svg_grid(body_, make_grid(dst), 430, y_, w);
+  // Parts beyond 16 along a dim are drawn as bands: at most 16 x 16 boxes.
+  const double h1 = svg_grid(body_, make_grid(src, 16, 16, true), 10, y_, w);
+  const double h2 = svg_grid(body_, make_grid(dst, 16, 16, true), 430, y_, w);
   y_ += std::max(h1, h2) + 10;
 }
 
-void Svg::traffic(const Traffic& traffic) {
+void Svg::flush_omitted() {
+  if (omitted_ == 0) return;
   y_ += 18;
-  const auto& devs = traffic.devices;
-  if (devs.size() > 64) {
-    body_ += svg_text(10, y_, std::to_string(devs.size()) + " devices: send matrix omitted",
-                      "font-size=\"13\"");
-    y_ += 10;
-    return;
-  }
-  body_ += svg_text(10, y_, "bytes sent: row = source device, column = destination device",
-                    "font-size=\"13\" font-weight=\"bold\"");
-  y_ += 10;
-  const double cell = devs.size() <= 16 ? 40 : 640.0 / static_cast<double>(devs.size());
-  const double x0 = 50, y0 = y_ + 20;
-  std::map<int64_t, size_t> index;
-  for (size_t i = 0; i < devs.size(); ++i) index[devs[i]] = i;
-  int64_t max_bytes = 1;
-  for (const auto& [k, b] : traffic.bytes) max_bytes = std::max(max_bytes, b);
-  for (size_t i = 0; i < devs.size(); ++i) {
-    const double p = static_cast<double>(i) * cell + cell / 2;
-    body_ += svg_text(x0 + p, y0 - 5, std::to_string(devs[i]),
-                      "font-size=\"10\" text-anchor=\"middle\"");
-    body_ += svg_text(x0 - 5, y0 + p + 4, std::to_string(devs[i]),
-                      "font-size=\"10\" text-anchor=\"end\"");
-  }
-  for (size_t i = 0; i < devs.size(); ++i)
-    for (size_t j = 0; j < devs.size(); ++j) {
-      auto it = traffic.bytes.find({devs[i], devs[j]});
-      const int64_t b = it == traffic.bytes.end() ? 0 : it->second;
-      const double f = static_cast<double>(b) / static_cast<double>(max_bytes);
-      char fill[16];
-      // White to blue; local copies (diagonal) in green.
-      if (i == j && b > 0)
-        std::snprintf(fill, sizeof fill, "#%02x%02x%02x", static_cast<int>(255 - 140 * f), 230,
-                      static_cast<int>(255 - 140 * f));
-      else
-        std::snprintf(fill, sizeof fill, "#%02x%02x%02x", static_cast<int>(255 - 200 * f),
-                      static_cast<int>(255 - 150 * f), 255);
-      const double x = x0 + static_cast<double>(j) * cell, y = y0 + static_cast<double>(i) * cell;
-      body_ += "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(cell) +
-               "\" height=\"" + num(cell) + "\" fill=\"" + fill +
-               "\" stroke=\"#999\" stroke-width=\"0.5\"><title>" + std::to_string(devs[i]) +
-               " \xE2\x86\x92 " + std::to_string(devs[j]) + ": " +
-               human_bytes(static_cast<double>(b)) + "</title></rect>\n";
-      if (cell >= 30 && b > 0)
-        body_ += svg_text(x + cell / 2, y + cell / 2 + 4, compact_bytes(static_cast<double>(b)),
-                          f > 0.5 ? "font-size=\"9\" text-anchor=\"middle\" fill=\"white\""
-                                  : "font-size=\"9\" text-anchor=\"middle\"");
-    }
-  y_ = y0 + cell * static_cast<double>(devs.size()) + 10;
+  body_ += svg_line(10, y_,
+                    std::to_string(omitted_) + " more layout pairs not drawn (at most " +
+                        std::to_string(kMaxGroups) + "; --tensor NAME draws one tensor)",
+                    12, width_ - 20);
+  omitted_ = 0;
 }
 
-std::string Svg::finish() const {
+void Svg::traffic(const Traffic& traffic) {
+  flush_omitted();
+  const auto& devs = traffic.devices;
+  if (devs.empty()) return;
+  // The matrix's units: devices up to 32; beyond, hosts (devices when all
+  // are on one host); beyond kMaxUnits of those, bands of consecutive ones.
+  constexpr size_t kMaxDeviceMatrix = 32, kMaxUnits = 128;
+  std::map<int64_t, int64_t> key_of;  // device -> host or device id
+  std::set<int64_t> hosts;
+  for (int64_t d : devs) hosts.insert(traffic.topology.info(d).host);
+  const bool by_host = devs.size() > kMaxDeviceMatrix && hosts.size() > 1;
+  for (int64_t d : devs) key_of[d] = by_host ? traffic.topology.info(d).host : d;
+  std::vector<int64_t> keys;
+  for (const auto& [d, k] : key_of) keys.push_back(k);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  const size_t per = std::max<size_t>(1, (keys.size() + kMaxUnits - 1) / kMaxUnits);  // per unit
+  const size_t n = (keys.size() + per - 1) / per;
+  std::map<int64_t, size_t> unit_of_key;
+  std::vector<std::string> labels(n);
+  for (size_t i = 0; i < keys.size(); ++i) unit_of_key[keys[i]] = i / per;
+  for (size_t u = 0; u < n; ++u) {
+    const size_t first = u * per, last = std::min(keys.size(), first + per) - 1;
+    labels[u] = std::to_string(keys[first]) +
+                (last > first ? "-" + std::to_string(keys[last]) : std::string());
+  }
+  std::vector<std::vector<int64_t>> m(n, std::vector<int64_t>(n, 0));
+  int64_t max_bytes = 1, within = 0, between = 0;
+  for (const auto& [k, b] : traffic.bytes) {
+    const size_t i = unit_of_key.at(key_of.at(k.first)), j = unit_of_key.at(key_of.at(k.second));
+    m[i][j] += b;
+    (i == j ? within : between) += b;
+  }
+  for (const auto& row : m)
+    for (int64_t b : row) max_bytes = std::max(max_bytes, b);
+  const std::string unit = by_host ? "host" : "device";
+  const std::string units =
+      per > 1 ? unit + "s (bands of " + std::to_string(per) + " " + unit + "s)" : unit;
+
+  y_ += 18;
+  body_ += svg_line(10, y_, "bytes sent: row = source " + units + ", column = destination " + units,
+                    13, width_ - 20, " font-weight=\"bold\"");
+  y_ += 16;
+  body_ += svg_line(10, y_,
+                    with_commas(static_cast<int64_t>(devs.size())) + " devices on " +
+                        with_commas(static_cast<int64_t>(hosts.size())) +
+                        (hosts.size() == 1 ? " host" : " hosts") + "; between " + unit +
+                        (per > 1 ? " bands " : "s ") + human_bytes(static_cast<double>(between)) +
+                        ", within (diagonal, green) " + human_bytes(static_cast<double>(within)),
+                    11, width_ - 20);
+  y_ += 4;
+
+  const double cell = std::min(40.0, 640.0 / static_cast<double>(n));
+  const double font = 10;
+  double label_w = 0;
+  for (const auto& l : labels) label_w = std::max(label_w, text_width(l, font));
+  // Every step-th label (a power of two), so that neighbours never touch.
+  const double need = std::max((label_w + 4) / cell, 1.2 * font / cell);
+  size_t step = 1;
+  while (static_cast<double>(step) < need) step *= 2;
+  const size_t col_step = step, row_step = step;
+  const double x0 = std::max(50.0, 16 + label_w), y0 = y_ + 22;
+  for (size_t i = 0; i < n; ++i) {
+    const double p = static_cast<double>(i) * cell + cell / 2;
+    if (i % col_step == 0)
+      body_ += svg_text(x0 + p, y0 - 6, labels[i], "font-size=\"10\" text-anchor=\"middle\"");
+    if (i % row_step == 0)
+      body_ +=
+          svg_text(x0 - 6, y0 + p + 0.3 * font, labels[i], "font-size=\"10\" text-anchor=\"end\"");
+  }
+  const double side = cell * static_cast<double>(n);
+  body_ += "<rect x=\"" + num(x0) + "\" y=\"" + num(y0) + "\" width=\"" + num(side) +
+           "\" height=\"" + num(side) +
+           "\" fill=\"white\" stroke=\"#999\" stroke-width=\"0.5\"/>\n";
+  // White to blue; the diagonal in green. Large matrices: 16 shades, and runs
+  // of equal cells along a row drawn as one box (the file stays small).
+  const bool fine = n <= kMaxDeviceMatrix;
+  auto fill_of = [&](size_t i, size_t j) {
+    double f = static_cast<double>(m[i][j]) / static_cast<double>(max_bytes);
+    if (!fine) f = std::ceil(f * 16) / 16;
+    char fill[16];
+    if (i == j && m[i][j] > 0)
+      std::snprintf(fill, sizeof fill, "#%02x%02x%02x", static_cast<int>(255 - 140 * f), 230,
+                    static_cast<int>(255 - 140 * f));
+    else
+      std::snprintf(fill, sizeof fill, "#%02x%02x%02x", static_cast<int>(255 - 200 * f),
+                    static_cast<int>(255 - 150 * f), 255);
+    return std::string(fill);
+  };
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < n;) {
+      if (m[i][j] == 0 && !fine) {
+        ++j;
+        continue;
+      }
+      size_t k = j + 1;
+      const std::string fill = fill_of(i, j);
+      if (!fine)
+        while (k < n && k != i && j != i && m[i][k] != 0 && fill_of(i, k) == fill) ++k;
+      const double x = x0 + static_cast<double>(j) * cell, y = y0 + static_cast<double>(i) * cell;
+      body_ += "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" +
+               num(cell * static_cast<double>(k - j)) + "\" height=\"" + num(cell) + "\" fill=\"" +
+               fill + "\"";
+      if (fine) {
+        body_ += " stroke=\"#999\" stroke-width=\"0.5\"><title>" + labels[i] + " \xE2\x86\x92 " +
+                 labels[j] + ": " + human_bytes(static_cast<double>(m[i][j])) + "</title></rect>\n";
+        const std::string b = compact_bytes(static_cast<double>(m[i][j]));
+        if (m[i][j] > 0 && text_width(b, 9) <= cell - 4 && cell >= 14)
+          body_ +=
+              svg_text(x + cell / 2, y + cell / 2 + 3, b,
+                       i != j && static_cast<double>(m[i][j]) > 0.5 * static_cast<double>(max_bytes)
+                           ? "font-size=\"9\" text-anchor=\"middle\" fill=\"white\""
+                           : "font-size=\"9\" text-anchor=\"middle\"");
+      } else {
+        body_ += "/>\n";
+      }
+      j = k;
+    }
+  // Legend: the shades of 0, 1/4, ..., all of the largest cell.
+  y_ = y0 + side + 16;
+  body_ += svg_text(10, y_ + 10, "per cell:", "font-size=\"10\"");
+  for (int q = 0; q <= 4; ++q) {
+    const double f = q / 4.0;
+    char fill[16];
+    std::snprintf(fill, sizeof fill, "#%02x%02x%02x", static_cast<int>(255 - 200 * f),
+                  static_cast<int>(255 - 150 * f), 255);
+    body_ += "<rect x=\"" + num(80 + 24 * q) + "\" y=\"" + num(y_) +
+             "\" width=\"24\" height=\"12\" fill=\"" + fill +
+             "\" stroke=\"#999\" stroke-width=\"0.5\"/>\n";
+  }
+  body_ += svg_line(206, y_ + 10, "0 to " + human_bytes(static_cast<double>(max_bytes)), 10, 300);
+  y_ += 22;
+}
+
+void Svg::totals(const std::vector<DeviceTraffic>& per_device, const Topology& topology,
+                 const std::string& why) {
+  flush_omitted();
+  if (per_device.empty()) return;
+  // Units: hosts (devices when all are on one host); beyond kMaxUnits, bands.
+  constexpr size_t kMaxUnits = 1024, kColumns = 16;
+  std::set<int64_t> hosts;
+  for (const DeviceTraffic& t : per_device) hosts.insert(topology.info(t.device).host);
+  const bool by_host = hosts.size() > 1;
+  std::map<int64_t, std::pair<int64_t, int64_t>> by_key;  // key -> (sent, received)
+  for (const DeviceTraffic& t : per_device) {
+    auto& v = by_key[by_host ? topology.info(t.device).host : t.device];
+    v.first += t.send_bytes;
+    v.second += t.recv_bytes;
+  }
+  std::vector<int64_t> keys;
+  for (const auto& [k, v] : by_key) keys.push_back(k);
+  const size_t per = std::max<size_t>(1, (keys.size() + kMaxUnits - 1) / kMaxUnits);
+  const size_t n = (keys.size() + per - 1) / per;
+  std::vector<std::string> labels(n);
+  std::vector<int64_t> sent(n, 0), received(n, 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    sent[i / per] += by_key[keys[i]].first;
+    received[i / per] += by_key[keys[i]].second;
+  }
+  for (size_t u = 0; u < n; ++u) {
+    const size_t first = u * per, last = std::min(keys.size(), first + per) - 1;
+    labels[u] = std::to_string(keys[first]) +
+                (last > first ? "-" + std::to_string(keys[last]) : std::string());
+  }
+  const std::string unit = by_host ? "host" : "device";
+  y_ += 18;
+  body_ += svg_line(10, y_,
+                    "bytes sent and received per " + unit +
+                        (per > 1 ? " band (" + std::to_string(per) + " " + unit + "s)" : ""),
+                    13, width_ - 20, " font-weight=\"bold\"");
+  y_ += 16;
+  body_ += svg_line(10, y_, why, 11, width_ - 20);
+  y_ += 8;
+  const size_t cols = std::min(n, kColumns), rows = (n + cols - 1) / cols;
+  const double cw = 380.0 / static_cast<double>(cols), ch = std::min(cw, 22.0);
+  auto grid = [&](const std::vector<int64_t>& v, double x, const std::string& verb) {
+    body_ += svg_line(x, y_ + 12, unit + "s, " + verb, 11, 380);
+    int64_t max = 1;
+    for (int64_t b : v) max = std::max(max, b);
+    const double y = y_ + 18;
+    for (size_t u = 0; u < n; ++u) {
+      const double f = static_cast<double>(v[u]) / static_cast<double>(max);
+      char fill[16];
+      std::snprintf(fill, sizeof fill, "#%02x%02x%02x", static_cast<int>(255 - 200 * f),
+                    static_cast<int>(255 - 150 * f), 255);
+      const double x0 = x + static_cast<double>(u % cols) * cw,
+                   y0 = y + static_cast<double>(u / cols) * ch;
+      body_ += "<rect x=\"" + num(x0) + "\" y=\"" + num(y0) + "\" width=\"" + num(cw) +
+               "\" height=\"" + num(ch) + "\" fill=\"" + fill +
+               "\" stroke=\"#999\" stroke-width=\"0.5\"><title>" + unit + " " + labels[u] + " " +
+               verb + " " + human_bytes(static_cast<double>(v[u])) + "</title></rect>\n";
+      body_ +=
+          svg_centred({labels[u]}, x0, x0 + cw, y0, y0 + ch, 9, f > 0.5 ? " fill=\"white\"" : "");
+    }
+    body_ += svg_line(x, y + static_cast<double>(rows) * ch + 14,
+                      "0 (white) to " + human_bytes(static_cast<double>(max)) + " (blue)", 10, 380);
+  };
+  grid(sent, 10, "sent");
+  grid(received, 430, "received");
+  y_ += 18 + static_cast<double>(rows) * ch + 24;
+}
+
+std::string Svg::finish() {
+  flush_omitted();
   return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
          num(width_) + "\" height=\"" + num(y_ + 10) + "\" viewBox=\"0 0 " + num(width_) + " " +

@@ -85,6 +85,92 @@ def case_show_svg():
             xml.dom.minidom.parse(svg)  # raises on invalid XML
 
 
+def svg_text_boxes(path):
+    """(text, x0, y0, x1, y1) of each <text> of an SVG of `reshard show`, from
+    the true extent of monospace glyphs (DejaVu Sans Mono: 0.6 em wide, about
+    0.8 em above the baseline and 0.2 em below), and the picture's size."""
+    doc = xml.dom.minidom.parse(path)
+    root = doc.documentElement
+    width, height = float(root.getAttribute("width")), float(root.getAttribute("height"))
+    boxes = []
+    for t in doc.getElementsByTagName("text"):
+        s = "".join(n.data for n in t.childNodes if n.nodeType == n.TEXT_NODE)
+        f = float(t.getAttribute("font-size"))
+        x, y = float(t.getAttribute("x")), float(t.getAttribute("y"))
+        w = 0.6 * f * len(s)
+        anchor = t.getAttribute("text-anchor") or "start"
+        x0 = {"start": x, "middle": x - w / 2, "end": x - w}[anchor]
+        boxes.append((s, x0, y - 0.8 * f, x0 + w, y + 0.2 * f, f))
+    return boxes, width, height
+
+
+def svg_overlaps(boxes):
+    """Pairs of text boxes that overlap (by more than 0.05 pixels each way)."""
+    out = []
+    order = sorted(boxes, key=lambda b: b[2])
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            if b[2] >= a[4] - 0.05:
+                break
+            if b[1] < a[3] - 0.05 and a[1] < b[3] - 0.05:
+                out.append((a, b))
+    return out
+
+
+def case_show_svg_scale():
+    # show --svg at 12, 64 and 1,024 devices: text never overlaps and stays
+    # inside the picture, every label is legible (>= 6 px), the files stay
+    # small, and large fleets are drawn in bands and per host, not left out.
+    check(len(svg_overlaps([("a", 0, 0, 10, 10, 10), ("b", 9, 9, 20, 20, 10)])) == 1,
+          "the overlap check finds nothing")
+    big = os.path.join(SPECS, "llama405b_fsdp1024_to_tp8.json")
+    cases = [
+        ("12", [spec("small_transformer")]),
+        ("64", [spec("transformer8_fsdp64_to_tp8")]),
+        ("1024-tensor", [big, "--tensor", "layers.0.wq"]),
+        ("1024", [big]),
+    ]
+    with tempfile.TemporaryDirectory() as d:
+        for name, args in cases:
+            path = os.path.join(d, name + ".svg")
+            run("show", "--spec", *args, "--svg", path)
+            size = os.path.getsize(path)
+            check(size < 300_000, f"{name}: {size} bytes of SVG")
+            boxes, width, height = svg_text_boxes(path)
+            check(height < 4000, f"{name}: {height} pixels tall")
+            texts = [b[0] for b in boxes]
+            for b in boxes:
+                check(b[5] >= 6, f"{name}: text {b[0]!r} at font size {b[5]}")
+                check(b[1] >= 0 and b[3] <= width and b[2] >= 0 and b[4] <= height,
+                      f"{name}: text {b[0]!r} outside the {width} x {height} picture: {b}")
+            bad = svg_overlaps(boxes)
+            check(not bad, f"{name}: {len(bad)} overlapping texts, e.g. {bad[:3]}")
+            svg = open(path, encoding="utf-8").read()
+            rects = svg.count("<rect")
+            if name == "12":  # the device matrix, every cell
+                check(svg.count("\u2192") == 144 and "row = source device" in svg,
+                      f"{name}: no 12 x 12 device matrix")
+                check("too fine" not in svg, name)
+            elif name == "64":  # bands of 4 devices; 8 x 8 hosts, bytes in every cell
+                check("0-3" in texts and "60-63" in texts and "0,8,\u2026,56" in texts,
+                      f"{name}: bands or replica groups not labelled: {texts[:40]}")
+                check("row = source host" in svg and texts.count("6.9G") == 64,
+                      f"{name}: no 8 x 8 host matrix with bytes")
+            elif name == "1024-tensor":  # bands of 64 devices; 128 x 128 hosts
+                check("0-63" in texts and "960-1023" in texts and "7,15,\u2026,1023" in texts,
+                      f"{name}: bands not labelled: {texts}")
+                check("row = source host" in svg and "1,024 devices on 128 hosts" in svg,
+                      f"{name}: no host matrix")
+                check(all(str(h) in texts for h in range(0, 128, 8)), f"{name}: host axis: {texts}")
+                check(rects >= 128 + 32, f"{name}: {rects} boxes")
+            else:  # too many pieces for a matrix: per host totals, 128 labelled cells each
+                check("bytes sent and received per host" in svg, f"{name}: no per-host totals")
+                check(all(texts.count(str(h)) >= 2 for h in range(128)),
+                      f"{name}: host cells not labelled")
+                check(svg.count("more layout pairs") == 0, name)
+            check("too fine" not in svg and "omitted" not in svg, f"{name}: parts left out")
+
+
 def case_show_tensor():
     out = run("show", "--spec", spec("small_transformer"), "--tensor", "layers.0.attn.q").stdout
     check("layers.0.attn.q" in out and "layers.1.attn.q" not in out.split("\n")[0], out)

@@ -16,7 +16,9 @@ from typing import Dict, List, Tuple
 HEADERS = ("reshard.h", "reshard_mpi.h", "reshard_nccl.h")
 
 # The subset of DLPack (dlpack.h, v1.0 and the legacy unversioned form) that
-# reshard reads. DLPack is itself a stable C ABI; these layouts never change.
+# reshard touches: numpy.from_dlpack reads the capsules; reshard only reads
+# and rewrites the dtype of bf16/f8 exports, which NumPy refuses
+# (reshard._core._Export). DLPack is a stable C ABI; these layouts never change.
 _DLPACK_CDEF = """
 typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
 typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;

@@ -37,30 +37,32 @@ _NUMPY_NAMES = {
     "u8": "uint8", "bool": "bool",
 }
 _FROM_NUMPY = {v: k for k, v in _NUMPY_NAMES.items()}
+# NumPy dtype -> reshard dtype name, for the dtypes NumPy has without ml_dtypes.
+_FROM_NUMPY_DTYPE = {np.dtype(v): k for k, v in _NUMPY_NAMES.items()
+                     if v not in ("bfloat16", "float8_e4m3fn", "float8_e5m2")}
 # Bytes per element, without NumPy dtypes (bf16 and f8 need ml_dtypes there).
 _ITEMSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1, "i64": 8,
              "i32": 4, "i16": 2, "i8": 1, "u64": 8, "u32": 4, "u16": 2, "u8": 1, "bool": 1}
-# DLPack (code, bits) -> reshard dtype name (DLPack 1.1 codes; bool also as u8).
-_FROM_DLPACK = {
-    (2, 64): "f64", (2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (10, 8): "f8e4m3",
-    (12, 8): "f8e5m2", (0, 64): "i64", (0, 32): "i32", (0, 16): "i16", (0, 8): "i8",
-    (1, 64): "u64", (1, 32): "u32", (1, 16): "u16", (1, 8): "u8", (6, 8): "bool",
-}
+# DLPack dtypes NumPy's from_dlpack refuses: (code, bits) -> reshard dtype name
+# (DLPack 1.1 codes: kDLBfloat, kDLFloat8_e4m3fn, kDLFloat8_e5m2; kDLBool for
+# NumPy versions that lack it). _from_dlpack relabels them as the unsigned
+# integer of their width for NumPy to read.
+_RELABEL = {(4, 16): "bf16", (10, 8): "f8e4m3", (12, 8): "f8e5m2", (6, 8): "bool"}
+_NOT_IN_NUMPY = ("bfloat16", "float8_e4m3fn", "float8_e5m2")  # dtype names (JAX, PyTorch)
+_DLUINT = 1
 # struct module format characters of the buffer protocol -> reshard dtype name.
 _FROM_FORMAT = {"d": "f64", "f": "f32", "e": "f16", "q": "i64", "l": "i64", "i": "i32",
                 "h": "i16", "b": "i8", "Q": "u64", "L": "u64", "I": "u32", "H": "u16",
                 "B": "u8", "?": "bool"}
 _BOUND_KINDS = {0: "none", 1: "device_recv", 2: "device_send", 3: "host_recv", 4: "host_send"}
 _DLCPU, _DLCUDAHOST = 1, 3
-_DLPACK_READ_ONLY = 1
 
-_USED_NAMES = {b"dltensor": b"used_dltensor", b"dltensor_versioned": b"used_dltensor_versioned"}
 _capsule_get = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_get.restype = ctypes.c_void_p
 _capsule_get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_capsule_set_name = ctypes.pythonapi.PyCapsule_SetName
-_capsule_set_name.restype = ctypes.c_int
-_capsule_set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_valid.restype = ctypes.c_int
+_capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -528,71 +530,100 @@ def _deserialize_options(key: Union[bytes, bytearray, memoryview]) -> Tuple[Any,
 # --------------------------------------------------------------- buffers
 class _Pinned:
     """What keeps the memory of converted buffers alive during one execution
-    (DLPack capsules are released with their deleter afterwards)."""
+    (arrays NumPy made from DLPack capsules release their exports when
+    dropped)."""
 
     def __init__(self) -> None:
         self.keep: List[Any] = []
-        self.managed: List[Tuple[Any, bool]] = []
 
     def release(self) -> None:
-        for m, versioned in self.managed:
-            if m.deleter != ffi.NULL:
-                m.deleter(m)
-        self.managed.clear()
         self.keep.clear()
 
 
-def _from_dlpack(obj: Any, where: str, writable: bool, pinned: _Pinned):
-    """(pointer, dtype name, shape, strides or None) of an object exporting DLPack."""
+class _Export:
+    """``obj``'s DLPack protocol, for ``numpy.from_dlpack``: notes whether the
+    capsule given is a legacy (unversioned) one, and with ``relabel``, writes
+    a dtype NumPy lacks (``_RELABEL``) as the unsigned integer of its width
+    into the capsule's ``DLTensor`` before NumPy reads it."""
+
+    __slots__ = ("obj", "relabel", "legacy", "dtype", "dl_dtype")
+
+    def __init__(self, obj: Any, relabel: bool) -> None:
+        self.obj = obj
+        self.relabel = relabel
+        self.legacy = False
+        self.dtype: Optional[str] = None  # the relabelled dtype's reshard name
+        self.dl_dtype: Tuple[int, int, int] = (0, 0, 0)  # the export's (code, bits, lanes)
+
+    def __dlpack_device__(self) -> Any:
+        return self.obj.__dlpack_device__() if hasattr(self.obj, "__dlpack_device__") else (_DLCPU, 0)
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        # A TypeError (an exporter without max_version) goes back to NumPy,
+        # which asks again for a legacy capsule.
+        cap = self.obj.__dlpack__(*args, **kwargs)
+        self.legacy = not _capsule_valid(cap, b"dltensor_versioned")
+        if self.relabel:
+            name = b"dltensor" if self.legacy else b"dltensor_versioned"
+            raw = _capsule_get(cap, name)
+            m = ffi.cast("DLManagedTensor*" if self.legacy else "DLManagedTensorVersioned*", raw)
+            dt = m.dl_tensor.dtype
+            self.dl_dtype = (int(dt.code), int(dt.bits), int(dt.lanes))
+            self.dtype = _RELABEL.get(self.dl_dtype[:2]) if dt.lanes == 1 else None
+            if self.dtype is not None:
+                dt.code = _DLUINT
+        return cap
+
+
+def _from_dlpack(obj: Any, where: str, writable: bool) -> Tuple[np.ndarray, str]:
+    """``numpy.from_dlpack`` of an object exporting DLPack on the CPU: the
+    array and its reshard dtype name. Zero-copy: the array is the exporter's
+    memory and holds the export until dropped. ``writable``: refuses an
+    export that says it is read-only."""
     dev = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (_DLCPU, 0)
     if int(dev[0]) not in (_DLCPU, _DLCUDAHOST):
         raise InvalidArgumentError(f"{where}: buffer on DLPack device type {int(dev[0])} "
                                    f"(device {int(dev[1])}); host executors need CPU memory")
-    versioned = True
-    try:
-        cap = obj.__dlpack__(max_version=(1, 0))
-    except TypeError:
-        versioned = False
-        cap = obj.__dlpack__()
-    name = b"dltensor_versioned" if versioned else b"dltensor"
-    try:
-        raw = _capsule_get(cap, name)
-    except ValueError:  # an exporter that ignored max_version and gave a legacy capsule
-        versioned, name = False, b"dltensor"
-        raw = _capsule_get(cap, name)
-    # Consumed: we call the deleter. PyCapsule_SetName keeps the pointer, so
-    # the new name must be a bytes object that lives forever.
-    _capsule_set_name(cap, _USED_NAMES[name])
-    if versioned:
-        m = ffi.cast("DLManagedTensorVersioned*", raw)
-        pinned.managed.append((m, True))
-        if writable and (m.flags & _DLPACK_READ_ONLY):
+    a: Optional[np.ndarray] = None
+    name: Optional[str] = None
+    legacy: Optional[bool] = None  # whether the capsule was a legacy one, when known
+    first: Optional[BaseException] = None
+    # Straight to NumPy, unless the exporter's dtype attribute (JAX, ml_dtypes,
+    # PyTorch) names one NumPy lacks.
+    if str(getattr(obj, "dtype", "")).rpartition(".")[2] not in _NOT_IN_NUMPY:
+        try:
+            a = np.from_dlpack(obj)
+            name = _FROM_NUMPY_DTYPE.get(a.dtype)
+        except (BufferError, RuntimeError, ValueError) as err:
+            first = err  # e.g. "Unsupported dtype in DLTensor" (bf16, f8)
+    if a is None:
+        # Exported (again) and relabelled for NumPy.
+        ex = _Export(obj, True)
+        try:
+            a = np.from_dlpack(ex)
+        except (BufferError, RuntimeError, ValueError) as err:
+            if ex.dtype is None and ex.dl_dtype != (0, 0, 0):
+                code, bits, lanes = ex.dl_dtype
+                raise InvalidArgumentError(f"{where}: DLPack dtype code {code} bits {bits} lanes "
+                                           f"{lanes} has no reshard equivalent") from None
+            raise InvalidArgumentError(f"{where}: numpy.from_dlpack refused the export: "
+                                       f"{err}") from first
+        name = ex.dtype if ex.dtype is not None else _FROM_NUMPY_DTYPE.get(a.dtype)
+        legacy = ex.legacy
+    if name is None:
+        raise InvalidArgumentError(f"{where}: DLPack dtype {a.dtype.name} has no reshard "
+                                   "equivalent")
+    if writable and not a.flags.writeable:
+        # NumPy marks the arrays of legacy capsules read-only: they cannot say
+        # whether they are. Which was it (export again to see)?
+        if legacy is None:
+            ex = _Export(obj, False)
+            a = np.from_dlpack(ex)
+            legacy = ex.legacy
+        if not legacy:
             raise InvalidArgumentError(f"{where}: the DLPack export is read-only; destinations "
                                        "must be writable")
-    else:
-        m = ffi.cast("DLManagedTensor*", raw)
-        pinned.managed.append((m, False))
-    t = m.dl_tensor
-    key = (int(t.dtype.code), int(t.dtype.bits))
-    if t.dtype.lanes != 1 or key not in _FROM_DLPACK:
-        raise InvalidArgumentError(f"{where}: DLPack dtype code {key[0]} bits {key[1]} lanes "
-                                   f"{t.dtype.lanes} has no reshard equivalent")
-    nd = int(t.ndim)
-    shape = tuple(t.shape[0:nd])
-    strides = None if t.strides == ffi.NULL else tuple(t.strides[0:nd])
-    ptr = int(ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
-    return ptr, _FROM_DLPACK[key], shape, strides
-
-
-def _compact(shape: Tuple[int, ...], strides: Optional[Tuple[int, ...]]) -> bool:
-    if strides is None or 0 in shape:  # no elements: nothing to lay out
-        return True
-    expect = 1
-    for n, s in zip(reversed(shape), reversed(strides)):
-        if n != 1 and s != expect:
-            return False
-        expect *= n
-    return True
+    return a, name
 
 
 def _where(where: Any) -> str:
@@ -631,17 +662,19 @@ def _convert(obj: Any, t: Tensor, e: Entry, where: Any, writable: bool, pinned: 
             raise InvalidArgumentError(f"{where}: a jax.Array is immutable and cannot be a "
                                        "destination; pass NumPy buffers (Plan.allocate) or use "
                                        "reshard.jax.reshard")
-        ptr, dt, got, strides = _from_dlpack(obj, where, writable, pinned)
-        pinned.keep.append(obj)
+        a, dt = _from_dlpack(obj, where, writable)
+        # (Legacy exporters of bool, older PyTorch, give uint8.)
         if dt != t.dtype and not (dt == "u8" and t.dtype == "bool"):
             raise InvalidArgumentError(f"{where}: dtype {dt} given, tensor {t.name!r} is {t.dtype}")
-        if got != shape:
-            raise InvalidArgumentError(f"{where}: shape {got} given, entry of device {e.device} of "
-                                       f"tensor {t.name!r} is box {_box(e)}, shape {shape}")
-        if not _compact(got, strides):
+        if a.shape != shape:
+            raise InvalidArgumentError(f"{where}: shape {a.shape} given, entry of device {e.device} "
+                                       f"of tensor {t.name!r} is box {_box(e)}, shape {shape}")
+        if not a.flags.c_contiguous:
+            strides = tuple(s // a.itemsize for s in a.strides)
             raise InvalidArgumentError(f"{where}: not contiguous (strides {strides} elements); "
                                        "pass a contiguous copy")
-        return ptr
+        pinned.keep.append(a)
+        return int(a.__array_interface__["data"][0])
     try:
         mv = memoryview(obj)
     except TypeError:
