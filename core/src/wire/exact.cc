@@ -3,10 +3,12 @@
 #include "wire/exact.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "reshard/error.h"
@@ -142,6 +144,102 @@ class Tiler {
   const std::string& field_;
 };
 
+// A box in a sweep (check_reads): a read with its piece index, or a write.
+struct Swept {
+  const Box* box;
+  uint64_t id;
+};
+// A box's extent along dimension d; a rank-0 box (one element) is [0, 1).
+int64_t lo_along(const Box& b, int d) { return d < b.rank ? b.lo[d] : 0; }
+int64_t hi_along(const Box& b, int d) { return d < b.rank ? b.hi[d] : 1; }
+bool meet(const Box& a, const Box& b) {
+  for (int d = 0; d < a.rank; ++d)
+    if (std::max(a.lo[d], b.lo[d]) >= std::min(a.hi[d], b.hi[d])) return false;
+  return true;
+}
+
+// The pairs (a, b) of non-empty boxes whose extents along d overlap: all
+// pairs but those where one ends before the other starts.
+uint64_t pairs_overlapping_along(const std::vector<Swept>& a, const std::vector<Swept>& b, int d) {
+  std::vector<int64_t> a_hi, b_hi;
+  a_hi.reserve(a.size());
+  b_hi.reserve(b.size());
+  for (const Swept& x : a) a_hi.push_back(hi_along(*x.box, d));
+  for (const Swept& x : b) b_hi.push_back(hi_along(*x.box, d));
+  std::sort(a_hi.begin(), a_hi.end());
+  std::sort(b_hi.begin(), b_hi.end());
+  uint64_t apart = 0;
+  for (const Swept& x : b)
+    apart += static_cast<uint64_t>(std::upper_bound(a_hi.begin(), a_hi.end(), lo_along(*x.box, d)) -
+                                   a_hi.begin());
+  for (const Swept& x : a)
+    apart += static_cast<uint64_t>(std::upper_bound(b_hi.begin(), b_hi.end(), lo_along(*x.box, d)) -
+                                   b_hi.begin());
+  return static_cast<uint64_t>(a.size()) * b.size() - apart;
+}
+
+// The smallest id of a box of `reads` that meets a box of `writes` (all
+// non-empty, one rank), UINT64_MAX when none does: a sweep along the
+// dimension where the fewest (read, write) pairs overlap, comparing each
+// box as it starts with the boxes of the other list still open. Its
+// comparisons are exactly those pairs (plus one per box closed), charged
+// to `spend` before the sweep, with the counting (rank sorts).
+template <typename Spend>
+uint64_t first_meeting(std::vector<Swept>& reads, std::vector<Swept>& writes, Spend&& spend) {
+  const int dims = std::max(reads[0].box->rank, 1);
+  int along = 0;
+  uint64_t fewest = UINT64_MAX;
+  for (int d = 0; d < dims && fewest > 0; ++d) {
+    spend(reads.size() + writes.size());
+    const uint64_t pairs = pairs_overlapping_along(reads, writes, d);
+    if (pairs < fewest) {
+      fewest = pairs;
+      along = d;
+    }
+  }
+  spend(fewest + reads.size() + writes.size());
+  auto by_lo = [along](const Swept& x, const Swept& y) {
+    return lo_along(*x.box, along) < lo_along(*y.box, along);
+  };
+  std::sort(reads.begin(), reads.end(), by_lo);
+  std::sort(writes.begin(), writes.end(), by_lo);
+  uint64_t first = UINT64_MAX;
+  std::vector<const Swept*> open_reads, open_writes;
+  size_t i = 0, j = 0;
+  while (i < reads.size() || j < writes.size()) {
+    const bool read =
+        j == writes.size() ||
+        (i < reads.size() && lo_along(*reads[i].box, along) < lo_along(*writes[j].box, along));
+    const Swept& x = read ? reads[i++] : writes[j++];
+    const int64_t at = lo_along(*x.box, along);
+    std::vector<const Swept*>& other = read ? open_writes : open_reads;
+    bool met = false;
+    for (size_t o = 0; o < other.size();) {
+      const Swept& y = *other[o];
+      if (hi_along(*y.box, along) <= at) {  // closed for every later box too
+        other[o] = other.back();
+        other.pop_back();
+        continue;
+      }
+      if (meet(*x.box, *y.box)) {
+        met = true;
+        if (!read) {  // a read met once is done
+          first = std::min(first, y.id);
+          other[o] = other.back();
+          other.pop_back();
+          continue;
+        }
+      }
+      ++o;
+    }
+    if (read && met)
+      first = std::min(first, x.id);
+    else
+      (read ? open_reads : open_writes).push_back(&x);
+  }
+  return first;
+}
+
 // Source summands destination entry `e` of `t` takes: all of them when the
 // destination is not partial, else those equal to its summand mod T.
 int64_t summands_taken(const TensorSpec& t, uint32_t e) {
@@ -233,8 +331,8 @@ class PartChecker {
           writes_.back().device = m.src_device;
       }
     std::sort(writes_.begin(), writes_.end(), [](const Write& a, const Write& b) {
-      return std::tie(a.tensor, a.target, a.cls, a.device) <
-             std::tie(b.tensor, b.target, b.cls, b.device);
+      return std::tie(a.tensor, a.target, a.cls, a.device, a.where) <
+             std::tie(b.tensor, b.target, b.cls, b.device, b.where);
     });
   }
 
@@ -528,37 +626,103 @@ class PartChecker {
   }
 
   // A piece of stage s > 0 reading a buffer of this part reads no element
-  // a piece of stage s or later writes.
+  // a piece of stage s or later writes. Per (tensor, target) group and per
+  // stage s of its reads: the reads of stage s against the group's writes
+  // of stage >= s only, by a sweep along the dimension where the fewest
+  // (read, write) pairs overlap (counted first, exactly, by sorting), so
+  // that the work is those pairs plus O(n log n), linear in the pieces for
+  // the plans the planner writes. The pair counts are charged to a budget
+  // before any sweep: a part whose reads would cost more is refused
+  // (kCorrupt) instead of being checked slowly.
   void check_reads() {
-    uint64_t budget = 64 * (writes_.size() + part_.send_pieces.size()) + (uint64_t{1} << 20);
+    struct Read {
+      uint32_t tensor, target, stage;
+      uint64_t k;
+      Box box;
+    };
+    std::vector<Read> reads;
     for (const Message& m : part_.sends) {
       if (m.stage == 0) continue;
       for (uint64_t k = m.first_piece; k < m.first_piece + m.num_pieces; ++k) {
         const Piece& p = part_.send_pieces[k];
         if (reads_source(p, m.stage)) continue;
-        const Box region = region_of(p, m.stage);
+        Box region = region_of(p, m.stage);
         if (region.empty()) continue;
         const uint32_t target = p.src_entry == kScratchEntry
                                     ? scratch_target(p.tensor, m.src_device, region)
                                     : p.src_entry;
         const Group* it = group(p.tensor, target);
         if (it == nullptr || it->max_stage < m.stage) continue;
-        for (size_t i = it->first; i < it->last; ++i) {
-          const Write& w = writes_[i];
-          if (budget-- == 0)
-            fail(ErrorCode::kCorrupt, field_,
-                 "its relays read buffers written in the same stages in ways too costly to check");
-          if (w.stage < m.stage) continue;
-          const Box written = intersect(box_of(w), region);
-          if (written.empty()) continue;
-          fail(ErrorCode::kCorrupt, field_,
-               target_name(p.tensor, target) + ": " + piece_name(k | kSendBit) + " of stage " +
-                   std::to_string(m.stage) + " reads elements " + to_string(written) + " that " +
-                   piece_name(w.where) + " writes in stage " + std::to_string(w.stage) +
-                   " (a stage reads only what earlier stages wrote)");
+        reads.push_back({p.tensor, target, m.stage, k, region});
+      }
+    }
+    if (reads.empty()) return;
+    std::sort(reads.begin(), reads.end(), [](const Read& a, const Read& b) {
+      return std::tie(a.tensor, a.target, a.stage, a.k) <
+             std::tie(b.tensor, b.target, b.stage, b.k);
+    });
+    uint64_t budget = 64 * (writes_.size() + part_.send_pieces.size()) + (uint64_t{1} << 20);
+    auto spend = [&](uint64_t n) {
+      if (n > budget)
+        fail(ErrorCode::kCorrupt, field_,
+             "its relays read buffers written in the same stages in ways too costly to check");
+      budget -= n;
+    };
+    // The first read (in send order) of any conflict, and its group.
+    uint64_t best = UINT64_MAX;
+    const Read* best_read = nullptr;
+    std::vector<std::pair<uint32_t, Box>> written;  // (stage, box), by stage descending
+    std::vector<Swept> rs, ws;
+    for (size_t g = 0, g_end = 0; g < reads.size(); g = g_end) {
+      g_end = g;
+      while (g_end < reads.size() && reads[g_end].tensor == reads[g].tensor &&
+             reads[g_end].target == reads[g].target)
+        ++g_end;
+      const Group* it = group(reads[g].tensor, reads[g].target);
+      written.clear();
+      for (size_t i = it->first; i < it->last; ++i)
+        if (writes_[i].stage >= reads[g].stage)
+          written.emplace_back(writes_[i].stage, box_of(writes_[i]));
+      spend(written.size() + (g_end - g));
+      std::sort(written.begin(), written.end(),
+                [](const auto& a, const auto& b) { return a.first > b.first; });
+      for (size_t s = g, s_end = g; s < g_end; s = s_end) {
+        const uint32_t stage = reads[s].stage;
+        s_end = s;
+        while (s_end < g_end && reads[s_end].stage == stage) ++s_end;
+        size_t n_w = 0;
+        while (n_w < written.size() && written[n_w].first >= stage) ++n_w;
+        if (n_w == 0) break;  // later stages have fewer writes still
+        rs.clear();
+        ws.clear();
+        for (size_t i = s; i < s_end; ++i)
+          if (reads[i].k < best) rs.push_back({&reads[i].box, reads[i].k});
+        for (size_t i = 0; i < n_w; ++i) ws.push_back({&written[i].second, 0});
+        if (rs.empty()) continue;
+        const uint64_t k = first_meeting(rs, ws, spend);
+        if (k < best) {
+          best = k;
+          for (size_t i = s; i < s_end; ++i)
+            if (reads[i].k == k) best_read = &reads[i];
         }
       }
     }
+    if (best_read == nullptr) return;
+    // Name the first write the read meets, in the group's order.
+    const Read& r = *best_read;
+    const Group* it = group(r.tensor, r.target);
+    for (size_t i = it->first; i < it->last; ++i) {
+      const Write& w = writes_[i];
+      if (w.stage < r.stage) continue;
+      const Box overlap = intersect(box_of(w), r.box);
+      if (overlap.empty()) continue;
+      fail(ErrorCode::kCorrupt, field_,
+           target_name(r.tensor, r.target) + ": " + piece_name(r.k | kSendBit) + " of stage " +
+               std::to_string(r.stage) + " reads elements " + to_string(overlap) + " that " +
+               piece_name(w.where) + " writes in stage " + std::to_string(w.stage) +
+               " (a stage reads only what earlier stages wrote)");
+    }
+    fail(ErrorCode::kInternal, field_, "a conflicting read lost its write");
   }
 
   // The pieces this part sends into one buffer of a peer are disjoint per

@@ -33,7 +33,10 @@ using EntryBox = std::function<const Box&(uint32_t tensor, bool source, uint32_t
 //  - the part's sent pieces into one destination buffer (per summand) are
 //    disjoint: no piece sent twice;
 //  - a piece of stage s > 0 that reads a destination entry or a scratch
-//    reads no element a piece of stage s or later writes.
+//    reads no element a piece of stage s or later writes (per buffer and
+//    stage, a sweep of the reads and the writes of stage >= s along the
+//    dimension where the fewest pairs overlap; those pairs are counted and
+//    charged to the budget first).
 // Not checked here: which summands a scratch of another part carries (a
 // reduction with scratch contributions is checked for duplicates, not for
 // completeness). Throws kCorrupt naming `field` (the part), the tensor, the
