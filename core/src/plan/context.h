@@ -38,6 +38,12 @@ struct Context {
   // off for the whole plan and starts again (the parts follow, as every
   // process decides alike).
   bool relay_split = true;
+  // The most piece visits one pass of the global statistics may take
+  // (PlanRequest::max_stats_pieces resolved; -1: no limit), checked up
+  // front by the first compute_stats (stats_visits), which sets
+  // stats_checked.
+  int64_t max_stats_pieces = -1;
+  bool stats_checked = false;
   // relay_split before decide_pre_reduce tried bands (their streams may turn
   // it off), restored where nothing pre-reduces in the end; empty where no
   // bands were tried.
