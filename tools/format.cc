@@ -213,8 +213,8 @@ void add_max_plan_bytes_option(CLI::App* cmd, int64_t& target) {
 void add_max_stats_pieces_option(CLI::App* cmd, int64_t& target) {
   cmd->add_option("--max-stats-pieces", target,
                   "piece visits the global statistics may take, counted from the layouts before "
-                  "planning; above it the command stops with the count. 0: 2^31 (a minute or "
-                  "two of one core); -1: no limit")
+                  "planning; above it the command stops with the count. 0: 2^31 (minutes of one "
+                  "core); -1: no limit")
       ->check(CLI::Range(int64_t{-1}, INT64_MAX))
       ->capture_default_str();
 }

@@ -347,10 +347,10 @@ struct PlanRequest {
 // PlanRequest::max_plan_bytes: no limit.
 inline constexpr int64_t kUnlimitedPlanBytes = -1;
 
-// PlanRequest::max_stats_pieces = 0: 2^31 piece visits, a minute or two of
-// one core (bench/plan_scale.py's plans count 9.0 x 10^8 (405B dense) and
-// 7.4 x 10^8 (DeepSeek-V3 MoE) at 16,384 devices; at 65,536, 4.3 x 10^9 and
-// 9.7 x 10^9, refused within seconds).
+// PlanRequest::max_stats_pieces = 0: 2^31 piece visits, minutes of one core
+// (bench/plan_scale.py's plans count 9.0 x 10^8 (405B dense, 23 CPU s) and
+// 7.4 x 10^8 (DeepSeek-V3 MoE, 108 CPU s) at 16,384 devices; at 65,536,
+// 4.3 x 10^9 and 9.7 x 10^9, refused within seconds).
 inline constexpr int64_t kDefaultMaxStatsPieces = int64_t{1} << 31;
 
 // The limit PlanRequest::max_plan_bytes = 0 stands for: half the memory

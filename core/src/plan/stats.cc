@@ -598,7 +598,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                std::to_string(groups.size()) + " groups of like tensors over " +
                std::to_string(ndev) + " devices), above the limit of " +
                commas(ctx.max_stats_pieces) +
-               " (2^31 by default: a minute or two of one core); plan fewer devices per plan, "
+               " (2^31 by default: minutes of one core); plan fewer devices per plan, "
                "or raise the limit (-1: no limit)");
   }
   // Band streams looked up recently: a direct-mapped cache (a leader's
