@@ -17,8 +17,9 @@ RSS come from os.wait4, next to the planner's own wall-clock figure
 (global_seconds; the part's plan_seconds). A command past --timeout
 seconds of CPU is stopped and recorded as giving no answer (the part's
 command is then not run: it computes the global statistics first); a
-refusal (the planner's memory estimate, before planning) is recorded with
-its message. The part is process 0's for the dense case and the first
+refusal (the planner's memory estimate, or its count of the statistics'
+work against --max-stats-pieces, before planning) is recorded with its
+message. The part is process 0's for the dense case and the first
 inference process's (N/2) for the MoE case (its receiver, the busier side).
 
     python3 bench/plan_scale.py [--reshard build/dev/tools/reshard]

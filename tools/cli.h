@@ -115,6 +115,8 @@ std::string resource_message(const std::string& message, const std::string& proc
 // an optional binary suffix (K, M, G, T, KiB, ...), 0 for the library's
 // default (half the memory) or -1 / "none" for no limit.
 void add_max_plan_bytes_option(CLI::App* cmd, int64_t& target);
+// `--max-stats-pieces N` into target (PlanRequest::max_stats_pieces).
+void add_max_stats_pieces_option(CLI::App* cmd, int64_t& target);
 // A size option of the same syntax under another name (`--max-sim-bytes`):
 // bytes or 8G, 512MiB, ...; 0 the default (half the memory); -1 or none
 // kUnlimitedPlanBytes.

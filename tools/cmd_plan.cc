@@ -21,8 +21,9 @@ struct PlanArgs {
   std::string format = "text";
   int32_t process = -1;
   std::string out;
-  int32_t threads = 1;         // PlanRequest::threads of the parts planned
-  int64_t max_plan_bytes = 0;  // PlanRequest::max_plan_bytes of the parts planned
+  int32_t threads = 1;           // PlanRequest::threads of the parts planned
+  int64_t max_plan_bytes = 0;    // PlanRequest::max_plan_bytes of the parts planned
+  int64_t max_stats_pieces = 0;  // PlanRequest::max_stats_pieces
 };
 
 PlanRequest part_request(const PlanArgs& args, PlanScope scope, int32_t process,
@@ -30,6 +31,7 @@ PlanRequest part_request(const PlanArgs& args, PlanScope scope, int32_t process,
   PlanRequest r{scope, process, global_stats};
   r.threads = args.threads;
   r.max_plan_bytes = args.max_plan_bytes;
+  r.max_stats_pieces = args.max_stats_pieces;
   return r;
 }
 
@@ -371,6 +373,7 @@ Runner add_plan_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   add_max_plan_bytes_option(cmd, args->max_plan_bytes);
+  add_max_stats_pieces_option(cmd, args->max_stats_pieces);
   cmd->footer(
       std::string("Example:\n  reshard plan --spec examples/specs/small_transformer.json "
                   "--format json\n\n"

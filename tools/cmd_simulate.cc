@@ -20,7 +20,8 @@ struct SimulateArgs {
   int32_t threads = 1;
   std::vector<std::string> peers = {"rank0_broadcast", "direct_p2p", "layered"};
   int32_t chunks = 0;
-  int64_t max_sim_bytes = 0;  // plan_messages_by_part's max_bytes
+  int64_t max_sim_bytes = 0;     // plan_messages_by_part's max_bytes
+  int64_t max_stats_pieces = 0;  // plan_messages_by_part's max_stats_pieces
   // The α–β costs the plan is made with: "topology" (the cluster's) or
   // "spec" (the spec's options).
   std::string plan_costs = "topology";
@@ -100,9 +101,12 @@ int run_simulate(const SimulateArgs& args) {
           [&](int64_t done, int64_t total) {
             progress.update("planning parts\u2026", done, total);
           },
-          args.max_sim_bytes);
+          args.max_sim_bytes, args.max_stats_pieces);
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kResourceExhausted) throw;
+      // The statistics' work, refused before they start: not the messages.
+      if (e.field() == "request.max_stats_pieces")
+        throw Error(e.code(), resource_message(e.what(), std::string()));
       throw Error(ErrorCode::kResourceExhausted,
                   std::string("--max-sim-bytes: ") + e.what() +
                       "; fewer rounds make fewer messages (--budget 0: unbounded, or a larger "
@@ -253,6 +257,7 @@ Runner add_simulate_command(CLI::App& app) {
       "memory planning and simulating the plan may take, estimated from its message count "
       "before any part is planned (bytes, or 8G, 512M, ...); above it the command stops "
       "with the estimate. 0: half the memory available; -1 or none: no limit");
+  add_max_stats_pieces_option(cmd, args->max_stats_pieces);
   cmd->footer(
       "Example:\n  reshard simulate --spec bench/specs/rl_sync_fsdp8_to_2x_tp4.json "
       "--topology bench/topologies/h100_8gpu_ndr400.json --format json\n\n"

@@ -113,6 +113,7 @@ std::string resource_message(const std::string& message, const std::string& proc
     if (at != std::string::npos) m.erase(at, m.find(')', at) + 1 - at);
   }
   replace_all("request.max_plan_bytes", "--max-plan-bytes");
+  replace_all("request.max_stats_pieces", "--max-stats-pieces");
   replace_all("PlanScope::kProcess", process_hint);
   return m;
 }
@@ -207,6 +208,15 @@ void add_max_plan_bytes_option(CLI::App* cmd, int64_t& target) {
       "memory the plan's process parts may take, estimated before planning (bytes, or "
       "8G, 512M, ...); above it the command stops with the estimate. 0: half the memory "
       "available; -1 or none: no limit");
+}
+
+void add_max_stats_pieces_option(CLI::App* cmd, int64_t& target) {
+  cmd->add_option("--max-stats-pieces", target,
+                  "piece visits the global statistics may take, counted from the layouts before "
+                  "planning; above it the command stops with the count. 0: 2^31 (minutes of one "
+                  "core); -1: no limit")
+      ->check(CLI::Range(int64_t{-1}, INT64_MAX))
+      ->capture_default_str();
 }
 
 Progress::Progress() : active_(isatty(STDERR_FILENO) == 1) {}

@@ -658,6 +658,47 @@ def case_simulate_memory():
     run("simulate", "--spec", RL_SYNC, "--topology", h100, "--peers", "", "--max-sim-bytes", "-1")
 
 
+def case_stats_limit():
+    # The global statistics' work, counted from the layouts before they
+    # start (PlanRequest::max_stats_pieces): refused naming the count, the
+    # limit and --max-stats-pieces, by plan and by simulate.
+    h100 = os.path.join(TOPOLOGIES, "h100_8gpu_ndr400.json")
+    err = run("plan", "--spec", RL_SYNC, "--max-stats-pieces", "1", expect=1).stderr
+    check(err.startswith("reshard: error: --max-stats-pieces: the global statistics would visit "
+                         "about ") and "above the limit of 1 " in err
+          and "raise the limit (-1: no limit)" in err and "request." not in err
+          and err.rstrip().endswith("[resource_exhausted]"), err)
+    err = run("simulate", "--spec", RL_SYNC, "--topology", h100, "--peers", "",
+              "--max-stats-pieces", "1", expect=1).stderr
+    check(err.startswith("reshard: error: --max-stats-pieces: the global statistics would visit")
+          and "--max-sim-bytes" not in err and "[resource_exhausted]" in err, err)
+    run("plan", "--spec", RL_SYNC, "--max-stats-pieces", "-1")
+    err = run("plan", "--spec", RL_SYNC, "--max-stats-pieces", "-2", expect=2).stderr
+    check("--max-stats-pieces" in err, err)
+    # bench/plan_scale.py's plans at 65,536 devices: answered by a refusal
+    # within seconds (they ran for minutes into the memory limit), under the
+    # default limit, 2^31.
+    sys.path.insert(0, os.path.join(SRC, "bench"))
+    sys.path.insert(0, os.path.join(SRC, "bench", "models"))
+    import plan_scale
+    d = tempfile.mkdtemp()
+    for workload, visits in (("dense", "4,325,376,000"), ("moe", "9,731,178,496")):
+        big = os.path.join(d, workload + ".json")
+        plan_scale.build(workload, 65536).write(big)
+        for argv in (("plan", "--spec", big),
+                     ("simulate", "--spec", big, "--topology", h100, "--peers", "")):
+            t0 = time.monotonic()
+            err = run(*argv, expect=1).stderr
+            took = time.monotonic() - t0
+            # 1.6 s on one core; a loaded machine stretches wall time.
+            check(took < 30, f"{workload} {argv[0]}: the refusal took {took:.1f} s")
+            check(err.startswith("reshard: error: --max-stats-pieces: the global statistics "
+                                 "would visit about " + visits + " pieces")
+                  and "65536 devices" in err and "above the limit of 2,147,483,648" in err,
+                  f"{workload} {argv[0]}: {err}")
+        os.remove(big)
+
+
 def case_simulate():
     h100 = os.path.join(TOPOLOGIES, "h100_8gpu_ndr400.json")
     doc = json.loads(run("simulate", "--spec", RL_SYNC, "--topology", h100, "--format",

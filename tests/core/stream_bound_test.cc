@@ -136,5 +136,96 @@ TEST(StreamBound, IsALowerBoundOnRandomCases) {
   EXPECT_GT(applied, 100);  // the bound is not trivially 0
 }
 
+// The 405B plan's shape of layouts (bench/plan_scale.py): FSDP over n
+// devices (dim 0 in n shards) -> DP(n/8) x TP8 (dim 1 in 8) on the same
+// devices, 8 a host. Under the default staging budget the statistics meet
+// each of the 8 destination cells' n/8 entries with the n source shards its
+// box overlaps (pieces enumerated above 16,384 devices, each stream's bytes
+// added for the round schedule below): n^2 visits; without a budget, below
+// 16,384 devices, per-cell arithmetic visits each cell's regions and
+// entries once: 8 (n + n/8).
+PlanInput fsdp_to_tp8(int64_t n) {
+  PlanInput in;
+  auto m = std::make_shared<Mesh>();
+  m->axis_names = {"dp", "tp"};
+  m->shape = {n / 8, 8};
+  m->devices.resize(static_cast<size_t>(n));
+  std::iota(m->devices.begin(), m->devices.end(), 0);
+  for (int64_t d = 0; d < n; ++d)
+    in.topology.add(DeviceInfo{d, static_cast<int32_t>(d), static_cast<int32_t>(d / 8),
+                               static_cast<int32_t>(d % 8)});
+  TensorSpec t;
+  t.name = "w";
+  t.shape = {2 * n, 64};
+  t.dtype = DType::kBF16;
+  t.src = named(m, {{"dp", "tp"}, {}}, t.shape);
+  t.dst = named(m, {{}, {"tp"}}, t.shape);
+  in.tensors.push_back(t);
+  return in;
+}
+
+void expect_work_refusal(const PlanInput& in, const PlanRequest& r, const std::string& visits,
+                         const std::string& limit) {
+  try {
+    make_plan(in, r);
+    FAIL() << "planned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
+    EXPECT_EQ(e.field(), "request.max_stats_pieces");
+    const std::string m = e.what();
+    EXPECT_NE(m.find("would visit about " + visits + " pieces"), std::string::npos) << m;
+    EXPECT_NE(m.find("above the limit of " + limit), std::string::npos) << m;
+    EXPECT_NE(m.find("raise the limit (-1: no limit)"), std::string::npos) << m;
+  }
+}
+
+// 65,536 devices: the statistics' work (some 4.3 x 10^9 visits, half an
+// hour of one core) is counted from the layouts and refused within seconds,
+// on every scope that computes statistics and by estimate_plan.
+TEST(StatsWork, FleetOf65536IsRefusedUpFront) {
+  const PlanInput in = fsdp_to_tp8(65536);
+  for (PlanScope scope : {PlanScope::kGlobal, PlanScope::kAll, PlanScope::kProcess}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    expect_work_refusal(in, PlanRequest{scope, 0, true}, "4,294,967,296", "2,147,483,648");
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  }
+  try {
+    estimate_plan(in);
+    FAIL() << "estimated";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "request.max_stats_pieces") << e.what();
+  }
+}
+
+// The count at a size that plans (2^20 visits; 8 x (1,024 + 128) without a
+// budget): refused one below it, planned at it, and not checked without a
+// limit (-1) or without a memory limit.
+TEST(StatsWork, LimitIsTheCountedVisits) {
+  PlanInput in = fsdp_to_tp8(1024);
+  PlanRequest r{PlanScope::kGlobal, 0, true};
+  r.max_stats_pieces = 1048575;
+  expect_work_refusal(in, r, "1,048,576", "1,048,575");
+  r.max_stats_pieces = 1048576;
+  EXPECT_EQ(make_plan(in, r).stats().pieces, 1048576);
+  in.options.staging_budget_bytes = 0;
+  r.max_stats_pieces = 9215;
+  expect_work_refusal(in, r, "9,216", "9,215");
+  r.max_stats_pieces = 9216;
+  make_plan(in, r);
+  r.max_stats_pieces = -1;
+  make_plan(in, r);
+  r.max_stats_pieces = 1;
+  r.max_plan_bytes = kUnlimitedPlanBytes;
+  make_plan(in, r);
+  r.max_stats_pieces = -2;
+  try {
+    make_plan(in, r);
+    FAIL() << "planned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(e.field(), "request.max_stats_pieces");
+  }
+}
+
 }  // namespace
 }  // namespace reshard

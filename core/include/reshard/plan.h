@@ -326,6 +326,20 @@ struct PlanRequest {
   // computes the per-device figures the estimate needs (which it otherwise
   // skips). Not part of the plan's identity.
   int64_t max_plan_bytes = 0;
+  // Work limit of the global statistics (every scope that computes them).
+  // Before computing them, the planner counts from the layouts, per
+  // dimension and without enumerating anything, the piece visits one pass
+  // takes (one tensor per group of like tensors: for each destination cell
+  // whose pieces are enumerated, its entries times the source cells it
+  // overlaps) and, above the limit, throws kResourceExhausted naming the
+  // estimate, the limit and this field. Values:
+  //   0 (the default): kDefaultMaxStatsPieces;
+  //   N > 0: N visits;
+  //   -1: no limit;
+  //   below -1: kInvalidArgument.
+  // With max_plan_bytes = kUnlimitedPlanBytes (no limit and no estimate)
+  // nothing is checked either. Not part of the plan's identity.
+  int64_t max_stats_pieces = 0;
   // Progress of the parts: called after each part is built with (parts
   // built, parts requested). Calls may come from any planning thread but
   // never concurrently. Empty: none. Not part of the plan's identity.
@@ -334,6 +348,12 @@ struct PlanRequest {
 
 // PlanRequest::max_plan_bytes: no limit.
 inline constexpr int64_t kUnlimitedPlanBytes = -1;
+
+// PlanRequest::max_stats_pieces = 0: 2^31 piece visits, minutes of one core
+// (bench/plan_scale.py's plans count 9.0 x 10^8 (405B dense, 23 CPU s) and
+// 7.4 x 10^8 (DeepSeek-V3 MoE, 108 CPU s) at 16,384 devices; at 65,536,
+// 4.3 x 10^9 and 9.7 x 10^9, refused within seconds).
+inline constexpr int64_t kDefaultMaxStatsPieces = int64_t{1} << 31;
 
 // The limit PlanRequest::max_plan_bytes = 0 stands for: half the memory
 // available to this process, i.e. of the physical memory

@@ -105,10 +105,12 @@ std::vector<SimMessage> plan_messages(const Plan& plan);
 // max_plan_bytes' convention: 0 half the memory available,
 // kUnlimitedPlanBytes none) the call fails with kResourceExhausted naming
 // sim_memory_estimate(messages) and the limit, before any part is planned.
+// `max_stats_pieces`: PlanRequest::max_stats_pieces of every plan made (the
+// global statistics' work, checked before they start).
 std::vector<SimMessage> plan_messages_by_part(
     const PlanInput& input, int32_t threads = 1,
     const std::function<void(int64_t, int64_t)>& parts_planned = nullptr,
-    int64_t max_bytes = kUnlimitedPlanBytes);
+    int64_t max_bytes = kUnlimitedPlanBytes, int64_t max_stats_pieces = 0);
 
 // The memory, about, that planning a plan of `messages` messages part by
 // part and simulating it take at their peak: kSimBytesPerMessage each (the

@@ -43,6 +43,12 @@ struct Context {
   // several stages is pipelined (rounds.h, RoundRule), compute_stats then
   // setting this and starting again.
   bool track_streams = false;
+  // The most piece visits one pass of the global statistics may take
+  // (PlanRequest::max_stats_pieces resolved; -1: no limit), checked up
+  // front by the first compute_stats (stats_visits), which sets
+  // stats_checked.
+  int64_t max_stats_pieces = -1;
+  bool stats_checked = false;
   // relay_split before decide_pre_reduce tried bands (their streams may turn
   // it off), restored where nothing pre-reduces in the end; empty where no
   // bands were tried.

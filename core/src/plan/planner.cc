@@ -691,7 +691,17 @@ int validate_request(const PlanInput& input, const PlanRequest& request) {
   if (request.threads < 0)
     fail(ErrorCode::kInvalidArgument, "request.threads",
          std::to_string(request.threads) + " is negative");
+  if (request.max_stats_pieces < -1)
+    fail(ErrorCode::kInvalidArgument, "request.max_stats_pieces",
+         std::to_string(request.max_stats_pieces) + " is below -1 (-1: no limit)");
   return resolve_threads(request.threads);
+}
+
+// request.max_stats_pieces resolved (Context::max_stats_pieces): -1 where
+// nothing is checked (also with no memory limit: no estimate).
+int64_t stats_piece_limit(const PlanRequest& request) {
+  if (request.max_plan_bytes == kUnlimitedPlanBytes || request.max_stats_pieces == -1) return -1;
+  return request.max_stats_pieces == 0 ? kDefaultMaxStatsPieces : request.max_stats_pieces;
 }
 
 }  // namespace
@@ -707,6 +717,7 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   const int threads = validate_request(input, request);
   const int64_t limit = resolve_limit(request.max_plan_bytes);
   Context ctx(input);
+  ctx.max_stats_pieces = stats_piece_limit(request);
   ctx.build();
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
@@ -738,6 +749,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   // Parts are what can outgrow memory; the statistics alone never do.
   const bool guarded = limit != kUnlimitedPlanBytes && request.scope != PlanScope::kGlobal;
   Context ctx(input);
+  ctx.max_stats_pieces = stats_piece_limit(request);
   ctx.build();
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);

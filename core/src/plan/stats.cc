@@ -30,6 +30,16 @@ void stat_overflow(const char* figure) {
 
 namespace {
 
+// 1234567 -> "1,234,567".
+std::string commas(int64_t v) {
+  std::string d = std::to_string(v), out;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i > 0 && (d.size() - i) % 3 == 0 && d[i - 1] != '-') out += ',';
+    out += d[i];
+  }
+  return out;
+}
+
 // The plan-independent bounds of `lb` into `st`, and the α–β cost bound
 // with the term that gives it. Under the cost model a device moves bytes
 // over its intra-host port and its NIC group side by side at best (the sum
@@ -618,6 +628,35 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     if (may_relay(t)) return true;
     return o.relays && !t.single_hop && t.S == 1 && t.T == 1 && t.dg->tiled && en.crosses_few(t);
   };
+  // Whether the statistics account group representative t by per-cell
+  // arithmetic (the loop over groups below), else by enumerating its pieces.
+  auto per_cell = [&](const TensorCtx& t) {
+    return !reference && dense_pairs && t.sg->unique_cells && t.dg->tiled && t.S == 1 && t.T == 1 &&
+           !may_cross(t);
+  };
+  // The work of this pass counted up front (stats_visits, per dimension),
+  // refused above Context::max_stats_pieces before any piece is visited.
+  if (ctx.max_stats_pieces >= 0 && !ctx.stats_checked) {
+    ctx.stats_checked = true;
+    int64_t visits = 0;
+    for (const auto& [key, members] : groups) {
+      const TensorCtx& t = ctx.tensors[members.front()];
+      // Per-cell arithmetic still visits every (region, entry) stream
+      // where the round schedule needs its bytes (add_pair).
+      const int64_t v = stats_visits(t, !per_cell(t) || track_pairs, o.relays && !t.single_hop,
+                                     o.split_min_bytes);
+      visits = visits > (int64_t{1} << 62) - v ? int64_t{1} << 62 : visits + v;
+    }
+    if (visits > ctx.max_stats_pieces)
+      fail(ErrorCode::kResourceExhausted, "request.max_stats_pieces",
+           "the global statistics would visit about " + commas(visits) +
+               " pieces (counted from the layouts before planning: one tensor of each of " +
+               std::to_string(groups.size()) + " groups of like tensors over " +
+               std::to_string(ndev) + " devices), above the limit of " +
+               commas(ctx.max_stats_pieces) +
+               " (2^31 by default: minutes of one core); plan fewer devices per plan, "
+               "or raise the limit (-1: no limit)");
+  }
   // Band streams looked up recently: a direct-mapped cache (a leader's
   // stage-0 bands alternate between its holders' streams).
   constexpr size_t kBandCache = 256;
@@ -1112,8 +1151,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     // Every member has the representative's pieces.
     const int64_t copies = static_cast<int64_t>(members.size());
     int64_t group_pieces = 0;
-    if (!reference && dense_pairs && t.sg->unique_cells && t.dg->tiled && t.S == 1 && t.T == 1 &&
-        !may_cross(t)) {
+    if (per_cell(t)) {
       // No choice of sender anywhere: statistics follow from per-cell
       // arithmetic over destination cells, without enumerating pieces.
       const Geometry& dg = *t.dg;

@@ -18,4 +18,18 @@ namespace reshard::planning {
 // Costs O(destination entries x rank) per tensor.
 int64_t min_device_pairs(const Context& ctx);
 
+// The piece visits of one statistics pass over tensor t (compute_stats
+// accounts one tensor per group of like tensors): per destination cell,
+// its entries times the source cells its box overlaps where `enumerated`
+// (each entry meets each region of the cover at least once: its pieces
+// enumerated, or each stream's bytes added for the round schedule) or where
+// `relays` (on for t) and two entries of the cell share a host (the
+// per-cell arithmetic then enumerates cells whose relays are cut into
+// parts or bands), else those counts added (per-cell arithmetic); a region of a replicated source
+// of at least `split_min_bytes` counts one piece per holder (up to its extent) for each entry on a
+// host without a source device (Enumerator::split). Per-dimension arithmetic over the source's
+// splits, O(entries + cells x rank); a source that is not tiled counts one region a cell. An
+// estimate (routes may add parts and bands); saturates at 2^62.
+int64_t stats_visits(const TensorCtx& t, bool enumerated, bool relays, int64_t split_min_bytes);
+
 }  // namespace reshard::planning

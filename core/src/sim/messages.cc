@@ -80,9 +80,12 @@ int64_t sim_memory_estimate(int64_t messages) {
 
 std::vector<SimMessage> plan_messages_by_part(
     const PlanInput& input, int32_t threads,
-    const std::function<void(int64_t, int64_t)>& parts_planned, int64_t max_bytes) {
+    const std::function<void(int64_t, int64_t)>& parts_planned, int64_t max_bytes,
+    int64_t max_stats_pieces) {
   // The global part names the processes; its statistics count the messages.
-  const Plan global = make_plan(input, PlanRequest{PlanScope::kGlobal, 0, true});
+  PlanRequest g{PlanScope::kGlobal, 0, true};
+  g.max_stats_pieces = max_stats_pieces;
+  const Plan global = make_plan(input, g);
   if (max_bytes != kUnlimitedPlanBytes) {
     if (max_bytes < 0)
       fail(ErrorCode::kInvalidArgument, "max_bytes",
@@ -104,6 +107,7 @@ std::vector<SimMessage> plan_messages_by_part(
   for (int32_t p : global.processes()) {
     PlanRequest r{PlanScope::kProcess, p, false};
     r.threads = threads;
+    r.max_stats_pieces = max_stats_pieces;
     const Plan part_plan = make_plan(input, r);
     auto it = part_plan.parts().find(p);
     if (it != part_plan.parts().end()) append_sends(part_plan, it->second, out, after);
