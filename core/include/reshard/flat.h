@@ -117,8 +117,8 @@ void add_flat_slots(Topology& topology, const FlatLowered& lowered, const std::s
 // shard_bytes > 0): what TensorBuffers::src / ::dst take for that tensor.
 // Errors (kInvalidArgument) name `field` ("flat[2]: ...").
 std::vector<ConstBuffer> flat_views(const FlatLowered& lowered, size_t tensor,
-                                     std::span<const ConstBuffer> flat,
-                                     const std::string& field = "flat");
+                                    std::span<const ConstBuffer> flat,
+                                    const std::string& field = "flat");
 std::vector<MutableBuffer> flat_views(const FlatLowered& lowered, size_t tensor,
                                       std::span<const MutableBuffer> flat,
                                       const std::string& field = "flat");

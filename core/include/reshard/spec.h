@@ -27,7 +27,7 @@ struct SpecFlat {
 struct Spec {
   std::map<std::string, std::shared_ptr<const Mesh>> meshes;
   std::vector<SpecFlat> flats;  // the flat layouts some tensor uses, by name
-  PlanInput input;  // tensors (with lowered layouts), topology, options
+  PlanInput input;              // tensors (with lowered layouts), topology, options
   // Meshes that give no "hosts" and have a device whose host no other mesh
   // gives either: those devices' hosts defaulted to their processes (one
   // process per GPU then means one host per GPU). Sorted by name.

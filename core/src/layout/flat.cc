@@ -113,7 +113,8 @@ FlatLowered lower_flat(const FlatLayout& flat, const std::string& field) {
     for (size_t i = 0; i < flat.devices.size(); ++i) {
       const std::string f = devices_field + "[" + std::to_string(i) + "]";
       const int64_t d = flat.devices[i];
-      if (d < 0) fail(ErrorCode::kInvalidArgument, f, "device id " + std::to_string(d) + " is negative");
+      if (d < 0)
+        fail(ErrorCode::kInvalidArgument, f, "device id " + std::to_string(d) + " is negative");
       if (d >= kFlatSlotStride)
         fail(ErrorCode::kOutOfRange, f,
              "device id " + std::to_string(d) +
@@ -182,8 +183,7 @@ FlatLowered lower_flat(const FlatLayout& flat, const std::string& field) {
         start = round_up(pos, flat.align_elements, field + ".tensors");
       } else {
         start = flat.offsets[i];
-        if (start < 0)
-          fail(ErrorCode::kOutOfRange, of, std::to_string(start) + " is negative");
+        if (start < 0) fail(ErrorCode::kOutOfRange, of, std::to_string(start) + " is negative");
         if (start % flat.align_elements != 0)
           fail(ErrorCode::kInvalidArgument, of,
                std::to_string(start) + " is not a multiple of align_elements (" +
@@ -310,8 +310,8 @@ std::vector<Buf> views_impl(const FlatLowered& lowered, size_t tensor, std::span
            std::to_string(flat[r].bytes) + " bytes, below the shard's " +
                std::to_string(lowered.shard_bytes));
     if (flat[r].data == nullptr && lowered.shard_bytes > 0)
-      fail(ErrorCode::kInvalidArgument, f, "null data for a shard of " +
-                                               std::to_string(lowered.shard_bytes) + " bytes");
+      fail(ErrorCode::kInvalidArgument, f,
+           "null data for a shard of " + std::to_string(lowered.shard_bytes) + " bytes");
   }
   const Layout& l = lowered.layouts[tensor];
   std::vector<Buf> out(l.num_entries());
@@ -327,7 +327,7 @@ std::vector<Buf> views_impl(const FlatLowered& lowered, size_t tensor, std::span
 }  // namespace
 
 std::vector<ConstBuffer> flat_views(const FlatLowered& lowered, size_t tensor,
-                                     std::span<const ConstBuffer> flat, const std::string& field) {
+                                    std::span<const ConstBuffer> flat, const std::string& field) {
   return views_impl<ConstBuffer>(lowered, tensor, flat, field);
 }
 

@@ -641,8 +641,8 @@ FlatDecl parse_flat_decl(const json& j, const std::string& path, const MeshMap& 
 struct FlatUse {
   size_t tensor = 0;
   bool source = true;
-  std::string path;                // tensors[i].src
-  std::optional<int64_t> offset;   // "offset"
+  std::string path;               // tensors[i].src
+  std::optional<int64_t> offset;  // "offset"
 };
 
 FlatUse parse_flat_use(const json& j, const std::string& path, size_t tensor, bool source,
