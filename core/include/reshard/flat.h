@@ -113,9 +113,11 @@ std::vector<Box> flat_range_boxes(std::span<const int64_t> shape, int64_t lo, in
 void add_flat_slots(Topology& topology, const FlatLowered& lowered, const std::string& field);
 
 // Per-entry views of tensor `tensor` of `lowered` into one flat buffer per
-// rank (`flat[r]` for rank r, at least shard_bytes each, non-null when
-// shard_bytes > 0): what TensorBuffers::src / ::dst take for that tensor.
-// Errors (kInvalidArgument) name `field` ("flat[2]: ...").
+// rank (`flat[r]` for rank r, at least shard_bytes each): what
+// TensorBuffers::src / ::dst take for that tensor. A rank this process does
+// not hold is given as {nullptr, 0}; its entries get empty views (what the
+// engine expects of entries on other processes). Errors (kInvalidArgument)
+// name `field` ("flat[2]: ...").
 std::vector<ConstBuffer> flat_views(const FlatLowered& lowered, size_t tensor,
                                     std::span<const ConstBuffer> flat,
                                     const std::string& field = "flat");

@@ -305,18 +305,21 @@ std::vector<Buf> views_impl(const FlatLowered& lowered, size_t tensor, std::span
              std::to_string(lowered.world_size));
   for (size_t r = 0; r < flat.size(); ++r) {
     const std::string f = field + "[" + std::to_string(r) + "]";
+    if (flat[r].data == nullptr && flat[r].bytes == 0) continue;  // held by another process
+    if (flat[r].data == nullptr)
+      fail(ErrorCode::kInvalidArgument, f,
+           "null data for " + std::to_string(flat[r].bytes) +
+               " bytes (give {null, 0} for a rank another process holds)");
     if (flat[r].bytes < lowered.shard_bytes)
       fail(ErrorCode::kInvalidArgument, f,
            std::to_string(flat[r].bytes) + " bytes, below the shard's " +
                std::to_string(lowered.shard_bytes));
-    if (flat[r].data == nullptr && lowered.shard_bytes > 0)
-      fail(ErrorCode::kInvalidArgument, f,
-           "null data for a shard of " + std::to_string(lowered.shard_bytes) + " bytes");
   }
   const Layout& l = lowered.layouts[tensor];
   std::vector<Buf> out(l.num_entries());
   for (size_t e = 0; e < l.num_entries(); ++e) {
     const Buf& f = flat[static_cast<size_t>(lowered.entry_ranks[tensor][e])];
+    if (f.data == nullptr) continue;  // empty view: the rank is not held here
     using Ptr = std::conditional_t<std::is_same_v<Buf, ConstBuffer>, const std::byte*, std::byte*>;
     out[e].data = static_cast<Ptr>(f.data) + lowered.entry_offsets[tensor][e];
     out[e].bytes = l.box(e).volume() * lowered.element_size;
