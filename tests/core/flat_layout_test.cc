@@ -247,6 +247,48 @@ TEST(FlatLayout, FlatDestinationExecutesOnHostElementByElement) {
   EXPECT_GT(elements, 1000);
 }
 
+// Invariant: flat to flat (an FSDP1 or Megatron buffer to a ZeRO-3 one, or
+// any pair): every position of every destination rank's buffer holds the
+// element its rule puts there, read from source buffers built by the
+// source's rule, and padding is never written. The two layouts share
+// devices, so a device's slot may send to the same device's slot.
+TEST(FlatLayout, FlatToFlatExecutesOnHostElementByElement) {
+  int64_t elements = 0;
+  for (int c = 0; c < scaled_cases(200); ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    FlatCase src = random_case(13000 + static_cast<uint64_t>(c), true);
+    FlatCase dst = random_case(17000 + static_cast<uint64_t>(c), false);
+    dst.flat.tensors = src.flat.tensors;  // the source's tensors, another rule
+    dst.flat.offsets.clear();
+    dst.flat.total_elements = -1;
+    dst.lowered = lower_flat(dst.flat, "dst");
+    PlanInput in = src.input;
+    add_flat_slots(in.topology, dst.lowered, "dst");
+    for (size_t t = 0; t < in.tensors.size(); ++t) in.tensors[t].dst = dst.lowered.layouts[t];
+    const Plan plan = make_plan(in);
+    std::vector<std::vector<std::byte>> sbufs, dbufs;
+    std::vector<ConstBuffer> sflat;
+    std::vector<MutableBuffer> dflat;
+    for (size_t r = 0; r < static_cast<size_t>(src.lowered.world_size); ++r)
+      sbufs.push_back(testing::reference_buffer(src, plan.tensors(), r));
+    for (size_t r = 0; r < static_cast<size_t>(dst.lowered.world_size); ++r)
+      dbufs.emplace_back(static_cast<size_t>(dst.lowered.shard_bytes), kPad);
+    for (auto& b : sbufs) sflat.push_back(ConstBuffer{b.data(), static_cast<int64_t>(b.size())});
+    for (auto& b : dbufs) dflat.push_back(MutableBuffer{b.data(), static_cast<int64_t>(b.size())});
+    std::vector<TensorBuffers> tb(plan.tensors().size());
+    for (size_t t = 0; t < tb.size(); ++t) {
+      tb[t].src = flat_views(src.lowered, t, sflat);
+      tb[t].dst = flat_views(dst.lowered, t, dflat);
+    }
+    execute_host(plan, tb, {static_cast<int32_t>(1 + c % 3)});
+    for (size_t r = 0; r < dbufs.size(); ++r) {
+      ASSERT_EQ(dbufs[r], testing::reference_buffer(dst, plan.tensors(), r)) << "rank " << r;
+      elements += dst.lowered.shard_elements;
+    }
+  }
+  EXPECT_GT(elements, 1000);
+}
+
 // ------------------------------------------------------------ errors
 
 FlatLayout valid() {
