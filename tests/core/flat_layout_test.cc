@@ -412,6 +412,17 @@ TEST(FlatLayout, BadInputsNameTheirField) {
   }
 }
 
+// Invariant: a flat layout whose layouts would hold more than
+// kMaxFlatEntries entries is refused before they are built (a few lines of
+// spec: a large mesh, many tensors).
+TEST(FlatLayout, TooManyEntriesAreRefusedUpFront) {
+  FlatLayout f;
+  f.partition = FlatPartition::kPerTensor;
+  for (int64_t d = 0; d < (int64_t{1} << 20) - 1; ++d) f.devices.push_back(d);
+  for (int i = 0; i < 17; ++i) f.tensors.push_back(FlatTensor{{int64_t{1} << 20}, DType::kU8});
+  expect_error(f, ErrorCode::kResourceExhausted, "flat.tensors", "split the flat layout");
+}
+
 TEST(FlatLayout, ViewsCheckTheFlatBuffers) {
   const FlatLowered l = lower_flat(valid(), "flat");
   EXPECT_EQ(l.shard_elements, 6);  // 22 elements padded to 24, over 4 ranks

@@ -96,6 +96,10 @@ struct FlatLowered {
   std::vector<std::vector<int64_t>> entry_offsets;
 };
 
+// The most entries (boxes of ranks, over all tensors) one flat layout
+// lowers to; more is kResourceExhausted before anything is built.
+inline constexpr int64_t kMaxFlatEntries = int64_t{1} << 24;
+
 // Lowers a flat layout. Errors (kInvalidArgument; kOutOfRange for sizes and
 // ids out of bounds; kOverflow) name the field under `field`:
 // "<field>.devices[3]", "<field>.align_elements", "<field>.tensors[2].dtype",

@@ -108,23 +108,32 @@ FlatLowered lower_flat(const FlatLayout& flat, const std::string& field) {
   if (static_cast<int64_t>(flat.devices.size()) > kMaxDevices)
     fail(ErrorCode::kOutOfRange, devices_field,
          "more than " + std::to_string(kMaxDevices) + " devices (the most one plan holds)");
-  {
-    std::map<int64_t, size_t> seen;
-    for (size_t i = 0; i < flat.devices.size(); ++i) {
+  for (size_t i = 0; i < flat.devices.size(); ++i) {
+    const int64_t d = flat.devices[i];
+    if (d < 0 || d >= kFlatSlotStride) {
       const std::string f = devices_field + "[" + std::to_string(i) + "]";
-      const int64_t d = flat.devices[i];
       if (d < 0)
         fail(ErrorCode::kInvalidArgument, f, "device id " + std::to_string(d) + " is negative");
-      if (d >= kFlatSlotStride)
-        fail(ErrorCode::kOutOfRange, f,
-             "device id " + std::to_string(d) +
-                 " is at or above 2^40 (ids from 2^40 name the slots of flat layouts)");
-      auto [it, inserted] = seen.emplace(d, i);
-      if (!inserted)
-        fail(ErrorCode::kInvalidArgument, f,
-             "device " + std::to_string(d) + " appears twice (also at [" +
-                 std::to_string(it->second) + "])");
+      fail(ErrorCode::kOutOfRange, f,
+           "device id " + std::to_string(d) +
+               " is at or above 2^40 (ids from 2^40 name the slots of flat layouts)");
     }
+  }
+  {
+    // Duplicates: sorted (device, position); the later position is named.
+    std::vector<std::pair<int64_t, size_t>> sorted(flat.devices.size());
+    for (size_t i = 0; i < flat.devices.size(); ++i) sorted[i] = {flat.devices[i], i};
+    std::sort(sorted.begin(), sorted.end());
+    size_t worst = flat.devices.size(), first = 0;
+    for (size_t k = 1; k < sorted.size(); ++k)
+      if (sorted[k].first == sorted[k - 1].first && sorted[k].second < worst) {
+        worst = sorted[k].second;
+        first = sorted[k - 1].second;
+      }
+    if (worst < flat.devices.size())
+      fail(ErrorCode::kInvalidArgument, devices_field + "[" + std::to_string(worst) + "]",
+           "device " + std::to_string(flat.devices[worst]) + " appears twice (also at [" +
+               std::to_string(first) + "])");
   }
   if (flat.partition != FlatPartition::kConcat && flat.partition != FlatPartition::kPerTensor)
     fail(ErrorCode::kInvalidArgument, field + ".partition",
@@ -170,10 +179,6 @@ FlatLowered lower_flat(const FlatLayout& flat, const std::string& field) {
   const int64_t w = out.world_size;
   const size_t nt = flat.tensors.size();
   out.tensor_offsets.resize(nt);
-  // Per tensor, per rank: the tensor's element range [lo, hi) the rank holds
-  // and the element offset of lo in the rank's buffer.
-  std::vector<std::vector<int64_t>> rank_lo(nt, std::vector<int64_t>(static_cast<size_t>(w))),
-      rank_hi = rank_lo, rank_at = rank_lo;
   if (concat) {
     int64_t pos = 0;
     for (size_t i = 0; i < nt; ++i) {
@@ -218,16 +223,6 @@ FlatLowered lower_flat(const FlatLayout& flat, const std::string& field) {
                  std::to_string(flat.pad_multiple) + ")");
     }
     out.shard_elements = total / w;
-    for (size_t i = 0; i < nt; ++i)
-      for (int64_t r = 0; r < w; ++r) {
-        const int64_t s0 = r * out.shard_elements, s1 = s0 + out.shard_elements;
-        const int64_t a = std::max(s0, out.tensor_offsets[i]);
-        const int64_t b = std::min(s1, out.tensor_offsets[i] + numel[i]);
-        const size_t ri = static_cast<size_t>(r);
-        rank_lo[i][ri] = a - out.tensor_offsets[i];
-        rank_hi[i][ri] = std::max(a, b) - out.tensor_offsets[i];
-        rank_at[i][ri] = a - s0;
-      }
   } else {
     int64_t pos = 0;
     for (size_t i = 0; i < nt; ++i) {
@@ -235,28 +230,61 @@ FlatLowered lower_flat(const FlatLayout& flat, const std::string& field) {
       const int64_t start = round_up(pos, flat.align_elements, field + ".tensors");
       out.tensor_offsets[i] = start;
       pos = add_or_fail(start, part, field + ".tensors");
-      for (int64_t r = 0; r < w; ++r) {
-        const size_t ri = static_cast<size_t>(r);
-        rank_lo[i][ri] = std::min(numel[i], r * part);
-        rank_hi[i][ri] = std::min(numel[i], (r + 1) * part);
-        rank_at[i][ri] = start;
-      }
     }
     out.shard_elements = round_up(pos, flat.pad_multiple, field + ".pad_multiple");
   }
   out.shard_bytes = mul_or_fail(out.shard_elements, out.element_size, field + ".tensors");
   mul_or_fail(out.shard_bytes, w, field + ".tensors");  // the whole buffer's bytes fit too
 
+  // The ranks holding a part of tensor i, [r0, r1), and for rank r the
+  // tensor's element range [lo, hi) it holds and the element offset of lo in
+  // its buffer: only those ranks are visited, so the work is the entries'.
+  struct Part {
+    int64_t lo, hi, at;
+  };
+  auto ranks_of = [&](size_t i) -> std::pair<int64_t, int64_t> {
+    if (numel[i] == 0) return {0, 0};
+    if (!concat) return {0, std::min<int64_t>(w, numel[i])};
+    const int64_t s = out.shard_elements;
+    return {out.tensor_offsets[i] / s, (out.tensor_offsets[i] + numel[i] - 1) / s + 1};
+  };
+  auto part_of = [&](size_t i, int64_t r) -> Part {
+    if (concat) {
+      const int64_t s0 = r * out.shard_elements, s1 = s0 + out.shard_elements;
+      const int64_t a = std::max(s0, out.tensor_offsets[i]);
+      const int64_t b = std::max(a, std::min(s1, out.tensor_offsets[i] + numel[i]));
+      return {a - out.tensor_offsets[i], b - out.tensor_offsets[i], a - s0};
+    }
+    const int64_t part = numel[i] / w + (numel[i] % w != 0 ? 1 : 0);
+    return {std::min(numel[i], r * part), std::min(numel[i], (r + 1) * part),
+            out.tensor_offsets[i]};
+  };
+  // Bounded before anything is built: a few lines of spec (a large mesh,
+  // many tensors) must not buy unbounded memory (docs/design.md §1.5).
+  {
+    int64_t bound = 0;
+    for (size_t i = 0; i < nt; ++i) {
+      const auto [r0, r1] = ranks_of(i);
+      const int64_t rank = static_cast<int64_t>(flat.tensors[i].shape.size());
+      bound += (r1 - r0) * std::max<int64_t>(1, 2 * rank - 1);
+      if (bound > kMaxFlatEntries)
+        fail(ErrorCode::kResourceExhausted, field + ".tensors",
+             "the tensors' layouts would hold more than " + std::to_string(kMaxFlatEntries) +
+                 " entries (boxes of ranks); split the flat layout");
+    }
+  }
   out.layouts.reserve(nt);
   for (size_t i = 0; i < nt; ++i) {
     const std::vector<int64_t>& shape = flat.tensors[i].shape;
     std::vector<LayoutEntry> entries;
     std::map<int64_t, std::pair<int32_t, int64_t>> where;  // entry device -> rank, byte offset
-    for (int64_t r = 0; r < w; ++r) {
+    const auto [r0, r1] = ranks_of(i);
+    for (int64_t r = r0; r < r1; ++r) {
       const size_t ri = static_cast<size_t>(r);
-      int64_t at = rank_at[i][ri];
+      const Part pt = part_of(i, r);
+      int64_t at = pt.at;
       int64_t slot = 0;
-      for (const Box& b : flat_range_boxes(shape, rank_lo[i][ri], rank_hi[i][ri])) {
+      for (const Box& b : flat_range_boxes(shape, pt.lo, pt.hi)) {
         const int64_t dev = flat.devices[ri] + slot * kFlatSlotStride;
         entries.push_back(LayoutEntry{dev, 0, b});
         where.emplace(dev, std::make_pair(static_cast<int32_t>(r), at * out.element_size));
