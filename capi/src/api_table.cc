@@ -88,6 +88,10 @@ constexpr reshard_api_t kApiV1 = {
     .plan_part_scratch = &reshard_plan_part_scratch,
     .plan_deserialize_with_options = &reshard_plan_deserialize_with_options,
     .plan_verify_bytes_with_options = &reshard_plan_verify_bytes_with_options,
+    .plan_input_num_flats = &reshard_plan_input_num_flats,
+    .plan_input_flat_info = &reshard_plan_input_flat_info,
+    .plan_input_flat_device = &reshard_plan_input_flat_device,
+    .plan_input_flat_tensor = &reshard_plan_input_flat_tensor,
 };
 
 // One assertion per shipped ABI version (ONNX Runtime's pattern): the offset
@@ -133,9 +137,14 @@ static_assert(offsetof(reshard_api_t, plan_deserialize_with_options) ==
 static_assert(offsetof(reshard_api_t, plan_verify_bytes_with_options) ==
                   kHeader + 72 * sizeof(void*),
               "ABI 1.9 table layout changed");
-static_assert(sizeof(reshard_api_t) == kHeader + 73 * sizeof(void*),
+// ABI 1.10: 77 functions, the flat layouts of a plan input added.
+static_assert(offsetof(reshard_api_t, plan_input_num_flats) == kHeader + 73 * sizeof(void*),
+              "ABI 1.10 table layout changed");
+static_assert(offsetof(reshard_api_t, plan_input_flat_tensor) == kHeader + 76 * sizeof(void*),
+              "ABI 1.10 table layout changed");
+static_assert(sizeof(reshard_api_t) == kHeader + 77 * sizeof(void*),
               "a field was appended: bump RESHARD_ABI_MINOR and add a static_assert for it");
-static_assert(RESHARD_ABI_MINOR == 9);
+static_assert(RESHARD_ABI_MINOR == 10);
 
 }  // namespace
 

@@ -24,6 +24,7 @@
 #include "reshard/layout.h"
 #include "reshard/plan.h"
 #include "reshard/reshard.h"
+#include "reshard/spec.h"
 
 // Handle structs. They live in the global namespace because the C header
 // declares `struct reshard_mesh` etc. there.
@@ -46,6 +47,8 @@ struct reshard_topology {
 
 struct reshard_plan_input {
   reshard::PlanInput input;
+  // The flat layouts of an input parsed from a spec (ABI 1.10).
+  std::vector<reshard::SpecFlat> flats;
 };
 
 struct reshard_plan {

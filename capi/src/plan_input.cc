@@ -100,6 +100,7 @@ reshard_error_t* reshard_plan_input_from_spec(const char* json, size_t length,
     reshard::Spec spec = reshard::parse_spec(std::string_view(json == nullptr ? "" : json, length));
     auto handle = std::make_unique<reshard_plan_input>();
     handle->input = std::move(spec.input);
+    handle->flats = std::move(spec.flats);
     *out_input = handle.release();
   });
 }
@@ -150,7 +151,11 @@ reshard_error_t* reshard_plan_input_set_topology(reshard_plan_input_t* input,
   return guard([&] {
     require(input, "input");
     require(topology, "topology");
-    input->input.topology = topology->topology;
+    reshard::Topology topo = topology->topology;
+    // The slots of flat layouts go on their devices' processes and hosts.
+    for (const reshard::SpecFlat& f : input->flats)
+      reshard::add_flat_slots(topo, f.lowered, "topology");
+    input->input.topology = std::move(topo);
   });
 }
 
@@ -202,6 +207,87 @@ reshard_error_t* reshard_plan_input_fingerprint(const reshard_plan_input_t* inpu
     require(input, "input");
     require(out_fingerprint, "out_fingerprint");
     *out_fingerprint = reshard::plan_fingerprint(input->input);
+  });
+}
+
+namespace {
+const reshard::SpecFlat& flat_at(const reshard_plan_input_t* input, size_t flat) {
+  if (flat >= input->flats.size())
+    reshard::fail(ErrorCode::kOutOfRange, "flat",
+                  std::to_string(flat) + " is not below the " +
+                      std::to_string(input->flats.size()) + " flat layouts of the input");
+  return input->flats[flat];
+}
+}  // namespace
+
+reshard_error_t* reshard_plan_input_num_flats(const reshard_plan_input_t* input,
+                                              size_t* out_count) {
+  return guard([&] {
+    require(input, "input");
+    require(out_count, "out_count");
+    *out_count = input->flats.size();
+  });
+}
+
+reshard_error_t* reshard_plan_input_flat_info(const reshard_plan_input_t* input, size_t flat,
+                                              const char** out_name, int32_t* out_is_source,
+                                              size_t* out_world_size, size_t* out_num_tensors,
+                                              int64_t* out_shard_bytes) {
+  return guard([&] {
+    require(input, "input");
+    const reshard::SpecFlat& f = flat_at(input, flat);
+    if (out_name) *out_name = f.name.c_str();
+    if (out_is_source) *out_is_source = f.source ? 1 : 0;
+    if (out_world_size) *out_world_size = static_cast<size_t>(f.lowered.world_size);
+    if (out_num_tensors) *out_num_tensors = f.tensors.size();
+    if (out_shard_bytes) *out_shard_bytes = f.lowered.shard_bytes;
+  });
+}
+
+reshard_error_t* reshard_plan_input_flat_device(const reshard_plan_input_t* input, size_t flat,
+                                                size_t rank, int64_t* out_device) {
+  return guard([&] {
+    require(input, "input");
+    require(out_device, "out_device");
+    const reshard::SpecFlat& f = flat_at(input, flat);
+    if (rank >= f.layout.devices.size())
+      reshard::fail(ErrorCode::kOutOfRange, "rank",
+                    std::to_string(rank) + " is not below the world size " +
+                        std::to_string(f.layout.devices.size()));
+    *out_device = f.layout.devices[rank];
+  });
+}
+
+reshard_error_t* reshard_plan_input_flat_tensor(const reshard_plan_input_t* input, size_t flat,
+                                                size_t index, size_t* out_tensor,
+                                                size_t* out_num_entries, size_t capacity,
+                                                uint64_t* out_ranks, int64_t* out_byte_offsets) {
+  return guard([&] {
+    require(input, "input");
+    require(out_tensor, "out_tensor");
+    require(out_num_entries, "out_num_entries");
+    const reshard::SpecFlat& f = flat_at(input, flat);
+    if (index >= f.tensors.size())
+      reshard::fail(ErrorCode::kOutOfRange, "index",
+                    std::to_string(index) + " is not below the " +
+                        std::to_string(f.tensors.size()) + " tensors of flat layout \"" + f.name +
+                        "\"");
+    const std::vector<int32_t>& ranks = f.lowered.entry_ranks[index];
+    const std::vector<int64_t>& offsets = f.lowered.entry_offsets[index];
+    if (capacity != 0) {
+      if (capacity < ranks.size())
+        reshard::fail(ErrorCode::kInvalidArgument, "capacity",
+                      std::to_string(capacity) + " is below the " + std::to_string(ranks.size()) +
+                          " entries");
+      require(out_ranks, "out_ranks");
+      require(out_byte_offsets, "out_byte_offsets");
+      for (size_t e = 0; e < ranks.size(); ++e) {
+        out_ranks[e] = static_cast<uint64_t>(ranks[e]);
+        out_byte_offsets[e] = offsets[e];
+      }
+    }
+    *out_tensor = f.tensors[index];
+    *out_num_entries = ranks.size();
   });
 }
 

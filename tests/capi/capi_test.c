@@ -2315,6 +2315,122 @@ static void test_oracle(void) {
   fixture_destroy(&f);
 }
 
+/* Flat layouts (ABI 1.10): an FSDP1 flat parameter parsed from a spec,
+ * executed from one flat buffer per rank through the entries' offsets, every
+ * destination element checked by the oracle; bad arguments. */
+static void test_flat(void) {
+  static const char kSpec[] =
+      "{\"meshes\": {\"fsdp\": {\"axis_names\": [\"dp\"], \"shape\": [2], \"processes\": [0, 0]},"
+      "            \"tp\": {\"axis_names\": [\"tp\"], \"shape\": [2], \"devices\": [4, 5]}},"
+      " \"flat\": {\"unit\": {\"mesh\": \"fsdp\", \"align_elements\": 4}},"
+      " \"tensors\": ["
+      "  {\"name\": \"w\", \"shape\": [3, 4], \"dtype\": \"f32\", \"src\": {\"flat\": \"unit\"},"
+      "   \"dst\": {\"mesh\": \"tp\", \"spec\": [null, \"tp\"]}},"
+      "  {\"name\": \"b\", \"shape\": [5], \"dtype\": \"f32\", \"src\": {\"flat\": \"unit\"},"
+      "   \"dst\": {\"mesh\": \"tp\"}}]}";
+  reshard_plan_input_t* input = NULL;
+  reshard_plan_t* plan = NULL;
+  reshard_executor_t* executor = NULL;
+  size_t count = 9, world = 0, tensors = 0, t, e, k, tensor = 9, entries = 0;
+  const char* name = NULL;
+  int32_t is_source = -1;
+  int64_t shard_bytes = 0, device = -1, mismatches = -1;
+  uint64_t ranks[3][8];
+  int64_t offsets[3][8];
+  size_t num_entries[2] = {0, 0};
+  float flat[2][9];
+  reshard_src_buffer_t src[2][8];
+  reshard_dst_buffer_t dst[2][8];
+  float dst_mem[2][2][12];
+  reshard_tensor_buffers_t buffers[2];
+
+  REQUIRE_OK(reshard_plan_input_from_spec(kSpec, strlen(kSpec), &input));
+  CHECK_OK(reshard_plan_input_num_flats(input, &count));
+  CHECK(count == 1);
+  CHECK_OK(
+      reshard_plan_input_flat_info(input, 0, &name, &is_source, &world, &tensors, &shard_bytes));
+  CHECK(name != NULL && strcmp(name, "unit") == 0);
+  CHECK(is_source == 1 && world == 2 && tensors == 2);
+  CHECK(shard_bytes == 9 * 4); /* 12 + 5 elements, b at 12: 17 padded to 18, 9 per rank */
+  CHECK_OK(reshard_plan_input_flat_info(input, 0, NULL, NULL, NULL, NULL, NULL));
+  CHECK_OK(reshard_plan_input_flat_device(input, 0, 1, &device));
+  CHECK(device == 1);
+  /* w: rank 0 holds w[0:2, :] and w[2, 0] (a slot), rank 1 w[2, 1:4]. */
+  CHECK_OK(reshard_plan_input_flat_tensor(input, 0, 0, &tensor, &entries, 0, NULL, NULL));
+  CHECK(tensor == 0 && entries == 3);
+  REQUIRE_OK(reshard_plan_create(input, NULL, &plan));
+  for (k = 0; k < 2; ++k) {
+    CHECK_OK(reshard_plan_input_flat_tensor(input, 0, k, &tensor, &num_entries[k], 8, ranks[k],
+                                            offsets[k]));
+    CHECK(tensor == k);
+  }
+  CHECK(num_entries[0] == 3 && num_entries[1] == 1);
+  CHECK(ranks[0][2] == 0 && offsets[0][2] == 8 * 4);
+  CHECK(ranks[1][0] == 1 && offsets[1][0] == 3 * 4);
+  /* Views into the flat buffers, filled by the oracle entry by entry. */
+  memset(flat, 0xA5, sizeof flat);
+  for (t = 0; t < 2; ++t) {
+    size_t ndst = 0;
+    for (e = 0; e < num_entries[t]; ++e) {
+      int64_t lo[2] = {0, 0}, hi[2] = {0, 0};
+      size_t r, d, bytes = 4;
+      CHECK_OK(reshard_plan_tensor_entry(plan, t, RESHARD_SIDE_SRC, e, NULL, NULL, lo, hi));
+      for (d = 0; d < (t == 0 ? 2u : 1u); ++d) bytes *= (size_t)(hi[d] - lo[d]);
+      r = (size_t)ranks[t][e];
+      src[t][e].data = (const unsigned char*)flat[r] + offsets[t][e];
+      src[t][e].bytes = bytes;
+      CHECK_OK(
+          reshard_oracle_fill_source(plan, t, e, (unsigned char*)flat[r] + offsets[t][e], bytes));
+    }
+    CHECK_OK(reshard_plan_tensor_num_entries(plan, t, RESHARD_SIDE_DST, &ndst));
+    CHECK(ndst == 2);
+    for (e = 0; e < 2; ++e) {
+      dst[t][e].data = dst_mem[t][e];
+      dst[t][e].bytes = t == 0 ? 3 * 2 * 4 : 5 * 4;
+    }
+    buffers[t].src = src[t];
+    buffers[t].num_src = num_entries[t];
+    buffers[t].dst = dst[t];
+    buffers[t].num_dst = 2;
+  }
+  REQUIRE_OK(reshard_executor_create(NULL, &executor));
+  CHECK_OK(reshard_executor_execute(executor, plan, buffers, 2));
+  for (t = 0; t < 2; ++t)
+    for (e = 0; e < 2; ++e) {
+      mismatches = -1;
+      CHECK_OK(reshard_oracle_check_destination(plan, t, e, dst[t][e].data, dst[t][e].bytes,
+                                                &mismatches));
+      CHECK(mismatches == 0);
+    }
+
+  /* Errors; outputs untouched. */
+  tensor = 77;
+  CHECK_ERR(reshard_plan_input_flat_tensor(input, 1, 0, &tensor, &entries, 0, NULL, NULL),
+            RESHARD_ERROR_OUT_OF_RANGE, "flat: 1 is not below the 1 flat layouts");
+  CHECK_ERR(reshard_plan_input_flat_tensor(input, 0, 2, &tensor, &entries, 0, NULL, NULL),
+            RESHARD_ERROR_OUT_OF_RANGE, "index: 2 is not below the 2 tensors");
+  CHECK_ERR(reshard_plan_input_flat_tensor(input, 0, 0, &tensor, &entries, 2, ranks[2], offsets[2]),
+            RESHARD_ERROR_INVALID_ARGUMENT, "capacity: 2 is below the 3 entries");
+  CHECK_ERR(reshard_plan_input_flat_tensor(input, 0, 0, &tensor, &entries, 3, NULL, offsets[2]),
+            RESHARD_ERROR_INVALID_ARGUMENT, "out_ranks");
+  CHECK_ERR(reshard_plan_input_flat_tensor(input, 0, 0, NULL, &entries, 0, NULL, NULL),
+            RESHARD_ERROR_INVALID_ARGUMENT, "out_tensor");
+  CHECK(tensor == 77);
+  CHECK_ERR(reshard_plan_input_flat_device(input, 0, 2, &device), RESHARD_ERROR_OUT_OF_RANGE,
+            "rank: 2 is not below the world size 2");
+  CHECK_ERR(reshard_plan_input_flat_info(NULL, 0, NULL, NULL, NULL, NULL, NULL),
+            RESHARD_ERROR_INVALID_ARGUMENT, "input");
+  CHECK_ERR(reshard_plan_input_num_flats(input, NULL), RESHARD_ERROR_INVALID_ARGUMENT, "out_count");
+  reshard_executor_destroy(executor);
+  reshard_plan_destroy(plan);
+  reshard_plan_input_destroy(input);
+  /* An input built call by call has no flat layouts. */
+  REQUIRE_OK(reshard_plan_input_create(&input));
+  CHECK_OK(reshard_plan_input_num_flats(input, &count));
+  CHECK(count == 0);
+  reshard_plan_input_destroy(input);
+}
+
 /* A partial source reduced on the destination, checked by the oracle. */
 static void test_partial(void) {
   reshard_mesh_t* mesh = NULL;
@@ -3179,6 +3295,7 @@ static const test_group kGroups[] = {
     {"destroy_while_executing", test_destroy_while_executing},
     {"executor_timeout", test_executor_timeout},
     {"oracle", test_oracle},
+    {"flat", test_flat},
     {"partial", test_partial},
     {"out_of_memory", test_out_of_memory},
     {"plan_limit", test_plan_limit},

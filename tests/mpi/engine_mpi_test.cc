@@ -33,6 +33,16 @@
 //     recomputed: every check of the decoder passes), or its own part edited
 //     without a list, or a plan of another staging budget: kMismatch on
 //     every rank, naming the last rank, within the deadline.
+//   engine_mpi_test flat --cases N --seed S
+//     Flat layouts (reshard/flat.h; tests/core/flat_cases.h): random FSDP1 /
+//     Megatron (concat) and ZeRO-3 (per_tensor) flat layouts as the source or
+//     the destination of every tensor, ranks' devices spread over the
+//     processes; each process passes one flat buffer per rank it holds
+//     ({null, 0} for the others) through flat_views. Invariants: a flat
+//     destination holds, at every position of every local rank's buffer,
+//     the element the framework rule puts there, and padding is never
+//     written; a flat source's destinations pass the oracle element by
+//     element.
 //   engine_mpi_test cache --cases N --seed S
 //     The schedule cache (EngineOptions): groups of three random plans
 //     executed A B A C B A A with room for two schedules hit exactly where
@@ -55,6 +65,7 @@
 #include <string>
 #include <vector>
 
+#include "core/flat_cases.h"
 #include "core/random_cases.h"
 #include "mpi/counting_transport.h"
 #include "plan/plan_builder.h"
@@ -62,6 +73,7 @@
 #include "reshard/engine.h"
 #include "reshard/error.h"
 #include "reshard/exec.h"
+#include "reshard/flat.h"
 #include "reshard/numeric.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
@@ -362,6 +374,105 @@ int run_random(const World& w, int cases, uint64_t seed) {
   check(all_ranks(transport, multi_round > 0 && max_rounds >= 4),
         "some cases run several rounds (max " + std::to_string(max_rounds) + ")");
   check(all_ranks(transport, partial > 0), "some cases have partial sources");
+  return g_failures;
+}
+
+// ------------------------------------------------------------------ flat
+
+int run_flat(const World& w, int cases, uint64_t seed) {
+  auto counter = std::make_shared<StagingCounter>();
+  auto engine = make_engine(counter);
+  Transport& transport = engine->transport();
+  int64_t checked = 0, multi_slot = 0;
+  for (int c = 0; c < cases; ++c) {
+    const uint64_t case_seed = seed * 100003 + static_cast<uint64_t>(c);
+    const bool flat_is_source = c % 2 == 0;
+    const testing::FlatCase fc =
+        testing::random_case(case_seed, flat_is_source, static_cast<int32_t>(w.size));
+    std::string error;
+    try {
+      const Plan plan = make_plan(fc.input);
+      const std::vector<TensorSpec>& tensors = plan.tensors();
+      const size_t nt = tensors.size();
+      const int64_t es = fc.lowered.element_size;
+      auto mine = [&](int64_t device) { return plan.topology().info(device).process == w.rank; };
+      // One flat buffer per rank held here; {null, 0} for the others.
+      std::vector<std::vector<std::byte>> flat_mem(static_cast<size_t>(fc.lowered.world_size));
+      for (size_t r = 0; r < flat_mem.size(); ++r)
+        if (mine(fc.flat.devices[r]))
+          flat_mem[r] = flat_is_source
+                            ? testing::reference_buffer(fc, tensors, r)
+                            : std::vector<std::byte>(static_cast<size_t>(fc.lowered.shard_bytes),
+                                                     testing::kPad);
+      // The other side's shards: local entries only.
+      std::vector<std::vector<std::vector<std::byte>>> other(nt);
+      std::vector<TensorBuffers> views(nt);
+      for (size_t t = 0; t < nt; ++t) {
+        const Layout& l = flat_is_source ? tensors[t].dst : tensors[t].src;
+        other[t].resize(l.num_entries());
+        for (size_t e = 0; e < l.num_entries(); ++e) {
+          if (!mine(l.device(e))) continue;
+          other[t][e].resize(static_cast<size_t>(l.box(e).volume() * es));
+          if (flat_is_source)
+            poison_destination_shard(tensors[t], static_cast<uint32_t>(t), e, other[t][e]);
+          else
+            fill_source_shard(tensors[t], static_cast<uint32_t>(t), e, other[t][e]);
+        }
+        std::vector<ConstBuffer> cflat;
+        std::vector<MutableBuffer> mflat;
+        for (auto& m : flat_mem) {
+          cflat.push_back(
+              ConstBuffer{m.empty() ? nullptr : m.data(), static_cast<int64_t>(m.size())});
+          mflat.push_back(
+              MutableBuffer{m.empty() ? nullptr : m.data(), static_cast<int64_t>(m.size())});
+        }
+        if (flat_is_source) {
+          views[t].src = flat_views(fc.lowered, t, cflat);
+          for (auto& b : other[t])
+            views[t].dst.push_back(
+                MutableBuffer{b.empty() ? nullptr : b.data(), static_cast<int64_t>(b.size())});
+        } else {
+          views[t].dst = flat_views(fc.lowered, t, mflat);
+          for (auto& b : other[t])
+            views[t].src.push_back(
+                ConstBuffer{b.empty() ? nullptr : b.data(), static_cast<int64_t>(b.size())});
+        }
+        for (size_t e = 0; e < fc.lowered.layouts[t].num_entries(); ++e)
+          multi_slot += flat_slot(fc.lowered.layouts[t].device(e)) > 0;
+      }
+      ExecuteOptions options;
+      options.timeout_seconds = 60;
+      engine->execute(plan, w.rank, views, options);
+      if (flat_is_source) {
+        OracleReport report;
+        for (size_t t = 0; t < nt; ++t)
+          for (size_t e = 0; e < other[t].size(); ++e)
+            if (mine(tensors[t].dst.device(e)))
+              check_destination_shard(tensors[t], static_cast<uint32_t>(t), e, other[t][e], report);
+        if (!report.ok()) error = std::to_string(report.mismatches) + " destination elements wrong";
+        checked += report.elements;
+      } else {
+        for (size_t r = 0; r < flat_mem.size() && error.empty(); ++r) {
+          if (flat_mem[r].empty() && fc.lowered.shard_bytes > 0) continue;
+          const std::vector<std::byte> want = testing::reference_buffer(fc, tensors, r);
+          if (want != flat_mem[r]) error = "flat buffer of rank " + std::to_string(r) + " differs";
+          checked += static_cast<int64_t>(want.size()) / std::max<int64_t>(es, 1);
+        }
+      }
+    } catch (const Error& e) {
+      error = std::string("threw [") + error_code_name(e.code()) + "] " + e.what();
+    }
+    const bool ok = all_ranks(transport, error.empty());
+    if (!error.empty())
+      std::fprintf(stderr, "rank %d flat case %d (seed %llu): %s\n", w.rank, c,
+                   static_cast<unsigned long long>(case_seed), error.c_str());
+    check(ok, "flat case " + std::to_string(c) + " (seed " + std::to_string(case_seed) + ")");
+  }
+  if (w.rank == 0)
+    std::printf("%d ranks: %d flat cases, rank 0 checked %lld elements, %lld slot entries\n",
+                w.size, cases, static_cast<long long>(checked), static_cast<long long>(multi_slot));
+  check(all_ranks(transport, checked > 0 && multi_slot > 0),
+        "the flat cases check elements and reach slot devices");
   return g_failures;
 }
 
@@ -1080,6 +1191,8 @@ int main(int argc, char** argv) {
       failures = run_budget(w);
     } else if (mode == "faults") {
       failures = run_faults(w);
+    } else if (mode == "flat") {
+      failures = run_flat(w, cases, seed);
     } else if (mode == "cache") {
       failures = run_cache(w, cases, seed);
     } else if (mode == "agree") {
@@ -1087,7 +1200,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: engine_mpi_test random|budget|faults|cache|agree [--cases N] [--seed S]\n");
+          "usage: engine_mpi_test random|budget|faults|flat|cache|agree [--cases N] [--seed S]\n");
       return 2;
     }
     if (failures == 0 && w.rank == 0) std::printf("%s: OK\n", mode.c_str());

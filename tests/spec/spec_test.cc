@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "reshard/error.h"
+#include "reshard/exec.h"
+#include "reshard/oracle.h"
 
 namespace reshard {
 namespace {
@@ -169,7 +171,7 @@ TEST(SpecParse, IntegralFloatsAreIntegersAndScalarsWork) {
 }
 
 TEST(SpecParse, ExampleFilesParse) {
-  for (const char* name : {"small_transformer", "partial_sums", "explicit_boxes"}) {
+  for (const char* name : {"small_transformer", "partial_sums", "explicit_boxes", "flat_layouts"}) {
     const std::string path = std::string(RESHARD_SOURCE_DIR) + "/examples/specs/" + name + ".json";
     const Spec spec = load_spec(path);
     EXPECT_FALSE(spec.input.tensors.empty()) << path;
@@ -331,6 +333,110 @@ TEST(SpecErrors, LoadSpecNamesTheFile) {
     EXPECT_EQ(std::string(e.what()).rfind(path + ": line 2, column ", 0), 0u) << e.what();
   }
   std::remove(path.c_str());
+}
+
+// ---------------------------------------------------------------- flat layouts
+
+// A spec with flat layouts (docs/spec.md, Flat layouts) around `tensors`.
+std::string with_flat(const std::string& flat, const std::string& tensors) {
+  return R"({"meshes": {"fsdp": {"axis_names": ["dp"], "shape": [2], "processes": [0, 1]},
+                        "tp": {"axis_names": ["tp"], "shape": [2], "devices": [4, 5],
+                               "processes": [2, 2]}},
+             "flat": )" +
+         flat + R"(, "tensors": [)" + tensors + "]}";
+}
+
+TEST(SpecParse, FlatLayoutsLowerInTensorOrderWithSlotDevices) {
+  const Spec spec = parse_spec(
+      with_flat(R"({"unit": {"mesh": "fsdp", "align_elements": 4}})",
+                R"({"name": "w", "shape": [3, 4], "dtype": "f32", "src": {"flat": "unit"},
+          "dst": {"mesh": "tp", "spec": ["tp"]}},
+         {"name": "x", "shape": [2], "dtype": "f32", "src": {"mesh": "tp"}, "dst": {"mesh": "tp"}},
+         {"name": "b", "shape": [5], "dtype": "f32", "src": {"flat": "unit"},
+          "dst": {"mesh": "tp"}})"));
+  ASSERT_EQ(spec.flats.size(), 1u);
+  const SpecFlat& f = spec.flats[0];
+  EXPECT_EQ(f.name, "unit");
+  EXPECT_TRUE(f.source);
+  EXPECT_EQ(f.tensors, (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(f.lowered.tensor_offsets, (std::vector<int64_t>{0, 12}));
+  EXPECT_EQ(f.lowered.shard_elements, 9);
+  EXPECT_TRUE(spec.input.tensors[0].src == f.lowered.layouts[0]);
+  EXPECT_TRUE(spec.input.tensors[2].src == f.lowered.layouts[1]);
+  // w[2, 0:1] is rank 0's second box: a slot device on device 0's process.
+  EXPECT_EQ(spec.input.tensors[0].src.num_entries(), 3u);
+  EXPECT_EQ(spec.input.topology.info(1 + kFlatSlotStride).device, 1 + kFlatSlotStride);
+  EXPECT_FALSE(spec.input.topology.contains(1 + kFlatSlotStride));
+  EXPECT_EQ(spec.input.topology.info(kFlatSlotStride).process, 0);
+  EXPECT_TRUE(spec.input.topology.contains(kFlatSlotStride));
+  // Plans and executes like any explicit layout.
+  const Plan plan = make_plan(spec.input);
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views);
+  EXPECT_TRUE(check_destinations(plan, buffers).ok());
+}
+
+TEST(SpecParse, FlatLayoutErrorsNameTheirField) {
+  const std::string w = R"({"name": "w", "shape": [3, 4], "dtype": "f32", "src": {"flat": "u"},
+                           "dst": {"mesh": "tp"}})";
+  expect_error(with_flat(R"({"u": {"mesh": "fsdp", "align_elements": 0}})", w),
+               ErrorCode::kInvalidArgument, "flat.u.align_elements: 0 must be at least 1");
+  expect_error(with_flat(R"({"u": {"mesh": "fsdp", "pad_multiple": 0}})", w),
+               ErrorCode::kInvalidArgument, "flat.u.pad_multiple:");
+  expect_error(with_flat(R"({"u": {"mesh": "nope"}})", w), ErrorCode::kInvalidArgument,
+               "flat.u.mesh: unknown mesh \"nope\"");
+  expect_error(with_flat(R"({"u": {"mesh": "fsdp", "devices": [0]}})", w),
+               ErrorCode::kInvalidArgument, "flat.u: give either");
+  expect_error(with_flat(R"({"u": {"devices": [3, 3]}})", w), ErrorCode::kInvalidArgument,
+               "flat.u.devices[1]: device 3 appears twice");
+  expect_error(with_flat(R"({"u": {"mesh": "fsdp", "partition": "zero3"}})", w),
+               ErrorCode::kInvalidArgument, "flat.u.partition: unknown partition \"zero3\"");
+  expect_error(with_flat(R"({"u": {"mesh": "fsdp", "algin_elements": 2}})", w),
+               ErrorCode::kInvalidArgument, "flat.u.algin_elements: unknown key",
+               "did you mean \"align_elements\"");
+  expect_error(with_flat(R"({"v": {"mesh": "fsdp"}})", w), ErrorCode::kInvalidArgument,
+               "tensors[0].src.flat: unknown flat layout \"u\"");
+  // One side only; one dtype; offsets for all or none, aligned, not overlapping.
+  expect_error(
+      with_flat(R"({"u": {"mesh": "fsdp"}})", w + R"(, {"name": "b", "shape": [5], "dtype": "f32",
+                                   "src": {"mesh": "tp"}, "dst": {"flat": "u"}})"),
+      ErrorCode::kInvalidArgument, "tensors[1].dst.flat: flat layout \"u\" is the source");
+  expect_error(
+      with_flat(R"({"u": {"mesh": "fsdp"}})", w + R"(, {"name": "b", "shape": [5], "dtype": "bf16",
+                                   "src": {"flat": "u"}, "dst": {"mesh": "tp"}})"),
+      ErrorCode::kInvalidArgument, "tensors[1].dtype: bf16 in flat layout \"u\" of f32");
+  const std::string w_at = R"({"name": "w", "shape": [3, 4], "dtype": "f32",
+                              "src": {"flat": "u", "offset": 0}, "dst": {"mesh": "tp"}})";
+  expect_error(with_flat(R"({"u": {"mesh": "fsdp"}})",
+                         w_at + R"(, {"name": "b", "shape": [5], "dtype": "f32",
+                                      "src": {"flat": "u"}, "dst": {"mesh": "tp"}})"),
+               ErrorCode::kInvalidArgument, "tensors[1].src: give \"offset\" for every tensor");
+  expect_error(with_flat(R"({"u": {"mesh": "fsdp"}})",
+                         w_at + R"(, {"name": "b", "shape": [5], "dtype": "f32",
+                                      "src": {"flat": "u", "offset": 10}, "dst": {"mesh": "tp"}})"),
+               ErrorCode::kInvalidArgument, "tensors[1].src.offset: tensor 1 at 10 overlaps");
+  expect_error(with_flat(R"({"u": {"mesh": "fsdp", "align_elements": 8}})",
+                         w_at + R"(, {"name": "b", "shape": [5], "dtype": "f32",
+                                      "src": {"flat": "u", "offset": 12}, "dst": {"mesh": "tp"}})"),
+               ErrorCode::kInvalidArgument,
+               "tensors[1].src.offset: 12 is not a multiple of align_elements (8)");
+  expect_error(with_flat(R"({"u": {"mesh": "fsdp", "total_elements": 10}})", w),
+               ErrorCode::kOutOfRange, "flat.u.total_elements: 10 is below the end");
+  expect_error(with_flat(R"({"u": {"mesh": "fsdp", "total_elements": 13}})", w),
+               ErrorCode::kInvalidArgument,
+               "flat.u.total_elements: 13 is not a multiple of the world size 2");
+  expect_error(with_flat(R"({"u": {"devices": [0, 1099511627776]}})", w), ErrorCode::kOutOfRange,
+               "flat.u.devices[1]: device id 1099511627776 is at or above 2^40");
+  expect_error(
+      with_flat(R"({"u": {"mesh": "fsdp"}})", w + R"(, {"name": "b", "shape": [5], "dtype": "f32",
+                                   "src": {"boxes": [{"device": 1099511627777}]},
+                                   "dst": {"mesh": "tp"}})"),
+      ErrorCode::kOutOfRange, "tensors[1].src: device id 1099511627777 is at or above");
+  expect_error(with_flat(R"({"u": {"mesh": "fsdp"}})",
+                         R"({"name": "w", "shape": [3], "dtype": "f32",
+                             "src": {"flat": "u", "ofset": 1}, "dst": {"mesh": "tp"}})"),
+               ErrorCode::kInvalidArgument, "tensors[0].src.ofset: unknown key");
 }
 
 }  // namespace

@@ -115,7 +115,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 9
+#define RESHARD_ABI_MINOR 10
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -508,6 +508,50 @@ RESHARD_API reshard_error_t* reshard_plan_input_num_tensors(const reshard_plan_i
  * equal on every process that describes the same inputs. */
 RESHARD_API reshard_error_t* reshard_plan_input_fingerprint(const reshard_plan_input_t* input,
                                                             uint64_t* out_fingerprint);
+
+/* Flat layouts (ABI 1.10; docs/spec.md, "Flat layouts"). An input parsed by
+ * reshard_plan_input_from_spec keeps the flat layouts its tensors use, in
+ * name order; other inputs have none. A flat layout holds, in one buffer
+ * per rank, its tensors in buffer order; each such tensor's layout on the
+ * flat side (source or destination) has one entry per box a rank holds, and
+ * entry e's shard buffer is the `bytes` of that box (volume times the dtype
+ * size) at byte `byte_offsets[e]` of rank `ranks[e]`'s flat buffer: pass
+ * those views as the tensor's buffers (entry order as
+ * reshard_plan_tensor_entry). A rank's second and later boxes of one tensor
+ * are entries of slot devices (device + k * 2^40) on the rank's device's
+ * process and host (docs/design.md §1.6). */
+
+/* Number of flat layouts of `input` into *out_count.
+ * Errors: INVALID_ARGUMENT (NULL arguments). */
+RESHARD_API reshard_error_t* reshard_plan_input_num_flats(const reshard_plan_input_t* input,
+                                                          size_t* out_count);
+
+/* Flat layout `flat`: its name (NUL-terminated, valid while `input` lives
+ * unchanged), whether it is its tensors' source (1) or destination (0), its
+ * number of ranks and of tensors, and the bytes of every rank's buffer. Any
+ * output pointer may be NULL. Errors: INVALID_ARGUMENT (input NULL),
+ * OUT_OF_RANGE ("flat: ..."). */
+RESHARD_API reshard_error_t* reshard_plan_input_flat_info(
+    const reshard_plan_input_t* input, size_t flat, const char** out_name, int32_t* out_is_source,
+    size_t* out_world_size, size_t* out_num_tensors, int64_t* out_shard_bytes);
+
+/* The device of rank `rank` of flat layout `flat` into *out_device.
+ * Errors: INVALID_ARGUMENT (NULL), OUT_OF_RANGE ("flat", "rank"). */
+RESHARD_API reshard_error_t* reshard_plan_input_flat_device(const reshard_plan_input_t* input,
+                                                            size_t flat, size_t rank,
+                                                            int64_t* out_device);
+
+/* The `index`-th tensor (buffer order) of flat layout `flat`: its index in
+ * the input into *out_tensor, the number of entries of its flat-side layout
+ * into *out_num_entries, and, per entry, the rank whose buffer holds it
+ * (`out_ranks`) and the byte offset there (`out_byte_offsets`): `capacity`
+ * values each; with capacity 0 both may be NULL and only the counts are
+ * written. Errors: INVALID_ARGUMENT (NULL input or outputs; "capacity: ..."
+ * below the number of entries when not 0), OUT_OF_RANGE ("flat", "index").
+ * Outputs are untouched on error. */
+RESHARD_API reshard_error_t* reshard_plan_input_flat_tensor(
+    const reshard_plan_input_t* input, size_t flat, size_t index, size_t* out_tensor,
+    size_t* out_num_entries, size_t capacity, uint64_t* out_ranks, int64_t* out_byte_offsets);
 
 /* ------------------------------------------------------------------------ */
 /* Planning                                                                 */
@@ -1328,6 +1372,13 @@ typedef struct reshard_api {
                                                     reshard_plan_t**);
   reshard_error_t* (*plan_verify_bytes_with_options)(const void*, size_t,
                                                      const reshard_deserialize_options_t*);
+  /* ABI 1.10 (check struct_size or abi_minor >= 10 before use) */
+  reshard_error_t* (*plan_input_num_flats)(const reshard_plan_input_t*, size_t*);
+  reshard_error_t* (*plan_input_flat_info)(const reshard_plan_input_t*, size_t, const char**,
+                                           int32_t*, size_t*, size_t*, int64_t*);
+  reshard_error_t* (*plan_input_flat_device)(const reshard_plan_input_t*, size_t, size_t, int64_t*);
+  reshard_error_t* (*plan_input_flat_tensor)(const reshard_plan_input_t*, size_t, size_t, size_t*,
+                                             size_t*, size_t, uint64_t*, int64_t*);
   /* Append new functions here, never elsewhere, and bump RESHARD_ABI_MINOR. */
 } reshard_api_t;
 

@@ -8,13 +8,26 @@
 #include <string_view>
 #include <vector>
 
+#include "reshard/flat.h"
 #include "reshard/plan.h"
 
 namespace reshard {
 
+// A flat layout of a spec ("flat" at the top level, docs/spec.md): the
+// tensors whose source (or destination) names it, in the spec's order, and
+// its lowering (their layouts in `input` are lowered.layouts[k]).
+struct SpecFlat {
+  std::string name;
+  bool source = true;           // the tensors' source (else destination)
+  std::vector<size_t> tensors;  // indices into input.tensors, in buffer order
+  FlatLayout layout;
+  FlatLowered lowered;
+};
+
 struct Spec {
   std::map<std::string, std::shared_ptr<const Mesh>> meshes;
-  PlanInput input;  // tensors (with lowered layouts), topology, options
+  std::vector<SpecFlat> flats;  // the flat layouts some tensor uses, by name
+  PlanInput input;              // tensors (with lowered layouts), topology, options
   // Meshes that give no "hosts" and have a device whose host no other mesh
   // gives either: those devices' hosts defaulted to their processes (one
   // process per GPU then means one host per GPU). Sorted by name.

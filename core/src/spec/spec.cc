@@ -583,7 +583,85 @@ Layout parse_layout(const json& j, const std::string& path, const std::vector<in
   if (named && boxes) bad(path, "give either \"mesh\" (with \"spec\") or \"boxes\", not both");
   if (boxes) return parse_box_layout(j, path, shape);
   if (named) return parse_named_layout(j, path, shape, meshes);
-  bad(path, "missing \"mesh\" (with \"spec\") or \"boxes\"");
+  bad(path, "missing \"mesh\" (with \"spec\"), \"boxes\" or \"flat\"");
+}
+
+// ---------------------------------------------------------------- flat layouts
+
+// A flat layout as the top-level "flat" object gives it; its tensors come
+// from the layouts that name it.
+struct FlatDecl {
+  std::string path;
+  FlatLayout layout;  // without tensors and offsets
+};
+
+FlatDecl parse_flat_decl(const json& j, const std::string& path, const MeshMap& meshes) {
+  as_object(j, path);
+  check_keys(j, path,
+             {"mesh", "devices", "partition", "align_elements", "pad_multiple", "total_elements"});
+  FlatDecl d;
+  d.path = path;
+  const json* mesh = find(j, "mesh");
+  const json* devices = find(j, "devices");
+  if (mesh && devices) bad(path, "give either \"mesh\" or \"devices\", not both");
+  if (mesh) {
+    const std::string mp = child(path, "mesh");
+    const std::string name = as_string(*mesh, mp);
+    auto it = meshes.find(name);
+    if (it == meshes.end())
+      bad(mp, "unknown mesh " + quote(name) + " (meshes: " + mesh_names(meshes) + ")");
+    d.layout.devices = it->second->devices;
+  } else if (devices) {
+    d.layout.devices = as_int_array(*devices, child(path, "devices"));
+  } else {
+    bad(path, "missing \"mesh\" or \"devices\" (the ranks, in order)");
+  }
+  if (const json* p = find(j, "partition"))
+    d.layout.partition =
+        parse_flat_partition(as_string(*p, child(path, "partition")), child(path, "partition"));
+  if (const json* a = find(j, "align_elements"))
+    d.layout.align_elements = as_int(*a, child(path, "align_elements"));
+  if (const json* a = find(j, "pad_multiple"))
+    d.layout.pad_multiple = as_int(*a, child(path, "pad_multiple"));
+  if (const json* a = find(j, "total_elements")) {
+    d.layout.total_elements = as_int(*a, child(path, "total_elements"));
+    if (d.layout.total_elements < 0)
+      bad(child(path, "total_elements"), std::to_string(d.layout.total_elements) + " is negative");
+  }
+  // Checked here (without tensors) so that errors name the flat layout's
+  // own keys even when no tensor uses it.
+  FlatLayout probe = d.layout;
+  probe.tensors.push_back(FlatTensor{{}, DType::kF32});
+  probe.total_elements = -1;
+  lower_flat(probe, path);
+  return d;
+}
+
+// A tensor's "src" or "dst" naming a flat layout.
+struct FlatUse {
+  size_t tensor = 0;
+  bool source = true;
+  std::string path;               // tensors[i].src
+  std::optional<int64_t> offset;  // "offset"
+};
+
+FlatUse parse_flat_use(const json& j, const std::string& path, size_t tensor, bool source,
+                       const std::map<std::string, FlatDecl>& decls, std::string& name) {
+  check_keys(j, path, {"flat", "offset"});
+  FlatUse u;
+  u.tensor = tensor;
+  u.source = source;
+  u.path = path;
+  const std::string fp = child(path, "flat");
+  name = as_string(require(j, path, "flat"), fp);
+  if (!decls.count(name)) {
+    std::vector<std::string> names;
+    for (const auto& [n, d] : decls) names.push_back(n);
+    bad(fp, "unknown flat layout " + quote(name) +
+                " (flat layouts: " + (names.empty() ? "none defined" : join(names)) + ")");
+  }
+  if (const json* o = find(j, "offset")) u.offset = as_int(*o, child(path, "offset"));
+  return u;
 }
 
 // ---------------------------------------------------------------- options
@@ -626,12 +704,81 @@ PlanOptions parse_options(const json& j, const std::string& path) {
   return o;
 }
 
+// Lowers the flat layouts the tensors use, sets those tensors' layouts and
+// adds the slot devices to the topology.
+void lower_spec_flats(Spec& spec, const std::map<std::string, FlatDecl>& decls,
+                      const std::map<std::string, std::vector<FlatUse>>& uses) {
+  // Device ids from 2^40 name slots: no mesh or box may use one.
+  for (const auto& [name, mesh] : spec.meshes)
+    for (size_t k = 0; k < mesh->devices.size(); ++k)
+      if (mesh->devices[k] >= kFlatSlotStride)
+        fail(ErrorCode::kOutOfRange, child(child(child("meshes", name), "devices"), k),
+             "device id " + std::to_string(mesh->devices[k]) +
+                 " is at or above 2^40, which names the slots of flat layouts in a spec that "
+                 "has flat layouts");
+  for (size_t i = 0; i < spec.input.tensors.size(); ++i)
+    for (const bool source : {true, false}) {
+      const Layout& l = source ? spec.input.tensors[i].src : spec.input.tensors[i].dst;
+      for (size_t e = 0; e < l.num_entries(); ++e)
+        if (l.device(e) >= kFlatSlotStride)
+          fail(ErrorCode::kOutOfRange, child(child("tensors", i), source ? "src" : "dst"),
+               "device id " + std::to_string(l.device(e)) +
+                   " is at or above 2^40, which names the slots of flat layouts in a spec that "
+                   "has flat layouts");
+    }
+  for (const auto& [name, list] : uses) {
+    const FlatDecl& decl = decls.at(name);
+    SpecFlat sf;
+    sf.name = name;
+    sf.source = list.front().source;
+    sf.layout = decl.layout;
+    const bool with_offsets = list.front().offset.has_value();
+    for (const FlatUse& u : list) {
+      if (u.source != sf.source)
+        bad(child(u.path, "flat"), "flat layout " + quote(name) + " is the " +
+                                       (sf.source ? "source" : "destination") + " of " +
+                                       list.front().path + "; a flat layout is one side only");
+      if (u.offset.has_value() != with_offsets)
+        bad(u.path, std::string("give \"offset\" for every tensor of flat layout ") + quote(name) +
+                        " or for none (" + list.front().path +
+                        (with_offsets ? " gives one)" : " does not)"));
+      const TensorSpec& t = spec.input.tensors[u.tensor];
+      if (t.dtype != spec.input.tensors[list.front().tensor].dtype)
+        bad(child(child("tensors", u.tensor), "dtype"),
+            std::string(dtype_name(t.dtype)) + " in flat layout " + quote(name) + " of " +
+                std::string(dtype_name(spec.input.tensors[list.front().tensor].dtype)) +
+                " (one dtype per flat buffer)");
+      sf.tensors.push_back(u.tensor);
+      sf.layout.tensors.push_back(FlatTensor{t.shape, t.dtype});
+      if (u.offset) sf.layout.offsets.push_back(*u.offset);
+    }
+    try {
+      sf.lowered = lower_flat(sf.layout, decl.path);
+    } catch (const Error& e) {
+      // An offset's error names the tensor's "offset".
+      const std::string prefix = decl.path + ".offsets[";
+      const std::string_view field = e.field();
+      if (field.substr(0, prefix.size()) == prefix) {
+        const size_t k = std::stoul(std::string(field.substr(prefix.size())));
+        fail(e.code(), child(list[k].path, "offset"), std::string(e.detail()));
+      }
+      throw;
+    }
+    for (size_t k = 0; k < list.size(); ++k) {
+      TensorSpec& t = spec.input.tensors[list[k].tensor];
+      (sf.source ? t.src : t.dst) = sf.lowered.layouts[k];
+    }
+    add_flat_slots(spec.input.topology, sf.lowered, decl.path);
+    spec.flats.push_back(std::move(sf));
+  }
+}
+
 Spec parse_spec_impl(std::string_view json_text) {
   const json root = parse_json(json_text);
   if (!root.is_object()) wrong_type(root, "(root)", "an object");
   // "$schema" lets an editor find schema/spec.schema.json; like
   // "description" it is checked for type and otherwise ignored.
-  check_keys(root, "", {"meshes", "tensors", "options", "description", "$schema"});
+  check_keys(root, "", {"meshes", "flat", "tensors", "options", "description", "$schema"});
   if (const json* d = find(root, "description")) as_string(*d, "description");
   if (const json* d = find(root, "$schema")) as_string(*d, child("", "$schema"));
 
@@ -659,6 +806,17 @@ Spec parse_spec_impl(std::string_view json_text) {
   if (const json* options = find(root, "options"))
     spec.input.options = parse_options(*options, "options");
 
+  std::map<std::string, FlatDecl> flat_decls;
+  if (const json* flat = find(root, "flat")) {
+    as_object(*flat, "flat");
+    for (const auto& [name, value] : flat->items()) {
+      const std::string path = child("flat", name);
+      if (name.empty()) bad(path, "empty flat layout name");
+      flat_decls.emplace(name, parse_flat_decl(value, path, spec.meshes));
+    }
+  }
+  std::map<std::string, std::vector<FlatUse>> flat_uses;
+
   // Named paths: GCC 13's -Wdangling-reference flags a returned reference
   // whenever an argument binds a temporary (here the path strings).
   const std::string root_path = "(root)", tensors_path = "tensors";
@@ -682,10 +840,22 @@ Spec parse_spec_impl(std::string_view json_text) {
                            child(path, "dtype"));
     ts.shape = as_int_array(require(t, path, "shape"), child(path, "shape"));
     validate_shape(ts.shape, dtype_size(ts.dtype), child(path, "shape"));
-    ts.src = parse_layout(require(t, path, "src"), child(path, "src"), ts.shape, spec.meshes);
-    ts.dst = parse_layout(require(t, path, "dst"), child(path, "dst"), ts.shape, spec.meshes);
+    for (const bool source : {true, false}) {
+      const char* key = source ? "src" : "dst";
+      const std::string lp = child(path, key);
+      const json& lj = as_object(require(t, path, key), lp);
+      Layout& out = source ? ts.src : ts.dst;
+      if (lj.contains("flat")) {
+        std::string name;
+        FlatUse u = parse_flat_use(lj, lp, i, source, flat_decls, name);
+        flat_uses[name].push_back(std::move(u));
+      } else {
+        out = parse_layout(lj, lp, ts.shape, spec.meshes);
+      }
+    }
     spec.input.tensors.push_back(std::move(ts));
   }
+  if (!flat_uses.empty()) lower_spec_flats(spec, flat_decls, flat_uses);
   return spec;
 }
 

@@ -25,7 +25,7 @@ pub const RESHARD_VERSION_NUMBER: u32 =
 /// `RESHARD_ABI_MAJOR`: pass to [`reshard_get_api`].
 pub const RESHARD_ABI_MAJOR: u32 = 1;
 /// `RESHARD_ABI_MINOR` of these declarations.
-pub const RESHARD_ABI_MINOR: u32 = 9;
+pub const RESHARD_ABI_MINOR: u32 = 10;
 /// `RESHARD_MAX_RANK`: the largest tensor rank.
 pub const RESHARD_MAX_RANK: usize = 8;
 
@@ -896,6 +896,36 @@ extern "C" {
     pub fn reshard_plan_input_num_tensors(input: *const reshard_plan_input_t, out_count: *mut usize) -> Status;
     /// `reshard_plan_input_fingerprint`, documented in `reshard/reshard.h`.
     pub fn reshard_plan_input_fingerprint(input: *const reshard_plan_input_t, out_fingerprint: *mut u64) -> Status;
+    /// `reshard_plan_input_num_flats` (ABI 1.10), documented in `reshard/reshard.h`.
+    pub fn reshard_plan_input_num_flats(input: *const reshard_plan_input_t, out_count: *mut usize) -> Status;
+    /// `reshard_plan_input_flat_info` (ABI 1.10), documented in `reshard/reshard.h`.
+    pub fn reshard_plan_input_flat_info(
+        input: *const reshard_plan_input_t,
+        flat: usize,
+        out_name: *mut *const c_char,
+        out_is_source: *mut i32,
+        out_world_size: *mut usize,
+        out_num_tensors: *mut usize,
+        out_shard_bytes: *mut i64,
+    ) -> Status;
+    /// `reshard_plan_input_flat_device` (ABI 1.10), documented in `reshard/reshard.h`.
+    pub fn reshard_plan_input_flat_device(
+        input: *const reshard_plan_input_t,
+        flat: usize,
+        rank: usize,
+        out_device: *mut i64,
+    ) -> Status;
+    /// `reshard_plan_input_flat_tensor` (ABI 1.10), documented in `reshard/reshard.h`.
+    pub fn reshard_plan_input_flat_tensor(
+        input: *const reshard_plan_input_t,
+        flat: usize,
+        index: usize,
+        out_tensor: *mut usize,
+        out_num_entries: *mut usize,
+        capacity: usize,
+        out_ranks: *mut u64,
+        out_byte_offsets: *mut i64,
+    ) -> Status;
 
     /// `reshard_plan_create`, documented in `reshard/reshard.h`.
     pub fn reshard_plan_create(
@@ -1384,4 +1414,34 @@ pub struct reshard_api_t {
     /// [`reshard_plan_verify_bytes_with_options`] (ABI 1.9).
     pub plan_verify_bytes_with_options:
         Option<unsafe extern "C" fn(*const c_void, usize, *const reshard_deserialize_options_t) -> Status>,
+    /// [`reshard_plan_input_num_flats`] (ABI 1.10).
+    pub plan_input_num_flats: Option<unsafe extern "C" fn(*const reshard_plan_input_t, *mut usize) -> Status>,
+    /// [`reshard_plan_input_flat_info`] (ABI 1.10).
+    pub plan_input_flat_info: Option<
+        unsafe extern "C" fn(
+            *const reshard_plan_input_t,
+            usize,
+            *mut *const c_char,
+            *mut i32,
+            *mut usize,
+            *mut usize,
+            *mut i64,
+        ) -> Status,
+    >,
+    /// [`reshard_plan_input_flat_device`] (ABI 1.10).
+    pub plan_input_flat_device:
+        Option<unsafe extern "C" fn(*const reshard_plan_input_t, usize, usize, *mut i64) -> Status>,
+    /// [`reshard_plan_input_flat_tensor`] (ABI 1.10).
+    pub plan_input_flat_tensor: Option<
+        unsafe extern "C" fn(
+            *const reshard_plan_input_t,
+            usize,
+            usize,
+            *mut usize,
+            *mut usize,
+            usize,
+            *mut u64,
+            *mut i64,
+        ) -> Status,
+    >,
 }

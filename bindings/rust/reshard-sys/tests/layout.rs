@@ -76,7 +76,8 @@ fn struct_layouts_match_the_c_header() {
         reshard_api_t { struct_size, abi_major, abi_minor, version, plan_create,
             executor_verify, transport_available, executor_info, mpi_executor_create,
             nccl_unique_id, nccl_executor_create, plan_device_location, plan_part_scratch,
-            plan_deserialize_with_options, plan_verify_bytes_with_options }
+            plan_deserialize_with_options, plan_verify_bytes_with_options, plan_input_num_flats,
+            plan_input_flat_tensor }
     };
     let Some(include) = include_dir() else {
         eprintln!(
@@ -134,7 +135,7 @@ fn function_table_matches_the_exported_functions() {
     assert!(!api.is_null());
     assert!(unsafe { reshard_get_api(RESHARD_ABI_MAJOR + 1) }.is_null());
     let api = unsafe { &*api };
-    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.9");
+    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.10");
     assert_eq!(api.struct_size, size_of::<reshard_api_t>(), "table size");
     assert_eq!(api.abi_major, RESHARD_ABI_MAJOR);
     macro_rules! same {
@@ -195,5 +196,9 @@ fn function_table_matches_the_exported_functions() {
         plan_part_scratch => reshard_plan_part_scratch,
         plan_deserialize_with_options => reshard_plan_deserialize_with_options,
         plan_verify_bytes_with_options => reshard_plan_verify_bytes_with_options,
+        plan_input_num_flats => reshard_plan_input_num_flats,
+        plan_input_flat_info => reshard_plan_input_flat_info,
+        plan_input_flat_device => reshard_plan_input_flat_device,
+        plan_input_flat_tensor => reshard_plan_input_flat_tensor,
     }
 }

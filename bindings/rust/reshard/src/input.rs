@@ -188,10 +188,112 @@ impl PlanInput {
         Ok(fingerprint)
     }
 
+    /// The flat layouts of an input parsed from a spec (docs/spec.md, "Flat
+    /// layouts"; C ABI 1.10), in name order; none for an input built call by
+    /// call. Entry `e` of the flat-side layout of tensor `tensors[k].tensor`
+    /// is the box's bytes at `byte_offsets[e]` of rank `ranks[e]`'s flat
+    /// buffer.
+    pub fn flat_layouts(&self) -> Result<Vec<FlatLayout>> {
+        let mut count = 0;
+        // SAFETY: live handle, valid output.
+        check(unsafe { sys::reshard_plan_input_num_flats(self.raw, &mut count) })?;
+        let mut out = Vec::with_capacity(count);
+        for f in 0..count {
+            let mut name = ptr::null();
+            let (mut source, mut world, mut tensors, mut shard_bytes) = (0i32, 0usize, 0usize, 0i64);
+            // SAFETY: live handle, valid outputs; the name lives with the input.
+            check(unsafe {
+                sys::reshard_plan_input_flat_info(
+                    self.raw,
+                    f,
+                    &mut name,
+                    &mut source,
+                    &mut world,
+                    &mut tensors,
+                    &mut shard_bytes,
+                )
+            })?;
+            // SAFETY: a NUL-terminated string valid while self lives.
+            let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned();
+            let mut devices = Vec::with_capacity(world);
+            for r in 0..world {
+                let mut device = 0;
+                // SAFETY: live handle, valid output.
+                check(unsafe { sys::reshard_plan_input_flat_device(self.raw, f, r, &mut device) })?;
+                devices.push(device);
+            }
+            let mut list = Vec::with_capacity(tensors);
+            for k in 0..tensors {
+                let (mut tensor, mut entries) = (0usize, 0usize);
+                // SAFETY: live handle; capacity 0 writes the counts only.
+                check(unsafe {
+                    sys::reshard_plan_input_flat_tensor(
+                        self.raw,
+                        f,
+                        k,
+                        &mut tensor,
+                        &mut entries,
+                        0,
+                        ptr::null_mut(),
+                        ptr::null_mut(),
+                    )
+                })?;
+                let mut ranks = vec![0u64; entries];
+                let mut byte_offsets = vec![0i64; entries];
+                if entries > 0 {
+                    // SAFETY: both arrays hold `entries` values.
+                    check(unsafe {
+                        sys::reshard_plan_input_flat_tensor(
+                            self.raw,
+                            f,
+                            k,
+                            &mut tensor,
+                            &mut entries,
+                            ranks.len(),
+                            ranks.as_mut_ptr(),
+                            byte_offsets.as_mut_ptr(),
+                        )
+                    })?;
+                }
+                list.push(FlatTensor { tensor, ranks: ranks.into_iter().map(|r| r as usize).collect(), byte_offsets });
+            }
+            out.push(FlatLayout { name, source: source != 0, devices, shard_bytes, tensors: list });
+        }
+        Ok(out)
+    }
+
     /// The raw handle, for calls into `reshard-sys`; valid while `self` lives.
     pub fn as_raw(&self) -> *const sys::reshard_plan_input_t {
         self.raw
     }
+}
+
+/// A flat layout of a spec (C ABI 1.10): tensors flattened into one buffer
+/// per rank, as PyTorch FSDP1, Megatron buckets and DeepSpeed ZeRO-3 keep
+/// them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlatLayout {
+    /// Its name in the spec.
+    pub name: String,
+    /// Whether it is its tensors' source (else their destination).
+    pub source: bool,
+    /// `devices[r]` is rank r's device.
+    pub devices: Vec<i64>,
+    /// Bytes of every rank's flat buffer.
+    pub shard_bytes: i64,
+    /// Its tensors, in buffer order.
+    pub tensors: Vec<FlatTensor>,
+}
+
+/// One tensor of a [`FlatLayout`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlatTensor {
+    /// Its index in the input (and the plan).
+    pub tensor: usize,
+    /// Per entry of its flat-side layout: the rank whose buffer holds it.
+    pub ranks: Vec<usize>,
+    /// Per entry: the byte offset of the entry's box in that rank's buffer.
+    pub byte_offsets: Vec<i64>,
 }
 
 impl Drop for PlanInput {

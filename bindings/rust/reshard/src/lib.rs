@@ -87,7 +87,7 @@ mod view;
 pub use dtype::{DType, Element, ReduceOp};
 pub use error::{Error, ErrorCode, Result};
 pub use exec::{Executor, ExecutorOptions, TensorBuffers, Transport, VerifyReport};
-pub use input::{PlanInput, PlanOptions};
+pub use input::{FlatLayout, FlatTensor, PlanInput, PlanOptions};
 pub use layout::{Layout, LayoutEntry, Sharding};
 pub use mesh::Mesh;
 pub use plan::{

@@ -226,3 +226,31 @@ fn dtypes_round_trip_through_names() {
     assert_eq!(DType::F8E4M3.size(), 1);
     assert!(reshard::version().starts_with("0."));
 }
+
+/// Flat layouts of a spec (C ABI 1.10): an FSDP1 flat parameter over 2 ranks
+/// (w [3, 4] and b [5] in f32, aligned to 4 elements: b at 12, 9 elements
+/// per rank); w's third entry is rank 0's second box, w[2, 0], at element 8.
+#[test]
+fn flat_layouts_give_each_entrys_rank_and_offset() {
+    let spec = r#"{"meshes": {"fsdp": {"axis_names": ["dp"], "shape": [2]},
+                              "tp": {"axis_names": ["tp"], "shape": [2], "devices": [4, 5]}},
+        "flat": {"unit": {"mesh": "fsdp", "align_elements": 4}},
+        "tensors": [
+          {"name": "w", "shape": [3, 4], "dtype": "f32", "src": {"flat": "unit"},
+           "dst": {"mesh": "tp", "spec": [null, "tp"]}},
+          {"name": "b", "shape": [5], "dtype": "f32", "src": {"flat": "unit"}, "dst": {"mesh": "tp"}}]}"#;
+    let input = PlanInput::from_spec(spec).unwrap();
+    let flats = input.flat_layouts().unwrap();
+    assert_eq!(flats.len(), 1);
+    let f = &flats[0];
+    assert_eq!((f.name.as_str(), f.source, f.shard_bytes), ("unit", true, 9 * 4));
+    assert_eq!(f.devices, vec![0, 1]);
+    assert_eq!(f.tensors[0].tensor, 0);
+    assert_eq!(f.tensors[0].ranks, vec![0, 1, 0]);
+    assert_eq!(f.tensors[0].byte_offsets, vec![0, 0, 8 * 4]);
+    assert_eq!(
+        (f.tensors[1].tensor, f.tensors[1].ranks.clone(), f.tensors[1].byte_offsets.clone()),
+        (1, vec![1], vec![3 * 4])
+    );
+    assert!(PlanInput::new().unwrap().flat_layouts().unwrap().is_empty());
+}
