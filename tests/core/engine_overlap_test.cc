@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/oracle_describe.h"
 #include "reshard/box_copy.h"
 #include "reshard/engine.h"
 #include "reshard/exec.h"
@@ -83,14 +84,7 @@ PlanInput spec_input(const std::string& name, int64_t budget) {
   return in;
 }
 
-std::string describe(const OracleReport& r) {
-  std::string s = std::to_string(r.mismatches) + " mismatches";
-  for (const auto& m : r.first) {
-    s += "; " + m.tensor + " on device " + std::to_string(m.device) + ": expected " + m.expected +
-         ", got " + m.got;
-  }
-  return s;
-}
+using testing::describe;
 
 // Relays (also for explicit destination boxes), chains across hosts and
 // reduce-scatter, with messages delivered late and in random order: every

@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/oracle_describe.h"
 #include "plan/plan_builder.h"
 #include "reshard/engine.h"
 #include "reshard/error.h"
@@ -37,14 +38,7 @@ using namespace thread_transport;  // NOLINT(google-build-using-namespace)
 
 using namespace scratch_plans;  // NOLINT(google-build-using-namespace)
 
-std::string describe(const OracleReport& r) {
-  std::string s = std::to_string(r.mismatches) + " mismatches";
-  for (const auto& m : r.first) {
-    s += "; " + m.tensor + " on device " + std::to_string(m.device) + ": expected " + m.expected +
-         ", got " + m.got;
-  }
-  return s;
-}
+using testing::describe;
 
 OracleReport run_host(const Plan& plan, int32_t threads) {
   OracleBuffers buffers = fill_sources(plan);

@@ -16,6 +16,7 @@
 
 #include "core/flat_cases.h"
 #include "core/layout_helpers.h"
+#include "core/oracle_describe.h"
 #include "reshard/error.h"
 #include "reshard/exec.h"
 #include "reshard/flat.h"
@@ -79,15 +80,7 @@ TEST(FlatRangeBoxes, RandomRangesDecomposeIntoFewContiguousBoxes) {
   }
 }
 
-std::string describe(const OracleReport& r) {
-  std::string s = std::to_string(r.mismatches) + " mismatches";
-  for (const OracleMismatch& m : r.first) {
-    s += "\n  " + m.tensor + " device " + std::to_string(m.device) + " [";
-    for (int64_t i : m.index) s += std::to_string(i) + ",";
-    s += "] expected " + m.expected + " got " + m.got;
-  }
-  return s;
-}
+using testing::describe;
 
 // Invariant: the lowering holds exactly the reference's elements at the
 // reference's offsets: flat buffers built from the reference rule, cut into

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/layout_helpers.h"
+#include "core/oracle_describe.h"
 #include "core/random_cases.h"
 #include "reshard/error.h"
 #include "reshard/exec.h"
@@ -27,15 +28,7 @@ using testing::mesh_1d;
 using testing::sharding;
 using testing::tensor;
 
-std::string describe(const OracleReport& r) {
-  std::string s = std::to_string(r.mismatches) + " mismatches";
-  for (const OracleMismatch& m : r.first) {
-    s += "\n  " + m.tensor + " device " + std::to_string(m.device) + " [";
-    for (int64_t i : m.index) s += std::to_string(i) + ",";
-    s += "] expected " + m.expected + " got " + m.got;
-  }
-  return s;
-}
+using testing::describe;
 
 // Runs `plan` through the oracle with `threads` threads; returns the
 // destination buffers.
