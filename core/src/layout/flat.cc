@@ -4,6 +4,7 @@
 #include <map>
 #include <numeric>
 
+#include "layout/element_range.h"
 #include "reshard/error.h"
 
 namespace reshard {
@@ -26,55 +27,12 @@ FlatPartition parse_flat_partition(std::string_view name, const std::string& fie
 }
 
 std::vector<Box> flat_range_boxes(std::span<const int64_t> shape, int64_t lo, int64_t hi) {
-  const int rank = static_cast<int>(shape.size());
   std::vector<Box> out;
   if (lo >= hi) return out;
-  if (rank == 0) {
-    Box b;
-    b.rank = 0;
-    out.push_back(b);
-    return out;
-  }
-  std::array<int64_t, kMaxRank> stride{};
-  stride[static_cast<size_t>(rank - 1)] = 1;
-  for (int d = rank - 1; d-- > 0;)
-    stride[static_cast<size_t>(d)] =
-        stride[static_cast<size_t>(d + 1)] * shape[static_cast<size_t>(d + 1)];
-  int64_t p = lo;
-  while (p < hi) {
-    // The most major dim j whose blocks start at p and fit before hi: the
-    // box spans a run of dim j (within one index of the dims before it) and
-    // the whole of the dims after it.
-    int j = rank - 1;
-    for (int d = 0; d < rank; ++d) {
-      const int64_t s = stride[static_cast<size_t>(d)];
-      if (p % s == 0 && hi - p >= s) {
-        j = d;
-        break;
-      }
-    }
-    Box b;
-    b.rank = rank;
-    int64_t rem = p;
-    for (int d = 0; d < rank; ++d) {
-      const int64_t idx = rem / stride[static_cast<size_t>(d)];
-      rem %= stride[static_cast<size_t>(d)];
-      if (d < j) {
-        b.lo[static_cast<size_t>(d)] = idx;
-        b.hi[static_cast<size_t>(d)] = idx + 1;
-      } else if (d == j) {
-        const int64_t n = std::min((hi - p) / stride[static_cast<size_t>(d)],
-                                   shape[static_cast<size_t>(d)] - idx);
-        b.lo[static_cast<size_t>(d)] = idx;
-        b.hi[static_cast<size_t>(d)] = idx + n;
-        p += n * stride[static_cast<size_t>(d)];
-      } else {
-        b.lo[static_cast<size_t>(d)] = 0;
-        b.hi[static_cast<size_t>(d)] = shape[static_cast<size_t>(d)];
-      }
-    }
-    out.push_back(b);
-  }
+  Box whole;
+  whole.rank = static_cast<int>(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) whole.hi[d] = shape[d];
+  element_range_boxes(whole, lo, hi, out);
   return out;
 }
 

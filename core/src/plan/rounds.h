@@ -44,6 +44,7 @@
 #include <span>
 #include <vector>
 
+#include "layout/element_range.h"  // element_range_boxes: a cut inside a piece
 #include "reshard/plan.h"
 
 namespace reshard::planning {
@@ -141,10 +142,5 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
 // Without a staging budget: a stream's k-th segment (see split_rounds) is
 // its round k; messages sorted by (stage, round, peer, own).
 void number_band_rounds(ProcessPart& part);
-
-// Appends to `out` the boxes covering elements [i0, i1) of `region` in
-// row-major order (at most 2 * rank + 1 boxes; one when i0 and i1 are whole
-// slabs of the outermost dimension).
-void element_range_boxes(const Box& region, int64_t i0, int64_t i1, std::vector<Box>& out);
 
 }  // namespace reshard::planning
