@@ -1,0 +1,103 @@
+#include "plan/stage_cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "plan/rounds.h"
+
+namespace reshard::planning {
+
+namespace {
+
+// Seconds each link carries in one stage (`x`: the stage's rows): [2d]
+// device d's port out, [2d + 1] in; [2 ndev + 2g] NIC group g out,
+// [2 ndev + 2g + 1] in.
+void link_seconds(const std::vector<Acc>& x, const Bounds& lb, const PlanOptions& o,
+                  std::vector<double>& stage) {
+  const double bi = 1.0 / o.intra_host_bytes_per_second, bx = 1.0 / o.inter_host_bytes_per_second;
+  const size_t ndev = x.size();
+  stage.assign(2 * ndev + 2 * lb.group_nics.size(), 0.0);
+  for (size_t d = 0; d < ndev; ++d) {
+    const size_t g = lb.group_of_device[d];
+    const double bxg = bx / lb.group_nics[g];
+    stage[2 * d] += bi * static_cast<double>(x[d].send - x[d].send_inter);
+    stage[2 * d + 1] += bi * static_cast<double>(x[d].recv - x[d].recv_inter);
+    stage[2 * ndev + 2 * g] += bxg * static_cast<double>(x[d].send_inter);
+    stage[2 * ndev + 2 * g + 1] += bxg * static_cast<double>(x[d].recv_inter);
+  }
+}
+
+}  // namespace
+
+int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bounds& lb,
+                        const PlanOptions& o) {
+  std::vector<double> stage;
+  double sum = 0, most = 0;
+  int moving = 0;
+  for (const std::vector<Acc>& x : stage_acc) {
+    link_seconds(x, lb, o, stage);
+    const double t = stage.empty() ? 0.0 : *std::max_element(stage.begin(), stage.end());
+    if (t <= 0) continue;
+    ++moving;
+    sum += t;
+    most = std::max(most, t);
+  }
+  if (moving < 2 || sum - most <= 0) return 1;
+  if (o.alpha_seconds <= 0) return kMaxPipelineRounds;
+  const double k = std::sqrt((sum - most) / (o.alpha_seconds * moving));
+  return std::clamp<int64_t>(std::llround(std::min(k, 1e6)), 1, kMaxPipelineRounds);
+}
+
+double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
+                  const std::vector<int64_t>& stage_rounds, const Bounds& lb,
+                  const PlanOptions& o) {
+  const double a = o.alpha_seconds;
+  const size_t ndev = stage_acc.empty() ? 0 : stage_acc[0].size();
+  const size_t ng = lb.group_nics.size(), ns = stage_acc.size();
+  // Links: [2d] device d's port out, [2d + 1] in; [2 ndev + 2g] NIC group g
+  // out, [2 ndev + 2g + 1] in. Per link its seconds over every stage and
+  // the first and last stage that uses it.
+  const size_t nl = 2 * ndev + 2 * ng;
+  std::vector<double> total(nl, 0.0), stage(nl);
+  std::vector<uint32_t> first(nl, UINT32_MAX), last(nl, 0);
+  // Per stage one round's time (0 for a stage where nothing moves).
+  std::vector<double> one_round(ns, 0.0);
+  double sum = 0, slowest = 0, rounds_most = 0;
+  for (size_t s = 0; s < ns; ++s) {
+    link_seconds(stage_acc[s], lb, o, stage);
+    double busiest = 0;
+    for (size_t i = 0; i < nl; ++i) {
+      if (stage[i] <= 0) continue;
+      busiest = std::max(busiest, stage[i]);
+      total[i] += stage[i];
+      first[i] = std::min(first[i], static_cast<uint32_t>(s));
+      last[i] = static_cast<uint32_t>(s);
+    }
+    if (busiest <= 0) continue;  // an empty stage (nothing moves)
+    const auto k =
+        static_cast<double>(std::max<int64_t>(1, s < stage_rounds.size() ? stage_rounds[s] : 1));
+    const double t = a * k + busiest;
+    sum += t;
+    rounds_most = std::max(rounds_most, k);
+    one_round[s] = t / k;
+    slowest = std::max(slowest, t - one_round[s]);
+  }
+  if (sum <= 0) return 0;
+  // fill[s]: one round of every stage before s; the pipeline's length is
+  // one round of every stage plus the rest of the slowest.
+  std::vector<double> fill(ns + 1, 0.0);
+  for (size_t s = 0; s < ns; ++s) fill[s + 1] = fill[s] + one_round[s];
+  const double pipeline = fill[ns] + slowest;
+  // Each link waits for the first round of the stages before the first it
+  // serves, and what it carries last still crosses a round of every later
+  // stage: fill + its seconds + drain.
+  double busiest_link = 0;
+  for (size_t i = 0; i < nl; ++i) {
+    if (total[i] <= 0) continue;
+    const double drain = fill[ns] - fill[last[i] + 1];
+    busiest_link = std::max(busiest_link, fill[first[i]] + total[i] + a * rounds_most + drain);
+  }
+  return std::min(sum, std::max(busiest_link, pipeline));
+}
+
+}  // namespace reshard::planning
