@@ -68,7 +68,8 @@ Box box2(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
 struct Case {
   std::string name;
   std::vector<CopyOp> ops;
-  int64_t bytes = 0;  // payload bytes moved
+  int64_t bytes = 0;    // payload bytes moved
+  int64_t traffic = 0;  // bytes any kernel must read and write (0: 2 x bytes, a copy)
 };
 
 struct Timing {
@@ -267,6 +268,52 @@ int main(int argc, char** argv) {
     c.name = "reduce f32 sum, " + std::to_string(n * 4 >> 20) + " MiB contiguous";
     c.ops = {op};
     c.bytes = n * 4;
+    c.traffic = 3 * n * 4;  // read both, write one
+    cases.push_back(c);
+  }
+  // Partial sums as the engine queues them for one destination entry: the
+  // accumulator's identity fill, 4 summands in order, the store (bf16: an
+  // f32 accumulator beside the shard; f32: the shard itself). The bound
+  // reads each summand once and writes the result once.
+  for (const DType dtype : {DType::kBF16, DType::kF32}) {
+    const int64_t es = reshard::dtype_size(dtype);
+    const int64_t n = bytes / 4 / es;  // 4 summands fill `matrix`
+    Box b;
+    b.rank = 1;
+    b.hi[0] = n;
+    Case c;
+    const bool separate = dtype == DType::kBF16;
+    auto* acc = static_cast<std::byte*>(packed.get());
+    auto* out = separate ? acc + bytes / 2 : acc;
+    CopyOp fill;
+    fill.kind = CopyOp::Kind::kFillAcc;
+    fill.dtype = dtype;
+    fill.count = n;
+    fill.dst = acc;
+    c.ops.push_back(fill);
+    for (int k = 0; k < 4; ++k) {
+      CopyOp op;
+      op.kind = CopyOp::Kind::kReduce;
+      op.dtype = dtype;
+      op.desc = reshard::make_copy_desc(b, b, b);
+      op.src = static_cast<std::byte*>(matrix.get()) + k * n * es;
+      op.dst = acc;
+      c.ops.push_back(op);
+    }
+    if (separate) {
+      CopyOp st;
+      st.kind = CopyOp::Kind::kStore;
+      st.dtype = dtype;
+      st.count = n;
+      st.src = acc;
+      st.dst = out;
+      c.ops.push_back(st);
+    }
+    c.name = "partial sums " + std::string(reshard::dtype_name(dtype)) + ", 4 summands of " +
+             std::to_string(n * es >> 20) + " MiB -> one shard (fill, 4 reduces" +
+             (separate ? ", store)" : ")");
+    c.bytes = n * es;
+    c.traffic = 5 * n * es;
     cases.push_back(c);
   }
 
@@ -275,15 +322,22 @@ int main(int argc, char** argv) {
   std::printf("backend: %s\n", reshard::cuda_backend_versions().c_str());
   std::printf("baseline: cudaMemcpy device-to-device of %.2f GiB: %.1f GB/s\n\n",
               static_cast<double>(bytes) / (1 << 30), bytes / memcpy_full / 1e9);
-  std::printf("| case | MiB | kernel GB/s | cudaMemcpy GB/s | ratio | host ms | first call ms |\n");
-  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf(
+      "| case | MiB | kernel GB/s | cudaMemcpy GB/s | ratio | of memory bound | host ms | first "
+      "call "
+      "ms |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Case& c : cases) {
     const Timing t = bench.kernels(c);
     const double base = bench.memcpy_seconds(packed.get(), matrix.get(), c.bytes);
     const double gbs = c.bytes / t.gpu_seconds / 1e9;
     const double base_gbs = c.bytes / base / 1e9;
-    std::printf("| %s | %.0f | %.1f | %.1f | %.2f | %.3f | %.3f |\n", c.name.c_str(),
-                static_cast<double>(c.bytes) / (1 << 20), gbs, base_gbs, gbs / base_gbs,
+    // Of the memory bound: the kernel's necessary traffic per second over
+    // cudaMemcpy's (which reads and writes each byte once).
+    const double traffic = c.traffic > 0 ? static_cast<double>(c.traffic) : 2.0 * c.bytes;
+    const double bound = (traffic / t.gpu_seconds) / (2.0 * c.bytes / base);
+    std::printf("| %s | %.0f | %.1f | %.1f | %.2f | %.2f | %.3f | %.3f |\n", c.name.c_str(),
+                static_cast<double>(c.bytes) / (1 << 20), gbs, base_gbs, gbs / base_gbs, bound,
                 t.host_seconds * 1e3, t.first_seconds * 1e3);
   }
   return 0;

@@ -41,9 +41,11 @@ void emulate(const std::vector<Launch>& launches, bool reverse = false) {
       const int64_t tile = reverse ? l.tiles() - 1 - k : k;
       for (int tid = 0; tid < kThreads; ++tid) {
         if (l.element) {
-          cuda_backend::run_tile<true>(l.works.data(), l.tile_start.data(), n, tile, tid);
+          cuda_backend::run_tile<true>(l.works.data(), l.tile_start.data(), l.sources.data(), n,
+                                       tile, tid);
         } else {
-          cuda_backend::run_tile<false>(l.works.data(), l.tile_start.data(), n, tile, tid);
+          cuda_backend::run_tile<false>(l.works.data(), l.tile_start.data(), l.sources.data(), n,
+                                        tile, tid);
         }
       }
     }
@@ -249,18 +251,38 @@ TEST(KernelEmulation, WholeCallCheckFusesIndependentOpsAndOrdersEveryHazard) {
 }
 
 // Every byte address a Work touches on one side.
-std::set<uintptr_t> touched(const Work& w, bool src) {
+// Bytes a Work reads (src) or writes: a kReduceN Work reads its summands
+// (the launch's sources) and, unless it starts from the identity, its
+// accumulator.
+std::set<uintptr_t> touched(const Launch& l, const Work& w, bool src) {
   std::set<uintptr_t> out;
-  const int64_t size = src ? w.src_size : w.dst_size;
-  const unsigned char* base = src ? w.src : w.dst;
-  if (base == nullptr) return out;
-  for (int64_t r = 0; r < w.runs; ++r) {
-    int64_t so = 0;
-    int64_t to = 0;
-    run_offsets(w.desc, r, &so, &to);
-    const int64_t o = src ? so : to;
-    for (int64_t b = 0; b < w.run_len * size; ++b) {
-      out.insert(reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(o * size + b));
+  const bool multi =
+      static_cast<cuda_backend::WorkKind>(w.kind) == cuda_backend::WorkKind::kReduceN;
+  const auto add = [&](const unsigned char* base, int64_t size, bool src_side,
+                       const cuda_backend::SrcRef* ref) {
+    if (base == nullptr) return;
+    for (int64_t r = 0; r < w.runs; ++r) {
+      int64_t so = 0;
+      int64_t to = 0;
+      run_offsets(w.desc, r, &so, &to);
+      if (ref != nullptr) so = cuda_backend::kernel_detail::src_run_offset(w.desc, *ref, r);
+      const int64_t o = src_side ? so : to;
+      for (int64_t b = 0; b < w.run_len * size; ++b) {
+        out.insert(reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(o * size + b));
+      }
+    }
+  };
+  if (!src) {
+    add(w.dst, w.dst_size, false, nullptr);
+  } else if (!multi) {
+    add(w.src, w.src_size, true, nullptr);
+  } else {
+    for (int j = 0; j < w.nsrc; ++j) {
+      const cuda_backend::SrcRef& r = l.sources[static_cast<size_t>(w.src_begin + j)];
+      add(r.ptr, w.src_size, true, &r);
+    }
+    if ((w.flags & cuda_backend::kFromIdentity) == 0) {
+      add(w.acc, acc_size(static_cast<DType>(w.dtype)), false, nullptr);
     }
   }
   return out;
@@ -305,8 +327,8 @@ TEST(KernelEmulation, DependentSequencesKeepTheirOrder) {
       std::vector<std::set<uintptr_t>> reads;
       std::vector<std::set<uintptr_t>> writes;
       for (const Work& w : l.works) {
-        reads.push_back(touched(w, true));
-        writes.push_back(touched(w, false));
+        reads.push_back(touched(l, w, true));
+        writes.push_back(touched(l, w, false));
       }
       for (size_t i = 0; i < l.works.size(); ++i) {
         for (size_t j = 0; j < i; ++j) {
@@ -322,6 +344,16 @@ TEST(KernelEmulation, DependentSequencesKeepTheirOrder) {
           << "case " << c << " " << dtype_name(dtype) << " buffer " << b;
     }
     for (size_t b = 0; b < s.accs.size(); ++b) {
+      // An accumulator whose last use is a store is dead (transport.h):
+      // a fused reduction may never write it.
+      const std::byte* acc = s.accs[b].data();
+      const CopyOp* last = nullptr;
+      for (const CopyOp& o : s.ops)
+        if (o.src == acc || o.dst == acc) last = &o;
+      if (last != nullptr && last->kind == CopyOp::Kind::kStore && last->src == acc &&
+          last->dst != acc) {
+        continue;
+      }
       ASSERT_EQ(s.accs[b].contents(), expected.accs[b].contents()) << "case " << c << " acc " << b;
     }
     launches_total += static_cast<int>(launches.size());
@@ -540,6 +572,172 @@ TEST(KernelEmulation, MalformedOpsAreRejectedNamingTheField) {
   bad = good;
   bad.kind = static_cast<CopyOp::Kind>(42);
   expect_error(bad, "kind");
+}
+
+// The engine's reduction pattern (Run::fill, reduce_ready, finish_accs):
+// every accumulator filled with the identity, then each accumulator's
+// summands in reduction order, then the stores; `later_read` adds a copy
+// out of accumulator 0 after its store (so it must still be written).
+struct ReductionCall {
+  std::vector<gpu_testing::Buffer> sources;  // per accumulator, its summands
+  std::vector<gpu_testing::Buffer> accs;
+  std::vector<gpu_testing::Buffer> dsts;
+  gpu_testing::Buffer extra;
+  std::vector<CopyOp> ops;
+  std::vector<std::pair<int64_t, int64_t>> sizes;  // per op: src, dst bytes
+};
+
+ReductionCall reduction_call(Values& values, DType dtype, ReduceOp op, int accs, int summands,
+                             bool later_read, bool mean) {
+  std::mt19937_64& rng = values.rng();
+  const auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int64_t es = dtype_size(dtype);
+  const int64_t as = acc_size(dtype);
+  const bool separate = !acc_is_elem(dtype);
+  ReductionCall c;
+  Box shape;
+  shape.rank = static_cast<int32_t>(uni(1, 3));
+  for (int k = 0; k < shape.rank; ++k) shape.hi[k] = uni(2, 40);
+  const int64_t n = shape.volume();
+  c.sources.reserve(static_cast<size_t>(accs * summands));
+  for (int a = 0; a < accs; ++a) {
+    c.accs.push_back(gpu_testing::make_buffer(n * as, 0));
+    values.fill(dtype, !separate ? false : true, c.accs.back().data(), n);
+    c.dsts.push_back(gpu_testing::make_buffer(n * es, static_cast<int>(uni(0, 1)) * 2));
+  }
+  c.extra = gpu_testing::make_buffer(n * as, 0);
+  for (int a = 0; a < accs; ++a) {
+    CopyOp f;
+    f.kind = CopyOp::Kind::kFillAcc;
+    f.dtype = dtype;
+    f.op = op;
+    f.count = n;
+    f.dst = c.accs[static_cast<size_t>(a)].data();
+    c.ops.push_back(f);
+    c.sizes.push_back({0, n * as});
+  }
+  for (int a = 0; a < accs; ++a) {
+    for (int k = 0; k < summands; ++k) {
+      // A source box holding the accumulator's box at a random place.
+      Box src_box = shape;
+      for (int d = 0; d < shape.rank; ++d) {
+        src_box.lo[d] = -uni(0, 3);
+        src_box.hi[d] = shape.hi[d] + uni(0, 3);
+      }
+      c.sources.push_back(gpu_testing::make_buffer(src_box.volume() * es, 0));
+      values.fill(dtype, false, c.sources.back().data(), src_box.volume());
+      CopyOp r;
+      r.kind = CopyOp::Kind::kReduce;
+      r.dtype = dtype;
+      r.op = op;
+      r.desc = make_copy_desc(shape, src_box, shape);
+      r.src = c.sources.back().data();
+      r.dst = c.accs[static_cast<size_t>(a)].data();
+      c.ops.push_back(r);
+      c.sizes.push_back({src_box.volume() * es, n * as});
+    }
+  }
+  for (int a = 0; a < accs; ++a) {
+    if (!separate && !mean) continue;  // the accumulator is the destination
+    CopyOp st;
+    st.kind = CopyOp::Kind::kStore;
+    st.dtype = dtype;
+    st.count = n;
+    st.divisor = mean ? summands : 1;
+    st.src = c.accs[static_cast<size_t>(a)].data();
+    st.dst = separate ? static_cast<void*>(c.dsts[static_cast<size_t>(a)].data())
+                      : static_cast<void*>(c.accs[static_cast<size_t>(a)].data());
+    c.ops.push_back(st);
+    c.sizes.push_back({n * as, n * es});
+  }
+  if (later_read) {
+    CopyOp cp = gpu_testing::dense_copy(DType::kU8, c.accs[0].data(), c.extra.data(), n * as);
+    c.ops.push_back(cp);
+    c.sizes.push_back({n * as, n * as});
+  }
+  return c;
+}
+
+// Invariant (fused reductions, copy_plan.cc fuse_reductions): the engine's
+// reduction calls -- identity fills, every accumulator's summands from
+// sources of different strides, stores in the dtype (means divided) -- give
+// the destination bytes of applying the ops one by one on the host, for
+// every dtype and reduce op and 1-19 summands; each accumulator's summands
+// run as kReduceN Works (at most kMaxFusedSources each), the fill and the
+// store folded in (a bf16 partial sum is one element launch: each summand
+// read once, the destination written once); an accumulator read after its
+// store is still written.
+TEST(KernelEmulation, ReductionsFoldEverySummandInOnePass) {
+  Values values(11);
+  int fused_stores = 0;
+  for (int c = 0; c < 180; ++c) {
+    const DType dtype = kAllDTypes[c % 15];
+    const ReduceOp op = kAllOps[(c / 15) % 3];
+    const int summands = 1 + static_cast<int>((c * 7) % 19);
+    const int accs = 1 + c % 3;
+    const bool later_read = c % 5 == 4;
+    const bool mean = dtype_is_float(dtype) && op == ReduceOp::kSum && c % 4 == 1;
+    SCOPED_TRACE("case " + std::to_string(c) + " " + std::string(dtype_name(dtype)) + " " +
+                 std::to_string(summands) + " summands");
+    ReductionCall call = reduction_call(values, dtype, op, accs, summands, later_read, mean);
+    // The reference: the ops one by one on copies of the buffers.
+    ReductionCall ref = call;
+    const auto remap = [&](const void* p) -> std::byte* {
+      if (p == nullptr) return nullptr;
+      for (size_t b = 0; b < call.sources.size(); ++b)
+        if (p == call.sources[b].data()) return ref.sources[b].data();
+      for (size_t b = 0; b < call.accs.size(); ++b) {
+        if (p == call.accs[b].data()) return ref.accs[b].data();
+        if (p == call.dsts[b].data()) return ref.dsts[b].data();
+      }
+      if (p == call.extra.data()) return ref.extra.data();
+      return nullptr;
+    };
+    for (size_t i = 0; i < ref.ops.size(); ++i) {
+      ref.ops[i].src = remap(call.ops[i].src);
+      ref.ops[i].dst = remap(call.ops[i].dst);
+      host_apply(ref.ops[i], call.sizes[i].first, call.sizes[i].second);
+    }
+    const std::vector<Launch> launches = plan_launches(call.ops);
+    int multi = 0;
+    int stores = 0;
+    int max_sources = 0;
+    for (const Launch& l : launches) {
+      for (const Work& w : l.works) {
+        if (static_cast<cuda_backend::WorkKind>(w.kind) != cuda_backend::WorkKind::kReduceN) {
+          continue;
+        }
+        ++multi;
+        stores += (w.flags & cuda_backend::kStoreOut) != 0;
+        max_sources = std::max(max_sources, w.nsrc);
+      }
+    }
+    emulate(launches, true);
+    for (size_t b = 0; b < call.dsts.size(); ++b) {
+      ASSERT_EQ(call.dsts[b].contents(), ref.dsts[b].contents()) << "destination " << b;
+    }
+    const bool separate = !acc_is_elem(dtype);
+    for (size_t b = 0; b < call.accs.size(); ++b) {
+      // A separate accumulator is dead after its store, unless read later.
+      if (separate && !(later_read && b == 0)) continue;
+      ASSERT_EQ(call.accs[b].contents(), ref.accs[b].contents()) << "accumulator " << b;
+    }
+    ASSERT_EQ(call.extra.contents(), ref.extra.contents());
+    const int chunks =
+        (summands + cuda_backend::kMaxFusedSources - 1) / cuda_backend::kMaxFusedSources;
+    EXPECT_EQ(multi, accs * chunks);
+    EXPECT_LE(max_sources, cuda_backend::kMaxFusedSources);
+    if (separate) {
+      EXPECT_EQ(stores, accs - (later_read ? 1 : 0));
+      fused_stores += stores;
+    }
+    if (separate && !later_read && summands <= cuda_backend::kMaxFusedSources) {
+      EXPECT_EQ(launches.size(), 1u) << "one element launch";
+    }
+  }
+  EXPECT_GT(fused_stores, 50);
 }
 
 }  // namespace

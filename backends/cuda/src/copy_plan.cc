@@ -382,6 +382,7 @@ struct Planned {
   Work work;
   std::vector<Footprint> reads;
   std::vector<Footprint> writes;
+  std::vector<SrcRef> sources;  // kReduceN
 };
 
 // Validates op i and describes it as a Work with its footprints; false for
@@ -494,6 +495,280 @@ void append_work(Launch& l, const Work& w) {
   const int64_t per_tile = kThreads / w.group;
   l.works.push_back(w);
   l.tile_start.push_back(l.tile_start.back() + ceil_div(w.units, per_tile));
+}
+
+void append_planned(Launch& l, const Planned& p) {
+  append_work(l, p.work);
+  if (p.sources.empty()) return;
+  l.works.back().src_begin = static_cast<int64_t>(l.sources.size());
+  l.sources.insert(l.sources.end(), p.sources.begin(), p.sources.end());
+}
+
+// ------------------------------------------------------ fused reductions
+
+// Byte spans of every planned op, sorted, to find the ops that touch a span.
+class SpanIndex {
+ public:
+  explicit SpanIndex(const std::vector<Planned>& planned) {
+    for (size_t i = 0; i < planned.size(); ++i) {
+      for (const auto* fs : {&planned[i].reads, &planned[i].writes}) {
+        for (const Footprint& f : *fs) {
+          if (f.lo >= f.hi) continue;
+          spans_.push_back({f.lo, f.hi, i});
+          max_len_ = std::max(max_len_, f.hi - f.lo);
+        }
+      }
+    }
+    std::sort(spans_.begin(), spans_.end(),
+              [](const Entry& a, const Entry& b) { return a.lo < b.lo; });
+  }
+
+  // Calls f(index) for every op with a span meeting [lo, hi); false when
+  // the search gave up (too many spans to look at).
+  template <class F>
+  bool touching(uintptr_t lo, uintptr_t hi, F&& f) const {
+    const uintptr_t from = lo >= max_len_ ? lo - max_len_ : 0;
+    auto it = std::lower_bound(spans_.begin(), spans_.end(), from,
+                               [](const Entry& e, uintptr_t v) { return e.lo < v; });
+    int budget = kMaxScanned;
+    for (; it != spans_.end() && it->lo < hi; ++it) {
+      if (--budget < 0) return false;
+      if (it->hi > lo) f(it->index);
+    }
+    return true;
+  }
+
+ private:
+  struct Entry {
+    uintptr_t lo;
+    uintptr_t hi;
+    size_t index;
+  };
+  std::vector<Entry> spans_;
+  uintptr_t max_len_ = 0;
+};
+
+bool same_acc_side(const CopyDesc& a, const CopyDesc& b) {
+  if (a.rank != b.rank || a.dst_offset != b.dst_offset) return false;
+  for (int k = 0; k < a.rank; ++k) {
+    if (a.extent[k] != b.extent[k] || a.dst_stride[k] != b.dst_stride[k]) return false;
+  }
+  return true;
+}
+
+bool spans_meet(const Footprint& a, const Footprint& b) { return a.lo < b.hi && b.lo < a.hi; }
+
+// Whether the destination side of `d` is row-major dense from its offset
+// (strides the suffix products of the extents): then `d` is any element
+// range of the accumulator, whatever dimensions make_copy_desc merged.
+bool dense_dst(const CopyDesc& d) {
+  int64_t p = 1;
+  for (int k = d.rank - 1; k >= 0; --k) {
+    if (d.extent[k] > 1 && d.dst_stride[k] != p) return false;
+    p *= d.extent[k];
+  }
+  return true;
+}
+
+// Re-expresses descriptors whose destination sides are the same dense range
+// (make_copy_desc merges dimensions contiguous on both sides, so summands
+// from buffers of different shapes come with different ranks) in one common
+// refinement of their dimensions: the union of their row sizes, when those
+// nest and fit kMaxRank. False (descriptors unchanged) otherwise.
+bool common_dims(std::vector<CopyDesc>& ds) {
+  std::vector<int64_t> cuts;  // suffix products: row sizes of every dimension
+  for (const CopyDesc& d : ds) {
+    int64_t p = 1;
+    for (int k = d.rank - 1; k >= 0; --k) {
+      cuts.push_back(p);
+      p *= d.extent[k];
+    }
+    cuts.push_back(p);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  if (cuts.front() != 1 || static_cast<int>(cuts.size()) - 1 > kMaxRank) return false;
+  for (size_t i = 1; i < cuts.size(); ++i)
+    if (cuts[i] % cuts[i - 1] != 0) return false;
+  const int rank = static_cast<int>(cuts.size()) - 1;
+  for (CopyDesc& d : ds) {
+    CopyDesc r{};
+    r.rank = rank;
+    r.src_offset = d.src_offset;
+    r.dst_offset = d.dst_offset;
+    // Refined dimension m (outermost first) has row size cuts[rank - 1 - m].
+    for (int m = 0; m < rank; ++m) {
+      const int64_t row = cuts[static_cast<size_t>(rank - 1 - m)];
+      r.extent[m] = cuts[static_cast<size_t>(rank - m)] / row;
+      r.dst_stride[m] = row;
+      // The original dimension holding it: the innermost whose row size
+      // (suffix product) is at most `row`.
+      int64_t p = 1;
+      int k = d.rank - 1;
+      while (k > 0 && p * d.extent[k] <= row) {
+        p *= d.extent[k];
+        --k;
+      }
+      r.src_stride[m] = d.src_stride[k] * (row / p);
+    }
+    d = r;
+  }
+  return true;
+}
+
+// Folds reductions into one pass per accumulator region (WorkKind::kReduceN):
+// consecutive kReduce ops into the same accumulator box (the engine queues
+// one entry's summands together, in reduction order) become Works that read
+// each summand once and read and write the accumulator once per up to
+// kMaxFusedSources summands. When the group covers its whole accumulator,
+// the kFillAcc before it and the kStore after it join too, where no op in
+// between touches the accumulator (and none between the group and the store
+// touches the destination) and no later op of the call reads the
+// accumulator: the identity is then never written, and the store's
+// destination is written straight from the summands, the accumulator not
+// at all (after its store the engine never reads it again). Summands fold
+// in the same order as the ops, so the bytes are those of the ops one by
+// one.
+std::vector<Planned> fuse_reductions(std::span<const CopyOp> ops, const std::vector<size_t>& op_of,
+                                     std::vector<Planned> planned) {
+  const size_t n = planned.size();
+  const SpanIndex index(planned);
+  std::vector<char> dropped(n, 0);
+  std::vector<std::vector<Planned>> replace(n);
+  const auto kind_of = [&](size_t i) { return ops[op_of[i]].kind; };
+  for (size_t i = 0; i < n; ++i) {
+    if (dropped[i] || kind_of(i) != CopyOp::Kind::kReduce) continue;
+    const CopyOp& first = ops[op_of[i]];
+    const Footprint acc = planned[i].writes[0];
+    size_t j = i + 1;
+    const bool dense_i = dense_dst(planned[i].work.desc);
+    bool reshape = false;
+    while (j < n && kind_of(j) == CopyOp::Kind::kReduce && ops[op_of[j]].dst == first.dst &&
+           ops[op_of[j]].dtype == first.dtype && ops[op_of[j]].op == first.op) {
+      const CopyDesc& d = planned[j].work.desc;
+      if (!same_acc_side(d, planned[i].work.desc)) {
+        // The same dense element range, cut into other dimensions.
+        if (!dense_i || !dense_dst(d) || planned[j].writes[0].lo != acc.lo ||
+            planned[j].writes[0].hi != acc.hi) {
+          break;
+        }
+        reshape = true;
+      }
+      ++j;
+    }
+    std::vector<CopyDesc> descs;
+    if (reshape) {
+      for (size_t m = i; m < j; ++m) descs.push_back(planned[m].work.desc);
+      if (!common_dims(descs)) {
+        // Keep the leading members that already agree.
+        j = i + 1;
+        while (j < n && kind_of(j) == CopyOp::Kind::kReduce && ops[op_of[j]].dst == first.dst &&
+               ops[op_of[j]].dtype == first.dtype && ops[op_of[j]].op == first.op &&
+               same_acc_side(planned[j].work.desc, planned[i].work.desc)) {
+          ++j;
+        }
+        descs.clear();
+      }
+    }
+    const auto desc_of = [&](size_t m) -> const CopyDesc& {
+      return descs.empty() ? planned[m].work.desc : descs[m - i];
+    };
+    // A summand must not be the accumulator's own memory.
+    bool ok = true;
+    for (size_t m = i; m < j && ok; ++m) ok = !spans_meet(planned[m].reads[0], acc);
+    if (!ok) continue;
+    // The fill and the store around the group, when it covers the whole
+    // accumulator and nothing else touches it.
+    size_t fill = SIZE_MAX;
+    size_t store = SIZE_MAX;
+    if (dense(acc)) {
+      size_t before = SIZE_MAX;  // last op before the group touching acc
+      size_t after = SIZE_MAX;   // first op after it
+      size_t last = 0;           // last op touching acc
+      const bool complete = index.touching(acc.lo, acc.hi, [&](size_t k) {
+        if (k < i && (before == SIZE_MAX || k > before)) before = k;
+        if (k >= j && (after == SIZE_MAX || k < after)) after = k;
+        last = std::max(last, k);
+      });
+      const auto covers = [&](const Footprint& f) { return f.lo == acc.lo && f.hi == acc.hi; };
+      if (complete && before != SIZE_MAX && kind_of(before) == CopyOp::Kind::kFillAcc &&
+          ops[op_of[before]].dtype == first.dtype && ops[op_of[before]].op == first.op &&
+          covers(planned[before].writes[0])) {
+        fill = before;
+        if (after != SIZE_MAX && after == last && kind_of(after) == CopyOp::Kind::kStore &&
+            ops[op_of[after]].dtype == first.dtype && covers(planned[after].reads[0]) &&
+            static_cast<WorkKind>(planned[after].work.kind) == WorkKind::kStore) {
+          // Its destination: untouched between the group and the store, and
+          // no summand.
+          const Footprint& out = planned[after].writes[0];
+          bool clear = !spans_meet(out, acc);
+          for (size_t m = i; m < j && clear; ++m) clear = !spans_meet(planned[m].reads[0], out);
+          clear = clear && index.touching(out.lo, out.hi, [&](size_t k) {
+            if (k > i && k < after) clear = false;
+          });
+          if (clear) store = after;
+        }
+      }
+    }
+    if (j - i < 2 && fill == SIZE_MAX) continue;  // nothing to gain
+    const DType dtype = first.dtype;
+    const int64_t es = dtype_size(dtype);
+    const int64_t as = acc_size(dtype);
+    alignas(8) unsigned char identity[8] = {};
+    fill_identity(dtype, first.op, identity, 1);
+    for (size_t c = i; c < j; c += kMaxFusedSources) {
+      const size_t e = std::min(j, c + kMaxFusedSources);
+      const bool from_identity = c == i && fill != SIZE_MAX;
+      const bool out_store = e == j && store != SIZE_MAX;
+      Planned f;
+      void* out = out_store ? ops[op_of[store]].dst : first.dst;
+      f.work = base_work(WorkKind::kReduceN, desc_of(c), ops[op_of[c]].src, out,
+                         static_cast<int32_t>(es), static_cast<int32_t>(out_store ? es : as));
+      f.work.dtype = static_cast<int32_t>(dtype);
+      f.work.op = static_cast<int32_t>(first.op);
+      f.work.divisor = out_store ? ops[op_of[store]].divisor : 1;
+      std::memcpy(&f.work.pattern, identity, 8);
+      f.work.nsrc = static_cast<int32_t>(e - c);
+      if (from_identity) {
+        f.work.flags |= kFromIdentity;
+      } else {
+        f.work.acc = static_cast<const unsigned char*>(first.dst);
+        if (reinterpret_cast<uintptr_t>(first.dst) % static_cast<uintptr_t>(as) == 0) {
+          f.work.flags |= kAccAligned;
+        }
+      }
+      if (out_store) f.work.flags |= kStoreOut;
+      for (size_t m = c; m < e; ++m) {
+        const CopyDesc& d = desc_of(m);
+        SrcRef r{};
+        r.ptr = static_cast<const unsigned char*>(ops[op_of[m]].src);
+        r.offset = d.src_offset;
+        std::copy(d.src_stride, d.src_stride + kMaxRank, r.stride);
+        if ((planned[m].work.flags & kSrcAligned) == 0) f.work.flags &= ~kSrcAligned;
+        f.sources.push_back(r);
+        f.reads.push_back(planned[m].reads[0]);
+      }
+      if (!from_identity) f.reads.push_back(acc);
+      f.writes.push_back(out_store ? make_footprint(f.work.desc, false, out, es) : acc);
+      shape_elements(f.work);
+      replace[i].push_back(std::move(f));
+    }
+    for (size_t m = i + 1; m < j; ++m) dropped[m] = 1;
+    if (fill != SIZE_MAX) dropped[fill] = 1;
+    if (store != SIZE_MAX) dropped[store] = 1;
+    dropped[i] = 2;  // replaced
+    i = j - 1;
+  }
+  std::vector<Planned> out;
+  out.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    if (dropped[k] == 2) {
+      for (Planned& f : replace[k]) out.push_back(std::move(f));
+    } else if (!dropped[k]) {
+      out.push_back(std::move(planned[k]));
+    }
+  }
+  return out;
 }
 
 // ------------------------------------------------------ exact overlaps
@@ -635,6 +910,36 @@ bool writes_isolated(std::vector<Span>& spans) {
 }  // namespace
 
 std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
+  // Calls with reductions are planned as a whole first, so that the
+  // summands of one accumulator fold in one pass (fuse_reductions); others
+  // stream op by op.
+  const bool reductions = std::any_of(
+      ops.begin(), ops.end(), [](const CopyOp& op) { return op.kind == CopyOp::Kind::kReduce; });
+  std::vector<Planned> planned;
+  if (reductions) {
+    std::vector<size_t> op_of;
+    Planned p;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (!plan_op(ops[i], i, p)) continue;
+      planned.push_back(p);
+      op_of.push_back(i);
+    }
+    planned = fuse_reductions(ops, op_of, std::move(planned));
+  }
+  // Visits the planned ops in order.
+  const auto each = [&](auto&& f) {
+    if (reductions) {
+      for (const Planned& p : planned) f(p);
+      return;
+    }
+    Planned p;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (plan_op(ops[i], i, p)) f(p);
+    }
+  };
+  const auto element_kind = [](const Planned& p) {
+    return static_cast<WorkKind>(p.work.kind) != WorkKind::kCopy;
+  };
   std::vector<Launch> launches;
   // Fast path: independent ops (packing into distinct staging ranges,
   // unpacking distinct messages into distinct shards) are one phase, found
@@ -647,14 +952,11 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     spans.reserve(2 * ops.size());
     copies.works.reserve(ops.size());
     copies.tile_start.reserve(ops.size() + 1);
-    Planned p;
-    for (size_t i = 0; i < ops.size(); ++i) {
-      if (!plan_op(ops[i], i, p)) continue;
+    each([&](const Planned& p) {
       for (const Footprint& f : p.reads) spans.push_back({f.lo, f.hi, false});
       for (const Footprint& f : p.writes) spans.push_back({f.lo, f.hi, true});
-      append_work(static_cast<WorkKind>(p.work.kind) == WorkKind::kCopy ? copies : elements,
-                  p.work);
-    }
+      append_planned(element_kind(p) ? elements : copies, p);
+    });
     if (writes_isolated(spans)) {
       for (Launch* l : {&copies, &elements}) {
         if (!l->works.empty()) launches.push_back(std::move(*l));
@@ -672,16 +974,15 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
       launches.push_back(std::move(*l));
       l->works.clear();
       l->tile_start.clear();
+      l->sources.clear();
     }
     phase.clear();
   };
-  Planned p;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (!plan_op(ops[i], i, p)) continue;
+  each([&](const Planned& p) {
     if (phase.conflicts(p.reads, p.writes)) flush();
     phase.add(p.reads, p.writes);
-    append_work(static_cast<WorkKind>(p.work.kind) == WorkKind::kCopy ? copies : elements, p.work);
-  }
+    append_planned(element_kind(p) ? elements : copies, p);
+  });
   flush();
   return launches;
 }

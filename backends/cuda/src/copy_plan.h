@@ -27,6 +27,7 @@ struct Launch {
   bool element = false;  // run_tile<true> (element kinds) or <false> (copies)
   std::vector<Work> works;
   std::vector<int64_t> tile_start;  // works.size() + 1 entries
+  std::vector<SrcRef> sources;      // summands of its kReduceN Works
   int64_t tiles() const { return tile_start.empty() ? 0 : tile_start.back(); }
 };
 

@@ -188,8 +188,9 @@ bool same_ops(std::span<const CopyOp> a, std::span<const CopyOp> b) {
     const CopyOp& x = a[i];
     const CopyOp& y = b[i];
     if (x.src != y.src || x.dst != y.dst || x.kind != y.kind || x.dtype != y.dtype ||
-        x.op != y.op || x.count != y.count || x.desc.rank != y.desc.rank ||
-        x.desc.src_offset != y.desc.src_offset || x.desc.dst_offset != y.desc.dst_offset ||
+        x.op != y.op || x.count != y.count || x.divisor != y.divisor ||
+        x.desc.rank != y.desc.rank || x.desc.src_offset != y.desc.src_offset ||
+        x.desc.dst_offset != y.desc.dst_offset ||
         std::memcmp(x.desc.extent, y.desc.extent, sizeof x.desc.extent) != 0 ||
         std::memcmp(x.desc.src_stride, y.desc.src_stride, sizeof x.desc.src_stride) != 0 ||
         std::memcmp(x.desc.dst_stride, y.desc.dst_stride, sizeof x.desc.dst_stride) != 0) {
@@ -204,12 +205,14 @@ bool same_ops(std::span<const CopyOp> a, std::span<const CopyOp> b) {
 DeviceContext::Descriptors DeviceContext::layout(const std::vector<Launch>& launches) {
   Descriptors d;
   for (const Launch& l : launches) {
-    Part p{l.element, static_cast<int>(l.works.size()), l.tiles(), 0, 0};
+    Part p{l.element, static_cast<int>(l.works.size()), l.tiles(), 0, 0, 0};
     d.bytes = (d.bytes + 15) / 16 * 16;  // Works hold 8-byte fields; keep 16
     p.works_offset = d.bytes;
     d.bytes += l.works.size() * sizeof(Work);
     p.tiles_offset = d.bytes;
     d.bytes += l.tile_start.size() * sizeof(int64_t);
+    p.sources_offset = d.bytes;
+    d.bytes += l.sources.size() * sizeof(SrcRef);
     d.parts.push_back(p);
   }
   return d;
@@ -232,6 +235,10 @@ DeviceContext::Slot& DeviceContext::stage(const std::vector<Launch>& launches, c
     std::memcpy(host + d.parts[i].works_offset, l.works.data(), l.works.size() * sizeof(Work));
     std::memcpy(host + d.parts[i].tiles_offset, l.tile_start.data(),
                 l.tile_start.size() * sizeof(int64_t));
+    if (!l.sources.empty()) {
+      std::memcpy(host + d.parts[i].sources_offset, l.sources.data(),
+                  l.sources.size() * sizeof(SrcRef));
+    }
   }
   return slot;
 }
@@ -240,7 +247,8 @@ void DeviceContext::launch_all(const void* device, const Descriptors& d) {
   const auto* base = static_cast<const unsigned char*>(device);
   for (const Part& p : d.parts) {
     check(launch_tiles(p.element, reinterpret_cast<const Work*>(base + p.works_offset),
-                       reinterpret_cast<const int64_t*>(base + p.tiles_offset), p.works, p.tiles,
+                       reinterpret_cast<const int64_t*>(base + p.tiles_offset),
+                       reinterpret_cast<const SrcRef*>(base + p.sources_offset), p.works, p.tiles,
                        max_blocks_, stream_),
           "launching the copy kernel");
   }
@@ -510,7 +518,10 @@ void DeviceSet::run_copies(int ordinal, std::span<const CopyOp> ops) {
       for (const Work& w : l.works) {
         if (w.src != nullptr) check_pointer(ordinal, w.src, "run_copies: a source pointer");
         check_pointer(ordinal, w.dst, "run_copies: a destination pointer");
+        if (w.acc != nullptr) check_pointer(ordinal, w.acc, "run_copies: an accumulator pointer");
       }
+      for (const SrcRef& r : l.sources)
+        check_pointer(ordinal, r.ptr, "run_copies: a source pointer");
     }
   }
   ctx.enqueue(launches, deadline_after(options_.timeout_seconds), ops);

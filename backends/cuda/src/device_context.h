@@ -68,6 +68,7 @@ class DeviceContext {
     int64_t tiles;
     size_t works_offset;
     size_t tiles_offset;
+    size_t sources_offset;  // the launch's SrcRefs (kReduceN summands)
   };
   struct Descriptors {
     std::vector<Part> parts;  // one per launch, in order

@@ -28,16 +28,34 @@ inline constexpr int64_t kCopyChunkBytes = 16384;  // longest byte range of one 
 inline constexpr int64_t kElementChunk = 4096;     // longest element range of one unit
 
 enum class WorkKind : int32_t {
-  kCopy = 0,    // bytes: copy_box
-  kReduce = 1,  // acc = op(acc, load(src)): reduce_into
-  kFill = 2,    // dst[i] = pattern (identity of an accumulator or element)
-  kStore = 3,   // dst[i] = store(acc[i] / divisor); a plain store (divisor 1) of
-                // dtypes other than f16/bf16/f8 becomes kCopy
+  kCopy = 0,     // bytes: copy_box
+  kReduce = 1,   // acc = op(acc, load(src)): reduce_into
+  kFill = 2,     // dst[i] = pattern (identity of an accumulator or element)
+  kStore = 3,    // dst[i] = store(acc[i] / divisor); a plain store (divisor 1) of
+                 // dtypes other than f16/bf16/f8 becomes kCopy
+  kReduceN = 4,  // several summands folded in one pass (copy_plan.h, fused
+                 // reductions): acc = op(acc or identity, s_0, ..., s_n-1),
+                 // written as the accumulator or stored in the dtype
 };
 
 enum WorkFlags : int32_t {
-  kSrcAligned = 1,  // every source element is aligned to its size
-  kDstAligned = 2,  // every destination element is aligned to its size
+  kSrcAligned = 1,    // every source element is aligned to its size
+  kDstAligned = 2,    // every destination element is aligned to its size
+  kFromIdentity = 4,  // kReduceN: start from the identity (pattern), not dst
+  kStoreOut = 8,      // kReduceN: write store(acc / divisor) in the dtype to dst
+  kAccAligned = 16,   // kReduceN: every accumulator element is aligned to its size
+};
+
+// Most summands of one kReduceN Work (longer groups are cut into Works that
+// accumulate in turn).
+inline constexpr int kMaxFusedSources = 8;
+
+// One summand of a kReduceN Work: its buffer, and the element offset and
+// strides of its side of the Work's descriptor (whose extents it shares).
+struct SrcRef {
+  const unsigned char* ptr;
+  int64_t offset;
+  int64_t stride[kMaxRank];
 };
 
 // One descriptor of a launch. Plain data, copied to device memory as is.
@@ -58,7 +76,12 @@ struct Work {
   int32_t dst_size;        // bytes per destination element
   int32_t group;           // threads per unit: a power of two <= kThreads
   int32_t flags;           // WorkFlags
-  int32_t divisor;         // kStore: > 1 divides first (ReduceOp::kMean)
+  int32_t divisor;         // kStore, kReduceN: > 1 divides first (ReduceOp::kMean)
+  int32_t nsrc;            // kReduceN: summands, sources[src_begin, + nsrc)
+  int64_t src_begin;       // kReduceN: first summand in the launch's sources
+  // kReduceN without kFromIdentity: the accumulator it starts from, indexed
+  // by the descriptor's destination side (dst itself unless kStoreOut).
+  const unsigned char* acc;
 };
 
 // The Work holding tile `tile`: the last w with tile_start[w] <= tile
@@ -291,6 +314,102 @@ RESHARD_HD inline void store_unit_elems(const Work& w, const unsigned char* a, u
   }
 }
 
+// Element offset of run `run` on the side of summand r (the Work's extents).
+RESHARD_HD inline int64_t src_run_offset(const CopyDesc& d, const SrcRef& r, int64_t run) {
+  int64_t s = r.offset;
+  for (int k = d.rank - 2; k >= 0; --k) {
+    s += (run % d.extent[k]) * r.stride[k];
+    run /= d.extent[k];
+  }
+  return s;
+}
+
+// kReduceN: each element folds every summand in order (as consecutive
+// reduce_into calls would, bit for bit), reading each summand once and
+// writing the result once, as the accumulator or stored in the dtype.
+template <DType D, ReduceOp Op>
+RESHARD_HD inline void reduce_n_elems(const Work& w, const SrcRef* srcs, int64_t run, int64_t to,
+                                      unsigned char* out, int64_t begin, int64_t end, int lane,
+                                      int width) {
+  using T = AccTraits<D>;
+  using E = typename T::Elem;
+  using Acc = typename T::Acc;
+  const bool sa = (w.flags & kSrcAligned) != 0;
+  const bool da = (w.flags & kDstAligned) != 0;
+  const bool from_identity = (w.flags & kFromIdentity) != 0;
+  const bool store = (w.flags & kStoreOut) != 0;
+  const int n = w.nsrc < kMaxFusedSources ? w.nsrc : kMaxFusedSources;
+  const unsigned char* in[kMaxFusedSources];
+  for (int j = 0; j < n; ++j) {
+    in[j] = srcs[j].ptr + src_run_offset(w.desc, srcs[j], run) * static_cast<int64_t>(sizeof(E));
+  }
+  Acc identity;
+  {
+    const uint64_t pattern = w.pattern;
+    const unsigned char* pb = reinterpret_cast<const unsigned char*>(&pattern);
+    unsigned char* vb = reinterpret_cast<unsigned char*>(&identity);
+    for (unsigned i = 0; i < sizeof(Acc); ++i) vb[i] = pb[i];  // little endian
+  }
+  const Acc div = static_cast<Acc>(w.divisor > 1 ? w.divisor : 1);
+  const unsigned char* a = from_identity ? nullptr : w.acc + to * static_cast<int64_t>(sizeof(Acc));
+  const bool aa = (w.flags & kAccAligned) != 0;
+  for (int64_t i = begin + lane; i < end; i += width) {
+    Acc acc =
+        from_identity ? identity : load_elem<Acc>(a + i * static_cast<int64_t>(sizeof(Acc)), aa);
+    for (int j = 0; j < n; ++j) {
+      acc = reduce_combine<D, Op>(
+          acc, T::load(load_elem<E>(in[j] + i * static_cast<int64_t>(sizeof(E)), sa)));
+    }
+    if (store) {
+      store_elem<E>(out + i * static_cast<int64_t>(sizeof(E)),
+                    T::store(w.divisor > 1 ? acc / div : acc), da);
+    } else {
+      store_elem<Acc>(out + i * static_cast<int64_t>(sizeof(Acc)), acc, da);
+    }
+  }
+}
+
+template <DType D>
+RESHARD_HD inline void reduce_n_dispatch_op(const Work& w, const SrcRef* srcs, int64_t run,
+                                            int64_t to, unsigned char* out, int64_t begin,
+                                            int64_t end, int lane, int width) {
+  switch (static_cast<ReduceOp>(w.op)) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean:
+      return reduce_n_elems<D, ReduceOp::kSum>(w, srcs, run, to, out, begin, end, lane, width);
+    case ReduceOp::kMax:
+      return reduce_n_elems<D, ReduceOp::kMax>(w, srcs, run, to, out, begin, end, lane, width);
+    case ReduceOp::kMin:
+      return reduce_n_elems<D, ReduceOp::kMin>(w, srcs, run, to, out, begin, end, lane, width);
+  }
+}
+
+RESHARD_HD inline void reduce_n_unit(const Work& w, const SrcRef* srcs, int64_t run, int64_t to,
+                                     unsigned char* out, int64_t begin, int64_t end, int lane,
+                                     int width) {
+#define RESHARD_REDUCE_N_CASE(D) \
+  case D:                        \
+    return reduce_n_dispatch_op<D>(w, srcs, run, to, out, begin, end, lane, width);
+  switch (static_cast<DType>(w.dtype)) {
+    RESHARD_REDUCE_N_CASE(DType::kF64)
+    RESHARD_REDUCE_N_CASE(DType::kF32)
+    RESHARD_REDUCE_N_CASE(DType::kF16)
+    RESHARD_REDUCE_N_CASE(DType::kBF16)
+    RESHARD_REDUCE_N_CASE(DType::kF8E4M3)
+    RESHARD_REDUCE_N_CASE(DType::kF8E5M2)
+    RESHARD_REDUCE_N_CASE(DType::kI64)
+    RESHARD_REDUCE_N_CASE(DType::kI32)
+    RESHARD_REDUCE_N_CASE(DType::kI16)
+    RESHARD_REDUCE_N_CASE(DType::kI8)
+    RESHARD_REDUCE_N_CASE(DType::kU64)
+    RESHARD_REDUCE_N_CASE(DType::kU32)
+    RESHARD_REDUCE_N_CASE(DType::kU16)
+    RESHARD_REDUCE_N_CASE(DType::kU8)
+    RESHARD_REDUCE_N_CASE(DType::kBool)
+  }
+#undef RESHARD_REDUCE_N_CASE
+}
+
 template <class T>
 RESHARD_HD inline void fill_elems(const Work& w, unsigned char* d, int64_t begin, int64_t end,
                                   int lane, int width) {
@@ -326,9 +445,10 @@ RESHARD_HD inline void fill_unit(const Work& w, unsigned char* d, int64_t begin,
 // Thread `tid` (0 <= tid < kThreads) of the block working on tile `tile`.
 // kElement selects the launch class: copies (false) or the element kinds
 // (true); copy_plan never mixes them in one launch.
+// `sources`: the launch's summands of kReduceN Works (SrcRef).
 template <bool kElement>
-RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start, int n, int64_t tile,
-                                int tid) {
+RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start, const SrcRef* sources,
+                                int n, int64_t tile, int tid) {
   const int wi = find_work(tile_start, n, tile);
   const Work& w = works[wi];
   const int group = w.group;
@@ -358,6 +478,9 @@ RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start, in
         return kernel_detail::fill_unit(w, d, begin, end, lane, group);
       case WorkKind::kStore:
         return kernel_detail::store_unit_elems(w, s, d, begin, end, lane, group);
+      case WorkKind::kReduceN:
+        return kernel_detail::reduce_n_unit(w, sources + w.src_begin, run, to, d, begin, end, lane,
+                                            group);
       case WorkKind::kCopy:
         return;
     }
