@@ -160,7 +160,11 @@ class TransferBatch {
 // of a kCopy or kReduce that reads staging may be misaligned for its dtype
 // (pieces of several dtypes share a message, packed back to back).
 // Accumulators and deferred summands live in memory from allocate_staging
-// too (ExecuteStats::accumulator_bytes, deferred_bytes).
+// too (ExecuteStats::accumulator_bytes, deferred_bytes). A separate
+// accumulator (kStore with src != dst) is dead after its store: the engine
+// stores each accumulator once per execution and never reads it again, so a
+// transport may fold an accumulator's fill, reductions and store into one
+// pass that never writes it (the CUDA backend does).
 struct CopyOp {
   enum class Kind : int32_t {
     kCopy = 0,          // copy_box(desc, dtype_size(dtype), src, dst)
