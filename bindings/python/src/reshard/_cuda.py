@@ -147,9 +147,11 @@ class _CudaConverter:
                 pinned: _Pinned) -> int:
         dev = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else None
         if dev is not None and int(dev[0]) not in (_DLCUDA, _DLCUDA_MANAGED):
-            raise InvalidArgumentError(f"{where}: buffer on DLPack device type {int(dev[0])} "
-                                       f"(device {int(dev[1])}); the {self.transport} executor "
-                                       "needs CUDA device memory (kDLCUDA = 2)")
+            kind = "host memory" if int(dev[0]) in (1, 3) else "memory"
+            raise InvalidArgumentError(f"{where}: {kind} ({type(obj).__name__} on DLPack device "
+                                       f"type {int(dev[0])}, device {int(dev[1])}) given to a "
+                                       f"{self.transport} executor, which needs CUDA device "
+                                       "memory (kDLCUDA = 2)")
         try:
             cap = obj.__dlpack__(stream=self.dlpack_stream, max_version=(1, 0))
         except TypeError:  # an exporter without max_version: a legacy capsule

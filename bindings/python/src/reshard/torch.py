@@ -447,7 +447,11 @@ def nccl_executor(*, device: Optional[int] = None, comm: str = "reshard", stream
         stream = torch.cuda.current_stream(device).cuda_stream
     if comm == "torch":
         pg = dist.distributed_c10d._get_default_group()
-        backend = pg._get_backend(torch.device("cuda", device))
+        try:
+            backend = pg._get_backend(torch.device("cuda", device))
+        except RuntimeError as e:
+            raise UnsupportedError(f"comm: the default group has no CUDA backend ({e}); use "
+                                   "comm=\"reshard\"") from None
         if not hasattr(backend, "_comm_ptr"):
             raise UnsupportedError(f"comm: the default group's backend "
                                    f"{type(backend).__name__} has no _comm_ptr() (not NCCL, or "
