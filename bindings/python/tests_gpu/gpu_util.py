@@ -5,11 +5,9 @@ from typing import Any, Dict, List
 import numpy as np
 import pytest
 
-import reshard
-
-CUDA_OK, CUDA_WHY = reshard.transport_available("cuda_local")
-NCCL_OK, NCCL_WHY = reshard.transport_available("nccl")
-
+# torch first: its NCCL is then the one reshard's CUDA backend links to (by
+# soname) when transport_available loads the backend, so a communicator of
+# ProcessGroupNCCL is used with the library that made it.
 try:
     import torch
     TORCH_GPU = torch.cuda.is_available()
@@ -17,10 +15,16 @@ except ImportError:  # pragma: no cover - depends on the machine
     torch = None
     TORCH_GPU = False
 
+import reshard  # noqa: E402
+
+CUDA_OK, CUDA_WHY = reshard.transport_available("cuda_local")
+NCCL_OK, NCCL_WHY = reshard.transport_available("nccl")
+
 needs_cuda = pytest.mark.skipif(not (CUDA_OK and TORCH_GPU),
-                                reason=f"cuda_local transport or torch.cuda missing: {CUDA_WHY}")
+                                reason=f"cuda_local transport or torch.cuda missing: "
+                                       f"{CUDA_WHY[:160]}")
 needs_nccl = pytest.mark.skipif(not (NCCL_OK and TORCH_GPU),
-                                reason=f"nccl transport or torch.cuda missing: {NCCL_WHY}")
+                                reason=f"nccl transport or torch.cuda missing: {NCCL_WHY[:160]}")
 
 TORCH_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "i32": "int32",
                 "f64": "float64", "u8": "uint8"}

@@ -96,6 +96,9 @@ def test_weight_sync_errors(mesh):
     with pytest.raises(reshard.InvalidArgumentError, match=r"destinations\['w'\]\[0\]: shape "
                        r"\(4, 3\) given"):
         rt.WeightSync({"w": (torch.empty(4, 3), mesh, [Replicate()])})({"w": x})
+    with pytest.raises(reshard.InvalidArgumentError, match=r"params\['w'\]: None on rank 0, which "
+                       "is on its mesh"):
+        rt.WeightSync({"w": (None, mesh, [Replicate()])})({"w": x})
     with pytest.raises(TypeError, match=r"params\['w'\]: expected a DTensor or a \(tensor, mesh, "
                        "placements\\) triple"):
         rt.WeightSync({"w": torch.empty(4)})

@@ -677,6 +677,10 @@ class WeightSync:
             prep = _Prepared(leaves, list(self.names), list(targets), ex, rank)
             self._cache.clear()
             self._cache[key] = prep
+        for name, o, d in zip(self.names, outs, prep.dst_entry):
+            if d is not None and o is None:
+                raise InvalidArgumentError(f"params[{name!r}]: None on rank {prep.rank}, which "
+                                           "is on its mesh: pass this rank's local tensor")
         # Ranks off a destination mesh hold no entry: their outs are unused.
         return prep.run(leaves, [o if d is not None else None
                                  for o, d in zip(outs, prep.dst_entry)])
