@@ -2,7 +2,8 @@
 
 ``reshard(tree, shardings)`` returns what ``jax.device_put(tree, shardings)``
 returns, computed by a reshard plan executed on the arrays' host buffers
-(CPU devices) in one process, or across processes over MPI. Plans are made
+(CPU devices) in one process, or across processes over MPI, or on their
+device buffers (GPUs of one process) by ``CudaLocalExecutor``. Plans are made
 once per (shapes, dtypes, source and target shardings) and cached, so a
 training loop that syncs weights every step plans only on the first
 (``cache_resharding_plans=False`` and ``clear_plan_cache()`` turn that off).
@@ -768,7 +769,8 @@ class Resharder:
         current when the ``Resharder`` is made) or a pytree prefix of the
         trees it will be called on; ``None`` keeps a leaf's sharding.
     executor: ``None`` for one process (a host executor over this process's
-        CPU devices), or a :class:`reshard.MPIExecutor` whose rank is
+        CPU devices, ``CudaLocalExecutor`` over its GPUs), or a
+        :class:`reshard.MPIExecutor` whose rank is
         ``jax.process_index()`` for arrays spread over processes (omitting it
         then is an ``InvalidArgumentError`` that says so).
     cache_size: plans kept (least recently used dropped; 0 keeps none, so
@@ -828,21 +830,22 @@ class Resharder:
         prep = self._lookup(key)
         if prep is not None:
             return prep
+        made: Any  # _Prepared, or _GpuPrepared (the same run / plan interface)
         if _on_gpu(leaves, targets, names):
             ex = self.executor if self.executor is not None else _default_cuda_executor()
-            prep: Any = _GpuPrepared(leaves, targets, names, ex)
+            made = _GpuPrepared(leaves, targets, names, ex)
         else:
             if self.executor is not None and getattr(self.executor, "memory", "host") != "host":
                 raise InvalidArgumentError(
                     f"executor: a {self.executor.transport} executor (CUDA memory) for arrays "
                     "on CPU devices; pass a host or MPI executor, or None")
-            prep = _Prepared(leaves, targets, names,
+            made = _Prepared(leaves, targets, names,
                              self.executor or _core._default_executor(), self.reuse_buffers)
         with self._lock:
-            self._cache[key] = prep
+            self._cache[key] = made
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
-        return prep
+        return made
 
     def _plain(self, leaves: List[Any]) -> bool:
         """Every leaf a plain ``jax.Array`` (the fast path: no key arrays, no
@@ -973,8 +976,8 @@ def reshard(tree: Any, shardings: Any, *, donate: Any = False,
     """Returns ``tree`` moved to ``shardings``, equal to
     ``jax.device_put(tree, shardings, donate=donate)``.
 
-    tree: a pytree of ``jax.Array``\\ s on CPU devices (moved by a reshard
-        plan), PRNG key arrays (moved through their key data, given back as
+    tree: a pytree of ``jax.Array``\\ s on CPU devices, or on GPUs of this
+        process (moved by a reshard plan), PRNG key arrays (moved through their key data, given back as
         key arrays of the same impl), NumPy arrays and Python scalars
         (converted and placed by ``jax.device_put``). Not inside ``jax.jit``:
         a tracer (or any call while JAX traces) is a ``TypeError``.
@@ -984,9 +987,11 @@ def reshard(tree: Any, shardings: Any, *, donate: Any = False,
     donate: a bool, or a pytree prefix of ``tree`` of bools: the donated
         source arrays are deleted once moved (using them raises JAX's
         "Array has been deleted" ``RuntimeError``).
-    executor: ``None`` in one process; a :class:`reshard.MPIExecutor` (rank
-        ``jax.process_index()``) when the arrays span processes (collective:
-        every process calls it with the same tree and shardings).
+    executor: ``None`` in one process (a host executor, or
+        ``CudaLocalExecutor`` for GPU arrays); a :class:`reshard.MPIExecutor`
+        (rank ``jax.process_index()``) when CPU arrays span processes
+        (collective: every process calls it with the same tree and
+        shardings).
     cache_resharding_plans: ``True`` (the default) plans once per (structure,
         shapes, dtypes, shardings, executor) and reuses the plan and its
         output memory; ``False`` plans afresh and keeps nothing.

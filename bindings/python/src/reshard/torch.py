@@ -1,13 +1,18 @@
 """PyTorch adapter: DTensor / ``DeviceMesh`` + placements to reshard specs, and
-moving DTensors to another mesh and placements over the MPI executor.
+moving DTensors to another mesh and placements (CPU tensors over MPI, CUDA
+tensors over NCCL or in one process).
 
 ``redistribute(tensors, (mesh, placements), executor=MPIExecutor(comm))``
 returns DTensors on ``mesh`` with ``placements`` holding the same global
 values: what ``DTensor.redistribute`` does on one mesh, and what it cannot do
 across meshes (a training mesh to an inference mesh, a pipeline stage to
 another). Every process of the default process group calls it collectively;
-plan process p is global rank p, which must be rank p of the MPI
-communicator. CPU tensors (host memory) only.
+plan process p is global rank p. CPU tensors move over the host executor (one
+process) or an ``MPIExecutor`` whose rank p is global rank p; CUDA tensors
+(``"cuda"`` meshes) over ``CudaLocalExecutor`` (one process) or an
+``NcclExecutor`` (:func:`nccl_executor`: one GPU per process), without host
+copies. :class:`WeightSync` writes a trainer's state dict into an inference
+engine's parameters in place.
 
 Layouts map one to one (docs/spec.md, "From PyTorch DTensor"): a
 ``DeviceMesh`` becomes a spec mesh whose devices are its global ranks (one
