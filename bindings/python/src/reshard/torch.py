@@ -457,13 +457,14 @@ def nccl_executor(*, device: Optional[int] = None, comm: str = "reshard", stream
         except RuntimeError as e:
             raise UnsupportedError(f"comm: the default group has no CUDA backend ({e}); use "
                                    "comm=\"reshard\"") from None
-        if not hasattr(backend, "_comm_ptr"):
+        get_ptr = getattr(backend, "_comm_ptr", None)
+        if get_ptr is None:
             raise UnsupportedError(f"comm: the default group's backend "
                                    f"{type(backend).__name__} has no _comm_ptr() (not NCCL, or "
                                    "a torch without it); use comm=\"reshard\"")
         dist.all_reduce(torch.zeros(1, device=torch.device("cuda", device)))  # creates the comm
         torch.cuda.synchronize(device)
-        ptr = int(backend._comm_ptr())
+        ptr = int(get_ptr() if callable(get_ptr) else get_ptr)
         if ptr == 0:
             raise UnsupportedError("comm: ProcessGroupNCCL._comm_ptr() returned 0 (no "
                                    "communicator yet); use comm=\"reshard\"")
