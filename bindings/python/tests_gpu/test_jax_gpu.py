@@ -13,11 +13,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import reshard.jax as rj  # noqa: E402
 
-CUDA_OK, CUDA_WHY = reshard.transport_available("cuda_local")
+# JAX's GPU backend first: reshard's CUDA backend then links to the NCCL
+# JAX loaded (by soname) instead of loading another one first.
 try:
     GPUS = jax.devices("gpu")
 except RuntimeError:
     GPUS = []
+CUDA_OK, CUDA_WHY = reshard.transport_available("cuda_local")
 pytestmark = pytest.mark.skipif(not (CUDA_OK and GPUS),
                                 reason=f"needs JAX GPU devices and the cuda_local transport "
                                        f"({CUDA_WHY or 'JAX has no GPU backend'})")

@@ -3,7 +3,11 @@ process (gloo): WeightSync writing inference parameters in place (on CPU
 tensors: the same code as on CUDA tensors but the executor), the executor
 checks, and clean refusals of the CUDA executors without a GPU. The GPU
 runs are bindings/python/tests_gpu (scripts/test-python-gpu.sh)."""
-import numpy as np
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -149,3 +153,12 @@ def test_no_gpu_refusals(mesh):
         rt.nccl_executor(device=0, stream=None, comm="mine")
     with pytest.raises(reshard.InvalidArgumentError, match="stream: unknown 'later'"):
         rt.nccl_executor(device=0, stream="later")
+
+
+@pytest.mark.skipif(CUDA_OK, reason="a GPU is present")
+def test_gpu_example_says_it_needs_a_gpu():
+    example = Path(__file__).resolve().parents[3] / "examples" / "python" / "torch_gpu_weight_sync.py"
+    r = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    assert "needs a GPU" in r.stdout or "needs reshard's CUDA backend" in r.stdout, r.stdout
