@@ -178,6 +178,38 @@ for step in range(3):
                                          red.targets[name][1], f"step {step} {name}")
 assert len(plans) == 1, "the Redistributor planned more than once"
 
+# 4. WeightSync: the trainer's DTensors (FSDP x TP on g22) written in place
+# into an engine's plain local tensors on ranks 3 and 2 (None off its mesh)
+specs = {"w1": ((8, 12), 1), "w2": ((12, 8), 0), "ln": ((8,), None)}
+params, ptrs = {}, {}
+coord = infer.get_coordinate()
+for name, (shape, d) in specs.items():
+    pl = [Replicate()] if d is None else [Shard(d)]
+    local = None
+    if coord is not None:
+        lshape, _ = compute_local_shape_and_global_offset(shape, infer, pl)
+        local = torch.full(lshape, -1.0)
+        ptrs[name] = local.data_ptr()
+    params[name] = (local, infer, pl)
+ws = rt.WeightSync(params, executor=ex)
+for step in range(2):
+    state, fulls = {}, {}
+    for name, (shape, _) in specs.items():
+        state[name], fulls[name] = make_source(shape, torch.float32, train, [Shard(0), Shard(1)]
+                                               if len(shape) == 2 else [Shard(0), Replicate()],
+                                               seed=5000 * step + len(name))
+    out = ws(state)
+    for (name, (shape, d)), got in zip(specs.items(), out):
+        if coord is None:
+            continue
+        pl = params[name][2]
+        lshape, off = compute_local_shape_and_global_offset(shape, infer, pl)
+        want = fulls[name][tuple(slice(o, o + n) for o, n in zip(off, lshape))]
+        assert got is params[name][0] and got.data_ptr() == ptrs[name], name
+        assert torch.equal(got, want), (step, name)
+        elements += got.numel()
+assert len(ws._cache) == 1
+
 # errors: a host executor with several processes names the argument
 try:
     rt.redistribute(tensors, targets, executor=reshard.Executor())

@@ -12,8 +12,10 @@ Python binding over the stable C ABI of ``libreshard.so.1`` (loaded through
     run = reshard.prepare(p, src, dst)   # the same buffers again and again:
     run()                                # checked and converted once
 
-Adapters: :mod:`reshard.jax` (``jax.Array`` pytrees and ``NamedSharding``)
-and :mod:`reshard.torch` (DTensor placements, DeviceMesh).
+Executors: ``Executor`` (host), ``MPIExecutor``, and for CUDA memory
+``CudaLocalExecutor`` (one process, its GPUs) and ``NcclExecutor`` (one GPU
+per process). Adapters: :mod:`reshard.jax` (``jax.Array`` pytrees and
+``NamedSharding``) and :mod:`reshard.torch` (DTensor placements, DeviceMesh).
 """
 from ._ffi import (ABI_VERSION, HEADER_ABI_VERSION, LIBRARY_PATH, CorruptError, InternalError,
                    InvalidArgumentError, MismatchError, OutOfRangeError, ParseError, ReshardError,
@@ -23,6 +25,7 @@ from ._ffi import api as _api, ffi as _ffi_mod
 from ._core import (SCRATCH_ENTRY, Entry, Executor, Layout, MPIExecutor, Plan, PreparedExecution,
                     Tensor, dtype_name, execute, numpy_dtype, plan, prepare, spec_fingerprint,
                     transport_available, verify_bytes)
+from ._cuda import CudaLocalExecutor, NcclExecutor, nccl_unique_id
 
 __version__: str = _ffi_mod.string(_api.version()).decode()
 """The library's release version (``reshard_version()``)."""
@@ -30,6 +33,7 @@ __version__: str = _ffi_mod.string(_api.version()).decode()
 __all__ = [
     "ABI_VERSION", "HEADER_ABI_VERSION", "LIBRARY_PATH", "SCRATCH_ENTRY", "__version__",
     "plan", "execute", "prepare", "PreparedExecution", "Plan", "Tensor", "Layout", "Entry", "Executor", "MPIExecutor",
+    "CudaLocalExecutor", "NcclExecutor", "nccl_unique_id",
     "spec_fingerprint", "verify_bytes", "transport_available", "dtype_name", "numpy_dtype",
     "ReshardError", "InvalidArgumentError", "OutOfRangeError", "ReshardOverflowError",
     "MismatchError", "ParseError", "CorruptError", "UnsupportedError", "ReshardTimeoutError",

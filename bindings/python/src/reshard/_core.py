@@ -799,12 +799,17 @@ def _table(plan: Plan) -> _Table:
     return tab
 
 
-def _bind(plan: Plan, sources: Buffers, destinations: Buffers,
-          pinned: _Pinned) -> Tuple[np.ndarray, np.ndarray, Any, int]:
+def _bind(plan: Plan, sources: Buffers, destinations: Buffers, pinned: _Pinned,
+          convert: Any = None) -> Tuple[np.ndarray, np.ndarray, Any, int]:
     """Checks and converts every buffer: the (source, destination) address and
     size arrays, a ``reshard_tensor_buffers_t`` table pointing into them (new
     for each call: a plan may run on several threads at once), and the tensor
-    count. ``pinned`` holds what keeps the buffers' memory alive."""
+    count. ``pinned`` holds what keeps the buffers' memory alive. ``convert``:
+    the conversion of one buffer (``_convert``'s signature); ``None``: host
+    memory (``_convert``, with a fast path for NumPy arrays)."""
+    host = convert is None
+    if host:
+        convert = _convert
     src_rows = _rows(plan, sources, "sources")
     dst_rows = _rows(plan, destinations, "destinations")
     tab = _table(plan)
@@ -835,13 +840,13 @@ def _bind(plan: Plan, sources: Buffers, destinations: Buffers,
                 # NumPy arrays that pass every check take this path; any
                 # other buffer, or an array that fails a check, is converted
                 # (and its error reported) by _convert.
-                if (type(b) is ndarray and want is not None and b.dtype == want
+                if (host and type(b) is ndarray and want is not None and b.dtype == want
                         and b.shape == shp[i] and b.flags.c_contiguous
                         and (not writable or b.flags.writeable)):
                     keep.append(b)
                     ptr = b.ctypes.data
                 else:
-                    ptr = _convert(b, t, lay.entries[i], (side, t.name, i), writable, pinned)
+                    ptr = convert(b, t, lay.entries[i], (side, t.name, i), writable, pinned)
                 arr[base + i, 0] = ptr
                 arr[base + i, 1] = sizes[base + i]
     tb = ffi.new("reshard_tensor_buffers_t[]", max(tab.num_tensors, 1))
@@ -878,9 +883,12 @@ class PreparedExecution:
         pinned = _Pinned()
         self._src: Optional[np.ndarray]
         self._dst: Optional[np.ndarray]
+        # CUDA executors: the conversion, which also orders streams around
+        # every execution (reshard._cuda).
+        self._conv = executor._converter(plan) if executor.memory == "cuda" else None
         try:
             self._src, self._dst, self._tb, self._num_tensors = _bind(
-                plan, sources, destinations, pinned)
+                plan, sources, destinations, pinned, self._conv)
         except BaseException:
             pinned.release()
             raise
@@ -913,7 +921,11 @@ class PreparedExecution:
             self._in_flight += 1
             tb = self._tb
         try:
+            if self._conv is not None:
+                self._conv.before()
             check(api.executor_execute(self.executor._ptr, self.plan._ptr, tb, self._num_tensors))
+            if self._conv is not None:
+                self._conv.after(self.executor.waits)
         finally:
             with self._state:
                 self._in_flight -= 1
@@ -960,6 +972,8 @@ class Executor:
     """
 
     transport = "host"
+    memory = "host"  # where its buffers are ("cuda": reshard._cuda's executors)
+    waits = True  # execute returns once the destinations hold their data
 
     def __init__(self, threads: int = 0, *, timeout: float = 300.0, _ptr: Any = None) -> None:
         if _ptr is None:
@@ -1012,6 +1026,9 @@ class Executor:
         their memory may not move). The buffers are kept alive (DLPack
         exports held) until :meth:`PreparedExecution.release`."""
         return PreparedExecution(self, plan, sources, destinations)
+
+    def _converter(self, plan: Plan) -> Any:
+        return None  # host memory: _convert
 
     def _execute_table(self, table: "_PointerTable") -> None:
         """Executes ``table.plan`` with the addresses written into ``table``."""

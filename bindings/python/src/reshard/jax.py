@@ -2,7 +2,8 @@
 
 ``reshard(tree, shardings)`` returns what ``jax.device_put(tree, shardings)``
 returns, computed by a reshard plan executed on the arrays' host buffers
-(CPU devices) in one process, or across processes over MPI. Plans are made
+(CPU devices) in one process, or across processes over MPI, or on their
+device buffers (GPUs of one process) by ``CudaLocalExecutor``. Plans are made
 once per (shapes, dtypes, source and target shardings) and cached, so a
 training loop that syncs weights every step plans only on the first
 (``cache_resharding_plans=False`` and ``clear_plan_cache()`` turn that off).
@@ -24,6 +25,7 @@ Shardings that are not ``NamedSharding`` (a single device, ``GSPMDSharding``,
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import operator
 import re
@@ -87,10 +89,21 @@ except (ImportError, AttributeError):  # pragma: no cover - depends on the JAX v
 def mesh_json(mesh: Any) -> Dict[str, Any]:
     """The spec mesh of a ``jax.sharding.Mesh``."""
     devs = list(mesh.devices.flat)
-    return {"axis_names": [str(a) for a in mesh.axis_names],
-            "shape": [int(n) for n in mesh.devices.shape],
-            "devices": [int(d.id) for d in devs],
-            "processes": [int(d.process_index) for d in devs]}
+    out = {"axis_names": [str(a) for a in mesh.axis_names],
+           "shape": [int(n) for n in mesh.devices.shape],
+           "devices": [int(d.id) for d in devs],
+           "processes": [int(d.process_index) for d in devs]}
+    if any(d.platform != "cpu" for d in devs):
+        # The GPU of each device (its CUDA ordinal in its process), where the
+        # in-process CUDA executor puts its shards.
+        out["ordinals"] = [_ordinal(d) for d in devs]
+    return out
+
+
+def _ordinal(d: Any) -> int:
+    """A device's local index on its host (the CUDA ordinal of a GPU)."""
+    h = getattr(d, "local_hardware_id", None)
+    return int(h) if h is not None else int(d.id)
 
 
 def _entry(e: Any) -> Any:
@@ -253,6 +266,7 @@ class _SpecBuilder:
         self.meshes: Dict[Any, str] = {}
         self.mesh_json: Dict[str, Any] = {}
         self.box_devices: Dict[int, int] = {}
+        self.box_ordinals: Dict[int, int] = {}
 
     def layout(self, sharding: Sharding, shape: Tuple[int, ...]) -> Dict[str, Any]:
         if isinstance(sharding, NamedSharding):
@@ -265,6 +279,8 @@ class _SpecBuilder:
             return layout_json(sharding, shape, self.meshes[key])
         for d in sharding.device_set:
             self.box_devices[int(d.id)] = int(d.process_index)
+            if d.platform != "cpu":
+                self.box_ordinals[int(d.id)] = _ordinal(d)
         return layout_json(sharding, shape)
 
     def meshes_json(self) -> Dict[str, Any]:
@@ -273,6 +289,8 @@ class _SpecBuilder:
             ids = sorted(self.box_devices)
             out["_devices"] = {"axis_names": ["d"], "shape": [len(ids)], "devices": ids,
                                "processes": [self.box_devices[i] for i in ids]}
+            if self.box_ordinals:
+                out["_devices"]["ordinals"] = [self.box_ordinals.get(i, 0) for i in ids]
         return out
 
 
@@ -598,6 +616,113 @@ class _Prepared:
         return out
 
 
+def _on_gpu(leaves: List[Any], targets: List[Optional[Sharding]], names: List[str]) -> bool:
+    """Whether the leaves live on GPUs (then every source and target device
+    must be a GPU of this process), or on CPU devices."""
+    kinds = set()
+    for x, dst, name in zip(leaves, targets, names):
+        s = getattr(x, "sharding", None)
+        for sh in (s, dst):
+            if sh is None:
+                continue
+            for d in sh.device_set:
+                kinds.add(d.platform == "cpu")
+                if len(kinds) > 1:
+                    raise InvalidArgumentError(
+                        f"tree{name}: device {d} is a {d.platform} device among CPU devices (or "
+                        "the reverse); reshard.jax moves CPU arrays to CPU devices and GPU "
+                        "arrays to GPUs of this process (jax.device_put moves between them)")
+    return kinds == {False}
+
+
+_CUDA_LOCAL: List[Executor] = []
+
+
+def _default_cuda_executor() -> Executor:
+    if not _CUDA_LOCAL:
+        from ._cuda import CudaLocalExecutor
+        _CUDA_LOCAL.append(CudaLocalExecutor())
+    return _CUDA_LOCAL[0]
+
+
+class _GpuPrepared:
+    """A plan of GPU arrays in one process, executed by a CUDA executor of
+    this process (``CudaLocalExecutor``): the sources' device buffers are
+    read in place (``unsafe_buffer_pointer``, after
+    ``block_until_ready``); each output array is first made by a jitted
+    ``jnp.zeros`` with the target sharding (waited for), and its shards'
+    device buffers are then written in place by the executor, which returns
+    once they hold their data. No host copy."""
+
+    def __init__(self, leaves: List[Any], targets: List[Optional[Sharding]], names: List[str],
+                 executor: Executor) -> None:
+        if getattr(executor, "memory", "host") != "cuda" or executor.process is not None:
+            raise InvalidArgumentError(
+                f"executor: a {executor.transport} executor for arrays on GPUs; reshard.jax "
+                "moves GPU arrays within one process: pass reshard.CudaLocalExecutor() or None")
+        me = jax.process_index()
+        self.executor = executor
+        self.names = names
+        self.dst_shardings: List[Sharding] = []
+        for x, dst, name in zip(leaves, targets, names):
+            shape, dtype, src = _leaf_info(x, name)
+            self.dst_shardings.append(dst or src)
+            for sh in (src, dst or src):
+                for d in sh.device_set:
+                    if d.process_index != me:
+                        raise InvalidArgumentError(
+                            f"tree{name}: device {d} is in process {d.process_index} (this is "
+                            f"process {me}); reshard.jax moves GPU arrays within one process")
+        self.plan = _plan(leaves, targets, names)
+        for t, x, dst_s in zip(self.plan.tensors, leaves, self.dst_shardings):
+            for s, lay in ((x.sharding, t.src), (dst_s, t.dst)):
+                jmap = {d.id: idx for d, idx in s.devices_indices_map(t.shape).items()}
+                for e in lay.entries:
+                    idx = jmap.get(e.device)
+                    got = None if idx is None else tuple(sl.indices(n)[:2]
+                                                         for sl, n in zip(idx, t.shape))
+                    if got != tuple(zip(e.lo, e.hi)):
+                        raise InternalError(f"tree{names[t.index]}: the plan's box {e.lo}..{e.hi} "
+                                            f"on device {e.device} differs from JAX's shard {got}")
+        self.src_devices = [[e.device for e in t.src.entries] for t in self.plan.tensors]
+        self.dst_devices = [[e.device for e in t.dst.entries] for t in self.plan.tensors]
+        tab = _core._table(self.plan)
+        self._table = _core._PointerTable(self.plan, np.ones(len(tab.src_bytes), bool),
+                                          np.ones(len(tab.dst_bytes), bool))
+        # A src/dst row of the table holds at least one slot: entries only.
+        self._nsrc = sum(map(len, self.src_devices))
+        self._ndst = sum(map(len, self.dst_devices))
+        self._table.src[self._nsrc:, 1] = 0
+        self._table.dst[self._ndst:, 1] = 0
+        import jax.numpy as jnp
+        self._zeros = [jax.jit(functools.partial(jnp.zeros, tuple(t.shape), x.dtype),
+                               out_shardings=s)
+                       for t, x, s in zip(self.plan.tensors, leaves, self.dst_shardings)]
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _pointers(arrays: List[Any], devices: List[List[int]], out: np.ndarray) -> None:
+        k = 0
+        for x, devs in zip(arrays, devices):
+            ptr = {int(s.device.id): s.data.unsafe_buffer_pointer() for s in x.addressable_shards}
+            for d in devs:
+                out[k] = ptr[d]
+                k += 1
+
+    def run(self, leaves: List[Any]) -> List[Any]:
+        jax.block_until_ready(leaves)
+        outs = [f() for f in self._zeros]
+        jax.block_until_ready(outs)  # the fills are done before reshard writes
+        with self._lock:
+            self._pointers(leaves, self.src_devices, self._table.src_ptr)
+            self._pointers(outs, self.dst_devices, self._table.dst_ptr)
+            try:
+                self.executor._execute_table(self._table)
+            except ReshardError as e:
+                raise _renamed(e, self.names) from None
+        return outs
+
+
 class _Split:
     """How a tree that is not all plain ``jax.Array``\\ s is moved: the
     indices of the leaves the plan moves (arrays, and key arrays through
@@ -644,7 +769,8 @@ class Resharder:
         current when the ``Resharder`` is made) or a pytree prefix of the
         trees it will be called on; ``None`` keeps a leaf's sharding.
     executor: ``None`` for one process (a host executor over this process's
-        CPU devices), or a :class:`reshard.MPIExecutor` whose rank is
+        CPU devices, ``CudaLocalExecutor`` over its GPUs), or a
+        :class:`reshard.MPIExecutor` whose rank is
         ``jax.process_index()`` for arrays spread over processes (omitting it
         then is an ``InvalidArgumentError`` that says so).
     cache_size: plans kept (least recently used dropped; 0 keeps none, so
@@ -665,7 +791,7 @@ class Resharder:
                  cache_size: int = 32, reuse_buffers: bool = True) -> None:
         self.reuse_buffers = reuse_buffers
         self.shardings = _resolve_specs(shardings)
-        self.executor = executor or _core._default_executor()
+        self.executor = executor  # None: host, or CudaLocalExecutor for GPU arrays
         self._cache: "collections.OrderedDict[Any, _Prepared]" = collections.OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -704,12 +830,22 @@ class Resharder:
         prep = self._lookup(key)
         if prep is not None:
             return prep
-        prep = _Prepared(leaves, targets, names, self.executor, self.reuse_buffers)
+        made: Any  # _Prepared, or _GpuPrepared (the same run / plan interface)
+        if _on_gpu(leaves, targets, names):
+            ex = self.executor if self.executor is not None else _default_cuda_executor()
+            made = _GpuPrepared(leaves, targets, names, ex)
+        else:
+            if self.executor is not None and getattr(self.executor, "memory", "host") != "host":
+                raise InvalidArgumentError(
+                    f"executor: a {self.executor.transport} executor (CUDA memory) for arrays "
+                    "on CPU devices; pass a host or MPI executor, or None")
+            made = _Prepared(leaves, targets, names,
+                             self.executor or _core._default_executor(), self.reuse_buffers)
         with self._lock:
-            self._cache[key] = prep
+            self._cache[key] = made
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
-        return prep
+        return made
 
     def _plain(self, leaves: List[Any]) -> bool:
         """Every leaf a plain ``jax.Array`` (the fast path: no key arrays, no
@@ -840,8 +976,8 @@ def reshard(tree: Any, shardings: Any, *, donate: Any = False,
     """Returns ``tree`` moved to ``shardings``, equal to
     ``jax.device_put(tree, shardings, donate=donate)``.
 
-    tree: a pytree of ``jax.Array``\\ s on CPU devices (moved by a reshard
-        plan), PRNG key arrays (moved through their key data, given back as
+    tree: a pytree of ``jax.Array``\\ s on CPU devices, or on GPUs of this
+        process (moved by a reshard plan), PRNG key arrays (moved through their key data, given back as
         key arrays of the same impl), NumPy arrays and Python scalars
         (converted and placed by ``jax.device_put``). Not inside ``jax.jit``:
         a tracer (or any call while JAX traces) is a ``TypeError``.
@@ -851,9 +987,11 @@ def reshard(tree: Any, shardings: Any, *, donate: Any = False,
     donate: a bool, or a pytree prefix of ``tree`` of bools: the donated
         source arrays are deleted once moved (using them raises JAX's
         "Array has been deleted" ``RuntimeError``).
-    executor: ``None`` in one process; a :class:`reshard.MPIExecutor` (rank
-        ``jax.process_index()``) when the arrays span processes (collective:
-        every process calls it with the same tree and shardings).
+    executor: ``None`` in one process (a host executor, or
+        ``CudaLocalExecutor`` for GPU arrays); a :class:`reshard.MPIExecutor`
+        (rank ``jax.process_index()``) when CPU arrays span processes
+        (collective: every process calls it with the same tree and
+        shardings).
     cache_resharding_plans: ``True`` (the default) plans once per (structure,
         shapes, dtypes, shardings, executor) and reuses the plan and its
         output memory; ``False`` plans afresh and keeps nothing.
