@@ -26,7 +26,12 @@
 #      one GPU (a small transformer verified element by element, then a
 #      7.4 GiB Llama-style FSDP -> tp=8 reshard), first and repeated
 #      executions against cudaMemcpy of the same bytes;
-#   8. appends date, device, versions, commit, test summary and the
+#   8. runs bench/gpu/torch_peer.py: the specs of bench/gpu/peer_specs.py
+#      through the engine (--dump) and the same reshards done the way a
+#      PyTorch user would, eager and in a CUDA graph (skipped without torch);
+#   9. runs scripts/test-python-gpu.sh: the Python package's CUDA executors,
+#      reshard.torch and reshard.jax on the GPU;
+#  10. appends date, device, versions, commit, test summary and the
 #      benchmark tables to docs/gpu-results.md.
 #
 # Exit status: 0 when every GPU test passed and none was skipped (except
@@ -162,12 +167,40 @@ python3 scripts/gen_transformer_spec.py --layers 4 --hidden 8192 --kv 1024 --mlp
 ENGINE_STATUS=$?
 cat "$LOG_DIR/engine.log"
 
+say "PyTorch peer (bench/gpu/torch_peer.py)"
+# The same reshards done the way a PyTorch user would (one slice copy_/add_
+# per overlap, eager and in a CUDA graph), against the engine's repeated
+# execution measured just before in the same run. Skipped without torch.
+PEER_DIR=$BUILD/peer
+PEER_STATUS=0
+if python3 -c "import torch" 2>/dev/null; then
+  rm -rf "$PEER_DIR"
+  DUMPS=()
+  for spec in $(python3 bench/gpu/peer_specs.py "$PEER_DIR"); do
+    dump=${spec%.json}.dump.json
+    RESHARD_BACKEND_DIR="$BUILD/lib" "$BUILD/bench/gpu/bench_gpu_engine_bandwidth" --spec "$spec" \
+      --iters "${BENCH_ITERS:-10}" --dump "$dump" >>"$LOG_DIR/peer-engine.log" 2>&1 || PEER_STATUS=1
+    [[ -f $dump ]] && DUMPS+=("$dump")
+  done
+  ((${#DUMPS[@]})) && { python3 bench/gpu/torch_peer.py --iters "${BENCH_ITERS:-10}" "${DUMPS[@]}" \
+    >"$LOG_DIR/peer.log" 2>&1 || PEER_STATUS=1; }
+  cat "$LOG_DIR/peer.log"
+else
+  echo "torch not importable: skipped" | tee "$LOG_DIR/peer.log"
+fi
+
+say "Python package on the GPU (scripts/test-python-gpu.sh)"
+bash scripts/test-python-gpu.sh >"$LOG_DIR/python-gpu.log" 2>&1
+PYTHON_STATUS=$?
+tail -25 "$LOG_DIR/python-gpu.log"
+
 STATUS=0
 VERDICT="passed"
 if [[ -z "$HAVE_GPU" ]]; then
   STATUS=1
   VERDICT="NO GPU (built; GPU tests skipped, only the CPU emulation ran)"
-elif [[ $TEST_STATUS -ne 0 || $BENCH_STATUS -ne 0 || $ENGINE_STATUS -ne 0 ]]; then
+elif [[ $TEST_STATUS -ne 0 || $BENCH_STATUS -ne 0 || $ENGINE_STATUS -ne 0 || $PEER_STATUS -ne 0 ||
+  $PYTHON_STATUS -ne 0 ]]; then
   STATUS=1
   VERDICT="FAILED"
 elif [[ -n "$UNEXPECTED_SKIPS" && "${RESHARD_GPU_ALLOW_SKIPS:-0}" != 1 ]]; then
@@ -210,6 +243,16 @@ fi
   grep -E "^(verified|spec|plan):" "$LOG_DIR/engine.log" | sed 's/^/- /'
   echo
   grep -E "^\|" "$LOG_DIR/engine.log" | awk '!seen[$0]++' || echo "(no engine table: see the log, exit status $ENGINE_STATUS)"
+  echo
+  echo "PyTorch peer (bench/gpu/torch_peer.py on bench/gpu/peer_specs.py's cases; peer / reshard"
+  echo "above 1: reshard faster; reshard: repeated engine execution, median, same run):"
+  echo
+  grep -E "^torch " "$LOG_DIR/peer.log" | sed 's/^/- /'
+  echo
+  grep -E "^\|" "$LOG_DIR/peer.log" || echo "(no peer table: $(tail -1 "$LOG_DIR/peer.log"))"
+  echo
+  echo "- Python package on the GPU (scripts/test-python-gpu.sh, exit status $PYTHON_STATUS):" \
+    "$(grep -E "passed|failed|skipped" "$LOG_DIR/python-gpu.log" | tail -1)"
 } >>"$RESULTS"
 echo "appended to $RESULTS"
 echo "logs: $LOG_DIR"

@@ -64,19 +64,64 @@ Plan one_gpu_plan(reshard::PlanInput in) {
 
 }  // namespace
 
+// --dump: the timings and every tensor's shard boxes (and summand of a
+// partial source), for bench/gpu/torch_peer.py, which runs the same reshard
+// the way a PyTorch user would and reports its time over ours.
+void dump(const std::string& path, const std::string& name, const Plan& plan, double first_seconds,
+          double seconds, int64_t moved) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "engine_bandwidth: cannot write %s\n", path.c_str());
+    std::exit(1);
+  }
+  const auto box = [&](const reshard::Box& b) {
+    std::fprintf(f, "[[");
+    for (int k = 0; k < b.rank; ++k) std::fprintf(f, "%s%lld", k ? "," : "", (long long)b.lo[k]);
+    std::fprintf(f, "],[");
+    for (int k = 0; k < b.rank; ++k) std::fprintf(f, "%s%lld", k ? "," : "", (long long)b.hi[k]);
+    std::fprintf(f, "]]");
+  };
+  std::fprintf(f, "{\"name\":\"%s\",\"first_ms\":%.6f,\"ms\":%.6f,\"moved_bytes\":%lld,",
+               name.c_str(), first_seconds * 1e3, seconds * 1e3, static_cast<long long>(moved));
+  std::fprintf(f, "\"tensors\":[");
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    const reshard::TensorSpec& spec = plan.tensors()[t];
+    std::fprintf(f, "%s{\"dtype\":\"%s\",\"partial\":%s,\"src\":[", t ? "," : "",
+                 std::string(reshard::dtype_name(spec.dtype)).c_str(),
+                 spec.src.partial() ? "true" : "false");
+    for (size_t e = 0; e < spec.src.num_entries(); ++e) {
+      std::fprintf(f, "%s{\"summand\":%d,\"box\":", e ? "," : "", spec.src.summand(e));
+      box(spec.src.box(e));
+      std::fprintf(f, "}");
+    }
+    std::fprintf(f, "],\"dst\":[");
+    for (size_t e = 0; e < spec.dst.num_entries(); ++e) {
+      std::fprintf(f, "%s", e ? "," : "");
+      box(spec.dst.box(e));
+    }
+    std::fprintf(f, "]}");
+  }
+  std::fprintf(f, "]}\n");
+  std::fclose(f);
+}
+
 int main(int argc, char** argv) {
   std::string spec_path;
   int iters = 10;
   bool verify = false;
+  std::string dump_path;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--spec") == 0 && i + 1 < argc)
       spec_path = argv[++i];
     else if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
       iters = std::max(1, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--dump") == 0 && i + 1 < argc)
+      dump_path = argv[++i];
     else if (std::strcmp(argv[i], "--verify") == 0)
       verify = true;
     else {
-      std::fprintf(stderr, "usage: engine_bandwidth --spec F [--iters K] [--verify]\n");
+      std::fprintf(stderr,
+                   "usage: engine_bandwidth --spec F [--iters K] [--verify] [--dump FILE]\n");
       return 2;
     }
   }
@@ -206,6 +251,7 @@ int main(int argc, char** argv) {
     };
     row("first (schedule, launches, checks)", first_seconds);
     row(cached ? "repeated, median (cached schedule)" : "repeated, median", steady);
+    if (!dump_path.empty()) dump(dump_path, name, plan, first_seconds, steady, moved);
     return 0;
   } catch (const reshard::Error& e) {
     std::fprintf(stderr, "engine_bandwidth: %s\n", e.what());
