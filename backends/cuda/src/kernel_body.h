@@ -353,6 +353,45 @@ RESHARD_HD inline void reduce_n_elems(const Work& w, const SrcRef* srcs, int64_t
   const Acc div = static_cast<Acc>(w.divisor > 1 ? w.divisor : 1);
   const unsigned char* a = from_identity ? nullptr : w.acc + to * static_cast<int64_t>(sizeof(Acc));
   const bool aa = (w.flags & kAccAligned) != 0;
+  // 16-byte vectors of V elements from every summand where every pointer
+  // allows them (the common case: shards and staging are aligned).
+  constexpr int V = 16 / static_cast<int>(sizeof(E));
+  const int64_t out_size =
+      store ? static_cast<int64_t>(sizeof(E)) : static_cast<int64_t>(sizeof(Acc));
+  bool vec =
+      from_identity && V > 1 && (reinterpret_cast<uintptr_t>(out + begin * out_size) & 15) == 0;
+  for (int j = 0; j < n && vec; ++j) {
+    vec = (reinterpret_cast<uintptr_t>(in[j] + begin * static_cast<int64_t>(sizeof(E))) & 15) == 0;
+  }
+  if (vec) {
+    const int64_t nv = (end - begin) / V;
+    for (int64_t v = lane; v < nv; v += width) {
+      const int64_t i0 = begin + v * V;
+      Vec16 raw[kMaxFusedSources];
+      for (int j = 0; j < n; ++j) {
+        raw[j] = load_unit<Vec16>(in[j] + i0 * static_cast<int64_t>(sizeof(E)));
+      }
+      Acc acc[V];
+      for (int e = 0; e < V; ++e) acc[e] = identity;
+      for (int j = 0; j < n; ++j) {
+        E x[V];
+        memcpy(x, &raw[j], 16);
+        for (int e = 0; e < V; ++e) acc[e] = reduce_combine<D, Op>(acc[e], T::load(x[e]));
+      }
+      if (store) {
+        E y[V];
+        for (int e = 0; e < V; ++e) y[e] = T::store(w.divisor > 1 ? acc[e] / div : acc[e]);
+        Vec16 packed;
+        memcpy(&packed, y, 16);
+        store_unit<Vec16>(out + i0 * static_cast<int64_t>(sizeof(E)), packed);
+      } else {
+        for (int e = 0; e < V; ++e) {
+          store_elem<Acc>(out + (i0 + e) * static_cast<int64_t>(sizeof(Acc)), acc[e], true);
+        }
+      }
+    }
+    begin += nv * V;  // the scalar loop below takes the tail
+  }
   for (int64_t i = begin + lane; i < end; i += width) {
     Acc acc =
         from_identity ? identity : load_elem<Acc>(a + i * static_cast<int64_t>(sizeof(Acc)), aa);

@@ -1,0 +1,150 @@
+// The engine over the CUDA backend's launch planning on the CPU: a
+// one-process transport whose run_copies plans each call's launches with
+// copy_plan.h (fused reductions included) and runs them thread by thread
+// with the device code of kernel_body.h, on host memory. Every plan must
+// leave what execute_host leaves, so the way the engine hands the backend
+// its fills, summands and stores (and what copy_plan fuses of them) is
+// tested without a GPU; tests/gpu runs the same plans on one.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "copy_plan.h"
+#include "core/random_cases.h"
+#include "core/staged_cases.h"
+#include "kernel_body.h"
+#include "reshard/engine.h"
+#include "reshard/exec.h"
+#include "reshard/oracle.h"
+#include "reshard/plan.h"
+#include "reshard/transport.h"
+
+namespace reshard {
+namespace {
+
+class Done final : public TransferBatch {
+ public:
+  bool test() override { return true; }
+  std::vector<int32_t> pending_peers() const override { return {}; }
+};
+
+class HostBlock final : public StagingBlock {
+ public:
+  explicit HostBlock(int64_t bytes) : words_(static_cast<size_t>(bytes / 8 + 2)), bytes_(bytes) {}
+  std::byte* data() override { return reinterpret_cast<std::byte*>(words_.data()); }
+  int64_t bytes() const override { return bytes_; }
+
+ private:
+  std::vector<uint64_t> words_;
+  int64_t bytes_;
+};
+
+// One stream: each run_copies call is planned and emulated at once.
+class EmulatedCuda final : public Transport {
+ public:
+  TransportInfo info() const override {
+    TransportInfo i;
+    i.name = "cuda emulation";
+    i.memory = MemoryKind::kCuda;
+    i.rank = 0;
+    i.size = 1;
+    i.whole_plan = true;
+    i.stream_ordered = true;
+    return i;
+  }
+  std::unique_ptr<StagingBlock> allocate_staging(int64_t, int32_t, int64_t bytes) override {
+    return std::make_unique<HostBlock>(bytes);
+  }
+  std::unique_ptr<TransferBatch> start(std::span<const TransferOp> ops) override {
+    EXPECT_TRUE(ops.empty()) << "a one-process group has no peer";
+    return std::make_unique<Done>();
+  }
+  void run_copies(int64_t, int32_t, std::span<const CopyOp> ops) override {
+    for (const cuda_backend::Launch& l : cuda_backend::plan_launches(ops)) {
+      const int n = static_cast<int>(l.works.size());
+      // Tiles last to first: a missed dependency inside a launch shows.
+      for (int64_t tile = l.tiles() - 1; tile >= 0; --tile) {
+        for (int tid = 0; tid < cuda_backend::kThreads; ++tid) {
+          if (l.element) {
+            cuda_backend::run_tile<true>(l.works.data(), l.tile_start.data(), l.sources.data(), n,
+                                         tile, tid);
+          } else {
+            cuda_backend::run_tile<false>(l.works.data(), l.tile_start.data(), l.sources.data(), n,
+                                          tile, tid);
+          }
+        }
+      }
+      for (const cuda_backend::Work& w : l.works) {
+        fused += static_cast<cuda_backend::WorkKind>(w.kind) == cuda_backend::WorkKind::kReduceN;
+      }
+    }
+  }
+  void order_streams() override {}
+  void finish(double) override {}
+  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> record,
+                                                double) override {
+    return {std::vector<std::byte>(record.begin(), record.end())};
+  }
+  [[noreturn]] void abort(int exit_code) noexcept override { std::_Exit(exit_code); }
+
+  int64_t fused = 0;
+};
+
+void expect_same_as_host(Engine& engine, const Plan& plan) {
+  OracleBuffers host = fill_sources(plan);
+  OracleBuffers dev = host;
+  execute_host(plan, host.views());
+  const std::vector<TensorBuffers> views = dev.views();
+  engine.execute(plan, 0, views, {.agreement = ExecuteOptions::Agreement::kSkip});
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    for (size_t e = 0; e < host.dst[t].size(); ++e) {
+      ASSERT_EQ(dev.dst[t][e], host.dst[t][e])
+          << "tensor " << t << " (" << plan.tensors()[t].name << ", "
+          << dtype_name(plan.tensors()[t].dtype) << ") dst entry " << e;
+    }
+  }
+}
+
+// Invariant: random plans in one process (uneven, replication, partial
+// sources of narrow floats accumulated in f32, budgets), each of their
+// processes a host, leave execute_host's bytes through the engine over the
+// emulated backend; partial sums run as fused reductions.
+TEST(EngineEmulation, RandomPlansMatchExecuteHost) {
+  auto transport = std::make_unique<EmulatedCuda>();
+  EmulatedCuda* t = transport.get();
+  Engine engine(std::move(transport));
+  int partial = 0;
+  for (uint64_t seed = 5000; seed < 6000; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    PlanInput in = testing::random_staged_input(seed, 1);
+    // Narrow floats where the source is partial: f32 accumulators.
+    const DType narrow[] = {DType::kBF16, DType::kF16, DType::kF32};
+    for (size_t k = 0; k < in.tensors.size(); ++k) {
+      if (in.tensors[k].src.partial()) {
+        in.tensors[k].dtype = narrow[(seed + k) % 3];
+        ++partial;
+      }
+    }
+    expect_same_as_host(engine, make_plan(in));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(partial, 50);
+  EXPECT_GT(t->fused, 0);
+}
+
+// Invariant: the MPI tests' staged specs (relays, reduce-scatter then
+// gather, pre-reduction in scratch) in one process do too.
+TEST(EngineEmulation, StagedSpecsMatchExecuteHost) {
+  Engine engine(std::make_unique<EmulatedCuda>());
+  for (const testing::StagedCase& c : testing::staged_spec_cases(1)) {
+    SCOPED_TRACE(c.name);
+    expect_same_as_host(engine, make_plan(c.input));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace reshard
