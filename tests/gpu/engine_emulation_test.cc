@@ -68,7 +68,10 @@ class EmulatedCuda final : public Transport {
       // Tiles last to first: a missed dependency inside a launch shows.
       for (int64_t tile = l.tiles() - 1; tile >= 0; --tile) {
         for (int tid = 0; tid < cuda_backend::kThreads; ++tid) {
-          if (l.element) {
+          if (l.multi) {
+            cuda_backend::run_tile<true, true>(l.works.data(), l.tile_start.data(),
+                                               l.sources.data(), n, tile, tid);
+          } else if (l.element) {
             cuda_backend::run_tile<true>(l.works.data(), l.tile_start.data(), l.sources.data(), n,
                                          tile, tid);
           } else {

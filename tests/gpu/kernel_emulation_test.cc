@@ -40,7 +40,10 @@ void emulate(const std::vector<Launch>& launches, bool reverse = false) {
     for (int64_t k = 0; k < l.tiles(); ++k) {
       const int64_t tile = reverse ? l.tiles() - 1 - k : k;
       for (int tid = 0; tid < kThreads; ++tid) {
-        if (l.element) {
+        if (l.multi) {
+          cuda_backend::run_tile<true, true>(l.works.data(), l.tile_start.data(), l.sources.data(),
+                                             n, tile, tid);
+        } else if (l.element) {
           cuda_backend::run_tile<true>(l.works.data(), l.tile_start.data(), l.sources.data(), n,
                                        tile, tid);
         } else {

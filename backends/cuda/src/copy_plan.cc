@@ -937,17 +937,20 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
       if (plan_op(ops[i], i, p)) f(p);
     }
   };
-  const auto element_kind = [](const Planned& p) {
-    return static_cast<WorkKind>(p.work.kind) != WorkKind::kCopy;
+  // The launch class of a Work: copies, element kinds, fused reductions.
+  const auto klass = [](const Planned& p) {
+    const auto k = static_cast<WorkKind>(p.work.kind);
+    return k == WorkKind::kCopy ? 0 : k == WorkKind::kReduceN ? 2 : 1;
   };
   std::vector<Launch> launches;
   // Fast path: independent ops (packing into distinct staging ranges,
   // unpacking distinct messages into distinct shards) are one phase, found
   // by one sort instead of the incremental overlap index.
   {
-    Launch copies;
-    Launch elements;
-    elements.element = true;
+    Launch classes[3];
+    classes[1].element = true;
+    classes[2].element = classes[2].multi = true;
+    Launch& copies = classes[0];
     std::vector<Span> spans;
     spans.reserve(2 * ops.size());
     copies.works.reserve(ops.size());
@@ -955,33 +958,36 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     each([&](const Planned& p) {
       for (const Footprint& f : p.reads) spans.push_back({f.lo, f.hi, false});
       for (const Footprint& f : p.writes) spans.push_back({f.lo, f.hi, true});
-      append_planned(element_kind(p) ? elements : copies, p);
+      append_planned(classes[klass(p)], p);
     });
     if (writes_isolated(spans)) {
-      for (Launch* l : {&copies, &elements}) {
-        if (!l->works.empty()) launches.push_back(std::move(*l));
+      for (Launch& l : classes) {
+        if (!l.works.empty()) launches.push_back(std::move(l));
       }
       return launches;
     }
   }
   Phase phase;
-  Launch copies;
-  Launch elements;
-  elements.element = true;
-  const auto flush = [&] {
-    for (Launch* l : {&copies, &elements}) {
-      if (l->works.empty()) continue;
-      launches.push_back(std::move(*l));
-      l->works.clear();
-      l->tile_start.clear();
-      l->sources.clear();
+  Launch classes[3];
+  const auto reset = [&] {
+    for (int k = 0; k < 3; ++k) {
+      classes[k] = Launch{};
+      classes[k].element = k > 0;
+      classes[k].multi = k == 2;
     }
+  };
+  reset();
+  const auto flush = [&] {
+    for (Launch& l : classes) {
+      if (!l.works.empty()) launches.push_back(std::move(l));
+    }
+    reset();
     phase.clear();
   };
   each([&](const Planned& p) {
     if (phase.conflicts(p.reads, p.writes)) flush();
     phase.add(p.reads, p.writes);
-    append_planned(element_kind(p) ? elements : copies, p);
+    append_planned(classes[klass(p)], p);
   });
   flush();
   return launches;

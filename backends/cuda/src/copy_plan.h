@@ -10,8 +10,9 @@
 // unless it writes memory the phase reads or writes, or reads memory the
 // phase writes (exact element sets for boxes of the same buffer, see
 // footprints_overlap; conservative byte spans otherwise). Each phase is at
-// most two launches, its copies and its element-wise ops (different register
-// needs), which are independent of each other.
+// most three launches, its copies, its element-wise ops and its fused
+// reductions (different register needs), which are independent of each
+// other.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@ namespace reshard::cuda_backend {
 
 struct Launch {
   bool element = false;  // run_tile<true> (element kinds) or <false> (copies)
+  bool multi = false;    // run_tile<true, true>: kReduceN Works only
   std::vector<Work> works;
   std::vector<int64_t> tile_start;  // works.size() + 1 entries
   std::vector<SrcRef> sources;      // summands of its kReduceN Works

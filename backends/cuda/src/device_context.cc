@@ -205,7 +205,7 @@ bool same_ops(std::span<const CopyOp> a, std::span<const CopyOp> b) {
 DeviceContext::Descriptors DeviceContext::layout(const std::vector<Launch>& launches) {
   Descriptors d;
   for (const Launch& l : launches) {
-    Part p{l.element, static_cast<int>(l.works.size()), l.tiles(), 0, 0, 0};
+    Part p{l.element, l.multi, static_cast<int>(l.works.size()), l.tiles(), 0, 0, 0};
     d.bytes = (d.bytes + 15) / 16 * 16;  // Works hold 8-byte fields; keep 16
     p.works_offset = d.bytes;
     d.bytes += l.works.size() * sizeof(Work);
@@ -246,7 +246,7 @@ DeviceContext::Slot& DeviceContext::stage(const std::vector<Launch>& launches, c
 void DeviceContext::launch_all(const void* device, const Descriptors& d) {
   const auto* base = static_cast<const unsigned char*>(device);
   for (const Part& p : d.parts) {
-    check(launch_tiles(p.element, reinterpret_cast<const Work*>(base + p.works_offset),
+    check(launch_tiles(p.element, p.multi, reinterpret_cast<const Work*>(base + p.works_offset),
                        reinterpret_cast<const int64_t*>(base + p.tiles_offset),
                        reinterpret_cast<const SrcRef*>(base + p.sources_offset), p.works, p.tiles,
                        max_blocks_, stream_),

@@ -64,6 +64,7 @@ class DeviceContext {
   // Where each launch's works and tile starts sit in one descriptor buffer.
   struct Part {
     bool element;
+    bool multi;
     int works;
     int64_t tiles;
     size_t works_offset;

@@ -21,6 +21,14 @@
 #include "reshard/box_copy.h"
 #include "reshard/hd.h"
 
+// Unrolls the next loop on the device (fixed trip counts: summands,
+// vector lanes); nothing on the host.
+#if defined(__CUDA_ARCH__)
+#define RESHARD_UNROLL _Pragma("unroll")
+#else
+#define RESHARD_UNROLL
+#endif
+
 namespace reshard::cuda_backend {
 
 inline constexpr int kThreads = 256;               // threads per block (tile)
@@ -324,6 +332,106 @@ RESHARD_HD inline int64_t src_run_offset(const CopyDesc& d, const SrcRef& r, int
   return s;
 }
 
+// The vector body of reduce_n_elems for N summands: V = 16 / sizeof(E)
+// elements per 16-byte load, all N loads issued before they are combined.
+// Returns the elements done (a multiple of V from begin).
+template <DType D, ReduceOp Op, int N>
+RESHARD_HD inline int64_t reduce_n_vec(const Work& w, const unsigned char* const* in,
+                                       typename AccTraits<D>::Acc identity, unsigned char* out,
+                                       int64_t begin, int64_t end, int lane, int width) {
+  using T = AccTraits<D>;
+  using E = typename T::Elem;
+  using Acc = typename T::Acc;
+  constexpr int V = 16 / static_cast<int>(sizeof(E));
+  const bool store = (w.flags & kStoreOut) != 0;
+  const Acc div = static_cast<Acc>(w.divisor > 1 ? w.divisor : 1);
+  const int64_t nv = (end - begin) / V;
+  const unsigned char* p[N];
+  RESHARD_UNROLL
+  for (int j = 0; j < N; ++j) p[j] = in[j] + begin * static_cast<int64_t>(sizeof(E));
+  unsigned char* o =
+      out + begin * (store ? static_cast<int64_t>(sizeof(E)) : static_cast<int64_t>(sizeof(Acc)));
+  for (int64_t v = lane; v < nv; v += width) {
+    Vec16 raw[N];
+    RESHARD_UNROLL
+    for (int j = 0; j < N; ++j) raw[j] = load_unit<Vec16>(p[j] + v * 16);
+    Acc acc[V];
+    RESHARD_UNROLL
+    for (int e = 0; e < V; ++e) acc[e] = identity;
+    RESHARD_UNROLL
+    for (int j = 0; j < N; ++j) {
+      E x[V];
+      memcpy(x, &raw[j], 16);
+      RESHARD_UNROLL
+      for (int e = 0; e < V; ++e) acc[e] = reduce_combine<D, Op>(acc[e], T::load(x[e]));
+    }
+    if (store) {
+      E y[V];
+      RESHARD_UNROLL
+      for (int e = 0; e < V; ++e) y[e] = T::store(w.divisor > 1 ? acc[e] / div : acc[e]);
+      Vec16 packed;
+      memcpy(&packed, y, 16);
+      store_unit<Vec16>(o + v * 16, packed);
+    } else {
+      // V accumulators of sizeof(Acc) bytes: 16-byte stores.
+      constexpr int kStores = V * static_cast<int>(sizeof(Acc)) / 16;
+      RESHARD_UNROLL
+      for (int k = 0; k < kStores; ++k) {
+        Vec16 packed;
+        memcpy(&packed, reinterpret_cast<const unsigned char*>(acc) + k * 16, 16);
+        store_unit<Vec16>(o + (v * kStores + k) * 16, packed);
+      }
+    }
+  }
+  return nv * V;
+}
+
+// Dispatches the vector body on the summands' count for f32, bf16 and f16
+// where every pointer is 16-byte aligned at `begin`; 0 (nothing done)
+// otherwise, and the scalar loop does it all.
+template <DType D, ReduceOp Op>
+RESHARD_HD inline int64_t reduce_n_vectors(const Work& w, const unsigned char* const* in, int n,
+                                           typename AccTraits<D>::Acc identity, unsigned char* out,
+                                           int64_t begin, int64_t end, int lane, int width) {
+  if constexpr (D != DType::kF32 && D != DType::kBF16 && D != DType::kF16) {
+    (void)w, (void)in, (void)n, (void)identity, (void)out, (void)begin, (void)end, (void)lane,
+        (void)width;
+    return 0;
+  } else {
+    using T = AccTraits<D>;
+    using E = typename T::Elem;
+    using Acc = typename T::Acc;
+    const bool store = (w.flags & kStoreOut) != 0;
+    const int64_t out_size =
+        store ? static_cast<int64_t>(sizeof(E)) : static_cast<int64_t>(sizeof(Acc));
+    if ((reinterpret_cast<uintptr_t>(out + begin * out_size) & 15) != 0) return 0;
+    for (int j = 0; j < n; ++j) {
+      if ((reinterpret_cast<uintptr_t>(in[j] + begin * static_cast<int64_t>(sizeof(E))) & 15) != 0)
+        return 0;
+    }
+    switch (n) {
+      case 1:
+        return reduce_n_vec<D, Op, 1>(w, in, identity, out, begin, end, lane, width);
+      case 2:
+        return reduce_n_vec<D, Op, 2>(w, in, identity, out, begin, end, lane, width);
+      case 3:
+        return reduce_n_vec<D, Op, 3>(w, in, identity, out, begin, end, lane, width);
+      case 4:
+        return reduce_n_vec<D, Op, 4>(w, in, identity, out, begin, end, lane, width);
+      case 5:
+        return reduce_n_vec<D, Op, 5>(w, in, identity, out, begin, end, lane, width);
+      case 6:
+        return reduce_n_vec<D, Op, 6>(w, in, identity, out, begin, end, lane, width);
+      case 7:
+        return reduce_n_vec<D, Op, 7>(w, in, identity, out, begin, end, lane, width);
+      case 8:
+        return reduce_n_vec<D, Op, 8>(w, in, identity, out, begin, end, lane, width);
+      default:
+        return 0;
+    }
+  }
+}
+
 // kReduceN: each element folds every summand in order (as consecutive
 // reduce_into calls would, bit for bit), reading each summand once and
 // writing the result once, as the accumulator or stored in the dtype.
@@ -353,44 +461,12 @@ RESHARD_HD inline void reduce_n_elems(const Work& w, const SrcRef* srcs, int64_t
   const Acc div = static_cast<Acc>(w.divisor > 1 ? w.divisor : 1);
   const unsigned char* a = from_identity ? nullptr : w.acc + to * static_cast<int64_t>(sizeof(Acc));
   const bool aa = (w.flags & kAccAligned) != 0;
-  // 16-byte vectors of V elements from every summand where every pointer
-  // allows them (the common case: shards and staging are aligned).
-  constexpr int V = 16 / static_cast<int>(sizeof(E));
-  const int64_t out_size =
-      store ? static_cast<int64_t>(sizeof(E)) : static_cast<int64_t>(sizeof(Acc));
-  bool vec =
-      from_identity && V > 1 && (reinterpret_cast<uintptr_t>(out + begin * out_size) & 15) == 0;
-  for (int j = 0; j < n && vec; ++j) {
-    vec = (reinterpret_cast<uintptr_t>(in[j] + begin * static_cast<int64_t>(sizeof(E))) & 15) == 0;
-  }
-  if (vec) {
-    const int64_t nv = (end - begin) / V;
-    for (int64_t v = lane; v < nv; v += width) {
-      const int64_t i0 = begin + v * V;
-      Vec16 raw[kMaxFusedSources];
-      for (int j = 0; j < n; ++j) {
-        raw[j] = load_unit<Vec16>(in[j] + i0 * static_cast<int64_t>(sizeof(E)));
-      }
-      Acc acc[V];
-      for (int e = 0; e < V; ++e) acc[e] = identity;
-      for (int j = 0; j < n; ++j) {
-        E x[V];
-        memcpy(x, &raw[j], 16);
-        for (int e = 0; e < V; ++e) acc[e] = reduce_combine<D, Op>(acc[e], T::load(x[e]));
-      }
-      if (store) {
-        E y[V];
-        for (int e = 0; e < V; ++e) y[e] = T::store(w.divisor > 1 ? acc[e] / div : acc[e]);
-        Vec16 packed;
-        memcpy(&packed, y, 16);
-        store_unit<Vec16>(out + i0 * static_cast<int64_t>(sizeof(E)), packed);
-      } else {
-        for (int e = 0; e < V; ++e) {
-          store_elem<Acc>(out + (i0 + e) * static_cast<int64_t>(sizeof(Acc)), acc[e], true);
-        }
-      }
-    }
-    begin += nv * V;  // the scalar loop below takes the tail
+  // 16-byte vectors of every summand where every pointer allows them (the
+  // common case: shards and staging are aligned), with the summands'
+  // count a template argument for the floats, so that nothing spills.
+  if (from_identity) {
+    const int64_t done = reduce_n_vectors<D, Op>(w, in, n, identity, out, begin, end, lane, width);
+    begin += done;  // the scalar loop below takes the tail
   }
   for (int64_t i = begin + lane; i < end; i += width) {
     Acc acc =
@@ -485,7 +561,9 @@ RESHARD_HD inline void fill_unit(const Work& w, unsigned char* d, int64_t begin,
 // kElement selects the launch class: copies (false) or the element kinds
 // (true); copy_plan never mixes them in one launch.
 // `sources`: the launch's summands of kReduceN Works (SrcRef).
-template <bool kElement>
+// kMulti: the launch holds only kReduceN Works (their own kernel, so that
+// their registers do not lower the occupancy of the other element kinds).
+template <bool kElement, bool kMulti = false>
 RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start, const SrcRef* sources,
                                 int n, int64_t tile, int tid) {
   const int wi = find_work(tile_start, n, tile);
@@ -510,6 +588,10 @@ RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start, co
   } else {
     const int64_t begin = chunk * w.chunk;
     const int64_t end = w.run_len - begin < w.chunk ? w.run_len : begin + w.chunk;
+    if constexpr (kMulti) {
+      return kernel_detail::reduce_n_unit(w, sources + w.src_begin, run, to, d, begin, end, lane,
+                                          group);
+    }
     switch (static_cast<WorkKind>(w.kind)) {
       case WorkKind::kReduce:
         return kernel_detail::reduce_unit(w, s, d, begin, end, lane, group);
@@ -517,9 +599,7 @@ RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start, co
         return kernel_detail::fill_unit(w, d, begin, end, lane, group);
       case WorkKind::kStore:
         return kernel_detail::store_unit_elems(w, s, d, begin, end, lane, group);
-      case WorkKind::kReduceN:
-        return kernel_detail::reduce_n_unit(w, sources + w.src_begin, run, to, d, begin, end, lane,
-                                            group);
+      case WorkKind::kReduceN:  // in kMulti launches only
       case WorkKind::kCopy:
         return;
     }

@@ -10,12 +10,12 @@
 
 namespace reshard::cuda_backend {
 
-// Launches run_tile<element> over `tiles` tiles of the `n` works at
+// Launches run_tile<element, multi> over `tiles` tiles of the `n` works at
 // `works` / `tile_start` / `sources` (the summands of kReduceN Works; device
 // memory, valid until the kernel completes),
 // with at most `max_blocks` blocks, on `stream` of the current device.
 // Returns the launch status.
-cudaError_t launch_tiles(bool element, const Work* works, const int64_t* tile_start,
+cudaError_t launch_tiles(bool element, bool multi, const Work* works, const int64_t* tile_start,
                          const SrcRef* sources, int n, int64_t tiles, int max_blocks,
                          cudaStream_t stream);
 
