@@ -152,6 +152,10 @@ struct ExecuteStats {
   // Time with batches in flight and nothing else to do: waiting for peers
   // (where a rank waits, for profiling).
   double wait_seconds = 0;
+  // This execution replayed the copies of the previous one (a cached
+  // schedule on device memory without messages, the same buffers): the
+  // engine did no per-piece work (docs/engine.md).
+  bool replayed = false;
 };
 
 struct EngineOptions {

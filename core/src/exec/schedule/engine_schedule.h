@@ -351,6 +351,30 @@ struct Schedule {
   int64_t deferred_bytes = 0;
   int64_t scratch_bytes = 0;  // of the scratch buffers themselves (in work)
   int64_t local_bytes = 0;
+  // A cached schedule's last execution on device memory without messages
+  // (one process: the cuda local transport, or a part that only copies
+  // within its GPUs), kept to be replayed (engine.cc, Replay).
+  std::shared_ptr<struct Replay> replay;
+};
+
+// What an execution handed the transport, to hand it again when the next
+// execution of the same cached schedule has the same buffers and options:
+// every run_copies call and order_streams in order, and the accumulator
+// and scratch blocks those copies point into (kept allocated between
+// executions). The transport's launch cache then recognises the calls; the
+// engine does no per-piece work.
+struct Replay {
+  struct Call {
+    bool order = false;  // order_streams(), else run_copies(device, ordinal, ops)
+    int64_t device = 0;
+    int32_t ordinal = 0;
+    std::vector<CopyOp> ops;
+  };
+  std::vector<const void*> buffers;  // every source and destination entry, in order
+  int32_t last_stage = -1;
+  std::vector<Call> calls;
+  std::vector<std::unique_ptr<StagingBlock>> blocks;
+  ExecuteStats stats;  // of the recorded execution (seconds and cache flags aside)
 };
 
 // Checks `part` (process `process`'s part of `plan`, or an equal copy that
