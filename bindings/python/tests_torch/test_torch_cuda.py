@@ -162,3 +162,12 @@ def test_gpu_example_says_it_needs_a_gpu():
                        env=dict(os.environ))
     assert r.returncode == 0, r.stderr
     assert "needs a GPU" in r.stdout or "needs reshard's CUDA backend" in r.stdout, r.stdout
+
+
+def test_plain_tensors_with_placements(mesh):
+    """as_dtensor: a plain local shard as a DTensor (no copy), redistributed."""
+    full = torch.arange(30, dtype=torch.float32).reshape(5, 6)
+    x = rt.as_dtensor(full.clone(), mesh, [Replicate()], (5, 6))
+    assert x.to_local().data_ptr() != full.data_ptr() and x.shape == (5, 6)
+    out = rt.redistribute(x, (mesh, [Shard(1)]))
+    assert torch.equal(out.full_tensor(), full)
