@@ -286,3 +286,66 @@ def test_nccl_converter_checks_the_executor_gpu():
                        "device 0 of tensor 'w' on GPU 3"):
         conv(FakeCuda(a, 0), t, e, "x", False, pinned)
     pinned.release()
+
+
+def test_nccl_converter_asks_exporters_for_the_executor_stream():
+    conv = _cuda._CudaConverter("nccl", lambda d: 0, 1234, 1234)
+    p = reshard.plan(SPEC)
+    f = FakeCuda(np.zeros((2, 6), np.float32), 0)
+    pinned = _core._Pinned()
+    conv(f, p.tensors[0], p.tensors[0].src.entries[0], "x", False, pinned)
+    assert f.streams == [1234]
+    pinned.release()
+
+
+class _FakeStream:
+    def __init__(self, log, name, ptr):
+        self.log, self.name, self.cuda_stream = log, name, ptr
+
+    def wait_stream(self, other):
+        self.log.append((self.name, "waits for", other.name))
+
+
+class _FakeTorch:
+    """What _CudaConverter.before/after use of torch.cuda, recording the
+    stream waits they enqueue."""
+
+    def __init__(self, current_ptr):
+        self.log = []
+        log = self.log
+
+        class cuda:
+            @staticmethod
+            def current_stream(d):
+                return _FakeStream(log, f"current{d}", current_ptr)
+
+            @staticmethod
+            def default_stream(d):
+                return _FakeStream(log, f"default{d}", 0)
+
+            @staticmethod
+            def ExternalStream(ptr, device):
+                return _FakeStream(log, f"executor{device}", ptr)
+        self.cuda = cuda
+
+
+@pytest.mark.parametrize("current, executor_stream, waited, want", [
+    # torch on its default stream, executor's own stream: nothing to order
+    (0, 0, True, []),
+    # torch on a side stream, the in-process executor: default waits for it
+    (77, 0, True, [("default0", "waits for", "current0")]),
+    # NCCL on torch's current stream: one stream, nothing to order
+    (77, 77, False, []),
+    # NCCL on another stream without a host wait: both directions
+    (77, 99, False, [("executor0", "waits for", "current0"), ("current0", "waits for", "executor0")]),
+    # ... with a host wait: only before
+    (77, 99, True, [("executor0", "waits for", "current0")]),
+])
+def test_torch_stream_order(monkeypatch, current, executor_stream, waited, want):
+    fake = _FakeTorch(current)
+    monkeypatch.setitem(__import__("sys").modules, "torch", fake)
+    conv = _cuda._CudaConverter("nccl", lambda d: 0, executor_stream or 1, executor_stream)
+    conv.torch_devices.add(0)
+    conv.before()
+    conv.after(waited)
+    assert fake.log == want
