@@ -78,13 +78,17 @@ def random_spec(rng: np.random.Generator, n_devices: int = 6, n_tensors: int = 3
 
 def random_sources(plan: "reshard.Plan", rng: np.random.Generator) -> List[List[Any]]:
     """CPU torch tensors for every source entry (small integers, so that
-    partial sums are exact in every dtype)."""
+    partial sums are exact in every dtype): each entry is its box of one
+    global array per summand, so replicas of a shard agree (executors may
+    read any replica: different values would be a wrong input, not a
+    wrong result)."""
     out = []
     for t in plan.tensors:
         dt = getattr(torch, TORCH_DTYPES[t.dtype])
+        summands = [np.asarray(rng.integers(-8, 9, size=t.shape)) for _ in range(t.src.num_summands)]
         row = []
         for e in t.src.entries:
-            vals = rng.integers(-8, 9, size=e.shape) if e.shape else rng.integers(-8, 9)
+            vals = summands[e.summand][e.index] if t.shape else summands[e.summand]
             row.append(torch.tensor(np.asarray(vals), dtype=dt).reshape(e.shape).contiguous())
         out.append(row)
     return out
