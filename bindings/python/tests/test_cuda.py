@@ -3,6 +3,8 @@ backend is missing, argument checks that run before anything is loaded, and
 the conversion of CUDA buffers (DLPack kDLCUDA capsules and
 ``__cuda_array_interface__``) checked end to end by running the resulting
 pointer table on host memory labelled as CUDA memory."""
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -102,6 +104,15 @@ def test_stream_pointer():
 
 
 # ------------------------------------------------- CUDA buffers, emulated
+def _capsule(m, versioned):
+    """A PyCapsule around a cffi-made DLManagedTensor(Versioned), no deleter."""
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    name = b"dltensor_versioned" if versioned else b"dltensor"
+    return new(int(ffi.cast("uintptr_t", m)), name, None)
+
+
 class FakeCuda:
     """A DLPack exporter that labels a NumPy array's host memory as CUDA
     memory on GPU ``device`` (its capsule is made here, with cffi)."""
@@ -140,7 +151,7 @@ class FakeCuda:
             m.version.major, m.version.minor = 1, 0
             m.flags = 1 if self.read_only else 0
         self._keep = keep  # the capsule has no deleter: this object owns the memory
-        return _cuda._capsule_for_tests(m, versioned)
+        return _capsule(m, versioned)
 
 
 class FakeCAI:
