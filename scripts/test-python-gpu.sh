@@ -53,19 +53,23 @@ RESHARD_BACKEND_DIR=$(realpath -m "$RESHARD_BACKEND_DIR")
 
 echo "-- environment"
 if ! "$PYTHON" - <<'EOF'; then
-import importlib, sys
+import sys
 # torch before reshard's CUDA backend loads (it links libnccl.so.2 by soname:
 # the first NCCL loaded is the process's; see docs/python.md)
-for m in ("torch", "jax"):
-    try:
-        mod = importlib.import_module(m)
-        extra = ""
-        if m == "torch" and mod.cuda.is_available():
-            extra = f", NCCL {mod.cuda.nccl.version()}, {mod.cuda.device_count()} GPU(s): " \
-                    f"{mod.cuda.get_device_name(0)}"
-        print(f"{m} {mod.__version__}{extra}")
-    except Exception as e:  # noqa: BLE001
-        print(m, "not importable:", e)
+try:
+    import torch
+    extra = ""
+    if torch.cuda.is_available():
+        extra = (f", NCCL {torch.cuda.nccl.version()}, {torch.cuda.device_count()} GPU(s): "
+                 f"{torch.cuda.get_device_name(0)}")
+    print(f"torch {torch.__version__}{extra}")
+except Exception as e:  # noqa: BLE001
+    print("torch not importable:", e)
+try:  # JAX is imported by its own test run only (a few seconds to start)
+    from importlib.metadata import version
+    print("jax", version("jax"), "jaxlib", version("jaxlib"))
+except Exception as e:  # noqa: BLE001
+    print("jax not installed:", e)
 import reshard
 print(f"python {sys.version.split()[0]}; reshard {reshard.__version__} ABI {reshard.ABI_VERSION}"
       f" from {reshard.LIBRARY_PATH}")

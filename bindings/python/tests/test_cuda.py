@@ -3,6 +3,8 @@ backend is missing, argument checks that run before anything is loaded, and
 the conversion of CUDA buffers (DLPack kDLCUDA capsules and
 ``__cuda_array_interface__``) checked end to end by running the resulting
 pointer table on host memory labelled as CUDA memory."""
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -102,6 +104,15 @@ def test_stream_pointer():
 
 
 # ------------------------------------------------- CUDA buffers, emulated
+def _capsule(m, versioned):
+    """A PyCapsule around a cffi-made DLManagedTensor(Versioned), no deleter."""
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    name = b"dltensor_versioned" if versioned else b"dltensor"
+    return new(int(ffi.cast("uintptr_t", m)), name, None)
+
+
 class FakeCuda:
     """A DLPack exporter that labels a NumPy array's host memory as CUDA
     memory on GPU ``device`` (its capsule is made here, with cffi)."""
@@ -140,7 +151,7 @@ class FakeCuda:
             m.version.major, m.version.minor = 1, 0
             m.flags = 1 if self.read_only else 0
         self._keep = keep  # the capsule has no deleter: this object owns the memory
-        return _cuda._capsule_for_tests(m, versioned)
+        return _capsule(m, versioned)
 
 
 class FakeCAI:
@@ -286,3 +297,66 @@ def test_nccl_converter_checks_the_executor_gpu():
                        "device 0 of tensor 'w' on GPU 3"):
         conv(FakeCuda(a, 0), t, e, "x", False, pinned)
     pinned.release()
+
+
+def test_nccl_converter_asks_exporters_for_the_executor_stream():
+    conv = _cuda._CudaConverter("nccl", lambda d: 0, 1234, 1234)
+    p = reshard.plan(SPEC)
+    f = FakeCuda(np.zeros((2, 6), np.float32), 0)
+    pinned = _core._Pinned()
+    conv(f, p.tensors[0], p.tensors[0].src.entries[0], "x", False, pinned)
+    assert f.streams == [1234]
+    pinned.release()
+
+
+class _FakeStream:
+    def __init__(self, log, name, ptr):
+        self.log, self.name, self.cuda_stream = log, name, ptr
+
+    def wait_stream(self, other):
+        self.log.append((self.name, "waits for", other.name))
+
+
+class _FakeTorch:
+    """What _CudaConverter.before/after use of torch.cuda, recording the
+    stream waits they enqueue."""
+
+    def __init__(self, current_ptr):
+        self.log = []
+        log = self.log
+
+        class cuda:
+            @staticmethod
+            def current_stream(d):
+                return _FakeStream(log, f"current{d}", current_ptr)
+
+            @staticmethod
+            def default_stream(d):
+                return _FakeStream(log, f"default{d}", 0)
+
+            @staticmethod
+            def ExternalStream(ptr, device):
+                return _FakeStream(log, f"executor{device}", ptr)
+        self.cuda = cuda
+
+
+@pytest.mark.parametrize("current, executor_stream, waited, want", [
+    # torch on its default stream, executor's own stream: nothing to order
+    (0, 0, True, []),
+    # torch on a side stream, the in-process executor: default waits for it
+    (77, 0, True, [("default0", "waits for", "current0")]),
+    # NCCL on torch's current stream: one stream, nothing to order
+    (77, 77, False, []),
+    # NCCL on another stream without a host wait: both directions
+    (77, 99, False, [("executor0", "waits for", "current0"), ("current0", "waits for", "executor0")]),
+    # ... with a host wait: only before
+    (77, 99, True, [("executor0", "waits for", "current0")]),
+])
+def test_torch_stream_order(monkeypatch, current, executor_stream, waited, want):
+    fake = _FakeTorch(current)
+    monkeypatch.setitem(__import__("sys").modules, "torch", fake)
+    conv = _cuda._CudaConverter("nccl", lambda d: 0, executor_stream or 1, executor_stream)
+    conv.torch_devices.add(0)
+    conv.before()
+    conv.after(waited)
+    assert fake.log == want

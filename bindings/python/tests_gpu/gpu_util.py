@@ -31,15 +31,17 @@ TORCH_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "i32": "
 
 
 def random_spec(rng: np.random.Generator, n_devices: int = 6, n_tensors: int = 3,
-                dtypes=("f32", "bf16", "i32", "f16")) -> Dict[str, Any]:
-    """Meshes over plan devices 0..n_devices-1, all on GPU 0 (``ordinals``),
-    with random (uneven) shardings, replication, cross-mesh moves and
-    partial sums of floating-point tensors."""
+                dtypes=("f32", "bf16", "i32", "f16"), gpus: int = 1) -> Dict[str, Any]:
+    """Meshes over plan devices 0..n_devices-1, plan device d on GPU
+    d % gpus (``ordinals``; all on GPU 0 by default), with random (uneven)
+    shardings, replication, cross-mesh moves and partial sums of
+    floating-point tensors."""
     def mesh(devs: List[int]) -> Dict[str, Any]:
         n = len(devs)
         shape = [2, n // 2] if n % 2 == 0 and n > 2 and rng.random() < 0.5 else [n]
         names = ["a", "b"][:len(shape)]
-        return {"axis_names": names, "shape": shape, "devices": devs, "ordinals": [0] * n}
+        return {"axis_names": names, "shape": shape, "devices": devs,
+                "ordinals": [d % gpus for d in devs]}
 
     all_devs = list(range(n_devices))
     meshes = {}
@@ -108,3 +110,14 @@ def same_bits(a: Any, b: Any) -> bool:
         return False
     return bool(torch.equal(a.view(torch.uint8) if a.numel() else a,
                             b.view(torch.uint8) if b.numel() else b))
+
+
+def on_gpus(plan: "reshard.Plan", rows: List[List[Any]], side: str) -> List[List[Any]]:
+    """``rows`` (CPU tensors, one per entry of ``side``) copied to the GPU of
+    each entry's plan device (its topology ordinal)."""
+    out = []
+    for t, row in zip(plan.tensors, rows):
+        entries = t.src.entries if side == "src" else t.dst.entries
+        out.append([x.to(torch.device("cuda", plan.device_location(e.device)[2]))
+                    for e, x in zip(entries, row)])
+    return out

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import reshard
-from gpu_util import (host_oracle, needs_cuda, random_sources, random_spec, same_bits, torch)
+from gpu_util import (host_oracle, needs_cuda, on_gpus, random_sources, random_spec, same_bits,
+                      torch)
 
 pytestmark = needs_cuda
 
@@ -150,3 +151,18 @@ def test_wrong_gpu_is_refused(ex):
     dst = [[torch.zeros(4, 3, device="cuda"), torch.zeros(4, 3, device="cuda")]]
     with pytest.raises(reshard.InvalidArgumentError, match=r"sources\['w'\]\[0\]: on GPU 1"):
         ex.execute(plan, src, dst)
+
+
+@pytest.mark.skipif(not torch or torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("seed", range(8))
+def test_random_layouts_across_gpus(ex, seed):
+    """Plan devices spread over every GPU of the machine (peer copies)."""
+    gpus = torch.cuda.device_count()
+    rng = np.random.default_rng(100 + seed)
+    plan = reshard.plan(random_spec(rng, n_devices=int(rng.integers(2, 2 * gpus + 1)), gpus=gpus))
+    src = random_sources(plan, rng)
+    want = host_oracle(plan, src)
+    dst = on_gpus(plan, [[torch.zeros_like(w) for w in ws] for ws in want], "dst")
+    ex.execute(plan, on_gpus(plan, src, "src"), dst)
+    for t, ws, ds in zip(plan.tensors, want, dst):
+        assert all(same_bits(w, d) for w, d in zip(ws, ds)), t.name

@@ -61,3 +61,30 @@ def test_cpu_tensor_refused(uid):
     dst = [[torch.zeros(4, 3, device="cuda"), torch.zeros(4, 3, device="cuda")]]
     with pytest.raises(reshard.InvalidArgumentError, match=r"sources\['w'\]\[0\]: tensor on cpu"):
         ex.execute(plan, src, dst)
+
+
+def test_prepared_on_another_stream_without_host_wait(uid):
+    """The executor on its own torch stream, the caller on another, no host
+    wait: each run() orders the executor after the caller's updates and the
+    caller after the executor's writes (events both ways)."""
+    s_exec, s_user = torch.cuda.Stream(), torch.cuda.Stream()
+    ex = reshard.NcclExecutor(0, rank=0, size=1, unique_id=reshard.nccl_unique_id(),
+                              stream=s_exec, wait=False)
+    rng = np.random.default_rng(5)
+    plan = reshard.plan(random_spec(rng, n_devices=4, dtypes=("f32",)))
+    base = random_sources(plan, rng)
+    with torch.cuda.stream(s_user):
+        src = [[x.cuda() for x in row] for row in base]
+        dst = [[torch.zeros(e.shape, device="cuda") for e in t.dst.entries] for t in plan.tensors]
+        with ex.prepare(plan, src, dst) as run:
+            for step in range(3):
+                for row in src:
+                    for x in row:
+                        for _ in range(10):  # queued work on the caller's stream
+                            x.add_(1.0)
+                run()
+                got = [[d.clone() for d in row] for row in dst]  # on s_user, after the writes
+                want = host_oracle(plan, [[x.cpu() for x in row] for row in src])
+                assert all(same_bits(w, g) for ws, gs in zip(want, got)
+                           for w, g in zip(ws, gs)), step
+    torch.cuda.synchronize()

@@ -104,3 +104,12 @@ def test_errors(pg):
         rt.WeightSync({"w": (w, pg, [Replicate()])})({"w": x})
     with pytest.raises(reshard.InvalidArgumentError, match=r"state_dict: lacks 1"):
         rt.WeightSync({"w": (w, pg, [Replicate()])})({})
+
+
+def test_plain_cuda_tensor_with_placements(pg):
+    import reshard.torch as rt
+    from torch.distributed.tensor import Replicate, Shard
+    full = torch.randn(6, 10, device="cuda")
+    x = rt.as_dtensor(full.clone(), pg, [Replicate()], (6, 10))
+    out = rt.redistribute(x, (pg, [Shard(1)]))
+    assert out.to_local().is_cuda and same_bits(out.full_tensor(), full)

@@ -162,3 +162,58 @@ def test_gpu_example_says_it_needs_a_gpu():
                        env=dict(os.environ))
     assert r.returncode == 0, r.stderr
     assert "needs a GPU" in r.stdout or "needs reshard's CUDA backend" in r.stdout, r.stdout
+
+
+def test_plain_tensors_with_placements(mesh):
+    """as_dtensor: a plain local shard as a DTensor (no copy), redistributed."""
+    full = torch.arange(30, dtype=torch.float32).reshape(5, 6)
+    x = rt.as_dtensor(full.clone(), mesh, [Replicate()], (5, 6))
+    assert x.to_local().data_ptr() != full.data_ptr() and x.shape == (5, 6)
+    out = rt.redistribute(x, (mesh, [Shard(1)]))
+    assert torch.equal(out.full_tensor(), full)
+
+
+_TWO_RANKS = r"""
+import sys
+import torch
+import torch.distributed as dist
+import reshard
+import reshard.torch as rt
+
+rank, path = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=2)
+try:
+    rt.nccl_executor(device=0, stream=None)
+    raise AssertionError("an NCCL executor without a GPU")
+except reshard.UnsupportedError as e:
+    msg = e.message
+store = dist.distributed_c10d._get_default_store()
+uid = bytes(store.get("reshard/nccl_unique_id/0"))
+got = [None, None]
+dist.all_gather_object(got, (uid, msg))
+if rank == 0:
+    (u0, m0), (u1, m1) = got
+    assert u0 == u1, "the ranks saw different ids"
+    if u0.startswith(b"error:"):  # no backend: rank 0's reason reached rank 1
+        assert "rank 0 could not make an NCCL unique id" in m1, m1
+    else:  # backend without a driver: the id went through, the executor refused
+        assert len(u0) == 128 and "CUDA" in m0 and "CUDA" in m1, (m0, m1)
+    print("OK", "error" if u0.startswith(b"error:") else "id", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(CUDA_OK, reason="a GPU is present")
+def test_nccl_executor_sends_the_unique_id_through_the_store(tmp_path):
+    """Two processes (gloo): rank 0's unique id (or its failure) reaches rank
+    1 through the default group's store; both refuse cleanly without a GPU."""
+    script = tmp_path / "two_ranks.py"
+    script.write_text(_TWO_RANKS)
+    store = tmp_path / "store"
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(store)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    assert outs[0][0].startswith("OK"), outs

@@ -29,7 +29,6 @@ allocation that the entry's GPU can address the pointer.
 """
 from __future__ import annotations
 
-import ctypes
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ._ffi import InvalidArgumentError, api, check, ffi
@@ -436,15 +435,6 @@ class NcclExecutor(_CudaExecutor):
         out = super().info()
         out.update(device=self.device, stream=self._stream, wait=self.waits)
         return out
-
-
-def _capsule_for_tests(m: Any, versioned: bool) -> Any:
-    """A PyCapsule around a cffi-made DLManagedTensor(Versioned) (tests)."""
-    new = ctypes.pythonapi.PyCapsule_New
-    new.restype = ctypes.py_object
-    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-    name = b"dltensor_versioned" if versioned else b"dltensor"
-    return new(int(ffi.cast("uintptr_t", m)), name, None)
 
 
 __all__: List[str] = ["CudaLocalExecutor", "NcclExecutor", "nccl_unique_id", "stream_pointer"]

@@ -47,7 +47,7 @@ from ._core import Executor, Plan
 from ._ffi import InvalidArgumentError, UnsupportedError
 
 __all__ = ["mesh_json", "layout_json", "shard_boxes", "spec_for", "plan", "redistribute",
-           "Redistributor", "WeightSync", "nccl_executor", "dtype_name"]
+           "Redistributor", "WeightSync", "as_dtensor", "nccl_executor", "dtype_name"]
 
 Target = Tuple[DeviceMesh, Sequence[Placement]]
 
@@ -582,6 +582,22 @@ class Redistributor:
         """``tensors`` moved to the targets, as new DTensors (same structure)."""
         prep, leaves, rebuild = self.prepared(tensors)
         return rebuild(prep.wrap(prep.run(leaves)))
+
+
+def as_dtensor(local: Optional[torch.Tensor], mesh: DeviceMesh, placements: Sequence[Placement],
+               shape: Sequence[int]) -> DTensor:
+    """A plain tensor holding this rank's shard of a tensor of global
+    ``shape`` laid out by ``placements`` on ``mesh``, as a DTensor (no copy,
+    no communication: ``DTensor.from_local`` with the shape given and
+    ``run_check=False``), for :func:`redistribute` and :class:`Redistributor`.
+    ``None`` on ranks off ``mesh``. The local tensor's shape is checked when
+    it is moved (it must be DTensor's shard of this rank)."""
+    shape = tuple(int(n) for n in shape)
+    if local is None:
+        local = torch.empty(0, device=mesh.device_type if mesh.device_type == "cpu" else
+                            torch.device(mesh.device_type, torch.cuda.current_device()))
+    return DTensor.from_local(local, mesh, tuple(placements), run_check=False,
+                              shape=torch.Size(shape), stride=_contiguous_stride(shape))
 
 
 class WeightSync:
