@@ -743,5 +743,79 @@ TEST(KernelEmulation, ReductionsFoldEverySummandInOnePass) {
   EXPECT_GT(fused_stores, 50);
 }
 
+// Invariant (append_copy): narrow copies of one shape whose starts step by a
+// constant -- column blocks packed into consecutive staging or unpacked
+// from it, 1-64 bytes per run, every dtype size, misaligned buffers too --
+// merge into one Work per launch and give the bytes of the ops one by one;
+// a block of another shape or step starts a new Work.
+TEST(KernelEmulation, NarrowCopiesSideBySideMergeIntoOneWork) {
+  Values values(21);
+  std::mt19937_64& rng = values.rng();
+  const auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int c = 0; c < 120; ++c) {
+    const DType dtype = kAllDTypes[c % 15];
+    const int64_t es = dtype_size(dtype);
+    const int64_t rows = uni(1, 40);
+    const int64_t width = uni(1, std::max<int64_t>(1, 64 / es));
+    const int64_t blocks = uni(2, 24);
+    const bool odd_last = c % 3 == 2;  // the last block narrower: not merged
+    const int64_t cols = width * blocks - (odd_last && width > 1 ? 1 : 0);
+    const bool pack = c % 2 == 0;
+    gpu_testing::Buffer matrix =
+        gpu_testing::make_buffer(rows * cols * es, static_cast<int>(c % 4));
+    gpu_testing::Buffer staging =
+        gpu_testing::make_buffer(rows * cols * es, static_cast<int>(c % 3));
+    values.fill(dtype, false, pack ? matrix.data() : staging.data(), rows * cols);
+    const Box full = [&] {
+      Box b;
+      b.rank = 2;
+      b.hi[0] = rows;
+      b.hi[1] = cols;
+      return b;
+    }();
+    std::vector<CopyOp> ops;
+    std::byte* at = staging.data();
+    for (int64_t c0 = 0; c0 < cols; c0 += width) {
+      Box region = full;
+      region.lo[1] = c0;
+      region.hi[1] = std::min(cols, c0 + width);
+      CopyOp op;
+      op.kind = CopyOp::Kind::kCopy;
+      op.dtype = dtype;
+      op.desc = pack ? make_copy_desc(region, full, region) : make_copy_desc(region, region, full);
+      op.src = pack ? static_cast<const void*>(matrix.data()) : at;
+      op.dst = pack ? static_cast<void*>(at) : matrix.data();
+      at += region.volume() * es;
+      ops.push_back(op);
+    }
+    gpu_testing::Buffer want_m = matrix;
+    gpu_testing::Buffer want_s = staging;
+    for (const CopyOp& op : ops) {
+      CopyOp o = op;
+      const auto remap = [&](const void* p) -> std::byte* {
+        const auto* b = static_cast<const std::byte*>(p);
+        if (b >= matrix.data() && b < matrix.data() + matrix.bytes) {
+          return want_m.data() + (b - matrix.data());
+        }
+        return want_s.data() + (b - staging.data());
+      };
+      o.src = remap(op.src);
+      o.dst = remap(op.dst);
+      host_apply(o, rows * cols * es, rows * cols * es);
+    }
+    const std::vector<Launch> launches = plan_launches(ops);
+    ASSERT_EQ(launches.size(), 1u);
+    const size_t expected_works = odd_last && width > 1 ? 2 : 1;
+    EXPECT_EQ(launches[0].works.size(),
+              rows == 1 && !pack ? launches[0].works.size() : expected_works)
+        << "case " << c << ": " << blocks << " blocks of " << width << " columns";
+    emulate(launches, true);
+    ASSERT_EQ(matrix.contents(), want_m.contents()) << "case " << c;
+    ASSERT_EQ(staging.contents(), want_s.contents()) << "case " << c;
+  }
+}
+
 }  // namespace
 }  // namespace reshard

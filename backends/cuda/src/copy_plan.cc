@@ -497,7 +497,86 @@ void append_work(Launch& l, const Work& w) {
   l.tile_start.push_back(l.tile_start.back() + ceil_div(w.units, per_tile));
 }
 
+// Longest run (bytes) of copies merged side by side: narrower runs are what
+// a Work of its own moves badly (one thread per run, scattered rows).
+constexpr int64_t kMergeRunBytes = 256;
+
+bool same_shape(const CopyDesc& a, const CopyDesc& b) {
+  if (a.rank != b.rank) return false;
+  for (int k = 0; k < a.rank; ++k) {
+    if (a.extent[k] != b.extent[k] || a.src_stride[k] != b.src_stride[k] ||
+        a.dst_stride[k] != b.dst_stride[k]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Appends copy Work w, merged into the launch's last Work when both are
+// narrow copies of one shape whose start addresses step by a constant (the
+// pieces of one buffer packed into or unpacked from consecutive staging,
+// column blocks side by side): the last Work gains a dimension just outside
+// its runs, so that consecutive threads move neighbouring runs, contiguous
+// on the side where they are adjacent. The copies of one launch are
+// independent, so their order does not matter.
+void append_copy(Launch& l, const Work& w) {
+  const int64_t es = w.src_size;
+  const uintptr_t src =
+      reinterpret_cast<uintptr_t>(w.src) + static_cast<uintptr_t>(w.desc.src_offset * es);
+  const uintptr_t dst =
+      reinterpret_cast<uintptr_t>(w.dst) + static_cast<uintptr_t>(w.desc.dst_offset * es);
+  Launch::Merge& m = l.merge;
+  const bool narrow = w.run_len * es <= kMergeRunBytes && w.desc.rank < kMaxRank;
+  if (narrow && m.count > 0 && m.elem == es && same_shape(m.base, w.desc)) {
+    const int64_t src_step = static_cast<int64_t>(src - m.src);
+    const int64_t dst_step = static_cast<int64_t>(dst - m.dst);
+    bool fits = false;
+    if (m.count == 1) {
+      fits = src >= m.src && dst > m.dst && src_step % es == 0 && dst_step % es == 0;
+      if (fits) {
+        m.src_step = src_step;
+        m.dst_step = dst_step;
+      }
+    } else {
+      fits = src >= m.src && dst > m.dst && src_step == m.count * m.src_step &&
+             dst_step == m.count * m.dst_step;
+    }
+    if (fits) {
+      ++m.count;
+      Work& last = l.works.back();
+      const CopyDesc& b = m.base;
+      const int r = b.rank;
+      CopyDesc d = b;
+      d.rank = r + 1;
+      d.extent[r] = b.extent[r - 1];
+      d.src_stride[r] = b.src_stride[r - 1];
+      d.dst_stride[r] = b.dst_stride[r - 1];
+      d.extent[r - 1] = m.count;
+      d.src_stride[r - 1] = m.src_step / es;
+      d.dst_stride[r - 1] = m.dst_step / es;
+      last.desc = d;
+      last.runs = copy_desc_runs(d);
+      last.run_len = copy_desc_run_length(d);
+      shape_copy(last);
+      const int64_t per_tile = kThreads / last.group;
+      l.tile_start.back() = l.tile_start[l.tile_start.size() - 2] + ceil_div(last.units, per_tile);
+      return;
+    }
+  }
+  append_work(l, w);
+  m = Launch::Merge{};
+  if (narrow) {
+    m.count = 1;
+    m.elem = es;
+    m.base = w.desc;
+    m.src = src;
+    m.dst = dst;
+  }
+}
+
 void append_planned(Launch& l, const Planned& p) {
+  if (static_cast<WorkKind>(p.work.kind) == WorkKind::kCopy) return append_copy(l, p.work);
+  l.merge = Launch::Merge{};
   append_work(l, p.work);
   if (p.sources.empty()) return;
   l.works.back().src_begin = static_cast<int64_t>(l.sources.size());
@@ -811,6 +890,13 @@ bool to_fine(const Footprint& f, int64_t off, const int64_t* F, int m, int64_t* 
 }
 
 }  // namespace
+
+bool moves_nothing(const CopyOp& op) {
+  if (op.kind == CopyOp::Kind::kCopy || op.kind == CopyOp::Kind::kReduce) {
+    return op.desc.rank > 0 && empty_desc(op.desc);
+  }
+  return op.count == 0;
+}
 
 Footprint make_footprint(const CopyDesc& d, bool src, const void* base, int64_t elem) {
   Footprint f;

@@ -30,6 +30,17 @@ struct Launch {
   std::vector<Work> works;
   std::vector<int64_t> tile_start;  // works.size() + 1 entries
   std::vector<SrcRef> sources;      // summands of its kReduceN Works
+  // Host side only: the last Work as narrow copies merged so far (see
+  // copy_plan.cc, append_copy).
+  struct Merge {
+    int64_t count = 0;  // copies in the last Work (0: it is no mergeable copy)
+    int64_t elem = 0;   // their element size
+    CopyDesc base{};    // the first one's descriptor
+    uintptr_t src = 0;  // the first one's start addresses
+    uintptr_t dst = 0;
+    int64_t src_step = 0;  // bytes from one copy's start to the next's
+    int64_t dst_step = 0;
+  } merge;
   int64_t tiles() const { return tile_start.empty() ? 0 : tile_start.back(); }
 };
 
@@ -38,6 +49,10 @@ struct Launch {
 // Throws Error(kInvalidArgument) naming the op ("run_copies: ops[3].desc:
 // ..."). Thread-safe.
 std::vector<Launch> plan_launches(std::span<const CopyOp> ops);
+
+// True for an op plan_launches drops: a copy or reduction of an empty box,
+// a fill or store of no elements.
+bool moves_nothing(const CopyOp& op);
 
 // One side of a copy: the element set base + elem * (offset + Σ i_k
 // stride_k), 0 <= i_k < extent_k (elements of `elem` bytes).

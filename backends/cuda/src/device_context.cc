@@ -514,14 +514,12 @@ void DeviceSet::run_copies(int ordinal, std::span<const CopyOp> ops) {
   std::vector<Launch> launches = plan_launches(ops);
   if (launches.empty()) return;
   if (options_.check_pointers) {
-    for (const Launch& l : launches) {
-      for (const Work& w : l.works) {
-        if (w.src != nullptr) check_pointer(ordinal, w.src, "run_copies: a source pointer");
-        check_pointer(ordinal, w.dst, "run_copies: a destination pointer");
-        if (w.acc != nullptr) check_pointer(ordinal, w.acc, "run_copies: an accumulator pointer");
-      }
-      for (const SrcRef& r : l.sources)
-        check_pointer(ordinal, r.ptr, "run_copies: a source pointer");
+    // Every op that moves something (plan_launches validated them), since a
+    // Work may stand for several ops (fused reductions, merged copies).
+    for (const CopyOp& op : ops) {
+      if (moves_nothing(op)) continue;
+      if (op.src != nullptr) check_pointer(ordinal, op.src, "run_copies: a source pointer");
+      check_pointer(ordinal, op.dst, "run_copies: a destination pointer");
     }
   }
   ctx.enqueue(launches, deadline_after(options_.timeout_seconds), ops);
