@@ -81,7 +81,10 @@ class EmulatedCuda final : public Transport {
         }
       }
       for (const cuda_backend::Work& w : l.works) {
-        fused += static_cast<cuda_backend::WorkKind>(w.kind) == cuda_backend::WorkKind::kReduceN;
+        const bool multi =
+            static_cast<cuda_backend::WorkKind>(w.kind) == cuda_backend::WorkKind::kReduceN;
+        fused += multi;
+        fused_stores += multi && (w.flags & cuda_backend::kStoreOut) != 0;
       }
     }
   }
@@ -94,6 +97,8 @@ class EmulatedCuda final : public Transport {
   [[noreturn]] void abort(int exit_code) noexcept override { std::_Exit(exit_code); }
 
   int64_t fused = 0;
+  int64_t fused_stores = 0;  // the store in the dtype folded in (engine.cc flushes
+                             // summands and stores together)
 };
 
 void expect_same_as_host(Engine& engine, const Plan& plan) {
@@ -136,6 +141,7 @@ TEST(EngineEmulation, RandomPlansMatchExecuteHost) {
   }
   EXPECT_GT(partial, 50);
   EXPECT_GT(t->fused, 0);
+  EXPECT_GT(t->fused_stores, 0);
 }
 
 // Invariant: the MPI tests' staged specs (relays, reduce-scatter then

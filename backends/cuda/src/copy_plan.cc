@@ -527,6 +527,11 @@ void append_copy(Launch& l, const Work& w) {
       reinterpret_cast<uintptr_t>(w.dst) + static_cast<uintptr_t>(w.desc.dst_offset * es);
   Launch::Merge& m = l.merge;
   const bool narrow = w.run_len * es <= kMergeRunBytes && w.desc.rank < kMaxRank;
+  // Runs shorter than a 32-byte sector merge only where they land side by
+  // side: scattered partial-sector writes cost more than the reads they
+  // coalesce (packing 16-byte runs merged ran at 0.13 of cudaMemcpy on the
+  // H200, unmerged at 0.27).
+  const bool sector = w.run_len * es >= 32;
   if (narrow && m.count > 0 && m.elem == es && same_shape(m.base, w.desc)) {
     const int64_t src_step = static_cast<int64_t>(src - m.src);
     const int64_t dst_step = static_cast<int64_t>(dst - m.dst);
@@ -541,6 +546,7 @@ void append_copy(Launch& l, const Work& w) {
       fits = src >= m.src && dst > m.dst && src_step == m.count * m.src_step &&
              dst_step == m.count * m.dst_step;
     }
+    fits = fits && (sector || m.dst_step == w.run_len * es);
     if (fits) {
       ++m.count;
       Work& last = l.works.back();

@@ -728,7 +728,8 @@ bool Run::reduce_completed_rounds() {
     const RoundPlan& r = s_.rounds[reduced_];
     copier_.set_in_flight(!in_flight_.empty());
     reduce_ready(r.key);
-    copier_.flush();
+    // Flushed with the stores below: an accumulator's summands and its
+    // store in one call, which a transport can fuse into one pass.
     for (const auto& step : r.steps) {
       for (size_t mi : step) {
         const EngineMessage& m = s_.messages[mi];
@@ -739,6 +740,7 @@ bool Run::reduce_completed_rounds() {
       }
     }
     finish_accs(r.key);
+    copier_.flush();
     ++reduced_;
     any = true;
   }
@@ -808,8 +810,8 @@ void Run::go() {
       started = true;
       copier_.set_in_flight(!in_flight_.empty());
       reduce_ready(-1);
+      finish_accs(-1);  // summands and stores in one call (see above)
       copier_.flush();
-      finish_accs(-1);
       progress = true;
     }
     progress |= test_in_flight();
