@@ -350,11 +350,14 @@ def t_scalapack(ctx):
 
 
 def t_scalapack_contention(ctx):
+    # As root, the job's and the spinners' sessions get a raised autogroup
+    # priority, so that other work on a shared machine weighs less.
+    nice = ["--autogroup-nice", "-10"] if os.geteuid() == 0 else []
     argv = [sys.executable, "bench/scalapack/contention.py", "--build", ctx.build, "--rounds", "2",
-            "--iters", "10", "--markdown"]
+            "--iters", "10", *nice, "--markdown"]
     text = run(ctx, argv, timeout=2400)
     return ("python3 bench/scalapack/contention.py --build " + ctx.build_rel +
-            " --rounds 2 --iters 10 --markdown"), text.strip()
+            " --rounds 2 --iters 10 " + " ".join(nice + ["--markdown"])), text.strip()
 
 
 def t_hostile(ctx):
@@ -390,7 +393,8 @@ TABLES = {
     "engine_cache": (t_engine_cache, "bench_engine_cache over MPI, 2 ranks", "< 1 min"),
     "scalapack": (t_scalapack, "bench_scalapack over MPI, 4 ranks", "< 1 min"),
     "scalapack_contention": (t_scalapack_contention,
-                             "bench/scalapack/contention.py: idle and beside 2 spinning processes",
+                             "bench/scalapack/contention.py: idle and beside 2 spinning processes, "
+                             "two placements",
                              "3-10 min"),
     "hostile": (t_hostile, "tests/hostile/hostile_test.py --table", "< 1 min"),
     "soak": (t_soak, "tests/soak/soak.py, 90 s of jobs", "2 min"),

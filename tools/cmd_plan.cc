@@ -322,11 +322,10 @@ int run_plan(const PlanArgs& args) {
   if (part_plan) {
     std::cout << "process " << args.process << " part (PlanScope::kProcess), planned in "
               << human_seconds(part_seconds)
-              << (args.threads == 1 ? std::string()
-                                    : " on " +
-                                          (args.threads == 0 ? std::string("all hardware")
-                                                             : std::to_string(args.threads)) +
-                                          " threads")
+              << (args.threads == 1
+                      ? std::string()
+                      : " on " + (args.threads == 0 ? std::string("one thread per usable core")
+                                                    : std::to_string(args.threads) + " threads"))
               << ":\n";
     if (!part) {
       std::cout << "  (process " << args.process << " owns no device of this plan)\n";

@@ -78,27 +78,39 @@ void check(int rc, const char* what) {
 // own MPI calls behave as before. Open MPI's switch is found at run time;
 // with another MPI, or RESHARD_MPI_YIELD=1 in the environment, nothing
 // changes.
+using YieldSwitch = bool (*)(bool);
+
+// Open MPI's switch, unless RESHARD_MPI_YIELD=1 keeps its yield; nullptr
+// with another MPI. RESHARD_MPI_YIELD other than unset, "0" or "1" is
+// kInvalidArgument naming it.
+YieldSwitch yield_switch() {
+  const char* keep = std::getenv("RESHARD_MPI_YIELD");
+  if (keep != nullptr && std::strcmp(keep, "0") != 0 && std::strcmp(keep, "1") != 0) {
+    fail(ErrorCode::kInvalidArgument, "RESHARD_MPI_YIELD",
+         "\"" + std::string(keep).substr(0, 64) +
+             "\" is neither 0 nor 1 (1 keeps Open MPI's sched_yield in idle polls; unset or 0 "
+             "turns it off while the transport polls)");
+  }
+  if (keep != nullptr && std::strcmp(keep, "1") == 0) return nullptr;
+  static const YieldSwitch f =
+      reinterpret_cast<YieldSwitch>(dlsym(RTLD_DEFAULT, "opal_progress_set_yield_when_idle"));
+  return f;
+}
+
+// Turns Open MPI's yield off for one poll (nothing when `set` is nullptr).
 class QuietPoll {
  public:
-  QuietPoll() {
-    if (set() != nullptr) previous_ = set()(false);
+  explicit QuietPoll(YieldSwitch set) : set_(set) {
+    if (set_ != nullptr) previous_ = set_(false);
   }
   ~QuietPoll() {
-    if (set() != nullptr) set()(previous_);
+    if (set_ != nullptr) set_(previous_);
   }
   QuietPoll(const QuietPoll&) = delete;
   QuietPoll& operator=(const QuietPoll&) = delete;
 
  private:
-  using Set = bool (*)(bool);
-  static Set set() {
-    static const Set f = [] {
-      const char* keep = std::getenv("RESHARD_MPI_YIELD");
-      if (keep != nullptr && std::strcmp(keep, "1") == 0) return Set{nullptr};
-      return reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "opal_progress_set_yield_when_idle"));
-    }();
-    return f;
-  }
+  YieldSwitch set_;
   bool previous_ = false;
 };
 
@@ -148,6 +160,7 @@ HostMemory allocate_host(int64_t bytes) {
 // operations may still use.
 struct Shared {
   MPI_Comm comm = MPI_COMM_NULL;
+  YieldSwitch quiet = nullptr;  // yield_switch(), read when the transport is created
   int rank = 0;
   int size = 1;
   bool abandoned = false;
@@ -232,7 +245,7 @@ class Requests {
     int count = 0;
     int rc = MPI_SUCCESS;
     {
-      QuietPoll quiet;
+      QuietPoll quiet(shared_->quiet);
       rc = MPI_Testsome(n, requests_.data(), &count, indices_.data(), statuses_.data());
     }
     if (rc == MPI_ERR_IN_STATUS) {
@@ -453,7 +466,7 @@ class MpiTransport final : public Transport {
 
   void progress() override {
     int flag = 0;
-    QuietPoll quiet;
+    QuietPoll quiet(shared_->quiet);
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, shared_->comm, &flag, MPI_STATUS_IGNORE);
   }
 
@@ -493,6 +506,7 @@ MPI_Comm user_comm(const MpiTransportOptions& options) {
 }
 
 MpiTransport::MpiTransport(const MpiTransportOptions& options) {
+  shared_->quiet = yield_switch();
   ensure_initialized(options.initialize && !options.fortran_comm);
   const MPI_Comm user = user_comm(options);
   MPI_Request request = MPI_REQUEST_NULL;
@@ -502,7 +516,7 @@ MpiTransport::MpiTransport(const MpiTransportOptions& options) {
   for (;;) {
     int done = 0;
     {
-      QuietPoll quiet;
+      QuietPoll quiet(shared_->quiet);
       check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test (MPI_Comm_idup)");
     }
     if (done) break;

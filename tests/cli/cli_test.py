@@ -21,8 +21,9 @@ def spec(name):
     return os.path.join(SPECS, name + ".json")
 
 
-def run(*args, expect=0):
-    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=600)
+def run(*args, expect=0, env=None):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=600,
+                       env=None if env is None else {**os.environ, **env})
     if expect is not None and p.returncode != expect:
         sys.exit(f"FAIL: reshard {' '.join(args)} exited {p.returncode}, expected {expect}\n"
                  f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
@@ -459,6 +460,19 @@ def case_plan_threads():
     out = run("bench", "plan", "--spec", spec("small_transformer"), "--repeat", "2", "--threads",
               "3", "--skip-naive").stdout
     check("3 threads" in out and "one thread, plan identical" in out, out)
+    # RESHARD_CORES replaces the detection of usable cores (--threads 0); a
+    # value that is not a positive integer is an error naming it, not ignored.
+    text = run("plan", "--spec", spec("small_transformer"), "--process", "1", "--threads", "0",
+               env={"RESHARD_CORES": "3"}).stdout
+    check("on one thread per usable core" in text, text)
+    for bad in ("four", "0", "-2", " 4", "4x", ""):
+        err = run("plan", "--spec", spec("small_transformer"), "--process", "1", "--threads", "0",
+                  expect=2, env={"RESHARD_CORES": bad}).stderr  # 2: invalid input
+        check(err.startswith(f'reshard: error: RESHARD_CORES: "{bad}" is not a positive integer'),
+              f"RESHARD_CORES={bad!r}: {err}")
+    # An explicit thread count does not read it.
+    run("plan", "--spec", spec("small_transformer"), "--process", "1", "--threads", "2",
+        env={"RESHARD_CORES": "four"})
 
 
 def case_version():

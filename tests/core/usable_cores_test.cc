@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "reshard/error.h"
 #include "reshard/wait.h"
 #include "util/threads.h"
 
@@ -66,12 +67,29 @@ TEST_F(CgroupTree, V1CfsQuota) {
   EXPECT_EQ(detect_usable_cores(16, root_.string(), "4:cpu,cpuacct:/job\n", std::nullopt), 16);
 }
 
-TEST_F(CgroupTree, EnvironmentReplacesDetectionWhenAPositiveInteger) {
+TEST_F(CgroupTree, EnvironmentReplacesDetection) {
   write("job/cpu.max", "100000 100000\n");
   EXPECT_EQ(detect_usable_cores(8, root_.string(), "0::/job\n", "5"), 5);
-  EXPECT_EQ(detect_usable_cores(8, root_.string(), "0::/job\n", "0"), 1);     // ignored
-  EXPECT_EQ(detect_usable_cores(8, root_.string(), "0::/job\n", "four"), 1);  // ignored
   EXPECT_EQ(detect_usable_cores(8, root_.string(), "0::/job\n", "100000"), kMaxThreads);
+  EXPECT_EQ(detect_usable_cores(8, root_.string(), "0::/job\n", "99999999999999999999"),
+            kMaxThreads);
+  EXPECT_EQ(detect_usable_cores(8, root_.string(), "0::/job\n", "007"), 7);
+}
+
+// A RESHARD_CORES that is not a positive integer (digits only) is an error
+// naming the variable and quoting its value, not silently ignored.
+TEST_F(CgroupTree, EnvironmentNotAPositiveIntegerIsAnError) {
+  for (const char* bad : {"four", "0", "-2", "+4", " 4", "4 ", "4x", "", "000"}) {
+    try {
+      (void)detect_usable_cores(8, root_.string(), "0::/job\n", std::string_view(bad));
+      ADD_FAILURE() << "RESHARD_CORES=\"" << bad << "\" accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << bad;
+      EXPECT_EQ(e.field(), "RESHARD_CORES") << bad;
+      EXPECT_NE(std::string(e.what()).find(std::string("\"") + bad + "\""), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(ResolveThreads, ExplicitCountsWinAndRanksShareTheHost) {

@@ -1040,6 +1040,34 @@ int run_cache(const World& w, int cases, uint64_t seed) {
     }
     check(o.code == ErrorCode::kInvalidArgument && contains(o.message, "schedule_cache_entries"),
           "negative schedule_cache_entries: kInvalidArgument naming it");
+    // RESHARD_MPI_YIELD other than 0 or 1: refused when the transport is
+    // created (before any communication, so every rank refuses alike).
+    for (const char* value : {"yes", "2", ""}) {
+      setenv("RESHARD_MPI_YIELD", value, 1);
+      Outcome y;
+      try {
+        (void)make_mpi_transport();
+      } catch (const Error& x) {
+        y.code = x.code();
+        y.message = x.what();
+      }
+      unsetenv("RESHARD_MPI_YIELD");
+      check(y.code == ErrorCode::kInvalidArgument &&
+                contains(y.message, std::string("RESHARD_MPI_YIELD: \"") + value + "\""),
+            std::string("RESHARD_MPI_YIELD=") + value + ": kInvalidArgument naming it, got " +
+                y.message);
+    }
+    setenv("RESHARD_MPI_YIELD", "1", 1);
+    {
+      Engine kept(make_mpi_transport());
+      const Plan plan = make_plan(fault_input(w.size, DType::kF32, 64));
+      OracleBuffers got = fill_sources(plan);
+      std::vector<TensorBuffers> views = local_views(plan, got, w.rank);
+      kept.execute(plan, w.rank, views);
+      check(all_ranks(kept.transport(), compare_local(plan, got, got, w.rank).empty()),
+            "RESHARD_MPI_YIELD=1: data");
+    }
+    unsetenv("RESHARD_MPI_YIELD");
   }
   if (w.rank == 0) {
     std::printf(

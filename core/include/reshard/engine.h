@@ -102,7 +102,8 @@ struct ExecuteOptions {
   // thread. The meaning every `threads` field of the C++ API shares
   // (PlanRequest::threads, HostExecuteOptions::threads): 0 is one thread
   // per core this process may use (its affinity mask and cgroup CPU quota;
-  // the environment variable RESHARD_CORES overrides the detection), and
+  // the environment variable RESHARD_CORES, a positive integer, overrides
+  // the detection; any other value is kInvalidArgument naming it), and
   // over a transport whose ranks share a host (mpi) no more than the host's
   // cores divided by those ranks; N >= 1 up to min(N, 256) threads, the calling
   // thread included (1: the calling thread only, the default); negative is

@@ -2,12 +2,15 @@
 // kernel's view of it rather than the machine's CPU count (util/threads.h).
 #include "util/threads.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
+
+#include "reshard/error.h"
 
 #if defined(__linux__)
 #include <sched.h>
@@ -53,12 +56,21 @@ std::optional<double> smallest_quota(const std::string& root, std::string dir, F
 int detect_usable_cores(int affinity, std::string_view cgroup_root,
                         std::string_view proc_self_cgroup, std::optional<std::string_view> env) {
   if (env) {
+    // Digits only (no sign, no blanks): strtol alone would take " 4" and "+4".
     const std::string text(*env);
-    char* end = nullptr;
-    const long v = std::strtol(text.c_str(), &end, 10);
-    if (!text.empty() && end != nullptr && *end == '\0' && v > 0) {
-      return static_cast<int>(std::min<long>(v, kMaxThreads));
+    const bool digits = !text.empty() && std::all_of(text.begin(), text.end(),
+                                                     [](char c) { return c >= '0' && c <= '9'; });
+    const size_t first = text.find_first_not_of('0');
+    const long v = !digits || first == std::string::npos ? 0
+                   : text.size() - first > 9             ? long{kMaxThreads}
+                                                         : std::strtol(text.c_str(), nullptr, 10);
+    if (v <= 0) {
+      fail(ErrorCode::kInvalidArgument, "RESHARD_CORES",
+           "\"" + text.substr(0, 64) +
+               "\" is not a positive integer (the cores this process may use; "
+               "unset it to detect them)");
     }
+    return static_cast<int>(std::min<long>(v, kMaxThreads));
   }
   int cores = std::max(affinity, 1);
   const std::string root(cgroup_root);
@@ -102,17 +114,35 @@ int detect_usable_cores(int affinity, std::string_view cgroup_root,
 
 namespace {
 
-int detect(int cpus) {
+// A detection's result, or the error of a bad RESHARD_CORES, which every
+// later call reports again (the variable is read once per process).
+struct Detected {
+  int cores = 1;
+  std::optional<Error> error;  // what detection threw
+
+  int get() const {
+    if (error) throw *error;
+    return cores;
+  }
+};
+
+Detected detect(int cpus) {
   const std::string self = read_small("/proc/self/cgroup").value_or("");
   const char* env = std::getenv("RESHARD_CORES");
-  return detect_usable_cores(cpus, "/sys/fs/cgroup", self,
-                             env != nullptr ? std::optional<std::string_view>(env) : std::nullopt);
+  try {
+    return {
+        detect_usable_cores(cpus, "/sys/fs/cgroup", self,
+                            env != nullptr ? std::optional<std::string_view>(env) : std::nullopt),
+        std::nullopt};
+  } catch (const Error& e) {
+    return {1, e};
+  }
 }
 
 }  // namespace
 
 int usable_cores() {
-  static const int cores = [] {
+  static const Detected cores = [] {
     int affinity = 0;
 #if defined(__linux__)
     cpu_set_t set;
@@ -122,12 +152,12 @@ int usable_cores() {
     if (affinity <= 0) affinity = static_cast<int>(std::thread::hardware_concurrency());
     return detect(affinity);
   }();
-  return cores;
+  return cores.get();
 }
 
 int host_cores() {
-  static const int cores = detect(static_cast<int>(std::thread::hardware_concurrency()));
-  return cores;
+  static const Detected cores = detect(static_cast<int>(std::thread::hardware_concurrency()));
+  return cores.get();
 }
 
 }  // namespace reshard

@@ -26,19 +26,22 @@ inline constexpr int kMaxThreads = 256;
 // cpu.cfs_period_us: what docker --cpus and Kubernetes CPU limits set).
 // std::thread::hardware_concurrency() counts the machine's CPUs, which a
 // container or a bound rank does not get. The environment variable
-// RESHARD_CORES (a positive integer) replaces the detection. Computed once
-// per process; at least 1.
+// RESHARD_CORES (a positive integer, digits only) replaces the detection;
+// set to anything else it is an error (kInvalidArgument naming
+// RESHARD_CORES) on every call. Computed once per process; at least 1.
 int usable_cores();
 
 // The detection behind usable_cores(), exposed for tests: `affinity` CPUs,
 // the quota found under `cgroup_root` for the cgroup lines of
 // /proc/self/cgroup given in `proc_self_cgroup`, and `env` (the value of
-// RESHARD_CORES, if set; ignored unless a positive integer).
+// RESHARD_CORES, if set: kInvalidArgument naming it unless a positive
+// integer).
 int detect_usable_cores(int affinity, std::string_view cgroup_root,
                         std::string_view proc_self_cgroup, std::optional<std::string_view> env);
 
 // The cores of the whole host as this process's container sees them: the
-// online CPUs capped by its cgroup's quota (or RESHARD_CORES). Computed once.
+// online CPUs capped by its cgroup's quota (or RESHARD_CORES, with the same
+// error). Computed once.
 int host_cores();
 
 // threads > 0: that many (at most kMaxThreads). 0: one per core this
