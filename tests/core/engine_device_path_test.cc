@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device_path_testing.h"
 #include "core/staged_cases.h"
 #include "core/thread_transport.h"
 #include "reshard/engine.h"
@@ -30,12 +31,6 @@
 
 namespace reshard {
 namespace {
-
-class Done final : public TransferBatch {
- public:
-  bool test() override { return true; }
-  std::vector<int32_t> pending_peers() const override { return {}; }
-};
 
 // Several streams, one per ordinal: run_copies only queues on its ordinal's
 // stream. order_streams and finish run what is queued stream after stream
@@ -72,7 +67,7 @@ class StreamsTransport final : public Transport {
   }
   std::unique_ptr<TransferBatch> start(std::span<const TransferOp> ops) override {
     EXPECT_TRUE(ops.empty()) << "a one-process group has no peer";
-    return std::make_unique<Done>();
+    return std::make_unique<testing::DoneBatch>();
   }
   void run_copies(int64_t, int32_t ordinal, std::span<const CopyOp> ops) override {
     copies += static_cast<int64_t>(ops.size());
@@ -110,23 +105,7 @@ class StreamsTransport final : public Transport {
   std::map<int32_t, std::vector<CopyOp>> streams_;
 };
 
-// Runs `plan` on the host and through `engine`; the destinations must match
-// byte for byte and meet the oracle.
-void expect_same_as_host(Engine& engine, const Plan& plan) {
-  OracleBuffers host = fill_sources(plan);
-  OracleBuffers dev = host;
-  execute_host(plan, host.views());
-  const std::vector<TensorBuffers> views = dev.views();
-  engine.execute(plan, 0, views, {.agreement = ExecuteOptions::Agreement::kSkip});
-  for (size_t t = 0; t < plan.tensors().size(); ++t) {
-    for (size_t e = 0; e < host.dst[t].size(); ++e) {
-      ASSERT_EQ(dev.dst[t][e], host.dst[t][e])
-          << "tensor " << t << " (" << plan.tensors()[t].name << ") dst entry " << e;
-    }
-  }
-  const OracleReport report = check_destinations(plan, dev);
-  EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
-}
+using testing::expect_same_as_host;
 
 // Invariant: the MPI tests' staged specs (relays, chains and trees of hosts,
 // reduce-scatter then gather, pre-reduction in scratch), in one process with

@@ -13,8 +13,11 @@
 #include <vector>
 
 #include "copy_plan.h"
+#include "core/device_path_testing.h"
 #include "core/random_cases.h"
 #include "core/staged_cases.h"
+#include "core/thread_transport.h"
+#include "emulate_launches.h"
 #include "kernel_body.h"
 #include "reshard/engine.h"
 #include "reshard/exec.h"
@@ -24,23 +27,6 @@
 
 namespace reshard {
 namespace {
-
-class Done final : public TransferBatch {
- public:
-  bool test() override { return true; }
-  std::vector<int32_t> pending_peers() const override { return {}; }
-};
-
-class HostBlock final : public StagingBlock {
- public:
-  explicit HostBlock(int64_t bytes) : words_(static_cast<size_t>(bytes / 8 + 2)), bytes_(bytes) {}
-  std::byte* data() override { return reinterpret_cast<std::byte*>(words_.data()); }
-  int64_t bytes() const override { return bytes_; }
-
- private:
-  std::vector<uint64_t> words_;
-  int64_t bytes_;
-};
 
 // One stream: each run_copies call is planned and emulated at once.
 class EmulatedCuda final : public Transport {
@@ -56,30 +42,17 @@ class EmulatedCuda final : public Transport {
     return i;
   }
   std::unique_ptr<StagingBlock> allocate_staging(int64_t, int32_t, int64_t bytes) override {
-    return std::make_unique<HostBlock>(bytes);
+    return std::make_unique<thread_transport::ThreadBlock>(bytes);
   }
   std::unique_ptr<TransferBatch> start(std::span<const TransferOp> ops) override {
     EXPECT_TRUE(ops.empty()) << "a one-process group has no peer";
-    return std::make_unique<Done>();
+    return std::make_unique<testing::DoneBatch>();
   }
   void run_copies(int64_t, int32_t, std::span<const CopyOp> ops) override {
-    for (const cuda_backend::Launch& l : cuda_backend::plan_launches(ops)) {
-      const int n = static_cast<int>(l.works.size());
-      // Tiles last to first: a missed dependency inside a launch shows.
-      for (int64_t tile = l.tiles() - 1; tile >= 0; --tile) {
-        for (int tid = 0; tid < cuda_backend::kThreads; ++tid) {
-          if (l.multi) {
-            cuda_backend::run_tile<true, true>(l.works.data(), l.tile_start.data(),
-                                               l.sources.data(), n, tile, tid);
-          } else if (l.element) {
-            cuda_backend::run_tile<true>(l.works.data(), l.tile_start.data(), l.sources.data(), n,
-                                         tile, tid);
-          } else {
-            cuda_backend::run_tile<false>(l.works.data(), l.tile_start.data(), l.sources.data(), n,
-                                          tile, tid);
-          }
-        }
-      }
+    const std::vector<cuda_backend::Launch> launches = cuda_backend::plan_launches(ops);
+    // Tiles last to first: a missed dependency inside a launch shows.
+    gpu_testing::emulate(launches, true);
+    for (const cuda_backend::Launch& l : launches) {
       for (const cuda_backend::Work& w : l.works) {
         const bool multi =
             static_cast<cuda_backend::WorkKind>(w.kind) == cuda_backend::WorkKind::kReduceN;
@@ -101,20 +74,7 @@ class EmulatedCuda final : public Transport {
                              // summands and stores together)
 };
 
-void expect_same_as_host(Engine& engine, const Plan& plan) {
-  OracleBuffers host = fill_sources(plan);
-  OracleBuffers dev = host;
-  execute_host(plan, host.views());
-  const std::vector<TensorBuffers> views = dev.views();
-  engine.execute(plan, 0, views, {.agreement = ExecuteOptions::Agreement::kSkip});
-  for (size_t t = 0; t < plan.tensors().size(); ++t) {
-    for (size_t e = 0; e < host.dst[t].size(); ++e) {
-      ASSERT_EQ(dev.dst[t][e], host.dst[t][e])
-          << "tensor " << t << " (" << plan.tensors()[t].name << ", "
-          << dtype_name(plan.tensors()[t].dtype) << ") dst entry " << e;
-    }
-  }
-}
+using testing::expect_same_as_host;
 
 // Invariant: random plans in one process (uneven, replication, partial
 // sources of narrow floats accumulated in f32, budgets), each of their

@@ -13,6 +13,7 @@
 
 #include "copy_cases.h"
 #include "copy_plan.h"
+#include "emulate_launches.h"
 #include "kernel_body.h"
 #include "reshard/error.h"
 
@@ -25,35 +26,12 @@ using cuda_backend::Launch;
 using cuda_backend::plan_launches;
 using cuda_backend::Work;
 using gpu_testing::dense_copy;
+using gpu_testing::emulate;
 using gpu_testing::host_apply;
 using gpu_testing::kAllDTypes;
 using gpu_testing::kAllOps;
 using gpu_testing::RandomCopy;
 using gpu_testing::Values;
-
-// Runs every tile of every launch, every thread of a tile in turn. With
-// `reverse` the tiles of a launch run last to first, which a missed
-// dependency inside a launch would not survive.
-void emulate(const std::vector<Launch>& launches, bool reverse = false) {
-  for (const Launch& l : launches) {
-    const int n = static_cast<int>(l.works.size());
-    for (int64_t k = 0; k < l.tiles(); ++k) {
-      const int64_t tile = reverse ? l.tiles() - 1 - k : k;
-      for (int tid = 0; tid < kThreads; ++tid) {
-        if (l.multi) {
-          cuda_backend::run_tile<true, true>(l.works.data(), l.tile_start.data(), l.sources.data(),
-                                             n, tile, tid);
-        } else if (l.element) {
-          cuda_backend::run_tile<true>(l.works.data(), l.tile_start.data(), l.sources.data(), n,
-                                       tile, tid);
-        } else {
-          cuda_backend::run_tile<false>(l.works.data(), l.tile_start.data(), l.sources.data(), n,
-                                        tile, tid);
-        }
-      }
-    }
-  }
-}
 
 // Invariant: for random strided copies and reductions of every dtype and
 // reduce op (ranks 0-4, packed, unpacked, general, runs beyond a chunk,
