@@ -22,9 +22,9 @@ from ._ffi import (ABI_VERSION, HEADER_ABI_VERSION, LIBRARY_PATH, CorruptError, 
                    ReshardMemoryError, ReshardOverflowError, ReshardTimeoutError,
                    ResourceExhaustedError, TransportError, UnsupportedError)
 from ._ffi import api as _api, ffi as _ffi_mod
-from ._core import (SCRATCH_ENTRY, Entry, Executor, Layout, MPIExecutor, Plan, PreparedExecution,
-                    Tensor, dtype_name, execute, numpy_dtype, plan, prepare, spec_fingerprint,
-                    transport_available, verify_bytes)
+from ._core import (SCRATCH_ENTRY, Entry, Executor, Flat, FlatTensor, Layout, MPIExecutor, Plan,
+                    PreparedExecution, Tensor, dtype_name, execute, numpy_dtype, plan, prepare,
+                    spec_fingerprint, transport_available, verify_bytes)
 from ._cuda import CudaLocalExecutor, NcclExecutor, nccl_unique_id
 
 __version__: str = _ffi_mod.string(_api.version()).decode()
@@ -32,7 +32,8 @@ __version__: str = _ffi_mod.string(_api.version()).decode()
 
 __all__ = [
     "ABI_VERSION", "HEADER_ABI_VERSION", "LIBRARY_PATH", "SCRATCH_ENTRY", "__version__",
-    "plan", "execute", "prepare", "PreparedExecution", "Plan", "Tensor", "Layout", "Entry", "Executor", "MPIExecutor",
+    "plan", "execute", "prepare", "PreparedExecution", "Plan", "Tensor", "Layout", "Entry", "Flat", "FlatTensor",
+    "Executor", "MPIExecutor",
     "CudaLocalExecutor", "NcclExecutor", "nccl_unique_id",
     "spec_fingerprint", "verify_bytes", "transport_available", "dtype_name", "numpy_dtype",
     "ReshardError", "InvalidArgumentError", "OutOfRangeError", "ReshardOverflowError",

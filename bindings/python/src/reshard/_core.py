@@ -150,19 +150,147 @@ def _spec_text(spec: Spec) -> bytes:
     raise TypeError(f"spec: expected a dict, JSON text or a path, got {type(spec).__name__}")
 
 
+@dataclass(frozen=True)
+class FlatTensor:
+    """A tensor of a flat layout: its index in the plan (``plan.tensors``)
+    and, per entry of its flat-side layout, the rank whose flat buffer holds
+    that box and the byte offset there."""
+    tensor: int
+    ranks: Tuple[int, ...]
+    byte_offsets: Tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Flat:
+    """A flat layout of a spec (docs/spec.md, "Flat layouts"): one buffer
+    per rank holding its tensors' boxes back to back (FSDP1 flat parameters,
+    ZeRO-3 partitions, Megatron buckets), as their source or destination."""
+    name: str
+    is_source: bool
+    devices: Tuple[int, ...]  # per rank
+    shard_bytes: int          # of every rank's buffer
+    tensors: Tuple[FlatTensor, ...]  # in buffer order
+
+    def views(self, plan: "Plan", buffers: Sequence[Any]) -> Dict[int, List[Any]]:
+        """Per tensor of this layout (by index in ``plan.tensors``), its
+        entries' shard buffers as views into the ranks' flat buffers, shaped
+        and typed like each entry's box: pass ``out[t]`` as tensor ``t``'s
+        sources (or destinations). ``buffers[r]`` is rank r's flat buffer, at
+        least ``shard_bytes`` long and contiguous: a NumPy array, a torch
+        tensor (on any device; the views stay on it) or a writable bytes
+        object (bytearray, memoryview)."""
+        if len(buffers) != len(self.devices):
+            raise InvalidArgumentError(f"buffers: {len(buffers)} given, flat layout {self.name!r} "
+                                       f"has {len(self.devices)} ranks")
+        raw = [_flat_bytes(b, f"buffers[{r}]", self.shard_bytes) for r, b in enumerate(buffers)]
+        out: Dict[int, List[Any]] = {}
+        for ft in self.tensors:
+            t = plan.tensors[ft.tensor]
+            layout = t.src if self.is_source else t.dst
+            views = []
+            for e, rank, off in zip(layout.entries, ft.ranks, ft.byte_offsets):
+                n = int(np.prod(e.shape, dtype=np.int64)) * numpy_dtype(t.dtype).itemsize
+                views.append(_flat_view(raw[rank], off, n, t.dtype, e.shape))
+            out[ft.tensor] = views
+        return out
+
+
+def _flat_bytes(buf: Any, where: str, need: int) -> Any:
+    """A flat buffer as a 1-D byte array of its own kind (torch or NumPy)."""
+    mod = type(buf).__module__
+    if mod.startswith("torch"):
+        if not buf.is_contiguous():
+            raise InvalidArgumentError(f"{where}: not contiguous")
+        import torch
+        flat = buf.reshape(-1).view(torch.uint8)
+        size = flat.numel()
+    else:
+        arr = np.asarray(buf)
+        if not arr.flags.c_contiguous:
+            raise InvalidArgumentError(f"{where}: not contiguous")
+        flat = arr.reshape(-1).view(np.uint8)
+        size = flat.size
+    if size < need:
+        raise InvalidArgumentError(f"{where}: {size} bytes, the flat layout needs {need}")
+    return flat
+
+
+def _flat_view(flat: Any, offset: int, nbytes: int, dtype: str, shape: Tuple[int, ...]) -> Any:
+    part = flat[offset:offset + nbytes]
+    if type(flat).__module__.startswith("torch"):
+        import torch
+        tdt = getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32",
+                              "f64": "float64", "f8e4m3": "float8_e4m3fn",
+                              "f8e5m2": "float8_e5m2"}.get(dtype, numpy_dtype(dtype).name))
+        return part.view(tdt).view(shape)
+    return part.view(numpy_dtype(dtype)).reshape(shape)
+
+
+def _read_flats(inp: Any) -> Tuple[Flat, ...]:
+    """The flat layouts of a plan input (ABI 1.10); none from older libraries."""
+    if int(api.abi_minor) < 10:
+        return ()
+    count = ffi.new("size_t*")
+    check(api.plan_input_num_flats(inp, count))
+    flats = []
+    for f in range(int(count[0])):
+        name = ffi.new("char**")
+        is_src = ffi.new("int32_t*")
+        world = ffi.new("size_t*")
+        ntens = ffi.new("size_t*")
+        shard = ffi.new("int64_t*")
+        check(api.plan_input_flat_info(inp, f, ffi.cast("const char**", name), is_src, world,
+                                       ntens, shard))
+        devices = []
+        dev = ffi.new("int64_t*")
+        for r in range(int(world[0])):
+            check(api.plan_input_flat_device(inp, f, r, dev))
+            devices.append(int(dev[0]))
+        tensors = []
+        tidx = ffi.new("size_t*")
+        nent = ffi.new("size_t*")
+        for k in range(int(ntens[0])):
+            check(api.plan_input_flat_tensor(inp, f, k, tidx, nent, 0, ffi.NULL, ffi.NULL))
+            n = int(nent[0])
+            ranks = ffi.new("uint64_t[]", max(n, 1))
+            offs = ffi.new("int64_t[]", max(n, 1))
+            check(api.plan_input_flat_tensor(inp, f, k, tidx, nent, n, ranks, offs))
+            tensors.append(FlatTensor(int(tidx[0]), tuple(int(ranks[i]) for i in range(n)),
+                                      tuple(int(offs[i]) for i in range(n))))
+        flats.append(Flat(ffi.string(ffi.cast("const char*", name[0])).decode(), bool(is_src[0]),
+                          tuple(devices), int(shard[0]), tuple(tensors)))
+    return tuple(flats)
+
+
 class Plan:
     """A reshard plan (``reshard_plan_t``): immutable, thread-safe.
 
     Make one with :func:`reshard.plan` or :meth:`Plan.from_bytes`.
     """
 
-    __slots__ = ("_ptr", "_tensors", "_tables", "_by_name", "__weakref__")
+    __slots__ = ("_ptr", "_tensors", "_tables", "_by_name", "_flats", "__weakref__")
 
-    def __init__(self, ptr: Any) -> None:
+    def __init__(self, ptr: Any, flats: Tuple[Flat, ...] = ()) -> None:
         self._ptr = ffi.gc(ptr, api.plan_destroy)
         self._tensors: Optional[Tuple[Tensor, ...]] = None
         self._by_name: Optional[Dict[str, int]] = None
         self._tables: Dict[Any, Any] = {}
+        self._flats = flats
+
+    @property
+    def flats(self) -> Tuple[Flat, ...]:
+        """The flat layouts of the spec this plan was made from (by name);
+        empty for a plan decoded from bytes (they are the spec's, not the
+        plan's)."""
+        return self._flats
+
+    def flat(self, name: str) -> Flat:
+        """The flat layout ``name`` (:attr:`flats`)."""
+        for f in self._flats:
+            if f.name == name:
+                return f
+        raise InvalidArgumentError(f"flat: no flat layout {name!r} (the plan has "
+                                   f"{', '.join(repr(f.name) for f in self._flats) or 'none'})")
 
     # -- bytes
     @classmethod
@@ -461,8 +589,10 @@ def plan(spec: Spec, *, process: Optional[int] = None, threads: int = 0,
     inp = ffi.new("reshard_plan_input_t**")
     check(api.plan_input_from_spec(text, len(text), inp))
     inp_ptr = ffi.gc(inp[0], api.plan_input_destroy)
-    return _plan_input(inp_ptr, process=process, threads=threads, max_plan_bytes=max_plan_bytes,
-                       global_stats=global_stats)
+    out = _plan_input(inp_ptr, process=process, threads=threads, max_plan_bytes=max_plan_bytes,
+                      global_stats=global_stats)
+    out._flats = _read_flats(inp_ptr)
+    return out
 
 
 def _plan_input(inp: Any, *, process: Optional[int], threads: int,
