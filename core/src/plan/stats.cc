@@ -8,7 +8,6 @@
 #include <map>
 #include <set>
 #include <tuple>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "plan/bounds.h"
@@ -19,6 +18,7 @@
 #include "plan/scratch_layout.h"
 #include "plan/stage_cost.h"
 #include "plan/stream_bound.h"
+#include "plan/stream_map.h"
 #include "reshard/error.h"
 
 namespace reshard::planning {
@@ -160,7 +160,7 @@ struct BandStream {
   std::array<int64_t, kRelayBands> bytes{};
 };
 // Keyed stage << 40 | source dense << 20 | destination dense.
-using BandStreams = std::unordered_map<uint64_t, BandStream>;
+using BandStreams = StreamMap<BandStream>;
 
 // Every stream's bytes, which the round schedule's figures need: stage 0's
 // pairs (PairBytes: a hash map, or a table of destination rows and source
@@ -168,7 +168,7 @@ using BandStreams = std::unordered_map<uint64_t, BandStream>;
 // band streams.
 struct StreamBytes {
   const PairBytes* pairs;
-  const std::deque<std::unordered_map<uint64_t, int64_t>>* relay;
+  const std::deque<StreamMap<int64_t>>* relay;
   const BandStreams* bands;
 };
 
@@ -225,16 +225,15 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
   };
   auto bands_of = [&](uint32_t s, size_t sd, size_t dd) -> const BandStream* {
     if (in.bands->empty()) return nullptr;
-    auto it = in.bands->find(uint64_t{s} << 40 | uint64_t{sd} << 20 | dd);
-    return it == in.bands->end() ? nullptr : &it->second;
+    return in.bands->find(uint64_t{s} << 40 | uint64_t{sd} << 20 | dd);
   };
   // Streams with bands only (no bytes counted with the pairs).
   auto band_only = [&](uint32_t s, auto&& plain_bytes) {
-    for (const auto& [key, b] : *in.bands) {
-      if (static_cast<uint32_t>(key >> 40) != s) continue;
+    in.bands->each([&](uint64_t key, const BandStream& b) {
+      if (static_cast<uint32_t>(key >> 40) != s) return;
       const size_t sd = key >> 20 & 0xfffff, dd = key & 0xfffff;
       if (plain_bytes(sd, dd) <= 0) visit(static_cast<int>(s), sd, dd, 0, &b);
-    }
+    });
   };
   // Stage by stage: rounds add up, staging peaks per stage.
   auto end_stage = [&] {
@@ -251,12 +250,13 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
   end_stage();
   for (int s = 1; s < nstages; ++s) {
     const auto& relay = (*in.relay)[static_cast<size_t>(s)];
-    for (auto [k, b] : relay)
+    relay.each([&](uint64_t k, int64_t b) {
       visit(s, k >> 32, k & 0xffffffffu, b,
             bands_of(static_cast<uint32_t>(s), k >> 32, k & 0xffffffffu));
+    });
     band_only(static_cast<uint32_t>(s), [&](size_t sd, size_t dd) {
-      auto it = relay.find(uint64_t{sd} << 32 | dd);
-      return it == relay.end() ? int64_t{0} : it->second;
+      const int64_t* b = relay.find(uint64_t{sd} << 32 | dd);
+      return b ? *b : int64_t{0};
     });
     end_stage();
   }
@@ -459,7 +459,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                "use a coarser layout (fewer devices, or gather within groups first), or raise "
                "the limit (-1: no limit)");
   }
-  std::deque<std::unordered_map<uint64_t, int64_t>> relay_bytes(1);
+  std::deque<StreamMap<int64_t>> relay_bytes(1);
   // Makes room for stage s in the per-stage rows and maps.
   auto stage_grow = [&](uint32_t s) {
     while (stage_acc.size() <= s) {
@@ -538,15 +538,17 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // Band streams looked up recently: a direct-mapped cache (a leader's
   // stage-0 bands alternate between its holders' streams).
   constexpr size_t kBandCache = 256;
-  std::array<std::pair<uint64_t, BandStream*>, kBandCache> band_cache;
-  band_cache.fill({~uint64_t{0}, nullptr});
-  auto band_entry = [&](uint64_t key) -> BandStream& {
+  std::array<std::pair<uint64_t, uint32_t>, kBandCache> band_cache;
+  band_cache.fill({BandStreams::kNone, 0});
+  // The index of the band stream `key` in band_streams.
+  auto band_index = [&](uint64_t key) -> uint32_t {
     auto& slot = band_cache[(key * 0x9e3779b97f4a7c15ull) >> 56];
-    if (slot.first == key) return *slot.second;
-    auto [it, fresh] = band_streams.try_emplace(key, BandStream{});
+    if (slot.first == key) return slot.second;
+    bool fresh = false;
+    const uint32_t i = band_streams.index(key, &fresh);
     if (fresh) keep_pair();
-    slot = {key, &it->second};  // stable: unordered_map nodes do not move
-    return it->second;
+    slot = {key, i};
+    return i;
   };
   // One piece x of destination entry e of t (a group of `copies` tensors of
   // `esum` bytes per element in all).
@@ -600,7 +602,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       add_to(st.forwarded_bytes, bytes, "forwarded_bytes");
     }
     if (x.band > 0) {  // its stream's own message
-      BandStream& b = band_entry(uint64_t{x.stage} << 40 | uint64_t{sd} << 20 | dd);
+      BandStream& b =
+          band_streams.at(band_index(uint64_t{x.stage} << 40 | uint64_t{sd} << 20 | dd));
       b.mask |= 1u << x.band;
       if (track_pairs) add_to(b.bytes[x.band], bytes, "network_bytes");
       return;
@@ -659,12 +662,14 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // A relay stream (stage, destination entry src -> the entry being
   // enumerated) as relay_part found it: its keys, counted in relay_pairs
   // and band_streams (kept by keep_pair) the first time, and where its bytes
-  // add up. Looked up once per cell instead of once per part.
+  // add up (indices into relay_bytes[stage] and band_streams). Looked up
+  // once per cell instead of once per part.
+  constexpr uint32_t kUnset = UINT32_MAX;
   struct StreamRef {
     uint32_t src = 0, stage = 0;
     bool counted = false;
-    int64_t* plain = nullptr;      // relay_bytes[stage] (with track_pairs)
-    BandStream* banded = nullptr;  // band_streams
+    uint32_t plain = kUnset;   // relay_bytes[stage] (with track_pairs)
+    uint32_t banded = kUnset;  // band_streams
   };
   // The relay pieces of `part` from destination entry `src` to e in stage
   // `stage`, cut into `bands` (relay_bands of the part): what account() does
@@ -694,14 +699,16 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     // their own messages.
     if (!ref.counted) {
       if (relay_pairs[stage].insert(sd, dd)) keep_pair();
-      if (track_pairs) ref.plain = &relay_bytes[stage][(uint64_t{sd} << 32) | dd];
+      if (track_pairs) ref.plain = relay_bytes[stage].index((uint64_t{sd} << 32) | dd);
       ref.counted = true;
     }
     if (track_pairs)
-      add_to(*ref.plain, mul_of(pb.volume[0], esum, "network_bytes"), "network_bytes");
+      add_to(relay_bytes[stage].at(ref.plain), mul_of(pb.volume[0], esum, "network_bytes"),
+             "network_bytes");
     if (pb.n == 1) return;
-    if (!ref.banded) ref.banded = &band_entry(uint64_t{stage} << 40 | uint64_t{sd} << 20 | dd);
-    BandStream& b = *ref.banded;
+    if (ref.banded == kUnset)
+      ref.banded = band_index(uint64_t{stage} << 40 | uint64_t{sd} << 20 | dd);
+    BandStream& b = band_streams.at(ref.banded);
     b.mask |= pb.mask;
     if (track_pairs)
       for (size_t k = 1; k < kRelayBands; ++k)
@@ -1311,7 +1318,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     if (dense_pairs) return (bits[dd * words + (sd >> 6)] >> (sd & 63) & 1) != 0;
     return pair_set.count(uint64_t{sd} << 32 | dd) > 0;
   };
-  for (const auto& [key, b] : band_streams) {
+  band_streams.each([&](uint64_t key, const BandStream& b) {
     const auto s = static_cast<uint32_t>(key >> 40);
     const auto sd = static_cast<uint32_t>(key >> 20 & 0xfffff);
     const auto dd = static_cast<uint32_t>(key & 0xfffff);
@@ -1319,7 +1326,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     stage_send_msgs[s][sd] += bands;
     stage_recv_msgs[s][dd] += bands;
     stage_rounds[s] = std::max<int64_t>(stage_rounds[s], bands + (plain_pair(s, sd, dd) ? 1 : 0));
-  }
+  });
   // Every stage together: the figures of the statistics. Round cutting
   // takes each stage's alone (rounds.h): a round belongs to one stage.
   std::vector<DeviceLoad> loads(static_cast<size_t>(nstages) * ndev);
