@@ -858,13 +858,20 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   std::vector<std::pair<int32_t, uint32_t>> by_host_cell;
   std::vector<int64_t> recv_index;  // per host of the cell (Enumerator::receiving_table)
   std::vector<size_t> recv_host;    // per receiving host
-  // Per cell: each entry's position in it, and per (entry, source entry,
-  // stage) of the cell the index of the entry's pending piece (stage bit
-  // clear) and stream, valid where the stamp is the cell's tick.
+  // Per cell: each entry's position in it, per (entry, source entry) of
+  // the cell the index of the entry's pending piece, and per (entry,
+  // source entry, stage) that of its stream, each valid where its stamp is
+  // the cell's tick. Stamp and index side by side (one cache miss a
+  // lookup, not two) and no unused pending slots: a 1,024-entry cell's
+  // tables take 24 MiB instead of 48, and the misses on four separate
+  // arrays were about a tenth of the statistics' time of a 4,096-device
+  // MoE sync.
+  struct Stamped {
+    uint32_t tick = 0, index = 0;
+  };
   std::vector<uint32_t> pos_in_cell;
-  std::vector<uint32_t> cell_index, stream_index;
-  std::vector<uint64_t> cell_stamp, stream_stamp;
-  uint64_t cell_tick = 0;
+  std::vector<Stamped> pending_at, stream_at;
+  uint32_t cell_tick = 0;
   auto enum_cell = [&](const TensorCtx& t, size_t c, int64_t esum, int64_t copies,
                        int64_t& group_pieces) {
     const Geometry& dg = *t.dg;
@@ -882,18 +889,20 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     }
     several.assign(m, 0);
     slot.assign(m, 0);
-    ++cell_tick;
+    if (++cell_tick == 0) {  // wrapped: every stamp is stale again
+      std::fill(pending_at.begin(), pending_at.end(), Stamped{});
+      std::fill(stream_at.begin(), stream_at.end(), Stamped{});
+      cell_tick = 1;
+    }
     // Indexed where the tables stay small (16 Mi slots), else scanned.
     const bool indexed = m * m * 2 <= (size_t{1} << 24);
     if (indexed && pos_in_cell.size() < t.dst->num_entries())
       pos_in_cell.resize(t.dst->num_entries());
     if (indexed)
       for (uint32_t i = b0; i < b1; ++i) pos_in_cell[dg.cell_entries[i]] = i - b0;
-    if (indexed && cell_stamp.size() < m * m * 2) {
-      cell_stamp.assign(m * m * 2, 0);
-      stream_stamp.assign(m * m * 2, 0);
-      cell_index.resize(m * m * 2);
-      stream_index.resize(m * m * 2);
+    if (indexed && stream_at.size() < m * m * 2) {
+      pending_at.assign(m * m, Stamped{});
+      stream_at.assign(m * m * 2, Stamped{});
     }
     by_host_cell.clear();
     for (uint32_t i = b0; i < b1; ++i) by_host_cell.emplace_back(t.dt->host[dg.cell_entries[i]], i);
@@ -971,14 +980,14 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           std::vector<Pending>& pe = pending[i - b0];
           std::vector<StreamRef>& se = streams[i - b0];
           int64_t added = pb.n;
-          size_t key = 0;
+          size_t pk = 0, key = 0;
           Pending* q = nullptr;
           StreamRef* ref = nullptr;
           if (indexed) {
-            key = ((i - b0) * m + pos_in_cell[src]) * 2 + (stage == 1 ? 0 : 1);
-            const size_t pk = key & ~size_t{1};  // pending: by source alone
-            if (cell_stamp[pk] == cell_tick) q = &pe[cell_index[pk]];
-            if (stream_stamp[key] == cell_tick) ref = &se[stream_index[key]];
+            pk = (i - b0) * m + pos_in_cell[src];  // pending: by source alone
+            key = pk * 2 + (stage == 1 ? 0 : 1);
+            if (pending_at[pk].tick == cell_tick) q = &pe[pending_at[pk].index];
+            if (stream_at[key].tick == cell_tick) ref = &se[stream_at[key].index];
           } else {
             for (Pending& x : pe)
               if (x.src == src) q = &x;
@@ -986,10 +995,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
               if (r.src == src && r.stage == stage) ref = &r;
           }
           if (!q) {
-            if (indexed) {
-              cell_stamp[key & ~size_t{1}] = cell_tick;
-              cell_index[key & ~size_t{1}] = static_cast<uint32_t>(pe.size());
-            }
+            if (indexed) pending_at[pk] = Stamped{cell_tick, static_cast<uint32_t>(pe.size())};
             pe.push_back(Pending{src, stage, pb.last_band, pb.last});
           } else {
             bool grew = false;
@@ -1000,10 +1006,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
             if (!grew) *q = Pending{src, stage, pb.last_band, pb.last};
           }
           if (!ref) {
-            if (indexed) {
-              stream_stamp[key] = cell_tick;
-              stream_index[key] = static_cast<uint32_t>(se.size());
-            }
+            if (indexed) stream_at[key] = Stamped{cell_tick, static_cast<uint32_t>(se.size())};
             ref = &se.emplace_back(StreamRef{src, stage});
           }
           relay_part(t, *ref, e, part, pb, added, esum, copies, group_pieces);
