@@ -44,6 +44,11 @@ for extra in scripts/test-*.sh; do
     echo "== $extra skipped (set RESHARD_TEST_TORCH=1 to run it)"
     continue
   fi
+  # The Python package on a GPU: scripts/gpu-check.sh runs it where there is one.
+  if [[ $extra == scripts/test-python-gpu.sh ]]; then
+    echo "== $extra skipped (GPU machines: scripts/gpu-check.sh runs it)"
+    continue
+  fi
   phase "$extra" bash "$extra" || die "$extra failed (exit status $?)"
 done
 echo "== all tests passed"
