@@ -7,8 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
+#include "core/thread_transport.h"
 #include "reshard/engine.h"
 #include "reshard/exec.h"
 #include "reshard/oracle.h"
@@ -22,6 +27,41 @@ class DoneBatch final : public TransferBatch {
  public:
   bool test() override { return true; }
   std::vector<int32_t> pending_peers() const override { return {}; }
+};
+
+// A one-process transport whose memory is "CUDA" but the host's: what a
+// device-path test transport shares. Subclasses say what run_copies does
+// (and, if they queue copies, order_streams, finish and staging).
+class OneProcessDeviceTransport : public Transport {
+ public:
+  explicit OneProcessDeviceTransport(std::string name) : name_(std::move(name)) {}
+  TransportInfo info() const override {
+    TransportInfo i;
+    i.name = name_;
+    i.memory = MemoryKind::kCuda;
+    i.rank = 0;
+    i.size = 1;
+    i.whole_plan = true;
+    i.stream_ordered = true;
+    return i;
+  }
+  std::unique_ptr<StagingBlock> allocate_staging(int64_t, int32_t, int64_t bytes) override {
+    return std::make_unique<thread_transport::ThreadBlock>(bytes);
+  }
+  std::unique_ptr<TransferBatch> start(std::span<const TransferOp> ops) override {
+    EXPECT_TRUE(ops.empty()) << "a one-process group has no peer";
+    return std::make_unique<DoneBatch>();
+  }
+  void order_streams() override {}
+  void finish(double) override {}
+  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> record,
+                                                double) override {
+    return {std::vector<std::byte>(record.begin(), record.end())};
+  }
+  [[noreturn]] void abort(int exit_code) noexcept override { std::_Exit(exit_code); }
+
+ private:
+  std::string name_;
 };
 
 // Runs `plan` on the host and through `engine` (process 0); the

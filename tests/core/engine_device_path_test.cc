@@ -38,19 +38,10 @@ namespace {
 // cudaFree waits for the device). Copies on one stream keep their order;
 // a copy that reads what another stream wrote since the last order_streams
 // reads it unwritten in one of the two orders, and the oracle sees it.
-class StreamsTransport final : public Transport {
+class StreamsTransport final : public testing::OneProcessDeviceTransport {
  public:
-  explicit StreamsTransport(bool descending) : descending_(descending) {}
-  TransportInfo info() const override {
-    TransportInfo i;
-    i.name = "streams emulation";
-    i.memory = MemoryKind::kCuda;
-    i.rank = 0;
-    i.size = 1;
-    i.whole_plan = true;
-    i.stream_ordered = true;
-    return i;
-  }
+  explicit StreamsTransport(bool descending)
+      : OneProcessDeviceTransport("streams emulation"), descending_(descending) {}
   class Staging final : public StagingBlock {
    public:
     Staging(StreamsTransport& t, int64_t bytes) : t_(t), block_(bytes < 1 ? 1 : bytes) {}
@@ -65,10 +56,6 @@ class StreamsTransport final : public Transport {
   std::unique_ptr<StagingBlock> allocate_staging(int64_t, int32_t, int64_t bytes) override {
     return std::make_unique<Staging>(*this, bytes);
   }
-  std::unique_ptr<TransferBatch> start(std::span<const TransferOp> ops) override {
-    EXPECT_TRUE(ops.empty()) << "a one-process group has no peer";
-    return std::make_unique<testing::DoneBatch>();
-  }
   void run_copies(int64_t, int32_t ordinal, std::span<const CopyOp> ops) override {
     copies += static_cast<int64_t>(ops.size());
     auto& q = streams_[ordinal];
@@ -79,11 +66,6 @@ class StreamsTransport final : public Transport {
     drain();
   }
   void finish(double) override { drain(); }
-  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> record,
-                                                double) override {
-    return {std::vector<std::byte>(record.begin(), record.end())};
-  }
-  [[noreturn]] void abort(int exit_code) noexcept override { std::_Exit(exit_code); }
 
   void drain() {
     auto run = [](std::vector<CopyOp>& q) {

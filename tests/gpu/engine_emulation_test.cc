@@ -16,7 +16,6 @@
 #include "core/device_path_testing.h"
 #include "core/random_cases.h"
 #include "core/staged_cases.h"
-#include "core/thread_transport.h"
 #include "emulate_launches.h"
 #include "kernel_body.h"
 #include "reshard/engine.h"
@@ -29,25 +28,9 @@ namespace reshard {
 namespace {
 
 // One stream: each run_copies call is planned and emulated at once.
-class EmulatedCuda final : public Transport {
+class EmulatedCuda final : public testing::OneProcessDeviceTransport {
  public:
-  TransportInfo info() const override {
-    TransportInfo i;
-    i.name = "cuda emulation";
-    i.memory = MemoryKind::kCuda;
-    i.rank = 0;
-    i.size = 1;
-    i.whole_plan = true;
-    i.stream_ordered = true;
-    return i;
-  }
-  std::unique_ptr<StagingBlock> allocate_staging(int64_t, int32_t, int64_t bytes) override {
-    return std::make_unique<thread_transport::ThreadBlock>(bytes);
-  }
-  std::unique_ptr<TransferBatch> start(std::span<const TransferOp> ops) override {
-    EXPECT_TRUE(ops.empty()) << "a one-process group has no peer";
-    return std::make_unique<testing::DoneBatch>();
-  }
+  EmulatedCuda() : OneProcessDeviceTransport("cuda emulation") {}
   void run_copies(int64_t, int32_t, std::span<const CopyOp> ops) override {
     const std::vector<cuda_backend::Launch> launches = cuda_backend::plan_launches(ops);
     // Tiles last to first: a missed dependency inside a launch shows.
@@ -61,14 +44,6 @@ class EmulatedCuda final : public Transport {
       }
     }
   }
-  void order_streams() override {}
-  void finish(double) override {}
-  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> record,
-                                                double) override {
-    return {std::vector<std::byte>(record.begin(), record.end())};
-  }
-  [[noreturn]] void abort(int exit_code) noexcept override { std::_Exit(exit_code); }
-
   int64_t fused = 0;
   int64_t fused_stores = 0;  // the store in the dtype folded in (engine.cc flushes
                              // summands and stores together)

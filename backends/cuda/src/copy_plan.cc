@@ -725,11 +725,16 @@ std::vector<Planned> fuse_reductions(std::span<const CopyOp> ops, const std::vec
     if (dropped[i] || kind_of(i) != CopyOp::Kind::kReduce) continue;
     const CopyOp& first = ops[op_of[i]];
     const Footprint acc = planned[i].writes[0];
+    // Op k reduces into the same accumulator, dtype and op as op i.
+    const auto same_target = [&](size_t k) {
+      const CopyOp& o = ops[op_of[k]];
+      return kind_of(k) == CopyOp::Kind::kReduce && o.dst == first.dst && o.dtype == first.dtype &&
+             o.op == first.op;
+    };
     size_t j = i + 1;
     const bool dense_i = dense_dst(planned[i].work.desc);
     bool reshape = false;
-    while (j < n && kind_of(j) == CopyOp::Kind::kReduce && ops[op_of[j]].dst == first.dst &&
-           ops[op_of[j]].dtype == first.dtype && ops[op_of[j]].op == first.op) {
+    while (j < n && same_target(j)) {
       const CopyDesc& d = planned[j].work.desc;
       if (!same_acc_side(d, planned[i].work.desc)) {
         // The same dense element range, cut into other dimensions.
@@ -747,8 +752,7 @@ std::vector<Planned> fuse_reductions(std::span<const CopyOp> ops, const std::vec
       if (!common_dims(descs)) {
         // Keep the leading members that already agree.
         j = i + 1;
-        while (j < n && kind_of(j) == CopyOp::Kind::kReduce && ops[op_of[j]].dst == first.dst &&
-               ops[op_of[j]].dtype == first.dtype && ops[op_of[j]].op == first.op &&
+        while (j < n && same_target(j) &&
                same_acc_side(planned[j].work.desc, planned[i].work.desc)) {
           ++j;
         }

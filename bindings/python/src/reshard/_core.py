@@ -189,7 +189,7 @@ class Flat:
             layout = t.src if self.is_source else t.dst
             views = []
             for e, rank, off in zip(layout.entries, ft.ranks, ft.byte_offsets):
-                n = int(np.prod(e.shape, dtype=np.int64)) * numpy_dtype(t.dtype).itemsize
+                n = int(np.prod(e.shape, dtype=np.int64)) * int(api.dtype_size(_dtype_code(t.dtype)))
                 views.append(_flat_view(raw[rank], off, n, t.dtype, e.shape))
             out[ft.tensor] = views
         return out
@@ -219,10 +219,7 @@ def _flat_view(flat: Any, offset: int, nbytes: int, dtype: str, shape: Tuple[int
     part = flat[offset:offset + nbytes]
     if type(flat).__module__.startswith("torch"):
         import torch
-        tdt = getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32",
-                              "f64": "float64", "f8e4m3": "float8_e4m3fn",
-                              "f8e5m2": "float8_e5m2"}.get(dtype, numpy_dtype(dtype).name))
-        return part.view(tdt).view(shape)
+        return part.view(getattr(torch, _NUMPY_NAMES[dtype])).view(shape)  # torch's names
     return part.view(numpy_dtype(dtype)).reshape(shape)
 
 
