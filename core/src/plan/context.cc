@@ -340,23 +340,13 @@ void Context::decide_device_cross(int64_t max_bytes) {
   }
 }
 
-bool Context::decide_single_hop(int64_t max_bytes, const PlanStats* routed_stats) {
+std::vector<std::vector<size_t>> Context::single_hop_groups() const {
   const PlanOptions& o = input.options;
-  if ((!o.relays && !o.reduce_scatter) || !o.single_hop_guard || choice_override().single_hop == 0)
-    return false;
   // Like tensors with a route.
   std::vector<std::vector<size_t>> groups = like_tensors(tensors, [&](const TensorCtx& t) {
     return t.T == 1 &&
            (t.S == 1 ? o.relays : o.reduce_scatter && t.reduce != TensorCtx::kSingleHop);
   });
-  if (groups.empty()) return false;
-  PlanStats probe;
-  if (!routed_stats) {
-    compute_stats(*this, probe, staging_options(), false, nullptr, max_bytes);
-    routed_stats = &probe;
-  }
-  // One stage: no route taken, the plan is single-hop already.
-  if (routed_stats->stages <= 1) return false;
   auto bytes = [&](const std::vector<size_t>& g) {
     int64_t b = 0;
     for (size_t i : g) b += tensors[i].dst->num_elements() * tensors[i].esize;
@@ -377,6 +367,91 @@ bool Context::decide_single_hop(int64_t max_bytes, const PlanStats* routed_stats
     groups.resize(kMaxReduceGroups - 1);
     groups.push_back(std::move(rest));
   }
+  return groups;
+}
+
+namespace {
+bool guard_stops_on = true;
+int64_t guard_stops_count = 0;
+}  // namespace
+
+bool guard_stops() { return guard_stops_on; }
+void set_guard_stops(bool on) { guard_stops_on = on; }
+int64_t& guard_stops_taken() { return guard_stops_count; }
+
+std::optional<GuardStop> Context::guard_stop(int64_t max_bytes) {
+  const PlanOptions& o = input.options;
+  if (!guard_stops_on || (!o.relays && !o.reduce_scatter) || !o.single_hop_guard ||
+      choice_override().single_hop == 0)
+    return std::nullopt;
+  // compute_stats starts again without relay_split where a device has
+  // budget <= 16 * peers in a stage; a device's peers in a stage are at
+  // most its plain streams and its band streams' bands, each way.
+  const int64_t most_peers = 2 * static_cast<int64_t>(devices.size()) * kRelayBands;
+  if (staging_options().staging_budget_bytes <= 16 * most_peers) return std::nullopt;
+  if (single_hop_groups().empty()) return std::nullopt;
+  GuardStop g;
+  g.single_cost = [this, max_bytes] { return single_hop_estimate(max_bytes); };
+  return g;
+}
+
+double Context::single_hop_estimate(int64_t max_bytes) {
+  if (single_hop_cost_) return *single_hop_cost_;
+  // decide_single_hop's estimate of the plan with every group single-hop,
+  // from the routed state, which is put back.
+  struct Routed {
+    bool single;
+    TensorCtx::Reduce reduce;
+    uint32_t bands;
+  };
+  std::vector<Routed> routed(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    routed[i] = {tensors[i].single_hop, tensors[i].reduce, tensors[i].reduce_bands};
+  const bool routed_pre = pre_reduce, routed_split = relay_split;
+  const int64_t routed_reserve = scratch_reserve;
+  for (const std::vector<size_t>& g : single_hop_groups())
+    for (size_t i : g) {
+      TensorCtx& t = tensors[i];
+      t.single_hop = true;
+      t.reduce = t.S > 1 ? TensorCtx::kSingleHop : t.reduce;
+      t.reduce_bands = 1;
+    }
+  pre_reduce = false;
+  scratch_reserve = 0;
+  if (split_before_bands) relay_split = *split_before_bands;
+  PlanStats st;
+  compute_stats(*this, st, staging_options(), false, nullptr, max_bytes);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    tensors[i].single_hop = routed[i].single;
+    tensors[i].reduce = routed[i].reduce;
+    tensors[i].reduce_bands = routed[i].bands;
+  }
+  pre_reduce = routed_pre;
+  relay_split = routed_split;
+  scratch_reserve = routed_reserve;
+  single_hop_cost_ = st.cost_seconds;
+  return st.cost_seconds;
+}
+
+bool Context::decide_single_hop(int64_t max_bytes, const PlanStats* routed_stats) {
+  const PlanOptions& o = input.options;
+  std::vector<std::vector<size_t>> groups;
+  if ((o.relays || o.reduce_scatter) && o.single_hop_guard && choice_override().single_hop != 0)
+    groups = single_hop_groups();
+  PlanStats probe;
+  if (!groups.empty() && !routed_stats) {
+    std::optional<GuardStop> stop = guard_stop(max_bytes);
+    compute_stats(*this, probe, staging_options(), false, nullptr, max_bytes, false, nullptr,
+                  nullptr, stop ? &*stop : nullptr);
+    routed_stats = &probe;
+  }
+  // single_hop_estimate's figure, where a routed pass asked for it: for
+  // this decision alone.
+  const std::optional<double> known_single = single_hop_cost_;
+  single_hop_cost_.reset();
+  if (groups.empty()) return false;
+  // One stage: no route taken, the plan is single-hop already.
+  if (routed_stats->stages <= 1) return false;
   // Each group's routed decisions (what the other deciders left) and the
   // context's, to go back to.
   struct Routed {
@@ -418,11 +493,12 @@ bool Context::decide_single_hop(int64_t max_bytes, const PlanStats* routed_stats
   // and where it wins (the routes' stages and relay duties cost more than
   // the bytes they save), the groups start from it and each tries its
   // routes alone, which keeps every estimate cheap; else each group tries
-  // single-hop from the routed plan.
+  // single-hop from the routed plan. (A routed pass that stopped early
+  // computed the single-hop estimate already: single_hop_estimate.)
   const double routed_cost = routed_stats->cost_seconds;
   for (const std::vector<size_t>& g : groups) set(g, true);
   context_routed(false);
-  const double single_cost = estimate();
+  const double single_cost = known_single ? *known_single : estimate();
   const bool from_single = single_cost < routed_cost;
   double least = from_single ? single_cost : routed_cost;
   if (!from_single) {

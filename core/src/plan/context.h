@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -15,6 +16,23 @@
 #include "reshard/plan.h"
 
 namespace reshard::planning {
+
+// A routed pass of the global statistics that the single-hop guard
+// (Context::decide_single_hop) would reject stops early: once a piece of a
+// later stage has been accounted (the plan has stages to weigh) and the
+// floor of the estimate so far (stage_cost_floor, which only grows as
+// pieces are added) is above the single-hop plan's estimate, the whole
+// pass's estimate is above it too, and the guard takes the single-hop plan
+// whatever the rest of the pass holds. The statistics are then only
+// cost_seconds (that floor), stages (at least 2) and the plan-independent
+// lower bounds; the counts and the round figures are partial, and the
+// caller computes the statistics again after the guard (it changed the
+// plan). `single_cost` gives the single-hop estimate, called at most once,
+// when the pass first has a later stage.
+struct GuardStop {
+  std::function<double()> single_cost;
+  bool stopped = false;
+};
 
 // Shared state of one make_plan call.
 struct Context {
@@ -100,7 +118,24 @@ struct Context {
   // where the caller has them (else they are computed); a plan of one
   // stage takes no route and is left alone. Returns whether anything
   // changed (the caller's statistics are then stale).
+  // `routed` may be the statistics of a pass that stopped early
+  // (GuardStop::stopped): their cost_seconds is then a floor of the routed
+  // plan's estimate, above single_hop_estimate's, and their stages and
+  // lower bounds are the routed plan's.
   bool decide_single_hop(int64_t max_bytes, const PlanStats* routed = nullptr);
+  // The single-hop guard's yardstick: the estimate of the plan with every
+  // group of decide_single_hop's single-hop (as it computes it, from the
+  // routed state, which is restored), computed once and kept until
+  // decide_single_hop uses it. Called from inside a routed pass of the
+  // global statistics (GuardStop).
+  double single_hop_estimate(int64_t max_bytes);
+  // A GuardStop for the routed statistics (after decide_device_cross),
+  // where stopping provably changes no plan: the guard applies, and the
+  // staging budget is above 16 bytes for every peer a device can have in a
+  // stage (2 * devices * kRelayBands), so no pass can turn relay_split off
+  // or start again to track streams (compute_stats): the context after a
+  // stopped pass is what the whole pass would have left. Else nullopt.
+  std::optional<GuardStop> guard_stop(int64_t max_bytes);
   // After a decider changed reduce modes: where no tensor pre-reduces any
   // more, no scratch is reserved (and bands and relay_split are as without
   // pre-reduction); else the reserve is the scratch the plan now holds.
@@ -109,6 +144,13 @@ struct Context {
 
   explicit Context(const PlanInput& in) : input(in) {}
 
+ private:
+  // decide_single_hop's groups: like tensors with a route, largest first,
+  // past kMaxReduceGroups - 1 the rest as one.
+  std::vector<std::vector<size_t>> single_hop_groups() const;
+  std::optional<double> single_hop_cost_;  // single_hop_estimate's, until used
+
+ public:
   uint32_t dense(int64_t device) const {
     return static_cast<uint32_t>(std::lower_bound(devices.begin(), devices.end(), device) -
                                  devices.begin());
@@ -156,10 +198,18 @@ struct DeviceCounts {
 // (plan/rounds.h): each device's messages and bytes in each stage, at
 // [stage * ctx.devices.size() + dense device], where rounds are cut (a
 // staging budget, or pipelined stages); `rounds` the rule that cuts them.
+// `guard` (when not null): the pass may stop early, as GuardStop says.
 void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool schedule,
                    std::vector<DeviceCounts>* counts = nullptr, int64_t max_bytes = -1,
                    bool reference = false, std::vector<DeviceLoad>* stage_loads = nullptr,
-                   RoundRule* rounds = nullptr);
+                   RoundRule* rounds = nullptr, GuardStop* guard = nullptr);
+
+// Whether Context::guard_stop may stop passes (on; tests turn it off to
+// compare plans with and without).
+bool guard_stops();
+void set_guard_stops(bool on);
+// Routed passes stopped so far in this process (compute_stats counts them; tests read it).
+int64_t& guard_stops_taken();
 
 // Whether a process part's enumeration replays the pieces of like tensors
 // (planner.cc, build_chunk): on unless a test turns it off to compare the

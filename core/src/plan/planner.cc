@@ -727,14 +727,21 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   std::vector<DeviceCounts> counts;
   planning::RoundRule rule;
   const bool want_stats = request.scope != PlanScope::kProcess || request.global_stats;
-  auto global = [&] {
+  auto global = [&](planning::GuardStop* stop) {
     st = PlanStats{};
     counts.clear();
     planning::compute_stats(ctx, st, ctx.staging_options(), want_stats, &counts, limit, false,
-                            nullptr, &rule);
+                            nullptr, &rule, stop);
   };
-  global();
-  if (ctx.decide_single_hop(limit, &st)) global();
+  // The routed statistics stop early where the guard rejects them
+  // (planning::GuardStop); it then changes the plan, and they are computed
+  // again.
+  std::optional<planning::GuardStop> stop = ctx.guard_stop(limit);
+  global(stop ? &*stop : nullptr);
+  if (ctx.decide_single_hop(limit, &st))
+    global(nullptr);
+  else if (stop && stop->stopped)
+    fail(ErrorCode::kInternal, "statistics: the single-hop guard kept a pass it stopped");
   PlanEstimate e = estimate_parts(ctx, counts, request, threads, rule.cuts());
   e.limit_bytes = limit;
   e.available_bytes = available_memory();
@@ -770,12 +777,12 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   std::vector<DeviceCounts> counts;
   // How rounds are cut (a staging budget, pipelined stages: rounds.h).
   planning::RoundRule rule;
-  auto global = [&] {
+  auto global = [&](planning::GuardStop* stop) {
     Plan::Builder::stats(plan) = PlanStats{};
     stage_loads.clear();
     counts.clear();
     planning::compute_stats(ctx, Plan::Builder::stats(plan), ctx.staging_options(), want_stats,
-                            guarded ? &counts : nullptr, limit, false, &stage_loads, &rule);
+                            guarded ? &counts : nullptr, limit, false, &stage_loads, &rule, stop);
   };
   // The single-hop guard weighs the routed plan's statistics where they
   // are computed anyway (and its own estimate where not); the statistics
@@ -783,10 +790,17 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   // too: its stages are pipelined by the global figures (rounds.h).
   const bool staged = input.options.relays || input.options.reduce_scatter;
   const bool with_stats = budgeted || want_stats || guarded || staged;
-  if (with_stats) global();
-  if (ctx.decide_single_hop(limit, with_stats ? &Plan::Builder::stats(plan) : nullptr) &&
-      with_stats)
-    global();
+  // The routed statistics stop early where the guard rejects them
+  // (planning::GuardStop); it then changes the plan, and they are computed
+  // again.
+  std::optional<planning::GuardStop> stop;
+  if (with_stats) stop = ctx.guard_stop(limit);
+  if (with_stats) global(stop ? &*stop : nullptr);
+  const bool changed =
+      ctx.decide_single_hop(limit, with_stats ? &Plan::Builder::stats(plan) : nullptr);
+  if (changed && with_stats) global(nullptr);
+  if (!changed && stop && stop->stopped)
+    fail(ErrorCode::kInternal, "statistics: the single-hop guard kept a pass it stopped");
   // Rounds are cut at the budget less what scratch may hold (Context's
   // staging_options, which the rule's budget comes from).
   if (with_stats) {

@@ -100,4 +100,27 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   return std::min(sum, std::max(busiest_link, pipeline));
 }
 
+double stage_cost_floor(const std::deque<std::vector<Acc>>& stage_acc, const Bounds& lb,
+                        const PlanOptions& o) {
+  std::vector<double> total, stage;
+  double moving = 0;  // stages where something moves
+  for (const std::vector<Acc>& x : stage_acc) {
+    link_seconds(x, lb, o, stage);
+    total.resize(stage.size(), 0.0);
+    bool moves = false;
+    for (size_t i = 0; i < stage.size(); ++i)
+      if (stage[i] > 0) {
+        total[i] += stage[i];
+        moves = true;
+      }
+    moving += moves ? 1 : 0;
+  }
+  if (moving == 0) return 0;
+  const double most = *std::max_element(total.begin(), total.end());
+  // stage_cost's sum is at least α per moving stage plus any link's
+  // total; its busiest link at least that total plus α; its pipeline at
+  // least α per moving stage. Less a millionth of a millionth for rounding.
+  return std::max(most + o.alpha_seconds, o.alpha_seconds * moving) * (1 - 1e-12);
+}
+
 }  // namespace reshard::planning

@@ -53,4 +53,14 @@ int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bou
 double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
                   const std::vector<int64_t>& stage_rounds, const Bounds& lb, const PlanOptions& o);
 
+// A floor of stage_cost with any rounds: the most seconds one link carries
+// over every stage plus α, or α per stage where something moves, if more
+// (each of stage_cost's terms is at least that). It never falls as bytes
+// are added, so the global statistics stop a pass the single-hop guard will
+// reject once this passes the single-hop plan's estimate
+// (Context::single_hop_estimate, GuardStop): keep it below stage_cost
+// whenever the model changes (PlanSingleHop.StageCostFloorIsAFloor).
+double stage_cost_floor(const std::deque<std::vector<Acc>>& stage_acc, const Bounds& lb,
+                        const PlanOptions& o);
+
 }  // namespace reshard::planning
