@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -414,6 +415,22 @@ TEST(SpecParse, FusedFlatLayoutMembersKeepTheirShardings) {
                                                       {"device": 5, "lo": [4, 0]}]}})"));
   EXPECT_EQ(boxes.flats[0].lowered.shard_elements, 10);
   EXPECT_EQ(boxes.flats[0].lowered.entry_offsets[0], (std::vector<int64_t>{8, 8}));
+}
+
+// examples/specs/fused_views.json: each vLLM rank's fused buffer has the
+// size of vLLM's parameter on a tp rank of 2 (bf16): qkv_proj [48, 64]
+// (q 32 rows, k and v 8), gate_up_proj [128, 64], embed_tokens [512, 64].
+TEST(SpecParse, FusedExampleHasVllmParameterSizes) {
+  const Spec spec = load_spec(std::string(RESHARD_SOURCE_DIR) + "/examples/specs/fused_views.json");
+  std::map<std::string, const SpecFlat*> by_name;
+  for (const SpecFlat& f : spec.flats) by_name[f.name] = &f;
+  ASSERT_EQ(by_name.size(), 5u);
+  EXPECT_EQ(by_name.at("qkv_proj")->lowered.shard_bytes, 48 * 64 * 2);
+  EXPECT_EQ(by_name.at("qkv_proj")->lowered.tensor_offsets, (std::vector<int64_t>{0, 2048, 2560}));
+  EXPECT_EQ(by_name.at("gate_up_proj")->lowered.shard_bytes, 128 * 64 * 2);
+  EXPECT_EQ(by_name.at("embed_tokens")->lowered.shard_bytes, 512 * 64 * 2);
+  EXPECT_FALSE(by_name.at("qkv_proj")->source);
+  EXPECT_TRUE(by_name.at("block0")->source);
 }
 
 TEST(SpecParse, FusedFlatLayoutErrorsNameTheirField) {

@@ -192,3 +192,17 @@ def test_fused_source_and_padded_vocabulary():
     for t, want in enumerate((q, k, v, e)):
         for d in dst[t]:
             np.testing.assert_array_equal(d, want)
+
+
+def test_fused_example_spec_has_vllm_parameter_sizes():
+    """examples/specs/fused_views.json: each vLLM tp rank's fused buffer is
+    the size of its parameter (bf16): qkv_proj [48, 64], gate_up_proj
+    [128, 64], embed_tokens [512, 64] (1000 rows padded to 1024)."""
+    plan = reshard.plan(ROOT / "examples" / "specs" / "fused_views.json")
+    sizes = {f.name: f.shard_bytes for f in plan.flats if not f.is_source}
+    assert sizes == {"qkv_proj": 48 * 64 * 2, "gate_up_proj": 128 * 64 * 2,
+                     "embed_tokens": 512 * 64 * 2}
+    qkv = plan.flat("qkv_proj")
+    assert [plan.tensors[ft.tensor].name.split(".")[-2] for ft in qkv.tensors] == \
+        ["q_proj", "k_proj", "v_proj"]
+    assert [ft.byte_offsets for ft in qkv.tensors] == [(0, 0), (4096, 4096), (5120, 5120)]
