@@ -114,6 +114,7 @@ TEST(FlatLayout, LoweringMatchesTheFrameworkRules) {
       const std::vector<ConstBuffer> views = flat_views(fc.lowered, t, flat);
       for (size_t e = 0; e < views.size(); ++e) {
         std::vector<std::byte> want(static_cast<size_t>(views[e].bytes));
+        if (want.empty()) continue;  // a fused member's empty box (memcmp takes no null)
         fill_source_shard(fc.input.tensors[t], static_cast<uint32_t>(t), e, want);
         ASSERT_EQ(0, std::memcmp(want.data(), views[e].data, want.size()))
             << "tensor " << t << " entry " << e;
