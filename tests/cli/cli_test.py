@@ -14,7 +14,7 @@ import xml.dom.minidom
 
 BIN, SRC, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
 SPECS = os.path.join(SRC, "examples", "specs")
-EXAMPLES = ["small_transformer", "partial_sums", "explicit_boxes", "flat_layouts"]
+EXAMPLES = ["small_transformer", "partial_sums", "explicit_boxes", "flat_layouts", "fused_views"]
 
 
 def spec(name):

@@ -3,6 +3,7 @@
 // (tests/core/flat_layout_test.cc, tests/mpi/engine_mpi_test.cc flat).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -32,7 +33,62 @@ inline int64_t numel(const std::vector<int64_t>& shape) {
 struct Slot {
   int64_t tensor = -1, element = -1;
 };
+
+// The row-major element indices (in a tensor of `shape`) of `box`, in the
+// box's own row-major order.
+inline std::vector<int64_t> box_elements(const std::vector<int64_t>& shape, const Box& box) {
+  std::vector<int64_t> out;
+  if (box.volume() == 0) return out;
+  const size_t rank = shape.size();
+  std::vector<int64_t> idx(rank);
+  for (size_t d = 0; d < rank; ++d) idx[d] = box.lo[d];
+  for (;;) {
+    int64_t lin = 0;
+    for (size_t d = 0; d < rank; ++d) lin = lin * shape[d] + idx[d];
+    out.push_back(lin);
+    size_t d = rank;
+    while (d > 0) {
+      --d;
+      if (++idx[d] < box.hi[d]) break;
+      idx[d] = box.lo[d];
+      if (d == 0) return out;
+    }
+    if (rank == 0) return out;
+  }
+}
+
+// vLLM's fused parameters (QKVParallelLinear, MergedColumnParallelLinear):
+// per rank, each member's box of its own layout, dense and row-major, in a
+// slot the size of the member's largest box on any rank.
+inline std::vector<std::vector<Slot>> reference_fused(const FlatLayout& f) {
+  const size_t w = f.devices.size();
+  auto up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
+  std::vector<std::vector<Slot>> out(w);
+  int64_t pos = 0;
+  for (size_t i = 0; i < f.tensors.size(); ++i) {
+    const Layout& m = f.members[i];
+    std::vector<std::vector<int64_t>> elems(w);
+    int64_t slot = 0;
+    for (size_t r = 0; r < w; ++r)
+      for (size_t e = 0; e < m.num_entries(); ++e)
+        if (m.device(e) == f.devices[r]) {
+          elems[r] = box_elements(f.tensors[i].shape, m.box(e));
+          slot = std::max(slot, static_cast<int64_t>(elems[r].size()));
+        }
+    const int64_t start = f.offsets.empty() ? up(pos, f.align_elements) : f.offsets[i];
+    for (size_t r = 0; r < w; ++r) {
+      out[r].resize(static_cast<size_t>(start + slot));
+      for (size_t k = 0; k < elems[r].size(); ++k)
+        out[r][static_cast<size_t>(start) + k] = Slot{static_cast<int64_t>(i), elems[r][k]};
+    }
+    pos = start + slot;
+  }
+  for (auto& buf : out) buf.resize(static_cast<size_t>(up(pos, f.pad_multiple)));
+  return out;
+}
+
 inline std::vector<std::vector<Slot>> reference(const FlatLayout& f) {
+  if (f.partition == FlatPartition::kFused) return reference_fused(f);
   const int64_t w = static_cast<int64_t>(f.devices.size());
   auto up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
   std::vector<std::vector<Slot>> out(static_cast<size_t>(w));
@@ -92,6 +148,55 @@ inline constexpr std::byte kPad{0xA5};
 
 // ------------------------------------------------------------ random cases
 
+// Random member layouts for a fused flat layout's tensors: named
+// shardings over a 2-axis mesh of its ranks (uneven splits and replicas
+// included) or, for a quarter, vLLM's padded split of dim 0 as explicit
+// boxes (chunks of ceil(n / W) rounded up to a multiple of 1-3 rows, the
+// ranks past the end holding nothing, with no entry or an empty box).
+inline std::vector<Layout> random_members(const FlatLayout& f, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  const int64_t w = static_cast<int64_t>(f.devices.size());
+  std::vector<int64_t> divisors;
+  for (int64_t a = 1; a <= w; ++a)
+    if (w % a == 0) divisors.push_back(a);
+  auto mesh = std::make_shared<Mesh>();
+  mesh->axis_names = {"p", "q"};
+  const int64_t a = divisors[rng() % divisors.size()];
+  mesh->shape = {a, w / a};
+  mesh->devices = f.devices;
+  std::vector<Layout> out;
+  for (size_t i = 0; i < f.tensors.size(); ++i) {
+    const std::vector<int64_t>& shape = f.tensors[i].shape;
+    const std::string field = "member" + std::to_string(i);
+    if (!shape.empty() && rng() % 4 == 0) {
+      const int64_t m = pick(1, 3);
+      const int64_t c = ((shape[0] + w - 1) / w + m - 1) / m * m;
+      std::vector<LayoutEntry> entries;
+      for (int64_t r = 0; r < w; ++r) {
+        Box b;
+        b.rank = static_cast<int32_t>(shape.size());
+        for (size_t d = 0; d < shape.size(); ++d) b.hi[d] = shape[d];
+        b.lo[0] = std::min(shape[0], r * c);
+        b.hi[0] = std::min(shape[0], (r + 1) * c);
+        if (b.volume() > 0 || rng() % 2)
+          entries.push_back(LayoutEntry{f.devices[static_cast<size_t>(r)], 0, b});
+      }
+      out.push_back(Layout::from_boxes(shape, std::move(entries), 1, ReduceOp::kSum, field));
+      continue;
+    }
+    NamedSharding s;
+    s.mesh = mesh;
+    s.dims.resize(shape.size());
+    for (const char* axis : {"p", "q"})
+      if (!shape.empty() && rng() % 4 != 0) s.dims[rng() % shape.size()].push_back(axis);
+    out.push_back(Layout::from_named(s, shape, field));
+  }
+  return out;
+}
+
 struct FlatCase {
   PlanInput input;
   FlatLayout flat;
@@ -100,8 +205,9 @@ struct FlatCase {
 };
 
 // A random flat layout (1-6 ranks, 1-5 tensors of rank 0-3 with empty ones,
-// either partition, alignments 1-8, pad multiples 1-5, explicit offsets and
-// totals on a third of the concat cases) as the source (or destination) of
+// any partition, alignments 1-8, pad multiples 1-5, explicit offsets and
+// totals on a third of the concat cases, explicit offsets on a third of the
+// fused ones, fused members from random_members) as the source (or destination) of
 // every tensor, the other side named shardings on a 2-axis mesh sharing the
 // device pool; devices on `nproc` processes (0: 1-3 at random), slot
 // devices on their device's.
@@ -120,7 +226,9 @@ inline FlatCase random_case(uint64_t seed, bool flat_is_source, int32_t nproc = 
   std::iota(pool.begin(), pool.end(), 0);
   std::shuffle(pool.begin(), pool.end(), rng);
   c.flat.devices.assign(pool.begin(), pool.begin() + w);
-  c.flat.partition = rng() % 2 ? FlatPartition::kConcat : FlatPartition::kPerTensor;
+  const FlatPartition partitions[] = {FlatPartition::kConcat, FlatPartition::kPerTensor,
+                                      FlatPartition::kFused};
+  c.flat.partition = partitions[rng() % 3];
   c.flat.align_elements = pick(1, 8);
   c.flat.pad_multiple = pick(1, 5);
   const int nt = static_cast<int>(pick(1, 5));
@@ -142,6 +250,21 @@ inline FlatCase random_case(uint64_t seed, bool flat_is_source, int32_t nproc = 
     }
     const int64_t m = w / std::gcd(w, c.flat.pad_multiple) * c.flat.pad_multiple;
     c.flat.total_elements = ((pos + m - 1) / m + pick(0, 2)) * m;
+  }
+  if (c.flat.partition == FlatPartition::kFused) {
+    c.flat.members = random_members(c.flat, rng());
+    if (rng() % 3 == 0) {
+      // Explicit offsets with gaps, past each member's largest box.
+      int64_t pos = 0;
+      for (const Layout& m : c.flat.members) {
+        const int64_t start = (pos + pick(0, 9) + c.flat.align_elements - 1) /
+                              c.flat.align_elements * c.flat.align_elements;
+        c.flat.offsets.push_back(start);
+        int64_t slot = 0;
+        for (size_t e = 0; e < m.num_entries(); ++e) slot = std::max(slot, m.box(e).volume());
+        pos = start + slot;
+      }
+    }
   }
   c.lowered = lower_flat(c.flat, "flat");
 

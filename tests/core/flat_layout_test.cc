@@ -86,7 +86,7 @@ using testing::describe;
 // reference's offsets: flat buffers built from the reference rule, cut into
 // views, hold for every entry the oracle's values of its box.
 TEST(FlatLayout, LoweringMatchesTheFrameworkRules) {
-  int64_t slot_entries = 0, per_tensor = 0, with_offsets = 0;
+  int64_t slot_entries = 0, per_tensor = 0, fused = 0, with_offsets = 0;
   for (int c = 0; c < scaled_cases(400); ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     FlatCase fc = random_case(7000 + static_cast<uint64_t>(c), true);
@@ -114,6 +114,7 @@ TEST(FlatLayout, LoweringMatchesTheFrameworkRules) {
       const std::vector<ConstBuffer> views = flat_views(fc.lowered, t, flat);
       for (size_t e = 0; e < views.size(); ++e) {
         std::vector<std::byte> want(static_cast<size_t>(views[e].bytes));
+        if (want.empty()) continue;  // a fused member's empty box (memcmp takes no null)
         fill_source_shard(fc.input.tensors[t], static_cast<uint32_t>(t), e, want);
         ASSERT_EQ(0, std::memcmp(want.data(), views[e].data, want.size()))
             << "tensor " << t << " entry " << e;
@@ -129,16 +130,25 @@ TEST(FlatLayout, LoweringMatchesTheFrameworkRules) {
       for (const auto& [d, n] : per_device)
         EXPECT_LE(n, std::max<int>(1, 2 * static_cast<int>(fc.input.tensors[t].shape.size()) - 1));
     }
+    // Every element once; a fused member's replicas once per rank holding one.
     int64_t total = 0;
-    for (const TensorSpec& t : fc.input.tensors) total += numel(t.shape);
-    EXPECT_EQ(covered, total);  // every element once
+    for (const TensorSpec& t : fc.input.tensors) {
+      if (fc.flat.partition != FlatPartition::kFused) {
+        total += numel(t.shape);
+        continue;
+      }
+      for (size_t e = 0; e < t.src.num_entries(); ++e) total += t.src.box(e).volume();
+    }
+    EXPECT_EQ(covered, total);
     per_tensor += fc.flat.partition == FlatPartition::kPerTensor;
+    fused += fc.flat.partition == FlatPartition::kFused;
     with_offsets += !fc.flat.offsets.empty();
   }
-  // The cases reach devices holding several boxes of one tensor, both
-  // partitions and explicit offsets.
+  // The cases reach devices holding several boxes of one tensor, every
+  // partition and explicit offsets.
   EXPECT_GT(slot_entries, least_covered(200));
   EXPECT_GT(per_tensor, least_covered(100));
+  EXPECT_GT(fused, least_covered(100));
   EXPECT_GT(with_offsets, least_covered(30));
 }
 
@@ -254,6 +264,8 @@ TEST(FlatLayout, FlatToFlatExecutesOnHostElementByElement) {
     dst.flat.tensors = src.flat.tensors;  // the source's tensors, another rule
     dst.flat.offsets.clear();
     dst.flat.total_elements = -1;
+    if (dst.flat.partition == FlatPartition::kFused)
+      dst.flat.members = testing::random_members(dst.flat, 19000 + static_cast<uint64_t>(c));
     dst.lowered = lower_flat(dst.flat, "dst");
     PlanInput in = src.input;
     add_flat_slots(in.topology, dst.lowered, "dst");
@@ -379,7 +391,8 @@ TEST(FlatLayout, BadInputsNameTheirField) {
     FlatLayout f = valid();
     f.partition = FlatPartition::kPerTensor;
     f.offsets = {0, 16};
-    expect_error(f, ErrorCode::kInvalidArgument, "flat.offsets", "concat partition only");
+    expect_error(f, ErrorCode::kInvalidArgument, "flat.offsets",
+                 "concat and fused partitions only");
   }
   {  // out of range: the total ends before the last tensor
     FlatLayout f = valid();
@@ -402,6 +415,134 @@ TEST(FlatLayout, BadInputsNameTheirField) {
     f.tensors = {FlatTensor{{int64_t{1} << 62}, DType::kU8},
                  FlatTensor{{int64_t{1} << 62}, DType::kU8}};
     expect_error(f, ErrorCode::kOverflow, "flat.tensors", "overflows");
+  }
+}
+
+// A named sharding of `shape` over a 1-axis mesh "tp" of `devices`, `dims`
+// giving, per dim, whether tp splits it.
+Layout tp_layout(const std::vector<int64_t>& devices, const std::vector<int64_t>& shape,
+                 const std::vector<bool>& split) {
+  auto mesh = std::make_shared<Mesh>();
+  mesh->axis_names = {"tp"};
+  mesh->shape = {static_cast<int64_t>(devices.size())};
+  mesh->devices = devices;
+  NamedSharding s;
+  s.mesh = mesh;
+  s.dims.resize(shape.size());
+  for (size_t d = 0; d < split.size(); ++d)
+    if (split[d]) s.dims[d] = {"tp"};
+  return Layout::from_named(s, shape, "member");
+}
+
+// vLLM's QKVParallelLinear (GQA) on tp = 2: q [8, 4], k and v [2, 4] in
+// bf16, rows over tp; rank r's buffer is [q_r; k_r; v_r]: 16 + 4 + 4
+// elements.
+FlatLayout qkv() {
+  FlatLayout f;
+  f.devices = {4, 5};
+  f.partition = FlatPartition::kFused;
+  f.tensors = {FlatTensor{{8, 4}, DType::kBF16}, FlatTensor{{2, 4}, DType::kBF16},
+               FlatTensor{{2, 4}, DType::kBF16}};
+  for (const FlatTensor& t : f.tensors) f.members.push_back(tp_layout(f.devices, t.shape, {true}));
+  return f;
+}
+
+TEST(FlatLayout, VllmQkvExampleByHand) {
+  const FlatLowered l = lower_flat(qkv(), "qkv");
+  EXPECT_EQ(l.shard_elements, 24);
+  EXPECT_EQ(l.shard_bytes, 48);
+  EXPECT_EQ(l.tensor_offsets, (std::vector<int64_t>{0, 16, 20}));
+  ASSERT_EQ(l.layouts[1].num_entries(), 2u);
+  EXPECT_EQ(l.layouts[1].device(1), 5);
+  EXPECT_EQ(to_string(l.layouts[1].box(1)), "[1:2, 0:4]");
+  EXPECT_EQ(l.entry_ranks[1], (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(l.entry_offsets[2], (std::vector<int64_t>{40, 40}));
+  // Aligned to 8 elements and padded to 16: q at 0, k at 16, v at 24, 32.
+  FlatLayout a = qkv();
+  a.align_elements = 8;
+  a.pad_multiple = 16;
+  const FlatLowered la = lower_flat(a, "qkv");
+  EXPECT_EQ(la.tensor_offsets, (std::vector<int64_t>{0, 16, 24}));
+  EXPECT_EQ(la.shard_elements, 32);
+}
+
+// vLLM's VocabParallelEmbedding: 50 rows padded to 64 over tp = 2, 32 rows
+// per rank (rank 1 holds rows 32-49 and 14 rows of padding): explicit
+// boxes, as vLLM's split is not a named sharding's ceil(50 / 2) = 25.
+TEST(FlatLayout, VllmPaddedVocabularyByHand) {
+  FlatLayout f;
+  f.devices = {4, 5};
+  f.partition = FlatPartition::kFused;
+  f.tensors = {FlatTensor{{50, 3}, DType::kF32}};
+  Box b0, b1;
+  b0.rank = b1.rank = 2;
+  b0.hi[0] = 32;
+  b1.lo[0] = 32;
+  b1.hi[0] = 50;
+  b0.hi[1] = b1.hi[1] = 3;
+  f.members.push_back(
+      Layout::from_boxes(f.tensors[0].shape, {{4, 0, b0}, {5, 0, b1}}, 1, ReduceOp::kSum, "vocab"));
+  const FlatLowered l = lower_flat(f, "vocab");
+  EXPECT_EQ(l.shard_elements, 96);  // 32 rows of 3 on every rank
+  EXPECT_EQ(l.entry_offsets[0], (std::vector<int64_t>{0, 0}));
+  const auto ref = reference(f);
+  EXPECT_EQ(ref[1][53].element, 149);  // rank 1's last row, last column
+  EXPECT_EQ(ref[1][54].tensor, -1);    // padding
+}
+
+TEST(FlatLayout, FusedBadInputsNameTheirField) {
+  {
+    FlatLayout f = qkv();
+    f.members.pop_back();
+    expect_error(f, ErrorCode::kInvalidArgument, "flat.members", "2 member layouts for 3");
+  }
+  {
+    FlatLayout f = valid();
+    f.members = qkv().members;
+    expect_error(f, ErrorCode::kInvalidArgument, "flat.members", "fused partition only");
+  }
+  {
+    FlatLayout f = qkv();
+    f.members[1] = tp_layout(f.devices, {2, 5}, {true});
+    expect_error(f, ErrorCode::kInvalidArgument, "flat.members[1]",
+                 "shape [2, 5] is not the tensor's [2, 4]");
+  }
+  {  // a member on a device that is not a rank
+    FlatLayout f = qkv();
+    f.members[2] = tp_layout({4, 9}, {2, 4}, {true});
+    expect_error(f, ErrorCode::kInvalidArgument, "flat.members[2]", "device 9 is not one of flat");
+  }
+  {  // partial sums
+    FlatLayout f = qkv();
+    Box b;
+    b.rank = 2;
+    b.hi[0] = 2;
+    b.hi[1] = 4;
+    f.members[1] = Layout::from_boxes(std::vector<int64_t>{2, 4}, {{4, 0, b}, {5, 1, b}}, 2,
+                                      ReduceOp::kSum, "m");
+    expect_error(f, ErrorCode::kInvalidArgument, "flat.members[1]", "partial sums");
+  }
+  {  // overlapping: k's slot (4 elements) ends at 20
+    FlatLayout f = qkv();
+    f.offsets = {0, 16, 18};
+    expect_error(f, ErrorCode::kInvalidArgument, "flat.offsets[2]",
+                 "overlaps tensor 1, whose largest box ends at 20");
+  }
+  {
+    FlatLayout f = qkv();
+    f.align_elements = 8;
+    f.offsets = {0, 16, 20};
+    expect_error(f, ErrorCode::kInvalidArgument, "flat.offsets[2]", "not a multiple of align");
+  }
+  {
+    FlatLayout f = qkv();
+    f.total_elements = 48;
+    expect_error(f, ErrorCode::kInvalidArgument, "flat.total_elements", "concat partition only");
+  }
+  {
+    FlatLayout f = qkv();
+    f.tensors[2].dtype = DType::kF32;
+    expect_error(f, ErrorCode::kInvalidArgument, "flat.tensors[2].dtype", "one dtype");
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -171,7 +172,8 @@ TEST(SpecParse, IntegralFloatsAreIntegersAndScalarsWork) {
 }
 
 TEST(SpecParse, ExampleFilesParse) {
-  for (const char* name : {"small_transformer", "partial_sums", "explicit_boxes", "flat_layouts"}) {
+  for (const char* name :
+       {"small_transformer", "partial_sums", "explicit_boxes", "flat_layouts", "fused_views"}) {
     const std::string path = std::string(RESHARD_SOURCE_DIR) + "/examples/specs/" + name + ".json";
     const Spec spec = load_spec(path);
     EXPECT_FALSE(spec.input.tensors.empty()) << path;
@@ -375,6 +377,114 @@ TEST(SpecParse, FlatLayoutsLowerInTensorOrderWithSlotDevices) {
   const std::vector<TensorBuffers> views = buffers.views();
   execute_host(plan, views);
   EXPECT_TRUE(check_destinations(plan, buffers).ok());
+}
+
+// Buffer views: vLLM's QKVParallelLinear on tp = 2 as the destination of an
+// FSDP1 flat source: q [4, 3] and k [2, 3] rows over tp, a norm replicated;
+// each rank's buffer [q_r; k_r; norm], aligned to 2 elements.
+TEST(SpecParse, FusedFlatLayoutMembersKeepTheirShardings) {
+  const Spec spec = parse_spec(with_flat(
+      R"({"unit": {"mesh": "fsdp"}, "qkv": {"mesh": "tp", "partition": "fused",
+                                           "align_elements": 2}})",
+      R"({"name": "q", "shape": [4, 3], "dtype": "f32", "src": {"flat": "unit"},
+          "dst": {"flat": "qkv", "spec": ["tp", null]}},
+         {"name": "k", "shape": [2, 3], "dtype": "f32", "src": {"flat": "unit"},
+          "dst": {"flat": "qkv", "mesh": "tp", "spec": ["tp"]}},
+         {"name": "norm", "shape": [3], "dtype": "f32", "src": {"flat": "unit"},
+          "dst": {"flat": "qkv"}})"));
+  ASSERT_EQ(spec.flats.size(), 2u);
+  const SpecFlat& f = spec.flats[0];  // name order: qkv, unit
+  EXPECT_EQ(f.name, "qkv");
+  EXPECT_FALSE(f.source);
+  EXPECT_EQ(f.layout.partition, FlatPartition::kFused);
+  EXPECT_EQ(f.lowered.tensor_offsets, (std::vector<int64_t>{0, 6, 10}));
+  EXPECT_EQ(f.lowered.shard_elements, 13);
+  EXPECT_EQ(to_string(spec.input.tensors[1].dst.box(1)), "[1:2, 0:3]");
+  EXPECT_EQ(spec.input.tensors[1].dst.device(1), 5);
+  EXPECT_EQ(spec.input.tensors[2].dst.num_entries(), 2u);  // replicated
+  // Plans and executes like any named layout.
+  const Plan plan = make_plan(spec.input);
+  OracleBuffers buffers = fill_sources(plan);
+  execute_host(plan, buffers.views());
+  EXPECT_TRUE(check_destinations(plan, buffers).ok());
+  // Explicit boxes (vLLM's padded vocabulary) and explicit offsets.
+  const Spec boxes = parse_spec(
+      with_flat(R"({"v": {"devices": [4, 5], "partition": "fused"}})",
+                R"({"name": "embed", "shape": [5, 2], "dtype": "f32", "src": {"mesh": "fsdp"},
+          "dst": {"flat": "v", "offset": 2, "boxes": [{"device": 4, "hi": [4, 2]},
+                                                      {"device": 5, "lo": [4, 0]}]}})"));
+  EXPECT_EQ(boxes.flats[0].lowered.shard_elements, 10);
+  EXPECT_EQ(boxes.flats[0].lowered.entry_offsets[0], (std::vector<int64_t>{8, 8}));
+}
+
+// examples/specs/fused_views.json: each vLLM rank's fused buffer has the
+// size of vLLM's parameter on a tp rank of 2 (bf16): qkv_proj [48, 64]
+// (q 32 rows, k and v 8), gate_up_proj [128, 64], embed_tokens [512, 64].
+TEST(SpecParse, FusedExampleHasVllmParameterSizes) {
+  const Spec spec = load_spec(std::string(RESHARD_SOURCE_DIR) + "/examples/specs/fused_views.json");
+  std::map<std::string, const SpecFlat*> by_name;
+  for (const SpecFlat& f : spec.flats) by_name[f.name] = &f;
+  ASSERT_EQ(by_name.size(), 5u);
+  EXPECT_EQ(by_name.at("qkv_proj")->lowered.shard_bytes, 48 * 64 * 2);
+  EXPECT_EQ(by_name.at("qkv_proj")->lowered.tensor_offsets, (std::vector<int64_t>{0, 2048, 2560}));
+  EXPECT_EQ(by_name.at("gate_up_proj")->lowered.shard_bytes, 128 * 64 * 2);
+  EXPECT_EQ(by_name.at("embed_tokens")->lowered.shard_bytes, 512 * 64 * 2);
+  EXPECT_FALSE(by_name.at("qkv_proj")->source);
+  EXPECT_TRUE(by_name.at("block0")->source);
+}
+
+TEST(SpecParse, FusedFlatLayoutErrorsNameTheirField) {
+  const std::string fused = R"({"u": {"mesh": "tp", "partition": "fused"}})";
+  auto member = [](const std::string& dst) {
+    return R"({"name": "q", "shape": [4, 3], "dtype": "f32", "src": {"mesh": "fsdp"}, "dst": )" +
+           dst + "}";
+  };
+  expect_error(with_flat(fused, member(R"({"flat": "u", "mesh": "fsdp", "spec": ["dp"]})")),
+               ErrorCode::kInvalidArgument,
+               "tensors[0].dst.mesh: mesh \"fsdp\" is not fused flat layout \"u\"'s mesh \"tp\"");
+  expect_error(
+      with_flat(fused, member(R"({"flat": "u", "spec": ["tp"], "partial": {"axes": "tp"}})")),
+      ErrorCode::kInvalidArgument, "tensors[0].dst.partial: a member of fused flat layout",
+      "partial sums are not supported");
+  expect_error(with_flat(fused, member(R"({"flat": "u", "boxes": [{"device": 4}],
+                                           "summands": 2})")),
+               ErrorCode::kInvalidArgument, "tensors[0].dst.summands: a member of fused");
+  expect_error(with_flat(fused, member(R"({"flat": "u", "spec": ["dp"]})")),
+               ErrorCode::kInvalidArgument, "tensors[0].dst.spec[0]: unknown axis \"dp\"");
+  expect_error(with_flat(fused, member(R"({"flat": "u", "spec": ["tp"], "boxes": []})")),
+               ErrorCode::kInvalidArgument, "tensors[0].dst: give either");
+  expect_error(with_flat(fused, member(R"({"flat": "u", "sepc": ["tp"]})")),
+               ErrorCode::kInvalidArgument, "tensors[0].dst.sepc: unknown key");
+  expect_error(with_flat(fused, member(R"({"flat": "u", "boxes": [{"device": 0}]})")),
+               ErrorCode::kInvalidArgument,
+               "tensors[0].dst: device 0 is not one of flat.u's devices");
+  expect_error(with_flat(R"({"u": {"devices": [4, 5], "partition": "fused"}})",
+                         member(R"({"flat": "u", "spec": ["tp"]})")),
+               ErrorCode::kInvalidArgument, "tensors[0].dst: fused flat layout \"u\" gives");
+  expect_error(with_flat(R"({"u": {"mesh": "tp"}})", member(R"({"flat": "u", "spec": ["tp"]})")),
+               ErrorCode::kInvalidArgument,
+               "tensors[0].dst.spec: only a member of a fused flat layout has its own layout "
+               "(flat layout \"u\" is concat)");
+  expect_error(with_flat(R"({"u": {"mesh": "tp", "partition": "fused", "total_elements": 8}})",
+                         member(R"({"flat": "u"})")),
+               ErrorCode::kInvalidArgument,
+               "flat.u.total_elements: an explicit total is for the concat");
+  // Offsets: aligned, past the previous member's largest box; one dtype.
+  const std::string k_at = R"(, {"name": "k", "shape": [2, 3], "dtype": "f32",
+                               "src": {"mesh": "fsdp"}, "dst": {"flat": "u", "spec": ["tp"],
+                               "offset": )";
+  expect_error(
+      with_flat(fused, member(R"({"flat": "u", "spec": ["tp"], "offset": 0})") + k_at + "4}}"),
+      ErrorCode::kInvalidArgument,
+      "tensors[1].dst.offset: tensor 1 at 4 overlaps tensor 0, whose largest box ends at 6");
+  expect_error(with_flat(R"({"u": {"mesh": "tp", "partition": "fused", "align_elements": 4}})",
+                         member(R"({"flat": "u", "spec": ["tp"], "offset": 0})") + k_at + "6}}"),
+               ErrorCode::kInvalidArgument,
+               "tensors[1].dst.offset: 6 is not a multiple of align_elements (4)");
+  expect_error(with_flat(fused, member(R"({"flat": "u", "spec": ["tp"]})") +
+                                    R"(, {"name": "k", "shape": [2, 3], "dtype": "bf16",
+                                         "src": {"mesh": "fsdp"}, "dst": {"flat": "u"}})"),
+               ErrorCode::kInvalidArgument, "tensors[1].dtype: bf16 in flat layout \"u\" of f32");
 }
 
 TEST(SpecParse, FlatLayoutErrorsNameTheirField) {

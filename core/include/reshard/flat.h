@@ -3,7 +3,10 @@
 // evenly over ranks (PyTorch FSDP1's FlatParameter, a Megatron distributed-
 // optimizer bucket), or each tensor split over the ranks on its own and the
 // parts concatenated per rank (DeepSpeed ZeRO-3). A rank's flat buffer holds
-// the tail of one tensor and the head of the next.
+// the tail of one tensor and the head of the next. Or (buffer views) each
+// tensor keeps its own sharding over the ranks and each rank's buffer holds
+// its box of every tensor, dense and row-major, one after another (vLLM's
+// QKVParallelLinear, MergedColumnParallelLinear, padded vocabularies).
 //
 // A flat layout lowers to one explicit Layout per tensor. The row-major
 // element range [lo, hi) a rank holds of a tensor of rank R is a union of at
@@ -42,8 +45,19 @@ enum class FlatPartition : int32_t {
   // buffer holds its parts back to back, each start a multiple of
   // align_elements, the total padded to a multiple of pad_multiple.
   kPerTensor = 2,
+  // Buffer views (vLLM's fused QKVParallelLinear, MergedColumnParallelLinear,
+  // VocabParallelEmbedding): each tensor (a member) keeps its own layout over
+  // the ranks (FlatLayout::members: one box per rank at most, no partial
+  // sums); rank r's buffer holds its box of every member, dense and
+  // row-major. Each member has a slot of the same size and offset on every
+  // rank: its largest box on any rank (a shorter box is followed by
+  // padding); slots follow one another in member order, each start a
+  // multiple of align_elements (or at the explicit `offsets`), the buffer
+  // padded to a multiple of pad_multiple.
+  kFused = 3,
 };
-std::string_view flat_partition_name(FlatPartition p) noexcept;  // "concat", "per_tensor"
+// "concat", "per_tensor", "fused"
+std::string_view flat_partition_name(FlatPartition p) noexcept;
 FlatPartition parse_flat_partition(std::string_view name, const std::string& field);
 
 // Slot devices: the k-th box (k >= 1) device d holds of one tensor is entry
@@ -70,13 +84,19 @@ struct FlatLayout {
   int64_t pad_multiple = 1;
   // The tensors in buffer order; all of one dtype.
   std::vector<FlatTensor> tensors;
-  // kConcat only, optional: each tensor's element offset in the unsharded
-  // flat buffer (instead of packing them with align_elements), ascending
-  // and non-overlapping, each a multiple of align_elements; and the
-  // unsharded total (-1: the last end padded as above; else a multiple of
-  // the world size, at least the last end).
+  // kConcat and kFused, optional: each tensor's element offset in the
+  // unsharded flat buffer (kConcat) or in every rank's buffer (kFused)
+  // instead of packing them with align_elements; ascending and
+  // non-overlapping (kFused: past the previous slot's end), each a multiple
+  // of align_elements. kConcat only: the unsharded total (-1: the last end
+  // padded as above; else a multiple of the world size, at least the last
+  // end).
   std::vector<int64_t> offsets;
   int64_t total_elements = -1;
+  // kFused only (required there): per tensor, its layout over `devices`
+  // (any layout of the tensor's shape whose entries are on these devices,
+  // one summand); empty for the other partitions.
+  std::vector<Layout> members;
 };
 
 struct FlatLowered {
@@ -86,7 +106,7 @@ struct FlatLowered {
   int64_t shard_elements = 0;
   int64_t shard_bytes = 0;
   // kConcat: each tensor's element offset in the unsharded flat buffer;
-  // kPerTensor: its element offset in every rank's buffer.
+  // kPerTensor, kFused: its element offset in every rank's buffer.
   std::vector<int64_t> tensor_offsets;
   // Per tensor: its explicit layout (entries on devices and slot devices),
   // and per layout entry (the layout's order) the entry's rank and the byte
@@ -103,7 +123,7 @@ inline constexpr int64_t kMaxFlatEntries = int64_t{1} << 24;
 // Lowers a flat layout. Errors (kInvalidArgument; kOutOfRange for sizes and
 // ids out of bounds; kOverflow) name the field under `field`:
 // "<field>.devices[3]", "<field>.align_elements", "<field>.tensors[2].dtype",
-// "<field>.offsets[1]", "<field>.total_elements", ...
+// "<field>.offsets[1]", "<field>.total_elements", "<field>.members[0]", ...
 FlatLowered lower_flat(const FlatLayout& flat, const std::string& field);
 
 // The boxes of the row-major element range [lo, hi) of a tensor of `shape`,

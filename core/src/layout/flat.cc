@@ -15,6 +15,8 @@ std::string_view flat_partition_name(FlatPartition p) noexcept {
       return "concat";
     case FlatPartition::kPerTensor:
       return "per_tensor";
+    case FlatPartition::kFused:
+      return "fused";
   }
   return "invalid";
 }
@@ -22,8 +24,9 @@ std::string_view flat_partition_name(FlatPartition p) noexcept {
 FlatPartition parse_flat_partition(std::string_view name, const std::string& field) {
   if (name == "concat") return FlatPartition::kConcat;
   if (name == "per_tensor") return FlatPartition::kPerTensor;
+  if (name == "fused") return FlatPartition::kFused;
   fail(ErrorCode::kInvalidArgument, field,
-       "unknown partition \"" + std::string(name) + "\" (expected concat or per_tensor)");
+       "unknown partition \"" + std::string(name) + "\" (expected concat, per_tensor or fused)");
 }
 
 std::vector<Box> flat_range_boxes(std::span<const int64_t> shape, int64_t lo, int64_t hi) {
@@ -56,6 +59,80 @@ int64_t mul_or_fail(int64_t a, int64_t b, const std::string& field) {
 int64_t round_up(int64_t x, int64_t m, const std::string& field) {
   const int64_t r = x % m;
   return r == 0 ? x : add_or_fail(x, m - r, field);
+}
+
+// kFused: the members' own layouts, each rank's boxes in slots of the
+// same offset on every rank (flat.h).
+void lower_fused(const FlatLayout& flat, const std::string& field, FlatLowered& out) {
+  const size_t nt = flat.tensors.size();
+  if (flat.members.size() != nt)
+    fail(ErrorCode::kInvalidArgument, field + ".members",
+         std::to_string(flat.members.size()) + " member layouts for " + std::to_string(nt) +
+             " tensors (the fused partition needs one per tensor)");
+  std::map<int64_t, int32_t> rank_of;
+  for (size_t r = 0; r < flat.devices.size(); ++r)
+    rank_of.emplace(flat.devices[r], static_cast<int32_t>(r));
+  // Per member: the rank of each entry and the slot (largest box).
+  std::vector<std::vector<int32_t>> ranks(nt);
+  std::vector<int64_t> slot(nt, 0);
+  for (size_t i = 0; i < nt; ++i) {
+    const std::string mf = field + ".members[" + std::to_string(i) + "]";
+    const Layout& m = flat.members[i];
+    if (m.shape() != flat.tensors[i].shape) {
+      auto str = [](const std::vector<int64_t>& v) {
+        std::string o = "[";
+        for (size_t d = 0; d < v.size(); ++d) o += (d ? ", " : "") + std::to_string(v[d]);
+        return o + "]";
+      };
+      fail(ErrorCode::kInvalidArgument, mf,
+           "the member layout's shape " + str(m.shape()) + " is not the tensor's " +
+               str(flat.tensors[i].shape));
+    }
+    if (m.num_summands() != 1)
+      fail(ErrorCode::kInvalidArgument, mf,
+           std::to_string(m.num_summands()) +
+               " summands: a fused buffer holds whole values (partial sums are not supported)");
+    for (size_t e = 0; e < m.num_entries(); ++e) {
+      auto it = rank_of.find(m.device(e));
+      if (it == rank_of.end())
+        fail(ErrorCode::kInvalidArgument, mf,
+             "device " + std::to_string(m.device(e)) + " is not one of " + field +
+                 "'s devices (a member is laid out over its flat layout's ranks)");
+      ranks[i].push_back(it->second);
+      slot[i] = std::max(slot[i], m.box(e).volume());
+    }
+  }
+  int64_t pos = 0;
+  out.tensor_offsets.resize(nt);
+  for (size_t i = 0; i < nt; ++i) {
+    int64_t start;
+    if (flat.offsets.empty()) {
+      start = round_up(pos, flat.align_elements, field + ".tensors");
+    } else {
+      const std::string of = field + ".offsets[" + std::to_string(i) + "]";
+      start = flat.offsets[i];
+      if (start < 0) fail(ErrorCode::kOutOfRange, of, std::to_string(start) + " is negative");
+      if (start % flat.align_elements != 0)
+        fail(ErrorCode::kInvalidArgument, of,
+             std::to_string(start) + " is not a multiple of align_elements (" +
+                 std::to_string(flat.align_elements) + ")");
+      if (start < pos)
+        fail(ErrorCode::kInvalidArgument, of,
+             "tensor " + std::to_string(i) + " at " + std::to_string(start) + " overlaps tensor " +
+                 std::to_string(i - 1) + ", whose largest box ends at " + std::to_string(pos));
+    }
+    out.tensor_offsets[i] = start;
+    pos = add_or_fail(start, slot[i], field + ".tensors");
+  }
+  out.shard_elements = round_up(pos, flat.pad_multiple, field + ".pad_multiple");
+  out.shard_bytes = mul_or_fail(out.shard_elements, out.element_size, field + ".tensors");
+  mul_or_fail(out.shard_bytes, out.world_size, field + ".tensors");
+  for (size_t i = 0; i < nt; ++i) {
+    const int64_t at = out.tensor_offsets[i] * out.element_size;
+    out.layouts.push_back(flat.members[i]);
+    out.entry_ranks.push_back(std::move(ranks[i]));
+    out.entry_offsets.emplace_back(out.entry_ranks.back().size(), at);
+  }
 }
 
 }  // namespace
@@ -93,7 +170,8 @@ FlatLowered lower_flat(const FlatLayout& flat, const std::string& field) {
            "device " + std::to_string(flat.devices[worst]) + " appears twice (also at [" +
                std::to_string(first) + "])");
   }
-  if (flat.partition != FlatPartition::kConcat && flat.partition != FlatPartition::kPerTensor)
+  if (flat.partition != FlatPartition::kConcat && flat.partition != FlatPartition::kPerTensor &&
+      flat.partition != FlatPartition::kFused)
     fail(ErrorCode::kInvalidArgument, field + ".partition",
          "invalid partition " + std::to_string(static_cast<int32_t>(flat.partition)));
   if (flat.align_elements < 1)
@@ -120,9 +198,10 @@ FlatLowered lower_flat(const FlatLayout& flat, const std::string& field) {
     numel[i] = n;
   }
   const bool concat = flat.partition == FlatPartition::kConcat;
-  if (!flat.offsets.empty() && !concat)
+  const bool fused = flat.partition == FlatPartition::kFused;
+  if (!flat.offsets.empty() && !concat && !fused)
     fail(ErrorCode::kInvalidArgument, field + ".offsets",
-         "explicit offsets are for the concat partition only");
+         "explicit offsets are for the concat and fused partitions only");
   if (flat.total_elements != -1 && !concat)
     fail(ErrorCode::kInvalidArgument, field + ".total_elements",
          "an explicit total is for the concat partition only");
@@ -131,9 +210,17 @@ FlatLowered lower_flat(const FlatLayout& flat, const std::string& field) {
          std::to_string(flat.offsets.size()) + " offsets for " +
              std::to_string(flat.tensors.size()) + " tensors");
 
+  if (!fused && !flat.members.empty())
+    fail(ErrorCode::kInvalidArgument, field + ".members",
+         "member layouts are for the fused partition only");
+
   FlatLowered out;
   out.world_size = static_cast<int64_t>(flat.devices.size());
   out.element_size = dtype_size(dtype);
+  if (fused) {
+    lower_fused(flat, field, out);
+    return out;
+  }
   const int64_t w = out.world_size;
   const size_t nt = flat.tensors.size();
   out.tensor_offsets.resize(nt);

@@ -592,7 +592,8 @@ Layout parse_layout(const json& j, const std::string& path, const std::vector<in
 // from the layouts that name it.
 struct FlatDecl {
   std::string path;
-  FlatLayout layout;  // without tensors and offsets
+  std::string mesh;   // its "mesh" (empty: given by "devices")
+  FlatLayout layout;  // without tensors, offsets and members
 };
 
 FlatDecl parse_flat_decl(const json& j, const std::string& path, const MeshMap& meshes) {
@@ -611,6 +612,7 @@ FlatDecl parse_flat_decl(const json& j, const std::string& path, const MeshMap& 
     if (it == meshes.end())
       bad(mp, "unknown mesh " + quote(name) + " (meshes: " + mesh_names(meshes) + ")");
     d.layout.devices = it->second->devices;
+    d.mesh = name;
   } else if (devices) {
     d.layout.devices = as_int_array(*devices, child(path, "devices"));
   } else {
@@ -633,6 +635,8 @@ FlatDecl parse_flat_decl(const json& j, const std::string& path, const MeshMap& 
   FlatLayout probe = d.layout;
   probe.tensors.push_back(FlatTensor{{}, DType::kF32});
   probe.total_elements = -1;
+  if (probe.partition == FlatPartition::kFused)
+    probe.members.push_back(Layout::from_boxes({}, {}, 1, ReduceOp::kSum, path));
   lower_flat(probe, path);
   return d;
 }
@@ -643,22 +647,71 @@ struct FlatUse {
   bool source = true;
   std::string path;               // tensors[i].src
   std::optional<int64_t> offset;  // "offset"
+  std::optional<Layout> member;   // a fused flat layout's member: its own layout
 };
 
+// A member of a fused flat layout: its own named sharding over the flat
+// layout's mesh ("spec", "mesh" optional) or explicit boxes on its devices;
+// no partial sums.
+Layout parse_fused_member(const json& j, const std::string& path, const std::string& name,
+                          const FlatDecl& decl, const std::vector<int64_t>& shape,
+                          const MeshMap& meshes) {
+  check_keys(j, path, {"flat", "offset", "mesh", "spec", "partial", "boxes", "summands", "op"});
+  for (const char* key : {"partial", "summands", "op"})
+    if (j.contains(key))
+      bad(child(path, key), "a member of fused flat layout " + quote(name) +
+                                " holds whole values; partial sums are not supported");
+  json m = j;
+  m.erase("flat");
+  m.erase("offset");
+  if (m.contains("boxes") && (m.contains("spec") || m.contains("mesh")))
+    bad(path, "give either \"spec\" (over the flat layout's mesh) or \"boxes\", not both");
+  if (!m.contains("boxes")) {
+    if (decl.mesh.empty())
+      bad(path, "fused flat layout " + quote(name) +
+                    " gives \"devices\", not a mesh: give this member \"boxes\" (a named "
+                    "sharding is over its flat layout's \"mesh\")");
+    if (const json* mj = find(m, "mesh")) {
+      const std::string mp = child(path, "mesh");
+      const std::string mesh = as_string(*mj, mp);
+      if (mesh != decl.mesh)
+        bad(mp, "mesh " + quote(mesh) + " is not fused flat layout " + quote(name) + "'s mesh " +
+                    quote(decl.mesh) + " (a member is sharded over its flat layout's mesh)");
+    } else {
+      m["mesh"] = decl.mesh;
+    }
+  }
+  return parse_layout(m, path, shape, meshes);
+}
+
 FlatUse parse_flat_use(const json& j, const std::string& path, size_t tensor, bool source,
-                       const std::map<std::string, FlatDecl>& decls, std::string& name) {
-  check_keys(j, path, {"flat", "offset"});
+                       const std::map<std::string, FlatDecl>& decls,
+                       const std::vector<int64_t>& shape, const MeshMap& meshes,
+                       std::string& name) {
   FlatUse u;
   u.tensor = tensor;
   u.source = source;
   u.path = path;
   const std::string fp = child(path, "flat");
+  as_object(j, path);
   name = as_string(require(j, path, "flat"), fp);
   if (!decls.count(name)) {
     std::vector<std::string> names;
     for (const auto& [n, d] : decls) names.push_back(n);
     bad(fp, "unknown flat layout " + quote(name) +
                 " (flat layouts: " + (names.empty() ? "none defined" : join(names)) + ")");
+  }
+  const FlatDecl& decl = decls.at(name);
+  if (decl.layout.partition == FlatPartition::kFused) {
+    u.member = parse_fused_member(j, path, name, decl, shape, meshes);
+  } else {
+    for (const char* key : {"mesh", "spec", "partial", "boxes", "summands", "op"})
+      if (j.contains(key))
+        bad(child(path, key),
+            std::string("only a member of a fused flat layout has its own layout (flat layout ") +
+                quote(name) + " is " + std::string(flat_partition_name(decl.layout.partition)) +
+                ")");
+    check_keys(j, path, {"flat", "offset"});
   }
   if (const json* o = find(j, "offset")) u.offset = as_int(*o, child(path, "offset"));
   return u;
@@ -751,6 +804,7 @@ void lower_spec_flats(Spec& spec, const std::map<std::string, FlatDecl>& decls,
       sf.tensors.push_back(u.tensor);
       sf.layout.tensors.push_back(FlatTensor{t.shape, t.dtype});
       if (u.offset) sf.layout.offsets.push_back(*u.offset);
+      if (u.member) sf.layout.members.push_back(*u.member);
     }
     try {
       sf.lowered = lower_flat(sf.layout, decl.path);
@@ -761,6 +815,12 @@ void lower_spec_flats(Spec& spec, const std::map<std::string, FlatDecl>& decls,
       if (field.substr(0, prefix.size()) == prefix) {
         const size_t k = std::stoul(std::string(field.substr(prefix.size())));
         fail(e.code(), child(list[k].path, "offset"), std::string(e.detail()));
+      }
+      // A member layout's error names the tensor's layout.
+      const std::string mprefix = decl.path + ".members[";
+      if (field.substr(0, mprefix.size()) == mprefix) {
+        const size_t k = std::stoul(std::string(field.substr(mprefix.size())));
+        fail(e.code(), list[k].path, std::string(e.detail()));
       }
       throw;
     }
@@ -847,7 +907,7 @@ Spec parse_spec_impl(std::string_view json_text) {
       Layout& out = source ? ts.src : ts.dst;
       if (lj.contains("flat")) {
         std::string name;
-        FlatUse u = parse_flat_use(lj, lp, i, source, flat_decls, name);
+        FlatUse u = parse_flat_use(lj, lp, i, source, flat_decls, ts.shape, spec.meshes, name);
         flat_uses[name].push_back(std::move(u));
       } else {
         out = parse_layout(lj, lp, ts.shape, spec.meshes);

@@ -164,7 +164,8 @@ class FlatTensor:
 class Flat:
     """A flat layout of a spec (docs/spec.md, "Flat layouts"): one buffer
     per rank holding its tensors' boxes back to back (FSDP1 flat parameters,
-    ZeRO-3 partitions, Megatron buckets), as their source or destination."""
+    ZeRO-3 partitions, Megatron buckets, vLLM's fused qkv and gate_up
+    parameters), as their source or destination."""
     name: str
     is_source: bool
     devices: Tuple[int, ...]  # per rank
