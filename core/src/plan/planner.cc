@@ -121,7 +121,7 @@ namespace {
 // gather_fanout and one_part, on the same model); 24: plans of several
 // stages are cut into rounds for pipelining, with or without a staging
 // budget (plan/rounds.h, RoundRule), and the estimate counts those rounds).
-constexpr uint64_t kPlannerVersion = 24;
+constexpr uint64_t kPlannerVersion = 25;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

@@ -44,7 +44,7 @@ int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bou
   }
   if (moving < 2 || sum - most <= 0) return 1;
   if (o.alpha_seconds <= 0) return kMaxPipelineRounds;
-  const double k = std::sqrt((sum - most) / (o.alpha_seconds * moving));
+  const double k = std::sqrt((1.0 + kForwardLagRounds) * (sum - most) / (o.alpha_seconds * moving));
   return std::clamp<int64_t>(std::llround(std::min(k, 1e6)), 1, kMaxPipelineRounds);
 }
 
@@ -61,8 +61,8 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   std::vector<double> total(nl, 0.0), stage(nl);
   std::vector<uint32_t> first(nl, UINT32_MAX), last(nl, 0);
   // Per stage one round's time (0 for a stage where nothing moves).
-  std::vector<double> one_round(ns, 0.0);
-  double sum = 0, slowest = 0, rounds_most = 0;
+  std::vector<double> one_round(ns, 0.0), whole(ns, 0.0);
+  double sum = 0, rounds_most = 0;
   for (size_t s = 0; s < ns; ++s) {
     link_seconds(stage_acc[s], lb, o, stage);
     double busiest = 0;
@@ -80,22 +80,31 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
     sum += t;
     rounds_most = std::max(rounds_most, k);
     one_round[s] = t / k;
-    slowest = std::max(slowest, t - one_round[s]);
+    whole[s] = t;
   }
   if (sum <= 0) return 0;
-  // fill[s]: one round of every stage before s; the pipeline's length is
-  // one round of every stage plus the rest of the slowest.
-  std::vector<double> fill(ns + 1, 0.0);
-  for (size_t s = 0; s < ns; ++s) fill[s + 1] = fill[s] + one_round[s];
-  const double pipeline = fill[ns] + slowest;
-  // Each link waits for the first round of the stages before the first it
-  // serves, and what it carries last still crosses a round of every later
-  // stage: fill + its seconds + drain.
+  // fill[s]: what stage s waits for before its first round, (1 + lag)
+  // rounds of every stage before it (all of a stage with fewer rounds);
+  // tail[s]: the last round of stage s and of every later one.
+  std::vector<double> fill(ns + 1, 0.0), tail(ns + 1, 0.0);
+  for (size_t s = 0; s < ns; ++s) {
+    const auto k =
+        static_cast<double>(std::max<int64_t>(1, s < stage_rounds.size() ? stage_rounds[s] : 1));
+    fill[s + 1] = fill[s] + one_round[s] * std::min(k, 1.0 + kForwardLagRounds);
+  }
+  for (size_t s = ns; s-- > 0;) tail[s] = tail[s + 1] + one_round[s];
+  // The pipeline: the stage that ends last, after its fill and before the
+  // last round of each later stage.
+  double pipeline = 0;
+  for (size_t s = 0; s < ns; ++s)
+    if (one_round[s] > 0) pipeline = std::max(pipeline, fill[s] + whole[s] + tail[s + 1]);
+  // Each link waits for the fill of the first stage it serves, and what
+  // it carries last still crosses the last round of every later stage.
   double busiest_link = 0;
   for (size_t i = 0; i < nl; ++i) {
     if (total[i] <= 0) continue;
-    const double drain = fill[ns] - fill[last[i] + 1];
-    busiest_link = std::max(busiest_link, fill[first[i]] + total[i] + a * rounds_most + drain);
+    busiest_link =
+        std::max(busiest_link, fill[first[i]] + total[i] + a * rounds_most + tail[last[i] + 1]);
   }
   return std::min(sum, std::max(busiest_link, pipeline));
 }

@@ -19,12 +19,25 @@ struct Acc {
   int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
 };
 
+// How many rounds after its own a forward's round waits for in the stage
+// before it. A forward stream's rounds are cut at its own bytes, not at the
+// cuts of the streams that fed it (a region split over a replicated
+// source's holders arrives in each holder's stream in turn; a relay's
+// outgoing streams cut the same bytes at other chunks), so round r of a
+// forward reads what arrived up to round r + 1 of the stage before. The
+// fleet simulator derives these dependencies from the pieces
+// (SimMessage::after): on bench/specs/two_holder_hosts_to_6_hosts.json
+// 432 of its 504 stage-1 messages wait for round r + 1, and on
+// psum_dp4_hosts_of_2.json a forward of round 0 waits for both rounds of
+// its summands.
+inline constexpr double kForwardLagRounds = 1.0;
+
 // The rounds a plan is cut into for pipelining (rounds.h, RoundRule): S
 // stages of busiest-link seconds T_s in k rounds each take about
-// Σ_s T_s / k + max_s T_s (1 - 1 / k) + α k S when a relay's rounds wait
-// on one another (each stage's α charged one after the other, as the
-// fleet simulator's per-process rounds do), least at
-// k = sqrt((Σ_s T_s - max_s T_s) / (α S)); clamped to [1,
+// (1 + L) Σ_s T_s / k + max_s T_s (1 - (1 + L) / k) + α k S when a relay's
+// rounds wait on one another (each stage's α charged one after the other,
+// as the fleet simulator's per-process rounds do; L = kForwardLagRounds),
+// least at k = sqrt((1 + L) (Σ_s T_s - max_s T_s) / (α S)); clamped to [1,
 // kMaxPipelineRounds], 1 with fewer than two stages that move data.
 // (Charging α once per stage instead, stage_cost's pipeline, gave
 // k = sqrt(.. / α), which the simulator found slower than one round on
@@ -40,15 +53,16 @@ int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bou
 // relay bands, or its pipelined rounds: RoundRule); its messages are
 // concurrent, so it takes
 //   T_s = α·k_s + max over links of L_s(link).
-// Stages overlap as the engine runs them: a later stage forwards a band as
-// soon as that band arrived, so the plan takes the larger of
+// Stages overlap as the engine runs them: a later stage forwards a round
+// once what it reads arrived, which is up to L = kForwardLagRounds rounds
+// after its own in the stage before. With F_s = Σ_{j<s} min(1 + L, k_j)
+// T_j / k_j (the fill: what stage s waits for before its first round) and
+// D_s = Σ_{j>s} T_j / k_j (the drain: the last round of every later stage),
+// the plan takes the larger of
 //   - for every link, what it carries over every stage, Σ_s L_s(link),
-//     plus α·max k_s, after one round of each stage before the first it
-//     serves (the fill) and before one round of each stage after the last
-//     (the drain);
-//   - the pipeline: one round of every stage, then the rest of the
-//     stage with the most after its first round,
-//     Σ_s T_s / k_s + max_s (T_s − T_s / k_s),
+//     plus α·max k_s, after the fill of the first stage it serves and
+//     before the drain of the last;
+//   - the pipeline: max_s (F_s + T_s + D_s), the stage that ends last;
 // and never more than the stages one after the other, Σ_s T_s.
 double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
                   const std::vector<int64_t>& stage_rounds, const Bounds& lb, const PlanOptions& o);

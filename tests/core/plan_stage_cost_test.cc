@@ -1,0 +1,113 @@
+// The α–β estimate of core/src/plan/stage_cost.h on plans small enough to
+// compute by hand: one device per host, one NIC each, α = 1 µs and 1 GB/s
+// between hosts (1,000 bytes take 1 µs).
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <vector>
+
+#include "plan/stage_cost.h"
+
+namespace reshard::planning {
+namespace {
+
+constexpr double kUs = 1e-6;
+
+struct Chain {
+  Bounds lb;
+  PlanOptions o;
+  std::deque<std::vector<Acc>> stages;
+
+  explicit Chain(size_t devices) {
+    lb.group_of_device.resize(devices);
+    for (size_t d = 0; d < devices; ++d) lb.group_of_device[d] = static_cast<uint32_t>(d);
+    lb.group_nics.assign(devices, 1);
+    o.alpha_seconds = 1 * kUs;
+    o.inter_host_bytes_per_second = 1e9;
+    o.intra_host_bytes_per_second = 1e10;
+  }
+  // Stage `s` sends `bytes` from device a to device b across hosts.
+  void send(size_t s, size_t a, size_t b, int64_t bytes) {
+    while (stages.size() <= s) stages.emplace_back(lb.group_nics.size());
+    stages[s][a].send += bytes;
+    stages[s][a].send_inter += bytes;
+    stages[s][b].recv += bytes;
+    stages[s][b].recv_inter += bytes;
+  }
+  double cost(std::vector<int64_t> rounds) const { return stage_cost(stages, rounds, lb, o); }
+};
+
+TEST(StageCost, OneStageTakesAlphaPerRoundAndItsBusiestLink) {
+  Chain c(2);
+  c.send(0, 0, 1, 4000);
+  // 4 µs on device 0's NIC out and device 1's NIC in, one α per round.
+  EXPECT_NEAR(c.cost({1}), 5 * kUs, 1e-12);
+  EXPECT_NEAR(c.cost({4}), 8 * kUs, 1e-12);
+}
+
+TEST(StageCost, ForwardStartsTwoRoundsAfterTheStageBeforeIt) {
+  // A relay chain 0 -> 1 -> 2, 4,000 bytes in each stage, 4 rounds each:
+  // T_s = 4 α + 4 µs = 8 µs, one round 2 µs. The forward's round r reads
+  // what arrived up to round r + 1 (kForwardLagRounds = 1), so it starts
+  // after 2 rounds of stage 0 (4 µs) and ends 8 µs later: 12 µs, against
+  // 16 µs one stage after the other. (Without the lag it would be 10 µs.)
+  ASSERT_EQ(kForwardLagRounds, 1.0);
+  Chain c(3);
+  c.send(0, 0, 1, 4000);
+  c.send(1, 1, 2, 4000);
+  EXPECT_NEAR(c.cost({4, 4}), 12 * kUs, 1e-12);
+  EXPECT_NEAR(c.cost({1, 1}), 10 * kUs, 1e-12);  // 2 × (α + 4 µs), serial
+}
+
+TEST(StageCost, TwoRoundsPerStageDoNotOverlap) {
+  // The same chain in 2 rounds: T_s = 2 α + 4 µs = 6 µs, one round 3 µs;
+  // the forward's first round waits for both rounds of stage 0, so the
+  // stages run one after the other: 12 µs (the fleet simulator's time for
+  // bench/specs/psum_dp4_hosts_of_2.json cut this way is also the sum of
+  // its stages).
+  Chain c(3);
+  c.send(0, 0, 1, 4000);
+  c.send(1, 1, 2, 4000);
+  EXPECT_NEAR(c.cost({2, 2}), 12 * kUs, 1e-12);
+}
+
+TEST(StageCost, ALinkServingTwoStagesCarriesBothAfterTheFill) {
+  // Device 1 receives 4,000 bytes in stage 0 and 8,000 more in stage 1
+  // (from device 2, which received nothing): 4 rounds each. Stage 0:
+  // T = 8 µs, one round 2; stage 1: T = 4 + 8 = 12 µs, one round 3.
+  // Pipeline: max(0 + 8 + 3, 4 + 12) = 16 µs. Device 1's NIC in carries
+  // 12 µs over both stages, plus α × 4: 16 µs. Serial: 20 µs.
+  Chain c(3);
+  c.send(0, 0, 1, 4000);
+  c.send(1, 2, 1, 8000);
+  EXPECT_NEAR(c.cost({4, 4}), 16 * kUs, 1e-12);
+  // The link binds where it carries much in both stages: device 1 takes
+  // 8,000 bytes in each (from 0, then from 2). T_s = 4 + 8 = 12 µs, one
+  // round 3; pipeline max(0 + 12 + 3, 2 × 3 + 12) = 18 µs; device 1's NIC
+  // in 16 µs + 4 α = 20 µs; serial 24 µs. So 20 µs.
+  Chain d(3);
+  d.send(0, 0, 1, 8000);
+  d.send(1, 2, 1, 8000);
+  EXPECT_NEAR(d.cost({4, 4}), 20 * kUs, 1e-12);
+}
+
+TEST(StageCost, PipelineRoundsBalanceTheFillAgainstAlpha) {
+  // k = sqrt((1 + L) (Σ T_s − max T_s) / (α S)): two stages of 100 µs each
+  // (100,000 bytes), α = 1 µs, S = 2: sqrt(2 × 100 / 2) = 10.
+  Chain c(3);
+  c.send(0, 0, 1, 100000);
+  c.send(1, 1, 2, 100000);
+  EXPECT_EQ(pipeline_rounds(c.stages, c.lb, c.o), 10);
+  // Two stages of 4 µs: sqrt(2 × 4 / 2) = 2.
+  Chain d(3);
+  d.send(0, 0, 1, 4000);
+  d.send(1, 1, 2, 4000);
+  EXPECT_EQ(pipeline_rounds(d.stages, d.lb, d.o), 2);
+  // One stage: nothing to pipeline.
+  Chain e(2);
+  e.send(0, 0, 1, 100000);
+  EXPECT_EQ(pipeline_rounds(e.stages, e.lb, e.o), 1);
+}
+
+}  // namespace
+}  // namespace reshard::planning
