@@ -1,6 +1,7 @@
 #include "exec/schedule/engine_schedule.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <limits>
 #include <map>
@@ -360,14 +361,17 @@ void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_
       arrival = round;
     }
     add_contribution(p, stage, arrival, true, 0, 0, dst_device, src_scratch);
-  } else {
-    const TensorSpec& t = tensors_[p.tensor];
-    const Box region = plan_.region(*part_, p);
-    s_.direct.push_back(
-        {part_, &p, round, stage, region.volume() * elem(p.tensor),
-         make_copy_desc(region, plan_.source_box(p, stage), t.dst.box(p.dst_entry))});
+    s_.local_bytes += plan_.piece_bytes(*part_, p);
+    return;
   }
-  s_.local_bytes += plan_.piece_bytes(*part_, p);
+  const Box src = plan_.source_box(p, stage);
+  const Box dst = tensors_[p.tensor].dst.box(p.dst_entry);
+  // Plan::region without computing the boxes again: a piece naming no
+  // region (stage 0) moves the overlap of the two.
+  const Box region = p.region == kOverlapRegion ? intersect(src, dst) : plan_.region(*part_, p);
+  const int64_t bytes = region.volume() * elem(p.tensor);
+  s_.direct.push_back({part_, &p, round, stage, bytes, make_copy_desc(region, src, dst)});
+  s_.local_bytes += bytes;
 }
 
 // The engine's view of message `i` of the part's sends (`send`) or
@@ -833,8 +837,10 @@ void Builder::add_local(size_t i) {
 // were found, but for interleaved groups), and the range of each round.
 void Builder::sort_direct() {
   if (whole_) join_local_round();
-  std::stable_sort(s_.direct.begin(), s_.direct.end(),
-                   [](const DirectCopy& a, const DirectCopy& b) { return a.round < b.round; });
+  const auto by_round = [](const DirectCopy& a, const DirectCopy& b) { return a.round < b.round; };
+  if (!std::is_sorted(s_.direct.begin(), s_.direct.end(), by_round)) {
+    std::stable_sort(s_.direct.begin(), s_.direct.end(), by_round);
+  }
   for (size_t b = 0; b < s_.direct.size();) {
     size_t e = b;
     while (e < s_.direct.size() && s_.direct[e].round == s_.direct[b].round) ++e;
@@ -888,8 +894,8 @@ constexpr int64_t kMaxWholeRowRunBytes = int64_t{16} << 10;
 void Builder::interleave_round(size_t b, size_t e) {
   struct Item {
     size_t index;
-    CopyDesc desc;
-    int64_t src_end;  // one past the last source element of its first run
+    const CopyDesc* desc;  // s_.direct[index].desc, which stays put until the end
+    int64_t src_end;       // one past the last source element of its first run
   };
   std::vector<Item> items;
   for (size_t i = b; i < e; ++i) {
@@ -899,28 +905,28 @@ void Builder::interleave_round(size_t b, size_t e) {
     if (c.stage != 0) continue;
     const CopyDesc& d = c.desc;
     if (d.rank < 2 || copy_desc_runs(d) < 2) continue;
-    items.push_back({i, d, d.src_offset + copy_desc_run_length(d)});
+    items.push_back({i, &d, d.src_offset + copy_desc_run_length(d)});
   }
   if (items.size() < 2) return;
   // Same source buffer, same runs and source strides, then source order.
   auto key_less = [&](const Item& x, const Item& y) {
     const DirectCopy& a = s_.direct[x.index];
     const DirectCopy& c = s_.direct[y.index];
-    const auto ka = std::tuple(a.piece->tensor, a.stage, a.piece->src_entry, x.desc.rank);
-    const auto kc = std::tuple(c.piece->tensor, c.stage, c.piece->src_entry, y.desc.rank);
+    const CopyDesc& dx = *x.desc;
+    const CopyDesc& dy = *y.desc;
+    const auto ka = std::tuple(a.piece->tensor, a.stage, a.piece->src_entry, dx.rank);
+    const auto kc = std::tuple(c.piece->tensor, c.stage, c.piece->src_entry, dy.rank);
     if (ka != kc) return ka < kc;
-    for (int k = 0; k + 1 < x.desc.rank; ++k) {
-      if (x.desc.extent[k] != y.desc.extent[k]) return x.desc.extent[k] < y.desc.extent[k];
-      if (x.desc.src_stride[k] != y.desc.src_stride[k]) {
-        return x.desc.src_stride[k] < y.desc.src_stride[k];
-      }
+    for (int k = 0; k + 1 < dx.rank; ++k) {
+      if (dx.extent[k] != dy.extent[k]) return dx.extent[k] < dy.extent[k];
+      if (dx.src_stride[k] != dy.src_stride[k]) return dx.src_stride[k] < dy.src_stride[k];
     }
     return false;
   };
   std::stable_sort(items.begin(), items.end(), [&](const Item& x, const Item& y) {
     if (key_less(x, y)) return true;
     if (key_less(y, x)) return false;
-    return x.desc.src_offset < y.desc.src_offset;
+    return x.desc->src_offset < y.desc->src_offset;
   });
   // Groups: equal keys, first runs within one source row (from the first
   // copy's first element to the last one's end no more than the row
@@ -928,7 +934,7 @@ void Builder::interleave_round(size_t b, size_t e) {
   std::vector<std::pair<size_t, size_t>> groups;  // [first, last) of items
   for (size_t i = 0; i < items.size();) {
     size_t j = i + 1;
-    const CopyDesc& d = items[i].desc;
+    const CopyDesc& d = *items[i].desc;
     const int64_t row = d.src_stride[d.rank - 2];
     int64_t end = items[i].src_end;
     while (j < items.size() && j - i < static_cast<size_t>(kMaxInterleavedCopies) &&
@@ -943,7 +949,8 @@ void Builder::interleave_round(size_t b, size_t e) {
     // interleaved, 0.81 not; 2x4 blocks -> columns, two 2 KiB runs per
     // row: 1.11 interleaved, 0.89 not).
     int64_t longest = 0;
-    for (size_t k = i; k < j; ++k) longest = std::max(longest, copy_desc_run_length(items[k].desc));
+    for (size_t k = i; k < j; ++k)
+      longest = std::max(longest, copy_desc_run_length(*items[k].desc));
     const int64_t longest_bytes = longest * elem(s_.direct[items[i].index].piece->tensor);
     const bool long_runs = longest_bytes >= kLongRunBytes;
     // Runs (up to 16 KiB) that abut and make up whole source rows: the
@@ -953,7 +960,7 @@ void Builder::interleave_round(size_t b, size_t e) {
     // eight slices missing, 0.85-0.9 interleaved).
     bool whole_rows = end - d.src_offset == row && longest_bytes <= kMaxWholeRowRunBytes;
     for (size_t k = i + 1; k < j && whole_rows; ++k) {
-      whole_rows = items[k].desc.src_offset == items[k - 1].src_end;
+      whole_rows = items[k].desc->src_offset == items[k - 1].src_end;
     }
     if (j - i >= 2 && (!long_runs || j - i <= kMaxLongRunGroup || whole_rows)) {
       groups.emplace_back(i, j);
@@ -1260,6 +1267,7 @@ Schedule Builder::build() {
   add_targets();
   add_scratch(*part_, process_);
   writers_ = std::make_unique<stage_deps::WriterIndex>(plan_, *part_, true);
+  s_.direct.reserve(part_->local.size() + part_->recv_pieces.size());
   for (size_t i = 0; i < part_->local.size(); ++i) add_local(i);
   for (size_t i = 0; i < part_->sends.size(); ++i) add_send(part_->sends[i], i);
   for (size_t i = 0; i < part_->recvs.size(); ++i) add_recv(part_->recvs[i], i);
@@ -1275,6 +1283,11 @@ Schedule Builder::build_whole() {
   whole_ = true;
   add_targets();
   for (const auto& [process, part] : plan_.parts()) add_scratch(part, process);
+  size_t pieces = 0;
+  for (const auto& [process, part] : plan_.parts()) {
+    pieces += part.local.size() + part.recv_pieces.size();
+  }
+  s_.direct.reserve(pieces);
   for (const auto& [process, part] : plan_.parts()) {
     part_ = &part;
     process_ = process;
@@ -1322,6 +1335,31 @@ Schedule Builder::build_whole() {
 }
 
 }  // namespace
+
+std::vector<uint64_t> buffer_list(std::span<const TensorBuffers> buffers) {
+  size_t n = 0;
+  for (const TensorBuffers& b : buffers) n += 2 + 2 * (b.src.size() + b.dst.size());
+  std::vector<uint64_t> out;
+  out.reserve(n);
+  for (const TensorBuffers& b : buffers) {
+    out.push_back(b.src.size());
+    out.push_back(b.dst.size());
+    for (const ConstBuffer& e : b.src) {
+      out.push_back(reinterpret_cast<uintptr_t>(e.data));
+      out.push_back(static_cast<uint64_t>(e.bytes));
+    }
+    for (const MutableBuffer& e : b.dst) {
+      out.push_back(reinterpret_cast<uintptr_t>(e.data));
+      out.push_back(static_cast<uint64_t>(e.bytes));
+    }
+  }
+  return out;
+}
+
+uint64_t next_call_key() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 Schedule build_schedule(const Plan& plan, int32_t process, const ProcessPart& part,
                         const TransportInfo& transport, const ExecuteOptions& options) {
