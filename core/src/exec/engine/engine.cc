@@ -148,7 +148,13 @@ class Copier {
 
  private:
   void queue(int64_t device, int32_t ordinal, const CopyOp& op) {
-    queued_[{device, ordinal}].push_back(op);
+    // Consecutive ops mostly go to one device: its list is looked up once
+    // (map nodes stay put, and none is erased).
+    if (last_ == nullptr || last_key_ != std::pair(device, ordinal)) {
+      last_key_ = {device, ordinal};
+      last_ = &queued_[last_key_];
+    }
+    last_->push_back(op);
   }
   void moved(int64_t bytes) {
     if (!in_flight_) return;
@@ -167,6 +173,8 @@ class Copier {
   int64_t since_progress_ = 0;
   std::vector<uint64_t> scratch_;
   std::map<std::pair<int64_t, int32_t>, std::vector<CopyOp>> queued_;
+  std::pair<int64_t, int32_t> last_key_;
+  std::vector<CopyOp>* last_ = nullptr;  // queued_[last_key_]
 };
 
 // --------------------------------------------------------------- the run

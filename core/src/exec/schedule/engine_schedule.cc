@@ -131,6 +131,7 @@ class Builder {
   // this process that read a scratch or a destination entry (stage > 0),
   // reduced once that round is (a round without messages is added).
   std::vector<int64_t> extra_keys_;
+  std::vector<DirectCopy> reorder_;  // interleave_round's, kept between rounds
   static constexpr uint64_t kRawMessage = uint64_t{0} << 62;
   static constexpr uint64_t kRawRecv = uint64_t{1} << 62;  // an index in part recvs
   static constexpr uint64_t kRawAcc = uint64_t{2} << 62;
@@ -896,6 +897,10 @@ void Builder::interleave_round(size_t b, size_t e) {
     size_t index;
     const CopyDesc* desc;  // s_.direct[index].desc, which stays put until the end
     int64_t src_end;       // one past the last source element of its first run
+    // The source buffer: its piece's tensor and source entry, and the stage.
+    uint32_t tensor;
+    uint32_t src_entry;
+    uint32_t stage;
   };
   std::vector<Item> items;
   for (size_t i = b; i < e; ++i) {
@@ -905,17 +910,16 @@ void Builder::interleave_round(size_t b, size_t e) {
     if (c.stage != 0) continue;
     const CopyDesc& d = c.desc;
     if (d.rank < 2 || copy_desc_runs(d) < 2) continue;
-    items.push_back({i, &d, d.src_offset + copy_desc_run_length(d)});
+    items.push_back({i, &d, d.src_offset + copy_desc_run_length(d), c.piece->tensor,
+                     c.piece->src_entry, c.stage});
   }
   if (items.size() < 2) return;
   // Same source buffer, same runs and source strides, then source order.
   auto key_less = [&](const Item& x, const Item& y) {
-    const DirectCopy& a = s_.direct[x.index];
-    const DirectCopy& c = s_.direct[y.index];
     const CopyDesc& dx = *x.desc;
     const CopyDesc& dy = *y.desc;
-    const auto ka = std::tuple(a.piece->tensor, a.stage, a.piece->src_entry, dx.rank);
-    const auto kc = std::tuple(c.piece->tensor, c.stage, c.piece->src_entry, dy.rank);
+    const auto ka = std::tuple(x.tensor, x.stage, x.src_entry, dx.rank);
+    const auto kc = std::tuple(y.tensor, y.stage, y.src_entry, dy.rank);
     if (ka != kc) return ka < kc;
     for (int k = 0; k + 1 < dx.rank; ++k) {
       if (dx.extent[k] != dy.extent[k]) return dx.extent[k] < dy.extent[k];
@@ -975,7 +979,8 @@ void Builder::interleave_round(size_t b, size_t e) {
       group_of[items[i].index - b] = static_cast<int64_t>(g);
     }
   }
-  std::vector<DirectCopy> order;
+  std::vector<DirectCopy>& order = reorder_;
+  order.clear();
   order.reserve(e - b);
   std::vector<char> placed(groups.size(), 0);
   for (size_t i = b; i < e; ++i) {
