@@ -927,10 +927,12 @@ void Builder::interleave_round(size_t b, size_t e) {
     }
     return false;
   };
-  std::stable_sort(items.begin(), items.end(), [&](const Item& x, const Item& y) {
+  // Stable (items are in index order), without stable_sort's buffer.
+  std::sort(items.begin(), items.end(), [&](const Item& x, const Item& y) {
     if (key_less(x, y)) return true;
     if (key_less(y, x)) return false;
-    return x.desc->src_offset < y.desc->src_offset;
+    if (x.desc->src_offset != y.desc->src_offset) return x.desc->src_offset < y.desc->src_offset;
+    return x.index < y.index;
   });
   // Groups: equal keys, first runs within one source row (from the first
   // copy's first element to the last one's end no more than the row
