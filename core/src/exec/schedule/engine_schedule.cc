@@ -131,7 +131,10 @@ class Builder {
   // this process that read a scratch or a destination entry (stage > 0),
   // reduced once that round is (a round without messages is added).
   std::vector<int64_t> extra_keys_;
-  std::vector<DirectCopy> reorder_;  // interleave_round's, kept between rounds
+  // sort_direct: the new order (positions into s_.direct) and each
+  // position's DirectCopy::interleave, which interleave_round rearranges.
+  std::vector<uint32_t> order_;
+  std::vector<uint32_t> interleave_;
   static constexpr uint64_t kRawMessage = uint64_t{0} << 62;
   static constexpr uint64_t kRawRecv = uint64_t{1} << 62;  // an index in part recvs
   static constexpr uint64_t kRawAcc = uint64_t{2} << 62;
@@ -838,17 +841,32 @@ void Builder::add_local(size_t i) {
 // were found, but for interleaved groups), and the range of each round.
 void Builder::sort_direct() {
   if (whole_) join_local_round();
-  const auto by_round = [](const DirectCopy& a, const DirectCopy& b) { return a.round < b.round; };
-  if (!std::is_sorted(s_.direct.begin(), s_.direct.end(), by_round)) {
-    std::stable_sort(s_.direct.begin(), s_.direct.end(), by_round);
+  // The new order as positions into s_.direct, so that the copies (large:
+  // their descriptors) move once, at the end.
+  const size_t n = s_.direct.size();
+  order_.resize(n);
+  for (size_t i = 0; i < n; ++i) order_[i] = static_cast<uint32_t>(i);
+  const auto by_round = [this](uint32_t a, uint32_t b) {
+    return s_.direct[a].round < s_.direct[b].round;
+  };
+  if (!std::is_sorted(order_.begin(), order_.end(), by_round)) {
+    std::stable_sort(order_.begin(), order_.end(), by_round);
   }
-  for (size_t b = 0; b < s_.direct.size();) {
+  interleave_.assign(n, 0);
+  for (size_t b = 0; b < n;) {
     size_t e = b;
-    while (e < s_.direct.size() && s_.direct[e].round == s_.direct[b].round) ++e;
+    while (e < n && s_.direct[order_[e]].round == s_.direct[order_[b]].round) ++e;
     interleave_round(b, e);
     b = e;
   }
-  for (size_t i = 0; i < s_.direct.size(); ++i) {
+  std::vector<DirectCopy> sorted;
+  sorted.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    sorted.push_back(s_.direct[order_[i]]);
+    sorted.back().interleave = interleave_[i];
+  }
+  s_.direct.swap(sorted);
+  for (size_t i = 0; i < n; ++i) {
     if (s_.direct_rounds.empty() || s_.direct_rounds.back().round != s_.direct[i].round) {
       s_.direct_rounds.push_back({s_.direct[i].round, i, i});
     }
@@ -876,7 +894,7 @@ void Builder::join_local_round() {
   }
 }
 
-// Copies [b, e) of one round: those that read slices of the same rows of
+// Copies order_[b, e) of one round: those that read slices of the same rows of
 // one source buffer (a row-sharded source cut into columns, one slice per
 // destination) become groups of consecutive copies in source order
 // (DirectCopy::interleave), placed where the first of them was; the others
@@ -894,8 +912,8 @@ constexpr int64_t kMaxWholeRowRunBytes = int64_t{16} << 10;
 
 void Builder::interleave_round(size_t b, size_t e) {
   struct Item {
-    size_t index;
-    const CopyDesc* desc;  // s_.direct[index].desc, which stays put until the end
+    size_t index;          // a position in order_
+    const CopyDesc* desc;  // its copy's
     int64_t src_end;       // one past the last source element of its first run
     // The source buffer: its piece's tensor and source entry, and the stage.
     uint32_t tensor;
@@ -904,7 +922,7 @@ void Builder::interleave_round(size_t b, size_t e) {
   };
   std::vector<Item> items;
   for (size_t i = b; i < e; ++i) {
-    const DirectCopy& c = s_.direct[i];
+    const DirectCopy& c = s_.direct[order_[i]];
     // A relay reads a destination entry, which copies of the same round
     // may be writing elsewhere (copy_boxes_interleaved reads between rows).
     if (c.stage != 0) continue;
@@ -957,7 +975,7 @@ void Builder::interleave_round(size_t b, size_t e) {
     int64_t longest = 0;
     for (size_t k = i; k < j; ++k)
       longest = std::max(longest, copy_desc_run_length(*items[k].desc));
-    const int64_t longest_bytes = longest * elem(s_.direct[items[i].index].piece->tensor);
+    const int64_t longest_bytes = longest * elem(items[i].tensor);
     const bool long_runs = longest_bytes >= kLongRunBytes;
     // Runs (up to 16 KiB) that abut and make up whole source rows: the
     // group reads its source from end to end, as the hardware prefetchers
@@ -981,26 +999,29 @@ void Builder::interleave_round(size_t b, size_t e) {
       group_of[items[i].index - b] = static_cast<int64_t>(g);
     }
   }
-  std::vector<DirectCopy>& order = reorder_;
-  order.clear();
+  std::vector<uint32_t> order;
+  std::vector<uint32_t> interleave;
   order.reserve(e - b);
+  interleave.reserve(e - b);
   std::vector<char> placed(groups.size(), 0);
   for (size_t i = b; i < e; ++i) {
     const int64_t g = group_of[i - b];
     if (g < 0) {
-      order.push_back(s_.direct[i]);
-      order.back().interleave = 0;
+      order.push_back(order_[i]);
+      interleave.push_back(0);
       continue;
     }
     if (placed[static_cast<size_t>(g)]) continue;
     placed[static_cast<size_t>(g)] = 1;
     const auto [first, last] = groups[static_cast<size_t>(g)];
     for (size_t k = first; k < last; ++k) {
-      order.push_back(s_.direct[items[k].index]);
-      order.back().interleave = k == first ? static_cast<uint32_t>(last - first) : 0;
+      order.push_back(order_[items[k].index]);
+      interleave.push_back(k == first ? static_cast<uint32_t>(last - first) : 0);
     }
   }
-  std::copy(order.begin(), order.end(), s_.direct.begin() + static_cast<std::ptrdiff_t>(b));
+  std::copy(order.begin(), order.end(), order_.begin() + static_cast<std::ptrdiff_t>(b));
+  std::copy(interleave.begin(), interleave.end(),
+            interleave_.begin() + static_cast<std::ptrdiff_t>(b));
 }
 
 // Whole-plan schedules: destination entries of one tensor with the same
