@@ -862,16 +862,14 @@ void Builder::sort_direct() {
   std::vector<DirectCopy> sorted;
   sorted.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    sorted.push_back(s_.direct[order_[i]]);
+    const DirectCopy& c = sorted.emplace_back(s_.direct[order_[i]]);
     sorted.back().interleave = interleave_[i];
-  }
-  s_.direct.swap(sorted);
-  for (size_t i = 0; i < n; ++i) {
-    if (s_.direct_rounds.empty() || s_.direct_rounds.back().round != s_.direct[i].round) {
-      s_.direct_rounds.push_back({s_.direct[i].round, i, i});
+    if (s_.direct_rounds.empty() || s_.direct_rounds.back().round != c.round) {
+      s_.direct_rounds.push_back({c.round, i, i});
     }
     s_.direct_rounds.back().end = i + 1;
   }
+  s_.direct.swap(sorted);
 }
 
 // Whole-plan schedules: the local pieces (round -1) run in the first round
@@ -914,6 +912,7 @@ void Builder::interleave_round(size_t b, size_t e) {
   struct Item {
     size_t index;          // a position in order_
     const CopyDesc* desc;  // its copy's
+    int64_t src_offset;    // its first source element
     int64_t src_end;       // one past the last source element of its first run
     // The source buffer: its piece's tensor and source entry, and the stage.
     uint32_t tensor;
@@ -928,7 +927,7 @@ void Builder::interleave_round(size_t b, size_t e) {
     if (c.stage != 0) continue;
     const CopyDesc& d = c.desc;
     if (d.rank < 2 || copy_desc_runs(d) < 2) continue;
-    items.push_back({i, &d, d.src_offset + copy_desc_run_length(d), c.piece->tensor,
+    items.push_back({i, &d, d.src_offset, d.src_offset + copy_desc_run_length(d), c.piece->tensor,
                      c.piece->src_entry, c.stage});
   }
   if (items.size() < 2) return;
@@ -949,7 +948,7 @@ void Builder::interleave_round(size_t b, size_t e) {
   std::sort(items.begin(), items.end(), [&](const Item& x, const Item& y) {
     if (key_less(x, y)) return true;
     if (key_less(y, x)) return false;
-    if (x.desc->src_offset != y.desc->src_offset) return x.desc->src_offset < y.desc->src_offset;
+    if (x.src_offset != y.src_offset) return x.src_offset < y.src_offset;
     return x.index < y.index;
   });
   // Groups: equal keys, first runs within one source row (from the first
@@ -984,7 +983,7 @@ void Builder::interleave_round(size_t b, size_t e) {
     // eight slices missing, 0.85-0.9 interleaved).
     bool whole_rows = end - d.src_offset == row && longest_bytes <= kMaxWholeRowRunBytes;
     for (size_t k = i + 1; k < j && whole_rows; ++k) {
-      whole_rows = items[k].desc->src_offset == items[k - 1].src_end;
+      whole_rows = items[k].src_offset == items[k - 1].src_end;
     }
     if (j - i >= 2 && (!long_runs || j - i <= kMaxLongRunGroup || whole_rows)) {
       groups.emplace_back(i, j);
