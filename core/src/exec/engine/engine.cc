@@ -1001,7 +1001,9 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   // process's buffers (no messages) replays the calls of the previous one
   // when its buffers and options are the same (Replay).
   const bool may_replay = cached && info.memory != MemoryKind::kHost && info.stream_ordered;
-  std::vector<uint64_t> buffers;  // may_replay: engine_detail::buffer_list
+  // The buffers are those of the cached schedule's kept execution
+  // (Replay::buffers).
+  bool same_buffers = false;
   if (participates) {
     if (!plan.parts().contains(process)) {
       fail(ErrorCode::kInvalidArgument,
@@ -1010,14 +1012,13 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     }
     Schedule* found = nullptr;
     if (may_replay) {
-      buffers = engine_detail::buffer_list(local_buffers);
       found = cache_->find(plan, process, info, options);
+      same_buffers = found != nullptr && found->replay != nullptr &&
+                     engine_detail::same_buffers(found->replay->buffers, local_buffers);
     }
     // The plan (equal to the cached schedule's) and the buffers (equal to
     // those of its kept execution) were validated together then.
-    if (found == nullptr || found->replay == nullptr || found->replay->buffers != buffers) {
-      exec_detail::validate_buffers(plan, local_buffers, process);
-    }
+    if (!same_buffers) exec_detail::validate_buffers(plan, local_buffers, process);
     if (found != nullptr) {
       schedule = found;
       stats.schedule_cached = true;
@@ -1033,8 +1034,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   if (participates) {
     const bool replayable = may_replay && schedule->messages.empty() && schedule->slots.empty();
     engine_detail::Replay* r = schedule->replay.get();
-    if (replayable && r != nullptr && r->buffers == buffers &&
-        r->last_stage == options.last_stage) {
+    if (replayable && r != nullptr && same_buffers && r->last_stage == options.last_stage) {
       for (const engine_detail::Replay::Call& c : r->calls) {
         if (c.order) {
           transport_->order_streams();
@@ -1056,7 +1056,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
       run.go();
       if (record) {
         run.keep(*record);
-        record->buffers = std::move(buffers);
+        record->buffers = engine_detail::buffer_list(local_buffers);
         record->last_stage = options.last_stage;
         record->stats = stats;
         schedule->replay = std::move(record);

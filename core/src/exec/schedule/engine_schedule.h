@@ -384,6 +384,8 @@ struct Replay {
 // they have the same buffers: per tensor its numbers of source and
 // destination buffers, then each buffer's address and size (Replay).
 std::vector<uint64_t> buffer_list(std::span<const TensorBuffers> buffers);
+// Whether `list` is buffer_list(buffers), without building it.
+bool same_buffers(std::span<const uint64_t> list, std::span<const TensorBuffers> buffers);
 
 // A key for a kept copy call (Transport::run_keyed_copies), drawn from a
 // process-wide counter: never 0, never drawn twice.
