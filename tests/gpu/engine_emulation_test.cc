@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "copy_plan.h"
@@ -18,7 +20,9 @@
 #include "core/staged_cases.h"
 #include "emulate_launches.h"
 #include "kernel_body.h"
+#include "launch_cache.h"
 #include "reshard/engine.h"
+#include "reshard/error.h"
 #include "reshard/exec.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
@@ -44,9 +48,23 @@ class EmulatedCuda final : public testing::OneProcessDeviceTransport {
       }
     }
   }
+  // The contract of keyed calls (Transport::run_keyed_copies): every call
+  // with a key has the ops of the first call with it.
+  void run_keyed_copies(int64_t device, int32_t ordinal, std::span<const CopyOp> ops,
+                        uint64_t key) override {
+    EXPECT_NE(key, 0u);
+    auto [it, fresh] = keyed_ops.try_emplace(key, ops.begin(), ops.end());
+    if (!fresh) {
+      EXPECT_TRUE(cuda_backend::same_ops(it->second, ops)) << "key " << key << " with other ops";
+      ++keyed_again;
+    }
+    run_copies(device, ordinal, ops);
+  }
   int64_t fused = 0;
   int64_t fused_stores = 0;  // the store in the dtype folded in (engine.cc flushes
                              // summands and stores together)
+  std::map<uint64_t, std::vector<CopyOp>> keyed_ops;
+  int64_t keyed_again = 0;  // keyed calls handed again (replays)
 };
 
 using testing::expect_same_as_host;
@@ -96,6 +114,7 @@ TEST(EngineEmulation, StagedSpecsMatchExecuteHost) {
 // leaves execute_host's bytes; new buffers run the engine again.
 TEST(EngineEmulation, RepeatedExecutionsReplayWithCurrentContents) {
   auto transport = std::make_unique<EmulatedCuda>();
+  EmulatedCuda* t = transport.get();
   Engine engine(std::move(transport));
   int replayed = 0;
   int plans = 0;
@@ -132,8 +151,10 @@ TEST(EngineEmulation, RepeatedExecutionsReplayWithCurrentContents) {
     }
     ++plans;
   }
-  // Plans without messages replay (one process, all of them here).
+  // Plans without messages replay (one process, all of them here), handing
+  // the transport the calls it saw, with their keys.
   EXPECT_EQ(replayed, 2 * plans);
+  EXPECT_GT(t->keyed_again, 0);
   // Other buffers: the engine runs again.
   const Plan plan = make_plan(testing::random_staged_input(7000, 1));
   OracleBuffers a = fill_sources(plan);
@@ -142,6 +163,109 @@ TEST(EngineEmulation, RepeatedExecutionsReplayWithCurrentContents) {
   engine.execute(plan, 0, a.views(), o);
   EXPECT_TRUE(engine.execute(plan, 0, a.views(), o).replayed);
   EXPECT_FALSE(engine.execute(plan, 0, b.views(), o).replayed);
+}
+
+// Tensors of 8 x 8 f32 on 4 devices of one process, sources row-sharded,
+// destinations row-sharded (`rows`) or column-sharded: either way every
+// buffer holds 16 elements, so the two plans run on the same buffers.
+PlanInput rows_to(bool rows, int tensors) {
+  auto mesh = std::make_shared<Mesh>();
+  mesh->axis_names = {"x"};
+  mesh->shape = {4};
+  mesh->devices = {0, 1, 2, 3};
+  PlanInput in;
+  for (int64_t d = 0; d < 4; ++d) in.topology.add({d, 0, 0, static_cast<int32_t>(d)});
+  for (int i = 0; i < tensors; ++i) {
+    TensorSpec t;
+    t.name = "t" + std::to_string(i);
+    t.shape = {8, 8};
+    t.dtype = DType::kF32;
+    t.src = Layout::from_named({mesh, {{"x"}, {}}, {}, ReduceOp::kSum}, t.shape, "src");
+    const std::vector<std::vector<std::string>> dims =
+        rows ? std::vector<std::vector<std::string>>{{"x"}, {}}
+             : std::vector<std::vector<std::string>>{{}, {"x"}};
+    t.dst = Layout::from_named({mesh, dims, {}, ReduceOp::kSum}, t.shape, "dst");
+    in.tensors.push_back(std::move(t));
+  }
+  return in;
+}
+
+// New source values in the same buffers, then the plan through the engine
+// and on the host: the destinations must match. Returns whether it replayed.
+bool run_and_compare(Engine& engine, const Plan& plan, OracleBuffers& dev, int run) {
+  for (auto& t : dev.src) {
+    for (auto& e : t) {
+      for (size_t i = 0; i < e.size(); ++i) e[i] = std::byte((i * 5 + run * 11) % 67);
+    }
+  }
+  OracleBuffers host = dev;
+  execute_host(plan, host.views());
+  const ExecuteStats stats =
+      engine.execute(plan, 0, dev.views(), {.agreement = ExecuteOptions::Agreement::kSkip});
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    for (size_t e = 0; e < host.dst[t].size(); ++e) {
+      EXPECT_EQ(dev.dst[t][e], host.dst[t][e])
+          << "run " << run << " tensor " << t << " entry " << e;
+    }
+  }
+  return stats.replayed;
+}
+
+// Invariant: a replay (Replay, engine.cc) serves only the plan and buffers
+// it was recorded for: a different plan of the same shape on the same
+// buffers, and a plan object assigned another plan, run the engine (each
+// execution leaves execute_host's bytes), and a plan executed again after
+// another replays its own calls.
+TEST(EngineEmulation, ReplayIsNeverStale) {
+  Engine engine(std::make_unique<EmulatedCuda>());
+  const Plan to_cols = make_plan(rows_to(false, 3));
+  const Plan to_rows = make_plan(rows_to(true, 3));
+  OracleBuffers dev = fill_sources(to_cols);
+  EXPECT_FALSE(run_and_compare(engine, to_cols, dev, 0));
+  EXPECT_TRUE(run_and_compare(engine, to_cols, dev, 1));
+  EXPECT_FALSE(run_and_compare(engine, to_rows, dev, 2)) << "another plan, the same buffers";
+  EXPECT_TRUE(run_and_compare(engine, to_rows, dev, 3));
+  EXPECT_TRUE(run_and_compare(engine, to_cols, dev, 4)) << "each schedule keeps its own replay";
+  // One plan object, assigned another plan in place.
+  Plan plan = to_cols;
+  EXPECT_TRUE(run_and_compare(engine, plan, dev, 5)) << "an equal copy is the same plan";
+  plan = make_plan(rows_to(true, 2));
+  OracleBuffers fewer = fill_sources(plan);
+  EXPECT_FALSE(run_and_compare(engine, plan, fewer, 6));
+  plan = to_rows;
+  EXPECT_TRUE(run_and_compare(engine, plan, dev, 7));
+}
+
+// Invariant: buffers are validated on every execution but a replay on the
+// very buffers of the recorded one: after replays, a buffer of another size
+// at the same address, and a destination moved onto another, are refused
+// (kInvalidArgument naming the buffer) and nothing is replayed.
+TEST(EngineEmulation, ReplayDoesNotSkipValidationOfOtherBuffers) {
+  Engine engine(std::make_unique<EmulatedCuda>());
+  const Plan plan = make_plan(rows_to(false, 2));
+  OracleBuffers dev = fill_sources(plan);
+  EXPECT_FALSE(run_and_compare(engine, plan, dev, 0));
+  EXPECT_TRUE(run_and_compare(engine, plan, dev, 1));
+  const ExecuteOptions o{.agreement = ExecuteOptions::Agreement::kSkip};
+  std::vector<TensorBuffers> views = dev.views();
+  views[1].dst[2].bytes -= 4;
+  try {
+    engine.execute(plan, 0, views, o);
+    ADD_FAILURE() << "a short buffer was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("tensors[1].dst[2]"), std::string::npos) << e.what();
+  }
+  views = dev.views();
+  views[0].dst[1].data = views[0].dst[0].data;
+  try {
+    engine.execute(plan, 0, views, o);
+    ADD_FAILURE() << "overlapping destinations were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("overlaps"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(run_and_compare(engine, plan, dev, 2)) << "the recorded buffers again";
 }
 
 }  // namespace

@@ -113,7 +113,8 @@ class CudaStaging : public StagingBlock {
 
 // -------------------------------------------------------- DeviceContext
 
-DeviceContext::DeviceContext(int ordinal, cudaStream_t stream) : ordinal_(ordinal) {
+DeviceContext::DeviceContext(int ordinal, cudaStream_t stream)
+    : ordinal_(ordinal), cache_(kLaunchCacheEntries, kLaunchCacheBytes) {
   if (stream == nullptr) {
     owned_ = make_stream(ordinal);
     stream_ = owned_.get();
@@ -174,34 +175,6 @@ DeviceContext::Slot& DeviceContext::acquire(Clock::time_point deadline) {
   return oldest;
 }
 
-namespace {
-
-// Bounds of the launch cache of one GPU: entries, and bytes of host and
-// device memory (a call's ops plus its descriptors, about 550 bytes per op).
-// Larger calls are planned every time.
-constexpr size_t kCacheEntries = 16;
-constexpr size_t kCacheBytes = size_t{64} << 20;
-
-bool same_ops(std::span<const CopyOp> a, std::span<const CopyOp> b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const CopyOp& x = a[i];
-    const CopyOp& y = b[i];
-    if (x.src != y.src || x.dst != y.dst || x.kind != y.kind || x.dtype != y.dtype ||
-        x.op != y.op || x.count != y.count || x.divisor != y.divisor ||
-        x.desc.rank != y.desc.rank || x.desc.src_offset != y.desc.src_offset ||
-        x.desc.dst_offset != y.desc.dst_offset ||
-        std::memcmp(x.desc.extent, y.desc.extent, sizeof x.desc.extent) != 0 ||
-        std::memcmp(x.desc.src_stride, y.desc.src_stride, sizeof x.desc.src_stride) != 0 ||
-        std::memcmp(x.desc.dst_stride, y.desc.dst_stride, sizeof x.desc.dst_stride) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
 DeviceContext::Descriptors DeviceContext::layout(const std::vector<Launch>& launches) {
   Descriptors d;
   for (const Launch& l : launches) {
@@ -254,35 +227,24 @@ void DeviceContext::launch_all(const void* device, const Descriptors& d) {
   }
 }
 
-bool DeviceContext::run_cached(std::span<const CopyOp> ops) {
-  if (ops.empty()) return false;
-  for (Cached& c : cache_) {
-    if (!same_ops(c.ops, ops)) continue;
-    DeviceGuard guard(ordinal_);
-    launch_all(c.descriptors.get(), c.layout);
-    c.last_use = ++uses_;
-    return true;
-  }
-  return false;
+bool DeviceContext::run_cached(std::span<const CopyOp> ops, uint64_t key) {
+  Cached* c = cache_.find(ops, key);
+  if (c == nullptr) return false;
+  DeviceGuard guard(ordinal_);
+  launch_all(c->descriptors.get(), c->layout);
+  return true;
 }
 
-bool DeviceContext::remember(std::span<const CopyOp> ops, const std::vector<Launch>& launches,
-                             const Descriptors& d, Clock::time_point deadline) {
-  const size_t bytes = d.bytes + ops.size() * sizeof(CopyOp);
-  if (bytes > kCacheBytes) return false;
-  while (!cache_.empty() &&
-         (cache_.size() >= kCacheEntries || cache_bytes_ + bytes > kCacheBytes)) {
-    auto lru = std::min_element(cache_.begin(), cache_.end(), [](const Cached& a, const Cached& b) {
-      return a.last_use < b.last_use;
-    });
-    cache_bytes_ -= lru->bytes;
-    cache_.erase(lru);  // cudaFree: waits for the kernels still reading it
-  }
+bool DeviceContext::remember(std::span<const CopyOp> ops, uint64_t key,
+                             const std::vector<Launch>& launches, const Descriptors& d,
+                             Clock::time_point deadline) {
+  const size_t bytes = LaunchCache<Cached>::entry_bytes(ops, key, d.bytes);
+  // Evicting frees device memory (cudaFree: waits for the kernels still
+  // reading it) before the new entry's is allocated.
+  if (!cache_.make_room(bytes)) return false;
   Cached c;
-  c.ops.assign(ops.begin(), ops.end());
   c.descriptors = device_alloc(ordinal_, d.bytes);
   c.layout = d;
-  c.bytes = bytes;
   // The pinned slot is free again once the upload completed.
   Slot& slot = stage(launches, d, deadline);
   check(cudaMemcpyAsync(c.descriptors.get(), slot.host.get(), d.bytes, cudaMemcpyHostToDevice,
@@ -291,18 +253,16 @@ bool DeviceContext::remember(std::span<const CopyOp> ops, const std::vector<Laun
   check(cudaEventRecord(slot.done.get(), stream_), "cudaEventRecord");
   slot.used = true;
   launch_all(c.descriptors.get(), c.layout);
-  c.last_use = ++uses_;
-  cache_bytes_ += c.bytes;
-  cache_.push_back(std::move(c));
+  cache_.insert(ops, key, bytes, std::move(c));
   return true;
 }
 
 void DeviceContext::enqueue(const std::vector<Launch>& launches, Clock::time_point deadline,
-                            std::span<const CopyOp> ops) {
+                            std::span<const CopyOp> ops, uint64_t key) {
   if (launches.empty()) return;
   DeviceGuard guard(ordinal_);
   const Descriptors d = layout(launches);
-  if (!ops.empty() && remember(ops, launches, d, deadline)) return;
+  if (!ops.empty() && remember(ops, key, launches, d, deadline)) return;
   // Uncached: one upload into the slot's device memory, which the kernels
   // read, so the slot is free again once they completed.
   Slot& slot = stage(launches, d, deadline);
@@ -507,10 +467,10 @@ void DeviceSet::check_pointer(int ordinal, const void* p, const std::string& wha
   checked_.emplace(key, true);
 }
 
-void DeviceSet::run_copies(int ordinal, std::span<const CopyOp> ops) {
+void DeviceSet::run_copies(int ordinal, std::span<const CopyOp> ops, uint64_t key) {
   DeviceContext& ctx = get(ordinal);
   // The same call as an earlier one: its pointers were checked then.
-  if (ctx.run_cached(ops)) return;
+  if (ctx.run_cached(ops, key)) return;
   std::vector<Launch> launches = plan_launches(ops);
   if (launches.empty()) return;
   if (options_.check_pointers) {
@@ -522,7 +482,7 @@ void DeviceSet::run_copies(int ordinal, std::span<const CopyOp> ops) {
       check_pointer(ordinal, op.dst, "run_copies: a destination pointer");
     }
   }
-  ctx.enqueue(launches, deadline_after(options_.timeout_seconds), ops);
+  ctx.enqueue(launches, deadline_after(options_.timeout_seconds), ops, key);
 }
 
 bool DeviceSet::wait_all(Clock::time_point deadline, const std::function<void()>& poll) {

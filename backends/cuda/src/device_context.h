@@ -15,6 +15,7 @@
 
 #include "copy_plan.h"
 #include "cuda_util.h"
+#include "launch_cache.h"
 #include "reshard/cuda.h"
 #include "reshard/transport.h"
 
@@ -34,15 +35,16 @@ class DeviceContext {
   // Enqueues `launches` (copy_plan.h) on the stream. Descriptor buffers are
   // reused once the kernel that read them completed; waiting for one is
   // bounded by `deadline` (kTimeout). With `ops` (the call the launches were
-  // planned from), the launches and their descriptors, kept in device
-  // memory, are remembered for run_cached when they fit the cache.
+  // planned from, and its key: Transport::run_keyed_copies, 0 for none),
+  // the launches and their descriptors, kept in device memory, are
+  // remembered for run_cached when they fit the cache.
   void enqueue(const std::vector<Launch>& launches, Clock::time_point deadline,
-               std::span<const CopyOp> ops = {});
-  // Enqueues the launches remembered for an earlier call with the same ops
-  // (equal field by field: kinds, descriptors, pointers, counts): true when
+               std::span<const CopyOp> ops = {}, uint64_t key = 0);
+  // Enqueues the launches remembered for an earlier call with the same key
+  // (nonzero), or without a key the same ops (launch_cache.h): true when
   // there was one. A repeated call, e.g. the same plan executed again on
   // the same buffers, then skips planning and the descriptor upload.
-  bool run_cached(std::span<const CopyOp> ops);
+  bool run_cached(std::span<const CopyOp> ops, uint64_t key = 0);
 
   // Stream-ordered device memory (cudaMallocAsync where the device has
   // memory pools), freed in stream order by the block's destructor.
@@ -82,17 +84,14 @@ class DeviceContext {
               Clock::time_point deadline);
   // Enqueues every launch of d reading its descriptors at `device`.
   void launch_all(const void* device, const Descriptors& d);
-  // Launches remembered by enqueue, least recently used first evicted.
+  // Launches remembered by enqueue (launch_cache.h).
   struct Cached {
-    std::vector<CopyOp> ops;  // the key
-    DevicePtr descriptors;    // every launch's works and tile starts
+    DevicePtr descriptors;  // every launch's works and tile starts
     Descriptors layout;
-    size_t bytes = 0;  // host and device memory held
-    uint64_t last_use = 0;
   };
   // Uploads the descriptors into a new cache entry and enqueues the
   // launches from there; false (nothing done) when they exceed the cache.
-  bool remember(std::span<const CopyOp> ops, const std::vector<Launch>& launches,
+  bool remember(std::span<const CopyOp> ops, uint64_t key, const std::vector<Launch>& launches,
                 const Descriptors& d, Clock::time_point deadline);
 
   int ordinal_;
@@ -103,9 +102,7 @@ class DeviceContext {
   bool pageable_access_ = false;
   std::vector<std::unique_ptr<Slot>> slots_;
   size_t next_slot_ = 0;
-  std::vector<Cached> cache_;
-  size_t cache_bytes_ = 0;
-  uint64_t uses_ = 0;
+  LaunchCache<Cached> cache_;
 
   friend class DeviceSet;
 };
@@ -120,8 +117,10 @@ class DeviceSet {
   DeviceContext& get(int ordinal);
   const std::map<int, std::unique_ptr<DeviceContext>>& contexts() const { return contexts_; }
 
-  // Checks the pointers (unless disabled), plans and enqueues the copies.
-  void run_copies(int ordinal, std::span<const CopyOp> ops);
+  // Checks the pointers (unless disabled), plans and enqueues the copies;
+  // a call found in the launch cache (by `key` when nonzero,
+  // Transport::run_keyed_copies) is enqueued as remembered.
+  void run_copies(int ordinal, std::span<const CopyOp> ops, uint64_t key = 0);
 
   // Every stream waits for the work enqueued so far on every other stream
   // (Transport::order_streams); nothing with one GPU.

@@ -98,8 +98,13 @@ class LocalTransport : public Transport {
   void order_streams() override { devices_.order_streams(); }
 
   void run_copies(int64_t device, int32_t ordinal, std::span<const CopyOp> ops) override {
+    run_keyed_copies(device, ordinal, ops, 0);
+  }
+
+  void run_keyed_copies(int64_t device, int32_t ordinal, std::span<const CopyOp> ops,
+                        uint64_t key) override {
     (void)device;
-    devices_.run_copies(ordinal, ops);
+    devices_.run_copies(ordinal, ops, key);
   }
 
   void finish(double timeout_seconds) override {

@@ -220,9 +220,14 @@ class NcclTransport : public Transport {
   }
 
   void run_copies(int64_t device, int32_t ordinal, std::span<const CopyOp> ops) override {
+    run_keyed_copies(device, ordinal, ops, 0);
+  }
+
+  void run_keyed_copies(int64_t device, int32_t ordinal, std::span<const CopyOp> ops,
+                        uint64_t key) override {
     (void)device;
     usable();
-    devices_.run_copies(comm_of(ordinal, "run_copies").ordinal, ops);
+    devices_.run_copies(comm_of(ordinal, "run_copies").ordinal, ops, key);
   }
 
   void finish(double timeout_seconds) override {

@@ -212,9 +212,11 @@ class Engine {
   //
   // Order of events: (1) the buffers and the part are validated — a
   // problem is kInvalidArgument before any communication (the other ranks
-  // then time out naming this one); buffers on every call, the part when
-  // its schedule is built (not when it comes from the cache, see
-  // EngineOptions: a cached part is one that passed); (2) the agreement:
+  // then time out naming this one); buffers on every call (but a replay's
+  // on device memory with the very buffers, addresses and sizes, of the
+  // cached schedule's kept execution, which passed then: docs/engine.md),
+  // the part when its schedule is built (not when it comes from the cache,
+  // see EngineOptions: a cached part is one that passed); (2) the agreement:
   // ranks exchange plan fingerprint, tensor dtypes, the digest of the whole
   // plan's list of part digests (where their plan lists every part) and the
   // digest of the part each executes, recomputed from the part in memory; a

@@ -54,7 +54,8 @@ namespace reshard {
 // Version 4: CopyOp::divisor (kStore of ReduceOp::kMean).
 // Version 5: Transport::order_streams.
 // Version 6: TransportInfo::host_ranks.
-inline constexpr uint32_t kTransportInterfaceVersion = 6;
+// Version 7: Transport::run_keyed_copies.
+inline constexpr uint32_t kTransportInterfaceVersion = 7;
 
 enum class MemoryKind : int32_t {
   kHost = 0,  // ordinary host memory: the engine runs copies itself
@@ -213,6 +214,21 @@ class Transport {
     (void)ordinal;
     (void)ops;
     throw Error(ErrorCode::kUnsupported, info().name + " transport: run_copies not implemented");
+  }
+
+  // run_copies of a call that may be handed again (interface 7): `key`,
+  // nonzero, names these ops among every call handed to this transport:
+  // each call with the same key has ops equal field by field (the engine
+  // draws keys from a process-wide counter for the calls of an execution it
+  // keeps to replay, and never changes a kept call). A transport that plans
+  // its copies (the CUDA backend's launch cache) can remember the plan
+  // under the key and find it again without comparing the ops; it must
+  // still accept the ops when it has forgotten the key. By default,
+  // run_copies(device, ordinal, ops).
+  virtual void run_keyed_copies(int64_t device, int32_t ordinal, std::span<const CopyOp> ops,
+                                uint64_t key) {
+    (void)key;
+    run_copies(device, ordinal, ops);
   }
 
   // Orders everything run_copies and start issued so far, on every stream

@@ -797,10 +797,14 @@ Box Layout::box(size_t entry) const {
   Box b;
   b.rank = g.rank;
   for (int d = 0; d < g.rank; ++d) {
-    Split s{shape_[d], g.counts[d]};
-    int64_t i = g.shard[entry * g.rank + d];
-    b.lo[d] = s.lo(i);
-    b.hi[d] = s.hi(i);
+    // Split{n, k}'s bounds, without its division where the dimension is
+    // not split (k = 1: chunk n), as most dimensions of a layout are.
+    const int64_t n = shape_[d];
+    const int64_t k = g.counts[d];
+    const int64_t chunk = k == 1 ? n : Split{n, k}.chunk();
+    const int64_t i = g.shard[entry * g.rank + d];
+    b.lo[d] = std::min(n, i * chunk);
+    b.hi[d] = std::min(n, (i + 1) * chunk);
   }
   return b;
 }

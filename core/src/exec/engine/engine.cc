@@ -128,21 +128,33 @@ class Copier {
     // Copies of one flush are independent across devices.
     if (flushed_) {
       transport_.order_streams();
-      if (record_ != nullptr) record_->calls.push_back({true, 0, 0, {}});
+      if (record_ != nullptr) record_->calls.push_back({true, 0, 0, 0, {}});
     }
     flushed_ = true;
-    for (auto& [key, ops] : queued_) {
-      if (!ops.empty()) {
-        transport_.run_copies(key.first, key.second, ops);
-        if (record_ != nullptr) record_->calls.push_back({false, key.first, key.second, ops});
+    for (auto& [where, ops] : queued_) {
+      if (ops.empty()) continue;
+      if (record_ != nullptr) {
+        // Kept to be replayed: the transport may remember it by its key.
+        const uint64_t key = engine_detail::next_call_key();
+        transport_.run_keyed_copies(where.first, where.second, ops, key);
+        record_->calls.push_back({false, where.first, where.second, key, std::move(ops)});
+        ops = {};
+      } else {
+        transport_.run_copies(where.first, where.second, ops);
+        ops.clear();
       }
-      ops.clear();
     }
   }
 
  private:
   void queue(int64_t device, int32_t ordinal, const CopyOp& op) {
-    queued_[{device, ordinal}].push_back(op);
+    // Consecutive ops mostly go to one device: its list is looked up once
+    // (map nodes stay put, and none is erased).
+    if (last_ == nullptr || last_key_ != std::pair(device, ordinal)) {
+      last_key_ = {device, ordinal};
+      last_ = &queued_[last_key_];
+    }
+    last_->push_back(op);
   }
   void moved(int64_t bytes) {
     if (!in_flight_) return;
@@ -161,6 +173,8 @@ class Copier {
   int64_t since_progress_ = 0;
   std::vector<uint64_t> scratch_;
   std::map<std::pair<int64_t, int32_t>, std::vector<CopyOp>> queued_;
+  std::pair<int64_t, int32_t> last_key_;
+  std::vector<CopyOp>* last_ = nullptr;  // queued_[last_key_]
 };
 
 // --------------------------------------------------------------- the run
@@ -983,14 +997,32 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   Schedule built;
   Schedule* schedule = &built;
   const bool cached = cache_ != nullptr && options.cache_schedule;
+  // A repeated execution on device memory that only copies between this
+  // process's buffers (no messages) replays the calls of the previous one
+  // when its buffers and options are the same (Replay).
+  const bool may_replay = cached && info.memory != MemoryKind::kHost && info.stream_ordered;
+  // The buffers are those of the cached schedule's kept execution
+  // (Replay::buffers).
+  bool same_buffers = false;
   if (participates) {
     if (!plan.parts().contains(process)) {
       fail(ErrorCode::kInvalidArgument,
            "plan: lacks the part of process " + std::to_string(process) +
                " (make it with PlanScope::kAll or PlanScope::kProcess for this process)");
     }
-    exec_detail::validate_buffers(plan, local_buffers, process);
-    if (cached) {
+    Schedule* found = nullptr;
+    if (may_replay) {
+      found = cache_->find(plan, process, info, options);
+      same_buffers = found != nullptr && found->replay != nullptr &&
+                     engine_detail::same_buffers(found->replay->buffers, local_buffers);
+    }
+    // The plan (equal to the cached schedule's) and the buffers (equal to
+    // those of its kept execution) were validated together then.
+    if (!same_buffers) exec_detail::validate_buffers(plan, local_buffers, process);
+    if (found != nullptr) {
+      schedule = found;
+      stats.schedule_cached = true;
+    } else if (cached) {
       schedule = &cache_->get(plan, process, info, options, &stats.schedule_cached);
     } else {
       built = engine_detail::build_schedule(plan, process, plan.part(process), info, options);
@@ -1000,26 +1032,14 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   stats.agreed = agree_once(*transport_, agreed_, plan, process, options);
   // (3) Execution.
   if (participates) {
-    // A repeated execution on device memory that only copies between this
-    // process's buffers (no messages) replays the calls of the previous one
-    // when its buffers and options are the same.
-    const bool replayable = cached && info.memory != MemoryKind::kHost && info.stream_ordered &&
-                            schedule->messages.empty() && schedule->slots.empty();
-    std::vector<const void*> pointers;
-    if (replayable) {
-      for (const TensorBuffers& b : local_buffers) {
-        for (const auto& e : b.src) pointers.push_back(e.data);
-        for (const auto& e : b.dst) pointers.push_back(e.data);
-      }
-    }
+    const bool replayable = may_replay && schedule->messages.empty() && schedule->slots.empty();
     engine_detail::Replay* r = schedule->replay.get();
-    if (replayable && r != nullptr && r->buffers == pointers &&
-        r->last_stage == options.last_stage) {
+    if (replayable && r != nullptr && same_buffers && r->last_stage == options.last_stage) {
       for (const engine_detail::Replay::Call& c : r->calls) {
         if (c.order) {
           transport_->order_streams();
         } else {
-          transport_->run_copies(c.device, c.ordinal, c.ops);
+          transport_->run_keyed_copies(c.device, c.ordinal, c.ops, c.key);
         }
       }
       transport_->finish(options.timeout_seconds);
@@ -1036,7 +1056,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
       run.go();
       if (record) {
         run.keep(*record);
-        record->buffers = std::move(pointers);
+        record->buffers = engine_detail::buffer_list(local_buffers);
         record->last_stage = options.last_stage;
         record->stats = stats;
         schedule->replay = std::move(record);

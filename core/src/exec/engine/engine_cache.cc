@@ -63,11 +63,23 @@ Schedule& ScheduleCache::insert(Entry e) {
   return entries_.front().schedule;
 }
 
+ScheduleCache::Key ScheduleCache::key_of(const Plan& plan, int32_t process,
+                                         const TransportInfo& transport,
+                                         const ExecuteOptions& options) {
+  return {plan.fingerprint(), process,
+          transport.gather && options.packing != ExecuteOptions::Packing::kStaging,
+          options.overlap};
+}
+
+Schedule* ScheduleCache::find(const Plan& plan, int32_t process, const TransportInfo& transport,
+                              const ExecuteOptions& options) {
+  Entry* e = find(key_of(plan, process, transport, options), plan, &plan.part(process));
+  return e != nullptr ? &e->schedule : nullptr;
+}
+
 Schedule& ScheduleCache::get(const Plan& plan, int32_t process, const TransportInfo& transport,
                              const ExecuteOptions& options, bool* hit) {
-  const Key key{plan.fingerprint(), process,
-                transport.gather && options.packing != ExecuteOptions::Packing::kStaging,
-                options.overlap};
+  const Key key = key_of(plan, process, transport, options);
   const ProcessPart& part = plan.part(process);
   if (Entry* e = find(key, plan, &part)) {
     *hit = true;

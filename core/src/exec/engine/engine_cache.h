@@ -39,6 +39,10 @@ class ScheduleCache {
   // cached then).
   Schedule& get(const Plan& plan, int32_t process, const TransportInfo& transport,
                 const ExecuteOptions& options, bool* hit);
+  // The cached schedule get() would return (*hit = true), or null: builds
+  // nothing.
+  Schedule* find(const Plan& plan, int32_t process, const TransportInfo& transport,
+                 const ExecuteOptions& options);
   // The whole-plan schedule of `plan` (every part, kAllProcesses), likewise:
   // the entry keeps a copy of the plan, so its pieces outlive `plan`, and a
   // hit requires the plan's inputs and every part to equal the copy's.
@@ -66,6 +70,8 @@ class ScheduleCache {
     Schedule schedule;                        // its pieces point into *part (or *plan's parts)
   };
 
+  static Key key_of(const Plan& plan, int32_t process, const TransportInfo& transport,
+                    const ExecuteOptions& options);
   static bool same_plan_inputs(const Entry& e, const Plan& plan);
   static bool same_inputs(const Entry& e, const Plan& plan, const ProcessPart& part);
   static bool same_whole(const Entry& e, const Plan& plan);

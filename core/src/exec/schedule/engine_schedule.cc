@@ -1,6 +1,7 @@
 #include "exec/schedule/engine_schedule.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <limits>
 #include <map>
@@ -130,6 +131,10 @@ class Builder {
   // this process that read a scratch or a destination entry (stage > 0),
   // reduced once that round is (a round without messages is added).
   std::vector<int64_t> extra_keys_;
+  // sort_direct: the new order (positions into s_.direct) and each
+  // position's DirectCopy::interleave, which interleave_round rearranges.
+  std::vector<uint32_t> order_;
+  std::vector<uint32_t> interleave_;
   static constexpr uint64_t kRawMessage = uint64_t{0} << 62;
   static constexpr uint64_t kRawRecv = uint64_t{1} << 62;  // an index in part recvs
   static constexpr uint64_t kRawAcc = uint64_t{2} << 62;
@@ -360,14 +365,17 @@ void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_
       arrival = round;
     }
     add_contribution(p, stage, arrival, true, 0, 0, dst_device, src_scratch);
-  } else {
-    const TensorSpec& t = tensors_[p.tensor];
-    const Box region = plan_.region(*part_, p);
-    s_.direct.push_back(
-        {part_, &p, round, stage, region.volume() * elem(p.tensor),
-         make_copy_desc(region, plan_.source_box(p, stage), t.dst.box(p.dst_entry))});
+    s_.local_bytes += plan_.piece_bytes(*part_, p);
+    return;
   }
-  s_.local_bytes += plan_.piece_bytes(*part_, p);
+  const Box src = plan_.source_box(p, stage);
+  const Box dst = tensors_[p.tensor].dst.box(p.dst_entry);
+  // Plan::region without computing the boxes again: a piece naming no
+  // region (stage 0) moves the overlap of the two.
+  const Box region = p.region == kOverlapRegion ? intersect(src, dst) : plan_.region(*part_, p);
+  const int64_t bytes = region.volume() * elem(p.tensor);
+  s_.direct.push_back({part_, &p, round, stage, bytes, make_copy_desc(region, src, dst)});
+  s_.local_bytes += bytes;
 }
 
 // The engine's view of message `i` of the part's sends (`send`) or
@@ -833,20 +841,35 @@ void Builder::add_local(size_t i) {
 // were found, but for interleaved groups), and the range of each round.
 void Builder::sort_direct() {
   if (whole_) join_local_round();
-  std::stable_sort(s_.direct.begin(), s_.direct.end(),
-                   [](const DirectCopy& a, const DirectCopy& b) { return a.round < b.round; });
-  for (size_t b = 0; b < s_.direct.size();) {
+  // The new order as positions into s_.direct, so that the copies (large:
+  // their descriptors) move once, at the end.
+  const size_t n = s_.direct.size();
+  order_.resize(n);
+  for (size_t i = 0; i < n; ++i) order_[i] = static_cast<uint32_t>(i);
+  const auto by_round = [this](uint32_t a, uint32_t b) {
+    return s_.direct[a].round < s_.direct[b].round;
+  };
+  if (!std::is_sorted(order_.begin(), order_.end(), by_round)) {
+    std::stable_sort(order_.begin(), order_.end(), by_round);
+  }
+  interleave_.assign(n, 0);
+  for (size_t b = 0; b < n;) {
     size_t e = b;
-    while (e < s_.direct.size() && s_.direct[e].round == s_.direct[b].round) ++e;
+    while (e < n && s_.direct[order_[e]].round == s_.direct[order_[b]].round) ++e;
     interleave_round(b, e);
     b = e;
   }
-  for (size_t i = 0; i < s_.direct.size(); ++i) {
-    if (s_.direct_rounds.empty() || s_.direct_rounds.back().round != s_.direct[i].round) {
-      s_.direct_rounds.push_back({s_.direct[i].round, i, i});
+  std::vector<DirectCopy> sorted;
+  sorted.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const DirectCopy& c = sorted.emplace_back(s_.direct[order_[i]]);
+    sorted.back().interleave = interleave_[i];
+    if (s_.direct_rounds.empty() || s_.direct_rounds.back().round != c.round) {
+      s_.direct_rounds.push_back({c.round, i, i});
     }
     s_.direct_rounds.back().end = i + 1;
   }
+  s_.direct.swap(sorted);
 }
 
 // Whole-plan schedules: the local pieces (round -1) run in the first round
@@ -869,7 +892,7 @@ void Builder::join_local_round() {
   }
 }
 
-// Copies [b, e) of one round: those that read slices of the same rows of
+// Copies order_[b, e) of one round: those that read slices of the same rows of
 // one source buffer (a row-sharded source cut into columns, one slice per
 // destination) become groups of consecutive copies in source order
 // (DirectCopy::interleave), placed where the first of them was; the others
@@ -887,40 +910,46 @@ constexpr int64_t kMaxWholeRowRunBytes = int64_t{16} << 10;
 
 void Builder::interleave_round(size_t b, size_t e) {
   struct Item {
-    size_t index;
-    CopyDesc desc;
-    int64_t src_end;  // one past the last source element of its first run
+    size_t index;          // a position in order_
+    const CopyDesc* desc;  // its copy's
+    int64_t src_offset;    // its first source element
+    int64_t src_end;       // one past the last source element of its first run
+    // The source buffer: its piece's tensor and source entry, and the stage.
+    uint32_t tensor;
+    uint32_t src_entry;
+    uint32_t stage;
   };
   std::vector<Item> items;
   for (size_t i = b; i < e; ++i) {
-    const DirectCopy& c = s_.direct[i];
+    const DirectCopy& c = s_.direct[order_[i]];
     // A relay reads a destination entry, which copies of the same round
     // may be writing elsewhere (copy_boxes_interleaved reads between rows).
     if (c.stage != 0) continue;
     const CopyDesc& d = c.desc;
     if (d.rank < 2 || copy_desc_runs(d) < 2) continue;
-    items.push_back({i, d, d.src_offset + copy_desc_run_length(d)});
+    items.push_back({i, &d, d.src_offset, d.src_offset + copy_desc_run_length(d), c.piece->tensor,
+                     c.piece->src_entry, c.stage});
   }
   if (items.size() < 2) return;
   // Same source buffer, same runs and source strides, then source order.
   auto key_less = [&](const Item& x, const Item& y) {
-    const DirectCopy& a = s_.direct[x.index];
-    const DirectCopy& c = s_.direct[y.index];
-    const auto ka = std::tuple(a.piece->tensor, a.stage, a.piece->src_entry, x.desc.rank);
-    const auto kc = std::tuple(c.piece->tensor, c.stage, c.piece->src_entry, y.desc.rank);
+    const CopyDesc& dx = *x.desc;
+    const CopyDesc& dy = *y.desc;
+    const auto ka = std::tuple(x.tensor, x.stage, x.src_entry, dx.rank);
+    const auto kc = std::tuple(y.tensor, y.stage, y.src_entry, dy.rank);
     if (ka != kc) return ka < kc;
-    for (int k = 0; k + 1 < x.desc.rank; ++k) {
-      if (x.desc.extent[k] != y.desc.extent[k]) return x.desc.extent[k] < y.desc.extent[k];
-      if (x.desc.src_stride[k] != y.desc.src_stride[k]) {
-        return x.desc.src_stride[k] < y.desc.src_stride[k];
-      }
+    for (int k = 0; k + 1 < dx.rank; ++k) {
+      if (dx.extent[k] != dy.extent[k]) return dx.extent[k] < dy.extent[k];
+      if (dx.src_stride[k] != dy.src_stride[k]) return dx.src_stride[k] < dy.src_stride[k];
     }
     return false;
   };
-  std::stable_sort(items.begin(), items.end(), [&](const Item& x, const Item& y) {
+  // Stable (items are in index order), without stable_sort's buffer.
+  std::sort(items.begin(), items.end(), [&](const Item& x, const Item& y) {
     if (key_less(x, y)) return true;
     if (key_less(y, x)) return false;
-    return x.desc.src_offset < y.desc.src_offset;
+    if (x.src_offset != y.src_offset) return x.src_offset < y.src_offset;
+    return x.index < y.index;
   });
   // Groups: equal keys, first runs within one source row (from the first
   // copy's first element to the last one's end no more than the row
@@ -928,7 +957,7 @@ void Builder::interleave_round(size_t b, size_t e) {
   std::vector<std::pair<size_t, size_t>> groups;  // [first, last) of items
   for (size_t i = 0; i < items.size();) {
     size_t j = i + 1;
-    const CopyDesc& d = items[i].desc;
+    const CopyDesc& d = *items[i].desc;
     const int64_t row = d.src_stride[d.rank - 2];
     int64_t end = items[i].src_end;
     while (j < items.size() && j - i < static_cast<size_t>(kMaxInterleavedCopies) &&
@@ -943,8 +972,9 @@ void Builder::interleave_round(size_t b, size_t e) {
     // interleaved, 0.81 not; 2x4 blocks -> columns, two 2 KiB runs per
     // row: 1.11 interleaved, 0.89 not).
     int64_t longest = 0;
-    for (size_t k = i; k < j; ++k) longest = std::max(longest, copy_desc_run_length(items[k].desc));
-    const int64_t longest_bytes = longest * elem(s_.direct[items[i].index].piece->tensor);
+    for (size_t k = i; k < j; ++k)
+      longest = std::max(longest, copy_desc_run_length(*items[k].desc));
+    const int64_t longest_bytes = longest * elem(items[i].tensor);
     const bool long_runs = longest_bytes >= kLongRunBytes;
     // Runs (up to 16 KiB) that abut and make up whole source rows: the
     // group reads its source from end to end, as the hardware prefetchers
@@ -953,7 +983,7 @@ void Builder::interleave_round(size_t b, size_t e) {
     // eight slices missing, 0.85-0.9 interleaved).
     bool whole_rows = end - d.src_offset == row && longest_bytes <= kMaxWholeRowRunBytes;
     for (size_t k = i + 1; k < j && whole_rows; ++k) {
-      whole_rows = items[k].desc.src_offset == items[k - 1].src_end;
+      whole_rows = items[k].src_offset == items[k - 1].src_end;
     }
     if (j - i >= 2 && (!long_runs || j - i <= kMaxLongRunGroup || whole_rows)) {
       groups.emplace_back(i, j);
@@ -968,25 +998,29 @@ void Builder::interleave_round(size_t b, size_t e) {
       group_of[items[i].index - b] = static_cast<int64_t>(g);
     }
   }
-  std::vector<DirectCopy> order;
+  std::vector<uint32_t> order;
+  std::vector<uint32_t> interleave;
   order.reserve(e - b);
+  interleave.reserve(e - b);
   std::vector<char> placed(groups.size(), 0);
   for (size_t i = b; i < e; ++i) {
     const int64_t g = group_of[i - b];
     if (g < 0) {
-      order.push_back(s_.direct[i]);
-      order.back().interleave = 0;
+      order.push_back(order_[i]);
+      interleave.push_back(0);
       continue;
     }
     if (placed[static_cast<size_t>(g)]) continue;
     placed[static_cast<size_t>(g)] = 1;
     const auto [first, last] = groups[static_cast<size_t>(g)];
     for (size_t k = first; k < last; ++k) {
-      order.push_back(s_.direct[items[k].index]);
-      order.back().interleave = k == first ? static_cast<uint32_t>(last - first) : 0;
+      order.push_back(order_[items[k].index]);
+      interleave.push_back(k == first ? static_cast<uint32_t>(last - first) : 0);
     }
   }
-  std::copy(order.begin(), order.end(), s_.direct.begin() + static_cast<std::ptrdiff_t>(b));
+  std::copy(order.begin(), order.end(), order_.begin() + static_cast<std::ptrdiff_t>(b));
+  std::copy(interleave.begin(), interleave.end(),
+            interleave_.begin() + static_cast<std::ptrdiff_t>(b));
 }
 
 // Whole-plan schedules: destination entries of one tensor with the same
@@ -1260,6 +1294,7 @@ Schedule Builder::build() {
   add_targets();
   add_scratch(*part_, process_);
   writers_ = std::make_unique<stage_deps::WriterIndex>(plan_, *part_, true);
+  s_.direct.reserve(part_->local.size() + part_->recv_pieces.size());
   for (size_t i = 0; i < part_->local.size(); ++i) add_local(i);
   for (size_t i = 0; i < part_->sends.size(); ++i) add_send(part_->sends[i], i);
   for (size_t i = 0; i < part_->recvs.size(); ++i) add_recv(part_->recvs[i], i);
@@ -1275,6 +1310,11 @@ Schedule Builder::build_whole() {
   whole_ = true;
   add_targets();
   for (const auto& [process, part] : plan_.parts()) add_scratch(part, process);
+  size_t pieces = 0;
+  for (const auto& [process, part] : plan_.parts()) {
+    pieces += part.local.size() + part.recv_pieces.size();
+  }
+  s_.direct.reserve(pieces);
   for (const auto& [process, part] : plan_.parts()) {
     part_ = &part;
     process_ = process;
@@ -1322,6 +1362,50 @@ Schedule Builder::build_whole() {
 }
 
 }  // namespace
+
+std::vector<uint64_t> buffer_list(std::span<const TensorBuffers> buffers) {
+  size_t n = 0;
+  for (const TensorBuffers& b : buffers) n += 2 + 2 * (b.src.size() + b.dst.size());
+  std::vector<uint64_t> out;
+  out.reserve(n);
+  for (const TensorBuffers& b : buffers) {
+    out.push_back(b.src.size());
+    out.push_back(b.dst.size());
+    for (const ConstBuffer& e : b.src) {
+      out.push_back(reinterpret_cast<uintptr_t>(e.data));
+      out.push_back(static_cast<uint64_t>(e.bytes));
+    }
+    for (const MutableBuffer& e : b.dst) {
+      out.push_back(reinterpret_cast<uintptr_t>(e.data));
+      out.push_back(static_cast<uint64_t>(e.bytes));
+    }
+  }
+  return out;
+}
+
+bool same_buffers(std::span<const uint64_t> list, std::span<const TensorBuffers> buffers) {
+  size_t at = 0;
+  const auto next = [&](uint64_t v) { return at < list.size() && list[at++] == v; };
+  for (const TensorBuffers& b : buffers) {
+    if (!next(b.src.size()) || !next(b.dst.size())) return false;
+    for (const ConstBuffer& e : b.src) {
+      if (!next(reinterpret_cast<uintptr_t>(e.data)) || !next(static_cast<uint64_t>(e.bytes))) {
+        return false;
+      }
+    }
+    for (const MutableBuffer& e : b.dst) {
+      if (!next(reinterpret_cast<uintptr_t>(e.data)) || !next(static_cast<uint64_t>(e.bytes))) {
+        return false;
+      }
+    }
+  }
+  return at == list.size();
+}
+
+uint64_t next_call_key() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 Schedule build_schedule(const Plan& plan, int32_t process, const ProcessPart& part,
                         const TransportInfo& transport, const ExecuteOptions& options) {

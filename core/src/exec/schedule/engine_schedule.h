@@ -361,21 +361,35 @@ struct Schedule {
 // execution of the same cached schedule has the same buffers and options:
 // every run_copies call and order_streams in order, and the accumulator
 // and scratch blocks those copies point into (kept allocated between
-// executions). The transport's launch cache then recognises the calls; the
-// engine does no per-piece work.
+// executions). Each copy call has a key of its own (next_call_key), with
+// which it is handed to the transport every time (run_keyed_copies): its
+// launch cache then finds the call without comparing its ops; the engine
+// does no per-piece work.
 struct Replay {
   struct Call {
-    bool order = false;  // order_streams(), else run_copies(device, ordinal, ops)
+    bool order = false;  // order_streams(), else run_keyed_copies(device, ordinal, ops, key)
     int64_t device = 0;
     int32_t ordinal = 0;
+    uint64_t key = 0;
     std::vector<CopyOp> ops;
   };
-  std::vector<const void*> buffers;  // every source and destination entry, in order
+  std::vector<uint64_t> buffers;  // buffer_list of the buffers it ran on
   int32_t last_stage = -1;
   std::vector<Call> calls;
   std::vector<std::unique_ptr<StagingBlock>> blocks;
   ExecuteStats stats;  // of the recorded execution (seconds and cache flags aside)
 };
+
+// The buffers of an execution as a list two executions share exactly when
+// they have the same buffers: per tensor its numbers of source and
+// destination buffers, then each buffer's address and size (Replay).
+std::vector<uint64_t> buffer_list(std::span<const TensorBuffers> buffers);
+// Whether `list` is buffer_list(buffers), without building it.
+bool same_buffers(std::span<const uint64_t> list, std::span<const TensorBuffers> buffers);
+
+// A key for a kept copy call (Transport::run_keyed_copies), drawn from a
+// process-wide counter: never 0, never drawn twice.
+uint64_t next_call_key();
 
 // Checks `part` (process `process`'s part of `plan`, or an equal copy that
 // outlives the schedule) against the plan (pieces in range, sizes, devices

@@ -155,6 +155,10 @@ void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vecto
         fail(ErrorCode::kInvalidArgument, where() + "a local piece reads and writes a scratch");
       }
     }
+    // A piece naming no region (stage 0, no scratch: checked above) moves
+    // the overlap of its source and destination entries' boxes
+    // (Plan::region), which lies inside both.
+    if (p.region == kOverlapRegion) continue;
     // The devices that read and write it: the message's, or for a local
     // piece the one device of its source entry.
     const int64_t local_device = src_scratch || m ? 0 : tensors[p.tensor].src.device(p.src_entry);
