@@ -206,3 +206,16 @@ def test_fused_example_spec_has_vllm_parameter_sizes():
     assert [plan.tensors[ft.tensor].name.split(".")[-2] for ft in qkv.tensors] == \
         ["q_proj", "k_proj", "v_proj"]
     assert [ft.byte_offsets for ft in qkv.tensors] == [(0, 0), (4096, 4096), (5120, 5120)]
+
+
+def test_fsdp1_to_vllm_fused_example_runs():
+    """examples/python/fsdp1_to_vllm_fused.py as a user runs it (it checks
+    every destination element itself)."""
+    pytest.importorskip("ml_dtypes")
+    import subprocess
+    import sys
+    example = ROOT / "examples" / "python" / "fsdp1_to_vllm_fused.py"
+    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "every element checked" in out.stdout

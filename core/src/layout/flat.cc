@@ -61,6 +61,26 @@ int64_t round_up(int64_t x, int64_t m, const std::string& field) {
   return r == 0 ? x : add_or_fail(x, m - r, field);
 }
 
+// Tensor i's start: the next multiple of align_elements at or past `pos`
+// (the previous tensor's end), or its explicit offset, checked (aligned,
+// not before `pos`). `ends` says what ends at `pos` in the message.
+int64_t tensor_start(const FlatLayout& flat, size_t i, int64_t pos, const std::string& field,
+                     const char* ends) {
+  if (flat.offsets.empty()) return round_up(pos, flat.align_elements, field + ".tensors");
+  const std::string of = field + ".offsets[" + std::to_string(i) + "]";
+  const int64_t start = flat.offsets[i];
+  if (start < 0) fail(ErrorCode::kOutOfRange, of, std::to_string(start) + " is negative");
+  if (start % flat.align_elements != 0)
+    fail(ErrorCode::kInvalidArgument, of,
+         std::to_string(start) + " is not a multiple of align_elements (" +
+             std::to_string(flat.align_elements) + ")");
+  if (start < pos)
+    fail(ErrorCode::kInvalidArgument, of,
+         "tensor " + std::to_string(i) + " at " + std::to_string(start) + " overlaps tensor " +
+             std::to_string(i - 1) + ", " + ends + " at " + std::to_string(pos));
+  return start;
+}
+
 // kFused: the members' own layouts, each rank's boxes in slots of the
 // same offset on every rank (flat.h).
 void lower_fused(const FlatLayout& flat, const std::string& field, FlatLowered& out) {
@@ -105,22 +125,7 @@ void lower_fused(const FlatLayout& flat, const std::string& field, FlatLowered& 
   int64_t pos = 0;
   out.tensor_offsets.resize(nt);
   for (size_t i = 0; i < nt; ++i) {
-    int64_t start;
-    if (flat.offsets.empty()) {
-      start = round_up(pos, flat.align_elements, field + ".tensors");
-    } else {
-      const std::string of = field + ".offsets[" + std::to_string(i) + "]";
-      start = flat.offsets[i];
-      if (start < 0) fail(ErrorCode::kOutOfRange, of, std::to_string(start) + " is negative");
-      if (start % flat.align_elements != 0)
-        fail(ErrorCode::kInvalidArgument, of,
-             std::to_string(start) + " is not a multiple of align_elements (" +
-                 std::to_string(flat.align_elements) + ")");
-      if (start < pos)
-        fail(ErrorCode::kInvalidArgument, of,
-             "tensor " + std::to_string(i) + " at " + std::to_string(start) + " overlaps tensor " +
-                 std::to_string(i - 1) + ", whose largest box ends at " + std::to_string(pos));
-    }
+    const int64_t start = tensor_start(flat, i, pos, field, "whose largest box ends");
     out.tensor_offsets[i] = start;
     pos = add_or_fail(start, slot[i], field + ".tensors");
   }
@@ -227,23 +232,7 @@ FlatLowered lower_flat(const FlatLayout& flat, const std::string& field) {
   if (concat) {
     int64_t pos = 0;
     for (size_t i = 0; i < nt; ++i) {
-      const std::string of = field + ".offsets[" + std::to_string(i) + "]";
-      int64_t start;
-      if (flat.offsets.empty()) {
-        start = round_up(pos, flat.align_elements, field + ".tensors");
-      } else {
-        start = flat.offsets[i];
-        if (start < 0) fail(ErrorCode::kOutOfRange, of, std::to_string(start) + " is negative");
-        if (start % flat.align_elements != 0)
-          fail(ErrorCode::kInvalidArgument, of,
-               std::to_string(start) + " is not a multiple of align_elements (" +
-                   std::to_string(flat.align_elements) + ")");
-        if (start < pos)
-          fail(ErrorCode::kInvalidArgument, of,
-               "tensor " + std::to_string(i) + " at " + std::to_string(start) +
-                   " overlaps tensor " + std::to_string(i - 1) + ", which ends at " +
-                   std::to_string(pos));
-      }
+      const int64_t start = tensor_start(flat, i, pos, field, "which ends");
       out.tensor_offsets[i] = start;
       pos = add_or_fail(start, numel[i], field + ".tensors");
     }
