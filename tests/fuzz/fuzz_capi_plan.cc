@@ -199,6 +199,12 @@ void check_plan(reshard_plan_t* plan, FuzzedDataProvider& in) {
   ok(reshard_plan_stats(plan, &stats.value), "plan_stats");
   Padded<reshard_serialize_options_t> so;
   std::memset(&so, 0x5a, sizeof so);
+  // Defaults first: a struct_size that ends inside `key_size` takes the
+  // caller's bytes before the cut and the default's after it, so the
+  // caller's `key` must be a real one (here NULL: no key); garbage there
+  // is a wild pointer no library can check.
+  const reshard_serialize_options_t sdefaults = RESHARD_SERIALIZE_OPTIONS_INIT;
+  so.value = sdefaults;
   so.value.struct_size =
       struct_size(in, sizeof(reshard_serialize_options_t), sizeof(reshard_serialize_options_t));
   so.value.all_parts = in.ConsumeIntegralInRange(-1, 1);
