@@ -331,4 +331,71 @@ Bounds compute_bounds(const Context& ctx) {
   return b;
 }
 
+// The plan-independent bounds of `lb` into `st`, and the α–β cost bound
+// with the term that gives it. Under the cost model a device moves bytes
+// over its intra-host port and its NIC group side by side at best (the sum
+// of their bandwidths, as the fleet simulator's bound), and a host's
+// NICs (options.nics_per_host, 0: one per device; each at
+// options.inter_host_bytes_per_second) carry what it takes in or sends out;
+// the all-devices and all-hosts averages never exceed these maxima, so they
+// bound bytes but never bind the cost.
+void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, PlanStats& st) {
+  const double a = o.alpha_seconds, bi = 1.0 / o.intra_host_bytes_per_second,
+               bx = 1.0 / o.inter_host_bytes_per_second;
+  const size_t ndev = ctx.devices.size();
+  int64_t total = 0;
+  st.lower_bound_cost_seconds = 0;
+  st.lower_bound_binding = BoundKind::kNone;
+  st.lower_bound_binding_id = -1;
+  auto consider = [&](double seconds, BoundKind kind, int64_t id) {
+    if (seconds > st.lower_bound_cost_seconds) {
+      st.lower_bound_cost_seconds = seconds;
+      st.lower_bound_binding = kind;
+      st.lower_bound_binding_id = id;
+    }
+  };
+  for (size_t d = 0; d < ndev; ++d) {
+    const int64_t miss = lb.missing[d], forced = lb.forced[d];
+    // Its port and its NIC group run side by side: seconds per byte at best.
+    const double bxg = bx / lb.group_nics[lb.group_of_device[d]];
+    const double bmin = bi * bxg / (bi + bxg);
+    add_to(total, miss, "lower_bound_network_bytes");
+    st.lower_bound_max_recv_bytes = std::max(st.lower_bound_max_recv_bytes, miss);
+    st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes, forced);
+    if (miss > 0)
+      consider(a + bmin * static_cast<double>(miss), BoundKind::kDeviceRecv, ctx.devices[d]);
+    if (forced > 0)
+      consider(a + bmin * static_cast<double>(forced), BoundKind::kDeviceSend, ctx.devices[d]);
+  }
+  st.lower_bound_network_bytes = total;
+  if (lb.holders > 0)
+    st.lower_bound_max_send_bytes =
+        std::max(st.lower_bound_max_send_bytes, ceil_div_checked(lb.leave, lb.holders));
+  if (ndev > 0)
+    st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes,
+                                             ceil_div_checked(total, static_cast<int64_t>(ndev)));
+  int64_t in = 0, out = 0;
+  for (size_t h = 0; h < lb.hosts.size(); ++h) {
+    add_to(in, lb.ingress[h], "lower_bound_cross_host_bytes");
+    add_to(out, lb.egress[h], "lower_bound_cross_host_bytes");
+    st.lower_bound_max_host_recv_bytes =
+        std::max(st.lower_bound_max_host_recv_bytes, lb.ingress[h]);
+    st.lower_bound_max_host_send_bytes = std::max(st.lower_bound_max_host_send_bytes, lb.egress[h]);
+    const double nics =
+        static_cast<double>(o.nics_per_host != 0 ? o.nics_per_host : lb.host_devices[h]);
+    if (lb.ingress[h] > 0)
+      consider(a + bx * static_cast<double>(lb.ingress[h]) / nics, BoundKind::kHostRecv,
+               lb.hosts[h]);
+    if (lb.egress[h] > 0)
+      consider(a + bx * static_cast<double>(lb.egress[h]) / nics, BoundKind::kHostSend,
+               lb.hosts[h]);
+  }
+  st.lower_bound_cross_host_bytes = std::max(in, out);
+  if (!lb.hosts.empty()) {
+    const auto nh = static_cast<int64_t>(lb.hosts.size());
+    st.lower_bound_max_host_send_bytes = std::max(
+        st.lower_bound_max_host_send_bytes, ceil_div_checked(st.lower_bound_cross_host_bytes, nh));
+  }
+}
+
 }  // namespace reshard::planning

@@ -55,4 +55,9 @@ struct Bounds {
 
 Bounds compute_bounds(const Context& ctx);
 
+// The plan-independent bounds of `lb` into `st` (its lower_bound_* figures)
+// and the α–β cost bound with the term that binds it; the statistics
+// (stats.cc) call it after each pass.
+void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, PlanStats& st);
+
 }  // namespace reshard::planning
