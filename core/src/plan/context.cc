@@ -395,40 +395,76 @@ std::optional<GuardStop> Context::guard_stop(int64_t max_bytes) {
   return g;
 }
 
-double Context::single_hop_estimate(int64_t max_bytes) {
-  if (single_hop_cost_) return *single_hop_cost_;
-  // decide_single_hop's estimate of the plan with every group single-hop,
-  // from the routed state, which is put back.
-  struct Routed {
+namespace {
+
+// The routed decisions the deciders left (per tensor its single-hop flag,
+// reduce mode and bands; the context's pre-reduction, split runs and
+// scratch reserve), kept to set groups single-hop and to go back.
+class RoutedState {
+ public:
+  explicit RoutedState(Context& ctx)
+      : ctx_(ctx), pre_(ctx.pre_reduce), split_(ctx.relay_split), reserve_(ctx.scratch_reserve) {
+    for (const TensorCtx& t : ctx.tensors)
+      tensors_.push_back({t.single_hop, t.reduce, t.reduce_bands});
+  }
+  // The group single-hop, or back to its routed reduce mode and bands (not
+  // single-hop).
+  void set(const std::vector<size_t>& g, bool single) {
+    for (size_t i : g) {
+      TensorCtx& t = ctx_.tensors[i];
+      t.single_hop = single;
+      t.reduce = single && t.S > 1 ? TensorCtx::kSingleHop : tensors_[i].reduce;
+      t.reduce_bands = single ? 1 : tensors_[i].bands;
+    }
+  }
+  // Scratch, bands and split runs as the routed plan had them, or as
+  // without pre-reduction (settle_scratch).
+  void context_routed(bool on) {
+    if (on) {
+      ctx_.pre_reduce = pre_;
+      ctx_.relay_split = split_;
+      ctx_.scratch_reserve = reserve_;
+    } else {
+      ctx_.pre_reduce = false;
+      ctx_.scratch_reserve = 0;
+      if (ctx_.split_before_bands) ctx_.relay_split = *ctx_.split_before_bands;
+    }
+  }
+  // Everything as it was.
+  void restore() {
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      TensorCtx& t = ctx_.tensors[i];
+      t.single_hop = tensors_[i].single;
+      t.reduce = tensors_[i].reduce;
+      t.reduce_bands = tensors_[i].bands;
+    }
+    context_routed(true);
+  }
+
+ private:
+  struct Tensor {
     bool single;
     TensorCtx::Reduce reduce;
     uint32_t bands;
   };
-  std::vector<Routed> routed(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i)
-    routed[i] = {tensors[i].single_hop, tensors[i].reduce, tensors[i].reduce_bands};
-  const bool routed_pre = pre_reduce, routed_split = relay_split;
-  const int64_t routed_reserve = scratch_reserve;
-  for (const std::vector<size_t>& g : single_hop_groups())
-    for (size_t i : g) {
-      TensorCtx& t = tensors[i];
-      t.single_hop = true;
-      t.reduce = t.S > 1 ? TensorCtx::kSingleHop : t.reduce;
-      t.reduce_bands = 1;
-    }
-  pre_reduce = false;
-  scratch_reserve = 0;
-  if (split_before_bands) relay_split = *split_before_bands;
+  Context& ctx_;
+  std::vector<Tensor> tensors_;
+  bool pre_, split_;
+  int64_t reserve_;
+};
+
+}  // namespace
+
+double Context::single_hop_estimate(int64_t max_bytes) {
+  if (single_hop_cost_) return *single_hop_cost_;
+  // decide_single_hop's estimate of the plan with every group single-hop,
+  // from the routed state, which is put back.
+  RoutedState routed(*this);
+  for (const std::vector<size_t>& g : single_hop_groups()) routed.set(g, true);
+  routed.context_routed(false);
   PlanStats st;
   compute_stats(*this, st, staging_options(), false, nullptr, max_bytes);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    tensors[i].single_hop = routed[i].single;
-    tensors[i].reduce = routed[i].reduce;
-    tensors[i].reduce_bands = routed[i].bands;
-  }
-  pre_reduce = routed_pre;
-  relay_split = routed_split;
-  scratch_reserve = routed_reserve;
+  routed.restore();
   single_hop_cost_ = st.cost_seconds;
   return st.cost_seconds;
 }
@@ -454,36 +490,7 @@ bool Context::decide_single_hop(int64_t max_bytes, const PlanStats* routed_stats
   if (routed_stats->stages <= 1) return false;
   // Each group's routed decisions (what the other deciders left) and the
   // context's, to go back to.
-  struct Routed {
-    TensorCtx::Reduce reduce;
-    uint32_t bands;
-  };
-  std::vector<Routed> routed(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i)
-    routed[i] = {tensors[i].reduce, tensors[i].reduce_bands};
-  const bool routed_pre = pre_reduce, routed_split = relay_split;
-  const int64_t routed_reserve = scratch_reserve;
-  auto set = [&](const std::vector<size_t>& g, bool single) {
-    for (size_t i : g) {
-      TensorCtx& t = tensors[i];
-      t.single_hop = single;
-      t.reduce = single && t.S > 1 ? TensorCtx::kSingleHop : routed[i].reduce;
-      t.reduce_bands = single ? 1 : routed[i].bands;
-    }
-  };
-  // Scratch, bands and split runs as the routed plan had them, or as
-  // without pre-reduction (settle_scratch).
-  auto context_routed = [&](bool on) {
-    if (on) {
-      pre_reduce = routed_pre;
-      relay_split = routed_split;
-      scratch_reserve = routed_reserve;
-    } else {
-      pre_reduce = false;
-      scratch_reserve = 0;
-      if (split_before_bands) relay_split = *split_before_bands;
-    }
-  };
+  RoutedState routed(*this);
   auto estimate = [&] {
     PlanStats st;
     compute_stats(*this, st, staging_options(), false, nullptr, max_bytes);
@@ -496,29 +503,29 @@ bool Context::decide_single_hop(int64_t max_bytes, const PlanStats* routed_stats
   // single-hop from the routed plan. (A routed pass that stopped early
   // computed the single-hop estimate already: single_hop_estimate.)
   const double routed_cost = routed_stats->cost_seconds;
-  for (const std::vector<size_t>& g : groups) set(g, true);
-  context_routed(false);
+  for (const std::vector<size_t>& g : groups) routed.set(g, true);
+  routed.context_routed(false);
   const double single_cost = known_single ? *known_single : estimate();
   const bool from_single = single_cost < routed_cost;
   double least = from_single ? single_cost : routed_cost;
   if (!from_single) {
-    for (const std::vector<size_t>& g : groups) set(g, false);
-    context_routed(true);
+    for (const std::vector<size_t>& g : groups) routed.set(g, false);
+    routed.context_routed(true);
   }
   bool changed = from_single;
   // Group by group only where that can gain more than kNearBound: each try
   // estimates the whole plan again.
   const double bound = routed_stats->lower_bound_cost_seconds;
   if (groups.size() >= 2 && least > bound * kNearBound) {
-    if (from_single) context_routed(true);
+    if (from_single) routed.context_routed(true);
     for (const std::vector<size_t>& g : groups) {
-      set(g, !from_single);
+      routed.set(g, !from_single);
       const double cost = estimate();
       if (cost < least) {
         least = cost;
         changed = true;
       } else {
-        set(g, from_single);
+        routed.set(g, from_single);
       }
     }
   }
