@@ -172,11 +172,14 @@ SimResult simulate(const Topology& devices, const ClusterTopology& cluster,
 // planner's bounds (docs/design.md §2.2) over link capacities: the largest
 // of, for every device, α + the bytes it must receive (send) over its
 // intra-host port plus its NIC group; for every host, α + the bytes it must
-// take in (send out) over its NICs (capped by the host link).
+// take in (send out) over its NICs (capped by the host link); and α + every
+// message's bytes over every device's capacity together, α + the bytes that
+// must cross hosts over every host's NICs together.
 struct SimBound {
   double seconds = 0;
-  std::string kind;  // "device_recv", "device_send", "host_recv", "host_send", "none"
-  int64_t id = -1;   // the device or host
+  std::string kind;  // "device_recv", "device_send", "host_recv", "host_send", "devices"
+                     // (every device together), "hosts" (every host together), "none"
+  int64_t id = -1;   // the device or host (-1 for "devices" and "hosts")
   int64_t bytes = 0;
   double bytes_per_second = 0;  // the capacity it is divided by
 };

@@ -80,13 +80,19 @@ class BoundsWalker {
         dev_seen_(ctx.devices.size(), 0),
         egress_seen_(b.hosts.size(), 0),
         host_count_(b.hosts.size(), 0),
-        last_summand_host_(b.hosts.size(), -1) {}
+        last_summand_host_(b.hosts.size(), -1),
+        sole_mark_(b.hosts.size(), 0),
+        unc_seen_(b.hosts.size(), 0),
+        unc_count_(b.hosts.size(), 0) {}
 
   // One destination cell: box B held (needed) by `entries` of `t`. Returns
   // the bytes of it that must leave their holders.
+  // With `extras`, adds the messages reductions take beyond one per needer
+  // (Bounds::extra_messages, extra_crossings) into the totals.
   int64_t cell(const TensorCtx& t, const Box& B, const uint32_t* entries, size_t n, int64_t esum,
-               Sinks& sink) {
+               Sinks& sink, bool extras) {
     leave_ = 0;
+    extras_ = extras;
     if (B.empty() || n == 0) return 0;
     // Summand groups present among the entries, ascending.
     groups_.clear();
@@ -143,6 +149,11 @@ class BoundsWalker {
       std::sort(by_summand_.begin(), by_summand_.end());
       // R leaves its holders at least once unless every needer holds it.
       size_t needers_holding = 0;
+      int64_t k = 0;              // distinct summands holding R
+      bool needer_holds = false;  // a needer holds one of them
+      replicated_.clear();        // [i, j) of summands on two or more hosts
+      int64_t sole_hosts = 0;     // hosts alone holding some summand
+      const uint64_t sole = ++stamp_;
       // Needers that hold every summand of the group need none of R.
       for (size_t i = 0; i < by_summand_.size();) {
         size_t j = i;
@@ -155,9 +166,12 @@ class BoundsWalker {
           const uint32_t dd = t.st->dense[by_summand_[k].second];
           const uint32_t h = b_.host_of_device[dd];
           if (h != h0) one_host = false;
-          if (g == 1 && dev_mark_[dd] == stamp) {
-            b_.missing[dd] -= v;
-            ++needers_holding;
+          if (dev_mark_[dd] == stamp) {
+            needer_holds = true;
+            if (g == 1) {
+              b_.missing[dd] -= v;
+              ++needers_holding;
+            }
           }
           // Count, per host, the distinct summands it holds.
           if (host_seen_[h] != atom) {
@@ -175,6 +189,15 @@ class BoundsWalker {
         if (one_host && (many_hosts || (needer_hosts_.size() == 1 && needer_hosts_[0] != h0)) &&
             first_egress(h0, atom))
           sink.add_egress(h0, v);
+        ++k;
+        if (one_host) {
+          if (sole_mark_[h0] != sole) {
+            sole_mark_[h0] = sole;
+            ++sole_hosts;
+          }
+        } else {
+          replicated_.emplace_back(i, j);
+        }
         if (j - i == 1) {
           const uint32_t d0 = t.st->dense[r0];
           if ((many_devs || (first_dev >= 0 && static_cast<int64_t>(d0) != first_dev)) &&
@@ -185,13 +208,75 @@ class BoundsWalker {
         }
         i = j;
       }
-      if (needers_holding < needers) add_to(leave_, v, "lower_bound_max_send_bytes");
+      // k >= 2 summands: holders send at least k - 1 first messages, and
+      // the devices k + needers - 1 - [a needer holds one] messages, one per
+      // needer counted in `missing` (bounds.h).
+      if (needers_holding < needers)
+        add_to(leave_, k >= 2 ? mul_of(k - 1, v, "lower_bound_max_send_bytes") : v,
+               "lower_bound_max_send_bytes");
+      if (k >= 2 && extras_) {
+        add_to(b_.extra_messages, mul_of(k - 1 - needer_holds, v, "lower_bound_network_bytes"),
+               "lower_bound_network_bytes");
+        const int64_t more = extra_host_messages(t, k, sole, sole_hosts, stamp, atom);
+        if (more > 0)
+          add_to(b_.extra_crossings, mul_of(more, v, "lower_bound_cross_host_bytes"),
+                 "lower_bound_cross_host_bytes");
+      }
       for (uint32_t h : count_hosts_) {
         if (host_count_[h] == g && host_mark_[h] == stamp) sink.add_ingress(h, -v);
         last_summand_host_[h] = -1;
       }
       count_hosts_.clear();
     });
+  }
+
+  // Messages between hosts that element R of k >= 2 summands takes beyond
+  // one per needer host (bounds.h, the gossip fact over hosts): 0 when a
+  // host holds all k. Else the least over the first host u to know the
+  // value of: the hosts other than u alone holding a summand (marked
+  // `sole`, `sole_hosts` of them), the hosts it takes to hold the summands
+  // u lacks on several hosts none of them marked (at least their number
+  // over the most of them one host holds), and the needer hosts other than
+  // u. Needers are marked `stamp`, holder hosts `atom` (count_hosts_, with
+  // their distinct summands in host_count_); by_summand_ and replicated_
+  // describe R's holders.
+  int64_t extra_host_messages(const TensorCtx& t, int64_t k, uint64_t sole, int64_t sole_hosts,
+                              uint64_t stamp, uint64_t atom) {
+    for (uint32_t h : count_hosts_)
+      if (host_count_[h] == k) return 0;
+    // Summands on several hosts none of which alone holds a summand, and
+    // how many of them each host holds.
+    int64_t uncovered = 0;
+    for (uint32_t h : count_hosts_) unc_count_[h] = 0;
+    for (const auto& [i, j] : replicated_) {
+      bool covered = false;
+      for (size_t x = i; x < j && !covered; ++x)
+        covered = sole_mark_[b_.host_of_device[t.st->dense[by_summand_[x].second]]] == sole;
+      if (covered) continue;
+      ++uncovered;
+      const uint64_t seen = ++stamp_;
+      for (size_t x = i; x < j; ++x) {
+        const uint32_t h = b_.host_of_device[t.st->dense[by_summand_[x].second]];
+        if (unc_seen_[h] == seen) continue;
+        unc_seen_[h] = seen;
+        ++unc_count_[h];
+      }
+    }
+    // A host holds at most `most` of them: covering c takes c / most hosts.
+    int64_t most = 1;
+    for (uint32_t h : count_hosts_) most = std::max(most, unc_count_[h]);
+    const auto nd = static_cast<int64_t>(needer_hosts_.size());
+    // u a host holding nothing: a needer host if one holds nothing.
+    bool bare_needer = false;
+    for (uint32_t h : needer_hosts_) bare_needer |= host_seen_[h] != atom;
+    int64_t best = sole_hosts + ceil_div_checked(uncovered, most) + nd - bare_needer;
+    for (uint32_t h : count_hosts_) {
+      const int64_t cost = sole_hosts - (sole_mark_[h] == sole) +
+                           ceil_div_checked(uncovered - unc_count_[h], most) + nd -
+                           (host_mark_[h] == stamp);
+      best = std::min(best, cost);
+    }
+    return best - nd;
   }
 
   // True the first time host h sends for `atom` (one send covers every
@@ -206,11 +291,18 @@ class BoundsWalker {
   Enumerator en_;
   uint64_t stamp_ = 0;
   int64_t leave_ = 0;
+  bool extras_ = true;
   std::vector<uint64_t> dev_mark_, host_mark_, host_seen_, dev_seen_, egress_seen_;
   std::vector<int32_t> host_count_, last_summand_host_;
   std::vector<int32_t> groups_;
   std::vector<uint32_t> needer_hosts_, count_hosts_;
   std::vector<std::pair<int32_t, uint32_t>> by_summand_;
+  // Per host: marked alone holding a summand; summands on several hosts,
+  // none marked, it holds. Per summand on several hosts: [i, j) in
+  // by_summand_.
+  std::vector<uint64_t> sole_mark_, unc_seen_;
+  std::vector<int64_t> unc_count_;
+  std::vector<std::pair<size_t, size_t>> replicated_;
 };
 
 }  // namespace
@@ -291,7 +383,7 @@ Bounds compute_bounds(const Context& ctx) {
         if (b0 == b1) continue;
         add_to(b.leave,
                walk.cell(t, t.dst->box(dg.cell_entries[b0]), dg.cell_entries.data() + b0, b1 - b0,
-                         esum, direct),
+                         esum, direct, true),
                "lower_bound_max_send_bytes");
       }
       continue;
@@ -309,13 +401,13 @@ Bounds compute_bounds(const Context& ctx) {
       const Box& B = dg.cell_boxes[c];
       if (dg.cell_overlaps[c]) {
         any_overlap = true;
-        over_leave = std::max(over_leave,
-                              walk.cell(t, B, dg.cell_entries.data() + b0, b1 - b0, esum, folded));
+        over_leave = std::max(
+            over_leave, walk.cell(t, B, dg.cell_entries.data() + b0, b1 - b0, esum, folded, false));
         s_ingress.fold_max(over_ingress);
         s_egress.fold_max(over_egress);
         s_forced.fold_max(over_forced);
       } else {
-        add_to(b.leave, walk.cell(t, B, dg.cell_entries.data() + b0, b1 - b0, esum, direct),
+        add_to(b.leave, walk.cell(t, B, dg.cell_entries.data() + b0, b1 - b0, esum, direct, true),
                "lower_bound_max_send_bytes");
       }
     }
@@ -367,13 +459,28 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
     if (forced > 0)
       consider(a + bmin * static_cast<double>(forced), BoundKind::kDeviceSend, ctx.devices[d]);
   }
+  // Every message is sent by a device and received by one: the busiest
+  // sends and receives at least the total over the devices, and all of them
+  // together move it at their summed rates at best.
+  add_to(total, lb.extra_messages, "lower_bound_network_bytes");
   st.lower_bound_network_bytes = total;
   if (lb.holders > 0)
     st.lower_bound_max_send_bytes =
         std::max(st.lower_bound_max_send_bytes, ceil_div_checked(lb.leave, lb.holders));
-  if (ndev > 0)
-    st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes,
-                                             ceil_div_checked(total, static_cast<int64_t>(ndev)));
+  if (ndev > 0) {
+    const int64_t share = ceil_div_checked(total, static_cast<int64_t>(ndev));
+    st.lower_bound_max_send_bytes = std::max(st.lower_bound_max_send_bytes, share);
+    st.lower_bound_max_recv_bytes = std::max(st.lower_bound_max_recv_bytes, share);
+    double rate = 0;  // bytes per second of every device together
+    size_t busiest = 0;
+    for (size_t d = 0; d < ndev; ++d) {
+      const double bxg = bx / lb.group_nics[lb.group_of_device[d]];
+      rate += 1.0 / bi + 1.0 / bxg;
+      if (lb.missing[d] > lb.missing[busiest]) busiest = d;
+    }
+    if (total > 0)
+      consider(a + static_cast<double>(total) / rate, BoundKind::kDeviceRecv, ctx.devices[busiest]);
+  }
   int64_t in = 0, out = 0;
   for (size_t h = 0; h < lb.hosts.size(); ++h) {
     add_to(in, lb.ingress[h], "lower_bound_cross_host_bytes");
@@ -390,11 +497,27 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
       consider(a + bx * static_cast<double>(lb.egress[h]) / nics, BoundKind::kHostSend,
                lb.hosts[h]);
   }
-  st.lower_bound_cross_host_bytes = std::max(in, out);
+  // Every byte taken in is sent out: crossings are at least the larger sum,
+  // and at least one per needer host plus the reductions' extra crossings.
+  int64_t crossings = in;
+  add_to(crossings, lb.extra_crossings, "lower_bound_cross_host_bytes");
+  st.lower_bound_cross_host_bytes = std::max({in, out, crossings});
   if (!lb.hosts.empty()) {
     const auto nh = static_cast<int64_t>(lb.hosts.size());
-    st.lower_bound_max_host_send_bytes = std::max(
-        st.lower_bound_max_host_send_bytes, ceil_div_checked(st.lower_bound_cross_host_bytes, nh));
+    const int64_t share = ceil_div_checked(st.lower_bound_cross_host_bytes, nh);
+    st.lower_bound_max_host_send_bytes = std::max(st.lower_bound_max_host_send_bytes, share);
+    st.lower_bound_max_host_recv_bytes = std::max(st.lower_bound_max_host_recv_bytes, share);
+    // Every host's NICs together, at best; named by the host with the most
+    // to take in.
+    double rate = 0;
+    size_t busiest = 0;
+    for (size_t h = 0; h < lb.hosts.size(); ++h) {
+      rate += static_cast<double>(o.nics_per_host != 0 ? o.nics_per_host : lb.host_devices[h]) / bx;
+      if (lb.ingress[h] > lb.ingress[busiest]) busiest = h;
+    }
+    if (st.lower_bound_cross_host_bytes > 0)
+      consider(a + static_cast<double>(st.lower_bound_cross_host_bytes) / rate,
+               BoundKind::kHostRecv, lb.hosts[busiest]);
   }
 }
 

@@ -17,7 +17,34 @@
 //    at least the total received over the number of devices (hosts);
 //  - an element some device needs and does not hold leaves its holders at
 //    least once, so the busiest holder sends at least those bytes over the
-//    number of holders.
+//    number of holders;
+//  - an element x of k >= 2 summands (each device holds at most one summand
+//    of a tensor) needed on n devices takes at least k + n - 1 - h messages
+//    of |x| bytes, h = 1 when a needer holds one of its summands, else 0 —
+//    the one-way gossip bound; of them at least k - 1 are sent by holders.
+//    Proof: order the messages in time and let u be the first device to
+//    know the combined value, at the message m. For each summand u does
+//    not hold, the first message carrying it (at or before m) is sent by a
+//    device holding it, and no message is first for two summands (its
+//    sender would hold both): at least k - [u holds a summand] messages.
+//    Each needer other than u does not know the value when m arrives (a
+//    message changes only its receiver), so it receives a message after m:
+//    at least n - [u is a needer] more. A needer holding a summand is the
+//    best u. All-reduce over N devices: 2 (N - 1) messages, met by a ring's
+//    reduce-scatter then all-gather;
+//  - the same over hosts (a host's devices pool what they know, so only
+//    messages between hosts count): with no host holding every summand of
+//    x, u's host misses summands, and each host that alone holds a summand
+//    u lacks sends a first message (one host: one message may carry all it
+//    holds); the summands u lacks held by two or more hosts none of which
+//    alone holds a summand take first messages from other hosts, at least
+//    their number over the most of them one host holds. Where a host holds
+//    every summand it is the first u, and each needer host without them
+//    takes x in once;
+//  - every byte is sent by a device and received by one, so the busiest
+//    device sends and receives at least the messages' bytes over the
+//    number of devices (any device may relay), the busiest host at least
+//    the bytes crossing hosts over the number of hosts.
 // Every fact is applied to disjoint regions of the destination cells, so an
 // element needed on a device or host is counted there once, however many
 // destination boxes contain it (the union): explicit boxes that overlap
@@ -51,6 +78,13 @@ struct Bounds {
   // holder sent them once), and the devices holding anything.
   int64_t leave = 0;
   int64_t holders = 0;
+  // Bytes of messages beyond one per needer device (host) lacking an
+  // element that reductions take at least (the gossip facts above): the
+  // devices' messages are at least the sum of `missing` plus
+  // `extra_messages`, the hosts' at least the sum of `ingress` plus
+  // `extra_crossings`.
+  int64_t extra_messages = 0;
+  int64_t extra_crossings = 0;
 };
 
 Bounds compute_bounds(const Context& ctx);

@@ -1,7 +1,9 @@
 // The simulator's lower bound (reshard/simulate.h): the planner's traffic
 // bounds over all plans (core/src/plan/bounds.h: per device the bytes it
 // must receive and must send, per host the bytes it must take in and send
-// out) divided by the capacity each can use at best.
+// out) divided by the capacity each can use at best, and the messages of
+// every device (the bytes crossing hosts) divided by the capacity of every
+// device (host) together.
 #include "plan/bounds.h"
 #include "plan/context.h"
 #include "reshard/simulate.h"
@@ -25,6 +27,11 @@ SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& clu
     const double s = cluster.alpha_seconds + static_cast<double>(bytes) / bps;
     if (s > b.seconds) b = {s, kind, id, bytes, bps};
   };
+  // Every message: the bytes each device must receive plus what reductions
+  // take beyond one message per needer (bounds.h), moved by every device
+  // together at best.
+  int64_t messages = lb.extra_messages;
+  double all_bps = 0;
   for (size_t d = 0; d < ctx.devices.size(); ++d) {
     const int64_t dev = ctx.devices[d];
     const int32_t host = input.topology.info(dev).host;
@@ -34,7 +41,14 @@ SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& clu
     const double bps = cluster.intra_host_bytes_per_second + nic;
     consider(lb.missing[d], bps, "device_recv", dev);
     consider(lb.forced[d], bps, "device_send", dev);
+    messages += lb.missing[d];
+    all_bps += bps;
   }
+  consider(messages, all_bps, "devices", -1);
+  // Bytes crossing hosts: at least what the hosts must take in plus the
+  // reductions' extra crossings, and what they must send out.
+  int64_t in = lb.extra_crossings, out = 0;
+  double all_nics = 0;
   for (size_t h = 0; h < lb.hosts.size(); ++h) {
     // Every NIC of the host (the topology's devices, not only the plan's).
     const int32_t host = lb.hosts[h];
@@ -46,7 +60,11 @@ SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& clu
       bps = std::min(bps, cluster.host_link_bytes_per_second);
     consider(lb.ingress[h], bps, "host_recv", host);
     consider(lb.egress[h], bps, "host_send", host);
+    in += lb.ingress[h];
+    out += lb.egress[h];
+    all_nics += bps;
   }
+  consider(std::max(in, out), all_nics, "hosts", -1);
   return b;
 }
 
