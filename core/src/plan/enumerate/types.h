@@ -345,7 +345,7 @@ class RelayMerger {
   std::map<uint32_t, Emitted> pending_;
 };
 
-// Tests only (tests/core/plan_bounds_test.cc): overrides of the reduce
+// Tests only (tests/core/plan_scratch_test.cc): overrides of the reduce
 // route's α–β choices, to plan the alternative a choice rejected and
 // compare estimates. Set before make_plan, never while one runs; plans made
 // with an override are not what their fingerprint says.
