@@ -109,13 +109,52 @@ RESHARD_HD inline uint32_t cast_bits(DType from, DType to, uint32_t bits) {
   return r;
 }
 
+namespace cast_detail {
+// One pair's loop, the dtypes known at compile time (the switches of
+// load_f32 and store_f32 fold away).
+template <DType F, DType T>
+RESHARD_HD inline void run_typed(const unsigned char* s, unsigned char* d, int64_t n) {
+  constexpr int64_t fs = F == DType::kF32 ? 4 : (F == DType::kF16 || F == DType::kBF16) ? 2 : 1;
+  constexpr int64_t ts = T == DType::kF32 ? 4 : (T == DType::kF16 || T == DType::kBF16) ? 2 : 1;
+  for (int64_t i = 0; i < n; ++i) store_f32(T, load_f32(F, s + i * fs), d + i * ts);
+}
+template <DType F>
+RESHARD_HD inline void run_from(DType to, const unsigned char* s, unsigned char* d, int64_t n) {
+  switch (to) {
+    case DType::kF32:
+      return run_typed<F, DType::kF32>(s, d, n);
+    case DType::kF16:
+      return run_typed<F, DType::kF16>(s, d, n);
+    case DType::kBF16:
+      return run_typed<F, DType::kBF16>(s, d, n);
+    case DType::kF8E4M3:
+      return run_typed<F, DType::kF8E4M3>(s, d, n);
+    case DType::kF8E5M2:
+      return run_typed<F, DType::kF8E5M2>(s, d, n);
+    default:
+      return;
+  }
+}
+}  // namespace cast_detail
+
 // Casts n contiguous elements; either side may be misaligned (staging).
 RESHARD_HD inline void cast_run(DType from, DType to, const void* src, void* dst, int64_t n) {
   const auto* s = static_cast<const unsigned char*>(src);
   auto* d = static_cast<unsigned char*>(dst);
-  const int64_t fs = cast_detail::size_of(from), ts = cast_detail::size_of(to);
-  for (int64_t i = 0; i < n; ++i)
-    cast_detail::store_f32(to, cast_detail::load_f32(from, s + i * fs), d + i * ts);
+  switch (from) {
+    case DType::kF32:
+      return cast_detail::run_from<DType::kF32>(to, s, d, n);
+    case DType::kF16:
+      return cast_detail::run_from<DType::kF16>(to, s, d, n);
+    case DType::kBF16:
+      return cast_detail::run_from<DType::kBF16>(to, s, d, n);
+    case DType::kF8E4M3:
+      return cast_detail::run_from<DType::kF8E4M3>(to, s, d, n);
+    case DType::kF8E5M2:
+      return cast_detail::run_from<DType::kF8E5M2>(to, s, d, n);
+    default:
+      return;
+  }
 }
 
 // Casts runs [first_run, last_run) of `desc` (its offsets in elements of
