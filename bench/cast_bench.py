@@ -1,22 +1,16 @@
-#!/ usr / bin / env python3
-""
-    "Casts in flight over MPI: bf16 -> fp8 (e4m3) cast on the sending side
-    against transfer -
-    then - cast,
-    in the same run.
+#!/usr/bin/env python3
+"""Casts in flight over MPI: bf16 -> fp8 (e4m3) cast on the sending side
+against transfer-then-cast, in the same run.
 
-        The case : a ZeRO -
-        3 bf16 model(each weight sharded over dp = 8 on dim 0,
-                     devices 0 - 7 in processes 0 - 1) into an fp8 inference layout with
-        tp = 4(devices 8 - 11 in process 2),
-        --layers transformer blocks of hidden-- hidden.Variants, interleaved-- repeat times,
-        each executed by
-`mpirun - np 3 reshard run-- transport mpi` (every element verified)
-    :
+The case: a ZeRO-3 bf16 model (each weight sharded over dp=8 on dim 0,
+devices 0-7 in processes 0-1) into an fp8 inference layout with tp=4
+(devices 8-11 in process 2), --layers transformer blocks of hidden --hidden.
+Variants, interleaved --repeat times, each executed by
+`mpirun -np 3 reshard run --transport mpi` (every element verified):
 
-      cast on send the destination's "dtype" is f8e4m3: each piece is cast by its sender
-            and crosses as 1 byte per element;
-transfer the same move in bf16(2 bytes per element), no cast;
+  cast on send       the destination's "dtype" is f8e4m3: each piece is cast
+                     by its sender and crosses as 1 byte per element;
+  transfer           the same move in bf16 (2 bytes per element), no cast;
   then cast          the destination cast afterwards where it lies (bf16 tp
                      layout -> the same layout in f8e4m3: local copies only).
 
@@ -54,12 +48,10 @@ def spec(layers, hidden, dst_dtype, local_cast=False):
                     (f"l{i}.w2", [hidden, 4 * hidden], [None, "tp"])]
     tensors = []
     for name, shape, tp in weights:
-        dst = {
-  "mesh" : "infer", "spec" : tp}
+        dst = {"mesh": "infer", "spec": tp}
         if dst_dtype:
             dst["dtype"] = dst_dtype
-        src = {
-  "mesh" : "infer", "spec" : tp} if local_cast else {"mesh": "train", "spec": ["dp", None]}
+        src = {"mesh": "infer", "spec": tp} if local_cast else {"mesh": "train", "spec": ["dp", None]}
         tensors.append({"name": name, "shape": shape, "dtype": "bf16", "src": src, "dst": dst})
     return {"meshes": meshes, "tensors": tensors}
 
@@ -79,24 +71,23 @@ def main():
     variants = [("cast on send", spec(args.layers, args.hidden, "f8e4m3")),
                 ("transfer", spec(args.layers, args.hidden, None)),
                 ("then cast", spec(args.layers, args.hidden, "f8e4m3", local_cast=True))]
-    times = {
-name: [] for name, _ in variants}
+    times = {name: [] for name, _ in variants}
     wire = {}
     with tempfile.TemporaryDirectory() as d:
-        for r in range(args.repeat):
+        for _ in range(args.repeat):
             for name, doc in variants:
                 f = os.path.join(d, name.replace(" ", "_") + ".json")
-                json.dump(doc, open(f, "w"))
-                out = json.loads(run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
+                with open(f, "w") as out:
+                    json.dump(doc, out)
+                res = json.loads(run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
                                       args.reshard, "run", "--spec", f, "--transport", "mpi",
                                       "--iters", str(args.iters), "--format", "json",
                                       "--timeout", "120"], env=env))
-                if not out["verified"]:
+                if not res["verified"]:
                     raise SystemExit(f"{name}: not verified")
-                times[name].append(out["median_seconds"])
-                wire[name] = out["network_bytes"]
-    med = {
-k: statistics.median(v) for k, v in times.items()}
+                times[name].append(res["median_seconds"])
+                wire[name] = res["network_bytes"]
+    med = {k: statistics.median(v) for k, v in times.items()}
     elements = sum(t["shape"][0] * t["shape"][1] for t in variants[0][1]["tensors"])
     print(f"{args.layers} layers, hidden {args.hidden}: {elements} elements, bf16 -> f8e4m3, "
           f"3 MPI processes, medians of {args.repeat} runs of {args.iters} iterations")
