@@ -1,4 +1,5 @@
 // `reshard plan`: plan a reshard and print its statistics.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -136,9 +137,11 @@ std::string count_line(const char* label, int64_t v) {
   return buf;
 }
 
-std::string stats_text(const PlanStats& s) {
+// uncast: the network bytes without casts in flight, when the spec has some.
+std::string stats_text(const PlanStats& s, std::optional<int64_t> uncast = {}) {
   std::string out;
   out += bound_line("network bytes", s.network_bytes, s.lower_bound_network_bytes);
+  if (uncast) out += bytes_line("  before casts", *uncast);
   out += bytes_line("  cross-process", s.cross_process_bytes);
   out += bound_line("  cross-host", s.cross_host_bytes, s.lower_bound_cross_host_bytes);
   out += bytes_line("local copy bytes", s.local_bytes);
@@ -255,6 +258,17 @@ int run_plan(const PlanArgs& args) {
       estimate_spec(spec.input, part_request(args, PlanScope::kAll, 0, true), &global_stats);
   const double global_seconds = seconds_since(t0);
   const uint64_t fingerprint = plan_fingerprint(spec.input);
+  // Casts in flight: the bytes the same move would take without them (the
+  // inputs planned again, every destination in its source's dtype).
+  std::optional<int64_t> uncast_network_bytes;
+  if (std::any_of(spec.input.tensors.begin(), spec.input.tensors.end(),
+                  [](const TensorSpec& t) { return has_cast(t); })) {
+    PlanInput uncast = spec.input;
+    for (TensorSpec& t : uncast.tensors) t.dst_dtype = DType{};
+    PlanStats s;
+    (void)estimate_spec(uncast, part_request(args, PlanScope::kAll, 0, true), &s);
+    uncast_network_bytes = s.network_bytes;
+  }
 
   std::optional<Plan> part_plan;
   double part_seconds = 0;
@@ -281,6 +295,7 @@ int run_plan(const PlanArgs& args) {
     j["hosts_defaulted"] = spec.hosts_defaulted;
     j["global_seconds"] = global_seconds;
     j["stats"] = stats_json(global_stats);
+    if (uncast_network_bytes) j["stats"]["network_bytes_before_casts"] = *uncast_network_bytes;
     j["estimate"] = {{"parts", whole.parts},
                      {"pieces", whole.pieces},
                      {"messages", whole.messages},
@@ -308,7 +323,7 @@ int run_plan(const PlanArgs& args) {
             << hex64(fingerprint) << "\n";
   for (const std::string& note : hosts_notes(spec, args.input.spec.empty()))
     std::cout << "note: " << note << "\n";
-  std::cout << stats_text(global_stats);
+  std::cout << stats_text(global_stats, uncast_network_bytes);
   std::cout << "  global statistics took " << human_seconds(global_seconds)
             << " (PlanScope::kGlobal, with the estimate below)\n";
   std::cout << "every part (" << with_commas(whole.parts)

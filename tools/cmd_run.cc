@@ -117,7 +117,8 @@ double shard_bytes(const PlanInput& input) {
     const double size = static_cast<double>(dtype_size(t.dtype));
     for (const Layout* l : {&t.src, &t.dst}) {
       for (size_t e = 0; e < l->num_entries(); ++e) {
-        bytes += static_cast<double>(l->box(e).volume()) * size;
+        bytes += static_cast<double>(l->box(e).volume()) *
+                 (l == &t.dst ? static_cast<double>(dtype_size(out_dtype(t))) : size);
       }
     }
   }
@@ -357,7 +358,8 @@ int run_mpi(const RunArgs& args, Spec spec, std::optional<Plan> from_file) {
     }
     for (size_t e = 0; e < spec_t.dst.num_entries(); ++e) {
       if (input.topology.info(spec_t.dst.device(e)).process != rank) continue;
-      dst[t][e].resize(static_cast<size_t>(spec_t.dst.box(e).volume() * es));
+      dst[t][e].resize(
+          static_cast<size_t>(spec_t.dst.box(e).volume() * dtype_size(out_dtype(spec_t))));
       poison_destination_shard(spec_t, static_cast<uint32_t>(t), e, dst[t][e]);
       views[t].dst[e] = {dst[t][e].data(), static_cast<int64_t>(dst[t][e].size())};
     }

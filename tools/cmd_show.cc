@@ -61,7 +61,8 @@ int run_show(const ShowArgs& args) {
   for (const Group& g : groups) {
     const TensorSpec& t = input.tensors[g.first];
     std::string heading =
-        t.name + "  " + shape_str(t.shape) + " " + std::string(dtype_name(t.dtype));
+        t.name + "  " + shape_str(t.shape) + " " + std::string(dtype_name(t.dtype)) +
+        (has_cast(t) ? " -> " + std::string(dtype_name(out_dtype(t))) : std::string());
     std::string also;
     if (!g.others.empty()) {
       for (size_t k = 0; k < g.others.size() && k < 3; ++k)

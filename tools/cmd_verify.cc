@@ -40,7 +40,8 @@ int run_verify(const VerifyArgs& args) {
     const double size = static_cast<double>(dtype_size(t.dtype));
     for (const Layout* l : {&t.src, &t.dst})
       for (size_t e = 0; e < l->num_entries(); ++e)
-        bytes += static_cast<double>(l->box(e).volume()) * size;
+        bytes += static_cast<double>(l->box(e).volume()) *
+                 (l == &t.dst ? static_cast<double>(dtype_size(out_dtype(t))) : size);
   }
   if (bytes > args.max_gib * 1024 * 1024 * 1024)
     throw UsageError("the shards of this spec need " + human_bytes(bytes) +

@@ -142,7 +142,10 @@ void check_remote_entries_empty(const reshard::Plan& plan, const reshard_tensor_
 void check_shard_size(const TensorSpec& tensor, const reshard::Layout& layout, size_t entry,
                       size_t bytes) {
   check_index(entry, layout.num_entries(), "entry", "entries");
-  const int64_t want = layout.box(entry).volume() * reshard::dtype_size(tensor.dtype);
+  // A destination holds the destination's dtype (a cast in flight).
+  const int64_t want =
+      layout.box(entry).volume() *
+      reshard::dtype_size(&layout == &tensor.dst ? reshard::out_dtype(tensor) : tensor.dtype);
   if (to_int64(bytes, "bytes") != want) {
     reshard::fail(
         ErrorCode::kInvalidArgument,

@@ -311,6 +311,28 @@ def case_verify():
         check(re.fullmatch(r"verified \d+ tensors, \d+ elements, \d+ bytes: OK\n", out) is not None, out)
 
 
+def case_casts():
+    # Casts in flight (docs/spec.md "Casts"): the statistics count the bytes
+    # after the casts and name those before; a plan file with a cast
+    # decodes (required_features bit 8), executes and verifies.
+    j = json.loads(run("plan", "--spec", spec("zero3_to_tp_fp8"), "--format", "json").stdout)
+    st = j["stats"]
+    check(st["network_bytes"] < st["network_bytes_before_casts"], str(st))
+    out = run("plan", "--spec", spec("zero3_to_tp_fp8")).stdout
+    check("before casts" in out, out)
+    plain = json.loads(run("plan", "--spec", spec("small_transformer"), "--format", "json").stdout)
+    check("network_bytes_before_casts" not in plain["stats"], str(plain["stats"]))
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "casts.rsplan")
+        run("plan", "--spec", spec("zero3_to_tp_fp8"), "--out", f)
+        out = run("verify", "--plan", f).stdout
+        check(out.endswith(": OK\n"), out)
+        out = run("show", "--plan", f, "--svg", os.path.join(d, "c.svg")).stdout
+    bad = bad_spec_file(open(spec("zero3_to_tp_fp8")).read().replace('"dtype": "f32"', '"dtype": "i8"', 1))
+    err = run("plan", "--spec", bad, expect=2).stderr
+    check("tensors[0].dst.dtype" in err and "no cast from bf16 to i8" in err, err)
+
+
 def case_scratch_plan():
     # A reduction tree with scratch buffers written by the C++ encoder
     # (tests/core/scratch_plans.h): verified in one process, drawn, and its

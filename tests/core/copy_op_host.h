@@ -6,6 +6,7 @@
 #pragma once
 
 #include "reshard/box_copy.h"
+#include "reshard/cast.h"
 #include "reshard/transport.h"
 
 namespace reshard::testing {
@@ -32,6 +33,9 @@ inline void apply_copy_op(const CopyOp& op, const void* src, void* dst) {
       } else {
         store_from_acc(op.dtype, src, dst, op.count);
       }
+      break;
+    case CopyOp::Kind::kCast:
+      cast_box(op.desc, op.dtype, op.to_dtype, src, dst);
       break;
   }
 }

@@ -231,8 +231,19 @@ void poison_local(const Plan& plan, OracleBuffers& buffers, int32_t process) {
 // communicator, ordinals that differ between a rank's devices, and budgets
 // small enough to force many rounds on a third of the cases; planned whole
 // (PlanScope::kAll). *input receives the inputs planned.
-Plan random_plan(const World& w, testing::CaseGen& gen, PlanInput* input) {
+Plan random_plan(const World& w, testing::CaseGen& gen, PlanInput* input, bool casts = false) {
   PlanInput in = gen.input();
+  if (casts) {
+    // Casts in flight: every tensor whose layouts are not partial gets a
+    // float dtype and a random destination dtype (sometimes its own).
+    const DType floats[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kF8E5M2};
+    for (TensorSpec& t : in.tensors) {
+      if (t.src.partial() || t.dst.partial()) continue;
+      t.dtype = floats[gen.uni(0, 4)];
+      const DType to = floats[gen.uni(0, 4)];
+      if (to != t.dtype) t.dst_dtype = to;
+    }
+  }
   // Spread devices over this communicator (random_cases.h assigns
   // (d*7+3) % nproc for nproc <= 4; remap to the real size).
   Topology topo;
@@ -258,12 +269,13 @@ Plan random_plan(const World& w, testing::CaseGen& gen, PlanInput* input) {
   return full;
 }
 
-int run_random(const World& w, int cases, uint64_t seed) {
+// casts: random_plan's casts in flight (mode "casts").
+int run_random(const World& w, int cases, uint64_t seed, bool casts = false) {
   auto counter = std::make_shared<StagingCounter>();
   auto engine = make_engine(counter);
   Transport& transport = engine->transport();
   int executed = 0, multi_round = 0, max_rounds = 0, partial = 0, gathered = 0, overlapped = 0,
-      deferred = 0, multi_device_ranks = 0;
+      deferred = 0, multi_device_ranks = 0, cast_tensors = 0;
   int64_t bytes_received = 0, bytes_checked = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int c = 0; c < cases; ++c) {
@@ -272,7 +284,8 @@ int run_random(const World& w, int cases, uint64_t seed) {
     co.max_devices = 24;
     testing::CaseGen gen(case_seed, co);
     PlanInput in;
-    const Plan full = random_plan(w, gen, &in);
+    const Plan full = random_plan(w, gen, &in, casts);
+    for (const TensorSpec& t : full.tensors()) cast_tensors += has_cast(t) ? 1 : 0;
     // Half the cases execute a plan holding only this process's part.
     const bool participates =
         std::binary_search(full.processes().begin(), full.processes().end(), w.rank);
@@ -375,6 +388,10 @@ int run_random(const World& w, int cases, uint64_t seed) {
   check(all_ranks(transport, multi_round > 0 && max_rounds >= 4),
         "some cases run several rounds (max " + std::to_string(max_rounds) + ")");
   check(all_ranks(transport, partial > 0), "some cases have partial sources");
+  if (casts) {
+    if (w.rank == 0) std::printf("%d tensors cast in flight\n", cast_tensors);
+    check(all_ranks(transport, cast_tensors >= cases / 2), "some tensors are cast");
+  }
   return g_failures;
 }
 
@@ -1219,6 +1236,8 @@ int main(int argc, char** argv) {
     int failures = 0;
     if (mode == "random") {
       failures = run_random(w, cases, seed);
+    } else if (mode == "casts") {
+      failures = run_random(w, cases, seed, true);
     } else if (mode == "budget") {
       failures = run_budget(w);
     } else if (mode == "faults") {
@@ -1230,9 +1249,9 @@ int main(int argc, char** argv) {
     } else if (mode == "agree") {
       failures = run_agree(w);
     } else {
-      std::fprintf(
-          stderr,
-          "usage: engine_mpi_test random|budget|faults|flat|cache|agree [--cases N] [--seed S]\n");
+      std::fprintf(stderr,
+                   "usage: engine_mpi_test random|casts|budget|faults|flat|cache|agree [--cases N] "
+                   "[--seed S]\n");
       return 2;
     }
     if (failures == 0 && w.rank == 0) std::printf("%s: OK\n", mode.c_str());

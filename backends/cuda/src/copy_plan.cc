@@ -434,6 +434,29 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
       }
       return true;
     }
+    case CopyOp::Kind::kCast: {
+      // A pack or unpack converting elements (a cast in flight).
+      if (!cast_supported(op.dtype, op.to_dtype)) {
+        fail(ErrorCode::kInvalidArgument, at(i) + ".to_dtype: no cast from " +
+                                              std::string(dtype_name(op.dtype)) + " to value " +
+                                              std::to_string(static_cast<int32_t>(op.to_dtype)));
+      }
+      const CopyDesc d = checked_desc(op.desc, i);
+      if (empty_desc(d)) return false;
+      need(op.src, "src");
+      need(op.dst, "dst");
+      last_offset(d, true, i);
+      last_offset(d, false, i);
+      const int64_t ts = dtype_size(op.to_dtype);
+      out.work = base_work(WorkKind::kCast, d, op.src, op.dst, static_cast<int32_t>(es),
+                           static_cast<int32_t>(ts));
+      out.work.dtype = static_cast<int32_t>(op.dtype);
+      out.work.to_dtype = static_cast<int32_t>(op.to_dtype);
+      out.reads.push_back(make_footprint(d, true, op.src, es));
+      out.writes.push_back(make_footprint(d, false, op.dst, ts));
+      shape_elements(out.work);
+      return true;
+    }
     case CopyOp::Kind::kFillAcc:
     case CopyOp::Kind::kFillElements: {
       check_op();

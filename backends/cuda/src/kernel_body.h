@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "reshard/box_copy.h"
+#include "reshard/cast.h"
 #include "reshard/hd.h"
 
 // Unrolls the next loop on the device (fixed trip counts: summands,
@@ -44,6 +45,7 @@ enum class WorkKind : int32_t {
   kReduceN = 4,  // several summands folded in one pass (copy_plan.h, fused
                  // reductions): acc = op(acc or identity, s_0, ..., s_n-1),
                  // written as the accumulator or stored in the dtype
+  kCast = 5,     // dst[i] = cast(src[i]) from dtype to to_dtype (reshard/cast.h)
 };
 
 enum WorkFlags : int32_t {
@@ -90,6 +92,8 @@ struct Work {
   // kReduceN without kFromIdentity: the accumulator it starts from, indexed
   // by the descriptor's destination side (dst itself unless kStoreOut).
   const unsigned char* acc;
+  int32_t to_dtype;  // kCast: the destination's DType (dtype: the source's)
+  int32_t reserved;
 };
 
 // The Work holding tile `tile`: the last w with tile_start[w] <= tile
@@ -555,6 +559,16 @@ RESHARD_HD inline void fill_unit(const Work& w, unsigned char* d, int64_t begin,
   }
 }
 
+// Casts elements [begin, end) of a run (the reference conversion of
+// reshard/cast.h: the host's cast_box, bit for bit).
+RESHARD_HD inline void cast_unit(const Work& w, const unsigned char* s, unsigned char* d,
+                                 int64_t begin, int64_t end, int lane, int width) {
+  const DType from = static_cast<DType>(w.dtype);
+  const DType to = static_cast<DType>(w.to_dtype);
+  for (int64_t i = begin + lane; i < end; i += width)
+    cast_detail::store_f32(to, cast_detail::load_f32(from, s + i * w.src_size), d + i * w.dst_size);
+}
+
 }  // namespace kernel_detail
 
 // Thread `tid` (0 <= tid < kThreads) of the block working on tile `tile`.
@@ -599,6 +613,8 @@ RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start, co
         return kernel_detail::fill_unit(w, d, begin, end, lane, group);
       case WorkKind::kStore:
         return kernel_detail::store_unit_elems(w, s, d, begin, end, lane, group);
+      case WorkKind::kCast:
+        return kernel_detail::cast_unit(w, s, d, begin, end, lane, group);
       case WorkKind::kReduceN:  // in kMulti launches only
       case WorkKind::kCopy:
         return;

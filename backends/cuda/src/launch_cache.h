@@ -40,7 +40,7 @@ inline bool same_ops(std::span<const CopyOp> a, std::span<const CopyOp> b) {
     const CopyOp& x = a[i];
     const CopyOp& y = b[i];
     if (x.src != y.src || x.dst != y.dst || x.kind != y.kind || x.dtype != y.dtype ||
-        x.op != y.op || x.count != y.count || x.divisor != y.divisor ||
+        x.op != y.op || x.count != y.count || x.divisor != y.divisor || x.to_dtype != y.to_dtype ||
         x.desc.rank != y.desc.rank || x.desc.src_offset != y.desc.src_offset ||
         x.desc.dst_offset != y.desc.dst_offset ||
         std::memcmp(x.desc.extent, y.desc.extent, sizeof x.desc.extent) != 0 ||

@@ -27,10 +27,40 @@ namespace reshard {
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;  // the source's (and, without a cast, the destination's)
   Layout src;
   Layout dst;
+  // A cast in flight (docs/spec.md "Casts"): the destination's dtype when it
+  // differs from `dtype`; DType{} (0) when it does not. Between f32, f16,
+  // bf16, f8e4m3 and f8e5m2 (reshard/cast.h), with a source and a
+  // destination that are not partial.
+  DType dst_dtype{};
 };
+
+// The destination's dtype: dst_dtype, or dtype without a cast.
+inline DType out_dtype(const TensorSpec& t) {
+  return t.dst_dtype == DType{} ? t.dtype : t.dst_dtype;
+}
+inline bool has_cast(const TensorSpec& t) { return out_dtype(t) != t.dtype; }
+// The dtype of a piece of `t` in a message. A cast happens on the sending
+// side when it shrinks the element, on the receiving side otherwise: stage 0
+// (reading the source) carries the destination's dtype when it is smaller,
+// the source's otherwise. A relay (reading a destination entry) carries the
+// destination's dtype when it is not larger than the source's, else the
+// source's (the sender narrows back, exactly: widening casts are exact).
+// Either way every piece of `t` has wire_size(t) bytes per element.
+inline DType wire_dtype(const TensorSpec& t, bool reads_source) {
+  const DType out = out_dtype(t);
+  const int64_t s = dtype_size(t.dtype), d = dtype_size(out);
+  if (d < s) return out;
+  if (d > s) return t.dtype;
+  return reads_source ? t.dtype : out;
+}
+// Bytes per element of `t` in messages: the smaller of the two dtypes.
+inline int64_t wire_size(const TensorSpec& t) {
+  const int64_t s = dtype_size(t.dtype), d = dtype_size(out_dtype(t));
+  return s < d ? s : d;
+}
 
 struct PlanOptions {
   // A piece held by several remote replicas (none on the destination's

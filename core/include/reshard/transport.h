@@ -55,7 +55,8 @@ namespace reshard {
 // Version 5: Transport::order_streams.
 // Version 6: TransportInfo::host_ranks.
 // Version 7: Transport::run_keyed_copies.
-inline constexpr uint32_t kTransportInterfaceVersion = 7;
+// Version 8: CopyOp::Kind::kCast and CopyOp::to_dtype (casts in flight).
+inline constexpr uint32_t kTransportInterfaceVersion = 8;
 
 enum class MemoryKind : int32_t {
   kHost = 0,  // ordinary host memory: the engine runs copies itself
@@ -175,6 +176,8 @@ struct CopyOp {
     kStore = 4,         // store_from_acc(dtype, src = accumulator, dst, count), or
                         // store_mean_from_acc(..., divisor) when divisor > 1
                         // (src may equal dst when acc_is_elem(dtype))
+    kCast = 5,          // cast_box(desc, dtype, to_dtype, src, dst) (reshard/cast.h;
+                        // interface 8): a pack or unpack converting elements
   };
   Kind kind = Kind::kCopy;
   CopyDesc desc{};
@@ -183,7 +186,8 @@ struct CopyOp {
   int64_t count = 0;
   const void* src = nullptr;
   void* dst = nullptr;
-  int32_t divisor = 1;  // kStore: the mean's number of summands (interface 4)
+  int32_t divisor = 1;          // kStore: the mean's number of summands (interface 4)
+  DType to_dtype = DType::kU8;  // kCast: the destination's dtype (interface 8)
 };
 
 class Transport {

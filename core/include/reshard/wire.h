@@ -24,8 +24,12 @@ inline constexpr uint64_t kPlanFeatureScratch = 2;
 // under a staging budget). A reader without this bit would take the entry
 // for a destination entry.
 inline constexpr uint64_t kPlanFeatureLateSummands = 4;
+// Casts: some tensor's destination dtype differs from its source's
+// (TensorSpec::dst_dtype, Tensor.dst_dtype): a reader without this bit would
+// size the destination buffers and the messages in the source's dtype.
+inline constexpr uint64_t kPlanFeatureCasts = 8;
 inline constexpr uint64_t kPlanKnownFeatures =
-    kPlanFeatureStages | kPlanFeatureScratch | kPlanFeatureLateSummands;
+    kPlanFeatureStages | kPlanFeatureScratch | kPlanFeatureLateSummands | kPlanFeatureCasts;
 
 // Authenticated plans: an HMAC-SHA-256 (OpenSSL's libcrypto) of the plan
 // bytes under a key the caller supplies, carried in a trailer of

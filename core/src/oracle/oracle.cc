@@ -10,6 +10,7 @@
 #include <new>
 #include <type_traits>
 
+#include "reshard/cast.h"
 #include "reshard/error.h"
 #include "reshard/numeric.h"
 #include "util/parallel.h"
@@ -222,12 +223,16 @@ class Generator {
  public:
   Generator(const TensorSpec& tensor, uint32_t tensor_index)
       : t_(dtype_traits(tensor.dtype)),
+        o_(dtype_traits(out_dtype(tensor))),
+        cast_(has_cast(tensor)),
         salt_(static_cast<uint64_t>(tensor_index) * 0x9E3779B1u),
         partial_(tensor.src.partial()),
         summands_(static_cast<uint64_t>(tensor.src.num_summands())),
         op_(tensor.src.reduce_op()) {}
 
   const Traits& traits() const { return t_; }
+  // The destination's (a cast: TensorSpec::dst_dtype).
+  const Traits& out_traits() const { return o_; }
   bool partial_source() const { return partial_; }
 
   // Bits of source summand `s` at global element index `i`.
@@ -239,6 +244,8 @@ class Generator {
   // Bits of the reduced value at `i`.
   uint64_t expected(uint64_t i) const {
     const uint64_t k = i + salt_;
+    // A cast: the reference conversion (reshard/cast.h) of the source value.
+    if (cast_) return cast_bits(t_.dtype, o_.dtype, static_cast<uint32_t>(pattern(k)));
     if (!partial_) return pattern(k);
     if (op_ == ReduceOp::kMean) return encode_mean(total_value(k));
     return encode(total_value(k));
@@ -306,6 +313,8 @@ class Generator {
   }
 
   Traits t_;
+  Traits o_;
+  bool cast_;
   uint64_t salt_;
   bool partial_;
   uint64_t summands_;
@@ -385,7 +394,8 @@ std::vector<int64_t> unravel(uint64_t index, const std::vector<int64_t>& shape) 
 }
 
 int64_t shard_bytes(const TensorSpec& tensor, const Layout& layout, size_t entry) {
-  return layout.box(entry).volume() * dtype_size(tensor.dtype);
+  const DType d = &layout == &tensor.dst ? out_dtype(tensor) : tensor.dtype;
+  return layout.box(entry).volume() * dtype_size(d);
 }
 
 void check_size(const TensorSpec& tensor, const Layout& layout, size_t entry, size_t bytes,
@@ -533,7 +543,7 @@ void poison_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, s
   // The complement of the expected value can never pass.
   const Generator gen(tensor, tensor_index);
   std::byte* p = out.data();
-  with_width(gen.traits().bytes, [&](auto width) {
+  with_width(gen.out_traits().bytes, [&](auto width) {
     constexpr int B = decltype(width)::value;
     for_each_element(tensor.dst.box(entry), tensor.shape,
                      [&](uint64_t g, int64_t local) { store<B>(p + local * B, ~gen.expected(g)); });
@@ -616,7 +626,7 @@ void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, si
                                           "\" entry " + std::to_string(entry) + " has " +
                                           std::to_string(only->size()) + " bytes");
   const Generator gen(tensor, tensor_index);
-  const Traits& t = gen.traits();
+  const Traits& t = gen.out_traits();
   const bool by_value = gen.partial_source();
   const std::byte* p = data.data();
   const int64_t device = tensor.dst.device(entry);

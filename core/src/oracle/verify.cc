@@ -56,7 +56,8 @@ OracleReport verify_part(Engine& engine, const Plan& plan, int32_t process,
   for (const TensorSpec& t : tensors) {
     for (const Layout* l : {&t.src, &t.dst}) {
       for (size_t e = 0; e < l->num_entries(); ++e) {
-        if (mine(*l, e)) need += l->box(e).volume() * dtype_size(t.dtype);
+        if (mine(*l, e))
+          need += l->box(e).volume() * dtype_size(l == &t.dst ? out_dtype(t) : t.dtype);
       }
     }
   }
@@ -72,7 +73,6 @@ OracleReport verify_part(Engine& engine, const Plan& plan, int32_t process,
   std::vector<TensorBuffers> views(tensors.size());
   for (size_t t = 0; t < tensors.size(); ++t) {
     const TensorSpec& spec = tensors[t];
-    const int64_t elem = dtype_size(spec.dtype);
     // This process's shards of one side (others stay empty), filled or
     // poisoned, and their views.
     auto side = [&](const Layout& layout, std::vector<std::vector<std::byte>>& shards, bool source,
@@ -83,6 +83,7 @@ OracleReport verify_part(Engine& engine, const Plan& plan, int32_t process,
           out.push_back({});
           continue;
         }
+        const int64_t elem = dtype_size(source ? spec.dtype : out_dtype(spec));
         shards[e].resize(static_cast<size_t>(layout.box(e).volume() * elem));
         if (source)
           fill_source_shard(spec, static_cast<uint32_t>(t), e, shards[e]);

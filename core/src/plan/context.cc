@@ -75,7 +75,7 @@ void Context::build() {
     t.dg = s.dst.geometry().get();
     t.st = &topo.at(t.sg);
     t.dt = &topo.at(t.dg);
-    t.esize = dtype_size(s.dtype);
+    t.esize = wire_size(s);  // bytes per element in messages (casts: the smaller dtype)
     t.S = s.src.num_summands();
     t.T = s.dst.num_summands();
     t.field = "tensors[" + std::to_string(i) + "]";

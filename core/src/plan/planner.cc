@@ -18,6 +18,7 @@
 #include "plan/estimate.h"
 #include "plan/plan_builder.h"
 #include "plan/rounds.h"
+#include "reshard/cast.h"
 #include "reshard/error.h"
 #include "reshard/wait.h"
 #include "util/hash.h"
@@ -129,6 +130,27 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
+// A cast (TensorSpec::dst_dtype): a supported pair, neither side partial.
+void validate_cast(const TensorSpec& t, const std::string& f) {
+  const std::string field = f + ".dst.dtype";
+  if (!dtype_valid(static_cast<int32_t>(t.dst_dtype)))
+    fail(ErrorCode::kInvalidArgument, field,
+         "invalid dtype value " + std::to_string(static_cast<int32_t>(t.dst_dtype)));
+  if (t.dst_dtype == t.dtype) return;
+  validate_shape(t.shape, dtype_size(t.dst_dtype), f + ".shape");
+  if (!cast_supported(t.dtype, t.dst_dtype))
+    fail(ErrorCode::kUnsupported, field,
+         "no cast from " + std::string(dtype_name(t.dtype)) + " to " +
+             std::string(dtype_name(t.dst_dtype)) +
+             " (casts are between f32, f16, bf16, f8e4m3 and f8e5m2)");
+  if (t.src.partial() || t.dst.partial())
+    fail(ErrorCode::kUnsupported, field,
+         std::string("a cast needs a source and a destination that are not partial (the ") +
+             (t.src.partial() ? "source" : "destination") + " has " +
+             std::to_string(t.src.partial() ? t.src.num_summands() : t.dst.num_summands()) +
+             " summands)");
+}
+
 void validate_tensor(const TensorSpec& t, size_t i) {
   const std::string f = "tensors[" + std::to_string(i) + "]";
   if (!valid_utf8(t.name)) fail(ErrorCode::kInvalidArgument, f + ".name", "not valid UTF-8");
@@ -160,6 +182,7 @@ void validate_tensor(const TensorSpec& t, size_t i) {
              std::string(reduce_op_name(t.src.reduce_op())) + "\"");
   if (t.src.num_entries() == 0 && t.dst.num_entries() > 0 && t.src.num_elements() > 0)
     fail(ErrorCode::kInvalidArgument, f + ".src", "layout has no devices");
+  if (t.dst_dtype != DType{}) validate_cast(t, f);
 }
 
 uint64_t fingerprint_of(const PlanInput& in) {
@@ -172,6 +195,11 @@ uint64_t fingerprint_of(const PlanInput& in) {
     h.u64(t.shape.size());
     for (int64_t s : t.shape) h.i64(s);
     h.i64(static_cast<int64_t>(t.dtype));
+    // Plans without casts keep their fingerprints.
+    if (has_cast(t)) {
+      h.str("cast");
+      h.i64(static_cast<int64_t>(t.dst_dtype));
+    }
     h.u64(t.src.fingerprint_hash());
     h.u64(t.dst.fingerprint_hash());
   }
@@ -961,7 +989,7 @@ int64_t find_scratch(const ProcessPart& part, uint32_t tensor, int64_t device, c
 
 int64_t Plan::piece_bytes(const ProcessPart& part, const Piece& piece) const {
   const Box r = region(part, piece);
-  return r.volume() * dtype_size(tensors_[piece.tensor].dtype);
+  return r.volume() * wire_size(tensors_[piece.tensor]);
 }
 
 NaivePlanResult naive_plan(const PlanInput& input) {

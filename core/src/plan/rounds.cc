@@ -177,7 +177,7 @@ void find_cuts(const std::vector<Message>& msgs, const std::vector<Piece>& piece
         }
         const Piece& p = pieces[j];
         const TensorSpec& t = tensors[p.tensor];
-        e = dtype_size(t.dtype);
+        e = wire_size(t);
         region = p.region == kOverlapRegion
                      ? intersect(t.src.box(p.src_entry), t.dst.box(p.dst_entry))
                      : regions[p.region];

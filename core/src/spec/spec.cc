@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "reshard/cast.h"
 #include "reshard/error.h"
 #include "util/read_file.h"
 
@@ -903,8 +904,31 @@ Spec parse_spec_impl(std::string_view json_text) {
     for (const bool source : {true, false}) {
       const char* key = source ? "src" : "dst";
       const std::string lp = child(path, key);
-      const json& lj = as_object(require(t, path, key), lp);
+      const json& lj0 = as_object(require(t, path, key), lp);
       Layout& out = source ? ts.src : ts.dst;
+      // A cast in flight: the destination's own "dtype" (docs/spec.md "Casts").
+      json without_dtype;
+      const json* ljp = &lj0;
+      if (const json* d = find(lj0, "dtype")) {
+        const std::string dp = child(lp, "dtype");
+        if (source)
+          bad(dp, "the source's dtype is the tensor's \"dtype\"; only a destination gives its own");
+        if (lj0.contains("flat"))
+          bad(dp, "a flat destination holds its tensors' dtype; a cast needs a layout of its own");
+        const DType dd = parse_dtype(as_string(*d, dp), dp);
+        if (dd != ts.dtype) {
+          if (!cast_supported(ts.dtype, dd))
+            fail(ErrorCode::kUnsupported, dp,
+                 "no cast from " + std::string(dtype_name(ts.dtype)) + " to " +
+                     std::string(dtype_name(dd)) +
+                     " (casts are between f32, f16, bf16, f8e4m3 and f8e5m2)");
+          ts.dst_dtype = dd;
+        }
+        without_dtype = lj0;
+        without_dtype.erase("dtype");
+        ljp = &without_dtype;
+      }
+      const json& lj = *ljp;
       if (lj.contains("flat")) {
         std::string name;
         FlatUse u = parse_flat_use(lj, lp, i, source, flat_decls, ts.shape, spec.meshes, name);

@@ -21,6 +21,7 @@
 
 #include "plan/plan_builder.h"
 #include "plan/scratch_layout.h"
+#include "reshard/cast.h"
 #include "reshard/error.h"
 #include "reshard/plan_generated.h"
 #include "reshard/wire.h"
@@ -119,7 +120,7 @@ class Decoder {
               "unknown feature bits " +
                   std::to_string(root_.required_features() & ~kPlanKnownFeatures) +
                   " (this reader knows " + std::to_string(kPlanKnownFeatures) +
-                  ": stages, scratch)");
+                  ": stages, scratch, late summands, casts)");
     staged_ = (root_.required_features() & kPlanFeatureStages) != 0;
     scratch_bit_ = (root_.required_features() & kPlanFeatureScratch) != 0;
     late_summands_bit_ = (root_.required_features() & kPlanFeatureLateSummands) != 0;
@@ -128,6 +129,8 @@ class Decoder {
     input.topology = decode_topology();
     check_tilings();
     input.tensors = decode_tensors();
+    if ((root_.required_features() & kPlanFeatureCasts) != 0 && !any_cast_)
+      corrupt("required_features", "has the casts bit (8) but no tensor has a dst_dtype");
     const uint64_t fingerprint = rethrow_as_corrupt([&] { return plan_fingerprint(input); });
     // The message names neither value: the computed one is what an editor
     // of the inputs would need to make the edit pass.
@@ -339,6 +342,7 @@ class Decoder {
       const size_t dst = decode_layout(t.dst(), spec.shape, f + ".dst");
       spec.src = slots_[src].layout;
       spec.dst = slots_[dst].layout;
+      decode_cast(t, spec, f);
       tensor_slots_.push_back({src, dst});
       tensors.push_back(std::move(spec));
     }
@@ -693,7 +697,7 @@ class Decoder {
         corrupt(f(".region"), "region " + to_string(region) +
                                   " is not inside both the source box " + to_string(src) +
                                   " and the destination box " + to_string(dst));
-      return region.volume() * dtype_size(t.dtype);
+      return region.volume() * wire_size(t);
     }
     const Layout& from = stage == 0 ? t.src : t.dst;
     if (p.src_entry >= from.num_entries())
@@ -726,7 +730,25 @@ class Decoder {
                                   " is not inside both the source box " + to_string(src) +
                                   " and the destination box " + to_string(dst));
     }
-    return region.volume() * dtype_size(t.dtype);
+    return region.volume() * wire_size(t);
+  }
+
+  // Tensor.dst_dtype: a cast in flight, present exactly with the casts bit.
+  void decode_cast(const fb::Tensor& t, TensorSpec& spec, const std::string& f) {
+    const int32_t d = static_cast<int32_t>(t.dst_dtype());
+    const bool bit = (root_.required_features() & kPlanFeatureCasts) != 0;
+    if (d == 0) return;
+    if (!dtype_valid(d)) corrupt(f + ".dst_dtype", "invalid dtype value " + std::to_string(d));
+    spec.dst_dtype = static_cast<DType>(d);
+    if (spec.dst_dtype == spec.dtype)
+      corrupt(f + ".dst_dtype", "equals the tensor's dtype (absent when there is no cast)");
+    if (!cast_supported(spec.dtype, spec.dst_dtype))
+      corrupt(f + ".dst_dtype", "no cast from " + std::string(dtype_name(spec.dtype)) + " to " +
+                                    std::string(dtype_name(spec.dst_dtype)));
+    if (spec.src.partial() || spec.dst.partial())
+      corrupt(f + ".dst_dtype", "a cast with a partial source or destination");
+    if (!bit) corrupt(f + ".dst_dtype", "present but required_features lacks the casts bit (8)");
+    any_cast_ = true;
   }
 
   std::vector<Piece> decode_pieces(const fb::Pieces* fp, const std::string& f) {
@@ -1057,6 +1079,7 @@ class Decoder {
   bool staged_ = false;                // required_features has the stages bit
   bool scratch_bit_ = false;           // required_features has the scratch bit
   bool late_summands_bit_ = false;     // required_features has the late-summands bit
+  bool any_cast_ = false;              // some tensor has a dst_dtype
   bool any_late_summand_ = false;      // a piece of stage > 0 writes a scratch from a summand
   bool any_scratch_ = false;           // a decoded part holds scratch
   const ProcessPart* part_ = nullptr;  // the part whose pieces are being checked

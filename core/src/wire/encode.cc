@@ -116,6 +116,8 @@ class Encoder {
       if (!p->scratch.empty() || names_scratch(p->local) || names_scratch(p->send_pieces) ||
           names_scratch(p->recv_pieces))
         features |= kPlanFeatureScratch;
+    for (const TensorSpec& t : plan_.tensors())
+      if (has_cast(t)) features |= kPlanFeatureCasts;
     // Every part's digest, listed even in a buffer of one part, so that the
     // ranks executing it agree on every part (docs/design.md §3.5).
     std::vector<uint64_t> listed;
@@ -146,7 +148,16 @@ class Encoder {
     auto shape = column<int64_t>(b_, t.shape.size(), [&](size_t d) { return t.shape[d]; });
     auto src = encode_layout(t.src);
     auto dst = encode_layout(t.dst);
-    return fb::CreateTensor(b_, name, shape, static_cast<fb::DType>(t.dtype), src, dst);
+    // CreateTensor's order; dst_dtype only with a cast (defaults are forced:
+    // a plan without casts keeps its bytes).
+    fb::TensorBuilder tb(b_);
+    if (has_cast(t)) tb.add_dst_dtype(static_cast<fb::DType>(t.dst_dtype));
+    tb.add_dst(dst);
+    tb.add_src(src);
+    tb.add_dtype(static_cast<fb::DType>(t.dtype));
+    tb.add_shape(shape);
+    tb.add_name(name);
+    return tb.Finish();
   }
 
   Offset<Vector<int32_t>> summands(const Layout& l) {

@@ -50,7 +50,10 @@ struct Verdict {
 
 uint64_t dtype_hash(const Plan& plan) {
   Hasher h;
-  for (const TensorSpec& t : plan.tensors()) h.i64(static_cast<int32_t>(t.dtype));
+  for (const TensorSpec& t : plan.tensors()) {
+    h.i64(static_cast<int32_t>(t.dtype));
+    if (has_cast(t)) h.i64(static_cast<int32_t>(t.dst_dtype));  // casts only: hashes kept
+  }
   return h.value();
 }
 

@@ -9,6 +9,7 @@
 
 #include "exec/schedule/exec_common.h"
 #include "reshard/box_copy.h"
+#include "reshard/cast.h"
 #include "reshard/error.h"
 #include "util/threads.h"
 
@@ -273,8 +274,15 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
           copy_interleaved(copies, i, n, 0, copy_desc_runs(copies[i].desc));
         } else {
           const Piece& p = *copies[i].piece;
-          copy_box(copies[i].desc, dtype_size(tensors_[p.tensor].dtype), source(copies[i]),
-                   buffers_[p.tensor].dst[p.dst_entry].data, stream_);
+          const TensorSpec& t = tensors_[p.tensor];
+          if (has_cast(t)) {
+            const DType from = reads_source(p, copies[i].stage) ? t.dtype : out_dtype(t);
+            cast_desc_runs(copies[i].desc, from, out_dtype(t), 0, copy_desc_runs(copies[i].desc),
+                           source(copies[i]), buffers_[p.tensor].dst[p.dst_entry].data);
+          } else {
+            copy_box(copies[i].desc, dtype_size(t.dtype), source(copies[i]),
+                     buffers_[p.tensor].dst[p.dst_entry].data, stream_);
+          }
         }
         i += n;
       }
@@ -289,6 +297,23 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
       const int64_t elem = dtype_size(tensors_[p.tensor].dtype);
       const void* src = source(copies[task.begin]);
       void* dst = buffers_[p.tensor].dst[p.dst_entry].data;
+      const TensorSpec& t = tensors_[p.tensor];
+      if (has_cast(t)) {
+        // Slices of a cast: elements of its one run, or runs.
+        const DType from = reads_source(p, copies[task.begin].stage) ? t.dtype : out_dtype(t);
+        const DType to = out_dtype(t);
+        if (copy_desc_runs(d) == 1) {
+          int64_t s = 0;
+          int64_t o = 0;
+          run_offsets(d, 0, &s, &o);
+          cast_run(from, to, static_cast<const std::byte*>(src) + (s + task.lo) * dtype_size(from),
+                   static_cast<std::byte*>(dst) + (o + task.lo) * dtype_size(to),
+                   task.hi - task.lo);
+        } else {
+          cast_desc_runs(d, from, to, task.lo, task.hi, src, dst);
+        }
+        return;
+      }
       if (copy_desc_runs(d) == 1) {
         // One contiguous run: copy elements [lo, hi) of it.
         int64_t s = 0;

@@ -19,6 +19,7 @@
 #include "exec/schedule/engine_schedule.h"
 #include "exec/schedule/exec_common.h"
 #include "reshard/box_copy.h"
+#include "reshard/cast.h"
 #include "reshard/error.h"
 #include "reshard/wait.h"
 #include "util/hash.h"
@@ -74,6 +75,20 @@ class Copier {
     const int64_t elem = dtype_size(dtype);
     copy_box(d, elem, src, dst);
     moved(copy_desc_elements(d) * elem);
+  }
+
+  // A copy converting `from` elements to `to` (a cast in flight); a plain
+  // copy when they are equal.
+  void cast(int64_t device, int32_t ordinal, const CopyDesc& d, DType from, DType to,
+            const void* src, void* dst) {
+    if (from == to) return copy(device, ordinal, d, from, src, dst);
+    if (!host_) {
+      CopyOp op{CopyOp::Kind::kCast, d, from, ReduceOp::kSum, 0, src, dst};
+      op.to_dtype = to;
+      return queue(device, ordinal, op);
+    }
+    cast_box(d, from, to, src, dst);
+    moved(copy_desc_elements(d) * dtype_size(to));
   }
 
   void reduce(int64_t device, int32_t ordinal, const CopyDesc& d, DType dtype, ReduceOp op,
@@ -217,7 +232,8 @@ class Run {
     std::unique_ptr<TransferBatch> batch;
   };
 
-  int64_t elem(uint32_t t) const { return dtype_size(tensors_[t].dtype); }
+  // Bytes per element in messages (casts: the smaller dtype).
+  int64_t elem(uint32_t t) const { return wire_size(tensors_[t]); }
   // What a piece reads: its source buffer, or in a stage > 0 the
   // destination buffer it forwards from (reads_source).
   const void* src_ptr(const Piece& p, uint32_t stage) const {
@@ -396,7 +412,9 @@ void Run::run_direct(size_t d) {
       const Piece& p = *c.piece;
       const TensorSpec& spec = tensors_[p.tensor];
       const int64_t device = spec.dst.device(p.dst_entry);
-      copier_.copy(device, ordinal_of(device), c.desc, spec.dtype, src_ptr(p, c.stage), dst_ptr(p));
+      copier_.cast(device, ordinal_of(device), c.desc,
+                   reads_source(p, c.stage) ? spec.dtype : out_dtype(spec), out_dtype(spec),
+                   src_ptr(p, c.stage), dst_ptr(p));
     }
   }
   done_[s_.direct_event(d)] = 1;
@@ -413,7 +431,10 @@ void Run::pack_message(size_t mi) {
     const Box region = plan_.region(*part_, p);
     Box box;
     const void* src = nullptr;
+    // The buffer's dtype: the source's, or a relay's destination's.
+    DType from = reads_source(p, m.stage) ? spec.dtype : out_dtype(spec);
     if (!m.scratch_src.empty() && m.scratch_src[k] != engine_detail::kNoScratch) {
+      from = spec.dtype;
       // A stored scratch (the step waited for its reduction).
       const auto& b = s_.scratch[m.scratch_src[k]];
       box = b.box;
@@ -422,8 +443,8 @@ void Run::pack_message(size_t mi) {
       box = plan_.source_box(p, m.stage);
       src = src_ptr(p, m.stage);
     }
-    copier_.copy(m.local_device, m.ordinal, make_copy_desc(region, box, region), spec.dtype, src,
-                 out);
+    copier_.cast(m.local_device, m.ordinal, make_copy_desc(region, box, region), from,
+                 wire_dtype(spec, reads_source(p, m.stage)), src, out);
     out += region.volume() * elem(p.tensor);
   }
 }
@@ -501,9 +522,9 @@ void Run::unpack(size_t ri, size_t step) {
       const Box region = plan_.region(*part_, p);
       // Contributions are reduced with their round; relays copy reduced values.
       if (!engine_detail::is_contribution(spec, p, m.stage)) {
-        copier_.copy(m.local_device, m.ordinal,
-                     make_copy_desc(region, region, spec.dst.box(p.dst_entry)), spec.dtype, in,
-                     dst_ptr(p));
+        copier_.cast(m.local_device, m.ordinal,
+                     make_copy_desc(region, region, spec.dst.box(p.dst_entry)),
+                     wire_dtype(spec, reads_source(p, m.stage)), out_dtype(spec), in, dst_ptr(p));
       }
       in += region.volume() * elem(p.tensor);
     }

@@ -24,8 +24,8 @@ bool ScheduleCache::same_plan_inputs(const Entry& e, const Plan& plan) {
   for (size_t t = 0; t < tensors.size(); ++t) {
     const TensorSpec& a = tensors[t];
     const TensorSpec& b = kept[t];
-    if (a.dtype != b.dtype || a.shape != b.shape || !same_layout(a.src, b.src) ||
-        !same_layout(a.dst, b.dst)) {
+    if (a.dtype != b.dtype || out_dtype(a) != out_dtype(b) || a.shape != b.shape ||
+        !same_layout(a.src, b.src) || !same_layout(a.dst, b.dst)) {
       return false;
     }
   }

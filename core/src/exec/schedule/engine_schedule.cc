@@ -432,11 +432,14 @@ void Builder::add_send(const Message& m, size_t i) {
     e.scratch_src[k] = scratch_of(pieces[k], m.src_device);
     note_scratch_read(e.scratch_src[k], m.stage, "sends", i);
   }
-  const bool gather = !reads_scratch && info_.gather &&
+  // A cast is packed (converted into staging), never sent in place or gathered.
+  const bool casts = std::any_of(pieces.begin(), pieces.end(),
+                                 [&](const Piece& p) { return has_cast(tensors_[p.tensor]); });
+  const bool gather = !reads_scratch && !casts && info_.gather &&
                       options_.packing != ExecuteOptions::Packing::kStaging &&
                       m.bytes <= kMaxGatherBytes;
   e.mode = EngineMessage::Mode::kStaged;
-  if (pieces.size() == 1 && !reads_scratch) {
+  if (pieces.size() == 1 && !reads_scratch && !casts) {
     const Piece& p = pieces[0];
     const Box region = plan_.region(*part_, p);
     const CopyDesc d = make_copy_desc(region, from(p, m.stage).box(p.src_entry), region);
@@ -511,7 +514,10 @@ void Builder::add_recv(const Message& m, size_t i) {
     offset += plan_.piece_bytes(*part_, p);
   }
   e.mode = EngineMessage::Mode::kStaged;
-  if (!e.has_reduce) {
+  // A cast is unpacked (converted from staging), never received in place.
+  const bool casts = std::any_of(pieces.begin(), pieces.end(),
+                                 [&](const Piece& p) { return has_cast(tensors_[p.tensor]); });
+  if (!e.has_reduce && !casts) {
     if (pieces.size() == 1) {
       const Piece& p = pieces[0];
       const Box region = plan_.region(*part_, p);
@@ -924,7 +930,8 @@ void Builder::interleave_round(size_t b, size_t e) {
     const DirectCopy& c = s_.direct[order_[i]];
     // A relay reads a destination entry, which copies of the same round
     // may be writing elsewhere (copy_boxes_interleaved reads between rows).
-    if (c.stage != 0) continue;
+    // A cast converts copy by copy (cast_box).
+    if (c.stage != 0 || has_cast(tensors_[c.piece->tensor])) continue;
     const CopyDesc& d = c.desc;
     if (d.rank < 2 || copy_desc_runs(d) < 2) continue;
     items.push_back({i, &d, d.src_offset, d.src_offset + copy_desc_run_length(d), c.piece->tensor,
@@ -1061,7 +1068,7 @@ void Builder::copy_replicas_once() {
       if (keys[e] != keys[prev] || dst.box(e).volume() == 0) continue;
       f[e] = f[prev];  // order is stable: the first of equal boxes is the lowest entry
       s_.replicas.push_back({static_cast<uint32_t>(t), f[e], e,
-                             dst.box(e).volume() * elem(static_cast<uint32_t>(t))});
+                             dst.box(e).volume() * dtype_size(out_dtype(tensors_[t]))});
       any = true;
     }
   }

@@ -37,9 +37,11 @@ void validate_buffers(const Plan& plan, std::span<const TensorBuffers> buffers, 
   for (size_t t = 0; t < tensors.size(); ++t) {
     const TensorSpec& spec = tensors[t];
     const TensorBuffers& b = buffers[t];
-    const int64_t elem = dtype_size(spec.dtype);
     for (int side = 0; side < 2; ++side) {
       const bool is_dst = side == 1;
+      // A destination holds the destination's dtype (a cast: TensorSpec::dst_dtype).
+      const DType dtype = is_dst ? out_dtype(spec) : spec.dtype;
+      const int64_t elem = dtype_size(dtype);
       const char* name = is_dst ? "dst" : "src";
       const Layout& layout = is_dst ? spec.dst : spec.src;
       const size_t given = is_dst ? b.dst.size() : b.src.size();
@@ -64,7 +66,7 @@ void validate_buffers(const Plan& plan, std::span<const TensorBuffers> buffers, 
         if (bytes != want) {
           fail(ErrorCode::kInvalidArgument, buffer_name(t, name, e) + ": " + std::to_string(bytes) +
                                                 " bytes given, box " + to_string(box) + " of " +
-                                                std::string(dtype_name(spec.dtype)) + " needs " +
+                                                std::string(dtype_name(dtype)) + " needs " +
                                                 std::to_string(want));
         }
         if (bytes > 0 && data == nullptr) {

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Casts in flight over MPI: bf16 -> fp8 (e4m3) cast on the sending side
+against transfer-then-cast, in the same run.
+
+The case: a ZeRO-3 bf16 model (each weight sharded over dp=8 on dim 0,
+devices 0-7 in processes 0-1) into an fp8 inference layout with tp=4
+(devices 8-11 in process 2), --layers transformer blocks of hidden --hidden.
+Variants, interleaved --repeat times, each executed by
+`mpirun -np 3 reshard run --transport mpi` (every element verified):
+
+  cast on send       the destination's "dtype" is f8e4m3: each piece is cast
+                     by its sender and crosses as 1 byte per element;
+  transfer           the same move in bf16 (2 bytes per element), no cast;
+  then cast          the destination cast afterwards where it lies (bf16 tp
+                     layout -> the same layout in f8e4m3: local copies only).
+
+transfer-then-cast is transfer + then cast. The table gives the bytes on the
+wire (the plan's network_bytes), the median seconds, and the ratio of
+cast-on-send to transfer-then-cast. Every "host" here is a process on one
+machine: messages are shared-memory copies, so fewer bytes buy less than on
+a network.
+
+    python3 bench/cast_bench.py [--reshard build/dev/tools/reshard] [--layers 2] [--hidden 2048]
+"""
+import argparse
+import json
+import os
+import statistics
+import tempfile
+
+from spec_tools import run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def spec(layers, hidden, dst_dtype, local_cast=False):
+    meshes = {
+        "train": {"axis_names": ["dp"], "shape": [8], "devices": list(range(8)),
+                  "processes": [0] * 4 + [1] * 4},
+        "infer": {"axis_names": ["tp"], "shape": [4], "devices": [8, 9, 10, 11],
+                  "processes": [2] * 4},
+    }
+    weights = []
+    for i in range(layers):
+        weights += [(f"l{i}.qkv", [3 * hidden, hidden], ["tp", None]),
+                    (f"l{i}.o", [hidden, hidden], [None, "tp"]),
+                    (f"l{i}.w13", [8 * hidden, hidden], ["tp", None]),
+                    (f"l{i}.w2", [hidden, 4 * hidden], [None, "tp"])]
+    tensors = []
+    for name, shape, tp in weights:
+        dst = {"mesh": "infer", "spec": tp}
+        if dst_dtype:
+            dst["dtype"] = dst_dtype
+        src = {"mesh": "infer", "spec": tp} if local_cast else {"mesh": "train", "spec": ["dp", None]}
+        tensors.append({"name": name, "shape": shape, "dtype": "bf16", "src": src, "dst": dst})
+    return {"meshes": meshes, "tensors": tensors}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reshard", default=os.path.join(ROOT, "build/dev/tools/reshard"))
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved runs per variant")
+    ap.add_argument("--iters", type=int, default=3, help="timed iterations per run")
+    args = ap.parse_args()
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    env.setdefault("RESHARD_BACKEND_DIR", os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(args.reshard))), "lib"))
+    variants = [("cast on send", spec(args.layers, args.hidden, "f8e4m3")),
+                ("transfer", spec(args.layers, args.hidden, None)),
+                ("then cast", spec(args.layers, args.hidden, "f8e4m3", local_cast=True))]
+    times = {name: [] for name, _ in variants}
+    wire = {}
+    with tempfile.TemporaryDirectory() as d:
+        for _ in range(args.repeat):
+            for name, doc in variants:
+                f = os.path.join(d, name.replace(" ", "_") + ".json")
+                with open(f, "w") as out:
+                    json.dump(doc, out)
+                res = json.loads(run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
+                                      args.reshard, "run", "--spec", f, "--transport", "mpi",
+                                      "--iters", str(args.iters), "--format", "json",
+                                      "--timeout", "120"], env=env))
+                if not res["verified"]:
+                    raise SystemExit(f"{name}: not verified")
+                times[name].append(res["median_seconds"])
+                wire[name] = res["network_bytes"]
+    med = {k: statistics.median(v) for k, v in times.items()}
+    elements = sum(t["shape"][0] * t["shape"][1] for t in variants[0][1]["tensors"])
+    print(f"{args.layers} layers, hidden {args.hidden}: {elements} elements, bf16 -> f8e4m3, "
+          f"3 MPI processes, medians of {args.repeat} runs of {args.iters} iterations")
+    print(f"{'variant':<22}{'bytes on the wire':>20}{'seconds':>12}")
+    for name in ("cast on send", "transfer", "then cast"):
+        print(f"{name:<22}{wire[name]:>20}{med[name]:>12.4f}")
+    ttc = med["transfer"] + med["then cast"]
+    print(f"{'transfer-then-cast':<22}{wire['transfer'] + wire['then cast']:>20}{ttc:>12.4f}")
+    print(f"cast on send / transfer-then-cast: bytes {wire['cast on send'] / wire['transfer']:.2f}, "
+          f"time {med['cast on send'] / ttc:.2f}")
+    print("caveat: the processes share one machine; messages are shared-memory copies")
+
+
+if __name__ == "__main__":
+    main()
