@@ -5,6 +5,9 @@
 // of the rounds its lanes are in. The loop is flows.cc's, step for step
 // (message indices, link order, tie-breaks), so the results are equal.
 #include <algorithm>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -204,6 +207,7 @@ struct Store {
     };
     std::vector<Rec> recs;
     recs.reserve(part.sends.size());
+    std::vector<uint8_t> tmp;
     sim::part_sends(plan, part, [&](size_t, const Message& m, std::span<const uint32_t> found) {
       if (m.bytes < 0) fail(ErrorCode::kInvalidArgument, "plan", "a message of negative size");
       Rec r{dense(m.src_device), dense(m.dst_device), m.stage, m.round, m.bytes, {}};
@@ -237,24 +241,28 @@ struct Store {
       count(l.pending, r.round);
       count(l.sends, r.round);
       if (dp != sp) count(lane(dp, r.stage).pending, r.round);
-      if (l.blocks.empty() || l.blocks.back().size() >= kBlockBytes) {
-        l.blocks.emplace_back();
-        l.blocks.back().reserve(l.blocks.size() == 1 ? 256 : kBlockBytes + 64);
-      }
-      std::vector<uint8_t>& b = l.blocks.back();
-      put(b, zigzag(index - l.last_index));
+      tmp.clear();
+      put(tmp, zigzag(index - l.last_index));
       l.last_index = index;
-      put(b, r.s);
-      put(b, r.d);
-      put(b, static_cast<uint64_t>(r.bytes));
-      put(b, r.after.size());
+      put(tmp, r.s);
+      put(tmp, r.d);
+      put(tmp, static_cast<uint64_t>(r.bytes));
+      put(tmp, r.after.size());
       for (const Key& k : r.after) {
-        put(b, k.src);
-        put(b, k.dst);
-        put(b, k.stage);
-        put(b, k.round);
+        put(tmp, k.src);
+        put(tmp, k.dst);
+        put(tmp, k.stage);
+        put(tmp, k.round);
         dep_targets.insert(k);
       }
+      // Blocks never grow past what they reserved (no doubling slack): 1 KiB
+      // first, each next twice the last up to kBlockBytes.
+      if (l.blocks.empty() || l.blocks.back().size() + tmp.size() > l.blocks.back().capacity()) {
+        const size_t last = l.blocks.empty() ? 512 : l.blocks.back().capacity();
+        l.blocks.emplace_back();
+        l.blocks.back().reserve(std::max(std::min(2 * last, kBlockBytes), tmp.size()));
+      }
+      l.blocks.back().insert(l.blocks.back().end(), tmp.begin(), tmp.end());
       bytes += r.bytes;
     }
     messages += static_cast<int64_t>(recs.size());
@@ -552,8 +560,16 @@ SimResult stream_plan(const PlanInput& input, const ClusterTopology& cluster,
     }
     st.init(input.topology, cluster, plan.processes());
   };
+  int64_t parts = 0;
   sink.each = [&](const Plan& plan) {
     for (const auto& [p, part] : plan.parts()) st.add_part(plan, part);
+#if defined(__GLIBC__)
+    // The parts' freed buffers lie between the records' blocks: hand their
+    // pages back now and then, or the peak is the records plus every part.
+    if (++parts % 16 == 0) malloc_trim(0);
+#else
+    (void)parts;
+#endif
   };
   const auto t0 = WaitClock::now();
   try {
