@@ -92,16 +92,21 @@ int run_simulate(const SimulateArgs& args) {
   const PlanInput& input = spec.input;
   auto t0 = WaitClock::now();
   Progress progress;
-  std::vector<SimMessage> messages =
-      from_file ? plan_messages(*from_file) : std::vector<SimMessage>{};
-  if (!from_file) {
+  // Our plan, streamed (simulate_plan): planned part by part and simulated
+  // from compact records; its memory is estimated and checked first.
+  SimResult ours;
+  if (from_file) {
+    ours = simulate_plan(*from_file, cluster);
+  } else {
     try {
-      messages = plan_messages_by_part(
-          input, args.threads,
-          [&](int64_t done, int64_t total) {
-            progress.update("planning parts\u2026", done, total);
-          },
-          args.max_sim_bytes, args.max_stats_pieces);
+      SimPlanOptions so;
+      so.threads = args.threads;
+      so.parts_planned = [&](int64_t done, int64_t total) {
+        progress.update("planning parts\u2026", done, total);
+      };
+      so.max_bytes = args.max_sim_bytes;
+      so.max_stats_pieces = args.max_stats_pieces;
+      ours = simulate_plan(input, cluster, so);
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kResourceExhausted) throw;
       // The statistics' work, refused before they start: not the messages.
@@ -109,28 +114,36 @@ int run_simulate(const SimulateArgs& args) {
         throw Error(e.code(), resource_message(e.what(), std::string()));
       throw Error(ErrorCode::kResourceExhausted,
                   std::string("--max-sim-bytes: ") + e.what() +
-                      "; fewer rounds make fewer messages (--budget 0: unbounded, or a larger "
-                      "--budget), or raise --max-sim-bytes (-1: no limit)");
+                      "; raise --max-sim-bytes (-1: no limit), or make fewer messages (--budget "
+                      "0: unbounded staging, one round per stream, or a larger --budget)");
     }
   }
   const bool planned_here = !from_file;
   from_file.reset();
-  const double plan_seconds = seconds_since(t0);
-  t0 = WaitClock::now();
-  progress.update("simulating " + with_commas(static_cast<int64_t>(messages.size())) +
-                  " messages\u2026");
-  const SimResult ours = simulate(input.topology, cluster, std::move(messages));
-  const double sim_seconds = seconds_since(t0);
+  const double plan_seconds = ours.plan_seconds;
+  const double sim_seconds = seconds_since(t0) - plan_seconds;
   const SimBound bound = simulate_lower_bound(input, cluster);
   std::vector<std::pair<std::string, Run>> peers;
   for (const std::string& name : args.peers) {
     progress.update("simulating peer " + name + "\u2026");
     t0 = WaitClock::now();
-    std::vector<SimMessage> m = name == "rank0_broadcast"
-                                    ? rank0_broadcast_messages(input, args.chunks)
-                                : name == "layered" ? layered_messages(input, args.chunks)
-                                                    : direct_p2p_messages(input, args.threads);
-    Run run{simulate(input.topology, cluster, std::move(m)), 0};
+    Run run;
+    if (name == "direct_p2p") {
+      // The single-hop plan, streamed like ours.
+      PlanInput single = input;
+      single.options.relays = false;
+      single.options.reduce_scatter = false;
+      SimPlanOptions so;
+      so.threads = args.threads;
+      so.max_bytes = args.max_sim_bytes;
+      so.max_stats_pieces = args.max_stats_pieces;
+      run.result = simulate_plan(single, cluster, so);
+    } else {
+      std::vector<SimMessage> m = name == "rank0_broadcast"
+                                      ? rank0_broadcast_messages(input, args.chunks)
+                                      : layered_messages(input, args.chunks);
+      run.result = simulate(input.topology, cluster, std::move(m));
+    }
     run.seconds = seconds_since(t0);
     peers.emplace_back(name, std::move(run));
   }

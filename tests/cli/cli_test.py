@@ -675,15 +675,17 @@ RL_SYNC = os.path.join(SRC, "bench", "specs", "rl_sync_fsdp8_to_2x_tp4.json")
 
 def case_simulate_memory():
     # The 405B plan at 1,024 devices with the default 1 GiB budget has about
-    # 210 M messages: refused from its message count before any part is
-    # planned (it once ran 9.6 minutes into the OOM killer), naming the
-    # estimate and the ways out; a small plan under a tiny limit too.
+    # 210 M messages, which the streaming simulator keeps as records of
+    # about 16 bytes: under a 2 GiB limit refused from the global statistics
+    # before any part is planned, naming the estimate and the ways out; a
+    # small plan under a tiny limit too.
     h100 = os.path.join(TOPOLOGIES, "h100_8gpu_ndr400.json")
     t0 = time.time()
     err = run("simulate", "--spec", spec("llama405b_fsdp1024_to_tp8"), "--topology", h100,
-              "--peers", "", "--max-sim-bytes", "8G", expect=1).stderr
+              "--peers", "", "--max-sim-bytes", "2G", expect=1).stderr
     check(time.time() - t0 < 30, f"refused after {time.time() - t0:.1f} s")
-    check(err.startswith("reshard: error: --max-sim-bytes: ") and "messages needs about" in err
+    check(err.startswith("reshard: error: --max-sim-bytes: ") and "rounds needs about" in err
+          and "to plan one batch of parts" in err and "raise --max-sim-bytes" in err
           and "--budget 0" in err and "[resource_exhausted]" in err, err)
     err = run("simulate", "--spec", RL_SYNC, "--topology", h100, "--peers", "",
               "--max-sim-bytes", "1K", expect=1).stderr

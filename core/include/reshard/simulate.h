@@ -122,6 +122,29 @@ std::vector<SimMessage> plan_messages_by_part(
 inline constexpr int64_t kSimBytesPerMessage = 512;
 int64_t sim_memory_estimate(int64_t messages);
 
+// The streaming simulator's memory (simulate_plan), about: the compact
+// records of every message (kSimStreamBytesPerMessage each: varint ends,
+// size and dependencies, in their lanes' round order) and the flow state
+// of the messages in flight, at most about one round of the fleet
+// (kSimLiveBytesPerMessage each for stats.messages / stats.rounds of them).
+// Planning the parts is held to PlanRequest::max_plan_bytes separately
+// (one batch of parts at a time).
+inline constexpr int64_t kSimStreamBytesPerMessage = 16;
+inline constexpr int64_t kSimLiveBytesPerMessage = 512;
+int64_t sim_stream_memory_estimate(const PlanStats& stats);
+
+struct SimPlanOptions {
+  int32_t threads = 1;  // PlanRequest::threads: parts planned at once, one each
+  // Called after each part is planned with (done, total); optional.
+  std::function<void(int64_t, int64_t)> parts_planned = nullptr;
+  // Memory limit (PlanRequest::max_plan_bytes' convention: 0 half the
+  // memory available, kUnlimitedPlanBytes none): above it, from the global
+  // statistics before any part is planned, kResourceExhausted naming
+  // "max_bytes", simulate_plan_memory's estimate and the limit.
+  int64_t max_bytes = 0;
+  int64_t max_stats_pieces = 0;  // PlanRequest::max_stats_pieces
+};
+
 enum class LinkClass : int32_t {
   kIntraOut = 0,
   kIntraIn = 1,
@@ -159,6 +182,10 @@ struct SimResult {
   std::optional<SimLink> binding;
   double binding_saturated_seconds = 0;
   int64_t events = 0;  // rate recomputations
+  // simulate_plan from a PlanInput: the wall seconds planning the parts and
+  // reducing them to records took (the rest of the call simulated); 0
+  // otherwise.
+  double plan_seconds = 0;
 };
 
 // Simulates `messages` on `cluster` with `devices` mapping each device to its
@@ -166,6 +193,24 @@ struct SimResult {
 // from a device to itself is kInvalidArgument naming "messages[i]".
 SimResult simulate(const Topology& devices, const ClusterTopology& cluster,
                    std::vector<SimMessage> messages);
+
+// The plan of `input` simulated as simulate(input.topology, cluster,
+// plan_messages_by_part(input)) simulates it, with the same result, but
+// streamed: every part is planned once (one batch of parts at a time, on one
+// computation of the global statistics) and reduced to compact records
+// before the next batch; the simulation keeps flow state only for the
+// messages of the rounds its lanes are in. Memory: sim_stream_memory_estimate.
+SimResult simulate_plan(const PlanInput& input, const ClusterTopology& cluster,
+                        const SimPlanOptions& options = {});
+// The memory simulate_plan(input, cluster, options) is held to before it
+// plans any part: sim_stream_memory_estimate of the plan's statistics plus
+// what planning one batch of parts takes (make_plan's estimate of the
+// busiest part alone, times the parts planned at once). Costs one
+// computation of the global statistics.
+int64_t simulate_plan_memory(const PlanInput& input, const ClusterTopology& cluster,
+                             const SimPlanOptions& options = {});
+// The same for a plan holding every process part (plan_messages' messages).
+SimResult simulate_plan(const Plan& plan, const ClusterTopology& cluster);
 
 // A lower bound on the time of any plan moving the data of `input` on
 // `cluster` (relays, trees and reductions in any order included), from the

@@ -14,6 +14,7 @@
 
 #include "plan/checked.h"
 #include "plan/context.h"
+#include "plan/each_part.h"
 #include "plan/enumerate.h"
 #include "plan/estimate.h"
 #include "plan/plan_builder.h"
@@ -777,7 +778,12 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   return e;
 }
 
-Plan make_plan(const PlanInput& input, const PlanRequest& request) {
+namespace {
+
+// make_plan, or with `sink` (scope kAll) every part handed to sink->each one
+// batch at a time (plan_each_part).
+Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
+                    const planning::PartSink* sink) {
   const auto t0 = WaitClock::now();
   const int threads = validate_request(input, request);
   const int64_t limit = resolve_limit(request.max_plan_bytes);
@@ -823,6 +829,7 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   // again.
   std::optional<planning::GuardStop> stop;
   if (with_stats) stop = ctx.guard_stop(limit);
+  int64_t sink_batch_bytes = 0;
   if (with_stats) global(stop ? &*stop : nullptr);
   const bool changed =
       ctx.decide_single_hop(limit, with_stats ? &Plan::Builder::stats(plan) : nullptr);
@@ -836,7 +843,12 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
     if (guarded) {
       int64_t largest = 0;
       PlanEstimate e = estimate_parts(ctx, counts, request, threads, rule.cuts(), &largest);
-      if (e.memory_bytes > limit) {
+      // Streamed, the parts of one batch at a time (one per thread), which
+      // the sink weighs with its own memory.
+      if (sink)
+        sink_batch_bytes =
+            largest * static_cast<int64_t>(planning::part_batch(threads, ctx.processes.size()));
+      else if (e.memory_bytes > limit) {
         e.limit_bytes = limit;
         e.available_bytes = available_memory();
         refuse(e, request, largest);
@@ -873,7 +885,27 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
     }
     return std::move(built.part);
   };
-  if (request.scope == PlanScope::kAll) {
+  if (sink) {
+    Plan::Builder::stats(plan).plan_seconds = seconds_since(t0);
+    if (sink->stats) sink->stats(plan, sink_batch_bytes);
+    // One batch of parts at a time, each part on one thread, handed over in
+    // process order and dropped before the next batch is planned.
+    const size_t np = ctx.processes.size();
+    const size_t batch = planning::part_batch(threads, np);
+    std::vector<ProcessPart> built(batch);
+    for (size_t b0 = 0; b0 < np; b0 += batch) {
+      const size_t n = std::min(batch, np - b0);
+      parallel_for(n > 1 ? threads : 1, n, [&](size_t i) {
+        built[i] = make_part(ctx.processes[b0 + i], n > 1 ? 1 : threads);
+      });
+      for (size_t i = 0; i < n; ++i) {
+        parts.emplace(ctx.processes[b0 + i], std::move(built[i]));
+        sink->each(plan);
+        parts.clear();
+        built[i] = ProcessPart{};
+      }
+    }
+  } else if (request.scope == PlanScope::kAll) {
     // Parts are independent: one per task, each on one thread, when there
     // are enough of them to keep the threads busy.
     const size_t np = ctx.processes.size();
@@ -892,6 +924,27 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   Plan::Builder::stats(plan).plan_seconds = seconds_since(t0);
   return plan;
 }
+
+}  // namespace
+
+Plan make_plan(const PlanInput& input, const PlanRequest& request) {
+  return make_plan_impl(input, request, nullptr);
+}
+
+namespace planning {
+
+size_t part_batch(int threads, size_t parts) {
+  return threads > 1 && parts >= static_cast<size_t>(threads) ? static_cast<size_t>(threads) : 1;
+}
+
+Plan plan_each_part(const PlanInput& input, const PlanRequest& request, const PartSink& sink) {
+  if (request.scope != PlanScope::kAll)
+    fail(ErrorCode::kInvalidArgument, "request.scope",
+         "plan_each_part plans every part (PlanScope::kAll)");
+  return make_plan_impl(input, request, &sink);
+}
+
+}  // namespace planning
 
 const ProcessPart& Plan::part(int32_t process) const {
   auto it = parts_.find(process);

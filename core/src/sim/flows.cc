@@ -11,38 +11,14 @@
 
 #include "reshard/error.h"
 #include "reshard/simulate.h"
+#include "sim/flow_core.h"
 #include "sim/nic_groups.h"
 
 namespace reshard {
-namespace {
 
-constexpr uint32_t kNoLink = 0xffffffffu;
-
-// Links of the cluster, created for the devices and hosts the messages use.
-struct Links {
-  std::vector<SimLink> info;
-  std::vector<double> cap;
-  std::map<std::pair<int32_t, int64_t>, uint32_t> index;  // (kind key, id) -> link
-
-  uint32_t get(LinkClass cls, int32_t host, int64_t device, int32_t nic, double cap_bps) {
-    const int64_t id = device >= 0 ? device : (int64_t{host} << 24 | (nic < 0 ? 0xffffff : nic));
-    const auto key = std::make_pair(static_cast<int32_t>(cls) | (device >= 0 ? 0x100 : 0), id);
-    auto [it, fresh] = index.emplace(key, static_cast<uint32_t>(info.size()));
-    if (fresh) {
-      info.push_back({cls, host, device, nic, cap_bps});
-      cap.push_back(cap_bps);
-    }
-    return it->second;
-  }
-};
-
-struct Flow {
-  std::array<uint32_t, 4> links{kNoLink, kNoLink, kNoLink, kNoLink};
-  double remaining = 0;
-  double rate = 0;
-};
-
-}  // namespace
+using sim::Flow;
+using sim::kNoLink;
+using sim::Links;
 
 SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
                    std::vector<SimMessage> messages) {
@@ -182,62 +158,12 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
   std::vector<double> saturated(nl, 0);
   std::vector<uint32_t> bottlenecks;  // links saturated in the current interval
 
-  // Max-min fair rates of the active flows (progressive filling): repeatedly
-  // take the link with the smallest fair share of what remains, give that
-  // share to its unfrozen flows, remove them from their other links.
-  std::vector<double> rem(nl);
-  std::vector<int64_t> unfrozen(nl);
-  std::vector<std::vector<uint32_t>> on_link(nl);
-  std::vector<uint8_t> frozen;
+  sim::MaxMin maxmin(nl);
   int64_t events = 0;
   auto allocate = [&]() {
     ++events;
-    bottlenecks.clear();
-    for (size_t l = 0; l < nl; ++l) {
-      on_link[l].clear();
-      unfrozen[l] = 0;
-      rem[l] = links.cap[l];
-    }
-    for (size_t a = 0; a < active.size(); ++a)
-      for (uint32_t l : flows[active[a]].links)
-        if (l != kNoLink) {
-          on_link[l].push_back(static_cast<uint32_t>(a));
-          ++unfrozen[l];
-        }
-    frozen.assign(active.size(), 0);
-    // A link's fair share only grows as flows freeze elsewhere (a flow
-    // leaving it took at most its share), so heap entries are lower bounds
-    // and are refreshed lazily: a popped entry below its link's current
-    // share goes back with the current one; the first current entry popped
-    // is the smallest share.
-    using Share = std::pair<double, uint32_t>;  // (share, link)
-    std::priority_queue<Share, std::vector<Share>, std::greater<>> heap;
-    for (uint32_t l = 0; l < nl; ++l)
-      if (unfrozen[l] > 0) heap.emplace(rem[l] / static_cast<double>(unfrozen[l]), l);
-    while (!heap.empty()) {
-      const auto [low, l] = heap.top();
-      heap.pop();
-      if (unfrozen[l] == 0) continue;
-      const double share = rem[l] / static_cast<double>(unfrozen[l]);
-      if (share > low) {
-        heap.emplace(share, l);
-        continue;
-      }
-      bottlenecks.push_back(l);
-      for (uint32_t a : on_link[l]) {
-        if (frozen[a]) continue;
-        frozen[a] = 1;
-        Flow& f = flows[active[a]];
-        f.rate = share;
-        for (uint32_t l2 : f.links) {
-          if (l2 == kNoLink) continue;
-          --unfrozen[l2];
-          if (l2 != l) rem[l2] = std::max(0.0, rem[l2] - share);
-        }
-      }
-      unfrozen[l] = 0;
-      rem[l] = 0;
-    }
+    maxmin.allocate(
+        links.cap, active.size(), [&](size_t a) -> Flow& { return flows[active[a]]; }, bottlenecks);
   };
 
   SimResult r;

@@ -10,6 +10,7 @@
 #include "exec/schedule/stage_deps.h"
 #include "reshard/error.h"
 #include "reshard/simulate.h"
+#include "sim/part_messages.h"
 
 namespace reshard {
 namespace {
@@ -19,27 +20,14 @@ using MessageKey = std::tuple<int64_t, int64_t, uint32_t, uint32_t>;  // src, ds
 MessageKey key_of(const Message& m) { return {m.src_device, m.dst_device, m.stage, m.round}; }
 
 // Appends the sends of `part` (a part of `plan`) and, for each, the keys
-// of the messages it waits for: for a send of a later stage, the messages
-// the sending process received in earlier stages that wrote what its
-// pieces read (the engine's dependencies, engine_schedule.h; for a partial
-// source, the summands of the region rather than the whole reduction).
+// of the messages it waits for (sim::part_sends).
 void append_sends(const Plan& plan, const ProcessPart& part, std::vector<SimMessage>& out,
                   std::vector<std::vector<MessageKey>>& after) {
-  const stage_deps::WriterIndex writers(plan, part, false);
-  std::vector<uint32_t> found;
-  for (const Message& m : part.sends) {
+  sim::part_sends(plan, part, [&](size_t, const Message& m, std::span<const uint32_t> found) {
     out.push_back({m.src_device, m.dst_device, m.stage, m.round, m.bytes});
     after.emplace_back();
-    if (m.stage == 0 || writers.empty()) continue;
-    found.clear();
-    for (uint64_t k = 0; k < m.num_pieces && m.first_piece + k < part.send_pieces.size(); ++k) {
-      const Piece& p = part.send_pieces[m.first_piece + k];
-      if (reads_source(p, m.stage)) continue;  // a summand: there from the start
-      writers.writers(p.tensor, p.src_entry, plan.region(part, p), m.stage, found);
-    }
-    stage_deps::sort_unique(found);
     for (uint32_t r : found) after.back().push_back(key_of(part.recvs[r]));
-  }
+  });
 }
 
 // Turns the keys of `after` into indices in `out`.
@@ -62,6 +50,30 @@ void resolve_after(std::vector<SimMessage>& out,
 }
 
 }  // namespace
+
+namespace sim {
+
+void part_sends(
+    const Plan& plan, const ProcessPart& part,
+    const std::function<void(size_t, const Message&, std::span<const uint32_t>)>& each) {
+  const stage_deps::WriterIndex writers(plan, part, false);
+  std::vector<uint32_t> found;
+  for (size_t i = 0; i < part.sends.size(); ++i) {
+    const Message& m = part.sends[i];
+    found.clear();
+    if (m.stage != 0 && !writers.empty()) {
+      for (uint64_t k = 0; k < m.num_pieces && m.first_piece + k < part.send_pieces.size(); ++k) {
+        const Piece& p = part.send_pieces[m.first_piece + k];
+        if (reads_source(p, m.stage)) continue;  // a summand: there from the start
+        writers.writers(p.tensor, p.src_entry, plan.region(part, p), m.stage, found);
+      }
+      stage_deps::sort_unique(found);
+    }
+    each(i, m, found);
+  }
+}
+
+}  // namespace sim
 
 std::vector<SimMessage> plan_messages(const Plan& plan) {
   std::vector<SimMessage> out;

@@ -1,0 +1,113 @@
+// Internal: what the simulator's two event loops share (flows.cc over a
+// vector of messages, stream.cc over a plan's parts): the cluster's links
+// and the max-min fair rates of the flows on them (progressive filling).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <map>
+#include <queue>
+#include <utility>
+#include <vector>
+
+#include "reshard/simulate.h"
+
+namespace reshard::sim {
+
+inline constexpr uint32_t kNoLink = 0xffffffffu;
+
+// Links of the cluster, created in the order messages first use them (that
+// order breaks ties: deterministic).
+struct Links {
+  std::vector<SimLink> info;
+  std::vector<double> cap;
+  std::map<std::pair<int32_t, int64_t>, uint32_t> index;  // (kind key, id) -> link
+
+  uint32_t get(LinkClass cls, int32_t host, int64_t device, int32_t nic, double cap_bps) {
+    const int64_t id = device >= 0 ? device : (int64_t{host} << 24 | (nic < 0 ? 0xffffff : nic));
+    const auto key = std::make_pair(static_cast<int32_t>(cls) | (device >= 0 ? 0x100 : 0), id);
+    auto [it, fresh] = index.emplace(key, static_cast<uint32_t>(info.size()));
+    if (fresh) {
+      info.push_back({cls, host, device, nic, cap_bps});
+      cap.push_back(cap_bps);
+    }
+    return it->second;
+  }
+};
+
+struct Flow {
+  std::array<uint32_t, 4> links{kNoLink, kNoLink, kNoLink, kNoLink};
+  double remaining = 0;
+  double rate = 0;
+};
+
+// Max-min fair rates of the active flows (progressive filling): repeatedly
+// take the link with the smallest fair share of what remains, give that
+// share to its unfrozen flows, remove them from their other links.
+// `flow(a)` is the a-th of `n` active flows; `bottlenecks` receives the links
+// that fixed a share (saturated until the next event).
+class MaxMin {
+ public:
+  explicit MaxMin(size_t links) : rem_(links), unfrozen_(links), on_link_(links) {}
+
+  template <class FlowAt>
+  void allocate(const std::vector<double>& cap, size_t n, FlowAt&& flow,
+                std::vector<uint32_t>& bottlenecks) {
+    const size_t nl = cap.size();
+    bottlenecks.clear();
+    for (size_t l = 0; l < nl; ++l) {
+      on_link_[l].clear();
+      unfrozen_[l] = 0;
+      rem_[l] = cap[l];
+    }
+    for (size_t a = 0; a < n; ++a)
+      for (uint32_t l : flow(a).links)
+        if (l != kNoLink) {
+          on_link_[l].push_back(static_cast<uint32_t>(a));
+          ++unfrozen_[l];
+        }
+    frozen_.assign(n, 0);
+    // A link's fair share only grows as flows freeze elsewhere (a flow
+    // leaving it took at most its share), so heap entries are lower bounds
+    // and are refreshed lazily: a popped entry below its link's current
+    // share goes back with the current one; the first current entry popped
+    // is the smallest share.
+    using Share = std::pair<double, uint32_t>;  // (share, link)
+    std::priority_queue<Share, std::vector<Share>, std::greater<>> heap;
+    for (uint32_t l = 0; l < nl; ++l)
+      if (unfrozen_[l] > 0) heap.emplace(rem_[l] / static_cast<double>(unfrozen_[l]), l);
+    while (!heap.empty()) {
+      const auto [low, l] = heap.top();
+      heap.pop();
+      if (unfrozen_[l] == 0) continue;
+      const double share = rem_[l] / static_cast<double>(unfrozen_[l]);
+      if (share > low) {
+        heap.emplace(share, l);
+        continue;
+      }
+      bottlenecks.push_back(l);
+      for (uint32_t a : on_link_[l]) {
+        if (frozen_[a]) continue;
+        frozen_[a] = 1;
+        Flow& f = flow(a);
+        f.rate = share;
+        for (uint32_t l2 : f.links) {
+          if (l2 == kNoLink) continue;
+          --unfrozen_[l2];
+          if (l2 != l) rem_[l2] = std::max(0.0, rem_[l2] - share);
+        }
+      }
+      unfrozen_[l] = 0;
+      rem_[l] = 0;
+    }
+  }
+
+ private:
+  std::vector<double> rem_;
+  std::vector<int64_t> unfrozen_;
+  std::vector<std::vector<uint32_t>> on_link_;
+  std::vector<uint8_t> frozen_;
+};
+
+}  // namespace reshard::sim

@@ -1,0 +1,608 @@
+// The streaming simulator of reshard/simulate.h (simulate_plan): the plan's
+// parts are planned one batch at a time and each is reduced, before the
+// next, to compact records (varints, about 8 bytes a message) in its lanes'
+// round order; the event loop then holds flow state only for the messages
+// of the rounds its lanes are in. The loop is flows.cc's, step for step
+// (message indices, link order, tie-breaks), so the results are equal.
+#include <algorithm>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <map>
+#include <queue>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "plan/each_part.h"
+#include "reshard/error.h"
+#include "reshard/simulate.h"
+#include "reshard/wait.h"
+#include "sim/flow_core.h"
+#include "sim/nic_groups.h"
+#include "sim/part_messages.h"
+
+namespace reshard {
+namespace {
+
+using sim::Flow;
+using sim::kNoLink;
+
+void put(std::vector<uint8_t>& b, uint64_t v) {
+  while (v >= 0x80) {
+    b.push_back(static_cast<uint8_t>(v | 0x80));
+    v >>= 7;
+  }
+  b.push_back(static_cast<uint8_t>(v));
+}
+
+uint64_t get(const uint8_t*& p) {
+  uint64_t v = 0;
+  for (int shift = 0;; shift += 7) {
+    const uint8_t c = *p++;
+    v |= uint64_t{c & 0x7fu} << shift;
+    if (c < 0x80) return v;
+  }
+}
+
+uint64_t zigzag(int64_t v) {
+  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+}
+int64_t unzigzag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
+
+// A message by its ends (dense device indices), stage and round: unique in
+// a plan.
+struct Key {
+  uint32_t src = 0, dst = 0, stage = 0, round = 0;
+  friend bool operator==(const Key&, const Key&) = default;
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const noexcept {
+    uint64_t h = (uint64_t{k.src} << 32 | k.dst) * 0x9e3779b97f4a7c15ull;
+    h ^= (uint64_t{k.stage} << 32 | k.round) + 0x7f4a7c159e3779b9ull + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h * 0xbf58476d1ce4e5b9ull);
+  }
+};
+
+// Per process and stage (a lane): its rounds with messages, how many it
+// sends and receives in each, and the records of its sends in round order
+// (blocks freed once read).
+struct Lane {
+  std::vector<uint32_t> pending;  // by round: messages sent or received
+  std::vector<uint32_t> sends;    // by round: send records
+  std::deque<std::vector<uint8_t>> blocks;
+  int64_t last_index = 0;  // the index of the last record written (deltas)
+  // Simulation: the current round (kDone past the last) and what is left of it.
+  static constexpr uint32_t kDone = 0xffffffffu;
+  static constexpr uint32_t kBefore = 0xfffffffeu;  // not entered yet
+  uint32_t round = kBefore;
+  size_t next = 0;   // position in `pending` to look for the next round from
+  int64_t left = 0;  // messages of the current round not completed
+  size_t block = 0;  // reading position in `blocks`
+  size_t offset = 0;
+  int64_t read_index = 0;
+  std::map<uint32_t, std::vector<uint32_t>> waiting;  // round -> live messages sent to it
+};
+
+constexpr size_t kBlockBytes = size_t{1} << 18;
+constexpr uint32_t kNoProcess = 0xffffffffu;
+
+// Everything the event loop reads, built part by part.
+struct Store {
+  const Topology* topo = nullptr;
+  const ClusterTopology* cluster = nullptr;
+  std::vector<int32_t> processes;                  // sorted
+  std::vector<uint32_t> dev_proc;                  // dense device -> dense process
+  std::vector<int32_t> dev_host;                   // dense device -> host
+  std::vector<std::array<uint32_t, 4>> dev_links;  // intra out, intra in, NIC out, NIC in
+  std::unordered_map<int32_t, std::array<uint32_t, 2>> host_links;  // host out, in
+  sim::HostMap hosts;
+  sim::Links links;
+  bool identity = true;                          // dense index == device id
+  std::vector<std::vector<Lane>> lanes;          // [dense process][stage]
+  std::unordered_set<Key, KeyHash> dep_targets;  // messages some message waits for
+  int64_t messages = 0, bytes = 0;
+
+  uint32_t dense(int64_t device) const {
+    const std::vector<DeviceInfo>& d = topo->devices();
+    if (identity) {
+      if (device >= 0 && static_cast<uint64_t>(device) < d.size())
+        return static_cast<uint32_t>(device);
+    } else {
+      auto it = std::lower_bound(d.begin(), d.end(), device,
+                                 [](const DeviceInfo& a, int64_t v) { return a.device < v; });
+      if (it != d.end() && it->device == device) return static_cast<uint32_t>(it - d.begin());
+    }
+    fail(ErrorCode::kInvalidArgument, "plan",
+         "a message names device " + std::to_string(device) + ", not in the topology");
+  }
+
+  void init(const Topology& t, const ClusterTopology& c, const std::vector<int32_t>& procs) {
+    topo = &t;
+    cluster = &c;
+    processes = procs;
+    std::sort(processes.begin(), processes.end());
+    const std::vector<DeviceInfo>& d = t.devices();
+    for (size_t i = 0; i < d.size(); ++i) {
+      identity = identity && d[i].device == static_cast<int64_t>(i);
+      hosts.add(d[i].host, d[i].device);
+    }
+    hosts.finish();
+    dev_proc.resize(d.size());
+    dev_host.resize(d.size());
+    dev_links.assign(d.size(), {kNoLink, kNoLink, kNoLink, kNoLink});
+    for (size_t i = 0; i < d.size(); ++i) {
+      // Devices of processes the plan does not name carry no message.
+      const auto it = std::lower_bound(processes.begin(), processes.end(), d[i].process);
+      dev_proc[i] = it == processes.end() || *it != d[i].process
+                        ? kNoProcess
+                        : static_cast<uint32_t>(it - processes.begin());
+      dev_host[i] = d[i].host;
+    }
+    lanes.resize(processes.size());
+  }
+
+  Lane& lane(uint32_t proc, uint32_t stage) {
+    std::vector<Lane>& v = lanes[proc];
+    if (v.size() <= stage) v.resize(static_cast<size_t>(stage) + 1);
+    return v[stage];
+  }
+
+  static void count(std::vector<uint32_t>& v, uint32_t round) {
+    if (v.size() <= round) v.resize(static_cast<size_t>(round) + 1, 0);
+    ++v[round];
+  }
+
+  // The links of a message, created in the order flows.cc creates them.
+  void make_links(uint32_t s, uint32_t d) {
+    const double intra = cluster->intra_host_bytes_per_second;
+    const int64_t sd = topo->devices()[s].device, dd = topo->devices()[d].device;
+    const int32_t sh = dev_host[s], dh = dev_host[d];
+    if (sh == dh) {
+      uint32_t& o = dev_links[s][0];
+      if (o == kNoLink) o = links.get(LinkClass::kIntraOut, sh, sd, -1, intra);
+      uint32_t& i = dev_links[d][1];
+      if (i == kNoLink) i = links.get(LinkClass::kIntraIn, dh, dd, -1, intra);
+      return;
+    }
+    const int32_t nics = cluster->nics_per_host;
+    uint32_t& o = dev_links[s][2];
+    if (o == kNoLink) {
+      const auto [g, n] = hosts.nic_group(sh, sd, nics);
+      o = links.get(LinkClass::kNicOut, sh, -1, g, n * cluster->nic_bytes_per_second);
+    }
+    uint32_t& i = dev_links[d][3];
+    if (i == kNoLink) {
+      const auto [g, n] = hosts.nic_group(dh, dd, nics);
+      i = links.get(LinkClass::kNicIn, dh, -1, g, n * cluster->nic_bytes_per_second);
+    }
+    if (cluster->host_link_bytes_per_second > 0) {
+      const double cap = cluster->host_link_bytes_per_second;
+      auto [so, f1] = host_links.try_emplace(sh, std::array<uint32_t, 2>{kNoLink, kNoLink});
+      if (so->second[0] == kNoLink) so->second[0] = links.get(LinkClass::kHostOut, sh, -1, -1, cap);
+      auto [di, f2] = host_links.try_emplace(dh, std::array<uint32_t, 2>{kNoLink, kNoLink});
+      if (di->second[1] == kNoLink) di->second[1] = links.get(LinkClass::kHostIn, dh, -1, -1, cap);
+    }
+  }
+
+  std::array<uint32_t, 4> flow_links(uint32_t s, uint32_t d) const {
+    if (dev_host[s] == dev_host[d]) return {dev_links[s][0], dev_links[d][1], kNoLink, kNoLink};
+    if (cluster->host_link_bytes_per_second <= 0)
+      return {dev_links[s][2], dev_links[d][3], kNoLink, kNoLink};
+    return {dev_links[s][2], dev_links[d][3], host_links.at(dev_host[s])[0],
+            host_links.at(dev_host[d])[1]};
+  }
+
+  // Adds the sends of `part` (of `plan`): message indices from `messages` on,
+  // in the order of part.sends (plan_messages' order).
+  void add_part(const Plan& plan, const ProcessPart& part) {
+    const int64_t base = messages;
+    struct Rec {
+      uint32_t s, d, stage, round;
+      int64_t bytes;
+      std::vector<Key> after;
+    };
+    std::vector<Rec> recs;
+    recs.reserve(part.sends.size());
+    std::vector<uint8_t> tmp;
+    sim::part_sends(plan, part, [&](size_t, const Message& m, std::span<const uint32_t> found) {
+      if (m.bytes < 0) fail(ErrorCode::kInvalidArgument, "plan", "a message of negative size");
+      Rec r{dense(m.src_device), dense(m.dst_device), m.stage, m.round, m.bytes, {}};
+      if (dev_proc[r.s] == kNoProcess || dev_proc[r.d] == kNoProcess)
+        fail(ErrorCode::kInvalidArgument, "plan",
+             "a message between devices " + std::to_string(m.src_device) + " and " +
+                 std::to_string(m.dst_device) + ", one of a process the plan does not name");
+      if (r.s == r.d)
+        fail(ErrorCode::kInvalidArgument, "plan",
+             "a message from device " + std::to_string(m.src_device) + " to itself");
+      for (uint32_t i : found) {
+        const Message& a = part.recvs[i];
+        r.after.push_back({dense(a.src_device), dense(a.dst_device), a.stage, a.round});
+      }
+      make_links(r.s, r.d);
+      recs.push_back(std::move(r));
+    });
+    // Records in (stage, round) order per lane; the planner's sends are.
+    std::vector<uint32_t> order(recs.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+    auto before = [&](uint32_t a, uint32_t b) {
+      return std::tie(recs[a].stage, recs[a].round) < std::tie(recs[b].stage, recs[b].round);
+    };
+    if (!std::is_sorted(order.begin(), order.end(), before))
+      std::stable_sort(order.begin(), order.end(), before);
+    for (uint32_t i : order) {
+      const Rec& r = recs[i];
+      const int64_t index = base + i;
+      const uint32_t sp = dev_proc[r.s], dp = dev_proc[r.d];
+      Lane& l = lane(sp, r.stage);
+      count(l.pending, r.round);
+      count(l.sends, r.round);
+      if (dp != sp) count(lane(dp, r.stage).pending, r.round);
+      tmp.clear();
+      put(tmp, zigzag(index - l.last_index));
+      l.last_index = index;
+      put(tmp, r.s);
+      put(tmp, r.d);
+      put(tmp, static_cast<uint64_t>(r.bytes));
+      put(tmp, r.after.size());
+      for (const Key& k : r.after) {
+        put(tmp, k.src);
+        put(tmp, k.dst);
+        put(tmp, k.stage);
+        put(tmp, k.round);
+        dep_targets.insert(k);
+      }
+      // Blocks never grow past what they reserved (no doubling slack): 1 KiB
+      // first, each next twice the last up to kBlockBytes.
+      if (l.blocks.empty() || l.blocks.back().size() + tmp.size() > l.blocks.back().capacity()) {
+        const size_t last = l.blocks.empty() ? 512 : l.blocks.back().capacity();
+        l.blocks.emplace_back();
+        l.blocks.back().reserve(std::max(std::min(2 * last, kBlockBytes), tmp.size()));
+      }
+      l.blocks.back().insert(l.blocks.back().end(), tmp.begin(), tmp.end());
+      bytes += r.bytes;
+    }
+    messages += static_cast<int64_t>(recs.size());
+  }
+};
+
+// A message whose round some lane entered, until it completes.
+struct Live {
+  Flow flow;
+  int64_t bytes = 0;
+  int64_t index = 0;
+  Key key;
+  uint32_t lane[2] = {0, 0};
+  uint32_t deps_left = 0;
+  uint8_t ready = 0, need = 0;
+  bool target = false;  // in dep_targets
+};
+
+SimResult run(Store& st) {
+  // Lanes in (process, stage) order, flows.cc's lane order.
+  std::vector<Lane*> lanes;
+  std::vector<uint32_t> lane_base(st.lanes.size() + 1, 0);
+  for (size_t p = 0; p < st.lanes.size(); ++p) {
+    lane_base[p] = static_cast<uint32_t>(lanes.size());
+    for (Lane& l : st.lanes[p]) lanes.push_back(&l);
+  }
+  lane_base[st.lanes.size()] = static_cast<uint32_t>(lanes.size());
+  auto lane_id = [&](uint32_t proc, uint32_t stage) { return lane_base[proc] + stage; };
+  const size_t nl = st.links.cap.size();
+
+  std::vector<Live> live;
+  std::vector<uint32_t> free_slots;
+  std::unordered_map<Key, uint32_t, KeyHash> live_by_key;  // dependency targets only
+  std::unordered_map<Key, std::vector<uint32_t>, KeyHash> waiters;
+  using Act = std::tuple<double, int64_t, uint32_t>;  // (time, message index, slot)
+  std::priority_queue<Act, std::vector<Act>, std::greater<>> starts;
+  const double alpha = st.cluster->alpha_seconds;
+  double now = 0;
+  std::map<uint32_t, SimStage> stages;
+
+  auto maybe_ready = [&](uint32_t slot) {
+    Live& m = live[slot];
+    if (m.ready != m.need || m.deps_left != 0) return;
+    auto [it, fresh] = stages.try_emplace(m.key.stage);
+    if (fresh) {
+      it->second.stage = m.key.stage;
+      it->second.start_seconds = now;
+    }
+    it->second.start_seconds = std::min(it->second.start_seconds, now);
+    starts.emplace(now + alpha, m.index, slot);
+  };
+  // Whether the message `k` completed: its sender's lane passed its round,
+  // or is in it and the message is no longer live.
+  auto done = [&](const Key& k) {
+    const uint32_t p = st.dev_proc[k.src];
+    if (p == kNoProcess || k.stage >= lane_base[p + 1] - lane_base[p]) return true;  // none
+    const Lane& s = *lanes[lane_id(p, k.stage)];
+    if (s.round == Lane::kBefore) return false;
+    if (s.round == Lane::kDone || s.round > k.round) return true;
+    return s.round == k.round && !live_by_key.count(k);
+  };
+  std::vector<uint32_t> finished;
+  // Lane `li` enters its next round with messages (if any): its sends become
+  // live; messages sent to it in that round are now ready on its side.
+  auto enter = [&](uint32_t li) {
+    Lane& l = *lanes[li];
+    while (l.next < l.pending.size() && l.pending[l.next] == 0) ++l.next;
+    if (l.next >= l.pending.size()) {
+      l.round = Lane::kDone;
+      l.blocks.clear();
+      return;
+    }
+    l.round = static_cast<uint32_t>(l.next);
+    l.left = l.pending[l.next];
+    const uint32_t nsend = l.next < l.sends.size() ? l.sends[l.next] : 0;
+    ++l.next;
+    for (uint32_t j = 0; j < nsend; ++j) {
+      if (l.offset >= l.blocks[l.block].size()) {
+        std::vector<uint8_t>().swap(l.blocks[l.block]);
+        ++l.block;
+        l.offset = 0;
+      }
+      const std::vector<uint8_t>& b = l.blocks[l.block];
+      const uint8_t* p = b.data() + l.offset;
+      l.read_index += unzigzag(get(p));
+      uint32_t slot;
+      if (free_slots.empty()) {
+        slot = static_cast<uint32_t>(live.size());
+        live.emplace_back();
+      } else {
+        slot = free_slots.back();
+        free_slots.pop_back();
+      }
+      Live& m = live[slot];
+      m = Live{};
+      m.index = l.read_index;
+      m.key.src = static_cast<uint32_t>(get(p));
+      m.key.dst = static_cast<uint32_t>(get(p));
+      m.key.stage = static_cast<uint32_t>(li - lane_base[st.dev_proc[m.key.src]]);
+      m.key.round = l.round;
+      m.bytes = static_cast<int64_t>(get(p));
+      m.flow.remaining = static_cast<double>(m.bytes);
+      m.flow.links = st.flow_links(m.key.src, m.key.dst);
+      const uint64_t na = get(p);
+      for (uint64_t a = 0; a < na; ++a) {
+        Key k;
+        k.src = static_cast<uint32_t>(get(p));
+        k.dst = static_cast<uint32_t>(get(p));
+        k.stage = static_cast<uint32_t>(get(p));
+        k.round = static_cast<uint32_t>(get(p));
+        if (done(k)) continue;
+        auto& w = waiters[k];
+        if (std::find(w.begin(), w.end(), slot) != w.end()) continue;
+        w.push_back(slot);
+        ++m.deps_left;
+      }
+      l.offset = static_cast<size_t>(p - b.data());
+      m.lane[0] = li;
+      m.lane[1] = lane_id(st.dev_proc[m.key.dst], m.key.stage);
+      m.need = m.lane[0] == m.lane[1] ? 1 : 2;
+      m.target = st.dep_targets.count(m.key) > 0;
+      if (m.target) live_by_key.emplace(m.key, slot);
+      m.ready = 1;
+      if (m.need == 2) {
+        Lane& r = *lanes[m.lane[1]];
+        if (r.round == l.round)
+          m.ready = 2;
+        else
+          r.waiting[l.round].push_back(slot);
+      }
+      maybe_ready(slot);
+    }
+    auto w = l.waiting.find(l.round);
+    if (w != l.waiting.end()) {
+      for (uint32_t slot : w->second) {
+        ++live[slot].ready;
+        maybe_ready(slot);
+      }
+      l.waiting.erase(w);
+    }
+  };
+
+  std::vector<uint32_t> active;  // live slots
+  std::vector<double> saturated(nl, 0);
+  std::vector<uint32_t> bottlenecks;
+  sim::MaxMin maxmin(nl);
+  int64_t events = 0;
+  SimResult r;
+  r.messages = st.messages;
+  r.bytes = st.bytes;
+  int64_t completed = 0;
+
+  auto complete = [&](uint32_t slot) {
+    Live& m = live[slot];
+    ++completed;
+    SimStage& s = stages[m.key.stage];
+    s.end_seconds = std::max(s.end_seconds, now);
+    ++s.messages;
+    s.bytes += m.bytes;
+    for (int k = 0; k < m.need; ++k)
+      if (--lanes[m.lane[k]]->left == 0) finished.push_back(m.lane[k]);
+    if (m.target) {
+      live_by_key.erase(m.key);
+      auto w = waiters.find(m.key);
+      if (w != waiters.end()) {
+        for (uint32_t d : w->second) {
+          --live[d].deps_left;
+          maybe_ready(d);
+        }
+        waiters.erase(w);
+      }
+    }
+    free_slots.push_back(slot);
+  };
+  auto start_due = [&] {
+    while (!starts.empty() && std::get<0>(starts.top()) <= now) {
+      const uint32_t slot = std::get<2>(starts.top());
+      starts.pop();
+      if (live[slot].bytes == 0)
+        complete(slot);
+      else
+        active.push_back(slot);
+    }
+  };
+
+  for (uint32_t li = 0; li < lanes.size(); ++li) enter(li);
+  // Flows started this event: slots are reused, so order by message index.
+  auto by_index = [&](uint32_t a, uint32_t b) { return live[a].index < live[b].index; };
+  while (!starts.empty() || !active.empty()) {
+    double t_done = std::numeric_limits<double>::infinity();
+    for (uint32_t m : active) {
+      const Flow& f = live[m].flow;
+      if (f.rate > 0) t_done = std::min(t_done, now + f.remaining / f.rate);
+    }
+    const double t_start =
+        starts.empty() ? std::numeric_limits<double>::infinity() : std::get<0>(starts.top());
+    const double t_next = std::min(t_done, t_start);
+    if (!std::isfinite(t_next))
+      fail(ErrorCode::kInternal, "simulate: active flows with no rate and nothing to start");
+    const double dt = t_next - now;
+    for (uint32_t l : bottlenecks) saturated[l] += dt;
+    for (uint32_t m : active) live[m].flow.remaining -= live[m].flow.rate * dt;
+    now = t_next;
+    size_t kept = 0;
+    for (uint32_t m : active) {
+      const Flow& f = live[m].flow;
+      const double slack = 1e-6 * static_cast<double>(std::max<int64_t>(live[m].bytes, 1));
+      if (f.remaining <= slack)
+        complete(m);
+      else
+        active[kept++] = m;
+    }
+    active.resize(kept);
+    start_due();
+    while (!finished.empty()) {
+      std::vector<uint32_t> batch;
+      batch.swap(finished);
+      std::sort(batch.begin(), batch.end());
+      for (uint32_t li : batch) enter(li);
+      start_due();
+    }
+    std::sort(active.begin(), active.end(), by_index);
+    ++events;
+    maxmin.allocate(
+        st.links.cap, active.size(), [&](size_t a) -> Flow& { return live[active[a]].flow; },
+        bottlenecks);
+  }
+  if (completed != st.messages)
+    fail(ErrorCode::kInvalidArgument, "messages",
+         std::to_string(st.messages - completed) +
+             " message(s) never start: their dependencies (after) and rounds wait on each other");
+  r.seconds = now;
+  r.events = events;
+  for (auto& [k, s] : stages) r.per_stage.push_back(s);
+  for (size_t l = 0; l < nl; ++l)
+    if (saturated[l] > r.binding_saturated_seconds) {
+      r.binding_saturated_seconds = saturated[l];
+      r.binding = st.links.info[l];
+    }
+  return r;
+}
+
+}  // namespace
+
+int64_t sim_stream_memory_estimate(const PlanStats& stats) {
+  const int64_t m = std::max<int64_t>(stats.messages, 0);
+  const int64_t per_round = m / std::max<int64_t>(stats.rounds, 1) + 1;
+  const double need = static_cast<double>(m) * kSimStreamBytesPerMessage +
+                      static_cast<double>(per_round) * kSimLiveBytesPerMessage;
+  return need >= 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(need);
+}
+
+namespace {
+
+int64_t add_sat(int64_t a, int64_t b) {
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+}
+
+struct Estimated {};  // stops plan_each_part after the statistics
+
+// simulate_plan, or (`estimate` not null) only its memory estimate.
+SimResult stream_plan(const PlanInput& input, const ClusterTopology& cluster,
+                      const SimPlanOptions& options, int64_t* estimate) {
+  validate(cluster);
+  if (options.max_bytes < kUnlimitedPlanBytes)
+    fail(ErrorCode::kInvalidArgument, "max_bytes",
+         "must be >= 0 or kUnlimitedPlanBytes (-1), got " + std::to_string(options.max_bytes));
+  Store st;
+  PlanRequest req{PlanScope::kAll, 0, true};
+  req.threads = options.threads;
+  req.max_stats_pieces = options.max_stats_pieces;
+  // The parts' estimate is wanted even without a limit.
+  req.max_plan_bytes = 0;
+  req.progress = options.parts_planned;
+  planning::PartSink sink;
+  sink.stats = [&](const Plan& plan, int64_t batch_bytes) {
+    const PlanStats& s = plan.stats();
+    const int64_t records = sim_stream_memory_estimate(s);
+    const int64_t need = add_sat(records, batch_bytes);
+    if (estimate) {
+      *estimate = need;
+      throw Estimated{};
+    }
+    if (options.max_bytes != kUnlimitedPlanBytes) {
+      const int64_t limit = options.max_bytes == 0 ? default_max_plan_bytes() : options.max_bytes;
+      if (need > limit)
+        fail(ErrorCode::kResourceExhausted, "max_bytes",
+             "simulating the plan's " + std::to_string(s.messages) + " messages in " +
+                 std::to_string(s.rounds) + " rounds needs about " + std::to_string(need) +
+                 " bytes of memory (" + std::to_string(records) +
+                 " for the messages' records and " + "the flows of a round, " +
+                 std::to_string(batch_bytes) + " to plan one batch of parts), above the limit of " +
+                 std::to_string(limit) + " bytes" +
+                 (options.max_bytes == 0 ? " (the default, half the memory available)" : ""));
+    }
+    st.init(input.topology, cluster, plan.processes());
+  };
+  int64_t parts = 0;
+  sink.each = [&](const Plan& plan) {
+    for (const auto& [p, part] : plan.parts()) st.add_part(plan, part);
+#if defined(__GLIBC__)
+    // The parts' freed buffers lie between the records' blocks: hand their
+    // pages back now and then, or the peak is the records plus every part.
+    if (++parts % 16 == 0) malloc_trim(0);
+#else
+    (void)parts;
+#endif
+  };
+  const auto t0 = WaitClock::now();
+  try {
+    planning::plan_each_part(input, req, sink);
+  } catch (const Estimated&) {
+    return {};
+  }
+  const double planned = seconds_since(t0);
+  SimResult r = run(st);
+  r.plan_seconds = planned;
+  return r;
+}
+
+}  // namespace
+
+SimResult simulate_plan(const PlanInput& input, const ClusterTopology& cluster,
+                        const SimPlanOptions& options) {
+  return stream_plan(input, cluster, options, nullptr);
+}
+
+int64_t simulate_plan_memory(const PlanInput& input, const ClusterTopology& cluster,
+                             const SimPlanOptions& options) {
+  int64_t need = 0;
+  stream_plan(input, cluster, options, &need);
+  return need;
+}
+
+SimResult simulate_plan(const Plan& plan, const ClusterTopology& cluster) {
+  validate(cluster);
+  Store st;
+  st.init(plan.topology(), cluster, plan.processes());
+  for (const auto& [p, part] : plan.parts()) st.add_part(plan, part);
+  return run(st);
+}
+
+}  // namespace reshard
