@@ -71,6 +71,12 @@ class Ctx:
         return e
 
 
+
+def bound_term(b):
+    """The binding term of a simulated bound: a device or host by id, or
+    every device ("devices") or host ("hosts") together (id -1)."""
+    return b["kind"] if b["id"] < 0 else f"{b['kind']} {b['id']}"
+
 def run(ctx, argv, timeout=1800):
     """Runs argv from the repository root; returns stdout (stderr on failure)."""
     p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=ctx.env(),
@@ -172,7 +178,7 @@ def t_weight_sync(ctx, names="dsv3_m2n,dsv3_nemorl,kimi_k2,kimi_k2_fp8,qwen3_m2n
         b = d["lower_bound"]
         rows.append([n, d["gpus"], d["topology_file"], f"{d['predicted_seconds']:.3f}",
                      f"{d['lower_bound_seconds']:.3f}", f"{d['ratio']:.2f}", *cells,
-                     f"{b['kind']} {b['id']}", f"{d['messages']:,}"])
+                     bound_term(b), f"{d['messages']:,}"])
         pub.append(f"- {n}: {d['published']}")
     shutil.rmtree(out, ignore_errors=True)
     shown = ctx.show(ctx.reshard)
@@ -301,7 +307,7 @@ def t_simulate(ctx):
         rows.append([f"`{f[:-5]}`", f"{d['messages']:,}", f"{d['predicted_seconds'] * 1e3:.3f}",
                      f"{d['lower_bound_seconds'] * 1e3:.3f}", f"{d['ratio']:.2f}",
                      *[f"{d['peers'][p]['predicted_seconds'] * 1e3:.3f}" for p in peers],
-                     f"{b['kind']} {b['id']}"])
+                     bound_term(b)])
     body = table(["spec (`bench/specs/`)", "messages", "ours (ms)", "bound (ms)", "ours / bound",
                   *[f"{p} (ms)" for p in peers], "bound term"],
                  rows, ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---"])

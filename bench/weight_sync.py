@@ -68,6 +68,12 @@ CASES = {
 PEERS = ["rank0_broadcast", "direct_p2p", "layered"]
 
 
+
+def bound_term(b):
+    """The binding term of a simulated bound: a device or host by id, or
+    every device ("devices") or host ("hosts") together (id -1)."""
+    return b["kind"] if b["id"] < 0 else f"{b['kind']} {b['id']}"
+
 def render(rows, peers):
     print("| case | GPUs (train + inference) | topology | ours (s) | bound (s) | ratio | "
           + " | ".join(f"{p} (s)" for p in peers) + " | bound term | our binding link |")
@@ -76,7 +82,7 @@ def render(rows, peers):
         cells = " | ".join(f"{d['peers'][p]['predicted_seconds']:.3f}" for p in peers)
         bnd, link = d["lower_bound"], d["binding"]
         print(f"| {d['case']} | {d['gpus']} | {d['topology_file']} | {d['predicted_seconds']:.3f} | "
-              f"{d['lower_bound_seconds']:.3f} | {d['ratio']:.2f} | {cells} | {bnd['kind']} {bnd['id']} | "
+              f"{d['lower_bound_seconds']:.3f} | {d['ratio']:.2f} | {cells} | {bound_term(bnd)} | "
               f"{link.get('link', '')} host {link.get('host', '')} |")
     print("\nLayouts:")
     for d in rows:
