@@ -105,8 +105,20 @@ func (rcv *Tensor) Dst(obj *Layout) *Layout {
 	return nil
 }
 
+func (rcv *Tensor) DstDtype() DType {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(14))
+	if o != 0 {
+		return DType(rcv._tab.GetInt32(o + rcv._tab.Pos))
+	}
+	return 0
+}
+
+func (rcv *Tensor) MutateDstDtype(n DType) bool {
+	return rcv._tab.MutateInt32Slot(14, int32(n))
+}
+
 func TensorStart(builder *flatbuffers.Builder) {
-	builder.StartObject(5)
+	builder.StartObject(6)
 }
 func TensorAddName(builder *flatbuffers.Builder, name flatbuffers.UOffsetT) {
 	builder.PrependUOffsetTSlot(0, flatbuffers.UOffsetT(name), 0)
@@ -125,6 +137,9 @@ func TensorAddSrc(builder *flatbuffers.Builder, src flatbuffers.UOffsetT) {
 }
 func TensorAddDst(builder *flatbuffers.Builder, dst flatbuffers.UOffsetT) {
 	builder.PrependUOffsetTSlot(4, flatbuffers.UOffsetT(dst), 0)
+}
+func TensorAddDstDtype(builder *flatbuffers.Builder, dstDtype DType) {
+	builder.PrependInt32Slot(5, int32(dstDtype), 0)
 }
 func TensorEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

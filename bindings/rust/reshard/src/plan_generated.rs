@@ -1232,6 +1232,7 @@ impl<'a> Tensor<'a> {
   pub const VT_DTYPE: flatbuffers::VOffsetT = 8;
   pub const VT_SRC: flatbuffers::VOffsetT = 10;
   pub const VT_DST: flatbuffers::VOffsetT = 12;
+  pub const VT_DST_DTYPE: flatbuffers::VOffsetT = 14;
 
   #[inline]
   pub fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
@@ -1243,6 +1244,7 @@ impl<'a> Tensor<'a> {
     args: &'args TensorArgs<'args>
   ) -> flatbuffers::WIPOffset<Tensor<'bldr>> {
     let mut builder = TensorBuilder::new(_fbb);
+    builder.add_dst_dtype(args.dst_dtype);
     if let Some(x) = args.dst { builder.add_dst(x); }
     if let Some(x) = args.src { builder.add_src(x); }
     builder.add_dtype(args.dtype);
@@ -1272,6 +1274,10 @@ impl<'a> Tensor<'a> {
   pub fn dst(&self) -> Option<Layout<'a>> {
     self._tab.get::<flatbuffers::ForwardsUOffset<Layout>>(Tensor::VT_DST, None)
   }
+  #[inline]
+  pub fn dst_dtype(&self) -> DType {
+    self._tab.get::<DType>(Tensor::VT_DST_DTYPE, Some(DType::Invalid)).unwrap()
+  }
 }
 
 impl flatbuffers::Verifiable for Tensor<'_> {
@@ -1286,6 +1292,7 @@ impl flatbuffers::Verifiable for Tensor<'_> {
      .visit_field::<DType>("dtype", Self::VT_DTYPE, false)?
      .visit_field::<flatbuffers::ForwardsUOffset<Layout>>("src", Self::VT_SRC, false)?
      .visit_field::<flatbuffers::ForwardsUOffset<Layout>>("dst", Self::VT_DST, false)?
+     .visit_field::<DType>("dst_dtype", Self::VT_DST_DTYPE, false)?
      .finish();
     Ok(())
   }
@@ -1296,6 +1303,7 @@ pub struct TensorArgs<'a> {
     pub dtype: DType,
     pub src: Option<flatbuffers::WIPOffset<Layout<'a>>>,
     pub dst: Option<flatbuffers::WIPOffset<Layout<'a>>>,
+    pub dst_dtype: DType,
 }
 impl<'a> Default for TensorArgs<'a> {
   #[inline]
@@ -1306,6 +1314,7 @@ impl<'a> Default for TensorArgs<'a> {
       dtype: DType::F32,
       src: None,
       dst: None,
+      dst_dtype: DType::Invalid,
     }
   }
 }
@@ -1336,6 +1345,10 @@ impl<'a: 'b, 'b> TensorBuilder<'a, 'b> {
     self.fbb_.push_slot_always::<flatbuffers::WIPOffset<Layout>>(Tensor::VT_DST, dst);
   }
   #[inline]
+  pub fn add_dst_dtype(&mut self, dst_dtype: DType) {
+    self.fbb_.push_slot::<DType>(Tensor::VT_DST_DTYPE, dst_dtype, DType::Invalid);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> TensorBuilder<'a, 'b> {
     let start = _fbb.start_table();
     TensorBuilder {
@@ -1358,6 +1371,7 @@ impl core::fmt::Debug for Tensor<'_> {
       ds.field("dtype", &self.dtype());
       ds.field("src", &self.src());
       ds.field("dst", &self.dst());
+      ds.field("dst_dtype", &self.dst_dtype());
       ds.finish()
   }
 }
