@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "layout_helpers.h"
+#include "relay_fleets.h"
 #include "reshard/plan.h"
 #include "reshard/simulate.h"
 #include "reshard/spec.h"
@@ -15,30 +16,13 @@ namespace reshard {
 namespace {
 
 using testing::mesh;
+using testing::named;
+using testing::one_tensor;
 
-// hosts[i] is the host of device i (and its process).
+// One f32 tensor; hosts[i] is the host of device i (and its process).
 PlanInput psum(std::vector<int64_t> shape, const NamedSharding& src, const NamedSharding& dst,
                const std::vector<int32_t>& hosts) {
-  PlanInput in;
-  TensorSpec t;
-  t.name = "g";
-  t.shape = shape;
-  t.dtype = DType::kF32;
-  t.src = Layout::from_named(src, shape, "src");
-  t.dst = Layout::from_named(dst, shape, "dst");
-  in.tensors.push_back(std::move(t));
-  for (size_t d = 0; d < hosts.size(); ++d)
-    in.topology.add({static_cast<int64_t>(d), static_cast<int32_t>(d), hosts[d], 0});
-  return in;
-}
-
-NamedSharding named(std::shared_ptr<Mesh> m, std::vector<std::vector<std::string>> dims,
-                    std::vector<std::string> partial = {}) {
-  NamedSharding s;
-  s.mesh = std::move(m);
-  s.dims = std::move(dims);
-  s.partial_axes = std::move(partial);
-  return s;
+  return one_tensor(std::move(shape), DType::kF32, src, dst, hosts);
 }
 
 std::vector<int32_t> own_hosts(int32_t n) {

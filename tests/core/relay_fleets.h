@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "layout_helpers.h"
+#include "plan/enumerate.h"
 #include "random_cases.h"
 #include "reshard/engine.h"
 #include "reshard/exec.h"
