@@ -367,26 +367,8 @@ TEST(Cast, RelaySpecsAcrossProcessesMeetTheReferenceCast) {
       in.tensors[t].dst_dtype = to[(i + t) % 4];
     }
     in.options.staging_budget_bytes = i % 2 == 0 ? 0 : 8192;
-    const Plan full = make_plan(in);
-    staged += full.stats().stages > 1;
-    int32_t n = 0;
-    for (int32_t p : full.processes()) n = std::max(n, p + 1);
-    thread_transport::Hub hub(n, 5 + i, 20);
-    OracleBuffers buffers = fill_sources(full);
-    const std::vector<TensorBuffers> views = buffers.views();
-    std::vector<ExecuteStats> stats;
-    ExecuteOptions options;
-    options.timeout_seconds = 60;
-    const std::string error = thread_transport::run_ranks(
-        hub, i % 3 == 0,
-        [&](Engine& engine, int32_t r) {
-          const Plan part = make_plan(in, PlanRequest{PlanScope::kProcess, r, false});
-          return engine.execute(part, r, views, options);
-        },
-        stats, i % 2 == 1);
-    ASSERT_EQ(error, "");
-    const OracleReport report = check_destinations(full, buffers);
-    EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+    staged += make_plan(in, {PlanScope::kGlobal}).stats().stages > 1;
+    EXPECT_EQ(thread_transport::execute_parts_and_check(in, 5 + i, i % 3 == 0, i % 2 == 1), "");
   }
   EXPECT_GE(staged, 8);
 }

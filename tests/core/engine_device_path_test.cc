@@ -186,25 +186,9 @@ TEST(EngineDevicePath, StagedSpecsAcrossRanksMeetTheOracle) {
       SCOPED_TRACE(f.filename().string() + " budget " + std::to_string(budget));
       PlanInput in = load_spec(f.string()).input;
       in.options.staging_budget_bytes = budget;
-      const Plan full = make_plan(in);
-      int32_t n = 0;
-      for (int32_t p : full.processes()) n = std::max(n, p + 1);
-      thread_transport::Hub hub(n, 11 + static_cast<uint64_t>(plans), 20);
-      OracleBuffers buffers = fill_sources(full);
-      const std::vector<TensorBuffers> views = buffers.views();
-      std::vector<ExecuteStats> stats;
-      ExecuteOptions options;
-      options.timeout_seconds = 60;
-      const std::string error = thread_transport::run_ranks(
-          hub, false,
-          [&](Engine& engine, int32_t r) {
-            const Plan part = make_plan(in, PlanRequest{PlanScope::kProcess, r, false});
-            return engine.execute(part, r, views, options);
-          },
-          stats, true);
-      ASSERT_EQ(error, "");
-      const OracleReport report = check_destinations(full, buffers);
-      EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+      EXPECT_EQ(thread_transport::execute_parts_and_check(in, 11 + static_cast<uint64_t>(plans),
+                                                          false, true),
+                "");
       ++plans;
     }
   }

@@ -24,6 +24,8 @@
 #include "core/copy_op_host.h"
 #include "reshard/box_copy.h"
 #include "reshard/engine.h"
+#include "reshard/oracle.h"
+#include "reshard/plan.h"
 #include "reshard/transport.h"
 
 namespace reshard::thread_transport {
@@ -280,6 +282,34 @@ inline std::string run_ranks(Hub& hub, bool gather,
     if (!e.empty()) error += e + "; ";
   }
   return error + hub.error;
+}
+
+// `in` planned whole and by each rank for its own part, the parts executed
+// across ranks of a Hub (seed, `gather`, `device_path` as above), and every
+// destination checked against the oracle. Returns the ranks' errors (as
+// run_ranks) or, when they all finished, the oracle's mismatches; empty
+// when every element is right.
+inline std::string execute_parts_and_check(const PlanInput& in, uint64_t seed, bool gather,
+                                           bool device_path) {
+  const Plan full = make_plan(in);
+  int32_t n = 0;
+  for (int32_t p : full.processes()) n = std::max(n, p + 1);
+  Hub hub(n, seed, 20);
+  OracleBuffers buffers = fill_sources(full);
+  const std::vector<TensorBuffers> views = buffers.views();
+  std::vector<ExecuteStats> stats;
+  ExecuteOptions options;
+  options.timeout_seconds = 60;
+  const std::string error = run_ranks(
+      hub, gather,
+      [&](Engine& engine, int32_t r) {
+        const Plan part = make_plan(in, PlanRequest{PlanScope::kProcess, r, false});
+        return engine.execute(part, r, views, options);
+      },
+      stats, device_path);
+  if (!error.empty()) return error;
+  const OracleReport report = check_destinations(full, buffers);
+  return report.ok() ? "" : std::to_string(report.mismatches) + " mismatches";
 }
 
 }  // namespace reshard::thread_transport

@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <queue>
 #include <utility>
 #include <vector>
 
+#include "reshard/error.h"
 #include "reshard/simulate.h"
 
 namespace reshard::sim {
@@ -109,5 +112,44 @@ class MaxMin {
   std::vector<std::vector<uint32_t>> on_link_;
   std::vector<uint8_t> frozen_;
 };
+
+// One step of an event loop: the next event is a start at `t_start` or the
+// first completion at the flows' current rates (flow_of(m): message m's
+// Flow). Advances every active flow to it, charges the interval to the
+// saturated links, and calls complete(m) for each flow at its end or within
+// a millionth of its bytes (bytes_of(m)) of it: equal-sized flows that
+// differ by a byte of a remainder, or by rounding, complete in one event,
+// not one each. Keeps the rest in `active`, in order. `now` becomes the
+// event's time before the first complete(m).
+template <class FlowOf, class BytesOf, class Complete>
+void advance_to_next_event(double& now, double t_start, std::vector<uint32_t>& active,
+                           const std::vector<uint32_t>& bottlenecks, std::vector<double>& saturated,
+                           FlowOf&& flow_of, BytesOf&& bytes_of, Complete&& complete) {
+  double t_done = std::numeric_limits<double>::infinity();
+  for (uint32_t m : active) {
+    const Flow& f = flow_of(m);
+    if (f.rate > 0) t_done = std::min(t_done, now + f.remaining / f.rate);
+  }
+  const double t_next = std::min(t_done, t_start);
+  if (!std::isfinite(t_next))
+    fail(ErrorCode::kInternal, "simulate: active flows with no rate and nothing to start");
+  const double dt = t_next - now;
+  for (uint32_t l : bottlenecks) saturated[l] += dt;
+  for (uint32_t m : active) {
+    Flow& f = flow_of(m);
+    f.remaining -= f.rate * dt;
+  }
+  now = t_next;
+  size_t kept = 0;
+  for (uint32_t m : active) {
+    const Flow& f = flow_of(m);
+    const double slack = 1e-6 * static_cast<double>(std::max<int64_t>(bytes_of(m), 1));
+    if (f.remaining <= slack)
+      complete(m);
+    else
+      active[kept++] = m;
+  }
+  active.resize(kept);
+}
 
 }  // namespace reshard::sim

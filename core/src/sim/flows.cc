@@ -16,6 +16,7 @@
 
 namespace reshard {
 
+using sim::advance_to_next_event;
 using sim::Flow;
 using sim::kNoLink;
 using sim::Links;
@@ -199,34 +200,11 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
 
   for (uint32_t li = 0; li < lanes.size(); ++li) enter(li);
   while (!starts.empty() || !active.empty()) {
-    // The next event: a start, or the first completion at current rates.
-    double t_done = std::numeric_limits<double>::infinity();
-    for (uint32_t m : active) {
-      const Flow& f = flows[m];
-      if (f.rate > 0) t_done = std::min(t_done, now + f.remaining / f.rate);
-    }
     const double t_start =
         starts.empty() ? std::numeric_limits<double>::infinity() : starts.top().first;
-    const double t_next = std::min(t_done, t_start);
-    if (!std::isfinite(t_next))
-      fail(ErrorCode::kInternal, "simulate: active flows with no rate and nothing to start");
-    const double dt = t_next - now;
-    for (uint32_t l : bottlenecks) saturated[l] += dt;
-    for (uint32_t m : active) flows[m].remaining -= flows[m].rate * dt;
-    now = t_next;
-    // Completions: flows at their end, or within a millionth of their bytes
-    // of it (equal-sized flows that differ by a byte of a remainder, or by
-    // rounding, then complete in one event, not one each).
-    size_t kept = 0;
-    for (uint32_t m : active) {
-      const Flow& f = flows[m];
-      const double slack = 1e-6 * static_cast<double>(std::max<int64_t>(messages[m].bytes, 1));
-      if (f.remaining <= slack)
-        complete(m);
-      else
-        active[kept++] = m;
-    }
-    active.resize(kept);
+    advance_to_next_event(
+        now, t_start, active, bottlenecks, saturated, [&](uint32_t m) -> Flow& { return flows[m]; },
+        [&](uint32_t m) { return messages[m].bytes; }, complete);
     start_due();
     // Lanes whose round completed move on; entering may start messages
     // (after α) or complete zero-byte ones, which may finish rounds again.

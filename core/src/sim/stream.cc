@@ -28,6 +28,7 @@
 namespace reshard {
 namespace {
 
+using sim::advance_to_next_event;
 using sim::Flow;
 using sim::kNoLink;
 
@@ -452,30 +453,12 @@ SimResult run(Store& st) {
   // Flows started this event: slots are reused, so order by message index.
   auto by_index = [&](uint32_t a, uint32_t b) { return live[a].index < live[b].index; };
   while (!starts.empty() || !active.empty()) {
-    double t_done = std::numeric_limits<double>::infinity();
-    for (uint32_t m : active) {
-      const Flow& f = live[m].flow;
-      if (f.rate > 0) t_done = std::min(t_done, now + f.remaining / f.rate);
-    }
     const double t_start =
         starts.empty() ? std::numeric_limits<double>::infinity() : std::get<0>(starts.top());
-    const double t_next = std::min(t_done, t_start);
-    if (!std::isfinite(t_next))
-      fail(ErrorCode::kInternal, "simulate: active flows with no rate and nothing to start");
-    const double dt = t_next - now;
-    for (uint32_t l : bottlenecks) saturated[l] += dt;
-    for (uint32_t m : active) live[m].flow.remaining -= live[m].flow.rate * dt;
-    now = t_next;
-    size_t kept = 0;
-    for (uint32_t m : active) {
-      const Flow& f = live[m].flow;
-      const double slack = 1e-6 * static_cast<double>(std::max<int64_t>(live[m].bytes, 1));
-      if (f.remaining <= slack)
-        complete(m);
-      else
-        active[kept++] = m;
-    }
-    active.resize(kept);
+    advance_to_next_event(
+        now, t_start, active, bottlenecks, saturated,
+        [&](uint32_t m) -> Flow& { return live[m].flow; },
+        [&](uint32_t m) { return live[m].bytes; }, complete);
     start_due();
     while (!finished.empty()) {
       std::vector<uint32_t> batch;
