@@ -122,8 +122,11 @@ namespace {
 // rounds), and the routes' local choices, Enumerator::cross_slower,
 // gather_fanout and one_part, on the same model); 24: plans of several
 // stages are cut into rounds for pipelining, with or without a staging
-// budget (plan/rounds.h, RoundRule), and the estimate counts those rounds).
-constexpr uint64_t kPlannerVersion = 25;
+// budget (plan/rounds.h, RoundRule), and the estimate counts those rounds;
+// 26: relays inside hosts from a replicated tiled source whose cover of a
+// cell does not come in a multiple of the host's entries start their
+// leaders' blocks at a rotation per group of like tensors, Route::lead_rot).
+constexpr uint64_t kPlannerVersion = 26;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
