@@ -873,6 +873,7 @@ Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
   int64_t parts_done = 0;
   const std::vector<uint32_t> ranks =
       rule.pipeline.empty() ? std::vector<uint32_t>{} : planning::pipeline_ranks(input.tensors);
+  if (!rule.pipeline.empty()) rule.bins = planning::pipeline_bins(input.tensors, rule.k);
   auto make_part = [&](int32_t p, int part_threads) {
     BuiltPart built = build_part(ctx, p, input.options, rule.cuts(), part_threads);
     if (!rule.pipeline.empty())
