@@ -79,8 +79,14 @@ struct Streams {
   // rounds its tensors span (count 0: not pipelined), its rounds in all.
   std::vector<uint32_t> start, span;
   std::vector<int64_t> all;
+  // Keyed segments (cut at their tensors' rounds): the cut positions (by
+  // first_bound) and each round's number (from first_bound[i] + i).
+  std::vector<uint8_t> keyed;
+  std::vector<int64_t> cut_at;
+  std::vector<uint32_t> label;
   // The round of local round `local` of segment i of a stream of stage `stage`.
   uint32_t round_of(size_t i, uint32_t stage, int64_t local) const {
+    if (keyed[i]) return label[first_bound[i] + i + static_cast<size_t>(local)];
     const int64_t l = offset[i] + local, n = all[i], r = span[i], lo = start[i];
     if (r <= 0) return static_cast<uint32_t>(l);
     if (n > r) return static_cast<uint32_t>(lo + l);
@@ -97,12 +103,14 @@ bool same_stream(const Message& a, const Message& b) {
 }
 
 Streams size_streams(const std::vector<Message>& msgs, const std::vector<Piece>& pieces,
+                     std::span<const int64_t> pbytes, const std::vector<TensorSpec>& tensors,
                      const RoundRule& rule,
                      const std::function<DeviceLoad(int64_t, uint32_t)>& load) {
   const size_t n = msgs.size();
   Streams s{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int64_t>(n),
             std::vector<uint32_t>(n, 0), std::vector<uint32_t>(n, 0),
-            std::vector<int64_t>(n, 0), std::vector<size_t>(n + 1, 0)};
+            std::vector<int64_t>(n, 0), std::vector<uint8_t>(n, 0), {}, {},
+            std::vector<size_t>(n + 1, 0)};
   for (size_t a = 0; a < n;) {
     // The stream's segments [a, b) share the chunk of its whole bytes.
     size_t b = a + 1;
@@ -127,6 +135,56 @@ Streams size_streams(const std::vector<Message>& msgs, const std::vector<Piece>&
                            bytes, int64_t{hi} - lo + 1)
               : rule.chunk(m.stage, load(m.src_device, m.stage), load(m.dst_device, m.stage),
                            bytes);
+    if (piped && b == a + 1) {
+      // Keyed: a cut where the next piece's tensor starts in a later round,
+      // and inside a piece whose tensor spans several rounds, evenly.
+      const size_t i = a;
+      std::vector<uint32_t> labels;
+      s.cut_at.resize(s.first_bound[i]);
+      const size_t cuts0 = s.cut_at.size();
+      uint32_t cur = 0;
+      int64_t pos = 0, last = 0;
+      for (uint64_t k = 0; k < msgs[i].num_pieces; ++k) {
+        const uint64_t j = msgs[i].first_piece + k;
+        const auto [f, l] = rule.bins[pieces[j].tensor];
+        if (k == 0) {
+          cur = f;
+          labels.push_back(f);
+        } else if (f > cur) {
+          s.cut_at.push_back(pos);
+          last = pos;
+          labels.push_back(f);
+          cur = f;
+        }
+        if (l > cur) {
+          const int64_t e = wire_size(tensors[pieces[j].tensor]);
+          const int64_t E = pbytes[j] / e, parts = int64_t{l} - cur + 1;
+          const uint32_t c0 = cur;
+          for (int64_t q = 1; q < parts; ++q) {
+            const int64_t x = pos + E * q / parts * e;
+            if (x > last && x < pos + pbytes[j]) {
+              s.cut_at.push_back(x);
+              last = x;
+              labels.push_back(c0 + static_cast<uint32_t>(q));
+            }
+          }
+          cur = l;
+        }
+        pos += pbytes[j];
+      }
+      s.keyed[i] = 1;
+      s.chunks[i] = 0;
+      s.rounds[i] = static_cast<int64_t>(s.cut_at.size() - cuts0) + (msgs[i].num_pieces > 0 ? 1 : 0);
+      if (msgs[i].num_pieces == 0) labels.clear();
+      s.label.resize(s.first_bound[i] + i);
+      s.label.insert(s.label.end(), labels.begin(), labels.end());
+      s.offset[i] = 0;
+      s.all[i] = s.rounds[i];
+      s.first_bound[i + 1] = s.first_bound[i] + static_cast<size_t>(std::max<int64_t>(s.rounds[i] - 1, 0));
+      s.label.resize(s.first_bound[i + 1] + i + 1);
+      a = b;
+      continue;
+    }
     int64_t offset = 0;
     for (size_t i = a; i < b; ++i) {
       s.start[i] = lo;
@@ -146,6 +204,8 @@ Streams size_streams(const std::vector<Message>& msgs, const std::vector<Piece>&
     }
     a = b;
   }
+  s.cut_at.resize(s.first_bound[n]);
+  s.label.resize(s.first_bound[n] + n);
   return s;
 }
 
@@ -212,7 +272,8 @@ void find_cuts(const std::vector<Message>& msgs, const std::vector<Piece>& piece
     Bound* prev = nullptr;
     int64_t e = 1;
     for (int64_t k = 1; k < rounds[mi]; ++k, ++bound) {
-      const int64_t x = k * chunk;
+      const int64_t x = streams.keyed[mi] ? streams.cut_at[first_bound[mi] + static_cast<size_t>(k) - 1]
+                                          : k * chunk;
       while (o + bytes[j] <= x) o += bytes[j++];
       if (o > x - window) {  // 1. a piece boundary in the window
         *bound = {j, 0, o, 0, 0, 0, 0};
@@ -530,8 +591,8 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
   if (!rule.cuts()) return;
   if (send_bytes.size() != part.send_pieces.size() || recv_bytes.size() != part.recv_pieces.size())
     fail(ErrorCode::kInternal, "split_rounds: piece sizes do not match the pieces");
-  const Streams sends = size_streams(part.sends, part.send_pieces, rule, load);
-  const Streams recvs = size_streams(part.recvs, part.recv_pieces, rule, load);
+  const Streams sends = size_streams(part.sends, part.send_pieces, send_bytes, tensors, rule, load);
+  const Streams recvs = size_streams(part.recvs, part.recv_pieces, recv_bytes, tensors, rule, load);
   std::vector<Bound> send_bounds(sends.first_bound.back()), recv_bounds(recvs.first_bound.back());
   // Most cuts split a piece in two one-box fragments.
   const size_t cuts = sends.first_bound.back() + recvs.first_bound.back();
