@@ -107,9 +107,15 @@ Streams size_streams(const std::vector<Message>& msgs, const std::vector<Piece>&
                      const RoundRule& rule,
                      const std::function<DeviceLoad(int64_t, uint32_t)>& load) {
   const size_t n = msgs.size();
-  Streams s{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int64_t>(n),
-            std::vector<uint32_t>(n, 0), std::vector<uint32_t>(n, 0),
-            std::vector<int64_t>(n, 0), std::vector<uint8_t>(n, 0), {}, {},
+  Streams s{std::vector<int64_t>(n),
+            std::vector<int64_t>(n),
+            std::vector<int64_t>(n),
+            std::vector<uint32_t>(n, 0),
+            std::vector<uint32_t>(n, 0),
+            std::vector<int64_t>(n, 0),
+            std::vector<uint8_t>(n, 0),
+            {},
+            {},
             std::vector<size_t>(n + 1, 0)};
   for (size_t a = 0; a < n;) {
     // The stream's segments [a, b) share the chunk of its whole bytes.
@@ -117,8 +123,8 @@ Streams size_streams(const std::vector<Message>& msgs, const std::vector<Piece>&
     int64_t bytes = msgs[a].bytes;
     while (b < n && same_stream(msgs[b], msgs[a])) bytes += msgs[b++].bytes;
     const Message& m = msgs[a];
-    const bool piped = !rule.bins.empty() && m.stage < rule.pipeline.size() &&
-                       rule.pipeline[m.stage] > 0;
+    const bool piped =
+        !rule.bins.empty() && m.stage < rule.pipeline.size() && rule.pipeline[m.stage] > 0;
     uint32_t lo = 0, hi = 0;
     if (piped) {
       lo = UINT32_MAX;
@@ -131,10 +137,10 @@ Streams size_streams(const std::vector<Message>& msgs, const std::vector<Piece>&
       if (lo > hi) lo = hi = 0;
     }
     const int64_t chunk =
-        piped ? rule.chunk(m.stage, load(m.src_device, m.stage), load(m.dst_device, m.stage),
-                           bytes, int64_t{hi} - lo + 1)
-              : rule.chunk(m.stage, load(m.src_device, m.stage), load(m.dst_device, m.stage),
-                           bytes);
+        piped
+            ? rule.chunk(m.stage, load(m.src_device, m.stage), load(m.dst_device, m.stage), bytes,
+                         int64_t{hi} - lo + 1)
+            : rule.chunk(m.stage, load(m.src_device, m.stage), load(m.dst_device, m.stage), bytes);
     if (piped && b == a + 1) {
       // Keyed: a cut where the next piece's tensor starts in a later round,
       // and inside a piece whose tensor spans several rounds, evenly.
@@ -144,10 +150,16 @@ Streams size_streams(const std::vector<Message>& msgs, const std::vector<Piece>&
       const size_t cuts0 = s.cut_at.size();
       uint32_t cur = 0;
       int64_t pos = 0, last = 0;
-      for (uint64_t k = 0; k < msgs[i].num_pieces; ++k) {
-        const uint64_t j = msgs[i].first_piece + k;
-        const auto [f, l] = rule.bins[pieces[j].tensor];
-        if (k == 0) {
+      // Runs of pieces of one tensor: a run spans its tensor's rounds
+      // [f, l] (from the current one on), cut evenly by bytes.
+      const uint64_t p0 = msgs[i].first_piece, np = msgs[i].num_pieces;
+      for (uint64_t k0 = 0; k0 < np;) {
+        const uint32_t t = pieces[p0 + k0].tensor;
+        uint64_t k1 = k0;
+        int64_t run = 0;
+        while (k1 < np && pieces[p0 + k1].tensor == t) run += pbytes[p0 + k1++];
+        const auto [f, l] = rule.bins[t];
+        if (k0 == 0) {
           cur = f;
           labels.push_back(f);
         } else if (f > cur) {
@@ -157,12 +169,17 @@ Streams size_streams(const std::vector<Message>& msgs, const std::vector<Piece>&
           cur = f;
         }
         if (l > cur) {
-          const int64_t e = wire_size(tensors[pieces[j].tensor]);
-          const int64_t E = pbytes[j] / e, parts = int64_t{l} - cur + 1;
+          const int64_t e = wire_size(tensors[t]);
+          const int64_t parts = int64_t{l} - cur + 1;
           const uint32_t c0 = cur;
+          uint64_t k = k0;
+          int64_t o = pos;  // offset of piece k
           for (int64_t q = 1; q < parts; ++q) {
-            const int64_t x = pos + E * q / parts * e;
-            if (x > last && x < pos + pbytes[j]) {
+            const int64_t target =
+                pos + static_cast<int64_t>(static_cast<__int128>(run) * q / parts);
+            while (k + 1 < k1 && o + pbytes[p0 + k] <= target) o += pbytes[p0 + k++];
+            const int64_t x = o + (target - o) / e * e;
+            if (x > last && x < pos + run) {
               s.cut_at.push_back(x);
               last = x;
               labels.push_back(c0 + static_cast<uint32_t>(q));
@@ -170,17 +187,20 @@ Streams size_streams(const std::vector<Message>& msgs, const std::vector<Piece>&
           }
           cur = l;
         }
-        pos += pbytes[j];
+        pos += run;
+        k0 = k1;
       }
       s.keyed[i] = 1;
       s.chunks[i] = 0;
-      s.rounds[i] = static_cast<int64_t>(s.cut_at.size() - cuts0) + (msgs[i].num_pieces > 0 ? 1 : 0);
+      s.rounds[i] =
+          static_cast<int64_t>(s.cut_at.size() - cuts0) + (msgs[i].num_pieces > 0 ? 1 : 0);
       if (msgs[i].num_pieces == 0) labels.clear();
       s.label.resize(s.first_bound[i] + i);
       s.label.insert(s.label.end(), labels.begin(), labels.end());
       s.offset[i] = 0;
       s.all[i] = s.rounds[i];
-      s.first_bound[i + 1] = s.first_bound[i] + static_cast<size_t>(std::max<int64_t>(s.rounds[i] - 1, 0));
+      s.first_bound[i + 1] =
+          s.first_bound[i] + static_cast<size_t>(std::max<int64_t>(s.rounds[i] - 1, 0));
       s.label.resize(s.first_bound[i + 1] + i + 1);
       a = b;
       continue;
@@ -272,8 +292,9 @@ void find_cuts(const std::vector<Message>& msgs, const std::vector<Piece>& piece
     Bound* prev = nullptr;
     int64_t e = 1;
     for (int64_t k = 1; k < rounds[mi]; ++k, ++bound) {
-      const int64_t x = streams.keyed[mi] ? streams.cut_at[first_bound[mi] + static_cast<size_t>(k) - 1]
-                                          : k * chunk;
+      const int64_t x = streams.keyed[mi]
+                            ? streams.cut_at[first_bound[mi] + static_cast<size_t>(k) - 1]
+                            : k * chunk;
       while (o + bytes[j] <= x) o += bytes[j++];
       if (o > x - window) {  // 1. a piece boundary in the window
         *bound = {j, 0, o, 0, 0, 0, 0};
