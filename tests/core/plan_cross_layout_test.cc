@@ -13,7 +13,6 @@
 #include "reshard/exec.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
-#include "reshard/spec.h"
 #include "test_scale.h"
 
 namespace reshard {
@@ -160,52 +159,6 @@ TEST(CrossLayout, TensorsSharingAGeometryKeepTheirOwnLayouts) {
   execute_host(both, views);
   const OracleReport report = check_destinations(both, buffers);
   EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
-}
-
-// Relays inside a host, by hand: a source replicated on host 0 (devices 0
-// and 1), a destination replicated on host 1 (devices 2 to 5), four bf16
-// tensors of 4 MiB in four shapes. Each is one region of one source cell,
-// too small to cut between the four entries (Enumerator::relay_cut), so one
-// entry leads it: takes it in across hosts and forwards it inside the host.
-// Every byte must enter host 1 once, over its four NICs: the bound of each
-// device's cross-host intake is 4 MiB. The blocks alone led every region
-// from the first entry (device 2 took in all 16 MiB, and the single-hop
-// guard sent half of them single-hop instead); the lead rotation of like
-// tensors (Route::lead_rot) gives these four shapes one entry each.
-TEST(CrossLayout, ReplicatedRegionsLeadFromEveryEntry) {
-  const Spec spec = parse_spec(R"({
-    "meshes": {
-      "src": {"axis_names": ["dp"], "shape": [2], "devices": [0, 1], "hosts": [0, 0]},
-      "dst": {"axis_names": ["dp"], "shape": [4], "devices": [2, 3, 4, 5], "hosts": [1, 1, 1, 1]}
-    },
-    "tensors": [
-      {"name": "a", "shape": [64, 32768], "dtype": "bf16",
-       "src": {"mesh": "src", "spec": []}, "dst": {"mesh": "dst", "spec": []}},
-      {"name": "b", "shape": [256, 8192], "dtype": "bf16",
-       "src": {"mesh": "src", "spec": []}, "dst": {"mesh": "dst", "spec": []}},
-      {"name": "c", "shape": [512, 4096], "dtype": "bf16",
-       "src": {"mesh": "src", "spec": []}, "dst": {"mesh": "dst", "spec": []}},
-      {"name": "d", "shape": [8192, 256], "dtype": "bf16",
-       "src": {"mesh": "src", "spec": []}, "dst": {"mesh": "dst", "spec": []}}
-    ],
-    "options": {"staging_budget_bytes": 0}
-  })");
-  const Plan plan = make_plan(spec.input);
-  std::map<int64_t, int64_t> intake;  // destination device: bytes from host 0
-  for (const auto& [p, part] : plan.parts())
-    for (const Message& m : part.sends)
-      if (m.src_device < 2) intake[m.dst_device] += m.bytes;
-  const int64_t bound = 4 * (int64_t{2} << 20) * 2 / 4;  // 4 tensors over 4 NICs
-  int64_t total = 0;
-  for (const auto& [d, bytes] : intake) {
-    total += bytes;
-    EXPECT_LE(static_cast<double>(bytes), 1.05 * static_cast<double>(bound)) << "device " << d;
-  }
-  EXPECT_EQ(total, 4 * bound);  // each byte crosses once
-  OracleBuffers buffers = fill_sources(plan);
-  const std::vector<TensorBuffers> views = buffers.views();
-  execute_host(plan, views, {1});
-  EXPECT_TRUE(check_destinations(plan, buffers).ok());
 }
 
 }  // namespace

@@ -122,11 +122,8 @@ namespace {
 // rounds), and the routes' local choices, Enumerator::cross_slower,
 // gather_fanout and one_part, on the same model); 24: plans of several
 // stages are cut into rounds for pipelining, with or without a staging
-// budget (plan/rounds.h, RoundRule), and the estimate counts those rounds;
-// 26: relays inside hosts from a replicated tiled source whose cover of a
-// cell does not come in a multiple of the host's entries start their
-// leaders' blocks at a rotation per group of like tensors, Route::lead_rot).
-constexpr uint64_t kPlannerVersion = 26;
+// budget (plan/rounds.h, RoundRule), and the estimate counts those rounds).
+constexpr uint64_t kPlannerVersion = 25;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -873,7 +870,6 @@ Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
   int64_t parts_done = 0;
   const std::vector<uint32_t> ranks =
       rule.pipeline.empty() ? std::vector<uint32_t>{} : planning::pipeline_ranks(input.tensors);
-  if (!rule.pipeline.empty()) rule.bins = planning::pipeline_bins(input.tensors, rule.k);
   auto make_part = [&](int32_t p, int part_threads) {
     BuiltPart built = build_part(ctx, p, input.options, rule.cuts(), part_threads);
     if (!rule.pipeline.empty())

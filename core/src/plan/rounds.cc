@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <tuple>
 
 #include "layout/element_range.h"
 #include "reshard/dtype.h"
@@ -45,17 +44,6 @@ int64_t RoundRule::chunk(uint32_t stage, DeviceLoad a, DeviceLoad b, int64_t str
   return std::min(c, std::max(share + 8, std::min(stream_bytes, min_chunk)));
 }
 
-int64_t RoundRule::chunk(uint32_t stage, DeviceLoad a, DeviceLoad b, int64_t stream_bytes,
-                         int64_t span) const {
-  const int64_t c = chunk(stage, a, b, stream_bytes);
-  const int64_t p = stage < pipeline.size() ? pipeline[stage] : 0;
-  if (p <= 0 || stream_bytes <= 0 || span <= 0) return c;
-  const int64_t spread = stream_bytes / span + (stream_bytes % span != 0 ? 1 : 0);
-  const int64_t cap =
-      budget > 0 ? round_chunk(budget, a, b, stream_bytes) : std::max<int64_t>(stream_bytes, 8);
-  return std::min(cap, std::max(c, spread));
-}
-
 namespace {
 
 // Where a round of a stream starts: element `elem` of piece `piece` (an index
@@ -75,26 +63,6 @@ struct Bound {
 // cuts, from first_bound[i] on, and starts at its stream's round offset[i].
 struct Streams {
   std::vector<int64_t> chunks, rounds, offset;
-  // Per segment, of its stream: the first and the count of the pipelined
-  // rounds its tensors span (count 0: not pipelined), its rounds in all.
-  std::vector<uint32_t> start, span;
-  std::vector<int64_t> all;
-  // Keyed segments (cut at their tensors' rounds): the cut positions (by
-  // first_bound) and each round's number (from first_bound[i] + i).
-  std::vector<uint8_t> keyed;
-  std::vector<int64_t> cut_at;
-  std::vector<uint32_t> label;
-  // The round of local round `local` of segment i of a stream of stage `stage`.
-  uint32_t round_of(size_t i, uint32_t stage, int64_t local) const {
-    if (keyed[i]) return label[first_bound[i] + i + static_cast<size_t>(local)];
-    const int64_t l = offset[i] + local, n = all[i], r = span[i], lo = start[i];
-    if (r <= 0) return static_cast<uint32_t>(l);
-    if (n > r) return static_cast<uint32_t>(lo + l);
-    // Spread over the span: a stream of stage 0 sends each round as early
-    // as its tensors' first round, a later stage's once its tensors' last
-    // round arrived.
-    return static_cast<uint32_t>(stage == 0 ? lo + l * r / n : lo + ((l + 1) * r + n - 1) / n - 1);
-  }
   std::vector<size_t> first_bound;
 };
 
@@ -102,20 +70,10 @@ bool same_stream(const Message& a, const Message& b) {
   return a.stage == b.stage && a.src_device == b.src_device && a.dst_device == b.dst_device;
 }
 
-Streams size_streams(const std::vector<Message>& msgs, const std::vector<Piece>& pieces,
-                     std::span<const int64_t> pbytes, const std::vector<TensorSpec>& tensors,
-                     const RoundRule& rule,
+Streams size_streams(const std::vector<Message>& msgs, const RoundRule& rule,
                      const std::function<DeviceLoad(int64_t, uint32_t)>& load) {
   const size_t n = msgs.size();
-  Streams s{std::vector<int64_t>(n),
-            std::vector<int64_t>(n),
-            std::vector<int64_t>(n),
-            std::vector<uint32_t>(n, 0),
-            std::vector<uint32_t>(n, 0),
-            std::vector<int64_t>(n, 0),
-            std::vector<uint8_t>(n, 0),
-            {},
-            {},
+  Streams s{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int64_t>(n),
             std::vector<size_t>(n + 1, 0)};
   for (size_t a = 0; a < n;) {
     // The stream's segments [a, b) share the chunk of its whole bytes.
@@ -123,91 +81,10 @@ Streams size_streams(const std::vector<Message>& msgs, const std::vector<Piece>&
     int64_t bytes = msgs[a].bytes;
     while (b < n && same_stream(msgs[b], msgs[a])) bytes += msgs[b++].bytes;
     const Message& m = msgs[a];
-    const bool piped =
-        !rule.bins.empty() && m.stage < rule.pipeline.size() && rule.pipeline[m.stage] > 0;
-    uint32_t lo = 0, hi = 0;
-    if (piped) {
-      lo = UINT32_MAX;
-      for (size_t i = a; i < b; ++i)
-        for (uint64_t k = 0; k < msgs[i].num_pieces; ++k) {
-          const auto& bin = rule.bins[pieces[msgs[i].first_piece + k].tensor];
-          lo = std::min(lo, bin.first);
-          hi = std::max(hi, bin.second);
-        }
-      if (lo > hi) lo = hi = 0;
-    }
     const int64_t chunk =
-        piped
-            ? rule.chunk(m.stage, load(m.src_device, m.stage), load(m.dst_device, m.stage), bytes,
-                         int64_t{hi} - lo + 1)
-            : rule.chunk(m.stage, load(m.src_device, m.stage), load(m.dst_device, m.stage), bytes);
-    if (piped && b == a + 1) {
-      // Keyed: a cut where the next piece's tensor starts in a later round,
-      // and inside a piece whose tensor spans several rounds, evenly.
-      const size_t i = a;
-      std::vector<uint32_t> labels;
-      s.cut_at.resize(s.first_bound[i]);
-      const size_t cuts0 = s.cut_at.size();
-      uint32_t cur = 0;
-      int64_t pos = 0, last = 0;
-      // Runs of pieces of one tensor: a run spans its tensor's rounds
-      // [f, l] (from the current one on), cut evenly by bytes.
-      const uint64_t p0 = msgs[i].first_piece, np = msgs[i].num_pieces;
-      for (uint64_t k0 = 0; k0 < np;) {
-        const uint32_t t = pieces[p0 + k0].tensor;
-        uint64_t k1 = k0;
-        int64_t run = 0;
-        while (k1 < np && pieces[p0 + k1].tensor == t) run += pbytes[p0 + k1++];
-        const auto [f, l] = rule.bins[t];
-        if (k0 == 0) {
-          cur = f;
-          labels.push_back(f);
-        } else if (f > cur) {
-          s.cut_at.push_back(pos);
-          last = pos;
-          labels.push_back(f);
-          cur = f;
-        }
-        if (l > cur) {
-          const int64_t e = wire_size(tensors[t]);
-          const int64_t parts = int64_t{l} - cur + 1;
-          const uint32_t c0 = cur;
-          uint64_t k = k0;
-          int64_t o = pos;  // offset of piece k
-          for (int64_t q = 1; q < parts; ++q) {
-            const int64_t target =
-                pos + static_cast<int64_t>(static_cast<__int128>(run) * q / parts);
-            while (k + 1 < k1 && o + pbytes[p0 + k] <= target) o += pbytes[p0 + k++];
-            const int64_t x = o + (target - o) / e * e;
-            if (x > last && x < pos + run) {
-              s.cut_at.push_back(x);
-              last = x;
-              labels.push_back(c0 + static_cast<uint32_t>(q));
-            }
-          }
-          cur = l;
-        }
-        pos += run;
-        k0 = k1;
-      }
-      s.keyed[i] = 1;
-      s.chunks[i] = 0;
-      s.rounds[i] =
-          static_cast<int64_t>(s.cut_at.size() - cuts0) + (msgs[i].num_pieces > 0 ? 1 : 0);
-      if (msgs[i].num_pieces == 0) labels.clear();
-      s.label.resize(s.first_bound[i] + i);
-      s.label.insert(s.label.end(), labels.begin(), labels.end());
-      s.offset[i] = 0;
-      s.all[i] = s.rounds[i];
-      s.first_bound[i + 1] =
-          s.first_bound[i] + static_cast<size_t>(std::max<int64_t>(s.rounds[i] - 1, 0));
-      s.label.resize(s.first_bound[i + 1] + i + 1);
-      a = b;
-      continue;
-    }
+        rule.chunk(m.stage, load(m.src_device, m.stage), load(m.dst_device, m.stage), bytes);
     int64_t offset = 0;
     for (size_t i = a; i < b; ++i) {
-      s.start[i] = lo;
       s.chunks[i] = chunk;
       s.rounds[i] =
           std::max<int64_t>(stream_rounds(msgs[i].bytes, chunk), msgs[i].num_pieces > 0 ? 1 : 0);
@@ -218,14 +95,8 @@ Streams size_streams(const std::vector<Message>& msgs, const std::vector<Piece>&
       s.first_bound[i + 1] =
           s.first_bound[i] + static_cast<size_t>(std::max<int64_t>(s.rounds[i] - 1, 0));
     }
-    for (size_t i = a; i < b; ++i) {
-      s.span[i] = piped ? hi - lo + 1 : 0;
-      s.all[i] = offset;
-    }
     a = b;
   }
-  s.cut_at.resize(s.first_bound[n]);
-  s.label.resize(s.first_bound[n] + n);
   return s;
 }
 
@@ -292,9 +163,7 @@ void find_cuts(const std::vector<Message>& msgs, const std::vector<Piece>& piece
     Bound* prev = nullptr;
     int64_t e = 1;
     for (int64_t k = 1; k < rounds[mi]; ++k, ++bound) {
-      const int64_t x = streams.keyed[mi]
-                            ? streams.cut_at[first_bound[mi] + static_cast<size_t>(k) - 1]
-                            : k * chunk;
+      const int64_t x = k * chunk;
       while (o + bytes[j] <= x) o += bytes[j++];
       if (o > x - window) {  // 1. a piece boundary in the window
         *bound = {j, 0, o, 0, 0, 0, 0};
@@ -367,42 +236,51 @@ void emit_rounds(std::vector<Message>& msgs, std::vector<Piece>& pieces, const S
   std::vector<uint32_t> stream_of, local_of;  // per output message: segment, its round
   stream_of.reserve(nmsg + bounds.size());
   local_of.reserve(nmsg + bounds.size());
+  std::vector<uint32_t> active;
+  active.reserve(nmsg);
   uint64_t total = 0;
   // Stage by stage (streams come sorted by stage), each stage's rounds in
   // order; a stream's segments one after the other (the next takes the
   // place of the last in `active`, which stays in segment order).
-  // Every (stage, round, segment, its local round): stage by stage
-  // (streams come sorted by stage), each stage's rounds in order, the
-  // streams of a round in stream order.
-  std::vector<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>> order;
-  order.reserve(nmsg + bounds.size());
-  for (uint32_t i = 0; i < nmsg; ++i)
-    for (int64_t local = 0; local < rounds[i]; ++local)
-      order.emplace_back(msgs[i].stage, streams.round_of(i, msgs[i].stage, local), i,
-                         static_cast<uint32_t>(local));
-  std::sort(order.begin(), order.end());
-  for (const auto& [stage, r, i, local] : order) {
-    Bound cur, end;
-    range_of(i, local, cur, end);
-    Message mr = msgs[i];
-    mr.round = r;
-    mr.first_piece = total;
-    mr.bytes = end.pos - cur.pos;
-    // The fragment after the round's first cut, the whole pieces, and the
-    // fragment before the round's last cut unless that piece's fragment is
-    // the first one (both cuts in one piece).
-    uint64_t n = 0, j = cur.piece;
-    if (cur.elem > 0) {
-      n += cur.after_n;
-      ++j;
+  for (uint32_t first = 0; first < nmsg;) {
+    uint32_t last = first;
+    while (last < nmsg && msgs[last].stage == msgs[first].stage) ++last;
+    active.clear();
+    for (uint32_t i = first; i < last; ++i)
+      if (i == first || !same_stream(msgs[i], msgs[i - 1])) active.push_back(i);
+    for (uint32_t r = 0; !active.empty(); ++r) {
+      size_t still = 0;
+      for (uint32_t i : active) {
+        const auto local = static_cast<uint32_t>(r - streams.offset[i]);
+        Bound cur, end;
+        range_of(i, local, cur, end);
+        Message mr = msgs[i];
+        mr.round = r;
+        mr.first_piece = total;
+        mr.bytes = end.pos - cur.pos;
+        // The fragment after the round's first cut, the whole pieces, and the
+        // fragment before the round's last cut unless that piece's fragment is
+        // the first one (both cuts in one piece).
+        uint64_t n = 0, j = cur.piece;
+        if (cur.elem > 0) {
+          n += cur.after_n;
+          ++j;
+        }
+        if (end.piece > j) n += end.piece - j;
+        if (end.elem > 0 && !(cur.elem > 0 && cur.piece == end.piece)) n += end.before_n;
+        mr.num_pieces = n;
+        total += n;
+        out_msgs.push_back(mr);
+        stream_of.push_back(i);
+        local_of.push_back(local);
+        if (local + 1 != rounds[i])
+          active[still++] = i;
+        else if (i + 1 < last && same_stream(msgs[i + 1], msgs[i]))
+          active[still++] = i + 1;
+      }
+      active.resize(still);
     }
-    if (end.piece > j) n += end.piece - j;
-    if (end.elem > 0 && !(cur.elem > 0 && cur.piece == end.piece)) n += end.before_n;
-    mr.num_pieces = n;
-    total += n;
-    out_msgs.push_back(mr);
-    stream_of.push_back(i);
-    local_of.push_back(local);
+    first = last;
   }
   // 2. The pieces; ranges of about equally many pieces.
   // Message mi's pieces, handed to put(piece) and append(first, last).
@@ -566,35 +444,6 @@ void order_direction(std::vector<Message>& msgs, std::vector<Piece>& pieces,
 }
 }  // namespace
 
-std::vector<std::pair<uint32_t, uint32_t>> pipeline_bins(const std::vector<TensorSpec>& tensors,
-                                                         int64_t k) {
-  const size_t n = tensors.size();
-  std::map<std::pair<int64_t, size_t>, unsigned __int128> total;
-  std::vector<std::pair<int64_t, size_t>> group(n);
-  std::vector<unsigned __int128> bytes(n), before(n);
-  for (size_t i = 0; i < n; ++i) {
-    const TensorSpec& t = tensors[i];
-    const size_t entries = t.src.num_entries();
-    group[i] = {entries > 0 ? t.src.device(0) : -1, entries};
-    bytes[i] = static_cast<unsigned __int128>(std::max<int64_t>(t.src.num_elements(), 0)) *
-               static_cast<uint64_t>(std::max<int64_t>(dtype_size(t.dtype), 1));
-    unsigned __int128& sum = total[group[i]];
-    before[i] = sum;
-    sum += bytes[i];
-  }
-  std::vector<std::pair<uint32_t, uint32_t>> out(n);
-  const auto kk = static_cast<unsigned __int128>(std::max<int64_t>(k, 1));
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned __int128 t = std::max<unsigned __int128>(total.at(group[i]), 1);
-    const auto lo = static_cast<uint32_t>(kk * before[i] / t);
-    const unsigned __int128 end = kk * (before[i] + bytes[i]);
-    auto hi = static_cast<uint32_t>((end + t - 1) / t);
-    hi = hi > lo ? hi - 1 : lo;
-    out[i] = {lo, std::min<uint32_t>(hi, static_cast<uint32_t>(kk - 1))};
-  }
-  return out;
-}
-
 void order_pieces(ProcessPart& part, std::span<const uint32_t> rank,
                   std::vector<int64_t>& send_bytes, std::vector<int64_t>& recv_bytes) {
   order_direction(part.sends, part.send_pieces, send_bytes, rank);
@@ -612,8 +461,8 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
   if (!rule.cuts()) return;
   if (send_bytes.size() != part.send_pieces.size() || recv_bytes.size() != part.recv_pieces.size())
     fail(ErrorCode::kInternal, "split_rounds: piece sizes do not match the pieces");
-  const Streams sends = size_streams(part.sends, part.send_pieces, send_bytes, tensors, rule, load);
-  const Streams recvs = size_streams(part.recvs, part.recv_pieces, recv_bytes, tensors, rule, load);
+  const Streams sends = size_streams(part.sends, rule, load);
+  const Streams recvs = size_streams(part.recvs, rule, load);
   std::vector<Bound> send_bounds(sends.first_bound.back()), recv_bounds(recvs.first_bound.back());
   // Most cuts split a piece in two one-box fragments.
   const size_t cuts = sends.first_bound.back() + recvs.first_bound.back();

@@ -42,7 +42,6 @@
 #include <cstdint>
 #include <functional>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include "layout/element_range.h"  // element_range_boxes: a cut inside a piece
@@ -85,20 +84,11 @@ inline constexpr int64_t kMaxPipelineRounds = 16;
 struct RoundRule {
   int64_t budget = 0;             // staging budget; 0: none
   std::vector<int64_t> pipeline;  // per stage: P_t (0 or absent: not pipelined)
-  int64_t k = 1;                  // pipelined rounds (pipeline_rounds)
   int64_t min_chunk = 1;          // m
-  // Per tensor, the first and last of the k pipelined rounds its share of
-  // its source group spans (pipeline_bins; empty: every stream starts at
-  // round 0).
-  std::vector<std::pair<uint32_t, uint32_t>> bins;
   bool cuts() const { return budget > 0 || !pipeline.empty(); }
   // The chunk of a stream of `stream_bytes` of stage `stage` (at least the
   // stream's bytes when nothing cuts it).
   int64_t chunk(uint32_t stage, DeviceLoad a, DeviceLoad b, int64_t stream_bytes) const;
-  // The chunk of a pipelined stream whose tensors span `span` of the k
-  // rounds (bins): at least its bytes over the span, so it spans no more.
-  int64_t chunk(uint32_t stage, DeviceLoad a, DeviceLoad b, int64_t stream_bytes,
-                int64_t span) const;
 };
 
 // Cut window s of a stream with chunk c.
@@ -133,8 +123,6 @@ inline int64_t round_cap(int64_t bytes, int64_t chunk) {
 // sender and receiver generate a message's pieces in the same order, so
 // they order them alike; a tensor's bands stay in band order).
 std::vector<uint32_t> pipeline_ranks(const std::vector<TensorSpec>& tensors);
-std::vector<std::pair<uint32_t, uint32_t>> pipeline_bins(const std::vector<TensorSpec>& tensors,
-                                                         int64_t k);
 void order_pieces(ProcessPart& part, std::span<const uint32_t> rank,
                   std::vector<int64_t>& send_bytes, std::vector<int64_t>& recv_bytes);
 

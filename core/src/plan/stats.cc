@@ -1376,7 +1376,6 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     if (cost < st.cost_seconds) {
       st.cost_seconds = cost;
       rule.pipeline = std::move(budgets);
-      rule.k = k;
       stage_rounds = std::move(piped);
     }
   }

@@ -357,8 +357,6 @@ class Enumerator {
   // Cuts a cross route's region by its group's layout: 1 with r's parts
   // set, 0 when the group goes single-hop, -1 when no layout applies.
   int layout_parts(const TensorCtx& t, size_t c, const Box& region, Route& r);
-  // Route::lead_rot's rotation for tensor t, the same for like tensors.
-  static uint64_t lead_rotation(const TensorCtx& t);
   // Relays inside hosts: region k of n cut at the starts of `slots` equal
   // slots, into r.parts with their slots in r.part_lead (relay_cut).
   static void lead_parts(const Box& region, uint64_t k, uint64_t n, int64_t slots, Route& r);

@@ -88,37 +88,11 @@ inline bool Enumerator::route(const TensorCtx& t, size_t c, const Box& region,
   }
   r.idx = cover_idx;
   r.n = cover_n;
-  r.lead_rot =
-      r.n > 0 && !t.sg->unique_cells && r.n % ch.max_members[c] != 0 ? lead_rotation(t) : 0;
   if (relay_cut(t, ch.max_members[c], region, r.n))
     lead_parts(region, r.idx, r.n, ch.max_members[c], r);
   else
     r.parts.push_back(region);
   return true;
-}
-
-inline uint64_t Enumerator::lead_rotation(const TensorCtx& t) {
-  // A hash of what like tensors share (the statistics count a group of them
-  // by one: stats.cc): shape, element size, the source's cell counts and the
-  // two layouts' devices. Tensors of other shapes or meshes (another pipeline stage's
-  // projections, the next layer's other matrices) then lead from other
-  // entries, where the blocks alone put every region of fewer source cells
-  // than entries on each host's first entry (the dp-0 replica of a
-  // replicated destination took in every attention matrix of a model).
-  uint64_t k = static_cast<uint64_t>(t.esize);
-  auto mix = [&](uint64_t v) {
-    k = (k ^ v) * 0x9e3779b97f4a7c15ull;
-    k ^= k >> 31;
-  };
-  for (int64_t d : t.src->shape()) mix(static_cast<uint64_t>(d));
-  // The destination by its devices only: explicit boxes equal to a tiled
-  // layout's cells plan as the tiled layout does.
-  for (int d = 0; d < t.sg->rank; ++d) mix(static_cast<uint64_t>(t.sg->counts[d]));
-  for (const Geometry* g : {t.sg, t.dg}) {
-    mix(g->devices.size());
-    mix(g->devices.empty() ? 0 : static_cast<uint64_t>(g->devices.front()));
-  }
-  return ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
 }
 
 inline const Enumerator::CoverDims& Enumerator::cover_dims(const TensorCtx& t, size_t c) {
@@ -222,8 +196,7 @@ inline uint32_t Enumerator::leader(const Route& r, size_t hi, size_t j) const {
     if (!r.part_lead.empty())  // lead_parts: part j's slot of lead_slots
       return ch_
           ->members[b + static_cast<uint32_t>(uint64_t{r.part_lead[j]} * (end - b) / r.lead_slots)];
-    return ch_
-        ->members[b + static_cast<uint32_t>((r.idx * (end - b) / r.n + r.lead_rot) % (end - b))];
+    return ch_->members[b + static_cast<uint32_t>(r.idx * (end - b) / r.n)];
   }
   const size_t k = r.part_lead.empty() ? j : r.part_lead[j];
   return ch_->members[b + (k + r.rot) % (end - b)];

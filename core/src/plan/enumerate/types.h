@@ -301,11 +301,6 @@ struct Route {
   // blocks of consecutive cells (leader k of c: cells [k n / c, (k+1) n / c)),
   // so each forwards boxes that merge (Relay merging below). n = 0: rotate.
   uint64_t idx = 0, n = 0;
-  // Relays inside hosts, a replicated tiled source whose cover of the cell
-  // does not come in a multiple of the host's entries (so the blocks leave
-  // some entries leading more, or nothing): the blocks start this many
-  // entries on (Enumerator::lead_rotation), the same for like tensors.
-  uint64_t lead_rot = 0;
 };
 
 // Merges the relay pieces of one (relay, receiver) pair: consecutive boxes
