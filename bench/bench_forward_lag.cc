@@ -1,0 +1,94 @@
+// What forwards waiting on later rounds cost (issue 35): for a spec's plan,
+// planned with the topology's costs as `reshard simulate` plans it, every
+// message of a stage above 0 waits for the messages that brought what it
+// forwards (SimMessage::after); its lag is the latest such round minus its
+// own. Prints, per stage, how many messages lag by how many rounds, then
+// the simulated time as planned and with every dependency more than L
+// rounds late dropped (L = 1, the estimate's kForwardLagRounds, and 0), as
+// ratios to the plan's: what cutting a forward's rounds where its feeds
+// were cut could gain. Usage:
+//   bench_forward_lag --spec FILE --topology FILE [--budget BYTES]
+// (--budget: the staging budget instead of the spec's; 0 unbounded).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "reshard/error.h"
+#include "reshard/simulate.h"
+#include "reshard/spec.h"
+
+using namespace reshard;
+
+namespace {
+
+// The plan's messages with every dependency more than `lag` rounds after
+// the message's own round dropped.
+std::vector<SimMessage> within_lag(std::vector<SimMessage> m, int64_t lag) {
+  for (SimMessage& s : m) {
+    std::vector<uint32_t> keep;
+    for (uint32_t i : s.after)
+      if (static_cast<int64_t>(m[i].round) <= static_cast<int64_t>(s.round) + lag)
+        keep.push_back(i);
+    s.after = std::move(keep);
+  }
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string spec_path, topology_path;
+  int64_t budget = -1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--spec")) {
+      spec_path = argv[i + 1];
+    } else if (!std::strcmp(argv[i], "--topology")) {
+      topology_path = argv[i + 1];
+    } else if (!std::strcmp(argv[i], "--budget")) {
+      budget = std::atoll(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (spec_path.empty() || topology_path.empty() || argc % 2 == 0) {
+    std::fprintf(stderr, "usage: %s --spec FILE --topology FILE [--budget BYTES]\n", argv[0]);
+    return 2;
+  }
+  try {
+    Spec spec = load_spec(spec_path);
+    const ClusterTopology c = load_cluster_topology(topology_path);
+    PlanOptions& o = spec.input.options;
+    o.alpha_seconds = c.alpha_seconds;
+    o.intra_host_bytes_per_second = c.intra_host_bytes_per_second;
+    o.inter_host_bytes_per_second = c.nic_bytes_per_second;
+    o.nics_per_host = c.nics_per_host;
+    if (budget >= 0) o.staging_budget_bytes = budget;
+    const std::vector<SimMessage> m = plan_messages_by_part(spec.input, 1);
+    // (stage, lag) -> messages
+    std::map<std::pair<uint32_t, int64_t>, int64_t> lags;
+    for (const SimMessage& s : m) {
+      if (s.stage == 0 || s.after.empty()) continue;
+      int64_t late = 0;
+      for (uint32_t i : s.after) late = std::max<int64_t>(late, m[i].round);
+      ++lags[{s.stage, late - static_cast<int64_t>(s.round)}];
+    }
+    for (const auto& [k, n] : lags)
+      std::printf("stage %u: %lld messages wait for a round %lld after their own\n", k.first,
+                  static_cast<long long>(n), static_cast<long long>(k.second));
+    const double planned = simulate(spec.input.topology, c, m).seconds;
+    std::printf("simulated as planned       %.6g s\n", planned);
+    for (int64_t lag : {1, 0}) {
+      const double t = simulate(spec.input.topology, c, within_lag(m, lag)).seconds;
+      std::printf("dependencies at most %lld late %.6g s  (%.3f of planned)\n",
+                  static_cast<long long>(lag), t, planned > 0 ? t / planned : 1.0);
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
