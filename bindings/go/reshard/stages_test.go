@@ -343,5 +343,9 @@ func TestViewReadsCasts(t *testing.T) {
 		if tv.WireSize() != size {
 			t.Fatalf("%s: wire size %d, want %d", tv.Name(), tv.WireSize(), size)
 		}
+		// The C ABI's reading (1.11) agrees with the view's.
+		if info := must(plan.Tensor(i))(t); info.DType != w[0] || info.DstDType != w[1] {
+			t.Fatalf("%s: Plan.Tensor %v -> %v, want %v", tv.Name(), info.DType, info.DstDType, w)
+		}
 	}
 }

@@ -254,4 +254,9 @@ fn view_reads_casts() {
         assert_eq!((t.dtype(), t.dst_dtype()), (Some(*src), Some(*dst)), "{}", t.name());
         assert_eq!(t.wire_size(), Some(src.size().min(dst.size())), "{}", t.name());
     }
+    // The C ABI's reading (1.11) agrees with the view's.
+    for (i, info) in plan.tensors().iter().enumerate() {
+        let t = view.tensor(i).unwrap();
+        assert_eq!((Some(info.dtype), Some(info.dst_dtype)), (t.dtype(), t.dst_dtype()), "{}", info.name);
+    }
 }
