@@ -27,6 +27,7 @@ against a baseline measured in the same run.
 """
 import argparse
 import datetime
+import glob
 import json
 import os
 import platform
@@ -164,29 +165,40 @@ def ratio(x):
 # --------------------------------------------------------------- tables
 # Each returns (command shown in the stamp, Markdown body).
 
-def t_weight_sync(ctx, names="dsv3_m2n,dsv3_nemorl,kimi_k2,kimi_k2_fp8,qwen3_m2n", extra=()):
+def t_weight_sync(ctx, names="dsv3_m2n,dsv3_nemorl,kimi_k2,kimi_k2_fp8,qwen3_m2n", extra=(),
+                  topologies="both"):
     out = tempfile.mkdtemp(prefix="ws-")
     argv = [sys.executable, "bench/weight_sync.py", "--reshard", ctx.reshard, "--only", names,
-            "--out-dir", out, "--threads", "1", *extra]
-    run(ctx, argv, timeout=3600)
+            "--out-dir", out, "--threads", "1", "--topologies", topologies, *extra]
+    run(ctx, argv, timeout=7200)
     rows, pub = [], []
     peers = ["rank0_broadcast", "direct_p2p", "layered"]
+
+    def peer_cell(d, p):
+        if p not in d.get("peers", {}):
+            return "—"
+        q = d["peers"][p]
+        # A pipelined peer at its best count of chunks, shown beside it.
+        return f"{q['predicted_seconds']:.3f}" + (f" ({q['chunks']})" if "chunks" in q else "")
+
     for n in names.split(","):
-        d = json.load(open(os.path.join(out, n + ".result.json")))
-        have = [p for p in peers if p in d.get("peers", {})]
-        cells = [f"{d['peers'][p]['predicted_seconds']:.3f}" if p in have else "—" for p in peers]
-        b = d["lower_bound"]
-        rows.append([n, d["gpus"], d["topology_file"], f"{d['predicted_seconds']:.3f}",
-                     f"{d['lower_bound_seconds']:.3f}", f"{d['ratio']:.2f}", *cells,
-                     bound_term(b), f"{d['messages']:,}"])
+        for f in sorted(glob.glob(os.path.join(out, glob.escape(n) + "*.result.json"))):
+            d = json.load(open(f))
+            if d["case"] != n:
+                continue
+            b = d["lower_bound"]
+            rows.append([n, d["gpus"], d["topology_file"], f"{d['predicted_seconds']:.3f}",
+                         f"{d['lower_bound_seconds']:.3f}", f"{d['ratio']:.2f}",
+                         *[peer_cell(d, p) for p in peers], bound_term(b), f"{d['messages']:,}"])
         pub.append(f"- {n}: {d['published']}")
     shutil.rmtree(out, ignore_errors=True)
     shown = ctx.show(ctx.reshard)
-    cmd = ("python3 bench/weight_sync.py --only " + names + " --threads 1"
-           + ("" if shown == "build/dev/tools/reshard" else " --reshard " + shown)
+    cmd = ("python3 bench/weight_sync.py --only " + names + " --threads 1 --topologies "
+           + topologies + ("" if shown == "build/dev/tools/reshard" else " --reshard " + shown)
            + ("" if not extra else " " + " ".join(extra)))
     body = table(["case", "GPUs (train + inference)", "topology", "ours (s)", "bound (s)",
-                  "ours / bound", *[f"{p} (s)" for p in peers], "bound term", "messages"],
+                  "ours / bound", *[f"{p} (s{', chunks' if p != 'direct_p2p' else ''})"
+                                    for p in peers], "bound term", "messages"],
                  rows, ["---", "---", "---", "---:", "---:", "---:", "---:", "---:", "---:",
                         "---", "---:"])
     body += "\n\nPublished measurements on real clusters (quoted from `bench/weight_sync.py`, " \
@@ -195,7 +207,8 @@ def t_weight_sync(ctx, names="dsv3_m2n,dsv3_nemorl,kimi_k2,kimi_k2_fp8,qwen3_m2n
 
 
 def t_weight_sync_405b(ctx):
-    return t_weight_sync(ctx, "llama405b", ("--peers", "direct_p2p,layered", "--chunks", "256"))
+    return t_weight_sync(ctx, "llama405b", ("--peers", "direct_p2p,layered", "--chunks", "256"),
+                         topologies="own")
 
 
 def t_plan_scale(ctx):

@@ -92,6 +92,25 @@ def render(rows, peers):
         print(f"- {d['case']}: {d['published']}")
 
 
+def simulate(args, name, spec, topo):
+    """`reshard simulate` of one spec on one topology: its JSON, with the
+    run's settings added."""
+    t0 = time.time()
+    p = subprocess.run([args.reshard, "simulate", "--spec", spec, "--topology", topo,
+                        "--format", "json", "--budget", args.budget, "--peers", args.peers,
+                        "--threads", args.threads, "--chunks", args.chunks],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"{name}: reshard simulate failed\n{p.stderr}")
+    doc = json.loads(p.stdout)
+    doc["case"] = name
+    doc["wall_seconds"] = time.time() - t0
+    doc["chunks"] = args.chunks
+    doc["budget"] = args.budget
+    doc["topology_file"] = os.path.basename(topo)
+    return doc
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reshard", default=os.path.join(ROOT, "build/dev/tools/reshard"))
@@ -99,7 +118,12 @@ def main():
     ap.add_argument("--out-dir", help="keep the specs and results here")
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--threads", default="0", help="reshard simulate --threads")
-    ap.add_argument("--chunks", default="0", help="reshard simulate --chunks (0: 4 per hop)")
+    ap.add_argument("--chunks", default="best",
+                    help="reshard simulate --chunks: 'best' (each pipelined peer at its fastest "
+                    "count) or a count (0: 4 per hop)")
+    ap.add_argument("--topologies", choices=["own", "both"], default="own",
+                    help="own: each model on the cluster of its published run; both: on the "
+                    "H100 and the GB200 topology")
     ap.add_argument("--budget", default="0",
                     help="reshard simulate --budget (staging per device; 0: one round)")
     ap.add_argument("--render", metavar="DIR",
@@ -115,34 +139,25 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     rows = []
     for name in names:
-        build, topo, published = CASES[name]
+        build, own_topo, published = CASES[name]
         b = build()
         spec = os.path.join(out_dir, name + ".json")
         b.write(spec)
-        t0 = time.time()
-        p = subprocess.run([args.reshard, "simulate", "--spec", spec, "--topology", topo,
-                            "--format", "json", "--budget", args.budget, "--peers", args.peers,
-                            "--threads", args.threads, "--chunks", args.chunks],
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            sys.exit(f"{name}: reshard simulate failed\n{p.stderr}")
-        doc = json.loads(p.stdout)
-        doc["case"] = name
-        doc["description"] = b.description
-        doc["wall_seconds"] = time.time() - t0
-        doc["tensors"] = len(b.tensors)
-        doc["published"] = published
-        doc["chunks"] = args.chunks
-        doc["budget"] = args.budget
-        doc["topology_file"] = os.path.basename(topo)
-        train = {d for n, m in b.meshes.items() if n != "infer" for d in m["devices"]}
-        infer = set(b.meshes["infer"]["devices"])
-        doc["gpus"] = (f"{len(train)} (the same)" if train == infer
-                       else f"{len(train)} + {len(infer)}")
-        json.dump(doc, open(os.path.join(out_dir, name + ".result.json"), "w"), indent=1)
-        rows.append(doc)
-        print(f"{name}: {doc['predicted_seconds']:.3f} s (bound {doc['lower_bound_seconds']:.3f} s) "
-              f"in {doc['wall_seconds']:.0f} s", file=sys.stderr)
+        for topo in ([own_topo] if args.topologies == "own" else [H100, GB200]):
+            doc = simulate(args, name, spec, topo)
+            doc["description"] = b.description
+            doc["tensors"] = len(b.tensors)
+            doc["published"] = published
+            train = {d for n, m in b.meshes.items() if n != "infer" for d in m["devices"]}
+            infer = set(b.meshes["infer"]["devices"])
+            doc["gpus"] = (f"{len(train)} (the same)" if train == infer
+                           else f"{len(train)} + {len(infer)}")
+            key = name if topo == own_topo else f"{name}@{os.path.basename(topo)[:-5]}"
+            json.dump(doc, open(os.path.join(out_dir, key + ".result.json"), "w"), indent=1)
+            rows.append(doc)
+            print(f"{name} on {doc['topology_file']}: {doc['predicted_seconds']:.3f} s (bound "
+                  f"{doc['lower_bound_seconds']:.3f} s) in {doc['wall_seconds']:.0f} s",
+                  file=sys.stderr)
     render(rows, [p for p in args.peers.split(",") if p])
     print(f"\nspecs and results in {out_dir}", file=sys.stderr)
 

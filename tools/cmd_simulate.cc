@@ -1,6 +1,7 @@
 // `reshard simulate`: predict a plan's execution time on a cluster
 // (reshard/simulate.h), its lower bound over all plans, and the time of the
 // same data movement scheduled the way common systems do it.
+#include <charconv>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -13,13 +14,23 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
+// --chunks best: each pipelined peer (rank0_broadcast, layered) is
+// simulated at 4, 16, 64, ... chunks until its time stops improving, and at
+// most kMaxBestChunks or kMaxBestMessages messages (the peer's best
+// configuration, docs/simulate.md "Modelled peers").
+constexpr int32_t kBestChunks = -1;
+constexpr int32_t kMaxBestChunks = 4096;
+constexpr size_t kMaxBestMessages = size_t{2} << 20;
+
 struct SimulateArgs {
   InputOptions input;
   std::string topology;
   std::string format = "text";
   int32_t threads = 1;
   std::vector<std::string> peers = {"rank0_broadcast", "direct_p2p", "layered"};
-  int32_t chunks = 0;
+  // The peers' chunks: a count (0: four per hop of the longest chain) or
+  // kBestChunks, the count that makes each pipelined peer fastest.
+  int32_t chunks = kBestChunks;
   int64_t max_sim_bytes = 0;     // plan_messages_by_part's max_bytes
   int64_t max_stats_pieces = 0;  // plan_messages_by_part's max_stats_pieces
   // The α–β costs the plan is made with: "topology" (the cluster's) or
@@ -64,8 +75,45 @@ std::string link_text(const SimLink& l) {
 
 struct Run {
   SimResult result;
-  double seconds = 0;  // wall time of planning + simulating
+  double seconds = 0;   // wall time of planning + simulating
+  int32_t chunks = 0;   // the chunks simulated (pipelined peers)
+  std::string tried;    // --chunks best: "4: 0.167 s, 16: ..." (text)
+  ojson tried_json;     // the same, [[chunks, seconds], ...]
+  bool capped = false;  // the search stopped at its message cap
 };
+
+// A pipelined peer at `chunks`, or at its fastest count (kBestChunks).
+Run pipelined_peer(const std::string& name, const PlanInput& input, const ClusterTopology& cluster,
+                   int32_t chunks) {
+  auto messages = [&](int32_t c) {
+    return name == "rank0_broadcast" ? rank0_broadcast_messages(input, c)
+                                     : layered_messages(input, c);
+  };
+  Run best;
+  if (chunks != kBestChunks) {
+    best.result = simulate(input.topology, cluster, messages(chunks));
+    best.chunks = chunks;
+    return best;
+  }
+  best.tried_json = ojson::array();
+  bool have = false;
+  for (int32_t c = 4; c <= kMaxBestChunks; c *= 4) {
+    std::vector<SimMessage> m = messages(c);
+    if (have && m.size() > kMaxBestMessages) {
+      best.capped = true;
+      break;
+    }
+    SimResult r = simulate(input.topology, cluster, std::move(m));
+    best.tried_json.push_back({c, r.seconds});
+    best.tried +=
+        (best.tried.empty() ? "" : ", ") + std::to_string(c) + ": " + human_seconds(r.seconds);
+    if (have && !(r.seconds < best.result.seconds)) break;
+    best.result = std::move(r);
+    best.chunks = c;
+    have = true;
+  }
+  return best;
+}
 
 int run_simulate(const SimulateArgs& args) {
   // --plan FILE: the messages of the plan bytes (every part), its inputs
@@ -139,10 +187,7 @@ int run_simulate(const SimulateArgs& args) {
       so.max_stats_pieces = args.max_stats_pieces;
       run.result = simulate_plan(single, cluster, so);
     } else {
-      std::vector<SimMessage> m = name == "rank0_broadcast"
-                                      ? rank0_broadcast_messages(input, args.chunks)
-                                      : layered_messages(input, args.chunks);
-      run.result = simulate(input.topology, cluster, std::move(m));
+      run = pipelined_peer(name, input, cluster, args.chunks);
     }
     run.seconds = seconds_since(t0);
     peers.emplace_back(name, std::move(run));
@@ -189,6 +234,13 @@ int run_simulate(const SimulateArgs& args) {
       p["events"] = run.result.events;
       p["bytes"] = run.result.bytes;
       if (run.result.binding) p["binding"] = link_json(*run.result.binding);
+      if (name != "direct_p2p") {
+        p["chunks"] = run.chunks;
+        if (!run.tried_json.is_null()) {
+          p["chunks_tried"] = run.tried_json;
+          p["chunks_capped"] = run.capped;
+        }
+      }
       p["wall_seconds"] = run.seconds;
       pj[name] = p;
     }
@@ -218,10 +270,17 @@ int run_simulate(const SimulateArgs& args) {
     std::cout << "  stage " << s.stage << "      " << human_seconds(s.start_seconds) << " .. "
               << human_seconds(s.end_seconds) << ", " << with_commas(s.messages) << " messages, "
               << human_bytes(static_cast<double>(s.bytes)) << "\n";
-  for (const auto& [name, run] : peers)
+  for (const auto& [name, run] : peers) {
     std::cout << "  peer " << name << ": " << human_seconds(run.result.seconds) << " (ratio "
               << ratio_str(PlanStats::ratio(run.result.seconds, bound.seconds)) << ", "
-              << with_commas(run.result.messages) << " messages)\n";
+              << with_commas(run.result.messages) << " messages";
+    if (name != "direct_p2p")
+      std::cout << ", " << (run.chunks == 0 ? std::string("4 per hop") : std::to_string(run.chunks))
+                << " chunks";
+    if (!run.tried.empty())
+      std::cout << "; tried " << run.tried << (run.capped ? ", then capped" : "");
+    std::cout << ")\n";
+  }
   std::cout << "  planning took " << human_seconds(plan_seconds) << ", simulating "
             << human_seconds(sim_seconds) << " (" << with_commas(ours.events) << " events)\n";
   return 0;
@@ -251,10 +310,23 @@ Runner add_simulate_command(CLI::App& app) {
       ->check(CLI::IsMember({"rank0_broadcast", "direct_p2p", "layered", ""}))
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--chunks", args->chunks,
-                  "chunks of the peers' pipelined chains (rank0_broadcast, layered; 0: 4 per hop)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--chunks",
+         [args](const std::string& v) { args->chunks = v == "best" ? kBestChunks : std::stoi(v); },
+         "chunks of the peers' pipelined chains (rank0_broadcast, layered): 'best' (4, 16, "
+         "64, ... until the peer's time stops improving, at most 2,097,152 messages), or a "
+         "count (0: 4 per hop) [best]")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v == "best") return {};
+            int32_t c = 0;
+            const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), c);
+            if (ec != std::errc() || end != v.data() + v.size() || c < 0)
+              return "'best' or a count >= 0 expected, got '" + v + "'";
+            return {};
+          },
+          "best|N"))
+      ->type_name("best|N");
   cmd->add_option_function<std::string>(
          "--plan-costs",
          [args](const std::string& v) {

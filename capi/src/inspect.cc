@@ -78,6 +78,15 @@ reshard_error_t* reshard_plan_tensor_dtype(const reshard_plan_t* plan, size_t te
   });
 }
 
+reshard_error_t* reshard_plan_tensor_dst_dtype(const reshard_plan_t* plan, size_t tensor,
+                                               reshard_dtype_t* out_dtype) {
+  return guard([&] {
+    require(plan, "plan");
+    require(out_dtype, "out_dtype");
+    *out_dtype = static_cast<reshard_dtype_t>(reshard::out_dtype(plan_tensor(plan->plan, tensor)));
+  });
+}
+
 reshard_error_t* reshard_plan_tensor_rank(const reshard_plan_t* plan, size_t tensor,
                                           size_t* out_rank) {
   return guard([&] {

@@ -341,6 +341,7 @@ static void test_version(void) {
   CHECK(api->plan_num_tensors == reshard_plan_num_tensors);
   CHECK(api->plan_tensor_name == reshard_plan_tensor_name);
   CHECK(api->plan_tensor_dtype == reshard_plan_tensor_dtype);
+  CHECK(api->plan_tensor_dst_dtype == reshard_plan_tensor_dst_dtype);
   CHECK(api->plan_tensor_rank == reshard_plan_tensor_rank);
   CHECK(api->plan_tensor_shape == reshard_plan_tensor_shape);
   CHECK(api->plan_tensor_num_entries == reshard_plan_tensor_num_entries);
@@ -1328,6 +1329,16 @@ static void test_inspect_tensors(void) {
   CHECK_ERR(reshard_plan_tensor_dtype(plan, 5, &dtype), RESHARD_ERROR_OUT_OF_RANGE, "tensor: 5");
   CHECK_ERR(reshard_plan_tensor_dtype(NULL, 0, &dtype), RESHARD_ERROR_INVALID_ARGUMENT, "plan");
   CHECK_ERR(reshard_plan_tensor_dtype(plan, 0, NULL), RESHARD_ERROR_INVALID_ARGUMENT, "out_dtype");
+  dtype = -7;
+  CHECK_ERR(reshard_plan_tensor_dst_dtype(plan, 2, &dtype), RESHARD_ERROR_OUT_OF_RANGE,
+            "tensor: 2 >= 2 tensors");
+  CHECK(dtype == -7);
+  CHECK_ERR(reshard_plan_tensor_dst_dtype(NULL, 0, &dtype), RESHARD_ERROR_INVALID_ARGUMENT, "plan");
+  CHECK_ERR(reshard_plan_tensor_dst_dtype(plan, 0, NULL), RESHARD_ERROR_INVALID_ARGUMENT,
+            "out_dtype");
+  /* Without casts, the destination holds the tensor's dtype. */
+  CHECK_OK(reshard_plan_tensor_dst_dtype(plan, 1, &dtype));
+  CHECK(dtype == RESHARD_DTYPE_I32);
   CHECK_ERR(reshard_plan_tensor_rank(plan, 5, &rank), RESHARD_ERROR_OUT_OF_RANGE, "tensor: 5");
   CHECK_ERR(reshard_plan_tensor_rank(NULL, 0, &rank), RESHARD_ERROR_INVALID_ARGUMENT, "plan");
   CHECK_ERR(reshard_plan_tensor_rank(plan, 0, NULL), RESHARD_ERROR_INVALID_ARGUMENT, "out_rank");
@@ -2318,6 +2329,72 @@ static void test_oracle(void) {
 /* Flat layouts (ABI 1.10): an FSDP1 flat parameter parsed from a spec,
  * executed from one flat buffer per rank through the entries' offsets, every
  * destination element checked by the oracle; bad arguments. */
+/* Casts in flight (ABI 1.11): the destination's dtype is the spec's, and the
+ * destination buffers hold it (a box's volume times its size), which the
+ * executor takes and the oracle checks; a buffer sized by the source dtype
+ * is refused. */
+static void test_casts(void) {
+  static const char kSpec[] =
+      "{\"meshes\": {\"a\": {\"axis_names\": [\"x\"], \"shape\": [2]},"
+      "            \"b\": {\"axis_names\": [\"y\"], \"shape\": [2], \"devices\": [2, 3]}},"
+      " \"tensors\": ["
+      "  {\"name\": \"w\", \"shape\": [4, 6], \"dtype\": \"bf16\","
+      "   \"src\": {\"mesh\": \"a\", \"spec\": [\"x\", null]},"
+      "   \"dst\": {\"mesh\": \"b\", \"spec\": [null, \"y\"], \"dtype\": \"f8e4m3\"}},"
+      "  {\"name\": \"n\", \"shape\": [6], \"dtype\": \"bf16\","
+      "   \"src\": {\"mesh\": \"a\", \"spec\": [\"x\"]}, \"dst\": {\"mesh\": \"b\"}}]}";
+  reshard_plan_input_t* input = NULL;
+  reshard_plan_t* plan = NULL;
+  reshard_executor_t* executor = NULL;
+  reshard_dtype_t dtype = 0;
+  unsigned char src_mem[2][2][12 * 2], dst_mem[2][2][12 * 2];
+  reshard_src_buffer_t src[2][2];
+  reshard_dst_buffer_t dst[2][2];
+  reshard_tensor_buffers_t buffers[2];
+  const size_t src_bytes[2] = {2 * 6 * 2, 3 * 2}, dst_bytes[2] = {4 * 3 * 1, 6 * 2};
+  size_t t, e;
+  int64_t mismatches = -1;
+
+  REQUIRE_OK(reshard_plan_input_from_spec(kSpec, strlen(kSpec), &input));
+  REQUIRE_OK(reshard_plan_create(input, NULL, &plan));
+  CHECK_OK(reshard_plan_tensor_dtype(plan, 0, &dtype));
+  CHECK(dtype == RESHARD_DTYPE_BF16);
+  CHECK_OK(reshard_plan_tensor_dst_dtype(plan, 0, &dtype));
+  CHECK(dtype == RESHARD_DTYPE_F8E4M3);
+  CHECK_OK(reshard_plan_tensor_dst_dtype(plan, 1, &dtype));
+  CHECK(dtype == RESHARD_DTYPE_BF16);
+  for (t = 0; t < 2; ++t) {
+    for (e = 0; e < 2; ++e) {
+      CHECK_OK(reshard_oracle_fill_source(plan, t, e, src_mem[t][e], src_bytes[t]));
+      src[t][e].data = src_mem[t][e];
+      src[t][e].bytes = src_bytes[t];
+      memset(dst_mem[t][e], 0x5A, sizeof dst_mem[t][e]);
+      dst[t][e].data = dst_mem[t][e];
+      dst[t][e].bytes = dst_bytes[t];
+    }
+    buffers[t].src = src[t];
+    buffers[t].num_src = 2;
+    buffers[t].dst = dst[t];
+    buffers[t].num_dst = 2;
+  }
+  REQUIRE_OK(reshard_executor_create(NULL, &executor));
+  CHECK_OK(reshard_executor_execute(executor, plan, buffers, 2));
+  for (t = 0; t < 2; ++t)
+    for (e = 0; e < 2; ++e) {
+      mismatches = -1;
+      CHECK_OK(
+          reshard_oracle_check_destination(plan, t, e, dst_mem[t][e], dst_bytes[t], &mismatches));
+      CHECK(mismatches == 0);
+    }
+  /* The cast tensor's destination sized by its source dtype: refused. */
+  dst[0][1].bytes = 4 * 3 * 2;
+  CHECK_ERR(reshard_executor_execute(executor, plan, buffers, 2), RESHARD_ERROR_INVALID_ARGUMENT,
+            "bytes");
+  reshard_executor_destroy(executor);
+  reshard_plan_destroy(plan);
+  reshard_plan_input_destroy(input);
+}
+
 static void test_flat(void) {
   static const char kSpec[] =
       "{\"meshes\": {\"fsdp\": {\"axis_names\": [\"dp\"], \"shape\": [2], \"processes\": [0, 0]},"
@@ -3296,6 +3373,7 @@ static const test_group kGroups[] = {
     {"executor_timeout", test_executor_timeout},
     {"oracle", test_oracle},
     {"flat", test_flat},
+    {"casts", test_casts},
     {"partial", test_partial},
     {"out_of_memory", test_out_of_memory},
     {"plan_limit", test_plan_limit},

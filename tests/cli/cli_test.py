@@ -763,6 +763,25 @@ def case_simulate():
     # Relays move the same bytes across hosts once: faster than every peer.
     for name, peer in doc["peers"].items():
         check(doc["predicted_seconds"] < peer["predicted_seconds"], f"{name}: {peer}")
+    # The pipelined peers at their best (--chunks best, the default): the
+    # fastest count tried, 4, 16, ... until a count is no faster; equal to
+    # a run at that count, and no slower than at any count tried.
+    for name in ("rank0_broadcast", "layered"):
+        peer = doc["peers"][name]
+        tried = peer["chunks_tried"]
+        check([c for c, _ in tried] == [4 * 4**i for i in range(len(tried))], str(tried))
+        check(peer["predicted_seconds"] == min(t for _, t in tried), str(peer))
+        check(len(tried) >= 2 and tried[-1][1] >= min(t for _, t in tried[:-1]), str(tried))
+        for c in sorted({peer["chunks"], 1, 2048}):
+            at = json.loads(run("simulate", "--spec", RL_SYNC, "--topology", h100, "--format",
+                                "json", "--peers", name, "--chunks", str(c)).stdout)["peers"][name]
+            check(at["chunks"] == c, str(at))
+            check(at["predicted_seconds"] >= peer["predicted_seconds"] - 1e-15 and
+                  (c != peer["chunks"] or at["predicted_seconds"] == peer["predicted_seconds"]),
+                  f"{name} at {c} chunks: {at} against the best {peer}")
+    for bad in ("-1", "many", "4x", ""):
+        p = run("simulate", "--spec", RL_SYNC, "--topology", h100, "--chunks", bad, expect=2)
+        check("--chunks" in p.stderr, p.stderr)
     single = json.loads(run("simulate", "--spec", RL_SYNC, "--topology", h100, "--format", "json",
                             "--no-relays", "--peers", "").stdout)
     check(single["peers"] == {}, str(single["peers"]))

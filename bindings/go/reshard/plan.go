@@ -121,9 +121,13 @@ type DeviceTraffic struct {
 
 // TensorInfo is the name, element type and shape of a plan tensor.
 type TensorInfo struct {
-	Name  string
+	Name string
+	// DType is the element type of the source buffers.
 	DType DType
-	Shape []int64
+	// DstDType is the element type of the destination buffers: DType unless
+	// the plan casts the tensor in flight (ABI 1.11, docs/spec.md "Casts").
+	DstDType DType
+	Shape    []int64
 }
 
 // PartInfo gives the sizes of one process part (reshard_part_info_t).
@@ -457,7 +461,7 @@ func checkIndex(what string, i int) error {
 	return nil
 }
 
-// Tensor returns the name, dtype and shape of tensor t.
+// Tensor returns the name, dtypes and shape of tensor t.
 //
 // Errors: OutOfRange ("tensor: 5 >= 3 tensors").
 func (p *Plan) Tensor(t int) (TensorInfo, error) {
@@ -470,7 +474,7 @@ func (p *Plan) Tensor(t int) (TensorInfo, error) {
 	}
 	defer keep(p)
 	var name *C.char
-	var dtype C.reshard_dtype_t
+	var dtype, dstDType C.reshard_dtype_t
 	var rank C.size_t
 	shape := make([]int64, C.RESHARD_MAX_RANK)
 	ct := C.size_t(t)
@@ -478,9 +482,10 @@ func (p *Plan) Tensor(t int) (TensorInfo, error) {
 		return TensorInfo{}, err
 	}
 	mustOK(C.reshard_plan_tensor_dtype(ptr, ct, &dtype), "reshard_plan_tensor_dtype")
+	mustOK(C.reshard_plan_tensor_dst_dtype(ptr, ct, &dstDType), "reshard_plan_tensor_dst_dtype")
 	mustOK(C.reshard_plan_tensor_rank(ptr, ct, &rank), "reshard_plan_tensor_rank")
 	mustOK(C.reshard_plan_tensor_shape(ptr, ct, int64s(shape)), "reshard_plan_tensor_shape")
-	return TensorInfo{Name: C.GoString(name), DType: DType(dtype), Shape: shape[:rank]}, nil
+	return TensorInfo{Name: C.GoString(name), DType: DType(dtype), DstDType: DType(dstDType), Shape: shape[:rank]}, nil
 }
 
 // Tensors returns every tensor, in plan order.

@@ -1,6 +1,7 @@
 package reshard_test
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -228,14 +229,14 @@ func bytesRequiring(features uint64) []byte {
 }
 
 func TestUnknownFeatureBitsAreRejected(t *testing.T) {
-	if reshard.KnownPlanFeatures != reshard.PlanFeatureStages|reshard.PlanFeatureScratch|reshard.PlanFeatureLateSummands {
+	if reshard.KnownPlanFeatures != reshard.PlanFeatureStages|reshard.PlanFeatureScratch|reshard.PlanFeatureLateSummands|reshard.PlanFeatureCasts {
 		t.Fatalf("known features %d", reshard.KnownPlanFeatures)
 	}
 	// A real staged plan with an unknown bit added.
 	plan := pipelinePlan(t, true)
 	defer plan.Close()
 	good := must(plan.Bytes())(t)
-	for _, features := range []uint64{8, 9, 1 << 63} {
+	for _, features := range []uint64{16, 17, 1 << 63} {
 		b := append([]byte(nil), good...)
 		if !fb.GetRootAsPlan(b, 0).MutateRequiredFeatures(features) {
 			t.Fatal("required_features is not stored in the bytes")
@@ -246,7 +247,7 @@ func TestUnknownFeatureBitsAreRejected(t *testing.T) {
 		expectErr(t, err, reshard.Corrupt, "required_features")
 	}
 	// Minimal bytes, as the package's own check sees them.
-	for features, wantErr := range map[uint64]bool{0: false, 1: false, 2: false, 3: false, 4: false, 7: false, 8: true, 9: true} {
+	for features, wantErr := range map[uint64]bool{0: false, 1: false, 2: false, 3: false, 4: false, 7: false, 8: false, 15: false, 16: true, 17: true} {
 		err := reshard.CheckPlanFeaturesForTest(bytesRequiring(features))
 		if (err != nil) != wantErr || err != nil && !strings.Contains(err.Error(), "unknown feature bits") {
 			t.Fatalf("features %d: %v", features, err)
@@ -286,5 +287,65 @@ func TestNicsPerHostShapesTheEstimate(t *testing.T) {
 	for _, bad := range []int32{-1, 1<<20 + 1} {
 		o.NicsPerHost = bad
 		expectErr(t, in.SetOptions(o), reshard.InvalidArgument, "options->nics_per_host")
+	}
+}
+
+// Casts in flight (required_features 8): the view reads each tensor's
+// destination dtype and the element size its messages move, as the spec
+// asked (examples/specs/zero3_to_tp_fp8.json: bf16 to f8e4m3, norms kept
+// bf16, the embedding widened to f32).
+func TestViewReadsCasts(t *testing.T) {
+	spec := readSpec(t, "zero3_to_tp_fp8.json")
+	var doc struct {
+		Tensors []struct {
+			Name  string `json:"name"`
+			DType string `json:"dtype"`
+			Dst   struct {
+				DType string `json:"dtype"`
+			} `json:"dst"`
+		} `json:"tensors"`
+	}
+	ok(t, json.Unmarshal(spec, &doc))
+	in := must(reshard.PlanInputFromSpec(spec))(t)
+	defer in.Close()
+	plan := must(reshard.NewPlan(in))(t)
+	defer plan.Close()
+	v := must(reshard.ViewPlan(must(plan.Bytes())(t)))(t)
+	if v.RequiredFeatures()&reshard.PlanFeatureCasts == 0 {
+		t.Fatalf("required_features %d without casts", v.RequiredFeatures())
+	}
+	want := map[string][2]reshard.DType{}
+	casts := 0
+	for _, d := range doc.Tensors {
+		src := must(reshard.ParseDType(d.DType))(t)
+		dst := src
+		if d.Dst.DType != "" {
+			dst = must(reshard.ParseDType(d.Dst.DType))(t)
+		}
+		if dst != src {
+			casts++
+		}
+		want[d.Name] = [2]reshard.DType{src, dst}
+	}
+	if casts < 2 || len(want) != v.NumTensors() {
+		t.Fatalf("%d casts, %d of %d tensors", casts, len(want), v.NumTensors())
+	}
+	for i := 0; i < v.NumTensors(); i++ {
+		tv, _ := v.Tensor(i)
+		w, found := want[tv.Name()]
+		if !found || tv.DType() != w[0] || tv.DstDType() != w[1] {
+			t.Fatalf("%s: %v -> %v, want %v", tv.Name(), tv.DType(), tv.DstDType(), w)
+		}
+		size := w[0].Size()
+		if w[1].Size() < size {
+			size = w[1].Size()
+		}
+		if tv.WireSize() != size {
+			t.Fatalf("%s: wire size %d, want %d", tv.Name(), tv.WireSize(), size)
+		}
+		// The C ABI's reading (1.11) agrees with the view's.
+		if info := must(plan.Tensor(i))(t); info.DType != w[0] || info.DstDType != w[1] {
+			t.Fatalf("%s: Plan.Tensor %v -> %v, want %v", tv.Name(), info.DType, info.DstDType, w)
+		}
 	}
 }

@@ -20,9 +20,14 @@ const (
 	// stage 0 (a band of a pre-reduction under a staging budget, written in
 	// one stage and read in the next).
 	PlanFeatureLateSummands uint64 = 4
+	// PlanFeatureCasts: some tensor's destination has another dtype than
+	// its source (TensorView.DstDType; docs/spec.md "Casts"): its
+	// destination buffers hold DstDType, and each of its pieces moves the
+	// smaller of the two element sizes (TensorView.WireSize).
+	PlanFeatureCasts uint64 = 8
 	// KnownPlanFeatures are the bits this package's reader understands;
 	// ViewPlan rejects bytes that require any other.
-	KnownPlanFeatures = PlanFeatureStages | PlanFeatureScratch | PlanFeatureLateSummands
+	KnownPlanFeatures = PlanFeatureStages | PlanFeatureScratch | PlanFeatureLateSummands | PlanFeatureCasts
 )
 
 // checkPlanFeatures rejects a plan that requires a feature this package
@@ -30,7 +35,7 @@ const (
 // library knows; a newer library may know more than this package.
 func checkPlanFeatures(root *fb.Plan) error {
 	if unknown := root.RequiredFeatures() &^ KnownPlanFeatures; unknown != 0 {
-		return errorf(Corrupt, "required_features: unknown feature bits %d (this reader knows %d: stages, scratch, late summands)",
+		return errorf(Corrupt, "required_features: unknown feature bits %d (this reader knows %d: stages, scratch, late summands, casts)",
 			unknown, KnownPlanFeatures)
 	}
 	return nil
@@ -104,8 +109,27 @@ func (v *PlanView) Tensor(i int) (TensorView, bool) {
 // Name is the tensor's name.
 func (t TensorView) Name() string { return string(t.t.Name()) }
 
-// DType is the tensor's element type.
+// DType is the tensor's element type: its source buffers'.
 func (t TensorView) DType() DType { return DType(t.t.Dtype()) }
+
+// DstDType is the element type of the tensor's destination buffers: DType
+// unless the plan casts the tensor in flight (PlanFeatureCasts).
+func (t TensorView) DstDType() DType {
+	if d := t.t.DstDtype(); d != fb.DTypeInvalid {
+		return DType(d)
+	}
+	return t.DType()
+}
+
+// WireSize is the bytes per element of the tensor in every message: the
+// smaller of DType's and DstDType's sizes (a cast that narrows runs on the
+// sending side, one that widens on the receiving side).
+func (t TensorView) WireSize() int {
+	if s, d := t.DType().Size(), t.DstDType().Size(); d < s {
+		return d
+	}
+	return t.DType().Size()
+}
 
 // Shape is the tensor's global shape.
 func (t TensorView) Shape() []int64 {

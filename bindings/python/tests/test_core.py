@@ -220,6 +220,41 @@ def test_bf16_through_ml_dtypes():
     assert np.array_equal(p.gather(dst)["w"], g)
 
 
+def test_casts_in_flight(root):
+    """A plan that casts (examples/specs/zero3_to_tp_fp8.json: bf16 to
+    f8e4m3, f8e5m2 and f32, an f32 router to bf16): destination buffers hold
+    each tensor's destination dtype, and what arrives is ml_dtypes' cast of
+    the source (round to nearest even; e4m3 overflow to NaN)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    spec = json.loads((root / "examples" / "specs" / "zero3_to_tp_fp8.json").read_text())
+    for t in spec["tensors"]:  # 1/32 of each large dimension: the same layouts, small
+        t["shape"] = [d // 32 if d >= 1024 else d for d in t["shape"]]
+    p = reshard.plan(spec)
+    by_name = {t.name: t for t in p.tensors}
+    assert (by_name["layers.0.attn.qkv"].dtype, by_name["layers.0.attn.qkv"].dst_dtype) == \
+        ("bf16", "f8e4m3")
+    assert by_name["layers.0.attn.qkv"].dst_numpy_dtype == np.dtype(ml_dtypes.float8_e4m3fn)
+    assert (by_name["embed"].dst_dtype, by_name["layers.0.router"].dst_dtype) == ("f32", "bf16")
+    assert by_name["layers.0.attn_norm"].dst_dtype == "bf16"
+    rng = np.random.default_rng(7)
+    glob = {t.name: (rng.standard_normal(t.shape) * 64).astype(t.numpy_dtype) for t in p.tensors}
+    dst = p.allocate("dst")
+    for t, row in zip(p.tensors, dst):
+        assert all(b.dtype == t.dst_numpy_dtype for b in row)
+    reshard.execute(p, p.scatter(glob), dst)
+    out = p.gather(dst)
+    for t in p.tensors:
+        want = glob[t.name].astype(t.dst_numpy_dtype)
+        assert out[t.name].dtype == want.dtype
+        assert np.array_equal(out[t.name].view(np.uint8), want.view(np.uint8)), t.name
+    # A destination buffer in the source dtype is refused, naming it.
+    qkv = by_name["layers.0.attn.qkv"]
+    bad = [list(r) for r in dst]
+    bad[qkv.index][0] = np.zeros(qkv.dst.entries[0].shape, qkv.numpy_dtype)
+    with pytest.raises(reshard.InvalidArgumentError, match="layers.0.attn.qkv.*f8e4m3"):
+        reshard.execute(p, p.scatter(glob), bad)
+
+
 def test_transport_available():
     assert reshard.transport_available("host") == (True, "")
     ok, why = reshard.transport_available("nccl")

@@ -115,7 +115,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 10
+#define RESHARD_ABI_MINOR 11
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -737,9 +737,20 @@ RESHARD_API reshard_error_t* reshard_plan_num_tensors(const reshard_plan_t* plan
 RESHARD_API reshard_error_t* reshard_plan_tensor_name(const reshard_plan_t* plan, size_t tensor,
                                                       const char** out_name);
 
-/* Element type of tensor `tensor`. */
+/* Element type of tensor `tensor`: its source buffers' (and its destination
+ * buffers' unless the plan casts it, reshard_plan_tensor_dst_dtype). */
 RESHARD_API reshard_error_t* reshard_plan_tensor_dtype(const reshard_plan_t* plan, size_t tensor,
                                                        reshard_dtype_t* out_dtype);
+
+/* Element type of the destination buffers of tensor `tensor` (ABI 1.11):
+ * its dtype, unless the spec gave the destination another ("dtype" of the
+ * destination layout, docs/spec.md "Casts"), which the plan casts to in
+ * flight. A destination entry's buffer holds its box's volume times this
+ * dtype's size in bytes.
+ * Errors: INVALID_ARGUMENT (NULL), OUT_OF_RANGE ("tensor: 5 >= 3 tensors"). */
+RESHARD_API reshard_error_t* reshard_plan_tensor_dst_dtype(const reshard_plan_t* plan,
+                                                           size_t tensor,
+                                                           reshard_dtype_t* out_dtype);
 
 /* Rank of tensor `tensor`. */
 RESHARD_API reshard_error_t* reshard_plan_tensor_rank(const reshard_plan_t* plan, size_t tensor,
@@ -1090,8 +1101,9 @@ typedef struct reshard_dst_buffer {
 /* The shard buffers of one tensor, indexed by layout entry (see
  * reshard_plan_tensor_entry): `src[e]` holds source entry e, `dst[e]`
  * receives destination entry e. Each buffer is dense, row-major, exactly
- * the entry's box (bytes = volume * dtype size; data may be NULL when the
- * box is empty). */
+ * the entry's box (bytes = volume * dtype size: the tensor's dtype for
+ * sources, reshard_plan_tensor_dst_dtype for destinations; data may be NULL
+ * when the box is empty). */
 typedef struct reshard_tensor_buffers {
   const reshard_src_buffer_t* src;
   size_t num_src;
@@ -1379,6 +1391,8 @@ typedef struct reshard_api {
   reshard_error_t* (*plan_input_flat_device)(const reshard_plan_input_t*, size_t, size_t, int64_t*);
   reshard_error_t* (*plan_input_flat_tensor)(const reshard_plan_input_t*, size_t, size_t, size_t*,
                                              size_t*, size_t, uint64_t*, int64_t*);
+  /* ABI 1.11 (check struct_size or abi_minor >= 11 before use) */
+  reshard_error_t* (*plan_tensor_dst_dtype)(const reshard_plan_t*, size_t, reshard_dtype_t*);
   /* Append new functions here, never elsewhere, and bump RESHARD_ABI_MINOR. */
 } reshard_api_t;
 

@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import (Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union)
 
 import numpy as np
@@ -124,17 +124,31 @@ class Layout:
 
 @dataclass(frozen=True)
 class Tensor:
-    """A tensor of a plan: buffers are passed per entry of ``src`` / ``dst``."""
+    """A tensor of a plan: buffers are passed per entry of ``src`` / ``dst``.
+    Source buffers hold ``dtype``, destination buffers ``dst_dtype`` (the
+    same unless the plan casts the tensor in flight: docs/spec.md "Casts")."""
     index: int
     name: str
     shape: Tuple[int, ...]
     dtype: str  # reshard name: "f32", "bf16", ...
     src: Layout
     dst: Layout
+    dst_dtype: str
 
     @property
     def numpy_dtype(self) -> np.dtype:
+        """The NumPy dtype of the source buffers."""
         return numpy_dtype(self.dtype)
+
+    @property
+    def dst_numpy_dtype(self) -> np.dtype:
+        """The NumPy dtype of the destination buffers."""
+        return numpy_dtype(self.dst_dtype)
+
+    def side(self, dst: bool) -> "Tensor":
+        """This tensor as one side's buffers see it: ``dtype`` is the
+        destination's for ``dst`` (the buffer checks read ``dtype``)."""
+        return replace(self, dtype=self.dst_dtype) if dst and self.dst_dtype != self.dtype else self
 
 
 def _spec_text(spec: Spec) -> bytes:
@@ -401,6 +415,8 @@ class Plan:
         check(api.plan_tensor_name(p, t, name))
         dt = ffi.new("int32_t*")
         check(api.plan_tensor_dtype(p, t, dt))
+        ddt = ffi.new("int32_t*")
+        check(api.plan_tensor_dst_dtype(p, t, ddt))
         rank = ffi.new("size_t*")
         check(api.plan_tensor_rank(p, t, rank))
         r = int(rank[0])
@@ -424,7 +440,8 @@ class Plan:
             layouts.append(Layout(tuple(entries), int(ns[0]),
                                   {1: "sum", 2: "max", 3: "min", 4: "mean"}.get(int(op[0]), "sum")))
         return Tensor(t, ffi.string(name[0]).decode(), tuple(shape[0:r]),
-                      ffi.string(api.dtype_name(dt[0])).decode(), layouts[0], layouts[1])
+                      ffi.string(api.dtype_name(dt[0])).decode(), layouts[0], layouts[1],
+                      ffi.string(api.dtype_name(ddt[0])).decode())
 
     # -- processes
     @property
@@ -518,7 +535,7 @@ class Plan:
                 if keep is not None and i not in keep:
                     row.append(None)
                     continue
-                a = np.empty(e.shape, t.numpy_dtype)
+                a = np.empty(e.shape, t.numpy_dtype if side == "src" else t.dst_numpy_dtype)
                 if fill is not None:
                     a.fill(fill)
                 row.append(a)
@@ -549,7 +566,7 @@ class Plan:
         rows = _rows(self, destinations, "destinations")
         out = {}
         for t, row in zip(self.tensors, rows):
-            g = np.zeros(t.shape, t.numpy_dtype)
+            g = np.zeros(t.shape, t.dst_numpy_dtype)
             for e, b in zip(t.dst.entries, row):
                 if b is not None:
                     g[e.index] = np.asarray(b).reshape(e.shape)
@@ -767,6 +784,7 @@ def _convert(obj: Any, t: Tensor, e: Entry, where: Any, writable: bool, pinned: 
     dtype, shape, contiguity, device and writability. ``where`` names the
     buffer in messages: a string, or ``(side, tensor name, entry index)``."""
     where = _where(where)
+    t = t.side(writable)
     shape = e.shape
     if isinstance(obj, np.ndarray):
         if obj.dtype.name != _NUMPY_NAMES[t.dtype]:
@@ -867,11 +885,11 @@ class _Table:
         dp = ffi.cast("reshard_dst_buffer_t*", ffi.from_buffer(self.dst))
         so = do = 0
         for t in ts:
-            item = _ITEMSIZE[t.dtype]
+            item, dst_item = _ITEMSIZE[t.dtype], _ITEMSIZE[t.dst_dtype]
             for i, e in enumerate(t.src.entries):
                 self.src_bytes[so + i] = int(np.prod(e.shape, dtype=np.int64)) * item
             for i, e in enumerate(t.dst.entries):
-                self.dst_bytes[do + i] = int(np.prod(e.shape, dtype=np.int64)) * item
+                self.dst_bytes[do + i] = int(np.prod(e.shape, dtype=np.int64)) * dst_item
             tb = self.tb[t.index]
             tb.src, tb.num_src = sp + so, nsrc[t.index]
             tb.dst, tb.num_dst = dp + do, ndst[t.index]
@@ -882,15 +900,18 @@ class _Table:
         self.num_tensors = len(ts)
         self.plan = plan
         # For the NumPy fast path of _bind: each entry's shape, and each
-        # tensor's NumPy dtype (None where ml_dtypes is missing: slow path).
+        # tensor's NumPy dtypes, source and destination (None where ml_dtypes
+        # is missing: slow path).
         self.src_shapes = [[e.shape for e in t.src.entries] for t in ts]
         self.dst_shapes = [[e.shape for e in t.dst.entries] for t in ts]
         self.np_dtypes: List[Optional[np.dtype]] = []
+        self.dst_np_dtypes: List[Optional[np.dtype]] = []
         for t in ts:
-            try:
-                self.np_dtypes.append(np.dtype(numpy_dtype(t.dtype)))
-            except ImportError:
-                self.np_dtypes.append(None)
+            for out, name in ((self.np_dtypes, t.dtype), (self.dst_np_dtypes, t.dst_dtype)):
+                try:
+                    out.append(np.dtype(numpy_dtype(name)))
+                except ImportError:
+                    out.append(None)
 
 
 class _PointerTable:
@@ -947,11 +968,11 @@ def _bind(plan: Plan, sources: Buffers, destinations: Buffers, pinned: _Pinned,
     ndarray = np.ndarray
     for t in plan.tensors:
         ti = t.index
-        want = tab.np_dtypes[ti]
-        for side, rows, arr, off, sizes, lay, shapes, writable in (
-                ("sources", src_rows, src, tab.src_off, tab.src_bytes, t.src, tab.src_shapes, False),
+        for side, rows, arr, off, sizes, lay, shapes, writable, want in (
+                ("sources", src_rows, src, tab.src_off, tab.src_bytes, t.src, tab.src_shapes, False,
+                 tab.np_dtypes[ti]),
                 ("destinations", dst_rows, dst, tab.dst_off, tab.dst_bytes, t.dst, tab.dst_shapes,
-                 True)):
+                 True, tab.dst_np_dtypes[ti])):
             row = rows[ti]
             if row is None:
                 row = ()

@@ -114,6 +114,7 @@ class _CudaConverter:
     def __call__(self, obj: Any, t: Tensor, e: Entry, where: Any, writable: bool,
                  pinned: _Pinned) -> int:
         where = _where(where)
+        t = t.side(writable)  # a destination holds the tensor's destination dtype
         if _is_torch_tensor(obj):
             return self._torch(obj, t, e, where, pinned)
         if hasattr(obj, "__dlpack__"):

@@ -25,7 +25,7 @@ pub const RESHARD_VERSION_NUMBER: u32 =
 /// `RESHARD_ABI_MAJOR`: pass to [`reshard_get_api`].
 pub const RESHARD_ABI_MAJOR: u32 = 1;
 /// `RESHARD_ABI_MINOR` of these declarations.
-pub const RESHARD_ABI_MINOR: u32 = 10;
+pub const RESHARD_ABI_MINOR: u32 = 11;
 /// `RESHARD_MAX_RANK`: the largest tensor rank.
 pub const RESHARD_MAX_RANK: usize = 8;
 
@@ -927,6 +927,13 @@ extern "C" {
         out_byte_offsets: *mut i64,
     ) -> Status;
 
+    /// `reshard_plan_tensor_dst_dtype` (ABI 1.11), documented in `reshard/reshard.h`.
+    pub fn reshard_plan_tensor_dst_dtype(
+        plan: *const reshard_plan_t,
+        tensor: usize,
+        out_dtype: *mut reshard_dtype_t,
+    ) -> Status;
+
     /// `reshard_plan_create`, documented in `reshard/reshard.h`.
     pub fn reshard_plan_create(
         input: *const reshard_plan_input_t,
@@ -1444,4 +1451,7 @@ pub struct reshard_api_t {
             *mut i64,
         ) -> Status,
     >,
+    /// [`reshard_plan_tensor_dst_dtype`] (ABI 1.11).
+    pub plan_tensor_dst_dtype:
+        Option<unsafe extern "C" fn(*const reshard_plan_t, usize, *mut reshard_dtype_t) -> Status>,
 }

@@ -77,7 +77,7 @@ fn struct_layouts_match_the_c_header() {
             executor_verify, transport_available, executor_info, mpi_executor_create,
             nccl_unique_id, nccl_executor_create, plan_device_location, plan_part_scratch,
             plan_deserialize_with_options, plan_verify_bytes_with_options, plan_input_num_flats,
-            plan_input_flat_tensor }
+            plan_input_flat_tensor, plan_tensor_dst_dtype }
     };
     let Some(include) = include_dir() else {
         eprintln!(
@@ -135,7 +135,7 @@ fn function_table_matches_the_exported_functions() {
     assert!(!api.is_null());
     assert!(unsafe { reshard_get_api(RESHARD_ABI_MAJOR + 1) }.is_null());
     let api = unsafe { &*api };
-    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.10");
+    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.11");
     assert_eq!(api.struct_size, size_of::<reshard_api_t>(), "table size");
     assert_eq!(api.abi_major, RESHARD_ABI_MAJOR);
     macro_rules! same {
@@ -200,5 +200,6 @@ fn function_table_matches_the_exported_functions() {
         plan_input_flat_info => reshard_plan_input_flat_info,
         plan_input_flat_device => reshard_plan_input_flat_device,
         plan_input_flat_tensor => reshard_plan_input_flat_tensor,
+        plan_tensor_dst_dtype => reshard_plan_tensor_dst_dtype,
     }
 }

@@ -165,7 +165,8 @@ impl Executor {
         let mut src_all = Vec::with_capacity(num_tensors);
         let mut dst_all = Vec::with_capacity(num_tensors);
         for (t, b) in buffers.iter_mut().enumerate() {
-            let dtype = plan.tensor(t)?.dtype;
+            let info = plan.tensor(t)?;
+            let (dtype, dst_dtype) = (info.dtype, info.dst_dtype);
             if let Some((name, holds)) = b.element {
                 if !holds(dtype) {
                     return Err(Error::new(
@@ -173,9 +174,18 @@ impl Executor {
                         format!("buffers[{t}]: {name} elements cannot hold tensor {t} of dtype {dtype}"),
                     ));
                 }
+                if !holds(dst_dtype) {
+                    return Err(Error::new(
+                        ErrorCode::Mismatch,
+                        format!(
+                            "buffers[{t}]: {name} elements cannot hold tensor {t}'s destination dtype \
+                             {dst_dtype} (cast from {dtype}; TensorBuffers::from_bytes takes each side in its own dtype)"
+                        ),
+                    ));
+                }
             }
             check_alignment(t, "src", dtype, b.src.iter().map(|s| (s.as_ptr() as usize, s.len())))?;
-            check_alignment(t, "dst", dtype, b.dst.iter().map(|s| (s.as_ptr() as usize, s.len())))?;
+            check_alignment(t, "dst", dst_dtype, b.dst.iter().map(|s| (s.as_ptr() as usize, s.len())))?;
             src_all.push(
                 b.src
                     .iter()

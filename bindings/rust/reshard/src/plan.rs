@@ -167,8 +167,11 @@ pub struct DeviceTraffic {
 pub struct TensorInfo {
     /// Unique name.
     pub name: String,
-    /// Element type.
+    /// Element type (of the source buffers).
     pub dtype: DType,
+    /// Element type of the destination buffers: `dtype` unless the plan
+    /// casts the tensor in flight (ABI 1.11, docs/spec.md "Casts").
+    pub dst_dtype: DType,
     /// Global shape.
     pub shape: Vec<i64>,
 }
@@ -493,12 +496,13 @@ impl Plan {
         count
     }
 
-    /// Name, dtype and shape of tensor `tensor`.
+    /// Name, dtypes and shape of tensor `tensor`.
     ///
     /// Errors: [`ErrorCode::OutOfRange`] (`tensor: 5 >= 3 tensors`).
     pub fn tensor(&self, tensor: usize) -> Result<TensorInfo> {
         let mut name = ptr::null();
         let mut dtype = 0;
+        let mut dst_dtype = 0;
         let mut rank = 0;
         let mut shape = vec![0i64; sys::RESHARD_MAX_RANK];
         // SAFETY: live plan; outputs valid, shape has RESHARD_MAX_RANK room;
@@ -506,16 +510,19 @@ impl Plan {
         unsafe {
             check(sys::reshard_plan_tensor_name(self.raw, tensor, &mut name))?;
             check(sys::reshard_plan_tensor_dtype(self.raw, tensor, &mut dtype))?;
+            check(sys::reshard_plan_tensor_dst_dtype(self.raw, tensor, &mut dst_dtype))?;
             check(sys::reshard_plan_tensor_rank(self.raw, tensor, &mut rank))?;
             check(sys::reshard_plan_tensor_shape(self.raw, tensor, shape.as_mut_ptr()))?;
         }
         shape.truncate(rank);
         // SAFETY: a NUL-terminated string valid while the plan lives.
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
-        let dtype = DType::from_raw(dtype).ok_or_else(|| {
-            Error::new(ErrorCode::Unsupported, format!("tensor {tensor}: dtype {dtype} unknown to this crate"))
-        })?;
-        Ok(TensorInfo { name, dtype, shape })
+        let known = |d: i32| {
+            DType::from_raw(d).ok_or_else(|| {
+                Error::new(ErrorCode::Unsupported, format!("tensor {tensor}: dtype {d} unknown to this crate"))
+            })
+        };
+        Ok(TensorInfo { name, dtype: known(dtype)?, dst_dtype: known(dst_dtype)?, shape })
     }
 
     /// Every tensor, in plan order.

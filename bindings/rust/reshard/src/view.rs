@@ -50,9 +50,16 @@ pub const PLAN_FEATURE_SCRATCH: u64 = 2;
 /// budget, written in one stage and read in the next).
 pub const PLAN_FEATURE_LATE_SUMMANDS: u64 = 4;
 
+/// `Plan.required_features` bit: casts. Some tensor's destination has
+/// another dtype than its source ([`TensorView::dst_dtype`]): its
+/// destination buffers hold that dtype, and each of its pieces moves the
+/// smaller of the two element sizes ([`TensorView::wire_size`]).
+pub const PLAN_FEATURE_CASTS: u64 = 8;
+
 /// Every `Plan.required_features` bit this crate's reader understands;
 /// bytes that require any other are rejected ([`ErrorCode::Corrupt`]).
-pub const KNOWN_PLAN_FEATURES: u64 = PLAN_FEATURE_STAGES | PLAN_FEATURE_SCRATCH | PLAN_FEATURE_LATE_SUMMANDS;
+pub const KNOWN_PLAN_FEATURES: u64 =
+    PLAN_FEATURE_STAGES | PLAN_FEATURE_SCRATCH | PLAN_FEATURE_LATE_SUMMANDS | PLAN_FEATURE_CASTS;
 
 /// A verified, zero-copy, read-only view of plan bytes.
 ///
@@ -109,7 +116,7 @@ impl<'a> PlanView<'a> {
                 ErrorCode::Corrupt,
                 format!(
                     "plan bytes: required_features: unknown feature bits {unknown} \
-                     (this reader knows {KNOWN_PLAN_FEATURES}: stages, scratch, late summands)"
+                     (this reader knows {KNOWN_PLAN_FEATURES}: stages, scratch, late summands, casts)"
                 ),
             ));
         }
@@ -254,9 +261,26 @@ impl<'a> TensorView<'a> {
         self.raw.name().unwrap_or("")
     }
 
-    /// Its element type (`None` for a value this crate does not know).
+    /// Its element type, its source buffers' (`None` for a value this
+    /// crate does not know).
     pub fn dtype(&self) -> Option<DType> {
         DType::from_raw(self.raw.dtype().0)
+    }
+
+    /// The element type of its destination buffers: [`dtype`](Self::dtype)
+    /// unless the plan casts the tensor in flight ([`PLAN_FEATURE_CASTS`]).
+    pub fn dst_dtype(&self) -> Option<DType> {
+        match self.raw.dst_dtype() {
+            fb::DType::Invalid => self.dtype(),
+            d => DType::from_raw(d.0),
+        }
+    }
+
+    /// Bytes per element of the tensor in every message: the smaller of
+    /// its two dtypes' sizes (a cast that narrows runs on the sending side,
+    /// one that widens on the receiving side).
+    pub fn wire_size(&self) -> Option<usize> {
+        Some(self.dtype()?.size().min(self.dst_dtype()?.size()))
     }
 
     /// Its global shape, read in place.
@@ -285,6 +309,7 @@ impl std::fmt::Debug for TensorView<'_> {
         f.debug_struct("TensorView")
             .field("name", &self.name())
             .field("dtype", &self.dtype())
+            .field("dst_dtype", &self.dst_dtype())
             .field("shape", &self.shape().collect::<Vec<_>>())
             .finish()
     }

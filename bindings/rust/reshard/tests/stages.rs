@@ -3,7 +3,7 @@
 //! inside it (stage 1); `PlanOptions::relays = false` plans single-hop.
 use reshard::{
     fb, Direction, ErrorCode, Executor, PieceList, Plan, PlanInput, PlanOptions, PlanView, Side, KNOWN_PLAN_FEATURES,
-    PLAN_FEATURE_LATE_SUMMANDS, PLAN_FEATURE_SCRATCH, PLAN_FEATURE_STAGES,
+    PLAN_FEATURE_CASTS, PLAN_FEATURE_LATE_SUMMANDS, PLAN_FEATURE_SCRATCH, PLAN_FEATURE_STAGES,
 };
 
 /// bench/specs/pipeline_2x2_replicated_dst.json, smaller: a 2x2 mesh on host
@@ -175,16 +175,21 @@ fn bytes_requiring(features: u64) -> Vec<u8> {
 
 #[test]
 fn unknown_feature_bits_are_rejected() {
-    assert_eq!(KNOWN_PLAN_FEATURES, PLAN_FEATURE_STAGES | PLAN_FEATURE_SCRATCH | PLAN_FEATURE_LATE_SUMMANDS);
-    // The stages, scratch and late-summands bits are known to the Rust reader ...
-    for features in [PLAN_FEATURE_STAGES, PLAN_FEATURE_SCRATCH, 3, PLAN_FEATURE_LATE_SUMMANDS, 7] {
+    assert_eq!(
+        KNOWN_PLAN_FEATURES,
+        PLAN_FEATURE_STAGES | PLAN_FEATURE_SCRATCH | PLAN_FEATURE_LATE_SUMMANDS | PLAN_FEATURE_CASTS
+    );
+    // The stages, scratch, late-summands and casts bits are known to the Rust reader ...
+    for features in
+        [PLAN_FEATURE_STAGES, PLAN_FEATURE_SCRATCH, 3, PLAN_FEATURE_LATE_SUMMANDS, 7, PLAN_FEATURE_CASTS, 15]
+    {
         let known = bytes_requiring(features);
         let view = PlanView::new_rust_verified(&known).unwrap();
         assert_eq!(view.required_features(), features);
         assert_eq!(view.parts().count(), 0);
     }
     // ... any other is not, alone or with them.
-    for features in [8, 9, 15, 1 << 63] {
+    for features in [16, 17, 31, 1 << 63] {
         let bytes = bytes_requiring(features);
         let err = PlanView::new_rust_verified(&bytes).unwrap_err();
         assert_eq!(err.code(), ErrorCode::Corrupt);
@@ -215,5 +220,43 @@ fn nics_per_host_shapes_the_estimate() {
         let e = input.set_options(&PlanOptions { nics_per_host: bad, ..Default::default() }).unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
         assert!(e.message().contains("options->nics_per_host"), "{e}");
+    }
+}
+
+/// Casts in flight (`PLAN_FEATURE_CASTS`): the view reads each tensor's
+/// destination dtype and the element size its messages move, as
+/// examples/specs/zero3_to_tp_fp8.json asks (bf16 to f8e4m3, norms kept
+/// bf16, the embedding widened to f32, the router narrowed to bf16, lm_head
+/// to f8e5m2).
+#[test]
+fn view_reads_casts() {
+    use reshard::DType;
+    let spec =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../examples/specs/zero3_to_tp_fp8.json"))
+            .unwrap();
+    let plan = Plan::new(&PlanInput::from_spec(&spec).unwrap()).unwrap();
+    let bytes = plan.to_bytes().unwrap();
+    let view = PlanView::new(&bytes).unwrap();
+    assert_ne!(view.required_features() & PLAN_FEATURE_CASTS, 0);
+    let want = [
+        ("embed", DType::BF16, DType::F32),
+        ("layers.0.attn_norm", DType::BF16, DType::BF16),
+        ("layers.0.attn.qkv", DType::BF16, DType::F8E4M3),
+        ("layers.0.attn.o", DType::BF16, DType::F8E4M3),
+        ("layers.0.mlp.w13", DType::BF16, DType::F8E4M3),
+        ("layers.0.mlp.w2", DType::BF16, DType::F8E4M3),
+        ("layers.0.router", DType::F32, DType::BF16),
+        ("lm_head", DType::BF16, DType::F8E5M2),
+    ];
+    assert_eq!(view.num_tensors(), want.len());
+    for t in view.tensors() {
+        let (_, src, dst) = want.iter().find(|w| w.0 == t.name()).unwrap_or_else(|| panic!("{}", t.name()));
+        assert_eq!((t.dtype(), t.dst_dtype()), (Some(*src), Some(*dst)), "{}", t.name());
+        assert_eq!(t.wire_size(), Some(src.size().min(dst.size())), "{}", t.name());
+    }
+    // The C ABI's reading (1.11) agrees with the view's.
+    for (i, info) in plan.tensors().iter().enumerate() {
+        let t = view.tensor(i).unwrap();
+        assert_eq!((Some(info.dtype), Some(info.dst_dtype)), (t.dtype(), t.dst_dtype()), "{}", info.name);
     }
 }
