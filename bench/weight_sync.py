@@ -32,36 +32,40 @@ import qwen3  # noqa: E402
 GB200 = os.path.join(ROOT, "bench", "topologies", "gb200_nvl72.json")
 H100 = os.path.join(ROOT, "bench", "topologies", "h100_8gpu_ndr400.json")
 
-# name -> (builder, topology, published measurement text)
+# GPUs per host of each cluster: a spec's hosts are its NVLink domains (an
+# H100 host's 8 GPUs, 64 of a GB200 NVL72 rack's 72, as the published runs).
+PER_HOST = {H100: 8, GB200: 64}
+# name -> (builder(GPUs per host), the cluster of the published run, published
+# measurement text)
 CASES = {
     "dsv3_m2n": (
-        lambda: deepseek.build(deepseek.DEEPSEEK_V3, ("megatron", 4, 2, 16), (16, 8, "tp"), 64),
+        lambda h: deepseek.build(deepseek.DEEPSEEK_V3, ("megatron", 4, 2, 16), (16, 8, "tp"), h),
         GB200,
         "NCCL M2N, 128 + 128 GB200: 1.447 s hierarchical, 3.838 s direct "
         "(github.com/NVIDIA/nccl-extensions, nccl_m2n README)"),
     "dsv3_nemorl": (
-        lambda: deepseek.build(deepseek.DEEPSEEK_V3, ("megatron", 16, 1, 16), (8, 32, "ep"), 8),
+        lambda h: deepseek.build(deepseek.DEEPSEEK_V3, ("megatron", 16, 1, 16), (8, 32, "ep"), h),
         H100,
         "NeMo-RL nccl_reshard refit, 256 + 256 H100: 2.39-2.83 s "
         "(github.com/NVIDIA-NeMo/RL, docs/design-docs/nccl-reshard-refit.md)"),
     "kimi_k2": (
-        lambda: deepseek.build(deepseek.KIMI_K2, ("fsdp", 32, 8), (8, 16, "ep"), 8),
+        lambda h: deepseek.build(deepseek.KIMI_K2, ("fsdp", 32, 8), (8, 16, "ep"), h),
         H100,
         "Perplexity, 256 BF16 training GPUs -> 128 inference GPUs, FP8 on the destination: "
         "~1.3 s (research.perplexity.ai, 'Weight transfer for RL post-training in under 2 "
         "seconds'; arXiv 2510.27656)"),
     "kimi_k2_fp8": (
-        lambda: deepseek.build(deepseek.KIMI_K2, ("fsdp", 32, 8), (8, 16, "ep"), 8, "f8e4m3"),
+        lambda h: deepseek.build(deepseek.KIMI_K2, ("fsdp", 32, 8), (8, 16, "ep"), h, "f8e4m3"),
         H100,
         "same as kimi_k2; here every tensor moves as FP8 (quantised on the sender, its time "
         "not modelled)"),
     "qwen3_m2n": (
-        lambda: qwen3.build(qwen3.QWEN3_235B, (4, 4, 2, 2), (8, 8), 64),
+        lambda h: qwen3.build(qwen3.QWEN3_235B, (4, 4, 2, 2), (8, 8), h),
         GB200,
         "NCCL M2N, 64 + 64 GB200: 0.989 s hierarchical, 2.175 s direct "
         "(github.com/NVIDIA/nccl-extensions, nccl_m2n README)"),
     "llama405b": (
-        lambda: llama405b.build(llama405b.LLAMA_405B),
+        lambda h: llama405b.build(llama405b.LLAMA_405B, per_host=h),
         H100,
         "none published"),
 }
@@ -140,10 +144,11 @@ def main():
     rows = []
     for name in names:
         build, own_topo, published = CASES[name]
-        b = build()
-        spec = os.path.join(out_dir, name + ".json")
-        b.write(spec)
         for topo in ([own_topo] if args.topologies == "own" else [H100, GB200]):
+            key = name if topo == own_topo else f"{name}@{os.path.basename(topo)[:-5]}"
+            b = build(PER_HOST[topo])
+            spec = os.path.join(out_dir, key + ".json")
+            b.write(spec)
             doc = simulate(args, name, spec, topo)
             doc["description"] = b.description
             doc["tensors"] = len(b.tensors)
@@ -152,7 +157,6 @@ def main():
             infer = set(b.meshes["infer"]["devices"])
             doc["gpus"] = (f"{len(train)} (the same)" if train == infer
                            else f"{len(train)} + {len(infer)}")
-            key = name if topo == own_topo else f"{name}@{os.path.basename(topo)[:-5]}"
             json.dump(doc, open(os.path.join(out_dir, key + ".result.json"), "w"), indent=1)
             rows.append(doc)
             print(f"{name} on {doc['topology_file']}: {doc['predicted_seconds']:.3f} s (bound "
