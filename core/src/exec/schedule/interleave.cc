@@ -54,12 +54,8 @@ void interleave_round(std::span<const DirectCopy> direct, const std::vector<Tens
   };
   std::vector<Shape> shapes;
   std::unordered_multimap<uint64_t, uint32_t> shape_of;
+  uint32_t last = 0;  // the shape found last (consecutive copies mostly share theirs)
   const auto shape_index = [&](const CopyDesc& d) {
-    uint64_t h = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(d.rank + 1);
-    for (int k = 0; k + 1 < d.rank; ++k) {
-      h = (h ^ static_cast<uint64_t>(d.extent[k])) * 0x100000001b3ull;
-      h = (h ^ static_cast<uint64_t>(d.src_stride[k])) * 0x100000001b3ull;
-    }
     const auto same = [&](const Shape& x) {
       if (x.rank != d.rank) return false;
       for (int k = 0; k + 1 < d.rank; ++k) {
@@ -67,8 +63,14 @@ void interleave_round(std::span<const DirectCopy> direct, const std::vector<Tens
       }
       return true;
     };
+    if (!shapes.empty() && same(shapes[last])) return last;
+    uint64_t h = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(d.rank + 1);
+    for (int k = 0; k + 1 < d.rank; ++k) {
+      h = (h ^ static_cast<uint64_t>(d.extent[k])) * 0x100000001b3ull;
+      h = (h ^ static_cast<uint64_t>(d.src_stride[k])) * 0x100000001b3ull;
+    }
     for (auto [it, end] = shape_of.equal_range(h); it != end; ++it) {
-      if (same(shapes[it->second])) return it->second;
+      if (same(shapes[it->second])) return last = it->second;
     }
     Shape x{};
     x.rank = d.rank;
@@ -79,7 +81,7 @@ void interleave_round(std::span<const DirectCopy> direct, const std::vector<Tens
     const auto i = static_cast<uint32_t>(shapes.size());
     shapes.push_back(x);
     shape_of.emplace(h, i);
-    return i;
+    return last = i;
   };
   std::vector<Item> items;
   for (size_t i = b; i < e; ++i) {
