@@ -201,12 +201,13 @@ Buffers buffers_for(const Plan& plan) {
   for (const TensorSpec& t : plan.tensors()) {
     TensorBuffers v;
     const int64_t elem = dtype_size(t.dtype);
+    const int64_t out_elem = dtype_size(out_dtype(t));  // a cast's destination dtype
     for (size_t e = 0; e < t.src.num_entries(); ++e) {
       b.blocks.push_back(std::make_unique<Block>(t.src.box(e).volume() * elem));
       v.src.push_back({b.blocks.back()->data(), b.blocks.back()->bytes()});
     }
     for (size_t e = 0; e < t.dst.num_entries(); ++e) {
-      b.blocks.push_back(std::make_unique<Block>(t.dst.box(e).volume() * elem));
+      b.blocks.push_back(std::make_unique<Block>(t.dst.box(e).volume() * out_elem));
       v.dst.push_back({b.blocks.back()->data(), b.blocks.back()->bytes()});
     }
     b.views.push_back(std::move(v));
