@@ -290,6 +290,22 @@ TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
     return make_copy_desc(plan.region(*d.part, p), plan.source_box(p, d.stage),
                           plan.tensors()[p.tensor].dst.box(p.dst_entry));
   };
+  // Each copy's descriptor (kept apart, in the copies' order) is the one
+  // its boxes give.
+  ASSERT_EQ(s.direct_descs.size(), s.direct.size());
+  for (size_t i = 0; i < s.direct.size(); ++i) {
+    const CopyDesc want = desc(s.direct[i]);
+    const CopyDesc& got = *s.direct[i].desc;
+    EXPECT_EQ(s.direct[i].desc, &s.direct_descs[i]);
+    ASSERT_EQ(got.rank, want.rank) << "copy " << i;
+    EXPECT_EQ(got.src_offset, want.src_offset) << "copy " << i;
+    EXPECT_EQ(got.dst_offset, want.dst_offset) << "copy " << i;
+    for (int k = 0; k < got.rank; ++k) {
+      EXPECT_EQ(got.extent[k], want.extent[k]) << "copy " << i;
+      EXPECT_EQ(got.src_stride[k], want.src_stride[k]) << "copy " << i;
+      EXPECT_EQ(got.dst_stride[k], want.dst_stride[k]) << "copy " << i;
+    }
+  }
   const size_t long_many = 4;
   const size_t long_holes = 5;
   const size_t very_long = 6;
@@ -344,6 +360,51 @@ TEST(EngineLocal, SlicesOfOneSourceRowAreInterleavedInSourceOrder) {
   EXPECT_EQ(grouped[long_holes], 0u) << "eight 2 KiB runs per row, with holes, interleaved";
   EXPECT_EQ(grouped[very_long], 0u) << "eight 32 KiB runs per row interleaved";
   expect_oracle_values_on(plan, {1, 2, 3});
+}
+
+// A message between two devices of one process is a direct copy made from
+// its receive; its send, where it equals the receive (pieces included), is
+// checked as the receive. A send that differs from every receive is
+// checked on its own: a damaged one is refused, naming it.
+TEST(EngineLocal, SendsBetweenDevicesOfOneProcessAreCheckedUnlessTheyEqualTheReceive) {
+  PlanInput in;
+  for (int64_t d = 0; d < 4; ++d) in.topology.add({d, 0, 0, static_cast<int32_t>(d)});
+  in.tensors.push_back(tensor("t", {32, 24}, DType::kF32,
+                              sharding(mesh_1d({0, 1, 2, 3}), {{"x"}, {}}),
+                              sharding(mesh_1d({0, 1, 2, 3}), {{}, {"x"}})));
+  const Plan plan = make_plan(in);
+  TransportInfo info;
+  info.memory = MemoryKind::kCuda;
+  info.stream_ordered = true;
+  const ExecuteOptions options;
+  const ProcessPart& part = plan.part(0);
+  ASSERT_FALSE(part.sends.empty());
+  ASSERT_EQ(part.send_pieces.size(), part.recv_pieces.size());
+  const engine_detail::Schedule s = engine_detail::build_schedule(plan, 0, part, info, options);
+  EXPECT_TRUE(s.messages.empty());
+  EXPECT_EQ(s.direct.size(), part.local.size() + part.recv_pieces.size());
+  const auto refused = [&](const Plan& damaged, const std::string& field) {
+    try {
+      engine_detail::build_schedule(damaged, 0, damaged.part(0), info, options);
+      ADD_FAILURE() << "a damaged " << field << " was not refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  // A piece of the last send names a tensor the plan lacks.
+  Plan damaged = plan;
+  ProcessPart& edited = Plan::Builder::parts(damaged).at(0);
+  const size_t bad = edited.sends.back().first_piece;
+  edited.send_pieces[bad].tensor = 7;
+  refused(damaged, "send_pieces[" + std::to_string(bad) + "]: tensor or entry index out of range");
+  // The same damage on the receive side is refused too.
+  Plan damaged_recv = plan;
+  ProcessPart& edited_recv = Plan::Builder::parts(damaged_recv).at(0);
+  const size_t bad_recv = edited_recv.recvs.back().first_piece;
+  edited_recv.recv_pieces[bad_recv].tensor = 7;
+  refused(damaged_recv,
+          "recv_pieces[" + std::to_string(bad_recv) + "]: tensor or entry index out of range");
 }
 
 // Invariant: destination entries of a tensor that hold the same box are

@@ -1009,19 +1009,27 @@ struct Span {
 };
 
 // True when no write span meets another op's span (reads may meet reads):
-// then no op can see another's effect and the call is one phase. A sweep in
-// order of `lo` finds any pair that meets with a write in it: the later
-// starting one begins before the earlier one's end. An op's own read and
-// write meeting also answers false (the caller then takes the exact path).
+// then no op can see another's effect and the call is one phase. The
+// writes are sorted by `lo` and must not meet each other (a sweep); their
+// ends then ascend too, so each read is checked against the one write
+// that ends first after its start. An op's own read and write meeting
+// also answers false (the caller then takes the exact path). Empty spans
+// meet nothing.
 bool writes_isolated(std::vector<Span>& spans) {
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
-  uintptr_t end_any = 0;
-  uintptr_t end_write = 0;
-  for (const Span& s : spans) {
-    if (s.lo >= s.hi) continue;
-    if (s.lo < end_write || (s.write && s.lo < end_any)) return false;
-    end_any = std::max(end_any, s.hi);
-    if (s.write) end_write = std::max(end_write, s.hi);
+  const auto empty = [](const Span& s) { return s.lo >= s.hi; };
+  std::erase_if(spans, empty);
+  const auto reads =
+      std::partition(spans.begin(), spans.end(), [](const Span& s) { return s.write; });
+  std::sort(spans.begin(), reads, [](const Span& a, const Span& b) { return a.lo < b.lo; });
+  for (auto w = spans.begin(); w != reads && w + 1 != reads; ++w) {
+    if ((w + 1)->lo < w->hi) return false;
+  }
+  for (auto r = reads; r != spans.end(); ++r) {
+    // The first write ending after the read starts: it meets the read
+    // when it starts before the read ends.
+    const auto w = std::upper_bound(spans.begin(), reads, r->lo,
+                                    [](uintptr_t lo, const Span& s) { return lo < s.hi; });
+    if (w != reads && w->lo < r->hi) return false;
   }
   return true;
 }

@@ -213,7 +213,7 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
     int64_t bytes = 0;
     for (size_t k = i; k < i + n; ++k) bytes += copies[k].bytes;
     if (n > 1) {
-      const int64_t runs = copy_desc_runs(copies[i].desc);
+      const int64_t runs = copy_desc_runs(*copies[i].desc);
       const int64_t slices = bytes > target ? std::min(runs, ceil_div_nonneg(bytes, target)) : 1;
       if (slices > 1) {
         if (batch.end > batch.begin) tasks_.push_back(batch);
@@ -227,7 +227,7 @@ void DirectRunner::build_tasks(std::span<const DirectCopy> copies,
         continue;
       }
     } else if (bytes > target) {
-      const CopyDesc& d = copies[i].desc;
+      const CopyDesc& d = *copies[i].desc;
       const int64_t runs = copy_desc_runs(d);
       const int64_t units = runs == 1 ? copy_desc_run_length(d) : runs;
       const int64_t slices = std::min(units, ceil_div_nonneg(bytes, target));
@@ -271,16 +271,16 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
       for (size_t i = task.begin; i < task.end;) {
         const size_t n = unit_size(copies.first(task.end), i);
         if (n > 1) {
-          copy_interleaved(copies, i, n, 0, copy_desc_runs(copies[i].desc));
+          copy_interleaved(copies, i, n, 0, copy_desc_runs(*copies[i].desc));
         } else {
           const Piece& p = *copies[i].piece;
           const TensorSpec& t = tensors_[p.tensor];
           if (has_cast(t)) {
             const DType from = reads_source(p, copies[i].stage) ? t.dtype : out_dtype(t);
-            cast_desc_runs(copies[i].desc, from, out_dtype(t), 0, copy_desc_runs(copies[i].desc),
+            cast_desc_runs(*copies[i].desc, from, out_dtype(t), 0, copy_desc_runs(*copies[i].desc),
                            source(copies[i]), buffers_[p.tensor].dst[p.dst_entry].data);
           } else {
-            copy_box(copies[i].desc, dtype_size(t.dtype), source(copies[i]),
+            copy_box(*copies[i].desc, dtype_size(t.dtype), source(copies[i]),
                      buffers_[p.tensor].dst[p.dst_entry].data, stream_);
           }
         }
@@ -293,7 +293,7 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
         return;
       }
       const Piece& p = *copies[task.begin].piece;
-      const CopyDesc& d = copies[task.begin].desc;
+      const CopyDesc& d = *copies[task.begin].desc;
       const int64_t elem = dtype_size(tensors_[p.tensor].dtype);
       const void* src = source(copies[task.begin]);
       void* dst = buffers_[p.tensor].dst[p.dst_entry].data;
@@ -358,7 +358,7 @@ void DirectRunner::copy_interleaved(std::span<const DirectCopy> copies, size_t b
   const int count = static_cast<int>(n);
   for (int c = 0; c < count; ++c) {
     const DirectCopy& x = copies[begin + static_cast<size_t>(c)];
-    descs[c] = x.desc;
+    descs[c] = *x.desc;
     srcs[c] = source(x);
     dsts[c] = buffers_[x.piece->tensor].dst[x.piece->dst_entry].data;
   }

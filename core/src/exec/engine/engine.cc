@@ -67,6 +67,11 @@ class Copier {
   // Records every call handed to the transport (device memory only).
   void record_into(engine_detail::Replay* r) { record_ = r; }
   bool in_flight() const { return in_flight_; }
+  // Room for `n` ops in a device's list, reserved before any is queued (a
+  // list grown op by op copies itself at every doubling).
+  void reserve(int64_t device, int32_t ordinal, size_t n) {
+    if (!host_) queued_[{device, ordinal}].reserve(n);
+  }
 
   void copy(int64_t device, int32_t ordinal, const CopyDesc& d, DType dtype, const void* src,
             void* dst) {
@@ -281,6 +286,8 @@ class Run {
   bool postable(uint32_t g) const;
   bool post_ready();
   bool run_ready_directs();
+  // Whether a direct round (its round key, -1: local pieces) is of stage 0.
+  static bool stage0(int64_t round) { return round < engine_detail::round_key(1, 0); }
   bool test_in_flight();
   void complete(uint32_t g);
   bool reduce_completed_rounds();
@@ -412,7 +419,7 @@ void Run::run_direct(size_t d) {
       const Piece& p = *c.piece;
       const TensorSpec& spec = tensors_[p.tensor];
       const int64_t device = spec.dst.device(p.dst_entry);
-      copier_.cast(device, ordinal_of(device), c.desc,
+      copier_.cast(device, ordinal_of(device), *c.desc,
                    reads_source(p, c.stage) ? spec.dtype : out_dtype(spec), out_dtype(spec),
                    src_ptr(p, c.stage), dst_ptr(p));
     }
@@ -702,16 +709,21 @@ bool Run::run_ready_directs() {
       }
       if (earlier_unposted) break;
     }
-    copier_.set_in_flight(!in_flight_.empty());
-    run_direct(next_direct_++);
     // Off the host, a round's copies are queued per device and each device's
     // queue goes to the transport in one call, in device order: a later
     // round that reads what this one wrote (a relay's source, a stage's
     // destination) must not share a flush with it, or a device that sorts
-    // first would read before the writer ran.
-    copier_.flush();
+    // first would read before the writer ran. Rounds of stage 0 read only
+    // source buffers and write disjoint regions of destinations: those that
+    // run one after the other share a flush (fewer calls, fewer launches).
+    if (any && !(stage0(s_.direct_rounds[next_direct_ - 1].round) && stage0(r.round))) {
+      copier_.flush();
+    }
+    copier_.set_in_flight(!in_flight_.empty());
+    run_direct(next_direct_++);
     any = true;
   }
+  if (any) copier_.flush();
   return any;
 }
 
@@ -788,6 +800,24 @@ void Run::go() {
   if (info_.memory == MemoryKind::kHost && !s_.direct.empty()) {
     const int threads = engine_detail::execution_threads(s_, options_.threads, info_.host_ranks);
     runner_ = std::make_unique<DirectRunner>(plan_, buffers_, s_, grown(pool_, threads), threads);
+  }
+  if (info_.memory != MemoryKind::kHost && !s_.direct.empty()) {
+    // The direct copies per device (a few devices, mostly in runs).
+    std::vector<std::pair<int64_t, size_t>> per_device;
+    for (const engine_detail::DirectCopy& c : s_.direct) {
+      const int64_t device = tensors_[c.piece->tensor].dst.device(c.piece->dst_entry);
+      if (per_device.empty() || per_device.back().first != device) {
+        auto it = std::find_if(per_device.begin(), per_device.end(),
+                               [&](const auto& d) { return d.first == device; });
+        if (it == per_device.end()) {
+          per_device.emplace_back(device, 0);
+        } else {
+          std::swap(*it, per_device.back());
+        }
+      }
+      ++per_device.back().second;
+    }
+    for (const auto& [device, n] : per_device) copier_.reserve(device, ordinal_of(device), n);
   }
   fill();
   stats_.local_bytes += s_.local_bytes;

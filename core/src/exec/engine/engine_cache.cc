@@ -1,5 +1,8 @@
 #include "exec/engine/engine_cache.h"
 
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
 #include <utility>
 
 namespace reshard::engine_detail {
@@ -10,6 +13,31 @@ namespace {
 // only layouts that do not share it are compared entry by entry.
 bool same_layout(const Layout& a, const Layout& b) {
   return (a.geometry() == b.geometry() && a.shape() == b.shape()) || a == b;
+}
+
+// Equal vectors; elements whose equal values have equal bytes (no padding:
+// pieces, messages) compared as bytes.
+template <class T>
+bool same_elements(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return false;
+  if constexpr (std::has_unique_object_representations_v<T>) {
+    return a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  } else {
+    return a == b;
+  }
+}
+
+// ProcessPart's operator==, its piece and message lists compared as bytes:
+// a cached schedule's part is compared on every hit, replays included.
+bool same_part(const ProcessPart& a, const ProcessPart& b) {
+  static_assert(sizeof(ProcessPart) == 8 + 7 * sizeof(std::vector<Piece>),
+                "ProcessPart has another field: compare it here");
+  static_assert(std::has_unique_object_representations_v<Piece> &&
+                std::has_unique_object_representations_v<Message>);
+  return a.process == b.process && same_elements(a.local, b.local) &&
+         same_elements(a.sends, b.sends) && same_elements(a.send_pieces, b.send_pieces) &&
+         same_elements(a.recvs, b.recvs) && same_elements(a.recv_pieces, b.recv_pieces) &&
+         same_elements(a.regions, b.regions) && same_elements(a.scratch, b.scratch);
 }
 
 }  // namespace
@@ -33,11 +61,17 @@ bool ScheduleCache::same_plan_inputs(const Entry& e, const Plan& plan) {
 }
 
 bool ScheduleCache::same_inputs(const Entry& e, const Plan& plan, const ProcessPart& part) {
-  return e.part != nullptr && same_plan_inputs(e, plan) && part == *e.part;
+  return e.part != nullptr && same_plan_inputs(e, plan) && same_part(part, *e.part);
 }
 
 bool ScheduleCache::same_whole(const Entry& e, const Plan& plan) {
-  return e.plan != nullptr && same_plan_inputs(e, plan) && plan.parts() == e.plan->parts();
+  if (e.plan == nullptr || !same_plan_inputs(e, plan)) return false;
+  const auto& a = plan.parts();
+  const auto& b = e.plan->parts();
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](const auto& x, const auto& y) {
+           return x.first == y.first && same_part(x.second, y.second);
+         });
 }
 
 // The entry for `key` whose inputs equal the plan's (and `part`, or every

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "exec/schedule/exec_common.h"
+#include "exec/schedule/interleave.h"
 #include "exec/schedule/stage_deps.h"
 #include "plan/scratch_layout.h"
 #include "reshard/box_copy.h"
@@ -46,7 +47,7 @@ class Builder {
     return "plan: part " + std::to_string(process_) + " " + list + "[" + std::to_string(i) + "]: ";
   }
   std::span<const Piece> message_pieces(const Message& m, const std::vector<Piece>& pieces,
-                                        const char* list, size_t i) const;
+                                        const char* list, size_t i);
   // `src_scratch`: the Schedule::scratch index of the scratch a piece
   // between buffers of this process reads (kNoScratch: none).
   void add_contribution(const Piece& p, uint32_t stage, int64_t arrival, bool from_buffer,
@@ -57,8 +58,25 @@ class Builder {
   // Schedule::scratch index of the one of the current part a piece names on
   // `device` (checked by validate_pieces to exist).
   void add_scratch(const ProcessPart& part, int32_t process);
-  uint32_t scratch_of(const Piece& p, int64_t device) const {
-    return scratch_in(*part_, p.tensor, device, plan_.region(*part_, p));
+  uint32_t scratch_of(const Piece& p, int64_t device) {
+    return scratch_in(*part_, p.tensor, device, region_of(p));
+  }
+  // Layout::box of entry `entry` of a tensor's source (`src`) or
+  // destination, derived once per build (Layout::box computes the bounds
+  // on every call, and a piece names its boxes several times).
+  const Box& box_of(uint32_t tensor, bool src, uint32_t entry);
+  // What a piece of a message of `stage` reads (its layout's box).
+  const Box& from_box(const Piece& p, uint32_t stage) {
+    return box_of(p.tensor, reads_source(p, stage), p.src_entry);
+  }
+  // Plan::region of a piece of the current part (of `part`), its boxes
+  // from box_of.
+  Box region_of(const Piece& p) { return region_in(*part_, p); }
+  Box region_in(const ProcessPart& part, const Piece& p);
+  // A direct copy's descriptor (DirectCopy::desc).
+  CopyDesc direct_desc(const DirectCopy& c);
+  int64_t piece_bytes(const Piece& p) {
+    return region_of(p).volume() * wire_size(tensors_[p.tensor]);
   }
   uint32_t scratch_in(const ProcessPart& holder, uint32_t tensor, int64_t device,
                       const Box& region) const;
@@ -80,6 +98,7 @@ class Builder {
   void join_local_round();
   void copy_replicas_once();
   void group_reductions();
+  void find_mirrored_sends();
   void add_send(const Message& m, size_t i);
   void add_recv(const Message& m, size_t i);
   void build_rounds();
@@ -135,6 +154,15 @@ class Builder {
   // position's DirectCopy::interleave, which interleave_round rearranges.
   std::vector<uint32_t> order_;
   std::vector<uint32_t> interleave_;
+  // box_of: per tensor, its source and destination entries' boxes (rank -1:
+  // not derived yet).
+  std::vector<std::vector<Box>> boxes_[2];
+  // Per part send: it is between two devices of this process and equals a
+  // receive of the part, pieces included (find_mirrored_sends), so that
+  // what checking it would check is checked on the receive. Per send piece:
+  // only such sends hold it (validate_pieces skips it).
+  std::vector<uint8_t> mirrored_;
+  std::vector<uint8_t> mirrored_pieces_;
   static constexpr uint64_t kRawMessage = uint64_t{0} << 62;
   static constexpr uint64_t kRawRecv = uint64_t{1} << 62;  // an index in part recvs
   static constexpr uint64_t kRawAcc = uint64_t{2} << 62;
@@ -159,14 +187,51 @@ size_t Builder::slot_of(int64_t device) {
   return it->second;
 }
 
+const Box& Builder::box_of(uint32_t tensor, bool src, uint32_t entry) {
+  const Layout* layout = nullptr;
+  if (tensor < tensors_.size()) layout = src ? &tensors_[tensor].src : &tensors_[tensor].dst;
+  if (layout == nullptr || entry >= layout->num_entries()) {
+    fail(ErrorCode::kInvalidArgument, "plan: part " + std::to_string(process_) +
+                                          ": a piece names a tensor or entry out of range");
+  }
+  std::vector<std::vector<Box>>& all = boxes_[src ? 1 : 0];
+  if (all.empty()) all.resize(tensors_.size());
+  std::vector<Box>& boxes = all[tensor];
+  if (boxes.empty()) {
+    Box none;
+    none.rank = -1;
+    boxes.assign(layout->num_entries(), none);
+  }
+  Box& b = boxes[entry];
+  if (b.rank < 0) b = layout->box(entry);
+  return b;
+}
+
+Box Builder::region_in(const ProcessPart& part, const Piece& p) {
+  if (p.region != kOverlapRegion) {
+    if (p.region >= part.regions.size()) return plan_.region(part, p);  // throws
+    return part.regions[p.region];
+  }
+  return intersect(box_of(p.tensor, true, p.src_entry), box_of(p.tensor, false, p.dst_entry));
+}
+
+CopyDesc Builder::direct_desc(const DirectCopy& c) {
+  const Piece& p = *c.piece;
+  const Box& src = from_box(p, c.stage);
+  const Box& dst = box_of(p.tensor, false, p.dst_entry);
+  // A piece naming no region (stage 0) moves the overlap of the two.
+  if (p.region == kOverlapRegion) return make_copy_desc(intersect(src, dst), src, dst);
+  return make_copy_desc(region_in(*c.part, p), src, dst);
+}
+
 std::span<const Piece> Builder::message_pieces(const Message& m, const std::vector<Piece>& pieces,
-                                               const char* list, size_t i) const {
+                                               const char* list, size_t i) {
   if (m.first_piece > pieces.size() || m.num_pieces > pieces.size() - m.first_piece) {
     fail(ErrorCode::kInvalidArgument, where(list, i) + "pieces out of range");
   }
   const std::span<const Piece> span(pieces.data() + m.first_piece, m.num_pieces);
   int64_t bytes = 0;
-  for (const Piece& p : span) bytes += plan_.piece_bytes(*part_, p);
+  for (const Piece& p : span) bytes += piece_bytes(p);
   if (bytes != m.bytes) {
     fail(ErrorCode::kInvalidArgument, where(list, i) + std::to_string(m.bytes) +
                                           " bytes, its pieces hold " + std::to_string(bytes));
@@ -194,7 +259,7 @@ void Builder::add_contribution(const Piece& p, uint32_t stage, int64_t arrival, 
   c.dst_entry = p.dst_entry;
   c.summand = reads_source(p, stage) ? t.src.summand(p.src_entry) : kScratchSummand;
   c.seq = seq_++;
-  c.region = plan_.region(*part_, p);
+  c.region = region_of(p);
   c.arrival = arrival;
   c.from_buffer = from_buffer;
   c.bytes = c.region.volume() * elem(p.tensor);
@@ -206,9 +271,9 @@ void Builder::add_contribution(const Piece& p, uint32_t stage, int64_t arrival, 
       c.src_box = s_.scratch[c.src_scratch].box;
     } else if (!reads_source(p, stage)) {
       c.src_dst = true;
-      c.src_box = t.dst.box(p.src_entry);
+      c.src_box = box_of(p.tensor, false, p.src_entry);
     } else {
-      c.src_box = t.src.box(p.src_entry);
+      c.src_box = box_of(p.tensor, true, p.src_entry);
     }
   } else {
     c.msg = msg;
@@ -365,16 +430,12 @@ void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_
       arrival = round;
     }
     add_contribution(p, stage, arrival, true, 0, 0, dst_device, src_scratch);
-    s_.local_bytes += plan_.piece_bytes(*part_, p);
+    s_.local_bytes += piece_bytes(p);
     return;
   }
-  const Box src = plan_.source_box(p, stage);
-  const Box dst = tensors_[p.tensor].dst.box(p.dst_entry);
-  // Plan::region without computing the boxes again: a piece naming no
-  // region (stage 0) moves the overlap of the two.
-  const Box region = p.region == kOverlapRegion ? intersect(src, dst) : plan_.region(*part_, p);
-  const int64_t bytes = region.volume() * elem(p.tensor);
-  s_.direct.push_back({part_, &p, round, stage, bytes, make_copy_desc(region, src, dst)});
+  // The descriptor is derived once the copies are in order (sort_direct).
+  const int64_t bytes = region_of(p).volume() * elem(p.tensor);
+  s_.direct.push_back({part_, &p, round, stage, bytes});
   s_.local_bytes += bytes;
 }
 
@@ -406,11 +467,71 @@ EngineMessage Builder::engine_message(const Message& m, size_t i, bool send, int
   return e;
 }
 
+// A message between two devices of this process is a direct copy, made
+// from its receive (add_recv); its send holds the same pieces and is not
+// read, and where it equals the receive field by field, pieces included,
+// every check of it is one the receive passes (validate_pieces, sizes,
+// devices). Such sends and the pieces only they hold are marked.
+void Builder::find_mirrored_sends() {
+  const std::vector<Message>& sends = part_->sends;
+  const std::vector<Message>& recvs = part_->recvs;
+  mirrored_.assign(sends.size(), 0);
+  mirrored_pieces_.assign(part_->send_pieces.size(), 0);
+  const auto in_range = [](const Message& m, size_t n) {
+    return m.first_piece <= n && m.num_pieces <= n - m.first_piece;
+  };
+  const auto same_key = [](const Message& a, const Message& b) {
+    return std::tie(a.src_device, a.dst_device, a.stage, a.round) <
+           std::tie(b.src_device, b.dst_device, b.stage, b.round);
+  };
+  // The receives between devices of this process, by (devices, stage, round).
+  std::vector<const Message*> own;
+  for (const Message& m : recvs) {
+    if (m.src_device == m.dst_device || !topology_.contains(m.src_device) ||
+        !topology_.contains(m.dst_device) || process_of(m.src_device) != process_ ||
+        process_of(m.dst_device) != process_ || !in_range(m, part_->recv_pieces.size())) {
+      continue;
+    }
+    own.push_back(&m);
+  }
+  if (own.empty()) return;
+  std::stable_sort(own.begin(), own.end(),
+                   [&](const Message* a, const Message* b) { return same_key(*a, *b); });
+  for (size_t i = 0; i < sends.size(); ++i) {
+    const Message& m = sends[i];
+    if (!in_range(m, part_->send_pieces.size())) continue;
+    auto it = std::lower_bound(own.begin(), own.end(), &m, [&](const Message* a, const Message* b) {
+      return same_key(*a, *b);
+    });
+    for (; it != own.end() && !same_key(m, **it); ++it) {
+      const Message& r = **it;
+      if (r.bytes != m.bytes || r.num_pieces != m.num_pieces) continue;
+      if (std::equal(part_->send_pieces.begin() + static_cast<std::ptrdiff_t>(m.first_piece),
+                     part_->send_pieces.begin() +
+                         static_cast<std::ptrdiff_t>(m.first_piece + m.num_pieces),
+                     part_->recv_pieces.begin() + static_cast<std::ptrdiff_t>(r.first_piece))) {
+        mirrored_[i] = 1;
+        break;
+      }
+    }
+  }
+  // A piece is skipped only when no other send holds it.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < sends.size(); ++i) {
+      const Message& m = sends[i];
+      if (mirrored_[i] != (pass == 0 ? 1 : 0) || !in_range(m, part_->send_pieces.size())) continue;
+      std::fill_n(mirrored_pieces_.begin() + static_cast<std::ptrdiff_t>(m.first_piece),
+                  m.num_pieces, static_cast<uint8_t>(pass == 0 ? 1 : 0));
+    }
+  }
+}
+
 void Builder::add_send(const Message& m, size_t i) {
   if (process_of(m.src_device) != process_) {
     fail(ErrorCode::kInvalidArgument, where("sends", i) + "source device " +
                                           std::to_string(m.src_device) + " is not on this process");
   }
+  if (mirrored_[i]) return;  // checked as its receive, a direct copy
   const std::span<const Piece> pieces = message_pieces(m, part_->send_pieces, "sends", i);
   for (const Piece& p : pieces) {
     if (p.src_entry == kScratchEntry) continue;  // on the sender (validate_pieces)
@@ -441,8 +562,8 @@ void Builder::add_send(const Message& m, size_t i) {
   e.mode = EngineMessage::Mode::kStaged;
   if (pieces.size() == 1 && !reads_scratch && !casts) {
     const Piece& p = pieces[0];
-    const Box region = plan_.region(*part_, p);
-    const CopyDesc d = make_copy_desc(region, from(p, m.stage).box(p.src_entry), region);
+    const Box region = region_of(p);
+    const CopyDesc d = make_copy_desc(region, from_box(p, m.stage), region);
     if (copy_desc_contiguous(d)) {
       e.mode = EngineMessage::Mode::kInPlace;
       e.in_place = {p.tensor, p.src_entry, reads_source(p, m.stage)};
@@ -511,7 +632,7 @@ void Builder::add_recv(const Message& m, size_t i) {
       e.has_reduce = true;
       add_contribution(p, m.stage, e.key, false, index, offset, m.dst_device, kNoScratch);
     }
-    offset += plan_.piece_bytes(*part_, p);
+    offset += piece_bytes(p);
   }
   e.mode = EngineMessage::Mode::kStaged;
   // A cast is unpacked (converted from staging), never received in place.
@@ -520,8 +641,8 @@ void Builder::add_recv(const Message& m, size_t i) {
   if (!e.has_reduce && !casts) {
     if (pieces.size() == 1) {
       const Piece& p = pieces[0];
-      const Box region = plan_.region(*part_, p);
-      const CopyDesc d = make_copy_desc(region, region, tensors_[p.tensor].dst.box(p.dst_entry));
+      const Box region = region_of(p);
+      const CopyDesc d = make_copy_desc(region, region, box_of(p.tensor, false, p.dst_entry));
       if (copy_desc_contiguous(d)) {
         e.mode = EngineMessage::Mode::kInPlace;
         e.in_place = {p.tensor, p.dst_entry, false};
@@ -847,8 +968,8 @@ void Builder::add_local(size_t i) {
 // were found, but for interleaved groups), and the range of each round.
 void Builder::sort_direct() {
   if (whole_) join_local_round();
-  // The new order as positions into s_.direct, so that the copies (large:
-  // their descriptors) move once, at the end.
+  // The new order as positions into s_.direct: the copies move once, at
+  // the end.
   const size_t n = s_.direct.size();
   order_.resize(n);
   for (size_t i = 0; i < n; ++i) order_[i] = static_cast<uint32_t>(i);
@@ -865,17 +986,33 @@ void Builder::sort_direct() {
     interleave_round(b, e);
     b = e;
   }
-  std::vector<DirectCopy> sorted;
-  sorted.reserve(n);
+  // Permuted in place, cycle by cycle (position i takes the copy at
+  // order_[i]): each copy moves once, into memory already there.
   for (size_t i = 0; i < n; ++i) {
-    const DirectCopy& c = sorted.emplace_back(s_.direct[order_[i]]);
-    sorted.back().interleave = interleave_[i];
+    if (order_[i] == i) continue;
+    DirectCopy held = s_.direct[i];
+    size_t at = i;
+    while (order_[at] != i) {
+      const size_t from = order_[at];
+      s_.direct[at] = s_.direct[from];
+      order_[at] = static_cast<uint32_t>(at);
+      at = from;
+    }
+    s_.direct[at] = held;
+    order_[at] = static_cast<uint32_t>(at);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    DirectCopy& c = s_.direct[i];
+    c.interleave = interleave_[i];
     if (s_.direct_rounds.empty() || s_.direct_rounds.back().round != c.round) {
       s_.direct_rounds.push_back({c.round, i, i});
     }
     s_.direct_rounds.back().end = i + 1;
   }
-  s_.direct.swap(sorted);
+  // The descriptors, in the copies' order (reserved: the pointers stay).
+  s_.direct_descs.reserve(n);
+  for (const DirectCopy& c : s_.direct) s_.direct_descs.push_back(direct_desc(c));
+  for (size_t i = 0; i < n; ++i) s_.direct[i].desc = &s_.direct_descs[i];
 }
 
 // Whole-plan schedules: the local pieces (round -1) run in the first round
@@ -898,136 +1035,10 @@ void Builder::join_local_round() {
   }
 }
 
-// Copies order_[b, e) of one round: those that read slices of the same rows of
-// one source buffer (a row-sharded source cut into columns, one slice per
-// destination) become groups of consecutive copies in source order
-// (DirectCopy::interleave), placed where the first of them was; the others
-// keep their order. Copied one slice after the other, such a source is
-// read once per slice with a stride, each run in another page; interleaved,
-// it is read once, in order (320-byte runs, 64 MiB: 1.3-1.4x memcpy's
-// speed instead of 0.7-0.9 in a microbenchmark on the development machine).
-constexpr int64_t kLongRunBytes = 1024;
-constexpr size_t kMaxLongRunGroup = 4;
-// Runs longer than this are not grouped beyond kMaxLongRunGroup even when
-// they make up whole rows: each is a long contiguous read on its own
-// (eight 64 KiB or 256 KiB runs per row: 0.7-0.8 of memcpy interleaved,
-// 1.1-1.2 copy by copy, in a microbenchmark).
-constexpr int64_t kMaxWholeRowRunBytes = int64_t{16} << 10;
-
 void Builder::interleave_round(size_t b, size_t e) {
-  struct Item {
-    size_t index;          // a position in order_
-    const CopyDesc* desc;  // its copy's
-    int64_t src_offset;    // its first source element
-    int64_t src_end;       // one past the last source element of its first run
-    // The source buffer: its piece's tensor and source entry, and the stage.
-    uint32_t tensor;
-    uint32_t src_entry;
-    uint32_t stage;
-  };
-  std::vector<Item> items;
-  for (size_t i = b; i < e; ++i) {
-    const DirectCopy& c = s_.direct[order_[i]];
-    // A relay reads a destination entry, which copies of the same round
-    // may be writing elsewhere (copy_boxes_interleaved reads between rows).
-    // A cast converts copy by copy (cast_box).
-    if (c.stage != 0 || has_cast(tensors_[c.piece->tensor])) continue;
-    const CopyDesc& d = c.desc;
-    if (d.rank < 2 || copy_desc_runs(d) < 2) continue;
-    items.push_back({i, &d, d.src_offset, d.src_offset + copy_desc_run_length(d), c.piece->tensor,
-                     c.piece->src_entry, c.stage});
-  }
-  if (items.size() < 2) return;
-  // Same source buffer, same runs and source strides, then source order.
-  auto key_less = [&](const Item& x, const Item& y) {
-    const CopyDesc& dx = *x.desc;
-    const CopyDesc& dy = *y.desc;
-    const auto ka = std::tuple(x.tensor, x.stage, x.src_entry, dx.rank);
-    const auto kc = std::tuple(y.tensor, y.stage, y.src_entry, dy.rank);
-    if (ka != kc) return ka < kc;
-    for (int k = 0; k + 1 < dx.rank; ++k) {
-      if (dx.extent[k] != dy.extent[k]) return dx.extent[k] < dy.extent[k];
-      if (dx.src_stride[k] != dy.src_stride[k]) return dx.src_stride[k] < dy.src_stride[k];
-    }
-    return false;
-  };
-  // Stable (items are in index order), without stable_sort's buffer.
-  std::sort(items.begin(), items.end(), [&](const Item& x, const Item& y) {
-    if (key_less(x, y)) return true;
-    if (key_less(y, x)) return false;
-    if (x.src_offset != y.src_offset) return x.src_offset < y.src_offset;
-    return x.index < y.index;
-  });
-  // Groups: equal keys, first runs within one source row (from the first
-  // copy's first element to the last one's end no more than the row
-  // stride), at most kMaxInterleavedCopies.
-  std::vector<std::pair<size_t, size_t>> groups;  // [first, last) of items
-  for (size_t i = 0; i < items.size();) {
-    size_t j = i + 1;
-    const CopyDesc& d = *items[i].desc;
-    const int64_t row = d.src_stride[d.rank - 2];
-    int64_t end = items[i].src_end;
-    while (j < items.size() && j - i < static_cast<size_t>(kMaxInterleavedCopies) &&
-           !key_less(items[i], items[j]) && std::max(end, items[j].src_end) - d.src_offset <= row) {
-      end = std::max(end, items[j].src_end);
-      ++j;
-    }
-    // Long runs (a run of kLongRunBytes reads many lines in a row anyway)
-    // are interleaved only in small groups: with many of them at once the
-    // destinations' write streams cost more than the strided reads
-    // (rows -> columns over 8 devices, 1440-byte runs: 0.73-0.78 of memcpy
-    // interleaved, 0.81 not; 2x4 blocks -> columns, two 2 KiB runs per
-    // row: 1.11 interleaved, 0.89 not).
-    int64_t longest = 0;
-    for (size_t k = i; k < j; ++k)
-      longest = std::max(longest, copy_desc_run_length(*items[k].desc));
-    const int64_t longest_bytes = longest * elem(items[i].tensor);
-    const bool long_runs = longest_bytes >= kLongRunBytes;
-    // Runs (up to 16 KiB) that abut and make up whole source rows: the
-    // group reads its source from end to end, as the hardware prefetchers
-    // follow it, in groups of any size (eight 1440-byte runs per row:
-    // 1.1-1.3x memcpy interleaved, 0.9-0.95 copy by copy; with one of the
-    // eight slices missing, 0.85-0.9 interleaved).
-    bool whole_rows = end - d.src_offset == row && longest_bytes <= kMaxWholeRowRunBytes;
-    for (size_t k = i + 1; k < j && whole_rows; ++k) {
-      whole_rows = items[k].src_offset == items[k - 1].src_end;
-    }
-    if (j - i >= 2 && (!long_runs || j - i <= kMaxLongRunGroup || whole_rows)) {
-      groups.emplace_back(i, j);
-    }
-    i = j;
-  }
-  if (groups.empty()) return;
-  // The new order: each group where its first copy (in the old order) was.
-  std::vector<int64_t> group_of(e - b, -1);
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (size_t i = groups[g].first; i < groups[g].second; ++i) {
-      group_of[items[i].index - b] = static_cast<int64_t>(g);
-    }
-  }
-  std::vector<uint32_t> order;
-  std::vector<uint32_t> interleave;
-  order.reserve(e - b);
-  interleave.reserve(e - b);
-  std::vector<char> placed(groups.size(), 0);
-  for (size_t i = b; i < e; ++i) {
-    const int64_t g = group_of[i - b];
-    if (g < 0) {
-      order.push_back(order_[i]);
-      interleave.push_back(0);
-      continue;
-    }
-    if (placed[static_cast<size_t>(g)]) continue;
-    placed[static_cast<size_t>(g)] = 1;
-    const auto [first, last] = groups[static_cast<size_t>(g)];
-    for (size_t k = first; k < last; ++k) {
-      order.push_back(order_[items[k].index]);
-      interleave.push_back(k == first ? static_cast<uint32_t>(last - first) : 0);
-    }
-  }
-  std::copy(order.begin(), order.end(), order_.begin() + static_cast<std::ptrdiff_t>(b));
-  std::copy(interleave.begin(), interleave.end(),
-            interleave_.begin() + static_cast<std::ptrdiff_t>(b));
+  engine_detail::interleave_round(
+      s_.direct, tensors_, [this](const DirectCopy& c) { return direct_desc(c); }, order_,
+      interleave_, b, e);
 }
 
 // Whole-plan schedules: destination entries of one tensor with the same
@@ -1296,7 +1307,9 @@ void Builder::resolve_deps() {
 Schedule Builder::build() {
   s_.part = part_;
   exec_detail::validate_pieces(plan_, *part_, part_->local, "local");
-  exec_detail::validate_pieces(plan_, *part_, part_->send_pieces, "send_pieces", &part_->sends);
+  find_mirrored_sends();
+  exec_detail::validate_pieces(plan_, *part_, part_->send_pieces, "send_pieces", &part_->sends,
+                               &mirrored_pieces_);
   exec_detail::validate_pieces(plan_, *part_, part_->recv_pieces, "recv_pieces", &part_->recvs);
   add_targets();
   add_scratch(*part_, process_);

@@ -183,11 +183,14 @@ struct DirectCopy {
   int64_t round = -1;  // round_key of its message; -1: a local piece (see above)
   uint32_t stage = 0;  // > 0: reads the destination entry src_entry (a relay)
   int64_t bytes = 0;   // the piece's
-  // The copy from its source buffer to its destination buffer, derived
-  // once when the schedule is built (a cached schedule's executions read
-  // it instead of deriving the piece's boxes again, which dominated the
-  // time of small executions).
-  CopyDesc desc{};
+  // The copy from its source buffer to its destination buffer
+  // (Schedule::direct_descs, in the same order), derived once when the
+  // schedule is built (a cached schedule's executions read it instead of
+  // deriving the piece's boxes again, which dominated the time of small
+  // executions). Kept apart so that ordering the copies moves small
+  // records, and derived once they are in order, so that it is written and
+  // read in order.
+  const CopyDesc* desc = nullptr;
   // On the first copy of an interleaved group: copies [this, this + n) of
   // its round read the same rows of one source buffer, each a slice of
   // them (copy_descs_interleavable), in source order; the executor copies
@@ -333,6 +336,7 @@ struct Schedule {
   size_t events() const { return messages.size() + direct_rounds.size() + accs.size(); }
   std::vector<DeviceSlot> slots;
   std::vector<DirectCopy> direct;           // tensors without a partial source, by round
+  std::vector<CopyDesc> direct_descs;       // DirectCopy::desc of each, in its order
   std::vector<DirectRound> direct_rounds;   // ascending round
   std::vector<Contribution> contributions;  // sorted by (ready, tensor, entry, summand, seq)
   std::vector<AccTarget> accs;

@@ -104,7 +104,8 @@ void validate_buffers(const Plan& plan, std::span<const TensorBuffers> buffers, 
 }
 
 void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vector<Piece>& pieces,
-                     const char* list, const std::vector<Message>* messages) {
+                     const char* list, const std::vector<Message>* messages,
+                     const std::vector<uint8_t>* skip) {
   const std::vector<TensorSpec>& tensors = plan.tensors();
   // Each piece's message (none: a local piece, stage 0).
   constexpr uint32_t kNone = 0xffffffffu;
@@ -118,6 +119,7 @@ void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vecto
     }
   }
   for (size_t i = 0; i < pieces.size(); ++i) {
+    if (skip != nullptr && i < skip->size() && (*skip)[i]) continue;
     const Piece& p = pieces[i];
     const Message* m = message.empty() || message[i] == kNone ? nullptr : &(*messages)[message[i]];
     const uint32_t s = m ? m->stage : 0;

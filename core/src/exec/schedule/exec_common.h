@@ -36,9 +36,12 @@ void validate_buffers(const Plan& plan, std::span<const TensorBuffers> buffers,
 // kInvalidArgument ("plan: part 2 recv_pieces[7]: ...").
 // `messages` (when given) are the messages that group `pieces`: a piece of
 // a message of stage > 0 reads a destination entry (Piece; or a source
-// entry into a scratch: reads_source).
+// entry into a scratch: reads_source). `skip` (when given, one flag per
+// piece): pieces the caller checks otherwise (engine_schedule.cc: sends
+// equal to a checked receive), not checked here.
 void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vector<Piece>& pieces,
-                     const char* list, const std::vector<Message>* messages = nullptr);
+                     const char* list, const std::vector<Message>* messages = nullptr,
+                     const std::vector<uint8_t>* skip = nullptr);
 
 // The order in which the contributions to a destination entry of a tensor
 // with a partial source are reduced: ascending source summand, ties (which
