@@ -13,6 +13,7 @@
 #include "reshard/error.h"
 #include "reshard/simulate.h"
 #include "reshard/spec.h"
+#include "sim/stream_memory.h"
 #include "test_scale.h"
 
 namespace reshard {
@@ -121,6 +122,55 @@ TEST(SimulateStream, EqualsTheMessageSimulatorOnRandomCases) {
     if (seed % 3 == 0) in.options.staging_budget_bytes = 256 + static_cast<int64_t>(seed) * 64;
     check(in, h100(static_cast<int32_t>(seed % 3), seed % 2 ? 0 : 70e9),
           "random case " + std::to_string(seed));
+  }
+}
+
+// The estimate bounds what the simulator holds beside its records: counted
+// structure by structure (record blocks, lane tables, the loop) as they
+// grow, the peak less the records is at most the estimate less its records
+// term, and the loop at most its bound from the lanes (which the guard
+// adds to the records as they are counted), on the bench specs (with a
+// small budget: many rounds, relays cut into bands), the staged specs and
+// random cases. The records, whose dependencies vary, are counted and
+// guarded rather than bounded: the bench specs' run from 3 to 69 bytes a
+// message.
+TEST(SimulateStream, EstimateBoundsWhatItHolds) {
+  auto bounded = [](const PlanInput& in, const ClusterTopology& c, const std::string& what) {
+    SCOPED_TRACE(what);
+    SimPlanOptions o;
+    o.max_bytes = kUnlimitedPlanBytes;
+    sim::StreamBytes counted;
+    sim::simulate_plan_counted(in, c, o, counted);
+    const PlanStats stats = make_plan(in, {PlanScope::kGlobal}).stats();
+    if (stats.messages > 0) {
+      EXPECT_GT(counted.records_planned, 0);
+    }
+    EXPECT_LE(counted.loop, counted.loop_bound);
+    EXPECT_LE(counted.peak - counted.records_planned,
+              sim_stream_memory_estimate(stats) - stats.messages * kSimStreamBytesPerMessage);
+    EXPECT_GE(counted.peak, counted.records_planned + counted.lanes);
+  };
+  int checked = 0;
+  for (const auto& f : specs_in("/bench/specs")) {
+    PlanInput in = load_spec(f.string()).input;
+    in.options.staging_budget_bytes = 1 << 20;
+    if (!small(in)) continue;
+    bounded(in, h100(2, 60e9), f.filename().string());
+    ++checked;
+  }
+  EXPECT_GE(checked, least_covered(10));
+  for (const auto& f : specs_in("/tests/mpi/specs")) {
+    PlanInput in = load_spec(f.string()).input;
+    in.options.staging_budget_bytes = 65536;
+    bounded(in, h100(1), f.filename().string());
+  }
+  for (uint64_t seed = 1; seed <= static_cast<uint64_t>(scaled_cases(30, 6)); ++seed) {
+    testing::CaseOptions co;
+    co.max_devices = 16;
+    testing::CaseGen gen(seed, co);
+    PlanInput in = gen.input();
+    if (seed % 2 == 0) in.options.staging_budget_bytes = 256 + static_cast<int64_t>(seed) * 64;
+    bounded(in, h100(), "random case " + std::to_string(seed));
   }
 }
 
