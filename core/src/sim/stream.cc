@@ -349,10 +349,12 @@ struct Live {
   uint8_t ready = 0, need = 0;
 };
 
-// The live messages by key: open addressing with linear probing, at most
+// A uint32 by message key (the live messages' slots; the lists of
+// messages waiting for one): open addressing with linear probing, at most
 // three quarters full, deletion by backward shift (no tombstones).
 class LiveIndex {
  public:
+  static constexpr uint32_t kFree = 0xffffffffu;
   struct Cell {
     Key key;
     uint32_t slot = kFree;
@@ -365,13 +367,14 @@ class LiveIndex {
     cells_[i] = {k, slot};
     ++size_;
   }
-  bool contains(const Key& k) const {
-    if (cells_.empty()) return false;
+  // The value of `k`, kFree without one.
+  uint32_t find(const Key& k) const {
+    if (cells_.empty()) return kFree;
     for (size_t i = home(k);; i = (i + 1) & mask_) {
-      if (cells_[i].slot == kFree) return false;
-      if (cells_[i].key == k) return true;
+      if (cells_[i].slot == kFree || cells_[i].key == k) return cells_[i].slot;
     }
   }
+  bool contains(const Key& k) const { return find(k) != kFree; }
   void erase(const Key& k) {
     if (cells_.empty()) return;
     size_t i = home(k);
@@ -390,9 +393,9 @@ class LiveIndex {
     --size_;
   }
   size_t capacity() const { return cells_.size(); }
+  size_t size() const { return size_; }
 
  private:
-  static constexpr uint32_t kFree = 0xffffffffu;
   size_t home(const Key& k) const { return KeyHash{}(k) >> shift_; }  // the hash's high bits
   void grow() {
     std::vector<Cell> old;
@@ -419,8 +422,6 @@ struct Starts : std::priority_queue<Act, std::vector<Act>, std::greater<>> {
 // Allocations of the loop's hash and tree nodes: a next pointer (and a
 // cached hash) with the key and value; a tree node's three pointers and
 // colour.
-constexpr int64_t kWaiterNodeBytes =
-    sim::alloc_bytes(16 + sizeof(Key) + sizeof(std::vector<uint32_t>));
 constexpr int64_t kRoundNodeBytes =
     sim::alloc_bytes(32 + sizeof(uint32_t) + sizeof(std::vector<uint32_t>));
 // MaxMin's per active flow: its place on up to 4 links' lists, doubled,
@@ -443,7 +444,11 @@ SimResult run(Store& st) {
   std::vector<Live> live;
   std::vector<uint32_t> free_slots;
   LiveIndex live_by_key;
-  std::unordered_map<Key, std::vector<uint32_t>, KeyHash> waiters;
+  // The messages waiting for a message not completed: its list in
+  // `waiter_lists` (free ones reused).
+  LiveIndex waiters;
+  std::vector<std::vector<uint32_t>> waiter_lists;
+  std::vector<uint32_t> free_lists;
   Starts starts;
   const double alpha = st.cluster->alpha_seconds;
   double now = 0;
@@ -525,7 +530,18 @@ SimResult run(Store& st) {
         k.stage = static_cast<uint32_t>(int64_t{m.key.stage} - unzigzag(get(p)));
         k.round = static_cast<uint32_t>(int64_t{l.round} + unzigzag(get(p)));
         if (done(k)) continue;
-        auto& w = waiters[k];
+        uint32_t id = waiters.find(k);
+        if (id == LiveIndex::kFree) {
+          if (free_lists.empty()) {
+            id = static_cast<uint32_t>(waiter_lists.size());
+            waiter_lists.emplace_back();
+          } else {
+            id = free_lists.back();
+            free_lists.pop_back();
+          }
+          waiters.insert(k, id);
+        }
+        std::vector<uint32_t>& w = waiter_lists[id];
         if (std::find(w.begin(), w.end(), slot) != w.end()) continue;
         waiter_bytes -= vector_bytes(w);
         w.push_back(slot);
@@ -582,15 +598,18 @@ SimResult run(Store& st) {
     for (int k = 0; k < m.need; ++k)
       if (--lanes[m.lane[k]]->left == 0) finished.push_back(m.lane[k]);
     live_by_key.erase(m.key);
-    if (!waiters.empty()) {
-      auto w = waiters.find(m.key);
-      if (w != waiters.end()) {
-        for (uint32_t d : w->second) {
+    if (waiters.size() > 0) {
+      const uint32_t id = waiters.find(m.key);
+      if (id != LiveIndex::kFree) {
+        std::vector<uint32_t>& w = waiter_lists[id];
+        for (uint32_t d : w) {
           --live[d].deps_left;
           maybe_ready(d);
         }
-        waiter_bytes -= vector_bytes(w->second);
-        waiters.erase(w);
+        waiter_bytes -= vector_bytes(w);
+        std::vector<uint32_t>().swap(w);
+        free_lists.push_back(id);
+        waiters.erase(m.key);
       }
     }
     free_slots.push_back(slot);
@@ -628,12 +647,13 @@ SimResult run(Store& st) {
     std::sort(active.begin(), active.end(), by_index);
     ++events;
     const int64_t loop =
-        static_cast<int64_t>(live.capacity() * sizeof(Live) + free_slots.capacity() * 4 +
-                             active.capacity() * 4 + starts.capacity() * sizeof(Act) +
-                             live_by_key.capacity() * sizeof(LiveIndex::Cell) +
-                             waiters.bucket_count() * 8) +
-        static_cast<int64_t>(active.capacity()) * kMaxMinBytesPerFlow +
-        static_cast<int64_t>(waiters.size()) * kWaiterNodeBytes + waiter_bytes + waiting_bytes;
+        static_cast<int64_t>(
+            live.capacity() * sizeof(Live) + free_slots.capacity() * 4 + active.capacity() * 4 +
+            starts.capacity() * sizeof(Act) + live_by_key.capacity() * sizeof(LiveIndex::Cell) +
+            waiters.capacity() * sizeof(LiveIndex::Cell) +
+            waiter_lists.capacity() * sizeof(std::vector<uint32_t>) + free_lists.capacity() * 4) +
+        static_cast<int64_t>(active.capacity()) * kMaxMinBytesPerFlow + waiter_bytes +
+        waiting_bytes;
     st.counted.loop = std::max(st.counted.loop, loop);
     st.held(loop + fixed);
     maxmin.allocate(
@@ -662,10 +682,13 @@ SimResult run(Store& st) {
 constexpr int64_t kLoopBytesPerSend =
     2 * static_cast<int64_t>(sizeof(Live) + 4 + 4 + sizeof(Act)) + kMaxMinBytesPerFlow +
     4 * static_cast<int64_t>(sizeof(LiveIndex::Cell)) + kRoundNodeBytes + sim::alloc_bytes(4);
-// A node, buckets and a vector of `waiters` each, at worst.
-constexpr int64_t kLoopBytesPerDependency = kWaiterNodeBytes + 16 + sim::alloc_bytes(4);
-// The estimate's bytes per stream of the plan.
-constexpr int64_t kLoopBytesPerStream = kLoopBytesPerSend + kLoopBytesPerDependency;
+// At worst a key of `waiters` each (four cells, as `live_by_key`), a list
+// and a free-list entry (vectors: doubled) and the list's allocation.
+constexpr int64_t kLoopBytesPerDependency =
+    4 * static_cast<int64_t>(sizeof(LiveIndex::Cell)) +
+    2 * static_cast<int64_t>(sizeof(std::vector<uint32_t>) + 4) + sim::alloc_bytes(4);
+static_assert(kLoopBytesPerSend + kLoopBytesPerDependency <= kSimLiveBytesPerMessage,
+              "the estimate's bytes per stream bound the loop's");
 
 }  // namespace
 
@@ -688,8 +711,8 @@ int64_t sim_stream_memory_estimate(const PlanStats& stats) {
       sizeof(Lane) + 2 * sim::alloc_bytes(4 * (int64_t{std::max(stats.rounds, 0)} + 1)) +
       sim::alloc_bytes(1024) + 2 * sim::alloc_bytes(512));
   const double need = m * kSimStreamBytesPerMessage + lanes * lane +
-                      streams * static_cast<double>(kLoopBytesPerStream) + devices * 6 * 8 * 32 +
-                      64 * 1024;
+                      streams * static_cast<double>(kSimLiveBytesPerMessage) +
+                      devices * 6 * 8 * 32 + 64 * 1024;
   return need >= 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(need);
 }
 
