@@ -174,6 +174,33 @@ TEST(SimulateStream, EstimateBoundsWhatItHolds) {
   }
 }
 
+// The guard: records are estimated at kSimStreamBytesPerMessage, but a
+// reduction's forwards wait on many summands (psum_dp16_replicated under a
+// 1 MiB budget: 69 bytes a message). At a limit of the estimate, planning
+// stops after a part, once the records counted pass their term, with
+// kResourceExhausted naming what they hold.
+TEST(SimulateStream, GuardStopsWhenTheRecordsPassTheirEstimate) {
+  PlanInput in =
+      load_spec(std::string(RESHARD_SOURCE_DIR) + "/bench/specs/psum_dp16_replicated.json").input;
+  in.options.staging_budget_bytes = 1 << 20;
+  SimPlanOptions o;
+  o.max_bytes = simulate_plan_memory(in, h100(), o);
+  int64_t parts = 0;
+  o.parts_planned = [&](int64_t, int64_t) { ++parts; };
+  try {
+    simulate_plan(in, h100(), o);
+    FAIL() << "expected kResourceExhausted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_EQ(e.field(), "max_bytes");
+    EXPECT_NE(std::string(e.what()).find("parts its records hold"), std::string::npos) << e.what();
+  }
+  EXPECT_GT(parts, 0);
+  EXPECT_LT(parts, 16);  // stopped before the last part
+  o.max_bytes = kUnlimitedPlanBytes;
+  EXPECT_GT(simulate_plan(in, h100(), o).messages, 0);
+}
+
 // Memory is known before it is spent: above max_bytes simulate_plan refuses
 // from the global statistics, naming the estimate, before any part is
 // planned; at the estimate it simulates.

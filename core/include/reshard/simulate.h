@@ -131,10 +131,11 @@ int64_t sim_memory_estimate(int64_t messages);
 // first record block), and the event loop's state, which holds one round of
 // each lane: at most one message of each (source, destination, stage)
 // stream (the per-device send_messages summed), each with one dependency
-// (kSimLiveBytesPerMessage each, a bound of the loop's vectors, hash nodes
-// and buckets). simulate_plan stops when the records counted and the loop's
-// bound from the lanes pass its limit. Planning the parts is held to
-// PlanRequest::max_plan_bytes separately (one batch of parts at a time).
+// (kSimLiveBytesPerMessage each, a bound of the loop's vectors, tables and
+// nodes for a message and one dependency). simulate_plan stops, after any
+// part, when the records and lanes counted so far with the other terms pass
+// its limit. Planning the parts is held to PlanRequest::max_plan_bytes
+// separately (one batch of parts at a time).
 inline constexpr int64_t kSimStreamBytesPerMessage = 16;
 inline constexpr int64_t kSimLiveBytesPerMessage = 640;
 int64_t sim_stream_memory_estimate(const PlanStats& stats);

@@ -697,23 +697,39 @@ int64_t loop_bytes_per_send() { return kLoopBytesPerSend; }
 int64_t loop_bytes_per_dependency() { return kLoopBytesPerDependency; }
 }  // namespace sim
 
-int64_t sim_stream_memory_estimate(const PlanStats& stats) {
+namespace {
+
+double saturated(double v) {
+  return v >= 9e18 ? static_cast<double>(std::numeric_limits<int64_t>::max()) : v;
+}
+
+// The estimate's records and lanes terms (the guard counts them instead).
+double records_estimate(const PlanStats& stats) {
   const double m = static_cast<double>(std::max<int64_t>(stats.messages, 0));
-  // The loop holds one round of each lane: at most one message of each
-  // (source, destination, stage) stream at once.
-  double streams = 0;
-  for (const DeviceTraffic& d : stats.per_device) streams += static_cast<double>(d.send_messages);
   // Lanes: at most one per device and stage, each with its counts by round,
-  // its first record block, its deque; and the loop's per-link state.
+  // its first record block, its deque.
   const double devices = static_cast<double>(std::max<size_t>(stats.per_device.size(), 1));
   const double lanes = devices * std::max(stats.stages, 1);
   const double lane = static_cast<double>(
       sizeof(Lane) + 2 * sim::alloc_bytes(4 * (int64_t{std::max(stats.rounds, 0)} + 1)) +
       sim::alloc_bytes(1024) + 2 * sim::alloc_bytes(512));
-  const double need = m * kSimStreamBytesPerMessage + lanes * lane +
-                      streams * static_cast<double>(kSimLiveBytesPerMessage) +
-                      devices * 6 * 8 * 32 + 64 * 1024;
-  return need >= 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(need);
+  return m * kSimStreamBytesPerMessage + lanes * lane;
+}
+
+// Its other terms: the loop, which holds one round of each lane, at most
+// one message of each (source, destination, stage) stream at once, and
+// its per-link and per-device state.
+double loop_estimate(const PlanStats& stats) {
+  double streams = 0;
+  for (const DeviceTraffic& d : stats.per_device) streams += static_cast<double>(d.send_messages);
+  const double devices = static_cast<double>(std::max<size_t>(stats.per_device.size(), 1));
+  return streams * static_cast<double>(kSimLiveBytesPerMessage) + devices * 6 * 8 * 32 + 64 * 1024;
+}
+
+}  // namespace
+
+int64_t sim_stream_memory_estimate(const PlanStats& stats) {
+  return static_cast<int64_t>(saturated(records_estimate(stats) + loop_estimate(stats)));
 }
 
 namespace {
@@ -741,7 +757,8 @@ SimResult stream_plan(const PlanInput& input, const ClusterTopology& cluster,
   req.max_plan_bytes = 0;
   req.progress = options.parts_planned;
   planning::PartSink sink;
-  int64_t limit = kUnlimitedPlanBytes, planned_estimate = 0;
+  // The estimate, and its terms other than the records' and lanes'.
+  int64_t limit = kUnlimitedPlanBytes, planned_estimate = 0, estimate_rest = 0;
   sink.stats = [&](const Plan& plan, int64_t batch_bytes) {
     const PlanStats& s = plan.stats();
     const int64_t records = sim_stream_memory_estimate(s);
@@ -751,6 +768,7 @@ SimResult stream_plan(const PlanInput& input, const ClusterTopology& cluster,
       throw Estimated{};
     }
     planned_estimate = need;
+    estimate_rest = add_sat(static_cast<int64_t>(saturated(loop_estimate(s))), batch_bytes);
     if (options.max_bytes != kUnlimitedPlanBytes) {
       limit = options.max_bytes == 0 ? default_max_plan_bytes() : options.max_bytes;
       if (need > limit)
@@ -758,7 +776,7 @@ SimResult stream_plan(const PlanInput& input, const ClusterTopology& cluster,
              "simulating the plan's " + std::to_string(s.messages) + " messages in " +
                  std::to_string(s.rounds) + " rounds needs about " + std::to_string(need) +
                  " bytes of memory (" + std::to_string(records) +
-                 " for the messages' records and " + "the flows of a round, " +
+                 " for the messages' records, the lanes and the event loop, " +
                  std::to_string(batch_bytes) + " to plan one batch of parts), above the limit of " +
                  std::to_string(limit) + " bytes" +
                  (options.max_bytes == 0 ? " (the default, half the memory available)" : ""));
@@ -770,15 +788,15 @@ SimResult stream_plan(const PlanInput& input, const ClusterTopology& cluster,
   sink.each = [&](const Plan& plan) {
     for (const auto& [p, part] : plan.parts()) st.add_part(plan, part);
     ++nparts;
-    // The guard: what the records hold, counted, and what the loop may
-    // need for the lanes so far, against the limit, after every part.
-    const int64_t held = add_sat(st.counted.records + st.counted.lanes, st.counted.loop_bound);
+    // The guard: the estimate with the records and lanes as counted so far
+    // in place of their terms, against the limit, after every part.
+    const int64_t held = add_sat(st.counted.records + st.counted.lanes, estimate_rest);
     if (limit != kUnlimitedPlanBytes && held > limit)
       fail(ErrorCode::kResourceExhausted, "max_bytes",
            "simulating the plan's " + std::to_string(plan.stats().messages) + " messages: after " +
                std::to_string(nparts) + " of " + std::to_string(plan.processes().size()) +
                " parts its records hold " + std::to_string(st.counted.records + st.counted.lanes) +
-               " bytes and its event loop needs up to " + std::to_string(st.counted.loop_bound) +
+               " bytes, with the event loop and a batch of parts " + std::to_string(held) +
                ", above the limit of " + std::to_string(limit) + " bytes (estimated " +
                std::to_string(planned_estimate) +
                "); raise the limit, or simulate fewer messages (--budget 0, or a larger budget)");
