@@ -122,15 +122,22 @@ std::vector<SimMessage> plan_messages_by_part(
 inline constexpr int64_t kSimBytesPerMessage = 512;
 int64_t sim_memory_estimate(int64_t messages);
 
-// The streaming simulator's memory (simulate_plan), about: the compact
-// records of every message (kSimStreamBytesPerMessage each: varint ends,
-// size and dependencies, in their lanes' round order) and the flow state
-// of the messages in flight, at most about one round of the fleet
-// (kSimLiveBytesPerMessage each for stats.messages / stats.rounds of them).
-// Planning the parts is held to PlanRequest::max_plan_bytes separately
-// (one batch of parts at a time).
+// The streaming simulator's memory (simulate_plan), from the global
+// statistics: the compact records of every message
+// (kSimStreamBytesPerMessage each: varint ends, size and dependencies in
+// their lanes' round order; dependencies vary, so this term is about, and
+// the records are also counted as the parts are added), the lanes' tables
+// (one lane per device and stage at most, with its counts by round and
+// first record block), and the event loop's state, which holds one round of
+// each lane: at most one message of each (source, destination, stage)
+// stream (the per-device send_messages summed), each with one dependency
+// (kSimLiveBytesPerMessage each, a bound of the loop's vectors, tables and
+// nodes for a message and one dependency). simulate_plan stops, after any
+// part, when the records and lanes counted so far with the other terms pass
+// its limit. Planning the parts is held to PlanRequest::max_plan_bytes
+// separately (one batch of parts at a time).
 inline constexpr int64_t kSimStreamBytesPerMessage = 16;
-inline constexpr int64_t kSimLiveBytesPerMessage = 512;
+inline constexpr int64_t kSimLiveBytesPerMessage = 640;
 int64_t sim_stream_memory_estimate(const PlanStats& stats);
 
 struct SimPlanOptions {

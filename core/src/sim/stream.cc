@@ -15,7 +15,6 @@
 #include <queue>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "plan/each_part.h"
 #include "reshard/error.h"
@@ -24,6 +23,7 @@
 #include "sim/flow_core.h"
 #include "sim/nic_groups.h"
 #include "sim/part_messages.h"
+#include "sim/stream_memory.h"
 
 namespace reshard {
 namespace {
@@ -86,9 +86,17 @@ struct Lane {
   size_t offset = 0;
   int64_t read_index = 0;
   std::map<uint32_t, std::vector<uint32_t>> waiting;  // round -> live messages sent to it
+  // The most sends and the most dependencies of its sends in one round:
+  // what the loop holds of this lane at once.
+  uint32_t most_sends = 0, most_deps = 0;
 };
 
 constexpr size_t kBlockBytes = size_t{1} << 18;
+
+template <class V>
+int64_t vector_bytes(const std::vector<V>& v) {
+  return sim::alloc_bytes(static_cast<int64_t>(v.capacity() * sizeof(V)));
+}
 constexpr uint32_t kNoProcess = 0xffffffffu;
 
 // Everything the event loop reads, built part by part.
@@ -102,10 +110,10 @@ struct Store {
   std::unordered_map<int32_t, std::array<uint32_t, 2>> host_links;  // host out, in
   sim::HostMap hosts;
   sim::Links links;
-  bool identity = true;                          // dense index == device id
-  std::vector<std::vector<Lane>> lanes;          // [dense process][stage]
-  std::unordered_set<Key, KeyHash> dep_targets;  // messages some message waits for
+  bool identity = true;                  // dense index == device id
+  std::vector<std::vector<Lane>> lanes;  // [dense process][stage]
   int64_t messages = 0, bytes = 0;
+  sim::StreamBytes counted;  // what the structures above hold
 
   uint32_t dense(int64_t device) const {
     const std::vector<DeviceInfo>& d = topo->devices();
@@ -234,11 +242,28 @@ struct Store {
     };
     if (!std::is_sorted(order.begin(), order.end(), before))
       std::stable_sort(order.begin(), order.end(), before);
+    // The busiest round of each lane this part writes: its sends and their
+    // dependencies.
+    uint32_t run_round = 0, run_sends = 0, run_deps = 0;
+    Lane* run = nullptr;
+    auto close_run = [&] {
+      if (!run) return;
+      run->most_sends = std::max(run->most_sends, run_sends);
+      run->most_deps = std::max(run->most_deps, run_deps);
+    };
     for (uint32_t i : order) {
       const Rec& r = recs[i];
       const int64_t index = base + i;
       const uint32_t sp = dev_proc[r.s], dp = dev_proc[r.d];
       Lane& l = lane(sp, r.stage);
+      if (&l != run || r.round != run_round) {
+        close_run();
+        run = &l;
+        run_round = r.round;
+        run_sends = run_deps = 0;
+      }
+      ++run_sends;
+      run_deps += static_cast<uint32_t>(r.after.size());
       count(l.pending, r.round);
       count(l.sends, r.round);
       if (dp != sp) count(lane(dp, r.stage).pending, r.round);
@@ -249,12 +274,13 @@ struct Store {
       put(tmp, r.d);
       put(tmp, static_cast<uint64_t>(r.bytes));
       put(tmp, r.after.size());
+      // A dependency relative to its message: the same device (what it
+      // forwards arrived there), an earlier stage, a nearby round.
       for (const Key& k : r.after) {
         put(tmp, k.src);
-        put(tmp, k.dst);
-        put(tmp, k.stage);
-        put(tmp, k.round);
-        dep_targets.insert(k);
+        put(tmp, zigzag(int64_t{k.dst} - int64_t{r.s}));
+        put(tmp, zigzag(int64_t{r.stage} - int64_t{k.stage}));
+        put(tmp, zigzag(int64_t{k.round} - int64_t{r.round}));
       }
       // Blocks never grow past what they reserved (no doubling slack): 1 KiB
       // first, each next twice the last up to kBlockBytes.
@@ -262,11 +288,53 @@ struct Store {
         const size_t last = l.blocks.empty() ? 512 : l.blocks.back().capacity();
         l.blocks.emplace_back();
         l.blocks.back().reserve(std::max(std::min(2 * last, kBlockBytes), tmp.size()));
+        counted.records += sim::alloc_bytes(static_cast<int64_t>(l.blocks.back().capacity()));
       }
       l.blocks.back().insert(l.blocks.back().end(), tmp.begin(), tmp.end());
       bytes += r.bytes;
     }
+    close_run();
     messages += static_cast<int64_t>(recs.size());
+    count_lanes();
+  }
+
+  // The lanes' tables and the loop's bound, recounted; the peak so far.
+  void count_lanes() {
+    int64_t tables = 0, bound = 0;
+    for (const std::vector<Lane>& v : lanes) {
+      tables += sim::alloc_bytes(static_cast<int64_t>(v.capacity() * sizeof(Lane)));
+      for (const Lane& l : v) {
+        tables += vector_bytes(l.pending) + vector_bytes(l.sends);
+        // The deque's map and its nodes (512 bytes each).
+        tables +=
+            sim::alloc_bytes(64 * 8) +
+            sim::alloc_bytes(512) *
+                static_cast<int64_t>((l.blocks.size() * sizeof(std::vector<uint8_t>)) / 512 + 1);
+        bound += int64_t{l.most_sends} * sim::loop_bytes_per_send() +
+                 int64_t{l.most_deps} * sim::loop_bytes_per_dependency();
+      }
+    }
+    counted.lanes = tables;
+    counted.loop_bound = bound + loop_fixed_bytes();
+    held(0);
+  }
+
+  // The loop's state that does not grow with its messages: per link, lane
+  // and device.
+  int64_t loop_fixed_bytes() const {
+    const int64_t nl = static_cast<int64_t>(links.cap.size());
+    int64_t nlanes = 0;
+    for (const std::vector<Lane>& v : lanes) nlanes += static_cast<int64_t>(v.size());
+    // saturated, MaxMin's per-link arrays (remaining, unfrozen, on_link's
+    // vectors), the bottlenecks; lane pointers, bases, the finished list,
+    // the stages.
+    return 8 * sim::alloc_bytes(nl * 32) + 4 * sim::alloc_bytes(nlanes * 8) +
+           sim::alloc_bytes(static_cast<int64_t>(lanes.size() + 1) * 4) + 64 * 1024;
+  }
+
+  // Records what is held now (the structures above plus `loop`).
+  void held(int64_t loop) {
+    counted.peak = std::max(counted.peak, counted.records + counted.lanes + loop);
   }
 };
 
@@ -279,8 +347,86 @@ struct Live {
   uint32_t lane[2] = {0, 0};
   uint32_t deps_left = 0;
   uint8_t ready = 0, need = 0;
-  bool target = false;  // in dep_targets
 };
+
+// A uint32 by message key (the live messages' slots; the lists of
+// messages waiting for one): open addressing with linear probing, at most
+// three quarters full, deletion by backward shift (no tombstones).
+class LiveIndex {
+ public:
+  static constexpr uint32_t kFree = 0xffffffffu;
+  struct Cell {
+    Key key;
+    uint32_t slot = kFree;
+  };
+
+  void insert(const Key& k, uint32_t slot) {
+    if (4 * (size_ + 1) > 3 * cells_.size()) grow();
+    size_t i = home(k);
+    while (cells_[i].slot != kFree) i = (i + 1) & mask_;
+    cells_[i] = {k, slot};
+    ++size_;
+  }
+  // The value of `k`, kFree without one.
+  uint32_t find(const Key& k) const {
+    if (cells_.empty()) return kFree;
+    for (size_t i = home(k);; i = (i + 1) & mask_) {
+      if (cells_[i].slot == kFree || cells_[i].key == k) return cells_[i].slot;
+    }
+  }
+  bool contains(const Key& k) const { return find(k) != kFree; }
+  void erase(const Key& k) {
+    if (cells_.empty()) return;
+    size_t i = home(k);
+    for (;; i = (i + 1) & mask_) {
+      if (cells_[i].slot == kFree) return;
+      if (cells_[i].key == k) break;
+    }
+    // Later cells of the run move back unless their home lies in (i, j].
+    for (size_t j = (i + 1) & mask_; cells_[j].slot != kFree; j = (j + 1) & mask_) {
+      const size_t h = home(cells_[j].key);
+      if (i <= j ? (i < h && h <= j) : (i < h || h <= j)) continue;
+      cells_[i] = cells_[j];
+      i = j;
+    }
+    cells_[i].slot = kFree;
+    --size_;
+  }
+  size_t capacity() const { return cells_.size(); }
+  size_t size() const { return size_; }
+
+ private:
+  size_t home(const Key& k) const { return KeyHash{}(k) >> shift_; }  // the hash's high bits
+  void grow() {
+    std::vector<Cell> old;
+    old.swap(cells_);
+    const size_t n = std::max<size_t>(64, 2 * old.size());
+    cells_.assign(n, Cell{});
+    mask_ = n - 1;
+    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(n));
+    size_ = 0;
+    for (const Cell& c : old)
+      if (c.slot != kFree) insert(c.key, c.slot);
+  }
+  std::vector<Cell> cells_;
+  size_t mask_ = 0, size_ = 0;
+  unsigned shift_ = 64;
+};
+
+using Act = std::tuple<double, int64_t, uint32_t>;  // (time, message index, slot)
+// The messages due to start, earliest first; its vector's capacity counted.
+struct Starts : std::priority_queue<Act, std::vector<Act>, std::greater<>> {
+  size_t capacity() const { return c.capacity(); }
+};
+
+// Allocations of the loop's hash and tree nodes: a next pointer (and a
+// cached hash) with the key and value; a tree node's three pointers and
+// colour.
+constexpr int64_t kRoundNodeBytes =
+    sim::alloc_bytes(32 + sizeof(uint32_t) + sizeof(std::vector<uint32_t>));
+// MaxMin's per active flow: its place on up to 4 links' lists, doubled,
+// and its frozen flag.
+constexpr int64_t kMaxMinBytesPerFlow = 2 * 4 * 4 + 2;
 
 SimResult run(Store& st) {
   // Lanes in (process, stage) order, flows.cc's lane order.
@@ -291,18 +437,24 @@ SimResult run(Store& st) {
     for (Lane& l : st.lanes[p]) lanes.push_back(&l);
   }
   lane_base[st.lanes.size()] = static_cast<uint32_t>(lanes.size());
+  st.counted.records_planned = st.counted.records;
   auto lane_id = [&](uint32_t proc, uint32_t stage) { return lane_base[proc] + stage; };
   const size_t nl = st.links.cap.size();
 
   std::vector<Live> live;
   std::vector<uint32_t> free_slots;
-  std::unordered_map<Key, uint32_t, KeyHash> live_by_key;  // dependency targets only
-  std::unordered_map<Key, std::vector<uint32_t>, KeyHash> waiters;
-  using Act = std::tuple<double, int64_t, uint32_t>;  // (time, message index, slot)
-  std::priority_queue<Act, std::vector<Act>, std::greater<>> starts;
+  LiveIndex live_by_key;
+  // The messages waiting for a message not completed: its list in
+  // `waiter_lists` (free ones reused).
+  LiveIndex waiters;
+  std::vector<std::vector<uint32_t>> waiter_lists;
+  std::vector<uint32_t> free_lists;
+  Starts starts;
   const double alpha = st.cluster->alpha_seconds;
   double now = 0;
   std::map<uint32_t, SimStage> stages;
+  // The vectors of `waiters` and of the lanes' `waiting` (with its nodes).
+  int64_t waiter_bytes = 0, waiting_bytes = 0;
 
   auto maybe_ready = [&](uint32_t slot) {
     Live& m = live[slot];
@@ -323,7 +475,7 @@ SimResult run(Store& st) {
     const Lane& s = *lanes[lane_id(p, k.stage)];
     if (s.round == Lane::kBefore) return false;
     if (s.round == Lane::kDone || s.round > k.round) return true;
-    return s.round == k.round && !live_by_key.count(k);
+    return s.round == k.round && !live_by_key.contains(k);
   };
   std::vector<uint32_t> finished;
   // Lane `li` enters its next round with messages (if any): its sends become
@@ -333,6 +485,8 @@ SimResult run(Store& st) {
     while (l.next < l.pending.size() && l.pending[l.next] == 0) ++l.next;
     if (l.next >= l.pending.size()) {
       l.round = Lane::kDone;
+      for (const std::vector<uint8_t>& b : l.blocks)
+        st.counted.records -= sim::alloc_bytes(static_cast<int64_t>(b.capacity()));
       l.blocks.clear();
       return;
     }
@@ -342,6 +496,7 @@ SimResult run(Store& st) {
     ++l.next;
     for (uint32_t j = 0; j < nsend; ++j) {
       if (l.offset >= l.blocks[l.block].size()) {
+        st.counted.records -= sim::alloc_bytes(static_cast<int64_t>(l.blocks[l.block].capacity()));
         std::vector<uint8_t>().swap(l.blocks[l.block]);
         ++l.block;
         l.offset = 0;
@@ -371,28 +526,44 @@ SimResult run(Store& st) {
       for (uint64_t a = 0; a < na; ++a) {
         Key k;
         k.src = static_cast<uint32_t>(get(p));
-        k.dst = static_cast<uint32_t>(get(p));
-        k.stage = static_cast<uint32_t>(get(p));
-        k.round = static_cast<uint32_t>(get(p));
+        k.dst = static_cast<uint32_t>(int64_t{m.key.src} + unzigzag(get(p)));
+        k.stage = static_cast<uint32_t>(int64_t{m.key.stage} - unzigzag(get(p)));
+        k.round = static_cast<uint32_t>(int64_t{l.round} + unzigzag(get(p)));
         if (done(k)) continue;
-        auto& w = waiters[k];
+        uint32_t id = waiters.find(k);
+        if (id == LiveIndex::kFree) {
+          if (free_lists.empty()) {
+            id = static_cast<uint32_t>(waiter_lists.size());
+            waiter_lists.emplace_back();
+          } else {
+            id = free_lists.back();
+            free_lists.pop_back();
+          }
+          waiters.insert(k, id);
+        }
+        std::vector<uint32_t>& w = waiter_lists[id];
         if (std::find(w.begin(), w.end(), slot) != w.end()) continue;
+        waiter_bytes -= vector_bytes(w);
         w.push_back(slot);
+        waiter_bytes += vector_bytes(w);
         ++m.deps_left;
       }
       l.offset = static_cast<size_t>(p - b.data());
       m.lane[0] = li;
       m.lane[1] = lane_id(st.dev_proc[m.key.dst], m.key.stage);
       m.need = m.lane[0] == m.lane[1] ? 1 : 2;
-      m.target = st.dep_targets.count(m.key) > 0;
-      if (m.target) live_by_key.emplace(m.key, slot);
+      live_by_key.insert(m.key, slot);
       m.ready = 1;
       if (m.need == 2) {
         Lane& r = *lanes[m.lane[1]];
         if (r.round == l.round)
           m.ready = 2;
-        else
-          r.waiting[l.round].push_back(slot);
+        else {
+          std::vector<uint32_t>& w = r.waiting[l.round];
+          waiting_bytes -= vector_bytes(w) + (w.empty() ? 0 : kRoundNodeBytes);
+          w.push_back(slot);
+          waiting_bytes += vector_bytes(w) + kRoundNodeBytes;
+        }
       }
       maybe_ready(slot);
     }
@@ -402,6 +573,7 @@ SimResult run(Store& st) {
         ++live[slot].ready;
         maybe_ready(slot);
       }
+      waiting_bytes -= vector_bytes(w->second) + kRoundNodeBytes;
       l.waiting.erase(w);
     }
   };
@@ -425,15 +597,19 @@ SimResult run(Store& st) {
     s.bytes += m.bytes;
     for (int k = 0; k < m.need; ++k)
       if (--lanes[m.lane[k]]->left == 0) finished.push_back(m.lane[k]);
-    if (m.target) {
-      live_by_key.erase(m.key);
-      auto w = waiters.find(m.key);
-      if (w != waiters.end()) {
-        for (uint32_t d : w->second) {
+    live_by_key.erase(m.key);
+    if (waiters.size() > 0) {
+      const uint32_t id = waiters.find(m.key);
+      if (id != LiveIndex::kFree) {
+        std::vector<uint32_t>& w = waiter_lists[id];
+        for (uint32_t d : w) {
           --live[d].deps_left;
           maybe_ready(d);
         }
-        waiters.erase(w);
+        waiter_bytes -= vector_bytes(w);
+        std::vector<uint32_t>().swap(w);
+        free_lists.push_back(id);
+        waiters.erase(m.key);
       }
     }
     free_slots.push_back(slot);
@@ -449,6 +625,7 @@ SimResult run(Store& st) {
     }
   };
 
+  const int64_t fixed = st.loop_fixed_bytes();
   for (uint32_t li = 0; li < lanes.size(); ++li) enter(li);
   // Flows started this event: slots are reused, so order by message index.
   auto by_index = [&](uint32_t a, uint32_t b) { return live[a].index < live[b].index; };
@@ -469,6 +646,16 @@ SimResult run(Store& st) {
     }
     std::sort(active.begin(), active.end(), by_index);
     ++events;
+    const int64_t loop =
+        static_cast<int64_t>(
+            live.capacity() * sizeof(Live) + free_slots.capacity() * 4 + active.capacity() * 4 +
+            starts.capacity() * sizeof(Act) + live_by_key.capacity() * sizeof(LiveIndex::Cell) +
+            waiters.capacity() * sizeof(LiveIndex::Cell) +
+            waiter_lists.capacity() * sizeof(std::vector<uint32_t>) + free_lists.capacity() * 4) +
+        static_cast<int64_t>(active.capacity()) * kMaxMinBytesPerFlow + waiter_bytes +
+        waiting_bytes;
+    st.counted.loop = std::max(st.counted.loop, loop);
+    st.held(loop + fixed);
     maxmin.allocate(
         st.links.cap, active.size(), [&](size_t a) -> Flow& { return live[active[a]].flow; },
         bottlenecks);
@@ -488,14 +675,61 @@ SimResult run(Store& st) {
   return r;
 }
 
+// Its slot in `live`, `free_slots`, `active` and `starts` (vectors: up to
+// twice their largest size), its place in MaxMin, a node and buckets of
+// `live_by_key` (at least a quarter full, and the old table while it
+// grows), its place and node in its receiver's `waiting`.
+constexpr int64_t kLoopBytesPerSend =
+    2 * static_cast<int64_t>(sizeof(Live) + 4 + 4 + sizeof(Act)) + kMaxMinBytesPerFlow +
+    4 * static_cast<int64_t>(sizeof(LiveIndex::Cell)) + kRoundNodeBytes + sim::alloc_bytes(4);
+// At worst a key of `waiters` each (four cells, as `live_by_key`), a list
+// and a free-list entry (vectors: doubled) and the list's allocation.
+constexpr int64_t kLoopBytesPerDependency =
+    4 * static_cast<int64_t>(sizeof(LiveIndex::Cell)) +
+    2 * static_cast<int64_t>(sizeof(std::vector<uint32_t>) + 4) + sim::alloc_bytes(4);
+static_assert(kLoopBytesPerSend + kLoopBytesPerDependency <= kSimLiveBytesPerMessage,
+              "the estimate's bytes per stream bound the loop's");
+
+}  // namespace
+
+namespace sim {
+int64_t loop_bytes_per_send() { return kLoopBytesPerSend; }
+int64_t loop_bytes_per_dependency() { return kLoopBytesPerDependency; }
+}  // namespace sim
+
+namespace {
+
+double saturated(double v) {
+  return v >= 9e18 ? static_cast<double>(std::numeric_limits<int64_t>::max()) : v;
+}
+
+// The estimate's records and lanes terms (the guard counts them instead).
+double records_estimate(const PlanStats& stats) {
+  const double m = static_cast<double>(std::max<int64_t>(stats.messages, 0));
+  // Lanes: at most one per device and stage, each with its counts by round,
+  // its first record block, its deque.
+  const double devices = static_cast<double>(std::max<size_t>(stats.per_device.size(), 1));
+  const double lanes = devices * std::max(stats.stages, 1);
+  const double lane = static_cast<double>(
+      sizeof(Lane) + 2 * sim::alloc_bytes(4 * (int64_t{std::max(stats.rounds, 0)} + 1)) +
+      sim::alloc_bytes(1024) + 2 * sim::alloc_bytes(512));
+  return m * kSimStreamBytesPerMessage + lanes * lane;
+}
+
+// Its other terms: the loop, which holds one round of each lane, at most
+// one message of each (source, destination, stage) stream at once, and
+// its per-link and per-device state.
+double loop_estimate(const PlanStats& stats) {
+  double streams = 0;
+  for (const DeviceTraffic& d : stats.per_device) streams += static_cast<double>(d.send_messages);
+  const double devices = static_cast<double>(std::max<size_t>(stats.per_device.size(), 1));
+  return streams * static_cast<double>(kSimLiveBytesPerMessage) + devices * 6 * 8 * 32 + 64 * 1024;
+}
+
 }  // namespace
 
 int64_t sim_stream_memory_estimate(const PlanStats& stats) {
-  const int64_t m = std::max<int64_t>(stats.messages, 0);
-  const int64_t per_round = m / std::max<int64_t>(stats.rounds, 1) + 1;
-  const double need = static_cast<double>(m) * kSimStreamBytesPerMessage +
-                      static_cast<double>(per_round) * kSimLiveBytesPerMessage;
-  return need >= 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(need);
+  return static_cast<int64_t>(saturated(records_estimate(stats) + loop_estimate(stats)));
 }
 
 namespace {
@@ -506,9 +740,11 @@ int64_t add_sat(int64_t a, int64_t b) {
 
 struct Estimated {};  // stops plan_each_part after the statistics
 
-// simulate_plan, or (`estimate` not null) only its memory estimate.
+// simulate_plan, or (`estimate` not null) only its memory estimate;
+// `counted` (not null) receives what its structures held.
 SimResult stream_plan(const PlanInput& input, const ClusterTopology& cluster,
-                      const SimPlanOptions& options, int64_t* estimate) {
+                      const SimPlanOptions& options, int64_t* estimate,
+                      sim::StreamBytes* counted = nullptr) {
   validate(cluster);
   if (options.max_bytes < kUnlimitedPlanBytes)
     fail(ErrorCode::kInvalidArgument, "max_bytes",
@@ -521,6 +757,8 @@ SimResult stream_plan(const PlanInput& input, const ClusterTopology& cluster,
   req.max_plan_bytes = 0;
   req.progress = options.parts_planned;
   planning::PartSink sink;
+  // The estimate, and its terms other than the records' and lanes'.
+  int64_t limit = kUnlimitedPlanBytes, planned_estimate = 0, estimate_rest = 0;
   sink.stats = [&](const Plan& plan, int64_t batch_bytes) {
     const PlanStats& s = plan.stats();
     const int64_t records = sim_stream_memory_estimate(s);
@@ -529,14 +767,16 @@ SimResult stream_plan(const PlanInput& input, const ClusterTopology& cluster,
       *estimate = need;
       throw Estimated{};
     }
+    planned_estimate = need;
+    estimate_rest = add_sat(static_cast<int64_t>(saturated(loop_estimate(s))), batch_bytes);
     if (options.max_bytes != kUnlimitedPlanBytes) {
-      const int64_t limit = options.max_bytes == 0 ? default_max_plan_bytes() : options.max_bytes;
+      limit = options.max_bytes == 0 ? default_max_plan_bytes() : options.max_bytes;
       if (need > limit)
         fail(ErrorCode::kResourceExhausted, "max_bytes",
              "simulating the plan's " + std::to_string(s.messages) + " messages in " +
                  std::to_string(s.rounds) + " rounds needs about " + std::to_string(need) +
                  " bytes of memory (" + std::to_string(records) +
-                 " for the messages' records and " + "the flows of a round, " +
+                 " for the messages' records, the lanes and the event loop, " +
                  std::to_string(batch_bytes) + " to plan one batch of parts), above the limit of " +
                  std::to_string(limit) + " bytes" +
                  (options.max_bytes == 0 ? " (the default, half the memory available)" : ""));
@@ -544,8 +784,22 @@ SimResult stream_plan(const PlanInput& input, const ClusterTopology& cluster,
     st.init(input.topology, cluster, plan.processes());
   };
   int64_t parts = 0;
+  int64_t nparts = 0;
   sink.each = [&](const Plan& plan) {
     for (const auto& [p, part] : plan.parts()) st.add_part(plan, part);
+    ++nparts;
+    // The guard: the estimate with the records and lanes as counted so far
+    // in place of their terms, against the limit, after every part.
+    const int64_t held = add_sat(st.counted.records + st.counted.lanes, estimate_rest);
+    if (limit != kUnlimitedPlanBytes && held > limit)
+      fail(ErrorCode::kResourceExhausted, "max_bytes",
+           "simulating the plan's " + std::to_string(plan.stats().messages) + " messages: after " +
+               std::to_string(nparts) + " of " + std::to_string(plan.processes().size()) +
+               " parts its records hold " + std::to_string(st.counted.records + st.counted.lanes) +
+               " bytes, with the event loop and a batch of parts " + std::to_string(held) +
+               ", above the limit of " + std::to_string(limit) + " bytes (estimated " +
+               std::to_string(planned_estimate) +
+               "); raise the limit, or simulate fewer messages (--budget 0, or a larger budget)");
 #if defined(__GLIBC__)
     // The parts' freed buffers lie between the records' blocks: hand their
     // pages back now and then, or the peak is the records plus every part.
@@ -563,6 +817,7 @@ SimResult stream_plan(const PlanInput& input, const ClusterTopology& cluster,
   const double planned = seconds_since(t0);
   SimResult r = run(st);
   r.plan_seconds = planned;
+  if (counted) *counted = st.counted;
   return r;
 }
 
@@ -578,6 +833,11 @@ int64_t simulate_plan_memory(const PlanInput& input, const ClusterTopology& clus
   int64_t need = 0;
   stream_plan(input, cluster, options, &need);
   return need;
+}
+
+SimResult sim::simulate_plan_counted(const PlanInput& input, const ClusterTopology& cluster,
+                                     const SimPlanOptions& options, StreamBytes& counted) {
+  return stream_plan(input, cluster, options, nullptr, &counted);
 }
 
 SimResult simulate_plan(const Plan& plan, const ClusterTopology& cluster) {
