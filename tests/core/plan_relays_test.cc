@@ -650,6 +650,52 @@ TEST(PlanRelays, BalancedHoldersStaySingleHop) {
   EXPECT_TRUE(check_destinations(up, buffers).ok());
 }
 
+// A holder host whose volume sits on few of its devices (the uneven
+// replicas of bench/specs/rl_sync_uneven_replicas_4_to_2_hosts.json, small):
+// copy A of a [256, 512] bf16 tensor row-sharded over the 4 devices of host
+// 0, copy B of its first 3/4 over the 12 devices of hosts 1-3, to dp=2 x
+// tp=4 on hosts 4-5. The host shares (share_targets) leave host 0 its last
+// quarter alone, all of it on device 3: V / 4 that device alone holds (V =
+// 256 KiB, what each receiving host takes in), so no plan's busiest device
+// sends less than V / 4. The group crosses by the device rule; counting
+// all 4 of host 0's devices as senders sends a third of its share direct
+// to both receiving hosts, all of it from device 3 (4/3 V / 4: 1.33x);
+// counting the one that holds it, device 3 sends its quarter once (entry
+// parts) and hosts 1-3 send theirs direct: every device at most V / 4,
+// every host at most V.
+TEST(PlanRelays, FewHolderDevicesOfAHostSendTheirShareOnce) {
+  std::vector<int32_t> hosts;
+  for (int32_t d = 0; d < 24; ++d) hosts.push_back(d / 4);
+  PlanInput in = one_tensor({256, 512}, DType::kBF16, named(mesh({"a"}, {16}, 0), {{"a"}, {}}),
+                            named(mesh({"dp", "tp"}, {2, 4}, 16), {{}, {"tp"}}), hosts);
+  std::vector<LayoutEntry> src;
+  for (int64_t d = 0; d < 16; ++d) {
+    LayoutEntry e;
+    e.device = d;
+    e.box.rank = 2;
+    e.box.lo[0] = d < 4 ? 64 * d : 16 * (d - 4);
+    e.box.hi[0] = e.box.lo[0] + (d < 4 ? 64 : 16);
+    e.box.hi[1] = 512;
+    src.push_back(e);
+  }
+  const std::vector<int64_t> shape = {256, 512};
+  in.tensors[0].src = Layout::from_boxes(shape, src, 1, ReduceOp::kSum, "src");
+  in.options.split_min_bytes = 256;
+  const Plan plan = make_plan(in);
+  const PlanStats& st = plan.stats();
+  const int64_t V = 256 * 512 * 2;
+  EXPECT_EQ(st.lower_bound_max_send_bytes, V / 4);
+  EXPECT_TRUE(relays_across(in));
+  EXPECT_LE(static_cast<double>(st.max_send_bytes), 1.05 * static_cast<double>(V / 4))
+      << st.max_send_bytes << " bytes from the busiest device";
+  EXPECT_EQ(st.max_host_recv_bytes, V);
+  EXPECT_LE(st.max_host_send_bytes, V);
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views);
+  EXPECT_TRUE(check_destinations(plan, buffers).ok());
+}
+
 // Relays for explicit destination layouts (checkpoint-style boxes): the
 // entries with equal boxes form a cell and relay like a tiled cell — inside
 // hosts, and across hosts when few holders feed many hosts. Fleets as in

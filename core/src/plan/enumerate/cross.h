@@ -4,6 +4,8 @@
 // at element granularity (cross_layout, layout_parts).
 #pragma once
 
+#include <limits>
+
 #include "plan/enumerate/cells.h"
 
 namespace reshard::planning {
@@ -310,6 +312,8 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   // host in a single-hop plan), and the same per holder device.
   std::vector<std::pair<int32_t, double>>* single = nullptr;
   std::vector<std::pair<int64_t, double>> single_devices;
+  const uint32_t* cur_h = nullptr;  // the region's holders, while f runs
+  size_t cur_n = 0;
   auto walk = [&](auto&& f) {
     for (size_t k = uniform ? 0 : c; k < (uniform ? cells : c + 1); ++k) {
       if (dg.cell_offsets[k] == dg.cell_offsets[k + 1]) continue;
@@ -354,6 +358,8 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
           for (size_t i = 0; i < n; ++i)
             single_devices.emplace_back(t.sg->devices[h[i]], std::min(per, vol));
         }
+        cur_h = h;
+        cur_n = n;
         f(k, region, hosts, small);
       });
     }
@@ -412,32 +418,77 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
     }
   };
   std::vector<int64_t> bounds;
-  // Pass 1: the elements each holder host's shares hold.
+  // Pass 1: the elements each holder host's shares hold, and each holder
+  // device's part of them (a share goes out from the region's holders on
+  // its host, split evenly: assign).
   volumes_.clear();
+  std::vector<std::pair<int64_t, double>> on_device;  // (device, elements)
+  std::vector<std::pair<int32_t, int64_t>> here;      // (host, device) of the region
   walk([&](size_t, const Box& region, const std::vector<int32_t>& hs, bool) {
     share_bounds(hs, region.volume(), bounds);
-    for (size_t s = 0; s < hs.size(); ++s)
-      volumes_.emplace_back(hs[s], static_cast<double>(bounds[s + 1] - bounds[s]));
+    here.clear();
+    for (size_t i = 0; i < cur_n; ++i)
+      here.emplace_back(t.st->host[cur_h[i]], t.sg->devices[cur_h[i]]);
+    std::sort(here.begin(), here.end());
+    here.erase(std::unique(here.begin(), here.end()), here.end());
+    for (size_t s = 0; s < hs.size(); ++s) {
+      const auto z = static_cast<double>(bounds[s + 1] - bounds[s]);
+      volumes_.emplace_back(hs[s], z);
+      const auto lo = std::lower_bound(here.begin(), here.end(),
+                                       std::make_pair(hs[s], std::numeric_limits<int64_t>::min()));
+      auto hi = lo;
+      while (hi != here.end() && hi->first == hs[s]) ++hi;
+      const auto k = static_cast<double>(std::max<ptrdiff_t>(1, hi - lo));
+      for (auto it = lo; it != hi; ++it) on_device.emplace_back(it->second, z / k);
+    }
   });
   merge_volumes();
+  // Under the device rule: a host's sends go out
+  // from its devices in proportion to what they hold, so a host whose
+  // volume w_h sits on few of its holder devices sends as fast as w_h /
+  // (its most held) of them, not as all of them: counting every holder
+  // device left a host's few loaded devices sending its direct parts
+  // (rl_sync_uneven_replicas_4_to_2_hosts: 2 of host 0's 8 devices at
+  // 1.33x their bound while the 6 others idled). Equal holdings count every
+  // holder device, as before. The host rule keeps the host water-filling:
+  // weighting it by devices sends more from the hosts than the host send
+  // bound (PlanRelays.RandomFleetsKeepTheBusiestNicNearItsBound).
+  std::map<int64_t, double> dev_total;
+  for (const auto& [d, v] : on_device) dev_total[d] += v;
+  std::sort(devices.begin(), devices.end());
+  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  std::vector<double> per_host;  // per holder host: its share of its NICs that send
+  for (const std::pair<int32_t, double>& hv : volumes_) {
+    const int32_t h = hv.first;
+    double most = 0, count = 0;
+    for (const auto& [host, d] : devices) {
+      if (host != h) continue;
+      const auto it = dev_total.find(d);
+      if (it != dev_total.end()) most = std::max(most, it->second);
+      count += 1;
+    }
+    per_host.push_back(most > 0 && count > 1 ? std::clamp(hv.second / most, 1.0, count) / count
+                                             : 1.0);
+  }
   std::vector<std::pair<int32_t, double>> frac;
   if (L.for_devices) {
     // Crossing by the device rule: the devices' sends balanced, each host's
     // spread over its holder devices and each receiving host's forwarding
     // over its entries (every region enters every receiving host, above).
-    std::sort(devices.begin(), devices.end());
-    devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
-    std::vector<double> per_host;
-    for (const std::pair<int32_t, double>& hv : volumes_) {
-      const int32_t h = hv.first;
-      per_host.push_back(static_cast<double>(std::max<ptrdiff_t>(
-          1, std::count_if(devices.begin(), devices.end(),
-                           [h](const std::pair<int32_t, int64_t>& x) { return x.first == h; }))));
+    std::vector<double> sending;
+    for (size_t i = 0; i < per_host.size(); ++i) {
+      const int32_t h = volumes_[i].first;
+      sending.push_back(per_host[i] *
+                        static_cast<double>(std::max<ptrdiff_t>(
+                            1, std::count_if(devices.begin(), devices.end(),
+                                             [h](const std::pair<int32_t, int64_t>& x) {
+                                               return x.first == h;
+                                             }))));
     }
     double entries = 0;
     for (size_t k = uniform ? 0 : c; k < (uniform ? cells : c + 1); ++k)
       entries += static_cast<double>(dg.cell_offsets[k + 1] - dg.cell_offsets[k]);
-    water_fill(volumes_, static_cast<size_t>(L.R), frac, &per_host,
+    water_fill(volumes_, static_cast<size_t>(L.R), frac, &sending,
                std::max(1.0, entries / static_cast<double>(L.R)));
   } else {
     water_fill(volumes_, static_cast<size_t>(L.R), frac);
