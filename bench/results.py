@@ -182,15 +182,17 @@ def t_weight_sync(ctx, names="dsv3_m2n,dsv3_nemorl,kimi_k2,kimi_k2_fp8,qwen3_m2n
         return f"{q['predicted_seconds']:.3f}" + (f" ({q['chunks']})" if "chunks" in q else "")
 
     for n in names.split(","):
+        published = ""
         for f in sorted(glob.glob(os.path.join(out, glob.escape(n) + "*.result.json"))):
             d = json.load(open(f))
             if d["case"] != n:
                 continue
+            published = d["published"]
             b = d["lower_bound"]
             rows.append([n, d["gpus"], d["topology_file"], f"{d['predicted_seconds']:.3f}",
                          f"{d['lower_bound_seconds']:.3f}", f"{d['ratio']:.2f}",
                          *[peer_cell(d, p) for p in peers], bound_term(b), f"{d['messages']:,}"])
-        pub.append(f"- {n}: {d['published']}")
+        pub.append(f"- {n}: {published}")
     shutil.rmtree(out, ignore_errors=True)
     shown = ctx.show(ctx.reshard)
     cmd = ("python3 bench/weight_sync.py --only " + names + " --threads 1 --topologies "
@@ -404,7 +406,7 @@ def t_soak(ctx):
 
 # name -> (function, what it runs, rough cost on 2 cores)
 TABLES = {
-    "weight_sync": (t_weight_sync, "bench/weight_sync.py: 5 models on the peers' layouts", "20-25 min"),
+    "weight_sync": (t_weight_sync, "bench/weight_sync.py: 5 models on the peers' layouts, both clusters", "30-40 min"),
     "weight_sync_405b": (t_weight_sync_405b, "bench/weight_sync.py --only llama405b", "4-5 min"),
     "plan_scale": (t_plan_scale, "bench_plan_scale: the 405B plan at 1,024 devices", "< 1 min"),
     "plan_fleet": (t_plan_fleet, "bench/plan_scale.py: dense and MoE, 1,024 to 65,536 devices",

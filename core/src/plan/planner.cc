@@ -122,8 +122,10 @@ namespace {
 // rounds), and the routes' local choices, Enumerator::cross_slower,
 // gather_fanout and one_part, on the same model); 24: plans of several
 // stages are cut into rounds for pipelining, with or without a staging
-// budget (plan/rounds.h, RoundRule), and the estimate counts those rounds).
-constexpr uint64_t kPlannerVersion = 25;
+// budget (plan/rounds.h, RoundRule), and the estimate counts those rounds;
+// 25: the estimate's forward lag; 26: under the device rule, cross_layout
+// counts a host's sending devices by what its busiest holder device holds).
+constexpr uint64_t kPlannerVersion = 26;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
