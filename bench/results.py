@@ -179,7 +179,7 @@ def t_weight_sync(ctx, names="dsv3_m2n,dsv3_nemorl,kimi_k2,kimi_k2_fp8,qwen3_m2n
             return "—"
         q = d["peers"][p]
         # A pipelined peer at its best count of chunks, shown beside it.
-        return f"{q['predicted_seconds']:.3f}" + (f" ({q['chunks']})" if "chunks" in q else "")
+        return f"{q['predicted_seconds']:.3f}" + (f" ({q['chunks'] or '4/hop'})" if "chunks" in q else "")
 
     for n in names.split(","):
         published = ""
@@ -322,7 +322,7 @@ def t_simulate(ctx):
         rows.append([f"`{f[:-5]}`", f"{d['messages']:,}", f"{d['predicted_seconds'] * 1e3:.3f}",
                      f"{d['lower_bound_seconds'] * 1e3:.3f}", f"{d['ratio']:.2f}",
                      *[f"{d['peers'][p]['predicted_seconds'] * 1e3:.3f}"
-                       + (f" ({d['peers'][p]['chunks']})" if "chunks" in d["peers"][p] else "")
+                       + (f" ({d['peers'][p]['chunks'] or '4/hop'})" if "chunks" in d["peers"][p] else "")
                        for p in peers],
                      bound_term(b)])
     body = table(["spec (`bench/specs/`)", "messages", "ours (ms)", "bound (ms)", "ours / bound",

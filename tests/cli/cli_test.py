@@ -764,15 +764,16 @@ def case_simulate():
     for name, peer in doc["peers"].items():
         check(doc["predicted_seconds"] < peer["predicted_seconds"], f"{name}: {peer}")
     # The pipelined peers at their best (--chunks best, the default): the
-    # fastest count tried, 4, 16, ... until a count is no faster; equal to
-    # a run at that count, and no slower than at any count tried.
+    # fastest count tried, four per hop (0), then 4, 16, ... until a count is
+    # no faster than the one before; equal to a run at that count, and no
+    # slower than at any count tried.
     for name in ("rank0_broadcast", "layered"):
         peer = doc["peers"][name]
         tried = peer["chunks_tried"]
-        check([c for c, _ in tried] == [4 * 4**i for i in range(len(tried))], str(tried))
+        check([c for c, _ in tried] == [0] + [4 * 4**i for i in range(len(tried) - 1)], str(tried))
         check(peer["predicted_seconds"] == min(t for _, t in tried), str(peer))
-        check(len(tried) >= 2 and tried[-1][1] >= min(t for _, t in tried[:-1]), str(tried))
-        for c in sorted({peer["chunks"], 1, 2048}):
+        check(len(tried) >= 3 and tried[-1][1] >= tried[-2][1], str(tried))
+        for c in sorted({peer["chunks"], 0, 1, 2048}):
             at = json.loads(run("simulate", "--spec", RL_SYNC, "--topology", h100, "--format",
                                 "json", "--peers", name, "--chunks", str(c)).stdout)["peers"][name]
             check(at["chunks"] == c, str(at))
