@@ -174,6 +174,19 @@ TEST(SimulateStream, EstimateBoundsWhatItHolds) {
   }
 }
 
+// simulate_plan refused with kResourceExhausted on max_bytes, `text` in its
+// message.
+void expect_refused(const PlanInput& in, const SimPlanOptions& o, const std::string& text) {
+  try {
+    simulate_plan(in, h100(), o);
+    FAIL() << "expected kResourceExhausted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_EQ(e.field(), "max_bytes");
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
 // The guard: records are estimated at kSimStreamBytesPerMessage, but a
 // reduction's forwards wait on many summands (psum_dp16_replicated under a
 // 1 MiB budget: 69 bytes a message). At a limit of the estimate, planning
@@ -187,14 +200,7 @@ TEST(SimulateStream, GuardStopsWhenTheRecordsPassTheirEstimate) {
   o.max_bytes = simulate_plan_memory(in, h100(), o);
   int64_t parts = 0;
   o.parts_planned = [&](int64_t, int64_t) { ++parts; };
-  try {
-    simulate_plan(in, h100(), o);
-    FAIL() << "expected kResourceExhausted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
-    EXPECT_EQ(e.field(), "max_bytes");
-    EXPECT_NE(std::string(e.what()).find("parts its records hold"), std::string::npos) << e.what();
-  }
+  expect_refused(in, o, "parts its records hold");
   EXPECT_GT(parts, 0);
   EXPECT_LT(parts, 16);  // stopped before the last part
   o.max_bytes = kUnlimitedPlanBytes;
@@ -217,15 +223,7 @@ TEST(SimulateStream, RefusesAboveItsMemoryLimitNamingTheEstimate) {
   o.max_bytes = need - 1;
   int64_t parts = 0;
   o.parts_planned = [&](int64_t, int64_t) { ++parts; };
-  try {
-    simulate_plan(in, h100(), o);
-    FAIL() << "expected kResourceExhausted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
-    EXPECT_EQ(e.field(), "max_bytes");
-    EXPECT_NE(std::string(e.what()).find(std::to_string(need) + " bytes"), std::string::npos)
-        << e.what();
-  }
+  expect_refused(in, o, std::to_string(need) + " bytes");
   EXPECT_EQ(parts, 0);  // refused before planning any part
   o.max_bytes = need;
   EXPECT_EQ(simulate_plan(in, h100(), o).messages, stats.messages);
