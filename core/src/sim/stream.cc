@@ -244,21 +244,26 @@ struct Store {
       std::stable_sort(order.begin(), order.end(), before);
     // The busiest round of each lane this part writes: its sends and their
     // dependencies.
-    uint32_t run_round = 0, run_sends = 0, run_deps = 0;
-    Lane* run = nullptr;
+    // The run's lane by its indices: lane() may grow a process's lanes, so
+    // a pointer kept across calls could dangle.
+    uint32_t run_round = 0, run_sends = 0, run_deps = 0, run_proc = 0, run_stage = 0;
+    bool in_run = false;
     auto close_run = [&] {
-      if (!run) return;
-      run->most_sends = std::max(run->most_sends, run_sends);
-      run->most_deps = std::max(run->most_deps, run_deps);
+      if (!in_run) return;
+      Lane& run = lanes[run_proc][run_stage];
+      run.most_sends = std::max(run.most_sends, run_sends);
+      run.most_deps = std::max(run.most_deps, run_deps);
     };
     for (uint32_t i : order) {
       const Rec& r = recs[i];
       const int64_t index = base + i;
       const uint32_t sp = dev_proc[r.s], dp = dev_proc[r.d];
       Lane& l = lane(sp, r.stage);
-      if (&l != run || r.round != run_round) {
+      if (!in_run || sp != run_proc || r.stage != run_stage || r.round != run_round) {
         close_run();
-        run = &l;
+        in_run = true;
+        run_proc = sp;
+        run_stage = r.stage;
         run_round = r.round;
         run_sends = run_deps = 0;
       }
