@@ -427,13 +427,16 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   walk([&](size_t, const Box& region, const std::vector<int32_t>& hs, bool) {
     share_bounds(hs, region.volume(), bounds);
     here.clear();
-    for (size_t i = 0; i < cur_n; ++i)
-      here.emplace_back(t.st->host[cur_h[i]], t.sg->devices[cur_h[i]]);
-    std::sort(here.begin(), here.end());
-    here.erase(std::unique(here.begin(), here.end()), here.end());
+    if (L.for_devices) {  // only the device rule reads what the devices hold
+      for (size_t i = 0; i < cur_n; ++i)
+        here.emplace_back(t.st->host[cur_h[i]], t.sg->devices[cur_h[i]]);
+      std::sort(here.begin(), here.end());
+      here.erase(std::unique(here.begin(), here.end()), here.end());
+    }
     for (size_t s = 0; s < hs.size(); ++s) {
       const auto z = static_cast<double>(bounds[s + 1] - bounds[s]);
       volumes_.emplace_back(hs[s], z);
+      if (!L.for_devices) continue;
       const auto lo = std::lower_bound(here.begin(), here.end(),
                                        std::make_pair(hs[s], std::numeric_limits<int64_t>::min()));
       auto hi = lo;
@@ -453,37 +456,31 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   // holder device, as before. The host rule keeps the host water-filling:
   // weighting it by devices sends more from the hosts than the host send
   // bound (PlanRelays.RandomFleetsKeepTheBusiestNicNearItsBound).
-  std::map<int64_t, double> dev_total;
-  for (const auto& [d, v] : on_device) dev_total[d] += v;
-  std::sort(devices.begin(), devices.end());
-  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
-  std::vector<double> per_host;  // per holder host: its share of its NICs that send
-  for (const std::pair<int32_t, double>& hv : volumes_) {
-    const int32_t h = hv.first;
-    double most = 0, count = 0;
-    for (const auto& [host, d] : devices) {
-      if (host != h) continue;
-      const auto it = dev_total.find(d);
-      if (it != dev_total.end()) most = std::max(most, it->second);
-      count += 1;
-    }
-    per_host.push_back(most > 0 && count > 1 ? std::clamp(hv.second / most, 1.0, count) / count
-                                             : 1.0);
-  }
   std::vector<std::pair<int32_t, double>> frac;
   if (L.for_devices) {
     // Crossing by the device rule: the devices' sends balanced, each host's
     // spread over its holder devices and each receiving host's forwarding
     // over its entries (every region enters every receiving host, above).
-    std::vector<double> sending;
-    for (size_t i = 0; i < per_host.size(); ++i) {
-      const int32_t h = volumes_[i].first;
-      sending.push_back(per_host[i] *
-                        static_cast<double>(std::max<ptrdiff_t>(
-                            1, std::count_if(devices.begin(), devices.end(),
-                                             [h](const std::pair<int32_t, int64_t>& x) {
-                                               return x.first == h;
-                                             }))));
+    std::map<int64_t, double> dev_total;
+    for (const auto& [d, v] : on_device) dev_total[d] += v;
+    std::sort(devices.begin(), devices.end());
+    devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+    // Per holder host: the elements its most loaded holder device sends,
+    // and its holder devices.
+    std::map<int32_t, std::pair<double, double>> held;
+    for (const auto& [host, d] : devices) {
+      auto& [most, count] = held[host];
+      const auto it = dev_total.find(d);
+      if (it != dev_total.end()) most = std::max(most, it->second);
+      count += 1;
+    }
+    std::vector<double> sending;  // per holder host: the devices it sends as
+    for (const std::pair<int32_t, double>& hv : volumes_) {
+      const auto it = held.find(hv.first);
+      const double most = it == held.end() ? 0 : it->second.first;
+      const double count = it == held.end() ? 0 : it->second.second;
+      sending.push_back(most > 0 && count > 1 ? std::clamp(hv.second / most, 1.0, count)
+                                              : std::max(1.0, count));
     }
     double entries = 0;
     for (size_t k = uniform ? 0 : c; k < (uniform ? cells : c + 1); ++k)
