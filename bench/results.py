@@ -169,7 +169,7 @@ def t_weight_sync(ctx, names="dsv3_m2n,dsv3_nemorl,kimi_k2,kimi_k2_fp8,qwen3_m2n
                   topologies="both"):
     out = tempfile.mkdtemp(prefix="ws-")
     argv = [sys.executable, "bench/weight_sync.py", "--reshard", ctx.reshard, "--only", names,
-            "--out-dir", out, "--threads", "1", "--topologies", topologies, *extra]
+            "--out-dir", out, "--threads", "1", "--jobs", "2", "--topologies", topologies, *extra]
     run(ctx, argv, timeout=7200)
     rows, pub = [], []
     peers = ["rank0_broadcast", "direct_p2p", "layered"]
@@ -195,7 +195,7 @@ def t_weight_sync(ctx, names="dsv3_m2n,dsv3_nemorl,kimi_k2,kimi_k2_fp8,qwen3_m2n
         pub.append(f"- {n}: {published}")
     shutil.rmtree(out, ignore_errors=True)
     shown = ctx.show(ctx.reshard)
-    cmd = ("python3 bench/weight_sync.py --only " + names + " --threads 1 --topologies "
+    cmd = ("python3 bench/weight_sync.py --only " + names + " --threads 1 --jobs 2 --topologies "
            + topologies + ("" if shown == "build/dev/tools/reshard" else " --reshard " + shown)
            + ("" if not extra else " " + " ".join(extra)))
     body = table(["case", "GPUs (train + inference)", "topology", "ours (s)", "bound (s)",
@@ -406,7 +406,7 @@ def t_soak(ctx):
 
 # name -> (function, what it runs, rough cost on 2 cores)
 TABLES = {
-    "weight_sync": (t_weight_sync, "bench/weight_sync.py: 5 models on the peers' layouts, both clusters", "30-40 min"),
+    "weight_sync": (t_weight_sync, "bench/weight_sync.py: 5 models on the peers' layouts, both clusters", "15-20 min idle (two cases at once)"),
     "weight_sync_405b": (t_weight_sync_405b, "bench/weight_sync.py --only llama405b", "4-5 min"),
     "plan_scale": (t_plan_scale, "bench_plan_scale: the 405B plan at 1,024 devices", "< 1 min"),
     "plan_fleet": (t_plan_fleet, "bench/plan_scale.py: dense and MoE, 1,024 to 65,536 devices",

@@ -15,6 +15,7 @@ Published figures are measurements on real clusters, quoted from the
 sources in PUBLISHED; everything else is our simulation.
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -122,6 +123,8 @@ def main():
     ap.add_argument("--out-dir", help="keep the specs and results here")
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--threads", default="0", help="reshard simulate --threads")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="cases simulated at once (one `reshard simulate` process each)")
     ap.add_argument("--chunks", default="best",
                     help="reshard simulate --chunks: 'best' (each pipelined peer at its fastest "
                     "count) or a count (0: 4 per hop)")
@@ -141,7 +144,7 @@ def main():
     names = [n for n in args.only.split(",") if n] or list(CASES)
     out_dir = args.out_dir or tempfile.mkdtemp()
     os.makedirs(out_dir, exist_ok=True)
-    rows = []
+    jobs = []
     for name in names:
         build, own_topo, published = CASES[name]
         for topo in ([own_topo] if args.topologies == "own" else [H100, GB200]):
@@ -149,19 +152,27 @@ def main():
             b = build(PER_HOST[topo])
             spec = os.path.join(out_dir, key + ".json")
             b.write(spec)
-            doc = simulate(args, name, spec, topo)
-            doc["description"] = b.description
-            doc["tensors"] = len(b.tensors)
-            doc["published"] = published
-            train = {d for n, m in b.meshes.items() if n != "infer" for d in m["devices"]}
-            infer = set(b.meshes["infer"]["devices"])
-            doc["gpus"] = (f"{len(train)} (the same)" if train == infer
-                           else f"{len(train)} + {len(infer)}")
-            json.dump(doc, open(os.path.join(out_dir, key + ".result.json"), "w"), indent=1)
-            rows.append(doc)
-            print(f"{name} on {doc['topology_file']}: {doc['predicted_seconds']:.3f} s (bound "
-                  f"{doc['lower_bound_seconds']:.3f} s) in {doc['wall_seconds']:.0f} s",
-                  file=sys.stderr)
+            jobs.append((name, key, spec, topo, b, published))
+
+    def one(job):
+        name, key, spec, topo, b, published = job
+        doc = simulate(args, name, spec, topo)
+        doc["description"] = b.description
+        doc["tensors"] = len(b.tensors)
+        doc["published"] = published
+        train = {d for n, m in b.meshes.items() if n != "infer" for d in m["devices"]}
+        infer = set(b.meshes["infer"]["devices"])
+        doc["gpus"] = (f"{len(train)} (the same)" if train == infer
+                       else f"{len(train)} + {len(infer)}")
+        json.dump(doc, open(os.path.join(out_dir, key + ".result.json"), "w"), indent=1)
+        print(f"{name} on {doc['topology_file']}: {doc['predicted_seconds']:.3f} s (bound "
+              f"{doc['lower_bound_seconds']:.3f} s) in {doc['wall_seconds']:.0f} s",
+              file=sys.stderr)
+        return doc
+
+    # Each case is one `reshard simulate` process: --jobs of them at once.
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        rows = list(pool.map(one, jobs))
     render(rows, [p for p in args.peers.split(",") if p])
     print(f"\nspecs and results in {out_dir}", file=sys.stderr)
 

@@ -10,7 +10,8 @@
 
 #include "reshard/reshard.h"
 
-static int g_failures = 0;
+/* Failed checks; each test program defines it once. */
+extern int g_failures;
 
 #define CHECK(cond)                                                            \
   do {                                                                         \
@@ -30,7 +31,7 @@ static int g_failures = 0;
   } while (0)
 
 /* Returns 1 when `error` is NULL; otherwise reports and destroys it. */
-static int ok_(reshard_error_t* error, const char* file, int line, const char* expr) {
+static inline int ok_(reshard_error_t* error, const char* file, int line, const char* expr) {
   if (error == NULL) return 1;
   fprintf(stderr, "%s:%d: %s failed: [%s] %s\n", file, line, expr,
           reshard_error_code_name(reshard_error_code(error)), reshard_error_message(error));
@@ -47,8 +48,8 @@ static int ok_(reshard_error_t* error, const char* file, int line, const char* e
 
 /* Checks that `error` is an error with `code` whose message contains
  * `text` (the argument it must name); destroys it. Returns 1 on success. */
-static int err_(reshard_error_t* error, reshard_error_code_t code, const char* text,
-                const char* file, int line, const char* expr) {
+static inline int err_(reshard_error_t* error, reshard_error_code_t code, const char* text,
+                       const char* file, int line, const char* expr) {
   int good = 1;
   if (error == NULL) {
     fprintf(stderr, "%s:%d: %s succeeded, expected %s\n", file, line, expr,

@@ -28,23 +28,7 @@
 namespace reshard {
 namespace {
 
-using testing::oracle;
-using testing::OracleBounds;
-
-using testing::busiest_nic_ratio;
-using testing::check_fleet;
-using testing::describe;
-using testing::execute_every_stage;
-using testing::Fleet;
-using testing::global_stats;
-using testing::mesh;
-using testing::named;
-using testing::one_tensor;
-using testing::random_fleet;
-using testing::relays_across;
-using testing::stage_checked;
-using testing::uneven_fleet;
-using testing::without_device_rule;
+using namespace testing::fleet_names;  // NOLINT(google-build-using-namespace)
 
 // Calls f(offset in `box`, row-major) for every element of `region` (inside box).
 template <class F>

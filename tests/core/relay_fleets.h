@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bounds_oracle.h"
 #include "layout_helpers.h"
 #include "plan/enumerate.h"
 #include "random_cases.h"
@@ -411,3 +412,25 @@ inline PlanStats check_fleet(const Fleet& fleet) {
 }
 
 }  // namespace reshard::testing
+
+// The names the relay and scratch tests use unqualified. `using namespace
+// testing::fleet_names;` brings in these alone: the whole of
+// reshard::testing would clash with gtest's ::testing.
+namespace reshard::testing::fleet_names {
+using testing::busiest_nic_ratio;
+using testing::check_fleet;
+using testing::describe;
+using testing::execute_every_stage;
+using testing::Fleet;
+using testing::global_stats;
+using testing::mesh;
+using testing::named;
+using testing::one_tensor;
+using testing::oracle;
+using testing::OracleBounds;
+using testing::random_fleet;
+using testing::relays_across;
+using testing::stage_checked;
+using testing::uneven_fleet;
+using testing::without_device_rule;
+}  // namespace reshard::testing::fleet_names

@@ -20,6 +20,8 @@
 #include "reshard/reshard.h"
 #include "reshard/reshard_nccl.h"
 
+int g_failures = 0;
+
 /* The few driver API entry points used (cuda.h signatures, 64-bit). */
 typedef int (*cu_init_fn)(unsigned int);
 typedef int (*cu_device_get_count_fn)(int*);

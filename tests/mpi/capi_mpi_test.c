@@ -32,6 +32,8 @@
 #include "reshard/reshard.h"
 #include "reshard/reshard_mpi.h"
 
+int g_failures = 0;
+
 static int g_rank = 0;
 static int g_size = 1;
 
