@@ -321,14 +321,17 @@ def t_simulate(ctx):
         b = d["lower_bound"]
         rows.append([f"`{f[:-5]}`", f"{d['messages']:,}", f"{d['predicted_seconds'] * 1e3:.3f}",
                      f"{d['lower_bound_seconds'] * 1e3:.3f}", f"{d['ratio']:.2f}",
+                     f"{d['estimate_seconds'] * 1e3:.3f}", f"{d['estimate_ratio']:.3f}",
                      *[f"{d['peers'][p]['predicted_seconds'] * 1e3:.3f}"
                        + (f" ({d['peers'][p]['chunks'] or '4/hop'})" if "chunks" in d["peers"][p] else "")
                        for p in peers],
                      bound_term(b)])
     body = table(["spec (`bench/specs/`)", "messages", "ours (ms)", "bound (ms)", "ours / bound",
+                  "estimate (ms)", "estimate / simulated",
                   *[f"{p} (ms{', chunks' if p != 'direct_p2p' else ''})" for p in peers],
                   "bound term"],
-                 rows, ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---"])
+                 rows, ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:",
+                        "---"])
     return (f"for F in bench/specs/*.json: reshard simulate --spec F --topology {H100} "
             f"--format json --peers {','.join(peers)}"), body
 

@@ -80,14 +80,16 @@ def bound_term(b):
     return b["kind"] if b["id"] < 0 else f"{b['kind']} {b['id']}"
 
 def render(rows, peers):
-    print("| case | GPUs (train + inference) | topology | ours (s) | bound (s) | ratio | "
+    print("| case | GPUs (train + inference) | topology | ours (s) | estimate (s) | bound (s) | ratio | "
           + " | ".join(f"{p} (s)" for p in peers) + " | bound term | our binding link |")
-    print("| --- | --- | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in peers) + " | --- | --- |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in peers)
+          + " | --- | --- |")
     for d in rows:
         cells = " | ".join(f"{d['peers'][p]['predicted_seconds']:.3f}" for p in peers)
         bnd, link = d["lower_bound"], d["binding"]
+        est = f"{d['estimate_seconds']:.3f}" if "estimate_seconds" in d else ""
         print(f"| {d['case']} | {d['gpus']} | {d['topology_file']} | {d['predicted_seconds']:.3f} | "
-              f"{d['lower_bound_seconds']:.3f} | {d['ratio']:.2f} | {cells} | {bound_term(bnd)} | "
+              f"{est} | {d['lower_bound_seconds']:.3f} | {d['ratio']:.2f} | {cells} | {bound_term(bnd)} | "
               f"{link.get('link', '')} host {link.get('host', '')} |")
     print("\nLayouts:")
     for d in rows:

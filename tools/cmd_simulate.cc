@@ -217,6 +217,10 @@ int run_simulate(const SimulateArgs& args) {
     j["predicted_seconds"] = ours.seconds;
     j["lower_bound_seconds"] = bound.seconds;
     j["ratio"] = ratio;
+    // The plan's α–β estimate (what the planner decides by) beside the
+    // simulated time (what judges it).
+    j["estimate_seconds"] = ours.estimate_seconds;
+    j["estimate_ratio"] = PlanStats::ratio(ours.estimate_seconds, ours.seconds);
     ojson binding;
     if (ours.binding) {
       binding = link_json(*ours.binding);
@@ -248,6 +252,10 @@ int run_simulate(const SimulateArgs& args) {
       p["messages"] = run.result.messages;
       p["events"] = run.result.events;
       p["bytes"] = run.result.bytes;
+      if (name == "direct_p2p") {
+        p["estimate_seconds"] = run.result.estimate_seconds;
+        p["estimate_ratio"] = PlanStats::ratio(run.result.estimate_seconds, run.result.seconds);
+      }
       if (run.result.binding) p["binding"] = link_json(*run.result.binding);
       if (name != "direct_p2p") {
         p["chunks"] = run.chunks;
@@ -278,6 +286,10 @@ int run_simulate(const SimulateArgs& args) {
             << bound.id << ": " << human_bytes(static_cast<double>(bound.bytes)) << " at "
             << human_bytes(bound.bytes_per_second) << "/s)\n";
   std::cout << "  ratio        " << ratio_str(ratio) << "\n";
+  if (ours.estimate_seconds > 0)
+    std::cout << "  estimate     " << human_seconds(ours.estimate_seconds) << " ("
+              << ratio_str(PlanStats::ratio(ours.estimate_seconds, ours.seconds))
+              << " of the simulated time)\n";
   if (ours.binding)
     std::cout << "  binding      " << link_text(*ours.binding) << " (saturated "
               << human_seconds(ours.binding_saturated_seconds) << ")\n";

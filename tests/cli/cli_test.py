@@ -749,6 +749,17 @@ def case_simulate():
                 "peers", "lower_bound"]:
         check(key in doc, f"{key} missing: {doc}")
     check(doc["lower_bound_seconds"] > 0, "no bound")
+    # The plan's own estimate beside the simulated time: what `reshard plan`
+    # reports as cost_seconds for the same costs, ours and the single-hop
+    # plan (direct_p2p) alike.
+    by_spec = json.loads(run("simulate", "--spec", RL_SYNC, "--topology", h100, "--format",
+                             "json", "--plan-costs", "spec", "--peers", "direct_p2p").stdout)
+    for extra, got in (((), by_spec),
+                       (("--no-relays", "--no-reduce-scatter"), by_spec["peers"]["direct_p2p"])):
+        cost = json.loads(run("plan", "--spec", RL_SYNC, "--format", "json",
+                              *extra).stdout)["stats"]["cost_seconds"]
+        check(cost > 0 and got["estimate_seconds"] == cost, f"{extra}: {got} against {cost}")
+        check(abs(got["estimate_ratio"] - cost / got["predicted_seconds"]) < 1e-12, str(got))
     # The bound holds over every plan: ours and each modelled peer.
     check(doc["predicted_seconds"] >= doc["lower_bound_seconds"], str(doc))
     check(set(doc["peers"]) == {"rank0_broadcast", "direct_p2p", "layered"}, str(doc["peers"]))

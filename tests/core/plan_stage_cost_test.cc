@@ -26,13 +26,16 @@ struct Chain {
     o.inter_host_bytes_per_second = 1e9;
     o.intra_host_bytes_per_second = 1e10;
   }
-  // Stage `s` sends `bytes` from device a to device b across hosts.
-  void send(size_t s, size_t a, size_t b, int64_t bytes) {
+  // Stage `s` sends `bytes` from device a to device b across hosts, in
+  // `msgs` messages.
+  void send(size_t s, size_t a, size_t b, int64_t bytes, int64_t msgs = 1) {
     while (stages.size() <= s) stages.emplace_back(lb.group_nics.size());
     stages[s][a].send += bytes;
     stages[s][a].send_inter += bytes;
+    stages[s][a].send_msgs += msgs;
     stages[s][b].recv += bytes;
     stages[s][b].recv_inter += bytes;
+    stages[s][b].recv_msgs += msgs;
   }
   double cost(std::vector<int64_t> rounds) const { return stage_cost(stages, rounds, lb, o); }
 };
@@ -89,6 +92,36 @@ TEST(StageCost, ALinkServingTwoStagesCarriesBothAfterTheFill) {
   d.send(0, 0, 1, 8000);
   d.send(1, 2, 1, 8000);
   EXPECT_NEAR(d.cost({4, 4}), 20 * kUs, 1e-12);
+}
+
+TEST(StageCost, AStageWithFewMessagesOnALinkWaitsForTheStagesBeforeIt) {
+  // Stage 0: device 0 sends 20,000 bytes to device 1 (20 µs) in 7
+  // messages. Stage 1: device 2 sends 20,000 bytes to each of 1 and 3 in
+  // one message each; its NIC out (40 µs) is the stage's busiest link. 4
+  // rounds each: T_0 = 4 α + 20 = 24 µs (one round 6), T_1 = 4 + 40 = 44
+  // µs; the fill of stage 1 is 2 rounds of stage 0, 12 µs.
+  // Device 1's NIC in carries E = 20 µs of stage 0 and is shared: stage 1
+  // has φ = 1 / (1 + 7) of its messages and needs ρ = 20 / 40 of it, so it
+  // stalls W_1 = E / (1 − φ) · (1 − φ / ρ) = 20 / 0.875 × 0.75 = 17.142857
+  // µs > 12. Pipeline: 17.142857 + 44 = 61.142857 µs; device 2's NIC out
+  // 17.142857 + 40 + 4 α, the same; device 1's NIC in 0 + 40 + 4 = 44;
+  // serial 68. So 61.142857 µs (56 µs, 12 + 44, without the stall).
+  Chain c(4);
+  c.send(0, 0, 1, 20000, 7);
+  c.send(1, 2, 1, 20000);
+  c.send(1, 2, 3, 20000);
+  EXPECT_NEAR(c.cost({4, 4}), 61.142857142857 * kUs, 1e-11);
+  // With one message in stage 0 stage 1 has φ = 1/2 of device 1's NIC in,
+  // all the ρ = 1/2 it needs: no stall, 12 + 44 = 56 µs.
+  Chain d(4);
+  d.send(0, 0, 1, 20000, 1);
+  d.send(1, 2, 1, 20000);
+  d.send(1, 2, 3, 20000);
+  EXPECT_NEAR(d.cost({4, 4}), 56 * kUs, 1e-12);
+  // The stall never takes the estimate above the stages one after the
+  // other (68 µs), and never below the floor.
+  EXPECT_LE(c.cost({4, 4}), 68 * kUs);
+  EXPECT_LE(stage_cost_floor(c.stages, c.lb, c.o), c.cost({4, 4}));
 }
 
 TEST(StageCost, PipelineRoundsBalanceTheFillAgainstAlpha) {

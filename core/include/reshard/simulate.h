@@ -193,6 +193,10 @@ struct SimResult {
   // reducing them to records took (the rest of the call simulated); 0
   // otherwise.
   double plan_seconds = 0;
+  // simulate_plan: the plan's own α–β estimate (PlanStats::cost_seconds, the
+  // objective the planner decides by; docs/planner.md §8) on the costs it
+  // was planned with; 0 from simulate().
+  double estimate_seconds = 0;
 };
 
 // Simulates `messages` on `cluster` with `devices` mapping each device to its

@@ -13,7 +13,7 @@ namespace {
 // device d's port out, [2d + 1] in; [2 ndev + 2g] NIC group g out,
 // [2 ndev + 2g + 1] in.
 void link_seconds(const std::vector<Acc>& x, const Bounds& lb, const PlanOptions& o,
-                  std::vector<double>& stage) {
+                  std::vector<double>& stage, std::vector<double>* msgs = nullptr) {
   const double bi = 1.0 / o.intra_host_bytes_per_second, bx = 1.0 / o.inter_host_bytes_per_second;
   const size_t ndev = x.size();
   stage.assign(2 * ndev + 2 * lb.group_nics.size(), 0.0);
@@ -24,6 +24,19 @@ void link_seconds(const std::vector<Acc>& x, const Bounds& lb, const PlanOptions
     stage[2 * d + 1] += bi * static_cast<double>(x[d].recv - x[d].recv_inter);
     stage[2 * ndev + 2 * g] += bxg * static_cast<double>(x[d].send_inter);
     stage[2 * ndev + 2 * g + 1] += bxg * static_cast<double>(x[d].recv_inter);
+  }
+  if (!msgs) return;
+  // Messages on each link: a device's own on its port (those that stay in
+  // the host) and on its NIC group (those that leave it); its messages are
+  // not split by where they go, so each link with bytes counts them all.
+  msgs->assign(stage.size(), 0.0);
+  for (size_t d = 0; d < ndev; ++d) {
+    const size_t g = lb.group_of_device[d];
+    const auto out = static_cast<double>(x[d].send_msgs), in = static_cast<double>(x[d].recv_msgs);
+    if (x[d].send > x[d].send_inter) (*msgs)[2 * d] += out;
+    if (x[d].recv > x[d].recv_inter) (*msgs)[2 * d + 1] += in;
+    if (x[d].send_inter > 0) (*msgs)[2 * ndev + 2 * g] += out;
+    if (x[d].recv_inter > 0) (*msgs)[2 * ndev + 2 * g + 1] += in;
   }
 }
 
@@ -58,18 +71,25 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   // out, [2 ndev + 2g + 1] in. Per link its seconds over every stage and
   // the first and last stage that uses it.
   const size_t nl = 2 * ndev + 2 * ng;
-  std::vector<double> total(nl, 0.0), stage(nl);
+  std::vector<double> total(nl, 0.0), stage(nl), msgs(nl), msgs_before(nl, 0.0);
   std::vector<uint32_t> first(nl, UINT32_MAX), last(nl, 0);
-  // Per stage one round's time (0 for a stage where nothing moves).
-  std::vector<double> one_round(ns, 0.0), whole(ns, 0.0);
+  // Per stage one round's time (0 for a stage where nothing moves), and
+  // its stall W_s behind earlier stages on the links it shares with them.
+  std::vector<double> one_round(ns, 0.0), whole(ns, 0.0), stall(ns, 0.0);
   double sum = 0, rounds_most = 0;
   for (size_t s = 0; s < ns; ++s) {
-    link_seconds(stage_acc[s], lb, o, stage);
+    link_seconds(stage_acc[s], lb, o, stage, &msgs);
     double busiest = 0;
+    for (size_t i = 0; i < nl; ++i) busiest = std::max(busiest, stage[i]);
     for (size_t i = 0; i < nl; ++i) {
       if (stage[i] <= 0) continue;
-      busiest = std::max(busiest, stage[i]);
+      if (total[i] > 0) {
+        const double phi = msgs[i] + msgs_before[i] > 0 ? msgs[i] / (msgs[i] + msgs_before[i]) : 0;
+        const double rho = stage[i] / busiest;
+        if (phi < rho) stall[s] = std::max(stall[s], total[i] / (1 - phi) * (1 - phi / rho));
+      }
       total[i] += stage[i];
+      msgs_before[i] += msgs[i];
       first[i] = std::min(first[i], static_cast<uint32_t>(s));
       last[i] = static_cast<uint32_t>(s);
     }
@@ -84,12 +104,14 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   }
   if (sum <= 0) return 0;
   // fill[s]: what stage s waits for before its first round, (1 + lag)
-  // rounds of every stage before it (all of a stage with fewer rounds);
-  // tail[s]: the last round of stage s and of every later one.
+  // rounds of every stage before it (all of a stage with fewer rounds), or
+  // its stall where that is longer; tail[s]: the last round of stage s and
+  // of every later one.
   std::vector<double> fill(ns + 1, 0.0), tail(ns + 1, 0.0);
   for (size_t s = 0; s < ns; ++s) {
     const auto k =
         static_cast<double>(std::max<int64_t>(1, s < stage_rounds.size() ? stage_rounds[s] : 1));
+    fill[s] = std::max(fill[s], stall[s]);
     fill[s + 1] = fill[s] + one_round[s] * std::min(k, 1.0 + kForwardLagRounds);
   }
   for (size_t s = ns; s-- > 0;) tail[s] = tail[s + 1] + one_round[s];

@@ -14,9 +14,11 @@
 namespace reshard::planning {
 
 // A device's bytes in one stage: sent, received, copied locally, and the
-// parts of those sent and received across hosts.
+// parts of those sent and received across hosts; and the messages it sends
+// and receives in the stage (stage_cost's share of a link between stages).
 struct Acc {
   int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
+  int64_t send_msgs = 0, recv_msgs = 0;
 };
 
 // How many rounds after its own a forward's round waits for in the stage
@@ -64,6 +66,21 @@ int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bou
 //     before the drain of the last;
 //   - the pipeline: max_s (F_s + T_s + D_s), the stage that ends last;
 // and never more than the stages one after the other, Σ_s T_s.
+// A stage also shares its links with the stages before it, and the fleet
+// simulator shares a link max-min fairly among the messages on it, so a
+// later stage with few messages on a link that earlier stages keep busy
+// with many gets little of it. Stage s starts no earlier than its stall
+//   W_s = max over links l it uses of E / (1 - φ) · (1 - φ / ρ), where φ < ρ;
+// E = Σ_{j<s} L_j(l) (what earlier stages carry over l), φ = n_s / (n_s +
+// n_<s) (its share of l: its messages on l against those of earlier
+// stages, Acc::send_msgs / recv_msgs, a NIC group's summed over its
+// devices) and ρ = L_s(l) / max_l' L_s(l') (the share of l it needs to
+// run at the pace of its busiest link). Earlier stages hold l for about
+// E / (1 - φ), in which stage s moves at φ / ρ of its pace: F_s becomes
+// max(F_s, W_s).
+// (bench/weight_sync.py's qwen3_m2n on H100: relays receive ~60 messages
+// of stage 0 a round against ~9 of stage 1, so stage 1, which needs 82% of
+// their NICs, moves at a sixth of its pace until stage 0 ends.)
 double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
                   const std::vector<int64_t>& stage_rounds, const Bounds& lb, const PlanOptions& o);
 

@@ -1311,6 +1311,11 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     for (size_t d = 0; d < ndev; ++d)
       loads[static_cast<size_t>(s) * ndev + d] = {stage_send_msgs[s][d] + stage_recv_msgs[s][d],
                                                   stage_acc[s][d].send + stage_acc[s][d].recv};
+  for (int s = 0; s < nstages; ++s)
+    for (size_t d = 0; d < ndev; ++d) {
+      stage_acc[s][d].send_msgs = stage_send_msgs[s][d];
+      stage_acc[s][d].recv_msgs = stage_recv_msgs[s][d];
+    }
   std::vector<Acc> total(ndev);
   for (int s = 0; s < nstages; ++s) {
     for (size_t d = 0; d < ndev; ++d) {

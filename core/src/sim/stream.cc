@@ -764,8 +764,10 @@ SimResult stream_plan(const PlanInput& input, const ClusterTopology& cluster,
   planning::PartSink sink;
   // The estimate, and its terms other than the records' and lanes'.
   int64_t limit = kUnlimitedPlanBytes, planned_estimate = 0, estimate_rest = 0;
+  double estimate_seconds = 0;
   sink.stats = [&](const Plan& plan, int64_t batch_bytes) {
     const PlanStats& s = plan.stats();
+    estimate_seconds = s.cost_seconds;
     const int64_t records = sim_stream_memory_estimate(s);
     const int64_t need = add_sat(records, batch_bytes);
     if (estimate) {
@@ -822,6 +824,7 @@ SimResult stream_plan(const PlanInput& input, const ClusterTopology& cluster,
   const double planned = seconds_since(t0);
   SimResult r = run(st);
   r.plan_seconds = planned;
+  r.estimate_seconds = estimate_seconds;
   if (counted) *counted = st.counted;
   return r;
 }
@@ -850,7 +853,9 @@ SimResult simulate_plan(const Plan& plan, const ClusterTopology& cluster) {
   Store st;
   st.init(plan.topology(), cluster, plan.processes());
   for (const auto& [p, part] : plan.parts()) st.add_part(plan, part);
-  return run(st);
+  SimResult r = run(st);
+  r.estimate_seconds = plan.stats().cost_seconds;
+  return r;
 }
 
 }  // namespace reshard
