@@ -4,12 +4,16 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <limits>
+#include <optional>
 #include <new>
 #include <type_traits>
 
+#include "reshard/block_scales.h"
 #include "reshard/cast.h"
 #include "reshard/error.h"
 #include "reshard/numeric.h"
@@ -393,6 +397,78 @@ std::vector<int64_t> unravel(uint64_t index, const std::vector<int64_t>& shape) 
   return out;
 }
 
+// Block scales (reshard/block_scales.h), computed here from the source
+// values the Generator makes, block by block, independently of the
+// executors' quantiser (block_scales.cc quantise_shard): the scales of the
+// blocks in `blocks` (a box of the scale tensor) and the expected elements.
+class ScaleReference {
+ public:
+  ScaleReference(const TensorSpec& value, uint32_t value_index, const Box& blocks)
+      : value_(value), blocks_(blocks), from_(value.dtype), to_(out_dtype(value)) {
+    const Generator gen(value, value_index);
+    scales_.assign(static_cast<size_t>(blocks.volume()), 0.0f);
+    std::vector<int64_t> extents(static_cast<size_t>(blocks.rank));
+    for (int d = 0; d < blocks.rank; ++d) extents[static_cast<size_t>(d)] = blocks.extent(d);
+    for_each_element(blocks, blocks_shape(), [&](uint64_t, int64_t b) {
+      // Block b's elements: its coordinates from its row-major index.
+      Box box;
+      box.rank = blocks.rank;
+      int64_t rest = b;
+      for (int d = blocks.rank - 1; d >= 0; --d) {
+        const int64_t c = blocks.lo[d] + rest % extents[static_cast<size_t>(d)];
+        rest /= extents[static_cast<size_t>(d)];
+        box.lo[d] = c * value.scale_block[static_cast<size_t>(d)];
+        box.hi[d] = std::min(value.shape[static_cast<size_t>(d)],
+                             box.lo[d] + value.scale_block[static_cast<size_t>(d)]);
+      }
+      float amax = 0;
+      for_each_element(box, value.shape, [&](uint64_t g, int64_t) {
+        unsigned char bytes[8];
+        const uint64_t x = gen.source(g, 0);
+        std::memcpy(bytes, &x, sizeof bytes);
+        const float a = std::fabs(cast_detail::load_f32(from_, bytes));
+        if (a <= std::numeric_limits<float>::max() && a > amax) amax = a;
+      });
+      scales_[static_cast<size_t>(b)] = block_scale(amax, to_);
+    });
+  }
+  // The bits of scale element `g` (a global index of the scale tensor).
+  uint64_t scale_bits(uint64_t g) const {
+    return numeric::f32_bits(scales_[block_of_scale(g)]);
+  }
+  // The bits of value element `g`: cast(x / s).
+  uint64_t value_bits(const Generator& gen, uint64_t g) const {
+    unsigned char bytes[8];
+    const uint64_t x = gen.source(g, 0);
+    std::memcpy(bytes, &x, sizeof bytes);
+    const float q = cast_detail::load_f32(from_, bytes) / scales_[block_of_value(g)];
+    return cast_bits(DType::kF32, to_, numeric::f32_bits(q));
+  }
+
+ private:
+  std::vector<int64_t> blocks_shape() const { return scale_shape(value_.shape, value_.scale_block); }
+  // Row-major index within blocks_ of a scale tensor's element.
+  size_t block_of_scale(uint64_t g) const {
+    const std::vector<int64_t> c = unravel(g, blocks_shape());
+    return local_index(c);
+  }
+  size_t block_of_value(uint64_t g) const {
+    std::vector<int64_t> c = unravel(g, value_.shape);
+    for (size_t d = 0; d < c.size(); ++d) c[d] /= value_.scale_block[d];
+    return local_index(c);
+  }
+  size_t local_index(const std::vector<int64_t>& c) const {
+    int64_t i = 0;
+    for (int d = 0; d < blocks_.rank; ++d)
+      i = i * blocks_.extent(d) + (c[static_cast<size_t>(d)] - blocks_.lo[d]);
+    return static_cast<size_t>(i);
+  }
+  const TensorSpec& value_;
+  Box blocks_;
+  DType from_, to_;
+  std::vector<float> scales_;
+};
+
 int64_t shard_bytes(const TensorSpec& tensor, const Layout& layout, size_t entry) {
   const DType d = &layout == &tensor.dst ? out_dtype(tensor) : tensor.dtype;
   return layout.box(entry).volume() * dtype_size(d);
@@ -543,6 +619,16 @@ void poison_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, s
   // The complement of the expected value can never pass.
   const Generator gen(tensor, tensor_index);
   std::byte* p = out.data();
+  if (has_block_scales(tensor)) {
+    // cast(x / s) is a NaN only where x is: the complement of any NaN or
+    // of any other pattern of the byte is a different byte.
+    const ScaleReference ref(tensor, tensor_index,
+                             blocks_touched(tensor.dst.box(entry), tensor.scale_block));
+    for_each_element(tensor.dst.box(entry), tensor.shape, [&](uint64_t g, int64_t local) {
+      store<1>(p + local, ~ref.value_bits(gen, g));
+    });
+    return;
+  }
   with_width(gen.out_traits().bytes, [&](auto width) {
     constexpr int B = decltype(width)::value;
     for_each_element(tensor.dst.box(entry), tensor.shape,
@@ -613,9 +699,14 @@ OracleBuffers fill_sources(const Plan& plan, int64_t max_bytes) {
   return buf;
 }
 
-void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
-                             std::span<const std::byte> data, OracleReport& report,
-                             size_t max_reported, const std::vector<uint8_t>* only) {
+namespace {
+
+// check_destination_shard; `scaled` (with its index) for a scale tensor:
+// the tensor it scales.
+void check_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
+                 std::span<const std::byte> data, OracleReport& report, size_t max_reported,
+                 const std::vector<uint8_t>* only, const TensorSpec* scaled,
+                 uint32_t scaled_index) {
   if (tensor.dst.partial())
     fail(ErrorCode::kInvalidArgument, "oracle: tensor \"" + tensor.name +
                                           "\" has a partial destination; check it with "
@@ -631,6 +722,15 @@ void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, si
   const std::byte* p = data.data();
   const int64_t device = tensor.dst.device(entry);
   const uint64_t mask = t.mask();
+  const Box box = tensor.dst.box(entry);
+  std::optional<ScaleReference> ref;
+  if (scaled != nullptr) ref.emplace(*scaled, scaled_index, box);
+  if (has_block_scales(tensor))
+    ref.emplace(tensor, tensor_index, blocks_touched(box, tensor.scale_block));
+  const auto expected = [&](uint64_t g) {
+    if (!ref) return gen.expected(g);
+    return scaled != nullptr ? ref->scale_bits(g) : ref->value_bits(gen, g);
+  };
   with_width(t.bytes, [&](auto width) {
     constexpr int B = decltype(width)::value;
     for_each_element(tensor.dst.box(entry), tensor.shape, [&](uint64_t g, int64_t local) {
@@ -640,7 +740,7 @@ void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, si
         report.bytes += B;
       }
       const uint64_t got = load<B>(p + local * B) & mask;
-      const uint64_t want = gen.expected(g) & mask;
+      const uint64_t want = expected(g) & mask;
       if (got == want) return;
       if (by_value && value_equal(t, decode(t, want), decode(t, got))) return;
       add_mismatch(report, max_reported,
@@ -651,6 +751,33 @@ void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, si
   if (only) return;
   report.elements += tensor.dst.box(entry).volume();
   report.bytes += shard_bytes(tensor, tensor.dst, entry);
+}
+
+}  // namespace
+
+void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
+                             std::span<const std::byte> data, OracleReport& report,
+                             size_t max_reported, const std::vector<uint8_t>* only) {
+  check_shard(tensor, tensor_index, entry, data, report, max_reported, only, nullptr, 0);
+}
+
+void check_plan_destination_shard(std::span<const TensorSpec> tensors, uint32_t tensor_index,
+                                  size_t entry, std::span<const std::byte> data,
+                                  OracleReport& report, size_t max_reported,
+                                  const std::vector<uint8_t>* only) {
+  if (tensor_index >= tensors.size())
+    fail(ErrorCode::kInvalidArgument, "oracle: tensor " + std::to_string(tensor_index) +
+                                          " is out of range (" + std::to_string(tensors.size()) +
+                                          " tensors)");
+  const TensorSpec* scaled = nullptr;
+  uint32_t scaled_index = 0;
+  for (size_t v = 0; v < tensors.size(); ++v)
+    if (tensors[v].scale_tensor == static_cast<int32_t>(tensor_index)) {
+      scaled = &tensors[v];
+      scaled_index = static_cast<uint32_t>(v);
+    }
+  check_shard(tensors[tensor_index], tensor_index, entry, data, report, max_reported, only, scaled,
+              scaled_index);
 }
 
 OracleReport check_destinations(const Plan& plan, const OracleBuffers& buffers,
@@ -688,8 +815,8 @@ OracleReport check_destinations(const Plan& plan, const OracleBuffers& buffers,
       check_partial_destination(ts, k.tensor, buffers.dst[k.tensor], partial_reports[i],
                                 max_reported);
     else
-      check_destination_shard(ts, k.tensor, k.entry, buffers.dst[k.tensor][k.entry],
-                              partial_reports[i], max_reported);
+      check_plan_destination_shard(tensors, k.tensor, k.entry, buffers.dst[k.tensor][k.entry],
+                                   partial_reports[i], max_reported);
   });
   OracleReport report;
   report.tensors = static_cast<int64_t>(tensors.size());
@@ -773,8 +900,8 @@ OracleReport check_destinations_through_stage(const Plan& plan, const OracleBuff
                std::to_string(tensors[t].dst.num_entries()) + " entries");
     for (size_t e = 0; e < cov.written[t].size(); ++e) {
       if (cov.written[t][e].empty()) continue;
-      check_destination_shard(tensors[t], static_cast<uint32_t>(t), e, buffers.dst[t][e], report,
-                              max_reported, &cov.written[t][e]);
+      check_plan_destination_shard(tensors, static_cast<uint32_t>(t), e, buffers.dst[t][e],
+                                   report, max_reported, &cov.written[t][e]);
     }
   }
   return report;
