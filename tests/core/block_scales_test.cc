@@ -61,7 +61,8 @@ Reference quantise(const std::vector<uint32_t>& x, DType from, DType to, int64_t
           if (std::isfinite(v)) amax = std::max(amax, v);
         }
       float s = amax / m;
-      if (s == 0) s = 1;
+      if (s < 0x1p-126f) s = 0x1p-126f;  // the least normal f32
+      if (amax == 0) s = 1;
       r.scales[static_cast<size_t>(bi * nc + bj)] = s;
       for (int64_t i = bi * br; i < std::min(rows, (bi + 1) * br); ++i)
         for (int64_t j = bj * bc; j < std::min(cols, (bj + 1) * bc); ++j) {
@@ -74,13 +75,14 @@ Reference quantise(const std::vector<uint32_t>& x, DType from, DType to, int64_t
 }
 
 // Source values: each block of its own magnitude (from 1e-41, subnormal in
-// every source dtype's f32 view, to 3e38), one block of zeros, one with NaN
-// and both infinities, the rest random signs and mantissas.
+// f32 and bf16 and so a scale clamped to 2^-126, and 1e-37, whose amax /
+// 448 is subnormal too, to 3e38), one block of zeros, one with NaN and both
+// infinities, the rest random signs and mantissas.
 std::vector<uint32_t> special_values(DType d, int64_t rows, int64_t cols, int64_t br, int64_t bc,
                                      uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  const float mags[] = {1e-41f, 1e-30f, 1e-6f, 1.0f, 300.0f, 500.0f, 6e4f, 3e38f};
+  const float mags[] = {1e-41f, 1e-37f, 1e-6f, 1.0f, 300.0f, 500.0f, 6e4f, 3e38f};
   std::vector<uint32_t> x(static_cast<size_t>(rows * cols));
   const int64_t nc = (cols + bc - 1) / bc;
   for (int64_t i = 0; i < rows; ++i)
@@ -179,7 +181,11 @@ TEST(BlockScales, MatchTheReferenceQuantiserBitForBit) {
   const std::vector<uint32_t> x = special_values(DType::kBF16, rows, cols, br, bc, 1);
   const Reference ref = quantise(x, DType::kBF16, DType::kF8E4M3, rows, cols, br, bc);
   EXPECT_EQ(ref.scales[1], 1.0f);
+  EXPECT_EQ(ref.scales[0], 0x1p-126f);
   EXPECT_TRUE(std::any_of(ref.q.begin(), ref.q.end(), [](uint8_t q) { return (q & 0x7f) == 0x7f; }));
+  // No finite value becomes NaN (f8e4m3 has no infinity), tiny blocks too.
+  for (size_t k = 0; k < x.size(); ++k)
+    if (std::isfinite(to_f32(DType::kBF16, x[k]))) ASSERT_NE(ref.q[k] & 0x7f, 0x7f) << k;
   EXPECT_EQ(cases, 8);
 }
 

@@ -8,8 +8,9 @@
 // be short), and each block b has one f32 scale
 //   s_b = amax_b / M,  amax_b = max |x| over the block's finite elements,
 // M = 448 (f8e4m3) or 57344 (f8e5m2), rounded once (f32 division, nearest
-// even); s_b = 1 where that is 0 (a block of zeros, non-finite values only,
-// or an amax below M times the least f32 subnormal). The destination holds
+// even), and at least the least normal f32 (2^-126: a subnormal scale has
+// too few bits, and x / s could round past M); s_b = 1 where amax is 0 (a
+// block of zeros or of non-finite values only). The destination holds
 // q = cast(x / s_b) (f32 division, then the cast's rules of reshard/cast.h:
 // nearest even, NaN stays NaN, ±Inf becomes NaN in f8e4m3 and stays ±Inf in
 // f8e5m2), and the scale tensor, of shape ceil(shape / block), holds s_b:
@@ -44,7 +45,8 @@ namespace reshard {
 float block_scale_max(DType dst);
 
 // The scale of one block from amax (the largest |x| over its finite
-// elements, 0 when none): amax / block_scale_max(dst), or 1 where that is 0.
+// elements, 0 when none): max(amax / block_scale_max(dst), 2^-126), or 1
+// where amax is 0.
 float block_scale(float amax, DType dst);
 
 // ceil(shape[d] / block[d]) per dim.

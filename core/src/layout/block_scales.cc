@@ -3,7 +3,9 @@
 // quantiser.
 #include "reshard/block_scales.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "reshard/cast.h"
@@ -61,8 +63,10 @@ float block_scale_max(DType dst) {
 }
 
 float block_scale(float amax, DType dst) {
-  const float s = amax / block_scale_max(dst);
-  return s > 0 ? s : 1.0f;
+  if (!(amax > 0)) return 1.0f;
+  // Not below the least normal f32: a subnormal scale has too few bits, and
+  // x / s could round past the destination's largest value.
+  return std::max(amax / block_scale_max(dst), std::numeric_limits<float>::min());
 }
 
 std::vector<int64_t> scale_shape(std::span<const int64_t> shape, std::span<const int64_t> block) {

@@ -1002,6 +1002,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
          "options.threads: " + std::to_string(options.threads) +
              " is negative (0: one per hardware thread, N: up to N threads)");
   }
+  engine_detail::ScaledSources::check_transport(plan, info);
   if (whole) {
     // (1) Everything checked before anything is written.
     for (int32_t p : plan.processes()) {

@@ -8,20 +8,29 @@
 
 namespace reshard::engine_detail {
 
-std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t process,
-                                                      std::span<const TensorBuffers> buffers,
-                                                      const TransportInfo& info) {
-  const std::vector<TensorSpec>& tensors = plan.tensors();
-  if (std::none_of(tensors.begin(), tensors.end(),
-                   [](const TensorSpec& t) { return has_block_scales(t); }))
-    return buffers;
-  if (info.memory != MemoryKind::kHost)
+namespace {
+bool any_scales(const Plan& plan) {
+  return std::any_of(plan.tensors().begin(), plan.tensors().end(),
+                     [](const TensorSpec& t) { return has_block_scales(t); });
+}
+}  // namespace
+
+void ScaledSources::check_transport(const Plan& plan, const TransportInfo& info) {
+  if (info.memory != MemoryKind::kHost && any_scales(plan))
     fail(ErrorCode::kUnsupported,
          "plan: has block scales (docs/spec.md \"Block scales\"), which are computed in host "
          "memory; the " +
              info.name +
              " transport's buffers are not (execute it with execute_host or the local or mpi "
              "transport)");
+}
+
+std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t process,
+                                                      std::span<const TensorBuffers> buffers,
+                                                      const TransportInfo& info) {
+  const std::vector<TensorSpec>& tensors = plan.tensors();
+  if (!any_scales(plan)) return buffers;
+  check_transport(plan, info);
   buffers_.assign(buffers.begin(), buffers.end());
   const Topology& topology = plan.topology();
   for (size_t t = 0; t < tensors.size(); ++t) {

@@ -22,14 +22,18 @@ namespace reshard::engine_detail {
 
 class ScaledSources {
  public:
+  // Throws kUnsupported when the plan has block scales and the transport's
+  // memory is not host memory (the CUDA path does not compute scales):
+  // checked by every rank before anything else.
+  static void check_transport(const Plan& plan, const TransportInfo& info);
+
   // `buffers` when the plan has no block scales. Otherwise a list in which
   // the source buffers of every scaled tensor's entries on `process` (every
   // entry with kAllProcesses) are their quantised scratches and every scale
   // tensor's source list holds its computed scales (null, 0 bytes for
   // entries elsewhere); valid while this object lives. `buffers` must have
-  // passed exec_detail::validate_buffers. Throws kUnsupported where the
-  // transport's memory is not host memory (the CUDA path does not compute
-  // scales).
+  // passed exec_detail::validate_buffers, and the transport
+  // check_transport.
   std::span<const TensorBuffers> prepare(const Plan& plan, int32_t process,
                                          std::span<const TensorBuffers> buffers,
                                          const TransportInfo& info);
