@@ -75,9 +75,9 @@ Reference quantise(const std::vector<uint32_t>& x, DType from, DType to, int64_t
 }
 
 // Source values: each block of its own magnitude (from 1e-41, subnormal in
-// f32 and bf16 and so a scale clamped to 2^-126, and 1e-37, whose amax /
-// 448 is subnormal too, to 3e38), one block of zeros, one with NaN and both
-// infinities, the rest random signs and mantissas.
+// f32 and zero or subnormal in bf16, and 1e-37, whose amax / 448 is
+// subnormal and so clamped to 2^-126, to 3e38), one block of zeros, one
+// with NaN and both infinities, the rest random signs and mantissas.
 std::vector<uint32_t> special_values(DType d, int64_t rows, int64_t cols, int64_t br, int64_t bc,
                                      uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -181,11 +181,13 @@ TEST(BlockScales, MatchTheReferenceQuantiserBitForBit) {
   const std::vector<uint32_t> x = special_values(DType::kBF16, rows, cols, br, bc, 1);
   const Reference ref = quantise(x, DType::kBF16, DType::kF8E4M3, rows, cols, br, bc);
   EXPECT_EQ(ref.scales[1], 1.0f);
-  EXPECT_EQ(ref.scales[0], 0x1p-126f);
+  EXPECT_EQ(ref.scales[9], 0x1p-126f);  // 1e-37 / 448 is subnormal
   EXPECT_TRUE(std::any_of(ref.q.begin(), ref.q.end(), [](uint8_t q) { return (q & 0x7f) == 0x7f; }));
   // No finite value becomes NaN (f8e4m3 has no infinity), tiny blocks too.
   for (size_t k = 0; k < x.size(); ++k)
-    if (std::isfinite(to_f32(DType::kBF16, x[k]))) ASSERT_NE(ref.q[k] & 0x7f, 0x7f) << k;
+    if (std::isfinite(to_f32(DType::kBF16, x[k]))) {
+      ASSERT_NE(ref.q[k] & 0x7f, 0x7f) << k;
+    }
   EXPECT_EQ(cases, 8);
 }
 
@@ -193,8 +195,8 @@ TEST(BlockScales, MatchTheReferenceQuantiserBitForBit) {
 
 // A spec-free input: tensor `shape` of `dtype` cast to `to` with blocks
 // `block`, its source split along dim `sd` at multiples of the block
-// (uneven, some replicated), its destination split along dim `dd` at any
-// points, devices over three processes.
+// (uneven, one part replicated), its destination split along dim `dd` at
+// any points, devices over three processes.
 PlanInput random_input(std::mt19937_64& rng) {
   const auto uni = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
@@ -206,8 +208,12 @@ PlanInput random_input(std::mt19937_64& rng) {
     block[static_cast<size_t>(d)] = uni(1, shape[static_cast<size_t>(d)] + 3);
   }
   PlanInput in;
-  for (int64_t dev = 0; dev < 12; ++dev)
-    in.topology.add({dev, static_cast<int32_t>(dev % 3), static_cast<int32_t>(dev % 3), 0});
+  // Process 0: the source's parts (devices 0-4); 1: its replica (5); 2:
+  // destinations (6-9; others share the source's devices).
+  for (int64_t dev = 0; dev < 10; ++dev) {
+    const int32_t p = dev < 5 ? 0 : dev == 5 ? 1 : 2;
+    in.topology.add({dev, p, p, 0});
+  }
   TensorSpec t;
   t.name = "w";
   t.shape = shape;
@@ -245,7 +251,7 @@ PlanInput random_input(std::mt19937_64& rng) {
     const Split split{shape[static_cast<size_t>(dd)], k};
     b.lo[dd] = split.lo(i);
     b.hi[dd] = split.hi(i);
-    dst.push_back({uni(0, 1) ? 6 + i : i, 0, b});
+    dst.push_back({i == 0 || uni(0, 1) ? 6 + i : i, 0, b});
   }
   t.dst = Layout::from_boxes(shape, dst, 1, ReduceOp::kSum, "dst");
   in.tensors.push_back(t);
