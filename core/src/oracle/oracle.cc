@@ -436,13 +436,46 @@ class ScaleReference {
   uint64_t scale_bits(uint64_t g) const {
     return numeric::f32_bits(scales_[block_of_scale(g)]);
   }
-  // The bits of value element `g`: cast(x / s).
-  uint64_t value_bits(const Generator& gen, uint64_t g) const {
-    unsigned char bytes[8];
-    const uint64_t x = gen.source(g, 0);
-    std::memcpy(bytes, &x, sizeof bytes);
-    const float q = cast_detail::load_f32(from_, bytes) / scales_[block_of_value(g)];
-    return cast_bits(DType::kF32, to_, numeric::f32_bits(q));
+  // Calls f(global_index, local_index, bits) for every element of `box` of
+  // the value tensor (row-major within the box), bits = cast(x / s): the
+  // walk of for_each_element, each element's block found from its
+  // coordinates.
+  template <typename F>
+  void each_value(const Generator& gen, const Box& box, F&& f) const {
+    if (box.empty()) return;
+    const int rank = box.rank;
+    const std::vector<int64_t>& shape = value_.shape;
+    const std::vector<int64_t>& block = value_.scale_block;
+    std::array<int64_t, kMaxRank> stride{};
+    stride[rank - 1] = 1;
+    for (int d = rank - 1; d > 0; --d) stride[d - 1] = stride[d] * shape[static_cast<size_t>(d)];
+    std::array<int64_t, kMaxRank> c = box.lo;
+    const int last = rank - 1;
+    const int64_t row = box.extent(last);
+    const int64_t bl = block[static_cast<size_t>(last)];
+    int64_t local = 0;
+    for (;;) {
+      int64_t g = 0, b = 0;
+      for (int d = 0; d < rank; ++d) g += c[d] * stride[d];
+      for (int d = 0; d < last; ++d)
+        b = b * blocks_.extent(d) + (c[d] / block[static_cast<size_t>(d)] - blocks_.lo[d]);
+      b *= blocks_.extent(last);
+      for (int64_t j = 0; j < row; ++j) {
+        const uint64_t gi = static_cast<uint64_t>(g + j);
+        unsigned char bytes[8];
+        const uint64_t x = gen.source(gi, 0);
+        std::memcpy(bytes, &x, sizeof bytes);
+        const float s = scales_[static_cast<size_t>(b + (box.lo[last] + j) / bl - blocks_.lo[last])];
+        const float q = cast_detail::load_f32(from_, bytes) / s;
+        f(gi, local++, cast_bits(DType::kF32, to_, numeric::f32_bits(q)));
+      }
+      int d = last - 1;
+      for (; d >= 0; --d) {
+        if (++c[d] < box.hi[d]) break;
+        c[d] = box.lo[d];
+      }
+      if (d < 0) return;
+    }
   }
 
  private:
@@ -450,11 +483,6 @@ class ScaleReference {
   // Row-major index within blocks_ of a scale tensor's element.
   size_t block_of_scale(uint64_t g) const {
     const std::vector<int64_t> c = unravel(g, blocks_shape());
-    return local_index(c);
-  }
-  size_t block_of_value(uint64_t g) const {
-    std::vector<int64_t> c = unravel(g, value_.shape);
-    for (size_t d = 0; d < c.size(); ++d) c[d] /= value_.scale_block[d];
     return local_index(c);
   }
   size_t local_index(const std::vector<int64_t>& c) const {
@@ -624,9 +652,8 @@ void poison_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, s
     // of any other pattern of the byte is a different byte.
     const ScaleReference ref(tensor, tensor_index,
                              blocks_touched(tensor.dst.box(entry), tensor.scale_block));
-    for_each_element(tensor.dst.box(entry), tensor.shape, [&](uint64_t g, int64_t local) {
-      store<1>(p + local, ~ref.value_bits(gen, g));
-    });
+    ref.each_value(gen, tensor.dst.box(entry),
+                   [&](uint64_t, int64_t local, uint64_t q) { store<1>(p + local, ~q); });
     return;
   }
   with_width(gen.out_traits().bytes, [&](auto width) {
@@ -727,25 +754,28 @@ void check_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
   if (scaled != nullptr) ref.emplace(*scaled, scaled_index, box);
   if (has_block_scales(tensor))
     ref.emplace(tensor, tensor_index, blocks_touched(box, tensor.scale_block));
-  const auto expected = [&](uint64_t g) {
-    if (!ref) return gen.expected(g);
-    return scaled != nullptr ? ref->scale_bits(g) : ref->value_bits(gen, g);
-  };
   with_width(t.bytes, [&](auto width) {
     constexpr int B = decltype(width)::value;
-    for_each_element(tensor.dst.box(entry), tensor.shape, [&](uint64_t g, int64_t local) {
+    const auto one = [&](uint64_t g, int64_t local, uint64_t expected) {
       if (only) {
         if (!(*only)[static_cast<size_t>(local)]) return;
         ++report.elements;
         report.bytes += B;
       }
       const uint64_t got = load<B>(p + local * B) & mask;
-      const uint64_t want = expected(g) & mask;
+      const uint64_t want = expected & mask;
       if (got == want) return;
       if (by_value && value_equal(t, decode(t, want), decode(t, got))) return;
       add_mismatch(report, max_reported,
                    {tensor.name, device, unravel(g, tensor.shape), format_value(t, want, !by_value),
                     format_value(t, got, !by_value)});
+    };
+    if (ref && scaled == nullptr) {
+      ref->each_value(gen, box, one);  // a tensor with block scales: cast(x / s)
+      return;
+    }
+    for_each_element(box, tensor.shape, [&](uint64_t g, int64_t local) {
+      one(g, local, ref ? ref->scale_bits(g) : gen.expected(g));
     });
   });
   if (only) return;
