@@ -152,6 +152,19 @@ TEST(BlockScales, MatchTheReferenceQuantiserBitForBit) {
       const TensorSpec& w = plan.tensors()[0];
       const TensorSpec& sc = plan.tensors()[1];
       EXPECT_EQ(sc.shape, (std::vector<int64_t>{3, 4}));
+      // Each destination device holds the scale of every block its box
+      // touches; each source device those of the blocks it holds.
+      ASSERT_EQ(sc.dst.num_entries(), w.dst.num_entries());
+      for (size_t e = 0; e < w.dst.num_entries(); ++e) {
+        const Box b = w.dst.box(e), s_box = sc.dst.box(e);
+        EXPECT_EQ(sc.dst.device(e), w.dst.device(e));
+        EXPECT_EQ(s_box.lo[0], b.lo[0] / br);
+        EXPECT_EQ(s_box.hi[0], (b.hi[0] + br - 1) / br);
+        EXPECT_EQ(s_box.lo[1], b.lo[1] / bc);
+        EXPECT_EQ(s_box.hi[1], (b.hi[1] + bc - 1) / bc);
+      }
+      EXPECT_EQ(sc.src.box(1).lo[0], 1);  // device 1: rows 128..300, blocks 1..3
+      EXPECT_EQ(sc.src.box(1).hi[0], 3);
       const std::vector<uint32_t> x = special_values(from, rows, cols, br, bc, 17 + cases);
       const Reference ref = quantise(x, from, to, rows, cols, br, bc);
       // Sources from x; no buffers for the scale tensor's source.
