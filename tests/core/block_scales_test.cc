@@ -45,8 +45,8 @@ float to_f32(DType d, uint32_t bits) {
                              : numeric::f16_to_f32(static_cast<uint16_t>(bits));
 }
 
-Reference quantise(const std::vector<uint32_t>& x, DType from, DType to, int64_t rows,
-                   int64_t cols, int64_t br, int64_t bc) {
+Reference quantise(const std::vector<uint32_t>& x, DType from, DType to, int64_t rows, int64_t cols,
+                   int64_t br, int64_t bc) {
   const float m = to == DType::kF8E4M3 ? 448.0f : 57344.0f;
   const int64_t nr = (rows + br - 1) / br, nc = (cols + bc - 1) / bc;
   Reference r;
@@ -138,8 +138,8 @@ TEST(BlockScales, MatchTheReferenceQuantiserBitForBit) {
                                  {DType::kF32, DType::kF8E4M3},
                                  {DType::kF16, DType::kF8E5M2},
                                  {DType::kBF16, DType::kF8E5M2}}) {
-    for (const char* dst_spec : {R"({"mesh": "b", "spec": [null, "y"]})",
-                                 R"({"mesh": "b", "spec": ["y", null]})"}) {
+    for (const char* dst_spec :
+         {R"({"mesh": "b", "spec": [null, "y"]})", R"({"mesh": "b", "spec": ["y", null]})"}) {
       SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + std::string(dtype_name(to)) + " " +
                    dst_spec);
       const std::string dst = std::string(dst_spec).substr(0, std::string(dst_spec).size() - 1) +
@@ -195,7 +195,8 @@ TEST(BlockScales, MatchTheReferenceQuantiserBitForBit) {
   const Reference ref = quantise(x, DType::kBF16, DType::kF8E4M3, rows, cols, br, bc);
   EXPECT_EQ(ref.scales[1], 1.0f);
   EXPECT_EQ(ref.scales[9], 0x1p-126f);  // 1e-37 / 448 is subnormal
-  EXPECT_TRUE(std::any_of(ref.q.begin(), ref.q.end(), [](uint8_t q) { return (q & 0x7f) == 0x7f; }));
+  EXPECT_TRUE(
+      std::any_of(ref.q.begin(), ref.q.end(), [](uint8_t q) { return (q & 0x7f) == 0x7f; }));
   // No finite value becomes NaN (f8e4m3 has no infinity), tiny blocks too.
   for (size_t k = 0; k < x.size(); ++k)
     if (std::isfinite(to_f32(DType::kBF16, x[k]))) {
@@ -249,7 +250,8 @@ PlanInput random_input(std::mt19937_64& rng) {
   for (size_t i = 0; i + 1 < cuts.size() && src.size() < 5; ++i) {
     Box b = full;
     b.lo[sd] = cuts[i];
-    b.hi[sd] = i + 2 == cuts.size() || src.size() == 4 ? shape[static_cast<size_t>(sd)] : cuts[i + 1];
+    b.hi[sd] =
+        i + 2 == cuts.size() || src.size() == 4 ? shape[static_cast<size_t>(sd)] : cuts[i + 1];
     src.push_back({static_cast<int64_t>(src.size()), 0, b});
   }
   src.push_back({5, 0, src[static_cast<size_t>(uni(0, static_cast<int64_t>(src.size()) - 1))].box});
@@ -333,8 +335,8 @@ TEST(BlockScales, SpecErrorsNameTheField) {
   const std::string f = "tensors[0].dst.scales";
   expect_error(one(src, dst(R"({"name": "w.s", "block": [128]})")), ErrorCode::kInvalidArgument,
                f + ".block", "has 1 extents, the tensor has rank 2");
-  expect_error(one(src, dst(R"({"name": "w.s", "block": [128, 0]})")),
-               ErrorCode::kInvalidArgument, f + ".block[1]", "at least 1");
+  expect_error(one(src, dst(R"({"name": "w.s", "block": [128, 0]})")), ErrorCode::kInvalidArgument,
+               f + ".block[1]", "at least 1");
   expect_error(one(src, dst(R"({"name": "w.s", "block": [128, 128]})", "bf16")),
                ErrorCode::kUnsupported, f, "f8e4m3 or f8e5m2, not bf16");
   expect_error(one(src, R"({"mesh": "b", "spec": [null, "y"], "scales": {"name": "w.s",
@@ -342,15 +344,15 @@ TEST(BlockScales, SpecErrorsNameTheField) {
                ErrorCode::kUnsupported, f, "f8e4m3 or f8e5m2, not bf16");
   expect_error(one(src, dst(R"({"name": "w.s", "block": [128, 128], "dtype": "f8e4m3"})")),
                ErrorCode::kUnsupported, f + ".dtype", "e8m0");
-  expect_error(one(src, dst(R"({"name": "w", "block": [128, 128]})")),
-               ErrorCode::kInvalidArgument, f + ".name", "duplicate tensor name \"w\"");
+  expect_error(one(src, dst(R"({"name": "w", "block": [128, 128]})")), ErrorCode::kInvalidArgument,
+               f + ".name", "duplicate tensor name \"w\"");
   expect_error(one(src, dst(R"({"name": "w.s", "blocks": [128, 128]})")),
                ErrorCode::kInvalidArgument, f + ".blocks", "did you mean \"block\"");
-  expect_error(one(src, dst(R"({"block": [128, 128]})")), ErrorCode::kInvalidArgument, f,
-               "name");
-  expect_error(one(R"({"mesh": "a", "spec": ["x", null], "scales": {"name": "s", "block": [1, 1]}})",
-                   R"({"mesh": "b", "spec": [null, "y"], "dtype": "f8e4m3"})"),
-               ErrorCode::kInvalidArgument, "tensors[0].src.scales", "belong to the destination");
+  expect_error(one(src, dst(R"({"block": [128, 128]})")), ErrorCode::kInvalidArgument, f, "name");
+  expect_error(
+      one(R"({"mesh": "a", "spec": ["x", null], "scales": {"name": "s", "block": [1, 1]}})",
+          R"({"mesh": "b", "spec": [null, "y"], "dtype": "f8e4m3"})"),
+      ErrorCode::kInvalidArgument, "tensors[0].src.scales", "belong to the destination");
   // A source shard that cuts a block: 256 rows over 2 is 128 each, which
   // cuts blocks of 96 rows.
   expect_error(one(src, dst(R"({"name": "w.s", "block": [96, 128]})")), ErrorCode::kUnsupported,
@@ -381,8 +383,11 @@ TEST(BlockScales, MakePlanChecksTheScaleTensor) {
   refused([](T& t) { t[1].dtype = DType::kBF16; }, "tensors[1].dtype", "must be f32");
   refused([](T& t) { t[0].scale_block = {64, 128}; }, "tensors[1].shape", "not the scale shape");
   refused([](T& t) { t[0].dst_dtype = DType::kBF16; }, "tensors[0].dst_dtype", "f8e4m3 or f8e5m2");
-  refused([](T& t) { t[1].scale_block = {1, 1}; }, "tensors[1].scale_block",
-          "given without a scale tensor");
+  refused(
+      [](T& t) {
+        t[1].scale_block = {1, 1};
+      },
+      "tensors[1].scale_block", "given without a scale tensor");
 }
 
 // Invariant: a plan with block scales sets required_features bit 16 and

@@ -24,8 +24,8 @@ std::string block_str(std::span<const int64_t> b) {
 void check_block(const TensorSpec& value, std::span<const int64_t> block, const std::string& field,
                  const std::string& cast_field, ErrorCode code) {
   if (value.shape.empty())
-    fail(code, field, "block scales need a tensor of rank 1 or more (\"" + value.name +
-                          "\" is a scalar)");
+    fail(code, field,
+         "block scales need a tensor of rank 1 or more (\"" + value.name + "\" is a scalar)");
   if (block.size() != value.shape.size())
     fail(code, field,
          "has " + std::to_string(block.size()) + " extents, the tensor has rank " +
@@ -132,10 +132,9 @@ void validate_block_scales(std::span<const TensorSpec> tensors, ErrorCode code) 
     const std::string f = "tensors[" + std::to_string(i) + "]";
     if (v.scale_tensor < 0) {
       if (v.scale_tensor != -1)
-        fail(code, f + ".scale_tensor", "must be -1 (none) or a tensor index, got " +
-                                            std::to_string(v.scale_tensor));
-      if (!v.scale_block.empty())
-        fail(code, f + ".scale_block", "given without a scale tensor");
+        fail(code, f + ".scale_tensor",
+             "must be -1 (none) or a tensor index, got " + std::to_string(v.scale_tensor));
+      if (!v.scale_block.empty()) fail(code, f + ".scale_block", "given without a scale tensor");
       continue;
     }
     const size_t s = static_cast<size_t>(v.scale_tensor);
@@ -151,16 +150,16 @@ void validate_block_scales(std::span<const TensorSpec> tensors, ErrorCode code) 
     const TensorSpec& t = tensors[s];
     const std::string g = "tensors[" + std::to_string(s) + "]";
     if (t.scale_tensor >= 0)
-      fail(code, g + ".scale_tensor", "the scale tensor of tensors[" + std::to_string(i) +
-                                          "] has block scales itself");
+      fail(code, g + ".scale_tensor",
+           "the scale tensor of tensors[" + std::to_string(i) + "] has block scales itself");
     if (t.dtype != DType::kF32 || has_cast(t))
       fail(code, g + ".dtype",
            "the scale tensor of tensors[" + std::to_string(i) + "] must be f32 without a cast");
     if (t.shape != scale_shape(v.shape, v.scale_block))
       fail(code, g + ".shape",
            block_str(t.shape) + " is not the scale shape " +
-               block_str(scale_shape(v.shape, v.scale_block)) + " of tensors[" +
-               std::to_string(i) + "] (ceil of its shape over the block)");
+               block_str(scale_shape(v.shape, v.scale_block)) + " of tensors[" + std::to_string(i) +
+               "] (ceil of its shape over the block)");
     if (!(t.src == scale_src_layout(v, v.scale_block, f + ".scale_block")))
       fail(code, g + ".src",
            "is not the layout derived from tensors[" + std::to_string(i) +
@@ -220,7 +219,8 @@ void quantise_shard(const TensorSpec& value, const Box& box, const void* src, fl
     const float a = std::fabs(cast_detail::load_f32(from, in + i * es));
     if (std::isfinite(a) && a > amax[static_cast<size_t>(b)]) amax[static_cast<size_t>(b)] = a;
   });
-  for (int64_t b = 0; b < num_blocks; ++b) scales[b] = block_scale(amax[static_cast<size_t>(b)], to);
+  for (int64_t b = 0; b < num_blocks; ++b)
+    scales[b] = block_scale(amax[static_cast<size_t>(b)], to);
   each([&](int64_t i, int64_t b) {
     unsigned char q[4] = {0, 0, 0, 0};
     cast_detail::store_f32(to, cast_detail::load_f32(from, in + i * es) / scales[b], q);

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <exception>
 #include <limits>
-#include <optional>
 #include <new>
+#include <optional>
 #include <type_traits>
 
 #include "reshard/block_scales.h"
@@ -433,9 +433,7 @@ class ScaleReference {
     });
   }
   // The bits of scale element `g` (a global index of the scale tensor).
-  uint64_t scale_bits(uint64_t g) const {
-    return numeric::f32_bits(scales_[block_of_scale(g)]);
-  }
+  uint64_t scale_bits(uint64_t g) const { return numeric::f32_bits(scales_[block_of_scale(g)]); }
   // Calls f(global_index, local_index, bits) for every element of `box` of
   // the value tensor (row-major within the box), bits = cast(x / s): the
   // walk of for_each_element, each element's block found from its
@@ -465,7 +463,8 @@ class ScaleReference {
         unsigned char bytes[8];
         const uint64_t x = gen.source(gi, 0);
         std::memcpy(bytes, &x, sizeof bytes);
-        const float s = scales_[static_cast<size_t>(b + (box.lo[last] + j) / bl - blocks_.lo[last])];
+        const float s =
+            scales_[static_cast<size_t>(b + (box.lo[last] + j) / bl - blocks_.lo[last])];
         const float q = cast_detail::load_f32(from_, bytes) / s;
         f(gi, local++, cast_bits(DType::kF32, to_, numeric::f32_bits(q)));
       }
@@ -479,7 +478,9 @@ class ScaleReference {
   }
 
  private:
-  std::vector<int64_t> blocks_shape() const { return scale_shape(value_.shape, value_.scale_block); }
+  std::vector<int64_t> blocks_shape() const {
+    return scale_shape(value_.shape, value_.scale_block);
+  }
   // Row-major index within blocks_ of a scale tensor's element.
   size_t block_of_scale(uint64_t g) const {
     const std::vector<int64_t> c = unravel(g, blocks_shape());
@@ -930,8 +931,8 @@ OracleReport check_destinations_through_stage(const Plan& plan, const OracleBuff
                std::to_string(tensors[t].dst.num_entries()) + " entries");
     for (size_t e = 0; e < cov.written[t].size(); ++e) {
       if (cov.written[t][e].empty()) continue;
-      check_plan_destination_shard(tensors, static_cast<uint32_t>(t), e, buffers.dst[t][e],
-                                   report, max_reported, &cov.written[t][e]);
+      check_plan_destination_shard(tensors, static_cast<uint32_t>(t), e, buffers.dst[t][e], report,
+                                   max_reported, &cov.written[t][e]);
     }
   }
   return report;

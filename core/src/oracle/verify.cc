@@ -111,7 +111,7 @@ OracleReport verify_part(Engine& engine, const Plan& plan, int32_t process,
         if (only->empty()) continue;  // nothing written by then
       }
       check_plan_destination_shard(tensors, static_cast<uint32_t>(t), e, dst[t][e], report,
-                              verify.max_reported, only);
+                                   verify.max_reported, only);
     }
   }
   // Every rank's counts.

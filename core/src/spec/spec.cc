@@ -872,8 +872,7 @@ void add_spec_scales(Spec& spec, const std::vector<SpecScales>& scales,
   for (const SpecScales& s : scales) {
     const std::string np = child(s.path, "name");
     auto [it, inserted] = names.emplace(s.name, np);
-    if (!inserted)
-      bad(np, "duplicate tensor name " + quote(s.name) + " (also " + it->second + ")");
+    if (!inserted) bad(np, "duplicate tensor name " + quote(s.name) + " (also " + it->second + ")");
     add_block_scales(spec.input.tensors, s.tensor, s.name, s.block, s.path);
   }
 }
@@ -957,8 +956,9 @@ Spec parse_spec_impl(std::string_view json_text) {
       if (const json* sc = find(lj0, "scales")) {
         const std::string sp = child(lp, "scales");
         if (source)
-          bad(sp, "block scales belong to the destination (the executor computes them from the "
-                  "source)");
+          bad(sp,
+              "block scales belong to the destination (the executor computes them from the "
+              "source)");
         scales.push_back(parse_scales(*sc, sp, i));
         without_dtype = lj0;
         without_dtype.erase("scales");

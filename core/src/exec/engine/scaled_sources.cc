@@ -49,8 +49,8 @@ std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t 
       if (bytes == 0) continue;
       // One block: the values (aligned for any dtype), then the scales.
       const int64_t padded = (bytes + 15) / 16 * 16;
-      memory_.push_back(std::make_unique_for_overwrite<std::byte[]>(
-          static_cast<size_t>(padded + scale_bytes)));
+      memory_.push_back(
+          std::make_unique_for_overwrite<std::byte[]>(static_cast<size_t>(padded + scale_bytes)));
       std::byte* q = memory_.back().get();
       auto* sc = reinterpret_cast<float*>(q + padded);
       quantise_shard(v, box, values[e].data, sc, q);
