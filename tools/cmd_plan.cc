@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "reshard/block_scales.h"
 #include "reshard/error.h"
 #include "reshard/wire.h"
 
@@ -259,12 +260,22 @@ int run_plan(const PlanArgs& args) {
   const double global_seconds = seconds_since(t0);
   const uint64_t fingerprint = plan_fingerprint(spec.input);
   // Casts in flight: the bytes the same move would take without them (the
-  // inputs planned again, every destination in its source's dtype).
+  // inputs planned again, every destination in its source's dtype, without
+  // block scales and their scale tensors).
   std::optional<int64_t> uncast_network_bytes;
   if (std::any_of(spec.input.tensors.begin(), spec.input.tensors.end(),
                   [](const TensorSpec& t) { return has_cast(t); })) {
     PlanInput uncast = spec.input;
-    for (TensorSpec& t : uncast.tensors) t.dst_dtype = DType{};
+    const std::vector<uint8_t> scales = scale_tensor_flags(spec.input.tensors);
+    uncast.tensors.clear();
+    for (size_t i = 0; i < spec.input.tensors.size(); ++i) {
+      if (scales[i]) continue;
+      TensorSpec t = spec.input.tensors[i];
+      t.dst_dtype = DType{};
+      t.scale_tensor = -1;
+      t.scale_block.clear();
+      uncast.tensors.push_back(std::move(t));
+    }
     PlanStats s;
     (void)estimate_spec(uncast, part_request(args, PlanScope::kAll, 0, true), &s);
     uncast_network_bytes = s.network_bytes;

@@ -251,7 +251,8 @@ RankResult verify_rank(const RunArgs& args, const PlanInput& input, const Plan& 
         only = &cov.written[t][e];
         if (only->empty()) continue;
       }
-      check_destination_shard(spec, static_cast<uint32_t>(t), e, dst[t][e], report, 10, only);
+      check_plan_destination_shard(plan.tensors(), static_cast<uint32_t>(t), e, dst[t][e], report,
+                                   10, only);
     }
   }
   r.partial_checked = 1;

@@ -63,6 +63,12 @@ int run_show(const ShowArgs& args) {
     std::string heading =
         t.name + "  " + shape_str(t.shape) + " " + std::string(dtype_name(t.dtype)) +
         (has_cast(t) ? " -> " + std::string(dtype_name(out_dtype(t))) : std::string());
+    if (has_block_scales(t)) {
+      std::string block;
+      for (size_t d = 0; d < t.scale_block.size(); ++d)
+        block += (d ? "x" : "") + std::to_string(t.scale_block[d]);
+      heading += ", scales " + block + " in " + input.tensors[t.scale_tensor].name;
+    }
     std::string also;
     if (!g.others.empty()) {
       for (size_t k = 0; k < g.others.size() && k < 3; ++k)

@@ -348,8 +348,8 @@ reshard_error_t* reshard_oracle_check_destination(const reshard_plan_t* plan, si
     check_shard_size(t, t.dst, entry, bytes);
     if (bytes > 0) require(data, "data");
     reshard::OracleReport report;
-    reshard::check_destination_shard(
-        t, static_cast<uint32_t>(tensor), entry,
+    reshard::check_plan_destination_shard(
+        plan->plan.tensors(), static_cast<uint32_t>(tensor), entry,
         std::span<const std::byte>(static_cast<const std::byte*>(data), bytes), report, 0);
     *out_mismatches = report.mismatches;
   });

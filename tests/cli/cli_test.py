@@ -333,6 +333,22 @@ def case_casts():
     check("tensors[0].dst.dtype" in err and "no cast from bf16 to i8" in err, err)
 
 
+def case_block_scales():
+    # Block scales (docs/spec.md "Block scales"): the ZeRO-3 -> fp8 tp=4
+    # example with 128x128 scales verifies from a plan file (required_features
+    # bit 16), every value and scale against the
+    # oracle's reference quantiser (reshard run over MPI: mpi.cli.scales_*);
+    # a source that cuts a block is refused naming the field.
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "scales.rsplan")
+        run("plan", "--spec", spec("zero3_to_tp_fp8_scales"), "--out", f)
+        out = run("verify", "--plan", f).stdout
+        check(re.fullmatch(r"verified 13 tensors, \d+ elements, \d+ bytes: OK\n", out) is not None, out)
+    bad = bad_spec_file(open(spec("zero3_to_tp_fp8_scales")).read().replace("[128, 128]", "[256, 128]", 1))
+    err = run("plan", "--spec", bad, expect=2).stderr
+    check("tensors[2].dst.scales.block" in err and "cuts a block of [256, 128]" in err, err)
+
+
 def case_scratch_plan():
     # A reduction tree with scratch buffers written by the C++ encoder
     # (tests/core/scratch_plans.h): verified in one process, drawn, and its

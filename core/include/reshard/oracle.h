@@ -97,6 +97,17 @@ void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, si
                              std::span<const std::byte> data, OracleReport& report,
                              size_t max_reported = 10, const std::vector<uint8_t>* only = nullptr);
 
+// check_destination_shard for tensors[tensor_index] of a plan's tensors,
+// scale tensors included (block scales, reshard/block_scales.h: a scale
+// tensor's elements are checked, bit for bit, against the reference scales
+// of the tensor it scales; check_destination_shard alone cannot tell a
+// scale tensor from any f32 tensor). A tensor with block scales holds
+// cast(x / s) of its source values x (both functions check that).
+void check_plan_destination_shard(std::span<const TensorSpec> tensors, uint32_t tensor_index,
+                                  size_t entry, std::span<const std::byte> data,
+                                  OracleReport& report, size_t max_reported = 10,
+                                  const std::vector<uint8_t>* only = nullptr);
+
 // Which destination elements stages 0..`stage` of a staged plan write: the
 // regions of the pieces of those stages in the plan's parts (local pieces
 // are stage 0). written[t][e] has one byte per element of entry e of tensor

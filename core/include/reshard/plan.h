@@ -35,7 +35,16 @@ struct TensorSpec {
   // bf16, f8e4m3 and f8e5m2 (reshard/cast.h), with a source and a
   // destination that are not partial.
   DType dst_dtype{};
+  // Block scales (docs/spec.md "Block scales", reshard/block_scales.h): the
+  // index in the plan's tensors of this tensor's scale tensor, -1 for none,
+  // and the block's extent per dim. The destination (f8e4m3 or f8e5m2)
+  // holds cast(x / s) with s the f32 scale of x's block, the scale tensor
+  // (f32, one element per block) holds s. Its source is computed by the
+  // executor from this tensor's source, never given by a caller.
+  int32_t scale_tensor = -1;
+  std::vector<int64_t> scale_block;
 };
+inline bool has_block_scales(const TensorSpec& t) { return t.scale_tensor >= 0; }
 
 // The destination's dtype: dst_dtype, or dtype without a cast.
 inline DType out_dtype(const TensorSpec& t) {

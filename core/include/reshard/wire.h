@@ -28,8 +28,14 @@ inline constexpr uint64_t kPlanFeatureLateSummands = 4;
 // (TensorSpec::dst_dtype, Tensor.dst_dtype): a reader without this bit would
 // size the destination buffers and the messages in the source's dtype.
 inline constexpr uint64_t kPlanFeatureCasts = 8;
-inline constexpr uint64_t kPlanKnownFeatures =
-    kPlanFeatureStages | kPlanFeatureScratch | kPlanFeatureLateSummands | kPlanFeatureCasts;
+// Block scales: some tensor names a scale tensor (TensorSpec::scale_tensor,
+// Tensor.scale_tensor, reshard/block_scales.h): a reader without this bit
+// would expect the scale tensor's source buffers from its caller and would
+// cast without the scales.
+inline constexpr uint64_t kPlanFeatureBlockScales = 16;
+inline constexpr uint64_t kPlanKnownFeatures = kPlanFeatureStages | kPlanFeatureScratch |
+                                               kPlanFeatureLateSummands | kPlanFeatureCasts |
+                                               kPlanFeatureBlockScales;
 
 // Authenticated plans: an HMAC-SHA-256 (OpenSSL's libcrypto) of the plan
 // bytes under a key the caller supplies, carried in a trailer of

@@ -4,12 +4,16 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <new>
+#include <optional>
 #include <type_traits>
 
+#include "reshard/block_scales.h"
 #include "reshard/cast.h"
 #include "reshard/error.h"
 #include "reshard/numeric.h"
@@ -393,6 +397,107 @@ std::vector<int64_t> unravel(uint64_t index, const std::vector<int64_t>& shape) 
   return out;
 }
 
+// Block scales (reshard/block_scales.h), computed here from the source
+// values the Generator makes, block by block, independently of the
+// executors' quantiser (block_scales.cc quantise_shard): the scales of the
+// blocks in `blocks` (a box of the scale tensor) and the expected elements.
+class ScaleReference {
+ public:
+  ScaleReference(const TensorSpec& value, uint32_t value_index, const Box& blocks)
+      : value_(value), blocks_(blocks), from_(value.dtype), to_(out_dtype(value)) {
+    const Generator gen(value, value_index);
+    scales_.assign(static_cast<size_t>(blocks.volume()), 0.0f);
+    std::vector<int64_t> extents(static_cast<size_t>(blocks.rank));
+    for (int d = 0; d < blocks.rank; ++d) extents[static_cast<size_t>(d)] = blocks.extent(d);
+    for_each_element(blocks, blocks_shape(), [&](uint64_t, int64_t b) {
+      // Block b's elements: its coordinates from its row-major index.
+      Box box;
+      box.rank = blocks.rank;
+      int64_t rest = b;
+      for (int d = blocks.rank - 1; d >= 0; --d) {
+        const int64_t c = blocks.lo[d] + rest % extents[static_cast<size_t>(d)];
+        rest /= extents[static_cast<size_t>(d)];
+        box.lo[d] = c * value.scale_block[static_cast<size_t>(d)];
+        box.hi[d] = std::min(value.shape[static_cast<size_t>(d)],
+                             box.lo[d] + value.scale_block[static_cast<size_t>(d)]);
+      }
+      float amax = 0;
+      for_each_element(box, value.shape, [&](uint64_t g, int64_t) {
+        unsigned char bytes[8];
+        const uint64_t x = gen.source(g, 0);
+        std::memcpy(bytes, &x, sizeof bytes);
+        const float a = std::fabs(cast_detail::load_f32(from_, bytes));
+        if (a <= std::numeric_limits<float>::max() && a > amax) amax = a;
+      });
+      scales_[static_cast<size_t>(b)] = block_scale(amax, to_);
+    });
+  }
+  // The bits of scale element `g` (a global index of the scale tensor).
+  uint64_t scale_bits(uint64_t g) const { return numeric::f32_bits(scales_[block_of_scale(g)]); }
+  // Calls f(global_index, local_index, bits) for every element of `box` of
+  // the value tensor (row-major within the box), bits = cast(x / s): the
+  // walk of for_each_element, each element's block found from its
+  // coordinates.
+  template <typename F>
+  void each_value(const Generator& gen, const Box& box, F&& f) const {
+    if (box.empty()) return;
+    const int rank = box.rank;
+    const std::vector<int64_t>& shape = value_.shape;
+    const std::vector<int64_t>& block = value_.scale_block;
+    std::array<int64_t, kMaxRank> stride{};
+    stride[rank - 1] = 1;
+    for (int d = rank - 1; d > 0; --d) stride[d - 1] = stride[d] * shape[static_cast<size_t>(d)];
+    std::array<int64_t, kMaxRank> c = box.lo;
+    const int last = rank - 1;
+    const int64_t row = box.extent(last);
+    const int64_t bl = block[static_cast<size_t>(last)];
+    int64_t local = 0;
+    for (;;) {
+      int64_t g = 0, b = 0;
+      for (int d = 0; d < rank; ++d) g += c[d] * stride[d];
+      for (int d = 0; d < last; ++d)
+        b = b * blocks_.extent(d) + (c[d] / block[static_cast<size_t>(d)] - blocks_.lo[d]);
+      b *= blocks_.extent(last);
+      for (int64_t j = 0; j < row; ++j) {
+        const uint64_t gi = static_cast<uint64_t>(g + j);
+        unsigned char bytes[8];
+        const uint64_t x = gen.source(gi, 0);
+        std::memcpy(bytes, &x, sizeof bytes);
+        const float s =
+            scales_[static_cast<size_t>(b + (box.lo[last] + j) / bl - blocks_.lo[last])];
+        const float q = cast_detail::load_f32(from_, bytes) / s;
+        f(gi, local++, cast_bits(DType::kF32, to_, numeric::f32_bits(q)));
+      }
+      int d = last - 1;
+      for (; d >= 0; --d) {
+        if (++c[d] < box.hi[d]) break;
+        c[d] = box.lo[d];
+      }
+      if (d < 0) return;
+    }
+  }
+
+ private:
+  std::vector<int64_t> blocks_shape() const {
+    return scale_shape(value_.shape, value_.scale_block);
+  }
+  // Row-major index within blocks_ of a scale tensor's element.
+  size_t block_of_scale(uint64_t g) const {
+    const std::vector<int64_t> c = unravel(g, blocks_shape());
+    return local_index(c);
+  }
+  size_t local_index(const std::vector<int64_t>& c) const {
+    int64_t i = 0;
+    for (int d = 0; d < blocks_.rank; ++d)
+      i = i * blocks_.extent(d) + (c[static_cast<size_t>(d)] - blocks_.lo[d]);
+    return static_cast<size_t>(i);
+  }
+  const TensorSpec& value_;
+  Box blocks_;
+  DType from_, to_;
+  std::vector<float> scales_;
+};
+
 int64_t shard_bytes(const TensorSpec& tensor, const Layout& layout, size_t entry) {
   const DType d = &layout == &tensor.dst ? out_dtype(tensor) : tensor.dtype;
   return layout.box(entry).volume() * dtype_size(d);
@@ -543,6 +648,15 @@ void poison_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, s
   // The complement of the expected value can never pass.
   const Generator gen(tensor, tensor_index);
   std::byte* p = out.data();
+  if (has_block_scales(tensor)) {
+    // cast(x / s) is a NaN only where x is: the complement of any NaN or
+    // of any other pattern of the byte is a different byte.
+    const ScaleReference ref(tensor, tensor_index,
+                             blocks_touched(tensor.dst.box(entry), tensor.scale_block));
+    ref.each_value(gen, tensor.dst.box(entry),
+                   [&](uint64_t, int64_t local, uint64_t q) { store<1>(p + local, ~q); });
+    return;
+  }
   with_width(gen.out_traits().bytes, [&](auto width) {
     constexpr int B = decltype(width)::value;
     for_each_element(tensor.dst.box(entry), tensor.shape,
@@ -613,9 +727,14 @@ OracleBuffers fill_sources(const Plan& plan, int64_t max_bytes) {
   return buf;
 }
 
-void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
-                             std::span<const std::byte> data, OracleReport& report,
-                             size_t max_reported, const std::vector<uint8_t>* only) {
+namespace {
+
+// check_destination_shard; `scaled` (with its index) for a scale tensor:
+// the tensor it scales.
+void check_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
+                 std::span<const std::byte> data, OracleReport& report, size_t max_reported,
+                 const std::vector<uint8_t>* only, const TensorSpec* scaled,
+                 uint32_t scaled_index) {
   if (tensor.dst.partial())
     fail(ErrorCode::kInvalidArgument, "oracle: tensor \"" + tensor.name +
                                           "\" has a partial destination; check it with "
@@ -631,26 +750,65 @@ void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, si
   const std::byte* p = data.data();
   const int64_t device = tensor.dst.device(entry);
   const uint64_t mask = t.mask();
+  const Box box = tensor.dst.box(entry);
+  std::optional<ScaleReference> ref;
+  if (scaled != nullptr) ref.emplace(*scaled, scaled_index, box);
+  if (has_block_scales(tensor))
+    ref.emplace(tensor, tensor_index, blocks_touched(box, tensor.scale_block));
   with_width(t.bytes, [&](auto width) {
     constexpr int B = decltype(width)::value;
-    for_each_element(tensor.dst.box(entry), tensor.shape, [&](uint64_t g, int64_t local) {
+    const auto one = [&](uint64_t g, int64_t local, uint64_t expected) {
       if (only) {
         if (!(*only)[static_cast<size_t>(local)]) return;
         ++report.elements;
         report.bytes += B;
       }
       const uint64_t got = load<B>(p + local * B) & mask;
-      const uint64_t want = gen.expected(g) & mask;
+      const uint64_t want = expected & mask;
       if (got == want) return;
       if (by_value && value_equal(t, decode(t, want), decode(t, got))) return;
       add_mismatch(report, max_reported,
                    {tensor.name, device, unravel(g, tensor.shape), format_value(t, want, !by_value),
                     format_value(t, got, !by_value)});
+    };
+    if (ref && scaled == nullptr) {
+      ref->each_value(gen, box, one);  // a tensor with block scales: cast(x / s)
+      return;
+    }
+    for_each_element(box, tensor.shape, [&](uint64_t g, int64_t local) {
+      one(g, local, ref ? ref->scale_bits(g) : gen.expected(g));
     });
   });
   if (only) return;
   report.elements += tensor.dst.box(entry).volume();
   report.bytes += shard_bytes(tensor, tensor.dst, entry);
+}
+
+}  // namespace
+
+void check_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
+                             std::span<const std::byte> data, OracleReport& report,
+                             size_t max_reported, const std::vector<uint8_t>* only) {
+  check_shard(tensor, tensor_index, entry, data, report, max_reported, only, nullptr, 0);
+}
+
+void check_plan_destination_shard(std::span<const TensorSpec> tensors, uint32_t tensor_index,
+                                  size_t entry, std::span<const std::byte> data,
+                                  OracleReport& report, size_t max_reported,
+                                  const std::vector<uint8_t>* only) {
+  if (tensor_index >= tensors.size())
+    fail(ErrorCode::kInvalidArgument, "oracle: tensor " + std::to_string(tensor_index) +
+                                          " is out of range (" + std::to_string(tensors.size()) +
+                                          " tensors)");
+  const TensorSpec* scaled = nullptr;
+  uint32_t scaled_index = 0;
+  for (size_t v = 0; v < tensors.size(); ++v)
+    if (tensors[v].scale_tensor == static_cast<int32_t>(tensor_index)) {
+      scaled = &tensors[v];
+      scaled_index = static_cast<uint32_t>(v);
+    }
+  check_shard(tensors[tensor_index], tensor_index, entry, data, report, max_reported, only, scaled,
+              scaled_index);
 }
 
 OracleReport check_destinations(const Plan& plan, const OracleBuffers& buffers,
@@ -688,8 +846,8 @@ OracleReport check_destinations(const Plan& plan, const OracleBuffers& buffers,
       check_partial_destination(ts, k.tensor, buffers.dst[k.tensor], partial_reports[i],
                                 max_reported);
     else
-      check_destination_shard(ts, k.tensor, k.entry, buffers.dst[k.tensor][k.entry],
-                              partial_reports[i], max_reported);
+      check_plan_destination_shard(tensors, k.tensor, k.entry, buffers.dst[k.tensor][k.entry],
+                                   partial_reports[i], max_reported);
   });
   OracleReport report;
   report.tensors = static_cast<int64_t>(tensors.size());
@@ -773,8 +931,8 @@ OracleReport check_destinations_through_stage(const Plan& plan, const OracleBuff
                std::to_string(tensors[t].dst.num_entries()) + " entries");
     for (size_t e = 0; e < cov.written[t].size(); ++e) {
       if (cov.written[t][e].empty()) continue;
-      check_destination_shard(tensors[t], static_cast<uint32_t>(t), e, buffers.dst[t][e], report,
-                              max_reported, &cov.written[t][e]);
+      check_plan_destination_shard(tensors, static_cast<uint32_t>(t), e, buffers.dst[t][e], report,
+                                   max_reported, &cov.written[t][e]);
     }
   }
   return report;

@@ -110,8 +110,8 @@ OracleReport verify_part(Engine& engine, const Plan& plan, int32_t process,
         only = &cov.written[t][e];
         if (only->empty()) continue;  // nothing written by then
       }
-      check_destination_shard(tensors[t], static_cast<uint32_t>(t), e, dst[t][e], report,
-                              verify.max_reported, only);
+      check_plan_destination_shard(tensors, static_cast<uint32_t>(t), e, dst[t][e], report,
+                                   verify.max_reported, only);
     }
   }
   // Every rank's counts.

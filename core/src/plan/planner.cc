@@ -19,6 +19,7 @@
 #include "plan/estimate.h"
 #include "plan/plan_builder.h"
 #include "plan/rounds.h"
+#include "reshard/block_scales.h"
 #include "reshard/cast.h"
 #include "reshard/error.h"
 #include "reshard/wait.h"
@@ -204,6 +205,12 @@ uint64_t fingerprint_of(const PlanInput& in) {
     if (has_cast(t)) {
       h.str("cast");
       h.i64(static_cast<int64_t>(t.dst_dtype));
+    }
+    // Plans without block scales keep their fingerprints.
+    if (has_block_scales(t)) {
+      h.str("scales");
+      h.i64(t.scale_tensor);
+      for (int64_t b : t.scale_block) h.i64(b);
     }
     h.u64(t.src.fingerprint_hash());
     h.u64(t.dst.fingerprint_hash());
@@ -717,6 +724,7 @@ int validate_request(const PlanInput& input, const PlanRequest& request) {
              "duplicate name \"" + input.tensors[i].name + "\" (also tensors[" +
                  std::to_string(it->second) + "])");
     }
+    validate_block_scales(input.tensors, ErrorCode::kInvalidArgument);
   }
   if (request.scope != PlanScope::kAll && request.scope != PlanScope::kGlobal &&
       request.scope != PlanScope::kProcess)
@@ -1052,6 +1060,7 @@ int64_t Plan::piece_bytes(const ProcessPart& part, const Piece& piece) const {
 NaivePlanResult naive_plan(const PlanInput& input) {
   validate(input.options);
   for (size_t i = 0; i < input.tensors.size(); ++i) validate_tensor(input.tensors[i], i);
+  validate_block_scales(input.tensors, ErrorCode::kInvalidArgument);
   Context ctx(input);
   ctx.build();
   Enumerator en(input.options);

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "reshard/block_scales.h"
 #include "reshard/cast.h"
 #include "reshard/error.h"
 #include "util/read_file.h"
@@ -834,6 +835,48 @@ void lower_spec_flats(Spec& spec, const std::map<std::string, FlatDecl>& decls,
   }
 }
 
+// A destination's "scales" (docs/spec.md "Block scales"), applied once every
+// tensor (and flat layout) is known.
+struct SpecScales {
+  size_t tensor = 0;
+  std::string name;
+  std::vector<int64_t> block;
+  std::string path;
+};
+
+SpecScales parse_scales(const json& j, const std::string& path, size_t tensor) {
+  as_object(j, path);
+  check_keys(j, path, {"name", "block", "dtype"});
+  SpecScales s;
+  s.tensor = tensor;
+  s.path = path;
+  const std::string np = child(path, "name");
+  s.name = as_string(require(j, path, "name"), np);
+  if (s.name.empty()) bad(np, "empty tensor name");
+  if (s.name.find('\0') != std::string::npos) bad(np, "contains a NUL character");
+  s.block = as_int_array(require(j, path, "block"), child(path, "block"));
+  if (const json* d = find(j, "dtype")) {
+    const std::string dp = child(path, "dtype");
+    const DType dt = parse_dtype(as_string(*d, dp), dp);
+    if (dt != DType::kF32)
+      fail(ErrorCode::kUnsupported, dp,
+           "block scales are f32 (DeepSeek-V3's); " + std::string(dtype_name(dt)) +
+               " scales (MXFP8's e8m0) are not supported");
+  }
+  return s;
+}
+
+// Appends each scale tensor after the spec's tensors, in their order.
+void add_spec_scales(Spec& spec, const std::vector<SpecScales>& scales,
+                     std::map<std::string, std::string>& names) {
+  for (const SpecScales& s : scales) {
+    const std::string np = child(s.path, "name");
+    auto [it, inserted] = names.emplace(s.name, np);
+    if (!inserted) bad(np, "duplicate tensor name " + quote(s.name) + " (also " + it->second + ")");
+    add_block_scales(spec.input.tensors, s.tensor, s.name, s.block, s.path);
+  }
+}
+
 Spec parse_spec_impl(std::string_view json_text) {
   const json root = parse_json(json_text);
   if (!root.is_object()) wrong_type(root, "(root)", "an object");
@@ -877,6 +920,7 @@ Spec parse_spec_impl(std::string_view json_text) {
     }
   }
   std::map<std::string, std::vector<FlatUse>> flat_uses;
+  std::vector<SpecScales> scales;
 
   // Named paths: GCC 13's -Wdangling-reference flags a returned reference
   // whenever an argument binds a temporary (here the path strings).
@@ -909,7 +953,18 @@ Spec parse_spec_impl(std::string_view json_text) {
       // A cast in flight: the destination's own "dtype" (docs/spec.md "Casts").
       json without_dtype;
       const json* ljp = &lj0;
-      if (const json* d = find(lj0, "dtype")) {
+      if (const json* sc = find(lj0, "scales")) {
+        const std::string sp = child(lp, "scales");
+        if (source)
+          bad(sp,
+              "block scales belong to the destination (the executor computes them from the "
+              "source)");
+        scales.push_back(parse_scales(*sc, sp, i));
+        without_dtype = lj0;
+        without_dtype.erase("scales");
+        ljp = &without_dtype;
+      }
+      if (const json* d = find(*ljp, "dtype")) {
         const std::string dp = child(lp, "dtype");
         if (source)
           bad(dp, "the source's dtype is the tensor's \"dtype\"; only a destination gives its own");
@@ -924,7 +979,7 @@ Spec parse_spec_impl(std::string_view json_text) {
                      " (casts are between f32, f16, bf16, f8e4m3 and f8e5m2)");
           ts.dst_dtype = dd;
         }
-        without_dtype = lj0;
+        if (ljp == &lj0) without_dtype = lj0;
         without_dtype.erase("dtype");
         ljp = &without_dtype;
       }
@@ -940,6 +995,7 @@ Spec parse_spec_impl(std::string_view json_text) {
     spec.input.tensors.push_back(std::move(ts));
   }
   if (!flat_uses.empty()) lower_spec_flats(spec, flat_decls, flat_uses);
+  add_spec_scales(spec, scales, names);
   return spec;
 }
 

@@ -21,6 +21,7 @@
 
 #include "plan/plan_builder.h"
 #include "plan/scratch_layout.h"
+#include "reshard/block_scales.h"
 #include "reshard/cast.h"
 #include "reshard/error.h"
 #include "reshard/plan_generated.h"
@@ -120,7 +121,7 @@ class Decoder {
               "unknown feature bits " +
                   std::to_string(root_.required_features() & ~kPlanKnownFeatures) +
                   " (this reader knows " + std::to_string(kPlanKnownFeatures) +
-                  ": stages, scratch, late summands, casts)");
+                  ": stages, scratch, late summands, casts, block scales)");
     staged_ = (root_.required_features() & kPlanFeatureStages) != 0;
     scratch_bit_ = (root_.required_features() & kPlanFeatureScratch) != 0;
     late_summands_bit_ = (root_.required_features() & kPlanFeatureLateSummands) != 0;
@@ -131,6 +132,9 @@ class Decoder {
     input.tensors = decode_tensors();
     if ((root_.required_features() & kPlanFeatureCasts) != 0 && !any_cast_)
       corrupt("required_features", "has the casts bit (8) but no tensor has a dst_dtype");
+    if ((root_.required_features() & kPlanFeatureBlockScales) != 0 && !any_scales_)
+      corrupt("required_features",
+              "has the block scales bit (16) but no tensor has a scale_tensor");
     const uint64_t fingerprint = rethrow_as_corrupt([&] { return plan_fingerprint(input); });
     // The message names neither value: the computed one is what an editor
     // of the inputs would need to make the edit pass.
@@ -343,9 +347,14 @@ class Decoder {
       spec.src = slots_[src].layout;
       spec.dst = slots_[dst].layout;
       decode_cast(t, spec, f);
+      decode_scales(t, spec, f);
       tensor_slots_.push_back({src, dst});
       tensors.push_back(std::move(spec));
     }
+    rethrow_as_corrupt([&] {
+      validate_block_scales(tensors, ErrorCode::kCorrupt);
+      return 0;
+    });
     return tensors;
   }
 
@@ -751,6 +760,27 @@ class Decoder {
     any_cast_ = true;
   }
 
+  // Tensor.scale_tensor and scale_block: block scales, present exactly with
+  // their bit (checked against the other tensors by validate_block_scales).
+  void decode_scales(const fb::Tensor& t, TensorSpec& spec, const std::string& f) {
+    const bool bit = (root_.required_features() & kPlanFeatureBlockScales) != 0;
+    if (t.scale_tensor() == -1) {
+      if (t.scale_block()) corrupt(f + ".scale_block", "present without a scale tensor");
+      return;
+    }
+    if (!bit)
+      corrupt(f + ".scale_tensor", "present but required_features lacks the block scales bit (16)");
+    spec.scale_tensor = t.scale_tensor();
+    if (!t.scale_block()) corrupt(f + ".scale_block", "missing");
+    if (t.scale_block()->size() != spec.shape.size())
+      corrupt(f + ".scale_block", "has " + std::to_string(t.scale_block()->size()) +
+                                      " extents, the tensor has rank " +
+                                      std::to_string(spec.shape.size()));
+    auto block = col(t.scale_block());
+    for (size_t d = 0; d < block.size(); ++d) spec.scale_block.push_back(block[d]);
+    any_scales_ = true;
+  }
+
   std::vector<Piece> decode_pieces(const fb::Pieces* fp, const std::string& f) {
     std::vector<Piece> pieces;
     if (!fp) return pieces;
@@ -1080,6 +1110,7 @@ class Decoder {
   bool scratch_bit_ = false;           // required_features has the scratch bit
   bool late_summands_bit_ = false;     // required_features has the late-summands bit
   bool any_cast_ = false;              // some tensor has a dst_dtype
+  bool any_scales_ = false;            // some tensor has a scale_tensor
   bool any_late_summand_ = false;      // a piece of stage > 0 writes a scratch from a summand
   bool any_scratch_ = false;           // a decoded part holds scratch
   const ProcessPart* part_ = nullptr;  // the part whose pieces are being checked

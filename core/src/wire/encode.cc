@@ -118,6 +118,8 @@ class Encoder {
         features |= kPlanFeatureScratch;
     for (const TensorSpec& t : plan_.tensors())
       if (has_cast(t)) features |= kPlanFeatureCasts;
+    for (const TensorSpec& t : plan_.tensors())
+      if (has_block_scales(t)) features |= kPlanFeatureBlockScales;
     // Every part's digest, listed even in a buffer of one part, so that the
     // ranks executing it agree on every part (docs/design.md §3.5).
     std::vector<uint64_t> listed;
@@ -148,9 +150,17 @@ class Encoder {
     auto shape = column<int64_t>(b_, t.shape.size(), [&](size_t d) { return t.shape[d]; });
     auto src = encode_layout(t.src);
     auto dst = encode_layout(t.dst);
-    // CreateTensor's order; dst_dtype only with a cast (defaults are forced:
-    // a plan without casts keeps its bytes).
+    flatbuffers::Offset<flatbuffers::Vector<int64_t>> block;
+    if (has_block_scales(t))
+      block = column<int64_t>(b_, t.scale_block.size(), [&](size_t d) { return t.scale_block[d]; });
+    // CreateTensor's order; dst_dtype only with a cast, the scale fields only
+    // with block scales (defaults are forced: a plan without them keeps its
+    // bytes).
     fb::TensorBuilder tb(b_);
+    if (has_block_scales(t)) {
+      tb.add_scale_block(block);
+      tb.add_scale_tensor(t.scale_tensor);
+    }
     if (has_cast(t)) tb.add_dst_dtype(static_cast<fb::DType>(t.dst_dtype));
     tb.add_dst(dst);
     tb.add_src(src);

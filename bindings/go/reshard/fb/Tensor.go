@@ -117,8 +117,46 @@ func (rcv *Tensor) MutateDstDtype(n DType) bool {
 	return rcv._tab.MutateInt32Slot(14, int32(n))
 }
 
+func (rcv *Tensor) ScaleTensor() int32 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(16))
+	if o != 0 {
+		return rcv._tab.GetInt32(o + rcv._tab.Pos)
+	}
+	return -1
+}
+
+func (rcv *Tensor) MutateScaleTensor(n int32) bool {
+	return rcv._tab.MutateInt32Slot(16, n)
+}
+
+func (rcv *Tensor) ScaleBlock(j int) int64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(18))
+	if o != 0 {
+		a := rcv._tab.Vector(o)
+		return rcv._tab.GetInt64(a + flatbuffers.UOffsetT(j*8))
+	}
+	return 0
+}
+
+func (rcv *Tensor) ScaleBlockLength() int {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(18))
+	if o != 0 {
+		return rcv._tab.VectorLen(o)
+	}
+	return 0
+}
+
+func (rcv *Tensor) MutateScaleBlock(j int, n int64) bool {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(18))
+	if o != 0 {
+		a := rcv._tab.Vector(o)
+		return rcv._tab.MutateInt64(a+flatbuffers.UOffsetT(j*8), n)
+	}
+	return false
+}
+
 func TensorStart(builder *flatbuffers.Builder) {
-	builder.StartObject(6)
+	builder.StartObject(8)
 }
 func TensorAddName(builder *flatbuffers.Builder, name flatbuffers.UOffsetT) {
 	builder.PrependUOffsetTSlot(0, flatbuffers.UOffsetT(name), 0)
@@ -140,6 +178,15 @@ func TensorAddDst(builder *flatbuffers.Builder, dst flatbuffers.UOffsetT) {
 }
 func TensorAddDstDtype(builder *flatbuffers.Builder, dstDtype DType) {
 	builder.PrependInt32Slot(5, int32(dstDtype), 0)
+}
+func TensorAddScaleTensor(builder *flatbuffers.Builder, scaleTensor int32) {
+	builder.PrependInt32Slot(6, scaleTensor, -1)
+}
+func TensorAddScaleBlock(builder *flatbuffers.Builder, scaleBlock flatbuffers.UOffsetT) {
+	builder.PrependUOffsetTSlot(7, flatbuffers.UOffsetT(scaleBlock), 0)
+}
+func TensorStartScaleBlockVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
+	return builder.StartVector(8, numElems, 8)
 }
 func TensorEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

@@ -1233,6 +1233,8 @@ impl<'a> Tensor<'a> {
   pub const VT_SRC: flatbuffers::VOffsetT = 10;
   pub const VT_DST: flatbuffers::VOffsetT = 12;
   pub const VT_DST_DTYPE: flatbuffers::VOffsetT = 14;
+  pub const VT_SCALE_TENSOR: flatbuffers::VOffsetT = 16;
+  pub const VT_SCALE_BLOCK: flatbuffers::VOffsetT = 18;
 
   #[inline]
   pub fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
@@ -1244,6 +1246,8 @@ impl<'a> Tensor<'a> {
     args: &'args TensorArgs<'args>
   ) -> flatbuffers::WIPOffset<Tensor<'bldr>> {
     let mut builder = TensorBuilder::new(_fbb);
+    if let Some(x) = args.scale_block { builder.add_scale_block(x); }
+    builder.add_scale_tensor(args.scale_tensor);
     builder.add_dst_dtype(args.dst_dtype);
     if let Some(x) = args.dst { builder.add_dst(x); }
     if let Some(x) = args.src { builder.add_src(x); }
@@ -1278,6 +1282,14 @@ impl<'a> Tensor<'a> {
   pub fn dst_dtype(&self) -> DType {
     self._tab.get::<DType>(Tensor::VT_DST_DTYPE, Some(DType::Invalid)).unwrap()
   }
+  #[inline]
+  pub fn scale_tensor(&self) -> i32 {
+    self._tab.get::<i32>(Tensor::VT_SCALE_TENSOR, Some(-1)).unwrap()
+  }
+  #[inline]
+  pub fn scale_block(&self) -> Option<flatbuffers::Vector<'a, i64>> {
+    self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, i64>>>(Tensor::VT_SCALE_BLOCK, None)
+  }
 }
 
 impl flatbuffers::Verifiable for Tensor<'_> {
@@ -1293,6 +1305,8 @@ impl flatbuffers::Verifiable for Tensor<'_> {
      .visit_field::<flatbuffers::ForwardsUOffset<Layout>>("src", Self::VT_SRC, false)?
      .visit_field::<flatbuffers::ForwardsUOffset<Layout>>("dst", Self::VT_DST, false)?
      .visit_field::<DType>("dst_dtype", Self::VT_DST_DTYPE, false)?
+     .visit_field::<i32>("scale_tensor", Self::VT_SCALE_TENSOR, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, i64>>>("scale_block", Self::VT_SCALE_BLOCK, false)?
      .finish();
     Ok(())
   }
@@ -1304,6 +1318,8 @@ pub struct TensorArgs<'a> {
     pub src: Option<flatbuffers::WIPOffset<Layout<'a>>>,
     pub dst: Option<flatbuffers::WIPOffset<Layout<'a>>>,
     pub dst_dtype: DType,
+    pub scale_tensor: i32,
+    pub scale_block: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, i64>>>,
 }
 impl<'a> Default for TensorArgs<'a> {
   #[inline]
@@ -1315,6 +1331,8 @@ impl<'a> Default for TensorArgs<'a> {
       src: None,
       dst: None,
       dst_dtype: DType::Invalid,
+      scale_tensor: -1,
+      scale_block: None,
     }
   }
 }
@@ -1349,6 +1367,14 @@ impl<'a: 'b, 'b> TensorBuilder<'a, 'b> {
     self.fbb_.push_slot::<DType>(Tensor::VT_DST_DTYPE, dst_dtype, DType::Invalid);
   }
   #[inline]
+  pub fn add_scale_tensor(&mut self, scale_tensor: i32) {
+    self.fbb_.push_slot::<i32>(Tensor::VT_SCALE_TENSOR, scale_tensor, -1);
+  }
+  #[inline]
+  pub fn add_scale_block(&mut self, scale_block: flatbuffers::WIPOffset<flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(Tensor::VT_SCALE_BLOCK, scale_block);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> TensorBuilder<'a, 'b> {
     let start = _fbb.start_table();
     TensorBuilder {
@@ -1372,6 +1398,8 @@ impl core::fmt::Debug for Tensor<'_> {
       ds.field("src", &self.src());
       ds.field("dst", &self.dst());
       ds.field("dst_dtype", &self.dst_dtype());
+      ds.field("scale_tensor", &self.scale_tensor());
+      ds.field("scale_block", &self.scale_block());
       ds.finish()
   }
 }

@@ -16,6 +16,7 @@
 #include "exec/engine/agreement.h"
 #include "exec/engine/direct_copies.h"
 #include "exec/engine/engine_cache.h"
+#include "exec/engine/scaled_sources.h"
 #include "exec/schedule/engine_schedule.h"
 #include "exec/schedule/exec_common.h"
 #include "reshard/box_copy.h"
@@ -1001,6 +1002,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
          "options.threads: " + std::to_string(options.threads) +
              " is negative (0: one per hardware thread, N: up to N threads)");
   }
+  engine_detail::ScaledSources::check_transport(plan, info);
   if (whole) {
     // (1) Everything checked before anything is written.
     for (int32_t p : plan.processes()) {
@@ -1011,6 +1013,8 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
       }
     }
     exec_detail::validate_buffers(plan, local_buffers);
+    engine_detail::ScaledSources scaled;
+    local_buffers = scaled.prepare(plan, process, local_buffers, info);
     Schedule built;
     const Schedule* schedule = &built;
     if (cache_ != nullptr && options.cache_schedule) {
@@ -1055,6 +1059,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   // The buffers are those of the cached schedule's kept execution
   // (Replay::buffers).
   bool same_buffers = false;
+  engine_detail::ScaledSources scaled;  // block scales' sources, for this call
   if (participates) {
     if (!plan.parts().contains(process)) {
       fail(ErrorCode::kInvalidArgument,
@@ -1070,6 +1075,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     // The plan (equal to the cached schedule's) and the buffers (equal to
     // those of its kept execution) were validated together then.
     if (!same_buffers) exec_detail::validate_buffers(plan, local_buffers, process);
+    local_buffers = scaled.prepare(plan, process, local_buffers, info);
     if (found != nullptr) {
       schedule = found;
       stats.schedule_cached = true;

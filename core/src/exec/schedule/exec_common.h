@@ -27,6 +27,9 @@ std::string buffer_name(size_t tensor, const char* side, size_t entry);
 // `process` >= 0 only entries whose device the plan's topology puts on that
 // process are checked; the others are ignored, and a tensor's src or dst
 // list may then also be empty when none of its entries is on the process.
+// A scale tensor's src list (block scales, reshard/block_scales.h) may be
+// empty: the executor computes it (engine_detail::ScaledSources) and reads
+// no buffer given there.
 void validate_buffers(const Plan& plan, std::span<const TensorBuffers> buffers,
                       int32_t process = -1);
 
