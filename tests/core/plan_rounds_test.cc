@@ -10,6 +10,7 @@
 #include "random_cases.h"
 #include "reshard/error.h"
 #include "reshard/plan.h"
+#include "reshard/spec.h"
 #include "test_scale.h"
 
 namespace reshard {
@@ -194,6 +195,45 @@ TEST(PlanRounds, CutsInsideAPieceFallBetweenRows) {
       ++fragments;
     }
   EXPECT_EQ(fragments, plan.stats().messages);
+}
+
+// Invariant: a pipelined plan numbers a forward's rounds late (rounds.h,
+// RoundRule::round_number). In rl_sync_uneven_replicas_4_to_2_hosts without
+// a budget every stream spans at most its stage's K_t rounds, so stage
+// t > 0 has K_t rounds and a forward of n rounds numbers its round l as
+// ceil((l + 1) K_t / n) - 1, its last being K_t - 1; stage 0 numbers
+// 0, 1, ... Numbered from 0, a forward of fewer rounds waits at the head of
+// its device's rounds for the last rounds of the stage before.
+TEST(PlanRounds, ForwardsAreNumberedLateOverTheirStage) {
+  PlanInput in = load_spec(std::string(RESHARD_SOURCE_DIR) +
+                           "/bench/specs/rl_sync_uneven_replicas_4_to_2_hosts.json")
+                     .input;
+  in.options.staging_budget_bytes = 0;
+  const Plan plan = make_plan(in);
+  std::map<StreamKey, std::vector<uint32_t>> rounds;
+  std::map<uint32_t, uint32_t> stage_rounds;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs) {
+      rounds[{m.stage, m.src_device, m.dst_device}].push_back(m.round);
+      stage_rounds[m.stage] = std::max(stage_rounds[m.stage], m.round + 1);
+    }
+  ASSERT_GE(stage_rounds.size(), 2u) << "a plan of several stages";
+  int64_t shorter = 0;  // forwards of fewer rounds than their stage
+  int32_t sum = 0;
+  for (const auto& [s, r] : stage_rounds) sum += static_cast<int32_t>(r);
+  EXPECT_EQ(plan.stats().rounds, sum);
+  for (const auto& [key, r] : rounds) {
+    const uint32_t stage = std::get<0>(key);
+    const auto n = static_cast<uint32_t>(r.size());
+    const uint32_t k = stage_rounds[stage];
+    ASSERT_LE(n, k);
+    if (stage > 0 && n < k) ++shorter;
+    for (uint32_t l = 0; l < n; ++l)
+      EXPECT_EQ(r[l], stage == 0 ? l : ((l + 1) * k + n - 1) / n - 1)
+          << "stage " << stage << " stream " << std::get<1>(key) << " -> " << std::get<2>(key)
+          << " round " << l << " of " << n;
+  }
+  EXPECT_GT(shorter, 0) << "the case has forwards of fewer rounds than their stage";
 }
 
 }  // namespace

@@ -127,7 +127,8 @@ namespace {
 // 25: the estimate's forward lag; 26: under the device rule, cross_layout
 // counts a host's sending devices by what its busiest holder device holds;
 // 27: the estimate's stall of a stage behind earlier stages on the links
-// they share, by its share of their messages).
+// they share, by its share of their messages; a pipelined plan numbers its
+// forwards' rounds late, RoundRule::round_number).
 constexpr uint64_t kPlannerVersion = 27;
 
 std::string shape_str(const std::vector<int64_t>& s) {

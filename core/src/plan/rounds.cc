@@ -60,9 +60,10 @@ struct Bound {
 
 // Chunk and round count of every segment of one direction (a message of
 // build_part: one band of a stream, rounds.h); segment i has rounds[i] - 1
-// cuts, from first_bound[i] on, and starts at its stream's round offset[i].
+// cuts, from first_bound[i] on, and starts at its stream's round offset[i];
+// its stream has all[i] rounds.
 struct Streams {
-  std::vector<int64_t> chunks, rounds, offset;
+  std::vector<int64_t> chunks, rounds, offset, all;
   std::vector<size_t> first_bound;
 };
 
@@ -74,7 +75,7 @@ Streams size_streams(const std::vector<Message>& msgs, const RoundRule& rule,
                      const std::function<DeviceLoad(int64_t, uint32_t)>& load) {
   const size_t n = msgs.size();
   Streams s{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int64_t>(n),
-            std::vector<size_t>(n + 1, 0)};
+            std::vector<int64_t>(n), std::vector<size_t>(n + 1, 0)};
   for (size_t a = 0; a < n;) {
     // The stream's segments [a, b) share the chunk of its whole bytes.
     size_t b = a + 1;
@@ -95,6 +96,7 @@ Streams size_streams(const std::vector<Message>& msgs, const RoundRule& rule,
       s.first_bound[i + 1] =
           s.first_bound[i] + static_cast<size_t>(std::max<int64_t>(s.rounds[i] - 1, 0));
     }
+    for (size_t i = a; i < b; ++i) s.all[i] = offset;
     a = b;
   }
   return s;
@@ -218,7 +220,7 @@ void find_cuts(const std::vector<Message>& msgs, const std::vector<Piece>& piece
 // output positions are laid out first, then the pieces are copied, ranges
 // of messages on up to `threads` threads.
 void emit_rounds(std::vector<Message>& msgs, std::vector<Piece>& pieces, const Streams& streams,
-                 const std::vector<Bound>& bounds, int threads) {
+                 const std::vector<Bound>& bounds, const RoundRule& rule, int threads) {
   const size_t nmsg = msgs.size();
   const auto& rounds = streams.rounds;
   const auto& first_bound = streams.first_bound;
@@ -281,6 +283,40 @@ void emit_rounds(std::vector<Message>& msgs, std::vector<Piece>& pieces, const S
       active.resize(still);
     }
     first = last;
+  }
+  // Forwards of a pipelined plan numbered late (RoundRule::round_number):
+  // renumbered, and the messages sorted by (stage, round, stream) again.
+  if (!rule.spans.empty()) {
+    bool renumbered = false;
+    for (size_t mi = 0; mi < out_msgs.size(); ++mi) {
+      const size_t i = stream_of[mi];
+      const int64_t r =
+          rule.round_number(out_msgs[mi].stage, streams.offset[i] + local_of[mi], streams.all[i]);
+      renumbered |= r != out_msgs[mi].round;
+      out_msgs[mi].round = static_cast<uint32_t>(r);
+    }
+    if (renumbered) {
+      std::vector<uint32_t> order(out_msgs.size());
+      for (size_t mi = 0; mi < order.size(); ++mi) order[mi] = static_cast<uint32_t>(mi);
+      std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+        const Message &x = out_msgs[a], &y = out_msgs[b];
+        if (x.stage != y.stage) return x.stage < y.stage;
+        return x.round != y.round ? x.round < y.round : stream_of[a] < stream_of[b];
+      });
+      std::vector<Message> m2(order.size());
+      std::vector<uint32_t> s2(order.size()), l2(order.size());
+      uint64_t at = 0;
+      for (size_t mi = 0; mi < order.size(); ++mi) {
+        m2[mi] = out_msgs[order[mi]];
+        m2[mi].first_piece = at;
+        at += m2[mi].num_pieces;
+        s2[mi] = stream_of[order[mi]];
+        l2[mi] = local_of[order[mi]];
+      }
+      out_msgs = std::move(m2);
+      stream_of = std::move(s2);
+      local_of = std::move(l2);
+    }
   }
   // 2. The pieces; ranges of about equally many pieces.
   // Message mi's pieces, handed to put(piece) and append(first, last).
@@ -507,8 +543,8 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
       run(k, place);
     });
   }
-  emit_rounds(part.sends, part.send_pieces, sends, send_bounds, threads);
-  emit_rounds(part.recvs, part.recv_pieces, recvs, recv_bounds, threads);
+  emit_rounds(part.sends, part.send_pieces, sends, send_bounds, rule, threads);
+  emit_rounds(part.recvs, part.recv_pieces, recvs, recv_bounds, rule, threads);
 }
 
 }  // namespace reshard::planning

@@ -81,14 +81,42 @@ inline constexpr int64_t kMaxPipelineRounds = 16;
 // bound holds; P_t and m are figures of the global statistics, so every
 // process cuts alike. k = 1 (one stage, or nothing to overlap) cuts nothing
 // for pipelining.
+//
+// Rounds of a forward (stage t > 0 of a pipelined plan) are numbered late.
+// Stage t takes K_t = min(k, most bytes a device sends and receives in t /
+// m + 1) rounds (the estimate's count, RoundRule::spans); a stream of n <= K_t
+// rounds numbers its round l as ceil((l + 1) K_t / n) - 1, the last of the
+// K_t rounds its share [l / n, (l + 1) / n) of its bytes covers, so its last
+// round is round K_t - 1 (a stream of more rounds keeps 0, 1, ...). Pieces
+// come in the same order in every stream (order_pieces), so what a forward
+// sends in its share arrives, in the streams that fed it, about over the
+// same share of their rounds: numbered from 0 on, a forward of one round
+// would be round 0 and wait, at the head of its device's lane, for the last
+// round of the stage before. Stage 0 keeps 0, 1, ... (sent as early as it
+// can). The numbering depends on n and K_t alone, so the global statistics
+// count it (a stage of pipelined forwards has max(K_t, most rounds of a
+// stream) rounds) and sender and receiver agree.
 struct RoundRule {
   int64_t budget = 0;             // staging budget; 0: none
   std::vector<int64_t> pipeline;  // per stage: P_t (0 or absent: not pipelined)
+  std::vector<int64_t> spans;     // per stage: K_t (0 or absent: numbered from 0)
   int64_t min_chunk = 1;          // m
   bool cuts() const { return budget > 0 || !pipeline.empty(); }
   // The chunk of a stream of `stream_bytes` of stage `stage` (at least the
   // stream's bytes when nothing cuts it).
   int64_t chunk(uint32_t stage, DeviceLoad a, DeviceLoad b, int64_t stream_bytes) const;
+  // The number of round l of a stream of `n` rounds in stage `stage`.
+  int64_t round_number(uint32_t stage, int64_t l, int64_t n) const {
+    const int64_t k = stage > 0 && stage < spans.size() ? spans[stage] : 0;
+    if (k <= 0 || n <= 0 || n > k) return l;
+    return ((l + 1) * k + n - 1) / n - 1;
+  }
+  // The rounds stage `stage` takes when its streams span at most `most`
+  // rounds each (at least one stream).
+  int64_t stage_rounds(uint32_t stage, int64_t most) const {
+    const int64_t k = stage > 0 && stage < spans.size() ? spans[stage] : 0;
+    return std::max(most, k);
+  }
 };
 
 // Cut window s of a stream with chunk c.

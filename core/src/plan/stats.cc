@@ -170,10 +170,12 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
       if (plain_bytes(sd, dd) <= 0) visit(static_cast<int>(s), sd, dd, 0, &b);
     });
   };
-  // Stage by stage: rounds add up, staging peaks per stage.
-  auto end_stage = [&] {
+  // Stage by stage: rounds add up (a stage of forwards numbered late spans
+  // at least its K_t: RoundRule::round_number), staging peaks per stage.
+  auto end_stage = [&](int s) {
     for (int64_t v : staged) out.peak_staging = std::max(out.peak_staging, v);
-    add_to(out.rounds, rounds, "rounds");
+    if (rounds > 0)
+      add_to(out.rounds, rule.stage_rounds(static_cast<uint32_t>(s), rounds), "rounds");
     rounds = 0;
     staged.assign(ndev, 0);
   };
@@ -182,7 +184,7 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
   band_only(0, [&](size_t sd, size_t dd) {
     return in.pairs->get(static_cast<uint32_t>(sd), static_cast<uint32_t>(dd));
   });
-  end_stage();
+  end_stage(0);
   for (int s = 1; s < nstages; ++s) {
     const auto& relay = (*in.relay)[static_cast<size_t>(s)];
     relay.each([&](uint64_t k, int64_t b) {
@@ -193,7 +195,7 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
       const int64_t* b = relay.find(uint64_t{sd} << 32 | dd);
       return b ? *b : int64_t{0};
     });
-    end_stage();
+    end_stage(s);
   }
   return out;
 }
@@ -1368,19 +1370,22 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   if (const int64_t k = pipeline_rounds(stage_acc, lb, o); k > 1) {
     std::vector<int64_t> piped = stage_rounds;
     std::vector<int64_t> budgets(static_cast<size_t>(nstages), 0);
+    std::vector<int64_t> spans(static_cast<size_t>(nstages), 0);
     for (int s = 0; s < nstages; ++s) {
       int64_t most = 0;
       for (size_t d = 0; d < ndev; ++d)
         most = std::max(most, loads[static_cast<size_t>(s) * ndev + d].bytes);
       if (most <= 0) continue;
       budgets[static_cast<size_t>(s)] = most / k + (most % k != 0 ? 1 : 0);
-      const int64_t spans = std::min(k, most / rule.min_chunk + 1);
-      piped[static_cast<size_t>(s)] = std::max(piped[static_cast<size_t>(s)], spans);
+      spans[static_cast<size_t>(s)] = std::min(k, most / rule.min_chunk + 1);
+      piped[static_cast<size_t>(s)] =
+          std::max(piped[static_cast<size_t>(s)], spans[static_cast<size_t>(s)]);
     }
     const double cost = stage_cost(stage_acc, piped, lb, o);
     if (cost < st.cost_seconds) {
       st.cost_seconds = cost;
       rule.pipeline = std::move(budgets);
+      rule.spans = std::move(spans);
       stage_rounds = std::move(piped);
     }
   }
