@@ -797,6 +797,145 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     account(t, e, x, esum, copies, group_pieces);
     return true;
   };
+  // assign_stats for every entry of a destination cell (entries
+  // cell_entries[b0..b1) of t) and one region held by R[0..nr) (one
+  // summand, band 0), as a whole. An entry with no holder on its device,
+  // process or host ("far") takes the m pieces of split_stats from every
+  // holder at once (Enumerator::split: piece j from R[(j + e) % nr]), so
+  // the far entries differ only in e % nr: each holder's figures add up
+  // per residue (a replicated source meets every entry of the cell: an
+  // MoE sync's trainer replicas, N/128 to N/2 of them, each sending to
+  // N/16 entries a cell), and each entry's own figures are the region's
+  // whole bytes, all across hosts and processes. Other entries go through
+  // assign_stats one by one.
+  std::vector<uint32_t> far;                  // far entries of the cell
+  std::vector<int32_t> near_hosts, near_procs;  // the holders', sorted
+  std::vector<int64_t> near_devices;
+  std::vector<int64_t> chunk, held_bytes, held_pieces, residue_count;
+  std::vector<uint32_t> residues, held_dense;
+  std::vector<std::pair<size_t, uint64_t>> held_mask;  // (word, bits) of every holder
+  auto assign_cell_stats = [&](const TensorCtx& t, uint32_t b0, uint32_t b1, const Box& region,
+                               const uint32_t* R, size_t nr, bool own, int64_t esum,
+                               int64_t copies, int64_t& group_pieces) {
+    const Geometry& dg = *t.dg;
+    auto one_by_one = [&] {
+      for (uint32_t i = b0; i < b1; ++i)
+        assign_stats(t, dg.cell_entries[i], region, R, nr, own, 0, esum, copies, group_pieces);
+    };
+    // Enumerator::split's cut for nn = nr holders (the far entries').
+    if (nr < 2 || !dense_pairs || b1 - b0 < 2 || region.rank == 0 ||
+        region.volume() * t.esize < o.split_min_bytes)
+      return one_by_one();
+    int dim = -1;
+    for (int d = 0; d < region.rank && dim < 0; ++d)
+      if (region.extent(d) >= static_cast<int64_t>(nr)) dim = d;
+    if (dim < 0) {
+      dim = 0;
+      for (int d = 1; d < region.rank; ++d)
+        if (region.extent(d) > region.extent(dim)) dim = d;
+    }
+    const int64_t ext = region.extent(dim);
+    const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nr));
+    if (m <= 1) return one_by_one();
+    near_hosts.clear();
+    near_procs.clear();
+    near_devices.clear();
+    for (size_t k = 0; k < nr; ++k) {
+      near_hosts.push_back(t.st->host[R[k]]);
+      near_procs.push_back(t.st->process[R[k]]);
+      near_devices.push_back(t.sg->devices[R[k]]);
+    }
+    std::sort(near_hosts.begin(), near_hosts.end());
+    std::sort(near_procs.begin(), near_procs.end());
+    std::sort(near_devices.begin(), near_devices.end());
+    auto has = [](const auto& v, auto x) { return std::binary_search(v.begin(), v.end(), x); };
+    far.clear();
+    for (uint32_t i = b0; i < b1; ++i) {
+      const uint32_t e = dg.cell_entries[i];
+      if (has(near_hosts, t.dt->host[e]) || has(near_procs, t.dt->process[e]) ||
+          has(near_devices, dg.devices[e]))
+        assign_stats(t, e, region, R, nr, own, 0, esum, copies, group_pieces);
+      else
+        far.push_back(e);
+    }
+    if (far.empty()) return;
+    const auto K = static_cast<int64_t>(far.size());
+    const int64_t slab = mul_of(region.volume() / ext, esum, "network_bytes");
+    const int64_t total = mul_of(ext, slab, "network_bytes");
+    // Every sum below is at most the far entries' bytes together.
+    const int64_t all = mul_of(total, K, "network_bytes");
+    chunk.resize(static_cast<size_t>(m));
+    for (int64_t j = 0; j < m; ++j)
+      chunk[static_cast<size_t>(j)] = (ext * (j + 1) / m - ext * j / m) * slab;
+    // Per holder k: the bytes and pieces it sends, from each residue's
+    // count of entries (piece j of residue r from holder (j + r) % nr).
+    residue_count.assign(nr, 0);
+    residues.clear();
+    for (uint32_t e : far)
+      if (residue_count[e % nr]++ == 0) residues.push_back(static_cast<uint32_t>(e % nr));
+    held_bytes.assign(nr, 0);
+    held_pieces.assign(nr + 1, 0);  // differences over k
+    const auto mm = static_cast<size_t>(m);
+    for (uint32_t r : residues) {
+      const int64_t cr = residue_count[r];
+      const size_t first = std::min(mm, nr - r);  // pieces before the wrap
+      int64_t* to = held_bytes.data() + r;
+      for (size_t j = 0; j < first; ++j) to[j] += cr * chunk[j];
+      for (size_t j = first; j < mm; ++j) held_bytes[j - first] += cr * chunk[j];
+      held_pieces[r] += cr;
+      held_pieces[r + first] -= cr;
+      if (first < mm) {
+        held_pieces[0] += cr;
+        held_pieces[mm - first] -= cr;
+      }
+    }
+    held_dense.resize(nr);
+    int64_t pieces_of = 0;
+    for (size_t k = 0; k < nr; ++k) {
+      const uint32_t sd = t.st->dense[R[k]];
+      held_dense[k] = sd;
+      pieces_of += held_pieces[k];
+      add_to(acc[sd].send, held_bytes[k], "max_send_bytes");
+      add_to(acc[sd].send_inter, held_bytes[k], "max_host_send_bytes");
+      if (counts) {
+        (*counts)[sd].send_pieces += copies * pieces_of;
+        (*counts)[sd].regions += copies * pieces_of;
+      }
+    }
+    add_to(st.cross_host_bytes, all, "cross_host_bytes");
+    add_to(st.cross_process_bytes, all, "cross_process_bytes");
+    // Every holder sends to every far entry where m = nr: one mask.
+    held_mask.clear();
+    if (mm == nr) {
+      std::vector<uint32_t> sorted(held_dense);
+      std::sort(sorted.begin(), sorted.end());
+      for (uint32_t sd : sorted) {
+        if (held_mask.empty() || held_mask.back().first != sd >> 6)
+          held_mask.emplace_back(sd >> 6, 0);
+        held_mask.back().second |= uint64_t{1} << (sd & 63);
+      }
+    }
+    for (uint32_t e : far) {
+      const uint32_t dd = t.dt->dense[e];
+      add_to(acc[dd].recv, total, "max_recv_bytes");
+      add_to(acc[dd].recv_inter, total, "max_host_recv_bytes");
+      if (counts) {
+        (*counts)[dd].recv_pieces += copies * m;
+        (*counts)[dd].regions += copies * m;
+      }
+      uint64_t* row = bits.data() + size_t{dd} * words;
+      const size_t r = e % nr;
+      if (mm == nr)
+        for (const auto& [w, v] : held_mask) row[w] |= v;
+      else
+        for (size_t j = 0, k = r; j < mm; ++j, k = k + 1 == nr ? 0 : k + 1)
+          row[held_dense[k] >> 6] |= uint64_t{1} << (held_dense[k] & 63);
+      if (track_pairs)
+        for (size_t j = 0, k = r; j < mm; ++j, k = k + 1 == nr ? 0 : k + 1)
+          add_pair(held_dense[k], dd, chunk[j]);
+    }
+    group_pieces += K * m;
+  };
   // Destination cell c of t (tiled, one summand on both sides), as
   // Enumerator::recv enumerates each of its entries, but with the cover and
   // each region's route computed once for the cell (both depend on the cell
@@ -864,11 +1003,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         several[by_host_cell[i].second - b0] = several[by_host_cell[i - 1].second - b0] = 1;
     bool slots = false;
     en.cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool own) {
-      if (!en.route(t, c, region, h, n, route)) {
-        for (uint32_t i = b0; i < b1; ++i)
-          assign_stats(t, dg.cell_entries[i], region, h, n, own, 0, esum, copies, group_pieces);
-        return;
-      }
+      if (!en.route(t, c, region, h, n, route))
+        return assign_cell_stats(t, b0, b1, region, h, n, own, esum, copies, group_pieces);
       if (route.reduce) fail(ErrorCode::kInternal, "statistics: a reduce route in one summand");
       if (!slots) {
         for (uint32_t i = b0; i < b1; ++i) slot[i - b0] = en.host_slot(t, dg.cell_entries[i], c);
