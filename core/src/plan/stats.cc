@@ -808,15 +808,50 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // N/16 entries a cell), and each entry's own figures are the region's
   // whole bytes, all across hosts and processes. Other entries go through
   // assign_stats one by one.
-  std::vector<uint32_t> far;                  // far entries of the cell
+  std::vector<uint32_t> far;                    // far entries of the cell
   std::vector<int32_t> near_hosts, near_procs;  // the holders', sorted
   std::vector<int64_t> near_devices;
   std::vector<int64_t> chunk, held_bytes, held_pieces, residue_count;
   std::vector<uint32_t> residues, held_dense;
   std::vector<std::pair<size_t, uint64_t>> held_mask;  // (word, bits) of every holder
+  // The stage-0 stream bytes of far entries, kept per destination row of
+  // pair_bytes' table and added a row at a time (flush_rows, at most
+  // kRowsPending waiting): added where they arise, each of a cell's
+  // entries' m streams missed the cache (holders and entries are strided
+  // over a table of N/2 x N/2 streams), most of the statistics' time at
+  // 16,384 devices. A batch: a region's holders' columns (nr, rotated per
+  // entry by its residue) and the bytes of its m pieces.
+  struct RowBatch {
+    size_t cols, chunks, nr, m;
+  };
+  constexpr uint32_t kUnbatched = UINT32_MAX;
+  constexpr size_t kRowsPending = size_t{1} << 22;
+  std::vector<int32_t> row_cols;
+  std::vector<int64_t> row_chunks;
+  std::vector<RowBatch> row_batches;
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> row_adds;  // (batch, residue)
+  size_t rows_pending = 0;
+  auto flush_rows = [&] {
+    for (size_t dd = 0; dd < row_adds.size(); ++dd) {
+      if (row_adds[dd].empty()) continue;
+      int64_t* row = pair_bytes.row(static_cast<uint32_t>(dd));
+      for (const auto& [b, r] : row_adds[dd]) {
+        const RowBatch& rb = row_batches[b];
+        const int32_t* cols = row_cols.data() + rb.cols;
+        const int64_t* bytes = row_chunks.data() + rb.chunks;
+        for (size_t j = 0, k = r; j < rb.m; ++j, k = k + 1 == rb.nr ? 0 : k + 1)
+          add_to(row[cols[k]], bytes[j], "network_bytes");
+      }
+      row_adds[dd].clear();
+    }
+    row_cols.clear();
+    row_chunks.clear();
+    row_batches.clear();
+    rows_pending = 0;
+  };
   auto assign_cell_stats = [&](const TensorCtx& t, uint32_t b0, uint32_t b1, const Box& region,
-                               const uint32_t* R, size_t nr, bool own, int64_t esum,
-                               int64_t copies, int64_t& group_pieces) {
+                               const uint32_t* R, size_t nr, bool own, int64_t esum, int64_t copies,
+                               int64_t& group_pieces) {
     const Geometry& dg = *t.dg;
     auto one_by_one = [&] {
       for (uint32_t i = b0; i < b1; ++i)
@@ -904,6 +939,22 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     }
     add_to(st.cross_host_bytes, all, "cross_host_bytes");
     add_to(st.cross_process_bytes, all, "cross_process_bytes");
+    // The streams' bytes into the table's rows later (flush_rows), where
+    // every holder has a column.
+    uint32_t batch = kUnbatched;
+    if (track_pairs && pair_bytes.dense()) {
+      const size_t at = row_cols.size();
+      for (uint32_t sd : held_dense) row_cols.push_back(pair_bytes.column(sd));
+      if (std::all_of(row_cols.begin() + static_cast<std::ptrdiff_t>(at), row_cols.end(),
+                      [](int32_t col) { return col >= 0; })) {
+        batch = static_cast<uint32_t>(row_batches.size());
+        row_batches.push_back({at, row_chunks.size(), nr, mm});
+        row_chunks.insert(row_chunks.end(), chunk.begin(), chunk.end());
+        if (row_adds.empty()) row_adds.resize(ndev);
+      } else {
+        row_cols.resize(at);
+      }
+    }
     // Every holder sends to every far entry where m = nr: one mask.
     held_mask.clear();
     if (mm == nr) {
@@ -930,10 +981,16 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       else
         for (size_t j = 0, k = r; j < mm; ++j, k = k + 1 == nr ? 0 : k + 1)
           row[held_dense[k] >> 6] |= uint64_t{1} << (held_dense[k] & 63);
-      if (track_pairs)
-        for (size_t j = 0, k = r; j < mm; ++j, k = k + 1 == nr ? 0 : k + 1)
-          add_pair(held_dense[k], dd, chunk[j]);
+      if (!track_pairs) continue;
+      if (batch != kUnbatched && pair_bytes.row(dd)) {
+        row_adds[dd].emplace_back(batch, static_cast<uint32_t>(r));
+        ++rows_pending;
+        continue;
+      }
+      for (size_t j = 0, k = r; j < mm; ++j, k = k + 1 == nr ? 0 : k + 1)
+        add_pair(held_dense[k], dd, chunk[j]);
     }
+    if (rows_pending >= kRowsPending) flush_rows();
     group_pieces += K * m;
   };
   // Destination cell c of t (tiled, one summand on both sides), as
@@ -1378,6 +1435,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     pieces += group_pieces * static_cast<int64_t>(members.size());
     if (guard_stops_here(pieces)) break;
   }
+  flush_rows();
   if (stopped) {
     // The guard takes the single-hop plan (GuardStop): what it reads.
     st.cost_seconds = guard_floor;
