@@ -725,13 +725,41 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     }
     group_pieces += m;
   };
+  // A region's holders' hosts, processes and devices, sorted: whether an
+  // entry is "far" (none of them on its host, in its process or on its
+  // device), in time logarithmic in the holders. For a far entry
+  // Enumerator::assign looks no nearer than every holder.
+  struct HolderSets {
+    std::vector<int32_t> hosts, procs;
+    std::vector<int64_t> devices;
+    void set(const TensorCtx& t, const uint32_t* R, size_t nr) {
+      hosts.clear();
+      procs.clear();
+      devices.clear();
+      for (size_t k = 0; k < nr; ++k) {
+        hosts.push_back(t.st->host[R[k]]);
+        procs.push_back(t.st->process[R[k]]);
+        devices.push_back(t.sg->devices[R[k]]);
+      }
+      std::sort(hosts.begin(), hosts.end());
+      std::sort(procs.begin(), procs.end());
+      std::sort(devices.begin(), devices.end());
+    }
+    bool far(const TensorCtx& t, uint32_t e) const {
+      auto has = [](const auto& v, auto x) { return std::binary_search(v.begin(), v.end(), x); };
+      return !has(hosts, t.dt->host[e]) && !has(procs, t.dt->process[e]) &&
+             !has(devices, t.dg->devices[e]);
+    }
+  };
+  HolderSets region_holders;
   // Enumerator::assign for one summand on both sides: the piece(s) of
   // `region` for entry e from the holders R[0..nr), as stage-0 pieces of
-  // band `band`, to account(). False when no holder is listed.
+  // band `band`, to account(). False when no holder is listed. `sets`, when
+  // given, are R's (HolderSets).
   std::vector<uint32_t> near;
   auto assign_stats = [&](const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* R,
                           size_t nr, bool own, uint32_t band, int64_t esum, int64_t copies,
-                          int64_t& group_pieces) {
+                          int64_t& group_pieces, const HolderSets* sets = nullptr) {
     if (nr == 0) return false;
     const Geometry& sg = *t.sg;
     const int64_t dev = t.dg->devices[e];
@@ -742,7 +770,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       return true;
     }
     x.forced = false;
-    for (size_t i = 0; i < nr; ++i)
+    const bool far = sets && sets->far(t, e);
+    for (size_t i = 0; i < nr && !far; ++i)
       if (sg.devices[R[i]] == dev) {
         x.src_entry = R[i];
         x.local = true;
@@ -752,7 +781,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     x.local = false;
     const uint32_t* N = R;
     size_t nn = nr;
-    for (int level = 0; level < 2; ++level) {
+    for (int level = 0; level < 2 && !far; ++level) {
       near.clear();
       for (size_t i = 0; i < nr; ++i)
         if (level == 0 ? t.st->process[R[i]] == t.dt->process[e]
@@ -808,9 +837,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // N/16 entries a cell), and each entry's own figures are the region's
   // whole bytes, all across hosts and processes. Other entries go through
   // assign_stats one by one.
-  std::vector<uint32_t> far;                    // far entries of the cell
-  std::vector<int32_t> near_hosts, near_procs;  // the holders', sorted
-  std::vector<int64_t> near_devices;
+  std::vector<uint32_t> far;  // far entries of the cell
   std::vector<int64_t> chunk, held_bytes, held_pieces, residue_count;
   std::vector<uint32_t> residues, held_dense;
   std::vector<std::pair<size_t, uint64_t>> held_mask;  // (word, bits) of every holder
@@ -853,9 +880,15 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                                const uint32_t* R, size_t nr, bool own, int64_t esum, int64_t copies,
                                int64_t& group_pieces) {
     const Geometry& dg = *t.dg;
+    // Entries one by one, far ones without a scan of the holders (a
+    // replicated norm from every trainer of a stage, too small to split,
+    // to every inference device scanned N/8 holders per entry).
+    const bool sets = nr >= 8 && b1 - b0 >= 2;
+    if (sets) region_holders.set(t, R, nr);
     auto one_by_one = [&] {
       for (uint32_t i = b0; i < b1; ++i)
-        assign_stats(t, dg.cell_entries[i], region, R, nr, own, 0, esum, copies, group_pieces);
+        assign_stats(t, dg.cell_entries[i], region, R, nr, own, 0, esum, copies, group_pieces,
+                     sets ? &region_holders : nullptr);
     };
     // Enumerator::split's cut for nn = nr holders (the far entries').
     if (nr < 2 || !dense_pairs || b1 - b0 < 2 || region.rank == 0 ||
@@ -872,23 +905,11 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     const int64_t ext = region.extent(dim);
     const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nr));
     if (m <= 1) return one_by_one();
-    near_hosts.clear();
-    near_procs.clear();
-    near_devices.clear();
-    for (size_t k = 0; k < nr; ++k) {
-      near_hosts.push_back(t.st->host[R[k]]);
-      near_procs.push_back(t.st->process[R[k]]);
-      near_devices.push_back(t.sg->devices[R[k]]);
-    }
-    std::sort(near_hosts.begin(), near_hosts.end());
-    std::sort(near_procs.begin(), near_procs.end());
-    std::sort(near_devices.begin(), near_devices.end());
-    auto has = [](const auto& v, auto x) { return std::binary_search(v.begin(), v.end(), x); };
+    if (!sets) region_holders.set(t, R, nr);
     far.clear();
     for (uint32_t i = b0; i < b1; ++i) {
       const uint32_t e = dg.cell_entries[i];
-      if (has(near_hosts, t.dt->host[e]) || has(near_procs, t.dt->process[e]) ||
-          has(near_devices, dg.devices[e]))
+      if (!region_holders.far(t, e))
         assign_stats(t, e, region, R, nr, own, 0, esum, copies, group_pieces);
       else
         far.push_back(e);
@@ -1075,6 +1096,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           stream_at.assign(m * m * 2, Stamped{});
         }
       }
+      region_holders.set(t, h, n);
       const size_t np = route.parts.size();
       part_bands.resize(np);
       part_holders.clear();
@@ -1093,7 +1115,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         const size_t hi = slot[i - b0];
         const int64_t ri = recv_index[hi - route.cell_begin];
         if (ri < 0) {  // a holder on e's host
-          assign_stats(t, e, region, h, n, own, 0, esum, copies, group_pieces);
+          assign_stats(t, e, region, h, n, own, 0, esum, copies, group_pieces, &region_holders);
           continue;
         }
         const auto idx = static_cast<size_t>(ri);
@@ -1110,13 +1132,14 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
               const bool shared = route.cross && route.part_host[j] >= 0;
               const uint32_t* hs = shared ? part_holders.data() + holder_begin[j] : h;
               const size_t nh = shared ? holder_begin[j + 1] - holder_begin[j] : n;
+              const HolderSets* sets = shared ? nullptr : &region_holders;
               bool ok = true;
               if (!several[i - b0] && !(route.cross && route.part_entry[j] >= 0))
-                ok = assign_stats(t, e, part, hs, nh, cut, 0, esum, copies, group_pieces);
+                ok = assign_stats(t, e, part, hs, nh, cut, 0, esum, copies, group_pieces, sets);
               else
                 bands.each(part, [&](const Box& sub, uint32_t band) {
                   ok &= assign_stats(t, e, sub, hs, nh, cut || !(sub == part), band, esum, copies,
-                                     group_pieces);
+                                     group_pieces, sets);
                 });
               if (!ok) fail(ErrorCode::kInternal, "statistics: a route part without holders");
               continue;
