@@ -796,14 +796,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     // Enumerator::split: evenly along the first dimension with nn elements
     // (else the longest) when the piece is at least split_min_bytes.
     if (nn > 1 && region.volume() * t.esize >= o.split_min_bytes && region.rank > 0) {
-      int dim = -1;
-      for (int d = 0; d < region.rank && dim < 0; ++d)
-        if (region.extent(d) >= static_cast<int64_t>(nn)) dim = d;
-      if (dim < 0) {
-        dim = 0;
-        for (int d = 1; d < region.rank; ++d)
-          if (region.extent(d) > region.extent(dim)) dim = d;
-      }
+      const int dim = split_dim(region, nn);
       const int64_t ext = region.extent(dim);
       const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nn));
       if (m > 1 && band == 0) {
@@ -894,14 +887,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     if (nr < 2 || !dense_pairs || b1 - b0 < 2 || region.rank == 0 ||
         region.volume() * t.esize < o.split_min_bytes)
       return one_by_one();
-    int dim = -1;
-    for (int d = 0; d < region.rank && dim < 0; ++d)
-      if (region.extent(d) >= static_cast<int64_t>(nr)) dim = d;
-    if (dim < 0) {
-      dim = 0;
-      for (int d = 1; d < region.rank; ++d)
-        if (region.extent(d) > region.extent(dim)) dim = d;
-    }
+    const int dim = split_dim(region, nr);
     const int64_t ext = region.extent(dim);
     const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nr));
     if (m <= 1) return one_by_one();
