@@ -7,6 +7,7 @@
 // tests (check_stats) compare the statistics with the parts themselves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -331,6 +332,51 @@ TEST(PlanStatsFastPath, UnevenHolderFleetsMatchTheEnumeration) {
     crossed += st.stages == 3 || (st.stages == 2 && members == 1);
   }
   EXPECT_GT(crossed, cases / 4) << "cases relayed across hosts";
+}
+
+// A replicated source split over many destination entries (stats.cc,
+// assign_cell_stats: the entries of a cell with no holder on their device,
+// process or host taken together, per residue of the entry modulo the
+// holders): 1-3 shards x 2-9 copies, 1-3 devices a host, to an r x k mesh
+// of up to 12 x 3 that starts inside the holders (entries local, in a
+// holder's process or on its host, beside far ones) or past them; extents
+// of 3-40 (pieces cut unevenly, fewer pieces than holders), single-hop and
+// relayed, budgets.
+TEST(PlanStatsFastPath, ReplicasSplitOverManyEntriesMatchTheEnumeration) {
+  std::mt19937_64 rng(20261129);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int cases = scaled_cases(200);
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t shards = uni(1, 3), copies = uni(2, 9), per_host = uni(1, 3);
+    const int64_t holders = shards * copies, receiving = uni(2, 12), members = uni(1, 3);
+    const int64_t first = uni(0, 1) ? uni(0, holders - 1) : holders + uni(0, 2);
+    PlanInput in;
+    const bool shared_procs = uni(0, 1) == 1;
+    for (int64_t d = 0; d < std::max(holders, first + receiving * members); ++d) {
+      const auto h = static_cast<int32_t>(d / per_host);
+      in.topology.add({d, shared_procs ? h : static_cast<int32_t>(d), h, 0});
+    }
+    const int rank = static_cast<int>(uni(1, 3));
+    std::vector<int64_t> shape;
+    for (int d = 0; d < rank; ++d) shape.push_back(uni(3, 40));
+    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+    src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+    std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
+    if (members > 1) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
+    const FleetLayouts f{shape, named(mesh({"a", "c"}, {shards, copies}, 0), src_dims),
+                         named(mesh({"r", "k"}, {receiving, members}, first), dst_dims)};
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
+    add_tensors(in, f, {dtypes[uni(0, 2)], dtypes[uni(0, 2)]});
+    in.options.split_min_bytes = uni(0, 3) == 0 ? 1024 : 16;
+    in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
+    in.options.relays = uni(0, 1) == 1;
+    const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(in));
+  }
 }
 
 // Partial sources on 2-3 holder hosts (planner version 13: chains across

@@ -73,6 +73,12 @@ class PairBytes {
     }
     return fresh;
   }
+  // While the table is in use: destination dd's row of it (null where dd
+  // has none), indexed by column(sd) (-1 where sd has none).
+  int64_t* row(uint32_t dd) {
+    return dense_ && row_base_[dd] >= 0 ? table_.data() + row_base_[dd] : nullptr;
+  }
+  int32_t column(uint32_t sd) const { return dense_ ? col_of_[sd] : -1; }
   // The bytes of stream sd -> dd (0: none).
   int64_t get(uint32_t sd, uint32_t dd) const {
     if (dense_ && in_table(sd, dd)) return table_[index(sd, dd)];

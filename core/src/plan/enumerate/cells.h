@@ -130,6 +130,17 @@ void Enumerator::assign(const TensorCtx& t, uint32_t e, const Box& region, const
   }
 }
 
+// The dimension a split of `region` (rank > 0) over n replicas cuts: its
+// first with at least n elements, else its longest.
+inline int split_dim(const Box& region, size_t n) {
+  for (int d = 0; d < region.rank; ++d)
+    if (region.extent(d) >= static_cast<int64_t>(n)) return d;
+  int dim = 0;
+  for (int d = 1; d < region.rank; ++d)
+    if (region.extent(d) > region.extent(dim)) dim = d;
+  return dim;
+}
+
 // Splits `region` evenly across the replicas R[0..nr) along its first
 // dimension with at least nr elements (else its longest), part j from
 // replica (j + e) % nr. Returns false (nothing emitted) when the piece is
@@ -139,17 +150,7 @@ bool Enumerator::split(const TensorCtx& t, uint32_t e, const Box& region, const 
                        size_t nr, F&& f) {
   const int64_t bytes = region.volume() * t.esize;
   if (bytes < options_.split_min_bytes || region.rank == 0) return false;
-  int dim = -1;
-  for (int d = 0; d < region.rank; ++d)
-    if (region.extent(d) >= static_cast<int64_t>(nr)) {
-      dim = d;
-      break;
-    }
-  if (dim < 0) {
-    dim = 0;
-    for (int d = 1; d < region.rank; ++d)
-      if (region.extent(d) > region.extent(dim)) dim = d;
-  }
+  const int dim = split_dim(region, nr);
   const int64_t ext = region.extent(dim);
   const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nr));
   if (m <= 1) return false;
