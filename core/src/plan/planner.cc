@@ -124,8 +124,10 @@ namespace {
 // stages are cut into rounds for pipelining, with or without a staging
 // budget (plan/rounds.h, RoundRule), and the estimate counts those rounds;
 // 25: the estimate's forward lag; 26: under the device rule, cross_layout
-// counts a host's sending devices by what its busiest holder device holds).
-constexpr uint64_t kPlannerVersion = 26;
+// counts a host's sending devices by what its busiest holder device holds;
+// 27: the device rule also lays out cells on more receiving hosts than the
+// source spans).
+constexpr uint64_t kPlannerVersion = 27;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
