@@ -680,6 +680,36 @@ TEST(PlanRelays, FewHolderDevicesOfAHostSendTheirShareOnce) {
   EXPECT_TRUE(check_destinations(plan, buffers).ok());
 }
 
+// More receiving hosts than the source spans, each needing a column block
+// on one device per host (FSDP over 2 hosts of 8 -> dp6 x tp8 over 6 hosts
+// of 8: every cell crosses). Laid out by the device rule, each cell enters
+// every receiving host, so each host's devices forward one sixth of their
+// cells apiece; the chunked sequence handed each whole cell to one host,
+// whose one device forwarded it to the 5 others: 4x the device bound, and
+// the single-hop guard then went single-hop (also 4x). Bound by hand: the
+// cell is V / 8 = 1 MiB; a holder device sends its 1/16 of the tensor's
+// direct part d and its entry part once, and the water-filling puts every
+// device at 3/4 of a cell (768 KiB).
+TEST(PlanRelays, CellsOnMoreHostsThanTheSourceSpreadTheirForwardingOverDevices) {
+  std::vector<int32_t> hosts;
+  for (int32_t d = 0; d < 64; ++d) hosts.push_back(d / 8);
+  const PlanInput in =
+      one_tensor({1024, 4096}, DType::kBF16, named(mesh({"a"}, {16}, 0), {{"a"}, {}}),
+                 named(mesh({"dp", "tp"}, {6, 8}, 16), {{}, {"tp"}}), hosts);
+  const Plan plan = make_plan(in);
+  const PlanStats& st = plan.stats();
+  const int64_t cell = 1024 * 512 * 2;
+  EXPECT_EQ(st.lower_bound_max_send_bytes, cell * 3 / 4);
+  EXPECT_TRUE(relays_across(in));
+  EXPECT_LE(static_cast<double>(st.max_send_bytes), 1.05 * static_cast<double>(cell * 3 / 4))
+      << st.max_send_bytes << " bytes from the busiest device";
+  EXPECT_EQ(st.max_host_recv_bytes, 8 * cell);
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views);
+  EXPECT_TRUE(check_destinations(plan, buffers).ok());
+}
+
 // Relays for explicit destination layouts (checkpoint-style boxes): the
 // entries with equal boxes form a cell and relay like a tiled cell — inside
 // hosts, and across hosts when few holders feed many hosts. Fleets as in

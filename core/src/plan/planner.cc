@@ -128,7 +128,8 @@ namespace {
 // counts a host's sending devices by what its busiest holder device holds;
 // 27: the estimate's stall of a stage behind earlier stages on the links
 // they share, by its share of their messages; a pipelined plan numbers its
-// forwards' rounds late, RoundRule::round_number).
+// forwards' rounds late, RoundRule::round_number; the device rule also lays
+// out cells on more receiving hosts than the source spans).
 constexpr uint64_t kPlannerVersion = 27;
 
 std::string shape_str(const std::vector<int64_t>& s) {

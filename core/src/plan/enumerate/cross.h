@@ -397,6 +397,15 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
     L.for_devices = by_device && t.device_cross;
     L.crosses = by_host || L.for_devices;
     if (!L.crosses) return L;
+  } else {
+    // More receiving hosts than the source spans: the cell crosses. Where
+    // each receiving host has one device in the cell, the chunked sequence
+    // hands a whole cell to one host, whose one device forwards all of it;
+    // the device rule (where the estimate takes it) enters every region
+    // into every receiving host, so that each destination device forwards
+    // its cell's share once per other host. Cells of several devices per
+    // host share the forwarding over their sub-runs already.
+    L.for_devices = t.device_cross && most_members == 1;
   }
   std::map<std::vector<int32_t>, std::vector<int64_t>> cum;
   share_targets(classes, cum);

@@ -125,9 +125,16 @@ inline bool Enumerator::crosses_few(const TensorCtx& t) {
 inline bool Enumerator::device_crosses(const TensorCtx& t) {
   TensorCtx on = t;
   on.device_cross = true;
-  return any_few_cell(t, [&](size_t c, size_t b, size_t e) {
-    return cross_gate(on, c, b, e) && cross_layout(on, c, b, e).for_devices;
-  });
+  // Every cell needed on several hosts: on more receiving hosts than the
+  // source spans a cell always crosses, and the rule chooses its layout.
+  const CellHosts& ch = cell_hosts(t);
+  for (size_t c = 0; c + 1 < ch.cell_offsets.size(); ++c) {
+    const size_t b = ch.cell_offsets[c], e = ch.cell_offsets[c + 1];
+    if (e - b < 2) continue;
+    if (t.dg->cell_offsets[c] == t.dg->cell_offsets[c + 1] || cell_box(t, c).empty()) continue;
+    if (cross_gate(on, c, b, e) && cross_layout(on, c, b, e).for_devices) return true;
+  }
+  return false;
 }
 
 }  // namespace reshard::planning

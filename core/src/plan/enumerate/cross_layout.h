@@ -201,11 +201,12 @@ struct CrossLayout {
   // already loads the busiest NIC within kCrossGain of what each receiving
   // host takes in anyway (cross_gate): the group goes single-hop.
   bool crosses = true;
-  // Laid out by the device rule (TensorCtx::device_cross): single-hop
-  // would load a holder device above kCrossGain times the largest cell of
-  // the group; the group crosses (whatever the host rule says) with every
-  // region cut into a run per receiving host and the direct parts
-  // water-filled over devices.
+  // Laid out by the device rule (TensorCtx::device_cross): on no more
+  // receiving hosts than the source spans, where single-hop would load a
+  // holder device above kCrossGain times the largest cell of the group (the
+  // group then crosses whatever the host rule says); on more, wherever the
+  // estimate takes the rule. Every region is cut into a run per receiving
+  // host and the direct parts water-filled over devices.
   bool for_devices = false;
   bool small_cross = true;  // false: the chunked sequence goes single-hop (α–β)
   int64_t Ns = 0, ms = 0;   // the chunked sequence: elements, chunks

@@ -295,10 +295,10 @@ class Enumerator {
   // the source and crosses by cross_gate (the statistics' fast path applies
   // to no such tensor).
   bool crosses_few(const TensorCtx& t);
-  // Whether some cell of the tensor spanning at least 2 and no more hosts
-  // than the source is laid out by the device rule with
-  // TensorCtx::device_cross on (CrossLayout::for_devices; its plan then
-  // differs: Context::decide_device_cross tries those groups).
+  // Whether some cell of the tensor needed on at least 2 hosts is laid out
+  // by the device rule with TensorCtx::device_cross on
+  // (CrossLayout::for_devices; its plan then differs:
+  // Context::decide_device_cross tries those groups).
   bool device_crosses(const TensorCtx& t);
   // Whether f(cell, cell_begin, cell_end) holds for some non-empty cell of
   // the tensor on at least 2 and no more hosts than the source spans.
