@@ -198,16 +198,16 @@ TEST(PlanRounds, CutsInsideAPieceFallBetweenRows) {
 }
 
 // Invariant: a pipelined plan numbers a forward's rounds late (rounds.h,
-// RoundRule::round_number). In rl_sync_uneven_replicas_4_to_2_hosts without
-// a budget every stream spans at most its stage's K_t rounds, so stage
+// RoundRule::round_number). In tests/mpi/specs/psum_chain_4_hosts.json (six
+// stages, pipelined by the estimate) without a budget every stream spans at
+// most its stage's K_t rounds, so stage
 // t > 0 has K_t rounds and a forward of n rounds numbers its round l as
 // ceil((l + 1) K_t / n) - 1, its last being K_t - 1; stage 0 numbers
 // 0, 1, ... Numbered from 0, a forward of fewer rounds waits at the head of
 // its device's rounds for the last rounds of the stage before.
 TEST(PlanRounds, ForwardsAreNumberedLateOverTheirStage) {
-  PlanInput in = load_spec(std::string(RESHARD_SOURCE_DIR) +
-                           "/bench/specs/rl_sync_uneven_replicas_4_to_2_hosts.json")
-                     .input;
+  PlanInput in =
+      load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/psum_chain_4_hosts.json").input;
   in.options.staging_budget_bytes = 0;
   const Plan plan = make_plan(in);
   std::map<StreamKey, std::vector<uint32_t>> rounds;
