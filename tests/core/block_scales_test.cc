@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/device_path_testing.h"
+#include "core/spec_refusal.h"
 #include "core/thread_transport.h"
 #include "reshard/cast.h"
 #include "reshard/engine.h"
@@ -307,19 +308,6 @@ std::string one(const std::string& src, const std::string& dst) {
          src + R"(, "dst": )" + dst + "}]}";
 }
 
-void expect_error(const std::string& spec, ErrorCode code, const std::string& field,
-                  const std::string& words) {
-  try {
-    const Spec s = parse_spec(spec);
-    (void)make_plan(s.input);
-    FAIL() << "accepted: " << spec;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_EQ(std::string(e.what()).rfind(field, 0), 0u) << e.what();
-    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-  }
-}
-
 // Invariant: every bad "scales" is refused, the field named.
 TEST(BlockScales, SpecErrorsNameTheField) {
   const std::string src = R"({"mesh": "a", "spec": ["x", null]})";
@@ -333,30 +321,37 @@ TEST(BlockScales, SpecErrorsNameTheField) {
   EXPECT_EQ(ok.input.tensors[1].shape, (std::vector<int64_t>{2, 2}));
   (void)make_plan(ok.input);
   const std::string f = "tensors[0].dst.scales";
-  expect_error(one(src, dst(R"({"name": "w.s", "block": [128]})")), ErrorCode::kInvalidArgument,
-               f + ".block", "has 1 extents, the tensor has rank 2");
-  expect_error(one(src, dst(R"({"name": "w.s", "block": [128, 0]})")), ErrorCode::kInvalidArgument,
-               f + ".block[1]", "at least 1");
-  expect_error(one(src, dst(R"({"name": "w.s", "block": [128, 128]})", "bf16")),
-               ErrorCode::kUnsupported, f, "f8e4m3 or f8e5m2, not bf16");
-  expect_error(one(src, R"({"mesh": "b", "spec": [null, "y"], "scales": {"name": "w.s",
+  testing::expect_spec_refused(one(src, dst(R"({"name": "w.s", "block": [128]})")),
+                               ErrorCode::kInvalidArgument, f + ".block",
+                               "has 1 extents, the tensor has rank 2");
+  testing::expect_spec_refused(one(src, dst(R"({"name": "w.s", "block": [128, 0]})")),
+                               ErrorCode::kInvalidArgument, f + ".block[1]", "at least 1");
+  testing::expect_spec_refused(one(src, dst(R"({"name": "w.s", "block": [128, 128]})", "bf16")),
+                               ErrorCode::kUnsupported, f, "f8e4m3 or f8e5m2, not bf16");
+  testing::expect_spec_refused(
+      one(src, R"({"mesh": "b", "spec": [null, "y"], "scales": {"name": "w.s",
                     "block": [128, 128]}})"),
-               ErrorCode::kUnsupported, f, "f8e4m3 or f8e5m2, not bf16");
-  expect_error(one(src, dst(R"({"name": "w.s", "block": [128, 128], "dtype": "f8e4m3"})")),
-               ErrorCode::kUnsupported, f + ".dtype", "e8m0");
-  expect_error(one(src, dst(R"({"name": "w", "block": [128, 128]})")), ErrorCode::kInvalidArgument,
-               f + ".name", "duplicate tensor name \"w\"");
-  expect_error(one(src, dst(R"({"name": "w.s", "blocks": [128, 128]})")),
-               ErrorCode::kInvalidArgument, f + ".blocks", "did you mean \"block\"");
-  expect_error(one(src, dst(R"({"block": [128, 128]})")), ErrorCode::kInvalidArgument, f, "name");
-  expect_error(
+      ErrorCode::kUnsupported, f, "f8e4m3 or f8e5m2, not bf16");
+  testing::expect_spec_refused(
+      one(src, dst(R"({"name": "w.s", "block": [128, 128], "dtype": "f8e4m3"})")),
+      ErrorCode::kUnsupported, f + ".dtype", "e8m0");
+  testing::expect_spec_refused(one(src, dst(R"({"name": "w", "block": [128, 128]})")),
+                               ErrorCode::kInvalidArgument, f + ".name",
+                               "duplicate tensor name \"w\"");
+  testing::expect_spec_refused(one(src, dst(R"({"name": "w.s", "blocks": [128, 128]})")),
+                               ErrorCode::kInvalidArgument, f + ".blocks",
+                               "did you mean \"block\"");
+  testing::expect_spec_refused(one(src, dst(R"({"block": [128, 128]})")),
+                               ErrorCode::kInvalidArgument, f, "name");
+  testing::expect_spec_refused(
       one(R"({"mesh": "a", "spec": ["x", null], "scales": {"name": "s", "block": [1, 1]}})",
           R"({"mesh": "b", "spec": [null, "y"], "dtype": "f8e4m3"})"),
       ErrorCode::kInvalidArgument, "tensors[0].src.scales", "belong to the destination");
   // A source shard that cuts a block: 256 rows over 2 is 128 each, which
   // cuts blocks of 96 rows.
-  expect_error(one(src, dst(R"({"name": "w.s", "block": [96, 128]})")), ErrorCode::kUnsupported,
-               f + ".block", "cuts a block of [96, 128] in dim 0");
+  testing::expect_spec_refused(one(src, dst(R"({"name": "w.s", "block": [96, 128]})")),
+                               ErrorCode::kUnsupported, f + ".block",
+                               "cuts a block of [96, 128] in dim 0");
 }
 
 // Invariant: make_plan checks a scale tensor built by hand against the
