@@ -401,15 +401,7 @@ TEST(BlockScales, PlanFormatBit) {
   EXPECT_EQ(back.tensors()[0].scale_block, (std::vector<int64_t>{64, 256}));
   EXPECT_EQ(back.fingerprint(), plan.fingerprint());
   EXPECT_EQ(encode_plan(back), bytes);
-  const auto corrupt = [](const std::vector<uint8_t>& b, const std::string& words) {
-    try {
-      (void)decode_plan(b);
-      ADD_FAILURE() << "decoded";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kCorrupt) << e.what();
-      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-    }
-  };
+  const auto corrupt = testing::expect_plan_corrupt;
   std::vector<uint8_t> no_bit = bytes;
   fb::GetMutablePlan(no_bit.data())->mutate_required_features(kPlanFeatureCasts);
   corrupt(no_bit, "tensors[0].scale_tensor: present but required_features lacks the block scales");

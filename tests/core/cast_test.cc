@@ -247,15 +247,7 @@ TEST(Cast, PlanFormatBitAndOldPlans) {
   EXPECT_EQ(back.tensors()[0].dst_dtype, DType::kF8E5M2);
   EXPECT_EQ(back.fingerprint(), plan.fingerprint());
   EXPECT_EQ(encode_plan(back), bytes);
-  const auto corrupt = [](const std::vector<uint8_t>& b, const std::string& words) {
-    try {
-      (void)decode_plan(b);
-      ADD_FAILURE() << "decoded";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kCorrupt) << e.what();
-      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-    }
-  };
+  const auto corrupt = testing::expect_plan_corrupt;
   std::vector<uint8_t> no_bit = bytes;
   fb::GetMutablePlan(no_bit.data())->mutate_required_features(0);
   corrupt(no_bit, "tensors[0].dst_dtype: present but required_features lacks the casts bit");
