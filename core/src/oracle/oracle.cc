@@ -232,7 +232,9 @@ class Generator {
         salt_(static_cast<uint64_t>(tensor_index) * 0x9E3779B1u),
         partial_(tensor.src.partial()),
         summands_(static_cast<uint64_t>(tensor.src.num_summands())),
-        op_(tensor.src.reduce_op()) {}
+        op_(tensor.src.reduce_op()),
+        band_(summands_ == 0 ? 0 : t_.max_exact() / summands_),
+        modulus_(t_.kind == Kind::kUnsigned ? band_ + 1 : 2 * band_ + 1) {}
 
   const Traits& traits() const { return t_; }
   // The destination's (a cast: TensorSpec::dst_dtype).
@@ -269,17 +271,16 @@ class Generator {
   // Partial sources: exact small integers, as int64 (unsigned kinds stay
   // non-negative).
   int64_t summand_value(uint64_t k, uint64_t s) const {
-    const uint64_t m = t_.max_exact();
     if (t_.kind == Kind::kBool) {
       if (op_ == ReduceOp::kMin) return s == k % summands_ ? static_cast<int64_t>(k & 1) : 1;
       return s == k % summands_ ? static_cast<int64_t>(k & 1) : 0;
     }
     if (op_ == ReduceOp::kSum || op_ == ReduceOp::kMean) {
-      const uint64_t b = m / summands_;
-      if (b == 0) return s == 0 ? static_cast<int64_t>(k & 1) : 0;
+      // Summand s of element k: h = k (2s + 1) + s, folded into [-b, b]
+      // ([0, b] unsigned), b = M / summands.
+      if (band_ == 0) return s == 0 ? static_cast<int64_t>(k & 1) : 0;
       const uint64_t h = k * (2 * s + 1) + s;
-      if (t_.kind == Kind::kUnsigned) return static_cast<int64_t>(h % (b + 1));
-      return static_cast<int64_t>(h % (2 * b + 1)) - static_cast<int64_t>(b);
+      return static_cast<int64_t>(h % modulus_) - offset();
     }
     const int64_t base = base_value(k);
     if (s == k % summands_) return base;
@@ -299,9 +300,26 @@ class Generator {
     // Sums stay within [-M, M]; unsigned sums within [0, M] (may exceed
     // int64 for u64, hence the unsigned accumulation).
     uint64_t total = 0;
-    for (uint64_t s = 0; s < summands_; ++s) total += static_cast<uint64_t>(summand_value(k, s));
+    // h grows by 2k + 1 from one summand to the next, so its residue does
+    // too: one division per element instead of one per summand, where no h
+    // wraps (always, for tensors that fit in memory).
+    const uint64_t n = summands_;
+    if (band_ == 0 || modulus_ == 0 || k > (UINT64_MAX - n) / (2 * n)) {
+      for (uint64_t s = 0; s < n; ++s) total += static_cast<uint64_t>(summand_value(k, s));
+      return static_cast<int64_t>(total);
+    }
+    const uint64_t step = (2 * k + 1) % modulus_;
+    const uint64_t offset_bits = static_cast<uint64_t>(offset());
+    uint64_t r = k % modulus_;
+    for (uint64_t s = 0; s < n; ++s) {
+      total += r - offset_bits;
+      r += step;
+      if (r >= modulus_) r -= modulus_;
+    }
     return static_cast<int64_t>(total);
   }
+  // What a residue is shifted by: b for signed and float kinds, 0 unsigned.
+  int64_t offset() const { return t_.kind == Kind::kUnsigned ? 0 : static_cast<int64_t>(band_); }
   // The mean as executors compute it: the exact sum divided once in the
   // accumulation type (f64 for f64, else f32), then rounded to the dtype.
   uint64_t encode_mean(int64_t total) const {
@@ -323,6 +341,8 @@ class Generator {
   bool partial_;
   uint64_t summands_;
   ReduceOp op_;
+  uint64_t band_;     // b = M / summands (sums)
+  uint64_t modulus_;  // 2b + 1, or b + 1 for unsigned kinds
 };
 
 // Fixed-width element access (little-endian hosts); the width is a template
@@ -516,9 +536,12 @@ void check_size(const TensorSpec& tensor, const Layout& layout, size_t entry, si
                                           std::to_string(want));
 }
 
-void add_mismatch(OracleReport& report, size_t max_reported, OracleMismatch m) {
+// `make` builds the mismatch (formatting its values) only when it is kept:
+// a check of a half-done execution counts millions of mismatches.
+template <typename MakeMismatch>
+void add_mismatch(OracleReport& report, size_t max_reported, MakeMismatch&& make) {
   ++report.mismatches;
-  if (report.first.size() < max_reported) report.first.push_back(std::move(m));
+  if (report.first.size() < max_reported) report.first.push_back(make());
 }
 
 // Partial destinations: reduce the summands per element, chunked along dim 0
@@ -572,11 +595,13 @@ void check_partial_destination(const TensorSpec& tensor, uint32_t tensor_index,
             seen[c] = 1;
             cur[c] = bits;
           } else if (cur[c] != bits) {
-            add_mismatch(report, max_reported,
-                         {tensor.name, dst.device(e), unravel(g, shape),
-                          format_value(t, cur[c], true) +
-                              " (same as the other replica of summand " + std::to_string(s) + ")",
-                          format_value(t, bits, true)});
+            add_mismatch(report, max_reported, [&] {
+              return OracleMismatch{tensor.name, dst.device(e), unravel(g, shape),
+                                    format_value(t, cur[c], true) +
+                                        " (same as the other replica of summand " +
+                                        std::to_string(s) + ")",
+                                    format_value(t, bits, true)};
+            });
           }
         });
       }
@@ -593,10 +618,11 @@ void check_partial_destination(const TensorSpec& tensor, uint32_t tensor_index,
       const uint64_t want_bits = gen.expected(g);
       const Value want = decode(t, want_bits);
       if (!value_equal(t, want, total[c]))
-        add_mismatch(
-            report, max_reported,
-            {tensor.name, -1, unravel(g, shape), format_value(t, want_bits, !gen.partial_source()),
-             format_reduced(t, total[c])});
+        add_mismatch(report, max_reported, [&] {
+          return OracleMismatch{tensor.name, -1, unravel(g, shape),
+                                format_value(t, want_bits, !gen.partial_source()),
+                                format_reduced(t, total[c])};
+        });
     }
   }
   for (size_t e = 0; e < dst.num_entries(); ++e) {
@@ -767,9 +793,10 @@ void check_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
       const uint64_t want = expected & mask;
       if (got == want) return;
       if (by_value && value_equal(t, decode(t, want), decode(t, got))) return;
-      add_mismatch(report, max_reported,
-                   {tensor.name, device, unravel(g, tensor.shape), format_value(t, want, !by_value),
-                    format_value(t, got, !by_value)});
+      add_mismatch(report, max_reported, [&] {
+        return OracleMismatch{tensor.name, device, unravel(g, tensor.shape),
+                              format_value(t, want, !by_value), format_value(t, got, !by_value)};
+      });
     };
     if (ref && scaled == nullptr) {
       ref->each_value(gen, box, one);  // a tensor with block scales: cast(x / s)
