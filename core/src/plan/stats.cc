@@ -12,6 +12,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "plan/assign_stats.h"
 #include "plan/bounds.h"
 #include "plan/checked.h"
 #include "plan/context.h"
@@ -682,326 +683,22 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     uint32_t src = 0, stage = 0, band = 0;
     Box box;
   };
-  // The m pieces of `region` for entry e split evenly along `dim` over the
-  // holders N[0..nn) (piece j from N[(j + e) % nn]; Enumerator::split),
-  // stage 0 and band 0, none local: what account() does for each, with
-  // the receiver's figures added once (the statistics of a replicated
-  // source meet m pieces per entry, m up to the replicas).
-  auto split_stats = [&](const TensorCtx& t, uint32_t e, const Box& region, int dim, int64_t m,
-                         const uint32_t* N, size_t nn, int64_t esum, int64_t copies,
-                         int64_t& group_pieces) {
-    const uint32_t dd = t.dt->dense[e];
-    const int32_t host = t.dt->host[e], proc = t.dt->process[e];
-    const int64_t ext = region.extent(dim);
-    const int64_t slab = mul_of(region.volume() / ext, esum, "network_bytes");
-    int64_t recv = 0, recv_inter = 0, cross_proc = 0;
-    uint64_t* row = dense_pairs ? bits.data() + size_t{dd} * words : nullptr;
-    for (int64_t j = 0; j < m; ++j) {
-      const uint32_t src = N[(static_cast<size_t>(j) + e) % nn];
-      const uint32_t sd = t.st->dense[src];
-      const int64_t bytes = mul_of(ext * (j + 1) / m - ext * j / m, slab, "network_bytes");
-      add_to(acc[sd].send, bytes, "max_send_bytes");
-      add_to(recv, bytes, "max_recv_bytes");
-      if (t.st->host[src] != host) {
-        add_to(acc[sd].send_inter, bytes, "max_host_send_bytes");
-        add_to(recv_inter, bytes, "max_host_recv_bytes");
-      }
-      if (t.st->process[src] != proc) add_to(cross_proc, bytes, "cross_process_bytes");
-      if (counts) {
-        (*counts)[sd].send_pieces += copies;
-        (*counts)[sd].regions += copies;
-      }
-      if (track_pairs) add_pair(sd, dd, bytes);
-      if (row)
-        row[sd >> 6] |= uint64_t{1} << (sd & 63);
-      else if (pair_set.insert((uint64_t{sd} << 32) | dd).second)
-        keep_pair();
-    }
-    add_to(acc[dd].recv, recv, "max_recv_bytes");
-    add_to(acc[dd].recv_inter, recv_inter, "max_host_recv_bytes");
-    add_to(st.cross_host_bytes, recv_inter, "cross_host_bytes");
-    add_to(st.cross_process_bytes, cross_proc, "cross_process_bytes");
-    if (counts) {
-      (*counts)[dd].recv_pieces += copies * m;
-      (*counts)[dd].regions += copies * m;
-    }
-    group_pieces += m;
-  };
-  // A region's holders' hosts, processes and devices, sorted: whether an
-  // entry is "far" (none of them on its host, in its process or on its
-  // device), in time logarithmic in the holders. For a far entry
-  // Enumerator::assign looks no nearer than every holder.
-  struct HolderSets {
-    std::vector<int32_t> hosts, procs;
-    std::vector<int64_t> devices;
-    void set(const TensorCtx& t, const uint32_t* R, size_t nr) {
-      hosts.clear();
-      procs.clear();
-      devices.clear();
-      for (size_t k = 0; k < nr; ++k) {
-        hosts.push_back(t.st->host[R[k]]);
-        procs.push_back(t.st->process[R[k]]);
-        devices.push_back(t.sg->devices[R[k]]);
-      }
-      std::sort(hosts.begin(), hosts.end());
-      std::sort(procs.begin(), procs.end());
-      std::sort(devices.begin(), devices.end());
-    }
-    bool far(const TensorCtx& t, uint32_t e) const {
-      auto has = [](const auto& v, auto x) { return std::binary_search(v.begin(), v.end(), x); };
-      return !has(hosts, t.dt->host[e]) && !has(procs, t.dt->process[e]) &&
-             !has(devices, t.dg->devices[e]);
-    }
-  };
-  HolderSets region_holders;
-  // Enumerator::assign for one summand on both sides: the piece(s) of
-  // `region` for entry e from the holders R[0..nr), as stage-0 pieces of
-  // band `band`, to account(). False when no holder is listed. `sets`, when
-  // given, are R's (HolderSets).
-  std::vector<uint32_t> near;
-  auto assign_stats = [&](const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* R,
-                          size_t nr, bool own, uint32_t band, int64_t esum, int64_t copies,
-                          int64_t& group_pieces, const HolderSets* sets = nullptr) {
-    if (nr == 0) return false;
-    const Geometry& sg = *t.sg;
-    const int64_t dev = t.dg->devices[e];
-    Emitted x{R[0], e, region, own, sg.devices[R[0]] == dev, true};
-    x.band = band;
-    if (nr == 1) {
-      account(t, e, x, esum, copies, group_pieces);
-      return true;
-    }
-    x.forced = false;
-    const bool far = sets && sets->far(t, e);
-    for (size_t i = 0; i < nr && !far; ++i)
-      if (sg.devices[R[i]] == dev) {
-        x.src_entry = R[i];
-        x.local = true;
-        account(t, e, x, esum, copies, group_pieces);
-        return true;
-      }
-    x.local = false;
-    const uint32_t* N = R;
-    size_t nn = nr;
-    for (int level = 0; level < 2 && !far; ++level) {
-      near.clear();
-      for (size_t i = 0; i < nr; ++i)
-        if (level == 0 ? t.st->process[R[i]] == t.dt->process[e]
-                       : t.st->host[R[i]] == t.dt->host[e])
-          near.push_back(R[i]);
-      if (!near.empty()) {
-        N = near.data();
-        nn = near.size();
-        break;
-      }
-    }
-    // Enumerator::split: evenly along the first dimension with nn elements
-    // (else the longest) when the piece is at least split_min_bytes.
-    if (nn > 1 && region.volume() * t.esize >= o.split_min_bytes && region.rank > 0) {
-      const int dim = split_dim(region, nn);
-      const int64_t ext = region.extent(dim);
-      const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nn));
-      if (m > 1 && band == 0) {
-        split_stats(t, e, region, dim, m, N, nn, esum, copies, group_pieces);
-        return true;
-      }
-      if (m > 1) {
-        x.own_region = true;
-        for (int64_t j = 0; j < m; ++j) {
-          x.region = region;
-          x.region.lo[dim] = region.lo[dim] + ext * j / m;
-          x.region.hi[dim] = region.lo[dim] + ext * (j + 1) / m;
-          x.src_entry = N[(static_cast<size_t>(j) + e) % nn];
-          account(t, e, x, esum, copies, group_pieces);
-        }
-        return true;
-      }
-    }
-    x.src_entry = N[e % nn];
-    account(t, e, x, esum, copies, group_pieces);
-    return true;
-  };
-  // assign_stats for every entry of a destination cell (entries
-  // cell_entries[b0..b1) of t) and one region held by R[0..nr) (one
-  // summand, band 0), as a whole. An entry with no holder on its device,
-  // process or host ("far") takes the m pieces of split_stats from every
-  // holder at once (Enumerator::split: piece j from R[(j + e) % nr]), so
-  // the far entries differ only in e % nr: each holder's figures add up
-  // per residue (a replicated source meets every entry of the cell: an
-  // MoE sync's trainer replicas, N/128 to N/2 of them, each sending to
-  // N/16 entries a cell), and each entry's own figures are the region's
-  // whole bytes, all across hosts and processes. Other entries go through
-  // assign_stats one by one.
-  std::vector<uint32_t> far;  // far entries of the cell
-  std::vector<int64_t> chunk, held_bytes, held_pieces, residue_count;
-  std::vector<uint32_t> residues, held_dense;
-  std::vector<std::pair<size_t, uint64_t>> held_mask;  // (word, bits) of every holder
-  // The stage-0 stream bytes of far entries, kept per destination row of
-  // pair_bytes' table and added a row at a time (flush_rows, at most
-  // kRowsPending waiting): added where they arise, each of a cell's
-  // entries' m streams missed the cache (holders and entries are strided
-  // over a table of N/2 x N/2 streams), most of the statistics' time at
-  // 16,384 devices. A batch: a region's holders' columns (nr, rotated per
-  // entry by its residue) and the bytes of its m pieces.
-  struct RowBatch {
-    size_t cols, chunks, nr, m;
-  };
-  constexpr uint32_t kUnbatched = UINT32_MAX;
-  constexpr size_t kRowsPending = size_t{1} << 22;
-  std::vector<int32_t> row_cols;
-  std::vector<int64_t> row_chunks;
-  std::vector<RowBatch> row_batches;
-  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> row_adds;  // (batch, residue)
-  size_t rows_pending = 0;
-  auto flush_rows = [&] {
-    for (size_t dd = 0; dd < row_adds.size(); ++dd) {
-      if (row_adds[dd].empty()) continue;
-      int64_t* row = pair_bytes.row(static_cast<uint32_t>(dd));
-      for (const auto& [b, r] : row_adds[dd]) {
-        const RowBatch& rb = row_batches[b];
-        const int32_t* cols = row_cols.data() + rb.cols;
-        const int64_t* bytes = row_chunks.data() + rb.chunks;
-        for (size_t j = 0, k = r; j < rb.m; ++j, k = k + 1 == rb.nr ? 0 : k + 1)
-          add_to(row[cols[k]], bytes[j], "network_bytes");
-      }
-      row_adds[dd].clear();
-    }
-    row_cols.clear();
-    row_chunks.clear();
-    row_batches.clear();
-    rows_pending = 0;
-  };
-  auto assign_cell_stats = [&](const TensorCtx& t, uint32_t b0, uint32_t b1, const Box& region,
-                               const uint32_t* R, size_t nr, bool own, int64_t esum, int64_t copies,
-                               int64_t& group_pieces) {
-    const Geometry& dg = *t.dg;
-    // Entries one by one, far ones without a scan of the holders (a
-    // replicated norm from every trainer of a stage, too small to split,
-    // to every inference device scanned N/8 holders per entry).
-    const bool sets = nr >= 8 && b1 - b0 >= 2;
-    if (sets) region_holders.set(t, R, nr);
-    auto one_by_one = [&] {
-      for (uint32_t i = b0; i < b1; ++i)
-        assign_stats(t, dg.cell_entries[i], region, R, nr, own, 0, esum, copies, group_pieces,
-                     sets ? &region_holders : nullptr);
-    };
-    // Enumerator::split's cut for nn = nr holders (the far entries').
-    if (nr < 2 || !dense_pairs || b1 - b0 < 2 || region.rank == 0 ||
-        region.volume() * t.esize < o.split_min_bytes)
-      return one_by_one();
-    const int dim = split_dim(region, nr);
-    const int64_t ext = region.extent(dim);
-    const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nr));
-    if (m <= 1) return one_by_one();
-    if (!sets) region_holders.set(t, R, nr);
-    far.clear();
-    for (uint32_t i = b0; i < b1; ++i) {
-      const uint32_t e = dg.cell_entries[i];
-      if (!region_holders.far(t, e))
-        assign_stats(t, e, region, R, nr, own, 0, esum, copies, group_pieces);
-      else
-        far.push_back(e);
-    }
-    if (far.empty()) return;
-    const auto K = static_cast<int64_t>(far.size());
-    const int64_t slab = mul_of(region.volume() / ext, esum, "network_bytes");
-    const int64_t total = mul_of(ext, slab, "network_bytes");
-    // Every sum below is at most the far entries' bytes together.
-    const int64_t all = mul_of(total, K, "network_bytes");
-    chunk.resize(static_cast<size_t>(m));
-    for (int64_t j = 0; j < m; ++j)
-      chunk[static_cast<size_t>(j)] = (ext * (j + 1) / m - ext * j / m) * slab;
-    // Per holder k: the bytes and pieces it sends, from each residue's
-    // count of entries (piece j of residue r from holder (j + r) % nr).
-    residue_count.assign(nr, 0);
-    residues.clear();
-    for (uint32_t e : far)
-      if (residue_count[e % nr]++ == 0) residues.push_back(static_cast<uint32_t>(e % nr));
-    held_bytes.assign(nr, 0);
-    held_pieces.assign(nr + 1, 0);  // differences over k
-    const auto mm = static_cast<size_t>(m);
-    for (uint32_t r : residues) {
-      const int64_t cr = residue_count[r];
-      const size_t first = std::min(mm, nr - r);  // pieces before the wrap
-      int64_t* to = held_bytes.data() + r;
-      for (size_t j = 0; j < first; ++j) to[j] += cr * chunk[j];
-      for (size_t j = first; j < mm; ++j) held_bytes[j - first] += cr * chunk[j];
-      held_pieces[r] += cr;
-      held_pieces[r + first] -= cr;
-      if (first < mm) {
-        held_pieces[0] += cr;
-        held_pieces[mm - first] -= cr;
-      }
-    }
-    held_dense.resize(nr);
-    int64_t pieces_of = 0;
-    for (size_t k = 0; k < nr; ++k) {
-      const uint32_t sd = t.st->dense[R[k]];
-      held_dense[k] = sd;
-      pieces_of += held_pieces[k];
-      add_to(acc[sd].send, held_bytes[k], "max_send_bytes");
-      add_to(acc[sd].send_inter, held_bytes[k], "max_host_send_bytes");
-      if (counts) {
-        (*counts)[sd].send_pieces += copies * pieces_of;
-        (*counts)[sd].regions += copies * pieces_of;
-      }
-    }
-    add_to(st.cross_host_bytes, all, "cross_host_bytes");
-    add_to(st.cross_process_bytes, all, "cross_process_bytes");
-    // The streams' bytes into the table's rows later (flush_rows), where
-    // every holder has a column.
-    uint32_t batch = kUnbatched;
-    if (track_pairs && pair_bytes.dense()) {
-      const size_t at = row_cols.size();
-      for (uint32_t sd : held_dense) row_cols.push_back(pair_bytes.column(sd));
-      if (std::all_of(row_cols.begin() + static_cast<std::ptrdiff_t>(at), row_cols.end(),
-                      [](int32_t col) { return col >= 0; })) {
-        batch = static_cast<uint32_t>(row_batches.size());
-        row_batches.push_back({at, row_chunks.size(), nr, mm});
-        row_chunks.insert(row_chunks.end(), chunk.begin(), chunk.end());
-        if (row_adds.empty()) row_adds.resize(ndev);
-      } else {
-        row_cols.resize(at);
-      }
-    }
-    // Every holder sends to every far entry where m = nr: one mask.
-    held_mask.clear();
-    if (mm == nr) {
-      std::vector<uint32_t> sorted(held_dense);
-      std::sort(sorted.begin(), sorted.end());
-      for (uint32_t sd : sorted) {
-        if (held_mask.empty() || held_mask.back().first != sd >> 6)
-          held_mask.emplace_back(sd >> 6, 0);
-        held_mask.back().second |= uint64_t{1} << (sd & 63);
-      }
-    }
-    for (uint32_t e : far) {
-      const uint32_t dd = t.dt->dense[e];
-      add_to(acc[dd].recv, total, "max_recv_bytes");
-      add_to(acc[dd].recv_inter, total, "max_host_recv_bytes");
-      if (counts) {
-        (*counts)[dd].recv_pieces += copies * m;
-        (*counts)[dd].regions += copies * m;
-      }
-      uint64_t* row = bits.data() + size_t{dd} * words;
-      const size_t r = e % nr;
-      if (mm == nr)
-        for (const auto& [w, v] : held_mask) row[w] |= v;
-      else
-        for (size_t j = 0, k = r; j < mm; ++j, k = k + 1 == nr ? 0 : k + 1)
-          row[held_dense[k] >> 6] |= uint64_t{1} << (held_dense[k] & 63);
-      if (!track_pairs) continue;
-      if (batch != kUnbatched && pair_bytes.row(dd)) {
-        row_adds[dd].emplace_back(batch, static_cast<uint32_t>(r));
-        ++rows_pending;
-        continue;
-      }
-      for (size_t j = 0, k = r; j < mm; ++j, k = k + 1 == nr ? 0 : k + 1)
-        add_pair(held_dense[k], dd, chunk[j]);
-    }
-    if (rows_pending >= kRowsPending) flush_rows();
-    group_pieces += K * m;
-  };
+  // The stage-0 pieces a region's holders send, accounted without
+  // enumerating them (assign_stats.h).
+  AssignStats assigned({.ndev = ndev,
+                        .o = &o,
+                        .acc = &acc,
+                        .counts = counts,
+                        .st = &st,
+                        .dense_pairs = dense_pairs,
+                        .words = words,
+                        .bits = &bits,
+                        .pair_set = &pair_set,
+                        .track_pairs = track_pairs,
+                        .pair_bytes = &pair_bytes,
+                        .keep_pair = keep_pair,
+                        .add_pair = add_pair},
+                       account);
   // Destination cell c of t (tiled, one summand on both sides), as
   // Enumerator::recv enumerates each of its entries, but with the cover and
   // each region's route computed once for the cell (both depend on the cell
@@ -1070,7 +767,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     bool slots = false;
     en.cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool own) {
       if (!en.route(t, c, region, h, n, route))
-        return assign_cell_stats(t, b0, b1, region, h, n, own, esum, copies, group_pieces);
+        return assigned.assign_cell(t, b0, b1, region, h, n, own, esum, copies, group_pieces);
       if (route.reduce) fail(ErrorCode::kInternal, "statistics: a reduce route in one summand");
       if (!slots) {
         for (uint32_t i = b0; i < b1; ++i) slot[i - b0] = en.host_slot(t, dg.cell_entries[i], c);
@@ -1084,7 +781,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           stream_at.assign(m * m * 2, Stamped{});
         }
       }
-      region_holders.set(t, h, n);
+      assigned.region_holders().set(t, h, n);
       const size_t np = route.parts.size();
       part_bands.resize(np);
       part_holders.clear();
@@ -1103,7 +800,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         const size_t hi = slot[i - b0];
         const int64_t ri = recv_index[hi - route.cell_begin];
         if (ri < 0) {  // a holder on e's host
-          assign_stats(t, e, region, h, n, own, 0, esum, copies, group_pieces, &region_holders);
+          assigned.assign(t, e, region, h, n, own, 0, esum, copies, group_pieces,
+                          &assigned.region_holders());
           continue;
         }
         const auto idx = static_cast<size_t>(ri);
@@ -1120,14 +818,14 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
               const bool shared = route.cross && route.part_host[j] >= 0;
               const uint32_t* hs = shared ? part_holders.data() + holder_begin[j] : h;
               const size_t nh = shared ? holder_begin[j + 1] - holder_begin[j] : n;
-              const HolderSets* sets = shared ? nullptr : &region_holders;
+              const HolderSets* sets = shared ? nullptr : &assigned.region_holders();
               bool ok = true;
               if (!several[i - b0] && !(route.cross && route.part_entry[j] >= 0))
-                ok = assign_stats(t, e, part, hs, nh, cut, 0, esum, copies, group_pieces, sets);
+                ok = assigned.assign(t, e, part, hs, nh, cut, 0, esum, copies, group_pieces, sets);
               else
                 bands.each(part, [&](const Box& sub, uint32_t band) {
-                  ok &= assign_stats(t, e, sub, hs, nh, cut || !(sub == part), band, esum, copies,
-                                     group_pieces, sets);
+                  ok &= assigned.assign(t, e, sub, hs, nh, cut || !(sub == part), band, esum,
+                                        copies, group_pieces, sets);
                 });
               if (!ok) fail(ErrorCode::kInternal, "statistics: a route part without holders");
               continue;
@@ -1446,7 +1144,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     pieces += group_pieces * static_cast<int64_t>(members.size());
     if (guard_stops_here(pieces)) break;
   }
-  flush_rows();
+  assigned.flush_rows();
   if (stopped) {
     // The guard takes the single-hop plan (GuardStop): what it reads.
     st.cost_seconds = guard_floor;
