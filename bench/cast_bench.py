@@ -12,11 +12,16 @@ Variants, interleaved --repeat times, each executed by
                      by its sender and crosses as 1 byte per element;
   transfer           the same move in bf16 (2 bytes per element), no cast;
   then cast          the destination cast afterwards where it lies (bf16 tp
-                     layout -> the same layout in f8e4m3: local copies only).
+                     layout -> the same layout in f8e4m3: local copies only);
+  with scales        cast on send with DeepSeek-V3's 128x128 f32 block
+                     scales (docs/spec.md "Block scales"): each sender
+                     quantises its shards, values and scales cross.
 
 transfer-then-cast is transfer + then cast. The table gives the bytes on the
-wire (the plan's network_bytes), the median seconds, and the ratio of
-cast-on-send to transfer-then-cast. Every "host" here is a process on one
+wire (the plan's network_bytes), the median seconds, the ratio of
+cast-on-send to transfer-then-cast, and that of with-scales to cast on send
+(what the scales cost). --hidden must be a multiple of 128 (whole blocks in
+every dp shard). Every "host" here is a process on one
 machine: messages are shared-memory copies, so fewer bytes buy less than on
 a network.
 
@@ -33,7 +38,7 @@ from spec_tools import run
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def spec(layers, hidden, dst_dtype, local_cast=False):
+def spec(layers, hidden, dst_dtype, local_cast=False, scales=False):
     meshes = {
         "train": {"axis_names": ["dp"], "shape": [8], "devices": list(range(8)),
                   "processes": [0] * 4 + [1] * 4},
@@ -51,6 +56,8 @@ def spec(layers, hidden, dst_dtype, local_cast=False):
         dst = {"mesh": "infer", "spec": tp}
         if dst_dtype:
             dst["dtype"] = dst_dtype
+        if scales:
+            dst["scales"] = {"name": name + ".scale", "block": [128, 128]}
         src = {"mesh": "infer", "spec": tp} if local_cast else {"mesh": "train", "spec": ["dp", None]}
         tensors.append({"name": name, "shape": shape, "dtype": "bf16", "src": src, "dst": dst})
     return {"meshes": meshes, "tensors": tensors}
@@ -64,13 +71,16 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="interleaved runs per variant")
     ap.add_argument("--iters", type=int, default=3, help="timed iterations per run")
     args = ap.parse_args()
+    if args.hidden % 128:
+        ap.error("--hidden must be a multiple of 128 (the block scales' blocks)")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl_vader_single_copy_mechanism="none")
     env.setdefault("RESHARD_BACKEND_DIR", os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(args.reshard))), "lib"))
     variants = [("cast on send", spec(args.layers, args.hidden, "f8e4m3")),
                 ("transfer", spec(args.layers, args.hidden, None)),
-                ("then cast", spec(args.layers, args.hidden, "f8e4m3", local_cast=True))]
+                ("then cast", spec(args.layers, args.hidden, "f8e4m3", local_cast=True)),
+                ("with scales", spec(args.layers, args.hidden, "f8e4m3", scales=True))]
     times = {name: [] for name, _ in variants}
     wire = {}
     with tempfile.TemporaryDirectory() as d:
@@ -96,8 +106,11 @@ def main():
         print(f"{name:<22}{wire[name]:>20}{med[name]:>12.4f}")
     ttc = med["transfer"] + med["then cast"]
     print(f"{'transfer-then-cast':<22}{wire['transfer'] + wire['then cast']:>20}{ttc:>12.4f}")
+    print(f"{'with scales':<22}{wire['with scales']:>20}{med['with scales']:>12.4f}")
     print(f"cast on send / transfer-then-cast: bytes {wire['cast on send'] / wire['transfer']:.2f}, "
           f"time {med['cast on send'] / ttc:.2f}")
+    print(f"with scales / cast on send: bytes {wire['with scales'] / wire['cast on send']:.3f}, "
+          f"time {med['with scales'] / med['cast on send']:.2f}")
     print("caveat: the processes share one machine; messages are shared-memory copies")
 
 

@@ -93,6 +93,7 @@ constexpr reshard_api_t kApiV1 = {
     .plan_input_flat_device = &reshard_plan_input_flat_device,
     .plan_input_flat_tensor = &reshard_plan_input_flat_tensor,
     .plan_tensor_dst_dtype = &reshard_plan_tensor_dst_dtype,
+    .plan_tensor_scales = &reshard_plan_tensor_scales,
 };
 
 // One assertion per shipped ABI version (ONNX Runtime's pattern): the offset
@@ -146,9 +147,12 @@ static_assert(offsetof(reshard_api_t, plan_input_flat_tensor) == kHeader + 76 * 
 // ABI 1.11: 78 functions, the destination dtype of a plan's tensor added.
 static_assert(offsetof(reshard_api_t, plan_tensor_dst_dtype) == kHeader + 77 * sizeof(void*),
               "ABI 1.11 table layout changed");
-static_assert(sizeof(reshard_api_t) == kHeader + 78 * sizeof(void*),
+// ABI 1.12: 79 functions, the block scales of a plan's tensor added.
+static_assert(offsetof(reshard_api_t, plan_tensor_scales) == kHeader + 78 * sizeof(void*),
+              "ABI 1.12 table layout changed");
+static_assert(sizeof(reshard_api_t) == kHeader + 79 * sizeof(void*),
               "a field was appended: bump RESHARD_ABI_MINOR and add a static_assert for it");
-static_assert(RESHARD_ABI_MINOR == 11);
+static_assert(RESHARD_ABI_MINOR == 12);
 
 }  // namespace
 

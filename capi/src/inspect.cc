@@ -87,6 +87,20 @@ reshard_error_t* reshard_plan_tensor_dst_dtype(const reshard_plan_t* plan, size_
   });
 }
 
+reshard_error_t* reshard_plan_tensor_scales(const reshard_plan_t* plan, size_t tensor,
+                                            int64_t* out_scale_tensor, int64_t* out_block) {
+  return guard([&] {
+    require(plan, "plan");
+    require(out_scale_tensor, "out_scale_tensor");
+    const TensorSpec& t = plan_tensor(plan->plan, tensor);
+    if (t.scale_tensor >= 0) {
+      require(out_block, "out_block");
+      std::copy(t.scale_block.begin(), t.scale_block.end(), out_block);
+    }
+    *out_scale_tensor = t.scale_tensor >= 0 ? t.scale_tensor : -1;
+  });
+}
+
 reshard_error_t* reshard_plan_tensor_rank(const reshard_plan_t* plan, size_t tensor,
                                           size_t* out_rank) {
   return guard([&] {

@@ -73,6 +73,7 @@ void test_version(void) {
   CHECK(api->plan_tensor_name == reshard_plan_tensor_name);
   CHECK(api->plan_tensor_dtype == reshard_plan_tensor_dtype);
   CHECK(api->plan_tensor_dst_dtype == reshard_plan_tensor_dst_dtype);
+  CHECK(api->plan_tensor_scales == reshard_plan_tensor_scales);
   CHECK(api->plan_tensor_rank == reshard_plan_tensor_rank);
   CHECK(api->plan_tensor_shape == reshard_plan_tensor_shape);
   CHECK(api->plan_tensor_num_entries == reshard_plan_tensor_num_entries);
@@ -745,6 +746,7 @@ static const test_group kGroups[] = {
     {"oracle", test_oracle},
     {"flat", test_flat},
     {"casts", test_casts},
+    {"block_scales", test_block_scales},
     {"partial", test_partial},
     {"out_of_memory", test_out_of_memory},
     {"plan_limit", test_plan_limit},

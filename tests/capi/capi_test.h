@@ -98,6 +98,7 @@ void test_destroy_while_executing(void);
 void test_executor_timeout(void);
 void test_oracle(void);
 void test_casts(void);
+void test_block_scales(void);
 void test_flat(void);
 void test_partial(void);
 void test_out_of_memory(void);

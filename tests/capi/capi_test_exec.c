@@ -507,6 +507,99 @@ void test_casts(void) {
   reshard_plan_input_destroy(input);
 }
 
+/* Block scales (ABI 1.12): reshard_plan_tensor_scales names a tensor's
+ * scale tensor and block; the plan executes from C with no source buffers
+ * for the scale tensor, values and scales checked by the oracle; bad
+ * arguments name themselves and leave the outputs untouched. */
+void test_block_scales(void) {
+  static const char kSpec[] =
+      "{\"meshes\": {\"a\": {\"axis_names\": [\"x\"], \"shape\": [2]},"
+      "            \"b\": {\"axis_names\": [\"y\"], \"shape\": [2], \"devices\": [2, 3]}},"
+      " \"tensors\": ["
+      "  {\"name\": \"w\", \"shape\": [256, 6], \"dtype\": \"bf16\","
+      "   \"src\": {\"mesh\": \"a\", \"spec\": [\"x\", null]},"
+      "   \"dst\": {\"mesh\": \"b\", \"spec\": [null, \"y\"], \"dtype\": \"f8e4m3\","
+      "           \"scales\": {\"name\": \"w.scale\", \"block\": [128, 4]}}}]}";
+  reshard_plan_input_t* input = NULL;
+  reshard_plan_t* plan = NULL;
+  reshard_executor_t* executor = NULL;
+  const char* name = NULL;
+  size_t n = 0, t, e;
+  int64_t scale_tensor = -7, block[2] = {-7, -7}, shape[2] = {0, 0};
+  int64_t device = 0, lo[2], hi[2], mismatches = -1;
+  reshard_dtype_t dtype = 0;
+  unsigned char src_mem[2][128 * 6 * 2], dst_mem[2][2][256 * 3];
+  reshard_src_buffer_t src[2];
+  reshard_dst_buffer_t dst[2][2];
+  reshard_tensor_buffers_t buffers[2];
+
+  REQUIRE_OK(reshard_plan_input_from_spec(kSpec, strlen(kSpec), &input));
+  REQUIRE_OK(reshard_plan_create(input, NULL, &plan));
+  CHECK_OK(reshard_plan_num_tensors(plan, &n));
+  CHECK(n == 2);
+  CHECK_OK(reshard_plan_tensor_scales(plan, 0, &scale_tensor, block));
+  CHECK(scale_tensor == 1 && block[0] == 128 && block[1] == 4);
+  /* The scale tensor: f32, ceil(shape / block), no scales of its own (and
+   * out_block neither read nor written). */
+  CHECK_OK(reshard_plan_tensor_name(plan, 1, &name));
+  CHECK(name != NULL && strcmp(name, "w.scale") == 0);
+  CHECK_OK(reshard_plan_tensor_dtype(plan, 1, &dtype));
+  CHECK(dtype == RESHARD_DTYPE_F32);
+  CHECK_OK(reshard_plan_tensor_shape(plan, 1, shape));
+  CHECK(shape[0] == 2 && shape[1] == 2);
+  block[0] = block[1] = -7;
+  CHECK_OK(reshard_plan_tensor_scales(plan, 1, &scale_tensor, block));
+  CHECK(scale_tensor == -1 && block[0] == -7 && block[1] == -7);
+  CHECK_OK(reshard_plan_tensor_scales(plan, 1, &scale_tensor, NULL));
+  CHECK(scale_tensor == -1);
+
+  /* Errors, outputs untouched. */
+  scale_tensor = -7;
+  CHECK_ERR(reshard_plan_tensor_scales(plan, 2, &scale_tensor, block), RESHARD_ERROR_OUT_OF_RANGE,
+            "tensor: 2 >= 2 tensors");
+  CHECK_ERR(reshard_plan_tensor_scales(NULL, 0, &scale_tensor, block),
+            RESHARD_ERROR_INVALID_ARGUMENT, "plan");
+  CHECK_ERR(reshard_plan_tensor_scales(plan, 0, NULL, block), RESHARD_ERROR_INVALID_ARGUMENT,
+            "out_scale_tensor");
+  CHECK_ERR(reshard_plan_tensor_scales(plan, 0, &scale_tensor, NULL),
+            RESHARD_ERROR_INVALID_ARGUMENT, "out_block");
+  CHECK(scale_tensor == -7 && block[0] == -7 && block[1] == -7);
+
+  /* Executed: sources of the values only; the destinations of both. */
+  for (e = 0; e < 2; ++e) {
+    CHECK_OK(reshard_oracle_fill_source(plan, 0, e, src_mem[e], sizeof src_mem[e]));
+    src[e].data = src_mem[e];
+    src[e].bytes = sizeof src_mem[e];
+  }
+  for (t = 0; t < 2; ++t) {
+    const size_t size = t == 0 ? 1 : 4;
+    for (e = 0; e < 2; ++e) {
+      CHECK_OK(reshard_plan_tensor_entry(plan, t, RESHARD_SIDE_DST, e, &device, NULL, lo, hi));
+      memset(dst_mem[t][e], 0x5A, sizeof dst_mem[t][e]);
+      dst[t][e].data = dst_mem[t][e];
+      dst[t][e].bytes = (size_t)((hi[0] - lo[0]) * (hi[1] - lo[1])) * size;
+    }
+    buffers[t].src = t == 0 ? src : NULL;
+    buffers[t].num_src = t == 0 ? 2 : 0;
+    buffers[t].dst = dst[t];
+    buffers[t].num_dst = 2;
+  }
+  /* Entry 1 of the destination (columns 3-6) touches both block columns. */
+  CHECK(dst[1][0].bytes == 2 * 4 && dst[1][1].bytes == 4 * 4);
+  REQUIRE_OK(reshard_executor_create(NULL, &executor));
+  CHECK_OK(reshard_executor_execute(executor, plan, buffers, 2));
+  for (t = 0; t < 2; ++t)
+    for (e = 0; e < 2; ++e) {
+      mismatches = -1;
+      CHECK_OK(reshard_oracle_check_destination(plan, t, e, dst_mem[t][e], dst[t][e].bytes,
+                                                &mismatches));
+      CHECK(mismatches == 0);
+    }
+  reshard_executor_destroy(executor);
+  reshard_plan_destroy(plan);
+  reshard_plan_input_destroy(input);
+}
+
 void test_flat(void) {
   static const char kSpec[] =
       "{\"meshes\": {\"fsdp\": {\"axis_names\": [\"dp\"], \"shape\": [2], \"processes\": [0, 0]},"

@@ -335,18 +335,22 @@ def case_casts():
 
 def case_block_scales():
     # Block scales (docs/spec.md "Block scales"): the ZeRO-3 -> fp8 tp=4
-    # example with 128x128 scales verifies from a plan file (required_features
-    # bit 16), every value and scale against the
-    # oracle's reference quantiser (reshard run over MPI: mpi.cli.scales_*);
-    # a source that cuts a block is refused naming the field.
+    # example with 128x128 scales plans; its test-size copy
+    # (tests/data/zero3_fp8_scales_small.json) verifies from a plan file
+    # (required_features bit 16), every value and scale against the oracle's
+    # reference quantiser (reshard run over MPI: mpi.cli.scales_*); a source
+    # that cuts a block is refused naming the field.
+    out = run("plan", "--spec", spec("zero3_to_tp_fp8_scales"), "--format", "json").stdout
+    check(json.loads(out)["tensors"] == 13, out[:200])
+    small = os.path.join(SRC, "tests", "data", "zero3_fp8_scales_small.json")
     with tempfile.TemporaryDirectory() as d:
         f = os.path.join(d, "scales.rsplan")
-        run("plan", "--spec", spec("zero3_to_tp_fp8_scales"), "--out", f)
+        run("plan", "--spec", small, "--out", f)
         out = run("verify", "--plan", f).stdout
-        check(re.fullmatch(r"verified 13 tensors, \d+ elements, \d+ bytes: OK\n", out) is not None, out)
-    bad = bad_spec_file(open(spec("zero3_to_tp_fp8_scales")).read().replace("[128, 128]", "[256, 128]", 1))
+        check(re.fullmatch(r"verified 11 tensors, \d+ elements, \d+ bytes: OK\n", out) is not None, out)
+    bad = bad_spec_file(open(small).read().replace("[32, 32]", "[64, 32]", 1))
     err = run("plan", "--spec", bad, expect=2).stderr
-    check("tensors[2].dst.scales.block" in err and "cuts a block of [256, 128]" in err, err)
+    check("tensors[2].dst.scales.block" in err and "cuts a block of [64, 32]" in err, err)
 
 
 def case_scratch_plan():

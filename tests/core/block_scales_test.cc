@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/block_scales_reference.h"
 #include "core/device_path_testing.h"
 #include "core/spec_refusal.h"
 #include "core/thread_transport.h"
@@ -30,50 +31,9 @@
 namespace reshard {
 namespace {
 
-// --------------------------------------------------- the reference quantiser
-
-// Row-major rank-2 array of `dtype` bit patterns (in uint32) with its
-// quantised form: per block of br x bc, s = amax / M over the finite |x|
-// (1 where that is 0), q = cast(x / s) in f32 then the reference cast.
-struct Reference {
-  std::vector<float> scales;  // ceil(rows / br) x ceil(cols / bc)
-  std::vector<uint8_t> q;     // rows x cols
-};
-
-float to_f32(DType d, uint32_t bits) {
-  return d == DType::kF32    ? numeric::f32_from_bits(bits)
-         : d == DType::kBF16 ? numeric::bf16_to_f32(static_cast<uint16_t>(bits))
-                             : numeric::f16_to_f32(static_cast<uint16_t>(bits));
-}
-
-Reference quantise(const std::vector<uint32_t>& x, DType from, DType to, int64_t rows, int64_t cols,
-                   int64_t br, int64_t bc) {
-  const float m = to == DType::kF8E4M3 ? 448.0f : 57344.0f;
-  const int64_t nr = (rows + br - 1) / br, nc = (cols + bc - 1) / bc;
-  Reference r;
-  r.scales.assign(static_cast<size_t>(nr * nc), 0.0f);
-  r.q.assign(x.size(), 0);
-  for (int64_t bi = 0; bi < nr; ++bi)
-    for (int64_t bj = 0; bj < nc; ++bj) {
-      float amax = 0;
-      for (int64_t i = bi * br; i < std::min(rows, (bi + 1) * br); ++i)
-        for (int64_t j = bj * bc; j < std::min(cols, (bj + 1) * bc); ++j) {
-          const float v = std::fabs(to_f32(from, x[static_cast<size_t>(i * cols + j)]));
-          if (std::isfinite(v)) amax = std::max(amax, v);
-        }
-      float s = amax / m;
-      if (s < 0x1p-126f) s = 0x1p-126f;  // the least normal f32
-      if (amax == 0) s = 1;
-      r.scales[static_cast<size_t>(bi * nc + bj)] = s;
-      for (int64_t i = bi * br; i < std::min(rows, (bi + 1) * br); ++i)
-        for (int64_t j = bj * bc; j < std::min(cols, (bj + 1) * bc); ++j) {
-          const size_t k = static_cast<size_t>(i * cols + j);
-          const float v = to_f32(from, x[k]) / s;
-          r.q[k] = static_cast<uint8_t>(cast_bits(DType::kF32, to, numeric::f32_bits(v)));
-        }
-    }
-  return r;
-}
+using testing::quantise;
+using testing::Reference;
+using testing::to_f32;
 
 // Source values: each block of its own magnitude (from 1e-41, subnormal in
 // f32 and zero or subnormal in bf16, and 1e-37, whose amax / 448 is

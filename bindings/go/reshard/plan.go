@@ -128,6 +128,11 @@ type TensorInfo struct {
 	// the plan casts the tensor in flight (ABI 1.11, docs/spec.md "Casts").
 	DstDType DType
 	Shape    []int64
+	// ScaleTensor is the index of the tensor holding this tensor's block
+	// scales, -1 without (ABI 1.12, docs/spec.md "Block scales"), and
+	// ScaleBlock the block's extent per dim (nil without).
+	ScaleTensor int
+	ScaleBlock  []int64
 }
 
 // PartInfo gives the sizes of one process part (reshard_part_info_t).
@@ -485,7 +490,14 @@ func (p *Plan) Tensor(t int) (TensorInfo, error) {
 	mustOK(C.reshard_plan_tensor_dst_dtype(ptr, ct, &dstDType), "reshard_plan_tensor_dst_dtype")
 	mustOK(C.reshard_plan_tensor_rank(ptr, ct, &rank), "reshard_plan_tensor_rank")
 	mustOK(C.reshard_plan_tensor_shape(ptr, ct, int64s(shape)), "reshard_plan_tensor_shape")
-	return TensorInfo{Name: C.GoString(name), DType: DType(dtype), DstDType: DType(dstDType), Shape: shape[:rank]}, nil
+	var scaleTensor C.int64_t
+	block := make([]int64, C.RESHARD_MAX_RANK)
+	mustOK(C.reshard_plan_tensor_scales(ptr, ct, &scaleTensor, int64s(block)), "reshard_plan_tensor_scales")
+	info := TensorInfo{Name: C.GoString(name), DType: DType(dtype), DstDType: DType(dstDType), Shape: shape[:rank], ScaleTensor: int(scaleTensor)}
+	if scaleTensor >= 0 {
+		info.ScaleBlock = block[:rank]
+	}
+	return info, nil
 }
 
 // Tensors returns every tensor, in plan order.

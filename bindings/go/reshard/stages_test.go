@@ -2,6 +2,8 @@ package reshard_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -229,14 +231,14 @@ func bytesRequiring(features uint64) []byte {
 }
 
 func TestUnknownFeatureBitsAreRejected(t *testing.T) {
-	if reshard.KnownPlanFeatures != reshard.PlanFeatureStages|reshard.PlanFeatureScratch|reshard.PlanFeatureLateSummands|reshard.PlanFeatureCasts {
+	if reshard.KnownPlanFeatures != reshard.PlanFeatureStages|reshard.PlanFeatureScratch|reshard.PlanFeatureLateSummands|reshard.PlanFeatureCasts|reshard.PlanFeatureBlockScales {
 		t.Fatalf("known features %d", reshard.KnownPlanFeatures)
 	}
 	// A real staged plan with an unknown bit added.
 	plan := pipelinePlan(t, true)
 	defer plan.Close()
 	good := must(plan.Bytes())(t)
-	for _, features := range []uint64{16, 17, 1 << 63} {
+	for _, features := range []uint64{32, 33, 1 << 63} {
 		b := append([]byte(nil), good...)
 		if !fb.GetRootAsPlan(b, 0).MutateRequiredFeatures(features) {
 			t.Fatal("required_features is not stored in the bytes")
@@ -247,7 +249,7 @@ func TestUnknownFeatureBitsAreRejected(t *testing.T) {
 		expectErr(t, err, reshard.Corrupt, "required_features")
 	}
 	// Minimal bytes, as the package's own check sees them.
-	for features, wantErr := range map[uint64]bool{0: false, 1: false, 2: false, 3: false, 4: false, 7: false, 8: false, 15: false, 16: true, 17: true} {
+	for features, wantErr := range map[uint64]bool{0: false, 1: false, 2: false, 3: false, 4: false, 7: false, 8: false, 15: false, 16: false, 31: false, 32: true, 33: true} {
 		err := reshard.CheckPlanFeaturesForTest(bytesRequiring(features))
 		if (err != nil) != wantErr || err != nil && !strings.Contains(err.Error(), "unknown feature bits") {
 			t.Fatalf("features %d: %v", features, err)
@@ -347,5 +349,71 @@ func TestViewReadsCasts(t *testing.T) {
 		if info := must(plan.Tensor(i))(t); info.DType != w[0] || info.DstDType != w[1] {
 			t.Fatalf("%s: Plan.Tensor %v -> %v, want %v", tv.Name(), info.DType, info.DstDType, w)
 		}
+	}
+}
+
+// Block scales (required_features 16): the view and the C ABI (1.12) name
+// each scaled tensor's scale tensor and block as the spec asked
+// (tests/data/zero3_fp8_scales_small.json); the scale tensors are f32 of
+// shape ceil(shape / block), with no scales of their own.
+func TestViewReadsBlockScales(t *testing.T) {
+	spec, err := os.ReadFile(filepath.Join(filepath.Dir(specPath("x")), "..", "..", "tests", "data", "zero3_fp8_scales_small.json"))
+	ok(t, err)
+	var doc struct {
+		Tensors []struct {
+			Name string `json:"name"`
+			Dst  struct {
+				Scales *struct {
+					Name  string  `json:"name"`
+					Block []int64 `json:"block"`
+				} `json:"scales"`
+			} `json:"dst"`
+		} `json:"tensors"`
+	}
+	ok(t, json.Unmarshal(spec, &doc))
+	in := must(reshard.PlanInputFromSpec(spec))(t)
+	defer in.Close()
+	plan := must(reshard.NewPlan(in))(t)
+	defer plan.Close()
+	v := must(reshard.ViewPlan(must(plan.Bytes())(t)))(t)
+	if v.RequiredFeatures()&reshard.PlanFeatureBlockScales == 0 {
+		t.Fatalf("required_features %d without block scales", v.RequiredFeatures())
+	}
+	names := map[string]int{}
+	for i := 0; i < v.NumTensors(); i++ {
+		tv, _ := v.Tensor(i)
+		names[tv.Name()] = i
+	}
+	scaled := 0
+	for _, d := range doc.Tensors {
+		tv, _ := v.Tensor(names[d.Name])
+		s, has := tv.ScaleTensor()
+		info := must(plan.Tensor(names[d.Name]))(t)
+		if d.Dst.Scales == nil {
+			if has || tv.ScaleBlock() != nil || info.ScaleTensor != -1 || info.ScaleBlock != nil {
+				t.Fatalf("%s: scales %d %v, C ABI %d %v without any in the spec", d.Name, s, tv.ScaleBlock(), info.ScaleTensor, info.ScaleBlock)
+			}
+			continue
+		}
+		scaled++
+		if !has || s != names[d.Dst.Scales.Name] || !reflect.DeepEqual(tv.ScaleBlock(), d.Dst.Scales.Block) {
+			t.Fatalf("%s: scale tensor %d %v, block %v; want %s (%d), %v", d.Name, s, has, tv.ScaleBlock(), d.Dst.Scales.Name, names[d.Dst.Scales.Name], d.Dst.Scales.Block)
+		}
+		if info.ScaleTensor != s || !reflect.DeepEqual(info.ScaleBlock, d.Dst.Scales.Block) {
+			t.Fatalf("%s: C ABI reads %d %v, the view %d %v", d.Name, info.ScaleTensor, info.ScaleBlock, s, tv.ScaleBlock())
+		}
+		st, _ := v.Tensor(s)
+		if _, own := st.ScaleTensor(); own || st.DType() != reshard.F32 {
+			t.Fatalf("%s: scale tensor %s has scales or dtype %v", d.Name, st.Name(), st.DType())
+		}
+		for k, n := range tv.Shape() {
+			b := d.Dst.Scales.Block[k]
+			if st.Shape()[k] != (n+b-1)/b {
+				t.Fatalf("%s: scale shape %v for shape %v, block %v", d.Name, st.Shape(), tv.Shape(), d.Dst.Scales.Block)
+			}
+		}
+	}
+	if scaled != 4 {
+		t.Fatalf("%d scaled tensors, want 4", scaled)
 	}
 }

@@ -25,9 +25,16 @@ const (
 	// destination buffers hold DstDType, and each of its pieces moves the
 	// smaller of the two element sizes (TensorView.WireSize).
 	PlanFeatureCasts uint64 = 8
+	// PlanFeatureBlockScales: some tensor has block scales
+	// (TensorView.ScaleTensor, ScaleBlock; docs/spec.md "Block scales"): its
+	// fp8 destination holds cast(x / scale of its block), and its scale
+	// tensor, another tensor of the plan, the scales (f32). Executors
+	// compute the scale tensor's source; a caller gives no source buffers
+	// for it.
+	PlanFeatureBlockScales uint64 = 16
 	// KnownPlanFeatures are the bits this package's reader understands;
 	// ViewPlan rejects bytes that require any other.
-	KnownPlanFeatures = PlanFeatureStages | PlanFeatureScratch | PlanFeatureLateSummands | PlanFeatureCasts
+	KnownPlanFeatures = PlanFeatureStages | PlanFeatureScratch | PlanFeatureLateSummands | PlanFeatureCasts | PlanFeatureBlockScales
 )
 
 // checkPlanFeatures rejects a plan that requires a feature this package
@@ -35,7 +42,7 @@ const (
 // library knows; a newer library may know more than this package.
 func checkPlanFeatures(root *fb.Plan) error {
 	if unknown := root.RequiredFeatures() &^ KnownPlanFeatures; unknown != 0 {
-		return errorf(Corrupt, "required_features: unknown feature bits %d (this reader knows %d: stages, scratch, late summands, casts)",
+		return errorf(Corrupt, "required_features: unknown feature bits %d (this reader knows %d: stages, scratch, late summands, casts, block scales)",
 			unknown, KnownPlanFeatures)
 	}
 	return nil
@@ -129,6 +136,28 @@ func (t TensorView) WireSize() int {
 		return d
 	}
 	return t.DType().Size()
+}
+
+// ScaleTensor is the index of the tensor that holds this tensor's block
+// scales, and false when it has none (PlanFeatureBlockScales).
+func (t TensorView) ScaleTensor() (int, bool) {
+	if s := t.t.ScaleTensor(); s >= 0 {
+		return int(s), true
+	}
+	return -1, false
+}
+
+// ScaleBlock is the block of this tensor's scales, its extent per dim; nil
+// without scales.
+func (t TensorView) ScaleBlock() []int64 {
+	if t.t.ScaleBlockLength() == 0 {
+		return nil
+	}
+	out := make([]int64, t.t.ScaleBlockLength())
+	for i := range out {
+		out[i] = t.t.ScaleBlock(i)
+	}
+	return out
 }
 
 // Shape is the tensor's global shape.

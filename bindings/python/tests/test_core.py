@@ -220,6 +220,29 @@ def test_bf16_through_ml_dtypes():
     assert np.array_equal(p.gather(dst)["w"], g)
 
 
+def test_block_scales_named(root):
+    """Block scales (C ABI 1.12): each scaled tensor names its scale tensor
+    and block as the spec asks (tests/data/zero3_fp8_scales_small.json); a
+    scale tensor is f32 of shape ceil(shape / block) with no scales of its
+    own; other tensors have none."""
+    spec = json.loads((root / "tests" / "data" / "zero3_fp8_scales_small.json").read_text())
+    p = reshard.plan(spec)
+    by_name = {t.name: t for t in p.tensors}
+    scaled = 0
+    for t in spec["tensors"]:
+        got = by_name[t["name"]]
+        scales = t["dst"].get("scales")
+        if scales is None:
+            assert (got.scale_tensor, got.scale_block) == (None, None), t["name"]
+            continue
+        scaled += 1
+        s = p.tensors[got.scale_tensor]
+        assert (s.name, got.scale_block) == (scales["name"], tuple(scales["block"])), t["name"]
+        assert (s.dtype, s.scale_tensor) == ("f32", None)
+        assert s.shape == tuple(-(-n // b) for n, b in zip(got.shape, got.scale_block))
+    assert scaled == 4
+
+
 def test_casts_in_flight(root):
     """A plan that casts (examples/specs/zero3_to_tp_fp8.json: bf16 to
     f8e4m3, f8e5m2 and f32, an f32 router to bf16): destination buffers hold

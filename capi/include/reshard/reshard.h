@@ -115,7 +115,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 11
+#define RESHARD_ABI_MINOR 12
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -751,6 +751,23 @@ RESHARD_API reshard_error_t* reshard_plan_tensor_dtype(const reshard_plan_t* pla
 RESHARD_API reshard_error_t* reshard_plan_tensor_dst_dtype(const reshard_plan_t* plan,
                                                            size_t tensor,
                                                            reshard_dtype_t* out_dtype);
+
+/* Block scales of tensor `tensor` (ABI 1.12; docs/spec.md "Block scales"):
+ * *out_scale_tensor is the index of the tensor that holds its scales, -1
+ * when it has none. With scales, out_block receives the block's extent per
+ * dim (as many values as the tensor's rank, reshard_plan_tensor_rank); it
+ * is not written (and may be NULL) without. The scale tensor is a tensor
+ * of the plan like the others (f32, shape ceil(shape / block), named by the
+ * spec's "scales"."name"): a caller gives destination buffers for it and no
+ * source buffers (executors compute the scales from the values, on the
+ * sending side); its value tensor's destination holds q with
+ * x ~ q * scale of its block.
+ * Errors: INVALID_ARGUMENT (NULL plan, out_scale_tensor, or out_block for a
+ * tensor with scales: "out_block"), OUT_OF_RANGE ("tensor: 5 >= 3
+ * tensors"); outputs untouched on error. */
+RESHARD_API reshard_error_t* reshard_plan_tensor_scales(const reshard_plan_t* plan, size_t tensor,
+                                                        int64_t* out_scale_tensor,
+                                                        int64_t* out_block);
 
 /* Rank of tensor `tensor`. */
 RESHARD_API reshard_error_t* reshard_plan_tensor_rank(const reshard_plan_t* plan, size_t tensor,
@@ -1393,6 +1410,8 @@ typedef struct reshard_api {
                                              size_t*, size_t, uint64_t*, int64_t*);
   /* ABI 1.11 (check struct_size or abi_minor >= 11 before use) */
   reshard_error_t* (*plan_tensor_dst_dtype)(const reshard_plan_t*, size_t, reshard_dtype_t*);
+  /* ABI 1.12 (check struct_size or abi_minor >= 12 before use) */
+  reshard_error_t* (*plan_tensor_scales)(const reshard_plan_t*, size_t, int64_t*, int64_t*);
   /* Append new functions here, never elsewhere, and bump RESHARD_ABI_MINOR. */
 } reshard_api_t;
 

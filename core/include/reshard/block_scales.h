@@ -93,4 +93,17 @@ std::vector<uint8_t> scale_tensor_flags(std::span<const TensorSpec> tensors);
 void quantise_shard(const TensorSpec& value, const Box& box, const void* src, float* scales,
                     void* out);
 
+// quantise_shard restricted to `part`, a box of quantise_parts(box, ...):
+// writes the scales of the part's blocks and the part's elements, at their
+// places in the shard's `scales` and `out`, and reads nothing else. The
+// parts of a shard may be quantised at once on different threads.
+void quantise_part(const TensorSpec& value, const Box& box, const Box& part, const void* src,
+                   float* scales, void* out);
+
+// Splits a block-aligned source box into parts of whole blocks of about
+// `elements` elements each (at least one block): dim 0 in runs of whole
+// blocks, and where one block of dim 0 holds more than `elements`, the last
+// dim in runs of whole blocks too. Empty for an empty box.
+std::vector<Box> quantise_parts(const Box& box, std::span<const int64_t> block, int64_t elements);
+
 }  // namespace reshard

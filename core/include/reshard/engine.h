@@ -171,7 +171,10 @@ struct EngineOptions {
   // (layouts shared, not copied), so it costs about the part's size again
   // plus the schedule: some hundred bytes
   // per message, and per piece tens of bytes, a few hundred for pieces of
-  // gathered or reduced messages. A cached schedule is used only for a plan
+  // gathered or reduced messages; for a plan with block scales, also the
+  // quantised copy of this process's source shards of the scaled tensors
+  // (docs/spec.md "Block scales"), which its next execution reuses. A
+  // cached schedule is used only for a plan
   // whose fingerprint, inputs, options and part equal those it was built
   // from: the fingerprint alone is never trusted.
   int32_t schedule_cache_entries = 8;

@@ -1,6 +1,6 @@
 // Block scales (reshard/block_scales.h): the scale tensor's shape and
-// layouts derived from the tensor it scales, their checks, and the
-// quantiser.
+// layouts derived from the tensor it scales and their checks (the quantiser:
+// block_quantise.cc).
 #include "reshard/block_scales.h"
 
 #include <algorithm>
@@ -177,55 +177,6 @@ std::vector<uint8_t> scale_tensor_flags(std::span<const TensorSpec> tensors) {
     if (t.scale_tensor >= 0 && static_cast<size_t>(t.scale_tensor) < r.size())
       r[static_cast<size_t>(t.scale_tensor)] = 1;
   return r;
-}
-
-void quantise_shard(const TensorSpec& value, const Box& box, const void* src, float* scales,
-                    void* out) {
-  const std::span<const int64_t> block = value.scale_block;
-  const DType from = value.dtype;
-  const DType to = out_dtype(value);
-  const int64_t n = box.volume();
-  const Box blocks = blocks_touched(box, block);
-  const int64_t num_blocks = blocks.volume();
-  if (n == 0) return;
-  const int rank = box.rank;
-  const int64_t es = dtype_size(from);
-  const auto* in = static_cast<const unsigned char*>(src);
-  auto* o = static_cast<unsigned char*>(out);
-  // Visits the elements in row-major order with each one's block (row-major
-  // within `blocks`); the last dim's run is walked block by block.
-  const auto each = [&](auto&& f) {
-    std::array<int64_t, kMaxRank> idx{};
-    for (int d = 0; d < rank; ++d) idx[d] = box.lo[d];
-    const int last = rank - 1;
-    const int64_t row = box.extent(last);
-    for (int64_t start = 0; start < n; start += row) {
-      int64_t base = 0;  // the row's first block, row-major in `blocks`
-      for (int d = 0; d < last; ++d)
-        base = base * blocks.extent(d) + (idx[d] / block[d] - blocks.lo[d]);
-      base *= blocks.extent(last);
-      for (int64_t j = 0; j < row; ++j) {
-        const int64_t col = box.lo[last] + j;
-        f(start + j, base + (col / block[last] - blocks.lo[last]));
-      }
-      for (int d = last - 1; d >= 0; --d) {
-        if (++idx[d] < box.hi[d]) break;
-        idx[d] = box.lo[d];
-      }
-    }
-  };
-  std::vector<float> amax(static_cast<size_t>(num_blocks), 0.0f);
-  each([&](int64_t i, int64_t b) {
-    const float a = std::fabs(cast_detail::load_f32(from, in + i * es));
-    if (std::isfinite(a) && a > amax[static_cast<size_t>(b)]) amax[static_cast<size_t>(b)] = a;
-  });
-  for (int64_t b = 0; b < num_blocks; ++b)
-    scales[b] = block_scale(amax[static_cast<size_t>(b)], to);
-  each([&](int64_t i, int64_t b) {
-    unsigned char q[4] = {0, 0, 0, 0};
-    cast_detail::store_f32(to, cast_detail::load_f32(from, in + i * es) / scales[b], q);
-    cast_detail::store_f32(from, cast_detail::load_f32(to, q), o + i * es);
-  });
 }
 
 }  // namespace reshard

@@ -134,6 +134,12 @@ class Tensor:
     src: Layout
     dst: Layout
     dst_dtype: str
+    #: Block scales (docs/spec.md "Block scales"): the index of the tensor
+    #: that holds this tensor's scales (f32, shape ceil(shape / block)) and
+    #: the block's extent per dim; None without. A scale tensor takes
+    #: destination buffers only: the executor computes its source.
+    scale_tensor: Optional[int] = None
+    scale_block: Optional[Tuple[int, ...]] = None
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -439,9 +445,17 @@ class Plan:
             check(api.plan_tensor_partial(p, t, side, ns, op))
             layouts.append(Layout(tuple(entries), int(ns[0]),
                                   {1: "sum", 2: "max", 3: "min", 4: "mean"}.get(int(op[0]), "sum")))
+        scale_tensor: Optional[int] = None
+        scale_block: Optional[Tuple[int, ...]] = None
+        if int(api.abi_minor) >= 12:  # reshard_plan_tensor_scales
+            st = ffi.new("int64_t*")
+            block = ffi.new("int64_t[]", max(r, 1))
+            check(api.plan_tensor_scales(p, t, st, block))
+            if int(st[0]) >= 0:
+                scale_tensor, scale_block = int(st[0]), tuple(block[0:r])
         return Tensor(t, ffi.string(name[0]).decode(), tuple(shape[0:r]),
                       ffi.string(api.dtype_name(dt[0])).decode(), layouts[0], layouts[1],
-                      ffi.string(api.dtype_name(ddt[0])).decode())
+                      ffi.string(api.dtype_name(ddt[0])).decode(), scale_tensor, scale_block)
 
     # -- processes
     @property

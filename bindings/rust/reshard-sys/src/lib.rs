@@ -25,7 +25,7 @@ pub const RESHARD_VERSION_NUMBER: u32 =
 /// `RESHARD_ABI_MAJOR`: pass to [`reshard_get_api`].
 pub const RESHARD_ABI_MAJOR: u32 = 1;
 /// `RESHARD_ABI_MINOR` of these declarations.
-pub const RESHARD_ABI_MINOR: u32 = 11;
+pub const RESHARD_ABI_MINOR: u32 = 12;
 /// `RESHARD_MAX_RANK`: the largest tensor rank.
 pub const RESHARD_MAX_RANK: usize = 8;
 
@@ -934,6 +934,14 @@ extern "C" {
         out_dtype: *mut reshard_dtype_t,
     ) -> Status;
 
+    /// `reshard_plan_tensor_scales` (ABI 1.12), documented in `reshard/reshard.h`.
+    pub fn reshard_plan_tensor_scales(
+        plan: *const reshard_plan_t,
+        tensor: usize,
+        out_scale_tensor: *mut i64,
+        out_block: *mut i64,
+    ) -> Status;
+
     /// `reshard_plan_create`, documented in `reshard/reshard.h`.
     pub fn reshard_plan_create(
         input: *const reshard_plan_input_t,
@@ -1454,4 +1462,6 @@ pub struct reshard_api_t {
     /// [`reshard_plan_tensor_dst_dtype`] (ABI 1.11).
     pub plan_tensor_dst_dtype:
         Option<unsafe extern "C" fn(*const reshard_plan_t, usize, *mut reshard_dtype_t) -> Status>,
+    /// [`reshard_plan_tensor_scales`] (ABI 1.12).
+    pub plan_tensor_scales: Option<unsafe extern "C" fn(*const reshard_plan_t, usize, *mut i64, *mut i64) -> Status>,
 }

@@ -135,7 +135,7 @@ fn function_table_matches_the_exported_functions() {
     assert!(!api.is_null());
     assert!(unsafe { reshard_get_api(RESHARD_ABI_MAJOR + 1) }.is_null());
     let api = unsafe { &*api };
-    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.11");
+    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.12");
     assert_eq!(api.struct_size, size_of::<reshard_api_t>(), "table size");
     assert_eq!(api.abi_major, RESHARD_ABI_MAJOR);
     macro_rules! same {
@@ -201,5 +201,6 @@ fn function_table_matches_the_exported_functions() {
         plan_input_flat_device => reshard_plan_input_flat_device,
         plan_input_flat_tensor => reshard_plan_input_flat_tensor,
         plan_tensor_dst_dtype => reshard_plan_tensor_dst_dtype,
+        plan_tensor_scales => reshard_plan_tensor_scales,
     }
 }

@@ -174,6 +174,11 @@ pub struct TensorInfo {
     pub dst_dtype: DType,
     /// Global shape.
     pub shape: Vec<i64>,
+    /// The index of the tensor holding its block scales, `None` without
+    /// (ABI 1.12, docs/spec.md "Block scales").
+    pub scale_tensor: Option<usize>,
+    /// The block of its scales, its extent per dim (empty without).
+    pub scale_block: Vec<i64>,
 }
 
 /// Sizes of one process part (`reshard_part_info_t`).
@@ -505,7 +510,10 @@ impl Plan {
         let mut dst_dtype = 0;
         let mut rank = 0;
         let mut shape = vec![0i64; sys::RESHARD_MAX_RANK];
-        // SAFETY: live plan; outputs valid, shape has RESHARD_MAX_RANK room;
+        let mut scale_tensor = -1i64;
+        let mut scale_block = vec![0i64; sys::RESHARD_MAX_RANK];
+        // SAFETY: live plan; outputs valid, shape and scale_block have
+        // RESHARD_MAX_RANK room;
         // the name is owned by the plan and copied before `self` can go.
         unsafe {
             check(sys::reshard_plan_tensor_name(self.raw, tensor, &mut name))?;
@@ -513,8 +521,11 @@ impl Plan {
             check(sys::reshard_plan_tensor_dst_dtype(self.raw, tensor, &mut dst_dtype))?;
             check(sys::reshard_plan_tensor_rank(self.raw, tensor, &mut rank))?;
             check(sys::reshard_plan_tensor_shape(self.raw, tensor, shape.as_mut_ptr()))?;
+            check(sys::reshard_plan_tensor_scales(self.raw, tensor, &mut scale_tensor, scale_block.as_mut_ptr()))?;
         }
         shape.truncate(rank);
+        let scale_tensor = usize::try_from(scale_tensor).ok();
+        scale_block.truncate(if scale_tensor.is_some() { rank } else { 0 });
         // SAFETY: a NUL-terminated string valid while the plan lives.
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
         let known = |d: i32| {
@@ -522,7 +533,7 @@ impl Plan {
                 Error::new(ErrorCode::Unsupported, format!("tensor {tensor}: dtype {d} unknown to this crate"))
             })
         };
-        Ok(TensorInfo { name, dtype: known(dtype)?, dst_dtype: known(dst_dtype)?, shape })
+        Ok(TensorInfo { name, dtype: known(dtype)?, dst_dtype: known(dst_dtype)?, shape, scale_tensor, scale_block })
     }
 
     /// Every tensor, in plan order.

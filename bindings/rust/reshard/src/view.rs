@@ -56,10 +56,21 @@ pub const PLAN_FEATURE_LATE_SUMMANDS: u64 = 4;
 /// smaller of the two element sizes ([`TensorView::wire_size`]).
 pub const PLAN_FEATURE_CASTS: u64 = 8;
 
+/// `Plan.required_features` bit: block scales. Some tensor has block scales
+/// ([`TensorView::scale_tensor`], [`TensorView::scale_block`];
+/// docs/spec.md "Block scales"): its fp8 destination holds cast(x / scale of
+/// its block), and its scale tensor, another tensor of the plan, the scales
+/// (f32). Executors compute the scale tensor's source; a caller gives no
+/// source buffers for it.
+pub const PLAN_FEATURE_BLOCK_SCALES: u64 = 16;
+
 /// Every `Plan.required_features` bit this crate's reader understands;
 /// bytes that require any other are rejected ([`ErrorCode::Corrupt`]).
-pub const KNOWN_PLAN_FEATURES: u64 =
-    PLAN_FEATURE_STAGES | PLAN_FEATURE_SCRATCH | PLAN_FEATURE_LATE_SUMMANDS | PLAN_FEATURE_CASTS;
+pub const KNOWN_PLAN_FEATURES: u64 = PLAN_FEATURE_STAGES
+    | PLAN_FEATURE_SCRATCH
+    | PLAN_FEATURE_LATE_SUMMANDS
+    | PLAN_FEATURE_CASTS
+    | PLAN_FEATURE_BLOCK_SCALES;
 
 /// A verified, zero-copy, read-only view of plan bytes.
 ///
@@ -116,7 +127,7 @@ impl<'a> PlanView<'a> {
                 ErrorCode::Corrupt,
                 format!(
                     "plan bytes: required_features: unknown feature bits {unknown} \
-                     (this reader knows {KNOWN_PLAN_FEATURES}: stages, scratch, late summands, casts)"
+                     (this reader knows {KNOWN_PLAN_FEATURES}: stages, scratch, late summands, casts, block scales)"
                 ),
             ));
         }
@@ -281,6 +292,19 @@ impl<'a> TensorView<'a> {
     /// one that widens on the receiving side).
     pub fn wire_size(&self) -> Option<usize> {
         Some(self.dtype()?.size().min(self.dst_dtype()?.size()))
+    }
+
+    /// The index of the tensor holding its block scales
+    /// ([`PLAN_FEATURE_BLOCK_SCALES`]); `None` without.
+    pub fn scale_tensor(&self) -> Option<usize> {
+        usize::try_from(self.raw.scale_tensor()).ok()
+    }
+
+    /// The block of its scales, its extent per dim, read in place; empty
+    /// without scales.
+    pub fn scale_block(&self) -> impl ExactSizeIterator<Item = i64> + 'a {
+        let v = self.raw.scale_block();
+        (0..v.map_or(0, |v| v.len())).map(move |i| v.unwrap().get(i))
     }
 
     /// Its global shape, read in place.

@@ -3,7 +3,8 @@
 //! inside it (stage 1); `PlanOptions::relays = false` plans single-hop.
 use reshard::{
     fb, Direction, ErrorCode, Executor, PieceList, Plan, PlanInput, PlanOptions, PlanView, Side, KNOWN_PLAN_FEATURES,
-    PLAN_FEATURE_CASTS, PLAN_FEATURE_LATE_SUMMANDS, PLAN_FEATURE_SCRATCH, PLAN_FEATURE_STAGES,
+    PLAN_FEATURE_BLOCK_SCALES, PLAN_FEATURE_CASTS, PLAN_FEATURE_LATE_SUMMANDS, PLAN_FEATURE_SCRATCH,
+    PLAN_FEATURE_STAGES,
 };
 
 /// bench/specs/pipeline_2x2_replicated_dst.json, smaller: a 2x2 mesh on host
@@ -177,19 +178,32 @@ fn bytes_requiring(features: u64) -> Vec<u8> {
 fn unknown_feature_bits_are_rejected() {
     assert_eq!(
         KNOWN_PLAN_FEATURES,
-        PLAN_FEATURE_STAGES | PLAN_FEATURE_SCRATCH | PLAN_FEATURE_LATE_SUMMANDS | PLAN_FEATURE_CASTS
+        PLAN_FEATURE_STAGES
+            | PLAN_FEATURE_SCRATCH
+            | PLAN_FEATURE_LATE_SUMMANDS
+            | PLAN_FEATURE_CASTS
+            | PLAN_FEATURE_BLOCK_SCALES
     );
-    // The stages, scratch, late-summands and casts bits are known to the Rust reader ...
-    for features in
-        [PLAN_FEATURE_STAGES, PLAN_FEATURE_SCRATCH, 3, PLAN_FEATURE_LATE_SUMMANDS, 7, PLAN_FEATURE_CASTS, 15]
-    {
+    // The stages, scratch, late-summands, casts and block-scales bits are
+    // known to the Rust reader ...
+    for features in [
+        PLAN_FEATURE_STAGES,
+        PLAN_FEATURE_SCRATCH,
+        3,
+        PLAN_FEATURE_LATE_SUMMANDS,
+        7,
+        PLAN_FEATURE_CASTS,
+        15,
+        PLAN_FEATURE_BLOCK_SCALES,
+        31,
+    ] {
         let known = bytes_requiring(features);
         let view = PlanView::new_rust_verified(&known).unwrap();
         assert_eq!(view.required_features(), features);
         assert_eq!(view.parts().count(), 0);
     }
     // ... any other is not, alone or with them.
-    for features in [16, 17, 31, 1 << 63] {
+    for features in [32, 33, 63, 1 << 63] {
         let bytes = bytes_requiring(features);
         let err = PlanView::new_rust_verified(&bytes).unwrap_err();
         assert_eq!(err.code(), ErrorCode::Corrupt);
@@ -258,5 +272,51 @@ fn view_reads_casts() {
     for (i, info) in plan.tensors().iter().enumerate() {
         let t = view.tensor(i).unwrap();
         assert_eq!((Some(info.dtype), Some(info.dst_dtype)), (t.dtype(), t.dst_dtype()), "{}", info.name);
+    }
+}
+
+/// Block scales (`PLAN_FEATURE_BLOCK_SCALES`): the view and the C ABI (1.12)
+/// name each scaled tensor's scale tensor and block as the spec asks
+/// (tests/data/zero3_fp8_scales_small.json); the scale tensors are f32 of
+/// shape ceil(shape / block), with no scales of their own.
+#[test]
+fn view_reads_block_scales() {
+    use reshard::DType;
+    let spec = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../tests/data/zero3_fp8_scales_small.json"
+    ))
+    .unwrap();
+    let plan = Plan::new(&PlanInput::from_spec(&spec).unwrap()).unwrap();
+    let bytes = plan.to_bytes().unwrap();
+    let view = PlanView::new(&bytes).unwrap();
+    assert_ne!(view.required_features() & PLAN_FEATURE_BLOCK_SCALES, 0);
+    let want: [(&str, Option<(&str, [i64; 2])>); 7] = [
+        ("embed", None),
+        ("attn_norm", None),
+        ("qkv", Some(("qkv.scale", [32, 32]))),
+        ("o", Some(("o.scale", [32, 32]))),
+        ("w2", Some(("w2.scale", [32, 48]))),
+        ("router", None),
+        ("lm_head", Some(("lm_head.scale", [32, 128]))),
+    ];
+    assert_eq!(view.num_tensors(), want.len() + 4);
+    let infos = plan.tensors();
+    for (name, scales) in want {
+        let i = infos.iter().position(|t| t.name == name).unwrap_or_else(|| panic!("{name}"));
+        let t = view.tensor(i).unwrap();
+        let block: Vec<i64> = t.scale_block().collect();
+        // The C ABI's reading agrees with the view's.
+        assert_eq!((infos[i].scale_tensor, &infos[i].scale_block), (t.scale_tensor(), &block), "{name}");
+        let Some((scale_name, want_block)) = scales else {
+            assert_eq!((t.scale_tensor(), block.len()), (None, 0), "{name}");
+            continue;
+        };
+        let s = t.scale_tensor().unwrap_or_else(|| panic!("{name} has no scales"));
+        assert_eq!(block, want_block, "{name}");
+        let st = view.tensor(s).unwrap();
+        assert_eq!((st.name(), st.dtype(), st.scale_tensor()), (scale_name, Some(DType::F32), None));
+        let ceil: Vec<i64> = t.shape().zip(&want_block).map(|(n, b)| (n + b - 1) / b).collect();
+        assert_eq!(st.shape().collect::<Vec<_>>(), ceil, "{name}");
     }
 }

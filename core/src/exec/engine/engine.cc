@@ -968,6 +968,28 @@ Engine& Engine::operator=(Engine&& other) noexcept {
 }
 Engine::~Engine() { engine_detail::drop_pool(pool_); }
 
+namespace {
+// The buffers to execute with: `buffers` with the scaled tensors' sources
+// quantised into the schedule's scratch (exec/engine/scaled_sources.h), on
+// the engine's threads.
+std::span<const TensorBuffers> scale_sources(Schedule& schedule, const Plan& plan, int32_t process,
+                                             std::span<const TensorBuffers> buffers,
+                                             const TransportInfo& info,
+                                             const ExecuteOptions& options,
+                                             std::unique_ptr<WorkerPool>& pool_) {
+  if (!engine_detail::ScaledSources::any(plan)) return buffers;
+  if (schedule.scaled_sources == nullptr)
+    schedule.scaled_sources = std::make_shared<engine_detail::ScaledSources>();
+  // Threads as for the copies: one below kParallelMinBytes.
+  const int threads = engine_detail::ScaledSources::source_bytes(plan, process, buffers) <
+                              engine_detail::kParallelMinBytes
+                          ? 1
+                          : resolve_threads(options.threads, info.host_ranks);
+  WorkerPool* pool = threads > 1 ? &grown(pool_, threads) : nullptr;
+  return schedule.scaled_sources->prepare(plan, process, buffers, info, pool, threads);
+}
+}  // namespace
+
 ExecuteStats Engine::execute(const Plan& plan, int32_t process,
                              std::span<const TensorBuffers> local_buffers,
                              const ExecuteOptions& options) {
@@ -1013,15 +1035,14 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
       }
     }
     exec_detail::validate_buffers(plan, local_buffers);
-    engine_detail::ScaledSources scaled;
-    local_buffers = scaled.prepare(plan, process, local_buffers, info);
     Schedule built;
-    const Schedule* schedule = &built;
+    Schedule* schedule = &built;
     if (cache_ != nullptr && options.cache_schedule) {
       schedule = &cache_->get_whole(plan, &stats.schedule_cached);
     } else {
       built = engine_detail::build_whole_schedule(plan);
     }
+    local_buffers = scale_sources(*schedule, plan, process, local_buffers, info, options, pool_);
     // (2) The agreement, with itself: kept so that every execution follows
     // the same order of events.
     stats.agreed = agree_once(*transport_, agreed_, plan, process, options);
@@ -1059,7 +1080,6 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
   // The buffers are those of the cached schedule's kept execution
   // (Replay::buffers).
   bool same_buffers = false;
-  engine_detail::ScaledSources scaled;  // block scales' sources, for this call
   if (participates) {
     if (!plan.parts().contains(process)) {
       fail(ErrorCode::kInvalidArgument,
@@ -1075,7 +1095,6 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     // The plan (equal to the cached schedule's) and the buffers (equal to
     // those of its kept execution) were validated together then.
     if (!same_buffers) exec_detail::validate_buffers(plan, local_buffers, process);
-    local_buffers = scaled.prepare(plan, process, local_buffers, info);
     if (found != nullptr) {
       schedule = found;
       stats.schedule_cached = true;
@@ -1084,6 +1103,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     } else {
       built = engine_detail::build_schedule(plan, process, plan.part(process), info, options);
     }
+    local_buffers = scale_sources(*schedule, plan, process, local_buffers, info, options, pool_);
   }
   // (2) The agreement.
   stats.agreed = agree_once(*transport_, agreed_, plan, process, options);

@@ -6,6 +6,12 @@
 // tensor's source buffer. The execution then reads those scratches in place
 // of the caller's source buffers: the ordinary cast to the fp8 destination
 // reproduces each q bit for bit, so the copy paths know nothing of scales.
+//
+// The scratch is kept by the schedule (Schedule::scaled_sources), so a
+// cached schedule's later executions quantise into the memory of the first
+// (no allocation, no page faults); an uncached schedule's goes with it. The
+// shards are cut into parts of whole blocks (quantise_parts) that run on
+// the engine's threads.
 #pragma once
 
 #include <cstddef>
@@ -20,27 +26,47 @@
 
 namespace reshard::engine_detail {
 
+class WorkerPool;
+
+// Elements per quantise_parts part: a part's source and output stay in a
+// core's cache between the amax pass and the quantising pass.
+inline constexpr int64_t kQuantisePartElements = int64_t{1} << 17;
+
 class ScaledSources {
  public:
+  // Whether any tensor of `plan` has block scales.
+  static bool any(const Plan& plan);
   // Throws kUnsupported when the plan has block scales and the transport's
   // memory is not host memory (the CUDA path does not compute scales):
   // checked by every rank before anything else.
   static void check_transport(const Plan& plan, const TransportInfo& info);
+  // The source bytes of the scaled tensors' entries on `process` (every
+  // entry with kAllProcesses) in `buffers`: what prepare() reads.
+  static int64_t source_bytes(const Plan& plan, int32_t process,
+                              std::span<const TensorBuffers> buffers);
 
   // `buffers` when the plan has no block scales. Otherwise a list in which
   // the source buffers of every scaled tensor's entries on `process` (every
   // entry with kAllProcesses) are their quantised scratches and every scale
   // tensor's source list holds its computed scales (null, 0 bytes for
-  // entries elsewhere); valid while this object lives. `buffers` must have
-  // passed exec_detail::validate_buffers, and the transport
-  // check_transport.
+  // entries elsewhere); valid while this object lives and until the next
+  // call. The parts run on up to `threads` threads of `pool` (null: the
+  // calling thread). `buffers` must have passed
+  // exec_detail::validate_buffers, and the transport check_transport.
   std::span<const TensorBuffers> prepare(const Plan& plan, int32_t process,
                                          std::span<const TensorBuffers> buffers,
-                                         const TransportInfo& info);
+                                         const TransportInfo& info, WorkerPool* pool = nullptr,
+                                         int threads = 1);
+
+  // Bytes of scratch held (kept between calls).
+  size_t capacity() const { return capacity_; }
 
  private:
   std::vector<TensorBuffers> buffers_;
-  std::vector<std::unique_ptr<std::byte[]>> memory_;
+  // One allocation for every shard's values and scales, kept while large
+  // enough.
+  std::unique_ptr<std::byte[]> memory_;
+  size_t capacity_ = 0;
 };
 
 }  // namespace reshard::engine_detail

@@ -359,6 +359,9 @@ struct Schedule {
   // (one process: the cuda local transport, or a part that only copies
   // within its GPUs), kept to be replayed (engine.cc, Replay).
   std::shared_ptr<struct Replay> replay;
+  // Block scales: the quantised sources' scratch, kept for the next
+  // execution of this schedule (exec/engine/scaled_sources.h).
+  std::shared_ptr<class ScaledSources> scaled_sources;
 };
 
 // What an execution handed the transport, to hand it again when the next

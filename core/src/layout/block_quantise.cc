@@ -1,0 +1,303 @@
+// The quantiser of block scales (reshard/block_scales.h quantise_part):
+// per block the amax of its finite elements and its scale, then each
+// element's q = cast(x / s), widened back to the source dtype.
+//
+// f32, bf16 and f16 sources take loops the compiler vectorises: the amax
+// is an integer maximum over the magnitude bits of the finite elements
+// (the bits of non-negative floats order as their values), and q widened
+// back is computed without the fp8 bits, by rounding x / s to the fp8
+// grid in f32 (round_to_grid). Its result equals the cast to fp8 widened
+// back to f32 for every f32 value up to the fp8's largest finite one
+// (checked over all 2^32 patterns once; tests/core/block_scales_test.cc
+// checks every bf16 and f16 pattern); larger magnitudes, infinities and NaN
+// (only a non-finite x gives them: s >= amax / M) take the reference cast.
+// Other sources take the reference cast for every element.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "reshard/block_scales.h"
+#include "reshard/cast.h"
+#include "reshard/numeric.h"
+
+namespace reshard {
+
+namespace {
+
+// The bits of a source dtype: storage, magnitude mask, the magnitude of
+// infinity (finite elements have less), and the conversions to and from f32
+// (from_f32 is only given values that are exact in the dtype).
+template <DType D>
+struct Source;
+template <>
+struct Source<DType::kF32> {
+  using T = uint32_t;
+  static constexpr T kAbs = 0x7fffffffu, kInf = 0x7f800000u;
+  static float to_f32(T v) { return numeric::f32_from_bits(v); }
+  static T from_f32(uint32_t bits) { return bits; }
+};
+template <>
+struct Source<DType::kBF16> {
+  using T = uint16_t;
+  static constexpr T kAbs = 0x7fff, kInf = 0x7f80;
+  static float to_f32(T v) { return numeric::bf16_to_f32(v); }
+  // An fp8 value has at most 3 mantissa bits: the low half is zero.
+  static T from_f32(uint32_t bits) { return static_cast<T>(bits >> 16); }
+};
+template <>
+struct Source<DType::kF16> {
+  using T = uint16_t;
+  static constexpr T kAbs = 0x7fff, kInf = 0x7c00;
+  static float to_f32(T v) { return numeric::f16_to_f32(v); }
+  static T from_f32(uint32_t bits) { return numeric::f32_to_f16(numeric::f32_from_bits(bits)); }
+};
+
+// The grid of an fp8 destination as f32 bits: normals from kNormalMin
+// (2^-6, 2^-14) keep the top 23 - kShift mantissa bits; below, multiples of
+// the least subnormal (2^-9, 2^-16), the ulp of f32 values at kMagic (2^14,
+// 2^7); kMax is the largest finite value (448, 57344).
+template <DType D>
+struct Grid;
+template <>
+struct Grid<DType::kF8E4M3> {
+  static constexpr int kShift = 20;
+  static constexpr uint32_t kNormalMin = 0x3c800000u, kMax = 0x43e00000u;
+  static constexpr float kMagic = 0x1p14f;
+};
+template <>
+struct Grid<DType::kF8E5M2> {
+  static constexpr int kShift = 21;
+  static constexpr uint32_t kNormalMin = 0x38800000u, kMax = 0x47600000u;
+  static constexpr float kMagic = 0x1p7f;
+};
+
+// y rounded to the grid of `To` (nearest, ties to even), as f32 bits: the
+// cast to `To` widened back to f32. A magnitude above the largest finite
+// one (or not finite) sets `bad` instead, and the result is meaningless.
+template <DType To>
+inline uint32_t round_to_grid(float y, uint32_t& bad) {
+  using G = Grid<To>;
+  const uint32_t u = numeric::f32_bits(y), a = u & 0x7fffffffu;
+  const uint32_t normal =
+      (a + ((1u << (G::kShift - 1)) - 1u) + ((a >> G::kShift) & 1u)) & ~((1u << G::kShift) - 1u);
+  // Adding kMagic rounds to its ulp, the subnormal spacing; subtracting it
+  // is exact.
+  const uint32_t sub = numeric::f32_bits((numeric::f32_from_bits(a) + G::kMagic) - G::kMagic);
+  bad |= static_cast<uint32_t>(a > G::kMax);
+  // normal where a >= kNormalMin, else sub, without a branch.
+  const uint32_t is_normal = 0u - static_cast<uint32_t>(a >= G::kNormalMin);
+  return (normal & is_normal) | (sub & ~is_normal) | (u & 0x80000000u);
+}
+
+// q widened back to `from`, by the casts of reshard/cast.h.
+inline void reference_q(DType from, DType to, float x, float s, unsigned char* out) {
+  unsigned char q[4] = {0, 0, 0, 0};
+  cast_detail::store_f32(to, x / s, q);
+  cast_detail::store_f32(from, cast_detail::load_f32(to, q), out);
+}
+
+// The shard's geometry: its box, the part quantised, the blocks.
+struct Walk {
+  const Box& box;
+  const Box& part;
+  const Box blocks;  // blocks_touched(box): the scales' box
+  std::span<const int64_t> block;
+  std::array<int64_t, kMaxRank> stride{};  // of `box`, in elements
+
+  Walk(const Box& b, const Box& p, std::span<const int64_t> blk)
+      : box(b), part(p), blocks(blocks_touched(b, blk)), block(blk) {
+    stride[b.rank - 1] = 1;
+    for (int d = b.rank - 1; d > 0; --d) stride[d - 1] = stride[d] * b.extent(d);
+  }
+
+  // Calls f(offset, n, scale_index) for each run of the part: a row's
+  // elements in one block (row-major order of the rows, each row's runs
+  // left to right), offset and scale_index within the shard.
+  template <typename F>
+  void runs(F&& f) const {
+    const int last = box.rank - 1;
+    const int64_t bl = block[static_cast<size_t>(last)];
+    std::array<int64_t, kMaxRank> idx = part.lo;
+    for (;;) {
+      int64_t off = 0, base = 0;
+      for (int d = 0; d < last; ++d) {
+        off += (idx[d] - box.lo[d]) * stride[d];
+        base = base * blocks.extent(d) + (idx[d] / block[static_cast<size_t>(d)] - blocks.lo[d]);
+      }
+      base *= blocks.extent(last);
+      off -= box.lo[last];
+      for (int64_t c = part.lo[last]; c < part.hi[last];) {
+        const int64_t j = c / bl;
+        const int64_t end = std::min(part.hi[last], (j + 1) * bl);
+        f(off + c, end - c, base + j - blocks.lo[last]);
+        c = end;
+      }
+      int d = last - 1;
+      for (; d >= 0; --d) {
+        if (++idx[d] < part.hi[d]) break;
+        idx[d] = part.lo[d];
+      }
+      if (d < 0) return;
+    }
+  }
+
+  // Calls f(scale_index) for each block of the part.
+  template <typename F>
+  void part_blocks(F&& f) const {
+    const Box pb = blocks_touched(part, block);
+    const int rank = pb.rank;
+    std::array<int64_t, kMaxRank> idx = pb.lo;
+    for (;;) {
+      int64_t b = 0;
+      for (int d = 0; d < rank; ++d) b = b * blocks.extent(d) + (idx[d] - blocks.lo[d]);
+      f(b);
+      int d = rank - 1;
+      for (; d >= 0; --d) {
+        if (++idx[d] < pb.hi[d]) break;
+        idx[d] = pb.lo[d];
+      }
+      if (d < 0) return;
+    }
+  }
+};
+
+template <DType From, DType To>
+void quantise_typed(const Walk& w, const void* src, float* scales, void* out) {
+  using S = Source<From>;
+  using T = typename S::T;
+  const T* in = static_cast<const T*>(src);
+  T* o = static_cast<T*>(out);
+  // The amax of each block, as magnitude bits, kept in its scale's place.
+  w.part_blocks([&](int64_t b) { std::memset(&scales[b], 0, sizeof(float)); });
+  w.runs([&](int64_t off, int64_t n, int64_t b) {
+    const T* x = in + off;
+    T m = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const T a = static_cast<T>(x[k] & S::kAbs);
+      // a where finite, else 0, without a branch (the loop vectorises).
+      const T f = static_cast<T>(a & static_cast<T>(T{0} - static_cast<T>(a < S::kInf)));
+      m = std::max(m, f);
+    }
+    uint32_t kept;
+    std::memcpy(&kept, &scales[b], 4);
+    if (m > kept) {
+      const uint32_t v = m;
+      std::memcpy(&scales[b], &v, 4);
+    }
+  });
+  w.part_blocks([&](int64_t b) {
+    uint32_t bits;
+    std::memcpy(&bits, &scales[b], 4);
+    scales[b] = block_scale(S::to_f32(static_cast<T>(bits)), To);
+  });
+  w.runs([&](int64_t off, int64_t n, int64_t b) {
+    const T* x = in + off;
+    T* y = o + off;
+    const float s = scales[b];
+    uint32_t bad = 0;
+    for (int64_t k = 0; k < n; ++k) y[k] = S::from_f32(round_to_grid<To>(S::to_f32(x[k]) / s, bad));
+    if (bad == 0) return;
+    for (int64_t k = 0; k < n; ++k) {
+      const float v = S::to_f32(x[k]);
+      if (!(std::fabs(v / s) <= numeric::f32_from_bits(Grid<To>::kMax)))
+        reference_q(From, To, v, s, reinterpret_cast<unsigned char*>(y + k));
+    }
+  });
+}
+
+// Any other source dtype: the reference casts, element by element.
+void quantise_reference(const Walk& w, DType from, DType to, const void* src, float* scales,
+                        void* out) {
+  const int64_t es = dtype_size(from);
+  const auto* in = static_cast<const unsigned char*>(src);
+  auto* o = static_cast<unsigned char*>(out);
+  w.part_blocks([&](int64_t b) { scales[b] = 0.0f; });
+  w.runs([&](int64_t off, int64_t n, int64_t b) {
+    for (int64_t k = 0; k < n; ++k) {
+      const float a = std::fabs(cast_detail::load_f32(from, in + (off + k) * es));
+      if (std::isfinite(a) && a > scales[b]) scales[b] = a;
+    }
+  });
+  w.part_blocks([&](int64_t b) { scales[b] = block_scale(scales[b], to); });
+  w.runs([&](int64_t off, int64_t n, int64_t b) {
+    for (int64_t k = off; k < off + n; ++k)
+      reference_q(from, to, cast_detail::load_f32(from, in + k * es), scales[b], o + k * es);
+  });
+}
+
+template <DType From>
+void quantise_from(const Walk& w, DType to, const void* src, float* scales, void* out) {
+  if (to == DType::kF8E4M3) {
+    quantise_typed<From, DType::kF8E4M3>(w, src, scales, out);
+  } else {
+    quantise_typed<From, DType::kF8E5M2>(w, src, scales, out);
+  }
+}
+
+}  // namespace
+
+std::vector<Box> quantise_parts(const Box& box, std::span<const int64_t> block, int64_t elements) {
+  std::vector<Box> parts;
+  if (box.volume() == 0) return parts;
+  const int last = box.rank - 1;
+  const int64_t target = std::max<int64_t>(elements, 1);
+  // Dim 0 in whole blocks; where one block's rows exceed the target (and
+  // the rank is 2 or more), the last dim in whole blocks too.
+  const int64_t b0 = block[0];
+  const int64_t inner = box.volume() / box.extent(0);  // elements per index of dim 0
+  const int64_t middle = last > 0 ? inner / box.extent(last) : 1;
+  int64_t rows = b0, cols = box.extent(last);
+  if (last == 0) {
+    rows = std::max<int64_t>(1, target / b0) * b0;
+  } else if (b0 * inner <= target) {
+    rows = std::max<int64_t>(1, target / (b0 * inner)) * b0;
+  } else {
+    const int64_t bl = block[static_cast<size_t>(last)];
+    cols = std::max<int64_t>(1, target / (b0 * middle * bl)) * bl;
+  }
+  // Boundaries at multiples of the step from the box's start (a block
+  // boundary), the last part ending at the box's end.
+  for (int64_t r = box.lo[0]; r < box.hi[0]; r += rows) {
+    for (int64_t c = box.lo[last]; last > 0 && c < box.hi[last]; c += cols) {
+      Box p = box;
+      p.lo[0] = r;
+      p.hi[0] = std::min(box.hi[0], r + rows);
+      p.lo[last] = c;
+      p.hi[last] = std::min(box.hi[last], c + cols);
+      parts.push_back(p);
+    }
+    if (last == 0) {
+      Box p = box;
+      p.lo[0] = r;
+      p.hi[0] = std::min(box.hi[0], r + rows);
+      parts.push_back(p);
+    }
+  }
+  return parts;
+}
+
+void quantise_part(const TensorSpec& value, const Box& box, const Box& part, const void* src,
+                   float* scales, void* out) {
+  if (part.volume() == 0) return;
+  const Walk w(box, part, value.scale_block);
+  const DType to = out_dtype(value);
+  switch (value.dtype) {
+    case DType::kF32:
+      return quantise_from<DType::kF32>(w, to, src, scales, out);
+    case DType::kBF16:
+      return quantise_from<DType::kBF16>(w, to, src, scales, out);
+    case DType::kF16:
+      return quantise_from<DType::kF16>(w, to, src, scales, out);
+    default:
+      return quantise_reference(w, value.dtype, to, src, scales, out);
+  }
+}
+
+void quantise_shard(const TensorSpec& value, const Box& box, const void* src, float* scales,
+                    void* out) {
+  quantise_part(value, box, box, src, scales, out);
+}
+
+}  // namespace reshard
