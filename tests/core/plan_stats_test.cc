@@ -462,6 +462,35 @@ TEST(PlanStatsFastPath, UncoveredRegionIsReportedAsTheEnumerationReportsIt) {
   EXPECT_EQ(fast, ref);
 }
 
+// FSDP(N) (4 rows per device) -> DP(N/8) x TP8 (a column block per device
+// of each host's 8) on the same N devices, relays off: every device takes
+// its column block of every device's rows, so each sends to and receives
+// from the N - 1 others, one stream each (hand-computed: N x (N - 1)
+// messages without a budget). N = 200 spans four words of the stage-0
+// pair rows and counts of 8 bits (the columns' counts are bit-sliced).
+TEST(PlanStatsStreams, AllToAllDevicesCountEveryPeer) {
+  constexpr int64_t n = 200;
+  PlanInput in;
+  for (int64_t d = 0; d < n; ++d)
+    in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d / 8), 0});
+  const FleetLayouts f{{4 * n, 64},
+                       named(mesh({"fsdp"}, {n}, 0), {{"fsdp"}, {}}),
+                       named(mesh({"dp", "tp"}, {n / 8, 8}, 0), {{}, {"tp"}})};
+  add_tensors(in, f, {DType::kBF16});
+  in.options.relays = false;
+  in.options.staging_budget_bytes = 0;
+  for (bool reference : {false, true}) {
+    SCOPED_TRACE(reference ? "every piece enumerated" : "per-cell arithmetic");
+    const StatsRun r = run_stats(in, true, reference);
+    ASSERT_EQ(r.st.per_device.size(), static_cast<size_t>(n));
+    for (const DeviceTraffic& t : r.st.per_device) {
+      EXPECT_EQ(t.send_messages, n - 1) << "device " << t.device;
+      EXPECT_EQ(t.recv_messages, n - 1) << "device " << t.device;
+    }
+    EXPECT_EQ(r.st.messages, n * (n - 1));
+  }
+}
+
 // Issue 37 finding 6: all-gathering a 2^62-byte tensor onto 2 devices
 // reported network bytes of -2^63 (signed overflow in the statistics) and
 // saturated `rounds` silently. Figures that fit are exact; one that does not

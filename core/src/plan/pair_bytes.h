@@ -55,6 +55,14 @@ class PairBytes {
     }
     sparse_.swap(rest);
   }
+  // Turns to the table where `distinct` distinct streams about to be added
+  // (whether or not the map has them) would turn the map into it on their
+  // own: add() would turn it while adding them, with the same bytes, after
+  // building the map's nodes.
+  void expect(size_t distinct, int64_t node_bytes) {
+    if (!dense_ && dense_ok_ && distinct * static_cast<size_t>(node_bytes) * 4 >= table_bytes_)
+      make_dense();
+  }
   bool dense() const { return dense_; }
   size_t table_bytes() const { return table_bytes_; }
   // Adds `bytes` to the stream sd -> dd; returns whether it is a new entry

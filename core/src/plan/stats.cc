@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <deque>
 #include <map>
 #include <optional>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "plan/assign_stats.h"
@@ -127,26 +129,45 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
   // null): its segments cut one after the other at the whole stream's
   // chunk (rounds.h); in a pipelined plan, one segment (order_pieces merges
   // a stream's bands).
+  // The figures of the last stream without bands: a row of the stage-0
+  // table repeats them where its sources' loads and bytes are alike (the
+  // 405B plan at 16,384 devices has 2^28 streams).
+  struct Last {
+    bool valid = false;
+    int s = 0;
+    int64_t all = 0;
+    DeviceLoad a, b;
+    int64_t r = 0, segments = 0, cap = 0;
+  } last;
   auto visit = [&](int s, size_t sd, size_t dd, int64_t bytes, const BandStream* b) {
     int64_t all = bytes;
     if (b)
       for (int64_t v : b->bytes) add_to(all, v, "network_bytes");
     if (all <= 0) return;
-    const int64_t chunk = rule.chunk(static_cast<uint32_t>(s), load(s, sd), load(s, dd), all);
+    const DeviceLoad la = load(s, sd), lb = load(s, dd);
     int64_t r = 0, segments = 0, cap = 0;
-    auto segment = [&](int64_t v) {
-      if (v <= 0) return;
-      add_to(r, stream_rounds(v, chunk), "rounds");
-      ++segments;
-      // Most bytes any round of the segment stages.
-      cap = std::max(cap, round_cap(v, chunk));
-    };
-    if (!rule.pipeline.empty()) {
-      segment(all);
+    if (!b && last.valid && last.s == s && last.all == all && last.a.peers == la.peers &&
+        last.a.bytes == la.bytes && last.b.peers == lb.peers && last.b.bytes == lb.bytes) {
+      r = last.r;
+      segments = last.segments;
+      cap = last.cap;
     } else {
-      segment(bytes);
-      if (b)
-        for (int64_t v : b->bytes) segment(v);
+      const int64_t chunk = rule.chunk(static_cast<uint32_t>(s), la, lb, all);
+      auto segment = [&](int64_t v) {
+        if (v <= 0) return;
+        add_to(r, stream_rounds(v, chunk), "rounds");
+        ++segments;
+        // Most bytes any round of the segment stages.
+        cap = std::max(cap, round_cap(v, chunk));
+      };
+      if (!rule.pipeline.empty()) {
+        segment(all);
+      } else {
+        segment(bytes);
+        if (b)
+          for (int64_t v : b->bytes) segment(v);
+      }
+      if (!b) last = {true, s, all, la, lb, r, segments, cap};
     }
     rounds = std::max(rounds, r);
     add_to(out.messages, r, "messages");
@@ -927,27 +948,39 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       // several entries of the cell, the leader (by blocks of source cells)
       // takes the region in and forwards it to the others in stage 1, the
       // forwarded boxes merged as RelayMerger does. Returns the cell's pieces.
-      // Per by_host position of a leader, its regions (indices into hv, in
-      // cover order) and their bytes; `leading` lists (group start,
-      // position) of those with any; `spans` the (begin, end) of by_host's
-      // groups (one per host). The forwarding inside a host is added per
-      // leader once its regions are known, not per region and entry. (A map
-      // keyed by (group, leader) and the per-entry loop were most of the
-      // statistics' time on a replicated destination.)
-      std::vector<std::vector<size_t>> led;
-      std::vector<int64_t> led_bytes;
-      std::vector<std::pair<size_t, size_t>> leading, spans;
+      // The leaders are visited host by host, each host's regions in cover
+      // order (a leader's messages in one row of the stage-0 pairs and
+      // stream bytes; region by region over every host, each message missed
+      // the cache: most of the global statistics' time of the 405B plan at
+      // 16,384 devices, whose norms are replicated on every device), and
+      // each leader's forwarded boxes merged as they arrive. `leading`
+      // lists the leaders with any region in the order their first region
+      // reaches them region by region (first region, then host), which is
+      // the order their relay streams are added in.
+      struct RegionAt {
+        uint32_t h;
+        int64_t bytes;
+        int32_t host;
+        uint64_t idx, n;  // its position in the cover (cover_position)
+      };
+      struct Leader {
+        size_t first, span, lp;  // first region, host (index into spans), by_host position
+        int64_t bytes, merged;
+      };
+      struct LeaderRun {
+        size_t first = 0, count = 0;
+        int64_t bytes = 0, merged = 0;
+        Box cur;
+      };
+      std::vector<RegionAt> region_at;
+      std::vector<uint32_t> leader_of;  // per region: its leader's position in a host's entries
+      std::unordered_map<int32_t, size_t> on_host;  // regions per holder host
+      std::vector<Leader> leading;
+      std::vector<LeaderRun> runs;
+      std::vector<std::pair<size_t, size_t>> spans, small_spans;  // small: one entry
       auto relay_cell_stats = [&](const TensorCtx& tc, const Box& B, int64_t es, int64_t cp) {
         int64_t cell_pieces = 0;
-        for (const auto& gp : leading) {
-          led[gp.second].clear();
-          led_bytes[gp.second] = 0;
-        }
         leading.clear();
-        if (led.size() < by_host.size()) {
-          led.resize(by_host.size());
-          led_bytes.resize(by_host.size(), 0);
-        }
         spans.clear();
         for (size_t g = 0, g_end = 0; g < by_host.size(); g = g_end) {
           for (g_end = g; g_end < by_host.size() && by_host[g_end].first == by_host[g].first;)
@@ -974,45 +1007,92 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
             (*counts)[dd].recv_pieces += cp;
           }
         };
+        region_at.resize(hv.size());
         for (size_t k = 0; k < hv.size(); ++k) {
           const uint32_t h = hv[k].first;
-          const int64_t bytes = mul_of(hv[k].second, es, "network_bytes");
-          const int32_t hhost = tc.st->host[h];
           Route pos;
           cover_position(tc, B, regions[k], pos);
-          for (const auto& [g, g_end] : spans) {
-            const int32_t host = by_host[g].first;
-            const size_t m = g_end - g;
-            if (m >= 2 && hhost != host) {  // the leader takes it in and forwards it
-              const size_t lp = g + static_cast<size_t>(pos.idx * m / pos.n);
-              if (led[lp].empty()) leading.emplace_back(g, lp);
-              led[lp].push_back(k);
-              add_to(led_bytes[lp], bytes, "forwarded_bytes");
-              direct(h, by_host[lp].second, bytes, true);
-              continue;
-            }
-            for (size_t i = g; i < g_end; ++i) direct(h, by_host[i].second, bytes, hhost != host);
-          }
+          region_at[k] = {h, mul_of(hv[k].second, es, "network_bytes"), tc.st->host[h], pos.idx,
+                          pos.n};
         }
+        size_t leader_of_m = 0;  // the m leader_of holds (0: none yet)
+        // Every entry of a host with one entry of the cell, or of the
+        // region's holder's host, takes the region directly.
+        small_spans.clear();
+        for (const auto& sp : spans)
+          if (sp.second - sp.first < 2) small_spans.push_back(sp);
+        for (size_t k = 0; k < hv.size(); ++k) {
+          const RegionAt& r = region_at[k];
+          for (const auto& [g, g_end] : small_spans)
+            for (size_t i = g; i < g_end; ++i)
+              direct(r.h, by_host[i].second, r.bytes, r.host != by_host[g].first);
+          // Spans are sorted by host.
+          auto own = std::lower_bound(spans.begin(), spans.end(), r.host,
+                                      [&](const std::pair<size_t, size_t>& sp, int32_t h) {
+                                        return by_host[sp.first].first < h;
+                                      });
+          if (own == spans.end() || by_host[own->first].first != r.host ||
+              own->second - own->first < 2)
+            continue;
+          for (size_t i = own->first; i < own->second; ++i)
+            direct(r.h, by_host[i].second, r.bytes, false);
+        }
+        // On the other hosts the leader (by blocks of source cells) takes it
+        // in and forwards it: a distinct stream per (region, host) there.
+        if (track_pairs) {
+          on_host.clear();
+          for (const RegionAt& r : region_at) ++on_host[r.host];
+          size_t streams = 0;
+          for (const auto& [g, g_end] : spans)
+            if (g_end - g >= 2) {
+              auto it = on_host.find(by_host[g].first);
+              streams += hv.size() - (it == on_host.end() ? 0 : it->second);
+            }
+          pair_bytes.expect(streams, kPairBytes);
+        }
+        for (size_t si = 0; si < spans.size(); ++si) {
+          const auto [g, g_end] = spans[si];
+          const size_t m = g_end - g;
+          const int32_t host = by_host[g].first;
+          if (m < 2) continue;
+          runs.assign(m, LeaderRun{});
+          if (m != leader_of_m) {  // each region's leader among m entries
+            leader_of.resize(hv.size());
+            for (size_t k = 0; k < hv.size(); ++k)
+              leader_of[k] = static_cast<uint32_t>(region_at[k].idx * m / region_at[k].n);
+            leader_of_m = m;
+          }
+          for (size_t k = 0; k < hv.size(); ++k) {
+            const RegionAt& r = region_at[k];
+            if (r.host == host) continue;
+            const size_t q = leader_of[k];
+            LeaderRun& run = runs[q];
+            if (run.count++ == 0) run.first = k;
+            add_to(run.bytes, r.bytes, "forwarded_bytes");
+            direct(r.h, by_host[g + q].second, r.bytes, true);
+            if (run.count > 1 && RelayMerger::extends(run.cur, regions[k])) continue;
+            run.cur = regions[k];
+            ++run.merged;
+          }
+          for (size_t q = 0; q < m; ++q)
+            if (runs[q].count > 0)
+              leading.push_back({runs[q].first, si, g + q, runs[q].bytes, runs[q].merged});
+        }
+        std::sort(leading.begin(), leading.end(), [](const Leader& a, const Leader& b) {
+          return std::tie(a.first, a.span) < std::tie(b.first, b.span);
+        });
         // Relay pieces: each leader's regions merged in cover order, one
         // sequence per other entry of its host.
-        for (const auto& [g, lp] : leading) {
-          const std::vector<size_t>& ks = led[lp];
-          const uint32_t lead = by_host[lp].second;
-          const int64_t bytes = led_bytes[lp];
+        for (const Leader& l : leading) {
+          const auto [g, g_end] = spans[l.span];
+          const uint32_t lead = by_host[l.lp].second;
+          const int64_t bytes = l.bytes;
+          const int64_t merged = l.merged;
           const uint32_t ld = tc.dt->dense[lead];
-          int64_t merged = 0;
-          Box cur;
-          for (size_t i = 0; i < ks.size(); ++i) {
-            const Box& r = regions[ks[i]];
-            if (i > 0 && RelayMerger::extends(cur, r)) continue;
-            cur = r;
-            ++merged;
-          }
           stage_grow(1);
           relayed = true;
           last_stage = std::max(last_stage, 1);
-          for (size_t i = g; i < by_host.size() && by_host[i].first == by_host[g].first; ++i) {
+          for (size_t i = g; i < g_end; ++i) {
             const uint32_t e = by_host[i].second;
             if (e == lead) continue;
             const uint32_t dd = tc.dt->dense[e];
@@ -1036,6 +1116,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         return cell_pieces;
       };
       std::map<int32_t, int64_t> dst_on_host, dst_on_proc, vol_on_host;
+      std::vector<int32_t> hv_cols;  // per region: its holder's column of pair_bytes
       for (int64_t c = 0; c < dg.num_cells(); ++c) {
         if (guard_stops_here(pieces + group_pieces)) break;
         const uint32_t b0 = dg.cell_offsets[static_cast<size_t>(c)],
@@ -1101,6 +1182,21 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           if (counts) (*counts)[sd].send_pieces += n * copies;
         }
         group_pieces += static_cast<int64_t>(hv.size()) * n;
+        // Where every holder has a column of pair_bytes' table, each
+        // entry's streams are added along its row (each entry takes a
+        // distinct stream from every holder but its own device).
+        hv_cols.clear();
+        if (track_pairs && !hv.empty())
+          pair_bytes.expect(static_cast<size_t>(n) * (hv.size() - 1), kPairBytes);
+        if (track_pairs && pair_bytes.dense())
+          for (auto [h, vol] : hv) {
+            const int32_t col = pair_bytes.column(t.st->dense[h]);
+            if (col < 0) {
+              hv_cols.clear();
+              break;
+            }
+            hv_cols.push_back(col);
+          }
         for (uint32_t i = b0; i < b1; ++i) {
           const uint32_t e = dg.cell_entries[i];
           const uint32_t dd = t.dt->dense[e];
@@ -1124,9 +1220,15 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                  "max_host_recv_bytes");
           uint64_t* row = bits.data() + dd * words;
           for (size_t w = 0; w < words; ++w) row[w] |= cell_bits[w];
-          if (track_pairs)
-            for (auto [h, vol] : hv)
-              if (t.st->dense[h] != dd) add_pair(t.st->dense[h], dd, vol * esum);  // <= bytes above
+          if (!track_pairs) continue;
+          if (int64_t* prow = hv_cols.empty() ? nullptr : pair_bytes.row(dd)) {
+            for (size_t k = 0; k < hv.size(); ++k)
+              if (t.st->dense[hv[k].first] != dd)
+                add_to(prow[hv_cols[k]], hv[k].second * esum, "network_bytes");
+            continue;
+          }
+          for (auto [h, vol] : hv)
+            if (t.st->dense[h] != dd) add_pair(t.st->dense[h], dd, vol * esum);  // <= bytes above
         }
       }
       pieces += group_pieces * static_cast<int64_t>(members.size());
@@ -1162,18 +1264,30 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                                                     std::vector<int64_t>(ndev, 0));
   std::vector<std::vector<int64_t>> stage_recv_msgs = stage_send_msgs;
   if (dense_pairs) {
+    // Each column's bits counted bit-sliced: per word of the row, plane i
+    // holds bit i of the 64 columns' counts, and a row adds with carries
+    // (a column per set bit was most of this loop's time where every
+    // device talks to every other: 2^28 bits at 16,384 devices).
+    const int nplanes = std::bit_width(ndev);
+    std::vector<uint64_t> planes(words * static_cast<size_t>(nplanes), 0);
     for (size_t dd = 0; dd < ndev; ++dd) {
       uint64_t* row = bits.data() + dd * words;
       row[dd >> 6] &= ~(uint64_t{1} << (dd & 63));  // a device never messages itself
       for (size_t w = 0; w < words; ++w) {
-        uint64_t v = row[w];
-        stage_recv_msgs[0][dd] += __builtin_popcountll(v);
-        while (v) {
-          ++stage_send_msgs[0][w * 64 + static_cast<size_t>(__builtin_ctzll(v))];
-          v &= v - 1;
+        uint64_t carry = row[w];
+        stage_recv_msgs[0][dd] += __builtin_popcountll(carry);
+        for (uint64_t* c = planes.data() + w * static_cast<size_t>(nplanes); carry; ++c) {
+          const uint64_t next = *c & carry;
+          *c ^= carry;
+          carry = next;
         }
       }
     }
+    for (size_t w = 0; w < words; ++w)
+      for (int i = 0; i < nplanes; ++i)
+        for (uint64_t v = planes[w * static_cast<size_t>(nplanes) + static_cast<size_t>(i)]; v;
+             v &= v - 1)
+          stage_send_msgs[0][w * 64 + static_cast<size_t>(__builtin_ctzll(v))] += int64_t{1} << i;
   } else {
     for (uint64_t pr : pair_set) {
       ++stage_send_msgs[0][pr >> 32];
