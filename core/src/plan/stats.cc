@@ -1239,7 +1239,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       std::vector<std::vector<size_t>> led;
       std::vector<int64_t> led_bytes;
       std::vector<std::pair<size_t, size_t>> leading, spans;
-      auto relay_cell_stats = [&](const TensorCtx& tc, const Box& B, int64_t es, int64_t cp) {
+      auto relay_cell_stats = [&](const TensorCtx& tc, size_t c, const Box& B, int64_t es,
+                                  int64_t cp) {
+        const std::vector<std::pair<int32_t, uint64_t>>* held = &en.held_on_hosts(tc, c);
         int64_t cell_pieces = 0;
         for (const auto& gp : leading) {
           led[gp.second].clear();
@@ -1286,7 +1288,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
             const int32_t host = by_host[g].first;
             const size_t m = g_end - g;
             if (m >= 2 && hhost != host) {  // the leader takes it in and forwards it
-              const size_t lp = g + static_cast<size_t>(pos.idx * m / pos.n);
+              const size_t lp =
+                  g + static_cast<size_t>(Enumerator::lead_block(held, host, pos.idx, pos.n, m));
               if (led[lp].empty()) leading.emplace_back(g, lp);
               led[lp].push_back(k);
               add_to(led_bytes[lp], bytes, "forwarded_bytes");
@@ -1372,7 +1375,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
               fail(ErrorCode::kInternal, "statistics: a tiled source cell without holders");
             continue;
           }
-          group_pieces += relay_cell_stats(t, B, esum, copies);
+          group_pieces += relay_cell_stats(t, static_cast<size_t>(c), B, esum, copies);
           continue;
         }
         dst_on_host.clear();
