@@ -710,6 +710,35 @@ TEST(PlanRelays, CellsOnMoreHostsThanTheSourceSpreadTheirForwardingOverDevices) 
   EXPECT_TRUE(check_destinations(plan, buffers).ok());
 }
 
+// Source and destination on the same devices (FSDP over 4 hosts of 8 ->
+// dp8 x tp4, a row-parallel tensor: column blocks): each cell's 32 regions
+// (one per source device, 64 KiB) are held 8 on each of its hosts, and the
+// other 24 enter the host through its 2 entries of the cell, which forward
+// them to each other. The leaders took blocks of the whole cover (regions
+// 0-15 and 16-31), so on each host one entry led 16 of the 24 entering
+// regions and the other 8; blocks of the entering regions give each 12. By
+// hand, every device sends its shard's 4 regions to the cell's entries on
+// its host (1 copy of its own cell's, which it holds, 2 of the others) and
+// to one leader on each of the 3 other hosts (19 regions), and forwards
+// the 12 it leads: 31 x 64 KiB (16 + 19 = 35 with the old blocks).
+TEST(PlanRelays, EntriesOfAHostThatHoldsPartOfTheCellLeadEqualSharesOfItsIngress) {
+  std::vector<int32_t> hosts;
+  for (int32_t d = 0; d < 32; ++d) hosts.push_back(d / 8);
+  const PlanInput in =
+      one_tensor({1024, 4096}, DType::kBF16, named(mesh({"a"}, {32}, 0), {{"a"}, {}}),
+                 named(mesh({"dp", "tp"}, {8, 4}, 0), {{}, {"tp"}}), hosts);
+  const Plan plan = make_plan(in);
+  const PlanStats& st = plan.stats();
+  const int64_t region = 32 * 1024 * 2;
+  EXPECT_EQ(st.stages, 2);
+  EXPECT_EQ(st.forwarded_bytes, 4 * 4 * 24 * region);
+  EXPECT_EQ(st.max_send_bytes, 31 * region);
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views);
+  EXPECT_TRUE(check_destinations(plan, buffers).ok());
+}
+
 // Relays for explicit destination layouts (checkpoint-style boxes): the
 // entries with equal boxes form a cell and relay like a tiled cell — inside
 // hosts, and across hosts when few holders feed many hosts. Fleets as in

@@ -198,6 +198,39 @@ TEST(PlanStatsFastPath, RegionsCutForMoreLeadersMatchTheEnumeration) {
   EXPECT_EQ(cases, 48);
 }
 
+// Source and destination on the same devices (FSDP over H hosts of 8 ->
+// dp x tp on them, tp 2 or 4, column- and row-parallel cells): a host's
+// entries lead blocks of the regions that enter it, the regions it holds
+// left out (Enumerator::lead_block), in the per-cell arithmetic (cells
+// below relay bands) and in the enumeration alike.
+TEST(PlanStatsFastPath, CellsPartlyHeldOnTheirHostsMatchTheEnumeration) {
+  int cases = 0;
+  for (int64_t H : {2, 4})
+    for (int64_t tp : {2, 4})
+      for (int d : {0, 1})
+        for (int64_t rows : {int64_t{256}, int64_t{2048}}) {
+          SCOPED_TRACE(std::to_string(H) + " hosts, tp " + std::to_string(tp) + ", dim " +
+                       std::to_string(d) + ", rows " + std::to_string(rows));
+          const int64_t n = 8 * H;
+          PlanInput in;
+          for (int64_t i = 0; i < n; ++i)
+            in.topology.add({i, static_cast<int32_t>(i), static_cast<int32_t>(i / 8),
+                             static_cast<int32_t>(i % 8)});
+          std::vector<std::vector<std::string>> dst_dims(2);
+          dst_dims[static_cast<size_t>(d)] = {"tp"};
+          FleetLayouts f{{rows, 512},
+                         named(mesh({"a"}, {n}, 0), {{"a"}, {}}),
+                         named(mesh({"dp", "tp"}, {n / tp, tp}, 0), dst_dims)};
+          add_tensors(in, f, {DType::kF32, DType::kBF16});
+          for (int64_t budget : {int64_t{0}, int64_t{1} << 30}) {
+            in.options.staging_budget_bytes = budget;
+            ASSERT_NO_FATAL_FAILURE(check_fast_path(in));
+          }
+          ++cases;
+        }
+  EXPECT_EQ(cases, 16);
+}
+
 // Relays across hosts (Route::cross): few holders on one or two hosts —
 // replicas, one per host or several (split across replicas, in bands), or
 // shards — feeding 3-7 receiving hosts of 1-3 devices each; two tensors of

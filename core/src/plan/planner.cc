@@ -129,8 +129,10 @@ namespace {
 // 27: the estimate's stall of a stage behind earlier stages on the links
 // they share, by its share of their messages; a pipelined plan numbers its
 // forwards' rounds late, RoundRule::round_number; the device rule also lays
-// out cells on more receiving hosts than the source spans).
-constexpr uint64_t kPlannerVersion = 27;
+// out cells on more receiving hosts than the source spans); 28: relays
+// inside a host whose devices hold some of the cell lead blocks of the
+// regions that enter the host (Enumerator::lead_block).
+constexpr uint64_t kPlannerVersion = 28;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

@@ -978,7 +978,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       std::vector<Leader> leading;
       std::vector<LeaderRun> runs;
       std::vector<std::pair<size_t, size_t>> spans, small_spans;  // small: one entry
-      auto relay_cell_stats = [&](const TensorCtx& tc, const Box& B, int64_t es, int64_t cp) {
+      auto relay_cell_stats = [&](const TensorCtx& tc, size_t c, const Box& B, int64_t es,
+                                  int64_t cp) {
+        const std::vector<std::pair<int32_t, uint64_t>>* held = &en.held_on_hosts(tc, c);
         int64_t cell_pieces = 0;
         leading.clear();
         spans.clear();
@@ -1056,11 +1058,16 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           const int32_t host = by_host[g].first;
           if (m < 2) continue;
           runs.assign(m, LeaderRun{});
-          if (m != leader_of_m) {  // each region's leader among m entries
+          // Each region's leader among m entries (Enumerator::lead_block):
+          // the same on every host that holds none of the cell's regions.
+          const bool holds = std::any_of(held->begin(), held->end(),
+                                         [&](const auto& e) { return e.first == host; });
+          if (holds || m != leader_of_m) {
             leader_of.resize(hv.size());
             for (size_t k = 0; k < hv.size(); ++k)
-              leader_of[k] = static_cast<uint32_t>(region_at[k].idx * m / region_at[k].n);
-            leader_of_m = m;
+              leader_of[k] = static_cast<uint32_t>(Enumerator::lead_block(
+                  holds ? held : nullptr, host, region_at[k].idx, region_at[k].n, m));
+            leader_of_m = holds ? 0 : m;
           }
           for (size_t k = 0; k < hv.size(); ++k) {
             const RegionAt& r = region_at[k];
@@ -1151,7 +1158,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
               fail(ErrorCode::kInternal, "statistics: a tiled source cell without holders");
             continue;
           }
-          group_pieces += relay_cell_stats(t, B, esum, copies);
+          group_pieces += relay_cell_stats(t, static_cast<size_t>(c), B, esum, copies);
           continue;
         }
         dst_on_host.clear();

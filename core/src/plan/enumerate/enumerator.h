@@ -281,6 +281,32 @@ class Enumerator {
   uint32_t cell_shift(const TensorCtx& t, size_t c, const Box& B);
   // The leader of part j on the host at CellHosts index `hi`.
   uint32_t leader(const Route& r, size_t hi, size_t j) const;
+  // Relays inside hosts, tiled source: the cover indices of cell c's
+  // regions that some holder on one of the cell's own hosts holds, as
+  // sorted (host, index) pairs (where source and destination devices
+  // coincide; empty elsewhere). Memoised per geometries, shape and cell.
+  const std::vector<std::pair<int32_t, uint64_t>>& held_on_hosts(const TensorCtx& t, size_t c);
+  // The block, of m on `host`, whose leader takes in the region at cover
+  // index idx of n: blocks of consecutive regions among those that enter
+  // the host, the ones `held` lists on it left out. Counting them too gave
+  // the host's entries unequal shares of its ingress (FSDP over 4 hosts ->
+  // dp8 x tp4 on the same devices: the row-parallel cells' 24 entering
+  // regions split 16 and 8 between a host's 2 entries).
+  static uint64_t lead_block(const std::vector<std::pair<int32_t, uint64_t>>* held, int32_t host,
+                             uint64_t idx, uint64_t n, uint64_t m) {
+    if (held != nullptr && !held->empty()) {
+      const auto lo =
+          std::lower_bound(held->begin(), held->end(), std::make_pair(host, uint64_t{0}));
+      const auto hi = std::lower_bound(lo, held->end(), std::make_pair(host, n));
+      const auto total = static_cast<uint64_t>(hi - lo);
+      if (total > 0 && total < n) {
+        const auto before =
+            static_cast<uint64_t>(std::lower_bound(lo, hi, std::make_pair(host, idx)) - lo);
+        return std::min(m - 1, (idx - before) * m / (n - total));
+      }
+    }
+    return idx * m / n;
+  }
   // The CellHosts index of the index-th receiving host.
   size_t receiving_host(const Route& r, size_t index) const;
   // receiving_index and receiving_host of every host of the route's cell
@@ -414,6 +440,17 @@ class Enumerator {
   };
   std::map<GeoKey, UniformShares> uniform_shares_;
   std::unique_ptr<Enumerator> share_en_;  // covers inside a cover
+  // held_on_hosts(): per (geometries and shape, source hosts, cell), and
+  // its last answer.
+  std::map<std::tuple<GeoKey, const GeoTopo*, size_t>, std::vector<std::pair<int32_t, uint64_t>>>
+      held_;
+  struct HeldLast {
+    const Geometry *sg = nullptr, *dg = nullptr;
+    const GeoTopo* st = nullptr;
+    size_t c = 0;
+    std::vector<int64_t> shape;
+    const std::vector<std::pair<int32_t, uint64_t>>* held = nullptr;
+  } held_last_;
   // cross_layout(): per (geometries and shape, element size, cell or
   // SIZE_MAX for a uniform group, TensorCtx::device_cross).
   std::map<std::tuple<GeoKey, int64_t, size_t, bool>, CrossLayout> layouts_;

@@ -46,7 +46,9 @@ inline bool Enumerator::route(const TensorCtx& t, size_t c, const Box& region,
   // hash of the region's corner. A tiled source also places the region in
   // the cover of the cell's box (r.idx of r.n, for relay_cut below).
   uint64_t k = c;
+  r.held = nullptr;
   if (t.sg->tiled) {
+    r.held = &held_on_hosts(t, c);
     const CoverDims& cd = cover_dims(t, c);
     uint64_t idx = 0, nb = 1;
     for (int d = 0; d < region.rank; ++d) {
@@ -111,6 +113,37 @@ inline const Enumerator::CoverDims& Enumerator::cover_dims(const TensorCtx& t, s
     cd.span[d] = b - a;
   }
   return cd;
+}
+
+inline const std::vector<std::pair<int32_t, uint64_t>>& Enumerator::held_on_hosts(
+    const TensorCtx& t, size_t c) {
+  HeldLast& last = held_last_;
+  if (last.held != nullptr && last.sg == t.sg && last.dg == t.dg && last.st == t.st &&
+      last.c == c && last.shape == t.src->shape())
+    return *last.held;
+  auto [it, fresh] = held_.try_emplace(std::make_tuple(geo_key(t), t.st, c));
+  std::vector<std::pair<int32_t, uint64_t>>& held = it->second;
+  if (fresh) {
+    const CellHosts& ch = cell_hosts(t);
+    const auto hb = ch.hosts.begin() + static_cast<std::ptrdiff_t>(ch.cell_offsets[c]);
+    const auto he = ch.hosts.begin() + static_cast<std::ptrdiff_t>(ch.cell_offsets[c + 1]);
+    const Box B = cell_box(t, c);
+    if (!share_en_) share_en_ = std::make_unique<Enumerator>(options_);
+    Route pos;
+    if (!B.empty()) {
+      share_en_->cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
+        cover_position(t, B, region, pos);
+        for (size_t i = 0; i < n; ++i) {
+          const int32_t host = t.st->host[h[i]];
+          if (std::binary_search(hb, he, host)) held.emplace_back(host, pos.idx);
+        }
+      });
+    }
+    std::sort(held.begin(), held.end());
+    held.erase(std::unique(held.begin(), held.end()), held.end());
+  }
+  last = {t.sg, t.dg, t.st, c, t.src->shape(), &held};
+  return held;
 }
 
 inline void Enumerator::lead_parts(const Box& region, uint64_t k, uint64_t n, int64_t slots,
@@ -196,7 +229,8 @@ inline uint32_t Enumerator::leader(const Route& r, size_t hi, size_t j) const {
     if (!r.part_lead.empty())  // lead_parts: part j's slot of lead_slots
       return ch_
           ->members[b + static_cast<uint32_t>(uint64_t{r.part_lead[j]} * (end - b) / r.lead_slots)];
-    return ch_->members[b + static_cast<uint32_t>(r.idx * (end - b) / r.n)];
+    return ch_->members[b + static_cast<uint32_t>(
+                                lead_block(r.held, ch_->hosts[hi], r.idx, r.n, end - b))];
   }
   const size_t k = r.part_lead.empty() ? j : r.part_lead[j];
   return ch_->members[b + (k + r.rot) % (end - b)];

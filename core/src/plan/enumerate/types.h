@@ -301,6 +301,10 @@ struct Route {
   // blocks of consecutive cells (leader k of c: cells [k n / c, (k+1) n / c)),
   // so each forwards boxes that merge (Relay merging below). n = 0: rotate.
   uint64_t idx = 0, n = 0;
+  // The cover indices of the cell's regions held on the cell's own hosts,
+  // sorted (host, index) (Enumerator::held_on_hosts); null: none asked. On
+  // such a host the leaders take blocks of the regions that enter it.
+  const std::vector<std::pair<int32_t, uint64_t>>* held = nullptr;
 };
 
 // Merges the relay pieces of one (relay, receiver) pair: consecutive boxes
