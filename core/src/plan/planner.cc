@@ -129,8 +129,11 @@ namespace {
 // 27: the estimate's stall of a stage behind earlier stages on the links
 // they share, by its share of their messages; a pipelined plan numbers its
 // forwards' rounds late, RoundRule::round_number; the device rule also lays
-// out cells on more receiving hosts than the source spans).
-constexpr uint64_t kPlannerVersion = 27;
+// out cells on more receiving hosts than the source spans; 28: the
+// estimate's link from a later stage's start (what is left of earlier
+// stages then), a banded stage's long first round (Acc::send_late) and a
+// drain of 1 + lag rounds per later stage, plan/stage_cost.h).
+constexpr uint64_t kPlannerVersion = 28;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

@@ -19,6 +19,10 @@ namespace reshard::planning {
 struct Acc {
   int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
   int64_t send_msgs = 0, recv_msgs = 0;
+  // Of send and recv, the bytes of relay bands above 0: each its own
+  // message, in a round after the one that carries the rest of its stream
+  // (plan/rounds.h), unless the stage is pipelined (RoundRule::pipeline).
+  int64_t send_late = 0, recv_late = 0;
 };
 
 // How many rounds after its own a forward's round waits for in the stage
@@ -81,8 +85,14 @@ int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bou
 // (bench/weight_sync.py's qwen3_m2n on H100: relays receive ~60 messages
 // of stage 0 a round against ~9 of stage 1, so stage 1, which needs 82% of
 // their NICs, moves at a sixth of its pace until stage 0 ends.)
+// How a stage's bytes spread over its rounds: kBands, its streams' pieces
+// of no band (and band 0) in the first round and each band above 0 in a
+// round of its own (Acc::send_late, recv_late); kEven, in equal rounds
+// (the pipelined rounds of RoundRule, whose messages merge the bands).
+enum class RoundSizes { kBands, kEven };
 double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
-                  const std::vector<int64_t>& stage_rounds, const Bounds& lb, const PlanOptions& o);
+                  const std::vector<int64_t>& stage_rounds, const Bounds& lb, const PlanOptions& o,
+                  RoundSizes sizes = RoundSizes::kBands);
 
 // A floor of stage_cost with any rounds: the most seconds one link carries
 // over every stage plus α, or α per stage where something moves, if more
