@@ -29,14 +29,16 @@ double estimate_ratio(const std::string& spec) {
   return PlanStats::ratio(r.estimate_seconds, r.seconds);
 }
 
-// Every bench spec within 10% of the simulator, but one (below).
+// Every bench spec within 10% of the simulator, but one (below), and
+// psum_grads_dp32_tp8, whose plan takes seconds to make (two stages of
+// 24k messages; `reshard simulate` reads 1.000 there).
 TEST(EstimateAgreement, BenchSpecsWithinTenPercentOfTheSimulator) {
   for (const char* spec :
        {"mid_regions_one_holder_to_8_hosts", "moe_experts_ep8_to_2_hosts",
         "one_holder_to_2_hosts_of_8", "one_holder_to_8_hosts", "pipeline_2x2_replicated_dst",
         "psum_16k_2_holders_to_4_hosts", "psum_2_holder_hosts_of_4_to_2_hosts",
-        "psum_dp16_replicated", "psum_dp4_hosts_of_2", "psum_grads_dp32_tp8",
-        "replicated_sources_one_host", "rl_sync_fsdp8_to_2x_tp4", "three_level_hosts_dp_tp",
+        "psum_dp16_replicated", "psum_dp4_hosts_of_2", "replicated_sources_one_host",
+        "rl_sync_fsdp8_to_2x_tp4", "three_level_hosts_dp_tp",
         "trainer_2_hosts_of_4_to_2_replicas_of_8", "two_holder_hosts_to_6_hosts"}) {
     const double r = estimate_ratio(spec);
     EXPECT_GE(r, 0.9) << spec;
