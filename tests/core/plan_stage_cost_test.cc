@@ -78,20 +78,85 @@ TEST(StageCost, ALinkServingTwoStagesCarriesBothAfterTheFill) {
   // Device 1 receives 4,000 bytes in stage 0 and 8,000 more in stage 1
   // (from device 2, which received nothing): 4 rounds each. Stage 0:
   // T = 8 µs, one round 2; stage 1: T = 4 + 8 = 12 µs, one round 3.
-  // Pipeline: max(0 + 8 + 3, 4 + 12) = 16 µs. Device 1's NIC in carries
-  // 12 µs over both stages, plus α × 4: 16 µs. Serial: 20 µs.
+  // Stage 1 starts after 2 rounds of stage 0, at 4 µs (its stall on device
+  // 1's NIC in, φ = 1/2, ρ = 1: W = 4 / 0.5 × 0.5 = 4 µs, no later).
+  // Pipeline: max(0 + 8 + 2 × 3, 4 + 12) = 16 µs. Device 1's NIC in: from
+  // the start, 12 µs over both stages plus α × 4, 16 µs; from stage 1's
+  // start, stage 1's 8 µs and what is left of stage 0 then, spread over
+  // its 8 µs: 4 × (8 − 4) / 8 = 2 µs, so 4 + 10 + 4 α = 18 µs. Serial:
+  // 20 µs. So 18 µs.
   Chain c(3);
   c.send(0, 0, 1, 4000);
   c.send(1, 2, 1, 8000);
-  EXPECT_NEAR(c.cost({4, 4}), 16 * kUs, 1e-12);
-  // The link binds where it carries much in both stages: device 1 takes
-  // 8,000 bytes in each (from 0, then from 2). T_s = 4 + 8 = 12 µs, one
-  // round 3; pipeline max(0 + 12 + 3, 2 × 3 + 12) = 18 µs; device 1's NIC
-  // in 16 µs + 4 α = 20 µs; serial 24 µs. So 20 µs.
+  EXPECT_NEAR(c.cost({4, 4}), 18 * kUs, 1e-12);
+  // Device 1 takes 8,000 bytes in each stage (from 0, then from 2). T_s =
+  // 4 + 8 = 12 µs, one round 3; stage 1 starts at 6 µs, its stall W = 8 /
+  // 0.5 × 0.5 = 8 µs; pipeline max(0 + 12 + 6, 8 + 12) = 20 µs; device
+  // 1's NIC in from the start 16 + 4 α = 20 µs, from stage 1's start
+  // (6 µs) 8 + 8 × (12 − 6) / 12 + 4 α = 16 µs: 22 µs; serial 24 µs. So
+  // 22 µs.
   Chain d(3);
   d.send(0, 0, 1, 8000);
   d.send(1, 2, 1, 8000);
-  EXPECT_NEAR(d.cost({4, 4}), 20 * kUs, 1e-12);
+  EXPECT_NEAR(d.cost({4, 4}), 22 * kUs, 1e-12);
+}
+
+TEST(StageCost, ALinkAnEarlierStageLeavesPartIdleCarriesItsRestAfterTheLaterStart) {
+  // Stage 0: device 0 sends 4,000 bytes to device 1 and 8,000 to device
+  // 2; its NIC out (12 µs) paces the stage, T_0 = 4 α + 12 = 16 µs in 4
+  // rounds of 4. Stage 1: device 2 sends 16,000 bytes to device 1, T_1 =
+  // 4 + 16 = 20 µs, rounds of 5. Stage 1 starts after 2 rounds of stage 0,
+  // at 8 µs (stall on device 1's NIC in: φ = 1/2, ρ = 1, W = 4 µs).
+  // Device 1's NIC in carries 4 µs of stage 0, spread over its 16: half of
+  // it (2 µs) is left when stage 1 starts, so it ends no sooner than
+  // 8 + 2 + 16 + 4 α = 30 µs (the fleet simulator on two_holder_hosts_to_
+  // 6_hosts: the receiving hosts' NICs take stage 0 slowly, paced by the
+  // holders', before their forwards start). Pipeline: max(0 + 16 + 2 × 5,
+  // 8 + 20) = 28 µs; device 0's NIC out 12 + 4 α + 2 × 5 = 26 µs; serial
+  // 36 µs. So 30 µs (28 µs taking the link as busy from 0 on).
+  Chain c(3);
+  c.send(0, 0, 1, 4000);
+  c.send(0, 0, 2, 8000);
+  c.send(1, 2, 1, 16000);
+  EXPECT_NEAR(c.cost({4, 4}), 30 * kUs, 1e-12);
+  EXPECT_LE(stage_cost_floor(c.stages, c.lb, c.o), c.cost({4, 4}));
+}
+
+TEST(StageCost, BandsAboveZeroLengthenTheFirstRound) {
+  // A relay chain 0 -> 1 -> 2. Stage 0 moves 8,000 bytes in 3 rounds:
+  // 1,000 of them in bands above 0 (rounds 1 and 2, Acc::send_late), the
+  // rest in round 0. T_0 = 3 α + 8 = 11 µs: round 0 takes α + 7 = 8 µs,
+  // rounds 1 and 2 (11 − 8) / 2 = 1.5 µs each. Stage 1 forwards 4,000
+  // bytes in 3 even rounds: T_1 = 3 + 4 = 7 µs, rounds of 7/3. Its first
+  // round waits for rounds 0 and 1 of stage 0: 9.5 µs, so it ends at
+  // 16.5 µs (the fleet simulator on rl_sync_uneven_replicas_4_to_2_hosts
+  // unpipelined: the forwards wait for a first round that carries four
+  // fifths of the stage). Stage 0's pipeline 11 + 2 × 7/3 = 15.667 µs;
+  // serial 18 µs. So 16.5 µs.
+  Chain c(3);
+  c.send(0, 0, 1, 8000);
+  c.send(1, 1, 2, 4000);
+  c.stages[0][0].send_late = 1000;
+  c.stages[0][1].recv_late = 1000;
+  EXPECT_NEAR(c.cost({3, 3}), 16.5 * kUs, 1e-12);
+  // Even rounds (pipelined, bands merged into their streams): the forward
+  // starts after 2 × 11/3 µs and ends at 14.333 µs; stage 0's pipeline,
+  // 15.667 µs, binds.
+  EXPECT_NEAR(stage_cost(c.stages, {3, 3}, c.lb, c.o, RoundSizes::kEven), (11 + 14.0 / 3) * kUs,
+              1e-12);
+}
+
+TEST(StageCost, TheLastRoundsOfALaterStageWaitForTheEndOfTheStageBefore) {
+  // A relay chain 0 -> 1 -> 2: 8,000 bytes in stage 0, 4,000 in stage 1,
+  // 4 rounds each: T_0 = 12 µs (rounds of 3), T_1 = 8 µs (rounds of 2).
+  // The forward's round r reads up to round r + 1 of stage 0, so its last
+  // two rounds wait for the end of stage 0: 12 + 2 × 2 = 16 µs (the
+  // forward's own pipeline: 2 × 3 + 8 = 14 µs; serial 20 µs).
+  ASSERT_EQ(kForwardLagRounds, 1.0);
+  Chain c(3);
+  c.send(0, 0, 1, 8000);
+  c.send(1, 1, 2, 4000);
+  EXPECT_NEAR(c.cost({4, 4}), 16 * kUs, 1e-12);
 }
 
 TEST(StageCost, AStageWithFewMessagesOnALinkWaitsForTheStagesBeforeIt) {

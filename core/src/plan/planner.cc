@@ -131,7 +131,10 @@ namespace {
 // forwards' rounds late, RoundRule::round_number; the device rule also lays
 // out cells on more receiving hosts than the source spans); 28: relays
 // inside a host whose devices hold some of the cell lead blocks of the
-// regions that enter the host (Enumerator::lead_block).
+// regions that enter the host (Enumerator::lead_block); the estimate's link
+// from a later stage's start (what is left of earlier stages then), a banded
+// stage's long first round (Acc::send_late) and a drain of 1 + lag rounds
+// per later stage (plan/stage_cost.h).
 constexpr uint64_t kPlannerVersion = 28;
 
 std::string shape_str(const std::vector<int64_t>& s) {

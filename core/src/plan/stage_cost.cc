@@ -61,23 +61,51 @@ int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bou
   return std::clamp<int64_t>(std::llround(std::min(k, 1e6)), 1, kMaxPipelineRounds);
 }
 
+namespace {
+
+// Acc rows of one stage less the bytes of its later rounds
+// (Acc::send_late, recv_late): what its first round moves when its rounds
+// are its streams' bands. A device's cross-host share of its late bytes is
+// taken as that of all its bytes.
+void first_round_rows(const std::vector<Acc>& x, std::vector<Acc>& out) {
+  out = x;
+  auto drop = [](int64_t& all, int64_t& inter, int64_t late) {
+    if (late <= 0 || all <= 0) return;
+    const double keep = 1.0 - static_cast<double>(std::min(late, all)) / static_cast<double>(all);
+    inter = static_cast<int64_t>(static_cast<double>(inter) * keep);
+    all -= std::min(late, all);
+  };
+  for (Acc& a : out) {
+    drop(a.send, a.send_inter, a.send_late);
+    drop(a.recv, a.recv_inter, a.recv_late);
+  }
+}
+
+}  // namespace
+
 double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
-                  const std::vector<int64_t>& stage_rounds, const Bounds& lb,
-                  const PlanOptions& o) {
+                  const std::vector<int64_t>& stage_rounds, const Bounds& lb, const PlanOptions& o,
+                  RoundSizes sizes) {
   const double a = o.alpha_seconds;
   const size_t ndev = stage_acc.empty() ? 0 : stage_acc[0].size();
   const size_t ng = lb.group_nics.size(), ns = stage_acc.size();
   // Links: [2d] device d's port out, [2d + 1] in; [2 ndev + 2g] NIC group g
-  // out, [2 ndev + 2g + 1] in. Per link its seconds over every stage and
-  // the first and last stage that uses it.
+  // out, [2 ndev + 2g + 1] in. Per link its seconds in each stage and over
+  // every stage, and the first and last stage that uses it.
   const size_t nl = 2 * ndev + 2 * ng;
-  std::vector<double> total(nl, 0.0), stage(nl), msgs(nl), msgs_before(nl, 0.0);
+  std::vector<double> total(nl, 0.0), msgs(nl), msgs_before(nl, 0.0);
+  std::vector<std::vector<double>> per(ns);
   std::vector<uint32_t> first(nl, UINT32_MAX), last(nl, 0);
-  // Per stage one round's time (0 for a stage where nothing moves), and
-  // its stall W_s behind earlier stages on the links it shares with them.
-  std::vector<double> one_round(ns, 0.0), whole(ns, 0.0), stall(ns, 0.0);
+  // Per stage its time (0 for a stage where nothing moves), its first
+  // round's and each later round's, and its stall W_s behind earlier
+  // stages on the links it shares with them.
+  std::vector<double> whole(ns, 0.0), head(ns, 0.0), rest(ns, 0.0), stall(ns, 0.0);
+  std::vector<double> rounds(ns, 1.0);
+  std::vector<Acc> early;
+  std::vector<double> early_links;
   double sum = 0, rounds_most = 0;
   for (size_t s = 0; s < ns; ++s) {
+    std::vector<double>& stage = per[s];
     link_seconds(stage_acc[s], lb, o, stage, &msgs);
     double busiest = 0;
     for (size_t i = 0; i < nl; ++i) busiest = std::max(busiest, stage[i]);
@@ -99,34 +127,74 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
     const double t = a * k + busiest;
     sum += t;
     rounds_most = std::max(rounds_most, k);
-    one_round[s] = t / k;
+    rounds[s] = k;
     whole[s] = t;
+    head[s] = rest[s] = t / k;
+    if (sizes == RoundSizes::kBands && k > 1) {
+      // Bands above 0 in rounds of their own: the first round carries the
+      // rest of every stream (α plus its busiest link without the late
+      // bytes), the later rounds share what is left.
+      bool late = false;
+      for (const Acc& x : stage_acc[s]) late = late || x.send_late > 0 || x.recv_late > 0;
+      if (late) {
+        first_round_rows(stage_acc[s], early);
+        link_seconds(early, lb, o, early_links);
+        double h = 0;
+        for (double v : early_links) h = std::max(h, v);
+        head[s] = std::clamp(a + h, t / k, t - a * (k - 1));
+        rest[s] = (t - head[s]) / (k - 1);
+      }
+    }
   }
   if (sum <= 0) return 0;
-  // fill[s]: what stage s waits for before its first round, (1 + lag)
-  // rounds of every stage before it (all of a stage with fewer rounds), or
-  // its stall where that is longer; tail[s]: the last round of stage s and
-  // of every later one.
-  std::vector<double> fill(ns + 1, 0.0), tail(ns + 1, 0.0);
+  // lead[s]: the first 1 + lag rounds of stage s (all of a stage with fewer
+  // rounds), what the stage after it waits for. fill[s]: what stage s
+  // waits for before its first round, the leads of every stage before it,
+  // or its stall where that is longer; start[s] the same without stalls.
+  // drain[s]: the last 1 + lag rounds of stage s, which wait for the end of
+  // the stage before it; tail[s]: the drains of stage s and every later one.
+  auto lead = [&](size_t s) {
+    const double n = std::min(rounds[s], 1.0 + kForwardLagRounds);
+    return head[s] + rest[s] * (n - 1);
+  };
+  auto drain = [&](size_t s) {
+    return rounds[s] <= 1.0 + kForwardLagRounds ? whole[s] : rest[s] * (1.0 + kForwardLagRounds);
+  };
+  std::vector<double> fill(ns + 1, 0.0), start(ns + 1, 0.0), tail(ns + 1, 0.0);
   for (size_t s = 0; s < ns; ++s) {
-    const auto k =
-        static_cast<double>(std::max<int64_t>(1, s < stage_rounds.size() ? stage_rounds[s] : 1));
     fill[s] = std::max(fill[s], stall[s]);
-    fill[s + 1] = fill[s] + one_round[s] * std::min(k, 1.0 + kForwardLagRounds);
+    fill[s + 1] = fill[s] + lead(s);
+    start[s + 1] = start[s] + lead(s);
   }
-  for (size_t s = ns; s-- > 0;) tail[s] = tail[s + 1] + one_round[s];
+  for (size_t s = ns; s-- > 0;) tail[s] = tail[s + 1] + drain(s);
   // The pipeline: the stage that ends last, after its fill and before the
-  // last round of each later stage.
+  // drains of the later stages.
   double pipeline = 0;
   for (size_t s = 0; s < ns; ++s)
-    if (one_round[s] > 0) pipeline = std::max(pipeline, fill[s] + whole[s] + tail[s + 1]);
+    if (whole[s] > 0) pipeline = std::max(pipeline, fill[s] + whole[s] + tail[s + 1]);
   // Each link waits for the fill of the first stage it serves, and what
-  // it carries last still crosses the last round of every later stage.
+  // it carries last still crosses the drain of every later stage. A link
+  // that a later stage t also uses carries, from t's start on, all of
+  // stage t and later and what is left then of the earlier stages, each
+  // spread over its own time (an earlier stage paced by another link
+  // leaves this one part idle before t starts).
   double busiest_link = 0;
   for (size_t i = 0; i < nl; ++i) {
     if (total[i] <= 0) continue;
-    busiest_link =
-        std::max(busiest_link, fill[first[i]] + total[i] + a * rounds_most + tail[last[i] + 1]);
+    const double after = a * rounds_most + tail[last[i] + 1];
+    busiest_link = std::max(busiest_link, fill[first[i]] + total[i] + after);
+    for (size_t t = first[i] + 1; t <= last[i]; ++t) {
+      if (per[t][i] <= 0) continue;
+      double load = 0;
+      for (size_t j = first[i]; j <= last[i]; ++j) {
+        if (j >= t) {
+          load += per[j][i];
+        } else if (whole[j] > 0) {
+          load += per[j][i] * std::clamp((start[j] + whole[j] - start[t]) / whole[j], 0.0, 1.0);
+        }
+      }
+      busiest_link = std::max(busiest_link, start[t] + load + after);
+    }
   }
   return std::min(sum, std::max(busiest_link, pipeline));
 }

@@ -19,6 +19,10 @@ namespace reshard::planning {
 struct Acc {
   int64_t send = 0, recv = 0, local = 0, send_inter = 0, recv_inter = 0;
   int64_t send_msgs = 0, recv_msgs = 0;
+  // Of send and recv, the bytes of relay bands above 0: each its own
+  // message, in a round after the one that carries the rest of its stream
+  // (plan/rounds.h), unless the stage is pipelined (RoundRule::pipeline).
+  int64_t send_late = 0, recv_late = 0;
 };
 
 // How many rounds after its own a forward's round waits for in the stage
@@ -47,6 +51,12 @@ inline constexpr double kForwardLagRounds = 1.0;
 int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bounds& lb,
                         const PlanOptions& o);
 
+// How a stage's bytes spread over its rounds: kBands, its streams' pieces
+// of no band (and band 0) in the first round and each band above 0 in a
+// round of its own (Acc::send_late, recv_late); kEven, in equal rounds
+// (the pipelined rounds of RoundRule, whose messages merge the bands).
+enum class RoundSizes { kBands, kEven };
+
 // The α–β estimate, on the links the fleet simulator models
 // (reshard/simulate.h): per device an intra-host port out and in, per NIC
 // group an out and in link carrying all its devices' cross-host bytes
@@ -55,16 +65,32 @@ int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bou
 // relay bands, or its pipelined rounds: RoundRule); its messages are
 // concurrent, so it takes
 //   T_s = α·k_s + max over links of L_s(link).
+// Its rounds are even (T_s / k_s each) unless `sizes` is kBands and it has
+// late bytes: then its first round takes H_s = α + the busiest link
+// without the late bytes (at least T_s / k_s) and each later round
+// (T_s − H_s) / (k_s − 1) (unpipelined on
+// bench/specs/rl_sync_uneven_replicas_4_to_2_hosts.json, the first round
+// carries four fifths of stage 0, and the forwards wait for it).
 // Stages overlap as the engine runs them: a later stage forwards a round
 // once what it reads arrived, which is up to L = kForwardLagRounds rounds
-// after its own in the stage before. With F_s = Σ_{j<s} min(1 + L, k_j)
-// T_j / k_j (the fill: what stage s waits for before its first round) and
-// D_s = Σ_{j>s} T_j / k_j (the drain: the last round of every later stage),
-// the plan takes the larger of
+// after its own in the stage before. So stage s waits for the first
+// min(1 + L, k_j) rounds of each stage j before it (the fill F_s, their
+// sum), and its last min(1 + L, k_s) rounds wait for the end of the stage
+// before it (its drain; D_s, the drains of every stage after s). The plan
+// takes the larger of
 //   - for every link, what it carries over every stage, Σ_s L_s(link),
 //     plus α·max k_s, after the fill of the first stage it serves and
 //     before the drain of the last;
-//   - the pipeline: max_s (F_s + T_s + D_s), the stage that ends last;
+//   - for every link and every later stage t that uses it, from t's start
+//     (F_t without stalls) on: Σ_{j>=t} L_j(link) and what is left then of
+//     each earlier stage j, L_j(link) · (F_j + T_j − F_t) / T_j clamped to
+//     [0, 1] (stage j spreads its bytes on the link over its own time: a
+//     stage paced by another link leaves this one part idle before t
+//     starts), plus α·max k_s and the drains after the link's last stage
+//     (on bench/specs/two_holder_hosts_to_6_hosts.json the receiving
+//     hosts' NICs take stage 0 at the holders' pace, and their forwards
+//     of stage 1 queue behind the rest of it);
+//   - the pipeline: max_s (F_s + T_s + D_{s+1}), the stage that ends last;
 // and never more than the stages one after the other, Σ_s T_s.
 // A stage also shares its links with the stages before it, and the fleet
 // simulator shares a link max-min fairly among the messages on it, so a
@@ -82,7 +108,8 @@ int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bou
 // of stage 0 a round against ~9 of stage 1, so stage 1, which needs 82% of
 // their NICs, moves at a sixth of its pace until stage 0 ends.)
 double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
-                  const std::vector<int64_t>& stage_rounds, const Bounds& lb, const PlanOptions& o);
+                  const std::vector<int64_t>& stage_rounds, const Bounds& lb, const PlanOptions& o,
+                  RoundSizes sizes = RoundSizes::kBands);
 
 // A floor of stage_cost with any rounds: the most seconds one link carries
 // over every stage plus α, or α per stage where something moves, if more

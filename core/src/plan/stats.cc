@@ -561,6 +561,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       add_to(st.forwarded_bytes, bytes, "forwarded_bytes");
     }
     if (x.band > 0) {  // its stream's own message
+      add_to(stage_acc[x.stage][sd].send_late, bytes, "max_send_bytes");
+      add_to(stage_acc[x.stage][dd].recv_late, bytes, "max_recv_bytes");
       BandStream& b =
           band_streams.at(band_index(uint64_t{x.stage} << 40 | uint64_t{sd} << 20 | dd));
       b.mask |= 1u << x.band;
@@ -687,6 +689,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       add_to(relay_bytes[stage].at(ref.plain), mul_of(pb.volume[0], esum, "network_bytes"),
              "network_bytes");
     if (pb.n == 1) return;
+    const int64_t late = bytes - mul_of(pb.volume[0], esum, "network_bytes");  // bands above 0
+    add_to(stage_acc[stage][sd].send_late, late, "max_send_bytes");
+    add_to(stage_acc[stage][dd].recv_late, late, "max_recv_bytes");
     if (ref.banded == kUnset)
       ref.banded = band_index(uint64_t{stage} << 40 | uint64_t{sd} << 20 | dd);
     BandStream& b = band_streams.at(ref.banded);
@@ -1403,7 +1408,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       piped[static_cast<size_t>(s)] =
           std::max(piped[static_cast<size_t>(s)], spans[static_cast<size_t>(s)]);
     }
-    const double cost = stage_cost(stage_acc, piped, lb, o);
+    const double cost = stage_cost(stage_acc, piped, lb, o, RoundSizes::kEven);
     if (cost < st.cost_seconds) {
       st.cost_seconds = cost;
       rule.pipeline = std::move(budgets);
