@@ -1,0 +1,148 @@
+// The round schedule's figures (plan/round_figures.h).
+#include "plan/round_figures.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace reshard::planning {
+
+RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
+                            const std::vector<DeviceLoad>& loads, const StreamBytes& in,
+                            std::vector<DeviceCounts>* counts) {
+  RoundFigures out;
+  std::vector<int64_t> staged(ndev, 0);
+  int64_t rounds = 0;
+  auto load = [&](int s, size_t d) { return loads[static_cast<size_t>(s) * ndev + d]; };
+  // A stream of `bytes` outside bands above 0 and the bands `b` (may be
+  // null): its segments cut one after the other at the whole stream's
+  // chunk (rounds.h); in a pipelined plan, one segment (order_pieces merges
+  // a stream's bands).
+  // The figures of the last stream without bands: a row of the stage-0
+  // table repeats them where its sources' loads and bytes are alike (the
+  // 405B plan at 16,384 devices has 2^28 streams).
+  struct Last {
+    bool valid = false;
+    int s = 0;
+    int64_t all = 0;
+    DeviceLoad a, b;
+    int64_t r = 0, segments = 0, cap = 0;
+  } last;
+  auto visit = [&](int s, size_t sd, size_t dd, int64_t bytes, const BandStream* b) {
+    int64_t all = bytes;
+    if (b)
+      for (int64_t v : b->bytes) add_to(all, v, "network_bytes");
+    if (all <= 0) return;
+    const DeviceLoad la = load(s, sd), lb = load(s, dd);
+    int64_t r = 0, segments = 0, cap = 0;
+    if (!b && last.valid && last.s == s && last.all == all && last.a.peers == la.peers &&
+        last.a.bytes == la.bytes && last.b.peers == lb.peers && last.b.bytes == lb.bytes) {
+      r = last.r;
+      segments = last.segments;
+      cap = last.cap;
+    } else {
+      const int64_t chunk = rule.chunk(static_cast<uint32_t>(s), la, lb, all);
+      auto segment = [&](int64_t v) {
+        if (v <= 0) return;
+        add_to(r, stream_rounds(v, chunk), "rounds");
+        ++segments;
+        // Most bytes any round of the segment stages.
+        cap = std::max(cap, round_cap(v, chunk));
+      };
+      if (!rule.pipeline.empty()) {
+        segment(all);
+      } else {
+        segment(bytes);
+        if (b)
+          for (int64_t v : b->bytes) segment(v);
+      }
+      if (!b) last = {true, s, all, la, lb, r, segments, cap};
+    }
+    rounds = std::max(rounds, r);
+    add_to(out.messages, r, "messages");
+    if (counts) {
+      (*counts)[sd].messages += r;
+      (*counts)[dd].messages += r;
+      (*counts)[sd].cuts += r - segments;
+      (*counts)[dd].cuts += r - segments;
+    }
+    add_to(staged[sd], cap, "peak_staging_bytes");
+    add_to(staged[dd], cap, "peak_staging_bytes");
+  };
+  auto bands_of = [&](uint32_t s, size_t sd, size_t dd) -> const BandStream* {
+    if (in.bands->empty()) return nullptr;
+    return in.bands->find(uint64_t{s} << 40 | uint64_t{sd} << 20 | dd);
+  };
+  // Streams with bands only (no bytes counted with the pairs).
+  auto band_only = [&](uint32_t s, auto&& plain_bytes) {
+    in.bands->each([&](uint64_t key, const BandStream& b) {
+      if (static_cast<uint32_t>(key >> 40) != s) return;
+      const size_t sd = key >> 20 & 0xfffff, dd = key & 0xfffff;
+      if (plain_bytes(sd, dd) <= 0) visit(static_cast<int>(s), sd, dd, 0, &b);
+    });
+  };
+  // Stage by stage: rounds add up (a stage of forwards numbered late spans
+  // at least its K_t: RoundRule::round_number), staging peaks per stage.
+  auto end_stage = [&](int s) {
+    for (int64_t v : staged) out.peak_staging = std::max(out.peak_staging, v);
+    if (rounds > 0)
+      add_to(out.rounds, rule.stage_rounds(static_cast<uint32_t>(s), rounds), "rounds");
+    rounds = 0;
+    staged.assign(ndev, 0);
+  };
+  in.pairs->each(
+      [&](uint32_t sd, uint32_t dd, int64_t b) { visit(0, sd, dd, b, bands_of(0, sd, dd)); });
+  band_only(0, [&](size_t sd, size_t dd) {
+    return in.pairs->get(static_cast<uint32_t>(sd), static_cast<uint32_t>(dd));
+  });
+  end_stage(0);
+  for (int s = 1; s < nstages; ++s) {
+    const auto& relay = (*in.relay)[static_cast<size_t>(s)];
+    relay.each([&](uint64_t k, int64_t b) {
+      visit(s, k >> 32, k & 0xffffffffu, b,
+            bands_of(static_cast<uint32_t>(s), k >> 32, k & 0xffffffffu));
+    });
+    band_only(static_cast<uint32_t>(s), [&](size_t sd, size_t dd) {
+      const int64_t* b = relay.find(uint64_t{sd} << 32 | dd);
+      return b ? *b : int64_t{0};
+    });
+    end_stage(s);
+  }
+  return out;
+}
+
+void bound_cuts(size_t ndev, int nstages, const RoundRule& rule,
+                const std::vector<DeviceLoad>& loads, std::vector<DeviceCounts>& counts) {
+  std::vector<double> cuts(ndev, 0);
+  for (int s = 0; s < nstages; ++s) {
+    const DeviceLoad* stage = loads.data() + static_cast<size_t>(s) * ndev;
+    int64_t max_peers = 0, max_t = 0;
+    double sum_t = 0;
+    for (size_t d = 0; d < ndev; ++d) {
+      max_peers = std::max(max_peers, stage[d].peers);
+      max_t = std::max(max_t, stage[d].bytes);
+      sum_t += static_cast<double>(stage[d].bytes);
+    }
+    const int64_t pipe = static_cast<size_t>(s) < rule.pipeline.size() ? rule.pipeline[s] : 0;
+    if (max_peers == 0) continue;
+    const double w =
+        std::max(1.0, static_cast<double>(rule.budget - 16 * max_peers) * 16.0 / 17.0 - 8.0);
+    for (size_t d = 0; d < ndev; ++d) {
+      const double streams = static_cast<double>(stage[d].peers);
+      const double t_d = static_cast<double>(stage[d].bytes);
+      if (rule.budget > 0)
+        cuts[d] += std::min(streams * std::ceil(static_cast<double>(max_t) / w),
+                            (streams * t_d + 2 * sum_t) / w);
+      if (pipe > 0)
+        cuts[d] +=
+            std::min(streams * std::ceil(static_cast<double>(max_t) / static_cast<double>(pipe)),
+                     t_d / static_cast<double>(std::max<int64_t>(rule.min_chunk, 1)));
+    }
+  }
+  for (size_t d = 0; d < ndev; ++d) {
+    DeviceCounts& c = counts[d];
+    c.cuts = static_cast<int64_t>(std::min(cuts[d], 9e18));
+    c.messages = c.streams + c.cuts;
+  }
+}
+
+}  // namespace reshard::planning
