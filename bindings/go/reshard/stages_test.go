@@ -308,11 +308,7 @@ func TestViewReadsCasts(t *testing.T) {
 		} `json:"tensors"`
 	}
 	ok(t, json.Unmarshal(spec, &doc))
-	in := must(reshard.PlanInputFromSpec(spec))(t)
-	defer in.Close()
-	plan := must(reshard.NewPlan(in))(t)
-	defer plan.Close()
-	v := must(reshard.ViewPlan(must(plan.Bytes())(t)))(t)
+	plan, v := planAndView(t, spec)
 	if v.RequiredFeatures()&reshard.PlanFeatureCasts == 0 {
 		t.Fatalf("required_features %d without casts", v.RequiredFeatures())
 	}
@@ -371,11 +367,7 @@ func TestViewReadsBlockScales(t *testing.T) {
 		} `json:"tensors"`
 	}
 	ok(t, json.Unmarshal(spec, &doc))
-	in := must(reshard.PlanInputFromSpec(spec))(t)
-	defer in.Close()
-	plan := must(reshard.NewPlan(in))(t)
-	defer plan.Close()
-	v := must(reshard.ViewPlan(must(plan.Bytes())(t)))(t)
+	plan, v := planAndView(t, spec)
 	if v.RequiredFeatures()&reshard.PlanFeatureBlockScales == 0 {
 		t.Fatalf("required_features %d without block scales", v.RequiredFeatures())
 	}
@@ -416,4 +408,15 @@ func TestViewReadsBlockScales(t *testing.T) {
 	if scaled != 4 {
 		t.Fatalf("%d scaled tensors, want 4", scaled)
 	}
+}
+
+// planAndView plans spec and views the plan's bytes; the plan and its input
+// are closed when the test ends.
+func planAndView(t *testing.T, spec []byte) (*reshard.Plan, *reshard.PlanView) {
+	t.Helper()
+	in := must(reshard.PlanInputFromSpec(spec))(t)
+	t.Cleanup(func() { in.Close() })
+	plan := must(reshard.NewPlan(in))(t)
+	t.Cleanup(func() { plan.Close() })
+	return plan, must(reshard.ViewPlan(must(plan.Bytes())(t)))(t)
 }
