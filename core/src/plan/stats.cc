@@ -97,6 +97,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                    std::vector<DeviceCounts>* counts, int64_t max_bytes, bool reference,
                    std::vector<DeviceLoad>* stage_loads, RoundRule* rounds_out, GuardStop* guard) {
   const size_t ndev = ctx.devices.size();
+  std::atomic_ref<int64_t>(stats_passes()).fetch_add(1);  // plans run side by side
   const PlanStats entry = st;  // to start again from (Context::relay_split)
   if (counts) counts->assign(ndev, DeviceCounts{});
   // Per stage (0: from the sources; later ones: relays forwarding, scratch
