@@ -887,13 +887,24 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           runs.assign(m, LeaderRun{});
           // Each region's leader among m entries (Enumerator::lead_block):
           // the same on every host that holds none of the cell's regions.
-          const bool holds = std::any_of(held->begin(), held->end(),
-                                         [&](const auto& e) { return e.first == host; });
+          // (held is sorted by host.)
+          const auto on =
+              std::lower_bound(held->begin(), held->end(), std::make_pair(host, uint64_t{0}));
+          const bool holds = on != held->end() && on->first == host;
           if (holds || m != leader_of_m) {
             leader_of.resize(hv.size());
-            for (size_t k = 0; k < hv.size(); ++k)
-              leader_of[k] = static_cast<uint32_t>(Enumerator::lead_block(
-                  holds ? held : nullptr, host, region_at[k].idx, region_at[k].n, m));
+            // held_by once per cover size (the regions of a cell share it).
+            uint64_t range_n = 0;
+            Enumerator::HeldRange range{nullptr, nullptr};
+            for (size_t k = 0; k < hv.size(); ++k) {
+              const uint64_t n = region_at[k].n;
+              if (holds && (k == 0 || n != range_n)) {
+                range = Enumerator::held_by(held, host, n);
+                range_n = n;
+              }
+              leader_of[k] = static_cast<uint32_t>(
+                  Enumerator::lead_block_on(range, host, region_at[k].idx, n, m));
+            }
             leader_of_m = holds ? 0 : m;
           }
           for (size_t k = 0; k < hv.size(); ++k) {
