@@ -331,6 +331,42 @@ TEST(PlanRelays, HolderDevicesLoadedSeveralTimesCrossByTheEstimate) {
   EXPECT_GT(small_crossed, 10);
 }
 
+// The global statistics take decide_device_cross's last trial where it was
+// taken (Context::scheduled_stats): 2 hosts of 4 devices into 2 replicas of
+// 8 cross by the device rule (the case above). Planning the estimate's
+// choice computes the passes of the rule off (the baseline) and of the rule
+// on (the trial, which starts again to track the streams of its stages),
+// and none more: the global statistics computed the taken trial again, a
+// pass per plan that made DeepSeek-V3 at 1,024 devices (bench/plan_scale.py)
+// plan in twice the time, its trial being 2.4 billion piece visits.
+TEST(PlanRelays, TheGlobalStatisticsTakeTheDeviceRulesLastTrial) {
+  const planning::ChoiceOverride saved = planning::choice_override();
+  std::vector<int32_t> hosts;
+  for (int32_t i = 0; i < 8; ++i) hosts.push_back(i / 4);
+  for (int32_t i = 0; i < 16; ++i) hosts.push_back(2 + i / 8);
+  PlanInput in =
+      one_tensor({8192, 8192}, DType::kF32, named(mesh({"h", "d"}, {2, 4}, 0), {{"h", "d"}, {}}),
+                 named(mesh({"r", "k"}, {2, 8}, 8), {{}, {"k"}}), hosts);
+  in.options.staging_budget_bytes = 0;
+  auto plan = [&](int rule, int64_t& passes) {
+    planning::choice_override() = {.device_cross = rule, .single_hop = 0};
+    const int64_t before = planning::stats_passes();
+    Plan p = make_plan(in, {PlanScope::kGlobal});
+    passes = planning::stats_passes() - before;
+    return p;
+  };
+  int64_t off = 0, on = 0, chosen = 0;
+  const Plan p_off = plan(0, off);
+  const Plan p_on = plan(1, on);
+  const Plan p = plan(-1, chosen);
+  planning::choice_override() = saved;
+  EXPECT_LT(p.stats().cost_seconds, 0.85 * p_off.stats().cost_seconds);  // the rule taken
+  EXPECT_EQ(p.stats().cost_seconds, p_on.stats().cost_seconds);
+  EXPECT_EQ(off, 1);
+  EXPECT_EQ(on, 2);
+  EXPECT_EQ(chosen, off + on);
+}
+
 // Many small tensors with the same layouts (an RL weight sync's biases and
 // norms) travel in the same messages, so the α a relay adds is theirs
 // together (TensorCtx::share, planner version 17). Each alone is too small

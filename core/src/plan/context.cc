@@ -249,11 +249,10 @@ void Context::decide_reductions(int64_t max_bytes) {
   if (!o.reduce_scatter || o.alpha_seconds <= 0) return;
   const std::vector<std::vector<size_t>> groups = reduce_groups();
   if (groups.empty()) return;
-  const PlanOptions staging = staging_options();
   int64_t scratch = 0;
   auto estimate = [&] {
     PlanStats st;
-    compute_stats(*this, st, staging, true, nullptr, max_bytes);
+    scheduled_stats(st, max_bytes);
     scratch = st.max_scratch_bytes;
     return st.cost_seconds;
   };
@@ -320,7 +319,7 @@ void Context::decide_device_cross(int64_t max_bytes) {
   };
   auto estimate = [&] {
     PlanStats st;
-    compute_stats(*this, st, staging, true, nullptr, max_bytes);
+    scheduled_stats(st, max_bytes);
     return st.cost_seconds;
   };
   // Each group crosses by the device rule only where the estimate drops:
@@ -378,6 +377,10 @@ int64_t guard_stops_count = 0;
 bool guard_stops() { return guard_stops_on; }
 void set_guard_stops(bool on) { guard_stops_on = on; }
 int64_t& guard_stops_taken() { return guard_stops_count; }
+int64_t& stats_passes() {
+  static int64_t passes = 0;
+  return passes;
+}
 
 std::optional<GuardStop> Context::guard_stop(int64_t max_bytes) {
   const PlanOptions& o = input.options;
@@ -532,6 +535,39 @@ bool Context::decide_single_hop(int64_t max_bytes, const PlanStats* routed_stats
   // Untouched, the plan is the routed one, byte for byte.
   if (changed) settle_scratch(max_bytes);
   return changed;
+}
+
+std::vector<int64_t> Context::pass_key(int64_t max_bytes) const {
+  std::vector<int64_t> key{max_bytes, pre_reduce, scratch_reserve, relay_split, track_streams};
+  key.reserve(key.size() + 4 * tensors.size());
+  for (const TensorCtx& t : tensors)
+    key.insert(key.end(), {t.single_hop, t.reduce, t.reduce_bands, t.device_cross});
+  return key;
+}
+
+void Context::scheduled_stats(PlanStats& st, int64_t max_bytes, std::vector<DeviceCounts>* counts,
+                              std::vector<DeviceLoad>* stage_loads, RoundRule* rule,
+                              GuardStop* guard) {
+  auto hand_out = [&](const KeptPass& k) {
+    st = k.st;
+    if (counts) *counts = k.counts;
+    if (stage_loads) *stage_loads = k.stage_loads;
+    if (rule) *rule = k.rule;
+  };
+  if (kept_ && kept_->key == pass_key(max_bytes)) return hand_out(*kept_);
+  kept_.reset();
+  KeptPass k;
+  compute_stats(*this, k.st, staging_options(), true, &k.counts, max_bytes, false, &k.stage_loads,
+                &k.rule, guard);
+  if (guard && guard->stopped) {
+    hand_out(k);
+    return;
+  }
+  // The key after the pass: it may turn relay_split off or track streams,
+  // and starts again with them so.
+  k.key = pass_key(max_bytes);
+  kept_ = std::move(k);
+  hand_out(*kept_);
 }
 
 PlanOptions Context::staging_options() const {

@@ -34,6 +34,18 @@ struct GuardStop {
   bool stopped = false;
 };
 
+// What one device contributes to the process part of its process, for the
+// memory estimate (estimate_parts). Pieces are counted before round cutting.
+struct DeviceCounts {
+  int64_t local_pieces = 0;  // local pieces received
+  int64_t send_pieces = 0;   // network pieces sent
+  int64_t recv_pieces = 0;   // network pieces received
+  int64_t regions = 0;       // pieces with their own region (at most one box each)
+  int64_t streams = 0;       // (source, destination) streams it is an end of
+  int64_t messages = 0;      // messages of those streams after round cutting
+  int64_t cuts = 0;          // round cuts in those streams (messages - streams)
+};
+
 // Shared state of one make_plan call.
 struct Context {
   const PlanInput& input;
@@ -141,6 +153,17 @@ struct Context {
   // pre-reduction); else the reserve is the scratch the plan now holds.
   void settle_scratch(int64_t max_bytes);
   PlanOptions staging_options() const;
+  // compute_stats of the plan as the decisions stand, with the staging
+  // options and the round schedule (what the deciders estimate and the
+  // global statistics report), with each device's counts, stage loads and
+  // round rule where not null. The last whole pass is kept with the
+  // decisions it saw (pass_key): where they have not changed since (a
+  // decider's last trial taken), it is the answer, not computed again. A
+  // pass that `guard` stopped is not kept.
+  void scheduled_stats(PlanStats& st, int64_t max_bytes,
+                       std::vector<DeviceCounts>* counts = nullptr,
+                       std::vector<DeviceLoad>* stage_loads = nullptr, RoundRule* rule = nullptr,
+                       GuardStop* guard = nullptr);
 
   explicit Context(const PlanInput& in) : input(in) {}
 
@@ -149,6 +172,19 @@ struct Context {
   // past kMaxReduceGroups - 1 the rest as one.
   std::vector<std::vector<size_t>> single_hop_groups() const;
   std::optional<double> single_hop_cost_;  // single_hop_estimate's, until used
+  // What compute_stats reads of the decisions besides the input: per tensor
+  // its single-hop flag, reduce mode, bands and device rule; the context's
+  // pre-reduction, scratch reserve, split runs and stream tracking; and
+  // max_bytes.
+  std::vector<int64_t> pass_key(int64_t max_bytes) const;
+  struct KeptPass {
+    std::vector<int64_t> key;
+    PlanStats st;
+    std::vector<DeviceCounts> counts;
+    std::vector<DeviceLoad> stage_loads;
+    RoundRule rule;
+  };
+  std::optional<KeptPass> kept_;  // scheduled_stats's last whole pass
 
  public:
   uint32_t dense(int64_t device) const {
@@ -168,18 +204,6 @@ inline std::pair<const uint32_t*, const uint32_t*> entries_on(const GeoTopo& gt,
   return {gt.proc_entries.data() + gt.proc_offsets[k],
           gt.proc_entries.data() + gt.proc_offsets[k + 1]};
 }
-
-// What one device contributes to the process part of its process, for the
-// memory estimate (estimate_parts). Pieces are counted before round cutting.
-struct DeviceCounts {
-  int64_t local_pieces = 0;  // local pieces received
-  int64_t send_pieces = 0;   // network pieces sent
-  int64_t recv_pieces = 0;   // network pieces received
-  int64_t regions = 0;       // pieces with their own region (at most one box each)
-  int64_t streams = 0;       // (source, destination) streams it is an end of
-  int64_t messages = 0;      // messages of those streams after round cutting
-  int64_t cuts = 0;          // round cuts in those streams (messages - streams)
-};
 
 // Global statistics of the plan of `ctx` (core/src/plan/stats.cc). With
 // `schedule`, also those of the round schedule (rounds, messages, peak
@@ -210,6 +234,9 @@ bool guard_stops();
 void set_guard_stops(bool on);
 // Routed passes stopped so far in this process (compute_stats counts them; tests read it).
 int64_t& guard_stops_taken();
+// Passes of the global statistics computed so far in this process
+// (compute_stats counts them, restarts included; tests read it).
+int64_t& stats_passes();
 
 // Whether a process part's enumeration replays the pieces of like tensors
 // (planner.cc, build_chunk): on unless a test turns it off to compare the

@@ -778,8 +778,11 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   auto global = [&](planning::GuardStop* stop) {
     st = PlanStats{};
     counts.clear();
-    planning::compute_stats(ctx, st, ctx.staging_options(), want_stats, &counts, limit, false,
-                            nullptr, &rule, stop);
+    if (want_stats)
+      ctx.scheduled_stats(st, limit, &counts, nullptr, &rule, stop);
+    else
+      planning::compute_stats(ctx, st, ctx.staging_options(), false, &counts, limit, false, nullptr,
+                              &rule, stop);
   };
   // The routed statistics stop early where the guard rejects them
   // (planning::GuardStop); it then changes the plan, and they are computed
@@ -834,8 +837,12 @@ Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
     Plan::Builder::stats(plan) = PlanStats{};
     stage_loads.clear();
     counts.clear();
-    planning::compute_stats(ctx, Plan::Builder::stats(plan), ctx.staging_options(), want_stats,
-                            guarded ? &counts : nullptr, limit, false, &stage_loads, &rule, stop);
+    if (want_stats)
+      ctx.scheduled_stats(Plan::Builder::stats(plan), limit, guarded ? &counts : nullptr,
+                          &stage_loads, &rule, stop);
+    else
+      planning::compute_stats(ctx, Plan::Builder::stats(plan), ctx.staging_options(), false,
+                              guarded ? &counts : nullptr, limit, false, &stage_loads, &rule, stop);
   };
   // The single-hop guard weighs the routed plan's statistics where they
   // are computed anyway (and its own estimate where not); the statistics

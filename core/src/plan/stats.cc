@@ -97,6 +97,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                    std::vector<DeviceCounts>* counts, int64_t max_bytes, bool reference,
                    std::vector<DeviceLoad>* stage_loads, RoundRule* rounds_out, GuardStop* guard) {
   const size_t ndev = ctx.devices.size();
+  std::atomic_ref<int64_t>(stats_passes()).fetch_add(1);  // plans run side by side
   const PlanStats entry = st;  // to start again from (Context::relay_split)
   if (counts) counts->assign(ndev, DeviceCounts{});
   // Per stage (0: from the sources; later ones: relays forwarding, scratch
@@ -886,13 +887,24 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
           runs.assign(m, LeaderRun{});
           // Each region's leader among m entries (Enumerator::lead_block):
           // the same on every host that holds none of the cell's regions.
-          const bool holds = std::any_of(held->begin(), held->end(),
-                                         [&](const auto& e) { return e.first == host; });
+          // (held is sorted by host.)
+          const auto on =
+              std::lower_bound(held->begin(), held->end(), std::make_pair(host, uint64_t{0}));
+          const bool holds = on != held->end() && on->first == host;
           if (holds || m != leader_of_m) {
             leader_of.resize(hv.size());
-            for (size_t k = 0; k < hv.size(); ++k)
-              leader_of[k] = static_cast<uint32_t>(Enumerator::lead_block(
-                  holds ? held : nullptr, host, region_at[k].idx, region_at[k].n, m));
+            // held_by once per cover size (the regions of a cell share it).
+            uint64_t range_n = 0;
+            Enumerator::HeldRange range{nullptr, nullptr};
+            for (size_t k = 0; k < hv.size(); ++k) {
+              const uint64_t n = region_at[k].n;
+              if (holds && (k == 0 || n != range_n)) {
+                range = Enumerator::held_by(held, host, n);
+                range_n = n;
+              }
+              leader_of[k] = static_cast<uint32_t>(
+                  Enumerator::lead_block_on(range, host, region_at[k].idx, n, m));
+            }
             leader_of_m = holds ? 0 : m;
           }
           for (size_t k = 0; k < hv.size(); ++k) {

@@ -294,16 +294,28 @@ class Enumerator {
   // regions split 16 and 8 between a host's 2 entries).
   static uint64_t lead_block(const std::vector<std::pair<int32_t, uint64_t>>* held, int32_t host,
                              uint64_t idx, uint64_t n, uint64_t m) {
-    if (held != nullptr && !held->empty()) {
-      const auto lo =
-          std::lower_bound(held->begin(), held->end(), std::make_pair(host, uint64_t{0}));
-      const auto hi = std::lower_bound(lo, held->end(), std::make_pair(host, n));
-      const auto total = static_cast<uint64_t>(hi - lo);
-      if (total > 0 && total < n) {
-        const auto before =
-            static_cast<uint64_t>(std::lower_bound(lo, hi, std::make_pair(host, idx)) - lo);
-        return std::min(m - 1, (idx - before) * m / (n - total));
-      }
+    return lead_block_on(held_by(held, host, n), host, idx, n, m);
+  }
+  // The entries of `held` on `host` with an index below n, as [first,
+  // second): what lead_block reads of it (the statistics find them once per
+  // host, not once per region).
+  using HeldRange =
+      std::pair<const std::pair<int32_t, uint64_t>*, const std::pair<int32_t, uint64_t>*>;
+  static HeldRange held_by(const std::vector<std::pair<int32_t, uint64_t>>* held, int32_t host,
+                           uint64_t n) {
+    if (held == nullptr || held->empty()) return {nullptr, nullptr};
+    const auto lo = std::lower_bound(held->data(), held->data() + held->size(),
+                                     std::make_pair(host, uint64_t{0}));
+    const auto hi = std::lower_bound(lo, held->data() + held->size(), std::make_pair(host, n));
+    return {lo, hi};
+  }
+  // lead_block with held_by(held, host, n) given.
+  static uint64_t lead_block_on(HeldRange r, int32_t host, uint64_t idx, uint64_t n, uint64_t m) {
+    const auto total = static_cast<uint64_t>(r.second - r.first);
+    if (total > 0 && total < n) {
+      const auto before = static_cast<uint64_t>(
+          std::lower_bound(r.first, r.second, std::make_pair(host, idx)) - r.first);
+      return std::min(m - 1, (idx - before) * m / (n - total));
     }
     return idx * m / n;
   }
