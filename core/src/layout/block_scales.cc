@@ -194,10 +194,6 @@ void validate_block_scales(std::span<const TensorSpec> tensors, ErrorCode code) 
     const TensorSpec& t = tensors[s];
     const std::string g = "tensors[" + std::to_string(s) + "]";
     check_block(v, v.scale_block, f + ".scale_block", f + ".dst_dtype", code, t.dtype);
-    if (v.scale_dtype != t.dtype)
-      fail(code, f + ".scale_dtype",
-           std::string(dtype_name(v.scale_dtype)) + " is not the dtype of its scale tensor (" +
-               std::string(dtype_name(t.dtype)) + ")");
     if (t.scale_tensor >= 0)
       fail(code, g + ".scale_tensor",
            "the scale tensor of tensors[" + std::to_string(i) + "] has block scales itself");
@@ -205,6 +201,10 @@ void validate_block_scales(std::span<const TensorSpec> tensors, ErrorCode code) 
       fail(code, g + ".dtype",
            "the scale tensor of tensors[" + std::to_string(i) +
                "] must be f32 or e8m0 without a cast");
+    if (v.scale_dtype != t.dtype)
+      fail(code, f + ".scale_dtype",
+           std::string(dtype_name(v.scale_dtype)) + " is not the dtype of its scale tensor (" +
+               std::string(dtype_name(t.dtype)) + ")");
     if (t.shape != scale_shape(v.shape, v.scale_block))
       fail(code, g + ".shape",
            block_str(t.shape) + " is not the scale shape " +
