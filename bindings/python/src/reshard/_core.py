@@ -69,7 +69,7 @@ _capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 def numpy_dtype(name: str) -> np.dtype:
     """The NumPy dtype of a reshard dtype name (``"bf16"`` needs ``ml_dtypes``)."""
     n = _NUMPY_NAMES[dtype_name(name)]
-    if n in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+    if n in _NOT_IN_NUMPY:
         import ml_dtypes  # noqa: F401  (registers the names with NumPy)
         return np.dtype(getattr(ml_dtypes, n))
     return np.dtype(n)
@@ -78,6 +78,8 @@ def numpy_dtype(name: str) -> np.dtype:
 def dtype_name(dtype: Any) -> str:
     """The reshard name (``"f32"``, ``"bf16"``, ...) of a reshard name, a NumPy
     dtype, or anything ``numpy.dtype`` accepts (JAX and ml_dtypes dtypes)."""
+    if isinstance(dtype, str) and dtype.lower() in ("e8m0", "float8_e8m0fnu"):
+        return "e8m0"  # MXFP8 scale tensors; the C ABI parses no name for it
     if isinstance(dtype, str) and not dtype.startswith(("float", "int", "uint", "bfloat", "bool")):
         out = ffi.new("int32_t*")
         check(api.dtype_from_name(dtype.encode(), out))
