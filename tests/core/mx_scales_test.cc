@@ -110,6 +110,7 @@ TEST(MxScales, HandComputedBlocks) {
   EXPECT_EQ(e5.q[0], 0x78);   // 1 · 2^15 = 32768
   EXPECT_EQ(e5.q[32], 0x7B);  // 500 · 2^7 = 64000 saturates to 57344
   EXPECT_EQ(e5.q[33], 0x5E);  // 3 · 2^7 = 384
+  EXPECT_EQ(e5.q[70], 0x7E);  // the NaN block: f8e5m2's quiet NaN
   // The rule's functions.
   EXPECT_EQ(mx_scale_bits(1.0f, DType::kF8E4M3), 119);
   EXPECT_EQ(mx_scale_bits(0.0f, DType::kF8E4M3), 0);
