@@ -274,6 +274,7 @@ int run_plan(const PlanArgs& args) {
       t.dst_dtype = DType{};
       t.scale_tensor = -1;
       t.scale_block.clear();
+      t.scale_dtype = DType::kF32;
       uncast.tensors.push_back(std::move(t));
     }
     PlanStats s;

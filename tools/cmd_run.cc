@@ -361,7 +361,7 @@ int run_mpi(const RunArgs& args, Spec spec, std::optional<Plan> from_file) {
       if (input.topology.info(spec_t.dst.device(e)).process != rank) continue;
       dst[t][e].resize(
           static_cast<size_t>(spec_t.dst.box(e).volume() * dtype_size(out_dtype(spec_t))));
-      poison_destination_shard(spec_t, static_cast<uint32_t>(t), e, dst[t][e]);
+      poison_plan_destination_shard(plan.tensors(), static_cast<uint32_t>(t), e, dst[t][e]);
       views[t].dst[e] = {dst[t][e].data(), static_cast<int64_t>(dst[t][e].size())};
     }
   }

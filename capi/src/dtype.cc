@@ -25,7 +25,8 @@ static_assert(RESHARD_DTYPE_U32 == static_cast<int32_t>(DType::kU32));
 static_assert(RESHARD_DTYPE_U16 == static_cast<int32_t>(DType::kU16));
 static_assert(RESHARD_DTYPE_U8 == static_cast<int32_t>(DType::kU8));
 static_assert(RESHARD_DTYPE_BOOL == static_cast<int32_t>(DType::kBool));
-static_assert(RESHARD_DTYPE_BOOL == reshard::kMaxDTypeValue,
+static_assert(RESHARD_DTYPE_E8M0 == static_cast<int32_t>(DType::kE8M0));
+static_assert(RESHARD_DTYPE_E8M0 == reshard::kMaxDTypeValue,
               "a dtype was added to the C++ enum: add its RESHARD_DTYPE_ constant");
 
 extern "C" {

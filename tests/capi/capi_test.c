@@ -162,11 +162,19 @@ void test_dtypes(void) {
     CHECK_OK(reshard_dtype_from_name(kTypes[i].name, &parsed));
     CHECK(parsed == kTypes[i].dtype);
   }
+  /* e8m0 (ABI 1.13): a scale tensor's dtype, named and sized; no spec
+   * tensor has it, so its name does not parse. */
+  CHECK(RESHARD_DTYPE_E8M0 == 16);
+  CHECK(reshard_dtype_size(RESHARD_DTYPE_E8M0) == 1);
+  REQUIRE(reshard_dtype_name(RESHARD_DTYPE_E8M0) != NULL);
+  CHECK(strcmp(reshard_dtype_name(RESHARD_DTYPE_E8M0), "e8m0") == 0);
+  CHECK_ERR(reshard_dtype_from_name("e8m0", &dtype), RESHARD_ERROR_INVALID_ARGUMENT,
+            "name: unknown dtype \"e8m0\"");
   CHECK(reshard_dtype_size(0) == 0);
-  CHECK(reshard_dtype_size(16) == 0);
+  CHECK(reshard_dtype_size(17) == 0);
   CHECK(reshard_dtype_size(-1) == 0);
   CHECK(reshard_dtype_name(0) == NULL);
-  CHECK(reshard_dtype_name(16) == NULL);
+  CHECK(reshard_dtype_name(17) == NULL);
   CHECK_OK(reshard_dtype_from_name("bfloat16", &dtype));
   CHECK(dtype == RESHARD_DTYPE_BF16);
   dtype = -7;

@@ -353,6 +353,25 @@ def case_block_scales():
     check("tensors[2].dst.scales.block" in err and "cuts a block of [64, 32]" in err, err)
 
 
+def case_mx_scales():
+    # MXFP8 block scales (docs/spec.md "MXFP8 scales"): the ZeRO-3 -> tp=4
+    # example with e8m0 scales plans (bit 32); its test-size copy
+    # (tests/data/zero3_mxfp8_small.json, beside f32 scales) verifies from a
+    # plan file, every value and e8m0 scale against the oracle's reference;
+    # a block other than [1, 32] is refused naming the field.
+    out = run("plan", "--spec", spec("zero3_to_tp_mxfp8"), "--format", "json").stdout
+    check(json.loads(out)["tensors"] == 13, out[:200])
+    small = os.path.join(SRC, "tests", "data", "zero3_mxfp8_small.json")
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "mx.rsplan")
+        run("plan", "--spec", small, "--out", f)
+        out = run("verify", "--plan", f).stdout
+        check(re.fullmatch(r"verified 13 tensors, \d+ elements, \d+ bytes: OK\n", out) is not None, out)
+    bad = bad_spec_file(open(small).read().replace('"block": [1, 32]', '"block": [1, 16]', 1))
+    err = run("plan", "--spec", bad, expect=2).stderr
+    check("tensors[2].dst.scales.block[1]" in err and "[1, ..., 1, 32]" in err, err)
+
+
 def case_scratch_plan():
     # A reduction tree with scratch buffers written by the C++ encoder
     # (tests/core/scratch_plans.h): verified in one process, drawn, and its

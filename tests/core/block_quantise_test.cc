@@ -95,7 +95,7 @@ void expect_reference(DType from, DType to, const std::vector<uint32_t>& x, int6
   const std::vector<std::byte> in = pack(x, from);
   std::vector<std::byte> out(in.size(), std::byte{0x55});
   std::vector<float> scales(ref.scales.size(), -1.0f);
-  quantise_shard(t, box, in.data(), scales.data(), out.data());
+  quantise_shard(t, DType::kF32, box, in.data(), scales.data(), out.data());
   const size_t es = static_cast<size_t>(dtype_size(from));
   int64_t wrong = 0;
   for (size_t k = 0; k < x.size(); ++k) {
@@ -116,7 +116,7 @@ void expect_reference(DType from, DType to, const std::vector<uint32_t>& x, int6
   EXPECT_GT(parts.size(), 1u);
   std::reverse(parts.begin(), parts.end());
   for (const Box& p : parts)
-    quantise_part(t, box, p, in.data(), part_scales.data(), by_parts.data());
+    quantise_part(t, DType::kF32, box, p, in.data(), part_scales.data(), by_parts.data());
   EXPECT_EQ(by_parts, out);
   EXPECT_EQ(part_scales, scales);
 }
@@ -195,10 +195,11 @@ TEST(BlockQuantise, PartsTileTheShardInWholeBlocks) {
     const int64_t nblocks = blocks_touched(box, block).volume();
     std::vector<uint16_t> out(in.size()), by_parts(in.size());
     std::vector<float> s(static_cast<size_t>(nblocks)), ps(static_cast<size_t>(nblocks));
-    quantise_shard(t, box, in.data(), s.data(), out.data());
+    quantise_shard(t, DType::kF32, box, in.data(), s.data(), out.data());
     std::vector<Box> shuffled = parts;
     std::shuffle(shuffled.begin(), shuffled.end(), rng);
-    for (const Box& p : shuffled) quantise_part(t, box, p, in.data(), ps.data(), by_parts.data());
+    for (const Box& p : shuffled)
+      quantise_part(t, DType::kF32, box, p, in.data(), ps.data(), by_parts.data());
     EXPECT_EQ(by_parts, out);
     EXPECT_EQ(std::memcmp(ps.data(), s.data(), s.size() * 4), 0);
   }

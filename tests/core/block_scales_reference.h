@@ -57,4 +57,58 @@ inline Reference quantise(const std::vector<uint32_t>& x, DType from, DType to, 
   return r;
 }
 
+// MXFP8 (OCP MX v1.0 §6.3, e8m0 scales) over a row-major rows x cols array,
+// blocks of 32 along the rows: per block, amax over every |x| in double;
+// X = 2^e with e = floor(log2(amax)) - emax (frexp), at least -127; bits
+// e + 127, 0 for a block of zeros, 255 where any x is NaN or infinite; q =
+// cast(clamp(x / X, -M, M)) with x / X in double (exact), or the cast of
+// +NaN for bits 255.
+struct MxReference {
+  std::vector<uint8_t> scales;  // rows x ceil(cols / 32)
+  std::vector<uint8_t> q;       // rows x cols
+};
+
+inline MxReference quantise_mx(const std::vector<uint32_t>& x, DType from, DType to, int64_t rows,
+                               int64_t cols) {
+  const double m = to == DType::kF8E4M3 ? 448.0 : 57344.0;
+  const int emax = to == DType::kF8E4M3 ? 8 : 15;
+  const int64_t nc = (cols + 31) / 32;
+  MxReference r;
+  r.scales.assign(static_cast<size_t>(rows * nc), 0);
+  r.q.assign(x.size(), 0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t b = 0; b < nc; ++b) {
+      const int64_t lo = b * 32, hi = std::min(cols, lo + 32);
+      double amax = 0;
+      bool special = false;
+      for (int64_t j = lo; j < hi; ++j) {
+        const double v =
+            std::fabs(static_cast<double>(to_f32(from, x[static_cast<size_t>(i * cols + j)])));
+        if (!std::isfinite(v))
+          special = true;
+        else
+          amax = std::max(amax, v);
+      }
+      int bits = 0;
+      if (special) {
+        bits = 255;
+      } else if (amax > 0) {
+        int ex = 0;
+        (void)std::frexp(amax, &ex);  // amax = f * 2^ex, f in [0.5, 1)
+        bits = std::max(ex - 1 - emax, -127) + 127;
+      }
+      r.scales[static_cast<size_t>(i * nc + b)] = static_cast<uint8_t>(bits);
+      for (int64_t j = lo; j < hi; ++j) {
+        const size_t k = static_cast<size_t>(i * cols + j);
+        uint32_t in = 0x7fc00000u;
+        if (bits != 255) {
+          const double y = std::ldexp(static_cast<double>(to_f32(from, x[k])), 127 - bits);
+          in = numeric::f32_bits(static_cast<float>(std::clamp(y, -m, m)));
+        }
+        r.q[k] = static_cast<uint8_t>(cast_bits(DType::kF32, to, in));
+      }
+    }
+  return r;
+}
+
 }  // namespace reshard::testing

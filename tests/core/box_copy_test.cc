@@ -485,6 +485,8 @@ uint64_t identity_bits(DType d, ReduceOp op) {
       return max ? 0 : 0xffu;
     case DType::kBool:
       return max ? 0 : 1;
+    case DType::kE8M0:  // never summed (a scale dtype only)
+      return 0;
   }
   return 0;
 }

@@ -28,6 +28,9 @@ const (
 	U16    DType = C.RESHARD_DTYPE_U16
 	U8     DType = C.RESHARD_DTYPE_U8
 	Bool   DType = C.RESHARD_DTYPE_BOOL
+	// E8M0 is OCP MX's power-of-two scale (ABI 1.13): only the dtype of a
+	// scale tensor with MXFP8 block scales.
+	E8M0 DType = C.RESHARD_DTYPE_E8M0
 )
 
 // Size is the number of bytes per element (0 for an unknown value).

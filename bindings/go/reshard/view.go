@@ -32,9 +32,13 @@ const (
 	// compute the scale tensor's source; a caller gives no source buffers
 	// for it.
 	PlanFeatureBlockScales uint64 = 16
+	// PlanFeatureMxScales: some scale tensor has dtype E8M0 (MXFP8: block
+	// [1, ..., 1, 32], OCP MX's rule; docs/spec.md "Block scales"). Read
+	// like any other dtype.
+	PlanFeatureMxScales uint64 = 32
 	// KnownPlanFeatures are the bits this package's reader understands;
 	// ViewPlan rejects bytes that require any other.
-	KnownPlanFeatures = PlanFeatureStages | PlanFeatureScratch | PlanFeatureLateSummands | PlanFeatureCasts | PlanFeatureBlockScales
+	KnownPlanFeatures = PlanFeatureStages | PlanFeatureScratch | PlanFeatureLateSummands | PlanFeatureCasts | PlanFeatureBlockScales | PlanFeatureMxScales
 )
 
 // checkPlanFeatures rejects a plan that requires a feature this package

@@ -115,7 +115,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 12
+#define RESHARD_ABI_MINOR 13
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -168,7 +168,12 @@ enum {
   RESHARD_DTYPE_U32 = 12,
   RESHARD_DTYPE_U16 = 13,
   RESHARD_DTYPE_U8 = 14,
-  RESHARD_DTYPE_BOOL = 15
+  RESHARD_DTYPE_BOOL = 15,
+  /* Since 1.13: OCP MX E8M0, one byte 2^(bits - 127), 255 = NaN. Only the
+   * dtype of a scale tensor with MXFP8 block scales (docs/spec.md "Block
+   * scales"; reshard_plan_tensor_scales names it): no spec tensor has it,
+   * and reshard_dtype_from_name does not accept its name. */
+  RESHARD_DTYPE_E8M0 = 16
 };
 
 /* How the summands of a partial (unreduced) layout combine. */

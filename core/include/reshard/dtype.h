@@ -24,9 +24,13 @@ enum class DType : int32_t {
   kU16 = 13,
   kU8 = 14,
   kBool = 15,
+  // OCP MX E8M0: an unsigned power-of-two exponent, 2^(bits - 127), 255 =
+  // NaN. Only the dtype of MXFP8 block scales (reshard/block_scales.h): no
+  // tensor of a spec has it, nothing casts to or from it, nothing sums it.
+  kE8M0 = 16,
 };
 
-inline constexpr int32_t kMaxDTypeValue = 15;
+inline constexpr int32_t kMaxDTypeValue = 16;
 
 bool dtype_valid(int32_t value) noexcept;
 // Bytes per element; 0 for an invalid value.
@@ -34,7 +38,9 @@ int64_t dtype_size(DType dtype) noexcept;
 // Lower-case short name: "f32", "bf16", "f8e4m3", "bool", ...
 std::string_view dtype_name(DType dtype) noexcept;
 // Parses a name as printed by dtype_name (also accepts "float32", "bfloat16",
-// "float16", "int8", ...). Throws Error(kInvalidArgument) naming `field`.
+// "float16", "int8", ...), e8m0 excepted (a tensor never has it; spec.cc
+// parses it where block scales take it). Throws Error(kInvalidArgument)
+// naming `field`.
 DType parse_dtype(std::string_view name, const std::string& field);
 bool dtype_is_float(DType dtype) noexcept;
 

@@ -65,6 +65,11 @@ void fill_source_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t e
 // Poisons one destination shard so that unwritten elements fail the check.
 void poison_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, size_t entry,
                               std::span<std::byte> out);
+// poison_destination_shard for tensors[tensor_index] of a plan's tensors: a
+// scale tensor's shard gets the complement of its reference scales (a
+// one-byte e8m0 scale could otherwise be poisoned with its right value).
+void poison_plan_destination_shard(std::span<const TensorSpec> tensors, uint32_t tensor_index,
+                                   size_t entry, std::span<std::byte> out);
 
 struct OracleMismatch {
   std::string tensor;          // tensor name

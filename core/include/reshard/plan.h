@@ -38,11 +38,15 @@ struct TensorSpec {
   // Block scales (docs/spec.md "Block scales", reshard/block_scales.h): the
   // index in the plan's tensors of this tensor's scale tensor, -1 for none,
   // and the block's extent per dim. The destination (f8e4m3 or f8e5m2)
-  // holds cast(x / s) with s the f32 scale of x's block, the scale tensor
-  // (f32, one element per block) holds s. Its source is computed by the
-  // executor from this tensor's source, never given by a caller.
+  // holds cast(x / s) with s the scale of x's block, the scale tensor (one
+  // element per block) holds s. Its source is computed by the executor
+  // from this tensor's source, never given by a caller.
   int32_t scale_tensor = -1;
   std::vector<int64_t> scale_block;
+  // The scale tensor's dtype, which names the rule (reshard/block_scales.h):
+  // f32 (amax / M) or e8m0 (MXFP8). Derived from tensors[scale_tensor]
+  // (add_block_scales, derive_scale_dtypes), not stored in a plan.
+  DType scale_dtype = DType::kF32;
 };
 inline bool has_block_scales(const TensorSpec& t) { return t.scale_tensor >= 0; }
 

@@ -33,9 +33,13 @@ inline constexpr uint64_t kPlanFeatureCasts = 8;
 // would expect the scale tensor's source buffers from its caller and would
 // cast without the scales.
 inline constexpr uint64_t kPlanFeatureBlockScales = 16;
+// MXFP8 scales: some scale tensor has dtype e8m0 (DType::kE8M0, 16): a
+// reader without this bit would not know the dtype, or would quantise with
+// the f32 rule.
+inline constexpr uint64_t kPlanFeatureMxScales = 32;
 inline constexpr uint64_t kPlanKnownFeatures = kPlanFeatureStages | kPlanFeatureScratch |
                                                kPlanFeatureLateSummands | kPlanFeatureCasts |
-                                               kPlanFeatureBlockScales;
+                                               kPlanFeatureBlockScales | kPlanFeatureMxScales;
 
 // Authenticated plans: an HMAC-SHA-256 (OpenSSL's libcrypto) of the plan
 // bytes under a key the caller supplies, carried in a trailer of

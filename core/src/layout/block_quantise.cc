@@ -12,10 +12,18 @@
 // checks every bf16 and f16 pattern); larger magnitudes, infinities and NaN
 // (only a non-finite x gives them: s >= amax / M) take the reference cast.
 // Other sources take the reference cast for every element.
+//
+// MXFP8 (e8m0 scales): a block is one run of a row (block [1, ..., 1, 32]),
+// so each run is quantised in one pass: the integer amax over all magnitude
+// bits (a NaN's or infinity's are the largest), the E8M0 bits from its
+// exponent field, then q = x · 2^-e clamped to ±M and rounded to the grid
+// (the product is exact where the division by 2^e is, and rounds the same
+// where it is not).
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "reshard/block_scales.h"
@@ -207,6 +215,57 @@ void quantise_typed(const Walk& w, const void* src, float* scales, void* out) {
   });
 }
 
+// The E8M0 bits of a block from the magnitude bits of its amax (f32 bits):
+// the exponent field gives floor(log2) for normals; subnormals (field 0)
+// and zero fall below the clamp at -127 either way.
+template <DType To>
+inline uint8_t mx_bits_from_magnitude(uint32_t a) {
+  if (a >= 0x7f800000u) return 255;
+  const int e = static_cast<int>(a >> 23) - 127 - mx_emax(To);
+  return static_cast<uint8_t>(std::max(e, -127) + 127);
+}
+
+template <DType From, DType To>
+void quantise_mx_typed(const Walk& w, const void* src, uint8_t* scales, void* out) {
+  using S = Source<From>;
+  using T = typename S::T;
+  const T* in = static_cast<const T*>(src);
+  T* o = static_cast<T*>(out);
+  const float max = numeric::f32_from_bits(Grid<To>::kMax);
+  // +qNaN in the source dtype: its cast is the NaN block's q.
+  const T nan = From == DType::kF32    ? static_cast<T>(0x7fc00000u)
+                : From == DType::kBF16 ? static_cast<T>(0x7fc0u)
+                                       : static_cast<T>(0x7e00u);
+  w.runs([&](int64_t off, int64_t n, int64_t b) {
+    const T* x = in + off;
+    T* y = o + off;
+    T m = 0;
+    for (int64_t k = 0; k < n; ++k) m = std::max(m, static_cast<T>(x[k] & S::kAbs));
+    const uint8_t bits = mx_bits_from_magnitude<To>(
+        numeric::f32_bits(m >= S::kInf ? std::numeric_limits<float>::infinity() : S::to_f32(m)));
+    scales[b] = bits;
+    if (bits == 255) {
+      std::fill(y, y + n, nan);
+      return;
+    }
+    // 2^-e = 2^(127 - bits), a normal f32: bits is at most 127 + 15.
+    const float inv = numeric::f32_from_bits(static_cast<uint32_t>(254 - bits) << 23);
+    uint32_t bad = 0;
+    for (int64_t k = 0; k < n; ++k)
+      y[k] = S::from_f32(round_to_grid<To>(std::clamp(S::to_f32(x[k]) * inv, -max, max), bad));
+  });
+}
+
+template <DType From>
+void quantise_mx_from(const Walk& w, DType to, const void* src, void* scales, void* out) {
+  auto* sc = static_cast<uint8_t*>(scales);
+  if (to == DType::kF8E4M3) {
+    quantise_mx_typed<From, DType::kF8E4M3>(w, src, sc, out);
+  } else {
+    quantise_mx_typed<From, DType::kF8E5M2>(w, src, sc, out);
+  }
+}
+
 // Any other source dtype: the reference casts, element by element.
 void quantise_reference(const Walk& w, DType from, DType to, const void* src, float* scales,
                         void* out) {
@@ -278,11 +337,26 @@ std::vector<Box> quantise_parts(const Box& box, std::span<const int64_t> block, 
   return parts;
 }
 
-void quantise_part(const TensorSpec& value, const Box& box, const Box& part, const void* src,
-                   float* scales, void* out) {
+void quantise_part(const TensorSpec& value, DType scale_dtype, const Box& box, const Box& part,
+                   const void* src, void* scales_out, void* out) {
   if (part.volume() == 0) return;
   const Walk w(box, part, value.scale_block);
   const DType to = out_dtype(value);
+  if (scale_dtype == DType::kE8M0) {
+    switch (value.dtype) {
+      case DType::kF32:
+        return quantise_mx_from<DType::kF32>(w, to, src, scales_out, out);
+      case DType::kBF16:
+        return quantise_mx_from<DType::kBF16>(w, to, src, scales_out, out);
+      case DType::kF16:
+        return quantise_mx_from<DType::kF16>(w, to, src, scales_out, out);
+      default:
+        fail(ErrorCode::kUnsupported, "dtype",
+             "MXFP8 block scales need an f32, bf16 or f16 source, not " +
+                 std::string(dtype_name(value.dtype)));
+    }
+  }
+  float* scales = static_cast<float*>(scales_out);
   switch (value.dtype) {
     case DType::kF32:
       return quantise_from<DType::kF32>(w, to, src, scales, out);
@@ -295,9 +369,9 @@ void quantise_part(const TensorSpec& value, const Box& box, const Box& part, con
   }
 }
 
-void quantise_shard(const TensorSpec& value, const Box& box, const void* src, float* scales,
-                    void* out) {
-  quantise_part(value, box, box, src, scales, out);
+void quantise_shard(const TensorSpec& value, DType scale_dtype, const Box& box, const void* src,
+                    void* scales, void* out) {
+  quantise_part(value, scale_dtype, box, box, src, scales, out);
 }
 
 }  // namespace reshard

@@ -22,7 +22,7 @@ std::string block_str(std::span<const int64_t> b) {
 
 // The block's rank and extents, and the value's dtypes.
 void check_block(const TensorSpec& value, std::span<const int64_t> block, const std::string& field,
-                 const std::string& cast_field, ErrorCode code) {
+                 const std::string& cast_field, ErrorCode code, DType scale_dtype) {
   if (value.shape.empty())
     fail(code, field,
          "block scales need a tensor of rank 1 or more (\"" + value.name + "\" is a scalar)");
@@ -34,6 +34,18 @@ void check_block(const TensorSpec& value, std::span<const int64_t> block, const 
     if (block[d] < 1)
       fail(code, field + "[" + std::to_string(d) + "]",
            "a block extent must be at least 1, got " + std::to_string(block[d]));
+  if (scale_dtype == DType::kE8M0) {
+    // OCP MX: k = 32 consecutive elements; the shared exponent is defined
+    // for a vector, so the other dims' extents are 1.
+    for (size_t d = 0; d < block.size(); ++d) {
+      const int64_t want = d + 1 == block.size() ? kMxBlock : 1;
+      if (block[d] != want)
+        fail(code, field + "[" + std::to_string(d) + "]",
+             "e8m0 (MXFP8) scales need the block [1, ..., 1, 32] (32 consecutive elements of the "
+             "last dim), got " +
+                 block_str(block));
+    }
+  }
   const DType out = out_dtype(value);
   if (block_scale_max(out) == 0)
     fail(code == ErrorCode::kCorrupt ? code : ErrorCode::kUnsupported, cast_field,
@@ -57,6 +69,25 @@ Layout derived(const Layout& layout, std::span<const int64_t> shape, const std::
 }
 
 }  // namespace
+
+int mx_emax(DType dst) { return dst == DType::kF8E4M3 ? 8 : dst == DType::kF8E5M2 ? 15 : 0; }
+
+uint8_t mx_scale_bits(float amax, DType dst) {
+  if (!(amax <= std::numeric_limits<float>::max())) return 255;  // NaN or infinite
+  if (amax == 0) return 0;
+  // ilogb is floor(log2) for every finite non-zero value, subnormals included.
+  const int e = std::max(std::ilogb(amax) - mx_emax(dst), -127);
+  return static_cast<uint8_t>(e + 127);
+}
+
+float e8m0_to_f32(uint8_t bits) {
+  if (bits == 255) return std::numeric_limits<float>::quiet_NaN();
+  return std::ldexp(1.0f, static_cast<int>(bits) - 127);
+}
+
+bool scale_dtype_supported(DType scale_dtype) {
+  return scale_dtype == DType::kF32 || scale_dtype == DType::kE8M0;
+}
 
 float block_scale_max(DType dst) {
   return dst == DType::kF8E4M3 ? 448.0f : dst == DType::kF8E5M2 ? 57344.0f : 0.0f;
@@ -111,22 +142,36 @@ Layout scale_dst_layout(const TensorSpec& value, std::span<const int64_t> block,
 }
 
 void add_block_scales(std::vector<TensorSpec>& tensors, size_t value, std::string name,
-                      std::vector<int64_t> block, const std::string& field) {
+                      std::vector<int64_t> block, const std::string& field, DType scale_dtype) {
   TensorSpec& v = tensors[value];
-  check_block(v, block, field + ".block", field, ErrorCode::kInvalidArgument);
+  if (!scale_dtype_supported(scale_dtype))
+    fail(ErrorCode::kUnsupported, field + ".dtype",
+         "block scales are f32 (DeepSeek-V3's) or e8m0 (MXFP8's), not " +
+             std::string(dtype_name(scale_dtype)));
+  check_block(v, block, field + ".block", field, ErrorCode::kInvalidArgument, scale_dtype);
   TensorSpec s;
   s.name = std::move(name);
   s.shape = scale_shape(v.shape, block);
-  s.dtype = DType::kF32;
+  s.dtype = scale_dtype;
   s.src = scale_src_layout(v, block, field + ".block");
   s.dst = scale_dst_layout(v, block, field + ".block");
   v.scale_tensor = static_cast<int32_t>(tensors.size());
   v.scale_block = std::move(block);
+  v.scale_dtype = scale_dtype;
   tensors.push_back(std::move(s));
 }
 
 void validate_block_scales(std::span<const TensorSpec> tensors, ErrorCode code) {
   std::vector<int64_t> scaled_by(tensors.size(), -1);
+  // e8m0 is a scale dtype only.
+  const std::vector<uint8_t> is_scale = scale_tensor_flags(tensors);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorSpec& t = tensors[i];
+    if ((t.dtype == DType::kE8M0 || out_dtype(t) == DType::kE8M0) && !(is_scale[i] && !has_cast(t)))
+      fail(code, "tensors[" + std::to_string(i) + "].dtype",
+           "e8m0 is only the dtype of MXFP8 block scales (a destination's \"scales\"), not of a "
+           "tensor of its own");
+  }
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorSpec& v = tensors[i];
     const std::string f = "tensors[" + std::to_string(i) + "]";
@@ -146,15 +191,20 @@ void validate_block_scales(std::span<const TensorSpec> tensors, ErrorCode code) 
            "tensors[" + std::to_string(s) + "] already scales tensors[" +
                std::to_string(scaled_by[s]) + "]");
     scaled_by[s] = static_cast<int64_t>(i);
-    check_block(v, v.scale_block, f + ".scale_block", f + ".dst_dtype", code);
     const TensorSpec& t = tensors[s];
     const std::string g = "tensors[" + std::to_string(s) + "]";
+    check_block(v, v.scale_block, f + ".scale_block", f + ".dst_dtype", code, t.dtype);
     if (t.scale_tensor >= 0)
       fail(code, g + ".scale_tensor",
            "the scale tensor of tensors[" + std::to_string(i) + "] has block scales itself");
-    if (t.dtype != DType::kF32 || has_cast(t))
+    if (!scale_dtype_supported(t.dtype) || has_cast(t))
       fail(code, g + ".dtype",
-           "the scale tensor of tensors[" + std::to_string(i) + "] must be f32 without a cast");
+           "the scale tensor of tensors[" + std::to_string(i) +
+               "] must be f32 or e8m0 without a cast");
+    if (v.scale_dtype != t.dtype)
+      fail(code, f + ".scale_dtype",
+           std::string(dtype_name(v.scale_dtype)) + " is not the dtype of its scale tensor (" +
+               std::string(dtype_name(t.dtype)) + ")");
     if (t.shape != scale_shape(v.shape, v.scale_block))
       fail(code, g + ".shape",
            block_str(t.shape) + " is not the scale shape " +
@@ -169,6 +219,12 @@ void validate_block_scales(std::span<const TensorSpec> tensors, ErrorCode code) 
            "is not the layout derived from tensors[" + std::to_string(i) +
                "]'s destination (one entry per destination entry, the blocks its box touches)");
   }
+}
+
+void derive_scale_dtypes(std::vector<TensorSpec>& tensors) {
+  for (TensorSpec& t : tensors)
+    if (t.scale_tensor >= 0 && static_cast<size_t>(t.scale_tensor) < tensors.size())
+      t.scale_dtype = tensors[static_cast<size_t>(t.scale_tensor)].dtype;
 }
 
 std::vector<uint8_t> scale_tensor_flags(std::span<const TensorSpec> tensors) {

@@ -30,6 +30,7 @@ constexpr DTypeInfo kInfo[] = {
     {DType::kU16, 2, "u16", "uint16", false},
     {DType::kU8, 1, "u8", "uint8", false},
     {DType::kBool, 1, "bool", "bool_", false},
+    {DType::kE8M0, 1, "e8m0", "float8_e8m0fnu", false},
 };
 const DTypeInfo* find(DType d) {
   for (const auto& i : kInfo)
@@ -56,9 +57,10 @@ DType parse_dtype(std::string_view name, const std::string& field) {
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   for (const auto& i : kInfo)
-    if (lower == i.name || lower == i.alias) return i.dtype;
+    if (i.dtype != DType::kE8M0 && (lower == i.name || lower == i.alias)) return i.dtype;
   std::string known;
   for (const auto& i : kInfo) {
+    if (i.dtype == DType::kE8M0) continue;
     if (!known.empty()) known.push_back(' ');
     known.append(i.name);
   }

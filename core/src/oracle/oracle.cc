@@ -82,6 +82,8 @@ Traits dtype_traits(DType d) {
       return {d, 1, 8, Kind::kUnsigned};
     case DType::kBool:
       return {d, 1, 8, Kind::kBool};
+    case DType::kE8M0:  // only scale tensors, whose bits ScaleReference gives
+      return {d, 1, 8, Kind::kUnsigned};
   }
   fail(ErrorCode::kInvalidArgument, "oracle: invalid dtype " + std::to_string(static_cast<int>(d)));
 }
@@ -424,7 +426,11 @@ std::vector<int64_t> unravel(uint64_t index, const std::vector<int64_t>& shape) 
 class ScaleReference {
  public:
   ScaleReference(const TensorSpec& value, uint32_t value_index, const Box& blocks)
-      : value_(value), blocks_(blocks), from_(value.dtype), to_(out_dtype(value)) {
+      : value_(value),
+        blocks_(blocks),
+        from_(value.dtype),
+        to_(out_dtype(value)),
+        mx_(value.scale_dtype == DType::kE8M0) {
     const Generator gen(value, value_index);
     scales_.assign(static_cast<size_t>(blocks.volume()), 0.0f);
     std::vector<int64_t> extents(static_cast<size_t>(blocks.rank));
@@ -442,18 +448,37 @@ class ScaleReference {
                              box.lo[d] + value.scale_block[static_cast<size_t>(d)]);
       }
       float amax = 0;
+      bool special = false;  // a NaN or an infinity
       for_each_element(box, value.shape, [&](uint64_t g, int64_t) {
         unsigned char bytes[8];
         const uint64_t x = gen.source(g, 0);
         std::memcpy(bytes, &x, sizeof bytes);
         const float a = std::fabs(cast_detail::load_f32(from_, bytes));
+        if (!(a <= std::numeric_limits<float>::max())) special = true;
         if (a <= std::numeric_limits<float>::max() && a > amax) amax = a;
       });
-      scales_[static_cast<size_t>(b)] = block_scale(amax, to_);
+      // MXFP8: the E8M0 bits, kept as a float in the same place.
+      scales_[static_cast<size_t>(b)] =
+          mx_ ? static_cast<float>(special ? 255 : mx_scale_bits(amax, to_))
+              : block_scale(amax, to_);
     });
   }
   // The bits of scale element `g` (a global index of the scale tensor).
-  uint64_t scale_bits(uint64_t g) const { return numeric::f32_bits(scales_[block_of_scale(g)]); }
+  uint64_t scale_bits(uint64_t g) const {
+    const float s = scales_[block_of_scale(g)];
+    return mx_ ? static_cast<uint64_t>(s) : numeric::f32_bits(s);
+  }
+  // cast(x / s) (f32), or for MXFP8 the saturating q of block bits `e8m0`:
+  // x · 2^(127 - bits) in double (exact), clamped to the largest finite fp8
+  // value, then cast; the NaN scale gives every element the cast of +NaN.
+  uint64_t q_bits(float x, float s) const {
+    if (!mx_) return cast_bits(DType::kF32, to_, numeric::f32_bits(x / s));
+    const int bits = static_cast<int>(s);
+    if (bits == 255) return cast_bits(DType::kF32, to_, 0x7fc00000u);
+    const double m = to_ == DType::kF8E4M3 ? 448.0 : 57344.0;
+    const double y = std::clamp(std::ldexp(static_cast<double>(x), 127 - bits), -m, m);
+    return cast_bits(DType::kF32, to_, numeric::f32_bits(static_cast<float>(y)));
+  }
   // Calls f(global_index, local_index, bits) for every element of `box` of
   // the value tensor (row-major within the box), bits = cast(x / s): the
   // walk of for_each_element, each element's block found from its
@@ -485,8 +510,7 @@ class ScaleReference {
         std::memcpy(bytes, &x, sizeof bytes);
         const float s =
             scales_[static_cast<size_t>(b + (box.lo[last] + j) / bl - blocks_.lo[last])];
-        const float q = cast_detail::load_f32(from_, bytes) / s;
-        f(gi, local++, cast_bits(DType::kF32, to_, numeric::f32_bits(q)));
+        f(gi, local++, q_bits(cast_detail::load_f32(from_, bytes), s));
       }
       int d = last - 1;
       for (; d >= 0; --d) {
@@ -515,7 +539,8 @@ class ScaleReference {
   const TensorSpec& value_;
   Box blocks_;
   DType from_, to_;
-  std::vector<float> scales_;
+  bool mx_;                    // e8m0 scales (MXFP8)
+  std::vector<float> scales_;  // per block: the f32 scale, or the E8M0 bits
 };
 
 int64_t shard_bytes(const TensorSpec& tensor, const Layout& layout, size_t entry) {
@@ -690,6 +715,30 @@ void poison_destination_shard(const TensorSpec& tensor, uint32_t tensor_index, s
   });
 }
 
+void poison_plan_destination_shard(std::span<const TensorSpec> tensors, uint32_t tensor_index,
+                                   size_t entry, std::span<std::byte> out) {
+  if (tensor_index >= tensors.size())
+    fail(ErrorCode::kInvalidArgument, "oracle: tensor " + std::to_string(tensor_index) +
+                                          " is out of range (" + std::to_string(tensors.size()) +
+                                          " tensors)");
+  const TensorSpec& tensor = tensors[tensor_index];
+  for (size_t v = 0; v < tensors.size(); ++v) {
+    if (tensors[v].scale_tensor != static_cast<int32_t>(tensor_index)) continue;
+    check_size(tensor, tensor.dst, entry, out.size(), "dst");
+    const Box box = tensor.dst.box(entry);
+    const ScaleReference ref(tensors[v], static_cast<uint32_t>(v), box);
+    std::byte* p = out.data();
+    with_width(static_cast<int>(dtype_size(tensor.dtype)), [&](auto width) {
+      constexpr int B = decltype(width)::value;
+      for_each_element(box, tensor.shape, [&](uint64_t g, int64_t local) {
+        store<B>(p + local * B, ~ref.scale_bits(g));
+      });
+    });
+    return;
+  }
+  poison_destination_shard(tensor, tensor_index, entry, out);
+}
+
 int64_t oracle_buffer_bytes(const Plan& plan) {
   // Shard sizes are validated products of the shapes; their sum can still
   // exceed 64 bits for absurd specs, so it saturates.
@@ -748,7 +797,7 @@ OracleBuffers fill_sources(const Plan& plan, int64_t max_bytes) {
     if (k.src)
       fill_source_shard(tensors[k.tensor], k.tensor, k.entry, buf.src[k.tensor][k.entry]);
     else
-      poison_destination_shard(tensors[k.tensor], k.tensor, k.entry, buf.dst[k.tensor][k.entry]);
+      poison_plan_destination_shard(tensors, k.tensor, k.entry, buf.dst[k.tensor][k.entry]);
   });
   return buf;
 }

@@ -88,7 +88,7 @@ OracleReport verify_part(Engine& engine, const Plan& plan, int32_t process,
         if (source)
           fill_source_shard(spec, static_cast<uint32_t>(t), e, shards[e]);
         else
-          poison_destination_shard(spec, static_cast<uint32_t>(t), e, shards[e]);
+          poison_plan_destination_shard(tensors, static_cast<uint32_t>(t), e, shards[e]);
         out.push_back({shards[e].data(), static_cast<int64_t>(shards[e].size())});
       }
     };

@@ -4,6 +4,7 @@
 #include "reshard/spec.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <initializer_list>
@@ -842,6 +843,7 @@ struct SpecScales {
   std::string name;
   std::vector<int64_t> block;
   std::string path;
+  DType dtype = DType::kF32;  // f32 (amax / M) or e8m0 (MXFP8)
 };
 
 SpecScales parse_scales(const json& j, const std::string& path, size_t tensor) {
@@ -857,11 +859,14 @@ SpecScales parse_scales(const json& j, const std::string& path, size_t tensor) {
   s.block = as_int_array(require(j, path, "block"), child(path, "block"));
   if (const json* d = find(j, "dtype")) {
     const std::string dp = child(path, "dtype");
-    const DType dt = parse_dtype(as_string(*d, dp), dp);
-    if (dt != DType::kF32)
+    std::string name = as_string(*d, dp);
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    s.dtype = name == "e8m0" || name == "float8_e8m0fnu" ? DType::kE8M0 : parse_dtype(name, dp);
+    if (!scale_dtype_supported(s.dtype))
       fail(ErrorCode::kUnsupported, dp,
-           "block scales are f32 (DeepSeek-V3's); " + std::string(dtype_name(dt)) +
-               " scales (MXFP8's e8m0) are not supported");
+           "block scales are f32 (DeepSeek-V3's) or e8m0 (MXFP8's), not " +
+               std::string(dtype_name(s.dtype)));
   }
   return s;
 }
@@ -873,7 +878,7 @@ void add_spec_scales(Spec& spec, const std::vector<SpecScales>& scales,
     const std::string np = child(s.path, "name");
     auto [it, inserted] = names.emplace(s.name, np);
     if (!inserted) bad(np, "duplicate tensor name " + quote(s.name) + " (also " + it->second + ")");
-    add_block_scales(spec.input.tensors, s.tensor, s.name, s.block, s.path);
+    add_block_scales(spec.input.tensors, s.tensor, s.name, s.block, s.path, s.dtype);
   }
 }
 

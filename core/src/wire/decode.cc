@@ -121,7 +121,7 @@ class Decoder {
               "unknown feature bits " +
                   std::to_string(root_.required_features() & ~kPlanKnownFeatures) +
                   " (this reader knows " + std::to_string(kPlanKnownFeatures) +
-                  ": stages, scratch, late summands, casts, block scales)");
+                  ": stages, scratch, late summands, casts, block scales, MXFP8 scales)");
     staged_ = (root_.required_features() & kPlanFeatureStages) != 0;
     scratch_bit_ = (root_.required_features() & kPlanFeatureScratch) != 0;
     late_summands_bit_ = (root_.required_features() & kPlanFeatureLateSummands) != 0;
@@ -135,6 +135,8 @@ class Decoder {
     if ((root_.required_features() & kPlanFeatureBlockScales) != 0 && !any_scales_)
       corrupt("required_features",
               "has the block scales bit (16) but no tensor has a scale_tensor");
+    if ((root_.required_features() & kPlanFeatureMxScales) != 0 && !any_e8m0_)
+      corrupt("required_features", "has the MXFP8 scales bit (32) but no tensor has dtype e8m0");
     const uint64_t fingerprint = rethrow_as_corrupt([&] { return plan_fingerprint(input); });
     // The message names neither value: the computed one is what an editor
     // of the inputs would need to make the edit pass.
@@ -332,6 +334,11 @@ class Decoder {
       if (!dtype_valid(dtype))
         corrupt(f + ".dtype", "invalid dtype value " + std::to_string(dtype));
       spec.dtype = static_cast<DType>(dtype);
+      if (spec.dtype == DType::kE8M0) {
+        if ((root_.required_features() & kPlanFeatureMxScales) == 0)
+          corrupt(f + ".dtype", "e8m0 but required_features lacks the MXFP8 scales bit (32)");
+        any_e8m0_ = true;
+      }
       if (!t.shape()) corrupt(f + ".shape", "missing");
       if (t.shape()->size() > static_cast<uoffset_t>(kMaxRank))
         corrupt(f + ".shape", "rank " + std::to_string(t.shape()->size()) + " exceeds " +
@@ -352,6 +359,7 @@ class Decoder {
       tensors.push_back(std::move(spec));
     }
     rethrow_as_corrupt([&] {
+      derive_scale_dtypes(tensors);
       validate_block_scales(tensors, ErrorCode::kCorrupt);
       return 0;
     });
@@ -1111,6 +1119,7 @@ class Decoder {
   bool late_summands_bit_ = false;     // required_features has the late-summands bit
   bool any_cast_ = false;              // some tensor has a dst_dtype
   bool any_scales_ = false;            // some tensor has a scale_tensor
+  bool any_e8m0_ = false;              // some tensor has dtype e8m0
   bool any_late_summand_ = false;      // a piece of stage > 0 writes a scratch from a summand
   bool any_scratch_ = false;           // a decoded part holds scratch
   const ProcessPart* part_ = nullptr;  // the part whose pieces are being checked

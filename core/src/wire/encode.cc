@@ -120,6 +120,8 @@ class Encoder {
       if (has_cast(t)) features |= kPlanFeatureCasts;
     for (const TensorSpec& t : plan_.tensors())
       if (has_block_scales(t)) features |= kPlanFeatureBlockScales;
+    for (const TensorSpec& t : plan_.tensors())
+      if (t.dtype == DType::kE8M0) features |= kPlanFeatureMxScales;
     // Every part's digest, listed even in a buffer of one part, so that the
     // ranks executing it agree on every part (docs/design.md §3.5).
     std::vector<uint64_t> listed;

@@ -23,6 +23,7 @@ const (
 	DTypeU16     DType = 13
 	DTypeU8      DType = 14
 	DTypeBool    DType = 15
+	DTypeE8M0    DType = 16
 )
 
 var EnumNamesDType = map[DType]string{
@@ -42,6 +43,7 @@ var EnumNamesDType = map[DType]string{
 	DTypeU16:     "U16",
 	DTypeU8:      "U8",
 	DTypeBool:    "Bool",
+	DTypeE8M0:    "E8M0",
 }
 
 var EnumValuesDType = map[string]DType{
@@ -61,6 +63,7 @@ var EnumValuesDType = map[string]DType{
 	"U16":     DTypeU16,
 	"U8":      DTypeU8,
 	"Bool":    DTypeBool,
+	"E8M0":    DTypeE8M0,
 }
 
 func (v DType) String() string {

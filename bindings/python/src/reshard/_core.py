@@ -34,21 +34,22 @@ _NUMPY_NAMES = {
     "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
     "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "i64": "int64", "i32": "int32",
     "i16": "int16", "i8": "int8", "u64": "uint64", "u32": "uint32", "u16": "uint16",
-    "u8": "uint8", "bool": "bool",
+    "u8": "uint8", "bool": "bool", "e8m0": "float8_e8m0fnu",
 }
 _FROM_NUMPY = {v: k for k, v in _NUMPY_NAMES.items()}
 # NumPy dtype -> reshard dtype name, for the dtypes NumPy has without ml_dtypes.
 _FROM_NUMPY_DTYPE = {np.dtype(v): k for k, v in _NUMPY_NAMES.items()
-                     if v not in ("bfloat16", "float8_e4m3fn", "float8_e5m2")}
+                     if v not in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")}
 # Bytes per element, without NumPy dtypes (bf16 and f8 need ml_dtypes there).
 _ITEMSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1, "i64": 8,
-             "i32": 4, "i16": 2, "i8": 1, "u64": 8, "u32": 4, "u16": 2, "u8": 1, "bool": 1}
+             "i32": 4, "i16": 2, "i8": 1, "u64": 8, "u32": 4, "u16": 2, "u8": 1, "bool": 1,
+             "e8m0": 1}  # e8m0: MXFP8 scale tensors only
 # DLPack dtypes NumPy's from_dlpack refuses: (code, bits) -> reshard dtype name
 # (DLPack 1.1 codes: kDLBfloat, kDLFloat8_e4m3fn, kDLFloat8_e5m2; kDLBool for
 # NumPy versions that lack it). _from_dlpack relabels them as the unsigned
 # integer of their width for NumPy to read.
 _RELABEL = {(4, 16): "bf16", (10, 8): "f8e4m3", (12, 8): "f8e5m2", (6, 8): "bool"}
-_NOT_IN_NUMPY = ("bfloat16", "float8_e4m3fn", "float8_e5m2")  # dtype names (JAX, PyTorch)
+_NOT_IN_NUMPY = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")  # dtype names (JAX, PyTorch)
 _DLUINT = 1
 # struct module format characters of the buffer protocol -> reshard dtype name.
 _FROM_FORMAT = {"d": "f64", "f": "f32", "e": "f16", "q": "i64", "l": "i64", "i": "i32",
@@ -68,7 +69,7 @@ _capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 def numpy_dtype(name: str) -> np.dtype:
     """The NumPy dtype of a reshard dtype name (``"bf16"`` needs ``ml_dtypes``)."""
     n = _NUMPY_NAMES[dtype_name(name)]
-    if n in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+    if n in _NOT_IN_NUMPY:
         import ml_dtypes  # noqa: F401  (registers the names with NumPy)
         return np.dtype(getattr(ml_dtypes, n))
     return np.dtype(n)
@@ -77,6 +78,8 @@ def numpy_dtype(name: str) -> np.dtype:
 def dtype_name(dtype: Any) -> str:
     """The reshard name (``"f32"``, ``"bf16"``, ...) of a reshard name, a NumPy
     dtype, or anything ``numpy.dtype`` accepts (JAX and ml_dtypes dtypes)."""
+    if isinstance(dtype, str) and dtype.lower() in ("e8m0", "float8_e8m0fnu"):
+        return "e8m0"  # MXFP8 scale tensors; the C ABI parses no name for it
     if isinstance(dtype, str) and not dtype.startswith(("float", "int", "uint", "bfloat", "bool")):
         out = ffi.new("int32_t*")
         check(api.dtype_from_name(dtype.encode(), out))

@@ -25,7 +25,7 @@ pub const RESHARD_VERSION_NUMBER: u32 =
 /// `RESHARD_ABI_MAJOR`: pass to [`reshard_get_api`].
 pub const RESHARD_ABI_MAJOR: u32 = 1;
 /// `RESHARD_ABI_MINOR` of these declarations.
-pub const RESHARD_ABI_MINOR: u32 = 12;
+pub const RESHARD_ABI_MINOR: u32 = 13;
 /// `RESHARD_MAX_RANK`: the largest tensor rank.
 pub const RESHARD_MAX_RANK: usize = 8;
 
@@ -91,6 +91,8 @@ pub const RESHARD_DTYPE_U16: reshard_dtype_t = 13;
 pub const RESHARD_DTYPE_U8: reshard_dtype_t = 14;
 /// bool (one byte).
 pub const RESHARD_DTYPE_BOOL: reshard_dtype_t = 15;
+/// OCP MX e8m0 (ABI 1.13): MXFP8 scale tensors only.
+pub const RESHARD_DTYPE_E8M0: reshard_dtype_t = 16;
 
 /// `reshard_reduce_op_t`.
 pub type reshard_reduce_op_t = i32;

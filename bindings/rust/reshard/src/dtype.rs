@@ -41,11 +41,15 @@ pub enum DType {
     U8 = sys::RESHARD_DTYPE_U8,
     /// One-byte bool (store as `u8` 0 or 1).
     Bool = sys::RESHARD_DTYPE_BOOL,
+    /// `e8m0` (ABI 1.13): OCP MX's power-of-two scale, one byte; only the
+    /// dtype of a scale tensor with MXFP8 block scales (its name does not
+    /// parse).
+    E8M0 = sys::RESHARD_DTYPE_E8M0,
 }
 
 impl DType {
     /// Every dtype, in numeric order.
-    pub const ALL: [DType; 15] = [
+    pub const ALL: [DType; 16] = [
         DType::F64,
         DType::F32,
         DType::F16,
@@ -61,6 +65,7 @@ impl DType {
         DType::U16,
         DType::U8,
         DType::Bool,
+        DType::E8M0,
     ];
 
     /// The dtype of a raw `reshard_dtype_t`, or `None` for an unknown value.
@@ -173,5 +178,5 @@ element! {
     u64 => U64;
     u32 => U32;
     u16 => U16 | F16 | BF16;
-    u8 => U8 | F8E4M3 | F8E5M2 | Bool;
+    u8 => U8 | F8E4M3 | F8E5M2 | Bool | E8M0;
 }

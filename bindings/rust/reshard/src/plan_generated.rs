@@ -29,10 +29,10 @@ pub mod fb {
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_DTYPE: i32 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_DTYPE: i32 = 15;
+pub const ENUM_MAX_DTYPE: i32 = 16;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_DTYPE: [DType; 16] = [
+pub const ENUM_VALUES_DTYPE: [DType; 17] = [
   DType::Invalid,
   DType::F64,
   DType::F32,
@@ -49,6 +49,7 @@ pub const ENUM_VALUES_DTYPE: [DType; 16] = [
   DType::U16,
   DType::U8,
   DType::Bool,
+  DType::E8M0,
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -72,9 +73,10 @@ impl DType {
   pub const U16: Self = Self(13);
   pub const U8: Self = Self(14);
   pub const Bool: Self = Self(15);
+  pub const E8M0: Self = Self(16);
 
   pub const ENUM_MIN: i32 = 0;
-  pub const ENUM_MAX: i32 = 15;
+  pub const ENUM_MAX: i32 = 16;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::Invalid,
     Self::F64,
@@ -92,6 +94,7 @@ impl DType {
     Self::U16,
     Self::U8,
     Self::Bool,
+    Self::E8M0,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -112,6 +115,7 @@ impl DType {
       Self::U16 => Some("U16"),
       Self::U8 => Some("U8"),
       Self::Bool => Some("Bool"),
+      Self::E8M0 => Some("E8M0"),
       _ => None,
     }
   }

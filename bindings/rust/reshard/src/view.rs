@@ -64,13 +64,19 @@ pub const PLAN_FEATURE_CASTS: u64 = 8;
 /// source buffers for it.
 pub const PLAN_FEATURE_BLOCK_SCALES: u64 = 16;
 
+/// `Plan.required_features` bit: MXFP8 scales. Some scale tensor has dtype
+/// [`DType::E8M0`] (its block is [1, ..., 1, 32] and its rule OCP MX's;
+/// docs/spec.md "Block scales"). Read like any other dtype.
+pub const PLAN_FEATURE_MX_SCALES: u64 = 32;
+
 /// Every `Plan.required_features` bit this crate's reader understands;
 /// bytes that require any other are rejected ([`ErrorCode::Corrupt`]).
 pub const KNOWN_PLAN_FEATURES: u64 = PLAN_FEATURE_STAGES
     | PLAN_FEATURE_SCRATCH
     | PLAN_FEATURE_LATE_SUMMANDS
     | PLAN_FEATURE_CASTS
-    | PLAN_FEATURE_BLOCK_SCALES;
+    | PLAN_FEATURE_BLOCK_SCALES
+    | PLAN_FEATURE_MX_SCALES;
 
 /// A verified, zero-copy, read-only view of plan bytes.
 ///

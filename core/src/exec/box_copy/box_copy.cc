@@ -58,6 +58,8 @@ void dispatch_dtype(DType dtype, Fn&& fn) {
       return fn(DTypeTag<DType::kU8>{});
     case DType::kBool:
       return fn(DTypeTag<DType::kBool>{});
+    case DType::kE8M0:  // moved as bytes; never cast or summed (validate_block_scales)
+      return fn(DTypeTag<DType::kU8>{});
   }
   fail(ErrorCode::kInvalidArgument,
        "dtype: invalid value " + std::to_string(static_cast<int32_t>(dtype)));
@@ -103,6 +105,7 @@ int64_t acc_size(DType dtype) noexcept {
     case DType::kI8:
     case DType::kU8:
     case DType::kBool:
+    case DType::kE8M0:
       return 1;
   }
   return 0;

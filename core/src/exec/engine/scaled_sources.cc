@@ -30,6 +30,13 @@ void ScaledSources::check_transport(const Plan& plan, const TransportInfo& info)
              "transport)");
 }
 
+namespace {
+// Bytes per scale of tensor `v`'s scale tensor (f32: 4, e8m0: 1).
+int64_t scale_bytes(const std::vector<TensorSpec>& tensors, const TensorSpec& v) {
+  return dtype_size(tensors[static_cast<size_t>(v.scale_tensor)].dtype);
+}
+}  // namespace
+
 int64_t ScaledSources::source_bytes(const Plan& plan, int32_t process,
                                     std::span<const TensorBuffers> buffers) {
   int64_t bytes = 0;
@@ -72,7 +79,7 @@ std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t 
       const int64_t values = total;
       total += aligned(buffers_[t].src[e].bytes);
       shards.push_back({t, e, values, total});
-      total += aligned(scale_src.box(e).volume() * 4);
+      total += aligned(scale_src.box(e).volume() * scale_bytes(tensors, v));
     }
   }
   if (static_cast<size_t>(total) > capacity_) {
@@ -94,13 +101,14 @@ std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t 
       parts.push_back({&s, b});
     buffers_[s.tensor].src[s.entry] = {memory_.get() + s.values, in.bytes};
     buffers_[static_cast<size_t>(v.scale_tensor)].src[s.entry] = {
-        memory_.get() + s.scales, scale_src.box(s.entry).volume() * 4};
+        memory_.get() + s.scales, scale_src.box(s.entry).volume() * scale_bytes(tensors, v)};
   }
   const auto task = [&](size_t i, int) {
     const Shard& s = *parts[i].shard;
     const TensorSpec& v = tensors[s.tensor];
-    quantise_part(v, v.src.box(s.entry), parts[i].box, buffers[s.tensor].src[s.entry].data,
-                  reinterpret_cast<float*>(memory_.get() + s.scales), memory_.get() + s.values);
+    quantise_part(v, tensors[static_cast<size_t>(v.scale_tensor)].dtype, v.src.box(s.entry),
+                  parts[i].box, buffers[s.tensor].src[s.entry].data, memory_.get() + s.scales,
+                  memory_.get() + s.values);
   };
   if (pool != nullptr && threads > 1) {
     pool->run(parts.size(), task, {}, threads);
