@@ -33,9 +33,14 @@ inline constexpr uint64_t kPlanFeatureCasts = 8;
 // would expect the scale tensor's source buffers from its caller and would
 // cast without the scales.
 inline constexpr uint64_t kPlanFeatureBlockScales = 16;
+// Staging: some scratch belongs to a tensor whose source is not partial (a
+// copy-staging buffer, plan.h Scratch): written once per element in stage 0
+// from source entries, read in later stages. A reader without this bit would
+// take it for a reduction's scratch (filled with the identity, combined).
+inline constexpr uint64_t kPlanFeatureStaging = 32;
 inline constexpr uint64_t kPlanKnownFeatures = kPlanFeatureStages | kPlanFeatureScratch |
                                                kPlanFeatureLateSummands | kPlanFeatureCasts |
-                                               kPlanFeatureBlockScales;
+                                               kPlanFeatureBlockScales | kPlanFeatureStaging;
 
 // Authenticated plans: an HMAC-SHA-256 (OpenSSL's libcrypto) of the plan
 // bytes under a key the caller supplies, carried in a trailer of

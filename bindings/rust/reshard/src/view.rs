@@ -64,13 +64,21 @@ pub const PLAN_FEATURE_CASTS: u64 = 8;
 /// source buffers for it.
 pub const PLAN_FEATURE_BLOCK_SCALES: u64 = 16;
 
+/// `Plan.required_features` bit: staging. Some scratch belongs to a tensor
+/// whose source is not partial (docs/wire.md "Staging"): a copy-staging
+/// buffer, read through the same `scratch_*` columns, written once per
+/// element in stage 0 from source entries and copied into destination
+/// entries in later stages (no reduction: it holds copies, bit for bit).
+pub const PLAN_FEATURE_STAGING: u64 = 32;
+
 /// Every `Plan.required_features` bit this crate's reader understands;
 /// bytes that require any other are rejected ([`ErrorCode::Corrupt`]).
 pub const KNOWN_PLAN_FEATURES: u64 = PLAN_FEATURE_STAGES
     | PLAN_FEATURE_SCRATCH
     | PLAN_FEATURE_LATE_SUMMANDS
     | PLAN_FEATURE_CASTS
-    | PLAN_FEATURE_BLOCK_SCALES;
+    | PLAN_FEATURE_BLOCK_SCALES
+    | PLAN_FEATURE_STAGING;
 
 /// A verified, zero-copy, read-only view of plan bytes.
 ///
@@ -127,7 +135,7 @@ impl<'a> PlanView<'a> {
                 ErrorCode::Corrupt,
                 format!(
                     "plan bytes: required_features: unknown feature bits {unknown} \
-                     (this reader knows {KNOWN_PLAN_FEATURES}: stages, scratch, late summands, casts, block scales)"
+                     (this reader knows {KNOWN_PLAN_FEATURES}: stages, scratch, late summands, casts, block scales, staging)"
                 ),
             ));
         }

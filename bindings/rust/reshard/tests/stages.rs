@@ -4,7 +4,7 @@
 use reshard::{
     fb, Direction, ErrorCode, Executor, PieceList, Plan, PlanInput, PlanOptions, PlanView, Side, KNOWN_PLAN_FEATURES,
     PLAN_FEATURE_BLOCK_SCALES, PLAN_FEATURE_CASTS, PLAN_FEATURE_LATE_SUMMANDS, PLAN_FEATURE_SCRATCH,
-    PLAN_FEATURE_STAGES,
+    PLAN_FEATURE_STAGES, PLAN_FEATURE_STAGING,
 };
 
 /// bench/specs/pipeline_2x2_replicated_dst.json, smaller: a 2x2 mesh on host
@@ -183,9 +183,10 @@ fn unknown_feature_bits_are_rejected() {
             | PLAN_FEATURE_LATE_SUMMANDS
             | PLAN_FEATURE_CASTS
             | PLAN_FEATURE_BLOCK_SCALES
+            | PLAN_FEATURE_STAGING
     );
-    // The stages, scratch, late-summands, casts and block-scales bits are
-    // known to the Rust reader ...
+    // The stages, scratch, late-summands, casts, block-scales and staging
+    // bits are known to the Rust reader ...
     for features in [
         PLAN_FEATURE_STAGES,
         PLAN_FEATURE_SCRATCH,
@@ -196,6 +197,8 @@ fn unknown_feature_bits_are_rejected() {
         15,
         PLAN_FEATURE_BLOCK_SCALES,
         31,
+        PLAN_FEATURE_STAGING,
+        63,
     ] {
         let known = bytes_requiring(features);
         let view = PlanView::new_rust_verified(&known).unwrap();
@@ -203,7 +206,7 @@ fn unknown_feature_bits_are_rejected() {
         assert_eq!(view.parts().count(), 0);
     }
     // ... any other is not, alone or with them.
-    for features in [32, 33, 63, 1 << 63] {
+    for features in [64, 65, 127, 1 << 63] {
         let bytes = bytes_requiring(features);
         let err = PlanView::new_rust_verified(&bytes).unwrap_err();
         assert_eq!(err.code(), ErrorCode::Corrupt);
