@@ -382,6 +382,13 @@ def case_scratch_plan():
     run("show", "--plan", plan)
     out = run("run", "--plan", plan, "--transport", "local", "--format", "json").stdout
     check(json.loads(out)["verified"] is True, out)
+    # Copy staging (tests/data/staging.rsplan): verified, drawn, run.
+    plan = os.path.join(SRC, "tests", "data", "staging.rsplan")
+    out = run("verify", "--plan", plan).stdout
+    check(out.endswith(": OK\n"), out)
+    run("show", "--plan", plan)
+    out = run("run", "--plan", plan, "--transport", "local", "--format", "json").stdout
+    check(json.loads(out)["verified"] is True, out)
 
 
 def case_bench():

@@ -237,4 +237,98 @@ inline Plan tree_plan(const TreeCase& c) {
   return plan;
 }
 
+// Copy staging (plan.h, Scratch of a tensor whose source is not partial):
+// 2 hosts x 2 devices (0, 1 on host 0; 2, 3 on host 1), a [8, cols] tensor
+// sharded over the 4 devices by rows (device d: rows 2d..2d+2) into two row
+// halves replicated on each host (devices 0, 2: rows 0-4; 1, 3: rows 4-8).
+// The cross-host bytes of the two devices that need them go through the
+// other device of their host: device 0 stages rows 6-8 (from device 3) and
+// forwards them to device 1, device 3 stages rows 2-4 (from device 1) and
+// forwards them to device 2 (stage 1, each read one piece while `rounds`
+// row slabs write it). `local_write`: device 1 also copies its own rows 2-4
+// into a staging of its own (a local piece) and forwards them to device 0
+// in stage 1. The rest moves directly in stage 0.
+struct StagingCase {
+  DType dtype = DType::kF32;
+  int64_t cols = 4;
+  int rounds = 1;
+  bool host_process = false;  // one process per host (else per device)
+  bool local_write = false;
+  std::string label() const {
+    return std::string(dtype_name(dtype)) + " cols " + std::to_string(cols) + " rounds " +
+           std::to_string(rounds) + (host_process ? " process/host" : " process/device") +
+           (local_write ? " local write" : "");
+  }
+};
+
+inline Plan staging_plan(const StagingCase& c) {
+  Topology topo;
+  for (int64_t d = 0; d < 4; ++d)
+    topo.add({d, c.host_process ? static_cast<int32_t>(d / 2) : static_cast<int32_t>(d),
+              static_cast<int32_t>(d / 2), 0});
+  const std::vector<int64_t> shape = {kRows, c.cols};
+  TensorSpec t;
+  t.name = "w";
+  t.shape = shape;
+  t.dtype = c.dtype;
+  std::vector<LayoutEntry> src_entries;
+  for (int64_t d = 0; d < 4; ++d) src_entries.push_back({d, 0, rows(2 * d, 2 * d + 2, c.cols)});
+  t.src = Layout::from_boxes(shape, src_entries, 1, ReduceOp::kSum, "src");
+  t.dst = Layout::from_boxes(shape,
+                             {{0, 0, rows(0, 4, c.cols)},
+                              {1, 0, rows(4, 8, c.cols)},
+                              {2, 0, rows(0, 4, c.cols)},
+                              {3, 0, rows(4, 8, c.cols)}},
+                             1, ReduceOp::kSum, "dst");
+  PlanInput in;
+  in.tensors.push_back(t);
+  in.topology = topo;
+  in.options.staging_budget_bytes = 0;
+  in.options.single_hop_guard = false;
+  Plan plan = make_plan(in);
+  std::vector<Xfer> xs;
+  std::vector<Scratch> scratch;
+  // Device d's source rows [lo, hi) to destination entry e (= its device)
+  // or to the staging of device `via`, in row slabs, one round each.
+  const auto move = [&](int64_t from, int64_t to, uint32_t dst_entry, int64_t lo, int64_t hi,
+                        uint32_t stage = 0) {
+    for (int r = 0; r < c.rounds; ++r) {
+      const int64_t a = lo + (hi - lo) * r / c.rounds;
+      const int64_t b = lo + (hi - lo) * (r + 1) / c.rounds;
+      xs.push_back({from, to, stage, static_cast<uint32_t>(r), static_cast<uint32_t>(from),
+                    dst_entry, rows(a, b, c.cols)});
+    }
+  };
+  const auto forward = [&](int64_t via, int64_t to, int64_t lo, int64_t hi) {
+    scratch.push_back({0, via, rows(lo, hi, c.cols)});
+    xs.push_back({via, to, 1, 0, kScratchEntry, static_cast<uint32_t>(to), rows(lo, hi, c.cols)});
+  };
+  // Device 0: rows 0-2 local, 2-4 from device 1 (or its staging).
+  move(0, 0, 0, 0, 2);
+  if (c.local_write) {
+    move(1, 1, kScratchEntry, 2, 4);
+    forward(1, 0, 2, 4);
+  } else {
+    move(1, 0, 0, 2, 4);
+  }
+  // Device 1: rows 4-6 from device 2, 6-8 from device 3 through device 0.
+  move(2, 1, 1, 4, 6);
+  move(3, 0, kScratchEntry, 6, 8);
+  forward(0, 1, 6, 8);
+  // Device 2: rows 0-2 from device 0, 2-4 from device 1 through device 3.
+  move(0, 2, 2, 0, 2);
+  move(1, 3, kScratchEntry, 2, 4);
+  forward(3, 2, 2, 4);
+  // Device 3: rows 4-6 from device 2, 6-8 local.
+  move(2, 3, 3, 4, 6);
+  move(3, 3, 3, 6, 8);
+  set_parts(plan, xs, scratch);
+  PlanStats& stats = Plan::Builder::stats(plan);
+  stats.stages = std::max<int32_t>(stats.stages, 2);
+  stats.rounds = std::max<int32_t>(stats.rounds, c.rounds);
+  stats.max_scratch_bytes =
+      planning::most_scratch(planning::scratch_lives(plan.parts(), plan.tensors()));
+  return plan;
+}
+
 }  // namespace reshard::scratch_plans

@@ -141,7 +141,7 @@ TEST_F(WireScratchMutation, UnmodifiedBufferDecodes) {
 
 TEST_F(WireScratchMutation, FeatureBits) {
   const auto original = bytes_;
-  ASSERT_TRUE(root()->mutate_required_features(root()->required_features() | 64));
+  ASSERT_TRUE(root()->mutate_required_features(root()->required_features() | 128));
   expect_corrupt(bytes_, {"required_features", "unknown"});
   bytes_ = original;
   ASSERT_TRUE(root()->mutate_required_features(kPlanFeatureStages));
@@ -309,7 +309,12 @@ TEST(WireScratch, ScratchOfATensorWithoutPartialSourceIsRefused) {
   in.tensors.push_back(t);
   Plan plan = make_plan(in);
   set_parts(plan, {{0, 0, 0, 0, 0, kScratchEntry, rows(0, 4, 2)}}, {{0, 0, rows(0, 4, 2)}});
-  expect_corrupt(encode_plan(plan), {"parts[0].scratch_tensor[0]", "no partial source"});
+  // A copy staging (staging_test.cc) needs required_features bit 64.
+  std::vector<uint8_t> bytes = encode_plan(plan);
+  auto* root = fb::GetMutablePlan(bytes.data());
+  ASSERT_NE(root->required_features() & kPlanFeatureStaging, 0u);
+  root->mutate_required_features(root->required_features() & ~kPlanFeatureStaging);
+  expect_corrupt(bytes, {"parts[0].scratch_tensor[0]", "lacks the staging bit (64)"});
 }
 
 }  // namespace

@@ -103,3 +103,39 @@ func TestPlanWithScratchIsRead(t *testing.T) {
 		t.Fatalf("%d scratch buffers, most %d bytes on a device", total, most)
 	}
 }
+
+// Copy staging (tests/data/staging.rsplan; docs/wire.md "Staging"): the
+// reader knows bit 64 and reads the staging buffers through the same
+// scratch columns: three of 2 x 4 f32 (devices 0, 1 and 3).
+func TestPlanWithStagingIsRead(t *testing.T) {
+	b, err := os.ReadFile("../../../tests/data/staging.rsplan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := reshard.ViewPlan(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.RequiredFeatures()&reshard.PlanFeatureStaging == 0 {
+		t.Fatalf("required_features %d", v.RequiredFeatures())
+	}
+	scratch := 0
+	for _, p := range v.Parts() {
+		scratch += p.NumScratch()
+	}
+	if scratch != 3 {
+		t.Fatalf("%d staging buffers", scratch)
+	}
+	plan, err := reshard.PlanFromBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plan.Close()
+	stats, err := plan.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.MaxScratchBytes != 2*4*4 {
+		t.Fatalf("max scratch bytes %d", stats.MaxScratchBytes)
+	}
+}

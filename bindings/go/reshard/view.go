@@ -36,9 +36,15 @@ const (
 	// [1, ..., 1, 32], OCP MX's rule; docs/spec.md "Block scales"). Read
 	// like any other dtype.
 	PlanFeatureMxScales uint64 = 32
+	// PlanFeatureStaging: some scratch belongs to a tensor whose source is
+	// not partial (docs/wire.md "Staging"): a copy-staging buffer, read
+	// through the same scratch columns, written once per element in stage 0
+	// from source entries and copied into destination entries in later
+	// stages (no reduction: it holds copies, bit for bit).
+	PlanFeatureStaging uint64 = 64
 	// KnownPlanFeatures are the bits this package's reader understands;
 	// ViewPlan rejects bytes that require any other.
-	KnownPlanFeatures = PlanFeatureStages | PlanFeatureScratch | PlanFeatureLateSummands | PlanFeatureCasts | PlanFeatureBlockScales | PlanFeatureMxScales
+	KnownPlanFeatures = PlanFeatureStages | PlanFeatureScratch | PlanFeatureLateSummands | PlanFeatureCasts | PlanFeatureBlockScales | PlanFeatureMxScales | PlanFeatureStaging
 )
 
 // checkPlanFeatures rejects a plan that requires a feature this package
@@ -46,7 +52,7 @@ const (
 // library knows; a newer library may know more than this package.
 func checkPlanFeatures(root *fb.Plan) error {
 	if unknown := root.RequiredFeatures() &^ KnownPlanFeatures; unknown != 0 {
-		return errorf(Corrupt, "required_features: unknown feature bits %d (this reader knows %d: stages, scratch, late summands, casts, block scales)",
+		return errorf(Corrupt, "required_features: unknown feature bits %d (this reader knows %d: stages, scratch, late summands, casts, block scales, staging)",
 			unknown, KnownPlanFeatures)
 	}
 	return nil

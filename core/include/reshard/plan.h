@@ -189,7 +189,7 @@ inline bool reads_source(const Piece& p, uint32_t stage) {
 // Planner-sized staging (docs/design.md §2.4): a buffer the executor
 // allocates on `device` for one execution and frees when it ends, holding
 // `box` of tensor `tensor` in the tensor's dtype, row-major like a
-// destination entry of that box. Scratch is used for partial sources only
+// destination entry of that box. Scratch of a partial source serves reductions
 // (reduction trees: summands reduced on their holders' host before they
 // cross to the destination's reducer, and chains across holder hosts,
 // where a piece reads one host's scratch into the next host's). It starts at the identity of the
@@ -197,8 +197,17 @@ inline bool reads_source(const Piece& p, uint32_t stage) {
 // that op (in the executors' accumulator precision, stored in the dtype
 // once its last contribution arrived); a piece that reads it (stage > 0)
 // is one contribution to the buffer it writes, combined like a summand.
-// Pieces that read a destination entry copy reduced values. The scratch
-// boxes of one (tensor, device) are disjoint and non-empty.
+// Pieces that read a destination entry copy reduced values.
+//
+// A scratch of a tensor whose source is not partial is a copy-staging
+// buffer (required_features bit 64, kPlanFeatureStaging): pieces of stage 0
+// copy source entries into it, each element exactly once (local pieces or
+// received ones), and pieces of later stages copy it into destination
+// entries (messages from its device). It holds copies, bit for bit (-0.0 and
+// NaN payloads included): no identity, no accumulator; its tensor has no
+// cast and no block scales. It lets a device outside a destination's cell
+// relay bytes to it (docs/planner.md §11). The scratch boxes of one
+// (tensor, device) are disjoint and non-empty.
 struct Scratch {
   uint32_t tensor = 0;
   int64_t device = 0;

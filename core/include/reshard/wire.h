@@ -37,9 +37,15 @@ inline constexpr uint64_t kPlanFeatureBlockScales = 16;
 // reader without this bit would not know the dtype, or would quantise with
 // the f32 rule.
 inline constexpr uint64_t kPlanFeatureMxScales = 32;
+// Staging: some scratch belongs to a tensor whose source is not partial (a
+// copy-staging buffer, plan.h Scratch): written once per element in stage 0
+// from source entries, read in later stages. A reader without this bit would
+// take it for a reduction's scratch (filled with the identity, combined).
+inline constexpr uint64_t kPlanFeatureStaging = 64;
 inline constexpr uint64_t kPlanKnownFeatures = kPlanFeatureStages | kPlanFeatureScratch |
                                                kPlanFeatureLateSummands | kPlanFeatureCasts |
-                                               kPlanFeatureBlockScales | kPlanFeatureMxScales;
+                                               kPlanFeatureBlockScales | kPlanFeatureMxScales |
+                                               kPlanFeatureStaging;
 
 // Authenticated plans: an HMAC-SHA-256 (OpenSSL's libcrypto) of the plan
 // bytes under a key the caller supplies, carried in a trailer of

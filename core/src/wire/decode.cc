@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -121,10 +122,11 @@ class Decoder {
               "unknown feature bits " +
                   std::to_string(root_.required_features() & ~kPlanKnownFeatures) +
                   " (this reader knows " + std::to_string(kPlanKnownFeatures) +
-                  ": stages, scratch, late summands, casts, block scales, MXFP8 scales)");
+                  ": stages, scratch, late summands, casts, block scales, MXFP8 scales, staging)");
     staged_ = (root_.required_features() & kPlanFeatureStages) != 0;
     scratch_bit_ = (root_.required_features() & kPlanFeatureScratch) != 0;
     late_summands_bit_ = (root_.required_features() & kPlanFeatureLateSummands) != 0;
+    staging_bit_ = (root_.required_features() & kPlanFeatureStaging) != 0;
     PlanInput input;
     input.options = decode_options();
     input.topology = decode_topology();
@@ -151,6 +153,8 @@ class Decoder {
     Plan::Builder::has_stats(plan) = root_.has_stats();
     Plan::Builder::stats(plan) = decode_stats(input);
     tensors_ = &input.tensors;
+    for (const TensorSpec& t : input.tensors)
+      if (has_block_scales(t)) scale_targets_.insert(t.scale_tensor);
     topology_ = &input.topology;
     rounds_ = root_.has_stats() ? Plan::Builder::stats(plan).rounds : -1;
     stages_ = root_.has_stats() ? Plan::Builder::stats(plan).stages : -1;
@@ -215,6 +219,10 @@ class Decoder {
     if (scratch_bit_ && !any_scratch_)
       corrupt("required_features",
               "has the scratch bit (2) but no part holds scratch and no piece names one");
+    if (staging_bit_ && !any_staging_)
+      corrupt("required_features",
+              "has the staging bit (64) but no scratch belongs to a tensor whose source is not "
+              "partial");
     if (late_summands_bit_ && !any_late_summand_)
       corrupt("required_features",
               "has the late-summands bit (4) but no piece of a stage above 0 writes a scratch "
@@ -672,9 +680,19 @@ class Decoder {
       if (!scratch_bit_)
         corrupt(f(field), "names a scratch but required_features lacks the scratch bit (2)");
       any_scratch_ = true;
-      if (!t.src.partial())
-        corrupt(f(field),
-                "names a scratch of tensor \"" + t.name + "\", whose source is not partial");
+      if (!t.src.partial()) {
+        // A copy-staging buffer (plan.h, Scratch): written in stage 0 from
+        // source entries, read in later stages into destination entries.
+        check_staging_tensor(t, f(field));
+        if (src_scratch && dst_scratch)
+          corrupt(f(".dst_entry"), "copies a staging scratch of tensor \"" + t.name +
+                                       "\" into a scratch (staging is read into destination "
+                                       "entries only)");
+        if (dst_scratch && stage > 0)
+          corrupt(f(".dst_entry"), "a piece of stage " + std::to_string(stage) +
+                                       " writes a staging scratch of tensor \"" + t.name +
+                                       "\" (staging is written in stage 0 only)");
+      }
       if (p.region == kOverlapRegion)
         corrupt(f(".region"), "a piece naming a scratch names no region");
       if (src_scratch && stage == 0)
@@ -1002,9 +1020,7 @@ class Decoder {
       const Scratch& s = x[k];
       const TensorSpec& t = (*tensors_)[s.tensor];
       const Where ft{f + ".scratch_tensor", k};
-      if (!t.src.partial())
-        corrupt(ft(),
-                "tensor \"" + t.name + "\" has no partial source (scratch is for reductions)");
+      if (!t.src.partial()) check_staging_tensor(t, ft());
       const Where fb{f + ".scratch_lo", k};
       for (int d = 0; d < s.box.rank; ++d) {
         if (s.box.lo[d] < 0 || s.box.hi[d] > t.shape[static_cast<size_t>(d)] ||
@@ -1085,6 +1101,24 @@ class Decoder {
     return entries_;
   }
 
+  // A scratch of `t`, whose source is not partial: a copy-staging buffer,
+  // allowed under the staging bit, for a tensor without a cast or block
+  // scales (a staged copy is moved in the source's dtype, bit for bit).
+  void check_staging_tensor(const TensorSpec& t, const std::string& field) {
+    if (!staging_bit_)
+      corrupt(field, "names a scratch of tensor \"" + t.name +
+                         "\", whose source is not partial (a staging scratch), but "
+                         "required_features lacks the staging bit (64)");
+    if (has_cast(t))
+      corrupt(field, "names a staging scratch of tensor \"" + t.name +
+                         "\", which has a cast (staging holds tensors without a dst_dtype)");
+    if (has_block_scales(t) || scale_targets_.count(&t - tensors_->data()) != 0)
+      corrupt(field, "names a staging scratch of tensor \"" + t.name +
+                         "\", which has or is a block scale tensor (staging holds tensors "
+                         "without block scales)");
+    any_staging_ = true;
+  }
+
   // The box of the scratch of the part being checked that contains
   // `region`, or kCorrupt naming `field`.
   Box held_scratch(uint32_t tensor, int64_t device, const Box& region, const std::string& field) {
@@ -1122,6 +1156,9 @@ class Decoder {
   bool any_e8m0_ = false;              // some tensor has dtype e8m0
   bool any_late_summand_ = false;      // a piece of stage > 0 writes a scratch from a summand
   bool any_scratch_ = false;           // a decoded part holds scratch
+  bool staging_bit_ = false;           // required_features has the staging bit
+  bool any_staging_ = false;           // a scratch of a tensor whose source is not partial
+  std::set<ptrdiff_t> scale_targets_;  // tensors some tensor names as its scale tensor
   const ProcessPart* part_ = nullptr;  // the part whose pieces are being checked
   // entries_on: each destination geometry's entries by process, and the
   // (tensor, entry) pairs of the part being checked.

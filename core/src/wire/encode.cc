@@ -116,6 +116,21 @@ class Encoder {
       if (!p->scratch.empty() || names_scratch(p->local) || names_scratch(p->send_pieces) ||
           names_scratch(p->recv_pieces))
         features |= kPlanFeatureScratch;
+    // Staging: a scratch of a tensor whose source is not partial.
+    const auto& specs = plan_.tensors();
+    const auto stages_copies = [&](const std::vector<Piece>& pieces) {
+      return std::any_of(pieces.begin(), pieces.end(), [&](const Piece& x) {
+        return (x.src_entry == kScratchEntry || x.dst_entry == kScratchEntry) &&
+               x.tensor < specs.size() && !specs[x.tensor].src.partial();
+      });
+    };
+    for (const ProcessPart* p : parts) {
+      for (const Scratch& x : p->scratch)
+        if (x.tensor < specs.size() && !specs[x.tensor].src.partial())
+          features |= kPlanFeatureStaging;
+      if (stages_copies(p->local) || stages_copies(p->send_pieces) || stages_copies(p->recv_pieces))
+        features |= kPlanFeatureStaging;
+    }
     for (const TensorSpec& t : plan_.tensors())
       if (has_cast(t)) features |= kPlanFeatureCasts;
     for (const TensorSpec& t : plan_.tensors())

@@ -451,7 +451,10 @@ class PartChecker {
              target_name(tensor, target) + ": " + piece_name(r.first->where) +
                  " copies a reduced value into a scratch (a scratch takes summands and "
                  "scratch contributions only)");
-      if (r.first->cls >= 0)
+      if (r.first->cls >= 0 && !tensors_[tensor].src.partial())
+        tile(r.first, r.last, {}, box, true, tensor, target,
+             " (a staging scratch takes a copy of each of its elements exactly once)");
+      else if (r.first->cls >= 0)
         tile(r.first, r.last, {}, box, true, tensor, target,
              " by summand " + std::to_string(r.first->cls) +
                  " (a scratch takes each of its summands over its whole box)");

@@ -68,6 +68,12 @@ pub const PLAN_FEATURE_BLOCK_SCALES: u64 = 16;
 /// [`DType::E8M0`] (its block is [1, ..., 1, 32] and its rule OCP MX's;
 /// docs/spec.md "Block scales"). Read like any other dtype.
 pub const PLAN_FEATURE_MX_SCALES: u64 = 32;
+/// `Plan.required_features` bit: staging. Some scratch belongs to a tensor
+/// whose source is not partial (docs/wire.md "Staging"): a copy-staging
+/// buffer, read through the same `scratch_*` columns, written once per
+/// element in stage 0 from source entries and copied into destination
+/// entries in later stages (no reduction: it holds copies, bit for bit).
+pub const PLAN_FEATURE_STAGING: u64 = 64;
 
 /// Every `Plan.required_features` bit this crate's reader understands;
 /// bytes that require any other are rejected ([`ErrorCode::Corrupt`]).
@@ -76,7 +82,8 @@ pub const KNOWN_PLAN_FEATURES: u64 = PLAN_FEATURE_STAGES
     | PLAN_FEATURE_LATE_SUMMANDS
     | PLAN_FEATURE_CASTS
     | PLAN_FEATURE_BLOCK_SCALES
-    | PLAN_FEATURE_MX_SCALES;
+    | PLAN_FEATURE_MX_SCALES
+    | PLAN_FEATURE_STAGING;
 
 /// A verified, zero-copy, read-only view of plan bytes.
 ///
@@ -133,7 +140,7 @@ impl<'a> PlanView<'a> {
                 ErrorCode::Corrupt,
                 format!(
                     "plan bytes: required_features: unknown feature bits {unknown} \
-                     (this reader knows {KNOWN_PLAN_FEATURES}: stages, scratch, late summands, casts, block scales)"
+                     (this reader knows {KNOWN_PLAN_FEATURES}: stages, scratch, late summands, casts, block scales, staging)"
                 ),
             ));
         }

@@ -49,3 +49,19 @@ fn plan_with_scratch_is_read() {
     assert_eq!(total, 4);
     assert_eq!(per_device.values().max().copied(), Some(8 * 6 * 4));
 }
+
+/// Copy staging (tests/data/staging.rsplan; docs/wire.md "Staging"): the
+/// reader knows bit 64 and reads the staging buffers through the same
+/// scratch columns: three of 2 x 4 f32 (devices 0, 1 and 3).
+#[test]
+fn plan_with_staging_is_read() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../tests/data/staging.rsplan");
+    let bytes = std::fs::read(path).unwrap();
+    let view = PlanView::new(&bytes).unwrap();
+    assert_ne!(view.required_features() & reshard::PLAN_FEATURE_STAGING, 0);
+    assert_eq!(view.parts().map(|p| p.num_scratch()).sum::<usize>(), 3);
+    let plan = Plan::from_bytes(&bytes).unwrap();
+    assert_eq!(plan.stats().unwrap().max_scratch_bytes, 2 * 4 * 4);
+    let total: usize = plan.processes().into_iter().map(|p| plan.scratches(p).unwrap().len()).sum();
+    assert_eq!(total, 3);
+}

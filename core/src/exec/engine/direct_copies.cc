@@ -278,10 +278,10 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
           if (has_cast(t)) {
             const DType from = reads_source(p, copies[i].stage) ? t.dtype : out_dtype(t);
             cast_desc_runs(*copies[i].desc, from, out_dtype(t), 0, copy_desc_runs(*copies[i].desc),
-                           source(copies[i]), buffers_[p.tensor].dst[p.dst_entry].data);
+                           source(copies[i]), dest(copies[i]));
           } else {
-            copy_box(*copies[i].desc, dtype_size(t.dtype), source(copies[i]),
-                     buffers_[p.tensor].dst[p.dst_entry].data, stream_);
+            copy_box(*copies[i].desc, dtype_size(t.dtype), source(copies[i]), dest(copies[i]),
+                     stream_);
           }
         }
         i += n;
@@ -296,7 +296,7 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
       const CopyDesc& d = *copies[task.begin].desc;
       const int64_t elem = dtype_size(tensors_[p.tensor].dtype);
       const void* src = source(copies[task.begin]);
-      void* dst = buffers_[p.tensor].dst[p.dst_entry].data;
+      void* dst = dest(copies[task.begin]);
       const TensorSpec& t = tensors_[p.tensor];
       if (has_cast(t)) {
         // Slices of a cast: elements of its one run, or runs.
@@ -360,7 +360,7 @@ void DirectRunner::copy_interleaved(std::span<const DirectCopy> copies, size_t b
     const DirectCopy& x = copies[begin + static_cast<size_t>(c)];
     descs[c] = *x.desc;
     srcs[c] = source(x);
-    dsts[c] = buffers_[x.piece->tensor].dst[x.piece->dst_entry].data;
+    dsts[c] = dest(x);
   }
   copy_boxes_interleaved(descs, count, dtype_size(tensors_[copies[begin].piece->tensor].dtype),
                          srcs, dsts, lo, hi, stream_);

@@ -210,11 +210,24 @@ class DirectRunner {
   bool chunked(const ReduceGroup& g) const;
 
   // The buffer a copy reads: its source entry's, or in a stage > 0 the
-  // destination entry it forwards from.
+  // destination entry it forwards from; the buffer it writes.
+  // A copy-staging scratch in place of an entry (DirectCopy::src_scratch,
+  // dst_scratch) is in the work blocks (set_work).
   const void* source(const DirectCopy& c) const {
     const Piece& p = *c.piece;
+    if (c.src_scratch != kNoScratch) {
+      const ScratchBuffer& b = s_.scratch[c.src_scratch];
+      return work_[b.block] + b.offset;
+    }
     return reads_source(p, c.stage) ? buffers_[p.tensor].src[p.src_entry].data
                                     : buffers_[p.tensor].dst[p.src_entry].data;
+  }
+  void* dest(const DirectCopy& c) const {
+    if (c.dst_scratch != kNoScratch) {
+      const ScratchBuffer& b = s_.scratch[c.dst_scratch];
+      return work_[b.block] + b.offset;
+    }
+    return buffers_[c.piece->tensor].dst[c.piece->dst_entry].data;
   }
   // A reduction's target buffer (destination entry or scratch), where it
   // accumulates, and what a contribution reads.

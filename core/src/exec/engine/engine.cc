@@ -247,6 +247,22 @@ class Run {
                                   : buffers_[p.tensor].dst[p.src_entry].data;
   }
   void* dst_ptr(const Piece& p) const { return buffers_[p.tensor].dst[p.dst_entry].data; }
+  // A direct copy's buffers and the device it writes: entries, or a
+  // copy-staging scratch.
+  const void* copy_src(const engine_detail::DirectCopy& c) {
+    if (c.src_scratch == engine_detail::kNoScratch) return src_ptr(*c.piece, c.stage);
+    const auto& b = s_.scratch[c.src_scratch];
+    return work(b.block, b.offset);
+  }
+  void* copy_dst(const engine_detail::DirectCopy& c) {
+    if (c.dst_scratch == engine_detail::kNoScratch) return dst_ptr(*c.piece);
+    const auto& b = s_.scratch[c.dst_scratch];
+    return work(b.block, b.offset);
+  }
+  int64_t copy_device(const engine_detail::DirectCopy& c) const {
+    if (c.dst_scratch != engine_detail::kNoScratch) return s_.scratch[c.dst_scratch].device;
+    return tensors_[c.piece->tensor].dst.device(c.piece->dst_entry);
+  }
   void* buffer(const engine_detail::BufferRef& r) const {
     if (r.src) return const_cast<void*>(buffers_[r.tensor].src[r.entry].data);
     return buffers_[r.tensor].dst[r.entry].data;
@@ -419,10 +435,10 @@ void Run::run_direct(size_t d) {
     for (const auto& c : copies) {
       const Piece& p = *c.piece;
       const TensorSpec& spec = tensors_[p.tensor];
-      const int64_t device = spec.dst.device(p.dst_entry);
+      const int64_t device = copy_device(c);
       copier_.cast(device, ordinal_of(device), *c.desc,
                    reads_source(p, c.stage) ? spec.dtype : out_dtype(spec), out_dtype(spec),
-                   src_ptr(p, c.stage), dst_ptr(p));
+                   copy_src(c), copy_dst(c));
     }
   }
   done_[s_.direct_event(d)] = 1;
@@ -525,11 +541,17 @@ void Run::unpack(size_t ri, size_t step) {
     const EngineMessage& m = s_.messages[mi];
     if (m.send || m.mode != EngineMessage::Mode::kStaged) continue;
     const std::byte* in = staging(m.slot) + m.offset;
-    for (const Piece& p : m.pieces) {
+    for (size_t k = 0; k < m.pieces.size(); ++k) {
+      const Piece& p = m.pieces[k];
       const TensorSpec& spec = tensors_[p.tensor];
       const Box region = plan_.region(*part_, p);
-      // Contributions are reduced with their round; relays copy reduced values.
-      if (!engine_detail::is_contribution(spec, p, m.stage)) {
+      if (!m.scratch_dst.empty() && m.scratch_dst[k] != engine_detail::kNoScratch) {
+        // Into a copy-staging scratch, in the tensor's dtype (no cast).
+        const auto& b = s_.scratch[m.scratch_dst[k]];
+        copier_.copy(m.local_device, m.ordinal, make_copy_desc(region, region, b.box), spec.dtype,
+                     in, work(b.block, b.offset));
+      } else if (!engine_detail::is_contribution(spec, p, m.stage)) {
+        // Contributions are reduced with their round; relays copy reduced values.
         copier_.cast(m.local_device, m.ordinal,
                      make_copy_desc(region, region, spec.dst.box(p.dst_entry)),
                      wire_dtype(spec, reads_source(p, m.stage)), out_dtype(spec), in, dst_ptr(p));
@@ -801,12 +823,16 @@ void Run::go() {
   if (info_.memory == MemoryKind::kHost && !s_.direct.empty()) {
     const int threads = engine_detail::execution_threads(s_, options_.threads, info_.host_ranks);
     runner_ = std::make_unique<DirectRunner>(plan_, buffers_, s_, grown(pool_, threads), threads);
+    // Copy-staging scratch (DirectCopy::src_scratch, dst_scratch).
+    std::vector<std::byte*> bases;
+    for (auto& w : work_host_) bases.push_back(reinterpret_cast<std::byte*>(w.data()));
+    runner_->set_work(std::move(bases));
   }
   if (info_.memory != MemoryKind::kHost && !s_.direct.empty()) {
     // The direct copies per device (a few devices, mostly in runs).
     std::vector<std::pair<int64_t, size_t>> per_device;
     for (const engine_detail::DirectCopy& c : s_.direct) {
-      const int64_t device = tensors_[c.piece->tensor].dst.device(c.piece->dst_entry);
+      const int64_t device = copy_device(c);
       if (per_device.empty() || per_device.back().first != device) {
         auto it = std::find_if(per_device.begin(), per_device.end(),
                                [&](const auto& d) { return d.first == device; });

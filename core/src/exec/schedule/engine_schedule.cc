@@ -1,7 +1,6 @@
 #include "exec/schedule/engine_schedule.h"
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <limits>
 #include <map>
@@ -81,6 +80,9 @@ class Builder {
   uint32_t scratch_in(const ProcessPart& holder, uint32_t tensor, int64_t device,
                       const Box& region) const;
   void note_scratch_write(uint32_t scratch, uint32_t stage);
+  // A piece writing a copy-staging scratch on `device`, from receive `raw`
+  // (per-process schedules: the scratch's readers wait for it).
+  void note_staging_write(const Piece& p, int64_t device, uint64_t raw);
   void note_scratch_read(uint32_t scratch, uint32_t stage, const char* list, size_t i);
   void check_scratch_order() const;
   EngineMessage engine_message(const Message& m, size_t i, bool send, int32_t peer,
@@ -108,6 +110,9 @@ class Builder {
   void read_deps(const Piece& p, uint32_t stage, std::vector<uint64_t>& out);
   void write_deps(const Piece& p, uint32_t stage, std::vector<uint64_t>& out);
   uint32_t resolve(uint64_t raw) const;
+  // resolve, with kRawStaging expanded into the events of every writer of
+  // a copy-staging scratch.
+  void resolve_into(uint64_t raw, std::vector<uint32_t>& out) const;
   void resolve_deps();
   void ready_for_entry(std::span<const size_t> order);
   void order_contributions();
@@ -146,6 +151,12 @@ class Builder {
     std::string where;
   };
   std::vector<ScratchRead> scratch_reads_;
+  // Per Schedule::scratch of a per-process schedule that is a copy-staging
+  // scratch: its writers, as kRawRecv events (receives, and messages
+  // between devices of this process), and whether local pieces write it
+  // (direct round -1).
+  std::vector<std::vector<uint64_t>> staging_writers_;
+  std::vector<uint8_t> staging_local_;
   // Per-process schedules: round keys of contributions between buffers of
   // this process that read a scratch or a destination entry (stage > 0),
   // reduced once that round is (a round without messages is added).
@@ -166,6 +177,7 @@ class Builder {
   static constexpr uint64_t kRawMessage = uint64_t{0} << 62;
   static constexpr uint64_t kRawRecv = uint64_t{1} << 62;  // an index in part recvs
   static constexpr uint64_t kRawAcc = uint64_t{2} << 62;
+  static constexpr uint64_t kRawStaging = uint64_t{3} << 62;  // a Schedule::scratch index
   static constexpr uint64_t kRawMask = (uint64_t{1} << 62) - 1;
   static constexpr uint32_t kNoMessage = 0xffffffffu;
 };
@@ -217,8 +229,11 @@ Box Builder::region_in(const ProcessPart& part, const Piece& p) {
 
 CopyDesc Builder::direct_desc(const DirectCopy& c) {
   const Piece& p = *c.piece;
-  const Box& src = from_box(p, c.stage);
-  const Box& dst = box_of(p.tensor, false, p.dst_entry);
+  // A copy-staging scratch in place of an entry (its pieces name regions).
+  const Box& src =
+      c.src_scratch != kNoScratch ? s_.scratch[c.src_scratch].box : from_box(p, c.stage);
+  const Box& dst = c.dst_scratch != kNoScratch ? s_.scratch[c.dst_scratch].box
+                                               : box_of(p.tensor, false, p.dst_entry);
   // A piece naming no region (stage 0) moves the overlap of the two.
   if (p.region == kOverlapRegion) return make_copy_desc(intersect(src, dst), src, dst);
   return make_copy_desc(region_in(*c.part, p), src, dst);
@@ -352,9 +367,12 @@ void Builder::add_scratch(const ProcessPart& part, int32_t process) {
       fail(ErrorCode::kInvalidArgument, at + "tensor index out of range");
     }
     const TensorSpec& spec = tensors_[sc.tensor];
-    if (!spec.src.partial()) {
-      fail(ErrorCode::kInvalidArgument, at + "a scratch of tensor " + std::to_string(sc.tensor) +
-                                            ", whose source is not partial");
+    // A scratch of a tensor whose source is not partial: copy staging.
+    const bool staging = !spec.src.partial();
+    if (staging && (has_cast(spec) || has_block_scales(spec))) {
+      fail(ErrorCode::kInvalidArgument, at + "a staging scratch of tensor " +
+                                            std::to_string(sc.tensor) +
+                                            ", which has a cast or block scales");
     }
     if (sc.device < 0 || process_of(sc.device) != process) {
       fail(ErrorCode::kInvalidArgument,
@@ -383,6 +401,16 @@ void Builder::add_scratch(const ProcessPart& part, int32_t process) {
       b.block = block;
       b.offset = offset + placed.offset[k];
     }
+    scratch_write_stage_.push_back(-1);
+    scratch_first_.push_back(whole_ ? 0 : lives[k].first);
+    staging_writers_.emplace_back();
+    staging_local_.push_back(0);
+    if (staging) {
+      // Copies only: no identity, no accumulator (plan.h, Scratch).
+      b.acc = kNoAcc;
+      s_.scratch.push_back(b);
+      continue;
+    }
     AccTarget a;
     a.tensor = sc.tensor;
     a.dst_entry = kScratchEntry;
@@ -402,8 +430,6 @@ void Builder::add_scratch(const ProcessPart& part, int32_t process) {
     b.acc = s_.accs.size();
     s_.accs.push_back(a);
     s_.scratch.push_back(b);
-    scratch_write_stage_.push_back(-1);
-    scratch_first_.push_back(whole_ ? 0 : lives[k].first);
   }
 }
 
@@ -435,7 +461,14 @@ void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_
   }
   // The descriptor is derived once the copies are in order (sort_direct).
   const int64_t bytes = region_of(p).volume() * elem(p.tensor);
-  s_.direct.push_back({part_, &p, round, stage, bytes});
+  DirectCopy d{part_, &p, round, stage, bytes};
+  // A copy-staging scratch read (stage > 0) or written (stage 0).
+  d.src_scratch = src_scratch;
+  if (p.dst_entry == kScratchEntry) {
+    d.dst_scratch = scratch_of(p, dst_device);
+    note_scratch_write(d.dst_scratch, stage);
+  }
+  s_.direct.push_back(d);
   s_.local_bytes += bytes;
 }
 
@@ -580,8 +613,10 @@ void Builder::add_send(const Message& m, size_t i) {
   std::vector<uint64_t> raw;
   for (size_t k = 0; k < pieces.size(); ++k) {
     if (reads_scratch && e.scratch_src[k] != kNoScratch) {
-      // The scratch's reduction, finished and stored.
-      raw.push_back(kRawAcc | s_.scratch[e.scratch_src[k]].acc);
+      // The scratch's reduction, finished and stored; a copy-staging
+      // scratch's writers.
+      const ScratchBuffer& b = s_.scratch[e.scratch_src[k]];
+      raw.push_back(b.staging() ? kRawStaging | e.scratch_src[k] : kRawAcc | b.acc);
     } else {
       read_deps(pieces[k], m.stage, raw);
     }
@@ -616,6 +651,7 @@ void Builder::add_recv(const Message& m, size_t i) {
         src_scratch = scratch_of(p, m.src_device);
         note_scratch_read(src_scratch, m.stage, "recvs", i);
       }
+      note_staging_write(p, m.dst_device, kRawRecv | i);
       add_direct(p, round_key(m.stage, m.round), -1, m.stage, m.dst_device, src_scratch);
     }
     return;
@@ -627,10 +663,18 @@ void Builder::add_recv(const Message& m, size_t i) {
   for (const Piece& p : pieces) write_deps(p, m.stage, raw);
   raw_deps_.push_back(std::move(raw));
   int64_t offset = 0;
-  for (const Piece& p : pieces) {
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const Piece& p = pieces[k];
     if (is_contribution(tensors_[p.tensor], p, m.stage)) {
       e.has_reduce = true;
       add_contribution(p, m.stage, e.key, false, index, offset, m.dst_device, kNoScratch);
+    } else if (p.dst_entry == kScratchEntry) {
+      // Into a copy-staging scratch: unpacked from staging (never in place
+      // or gathered: a scratch is not a caller's buffer).
+      if (e.scratch_dst.empty()) e.scratch_dst.assign(pieces.size(), kNoScratch);
+      e.scratch_dst[k] = scratch_of(p, m.dst_device);
+      note_scratch_write(e.scratch_dst[k], m.stage);
+      note_staging_write(p, m.dst_device, kRawRecv | i);
     }
     offset += piece_bytes(p);
   }
@@ -638,7 +682,7 @@ void Builder::add_recv(const Message& m, size_t i) {
   // A cast is unpacked (converted from staging), never received in place.
   const bool casts = std::any_of(pieces.begin(), pieces.end(),
                                  [&](const Piece& p) { return has_cast(tensors_[p.tensor]); });
-  if (!e.has_reduce && !casts) {
+  if (!e.has_reduce && !casts && e.scratch_dst.empty()) {
     if (pieces.size() == 1) {
       const Piece& p = pieces[0];
       const Box region = region_of(p);
@@ -961,6 +1005,9 @@ void Builder::add_local(size_t i) {
       return;
     }
   }
+  if (p.dst_entry == kScratchEntry && !whole_ && !tensors_[p.tensor].src.partial()) {
+    staging_local_[scratch_of(p, device)] = 1;
+  }
   add_direct(p, -1, -1, 0, device, kNoScratch);
 }
 
@@ -1196,6 +1243,23 @@ void Builder::write_deps(const Piece& p, uint32_t stage, std::vector<uint64_t>& 
   if (it != acc_of_.end() && s_.accs[it->second].store_writes) out.push_back(kRawAcc | it->second);
 }
 
+void Builder::note_staging_write(const Piece& p, int64_t device, uint64_t raw) {
+  if (whole_ || p.dst_entry != kScratchEntry || tensors_[p.tensor].src.partial()) return;
+  staging_writers_[scratch_of(p, device)].push_back(raw);
+}
+
+void Builder::resolve_into(uint64_t raw, std::vector<uint32_t>& out) const {
+  if ((raw & ~kRawMask) != kRawStaging) {
+    out.push_back(resolve(raw));
+    return;
+  }
+  const size_t k = raw & kRawMask;
+  for (uint64_t w : staging_writers_[k]) out.push_back(resolve(w));
+  if (staging_local_[k] && !s_.direct_rounds.empty() && s_.direct_rounds.front().round == -1) {
+    out.push_back(static_cast<uint32_t>(s_.direct_event(0)));
+  }
+}
+
 uint32_t Builder::resolve(uint64_t raw) const {
   const uint64_t id = raw & kRawMask;
   switch (raw & ~kRawMask) {
@@ -1230,9 +1294,12 @@ void Builder::resolve_deps() {
       const DirectCopy& d = s_.direct[i];
       read_deps(*d.piece, d.stage, raw);
       write_deps(*d.piece, d.stage, raw);
+      if (d.src_scratch != kNoScratch && s_.scratch[d.src_scratch].staging()) {
+        raw.push_back(kRawStaging | d.src_scratch);
+      }
     }
     events.clear();
-    for (uint64_t x : raw) events.push_back(resolve(x));
+    for (uint64_t x : raw) resolve_into(x, events);
     stage_deps::sort_unique(events);
     r.dep_begin = static_cast<uint32_t>(s_.deps.size());
     s_.deps.insert(s_.deps.end(), events.begin(), events.end());
@@ -1254,7 +1321,7 @@ void Builder::resolve_deps() {
       events.clear();
       chans.clear();
       for (size_t mi : r.steps[k]) {
-        for (uint64_t x : raw_deps_[mi]) events.push_back(resolve(x));
+        for (uint64_t x : raw_deps_[mi]) resolve_into(x, events);
         const EngineMessage& m = s_.messages[mi];
         chans.push_back(static_cast<uint32_t>(2 * m.peer + (m.send ? 1 : 0)));
       }
@@ -1382,50 +1449,6 @@ Schedule Builder::build_whole() {
 }
 
 }  // namespace
-
-std::vector<uint64_t> buffer_list(std::span<const TensorBuffers> buffers) {
-  size_t n = 0;
-  for (const TensorBuffers& b : buffers) n += 2 + 2 * (b.src.size() + b.dst.size());
-  std::vector<uint64_t> out;
-  out.reserve(n);
-  for (const TensorBuffers& b : buffers) {
-    out.push_back(b.src.size());
-    out.push_back(b.dst.size());
-    for (const ConstBuffer& e : b.src) {
-      out.push_back(reinterpret_cast<uintptr_t>(e.data));
-      out.push_back(static_cast<uint64_t>(e.bytes));
-    }
-    for (const MutableBuffer& e : b.dst) {
-      out.push_back(reinterpret_cast<uintptr_t>(e.data));
-      out.push_back(static_cast<uint64_t>(e.bytes));
-    }
-  }
-  return out;
-}
-
-bool same_buffers(std::span<const uint64_t> list, std::span<const TensorBuffers> buffers) {
-  size_t at = 0;
-  const auto next = [&](uint64_t v) { return at < list.size() && list[at++] == v; };
-  for (const TensorBuffers& b : buffers) {
-    if (!next(b.src.size()) || !next(b.dst.size())) return false;
-    for (const ConstBuffer& e : b.src) {
-      if (!next(reinterpret_cast<uintptr_t>(e.data)) || !next(static_cast<uint64_t>(e.bytes))) {
-        return false;
-      }
-    }
-    for (const MutableBuffer& e : b.dst) {
-      if (!next(reinterpret_cast<uintptr_t>(e.data)) || !next(static_cast<uint64_t>(e.bytes))) {
-        return false;
-      }
-    }
-  }
-  return at == list.size();
-}
-
-uint64_t next_call_key() {
-  static std::atomic<uint64_t> last{0};
-  return last.fetch_add(1, std::memory_order_relaxed) + 1;
-}
 
 Schedule build_schedule(const Plan& plan, int32_t process, const ProcessPart& part,
                         const TransportInfo& transport, const ExecuteOptions& options) {

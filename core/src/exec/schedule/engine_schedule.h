@@ -103,10 +103,12 @@ inline constexpr uint32_t kNoScratch = 0xffffffffu;
 
 // Whether piece `p` of a message of `stage` (0 for local pieces) is a
 // contribution to a reduction rather than a copy: it writes or reads a
-// scratch, or is a summand of a partial source (stage 0).
+// scratch of a partial source, or is a summand of one (stage 0). Pieces
+// writing or reading a copy-staging scratch (of a tensor whose source is
+// not partial) are copies.
 inline bool is_contribution(const TensorSpec& t, const Piece& p, uint32_t stage) {
-  return p.dst_entry == kScratchEntry || p.src_entry == kScratchEntry ||
-         (stage == 0 && t.src.partial());
+  return t.src.partial() &&
+         (p.dst_entry == kScratchEntry || p.src_entry == kScratchEntry || stage == 0);
 }
 
 struct EngineMessage {
@@ -129,6 +131,10 @@ struct EngineMessage {
   // Per piece (empty when none reads one): the Schedule::scratch index of
   // the scratch a send's piece reads, else kNoScratch.
   std::vector<uint32_t> scratch_src;
+  // Per piece (empty when none writes one): the Schedule::scratch index of
+  // the copy-staging scratch a receive's piece is unpacked into, else
+  // kNoScratch (a reduction's scratch takes contributions instead).
+  std::vector<uint32_t> scratch_dst;
   BufferRef in_place;           // kInPlace: the buffer ...
   int64_t in_place_offset = 0;  // ... and the byte offset in it
   int64_t offset = 0;           // kStaged: offset in its device's staging arena
@@ -183,6 +189,10 @@ struct DirectCopy {
   int64_t round = -1;  // round_key of its message; -1: a local piece (see above)
   uint32_t stage = 0;  // > 0: reads the destination entry src_entry (a relay)
   int64_t bytes = 0;   // the piece's
+  // A copy-staging scratch (Schedule::scratch index) it reads (stage > 0)
+  // or writes (stage 0) in place of an entry; kNoScratch: none.
+  uint32_t src_scratch = kNoScratch;
+  uint32_t dst_scratch = kNoScratch;
   // The copy from its source buffer to its destination buffer
   // (Schedule::direct_descs, in the same order), derived once when the
   // schedule is built (a cached schedule's executions read it instead of
@@ -302,9 +312,14 @@ struct WorkBlock {
   int64_t bytes = 0;
 };
 
+inline constexpr size_t kNoAcc = ~size_t{0};
+
 // A scratch buffer of the part (plan.h, Scratch): `box` of `tensor` in its
 // dtype, bytes [offset, + volume x size) of work block `block`; its
-// reduction is accs[acc].
+// reduction is accs[acc], or, for a copy-staging scratch (a tensor whose
+// source is not partial), acc is kNoAcc: direct copies and unpacked
+// receives write it, a read waits for its writers (the receives and direct
+// rounds of stage 0 that write it).
 struct ScratchBuffer {
   uint32_t tensor = 0;
   int64_t device = 0;
@@ -312,6 +327,7 @@ struct ScratchBuffer {
   size_t block = 0;
   int64_t offset = 0;
   size_t acc = 0;
+  bool staging() const { return acc == kNoAcc; }
 };
 
 struct Schedule {

@@ -152,10 +152,15 @@ void validate_pieces(const Plan& plan, const ProcessPart& part, const std::vecto
       if (p.region == kOverlapRegion) {
         fail(ErrorCode::kInvalidArgument, where() + "a piece naming a scratch names no region");
       }
-      if (!tensors[p.tensor].src.partial()) {
-        fail(ErrorCode::kInvalidArgument, where() + "names a scratch of tensor " +
-                                              std::to_string(p.tensor) +
-                                              ", whose source is not partial");
+      // A tensor whose source is not partial: copy staging (plan.h,
+      // Scratch), written in stage 0, read into destination entries.
+      if (!tensors[p.tensor].src.partial() &&
+          ((dst_scratch && (s > 0 || src_scratch)) || has_cast(tensors[p.tensor]) ||
+           has_block_scales(tensors[p.tensor]))) {
+        fail(ErrorCode::kInvalidArgument,
+             where() + "names a staging scratch of tensor " + std::to_string(p.tensor) +
+                 " other than as a copy from a source entry in stage 0 or into a destination "
+                 "entry (or the tensor has a cast or block scales)");
       }
       if (src_scratch && s == 0) {
         fail(ErrorCode::kInvalidArgument, where() + "a piece of stage 0 reads a scratch");

@@ -20,10 +20,14 @@ WriterIndex::WriterIndex(const Plan& plan, const ProcessPart& part, bool skip_re
       const Piece& p = part.recv_pieces[m.first_piece + k];
       if (p.tensor >= tensors.size()) continue;
       if (skip_reduced && m.stage == 0 && tensors[p.tensor].src.partial()) continue;
-      // Pieces into or out of a scratch are contributions to a reduction
-      // (the engine waits for the finished reduction); the simulator indexes
-      // scratch writers under kScratchEntry.
-      if (skip_reduced && (p.src_entry == kScratchEntry || p.dst_entry == kScratchEntry)) continue;
+      // Pieces into or out of a scratch of a partial source are
+      // contributions to a reduction (the engine waits for the finished
+      // reduction); the simulator indexes scratch writers under
+      // kScratchEntry. Copies out of a copy-staging scratch write their
+      // destination entries like relays.
+      if (skip_reduced && tensors[p.tensor].src.partial() &&
+          (p.src_entry == kScratchEntry || p.dst_entry == kScratchEntry))
+        continue;
       Writer w;
       w.recv = static_cast<uint32_t>(i);
       w.stage = m.stage;
