@@ -8,7 +8,11 @@
 // ratios to the plan's: what cutting a forward's rounds where its feeds
 // were cut could gain. Usage:
 //   bench_forward_lag --spec FILE --topology FILE [--budget BYTES]
-// (--budget: the staging budget instead of the spec's; 0 unbounded).
+//                     [--keyed GRANULE] [--rounds 1]
+// (--budget: the staging budget instead of the spec's; 0 unbounded.
+// --keyed: a pipelined plan takes keyed cuts of that granule in bytes,
+// plan/rounds.h, an experiment the planner does not choose. --rounds 1:
+// also each round's bytes and its busiest sender and receiver.)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/enumerate/types.h"
 #include "reshard/error.h"
 #include "reshard/simulate.h"
 #include "reshard/spec.h"
@@ -42,11 +47,16 @@ std::vector<SimMessage> within_lag(std::vector<SimMessage> m, int64_t lag) {
 int main(int argc, char** argv) {
   std::string spec_path, topology_path;
   int64_t budget = -1;
+  bool per_round = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--spec")) {
       spec_path = argv[i + 1];
     } else if (!std::strcmp(argv[i], "--topology")) {
       topology_path = argv[i + 1];
+    } else if (!std::strcmp(argv[i], "--keyed")) {
+      reshard::planning::choice_override().keyed = std::atoll(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--rounds")) {
+      per_round = std::atoi(argv[i + 1]) != 0;
     } else if (!std::strcmp(argv[i], "--budget")) {
       budget = std::atoll(argv[i + 1]);
     } else {
@@ -55,7 +65,10 @@ int main(int argc, char** argv) {
     }
   }
   if (spec_path.empty() || topology_path.empty() || argc % 2 == 0) {
-    std::fprintf(stderr, "usage: %s --spec FILE --topology FILE [--budget BYTES]\n", argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s --spec FILE --topology FILE [--budget BYTES] [--keyed GRANULE] [--rounds 1]\n",
+        argv[0]);
     return 2;
   }
   try {
@@ -79,6 +92,27 @@ int main(int argc, char** argv) {
     for (const auto& [k, n] : lags)
       std::printf("stage %u: %lld messages wait for a round %lld after their own\n", k.first,
                   static_cast<long long>(n), static_cast<long long>(k.second));
+    if (per_round) {
+      // (stage, round) -> device -> bytes sent, received
+      std::map<std::pair<uint32_t, uint32_t>, std::map<int64_t, std::pair<int64_t, int64_t>>> rb;
+      for (const SimMessage& s : m) {
+        rb[{s.stage, s.round}][s.src_device].first += s.bytes;
+        rb[{s.stage, s.round}][s.dst_device].second += s.bytes;
+      }
+      for (const auto& [k, devs] : rb) {
+        int64_t ms = 0, mr = 0, sum = 0;
+        int64_t msd = 0;
+        for (const auto& [d, v] : devs) {
+          if (v.first > ms) msd = d;
+          ms = std::max(ms, v.first);
+          mr = std::max(mr, v.second);
+          sum += v.first;
+        }
+        std::printf("stage %u round %u: sum %lld most send %lld (dev %lld) most recv %lld\n",
+                    k.first, k.second, (long long)sum, (long long)ms, (long long)msd,
+                    (long long)mr);
+      }
+    }
     const double planned = simulate(spec.input.topology, c, m).seconds;
     std::printf("simulated as planned       %.6g s\n", planned);
     for (int64_t lag : {1, 0}) {

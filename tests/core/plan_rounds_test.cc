@@ -6,10 +6,14 @@
 #include <map>
 #include <tuple>
 
+#include "plan/enumerate/types.h"
 #include "plan/rounds.h"
 #include "random_cases.h"
 #include "reshard/error.h"
+#include "reshard/exec.h"
+#include "reshard/oracle.h"
 #include "reshard/plan.h"
+#include "reshard/simulate.h"
 #include "reshard/spec.h"
 #include "test_scale.h"
 
@@ -234,6 +238,98 @@ TEST(PlanRounds, ForwardsAreNumberedLateOverTheirStage) {
           << " round " << l << " of " << n;
   }
   EXPECT_GT(shorter, 0) << "the case has forwards of fewer rounds than their stage";
+}
+
+// Keyed cuts' blocks and masks (rounds.h, key_blocks), by hand:
+// - [64, 1024] bf16, granule 8 KiB: a row is 2 KiB, so dimension 0 in
+//   blocks of 4 rows; rows [6, 19) lie in blocks 1..4, keys 1, 2, 0, 1 of
+//   3 (mask 0b111) and 1..4 of 8 (0b11110).
+// - [4, 4096, 1024] bf16, granule 64 KiB: dimension 0's slab is 8 MiB, so
+//   dimension 1 (2 KiB rows) in blocks of 32; [100, 140) lies in blocks 3
+//   and 4, keys 3 and 0 of 4 (0b1001).
+// - [100] f32, granule 64 B: blocks of 16 elements; the whole tensor is
+//   blocks 0..6, keys 0..6 of 16 (0x7f). A scalar has key 0.
+TEST(PlanRounds, KeyBlocksAndMasksByHand) {
+  using planning::key_blocks;
+  using planning::key_mask;
+  auto box = [](std::vector<std::pair<int64_t, int64_t>> r) {
+    Box b;
+    b.rank = static_cast<int32_t>(r.size());
+    for (size_t d = 0; d < r.size(); ++d) {
+      b.lo[d] = r[d].first;
+      b.hi[d] = r[d].second;
+    }
+    return b;
+  };
+  const std::vector<int64_t> s2{64, 1024}, s3{4, 4096, 1024}, s1{100};
+  const planning::KeyBlocks a = key_blocks(s2, 2, 8192);
+  EXPECT_EQ(a.dim, 0);
+  EXPECT_EQ(a.block, 4);
+  EXPECT_EQ(key_mask(box({{6, 19}, {0, 1024}}), a, 3), 0b111u);
+  EXPECT_EQ(key_mask(box({{6, 19}, {512, 1024}}), a, 8), 0b11110u);
+  const planning::KeyBlocks b = key_blocks(s3, 2, 65536);
+  EXPECT_EQ(b.dim, 1);
+  EXPECT_EQ(b.block, 32);
+  EXPECT_EQ(key_mask(box({{0, 4}, {100, 140}, {0, 1024}}), b, 4), 0b1001u);
+  const planning::KeyBlocks c = key_blocks(s1, 4, 64);
+  EXPECT_EQ(c.dim, 0);
+  EXPECT_EQ(c.block, 16);
+  EXPECT_EQ(key_mask(box({{0, 100}}), c, 16), 0x7fu);
+  EXPECT_EQ(key_mask(Box{}, key_blocks({}, 4, 64), 16), 1u);
+}
+
+// Keyed cuts (rounds.h; an experiment the planner does not choose): on a
+// pipelined plan of several stages, every message of a stage above 0 waits
+// only for messages of its own round (lag 0: a forward's round r reads what
+// arrived in round r), each message's round is the key of every piece it
+// carries, and the plan still executes exactly (the oracle).
+TEST(PlanRounds, KeyedCutsForwardWhatArrivedInTheSameRound) {
+  struct Keyed {
+    Keyed() { planning::choice_override().keyed = 1024; }
+    ~Keyed() { planning::choice_override().keyed = 0; }
+  } keyed;
+  PlanInput in =
+      load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/psum_chain_4_hosts.json").input;
+  in.options.staging_budget_bytes = 0;
+  const Plan plan = make_plan(in);
+  uint32_t keys = 0;  // the most rounds of a stage
+  int64_t split = 0;  // messages whose stream holds more than one key
+  std::map<StreamKey, int> per_stream;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs) {
+      keys = std::max(keys, m.round + 1);
+      if (++per_stream[{m.stage, m.src_device, m.dst_device}] == 2) ++split;
+    }
+  ASSERT_GT(keys, 1u) << "the plan is pipelined";
+  EXPECT_GT(split, 0) << "some stream spans several keys";
+  // Each piece's key is its message's round.
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs)
+      for (uint64_t i = m.first_piece; i < m.first_piece + m.num_pieces; ++i) {
+        const Piece& q = part.recv_pieces[i];
+        const TensorSpec& t = plan.tensors()[q.tensor];
+        const Box r = q.region == kOverlapRegion
+                          ? intersect(t.src.box(q.src_entry), t.dst.box(q.dst_entry))
+                          : part.regions[q.region];
+        EXPECT_EQ(planning::key_mask(r, planning::key_blocks(t.shape, wire_size(t), 1024), keys),
+                  1u << m.round)
+            << "tensor " << q.tensor << " in stage " << m.stage << " round " << m.round;
+      }
+  const std::vector<SimMessage> sim = plan_messages(plan);
+  int64_t forwards = 0;
+  for (const SimMessage& m : sim) {
+    if (m.stage == 0 || m.after.empty()) continue;
+    ++forwards;
+    for (uint32_t i : m.after)
+      EXPECT_EQ(sim[i].round, m.round) << "a stage " << m.stage << " message waits on round "
+                                       << sim[i].round << " of stage " << sim[i].stage;
+  }
+  EXPECT_GT(forwards, 0);
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views, {1});
+  const OracleReport report = check_destinations(plan, buffers);
+  EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
 }
 
 }  // namespace

@@ -881,6 +881,11 @@ Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
       }
     }
   }
+  // Keyed cuts on request (rounds.h; not chosen by the planner).
+  if (planning::choice_override().keyed > 0 && !rule.pipeline.empty()) {
+    for (int64_t k : rule.spans) rule.keys = std::max(rule.keys, k);
+    rule.key_granule = planning::choice_override().keyed;
+  }
   const size_t ndev = ctx.devices.size();
   auto load = [&](int64_t device, uint32_t stage) -> planning::DeviceLoad {
     const size_t d = ctx.dense(device);

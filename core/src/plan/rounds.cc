@@ -396,6 +396,102 @@ void number_direction(std::vector<Message>& msgs, std::vector<Piece>& pieces) {
 }
 }  // namespace
 
+KeyBlocks key_blocks(std::span<const int64_t> shape, int64_t esize, int64_t granule) {
+  KeyBlocks k;
+  if (shape.empty()) return k;
+  // Bytes of one slab of dimension d: the elements of one index of d.
+  int64_t slab = std::max<int64_t>(esize, 1);
+  for (size_t d = 1; d < shape.size(); ++d) slab *= std::max<int64_t>(shape[d], 1);
+  while (k.dim + 1 < static_cast<int>(shape.size()) && slab > granule) {
+    ++k.dim;
+    slab /= std::max<int64_t>(shape[static_cast<size_t>(k.dim)], 1);
+  }
+  k.block = std::max<int64_t>(1, granule / std::max<int64_t>(slab, 1));
+  return k;
+}
+
+uint32_t key_mask(const Box& region, KeyBlocks k, int64_t keys) {
+  if (keys <= 0) return 0;
+  if (region.rank == 0) return 1;
+  const int64_t b0 = region.lo[k.dim] / k.block, b1 = (region.hi[k.dim] - 1) / k.block;
+  if (b1 - b0 + 1 >= keys) return keys >= 32 ? ~uint32_t{0} : (uint32_t{1} << keys) - 1;
+  uint32_t m = 0;
+  for (int64_t b = b0; b <= b1; ++b) m |= uint32_t{1} << (b % keys);
+  return m;
+}
+
+namespace {
+// Keyed cuts of one direction (rounds.h): messages come one per stream (a
+// pipelined plan's, order_pieces); each becomes one message per key it
+// holds, its pieces split at block boundaries (a box restricted along one
+// dimension stays one box), kept in their order. Messages are then sorted
+// by (stage, round), streams in their order within.
+void keyed_direction(std::vector<Message>& msgs, std::vector<Piece>& pieces,
+                     std::span<const int64_t> bytes, std::vector<Box>& regions,
+                     const std::vector<TensorSpec>& tensors, const std::vector<KeyBlocks>& blocks,
+                     int64_t nkeys) {
+  struct Out {
+    Message m;
+    std::vector<Piece> p;
+  };
+  std::vector<Out> out;
+  std::vector<std::vector<Piece>> bucket(static_cast<size_t>(nkeys));
+  std::vector<int64_t> bucket_bytes(static_cast<size_t>(nkeys));
+  for (const Message& m : msgs) {
+    for (uint64_t j = m.first_piece; j < m.first_piece + m.num_pieces; ++j) {
+      const Piece& p = pieces[j];
+      const TensorSpec& t = tensors[p.tensor];
+      const KeyBlocks k = blocks[p.tensor];
+      const Box region = p.region == kOverlapRegion
+                             ? intersect(t.src.box(p.src_entry), t.dst.box(p.dst_entry))
+                             : regions[p.region];
+      const int64_t b0 = region.rank == 0 ? 0 : region.lo[k.dim] / k.block;
+      const int64_t b1 = region.rank == 0 ? 0 : (region.hi[k.dim] - 1) / k.block;
+      if (b0 == b1) {
+        bucket[static_cast<size_t>(b0 % nkeys)].push_back(p);
+        bucket_bytes[static_cast<size_t>(b0 % nkeys)] += bytes[j];
+        continue;
+      }
+      const int64_t per_index = bytes[j] / region.extent(k.dim);
+      for (int64_t bl = b0; bl <= b1; ++bl) {
+        Box sub = region;
+        sub.lo[k.dim] = std::max(region.lo[k.dim], bl * k.block);
+        sub.hi[k.dim] = std::min(region.hi[k.dim], (bl + 1) * k.block);
+        if (regions.size() >= kOverlapRegion)
+          fail(ErrorCode::kOutOfRange, "plan: more than 2^32 regions");
+        Piece q = p;
+        q.region = static_cast<uint32_t>(regions.size());
+        regions.push_back(sub);
+        const auto r = static_cast<size_t>(bl % nkeys);
+        bucket[r].push_back(q);
+        bucket_bytes[r] += sub.extent(k.dim) * per_index;
+      }
+    }
+    for (int64_t r = 0; r < nkeys; ++r) {
+      auto& b = bucket[static_cast<size_t>(r)];
+      if (b.empty()) continue;
+      Message mr = m;
+      mr.round = static_cast<uint32_t>(r);
+      mr.bytes = bucket_bytes[static_cast<size_t>(r)];
+      out.push_back({mr, std::move(b)});
+      b = {};
+      bucket_bytes[static_cast<size_t>(r)] = 0;
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Out& a, const Out& b) {
+    return a.m.stage != b.m.stage ? a.m.stage < b.m.stage : a.m.round < b.m.round;
+  });
+  msgs.clear();
+  pieces.clear();
+  for (Out& o : out) {
+    o.m.first_piece = pieces.size();
+    o.m.num_pieces = o.p.size();
+    pieces.insert(pieces.end(), o.p.begin(), o.p.end());
+    msgs.push_back(o.m);
+  }
+}
+}  // namespace
+
 std::vector<uint32_t> pipeline_ranks(const std::vector<TensorSpec>& tensors) {
   const size_t n = tensors.size();
   // Groups: (first source device, source entries) -> total bytes.
@@ -497,6 +593,17 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
   if (!rule.cuts()) return;
   if (send_bytes.size() != part.send_pieces.size() || recv_bytes.size() != part.recv_pieces.size())
     fail(ErrorCode::kInternal, "split_rounds: piece sizes do not match the pieces");
+  if (rule.keys > 0) {
+    if (rule.keys > 32) fail(ErrorCode::kInternal, "split_rounds: more than 32 keys");
+    std::vector<KeyBlocks> blocks(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i)
+      blocks[i] = key_blocks(tensors[i].shape, wire_size(tensors[i]), rule.key_granule);
+    keyed_direction(part.sends, part.send_pieces, send_bytes, part.regions, tensors, blocks,
+                    rule.keys);
+    keyed_direction(part.recvs, part.recv_pieces, recv_bytes, part.regions, tensors, blocks,
+                    rule.keys);
+    return;
+  }
   const Streams sends = size_streams(part.sends, rule, load);
   const Streams recvs = size_streams(part.recvs, rule, load);
   std::vector<Bound> send_bounds(sends.first_bound.back()), recv_bounds(recvs.first_bound.back());

@@ -101,7 +101,11 @@ struct RoundRule {
   std::vector<int64_t> pipeline;  // per stage: P_t (0 or absent: not pipelined)
   std::vector<int64_t> spans;     // per stage: K_t (0 or absent: numbered from 0)
   int64_t min_chunk = 1;          // m
-  bool cuts() const { return budget > 0 || !pipeline.empty(); }
+  // K in (0, 32]: keyed cuts of granule g (key_blocks; an experiment); 0:
+  // each stream cut by its own bytes.
+  int64_t keys = 0;
+  int64_t key_granule = 65536;
+  bool cuts() const { return budget > 0 || !pipeline.empty() || keys > 0; }
   // The chunk of a stream of `stream_bytes` of stage `stage` (at least the
   // stream's bytes when nothing cuts it).
   int64_t chunk(uint32_t stage, DeviceLoad a, DeviceLoad b, int64_t stream_bytes) const;
@@ -166,6 +170,30 @@ void order_pieces(ProcessPart& part, std::span<const uint32_t> rank,
 void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, const RoundRule& rule,
                   std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes,
                   const std::function<DeviceLoad(int64_t, uint32_t)>& load, int threads = 1);
+
+// Keyed cuts (an experiment, not chosen by the planner: RoundRule::keys is
+// set only by planning::choice_override().keyed, for bench_forward_lag and
+// tests). Every element of a tensor has a key in [0, K) that depends on the
+// element alone: along one dimension D of the tensor (key_blocks: the
+// outermost whose slab, the elements of one index of D, is at most the
+// granule g bytes), indices fall in blocks of b = max(1, floor(g / slab
+// bytes)), and block i has the key i mod K. Round r of every stream, of
+// every stage, carries exactly its elements of key r, its pieces split at
+// block boundaries (a box cut along one dimension stays one box). So a
+// forward's round r reads only what arrived in round r of the stage before
+// (lag 0), and any stream longer than K blocks along D spreads evenly over
+// the K rounds. A stream spans the rounds of the keys it holds; a box's keys
+// are the residues of a run of consecutive blocks (key_mask), the same for
+// every tensor of one shape. The statistics do not count keyed rounds yet
+// (round_schedule counts cuts by a stream's own bytes), and the staging
+// budget is not applied: keys are only for plans the budget cuts nowhere.
+struct KeyBlocks {
+  int dim = 0;        // D
+  int64_t block = 1;  // b
+};
+KeyBlocks key_blocks(std::span<const int64_t> shape, int64_t esize, int64_t granule);
+// Bit r set for each key r (r < K <= 32) a box of the tensor holds.
+uint32_t key_mask(const Box& region, KeyBlocks k, int64_t keys);
 
 // Without a staging budget: a stream's k-th segment (see split_rounds) is
 // its round k; messages sorted by (stage, round, peer, own).
