@@ -381,10 +381,10 @@ TEST(Staging, GoldenFileIsTheHandBuiltPlan) {
   if (const char* out = std::getenv("RESHARD_WRITE_STAGING_PLAN")) {
     const std::vector<uint8_t> bytes = encode_plan(plan);
     std::ofstream f(out, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    f.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   }
-  std::ifstream f(std::string(RESHARD_SOURCE_DIR) + "/tests/data/staging.rsplan",
-                  std::ios::binary);
+  std::ifstream f(std::string(RESHARD_SOURCE_DIR) + "/tests/data/staging.rsplan", std::ios::binary);
   const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
                                    std::istreambuf_iterator<char>());
   ASSERT_FALSE(bytes.empty());

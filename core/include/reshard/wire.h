@@ -42,10 +42,9 @@ inline constexpr uint64_t kPlanFeatureMxScales = 32;
 // from source entries, read in later stages. A reader without this bit would
 // take it for a reduction's scratch (filled with the identity, combined).
 inline constexpr uint64_t kPlanFeatureStaging = 64;
-inline constexpr uint64_t kPlanKnownFeatures = kPlanFeatureStages | kPlanFeatureScratch |
-                                               kPlanFeatureLateSummands | kPlanFeatureCasts |
-                                               kPlanFeatureBlockScales | kPlanFeatureMxScales |
-                                               kPlanFeatureStaging;
+inline constexpr uint64_t kPlanKnownFeatures =
+    kPlanFeatureStages | kPlanFeatureScratch | kPlanFeatureLateSummands | kPlanFeatureCasts |
+    kPlanFeatureBlockScales | kPlanFeatureMxScales | kPlanFeatureStaging;
 
 // Authenticated plans: an HMAC-SHA-256 (OpenSSL's libcrypto) of the plan
 // bytes under a key the caller supplies, carried in a trailer of
