@@ -11,37 +11,9 @@ import (
 // (tests/core/scratch_plans.h through tests/fuzz/make_plan_seeds): the
 // reader accepts the scratch bit and reads the columns and statistics.
 func TestPlanWithScratchIsRead(t *testing.T) {
-	b, err := os.ReadFile("../../../tests/data/scratch_tree.rsplan")
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := reshard.ViewPlan(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.RequiredFeatures()&reshard.PlanFeatureScratch == 0 {
-		t.Fatalf("required_features %d", v.RequiredFeatures())
-	}
-	scratch := 0
-	for _, p := range v.Parts() {
-		scratch += p.NumScratch()
-	}
 	// Two holder hosts, each leader holding both halves.
-	if scratch != 4 {
-		t.Fatalf("%d scratch buffers", scratch)
-	}
-	plan, err := reshard.PlanFromBytes(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := readScratchPlan(t, "scratch_tree.rsplan", reshard.PlanFeatureScratch, 4, 8*6*4)
 	defer plan.Close()
-	stats, err := plan.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stats.MaxScratchBytes != 8*6*4 {
-		t.Fatalf("max scratch bytes %d", stats.MaxScratchBytes)
-	}
 	// Through the C ABI (1.6): each part's scratch, and every piece naming
 	// one falls inside a scratch of its tensor on its device.
 	total := 0
@@ -108,7 +80,16 @@ func TestPlanWithScratchIsRead(t *testing.T) {
 // reader knows bit 64 and reads the staging buffers through the same
 // scratch columns: three of 2 x 4 f32 (devices 0, 1 and 3).
 func TestPlanWithStagingIsRead(t *testing.T) {
-	b, err := os.ReadFile("../../../tests/data/staging.rsplan")
+	plan := readScratchPlan(t, "staging.rsplan", reshard.PlanFeatureStaging, 3, 2*4*4)
+	defer plan.Close()
+}
+
+// readScratchPlan reads tests/data/NAME with the view and the library: the
+// view sees the feature bit and the scratch buffers (scratch of them in
+// all), the library's statistics the most scratch bytes one device holds.
+func readScratchPlan(t *testing.T, name string, bit uint64, scratch int, maxBytes int64) *reshard.Plan {
+	t.Helper()
+	b, err := os.ReadFile("../../../tests/data/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,26 +97,28 @@ func TestPlanWithStagingIsRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.RequiredFeatures()&reshard.PlanFeatureStaging == 0 {
+	if v.RequiredFeatures()&bit == 0 {
 		t.Fatalf("required_features %d", v.RequiredFeatures())
 	}
-	scratch := 0
+	n := 0
 	for _, p := range v.Parts() {
-		scratch += p.NumScratch()
+		n += p.NumScratch()
 	}
-	if scratch != 3 {
-		t.Fatalf("%d staging buffers", scratch)
+	if n != scratch {
+		t.Fatalf("%d scratch buffers, want %d", n, scratch)
 	}
 	plan, err := reshard.PlanFromBytes(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer plan.Close()
 	stats, err := plan.Stats()
 	if err != nil {
+		plan.Close()
 		t.Fatal(err)
 	}
-	if stats.MaxScratchBytes != 2*4*4 {
-		t.Fatalf("max scratch bytes %d", stats.MaxScratchBytes)
+	if stats.MaxScratchBytes != maxBytes {
+		plan.Close()
+		t.Fatalf("max scratch bytes %d, want %d", stats.MaxScratchBytes, maxBytes)
 	}
+	return plan
 }
