@@ -4,6 +4,8 @@
 // does not emit scratch yet).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <map>
 #include <string>
@@ -12,7 +14,9 @@
 
 #include "plan/plan_builder.h"
 #include "plan/scratch_layout.h"
+#include "reshard/error.h"
 #include "reshard/plan.h"
+#include "reshard/wire.h"
 
 namespace reshard::scratch_plans {
 
@@ -329,6 +333,28 @@ inline Plan staging_plan(const StagingCase& c) {
   stats.max_scratch_bytes =
       planning::most_scratch(planning::scratch_lives(plan.parts(), plan.tensors()));
   return plan;
+}
+
+// What decode_plan says of `bytes` (empty where it decodes), its code in `code`.
+inline std::string decode_error(const std::vector<uint8_t>& bytes, ErrorCode* code) {
+  try {
+    (void)decode_plan(bytes);
+  } catch (const Error& e) {
+    *code = e.code();
+    return e.what();
+  }
+  *code = ErrorCode::kOk;
+  return "";
+}
+
+// kCorrupt, naming every one of `fields`.
+inline void expect_corrupt(const std::vector<uint8_t>& bytes,
+                           std::initializer_list<std::string> fields) {
+  ErrorCode code = ErrorCode::kOk;
+  const std::string what = decode_error(bytes, &code);
+  EXPECT_EQ(code, ErrorCode::kCorrupt) << what;
+  for (const std::string& f : fields)
+    EXPECT_NE(what.find(f), std::string::npos) << f << " in: " << what;
 }
 
 }  // namespace reshard::scratch_plans

@@ -195,26 +195,6 @@ TEST(Staging, CrossHostBytesPerDeviceHalve) {
   EXPECT_EQ(inside_stage1, 2 * 32);  // device 0 -> 1 and device 3 -> 2
 }
 
-std::string decode_error(const std::vector<uint8_t>& bytes, ErrorCode* code) {
-  try {
-    (void)decode_plan(bytes);
-  } catch (const Error& e) {
-    *code = e.code();
-    return e.what();
-  }
-  *code = ErrorCode::kOk;
-  return "";
-}
-
-// kCorrupt, naming every one of `fields`.
-void expect_corrupt(const std::vector<uint8_t>& bytes, std::initializer_list<std::string> fields) {
-  ErrorCode code = ErrorCode::kOk;
-  const std::string what = decode_error(bytes, &code);
-  EXPECT_EQ(code, ErrorCode::kCorrupt) << what;
-  for (const std::string& f : fields)
-    EXPECT_NE(what.find(f), std::string::npos) << f << " in: " << what;
-}
-
 // A staging plan whose parts are rebuilt from edited pieces (the encoder
 // writes what it is given; the decoder judges).
 struct Edited {

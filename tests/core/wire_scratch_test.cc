@@ -29,26 +29,6 @@ Plan scratch_plan(bool host_process = false) {
   return tree_plan(c);
 }
 
-std::string decode_error(const std::vector<uint8_t>& bytes, ErrorCode* code) {
-  try {
-    (void)decode_plan(bytes);
-  } catch (const Error& e) {
-    *code = e.code();
-    return e.what();
-  }
-  *code = ErrorCode::kOk;
-  return "";
-}
-
-// kCorrupt, naming every one of `fields`.
-void expect_corrupt(const std::vector<uint8_t>& bytes, std::initializer_list<std::string> fields) {
-  ErrorCode code = ErrorCode::kOk;
-  const std::string what = decode_error(bytes, &code);
-  EXPECT_EQ(code, ErrorCode::kCorrupt) << what;
-  for (const std::string& f : fields)
-    EXPECT_NE(what.find(f), std::string::npos) << f << " in: " << what;
-}
-
 TEST(WireScratch, RoundTripIsExactAndExecutes) {
   for (bool host_process : {false, true}) {
     const Plan plan = scratch_plan(host_process);
