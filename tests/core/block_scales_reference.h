@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "reshard/box.h"
 #include "reshard/cast.h"
 #include "reshard/dtype.h"
 #include "reshard/numeric.h"
@@ -109,6 +111,19 @@ inline MxReference quantise_mx(const std::vector<uint32_t>& x, DType from, DType
       }
     }
   return r;
+}
+
+// Copies box `b` of a rank-2 row-major array (elements of `size` bytes).
+inline std::vector<std::byte> cut(const std::vector<uint32_t>& x, int64_t cols, const Box& b,
+                                  int64_t size) {
+  std::vector<std::byte> out;
+  for (int64_t i = b.lo[0]; i < b.hi[0]; ++i)
+    for (int64_t j = b.lo[1]; j < b.hi[1]; ++j) {
+      const uint32_t v = x[static_cast<size_t>(i * cols + j)];
+      const auto* p = reinterpret_cast<const std::byte*>(&v);
+      out.insert(out.end(), p, p + size);
+    }
+  return out;
 }
 
 }  // namespace reshard::testing

@@ -31,6 +31,7 @@
 namespace reshard {
 namespace {
 
+using testing::cut;
 using testing::quantise;
 using testing::Reference;
 using testing::to_f32;
@@ -55,19 +56,6 @@ std::vector<uint32_t> special_values(DType d, int64_t rows, int64_t cols, int64_
       x[static_cast<size_t>(i * cols + j)] = cast_bits(DType::kF32, d, numeric::f32_bits(v));
     }
   return x;
-}
-
-// Copies box `b` of a rank-2 row-major array (elements of `size` bytes).
-std::vector<std::byte> cut(const std::vector<uint32_t>& x, int64_t cols, const Box& b,
-                           int64_t size) {
-  std::vector<std::byte> out;
-  for (int64_t i = b.lo[0]; i < b.hi[0]; ++i)
-    for (int64_t j = b.lo[1]; j < b.hi[1]; ++j) {
-      const uint32_t v = x[static_cast<size_t>(i * cols + j)];
-      const auto* p = reinterpret_cast<const std::byte*>(&v);
-      out.insert(out.end(), p, p + size);
-    }
-  return out;
 }
 
 std::string spec_with(const std::string& dtype, const std::string& dst, int64_t rows,

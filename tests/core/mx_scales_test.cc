@@ -32,6 +32,7 @@
 namespace reshard {
 namespace {
 
+using testing::cut;
 using testing::MxReference;
 using testing::quantise_mx;
 
@@ -173,19 +174,6 @@ TEST(MxScales, EveryPatternMatchesTheReference) {
     ASSERT_EQ(got.scales, want.scales);
     ASSERT_EQ(got.q, want.q);
   }
-}
-
-// Copies box `b` of a rank-2 row-major array (elements of `size` bytes).
-std::vector<std::byte> cut(const std::vector<uint32_t>& x, int64_t cols, const Box& b,
-                           int64_t size) {
-  std::vector<std::byte> out;
-  for (int64_t i = b.lo[0]; i < b.hi[0]; ++i)
-    for (int64_t j = b.lo[1]; j < b.hi[1]; ++j) {
-      const uint32_t v = x[static_cast<size_t>(i * cols + j)];
-      const auto* p = reinterpret_cast<const std::byte*>(&v);
-      out.insert(out.end(), p, p + size);
-    }
-  return out;
 }
 
 // A random rank-2 input with e8m0 scales: the source cut along the rows
