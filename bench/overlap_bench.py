@@ -43,7 +43,6 @@ memory: messages are copies by the CPU, which binds there.
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -54,6 +53,9 @@ from spec_tools import processes
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INSIDE = "RESHARD_OVERLAP_BENCH_NETNS"  # set once in the private namespace
 SUBNET = "10.77.0"
+# For the simulator's topology of the emulated hosts: assumed, not measured.
+ALPHA = 50e-6  # per message: TCP through a veth and a bridge, and MPI
+SHM_BYTES_PER_SECOND = 2e9  # inside a host: Open MPI's shared memory
 
 # (name shown, spec, factor on every tensor's first dimension, staging budget)
 CASES = [
@@ -222,13 +224,25 @@ def bench_case(args, hosts_env, env, workdir, case):
     # sends or receives) at the link's rate (TCP/IP headers not counted).
     nic = max(plan["max_host_send_bytes"], plan["max_host_recv_bytes"])
     nic_cell = ms(nic / rate_bytes(args.link)) if args.link else "—"
+    sim_cell = "—"
+    if args.link:
+        # The simulator's prediction for the same plan (the spec's costs)
+        # on these links; α and the shared-memory bandwidth are assumed.
+        topo = os.path.join(workdir, "links.json")
+        json.dump({"name": f"emulated hosts, one {args.link} NIC each",
+                   "alpha_seconds": ALPHA, "intra_host_bytes_per_second": SHM_BYTES_PER_SECOND,
+                   "nic_bytes_per_second": rate_bytes(args.link), "nics_per_host": 1},
+                  open(topo, "w"))
+        sim = run_json([args.reshard, "simulate", "--spec", path, "--topology", topo,
+                        "--plan-costs", "spec", "--format", "json", "--budget", budget], env)
+        sim_cell = ms(sim["predicted_seconds"])
     return [name, f"{np_} ({len(set(host_of_process(doc).values()))})",
             f"{plan['network_bytes'] / 2**20:.1f}", f"{stages} / {rounds}", budget,
             spread(t["overlap"], ms), spread(t["sequential"], ms),
             " + ".join(ms(statistics.median(s)) for s in stage_t),
             spread([t["overlap"][r] / slowest[r] for r in range(args.repeat)], lambda x: f"{x:.2f}"),
             spread([t["overlap"][r] / t["sequential"][r] for r in range(args.repeat)],
-                   lambda x: f"{x:.2f}"), nic_cell,
+                   lambda x: f"{x:.2f}"), nic_cell, sim_cell,
             f"{statistics.median(overlapped):.0f}"]
 
 
@@ -255,8 +269,8 @@ def main():
     with tempfile.TemporaryDirectory() as workdir:
         hosts_env = None
         if args.link:
-            n_hosts = max(len(set(host_of_process(resized(json.load(open(os.path.join(ROOT, c[1]))),
-                                                          1)).values())) for c in cases)
+            n_hosts = max(len(set(host_of_process(json.load(open(os.path.join(ROOT, c[1])))).values()))
+                          for c in cases)
             hosts_env = EmulatedHosts(n_hosts, args.link, workdir)
         try:
             for case in cases:
@@ -264,15 +278,24 @@ def main():
         finally:
             if hosts_env:
                 hosts_env.close()
-    where = (f"emulated hosts, one NIC each shaped to {args.link} per direction (tc tbf), "
-             "shared memory inside a host" if args.link else
-             "every rank on this machine's shared memory (no link limit: the CPU binds)")
+    if args.link:
+        where = (f"emulated hosts, one NIC each shaped to {args.link} per direction (tc tbf), "
+                 "shared memory inside a host; simulated: `reshard simulate` of the same plan on "
+                 f"these links, α {ALPHA * 1e6:.0f} µs and {SHM_BYTES_PER_SECOND / 1e9:.0f} GB/s "
+                 "inside a host assumed")
+    else:
+        where = "every rank on this machine's shared memory (no link limit: the CPU binds)"
+        rows = [r[:-3] + r[-1:] for r in rows]  # no link: no NIC floor, no simulation
     print(f"{where}; {args.repeat} interleaved runs x {args.iters} executions, medians "
           "[min–max over runs]; every run verified element by element\n")
-    print("| case | ranks (hosts) | network MiB | stages / rounds | budget | overlap (ms) "
-          "| sequential (ms) | stages alone (ms) | overlap / slowest stage | overlap / sum of stages "
-          "| busiest NIC at the link rate (ms) | overlapped stage batches |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    head = ["case", "ranks (hosts)", "network MiB", "stages / rounds", "budget", "overlap (ms)",
+            "sequential (ms)", "stages alone (ms)", "overlap / slowest stage",
+            "overlap / sum of stages", "busiest NIC at the link rate (ms)", "simulated (ms)",
+            "overlapped stage batches"]
+    if not args.link:
+        head = head[:-3] + head[-1:]
+    print("| " + " | ".join(head) + " |")
+    print("| --- " + "| ---: " * (len(head) - 1) + "|")
     for r in rows:
         print("| " + " | ".join(str(c) for c in r) + " |")
 
