@@ -41,8 +41,10 @@ memory: messages are copies by the CPU, which binds there.
                                    [--reshard build/dev/tools/reshard]
 """
 import argparse
+import ctypes
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -114,7 +116,8 @@ class EmulatedHosts:
         self.pids = []
         for h in range(n_hosts):
             # A process holds the host's namespace open while the runs last.
-            p = subprocess.Popen(["unshare", "--net", "sleep", "infinity"])
+            p = subprocess.Popen(["unshare", "--net", "sleep", "infinity"],
+                                 preexec_fn=die_with_parent)
             self.sleepers.append(p)
             self.pids.append(p.pid)
         for h, pid in enumerate(self.pids):
@@ -161,6 +164,12 @@ class EmulatedHosts:
         for p in self.sleepers:
             p.kill()
             p.wait()
+
+
+def die_with_parent():
+    """In a child before exec: SIGKILL when this script dies, however it dies
+    (prctl PR_SET_PDEATHSIG), so that no host's namespace outlives it."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def sh(argv):
