@@ -440,7 +440,7 @@ TABLES = {
     "engine_cache": (t_engine_cache, "bench_engine_cache over MPI, 2 ranks", "< 1 min"),
     "overlap": (t_overlap, "bench/overlap_bench.py --link 100mbit: stage overlap over MPI on "
                 "emulated hosts (root)", "5-7 min"),
-    "overlap_shm": (t_overlap_shm, "bench/overlap_bench.py: the same on shared memory", "1-2 min"),
+    "overlap_shm": (t_overlap_shm, "bench/overlap_bench.py: the same on shared memory", "2-4 min"),
     "scalapack": (t_scalapack, "bench_scalapack over MPI, 4 ranks", "< 1 min"),
     "scalapack_contention": (t_scalapack_contention,
                              "bench/scalapack/contention.py: idle and beside 2 spinning processes, "
