@@ -368,6 +368,26 @@ def t_engine_cache(ctx):
     return ("mpirun -np 2 " + ctx.show(exe) + " --iters 200 --csv"), body
 
 
+def t_overlap(ctx, link="100mbit"):
+    """bench/overlap_bench.py: a staged plan with its stages overlapped,
+    one after another, and each alone; on emulated hosts whose NICs are
+    shaped to `link` (root: network namespaces), or on this machine's
+    shared memory (link None)."""
+    if link and os.geteuid() != 0:
+        sys.exit("overlap: the emulated hosts need root (network namespaces, tc)")
+    flags = (["--link", link] if link else []) + ["--repeat", "5", "--iters", "3"]
+    text = run(ctx, [sys.executable, "bench/overlap_bench.py", "--reshard", ctx.reshard, *flags],
+               timeout=3600)
+    shown = ctx.show(ctx.reshard)
+    cmd = shlex.join(["python3", "bench/overlap_bench.py", *flags]
+                     + ([] if shown == "build/dev/tools/reshard" else ["--reshard", shown]))
+    return cmd, text.strip()
+
+
+def t_overlap_shm(ctx):
+    return t_overlap(ctx, None)
+
+
 def t_scalapack(ctx):
     exe = ctx.bin("bench/scalapack/bench_scalapack")
     argv = mpirun(4) + [exe, "--n", "4000", "--iters", "10"]
@@ -418,6 +438,9 @@ TABLES = {
     "simulate": (t_simulate, "reshard simulate on bench/specs, H100 topology", "2 min"),
     "exec": (t_exec, "bench_exec: host executor against memcpy", "< 1 min"),
     "engine_cache": (t_engine_cache, "bench_engine_cache over MPI, 2 ranks", "< 1 min"),
+    "overlap": (t_overlap, "bench/overlap_bench.py --link 100mbit: stage overlap over MPI on "
+                "emulated hosts (root)", "5-7 min"),
+    "overlap_shm": (t_overlap_shm, "bench/overlap_bench.py: the same on shared memory", "2-4 min"),
     "scalapack": (t_scalapack, "bench_scalapack over MPI, 4 ranks", "< 1 min"),
     "scalapack_contention": (t_scalapack_contention,
                              "bench/scalapack/contention.py: idle and beside 2 spinning processes, "
@@ -430,7 +453,7 @@ TABLES = {
 
 # Tables regenerated only when named (--only) or with --all: too costly for
 # a routine run on 2 cores.
-ON_REQUEST = {"weight_sync_405b", "scalapack_contention", "plan_fleet"}
+ON_REQUEST = {"weight_sync_405b", "scalapack_contention", "plan_fleet", "overlap"}
 
 
 # --------------------------------------------------------------- the page
