@@ -146,17 +146,18 @@ def case_examples():
         with open(path) as f:
             texts.append(f.read())
         docs.append(json.loads(texts[-1]))
-    t0 = time.monotonic()
+    t0 = time.process_time()
     for path, doc in zip(files, docs):
         errors = schema_errors(doc)
         check(not errors, f"{path} does not validate: " +
               "; ".join(f"{list(e.absolute_path)}: {e.message}" for e in errors[:3]))
-    seconds = time.monotonic() - t0
+    # CPU seconds, not wall time: a loaded machine must not fail the test.
+    seconds = time.process_time() - t0
     # The fleet-scale examples list 1024 devices per mesh: still seconds.
-    check(seconds < 10, f"validating {len(files)} specs took {seconds:.1f} s")
+    check(seconds < 10, f"validating {len(files)} specs took {seconds:.1f} s of CPU")
     for path, r in zip(files, parse(texts)):
         check(r["code"] == "ok", f"{path}: the parser rejects it: {r.get('message')}")
-    print(f"{len(files)} spec files validate in {seconds:.2f} s and parse")
+    print(f"{len(files)} spec files validate in {seconds:.2f} s of CPU and parse")
 
 
 def case_good_cases():
