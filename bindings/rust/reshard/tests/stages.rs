@@ -339,10 +339,7 @@ fn plan_with_mx_scales_is_read() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../tests/data/mx_scales.rsplan");
     let bytes = std::fs::read(path).unwrap();
     let view = PlanView::new(&bytes).unwrap();
-    assert_eq!(
-        view.required_features(),
-        PLAN_FEATURE_CASTS | PLAN_FEATURE_BLOCK_SCALES | PLAN_FEATURE_MX_SCALES
-    );
+    assert_eq!(view.required_features(), PLAN_FEATURE_CASTS | PLAN_FEATURE_BLOCK_SCALES | PLAN_FEATURE_MX_SCALES);
     let plan = Plan::from_bytes(&bytes).unwrap();
     let infos = plan.tensors();
     let mut scaled = 0;
