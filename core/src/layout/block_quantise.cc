@@ -366,17 +366,23 @@ struct ShardBlocks {
     }
     const int64_t bl = block[static_cast<size_t>(last)];
     while (n > 0) {
-      int64_t b = 0;
+      // The row's first scale, then the blocks of the row left to right.
+      int64_t base = 0;
       for (int d = 0; d < last; ++d)
-        b = b * blocks.extent(d) +
-            ((box.lo[d] + idx[d]) / block[static_cast<size_t>(d)] - blocks.lo[d]);
-      const int64_t col = box.lo[last] + idx[last];
-      b = b * blocks.extent(last) + (col / bl - blocks.lo[last]);
-      const int64_t seg = std::min({n, box.extent(last) - idx[last], bl - col % bl});
-      f(offset, seg, b);
-      offset += seg;
-      n -= seg;
-      idx[last] += seg;
+        base = base * blocks.extent(d) +
+               ((box.lo[d] + idx[d]) / block[static_cast<size_t>(d)] - blocks.lo[d]);
+      base = base * blocks.extent(last) - blocks.lo[last];
+      const int64_t row = std::min(n, box.extent(last) - idx[last]);
+      const int64_t end = box.lo[last] + idx[last] + row;
+      int64_t col = box.lo[last] + idx[last];
+      for (int64_t j = col / bl; col < end; ++j) {
+        const int64_t seg = std::min(end, (j + 1) * bl) - col;
+        f(offset, seg, base + j);
+        offset += seg;
+        col += seg;
+      }
+      n -= row;
+      idx[last] += row;
       for (int d = last; d > 0 && idx[d] == box.extent(d); --d) {
         idx[d] = 0;
         ++idx[d - 1];
