@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -432,6 +434,67 @@ TEST(MxScales, PlanFormatBit) {
                                  kPlanFeatureMxScales);
   root->mutable_tensors()->GetMutableObject(1)->mutate_dtype(fb::DType::E8M0);
   corrupt(q, "tensors[0].scale_block[0]: e8m0 (MXFP8) scales need the block [1, ..., 1, 32]");
+}
+
+// The spec of tests/data/mx_scales.rsplan (tests/data/README.md): two
+// processes of two devices; w (bf16 -> f8e4m3, 100 columns: a short edge
+// block) into column shards that cut a block, v (f16 -> f8e5m2, rank 3)
+// (source shards of dim 2, whole blocks) into shards of dim 0.
+constexpr const char* kGoldenMxSpec = R"({
+  "meshes": {"a": {"axis_names": ["x"], "shape": [2], "devices": [0, 1], "processes": [0, 1]},
+             "b": {"axis_names": ["y"], "shape": [2], "devices": [2, 3], "processes": [0, 1]}},
+  "tensors": [
+    {"name": "w", "shape": [16, 100], "dtype": "bf16", "src": {"mesh": "a", "spec": ["x", null]},
+     "dst": {"mesh": "b", "spec": [null, "y"], "dtype": "f8e4m3",
+             "scales": {"name": "w.scale", "block": [1, 32], "dtype": "e8m0"}}},
+    {"name": "v", "shape": [4, 3, 64], "dtype": "f16", "src": {"mesh": "a", "spec": [null, null, "x"]},
+     "dst": {"mesh": "b", "spec": ["y", null, null], "dtype": "f8e5m2",
+             "scales": {"name": "v.scale", "block": [1, 1, 32], "dtype": "e8m0"}}}]})";
+
+// tests/data/mx_scales.rsplan (read by the Go and Rust binding tests)
+// decodes with the MXFP8 bit, holds the spec's tensors (the e8m0 scale
+// tensors and their derived layouts) and executes bit for bit against the
+// oracle. RESHARD_WRITE_MX_PLAN=PATH writes the plan there first (to
+// regenerate the file).
+TEST(MxScales, GoldenFileHoldsTheSpecsScaleTensors) {
+  const Spec spec = parse_spec(kGoldenMxSpec);
+  if (const char* out = std::getenv("RESHARD_WRITE_MX_PLAN")) {
+    const std::vector<uint8_t> bytes = encode_plan(make_plan(spec.input));
+    std::ofstream f(out, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  }
+  std::ifstream f(std::string(RESHARD_SOURCE_DIR) + "/tests/data/mx_scales.rsplan",
+                  std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
+                                   std::istreambuf_iterator<char>());
+  ASSERT_FALSE(bytes.empty());
+  EXPECT_EQ(fb::GetPlan(bytes.data())->required_features(),
+            kPlanFeatureCasts | kPlanFeatureBlockScales | kPlanFeatureMxScales);
+  const Plan plan = decode_plan(bytes);
+  // The plan's tensors are the spec's (what the planner chooses is not).
+  const std::vector<TensorSpec> want = make_plan(spec.input).tensors();
+  ASSERT_EQ(plan.tensors().size(), 4u);
+  for (size_t t = 0; t < 4; ++t) {
+    const TensorSpec& a = plan.tensors()[t];
+    SCOPED_TRACE(a.name);
+    EXPECT_EQ(a.name, want[t].name);
+    EXPECT_EQ(a.shape, want[t].shape);
+    EXPECT_EQ(a.dtype, want[t].dtype);
+    EXPECT_EQ(a.dst_dtype, want[t].dst_dtype);
+    EXPECT_EQ(a.scale_tensor, want[t].scale_tensor);
+    EXPECT_EQ(a.scale_block, want[t].scale_block);
+    EXPECT_TRUE(a.src == want[t].src);
+    EXPECT_TRUE(a.dst == want[t].dst);
+  }
+  EXPECT_EQ(plan.tensors()[2].name, "w.scale");
+  EXPECT_EQ(plan.tensors()[2].dtype, DType::kE8M0);
+  EXPECT_EQ(plan.tensors()[2].shape, (std::vector<int64_t>{16, 4}));
+  EXPECT_EQ(plan.tensors()[3].shape, (std::vector<int64_t>{4, 3, 2}));
+  OracleBuffers buf = fill_sources(plan);
+  execute_host(plan, buf.views());
+  const OracleReport report = check_destinations(plan, buf);
+  EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
 }
 
 }  // namespace

@@ -420,3 +420,70 @@ func planAndView(t *testing.T, spec []byte) (*reshard.Plan, *reshard.PlanView) {
 	t.Cleanup(func() { plan.Close() })
 	return plan, must(reshard.ViewPlan(must(plan.Bytes())(t)))(t)
 }
+
+// MXFP8 scales (tests/data/mx_scales.rsplan, written by the C++ test
+// MxScales.GoldenFileHoldsTheSpecsScaleTensors): the reader knows bit 32,
+// and each scaled tensor's scale tensor is e8m0 (no cast), of shape
+// ceil(shape / [1, ..., 1, 32]), with one entry per entry of the scaled
+// tensor on each side, on the same device, holding the blocks its box
+// touches: the box with its last dim in units of 32, rounded outwards.
+func TestPlanWithMxScalesIsRead(t *testing.T) {
+	b, err := os.ReadFile("../../../tests/data/mx_scales.rsplan")
+	ok(t, err)
+	v := must(reshard.ViewPlan(b))(t)
+	want := reshard.PlanFeatureCasts | reshard.PlanFeatureBlockScales | reshard.PlanFeatureMxScales
+	if v.RequiredFeatures() != want {
+		t.Fatalf("required_features %d, want %d", v.RequiredFeatures(), want)
+	}
+	plan := must(reshard.PlanFromBytes(b))(t)
+	defer plan.Close()
+	scaled := 0
+	for i := 0; i < v.NumTensors(); i++ {
+		tv, _ := v.Tensor(i)
+		s, has := tv.ScaleTensor()
+		if !has {
+			continue
+		}
+		scaled++
+		st, _ := v.Tensor(s)
+		info := must(plan.Tensor(s))(t)
+		if st.DType() != reshard.E8M0 || st.DstDType() != reshard.E8M0 || info.DType != reshard.E8M0 || info.DstDType != reshard.E8M0 {
+			t.Fatalf("%s: scale tensor %s of dtype %v -> %v (C ABI %v -> %v), want e8m0", tv.Name(), st.Name(), st.DType(), st.DstDType(), info.DType, info.DstDType)
+		}
+		block := tv.ScaleBlock()
+		rank := len(tv.Shape())
+		if len(block) != rank || block[rank-1] != 32 {
+			t.Fatalf("%s: block %v", tv.Name(), block)
+		}
+		for d, n := range tv.Shape() {
+			if d < rank-1 && block[d] != 1 {
+				t.Fatalf("%s: block %v", tv.Name(), block)
+			}
+			if st.Shape()[d] != (n+block[d]-1)/block[d] {
+				t.Fatalf("%s: scale shape %v for shape %v", tv.Name(), st.Shape(), tv.Shape())
+			}
+		}
+		for _, side := range []reshard.Side{reshard.Src, reshard.Dst} {
+			values := must(plan.Entries(i, side))(t)
+			scales := must(plan.Entries(s, side))(t)
+			if len(values) != len(scales) {
+				t.Fatalf("%s side %d: %d entries, scales %d", tv.Name(), side, len(values), len(scales))
+			}
+			for e, x := range values {
+				y := scales[e]
+				if y.Device != x.Device {
+					t.Fatalf("%s side %d entry %d: scales on device %d, values on %d", tv.Name(), side, e, y.Device, x.Device)
+				}
+				for d := range x.Lo {
+					lo, hi := x.Lo[d]/block[d], (x.Hi[d]+block[d]-1)/block[d]
+					if y.Lo[d] != lo || y.Hi[d] != hi {
+						t.Fatalf("%s side %d entry %d: scale box %v-%v for values %v-%v", tv.Name(), side, e, y.Lo, y.Hi, x.Lo, x.Hi)
+					}
+				}
+			}
+		}
+	}
+	if scaled != 2 {
+		t.Fatalf("%d scaled tensors, want 2", scaled)
+	}
+}

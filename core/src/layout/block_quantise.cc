@@ -24,10 +24,15 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <type_traits>
 #include <vector>
 
+#include "layout/quantise_copy.h"
 #include "reshard/block_scales.h"
+#include "reshard/box_copy.h"
 #include "reshard/cast.h"
+#include "reshard/error.h"
 #include "reshard/numeric.h"
 
 namespace reshard {
@@ -97,6 +102,23 @@ inline uint32_t round_to_grid(float y, uint32_t& bad) {
   // normal where a >= kNormalMin, else sub, without a branch.
   const uint32_t is_normal = 0u - static_cast<uint32_t>(a >= G::kNormalMin);
   return (normal & is_normal) | (sub & ~is_normal) | (u & 0x80000000u);
+}
+
+// The fp8 bits of `g`, an f32 on the grid of `To` (round_to_grid's result
+// for a finite magnitude up to the largest): normals rebias the exponent
+// and keep the top mantissa bits, subnormals are g / (least subnormal)
+// (exact); the sign is kept (so -0 stays -0).
+template <DType To>
+inline uint8_t grid_to_bits(uint32_t g) {
+  using G = Grid<To>;
+  constexpr int kMantissa = 23 - G::kShift;                  // 3, 2
+  constexpr uint32_t kBias = To == DType::kF8E4M3 ? 7 : 15;  // the fp8's
+  constexpr float kPerSubnormal = To == DType::kF8E4M3 ? 0x1p9f : 0x1p16f;
+  const uint32_t a = g & 0x7fffffffu;
+  const uint32_t normal = (a >> G::kShift) - ((127u - kBias) << kMantissa);
+  const auto sub = static_cast<uint32_t>(numeric::f32_from_bits(a) * kPerSubnormal);
+  const uint32_t is_normal = 0u - static_cast<uint32_t>(a >= G::kNormalMin);
+  return static_cast<uint8_t>((normal & is_normal) | (sub & ~is_normal) | ((g >> 24) & 0x80u));
 }
 
 // q widened back to `from`, by the casts of reshard/cast.h.
@@ -171,13 +193,13 @@ struct Walk {
   }
 };
 
+// The f32 scale of each block of the part: the amax of its finite
+// elements (as magnitude bits, kept in its scale's place), then its scale.
 template <DType From, DType To>
-void quantise_typed(const Walk& w, const void* src, float* scales, void* out) {
+void scales_typed(const Walk& w, const void* src, float* scales) {
   using S = Source<From>;
   using T = typename S::T;
   const T* in = static_cast<const T*>(src);
-  T* o = static_cast<T*>(out);
-  // The amax of each block, as magnitude bits, kept in its scale's place.
   w.part_blocks([&](int64_t b) { std::memset(&scales[b], 0, sizeof(float)); });
   w.runs([&](int64_t off, int64_t n, int64_t b) {
     const T* x = in + off;
@@ -200,6 +222,15 @@ void quantise_typed(const Walk& w, const void* src, float* scales, void* out) {
     std::memcpy(&bits, &scales[b], 4);
     scales[b] = block_scale(S::to_f32(static_cast<T>(bits)), To);
   });
+}
+
+template <DType From, DType To>
+void quantise_typed(const Walk& w, const void* src, float* scales, void* out) {
+  using S = Source<From>;
+  using T = typename S::T;
+  const T* in = static_cast<const T*>(src);
+  T* o = static_cast<T*>(out);
+  scales_typed<From, To>(w, src, scales);
   w.runs([&](int64_t off, int64_t n, int64_t b) {
     const T* x = in + off;
     T* y = o + off;
@@ -225,6 +256,18 @@ inline uint8_t mx_bits_from_magnitude(uint32_t a) {
   return static_cast<uint8_t>(std::max(e, -127) + 127);
 }
 
+// The E8M0 bits of one MXFP8 block (a run of n elements): the integer
+// amax over all magnitude bits (a NaN's or infinity's are the largest).
+template <DType From, DType To>
+inline uint8_t mx_run_bits(const typename Source<From>::T* x, int64_t n) {
+  using S = Source<From>;
+  using T = typename S::T;
+  T m = 0;
+  for (int64_t k = 0; k < n; ++k) m = std::max(m, static_cast<T>(x[k] & S::kAbs));
+  return mx_bits_from_magnitude<To>(
+      numeric::f32_bits(m >= S::kInf ? std::numeric_limits<float>::infinity() : S::to_f32(m)));
+}
+
 template <DType From, DType To>
 void quantise_mx_typed(const Walk& w, const void* src, uint8_t* scales, void* out) {
   using S = Source<From>;
@@ -239,10 +282,7 @@ void quantise_mx_typed(const Walk& w, const void* src, uint8_t* scales, void* ou
   w.runs([&](int64_t off, int64_t n, int64_t b) {
     const T* x = in + off;
     T* y = o + off;
-    T m = 0;
-    for (int64_t k = 0; k < n; ++k) m = std::max(m, static_cast<T>(x[k] & S::kAbs));
-    const uint8_t bits = mx_bits_from_magnitude<To>(
-        numeric::f32_bits(m >= S::kInf ? std::numeric_limits<float>::infinity() : S::to_f32(m)));
+    const uint8_t bits = mx_run_bits<From, To>(x, n);
     scales[b] = bits;
     if (bits == 255) {
       std::fill(y, y + n, nan);
@@ -292,6 +332,133 @@ void quantise_from(const Walk& w, DType to, const void* src, float* scales, void
     quantise_typed<From, DType::kF8E4M3>(w, src, scales, out);
   } else {
     quantise_typed<From, DType::kF8E5M2>(w, src, scales, out);
+  }
+}
+
+// The E8M0 bits of each block of the part (MXFP8: a block is one run).
+template <DType From, DType To>
+void mx_scales_typed(const Walk& w, const void* src, uint8_t* scales) {
+  const auto* in = static_cast<const typename Source<From>::T*>(src);
+  w.runs(
+      [&](int64_t off, int64_t n, int64_t b) { scales[b] = mx_run_bits<From, To>(in + off, n); });
+}
+
+// A source shard's blocks, for quantising a span of it: the shard's box,
+// its scales' box (blocks_touched) and the block.
+struct ShardBlocks {
+  const Box& box;
+  const Box blocks;
+  std::span<const int64_t> block;
+
+  ShardBlocks(const Box& b, std::span<const int64_t> blk)
+      : box(b), blocks(blocks_touched(b, blk)), block(blk) {}
+
+  // Calls f(offset, n, scale_index) for elements [offset, offset + n) of
+  // the shard (row-major in `box`), cut where a row or a block ends.
+  template <typename F>
+  void segments(int64_t offset, int64_t n, F&& f) const {
+    const int last = box.rank - 1;
+    std::array<int64_t, kMaxRank> idx{};
+    int64_t r = offset;
+    for (int d = last; d >= 0; --d) {
+      idx[d] = r % box.extent(d);
+      r /= box.extent(d);
+    }
+    const int64_t bl = block[static_cast<size_t>(last)];
+    while (n > 0) {
+      // The row's first scale, then the blocks of the row left to right.
+      int64_t base = 0;
+      for (int d = 0; d < last; ++d)
+        base = base * blocks.extent(d) +
+               ((box.lo[d] + idx[d]) / block[static_cast<size_t>(d)] - blocks.lo[d]);
+      base = base * blocks.extent(last) - blocks.lo[last];
+      const int64_t row = std::min(n, box.extent(last) - idx[last]);
+      const int64_t end = box.lo[last] + idx[last] + row;
+      int64_t col = box.lo[last] + idx[last];
+      for (int64_t j = col / bl; col < end; ++j) {
+        const int64_t seg = std::min(end, (j + 1) * bl) - col;
+        f(offset, seg, base + j);
+        offset += seg;
+        col += seg;
+      }
+      n -= row;
+      idx[last] += row;
+      for (int d = last; d > 0 && idx[d] == box.extent(d); --d) {
+        idx[d] = 0;
+        ++idx[d - 1];
+      }
+    }
+  }
+};
+
+// Elements [offset, offset + n) of a shard quantised straight to fp8 at
+// `dst` (one byte each), with the scales the shard's first pass wrote:
+// f32 scales q = cast(x / s); e8m0, q = cast(clamp(x * 2^-e, -M, M)), or
+// every q NaN where the scale byte is 255. The same arithmetic as
+// quantise_typed and quantise_mx_typed, without widening back.
+template <DType From, DType To, bool kMx>
+void span_typed(const ShardBlocks& g, const void* scales, const void* src, int64_t offset,
+                int64_t n, uint8_t* dst) {
+  using S = Source<From>;
+  using T = typename S::T;
+  const T* in = static_cast<const T*>(src);
+  const float max = numeric::f32_from_bits(Grid<To>::kMax);
+  g.segments(offset, n, [&](int64_t off, int64_t len, int64_t b) {
+    const T* x = in + off;
+    uint8_t* y = dst + (off - offset);
+    uint32_t bad = 0;
+    if constexpr (kMx) {
+      const uint8_t bits = static_cast<const uint8_t*>(scales)[b];
+      if (bits == 255) {
+        // +qNaN of the source dtype cast: the NaN block's q.
+        const uint32_t nan = From == DType::kF32    ? 0x7fc00000u
+                             : From == DType::kBF16 ? 0x7fc0u
+                                                    : 0x7e00u;
+        std::fill(y, y + len, static_cast<uint8_t>(cast_bits(From, To, nan)));
+        return;
+      }
+      const float inv = numeric::f32_from_bits(static_cast<uint32_t>(254 - bits) << 23);
+      for (int64_t k = 0; k < len; ++k)
+        y[k] =
+            grid_to_bits<To>(round_to_grid<To>(std::clamp(S::to_f32(x[k]) * inv, -max, max), bad));
+    } else {
+      const float s = static_cast<const float*>(scales)[b];
+      for (int64_t k = 0; k < len; ++k)
+        y[k] = grid_to_bits<To>(round_to_grid<To>(S::to_f32(x[k]) / s, bad));
+      if (bad == 0) return;
+      for (int64_t k = 0; k < len; ++k) {
+        const float v = S::to_f32(x[k]);
+        if (!(std::fabs(v / s) <= max))
+          cast_detail::store_f32(To, v / s, reinterpret_cast<unsigned char*>(y + k));
+      }
+    }
+  });
+}
+
+// Calls fn(std::integral_constant<DType, From>{}, ...To...) for a scaled
+// tensor's source and destination dtypes (block_scales.h checks them).
+template <typename Fn>
+void dispatch_scaled(DType from, DType to, Fn&& fn) {
+  const auto with_to = [&](auto f) {
+    if (to == DType::kF8E4M3) {
+      fn(f, std::integral_constant<DType, DType::kF8E4M3>{});
+    } else if (to == DType::kF8E5M2) {
+      fn(f, std::integral_constant<DType, DType::kF8E5M2>{});
+    } else {
+      fail(ErrorCode::kUnsupported, "dtype",
+           "block scales need an f8e4m3 or f8e5m2 destination, not " + std::string(dtype_name(to)));
+    }
+  };
+  switch (from) {
+    case DType::kF32:
+      return with_to(std::integral_constant<DType, DType::kF32>{});
+    case DType::kBF16:
+      return with_to(std::integral_constant<DType, DType::kBF16>{});
+    case DType::kF16:
+      return with_to(std::integral_constant<DType, DType::kF16>{});
+    default:
+      fail(ErrorCode::kUnsupported, "dtype",
+           "block scales need an f32, bf16 or f16 source, not " + std::string(dtype_name(from)));
   }
 }
 
@@ -372,6 +539,56 @@ void quantise_part(const TensorSpec& value, DType scale_dtype, const Box& box, c
 void quantise_shard(const TensorSpec& value, DType scale_dtype, const Box& box, const void* src,
                     void* scales, void* out) {
   quantise_part(value, scale_dtype, box, box, src, scales, out);
+}
+
+}  // namespace reshard
+
+namespace reshard {
+
+void block_scales_part(const TensorSpec& value, DType scale_dtype, const Box& box, const Box& part,
+                       const void* src, void* scales) {
+  if (part.volume() == 0) return;
+  const Walk w(box, part, value.scale_block);
+  dispatch_scaled(value.dtype, out_dtype(value), [&](auto f, auto t) {
+    constexpr DType From = decltype(f)::value, To = decltype(t)::value;
+    if (scale_dtype == DType::kE8M0) {
+      mx_scales_typed<From, To>(w, src, static_cast<uint8_t*>(scales));
+    } else {
+      scales_typed<From, To>(w, src, static_cast<float*>(scales));
+    }
+  });
+}
+
+void quantise_span(const TensorSpec& value, DType scale_dtype, const Box& box, const void* scales,
+                   const void* src, int64_t offset, int64_t n, void* dst) {
+  if (n <= 0) return;
+  const ShardBlocks g(box, value.scale_block);
+  dispatch_scaled(value.dtype, out_dtype(value), [&](auto f, auto t) {
+    constexpr DType From = decltype(f)::value, To = decltype(t)::value;
+    if (scale_dtype == DType::kE8M0) {
+      span_typed<From, To, true>(g, scales, src, offset, n, static_cast<uint8_t*>(dst));
+    } else {
+      span_typed<From, To, false>(g, scales, src, offset, n, static_cast<uint8_t*>(dst));
+    }
+  });
+}
+
+void quantise_runs(const TensorSpec& value, DType scale_dtype, const Box& box, const void* scales,
+                   const CopyDesc& desc, int64_t first_run, int64_t last_run, const void* src,
+                   void* dst) {
+  if (first_run >= last_run) return;
+  const ShardBlocks g(box, value.scale_block);
+  auto* out = static_cast<uint8_t*>(dst);
+  dispatch_scaled(value.dtype, out_dtype(value), [&](auto f, auto t) {
+    constexpr DType From = decltype(f)::value, To = decltype(t)::value;
+    for_each_run(desc, first_run, last_run, [&](int64_t so, int64_t to, int64_t len) {
+      if (scale_dtype == DType::kE8M0) {
+        span_typed<From, To, true>(g, scales, src, so, len, out + to);
+      } else {
+        span_typed<From, To, false>(g, scales, src, so, len, out + to);
+      }
+    });
+  });
 }
 
 }  // namespace reshard

@@ -326,3 +326,48 @@ fn view_reads_block_scales() {
         assert_eq!(st.shape().collect::<Vec<_>>(), ceil, "{name}");
     }
 }
+
+/// MXFP8 scales (tests/data/mx_scales.rsplan, written by the C++ test
+/// `MxScales.GoldenFileHoldsTheSpecsScaleTensors`): the reader knows bit
+/// 32, and each scaled tensor's scale tensor is e8m0 (no cast), of shape
+/// ceil(shape / [1, ..., 1, 32]), with one entry per entry of the scaled
+/// tensor on each side, on the same device, holding the blocks its box
+/// touches: the box with its last dim in units of 32, rounded outwards.
+#[test]
+fn plan_with_mx_scales_is_read() {
+    use reshard::DType;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../tests/data/mx_scales.rsplan");
+    let bytes = std::fs::read(path).unwrap();
+    let view = PlanView::new(&bytes).unwrap();
+    assert_eq!(view.required_features(), PLAN_FEATURE_CASTS | PLAN_FEATURE_BLOCK_SCALES | PLAN_FEATURE_MX_SCALES);
+    let plan = Plan::from_bytes(&bytes).unwrap();
+    let infos = plan.tensors();
+    let mut scaled = 0;
+    for (i, t) in view.tensors().enumerate() {
+        let Some(s) = t.scale_tensor() else { continue };
+        scaled += 1;
+        let st = view.tensor(s).unwrap();
+        assert_eq!((st.dtype(), st.dst_dtype()), (Some(DType::E8M0), Some(DType::E8M0)), "{}", t.name());
+        assert_eq!((infos[s].dtype, infos[s].dst_dtype), (DType::E8M0, DType::E8M0), "{}", t.name());
+        let block: Vec<i64> = t.scale_block().collect();
+        let shape: Vec<i64> = t.shape().collect();
+        let rank = shape.len();
+        let mut want_block = vec![1; rank];
+        want_block[rank - 1] = 32;
+        assert_eq!(block, want_block, "{}", t.name());
+        let ceil: Vec<i64> = shape.iter().zip(&block).map(|(n, b)| (n + b - 1) / b).collect();
+        assert_eq!(st.shape().collect::<Vec<_>>(), ceil, "{}", t.name());
+        for side in [Side::Src, Side::Dst] {
+            let values = plan.entries(i, side).unwrap();
+            let scales = plan.entries(s, side).unwrap();
+            assert_eq!(values.len(), scales.len(), "{} {side:?}", t.name());
+            for (x, y) in values.iter().zip(&scales) {
+                assert_eq!(y.device, x.device, "{} {side:?}", t.name());
+                let lo: Vec<i64> = x.lo.iter().zip(&block).map(|(l, b)| l / b).collect();
+                let hi: Vec<i64> = x.hi.iter().zip(&block).map(|(h, b)| (h + b - 1) / b).collect();
+                assert_eq!((&y.lo, &y.hi), (&lo, &hi), "{} {side:?}: values {:?}-{:?}", t.name(), x.lo, x.hi);
+            }
+        }
+    }
+    assert_eq!(scaled, 2);
+}

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "exec/engine/scaled_sources.h"
 #include "exec/schedule/exec_common.h"
 #include "reshard/box_copy.h"
 #include "reshard/cast.h"
@@ -275,7 +276,11 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
         } else {
           const Piece& p = *copies[i].piece;
           const TensorSpec& t = tensors_[p.tensor];
-          if (has_cast(t)) {
+          if (reads_source(p, copies[i].stage) && has_block_scales(t) &&
+              copies[i].src_scratch == kNoScratch) {
+            quantise_copy(tensors_, buffers_, p.tensor, p.src_entry, *copies[i].desc, 0,
+                          copy_desc_runs(*copies[i].desc), dest(copies[i]));
+          } else if (has_cast(t)) {
             const DType from = reads_source(p, copies[i].stage) ? t.dtype : out_dtype(t);
             cast_desc_runs(*copies[i].desc, from, out_dtype(t), 0, copy_desc_runs(*copies[i].desc),
                            source(copies[i]), dest(copies[i]));
@@ -298,6 +303,17 @@ void DirectRunner::run_task_stores(const Task& task, std::span<const DirectCopy>
       const void* src = source(copies[task.begin]);
       void* dst = dest(copies[task.begin]);
       const TensorSpec& t = tensors_[p.tensor];
+      if (reads_source(p, copies[task.begin].stage) && has_block_scales(t) &&
+          copies[task.begin].src_scratch == kNoScratch) {
+        // Slices of a copy from a scaled source: elements of its one run,
+        // or runs.
+        if (copy_desc_runs(d) == 1) {
+          quantise_copy_slice(tensors_, buffers_, p.tensor, p.src_entry, d, task.lo, task.hi, dst);
+        } else {
+          quantise_copy(tensors_, buffers_, p.tensor, p.src_entry, d, task.lo, task.hi, dst);
+        }
+        return;
+      }
       if (has_cast(t)) {
         // Slices of a cast: elements of its one run, or runs.
         const DType from = reads_source(p, copies[task.begin].stage) ? t.dtype : out_dtype(t);

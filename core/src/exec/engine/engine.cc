@@ -97,6 +97,15 @@ class Copier {
     moved(copy_desc_elements(d) * dtype_size(to));
   }
 
+  // A copy out of a source entry of a tensor with block scales, quantised
+  // straight to its fp8 destination dtype (host memory only: the
+  // transport check refuses scales elsewhere).
+  void quantise(std::span<const TensorSpec> tensors, std::span<const TensorBuffers> buffers,
+                uint32_t t, uint32_t entry, const CopyDesc& d, void* dst) {
+    engine_detail::quantise_copy(tensors, buffers, t, entry, d, 0, copy_desc_runs(d), dst);
+    moved(copy_desc_elements(d));
+  }
+
   void reduce(int64_t device, int32_t ordinal, const CopyDesc& d, DType dtype, ReduceOp op,
               const void* src, void* acc) {
     if (!host_) return queue(device, ordinal, {CopyOp::Kind::kReduce, d, dtype, op, 0, src, acc});
@@ -436,6 +445,11 @@ void Run::run_direct(size_t d) {
       const Piece& p = *c.piece;
       const TensorSpec& spec = tensors_[p.tensor];
       const int64_t device = copy_device(c);
+      if (c.src_scratch == engine_detail::kNoScratch && reads_source(p, c.stage) &&
+          has_block_scales(spec)) {
+        copier_.quantise(tensors_, buffers_, p.tensor, p.src_entry, *c.desc, copy_dst(c));
+        continue;
+      }
       copier_.cast(device, ordinal_of(device), *c.desc,
                    reads_source(p, c.stage) ? spec.dtype : out_dtype(spec), out_dtype(spec),
                    copy_src(c), copy_dst(c));
@@ -466,6 +480,13 @@ void Run::pack_message(size_t mi) {
     } else {
       box = plan_.source_box(p, m.stage);
       src = src_ptr(p, m.stage);
+      if (reads_source(p, m.stage) && has_block_scales(spec)) {
+        // Cast on send: quantised straight into the message.
+        copier_.quantise(tensors_, buffers_, p.tensor, p.src_entry,
+                         make_copy_desc(region, box, region), out);
+        out += region.volume() * elem(p.tensor);
+        continue;
+      }
     }
     copier_.cast(m.local_device, m.ordinal, make_copy_desc(region, box, region), from,
                  wire_dtype(spec, reads_source(p, m.stage)), src, out);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "exec/engine/direct_copies.h"
+#include "layout/quantise_copy.h"
 #include "reshard/block_scales.h"
 #include "reshard/error.h"
 
@@ -60,10 +61,10 @@ std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t 
   check_transport(plan, info);
   buffers_.assign(buffers.begin(), buffers.end());
   const Topology& topology = plan.topology();
-  // The shards to quantise, each with its place in the scratch.
+  // The shards whose scales to compute, each with its place in the scratch.
   struct Shard {
     size_t tensor, entry;
-    int64_t values, scales;  // offsets in memory_
+    int64_t scales;  // offset in memory_
   };
   std::vector<Shard> shards;
   int64_t total = 0;
@@ -76,9 +77,7 @@ std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t 
     for (size_t e = 0; e < v.src.num_entries() && e < buffers_[t].src.size(); ++e) {
       if (process >= 0 && topology.info(v.src.device(e)).process != process) continue;
       if (buffers_[t].src[e].bytes == 0) continue;
-      const int64_t values = total;
-      total += aligned(buffers_[t].src[e].bytes);
-      shards.push_back({t, e, values, total});
+      shards.push_back({t, e, total});
       total += aligned(scale_src.box(e).volume() * scale_bytes(tensors, v));
     }
   }
@@ -87,7 +86,7 @@ std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t 
     memory_ = std::make_unique_for_overwrite<std::byte[]>(static_cast<size_t>(total));
     capacity_ = static_cast<size_t>(total);
   }
-  // The parts of every shard, quantised in any order.
+  // The parts of every shard, in any order.
   struct Part {
     const Shard* shard;
     Box box;
@@ -95,20 +94,17 @@ std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t 
   std::vector<Part> parts;
   for (const Shard& s : shards) {
     const TensorSpec& v = tensors[s.tensor];
-    const ConstBuffer in = buffers_[s.tensor].src[s.entry];
     const Layout& scale_src = tensors[static_cast<size_t>(v.scale_tensor)].src;
     for (const Box& b : quantise_parts(v.src.box(s.entry), v.scale_block, kQuantisePartElements))
       parts.push_back({&s, b});
-    buffers_[s.tensor].src[s.entry] = {memory_.get() + s.values, in.bytes};
     buffers_[static_cast<size_t>(v.scale_tensor)].src[s.entry] = {
         memory_.get() + s.scales, scale_src.box(s.entry).volume() * scale_bytes(tensors, v)};
   }
   const auto task = [&](size_t i, int) {
     const Shard& s = *parts[i].shard;
     const TensorSpec& v = tensors[s.tensor];
-    quantise_part(v, tensors[static_cast<size_t>(v.scale_tensor)].dtype, v.src.box(s.entry),
-                  parts[i].box, buffers[s.tensor].src[s.entry].data, memory_.get() + s.scales,
-                  memory_.get() + s.values);
+    block_scales_part(v, tensors[static_cast<size_t>(v.scale_tensor)].dtype, v.src.box(s.entry),
+                      parts[i].box, buffers[s.tensor].src[s.entry].data, memory_.get() + s.scales);
   };
   if (pool != nullptr && threads > 1) {
     pool->run(parts.size(), task, {}, threads);
@@ -116,6 +112,27 @@ std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t 
     for (size_t i = 0; i < parts.size(); ++i) task(i, 0);
   }
   return buffers_;
+}
+
+void quantise_copy(std::span<const TensorSpec> tensors, std::span<const TensorBuffers> buffers,
+                   uint32_t t, uint32_t entry, const CopyDesc& desc, int64_t first_run,
+                   int64_t last_run, void* dst) {
+  const TensorSpec& v = tensors[t];
+  const auto s = static_cast<size_t>(v.scale_tensor);
+  quantise_runs(v, tensors[s].dtype, v.src.box(entry), buffers[s].src[entry].data, desc, first_run,
+                last_run, buffers[t].src[entry].data, dst);
+}
+
+void quantise_copy_slice(std::span<const TensorSpec> tensors,
+                         std::span<const TensorBuffers> buffers, uint32_t t, uint32_t entry,
+                         const CopyDesc& desc, int64_t lo, int64_t hi, void* dst) {
+  const TensorSpec& v = tensors[t];
+  const auto s = static_cast<size_t>(v.scale_tensor);
+  int64_t so = 0, to = 0;
+  run_offsets(desc, 0, &so, &to);
+  quantise_span(v, tensors[s].dtype, v.src.box(entry), buffers[s].src[entry].data,
+                buffers[t].src[entry].data, so + lo, hi - lo,
+                static_cast<std::byte*>(dst) + to + lo);
 }
 
 }  // namespace reshard::engine_detail

@@ -1,17 +1,16 @@
 // Internal: the source side of block scales (reshard/block_scales.h) for
-// the engine. Before a plan with block scales executes, each source shard
-// of a scaled tensor on this process's devices is quantised on the host
-// into a scratch of its own size and dtype (each q widened back, exactly),
-// and the scales of its blocks into a scratch that serves as the scale
-// tensor's source buffer. The execution then reads those scratches in place
-// of the caller's source buffers: the ordinary cast to the fp8 destination
-// reproduces each q bit for bit, so the copy paths know nothing of scales.
+// the engine, cast on send. Before a plan with block scales executes, the
+// scales of each source shard of a scaled tensor on this process's devices
+// are computed on the host (block_scales_part: one pass over the shard)
+// into a scratch that serves as the scale tensor's source buffer. The
+// values are not copied: whatever reads a scaled tensor's source (packing
+// a message, a local copy) quantises it straight to fp8 with those scales
+// (quantise_copy), so the source is read once more, in the copy itself.
 //
 // The scratch is kept by the schedule (Schedule::scaled_sources), so a
-// cached schedule's later executions quantise into the memory of the first
-// (no allocation, no page faults); an uncached schedule's goes with it. The
-// shards are cut into parts of whole blocks (quantise_parts) that run on
-// the engine's threads.
+// cached schedule's later executions write the scales into the memory of
+// the first; an uncached schedule's goes with it. The shards are cut into
+// parts of whole blocks (quantise_parts) that run on the engine's threads.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +19,7 @@
 #include <span>
 #include <vector>
 
+#include "reshard/box_copy.h"
 #include "reshard/buffers.h"
 #include "reshard/plan.h"
 #include "reshard/transport.h"
@@ -28,8 +28,8 @@ namespace reshard::engine_detail {
 
 class WorkerPool;
 
-// Elements per quantise_parts part: a part's source and output stay in a
-// core's cache between the amax pass and the quantising pass.
+// Elements per quantise_parts part: a part of the scales pass on one
+// thread.
 inline constexpr int64_t kQuantisePartElements = int64_t{1} << 17;
 
 class ScaledSources {
@@ -45,14 +45,14 @@ class ScaledSources {
   static int64_t source_bytes(const Plan& plan, int32_t process,
                               std::span<const TensorBuffers> buffers);
 
-  // `buffers` when the plan has no block scales. Otherwise a list in which
-  // the source buffers of every scaled tensor's entries on `process` (every
-  // entry with kAllProcesses) are their quantised scratches and every scale
-  // tensor's source list holds its computed scales (null, 0 bytes for
-  // entries elsewhere); valid while this object lives and until the next
-  // call. The parts run on up to `threads` threads of `pool` (null: the
-  // calling thread). `buffers` must have passed
-  // exec_detail::validate_buffers, and the transport check_transport.
+  // `buffers` when the plan has no block scales. Otherwise `buffers` with
+  // every scale tensor's source list holding the scales computed from the
+  // scaled tensor's source entries on `process` (every entry with
+  // kAllProcesses; null, 0 bytes for entries elsewhere); valid while this
+  // object lives and until the next call. A scaled tensor's source buffers
+  // are the caller's: read them with quantise_copy. The parts run on up to `threads` threads of
+  // `pool` (null: the calling thread). `buffers` must have passed exec_detail::validate_buffers,
+  // and the transport check_transport.
   std::span<const TensorBuffers> prepare(const Plan& plan, int32_t process,
                                          std::span<const TensorBuffers> buffers,
                                          const TransportInfo& info, WorkerPool* pool = nullptr,
@@ -63,10 +63,20 @@ class ScaledSources {
 
  private:
   std::vector<TensorBuffers> buffers_;
-  // One allocation for every shard's values and scales, kept while large
-  // enough.
+  // One allocation for every shard's scales, kept while large enough.
   std::unique_ptr<std::byte[]> memory_;
   size_t capacity_ = 0;
 };
+
+// Runs [first_run, last_run) of `desc`, a copy out of source entry `entry`
+// of tensor `t` (which has block scales), quantised straight into `dst`
+// (its destination dtype), with the scales in `buffers` (prepare()'s
+// result). The run slice form copies elements [lo, hi) of desc's only run.
+void quantise_copy(std::span<const TensorSpec> tensors, std::span<const TensorBuffers> buffers,
+                   uint32_t t, uint32_t entry, const CopyDesc& desc, int64_t first_run,
+                   int64_t last_run, void* dst);
+void quantise_copy_slice(std::span<const TensorSpec> tensors,
+                         std::span<const TensorBuffers> buffers, uint32_t t, uint32_t entry,
+                         const CopyDesc& desc, int64_t lo, int64_t hi, void* dst);
 
 }  // namespace reshard::engine_detail
