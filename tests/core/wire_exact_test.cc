@@ -568,7 +568,7 @@ TEST(WireExact, AdversarialRelayReadsExhaustTheBudget) {
 // recomputed, either fails to decode or executes exactly. Below full scale
 // (the sanitizer builds: RESHARD_TEST_SCALE, test_scale.h) every
 // (100 / scale)-th candidate edit is judged, over the same cases, parts and
-// kinds of edit (a quarter of them under ASan, where judging all took 86-170 s).
+// kinds of edit (RESHARD_TEST_SCALE percent of them under ASan, where judging all took 86-170 s).
 TEST(WireExact, EverySingleEditIsRejectedOrExact) {
   size_t edits = 0, rejected = 0, exact = 0, candidates = 0;
   const size_t every = RESHARD_TEST_SCALE >= 100 ? 1 : 100 / std::max(RESHARD_TEST_SCALE, 1);
