@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "plan/all_to_all_cell.h"
 #include "plan/assign_stats.h"
 #include "plan/bounds.h"
 #include "plan/checked.h"
@@ -23,6 +24,7 @@
 #include "plan/rounds.h"
 #include "plan/scratch_layout.h"
 #include "plan/stage_cost.h"
+#include "plan/stage_pairs.h"
 #include "plan/stream_bound.h"
 #include "plan/stream_map.h"
 #include "reshard/error.h"
@@ -46,50 +48,6 @@ std::string commas(int64_t v) {
   }
   return out;
 }
-
-// The (source, destination) device pairs that exchange a message in one
-// relay stage: a bit matrix (rows per destination) when `dense`, else a
-// hash set. Relay stages across hosts insert a pair per forwarded piece, and
-// hashing them was a tenth of the global statistics of a 1,024-device plan.
-class StagePairs {
- public:
-  StagePairs(size_t ndev, bool dense)
-      : words_((ndev + 63) / 64), bits_(dense ? ndev * words_ : 0), dense_(dense) {}
-  // Whether the pair is new.
-  bool insert(uint32_t sd, uint32_t dd) {
-    if (!dense_) return set_.insert(uint64_t{sd} << 32 | dd).second;
-    uint64_t& w = bits_[dd * words_ + (sd >> 6)];
-    const uint64_t bit = uint64_t{1} << (sd & 63);
-    const bool fresh = (w & bit) == 0;
-    w |= bit;
-    return fresh;
-  }
-  bool contains(uint32_t sd, uint32_t dd) const {
-    if (!dense_) return set_.count(uint64_t{sd} << 32 | dd) > 0;
-    return (bits_[dd * words_ + (sd >> 6)] >> (sd & 63) & 1) != 0;
-  }
-  // Calls f(sd, dd) for every pair.
-  template <class F>
-  void each(F&& f) const {
-    if (!dense_) {
-      for (uint64_t pr : set_)
-        f(static_cast<uint32_t>(pr >> 32), static_cast<uint32_t>(pr & 0xffffffffu));
-      return;
-    }
-    for (size_t i = 0; i < bits_.size(); ++i)
-      for (uint64_t v = bits_[i]; v; v &= v - 1)
-        f(static_cast<uint32_t>((i % words_) * 64 + static_cast<size_t>(__builtin_ctzll(v))),
-          static_cast<uint32_t>(i / words_));
-  }
-  // Bytes a dense stage of `ndev` devices holds.
-  static size_t dense_bytes(size_t ndev) { return ndev * ((ndev + 63) / 64) * 8; }
-
- private:
-  size_t words_;
-  std::vector<uint64_t> bits_;
-  bool dense_;
-  std::unordered_set<uint64_t> set_;
-};
 
 }  // namespace
 
@@ -581,54 +539,23 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   std::vector<uint32_t> pos_in_cell;
   std::vector<Stamped> pending_at, stream_at;
   uint32_t cell_tick = 0;
-  // A cell whose regions each enter every host of the cell, one entry a
-  // host (the device rule's cells: an all-to-all among the cell's
-  // entries), has every entry take the relay parts of a source entry
-  // alike: the parts that entered the source's host, in the same order,
-  // so the pending piece of every (entry, source) pair is the same. Such
-  // a cell keeps one pending piece and one running sum per source, adds
-  // the sums to every pair at the end of the cell (a2a_flush), and
-  // visits a part once instead of once per entry (2.4 G piece visits of
-  // the device rule's trial on DeepSeek-V3 at 1,024 devices). Each pair's
-  // streams are still counted at its first part, in the order the
-  // entries would count them.
-  struct A2aSource {
-    bool seen = false, banded = false, touched = false, has_pending = false;
-    Pending pending;
-    int64_t added = 0, bytes = 0, plain = 0, late = 0;  // summed since the last flush
-    uint32_t mask = 0;
-    std::array<int64_t, kRelayBands> band{};
-  };
-  struct A2aRef {
-    uint32_t plain = kUnset, banded = kUnset;
-  };
-  struct A2aEvent {  // a source's first part (band: its first banded part) of the cell
-    uint32_t p = 0;
-    bool band = false;
-  };
-  std::vector<A2aSource> a2a_src;  // per source position in the cell
-  std::vector<A2aRef> a2a_ref;     // per (entry, source) position: entry * m + source
-  std::vector<A2aEvent> a2a_events;
-  std::vector<uint32_t> a2a_pos;     // per CellHosts slot of the cell: its entry's position
-  std::vector<uint32_t> a2a_part;    // per part: its source's position, kUnset for a direct one
-  std::vector<uint32_t> a2a_order;   // the entered parts by receiving index, in part order
-  std::vector<size_t> a2a_begin;     // per receiving index: offset into a2a_order (+1)
-  std::vector<uint32_t> a2a_direct;  // the direct parts, in order
-  bool a2a = false;                  // the cell's relay parts so far taken alike
-  // The sums since the last flush, added to every (entry, source) pair of
-  // the cell with entries cell_entries[b0 .. b0 + m) of t: what relay_part
-  // does for each part of each pair.
+  // A cell whose entries take each source's relay parts alike
+  // (all_to_all_cell.h).
+  AllToAllCell a2a;
+  // a2a's sums since the last flush, added to every (entry, source) pair
+  // of the cell with entries cell_entries[b0 .. b0 + m) of t: what
+  // relay_part does for each part of each pair.
   auto a2a_flush = [&](const TensorCtx& t, uint32_t b0, size_t m, int64_t copies,
                        int64_t& group_pieces) {
     const Geometry& dg = *t.dg;
     for (size_t p = 0; p < m; ++p) {
-      A2aSource& s = a2a_src[p];
+      AllToAllSource& s = a2a.src[p];
       if (!s.touched) continue;
       const uint32_t src = dg.cell_entries[b0 + p], sd = t.dt->dense[src];
       for (size_t i = 0; i < m; ++i) {
         if (i == p) continue;
         const uint32_t e = dg.cell_entries[b0 + i], dd = t.dt->dense[e];
-        const A2aRef& r = a2a_ref[i * m + p];
+        const AllToAllCell::Ref& r = a2a.ref[i * m + p];
         group_pieces += s.added;
         if (counts) {
           (*counts)[dd].recv_pieces += copies * s.added;
@@ -651,10 +578,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       }
       relayed = true;
       last_stage = std::max(last_stage, 1);
-      s.touched = false;
-      s.added = s.bytes = s.plain = s.late = 0;
-      s.mask = 0;
-      s.band.fill(0);
+      s.clear_sums();
     }
   };
   // A region of such a cell (route, recv_index, recv_host, slot and
@@ -663,76 +587,41 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // False, having done nothing, where the region is not one: it does not
   // enter every host of the cell, or a part's leader is not its host's
   // entry.
-  std::vector<size_t> a2a_cursor;
   auto a2a_region = [&](const TensorCtx& t, uint32_t b0, size_t m, size_t np, int64_t esum,
                         auto&& stage0) {
     if (!route.cross || recv_host.size() != m || route.cell_end - route.cell_begin != m)
       return false;
     const Geometry& dg = *t.dg;
-    a2a_pos.resize(m);
-    for (size_t i = 0; i < m; ++i) a2a_pos[slot[i] - route.cell_begin] = static_cast<uint32_t>(i);
-    a2a_part.resize(np);
-    a2a_begin.assign(m + 1, 0);
-    a2a_direct.clear();
+    a2a.pos.resize(m);
+    for (size_t i = 0; i < m; ++i) a2a.pos[slot[i] - route.cell_begin] = static_cast<uint32_t>(i);
+    a2a.part.assign(np, AllToAllCell::kNone);
     for (size_t j = 0; j < np; ++j) {
-      a2a_part[j] = kUnset;
-      if (route.part_entry[j] < 0) {
-        a2a_direct.push_back(static_cast<uint32_t>(j));
-        continue;
-      }
-      const auto pe = static_cast<size_t>(route.part_entry[j]);
-      const size_t hi = recv_host[pe];
-      const uint32_t p = a2a_pos[hi - route.cell_begin];
+      if (route.part_entry[j] < 0) continue;
+      const size_t hi = recv_host[static_cast<size_t>(route.part_entry[j])];
+      const uint32_t p = a2a.pos[hi - route.cell_begin];
       if (en.leader(route, hi, j) != dg.cell_entries[b0 + p]) return false;
-      a2a_part[j] = p;
-      ++a2a_begin[pe + 1];
+      a2a.part[j] = p;
     }
-    for (size_t k = 0; k < m; ++k) a2a_begin[k + 1] += a2a_begin[k];
-    a2a_order.resize(a2a_begin[m]);
-    a2a_cursor.assign(a2a_begin.begin(), a2a_begin.end() - 1);
-    for (size_t j = 0; j < np; ++j)
-      if (a2a_part[j] != kUnset)
-        a2a_order[a2a_cursor[static_cast<size_t>(route.part_entry[j])]++] =
-            static_cast<uint32_t>(j);
-    // Stage 0: the direct parts and those entering the entry's host.
+    a2a.sort_parts(route.part_entry, m);
     for (size_t i = 0; i < m; ++i) {
       const uint32_t e = dg.cell_entries[b0 + i];
-      const auto idx = static_cast<size_t>(recv_index[slot[i] - route.cell_begin]);
-      size_t x = 0, y = a2a_begin[idx];
-      const size_t ye = a2a_begin[idx + 1];
-      while (x < a2a_direct.size() || y < ye) {
-        const bool direct = y == ye || (x < a2a_direct.size() && a2a_direct[x] < a2a_order[y]);
-        stage0(b0 + static_cast<uint32_t>(i), e, direct ? a2a_direct[x++] : a2a_order[y++]);
-      }
+      a2a.each_stage0(static_cast<size_t>(recv_index[slot[i] - route.cell_begin]),
+                      [&](size_t j) { stage0(b0 + static_cast<uint32_t>(i), e, j); });
     }
-    if (a2a_order.empty()) return true;
-    // The relay parts, once per source: RelayMerger on the source's pending
-    // piece, and the sums relay_part adds for each of them.
+    if (!a2a.any_entered()) return true;
+    // The relay parts, once per source.
     stage_grow(1);
-    if (!a2a) {
-      a2a_src.assign(m, A2aSource{});
-      a2a_ref.assign(m * m, A2aRef{});
-      a2a = true;
-    }
-    a2a_events.clear();
+    if (!a2a.on) a2a.start(m);
+    a2a.events.clear();
     for (size_t j = 0; j < np; ++j) {
-      const uint32_t p = a2a_part[j];
-      if (p == kUnset) continue;
+      const uint32_t p = a2a.part[j];
+      if (p == AllToAllCell::kNone) continue;
       ++part_visits;
-      A2aSource& s = a2a_src[p];
+      AllToAllSource& s = a2a.src[p];
       const PartBands& pb = part_bands[j];
-      int64_t added = pb.n;
-      bool grew = false;
-      if (s.has_pending && s.pending.stage == 1 && s.pending.band == 0 &&
-          RelayMerger::extends(s.pending.box, pb.first)) {
-        --added;
-        grew = pb.n == 1;  // the pending piece grew (kept as it was)
-      }
-      if (!grew) s.pending = Pending{dg.cell_entries[b0 + p], 1, pb.last_band, pb.last};
-      s.has_pending = true;
-      if (!s.seen) a2a_events.push_back({p, false});
+      if (!s.seen) a2a.events.push_back({p, false});
       s.seen = s.touched = true;
-      s.added += added;
+      s.added += s.merge(pb.first, pb.last, pb.n, pb.last_band);
       const int64_t bytes = mul_of(route.parts[j].volume(), esum, "network_bytes");
       const int64_t plain = mul_of(pb.volume[0], esum, "network_bytes");
       add_to(s.bytes, bytes, "forwarded_bytes");
@@ -742,17 +631,17 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       s.mask |= pb.mask;
       for (size_t k = 1; k < kRelayBands; ++k)
         add_to(s.band[k], mul_of(pb.volume[k], esum, "network_bytes"), "network_bytes");
-      if (!s.banded) a2a_events.push_back({p, true});
+      if (!s.banded) a2a.events.push_back({p, true});
       s.banded = true;
     }
     // Each pair's streams counted at its first part (and its first banded
     // one), entry by entry, as relay_part counts them.
     for (size_t i = 0; i < m; ++i) {
       const uint32_t dd = t.dt->dense[dg.cell_entries[b0 + i]];
-      for (const A2aEvent& ev : a2a_events) {
+      for (const AllToAllCell::Event& ev : a2a.events) {
         if (ev.p == i) continue;
         const uint32_t sd = t.dt->dense[dg.cell_entries[b0 + ev.p]];
-        A2aRef& r = a2a_ref[i * m + ev.p];
+        AllToAllCell::Ref& r = a2a.ref[i * m + ev.p];
         if (ev.band) {
           r.banded = band_index(uint64_t{1} << 40 | uint64_t{sd} << 20 | dd);
           continue;
@@ -769,17 +658,18 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     const Geometry& dg = *t.dg;
     for (size_t i = 0; i < m; ++i)
       for (size_t p = 0; p < m; ++p) {
-        const A2aSource& s = a2a_src[p];
+        const AllToAllSource& s = a2a.src[p];
         if (p == i || !s.seen) continue;
-        const A2aRef& r = a2a_ref[i * m + p];
+        const uint32_t src = dg.cell_entries[b0 + p];
+        const AllToAllCell::Ref& r = a2a.ref[i * m + p];
         const size_t pk = i * m + p;
         if (indexed)
           stream_at[pk * 2] = Stamped{cell_tick, static_cast<uint32_t>(streams[i].size())};
-        streams[i].push_back(StreamRef{dg.cell_entries[b0 + p], 1, true, r.plain, r.banded});
+        streams[i].push_back(StreamRef{src, 1, true, r.plain, r.banded});
         if (indexed) pending_at[pk] = Stamped{cell_tick, static_cast<uint32_t>(pending[i].size())};
-        pending[i].push_back(s.pending);
+        pending[i].push_back(Pending{src, 1, s.pending_band, s.pending});
       }
-    a2a = false;
+    a2a.on = false;
   };
   auto enum_cell = [&](const TensorCtx& t, size_t c, int64_t esum, int64_t copies,
                        int64_t& group_pieces) {
@@ -798,7 +688,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     }
     several.assign(m, 0);
     slot.assign(m, 0);
-    a2a = false;
+    a2a.on = false;
     if (++cell_tick == 0) {  // wrapped: every stamp is stale again
       std::fill(pending_at.begin(), pending_at.end(), Stamped{});
       std::fill(stream_at.begin(), stream_at.end(), Stamped{});
@@ -870,7 +760,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         if (!ok) fail(ErrorCode::kInternal, "statistics: a route part without holders");
       };
       if (a2a_ok && a2a_region(t, b0, m, np, esum, stage0)) return;
-      if (a2a) {  // taken one by one from here: each pair's pending piece and stream
+      if (a2a.on) {  // taken one by one from here: each pair's pending piece and stream
         a2a_flush(t, b0, m, copies, group_pieces);
         a2a_leave(t, b0, m, indexed);
       }
@@ -941,7 +831,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         }
       }
     });
-    if (a2a) a2a_flush(t, b0, m, copies, group_pieces);
+    if (a2a.on) a2a_flush(t, b0, m, copies, group_pieces);
     std::atomic_ref<int64_t>(relay_parts_visited()).fetch_add(part_visits);
     part_visits = 0;
     return true;
