@@ -29,9 +29,12 @@ struct StatsRun {
   std::vector<planning::DeviceCounts> counts;
 };
 
-StatsRun run_stats(const PlanInput& in, bool schedule, bool reference) {
+// device_cross: every tensor crosses by the device rule where it applies
+// (TensorCtx::device_cross, what Context::decide_device_cross sets).
+StatsRun run_stats(const PlanInput& in, bool schedule, bool reference, bool device_cross = false) {
   planning::Context ctx(in);
   ctx.build();
+  for (planning::TensorCtx& t : ctx.tensors) t.device_cross = device_cross;
   StatsRun r;
   planning::compute_stats(ctx, r.st, in.options, schedule, &r.counts, -1, reference);
   return r;
@@ -77,11 +80,11 @@ void expect_same(const StatsRun& fast, const StatsRun& ref) {
 
 // Both ways of computing the statistics, with the schedule (what the
 // global statistics do) and without (what a worker's estimate does).
-void check_fast_path(const PlanInput& in) {
+void check_fast_path(const PlanInput& in, bool device_cross = false) {
   for (bool schedule : {true, false}) {
     SCOPED_TRACE(schedule ? "with the schedule" : "without the schedule");
-    ASSERT_NO_FATAL_FAILURE(
-        expect_same(run_stats(in, schedule, false), run_stats(in, schedule, true)));
+    ASSERT_NO_FATAL_FAILURE(expect_same(run_stats(in, schedule, false, device_cross),
+                                        run_stats(in, schedule, true, device_cross)));
   }
 }
 
@@ -325,6 +328,91 @@ TEST(PlanStatsFastPath, RandomSubsetFleetsMatchTheEnumeration) {
     crossed += st.stages == 3 || (st.stages == 2 && members == 1);
   }
   EXPECT_GT(crossed, cases / 4) << "cases relayed across hosts";
+}
+
+// The device rule's cells (TensorCtx::device_cross on every tensor): every
+// region enters every receiving host, whose entry forwards it to the
+// others, an all-to-all among the cell's entries that the statistics take
+// once per source (stats.cc, A2aSource). 1-4 holders on 1-2 hosts, now
+// and then the last on a receiving host (its regions, last in a cell, go
+// one by one after the others were taken alike), feeding 3-9 receiving hosts of 1 device (sometimes
+// 2: one by one again), replicated or sharded; alpha 0 or 5 µs, split_min_bytes 256 or 1 KiB,
+// budgets.
+TEST(PlanStatsFastPath, DeviceRuleCellsMatchTheEnumeration) {
+  std::mt19937_64 rng(20261129);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int cases = scaled_cases(200);
+  int crossed = 0, banded = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t holders = uni(1, 4), holder_hosts = uni(1, 2);
+    const int64_t receiving = uni(3, 9), members = uni(0, 4) == 0 ? 2 : 1;
+    const bool holder_on_receiver = uni(0, 5) == 0;
+    PlanInput in;
+    for (int64_t d = 0; d < holders; ++d) {
+      const auto h = static_cast<int32_t>(
+          holder_on_receiver && d == holders - 1 ? holder_hosts : d % holder_hosts);
+      in.topology.add({d, static_cast<int32_t>(d), h, 0});
+    }
+    const int rank = static_cast<int>(uni(1, 3));
+    std::vector<int64_t> shape;
+    for (int d = 0; d < rank; ++d) shape.push_back(uni(5, 120));
+    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+    if (uni(0, 1)) src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+    std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
+    for (int64_t i = 0; i < receiving * members; ++i)
+      in.topology.add({holders + i, static_cast<int32_t>(holders + i),
+                       static_cast<int32_t>(holder_hosts + i / members), 0});
+    if (members > 1 && uni(0, 1)) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
+    const FleetLayouts f{shape, named(mesh({"a"}, {holders}, 0), src_dims),
+                         named(mesh({"r", "k"}, {receiving, members}, holders), dst_dims)};
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
+    const DType first = dtypes[uni(0, 2)], other = dtypes[uni(0, 2)];
+    add_tensors(in, f, {first, first, other});
+    in.options.split_min_bytes = uni(0, 1) ? 256 : 1024;
+    in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
+    const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(in, true));
+    const PlanStats st = run_stats(in, true, true, true).st;
+    crossed += st.forwarded_bytes > 0;
+    banded += st.forwarded_bytes > 0 && st.rounds > st.stages;
+  }
+  EXPECT_GT(crossed, cases / 2) << "cases relayed across hosts";
+  EXPECT_GT(banded, cases / 8) << "cases with relay streams in several messages";
+}
+
+// The device rule's cells are visited once per relay part, not once per
+// (entry, part) (planning::relay_parts_visited): 4 holder devices on 2
+// hosts, each a row block, into R receiving hosts of 1 device, each
+// taking the whole tensor. Every region enters every receiving host (R
+// parts a region), so the parts grow like R and the (entry, part) pairs
+// like R^2: from R = 8 to 32, 4x the parts against 17.7x the pairs (each
+// part goes to R - 1 entries). The statistics match the enumeration.
+TEST(PlanStatsFastPath, DeviceRuleCellsVisitEachRelayPartOnce) {
+  auto visits = [](int64_t R) {
+    PlanInput in;
+    for (int64_t d = 0; d < 4; ++d)
+      in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d / 2), 0});
+    for (int64_t i = 0; i < R; ++i)
+      in.topology.add({4 + i, static_cast<int32_t>(4 + i), static_cast<int32_t>(2 + i), 0});
+    const FleetLayouts f{
+        {4096, 64}, named(mesh({"a"}, {4}, 0), {{"a"}, {}}), named(mesh({"r"}, {R}, 4), {{}, {}})};
+    add_tensors(in, f, {DType::kF32});
+    in.options.staging_budget_bytes = 0;
+    EXPECT_NO_FATAL_FAILURE(check_fast_path(in, true));
+    const int64_t before = planning::relay_parts_visited();
+    const StatsRun r = run_stats(in, true, false, true);
+    EXPECT_GT(r.st.forwarded_bytes, 0) << R << " receiving hosts";
+    return planning::relay_parts_visited() - before;
+  };
+  const int64_t at8 = visits(8), at32 = visits(32);
+  std::printf("relay parts visited: %lld at 8 receiving hosts, %lld at 32\n",
+              static_cast<long long>(at8), static_cast<long long>(at32));
+  EXPECT_GT(at8, 0);
+  EXPECT_LE(at32, 5 * at8);
 }
 
 // No more receiving hosts than the source spans (planner version 11: relays

@@ -381,6 +381,10 @@ int64_t& stats_passes() {
   static int64_t passes = 0;
   return passes;
 }
+int64_t& relay_parts_visited() {
+  static int64_t visited = 0;
+  return visited;
+}
 
 std::optional<GuardStop> Context::guard_stop(int64_t max_bytes) {
   const PlanOptions& o = input.options;

@@ -237,6 +237,11 @@ int64_t& guard_stops_taken();
 // Passes of the global statistics computed so far in this process
 // (compute_stats counts them, restarts included; tests read it).
 int64_t& stats_passes();
+// Relay parts the global statistics' routed cells visited so far in this
+// process (compute_stats counts them; tests read it): one per (entry,
+// part), or one per part where a cell's entries take a source's parts
+// alike (an all-to-all among them, the device rule's cells).
+int64_t& relay_parts_visited();
 
 // Whether a process part's enumeration replays the pieces of like tensors
 // (planner.cc, build_chunk): on unless a test turns it off to compare the

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "plan/all_to_all_cell.h"
 #include "plan/assign_stats.h"
 #include "plan/bounds.h"
 #include "plan/checked.h"
@@ -23,6 +24,7 @@
 #include "plan/rounds.h"
 #include "plan/scratch_layout.h"
 #include "plan/stage_cost.h"
+#include "plan/stage_pairs.h"
 #include "plan/stream_bound.h"
 #include "plan/stream_map.h"
 #include "reshard/error.h"
@@ -46,50 +48,6 @@ std::string commas(int64_t v) {
   }
   return out;
 }
-
-// The (source, destination) device pairs that exchange a message in one
-// relay stage: a bit matrix (rows per destination) when `dense`, else a
-// hash set. Relay stages across hosts insert a pair per forwarded piece, and
-// hashing them was a tenth of the global statistics of a 1,024-device plan.
-class StagePairs {
- public:
-  StagePairs(size_t ndev, bool dense)
-      : words_((ndev + 63) / 64), bits_(dense ? ndev * words_ : 0), dense_(dense) {}
-  // Whether the pair is new.
-  bool insert(uint32_t sd, uint32_t dd) {
-    if (!dense_) return set_.insert(uint64_t{sd} << 32 | dd).second;
-    uint64_t& w = bits_[dd * words_ + (sd >> 6)];
-    const uint64_t bit = uint64_t{1} << (sd & 63);
-    const bool fresh = (w & bit) == 0;
-    w |= bit;
-    return fresh;
-  }
-  bool contains(uint32_t sd, uint32_t dd) const {
-    if (!dense_) return set_.count(uint64_t{sd} << 32 | dd) > 0;
-    return (bits_[dd * words_ + (sd >> 6)] >> (sd & 63) & 1) != 0;
-  }
-  // Calls f(sd, dd) for every pair.
-  template <class F>
-  void each(F&& f) const {
-    if (!dense_) {
-      for (uint64_t pr : set_)
-        f(static_cast<uint32_t>(pr >> 32), static_cast<uint32_t>(pr & 0xffffffffu));
-      return;
-    }
-    for (size_t i = 0; i < bits_.size(); ++i)
-      for (uint64_t v = bits_[i]; v; v &= v - 1)
-        f(static_cast<uint32_t>((i % words_) * 64 + static_cast<size_t>(__builtin_ctzll(v))),
-          static_cast<uint32_t>(i / words_));
-  }
-  // Bytes a dense stage of `ndev` devices holds.
-  static size_t dense_bytes(size_t ndev) { return ndev * ((ndev + 63) / 64) * 8; }
-
- private:
-  size_t words_;
-  std::vector<uint64_t> bits_;
-  bool dense_;
-  std::unordered_set<uint64_t> set_;
-};
 
 }  // namespace
 
@@ -183,6 +141,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   };
   Enumerator en(o, ctx.pre_reduce, ctx.relay_split);
   int64_t pieces = 0;
+  int64_t part_visits = 0;  // relay_parts_visited()
   std::vector<uint64_t> cell_bits;
   // Bytes per (src, dst) stream, needed for the statistics of the rounds.
   const bool budgeted = o.staging_budget_bytes > 0;
@@ -485,6 +444,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                         int64_t& group_pieces) {
     const uint32_t src = ref.src, stage = ref.stage;
     const uint32_t sd = t.dt->dense[src], dd = t.dt->dense[e];
+    ++part_visits;
     group_pieces += added;
     if (counts) {
       (*counts)[dd].recv_pieces += copies * added;
@@ -579,6 +539,138 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   std::vector<uint32_t> pos_in_cell;
   std::vector<Stamped> pending_at, stream_at;
   uint32_t cell_tick = 0;
+  // A cell whose entries take each source's relay parts alike
+  // (all_to_all_cell.h).
+  AllToAllCell a2a;
+  // a2a's sums since the last flush, added to every (entry, source) pair
+  // of the cell with entries cell_entries[b0 .. b0 + m) of t: what
+  // relay_part does for each part of each pair.
+  auto a2a_flush = [&](const TensorCtx& t, uint32_t b0, size_t m, int64_t copies,
+                       int64_t& group_pieces) {
+    const Geometry& dg = *t.dg;
+    for (size_t p = 0; p < m; ++p) {
+      AllToAllSource& s = a2a.src[p];
+      if (!s.touched) continue;
+      const uint32_t src = dg.cell_entries[b0 + p], sd = t.dt->dense[src];
+      for (size_t i = 0; i < m; ++i) {
+        if (i == p) continue;
+        const uint32_t e = dg.cell_entries[b0 + i], dd = t.dt->dense[e];
+        const AllToAllCell::Ref& r = a2a.ref[i * m + p];
+        group_pieces += s.added;
+        if (counts) {
+          (*counts)[dd].recv_pieces += copies * s.added;
+          (*counts)[dd].regions += copies * s.added;
+          (*counts)[sd].send_pieces += copies * s.added;
+          (*counts)[sd].regions += copies * s.added;
+        }
+        charge(stage_acc[1], sd, dd, s.bytes, t.dt->host[src] != t.dt->host[e]);
+        if (t.dt->process[src] != t.dt->process[e])
+          add_to(st.cross_process_bytes, s.bytes, "cross_process_bytes");
+        add_to(st.forwarded_bytes, s.bytes, "forwarded_bytes");
+        if (track_pairs) add_to(relay_bytes[1].at(r.plain), s.plain, "network_bytes");
+        if (!s.banded) continue;
+        add_to(stage_acc[1][sd].send_late, s.late, "max_send_bytes");
+        add_to(stage_acc[1][dd].recv_late, s.late, "max_recv_bytes");
+        BandStream& b = band_streams.at(r.banded);
+        b.mask |= s.mask;
+        if (track_pairs)
+          for (size_t k = 1; k < kRelayBands; ++k) add_to(b.bytes[k], s.band[k], "network_bytes");
+      }
+      relayed = true;
+      last_stage = std::max(last_stage, 1);
+      s.clear_sums();
+    }
+  };
+  // A region of such a cell (route, recv_index, recv_host, slot and
+  // part_bands set for it): each entry's stage-0 parts by stage0(b0 + i,
+  // entry, part), in part order, and each relay part once for every entry.
+  // False, having done nothing, where the region is not one: it does not
+  // enter every host of the cell, or a part's leader is not its host's
+  // entry.
+  auto a2a_region = [&](const TensorCtx& t, uint32_t b0, size_t m, size_t np, int64_t esum,
+                        auto&& stage0) {
+    if (!route.cross || recv_host.size() != m || route.cell_end - route.cell_begin != m)
+      return false;
+    const Geometry& dg = *t.dg;
+    a2a.pos.resize(m);
+    for (size_t i = 0; i < m; ++i) a2a.pos[slot[i] - route.cell_begin] = static_cast<uint32_t>(i);
+    a2a.part.assign(np, AllToAllCell::kNone);
+    for (size_t j = 0; j < np; ++j) {
+      if (route.part_entry[j] < 0) continue;
+      const size_t hi = recv_host[static_cast<size_t>(route.part_entry[j])];
+      const uint32_t p = a2a.pos[hi - route.cell_begin];
+      if (en.leader(route, hi, j) != dg.cell_entries[b0 + p]) return false;
+      a2a.part[j] = p;
+    }
+    a2a.sort_parts(route.part_entry, m);
+    for (size_t i = 0; i < m; ++i) {
+      const uint32_t e = dg.cell_entries[b0 + i];
+      a2a.each_stage0(static_cast<size_t>(recv_index[slot[i] - route.cell_begin]),
+                      [&](size_t j) { stage0(b0 + static_cast<uint32_t>(i), e, j); });
+    }
+    if (!a2a.any_entered()) return true;
+    // The relay parts, once per source.
+    stage_grow(1);
+    if (!a2a.on) a2a.start(m);
+    a2a.events.clear();
+    for (size_t j = 0; j < np; ++j) {
+      const uint32_t p = a2a.part[j];
+      if (p == AllToAllCell::kNone) continue;
+      ++part_visits;
+      AllToAllSource& s = a2a.src[p];
+      const PartBands& pb = part_bands[j];
+      if (!s.seen) a2a.events.push_back({p, false});
+      s.seen = s.touched = true;
+      s.added += s.merge(pb.first, pb.last, pb.n, pb.last_band);
+      const int64_t bytes = mul_of(route.parts[j].volume(), esum, "network_bytes");
+      const int64_t plain = mul_of(pb.volume[0], esum, "network_bytes");
+      add_to(s.bytes, bytes, "forwarded_bytes");
+      add_to(s.plain, plain, "network_bytes");
+      if (pb.n == 1) continue;
+      add_to(s.late, bytes - plain, "max_send_bytes");
+      s.mask |= pb.mask;
+      for (size_t k = 1; k < kRelayBands; ++k)
+        add_to(s.band[k], mul_of(pb.volume[k], esum, "network_bytes"), "network_bytes");
+      if (!s.banded) a2a.events.push_back({p, true});
+      s.banded = true;
+    }
+    // Each pair's streams counted at its first part (and its first banded
+    // one), entry by entry, as relay_part counts them.
+    for (size_t i = 0; i < m; ++i) {
+      const uint32_t dd = t.dt->dense[dg.cell_entries[b0 + i]];
+      for (const AllToAllCell::Event& ev : a2a.events) {
+        if (ev.p == i) continue;
+        const uint32_t sd = t.dt->dense[dg.cell_entries[b0 + ev.p]];
+        AllToAllCell::Ref& r = a2a.ref[i * m + ev.p];
+        if (ev.band) {
+          r.banded = band_index(uint64_t{1} << 40 | uint64_t{sd} << 20 | dd);
+          continue;
+        }
+        if (relay_pairs[1].insert(sd, dd)) keep_pair();
+        if (track_pairs) r.plain = relay_bytes[1].index((uint64_t{sd} << 32) | dd);
+      }
+    }
+    return true;
+  };
+  // Hands the cell's pending pieces and streams, taken alike so far, to
+  // every (entry, source) pair, to go on one by one (after a2a_flush).
+  auto a2a_leave = [&](const TensorCtx& t, uint32_t b0, size_t m, bool indexed) {
+    const Geometry& dg = *t.dg;
+    for (size_t i = 0; i < m; ++i)
+      for (size_t p = 0; p < m; ++p) {
+        const AllToAllSource& s = a2a.src[p];
+        if (p == i || !s.seen) continue;
+        const uint32_t src = dg.cell_entries[b0 + p];
+        const AllToAllCell::Ref& r = a2a.ref[i * m + p];
+        const size_t pk = i * m + p;
+        if (indexed)
+          stream_at[pk * 2] = Stamped{cell_tick, static_cast<uint32_t>(streams[i].size())};
+        streams[i].push_back(StreamRef{src, 1, true, r.plain, r.banded});
+        if (indexed) pending_at[pk] = Stamped{cell_tick, static_cast<uint32_t>(pending[i].size())};
+        pending[i].push_back(Pending{src, 1, s.pending_band, s.pending});
+      }
+    a2a.on = false;
+  };
   auto enum_cell = [&](const TensorCtx& t, size_t c, int64_t esum, int64_t copies,
                        int64_t& group_pieces) {
     const Geometry& dg = *t.dg;
@@ -596,6 +688,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     }
     several.assign(m, 0);
     slot.assign(m, 0);
+    a2a.on = false;
     if (++cell_tick == 0) {  // wrapped: every stamp is stale again
       std::fill(pending_at.begin(), pending_at.end(), Stamped{});
       std::fill(stream_at.begin(), stream_at.end(), Stamped{});
@@ -613,6 +706,10 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       if (by_host_cell[i].first == by_host_cell[i - 1].first)
         several[by_host_cell[i].second - b0] = several[by_host_cell[i - 1].second - b0] = 1;
     bool slots = false;
+    // Whether the cell's relay parts may still be taken alike (see
+    // A2aSource): one entry a host, no relay piece taken one by one yet.
+    bool a2a_ok = m >= 2 && m * m <= (size_t{1} << 24) &&
+                  std::find(several.begin(), several.end(), 1) == several.end();
     en.cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool own) {
       if (!en.route(t, c, region, h, n, route))
         return assigned.assign_cell(t, b0, b1, region, h, n, own, esum, copies, group_pieces);
@@ -643,6 +740,31 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       }
       holder_begin[np] = part_holders.size();
       en.receiving_table(route, recv_index, recv_host);
+      // Part j of entry e (at i) in stage 0, from a holder (on the part's
+      // host, if it has one).
+      auto stage0 = [&](uint32_t i, uint32_t e, size_t j) {
+        const Box& part = route.parts[j];
+        const bool cut = own || np > 1;
+        const bool shared = route.cross && route.part_host[j] >= 0;
+        const uint32_t* hs = shared ? part_holders.data() + holder_begin[j] : h;
+        const size_t nh = shared ? holder_begin[j + 1] - holder_begin[j] : n;
+        const HolderSets* sets = shared ? nullptr : &assigned.region_holders();
+        bool ok = true;
+        if (!several[i - b0] && !(route.cross && route.part_entry[j] >= 0))
+          ok = assigned.assign(t, e, part, hs, nh, cut, 0, esum, copies, group_pieces, sets);
+        else
+          part_bands[j].bands.each(part, [&](const Box& sub, uint32_t band) {
+            ok &= assigned.assign(t, e, sub, hs, nh, cut || !(sub == part), band, esum, copies,
+                                  group_pieces, sets);
+          });
+        if (!ok) fail(ErrorCode::kInternal, "statistics: a route part without holders");
+      };
+      if (a2a_ok && a2a_region(t, b0, m, np, esum, stage0)) return;
+      if (a2a.on) {  // taken one by one from here: each pair's pending piece and stream
+        a2a_flush(t, b0, m, copies, group_pieces);
+        a2a_leave(t, b0, m, indexed);
+      }
+      a2a_ok = false;
       for (uint32_t i = b0; i < b1; ++i) {
         const uint32_t e = dg.cell_entries[i];
         const size_t hi = slot[i - b0];
@@ -656,26 +778,12 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         for (size_t j = 0; j < np; ++j) {
           const Box& part = route.parts[j];
           const PartBands& pb = part_bands[j];
-          const Bands& bands = pb.bands;
           const bool entry = Enumerator::arrives_first(route, j, idx);
           const uint32_t l = en.leader(route, hi, j);
           uint32_t src = l, stage = entry ? 1 : 2;
           if (l == e) {
-            if (entry) {  // stage 0, from a holder (on the part's host, if it has one)
-              const bool cut = own || np > 1;
-              const bool shared = route.cross && route.part_host[j] >= 0;
-              const uint32_t* hs = shared ? part_holders.data() + holder_begin[j] : h;
-              const size_t nh = shared ? holder_begin[j + 1] - holder_begin[j] : n;
-              const HolderSets* sets = shared ? nullptr : &assigned.region_holders();
-              bool ok = true;
-              if (!several[i - b0] && !(route.cross && route.part_entry[j] >= 0))
-                ok = assigned.assign(t, e, part, hs, nh, cut, 0, esum, copies, group_pieces, sets);
-              else
-                bands.each(part, [&](const Box& sub, uint32_t band) {
-                  ok &= assigned.assign(t, e, sub, hs, nh, cut || !(sub == part), band, esum,
-                                        copies, group_pieces, sets);
-                });
-              if (!ok) fail(ErrorCode::kInternal, "statistics: a route part without holders");
+            if (entry) {
+              stage0(i, e, j);
               continue;
             }
             src = en.leader(route, recv_host[static_cast<size_t>(route.part_entry[j])], j);
@@ -723,6 +831,9 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
         }
       }
     });
+    if (a2a.on) a2a_flush(t, b0, m, copies, group_pieces);
+    std::atomic_ref<int64_t>(relay_parts_visited()).fetch_add(part_visits);
+    part_visits = 0;
     return true;
   };
   // Every cell of t (tiled destination, one summand on both sides) by
