@@ -439,7 +439,8 @@ TEST(PlanProperty, RelayBandsKeepCoveragePairingAndExactStatistics) {
 
 // Keyed cuts (plan/rounds.h, RoundRule::keys) forced wherever the budget
 // allows (choice_override().keyed, a granule of 64 bytes so that the small
-// random tensors span many blocks): the same invariants hold — coverage,
+// random tensors span many blocks; α = 0, so that every plan of several
+// stages is pipelined): the same invariants hold — coverage,
 // pairing, statistics (messages and rounds counted from each stream's keys)
 // equal to the parts', each process's part equal to the whole plan's — with
 // no budget and with the generated one (where the budget cuts, the plan
@@ -449,12 +450,13 @@ TEST(PlanProperty, KeyedCutsKeepCoveragePairingAndExactStatistics) {
     Keyed() { planning::choice_override().keyed = 64; }
     ~Keyed() { planning::choice_override().keyed = 0; }
   } keyed;
-  const int cases = scaled_cases(1500);
+  const int cases = scaled_cases(1000);
   int64_t split = 0;  // plans with a stream of several keys in a stage above 0
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     testing::CaseGen gen(90000 + static_cast<uint64_t>(c), {5, 64, 3, c % 2 ? 13 : 40, true, true});
     PlanInput in = gen.input();
+    in.options.alpha_seconds = 0;  // every plan of several stages is pipelined
     const int64_t generated = in.options.staging_budget_bytes;
     for (int64_t budget : {int64_t{0}, generated}) {
       SCOPED_TRACE("budget " + std::to_string(budget));
