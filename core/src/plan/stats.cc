@@ -1408,10 +1408,12 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // A pipelined plan of few pieces tries keyed cuts (rounds.h): from the
   // start in a keyed pass with K the most rounds of a stage and the streams
   // tracked (the pass falls back to the pipelined cuts where keyed ones are
-  // slower or do not fit the budget). Not tried where one round of a stage
+  // slower or do not fit the budget). With or without the round schedule:
+  // a process planning its part without statistics decides as the whole
+  // plan does. Not tried where one round of a stage
   // would hold more than the budget on some device (a device's busiest
   // round holds at least 1/K of its bytes in the stage).
-  if (!keyed && schedule && !rule.pipeline.empty() && choice_override().keyed >= 0) {
+  if (!keyed && !rule.pipeline.empty() && choice_override().keyed >= 0) {
     const int64_t k = *std::max_element(rule.spans.begin(), rule.spans.end());
     bool worth = k > 1 && k <= 32 && (choice_override().keyed > 0 || pieces <= kKeyedPieces);
     for (const DeviceLoad& l : loads)
