@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cell_ingress.h"
+#include "plan/enumerate/types.h"
 #include "random_cases.h"
 #include "reshard/error.h"
 #include "reshard/plan.h"
@@ -434,6 +435,53 @@ TEST(PlanProperty, RelayBandsKeepCoveragePairingAndExactStatistics) {
   std::printf(
       "%d cases: %lld with relay streams cut into bands without a budget, %lld with 1 GiB\n", cases,
       (long long)banded, (long long)banded_budget);
+}
+
+// Keyed cuts (plan/rounds.h, RoundRule::keys) forced wherever the budget
+// allows (choice_override().keyed, a granule of 64 bytes so that the small
+// random tensors span many blocks; α = 0, so that every plan of several
+// stages is pipelined): the same invariants hold — coverage,
+// pairing, statistics (messages and rounds counted from each stream's keys)
+// equal to the parts', each process's part equal to the whole plan's — with
+// no budget and with the generated one (where the budget cuts, the plan
+// falls back to cuts by each stream's bytes).
+TEST(PlanProperty, KeyedCutsKeepCoveragePairingAndExactStatistics) {
+  struct Keyed {
+    Keyed() { planning::choice_override().keyed = 64; }
+    ~Keyed() { planning::choice_override().keyed = 0; }
+  } keyed;
+  const int cases = scaled_cases(1000);
+  int64_t split = 0;  // plans with a stream of several keys in a stage above 0
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    testing::CaseGen gen(90000 + static_cast<uint64_t>(c), {5, 64, 3, c % 2 ? 13 : 40, true, true});
+    PlanInput in = gen.input();
+    in.options.alpha_seconds = 0;  // every plan of several stages is pipelined
+    const int64_t generated = in.options.staging_budget_bytes;
+    for (int64_t budget : {int64_t{0}, generated}) {
+      SCOPED_TRACE("budget " + std::to_string(budget));
+      in.options.staging_budget_bytes = budget;
+      Plan a = make_plan(in);
+      ASSERT_EQ(a.parts(), make_plan(in).parts()) << "determinism";
+      ASSERT_NO_FATAL_FAILURE(check_coverage(a));
+      ASSERT_NO_FATAL_FAILURE(check_pairing(a));
+      ASSERT_NO_FATAL_FAILURE(check_stats(a));
+      for (int32_t p : a.processes()) {
+        Plan one = make_plan(in, {PlanScope::kProcess, p, false});
+        ASSERT_EQ(one.part(p), a.part(p)) << "process " << p;
+      }
+      std::map<std::tuple<uint32_t, int64_t, int64_t>, int> per_stream;
+      for (const auto& [p, part] : a.parts())
+        for (const Message& m : part.recvs)
+          if (m.stage > 0) ++per_stream[{m.stage, m.src_device, m.dst_device}];
+      bool cut = false;
+      for (const auto& [k, n] : per_stream) cut |= n > 1;
+      split += cut;
+    }
+  }
+  EXPECT_GT(split, cases / 50);
+  std::printf("%d cases: %lld plans with relay streams over several rounds\n", cases,
+              (long long)split);
 }
 
 }  // namespace

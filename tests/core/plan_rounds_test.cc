@@ -3,6 +3,7 @@
 // streams, pieces in the same order).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 #include <tuple>
 
@@ -278,16 +279,103 @@ TEST(PlanRounds, KeyBlocksAndMasksByHand) {
   EXPECT_EQ(key_mask(Box{}, key_blocks({}, 4, 64), 16), 1u);
 }
 
-// Keyed cuts (rounds.h; an experiment the planner does not choose): on a
-// pipelined plan of several stages, every message of a stage above 0 waits
-// only for messages of its own round (lag 0: a forward's round r reads what
-// arrived in round r), each message's round is the key of every piece it
-// carries, and the plan still executes exactly (the oracle).
+// Each key's elements of a box (rounds.h, key_volumes), by hand:
+// - [64, 1024] bf16, granule 8 KiB (blocks of 4 rows): rows [6, 19) are 2,
+//   4, 4 and 3 rows of blocks 1..4, keys 1, 2, 0, 1 of 3: key 0 4 rows,
+//   key 1 5, key 2 4 (of 1,024 elements each); 4 blocks.
+// - [100] f32, granule 64 B (blocks of 16): [3, 100) spans blocks 0..6, more
+//   than 2K of K = 2 (the counted path): key 0 holds 13 + 16 + 16 + 4 = 49
+//   elements (blocks 0, 2, 4, 6), key 1 48 (blocks 1, 3, 5); 7 blocks.
+// - A scalar: one element of key 0.
+TEST(PlanRounds, KeyVolumesByHand) {
+  Box rows;
+  rows.rank = 2;
+  rows.lo[0] = 6;
+  rows.hi[0] = 19;
+  rows.lo[1] = 0;
+  rows.hi[1] = 1024;
+  std::array<int64_t, 32> v{};
+  const std::vector<int64_t> s2{64, 1024}, s1{100};
+  EXPECT_EQ(planning::key_volumes(rows, planning::key_blocks(s2, 2, 8192), 3, v.data()), 4);
+  EXPECT_EQ(v[0], 4 * 1024);
+  EXPECT_EQ(v[1], 5 * 1024);
+  EXPECT_EQ(v[2], 4 * 1024);
+  v.fill(0);
+  Box line;
+  line.rank = 1;
+  line.lo[0] = 3;
+  line.hi[0] = 100;
+  EXPECT_EQ(planning::key_volumes(line, planning::key_blocks(s1, 4, 64), 2, v.data()), 7);
+  EXPECT_EQ(v[0], 49);
+  EXPECT_EQ(v[1], 48);
+  // The counted path agrees with block by block at every K.
+  for (int64_t k = 1; k <= 16; ++k) {
+    std::array<int64_t, 32> fast{};
+    planning::key_volumes(line, planning::key_blocks(s1, 4, 64), k, fast.data());
+    std::array<int64_t, 32> slow{};
+    for (int64_t i = 3; i < 100; ++i) ++slow[static_cast<size_t>(i / 16 % k)];
+    EXPECT_EQ(fast, slow) << "K = " << k;
+  }
+  v.fill(0);
+  EXPECT_EQ(planning::key_volumes(Box{}, planning::key_blocks({}, 4, 64), 16, v.data()), 1);
+  EXPECT_EQ(v[0], 1);
+}
+
+// Keyed cuts on request (choice_override().keyed), restored after.
+struct KeyedOverride {
+  explicit KeyedOverride(int64_t g) { planning::choice_override().keyed = g; }
+  ~KeyedOverride() { planning::choice_override().keyed = 0; }
+};
+
+// The K of keyed cuts of granule g if every piece of the plan lies in the
+// round of its key (rounds.h), else 0.
+int64_t keyed_cuts(const Plan& plan, int64_t granule) {
+  for (int64_t k = 2; k <= 32; ++k) {
+    bool all = true;
+    for (const auto& [p, part] : plan.parts())
+      for (const Message& m : part.recvs)
+        for (uint64_t i = m.first_piece; all && i < m.first_piece + m.num_pieces; ++i) {
+          const Piece& q = part.recv_pieces[i];
+          const TensorSpec& t = plan.tensors()[q.tensor];
+          const Box r = q.region == kOverlapRegion
+                            ? intersect(t.src.box(q.src_entry), t.dst.box(q.dst_entry))
+                            : part.regions[q.region];
+          all = planning::key_mask(r, planning::key_blocks(t.shape, wire_size(t), granule), k) ==
+                1u << m.round;
+        }
+    if (all) return k;
+  }
+  return 0;
+}
+
+// Per (device, stage, round) the bytes it sends plus receives, and the
+// plan's messages and rounds (each stage's most rounds, summed).
+struct Staged {
+  std::map<std::tuple<int64_t, uint32_t, uint32_t>, int64_t> bytes;
+  int64_t messages = 0, rounds = 0;
+};
+Staged staged_of(const Plan& plan) {
+  Staged s;
+  std::map<uint32_t, int64_t> stage_rounds;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs) {
+      s.bytes[{m.src_device, m.stage, m.round}] += m.bytes;
+      s.bytes[{m.dst_device, m.stage, m.round}] += m.bytes;
+      stage_rounds[m.stage] = std::max<int64_t>(stage_rounds[m.stage], m.round + 1);
+      ++s.messages;
+    }
+  for (const auto& [st, r] : stage_rounds) s.rounds += r;
+  return s;
+}
+
+// Keyed cuts (rounds.h) on request: on a pipelined plan of several stages,
+// every message of a stage above 0 waits only for messages of its own round
+// (lag 0: a forward's round r reads what arrived in round r), each
+// message's round is the key of every piece it carries, the statistics
+// count its messages and rounds exactly, and the plan still executes
+// exactly (the oracle).
 TEST(PlanRounds, KeyedCutsForwardWhatArrivedInTheSameRound) {
-  struct Keyed {
-    Keyed() { planning::choice_override().keyed = 1024; }
-    ~Keyed() { planning::choice_override().keyed = 0; }
-  } keyed;
+  KeyedOverride keyed(1024);
   PlanInput in =
       load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/psum_chain_4_hosts.json").input;
   in.options.staging_budget_bytes = 0;
@@ -302,6 +390,10 @@ TEST(PlanRounds, KeyedCutsForwardWhatArrivedInTheSameRound) {
     }
   ASSERT_GT(keys, 1u) << "the plan is pipelined";
   EXPECT_GT(split, 0) << "some stream spans several keys";
+  const Staged counted = staged_of(plan);
+  EXPECT_EQ(plan.stats().messages, counted.messages);
+  EXPECT_EQ(plan.stats().rounds, counted.rounds);
+  for (const auto& [k, bytes] : counted.bytes) EXPECT_LE(bytes, plan.stats().peak_staging_bytes);
   // Each piece's key is its message's round.
   for (const auto& [p, part] : plan.parts())
     for (const Message& m : part.recvs)
@@ -330,6 +422,65 @@ TEST(PlanRounds, KeyedCutsForwardWhatArrivedInTheSameRound) {
   execute_host(plan, views, {1});
   const OracleReport report = check_destinations(plan, buffers);
   EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+}
+
+// Keyed cuts never exceed the staging budget: where one round of a stage
+// would hold more than the budget on some device, the plan falls back to
+// cuts by each stream's bytes (rounds.h), within the budget, and still
+// executes exactly. The same plan with a large budget is keyed.
+TEST(PlanRounds, KeyedCutsFallBackToTheBudgetRuleWhereTheBudgetCuts) {
+  KeyedOverride keyed(1024);
+  PlanInput in =
+      load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/psum_chain_4_hosts.json").input;
+  in.options.staging_budget_bytes = int64_t{1} << 30;
+  const Plan wide = make_plan(in);
+  EXPECT_GT(keyed_cuts(wide, 1024), 1) << "keyed within a large budget";
+  int64_t most = 0;
+  for (const auto& [k, bytes] : staged_of(wide).bytes) most = std::max(most, bytes);
+  // A budget below the keyed plan's busiest round.
+  in.options.staging_budget_bytes = most / 2;
+  const Plan plan = make_plan(in);
+  EXPECT_EQ(keyed_cuts(plan, 1024), 0) << "cut by the budget's rule";
+  const Staged counted = staged_of(plan);
+  for (const auto& [k, bytes] : counted.bytes) EXPECT_LT(bytes, in.options.staging_budget_bytes);
+  EXPECT_EQ(plan.stats().messages, counted.messages);
+  EXPECT_EQ(plan.stats().rounds, counted.rounds);
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views, {1});
+  const OracleReport report = check_destinations(plan, buffers);
+  EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+}
+
+// The planner takes keyed cuts where its estimate is no slower for them,
+// and is never slower by its own estimate than the same plan without them
+// (choice_override().keyed = -1), on the bench specs it pipelines. It takes
+// them on psum_2_holder_hosts_of_4_to_2_hosts and two_holder_hosts_to_6_hosts
+// (faster by the estimate) and rl_sync_uneven_replicas_4_to_2_hosts (a tie:
+// its forwards cut by their own bytes read rounds late, which the
+// pipelined estimate does not see).
+TEST(PlanRounds, TheEstimateChoosesKeyedCutsWhereTheyAreFaster) {
+  int64_t taken = 0;
+  for (const char* name : {"psum_2_holder_hosts_of_4_to_2_hosts", "two_holder_hosts_to_6_hosts",
+                           "rl_sync_uneven_replicas_4_to_2_hosts", "psum_dp4_hosts_of_2",
+                           "one_holder_to_2_hosts_of_8"}) {
+    SCOPED_TRACE(name);
+    const PlanInput in =
+        load_spec(std::string(RESHARD_SOURCE_DIR) + "/bench/specs/" + name + ".json").input;
+    const PlanStats chosen = make_plan(in, {PlanScope::kGlobal}).stats();
+    PlanStats plain;
+    {
+      KeyedOverride off(-1);
+      plain = make_plan(in, {PlanScope::kGlobal}).stats();
+    }
+    EXPECT_LE(chosen.cost_seconds, plain.cost_seconds);
+    if (std::string(name).find("psum_dp4") == std::string::npos &&
+        std::string(name).find("one_holder") == std::string::npos) {
+      EXPECT_GT(keyed_cuts(make_plan(in), planning::kKeyGranule), 1) << "keyed";
+      taken += chosen.cost_seconds < plain.cost_seconds;
+    }
+  }
+  EXPECT_GT(taken, 0) << "faster by the estimate somewhere";
 }
 
 }  // namespace

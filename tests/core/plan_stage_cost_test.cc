@@ -189,6 +189,37 @@ TEST(StageCost, AStageWithFewMessagesOnALinkWaitsForTheStagesBeforeIt) {
   EXPECT_LE(stage_cost_floor(c.stages, c.lb, c.o), c.cost({4, 4}));
 }
 
+TEST(StageCost, KeyedRoundsWaitOnlyForTheirOwnRoundAndAreAsLongAsTheirKeys) {
+  // The chain 0 -> 1 -> 2 of 4,000 bytes a stage in 2 keyed rounds
+  // (plan/rounds.h, RoundRule::keys): round r of the forward waits only for
+  // round r of stage 0 (lag 0). Even keys, 2,000 bytes each: every round
+  // takes α + 2 µs = 3 µs; round 0 of stage 1 ends at 3 + 3 = 6 µs, round 1
+  // at max(6, 6) + 3 = 9 µs. The links agree: stage 0's carry 4 µs after
+  // no fill, plus α per round (2 µs) and stage 1's last round (3 µs): 9 µs;
+  // stage 1's after stage 0's first round (3 µs), 4 + 2 = 9 µs. Unkeyed, 2
+  // rounds do not overlap at all: 12 µs (TwoRoundsPerStageDoNotOverlap).
+  Chain c(3);
+  c.send(0, 0, 1, 4000);
+  c.send(1, 1, 2, 4000);
+  KeyedRounds even{{{2 * kUs, 2 * kUs}, {2 * kUs, 2 * kUs}}};
+  EXPECT_NEAR(stage_cost(c.stages, {2, 2}, c.lb, c.o, RoundSizes::kEven, &even), 9 * kUs, 1e-12);
+  EXPECT_NEAR(c.cost({2, 2}), 12 * kUs, 1e-12);
+  // Keys of 3,000 and 1,000 bytes in both stages: rounds of 4 and 2 µs.
+  // Round 0 of stage 1 ends at 4 + 4 = 8 µs, round 1 at max(8, 6) + 2 = 10
+  // µs; stage 1's links: after stage 0's first round (4 µs), 4 + 2 α = 10
+  // µs; stage 0's: 4 + 2 α + stage 1's last round (2 µs) = 8 µs. So 10 µs:
+  // uneven keys cost what their longest rounds hold up.
+  KeyedRounds uneven{{{3 * kUs, 1 * kUs}, {3 * kUs, 1 * kUs}}};
+  EXPECT_NEAR(stage_cost(c.stages, {2, 2}, c.lb, c.o, RoundSizes::kEven, &uneven), 10 * kUs, 1e-12);
+  // A round no stream of the stage holds takes nothing: stage 1 only in
+  // round 1 (4,000 bytes, 5 µs) starts after stage 0's round 1 (at 4 + 2 =
+  // 6 µs) and ends at 11 µs, the pipeline; stage 0's links: 4 + 2 α + that
+  // last round (5 µs) = 11 µs; stage 1's after stage 0's first round (4
+  // µs): 4 + 4 + 2 α = 10 µs. So 11 µs.
+  KeyedRounds late{{{3 * kUs, 1 * kUs}, {0, 4 * kUs}}};
+  EXPECT_NEAR(stage_cost(c.stages, {2, 2}, c.lb, c.o, RoundSizes::kEven, &late), 11 * kUs, 1e-12);
+}
+
 TEST(StageCost, PipelineRoundsBalanceTheFillAgainstAlpha) {
   // k = sqrt((1 + L) (Σ T_s − max T_s) / (α S)): two stages of 100 µs each
   // (100,000 bytes), α = 1 µs, S = 2: sqrt(2 × 100 / 2) = 10.

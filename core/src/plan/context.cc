@@ -542,7 +542,9 @@ bool Context::decide_single_hop(int64_t max_bytes, const PlanStats* routed_stats
 }
 
 std::vector<int64_t> Context::pass_key(int64_t max_bytes) const {
-  std::vector<int64_t> key{max_bytes, pre_reduce, scratch_reserve, relay_split, track_streams};
+  // Keyed cuts on request (choice_override().keyed) change the pass too.
+  std::vector<int64_t> key{max_bytes,   pre_reduce,    scratch_reserve,
+                           relay_split, track_streams, choice_override().keyed};
   key.reserve(key.size() + 4 * tensors.size());
   for (const TensorCtx& t : tensors)
     key.insert(key.end(), {t.single_hop, t.reduce, t.reduce_bands, t.device_cross});

@@ -73,6 +73,11 @@ struct Context {
   // several stages is pipelined (rounds.h, RoundRule), compute_stats then
   // setting this and starting again.
   bool track_streams = false;
+  // A pass of the global statistics that counts keyed cuts of K keys and
+  // granule g (rounds.h, key_blocks; compute_stats sets them for the pass it
+  // starts again with, and clears them after): every piece is enumerated
+  // and each stream's keys and each round's bytes counted. 0: a plain pass.
+  int64_t keyed_keys = 0, keyed_granule = 0;
   // The most piece visits one pass of the global statistics may take
   // (PlanRequest::max_stats_pieces resolved; -1: no limit), checked up
   // front by the first compute_stats (stats_visits), which sets

@@ -134,8 +134,10 @@ namespace {
 // regions that enter the host (Enumerator::lead_block); the estimate's link
 // from a later stage's start (what is left of earlier stages then), a banded
 // stage's long first round (Acc::send_late) and a drain of 1 + lag rounds
-// per later stage (plan/stage_cost.h).
-constexpr uint64_t kPlannerVersion = 28;
+// per later stage (plan/stage_cost.h); 29: a pipelined plan of few pieces
+// takes keyed cuts (plan/rounds.h, RoundRule::keys) where the estimate is
+// faster for them and the budget allows.
+constexpr uint64_t kPlannerVersion = 29;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -880,11 +882,6 @@ Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
         refuse(e, request, largest);
       }
     }
-  }
-  // Keyed cuts on request (rounds.h; not chosen by the planner).
-  if (planning::choice_override().keyed > 0 && !rule.pipeline.empty()) {
-    for (int64_t k : rule.spans) rule.keys = std::max(rule.keys, k);
-    rule.key_granule = planning::choice_override().keyed;
   }
   const size_t ndev = ctx.devices.size();
   auto load = [&](int64_t device, uint32_t stage) -> planning::DeviceLoad {

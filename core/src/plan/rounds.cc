@@ -420,6 +420,35 @@ uint32_t key_mask(const Box& region, KeyBlocks k, int64_t keys) {
   return m;
 }
 
+int64_t key_volumes(const Box& region, KeyBlocks k, int64_t keys, int64_t* out) {
+  if (keys <= 0) return 0;
+  if (region.rank == 0) {
+    out[0] += 1;
+    return 1;
+  }
+  const int64_t lo = region.lo[k.dim], hi = region.hi[k.dim];
+  if (hi <= lo) return 0;
+  const int64_t per = region.volume() / region.extent(k.dim);  // elements of one index of D
+  const int64_t b0 = lo / k.block, b1 = (hi - 1) / k.block;
+  auto part = [&](int64_t b) {
+    out[b % keys] += (std::min(hi, (b + 1) * k.block) - std::max(lo, b * k.block)) * per;
+  };
+  if (b1 - b0 <= 2 * keys) {
+    for (int64_t b = b0; b <= b1; ++b) part(b);
+    return b1 - b0 + 1;
+  }
+  // The two edge blocks, then the whole blocks between them: n of them
+  // from block b0 + 1 on, n / K of each key and one more of the first n % K.
+  part(b0);
+  part(b1);
+  const int64_t n = b1 - b0 - 1, whole = n / keys, extra = n % keys;
+  for (int64_t i = 0; i < keys; ++i) {
+    const int64_t r = (b0 + 1 + i) % keys;
+    out[r] += (whole + (i < extra ? 1 : 0)) * k.block * per;
+  }
+  return b1 - b0 + 1;
+}
+
 namespace {
 // Keyed cuts of one direction (rounds.h): messages come one per stream (a
 // pipelined plan's, order_pieces); each becomes one message per key it

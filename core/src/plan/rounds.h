@@ -65,6 +65,9 @@ int64_t round_chunk(int64_t budget, DeviceLoad a, DeviceLoad b, int64_t stream_b
 // The most rounds a plan of several stages is cut into for pipelining.
 inline constexpr int64_t kMaxPipelineRounds = 16;
 
+// The granule of keyed cuts (RoundRule::keys, key_blocks) in bytes.
+inline constexpr int64_t kKeyGranule = 65536;
+
 // Pipelined stages (planner version 24). A plan of several stages is also
 // cut for pipelining, with or without a staging budget: a relay forwards
 // round r while it receives round r + 1, so stages overlap only as far as
@@ -101,10 +104,10 @@ struct RoundRule {
   std::vector<int64_t> pipeline;  // per stage: P_t (0 or absent: not pipelined)
   std::vector<int64_t> spans;     // per stage: K_t (0 or absent: numbered from 0)
   int64_t min_chunk = 1;          // m
-  // K in (0, 32]: keyed cuts of granule g (key_blocks; an experiment); 0:
-  // each stream cut by its own bytes.
+  // K in (0, 32]: keyed cuts of granule g (key_blocks); 0: each stream
+  // cut by its own bytes.
   int64_t keys = 0;
-  int64_t key_granule = 65536;
+  int64_t key_granule = kKeyGranule;
   bool cuts() const { return budget > 0 || !pipeline.empty() || keys > 0; }
   // The chunk of a stream of `stream_bytes` of stage `stage` (at least the
   // stream's bytes when nothing cuts it).
@@ -171,22 +174,23 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
                   std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes,
                   const std::function<DeviceLoad(int64_t, uint32_t)>& load, int threads = 1);
 
-// Keyed cuts (an experiment, not chosen by the planner: RoundRule::keys is
-// set only by planning::choice_override().keyed, for bench_forward_lag and
-// tests). Every element of a tensor has a key in [0, K) that depends on the
-// element alone: along one dimension D of the tensor (key_blocks: the
-// outermost whose slab, the elements of one index of D, is at most the
-// granule g bytes), indices fall in blocks of b = max(1, floor(g / slab
-// bytes)), and block i has the key i mod K. Round r of every stream, of
-// every stage, carries exactly its elements of key r, its pieces split at
-// block boundaries (a box cut along one dimension stays one box). So a
-// forward's round r reads only what arrived in round r of the stage before
-// (lag 0), and any stream longer than K blocks along D spreads evenly over
-// the K rounds. A stream spans the rounds of the keys it holds; a box's keys
-// are the residues of a run of consecutive blocks (key_mask), the same for
-// every tensor of one shape. The statistics do not count keyed rounds yet
-// (round_schedule counts cuts by a stream's own bytes), and the staging
-// budget is not applied: keys are only for plans the budget cuts nowhere.
+// Keyed cuts (planner version 29; chosen by the global statistics where
+// the estimate is faster for them, compute_stats). Every element of a
+// tensor has a key in [0, K) that depends on the element alone: along one
+// dimension D of the tensor (key_blocks: the outermost whose slab, the
+// elements of one index of D, is at most the granule g bytes), indices fall
+// in blocks of b = max(1, floor(g / slab bytes)), and block i has the key
+// i mod K. Round r of every stream, of every stage, carries exactly its
+// elements of key r, its pieces split at block boundaries (a box cut along
+// one dimension stays one box). So a forward's round r reads only what
+// arrived in round r of the stage before (lag 0), and any stream longer than
+// K blocks along D spreads evenly over the K rounds. A stream spans the
+// rounds of the keys it holds: the OR of key_mask over its pieces' boxes
+// (the residues of a run of consecutive blocks, the same for every tensor of
+// one shape), which the global statistics count, with each round's bytes
+// (key_volumes). The staging budget is not applied to the cuts: keyed cuts
+// are chosen only where every device's bytes of one round of one stage stay
+// below it.
 struct KeyBlocks {
   int dim = 0;        // D
   int64_t block = 1;  // b
@@ -194,6 +198,9 @@ struct KeyBlocks {
 KeyBlocks key_blocks(std::span<const int64_t> shape, int64_t esize, int64_t granule);
 // Bit r set for each key r (r < K <= 32) a box of the tensor holds.
 uint32_t key_mask(const Box& region, KeyBlocks k, int64_t keys);
+// Adds to out[r] the elements of the box with key r (r < K <= 32); returns
+// the blocks along D the box spans (the pieces a piece of it becomes).
+int64_t key_volumes(const Box& region, KeyBlocks k, int64_t keys, int64_t* out);
 
 // Without a staging budget: a stream's k-th segment (see split_rounds) is
 // its round k; messages sorted by (stage, round, peer, own).

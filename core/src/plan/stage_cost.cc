@@ -85,7 +85,7 @@ void first_round_rows(const std::vector<Acc>& x, std::vector<Acc>& out) {
 
 double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
                   const std::vector<int64_t>& stage_rounds, const Bounds& lb, const PlanOptions& o,
-                  RoundSizes sizes) {
+                  RoundSizes sizes, const KeyedRounds* keyed) {
   const double a = o.alpha_seconds;
   const size_t ndev = stage_acc.empty() ? 0 : stage_acc[0].size();
   const size_t ng = lb.group_nics.size(), ns = stage_acc.size();
@@ -153,11 +153,30 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   // or its stall where that is longer; start[s] the same without stalls.
   // drain[s]: the last 1 + lag rounds of stage s, which wait for the end of
   // the stage before it; tail[s]: the drains of stage s and every later one.
+  // Keyed: round r of stage s takes R_s(r) (0 where no stream holds key r),
+  // its busiest link's seconds scaled so that the stage's rounds add up to
+  // its busiest link over the stage (each round's busiest link may be
+  // another; they run side by side).
+  std::vector<double> key_scale(ns, 1.0);
+  if (keyed)
+    for (size_t s = 0; s < ns && s < keyed->seconds.size(); ++s) {
+      double raw = 0;
+      for (double v : keyed->seconds[s]) raw += v;
+      if (raw > 0 && whole[s] > 0) key_scale[s] = (whole[s] - a * rounds[s]) / raw;
+    }
+  auto keyed_round = [&](size_t s, size_t r) {
+    if (!keyed || s >= keyed->seconds.size() || r >= keyed->seconds[s].size()) return 0.0;
+    const double v = keyed->seconds[s][r] * key_scale[s];
+    return v > 0 ? a + v : 0.0;
+  };
   auto lead = [&](size_t s) {
+    if (keyed) return std::min(whole[s], keyed_round(s, 0));
     const double n = std::min(rounds[s], 1.0 + kForwardLagRounds);
     return head[s] + rest[s] * (n - 1);
   };
   auto drain = [&](size_t s) {
+    if (keyed)
+      return std::min(whole[s], keyed_round(s, static_cast<size_t>(std::max(rounds[s], 1.0)) - 1));
     return rounds[s] <= 1.0 + kForwardLagRounds ? whole[s] : rest[s] * (1.0 + kForwardLagRounds);
   };
   std::vector<double> fill(ns + 1, 0.0), start(ns + 1, 0.0), tail(ns + 1, 0.0);
@@ -170,8 +189,26 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   // The pipeline: the stage that ends last, after its fill and before the
   // drains of the later stages.
   double pipeline = 0;
-  for (size_t s = 0; s < ns; ++s)
-    if (whole[s] > 0) pipeline = std::max(pipeline, fill[s] + whole[s] + tail[s + 1]);
+  if (keyed) {
+    // The critical path of the rounds (C_s(r) above).
+    std::vector<double> prev, cur;
+    for (size_t s = 0; s < ns; ++s) {
+      if (whole[s] <= 0) continue;
+      const auto k = static_cast<size_t>(rounds[s]);
+      cur.assign(k, 0.0);
+      double at = stall[s];
+      for (size_t r = 0; r < k; ++r) {
+        at = std::max(at, r < prev.size() ? prev[r] : prev.empty() ? 0.0 : prev.back());
+        at += keyed_round(s, r);
+        cur[r] = at;
+      }
+      pipeline = std::max(pipeline, at);
+      prev.swap(cur);
+    }
+  } else {
+    for (size_t s = 0; s < ns; ++s)
+      if (whole[s] > 0) pipeline = std::max(pipeline, fill[s] + whole[s] + tail[s + 1]);
+  }
   // Each link waits for the fill of the first stage it serves, and what
   // it carries last still crosses the drain of every later stage. A link
   // that a later stage t also uses carries, from t's start on, all of
@@ -210,6 +247,12 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
     }
   }
   return std::min(sum, std::max(busiest_link, pipeline));
+}
+
+double busiest_link_seconds(const std::vector<Acc>& stage, const Bounds& lb, const PlanOptions& o) {
+  std::vector<double> links;
+  link_seconds(stage, lb, o, links);
+  return links.empty() ? 0.0 : *std::max_element(links.begin(), links.end());
 }
 
 double stage_cost_floor(const std::deque<std::vector<Acc>>& stage_acc, const Bounds& lb,

@@ -107,9 +107,31 @@ enum class RoundSizes { kBands, kEven };
 // (bench/weight_sync.py's qwen3_m2n on H100: relays receive ~60 messages
 // of stage 0 a round against ~9 of stage 1, so stage 1, which needs 82% of
 // their NICs, moves at a sixth of its pace until stage 0 ends.)
+//
+// Keyed cuts (plan/rounds.h, RoundRule::keys; `keyed` given): round r of a
+// forward reads only what arrived in round r of the stage before (lag 0),
+// and rounds are as uneven as their keys' bytes. Round r of stage s takes
+// R_s(r) = α + its busiest link's seconds of key r (keyed->seconds[s][r];
+// nothing for a round no stream of the stage holds), scaled so that the
+// stage's rounds add up to its busiest link's seconds over the stage (the
+// busiest link of one round need not be that of another, and links run side
+// by side: summed unscaled, the rounds of rl_sync_uneven_replicas_4_to_2_hosts
+// would count its busiest links' peaks one after the other). A stage waits for the
+// first round of each stage before it (lead), and its last round for the
+// end of the stage before (drain). The pipeline is the critical path of
+// the rounds: round r of stage s ends at
+//   C_s(r) = max(C_s(r − 1), C_{s−1}(r)) + R_s(r)
+// (C_s(−1) its stall), the plan at the latest C_s of a last round; the
+// link terms and the sum of the stages stay as above.
+struct KeyedRounds {
+  std::vector<std::vector<double>> seconds;  // per stage, per round: busiest link, no α
+};
 double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
                   const std::vector<int64_t>& stage_rounds, const Bounds& lb, const PlanOptions& o,
-                  RoundSizes sizes = RoundSizes::kBands);
+                  RoundSizes sizes = RoundSizes::kBands, const KeyedRounds* keyed = nullptr);
+
+// The busiest link's seconds of a stage's rows (stage_cost's links).
+double busiest_link_seconds(const std::vector<Acc>& stage, const Bounds& lb, const PlanOptions& o);
 
 // A floor of stage_cost with any rounds: the most seconds one link carries
 // over every stage plus α, or α per stage where something moves, if more

@@ -362,9 +362,9 @@ struct ChoiceOverride {
   // 0: no single-hop guard (the routes the other deciders leave,
   // Context::decide_single_hop); -1: the estimate's choice.
   int single_hop = -1;
-  // g > 0: a pipelined plan takes keyed cuts of granule g bytes
-  // (plan/rounds.h, RoundRule::keys; an experiment); 0: cut by each
-  // stream's bytes.
+  // g > 0: a pipelined plan takes keyed cuts of granule g bytes wherever
+  // the staging budget allows (plan/rounds.h, RoundRule::keys); 0: the
+  // estimate's choice (granule kKeyGranule); -1: never keyed.
   int64_t keyed = 0;
 };
 inline ChoiceOverride& choice_override() {
