@@ -427,7 +427,7 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
   // call's pieces and the others replay them (set_replay_like(false):
   // each enumerates, what the tests compare with).
   using LikeKey = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t,
-                             uint8_t, bool, uint32_t, bool>;
+                             uint8_t, bool, uint32_t, bool, bool>;
   struct Recording {
     std::vector<Emitted> pieces;
     std::vector<size_t> ends;    // per call, in call order
@@ -447,7 +447,7 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
       const TensorCtx& t = ctx.tensors[ti];
       const auto [it, fresh] =
           kinds.try_emplace(LikeKey(t.sg, t.dg, t.src->shape(), t.esize, t.reduce, t.device_cross,
-                                    t.reduce_bands, t.single_hop),
+                                    t.reduce_bands, t.single_hop, t.fine_lead),
                             recordings.size());
       if (fresh) recordings.emplace_back();
       ++recordings[it->second].total;
@@ -770,6 +770,7 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
   ctx.decide_device_cross(limit);
+  ctx.decide_lead_cut(limit);
   PlanStats own;
   PlanStats& st = stats ? *stats : own;
   std::vector<DeviceCounts> counts;
@@ -817,6 +818,7 @@ Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
   ctx.decide_device_cross(limit);
+  ctx.decide_lead_cut(limit);
   Plan plan;
   Plan::Builder::tensors(plan) = input.tensors;
   Plan::Builder::topology(plan) = input.topology;
