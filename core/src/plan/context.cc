@@ -301,7 +301,8 @@ void Context::settle_scratch(int64_t max_bytes) {
 
 void Context::decide_lead_cut(int64_t max_bytes) {
   const PlanOptions& o = input.options;
-  if (!o.relays || o.alpha_seconds <= 0) return;
+  const int forced = choice_override().fine_lead;
+  if (!o.relays || forced == 0 || (forced < 0 && o.alpha_seconds <= 0)) return;
   std::vector<std::vector<size_t>> like =
       like_tensors(tensors, [](const TensorCtx& t) { return t.S == 1 && t.T == 1; });
   if (like.empty()) return;
@@ -319,6 +320,10 @@ void Context::decide_lead_cut(int64_t max_bytes) {
     scheduled_stats(st, max_bytes);
     return st.cost_seconds;
   };
+  if (forced == 1) {
+    for (const std::vector<size_t>& g : groups) set(g, true);
+    return;
+  }
   // Each group takes the finer parts only where the estimate drops: the
   // plan is never slower by it than with one leader per region.
   double least = estimate();

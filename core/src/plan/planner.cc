@@ -134,8 +134,11 @@ namespace {
 // regions that enter the host (Enumerator::lead_block); the estimate's link
 // from a later stage's start (what is left of earlier stages then), a banded
 // stage's long first round (Acc::send_late) and a drain of 1 + lag rounds
-// per later stage (plan/stage_cost.h).
-constexpr uint64_t kPlannerVersion = 28;
+// per later stage (plan/stage_cost.h); 29: relays inside a host cut
+// regions into lead parts down to cross_min_bytes a part for groups of like
+// tensors where that lowers the whole plan's α–β estimate
+// (TensorCtx::fine_lead, Context::decide_lead_cut).
+constexpr uint64_t kPlannerVersion = 29;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

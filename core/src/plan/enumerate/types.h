@@ -368,6 +368,9 @@ struct ChoiceOverride {
   // 0: no group crosses by the device rule; 1: every group it changes does
   // (TensorCtx::device_cross); -1: the estimate's choice.
   int device_cross = -1;
+  // 0: no group takes TensorCtx::fine_lead; 1: every group it changes
+  // does; -1: the estimate's choice (Context::decide_lead_cut).
+  int fine_lead = -1;
   // 0: no single-hop guard (the routes the other deciders leave,
   // Context::decide_single_hop); -1: the estimate's choice.
   int single_hop = -1;
