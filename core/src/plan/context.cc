@@ -306,6 +306,18 @@ void Context::decide_lead_cut(int64_t max_bytes) {
   std::vector<std::vector<size_t>> like =
       like_tensors(tensors, [](const TensorCtx& t) { return t.S == 1 && t.T == 1; });
   if (like.empty()) return;
+  double bound = 0;
+  auto estimate = [&] {
+    PlanStats st;
+    scheduled_stats(st, max_bytes);
+    bound = st.lower_bound_cost_seconds;
+    return st.cost_seconds;
+  };
+  // Near its bound a plan has little to gain, and each try is a whole pass
+  // (the DeepSeek-V3-class MoE sync at 1,024 devices: seconds a pass); the
+  // first pass is kept and handed on (scheduled_stats).
+  double least = forced == 1 ? 0 : estimate();
+  if (forced < 0 && least <= bound * kNearBound) return;
   Enumerator en(staging_options(), pre_reduce, relay_split);
   std::vector<std::vector<size_t>> groups;
   for (std::vector<size_t>& g : like)
@@ -315,18 +327,12 @@ void Context::decide_lead_cut(int64_t max_bytes) {
   auto set = [&](const std::vector<size_t>& g, bool on) {
     for (size_t i : g) tensors[i].fine_lead = on;
   };
-  auto estimate = [&] {
-    PlanStats st;
-    scheduled_stats(st, max_bytes);
-    return st.cost_seconds;
-  };
   if (forced == 1) {
     for (const std::vector<size_t>& g : groups) set(g, true);
     return;
   }
   // Each group takes the finer parts only where the estimate drops: the
   // plan is never slower by it than with one leader per region.
-  double least = estimate();
   for (const std::vector<size_t>& g : groups) {
     set(g, true);
     const double cost = estimate();

@@ -116,7 +116,8 @@ struct Context {
   // inference replicas: 2x); the relay halves it at the cost of a stage,
   // which the estimate weighs. A pure function of the input.
   void decide_device_cross(int64_t max_bytes);
-  // With relays on and α > 0, sets TensorCtx::fine_lead (after
+  // With relays on, α > 0 and the estimate above kNearBound times its
+  // lower bound, sets TensorCtx::fine_lead (after
   // decide_device_cross): groups of like tensors (same layouts, shape and
   // dtype; one group for all past 16) some of whose regions relays inside a
   // host would cut into lead parts only with it
