@@ -299,6 +299,50 @@ void Context::settle_scratch(int64_t max_bytes) {
   }
 }
 
+void Context::decide_lead_cut(int64_t max_bytes) {
+  const PlanOptions& o = input.options;
+  const int forced = choice_override().fine_lead;
+  if (!o.relays || forced == 0 || (forced < 0 && o.alpha_seconds <= 0)) return;
+  std::vector<std::vector<size_t>> like =
+      like_tensors(tensors, [](const TensorCtx& t) { return t.S == 1 && t.T == 1; });
+  if (like.empty()) return;
+  double bound = 0;
+  auto estimate = [&] {
+    PlanStats st;
+    scheduled_stats(st, max_bytes);
+    bound = st.lower_bound_cost_seconds;
+    return st.cost_seconds;
+  };
+  // Near its bound a plan has little to gain, and each try is a whole pass
+  // (the DeepSeek-V3-class MoE sync at 1,024 devices: seconds a pass); the
+  // first pass is kept and handed on (scheduled_stats).
+  double least = forced == 1 ? 0 : estimate();
+  if (forced < 0 && least <= bound * kNearBound) return;
+  Enumerator en(staging_options(), pre_reduce, relay_split);
+  std::vector<std::vector<size_t>> groups;
+  for (std::vector<size_t>& g : like)
+    if (en.fine_lead_differs(tensors[g.front()])) groups.push_back(std::move(g));
+  if (groups.empty()) return;
+  groups = in_order(std::move(groups));
+  auto set = [&](const std::vector<size_t>& g, bool on) {
+    for (size_t i : g) tensors[i].fine_lead = on;
+  };
+  if (forced == 1) {
+    for (const std::vector<size_t>& g : groups) set(g, true);
+    return;
+  }
+  // Each group takes the finer parts only where the estimate drops: the
+  // plan is never slower by it than with one leader per region.
+  for (const std::vector<size_t>& g : groups) {
+    set(g, true);
+    const double cost = estimate();
+    if (cost < least)
+      least = cost;
+    else
+      set(g, false);
+  }
+}
+
 void Context::decide_device_cross(int64_t max_bytes) {
   const PlanOptions& o = input.options;
   const int forced = choice_override().device_cross;
@@ -545,9 +589,9 @@ std::vector<int64_t> Context::pass_key(int64_t max_bytes) const {
   // Keyed cuts on request (choice_override().keyed) change the pass too.
   std::vector<int64_t> key{max_bytes,   pre_reduce,    scratch_reserve,
                            relay_split, track_streams, choice_override().keyed};
-  key.reserve(key.size() + 4 * tensors.size());
+  key.reserve(key.size() + 5 * tensors.size());
   for (const TensorCtx& t : tensors)
-    key.insert(key.end(), {t.single_hop, t.reduce, t.reduce_bands, t.device_cross});
+    key.insert(key.end(), {t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead});
   return key;
 }
 

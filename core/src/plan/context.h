@@ -121,6 +121,17 @@ struct Context {
   // inference replicas: 2x); the relay halves it at the cost of a stage,
   // which the estimate weighs. A pure function of the input.
   void decide_device_cross(int64_t max_bytes);
+  // With relays on, α > 0 and the estimate above kNearBound times its
+  // lower bound, sets TensorCtx::fine_lead (after
+  // decide_device_cross): groups of like tensors (same layouts, shape and
+  // dtype; one group for all past 16) some of whose regions relays inside a
+  // host would cut into lead parts only with it
+  // (Enumerator::fine_lead_differs) take it in turn where that lowers the
+  // whole plan's α–β estimate (PlanStats::cost_seconds). One leader per
+  // region puts every like tensor's ingress on the same entries of a host;
+  // parts down to cross_min_bytes spread it over all of them, at an α a
+  // part, which the estimate weighs. A pure function of the input.
+  void decide_lead_cut(int64_t max_bytes);
   // The single-hop guard (after decide_device_cross): a plan is never
   // slower, by its own α–β estimate (PlanStats::cost_seconds), than the
   // single-hop plan it could have built. Groups of like tensors with a

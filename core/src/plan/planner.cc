@@ -136,7 +136,10 @@ namespace {
 // stage's long first round (Acc::send_late) and a drain of 1 + lag rounds
 // per later stage (plan/stage_cost.h); 29: a pipelined plan of few pieces
 // takes keyed cuts (plan/rounds.h, RoundRule::keys) where the estimate is
-// faster for them and the budget allows.
+// faster for them and the budget allows; relays inside a host cut regions
+// into lead parts down to cross_min_bytes a part for groups of like tensors
+// where that lowers the whole plan's α–β estimate (TensorCtx::fine_lead,
+// Context::decide_lead_cut).
 constexpr uint64_t kPlannerVersion = 29;
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -429,7 +432,7 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
   // call's pieces and the others replay them (set_replay_like(false):
   // each enumerates, what the tests compare with).
   using LikeKey = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t,
-                             uint8_t, bool, uint32_t, bool>;
+                             uint8_t, bool, uint32_t, bool, bool>;
   struct Recording {
     std::vector<Emitted> pieces;
     std::vector<size_t> ends;    // per call, in call order
@@ -449,7 +452,7 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
       const TensorCtx& t = ctx.tensors[ti];
       const auto [it, fresh] =
           kinds.try_emplace(LikeKey(t.sg, t.dg, t.src->shape(), t.esize, t.reduce, t.device_cross,
-                                    t.reduce_bands, t.single_hop),
+                                    t.reduce_bands, t.single_hop, t.fine_lead),
                             recordings.size());
       if (fresh) recordings.emplace_back();
       ++recordings[it->second].total;
@@ -772,6 +775,7 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
   ctx.decide_device_cross(limit);
+  ctx.decide_lead_cut(limit);
   PlanStats own;
   PlanStats& st = stats ? *stats : own;
   std::vector<DeviceCounts> counts;
@@ -819,6 +823,7 @@ Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
   ctx.decide_device_cross(limit);
+  ctx.decide_lead_cut(limit);
   Plan plan;
   Plan::Builder::tensors(plan) = input.tensors;
   Plan::Builder::topology(plan) = input.topology;

@@ -99,16 +99,32 @@ class Enumerator {
   // into `members` equal slots, region k covering [k/n, (k+1)/n), each
   // region cut where a slot begins and each part led by its slot's entry
   // (lead_parts). One leader forwarding a whole region to the M - 1 others
-  // sent (M - 1) x its bytes. The statistics' per-cell arithmetic
-  // (core/src/plan/stats.cc) leaves such cells to the enumeration.
+  // sent (M - 1) x its bytes. With TensorCtx::fine_lead the parts need only
+  // cross_min_bytes each (fine_lead_cut). The statistics' per-cell
+  // arithmetic (core/src/plan/stats.cc) leaves such cells to the
+  // enumeration.
   bool relay_cut(const TensorCtx& t, int64_t members, const Box& region, uint64_t n) const {
     if (members < 2 || n == 0 || n % static_cast<uint64_t>(members) == 0 ||
         options_.split_min_bytes <= 0)
       return false;
     const int64_t per = (members + static_cast<int64_t>(n) - 1) / static_cast<int64_t>(n);
     // By division: split_min_bytes may be anything up to INT64_MAX.
-    return region.volume() * t.esize / 2 / per >= options_.split_min_bytes;
+    if (region.volume() * t.esize / 2 / per >= options_.split_min_bytes) return true;
+    return t.fine_lead && fine_lead_cut(t, members, region, n);
   }
+  // Whether relay_cut cuts the region with TensorCtx::fine_lead on: each
+  // part at least cross_min_bytes.
+  bool fine_lead_cut(const TensorCtx& t, int64_t members, const Box& region, uint64_t n) const {
+    if (members < 2 || n == 0 || n % static_cast<uint64_t>(members) == 0 ||
+        options_.split_min_bytes <= 0)
+      return false;
+    const int64_t per = (members + static_cast<int64_t>(n) - 1) / static_cast<int64_t>(n);
+    return region.volume() * t.esize / per >= cross_min_bytes(options_);
+  }
+  // Whether TensorCtx::fine_lead would cut some region of the tensor that
+  // relay_cut leaves whole (Context::decide_lead_cut tries those groups):
+  // its cells' covers walked until one is found.
+  bool fine_lead_differs(const TensorCtx& t);
   // Cross routes: whether part j arrives at the receiving host of index
   // `idx` in stage 0 (a direct part, or its entry host).
   static bool arrives_first(const Route& r, size_t j, size_t idx) {

@@ -179,6 +179,30 @@ inline void Enumerator::lead_parts(const Box& region, uint64_t k, uint64_t n, in
   r.lead_slots = static_cast<uint32_t>(slots);
 }
 
+inline bool Enumerator::fine_lead_differs(const TensorCtx& t) {
+  if (!relays(t) || t.S > 1 || t.T > 1 || !t.sg->tiled) return false;
+  const CellHosts& ch = cell_hosts(t);
+  TensorCtx coarse = t;
+  coarse.fine_lead = false;
+  if (!share_en_) share_en_ = std::make_unique<Enumerator>(options_);
+  Route pos;
+  for (size_t c = 0; c + 1 < ch.cell_offsets.size(); ++c) {
+    const int64_t members = ch.max_members[c];
+    if (members < 2 || t.dg->cell_offsets[c] == t.dg->cell_offsets[c + 1]) continue;
+    const Box B = cell_box(t, c);
+    if (B.empty()) continue;
+    bool found = false;
+    share_en_->cover(t, B, [&](const Box& region, const uint32_t*, size_t, bool) {
+      if (found) return;
+      cover_position(t, B, region, pos);
+      found =
+          fine_lead_cut(t, members, region, pos.n) && !relay_cut(coarse, members, region, pos.n);
+    });
+    if (found) return true;
+  }
+  return false;
+}
+
 inline void Enumerator::holders_on(const TensorCtx& t, const uint32_t* holders, size_t n,
                                    int32_t host) {
   hsel_.clear();

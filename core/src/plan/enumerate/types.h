@@ -76,6 +76,15 @@ struct TensorCtx {
   // plan's α–β estimate. Set per group of like tensors; a partial tensor
   // takes kSingleHop besides.
   bool single_hop = false;
+  // Relays inside hosts (Enumerator::relay_cut): regions that do not fall
+  // evenly on a host's entries are cut into lead parts down to
+  // cross_min_bytes a part rather than from twice split_min_bytes. One
+  // leader per region puts the ingress of every like tensor on the same
+  // entries (the first of each cell's entries on Qwen3's attention, EP → dp8 ×
+  // tp8 on one GB200 host: 8 of 64 NICs); the parts spread it over all of
+  // them at an α a part. Set per group of like tensors where that lowers the
+  // whole plan's α–β estimate (Context::decide_lead_cut).
+  bool fine_lead = false;
 };
 
 // The most bands a pre-reduced part is cut into (TensorCtx::reduce_bands).
@@ -359,6 +368,9 @@ struct ChoiceOverride {
   // 0: no group crosses by the device rule; 1: every group it changes does
   // (TensorCtx::device_cross); -1: the estimate's choice.
   int device_cross = -1;
+  // 0: no group takes TensorCtx::fine_lead; 1: every group it changes
+  // does; -1: the estimate's choice (Context::decide_lead_cut).
+  int fine_lead = -1;
   // 0: no single-hop guard (the routes the other deciders leave,
   // Context::decide_single_hop); -1: the estimate's choice.
   int single_hop = -1;

@@ -1,0 +1,106 @@
+// Lead parts down to cross_min_bytes (TensorCtx::fine_lead,
+// Context::decide_lead_cut, docs/planner.md §5.1): relays inside a host cut
+// a region that does not fall evenly on the host's entries into a part per
+// entry from twice split_min_bytes a part; below that, one entry leads the
+// whole region and every like tensor's ingress lands on the same entries.
+// Groups of like tensors take parts down to cross_min_bytes where the whole
+// plan's α–β estimate drops.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "plan/enumerate.h"
+#include "relay_fleets.h"
+#include "reshard/plan.h"
+
+namespace reshard {
+namespace {
+
+using namespace testing::fleet_names;  // NOLINT(google-build-using-namespace)
+
+struct FineLead {
+  explicit FineLead(int v) { planning::choice_override().fine_lead = v; }
+  ~FineLead() { planning::choice_override().fine_lead = -1; }
+};
+
+PlanStats stats_with(const PlanInput& in, int fine_lead) {
+  const FineLead f(fine_lead);
+  return make_plan(in, {PlanScope::kGlobal}).stats();
+}
+
+// `holders` devices of host 0 each hold the whole [512, 1024] f32 tensor
+// (2 MiB); 4 devices of host 1 each need all of it. One region (n = 1) on
+// M = 4 entries: 512 KiB a part, below twice split_min_bytes (1 MiB), at
+// least cross_min_bytes (α = 5 µs at 25 GB/s: 31,250 bytes).
+PlanInput replicated_into_four(int64_t holders, std::vector<int64_t> shape = {512, 1024}) {
+  std::vector<int32_t> hosts(static_cast<size_t>(holders), 0);
+  hosts.resize(static_cast<size_t>(holders + 4), 1);
+  PlanInput in = one_tensor(shape, DType::kF32, named(mesh({"a"}, {holders}, 0), {{}, {}}),
+                            named(mesh({"k"}, {4}, holders), {{}, {}}), hosts);
+  in.options.alpha_seconds = 5e-6;
+  in.options.inter_host_bytes_per_second = 25e9;
+  in.options.intra_host_bytes_per_second = 100e9;
+  in.options.staging_budget_bytes = 0;
+  return in;
+}
+
+// By hand, 4 holders: the region (2 MiB >= split_min_bytes) is split over
+// the holders either way. One leader takes 2 MiB in over its NIC and sends
+// 3 x 2 MiB = 6 MiB to the others: at least 2 MiB / 25 GB/s = 83.9 µs. Four
+// parts of 128 rows: each entry takes 512 KiB in (21.0 µs) and sends 3 x
+// 512 KiB = 1.5 MiB over NVLink (15.7 µs); with an α each for the holders'
+// sends and the forwards, at most 21.0 + 15.7 + 4 x 5 = 56.7 µs even with
+// no overlap of the stages.
+TEST(PlanLeadCut, PartsSpreadTheIngressOfRegionsBelowTwiceSplitMin) {
+  const PlanInput in = replicated_into_four(4);
+  const PlanStats whole = stats_with(in, 0), parts = stats_with(in, 1);
+  const int64_t MiB = 1 << 20;
+  EXPECT_EQ(whole.max_send_bytes, 6 * MiB);
+  EXPECT_EQ(parts.max_send_bytes, 3 * MiB / 2);
+  for (const PlanStats* st : {&whole, &parts}) {
+    EXPECT_EQ(st->cross_host_bytes, 2 * MiB);
+    EXPECT_EQ(st->max_recv_bytes, 2 * MiB);
+    EXPECT_EQ(st->stages, 2);
+  }
+  EXPECT_GE(whole.cost_seconds, 2.0 * MiB / 25e9);
+  EXPECT_LE(parts.cost_seconds, 0.5 * MiB / 25e9 + 1.5 * MiB / 100e9 + 4 * 5e-6);
+  // The estimate's choice is the cheaper plan, and it executes exactly.
+  const Plan chosen = make_plan(in);
+  EXPECT_EQ(chosen.stats().max_send_bytes, parts.max_send_bytes);
+  EXPECT_EQ(chosen.stats().cost_seconds, parts.cost_seconds);
+  ASSERT_NO_FATAL_FAILURE(testing::execute_every_stage(chosen, 2));
+  for (int32_t p : chosen.processes())
+    ASSERT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), chosen.part(p))
+        << "process " << p;
+  std::printf("4 holders into 4 entries of a host: estimate %.1f us one leader, %.1f us parts\n",
+              whole.cost_seconds * 1e6, parts.cost_seconds * 1e6);
+}
+
+// Each choice is the cheaper plan by the estimate, byte for byte: one or
+// more holders into a replicated host at two α's and three sizes (the parts
+// win all 12 that differ; where they cost more, the plan without them is
+// kept, the decider's own comparison).
+TEST(PlanLeadCut, TheEstimateChoosesTheCheaperPlan) {
+  int parts_won = 0, whole_won = 0;
+  for (int64_t holders : {1, 2, 4})
+    for (int64_t rows : {32, 128, 512})
+      for (double alpha : {5e-6, 5e-5}) {
+        SCOPED_TRACE(std::to_string(holders) + " holders, " + std::to_string(rows) +
+                     " rows, alpha " + std::to_string(alpha));
+        PlanInput in = replicated_into_four(holders, {rows, 1024});
+        in.options.alpha_seconds = alpha;
+        const PlanStats whole = stats_with(in, 0), parts = stats_with(in, 1);
+        const PlanStats chosen = make_plan(in, {PlanScope::kGlobal}).stats();
+        const PlanStats& want = parts.cost_seconds < whole.cost_seconds ? parts : whole;
+        EXPECT_EQ(chosen.cost_seconds, want.cost_seconds);
+        EXPECT_EQ(chosen.max_send_bytes, want.max_send_bytes);
+        EXPECT_EQ(chosen.messages, want.messages);
+        if (parts.max_send_bytes == whole.max_send_bytes) continue;  // nothing to choose
+        ++(&want == &parts ? parts_won : whole_won);
+      }
+  std::printf("fine lead parts taken in %d cases, refused in %d\n", parts_won, whole_won);
+  EXPECT_GT(parts_won, 0);
+}
+
+}  // namespace
+}  // namespace reshard
