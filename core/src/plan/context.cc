@@ -313,16 +313,19 @@ void Context::decide_lead_cut(int64_t max_bytes) {
     bound = st.lower_bound_cost_seconds;
     return st.cost_seconds;
   };
-  // Near its bound a plan has little to gain, and each try is a whole pass
-  // (the DeepSeek-V3-class MoE sync at 1,024 devices: seconds a pass); the
-  // first pass is kept and handed on (scheduled_stats).
-  double least = forced == 1 ? 0 : estimate();
-  if (forced < 0 && least <= bound * kNearBound) return;
+  // Only groups whose parts the finer cut changes are tried: a plan with
+  // none runs no pass here (and the routed statistics after it may stop
+  // early, GuardStop).
   Enumerator en(staging_options(), pre_reduce, relay_split);
   std::vector<std::vector<size_t>> groups;
   for (std::vector<size_t>& g : like)
     if (en.fine_lead_differs(tensors[g.front()])) groups.push_back(std::move(g));
   if (groups.empty()) return;
+  // Near its bound a plan has little to gain, and each try is a whole pass
+  // (the DeepSeek-V3-class MoE sync at 1,024 devices: seconds a pass); the
+  // first pass is kept and handed on (scheduled_stats).
+  double least = forced == 1 ? 0 : estimate();
+  if (forced < 0 && least <= bound * kNearBound) return;
   groups = in_order(std::move(groups));
   auto set = [&](const std::vector<size_t>& g, bool on) {
     for (size_t i : g) tensors[i].fine_lead = on;
