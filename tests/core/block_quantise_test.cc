@@ -24,19 +24,7 @@ namespace {
 
 using testing::quantise;
 using testing::Reference;
-
-// A rank-2 tensor spec of `from` cast to `to` with blocks `block`, its
-// source one entry of the whole shape.
-TensorSpec tensor(DType from, DType to, std::vector<int64_t> shape, std::vector<int64_t> block) {
-  TensorSpec t;
-  t.name = "w";
-  t.shape = std::move(shape);
-  t.dtype = from;
-  t.dst_dtype = to;
-  t.scale_block = std::move(block);
-  t.scale_tensor = 1;
-  return t;
-}
+using testing::tensor;
 
 Box whole(const std::vector<int64_t>& shape) {
   Box b;

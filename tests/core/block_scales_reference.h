@@ -7,14 +7,30 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "reshard/box.h"
 #include "reshard/cast.h"
 #include "reshard/dtype.h"
 #include "reshard/numeric.h"
+#include "reshard/plan.h"
 
 namespace reshard::testing {
+
+// A tensor spec "w" of `shape` cast from `from` to `to` with block scales
+// over blocks `block` (the spec fields the quantiser reads).
+inline TensorSpec tensor(DType from, DType to, std::vector<int64_t> shape,
+                         std::vector<int64_t> block) {
+  TensorSpec t;
+  t.name = "w";
+  t.shape = std::move(shape);
+  t.dtype = from;
+  t.dst_dtype = to;
+  t.scale_block = std::move(block);
+  t.scale_tensor = 1;
+  return t;
+}
 
 // Row-major rank-2 array of `dtype` bit patterns (in uint32) with its
 // quantised form: per block of br x bc, s = amax / M over the finite |x|

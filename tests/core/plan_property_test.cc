@@ -390,6 +390,20 @@ TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
       (long long)explicit_overlap_relays, (long long)total_pieces);
 }
 
+// What every plan of the random cases below must satisfy: determinism,
+// coverage, pairing, exact statistics, and each process's part equal to
+// the whole plan's.
+void check_invariants(const PlanInput& in, const Plan& a) {
+  ASSERT_EQ(a.parts(), make_plan(in).parts()) << "determinism";
+  ASSERT_NO_FATAL_FAILURE(check_coverage(a));
+  ASSERT_NO_FATAL_FAILURE(check_pairing(a));
+  ASSERT_NO_FATAL_FAILURE(check_stats(a));
+  for (int32_t p : a.processes()) {
+    Plan one = make_plan(in, {PlanScope::kProcess, p, false});
+    ASSERT_EQ(one.part(p), a.part(p)) << "process " << p;
+  }
+}
+
 // Relay bands (plan/enumerate/types.h, Bands): with alpha 0 the band size falls
 // to split_min_bytes (0, 64 bytes or 1 MiB here), so the random cases' relay
 // streams are cut into bands, one message each. The same invariants hold —
@@ -411,14 +425,7 @@ TEST(PlanProperty, RelayBandsKeepCoveragePairingAndExactStatistics) {
       SCOPED_TRACE("budget " + std::to_string(budget));
       in.options.staging_budget_bytes = budget;
       Plan a = make_plan(in);
-      ASSERT_EQ(a.parts(), make_plan(in).parts()) << "determinism";
-      ASSERT_NO_FATAL_FAILURE(check_coverage(a));
-      ASSERT_NO_FATAL_FAILURE(check_pairing(a));
-      ASSERT_NO_FATAL_FAILURE(check_stats(a));
-      for (int32_t p : a.processes()) {
-        Plan one = make_plan(in, {PlanScope::kProcess, p, false});
-        ASSERT_EQ(one.part(p), a.part(p)) << "process " << p;
-      }
+      ASSERT_NO_FATAL_FAILURE(check_invariants(in, a));
       if (budget != 0 && budget != int64_t{1} << 30) continue;
       // A relay stream (stage > 0) in more than one message.
       std::map<std::tuple<uint32_t, int64_t, int64_t>, int> per_stream;
@@ -462,14 +469,7 @@ TEST(PlanProperty, KeyedCutsKeepCoveragePairingAndExactStatistics) {
       SCOPED_TRACE("budget " + std::to_string(budget));
       in.options.staging_budget_bytes = budget;
       Plan a = make_plan(in);
-      ASSERT_EQ(a.parts(), make_plan(in).parts()) << "determinism";
-      ASSERT_NO_FATAL_FAILURE(check_coverage(a));
-      ASSERT_NO_FATAL_FAILURE(check_pairing(a));
-      ASSERT_NO_FATAL_FAILURE(check_stats(a));
-      for (int32_t p : a.processes()) {
-        Plan one = make_plan(in, {PlanScope::kProcess, p, false});
-        ASSERT_EQ(one.part(p), a.part(p)) << "process " << p;
-      }
+      ASSERT_NO_FATAL_FAILURE(check_invariants(in, a));
       std::map<std::tuple<uint32_t, int64_t, int64_t>, int> per_stream;
       for (const auto& [p, part] : a.parts())
         for (const Message& m : part.recvs)

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/block_scales_reference.h"
 #include "reshard/block_scales.h"
 #include "reshard/box_copy.h"
 #include "reshard/cast.h"
@@ -24,18 +25,7 @@
 namespace reshard {
 namespace {
 
-// A tensor of `shape` from `from` to `to` with blocks `block` and scales
-// of `scale_dtype` (the spec fields the quantiser reads).
-TensorSpec tensor(DType from, DType to, std::vector<int64_t> shape, std::vector<int64_t> block) {
-  TensorSpec t;
-  t.name = "w";
-  t.shape = std::move(shape);
-  t.dtype = from;
-  t.dst_dtype = to;
-  t.scale_block = std::move(block);
-  t.scale_tensor = 1;
-  return t;
-}
+using testing::tensor;
 
 // Random element bits of `from`: a third near 1, the rest any pattern
 // (NaN, infinities, subnormals among them), and some blocks' worth of
