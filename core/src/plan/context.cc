@@ -316,7 +316,8 @@ void Context::decide_lead_cut(int64_t max_bytes) {
   // Only groups whose parts the finer cut changes are tried: a plan with
   // none runs no pass here (and the routed statistics after it may stop
   // early, GuardStop).
-  Enumerator en(staging_options(), pre_reduce, relay_split);
+  const PlanOptions staging = staging_options();  // the Enumerator keeps a reference
+  Enumerator en(staging, pre_reduce, relay_split);
   std::vector<std::vector<size_t>> groups;
   for (std::vector<size_t>& g : like)
     if (en.fine_lead_differs(tensors[g.front()])) groups.push_back(std::move(g));
