@@ -390,6 +390,18 @@ TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
       (long long)explicit_overlap_relays, (long long)total_pieces);
 }
 
+// Whether a relay stream (stage > 0, one device pair) is in more than one
+// message.
+bool relay_stream_cut(const Plan& a) {
+  std::map<std::tuple<uint32_t, int64_t, int64_t>, int> per_stream;
+  for (const auto& [p, part] : a.parts())
+    for (const Message& m : part.recvs)
+      if (m.stage > 0) ++per_stream[{m.stage, m.src_device, m.dst_device}];
+  for (const auto& [k, n] : per_stream)
+    if (n > 1) return true;
+  return false;
+}
+
 // What every plan of the random cases below must satisfy: determinism,
 // coverage, pairing, exact statistics, and each process's part equal to
 // the whole plan's.
@@ -427,13 +439,7 @@ TEST(PlanProperty, RelayBandsKeepCoveragePairingAndExactStatistics) {
       Plan a = make_plan(in);
       ASSERT_NO_FATAL_FAILURE(check_invariants(in, a));
       if (budget != 0 && budget != int64_t{1} << 30) continue;
-      // A relay stream (stage > 0) in more than one message.
-      std::map<std::tuple<uint32_t, int64_t, int64_t>, int> per_stream;
-      for (const auto& [p, part] : a.parts())
-        for (const Message& m : part.recvs)
-          if (m.stage > 0) ++per_stream[{m.stage, m.src_device, m.dst_device}];
-      bool cut = false;
-      for (const auto& [k, n] : per_stream) cut |= n > 1;
+      const bool cut = relay_stream_cut(a);
       if (cut) (budget > 0 ? banded_budget : banded) += 1;
     }
   }
@@ -470,12 +476,7 @@ TEST(PlanProperty, KeyedCutsKeepCoveragePairingAndExactStatistics) {
       in.options.staging_budget_bytes = budget;
       Plan a = make_plan(in);
       ASSERT_NO_FATAL_FAILURE(check_invariants(in, a));
-      std::map<std::tuple<uint32_t, int64_t, int64_t>, int> per_stream;
-      for (const auto& [p, part] : a.parts())
-        for (const Message& m : part.recvs)
-          if (m.stage > 0) ++per_stream[{m.stage, m.src_device, m.dst_device}];
-      bool cut = false;
-      for (const auto& [k, n] : per_stream) cut |= n > 1;
+      const bool cut = relay_stream_cut(a);
       split += cut;
     }
   }
