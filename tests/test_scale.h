@@ -6,6 +6,8 @@
 // are proportional to the cases it ran.
 #pragma once
 
+#include <cstdint>
+
 #ifndef RESHARD_TEST_SCALE
 #define RESHARD_TEST_SCALE 100
 #endif
@@ -22,5 +24,15 @@ constexpr int scaled_cases(int cases, int least = 1) {
 // scaled count below it (a few dozen random cases fluctuate around their
 // share).
 constexpr int least_covered(int n) { return RESHARD_TEST_SCALE >= 100 ? n : scaled_cases(n) / 2; }
+
+// Whether the `index`-th case of an enumerated grid runs: all of them at
+// full scale, below it about RESHARD_TEST_SCALE percent, picked by a hash of
+// the index so that every corner of the grid keeps its share.
+constexpr bool sampled_case(int index) {
+  if (RESHARD_TEST_SCALE >= 100) return true;
+  uint64_t h = static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  return h % 100 < static_cast<uint64_t>(RESHARD_TEST_SCALE);
+}
 
 }  // namespace reshard

@@ -250,8 +250,10 @@ TEST(PlanRelays, RunsAcrossHostsShareTheForwardingOverEveryEntry) {
 // receive) is within 1.05x of the larger of its bounds (2 hosts of 4 into
 // 2 hosts of 8 reach every device and host bound; single-hop sent 2x).
 // Small cases are executed after every stage and process parts compared.
+// Below full scale (the sanitizer builds) a hashed share of the grid runs
+// (sampled_case), the pinned 2 x 4 -> 2 x 8 cases always.
 TEST(PlanRelays, HolderDevicesLoadedSeveralTimesCrossByTheEstimate) {
-  int cases = 0, crossed = 0, small_crossed = 0;
+  int cases = 0, crossed = 0, small_crossed = 0, grid_index = 0;
   double least_gain = 1, worst_device = 0;
   for (int64_t H : {2, 3})
     for (int64_t D : {1, 2, 4})
@@ -262,6 +264,8 @@ TEST(PlanRelays, HolderDevicesLoadedSeveralTimesCrossByTheEstimate) {
               for (double alpha : {0.0, 5e-6})
                 for (bool small : {false, true}) {
                   if (small && (alpha > 0 || H * D + R * M > 24)) continue;
+                  const bool pinned = H == 2 && D == 4 && R == 2 && M == 8 && src != 2 && !small;
+                  if (!pinned && !sampled_case(grid_index++)) continue;
                   SCOPED_TRACE(std::to_string(H) + " hosts of " + std::to_string(D) + " into " +
                                std::to_string(R) + " of " + std::to_string(M) + ", source " +
                                std::to_string(src) + (dst_rows ? ", rows" : ", columns") +
@@ -310,7 +314,7 @@ TEST(PlanRelays, HolderDevicesLoadedSeveralTimesCrossByTheEstimate) {
                     }
                     worst_device = std::max(worst_device, small ? 0.0 : dev);
                   }
-                  if (H == 2 && D == 4 && R == 2 && M == 8 && src != 2 && !small) {
+                  if (pinned) {
                     EXPECT_LT(st.cost_seconds, 0.85 * off);
                     EXPECT_EQ(st.max_send_bytes, st.lower_bound_max_send_bytes);
                     EXPECT_EQ(st.max_recv_bytes, st.lower_bound_max_recv_bytes);
@@ -328,7 +332,7 @@ TEST(PlanRelays, HolderDevicesLoadedSeveralTimesCrossByTheEstimate) {
       "at most %.3fx its bound\n",
       cases, crossed, least_gain, small_crossed, worst_device);
   EXPECT_GT(crossed, cases / 8);
-  EXPECT_GT(small_crossed, 10);
+  EXPECT_GT(small_crossed, scaled_cases(10, 3));
 }
 
 // The global statistics take decide_device_cross's last trial where it was

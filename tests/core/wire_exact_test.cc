@@ -711,11 +711,11 @@ TEST(WireExact, ScratchSummandDroppedByAnEmptyRegionIsRejectedOrExact) {
 // bound moved, pieces dropped, repeated or swapped, a message's stage or
 // round changed), every digest recomputed by encode_plan; the outcome is
 // an error or the oracle's exact result, never anything else. Edits per
-// case: RESHARD_RANDOM_EDITS (default 40; the long run in the commit log
-// used more).
+// case: RESHARD_RANDOM_EDITS (default 40, scaled by RESHARD_TEST_SCALE to
+// at least 8; the long run in the commit log used more).
 TEST(WireExact, RandomEditsAreRejectedOrExact) {
   const char* env = std::getenv("RESHARD_RANDOM_EDITS");
-  const int per_case = env ? std::atoi(env) : 40;
+  const int per_case = env ? std::atoi(env) : scaled_cases(40, 8);
   std::mt19937_64 rng(37);
   auto uni = [&](uint64_t n) { return n == 0 ? uint64_t{0} : rng() % n; };
   size_t edits = 0, rejected = 0, exact = 0, errors = 0;
