@@ -66,8 +66,8 @@ class EmulatedCuda final : public testing::OneProcessDeviceTransport {
     run_copies(device, ordinal, ops);
   }
   int64_t fused = 0;
-  int64_t fused_stores = 0;  // the store in the dtype folded in (engine.cc flushes
-                             // summands and stores together)
+  int64_t fused_stores = 0;    // the store in the dtype folded in (engine.cc flushes
+                               // summands and stores together)
   int64_t scale_works = 0;     // kBlockScales: a shard's scales
   int64_t quantise_works = 0;  // kQuantise: a copy out of a scaled shard
   std::map<uint64_t, std::vector<CopyOp>> keyed_ops;
@@ -338,10 +338,16 @@ void put_specials(const Plan& plan, OracleBuffers& buf) {
     if (v.scale_tensor < 0 || buf.src[t].empty()) continue;
     const bool f32 = v.dtype == DType::kF32;
     const bool bf16 = v.dtype == DType::kBF16;
-    const uint32_t specials[] = {f32 ? 0x7fc00000u : bf16 ? 0x7fc0u : 0x7e00u,
-                                 f32 ? 0x7f800000u : bf16 ? 0x7f80u : 0x7c00u,
-                                 f32 ? 0xff800000u : bf16 ? 0xff80u : 0xfc00u, 1u,
-                                 f32 ? 0x80000000u : 0x8000u};
+    const uint32_t specials[] = {f32    ? 0x7fc00000u
+                                 : bf16 ? 0x7fc0u
+                                        : 0x7e00u,
+                                 f32    ? 0x7f800000u
+                                 : bf16 ? 0x7f80u
+                                        : 0x7c00u,
+                                 f32    ? 0xff800000u
+                                 : bf16 ? 0xff80u
+                                        : 0xfc00u,
+                                 1u, f32 ? 0x80000000u : 0x8000u};
     const size_t es = f32 ? 4 : 2;
     for (auto& e : buf.src[t]) {
       for (size_t k = 0; k < 5 && (k + 1) * es <= e.size(); ++k)
