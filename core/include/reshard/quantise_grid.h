@@ -157,26 +157,38 @@ RESHARD_HD inline typename Source<From>::T amax_bits(typename Source<From>::T x)
   }
 }
 
+// The cast of y = x / s where y is off the grid (only non-finite x give
+// such y): a NaN x is cast itself, not x / s, whose sign and payload IEEE
+// 754 leave open (x86 keeps the operand's, CUDA gives its canonical NaN);
+// an infinity keeps its sign (NaN in f8e4m3).
+template <DType To>
+RESHARD_HD inline uint8_t off_grid(float x, float y) {
+  unsigned char r = 0;
+  cast_detail::store_f32(To, x != x ? x : y, &r);
+  return r;
+}
+
 // The fp8 bits of x with an f32 block scale s: cast(x / s), the cast's
 // rules for magnitudes past the grid (only non-finite x reach them).
 template <DType From, DType To>
 RESHARD_HD inline uint8_t quantise_f32(typename Source<From>::T x, float s) {
   uint32_t bad = 0;
-  const float y = Source<From>::to_f32(x) / s;
+  const float xf = Source<From>::to_f32(x);
+  const float y = xf / s;
   const uint8_t q = grid_to_bits<To>(round_to_grid<To>(y, bad));
-  if (bad == 0) return q;
-  unsigned char r = 0;
-  cast_detail::store_f32(To, y, &r);
-  return r;
+  return bad == 0 ? q : off_grid<To>(xf, y);
 }
 
 // The fp8 bits of x in an MXFP8 block of E8M0 `bits`: every element of a
 // NaN block (255) is the cast of +qNaN; otherwise
-// cast(clamp(x * 2^-e, -M, M)), saturating.
+// cast(clamp(x * 2^-e, -M, M)), saturating. A NaN x makes its block's
+// scale NaN, so a NaN x with other bits does not occur; it is given the
+// NaN block's q all the same (the device's NaN arithmetic differs from
+// the host's).
 template <DType From, DType To>
 RESHARD_HD inline uint8_t quantise_mx(typename Source<From>::T x, uint8_t bits) {
   using S = Source<From>;
-  if (bits == 255) {
+  if (bits == 255 || static_cast<typename S::T>(x & S::kAbs) > S::kInf) {
     unsigned char r = 0;
     cast_detail::store_f32(To, S::to_f32(S::kNaN), &r);
     return r;

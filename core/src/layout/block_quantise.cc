@@ -336,8 +336,7 @@ void span_typed(const ShardBlocks& g, const void* scales, const void* src, int64
       if (bad == 0) return;
       for (int64_t k = 0; k < len; ++k) {
         const float v = S::to_f32(x[k]);
-        if (!(std::fabs(v / s) <= max))
-          cast_detail::store_f32(To, v / s, reinterpret_cast<unsigned char*>(y + k));
+        if (!(std::fabs(v / s) <= max)) y[k] = quantise_grid::off_grid<To>(v, v / s);
       }
     }
   });
