@@ -281,7 +281,8 @@ TEST(EngineEmulation, ReplayDoesNotSkipValidationOfOtherBuffers) {
 // bytes through the emulated kernels, values and scale tensors alike: the
 // scales computed by kBlockScales Works in staging, every copy out of a
 // scaled source a kQuantise Work. Each plan runs twice with new source
-// values in the same buffers (the scales follow them), unbudgeted and in
+// values in the same buffers (the scales follow them; the second replays
+// the first's calls), unbudgeted and in
 // 16 KiB rounds, with the devices of each spec on 2 GPUs of one process.
 TEST(EngineEmulation, BlockScaleSpecsMatchExecuteHost) {
   auto transport = std::make_unique<EmulatedCuda>();
@@ -297,7 +298,10 @@ TEST(EngineEmulation, BlockScaleSpecsMatchExecuteHost) {
       expect_same_as_host(engine, plan);
       if (::testing::Test::HasFatalFailure()) return;
       OracleBuffers dev = fill_sources(plan);
-      for (int run = 0; run < 2; ++run) run_and_compare(engine, plan, dev, run);
+      // The second execution replays the first's calls (the scales
+      // computed anew before it).
+      for (int run = 0; run < 2; ++run)
+        EXPECT_EQ(run_and_compare(engine, plan, dev, run), run == 1);
     }
   }
   EXPECT_GT(t->scale_works, 0);

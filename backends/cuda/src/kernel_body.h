@@ -319,7 +319,7 @@ RESHARD_HD inline void reduce_unit(const Work& w, const unsigned char* s, unsign
     RESHARD_REDUCE_CASE(DType::kU8)
     RESHARD_REDUCE_CASE(DType::kBool)
     case DType::kE8M0:  // a scale tensor's dtype only: never reduced (the decoder
-      return;           // refuses e8m0 elsewhere; CUDA refuses block-scale plans)
+      return;           // refuses e8m0 elsewhere)
   }
 #undef RESHARD_REDUCE_CASE
 }
@@ -560,7 +560,7 @@ RESHARD_HD inline void reduce_n_unit(const Work& w, const SrcRef* srcs, int64_t 
     RESHARD_REDUCE_N_CASE(DType::kU8)
     RESHARD_REDUCE_N_CASE(DType::kBool)
     case DType::kE8M0:  // a scale tensor's dtype only: never reduced (the decoder
-      return;           // refuses e8m0 elsewhere; CUDA refuses block-scale plans)
+      return;           // refuses e8m0 elsewhere)
   }
 #undef RESHARD_REDUCE_N_CASE
 }

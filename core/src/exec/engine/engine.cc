@@ -1046,6 +1046,10 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
                              std::span<const TensorBuffers> local_buffers,
                              const ExecuteOptions& options) {
   const auto t0 = Clock::now();
+  // The caller's buffers: what a replay is recorded for and matched
+  // against (a block-scale scratch keeps its place, and scale_sources
+  // refills it before every execution, a replay included).
+  const std::span<const TensorBuffers> given_buffers = local_buffers;
   ExecuteStats stats;
   const TransportInfo info = transport_->info();
   const bool whole = process == kAllProcesses;
@@ -1187,7 +1191,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
       run.go();
       if (record) {
         run.keep(*record);
-        record->buffers = engine_detail::buffer_list(local_buffers);
+        record->buffers = engine_detail::buffer_list(given_buffers);
         record->last_stage = options.last_stage;
         record->stats = stats;
         schedule->replay = std::move(record);
