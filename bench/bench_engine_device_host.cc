@@ -109,7 +109,8 @@ class HostSideCuda final : public Transport {
     for (const cuda_backend::Launch& l : launches) {
       bytes = (bytes + 15) / 16 * 16 + l.works.size() * sizeof(cuda_backend::Work) +
               l.tile_start.size() * sizeof(int64_t) +
-              l.sources.size() * sizeof(cuda_backend::SrcRef);
+              l.sources.size() * sizeof(cuda_backend::SrcRef) +
+              l.grids.size() * sizeof(cuda_backend::ScaleGrid);
     }
     std::vector<unsigned char> host(bytes);
     size_t at = 0;
@@ -124,6 +125,11 @@ class HostSideCuda final : public Transport {
                     l.sources.size() * sizeof(cuda_backend::SrcRef));
       }
       at += l.sources.size() * sizeof(cuda_backend::SrcRef);
+      if (!l.grids.empty()) {
+        std::memcpy(host.data() + at, l.grids.data(),
+                    l.grids.size() * sizeof(cuda_backend::ScaleGrid));
+      }
+      at += l.grids.size() * sizeof(cuda_backend::ScaleGrid);
     }
     const size_t entry = decltype(cache_)::entry_bytes(ops, key, bytes);
     if (cache_.make_room(entry)) cache_.insert(ops, key, entry, std::move(host));

@@ -383,9 +383,9 @@ class DeviceTransport final : public testing::OneProcessDeviceTransport {
   }
 };
 
-// Invariant: the device path (memory the host cannot touch) refuses a plan
-// with block scales before any copy, naming the transport; plans without
-// scales are unaffected.
+// Invariant: executing every process at once (kAllProcesses, whose copies
+// run on the host) on memory the host cannot touch refuses a plan with
+// block scales before any copy, naming the transport.
 TEST(BlockScales, DevicePathRefusesScalePlans) {
   const Spec s = parse_spec(one(R"({"mesh": "a", "spec": ["x", null]})",
                                 R"({"mesh": "b", "spec": [null, "y"], "dtype": "f8e4m3",
@@ -400,6 +400,23 @@ TEST(BlockScales, DevicePathRefusesScalePlans) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
     EXPECT_NE(std::string(e.what()).find("device emulation transport"), std::string::npos)
         << e.what();
+  }
+}
+
+// Invariant: on the device path across ranks (each rank's engine hands
+// its copies to the transport: the scales as kBlockScales ops into
+// staging, every pack and local copy out of a scaled source as a kQuantise
+// op, applied here with the host quantiser), the two small scale specs
+// (f32 scales; e8m0 beside them) meet the oracle, values and scales, on
+// 3 ranks, unbudgeted and in 16 KiB rounds.
+TEST(BlockScales, DevicePathAcrossRanksMeetsTheOracle) {
+  for (const char* name : {"zero3_fp8_scales_small.json", "zero3_mxfp8_small.json"}) {
+    for (const int64_t budget : {int64_t{0}, int64_t{16384}}) {
+      SCOPED_TRACE(std::string(name) + " budget " + std::to_string(budget));
+      PlanInput in = load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/data/" + name).input;
+      in.options.staging_budget_bytes = budget;
+      EXPECT_EQ(thread_transport::execute_parts_and_check(in, 41, false, true), "");
+    }
   }
 }
 

@@ -5,11 +5,23 @@
 // (thread_transport.h).
 #pragma once
 
+#include "layout/quantise_copy.h"
 #include "reshard/box_copy.h"
 #include "reshard/cast.h"
+#include "reshard/plan.h"
 #include "reshard/transport.h"
 
 namespace reshard::testing {
+
+// The tensor of a kBlockScales or kQuantise op's shard, as the host
+// quantiser reads it (dtype, destination dtype, block).
+inline TensorSpec scaled_value(const CopyOp& op) {
+  TensorSpec v;
+  v.dtype = op.dtype;
+  v.dst_dtype = op.to_dtype;
+  v.scale_block.assign(op.shard.block.begin(), op.shard.block.begin() + op.shard.box.rank);
+  return v;
+}
 
 // Applies `op` reading `src` and writing `dst` in place of op.src and op.dst
 // (the caller may pass aligned copies of them).
@@ -36,6 +48,14 @@ inline void apply_copy_op(const CopyOp& op, const void* src, void* dst) {
       break;
     case CopyOp::Kind::kCast:
       cast_box(op.desc, op.dtype, op.to_dtype, src, dst);
+      break;
+    case CopyOp::Kind::kBlockScales:
+      block_scales_part(scaled_value(op), op.shard.scale_dtype, op.shard.box, op.shard.box, src,
+                        dst);
+      break;
+    case CopyOp::Kind::kQuantise:
+      quantise_runs(scaled_value(op), op.shard.scale_dtype, op.shard.box, op.shard.scales, op.desc,
+                    0, copy_desc_runs(op.desc), src, dst);
       break;
   }
 }

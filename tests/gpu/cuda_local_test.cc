@@ -18,6 +18,7 @@
 #include "reshard/exec.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
+#include "reshard/spec.h"
 
 namespace reshard {
 namespace {
@@ -172,6 +173,27 @@ TEST(CudaLocal, StagedPlansMatchExecuteHostByteForByte) {
   EXPECT_GE(specs, 30);
   EXPECT_EQ(random, 60);
   EXPECT_GE(with_scratch, 7);
+}
+
+// Invariant (block scales: the two small scale specs, f32 scales of
+// blocks that destination boxes cut, short edge blocks, f8e4m3 and
+// f8e5m2, MXFP8 e8m0 scales beside them; unbudgeted and in 16 KiB rounds):
+// the scales computed on the GPU (kBlockScales) and every copy quantised
+// there (kQuantise) leave execute_host's bytes, values and scale tensors,
+// and the oracle accepts them.
+TEST(CudaLocal, BlockScaleSpecsMatchExecuteHostByteForByte) {
+  RESHARD_REQUIRE_GPU();
+  std::string why;
+  const int gpus = gpu_testing::gpu_count(&why);
+  for (const char* name : {"zero3_fp8_scales_small.json", "zero3_mxfp8_small.json"}) {
+    for (const int64_t budget : {int64_t{0}, int64_t{16384}}) {
+      SCOPED_TRACE(std::string(name) + " budget " + std::to_string(budget));
+      PlanInput in = testing::in_one_process(
+          load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/data/" + name).input, gpus, false);
+      in.options.staging_budget_bytes = budget;
+      EXPECT_TRUE(matches_host(make_plan(in), {}, nullptr, true));
+    }
+  }
 }
 
 TensorSpec bf16_tensor(int64_t rows, int64_t cols, const std::shared_ptr<Mesh>& src_mesh,

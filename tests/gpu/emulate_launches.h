@@ -21,13 +21,13 @@ inline void emulate(const std::vector<cuda_backend::Launch>& launches, bool reve
       for (int tid = 0; tid < cuda_backend::kThreads; ++tid) {
         if (l.multi) {
           cuda_backend::run_tile<true, true>(l.works.data(), l.tile_start.data(), l.sources.data(),
-                                             n, tile, tid);
+                                             l.grids.data(), n, tile, tid);
         } else if (l.element) {
-          cuda_backend::run_tile<true>(l.works.data(), l.tile_start.data(), l.sources.data(), n,
-                                       tile, tid);
+          cuda_backend::run_tile<true>(l.works.data(), l.tile_start.data(), l.sources.data(),
+                                       l.grids.data(), n, tile, tid);
         } else {
-          cuda_backend::run_tile<false>(l.works.data(), l.tile_start.data(), l.sources.data(), n,
-                                        tile, tid);
+          cuda_backend::run_tile<false>(l.works.data(), l.tile_start.data(), l.sources.data(),
+                                        l.grids.data(), n, tile, tid);
         }
       }
     }

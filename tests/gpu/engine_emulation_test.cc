@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,6 +27,7 @@
 #include "reshard/exec.h"
 #include "reshard/oracle.h"
 #include "reshard/plan.h"
+#include "reshard/spec.h"
 #include "reshard/transport.h"
 
 namespace reshard {
@@ -45,6 +47,9 @@ class EmulatedCuda final : public testing::OneProcessDeviceTransport {
             static_cast<cuda_backend::WorkKind>(w.kind) == cuda_backend::WorkKind::kReduceN;
         fused += multi;
         fused_stores += multi && (w.flags & cuda_backend::kStoreOut) != 0;
+        const auto k = static_cast<cuda_backend::WorkKind>(w.kind);
+        scale_works += k == cuda_backend::WorkKind::kBlockScales;
+        quantise_works += k == cuda_backend::WorkKind::kQuantise;
       }
     }
   }
@@ -61,8 +66,10 @@ class EmulatedCuda final : public testing::OneProcessDeviceTransport {
     run_copies(device, ordinal, ops);
   }
   int64_t fused = 0;
-  int64_t fused_stores = 0;  // the store in the dtype folded in (engine.cc flushes
-                             // summands and stores together)
+  int64_t fused_stores = 0;    // the store in the dtype folded in (engine.cc flushes
+                               // summands and stores together)
+  int64_t scale_works = 0;     // kBlockScales: a shard's scales
+  int64_t quantise_works = 0;  // kQuantise: a copy out of a scaled shard
   std::map<uint64_t, std::vector<CopyOp>> keyed_ops;
   int64_t keyed_again = 0;  // keyed calls handed again (replays)
 };
@@ -266,6 +273,123 @@ TEST(EngineEmulation, ReplayDoesNotSkipValidationOfOtherBuffers) {
     EXPECT_NE(std::string(e.what()).find("overlaps"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(run_and_compare(engine, plan, dev, 2)) << "the recorded buffers again";
+}
+
+// Invariant: plans with block scales (f32 scales of 32x32 to 32x128
+// blocks, cut by destination boxes, short edge blocks, f8e4m3 and f8e5m2;
+// MXFP8 e8m0 scales of 32 elements beside them) leave execute_host's
+// bytes through the emulated kernels, values and scale tensors alike: the
+// scales computed by kBlockScales Works in staging, every copy out of a
+// scaled source a kQuantise Work. Each plan runs twice with new source
+// values in the same buffers (the scales follow them; the second replays
+// the first's calls), unbudgeted and in
+// 16 KiB rounds, with the devices of each spec on 2 GPUs of one process.
+TEST(EngineEmulation, BlockScaleSpecsMatchExecuteHost) {
+  auto transport = std::make_unique<EmulatedCuda>();
+  EmulatedCuda* t = transport.get();
+  Engine engine(std::move(transport));
+  for (const char* name : {"zero3_fp8_scales_small.json", "zero3_mxfp8_small.json"}) {
+    for (const int64_t budget : {int64_t{0}, int64_t{16384}}) {
+      SCOPED_TRACE(std::string(name) + " budget " + std::to_string(budget));
+      PlanInput in = testing::in_one_process(
+          load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/data/" + name).input, 2, false);
+      in.options.staging_budget_bytes = budget;
+      const Plan plan = make_plan(in);
+      expect_same_as_host(engine, plan);
+      if (::testing::Test::HasFatalFailure()) return;
+      OracleBuffers dev = fill_sources(plan);
+      // The second execution replays the first's calls (the scales
+      // computed anew before it).
+      for (int run = 0; run < 2; ++run)
+        EXPECT_EQ(run_and_compare(engine, plan, dev, run), run == 1);
+    }
+  }
+  EXPECT_GT(t->scale_works, 0);
+  EXPECT_GT(t->quantise_works, 0);
+}
+
+// Sources cut along their last dim (shards starting at a column inside
+// the tensor, so a shard's first block is not the scale tensor's first),
+// rank 3, f32/bf16/f16 sources; the special values below are put into
+// every source shard.
+constexpr const char* kColumnShards = R"({
+  "meshes": {
+    "train": {"axis_names": ["dp"], "shape": [4], "devices": [0, 1, 2, 3]},
+    "infer": {"axis_names": ["tp"], "shape": [2], "devices": [4, 5]}
+  },
+  "tensors": [
+    {"name": "a", "shape": [64, 256], "dtype": "bf16", "src": {"mesh": "train", "spec": [null, "dp"]},
+     "dst": {"mesh": "infer", "spec": ["tp", null], "dtype": "f8e4m3",
+             "scales": {"name": "a.scale", "block": [32, 32]}}},
+    {"name": "b", "shape": [8, 512], "dtype": "f32", "src": {"mesh": "train", "spec": [null, "dp"]},
+     "dst": {"mesh": "infer", "spec": [null, "tp"], "dtype": "f8e5m2",
+             "scales": {"name": "b.scale", "block": [1, 32], "dtype": "e8m0"}}},
+    {"name": "c", "shape": [4, 6, 128], "dtype": "f16", "src": {"mesh": "train", "spec": [null, null, "dp"]},
+     "dst": {"mesh": "infer", "spec": ["tp", null, null], "dtype": "f8e4m3",
+             "scales": {"name": "c.scale", "block": [1, 1, 32], "dtype": "e8m0"}}},
+    {"name": "d", "shape": [96, 64], "dtype": "f16", "src": {"mesh": "train", "spec": ["dp", null]},
+     "dst": {"mesh": "infer", "spec": [null, "tp"], "dtype": "f8e5m2",
+             "scales": {"name": "d.scale", "block": [24, 16]}}}
+  ]
+})";
+
+// Writes special values into the first elements of every source shard of
+// a scaled tensor: a NaN, both infinities, the least subnormal, a
+// negative zero, and (from element 64) a run of zeros.
+void put_specials(const Plan& plan, OracleBuffers& buf) {
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    const TensorSpec& v = plan.tensors()[t];
+    if (v.scale_tensor < 0 || buf.src[t].empty()) continue;
+    const bool f32 = v.dtype == DType::kF32;
+    const bool bf16 = v.dtype == DType::kBF16;
+    const uint32_t specials[] = {f32    ? 0x7fc00000u
+                                 : bf16 ? 0x7fc0u
+                                        : 0x7e00u,
+                                 f32    ? 0x7f800000u
+                                 : bf16 ? 0x7f80u
+                                        : 0x7c00u,
+                                 f32    ? 0xff800000u
+                                 : bf16 ? 0xff80u
+                                        : 0xfc00u,
+                                 1u, f32 ? 0x80000000u : 0x8000u};
+    const size_t es = f32 ? 4 : 2;
+    for (auto& e : buf.src[t]) {
+      for (size_t k = 0; k < 5 && (k + 1) * es <= e.size(); ++k)
+        std::memcpy(e.data() + k * es, &specials[k], es);
+      for (size_t k = 64; k < 96 && (k + 1) * es <= e.size(); ++k)
+        std::memset(e.data() + k * es, 0, es);
+    }
+  }
+}
+
+// Invariant: the same with sources cut along the last dim, rank 3, and
+// NaN, infinities, subnormals and zero blocks in every source shard (a
+// block with a NaN or an infinity: the NaN E8M0 scale; f32 scales from the
+// finite values only): execute_host's bytes, scales included.
+TEST(EngineEmulation, BlockScalesOfColumnShardsAndSpecialValues) {
+  Engine engine(std::make_unique<EmulatedCuda>());
+  const Plan plan = make_plan(parse_spec(kColumnShards).input);
+  OracleBuffers dev = fill_sources(plan);
+  put_specials(plan, dev);
+  OracleBuffers host = dev;
+  execute_host(plan, host.views());
+  engine.execute(plan, 0, dev.views(), {.agreement = ExecuteOptions::Agreement::kSkip});
+  int nan_scales = 0;
+  int zero_scales = 0;
+  for (size_t t = 0; t < plan.tensors().size(); ++t) {
+    for (size_t e = 0; e < host.dst[t].size(); ++e) {
+      EXPECT_EQ(dev.dst[t][e], host.dst[t][e])
+          << "tensor " << t << " (" << plan.tensors()[t].name << ") dst entry " << e;
+      if (plan.tensors()[t].dtype != DType::kE8M0) continue;
+      for (std::byte b : host.dst[t][e]) {
+        nan_scales += b == std::byte{255};
+        zero_scales += b == std::byte{0};
+      }
+    }
+  }
+  // The specials reached the scales: NaN blocks and blocks of zeros.
+  EXPECT_GT(nan_scales, 0);
+  EXPECT_GT(zero_scales, 0);
 }
 
 }  // namespace

@@ -382,8 +382,63 @@ struct Planned {
   Work work;
   std::vector<Footprint> reads;
   std::vector<Footprint> writes;
-  std::vector<SrcRef> sources;  // kReduceN
+  std::vector<SrcRef> sources;   // kReduceN
+  std::vector<ScaleGrid> grids;  // kBlockScales, kQuantise: one
 };
+
+// Validates the scaled shard of a kBlockScales or kQuantise op (dtypes,
+// box, block) and describes it in `g` (without its scales); returns the
+// number of blocks the shard touches.
+int64_t scale_grid(const CopyOp& op, size_t i, ScaleGrid& g) {
+  const CopyOp::Shard& sh = op.shard;
+  if (op.dtype != DType::kF32 && op.dtype != DType::kBF16 && op.dtype != DType::kF16) {
+    fail(ErrorCode::kInvalidArgument, at(i) +
+                                          ".dtype: block scales need an f32, bf16 or f16 "
+                                          "source, not " +
+                                          std::string(dtype_name(op.dtype)));
+  }
+  if (op.to_dtype != DType::kF8E4M3 && op.to_dtype != DType::kF8E5M2) {
+    fail(ErrorCode::kInvalidArgument,
+         at(i) + ".to_dtype: block scales need an f8e4m3 or f8e5m2 destination, not value " +
+             std::to_string(static_cast<int32_t>(op.to_dtype)));
+  }
+  if (sh.scale_dtype != DType::kF32 && sh.scale_dtype != DType::kE8M0) {
+    fail(ErrorCode::kInvalidArgument, at(i) + ".shard.scale_dtype: f32 or e8m0, not value " +
+                                          std::to_string(static_cast<int32_t>(sh.scale_dtype)));
+  }
+  if (sh.box.rank < 1 || sh.box.rank > kMaxRank) {
+    fail(ErrorCode::kInvalidArgument,
+         at(i) + ".shard.box: rank " + std::to_string(sh.box.rank) + " is not in [1, 8]");
+  }
+  g.rank = sh.box.rank;
+  g.scale_dtype = static_cast<int32_t>(sh.scale_dtype);
+  int64_t blocks = 1;
+  for (int d = 0; d < g.rank; ++d) {
+    if (sh.block[d] < 1) {
+      fail(ErrorCode::kInvalidArgument, at(i) + ".shard.block[" + std::to_string(d) + "]: below 1");
+    }
+    if (sh.box.lo[d] < 0 || sh.box.hi[d] < sh.box.lo[d]) {
+      fail(ErrorCode::kInvalidArgument, at(i) + ".shard.box: dim " + std::to_string(d) +
+                                            " is not a range of non-negative indices");
+    }
+    g.extent[d] = sh.box.extent(d);
+    g.lo[d] = sh.box.lo[d];
+    g.block[d] = sh.block[d];
+    g.blocks_lo[d] = sh.box.lo[d] / sh.block[d];
+    g.blocks_extent[d] =
+        sh.box.hi[d] > sh.box.lo[d] ? ceil_div(sh.box.hi[d], sh.block[d]) - g.blocks_lo[d] : 0;
+    blocks *= g.blocks_extent[d];
+  }
+  if (sh.scale_dtype == DType::kE8M0) {
+    for (int d = 0; d + 1 < g.rank; ++d) {
+      if (sh.block[d] != 1) {
+        fail(ErrorCode::kInvalidArgument,
+             at(i) + ".shard.block[" + std::to_string(d) + "]: MXFP8 blocks are [1, ..., 1, 32]");
+      }
+    }
+  }
+  return blocks;
+}
 
 // Validates op i and describes it as a Work with its footprints; false for
 // an op that moves nothing.
@@ -407,8 +462,15 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
   const auto need = [&](const void* p, const char* field) {
     if (p == nullptr) fail(ErrorCode::kInvalidArgument, at(i) + "." + field + ": null");
   };
+  const auto aligned_to = [&](const void* p, int64_t a, const char* field) {
+    if (reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(a) != 0) {
+      fail(ErrorCode::kInvalidArgument,
+           at(i) + "." + field + ": not aligned to its " + std::to_string(a) + "-byte elements");
+    }
+  };
   out.reads.clear();
   out.writes.clear();
+  out.grids.clear();
   switch (op.kind) {
     case CopyOp::Kind::kCopy:
     case CopyOp::Kind::kReduce: {
@@ -454,6 +516,54 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
       out.work.to_dtype = static_cast<int32_t>(op.to_dtype);
       out.reads.push_back(make_footprint(d, true, op.src, es));
       out.writes.push_back(make_footprint(d, false, op.dst, ts));
+      shape_elements(out.work);
+      return true;
+    }
+    case CopyOp::Kind::kBlockScales:
+    case CopyOp::Kind::kQuantise: {
+      // Block scales of a source shard (reshard/quantise_grid.h).
+      const bool scales = op.kind == CopyOp::Kind::kBlockScales;
+      ScaleGrid g{};
+      const int64_t blocks = scale_grid(op, i, g);
+      const int64_t ss = dtype_size(op.shard.scale_dtype);
+      if (scales) {
+        if (blocks == 0) return false;
+        need(op.src, "src");
+        need(op.dst, "dst");
+        aligned_to(op.dst, ss, "dst");
+        // One unit per block: runs of one element, a thread each.
+        CopyDesc d{};
+        d.rank = 2;
+        d.extent[0] = blocks;
+        d.extent[1] = 1;
+        d.src_stride[0] = d.src_stride[1] = 1;
+        d.dst_stride[0] = d.dst_stride[1] = 1;
+        out.work = base_work(WorkKind::kBlockScales, d, op.src, op.dst, static_cast<int32_t>(es),
+                             static_cast<int32_t>(ss));
+        out.reads.push_back(dense_footprint(op.src, op.shard.box.volume() * es));
+        out.writes.push_back(dense_footprint(op.dst, blocks * ss));
+      } else {
+        const CopyDesc d = checked_desc(op.desc, i);
+        if (empty_desc(d)) return false;
+        need(op.src, "src");
+        need(op.dst, "dst");
+        need(op.shard.scales, "shard.scales");
+        aligned_to(op.shard.scales, ss, "shard.scales");
+        last_offset(d, false, i);
+        if (last_offset(d, true, i) >= op.shard.box.volume()) {
+          fail(ErrorCode::kInvalidArgument, at(i) + ".desc: reads past the shard (" +
+                                                std::to_string(op.shard.box.volume()) +
+                                                " elements)");
+        }
+        out.work = base_work(WorkKind::kQuantise, d, op.src, op.dst, static_cast<int32_t>(es), 1);
+        out.reads.push_back(make_footprint(d, true, op.src, es));
+        out.reads.push_back(dense_footprint(op.shard.scales, blocks * ss));
+        out.writes.push_back(make_footprint(d, false, op.dst, 1));
+        g.scales = static_cast<const unsigned char*>(op.shard.scales);
+      }
+      out.work.dtype = static_cast<int32_t>(op.dtype);
+      out.work.to_dtype = static_cast<int32_t>(op.to_dtype);
+      out.grids.push_back(g);
       shape_elements(out.work);
       return true;
     }
@@ -607,6 +717,11 @@ void append_planned(Launch& l, const Planned& p) {
   if (static_cast<WorkKind>(p.work.kind) == WorkKind::kCopy) return append_copy(l, p.work);
   l.merge = Launch::Merge{};
   append_work(l, p.work);
+  if (!p.grids.empty()) {
+    l.works.back().src_begin = static_cast<int64_t>(l.grids.size());
+    l.grids.insert(l.grids.end(), p.grids.begin(), p.grids.end());
+    return;
+  }
   if (p.sources.empty()) return;
   l.works.back().src_begin = static_cast<int64_t>(l.sources.size());
   l.sources.insert(l.sources.end(), p.sources.begin(), p.sources.end());
@@ -925,9 +1040,11 @@ bool to_fine(const Footprint& f, int64_t off, const int64_t* F, int m, int64_t* 
 }  // namespace
 
 bool moves_nothing(const CopyOp& op) {
-  if (op.kind == CopyOp::Kind::kCopy || op.kind == CopyOp::Kind::kReduce) {
+  if (op.kind == CopyOp::Kind::kCopy || op.kind == CopyOp::Kind::kReduce ||
+      op.kind == CopyOp::Kind::kCast || op.kind == CopyOp::Kind::kQuantise) {
     return op.desc.rank > 0 && empty_desc(op.desc);
   }
+  if (op.kind == CopyOp::Kind::kBlockScales) return op.shard.box.volume() == 0;
   return op.count == 0;
 }
 

@@ -30,6 +30,7 @@ struct Launch {
   std::vector<Work> works;
   std::vector<int64_t> tile_start;  // works.size() + 1 entries
   std::vector<SrcRef> sources;      // summands of its kReduceN Works
+  std::vector<ScaleGrid> grids;     // scaled shards of its kBlockScales, kQuantise Works
   // Host side only: the last Work as narrow copies merged so far (see
   // copy_plan.cc, append_copy).
   struct Merge {

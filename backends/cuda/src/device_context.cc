@@ -178,7 +178,7 @@ DeviceContext::Slot& DeviceContext::acquire(Clock::time_point deadline) {
 DeviceContext::Descriptors DeviceContext::layout(const std::vector<Launch>& launches) {
   Descriptors d;
   for (const Launch& l : launches) {
-    Part p{l.element, l.multi, static_cast<int>(l.works.size()), l.tiles(), 0, 0, 0};
+    Part p{l.element, l.multi, static_cast<int>(l.works.size()), l.tiles(), 0, 0, 0, 0};
     d.bytes = (d.bytes + 15) / 16 * 16;  // Works hold 8-byte fields; keep 16
     p.works_offset = d.bytes;
     d.bytes += l.works.size() * sizeof(Work);
@@ -186,6 +186,8 @@ DeviceContext::Descriptors DeviceContext::layout(const std::vector<Launch>& laun
     d.bytes += l.tile_start.size() * sizeof(int64_t);
     p.sources_offset = d.bytes;
     d.bytes += l.sources.size() * sizeof(SrcRef);
+    p.grids_offset = d.bytes;
+    d.bytes += l.grids.size() * sizeof(ScaleGrid);
     d.parts.push_back(p);
   }
   return d;
@@ -212,6 +214,10 @@ DeviceContext::Slot& DeviceContext::stage(const std::vector<Launch>& launches, c
       std::memcpy(host + d.parts[i].sources_offset, l.sources.data(),
                   l.sources.size() * sizeof(SrcRef));
     }
+    if (!l.grids.empty()) {
+      std::memcpy(host + d.parts[i].grids_offset, l.grids.data(),
+                  l.grids.size() * sizeof(ScaleGrid));
+    }
   }
   return slot;
 }
@@ -221,7 +227,8 @@ void DeviceContext::launch_all(const void* device, const Descriptors& d) {
   for (const Part& p : d.parts) {
     check(launch_tiles(p.element, p.multi, reinterpret_cast<const Work*>(base + p.works_offset),
                        reinterpret_cast<const int64_t*>(base + p.tiles_offset),
-                       reinterpret_cast<const SrcRef*>(base + p.sources_offset), p.works, p.tiles,
+                       reinterpret_cast<const SrcRef*>(base + p.sources_offset),
+                       reinterpret_cast<const ScaleGrid*>(base + p.grids_offset), p.works, p.tiles,
                        max_blocks_, stream_),
           "launching the copy kernel");
   }
@@ -479,6 +486,8 @@ void DeviceSet::run_copies(int ordinal, std::span<const CopyOp> ops, uint64_t ke
     for (const CopyOp& op : ops) {
       if (moves_nothing(op)) continue;
       if (op.src != nullptr) check_pointer(ordinal, op.src, "run_copies: a source pointer");
+      if (op.kind == CopyOp::Kind::kQuantise)
+        check_pointer(ordinal, op.shard.scales, "run_copies: a scales pointer");
       check_pointer(ordinal, op.dst, "run_copies: a destination pointer");
     }
   }

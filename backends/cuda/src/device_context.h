@@ -72,6 +72,7 @@ class DeviceContext {
     size_t works_offset;
     size_t tiles_offset;
     size_t sources_offset;  // the launch's SrcRefs (kReduceN summands)
+    size_t grids_offset;    // its ScaleGrids (kBlockScales, kQuantise)
   };
   struct Descriptors {
     std::vector<Part> parts;  // one per launch, in order

@@ -21,6 +21,7 @@
 #include "reshard/box_copy.h"
 #include "reshard/cast.h"
 #include "reshard/hd.h"
+#include "reshard/quantise_grid.h"
 
 // Unrolls the next loop on the device (fixed trip counts: summands,
 // vector lanes); nothing on the host.
@@ -46,6 +47,10 @@ enum class WorkKind : int32_t {
                  // reductions): acc = op(acc or identity, s_0, ..., s_n-1),
                  // written as the accumulator or stored in the dtype
   kCast = 5,     // dst[i] = cast(src[i]) from dtype to to_dtype (reshard/cast.h)
+  // Block scales (reshard/quantise_grid.h) of a source shard described by
+  // the launch's grids[src_begin]:
+  kBlockScales = 6,  // unit = one block: its amax over the shard, its scale at dst
+  kQuantise = 7,     // dst[i] = the fp8 bits of src[i] with its block's scale
 };
 
 enum WorkFlags : int32_t {
@@ -66,6 +71,21 @@ struct SrcRef {
   const unsigned char* ptr;
   int64_t offset;
   int64_t stride[kMaxRank];
+};
+
+// A source shard with block scales, for kBlockScales and kQuantise Works:
+// the shard's box (row-major elements), its blocks and their scales
+// (blocks_touched(box), row-major). Plain data, copied to device memory
+// beside the launch's Works.
+struct ScaleGrid {
+  const unsigned char* scales;  // f32 or E8M0 (scale_dtype), one per block
+  int32_t rank;
+  int32_t scale_dtype;              // DType: kF32 or kE8M0
+  int64_t extent[kMaxRank];         // the shard's extents
+  int64_t lo[kMaxRank];             // the shard's first index (global)
+  int64_t block[kMaxRank];          // the block's extents
+  int64_t blocks_lo[kMaxRank];      // lo / block: the first block touched
+  int64_t blocks_extent[kMaxRank];  // blocks touched per dim
 };
 
 // One descriptor of a launch. Plain data, copied to device memory as is.
@@ -92,7 +112,8 @@ struct Work {
   // kReduceN without kFromIdentity: the accumulator it starts from, indexed
   // by the descriptor's destination side (dst itself unless kStoreOut).
   const unsigned char* acc;
-  int32_t to_dtype;  // kCast: the destination's DType (dtype: the source's)
+  int32_t to_dtype;  // kCast, kBlockScales, kQuantise: the destination's DType (dtype: the
+                     // source's); for the last two, src_begin indexes the launch's grids
   int32_t reserved;
 };
 
@@ -113,6 +134,17 @@ RESHARD_HD inline int find_work(const int64_t* tile_start, int n, int64_t tile) 
 }
 
 namespace kernel_detail {
+
+// Integral constants usable in device lambdas (std::integral_constant's
+// value is not a device variable for every nvcc).
+template <DType D>
+struct DTypeC {
+  static constexpr DType value = D;
+};
+template <bool B>
+struct BoolC {
+  static constexpr bool value = B;
+};
 
 // 16 bytes moved as one access when both sides allow it.
 #if defined(__CUDA_ARCH__)
@@ -287,7 +319,7 @@ RESHARD_HD inline void reduce_unit(const Work& w, const unsigned char* s, unsign
     RESHARD_REDUCE_CASE(DType::kU8)
     RESHARD_REDUCE_CASE(DType::kBool)
     case DType::kE8M0:  // a scale tensor's dtype only: never reduced (the decoder
-      return;           // refuses e8m0 elsewhere; CUDA refuses block-scale plans)
+      return;           // refuses e8m0 elsewhere)
   }
 #undef RESHARD_REDUCE_CASE
 }
@@ -528,7 +560,7 @@ RESHARD_HD inline void reduce_n_unit(const Work& w, const SrcRef* srcs, int64_t 
     RESHARD_REDUCE_N_CASE(DType::kU8)
     RESHARD_REDUCE_N_CASE(DType::kBool)
     case DType::kE8M0:  // a scale tensor's dtype only: never reduced (the decoder
-      return;           // refuses e8m0 elsewhere; CUDA refuses block-scale plans)
+      return;           // refuses e8m0 elsewhere)
   }
 #undef RESHARD_REDUCE_N_CASE
 }
@@ -573,6 +605,143 @@ RESHARD_HD inline void cast_unit(const Work& w, const unsigned char* s, unsigned
     cast_detail::store_f32(to, cast_detail::load_f32(from, s + i * w.src_size), d + i * w.dst_size);
 }
 
+// The scale index (row-major in blocks_touched) of the shard's element at
+// row-major offset o.
+RESHARD_HD inline int64_t grid_block(const ScaleGrid& g, int64_t o) {
+  int64_t b = 0;
+  int64_t mul = 1;
+  for (int d = g.rank - 1; d >= 0; --d) {
+    const int64_t c = o % g.extent[d];
+    o /= g.extent[d];
+    b += ((g.lo[d] + c) / g.block[d] - g.blocks_lo[d]) * mul;
+    mul *= g.blocks_extent[d];
+  }
+  return b;
+}
+
+// kQuantise, elements [begin, end) of a run whose source offset in the
+// shard is `so`: each element's block, then its fp8 bits with that block's
+// scale (quantise_grid.h, the host quantiser's code).
+template <DType From, DType To, bool kMx>
+RESHARD_HD inline void quantise_elems(const Work& w, const ScaleGrid& g, int64_t so,
+                                      const unsigned char* s, unsigned char* d, int64_t begin,
+                                      int64_t end, int lane, int width) {
+  using T = typename quantise_grid::Source<From>::T;
+  const bool sa = (w.flags & kSrcAligned) != 0;
+  const int last = g.rank - 1;
+  // A run inside one row of the shard (the usual case) finds the blocks
+  // of its elements from its first one's row.
+  const int64_t col0 = so % g.extent[last];
+  const bool one_row = col0 + w.run_len <= g.extent[last];
+  const int64_t row_base = one_row ? grid_block(g, so - col0) : 0;
+  for (int64_t i = begin + lane; i < end; i += width) {
+    const int64_t b = one_row
+                          ? row_base + (g.lo[last] + col0 + i) / g.block[last] - g.blocks_lo[last]
+                          : grid_block(g, so + i);
+    const T x = load_elem<T>(s + i * static_cast<int64_t>(sizeof(T)), sa);
+    if constexpr (kMx) {
+      d[i] = quantise_grid::quantise_mx<From, To>(x, g.scales[b]);
+    } else {
+      d[i] = quantise_grid::quantise_f32<From, To>(
+          x, load_elem<float>(g.scales + b * static_cast<int64_t>(sizeof(float)), true));
+    }
+  }
+}
+
+// kBlockScales, block `block` of the shard (one thread): the amax of its
+// elements (quantise_grid::amax_bits), then its scale at d.
+template <DType From, DType To, bool kMx>
+RESHARD_HD inline void block_scale_unit(const Work& w, const ScaleGrid& g, int64_t block,
+                                        unsigned char* d) {
+  using S = quantise_grid::Source<From>;
+  using T = typename S::T;
+  const bool sa = (w.flags & kSrcAligned) != 0;
+  const int rank = g.rank;
+  const int last = rank - 1;
+  // The block's elements in the shard: [first, end) per dim.
+  int64_t first[kMaxRank];
+  int64_t end[kMaxRank];
+  for (int k = last; k >= 0; --k) {
+    const int64_t bk = g.blocks_lo[k] + block % g.blocks_extent[k];
+    block /= g.blocks_extent[k];
+    const int64_t lo = bk * g.block[k] - g.lo[k];
+    const int64_t hi = lo + g.block[k];
+    first[k] = lo > 0 ? lo : 0;
+    end[k] = hi < g.extent[k] ? hi : g.extent[k];
+  }
+  int64_t idx[kMaxRank];
+  for (int k = 0; k < rank; ++k) idx[k] = first[k];
+  T m = 0;
+  for (;;) {
+    int64_t off = 0;
+    for (int k = 0; k < last; ++k) off = (off + idx[k]) * g.extent[k + 1];
+    const unsigned char* row = w.src + (off + first[last]) * static_cast<int64_t>(sizeof(T));
+    for (int64_t c = 0; c < end[last] - first[last]; ++c) {
+      const T a = quantise_grid::amax_bits<From, kMx>(
+          load_elem<T>(row + c * static_cast<int64_t>(sizeof(T)), sa));
+      m = a > m ? a : m;
+    }
+    int k = last - 1;
+    for (; k >= 0; --k) {
+      if (++idx[k] < end[k]) break;
+      idx[k] = first[k];
+    }
+    if (k < 0) break;
+  }
+  if constexpr (kMx) {
+    *d = quantise_grid::mx_bits<From, To>(m);
+  } else {
+    store_elem<float>(d, quantise_grid::f32_scale<To>(S::to_f32(m)), true);
+  }
+}
+
+// Calls fn(From, To, kMx) as integral constants for a scaled Work's dtypes
+// (copy_plan admits f32, bf16, f16 into f8e4m3, f8e5m2).
+template <class Fn>
+RESHARD_HD inline void dispatch_scaled(const Work& w, const ScaleGrid& g, Fn&& fn) {
+  const auto with_mx = [&](auto from, auto to) {
+    if (static_cast<DType>(g.scale_dtype) == DType::kE8M0) {
+      fn(from, to, BoolC<true>{});
+    } else {
+      fn(from, to, BoolC<false>{});
+    }
+  };
+  const auto with_to = [&](auto from) {
+    if (static_cast<DType>(w.to_dtype) == DType::kF8E4M3) {
+      with_mx(from, DTypeC<DType::kF8E4M3>{});
+    } else {
+      with_mx(from, DTypeC<DType::kF8E5M2>{});
+    }
+  };
+  switch (static_cast<DType>(w.dtype)) {
+    case DType::kF32:
+      return with_to(DTypeC<DType::kF32>{});
+    case DType::kBF16:
+      return with_to(DTypeC<DType::kBF16>{});
+    case DType::kF16:
+      return with_to(DTypeC<DType::kF16>{});
+    default:
+      return;
+  }
+}
+
+RESHARD_HD inline void quantise_unit(const Work& w, const ScaleGrid& g, int64_t so,
+                                     const unsigned char* s, unsigned char* d, int64_t begin,
+                                     int64_t end, int lane, int width) {
+  dispatch_scaled(w, g, [&](auto from, auto to, auto mx) {
+    quantise_elems<decltype(from)::value, decltype(to)::value, decltype(mx)::value>(
+        w, g, so, s, d, begin, end, lane, width);
+  });
+}
+
+RESHARD_HD inline void block_scales_unit(const Work& w, const ScaleGrid& g, int64_t block,
+                                         unsigned char* d) {
+  dispatch_scaled(w, g, [&](auto from, auto to, auto mx) {
+    block_scale_unit<decltype(from)::value, decltype(to)::value, decltype(mx)::value>(w, g, block,
+                                                                                      d);
+  });
+}
+
 }  // namespace kernel_detail
 
 // Thread `tid` (0 <= tid < kThreads) of the block working on tile `tile`.
@@ -581,9 +750,10 @@ RESHARD_HD inline void cast_unit(const Work& w, const unsigned char* s, unsigned
 // `sources`: the launch's summands of kReduceN Works (SrcRef).
 // kMulti: the launch holds only kReduceN Works (their own kernel, so that
 // their registers do not lower the occupancy of the other element kinds).
+// `grids`: the scaled source shards of its kBlockScales and kQuantise Works.
 template <bool kElement, bool kMulti = false>
 RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start, const SrcRef* sources,
-                                int n, int64_t tile, int tid) {
+                                const ScaleGrid* grids, int n, int64_t tile, int tid) {
   const int wi = find_work(tile_start, n, tile);
   const Work& w = works[wi];
   const int group = w.group;
@@ -619,6 +789,11 @@ RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start, co
         return kernel_detail::store_unit_elems(w, s, d, begin, end, lane, group);
       case WorkKind::kCast:
         return kernel_detail::cast_unit(w, s, d, begin, end, lane, group);
+      case WorkKind::kQuantise:
+        return kernel_detail::quantise_unit(w, grids[w.src_begin], so, s, d, begin, end, lane,
+                                            group);
+      case WorkKind::kBlockScales:  // a unit per block, one thread each
+        return kernel_detail::block_scales_unit(w, grids[w.src_begin], run, d);
       case WorkKind::kReduceN:  // in kMulti launches only
       case WorkKind::kCopy:
         return;

@@ -48,6 +48,12 @@ inline bool same_ops(std::span<const CopyOp> a, std::span<const CopyOp> b) {
         std::memcmp(x.desc.dst_stride, y.desc.dst_stride, sizeof x.desc.dst_stride) != 0) {
       return false;
     }
+    // The scaled shard of kBlockScales and kQuantise (interface 9).
+    if ((x.kind == CopyOp::Kind::kBlockScales || x.kind == CopyOp::Kind::kQuantise) &&
+        (x.shard.scales != y.shard.scales || x.shard.scale_dtype != y.shard.scale_dtype ||
+         x.shard.box != y.shard.box || x.shard.block != y.shard.block)) {
+      return false;
+    }
   }
   return true;
 }

@@ -32,6 +32,7 @@
 // transport is used by one thread at a time.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -56,7 +57,9 @@ namespace reshard {
 // Version 6: TransportInfo::host_ranks.
 // Version 7: Transport::run_keyed_copies.
 // Version 8: CopyOp::Kind::kCast and CopyOp::to_dtype (casts in flight).
-inline constexpr uint32_t kTransportInterfaceVersion = 8;
+// Version 9: CopyOp::Kind::kBlockScales, kQuantise and CopyOp::shard
+// (block scales on device memory).
+inline constexpr uint32_t kTransportInterfaceVersion = 9;
 
 enum class MemoryKind : int32_t {
   kHost = 0,  // ordinary host memory: the engine runs copies itself
@@ -178,6 +181,15 @@ struct CopyOp {
                         // (src may equal dst when acc_is_elem(dtype))
     kCast = 5,          // cast_box(desc, dtype, to_dtype, src, dst) (reshard/cast.h;
                         // interface 8): a pack or unpack converting elements
+    // Block scales (docs/spec.md "Block scales"; interface 9), on a source
+    // shard of `dtype` elements at src, row-major in shard.box, with blocks
+    // shard.block, cast to `to_dtype` (f8e4m3 or f8e5m2):
+    kBlockScales = 6,  // the scales of every block of the shard into dst
+                       // (shard.scale_dtype, blocks_touched(shard.box) row-major):
+                       // block_scales_part(..., box, box, src, dst); desc unused
+    kQuantise = 7,     // a copy out of the shard (desc's source offsets index
+                       // shard.box) quantised straight to `to_dtype` at dst with
+                       // the shard's scales at shard.scales: quantise_runs
   };
   Kind kind = Kind::kCopy;
   CopyDesc desc{};
@@ -187,7 +199,14 @@ struct CopyOp {
   const void* src = nullptr;
   void* dst = nullptr;
   int32_t divisor = 1;          // kStore: the mean's number of summands (interface 4)
-  DType to_dtype = DType::kU8;  // kCast: the destination's dtype (interface 8)
+  DType to_dtype = DType::kU8;  // kCast, kBlockScales, kQuantise: the destination's dtype
+  // kBlockScales, kQuantise: the scaled source shard (interface 9).
+  struct Shard {
+    Box box;                                // the shard's box (global coordinates)
+    std::array<int64_t, kMaxRank> block{};  // the block's extent per dim
+    DType scale_dtype = DType::kF32;        // kF32 (amax / M) or kE8M0 (MXFP8)
+    const void* scales = nullptr;           // kQuantise: the shard's scales
+  } shard{};
 };
 
 class Transport {

@@ -34,92 +34,16 @@
 #include "reshard/cast.h"
 #include "reshard/error.h"
 #include "reshard/numeric.h"
+#include "reshard/quantise_grid.h"
 
 namespace reshard {
 
 namespace {
 
-// The bits of a source dtype: storage, magnitude mask, the magnitude of
-// infinity (finite elements have less), and the conversions to and from f32
-// (from_f32 is only given values that are exact in the dtype).
-template <DType D>
-struct Source;
-template <>
-struct Source<DType::kF32> {
-  using T = uint32_t;
-  static constexpr T kAbs = 0x7fffffffu, kInf = 0x7f800000u;
-  static float to_f32(T v) { return numeric::f32_from_bits(v); }
-  static T from_f32(uint32_t bits) { return bits; }
-};
-template <>
-struct Source<DType::kBF16> {
-  using T = uint16_t;
-  static constexpr T kAbs = 0x7fff, kInf = 0x7f80;
-  static float to_f32(T v) { return numeric::bf16_to_f32(v); }
-  // An fp8 value has at most 3 mantissa bits: the low half is zero.
-  static T from_f32(uint32_t bits) { return static_cast<T>(bits >> 16); }
-};
-template <>
-struct Source<DType::kF16> {
-  using T = uint16_t;
-  static constexpr T kAbs = 0x7fff, kInf = 0x7c00;
-  static float to_f32(T v) { return numeric::f16_to_f32(v); }
-  static T from_f32(uint32_t bits) { return numeric::f32_to_f16(numeric::f32_from_bits(bits)); }
-};
-
-// The grid of an fp8 destination as f32 bits: normals from kNormalMin
-// (2^-6, 2^-14) keep the top 23 - kShift mantissa bits; below, multiples of
-// the least subnormal (2^-9, 2^-16), the ulp of f32 values at kMagic (2^14,
-// 2^7); kMax is the largest finite value (448, 57344).
-template <DType D>
-struct Grid;
-template <>
-struct Grid<DType::kF8E4M3> {
-  static constexpr int kShift = 20;
-  static constexpr uint32_t kNormalMin = 0x3c800000u, kMax = 0x43e00000u;
-  static constexpr float kMagic = 0x1p14f;
-};
-template <>
-struct Grid<DType::kF8E5M2> {
-  static constexpr int kShift = 21;
-  static constexpr uint32_t kNormalMin = 0x38800000u, kMax = 0x47600000u;
-  static constexpr float kMagic = 0x1p7f;
-};
-
-// y rounded to the grid of `To` (nearest, ties to even), as f32 bits: the
-// cast to `To` widened back to f32. A magnitude above the largest finite
-// one (or not finite) sets `bad` instead, and the result is meaningless.
-template <DType To>
-inline uint32_t round_to_grid(float y, uint32_t& bad) {
-  using G = Grid<To>;
-  const uint32_t u = numeric::f32_bits(y), a = u & 0x7fffffffu;
-  const uint32_t normal =
-      (a + ((1u << (G::kShift - 1)) - 1u) + ((a >> G::kShift) & 1u)) & ~((1u << G::kShift) - 1u);
-  // Adding kMagic rounds to its ulp, the subnormal spacing; subtracting it
-  // is exact.
-  const uint32_t sub = numeric::f32_bits((numeric::f32_from_bits(a) + G::kMagic) - G::kMagic);
-  bad |= static_cast<uint32_t>(a > G::kMax);
-  // normal where a >= kNormalMin, else sub, without a branch.
-  const uint32_t is_normal = 0u - static_cast<uint32_t>(a >= G::kNormalMin);
-  return (normal & is_normal) | (sub & ~is_normal) | (u & 0x80000000u);
-}
-
-// The fp8 bits of `g`, an f32 on the grid of `To` (round_to_grid's result
-// for a finite magnitude up to the largest): normals rebias the exponent
-// and keep the top mantissa bits, subnormals are g / (least subnormal)
-// (exact); the sign is kept (so -0 stays -0).
-template <DType To>
-inline uint8_t grid_to_bits(uint32_t g) {
-  using G = Grid<To>;
-  constexpr int kMantissa = 23 - G::kShift;                  // 3, 2
-  constexpr uint32_t kBias = To == DType::kF8E4M3 ? 7 : 15;  // the fp8's
-  constexpr float kPerSubnormal = To == DType::kF8E4M3 ? 0x1p9f : 0x1p16f;
-  const uint32_t a = g & 0x7fffffffu;
-  const uint32_t normal = (a >> G::kShift) - ((127u - kBias) << kMantissa);
-  const auto sub = static_cast<uint32_t>(numeric::f32_from_bits(a) * kPerSubnormal);
-  const uint32_t is_normal = 0u - static_cast<uint32_t>(a >= G::kNormalMin);
-  return static_cast<uint8_t>((normal & is_normal) | (sub & ~is_normal) | ((g >> 24) & 0x80u));
-}
+using quantise_grid::Grid;
+using quantise_grid::grid_to_bits;
+using quantise_grid::round_to_grid;
+using quantise_grid::Source;
 
 // q widened back to `from`, by the casts of reshard/cast.h.
 inline void reference_q(DType from, DType to, float x, float s, unsigned char* out) {
@@ -204,12 +128,7 @@ void scales_typed(const Walk& w, const void* src, float* scales) {
   w.runs([&](int64_t off, int64_t n, int64_t b) {
     const T* x = in + off;
     T m = 0;
-    for (int64_t k = 0; k < n; ++k) {
-      const T a = static_cast<T>(x[k] & S::kAbs);
-      // a where finite, else 0, without a branch (the loop vectorises).
-      const T f = static_cast<T>(a & static_cast<T>(T{0} - static_cast<T>(a < S::kInf)));
-      m = std::max(m, f);
-    }
+    for (int64_t k = 0; k < n; ++k) m = std::max(m, quantise_grid::amax_bits<From, false>(x[k]));
     uint32_t kept;
     std::memcpy(&kept, &scales[b], 4);
     if (m > kept) {
@@ -220,7 +139,7 @@ void scales_typed(const Walk& w, const void* src, float* scales) {
   w.part_blocks([&](int64_t b) {
     uint32_t bits;
     std::memcpy(&bits, &scales[b], 4);
-    scales[b] = block_scale(S::to_f32(static_cast<T>(bits)), To);
+    scales[b] = quantise_grid::f32_scale<To>(S::to_f32(static_cast<T>(bits)));
   });
 }
 
@@ -246,16 +165,6 @@ void quantise_typed(const Walk& w, const void* src, float* scales, void* out) {
   });
 }
 
-// The E8M0 bits of a block from the magnitude bits of its amax (f32 bits):
-// the exponent field gives floor(log2) for normals; subnormals (field 0)
-// and zero fall below the clamp at -127 either way.
-template <DType To>
-inline uint8_t mx_bits_from_magnitude(uint32_t a) {
-  if (a >= 0x7f800000u) return 255;
-  const int e = static_cast<int>(a >> 23) - 127 - mx_emax(To);
-  return static_cast<uint8_t>(std::max(e, -127) + 127);
-}
-
 // The E8M0 bits of one MXFP8 block (a run of n elements): the integer
 // amax over all magnitude bits (a NaN's or infinity's are the largest).
 template <DType From, DType To>
@@ -263,9 +172,8 @@ inline uint8_t mx_run_bits(const typename Source<From>::T* x, int64_t n) {
   using S = Source<From>;
   using T = typename S::T;
   T m = 0;
-  for (int64_t k = 0; k < n; ++k) m = std::max(m, static_cast<T>(x[k] & S::kAbs));
-  return mx_bits_from_magnitude<To>(
-      numeric::f32_bits(m >= S::kInf ? std::numeric_limits<float>::infinity() : S::to_f32(m)));
+  for (int64_t k = 0; k < n; ++k) m = std::max(m, quantise_grid::amax_bits<From, true>(x[k]));
+  return quantise_grid::mx_bits<From, To>(m);
 }
 
 template <DType From, DType To>
@@ -428,8 +336,7 @@ void span_typed(const ShardBlocks& g, const void* scales, const void* src, int64
       if (bad == 0) return;
       for (int64_t k = 0; k < len; ++k) {
         const float v = S::to_f32(x[k]);
-        if (!(std::fabs(v / s) <= max))
-          cast_detail::store_f32(To, v / s, reinterpret_cast<unsigned char*>(y + k));
+        if (!(std::fabs(v / s) <= max)) y[k] = quantise_grid::off_grid<To>(v, v / s);
       }
     }
   });

@@ -98,10 +98,13 @@ class Copier {
   }
 
   // A copy out of a source entry of a tensor with block scales, quantised
-  // straight to its fp8 destination dtype (host memory only: the
-  // transport check refuses scales elsewhere).
-  void quantise(std::span<const TensorSpec> tensors, std::span<const TensorBuffers> buffers,
-                uint32_t t, uint32_t entry, const CopyDesc& d, void* dst) {
+  // straight to its fp8 destination dtype with the scales in `buffers`
+  // (ScaledSources::prepare); on device memory a kQuantise op.
+  void quantise(int64_t device, int32_t ordinal, std::span<const TensorSpec> tensors,
+                std::span<const TensorBuffers> buffers, uint32_t t, uint32_t entry,
+                const CopyDesc& d, void* dst) {
+    if (!host_)
+      return queue(device, ordinal, engine_detail::quantise_op(tensors, buffers, t, entry, d, dst));
     engine_detail::quantise_copy(tensors, buffers, t, entry, d, 0, copy_desc_runs(d), dst);
     moved(copy_desc_elements(d));
   }
@@ -447,7 +450,8 @@ void Run::run_direct(size_t d) {
       const int64_t device = copy_device(c);
       if (c.src_scratch == engine_detail::kNoScratch && reads_source(p, c.stage) &&
           has_block_scales(spec)) {
-        copier_.quantise(tensors_, buffers_, p.tensor, p.src_entry, *c.desc, copy_dst(c));
+        copier_.quantise(device, ordinal_of(device), tensors_, buffers_, p.tensor, p.src_entry,
+                         *c.desc, copy_dst(c));
         continue;
       }
       copier_.cast(device, ordinal_of(device), *c.desc,
@@ -482,7 +486,7 @@ void Run::pack_message(size_t mi) {
       src = src_ptr(p, m.stage);
       if (reads_source(p, m.stage) && has_block_scales(spec)) {
         // Cast on send: quantised straight into the message.
-        copier_.quantise(tensors_, buffers_, p.tensor, p.src_entry,
+        copier_.quantise(m.local_device, m.ordinal, tensors_, buffers_, p.tensor, p.src_entry,
                          make_copy_desc(region, box, region), out);
         out += region.volume() * elem(p.tensor);
         continue;
@@ -1023,7 +1027,8 @@ std::span<const TensorBuffers> scale_sources(Schedule& schedule, const Plan& pla
                                              std::span<const TensorBuffers> buffers,
                                              const TransportInfo& info,
                                              const ExecuteOptions& options,
-                                             std::unique_ptr<WorkerPool>& pool_) {
+                                             std::unique_ptr<WorkerPool>& pool_,
+                                             Transport& transport) {
   if (!engine_detail::ScaledSources::any(plan)) return buffers;
   if (schedule.scaled_sources == nullptr)
     schedule.scaled_sources = std::make_shared<engine_detail::ScaledSources>();
@@ -1033,7 +1038,7 @@ std::span<const TensorBuffers> scale_sources(Schedule& schedule, const Plan& pla
                           ? 1
                           : resolve_threads(options.threads, info.host_ranks);
   WorkerPool* pool = threads > 1 ? &grown(pool_, threads) : nullptr;
-  return schedule.scaled_sources->prepare(plan, process, buffers, info, pool, threads);
+  return schedule.scaled_sources->prepare(plan, process, buffers, info, pool, threads, &transport);
 }
 }  // namespace
 
@@ -1041,6 +1046,10 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
                              std::span<const TensorBuffers> local_buffers,
                              const ExecuteOptions& options) {
   const auto t0 = Clock::now();
+  // The caller's buffers: what a replay is recorded for and matched
+  // against (a block-scale scratch keeps its place, and scale_sources
+  // refills it before every execution, a replay included).
+  const std::span<const TensorBuffers> given_buffers = local_buffers;
   ExecuteStats stats;
   const TransportInfo info = transport_->info();
   const bool whole = process == kAllProcesses;
@@ -1071,7 +1080,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
          "options.threads: " + std::to_string(options.threads) +
              " is negative (0: one per hardware thread, N: up to N threads)");
   }
-  engine_detail::ScaledSources::check_transport(plan, info);
+  engine_detail::ScaledSources::check_transport(plan, info, whole);
   if (whole) {
     // (1) Everything checked before anything is written.
     for (int32_t p : plan.processes()) {
@@ -1089,7 +1098,8 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     } else {
       built = engine_detail::build_whole_schedule(plan);
     }
-    local_buffers = scale_sources(*schedule, plan, process, local_buffers, info, options, pool_);
+    local_buffers =
+        scale_sources(*schedule, plan, process, local_buffers, info, options, pool_, *transport_);
     // (2) The agreement, with itself: kept so that every execution follows
     // the same order of events.
     stats.agreed = agree_once(*transport_, agreed_, plan, process, options);
@@ -1150,7 +1160,8 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
     } else {
       built = engine_detail::build_schedule(plan, process, plan.part(process), info, options);
     }
-    local_buffers = scale_sources(*schedule, plan, process, local_buffers, info, options, pool_);
+    local_buffers =
+        scale_sources(*schedule, plan, process, local_buffers, info, options, pool_, *transport_);
   }
   // (2) The agreement.
   stats.agreed = agree_once(*transport_, agreed_, plan, process, options);
@@ -1180,7 +1191,7 @@ ExecuteStats Engine::execute(const Plan& plan, int32_t process,
       run.go();
       if (record) {
         run.keep(*record);
-        record->buffers = engine_detail::buffer_list(local_buffers);
+        record->buffers = engine_detail::buffer_list(given_buffers);
         record->last_stage = options.last_stage;
         record->stats = stats;
         schedule->replay = std::move(record);

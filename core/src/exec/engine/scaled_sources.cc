@@ -21,14 +21,39 @@ bool ScaledSources::any(const Plan& plan) {
                      [](const TensorSpec& t) { return has_block_scales(t); });
 }
 
-void ScaledSources::check_transport(const Plan& plan, const TransportInfo& info) {
-  if (info.memory != MemoryKind::kHost && any(plan))
+void ScaledSources::check_transport(const Plan& plan, const TransportInfo& info, bool whole) {
+  if (whole && info.memory != MemoryKind::kHost && any(plan))
     fail(ErrorCode::kUnsupported,
-         "plan: has block scales (docs/spec.md \"Block scales\"), which are computed in host "
-         "memory; the " +
+         "plan: has block scales (docs/spec.md \"Block scales\"), which executing every process "
+         "at once computes in host memory; the " +
              info.name +
-             " transport's buffers are not (execute it with execute_host or the local or mpi "
-             "transport)");
+             " transport's buffers are not (execute it per process, or with execute_host or the "
+             "local transport)");
+}
+
+namespace {
+// The scaled shard of source entry `entry` of `v` (CopyOp::shard).
+CopyOp::Shard shard_of(std::span<const TensorSpec> tensors, const TensorSpec& v, size_t entry,
+                       const void* scales) {
+  CopyOp::Shard sh;
+  sh.box = v.src.box(entry);
+  for (size_t d = 0; d < v.scale_block.size() && d < sh.block.size(); ++d)
+    sh.block[d] = v.scale_block[d];
+  sh.scale_dtype = tensors[static_cast<size_t>(v.scale_tensor)].dtype;
+  sh.scales = scales;
+  return sh;
+}
+}  // namespace
+
+CopyOp quantise_op(std::span<const TensorSpec> tensors, std::span<const TensorBuffers> buffers,
+                   uint32_t t, uint32_t entry, const CopyDesc& desc, void* dst) {
+  const TensorSpec& v = tensors[t];
+  const auto s = static_cast<size_t>(v.scale_tensor);
+  CopyOp op{CopyOp::Kind::kQuantise,    desc, v.dtype, ReduceOp::kSum, 0,
+            buffers[t].src[entry].data, dst};
+  op.to_dtype = out_dtype(v);
+  op.shard = shard_of(tensors, v, entry, buffers[s].src[entry].data);
+  return op;
 }
 
 namespace {
@@ -55,10 +80,9 @@ int64_t ScaledSources::source_bytes(const Plan& plan, int32_t process,
 std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t process,
                                                       std::span<const TensorBuffers> buffers,
                                                       const TransportInfo& info, WorkerPool* pool,
-                                                      int threads) {
+                                                      int threads, Transport* transport) {
   const std::vector<TensorSpec>& tensors = plan.tensors();
   if (!any(plan)) return buffers;
-  check_transport(plan, info);
   buffers_.assign(buffers.begin(), buffers.end());
   const Topology& topology = plan.topology();
   // The shards whose scales to compute, each with its place in the scratch.
@@ -80,6 +104,57 @@ std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t 
       shards.push_back({t, e, total});
       total += aligned(scale_src.box(e).volume() * scale_bytes(tensors, v));
     }
+  }
+  if (info.memory != MemoryKind::kHost) {
+    if (transport == nullptr)
+      fail(ErrorCode::kInternal, "ScaledSources::prepare: device memory needs the transport");
+    // Per device: its shards' scales in one staging block, then one call
+    // of kBlockScales ops.
+    std::vector<std::pair<int64_t, int64_t>> need;  // device, bytes
+    std::vector<int64_t> at(shards.size());
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const Shard& s = shards[i];
+      const TensorSpec& v = tensors[s.tensor];
+      const int64_t device = v.src.device(s.entry);
+      auto it = std::find_if(need.begin(), need.end(), [&](auto& n) { return n.first == device; });
+      if (it == need.end()) it = need.insert(need.end(), {device, 0});
+      at[i] = it->second;
+      it->second += aligned(tensors[static_cast<size_t>(v.scale_tensor)].src.box(s.entry).volume() *
+                            scale_bytes(tensors, v));
+    }
+    for (const auto& [device, bytes] : need) {
+      auto it = std::find_if(device_memory_.begin(), device_memory_.end(),
+                             [&](const DeviceScratch& m) { return m.device == device; });
+      if (it == device_memory_.end())
+        it = device_memory_.insert(device_memory_.end(), DeviceScratch{device, nullptr});
+      if (it->block == nullptr || it->block->bytes() < bytes) {
+        it->block.reset();  // the old block goes first
+        it->block = transport->allocate_staging(device, topology.info(device).ordinal, bytes);
+      }
+    }
+    std::vector<std::pair<int64_t, std::vector<CopyOp>>> calls;  // device, ops
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const Shard& s = shards[i];
+      const TensorSpec& v = tensors[s.tensor];
+      const Layout& scale_src = tensors[static_cast<size_t>(v.scale_tensor)].src;
+      const int64_t device = v.src.device(s.entry);
+      auto m = std::find_if(device_memory_.begin(), device_memory_.end(),
+                            [&](const DeviceScratch& d) { return d.device == device; });
+      std::byte* scales = m->block->data() + at[i];
+      buffers_[static_cast<size_t>(v.scale_tensor)].src[s.entry] = {
+          scales, scale_src.box(s.entry).volume() * scale_bytes(tensors, v)};
+      CopyOp op{CopyOp::Kind::kBlockScales,          {},    v.dtype, ReduceOp::kSum, 0,
+                buffers[s.tensor].src[s.entry].data, scales};
+      op.to_dtype = out_dtype(v);
+      op.shard = shard_of(tensors, v, s.entry, nullptr);
+      auto c = std::find_if(calls.begin(), calls.end(), [&](auto& k) { return k.first == device; });
+      if (c == calls.end()) c = calls.insert(calls.end(), {device, {}});
+      c->second.push_back(op);
+    }
+    for (const auto& [device, ops] : calls)
+      transport->run_copies(device, topology.info(device).ordinal, ops);
+    if (!calls.empty()) transport->order_streams();
+    return buffers_;
   }
   if (static_cast<size_t>(total) > capacity_) {
     memory_.reset();  // the old block goes first

@@ -36,10 +36,12 @@ class ScaledSources {
  public:
   // Whether any tensor of `plan` has block scales.
   static bool any(const Plan& plan);
-  // Throws kUnsupported when the plan has block scales and the transport's
-  // memory is not host memory (the CUDA path does not compute scales):
-  // checked by every rank before anything else.
-  static void check_transport(const Plan& plan, const TransportInfo& info);
+  // Throws kUnsupported when the plan has block scales, the transport's
+  // memory is not host memory and `whole` (Engine::execute with
+  // kAllProcesses, whose copies run on the host): checked by every rank
+  // before anything else. Device transports compute the scales and
+  // quantise in their copies (CopyOp::Kind::kBlockScales, kQuantise).
+  static void check_transport(const Plan& plan, const TransportInfo& info, bool whole);
   // The source bytes of the scaled tensors' entries on `process` (every
   // entry with kAllProcesses) in `buffers`: what prepare() reads.
   static int64_t source_bytes(const Plan& plan, int32_t process,
@@ -53,10 +55,15 @@ class ScaledSources {
   // are the caller's: read them with quantise_copy. The parts run on up to `threads` threads of
   // `pool` (null: the calling thread). `buffers` must have passed exec_detail::validate_buffers,
   // and the transport check_transport.
+  //
+  // Device memory (info.memory not kHost, `transport` given): the scratch is
+  // staging of `transport` on each shard's device, and the scales are
+  // computed there, one run_copies call of kBlockScales ops per device,
+  // followed by order_streams (a copy on another device may read them).
   std::span<const TensorBuffers> prepare(const Plan& plan, int32_t process,
                                          std::span<const TensorBuffers> buffers,
                                          const TransportInfo& info, WorkerPool* pool = nullptr,
-                                         int threads = 1);
+                                         int threads = 1, Transport* transport = nullptr);
 
   // Bytes of scratch held (kept between calls).
   size_t capacity() const { return capacity_; }
@@ -66,7 +73,19 @@ class ScaledSources {
   // One allocation for every shard's scales, kept while large enough.
   std::unique_ptr<std::byte[]> memory_;
   size_t capacity_ = 0;
+  // Device memory: one staging block per device, kept while large enough.
+  struct DeviceScratch {
+    int64_t device;
+    std::unique_ptr<StagingBlock> block;
+  };
+  std::vector<DeviceScratch> device_memory_;
 };
+
+// The CopyOp of a copy out of source entry `entry` of tensor `t` (which has
+// block scales) quantised into `dst` (device memory: kQuantise), with the
+// scales in `buffers` (prepare()'s result).
+CopyOp quantise_op(std::span<const TensorSpec> tensors, std::span<const TensorBuffers> buffers,
+                   uint32_t t, uint32_t entry, const CopyDesc& desc, void* dst);
 
 // Runs [first_run, last_run) of `desc`, a copy out of source entry `entry`
 // of tensor `t` (which has block scales), quantised straight into `dst`
