@@ -110,7 +110,7 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRESHAR
 grep -E "reshard: (NCCL|CUDA)" "$LOG_DIR/configure.log" || true
 
 say "build"
-TARGETS=(reshard_cuda gpu_test gpu_emulation_test capi_nccl_test bench_gpu_kernel_bandwidth
+TARGETS=(reshard_cuda gpu_test gpu_emulation_test gpu_quantise_grid_check capi_nccl_test bench_gpu_kernel_bandwidth
   bench_gpu_engine_bandwidth)
 BUILD_START=$(date +%s)
 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" >"$LOG_DIR/build.log" 2>&1
