@@ -1390,10 +1390,11 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   rule.budget = o.staging_budget_bytes;
   rule.min_chunk = std::max<int64_t>(1, cross_min_bytes(o));
   st.cost_seconds = stage_cost(stage_acc, stage_rounds, lb, o);
-  // k from pipeline_rounds, at most kFewPipelineRounds where keyed cuts
-  // are tried (they remove the forwards' lag, and a keyed pass counts at
-  // most 32 keys: one_holder_to_8_hosts, keyed at 16, simulates 2.916 ms
-  // against 2.919 pipelined at 64). Above kFewPipelineRounds both counts
+  // k from pipeline_rounds, at most kFewPipelineRounds on plans of at most
+  // kKeyedPieces pieces, where keyed cuts are tried (they remove the
+  // forwards' lag, and a keyed pass counts at most 32 keys:
+  // one_holder_to_8_hosts, keyed at 16, simulates 2.916 ms against 2.919
+  // pipelined at 64). Above kFewPipelineRounds both counts
   // are priced and the cheaper by the estimate is kept, so a plan is never
   // slower by it than with at most kFewPipelineRounds rounds.
   std::vector<int64_t> piped_rounds;
@@ -1419,7 +1420,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       piped_rounds = std::move(piped);
     }
   };
-  if (int64_t k = pipeline_rounds(stage_acc, lb, o); k > 1) {
+  if (const int64_t k = pipeline_rounds(stage_acc, lb, o); k > 1) {
     const bool keyed_tried = keyed || pieces <= kKeyedPieces || choice_override().keyed > 0;
     if (k > kFewPipelineRounds && !keyed_tried) try_pipeline(kFewPipelineRounds);
     try_pipeline(keyed_tried ? std::min(k, kFewPipelineRounds) : k);
