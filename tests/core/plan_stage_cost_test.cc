@@ -6,6 +6,7 @@
 #include <deque>
 #include <vector>
 
+#include "plan/rounds.h"
 #include "plan/stage_cost.h"
 
 namespace reshard::planning {
@@ -232,6 +233,23 @@ TEST(StageCost, PipelineRoundsBalanceTheFillAgainstAlpha) {
   d.send(0, 0, 1, 4000);
   d.send(1, 1, 2, 4000);
   EXPECT_EQ(pipeline_rounds(d.stages, d.lb, d.o), 2);
+  // Two stages of 1,600 µs: sqrt(2 × 1600 / 2) = 40 rounds, above
+  // kFewPipelineRounds (16), which compute_stats also prices. The chain's
+  // pipeline at k rounds: T = k α + 1600 µs, the forward after two rounds
+  // of stage 0: 2 T / k + T. k = 16: 2 × 101 + 1616 = 1818 µs; k = 40:
+  // 2 × 41 + 1640 = 1722 µs, so the estimate keeps 40.
+  Chain f(3);
+  f.send(0, 0, 1, 1600000);
+  f.send(1, 1, 2, 1600000);
+  EXPECT_EQ(pipeline_rounds(f.stages, f.lb, f.o), 40);
+  EXPECT_NEAR(stage_cost(f.stages, {16, 16}, f.lb, f.o, RoundSizes::kEven), 1818 * kUs, 1e-9);
+  EXPECT_NEAR(stage_cost(f.stages, {40, 40}, f.lb, f.o, RoundSizes::kEven), 1722 * kUs, 1e-9);
+  // Two stages of 10,000 µs: sqrt(10000) = 100, clamped to 64.
+  Chain g(3);
+  g.send(0, 0, 1, 10000000);
+  g.send(1, 1, 2, 10000000);
+  EXPECT_EQ(pipeline_rounds(g.stages, g.lb, g.o), kMaxPipelineRounds);
+  EXPECT_EQ(kMaxPipelineRounds, 64);
   // One stage: nothing to pipeline.
   Chain e(2);
   e.send(0, 0, 1, 100000);

@@ -139,8 +139,10 @@ namespace {
 // faster for them and the budget allows; relays inside a host cut regions
 // into lead parts down to cross_min_bytes a part for groups of like tensors
 // where that lowers the whole plan's α–β estimate (TensorCtx::fine_lead,
-// Context::decide_lead_cut).
-constexpr uint64_t kPlannerVersion = 29;
+// Context::decide_lead_cut); 30: a pipelined plan of more pieces than keyed
+// cuts are tried on may take up to 64 rounds (kMaxPipelineRounds), where
+// the estimate is faster for them than for at most 16.
+constexpr uint64_t kPlannerVersion = 30;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

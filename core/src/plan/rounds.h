@@ -63,7 +63,14 @@ struct DeviceLoad {
 int64_t round_chunk(int64_t budget, DeviceLoad a, DeviceLoad b, int64_t stream_bytes);
 
 // The most rounds a plan of several stages is cut into for pipelining.
-inline constexpr int64_t kMaxPipelineRounds = 16;
+// Above kFewPipelineRounds the estimate chooses between the two counts
+// (compute_stats): it does not model how rounds couple the processes that
+// share a message (simulate.md, "Order"), which makes stage 0 of
+// bench/weight_sync.py's qwen3_m2n on GB200 end later with every doubling
+// (0.1526 s at 16 rounds, 0.1534 at 64, 0.1541 at 128), so the count stops
+// at 64.
+inline constexpr int64_t kMaxPipelineRounds = 64;
+inline constexpr int64_t kFewPipelineRounds = 16;
 
 // The granule of keyed cuts (RoundRule::keys, key_blocks) in bytes.
 inline constexpr int64_t kKeyGranule = 65536;

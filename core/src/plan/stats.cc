@@ -1390,7 +1390,15 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   rule.budget = o.staging_budget_bytes;
   rule.min_chunk = std::max<int64_t>(1, cross_min_bytes(o));
   st.cost_seconds = stage_cost(stage_acc, stage_rounds, lb, o);
-  if (const int64_t k = pipeline_rounds(stage_acc, lb, o); k > 1) {
+  // k from pipeline_rounds, at most kFewPipelineRounds on plans of at most
+  // kKeyedPieces pieces, where keyed cuts are tried (they remove the
+  // forwards' lag, and a keyed pass counts at most 32 keys:
+  // one_holder_to_8_hosts, keyed at 16, simulates 2.916 ms against 2.919
+  // pipelined at 64). Above kFewPipelineRounds both counts
+  // are priced and the cheaper by the estimate is kept, so a plan is never
+  // slower by it than with at most kFewPipelineRounds rounds.
+  std::vector<int64_t> piped_rounds;
+  auto try_pipeline = [&](int64_t k) {
     std::vector<int64_t> piped = stage_rounds;
     std::vector<int64_t> budgets(static_cast<size_t>(nstages), 0);
     std::vector<int64_t> spans(static_cast<size_t>(nstages), 0);
@@ -1409,9 +1417,15 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       st.cost_seconds = cost;
       rule.pipeline = std::move(budgets);
       rule.spans = std::move(spans);
-      stage_rounds = std::move(piped);
+      piped_rounds = std::move(piped);
     }
+  };
+  if (const int64_t k = pipeline_rounds(stage_acc, lb, o); k > 1) {
+    const bool keyed_tried = keyed || pieces <= kKeyedPieces || choice_override().keyed > 0;
+    if (k > kFewPipelineRounds && !keyed_tried) try_pipeline(kFewPipelineRounds);
+    try_pipeline(keyed_tried ? std::min(k, kFewPipelineRounds) : k);
   }
+  if (!piped_rounds.empty()) stage_rounds = std::move(piped_rounds);
   // Keyed cuts (rounds.h, a keyed pass): a stream's messages are the keys
   // it holds, a stage's rounds the highest key held in it plus one, and a
   // round's bytes its key's. Taken where every device's bytes of one round
