@@ -19,7 +19,8 @@
 #      execute_host on random plans and on staged ones (relays, trees,
 #      scratch; the MPI specs in one process), the nccl transport on one GPU
 #      (staged plans through the engine too), the
-#      backend loader, the CPU emulation of the kernels);
+#      backend loader, the CPU emulation of the kernels, the block-scale
+#      rounding of reshard/quantise_grid.h on the device against the host);
 #   6. runs bench_gpu_kernel_bandwidth: pack/unpack/reduce GB/s of strided
 #      boxes as a ratio to cudaMemcpy device-to-device of the same bytes;
 #   7. runs bench_gpu_engine_bandwidth: whole plans through reshard::Engine on
