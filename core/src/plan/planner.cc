@@ -773,7 +773,7 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   Context ctx(input);
   ctx.max_stats_pieces = stats_piece_limit(request);
   ctx.build();
-  planning::check_stats_work(ctx);
+  planning::check_stats_work(ctx, limit);
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
   ctx.decide_device_cross(limit);
@@ -822,7 +822,7 @@ Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
   Context ctx(input);
   ctx.max_stats_pieces = stats_piece_limit(request);
   ctx.build();
-  planning::check_stats_work(ctx);
+  planning::check_stats_work(ctx, limit);
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
   ctx.decide_device_cross(limit);

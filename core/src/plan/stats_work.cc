@@ -84,8 +84,14 @@ int64_t stats_visits_floor(const Context& ctx, size_t* groups) {
   return visits;
 }
 
-void check_stats_work(const Context& ctx) {
+void check_stats_work(const Context& ctx, int64_t max_bytes) {
   if (ctx.max_stats_pieces < 0) return;
+  // compute_stats refuses on the device pairs first (min_device_pairs at 48
+  // bytes a pair against max_bytes, at least 64 MiB: stats.cc's kPairBytes
+  // and kPairFloor): such plans keep that refusal, from the first pass.
+  if (max_bytes >= 0 &&
+      min_device_pairs(ctx) > std::max(max_bytes, int64_t{64} << 20) / int64_t{48})
+    return;
   size_t groups = 0;
   const int64_t visits = stats_visits_floor(ctx, &groups);
   if (visits <= ctx.max_stats_pieces) return;

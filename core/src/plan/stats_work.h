@@ -28,7 +28,10 @@ int64_t stats_visits_floor(const Context& ctx, size_t* groups = nullptr);
 // check compute_stats makes on its first pass, made before the decisions
 // that precede it (Context::decide_device_cross and the others take
 // seconds at 65,536 devices before their first pass). Called by make_plan
-// and estimate_plan right after Context::build.
-void check_stats_work(const Context& ctx);
+// and estimate_plan right after Context::build with their memory limit
+// (`max_bytes`, -1: none): where the fewest device pairs the layouts allow
+// are above what it lets the statistics track, nothing is refused here, so
+// that the first pass refuses on the pairs as it does first.
+void check_stats_work(const Context& ctx, int64_t max_bytes);
 
 }  // namespace reshard::planning
