@@ -20,21 +20,6 @@ constexpr int64_t kSaturated = int64_t{1} << 62;
 int64_t sat_add(int64_t a, int64_t b) { return a > kSaturated - b ? kSaturated : a + b; }
 int64_t sat_mul(int64_t a, int64_t b) { return a != 0 && b > kSaturated / a ? kSaturated : a * b; }
 
-// Source cells of tiled `sg` (over `shape`) that box b overlaps (as
-// stream_bound.cc's touched_cells): per dim the chunks of ceil(n/k)
-// elements that [lo, hi) touches; 0 for an empty box.
-int64_t touched(const Geometry& sg, const std::vector<int64_t>& shape, const Box& b) {
-  int64_t cells = 1;
-  for (int d = 0; d < sg.rank && cells > 0; ++d) {
-    const int64_t n = shape[static_cast<size_t>(d)];
-    const int64_t k = std::max<int64_t>(sg.counts[static_cast<size_t>(d)], 1);
-    if (b.hi[d] <= b.lo[d] || n <= 0) return 0;
-    const int64_t chunk = n / k + (n % k != 0);
-    cells = sat_mul(cells, (b.hi[d] - 1) / chunk - b.lo[d] / chunk + 1);
-  }
-  return cells;
-}
-
 // stats_visits(t, enumerated, relays, ...) for any `relays`, and for
 // `enumerated` false any flags, is at least this: enumerated, it is that
 // count itself; else per cell entries x regions or entries + regions.
@@ -49,7 +34,7 @@ int64_t floor_of(const TensorCtx& t, bool enumerated, int64_t split_min_bytes) {
     if (b0 == b1) continue;
     const Box b = t.dst->box(dg.cell_entries[b0]);
     if (b.empty()) continue;
-    const int64_t regions = sg.tiled ? touched(sg, t.spec->shape, b) : 1;
+    const int64_t regions = sg.tiled ? touched_cells(sg, t.spec->shape, b) : 1;
     if (regions == 0) continue;
     const int64_t entries = b1 - b0;
     visits = sat_add(visits, std::min(sat_mul(regions, entries), regions + entries));
