@@ -26,6 +26,7 @@ struct PlanArgs {
   int32_t threads = 1;           // PlanRequest::threads of the parts planned
   int64_t max_plan_bytes = 0;    // PlanRequest::max_plan_bytes of the parts planned
   int64_t max_stats_pieces = 0;  // PlanRequest::max_stats_pieces
+  int64_t max_output_bytes = 0;  // --max-output-bytes: the largest --out file; 0: 2 GiB - 1
 };
 
 PlanRequest part_request(const PlanArgs& args, PlanScope scope, int32_t process,
@@ -66,6 +67,32 @@ void check_whole_plan_file(const PlanArgs& args, const PlanEstimate& e) {
             " bytes" + (args.max_plan_bytes == 0 ? ": the default, half the memory)" : ")") +
             "; write one process's part at a time (--process P), or raise "
             "--max-plan-bytes (-1: no limit)");
+}
+
+// `--process P --out`: refuses before planning the part where its plan
+// bytes, estimated from the global statistics' counts of its pieces,
+// messages and regions (PlanEstimate::process_encoded_bytes, which errs
+// high: 1.4x on the 405B part at 1,024 devices), are above what one plan
+// file holds or --max-output-bytes.
+void check_part_plan_file(const PlanArgs& args, const PlanEstimate& e) {
+  const int64_t most = args.max_output_bytes > 0
+                           ? std::min(args.max_output_bytes, kMaxPlanFileBytes)
+                           : kMaxPlanFileBytes;
+  if (e.process_encoded_bytes <= most) return;
+  throw Error(ErrorCode::kResourceExhausted,
+              "--out: process " + std::to_string(args.process) + "'s part makes about " +
+                  human_bytes(static_cast<double>(e.process_encoded_bytes)) +
+                  " of plan bytes (at least " +
+                  human_bytes(static_cast<double>(e.process_least_encoded_bytes)) + "; " +
+                  with_commas(e.process_pieces) + " pieces, " + with_commas(e.process_messages) +
+                  " messages, " + with_commas(e.process_regions) +
+                  " regions, estimated from the global statistics before planning it), more than " +
+                  (most == kMaxPlanFileBytes
+                       ? std::string("one plan file holds (2 GiB)")
+                       : "--max-output-bytes allows (" + with_commas(most) + " bytes)") +
+                  "; raise the staging budget (--budget: fewer rounds cut each stream into fewer "
+                  "messages; 0: none), or plan the part in the process that runs it (reshard run, "
+                  "PlanScope::kProcess) instead of writing it");
 }
 
 ojson stats_json(const PlanStats& s) {
@@ -197,12 +224,17 @@ PartSummary summarize(const Plan& plan, const ProcessPart& part) {
 // `--out FILE`: the whole plan (every process part), or with --process P
 // only that worker's part, with the global statistics, as FlatBuffers bytes.
 // `whole`: the estimate of every part run_plan computed.
-void write_plan_file(const PlanArgs& args, const PlanInput& input, const PlanEstimate& whole) {
+// `part`: process P's part planned already (--process P, with the global
+// statistics), else null.
+void write_plan_file(const PlanArgs& args, const PlanInput& input, const PlanEstimate& whole,
+                     const Plan* part) {
   const bool one = args.process >= 0;
   if (!one) check_whole_plan_file(args, whole);
-  const Plan plan =
-      plan_spec(input, one ? part_request(args, PlanScope::kProcess, args.process, true)
-                           : part_request(args, PlanScope::kAll, 0, true));
+  std::optional<Plan> planned;
+  if (!part)
+    planned = plan_spec(input, one ? part_request(args, PlanScope::kProcess, args.process, true)
+                                   : part_request(args, PlanScope::kAll, 0, true));
+  const Plan& plan = part ? *part : *planned;
   EncodeOptions eo;
   eo.all_parts = !one;
   eo.process = one ? args.process : 0;
@@ -255,8 +287,10 @@ int run_plan(const PlanArgs& args) {
   // those of PlanScope::kGlobal.
   auto t0 = WaitClock::now();
   PlanStats global_stats;
-  const PlanEstimate whole =
-      estimate_spec(spec.input, part_request(args, PlanScope::kAll, 0, true), &global_stats);
+  // (request.process: the figures of --process P's part beside them.)
+  const PlanEstimate whole = estimate_spec(
+      spec.input, part_request(args, PlanScope::kAll, std::max(args.process, 0), true),
+      &global_stats);
   const double global_seconds = seconds_since(t0);
   const uint64_t fingerprint = plan_fingerprint(spec.input);
   // Casts in flight: the bytes the same move would take without them (the
@@ -285,8 +319,12 @@ int run_plan(const PlanArgs& args) {
   std::optional<Plan> part_plan;
   double part_seconds = 0;
   if (args.process >= 0) {
+    // Planned once: with --out it carries the global statistics into the
+    // file, and is refused first where the file cannot hold it.
+    if (!args.out.empty()) check_part_plan_file(args, whole);
     t0 = WaitClock::now();
-    part_plan = plan_spec(spec.input, part_request(args, PlanScope::kProcess, args.process, false));
+    part_plan = plan_spec(spec.input,
+                          part_request(args, PlanScope::kProcess, args.process, !args.out.empty()));
     part_seconds = seconds_since(t0);
   }
   const ProcessPart* part = nullptr;
@@ -315,6 +353,14 @@ int run_plan(const PlanArgs& args) {
                      {"memory_bytes", whole.memory_bytes},
                      {"encoded_bytes", whole.encoded_bytes},
                      {"limit_bytes", whole.limit_bytes}};
+    if (args.process >= 0) {
+      // --process P's part alone (PlanEstimate::process_*).
+      j["estimate"]["process_pieces"] = whole.process_pieces;
+      j["estimate"]["process_messages"] = whole.process_messages;
+      j["estimate"]["process_regions"] = whole.process_regions;
+      j["estimate"]["process_encoded_bytes"] = whole.process_encoded_bytes;
+      j["estimate"]["process_least_encoded_bytes"] = whole.process_least_encoded_bytes;
+    }
     if (part_plan) {
       j["process"] = {
           {"process", args.process},           {"plan_seconds", part_seconds},
@@ -326,7 +372,8 @@ int run_plan(const PlanArgs& args) {
     }
     // The file first (issue 37: --format json used to return before
     // writing it): a failure to write exits non-zero with nothing on stdout.
-    if (!args.out.empty()) write_plan_file(args, spec.input, whole);
+    if (!args.out.empty())
+      write_plan_file(args, spec.input, whole, part_plan ? &*part_plan : nullptr);
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -369,7 +416,8 @@ int run_plan(const PlanArgs& args) {
     if (part_plan->fingerprint() != fingerprint)
       throw Failure("fingerprint of the process part differs from the global plan's");
   }
-  if (!args.out.empty()) write_plan_file(args, spec.input, whole);
+  if (!args.out.empty())
+    write_plan_file(args, spec.input, whole, part_plan ? &*part_plan : nullptr);
   return 0;
 }
 
@@ -400,6 +448,13 @@ Runner add_plan_command(CLI::App& app) {
       ->capture_default_str();
   add_max_plan_bytes_option(cmd, args->max_plan_bytes);
   add_max_stats_pieces_option(cmd, args->max_stats_pieces);
+  cmd->add_option("--max-output-bytes", args->max_output_bytes,
+                  "largest --out file of one process's part (--process P), e.g. 512MiB: above "
+                  "it the part is refused before it is planned, from the global statistics' "
+                  "counts (default and most: 2 GiB, what one plan file holds)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::PositiveNumber)
+      ->type_name("BYTES");
   cmd->footer(
       std::string("Example:\n  reshard plan --spec examples/specs/small_transformer.json "
                   "--format json\n\n"

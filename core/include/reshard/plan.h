@@ -433,6 +433,17 @@ struct PlanEstimate {
   int64_t limit_bytes = 0;
   // The memory default_max_plan_bytes() is half of (physical or cgroup).
   int64_t available_bytes = 0;
+  // Process request.process's part alone, where request.process owns a
+  // device of the plan (any scope but kGlobal; else all 0): the same
+  // figures, its size as encode_plan of that part, and the least that size
+  // can be (its pieces, messages and regions before rounds cut any, rows
+  // of the fewest columns, regions of the smallest rank: the records of the
+  // part alone).
+  int64_t process_pieces = 0;
+  int64_t process_messages = 0;
+  int64_t process_regions = 0;
+  int64_t process_encoded_bytes = 0;
+  int64_t process_least_encoded_bytes = 0;
 };
 
 // The estimate make_plan checks against request.max_plan_bytes, for any

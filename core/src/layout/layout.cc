@@ -521,6 +521,15 @@ std::shared_ptr<const Geometry> lower_named(const NamedSharding& s, size_t rank,
                                             const std::string& field) {
   if (!s.mesh) fail(ErrorCode::kInvalidArgument, field + ".mesh", "missing mesh");
   const Mesh& mesh = *s.mesh;
+  // A mesh, spec and op equal to a cached key's were checked when it was
+  // lowered: only the rank is this tensor's (a mesh of 65,536 devices costs
+  // a sort to check, once per tensor otherwise).
+  GeometryKey key{mesh, s.dims, s.partial_axes, s.partial_op};
+  if (s.dims.size() == rank) {
+    std::lock_guard lock(g_cache_mutex);
+    auto it = geometry_cache().find(key);
+    if (it != geometry_cache().end()) return it->second;
+  }
   mesh.validate(field + ".mesh");
   if (s.dims.size() != rank)
     fail(ErrorCode::kInvalidArgument, field + ".spec",
@@ -550,13 +559,6 @@ std::shared_ptr<const Geometry> lower_named(const NamedSharding& s, size_t rank,
   }
   if (!reduce_op_valid(static_cast<int32_t>(s.partial_op)))
     fail(ErrorCode::kInvalidArgument, field + ".partial.op", "invalid reduce op");
-
-  GeometryKey key{mesh, s.dims, s.partial_axes, s.partial_op};
-  {
-    std::lock_guard lock(g_cache_mutex);
-    auto it = geometry_cache().find(key);
-    if (it != geometry_cache().end()) return it->second;
-  }
 
   auto g = std::make_shared<Geometry>();
   g->tiled = true;

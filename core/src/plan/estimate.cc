@@ -27,6 +27,8 @@ constexpr double kFragmentsPerCut = 3;
 // resident size, plus the rest of the process's planning state.
 constexpr double kAllocatorMargin = 1.15;
 constexpr double kFixedBytes = 16 << 20;
+// A message's row in a plan buffer (wire/encode.cc).
+constexpr double kMessageRowBytes = 48;
 
 // Saturating arithmetic: an estimate of an absurd spec must not wrap.
 int64_t sat(double v) {
@@ -168,9 +170,14 @@ PlanEstimate estimate_parts(const Context& ctx, const std::vector<DeviceCounts>&
           ? 1
           : std::min<int64_t>(8 * int64_t{threads}, std::max<size_t>(in.tensors.size(), 1));
   double largest_part = 0;
-  int max_rank = 0;
-  for (const TensorSpec& t : in.tensors) max_rank = std::max(max_rank, t.src.rank());
+  int max_rank = 0, min_rank = kMaxRank;
+  for (const TensorSpec& t : in.tensors) {
+    max_rank = std::max(max_rank, t.src.rank());
+    min_rank = std::min(min_rank, t.src.rank());
+  }
+  min_rank = std::min(min_rank, max_rank);
   double held = 0, extra = 0, pieces = 0, messages = 0, regions = 0, encoded = 0;
+  double own_encoded = -1, own_least = 0;  // request.process's part
   for (const auto& [p, sums] : parts) {
     const PartMemory m = part_memory(sums, ndev, chunks, budgeted);
     if (largest) {
@@ -183,10 +190,25 @@ PlanEstimate estimate_parts(const Context& ctx, const std::vector<DeviceCounts>&
     messages += static_cast<double>(sums.messages);
     regions += m.regions;
     // Columns of 4 (pieces: tensor, source, destination, region when any
-    // piece has one) and 44 (messages) bytes per row; regions: rank byte
+    // piece has one) and 48 (messages: two devices, first piece, count and
+    // bytes of 8, round and stage of 4) bytes per row; regions: rank byte
     // and lo / hi per dimension.
-    encoded += (m.regions > 0 ? 16 : 12) * m.pieces + 44 * static_cast<double>(sums.messages) +
-               (1 + 16.0 * max_rank) * m.regions + 1024;
+    const double part_encoded = (m.regions > 0 ? 16 : 12) * m.pieces +
+                                kMessageRowBytes * static_cast<double>(sums.messages) +
+                                (1 + 16.0 * max_rank) * m.regions + 1024;
+    encoded += part_encoded;
+    if (p == request.process) {
+      const double uncut = static_cast<double>(sums.local + sums.send + sums.recv);
+      e.process_pieces = sat(m.pieces);
+      e.process_messages = sums.messages;
+      e.process_regions = sat(m.regions);
+      own_encoded = part_encoded;
+      // The least: the part's own columns (no stage column: every message
+      // in stage 0), its pieces and regions before rounds cut any.
+      own_least = (sums.regions > 0 ? 16 : 12) * uncut +
+                  (kMessageRowBytes - 4) * static_cast<double>(sums.messages) +
+                  (1 + 16.0 * min_rank) * static_cast<double>(sums.regions);
+    }
   }
   // The plan's copy of the inputs and the statistics, and the records of
   // like tensors (build_chunk) on every thread.
@@ -210,6 +232,10 @@ PlanEstimate estimate_parts(const Context& ctx, const std::vector<DeviceCounts>&
                    : sat(kFixedBytes + kAllocatorMargin *
                                            (base + held + static_cast<double>(concurrent) * extra));
   e.encoded_bytes = sat(encoded_base + encoded);
+  if (own_encoded >= 0) {
+    e.process_encoded_bytes = sat(encoded_base + own_encoded);
+    e.process_least_encoded_bytes = sat(own_least);
+  }
   if (largest) *largest = sat(kFixedBytes + kAllocatorMargin * (base + largest_part));
   return e;
 }

@@ -19,6 +19,7 @@
 #include "plan/estimate.h"
 #include "plan/plan_builder.h"
 #include "plan/rounds.h"
+#include "plan/stats_work.h"
 #include "reshard/block_scales.h"
 #include "reshard/cast.h"
 #include "reshard/error.h"
@@ -774,6 +775,7 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   Context ctx(input);
   ctx.max_stats_pieces = stats_piece_limit(request);
   ctx.build();
+  planning::check_stats_work(ctx, limit);
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
   ctx.decide_device_cross(limit);
@@ -822,6 +824,7 @@ Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
   Context ctx(input);
   ctx.max_stats_pieces = stats_piece_limit(request);
   ctx.build();
+  planning::check_stats_work(ctx, limit);
   ctx.decide_pre_reduce(limit);
   ctx.decide_reductions(limit);
   ctx.decide_device_cross(limit);

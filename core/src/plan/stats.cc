@@ -25,6 +25,7 @@
 #include "plan/scratch_layout.h"
 #include "plan/stage_cost.h"
 #include "plan/stage_pairs.h"
+#include "plan/stats_work.h"
 #include "plan/stream_bound.h"
 #include "plan/stream_map.h"
 #include "reshard/error.h"
@@ -120,7 +121,7 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   }
   // Pairs (dst device row, src device column) that exchange a message, per
   // stage (stage 1 sparse: relays stay inside hosts).
-  const bool dense_pairs = ndev <= 16384;
+  const bool dense_pairs = ndev <= kDensePairDevices;  // stats_work.h
   const size_t words = (ndev + 63) / 64;
   std::vector<uint64_t> bits(dense_pairs ? ndev * words : 0);
   std::unordered_set<uint64_t> pair_set;

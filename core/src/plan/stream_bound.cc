@@ -21,12 +21,18 @@ bool one_host(const TensorCtx& t) {
   return same(*t.st, h) && same(*t.dt, h);
 }
 
+constexpr int64_t kSaturated = int64_t{1} << 62;
+
+int64_t sat_add(int64_t a, int64_t b) { return a > kSaturated - b ? kSaturated : a + b; }
+
+}  // namespace
+
 // Source cells of tiled `sg` (over `shape`) that box b overlaps: per dim,
 // the chunks (ceil(n/k) elements each) that [lo, hi) touches; 0 for an
 // empty box. Saturates at 2^62.
 // With `per_dim`, the chunks per dimension too.
 int64_t touched_cells(const Geometry& sg, const std::vector<int64_t>& shape, const Box& b,
-                      int64_t* per_dim = nullptr) {
+                      int64_t* per_dim) {
   int64_t cells = 1;
   for (int d = 0; d < sg.rank && cells > 0; ++d) {
     const int64_t n = shape[static_cast<size_t>(d)];
@@ -39,12 +45,6 @@ int64_t touched_cells(const Geometry& sg, const std::vector<int64_t>& shape, con
   }
   return cells;
 }
-
-constexpr int64_t kSaturated = int64_t{1} << 62;
-
-int64_t sat_add(int64_t a, int64_t b) { return a > kSaturated - b ? kSaturated : a + b; }
-
-}  // namespace
 
 int64_t stats_visits(const TensorCtx& t, bool enumerated, bool relays, int64_t split_min_bytes) {
   const Geometry& dg = *t.dg;

@@ -32,4 +32,10 @@ int64_t min_device_pairs(const Context& ctx);
 // estimate (routes may add parts and bands); saturates at 2^62.
 int64_t stats_visits(const TensorCtx& t, bool enumerated, bool relays, int64_t split_min_bytes);
 
+// Source cells of tiled `sg` (over `shape`) that box b overlaps: per dim,
+// the chunks (ceil(n/k) elements each) that [lo, hi) touches; 0 for an
+// empty box. Saturates at 2^62. With `per_dim`, the chunks per dimension too.
+int64_t touched_cells(const Geometry& sg, const std::vector<int64_t>& shape, const Box& b,
+                      int64_t* per_dim = nullptr);
+
 }  // namespace reshard::planning

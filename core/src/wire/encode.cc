@@ -56,7 +56,8 @@ uint64_t size_bound(const Plan& plan, const std::vector<const ProcessPart*>& par
   for (const ProcessPart* p : parts) {
     s += kTable * 8 + 32 * 16;
     s += (p->local.size() + p->send_pieces.size() + p->recv_pieces.size()) * 16;
-    s += (p->sends.size() + p->recvs.size()) * 44;
+    // Two devices, first piece, count and bytes (8 each), round and stage (4 each).
+    s += (p->sends.size() + p->recvs.size()) * 48;
     for (const Box& r : p->regions) s += 1 + 16 * static_cast<uint64_t>(r.rank);
     for (const Scratch& x : p->scratch) s += 12 + 16 * static_cast<uint64_t>(x.box.rank);
   }
