@@ -121,8 +121,13 @@ void RoutedCells::a2a_leave(const TensorCtx& t, uint32_t b0, size_t m, bool inde
       const size_t pk = i * m + p;
       if (indexed)
         stream_at_[pk * 2] = Stamped{cell_tick_, static_cast<uint32_t>(streams_[i].size())};
+      else
+        stream_map_.emplace(stream_key(i, src, 1), static_cast<uint32_t>(streams_[i].size()));
       streams_[i].push_back(StreamRef{src, 1, true, r.plain, r.banded});
-      if (indexed) pending_at_[pk] = Stamped{cell_tick_, static_cast<uint32_t>(pending_[i].size())};
+      if (indexed)
+        pending_at_[pk] = Stamped{cell_tick_, static_cast<uint32_t>(pending_[i].size())};
+      else
+        pending_map_.emplace(pending_key(i, src), static_cast<uint32_t>(pending_[i].size()));
       pending_[i].push_back(Pending{src, 1, s.pending_band, s.pending});
     }
   a2a_.on = false;

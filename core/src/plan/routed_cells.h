@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -74,9 +75,45 @@ class RoutedCells {
     uint32_t src = 0, stage = 0, band = 0;
     Box box;
   };
+  // The entry at position i of the cell (of m): its pending piece from
+  // source entry src (null: none yet), a new one, its stream from src in
+  // `stage` (added where new); by index where `indexed`, else hashed.
+  Pending* find_pending(size_t i, uint32_t src, size_t m, bool indexed);
+  void add_pending(size_t i, const Pending& x, size_t m, bool indexed);
+  StreamRef& stream_ref(size_t i, uint32_t src, uint32_t stage, size_t m, bool indexed);
+  // Part j of the region from src to entry e (at position i of m) in
+  // `stage`: merged into the pair's pending piece, accounted by
+  // relay_part.
+  void take_part(const TensorCtx& t, size_t i, uint32_t e, uint32_t src, uint32_t stage, size_t j,
+                 size_t m, bool indexed, int64_t esum, int64_t copies, int64_t& group_pieces);
   // Part j of the region being accounted for entry e (at cell_entries[i]),
   // in stage 0.
   using Stage0 = FnRef<void(uint32_t, uint32_t, size_t)>;
+
+  // A host of several entries of the cell (by_host_cell_[g .. g_end),
+  // host slot hi, receiving index idx) and the region's parts: each part
+  // taken in by its leader on the host (stage 0, or stage 1 from the
+  // leader of the host it entered), and forwarded to the host's other
+  // entries, which all take a leader's parts alike: the parts it leads on
+  // the host, in part order. So one pending piece and one sum per
+  // (leader, stage) stand for every other entry's, added to each at the
+  // end of the region: a part visited once rather than once per entry
+  // (an MoE sync's replicated tensors: 8 entries a host).
+  void host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_t g, size_t g_end, size_t hi,
+                     size_t idx, bool indexed, int64_t esum, int64_t copies, int64_t& group_pieces,
+                     Stage0 stage0);
+  struct ForwardSums {  // what relay_part adds for a pair, summed over parts
+    bool touched = false, banded = false;
+    int64_t added = 0, bytes = 0, plain = 0, late = 0;
+    uint32_t mask = 0;
+    std::array<int64_t, kRelayBands> band{};
+  };
+  struct HostForward {  // a leader's forwards inside its host
+    bool touched = false, has_pending = false;
+    Pending pending;
+    std::array<ForwardSums, 2> sums;  // stage 1 (entered here), stage 2
+  };
+  std::vector<HostForward> forwards_;
 
   // The all-to-all cell (all_to_all_cell.h; all_to_all_cell.cc).
   // a2a's sums since the last flush, added to every (entry, source) pair
@@ -103,8 +140,9 @@ class RoutedCells {
   std::vector<uint8_t> several_;                 // per entry of the cell: another entry on its host
   std::vector<size_t> slot_;                     // per entry of the cell: Enumerator::host_slot
   std::vector<PartBands> part_bands_;            // per part of the region's route
-  std::vector<uint32_t> part_holders_;           // holders on a part's host, per part
-  std::vector<size_t> holder_begin_;  // per part: offset into part_holders_ (+1 at the end)
+  std::vector<uint32_t> part_holders_;           // the region's holders by host
+  std::vector<std::pair<int32_t, uint32_t>> holder_hosts_;  // (host, position in the holders)
+  std::vector<std::pair<size_t, size_t>> holder_range_;  // per part: its holders in part_holders_
   std::vector<std::pair<int32_t, uint32_t>> by_host_cell_;
   std::vector<int64_t> recv_index_;  // per host of the cell (Enumerator::receiving_table)
   std::vector<size_t> recv_host_;    // per receiving host
@@ -122,6 +160,14 @@ class RoutedCells {
   std::vector<uint32_t> pos_in_cell_;
   std::vector<Stamped> pending_at_, stream_at_;
   uint32_t cell_tick_ = 0;
+  // Where a cell is too large for the tables: the same indices hashed,
+  // keyed by the entry's position in the cell and the source entry (and
+  // the stage).
+  static uint64_t pending_key(size_t i, uint32_t src) { return uint64_t{i} << 32 | src; }
+  static uint64_t stream_key(size_t i, uint32_t src, uint32_t stage) {
+    return uint64_t{i} << 33 | uint64_t{src} << 1 | (stage == 1 ? 0 : 1);
+  }
+  std::unordered_map<uint64_t, uint32_t> pending_map_, stream_map_;
   // A cell whose entries take each source's relay parts alike.
   AllToAllCell a2a_;
 };
