@@ -497,6 +497,30 @@ TEST(PlanStatsFastPath, HostsOfSeveralEntriesVisitEachForwardOnce) {
   EXPECT_LE(at8, 2 * at2);
 }
 
+// A cell too large for the routed statistics' index tables (more than
+// 2,896 entries: its pending pieces and streams hashed, RoutedCells'
+// pending_map_ and stream_map_): 4 holder devices on 2 hosts into 375
+// receiving hosts of 8 entries, each taking the whole (small) tensor.
+TEST(PlanStatsFastPath, CellsBeyondTheIndexTablesMatchTheEnumeration) {
+  PlanInput in;
+  for (int64_t d = 0; d < 4; ++d)
+    in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d / 2), 0});
+  constexpr int64_t kHosts = 375, kMembers = 8;
+  for (int64_t i = 0; i < kHosts * kMembers; ++i)
+    in.topology.add(
+        {4 + i, static_cast<int32_t>(4 + i), static_cast<int32_t>(2 + i / kMembers), 0});
+  const FleetLayouts f{{64, 48},
+                       named(mesh({"a"}, {4}, 0), {{"a"}, {}}),
+                       named(mesh({"r", "k"}, {kHosts, kMembers}, 4), {{}, {}})};
+  add_tensors(in, f, {DType::kF32, DType::kBF16});
+  in.options.split_min_bytes = 64;
+  for (bool device_cross : {false, true}) {
+    SCOPED_TRACE(device_cross ? "device rule" : "host rule");
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(in, device_cross));
+    EXPECT_GT(run_stats(in, true, false, device_cross).st.forwarded_bytes, 0);
+  }
+}
+
 // No more receiving hosts than the source spans (planner version 11: relays
 // across hosts where single-hop may overload a holder host): 1-4 shards x
 // 1-2 copies (one copy: every cell held once, the per-cell arithmetic's
