@@ -415,6 +415,112 @@ TEST(PlanStatsFastPath, DeviceRuleCellsVisitEachRelayPartOnce) {
   EXPECT_LE(at32, 5 * at8);
 }
 
+// Cells of several entries a host whose regions cross hosts (an MoE sync's
+// replicated tensors: 8 entries a host): a leader's forwards inside its
+// host are summed once for the host's other entries (RoutedCells::
+// host_forwards). 1-4 holder devices on 1-2 hosts into 3-7 receiving hosts
+// of 2-5 entries, with and without the device rule, every field against
+// the enumeration.
+TEST(PlanStatsFastPath, HostsOfSeveralEntriesMatchTheEnumeration) {
+  std::mt19937_64 rng(20261130);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int cases = scaled_cases(150);
+  int crossed = 0, banded = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t holders = uni(1, 4), holder_hosts = uni(1, 2);
+    const int64_t receiving = uni(3, 7), members = uni(2, 5);
+    PlanInput in;
+    for (int64_t d = 0; d < holders; ++d)
+      in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d % holder_hosts), 0});
+    const int rank = static_cast<int>(uni(1, 3));
+    std::vector<int64_t> shape;
+    for (int d = 0; d < rank; ++d) shape.push_back(uni(5, 120));
+    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+    if (uni(0, 1)) src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+    std::vector<std::vector<std::string>> dst_dims(static_cast<size_t>(rank));
+    for (int64_t i = 0; i < receiving * members; ++i)
+      in.topology.add({holders + i, static_cast<int32_t>(holders + i),
+                       static_cast<int32_t>(holder_hosts + i / members), 0});
+    if (uni(0, 2) == 0) dst_dims[static_cast<size_t>(uni(0, rank - 1))] = {"k"};
+    const FleetLayouts f{shape, named(mesh({"a"}, {holders}, 0), src_dims),
+                         named(mesh({"r", "k"}, {receiving, members}, holders), dst_dims)};
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
+    const DType first = dtypes[uni(0, 2)], other = dtypes[uni(0, 2)];
+    add_tensors(in, f, {first, first, other});
+    in.options.split_min_bytes = uni(0, 1) ? 256 : 1024;
+    in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
+    const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    const bool device_cross = uni(0, 1) == 1;
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(in, device_cross));
+    const PlanStats st = run_stats(in, true, true, device_cross).st;
+    crossed += st.forwarded_bytes > 0 && st.stages > 2;
+    banded += st.forwarded_bytes > 0 && st.rounds > st.stages;
+  }
+  EXPECT_GT(crossed, cases / 4) << "cases forwarded inside hosts after crossing";
+  EXPECT_GT(banded, cases / 8) << "cases with relay streams in several messages";
+}
+
+// A leader's forwards inside a host are visited once per part, not once
+// per (entry, part) (planning::relay_parts_visited): 4 holder devices on
+// 2 hosts, each a row block, into 8 receiving hosts of K entries, each
+// taking the whole tensor (the device rule). From K = 2 to 8 the (entry,
+// part) pairs grow 6.4x (784 and 4,984 visits one entry at a time), the
+// parts and their forwards 1.5x (784 and 1,144: the regions are cut into
+// more lead parts for more leaders). The statistics match the enumeration.
+TEST(PlanStatsFastPath, HostsOfSeveralEntriesVisitEachForwardOnce) {
+  auto visits = [](int64_t K) {
+    PlanInput in;
+    for (int64_t d = 0; d < 4; ++d)
+      in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d / 2), 0});
+    for (int64_t i = 0; i < 8 * K; ++i)
+      in.topology.add({4 + i, static_cast<int32_t>(4 + i), static_cast<int32_t>(2 + i / K), 0});
+    const FleetLayouts f{{4096, 64},
+                         named(mesh({"a"}, {4}, 0), {{"a"}, {}}),
+                         named(mesh({"r", "k"}, {8, K}, 4), {{}, {}})};
+    add_tensors(in, f, {DType::kF32});
+    in.options.staging_budget_bytes = 0;
+    EXPECT_NO_FATAL_FAILURE(check_fast_path(in, true));
+    const int64_t before = planning::relay_parts_visited();
+    const StatsRun r = run_stats(in, true, false, true);
+    EXPECT_GT(r.st.forwarded_bytes, 0) << K << " entries a host";
+    EXPECT_GE(r.st.stages, 3) << K << " entries a host";
+    return planning::relay_parts_visited() - before;
+  };
+  const int64_t at2 = visits(2), at8 = visits(8);
+  std::printf("relay parts visited: %lld at 2 entries a host, %lld at 8\n",
+              static_cast<long long>(at2), static_cast<long long>(at8));
+  EXPECT_GT(at2, 0);
+  EXPECT_LE(at8, 2 * at2);
+}
+
+// A cell too large for the routed statistics' index tables (more than
+// 2,896 entries: its pending pieces and streams hashed, RoutedCells'
+// pending_map_ and stream_map_): 4 holder devices on 2 hosts into 375
+// receiving hosts of 8 entries, each taking the whole (small) tensor.
+TEST(PlanStatsFastPath, CellsBeyondTheIndexTablesMatchTheEnumeration) {
+  PlanInput in;
+  for (int64_t d = 0; d < 4; ++d)
+    in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d / 2), 0});
+  constexpr int64_t kHosts = 375, kMembers = 8;
+  for (int64_t i = 0; i < kHosts * kMembers; ++i)
+    in.topology.add(
+        {4 + i, static_cast<int32_t>(4 + i), static_cast<int32_t>(2 + i / kMembers), 0});
+  const FleetLayouts f{{64, 48},
+                       named(mesh({"a"}, {4}, 0), {{"a"}, {}}),
+                       named(mesh({"r", "k"}, {kHosts, kMembers}, 4), {{}, {}})};
+  add_tensors(in, f, {DType::kF32, DType::kBF16});
+  in.options.split_min_bytes = 64;
+  for (bool device_cross : {false, true}) {
+    SCOPED_TRACE(device_cross ? "device rule" : "host rule");
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(in, device_cross));
+    EXPECT_GT(run_stats(in, true, false, device_cross).st.forwarded_bytes, 0);
+  }
+}
+
 // No more receiving hosts than the source spans (planner version 11: relays
 // across hosts where single-hop may overload a holder host): 1-4 shards x
 // 1-2 copies (one copy: every cell held once, the per-cell arithmetic's

@@ -1,6 +1,7 @@
-// Internal (stats.cc, enum_cell): a destination cell whose regions each
-// enter every host of the cell, one entry a host (the device rule's cells:
-// an all-to-all among the cell's entries). Every entry then takes the
+// Internal (routed_cells.h: RoutedCells::cell, all_to_all_cell.cc): a
+// destination cell whose regions each enter every host of the cell, one
+// entry a host (the device rule's cells: an all-to-all among the cell's
+// entries). Every entry then takes the
 // relay parts of a source entry alike: the parts that entered the
 // source's host, in the same order, so the pending piece of every (entry,
 // source) pair (RelayMerger) is the same. The statistics keep one pending

@@ -1,4 +1,4 @@
-// Internal (stats.cc): the statistics of the stage-0 pieces a region's
+// Internal (stats_pass.h, routed_cells.cc): the statistics of the stage-0 pieces a region's
 // holders send, as Enumerator::assign and Enumerator::split choose them
 // (plan/enumerate/cells.h), without enumerating them: per destination
 // entry (AssignStats::assign), or for every entry of a destination cell at

@@ -1,4 +1,4 @@
-// Internal (stats.cc): the (source, destination) device pairs of one relay
+// Internal (stats_pass.h): the (source, destination) device pairs of one relay
 // stage.
 #pragma once
 

@@ -11,7 +11,7 @@ namespace reshard::planning {
 namespace {
 
 // Relays forward a region only to a host other than its holder's
-// (stats.cc, relay_cell_stats): none when every device is on one host.
+// (tiled_cells.cc, TiledCells::relay_cell_stats): none when every device is on one host.
 bool one_host(const TensorCtx& t) {
   const auto same = [](const GeoTopo& g, int32_t h) {
     return std::all_of(g.host.begin(), g.host.end(), [h](int32_t x) { return x == h; });

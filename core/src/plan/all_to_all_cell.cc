@@ -1,0 +1,136 @@
+// The all-to-all cell of the routed statistics (all_to_all_cell.h): its
+// relay parts taken once for every entry, the sums flushed to every
+// (entry, source) pair, the state handed back to the pairs.
+#include <algorithm>
+
+#include "plan/routed_cells.h"
+
+namespace reshard::planning {
+
+void RoutedCells::a2a_flush(const TensorCtx& t, uint32_t b0, size_t m, int64_t copies,
+                            int64_t& group_pieces) {
+  const Geometry& dg = *t.dg;
+  for (size_t p = 0; p < m; ++p) {
+    AllToAllSource& s = a2a_.src[p];
+    if (!s.touched) continue;
+    const uint32_t src = dg.cell_entries[b0 + p], sd = t.dt->dense[src];
+    for (size_t i = 0; i < m; ++i) {
+      if (i == p) continue;
+      const uint32_t e = dg.cell_entries[b0 + i], dd = t.dt->dense[e];
+      const AllToAllCell::Ref& r = a2a_.ref[i * m + p];
+      group_pieces += s.added;
+      if (p_.counts) {
+        (*p_.counts)[dd].recv_pieces += copies * s.added;
+        (*p_.counts)[dd].regions += copies * s.added;
+        (*p_.counts)[sd].send_pieces += copies * s.added;
+        (*p_.counts)[sd].regions += copies * s.added;
+      }
+      p_.charge(p_.stage_acc[1], sd, dd, s.bytes, t.dt->host[src] != t.dt->host[e]);
+      if (t.dt->process[src] != t.dt->process[e])
+        add_to(p_.st.cross_process_bytes, s.bytes, "cross_process_bytes");
+      add_to(p_.st.forwarded_bytes, s.bytes, "forwarded_bytes");
+      if (p_.track_pairs) add_to(p_.relay_bytes[1].at(r.plain), s.plain, "network_bytes");
+      if (!s.banded) continue;
+      add_to(p_.stage_acc[1][sd].send_late, s.late, "max_send_bytes");
+      add_to(p_.stage_acc[1][dd].recv_late, s.late, "max_recv_bytes");
+      BandStream& b = p_.band_streams.at(r.banded);
+      b.mask |= s.mask;
+      if (p_.track_pairs)
+        for (size_t k = 1; k < kRelayBands; ++k) add_to(b.bytes[k], s.band[k], "network_bytes");
+    }
+    p_.relayed = true;
+    p_.last_stage = std::max(p_.last_stage, 1);
+    s.clear_sums();
+  }
+}
+
+bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t np, int64_t esum,
+                             Stage0 stage0) {
+  if (!route_.cross || recv_host_.size() != m || route_.cell_end - route_.cell_begin != m)
+    return false;
+  const Geometry& dg = *t.dg;
+  a2a_.pos.resize(m);
+  for (size_t i = 0; i < m; ++i) a2a_.pos[slot_[i] - route_.cell_begin] = static_cast<uint32_t>(i);
+  a2a_.part.assign(np, AllToAllCell::kNone);
+  for (size_t j = 0; j < np; ++j) {
+    if (route_.part_entry[j] < 0) continue;
+    const size_t hi = recv_host_[static_cast<size_t>(route_.part_entry[j])];
+    const uint32_t p = a2a_.pos[hi - route_.cell_begin];
+    if (p_.en.leader(route_, hi, j) != dg.cell_entries[b0 + p]) return false;
+    a2a_.part[j] = p;
+  }
+  a2a_.sort_parts(route_.part_entry, m);
+  for (size_t i = 0; i < m; ++i) {
+    const uint32_t e = dg.cell_entries[b0 + i];
+    a2a_.each_stage0(static_cast<size_t>(recv_index_[slot_[i] - route_.cell_begin]),
+                     [&](size_t j) { stage0(b0 + static_cast<uint32_t>(i), e, j); });
+  }
+  if (!a2a_.any_entered()) return true;
+  // The relay parts, once per source.
+  p_.stage_grow(1);
+  if (!a2a_.on) a2a_.start(m);
+  a2a_.events.clear();
+  for (size_t j = 0; j < np; ++j) {
+    const uint32_t p = a2a_.part[j];
+    if (p == AllToAllCell::kNone) continue;
+    ++part_visits_;
+    AllToAllSource& s = a2a_.src[p];
+    const PartBands& pb = part_bands_[j];
+    if (!s.seen) a2a_.events.push_back({p, false});
+    s.seen = s.touched = true;
+    s.added += s.merge(pb.first, pb.last, pb.n, pb.last_band);
+    const int64_t bytes = mul_of(route_.parts[j].volume(), esum, "network_bytes");
+    const int64_t plain = mul_of(pb.volume[0], esum, "network_bytes");
+    add_to(s.bytes, bytes, "forwarded_bytes");
+    add_to(s.plain, plain, "network_bytes");
+    if (pb.n == 1) continue;
+    add_to(s.late, bytes - plain, "max_send_bytes");
+    s.mask |= pb.mask;
+    for (size_t k = 1; k < kRelayBands; ++k)
+      add_to(s.band[k], mul_of(pb.volume[k], esum, "network_bytes"), "network_bytes");
+    if (!s.banded) a2a_.events.push_back({p, true});
+    s.banded = true;
+  }
+  // Each pair's streams counted at its first part (and its first banded
+  // one), entry by entry, as relay_part counts them.
+  for (size_t i = 0; i < m; ++i) {
+    const uint32_t dd = t.dt->dense[dg.cell_entries[b0 + i]];
+    for (const AllToAllCell::Event& ev : a2a_.events) {
+      if (ev.p == i) continue;
+      const uint32_t sd = t.dt->dense[dg.cell_entries[b0 + ev.p]];
+      AllToAllCell::Ref& r = a2a_.ref[i * m + ev.p];
+      if (ev.band) {
+        r.banded = p_.band_index(uint64_t{1} << 40 | uint64_t{sd} << 20 | dd);
+        continue;
+      }
+      if (p_.relay_pairs[1].insert(sd, dd)) p_.keep_pair();
+      if (p_.track_pairs) r.plain = p_.relay_bytes[1].index((uint64_t{sd} << 32) | dd);
+    }
+  }
+  return true;
+}
+
+void RoutedCells::a2a_leave(const TensorCtx& t, uint32_t b0, size_t m, bool indexed) {
+  const Geometry& dg = *t.dg;
+  for (size_t i = 0; i < m; ++i)
+    for (size_t p = 0; p < m; ++p) {
+      const AllToAllSource& s = a2a_.src[p];
+      if (p == i || !s.seen) continue;
+      const uint32_t src = dg.cell_entries[b0 + p];
+      const AllToAllCell::Ref& r = a2a_.ref[i * m + p];
+      const size_t pk = i * m + p;
+      if (indexed)
+        stream_at_[pk * 2] = Stamped{cell_tick_, static_cast<uint32_t>(streams_[i].size())};
+      else
+        stream_map_.emplace(stream_key(i, src, 1), static_cast<uint32_t>(streams_[i].size()));
+      streams_[i].push_back(StreamRef{src, 1, true, r.plain, r.banded});
+      if (indexed)
+        pending_at_[pk] = Stamped{cell_tick_, static_cast<uint32_t>(pending_[i].size())};
+      else
+        pending_map_.emplace(pending_key(i, src), static_cast<uint32_t>(pending_[i].size()));
+      pending_[i].push_back(Pending{src, 1, s.pending_band, s.pending});
+    }
+  a2a_.on = false;
+}
+
+}  // namespace reshard::planning

@@ -1,0 +1,175 @@
+// Internal (compute_stats, stats.cc): the statistics of a tiled
+// destination's cells with one summand on both sides, as Enumerator::recv
+// enumerates each of their entries, but with the cover and each region's
+// route computed once for the cell (both depend on the cell and the region
+// alone) and each relay part's bands accounted at once instead of piece
+// by piece (docs/planner.md §8). The cells of the device rule (an
+// all-to-all among their entries) take each relay part once for every
+// entry (all_to_all_cell.{h,cc}).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "plan/all_to_all_cell.h"
+#include "plan/stats_pass.h"
+
+namespace reshard::planning {
+
+class RoutedCells {
+ public:
+  explicit RoutedCells(StatsPass& p) : p_(p) {}
+  RoutedCells(const RoutedCells&) = delete;
+  RoutedCells& operator=(const RoutedCells&) = delete;
+
+  // Destination cell c of t (tiled, one summand on both sides; a group of
+  // `copies` tensors of `esum` bytes per element in all). Returns false,
+  // having accounted nothing, when a region has no holder (the caller
+  // enumerates, which reports it).
+  bool cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copies, int64_t& group_pieces);
+  // Every cell of t by cell(), stopping where the guard stops the pass.
+  void cells(const TensorCtx& t, int64_t esum, int64_t copies, int64_t& group_pieces);
+
+ private:
+  // A routed part's bands (relay_bands), worked out once per region for
+  // every entry of the cell: the elements of each band by band number (the
+  // k-th of n is numbered k * kRelayBands / n), the numbers above 0 as a
+  // mask, and the first and last bands' boxes (what merging looks at).
+  struct PartBands {
+    Bands bands;
+    int64_t n = 1;
+    uint32_t mask = 0, last_band = 0;
+    std::array<int64_t, kRelayBands> volume{};
+    Box first, last;
+  };
+  void part_bands_of(const Box& part, int64_t esize, PartBands& pb) const;
+  // A relay stream (stage, destination entry src -> the entry being
+  // enumerated) as relay_part found it: its keys, counted in relay_pairs
+  // and band_streams (kept by keep_pair) the first time, and where its bytes
+  // add up (indices into relay_bytes[stage] and band_streams). Looked up
+  // once per cell instead of once per part.
+  static constexpr uint32_t kUnset = UINT32_MAX;
+  struct StreamRef {
+    uint32_t src = 0, stage = 0;
+    bool counted = false;
+    uint32_t plain = kUnset;   // relay_bytes[stage] (with track_pairs)
+    uint32_t banded = kUnset;  // band_streams
+  };
+  // The relay pieces of `part` from destination entry `src` to e in stage
+  // `stage`, cut into `bands` (relay_bands of the part): what account() does
+  // for each band's piece, at once. `added`: the pieces they make after
+  // merging (Enumerator::recv's RelayMerger; see merge_part).
+  void relay_part(const TensorCtx& t, StreamRef& ref, uint32_t e, const Box& part,
+                  const PartBands& pb, int64_t added, int64_t esum, int64_t copies,
+                  int64_t& group_pieces);
+  // Enumerator::recv merges the relay pieces of each (relay, receiver) pair
+  // (RelayMerger): per entry of the cell being enumerated, the pending piece
+  // from each relay. A part's bands have distinct band numbers, so only its
+  // first band can extend the pending piece (of band 0), and its last band
+  // is pending after it (cell() counts the pieces a part adds).
+  struct Pending {
+    uint32_t src = 0, stage = 0, band = 0;
+    Box box;
+  };
+  // The entry at position i of the cell (of m): its pending piece from
+  // source entry src (null: none yet), a new one, its stream from src in
+  // `stage` (added where new); by index where `indexed`, else hashed.
+  Pending* find_pending(size_t i, uint32_t src, size_t m, bool indexed);
+  void add_pending(size_t i, const Pending& x, size_t m, bool indexed);
+  StreamRef& stream_ref(size_t i, uint32_t src, uint32_t stage, size_t m, bool indexed);
+  // Part j of the region from src to entry e (at position i of m) in
+  // `stage`: merged into the pair's pending piece, accounted by
+  // relay_part.
+  void take_part(const TensorCtx& t, size_t i, uint32_t e, uint32_t src, uint32_t stage, size_t j,
+                 size_t m, bool indexed, int64_t esum, int64_t copies, int64_t& group_pieces);
+  // Part j of the region being accounted for entry e (at cell_entries[i]),
+  // in stage 0.
+  using Stage0 = FnRef<void(uint32_t, uint32_t, size_t)>;
+
+  // A host of several entries of the cell (by_host_cell_[g .. g_end),
+  // host slot hi, receiving index idx) and the region's parts: each part
+  // taken in by its leader on the host (stage 0, or stage 1 from the
+  // leader of the host it entered), and forwarded to the host's other
+  // entries, which all take a leader's parts alike: the parts it leads on
+  // the host, in part order. So one pending piece and one sum per
+  // (leader, stage) stand for every other entry's, added to each at the
+  // end of the region: a part visited once rather than once per entry
+  // (an MoE sync's replicated tensors: 8 entries a host).
+  void host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_t g, size_t g_end, size_t hi,
+                     size_t idx, bool indexed, int64_t esum, int64_t copies, int64_t& group_pieces,
+                     Stage0 stage0);
+  struct ForwardSums {  // what relay_part adds for a pair, summed over parts
+    bool touched = false, banded = false;
+    int64_t added = 0, bytes = 0, plain = 0, late = 0;
+    uint32_t mask = 0;
+    std::array<int64_t, kRelayBands> band{};
+  };
+  struct HostForward {  // a leader's forwards inside its host
+    bool touched = false, has_pending = false;
+    Pending pending;
+    std::array<ForwardSums, 2> sums;  // stage 1 (entered here), stage 2
+  };
+  std::vector<HostForward> forwards_;
+
+  // The all-to-all cell (all_to_all_cell.h; all_to_all_cell.cc).
+  // a2a's sums since the last flush, added to every (entry, source) pair
+  // of the cell with entries cell_entries[b0 .. b0 + m) of t: what
+  // relay_part does for each part of each pair.
+  void a2a_flush(const TensorCtx& t, uint32_t b0, size_t m, int64_t copies, int64_t& group_pieces);
+  // A region of such a cell (route_, recv_index_, recv_host_, slot_ and
+  // part_bands_ set for it): each entry's stage-0 parts by stage0(b0 + i,
+  // entry, part), in part order, and each relay part once for every entry.
+  // False, having done nothing, where the region is not one: it does not
+  // enter every host of the cell, or a part's leader is not its host's
+  // entry.
+  bool a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t np, int64_t esum,
+                  Stage0 stage0);
+  // Hands the cell's pending pieces and streams, taken alike so far, to
+  // every (entry, source) pair, to go on one by one (after a2a_flush).
+  void a2a_leave(const TensorCtx& t, uint32_t b0, size_t m, bool indexed);
+
+  StatsPass& p_;
+  int64_t part_visits_ = 0;  // relay_parts_visited()
+  Route route_;
+  std::vector<std::vector<Pending>> pending_;
+  std::vector<std::vector<StreamRef>> streams_;  // per entry of the cell
+  std::vector<uint8_t> several_;                 // per entry of the cell: another entry on its host
+  std::vector<size_t> slot_;                     // per entry of the cell: Enumerator::host_slot
+  std::vector<PartBands> part_bands_;            // per part of the region's route
+  std::vector<uint32_t> part_holders_;           // the region's holders by host
+  std::vector<std::pair<int32_t, uint32_t>> holder_hosts_;  // (host, position in the holders)
+  std::vector<std::pair<size_t, size_t>> holder_range_;  // per part: its holders in part_holders_
+  std::vector<std::pair<int32_t, uint32_t>> by_host_cell_;
+  std::vector<int64_t> recv_index_;  // per host of the cell (Enumerator::receiving_table)
+  std::vector<size_t> recv_host_;    // per receiving host
+  // Per cell: each entry's position in it, per (entry, source entry) of
+  // the cell the index of the entry's pending piece, and per (entry,
+  // source entry, stage) that of its stream, each valid where its stamp is
+  // the cell's tick. Stamp and index side by side (one cache miss a
+  // lookup, not two) and no unused pending slots: a 1,024-entry cell's
+  // tables take 24 MiB instead of 48, and the misses on four separate
+  // arrays were about a tenth of the statistics' time of a 4,096-device
+  // MoE sync.
+  struct Stamped {
+    uint32_t tick = 0, index = 0;
+  };
+  std::vector<uint32_t> pos_in_cell_;
+  std::vector<Stamped> pending_at_, stream_at_;
+  uint32_t cell_tick_ = 0;
+  // Where a cell is too large for the tables: the same indices hashed,
+  // keyed by the entry's position in the cell and the source entry (and
+  // the stage).
+  static uint64_t pending_key(size_t i, uint32_t src) { return uint64_t{i} << 32 | src; }
+  static uint64_t stream_key(size_t i, uint32_t src, uint32_t stage) {
+    return uint64_t{i} << 33 | uint64_t{src} << 1 | (stage == 1 ? 0 : 1);
+  }
+  std::unordered_map<uint64_t, uint32_t> pending_map_, stream_map_;
+  // A cell whose entries take each source's relay parts alike.
+  AllToAllCell a2a_;
+};
+
+}  // namespace reshard::planning
