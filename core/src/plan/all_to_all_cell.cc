@@ -19,12 +19,7 @@ void RoutedCells::a2a_flush(const TensorCtx& t, uint32_t b0, size_t m, int64_t c
       const uint32_t e = dg.cell_entries[b0 + i], dd = t.dt->dense[e];
       const AllToAllCell::Ref& r = a2a_.ref[i * m + p];
       group_pieces += s.added;
-      if (p_.counts) {
-        (*p_.counts)[dd].recv_pieces += copies * s.added;
-        (*p_.counts)[dd].regions += copies * s.added;
-        (*p_.counts)[sd].send_pieces += copies * s.added;
-        (*p_.counts)[sd].regions += copies * s.added;
-      }
+      p_.count_pieces(sd, dd, copies * s.added);
       p_.charge(p_.stage_acc[1], sd, dd, s.bytes, t.dt->host[src] != t.dt->host[e]);
       if (t.dt->process[src] != t.dt->process[e])
         add_to(p_.st.cross_process_bytes, s.bytes, "cross_process_bytes");

@@ -30,13 +30,8 @@ void StatsPass::count_keys(const Emitted& x, uint32_t sd, uint32_t dd, bool inte
   }
   key_streams[uint64_t{x.stage} << 40 | uint64_t{sd} << 20 | dd] |= mask;
   if (blocks > 1) add_to(key_split, mul_of(blocks - 1, copies, "pieces"), "pieces");
-  if (counts && blocks > 1) {  // the piece is split at every block boundary
-    const int64_t more = mul_of(blocks - 1, copies, "pieces");
-    (*counts)[dd].recv_pieces += more;
-    (*counts)[sd].send_pieces += more;
-    (*counts)[dd].regions += more;
-    (*counts)[sd].regions += more;
-  }
+  // The piece is split at every block boundary.
+  if (counts && blocks > 1) count_pieces(sd, dd, mul_of(blocks - 1, copies, "pieces"));
 }
 
 // Keyed cuts (rounds.h, a keyed pass): a stream's messages are the keys

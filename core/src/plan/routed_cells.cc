@@ -39,12 +39,7 @@ void RoutedCells::relay_part(const TensorCtx& t, StreamRef& ref, uint32_t e, con
   const uint32_t sd = t.dt->dense[src], dd = t.dt->dense[e];
   ++part_visits_;
   group_pieces += added;
-  if (p_.counts) {
-    (*p_.counts)[dd].recv_pieces += copies * added;
-    (*p_.counts)[dd].regions += copies * added;
-    (*p_.counts)[sd].send_pieces += copies * added;
-    (*p_.counts)[sd].regions += copies * added;
-  }
+  p_.count_pieces(sd, dd, copies * added);
   const int64_t bytes = mul_of(part.volume(), esum, "network_bytes");
   p_.stage_grow(stage);
   p_.charge(p_.stage_acc[stage], sd, dd, bytes, t.dt->host[src] != t.dt->host[e]);
@@ -369,12 +364,7 @@ void RoutedCells::host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_
         if (!s.touched) continue;
         StreamRef& ref = stream_ref(i, l, stage, m, indexed);
         group_pieces += s.added;
-        if (p_.counts) {
-          (*p_.counts)[dd].recv_pieces += copies * s.added;
-          (*p_.counts)[dd].regions += copies * s.added;
-          (*p_.counts)[sd].send_pieces += copies * s.added;
-          (*p_.counts)[sd].regions += copies * s.added;
-        }
+        p_.count_pieces(sd, dd, copies * s.added);
         p_.stage_grow(stage);
         p_.charge(p_.stage_acc[stage], sd, dd, s.bytes, t.dt->host[l] != t.dt->host[e]);
         if (t.dt->process[l] != t.dt->process[e])

@@ -106,6 +106,16 @@ class StatsPass {
   // of the estimate so far is above the single-hop plan's; sets `stopped`.
   bool guard_stops_here(int64_t visited);
 
+  // `n` more pieces (and regions) sent by dense device `sd` to `dd`, where
+  // the caller asked for `counts`.
+  void count_pieces(uint32_t sd, uint32_t dd, int64_t n) {
+    if (!counts) return;
+    (*counts)[dd].recv_pieces += n;
+    (*counts)[dd].regions += n;
+    (*counts)[sd].send_pieces += n;
+    (*counts)[sd].regions += n;
+  }
+
   // Reads the pass's figures into `st` (stats_finish.cc): the streams and
   // messages per device, the round rule (pipelined or keyed), the
   // estimate, the bounds; what the caller asked for into `stage_loads`,
