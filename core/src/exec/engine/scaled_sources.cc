@@ -123,8 +123,9 @@ std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t 
                             scale_bytes(tensors, v));
     }
     for (const auto& [device, bytes] : need) {
+      const int64_t dev = device;  // clang 14 cannot capture a structured binding
       auto it = std::find_if(device_memory_.begin(), device_memory_.end(),
-                             [&](const DeviceScratch& m) { return m.device == device; });
+                             [dev](const DeviceScratch& m) { return m.device == dev; });
       if (it == device_memory_.end())
         it = device_memory_.insert(device_memory_.end(), DeviceScratch{device, nullptr});
       if (it->block == nullptr || it->block->bytes() < bytes) {
