@@ -384,6 +384,34 @@ TEST(PlanStatsFastPath, DeviceRuleCellsMatchTheEnumeration) {
   EXPECT_GT(banded, cases / 8) << "cases with relay streams in several messages";
 }
 
+// Relay parts the statistics visit (planning::relay_parts_visited) with the
+// device rule: 4 holder devices on 2 hosts, each a row block of a 4096 x 64
+// f32 tensor, into `hosts` receiving hosts of `per_host` entries, each
+// taking the whole tensor, unbudgeted; the statistics checked against the
+// enumeration, and the plan forwards (in 3 stages or more where a host has
+// several entries).
+int64_t relay_part_visits(int64_t hosts, int64_t per_host) {
+  PlanInput in;
+  for (int64_t d = 0; d < 4; ++d)
+    in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d / 2), 0});
+  for (int64_t i = 0; i < hosts * per_host; ++i)
+    in.topology.add(
+        {4 + i, static_cast<int32_t>(4 + i), static_cast<int32_t>(2 + i / per_host), 0});
+  const NamedSharding dst = per_host == 1 ? named(mesh({"r"}, {hosts}, 4), {{}, {}})
+                                          : named(mesh({"r", "k"}, {hosts, per_host}, 4), {{}, {}});
+  const FleetLayouts f{{4096, 64}, named(mesh({"a"}, {4}, 0), {{"a"}, {}}), dst};
+  add_tensors(in, f, {DType::kF32});
+  in.options.staging_budget_bytes = 0;
+  EXPECT_NO_FATAL_FAILURE(check_fast_path(in, true));
+  const int64_t before = planning::relay_parts_visited();
+  const StatsRun r = run_stats(in, true, false, true);
+  EXPECT_GT(r.st.forwarded_bytes, 0) << hosts << " hosts of " << per_host;
+  if (per_host > 1) {
+    EXPECT_GE(r.st.stages, 3) << per_host << " entries a host";
+  }
+  return planning::relay_parts_visited() - before;
+}
+
 // The device rule's cells are visited once per relay part, not once per
 // (entry, part) (planning::relay_parts_visited): 4 holder devices on 2
 // hosts, each a row block, into R receiving hosts of 1 device, each
@@ -392,22 +420,7 @@ TEST(PlanStatsFastPath, DeviceRuleCellsMatchTheEnumeration) {
 // like R^2: from R = 8 to 32, 4x the parts against 17.7x the pairs (each
 // part goes to R - 1 entries). The statistics match the enumeration.
 TEST(PlanStatsFastPath, DeviceRuleCellsVisitEachRelayPartOnce) {
-  auto visits = [](int64_t R) {
-    PlanInput in;
-    for (int64_t d = 0; d < 4; ++d)
-      in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d / 2), 0});
-    for (int64_t i = 0; i < R; ++i)
-      in.topology.add({4 + i, static_cast<int32_t>(4 + i), static_cast<int32_t>(2 + i), 0});
-    const FleetLayouts f{
-        {4096, 64}, named(mesh({"a"}, {4}, 0), {{"a"}, {}}), named(mesh({"r"}, {R}, 4), {{}, {}})};
-    add_tensors(in, f, {DType::kF32});
-    in.options.staging_budget_bytes = 0;
-    EXPECT_NO_FATAL_FAILURE(check_fast_path(in, true));
-    const int64_t before = planning::relay_parts_visited();
-    const StatsRun r = run_stats(in, true, false, true);
-    EXPECT_GT(r.st.forwarded_bytes, 0) << R << " receiving hosts";
-    return planning::relay_parts_visited() - before;
-  };
+  auto visits = [](int64_t R) { return relay_part_visits(R, 1); };
   const int64_t at8 = visits(8), at32 = visits(32);
   std::printf("relay parts visited: %lld at 8 receiving hosts, %lld at 32\n",
               static_cast<long long>(at8), static_cast<long long>(at32));
@@ -472,24 +485,7 @@ TEST(PlanStatsFastPath, HostsOfSeveralEntriesMatchTheEnumeration) {
 // parts and their forwards 1.5x (784 and 1,144: the regions are cut into
 // more lead parts for more leaders). The statistics match the enumeration.
 TEST(PlanStatsFastPath, HostsOfSeveralEntriesVisitEachForwardOnce) {
-  auto visits = [](int64_t K) {
-    PlanInput in;
-    for (int64_t d = 0; d < 4; ++d)
-      in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d / 2), 0});
-    for (int64_t i = 0; i < 8 * K; ++i)
-      in.topology.add({4 + i, static_cast<int32_t>(4 + i), static_cast<int32_t>(2 + i / K), 0});
-    const FleetLayouts f{{4096, 64},
-                         named(mesh({"a"}, {4}, 0), {{"a"}, {}}),
-                         named(mesh({"r", "k"}, {8, K}, 4), {{}, {}})};
-    add_tensors(in, f, {DType::kF32});
-    in.options.staging_budget_bytes = 0;
-    EXPECT_NO_FATAL_FAILURE(check_fast_path(in, true));
-    const int64_t before = planning::relay_parts_visited();
-    const StatsRun r = run_stats(in, true, false, true);
-    EXPECT_GT(r.st.forwarded_bytes, 0) << K << " entries a host";
-    EXPECT_GE(r.st.stages, 3) << K << " entries a host";
-    return planning::relay_parts_visited() - before;
-  };
+  auto visits = [](int64_t K) { return relay_part_visits(8, K); };
   const int64_t at2 = visits(2), at8 = visits(8);
   std::printf("relay parts visited: %lld at 2 entries a host, %lld at 8\n",
               static_cast<long long>(at2), static_cast<long long>(at8));
