@@ -12,6 +12,7 @@
 #include <numeric>
 #include <string>
 
+#include "fsdp_to_tp8.h"
 #include "plan/context.h"
 #include "random_cases.h"
 #include "reshard/error.h"
@@ -64,35 +65,11 @@ TEST(StatsWork, FloorIsNeverAboveAPassCount) {
   EXPECT_GE(positive, cases / 2);
 }
 
-// devices (dim 0 in n shards) -> DP(n/8) x TP8 (dim 1 in 8): above 16,384
+// fsdp_to_tp8(n) (fsdp_to_tp8.h): above 16,384
 // devices every piece is enumerated, so the floor is the statistics' count
 // itself, n^2 (each of the 8 destination cells' n/8 entries meets the n
 // source shards its box overlaps); at 1,024 devices without a budget, per
 // cell the lesser of entries x regions and their sum: 8 (1,024 + 128).
-PlanInput fsdp_to_tp8(int64_t n) {
-  PlanInput in;
-  auto m = std::make_shared<Mesh>();
-  m->axis_names = {"dp", "tp"};
-  m->shape = {n / 8, 8};
-  m->devices.resize(static_cast<size_t>(n));
-  std::iota(m->devices.begin(), m->devices.end(), 0);
-  for (int64_t d = 0; d < n; ++d)
-    in.topology.add(DeviceInfo{d, static_cast<int32_t>(d), static_cast<int32_t>(d / 8),
-                               static_cast<int32_t>(d % 8)});
-  TensorSpec t;
-  t.name = "w";
-  t.shape = {2 * n, 64};
-  t.dtype = DType::kBF16;
-  NamedSharding s;
-  s.mesh = m;
-  s.dims = {{"dp", "tp"}, {}};
-  t.src = Layout::from_named(s, t.shape, "t");
-  s.dims = {{}, {"tp"}};
-  t.dst = Layout::from_named(s, t.shape, "t");
-  in.tensors.push_back(t);
-  return in;
-}
-
 TEST(StatsWork, FloorByHand) {
   {
     PlanInput in = fsdp_to_tp8(65536);

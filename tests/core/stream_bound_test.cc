@@ -11,6 +11,7 @@
 #include <numeric>
 #include <string>
 
+#include "fsdp_to_tp8.h"
 #include "plan/context.h"
 #include "random_cases.h"
 #include "reshard/error.h"
@@ -136,33 +137,13 @@ TEST(StreamBound, IsALowerBoundOnRandomCases) {
   EXPECT_GT(applied, 100);  // the bound is not trivially 0
 }
 
-// The 405B plan's shape of layouts (bench/plan_scale.py): FSDP over n
-// devices (dim 0 in n shards) -> DP(n/8) x TP8 (dim 1 in 8) on the same
-// devices, 8 a host. Under the default staging budget the statistics meet
+// fsdp_to_tp8(n) (fsdp_to_tp8.h), the 405B plan's shape of layouts
+// (bench/plan_scale.py). Under the default staging budget the statistics meet
 // each of the 8 destination cells' n/8 entries with the n source shards its
 // box overlaps (pieces enumerated above 16,384 devices, each stream's bytes
 // added for the round schedule below): n^2 visits; without a budget, below
 // 16,384 devices, per-cell arithmetic visits each cell's regions and
 // entries once: 8 (n + n/8).
-PlanInput fsdp_to_tp8(int64_t n) {
-  PlanInput in;
-  auto m = std::make_shared<Mesh>();
-  m->axis_names = {"dp", "tp"};
-  m->shape = {n / 8, 8};
-  m->devices.resize(static_cast<size_t>(n));
-  std::iota(m->devices.begin(), m->devices.end(), 0);
-  for (int64_t d = 0; d < n; ++d)
-    in.topology.add(DeviceInfo{d, static_cast<int32_t>(d), static_cast<int32_t>(d / 8),
-                               static_cast<int32_t>(d % 8)});
-  TensorSpec t;
-  t.name = "w";
-  t.shape = {2 * n, 64};
-  t.dtype = DType::kBF16;
-  t.src = named(m, {{"dp", "tp"}, {}}, t.shape);
-  t.dst = named(m, {{}, {"tp"}}, t.shape);
-  in.tensors.push_back(t);
-  return in;
-}
 
 // `how`: "about" (the count of compute_stats's first pass) or "at least"
 // (the floor make_plan checks before any decision, plan/stats_work.h).
