@@ -25,20 +25,14 @@ int64_t sat_mul(int64_t a, int64_t b) { return a != 0 && b > kSaturated / a ? kS
 // count itself; else per cell entries x regions or entries + regions.
 int64_t floor_of(const TensorCtx& t, bool enumerated, int64_t split_min_bytes) {
   if (enumerated) return stats_visits(t, true, false, split_min_bytes);
-  const Geometry& dg = *t.dg;
   const Geometry& sg = *t.sg;
   int64_t visits = 0;
-  for (int64_t c = 0; c < dg.num_cells(); ++c) {
-    const uint32_t b0 = dg.cell_offsets[static_cast<size_t>(c)],
-                   b1 = dg.cell_offsets[static_cast<size_t>(c) + 1];
-    if (b0 == b1) continue;
-    const Box b = t.dst->box(dg.cell_entries[b0]);
-    if (b.empty()) continue;
+  for_each_dst_cell(t, [&](uint32_t b0, uint32_t b1, const Box& b) {
     const int64_t regions = sg.tiled ? touched_cells(sg, t.spec->shape, b) : 1;
-    if (regions == 0) continue;
+    if (regions == 0) return;
     const int64_t entries = b1 - b0;
     visits = sat_add(visits, std::min(sat_mul(regions, entries), regions + entries));
-  }
+  });
   return visits;
 }
 

@@ -63,17 +63,12 @@ int64_t stats_visits(const TensorCtx& t, bool enumerated, bool relays, int64_t s
   }
   std::vector<int32_t> hosts;
   int64_t visits = 0;
-  for (int64_t c = 0; c < dg.num_cells(); ++c) {
-    const uint32_t b0 = dg.cell_offsets[static_cast<size_t>(c)],
-                   b1 = dg.cell_offsets[static_cast<size_t>(c) + 1];
-    if (b0 == b1) continue;
-    const Box b = t.dst->box(dg.cell_entries[b0]);
-    if (b.empty()) continue;
+  for_each_dst_cell(t, [&](uint32_t b0, uint32_t b1, const Box& b) {
     std::array<int64_t, kMaxRank> per_dim;
     per_dim.fill(1);
     const int64_t regions = sg.tiled ? touched_cells(sg, t.spec->shape, b, per_dim.data()) : 1;
     const int64_t entries = b1 - b0;
-    if (regions == 0) continue;
+    if (regions == 0) return;
     bool shared = false;  // two entries of the cell on one host
     if (!enumerated && relays) {
       hosts.clear();
@@ -83,7 +78,7 @@ int64_t stats_visits(const TensorCtx& t, bool enumerated, bool relays, int64_t s
     }
     if (!enumerated && !shared) {
       visits = sat_add(visits, sat_add(regions, entries));
-      continue;
+      return;
     }
     int64_t cell = regions > kSaturated / entries ? kSaturated : regions * entries;
     if (!src_hosts.empty() && b.volume() / regions * t.esize >= split_min_bytes) {
@@ -99,7 +94,7 @@ int64_t stats_visits(const TensorCtx& t, bool enumerated, bool relays, int64_t s
       cell = sat_add(cell, more);
     }
     visits = sat_add(visits, cell);
-  }
+  });
   return visits;
 }
 

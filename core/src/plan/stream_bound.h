@@ -38,4 +38,18 @@ int64_t stats_visits(const TensorCtx& t, bool enumerated, bool relays, int64_t s
 int64_t touched_cells(const Geometry& sg, const std::vector<int64_t>& shape, const Box& b,
                       int64_t* per_dim = nullptr);
 
+// Calls f(b0, b1, box) for each destination cell of t that holds entries
+// (dg.cell_entries[b0, b1)) and a non-empty box.
+template <class F>
+void for_each_dst_cell(const TensorCtx& t, F&& f) {
+  const Geometry& dg = *t.dg;
+  for (int64_t c = 0; c < dg.num_cells(); ++c) {
+    const uint32_t b0 = dg.cell_offsets[static_cast<size_t>(c)],
+                   b1 = dg.cell_offsets[static_cast<size_t>(c) + 1];
+    if (b0 == b1) continue;
+    const Box b = t.dst->box(dg.cell_entries[b0]);
+    if (!b.empty()) f(b0, b1, b);
+  }
+}
+
 }  // namespace reshard::planning
