@@ -9,7 +9,7 @@
 #   RESHARD_CCACHE=0      compile without ccache
 # Test sizes: the dev build runs the full random case counts; the sanitizer
 # builds run a fraction of them, set by one knob, the CMake cache variable
-# RESHARD_TEST_SCALE (percent; CMakePresets.json: asan 15, tsan 15).
+# RESHARD_TEST_SCALE (percent; CMakePresets.json: asan 10, tsan 10).
 source "$(dirname "$0")/lib/strict.sh"
 cd "$(dirname "$0")/.."
 source scripts/lib/timing.sh

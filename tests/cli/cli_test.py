@@ -260,8 +260,13 @@ def case_nics_per_host():
     check(per_device["stages"] == 2 and pooled["stages"] == 1, f"{per_device} {pooled}")
     check(pooled["cost_seconds"] < 1.1 * pooled["lower_bound_cost_seconds"], str(pooled))
     check(per_device["max_send_bytes"] < pooled["max_send_bytes"], f"{per_device} {pooled}")
-    out = run("verify", "--spec", trainer, "--nics-per-host", "8").stdout
-    check(out.endswith(": OK\n"), out)
+    # Executing the trainer's 64 MiB takes 2 s in the dev build and 15 s
+    # under ASan, where the executors' code is the dev build's: the dev
+    # build runs the two verifications (tests/cli/CMakeLists.txt).
+    sanitized = os.environ.get("RESHARD_SANITIZED") == "1"
+    if not sanitized:
+        out = run("verify", "--spec", trainer, "--nics-per-host", "8").stdout
+        check(out.endswith(": OK\n"), out)
     for bad in ("-1", "1048577", "two"):
         err = run("plan", "--spec", trainer, "--nics-per-host", bad, expect=2).stderr
         check("--nics-per-host" in err, err)
@@ -280,8 +285,9 @@ def case_nics_per_host():
         err = run("verify", "--plan", f, "--nics-per-host", "1", expect=2).stderr
         check("--nics-per-host cannot be combined with --plan" in err, err)
         # The plan carries the option (its fingerprint covers it).
-        out = run("verify", "--plan", f).stdout
-        check(out.endswith(": OK\n"), out)
+        if not sanitized:
+            out = run("verify", "--plan", f).stdout
+            check(out.endswith(": OK\n"), out)
 
 
 

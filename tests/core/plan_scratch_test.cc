@@ -750,9 +750,9 @@ TEST(PlanScratch, ManyPartialTensorsShareTheWholePlansChoice) {
 // full scale (the sanitizer builds, where executing the 12 small cases stage
 // by stage was most of the 50 s this took under ASan) the small cases i
 // with i % every == (i / every) % every (every = 100 / RESHARD_TEST_SCALE)
-// are executed: at ASan's 25, 3 of them, over 2, 3 and 4 hosts, 2 and 3
-// devices, replicated and sharded; every case is still planned, bounded and
-// compared part by part.
+// are executed: at the sanitizer presets' 10, 2 of them (2 hosts of 2,
+// replicated; 4 hosts of 3, sharded); every case is still planned, bounded
+// and compared part by part.
 TEST(PlanScratch, PsumInPlaceSpreadsOverEveryDevice) {
   int cases = 0, small_cases = 0, executed = 0;
   const int every = RESHARD_TEST_SCALE >= 100 ? 1 : 100 / std::max(RESHARD_TEST_SCALE, 1);

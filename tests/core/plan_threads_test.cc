@@ -118,8 +118,8 @@ TEST(PlanThreads, RandomCasesPlanIdenticallyOnAnyThreadCount) {
 // stream range and message range planned concurrently is busy. Below full
 // scale (the sanitizer builds: 77 s under ASan, 104 s under TSan for all
 // 8) the whole plan on every thread count and the parts of every
-// (100 / RESHARD_TEST_SCALE)-th process planned alone: 2 of the 8 (ASan
-// and TSan).
+// (100 / RESHARD_TEST_SCALE)-th process planned alone: 1 of the 8 (the
+// sanitizer presets' 10).
 TEST(PlanThreads, ManyTensorsAndRoundsPlanIdentically) {
   PlanInput in;
   auto src = std::make_shared<Mesh>();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/random_cases.h"
+#include "test_scale.h"
 #include "reshard/plan.h"
 #include "reshard/spec.h"
 
@@ -63,6 +64,14 @@ inline std::vector<StagedCase> staged_spec_cases(int gpus) {
     cases.push_back({f.filename().string() + " (budget 64 KiB)", in});
   }
   return cases;
+}
+
+// Whether the `index`-th of staged_spec_cases runs in a test that runs each
+// spec once below full scale (RESHARD_TEST_SCALE, the sanitizer builds):
+// all of them at full scale, below it spec k unbudgeted where k is even and
+// under the budget where k is odd.
+inline bool staged_case_sampled(size_t index) {
+  return RESHARD_TEST_SCALE >= 100 || index % 2 == (index / 2) % 2;
 }
 
 // The random generator's case `seed` (up to 16 devices) in one process,
