@@ -75,8 +75,10 @@ class Ctx:
 
 def bound_term(b):
     """The binding term of a simulated bound: a device or host by id, or
-    every device ("devices") or host ("hosts") together (id -1)."""
-    return b["kind"] if b["id"] < 0 else f"{b['kind']} {b['id']}"
+    every device ("devices") or host ("hosts") together (id -1), with its
+    fan-out where its bytes are needed on several devices beyond it."""
+    term = b["kind"] if b["id"] < 0 else f"{b['kind']} {b['id']}"
+    return term + (f", fan {b['fan']}" if b.get("fan", 1) > 1 else "")
 
 def run(ctx, argv, timeout=1800):
     """Runs argv from the repository root; returns stdout (stderr on failure)."""

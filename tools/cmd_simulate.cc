@@ -230,7 +230,8 @@ int run_simulate(const SimulateArgs& args) {
     j["lower_bound"] = {{"kind", bound.kind},
                         {"id", bound.id},
                         {"bytes", bound.bytes},
-                        {"bytes_per_second", bound.bytes_per_second}};
+                        {"bytes_per_second", bound.bytes_per_second},
+                        {"fan", bound.fan}};
     ojson stages = ojson::array();
     for (const SimStage& s : ours.per_stage)
       stages.push_back({{"stage", s.stage},

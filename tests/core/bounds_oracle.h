@@ -15,6 +15,12 @@ namespace reshard::testing {
 struct OracleBounds {
   int64_t network = 0, max_recv = 0, max_send = 0;
   int64_t cross_host = 0, max_host_recv = 0, max_host_send = 0;
+  // Fan-outs (bounds.h): per device the fewest devices besides it that a
+  // byte counted in its forced sends is needed on, per host the fewest
+  // needer devices on other hosts of a byte it alone holds (egress) and
+  // on it of a byte it takes in (ingress).
+  std::map<int64_t, int64_t> forced_fan;
+  std::map<int32_t, int64_t> egress_fan, ingress_fan;
 };
 
 // Calls f(index vector) for every element of `b`.
@@ -48,6 +54,11 @@ inline OracleBounds oracle(const PlanInput& in) {
   int64_t leave = 0, extra_messages = 0, extra_crossings = 0;
   std::set<int32_t> all_hosts;
   for (const DeviceInfo& d : in.topology.devices()) all_hosts.insert(d.host);
+  OracleBounds o;
+  auto least = [](auto& m, auto key, int64_t n) {
+    auto [it, fresh] = m.emplace(key, n);
+    if (!fresh) it->second = std::min(it->second, n);
+  };
   for (const TensorSpec& t : in.tensors) {
     for (size_t e = 0; e < t.src.num_entries(); ++e) {
       devices.insert(t.src.device(e));
@@ -161,8 +172,16 @@ inline OracleBounds oracle(const PlanInput& in) {
             extra_crossings += es * (best - static_cast<int64_t>(nh.size()));
           }
         }
+        auto needers_on = [&](int32_t h) {
+          int64_t c = 0;
+          for (int64_t d : nd) c += in.topology.info(d).host == h;
+          return c;
+        };
         for (int32_t h : nh)
-          if (!holds_all_host(h)) ingress[h] += es;
+          if (!holds_all_host(h)) {
+            ingress[h] += es;
+            least(o.ingress_fan, h, needers_on(h));
+          }
         std::set<int32_t> sending_hosts;
         std::set<int64_t> sending_devs;
         for (int32_t s : G) {
@@ -173,12 +192,17 @@ inline OracleBounds oracle(const PlanInput& in) {
           if (dev_of[s].size() == 1 && (nd.size() > 1 || *nd.begin() != *dev_of[s].begin()))
             sending_devs.insert(*dev_of[s].begin());
         }
-        for (int32_t h : sending_hosts) egress[h] += es;
-        for (int64_t d : sending_devs) forced[d] += es;
+        for (int32_t h : sending_hosts) {
+          egress[h] += es;
+          least(o.egress_fan, h, static_cast<int64_t>(nd.size()) - needers_on(h));
+        }
+        for (int64_t d : sending_devs) {
+          forced[d] += es;
+          least(o.forced_fan, d, static_cast<int64_t>(nd.size()) - (nd.count(d) ? 1 : 0));
+        }
       }
     }
   }
-  OracleBounds o;
   for (auto [d, v] : missing) {
     o.network += v;
     o.max_recv = std::max(o.max_recv, v);

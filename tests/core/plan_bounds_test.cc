@@ -14,6 +14,7 @@
 #include "bounds_oracle.h"
 #include "cell_ingress.h"
 #include "layout_helpers.h"
+#include "plan/bounds.h"
 #include "plan/context.h"
 #include "plan/enumerate.h"
 #include "plan/scratch_layout.h"
@@ -38,6 +39,7 @@ using testing::OracleBounds;
 TEST(PlanBounds, RandomCasesMatchTheElementOracle) {
   const int cases = scaled_cases(4000);
   int64_t exact = 0, partial = 0, multi_host = 0, relay_checked = 0, overlapping = 0;
+  int64_t fans = 0, fans_exact = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     testing::CaseGen gen(7000 + static_cast<uint64_t>(c), {4, 16, 3, 7, true, true});
@@ -84,7 +86,28 @@ TEST(PlanBounds, RandomCasesMatchTheElementOracle) {
     ASSERT_EQ(st.lower_bound_cross_host_bytes, o.cross_host);
     ASSERT_EQ(st.lower_bound_max_host_recv_bytes, o.max_host_recv);
     ASSERT_EQ(st.lower_bound_max_host_send_bytes, o.max_host_send);
+    // Fan-outs (the simulator's second α): never above the fewest needers
+    // of any byte counted (sound), equal where every cell is exact.
+    planning::Context ctx(in);
+    ctx.build();
+    const planning::Bounds lb = planning::compute_bounds(ctx);
+    auto check_fan = [&](int64_t got, int64_t bytes, const auto& want, auto key) {
+      if (bytes <= 0) return;
+      ASSERT_GE(got, 1);
+      const auto it = want.find(key);
+      ASSERT_NE(it, want.end());
+      ASSERT_LE(got, it->second);
+      fans += 1;
+      fans_exact += got == it->second;
+    };
+    for (size_t d = 0; d < ctx.devices.size(); ++d)
+      check_fan(lb.forced_fan[d], lb.forced[d], o.forced_fan, ctx.devices[d]);
+    for (size_t h = 0; h < lb.hosts.size(); ++h) {
+      check_fan(lb.egress_fan[h], lb.egress[h], o.egress_fan, lb.hosts[h]);
+      check_fan(lb.ingress_fan[h], lb.ingress[h], o.ingress_fan, lb.hosts[h]);
+    }
   }
+  EXPECT_GT(fans_exact, fans * 9 / 10);
   EXPECT_GT(exact, cases / 3);
   EXPECT_GT(overlapping, cases / 100);
   EXPECT_GT(partial, cases / 10);

@@ -10,8 +10,10 @@
 #include <map>
 #include <random>
 
+#include "core/random_cases.h"
 #include "reshard/error.h"
 #include "reshard/spec.h"
+#include "test_scale.h"
 
 namespace reshard {
 namespace {
@@ -336,11 +338,14 @@ TEST(SimulateBound, HostEgressOverItsNicsBinds) {
   const ClusterTopology c = cluster(1e-3, 1e9, 1e8);
   const SimBound b = simulate_lower_bound(s.input, c);
   // Host 0 alone holds the 4 MiB and has one NIC; the device bound divides
-  // by NIC plus NVLink, host 1's ingress by four NICs.
+  // by NIC plus NVLink, host 1's ingress by four NICs. The 4 MiB are needed
+  // on the 4 devices of host 1: sent 4 times (α + 4 x) or forwarded inside
+  // host 1 α after they crossed (x + (2 - 1/4) α), x = 4 MiB / 1e8.
   EXPECT_EQ(b.kind, "host_send");
   EXPECT_EQ(b.id, 0);
   EXPECT_EQ(b.bytes, 4 << 20);
-  EXPECT_DOUBLE_EQ(b.seconds, 1e-3 + (4 << 20) / 1e8);
+  EXPECT_EQ(b.fan, 4);
+  EXPECT_DOUBLE_EQ(b.seconds, (4 << 20) / 1e8 + 1.75e-3);
   // Every plan, relays or not, takes at least that long here.
   const Plan relays = make_plan(s.input);
   const SimResult r = simulate(s.input.topology, c, plan_messages(relays));
@@ -350,6 +355,99 @@ TEST(SimulateBound, HostEgressOverItsNicsBinds) {
   // Without relays the 4 MiB leave device 0 four times.
   EXPECT_NEAR(d.seconds, 1e-3 + 4 * (4 << 20) / 1e8, 1e-9);
   EXPECT_LT(r.seconds, d.seconds);
+}
+
+// Host 1 takes in 4 MiB it needs on its 3 devices (replicated on hosts 0
+// and 2, so no host alone holds it and no host sends a forced byte): over
+// its 3 NICs, x = 4 MiB / 3e8, taken in 3 times (α + 3 x) or forwarded
+// inside the host (x + (2 - 1/3) α).
+TEST(SimulateBound, HostIngressFannedOutInsideTheHostPaysASecondAlpha) {
+  const Spec s = parse_spec(R"({
+    "meshes": {
+      "a": {"axis_names": ["x"], "shape": [2], "devices": [0, 5], "processes": [0, 4],
+            "hosts": [0, 2]},
+      "b": {"axis_names": ["x"], "shape": [3], "devices": [1, 2, 3],
+            "processes": [1, 2, 3], "hosts": [1, 1, 1]}},
+    "tensors": [{"name": "w", "shape": [1024, 1024], "dtype": "f32",
+                 "src": {"mesh": "a", "spec": []}, "dst": {"mesh": "b", "spec": []}}]})");
+  const ClusterTopology c = cluster(1e-3, 1e9, 1e8);
+  const SimBound b = simulate_lower_bound(s.input, c);
+  EXPECT_EQ(b.kind, "host_recv");
+  EXPECT_EQ(b.id, 1);
+  EXPECT_EQ(b.bytes, 4 << 20);
+  EXPECT_EQ(b.fan, 3);
+  const double x = (4 << 20) / 3e8;
+  EXPECT_DOUBLE_EQ(b.seconds, x + (2.0 - 1.0 / 3) * 1e-3);
+  for (const std::vector<SimMessage>& m :
+       {plan_messages(make_plan(s.input)), direct_p2p_messages(s.input)})
+    EXPECT_GE(simulate(s.input.topology, c, m).seconds, b.seconds);
+}
+
+// One host: device 0 alone holds a tensor devices 1-3 need. Over its port
+// and NIC (1e9 + 1e8) it sends it 3 times (α + 3 x) or once before a
+// forward (x + (2 - 1/3) α): 4 MiB takes the second, 1 KiB the first.
+TEST(SimulateBound, DeviceSendToSeveralNeedersPaysASecondAlphaOrEveryCopy) {
+  for (const int64_t rows : {1024, 1}) {
+    SCOPED_TRACE(rows);
+    const Spec s = parse_spec(R"({
+      "meshes": {
+        "a": {"axis_names": ["x"], "shape": [1], "devices": [0], "processes": [0], "hosts": [0]},
+        "b": {"axis_names": ["x"], "shape": [3], "devices": [1, 2, 3], "processes": [1, 2, 3],
+              "hosts": [0, 0, 0]}},
+      "tensors": [{"name": "w", "shape": [)" +
+                              std::to_string(rows) +
+                              R"(, 256], "dtype": "f32",
+                   "src": {"mesh": "a", "spec": []}, "dst": {"mesh": "b", "spec": []}}]})");
+    const ClusterTopology c = cluster(1e-3, 1e9, 1e8);
+    const SimBound b = simulate_lower_bound(s.input, c);
+    const int64_t bytes = rows * 1024;
+    EXPECT_EQ(b.kind, "device_send");
+    EXPECT_EQ(b.id, 0);
+    EXPECT_EQ(b.bytes, bytes);
+    EXPECT_EQ(b.fan, 3);
+    const double x = static_cast<double>(bytes) / 1.1e9;
+    EXPECT_DOUBLE_EQ(b.seconds, rows == 1 ? 1e-3 + 3 * x : x + (2.0 - 1.0 / 3) * 1e-3);
+    for (const std::vector<SimMessage>& m :
+         {plan_messages(make_plan(s.input)), direct_p2p_messages(s.input)})
+      EXPECT_GE(simulate(s.input.topology, c, m).seconds, b.seconds);
+  }
+}
+
+// The bound holds over every plan: on random small fleets (1-5 hosts,
+// partial and explicit layouts, random α, bandwidths and NICs), the default
+// plan and the single-hop plan, planned at the case's own costs, simulate
+// at or above it.
+TEST(SimulateBound, NeverAboveASimulatedPlanOnRandomFleets) {
+  const int cases = scaled_cases(1000);
+  int fanned = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    testing::CaseGen gen(91000 + static_cast<uint64_t>(c), {3, 12, 2, 9, true, true});
+    PlanInput in = gen.input();
+    const int32_t nh = static_cast<int32_t>(gen.uni(1, 5));
+    Topology topo;
+    for (const DeviceInfo& d : in.topology.devices())
+      topo.add(
+          {d.device, static_cast<int32_t>(d.device), static_cast<int32_t>(gen.uni(0, nh - 1)), 0});
+    in.topology = topo;
+    const double alphas[] = {0, 1e-6, 1e-4, 1e-3};
+    const int32_t nics[] = {0, 1, 2, 8};
+    const ClusterTopology cl =
+        cluster(alphas[gen.uni(0, 3)], gen.coin() ? 1e9 : 4.5e11, gen.coin() ? 1e8 : 5e10,
+                nics[gen.uni(0, 3)], gen.coin(0.25) ? 1.5e8 : 0);
+    const SimBound b = simulate_lower_bound(in, cl);
+    fanned += b.fan > 1;
+    PlanInput single = in;
+    single.options.relays = false;
+    single.options.reduce_scatter = false;
+    for (const PlanInput* p : {&in, &single}) {
+      const double t = simulate(p->topology, cl, plan_messages(make_plan(*p))).seconds;
+      ASSERT_GE(t * (1 + 1e-12) + 1e-15, b.seconds) << b.kind << " " << b.id << " fan " << b.fan;
+    }
+    const double d = simulate(in.topology, cl, direct_p2p_messages(in)).seconds;
+    ASSERT_GE(d * (1 + 1e-12) + 1e-15, b.seconds) << b.kind << " " << b.id << " fan " << b.fan;
+  }
+  EXPECT_GT(fanned, cases / 10);  // the fan-out term binds often
 }
 
 TEST(SimulateBound, PlanMessagesByPartEqualTheWholePlan) {

@@ -238,6 +238,12 @@ struct SimBound {
   int64_t id = -1;   // the device or host (-1 for "devices" and "hosts")
   int64_t bytes = 0;
   double bytes_per_second = 0;  // the capacity it is divided by
+  // The fewest devices each of those bytes is needed on beyond their end
+  // (a device's or host's bytes to send, a host's to take in; 1 for the
+  // other kinds): each is sent that many times or forwarded, a forward
+  // α after its data arrived, so with n > 1 the term is
+  // min(bytes / bps + (2 - 1/n) α, α + n bytes / bps) (docs/simulate.md).
+  int64_t fan = 1;
 };
 SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& cluster);
 

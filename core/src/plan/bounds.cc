@@ -81,6 +81,7 @@ class BoundsWalker {
         egress_seen_(b.hosts.size(), 0),
         host_count_(b.hosts.size(), 0),
         last_summand_host_(b.hosts.size(), -1),
+        host_needers_(b.hosts.size(), 0),
         sole_mark_(b.hosts.size(), 0),
         unc_seen_(b.hosts.size(), 0),
         unc_count_(b.hosts.size(), 0) {}
@@ -120,20 +121,26 @@ class BoundsWalker {
       const uint32_t e = entries[i];
       if (t.T > 1 && t.dg->summands[e] != u) continue;
       const uint32_t dd = t.dt->dense[e];
-      if (dev_mark_[dd] != stamp) ++needers;
+      const uint32_t h = b_.host_of_device[dd];
+      if (host_mark_[h] != stamp) {
+        host_mark_[h] = stamp;
+        host_needers_[h] = 0;
+        needer_hosts_.push_back(h);
+        sink.add_ingress(h, bvol);
+      }
+      if (dev_mark_[dd] != stamp) {
+        ++needers;
+        ++host_needers_[h];
+      }
       dev_mark_[dd] = stamp;
       add_to(b_.missing[dd], bvol, "lower_bound_max_recv_bytes");
       if (first_dev < 0)
         first_dev = dd;
       else if (static_cast<int64_t>(dd) != first_dev)
         many_devs = true;
-      const uint32_t h = b_.host_of_device[dd];
-      if (host_mark_[h] != stamp) {
-        host_mark_[h] = stamp;
-        needer_hosts_.push_back(h);
-        sink.add_ingress(h, bvol);
-      }
     }
+    // Each host's ingress counted here is needed on its needer devices.
+    for (uint32_t h : needer_hosts_) least(b_.ingress_fan[h], host_needers_[h]);
     const bool many_hosts = needer_hosts_.size() > 1;
     en_.cover(t, B, [&](const Box& R, const uint32_t* holders, size_t nh, bool) {
       const int64_t v = R.volume() * esum;
@@ -187,8 +194,12 @@ class BoundsWalker {
         // The only host holding this summand sends it out once if it is
         // needed on another host; the only device holding it likewise.
         if (one_host && (many_hosts || (needer_hosts_.size() == 1 && needer_hosts_[0] != h0)) &&
-            first_egress(h0, atom))
+            first_egress(h0, atom)) {
           sink.add_egress(h0, v);
+          // Needed on the needer devices of other hosts.
+          least(b_.egress_fan[h0],
+                static_cast<int64_t>(needers) - (host_mark_[h0] == stamp ? host_needers_[h0] : 0));
+        }
         ++k;
         if (one_host) {
           if (sole_mark_[h0] != sole) {
@@ -204,6 +215,8 @@ class BoundsWalker {
               dev_seen_[d0] != atom) {
             dev_seen_[d0] = atom;
             sink.add_forced(d0, v);
+            // Needed on the needer devices other than d0.
+            least(b_.forced_fan[d0], static_cast<int64_t>(needers) - (dev_mark_[d0] == stamp));
           }
         }
         i = j;
@@ -287,6 +300,9 @@ class BoundsWalker {
     return true;
   }
 
+  // m = the least of m and n (m = 0: none yet).
+  static void least(int64_t& m, int64_t n) { m = m == 0 ? n : std::min(m, n); }
+
   Bounds& b_;
   Enumerator en_;
   uint64_t stamp_ = 0;
@@ -294,6 +310,7 @@ class BoundsWalker {
   bool extras_ = true;
   std::vector<uint64_t> dev_mark_, host_mark_, host_seen_, dev_seen_, egress_seen_;
   std::vector<int32_t> host_count_, last_summand_host_;
+  std::vector<int64_t> host_needers_;  // per needer host of a group: its needer devices
   std::vector<int32_t> groups_;
   std::vector<uint32_t> needer_hosts_, count_hosts_;
   std::vector<std::pair<int32_t, uint32_t>> by_summand_;
@@ -347,6 +364,9 @@ Bounds compute_bounds(const Context& ctx) {
   b.forced.assign(ndev, 0);
   b.ingress.assign(nh, 0);
   b.egress.assign(nh, 0);
+  b.forced_fan.assign(ndev, 0);
+  b.ingress_fan.assign(nh, 0);
+  b.egress_fan.assign(nh, 0);
 
   // Contributions of overlapping destination boxes, folded by maximum.
   int64_t over_leave = 0;

@@ -68,6 +68,13 @@ struct Bounds {
   // take in over the network, bytes it must send out.
   std::vector<int32_t> hosts;
   std::vector<int64_t> host_devices, ingress, egress;
+  // Fan-outs (0 where nothing is counted): the fewest devices any byte
+  // counted in forced[d] is needed on besides d, in egress[h] on other
+  // hosts, in ingress[h] on h. A byte needed on n devices beyond its
+  // holders' reach is sent n times or forwarded, and a forward starts α
+  // after its data arrived: the fleet simulator's bound adds up to α
+  // (1 - 1/n) for it (core/src/sim/bound.cc, docs/design.md §2.2).
+  std::vector<int64_t> forced_fan, ingress_fan, egress_fan;
   std::vector<uint32_t> host_of_device;  // dense device -> index into hosts
   // NIC groups (PlanOptions::nics_per_host, reshard::nic_group): the group
   // of each dense device (numbered over all hosts) and each group's NICs.

@@ -4,6 +4,8 @@
 // out) divided by the capacity each can use at best, and the messages of
 // every device (the bytes crossing hosts) divided by the capacity of every
 // device (host) together.
+#include <algorithm>
+
 #include "plan/bounds.h"
 #include "plan/context.h"
 #include "reshard/simulate.h"
@@ -22,10 +24,26 @@ SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& clu
   hosts.finish();
   SimBound b;
   b.kind = "none";
-  auto consider = [&](int64_t bytes, double bps, const char* kind, int64_t id) {
+  // An end moving `bytes` at `bps`, each byte needed on at least `fan`
+  // devices beyond the end (bounds.h's fan-outs). No message flows before
+  // α, so by time t at most bps (t - α) bytes crossed the end. A byte is
+  // either sent across it once per needer (direct), or some needer takes it
+  // from a device that is not a holder (outside the end sending, inside the
+  // end receiving), whose forward starts α after the message that carried
+  // the byte across completed: the byte crossed by T - α, T the plan's
+  // time. With D the direct bytes and F the forwarded ones (D + F = bytes):
+  // fan D + F <= bps (T - α) and F <= bps (T - 2α), so T >= bytes / bps +
+  // (2 - 1/fan) α where T >= 2α, and T >= α + fan bytes / bps where F = 0
+  // (docs/design.md §2.2).
+  auto consider = [&](int64_t bytes, double bps, const char* kind, int64_t id, int64_t fan = 1) {
     if (bytes <= 0) return;
-    const double s = cluster.alpha_seconds + static_cast<double>(bytes) / bps;
-    if (s > b.seconds) b = {s, kind, id, bytes, bps};
+    const double a = cluster.alpha_seconds, x = static_cast<double>(bytes) / bps;
+    double s = a + x;
+    if (fan > 1) {
+      const double n = static_cast<double>(fan);
+      s = std::min(x + (2.0 - 1.0 / n) * a, a + n * x);
+    }
+    if (s > b.seconds) b = {s, kind, id, bytes, bps, std::max<int64_t>(1, fan)};
   };
   // Every message: the bytes each device must receive plus what reductions
   // take beyond one message per needer (bounds.h), moved by every device
@@ -40,7 +58,7 @@ SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& clu
         hosts.nic_group(host, dev, cluster.nics_per_host).second * cluster.nic_bytes_per_second;
     const double bps = cluster.intra_host_bytes_per_second + nic;
     consider(lb.missing[d], bps, "device_recv", dev);
-    consider(lb.forced[d], bps, "device_send", dev);
+    consider(lb.forced[d], bps, "device_send", dev, lb.forced_fan[d]);
     messages += lb.missing[d];
     all_bps += bps;
   }
@@ -58,8 +76,8 @@ SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& clu
     double bps = nics * cluster.nic_bytes_per_second;
     if (cluster.host_link_bytes_per_second > 0)
       bps = std::min(bps, cluster.host_link_bytes_per_second);
-    consider(lb.ingress[h], bps, "host_recv", host);
-    consider(lb.egress[h], bps, "host_send", host);
+    consider(lb.ingress[h], bps, "host_recv", host, lb.ingress_fan[h]);
+    consider(lb.egress[h], bps, "host_send", host, lb.egress_fan[h]);
     in += lb.ingress[h];
     out += lb.egress[h];
     all_nics += bps;
