@@ -177,9 +177,10 @@ TEST(PlanRelays, FewRegionsSpreadTheForwardingOverTheHost) {
 // 1.05x the larger of its bound and what a device must forward in any
 // plan where each element enters each host once, (RM - 1) / RM of the
 // tensor, while the host figures stay at their bounds. Small cases are
-// executed after every stage and process parts compared.
+// executed after every stage and process parts compared. Below full scale
+// (the sanitizer builds) a hashed share of the grid (sampled_case).
 TEST(PlanRelays, RunsAcrossHostsShareTheForwardingOverEveryEntry) {
-  int cases = 0;
+  int cases = 0, grid = 0;
   double worst = 0, worst_small = 0;
   for (int64_t holders : {1, 2, 3})
     for (int64_t holder_hosts : {1, 2})
@@ -188,6 +189,7 @@ TEST(PlanRelays, RunsAcrossHostsShareTheForwardingOverEveryEntry) {
           for (double alpha : {0.0, 5e-6})
             for (bool small : {false, true}) {
               if (holder_hosts > holders || R <= holder_hosts) continue;
+              if (!sampled_case(grid++)) continue;
               SCOPED_TRACE(std::to_string(holders) + " holders on " + std::to_string(holder_hosts) +
                            " hosts into " + std::to_string(R) + " x " + std::to_string(M) +
                            ", alpha " + std::to_string(alpha) + (small ? ", small" : ""));
@@ -233,7 +235,7 @@ TEST(PlanRelays, RunsAcrossHostsShareTheForwardingOverEveryEntry) {
       "runs across hosts of several entries: %d cases, the busiest device at most %.3fx "
       "(%.3fx on the small ones)\n",
       cases, worst, worst_small);
-  EXPECT_GT(cases, 80);
+  EXPECT_GE(cases, least_covered(81));
 }
 
 // The source spans as many hosts as receive (a trainer on H hosts of D

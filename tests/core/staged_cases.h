@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/random_cases.h"
-#include "test_scale.h"
 #include "reshard/plan.h"
 #include "reshard/spec.h"
+#include "test_scale.h"
 
 namespace reshard::testing {
 
