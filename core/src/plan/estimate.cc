@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 
 #include "reshard/error.h"
@@ -21,7 +22,6 @@ constexpr int64_t kPieceBytes = sizeof(Piece);
 constexpr int64_t kMessageBytes = sizeof(Message);
 constexpr int64_t kRegionBytes = sizeof(Box);
 constexpr int64_t kSizeBytes = sizeof(int64_t);  // a piece's size, kept until rounds are cut
-constexpr double kFragmentsPerCut = 3;
 // On top of the structures: what the allocator keeps (freed buffers of
 // earlier parts, partly used pages), measured at 0-10% of the plan's
 // resident size, plus the rest of the process's planning state.
@@ -72,21 +72,35 @@ struct PartMemory {
   double pieces = 0, regions = 0, held = 0, extra = 0;
 };
 
-PartMemory part_memory(const PartSums& p, size_t ndev, int64_t chunks, bool budgeted) {
+// What a round cut inside a piece adds at most, in tensors of rank at most
+// `rank` (find_cuts, plan/rounds.cc). A piece cut n times becomes n + 1
+// fragments, each the boxes of a range of its region's elements in
+// row-major order (element_range_boxes): at most r boxes for the first and
+// the last (a range that starts or ends at the region's start or end), at
+// most 2r - 1 for the others, so at most n (2r - 1) + 1 boxes, one piece
+// and one new region each (the piece's own region, where it had one, stays
+// in the list). Per cut that is at most 2r - 1 more pieces and 2r more
+// regions, reached when every cut falls mid-row in a piece of its own
+// (rule 3 of rounds.h: a window narrower than a row). Rank 2: 3 pieces and
+// 4 regions; rank 4: 7 and 8.
+struct CutGrowth {
+  double pieces = 0, regions = 0;
+};
+CutGrowth cut_growth(int rank) {
+  const double r = std::max(rank, 1);
+  return {2 * r - 1, 2 * r};
+}
+
+PartMemory part_memory(const PartSums& p, size_t ndev, int64_t chunks, bool budgeted,
+                       CutGrowth grow) {
   PartMemory m;
   const double net = static_cast<double>(p.send + p.recv);
   const double local = static_cast<double>(p.local);
   const double cuts = static_cast<double>(p.cuts);
   const double messages = static_cast<double>(p.messages);
   const double streams = static_cast<double>(p.streams);
-  // A cut inside a piece turns it into fragments of one box or a few
-  // (rounds.h): count kFragmentsPerCut more pieces and regions per cut.
-  // Measured plans had 1.8 to 2.3 more regions per cut when rounds hold
-  // several pieces, up to 2.8 when they hold less than a row of a piece
-  // (every cut then makes a fragment of a partial row, whole rows and a
-  // partial row).
-  m.pieces = local + net + kFragmentsPerCut * cuts;
-  m.regions = static_cast<double>(p.regions) + kFragmentsPerCut * cuts;
+  m.pieces = local + net + grow.pieces * cuts;
+  m.regions = static_cast<double>(p.regions) + grow.regions * cuts;
   // Vectors filled by push_back may hold up to twice their size; `local`
   // keeps that capacity.
   m.held =
@@ -176,12 +190,13 @@ PlanEstimate estimate_parts(const Context& ctx, const std::vector<DeviceCounts>&
     min_rank = std::min(min_rank, t.src.rank());
   }
   min_rank = std::min(min_rank, max_rank);
+  const CutGrowth grow = cut_growth(max_rank);
   double held = 0, extra = 0, pieces = 0, messages = 0, regions = 0, encoded = 0;
   double own_encoded = -1, own_least = 0;  // request.process's part
   for (const auto& [p, sums] : parts) {
-    const PartMemory m = part_memory(sums, ndev, chunks, budgeted);
+    const PartMemory m = part_memory(sums, ndev, chunks, budgeted, grow);
     if (largest) {
-      const PartMemory alone = part_memory(sums, ndev, alone_chunks, budgeted);
+      const PartMemory alone = part_memory(sums, ndev, alone_chunks, budgeted, grow);
       largest_part = std::max(largest_part, alone.held + alone.extra);
     }
     held += m.held;
@@ -216,12 +231,20 @@ PlanEstimate estimate_parts(const Context& ctx, const std::vector<DeviceCounts>&
                 static_cast<double>(std::max(threads, 1)) * static_cast<double>(kReplayBytes);
   double encoded_base = 2048 + 120.0 * static_cast<double>(in.topology.devices().size()) +
                         144.0 * static_cast<double>(ndev);
+  // Layouts as encode_plan writes them (wire/encode_bound.h): an explicit
+  // layout's boxes per layout, a tiling's entries once per geometry.
+  std::set<const Geometry*> tilings;
   for (const TensorSpec& t : in.tensors) {
     const double rank = static_cast<double>(t.shape.size());
     base += 256 + static_cast<double>(t.name.size());
     encoded_base += 512 + static_cast<double>(t.name.size()) + 8 * rank;
-    for (const Layout* l : {&t.src, &t.dst})
-      if (!l->tiled()) encoded_base += static_cast<double>(l->num_entries()) * (12 + 16 * rank);
+    for (const Layout* l : {&t.src, &t.dst}) {
+      const double entries = static_cast<double>(l->num_entries());
+      if (!l->tiled())
+        encoded_base += entries * (12 + 16 * rank);
+      else if (tilings.insert(l->geometry().get()).second)
+        encoded_base += 256 + 8 * rank + entries * (12 + 8 * rank);
+    }
   }
   e.parts = static_cast<int64_t>(parts.size());
   e.pieces = sat(pieces);

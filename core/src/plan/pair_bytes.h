@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -97,13 +98,26 @@ class PairBytes {
   // table's with bytes.
   template <class F>
   void each(F&& f) const {
+    each_sparse(f);
+    each_row([&](uint32_t dd, std::span<const uint32_t> sources, const int64_t* bytes) {
+      for (size_t c = 0; c < sources.size(); ++c)
+        if (bytes[c] > 0) f(sources[c], dd, bytes[c]);
+    });
+  }
+  // The map's entries alone, f(sd, dd, bytes).
+  template <class F>
+  void each_sparse(F&& f) const {
     for (const auto& [k, b] : sparse_)
       f(static_cast<uint32_t>(k >> 32), static_cast<uint32_t>(k & 0xffffffffu), b);
+  }
+  // The table alone, a row at a time: f(dd, sources, bytes), bytes[c] those
+  // of stream sources[c] -> dd (0: none). Nothing while the map is in use.
+  template <class F>
+  void each_row(F&& f) const {
     if (!dense_) return;
     const size_t nc = col_dev_.size();
     for (size_t r = 0; r < row_dev_.size(); ++r)
-      for (size_t c = 0; c < nc; ++c)
-        if (const int64_t b = table_[r * nc + c]; b > 0) f(col_dev_[c], row_dev_[r], b);
+      f(row_dev_[r], std::span<const uint32_t>(col_dev_), table_.data() + r * nc);
   }
 
  private:

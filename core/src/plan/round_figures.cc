@@ -89,8 +89,55 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
     rounds = 0;
     staged.assign(ndev, 0);
   };
-  in.pairs->each(
+  in.pairs->each_sparse(
       [&](uint32_t sd, uint32_t dd, int64_t b) { visit(0, sd, dd, b, bands_of(0, sd, dd)); });
+  // The table a row (destination) at a time: the 405B plan at 16,384
+  // devices has 2^28 streams there. Without bands a row's streams differ
+  // only in their bytes and their source's load, so the destination's sums
+  // are kept aside and added once per row, and a stream's figures are
+  // those of the last one of the same bytes and source load (round_chunk
+  // depends on nothing else). The figures are visit's, summed in another
+  // order.
+  in.pairs->each_row([&](uint32_t dd, std::span<const uint32_t> sources, const int64_t* bytes) {
+    if (!in.bands->empty()) {
+      for (size_t c = 0; c < sources.size(); ++c)
+        if (bytes[c] > 0) visit(0, sources[c], dd, bytes[c], bands_of(0, sources[c], dd));
+      return;
+    }
+    const DeviceLoad lb = load(0, dd);
+    int64_t row_messages = 0, row_cuts = 0, row_staged = 0, row_rounds = 0;
+    int64_t last_all = -1, last_peers = -1, last_load = -1, r = 0, cap = 0;
+    for (size_t c = 0; c < sources.size(); ++c) {
+      const int64_t all = bytes[c];
+      if (all <= 0) continue;
+      const uint32_t sd = sources[c];
+      const DeviceLoad la = load(0, sd);
+      if (all != last_all || la.peers != last_peers || la.bytes != last_load) {
+        const int64_t chunk = rule.chunk(0, la, lb, all);
+        r = stream_rounds(all, chunk);
+        cap = round_cap(all, chunk);
+        last_all = all;
+        last_peers = la.peers;
+        last_load = la.bytes;
+      }
+      row_rounds = std::max(row_rounds, r);
+      add_to(row_messages, r, "messages");
+      if (counts) {
+        (*counts)[sd].messages += r;
+        (*counts)[sd].cuts += r - 1;
+        row_cuts += r - 1;
+      }
+      add_to(staged[sd], cap, "peak_staging_bytes");
+      add_to(row_staged, cap, "peak_staging_bytes");
+    }
+    rounds = std::max(rounds, row_rounds);
+    add_to(out.messages, row_messages, "messages");
+    if (counts) {
+      (*counts)[dd].messages += row_messages;
+      (*counts)[dd].cuts += row_cuts;
+    }
+    add_to(staged[dd], row_staged, "peak_staging_bytes");
+  });
   band_only(0, [&](size_t sd, size_t dd) {
     return in.pairs->get(static_cast<uint32_t>(sd), static_cast<uint32_t>(dd));
   });

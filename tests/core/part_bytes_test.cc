@@ -1,0 +1,151 @@
+// What a round cut adds to a part (PlanEstimate::process_*, plan/estimate.cc
+// cut_growth) and the encoder's size bound (wire/encode_bound.h): the
+// figures the up-front refusals of `reshard plan --process P --out` and
+// encode_plan compare with the 2 GiB a plan buffer holds.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <numeric>
+#include <string>
+
+#include "fsdp_to_tp8.h"
+#include "reshard/layout.h"
+#include "reshard/plan.h"
+#include "reshard/wire.h"
+#include "wire/encode_bound.h"
+
+namespace reshard {
+namespace {
+
+// `copies` f32 tensors of `shape` on devices 0..n-1 (one process each),
+// sharded `src_shards` ways along dimension 0 -> `dst_shards` ways along
+// the last dimension.
+PlanInput tensors_of_rank(std::vector<int64_t> shape, int64_t src_shards, int64_t dst_shards,
+                          int copies) {
+  PlanInput in;
+  const int64_t n = std::max(src_shards, dst_shards);
+  auto m = std::make_shared<Mesh>();
+  m->axis_names = {"x"};
+  m->shape = {n};
+  m->devices.resize(static_cast<size_t>(n));
+  std::iota(m->devices.begin(), m->devices.end(), 0);
+  for (int64_t d = 0; d < n; ++d)
+    in.topology.add(DeviceInfo{d, static_cast<int32_t>(d), static_cast<int32_t>(d), 0});
+  for (int c = 0; c < copies; ++c) {
+    TensorSpec t;
+    t.name = "w" + std::to_string(c);
+    t.shape = shape;
+    t.dtype = DType::kF32;
+    NamedSharding s;
+    s.mesh = m;
+    s.dims.assign(shape.size(), {});
+    if (src_shards > 1) s.dims.front() = {"x"};
+    t.src = Layout::from_named(s, t.shape, "t");
+    s.dims.assign(shape.size(), {});
+    if (dst_shards > 1) s.dims.back() = {"x"};
+    t.dst = Layout::from_named(s, t.shape, "t");
+    in.tensors.push_back(t);
+  }
+  return in;
+}
+
+// Hand-computed: a 16 x 4 x 256 f32 tensor (64 KiB; planes of 4 KiB, rows
+// of 1 KiB) from device 0 to device 1, one stream of B = 65,536 bytes.
+// Budget 10,641: W = floor((10,641 - 16 * 1 peer) * 16 / 17) = 10,000,
+// chunk c = W * B / max(T, B) + 8 = 10,008 (T = B: the stream is the
+// device's traffic), R = ceil(65,536 / 10,008) = 7 rounds, 6 cuts, window
+// 625 bytes (narrower than a row, so cuts fall mid-row). Process 0's part:
+// 1 piece uncut, without a region of its own (the whole tensor is the
+// overlap); a cut adds at most 2r - 1 = 5 pieces and 2r = 6 regions at
+// rank 3: 1 + 5 * 6 = 31 pieces, 0 + 6 * 6 = 36 regions, 7 messages. The
+// part's real figures are at most those.
+TEST(PartBytes, CutGrowthByHand) {
+  PlanInput in;
+  for (int64_t d : {0, 1}) in.topology.add(DeviceInfo{d, static_cast<int32_t>(d), 0, 0});
+  TensorSpec t;
+  t.name = "w";
+  t.shape = {16, 4, 256};
+  t.dtype = DType::kF32;
+  for (int64_t d : {0, 1}) {
+    auto m = std::make_shared<Mesh>();
+    m->axis_names = {"x"};
+    m->shape = {1};
+    m->devices = {d};
+    NamedSharding s;
+    s.mesh = m;
+    s.dims.assign(3, {});
+    (d == 0 ? t.src : t.dst) = Layout::from_named(s, t.shape, "t");
+  }
+  in.tensors.push_back(t);
+  in.options.staging_budget_bytes = 10641;
+  PlanRequest one{PlanScope::kProcess, 0, true};
+  one.max_plan_bytes = kUnlimitedPlanBytes;
+  const PlanEstimate e = estimate_plan(in, one);
+  EXPECT_EQ(e.process_messages, 7);
+  EXPECT_EQ(e.process_pieces, 31);
+  EXPECT_EQ(e.process_regions, 36);
+  const Plan plan = make_plan(in, one);
+  const ProcessPart& p = plan.parts().at(0);
+  EXPECT_EQ(p.sends.size(), 7u);
+  EXPECT_LE(static_cast<int64_t>(p.send_pieces.size()), e.process_pieces);
+  EXPECT_LE(static_cast<int64_t>(p.regions.size()), e.process_regions);
+  EXPECT_GT(p.send_pieces.size(), 7u);  // some cut mid-row: more than a piece a round
+}
+
+// Invariant, where a cut makes the most boxes: rank-4 tensors whose rows
+// (256 B) are wider than the cut window and whose planes are narrower than
+// a round, so a round's fragment is a partial row, rows, planes, ...: the
+// estimate of each part still brackets its plan bytes (3 pieces and 3
+// regions a cut, enough at rank 2, put it below).
+TEST(PartBytes, EstimateBracketsPartsOfManyBoxesPerCut) {
+  for (int64_t budget : {6000, 9000, 20000}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    PlanInput in = tensors_of_rank({8, 3, 4, 256}, 4, 4, 5);
+    in.options.staging_budget_bytes = budget;
+    in.options.split_min_bytes = 64;
+    for (int32_t proc = 0; proc < 4; ++proc) {
+      PlanRequest one{PlanScope::kProcess, proc, true};
+      one.max_plan_bytes = kUnlimitedPlanBytes;
+      const PlanEstimate e = estimate_plan(in, one);
+      const Plan part = make_plan(in, one);
+      const ProcessPart& pp = part.parts().at(proc);
+      EncodeOptions eo;
+      eo.all_parts = false;
+      eo.process = proc;
+      const int64_t bytes = static_cast<int64_t>(encode_plan(part, eo).size());
+      EXPECT_LE(e.process_least_encoded_bytes, bytes);
+      EXPECT_GE(e.process_encoded_bytes, bytes) << "process " << proc;
+      EXPECT_GE(e.process_regions, static_cast<int64_t>(pp.regions.size()));
+      EXPECT_GE(e.process_pieces, static_cast<int64_t>(pp.local.size() + pp.send_pieces.size() +
+                                                       pp.recv_pieces.size()));
+    }
+  }
+}
+
+// encode_plan's bound counts a tiling's entries once however many tensors
+// share it: 300 tensors over one 1,024-device tiling each way; a bound per
+// layout added 300 x 2 x 1,024 entries of 44 bytes (27 MB) that the bytes
+// do not hold. The bound stays above the bytes, within 2x and 4 MiB.
+TEST(PartBytes, EncodeBoundCountsATilingOnce) {
+  PlanInput one = fsdp_to_tp8(1024);
+  PlanInput in = one;
+  in.tensors.clear();
+  for (int c = 0; c < 300; ++c) {
+    TensorSpec t = one.tensors[0];
+    t.name = "w" + std::to_string(c);
+    in.tensors.push_back(t);
+  }
+  in.options.staging_budget_bytes = 0;
+  const Plan plan = make_plan(in, PlanRequest{PlanScope::kProcess, 3, true});
+  EncodeOptions eo;
+  eo.all_parts = false;
+  eo.process = 3;
+  const uint64_t bytes = encode_plan(plan, eo).size();
+  const uint64_t bound = encode_size_bound(plan, eo);
+  EXPECT_GE(bound, bytes);
+  EXPECT_LE(bound, 2 * bytes);
+  EXPECT_LT(bound, bytes + (uint64_t{4} << 20)) << bytes;
+}
+
+}  // namespace
+}  // namespace reshard
