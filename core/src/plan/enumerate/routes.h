@@ -186,19 +186,36 @@ inline bool Enumerator::fine_lead_differs(const TensorCtx& t) {
   coarse.fine_lead = false;
   if (!share_en_) share_en_ = std::make_unique<Enumerator>(options_);
   Route pos;
+  // A region fine_lead would cut, with its holders: routed after the cover
+  // (route may cover inside share_en_ itself, cross_parts).
+  std::vector<Box> cut;
+  std::vector<size_t> cut_at;  // each one's holders in `held`
+  std::vector<uint32_t> held;
   for (size_t c = 0; c + 1 < ch.cell_offsets.size(); ++c) {
     const int64_t members = ch.max_members[c];
     if (members < 2 || t.dg->cell_offsets[c] == t.dg->cell_offsets[c + 1]) continue;
     const Box B = cell_box(t, c);
     if (B.empty()) continue;
-    bool found = false;
-    share_en_->cover(t, B, [&](const Box& region, const uint32_t*, size_t, bool) {
-      if (found) return;
+    cut.clear();
+    cut_at.clear();
+    held.clear();
+    share_en_->cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
       cover_position(t, B, region, pos);
-      found =
-          fine_lead_cut(t, members, region, pos.n) && !relay_cut(coarse, members, region, pos.n);
+      if (!fine_lead_cut(t, members, region, pos.n) || relay_cut(coarse, members, region, pos.n))
+        return;
+      cut.push_back(region);
+      cut_at.push_back(held.size());
+      held.insert(held.end(), h, h + n);
     });
-    if (found) return true;
+    cut_at.push_back(held.size());
+    // relay_cut is read only by a route that does not cross hosts (route):
+    // a region routed across hosts, or not routed, is the same either way.
+    for (size_t i = 0; i < cut.size(); ++i) {
+      Route r;
+      if (route(coarse, c, cut[i], held.data() + cut_at[i], cut_at[i + 1] - cut_at[i], r) &&
+          !r.cross)
+        return true;
+    }
   }
   return false;
 }
