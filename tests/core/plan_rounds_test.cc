@@ -483,6 +483,50 @@ TEST(PlanRounds, TheEstimateChoosesKeyedCutsWhereTheyAreFaster) {
   EXPECT_GT(taken, 0) << "faster by the estimate somewhere";
 }
 
+// Keyed cuts are priced also where pipelining by each stream's bytes
+// loses to the unpipelined plan, on plans with a reduce route. psum over
+// dp = 4 hosts of 2 devices, planned with the H100 topology's costs as
+// `reshard simulate` plans it: the pipelined rule's forwards wait for every
+// round of their summands and lose (0.107 ms simulated), the unpipelined
+// plan runs its three stages one after another (88 messages: 91.9 us by
+// the estimate and the simulator). With 2 keys every one of the 88 streams
+// is cut in two, 176 messages, and the estimate and the simulator agree at
+// 89.9 us. Without pricing them (choice_override().keyed = -1) the plan is
+// unpipelined.
+TEST(PlanRounds, KeyedCutsArePricedWherePipeliningLoses) {
+  Spec s = load_spec(std::string(RESHARD_SOURCE_DIR) + "/bench/specs/psum_dp4_hosts_of_2.json");
+  const ClusterTopology c = load_cluster_topology(std::string(RESHARD_SOURCE_DIR) +
+                                                  "/bench/topologies/h100_8gpu_ndr400.json");
+  PlanOptions& o = s.input.options;
+  o.alpha_seconds = c.alpha_seconds;
+  o.intra_host_bytes_per_second = c.intra_host_bytes_per_second;
+  o.inter_host_bytes_per_second = c.nic_bytes_per_second;
+  o.nics_per_host = c.nics_per_host;
+  const Plan plan = make_plan(s.input);
+  EXPECT_EQ(keyed_cuts(plan, planning::kKeyGranule), 2) << "keyed";
+  EXPECT_EQ(plan.stats().messages, 176);
+  EXPECT_EQ(staged_of(plan).messages, 176);
+  const SimResult keyed = simulate_plan(s.input, c);
+  PlanStats plain;
+  SimResult unpiped;
+  {
+    KeyedOverride off(-1);
+    plain = make_plan(s.input).stats();
+    unpiped = simulate_plan(s.input, c);
+  }
+  EXPECT_EQ(plain.messages, 88);
+  EXPECT_EQ(plain.rounds, plain.stages) << "one round a stage";
+  EXPECT_LT(plan.stats().cost_seconds, plain.cost_seconds);
+  EXPECT_NEAR(keyed.seconds, 89.905e-6, 0.01e-6);
+  EXPECT_NEAR(unpiped.seconds, 91.896e-6, 0.01e-6);
+  EXPECT_NEAR(keyed.estimate_seconds / keyed.seconds, 1.0, 1e-6);
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views, {1});
+  const OracleReport report = check_destinations(plan, buffers);
+  EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+}
+
 // A plan of few pieces, on which keyed cuts are tried, is pipelined in at
 // most kFewPipelineRounds rounds a stage even where pipeline_rounds asks for
 // more (one_holder_to_8_hosts: 64), keyed or not: at 64 pipelined rounds a

@@ -142,8 +142,10 @@ namespace {
 // where that lowers the whole plan's α–β estimate (TensorCtx::fine_lead,
 // Context::decide_lead_cut); 30: a pipelined plan of more pieces than keyed
 // cuts are tried on may take up to 64 rounds (kMaxPipelineRounds), where
-// the estimate is faster for them than for at most 16.
-constexpr uint64_t kPlannerVersion = 30;
+// the estimate is faster for them than for at most 16; 31: a plan with a
+// reduce route whose pipelined rule loses to the unpipelined plan also
+// prices keyed cuts on it and takes them where the estimate is faster.
+constexpr uint64_t kPlannerVersion = 31;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
