@@ -4,10 +4,8 @@
 # (RESOURCE_LOCK mpi), then ran alone with the other core idle, and the
 # longest tests ended the run. The costs below are each test's seconds in the
 # ASan build (scripts/test.sh prints them), so that the longest start first;
-# in the dev build tests/mpi, tests/soak and tests/launcher give the MPI
-# tests higher costs, so that their chain runs beside the others from the
-# start (under ASan their polling ranks slow the others too much: they stay
-# at the end there). Included by the
+# tests/mpi, tests/soak and tests/launcher give the MPI tests higher costs,
+# so that their chain runs beside the others from the start. Included by the
 # directories that hold these tests (tests/, tests/gpu, tests/cli,
 # tests/spec); a name a directory does not hold is ignored.
 foreach(entry
