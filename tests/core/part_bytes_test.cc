@@ -147,5 +147,29 @@ TEST(PartBytes, EncodeBoundCountsATilingOnce) {
   EXPECT_LT(bound, bytes + (uint64_t{4} << 20)) << bytes;
 }
 
+// The encoder's path where the builder outgrows its first buffer (the size
+// bound errs high, so encode_plan never takes it): from first buffers of 1
+// byte up to the bound, the bytes are encode_plan's, and they decode.
+TEST(PartBytes, EncoderThatOutgrowsItsFirstBufferWritesTheSameBytes) {
+  PlanInput in = tensors_of_rank({8, 3, 4, 256}, 4, 4, 3);
+  in.options.staging_budget_bytes = 9000;
+  const Plan plan = make_plan(in);
+  for (bool all : {true, false}) {
+    EncodeOptions eo;
+    eo.all_parts = all;
+    eo.process = 2;
+    const std::vector<uint8_t> bytes = encode_plan(plan, eo);
+    const uint64_t bound = encode_size_bound(plan, eo);
+    ASSERT_GT(bound, bytes.size());
+    for (size_t first :
+         {size_t{1}, size_t{64}, bytes.size() / 3, bytes.size() - 1, static_cast<size_t>(bound)}) {
+      SCOPED_TRACE("all parts " + std::to_string(all) + ", first buffer " + std::to_string(first));
+      EXPECT_EQ(encode_plan_unsigned(plan, eo, first), bytes);
+    }
+    const Plan back = decode_plan(bytes);
+    EXPECT_EQ(back.parts().size(), all ? plan.parts().size() : 1u);
+  }
+}
+
 }  // namespace
 }  // namespace reshard

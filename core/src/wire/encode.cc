@@ -427,7 +427,6 @@ class Encoder {
 
 std::vector<uint8_t> encode_plan(const Plan& plan, const EncodeOptions& options) {
   if (options.mac_key) check_plan_mac_key(*options.mac_key, "mac_key");
-  const auto parts = selected_parts(plan, options);
   const uint64_t bound = encode_size_bound(plan, options);
   if (bound >= FLATBUFFERS_MAX_BUFFER_SIZE)
     fail(ErrorCode::kOutOfRange,
@@ -437,10 +436,14 @@ std::vector<uint8_t> encode_plan(const Plan& plan, const EncodeOptions& options)
   // The bound errs high by little (a tiling counted once, every piece with
   // its region column): start from it, so that the builder never grows
   // (each doubling copies what it holds) and its memory becomes the result.
-  const size_t initial = static_cast<size_t>(bound);
-  std::vector<uint8_t> bytes = Encoder(plan, initial).encode(parts);
+  std::vector<uint8_t> bytes = encode_plan_unsigned(plan, options, static_cast<size_t>(bound));
   if (options.mac_key) return sign_plan_bytes(bytes, *options.mac_key);
   return bytes;
+}
+
+std::vector<uint8_t> encode_plan_unsigned(const Plan& plan, const EncodeOptions& options,
+                                          size_t initial_size) {
+  return Encoder(plan, initial_size).encode(selected_parts(plan, options));
 }
 
 }  // namespace reshard

@@ -3,7 +3,9 @@
 // (2 GiB) is an error instead of a corrupt buffer.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "reshard/plan.h"
 #include "reshard/wire.h"
@@ -16,5 +18,12 @@ namespace reshard {
 // parts' pieces, messages, regions and scratch. Throws kOutOfRange when
 // options name a process the plan holds no part of.
 uint64_t encode_size_bound(const Plan& plan, const EncodeOptions& options);
+
+// encode_plan without its size check and MAC, the builder's first buffer
+// initial_size bytes (encode_plan passes encode_size_bound). Where the
+// builder outgrows it, it grows by new[] and the result is a copy: the same
+// bytes either way.
+std::vector<uint8_t> encode_plan_unsigned(const Plan& plan, const EncodeOptions& options,
+                                          size_t initial_size);
 
 }  // namespace reshard
