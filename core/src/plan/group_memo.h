@@ -48,7 +48,8 @@ class GroupMemo {
 
  private:
   std::vector<int64_t> key(const StatsPass& p, const std::vector<size_t>& members) const;
-  // nullopt-like: false where the group takes a routed cell.
+  // Accounts the group alone into an empty pass and reads what it added
+  // into d; false where it takes a routed cell.
   static bool compute(const StatsPass& p, const TensorCtx& t, int64_t esum, int64_t copies,
                       GroupDelta& d);
   static void merge(StatsPass& p, const GroupDelta& d);

@@ -135,7 +135,7 @@ PassEnd stats_pass(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     if (per_cell(t)) {
       if (!memo || !ctx.group_memo->add(p, t, members, esum, copies, group_pieces)) {
         TiledCells(p, routed).group(t, esum, copies, group_pieces);
-        ++tiled_groups_computed();
+        std::atomic_ref<int64_t>(tiled_groups_computed()).fetch_add(1);  // plans run side by side
       }
       p.pieces += group_pieces * static_cast<int64_t>(members.size());
       continue;
