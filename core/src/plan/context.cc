@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <tuple>
 
+#include "plan/group_memo.h"
 #include "reshard/error.h"
 
 namespace reshard::planning {
@@ -546,8 +547,16 @@ bool Context::decide_single_hop(int64_t max_bytes, const PlanStats* routed_stats
   // Each group's routed decisions (what the other deciders left) and the
   // context's, to go back to.
   RoutedState routed(*this);
+  // Each try changes one group's routes: the others' contributions are
+  // kept from the try before (group_memo.h).
+  GroupMemo memo;
   auto estimate = [&] {
     PlanStats st;
+    struct Memo {
+      Context& c;
+      ~Memo() { c.group_memo = nullptr; }
+    } on{*this};
+    if (group_memo_on()) group_memo = &memo;
     compute_stats(*this, st, staging_options(), false, nullptr, max_bytes);
     return st.cost_seconds;
   };

@@ -34,6 +34,8 @@ struct GuardStop {
   bool stopped = false;
 };
 
+class GroupMemo;
+
 // What one device contributes to the process part of its process, for the
 // memory estimate (estimate_parts). Pieces are counted before round cutting.
 struct DeviceCounts {
@@ -84,6 +86,11 @@ struct Context {
   // stats_checked.
   int64_t max_stats_pieces = -1;
   bool stats_checked = false;
+  // Where set (Context::decide_single_hop, during its tries), the passes
+  // without the round schedule take groups of like tensors accounted by
+  // per-cell arithmetic from it, each computed once per decisions
+  // (group_memo.h).
+  GroupMemo* group_memo = nullptr;
   // relay_split before decide_pre_reduce tried bands (their streams may turn
   // it off), restored where nothing pre-reduces in the end; empty where no
   // bands were tried.

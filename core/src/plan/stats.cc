@@ -11,6 +11,7 @@
 #include <string>
 #include <tuple>
 
+#include "plan/group_memo.h"
 #include "plan/routed_cells.h"
 #include "plan/stats_pass.h"
 #include "plan/stream_bound.h"
@@ -115,6 +116,8 @@ PassEnd stats_pass(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
                "or raise the limit (-1: no limit)");
   }
   RoutedCells routed(p);
+  // Groups the single-hop guard's tries share (Context::group_memo).
+  const bool memo = ctx.group_memo != nullptr && GroupMemo::fits(p, schedule, reference);
   for (auto& [key, members] : groups) {
     if (p.stopped) break;
     int64_t esum = 0;
@@ -130,7 +133,10 @@ PassEnd stats_pass(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     const int64_t copies = static_cast<int64_t>(members.size());
     int64_t group_pieces = 0;
     if (per_cell(t)) {
-      TiledCells(p, routed).group(t, esum, copies, group_pieces);
+      if (!memo || !ctx.group_memo->add(p, t, members, esum, copies, group_pieces)) {
+        TiledCells(p, routed).group(t, esum, copies, group_pieces);
+        std::atomic_ref<int64_t>(tiled_groups_computed()).fetch_add(1);  // plans run side by side
+      }
       p.pieces += group_pieces * static_cast<int64_t>(members.size());
       continue;
     }

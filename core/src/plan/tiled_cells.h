@@ -24,6 +24,9 @@ class TiledCells {
   // Every cell of t (a group of `copies` tensors of `esum` bytes per
   // element in all), stopping where the guard stops the pass.
   void group(const TensorCtx& t, int64_t esum, int64_t copies, int64_t& group_pieces);
+  // Cells group() handed to the routed cells (relay bands, or regions cut
+  // into parts).
+  int64_t routed_cells() const { return routed_cells_; }
 
  private:
   // Whether two entries of the cell (entries cell_entries[b0..b1) of tc)
@@ -62,6 +65,7 @@ class TiledCells {
 
   StatsPass& p_;
   RoutedCells& routed_;
+  int64_t routed_cells_ = 0;
   std::vector<std::pair<uint32_t, int64_t>> hv_;       // (holder entry, elements)
   std::vector<Box> regions_;                           // parallel to hv_
   std::vector<std::pair<int32_t, uint32_t>> by_host_;  // (host, entry), sorted
