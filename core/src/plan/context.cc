@@ -6,6 +6,7 @@
 
 #include "plan/group_memo.h"
 #include "reshard/error.h"
+#include "util/nic_groups.h"
 
 namespace reshard::planning {
 
@@ -348,6 +349,73 @@ void Context::decide_lead_cut(int64_t max_bytes) {
   }
 }
 
+namespace {
+// Relay bands are tried larger (Context::decide_band_scale) on plans of at
+// most this many pieces: each try is a whole pass.
+constexpr int64_t kBandScalePieces = int64_t{1} << 20;
+}  // namespace
+
+bool Context::may_band(const PlanOptions& o) const {
+  // A tensor below two bands of relay_chunk_bytes has no part a larger
+  // scale could cut differently.
+  const int64_t two = 2 * relay_chunk_bytes(o);
+  for (const TensorCtx& t : tensors)
+    if (t.dst->num_elements() * t.esize >= two) return true;
+  return false;
+}
+
+int32_t Context::fewest_group_nics() const {
+  const int32_t nics = input.options.nics_per_host;
+  if (nics == 0 || devices.empty()) return 1;
+  // The plan's devices per host (reshard::nic_group numbers them on it).
+  std::map<int32_t, int64_t> on_host;
+  for (int64_t d : devices) ++on_host[input.topology.info(d).host];
+  int32_t least = nics;
+  for (const auto& [host, m] : on_host) {
+    // Groups differ by at most one NIC: the first device's or the last's
+    // group is the smallest.
+    least = std::min({least, nic_group(0, m, nics).second, nic_group(m - 1, m, nics).second});
+  }
+  return std::max(least, 1);
+}
+
+void Context::decide_band_scale(int64_t max_bytes) {
+  const PlanOptions& o = input.options;
+  const uint32_t forced = choice_override().band_scale;
+  if (forced > 0) {
+    for (TensorCtx& t : tensors) t.band_scale = forced;
+    return;
+  }
+  // Bands of relay_chunk_bytes are 8 α of one NIC: on devices of one NIC
+  // each they are the rule's size.
+  const int32_t group = fewest_group_nics();
+  if (!o.relays || o.alpha_seconds <= 0 || group < 2 || !may_band(o)) return;
+  auto set = [&](uint32_t scale) {
+    for (TensorCtx& t : tensors) t.band_scale = scale;
+  };
+  PlanStats st;
+  scheduled_stats(st, max_bytes);
+  // One stage: no relay, no band. Near its bound, or on a large plan, the
+  // tries cost more than they can gain.
+  if (st.stages < 2 || st.pieces > kBandScalePieces ||
+      st.cost_seconds <= st.lower_bound_cost_seconds * kNearBound)
+    return;
+  // Bands of 8 α of the device's NIC group, then twice that, ... up to
+  // kRelayBands times relay_chunk_bytes, while the whole plan's estimate
+  // drops.
+  double least = st.cost_seconds;
+  uint32_t kept = 1;
+  for (auto scale = static_cast<uint32_t>(group); scale <= kRelayBands; scale *= 2) {
+    set(scale);
+    PlanStats trial;
+    scheduled_stats(trial, max_bytes);
+    if (trial.cost_seconds >= least) break;
+    least = trial.cost_seconds;
+    kept = scale;
+  }
+  set(kept);
+}
+
 void Context::decide_device_cross(int64_t max_bytes) {
   const PlanOptions& o = input.options;
   const int forced = choice_override().device_cross;
@@ -602,9 +670,10 @@ std::vector<int64_t> Context::pass_key(int64_t max_bytes) const {
   // Keyed cuts on request (choice_override().keyed) change the pass too.
   std::vector<int64_t> key{max_bytes,   pre_reduce,    scratch_reserve,
                            relay_split, track_streams, choice_override().keyed};
-  key.reserve(key.size() + 5 * tensors.size());
+  key.reserve(key.size() + 6 * tensors.size());
   for (const TensorCtx& t : tensors)
-    key.insert(key.end(), {t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead});
+    key.insert(key.end(),
+               {t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead, t.band_scale});
   return key;
 }
 

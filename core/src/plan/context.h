@@ -139,6 +139,17 @@ struct Context {
   // parts down to cross_min_bytes spread it over all of them, at an α a
   // part, which the estimate weighs. A pure function of the input.
   void decide_lead_cut(int64_t max_bytes);
+  // With relays on, α > 0 and devices sharing a NIC group of g >= 2 NICs
+  // (fewest_group_nics), on a plan of several stages, at most
+  // kBandScalePieces pieces and an estimate above kNearBound times its
+  // lower bound, sets every tensor's TensorCtx::band_scale (after
+  // decide_lead_cut): g, 2g, ... up to kRelayBands in turn while each
+  // lowers the whole plan's α–β estimate (PlanStats::cost_seconds). Bands
+  // of relay_chunk_bytes are 8 α of one NIC's bandwidth; a device behind g
+  // NICs moves them g times faster and pays the same α
+  // (pipeline_2x2_replicated_dst: 4 devices on hosts of 8 NICs). A pure
+  // function of the input.
+  void decide_band_scale(int64_t max_bytes);
   // The single-hop guard (after decide_device_cross): a plan is never
   // slower, by its own α–β estimate (PlanStats::cost_seconds), than the
   // single-hop plan it could have built. Groups of like tensors with a
@@ -200,6 +211,12 @@ struct Context {
   // pre-reduction, scratch reserve, split runs and stream tracking; and
   // max_bytes.
   std::vector<int64_t> pass_key(int64_t max_bytes) const;
+  // Whether some tensor is large enough for relay bands (decide_band_scale).
+  bool may_band(const PlanOptions& o) const;
+  // The fewest NICs a device of the plan shares its NIC group with
+  // (PlanOptions::nics_per_host, reshard::nic_group; 1 with one NIC per
+  // device).
+  int32_t fewest_group_nics() const;
   struct KeptPass {
     std::vector<int64_t> key;
     PlanStats st;

@@ -144,8 +144,11 @@ namespace {
 // cuts are tried on may take up to 64 rounds (kMaxPipelineRounds), where
 // the estimate is faster for them than for at most 16; 31: a plan with a
 // reduce route whose pipelined rule loses to the unpipelined plan also
-// prices keyed cuts on it and takes them where the estimate is faster.
-constexpr uint64_t kPlannerVersion = 31;
+// prices keyed cuts on it and takes them where the estimate is faster; 32:
+// where every device of the plan shares a NIC group of g >= 2 NICs, relay
+// bands of g, 2g, ... times relay_chunk_bytes while the whole plan's
+// estimate drops (TensorCtx::band_scale, Context::decide_band_scale).
+constexpr uint64_t kPlannerVersion = 32;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -782,6 +785,7 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   ctx.decide_reductions(limit);
   ctx.decide_device_cross(limit);
   ctx.decide_lead_cut(limit);
+  ctx.decide_band_scale(limit);
   PlanStats own;
   PlanStats& st = stats ? *stats : own;
   std::vector<DeviceCounts> counts;
@@ -831,6 +835,7 @@ Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
   ctx.decide_reductions(limit);
   ctx.decide_device_cross(limit);
   ctx.decide_lead_cut(limit);
+  ctx.decide_band_scale(limit);
   Plan plan;
   Plan::Builder::tensors(plan) = input.tensors;
   Plan::Builder::topology(plan) = input.topology;

@@ -9,8 +9,8 @@
 
 namespace reshard::planning {
 
-void RoutedCells::part_bands_of(const Box& part, int64_t esize, PartBands& pb) const {
-  pb.bands = relay_bands(part, esize, p_.o);
+void RoutedCells::part_bands_of(const Box& part, const TensorCtx& t, PartBands& pb) const {
+  pb.bands = relay_bands(part, t, p_.o);
   const Bands& b = pb.bands;
   pb.n = b.dim < 0 ? 1 : b.n;
   pb.mask = 0;
@@ -140,7 +140,7 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
     holder_range_.assign(np, {0, 0});
     bool any_host = false;
     for (size_t j = 0; j < np; ++j) {
-      part_bands_of(route_.parts[j], t.esize, part_bands_[j]);
+      part_bands_of(route_.parts[j], t, part_bands_[j]);
       any_host |= route_.cross && route_.part_host[j] >= 0;
     }
     if (any_host) {

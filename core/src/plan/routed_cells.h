@@ -46,7 +46,7 @@ class RoutedCells {
     std::array<int64_t, kRelayBands> volume{};
     Box first, last;
   };
-  void part_bands_of(const Box& part, int64_t esize, PartBands& pb) const;
+  void part_bands_of(const Box& part, const TensorCtx& t, PartBands& pb) const;
   // A relay stream (stage, destination entry src -> the entry being
   // enumerated) as relay_part found it: its keys, counted in relay_pairs
   // and band_streams (kept by keep_pair) the first time, and where its bytes

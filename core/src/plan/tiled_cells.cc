@@ -204,7 +204,7 @@ void TiledCells::group(const TensorCtx& t, int64_t esum, int64_t copies, int64_t
         split |= p_.en.relay_cut(t, members, region, pos.n);
       }
       // Relay bands, or regions cut into parts for more leaders: by enum_cell.
-      if (split || relay_bands(B, t.esize, p_.o).n > 1) {
+      if (split || relay_bands(B, t, p_.o).n > 1) {
         ++routed_cells_;
         if (!routed_.cell(t, static_cast<size_t>(c), esum, copies, group_pieces))
           fail(ErrorCode::kInternal, "statistics: a tiled source cell without holders");

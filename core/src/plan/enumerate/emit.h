@@ -59,7 +59,7 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
     const Box& part = r.parts[j];
     const bool entry = arrives_first(r, j, idx);
     const uint32_t l = leader(r, hi, j);
-    const Bands bands = relay_bands(part, t.esize, options_);
+    const Bands bands = relay_bands(part, t, options_);
     Emitted x{0, e, part, true, false, false};
     if (l == e) {
       if (entry) {  // stage 0, from a holder (on the part's host, if it has one)
@@ -199,7 +199,7 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
       for (size_t j = 0; j < r.parts.size(); ++j) {
         if (leader(r, hi, j) != l) continue;
         const bool entry = arrives_first(r, j, idx);
-        const Bands bands = relay_bands(r.parts[j], t.esize, options_);
+        const Bands bands = relay_bands(r.parts[j], t, options_);
         bands.each(r.parts[j], [&](const Box& sub, uint32_t band) {
           // The other entries of this host.
           for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {

@@ -85,6 +85,12 @@ struct TensorCtx {
   // them at an α a part. Set per group of like tensors where that lowers the
   // whole plan's α–β estimate (Context::decide_lead_cut).
   bool fine_lead = false;
+  // Relay bands (relay_bands) of relay_chunk_bytes times this: a device
+  // behind g NICs moves a band of c bytes in 1/g of the time one NIC takes,
+  // so its α weighs g times more; fewer, larger bands pay fewer α where the
+  // pipeline gains less than they cost. Set for the whole plan where that
+  // lowers its α–β estimate (Context::decide_band_scale).
+  uint32_t band_scale = 1;
 };
 
 // The most bands a pre-reduced part is cut into (TensorCtx::reduce_bands).
@@ -155,8 +161,8 @@ struct Emitted {
 
 // Relay bands. Each part of a region a destination cell routes (Route::parts;
 // the region is a source cell clipped to the cell's box) is cut into n bands
-// along one dimension: n = the part's bytes over relay_chunk_bytes(options),
-// clamped to
+// along one dimension: n = the part's bytes over relay_chunk_bytes(options)
+// times TensorCtx::band_scale, clamped to
 // [1, kRelayBands], the dimension the first with at least n elements (else
 // the longest, n at most its extent). Every relay piece of the region — the
 // stage-0 delivery into a relay that forwards it and each later-stage
@@ -216,11 +222,17 @@ struct Bands {
     }
   }
 };
-inline Bands relay_bands(const Box& D, int64_t esize, const PlanOptions& o) {
+// relay_chunk_bytes(o) times `scale` (TensorCtx::band_scale), saturating.
+inline int64_t band_bytes(const PlanOptions& o, uint32_t scale) {
+  const int64_t c = relay_chunk_bytes(o);
+  return c > INT64_MAX / std::max<uint32_t>(scale, 1) ? INT64_MAX
+                                                      : c * std::max<uint32_t>(scale, 1);
+}
+inline Bands relay_bands(const Box& D, const TensorCtx& t, const PlanOptions& o) {
   Bands b;
   if (D.rank == 0 || D.empty()) return b;
-  const int64_t bytes = D.volume() * esize;
-  int64_t n = std::min<int64_t>(kRelayBands, bytes / relay_chunk_bytes(o));
+  const int64_t bytes = D.volume() * t.esize;
+  int64_t n = std::min<int64_t>(kRelayBands, bytes / band_bytes(o, t.band_scale));
   if (n < 2) return b;
   int dim = -1;
   for (int d = 0; d < D.rank && dim < 0; ++d)
@@ -378,6 +390,10 @@ struct ChoiceOverride {
   // the staging budget allows (plan/rounds.h, RoundRule::keys); 0: the
   // estimate's choice (granule kKeyGranule); -1: never keyed.
   int64_t keyed = 0;
+  // s > 0: every tensor's relay bands of s times relay_chunk_bytes
+  // (TensorCtx::band_scale); 0: the estimate's choice
+  // (Context::decide_band_scale).
+  uint32_t band_scale = 0;
 };
 inline ChoiceOverride& choice_override() {
   static ChoiceOverride o;
