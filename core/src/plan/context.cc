@@ -2,6 +2,7 @@
 #include "plan/context.h"
 
 #include <cstdint>
+#include <limits>
 #include <tuple>
 
 #include "plan/group_memo.h"
@@ -321,6 +322,8 @@ void Context::decide_lead_cut(int64_t max_bytes) {
   const PlanOptions staging = staging_options();  // the Enumerator keeps a reference
   Enumerator en(staging, pre_reduce, relay_split);
   std::vector<std::vector<size_t>> groups;
+  // decide_device_cross's open decision, where it changes the groups.
+  if (lead_reads_open_cross(en)) settle_device_cross(max_bytes, false);
   for (std::vector<size_t>& g : like)
     if (en.fine_lead_differs(tensors[g.front()])) groups.push_back(std::move(g));
   if (groups.empty()) return;
@@ -434,23 +437,33 @@ void Context::decide_device_cross(int64_t max_bytes) {
   auto set = [&](const std::vector<size_t>& g, bool on) {
     for (size_t i : g) tensors[i].device_cross = on;
   };
-  auto estimate = [&] {
-    PlanStats st;
-    scheduled_stats(st, max_bytes);
-    return st.cost_seconds;
-  };
   // Each group crosses by the device rule only where the estimate drops:
   // a plan never comes out slower by it than without the rule.
   if (forced == 1) {
     for (const std::vector<size_t>& g : groups) set(g, true);
     return;
   }
-  double least = estimate();
+  // Where the guard applies, no pass can change the context (guard_stop),
+  // so a trial may stop once above the figure it is compared with
+  // (cross_decision.cc); one group's decision may be left open.
+  const bool stops = guard_stop(max_bytes).has_value();
+  if (stops && groups.size() == 1) {
+    const std::optional<bool> on = cross_one_group(groups.front(), max_bytes);
+    set(groups.front(), on.value_or(false));
+    return;
+  }
+  auto estimate = [&](double above) -> std::optional<double> {
+    if (stops) return estimate_unless_above(above, max_bytes);
+    PlanStats st;
+    scheduled_stats(st, max_bytes);
+    return st.cost_seconds;
+  };
+  double least = *estimate(std::numeric_limits<double>::infinity());
   for (const std::vector<size_t>& g : groups) {
     set(g, true);
-    const double cost = estimate();
-    if (cost < least)
-      least = cost;
+    const std::optional<double> cost = estimate(least);
+    if (cost && *cost < least)
+      least = *cost;
     else
       set(g, false);
   }
@@ -687,7 +700,7 @@ void Context::scheduled_stats(PlanStats& st, int64_t max_bytes, std::vector<Devi
     if (rule) *rule = k.rule;
   };
   if (kept_ && kept_->key == pass_key(max_bytes)) return hand_out(*kept_);
-  kept_.reset();
+  // A stopped pass leaves the last whole one kept.
   KeptPass k;
   compute_stats(*this, k.st, staging_options(), true, &k.counts, max_bytes, false, &k.stage_loads,
                 &k.rule, guard);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <map>
 #include <optional>
@@ -127,7 +128,20 @@ struct Context {
   // load a holder device R times over (a trainer on 2 hosts feeding 2
   // inference replicas: 2x); the relay halves it at the cost of a stage,
   // which the estimate weighs. A pure function of the input.
+  // Where the single-hop guard applies (guard_stop) and one group is tried,
+  // the decision may be left open (cross_open_, cross_decision.cc): when
+  // the plan with the group by either rule is provably slower than the
+  // single-hop plan, the guard takes the single-hop plan whichever it is,
+  // and no routed pass reads it; a pass or decider that would read it
+  // (compute_stats, decide_lead_cut) decides it first, as it would have
+  // been decided here (settle_device_cross).
   void decide_device_cross(int64_t max_bytes);
+  // The open decision of decide_device_cross made, in the state it was
+  // left open in (restored around it); nothing where none is open, or
+  // where `only_routed` and no tensor of its group takes a route.
+  void settle_device_cross(int64_t max_bytes, bool only_routed = true);
+  // Whether decide_device_cross left its decision open.
+  bool device_cross_open() const { return cross_open_.has_value(); }
   // With relays on, α > 0 and the estimate above kNearBound times its
   // lower bound, sets TensorCtx::fine_lead (after
   // decide_device_cross): groups of like tensors (same layouts, shape and
@@ -206,6 +220,39 @@ struct Context {
   // past kMaxReduceGroups - 1 the rest as one.
   std::vector<std::vector<size_t>> single_hop_groups() const;
   std::optional<double> single_hop_cost_;  // single_hop_estimate's, until used
+  // decide_device_cross's decision left open (cross_decision.cc): the
+  // group, a stopped pass's statistics (their cost a floor above `single`,
+  // the single-hop plan's estimate, whichever rule the group takes), and
+  // the decisions as they stood.
+  struct CrossOpen {
+    std::vector<size_t> group;
+    PlanStats stopped;
+    double single = 0;
+    std::vector<std::array<int64_t, 5>> tensors;  // single_hop, reduce, bands, cross, lead
+    bool pre_reduce = false, relay_split = true, track_streams = false;
+    int64_t scratch_reserve = 0;
+  };
+  std::optional<CrossOpen> cross_open_;
+  // The estimate of the plan as the decisions stand (scheduled_stats), or
+  // nullopt where it is provably above `above` (a pass stopped by a
+  // GuardStop at `above`).
+  std::optional<double> estimate_unless_above(double above, int64_t max_bytes,
+                                              PlanStats* stopped = nullptr);
+  // decide_device_cross for one group where the guard applies: whether it
+  // takes the device rule, or nullopt with the decision left open.
+  std::optional<bool> cross_one_group(const std::vector<size_t>& g, int64_t max_bytes);
+  // Whether the open decision's group would change decide_lead_cut's
+  // groups by either rule (Enumerator::fine_lead_differs reads the rule).
+  bool lead_reads_open_cross(Enumerator& en);
+
+ public:
+  // compute_stats (stats.cc) on a pass where decide_device_cross's open
+  // decision matters: with `guard`, true where the pass is provably above
+  // the guard's single-hop estimate (`st` then holds a stopped pass's
+  // figures, guard->stopped set); else the decision is made first.
+  bool pass_on_open_cross(PlanStats& st, GuardStop* guard, int64_t max_bytes);
+
+ private:
   // What compute_stats reads of the decisions besides the input: per tensor
   // its single-hop flag, reduce mode, bands and device rule; the context's
   // pre-reduction, scratch reserve, split runs and stream tracking; and

@@ -878,6 +878,8 @@ Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
   if (with_stats) global(stop ? &*stop : nullptr);
   const bool changed =
       ctx.decide_single_hop(limit, with_stats ? &Plan::Builder::stats(plan) : nullptr);
+  // The parts read the device rule of every tensor with a route.
+  ctx.settle_device_cross(limit);
   if (changed && with_stats) global(nullptr);
   if (!changed && stop && stop->stopped)
     fail(ErrorCode::kInternal, "statistics: the single-hop guard kept a pass it stopped");

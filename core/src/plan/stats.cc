@@ -163,6 +163,8 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   std::atomic_ref<int64_t>(stats_passes()).fetch_add(1);  // plans run side by side
   const PlanStats entry = st;                             // to start again from
   if (counts) counts->assign(ctx.devices.size(), DeviceCounts{});
+  // A pass that reads decide_device_cross's open decision.
+  if (ctx.device_cross_open() && ctx.pass_on_open_cross(st, guard, max_bytes)) return;
   switch (stats_pass(ctx, st, o, schedule, counts, max_bytes, reference, stage_loads, rounds_out,
                      guard)) {
     case PassEnd::kDone:
