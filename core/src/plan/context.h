@@ -228,7 +228,8 @@ struct Context {
     std::vector<size_t> group;
     PlanStats stopped;
     double single = 0;
-    std::vector<std::array<int64_t, 5>> tensors;  // single_hop, reduce, bands, cross, lead
+    // Per tensor: single_hop, reduce, bands, cross, lead, band scale.
+    std::vector<std::array<int64_t, 6>> tensors;
     bool pre_reduce = false, relay_split = true, track_streams = false;
     int64_t scratch_reserve = 0;
   };

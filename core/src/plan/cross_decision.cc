@@ -18,7 +18,7 @@ namespace {
 // The decisions a pass reads (Context::pass_key's), per tensor and of the
 // context.
 struct Decisions {
-  std::vector<std::array<int64_t, 5>> tensors;
+  std::vector<std::array<int64_t, 6>> tensors;
   bool pre_reduce = false, relay_split = true, track_streams = false;
   int64_t scratch_reserve = 0;
 
@@ -29,7 +29,8 @@ struct Decisions {
         scratch_reserve(c.scratch_reserve) {
     tensors.reserve(c.tensors.size());
     for (const TensorCtx& t : c.tensors)
-      tensors.push_back({t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead});
+      tensors.push_back(
+          {t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead, t.band_scale});
   }
   void restore(Context& c) const {
     c.pre_reduce = pre_reduce;
@@ -38,12 +39,13 @@ struct Decisions {
     c.scratch_reserve = scratch_reserve;
     for (size_t i = 0; i < tensors.size(); ++i) {
       TensorCtx& t = c.tensors[i];
-      const std::array<int64_t, 5>& d = tensors[i];
+      const std::array<int64_t, 6>& d = tensors[i];
       t.single_hop = d[0] != 0;
       t.reduce = static_cast<TensorCtx::Reduce>(d[1]);
       t.reduce_bands = static_cast<uint32_t>(d[2]);
       t.device_cross = d[3] != 0;
       t.fine_lead = d[4] != 0;
+      t.band_scale = static_cast<uint32_t>(d[5]);
     }
   }
   bool operator==(const Decisions&) const = default;
