@@ -224,14 +224,22 @@ struct Context {
   // group, a stopped pass's statistics (their cost a floor above `single`,
   // the single-hop plan's estimate, whichever rule the group takes), and
   // the decisions as they stood.
-  struct CrossOpen {
-    std::vector<size_t> group;
-    PlanStats stopped;
-    double single = 0;
+  // The decisions a pass reads (pass_key's), per tensor and of the
+  // context, taken and put back (cross_decision.cc).
+  struct Decisions {
     // Per tensor: single_hop, reduce, bands, cross, lead, band scale.
     std::vector<std::array<int64_t, 6>> tensors;
     bool pre_reduce = false, relay_split = true, track_streams = false;
     int64_t scratch_reserve = 0;
+
+    explicit Decisions(const Context& c);
+    void restore(Context& c) const;
+  };
+  struct CrossOpen {
+    std::vector<size_t> group;
+    PlanStats stopped;
+    double single = 0;
+    Decisions then;
   };
   std::optional<CrossOpen> cross_open_;
   // The estimate of the plan as the decisions stand (scheduled_stats), or

@@ -13,45 +13,33 @@
 
 namespace reshard::planning {
 
-namespace {
+Context::Decisions::Decisions(const Context& c)
+    : pre_reduce(c.pre_reduce),
+      relay_split(c.relay_split),
+      track_streams(c.track_streams),
+      scratch_reserve(c.scratch_reserve) {
+  tensors.reserve(c.tensors.size());
+  for (const TensorCtx& t : c.tensors)
+    tensors.push_back(
+        {t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead, t.band_scale});
+}
 
-// The decisions a pass reads (Context::pass_key's), per tensor and of the
-// context.
-struct Decisions {
-  std::vector<std::array<int64_t, 6>> tensors;
-  bool pre_reduce = false, relay_split = true, track_streams = false;
-  int64_t scratch_reserve = 0;
-
-  explicit Decisions(const Context& c)
-      : pre_reduce(c.pre_reduce),
-        relay_split(c.relay_split),
-        track_streams(c.track_streams),
-        scratch_reserve(c.scratch_reserve) {
-    tensors.reserve(c.tensors.size());
-    for (const TensorCtx& t : c.tensors)
-      tensors.push_back(
-          {t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead, t.band_scale});
+void Context::Decisions::restore(Context& c) const {
+  c.pre_reduce = pre_reduce;
+  c.relay_split = relay_split;
+  c.track_streams = track_streams;
+  c.scratch_reserve = scratch_reserve;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TensorCtx& t = c.tensors[i];
+    const std::array<int64_t, 6>& d = tensors[i];
+    t.single_hop = d[0] != 0;
+    t.reduce = static_cast<TensorCtx::Reduce>(d[1]);
+    t.reduce_bands = static_cast<uint32_t>(d[2]);
+    t.device_cross = d[3] != 0;
+    t.fine_lead = d[4] != 0;
+    t.band_scale = static_cast<uint32_t>(d[5]);
   }
-  void restore(Context& c) const {
-    c.pre_reduce = pre_reduce;
-    c.relay_split = relay_split;
-    c.track_streams = track_streams;
-    c.scratch_reserve = scratch_reserve;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      TensorCtx& t = c.tensors[i];
-      const std::array<int64_t, 6>& d = tensors[i];
-      t.single_hop = d[0] != 0;
-      t.reduce = static_cast<TensorCtx::Reduce>(d[1]);
-      t.reduce_bands = static_cast<uint32_t>(d[2]);
-      t.device_cross = d[3] != 0;
-      t.fine_lead = d[4] != 0;
-      t.band_scale = static_cast<uint32_t>(d[5]);
-    }
-  }
-  bool operator==(const Decisions&) const = default;
-};
-
-}  // namespace
+}
 
 std::optional<double> Context::estimate_unless_above(double above, int64_t max_bytes,
                                                      PlanStats* stopped) {
@@ -89,17 +77,9 @@ std::optional<bool> Context::cross_one_group(const std::vector<size_t>& g, int64
   }
   // Both above: left open (what decide_single_hop reads of a stopped pass
   // is kept: its cost above `single`, its stages and bounds).
-  CrossOpen open;
-  open.group = g;
-  open.stopped = trial_stopped.cost_seconds < stopped.cost_seconds ? trial_stopped : stopped;
-  open.single = single;
-  const Decisions d(*this);
-  open.tensors = d.tensors;
-  open.pre_reduce = d.pre_reduce;
-  open.relay_split = d.relay_split;
-  open.track_streams = d.track_streams;
-  open.scratch_reserve = d.scratch_reserve;
-  cross_open_ = std::move(open);
+  cross_open_ =
+      CrossOpen{g, trial_stopped.cost_seconds < stopped.cost_seconds ? trial_stopped : stopped,
+                single, Decisions(*this)};
   return std::nullopt;
 }
 
@@ -111,13 +91,7 @@ void Context::settle_device_cross(int64_t max_bytes, bool only_routed) {
   const CrossOpen c = std::move(*cross_open_);
   cross_open_.reset();
   const Decisions now(*this);
-  Decisions then(*this);
-  then.tensors = c.tensors;
-  then.pre_reduce = c.pre_reduce;
-  then.relay_split = c.relay_split;
-  then.track_streams = c.track_streams;
-  then.scratch_reserve = c.scratch_reserve;
-  then.restore(*this);
+  c.then.restore(*this);
   auto set = [&](bool on) {
     for (size_t i : c.group) tensors[i].device_cross = on;
   };
@@ -151,8 +125,9 @@ bool Context::pass_on_open_cross(PlanStats& st, GuardStop* guard, int64_t max_by
   // estimate whichever rule the group takes: the guard stops it.
   const CrossOpen& c = *cross_open_;
   const Decisions now(*this);
-  if (guard && now.tensors == c.tensors && now.pre_reduce == c.pre_reduce &&
-      now.relay_split == c.relay_split && now.scratch_reserve == c.scratch_reserve &&
+  const Decisions& then = c.then;
+  if (guard && now.tensors == then.tensors && now.pre_reduce == then.pre_reduce &&
+      now.relay_split == then.relay_split && now.scratch_reserve == then.scratch_reserve &&
       c.stopped.cost_seconds > guard->single_cost()) {
     st = c.stopped;
     guard->stopped = true;
