@@ -57,8 +57,15 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
   a2a_.sort_parts(route_.part_entry, m);
   for (size_t i = 0; i < m; ++i) {
     const uint32_t e = dg.cell_entries[b0 + i];
+    stage0_parts_.clear();
     a2a_.each_stage0(static_cast<size_t>(recv_index_[slot_[i] - route_.cell_begin]),
-                     [&](size_t j) { stage0(b0 + static_cast<uint32_t>(i), e, j); });
+                     [&](size_t j) { stage0_parts_.push_back(static_cast<uint32_t>(j)); });
+    const size_t n = stage0_parts_.size();
+    for (size_t k = 0; k < n && k < kPrefetchAhead; ++k) prefetch_part(stage0_parts_[k]);
+    for (size_t k = 0; k < n; ++k) {
+      if (k + kPrefetchAhead < n) prefetch_part(stage0_parts_[k + kPrefetchAhead]);
+      stage0(b0 + static_cast<uint32_t>(i), e, stage0_parts_[k]);
+    }
   }
   if (!a2a_.any_entered()) return true;
   // The relay parts, once per source.
@@ -103,6 +110,16 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
     }
   }
   return true;
+}
+
+void RoutedCells::prefetch_part(size_t j) const {
+  const char* b = reinterpret_cast<const char*>(&part_bands_[j]);
+  const char* q = reinterpret_cast<const char*>(&route_.parts[j]);
+  __builtin_prefetch(b);
+  __builtin_prefetch(q);
+  __builtin_prefetch(q + 64);
+  __builtin_prefetch(q + 128);
+  if (!holder_range_.empty()) __builtin_prefetch(&holder_range_[j]);
 }
 
 void RoutedCells::a2a_leave(const TensorCtx& t, uint32_t b0, size_t m, bool indexed) {
