@@ -74,6 +74,7 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
   a2a_.events.clear();
   for (size_t j = 0; j < np; ++j) {
     const uint32_t p = a2a_.part[j];
+    if (j + kPrefetchAhead < np) prefetch_relay_part(j + kPrefetchAhead);
     if (p == AllToAllCell::kNone) continue;
     ++part_visits_;
     AllToAllSource& s = a2a_.src[p];
@@ -116,10 +117,19 @@ void RoutedCells::prefetch_part(size_t j) const {
   const char* b = reinterpret_cast<const char*>(&part_bands_[j]);
   const char* q = reinterpret_cast<const char*>(&route_.parts[j]);
   __builtin_prefetch(b);
-  __builtin_prefetch(q);
-  __builtin_prefetch(q + 64);
-  __builtin_prefetch(q + 128);
+  for (size_t k = 0; k < sizeof(Box); k += 64) __builtin_prefetch(q + k);
   if (!holder_range_.empty()) __builtin_prefetch(&holder_range_[j]);
+}
+
+void RoutedCells::prefetch_relay_part(size_t j) const {
+  const uint32_t p = a2a_.part[j];
+  if (p == AllToAllCell::kNone) return;
+  const char* b = reinterpret_cast<const char*>(&part_bands_[j]);
+  const char* s = reinterpret_cast<const char*>(&a2a_.src[p]);
+  for (size_t k = 0; k < sizeof(PartBands); k += 64) __builtin_prefetch(b + k);
+  for (size_t k = 0; k < sizeof(AllToAllSource); k += 64) __builtin_prefetch(s + k, 1);
+  const char* q = reinterpret_cast<const char*>(&route_.parts[j]);
+  for (size_t k = 0; k < sizeof(Box); k += 64) __builtin_prefetch(q + k);
 }
 
 void RoutedCells::a2a_leave(const TensorCtx& t, uint32_t b0, size_t m, bool indexed) {

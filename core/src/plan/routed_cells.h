@@ -136,6 +136,9 @@ class RoutedCells {
   static constexpr size_t kPrefetchAhead = 8;
   std::vector<uint32_t> stage0_parts_;
   void prefetch_part(size_t j) const;
+  // The same for the relay part j of the region: its bands and its
+  // source's sums (a2a_region).
+  void prefetch_relay_part(size_t j) const;
   // Hands the cell's pending pieces and streams, taken alike so far, to
   // every (entry, source) pair, to go on one by one (after a2a_flush).
   void a2a_leave(const TensorCtx& t, uint32_t b0, size_t m, bool indexed);
