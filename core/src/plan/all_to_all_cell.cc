@@ -57,8 +57,15 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
   a2a_.sort_parts(route_.part_entry, m);
   for (size_t i = 0; i < m; ++i) {
     const uint32_t e = dg.cell_entries[b0 + i];
+    stage0_parts_.clear();
     a2a_.each_stage0(static_cast<size_t>(recv_index_[slot_[i] - route_.cell_begin]),
-                     [&](size_t j) { stage0(b0 + static_cast<uint32_t>(i), e, j); });
+                     [&](size_t j) { stage0_parts_.push_back(static_cast<uint32_t>(j)); });
+    const size_t n = stage0_parts_.size();
+    for (size_t k = 0; k < n && k < kPrefetchAhead; ++k) prefetch_part(stage0_parts_[k]);
+    for (size_t k = 0; k < n; ++k) {
+      if (k + kPrefetchAhead < n) prefetch_part(stage0_parts_[k + kPrefetchAhead]);
+      stage0(b0 + static_cast<uint32_t>(i), e, stage0_parts_[k]);
+    }
   }
   if (!a2a_.any_entered()) return true;
   // The relay parts, once per source.
@@ -67,6 +74,7 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
   a2a_.events.clear();
   for (size_t j = 0; j < np; ++j) {
     const uint32_t p = a2a_.part[j];
+    if (j + kPrefetchAhead < np) prefetch_relay_part(j + kPrefetchAhead);
     if (p == AllToAllCell::kNone) continue;
     ++part_visits_;
     AllToAllSource& s = a2a_.src[p];
@@ -103,6 +111,25 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
     }
   }
   return true;
+}
+
+void RoutedCells::prefetch_part(size_t j) const {
+  const char* b = reinterpret_cast<const char*>(&part_bands_[j]);
+  const char* q = reinterpret_cast<const char*>(&route_.parts[j]);
+  __builtin_prefetch(b);
+  for (size_t k = 0; k < sizeof(Box); k += 64) __builtin_prefetch(q + k);
+  if (!holder_range_.empty()) __builtin_prefetch(&holder_range_[j]);
+}
+
+void RoutedCells::prefetch_relay_part(size_t j) const {
+  const uint32_t p = a2a_.part[j];
+  if (p == AllToAllCell::kNone) return;
+  const char* b = reinterpret_cast<const char*>(&part_bands_[j]);
+  const char* s = reinterpret_cast<const char*>(&a2a_.src[p]);
+  for (size_t k = 0; k < sizeof(PartBands); k += 64) __builtin_prefetch(b + k);
+  for (size_t k = 0; k < sizeof(AllToAllSource); k += 64) __builtin_prefetch(s + k, 1);
+  const char* q = reinterpret_cast<const char*>(&route_.parts[j]);
+  for (size_t k = 0; k < sizeof(Box); k += 64) __builtin_prefetch(q + k);
 }
 
 void RoutedCells::a2a_leave(const TensorCtx& t, uint32_t b0, size_t m, bool indexed) {
