@@ -107,6 +107,11 @@ Plan plan_spec(const PlanInput& input, const PlanRequest& request,
 // estimate_plan(input, request, stats), its errors turned as plan_spec's.
 PlanEstimate estimate_spec(const PlanInput& input, const PlanRequest& request,
                            PlanStats* stats = nullptr);
+// plan_part_after_estimate (reshard/plan.h), its errors turned as
+// plan_spec's: `check` sees the estimate before the part is planned.
+Plan plan_part_spec(const PlanInput& input, const PlanRequest& estimate_request,
+                    const PlanRequest& part_request, PlanStats* stats,
+                    const std::function<void(const PlanEstimate&)>& check);
 // A kResourceExhausted message of make_plan in the command line's terms
 // (see plan_spec).
 std::string resource_message(const std::string& message, const std::string& process_hint);

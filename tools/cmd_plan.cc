@@ -288,10 +288,28 @@ int run_plan(const PlanArgs& args) {
   auto t0 = WaitClock::now();
   PlanStats global_stats;
   // (request.process: the figures of --process P's part beside them.)
-  const PlanEstimate whole = estimate_spec(
-      spec.input, part_request(args, PlanScope::kAll, std::max(args.process, 0), true),
-      &global_stats);
-  const double global_seconds = seconds_since(t0);
+  const PlanRequest whole_request =
+      part_request(args, PlanScope::kAll, std::max(args.process, 0), true);
+  PlanEstimate whole;
+  double global_seconds = 0, part_seconds = 0;
+  std::optional<Plan> part_plan;
+  if (args.process >= 0 && !args.out.empty()) {
+    // --process P --out: the part planned on the estimate's decisions and
+    // global statistics (one computation of them), refused first where
+    // the file cannot hold it.
+    part_plan = plan_part_spec(spec.input, whole_request,
+                               part_request(args, PlanScope::kProcess, args.process, true),
+                               &global_stats, [&](const PlanEstimate& e) {
+                                 whole = e;
+                                 global_seconds = seconds_since(t0);
+                                 check_part_plan_file(args, whole);
+                                 t0 = WaitClock::now();
+                               });
+    part_seconds = seconds_since(t0);
+  } else {
+    whole = estimate_spec(spec.input, whole_request, &global_stats);
+    global_seconds = seconds_since(t0);
+  }
   const uint64_t fingerprint = plan_fingerprint(spec.input);
   // Casts in flight: the bytes the same move would take without them (the
   // inputs planned again, every destination in its source's dtype, without
@@ -316,15 +334,9 @@ int run_plan(const PlanArgs& args) {
     uncast_network_bytes = s.network_bytes;
   }
 
-  std::optional<Plan> part_plan;
-  double part_seconds = 0;
-  if (args.process >= 0) {
-    // Planned once: with --out it carries the global statistics into the
-    // file, and is refused first where the file cannot hold it.
-    if (!args.out.empty()) check_part_plan_file(args, whole);
+  if (args.process >= 0 && args.out.empty()) {
     t0 = WaitClock::now();
-    part_plan = plan_spec(spec.input,
-                          part_request(args, PlanScope::kProcess, args.process, !args.out.empty()));
+    part_plan = plan_spec(spec.input, part_request(args, PlanScope::kProcess, args.process, false));
     part_seconds = seconds_since(t0);
   }
   const ProcessPart* part = nullptr;

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "cli.h"
+#include "plan/each_part.h"
 #include "reshard/error.h"
 
 namespace reshard::cli {
@@ -155,6 +156,18 @@ Plan plan_spec(const PlanInput& input, const PlanRequest& request,
 
 PlanEstimate estimate_spec(const PlanInput& input, const PlanRequest& request, PlanStats* stats) {
   return translated([&] { return estimate_plan(input, request, stats); }, "--process P");
+}
+
+Plan plan_part_spec(const PlanInput& input, const PlanRequest& estimate_request,
+                    const PlanRequest& part_request, PlanStats* stats,
+                    const std::function<void(const PlanEstimate&)>& check) {
+  Progress progress;
+  return translated(
+      [&] {
+        return planning::plan_part_after_estimate(input, estimate_request, part_request, stats,
+                                                  check);
+      },
+      "--process P");
 }
 
 void add_last_stage_option(CLI::App* cmd, int32_t& target) {

@@ -50,7 +50,7 @@ TEST(PairBytes, MapTableAndMigrationHoldTheSameStreams) {
     EXPECT_FALSE(dense.add(sd, dd, b, 48));  // the table has no map entries
   }
   EXPECT_FALSE(sparse.dense());
-  EXPECT_TRUE(migrating.dense());  // 33 x 33 streams at 48 bytes > the 8-byte table
+  EXPECT_TRUE(migrating.dense());  // 33 x 33 streams at 48 bytes > the 4-byte table
   EXPECT_EQ(fresh_after_dense, 0);
   EXPECT_EQ(read(sparse), want);
   EXPECT_EQ(read(migrating), want);
@@ -72,4 +72,32 @@ TEST(PairBytes, StreamsOutsideTheTableStayInTheMap) {
   EXPECT_EQ(p.get(0, 1), 7);
   EXPECT_EQ(p.get(2, 3), 5);
   EXPECT_EQ(read(p), (Streams{{{0, 1}, 7}, {{2, 3}, 5}}));
+}
+
+TEST(PairBytes, StreamsOf4GiBMoveFromTheTableToTheMap) {
+  std::vector<uint8_t> rows = {0, 1, 1}, cols = {1, 1, 0};
+  PairBytes p(rows, cols, 1 << 20);
+  p.make_dense();
+  const int64_t big = (int64_t{1} << 32) - 2;  // the most a cell holds
+  EXPECT_FALSE(p.add(0, 1, big, 48));          // in its cell
+  EXPECT_EQ(read(p), (Streams{{{0, 1}, big}}));
+  EXPECT_TRUE(p.add(0, 1, 1, 48));  // 2^32 - 1: into the map, a new entry
+  EXPECT_FALSE(p.add(0, 1, 5, 48));
+  EXPECT_EQ(p.get(0, 1), big + 6);
+  // Through a row, as the per-cell arithmetic writes: a stream of 8 GiB at
+  // once goes to the map too.
+  uint32_t* row = p.row(2);
+  ASSERT_NE(row, nullptr);
+  EXPECT_FALSE(p.add_cell(row, 2, p.column(1), 7));
+  EXPECT_TRUE(p.add_cell(row, 2, p.column(0), int64_t{8} << 30));
+  EXPECT_EQ(read(p), (Streams{{{0, 1}, big + 6}, {{1, 2}, 7}, {{0, 2}, int64_t{8} << 30}}));
+  // The map turned into the table keeps such a stream in the map.
+  PairBytes m(rows, cols, 1 << 20);
+  EXPECT_TRUE(m.add(0, 1, int64_t{5} << 32, 0));  // (nodes of 0 bytes: the map stays)
+  EXPECT_TRUE(m.add(1, 2, 3, 0));
+  ASSERT_FALSE(m.dense());
+  m.make_dense();
+  EXPECT_EQ(read(m), (Streams{{{0, 1}, int64_t{5} << 32}, {{1, 2}, 3}}));
+  EXPECT_FALSE(m.add(0, 1, 1, 48));
+  EXPECT_EQ(m.get(0, 1), (int64_t{5} << 32) + 1);
 }

@@ -145,13 +145,13 @@ void AssignStats::flush_rows() {
   PairBytes& pair_bytes = *z_.pair_bytes;
   for (size_t dd = 0; dd < row_adds_.size(); ++dd) {
     if (row_adds_[dd].empty()) continue;
-    int64_t* row = pair_bytes.row(static_cast<uint32_t>(dd));
+    uint32_t* row = pair_bytes.row(static_cast<uint32_t>(dd));
     for (const auto& [b, r] : row_adds_[dd]) {
       const RowBatch& rb = row_batches_[b];
       const int32_t* cols = row_cols_.data() + rb.cols;
       const int64_t* bytes = row_chunks_.data() + rb.chunks;
       for (size_t j = 0, k = r; j < rb.m; ++j, k = k + 1 == rb.nr ? 0 : k + 1)
-        add_to(row[cols[k]], bytes[j], "network_bytes");
+        (void)pair_bytes.add_cell(row, static_cast<uint32_t>(dd), cols[k], bytes[j]);
     }
     row_adds_[dd].clear();
   }

@@ -72,8 +72,17 @@ bool GroupMemo::compute(const StatsPass& p, const TensorCtx& t, int64_t esum, in
           a.send_msgs != 0 || a.recv_msgs != 0 || a.send_late != 0 || a.recv_late != 0)
         d.rows[s].emplace_back(static_cast<uint32_t>(dev), a);
     }
-  for (size_t i = 0; i < alone.bits.size(); ++i)
-    if (alone.bits[i] != 0) d.bits.emplace_back(i, alone.bits[i]);
+  // Counted first: a group of the 405B plan at 16,384 devices has words
+  // of bits in most of its 2^22, which grew the list by doubling.
+  const auto nonzero = static_cast<size_t>(
+      std::count_if(alone.bits.begin(), alone.bits.end(), [](uint64_t w) { return w != 0; }));
+  if (nonzero * 2 > alone.bits.size()) {
+    d.dense_bits = std::move(alone.bits);
+  } else {
+    d.bits.reserve(nonzero);
+    for (size_t i = 0; i < alone.bits.size(); ++i)
+      if (alone.bits[i] != 0) d.bits.emplace_back(i, alone.bits[i]);
+  }
   if (alone.stage_acc.size() > 1)
     alone.relay_pairs[1].each(
         [&](uint32_t sd, uint32_t dd) { d.relay_pairs.emplace_back(sd, dd); });
@@ -96,6 +105,7 @@ void GroupMemo::merge(StatsPass& p, const GroupDelta& d) {
       add_to(x.recv_late, a.recv_late, "max_recv_bytes");
     }
   for (const auto& [i, w] : d.bits) p.bits[i] |= w;
+  for (size_t i = 0; i < d.dense_bits.size(); ++i) p.bits[i] |= d.dense_bits[i];
   for (const auto& [sd, dd] : d.relay_pairs)
     if (p.relay_pairs[1].insert(sd, dd)) p.keep_pair();
   add_to(p.st.cross_host_bytes, d.cross_host_bytes, "cross_host_bytes");

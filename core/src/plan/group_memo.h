@@ -30,8 +30,11 @@ struct GroupDelta {
   bool relayed = false;
   int64_t cross_host_bytes = 0, cross_process_bytes = 0, forwarded_bytes = 0;
   std::vector<std::vector<std::pair<uint32_t, Acc>>> rows;  // per stage, non-zero rows
-  std::vector<std::pair<size_t, uint64_t>> bits;            // stage-0 pair words, non-zero
-  std::vector<std::pair<uint32_t, uint32_t>> relay_pairs;   // stage 1 (sd, dd)
+  // Stage-0 pair words: the non-zero ones (index, word), or where more than
+  // half of them are, all of them (dense_bits, the pass's size: no more memory).
+  std::vector<std::pair<size_t, uint64_t>> bits;
+  std::vector<uint64_t> dense_bits;
+  std::vector<std::pair<uint32_t, uint32_t>> relay_pairs;  // stage 1 (sd, dd)
 };
 
 class GroupMemo {

@@ -6,8 +6,14 @@
 // of the table's memory (so the two together peak at 1.25 tables), where the
 // table stays within a cap. A fleet where
 // every trainer talks to every inference device (an MoE sync from replicated
-// pipeline stages: N/2 x N/2 streams) then costs 8 bytes a stream instead of
+// pipeline stages: N/2 x N/2 streams) then costs 4 bytes a stream instead of
 // a hash node's ~48, and no hashing.
+//
+// A cell of the table holds a stream's bytes below 2^32 - 1; a stream that
+// reaches that moves to the map, its cell marked kInMap. The 405B plan at
+// 16,384 devices has 2^28 streams (every pair of devices), of a few KB each:
+// 1 GiB of table, which the kernel maps and clears page by page (its page
+// faults were a fifth of that plan's global statistics with 8-byte cells).
 #pragma once
 
 #include <cstddef>
@@ -17,6 +23,7 @@
 #include <vector>
 
 #include "plan/checked.h"
+#include "util/zeroed.h"
 
 namespace reshard::planning {
 
@@ -36,7 +43,7 @@ class PairBytes {
     row_base_.assign(rows.size(), -1);
     for (size_t r = 0; r < row_dev_.size(); ++r)
       row_base_[row_dev_[r]] = static_cast<int64_t>(r * col_dev_.size());
-    table_bytes_ = row_dev_.size() * col_dev_.size() * sizeof(int64_t);
+    table_bytes_ = row_dev_.size() * col_dev_.size() * sizeof(uint32_t);
     dense_ok_ = table_bytes_ <= dense_cap;
   }
   // Turns to the table, the map's streams moved into it (any outside the
@@ -44,15 +51,17 @@ class PairBytes {
   // the map).
   void make_dense() {
     if (dense_ || !dense_ok_) return;
-    table_.assign(row_dev_.size() * col_dev_.size(), 0);
+    table_ = ZeroedArray<uint32_t>(row_dev_.size() * col_dev_.size());
     dense_ = true;
     std::unordered_map<uint64_t, int64_t> rest;
     for (const auto& [k, b] : sparse_) {
       const auto sd = static_cast<uint32_t>(k >> 32), dd = static_cast<uint32_t>(k & 0xffffffffu);
-      if (in_table(sd, dd))
-        table_[index(sd, dd)] = b;
-      else
-        rest.emplace(k, b);
+      if (in_table(sd, dd) && b >= 0 && b < kInMap) {
+        table_[index(sd, dd)] = static_cast<uint32_t>(b);
+        continue;
+      }
+      if (in_table(sd, dd)) table_[index(sd, dd)] = kInMap;
+      rest.emplace(k, b);
     }
     sparse_.swap(rest);
   }
@@ -69,10 +78,8 @@ class PairBytes {
   // Adds `bytes` to the stream sd -> dd; returns whether it is a new entry
   // of the hash map (the caller counts those against its memory limit).
   bool add(uint32_t sd, uint32_t dd, int64_t bytes, int64_t node_bytes) {
-    if (dense_ && in_table(sd, dd)) {
-      add_to(at(sd, dd), bytes, "network_bytes");
-      return false;
-    }
+    if (dense_ && in_table(sd, dd))
+      return add_cell(table_.data() + row_base_[dd], dd, col_of_[sd], bytes);
     auto [it, fresh] = sparse_.try_emplace((uint64_t{sd} << 32) | dd, 0);
     add_to(it->second, bytes, "network_bytes");
     if (fresh && !dense_ && dense_ok_ &&
@@ -83,14 +90,27 @@ class PairBytes {
     return fresh;
   }
   // While the table is in use: destination dd's row of it (null where dd
-  // has none), indexed by column(sd) (-1 where sd has none).
-  int64_t* row(uint32_t dd) {
+  // has none), indexed by column(sd) (-1 where sd has none), written with
+  // add_cell.
+  uint32_t* row(uint32_t dd) {
     return dense_ && row_base_[dd] >= 0 ? table_.data() + row_base_[dd] : nullptr;
   }
+  // Adds `bytes` to column `col` of destination dd's row (row(dd)); true
+  // where the stream moved to the map (a new entry there).
+  bool add_cell(uint32_t* row, uint32_t dd, int32_t col, int64_t bytes) {
+    uint32_t& v = row[col];
+    if (static_cast<uint64_t>(bytes) < uint64_t{kInMap} - v) [[likely]] {
+      v += static_cast<uint32_t>(bytes);
+      return false;
+    }
+    return spill(v, dd, col, bytes);
+  }
+  // A cell whose stream is in the map.
+  static constexpr uint32_t kInMap = UINT32_MAX;
   int32_t column(uint32_t sd) const { return dense_ ? col_of_[sd] : -1; }
   // The bytes of stream sd -> dd (0: none).
   int64_t get(uint32_t sd, uint32_t dd) const {
-    if (dense_ && in_table(sd, dd)) return table_[index(sd, dd)];
+    if (dense_ && in_table(sd, dd) && table_[index(sd, dd)] != kInMap) return table_[index(sd, dd)];
     auto it = sparse_.find((uint64_t{sd} << 32) | dd);
     return it == sparse_.end() ? 0 : it->second;
   }
@@ -99,9 +119,9 @@ class PairBytes {
   template <class F>
   void each(F&& f) const {
     each_sparse(f);
-    each_row([&](uint32_t dd, std::span<const uint32_t> sources, const int64_t* bytes) {
+    each_row([&](uint32_t dd, std::span<const uint32_t> sources, const uint32_t* bytes) {
       for (size_t c = 0; c < sources.size(); ++c)
-        if (bytes[c] > 0) f(sources[c], dd, bytes[c]);
+        if (bytes[c] > 0 && bytes[c] != kInMap) f(sources[c], dd, int64_t{bytes[c]});
     });
   }
   // The map's entries alone, f(sd, dd, bytes).
@@ -111,7 +131,8 @@ class PairBytes {
       f(static_cast<uint32_t>(k >> 32), static_cast<uint32_t>(k & 0xffffffffu), b);
   }
   // The table alone, a row at a time: f(dd, sources, bytes), bytes[c] those
-  // of stream sources[c] -> dd (0: none). Nothing while the map is in use.
+  // of stream sources[c] -> dd (0: none; kInMap: in the map, which
+  // each_sparse visits). Nothing while the map is in use.
   template <class F>
   void each_row(F&& f) const {
     if (!dense_) return;
@@ -126,13 +147,24 @@ class PairBytes {
   size_t index(uint32_t sd, uint32_t dd) const {
     return static_cast<size_t>(row_base_[dd]) + static_cast<size_t>(col_of_[sd]);
   }
-  int64_t& at(uint32_t sd, uint32_t dd) { return table_[index(sd, dd)]; }
+  // add_cell's stream of 2^32 - 1 bytes or more (or a negative add): into
+  // the map.
+  bool spill(uint32_t& v, uint32_t dd, int32_t col, int64_t bytes) {
+    const uint64_t k = uint64_t{col_dev_[static_cast<size_t>(col)]} << 32 | dd;
+    auto [it, fresh] = sparse_.try_emplace(k, 0);
+    if (v != kInMap) {
+      it->second = v;
+      v = kInMap;
+    }
+    add_to(it->second, bytes, "network_bytes");
+    return fresh;
+  }
   std::vector<int32_t> col_of_;    // per device: its column, -1 where none
   std::vector<int64_t> row_base_;  // per device: its row x columns, -1 where none
   std::vector<uint32_t> row_dev_, col_dev_;
   size_t table_bytes_ = 0;
   bool dense_ok_ = false, dense_ = false;
-  std::vector<int64_t> table_;
+  ZeroedArray<uint32_t> table_;
   std::unordered_map<uint64_t, int64_t> sparse_;
 };
 

@@ -5,8 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -773,11 +775,11 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request) {
   return estimate_plan(input, request, nullptr);
 }
 
-PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, PlanStats* stats) {
-  const auto t0 = WaitClock::now();
-  const int threads = validate_request(input, request);
-  const int64_t limit = resolve_limit(request.max_plan_bytes);
-  Context ctx(input);
+namespace {
+
+// Context::build and the deciders before the global statistics (make_plan
+// and estimate_plan alike).
+void build_and_decide(Context& ctx, const PlanRequest& request, int64_t limit) {
   ctx.max_stats_pieces = stats_piece_limit(request);
   ctx.build();
   planning::check_stats_work(ctx, limit);
@@ -786,6 +788,13 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   ctx.decide_device_cross(limit);
   ctx.decide_lead_cut(limit);
   ctx.decide_band_scale(limit);
+}
+
+// estimate_plan on a context built and decided (build_and_decide); leaves
+// it with every decision made and its last whole pass kept
+// (Context::scheduled_stats).
+PlanEstimate estimate_decided(Context& ctx, const PlanRequest& request, int threads, int64_t limit,
+                              PlanStats* stats, WaitClock::time_point t0) {
   PlanStats own;
   PlanStats& st = stats ? *stats : own;
   std::vector<DeviceCounts> counts;
@@ -816,26 +825,34 @@ PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, P
   return e;
 }
 
+}  // namespace
+
+PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, PlanStats* stats) {
+  const auto t0 = WaitClock::now();
+  const int threads = validate_request(input, request);
+  const int64_t limit = resolve_limit(request.max_plan_bytes);
+  Context ctx(input);
+  build_and_decide(ctx, request, limit);
+  return estimate_decided(ctx, request, threads, limit, stats, t0);
+}
+
 namespace {
 
 // make_plan, or with `sink` (scope kAll) every part handed to sink->each one
-// batch at a time (plan_each_part).
+// batch at a time (plan_each_part). With `decided`, on that context as
+// estimate_decided left it (its decisions and its last whole pass, which
+// the global statistics below take instead of computing them again; the
+// single-hop guard has decided).
 Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
-                    const planning::PartSink* sink) {
+                    const planning::PartSink* sink, Context* decided = nullptr) {
   const auto t0 = WaitClock::now();
   const int threads = validate_request(input, request);
   const int64_t limit = resolve_limit(request.max_plan_bytes);
   // Parts are what can outgrow memory; the statistics alone never do.
   const bool guarded = limit != kUnlimitedPlanBytes && request.scope != PlanScope::kGlobal;
-  Context ctx(input);
-  ctx.max_stats_pieces = stats_piece_limit(request);
-  ctx.build();
-  planning::check_stats_work(ctx, limit);
-  ctx.decide_pre_reduce(limit);
-  ctx.decide_reductions(limit);
-  ctx.decide_device_cross(limit);
-  ctx.decide_lead_cut(limit);
-  ctx.decide_band_scale(limit);
+  std::optional<Context> own;
+  Context& ctx = decided ? *decided : own.emplace(input);
+  if (!decided) build_and_decide(ctx, request, limit);
   Plan plan;
   Plan::Builder::tensors(plan) = input.tensors;
   Plan::Builder::topology(plan) = input.topology;
@@ -873,11 +890,11 @@ Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
   // (planning::GuardStop); it then changes the plan, and they are computed
   // again.
   std::optional<planning::GuardStop> stop;
-  if (with_stats) stop = ctx.guard_stop(limit);
+  if (with_stats && !decided) stop = ctx.guard_stop(limit);
   int64_t sink_batch_bytes = 0;
   if (with_stats) global(stop ? &*stop : nullptr);
   const bool changed =
-      ctx.decide_single_hop(limit, with_stats ? &Plan::Builder::stats(plan) : nullptr);
+      !decided && ctx.decide_single_hop(limit, with_stats ? &Plan::Builder::stats(plan) : nullptr);
   // The parts read the device rule of every tensor with a route.
   ctx.settle_device_cross(limit);
   if (changed && with_stats) global(nullptr);
@@ -977,6 +994,36 @@ Plan make_plan_impl(const PlanInput& input, const PlanRequest& request,
 Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   return make_plan_impl(input, request, nullptr);
 }
+
+namespace planning {
+
+Plan plan_part_after_estimate(const PlanInput& input, const PlanRequest& estimate_request,
+                              const PlanRequest& part_request, PlanStats* stats,
+                              const std::function<void(const PlanEstimate&)>& check) {
+  // One context only where the two calls would decide alike and the part
+  // takes the scheduled pass the estimate keeps; else the two calls.
+  const bool share =
+      part_request.scope == PlanScope::kProcess && part_request.global_stats &&
+      (estimate_request.scope != PlanScope::kProcess || estimate_request.global_stats) &&
+      resolve_limit(estimate_request.max_plan_bytes) ==
+          resolve_limit(part_request.max_plan_bytes) &&
+      stats_piece_limit(estimate_request) == stats_piece_limit(part_request);
+  if (!share) {
+    const PlanEstimate e = estimate_plan(input, estimate_request, stats);
+    if (check) check(e);
+    return make_plan(input, part_request);
+  }
+  const auto t0 = WaitClock::now();
+  const int threads = validate_request(input, estimate_request);
+  const int64_t limit = resolve_limit(estimate_request.max_plan_bytes);
+  Context ctx(input);
+  build_and_decide(ctx, estimate_request, limit);
+  const PlanEstimate e = estimate_decided(ctx, estimate_request, threads, limit, stats, t0);
+  if (check) check(e);
+  return make_plan_impl(input, part_request, nullptr, &ctx);
+}
+
+}  // namespace planning
 
 namespace planning {
 

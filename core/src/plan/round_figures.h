@@ -48,6 +48,11 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
                             const std::vector<DeviceLoad>& loads, const StreamBytes& in,
                             std::vector<DeviceCounts>* counts);
 
+// The stage-0 streams of PairBytes' table whose rounds were computed (not
+// taken from those of a stream of the same bytes and loads) so far in this
+// process (tests read it).
+int64_t& stage_zero_figures_computed();
+
 // Without the streams' bytes, bounds each device's cuts (rounds.h), stage by
 // stage: a stream of stage s of B bytes between a and b has chunk
 // c > W_s * B / max(T_s(a), T_s(b)), so at most B / c < max(T_s(a),

@@ -15,10 +15,10 @@ namespace reshard::planning {
 namespace {
 
 // Stage-0 stream bytes (PairBytes): dense from the start where the table
-// takes at most what a 4,096-device square one did, else once the hash
-// map reaches a quarter of it (a table of up to kDensePairCap, and within
-// max_bytes: the 405B plan at 16,384 devices has 2^28 streams, 2 GiB as
-// a table against some 17 GiB as a map).
+// takes at most 128 MiB, else once the hash map reaches a quarter of it (a
+// table of up to kDensePairCap, and within max_bytes: the 405B plan at
+// 16,384 devices has 2^28 streams, 1 GiB as a table against some 17 GiB
+// as a map).
 constexpr size_t kDensePairCap = size_t{2} << 30;
 
 PairBytes pair_bytes_for(const Context& ctx, bool track_pairs, int64_t max_bytes) {
@@ -43,7 +43,7 @@ PairBytes pair_bytes_for(const Context& ctx, bool track_pairs, int64_t max_bytes
                max_bytes < 0 ? kDensePairCap
                              : std::min(kDensePairCap, static_cast<size_t>(std::max(
                                                            max_bytes, StatsPass::kPairFloor))));
-  if (track_pairs && pb.table_bytes() <= size_t{4096} * 4096 * sizeof(int64_t)) pb.make_dense();
+  if (track_pairs && pb.table_bytes() <= size_t{128} << 20) pb.make_dense();
   return pb;
 }
 

@@ -221,6 +221,7 @@ void TiledCells::group(const TensorCtx& t, int64_t esum, int64_t copies, int64_t
       ++dst_on_proc_[t.dt->process[dg.cell_entries[i]]];
     }
     cell_bits_.assign(p_.words, 0);
+    size_t word_lo = p_.words, word_hi = 0;  // cell_bits_' words with bits: [lo, hi)
     int64_t total = 0;
     for (auto [h, vol] : hv_) {
       const uint32_t sd = t.st->dense[h];
@@ -238,6 +239,8 @@ void TiledCells::group(const TensorCtx& t, int64_t esum, int64_t copies, int64_t
       add_to(vol_on_host_[t.st->host[h]], bytes, "max_host_send_bytes");
       add_to(total, bytes, "max_recv_bytes");
       cell_bits_[sd >> 6] |= uint64_t{1} << (sd & 63);
+      word_lo = std::min<size_t>(word_lo, sd >> 6);
+      word_hi = std::max<size_t>(word_hi, (sd >> 6) + 1);
       if (p_.counts) (*p_.counts)[sd].send_pieces += n * copies;
     }
     group_pieces += static_cast<int64_t>(hv_.size()) * n;
@@ -278,12 +281,12 @@ void TiledCells::group(const TensorCtx& t, int64_t esum, int64_t copies, int64_t
              total - (vol_on_host_.count(t.dt->host[e]) ? vol_on_host_[t.dt->host[e]] : 0),
              "max_host_recv_bytes");
       uint64_t* row = p_.bits.data() + dd * p_.words;
-      for (size_t w = 0; w < p_.words; ++w) row[w] |= cell_bits_[w];
+      for (size_t w = word_lo; w < word_hi; ++w) row[w] |= cell_bits_[w];
       if (!p_.track_pairs) continue;
-      if (int64_t* prow = hv_cols_.empty() ? nullptr : p_.pair_bytes.row(dd)) {
+      if (uint32_t* prow = hv_cols_.empty() ? nullptr : p_.pair_bytes.row(dd)) {
         for (size_t k = 0; k < hv_.size(); ++k)
           if (t.st->dense[hv_[k].first] != dd)
-            add_to(prow[hv_cols_[k]], hv_[k].second * esum, "network_bytes");
+            (void)p_.pair_bytes.add_cell(prow, dd, hv_cols_[k], hv_[k].second * esum);
         continue;
       }
       for (auto [h, vol] : hv_)
