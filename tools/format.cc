@@ -9,7 +9,6 @@
 #include <set>
 
 #include "cli.h"
-#include "plan/each_part.h"
 #include "reshard/error.h"
 
 namespace reshard::cli {
@@ -163,10 +162,7 @@ Plan plan_part_spec(const PlanInput& input, const PlanRequest& estimate_request,
                     const std::function<void(const PlanEstimate&)>& check) {
   Progress progress;
   return translated(
-      [&] {
-        return planning::plan_part_after_estimate(input, estimate_request, part_request, stats,
-                                                  check);
-      },
+      [&] { return plan_part_after_estimate(input, estimate_request, part_request, stats, check); },
       "--process P");
 }
 

@@ -1,4 +1,4 @@
-// planning::plan_part_after_estimate (plan/each_part.h): `reshard plan
+// plan_part_after_estimate (reshard/plan.h): `reshard plan
 // --process P --out F` plans the part on the decisions and the global
 // statistics of the estimate it computed first, instead of computing them
 // again in make_plan.
@@ -41,7 +41,7 @@ TEST(PlanPartAfterEstimate, PartTakesTheEstimatesDecisionsAndStatistics) {
       PlanEstimate e_one;
       int checked = 0;
       const Plan one =
-          planning::plan_part_after_estimate(in, whole, part, &st_one, [&](const PlanEstimate& e) {
+          plan_part_after_estimate(in, whole, part, &st_one, [&](const PlanEstimate& e) {
             e_one = e;
             ++checked;
             EXPECT_EQ(planning::stats_passes() - before, estimate_passes);
@@ -72,15 +72,15 @@ TEST(PlanPartAfterEstimate, ACheckThatThrowsStopsAndUnlikeRequestsPlanApart) {
   m.layers = 1;
   const PlanInput in = bench::transformer_case(m, 64, 0, 64, 8, 8);
   const PlanRequest whole{PlanScope::kAll, 1, true}, part{PlanScope::kProcess, 1, true};
-  EXPECT_THROW(
-      planning::plan_part_after_estimate(
-          in, whole, part, nullptr,
-          [](const PlanEstimate&) { throw Error(ErrorCode::kResourceExhausted, "too large"); }),
-      Error);
+  EXPECT_THROW(plan_part_after_estimate(in, whole, part, nullptr,
+                                        [](const PlanEstimate&) {
+                                          throw Error(ErrorCode::kResourceExhausted, "too large");
+                                        }),
+               Error);
   PlanRequest other = part;
   other.max_plan_bytes = kUnlimitedPlanBytes;
   const int64_t before = planning::stats_passes();
-  const Plan apart = planning::plan_part_after_estimate(in, whole, other, nullptr, nullptr);
+  const Plan apart = plan_part_after_estimate(in, whole, other, nullptr, nullptr);
   EXPECT_GT(planning::stats_passes() - before, 1);
   EncodeOptions eo;
   eo.all_parts = false;

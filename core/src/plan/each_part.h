@@ -33,15 +33,4 @@ size_t part_batch(int threads, size_t parts);
 // (PartSink::stats). Other scopes are kInvalidArgument naming request.scope.
 Plan plan_each_part(const PlanInput& input, const PlanRequest& request, const PartSink& sink);
 
-// estimate_plan(input, estimate_request, stats), then `check` (when set)
-// with its estimate, which may throw to stop before the part, then
-// make_plan(input, part_request): the same plan, planned on the decisions
-// and the global statistics of the estimate instead of computing them
-// again, where part_request is PlanScope::kProcess with global_stats and
-// both requests take the same max_plan_bytes and max_stats_pieces (else
-// the two calls). `reshard plan --process P --out F` runs it.
-Plan plan_part_after_estimate(const PlanInput& input, const PlanRequest& estimate_request,
-                              const PlanRequest& part_request, PlanStats* stats,
-                              const std::function<void(const PlanEstimate&)>& check);
-
 }  // namespace reshard::planning

@@ -995,8 +995,6 @@ Plan make_plan(const PlanInput& input, const PlanRequest& request) {
   return make_plan_impl(input, request, nullptr);
 }
 
-namespace planning {
-
 Plan plan_part_after_estimate(const PlanInput& input, const PlanRequest& estimate_request,
                               const PlanRequest& part_request, PlanStats* stats,
                               const std::function<void(const PlanEstimate&)>& check) {
@@ -1022,8 +1020,6 @@ Plan plan_part_after_estimate(const PlanInput& input, const PlanRequest& estimat
   if (check) check(e);
   return make_plan_impl(input, part_request, nullptr, &ctx);
 }
-
-}  // namespace planning
 
 namespace planning {
 
