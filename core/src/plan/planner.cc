@@ -825,15 +825,22 @@ PlanEstimate estimate_decided(Context& ctx, const PlanRequest& request, int thre
   return e;
 }
 
-}  // namespace
-
-PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, PlanStats* stats) {
+// estimate_plan on `ctx` (a Context of the input, not yet built), which it
+// leaves as estimate_decided does.
+PlanEstimate estimate_on(Context& ctx, const PlanInput& input, const PlanRequest& request,
+                         PlanStats* stats) {
   const auto t0 = WaitClock::now();
   const int threads = validate_request(input, request);
   const int64_t limit = resolve_limit(request.max_plan_bytes);
-  Context ctx(input);
   build_and_decide(ctx, request, limit);
   return estimate_decided(ctx, request, threads, limit, stats, t0);
+}
+
+}  // namespace
+
+PlanEstimate estimate_plan(const PlanInput& input, const PlanRequest& request, PlanStats* stats) {
+  Context ctx(input);
+  return estimate_on(ctx, input, request, stats);
 }
 
 namespace {
@@ -1011,12 +1018,8 @@ Plan plan_part_after_estimate(const PlanInput& input, const PlanRequest& estimat
     if (check) check(e);
     return make_plan(input, part_request);
   }
-  const auto t0 = WaitClock::now();
-  const int threads = validate_request(input, estimate_request);
-  const int64_t limit = resolve_limit(estimate_request.max_plan_bytes);
   Context ctx(input);
-  build_and_decide(ctx, estimate_request, limit);
-  const PlanEstimate e = estimate_decided(ctx, estimate_request, threads, limit, stats, t0);
+  const PlanEstimate e = estimate_on(ctx, input, estimate_request, stats);
   if (check) check(e);
   return make_plan_impl(input, part_request, nullptr, &ctx);
 }
