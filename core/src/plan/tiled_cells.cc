@@ -259,6 +259,16 @@ void TiledCells::group(const TensorCtx& t, int64_t esum, int64_t copies, int64_t
         }
         hv_cols_.push_back(col);
       }
+    // Where the holders' columns are consecutive (c0, c0 + 1, ...) and
+    // every stream's bytes fit a cell, a row takes them as a run (add_run)
+    // with the entry's own column left out: run_bytes_[k], hv_[k]'s bytes.
+    bool run = !hv_cols_.empty();
+    run_bytes_.clear();
+    for (size_t k = 0; run && k < hv_.size(); ++k) {
+      const int64_t b = hv_[k].second * esum;
+      run = hv_cols_[k] == hv_cols_[0] + static_cast<int32_t>(k) && b >= 0 && b < PairBytes::kInMap;
+      run_bytes_.push_back(static_cast<uint32_t>(b));
+    }
     for (uint32_t i = b0; i < b1; ++i) {
       const uint32_t e = dg.cell_entries[i];
       const uint32_t dd = t.dt->dense[e];
@@ -283,6 +293,18 @@ void TiledCells::group(const TensorCtx& t, int64_t esum, int64_t copies, int64_t
       uint64_t* row = p_.bits.data() + dd * p_.words;
       for (size_t w = word_lo; w < word_hi; ++w) row[w] |= cell_bits_[w];
       if (!p_.track_pairs) continue;
+      if (uint32_t* prow = run ? p_.pair_bytes.row(dd) : nullptr) {
+        // The holder on dd itself (column(dd) among the run's) takes none.
+        const int32_t c0 = hv_cols_[0], own_col = p_.pair_bytes.column(dd);
+        const size_t skip = own_col >= c0 && static_cast<size_t>(own_col - c0) < hv_.size()
+                                ? static_cast<size_t>(own_col - c0)
+                                : hv_.size();
+        (void)p_.pair_bytes.add_run(prow, dd, c0, run_bytes_.data(), skip);
+        if (skip < hv_.size())
+          (void)p_.pair_bytes.add_run(prow, dd, c0 + static_cast<int32_t>(skip) + 1,
+                                      run_bytes_.data() + skip + 1, hv_.size() - skip - 1);
+        continue;
+      }
       if (uint32_t* prow = hv_cols_.empty() ? nullptr : p_.pair_bytes.row(dd)) {
         for (size_t k = 0; k < hv_.size(); ++k)
           if (t.st->dense[hv_[k].first] != dd)

@@ -76,7 +76,8 @@ class TiledCells {
   std::vector<LeaderRun> runs_;
   std::vector<std::pair<size_t, size_t>> spans_, small_spans_;  // small: one entry
   std::map<int32_t, int64_t> dst_on_host_, dst_on_proc_, vol_on_host_;
-  std::vector<int32_t> hv_cols_;  // per region: its holder's column of pair_bytes
+  std::vector<int32_t> hv_cols_;     // per region: its holder's column of pair_bytes
+  std::vector<uint32_t> run_bytes_;  // per region: its bytes, where group adds them as a run
   std::vector<uint64_t> cell_bits_;
 };
 
