@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
+#include <span>
 #include <tuple>
+#include <vector>
 
 using reshard::planning::PairBytes;
 
@@ -100,4 +103,63 @@ TEST(PairBytes, StreamsOf4GiBMoveFromTheTableToTheMap) {
   EXPECT_EQ(read(m), (Streams{{{0, 1}, int64_t{5} << 32}, {{1, 2}, 3}}));
   EXPECT_FALSE(m.add(0, 1, 1, 48));
   EXPECT_EQ(m.get(0, 1), (int64_t{5} << 32) + 1);
+}
+
+// add_run (consecutive columns of a row, summed a block at a time) against
+// add_cell column by column: the same cells, the same map entries in the
+// same order, the same count of new ones, where some streams reach 4 GiB
+// (a block then goes add_cell by add_cell) and runs start and end anywhere.
+TEST(PairBytes, AddRunAddsAsAddCellDoesOneByOne) {
+  constexpr uint32_t kRows = 6, kCols = 300;
+  std::vector<uint8_t> rows(kCols, 0), cols(kCols, 1);
+  for (uint32_t d = 0; d < kRows; ++d) rows[d * 7] = 1;
+  PairBytes run(rows, cols, 1 << 20), one(rows, cols, 1 << 20);
+  run.make_dense();
+  one.make_dense();
+  std::mt19937 rng(3636);
+  size_t fresh_run = 0, fresh_one = 0;
+  std::vector<uint32_t> bytes;
+  auto both = [&](uint32_t dd, int32_t c0) {
+    fresh_run += run.add_run(run.row(dd), dd, c0, bytes.data(), bytes.size());
+    uint32_t* row = one.row(dd);
+    for (size_t k = 0; k < bytes.size(); ++k)
+      fresh_one += one.add_cell(row, dd, c0 + static_cast<int32_t>(k), bytes[k]);
+  };
+  // Row 7, columns 3..202: 1000 + k, then sums of 2^32 - 1 - k % 3 (2^32
+  // - 1 exactly: into the map), then 1 more each (2^32 - 1 again).
+  bytes.resize(200);
+  for (uint32_t k = 0; k < 200; ++k) bytes[k] = 1000 + k;
+  both(7, 3);
+  for (uint32_t k = 0; k < 200; ++k) bytes[k] = PairBytes::kInMap - (1000 + k) - k % 3;
+  both(7, 3);
+  std::fill(bytes.begin(), bytes.end(), 1);
+  both(7, 3);
+  for (int i = 0; i < 400; ++i) {
+    const uint32_t dd = (rng() % kRows) * 7;
+    const auto c0 = static_cast<int32_t>(rng() % kCols);
+    const size_t n = rng() % (kCols - static_cast<size_t>(c0) + 1);
+    bytes.resize(n);
+    // Mostly small; now and then near 2^32 - 1 or 1..4 (sums then land
+    // on 2^32 - 1 exactly, past it, or below it).
+    for (uint32_t& b : bytes) {
+      const uint32_t pick = static_cast<uint32_t>(rng() % 16);
+      b = pick == 0   ? PairBytes::kInMap - 1 - static_cast<uint32_t>(rng() % 4)
+          : pick == 1 ? 1 + static_cast<uint32_t>(rng() % 4)
+                      : static_cast<uint32_t>(rng() % 5000);
+    }
+    both(dd, c0);
+  }
+  EXPECT_GT(fresh_one, 0u);  // streams went to the map
+  EXPECT_EQ(fresh_run, fresh_one);
+  EXPECT_EQ(read(run), read(one));
+  using Entries = std::vector<std::tuple<uint32_t, uint32_t, int64_t>>;
+  Entries map_run, map_one;
+  run.each_sparse([&](uint32_t sd, uint32_t dd, int64_t b) { map_run.emplace_back(sd, dd, b); });
+  one.each_sparse([&](uint32_t sd, uint32_t dd, int64_t b) { map_one.emplace_back(sd, dd, b); });
+  EXPECT_EQ(map_run, map_one);  // the same order too
+  size_t cells = 0;
+  run.each_row([&](uint32_t, std::span<const uint32_t> sources, const uint32_t*) {
+    cells += sources.size();
+  });
+  EXPECT_EQ(cells, size_t{kRows} * kCols);
 }
