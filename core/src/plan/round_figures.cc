@@ -150,6 +150,11 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
   // depends on nothing else). The figures are visit's, summed in another
   // order.
   StageZeroFigures figures(rule);
+  // Each source's messages and cuts over the rows, by column (added to
+  // counts after the last row): 16 bytes a column in cache rather than a
+  // DeviceCounts a source (56 bytes: 0.9 MB at 16,384 devices) each stream.
+  std::vector<int64_t> col_messages, col_cuts;
+  std::span<const uint32_t> columns;
   in.pairs->each_row([&](uint32_t dd, std::span<const uint32_t> sources, const uint32_t* bytes) {
     if (!in.bands->empty()) {
       for (size_t c = 0; c < sources.size(); ++c)
@@ -158,6 +163,11 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
       return;
     }
     const DeviceLoad lb = load(0, dd);
+    if (counts && columns.empty()) {
+      columns = sources;
+      col_messages.assign(sources.size(), 0);
+      col_cuts.assign(sources.size(), 0);
+    }
     int64_t row_messages = 0, row_cuts = 0, row_staged = 0, row_rounds = 0;
     int64_t last_all = -1, last_peers = -1, last_load = -1, r = 0, cap = 0;
     for (size_t c = 0; c < sources.size(); ++c) {
@@ -176,8 +186,8 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
       row_rounds = std::max(row_rounds, r);
       add_to(row_messages, r, "messages");
       if (counts) {
-        (*counts)[sd].messages += r;
-        (*counts)[sd].cuts += r - 1;
+        col_messages[c] += r;
+        col_cuts[c] += r - 1;
         row_cuts += r - 1;
       }
       add_to(staged[sd], cap, "peak_staging_bytes");
@@ -191,6 +201,10 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
     }
     add_to(staged[dd], row_staged, "peak_staging_bytes");
   });
+  for (size_t c = 0; c < columns.size(); ++c) {
+    (*counts)[columns[c]].messages += col_messages[c];
+    (*counts)[columns[c]].cuts += col_cuts[c];
+  }
   band_only(0, [&](size_t sd, size_t dd) {
     return in.pairs->get(static_cast<uint32_t>(sd), static_cast<uint32_t>(dd));
   });
