@@ -78,6 +78,99 @@ TEST(CrossLayout, LinearBoxesCoverExactlyTheRun) {
   EXPECT_GT(checked, least_covered(1500));
 }
 
+// The recursive statement of linear_boxes (row by row: the first partial
+// row's rest, the whole rows, the last partial row's start, each partial
+// row cut the same way one dimension down), which the planner's
+// iterative one must give box for box, in the same order: the routes'
+// parts, and so the plans, follow it.
+void linear_boxes_reference(const Box& B, int64_t s, int64_t e, std::vector<Box>& out) {
+  if (s >= e) return;
+  if (B.rank == 0) {
+    out.push_back(B);
+    return;
+  }
+  int64_t inner = 1;
+  for (int d = 1; d < B.rank; ++d) inner *= B.extent(d);
+  auto sub = [&](int64_t r, int64_t a, int64_t b) {
+    Box rest = B;
+    rest.lo[0] = B.lo[0] + r;
+    rest.hi[0] = rest.lo[0] + 1;
+    if ((a == 0 && b == inner) || B.rank == 1) {
+      out.push_back(rest);
+      return;
+    }
+    Box inner_box;
+    inner_box.rank = B.rank - 1;
+    for (int d = 1; d < B.rank; ++d) {
+      inner_box.lo[d - 1] = B.lo[d];
+      inner_box.hi[d - 1] = B.hi[d];
+    }
+    const size_t first = out.size();
+    linear_boxes_reference(inner_box, a, b, out);
+    for (size_t i = first; i < out.size(); ++i) {
+      Box x = rest;
+      for (int d = 1; d < B.rank; ++d) {
+        x.lo[d] = out[i].lo[d - 1];
+        x.hi[d] = out[i].hi[d - 1];
+      }
+      out[i] = x;
+    }
+  };
+  int64_t r0 = s / inner;
+  const int64_t r1 = e / inner;
+  if (r0 == r1) {
+    sub(r0, s % inner, e % inner);
+    return;
+  }
+  if (s % inner != 0) sub(r0++, s % inner, inner);
+  if (r0 < r1) {
+    Box mid = B;
+    mid.lo[0] = B.lo[0] + r0;
+    mid.hi[0] = B.lo[0] + r1;
+    out.push_back(mid);
+  }
+  if (e % inner != 0) sub(r1, 0, e % inner);
+}
+
+// linear_boxes gives the reference's boxes in the reference's order, every
+// coordinate (the unused ones beyond the rank too), on random boxes of
+// rank 0-6 and runs, and on runs of whole and partial rows.
+TEST(CrossLayout, LinearBoxesMatchTheRecursiveStatement) {
+  std::mt19937_64 rng(20261130);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  int multi = 0;
+  for (int c = 0; c < scaled_cases(20000); ++c) {
+    Box B;
+    B.rank = static_cast<int>(uni(0, 6));
+    for (int d = 0; d < B.rank; ++d) {
+      B.lo[d] = uni(-3, 40);
+      B.hi[d] = B.lo[d] + uni(1, d == 0 ? 50 : 7);
+    }
+    const int64_t n = B.volume();
+    int64_t s = uni(0, n), e = uni(s, n);
+    if (uni(0, 3) == 0 && B.rank > 0) {  // whole rows of some dimension at one end
+      const int64_t row = n / B.extent(0) / std::max<int64_t>(1, uni(1, 3));
+      if (row > 0) (uni(0, 1) ? s : e) = std::min(n, row * uni(0, n / row));
+      if (s > e) std::swap(s, e);
+    }
+    std::vector<Box> got, want;
+    planning::linear_boxes(B, s, e, got);
+    linear_boxes_reference(B, s, e, want);
+    SCOPED_TRACE("case " + std::to_string(c) + ": " + to_string(B) + " [" + std::to_string(s) +
+                 ", " + std::to_string(e) + ")");
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].rank, want[i].rank) << "box " << i;
+      EXPECT_EQ(got[i].lo, want[i].lo) << "box " << i << ": " << to_string(got[i]);
+      EXPECT_EQ(got[i].hi, want[i].hi) << "box " << i << ": " << to_string(got[i]);
+    }
+    multi += got.size() >= 3;
+  }
+  EXPECT_GT(multi, scaled_cases(20000) / 4) << "runs of three boxes or more";
+}
+
 // Bytes each host sends to other hosts (hosts[d]: device d's host).
 std::map<int32_t, int64_t> host_sends(const Plan& plan, const std::vector<int32_t>& hosts) {
   std::map<int32_t, int64_t> out;

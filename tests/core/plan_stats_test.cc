@@ -428,6 +428,49 @@ TEST(PlanStatsFastPath, DeviceRuleCellsVisitEachRelayPartOnce) {
   EXPECT_LE(at32, 5 * at8);
 }
 
+// The device rule's cells with MoE-like holders, one a host (a trainer's
+// replicas on hosts of their own): each direct part of a region (sent from
+// its holder's host to every receiving host) has one holder there, so
+// every entry takes a holder's direct parts as one sum
+// (planning::direct_sums_taken). 1-3 shards x 1-3 copies, one holder
+// device a host, into 3-10 receiving hosts of one entry, random rank,
+// dims, dtypes, split size and budgets, every field against the
+// enumeration; most cases take such sums.
+TEST(PlanStatsFastPath, DirectPartsOfOneHolderMatchTheEnumeration) {
+  std::mt19937_64 rng(20261130);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int cases = scaled_cases(120);
+  int summed = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t shards = uni(1, 3), copies = uni(1, 3), holders = shards * copies;
+    const int64_t receiving = uni(3, 10);
+    PlanInput in;
+    for (int64_t d = 0; d < holders + receiving; ++d)
+      in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d), 0});
+    const int rank = static_cast<int>(uni(1, 3));
+    std::vector<int64_t> shape;
+    for (int d = 0; d < rank; ++d) shape.push_back(uni(8, 160));
+    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+    src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+    const FleetLayouts f{shape, named(mesh({"a", "c"}, {shards, copies}, 0), src_dims),
+                         named(mesh({"r"}, {receiving}, holders),
+                               std::vector<std::vector<std::string>>(static_cast<size_t>(rank)))};
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
+    add_tensors(in, f, {dtypes[uni(0, 2)], dtypes[uni(0, 2)]});
+    in.options.split_min_bytes = uni(0, 1) ? 256 : 1024;
+    in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
+    const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    const int64_t before = planning::direct_sums_taken();
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(in, true));
+    summed += planning::direct_sums_taken() > before;
+  }
+  EXPECT_GT(summed, cases / 2) << "cases whose direct parts were summed per holder";
+}
+
 // Cells of several entries a host whose regions cross hosts (an MoE sync's
 // replicated tensors: 8 entries a host): a leader's forwards inside its
 // host are summed once for the host's other entries (RoutedCells::

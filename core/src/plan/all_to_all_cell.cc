@@ -39,8 +39,71 @@ void RoutedCells::a2a_flush(const TensorCtx& t, uint32_t b0, size_t m, int64_t c
   }
 }
 
-bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t np, int64_t esum,
-                             Stage0 stage0) {
+bool RoutedCells::a2a_direct(size_t np, int64_t esum) {
+  direct_used_ = 0;
+  if (p_.keyed) return false;
+  for (size_t j = 0; j < np; ++j) {
+    if (route_.part_entry[j] >= 0) continue;
+    if (route_.part_host[j] < 0 || holder_range_[j].second - holder_range_[j].first != 1)
+      return false;
+    const uint32_t src = part_holders_[holder_range_[j].first];
+    size_t k = 0;
+    while (k < direct_used_ && direct_[k].src != src) ++k;
+    if (k == direct_used_) {
+      if (direct_.size() == k) direct_.emplace_back();
+      DirectHolder& d = direct_[direct_used_++];
+      d.src = src;
+      d.bytes = d.pieces = 0;
+      d.parts.clear();
+    }
+    DirectHolder& d = direct_[k];
+    add_to(d.bytes, mul_of(route_.parts[j].volume(), esum, "network_bytes"), "network_bytes");
+    ++d.pieces;
+    d.parts.push_back(static_cast<uint32_t>(j));
+  }
+  return true;
+}
+
+void RoutedCells::a2a_direct_entry(const TensorCtx& t, uint32_t i, uint32_t e, bool cut,
+                                   int64_t copies, int64_t& group_pieces, Stage0 stage0) {
+  const uint32_t dd = t.dt->dense[e];
+  const int64_t dev = t.dg->devices[e];
+  const int32_t host = t.dt->host[e], proc = t.dt->process[e];
+  std::vector<Acc>& acc = p_.stage_acc[0];
+  for (size_t k = 0; k < direct_used_; ++k) {
+    const DirectHolder& d = direct_[k];
+    if (t.sg->devices[d.src] == dev) {  // local: as assign takes it
+      for (const uint32_t j : d.parts) stage0(i, e, j);
+      continue;
+    }
+    const uint32_t sd = t.st->dense[d.src];
+    ++direct_sums_;
+    group_pieces += d.pieces;
+    if (p_.counts) {
+      const int64_t n = copies * d.pieces;
+      DeviceCounts& c = (*p_.counts)[dd];
+      DeviceCounts& s = (*p_.counts)[sd];
+      c.recv_pieces += n;
+      s.send_pieces += n;
+      if (cut) {
+        c.regions += n;
+        s.regions += n;
+      }
+    }
+    p_.charge(acc, sd, dd, d.bytes, t.st->host[d.src] != host);
+    if (t.st->process[d.src] != proc)
+      add_to(p_.st.cross_process_bytes, d.bytes, "cross_process_bytes");
+    if (p_.track_pairs) p_.add_pair(sd, dd, d.bytes);
+    if (p_.dense_pairs) {
+      p_.bits[dd * p_.words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
+    } else if (p_.pair_set.insert((uint64_t{sd} << 32) | dd).second) {
+      p_.keep_pair();
+    }
+  }
+}
+
+bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t np, bool cut,
+                             int64_t esum, int64_t copies, int64_t& group_pieces, Stage0 stage0) {
   if (!route_.cross || recv_host_.size() != m || route_.cell_end - route_.cell_begin != m)
     return false;
   const Geometry& dg = *t.dg;
@@ -55,11 +118,21 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
     a2a_.part[j] = p;
   }
   a2a_.sort_parts(route_.part_entry, m);
+  // Stage 0 holds no pending piece: an entry's pieces add the same in any
+  // order, so its direct parts may go apart from the entered ones.
+  const bool direct = a2a_direct(np, esum);
+  if (direct) p_.stage_grow(0);
   for (size_t i = 0; i < m; ++i) {
     const uint32_t e = dg.cell_entries[b0 + i];
     stage0_parts_.clear();
-    a2a_.each_stage0(static_cast<size_t>(recv_index_[slot_[i] - route_.cell_begin]),
-                     [&](size_t j) { stage0_parts_.push_back(static_cast<uint32_t>(j)); });
+    const auto idx = static_cast<size_t>(recv_index_[slot_[i] - route_.cell_begin]);
+    const auto push = [&](size_t j) { stage0_parts_.push_back(static_cast<uint32_t>(j)); };
+    if (direct) {
+      a2a_direct_entry(t, b0 + static_cast<uint32_t>(i), e, cut, copies, group_pieces, stage0);
+      a2a_.each_entered(idx, push);
+    } else {
+      a2a_.each_stage0(idx, push);
+    }
     const size_t n = stage0_parts_.size();
     for (size_t k = 0; k < n && k < kPrefetchAhead; ++k) prefetch_part(stage0_parts_[k]);
     for (size_t k = 0; k < n; ++k) {

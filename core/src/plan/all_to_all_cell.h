@@ -102,6 +102,11 @@ struct AllToAllCell {
         order_[cursor_[static_cast<size_t>(part_entry[j])]++] = static_cast<uint32_t>(j);
   }
   bool any_entered() const { return !order_.empty(); }
+  // f(j) for the parts entering receiving index idx, in part order.
+  template <class F>
+  void each_entered(size_t idx, F&& f) const {
+    for (size_t y = begin_[idx]; y < begin_[idx + 1]; ++y) f(order_[y]);
+  }
   // f(j) for the direct parts and those entering receiving index idx: an
   // entry's stage-0 parts, in part order.
   template <class F>

@@ -515,6 +515,10 @@ int64_t& relay_parts_visited() {
   static int64_t visited = 0;
   return visited;
 }
+int64_t& direct_sums_taken() {
+  static int64_t taken = 0;
+  return taken;
+}
 
 std::optional<GuardStop> Context::guard_stop(int64_t max_bytes) {
   const PlanOptions& o = input.options;

@@ -338,6 +338,10 @@ int64_t& stats_passes();
 // part), or one per part where a cell's entries take a source's parts
 // alike (an all-to-all among them, the device rule's cells).
 int64_t& relay_parts_visited();
+// (Entry, holder) sums of an all-to-all cell's direct parts the global
+// statistics took at once (RoutedCells::a2a_direct_entry), in this
+// process (tests read it).
+int64_t& direct_sums_taken();
 
 // Whether a process part's enumeration replays the pieces of like tensors
 // (planner.cc, build_chunk): on unless a test turns it off to compare the

@@ -179,7 +179,9 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
         });
       if (!ok) fail(ErrorCode::kInternal, "statistics: a route part without holders");
     };
-    if (a2a_ok && a2a_region(t, b0, m, np, esum, Stage0(stage0))) return;
+    if (a2a_ok &&
+        a2a_region(t, b0, m, np, own || np > 1, esum, copies, group_pieces, Stage0(stage0)))
+      return;
     if (a2a_.on) {  // taken one by one from here: each pair's pending piece and stream
       a2a_flush(t, b0, m, copies, group_pieces);
       a2a_leave(t, b0, m, indexed);
@@ -227,6 +229,8 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
   if (a2a_.on) a2a_flush(t, b0, m, copies, group_pieces);
   std::atomic_ref<int64_t>(relay_parts_visited()).fetch_add(part_visits_);
   part_visits_ = 0;
+  std::atomic_ref<int64_t>(direct_sums_taken()).fetch_add(direct_sums_);
+  direct_sums_ = 0;
   return true;
 }
 

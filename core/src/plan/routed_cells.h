@@ -126,8 +126,30 @@ class RoutedCells {
   // False, having done nothing, where the region is not one: it does not
   // enter every host of the cell, or a part's leader is not its host's
   // entry.
-  bool a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t np, int64_t esum,
-                  Stage0 stage0);
+  // `cut`: the region's stage-0 pieces have their own region (stage0's).
+  bool a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t np, bool cut, int64_t esum,
+                  int64_t copies, int64_t& group_pieces, Stage0 stage0);
+  // The region's direct parts (sent from the holders' hosts to every
+  // entry, no relay) where each has one holder on its host: every entry
+  // takes each of them as one stage-0 piece from that holder (assign of
+  // one holder), alike but for the entry. Grouped by holder (part order
+  // within one): per holder its parts, their bytes and count, so an entry
+  // takes a holder's parts as one sum (one stream) instead of a piece at
+  // a time. False, direct_ unset, where a direct part has several holders
+  // on its host or none (assign's choice of holder then depends on the
+  // entry) or the pass is keyed (count_keys sees every piece).
+  struct DirectHolder {
+    uint32_t src = 0;
+    int64_t bytes = 0, pieces = 0;
+    std::vector<uint32_t> parts;
+  };
+  std::vector<DirectHolder> direct_;
+  size_t direct_used_ = 0;
+  bool a2a_direct(size_t np, int64_t esum);
+  // Entry e (at cell_entries[i]) takes direct_ as StatsPass::account
+  // takes each piece (a holder on e's device: its parts by stage0).
+  void a2a_direct_entry(const TensorCtx& t, uint32_t i, uint32_t e, bool cut, int64_t copies,
+                        int64_t& group_pieces, Stage0 stage0);
   // A region's stage-0 parts of one entry (a2a_region), visited in order
   // with the figures of the part kPrefetchAhead on asked for ahead: an
   // entry's parts are strided over the region's, and each visit missed
@@ -145,6 +167,7 @@ class RoutedCells {
 
   StatsPass& p_;
   int64_t part_visits_ = 0;  // relay_parts_visited()
+  int64_t direct_sums_ = 0;  // direct_sums_taken()
   Route route_;
   std::vector<std::vector<Pending>> pending_;
   std::vector<std::vector<StreamRef>> streams_;  // per entry of the cell

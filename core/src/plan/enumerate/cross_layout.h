@@ -81,59 +81,76 @@ inline void water_fill(const std::vector<std::pair<int32_t, double>>& w, size_t 
 }
 
 // Appends the boxes covering elements [s, e) of `B` in row-major order (at
-// most 2 rank - 1 boxes; none when s >= e).
+// most 2 rank - 1 boxes; none when s >= e): while [s, e) lies in one row
+// of a dimension, that row; then the rest of the first partial row
+// (deepest rows first), the whole rows between, and the start of the last
+// partial row (outermost rows first), each box B's outside the rows fixed.
 inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& out) {
   if (s >= e) return;
   if (B.rank == 0) {
     out.push_back(B);
     return;
   }
-  int64_t inner = 1;
-  for (int d = 1; d < B.rank; ++d) inner *= B.extent(d);
-  auto sub = [&](int64_t r, int64_t a, int64_t b) {  // elements [a, b) of row r
-    Box rest = B;
-    rest.lo[0] = B.lo[0] + r;
-    rest.hi[0] = rest.lo[0] + 1;
-    if (a == 0 && b == inner) {
-      out.push_back(rest);
-      return;
-    }
-    // Drop dimension 0 (one row), cut the rest, put it back.
-    Box inner_box;
-    inner_box.rank = B.rank - 1;
-    for (int d = 1; d < B.rank; ++d) {
-      inner_box.lo[d - 1] = B.lo[d];
-      inner_box.hi[d - 1] = B.hi[d];
-    }
-    const size_t first = out.size();
-    if (inner_box.rank == 0) {
-      out.push_back(rest);
-      return;
-    }
-    linear_boxes(inner_box, a, b, out);
-    for (size_t i = first; i < out.size(); ++i) {
-      Box x = rest;
-      for (int d = 1; d < B.rank; ++d) {
-        x.lo[d] = out[i].lo[d - 1];
-        x.hi[d] = out[i].hi[d - 1];
-      }
-      out[i] = x;
-    }
+  const int rank = B.rank;
+  std::array<int64_t, kMaxRank> inner;  // elements of one row of dimension d
+  inner[static_cast<size_t>(rank - 1)] = 1;
+  for (int d = rank - 2; d >= 0; --d) inner[d] = inner[d + 1] * B.extent(d + 1);
+  const auto fix = [&](Box& w, int d, int64_t from, int64_t to) {
+    w.lo[d] = B.lo[d] + from;
+    w.hi[d] = B.lo[d] + to;
   };
-  int64_t r0 = s / inner;
-  const int64_t r1 = e / inner;
-  if (r0 == r1) {
-    sub(r0, s % inner, e % inner);
-    return;
+  Box P = B;
+  int d = 0;
+  while (s / inner[d] == e / inner[d]) {  // one row (s < e: never the last dimension)
+    fix(P, d, s / inner[d], s / inner[d] + 1);
+    s %= inner[d];
+    e %= inner[d];
+    ++d;
   }
-  if (s % inner != 0) sub(r0++, s % inner, inner);
-  if (r0 < r1) {
-    Box mid = B;
-    mid.lo[0] = B.lo[0] + r0;
-    mid.hi[0] = B.lo[0] + r1;
+  const int64_t r0 = s / inner[d], r1 = e / inner[d];
+  int64_t a = s % inner[d], b = e % inner[d];
+  if (a != 0) {  // the rest of row r0: rows from `start[k]` of each deeper dimension k
+    std::array<int64_t, kMaxRank> start;
+    Box W = P;
+    fix(W, d, r0, r0 + 1);
+    int k = d + 1;
+    for (;; ++k) {
+      const int64_t row = a / inner[k];
+      a %= inner[k];
+      start[k] = row + (a != 0);
+      if (a == 0) break;
+      fix(W, k, row, row + 1);
+    }
+    for (; k > d; --k) {
+      if (start[k] < B.extent(k)) {
+        fix(W, k, start[k], B.extent(k));
+        out.push_back(W);
+      }
+      W.lo[k] = B.lo[k];
+      W.hi[k] = B.hi[k];
+    }
+  }
+  const int64_t m0 = r0 + (s % inner[d] != 0);
+  if (m0 < r1) {
+    Box mid = P;
+    fix(mid, d, m0, r1);
     out.push_back(mid);
   }
-  if (e % inner != 0) sub(r1, 0, e % inner);
+  if (b != 0) {  // the start of row r1: rows [0, row) of each deeper dimension
+    Box W = P;
+    fix(W, d, r1, r1 + 1);
+    for (int k = d + 1;; ++k) {
+      const int64_t row = b / inner[k];
+      b %= inner[k];
+      if (row > 0) {
+        Box x = W;
+        fix(x, k, 0, row);
+        out.push_back(x);
+      }
+      if (b == 0) break;
+      fix(W, k, row, row + 1);
+    }
+  }
 }
 
 // Relays across hosts, at element granularity, for the cells none of whose
