@@ -556,14 +556,9 @@ std::string svg_line(double x, double y, const std::string& s, double font, doub
 // or '-' (device lists: "0-63,128-191"); a longer part stays whole.
 std::vector<std::string> break_lines(const std::string& text, size_t width) {
   std::vector<std::string> parts{""};
-  size_t cols = 0;
   for (size_t i = 0; i < text.size(); ++i) {
     parts.back() += text[i];
-    cols += (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80;
-    if ((text[i] == ',' || text[i] == '-') && i + 1 < text.size()) {
-      parts.emplace_back();
-      cols = 0;
-    }
+    if ((text[i] == ',' || text[i] == '-') && i + 1 < text.size()) parts.emplace_back();
   }
   std::vector<std::string> lines{""};
   for (const auto& p : parts) {

@@ -32,6 +32,14 @@ reshard_plan_options_t to_c(const reshard::PlanOptions& o) {
   return c;
 }
 
+const reshard::SpecFlat& flat_at(const reshard_plan_input_t* input, size_t flat) {
+  if (flat >= input->flats.size())
+    reshard::fail(ErrorCode::kOutOfRange, "flat",
+                  std::to_string(flat) + " is not below the " +
+                      std::to_string(input->flats.size()) + " flat layouts of the input");
+  return input->flats[flat];
+}
+
 }  // namespace
 
 // A struct filled by RESHARD_PLAN_OPTIONS_INIT plans exactly like
@@ -210,15 +218,6 @@ reshard_error_t* reshard_plan_input_fingerprint(const reshard_plan_input_t* inpu
   });
 }
 
-namespace {
-const reshard::SpecFlat& flat_at(const reshard_plan_input_t* input, size_t flat) {
-  if (flat >= input->flats.size())
-    reshard::fail(ErrorCode::kOutOfRange, "flat",
-                  std::to_string(flat) + " is not below the " +
-                      std::to_string(input->flats.size()) + " flat layouts of the input");
-  return input->flats[flat];
-}
-}  // namespace
 
 reshard_error_t* reshard_plan_input_num_flats(const reshard_plan_input_t* input,
                                               size_t* out_count) {

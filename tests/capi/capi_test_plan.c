@@ -163,10 +163,11 @@ void test_plan_create(void) {
   for (size_t i = 0; i < sizeof kBadOptions / sizeof kBadOptions[0]; ++i) {
     options = (reshard_plan_options_t)RESHARD_PLAN_OPTIONS_INIT;
     char* const field = (char*)&options + kBadOptions[i].offset;
-    const int64_t as_int = (int64_t)kBadOptions[i].value;
-    if (kBadOptions[i].is_int)
+    if (kBadOptions[i].is_int) {
+      /* Only integer fields convert: a double value may be inf or NaN. */
+      const int64_t as_int = (int64_t)kBadOptions[i].value;
       memcpy(field, &as_int, sizeof as_int);
-    else
+    } else
       memcpy(field, &kBadOptions[i].value, sizeof(double));
     CHECK_OK(reshard_plan_input_set_options(f.input, &options));
     CHECK_ERR(reshard_plan_create(f.input, NULL, &untouched), RESHARD_ERROR_INVALID_ARGUMENT,

@@ -113,6 +113,9 @@ struct BackendDescriptor {
   std::span<const char* const> library_names;  // default file names, preferred first
   const char* entry_symbol = nullptr;          // "reshard_backend_mpi_v1", ...
   uint32_t table_size = 0;                     // sizeof the entry table it returns
+  // Calls the entry symbol through its own type (`const Table* (*)(void)`):
+  // a call through any other function type is undefined behaviour.
+  const void* (*call_entry)(void* symbol) = nullptr;
 };
 
 // Every registered backend, in BackendKind order.

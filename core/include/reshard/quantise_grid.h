@@ -106,7 +106,11 @@ RESHARD_HD inline uint8_t grid_to_bits(uint32_t g) {
   constexpr float kPerSubnormal = To == DType::kF8E4M3 ? 0x1p9f : 0x1p16f;
   const uint32_t a = g & 0x7fffffffu;
   const uint32_t normal = (a >> G::kShift) - ((127u - kBias) << kMantissa);
-  const auto sub = static_cast<uint32_t>(numeric::f32_from_bits(a) * kPerSubnormal);
+  // The subnormal value from a magnitude clamped to the normals' least, so
+  // that the conversion is defined for every input (normals, inf and NaN
+  // take `normal` or are never stored).
+  const uint32_t a_sub = a < G::kNormalMin ? a : G::kNormalMin;
+  const auto sub = static_cast<uint32_t>(numeric::f32_from_bits(a_sub) * kPerSubnormal);
   const uint32_t is_normal = 0u - static_cast<uint32_t>(a >= G::kNormalMin);
   return static_cast<uint8_t>((normal & is_normal) | (sub & ~is_normal) | ((g >> 24) & 0x80u));
 }

@@ -21,11 +21,19 @@ namespace {
 constexpr const char* kMpiLibraryNames[] = {"libreshard_mpi.so.1", "libreshard_mpi.so"};
 constexpr const char* kCudaLibraryNames[] = {"libreshard_cuda.so.1", "libreshard_cuda.so"};
 
+// An entry symbol called as what it is, `const Table* (*)(void)`.
+template <class Table>
+const void* call_entry(void* symbol) {
+  using Entry = const Table* (*)(void);
+  return reinterpret_cast<Entry>(symbol)();
+}
+
 const std::array<BackendDescriptor, 2> kRegistry = {{
     {BackendKind::kMpi, "mpi", "mpi", kMpiLibraryNames, "reshard_backend_mpi_v1",
-     static_cast<uint32_t>(sizeof(reshard_backend_mpi_v1_t))},
+     static_cast<uint32_t>(sizeof(reshard_backend_mpi_v1_t)), &call_entry<reshard_backend_mpi_v1_t>},
     {BackendKind::kCuda, "cuda", "cuda, nccl", kCudaLibraryNames, "reshard_backend_cuda_v1",
-     static_cast<uint32_t>(sizeof(reshard_backend_cuda_v1_t))},
+     static_cast<uint32_t>(sizeof(reshard_backend_cuda_v1_t)),
+     &call_entry<reshard_backend_cuda_v1_t>},
 }};
 
 // How each backend is opened and what its messages say.
@@ -142,10 +150,8 @@ const void* open_backend(const BackendDescriptor& d, const std::string& library,
       }
       continue;
     }
-    // Every entry point is `const Table* (*)(void)`.
-    using Entry = const void* (*)(void);
     void* symbol = dlsym(handle, d.entry_symbol);
-    const void* table = symbol != nullptr ? reinterpret_cast<Entry>(symbol)() : nullptr;
+    const void* table = symbol != nullptr ? d.call_entry(symbol) : nullptr;
     const std::string problem =
         table == nullptr ? std::string("no usable ") + d.entry_symbol : version_problem(d, table);
     if (!problem.empty()) {

@@ -145,8 +145,7 @@ void WorkerPool::run(size_t n, const std::function<void(size_t, int)>& task,
 
 DirectRunner::DirectRunner(const Plan& plan, std::span<const TensorBuffers> buffers,
                            const Schedule& schedule, WorkerPool& pool, int threads)
-    : plan_(plan),
-      tensors_(plan.tensors()),
+    : tensors_(plan.tensors()),
       buffers_(buffers),
       s_(schedule),
       stream_(schedule.local_bytes >= kStreamBytes),

@@ -270,7 +270,6 @@ class DirectRunner {
                         std::vector<std::byte>& scratch) const;
   bool sum_whole_chunk(const ReduceGroup& g, const Box& chunk, void* dst) const;
 
-  const Plan& plan_;
   const std::vector<TensorSpec>& tensors_;
   std::span<const TensorBuffers> buffers_;
   const Schedule& s_;
