@@ -4,7 +4,7 @@
 # digests executed against the oracle (plan_attack) for a fixed short time each
 # (libFuzzer, clang, ASan+UBSan), run by scripts/test.sh after ctest. Starts
 # from the build's seeds and the corpus kept in tests/fuzz/corpus/ (left
-# unchanged: new inputs go to build/fuzz/work/). Longer runs that also grow
+# unchanged: new inputs go to work/ in the build). Longer runs that also grow
 # the kept corpus: scripts/fuzz-long.sh.
 #   RESHARD_FUZZ_SECONDS  seconds per target (default 20)
 # Each target fuzzes on one core: up to JOBS (default: the core count)

@@ -29,6 +29,8 @@ if [[ "${RESHARD_SKIP_ASAN:-0}" != 1 ]]; then
   phase "ASan + UBSan build" build asan
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest_timed "ASan + UBSan tests" --preset asan -j "$JOBS" --timeout 1800
+  # The asan preset's build holds the fuzz targets too (scripts/lib/fuzz.sh).
+  export RESHARD_FUZZ_BUILD=build/asan
 fi
 
 if [[ "${RESHARD_SKIP_TSAN:-0}" != 1 ]]; then
