@@ -218,7 +218,6 @@ reshard_error_t* reshard_plan_input_fingerprint(const reshard_plan_input_t* inpu
   });
 }
 
-
 reshard_error_t* reshard_plan_input_num_flats(const reshard_plan_input_t* input,
                                               size_t* out_count) {
   return guard([&] {

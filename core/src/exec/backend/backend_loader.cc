@@ -30,7 +30,8 @@ const void* call_entry(void* symbol) {
 
 const std::array<BackendDescriptor, 2> kRegistry = {{
     {BackendKind::kMpi, "mpi", "mpi", kMpiLibraryNames, "reshard_backend_mpi_v1",
-     static_cast<uint32_t>(sizeof(reshard_backend_mpi_v1_t)), &call_entry<reshard_backend_mpi_v1_t>},
+     static_cast<uint32_t>(sizeof(reshard_backend_mpi_v1_t)),
+     &call_entry<reshard_backend_mpi_v1_t>},
     {BackendKind::kCuda, "cuda", "cuda, nccl", kCudaLibraryNames, "reshard_backend_cuda_v1",
      static_cast<uint32_t>(sizeof(reshard_backend_cuda_v1_t)),
      &call_entry<reshard_backend_cuda_v1_t>},
