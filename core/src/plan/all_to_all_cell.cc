@@ -93,12 +93,7 @@ void RoutedCells::a2a_direct_entry(const TensorCtx& t, uint32_t i, uint32_t e, b
     p_.charge(acc, sd, dd, d.bytes, t.st->host[d.src] != host);
     if (t.st->process[d.src] != proc)
       add_to(p_.st.cross_process_bytes, d.bytes, "cross_process_bytes");
-    if (p_.track_pairs) p_.add_pair(sd, dd, d.bytes);
-    if (p_.dense_pairs) {
-      p_.bits[dd * p_.words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
-    } else if (p_.pair_set.insert((uint64_t{sd} << 32) | dd).second) {
-      p_.keep_pair();
-    }
+    p_.direct_pair(sd, dd, d.bytes);
   }
 }
 

@@ -201,12 +201,7 @@ void StatsPass::account(const TensorCtx& t, uint32_t e, const Emitted& x, int64_
     if (track_pairs) add_to(relay_bytes[x.stage][key], bytes, "network_bytes");
     return;
   }
-  if (track_pairs) add_pair(sd, dd, bytes);
-  if (dense_pairs) {
-    bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
-  } else {
-    if (pair_set.insert((uint64_t{sd} << 32) | dd).second) keep_pair();
-  }
+  direct_pair(sd, dd, bytes);
 }
 
 bool StatsPass::guard_stops_here(int64_t visited) {

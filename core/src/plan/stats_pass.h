@@ -75,6 +75,16 @@ class StatsPass {
   void add_pair(uint32_t sd, uint32_t dd, int64_t bytes) {
     if (pair_bytes.add(sd, dd, bytes, kPairBytes)) keep_pair();
   }
+  // A direct (single-hop) stream of `bytes` from sd to dd: its bytes where
+  // pairs are tracked, and the pair in the bit table or the set.
+  void direct_pair(uint32_t sd, uint32_t dd, int64_t bytes) {
+    if (track_pairs) add_pair(sd, dd, bytes);
+    if (dense_pairs) {
+      bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
+    } else if (pair_set.insert((uint64_t{sd} << 32) | dd).second) {
+      keep_pair();
+    }
+  }
   // Makes room for stage s in the per-stage rows and maps.
   void stage_grow(uint32_t s) {
     while (stage_acc.size() <= s) grow_stage();
