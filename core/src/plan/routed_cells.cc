@@ -231,6 +231,8 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
   part_visits_ = 0;
   std::atomic_ref<int64_t>(direct_sums_taken()).fetch_add(direct_sums_);
   direct_sums_ = 0;
+  std::atomic_ref<int64_t>(entered_sums_taken()).fetch_add(entered_sums_);
+  entered_sums_ = 0;
   return true;
 }
 

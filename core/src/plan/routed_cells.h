@@ -150,6 +150,31 @@ class RoutedCells {
   // takes each piece (a holder on e's device: its parts by stage0).
   void a2a_direct_entry(const TensorCtx& t, uint32_t i, uint32_t e, bool cut, int64_t copies,
                         int64_t& group_pieces, Stage0 stage0);
+  // The region's entered parts (each taken in by its host's entry in stage
+  // 0, cut into the part's bands, from the holders on the part's host)
+  // where every holder is far from the entry taking the part in (on
+  // another host, process and device: Enumerator::assign then splits
+  // each band over all of them, piece q from holder (q + e) mod n): an
+  // entry's pieces summed per holder (bytes by band, pieces, regions) and
+  // accounted once per (entry, holder), as StatsPass::account adds them
+  // piece by piece. a2a_entered_ok: whether the region is such (and the
+  // pass not keyed, and the entry's direct parts, if any, taken apart:
+  // a2a_direct); a2a_entered_part sums part j of entry e; a2a_entered_flush
+  // accounts entry e's sums, the direct streams and band streams in the
+  // order the pieces would have named them first.
+  struct EnteredHolder {
+    int64_t pieces = 0, regions = 0, plain = 0;  // plain: elements of band 0
+    uint32_t mask = 0;                           // bands above 0
+    bool touched = false, plain_seen = false;
+    std::array<int64_t, kRelayBands> band{};  // elements by band
+  };
+  std::vector<EnteredHolder> entered_;  // per position in part_holders_
+  std::vector<uint32_t> entered_touched_, entered_plain_, entered_late_;
+  bool a2a_entered_ok(const TensorCtx& t, uint32_t b0, size_t np, bool direct) const;
+  void a2a_entered_part(const TensorCtx& t, uint32_t e, size_t j, bool cut);
+  void a2a_entered_flush(const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
+                         int64_t& group_pieces);
+  int64_t entered_sums_ = 0;  // entered_sums_taken()
   // A region's stage-0 parts of one entry (a2a_region), visited in order
   // with the figures of the part kPrefetchAhead on asked for ahead: an
   // entry's parts are strided over the region's, and each visit missed
