@@ -288,9 +288,23 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
   }
   // Each pair's streams counted at its first part (and its first banded
   // one), entry by entry, as relay_part counts them.
+  const std::vector<AllToAllCell::Event>& events = a2a_.events;
+  const size_t ne = events.size();
+  StreamMap<int64_t>& relay_bytes = p_.relay_bytes[1];
   for (size_t i = 0; i < m; ++i) {
     const uint32_t dd = t.dt->dense[dg.cell_entries[b0 + i]];
-    for (const AllToAllCell::Event& ev : a2a_.events) {
+    // The streams' slots asked for kPrefetchAhead events on (each lookup
+    // in a table of millions of streams missed the cache).
+    auto ask = [&](size_t x) {
+      const AllToAllCell::Event& ev = events[x];
+      if (ev.band || ev.p == i) return;
+      relay_bytes.prefetch(uint64_t{t.dt->dense[dg.cell_entries[b0 + ev.p]]} << 32 | dd);
+    };
+    if (p_.track_pairs)
+      for (size_t x = 0; x < ne && x < kPrefetchAhead; ++x) ask(x);
+    for (size_t x = 0; x < ne; ++x) {
+      const AllToAllCell::Event& ev = events[x];
+      if (p_.track_pairs && x + kPrefetchAhead < ne) ask(x + kPrefetchAhead);
       if (ev.p == i) continue;
       const uint32_t sd = t.dt->dense[dg.cell_entries[b0 + ev.p]];
       AllToAllCell::Ref& r = a2a_.ref[i * m + ev.p];
@@ -299,7 +313,7 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
         continue;
       }
       if (p_.relay_pairs[1].insert(sd, dd)) p_.keep_pair();
-      if (p_.track_pairs) r.plain = p_.relay_bytes[1].index((uint64_t{sd} << 32) | dd);
+      if (p_.track_pairs) r.plain = relay_bytes.index((uint64_t{sd} << 32) | dd);
     }
   }
   return true;

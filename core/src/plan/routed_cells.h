@@ -114,6 +114,7 @@ class RoutedCells {
     std::array<ForwardSums, 2> sums;  // stage 1 (entered here), stage 2
   };
   std::vector<HostForward> forwards_;
+  std::vector<uint32_t> fwd_refs_;  // the pairs' streams, by index in streams_[entry]
 
   // The all-to-all cell (all_to_all_cell.h; all_to_all_cell.cc).
   // a2a's sums since the last flush, added to every (entry, source) pair
