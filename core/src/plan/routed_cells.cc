@@ -242,8 +242,8 @@ RoutedCells::Pending* RoutedCells::find_pending(size_t i, uint32_t src, size_t m
     const Stamped& at = pending_at_[i * m + pos_in_cell_[src]];  // by source alone
     return at.tick == cell_tick_ ? &pe[at.index] : nullptr;
   }
-  auto it = pending_map_.find(pending_key(i, src));
-  return it == pending_map_.end() ? nullptr : &pe[it->second];
+  const uint32_t* at = pending_map_.find(pending_key(i, src));
+  return at ? &pe[*at] : nullptr;
 }
 
 void RoutedCells::add_pending(size_t i, const Pending& x, size_t m, bool indexed) {
@@ -264,9 +264,9 @@ RoutedCells::StreamRef& RoutedCells::stream_ref(size_t i, uint32_t src, uint32_t
     if (at.tick == cell_tick_) return se[at.index];
     at = Stamped{cell_tick_, static_cast<uint32_t>(se.size())};
   } else {
-    auto [it, fresh] =
+    const auto [at, fresh] =
         stream_map_.emplace(stream_key(i, src, stage), static_cast<uint32_t>(se.size()));
-    if (!fresh) return se[it->second];
+    if (!fresh) return se[at];
   }
   return se.emplace_back(StreamRef{src, stage});
 }
