@@ -471,6 +471,55 @@ TEST(PlanStatsFastPath, DirectPartsOfOneHolderMatchTheEnumeration) {
   EXPECT_GT(summed, cases / 2) << "cases whose direct parts were summed per holder";
 }
 
+// The device rule's cells with MoE-like holders, several a host (a shard's
+// replicas spread over the holder hosts): each part a region's route enters
+// a receiving host by is split over the holders on the part's host, band by
+// band, piece q from holder (q + e) mod n, so every entry takes its entered
+// parts' stage-0 pieces as one sum per holder
+// (planning::entered_sums_taken). 1-3 shards x 2-6 copies, one process a
+// holder device, over 1-3 holder hosts (copy c of a shard on host
+// c mod hosts), into 3-8 receiving hosts of one entry, random rank, dims,
+// dtypes, split size, budgets and α (bands or none), every field against
+// the enumeration; most cases take such sums.
+TEST(PlanStatsFastPath, EnteredPartsOfSeveralHoldersMatchTheEnumeration) {
+  std::mt19937_64 rng(20261201);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int cases = scaled_cases(120);
+  int summed = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t shards = uni(1, 3), copies = uni(2, 6), holders = shards * copies;
+    const int64_t holder_hosts = uni(1, 3), receiving = uni(3, 8);
+    PlanInput in;
+    for (int64_t d = 0; d < holders; ++d)
+      in.topology.add(
+          {d, static_cast<int32_t>(d), static_cast<int32_t>(d % copies % holder_hosts), 0});
+    for (int64_t i = 0; i < receiving; ++i)
+      in.topology.add({holders + i, static_cast<int32_t>(holders + i),
+                       static_cast<int32_t>(holder_hosts + i), 0});
+    const int rank = static_cast<int>(uni(1, 3));
+    std::vector<int64_t> shape;
+    for (int d = 0; d < rank; ++d) shape.push_back(uni(8, 200));
+    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+    src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+    const FleetLayouts f{shape, named(mesh({"a", "c"}, {shards, copies}, 0), src_dims),
+                         named(mesh({"r"}, {receiving}, holders),
+                               std::vector<std::vector<std::string>>(static_cast<size_t>(rank)))};
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
+    add_tensors(in, f, {dtypes[uni(0, 2)], dtypes[uni(0, 2)]});
+    in.options.split_min_bytes = uni(0, 1) ? 64 : 512;
+    in.options.alpha_seconds = uni(0, 2) ? 0 : 5e-6;
+    const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    const int64_t before = planning::entered_sums_taken();
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(in, true));
+    summed += planning::entered_sums_taken() > before;
+  }
+  EXPECT_GT(summed, cases / 2) << "cases whose entered parts were summed per holder";
+}
+
 // Cells of several entries a host whose regions cross hosts (an MoE sync's
 // replicated tensors: 8 entries a host): a leader's forwards inside its
 // host are summed once for the host's other entries (RoutedCells::

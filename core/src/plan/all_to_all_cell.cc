@@ -97,6 +97,124 @@ void RoutedCells::a2a_direct_entry(const TensorCtx& t, uint32_t i, uint32_t e, b
   }
 }
 
+bool RoutedCells::a2a_entered_ok(const TensorCtx& t, uint32_t b0, size_t np, bool direct) const {
+  if (p_.keyed || (!direct && a2a_.any_direct())) return false;
+  const Geometry& dg = *t.dg;
+  for (size_t j = 0; j < np; ++j) {
+    const uint32_t p = a2a_.part[j];
+    if (p == AllToAllCell::kNone) continue;
+    const auto [lo, hi] = holder_range_[j];
+    if (route_.part_host[j] < 0 || lo == hi) return false;
+    const uint32_t e = dg.cell_entries[b0 + p];
+    const int64_t dev = dg.devices[e];
+    const int32_t host = t.dt->host[e], proc = t.dt->process[e];
+    for (size_t k = lo; k < hi; ++k) {
+      const uint32_t s = part_holders_[k];
+      if (t.st->host[s] == host || t.st->process[s] == proc || t.sg->devices[s] == dev)
+        return false;
+    }
+  }
+  return true;
+}
+
+void RoutedCells::a2a_entered_part(const TensorCtx& t, uint32_t e, size_t j, bool cut) {
+  const Box& part = route_.parts[j];
+  const size_t h0 = holder_range_[j].first, nn = holder_range_[j].second - h0;
+  auto add = [&](size_t pos, int64_t volume, uint32_t band, bool own) {
+    EnteredHolder& h = entered_[pos];
+    if (!h.touched) {
+      h.touched = true;
+      entered_touched_.push_back(static_cast<uint32_t>(pos));
+    }
+    ++h.pieces;
+    h.regions += own ? 1 : 0;
+    if (band == 0) {
+      h.plain += volume;
+      if (!h.plain_seen) {
+        h.plain_seen = true;
+        entered_plain_.push_back(static_cast<uint32_t>(pos));
+      }
+      return;
+    }
+    if (h.mask == 0) entered_late_.push_back(static_cast<uint32_t>(pos));
+    h.mask |= 1u << band;
+    h.band[band] += volume;
+  };
+  // Enumerator::assign of each band's box over holders none of which is
+  // near e: split evenly along split_dim where at least split_min_bytes
+  // (piece q from holder (q + e) mod nn, each its own region), else one
+  // piece from holder e mod nn.
+  part_bands_[j].bands.each(part, [&](const Box& sub, uint32_t band) {
+    const int64_t volume = sub.volume();
+    if (nn > 1 && volume * t.esize >= p_.o.split_min_bytes && sub.rank > 0) {
+      const int dim = split_dim(sub, nn);
+      const int64_t ext = sub.extent(dim);
+      const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nn));
+      if (m > 1) {
+        const int64_t slab = volume / ext;
+        for (int64_t q = 0, k = static_cast<int64_t>(e % nn); q < m;
+             ++q, k = k + 1 == static_cast<int64_t>(nn) ? 0 : k + 1)
+          add(h0 + static_cast<size_t>(k), (ext * (q + 1) / m - ext * q / m) * slab, band, true);
+        return;
+      }
+    }
+    add(h0 + e % nn, volume, band, cut || !(sub == part));
+  });
+}
+
+void RoutedCells::a2a_entered_flush(const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
+                                    int64_t& group_pieces) {
+  const uint32_t dd = t.dt->dense[e];
+  std::vector<Acc>& acc = p_.stage_acc[0];
+  int64_t pieces = 0, regions = 0;
+  for (const uint32_t pos : entered_touched_) {
+    const EnteredHolder& h = entered_[pos];
+    const uint32_t sd = t.st->dense[part_holders_[pos]];
+    int64_t volume = h.plain;
+    for (size_t k = 1; k < kRelayBands; ++k) volume += h.band[k];
+    const int64_t bytes = mul_of(volume, esum, "network_bytes");
+    p_.charge(acc, sd, dd, bytes, true);
+    add_to(p_.st.cross_process_bytes, bytes, "cross_process_bytes");
+    if (p_.counts) {
+      DeviceCounts& s = (*p_.counts)[sd];
+      s.send_pieces += copies * h.pieces;
+      s.regions += copies * h.regions;
+    }
+    pieces += h.pieces;
+    regions += h.regions;
+    ++entered_sums_;
+  }
+  if (p_.counts) {
+    DeviceCounts& c = (*p_.counts)[dd];
+    c.recv_pieces += copies * pieces;
+    c.regions += copies * regions;
+  }
+  group_pieces += pieces;
+  // The streams in the order their first pieces named them.
+  for (const uint32_t pos : entered_plain_)
+    p_.direct_pair(t.st->dense[part_holders_[pos]], dd,
+                   mul_of(entered_[pos].plain, esum, "network_bytes"));
+  for (const uint32_t pos : entered_late_) {
+    const EnteredHolder& h = entered_[pos];
+    const uint32_t sd = t.st->dense[part_holders_[pos]];
+    int64_t late = 0;
+    for (size_t k = 1; k < kRelayBands; ++k) late += h.band[k];
+    late = mul_of(late, esum, "network_bytes");
+    add_to(acc[sd].send_late, late, "max_send_bytes");
+    add_to(acc[dd].recv_late, late, "max_recv_bytes");
+    BandStream& b = p_.band_streams.at(p_.band_index(uint64_t{sd} << 20 | dd));
+    b.mask |= h.mask;
+    if (p_.track_pairs)
+      for (size_t k = 1; k < kRelayBands; ++k)
+        if (h.band[k] != 0)
+          add_to(b.bytes[k], mul_of(h.band[k], esum, "network_bytes"), "network_bytes");
+  }
+  for (const uint32_t pos : entered_touched_) entered_[pos] = EnteredHolder{};
+  entered_touched_.clear();
+  entered_plain_.clear();
+  entered_late_.clear();
+}
+
 bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t np, bool cut,
                              int64_t esum, int64_t copies, int64_t& group_pieces, Stage0 stage0) {
   if (!route_.cross || recv_host_.size() != m || route_.cell_end - route_.cell_begin != m)
@@ -117,6 +235,8 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
   // order, so its direct parts may go apart from the entered ones.
   const bool direct = a2a_direct(np, esum);
   if (direct) p_.stage_grow(0);
+  const bool entered = a2a_entered_ok(t, b0, np, direct);
+  if (entered && entered_.size() < part_holders_.size()) entered_.resize(part_holders_.size());
   for (size_t i = 0; i < m; ++i) {
     const uint32_t e = dg.cell_entries[b0 + i];
     stage0_parts_.clear();
@@ -132,8 +252,12 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
     for (size_t k = 0; k < n && k < kPrefetchAhead; ++k) prefetch_part(stage0_parts_[k]);
     for (size_t k = 0; k < n; ++k) {
       if (k + kPrefetchAhead < n) prefetch_part(stage0_parts_[k + kPrefetchAhead]);
-      stage0(b0 + static_cast<uint32_t>(i), e, stage0_parts_[k]);
+      if (entered)
+        a2a_entered_part(t, e, stage0_parts_[k], cut);
+      else
+        stage0(b0 + static_cast<uint32_t>(i), e, stage0_parts_[k]);
     }
+    if (entered) a2a_entered_flush(t, e, esum, copies, group_pieces);
   }
   if (!a2a_.any_entered()) return true;
   // The relay parts, once per source.
@@ -164,9 +288,23 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
   }
   // Each pair's streams counted at its first part (and its first banded
   // one), entry by entry, as relay_part counts them.
+  const std::vector<AllToAllCell::Event>& events = a2a_.events;
+  const size_t ne = events.size();
+  StreamMap<int64_t>& relay_bytes = p_.relay_bytes[1];
   for (size_t i = 0; i < m; ++i) {
     const uint32_t dd = t.dt->dense[dg.cell_entries[b0 + i]];
-    for (const AllToAllCell::Event& ev : a2a_.events) {
+    // The streams' slots asked for kPrefetchAhead events on (each lookup
+    // in a table of millions of streams missed the cache).
+    auto ask = [&](size_t x) {
+      const AllToAllCell::Event& ev = events[x];
+      if (ev.band || ev.p == i) return;
+      relay_bytes.prefetch(uint64_t{t.dt->dense[dg.cell_entries[b0 + ev.p]]} << 32 | dd);
+    };
+    if (p_.track_pairs)
+      for (size_t x = 0; x < ne && x < kPrefetchAhead; ++x) ask(x);
+    for (size_t x = 0; x < ne; ++x) {
+      const AllToAllCell::Event& ev = events[x];
+      if (p_.track_pairs && x + kPrefetchAhead < ne) ask(x + kPrefetchAhead);
       if (ev.p == i) continue;
       const uint32_t sd = t.dt->dense[dg.cell_entries[b0 + ev.p]];
       AllToAllCell::Ref& r = a2a_.ref[i * m + ev.p];
@@ -175,7 +313,7 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
         continue;
       }
       if (p_.relay_pairs[1].insert(sd, dd)) p_.keep_pair();
-      if (p_.track_pairs) r.plain = p_.relay_bytes[1].index((uint64_t{sd} << 32) | dd);
+      if (p_.track_pairs) r.plain = relay_bytes.index((uint64_t{sd} << 32) | dd);
     }
   }
   return true;

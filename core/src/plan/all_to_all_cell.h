@@ -102,6 +102,7 @@ struct AllToAllCell {
         order_[cursor_[static_cast<size_t>(part_entry[j])]++] = static_cast<uint32_t>(j);
   }
   bool any_entered() const { return !order_.empty(); }
+  bool any_direct() const { return !direct_.empty(); }
   // f(j) for the parts entering receiving index idx, in part order.
   template <class F>
   void each_entered(size_t idx, F&& f) const {

@@ -519,6 +519,10 @@ int64_t& direct_sums_taken() {
   static int64_t taken = 0;
   return taken;
 }
+int64_t& entered_sums_taken() {
+  static int64_t taken = 0;
+  return taken;
+}
 
 std::optional<GuardStop> Context::guard_stop(int64_t max_bytes) {
   const PlanOptions& o = input.options;

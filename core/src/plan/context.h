@@ -342,6 +342,10 @@ int64_t& relay_parts_visited();
 // statistics took at once (RoutedCells::a2a_direct_entry), in this
 // process (tests read it).
 int64_t& direct_sums_taken();
+// (Entry, holder) sums of an all-to-all cell's entered parts' stage-0
+// pieces the global statistics took at once (RoutedCells::
+// a2a_entered_flush), in this process (tests read it).
+int64_t& entered_sums_taken();
 
 // Whether a process part's enumeration replays the pieces of like tensors
 // (planner.cc, build_chunk): on unless a test turns it off to compare the

@@ -231,6 +231,8 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
   part_visits_ = 0;
   std::atomic_ref<int64_t>(direct_sums_taken()).fetch_add(direct_sums_);
   direct_sums_ = 0;
+  std::atomic_ref<int64_t>(entered_sums_taken()).fetch_add(entered_sums_);
+  entered_sums_ = 0;
   return true;
 }
 
@@ -240,8 +242,8 @@ RoutedCells::Pending* RoutedCells::find_pending(size_t i, uint32_t src, size_t m
     const Stamped& at = pending_at_[i * m + pos_in_cell_[src]];  // by source alone
     return at.tick == cell_tick_ ? &pe[at.index] : nullptr;
   }
-  auto it = pending_map_.find(pending_key(i, src));
-  return it == pending_map_.end() ? nullptr : &pe[it->second];
+  const uint32_t* at = pending_map_.find(pending_key(i, src));
+  return at ? &pe[*at] : nullptr;
 }
 
 void RoutedCells::add_pending(size_t i, const Pending& x, size_t m, bool indexed) {
@@ -262,9 +264,9 @@ RoutedCells::StreamRef& RoutedCells::stream_ref(size_t i, uint32_t src, uint32_t
     if (at.tick == cell_tick_) return se[at.index];
     at = Stamped{cell_tick_, static_cast<uint32_t>(se.size())};
   } else {
-    auto [it, fresh] =
+    const auto [at, fresh] =
         stream_map_.emplace(stream_key(i, src, stage), static_cast<uint32_t>(se.size()));
-    if (!fresh) return se[it->second];
+    if (!fresh) return se[at];
   }
   return se.emplace_back(StreamRef{src, stage});
 }
@@ -353,8 +355,31 @@ void RoutedCells::host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_
     for (size_t b = 1; b < kRelayBands; ++b)
       add_to(s.band[b], mul_of(pb.volume[b], esum, "network_bytes"), "network_bytes");
   }
-  // Every (entry, leader) pair of the host: the sums as relay_part adds
-  // them part by part, and the leader's pending piece.
+  // Every (entry, leader) pair's streams, first found (in the order below)
+  // with the relay_bytes slot of each not yet counted asked for: each
+  // lookup in a table of millions of streams missed the cache.
+  fwd_refs_.clear();
+  for (size_t q = 0; q < k; ++q) {
+    const HostForward& f = forwards_[q];
+    if (!f.touched) continue;
+    const uint32_t l = dg.cell_entries[at(q)], sd = t.dt->dense[l];
+    for (size_t r = 0; r < k; ++r) {
+      if (r == q) continue;
+      const size_t i = at(r) - b0;
+      const uint32_t dd = t.dt->dense[dg.cell_entries[at(r)]];
+      for (uint32_t stage = 1; stage <= 2; ++stage) {
+        if (!f.sums[stage - 1].touched) continue;
+        const StreamRef& ref = stream_ref(i, l, stage, m, indexed);
+        fwd_refs_.push_back(static_cast<uint32_t>(&ref - streams_[i].data()));
+        if (ref.counted || !p_.track_pairs) continue;
+        p_.stage_grow(stage);
+        p_.relay_bytes[stage].prefetch((uint64_t{sd} << 32) | dd);
+      }
+    }
+  }
+  // ... and the sums as relay_part adds them part by part, and the
+  // leader's pending piece.
+  size_t next_ref = 0;
   for (size_t q = 0; q < k; ++q) {
     const HostForward& f = forwards_[q];
     if (!f.touched) continue;
@@ -366,7 +391,7 @@ void RoutedCells::host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_
       for (uint32_t stage = 1; stage <= 2; ++stage) {
         const ForwardSums& s = f.sums[stage - 1];
         if (!s.touched) continue;
-        StreamRef& ref = stream_ref(i, l, stage, m, indexed);
+        StreamRef& ref = streams_[i][fwd_refs_[next_ref++]];
         group_pieces += s.added;
         p_.count_pieces(sd, dd, copies * s.added);
         p_.stage_grow(stage);

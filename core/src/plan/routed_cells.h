@@ -8,10 +8,10 @@
 // entry (all_to_all_cell.{h,cc}).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -114,6 +114,7 @@ class RoutedCells {
     std::array<ForwardSums, 2> sums;  // stage 1 (entered here), stage 2
   };
   std::vector<HostForward> forwards_;
+  std::vector<uint32_t> fwd_refs_;  // the pairs' streams, by index in streams_[entry]
 
   // The all-to-all cell (all_to_all_cell.h; all_to_all_cell.cc).
   // a2a's sums since the last flush, added to every (entry, source) pair
@@ -150,6 +151,31 @@ class RoutedCells {
   // takes each piece (a holder on e's device: its parts by stage0).
   void a2a_direct_entry(const TensorCtx& t, uint32_t i, uint32_t e, bool cut, int64_t copies,
                         int64_t& group_pieces, Stage0 stage0);
+  // The region's entered parts (each taken in by its host's entry in stage
+  // 0, cut into the part's bands, from the holders on the part's host)
+  // where every holder is far from the entry taking the part in (on
+  // another host, process and device: Enumerator::assign then splits
+  // each band over all of them, piece q from holder (q + e) mod n): an
+  // entry's pieces summed per holder (bytes by band, pieces, regions) and
+  // accounted once per (entry, holder), as StatsPass::account adds them
+  // piece by piece. a2a_entered_ok: whether the region is such (and the
+  // pass not keyed, and the entry's direct parts, if any, taken apart:
+  // a2a_direct); a2a_entered_part sums part j of entry e; a2a_entered_flush
+  // accounts entry e's sums, the direct streams and band streams in the
+  // order the pieces would have named them first.
+  struct EnteredHolder {
+    int64_t pieces = 0, regions = 0, plain = 0;  // plain: elements of band 0
+    uint32_t mask = 0;                           // bands above 0
+    bool touched = false, plain_seen = false;
+    std::array<int64_t, kRelayBands> band{};  // elements by band
+  };
+  std::vector<EnteredHolder> entered_;  // per position in part_holders_
+  std::vector<uint32_t> entered_touched_, entered_plain_, entered_late_;
+  bool a2a_entered_ok(const TensorCtx& t, uint32_t b0, size_t np, bool direct) const;
+  void a2a_entered_part(const TensorCtx& t, uint32_t e, size_t j, bool cut);
+  void a2a_entered_flush(const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
+                         int64_t& group_pieces);
+  int64_t entered_sums_ = 0;  // entered_sums_taken()
   // A region's stage-0 parts of one entry (a2a_region), visited in order
   // with the figures of the part kPrefetchAhead on asked for ahead: an
   // entry's parts are strided over the region's, and each visit missed
@@ -201,7 +227,63 @@ class RoutedCells {
   static uint64_t stream_key(size_t i, uint32_t src, uint32_t stage) {
     return uint64_t{i} << 33 | uint64_t{src} << 1 | (stage == 1 ? 0 : 1);
   }
-  std::unordered_map<uint64_t, uint32_t> pending_map_, stream_map_;
+  // Open addressing, cleared per cell (std::unordered_map took a node per
+  // entry: its lookups, allocations and frees were about a tenth of the
+  // statistics of the 16,384-device MoE sync).
+  class CellIndex {
+   public:
+    void clear() {
+      if (used_ == 0) return;
+      std::fill(slots_.begin(), slots_.end(), Slot{});
+      used_ = 0;
+    }
+    const uint32_t* find(uint64_t key) const {
+      if (slots_.empty()) return nullptr;
+      for (size_t s = slot_of(key);; s = (s + 1) & mask_) {
+        if (slots_[s].key == key) return &slots_[s].value;
+        if (slots_[s].key == kNone) return nullptr;
+      }
+    }
+    // key's value, `value` inserted where absent (fresh).
+    std::pair<uint32_t, bool> emplace(uint64_t key, uint32_t value) {
+      if ((used_ + 1) * 2 > slots_.size()) grow();
+      for (size_t s = slot_of(key);; s = (s + 1) & mask_) {
+        Slot& x = slots_[s];
+        if (x.key == key) return {x.value, false};
+        if (x.key == kNone) {
+          x = Slot{key, value};
+          ++used_;
+          return {value, true};
+        }
+      }
+    }
+
+   private:
+    static constexpr uint64_t kNone = ~uint64_t{0};
+    struct Slot {
+      uint64_t key = kNone;
+      uint32_t value = 0;
+    };
+    size_t slot_of(uint64_t key) const {
+      return static_cast<size_t>((key * 0x9e3779b97f4a7c15ull) >> shift_);
+    }
+    void grow() {
+      std::vector<Slot> old(slots_.empty() ? 64 : slots_.size() * 2);
+      old.swap(slots_);
+      mask_ = slots_.size() - 1;
+      shift_ = 64 - __builtin_ctzll(slots_.size());
+      for (const Slot& x : old) {
+        if (x.key == kNone) continue;
+        size_t s = slot_of(x.key);
+        while (slots_[s].key != kNone) s = (s + 1) & mask_;
+        slots_[s] = x;
+      }
+    }
+    std::vector<Slot> slots_;
+    size_t used_ = 0, mask_ = 0;
+    int shift_ = 64;
+  };
+  CellIndex pending_map_, stream_map_;
   // A cell whose entries take each source's relay parts alike.
   AllToAllCell a2a_;
 };
