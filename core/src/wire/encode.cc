@@ -366,28 +366,37 @@ class Encoder {
   }
 
   Offset<fb::Regions> encode_regions(const std::vector<Box>& regions) {
-    auto rank_vector = column<uint8_t>(
-        b_, regions.size(), [&](size_t i) { return static_cast<uint8_t>(regions[i].rank); });
+    const size_t n = regions.size();
     size_t coords = 0;
     for (const Box& r : regions) coords += static_cast<size_t>(r.rank);
-    // The lo and hi columns straight from the boxes (column asks for its
-    // values in order), with no copy of them: the 405B part at 16,384
-    // devices has 13.2 M regions, 422 MB of coordinates.
-    auto coordinates = [&](bool high) {
-      size_t box = 0;
-      int d = 0;
-      return column<int64_t>(b_, coords, [&, high](size_t) {
-        while (d >= regions[box].rank) {
-          ++box;
-          d = 0;
-        }
-        const int64_t v = high ? regions[box].hi[d] : regions[box].lo[d];
-        ++d;
-        return v;
-      });
+    // The rank, lo and hi columns laid out as column() lays them out, then
+    // filled in one pass over the boxes (136 bytes each; the 405B part at
+    // 16,384 devices has 13.2 M regions, 1.8 GB, read once rather than once
+    // per column). Their addresses are taken once all three exist: making
+    // one may move the builder's buffer.
+    uint8_t* unused = nullptr;
+    auto rank_vector = b_.CreateUninitializedVector<uint8_t>(n, &unused);
+    const auto coordinate_column = [&] {
+      int64_t* out = nullptr;
+      if (coords == 0) b_.Align(sizeof(int64_t));  // as column() does
+      return b_.CreateUninitializedVector<int64_t>(coords, &out);
     };
-    auto lo_vector = coordinates(false);
-    auto hi_vector = coordinates(true);
+    auto lo_vector = coordinate_column();
+    auto hi_vector = coordinate_column();
+    uint8_t* const end = b_.GetCurrentBufferPointer() + b_.GetSize();
+    const auto elements = [&](auto offset) {
+      return end - offset.o + sizeof(flatbuffers::uoffset_t);
+    };
+    uint8_t* rank = elements(rank_vector);
+    auto* lo = reinterpret_cast<int64_t*>(elements(lo_vector));
+    auto* hi = reinterpret_cast<int64_t*>(elements(hi_vector));
+    for (const Box& r : regions) {
+      *rank++ = static_cast<uint8_t>(r.rank);
+      for (int d = 0; d < r.rank; ++d) {
+        flatbuffers::WriteScalar(lo++, r.lo[d]);
+        flatbuffers::WriteScalar(hi++, r.hi[d]);
+      }
+    }
     return fb::CreateRegions(b_, rank_vector, lo_vector, hi_vector);
   }
 
