@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <numeric>
+#include <span>
 #include <string>
 
 #include "fsdp_to_tp8.h"
@@ -49,17 +50,10 @@ PlanInput tensors_of_rank(std::vector<int64_t> shape, int64_t src_shards, int64_
   return in;
 }
 
-// Hand-computed: a 16 x 4 x 256 f32 tensor (64 KiB; planes of 4 KiB, rows
-// of 1 KiB) from device 0 to device 1, one stream of B = 65,536 bytes.
-// Budget 10,641: W = floor((10,641 - 16 * 1 peer) * 16 / 17) = 10,000,
-// chunk c = W * B / max(T, B) + 8 = 10,008 (T = B: the stream is the
-// device's traffic), R = ceil(65,536 / 10,008) = 7 rounds, 6 cuts, window
-// 625 bytes (narrower than a row, so cuts fall mid-row). Process 0's part:
-// 1 piece uncut, without a region of its own (the whole tensor is the
-// overlap); a cut adds at most 2r - 1 = 5 pieces and 2r = 6 regions at
-// rank 3: 1 + 5 * 6 = 31 pieces, 0 + 6 * 6 = 36 regions, 7 messages. The
-// part's real figures are at most those.
-TEST(PartBytes, CutGrowthByHand) {
+// CutGrowthByHand's input: one rank-3 tensor, 16 x 4 x 256 f32, whole on
+// device 0 (process 0) and whole on device 1 (process 1), under a 10,641-byte
+// staging budget.
+PlanInput one_cut_tensor() {
   PlanInput in;
   for (int64_t d : {0, 1}) in.topology.add(DeviceInfo{d, static_cast<int32_t>(d), 0, 0});
   TensorSpec t;
@@ -78,6 +72,21 @@ TEST(PartBytes, CutGrowthByHand) {
   }
   in.tensors.push_back(t);
   in.options.staging_budget_bytes = 10641;
+  return in;
+}
+
+// Hand-computed: a 16 x 4 x 256 f32 tensor (64 KiB; planes of 4 KiB, rows
+// of 1 KiB) from device 0 to device 1, one stream of B = 65,536 bytes.
+// Budget 10,641: W = floor((10,641 - 16 * 1 peer) * 16 / 17) = 10,000,
+// chunk c = W * B / max(T, B) + 8 = 10,008 (T = B: the stream is the
+// device's traffic), R = ceil(65,536 / 10,008) = 7 rounds, 6 cuts, window
+// 625 bytes (narrower than a row, so cuts fall mid-row). Process 0's part:
+// 1 piece uncut, without a region of its own (the whole tensor is the
+// overlap); a cut adds at most 2r - 1 = 5 pieces and 2r = 6 regions at
+// rank 3: 1 + 5 * 6 = 31 pieces, 0 + 6 * 6 = 36 regions, 7 messages. The
+// part's real figures are at most those.
+TEST(PartBytes, CutGrowthByHand) {
+  PlanInput in = one_cut_tensor();
   PlanRequest one{PlanScope::kProcess, 0, true};
   one.max_plan_bytes = kUnlimitedPlanBytes;
   const PlanEstimate e = estimate_plan(in, one);
@@ -169,6 +178,44 @@ TEST(PartBytes, EncoderThatOutgrowsItsFirstBufferWritesTheSameBytes) {
     const Plan back = decode_plan(bytes);
     EXPECT_EQ(back.parts().size(), all ? plan.parts().size() : 1u);
   }
+}
+
+// encode_plan_to (what `reshard plan --out` writes with) hands over
+// encode_plan's bytes, once, for every part or one, signed or not; its
+// builder memory is never zeroed, so every byte it hands over was written.
+TEST(PartBytes, EncodePlanToHandsOverEncodePlansBytes) {
+  PlanInput in = tensors_of_rank({8, 3, 4, 256}, 4, 4, 3);
+  in.options.staging_budget_bytes = 9000;
+  const Plan plan = make_plan(in);
+  for (bool all : {true, false}) {
+    for (bool sign : {false, true}) {
+      SCOPED_TRACE("all parts " + std::to_string(all) + ", signed " + std::to_string(sign));
+      EncodeOptions eo;
+      eo.all_parts = all;
+      eo.process = 1;
+      if (sign) eo.mac_key = std::vector<uint8_t>(32, 7);
+      std::vector<std::vector<uint8_t>> handed;
+      encode_plan_to(plan, eo,
+                     [&](std::span<const uint8_t> b) { handed.emplace_back(b.begin(), b.end()); });
+      ASSERT_EQ(handed.size(), 1u);
+      EXPECT_EQ(handed[0], encode_plan(plan, eo));
+    }
+  }
+}
+
+// On one thread, split_rounds reserves the part's regions for the most its
+// cuts can add (2r boxes a cut at the highest rank r) before appending the
+// fragments, so the vector never grows (a growth copied the regions, 136
+// bytes each, and touched their pages twice). CutGrowthByHand's part:
+// no region before cutting, 6 cuts at rank 3: a capacity of 36, 24 used.
+TEST(PartBytes, OneThreadReservesTheMostTheCutsAdd) {
+  PlanRequest one{PlanScope::kProcess, 0, true};
+  one.max_plan_bytes = kUnlimitedPlanBytes;
+  const Plan plan = make_plan(one_cut_tensor(), one);
+  const ProcessPart& p = plan.parts().at(0);
+  EXPECT_EQ(p.sends.size(), 7u);
+  EXPECT_EQ(p.regions.size(), 24u);
+  EXPECT_EQ(p.regions.capacity(), 36u);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -96,6 +97,13 @@ std::span<const uint8_t> open_plan_bytes(std::span<const uint8_t> bytes,
 // Deterministic: the same plan and options give the same bytes, and plans of
 // the same inputs encode identically (PlanStats::plan_seconds is written as 0).
 std::vector<uint8_t> encode_plan(const Plan& plan, const EncodeOptions& options = {});
+
+// encode_plan's bytes (signed the same way) handed to `write` once, where
+// the builder finished them, rather than returned in a vector: no zeroed
+// allocation of the size bound and no move to its front. `write` must not
+// keep the span. For writing a large plan to a file.
+void encode_plan_to(const Plan& plan, const EncodeOptions& options,
+                    const std::function<void(std::span<const uint8_t>)>& write);
 
 // The digest a plan buffer stores beside each process part
 // (ProcessPart.digest in schema/plan.fbs): a 64-bit hash of the plan's

@@ -636,12 +636,17 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
   const Streams sends = size_streams(part.sends, rule, load);
   const Streams recvs = size_streams(part.recvs, rule, load);
   std::vector<Bound> send_bounds(sends.first_bound.back()), recv_bounds(recvs.first_bound.back());
-  // Most cuts split a piece in two one-box fragments.
   const size_t cuts = sends.first_bound.back() + recvs.first_bound.back();
   if (threads <= 1) {
     // One pass over the send streams, then the receive streams, appending
-    // the fragments to the part's regions.
-    part.regions.reserve(part.regions.size() + 2 * cuts);
+    // the fragments to the part's regions, reserved for the most a cut adds
+    // (2r boxes at rank r; the estimate's cut_growth): the vector never
+    // grows, which copied the regions (136 bytes each) and touched their
+    // pages twice, and the pages past the fragments are never touched.
+    int max_rank = 1;
+    for (const TensorSpec& t : tensors)
+      max_rank = std::max(max_rank, static_cast<int>(t.shape.size()));
+    part.regions.reserve(part.regions.size() + 2 * static_cast<size_t>(max_rank) * cuts);
     AppendSink sink{part.regions};
     find_cuts(part.sends, part.send_pieces, send_bytes, sends, part.regions, tensors, 0,
               part.sends.size(), send_bounds, sink);
