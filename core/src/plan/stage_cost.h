@@ -126,6 +126,25 @@ enum class RoundSizes { kBands, kEven };
 struct KeyedRounds {
   std::vector<std::vector<double>> seconds;  // per stage, per round: busiest link, no α
 };
+// Spread cuts (rounds.h, RoundRule::spread): the key bounds q_1 < ... <
+// q_(K-1) of their K rounds, `even` even ones (i / even, 0 < i < even) and a
+// tail of two (1 - 1/(2 even), 1 - 1/(4 even)), so the last even round and
+// the two after it take a half and two quarters of an even round's keys:
+// the stages after stage 0 end with small rounds. Empty for even < 1.
+std::vector<double> spread_bounds(int64_t even);
+// The bound of a forward's cut k (stage above 0): q_k moved back by half the
+// key width of round k - 1 (q_0 = 0), so that a forward's round r ends in
+// the stage-0 round r it reads from and waits for no later one.
+double spread_forward_bound(const std::vector<double>& q, size_t k);
+// The rounds' shares of each stage's bytes under spread cuts of bounds `q`,
+// as KeyedRounds for stage_cost (which scales each stage's shares to its
+// busiest link): stage 0 q_(r+1) - q_r, a stage above 0 the widths between
+// its forward bounds (spread_forward_bound). Round r of a forward reads the
+// keys of stage-0 rounds r - 1 and r (lag 0: stage_cost's critical path of
+// keyed rounds), and the estimate takes each stream's bytes as spread over
+// the keys like its stage's (a stream holds tensors of every key range).
+KeyedRounds spread_rounds(size_t nstages, const std::vector<double>& q);
+
 double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
                   const std::vector<int64_t>& stage_rounds, const Bounds& lb, const PlanOptions& o,
                   RoundSizes sizes = RoundSizes::kBands, const KeyedRounds* keyed = nullptr);
