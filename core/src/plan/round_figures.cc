@@ -90,6 +90,12 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
       r = last.r;
       segments = last.segments;
       cap = last.cap;
+    } else if (rule.spread_stage(static_cast<uint32_t>(s))) {
+      // Spread cuts (rounds.h) depend on the stream's tensors: at most K
+      // rounds, each cut more than 8 bytes after the last (an upper bound).
+      r = std::min<int64_t>(static_cast<int64_t>(rule.spread.size()) + 1, (all + 8) / 9);
+      segments = 1;
+      cap = all;
     } else {
       const int64_t chunk = rule.chunk(static_cast<uint32_t>(s), la, lb, all);
       auto segment = [&](int64_t v) {

@@ -249,21 +249,6 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   return std::min(sum, std::max(busiest_link, pipeline));
 }
 
-std::vector<double> spread_bounds(int64_t even) {
-  std::vector<double> q;
-  if (even < 1) return q;
-  const auto e = static_cast<double>(even);
-  for (int64_t i = 1; i < even; ++i) q.push_back(static_cast<double>(i) / e);
-  q.push_back(1 - 1 / (2 * e));
-  q.push_back(1 - 1 / (4 * e));
-  return q;
-}
-
-double spread_forward_bound(const std::vector<double>& q, size_t k) {
-  const double before = k >= 2 ? q[k - 2] : 0.0;
-  return q[k - 1] - (q[k - 1] - before) / 2;
-}
-
 KeyedRounds spread_rounds(size_t nstages, const std::vector<double>& q) {
   KeyedRounds kr;
   kr.seconds.resize(nstages);

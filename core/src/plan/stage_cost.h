@@ -126,17 +126,8 @@ enum class RoundSizes { kBands, kEven };
 struct KeyedRounds {
   std::vector<std::vector<double>> seconds;  // per stage, per round: busiest link, no α
 };
-// Spread cuts (rounds.h, RoundRule::spread): the key bounds q_1 < ... <
-// q_(K-1) of their K rounds, `even` even ones (i / even, 0 < i < even) and a
-// tail of two (1 - 1/(2 even), 1 - 1/(4 even)), so the last even round and
-// the two after it take a half and two quarters of an even round's keys:
-// the stages after stage 0 end with small rounds. Empty for even < 1.
-std::vector<double> spread_bounds(int64_t even);
-// The bound of a forward's cut k (stage above 0): q_k moved back by half the
-// key width of round k - 1 (q_0 = 0), so that a forward's round r ends in
-// the stage-0 round r it reads from and waits for no later one.
-double spread_forward_bound(const std::vector<double>& q, size_t k);
-// The rounds' shares of each stage's bytes under spread cuts of bounds `q`,
+// The rounds' shares of each stage's bytes under spread cuts of bounds `q`
+// (rounds.h, RoundRule::spread, spread_bounds),
 // as KeyedRounds for stage_cost (which scales each stage's shares to its
 // busiest link): stage 0 q_(r+1) - q_r, a stage above 0 the widths between
 // its forward bounds (spread_forward_bound). Round r of a forward reads the

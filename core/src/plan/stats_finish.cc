@@ -204,12 +204,31 @@ PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
     try_pipeline(keyed_tried ? std::min(k, kFewPipelineRounds) : k);
   }
   if (!piped_rounds.empty()) stage_rounds = std::move(piped_rounds);
+  // Spread cuts (rounds.h, RoundRule::spread) on a pipelined plan without
+  // a staging budget (their rounds are cut by keys, not by the budget):
+  // priced by stage_cost's critical path of their rounds (spread_rounds)
+  // and taken where strictly faster than the pipelined estimate.
+  if (!rule.pipeline.empty() && o.staging_budget_bytes <= 0 && choice_override().spread > 0) {
+    const std::vector<double> q = spread_bounds(choice_override().spread);
+    std::vector<int64_t> rounds = stage_rounds;
+    for (int s = 0; s < nstages; ++s)
+      if (s < static_cast<int>(rule.pipeline.size()) && rule.pipeline[static_cast<size_t>(s)] > 0)
+        rounds[static_cast<size_t>(s)] = static_cast<int64_t>(q.size()) + 1;
+    const KeyedRounds kr = spread_rounds(static_cast<size_t>(nstages), q);
+    const double cost = stage_cost(stage_acc, rounds, lb, o, RoundSizes::kEven, &kr);
+    if (cost < st.cost_seconds) {
+      st.cost_seconds = cost;
+      rule.spread = q;
+      stage_rounds = std::move(rounds);
+    }
+  }
   // Keyed cuts, at the end of a keyed pass (keyed_stats.cc). Where the
   // pipelined rule lost to the unpipelined plan, keyed cuts are priced on
   // it and taken only where strictly faster by the estimate.
   KeyedChoice kc;
   if (!rule.pipeline.empty()) {
     kc = choose_keyed(nstages, rule, lb, stage_rounds);
+    if (kc.taken) rule.spread.clear();
   } else if (keyed && reduce_routed && !priced.pipeline.empty() && choice_override().keyed == 0) {
     RoundRule r = rule;
     r.pipeline = priced.pipeline;
