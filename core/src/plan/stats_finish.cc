@@ -5,6 +5,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "plan/round_figures.h"
@@ -208,15 +209,16 @@ PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
   // a staging budget (their rounds are cut by keys, not by the budget):
   // priced by stage_cost's critical path of their rounds (spread_rounds)
   // and taken where strictly faster than the pipelined estimate.
-  if (!rule.pipeline.empty() && o.staging_budget_bytes <= 0 && choice_override().spread > 0) {
-    const std::vector<double> q = spread_bounds(choice_override().spread);
+  if (!rule.pipeline.empty() && o.staging_budget_bytes <= 0 && choice_override().spread != 0) {
+    const bool forced = choice_override().spread < 0;
+    const std::vector<double> q = spread_bounds(std::abs(choice_override().spread));
     std::vector<int64_t> rounds = stage_rounds;
     for (int s = 0; s < nstages; ++s)
       if (s < static_cast<int>(rule.pipeline.size()) && rule.pipeline[static_cast<size_t>(s)] > 0)
         rounds[static_cast<size_t>(s)] = static_cast<int64_t>(q.size()) + 1;
     const KeyedRounds kr = spread_rounds(static_cast<size_t>(nstages), q);
     const double cost = stage_cost(stage_acc, rounds, lb, o, RoundSizes::kEven, &kr);
-    if (cost < st.cost_seconds) {
+    if (forced || cost < st.cost_seconds) {
       st.cost_seconds = cost;
       rule.spread = q;
       stage_rounds = std::move(rounds);

@@ -396,8 +396,9 @@ struct ChoiceOverride {
   uint32_t band_scale = 0;
   // e > 0: a pipelined plan without a staging budget prices spread cuts of
   // e even bounds (plan/rounds.h, spread_bounds) and takes them where the
-  // estimate is faster; 0: never (the default while the statistics count
-  // their messages only as an upper bound).
+  // estimate is faster; -e: takes them there always (tests); 0: never
+  // (the default while the statistics count their messages only as an
+  // upper bound).
   int64_t spread = 0;
 };
 inline ChoiceOverride& choice_override() {
