@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
     }
     if (simulate_only) {
       const SimResult r = simulate_plan(spec.input, c);
-      std::printf("simulated %.6g s, estimate %.6g s\n", r.seconds, r.estimate_seconds);
+      std::printf("simulated %.6g s, estimate %.6g s, %lld messages\n", r.seconds,
+                  r.estimate_seconds, static_cast<long long>(r.messages));
       return 0;
     }
     const std::vector<SimMessage> m = plan_messages_by_part(spec.input, 1);
