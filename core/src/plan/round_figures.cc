@@ -252,7 +252,9 @@ void bound_cuts(size_t ndev, int nstages, const RoundRule& rule,
       if (rule.budget > 0)
         cuts[d] += std::min(streams * std::ceil(static_cast<double>(max_t) / w),
                             (streams * t_d + 2 * sum_t) / w);
-      if (pipe > 0)
+      if (rule.spread_stage(static_cast<uint32_t>(s)))  // spread cuts: at most K - 1 a stream
+        cuts[d] += streams * static_cast<double>(rule.spread.size());
+      else if (pipe > 0)
         cuts[d] +=
             std::min(streams * std::ceil(static_cast<double>(max_t) / static_cast<double>(pipe)),
                      t_d / static_cast<double>(std::max<int64_t>(rule.min_chunk, 1)));
