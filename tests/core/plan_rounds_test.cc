@@ -441,7 +441,8 @@ struct SpreadOverride {
 // 15/16) taken on a pipelined plan without a budget: every stream's rounds
 // are numbered by their key bounds, strictly increasing below K; a
 // forward's last round is K - 1 (it ends at key 1); stage 0's first round
-// is 0; the statistics count the rounds exactly and the messages at most;
+// is 0; on this plan the statistics count the rounds exactly and the
+// messages at most (not so on every plan: docs/planner.md §9);
 // the plan executes exactly (the oracle). With a staging budget they are
 // not taken (the plan keeps the cuts by each stream's bytes).
 TEST(PlanRounds, SpreadCutsNumberRoundsByTheirKeys) {

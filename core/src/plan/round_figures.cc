@@ -91,8 +91,9 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
       segments = last.segments;
       cap = last.cap;
     } else if (rule.spread_stage(static_cast<uint32_t>(s))) {
-      // Spread cuts (rounds.h) depend on the stream's tensors: at most K
-      // rounds, each cut more than 8 bytes after the last (an upper bound).
+      // Spread cuts (rounds.h) depend on the stream's tensors: taken as
+      // min(K, (B + 8) / 9) rounds (at most K, each cut more than 8 bytes
+      // after the last); not exact (docs/planner.md §9, "Spread cuts").
       r = std::min<int64_t>(static_cast<int64_t>(rule.spread.size()) + 1, (all + 8) / 9);
       segments = 1;
       cap = all;
