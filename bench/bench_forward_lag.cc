@@ -8,10 +8,16 @@
 // ratios to the plan's: what cutting a forward's rounds where its feeds
 // were cut could gain. Usage:
 //   bench_forward_lag --spec FILE --topology FILE [--budget BYTES]
-//                     [--keyed GRANULE] [--rounds 1]
+//                     [--keyed GRANULE] [--spread EVEN] [--rounds 1]
+//                     [--simulate 1] [--estimate 1]
 // (--budget: the staging budget instead of the spec's; 0 unbounded.
 // --keyed: a pipelined plan takes keyed cuts of that granule in bytes,
-// plan/rounds.h, an experiment the planner does not choose. --rounds 1:
+// plan/rounds.h, an experiment the planner does not choose. --spread:
+// spread cuts of EVEN even bounds are priced and taken where the estimate
+// is faster, plan/rounds.h, off in the planner by default. --simulate 1:
+// only the plan's simulated time and its estimate, streamed as `reshard
+// simulate` does. --estimate 1: only the global statistics' estimate,
+// rounds and messages. --rounds 1:
 // also each round's bytes and its busiest sender and receiver.)
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +28,7 @@
 
 #include "plan/enumerate/types.h"
 #include "reshard/error.h"
+#include "reshard/plan.h"
 #include "reshard/simulate.h"
 #include "reshard/spec.h"
 
@@ -47,7 +54,7 @@ std::vector<SimMessage> within_lag(std::vector<SimMessage> m, int64_t lag) {
 int main(int argc, char** argv) {
   std::string spec_path, topology_path;
   int64_t budget = -1;
-  bool per_round = false;
+  bool per_round = false, simulate_only = false, estimate_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--spec")) {
       spec_path = argv[i + 1];
@@ -55,6 +62,12 @@ int main(int argc, char** argv) {
       topology_path = argv[i + 1];
     } else if (!std::strcmp(argv[i], "--keyed")) {
       reshard::planning::choice_override().keyed = std::atoll(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--spread")) {
+      reshard::planning::choice_override().spread = std::atoll(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--estimate")) {
+      estimate_only = std::atoi(argv[i + 1]) != 0;
+    } else if (!std::strcmp(argv[i], "--simulate")) {
+      simulate_only = std::atoi(argv[i + 1]) != 0;
     } else if (!std::strcmp(argv[i], "--rounds")) {
       per_round = std::atoi(argv[i + 1]) != 0;
     } else if (!std::strcmp(argv[i], "--budget")) {
@@ -67,7 +80,8 @@ int main(int argc, char** argv) {
   if (spec_path.empty() || topology_path.empty() || argc % 2 == 0) {
     std::fprintf(
         stderr,
-        "usage: %s --spec FILE --topology FILE [--budget BYTES] [--keyed GRANULE] [--rounds 1]\n",
+        "usage: %s --spec FILE --topology FILE [--budget BYTES] [--keyed GRANULE] [--spread EVEN] "
+        "[--rounds 1] [--simulate 1] [--estimate 1]\n",
         argv[0]);
     return 2;
   }
@@ -80,6 +94,20 @@ int main(int argc, char** argv) {
     o.inter_host_bytes_per_second = c.nic_bytes_per_second;
     o.nics_per_host = c.nics_per_host;
     if (budget >= 0) o.staging_budget_bytes = budget;
+    if (estimate_only) {
+      PlanRequest r;
+      r.scope = PlanScope::kGlobal;
+      const PlanStats st = make_plan(spec.input, r).stats();
+      std::printf("estimate %.6g s, %d rounds, %lld messages\n", st.cost_seconds, st.rounds,
+                  static_cast<long long>(st.messages));
+      return 0;
+    }
+    if (simulate_only) {
+      const SimResult r = simulate_plan(spec.input, c);
+      std::printf("simulated %.6g s, estimate %.6g s, %lld messages\n", r.seconds,
+                  r.estimate_seconds, static_cast<long long>(r.messages));
+      return 0;
+    }
     const std::vector<SimMessage> m = plan_messages_by_part(spec.input, 1);
     // (stage, lag) -> messages
     std::map<std::pair<uint32_t, int64_t>, int64_t> lags;

@@ -424,6 +424,75 @@ TEST(PlanRounds, KeyedCutsForwardWhatArrivedInTheSameRound) {
   EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
 }
 
+// Spread cuts (rounds.h, RoundRule::spread) on request, keyed cuts off;
+// restored after.
+struct SpreadOverride {
+  explicit SpreadOverride(int64_t e) {
+    planning::choice_override().spread = e;
+    planning::choice_override().keyed = -1;
+  }
+  ~SpreadOverride() {
+    planning::choice_override().spread = 0;
+    planning::choice_override().keyed = 0;
+  }
+};
+
+// Spread cuts of 4 even bounds (K = 6 rounds: bounds 1/4, 1/2, 3/4, 7/8,
+// 15/16) taken on a pipelined plan without a budget: every stream's rounds
+// are numbered by their key bounds, strictly increasing below K; a
+// forward's last round is K - 1 (it ends at key 1); stage 0's first round
+// is 0; on this plan the statistics count the rounds exactly and the
+// messages at most (not so on every plan: docs/planner.md §9);
+// the plan executes exactly (the oracle). With a staging budget they are
+// not taken (the plan keeps the cuts by each stream's bytes).
+TEST(PlanRounds, SpreadCutsNumberRoundsByTheirKeys) {
+  SpreadOverride spread(-4);
+  PlanInput in =
+      load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/psum_chain_4_hosts.json").input;
+  in.options.staging_budget_bytes = 0;
+  const Plan plan = make_plan(in);
+  constexpr uint32_t kRounds = 6;
+  std::map<StreamKey, std::vector<uint32_t>> rounds;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs)
+      rounds[{m.stage, m.src_device, m.dst_device}].push_back(m.round);
+  int64_t cut = 0, forwards = 0;
+  for (const auto& [key, r] : rounds) {
+    SCOPED_TRACE(::testing::Message() << "stage " << std::get<0>(key) << " stream "
+                                      << std::get<1>(key) << " -> " << std::get<2>(key));
+    for (size_t l = 1; l < r.size(); ++l) EXPECT_LT(r[l - 1], r[l]);
+    EXPECT_LT(r.back(), kRounds);
+    if (std::get<0>(key) == 0) {
+      EXPECT_EQ(r.front(), 0u);
+    } else {
+      EXPECT_EQ(r.back(), kRounds - 1);
+      ++forwards;
+    }
+    cut += r.size() > 1;
+  }
+  EXPECT_GT(cut, 0) << "some stream is cut";
+  EXPECT_GT(forwards, 0) << "the plan forwards";
+  const Staged counted = staged_of(plan);
+  EXPECT_EQ(plan.stats().rounds, counted.rounds);
+  EXPECT_GE(plan.stats().messages, counted.messages);
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views, {1});
+  const OracleReport report = check_destinations(plan, buffers);
+  EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+  // Within a staging budget: not taken, the plan as without the override.
+  in.options.staging_budget_bytes = int64_t{1} << 30;
+  const PlanStats budgeted = make_plan(in, {PlanScope::kGlobal}).stats();
+  PlanStats plain;
+  {
+    SpreadOverride off(0);
+    plain = make_plan(in, {PlanScope::kGlobal}).stats();
+  }
+  EXPECT_EQ(budgeted.rounds, plain.rounds);
+  EXPECT_EQ(budgeted.messages, plain.messages);
+  EXPECT_EQ(budgeted.cost_seconds, plain.cost_seconds);
+}
+
 // Keyed cuts never exceed the staging budget: where one round of a stage
 // would hold more than the budget on some device, the plan falls back to
 // cuts by each stream's bytes (rounds.h), within the budget, and still

@@ -221,6 +221,63 @@ TEST(StageCost, KeyedRoundsWaitOnlyForTheirOwnRoundAndAreAsLongAsTheirKeys) {
   EXPECT_NEAR(stage_cost(c.stages, {2, 2}, c.lb, c.o, RoundSizes::kEven, &late), 11 * kUs, 1e-12);
 }
 
+TEST(StageCost, SpreadRoundsEndInSmallTailRoundsAndForwardsHalfARoundBack) {
+  // Spread cuts of 2 even bounds: q = 1/2, then the tail 1 - 1/4, 1 - 1/8;
+  // K = 4 rounds of stage 0 with key widths 1/2, 1/4, 1/8, 1/8. A forward's
+  // bounds move back by half the round before: 1/2 - 1/4, 3/4 - 1/8, 7/8 -
+  // 1/16, widths 1/4, 3/8, 3/16, 3/16.
+  const std::vector<double> q = spread_bounds(2);
+  ASSERT_EQ(q.size(), 3u);
+  EXPECT_DOUBLE_EQ(q[0], 0.5);
+  EXPECT_DOUBLE_EQ(q[1], 0.75);
+  EXPECT_DOUBLE_EQ(q[2], 0.875);
+  EXPECT_DOUBLE_EQ(spread_forward_bound(q, 1), 0.25);
+  EXPECT_DOUBLE_EQ(spread_forward_bound(q, 3), 0.8125);
+  const KeyedRounds k = spread_rounds(2, q);
+  ASSERT_EQ(k.seconds.size(), 2u);
+  EXPECT_EQ(k.seconds[0], (std::vector<double>{0.5, 0.25, 0.125, 0.125}));
+  EXPECT_EQ(k.seconds[1], (std::vector<double>{0.25, 0.375, 0.1875, 0.1875}));
+  // The chain 0 -> 1 -> 2 of 4,000 bytes a stage (4 µs each): stage 0's
+  // rounds take α + 2, 1, 0.5, 0.5 µs and end at 3, 5, 6.5, 8 µs; the
+  // forward's take α + 1, 1.5, 0.75, 0.75 µs, round r after stage-0 round r
+  // (it reads rounds r - 1 and r): 5, 7.5, 9.25, 11 µs. The links: stage
+  // 1's after stage 0's first round (3 µs), 4 µs + 4 α = 11 µs; stage 0's
+  // 4 + 4 α + the forward's last round (1.75 µs) = 9.75. So 11 µs, against
+  // 12 µs pipelined at 4 even rounds one round late.
+  Chain c(3);
+  c.send(0, 0, 1, 4000);
+  c.send(1, 1, 2, 4000);
+  EXPECT_NEAR(stage_cost(c.stages, {4, 4}, c.lb, c.o, RoundSizes::kEven, &k), 11 * kUs, 1e-12);
+  EXPECT_NEAR(stage_cost(c.stages, {4, 4}, c.lb, c.o, RoundSizes::kEven), 12 * kUs, 1e-12);
+  // 24 even bounds (K = 26) on two stages of 1,600 µs: stage-0 rounds of
+  // α + 1600/24 µs end at 67.67 r + 67.67 (r < 23), then 35.33, 17.67,
+  // 17.67 µs more; a forward's even rounds take as long and wait for
+  // their own stage-0 round: round 22 ends at 23 × 67.67 + 67.67 = 1624
+  // µs, then α + 1600 (1/32, 1/64, 1/64) µs: 1675, 1701, 1727 µs. Equal
+  // stages gain nothing from the tail; pipelined at 40 even rounds the
+  // chain takes 1722 µs (PipelineRoundsBalanceTheFillAgainstAlpha), so the
+  // estimate keeps the byte cuts there.
+  Chain f(3);
+  f.send(0, 0, 1, 1600000);
+  f.send(1, 1, 2, 1600000);
+  const KeyedRounds k24 = spread_rounds(2, spread_bounds(24));
+  EXPECT_NEAR(stage_cost(f.stages, {26, 26}, f.lb, f.o, RoundSizes::kEven, &k24), 1727 * kUs, 1e-9);
+  // With a forward of 160 µs (a tenth) they win: stage 0 ends at 26 α +
+  // 1600 = 1626 µs and the forward's last round (α + 160 / 64 µs) after
+  // it: 1629.5 µs (stage 0's links: 1600 + 26 α + that round, the same).
+  // Pipelined at pipeline_rounds' k = round(sqrt(2 × 160 / 2)) = 13: T_0
+  // = 1613 µs, T_1 = 173, and the forward's last two rounds after stage 0:
+  // 1613 + 2 × 173 / 13 = 1639.6 µs.
+  Chain g(3);
+  g.send(0, 0, 1, 1600000);
+  g.send(1, 1, 2, 160000);
+  EXPECT_EQ(pipeline_rounds(g.stages, g.lb, g.o), 13);
+  EXPECT_NEAR(stage_cost(g.stages, {26, 26}, g.lb, g.o, RoundSizes::kEven, &k24), 1629.5 * kUs,
+              1e-9);
+  EXPECT_NEAR(stage_cost(g.stages, {13, 13}, g.lb, g.o, RoundSizes::kEven),
+              (1613 + 2.0 * 173 / 13) * kUs, 1e-9);
+}
+
 TEST(StageCost, PipelineRoundsBalanceTheFillAgainstAlpha) {
   // k = sqrt((1 + L) (Σ T_s − max T_s) / (α S)): two stages of 100 µs each
   // (100,000 bytes), α = 1 µs, S = 2: sqrt(2 × 100 / 2) = 10.

@@ -90,6 +90,13 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
       r = last.r;
       segments = last.segments;
       cap = last.cap;
+    } else if (rule.spread_stage(static_cast<uint32_t>(s))) {
+      // Spread cuts (rounds.h) depend on the stream's tensors: taken as
+      // min(K, (B + 8) / 9) rounds (at most K, each cut more than 8 bytes
+      // after the last); not exact (docs/planner.md §9, "Spread cuts").
+      r = std::min<int64_t>(static_cast<int64_t>(rule.spread.size()) + 1, (all + 8) / 9);
+      segments = 1;
+      cap = all;
     } else {
       const int64_t chunk = rule.chunk(static_cast<uint32_t>(s), la, lb, all);
       auto segment = [&](int64_t v) {
@@ -246,7 +253,9 @@ void bound_cuts(size_t ndev, int nstages, const RoundRule& rule,
       if (rule.budget > 0)
         cuts[d] += std::min(streams * std::ceil(static_cast<double>(max_t) / w),
                             (streams * t_d + 2 * sum_t) / w);
-      if (pipe > 0)
+      if (rule.spread_stage(static_cast<uint32_t>(s)))  // spread cuts: at most K - 1 a stream
+        cuts[d] += streams * static_cast<double>(rule.spread.size());
+      else if (pipe > 0)
         cuts[d] +=
             std::min(streams * std::ceil(static_cast<double>(max_t) / static_cast<double>(pipe)),
                      t_d / static_cast<double>(std::max<int64_t>(rule.min_chunk, 1)));

@@ -62,6 +62,8 @@ int64_t& stage_zero_figures_computed();
 // it adds at most min(max T_s / P_s, B / m) cuts: over d's streams at most
 // min(streams_s(d) * ceil(max T_s / P_s), T_s(d) / m). A chunk under both
 // rules is the smaller one, so the cuts are at most the two bounds added.
+// Spread cuts (RoundRule::spread, no budget) cut a stream at most K - 1
+// times.
 // Summed over device d's streams of stage s that is below both
 // streams_s(d) * max T_s / W_s and (streams_s(d) * T_s(d) + 2 * sum T_s) / W_s
 // (a peer is at most two of d's streams). Sets counts' cuts and messages

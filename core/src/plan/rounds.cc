@@ -1,6 +1,7 @@
 #include "plan/rounds.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 
 #include "layout/element_range.h"
@@ -62,33 +63,116 @@ struct Bound {
 // build_part: one band of a stream, rounds.h); segment i has rounds[i] - 1
 // cuts, from first_bound[i] on, and starts at its stream's round offset[i];
 // its stream has all[i] rounds.
+// Spread cuts (RoundRule::spread): per cut (indexed like the bounds) its
+// byte x_k and key bound k, and per segment whether it takes them.
 struct Streams {
   std::vector<int64_t> chunks, rounds, offset, all;
   std::vector<size_t> first_bound;
+  std::vector<char> spread;
+  std::vector<int64_t> target;
+  std::vector<int32_t> key;
 };
+
+// Per tensor its share [lo, hi) of its source group's bytes (the groups
+// of pipeline_ranks): [2t] lo, [2t + 1] hi.
+std::vector<double> key_shares(const std::vector<TensorSpec>& tensors) {
+  const size_t n = tensors.size();
+  std::map<std::pair<int64_t, size_t>, double> total;
+  std::vector<std::pair<int64_t, size_t>> group(n);
+  std::vector<double> bytes(n), before(n), out(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    const TensorSpec& t = tensors[i];
+    const size_t entries = t.src.num_entries();
+    group[i] = {entries > 0 ? t.src.device(0) : -1, entries};
+    bytes[i] = static_cast<double>(std::max<int64_t>(t.src.num_elements(), 0)) *
+               static_cast<double>(std::max<int64_t>(dtype_size(t.dtype), 1));
+    double& sum = total[group[i]];
+    before[i] = sum;
+    sum += bytes[i];
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const double t = std::max(total.at(group[i]), 1.0);
+    out[2 * i] = before[i] / t;
+    out[2 * i + 1] = (before[i] + bytes[i]) / t;
+  }
+  return out;
+}
+
+// The spread cuts of the stream of message m (RoundRule::spread): appends
+// each kept cut's byte and key bound; returns its rounds.
+int64_t spread_cuts(const Message& m, const RoundRule& rule, const std::vector<Piece>& pieces,
+                    std::span<const int64_t> pbytes, const std::vector<double>& shares,
+                    Streams& s) {
+  std::vector<std::array<double, 3>> runs;  // a run of one tensor's pieces: bytes, lo, hi
+  for (uint64_t j = m.first_piece; j < m.first_piece + m.num_pieces; ++j) {
+    const uint32_t t = pieces[j].tensor;
+    if (j == m.first_piece || pieces[j - 1].tensor != t)
+      runs.push_back({0.0, shares[2 * t], shares[2 * t + 1]});
+    runs.back()[0] += static_cast<double>(pbytes[j]);
+  }
+  const auto k_all = static_cast<int64_t>(rule.spread.size()) + 1;
+  const int64_t w = std::max<int64_t>(round_window(std::max<int64_t>(1, m.bytes / k_all)), 8);
+  int64_t last = 0, kept = 0;
+  for (size_t k = 1; k <= rule.spread.size(); ++k) {
+    const double q = m.stage == 0 ? rule.spread[k - 1] : spread_forward_bound(rule.spread, k);
+    double x = 0;
+    for (const auto& r : runs)
+      x += r[0] * (r[2] > r[1] ? std::clamp((q - r[1]) / (r[2] - r[1]), 0.0, 1.0)
+                               : (q >= r[1] ? 1.0 : 0.0));
+    const auto xi = static_cast<int64_t>(x);
+    if (xi > last + w && xi < m.bytes - 8) {
+      s.target.push_back(xi);
+      s.key.push_back(static_cast<int32_t>(k));
+      last = xi;
+      ++kept;
+    }
+  }
+  return kept + 1;
+}
 
 bool same_stream(const Message& a, const Message& b) {
   return a.stage == b.stage && a.src_device == b.src_device && a.dst_device == b.dst_device;
 }
 
 Streams size_streams(const std::vector<Message>& msgs, const RoundRule& rule,
-                     const std::function<DeviceLoad(int64_t, uint32_t)>& load) {
+                     const std::function<DeviceLoad(int64_t, uint32_t)>& load,
+                     const std::vector<Piece>& pieces, std::span<const int64_t> pbytes,
+                     const std::vector<double>& shares) {
   const size_t n = msgs.size();
-  Streams s{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int64_t>(n),
-            std::vector<int64_t>(n), std::vector<size_t>(n + 1, 0)};
+  Streams s{std::vector<int64_t>(n),
+            std::vector<int64_t>(n),
+            std::vector<int64_t>(n),
+            std::vector<int64_t>(n),
+            std::vector<size_t>(n + 1, 0),
+            std::vector<char>(n, 0),
+            {},
+            {}};
   for (size_t a = 0; a < n;) {
     // The stream's segments [a, b) share the chunk of its whole bytes.
     size_t b = a + 1;
     int64_t bytes = msgs[a].bytes;
     while (b < n && same_stream(msgs[b], msgs[a])) bytes += msgs[b++].bytes;
     const Message& m = msgs[a];
+    const bool spread = b == a + 1 && m.num_pieces > 0 && rule.spread_stage(m.stage);
     const int64_t chunk =
-        rule.chunk(m.stage, load(m.src_device, m.stage), load(m.dst_device, m.stage), bytes);
+        spread
+            ? std::max<int64_t>(1, bytes / (static_cast<int64_t>(rule.spread.size()) + 1))
+            : rule.chunk(m.stage, load(m.src_device, m.stage), load(m.dst_device, m.stage), bytes);
     int64_t offset = 0;
     for (size_t i = a; i < b; ++i) {
       s.chunks[i] = chunk;
-      s.rounds[i] =
-          std::max<int64_t>(stream_rounds(msgs[i].bytes, chunk), msgs[i].num_pieces > 0 ? 1 : 0);
+      s.spread[i] = spread;
+      if (spread) {
+        s.rounds[i] = spread_cuts(m, rule, pieces, pbytes, shares, s);
+      } else {
+        s.rounds[i] =
+            std::max<int64_t>(stream_rounds(msgs[i].bytes, chunk), msgs[i].num_pieces > 0 ? 1 : 0);
+        if (!rule.spread.empty()) {  // keep target and key indexed like the bounds
+          s.target.resize(s.target.size() +
+                          static_cast<size_t>(std::max<int64_t>(s.rounds[i] - 1, 0)));
+          s.key.resize(s.target.size());
+        }
+      }
       s.offset[i] = offset;
       offset += s.rounds[i];
       if (offset - 1 >= int64_t{1} << 31)
@@ -165,7 +249,7 @@ void find_cuts(const std::vector<Message>& msgs, const std::vector<Piece>& piece
     Bound* prev = nullptr;
     int64_t e = 1;
     for (int64_t k = 1; k < rounds[mi]; ++k, ++bound) {
-      const int64_t x = k * chunk;
+      const int64_t x = streams.spread[mi] ? streams.target[first_bound[mi] + k - 1] : k * chunk;
       while (o + bytes[j] <= x) o += bytes[j++];
       if (o > x - window) {  // 1. a piece boundary in the window
         *bound = {j, 0, o, 0, 0, 0, 0};
@@ -290,8 +374,17 @@ void emit_rounds(std::vector<Message>& msgs, std::vector<Piece>& pieces, const S
     bool renumbered = false;
     for (size_t mi = 0; mi < out_msgs.size(); ++mi) {
       const size_t i = stream_of[mi];
-      const int64_t r =
+      int64_t r =
           rule.round_number(out_msgs[mi].stage, streams.offset[i] + local_of[mi], streams.all[i]);
+      if (streams.spread[i]) {  // by the key bound it starts (stage 0) or ends (forwards) at
+        const int64_t l = local_of[mi];
+        const size_t f = streams.first_bound[i];
+        if (out_msgs[mi].stage == 0)
+          r = l == 0 ? 0 : streams.key[f + static_cast<size_t>(l) - 1];
+        else
+          r = l + 1 < streams.rounds[i] ? streams.key[f + static_cast<size_t>(l)] - 1
+                                        : static_cast<int64_t>(rule.spread.size());
+      }
       renumbered |= r != out_msgs[mi].round;
       out_msgs[mi].round = static_cast<uint32_t>(r);
     }
@@ -521,6 +614,21 @@ void keyed_direction(std::vector<Message>& msgs, std::vector<Piece>& pieces,
 }
 }  // namespace
 
+std::vector<double> spread_bounds(int64_t even) {
+  std::vector<double> q;
+  if (even < 1) return q;
+  const auto e = static_cast<double>(even);
+  for (int64_t i = 1; i < even; ++i) q.push_back(static_cast<double>(i) / e);
+  q.push_back(1 - 1 / (2 * e));
+  q.push_back(1 - 1 / (4 * e));
+  return q;
+}
+
+double spread_forward_bound(const std::vector<double>& q, size_t k) {
+  const double before = k >= 2 ? q[k - 2] : 0.0;
+  return q[k - 1] - (q[k - 1] - before) / 2;
+}
+
 std::vector<uint32_t> pipeline_ranks(const std::vector<TensorSpec>& tensors) {
   const size_t n = tensors.size();
   // Groups: (first source device, source entries) -> total bytes.
@@ -633,8 +741,10 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
                     rule.keys);
     return;
   }
-  const Streams sends = size_streams(part.sends, rule, load);
-  const Streams recvs = size_streams(part.recvs, rule, load);
+  const std::vector<double> shares =
+      rule.spread.empty() ? std::vector<double>{} : key_shares(tensors);
+  const Streams sends = size_streams(part.sends, rule, load, part.send_pieces, send_bytes, shares);
+  const Streams recvs = size_streams(part.recvs, rule, load, part.recv_pieces, recv_bytes, shares);
   std::vector<Bound> send_bounds(sends.first_bound.back()), recv_bounds(recvs.first_bound.back());
   const size_t cuts = sends.first_bound.back() + recvs.first_bound.back();
   if (threads <= 1) {

@@ -115,10 +115,17 @@ struct RoundRule {
   // cut by its own bytes.
   int64_t keys = 0;
   int64_t key_granule = kKeyGranule;
+  // Spread cuts (spread_bounds): the key bounds q_1 < ... < q_(K-1) every
+  // stream of a pipelined stage is cut at; empty: cut by its bytes.
+  std::vector<double> spread;
   bool cuts() const { return budget > 0 || !pipeline.empty() || keys > 0; }
   // The chunk of a stream of `stream_bytes` of stage `stage` (at least the
   // stream's bytes when nothing cuts it).
   int64_t chunk(uint32_t stage, DeviceLoad a, DeviceLoad b, int64_t stream_bytes) const;
+  // Whether stage `stage`'s streams take spread cuts.
+  bool spread_stage(uint32_t stage) const {
+    return !spread.empty() && stage < pipeline.size() && pipeline[stage] > 0;
+  }
   // The number of round l of a stream of `n` rounds in stage `stage`.
   int64_t round_number(uint32_t stage, int64_t l, int64_t n) const {
     const int64_t k = stage > 0 && stage < spans.size() ? spans[stage] : 0;
@@ -128,10 +135,39 @@ struct RoundRule {
   // The rounds stage `stage` takes when its streams span at most `most`
   // rounds each (at least one stream).
   int64_t stage_rounds(uint32_t stage, int64_t most) const {
+    if (spread_stage(stage)) return static_cast<int64_t>(spread.size()) + 1;
     const int64_t k = stage > 0 && stage < spans.size() ? spans[stage] : 0;
     return std::max(most, k);
   }
 };
+
+// Spread cuts (issue 35; chosen by the global statistics where the estimate
+// is faster for them, stage_cost.h spread_rounds, and only without a staging
+// budget). Tensor t covers the share [lo_t, hi_t) of its source group's
+// bytes (the group of pipeline_ranks; its middle is the key order_pieces
+// sorts by). A stream of a pipelined stage holding B_t bytes of tensor t
+// has its cut k (0 < k < K) at the byte
+//   x_k = sum_t B_t clamp((q_k - lo_t) / (hi_t - lo_t), 0, 1)
+// (rounded down to a byte, then placed as find_cuts places k c: in the
+// window below it, c = B / K), where q_k is spread_bounds' k-th bound for
+// stage 0 and spread_forward_bound's for a forward. A cut not more than the
+// cut window (at least 8 bytes) above the last kept one, or within 8 bytes
+// of the stream's end, is dropped. Rounds are numbered by their keys: a
+// stage-0 round by the bound its bytes start at (round 0 from 0, a round
+// after cut k is round k), a forward's by the one it ends at (a round
+// ending at cut k is round k - 1, the last round K - 1); so a forward's
+// round r reads the keys of stage-0 rounds r - 1 and r, and waits for no
+// later one. Both ends compute the cuts from the stream's pieces and the
+// tensors alone.
+// The bounds: `even` even ones (i / even, 0 < i < even) and a tail of two
+// (1 - 1/(2 even), 1 - 1/(4 even)), so the last even round and the two
+// after it take a half and two quarters of an even round's keys. Empty for
+// even < 1.
+std::vector<double> spread_bounds(int64_t even);
+// The bound of a forward's cut k (1 <= k <= q.size()): q_k moved back by half
+// the key width of round k - 1 (q_0 = 0), so that a forward's round r ends
+// inside the stage-0 round r it reads from.
+double spread_forward_bound(const std::vector<double>& q, size_t k);
 
 // Cut window s of a stream with chunk c.
 inline int64_t round_window(int64_t chunk) { return kCutWindowDiv > 0 ? chunk / kCutWindowDiv : 0; }

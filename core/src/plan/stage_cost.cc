@@ -249,6 +249,19 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   return std::min(sum, std::max(busiest_link, pipeline));
 }
 
+KeyedRounds spread_rounds(size_t nstages, const std::vector<double>& q) {
+  KeyedRounds kr;
+  kr.seconds.resize(nstages);
+  for (size_t s = 0; s < nstages; ++s) {
+    std::vector<double> b{0.0};
+    for (size_t k = 1; k <= q.size(); ++k)
+      b.push_back(s == 0 ? q[k - 1] : spread_forward_bound(q, k));
+    b.push_back(1.0);
+    for (size_t r = 0; r + 1 < b.size(); ++r) kr.seconds[s].push_back(b[r + 1] - b[r]);
+  }
+  return kr;
+}
+
 double busiest_link_seconds(const std::vector<Acc>& stage, const Bounds& lb, const PlanOptions& o) {
   std::vector<double> links;
   link_seconds(stage, lb, o, links);

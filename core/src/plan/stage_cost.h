@@ -126,6 +126,16 @@ enum class RoundSizes { kBands, kEven };
 struct KeyedRounds {
   std::vector<std::vector<double>> seconds;  // per stage, per round: busiest link, no α
 };
+// The rounds' shares of each stage's bytes under spread cuts of bounds `q`
+// (rounds.h, RoundRule::spread, spread_bounds),
+// as KeyedRounds for stage_cost (which scales each stage's shares to its
+// busiest link): stage 0 q_(r+1) - q_r, a stage above 0 the widths between
+// its forward bounds (spread_forward_bound). Round r of a forward reads the
+// keys of stage-0 rounds r - 1 and r (lag 0: stage_cost's critical path of
+// keyed rounds), and the estimate takes each stream's bytes as spread over
+// the keys like its stage's (a stream holds tensors of every key range).
+KeyedRounds spread_rounds(size_t nstages, const std::vector<double>& q);
+
 double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
                   const std::vector<int64_t>& stage_rounds, const Bounds& lb, const PlanOptions& o,
                   RoundSizes sizes = RoundSizes::kBands, const KeyedRounds* keyed = nullptr);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "plan/round_figures.h"
@@ -204,12 +205,39 @@ PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
     try_pipeline(keyed_tried ? std::min(k, kFewPipelineRounds) : k);
   }
   if (!piped_rounds.empty()) stage_rounds = std::move(piped_rounds);
+  // Spread cuts (rounds.h, RoundRule::spread) on a pipelined plan without
+  // a staging budget (their rounds are cut by keys, not by the budget):
+  // priced by stage_cost's critical path of their rounds (spread_rounds)
+  // and taken where faster than the pipelined estimate by more than
+  // kSpreadMinGain of it: the estimate takes every stream's bytes as spread
+  // over the keys like its stage's, and gains below that were not real in
+  // the simulator (bench/weight_sync.py on H100, --budget 0: kimi_k2_fp8
+  // 1.28551 -> 1.28547 s estimated, 1.28706 -> 1.28876 simulated; qwen3_m2n
+  // 1.18230 -> 1.18228, 1.18288 -> 1.18262), while on GB200 it gains 0.8%
+  // (qwen3_m2n) and 0.2% (kimi_k2_fp8).
+  if (!rule.pipeline.empty() && o.staging_budget_bytes <= 0 && choice_override().spread != 0) {
+    const bool forced = choice_override().spread < 0;
+    const std::vector<double> q = spread_bounds(std::abs(choice_override().spread));
+    std::vector<int64_t> rounds = stage_rounds;
+    for (int s = 0; s < nstages; ++s)
+      if (s < static_cast<int>(rule.pipeline.size()) && rule.pipeline[static_cast<size_t>(s)] > 0)
+        rounds[static_cast<size_t>(s)] = static_cast<int64_t>(q.size()) + 1;
+    const KeyedRounds kr = spread_rounds(static_cast<size_t>(nstages), q);
+    const double cost = stage_cost(stage_acc, rounds, lb, o, RoundSizes::kEven, &kr);
+    constexpr double kSpreadMinGain = 1e-3;
+    if (forced || cost < st.cost_seconds * (1 - kSpreadMinGain)) {
+      st.cost_seconds = cost;
+      rule.spread = q;
+      stage_rounds = std::move(rounds);
+    }
+  }
   // Keyed cuts, at the end of a keyed pass (keyed_stats.cc). Where the
   // pipelined rule lost to the unpipelined plan, keyed cuts are priced on
   // it and taken only where strictly faster by the estimate.
   KeyedChoice kc;
   if (!rule.pipeline.empty()) {
     kc = choose_keyed(nstages, rule, lb, stage_rounds);
+    if (kc.taken) rule.spread.clear();
   } else if (keyed && reduce_routed && !priced.pipeline.empty() && choice_override().keyed == 0) {
     RoundRule r = rule;
     r.pipeline = priced.pipeline;
