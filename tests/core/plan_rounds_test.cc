@@ -328,6 +328,16 @@ struct KeyedOverride {
   ~KeyedOverride() { planning::choice_override().keyed = 0; }
 };
 
+// Executes `plan` on the host (one thread) and checks every destination
+// against the oracle.
+void check_exact(const Plan& plan) {
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views, {1});
+  const OracleReport report = check_destinations(plan, buffers);
+  ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches";
+}
+
 // The K of keyed cuts of granule g if every piece of the plan lies in the
 // round of its key (rounds.h), else 0.
 int64_t keyed_cuts(const Plan& plan, int64_t granule) {
@@ -418,11 +428,7 @@ TEST(PlanRounds, KeyedCutsForwardWhatArrivedInTheSameRound) {
                                        << sim[i].round << " of stage " << sim[i].stage;
   }
   EXPECT_GT(forwards, 0);
-  OracleBuffers buffers = fill_sources(plan);
-  const std::vector<TensorBuffers> views = buffers.views();
-  execute_host(plan, views, {1});
-  const OracleReport report = check_destinations(plan, buffers);
-  EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+  EXPECT_NO_FATAL_FAILURE(check_exact(plan));
 }
 
 // Spread cuts (rounds.h, RoundRule::spread) on request, keyed cuts off;
@@ -476,11 +482,7 @@ TEST(PlanRounds, SpreadCutsNumberRoundsByTheirKeys) {
   const Staged counted = staged_of(plan);
   EXPECT_EQ(plan.stats().rounds, counted.rounds);
   EXPECT_GE(plan.stats().messages, counted.messages);
-  OracleBuffers buffers = fill_sources(plan);
-  const std::vector<TensorBuffers> views = buffers.views();
-  execute_host(plan, views, {1});
-  const OracleReport report = check_destinations(plan, buffers);
-  EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+  EXPECT_NO_FATAL_FAILURE(check_exact(plan));
   // Within a staging budget: not taken, the plan as without the override.
   in.options.staging_budget_bytes = int64_t{1} << 30;
   const PlanStats budgeted = make_plan(in, {PlanScope::kGlobal}).stats();
@@ -536,11 +538,7 @@ TEST(PlanRounds, SpreadCutsExecuteExactlyOnRandomPlans) {
     const Staged counted = staged_of(plan);
     rounds_off += plan.stats().rounds != counted.rounds;
     messages_off += plan.stats().messages != counted.messages;
-    OracleBuffers buffers = fill_sources(plan);
-    const std::vector<TensorBuffers> views = buffers.views();
-    execute_host(plan, views, {1});
-    const OracleReport report = check_destinations(plan, buffers);
-    ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches";
+    ASSERT_NO_FATAL_FAILURE(check_exact(plan));
   }
   EXPECT_GT(cut, cases / 20) << "spread cuts cut some streams";
   std::printf(
@@ -569,11 +567,7 @@ TEST(PlanRounds, KeyedCutsFallBackToTheBudgetRuleWhereTheBudgetCuts) {
   for (const auto& [k, bytes] : counted.bytes) EXPECT_LT(bytes, in.options.staging_budget_bytes);
   EXPECT_EQ(plan.stats().messages, counted.messages);
   EXPECT_EQ(plan.stats().rounds, counted.rounds);
-  OracleBuffers buffers = fill_sources(plan);
-  const std::vector<TensorBuffers> views = buffers.views();
-  execute_host(plan, views, {1});
-  const OracleReport report = check_destinations(plan, buffers);
-  EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+  EXPECT_NO_FATAL_FAILURE(check_exact(plan));
 }
 
 // The planner takes keyed cuts where its estimate is no slower for them,
@@ -644,11 +638,7 @@ TEST(PlanRounds, KeyedCutsArePricedWherePipeliningLoses) {
   EXPECT_NEAR(keyed.seconds, 89.905e-6, 0.01e-6);
   EXPECT_NEAR(unpiped.seconds, 91.896e-6, 0.01e-6);
   EXPECT_NEAR(keyed.estimate_seconds / keyed.seconds, 1.0, 1e-6);
-  OracleBuffers buffers = fill_sources(plan);
-  const std::vector<TensorBuffers> views = buffers.views();
-  execute_host(plan, views, {1});
-  const OracleReport report = check_destinations(plan, buffers);
-  EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
+  EXPECT_NO_FATAL_FAILURE(check_exact(plan));
 }
 
 // A plan of few pieces, on which keyed cuts are tried, is pipelined in at

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -428,6 +429,34 @@ TEST(PlanStatsFastPath, DeviceRuleCellsVisitEachRelayPartOnce) {
   EXPECT_LE(at32, 5 * at8);
 }
 
+// MoE-like tensors for the fast-path tests below: random rank (1-3) and
+// dims (8 to max_dim), sharded over mesh (a, c) = (shards, copies) of the
+// holders (devices 0..) along one dim, replicated over mesh r of the
+// receiving entries (devices after the holders), two dtypes; the split size
+// one of `split`, α 0 unless uni(0, alpha_odds) draws 0, a budget of none,
+// 16 KB, 64 KB or 1 GiB.
+struct MoeLikeFleet {
+  int64_t shards, copies, receiving;
+};
+template <class Uni>
+void add_moe_like_tensors(PlanInput& in, Uni& uni, MoeLikeFleet m, int64_t max_dim,
+                          std::array<int64_t, 2> split, int64_t alpha_odds) {
+  const int rank = static_cast<int>(uni(1, 3));
+  std::vector<int64_t> shape;
+  for (int d = 0; d < rank; ++d) shape.push_back(uni(8, max_dim));
+  std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+  src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+  const FleetLayouts f{shape, named(mesh({"a", "c"}, {m.shards, m.copies}, 0), src_dims),
+                       named(mesh({"r"}, {m.receiving}, m.shards * m.copies),
+                             std::vector<std::vector<std::string>>(static_cast<size_t>(rank)))};
+  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
+  add_tensors(in, f, {dtypes[uni(0, 2)], dtypes[uni(0, 2)]});
+  in.options.split_min_bytes = uni(0, 1) ? split[0] : split[1];
+  in.options.alpha_seconds = uni(0, alpha_odds) ? 0 : 5e-6;
+  const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
+  in.options.staging_budget_bytes = budgets[uni(0, 3)];
+}
+
 // The device rule's cells with MoE-like holders, one a host (a trainer's
 // replicas on hosts of their own): each direct part of a region (sent from
 // its holder's host to every receiving host) has one holder there, so
@@ -450,20 +479,7 @@ TEST(PlanStatsFastPath, DirectPartsOfOneHolderMatchTheEnumeration) {
     PlanInput in;
     for (int64_t d = 0; d < holders + receiving; ++d)
       in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d), 0});
-    const int rank = static_cast<int>(uni(1, 3));
-    std::vector<int64_t> shape;
-    for (int d = 0; d < rank; ++d) shape.push_back(uni(8, 160));
-    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
-    src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
-    const FleetLayouts f{shape, named(mesh({"a", "c"}, {shards, copies}, 0), src_dims),
-                         named(mesh({"r"}, {receiving}, holders),
-                               std::vector<std::vector<std::string>>(static_cast<size_t>(rank)))};
-    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
-    add_tensors(in, f, {dtypes[uni(0, 2)], dtypes[uni(0, 2)]});
-    in.options.split_min_bytes = uni(0, 1) ? 256 : 1024;
-    in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
-    const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
-    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    add_moe_like_tensors(in, uni, {shards, copies, receiving}, 160, {256, 1024}, 1);
     const int64_t before = planning::direct_sums_taken();
     ASSERT_NO_FATAL_FAILURE(check_fast_path(in, true));
     summed += planning::direct_sums_taken() > before;
@@ -499,20 +515,7 @@ TEST(PlanStatsFastPath, EnteredPartsOfSeveralHoldersMatchTheEnumeration) {
     for (int64_t i = 0; i < receiving; ++i)
       in.topology.add({holders + i, static_cast<int32_t>(holders + i),
                        static_cast<int32_t>(holder_hosts + i), 0});
-    const int rank = static_cast<int>(uni(1, 3));
-    std::vector<int64_t> shape;
-    for (int d = 0; d < rank; ++d) shape.push_back(uni(8, 200));
-    std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
-    src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
-    const FleetLayouts f{shape, named(mesh({"a", "c"}, {shards, copies}, 0), src_dims),
-                         named(mesh({"r"}, {receiving}, holders),
-                               std::vector<std::vector<std::string>>(static_cast<size_t>(rank)))};
-    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
-    add_tensors(in, f, {dtypes[uni(0, 2)], dtypes[uni(0, 2)]});
-    in.options.split_min_bytes = uni(0, 1) ? 64 : 512;
-    in.options.alpha_seconds = uni(0, 2) ? 0 : 5e-6;
-    const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
-    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    add_moe_like_tensors(in, uni, {shards, copies, receiving}, 200, {64, 512}, 2);
     const int64_t before = planning::entered_sums_taken();
     ASSERT_NO_FATAL_FAILURE(check_fast_path(in, true));
     summed += planning::entered_sums_taken() > before;
