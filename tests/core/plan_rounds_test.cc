@@ -8,6 +8,7 @@
 #include <map>
 #include <tuple>
 
+#include "oracle_check.h"
 #include "plan/enumerate/types.h"
 #include "plan/rounds.h"
 #include "random_cases.h"
@@ -327,16 +328,6 @@ struct KeyedOverride {
   explicit KeyedOverride(int64_t g) { planning::choice_override().keyed = g; }
   ~KeyedOverride() { planning::choice_override().keyed = 0; }
 };
-
-// Executes `plan` on the host (one thread) and checks every destination
-// against the oracle.
-void check_exact(const Plan& plan) {
-  OracleBuffers buffers = fill_sources(plan);
-  const std::vector<TensorBuffers> views = buffers.views();
-  execute_host(plan, views, {1});
-  const OracleReport report = check_destinations(plan, buffers);
-  ASSERT_TRUE(report.ok()) << report.mismatches << " mismatches";
-}
 
 // The K of keyed cuts of granule g if every piece of the plan lies in the
 // round of its key (rounds.h), else 0.

@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "oracle_check.h"
 #include "plan/context.h"
 #include "plan/enumerate.h"
 #include "plan/stage_cost.h"
@@ -42,14 +43,6 @@ double single_hop_cost(PlanInput in) {
 double routed_cost(PlanInput in) {
   in.options.single_hop_guard = false;
   return cost_of(in);
-}
-
-void expect_exact(const Plan& plan) {
-  OracleBuffers buffers = fill_sources(plan);
-  const std::vector<TensorBuffers> views = buffers.views();
-  execute_host(plan, views, {1});
-  const OracleReport report = check_destinations(plan, buffers);
-  EXPECT_TRUE(report.ok()) << report.mismatches << " mismatches";
 }
 
 // Every process's own part equals its part of the whole plan: each decides
@@ -93,7 +86,7 @@ TEST(PlanSingleHop, SmallRelaysGoSingleHop) {
   EXPECT_EQ(plan.stats().cost_seconds, single);
   EXPECT_EQ(plan.stats().stages, 1);
   EXPECT_EQ(plan.stats().forwarded_bytes, 0);
-  expect_exact(plan);
+  EXPECT_NO_FATAL_FAILURE(check_exact(plan));
   expect_parts_agree(in, plan);
 }
 
@@ -107,7 +100,7 @@ TEST(PlanSingleHop, LargeRelaysKeepTheirRoutes) {
   EXPECT_LE(plan.stats().cost_seconds, routed);
   EXPECT_EQ(plan.stats().stages, 2);
   EXPECT_GT(plan.stats().forwarded_bytes, 0);
-  expect_exact(plan);
+  EXPECT_NO_FATAL_FAILURE(check_exact(plan));
 }
 
 // Both in one plan, each group of like tensors decided on its own: the
@@ -123,7 +116,7 @@ TEST(PlanSingleHop, EachGroupOfLikeTensorsDecides) {
   EXPECT_LT(plan.stats().cost_seconds, single);
   EXPECT_LE(plan.stats().cost_seconds, routed);
   EXPECT_GT(plan.stats().forwarded_bytes, 0);
-  expect_exact(plan);
+  EXPECT_NO_FATAL_FAILURE(check_exact(plan));
   expect_parts_agree(in, plan);
 }
 
@@ -149,7 +142,7 @@ TEST(PlanSingleHop, RandomPlansAreNeverSlowerThanSingleHop) {
     EXPECT_LE(cost, single);
     changed += cost < routed_cost(in);
     staged += plan.stats().stages > 1;
-    expect_exact(plan);
+    EXPECT_NO_FATAL_FAILURE(check_exact(plan));
     if (c % 10 == 0) expect_parts_agree(in, plan);
   }
   std::printf("%d cases: %d staged, %d faster than with every route\n", cases, staged, changed);
