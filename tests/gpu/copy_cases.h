@@ -172,7 +172,7 @@ inline RandomCopy random_box_op(Values& values, CopyOp::Kind kind, DType dtype, 
   global.rank = static_cast<int32_t>(big ? uni(1, 2) : uni(0, 4));
   for (int k = 0; k < global.rank; ++k) {
     global.lo[k] = uni(-3, 3);
-    const int64_t n = big && k == global.rank - 1 ? uni(3000, 12000) : uni(1, 9);
+    const int64_t n = big && k == global.rank - 1 ? uni(3000, 40000) : uni(1, 9);
     global.hi[k] = global.lo[k] + n;
   }
   const bool allow_empty = uni(0, 19) == 0;

@@ -764,6 +764,7 @@ TEST(KernelEmulation, ReductionsFoldEverySummandInOnePass) {
 // a block of another shape or step starts a new Work.
 TEST(KernelEmulation, NarrowCopiesSideBySideMergeIntoOneWork) {
   Values values(21);
+  int swizzles = 0;
   std::mt19937_64& rng = values.rng();
   const auto uni = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
@@ -771,7 +772,7 @@ TEST(KernelEmulation, NarrowCopiesSideBySideMergeIntoOneWork) {
   for (int c = 0; c < 120; ++c) {
     const DType dtype = kAllDTypes[c % 15];
     const int64_t es = dtype_size(dtype);
-    const int64_t rows = uni(1, 40);
+    const int64_t rows = uni(1, 70);
     const int64_t width = uni(1, std::max<int64_t>(1, 64 / es));
     const int64_t blocks = uni(2, 24);
     const bool odd_last = c % 3 == 2;  // the last block narrower: not merged
@@ -831,16 +832,28 @@ TEST(KernelEmulation, NarrowCopiesSideBySideMergeIntoOneWork) {
     const std::vector<Launch> launches = plan_launches(ops);
     ASSERT_EQ(launches.size(), 1u);
     // Runs under a 32-byte sector merge only where they land side by side
-    // (unpacking, or packing single rows).
-    const bool merges = width * es >= 32 || !pack || rows == 1;
+    // (unpacking, or packing single rows), or from 8 bytes where they lie
+    // side by side in the source (packing), then in swizzled warps wherever
+    // a warp's rows exist (k = 2 copies of 16 rows from 16 bytes, 4 of 8
+    // from 8).
+    const int64_t run_bytes = width * es;
+    const bool merges = run_bytes >= 32 || !pack || rows == 1 || run_bytes >= 8;
     const size_t expected_works = !merges ? ops.size() : odd_last && width > 1 ? 2 : 1;
     EXPECT_EQ(launches[0].works.size(), expected_works)
         << "case " << c << ": " << blocks << " blocks of " << width << " columns, " << rows
         << " rows, " << (pack ? "pack" : "unpack");
+    const int32_t k = run_bytes >= 32 || run_bytes < 8 ? 0 : run_bytes >= 16 ? 2 : 4;
+    const bool first_merged = merges && (!odd_last || width == 1 || blocks > 2);
+    if (first_merged) {
+      const bool swizzled = k > 0 && rows >= 32 / k;
+      EXPECT_EQ(launches[0].works[0].swizzle, swizzled ? k : 0) << "case " << c;
+      swizzles += swizzled;
+    }
     emulate(launches, true);
     ASSERT_EQ(matrix.contents(), want_m.contents()) << "case " << c;
     ASSERT_EQ(staging.contents(), want_s.contents()) << "case " << c;
   }
+  EXPECT_GE(swizzles, 10);
 }
 
 }  // namespace

@@ -363,11 +363,12 @@ void shape_copy(Work& w) {
   w.units = w.runs * w.chunks_per_run;
 }
 
-// The same for element-wise kinds, in elements (up to 16 per thread).
-void shape_elements(Work& w) {
-  if (w.run_len > kElementChunk) {
-    w.chunk = kElementChunk;
-    w.chunks_per_run = ceil_div(w.run_len, kElementChunk);
+// The same for element-wise kinds, in elements (up to 16 per thread), a
+// run longer than `chunk` elements in units of `chunk`.
+void shape_elements(Work& w, int64_t chunk = kElementChunk) {
+  if (w.run_len > chunk) {
+    w.chunk = chunk;
+    w.chunks_per_run = ceil_div(w.run_len, chunk);
     w.group = kThreads;
   } else {
     w.chunk = std::max<int64_t>(w.run_len, 1);
@@ -376,6 +377,15 @@ void shape_elements(Work& w) {
         static_cast<int32_t>(std::min<int64_t>(kThreads, pow2_at_least(ceil_div(w.run_len, 16))));
   }
   w.units = w.runs * w.chunks_per_run;
+}
+
+// Elements of one unit of a long reduction (kReduce, kReduceN): 32 KiB of
+// each summand, so that a block's fixed cost per unit (finding its Work,
+// the run's offsets, the summands' pointers) is paid over 8 vectors a
+// thread, not 2 (bf16 partial sums at 0.65 of the memory bound on the H200
+// with 4,096-element units).
+int64_t reduce_chunk(int64_t elem_size) {
+  return std::max<int64_t>(kElementChunk, 32768 / std::max<int64_t>(elem_size, 1));
 }
 
 struct Planned {
@@ -490,7 +500,7 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
       out.reads.push_back(make_footprint(d, true, op.src, es));
       out.writes.push_back(make_footprint(d, false, op.dst, ds));
       if (reduce) {
-        shape_elements(out.work);
+        shape_elements(out.work, reduce_chunk(es));
       } else {
         shape_copy(out.work);
       }
@@ -634,6 +644,28 @@ void append_work(Launch& l, const Work& w) {
 // a Work of its own moves badly (one thread per run, scattered rows).
 constexpr int64_t kMergeRunBytes = 256;
 
+// Narrowest run (bytes) of merged copies moved in swizzled warps.
+constexpr int64_t kSwizzleMinBytes = 8;
+
+// Swizzles merged copies of runs narrower than a sector (kernel_body.h,
+// swizzled_run): a warp moves k = 2 (runs of 16-31 bytes) or 4 (8-15)
+// neighbouring copies of 32 / k consecutive rows, whole sectors across the
+// copies on the side where they lie side by side and k runs of 32 / k rows
+// on the other, where rows follow each other in packed staging. Only where
+// there are rows enough to fill a warp; units are then whole warps.
+void swizzle_narrow(Work& w, int64_t run_bytes) {
+  w.swizzle = 0;
+  if (run_bytes >= 32 || run_bytes < kSwizzleMinBytes || w.group != 1 || w.chunks_per_run != 1) {
+    return;
+  }
+  const int64_t k = run_bytes >= 16 ? 2 : 4;
+  const int64_t copies = w.desc.extent[w.desc.rank - 2];
+  const int64_t rows = w.runs / copies;
+  if (rows < kWarp / k) return;
+  w.swizzle = static_cast<int32_t>(k);
+  w.units = ceil_div(rows, kWarp / k) * ceil_div(copies, k) * kWarp;
+}
+
 bool same_shape(const CopyDesc& a, const CopyDesc& b) {
   if (a.rank != b.rank) return false;
   for (int k = 0; k < a.rank; ++k) {
@@ -659,12 +691,16 @@ void append_copy(Launch& l, const Work& w) {
   const uintptr_t dst =
       reinterpret_cast<uintptr_t>(w.dst) + static_cast<uintptr_t>(w.desc.dst_offset * es);
   Launch::Merge& m = l.merge;
-  const bool narrow = w.run_len * es <= kMergeRunBytes && w.desc.rank < kMaxRank;
-  // Runs shorter than a 32-byte sector merge only where they land side by
-  // side: scattered partial-sector writes cost more than the reads they
-  // coalesce (packing 16-byte runs merged ran at 0.13 of cudaMemcpy on the
-  // H200, unmerged at 0.27).
-  const bool sector = w.run_len * es >= 32;
+  const int64_t run_bytes = w.run_len * es;
+  const bool narrow = run_bytes <= kMergeRunBytes && w.desc.rank < kMaxRank;
+  // Runs shorter than a 32-byte sector merge only where they lie side by
+  // side on one side: in warps of neighbouring rows (Work::swizzle) from
+  // kSwizzleMinBytes, else only where they land side by side (scattered
+  // partial-sector writes cost more than the reads they coalesce: packing
+  // 16-byte runs merged row by row ran at 0.13 of cudaMemcpy on the H200,
+  // unmerged at 0.27).
+  const bool sector = run_bytes >= 32;
+  const bool swizzles = run_bytes >= kSwizzleMinBytes;
   if (narrow && m.count > 0 && m.elem == es && same_shape(m.base, w.desc)) {
     const int64_t src_step = static_cast<int64_t>(src - m.src);
     const int64_t dst_step = static_cast<int64_t>(dst - m.dst);
@@ -679,7 +715,7 @@ void append_copy(Launch& l, const Work& w) {
       fits = src >= m.src && dst > m.dst && src_step == m.count * m.src_step &&
              dst_step == m.count * m.dst_step;
     }
-    fits = fits && (sector || m.dst_step == w.run_len * es);
+    fits = fits && (sector || m.dst_step == run_bytes || (swizzles && m.src_step == run_bytes));
     if (fits) {
       ++m.count;
       Work& last = l.works.back();
@@ -697,6 +733,7 @@ void append_copy(Launch& l, const Work& w) {
       last.runs = copy_desc_runs(d);
       last.run_len = copy_desc_run_length(d);
       shape_copy(last);
+      swizzle_narrow(last, run_bytes);
       const int64_t per_tile = kThreads / last.group;
       l.tile_start.back() = l.tile_start[l.tile_start.size() - 2] + ceil_div(last.units, per_tile);
       return;
@@ -977,7 +1014,7 @@ std::vector<Planned> fuse_reductions(std::span<const CopyOp> ops, const std::vec
       }
       if (!from_identity) f.reads.push_back(acc);
       f.writes.push_back(out_store ? make_footprint(f.work.desc, false, out, es) : acc);
-      shape_elements(f.work);
+      shape_elements(f.work, reduce_chunk(es));
       replace[i].push_back(std::move(f));
     }
     for (size_t m = i + 1; m < j; ++m) dropped[m] = 1;

@@ -194,15 +194,19 @@ DeviceContext::Descriptors DeviceContext::layout(const std::vector<Launch>& laun
 }
 
 DeviceContext::Slot& DeviceContext::stage(const std::vector<Launch>& launches, const Descriptors& d,
-                                          Clock::time_point deadline) {
+                                          Clock::time_point deadline, bool device) {
   Slot& slot = acquire(deadline);
-  if (slot.capacity < d.bytes) {
-    const size_t capacity = std::max(d.bytes, slot.capacity * 2);
-    slot.device.reset();
+  if (slot.host_capacity < d.bytes) {
+    const size_t capacity = std::max(d.bytes, slot.host_capacity * 2);
     slot.host.reset();
     slot.host = pinned_alloc(capacity);
+    slot.host_capacity = capacity;
+  }
+  if (device && slot.device_capacity < d.bytes) {
+    const size_t capacity = std::max(d.bytes, slot.device_capacity * 2);
+    slot.device.reset();
     slot.device = device_alloc(ordinal_, capacity);
-    slot.capacity = capacity;
+    slot.device_capacity = capacity;
   }
   auto* host = static_cast<unsigned char*>(slot.host.get());
   for (size_t i = 0; i < launches.size(); ++i) {
@@ -253,7 +257,7 @@ bool DeviceContext::remember(std::span<const CopyOp> ops, uint64_t key,
   c.descriptors = device_alloc(ordinal_, d.bytes);
   c.layout = d;
   // The pinned slot is free again once the upload completed.
-  Slot& slot = stage(launches, d, deadline);
+  Slot& slot = stage(launches, d, deadline, false);
   check(cudaMemcpyAsync(c.descriptors.get(), slot.host.get(), d.bytes, cudaMemcpyHostToDevice,
                         stream_),
         "cudaMemcpyAsync(descriptors)");
@@ -272,7 +276,7 @@ void DeviceContext::enqueue(const std::vector<Launch>& launches, Clock::time_poi
   if (!ops.empty() && remember(ops, key, launches, d, deadline)) return;
   // Uncached: one upload into the slot's device memory, which the kernels
   // read, so the slot is free again once they completed.
-  Slot& slot = stage(launches, d, deadline);
+  Slot& slot = stage(launches, d, deadline, true);
   check(
       cudaMemcpyAsync(slot.device.get(), slot.host.get(), d.bytes, cudaMemcpyHostToDevice, stream_),
       "cudaMemcpyAsync(descriptors)");
@@ -418,11 +422,15 @@ GetAddressRange address_range_fn() {
 }  // namespace
 
 void DeviceSet::check_pointer(int ordinal, const void* p, const std::string& what) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  for (const RecentRange& r : recent_) {
+    if (r.ordinal == ordinal && address >= r.lo && address < r.hi) return;
+  }
   const auto key = std::make_pair(ordinal, p);
   if (checked_.contains(key)) return;
-  const auto address = reinterpret_cast<uintptr_t>(p);
   std::map<uintptr_t, uintptr_t>& ranges = checked_ranges_[ordinal];
   if (auto it = ranges.upper_bound(address); it != ranges.begin() && address < (--it)->second) {
+    recent_[recent_next_++ % std::size(recent_)] = RecentRange{ordinal, it->first, it->second};
     return;
   }
   cudaPointerAttributes a{};
@@ -465,8 +473,13 @@ void DeviceSet::check_pointer(int ordinal, const void* p, const std::string& wha
     if (GetAddressRange range = address_range_fn();
         range != nullptr &&
         range(&base, &size, static_cast<CUdeviceptr>(address)) == CUDA_SUCCESS && size > 0) {
-      if (ranges.size() > 65536) ranges.clear();
+      if (ranges.size() > 65536) {
+        ranges.clear();
+        for (RecentRange& r : recent_) r = RecentRange{};
+      }
       ranges[static_cast<uintptr_t>(base)] = static_cast<uintptr_t>(base) + size;
+      recent_[recent_next_++ % std::size(recent_)] =
+          RecentRange{ordinal, static_cast<uintptr_t>(base), static_cast<uintptr_t>(base) + size};
       return;
     }
   }

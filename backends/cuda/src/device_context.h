@@ -56,8 +56,9 @@ class DeviceContext {
  private:
   struct Slot {
     PinnedPtr host;
-    DevicePtr device;
-    size_t capacity = 0;
+    DevicePtr device;  // only for uncached launches (a cache entry has its own)
+    size_t host_capacity = 0;
+    size_t device_capacity = 0;
     EventPtr done;
     bool used = false;
   };
@@ -80,9 +81,10 @@ class DeviceContext {
   };
   static Descriptors layout(const std::vector<Launch>& launches);
   // A free slot of at least d.bytes whose pinned memory holds the launches'
-  // descriptors as laid out by d.
-  Slot& stage(const std::vector<Launch>& launches, const Descriptors& d,
-              Clock::time_point deadline);
+  // descriptors as laid out by d, and device memory as large where
+  // `device` (the uncached path, whose kernels read the slot's copy).
+  Slot& stage(const std::vector<Launch>& launches, const Descriptors& d, Clock::time_point deadline,
+              bool device);
   // Enqueues every launch of d reading its descriptors at `device`.
   void launch_all(const void* device, const Descriptors& d);
   // Launches remembered by enqueue (launch_cache.h).
@@ -149,6 +151,15 @@ class DeviceSet {
   std::map<std::pair<int, const void*>, bool> checked_;  // pointers found addressable
   // Per ordinal: device allocations [start, end) found addressable.
   std::map<int, std::map<uintptr_t, uintptr_t>> checked_ranges_;
+  // The allocations the last checks fell in, tried first: a call's pieces
+  // mostly alternate between a few shards and staging buffers.
+  struct RecentRange {
+    int ordinal = -1;
+    uintptr_t lo = 0;
+    uintptr_t hi = 0;
+  };
+  RecentRange recent_[4];
+  size_t recent_next_ = 0;
 };
 
 }  // namespace reshard::cuda_backend

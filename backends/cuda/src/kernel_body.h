@@ -114,8 +114,33 @@ struct Work {
   const unsigned char* acc;
   int32_t to_dtype;  // kCast, kBlockScales, kQuantise: the destination's DType (dtype: the
                      // source's); for the last two, src_begin indexes the launch's grids
-  int32_t reserved;
+  // kCopy of narrow runs merged side by side (copy_plan.cc, append_copy):
+  // 0, or k > 0 when each warp moves k neighbouring copies of 32 / k
+  // consecutive rows (swizzled_run), so that both sides of a run narrower
+  // than a 32-byte sector are read and written in whole sectors.
+  int32_t swizzle;
 };
+
+// Threads of a warp, the swizzle's tile.
+inline constexpr int kWarp = 32;
+
+// The run of unit `unit` of a swizzled Work (Work::swizzle = k): units come
+// in warps of kWarp, warp q covering copies [cb k, cb k + k) of rows
+// [rb kWarp / k, + kWarp / k), cb = q mod ceil(C / k), rb = q / ceil(C / k),
+// C the copies (the descriptor's second innermost extent); -1 for a lane
+// past the last copy or row.
+RESHARD_HD inline int64_t swizzled_run(const Work& w, int64_t unit) {
+  const int64_t k = w.swizzle;
+  const int64_t copies = w.desc.extent[w.desc.rank - 2];
+  const int64_t copy_blocks = (copies + k - 1) / k;
+  const int64_t q = unit / kWarp;
+  const int64_t lane = unit % kWarp;
+  const int64_t copy = (q % copy_blocks) * k + lane % k;
+  const int64_t row = (q / copy_blocks) * (kWarp / k) + lane / k;
+  if (copy >= copies) return -1;
+  const int64_t run = row * copies + copy;
+  return run < w.runs ? run : -1;
+}
 
 // The Work holding tile `tile`: the last w with tile_start[w] <= tile
 // (tile_start has n + 1 entries, tile_start[n] = total tiles).
@@ -267,6 +292,80 @@ RESHARD_HD inline void copy_bytes(unsigned char* dst, const unsigned char* src, 
   return copy_bytes_aligned<1>(dst, src, len, lane, width);
 }
 
+// The vector body of reduce_elems for f32, bf16 and f16: V = 16 / sizeof(E)
+// source elements per 16-byte load and their accumulators in 16-byte
+// accesses, two vectors in flight per thread. Returns the elements done (a
+// multiple of V from begin); 0 where a pointer is not 16-byte aligned at
+// `begin`, and the scalar loop does it all.
+template <DType D, ReduceOp Op>
+RESHARD_HD inline int64_t reduce_vectors(const unsigned char* s, unsigned char* a, int64_t begin,
+                                         int64_t end, int lane, int width) {
+  if constexpr (D != DType::kF32 && D != DType::kBF16 && D != DType::kF16) {
+    (void)s, (void)a, (void)begin, (void)end, (void)lane, (void)width;
+    return 0;
+  } else {
+    using T = AccTraits<D>;
+    using E = typename T::Elem;
+    using Acc = typename T::Acc;
+    constexpr int V = 16 / static_cast<int>(sizeof(E));
+    constexpr int kAccVecs = V * static_cast<int>(sizeof(Acc)) / 16;
+    const unsigned char* sp = s + begin * static_cast<int64_t>(sizeof(E));
+    unsigned char* ap = a + begin * static_cast<int64_t>(sizeof(Acc));
+    if (((reinterpret_cast<uintptr_t>(sp) | reinterpret_cast<uintptr_t>(ap)) & 15) != 0) return 0;
+    const int64_t nv = (end - begin) / V;
+    const auto one = [&](int64_t v) {
+      const Vec16 raw = load_unit<Vec16>(sp + v * 16);
+      Vec16 accv[kAccVecs];
+      RESHARD_UNROLL
+      for (int k = 0; k < kAccVecs; ++k) accv[k] = load_unit<Vec16>(ap + (v * kAccVecs + k) * 16);
+      E x[V];
+      Acc acc[V];
+      memcpy(x, &raw, 16);
+      memcpy(acc, accv, sizeof(acc));
+      RESHARD_UNROLL
+      for (int e = 0; e < V; ++e) acc[e] = reduce_combine<D, Op>(acc[e], T::load(x[e]));
+      memcpy(accv, acc, sizeof(acc));
+      RESHARD_UNROLL
+      for (int k = 0; k < kAccVecs; ++k) store_unit<Vec16>(ap + (v * kAccVecs + k) * 16, accv[k]);
+    };
+    int64_t v = lane;
+    for (; v + width < nv; v += 2 * width) {
+      // Both vectors' loads before either's stores: twice the bytes in flight.
+      const Vec16 raw0 = load_unit<Vec16>(sp + v * 16);
+      const Vec16 raw1 = load_unit<Vec16>(sp + (v + width) * 16);
+      Vec16 acc0[kAccVecs];
+      Vec16 acc1[kAccVecs];
+      RESHARD_UNROLL
+      for (int k = 0; k < kAccVecs; ++k) {
+        acc0[k] = load_unit<Vec16>(ap + (v * kAccVecs + k) * 16);
+        acc1[k] = load_unit<Vec16>(ap + ((v + width) * kAccVecs + k) * 16);
+      }
+      E x0[V];
+      E x1[V];
+      Acc a0[V];
+      Acc a1[V];
+      memcpy(x0, &raw0, 16);
+      memcpy(x1, &raw1, 16);
+      memcpy(a0, acc0, sizeof(a0));
+      memcpy(a1, acc1, sizeof(a1));
+      RESHARD_UNROLL
+      for (int e = 0; e < V; ++e) {
+        a0[e] = reduce_combine<D, Op>(a0[e], T::load(x0[e]));
+        a1[e] = reduce_combine<D, Op>(a1[e], T::load(x1[e]));
+      }
+      memcpy(acc0, a0, sizeof(a0));
+      memcpy(acc1, a1, sizeof(a1));
+      RESHARD_UNROLL
+      for (int k = 0; k < kAccVecs; ++k) {
+        store_unit<Vec16>(ap + (v * kAccVecs + k) * 16, acc0[k]);
+        store_unit<Vec16>(ap + ((v + width) * kAccVecs + k) * 16, acc1[k]);
+      }
+    }
+    if (v < nv) one(v);
+    return nv * V;
+  }
+}
+
 template <DType D, ReduceOp Op>
 RESHARD_HD inline void reduce_elems(const Work& w, const unsigned char* s, unsigned char* a,
                                     int64_t begin, int64_t end, int lane, int width) {
@@ -275,6 +374,7 @@ RESHARD_HD inline void reduce_elems(const Work& w, const unsigned char* s, unsig
   using Acc = typename T::Acc;
   const bool sa = (w.flags & kSrcAligned) != 0;
   const bool da = (w.flags & kDstAligned) != 0;
+  begin += reduce_vectors<D, Op>(s, a, begin, end, lane, width);  // the scalar loop: the tail
   for (int64_t i = begin + lane; i < end; i += width) {
     unsigned char* ap = a + i * static_cast<int64_t>(sizeof(Acc));
     const Acc acc = load_elem<Acc>(ap, da);
@@ -761,8 +861,12 @@ RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start, co
   const int64_t unit = (tile - tile_start[wi]) * per_tile + tid / group;
   if (unit >= w.units) return;
   const int lane = tid & (group - 1);
-  const int64_t run = w.chunks_per_run == 1 ? unit : unit / w.chunks_per_run;
+  int64_t run = w.chunks_per_run == 1 ? unit : unit / w.chunks_per_run;
   const int64_t chunk = unit - run * w.chunks_per_run;
+  if (w.swizzle > 0) {  // one thread per run (group 1, chunks_per_run 1)
+    run = swizzled_run(w, unit);
+    if (run < 0) return;
+  }
   int64_t so = 0;
   int64_t to = 0;
   run_offsets(w.desc, run, &so, &to);
