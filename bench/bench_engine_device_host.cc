@@ -105,32 +105,10 @@ class HostSideCuda final : public Transport {
     const auto t0 = Clock::now();
     const std::vector<cuda_backend::Launch> launches = cuda_backend::plan_launches(ops);
     // The descriptors, laid out one launch after the other, as uploaded.
-    size_t bytes = 0;
-    for (const cuda_backend::Launch& l : launches) {
-      bytes = (bytes + 15) / 16 * 16 + l.works.size() * sizeof(cuda_backend::Work) +
-              l.tile_start.size() * sizeof(int64_t) +
-              l.sources.size() * sizeof(cuda_backend::SrcRef) +
-              l.grids.size() * sizeof(cuda_backend::ScaleGrid);
-    }
+    const cuda_backend::Descriptors d = cuda_backend::layout_descriptors(launches);
+    const size_t bytes = d.bytes;
     std::vector<unsigned char> host(bytes);
-    size_t at = 0;
-    for (const cuda_backend::Launch& l : launches) {
-      at = (at + 15) / 16 * 16;
-      std::memcpy(host.data() + at, l.works.data(), l.works.size() * sizeof(cuda_backend::Work));
-      at += l.works.size() * sizeof(cuda_backend::Work);
-      std::memcpy(host.data() + at, l.tile_start.data(), l.tile_start.size() * sizeof(int64_t));
-      at += l.tile_start.size() * sizeof(int64_t);
-      if (!l.sources.empty()) {
-        std::memcpy(host.data() + at, l.sources.data(),
-                    l.sources.size() * sizeof(cuda_backend::SrcRef));
-      }
-      at += l.sources.size() * sizeof(cuda_backend::SrcRef);
-      if (!l.grids.empty()) {
-        std::memcpy(host.data() + at, l.grids.data(),
-                    l.grids.size() * sizeof(cuda_backend::ScaleGrid));
-      }
-      at += l.grids.size() * sizeof(cuda_backend::ScaleGrid);
-    }
+    cuda_backend::write_descriptors(launches, d, host.data());
     const size_t entry = decltype(cache_)::entry_bytes(ops, key, bytes);
     if (cache_.make_room(entry)) cache_.insert(ops, key, entry, std::move(host));
     planning_seconds += seconds_since(t0);

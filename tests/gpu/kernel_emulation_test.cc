@@ -201,6 +201,41 @@ TEST(KernelEmulation, IndependentOpsFuseIntoOneLaunchPerClass) {
   for (size_t i = 0; i < cs.size(); ++i) ASSERT_EQ(cs[i].dst.contents(), expected[i]) << cs[i].what;
 }
 
+// Invariant (copy_plan.cc, index_tiles): a launch of many small Works
+// carries each tile's Work, the one the binary search finds; a launch whose
+// Works have many tiles each carries none; both move the bytes exactly.
+TEST(KernelEmulation, TileIndexNamesEachTilesWork) {
+  for (const int64_t count : {int64_t{300}, int64_t{400000}}) {
+    const int n = count < 1000 ? 200 : 3;
+    gpu_testing::Buffer src = gpu_testing::make_buffer(n * count, 0);
+    gpu_testing::Buffer dst = gpu_testing::make_buffer(n * count, 0);
+    for (int64_t i = 0; i < src.bytes; ++i) src.data()[i] = static_cast<std::byte>(i * 7 + 3);
+    std::vector<CopyOp> ops;
+    for (int i = 0; i < n; ++i) {
+      // Piece i into slot (i * 37) mod n: scattered, independent.
+      ops.push_back(dense_copy(DType::kU8, src.data() + i * count,
+                               dst.data() + ((i * 37) % n) * count, count));
+    }
+    const std::vector<Launch> launches = plan_launches(ops);
+    ASSERT_EQ(launches.size(), 1u);
+    const Launch& l = launches[0];
+    const int works = static_cast<int>(l.works.size());
+    if (count < 1000) {
+      ASSERT_EQ(static_cast<int64_t>(l.tile_work.size()), l.tiles());
+      for (int64_t t = 0; t < l.tiles(); ++t) {
+        ASSERT_EQ(l.tile_work[t], cuda_backend::find_work(l.tile_start.data(), works, t)) << t;
+      }
+    } else {
+      EXPECT_TRUE(l.tile_work.empty()) << l.tiles() << " tiles of " << works << " works";
+    }
+    emulate(launches, true);
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(std::memcmp(dst.data() + ((i * 37) % n) * count, src.data() + i * count, count), 0)
+          << "piece " << i << " of " << count << " bytes";
+    }
+  }
+}
+
 // Invariant (the whole-call fast path of plan_launches): thousands of
 // independent dense copies, scattered over one staging buffer, are one
 // launch with the bytes of copying them in turn; and every kind of hazard
@@ -772,7 +807,7 @@ TEST(KernelEmulation, NarrowCopiesSideBySideMergeIntoOneWork) {
   for (int c = 0; c < 120; ++c) {
     const DType dtype = kAllDTypes[c % 15];
     const int64_t es = dtype_size(dtype);
-    const int64_t rows = uni(1, 70);
+    const int64_t rows = uni(1, 300);
     const int64_t width = uni(1, std::max<int64_t>(1, 64 / es));
     const int64_t blocks = uni(2, 24);
     const bool odd_last = c % 3 == 2;  // the last block narrower: not merged
@@ -845,7 +880,9 @@ TEST(KernelEmulation, NarrowCopiesSideBySideMergeIntoOneWork) {
     const int32_t k = run_bytes >= 32 || run_bytes < 8 ? 0 : run_bytes >= 16 ? 2 : 4;
     const bool first_merged = merges && (!odd_last || width == 1 || blocks > 2);
     if (first_merged) {
-      const bool swizzled = k > 0 && rows >= 32 / k;
+      // One dimension of rows: the matrix's (rows > 1) when blocks are
+      // narrower than its rows.
+      const bool swizzled = k > 0 && rows >= 32 / k && cols > width;
       EXPECT_EQ(launches[0].works[0].swizzle, swizzled ? k : 0) << "case " << c;
       swizzles += swizzled;
     }

@@ -647,23 +647,25 @@ constexpr int64_t kMergeRunBytes = 256;
 // Narrowest run (bytes) of merged copies moved in swizzled warps.
 constexpr int64_t kSwizzleMinBytes = 8;
 
-// Swizzles merged copies of runs narrower than a sector (kernel_body.h,
-// swizzled_run): a warp moves k = 2 (runs of 16-31 bytes) or 4 (8-15)
-// neighbouring copies of 32 / k consecutive rows, whole sectors across the
-// copies on the side where they lie side by side and k runs of 32 / k rows
-// on the other, where rows follow each other in packed staging. Only where
-// there are rows enough to fill a warp; units are then whole warps.
+// Swizzles merged copies of runs narrower than a sector
+// (kernel_detail::copy_swizzled): a warp moves k = 2 (runs of 16-31 bytes)
+// or 4 (8-15) neighbouring copies of 32 / k consecutive rows at a time,
+// whole sectors across the copies on the side where they lie side by side
+// and k runs of 32 / k rows on the other, where rows follow each other in
+// packed staging; each thread moves kSwizzleRows runs for one computation
+// of its offsets. Only for one dimension of rows ([rows, copies, run]) and
+// where there are rows enough to fill a warp; units are then whole warps.
 void swizzle_narrow(Work& w, int64_t run_bytes) {
   w.swizzle = 0;
-  if (run_bytes >= 32 || run_bytes < kSwizzleMinBytes || w.group != 1 || w.chunks_per_run != 1) {
+  if (run_bytes >= 32 || run_bytes < kSwizzleMinBytes || w.group != 1 || w.chunks_per_run != 1 ||
+      w.desc.rank != 3) {
     return;
   }
   const int64_t k = run_bytes >= 16 ? 2 : 4;
-  const int64_t copies = w.desc.extent[w.desc.rank - 2];
-  const int64_t rows = w.runs / copies;
+  const int64_t rows = w.desc.extent[0];
   if (rows < kWarp / k) return;
   w.swizzle = static_cast<int32_t>(k);
-  w.units = ceil_div(rows, kWarp / k) * ceil_div(copies, k) * kWarp;
+  w.units = ceil_div(rows, kWarp / k * kSwizzleRows) * ceil_div(w.desc.extent[1], k) * kWarp;
 }
 
 bool same_shape(const CopyDesc& a, const CopyDesc& b) {
@@ -747,6 +749,26 @@ void append_copy(Launch& l, const Work& w) {
     m.base = w.desc;
     m.src = src;
     m.dst = dst;
+  }
+}
+
+// Most tiles a Work may have on average for its launch to carry the tile
+// index (Launch::tile_work): 4 bytes a tile, at most a fifth of the Works'
+// own bytes.
+constexpr int64_t kIndexedTilesPerWork = 16;
+
+// Gives a launch of several Works its tile -> Work index, where it is small
+// beside the Works (a launch of many small pieces: each block then finds
+// its Work with one load instead of a binary search of dependent loads).
+void index_tiles(Launch& l) {
+  l.tile_work.clear();
+  const int64_t n = static_cast<int64_t>(l.works.size());
+  const int64_t tiles = l.tiles();
+  if (n < 2 || tiles > n * kIndexedTilesPerWork || tiles >= INT32_MAX) return;
+  l.tile_work.resize(static_cast<size_t>(tiles));
+  for (int64_t w = 0; w < n; ++w) {
+    std::fill(l.tile_work.begin() + l.tile_start[w], l.tile_work.begin() + l.tile_start[w + 1],
+              static_cast<int32_t>(w));
   }
 }
 
@@ -1245,6 +1267,7 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
       for (Launch& l : classes) {
         if (!l.works.empty()) launches.push_back(std::move(l));
       }
+      for (Launch& l : launches) index_tiles(l);
       return launches;
     }
   }
@@ -1271,7 +1294,51 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     append_planned(classes[klass(p)], p);
   });
   flush();
+  for (Launch& l : launches) index_tiles(l);
   return launches;
+}
+
+Descriptors layout_descriptors(const std::vector<Launch>& launches) {
+  Descriptors d;
+  for (const Launch& l : launches) {
+    DescriptorPart p{
+        l.element, l.multi, static_cast<int>(l.works.size()), l.tiles(), 0, 0, SIZE_MAX, 0, 0};
+    d.bytes = (d.bytes + 15) / 16 * 16;  // Works hold 8-byte fields; keep 16
+    p.works_offset = d.bytes;
+    d.bytes += l.works.size() * sizeof(Work);
+    p.tiles_offset = d.bytes;
+    d.bytes += l.tile_start.size() * sizeof(int64_t);
+    if (!l.tile_work.empty()) {
+      p.tile_work_offset = d.bytes;
+      d.bytes += (l.tile_work.size() * sizeof(int32_t) + 7) / 8 * 8;  // keep 8 for what follows
+    }
+    p.sources_offset = d.bytes;
+    d.bytes += l.sources.size() * sizeof(SrcRef);
+    p.grids_offset = d.bytes;
+    d.bytes += l.grids.size() * sizeof(ScaleGrid);
+    d.parts.push_back(p);
+  }
+  return d;
+}
+
+void write_descriptors(const std::vector<Launch>& launches, const Descriptors& d,
+                       unsigned char* host) {
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const Launch& l = launches[i];
+    const DescriptorPart& p = d.parts[i];
+    std::memcpy(host + p.works_offset, l.works.data(), l.works.size() * sizeof(Work));
+    std::memcpy(host + p.tiles_offset, l.tile_start.data(), l.tile_start.size() * sizeof(int64_t));
+    if (!l.tile_work.empty()) {
+      std::memcpy(host + p.tile_work_offset, l.tile_work.data(),
+                  l.tile_work.size() * sizeof(int32_t));
+    }
+    if (!l.sources.empty()) {
+      std::memcpy(host + p.sources_offset, l.sources.data(), l.sources.size() * sizeof(SrcRef));
+    }
+    if (!l.grids.empty()) {
+      std::memcpy(host + p.grids_offset, l.grids.data(), l.grids.size() * sizeof(ScaleGrid));
+    }
+  }
 }
 
 }  // namespace reshard::cuda_backend

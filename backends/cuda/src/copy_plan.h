@@ -29,8 +29,11 @@ struct Launch {
   bool multi = false;    // run_tile<true, true>: kReduceN Works only
   std::vector<Work> works;
   std::vector<int64_t> tile_start;  // works.size() + 1 entries
-  std::vector<SrcRef> sources;      // summands of its kReduceN Works
-  std::vector<ScaleGrid> grids;     // scaled shards of its kBlockScales, kQuantise Works
+  // Empty, or the Work of each tile (tiles() entries), for launches of many
+  // small Works (copy_plan.cc, index_tiles).
+  std::vector<int32_t> tile_work;
+  std::vector<SrcRef> sources;   // summands of its kReduceN Works
+  std::vector<ScaleGrid> grids;  // scaled shards of its kBlockScales, kQuantise Works
   // Host side only: the last Work as narrow copies merged so far (see
   // copy_plan.cc, append_copy).
   struct Merge {
@@ -50,6 +53,28 @@ struct Launch {
 // Throws Error(kInvalidArgument) naming the op ("run_copies: ops[3].desc:
 // ..."). Thread-safe.
 std::vector<Launch> plan_launches(std::span<const CopyOp> ops);
+
+// Where each launch's Works, tile starts, tile index, summands and scaled
+// shards sit in one descriptor buffer (the upload of a call's launches).
+struct DescriptorPart {
+  bool element;
+  bool multi;
+  int works;
+  int64_t tiles;
+  size_t works_offset;
+  size_t tiles_offset;
+  size_t tile_work_offset;  // SIZE_MAX: the launch has no tile index
+  size_t sources_offset;    // the launch's SrcRefs (kReduceN summands)
+  size_t grids_offset;      // its ScaleGrids (kBlockScales, kQuantise)
+};
+struct Descriptors {
+  std::vector<DescriptorPart> parts;  // one per launch, in order
+  size_t bytes = 0;
+};
+Descriptors layout_descriptors(const std::vector<Launch>& launches);
+// Writes the launches' descriptors at `host` (d.bytes) as laid out by d.
+void write_descriptors(const std::vector<Launch>& launches, const Descriptors& d,
+                       unsigned char* host);
 
 // True for an op plan_launches drops: a copy or reduction of an empty box,
 // a fill or store of no elements.

@@ -175,24 +175,6 @@ DeviceContext::Slot& DeviceContext::acquire(Clock::time_point deadline) {
   return oldest;
 }
 
-DeviceContext::Descriptors DeviceContext::layout(const std::vector<Launch>& launches) {
-  Descriptors d;
-  for (const Launch& l : launches) {
-    Part p{l.element, l.multi, static_cast<int>(l.works.size()), l.tiles(), 0, 0, 0, 0};
-    d.bytes = (d.bytes + 15) / 16 * 16;  // Works hold 8-byte fields; keep 16
-    p.works_offset = d.bytes;
-    d.bytes += l.works.size() * sizeof(Work);
-    p.tiles_offset = d.bytes;
-    d.bytes += l.tile_start.size() * sizeof(int64_t);
-    p.sources_offset = d.bytes;
-    d.bytes += l.sources.size() * sizeof(SrcRef);
-    p.grids_offset = d.bytes;
-    d.bytes += l.grids.size() * sizeof(ScaleGrid);
-    d.parts.push_back(p);
-  }
-  return d;
-}
-
 DeviceContext::Slot& DeviceContext::stage(const std::vector<Launch>& launches, const Descriptors& d,
                                           Clock::time_point deadline, bool device) {
   Slot& slot = acquire(deadline);
@@ -208,21 +190,7 @@ DeviceContext::Slot& DeviceContext::stage(const std::vector<Launch>& launches, c
     slot.device = device_alloc(ordinal_, capacity);
     slot.device_capacity = capacity;
   }
-  auto* host = static_cast<unsigned char*>(slot.host.get());
-  for (size_t i = 0; i < launches.size(); ++i) {
-    const Launch& l = launches[i];
-    std::memcpy(host + d.parts[i].works_offset, l.works.data(), l.works.size() * sizeof(Work));
-    std::memcpy(host + d.parts[i].tiles_offset, l.tile_start.data(),
-                l.tile_start.size() * sizeof(int64_t));
-    if (!l.sources.empty()) {
-      std::memcpy(host + d.parts[i].sources_offset, l.sources.data(),
-                  l.sources.size() * sizeof(SrcRef));
-    }
-    if (!l.grids.empty()) {
-      std::memcpy(host + d.parts[i].grids_offset, l.grids.data(),
-                  l.grids.size() * sizeof(ScaleGrid));
-    }
-  }
+  write_descriptors(launches, d, static_cast<unsigned char*>(slot.host.get()));
   return slot;
 }
 
@@ -231,6 +199,9 @@ void DeviceContext::launch_all(const void* device, const Descriptors& d) {
   for (const Part& p : d.parts) {
     check(launch_tiles(p.element, p.multi, reinterpret_cast<const Work*>(base + p.works_offset),
                        reinterpret_cast<const int64_t*>(base + p.tiles_offset),
+                       p.tile_work_offset == SIZE_MAX
+                           ? nullptr
+                           : reinterpret_cast<const int32_t*>(base + p.tile_work_offset),
                        reinterpret_cast<const SrcRef*>(base + p.sources_offset),
                        reinterpret_cast<const ScaleGrid*>(base + p.grids_offset), p.works, p.tiles,
                        max_blocks_, stream_),
@@ -272,7 +243,7 @@ void DeviceContext::enqueue(const std::vector<Launch>& launches, Clock::time_poi
                             std::span<const CopyOp> ops, uint64_t key) {
   if (launches.empty()) return;
   DeviceGuard guard(ordinal_);
-  const Descriptors d = layout(launches);
+  const Descriptors d = layout_descriptors(launches);
   if (!ops.empty() && remember(ops, key, launches, d, deadline)) return;
   // Uncached: one upload into the slot's device memory, which the kernels
   // read, so the slot is free again once they completed.

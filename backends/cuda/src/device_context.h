@@ -64,22 +64,7 @@ class DeviceContext {
   };
   // A slot whose last use completed (next_slot_ moves past it).
   Slot& acquire(Clock::time_point deadline);
-  // Where each launch's works and tile starts sit in one descriptor buffer.
-  struct Part {
-    bool element;
-    bool multi;
-    int works;
-    int64_t tiles;
-    size_t works_offset;
-    size_t tiles_offset;
-    size_t sources_offset;  // the launch's SrcRefs (kReduceN summands)
-    size_t grids_offset;    // its ScaleGrids (kBlockScales, kQuantise)
-  };
-  struct Descriptors {
-    std::vector<Part> parts;  // one per launch, in order
-    size_t bytes = 0;
-  };
-  static Descriptors layout(const std::vector<Launch>& launches);
+  using Part = DescriptorPart;
   // A free slot of at least d.bytes whose pinned memory holds the launches'
   // descriptors as laid out by d, and device memory as large where
   // `device` (the uncached path, whose kernels read the slot's copy).

@@ -116,31 +116,16 @@ struct Work {
                      // source's); for the last two, src_begin indexes the launch's grids
   // kCopy of narrow runs merged side by side (copy_plan.cc, append_copy):
   // 0, or k > 0 when each warp moves k neighbouring copies of 32 / k
-  // consecutive rows (swizzled_run), so that both sides of a run narrower
-  // than a 32-byte sector are read and written in whole sectors.
+  // consecutive rows at a time (kernel_detail::copy_swizzled), so that both
+  // sides of a run narrower than a 32-byte sector are read and written in
+  // whole sectors; the descriptor is then [rows, copies, run].
   int32_t swizzle;
 };
 
-// Threads of a warp, the swizzle's tile.
+// Threads of a warp, the swizzle's tile, and the rows each thread of a
+// swizzled Work moves (kernel_detail::copy_swizzled).
 inline constexpr int kWarp = 32;
-
-// The run of unit `unit` of a swizzled Work (Work::swizzle = k): units come
-// in warps of kWarp, warp q covering copies [cb k, cb k + k) of rows
-// [rb kWarp / k, + kWarp / k), cb = q mod ceil(C / k), rb = q / ceil(C / k),
-// C the copies (the descriptor's second innermost extent); -1 for a lane
-// past the last copy or row.
-RESHARD_HD inline int64_t swizzled_run(const Work& w, int64_t unit) {
-  const int64_t k = w.swizzle;
-  const int64_t copies = w.desc.extent[w.desc.rank - 2];
-  const int64_t copy_blocks = (copies + k - 1) / k;
-  const int64_t q = unit / kWarp;
-  const int64_t lane = unit % kWarp;
-  const int64_t copy = (q % copy_blocks) * k + lane % k;
-  const int64_t row = (q / copy_blocks) * (kWarp / k) + lane / k;
-  if (copy >= copies) return -1;
-  const int64_t run = row * copies + copy;
-  return run < w.runs ? run : -1;
-}
+inline constexpr int kSwizzleRows = 8;
 
 // The Work holding tile `tile`: the last w with tile_start[w] <= tile
 // (tile_start has n + 1 entries, tile_start[n] = total tiles).
@@ -364,6 +349,63 @@ RESHARD_HD inline int64_t reduce_vectors(const unsigned char* s, unsigned char* 
     if (v < nv) one(v);
     return nv * V;
   }
+}
+
+// A swizzled copy's unit (Work::swizzle = k, descriptor [rows, copies,
+// run]): units come in warps of kWarp; warp q moves copies [cb k, cb k + k)
+// of kSwizzleRows steps of kWarp / k consecutive rows, cb = q mod
+// ceil(copies / k) (neighbouring warps: neighbouring copies of the same
+// rows), the row block q / ceil(copies / k). Lane l takes copy cb k + l mod
+// k and rows l / k + j kWarp / k of the block: its offsets are computed
+// once and stepped, and its runs are all loaded before any is stored.
+RESHARD_HD inline void copy_swizzled(const Work& w, int64_t unit) {
+  const CopyDesc& d = w.desc;
+  const int64_t k = w.swizzle;
+  const int64_t rows = d.extent[0];
+  const int64_t copies = d.extent[1];
+  const int64_t step = kWarp / k;  // rows a warp moves at a time
+  const int64_t copy_blocks = (copies + k - 1) / k;
+  const int64_t q = unit / kWarp;
+  const int64_t lane = unit % kWarp;
+  const int64_t copy = (q % copy_blocks) * k + lane % k;
+  const int64_t row0 = (q / copy_blocks) * (step * kSwizzleRows) + lane / k;
+  if (copy >= copies || row0 >= rows) return;
+  const int64_t left = (rows - row0 + step - 1) / step;
+  const int n = left < kSwizzleRows ? static_cast<int>(left) : kSwizzleRows;
+  const int64_t es = w.src_size;
+  const int64_t len = d.extent[2] * es;
+  const unsigned char* s =
+      w.src + (d.src_offset + copy * d.src_stride[1] + row0 * d.src_stride[0]) * es;
+  unsigned char* t = w.dst + (d.dst_offset + copy * d.dst_stride[1] + row0 * d.dst_stride[0]) * es;
+  const int64_t ss = step * d.src_stride[0] * es;
+  const int64_t ts = step * d.dst_stride[0] * es;
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(s) | reinterpret_cast<uintptr_t>(t) |
+                         static_cast<uintptr_t>(ss) | static_cast<uintptr_t>(ts);
+  if (len == 16 && (bits & 15) == 0) {
+    Vec16 v[kSwizzleRows];
+    RESHARD_UNROLL
+    for (int j = 0; j < kSwizzleRows; ++j) {
+      if (j < n) v[j] = load_unit<Vec16>(s + j * ss);
+    }
+    RESHARD_UNROLL
+    for (int j = 0; j < kSwizzleRows; ++j) {
+      if (j < n) store_unit<Vec16>(t + j * ts, v[j]);
+    }
+    return;
+  }
+  if (len == 8 && (bits & 7) == 0) {
+    uint64_t v[kSwizzleRows];
+    RESHARD_UNROLL
+    for (int j = 0; j < kSwizzleRows; ++j) {
+      if (j < n) v[j] = load_unit<uint64_t>(s + j * ss);
+    }
+    RESHARD_UNROLL
+    for (int j = 0; j < kSwizzleRows; ++j) {
+      if (j < n) store_unit<uint64_t>(t + j * ts, v[j]);
+    }
+    return;
+  }
+  for (int j = 0; j < n; ++j) copy_bytes(t + j * ts, s + j * ss, len, 0, 1);
 }
 
 template <DType D, ReduceOp Op>
@@ -844,7 +886,8 @@ RESHARD_HD inline void block_scales_unit(const Work& w, const ScaleGrid& g, int6
 
 }  // namespace kernel_detail
 
-// Thread `tid` (0 <= tid < kThreads) of the block working on tile `tile`.
+// Thread `tid` (0 <= tid < kThreads) of the block working on tile `tile`;
+// `tile_work` is null or the Work of each tile (Launch::tile_work).
 // kElement selects the launch class: copies (false) or the element kinds
 // (true); copy_plan never mixes them in one launch.
 // `sources`: the launch's summands of kReduceN Works (SrcRef).
@@ -852,21 +895,21 @@ RESHARD_HD inline void block_scales_unit(const Work& w, const ScaleGrid& g, int6
 // their registers do not lower the occupancy of the other element kinds).
 // `grids`: the scaled source shards of its kBlockScales and kQuantise Works.
 template <bool kElement, bool kMulti = false>
-RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start, const SrcRef* sources,
+RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start,
+                                const int32_t* tile_work, const SrcRef* sources,
                                 const ScaleGrid* grids, int n, int64_t tile, int tid) {
-  const int wi = find_work(tile_start, n, tile);
+  const int wi = tile_work != nullptr ? tile_work[tile] : find_work(tile_start, n, tile);
   const Work& w = works[wi];
   const int group = w.group;
   const int64_t per_tile = kThreads / group;
   const int64_t unit = (tile - tile_start[wi]) * per_tile + tid / group;
   if (unit >= w.units) return;
   const int lane = tid & (group - 1);
-  int64_t run = w.chunks_per_run == 1 ? unit : unit / w.chunks_per_run;
-  const int64_t chunk = unit - run * w.chunks_per_run;
-  if (w.swizzle > 0) {  // one thread per run (group 1, chunks_per_run 1)
-    run = swizzled_run(w, unit);
-    if (run < 0) return;
+  if constexpr (!kElement) {
+    if (w.swizzle > 0) return kernel_detail::copy_swizzled(w, unit);
   }
+  const int64_t run = w.chunks_per_run == 1 ? unit : unit / w.chunks_per_run;
+  const int64_t chunk = unit - run * w.chunks_per_run;
   int64_t so = 0;
   int64_t to = 0;
   run_offsets(w.desc, run, &so, &to);
