@@ -20,7 +20,11 @@ inline void emulate(const std::vector<cuda_backend::Launch>& launches, bool reve
     for (int64_t k = 0; k < l.tiles(); ++k) {
       const int64_t tile = reverse ? l.tiles() - 1 - k : k;
       for (int tid = 0; tid < cuda_backend::kThreads; ++tid) {
-        if (l.multi) {
+        if (l.swizzled) {
+          cuda_backend::run_tile<false, false, true>(l.works.data(), l.tile_start.data(), tile_work,
+                                                     l.sources.data(), l.grids.data(), n, tile,
+                                                     tid);
+        } else if (l.multi) {
           cuda_backend::run_tile<true, true>(l.works.data(), l.tile_start.data(), tile_work,
                                              l.sources.data(), l.grids.data(), n, tile, tid);
         } else if (l.element) {

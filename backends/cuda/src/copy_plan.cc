@@ -647,25 +647,38 @@ constexpr int64_t kMergeRunBytes = 256;
 // Narrowest run (bytes) of merged copies moved in swizzled warps.
 constexpr int64_t kSwizzleMinBytes = 8;
 
+// The copies a swizzled warp moves side by side: the largest power of two
+// whose runs fill at most a 128-byte line, at most 16 (2 rows at a time).
+int64_t swizzle_copies(int64_t run_bytes) {
+  int64_t k = 1;
+  while (k < 16 && 2 * k * run_bytes <= 128) k *= 2;
+  return k;
+}
+
+// Swizzles w as k copies side by side, where its rows fill a warp.
+void swizzle_as(Work& w, int64_t k) {
+  const int64_t rows = w.desc.extent[0];
+  if (rows < kWarp / k) return;
+  w.swizzle = static_cast<int32_t>(k);
+  w.units = ceil_div(rows, kWarp / k * kSwizzleRows) * ceil_div(w.desc.extent[1], k) * kWarp;
+}
+
 // Swizzles merged copies of runs narrower than a sector
-// (kernel_detail::copy_swizzled): a warp moves k = 2 (runs of 16-31 bytes)
-// or 4 (8-15) neighbouring copies of 32 / k consecutive rows at a time,
-// whole sectors across the copies on the side where they lie side by side
-// and k runs of 32 / k rows on the other, where rows follow each other in
-// packed staging; each thread moves kSwizzleRows runs for one computation
-// of its offsets. Only for one dimension of rows ([rows, copies, run]) and
-// where there are rows enough to fill a warp; units are then whole warps.
+// (kernel_detail::copy_swizzled): a warp moves k neighbouring copies of
+// 32 / k consecutive rows at a time (k = swizzle_copies: up to a 128-byte
+// line across the copies on the side where they lie side by side, and on
+// the other, where rows follow each other in packed staging, 32 / k rows of
+// each copy an access and kSwizzleRows accesses a thread, from offsets
+// computed once). Only for one dimension of rows ([rows, copies, run]);
+// units are then whole warps.
 void swizzle_narrow(Work& w, int64_t run_bytes) {
   w.swizzle = 0;
   if (run_bytes >= 32 || run_bytes < kSwizzleMinBytes || w.group != 1 || w.chunks_per_run != 1 ||
       w.desc.rank != 3) {
     return;
   }
-  const int64_t k = run_bytes >= 16 ? 2 : 4;
-  const int64_t rows = w.desc.extent[0];
-  if (rows < kWarp / k) return;
-  w.swizzle = static_cast<int32_t>(k);
-  w.units = ceil_div(rows, kWarp / k * kSwizzleRows) * ceil_div(w.desc.extent[1], k) * kWarp;
+  const int64_t k = swizzle_copies(run_bytes);
+  swizzle_as(w, k);
 }
 
 bool same_shape(const CopyDesc& a, const CopyDesc& b) {
@@ -770,6 +783,31 @@ void index_tiles(Launch& l) {
     std::fill(l.tile_work.begin() + l.tile_start[w], l.tile_work.begin() + l.tile_start[w + 1],
               static_cast<int32_t>(w));
   }
+}
+
+// Moves a copy launch's swizzled Works into a launch of their own after it
+// (the Works of one launch are independent): their kernel's registers
+// (kSwizzleRows runs in flight a thread) would lower the occupancy of the
+// other copies'. Then gives each launch its tile index.
+std::vector<Launch> finish_launches(std::vector<Launch> launches) {
+  std::vector<Launch> out;
+  out.reserve(launches.size() + 1);
+  for (Launch& l : launches) {
+    const bool any = !l.element && std::any_of(l.works.begin(), l.works.end(),
+                                               [](const Work& w) { return w.swizzle > 0; });
+    if (!any) {
+      out.push_back(std::move(l));
+      continue;
+    }
+    Launch plain;
+    Launch swizzled;
+    swizzled.swizzled = true;
+    for (const Work& w : l.works) append_work(w.swizzle > 0 ? swizzled : plain, w);
+    if (!plain.works.empty()) out.push_back(std::move(plain));
+    out.push_back(std::move(swizzled));
+  }
+  for (Launch& l : out) index_tiles(l);
+  return out;
 }
 
 void append_planned(Launch& l, const Planned& p) {
@@ -1267,8 +1305,7 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
       for (Launch& l : classes) {
         if (!l.works.empty()) launches.push_back(std::move(l));
       }
-      for (Launch& l : launches) index_tiles(l);
-      return launches;
+      return finish_launches(std::move(launches));
     }
   }
   Phase phase;
@@ -1294,15 +1331,15 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     append_planned(classes[klass(p)], p);
   });
   flush();
-  for (Launch& l : launches) index_tiles(l);
-  return launches;
+  return finish_launches(std::move(launches));
 }
 
 Descriptors layout_descriptors(const std::vector<Launch>& launches) {
   Descriptors d;
   for (const Launch& l : launches) {
-    DescriptorPart p{
-        l.element, l.multi, static_cast<int>(l.works.size()), l.tiles(), 0, 0, SIZE_MAX, 0, 0};
+    DescriptorPart p{l.element, l.multi, l.swizzled, static_cast<int>(l.works.size()),
+                     l.tiles(), 0,       0,          SIZE_MAX,
+                     0,         0};
     d.bytes = (d.bytes + 15) / 16 * 16;  // Works hold 8-byte fields; keep 16
     p.works_offset = d.bytes;
     d.bytes += l.works.size() * sizeof(Work);

@@ -25,8 +25,9 @@
 namespace reshard::cuda_backend {
 
 struct Launch {
-  bool element = false;  // run_tile<true> (element kinds) or <false> (copies)
-  bool multi = false;    // run_tile<true, true>: kReduceN Works only
+  bool element = false;   // run_tile<true> (element kinds) or <false> (copies)
+  bool multi = false;     // run_tile<true, true>: kReduceN Works only
+  bool swizzled = false;  // run_tile<false, false, true>: swizzled copies only
   std::vector<Work> works;
   std::vector<int64_t> tile_start;  // works.size() + 1 entries
   // Empty, or the Work of each tile (tiles() entries), for launches of many
@@ -59,6 +60,7 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops);
 struct DescriptorPart {
   bool element;
   bool multi;
+  bool swizzled;
   int works;
   int64_t tiles;
   size_t works_offset;

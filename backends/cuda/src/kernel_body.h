@@ -892,9 +892,10 @@ RESHARD_HD inline void block_scales_unit(const Work& w, const ScaleGrid& g, int6
 // (true); copy_plan never mixes them in one launch.
 // `sources`: the launch's summands of kReduceN Works (SrcRef).
 // kMulti: the launch holds only kReduceN Works (their own kernel, so that
-// their registers do not lower the occupancy of the other element kinds).
+// their registers do not lower the occupancy of the other element kinds);
+// kSwizzled: only swizzled copies (Work::swizzle, likewise).
 // `grids`: the scaled source shards of its kBlockScales and kQuantise Works.
-template <bool kElement, bool kMulti = false>
+template <bool kElement, bool kMulti = false, bool kSwizzled = false>
 RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start,
                                 const int32_t* tile_work, const SrcRef* sources,
                                 const ScaleGrid* grids, int n, int64_t tile, int tid) {
@@ -905,9 +906,7 @@ RESHARD_HD inline void run_tile(const Work* works, const int64_t* tile_start,
   const int64_t unit = (tile - tile_start[wi]) * per_tile + tid / group;
   if (unit >= w.units) return;
   const int lane = tid & (group - 1);
-  if constexpr (!kElement) {
-    if (w.swizzle > 0) return kernel_detail::copy_swizzled(w, unit);
-  }
+  if constexpr (kSwizzled) return kernel_detail::copy_swizzled(w, unit);
   const int64_t run = w.chunks_per_run == 1 ? unit : unit / w.chunks_per_run;
   const int64_t chunk = unit - run * w.chunks_per_run;
   int64_t so = 0;
