@@ -277,6 +277,43 @@ RESHARD_HD inline void copy_bytes(unsigned char* dst, const unsigned char* src, 
   return copy_bytes_aligned<1>(dst, src, len, lane, width);
 }
 
+// M vectors of reduce_vectors (v, v + width, ...), every load before any
+// store: M times the bytes in flight.
+template <DType D, ReduceOp Op, int M>
+RESHARD_HD inline void reduce_vector_group(const unsigned char* sp, unsigned char* ap, int64_t v,
+                                           int width) {
+  using T = AccTraits<D>;
+  using E = typename T::Elem;
+  using Acc = typename T::Acc;
+  constexpr int V = 16 / static_cast<int>(sizeof(E));
+  constexpr int kAccVecs = V * static_cast<int>(sizeof(Acc)) / 16;
+  Vec16 raw[M];
+  Vec16 accv[M][kAccVecs];
+  RESHARD_UNROLL
+  for (int m = 0; m < M; ++m) {
+    const int64_t at = v + m * static_cast<int64_t>(width);
+    raw[m] = load_unit<Vec16>(sp + at * 16);
+    RESHARD_UNROLL
+    for (int k = 0; k < kAccVecs; ++k) accv[m][k] = load_unit<Vec16>(ap + (at * kAccVecs + k) * 16);
+  }
+  RESHARD_UNROLL
+  for (int m = 0; m < M; ++m) {
+    E x[V];
+    Acc acc[V];
+    memcpy(x, &raw[m], 16);
+    memcpy(acc, accv[m], sizeof(acc));
+    RESHARD_UNROLL
+    for (int e = 0; e < V; ++e) acc[e] = reduce_combine<D, Op>(acc[e], T::load(x[e]));
+    memcpy(accv[m], acc, sizeof(acc));
+  }
+  RESHARD_UNROLL
+  for (int m = 0; m < M; ++m) {
+    const int64_t at = v + m * static_cast<int64_t>(width);
+    RESHARD_UNROLL
+    for (int k = 0; k < kAccVecs; ++k) store_unit<Vec16>(ap + (at * kAccVecs + k) * 16, accv[m][k]);
+  }
+}
+
 // The vector body of reduce_elems for f32, bf16 and f16: V = 16 / sizeof(E)
 // source elements per 16-byte load and their accumulators in 16-byte
 // accesses, two vectors in flight per thread. Returns the elements done (a
@@ -293,60 +330,13 @@ RESHARD_HD inline int64_t reduce_vectors(const unsigned char* s, unsigned char* 
     using E = typename T::Elem;
     using Acc = typename T::Acc;
     constexpr int V = 16 / static_cast<int>(sizeof(E));
-    constexpr int kAccVecs = V * static_cast<int>(sizeof(Acc)) / 16;
     const unsigned char* sp = s + begin * static_cast<int64_t>(sizeof(E));
     unsigned char* ap = a + begin * static_cast<int64_t>(sizeof(Acc));
     if (((reinterpret_cast<uintptr_t>(sp) | reinterpret_cast<uintptr_t>(ap)) & 15) != 0) return 0;
     const int64_t nv = (end - begin) / V;
-    const auto one = [&](int64_t v) {
-      const Vec16 raw = load_unit<Vec16>(sp + v * 16);
-      Vec16 accv[kAccVecs];
-      RESHARD_UNROLL
-      for (int k = 0; k < kAccVecs; ++k) accv[k] = load_unit<Vec16>(ap + (v * kAccVecs + k) * 16);
-      E x[V];
-      Acc acc[V];
-      memcpy(x, &raw, 16);
-      memcpy(acc, accv, sizeof(acc));
-      RESHARD_UNROLL
-      for (int e = 0; e < V; ++e) acc[e] = reduce_combine<D, Op>(acc[e], T::load(x[e]));
-      memcpy(accv, acc, sizeof(acc));
-      RESHARD_UNROLL
-      for (int k = 0; k < kAccVecs; ++k) store_unit<Vec16>(ap + (v * kAccVecs + k) * 16, accv[k]);
-    };
     int64_t v = lane;
-    for (; v + width < nv; v += 2 * width) {
-      // Both vectors' loads before either's stores: twice the bytes in flight.
-      const Vec16 raw0 = load_unit<Vec16>(sp + v * 16);
-      const Vec16 raw1 = load_unit<Vec16>(sp + (v + width) * 16);
-      Vec16 acc0[kAccVecs];
-      Vec16 acc1[kAccVecs];
-      RESHARD_UNROLL
-      for (int k = 0; k < kAccVecs; ++k) {
-        acc0[k] = load_unit<Vec16>(ap + (v * kAccVecs + k) * 16);
-        acc1[k] = load_unit<Vec16>(ap + ((v + width) * kAccVecs + k) * 16);
-      }
-      E x0[V];
-      E x1[V];
-      Acc a0[V];
-      Acc a1[V];
-      memcpy(x0, &raw0, 16);
-      memcpy(x1, &raw1, 16);
-      memcpy(a0, acc0, sizeof(a0));
-      memcpy(a1, acc1, sizeof(a1));
-      RESHARD_UNROLL
-      for (int e = 0; e < V; ++e) {
-        a0[e] = reduce_combine<D, Op>(a0[e], T::load(x0[e]));
-        a1[e] = reduce_combine<D, Op>(a1[e], T::load(x1[e]));
-      }
-      memcpy(acc0, a0, sizeof(a0));
-      memcpy(acc1, a1, sizeof(a1));
-      RESHARD_UNROLL
-      for (int k = 0; k < kAccVecs; ++k) {
-        store_unit<Vec16>(ap + (v * kAccVecs + k) * 16, acc0[k]);
-        store_unit<Vec16>(ap + ((v + width) * kAccVecs + k) * 16, acc1[k]);
-      }
-    }
-    if (v < nv) one(v);
+    for (; v + width < nv; v += 2 * width) reduce_vector_group<D, Op, 2>(sp, ap, v, width);
+    if (v < nv) reduce_vector_group<D, Op, 1>(sp, ap, v, width);
     return nv * V;
   }
 }
