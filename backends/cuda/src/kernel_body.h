@@ -341,6 +341,22 @@ RESHARD_HD inline int64_t reduce_vectors(const unsigned char* s, unsigned char* 
   }
 }
 
+// n (<= kSwizzleRows) runs of one unit U each, at s + j ss to t + j ts:
+// every load before any store.
+template <class U>
+RESHARD_HD inline void copy_rows(const unsigned char* s, int64_t ss, unsigned char* t, int64_t ts,
+                                 int n) {
+  U v[kSwizzleRows];
+  RESHARD_UNROLL
+  for (int j = 0; j < kSwizzleRows; ++j) {
+    if (j < n) v[j] = load_unit<U>(s + j * ss);
+  }
+  RESHARD_UNROLL
+  for (int j = 0; j < kSwizzleRows; ++j) {
+    if (j < n) store_unit<U>(t + j * ts, v[j]);
+  }
+}
+
 // A swizzled copy's unit (Work::swizzle = k, descriptor [rows, copies,
 // run]): units come in warps of kWarp; warp q moves copies [cb k, cb k + k)
 // of kSwizzleRows steps of kWarp / k consecutive rows, cb = q mod
@@ -371,30 +387,8 @@ RESHARD_HD inline void copy_swizzled(const Work& w, int64_t unit) {
   const int64_t ts = step * d.dst_stride[0] * es;
   const uintptr_t bits = reinterpret_cast<uintptr_t>(s) | reinterpret_cast<uintptr_t>(t) |
                          static_cast<uintptr_t>(ss) | static_cast<uintptr_t>(ts);
-  if (len == 16 && (bits & 15) == 0) {
-    Vec16 v[kSwizzleRows];
-    RESHARD_UNROLL
-    for (int j = 0; j < kSwizzleRows; ++j) {
-      if (j < n) v[j] = load_unit<Vec16>(s + j * ss);
-    }
-    RESHARD_UNROLL
-    for (int j = 0; j < kSwizzleRows; ++j) {
-      if (j < n) store_unit<Vec16>(t + j * ts, v[j]);
-    }
-    return;
-  }
-  if (len == 8 && (bits & 7) == 0) {
-    uint64_t v[kSwizzleRows];
-    RESHARD_UNROLL
-    for (int j = 0; j < kSwizzleRows; ++j) {
-      if (j < n) v[j] = load_unit<uint64_t>(s + j * ss);
-    }
-    RESHARD_UNROLL
-    for (int j = 0; j < kSwizzleRows; ++j) {
-      if (j < n) store_unit<uint64_t>(t + j * ts, v[j]);
-    }
-    return;
-  }
+  if (len == 16 && (bits & 15) == 0) return copy_rows<Vec16>(s, ss, t, ts, n);
+  if (len == 8 && (bits & 7) == 0) return copy_rows<uint64_t>(s, ss, t, ts, n);
   for (int j = 0; j < n; ++j) copy_bytes(t + j * ts, s + j * ss, len, 0, 1);
 }
 
