@@ -201,6 +201,74 @@ TEST(KernelEmulation, IndependentOpsFuseIntoOneLaunchPerClass) {
   for (size_t i = 0; i < cs.size(); ++i) ASSERT_EQ(cs[i].dst.contents(), expected[i]) << cs[i].what;
 }
 
+// Invariant (kernel_detail::copy_bytes_realigned): runs between pointers of
+// every pair of offsets modulo 16, of lengths around and far above the
+// realigning threshold, single and in rows (an uneven split's columns,
+// 2,730-byte runs whose row offsets differ by 2 modulo 16), copy exactly
+// their bytes and nothing around them.
+TEST(KernelEmulation, MisalignedRunsAreRealignedExactly) {
+  Values values(31);
+  int cases = 0;
+  for (const int64_t len : {int64_t{15}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{100},
+                            int64_t{1000}, int64_t{20000}}) {
+    for (int so = 0; so < 16; ++so) {
+      for (int d_o = 0; d_o < 16; ++d_o) {
+        gpu_testing::Buffer src = gpu_testing::make_buffer(len + 32, so);
+        gpu_testing::Buffer dst = gpu_testing::make_buffer(len + 32, d_o);
+        values.fill(DType::kU8, false, src.data(), src.bytes);
+        values.fill(DType::kU8, false, dst.data(), dst.bytes);
+        gpu_testing::Buffer want = dst;
+        std::memcpy(want.data() + 16, src.data() + 7, static_cast<size_t>(len));
+        const CopyOp op = dense_copy(DType::kU8, src.data() + 7, dst.data() + 16, len);
+        emulate(plan_launches(std::span(&op, 1)), (so + d_o) % 2 == 1);
+        ASSERT_EQ(dst.contents(), want.contents()) << len << " bytes, shifts " << so << "/" << d_o;
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 7 * 256);
+  // Columns [1365 k, 1365 (k + 1)) of a 6 x 8190 bf16 matrix into a dense
+  // 6 x 1365 shard and back.
+  const Box full = [] {
+    Box b;
+    b.rank = 2;
+    b.hi[0] = 6;
+    b.hi[1] = 8190;
+    return b;
+  }();
+  for (int k = 0; k < 6; ++k) {
+    for (const bool pack : {true, false}) {
+      Box region = full;
+      region.lo[1] = 1365 * k;
+      region.hi[1] = 1365 * (k + 1);
+      gpu_testing::Buffer matrix = gpu_testing::make_buffer(full.volume() * 2, k % 3);
+      gpu_testing::Buffer shard = gpu_testing::make_buffer(region.volume() * 2, 2 * (k % 2));
+      values.fill(DType::kBF16, false, matrix.data(), full.volume());
+      values.fill(DType::kBF16, false, shard.data(), region.volume());
+      CopyOp op;
+      op.kind = CopyOp::Kind::kCopy;
+      op.dtype = DType::kBF16;
+      op.desc = pack ? make_copy_desc(region, full, region) : make_copy_desc(region, region, full);
+      op.src = pack ? static_cast<const void*>(matrix.data()) : shard.data();
+      op.dst = pack ? static_cast<void*>(shard.data()) : matrix.data();
+      gpu_testing::Buffer want_m = matrix;
+      gpu_testing::Buffer want_s = shard;
+      for (int64_t r = 0; r < 6; ++r) {
+        std::byte* m = want_m.data() + (r * 8190 + 1365 * k) * 2;
+        std::byte* sh = want_s.data() + r * 1365 * 2;
+        if (pack) {
+          std::memcpy(sh, m, 1365 * 2);
+        } else {
+          std::memcpy(m, sh, 1365 * 2);
+        }
+      }
+      emulate(plan_launches(std::span(&op, 1)), k % 2 == 0);
+      ASSERT_EQ(matrix.contents(), want_m.contents()) << "column block " << k;
+      ASSERT_EQ(shard.contents(), want_s.contents()) << "column block " << k;
+    }
+  }
+}
+
 // Invariant (copy_plan.cc, index_tiles): a launch of many small Works
 // carries each tile's Work, the one the binary search finds; a launch whose
 // Works have many tiles each carries none; both move the bytes exactly.

@@ -266,11 +266,98 @@ RESHARD_HD inline void copy_bytes_aligned(unsigned char* dst, const unsigned cha
   for (int64_t j = head + n * A + lane; j < len; j += width) dst[j] = src[j];
 }
 
-// The widest unit both pointers can be aligned to together.
+// The 16 source bytes of an aligned destination word that starts `off`
+// bytes (0 < off < 16) into the aligned source word `a`: bytes off..15 of
+// a, then 0..off-1 of the next one, b. Q = off / 4 is a template argument
+// (no dynamic indexing of registers); r = off mod 4.
+template <int Q>
+RESHARD_HD inline Vec16 realign_word(const uint32_t (&a)[4], const uint32_t (&b)[4], int r) {
+  uint32_t w[8] = {a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]};
+  uint32_t out[4];
+  RESHARD_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    out[k] = r == 0 ? w[k + Q] : (w[k + Q] >> (8 * r)) | (w[k + Q + 1] << (32 - 8 * r));
+  }
+  Vec16 v;
+  memcpy(&v, out, 16);
+  return v;
+}
+
+// An aligned source word's bytes [lo, hi) (0 <= lo < hi <= 16) as four
+// little-endian words. The device loads the whole word (an aligned word
+// holding a byte of a buffer lies inside the buffer's allocation); the
+// host reads only [lo, hi), which is all realign_word uses, and zeros the
+// rest, so that the CPU emulation never reads outside a buffer.
+RESHARD_HD inline void load_window(const unsigned char* p, int lo, int hi, uint32_t (&w)[4]) {
+#if defined(__CUDA_ARCH__)
+  (void)lo, (void)hi;
+  const Vec16 v = load_unit<Vec16>(p);
+  memcpy(w, &v, 16);
+#else
+  unsigned char b[16] = {};
+  std::memcpy(b + lo, p + lo, static_cast<size_t>(hi - lo));
+  std::memcpy(w, b, 16);
+#endif
+}
+
+template <int Q>
+RESHARD_HD inline void copy_realigned_words(unsigned char* d, const unsigned char* sb, int off,
+                                            int64_t n, int lane, int width) {
+  const int r = off & 3;
+  for (int64_t i = lane; i < n; i += width) {
+    uint32_t a[4];
+    uint32_t b[4];
+    load_window(sb + i * 16, off, 16, a);
+    load_window(sb + (i + 1) * 16, 0, off, b);
+    store_unit<Vec16>(d + i * 16, realign_word<Q>(a, b, r));
+  }
+}
+
+// Copies len bytes between pointers that are not congruent modulo 16: a
+// head of bytes up to the first 16-byte aligned destination byte, then
+// aligned 16-byte destination words, each assembled from the two aligned
+// source words it straddles, then a tail of bytes. Instead of the unit of
+// the pointers' common alignment (2 bytes for rows of an uneven split, whose
+// offsets differ by 2 modulo 16).
+RESHARD_HD inline void copy_bytes_realigned(unsigned char* dst, const unsigned char* src,
+                                            int64_t len, int lane, int width) {
+  int64_t head = static_cast<int64_t>((16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15);
+  if (head > len) head = len;
+  for (int64_t i = lane; i < head; i += width) dst[i] = src[i];
+  const int64_t n = (len - head) / 16;
+  const unsigned char* s = src + head;
+  const int off = static_cast<int>(reinterpret_cast<uintptr_t>(s) & 15);  // nonzero
+  const unsigned char* sb = s - off;
+  unsigned char* d = dst + head;
+  switch (off >> 2) {
+    case 0:
+      copy_realigned_words<0>(d, sb, off, n, lane, width);
+      break;
+    case 1:
+      copy_realigned_words<1>(d, sb, off, n, lane, width);
+      break;
+    case 2:
+      copy_realigned_words<2>(d, sb, off, n, lane, width);
+      break;
+    default:
+      copy_realigned_words<3>(d, sb, off, n, lane, width);
+      break;
+  }
+  for (int64_t j = head + n * 16 + lane; j < len; j += width) dst[j] = src[j];
+}
+
+// Shortest run (bytes) copied realigned where the pointers are not
+// congruent modulo 16: below it the head and tail bytes would be most of it.
+inline constexpr int64_t kRealignMinBytes = 64;
+
+// The widest unit both pointers can be aligned to together, or 16-byte
+// destination words realigned from the source for long runs between
+// pointers that are not congruent modulo 16.
 RESHARD_HD inline void copy_bytes(unsigned char* dst, const unsigned char* src, int64_t len,
                                   int lane, int width) {
   const uintptr_t x = reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src);
   if ((x & 15) == 0) return copy_bytes_aligned<16>(dst, src, len, lane, width);
+  if (len >= kRealignMinBytes) return copy_bytes_realigned(dst, src, len, lane, width);
   if ((x & 7) == 0) return copy_bytes_aligned<8>(dst, src, len, lane, width);
   if ((x & 3) == 0) return copy_bytes_aligned<4>(dst, src, len, lane, width);
   if ((x & 1) == 0) return copy_bytes_aligned<2>(dst, src, len, lane, width);
