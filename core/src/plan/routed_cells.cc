@@ -142,14 +142,23 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
         holder_hosts_.emplace_back(t.st->host[h[k]], static_cast<uint32_t>(k));
       std::sort(holder_hosts_.begin(), holder_hosts_.end());
       for (const auto& hk : holder_hosts_) part_holders_.push_back(h[hk.second]);
+      // Consecutive parts mostly share a host (a share's runs, §5.2): its
+      // range is searched for once per run of them.
+      int32_t last_host = -1;
+      std::pair<size_t, size_t> last_range{0, 0};
       for (size_t j = 0; j < np; ++j) {
-        if (route_.part_host[j] < 0) continue;
-        const auto lo = std::lower_bound(holder_hosts_.begin(), holder_hosts_.end(),
-                                         std::make_pair(route_.part_host[j], uint32_t{0}));
-        const auto hi = std::lower_bound(lo, holder_hosts_.end(),
-                                         std::make_pair(route_.part_host[j] + 1, uint32_t{0}));
-        holder_range_[j] = {static_cast<size_t>(lo - holder_hosts_.begin()),
-                            static_cast<size_t>(hi - holder_hosts_.begin())};
+        const int32_t host = route_.part_host[j];
+        if (host < 0) continue;
+        if (host != last_host) {
+          const auto lo = std::lower_bound(holder_hosts_.begin(), holder_hosts_.end(),
+                                           std::make_pair(host, uint32_t{0}));
+          const auto hi =
+              std::lower_bound(lo, holder_hosts_.end(), std::make_pair(host + 1, uint32_t{0}));
+          last_host = host;
+          last_range = {static_cast<size_t>(lo - holder_hosts_.begin()),
+                        static_cast<size_t>(hi - holder_hosts_.begin())};
+        }
+        holder_range_[j] = last_range;
       }
     }
     p_.en.receiving_table(route_, recv_index_, recv_host_);
