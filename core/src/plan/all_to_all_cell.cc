@@ -271,18 +271,22 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
     ++part_visits_;
     AllToAllSource& s = a2a_.src[p];
     const PartBands& pb = part_bands_[j];
+    const Box& part = route_.parts[j];
     if (!s.seen) a2a_.events.push_back({p, false});
     s.seen = s.touched = true;
-    s.added += s.merge(pb.first, pb.last, pb.n, pb.last_band);
-    const int64_t bytes = mul_of(route_.parts[j].volume(), esum, "network_bytes");
-    const int64_t plain = mul_of(pb.volume[0], esum, "network_bytes");
+    s.added += with_edges(part, pb, [&](const Box& first, const Box& last) {
+      return s.merge(first, last, pb.n, pb.last_band);
+    });
+    const int64_t bytes = mul_of(part.volume(), esum, "network_bytes");
+    const int64_t plain = mul_of(pb.plain, esum, "network_bytes");
     add_to(s.bytes, bytes, "forwarded_bytes");
     add_to(s.plain, plain, "network_bytes");
     if (pb.n == 1) continue;
     add_to(s.late, bytes - plain, "max_send_bytes");
     s.mask |= pb.mask;
-    for (size_t k = 1; k < kRelayBands; ++k)
-      add_to(s.band[k], mul_of(pb.volume[k], esum, "network_bytes"), "network_bytes");
+    band_volumes(part, pb, [&](size_t k, int64_t v) {
+      add_to(s.band[k], mul_of(v, esum, "network_bytes"), "network_bytes");
+    });
     if (!s.banded) a2a_.events.push_back({p, true});
     s.banded = true;
   }
@@ -332,7 +336,8 @@ void RoutedCells::prefetch_relay_part(size_t j) const {
   if (p == AllToAllCell::kNone) return;
   const char* b = reinterpret_cast<const char*>(&part_bands_[j]);
   const char* s = reinterpret_cast<const char*>(&a2a_.src[p]);
-  for (size_t k = 0; k < sizeof(PartBands); k += 64) __builtin_prefetch(b + k);
+  __builtin_prefetch(b);
+  __builtin_prefetch(b + sizeof(PartBands) - 1);
   for (size_t k = 0; k < sizeof(AllToAllSource); k += 64) __builtin_prefetch(s + k, 1);
   const char* q = reinterpret_cast<const char*>(&route_.parts[j]);
   for (size_t k = 0; k < sizeof(Box); k += 64) __builtin_prefetch(q + k);

@@ -14,21 +14,13 @@ void RoutedCells::part_bands_of(const Box& part, const TensorCtx& t, PartBands& 
   const Bands& b = pb.bands;
   pb.n = b.dim < 0 ? 1 : b.n;
   pb.mask = 0;
-  pb.volume.fill(0);
-  pb.first = pb.last = part;
   pb.last_band = 0;
   if (b.dim < 0) {
-    pb.volume[0] = part.volume();
+    pb.plain = part.volume();
     return;
   }
-  const int64_t slab = part.volume() / part.extent(b.dim);
-  for (int64_t k = 0; k < b.n; ++k) {
-    const auto band = static_cast<uint32_t>(k * kRelayBands / b.n);
-    pb.volume[band] = slab * (b.start(k + 1) - b.start(k));
-    if (band > 0) pb.mask |= 1u << band;
-  }
-  pb.first.hi[b.dim] = b.start(1);
-  pb.last.lo[b.dim] = b.start(b.n - 1);
+  pb.plain = part.volume() / part.extent(b.dim) * (b.start(1) - b.start(0));
+  for (int64_t k = 1; k < b.n; ++k) pb.mask |= 1u << (k * kRelayBands / b.n);
   pb.last_band = static_cast<uint32_t>((b.n - 1) * kRelayBands / b.n);
 }
 
@@ -56,10 +48,10 @@ void RoutedCells::relay_part(const TensorCtx& t, StreamRef& ref, uint32_t e, con
     ref.counted = true;
   }
   if (p_.track_pairs)
-    add_to(p_.relay_bytes[stage].at(ref.plain), mul_of(pb.volume[0], esum, "network_bytes"),
+    add_to(p_.relay_bytes[stage].at(ref.plain), mul_of(pb.plain, esum, "network_bytes"),
            "network_bytes");
   if (pb.n == 1) return;
-  const int64_t late = bytes - mul_of(pb.volume[0], esum, "network_bytes");  // bands above 0
+  const int64_t late = bytes - mul_of(pb.plain, esum, "network_bytes");  // bands above 0
   add_to(p_.stage_acc[stage][sd].send_late, late, "max_send_bytes");
   add_to(p_.stage_acc[stage][dd].recv_late, late, "max_recv_bytes");
   if (ref.banded == kUnset)
@@ -67,8 +59,9 @@ void RoutedCells::relay_part(const TensorCtx& t, StreamRef& ref, uint32_t e, con
   BandStream& b = p_.band_streams.at(ref.banded);
   b.mask |= pb.mask;
   if (p_.track_pairs)
-    for (size_t k = 1; k < kRelayBands; ++k)
-      add_to(b.bytes[k], mul_of(pb.volume[k], esum, "network_bytes"), "network_bytes");
+    band_volumes(part, pb, [&](size_t k, int64_t v) {
+      add_to(b.bytes[k], mul_of(v, esum, "network_bytes"), "network_bytes");
+    });
 }
 
 bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copies,
@@ -149,14 +142,23 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
         holder_hosts_.emplace_back(t.st->host[h[k]], static_cast<uint32_t>(k));
       std::sort(holder_hosts_.begin(), holder_hosts_.end());
       for (const auto& hk : holder_hosts_) part_holders_.push_back(h[hk.second]);
+      // Consecutive parts mostly share a host (a share's runs, §5.2): its
+      // range is searched for once per run of them.
+      int32_t last_host = -1;
+      std::pair<size_t, size_t> last_range{0, 0};
       for (size_t j = 0; j < np; ++j) {
-        if (route_.part_host[j] < 0) continue;
-        const auto lo = std::lower_bound(holder_hosts_.begin(), holder_hosts_.end(),
-                                         std::make_pair(route_.part_host[j], uint32_t{0}));
-        const auto hi = std::lower_bound(lo, holder_hosts_.end(),
-                                         std::make_pair(route_.part_host[j] + 1, uint32_t{0}));
-        holder_range_[j] = {static_cast<size_t>(lo - holder_hosts_.begin()),
-                            static_cast<size_t>(hi - holder_hosts_.begin())};
+        const int32_t host = route_.part_host[j];
+        if (host < 0) continue;
+        if (host != last_host) {
+          const auto lo = std::lower_bound(holder_hosts_.begin(), holder_hosts_.end(),
+                                           std::make_pair(host, uint32_t{0}));
+          const auto hi =
+              std::lower_bound(lo, holder_hosts_.end(), std::make_pair(host + 1, uint32_t{0}));
+          last_host = host;
+          last_range = {static_cast<size_t>(lo - holder_hosts_.begin()),
+                        static_cast<size_t>(hi - holder_hosts_.begin())};
+        }
+        holder_range_[j] = last_range;
       }
     }
     p_.en.receiving_table(route_, recv_index_, recv_host_);
@@ -282,17 +284,20 @@ void RoutedCells::take_part(const TensorCtx& t, size_t i, uint32_t e, uint32_t s
   // 4,096-device MoE sync, and quadratic in the leaders of a replicated
   // cell's 8,192 entries at 16,384 devices).
   const PartBands& pb = part_bands_[j];
+  const Box& part = route_.parts[j];
   int64_t added = pb.n;
-  if (Pending* q = find_pending(i, src, m, indexed)) {
-    bool grew = false;
-    if (q->stage == stage && q->band == 0 && RelayMerger::extends(q->box, pb.first)) {
-      --added;
-      grew = pb.n == 1;  // the pending piece grew (kept as it was)
+  with_edges(part, pb, [&](const Box& first, const Box& last) {
+    if (Pending* q = find_pending(i, src, m, indexed)) {
+      bool grew = false;
+      if (q->stage == stage && q->band == 0 && RelayMerger::extends(q->box, first)) {
+        --added;
+        grew = pb.n == 1;  // the pending piece grew (kept as it was)
+      }
+      if (!grew) *q = Pending{src, stage, pb.last_band, last};
+    } else {
+      add_pending(i, Pending{src, stage, pb.last_band, last}, m, indexed);
     }
-    if (!grew) *q = Pending{src, stage, pb.last_band, pb.last};
-  } else {
-    add_pending(i, Pending{src, stage, pb.last_band, pb.last}, m, indexed);
-  }
+  });
   StreamRef& ref = stream_ref(i, src, stage, m, indexed);
   relay_part(t, ref, e, route_.parts[j], pb, added, esum, copies, group_pieces);
 }
@@ -330,30 +335,34 @@ void RoutedCells::host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_
     // ... and forwards it to the host's other entries, summed once.
     const uint32_t stage = entry ? 1 : 2;
     const PartBands& pb = part_bands_[j];
+    const Box& part = route_.parts[j];
     HostForward& f = forwards_[q];
     ++part_visits_;
     int64_t added = pb.n;
-    bool grew = false;
-    if (f.has_pending && f.pending.stage == stage && f.pending.band == 0 &&
-        RelayMerger::extends(f.pending.box, pb.first)) {
-      --added;
-      grew = pb.n == 1;  // the pending piece grew (kept as it was)
-    }
-    if (!grew) f.pending = Pending{l, stage, pb.last_band, pb.last};
+    with_edges(part, pb, [&](const Box& first, const Box& last) {
+      bool grew = false;
+      if (f.has_pending && f.pending.stage == stage && f.pending.band == 0 &&
+          RelayMerger::extends(f.pending.box, first)) {
+        --added;
+        grew = pb.n == 1;  // the pending piece grew (kept as it was)
+      }
+      if (!grew) f.pending = Pending{l, stage, pb.last_band, last};
+    });
     f.has_pending = f.touched = true;
     ForwardSums& s = f.sums[stage - 1];
     s.touched = true;
     s.added += added;
-    const int64_t bytes = mul_of(route_.parts[j].volume(), esum, "network_bytes");
-    const int64_t plain = mul_of(pb.volume[0], esum, "network_bytes");
+    const int64_t bytes = mul_of(part.volume(), esum, "network_bytes");
+    const int64_t plain = mul_of(pb.plain, esum, "network_bytes");
     add_to(s.bytes, bytes, "forwarded_bytes");
     add_to(s.plain, plain, "network_bytes");
     if (pb.n == 1) continue;
     s.banded = true;
     add_to(s.late, bytes - plain, "max_send_bytes");
     s.mask |= pb.mask;
-    for (size_t b = 1; b < kRelayBands; ++b)
-      add_to(s.band[b], mul_of(pb.volume[b], esum, "network_bytes"), "network_bytes");
+    band_volumes(part, pb, [&](size_t b, int64_t v) {
+      add_to(s.band[b], mul_of(v, esum, "network_bytes"), "network_bytes");
+    });
   }
   // Every (entry, leader) pair's streams, first found (in the order below)
   // with the relay_bytes slot of each not yet counted asked for: each

@@ -36,17 +36,39 @@ class RoutedCells {
 
  private:
   // A routed part's bands (relay_bands), worked out once per region for
-  // every entry of the cell: the elements of each band by band number (the
-  // k-th of n is numbered k * kRelayBands / n), the numbers above 0 as a
-  // mask, and the first and last bands' boxes (what merging looks at).
+  // every entry of the cell: their count, the elements of band 0, the band
+  // numbers above 0 (the k-th of n is numbered k * kRelayBands / n) as a
+  // mask and the last one's. The other bands' elements and the first and
+  // last bands' boxes (what merging looks at) follow from the part
+  // (band_volumes, with_edges): kept per part, they were 384 bytes a part,
+  // and a region of the 16,384-device MoE sync has 222,080 parts
+  // (docs/planner.md §8).
   struct PartBands {
     Bands bands;
     int64_t n = 1;
+    int64_t plain = 0;  // elements of band 0
     uint32_t mask = 0, last_band = 0;
-    std::array<int64_t, kRelayBands> volume{};
-    Box first, last;
   };
   void part_bands_of(const Box& part, const TensorCtx& t, PartBands& pb) const;
+  // f(band number, elements) for each band of `part` above 0, ascending.
+  template <class F>
+  static void band_volumes(const Box& part, const PartBands& pb, F&& f) {
+    if (pb.n == 1) return;
+    const Bands& b = pb.bands;
+    const int64_t slab = part.volume() / part.extent(b.dim);
+    for (int64_t k = 1; k < b.n; ++k)
+      f(static_cast<size_t>(k * kRelayBands / b.n), slab * (b.start(k + 1) - b.start(k)));
+  }
+  // f(first, last): the first and last bands' boxes of `part` (the part
+  // itself, not copied, where it has one band).
+  template <class F>
+  static decltype(auto) with_edges(const Box& part, const PartBands& pb, F&& f) {
+    if (pb.n == 1) return f(part, part);
+    Box first = part, last = part;
+    first.hi[pb.bands.dim] = pb.bands.start(1);
+    last.lo[pb.bands.dim] = pb.bands.start(pb.n - 1);
+    return f(first, last);
+  }
   // A relay stream (stage, destination entry src -> the entry being
   // enumerated) as relay_part found it: its keys, counted in relay_pairs
   // and band_streams (kept by keep_pair) the first time, and where its bytes
