@@ -397,8 +397,7 @@ struct ChoiceOverride {
   // e > 0: a pipelined plan without a staging budget prices spread cuts of
   // e even bounds (plan/rounds.h, spread_bounds) and takes them where the
   // estimate is faster; -e: takes them there always (tests); 0: never
-  // (the default while the statistics do not count their rounds and
-  // messages exactly: docs/planner.md §9, "Spread cuts").
+  // (the default).
   int64_t spread = 0;
 };
 inline ChoiceOverride& choice_override() {
