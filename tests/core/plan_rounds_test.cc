@@ -211,8 +211,14 @@ TEST(PlanRounds, CutsInsideAPieceFallBetweenRows) {
 // t > 0 has K_t rounds and a forward of n rounds numbers its round l as
 // ceil((l + 1) K_t / n) - 1, its last being K_t - 1; stage 0 numbers
 // 0, 1, ... Numbered from 0, a forward of fewer rounds waits at the head of
-// its device's rounds for the last rounds of the stage before.
+// its device's rounds for the last rounds of the stage before. Spread cuts
+// off: the estimate takes them on this plan, and they number rounds by
+// their keys (SpreadCutsNumberRoundsByTheirKeys).
 TEST(PlanRounds, ForwardsAreNumberedLateOverTheirStage) {
+  struct SpreadOff {
+    SpreadOff() { planning::choice_override().spread = 0; }
+    ~SpreadOff() { planning::choice_override().spread = planning::kSpreadEven; }
+  } off;
   PlanInput in =
       load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/psum_chain_4_hosts.json").input;
   in.options.staging_budget_bytes = 0;
@@ -430,7 +436,7 @@ struct SpreadOverride {
     planning::choice_override().keyed = -1;
   }
   ~SpreadOverride() {
-    planning::choice_override().spread = 0;
+    planning::choice_override().spread = planning::kSpreadEven;
     planning::choice_override().keyed = 0;
   }
 };
