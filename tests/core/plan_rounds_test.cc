@@ -537,6 +537,47 @@ TEST(PlanRounds, SpreadCutsExecuteExactlyOnRandomPlans) {
   EXPECT_GT(cut, cases / 20) << "spread cuts cut some streams";
 }
 
+// Spread cuts are the default (ChoiceOverride::spread = kSpreadEven)
+// where the estimate is faster for them by more than kSpreadMinGain, only
+// without a staging budget: psum_chain_4_hosts without a budget takes them
+// (a forward's last round is K - 1 = 25, the statistics exact), faster by
+// the estimate than with them off; no plan is slower by the estimate for
+// them; at the specs' default budget the plans are those with them off.
+TEST(PlanRounds, SpreadCutsAreTakenByDefaultWhereTheEstimateGains) {
+  auto off_stats = [](const PlanInput& in) {
+    planning::choice_override().spread = 0;
+    const PlanStats st = make_plan(in, {PlanScope::kGlobal}).stats();
+    planning::choice_override().spread = planning::kSpreadEven;
+    return st;
+  };
+  PlanInput in =
+      load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/psum_chain_4_hosts.json").input;
+  in.options.staging_budget_bytes = 0;
+  const Plan plan = make_plan(in);
+  const PlanStats off = off_stats(in);
+  EXPECT_LT(plan.stats().cost_seconds, off.cost_seconds * (1 - 1e-3));
+  uint32_t last = 0;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs)
+      if (m.stage > 0) last = std::max(last, m.round);
+  EXPECT_EQ(last, static_cast<uint32_t>(planning::kSpreadEven + 1)) << "forwards end at K - 1";
+  const Staged counted = staged_of(plan);
+  EXPECT_EQ(plan.stats().rounds, counted.rounds);
+  EXPECT_EQ(plan.stats().messages, counted.messages);
+  for (const char* name : {"one_holder_to_8_hosts", "two_holder_hosts_to_6_hosts",
+                           "psum_2_holder_hosts_of_4_to_2_hosts", "psum_dp4_hosts_of_2"}) {
+    SCOPED_TRACE(name);
+    PlanInput b =
+        load_spec(std::string(RESHARD_SOURCE_DIR) + "/bench/specs/" + name + ".json").input;
+    const PlanStats budgeted = make_plan(b, {PlanScope::kGlobal}).stats();
+    const PlanStats budgeted_off = off_stats(b);
+    EXPECT_EQ(budgeted.cost_seconds, budgeted_off.cost_seconds);
+    EXPECT_EQ(budgeted.messages, budgeted_off.messages);
+    b.options.staging_budget_bytes = 0;
+    EXPECT_LE(make_plan(b, {PlanScope::kGlobal}).stats().cost_seconds, off_stats(b).cost_seconds);
+  }
+}
+
 // Keyed cuts never exceed the staging budget: where one round of a stage
 // would hold more than the budget on some device, the plan falls back to
 // cuts by each stream's bytes (rounds.h), within the budget, and still
