@@ -498,7 +498,8 @@ TEST(PlanRounds, SpreadCutsNumberRoundsByTheirKeys) {
 // increasing, below K; a stage-0 stream starts at round 0, a forward ends
 // at round K - 1), each process's part equals the whole plan's, every
 // destination is exact (the oracle), and the statistics count the plan's
-// rounds and messages exactly (spread_stream_cuts on each stream's pieces).
+// rounds and messages, and each device's messages (estimate_plan's count),
+// exactly (spread_stream_cuts on each stream's pieces).
 TEST(PlanRounds, SpreadCutsExecuteExactlyOnRandomPlans) {
   SpreadOverride spread(-4);
   const int cases = scaled_cases(300);
@@ -532,6 +533,11 @@ TEST(PlanRounds, SpreadCutsExecuteExactlyOnRandomPlans) {
     const Staged counted = staged_of(plan);
     EXPECT_EQ(plan.stats().rounds, counted.rounds);
     EXPECT_EQ(plan.stats().messages, counted.messages);
+    // Each device's messages (the memory estimate's counts) too.
+    int64_t part_messages = 0;
+    for (const auto& [p, part] : plan.parts())
+      part_messages += static_cast<int64_t>(part.sends.size() + part.recvs.size());
+    EXPECT_EQ(estimate_plan(in).messages, part_messages);
     ASSERT_NO_FATAL_FAILURE(check_exact(plan));
   }
   EXPECT_GT(cut, cases / 20) << "spread cuts cut some streams";
