@@ -98,8 +98,9 @@ int main(int argc, char** argv) {
       PlanRequest r;
       r.scope = PlanScope::kGlobal;
       const PlanStats st = make_plan(spec.input, r).stats();
-      std::printf("estimate %.6g s, %d rounds, %lld messages\n", st.cost_seconds, st.rounds,
-                  static_cast<long long>(st.messages));
+      std::printf("estimate %.6g s, %d rounds, %lld messages, %lld pieces\n", st.cost_seconds,
+                  st.rounds, static_cast<long long>(st.messages),
+                  static_cast<long long>(st.pieces));
       return 0;
     }
     if (simulate_only) {

@@ -19,6 +19,11 @@ namespace reshard::planning {
 // Keyed cuts (rounds.h) are tried on plans of at most kKeyedPieces pieces
 // (the keyed pass enumerates every piece).
 constexpr int64_t kKeyedPieces = int64_t{1} << 20;
+// Spread cuts are priced on plans of at most kSpreadPieces pieces: their
+// statistics enumerate every piece (Context::track_spread), about 60 ns a
+// piece (bench/weight_sync.py's kimi_k2 on GB200, 15.5 M pieces: 0.09 ->
+// 0.87 s of global statistics).
+constexpr int64_t kSpreadPieces = int64_t{1} << 26;
 
 // Each spread-cut stream's cuts from its pieces' elements per group of like
 // tensors (spread_records), by the function that cuts it in the plan
@@ -263,7 +268,8 @@ PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
   // 1.28551 -> 1.28547 s estimated, 1.28706 -> 1.28876 simulated; qwen3_m2n
   // 1.18230 -> 1.18228, 1.18288 -> 1.18262), while on GB200 it gains 0.8%
   // (qwen3_m2n) and 0.2% (kimi_k2_fp8).
-  if (!rule.pipeline.empty() && o.staging_budget_bytes <= 0 && choice_override().spread != 0) {
+  if (!rule.pipeline.empty() && o.staging_budget_bytes <= 0 && choice_override().spread != 0 &&
+      (pieces <= kSpreadPieces || choice_override().spread < 0)) {
     const bool forced = choice_override().spread < 0;
     const std::vector<double> q = spread_bounds(std::abs(choice_override().spread));
     std::vector<int64_t> rounds = stage_rounds;
