@@ -14,7 +14,7 @@
 // --keyed: a pipelined plan takes keyed cuts of that granule in bytes,
 // plan/rounds.h, an experiment the planner does not choose. --spread:
 // spread cuts of EVEN even bounds are priced and taken where the estimate
-// is faster, plan/rounds.h, off in the planner by default. --simulate 1:
+// is faster, plan/rounds.h (the planner prices 24 by default; 0: off). --simulate 1:
 // only the plan's simulated time and its estimate, streamed as `reshard
 // simulate` does. --estimate 1: only the global statistics' estimate,
 // rounds and messages. --rounds 1:
