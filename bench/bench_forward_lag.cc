@@ -14,7 +14,7 @@
 // --keyed: a pipelined plan takes keyed cuts of that granule in bytes,
 // plan/rounds.h, an experiment the planner does not choose. --spread:
 // spread cuts of EVEN even bounds are priced and taken where the estimate
-// is faster, plan/rounds.h, off in the planner by default. --simulate 1:
+// is faster, plan/rounds.h (the planner prices 24 by default; 0: off). --simulate 1:
 // only the plan's simulated time and its estimate, streamed as `reshard
 // simulate` does. --estimate 1: only the global statistics' estimate,
 // rounds and messages. --rounds 1:
@@ -98,8 +98,9 @@ int main(int argc, char** argv) {
       PlanRequest r;
       r.scope = PlanScope::kGlobal;
       const PlanStats st = make_plan(spec.input, r).stats();
-      std::printf("estimate %.6g s, %d rounds, %lld messages\n", st.cost_seconds, st.rounds,
-                  static_cast<long long>(st.messages));
+      std::printf("estimate %.6g s, %d rounds, %lld messages, %lld pieces\n", st.cost_seconds,
+                  st.rounds, static_cast<long long>(st.messages),
+                  static_cast<long long>(st.pieces));
       return 0;
     }
     if (simulate_only) {

@@ -211,8 +211,14 @@ TEST(PlanRounds, CutsInsideAPieceFallBetweenRows) {
 // t > 0 has K_t rounds and a forward of n rounds numbers its round l as
 // ceil((l + 1) K_t / n) - 1, its last being K_t - 1; stage 0 numbers
 // 0, 1, ... Numbered from 0, a forward of fewer rounds waits at the head of
-// its device's rounds for the last rounds of the stage before.
+// its device's rounds for the last rounds of the stage before. Spread cuts
+// off: the estimate takes them on this plan, and they number rounds by
+// their keys (SpreadCutsNumberRoundsByTheirKeys).
 TEST(PlanRounds, ForwardsAreNumberedLateOverTheirStage) {
+  struct SpreadOff {
+    SpreadOff() { planning::choice_override().spread = 0; }
+    ~SpreadOff() { planning::choice_override().spread = planning::kSpreadEven; }
+  } off;
   PlanInput in =
       load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/psum_chain_4_hosts.json").input;
   in.options.staging_budget_bytes = 0;
@@ -430,7 +436,7 @@ struct SpreadOverride {
     planning::choice_override().keyed = -1;
   }
   ~SpreadOverride() {
-    planning::choice_override().spread = 0;
+    planning::choice_override().spread = planning::kSpreadEven;
     planning::choice_override().keyed = 0;
   }
 };
@@ -439,9 +445,8 @@ struct SpreadOverride {
 // 15/16) taken on a pipelined plan without a budget: every stream's rounds
 // are numbered by their key bounds, strictly increasing below K; a
 // forward's last round is K - 1 (it ends at key 1); stage 0's first round
-// is 0; on this plan the statistics count the rounds exactly and the
-// messages at most (not so on every plan: docs/planner.md §9);
-// the plan executes exactly (the oracle). With a staging budget they are
+// is 0; the statistics count the rounds and messages exactly; the plan
+// executes exactly (the oracle). With a staging budget they are
 // not taken (the plan keeps the cuts by each stream's bytes).
 TEST(PlanRounds, SpreadCutsNumberRoundsByTheirKeys) {
   SpreadOverride spread(-4);
@@ -472,7 +477,7 @@ TEST(PlanRounds, SpreadCutsNumberRoundsByTheirKeys) {
   EXPECT_GT(forwards, 0) << "the plan forwards";
   const Staged counted = staged_of(plan);
   EXPECT_EQ(plan.stats().rounds, counted.rounds);
-  EXPECT_GE(plan.stats().messages, counted.messages);
+  EXPECT_EQ(plan.stats().messages, counted.messages);
   EXPECT_NO_FATAL_FAILURE(check_exact(plan));
   // Within a staging budget: not taken, the plan as without the override.
   in.options.staging_budget_bytes = int64_t{1} << 30;
@@ -491,15 +496,14 @@ TEST(PlanRounds, SpreadCutsNumberRoundsByTheirKeys) {
 // without a budget (α = 0, so every plan of several stages is pipelined):
 // every stream's rounds are numbered by their key bounds (strictly
 // increasing, below K; a stage-0 stream starts at round 0, a forward ends
-// at round K - 1), each process's part equals the whole plan's, and every
-// destination is exact (the oracle). The statistics' rounds and messages
-// are not checked: they are not exact for spread cuts (docs/planner.md §9);
-// the test prints how many plans they miss, the figure to bring to 0
-// before spread cuts can be the default.
+// at round K - 1), each process's part equals the whole plan's, every
+// destination is exact (the oracle), and the statistics count the plan's
+// rounds and messages, and each device's messages (estimate_plan's count),
+// exactly (spread_stream_cuts on each stream's pieces).
 TEST(PlanRounds, SpreadCutsExecuteExactlyOnRandomPlans) {
   SpreadOverride spread(-4);
   const int cases = scaled_cases(300);
-  int64_t cut = 0, rounds_off = 0, messages_off = 0;
+  int64_t cut = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     testing::CaseGen gen(97000 + static_cast<uint64_t>(c), {4, 32, 6, 40, true, true});
@@ -527,14 +531,57 @@ TEST(PlanRounds, SpreadCutsExecuteExactlyOnRandomPlans) {
       ASSERT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), plan.part(p))
           << "process " << p;
     const Staged counted = staged_of(plan);
-    rounds_off += plan.stats().rounds != counted.rounds;
-    messages_off += plan.stats().messages != counted.messages;
+    EXPECT_EQ(plan.stats().rounds, counted.rounds);
+    EXPECT_EQ(plan.stats().messages, counted.messages);
+    // Each device's messages (the memory estimate's counts) too.
+    int64_t part_messages = 0;
+    for (const auto& [p, part] : plan.parts())
+      part_messages += static_cast<int64_t>(part.sends.size() + part.recvs.size());
+    EXPECT_EQ(estimate_plan(in).messages, part_messages);
     ASSERT_NO_FATAL_FAILURE(check_exact(plan));
   }
   EXPECT_GT(cut, cases / 20) << "spread cuts cut some streams";
-  std::printf(
-      "%d cases: %lld with streams cut; statistics off on rounds in %lld, messages in %lld\n",
-      cases, (long long)cut, (long long)rounds_off, (long long)messages_off);
+}
+
+// Spread cuts are the default (ChoiceOverride::spread = kSpreadEven)
+// where the estimate is faster for them by more than kSpreadMinGain, only
+// without a staging budget: psum_chain_4_hosts without a budget takes them
+// (a forward's last round is K - 1 = 25, the statistics exact), faster by
+// the estimate than with them off; no plan is slower by the estimate for
+// them; at the specs' default budget the plans are those with them off.
+TEST(PlanRounds, SpreadCutsAreTakenByDefaultWhereTheEstimateGains) {
+  auto off_stats = [](const PlanInput& in) {
+    planning::choice_override().spread = 0;
+    const PlanStats st = make_plan(in, {PlanScope::kGlobal}).stats();
+    planning::choice_override().spread = planning::kSpreadEven;
+    return st;
+  };
+  PlanInput in =
+      load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/psum_chain_4_hosts.json").input;
+  in.options.staging_budget_bytes = 0;
+  const Plan plan = make_plan(in);
+  const PlanStats off = off_stats(in);
+  EXPECT_LT(plan.stats().cost_seconds, off.cost_seconds * (1 - 1e-3));
+  uint32_t last = 0;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.recvs)
+      if (m.stage > 0) last = std::max(last, m.round);
+  EXPECT_EQ(last, static_cast<uint32_t>(planning::kSpreadEven + 1)) << "forwards end at K - 1";
+  const Staged counted = staged_of(plan);
+  EXPECT_EQ(plan.stats().rounds, counted.rounds);
+  EXPECT_EQ(plan.stats().messages, counted.messages);
+  for (const char* name : {"one_holder_to_8_hosts", "two_holder_hosts_to_6_hosts",
+                           "psum_2_holder_hosts_of_4_to_2_hosts", "psum_dp4_hosts_of_2"}) {
+    SCOPED_TRACE(name);
+    PlanInput b =
+        load_spec(std::string(RESHARD_SOURCE_DIR) + "/bench/specs/" + name + ".json").input;
+    const PlanStats budgeted = make_plan(b, {PlanScope::kGlobal}).stats();
+    const PlanStats budgeted_off = off_stats(b);
+    EXPECT_EQ(budgeted.cost_seconds, budgeted_off.cost_seconds);
+    EXPECT_EQ(budgeted.messages, budgeted_off.messages);
+    b.options.staging_budget_bytes = 0;
+    EXPECT_LE(make_plan(b, {PlanScope::kGlobal}).stats().cost_seconds, off_stats(b).cost_seconds);
+  }
 }
 
 // Keyed cuts never exceed the staging budget: where one round of a stage

@@ -688,9 +688,10 @@ bool Context::decide_single_hop(int64_t max_bytes, const PlanStats* routed_stats
 }
 
 std::vector<int64_t> Context::pass_key(int64_t max_bytes) const {
-  // Keyed cuts on request (choice_override().keyed) change the pass too.
-  std::vector<int64_t> key{max_bytes,   pre_reduce,    scratch_reserve,
-                           relay_split, track_streams, choice_override().keyed};
+  // Keyed and spread cuts on request (choice_override()) change the pass too.
+  std::vector<int64_t> key{
+      max_bytes,     pre_reduce,   scratch_reserve,         relay_split,
+      track_streams, track_spread, choice_override().keyed, choice_override().spread};
   key.reserve(key.size() + 6 * tensors.size());
   for (const TensorCtx& t : tensors)
     key.insert(key.end(),

@@ -76,6 +76,11 @@ struct Context {
   // several stages is pipelined (rounds.h, RoundRule), compute_stats then
   // setting this and starting again.
   bool track_streams = false;
+  // With track_streams, the global statistics also keep each stream's bytes
+  // per group of like tensors, enumerating every piece, to count the spread
+  // cuts a plan makes (rounds.h, spread_stream_cuts): compute_stats sets it
+  // where it takes spread cuts, and starts again.
+  bool track_spread = false;
   // A pass of the global statistics that counts keyed cuts of K keys and
   // granule g (rounds.h, key_blocks; compute_stats sets them for the pass it
   // starts again with, and clears them after): every piece is enumerated
@@ -229,7 +234,7 @@ struct Context {
   struct Decisions {
     // Per tensor: single_hop, reduce, bands, cross, lead, band scale.
     std::vector<std::array<int64_t, 6>> tensors;
-    bool pre_reduce = false, relay_split = true, track_streams = false;
+    bool pre_reduce = false, relay_split = true, track_streams = false, track_spread = false;
     int64_t scratch_reserve = 0;
 
     explicit Decisions(const Context& c);

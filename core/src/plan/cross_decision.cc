@@ -17,6 +17,7 @@ Context::Decisions::Decisions(const Context& c)
     : pre_reduce(c.pre_reduce),
       relay_split(c.relay_split),
       track_streams(c.track_streams),
+      track_spread(c.track_spread),
       scratch_reserve(c.scratch_reserve) {
   tensors.reserve(c.tensors.size());
   for (const TensorCtx& t : c.tensors)
@@ -28,6 +29,7 @@ void Context::Decisions::restore(Context& c) const {
   c.pre_reduce = pre_reduce;
   c.relay_split = relay_split;
   c.track_streams = track_streams;
+  c.track_spread = track_spread;
   c.scratch_reserve = scratch_reserve;
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorCtx& t = c.tensors[i];

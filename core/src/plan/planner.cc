@@ -149,8 +149,12 @@ namespace {
 // prices keyed cuts on it and takes them where the estimate is faster; 32:
 // where every device of the plan shares a NIC group of g >= 2 NICs, relay
 // bands of g, 2g, ... times relay_chunk_bytes while the whole plan's
-// estimate drops (TensorCtx::band_scale, Context::decide_band_scale).
-constexpr uint64_t kPlannerVersion = 32;
+// estimate drops (TensorCtx::band_scale, Context::decide_band_scale); 33:
+// a pipelined plan without a staging budget takes spread cuts
+// (plan/rounds.h, RoundRule::spread, kSpreadEven even bounds) where the
+// estimate is faster for them by more than kSpreadMinGain, the global
+// statistics counting them from each stream's pieces.
+constexpr uint64_t kPlannerVersion = 33;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

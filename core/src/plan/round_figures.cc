@@ -4,8 +4,21 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <string>
+
+#include "reshard/error.h"
 
 namespace reshard::planning {
+
+const SpreadCount& SpreadStreams::at(uint64_t key, int64_t bytes) const {
+  const auto it = std::lower_bound(keys.begin(), keys.end(), key);
+  const size_t i = static_cast<size_t>(it - keys.begin());
+  if (it == keys.end() || *it != key || counts[i].bytes != bytes)
+    fail(ErrorCode::kInternal, "stats.messages",
+         "spread cuts: stream " + std::to_string(key) + " of " + std::to_string(bytes) +
+             " bytes not counted by its pieces");
+  return counts[i];
+}
 
 int64_t& stage_zero_figures_computed() {
   static int64_t n = 0;
@@ -63,6 +76,8 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
   RoundFigures out;
   std::vector<int64_t> staged(ndev, 0);
   int64_t rounds = 0;
+  // Spread cuts: the stage's rounds are its highest round number plus one.
+  int64_t spread_rounds = 0;
   auto load = [&](int s, size_t d) { return loads[static_cast<size_t>(s) * ndev + d]; };
   // A stream of `bytes` outside bands above 0 and the bands `b` (may be
   // null): its segments cut one after the other at the whole stream's
@@ -91,10 +106,13 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
       segments = last.segments;
       cap = last.cap;
     } else if (rule.spread_stage(static_cast<uint32_t>(s))) {
-      // Spread cuts (rounds.h) depend on the stream's tensors: taken as
-      // min(K, (B + 8) / 9) rounds (at most K, each cut more than 8 bytes
-      // after the last); not exact (docs/planner.md §9, "Spread cuts").
-      r = std::min<int64_t>(static_cast<int64_t>(rule.spread.size()) + 1, (all + 8) / 9);
+      // Spread cuts (rounds.h) depend on the stream's tensors: counted from
+      // its pieces (spread_stream_cuts), as the plan cuts it.
+      if (!in.spread) fail(ErrorCode::kInternal, "stats.messages", "spread cuts not counted");
+      const SpreadCount& c =
+          in.spread->at(uint64_t{static_cast<uint32_t>(s)} << 40 | uint64_t{sd} << 20 | dd, all);
+      r = c.rounds;
+      spread_rounds = std::max(spread_rounds, c.last_round + 1);
       segments = 1;
       cap = all;
     } else {
@@ -142,9 +160,12 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
   // at least its K_t: RoundRule::round_number), staging peaks per stage.
   auto end_stage = [&](int s) {
     for (int64_t v : staged) out.peak_staging = std::max(out.peak_staging, v);
-    if (rounds > 0)
+    if (rule.spread_stage(static_cast<uint32_t>(s)))
+      add_to(out.rounds, spread_rounds, "rounds");
+    else if (rounds > 0)
       add_to(out.rounds, rule.stage_rounds(static_cast<uint32_t>(s), rounds), "rounds");
     rounds = 0;
+    spread_rounds = 0;
     staged.assign(ndev, 0);
   };
   in.pairs->each_sparse(
@@ -163,7 +184,7 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
   std::vector<int64_t> col_messages, col_cuts;
   std::span<const uint32_t> columns;
   in.pairs->each_row([&](uint32_t dd, std::span<const uint32_t> sources, const uint32_t* bytes) {
-    if (!in.bands->empty()) {
+    if (!in.bands->empty() || rule.spread_stage(0)) {
       for (size_t c = 0; c < sources.size(); ++c)
         if (bytes[c] > 0 && bytes[c] != PairBytes::kInMap)
           visit(0, sources[c], dd, bytes[c], bands_of(0, sources[c], dd));

@@ -26,14 +26,30 @@ struct BandStream {
 // Keyed stage << 40 | source dense << 20 | destination dense.
 using BandStreams = StreamMap<BandStream>;
 
+// The spread cuts (rounds.h, spread_stream_cuts) of every stream of the
+// stages that take them, keyed as BandStreams, sorted: its bytes, its
+// rounds (kept cuts + 1) and the round number its last round has (stage 0:
+// the last kept cut's bound; a forward: K - 1).
+struct SpreadCount {
+  int64_t bytes = 0, rounds = 0, last_round = 0;
+};
+struct SpreadStreams {
+  std::vector<uint64_t> keys;
+  std::vector<SpreadCount> counts;
+  // The stream's count; fails (an internal error) where the statistics did
+  // not see it with these bytes.
+  const SpreadCount& at(uint64_t key, int64_t bytes) const;
+};
+
 // Every stream's bytes, which the round schedule's figures need: stage 0's
 // pairs (PairBytes: a hash map, or a table of destination rows and source
 // columns), later stages' relay streams (relay[s], index 0 unused) and the
-// band streams.
+// band streams; with spread cuts, each stream's (`spread`, needed then).
 struct StreamBytes {
   const PairBytes* pairs;
   const std::deque<StreamMap<int64_t>>* relay;
   const BandStreams* bands;
+  const SpreadStreams* spread = nullptr;
 };
 
 struct RoundFigures {

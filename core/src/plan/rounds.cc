@@ -73,61 +73,19 @@ struct Streams {
   std::vector<int32_t> key;
 };
 
-// Per tensor its share [lo, hi) of its source group's bytes (the groups
-// of pipeline_ranks): [2t] lo, [2t + 1] hi.
-std::vector<double> key_shares(const std::vector<TensorSpec>& tensors) {
-  const size_t n = tensors.size();
-  std::map<std::pair<int64_t, size_t>, double> total;
-  std::vector<std::pair<int64_t, size_t>> group(n);
-  std::vector<double> bytes(n), before(n), out(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    const TensorSpec& t = tensors[i];
-    const size_t entries = t.src.num_entries();
-    group[i] = {entries > 0 ? t.src.device(0) : -1, entries};
-    bytes[i] = static_cast<double>(std::max<int64_t>(t.src.num_elements(), 0)) *
-               static_cast<double>(std::max<int64_t>(dtype_size(t.dtype), 1));
-    double& sum = total[group[i]];
-    before[i] = sum;
-    sum += bytes[i];
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const double t = std::max(total.at(group[i]), 1.0);
-    out[2 * i] = before[i] / t;
-    out[2 * i + 1] = (before[i] + bytes[i]) / t;
-  }
-  return out;
-}
-
 // The spread cuts of the stream of message m (RoundRule::spread): appends
 // each kept cut's byte and key bound; returns its rounds.
 int64_t spread_cuts(const Message& m, const RoundRule& rule, const std::vector<Piece>& pieces,
                     std::span<const int64_t> pbytes, const std::vector<double>& shares,
                     Streams& s) {
-  std::vector<std::array<double, 3>> runs;  // a run of one tensor's pieces: bytes, lo, hi
+  std::vector<SpreadRun> runs;  // a run of one tensor's pieces
   for (uint64_t j = m.first_piece; j < m.first_piece + m.num_pieces; ++j) {
     const uint32_t t = pieces[j].tensor;
     if (j == m.first_piece || pieces[j - 1].tensor != t)
-      runs.push_back({0.0, shares[2 * t], shares[2 * t + 1]});
-    runs.back()[0] += static_cast<double>(pbytes[j]);
+      runs.push_back({0, shares[2 * t], shares[2 * t + 1]});
+    runs.back().bytes += pbytes[j];
   }
-  const auto k_all = static_cast<int64_t>(rule.spread.size()) + 1;
-  const int64_t w = std::max<int64_t>(round_window(std::max<int64_t>(1, m.bytes / k_all)), 8);
-  int64_t last = 0, kept = 0;
-  for (size_t k = 1; k <= rule.spread.size(); ++k) {
-    const double q = m.stage == 0 ? rule.spread[k - 1] : spread_forward_bound(rule.spread, k);
-    double x = 0;
-    for (const auto& r : runs)
-      x += r[0] * (r[2] > r[1] ? std::clamp((q - r[1]) / (r[2] - r[1]), 0.0, 1.0)
-                               : (q >= r[1] ? 1.0 : 0.0));
-    const auto xi = static_cast<int64_t>(x);
-    if (xi > last + w && xi < m.bytes - 8) {
-      s.target.push_back(xi);
-      s.key.push_back(static_cast<int32_t>(k));
-      last = xi;
-      ++kept;
-    }
-  }
-  return kept + 1;
+  return spread_stream_cuts(rule, m.stage, m.bytes, runs, &s.target, &s.key).kept + 1;
 }
 
 bool same_stream(const Message& a, const Message& b) {
@@ -627,6 +585,55 @@ std::vector<double> spread_bounds(int64_t even) {
 double spread_forward_bound(const std::vector<double>& q, size_t k) {
   const double before = k >= 2 ? q[k - 2] : 0.0;
   return q[k - 1] - (q[k - 1] - before) / 2;
+}
+
+std::vector<double> key_shares(const std::vector<TensorSpec>& tensors) {
+  const size_t n = tensors.size();
+  std::map<std::pair<int64_t, size_t>, double> total;
+  std::vector<std::pair<int64_t, size_t>> group(n);
+  std::vector<double> bytes(n), before(n), out(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    const TensorSpec& t = tensors[i];
+    const size_t entries = t.src.num_entries();
+    group[i] = {entries > 0 ? t.src.device(0) : -1, entries};
+    bytes[i] = static_cast<double>(std::max<int64_t>(t.src.num_elements(), 0)) *
+               static_cast<double>(std::max<int64_t>(dtype_size(t.dtype), 1));
+    double& sum = total[group[i]];
+    before[i] = sum;
+    sum += bytes[i];
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const double t = std::max(total.at(group[i]), 1.0);
+    out[2 * i] = before[i] / t;
+    out[2 * i + 1] = (before[i] + bytes[i]) / t;
+  }
+  return out;
+}
+
+SpreadCuts spread_stream_cuts(const RoundRule& rule, uint32_t stage, int64_t bytes,
+                              std::span<const SpreadRun> runs, std::vector<int64_t>* x,
+                              std::vector<int32_t>* key) {
+  SpreadCuts out;
+  const auto k_all = static_cast<int64_t>(rule.spread.size()) + 1;
+  const int64_t w = std::max<int64_t>(round_window(std::max<int64_t>(1, bytes / k_all)), 8);
+  int64_t last = 0;
+  for (size_t k = 1; k <= rule.spread.size(); ++k) {
+    const double q = stage == 0 ? rule.spread[k - 1] : spread_forward_bound(rule.spread, k);
+    double at = 0;
+    for (const SpreadRun& r : runs)
+      at += static_cast<double>(r.bytes) * (r.hi > r.lo
+                                                ? std::clamp((q - r.lo) / (r.hi - r.lo), 0.0, 1.0)
+                                                : (q >= r.lo ? 1.0 : 0.0));
+    const auto xi = static_cast<int64_t>(at);
+    if (xi > last + w && xi < bytes - 8) {
+      if (x) x->push_back(xi);
+      if (key) key->push_back(static_cast<int32_t>(k));
+      last = xi;
+      ++out.kept;
+      out.last_key = static_cast<int32_t>(k);
+    }
+  }
+  return out;
 }
 
 std::vector<uint32_t> pipeline_ranks(const std::vector<TensorSpec>& tensors) {

@@ -133,9 +133,9 @@ struct RoundRule {
     return ((l + 1) * k + n - 1) / n - 1;
   }
   // The rounds stage `stage` takes when its streams span at most `most`
-  // rounds each (at least one stream).
+  // rounds each (at least one stream); not for spread cuts, whose rounds
+  // are numbered by their keys (round_schedule counts them).
   int64_t stage_rounds(uint32_t stage, int64_t most) const {
-    if (spread_stage(stage)) return static_cast<int64_t>(spread.size()) + 1;
     const int64_t k = stage > 0 && stage < spans.size() ? spans[stage] : 0;
     return std::max(most, k);
   }
@@ -168,6 +168,30 @@ std::vector<double> spread_bounds(int64_t even);
 // the key width of round k - 1 (q_0 = 0), so that a forward's round r ends
 // inside the stage-0 round r it reads from.
 double spread_forward_bound(const std::vector<double>& q, size_t k);
+// Per tensor its share [lo, hi) of its source group's bytes (the groups of
+// pipeline_ranks): [2t] lo, [2t + 1] hi.
+std::vector<double> key_shares(const std::vector<TensorSpec>& tensors);
+// A run of one tensor's pieces in a stream cut by spread cuts: its bytes and
+// the tensor's share [lo, hi) (key_shares).
+struct SpreadRun {
+  int64_t bytes = 0;
+  double lo = 0, hi = 0;
+};
+// The kept spread cuts of a stream of stage `stage` of `bytes` bytes whose
+// pieces form `runs` (one per tensor, in the order of the stream's pieces:
+// pipeline_ranks'), the one function by which the plan cuts a stream
+// (split_rounds) and the global statistics count its rounds
+// (round_schedule), so the two cannot differ. Appends each kept cut's byte
+// x_k to `x` and its bound k to `key` where not null; returns the cuts kept
+// (the stream spans that many rounds plus one) and the last kept bound (0
+// where none is kept).
+struct SpreadCuts {
+  int64_t kept = 0;
+  int32_t last_key = 0;
+};
+SpreadCuts spread_stream_cuts(const RoundRule& rule, uint32_t stage, int64_t bytes,
+                              std::span<const SpreadRun> runs, std::vector<int64_t>* x,
+                              std::vector<int32_t>* key);
 
 // Cut window s of a stream with chunk c.
 inline int64_t round_window(int64_t chunk) { return kCutWindowDiv > 0 ? chunk / kCutWindowDiv : 0; }

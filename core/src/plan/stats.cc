@@ -89,8 +89,8 @@ PassEnd stats_pass(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // Whether the statistics account group representative t by per-cell
   // arithmetic (the loop over groups below), else by enumerating its pieces.
   auto per_cell = [&](const TensorCtx& t) {
-    return !reference && !p.keyed && p.dense_pairs && t.sg->unique_cells && t.dg->tiled &&
-           t.S == 1 && t.T == 1 && !may_cross(t);
+    return !reference && !p.keyed && !p.spread_runs && p.dense_pairs && t.sg->unique_cells &&
+           t.dg->tiled && t.S == 1 && t.T == 1 && !may_cross(t);
   };
   // The work of this pass counted up front (stats_visits, per dimension),
   // refused above Context::max_stats_pieces before any piece is visited.
@@ -140,7 +140,7 @@ PassEnd stats_pass(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       p.pieces += group_pieces * static_cast<int64_t>(members.size());
       continue;
     }
-    if (!reference && !keyed && t.dg->tiled && t.S == 1 && t.T == 1) {
+    if (!reference && !keyed && !p.spread_runs && t.dg->tiled && t.S == 1 && t.T == 1) {
       routed.cells(t, esum, copies, group_pieces);
     } else {
       for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {

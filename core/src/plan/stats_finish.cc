@@ -19,6 +19,59 @@ namespace reshard::planning {
 // Keyed cuts (rounds.h) are tried on plans of at most kKeyedPieces pieces
 // (the keyed pass enumerates every piece).
 constexpr int64_t kKeyedPieces = int64_t{1} << 20;
+// Spread cuts are priced on plans of at most kSpreadPieces pieces: their
+// statistics enumerate every piece (Context::track_spread), about 60 ns a
+// piece (bench/weight_sync.py's kimi_k2 on GB200, 15.5 M pieces: 0.09 ->
+// 0.87 s of global statistics).
+constexpr int64_t kSpreadPieces = int64_t{1} << 26;
+
+// Each spread-cut stream's cuts from its pieces' elements per group of like
+// tensors (spread_records), by the function that cuts it in the plan
+// (spread_stream_cuts): its tensors in its pieces' order (order_pieces:
+// by pipeline_ranks' rank), each its elements times its own element size.
+SpreadStreams StatsPass::spread_streams(const RoundRule& rule) const {
+  const std::vector<TensorSpec>& specs = ctx.input.tensors;
+  const std::vector<double> shares = key_shares(specs);
+  const std::vector<uint32_t> rank = pipeline_ranks(specs);
+  std::vector<SpreadRecord> recs = spread_records;
+  std::sort(recs.begin(), recs.end(), [](const SpreadRecord& a, const SpreadRecord& b) {
+    return a.stream != b.stream ? a.stream < b.stream : a.group < b.group;
+  });
+  SpreadStreams out;
+  std::vector<std::pair<uint32_t, int64_t>> tensors;  // (rank, bytes)
+  std::vector<uint32_t> by_rank(rank.size());
+  for (size_t i = 0; i < rank.size(); ++i) by_rank[rank[i]] = static_cast<uint32_t>(i);
+  std::vector<SpreadRun> runs;
+  const auto last = static_cast<int64_t>(rule.spread.size());
+  for (size_t a = 0; a < recs.size();) {
+    const uint64_t stream = recs[a].stream;
+    const auto stage = static_cast<uint32_t>(stream >> 40);
+    tensors.clear();
+    for (; a < recs.size() && recs[a].stream == stream; ++a) {
+      int64_t volume = recs[a].volume;
+      while (a + 1 < recs.size() && recs[a + 1].stream == stream &&
+             recs[a + 1].group == recs[a].group)
+        add_to(volume, recs[++a].volume, "network_bytes");
+      for (size_t i : groups_seen[recs[a].group])
+        tensors.push_back({rank[i], mul_of(volume, ctx.tensors[i].esize, "network_bytes")});
+    }
+    if (!rule.spread_stage(stage)) continue;
+    std::sort(tensors.begin(), tensors.end());
+    runs.clear();
+    int64_t bytes = 0;
+    for (const auto& [r, b] : tensors) {
+      if (b <= 0) continue;
+      const uint32_t t = by_rank[r];
+      runs.push_back({b, shares[2 * t], shares[2 * t + 1]});
+      add_to(bytes, b, "network_bytes");
+    }
+    if (bytes <= 0) continue;
+    const SpreadCuts c = spread_stream_cuts(rule, stage, bytes, runs, nullptr, nullptr);
+    out.keys.push_back(stream);
+    out.counts.push_back({bytes, c.kept + 1, stage == 0 ? c.last_key : last});
+  }
+  return out;
+}
 
 PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
                           RoundRule* rounds_out) {
@@ -215,7 +268,8 @@ PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
   // 1.28551 -> 1.28547 s estimated, 1.28706 -> 1.28876 simulated; qwen3_m2n
   // 1.18230 -> 1.18228, 1.18288 -> 1.18262), while on GB200 it gains 0.8%
   // (qwen3_m2n) and 0.2% (kimi_k2_fp8).
-  if (!rule.pipeline.empty() && o.staging_budget_bytes <= 0 && choice_override().spread != 0) {
+  if (!rule.pipeline.empty() && o.staging_budget_bytes <= 0 && choice_override().spread != 0 &&
+      (pieces <= kSpreadPieces || choice_override().spread < 0)) {
     const bool forced = choice_override().spread < 0;
     const std::vector<double> q = spread_bounds(std::abs(choice_override().spread));
     std::vector<int64_t> rounds = stage_rounds;
@@ -321,10 +375,20 @@ PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
       if (o.staging_budget_bytes > 0 && l.bytes / k >= o.staging_budget_bytes) worth = false;
     if (worth) {
       ctx.track_streams = true;
+      // A keyed pass enumerates every piece: spread cuts, where kept, are
+      // counted in it.
+      if (!rule.spread.empty()) ctx.track_spread = true;
       ctx.keyed_keys = k;
       ctx.keyed_granule = choice_override().keyed > 0 ? choice_override().keyed : kKeyGranule;
       return PassEnd::kKeyed;
     }
+  }
+  if (schedule && !rule.spread.empty() && !spread_runs) {
+    // Spread cuts: their rounds are counted from every stream's pieces
+    // (spread_streams); from the start with them kept.
+    ctx.track_streams = true;
+    ctx.track_spread = true;
+    return PassEnd::kTracked;
   }
   if (!track_pairs && schedule && !rule.pipeline.empty()) {
     // Pipelined without a budget: the round schedule needs every stream's
@@ -338,8 +402,9 @@ PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
     st.peak_staging_bytes = std::max(st.peak_staging_bytes, kc.peak);
     st.messages = kc.messages;
   } else if (track_pairs && rule.cuts()) {
-    const RoundFigures r = round_schedule(ndev, nstages, rule, loads,
-                                          {&pair_bytes, &relay_bytes, &band_streams}, counts);
+    const SpreadStreams spread = rule.spread.empty() ? SpreadStreams{} : spread_streams(rule);
+    const RoundFigures r = round_schedule(
+        ndev, nstages, rule, loads, {&pair_bytes, &relay_bytes, &band_streams, &spread}, counts);
     st.peak_staging_bytes = std::max(st.peak_staging_bytes, r.peak_staging);
     // A plan's rounds are int32 (PlanStats) and its messages' uint32: never
     // saturated, an error naming the budget that needs them.

@@ -71,6 +71,7 @@ StatsPass::StatsPass(Context& ctx_, PlanStats& st_, const PlanOptions& o_, bool 
       track_pairs((budgeted || ctx_.track_streams) && schedule),
       pair_bytes(pair_bytes_for(ctx_, track_pairs, max_bytes_)),
       relay_bytes(1),
+      spread_runs(track_pairs && ctx_.track_spread),
       assigned({.ndev = ndev,
                 .o = &o,
                 .acc = &acc,
@@ -179,6 +180,15 @@ void StatsPass::account(const TensorCtx& t, uint32_t e, const Emitted& x, int64_
   stage_grow(x.stage);
   const bool inter = from.host[x.src_entry] != to.host[e];
   charge(stage_acc[x.stage], sd, dd, bytes, inter);
+  if (spread_runs) {
+    const uint64_t stream = uint64_t{x.stage} << 40 | uint64_t{sd} << 20 | dd;
+    const auto g = static_cast<uint32_t>(group_index);
+    if (!spread_records.empty() && spread_records.back().stream == stream &&
+        spread_records.back().group == g)
+      add_to(spread_records.back().volume, x.region.volume(), "network_bytes");
+    else
+      spread_records.push_back({stream, g, x.region.volume()});
+  }
   if (keyed) count_keys(x, sd, dd, inter, esum, copies);
   if (from.process[x.src_entry] != to.process[e])
     add_to(st.cross_process_bytes, bytes, "cross_process_bytes");

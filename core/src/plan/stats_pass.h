@@ -191,6 +191,18 @@ class StatsPass {
   // Streams cut into relay bands (BandStream), keyed stage << 40 | source
   // dense << 20 | destination dense.
   BandStreams band_streams;
+  // Spread cuts counted exactly (Context::track_spread, with track_pairs):
+  // every piece enumerated, its elements added per (stream, group of like
+  // tensors), the stream keyed as band_streams; records of one stream and
+  // group in a row merged. spread_streams (stats_finish.cc) turns them into
+  // each stream's spread cuts.
+  struct SpreadRecord {
+    uint64_t stream;
+    uint32_t group;
+    int64_t volume;
+  };
+  const bool spread_runs;
+  std::vector<SpreadRecord> spread_records;
 
   // The guard's reading (guard_stops_here).
   bool stopped = false;
@@ -223,6 +235,8 @@ class StatsPass {
   };
   KeyedChoice choose_keyed(int nstages, RoundRule& rule, const Bounds& lb,
                            std::vector<int64_t>& stage_rounds);
+  // Each stream's spread cuts under `rule` from spread_records.
+  SpreadStreams spread_streams(const RoundRule& rule) const;
 
   static constexpr size_t kDenseRelayBytes = size_t{32} << 20;
   size_t dense_relay_bytes_ = 0;

@@ -374,6 +374,9 @@ class RelayMerger {
 // route's α–β choices, to plan the alternative a choice rejected and
 // compare estimates. Set before make_plan, never while one runs; plans made
 // with an override are not what their fingerprint says.
+// The even bounds of spread cuts the planner prices by default
+// (plan/rounds.h, spread_bounds; ChoiceOverride::spread).
+inline constexpr int64_t kSpreadEven = 24;
 struct ChoiceOverride {
   int one_part = 0;  // 1: cells below two parts always take one part; 0: the model's choice
   int fanout = -1;   // >= 0: the gather's fan-out wherever parts are fewer than the hosts
@@ -396,10 +399,9 @@ struct ChoiceOverride {
   uint32_t band_scale = 0;
   // e > 0: a pipelined plan without a staging budget prices spread cuts of
   // e even bounds (plan/rounds.h, spread_bounds) and takes them where the
-  // estimate is faster; -e: takes them there always (tests); 0: never
-  // (the default while the statistics do not count their rounds and
-  // messages exactly: docs/planner.md §9, "Spread cuts").
-  int64_t spread = 0;
+  // estimate is faster (the default: kSpreadEven); -e: takes them there
+  // always (tests); 0: never.
+  int64_t spread = kSpreadEven;
 };
 inline ChoiceOverride& choice_override() {
   static ChoiceOverride o;
