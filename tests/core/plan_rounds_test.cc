@@ -584,6 +584,31 @@ TEST(PlanRounds, SpreadCutsAreTakenByDefaultWhereTheEstimateGains) {
   }
 }
 
+// Spread cuts are priced only on plans of at most kSpreadPieces pieces
+// (their statistics enumerate every piece): the same plan one piece above
+// a lowered limit keeps byte cuts, at the limit takes spread cuts.
+TEST(PlanRounds, SpreadCutsArePricedOnlyUpToTheirPieceLimit) {
+  PlanInput in =
+      load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/psum_chain_4_hosts.json").input;
+  in.options.staging_budget_bytes = 0;
+  const PlanStats spread = make_plan(in, {PlanScope::kGlobal}).stats();
+  planning::choice_override().spread = 0;
+  const PlanStats off = make_plan(in, {PlanScope::kGlobal}).stats();
+  planning::choice_override().spread = planning::kSpreadEven;
+  ASSERT_LT(spread.cost_seconds, off.cost_seconds) << "the spec takes spread cuts by default";
+  ASSERT_GT(spread.pieces, 1);
+  planning::choice_override().spread_pieces = spread.pieces - 1;
+  const PlanStats above = make_plan(in, {PlanScope::kGlobal}).stats();
+  planning::choice_override().spread_pieces = spread.pieces;
+  const PlanStats at = make_plan(in, {PlanScope::kGlobal}).stats();
+  planning::choice_override().spread_pieces = 0;
+  EXPECT_EQ(above.cost_seconds, off.cost_seconds);
+  EXPECT_EQ(above.messages, off.messages);
+  EXPECT_EQ(above.rounds, off.rounds);
+  EXPECT_EQ(at.cost_seconds, spread.cost_seconds);
+  EXPECT_EQ(at.messages, spread.messages);
+}
+
 // Keyed cuts never exceed the staging budget: where one round of a stage
 // would hold more than the budget on some device, the plan falls back to
 // cuts by each stream's bytes (rounds.h), within the budget, and still

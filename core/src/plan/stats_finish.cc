@@ -268,8 +268,10 @@ PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
   // 1.28551 -> 1.28547 s estimated, 1.28706 -> 1.28876 simulated; qwen3_m2n
   // 1.18230 -> 1.18228, 1.18288 -> 1.18262), while on GB200 it gains 0.8%
   // (qwen3_m2n) and 0.2% (kimi_k2_fp8).
+  const int64_t spread_pieces =
+      choice_override().spread_pieces > 0 ? choice_override().spread_pieces : kSpreadPieces;
   if (!rule.pipeline.empty() && o.staging_budget_bytes <= 0 && choice_override().spread != 0 &&
-      (pieces <= kSpreadPieces || choice_override().spread < 0)) {
+      (pieces <= spread_pieces || choice_override().spread < 0)) {
     const bool forced = choice_override().spread < 0;
     const std::vector<double> q = spread_bounds(std::abs(choice_override().spread));
     std::vector<int64_t> rounds = stage_rounds;

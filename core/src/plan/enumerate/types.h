@@ -402,6 +402,9 @@ struct ChoiceOverride {
   // estimate is faster (the default: kSpreadEven); -e: takes them there
   // always (tests); 0: never.
   int64_t spread = kSpreadEven;
+  // n > 0: spread cuts are priced on plans of at most n pieces (tests); 0:
+  // kSpreadPieces (stats_finish.cc).
+  int64_t spread_pieces = 0;
 };
 inline ChoiceOverride& choice_override() {
   static ChoiceOverride o;
