@@ -196,7 +196,7 @@ DeviceContext::Slot& DeviceContext::stage(const std::vector<Launch>& launches, c
 
 void DeviceContext::launch_all(const void* device, const Descriptors& d) {
   const auto* base = static_cast<const unsigned char*>(device);
-  for (const Part& p : d.parts) {
+  for (const DescriptorPart& p : d.parts) {
     check(launch_tiles(p.element, p.multi, p.swizzled,
                        reinterpret_cast<const Work*>(base + p.works_offset),
                        reinterpret_cast<const int64_t*>(base + p.tiles_offset),

@@ -64,7 +64,6 @@ class DeviceContext {
   };
   // A slot whose last use completed (next_slot_ moves past it).
   Slot& acquire(Clock::time_point deadline);
-  using Part = DescriptorPart;
   // A free slot of at least d.bytes whose pinned memory holds the launches'
   // descriptors as laid out by d, and device memory as large where
   // `device` (the uncached path, whose kernels read the slot's copy).

@@ -364,74 +364,74 @@ void RoutedCells::host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_
       add_to(s.band[b], mul_of(v, esum, "network_bytes"), "network_bytes");
     });
   }
+  // fn(f, i, l, e, sd, dd) for each touched leader's forward f (entry l,
+  // dense sd) and every other entry e of the host (position i in the cell,
+  // dense dd), in the same order on both passes below.
+  const auto each_forward = [&](auto&& fn) {
+    for (size_t q = 0; q < k; ++q) {
+      const HostForward& f = forwards_[q];
+      if (!f.touched) continue;
+      const uint32_t l = dg.cell_entries[at(q)], sd = t.dt->dense[l];
+      for (size_t r = 0; r < k; ++r) {
+        if (r == q) continue;
+        const uint32_t e = dg.cell_entries[at(r)];
+        fn(f, at(r) - b0, l, e, sd, t.dt->dense[e]);
+      }
+    }
+  };
   // Every (entry, leader) pair's streams, first found (in the order below)
   // with the relay_bytes slot of each not yet counted asked for: each
   // lookup in a table of millions of streams missed the cache.
   fwd_refs_.clear();
-  for (size_t q = 0; q < k; ++q) {
-    const HostForward& f = forwards_[q];
-    if (!f.touched) continue;
-    const uint32_t l = dg.cell_entries[at(q)], sd = t.dt->dense[l];
-    for (size_t r = 0; r < k; ++r) {
-      if (r == q) continue;
-      const size_t i = at(r) - b0;
-      const uint32_t dd = t.dt->dense[dg.cell_entries[at(r)]];
-      for (uint32_t stage = 1; stage <= 2; ++stage) {
-        if (!f.sums[stage - 1].touched) continue;
-        const StreamRef& ref = stream_ref(i, l, stage, m, indexed);
-        fwd_refs_.push_back(static_cast<uint32_t>(&ref - streams_[i].data()));
-        if (ref.counted || !p_.track_pairs) continue;
-        p_.stage_grow(stage);
-        p_.relay_bytes[stage].prefetch((uint64_t{sd} << 32) | dd);
-      }
+  each_forward([&](const HostForward& f, size_t i, uint32_t l, uint32_t, uint32_t sd, uint32_t dd) {
+    for (uint32_t stage = 1; stage <= 2; ++stage) {
+      if (!f.sums[stage - 1].touched) continue;
+      const StreamRef& ref = stream_ref(i, l, stage, m, indexed);
+      fwd_refs_.push_back(static_cast<uint32_t>(&ref - streams_[i].data()));
+      if (ref.counted || !p_.track_pairs) continue;
+      p_.stage_grow(stage);
+      p_.relay_bytes[stage].prefetch((uint64_t{sd} << 32) | dd);
     }
-  }
+  });
   // ... and the sums as relay_part adds them part by part, and the
   // leader's pending piece.
   size_t next_ref = 0;
-  for (size_t q = 0; q < k; ++q) {
-    const HostForward& f = forwards_[q];
-    if (!f.touched) continue;
-    const uint32_t l = dg.cell_entries[at(q)], sd = t.dt->dense[l];
-    for (size_t r = 0; r < k; ++r) {
-      if (r == q) continue;
-      const size_t i = at(r) - b0;
-      const uint32_t e = dg.cell_entries[at(r)], dd = t.dt->dense[e];
-      for (uint32_t stage = 1; stage <= 2; ++stage) {
-        const ForwardSums& s = f.sums[stage - 1];
-        if (!s.touched) continue;
-        StreamRef& ref = streams_[i][fwd_refs_[next_ref++]];
-        group_pieces += s.added;
-        p_.count_pieces(sd, dd, copies * s.added);
-        p_.stage_grow(stage);
-        p_.charge(p_.stage_acc[stage], sd, dd, s.bytes, t.dt->host[l] != t.dt->host[e]);
-        if (t.dt->process[l] != t.dt->process[e])
-          add_to(p_.st.cross_process_bytes, s.bytes, "cross_process_bytes");
-        p_.relayed = true;
-        p_.last_stage = std::max(p_.last_stage, static_cast<int32_t>(stage));
-        add_to(p_.st.forwarded_bytes, s.bytes, "forwarded_bytes");
-        if (!ref.counted) {
-          if (p_.relay_pairs[stage].insert(sd, dd)) p_.keep_pair();
-          if (p_.track_pairs) ref.plain = p_.relay_bytes[stage].index((uint64_t{sd} << 32) | dd);
-          ref.counted = true;
+  each_forward(
+      [&](const HostForward& f, size_t i, uint32_t l, uint32_t e, uint32_t sd, uint32_t dd) {
+        for (uint32_t stage = 1; stage <= 2; ++stage) {
+          const ForwardSums& s = f.sums[stage - 1];
+          if (!s.touched) continue;
+          StreamRef& ref = streams_[i][fwd_refs_[next_ref++]];
+          group_pieces += s.added;
+          p_.count_pieces(sd, dd, copies * s.added);
+          p_.stage_grow(stage);
+          p_.charge(p_.stage_acc[stage], sd, dd, s.bytes, t.dt->host[l] != t.dt->host[e]);
+          if (t.dt->process[l] != t.dt->process[e])
+            add_to(p_.st.cross_process_bytes, s.bytes, "cross_process_bytes");
+          p_.relayed = true;
+          p_.last_stage = std::max(p_.last_stage, static_cast<int32_t>(stage));
+          add_to(p_.st.forwarded_bytes, s.bytes, "forwarded_bytes");
+          if (!ref.counted) {
+            if (p_.relay_pairs[stage].insert(sd, dd)) p_.keep_pair();
+            if (p_.track_pairs) ref.plain = p_.relay_bytes[stage].index((uint64_t{sd} << 32) | dd);
+            ref.counted = true;
+          }
+          if (p_.track_pairs) add_to(p_.relay_bytes[stage].at(ref.plain), s.plain, "network_bytes");
+          if (!s.banded) continue;
+          add_to(p_.stage_acc[stage][sd].send_late, s.late, "max_send_bytes");
+          add_to(p_.stage_acc[stage][dd].recv_late, s.late, "max_recv_bytes");
+          if (ref.banded == kUnset)
+            ref.banded = p_.band_index(uint64_t{stage} << 40 | uint64_t{sd} << 20 | dd);
+          BandStream& b = p_.band_streams.at(ref.banded);
+          b.mask |= s.mask;
+          if (p_.track_pairs)
+            for (size_t x = 1; x < kRelayBands; ++x) add_to(b.bytes[x], s.band[x], "network_bytes");
         }
-        if (p_.track_pairs) add_to(p_.relay_bytes[stage].at(ref.plain), s.plain, "network_bytes");
-        if (!s.banded) continue;
-        add_to(p_.stage_acc[stage][sd].send_late, s.late, "max_send_bytes");
-        add_to(p_.stage_acc[stage][dd].recv_late, s.late, "max_recv_bytes");
-        if (ref.banded == kUnset)
-          ref.banded = p_.band_index(uint64_t{stage} << 40 | uint64_t{sd} << 20 | dd);
-        BandStream& b = p_.band_streams.at(ref.banded);
-        b.mask |= s.mask;
-        if (p_.track_pairs)
-          for (size_t x = 1; x < kRelayBands; ++x) add_to(b.bytes[x], s.band[x], "network_bytes");
-      }
-      if (Pending* x = find_pending(i, l, m, indexed))
-        *x = f.pending;
-      else
-        add_pending(i, f.pending, m, indexed);
-    }
-  }
+        if (Pending* x = find_pending(i, l, m, indexed))
+          *x = f.pending;
+        else
+          add_pending(i, f.pending, m, indexed);
+      });
 }
 
 void RoutedCells::cells(const TensorCtx& t, int64_t esum, int64_t copies, int64_t& group_pieces) {

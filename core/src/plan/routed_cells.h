@@ -251,7 +251,10 @@ class RoutedCells {
   }
   // Open addressing, cleared per cell (std::unordered_map took a node per
   // entry: its lookups, allocations and frees were about a tenth of the
-  // statistics of the 16,384-device MoE sync).
+  // statistics of the 16,384-device MoE sync). Its values sit in the slots:
+  // a StreamMap<uint32_t> (values in a vector of their own, named by an
+  // index in the slot) measured 2% slower and 10 MB larger at 8,192
+  // devices.
   class CellIndex {
    public:
     void clear() {
