@@ -313,7 +313,7 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
       const uint32_t sd = t.dt->dense[dg.cell_entries[b0 + ev.p]];
       AllToAllCell::Ref& r = a2a_.ref[i * m + ev.p];
       if (ev.band) {
-        r.banded = p_.band_index(uint64_t{1} << 40 | uint64_t{sd} << 20 | dd);
+        r.banded = p_.band_index(stage_stream_key(1, sd, dd));
         continue;
       }
       if (p_.relay_pairs[1].insert(sd, dd)) p_.keep_pair();

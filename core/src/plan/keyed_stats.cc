@@ -28,7 +28,7 @@ void StatsPass::count_keys(const Emitted& x, uint32_t sd, uint32_t dd, bool inte
       add_to(k[dd].recv_inter, v, "max_host_recv_bytes");
     }
   }
-  key_streams[uint64_t{x.stage} << 40 | uint64_t{sd} << 20 | dd] |= mask;
+  key_streams[stage_stream_key(x.stage, sd, dd)] |= mask;
   if (blocks > 1) add_to(key_split, mul_of(blocks - 1, copies, "pieces"), "pieces");
   // The piece is split at every block boundary.
   if (counts && blocks > 1) count_pieces(sd, dd, mul_of(blocks - 1, copies, "pieces"));

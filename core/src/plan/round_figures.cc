@@ -109,8 +109,7 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
       // Spread cuts (rounds.h) depend on the stream's tensors: counted from
       // its pieces (spread_stream_cuts), as the plan cuts it.
       if (!in.spread) fail(ErrorCode::kInternal, "stats.messages", "spread cuts not counted");
-      const SpreadCount& c =
-          in.spread->at(uint64_t{static_cast<uint32_t>(s)} << 40 | uint64_t{sd} << 20 | dd, all);
+      const SpreadCount& c = in.spread->at(stage_stream_key(static_cast<uint32_t>(s), sd, dd), all);
       r = c.rounds;
       spread_rounds = std::max(spread_rounds, c.last_round + 1);
       segments = 1;
@@ -146,7 +145,7 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
   };
   auto bands_of = [&](uint32_t s, size_t sd, size_t dd) -> const BandStream* {
     if (in.bands->empty()) return nullptr;
-    return in.bands->find(uint64_t{s} << 40 | uint64_t{sd} << 20 | dd);
+    return in.bands->find(stage_stream_key(s, sd, dd));
   };
   // Streams with bands only (no bytes counted with the pairs).
   auto band_only = [&](uint32_t s, auto&& plain_bytes) {

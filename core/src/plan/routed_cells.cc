@@ -54,8 +54,7 @@ void RoutedCells::relay_part(const TensorCtx& t, StreamRef& ref, uint32_t e, con
   const int64_t late = bytes - mul_of(pb.plain, esum, "network_bytes");  // bands above 0
   add_to(p_.stage_acc[stage][sd].send_late, late, "max_send_bytes");
   add_to(p_.stage_acc[stage][dd].recv_late, late, "max_recv_bytes");
-  if (ref.banded == kUnset)
-    ref.banded = p_.band_index(uint64_t{stage} << 40 | uint64_t{sd} << 20 | dd);
+  if (ref.banded == kUnset) ref.banded = p_.band_index(stage_stream_key(stage, sd, dd));
   BandStream& b = p_.band_streams.at(ref.banded);
   b.mask |= pb.mask;
   if (p_.track_pairs)
@@ -420,8 +419,7 @@ void RoutedCells::host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_
           if (!s.banded) continue;
           add_to(p_.stage_acc[stage][sd].send_late, s.late, "max_send_bytes");
           add_to(p_.stage_acc[stage][dd].recv_late, s.late, "max_recv_bytes");
-          if (ref.banded == kUnset)
-            ref.banded = p_.band_index(uint64_t{stage} << 40 | uint64_t{sd} << 20 | dd);
+          if (ref.banded == kUnset) ref.banded = p_.band_index(stage_stream_key(stage, sd, dd));
           BandStream& b = p_.band_streams.at(ref.banded);
           b.mask |= s.mask;
           if (p_.track_pairs)

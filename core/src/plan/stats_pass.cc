@@ -181,7 +181,7 @@ void StatsPass::account(const TensorCtx& t, uint32_t e, const Emitted& x, int64_
   const bool inter = from.host[x.src_entry] != to.host[e];
   charge(stage_acc[x.stage], sd, dd, bytes, inter);
   if (spread_runs) {
-    const uint64_t stream = uint64_t{x.stage} << 40 | uint64_t{sd} << 20 | dd;
+    const uint64_t stream = stage_stream_key(x.stage, sd, dd);
     const auto g = static_cast<uint32_t>(group_index);
     if (!spread_records.empty() && spread_records.back().stream == stream &&
         spread_records.back().group == g)
@@ -200,7 +200,7 @@ void StatsPass::account(const TensorCtx& t, uint32_t e, const Emitted& x, int64_
   if (x.band > 0) {  // its stream's own message
     add_to(stage_acc[x.stage][sd].send_late, bytes, "max_send_bytes");
     add_to(stage_acc[x.stage][dd].recv_late, bytes, "max_recv_bytes");
-    BandStream& b = band_streams.at(band_index(uint64_t{x.stage} << 40 | uint64_t{sd} << 20 | dd));
+    BandStream& b = band_streams.at(band_index(stage_stream_key(x.stage, sd, dd)));
     b.mask |= 1u << x.band;
     if (track_pairs) add_to(b.bytes[x.band], bytes, "network_bytes");
     return;

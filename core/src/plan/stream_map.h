@@ -17,6 +17,12 @@
 
 namespace reshard::planning {
 
+// The key of the stream of `stage` from dense device `src` to dense device
+// `dst` (devices below 2^20).
+inline uint64_t stage_stream_key(uint32_t stage, uint32_t src, uint32_t dst) {
+  return uint64_t{stage} << 40 | uint64_t{src} << 20 | dst;
+}
+
 template <class V>
 class StreamMap {
  public:
