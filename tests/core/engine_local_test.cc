@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -818,15 +819,35 @@ std::set<std::string> process_threads() {
   return ids;
 }
 
+// The thread ids once `done(ids)` holds, waiting up to 5 s for it: a joined
+// thread's id leaves /proc/self/task a moment after join() returns (the
+// kernel wakes the joiner before it reaps the thread), so a count taken at
+// once can still hold a thread that has ended.
+template <class Done>
+std::set<std::string> threads_once(Done done) {
+  std::set<std::string> ids = process_threads();
+  for (int i = 0; i < 500 && !done(ids); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ids = process_threads();
+  }
+  return ids;
+}
+
+// The thread ids after one thread has started and ended (so that threads a
+// runtime starts with the first one, ThreadSanitizer's background thread,
+// are among them) and that thread has left /proc/self/task.
+std::set<std::string> threads_before() {
+  std::string id;
+  std::thread([&id] { id = std::to_string(::gettid()); }).join();
+  return threads_once([&](const std::set<std::string>& ids) { return !ids.contains(id); });
+}
+
 // Invariant: an engine starts its copy threads once and keeps them between
 // executions (the same thread ids; the pool grows when a call asks for
 // more threads, and a call asking for fewer uses fewer of them); they end
 // with the engine. Every execution matches the oracle.
 TEST(EngineLocal, CopyThreadsOutliveAnExecutionAndEndWithTheEngine) {
-  // A thread started first, so that threads a runtime starts with the
-  // first one (ThreadSanitizer's background thread) are counted in `before`.
-  std::thread([] {}).join();
-  const std::set<std::string> before = process_threads();
+  const std::set<std::string> before = threads_before();
   if (before.empty()) GTEST_SKIP() << "no /proc/self/task";
   PlanInput in;  // 8 MiB between buffers: above kParallelMinBytes
   in.tensors.push_back(tensor("w", {1024, 2048}, DType::kF32,
@@ -857,7 +878,8 @@ TEST(EngineLocal, CopyThreadsOutliveAnExecutionAndEndWithTheEngine) {
     run(4);
     EXPECT_EQ(process_threads().size(), before.size() + 3) << "more threads asked: it grows";
   }
-  EXPECT_EQ(process_threads(), before) << "the helpers end with the engine";
+  const auto same = [&](const std::set<std::string>& ids) { return ids == before; };
+  EXPECT_EQ(threads_once(same), before) << "the helpers end with the engine";
 }
 
 // Regression (per-call latency of small executions): a 2 MiB execution
@@ -865,8 +887,7 @@ TEST(EngineLocal, CopyThreadsOutliveAnExecutionAndEndWithTheEngine) {
 // cost more than the copy; below kParallelMinBytes (4 MiB) it runs on the
 // calling thread whatever ExecuteOptions::threads asks.
 TEST(EngineLocal, SmallExecutionsStartNoCopyThread) {
-  std::thread([] {}).join();
-  const std::set<std::string> before = process_threads();
+  const std::set<std::string> before = threads_before();
   if (before.empty()) GTEST_SKIP() << "no /proc/self/task";
   PlanInput in;  // 2 MiB between buffers
   in.tensors.push_back(tensor("w", {512, 1024}, DType::kF32,
