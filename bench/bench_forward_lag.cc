@@ -9,7 +9,7 @@
 // were cut could gain. Usage:
 //   bench_forward_lag --spec FILE --topology FILE [--budget BYTES]
 //                     [--keyed GRANULE] [--spread EVEN] [--rounds 1]
-//                     [--simulate 1] [--estimate 1]
+//                     [--simulate 1] [--estimate 1] [--stagger P]
 // (--budget: the staging budget instead of the spec's; 0 unbounded.
 // --keyed: a pipelined plan takes keyed cuts of that granule in bytes,
 // plan/rounds.h, an experiment the planner does not choose. --spread:
@@ -18,7 +18,17 @@
 // only the plan's simulated time and its estimate, streamed as `reshard
 // simulate` does. --estimate 1: only the global statistics' estimate,
 // rounds and messages. --rounds 1:
-// also each round's bytes and its busiest sender and receiver.)
+// also each round's bytes and its busiest sender and receiver. --stagger P:
+// also the simulated time with every message split into P messages of the
+// same round whose sizes grow as 1, 2, ..., P (and as 1.5^j), message j of
+// a forward waiting for message j of each message it waited for: what a
+// plan would take if each element had one of P keys of unequal widths and
+// all keys shared a round, so that under the simulator's max-min sharing
+// the small keys arrive first and are forwarded while the large ones still
+// flow, without an α per round; exact where each stream spans enough
+// elements of every key. An experiment the planner cannot build: its
+// rounds carry one message per stream, docs/planner.md §11.)
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,12 +59,36 @@ std::vector<SimMessage> within_lag(std::vector<SimMessage> m, int64_t lag) {
   return m;
 }
 
+// Every message split into sub-messages of the same stage and round with
+// sizes in the proportions `f`; sub j waits for sub j of each message the
+// message waited for.
+std::vector<SimMessage> staggered(const std::vector<SimMessage>& m, const std::vector<double>& f) {
+  double sum = 0;
+  for (double v : f) sum += v;
+  const auto n = static_cast<uint32_t>(f.size());
+  std::vector<SimMessage> out;
+  out.reserve(m.size() * n);
+  for (const SimMessage& s : m) {
+    int64_t left = s.bytes;
+    for (uint32_t j = 0; j < n; ++j) {
+      SimMessage x = s;
+      x.bytes = j + 1 == n ? left : static_cast<int64_t>(static_cast<double>(s.bytes) * f[j] / sum);
+      left -= x.bytes;
+      x.after.clear();
+      for (uint32_t a : s.after) x.after.push_back(a * n + j);
+      out.push_back(std::move(x));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string spec_path, topology_path;
   int64_t budget = -1;
   bool per_round = false, simulate_only = false, estimate_only = false;
+  int64_t stagger = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--spec")) {
       spec_path = argv[i + 1];
@@ -70,6 +104,8 @@ int main(int argc, char** argv) {
       simulate_only = std::atoi(argv[i + 1]) != 0;
     } else if (!std::strcmp(argv[i], "--rounds")) {
       per_round = std::atoi(argv[i + 1]) != 0;
+    } else if (!std::strcmp(argv[i], "--stagger")) {
+      stagger = std::atoll(argv[i + 1]);
     } else if (!std::strcmp(argv[i], "--budget")) {
       budget = std::atoll(argv[i + 1]);
     } else {
@@ -81,7 +117,7 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: %s --spec FILE --topology FILE [--budget BYTES] [--keyed GRANULE] [--spread EVEN] "
-        "[--rounds 1] [--simulate 1] [--estimate 1]\n",
+        "[--rounds 1] [--simulate 1] [--estimate 1] [--stagger P]\n",
         argv[0]);
     return 2;
   }
@@ -148,6 +184,20 @@ int main(int argc, char** argv) {
       const double t = simulate(spec.input.topology, c, within_lag(m, lag)).seconds;
       std::printf("dependencies at most %lld late %.6g s  (%.3f of planned)\n",
                   static_cast<long long>(lag), t, planned > 0 ? t / planned : 1.0);
+    }
+    if (stagger > 1) {
+      std::vector<double> linear, growing;
+      for (int64_t j = 0; j < stagger; ++j) {
+        linear.push_back(static_cast<double>(j + 1));
+        growing.push_back(std::pow(1.5, static_cast<double>(j)));
+      }
+      for (const auto& [name, f] : {std::pair{"1, 2, ..., P", &linear}, {"1.5^j", &growing}}) {
+        const double t = simulate(spec.input.topology, c, staggered(m, *f)).seconds;
+        std::printf(
+            "staggered in %lld messages of sizes %s: %.6g s  (%.3f of planned, %zu messages)\n",
+            static_cast<long long>(stagger), name, t, planned > 0 ? t / planned : 1.0,
+            m.size() * static_cast<size_t>(stagger));
+      }
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());

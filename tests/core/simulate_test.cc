@@ -413,6 +413,96 @@ TEST(SimulateBound, DeviceSendToSeveralNeedersPaysASecondAlphaOrEveryCopy) {
   }
 }
 
+// Every host together: psum over dp = 4 hosts of 2 devices (the host's two
+// devices hold one summand), 16 MiB f32 needed on all 8. An element of 4
+// summands, one per host, needed on 4 hosts none of which holds them all,
+// takes 4 + 4 - 1 - 1 = 6 crossings (the gossip bound over hosts), 6 x 16
+// MiB over the 4 hosts' 8 NICs of 50 GB/s; each host needs it on both its
+// devices, so a crossing either goes to both or is forwarded inside α
+// after it completed: 100,663,296 / 1.6e12 + (2 - 1/2) α (α = 5 us), not
+// α + 2 x, against α + x without the fan-out.
+TEST(SimulateBound, HostsTogetherPayASecondAlphaWhereEachHostFansOut) {
+  const Spec s =
+      load_spec(std::string(RESHARD_SOURCE_DIR) + "/bench/specs/psum_dp4_hosts_of_2.json");
+  const ClusterTopology c = load_cluster_topology(std::string(RESHARD_SOURCE_DIR) +
+                                                  "/bench/topologies/h100_8gpu_ndr400.json");
+  const SimBound b = simulate_lower_bound(s.input, c);
+  EXPECT_EQ(b.kind, "hosts");
+  EXPECT_EQ(b.id, -1);
+  EXPECT_EQ(b.bytes, 6 * (int64_t{16} << 20));
+  EXPECT_EQ(b.fan, 2);
+  EXPECT_DOUBLE_EQ(b.seconds, 100663296 / 1.6e12 + 1.5 * 5e-6);
+  EXPECT_GE(simulate_plan(s.input, c).seconds, b.seconds);
+  EXPECT_GE(simulate(s.input.topology, c, direct_p2p_messages(s.input)).seconds, b.seconds);
+}
+
+// The hosts' fan-out holds over every plan: psums over 3-5 hosts of 2-3
+// devices (a host's devices hold one summand, whole or sharded), needed
+// replicated or sharded over each host's devices, at random α and
+// bandwidths; the default plan, the single-hop plan, direct_p2p and the
+// default plan's messages each split into 4 of sizes 1, 2, 3, 4 in the same
+// round (sub-message j of a forward after sub-message j of what it waited
+// for: forwards start before the whole message arrived, as close to the
+// bound as these schedules come) simulate at or above it.
+TEST(SimulateBound, HostsTogetherFanOutNeverAboveASimulatedPlan) {
+  const int cases = scaled_cases(60);
+  int binds = 0;
+  std::mt19937_64 rng(3501);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int nh = uni(3, 5), per = uni(2, 3);
+    std::string devices, processes, hosts;
+    for (int d = 0; d < nh * per; ++d) {
+      const std::string sep = d == 0 ? "" : ", ";
+      devices += sep + std::to_string(d);
+      processes += sep + std::to_string(d);
+      hosts += sep + std::to_string(d / per);
+    }
+    const char* src = uni(0, 1) ? "[null, null]" : R"(["k", null])";
+    const char* dst = uni(0, 3) ? "[null, null]" : R"(["k", null])";
+    Spec s = parse_spec(
+        R"({"meshes": {"m": {"axis_names": ["dp", "k"], "shape": [)" + std::to_string(nh) + ", " +
+        std::to_string(per) + R"(], "devices": [)" + devices + R"(], "processes": [)" + processes +
+        R"(], "hosts": [)" + hosts + R"(]}}, "tensors": [{"name": "g", "shape": [)" +
+        std::to_string(6 * uni(1, 64)) + R"(, 96], "dtype": "f32",
+      "src": {"mesh": "m", "spec": )" +
+        src + R"(, "partial": {"axes": ["dp"]}}, "dst": {"mesh": "m", "spec": )" + dst + "}}]}");
+    const double alphas[] = {0, 1e-6, 5e-6, 1e-4};
+    const ClusterTopology cl = cluster(alphas[uni(0, 3)], uni(0, 1) ? 4.5e11 : 1e9,
+                                       uni(0, 1) ? 5e10 : 1e8, uni(0, 1) ? 0 : 8);
+    PlanOptions& o = s.input.options;
+    o.alpha_seconds = cl.alpha_seconds;
+    o.intra_host_bytes_per_second = cl.intra_host_bytes_per_second;
+    o.inter_host_bytes_per_second = cl.nic_bytes_per_second;
+    o.nics_per_host = cl.nics_per_host;
+    const SimBound b = simulate_lower_bound(s.input, cl);
+    binds += b.kind == "hosts" && b.fan > 1;
+    PlanInput single = s.input;
+    single.options.relays = false;
+    single.options.reduce_scatter = false;
+    const std::vector<SimMessage> m = plan_messages(make_plan(s.input));
+    std::vector<SimMessage> split;
+    for (const SimMessage& x : m) {
+      int64_t left = x.bytes;
+      for (uint32_t j = 0; j < 4; ++j) {
+        SimMessage y = x;
+        y.bytes = j == 3 ? left : x.bytes * (j + 1) / 10;
+        left -= y.bytes;
+        y.after.clear();
+        for (uint32_t a : x.after) y.after.push_back(a * 4 + j);
+        split.push_back(std::move(y));
+      }
+    }
+    for (const std::vector<SimMessage>& x :
+         {m, split, plan_messages(make_plan(single)), direct_p2p_messages(s.input)}) {
+      const double t = simulate(s.input.topology, cl, x).seconds;
+      ASSERT_GE(t * (1 + 1e-12) + 1e-15, b.seconds) << b.kind << " fan " << b.fan;
+    }
+  }
+  EXPECT_GT(binds, cases / 4);  // the hosts' fan-out binds often here
+}
+
 // The bound holds over every plan: on random small fleets (1-5 hosts,
 // partial and explicit layouts, random α, bandwidths and NICs), the default
 // plan and the single-hop plan, planned at the case's own costs, simulate

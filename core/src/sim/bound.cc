@@ -64,8 +64,18 @@ SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& clu
   }
   consider(messages, all_bps, "devices", -1);
   // Bytes crossing hosts: at least what the hosts must take in plus the
-  // reductions' extra crossings, and what they must send out.
-  int64_t in = lb.extra_crossings, out = 0;
+  // reductions' extra crossings, and what they must send out. Taken in,
+  // each element is needed on at least `in_fan` devices of every host that
+  // takes it in (the fewest of Bounds::ingress_fan), so the crossings pay
+  // the fan-out's second α as one end's do: a crossing that completes after
+  // T - α is used by its receiver alone (a forward of it would start after
+  // T), so keeping every earlier crossing and, per element and host whose
+  // every needer takes a late one, the late crossings of the needer that
+  // takes the fewest is still a scheme every host learns each element by,
+  // of at least the hosts' bytes: early + late / in_fan >= in. With early
+  // <= bps (T - 2α) and early + late <= bps (T - α), T >= in / bps + (2 -
+  // 1/in_fan) α where T >= 2α (docs/simulate.md, "The lower bound").
+  int64_t in = lb.extra_crossings, out = 0, in_fan = 0;
   double all_nics = 0;
   for (size_t h = 0; h < lb.hosts.size(); ++h) {
     // Every NIC of the host (the topology's devices, not only the plan's).
@@ -78,11 +88,16 @@ SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& clu
       bps = std::min(bps, cluster.host_link_bytes_per_second);
     consider(lb.ingress[h], bps, "host_recv", host, lb.ingress_fan[h]);
     consider(lb.egress[h], bps, "host_send", host, lb.egress_fan[h]);
+    if (lb.ingress[h] > 0) {
+      const int64_t f = std::max<int64_t>(1, lb.ingress_fan[h]);
+      in_fan = in_fan == 0 ? f : std::min(in_fan, f);
+    }
     in += lb.ingress[h];
     out += lb.egress[h];
     all_nics += bps;
   }
-  consider(std::max(in, out), all_nics, "hosts", -1);
+  consider(in, all_nics, "hosts", -1, std::max<int64_t>(1, in_fan));
+  consider(out, all_nics, "hosts", -1);
   return b;
 }
 
