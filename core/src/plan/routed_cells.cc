@@ -81,6 +81,7 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
   several_.assign(m, 0);
   slot_.assign(m, 0);
   a2a_.on = false;
+  a2a_cur_ = nullptr;
   if (++cell_tick_ == 0) {  // wrapped: every stamp is stale again
     std::fill(pending_at_.begin(), pending_at_.end(), Stamped{});
     std::fill(stream_at_.begin(), stream_at_.end(), Stamped{});
