@@ -2,6 +2,7 @@
 // relay parts taken once for every entry, the sums flushed to every
 // (entry, source) pair, the state handed back to the pairs.
 #include <algorithm>
+#include <atomic>
 
 #include "plan/routed_cells.h"
 
@@ -403,7 +404,10 @@ RoutedCells::A2aStreams* RoutedCells::a2a_streams(const TensorCtx& t, uint32_t b
     if (x.dense.size() != m) continue;
     size_t i = 0;
     while (i < m && x.dense[i] == t.dt->dense[dg.cell_entries[b0 + i]]) ++i;
-    if (i == m) return &x;
+    if (i == m) {
+      std::atomic_ref<int64_t>(a2a_tables_shared()).fetch_add(1);  // plans run side by side
+      return &x;
+    }
   }
   const size_t bytes = m * (sizeof(uint32_t) + 1) + (p_.track_pairs ? m * m * sizeof(int64_t) : 0);
   if (a2a_table_bytes_ + bytes > kA2aStreamBytes) return nullptr;
