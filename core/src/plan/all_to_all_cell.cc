@@ -106,11 +106,17 @@ void RoutedCells::a2a_direct_entry(const TensorCtx& t, uint32_t i, uint32_t e, b
 bool RoutedCells::a2a_entered_ok(const TensorCtx& t, uint32_t b0, size_t np, bool direct) const {
   if (p_.keyed || (!direct && a2a_.any_direct())) return false;
   const Geometry& dg = *t.dg;
+  // A run's parts share their holders and entry: checked once a run.
+  std::pair<size_t, size_t> last_range{1, 0};
+  uint32_t last_p = AllToAllCell::kNone;
   for (size_t j = 0; j < np; ++j) {
     const uint32_t p = a2a_.part[j];
     if (p == AllToAllCell::kNone) continue;
     const auto [lo, hi] = holder_range_[j];
     if (route_.part_host[j] < 0 || lo == hi) return false;
+    if (p == last_p && holder_range_[j] == last_range) continue;
+    last_p = p;
+    last_range = holder_range_[j];
     const uint32_t e = dg.cell_entries[b0 + p];
     const int64_t dev = dg.devices[e];
     const int32_t host = t.dt->host[e], proc = t.dt->process[e];
@@ -422,6 +428,13 @@ RoutedCells::A2aStreams* RoutedCells::a2a_streams(const TensorCtx& t, uint32_t b
 }
 
 void RoutedCells::drain() {
+  if (p_.track_pairs && !a2a_tables_.empty()) {  // a table: stage 1 grown (a2a_region)
+    size_t pairs = p_.relay_bytes[1].size();
+    for (const A2aStreams& x : a2a_tables_)
+      pairs += static_cast<size_t>(std::count(x.counted.begin(), x.counted.end(), 1)) *
+               (x.dense.size() - 1);
+    p_.relay_bytes[1].reserve(pairs);
+  }
   if (p_.track_pairs)
     for (const A2aStreams& x : a2a_tables_) {
       const size_t m = x.dense.size();

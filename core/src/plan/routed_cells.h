@@ -51,7 +51,8 @@ class RoutedCells {
     int64_t plain = 0;  // elements of band 0
     uint32_t mask = 0, last_band = 0;
   };
-  void part_bands_of(const Box& part, const TensorCtx& t, PartBands& pb) const;
+  // `chunk`: band_bytes of t (relay_bands_of).
+  void part_bands_of(const Box& part, const TensorCtx& t, int64_t chunk, PartBands& pb) const;
   // f(band number, elements) for each band of `part` above 0, ascending.
   template <class F>
   static void band_volumes(const Box& part, const PartBands& pb, F&& f) {
