@@ -523,6 +523,47 @@ TEST(PlanStatsFastPath, EnteredPartsOfSeveralHoldersMatchTheEnumeration) {
   EXPECT_GT(summed, cases / 2) << "cases whose entered parts were summed per holder";
 }
 
+// Groups of like tensors that share the device rule's cell (an MoE sync's
+// groups over tp share its cells): each all-to-all cell keeps its pairs'
+// stage-1 streams in one table for the pass (RoutedCells::A2aStreams,
+// planning::a2a_tables_shared counts the cells that found it made), their
+// bytes added to the pass's streams at its end. 1-3 shards x 2-5 copies
+// over 1-3 holder hosts into 3-8 receiving hosts of one entry, 2-3 calls
+// of add_moe_like_tensors (2 tensors of a random shape each, so 2-6 groups
+// into the same cell), random dtypes, split size, budgets and α, every
+// field (the messages and rounds read every stream's bytes) against the
+// enumeration; most cases share a table.
+TEST(PlanStatsFastPath, AllToAllStreamsOfGroupsSharingACellMatchTheEnumeration) {
+  std::mt19937_64 rng(20261202);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int cases = scaled_cases(80);
+  int shared = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t shards = uni(1, 3), copies = uni(2, 5), holders = shards * copies;
+    const int64_t holder_hosts = uni(1, 3), receiving = uni(3, 8);
+    PlanInput in;
+    for (int64_t d = 0; d < holders; ++d)
+      in.topology.add(
+          {d, static_cast<int32_t>(d), static_cast<int32_t>(d % copies % holder_hosts), 0});
+    for (int64_t i = 0; i < receiving; ++i)
+      in.topology.add({holders + i, static_cast<int32_t>(holders + i),
+                       static_cast<int32_t>(holder_hosts + i), 0});
+    for (int64_t k = uni(2, 3); k > 0; --k) {
+      const size_t first = in.tensors.size();
+      add_moe_like_tensors(in, uni, {shards, copies, receiving}, 120, {64, 512}, 2);
+      for (size_t i = first; i < in.tensors.size(); ++i)  // names unique over the calls
+        in.tensors[i].name = "g" + std::to_string(k) + "." + in.tensors[i].name;
+    }
+    const int64_t before = planning::a2a_tables_shared();
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(in, true));
+    shared += planning::a2a_tables_shared() > before;
+  }
+  EXPECT_GT(shared, cases / 2) << "cases whose groups shared a cell's stream table";
+}
+
 // Cells of several entries a host whose regions cross hosts (an MoE sync's
 // replicated tensors: 8 entries a host): a leader's forwards inside its
 // host are summed once for the host's other entries (RoutedCells::

@@ -2,6 +2,7 @@
 // relay parts taken once for every entry, the sums flushed to every
 // (entry, source) pair, the state handed back to the pairs.
 #include <algorithm>
+#include <atomic>
 
 #include "plan/routed_cells.h"
 
@@ -24,7 +25,12 @@ void RoutedCells::a2a_flush(const TensorCtx& t, uint32_t b0, size_t m, int64_t c
       if (t.dt->process[src] != t.dt->process[e])
         add_to(p_.st.cross_process_bytes, s.bytes, "cross_process_bytes");
       add_to(p_.st.forwarded_bytes, s.bytes, "forwarded_bytes");
-      if (p_.track_pairs) add_to(p_.relay_bytes[1].at(r.plain), s.plain, "network_bytes");
+      if (p_.track_pairs) {
+        if (a2a_cur_)
+          add_to(a2a_cur_->plain[p * m + i], s.plain, "network_bytes");
+        else
+          add_to(p_.relay_bytes[1].at(r.plain), s.plain, "network_bytes");
+      }
       if (!s.banded) continue;
       add_to(p_.stage_acc[1][sd].send_late, s.late, "max_send_bytes");
       add_to(p_.stage_acc[1][dd].recv_late, s.late, "max_recv_bytes");
@@ -100,11 +106,17 @@ void RoutedCells::a2a_direct_entry(const TensorCtx& t, uint32_t i, uint32_t e, b
 bool RoutedCells::a2a_entered_ok(const TensorCtx& t, uint32_t b0, size_t np, bool direct) const {
   if (p_.keyed || (!direct && a2a_.any_direct())) return false;
   const Geometry& dg = *t.dg;
+  // A run's parts share their holders and entry: checked once a run.
+  std::pair<size_t, size_t> last_range{1, 0};
+  uint32_t last_p = AllToAllCell::kNone;
   for (size_t j = 0; j < np; ++j) {
     const uint32_t p = a2a_.part[j];
     if (p == AllToAllCell::kNone) continue;
     const auto [lo, hi] = holder_range_[j];
     if (route_.part_host[j] < 0 || lo == hi) return false;
+    if (p == last_p && holder_range_[j] == last_range) continue;
+    last_p = p;
+    last_range = holder_range_[j];
     const uint32_t e = dg.cell_entries[b0 + p];
     const int64_t dev = dg.devices[e];
     const int32_t host = t.dt->host[e], proc = t.dt->process[e];
@@ -262,7 +274,10 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
   if (!a2a_.any_entered()) return true;
   // The relay parts, once per source.
   p_.stage_grow(1);
-  if (!a2a_.on) a2a_.start(m);
+  if (!a2a_.on) {
+    a2a_.start(m);
+    a2a_cur_ = a2a_streams(t, b0, m);
+  }
   a2a_.events.clear();
   for (size_t j = 0; j < np; ++j) {
     const uint32_t p = a2a_.part[j];
@@ -295,6 +310,23 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
   const std::vector<AllToAllCell::Event>& events = a2a_.events;
   const size_t ne = events.size();
   StreamMap<int64_t>& relay_bytes = p_.relay_bytes[1];
+  if (a2a_cur_) {  // the pairs in the cell's table (A2aStreams)
+    for (const AllToAllCell::Event& ev : events) {
+      if (ev.band || a2a_cur_->counted[ev.p]) continue;
+      a2a_cur_->counted[ev.p] = 1;
+      const uint32_t sd = a2a_cur_->dense[ev.p];
+      for (size_t i = 0; i < m; ++i)
+        if (i != ev.p && p_.relay_pairs[1].insert(sd, a2a_cur_->dense[i])) p_.keep_pair();
+    }
+    for (size_t i = 0; i < m; ++i) {
+      const uint32_t dd = a2a_cur_->dense[i];
+      for (const AllToAllCell::Event& ev : events)
+        if (ev.band && ev.p != i)
+          a2a_.ref[i * m + ev.p].banded =
+              p_.band_index(stage_stream_key(1, a2a_cur_->dense[ev.p], dd));
+    }
+    return true;
+  }
   for (size_t i = 0; i < m; ++i) {
     const uint32_t dd = t.dt->dense[dg.cell_entries[b0 + i]];
     // The streams' slots asked for kPrefetchAhead events on (each lookup
@@ -350,7 +382,9 @@ void RoutedCells::a2a_leave(const TensorCtx& t, uint32_t b0, size_t m, bool inde
       const AllToAllSource& s = a2a_.src[p];
       if (p == i || !s.seen) continue;
       const uint32_t src = dg.cell_entries[b0 + p];
-      const AllToAllCell::Ref& r = a2a_.ref[i * m + p];
+      AllToAllCell::Ref& r = a2a_.ref[i * m + p];
+      if (a2a_cur_ && p_.track_pairs)  // its bytes so far stay in the table (drain)
+        r.plain = p_.relay_bytes[1].index(uint64_t{a2a_cur_->dense[p]} << 32 | a2a_cur_->dense[i]);
       const size_t pk = i * m + p;
       if (indexed)
         stream_at_[pk * 2] = Stamped{cell_tick_, static_cast<uint32_t>(streams_[i].size())};
@@ -364,6 +398,58 @@ void RoutedCells::a2a_leave(const TensorCtx& t, uint32_t b0, size_t m, bool inde
       pending_[i].push_back(Pending{src, 1, s.pending_band, s.pending});
     }
   a2a_.on = false;
+  a2a_cur_ = nullptr;
+}
+
+RoutedCells::A2aStreams* RoutedCells::a2a_streams(const TensorCtx& t, uint32_t b0, size_t m) {
+  const Geometry& dg = *t.dg;
+  uint64_t h = m;
+  for (size_t i = 0; i < m; ++i) h = (h ^ t.dt->dense[dg.cell_entries[b0 + i]]) * 0x100000001b3ull;
+  for (auto [it, end] = a2a_table_at_.equal_range(h); it != end; ++it) {
+    A2aStreams& x = a2a_tables_[it->second];
+    if (x.dense.size() != m) continue;
+    size_t i = 0;
+    while (i < m && x.dense[i] == t.dt->dense[dg.cell_entries[b0 + i]]) ++i;
+    if (i == m) {
+      std::atomic_ref<int64_t>(a2a_tables_shared()).fetch_add(1);  // plans run side by side
+      return &x;
+    }
+  }
+  const size_t bytes = m * (sizeof(uint32_t) + 1) + (p_.track_pairs ? m * m * sizeof(int64_t) : 0);
+  if (a2a_table_bytes_ + bytes > kA2aStreamBytes) return nullptr;
+  a2a_table_bytes_ += bytes;
+  A2aStreams& x = a2a_tables_.emplace_back();
+  x.dense.resize(m);
+  for (size_t i = 0; i < m; ++i) x.dense[i] = t.dt->dense[dg.cell_entries[b0 + i]];
+  x.counted.assign(m, 0);
+  if (p_.track_pairs) x.plain.assign(m * m, 0);
+  a2a_table_at_.emplace(h, a2a_tables_.size() - 1);
+  return &x;
+}
+
+void RoutedCells::drain() {
+  if (p_.track_pairs && !a2a_tables_.empty()) {  // a table: stage 1 grown (a2a_region)
+    size_t pairs = p_.relay_bytes[1].size();
+    for (const A2aStreams& x : a2a_tables_)
+      pairs += static_cast<size_t>(std::count(x.counted.begin(), x.counted.end(), 1)) *
+               (x.dense.size() - 1);
+    p_.relay_bytes[1].reserve(pairs);
+  }
+  if (p_.track_pairs)
+    for (const A2aStreams& x : a2a_tables_) {
+      const size_t m = x.dense.size();
+      for (size_t p = 0; p < m; ++p) {
+        if (!x.counted[p]) continue;
+        for (size_t i = 0; i < m; ++i)
+          if (i != p)
+            add_to(p_.relay_bytes[1][uint64_t{x.dense[p]} << 32 | x.dense[i]], x.plain[p * m + i],
+                   "network_bytes");
+      }
+    }
+  a2a_tables_.clear();
+  a2a_table_at_.clear();
+  a2a_table_bytes_ = 0;
+  a2a_cur_ = nullptr;
 }
 
 }  // namespace reshard::planning

@@ -523,6 +523,10 @@ int64_t& entered_sums_taken() {
   static int64_t taken = 0;
   return taken;
 }
+int64_t& a2a_tables_shared() {
+  static int64_t shared = 0;
+  return shared;
+}
 
 std::optional<GuardStop> Context::guard_stop(int64_t max_bytes) {
   const PlanOptions& o = input.options;

@@ -351,6 +351,10 @@ int64_t& direct_sums_taken();
 // pieces the global statistics took at once (RoutedCells::
 // a2a_entered_flush), in this process (tests read it).
 int64_t& entered_sums_taken();
+// All-to-all cells that found their pairs' stream table (RoutedCells::
+// A2aStreams) made by an earlier group of the same pass, in this process
+// (tests read it).
+int64_t& a2a_tables_shared();
 
 // Whether a process part's enumeration replays the pieces of like tensors
 // (planner.cc, build_chunk): on unless a test turns it off to compare the

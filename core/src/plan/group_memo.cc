@@ -52,6 +52,7 @@ bool GroupMemo::compute(const StatsPass& p, const TensorCtx& t, int64_t esum, in
   TiledCells cells(alone, routed);
   int64_t pieces = 0;
   cells.group(t, esum, copies, pieces);
+  routed.drain();
   std::atomic_ref<int64_t>(tiled_groups_computed()).fetch_add(1);  // plans run side by side
   // Only what per-cell arithmetic writes (tiled_cells.cc) is merged: a
   // routed cell writes more (bands, stage-0 rows by holder, split runs).

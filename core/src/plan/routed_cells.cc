@@ -9,8 +9,9 @@
 
 namespace reshard::planning {
 
-void RoutedCells::part_bands_of(const Box& part, const TensorCtx& t, PartBands& pb) const {
-  pb.bands = relay_bands(part, t, p_.o);
+void RoutedCells::part_bands_of(const Box& part, const TensorCtx& t, int64_t chunk,
+                                PartBands& pb) const {
+  pb.bands = relay_bands_of(part, t.esize, chunk);
   const Bands& b = pb.bands;
   pb.n = b.dim < 0 ? 1 : b.n;
   pb.mask = 0;
@@ -81,6 +82,7 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
   several_.assign(m, 0);
   slot_.assign(m, 0);
   a2a_.on = false;
+  a2a_cur_ = nullptr;
   if (++cell_tick_ == 0) {  // wrapped: every stamp is stale again
     std::fill(pending_at_.begin(), pending_at_.end(), Stamped{});
     std::fill(stream_at_.begin(), stream_at_.end(), Stamped{});
@@ -131,8 +133,9 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
     part_holders_.clear();
     holder_range_.assign(np, {0, 0});
     bool any_host = false;
+    const int64_t chunk = band_bytes(p_.o, t.band_scale);
     for (size_t j = 0; j < np; ++j) {
-      part_bands_of(route_.parts[j], t, part_bands_[j]);
+      part_bands_of(route_.parts[j], t, chunk, part_bands_[j]);
       any_host |= route_.cross && route_.part_host[j] >= 0;
     }
     if (any_host) {

@@ -152,6 +152,7 @@ PassEnd stats_pass(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     p.pieces += group_pieces * static_cast<int64_t>(members.size());
     if (p.guard_stops_here(p.pieces)) break;
   }
+  routed.drain();
   return p.finish(schedule, stage_loads, rounds_out);
 }
 

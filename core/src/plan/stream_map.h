@@ -66,6 +66,16 @@ class StreamMap {
       if (x.key == kNone) return nullptr;
     }
   }
+  // Room for n values: a burst of insertions (RoutedCells::drain, at the
+  // pass's end) grows the table once instead of doubling it step by step,
+  // each step leaving its old values behind.
+  void reserve(size_t n) {
+    size_t slots = slots_.empty() ? 64 : slots_.size();
+    while ((n + 1) * 2 > slots) slots *= 2;
+    if (slots != slots_.size()) rehash(slots);
+    keys_.reserve(n);
+    values_.reserve(n);
+  }
   size_t size() const { return values_.size(); }
   bool empty() const { return values_.empty(); }
   // Calls f(key, value) for every entry, in insertion order.
@@ -82,8 +92,13 @@ class StreamMap {
   size_t slot_of(uint64_t key) const {
     return static_cast<size_t>((key * 0x9e3779b97f4a7c15ull) >> shift_);
   }
-  void grow() {
-    const size_t n = slots_.empty() ? 64 : slots_.size() * 2;
+  // The slots are rebuilt from keys_: the old ones are let go first, so
+  // that growing never holds both (at 16,384 devices a relay stage's
+  // table grows from 256 to 512 MiB, and where that came at the pass's
+  // end, the two were its peak).
+  void grow() { rehash(slots_.empty() ? 64 : slots_.size() * 2); }
+  void rehash(size_t n) {
+    std::vector<Slot>().swap(slots_);
     slots_.assign(n, Slot{});
     mask_ = n - 1;
     shift_ = 64 - __builtin_ctzll(n);

@@ -489,7 +489,6 @@ class Enumerator {
   std::vector<size_t> chain_;     // reduce_part(): host group starts in pre_hosts_
   std::vector<size_t> links_;     // reduce_part(): the groups that may chain
   std::vector<uint32_t> owners_;  // reduce_part(): each chained host's owner (in bands)
-  std::vector<Box> lin_boxes_;
   // cross_gate(): per key (see there) whether the group is uniform and
   // crosses, and its last answer: tensor, cell (SIZE_MAX: every cell).
   struct GateHash {

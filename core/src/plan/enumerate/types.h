@@ -228,11 +228,14 @@ inline int64_t band_bytes(const PlanOptions& o, uint32_t scale) {
   return c > INT64_MAX / std::max<uint32_t>(scale, 1) ? INT64_MAX
                                                       : c * std::max<uint32_t>(scale, 1);
 }
-inline Bands relay_bands(const Box& D, const TensorCtx& t, const PlanOptions& o) {
+// The relay bands of D for bands of `chunk` bytes (band_bytes of t's
+// options and band scale: relay_bands below; a caller banding many parts
+// of one tensor computes it once).
+inline Bands relay_bands_of(const Box& D, int64_t esize, int64_t chunk) {
   Bands b;
   if (D.rank == 0 || D.empty()) return b;
-  const int64_t bytes = D.volume() * t.esize;
-  int64_t n = std::min<int64_t>(kRelayBands, bytes / band_bytes(o, t.band_scale));
+  const int64_t bytes = D.volume() * esize;
+  int64_t n = std::min<int64_t>(kRelayBands, bytes / chunk);
   if (n < 2) return b;
   int dim = -1;
   for (int d = 0; d < D.rank && dim < 0; ++d)
@@ -249,6 +252,9 @@ inline Bands relay_bands(const Box& D, const TensorCtx& t, const PlanOptions& o)
   b.lo = D.lo[dim];
   b.ext = D.extent(dim);
   return b;
+}
+inline Bands relay_bands(const Box& D, const TensorCtx& t, const PlanOptions& o) {
+  return relay_bands_of(D, t.esize, band_bytes(o, t.band_scale));
 }
 
 // The hosts of each cell of a destination geometry (tiled, or explicit:
