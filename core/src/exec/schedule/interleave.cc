@@ -84,6 +84,7 @@ void interleave_round(std::span<const DirectCopy> direct, const std::vector<Tens
     return last = i;
   };
   std::vector<Item> items;
+  items.reserve(e - b);
   for (size_t i = b; i < e; ++i) {
     const DirectCopy& c = direct[order[i]];
     // A relay reads a destination entry, which copies of the same round
