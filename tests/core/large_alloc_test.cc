@@ -43,6 +43,9 @@ std::string vm_flags_of(const void* p) {
 // to 2 MiB, with huge pages requested ("hg"), its contents kept across
 // growth; smaller ones come from operator new (not so advised).
 TEST(LargeAlloc, LargeBlocksAreAlignedAndAdvisedHuge) {
+  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled")) {
+    GTEST_SKIP() << "no transparent huge pages in this kernel";
+  }
   std::vector<uint64_t, LargeAllocator<uint64_t>> big;
   big.reserve(large_alloc_detail::kLargeBytes / sizeof(uint64_t) + 7);
   for (uint64_t i = 0; i < 1000; ++i) big.push_back(i * 3);
