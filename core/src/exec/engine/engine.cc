@@ -205,9 +205,9 @@ class Copier {
   bool in_flight_ = false;
   int64_t since_progress_ = 0;
   std::vector<uint64_t> scratch_;
-  std::map<std::pair<int64_t, int32_t>, std::vector<CopyOp>> queued_;
+  std::map<std::pair<int64_t, int32_t>, engine_detail::OpList> queued_;
   std::pair<int64_t, int32_t> last_key_;
-  std::vector<CopyOp>* last_ = nullptr;  // queued_[last_key_]
+  engine_detail::OpList* last_ = nullptr;  // queued_[last_key_]
 };
 
 // --------------------------------------------------------------- the run

@@ -74,6 +74,7 @@
 #include "reshard/exec.h"
 #include "reshard/plan.h"
 #include "reshard/transport.h"
+#include "util/large_alloc.h"
 
 namespace reshard::engine_detail {
 
@@ -388,13 +389,17 @@ struct Schedule {
 // which it is handed to the transport every time (run_keyed_copies): its
 // launch cache then finds the call without comparing its ops; the engine
 // does no per-piece work.
+// A copy call's ops: one op per piece for the device path, filled once
+// (util/large_alloc.h).
+using OpList = std::vector<CopyOp, LargeAllocator<CopyOp>>;
+
 struct Replay {
   struct Call {
     bool order = false;  // order_streams(), else run_keyed_copies(device, ordinal, ops, key)
     int64_t device = 0;
     int32_t ordinal = 0;
     uint64_t key = 0;
-    std::vector<CopyOp> ops;
+    OpList ops;
   };
   std::vector<uint64_t> buffers;  // buffer_list of the buffers it ran on
   int32_t last_stage = -1;

@@ -84,6 +84,7 @@ void interleave_round(std::span<const DirectCopy> direct, const std::vector<Tens
     return last = i;
   };
   std::vector<Item> items;
+  items.reserve(e - b);
   for (size_t i = b; i < e; ++i) {
     const DirectCopy& c = direct[order[i]];
     // A relay reads a destination entry, which copies of the same round
@@ -103,11 +104,13 @@ void interleave_round(std::span<const DirectCopy> direct, const std::vector<Tens
   const auto same_key = [](const Item& x, const Item& y) {
     return x.buffer == y.buffer && x.shape == y.shape;
   };
-  // Stable (items are in index order), without stable_sort's buffer.
-  std::sort(items.begin(), items.end(), [](const Item& x, const Item& y) {
+  const auto before = [](const Item& x, const Item& y) {
     return std::tie(x.buffer, x.shape, x.src_offset, x.index) <
            std::tie(y.buffer, y.shape, y.src_offset, y.index);
-  });
+  };
+  // Mostly a few ascending runs: a round's copies by message, each
+  // message's in tensor order.
+  sort_runs(items, before);
   // Groups: equal keys, first runs within one source row (from the first
   // copy's first element to the last one's end no more than the row
   // stride), at most kMaxInterleavedCopies.

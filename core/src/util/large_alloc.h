@@ -1,0 +1,85 @@
+// Internal: an allocator for the few large arrays an execution fills once
+// per piece (the engine's copy lists, ~480 bytes per op; the schedule's
+// per-piece descriptors), whose first execution otherwise spends much of
+// its time in page faults: a fresh block of n bytes takes n / 4 KiB faults,
+// each mapping, charging and clearing one page.
+//
+// A block of at least kLargeBytes is mapped on its own, aligned to 2 MiB,
+// with transparent huge pages requested (MADV_HUGEPAGE: where the kernel
+// grants them, one fault maps 2 MiB) and its pages mapped in one call
+// (MADV_POPULATE_WRITE) rather than a fault each. Smaller blocks, and other
+// systems, use operator new. Stateless: any two allocators are equal.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace reshard {
+
+namespace large_alloc_detail {
+
+inline constexpr size_t kHuge = size_t{2} << 20;  // the huge page's size
+inline constexpr size_t kLargeBytes = size_t{1} << 20;
+
+// The bytes mapped for a large block of `bytes`: whole huge pages.
+constexpr size_t mapped_bytes(size_t bytes) { return (bytes + kHuge - 1) / kHuge * kHuge; }
+
+inline void* allocate(size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (bytes >= kLargeBytes) {
+    const size_t len = mapped_bytes(bytes);
+    // Mapped with a huge page of slack, then trimmed to an aligned range.
+    void* raw =
+        mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) throw std::bad_alloc();
+    const auto lo = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t start = (lo + kHuge - 1) / kHuge * kHuge;
+    if (start > lo) munmap(raw, start - lo);
+    if (lo + kHuge > start) munmap(reinterpret_cast<void*>(start + len), lo + kHuge - start);
+    void* p = reinterpret_cast<void*>(start);
+    (void)madvise(p, len, MADV_HUGEPAGE);
+#if defined(MADV_POPULATE_WRITE)
+    // The block's own pages (what the caller asked for, which it fills).
+    (void)madvise(p, (bytes + 4095) / 4096 * 4096, MADV_POPULATE_WRITE);
+#endif
+    return p;
+  }
+#endif
+  return ::operator new(bytes);
+}
+
+inline void deallocate(void* p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (bytes >= kLargeBytes) {
+    munmap(p, mapped_bytes(bytes));
+    return;
+  }
+#endif
+  ::operator delete(p);
+}
+
+}  // namespace large_alloc_detail
+
+template <class T>
+struct LargeAllocator {
+  using value_type = T;
+  LargeAllocator() = default;
+  template <class U>
+  LargeAllocator(const LargeAllocator<U>&) {}  // NOLINT: a rebind
+  T* allocate(size_t n) {
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_array_new_length();
+    return static_cast<T*>(large_alloc_detail::allocate(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t n) { large_alloc_detail::deallocate(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const LargeAllocator<U>&) const {
+    return true;
+  }
+};
+
+}  // namespace reshard

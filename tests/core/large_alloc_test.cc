@@ -1,0 +1,68 @@
+// util/large_alloc.h: the allocator of the engine's per-piece arrays (its
+// copy lists), which a first execution fills once.
+#include "util/large_alloc.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "exec/schedule/engine_schedule.h"
+
+namespace reshard {
+namespace {
+
+// The engine's copy lists (and the replay that keeps them) use it.
+static_assert(std::is_same_v<engine_detail::OpList::allocator_type, LargeAllocator<CopyOp>>);
+
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+// The VmFlags line of the mapping of /proc/self/smaps holding `p`.
+std::string vm_flags_of(const void* p) {
+  std::ifstream in("/proc/self/smaps");
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    unsigned long lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = a >= lo && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return {};
+}
+
+// Invariant: a block of at least kLargeBytes is mapped on its own, aligned
+// to 2 MiB, with huge pages requested ("hg"), its contents kept across
+// growth; smaller ones come from operator new (not so advised).
+TEST(LargeAlloc, LargeBlocksAreAlignedAndAdvisedHuge) {
+  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled")) {
+    GTEST_SKIP() << "no transparent huge pages in this kernel";
+  }
+  std::vector<uint64_t, LargeAllocator<uint64_t>> big;
+  big.reserve(large_alloc_detail::kLargeBytes / sizeof(uint64_t) + 7);
+  for (uint64_t i = 0; i < 1000; ++i) big.push_back(i * 3);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % large_alloc_detail::kHuge, 0u);
+  const std::string flags = vm_flags_of(big.data());
+  ASSERT_FALSE(flags.empty());
+  EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+  big.resize(3 * large_alloc_detail::kLargeBytes / sizeof(uint64_t));  // grows: a new mapping
+  for (uint64_t i = 0; i < 1000; ++i) ASSERT_EQ(big[i], i * 3);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % large_alloc_detail::kHuge, 0u);
+  EXPECT_NE(vm_flags_of(big.data()).find(" hg"), std::string::npos);
+
+  std::vector<uint64_t, LargeAllocator<uint64_t>> small(100, 5);
+  EXPECT_EQ(small[99], 5u);
+  EXPECT_EQ(vm_flags_of(small.data()).find(" hg"), std::string::npos);
+}
+#endif
+
+}  // namespace
+}  // namespace reshard
