@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "cluster_costs.h"
 #include "reshard/simulate.h"
 #include "reshard/spec.h"
 
@@ -20,11 +21,7 @@ double estimate_ratio(const std::string& spec) {
   Spec s = load_spec(kRoot + "/bench/specs/" + spec + ".json");
   const ClusterTopology c =
       load_cluster_topology(kRoot + "/bench/topologies/h100_8gpu_ndr400.json");
-  PlanOptions& o = s.input.options;
-  o.alpha_seconds = c.alpha_seconds;
-  o.intra_host_bytes_per_second = c.intra_host_bytes_per_second;
-  o.inter_host_bytes_per_second = c.nic_bytes_per_second;
-  o.nics_per_host = c.nics_per_host;
+  plan_with_cluster_costs(s.input.options, c);
   const SimResult r = simulate_plan(s.input, c);
   return PlanStats::ratio(r.estimate_seconds, r.seconds);
 }

@@ -8,6 +8,7 @@
 #include <map>
 #include <tuple>
 
+#include "cluster_costs.h"
 #include "oracle_check.h"
 #include "plan/enumerate/types.h"
 #include "plan/rounds.h"
@@ -678,11 +679,7 @@ TEST(PlanRounds, KeyedCutsArePricedWherePipeliningLoses) {
   Spec s = load_spec(std::string(RESHARD_SOURCE_DIR) + "/bench/specs/psum_dp4_hosts_of_2.json");
   const ClusterTopology c = load_cluster_topology(std::string(RESHARD_SOURCE_DIR) +
                                                   "/bench/topologies/h100_8gpu_ndr400.json");
-  PlanOptions& o = s.input.options;
-  o.alpha_seconds = c.alpha_seconds;
-  o.intra_host_bytes_per_second = c.intra_host_bytes_per_second;
-  o.inter_host_bytes_per_second = c.nic_bytes_per_second;
-  o.nics_per_host = c.nics_per_host;
+  plan_with_cluster_costs(s.input.options, c);
   const Plan plan = make_plan(s.input);
   EXPECT_EQ(keyed_cuts(plan, planning::kKeyGranule), 2) << "keyed";
   EXPECT_EQ(plan.stats().messages, 176);

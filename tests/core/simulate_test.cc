@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 
+#include "core/cluster_costs.h"
 #include "core/random_cases.h"
 #include "reshard/error.h"
 #include "reshard/spec.h"
@@ -471,11 +472,7 @@ TEST(SimulateBound, HostsTogetherFanOutNeverAboveASimulatedPlan) {
     const double alphas[] = {0, 1e-6, 5e-6, 1e-4};
     const ClusterTopology cl = cluster(alphas[uni(0, 3)], uni(0, 1) ? 4.5e11 : 1e9,
                                        uni(0, 1) ? 5e10 : 1e8, uni(0, 1) ? 0 : 8);
-    PlanOptions& o = s.input.options;
-    o.alpha_seconds = cl.alpha_seconds;
-    o.intra_host_bytes_per_second = cl.intra_host_bytes_per_second;
-    o.inter_host_bytes_per_second = cl.nic_bytes_per_second;
-    o.nics_per_host = cl.nics_per_host;
+    plan_with_cluster_costs(s.input.options, cl);
     const SimBound b = simulate_lower_bound(s.input, cl);
     binds += b.kind == "hosts" && b.fan > 1;
     PlanInput single = s.input;
