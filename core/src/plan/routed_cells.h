@@ -111,6 +111,13 @@ class RoutedCells {
   };
   PairSlots* find_pair(size_t i, uint32_t src, size_t m, bool indexed);
   PairSlots& pair(size_t i, uint32_t src, size_t m, bool indexed);
+  // Asks for the pair's slot ahead of pair().
+  void prefetch_pair(size_t i, uint32_t src, size_t m, bool indexed) const {
+    if (indexed)
+      __builtin_prefetch(&pair_at_[i * m + pos_in_cell_[src]], 1);
+    else
+      pair_map_.prefetch(pair_key(i, src));
+  }
   // The pair's pending piece (null: none yet), and its stream in `stage`
   // (added where new).
   Pending* pending_of(size_t i, const PairSlots& ps) {
@@ -165,7 +172,10 @@ class RoutedCells {
     std::array<ForwardSums, 2> sums;  // stage 1 (entered here), stage 2
   };
   std::vector<HostForward> forwards_;
-  std::vector<uint32_t> fwd_refs_;  // the pairs' streams, by index in streams_[entry]
+  std::vector<uint32_t> fwd_refs_;
+  std::vector<std::pair<uint32_t, uint32_t>>
+      fwd_parts_;  // per part: (leader's q, source)  // the pairs' streams, by index in
+                   // streams_[entry]
 
   // The all-to-all cell (all_to_all_cell.h; all_to_all_cell.cc).
   // a2a's sums since the last flush, added to every (entry, source) pair
@@ -321,6 +331,9 @@ class RoutedCells {
       if (used_ == 0) return;
       std::fill(slots_.begin(), slots_.end(), Slot{});
       used_ = 0;
+    }
+    void prefetch(uint64_t key) const {
+      if (!slots_.empty()) __builtin_prefetch(&slots_[slot_of(key)], 1);
     }
     V* find(uint64_t key) {
       if (slots_.empty()) return nullptr;
