@@ -87,11 +87,11 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
     std::fill(pair_at_.begin(), pair_at_.end(), StampedSlots{});
     cell_tick_ = 1;
   }
-  // Indexed where the tables stay small (16 Mi slots), else hashed; set
+  // Indexed where the table stays small (8 Mi pairs, 128 MiB), else hashed; set
   // up at the first region that takes a route (a single-hop pass needs
   // none; zeroing them was 8% of `reshard plan` on the 4,096-device MoE
   // sync of bench/plan_scale.py).
-  const bool indexed = m * m * 2 <= (size_t{1} << 24);
+  const bool indexed = m * m <= (size_t{1} << 23);
   if (!indexed) pair_map_.clear();
   by_host_cell_.clear();
   for (uint32_t i = b0; i < b1; ++i) by_host_cell_.emplace_back(t.dt->host[dg.cell_entries[i]], i);
