@@ -630,11 +630,10 @@ TEST(PlanStatsFastPath, HostsOfSeveralEntriesVisitEachForwardOnce) {
 }
 
 // A cell too large for the routed statistics' index tables (more than
-// 2,896 entries: its pending pieces and streams hashed, RoutedCells'
-// pending_map_ and stream_map_): 4 holder devices on 2 hosts into 375
-// receiving hosts of 8 entries, each taking the whole (small) tensor. Below
-// full scale (the sanitizer builds, where it took 105 s) one dtype instead of
-// two.
+// 2,896 entries: its pending pieces and streams hashed, RoutedCells::
+// pair_map_): 4 holder devices on 2 hosts into 375 receiving hosts of 8
+// entries, each taking the whole (small) tensor. Below full scale (the
+// sanitizer builds, where it took 105 s) one dtype instead of two.
 TEST(PlanStatsFastPath, CellsBeyondTheIndexTablesMatchTheEnumeration) {
   PlanInput in;
   for (int64_t d = 0; d < 4; ++d)

@@ -385,17 +385,12 @@ void RoutedCells::a2a_leave(const TensorCtx& t, uint32_t b0, size_t m, bool inde
       AllToAllCell::Ref& r = a2a_.ref[i * m + p];
       if (a2a_cur_ && p_.track_pairs)  // its bytes so far stay in the table (drain)
         r.plain = p_.relay_bytes[1].index(uint64_t{a2a_cur_->dense[p]} << 32 | a2a_cur_->dense[i]);
-      const size_t pk = i * m + p;
-      if (indexed)
-        stream_at_[pk * 2] = Stamped{cell_tick_, static_cast<uint32_t>(streams_[i].size())};
-      else
-        stream_map_.emplace(stream_key(i, src, 1), static_cast<uint32_t>(streams_[i].size()));
-      streams_[i].push_back(StreamRef{src, 1, true, r.plain, r.banded});
-      if (indexed)
-        pending_at_[pk] = Stamped{cell_tick_, static_cast<uint32_t>(pending_[i].size())};
-      else
-        pending_map_.emplace(pending_key(i, src), static_cast<uint32_t>(pending_[i].size()));
-      pending_[i].push_back(Pending{src, 1, s.pending_band, s.pending});
+      PairSlots& ps = pair(i, src, m, indexed);
+      StreamRef& ref = stream_of(i, ps, src, 1);
+      ref.counted = true;
+      ref.plain = r.plain;
+      ref.banded = r.banded;
+      set_pending(i, ps, Pending{src, 1, s.pending_band, s.pending});
     }
   a2a_.on = false;
   a2a_cur_ = nullptr;

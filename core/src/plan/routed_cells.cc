@@ -84,19 +84,15 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
   a2a_.on = false;
   a2a_cur_ = nullptr;
   if (++cell_tick_ == 0) {  // wrapped: every stamp is stale again
-    std::fill(pending_at_.begin(), pending_at_.end(), Stamped{});
-    std::fill(stream_at_.begin(), stream_at_.end(), Stamped{});
+    std::fill(pair_at_.begin(), pair_at_.end(), StampedSlots{});
     cell_tick_ = 1;
   }
-  // Indexed where the tables stay small (16 Mi slots), else hashed; set
+  // Indexed where the table stays small (8 Mi pairs, 128 MiB), else hashed; set
   // up at the first region that takes a route (a single-hop pass needs
   // none; zeroing them was 8% of `reshard plan` on the 4,096-device MoE
   // sync of bench/plan_scale.py).
-  const bool indexed = m * m * 2 <= (size_t{1} << 24);
-  if (!indexed) {
-    pending_map_.clear();
-    stream_map_.clear();
-  }
+  const bool indexed = m * m <= (size_t{1} << 23);
+  if (!indexed) pair_map_.clear();
   by_host_cell_.clear();
   for (uint32_t i = b0; i < b1; ++i) by_host_cell_.emplace_back(t.dt->host[dg.cell_entries[i]], i);
   std::sort(by_host_cell_.begin(), by_host_cell_.end());
@@ -119,10 +115,7 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
         pos_in_cell_.resize(t.dst->num_entries());
       if (indexed)
         for (uint32_t i = b0; i < b1; ++i) pos_in_cell_[dg.cell_entries[i]] = i - b0;
-      if (indexed && stream_at_.size() < m * m * 2) {
-        pending_at_.assign(m * m, Stamped{});
-        stream_at_.assign(m * m * 2, Stamped{});
-      }
+      if (indexed && pair_at_.size() < m * m) pair_at_.assign(m * m, StampedSlots{});
     }
     p_.assigned.region_holders().set(t, h, n);
     const size_t np = route_.parts.size();
@@ -240,39 +233,19 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
   return true;
 }
 
-RoutedCells::Pending* RoutedCells::find_pending(size_t i, uint32_t src, size_t m, bool indexed) {
-  std::vector<Pending>& pe = pending_[i];
+RoutedCells::PairSlots* RoutedCells::find_pair(size_t i, uint32_t src, size_t m, bool indexed) {
   if (indexed) {
-    const Stamped& at = pending_at_[i * m + pos_in_cell_[src]];  // by source alone
-    return at.tick == cell_tick_ ? &pe[at.index] : nullptr;
+    StampedSlots& at = pair_at_[i * m + pos_in_cell_[src]];
+    return at.tick == cell_tick_ ? &at.slots : nullptr;
   }
-  const uint32_t* at = pending_map_.find(pending_key(i, src));
-  return at ? &pe[*at] : nullptr;
+  return pair_map_.find(pair_key(i, src));
 }
 
-void RoutedCells::add_pending(size_t i, const Pending& x, size_t m, bool indexed) {
-  std::vector<Pending>& pe = pending_[i];
-  if (indexed)
-    pending_at_[i * m + pos_in_cell_[x.src]] =
-        Stamped{cell_tick_, static_cast<uint32_t>(pe.size())};
-  else
-    pending_map_.emplace(pending_key(i, x.src), static_cast<uint32_t>(pe.size()));
-  pe.push_back(x);
-}
-
-RoutedCells::StreamRef& RoutedCells::stream_ref(size_t i, uint32_t src, uint32_t stage, size_t m,
-                                                bool indexed) {
-  std::vector<StreamRef>& se = streams_[i];
-  if (indexed) {
-    Stamped& at = stream_at_[(i * m + pos_in_cell_[src]) * 2 + (stage == 1 ? 0 : 1)];
-    if (at.tick == cell_tick_) return se[at.index];
-    at = Stamped{cell_tick_, static_cast<uint32_t>(se.size())};
-  } else {
-    const auto [at, fresh] =
-        stream_map_.emplace(stream_key(i, src, stage), static_cast<uint32_t>(se.size()));
-    if (!fresh) return se[at];
-  }
-  return se.emplace_back(StreamRef{src, stage});
+RoutedCells::PairSlots& RoutedCells::pair(size_t i, uint32_t src, size_t m, bool indexed) {
+  if (!indexed) return pair_map_.emplace(pair_key(i, src));
+  StampedSlots& at = pair_at_[i * m + pos_in_cell_[src]];
+  if (at.tick != cell_tick_) at = StampedSlots{cell_tick_, PairSlots{}};
+  return at.slots;
 }
 
 void RoutedCells::take_part(const TensorCtx& t, size_t i, uint32_t e, uint32_t src, uint32_t stage,
@@ -288,8 +261,9 @@ void RoutedCells::take_part(const TensorCtx& t, size_t i, uint32_t e, uint32_t s
   const PartBands& pb = part_bands_[j];
   const Box& part = route_.parts[j];
   int64_t added = pb.n;
+  PairSlots& ps = pair(i, src, m, indexed);
   with_edges(part, pb, [&](const Box& first, const Box& last) {
-    if (Pending* q = find_pending(i, src, m, indexed)) {
+    if (Pending* q = pending_of(i, ps)) {
       bool grew = false;
       if (q->stage == stage && q->band == 0 && RelayMerger::extends(q->box, first)) {
         --added;
@@ -297,10 +271,10 @@ void RoutedCells::take_part(const TensorCtx& t, size_t i, uint32_t e, uint32_t s
       }
       if (!grew) *q = Pending{src, stage, pb.last_band, last};
     } else {
-      add_pending(i, Pending{src, stage, pb.last_band, last}, m, indexed);
+      set_pending(i, ps, Pending{src, stage, pb.last_band, last});
     }
   });
-  StreamRef& ref = stream_ref(i, src, stage, m, indexed);
+  StreamRef& ref = stream_of(i, ps, src, stage);
   relay_part(t, ref, e, route_.parts[j], pb, added, esum, copies, group_pieces);
 }
 
@@ -315,25 +289,43 @@ void RoutedCells::host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_
   forwards_.assign(k, HostForward{});
   for (size_t q = 0; q < k; ++q) {
     const uint32_t l = dg.cell_entries[at(q)];
-    if (const Pending* x = find_pending(at(q == 0 ? 1 : 0) - b0, l, m, indexed)) {
+    const size_t i = at(q == 0 ? 1 : 0) - b0;
+    const PairSlots* ps = find_pair(i, l, m, indexed);
+    if (ps && ps->pending != kUnset) {
       forwards_[q].has_pending = true;
-      forwards_[q].pending = *x;
+      forwards_[q].pending = pending_[i][ps->pending];
     }
   }
+  // Each part's leader (at q on the host) and, where it entered on another
+  // host, the leader there it takes the part from (kUnset: none): the
+  // pair's slots asked for kPrefetchAhead parts on (each lookup missed the
+  // cache: a tenth of `reshard plan` on the 8,192-device MoE sync).
+  fwd_parts_.resize(np);
   for (size_t j = 0; j < np; ++j) {
-    const bool entry = Enumerator::arrives_first(route_, j, idx);
     const uint32_t l = p_.en.leader(route_, hi, j);
     size_t q = 0;
     while (q < k && dg.cell_entries[at(q)] != l) ++q;
     if (q == k) fail(ErrorCode::kInternal, "statistics: a part's leader off its host");
-    // The leader takes the part in.
-    if (entry) {
-      stage0(at(q), l, j);
-    } else {
-      const uint32_t src =
+    fwd_parts_[j] = {static_cast<uint32_t>(q), kUnset};
+    if (!Enumerator::arrives_first(route_, j, idx))
+      fwd_parts_[j].second =
           p_.en.leader(route_, recv_host_[static_cast<size_t>(route_.part_entry[j])], j);
+  }
+  const auto ask = [&](size_t j) {
+    const auto [q, src] = fwd_parts_[j];
+    if (src != kUnset) prefetch_pair(at(q) - b0, src, m, indexed);
+  };
+  for (size_t j = 0; j < np && j < kPrefetchAhead; ++j) ask(j);
+  for (size_t j = 0; j < np; ++j) {
+    if (j + kPrefetchAhead < np) ask(j + kPrefetchAhead);
+    const auto [q, src] = fwd_parts_[j];
+    const bool entry = src == kUnset;
+    const uint32_t l = dg.cell_entries[at(q)];
+    // The leader takes the part in.
+    if (entry)
+      stage0(at(q), l, j);
+    else
       take_part(t, at(q) - b0, l, src, 1, j, m, indexed, esum, copies, group_pieces);
-    }
     // ... and forwards it to the host's other entries, summed once.
     const uint32_t stage = entry ? 1 : 2;
     const PartBands& pb = part_bands_[j];
@@ -383,12 +375,19 @@ void RoutedCells::host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_
   };
   // Every (entry, leader) pair's streams, first found (in the order below)
   // with the relay_bytes slot of each not yet counted asked for: each
-  // lookup in a table of millions of streams missed the cache.
+  // lookup in a table of millions of streams missed the cache. The
+  // leader's pending piece is the pair's from here (nothing below reads
+  // it).
   fwd_refs_.clear();
+  each_forward([&](const HostForward&, size_t i, uint32_t l, uint32_t, uint32_t, uint32_t) {
+    prefetch_pair(i, l, m, indexed);
+  });
   each_forward([&](const HostForward& f, size_t i, uint32_t l, uint32_t, uint32_t sd, uint32_t dd) {
+    PairSlots& ps = pair(i, l, m, indexed);
+    set_pending(i, ps, f.pending);
     for (uint32_t stage = 1; stage <= 2; ++stage) {
       if (!f.sums[stage - 1].touched) continue;
-      const StreamRef& ref = stream_ref(i, l, stage, m, indexed);
+      const StreamRef& ref = stream_of(i, ps, l, stage);
       fwd_refs_.push_back(static_cast<uint32_t>(&ref - streams_[i].data()));
       if (ref.counted || !p_.track_pairs) continue;
       p_.stage_grow(stage);
@@ -428,10 +427,6 @@ void RoutedCells::host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_
           if (p_.track_pairs)
             for (size_t x = 1; x < kRelayBands; ++x) add_to(b.bytes[x], s.band[x], "network_bytes");
         }
-        if (Pending* x = find_pending(i, l, m, indexed))
-          *x = f.pending;
-        else
-          add_pending(i, f.pending, m, indexed);
       });
 }
 

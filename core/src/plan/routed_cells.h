@@ -100,12 +100,45 @@ class RoutedCells {
     uint32_t src = 0, stage = 0, band = 0;
     Box box;
   };
-  // The entry at position i of the cell (of m): its pending piece from
-  // source entry src (null: none yet), a new one, its stream from src in
-  // `stage` (added where new); by index where `indexed`, else hashed.
-  Pending* find_pending(size_t i, uint32_t src, size_t m, bool indexed);
-  void add_pending(size_t i, const Pending& x, size_t m, bool indexed);
-  StreamRef& stream_ref(size_t i, uint32_t src, uint32_t stage, size_t m, bool indexed);
+  // The pair (entry at position i of the cell of m, source entry src):
+  // where its pending piece and its streams in stages 1 and 2 are, side by
+  // side (one lookup a pair, not one for the piece and one per stream);
+  // by index where `indexed`, else hashed. find_pair: null where the pair
+  // has none of them yet; pair: made (all kUnset) where absent.
+  struct PairSlots {
+    uint32_t pending = kUnset;                       // in pending_[i]
+    std::array<uint32_t, 2> stream{kUnset, kUnset};  // in streams_[i], stage 1 and 2
+  };
+  PairSlots* find_pair(size_t i, uint32_t src, size_t m, bool indexed);
+  PairSlots& pair(size_t i, uint32_t src, size_t m, bool indexed);
+  // Asks for the pair's slot ahead of pair().
+  void prefetch_pair(size_t i, uint32_t src, size_t m, bool indexed) const {
+    if (indexed)
+      __builtin_prefetch(&pair_at_[i * m + pos_in_cell_[src]], 1);
+    else
+      pair_map_.prefetch(pair_key(i, src));
+  }
+  // The pair's pending piece (null: none yet), and its stream in `stage`
+  // (added where new).
+  Pending* pending_of(size_t i, const PairSlots& ps) {
+    return ps.pending == kUnset ? nullptr : &pending_[i][ps.pending];
+  }
+  StreamRef& stream_of(size_t i, PairSlots& ps, uint32_t src, uint32_t stage) {
+    uint32_t& at = ps.stream[stage == 1 ? 0 : 1];
+    std::vector<StreamRef>& se = streams_[i];
+    if (at != kUnset) return se[at];
+    at = static_cast<uint32_t>(se.size());
+    return se.emplace_back(StreamRef{src, stage});
+  }
+  // The pair's pending piece set to x.
+  void set_pending(size_t i, PairSlots& ps, const Pending& x) {
+    if (ps.pending != kUnset) {
+      pending_[i][ps.pending] = x;
+      return;
+    }
+    ps.pending = static_cast<uint32_t>(pending_[i].size());
+    pending_[i].push_back(x);
+  }
   // Part j of the region from src to entry e (at position i of m) in
   // `stage`: merged into the pair's pending piece, accounted by
   // relay_part.
@@ -139,7 +172,10 @@ class RoutedCells {
     std::array<ForwardSums, 2> sums;  // stage 1 (entered here), stage 2
   };
   std::vector<HostForward> forwards_;
-  std::vector<uint32_t> fwd_refs_;  // the pairs' streams, by index in streams_[entry]
+  std::vector<uint32_t> fwd_refs_;
+  std::vector<std::pair<uint32_t, uint32_t>>
+      fwd_parts_;  // per part: (leader's q, source)  // the pairs' streams, by index in
+                   // streams_[entry]
 
   // The all-to-all cell (all_to_all_cell.h; all_to_all_cell.cc).
   // a2a's sums since the last flush, added to every (entry, source) pair
@@ -266,33 +302,29 @@ class RoutedCells {
   std::vector<std::pair<int32_t, uint32_t>> by_host_cell_;
   std::vector<int64_t> recv_index_;  // per host of the cell (Enumerator::receiving_table)
   std::vector<size_t> recv_host_;    // per receiving host
-  // Per cell: each entry's position in it, per (entry, source entry) of
-  // the cell the index of the entry's pending piece, and per (entry,
-  // source entry, stage) that of its stream, each valid where its stamp is
-  // the cell's tick. Stamp and index side by side (one cache miss a
-  // lookup, not two) and no unused pending slots: a 1,024-entry cell's
-  // tables take 24 MiB instead of 48, and the misses on four separate
-  // arrays were about a tenth of the statistics' time of a 4,096-device
-  // MoE sync.
-  struct Stamped {
-    uint32_t tick = 0, index = 0;
+  // Per cell: each entry's position in it, and per (entry, source entry)
+  // of the cell its PairSlots, valid where its stamp is the cell's tick.
+  // Stamp and slots side by side (one cache miss a lookup), 16 bytes a
+  // pair: the pending piece's and the streams' indices in separate tables
+  // took 24 bytes a pair and a miss on each (find_pending and stream_ref
+  // were about a tenth of `reshard plan` on the 4,096-device MoE sync).
+  struct StampedSlots {
+    uint32_t tick = 0;
+    PairSlots slots;
   };
   std::vector<uint32_t> pos_in_cell_;
-  std::vector<Stamped> pending_at_, stream_at_;
+  std::vector<StampedSlots> pair_at_;
   uint32_t cell_tick_ = 0;
-  // Where a cell is too large for the tables: the same indices hashed,
-  // keyed by the entry's position in the cell and the source entry (and
-  // the stage).
-  static uint64_t pending_key(size_t i, uint32_t src) { return uint64_t{i} << 32 | src; }
-  static uint64_t stream_key(size_t i, uint32_t src, uint32_t stage) {
-    return uint64_t{i} << 33 | uint64_t{src} << 1 | (stage == 1 ? 0 : 1);
-  }
+  // Where a cell is too large for the table: the same slots hashed, keyed
+  // by the entry's position in the cell and the source entry.
+  static uint64_t pair_key(size_t i, uint32_t src) { return uint64_t{i} << 32 | src; }
   // Open addressing, cleared per cell (std::unordered_map took a node per
   // entry: its lookups, allocations and frees were about a tenth of the
   // statistics of the 16,384-device MoE sync). Its values sit in the slots:
   // a StreamMap<uint32_t> (values in a vector of their own, named by an
   // index in the slot) measured 2% slower and 10 MB larger at 8,192
   // devices.
+  template <class V>
   class CellIndex {
    public:
     void clear() {
@@ -300,23 +332,27 @@ class RoutedCells {
       std::fill(slots_.begin(), slots_.end(), Slot{});
       used_ = 0;
     }
-    const uint32_t* find(uint64_t key) const {
+    void prefetch(uint64_t key) const {
+      if (!slots_.empty()) __builtin_prefetch(&slots_[slot_of(key)], 1);
+    }
+    V* find(uint64_t key) {
       if (slots_.empty()) return nullptr;
       for (size_t s = slot_of(key);; s = (s + 1) & mask_) {
         if (slots_[s].key == key) return &slots_[s].value;
         if (slots_[s].key == kNone) return nullptr;
       }
     }
-    // key's value, `value` inserted where absent (fresh).
-    std::pair<uint32_t, bool> emplace(uint64_t key, uint32_t value) {
+    // key's value, V{} inserted where absent; valid until the next
+    // emplace.
+    V& emplace(uint64_t key) {
       if ((used_ + 1) * 2 > slots_.size()) grow();
       for (size_t s = slot_of(key);; s = (s + 1) & mask_) {
         Slot& x = slots_[s];
-        if (x.key == key) return {x.value, false};
+        if (x.key == key) return x.value;
         if (x.key == kNone) {
-          x = Slot{key, value};
+          x = Slot{key, V{}};
           ++used_;
-          return {value, true};
+          return x.value;
         }
       }
     }
@@ -325,7 +361,7 @@ class RoutedCells {
     static constexpr uint64_t kNone = ~uint64_t{0};
     struct Slot {
       uint64_t key = kNone;
-      uint32_t value = 0;
+      V value{};
     };
     size_t slot_of(uint64_t key) const {
       return static_cast<size_t>((key * 0x9e3779b97f4a7c15ull) >> shift_);
@@ -346,7 +382,7 @@ class RoutedCells {
     size_t used_ = 0, mask_ = 0;
     int shift_ = 64;
   };
-  CellIndex pending_map_, stream_map_;
+  CellIndex<PairSlots> pair_map_;
   // A cell whose entries take each source's relay parts alike.
   AllToAllCell a2a_;
 };
