@@ -457,6 +457,20 @@ void add_moe_like_tensors(PlanInput& in, Uni& uni, MoeLikeFleet m, int64_t max_d
   in.options.staging_budget_bytes = budgets[uni(0, 3)];
 }
 
+// The devices of a MoE-like fleet over several holder hosts: holder d
+// (copy d mod copies of its shard) on host (d mod copies) mod holder_hosts,
+// so a shard's copies spread over the holder hosts, then one device a
+// receiving host.
+void add_holder_hosts(PlanInput& in, MoeLikeFleet m, int64_t holder_hosts) {
+  const int64_t holders = m.shards * m.copies;
+  for (int64_t d = 0; d < holders; ++d)
+    in.topology.add(
+        {d, static_cast<int32_t>(d), static_cast<int32_t>(d % m.copies % holder_hosts), 0});
+  for (int64_t i = 0; i < m.receiving; ++i)
+    in.topology.add({holders + i, static_cast<int32_t>(holders + i),
+                     static_cast<int32_t>(holder_hosts + i), 0});
+}
+
 // The device rule's cells with MoE-like holders, one a host (a trainer's
 // replicas on hosts of their own): each direct part of a region (sent from
 // its holder's host to every receiving host) has one holder there, so
@@ -506,15 +520,10 @@ TEST(PlanStatsFastPath, EnteredPartsOfSeveralHoldersMatchTheEnumeration) {
   int summed = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
-    const int64_t shards = uni(1, 3), copies = uni(2, 6), holders = shards * copies;
+    const int64_t shards = uni(1, 3), copies = uni(2, 6);
     const int64_t holder_hosts = uni(1, 3), receiving = uni(3, 8);
     PlanInput in;
-    for (int64_t d = 0; d < holders; ++d)
-      in.topology.add(
-          {d, static_cast<int32_t>(d), static_cast<int32_t>(d % copies % holder_hosts), 0});
-    for (int64_t i = 0; i < receiving; ++i)
-      in.topology.add({holders + i, static_cast<int32_t>(holders + i),
-                       static_cast<int32_t>(holder_hosts + i), 0});
+    add_holder_hosts(in, {shards, copies, receiving}, holder_hosts);
     add_moe_like_tensors(in, uni, {shards, copies, receiving}, 200, {64, 512}, 2);
     const int64_t before = planning::entered_sums_taken();
     ASSERT_NO_FATAL_FAILURE(check_fast_path(in, true));
@@ -542,15 +551,10 @@ TEST(PlanStatsFastPath, AllToAllStreamsOfGroupsSharingACellMatchTheEnumeration) 
   int shared = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
-    const int64_t shards = uni(1, 3), copies = uni(2, 5), holders = shards * copies;
+    const int64_t shards = uni(1, 3), copies = uni(2, 5);
     const int64_t holder_hosts = uni(1, 3), receiving = uni(3, 8);
     PlanInput in;
-    for (int64_t d = 0; d < holders; ++d)
-      in.topology.add(
-          {d, static_cast<int32_t>(d), static_cast<int32_t>(d % copies % holder_hosts), 0});
-    for (int64_t i = 0; i < receiving; ++i)
-      in.topology.add({holders + i, static_cast<int32_t>(holders + i),
-                       static_cast<int32_t>(holder_hosts + i), 0});
+    add_holder_hosts(in, {shards, copies, receiving}, holder_hosts);
     for (int64_t k = uni(2, 3); k > 0; --k) {
       const size_t first = in.tensors.size();
       add_moe_like_tensors(in, uni, {shards, copies, receiving}, 120, {64, 512}, 2);
