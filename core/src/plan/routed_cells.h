@@ -172,10 +172,8 @@ class RoutedCells {
     std::array<ForwardSums, 2> sums;  // stage 1 (entered here), stage 2
   };
   std::vector<HostForward> forwards_;
-  std::vector<uint32_t> fwd_refs_;
-  std::vector<std::pair<uint32_t, uint32_t>>
-      fwd_parts_;  // per part: (leader's q, source)  // the pairs' streams, by index in
-                   // streams_[entry]
+  std::vector<uint32_t> fwd_refs_;  // the pairs' streams, by index in streams_[entry]
+  std::vector<std::pair<uint32_t, uint32_t>> fwd_parts_;  // per part: (leader's q, source)
 
   // The all-to-all cell (all_to_all_cell.h; all_to_all_cell.cc).
   // a2a's sums since the last flush, added to every (entry, source) pair
