@@ -334,7 +334,7 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
     auto ask = [&](size_t x) {
       const AllToAllCell::Event& ev = events[x];
       if (ev.band || ev.p == i) return;
-      relay_bytes.prefetch(uint64_t{t.dt->dense[dg.cell_entries[b0 + ev.p]]} << 32 | dd);
+      relay_bytes.prefetch(device_pair_key(t.dt->dense[dg.cell_entries[b0 + ev.p]], dd));
     };
     if (p_.track_pairs)
       for (size_t x = 0; x < ne && x < kPrefetchAhead; ++x) ask(x);
@@ -349,7 +349,7 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
         continue;
       }
       if (p_.relay_pairs[1].insert(sd, dd)) p_.keep_pair();
-      if (p_.track_pairs) r.plain = relay_bytes.index((uint64_t{sd} << 32) | dd);
+      if (p_.track_pairs) r.plain = relay_bytes.index(device_pair_key(sd, dd));
     }
   }
   return true;
@@ -384,7 +384,7 @@ void RoutedCells::a2a_leave(const TensorCtx& t, uint32_t b0, size_t m, bool inde
       const uint32_t src = dg.cell_entries[b0 + p];
       AllToAllCell::Ref& r = a2a_.ref[i * m + p];
       if (a2a_cur_ && p_.track_pairs)  // its bytes so far stay in the table (drain)
-        r.plain = p_.relay_bytes[1].index(uint64_t{a2a_cur_->dense[p]} << 32 | a2a_cur_->dense[i]);
+        r.plain = p_.relay_bytes[1].index(device_pair_key(a2a_cur_->dense[p], a2a_cur_->dense[i]));
       PairSlots& ps = pair(i, src, m, indexed);
       StreamRef& ref = stream_of(i, ps, src, 1);
       ref.counted = true;
@@ -424,23 +424,23 @@ RoutedCells::A2aStreams* RoutedCells::a2a_streams(const TensorCtx& t, uint32_t b
 
 void RoutedCells::drain() {
   if (p_.track_pairs && !a2a_tables_.empty()) {  // a table: stage 1 grown (a2a_region)
-    size_t pairs = p_.relay_bytes[1].size();
+    StreamMap<int64_t>& relay_bytes = p_.relay_bytes[1];
+    size_t pairs = relay_bytes.size();
     for (const A2aStreams& x : a2a_tables_)
       pairs += static_cast<size_t>(std::count(x.counted.begin(), x.counted.end(), 1)) *
                (x.dense.size() - 1);
-    p_.relay_bytes[1].reserve(pairs);
-  }
-  if (p_.track_pairs)
+    relay_bytes.reserve(pairs);
     for (const A2aStreams& x : a2a_tables_) {
       const size_t m = x.dense.size();
       for (size_t p = 0; p < m; ++p) {
         if (!x.counted[p]) continue;
         for (size_t i = 0; i < m; ++i)
           if (i != p)
-            add_to(p_.relay_bytes[1][uint64_t{x.dense[p]} << 32 | x.dense[i]], x.plain[p * m + i],
+            add_to(relay_bytes[device_pair_key(x.dense[p], x.dense[i])], x.plain[p * m + i],
                    "network_bytes");
       }
     }
+  }
   a2a_tables_.clear();
   a2a_table_at_.clear();
   a2a_table_bytes_ = 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "plan/checked.h"
+#include "plan/stream_map.h"
 
 namespace reshard::planning {
 
@@ -127,7 +128,7 @@ void AssignStats::split(const TensorCtx& t, uint32_t e, const Box& region, int d
     if (track_pairs) add_pair(sd, dd, bytes);
     if (row)
       row[sd >> 6] |= uint64_t{1} << (sd & 63);
-    else if (pair_set.insert((uint64_t{sd} << 32) | dd).second)
+    else if (pair_set.insert(device_pair_key(sd, dd)).second)
       keep_pair();
   }
   add_to(acc[dd].recv, recv, "max_recv_bytes");

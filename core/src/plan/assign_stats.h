@@ -45,8 +45,8 @@ struct StageZero {
   std::vector<DeviceCounts>* counts = nullptr;  // null: not counted
   PlanStats* st = nullptr;
   // Pairs (destination row, source column) that exchange a message: bit
-  // rows of `words` words where `dense_pairs`, else pair_set (keyed
-  // source << 32 | destination, each new one passed to keep_pair).
+  // rows of `words` words where `dense_pairs`, else pair_set (keyed by
+  // device_pair_key, each new one passed to keep_pair).
   bool dense_pairs = false;
   size_t words = 0;
   std::vector<uint64_t>* bits = nullptr;

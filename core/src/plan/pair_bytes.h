@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "plan/checked.h"
+#include "plan/stream_map.h"
 #include "util/zeroed.h"
 
 namespace reshard::planning {
@@ -81,7 +82,7 @@ class PairBytes {
   bool add(uint32_t sd, uint32_t dd, int64_t bytes, int64_t node_bytes) {
     if (dense_ && in_table(sd, dd))
       return add_cell(table_.data() + row_base_[dd], dd, col_of_[sd], bytes);
-    auto [it, fresh] = sparse_.try_emplace((uint64_t{sd} << 32) | dd, 0);
+    auto [it, fresh] = sparse_.try_emplace(device_pair_key(sd, dd), 0);
     add_to(it->second, bytes, "network_bytes");
     if (fresh && !dense_ && dense_ok_ &&
         sparse_.size() * static_cast<size_t>(node_bytes) * 4 >= table_bytes_) {
@@ -158,7 +159,7 @@ class PairBytes {
   // The bytes of stream sd -> dd (0: none).
   int64_t get(uint32_t sd, uint32_t dd) const {
     if (dense_ && in_table(sd, dd) && table_[index(sd, dd)] != kInMap) return table_[index(sd, dd)];
-    auto it = sparse_.find((uint64_t{sd} << 32) | dd);
+    auto it = sparse_.find(device_pair_key(sd, dd));
     return it == sparse_.end() ? 0 : it->second;
   }
   // Calls f(sd, dd, bytes) for every stream: the map's entries, then the
@@ -197,7 +198,7 @@ class PairBytes {
   // add_cell's stream of 2^32 - 1 bytes or more (or a negative add): into
   // the map.
   bool spill(uint32_t& v, uint32_t dd, int32_t col, int64_t bytes) {
-    const uint64_t k = uint64_t{col_dev_[static_cast<size_t>(col)]} << 32 | dd;
+    const uint64_t k = device_pair_key(col_dev_[static_cast<size_t>(col)], dd);
     auto [it, fresh] = sparse_.try_emplace(k, 0);
     if (v != kInMap) {
       it->second = v;

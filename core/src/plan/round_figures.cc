@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "plan/stream_map.h"
 #include "reshard/error.h"
 
 namespace reshard::planning {
@@ -243,7 +244,7 @@ RoundFigures round_schedule(size_t ndev, int nstages, const RoundRule& rule,
             bands_of(static_cast<uint32_t>(s), k >> 32, k & 0xffffffffu));
     });
     band_only(static_cast<uint32_t>(s), [&](size_t sd, size_t dd) {
-      const int64_t* b = relay.find(uint64_t{sd} << 32 | dd);
+      const int64_t* b = relay.find(device_pair_key(sd, dd));
       return b ? *b : int64_t{0};
     });
     end_stage(s);

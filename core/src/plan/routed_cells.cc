@@ -45,7 +45,7 @@ void RoutedCells::relay_part(const TensorCtx& t, StreamRef& ref, uint32_t e, con
   // their own messages.
   if (!ref.counted) {
     if (p_.relay_pairs[stage].insert(sd, dd)) p_.keep_pair();
-    if (p_.track_pairs) ref.plain = p_.relay_bytes[stage].index((uint64_t{sd} << 32) | dd);
+    if (p_.track_pairs) ref.plain = p_.relay_bytes[stage].index(device_pair_key(sd, dd));
     ref.counted = true;
   }
   if (p_.track_pairs)
@@ -391,7 +391,7 @@ void RoutedCells::host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_
       fwd_refs_.push_back(static_cast<uint32_t>(&ref - streams_[i].data()));
       if (ref.counted || !p_.track_pairs) continue;
       p_.stage_grow(stage);
-      p_.relay_bytes[stage].prefetch((uint64_t{sd} << 32) | dd);
+      p_.relay_bytes[stage].prefetch(device_pair_key(sd, dd));
     }
   });
   // ... and the sums as relay_part adds them part by part, and the
@@ -414,7 +414,7 @@ void RoutedCells::host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_
           add_to(p_.st.forwarded_bytes, s.bytes, "forwarded_bytes");
           if (!ref.counted) {
             if (p_.relay_pairs[stage].insert(sd, dd)) p_.keep_pair();
-            if (p_.track_pairs) ref.plain = p_.relay_bytes[stage].index((uint64_t{sd} << 32) | dd);
+            if (p_.track_pairs) ref.plain = p_.relay_bytes[stage].index(device_pair_key(sd, dd));
             ref.counted = true;
           }
           if (p_.track_pairs) add_to(p_.relay_bytes[stage].at(ref.plain), s.plain, "network_bytes");

@@ -35,6 +35,9 @@ class RoutedCells {
   bool cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copies, int64_t& group_pieces);
   // Every cell of t by cell(), stopping where the guard stops the pass.
   void cells(const TensorCtx& t, int64_t esum, int64_t copies, int64_t& group_pieces);
+  // Adds the all-to-all cells' stream tables (A2aStreams) to relay_bytes[1]
+  // and empties them: once a pass, before its finish.
+  void drain();
 
  private:
   // A routed part's bands (relay_bands), worked out once per region for
@@ -250,7 +253,6 @@ class RoutedCells {
   // every (entry, source) pair, to go on one by one (after a2a_flush).
   void a2a_leave(const TensorCtx& t, uint32_t b0, size_t m, bool indexed);
 
- public:
   // The all-to-all cells' stage-1 streams (entry of source position p ->
   // entry at position i) kept per cell in a table of the cell's pairs
   // rather than in relay_bytes[1]: each source's pairs counted in
@@ -271,12 +273,7 @@ class RoutedCells {
     std::vector<int64_t> plain;    // per (p, i), at p * m + i: band-0 bytes (track_pairs)
     std::vector<uint8_t> counted;  // per source p: its pairs in relay_pairs[1]
   };
-  // Adds every table's pairs' bytes to relay_bytes[1] (before the pass's
-  // finish).
-  void drain();
   static constexpr size_t kA2aStreamBytes = size_t{256} << 20;
-
- private:
   // The table of the cell with entries cell_entries[b0 .. b0 + m) of t,
   // made where absent; null where it would pass kA2aStreamBytes.
   A2aStreams* a2a_streams(const TensorCtx& t, uint32_t b0, size_t m);

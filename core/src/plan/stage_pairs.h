@@ -7,6 +7,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "plan/stream_map.h"
+
 namespace reshard::planning {
 
 // The (source, destination) device pairs that exchange a message in one
@@ -19,7 +21,7 @@ class StagePairs {
       : words_((ndev + 63) / 64), bits_(dense ? ndev * words_ : 0), dense_(dense) {}
   // Whether the pair is new.
   bool insert(uint32_t sd, uint32_t dd) {
-    if (!dense_) return set_.insert(uint64_t{sd} << 32 | dd).second;
+    if (!dense_) return set_.insert(device_pair_key(sd, dd)).second;
     uint64_t& w = bits_[dd * words_ + (sd >> 6)];
     const uint64_t bit = uint64_t{1} << (sd & 63);
     const bool fresh = (w & bit) == 0;
@@ -27,7 +29,7 @@ class StagePairs {
     return fresh;
   }
   bool contains(uint32_t sd, uint32_t dd) const {
-    if (!dense_) return set_.count(uint64_t{sd} << 32 | dd) > 0;
+    if (!dense_) return set_.count(device_pair_key(sd, dd)) > 0;
     return (bits_[dd * words_ + (sd >> 6)] >> (sd & 63) & 1) != 0;
   }
   // Calls f(sd, dd) for every pair.

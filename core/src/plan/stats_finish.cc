@@ -12,6 +12,7 @@
 #include "plan/scratch_layout.h"
 #include "plan/stage_cost.h"
 #include "plan/stats_pass.h"
+#include "plan/stream_map.h"
 #include "reshard/error.h"
 
 namespace reshard::planning {
@@ -139,7 +140,7 @@ PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
   auto plain_pair = [&](uint32_t s, uint32_t sd, uint32_t dd) {
     if (s > 0) return relay_pairs[s].contains(sd, dd);
     if (dense_pairs) return (bits[dd * words + (sd >> 6)] >> (sd & 63) & 1) != 0;
-    return pair_set.count(uint64_t{sd} << 32 | dd) > 0;
+    return pair_set.count(device_pair_key(sd, dd)) > 0;
   };
   band_streams.each([&](uint64_t key, const BandStream& b) {
     const auto s = static_cast<uint32_t>(key >> 40);

@@ -206,7 +206,7 @@ void StatsPass::account(const TensorCtx& t, uint32_t e, const Emitted& x, int64_
     return;
   }
   if (x.relay()) {
-    const uint64_t key = (uint64_t{sd} << 32) | dd;
+    const uint64_t key = device_pair_key(sd, dd);
     if (relay_pairs[x.stage].insert(sd, dd)) keep_pair();
     if (track_pairs) add_to(relay_bytes[x.stage][key], bytes, "network_bytes");
     return;

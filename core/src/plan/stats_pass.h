@@ -81,7 +81,7 @@ class StatsPass {
     if (track_pairs) add_pair(sd, dd, bytes);
     if (dense_pairs) {
       bits[dd * words + (sd >> 6)] |= uint64_t{1} << (sd & 63);
-    } else if (pair_set.insert((uint64_t{sd} << 32) | dd).second) {
+    } else if (pair_set.insert(device_pair_key(sd, dd)).second) {
       keep_pair();
     }
   }

@@ -23,6 +23,11 @@ inline uint64_t stage_stream_key(uint32_t stage, uint32_t src, uint32_t dst) {
   return uint64_t{stage} << 40 | uint64_t{src} << 20 | dst;
 }
 
+// The key of the pair of dense devices (src, dst), one a stage: the
+// statistics' sets and tables of device pairs (stage_pairs.h, pair_bytes.h,
+// relay_bytes).
+inline uint64_t device_pair_key(uint32_t src, uint32_t dst) { return uint64_t{src} << 32 | dst; }
+
 template <class V>
 class StreamMap {
  public:

@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "plan/stream_map.h"
 #include "reshard/error.h"
 
 namespace reshard::planning {
@@ -160,7 +161,7 @@ int64_t TiledCells::relay_cell_stats(const TensorCtx& tc, size_t c, const Box& B
       add_to(p_.st.forwarded_bytes, bytes, "forwarded_bytes");
       if (p_.relay_pairs[1].insert(ld, dd)) p_.keep_pair();
       if (p_.track_pairs)
-        add_to(p_.relay_bytes[1][(uint64_t{ld} << 32) | dd], bytes, "network_bytes");
+        add_to(p_.relay_bytes[1][device_pair_key(ld, dd)], bytes, "network_bytes");
       cell_pieces += merged;
       if (p_.counts) {
         (*p_.counts)[ld].send_pieces += cp * merged;
