@@ -17,9 +17,27 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 namespace reshard {
+
+// Maps the whole pages inside [p, p + bytes) in one call where the range
+// holds more than 64 of them (MADV_POPULATE_WRITE, Linux 5.14 on) rather
+// than a page fault each on first write; elsewhere nothing.
+inline void populate_pages(void* p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+  const long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) return;
+  const auto size = static_cast<uintptr_t>(page), lo = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (lo + size - 1) / size * size, last = (lo + bytes) / size * size;
+  if (last > first + 64 * size)
+    (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
 
 namespace large_alloc_detail {
 
@@ -43,10 +61,7 @@ inline void* allocate(size_t bytes) {
     if (lo + kHuge > start) munmap(reinterpret_cast<void*>(start + len), lo + kHuge - start);
     void* p = reinterpret_cast<void*>(start);
     (void)madvise(p, len, MADV_HUGEPAGE);
-#if defined(MADV_POPULATE_WRITE)
-    // The block's own pages (what the caller asked for, which it fills).
-    (void)madvise(p, (bytes + 4095) / 4096 * 4096, MADV_POPULATE_WRITE);
-#endif
+    populate_pages(p, bytes);  // the block's own pages (what the caller fills)
     return p;
   }
 #endif

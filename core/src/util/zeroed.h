@@ -14,10 +14,7 @@
 #include <new>
 #include <type_traits>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#include <unistd.h>
-#endif
+#include "util/large_alloc.h"
 
 namespace reshard {
 
@@ -31,15 +28,7 @@ class ZeroedArray {
     if (n == 0) return;
     p_.reset(static_cast<T*>(std::calloc(n, sizeof(T))));
     if (!p_) throw std::bad_alloc();
-#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
-    // The pages mapped in one call rather than a fault each on first write.
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const auto lo = reinterpret_cast<uintptr_t>(p_.get());
-    const uintptr_t first = (lo + page - 1) / page * page,
-                    last = (lo + n * sizeof(T)) / page * page;
-    if (page > 0 && last > first + 64 * page)
-      (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE);
-#endif
+    populate_pages(p_.get(), n * sizeof(T));  // one call, not a fault a page
   }
 
   T* data() { return p_.get(); }
