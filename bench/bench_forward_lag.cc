@@ -10,6 +10,7 @@
 //   bench_forward_lag --spec FILE --topology FILE [--budget BYTES]
 //                     [--keyed GRANULE] [--spread EVEN] [--rounds 1]
 //                     [--simulate 1] [--estimate 1] [--stagger P]
+//                     [--nic-relay BANDS]
 // (--budget: the staging budget instead of the spec's; 0 unbounded.
 // --keyed: a pipelined plan takes keyed cuts of that granule in bytes,
 // plan/rounds.h, an experiment the planner does not choose. --spread:
@@ -41,6 +42,7 @@
 #include "reshard/plan.h"
 #include "reshard/simulate.h"
 #include "reshard/spec.h"
+#include "util/nic_groups.h"
 
 using namespace reshard;
 
@@ -82,13 +84,83 @@ std::vector<SimMessage> staggered(const std::vector<SimMessage>& m, const std::v
   return out;
 }
 
+// A single-stage plan's messages with every message that crosses hosts
+// carried by every NIC group of both hosts: message s -> d of host A -> B is
+// cut into one part per (group of A, group of B), sized by the groups' NICs,
+// and each part into `bands` bands; a part leaves A from a device f of its
+// group (stage 0 s -> f inside A where f != s), crosses f -> e (stage 1) and
+// is passed on inside B (stage 2 e -> d where e != d), band j waiting for
+// band j of the hop before. What relays through devices that do not need the
+// bytes (a transit buffer, PXN-like) would give; the plan has no such route.
+std::vector<SimMessage> nic_relayed(const std::vector<SimMessage>& m, const Topology& topo,
+                                    int32_t nics, int64_t bands) {
+  std::map<int32_t, std::vector<int64_t>> host_devices;
+  for (const DeviceInfo& d : topo.devices()) host_devices[d.host].push_back(d.device);
+  // Per host: (group's devices, group's NICs) by group.
+  std::map<int32_t, std::vector<std::pair<std::vector<int64_t>, int32_t>>> groups;
+  for (const auto& [h, devs] : host_devices) {
+    auto& g = groups[h];
+    for (size_t i = 0; i < devs.size(); ++i) {
+      const auto [k, n] =
+          nic_group(static_cast<int64_t>(i), static_cast<int64_t>(devs.size()), nics);
+      if (static_cast<size_t>(k) >= g.size()) g.resize(k + 1);
+      g[k].first.push_back(devs[i]);
+      g[k].second = n;
+    }
+  }
+  std::vector<SimMessage> out;
+  uint64_t turn = 0;
+  for (const SimMessage& s : m) {
+    if (s.stage != 0) throw Error(ErrorCode::kUnsupported, "--nic-relay: single-stage plans only");
+    const int32_t ha = topo.info(s.src_device).host, hb = topo.info(s.dst_device).host;
+    if (ha == hb) {
+      out.push_back(s);
+      out.back().after.clear();
+      continue;
+    }
+    const auto &ga = groups.at(ha), &gb = groups.at(hb);
+    int32_t na = 0, nb = 0;
+    for (const auto& g : ga) na += g.second;
+    for (const auto& g : gb) nb += g.second;
+    int64_t left = s.bytes;
+    const int64_t parts = static_cast<int64_t>(ga.size() * gb.size()) * bands;
+    int64_t made = 0;
+    for (const auto& a : ga)
+      for (const auto& b : gb) {
+        const int64_t f = a.first[turn % a.first.size()], e = b.first[turn % b.first.size()];
+        ++turn;
+        const double share = static_cast<double>(a.second) * b.second / (double(na) * nb) / bands;
+        for (int64_t j = 0; j < bands; ++j) {
+          const int64_t bytes =
+              ++made == parts ? left : static_cast<int64_t>(share * static_cast<double>(s.bytes));
+          left -= bytes;
+          if (bytes <= 0) continue;
+          std::vector<uint32_t> after;
+          if (f != s.src_device) {
+            out.push_back({s.src_device, f, 0, static_cast<uint32_t>(j), bytes, {}});
+            after.push_back(static_cast<uint32_t>(out.size() - 1));
+          }
+          out.push_back({f, e, 1, static_cast<uint32_t>(j), bytes, after});
+          if (e != s.dst_device)
+            out.push_back({e,
+                           s.dst_device,
+                           2,
+                           static_cast<uint32_t>(j),
+                           bytes,
+                           {static_cast<uint32_t>(out.size() - 1)}});
+        }
+      }
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string spec_path, topology_path;
   int64_t budget = -1;
   bool per_round = false, simulate_only = false, estimate_only = false;
-  int64_t stagger = 0;
+  int64_t stagger = 0, nic_relay = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--spec")) {
       spec_path = argv[i + 1];
@@ -106,6 +178,8 @@ int main(int argc, char** argv) {
       per_round = std::atoi(argv[i + 1]) != 0;
     } else if (!std::strcmp(argv[i], "--stagger")) {
       stagger = std::atoll(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--nic-relay")) {
+      nic_relay = std::atoll(argv[i + 1]);
     } else if (!std::strcmp(argv[i], "--budget")) {
       budget = std::atoll(argv[i + 1]);
     } else {
@@ -117,7 +191,7 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: %s --spec FILE --topology FILE [--budget BYTES] [--keyed GRANULE] [--spread EVEN] "
-        "[--rounds 1] [--simulate 1] [--estimate 1] [--stagger P]\n",
+        "[--rounds 1] [--simulate 1] [--estimate 1] [--stagger P] [--nic-relay BANDS]\n",
         argv[0]);
     return 2;
   }
@@ -184,6 +258,15 @@ int main(int argc, char** argv) {
       const double t = simulate(spec.input.topology, c, within_lag(m, lag)).seconds;
       std::printf("dependencies at most %lld late %.6g s  (%.3f of planned)\n",
                   static_cast<long long>(lag), t, planned > 0 ? t / planned : 1.0);
+    }
+    if (nic_relay > 0) {
+      const std::vector<SimMessage> r =
+          nic_relayed(m, spec.input.topology, c.nics_per_host, nic_relay);
+      const double t = simulate(spec.input.topology, c, r).seconds;
+      std::printf(
+          "crossing through every NIC group of both hosts, %lld bands: %.6g s  (%.3f of planned, "
+          "%zu messages)\n",
+          static_cast<long long>(nic_relay), t, planned > 0 ? t / planned : 1.0, r.size());
     }
     if (stagger > 1) {
       std::vector<double> linear, growing;
