@@ -400,7 +400,11 @@ struct Planned {
 // box, block) and describes it in `g` (without its scales); returns the
 // number of blocks the shard touches.
 int64_t scale_grid(const CopyOp& op, size_t i, ScaleGrid& g) {
-  const CopyOp::Shard& sh = op.shard;
+  if (op.shard == nullptr) {
+    fail(ErrorCode::kInvalidArgument,
+         at(i) + ".shard: null (a block-scales or quantise op points to its scaled shard)");
+  }
+  const CopyOp::Shard& sh = *op.shard;
   if (op.dtype != DType::kF32 && op.dtype != DType::kBF16 && op.dtype != DType::kF16) {
     fail(ErrorCode::kInvalidArgument, at(i) +
                                           ".dtype: block scales need an f32, bf16 or f16 "
@@ -535,7 +539,7 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
       const bool scales = op.kind == CopyOp::Kind::kBlockScales;
       ScaleGrid g{};
       const int64_t blocks = scale_grid(op, i, g);
-      const int64_t ss = dtype_size(op.shard.scale_dtype);
+      const int64_t ss = dtype_size(op.shard->scale_dtype);
       if (scales) {
         if (blocks == 0) return false;
         need(op.src, "src");
@@ -550,26 +554,26 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
         d.dst_stride[0] = d.dst_stride[1] = 1;
         out.work = base_work(WorkKind::kBlockScales, d, op.src, op.dst, static_cast<int32_t>(es),
                              static_cast<int32_t>(ss));
-        out.reads.push_back(dense_footprint(op.src, op.shard.box.volume() * es));
+        out.reads.push_back(dense_footprint(op.src, op.shard->box.volume() * es));
         out.writes.push_back(dense_footprint(op.dst, blocks * ss));
       } else {
         const CopyDesc d = checked_desc(op.desc, i);
         if (empty_desc(d)) return false;
         need(op.src, "src");
         need(op.dst, "dst");
-        need(op.shard.scales, "shard.scales");
-        aligned_to(op.shard.scales, ss, "shard.scales");
+        need(op.shard->scales, "shard.scales");
+        aligned_to(op.shard->scales, ss, "shard.scales");
         last_offset(d, false, i);
-        if (last_offset(d, true, i) >= op.shard.box.volume()) {
+        if (last_offset(d, true, i) >= op.shard->box.volume()) {
           fail(ErrorCode::kInvalidArgument, at(i) + ".desc: reads past the shard (" +
-                                                std::to_string(op.shard.box.volume()) +
+                                                std::to_string(op.shard->box.volume()) +
                                                 " elements)");
         }
         out.work = base_work(WorkKind::kQuantise, d, op.src, op.dst, static_cast<int32_t>(es), 1);
         out.reads.push_back(make_footprint(d, true, op.src, es));
-        out.reads.push_back(dense_footprint(op.shard.scales, blocks * ss));
+        out.reads.push_back(dense_footprint(op.shard->scales, blocks * ss));
         out.writes.push_back(make_footprint(d, false, op.dst, 1));
-        g.scales = static_cast<const unsigned char*>(op.shard.scales);
+        g.scales = static_cast<const unsigned char*>(op.shard->scales);
       }
       out.work.dtype = static_cast<int32_t>(op.dtype);
       out.work.to_dtype = static_cast<int32_t>(op.to_dtype);
@@ -1141,7 +1145,8 @@ bool moves_nothing(const CopyOp& op) {
       op.kind == CopyOp::Kind::kCast || op.kind == CopyOp::Kind::kQuantise) {
     return op.desc.rank > 0 && empty_desc(op.desc);
   }
-  if (op.kind == CopyOp::Kind::kBlockScales) return op.shard.box.volume() == 0;
+  if (op.kind == CopyOp::Kind::kBlockScales)
+    return op.shard != nullptr && op.shard->box.volume() == 0;
   return op.count == 0;
 }
 
