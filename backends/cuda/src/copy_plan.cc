@@ -1220,40 +1220,64 @@ bool footprints_overlap(const Footprint& a, const Footprint& b) {
 
 namespace {
 
-// A byte span one op reads or writes, for the whole-call check.
-struct Span {
-  uintptr_t lo;
-  uintptr_t hi;
-  bool write;
-};
+// Sorts `v` by `lo` (equal ones in any order): a many-op call's spans by
+// a radix sort of lo - min(lo), 11 bits a pass (as many passes as the
+// range of starts needs: two or three for one process's buffers), fewer
+// by std::sort. `tmp`: scratch of the same size.
+constexpr size_t kRadixSpans = 512;
+void sort_by_lo(std::span<Span> v, std::vector<Span>& tmp) {
+  const auto by_lo = [](const Span& a, const Span& b) { return a.lo < b.lo; };
+  if (v.size() < kRadixSpans) {
+    std::sort(v.begin(), v.end(), by_lo);
+    return;
+  }
+  const auto [first, last] = std::minmax_element(v.begin(), v.end(), by_lo);
+  const uintptr_t base = first->lo;
+  const uintptr_t range = last->lo - base;
+  tmp.resize(v.size());
+  Span* from = v.data();
+  Span* to = tmp.data();
+  constexpr unsigned kBits = 11;
+  constexpr uintptr_t kMask = (uintptr_t{1} << kBits) - 1;
+  for (unsigned shift = 0; shift < 64 && (range >> shift) != 0; shift += kBits) {
+    uint32_t at[kMask + 2] = {};
+    for (size_t i = 0; i < v.size(); ++i) ++at[((from[i].lo - base) >> shift & kMask) + 1];
+    for (size_t d = 1; d <= kMask + 1; ++d) at[d] += at[d - 1];
+    for (size_t i = 0; i < v.size(); ++i) to[at[(from[i].lo - base) >> shift & kMask]++] = from[i];
+    std::swap(from, to);
+  }
+  if (from != v.data()) std::copy(from, from + v.size(), v.data());
+}
+
+}  // namespace
 
 // True when no write span meets another op's span (reads may meet reads):
 // then no op can see another's effect and the call is one phase. The
 // writes are sorted by `lo` and must not meet each other (a sweep); their
-// ends then ascend too, so each read is checked against the one write
-// that ends first after its start. An op's own read and write meeting
-// also answers false (the caller then takes the exact path). Empty spans
-// meet nothing.
+// ends then ascend too, so the reads, sorted by `lo` as well, are checked
+// in one pass, each against the one write that ends first after its
+// start. An op's own read and write meeting also answers false (the
+// caller then takes the exact path). Empty spans meet nothing.
 bool writes_isolated(std::vector<Span>& spans) {
   const auto empty = [](const Span& s) { return s.lo >= s.hi; };
   std::erase_if(spans, empty);
   const auto reads =
       std::partition(spans.begin(), spans.end(), [](const Span& s) { return s.write; });
-  std::sort(spans.begin(), reads, [](const Span& a, const Span& b) { return a.lo < b.lo; });
+  std::vector<Span> tmp;
+  sort_by_lo(std::span(spans.begin(), reads), tmp);
   for (auto w = spans.begin(); w != reads && w + 1 != reads; ++w) {
     if ((w + 1)->lo < w->hi) return false;
   }
+  sort_by_lo(std::span(reads, spans.end()), tmp);
+  auto w = spans.begin();
   for (auto r = reads; r != spans.end(); ++r) {
     // The first write ending after the read starts: it meets the read
     // when it starts before the read ends.
-    const auto w = std::upper_bound(spans.begin(), reads, r->lo,
-                                    [](uintptr_t lo, const Span& s) { return lo < s.hi; });
+    while (w != reads && w->hi <= r->lo) ++w;
     if (w != reads && w->lo < r->hi) return false;
   }
   return true;
 }
-
-}  // namespace
 
 std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
   // Calls with reductions are planned as a whole first, so that the
