@@ -8,6 +8,8 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
@@ -388,10 +390,45 @@ int64_t reduce_chunk(int64_t elem_size) {
   return std::max<int64_t>(kElementChunk, 32768 / std::max<int64_t>(elem_size, 1));
 }
 
+// The byte span of one side of `d` (make_footprint's lo and hi).
+std::pair<uintptr_t, uintptr_t> span_of(const CopyDesc& d, bool src, const void* base,
+                                        int64_t elem) {
+  const auto b = reinterpret_cast<uintptr_t>(base);
+  const int64_t offset = src ? d.src_offset : d.dst_offset;
+  int64_t last = offset;
+  bool empty = false;
+  for (int k = 0; k < d.rank; ++k) {
+    if (d.extent[k] == 0) empty = true;
+    last += (d.extent[k] - 1) * (src ? d.src_stride[k] : d.dst_stride[k]);
+  }
+  const uintptr_t lo = b + static_cast<uintptr_t>(offset * elem);
+  return {lo, empty ? lo : b + static_cast<uintptr_t>((last + 1) * elem)};
+}
+
 struct Planned {
   Work work;
+  // What the op reads and writes: footprints, or for the whole-call check
+  // (spans_only) their byte spans alone.
+  bool spans_only = false;
   std::vector<Footprint> reads;
   std::vector<Footprint> writes;
+  std::vector<Span> spans;
+  void add(bool write, const CopyDesc& d, bool src, const void* base, int64_t elem) {
+    if (spans_only) {
+      const auto [lo, hi] = span_of(d, src, base, elem);
+      spans.push_back({lo, hi, write});
+      return;
+    }
+    (write ? writes : reads).push_back(make_footprint(d, src, base, elem));
+  }
+  void add_dense(bool write, const void* base, int64_t bytes) {
+    if (spans_only) {
+      const auto lo = reinterpret_cast<uintptr_t>(base);
+      spans.push_back({lo, lo + static_cast<uintptr_t>(bytes), write});
+      return;
+    }
+    (write ? writes : reads).push_back(dense_footprint(base, bytes));
+  }
   std::vector<SrcRef> sources;   // kReduceN
   std::vector<ScaleGrid> grids;  // kBlockScales, kQuantise: one
 };
@@ -484,6 +521,7 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
   };
   out.reads.clear();
   out.writes.clear();
+  out.spans.clear();
   out.grids.clear();
   switch (op.kind) {
     case CopyOp::Kind::kCopy:
@@ -501,8 +539,8 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
                            static_cast<int32_t>(es), static_cast<int32_t>(ds));
       out.work.dtype = static_cast<int32_t>(op.dtype);
       out.work.op = static_cast<int32_t>(op.op);
-      out.reads.push_back(make_footprint(d, true, op.src, es));
-      out.writes.push_back(make_footprint(d, false, op.dst, ds));
+      out.add(false, d, true, op.src, es);
+      out.add(true, d, false, op.dst, ds);
       if (reduce) {
         shape_elements(out.work, reduce_chunk(es));
       } else {
@@ -528,8 +566,8 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
                            static_cast<int32_t>(ts));
       out.work.dtype = static_cast<int32_t>(op.dtype);
       out.work.to_dtype = static_cast<int32_t>(op.to_dtype);
-      out.reads.push_back(make_footprint(d, true, op.src, es));
-      out.writes.push_back(make_footprint(d, false, op.dst, ts));
+      out.add(false, d, true, op.src, es);
+      out.add(true, d, false, op.dst, ts);
       shape_elements(out.work);
       return true;
     }
@@ -554,8 +592,8 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
         d.dst_stride[0] = d.dst_stride[1] = 1;
         out.work = base_work(WorkKind::kBlockScales, d, op.src, op.dst, static_cast<int32_t>(es),
                              static_cast<int32_t>(ss));
-        out.reads.push_back(dense_footprint(op.src, op.shard->box.volume() * es));
-        out.writes.push_back(dense_footprint(op.dst, blocks * ss));
+        out.add_dense(false, op.src, op.shard->box.volume() * es);
+        out.add_dense(true, op.dst, blocks * ss);
       } else {
         const CopyDesc d = checked_desc(op.desc, i);
         if (empty_desc(d)) return false;
@@ -570,9 +608,9 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
                                                 " elements)");
         }
         out.work = base_work(WorkKind::kQuantise, d, op.src, op.dst, static_cast<int32_t>(es), 1);
-        out.reads.push_back(make_footprint(d, true, op.src, es));
-        out.reads.push_back(dense_footprint(op.shard->scales, blocks * ss));
-        out.writes.push_back(make_footprint(d, false, op.dst, 1));
+        out.add(false, d, true, op.src, es);
+        out.add_dense(false, op.shard->scales, blocks * ss);
+        out.add(true, d, false, op.dst, 1);
         g.scales = static_cast<const unsigned char*>(op.shard->scales);
       }
       out.work.dtype = static_cast<int32_t>(op.dtype);
@@ -598,7 +636,7 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
       out.work = base_work(WorkKind::kFill, linear_desc(op.count), nullptr, op.dst,
                            static_cast<int32_t>(size), static_cast<int32_t>(size));
       std::memcpy(&out.work.pattern, value, 8);
-      out.writes.push_back(dense_footprint(op.dst, op.count * size));
+      out.add_dense(true, op.dst, op.count * size);
       shape_elements(out.work);
       return true;
     }
@@ -628,8 +666,8 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
         out.work.divisor = op.divisor;
         shape_elements(out.work);
       }
-      out.reads.push_back(dense_footprint(op.src, op.count * as));
-      out.writes.push_back(dense_footprint(op.dst, op.count * es));
+      out.add_dense(false, op.src, op.count * as);
+      out.add_dense(true, op.dst, op.count * es);
       return true;
     }
   }
@@ -1156,16 +1194,11 @@ Footprint make_footprint(const CopyDesc& d, bool src, const void* base, int64_t 
   f.elem = elem;
   f.rank = d.rank;
   f.offset = src ? d.src_offset : d.dst_offset;
-  int64_t last = f.offset;
-  bool empty = false;
   for (int k = 0; k < d.rank; ++k) {
     f.extent[k] = d.extent[k];
     f.stride[k] = src ? d.src_stride[k] : d.dst_stride[k];
-    if (d.extent[k] == 0) empty = true;
-    last += (d.extent[k] - 1) * f.stride[k];
   }
-  f.lo = f.base + static_cast<uintptr_t>(f.offset * elem);
-  f.hi = empty ? f.lo : f.base + static_cast<uintptr_t>((last + 1) * elem);
+  std::tie(f.lo, f.hi) = span_of(d, src, base, elem);  // the whole-call check's spans too
   return f;
 }
 
@@ -1296,13 +1329,15 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     }
     planned = fuse_reductions(ops, op_of, std::move(planned));
   }
-  // Visits the planned ops in order.
-  const auto each = [&](auto&& f) {
+  // Visits the planned ops in order (spans_only: without their
+  // footprints where they are planned here).
+  const auto each = [&](auto&& f, bool spans_only) {
     if (reductions) {
       for (const Planned& p : planned) f(p);
       return;
     }
     Planned p;
+    p.spans_only = spans_only;
     for (size_t i = 0; i < ops.size(); ++i) {
       if (plan_op(ops[i], i, p)) f(p);
     }
@@ -1325,11 +1360,14 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     spans.reserve(2 * ops.size());
     copies.works.reserve(ops.size());
     copies.tile_start.reserve(ops.size() + 1);
-    each([&](const Planned& p) {
-      for (const Footprint& f : p.reads) spans.push_back({f.lo, f.hi, false});
-      for (const Footprint& f : p.writes) spans.push_back({f.lo, f.hi, true});
-      append_planned(classes[klass(p)], p);
-    });
+    each(
+        [&](const Planned& p) {
+          spans.insert(spans.end(), p.spans.begin(), p.spans.end());
+          for (const Footprint& f : p.reads) spans.push_back({f.lo, f.hi, false});
+          for (const Footprint& f : p.writes) spans.push_back({f.lo, f.hi, true});
+          append_planned(classes[klass(p)], p);
+        },
+        true);
     if (writes_isolated(spans)) {
       for (Launch& l : classes) {
         if (!l.works.empty()) launches.push_back(std::move(l));
@@ -1354,11 +1392,13 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     reset();
     phase.clear();
   };
-  each([&](const Planned& p) {
-    if (phase.conflicts(p.reads, p.writes)) flush();
-    phase.add(p.reads, p.writes);
-    append_planned(classes[klass(p)], p);
-  });
+  each(
+      [&](const Planned& p) {
+        if (phase.conflicts(p.reads, p.writes)) flush();
+        phase.add(p.reads, p.writes);
+        append_planned(classes[klass(p)], p);
+      },
+      false);
   flush();
   return finish_launches(std::move(launches));
 }
