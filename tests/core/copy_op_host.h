@@ -19,7 +19,7 @@ inline TensorSpec scaled_value(const CopyOp& op) {
   TensorSpec v;
   v.dtype = op.dtype;
   v.dst_dtype = op.to_dtype;
-  v.scale_block.assign(op.shard.block.begin(), op.shard.block.begin() + op.shard.box.rank);
+  v.scale_block.assign(op.shard->block.begin(), op.shard->block.begin() + op.shard->box.rank);
   return v;
 }
 
@@ -50,12 +50,12 @@ inline void apply_copy_op(const CopyOp& op, const void* src, void* dst) {
       cast_box(op.desc, op.dtype, op.to_dtype, src, dst);
       break;
     case CopyOp::Kind::kBlockScales:
-      block_scales_part(scaled_value(op), op.shard.scale_dtype, op.shard.box, op.shard.box, src,
+      block_scales_part(scaled_value(op), op.shard->scale_dtype, op.shard->box, op.shard->box, src,
                         dst);
       break;
     case CopyOp::Kind::kQuantise:
-      quantise_runs(scaled_value(op), op.shard.scale_dtype, op.shard.box, op.shard.scales, op.desc,
-                    0, copy_desc_runs(op.desc), src, dst);
+      quantise_runs(scaled_value(op), op.shard->scale_dtype, op.shard->box, op.shard->scales,
+                    op.desc, 0, copy_desc_runs(op.desc), src, dst);
       break;
   }
 }

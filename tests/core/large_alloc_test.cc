@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -16,8 +17,41 @@
 namespace reshard {
 namespace {
 
-// The engine's copy lists (and the replay that keeps them) use it.
-static_assert(std::is_same_v<engine_detail::OpList::allocator_type, LargeAllocator<CopyOp>>);
+// The engine's copy lists (and the replay that keeps them) share one block.
+static_assert(std::is_same_v<engine_detail::OpList::allocator_type, ArenaAllocator<CopyOp>>);
+
+// Invariant: lists given one LargeArena take their reserved room from it
+// front to back (one block for all); a list grown past what is left takes
+// a block of its own, keeping its contents; the arena lives while any list
+// holds it (a moved list takes it along) and goes with the last.
+TEST(LargeAlloc, ListsShareOneArenaWhileTheyHoldIt) {
+  using List = std::vector<uint64_t, ArenaAllocator<uint64_t>>;
+  auto arena = std::make_shared<LargeArena>(1000 * sizeof(uint64_t));
+  const std::weak_ptr<LargeArena> alive = arena;
+  List a{ArenaAllocator<uint64_t>(arena)}, b{ArenaAllocator<uint64_t>(arena)};
+  a.reserve(600);
+  b.reserve(400);
+  EXPECT_TRUE(arena->owns(a.data()));
+  EXPECT_TRUE(arena->owns(b.data()));
+  EXPECT_EQ(b.data(), a.data() + 600) << "carved front to back";
+  EXPECT_EQ(arena->used(), 1000 * sizeof(uint64_t));
+  for (uint64_t i = 0; i < 600; ++i) a.push_back(i);
+  a.push_back(600);  // past its share: a block of its own
+  EXPECT_FALSE(arena->owns(a.data()));
+  for (uint64_t i = 0; i <= 600; ++i) ASSERT_EQ(a[i], i);
+  List c{ArenaAllocator<uint64_t>(arena)};
+  c.push_back(1);  // nothing left: its own block
+  EXPECT_FALSE(arena->owns(c.data()));
+  arena.reset();
+  a = List{};
+  c = List{};
+  EXPECT_FALSE(alive.expired()) << "b holds it";
+  List kept = std::move(b);
+  b = List{};
+  EXPECT_FALSE(alive.expired()) << "the moved list holds it";
+  kept = List{};
+  EXPECT_TRUE(alive.expired());
+}
 
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
 // The VmFlags line of the mapping of /proc/self/smaps holding `p`.

@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "copy_plan.h"
+#include "reshard/error.h"
 #include "reshard/transport.h"
 
 namespace reshard {
@@ -70,6 +73,65 @@ TEST(LaunchCache, UnkeyedCallsMatchEqualOpsOnly) {
       EXPECT_FALSE(same_ops(ops, other)) << field;
       EXPECT_EQ(cache.find(other, 0), nullptr) << field << " of op " << i;
     }
+  }
+}
+
+// Invariant: scaled ops (kQuantise, kBlockScales) point to their shards
+// (CopyOp::shard); an unkeyed entry keeps its own copy of them, so that a
+// later call finds it by the shards' contents wherever they lie (the
+// caller's first shard gone), and misses when a shard's field differs.
+TEST(LaunchCache, UnkeyedScaledOpsMatchTheirShardsByContents) {
+  static_assert(sizeof(CopyOp) <= 280, "CopyOp holds its shard out of line");
+  LaunchCache<int> cache(16, 1 << 20);
+  auto make_shard = [] {
+    CopyOp::Shard sh;
+    sh.box.rank = 2;
+    sh.box.hi = {8, 64};
+    sh.block = {1, 32};
+    sh.scale_dtype = DType::kE8M0;
+    sh.scales = reinterpret_cast<const void*>(uintptr_t{0x900000});
+    return sh;
+  };
+  std::vector<CopyOp> ops = call(3, 0x10000);
+  {
+    auto first = std::make_unique<CopyOp::Shard>(make_shard());
+    for (CopyOp& op : ops) {
+      op.kind = CopyOp::Kind::kQuantise;
+      op.to_dtype = DType::kF8E4M3;
+      op.shard = first.get();
+    }
+    const size_t bytes = LaunchCache<int>::entry_bytes(ops, 0, 100);
+    EXPECT_EQ(bytes, 100 + 3 * sizeof(CopyOp) + 3 * sizeof(CopyOp::Shard));
+    ASSERT_TRUE(cache.make_room(bytes));
+    cache.insert(ops, 0, bytes, 7);
+    *first = CopyOp::Shard{};  // the caller's shard changes, then goes
+  }
+  const CopyOp::Shard again = make_shard();
+  for (CopyOp& op : ops) op.shard = &again;
+  ASSERT_NE(cache.find(ops, 0), nullptr) << "an equal shard elsewhere";
+  const std::vector<std::pair<std::string, void (*)(CopyOp::Shard&)>> edits = {
+      {"scales", [](CopyOp::Shard& s) { s.scales = static_cast<const char*>(s.scales) + 4; }},
+      {"scale_dtype", [](CopyOp::Shard& s) { s.scale_dtype = DType::kF32; }},
+      {"box", [](CopyOp::Shard& s) { s.box.hi[0] = 9; }},
+      {"block", [](CopyOp::Shard& s) { s.block[1] = 16; }},
+  };
+  for (const auto& [field, edit] : edits) {
+    CopyOp::Shard other_shard = make_shard();
+    edit(other_shard);
+    std::vector<CopyOp> other = ops;
+    other[2].shard = &other_shard;
+    EXPECT_FALSE(same_ops(ops, other)) << field;
+    EXPECT_EQ(cache.find(other, 0), nullptr) << "shard." << field;
+  }
+  std::vector<CopyOp> none = ops;
+  none[0].shard = nullptr;
+  EXPECT_FALSE(same_ops(ops, none)) << "a null shard";
+  try {
+    (void)cuda_backend::plan_launches(none);
+    ADD_FAILURE() << "a quantise op without its shard was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("ops[0].shard: null"), std::string::npos) << e.what();
   }
 }
 

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "reshard/box_copy.h"
 #include "reshard/error.h"
@@ -388,10 +390,45 @@ int64_t reduce_chunk(int64_t elem_size) {
   return std::max<int64_t>(kElementChunk, 32768 / std::max<int64_t>(elem_size, 1));
 }
 
+// The byte span of one side of `d` (make_footprint's lo and hi).
+std::pair<uintptr_t, uintptr_t> span_of(const CopyDesc& d, bool src, const void* base,
+                                        int64_t elem) {
+  const auto b = reinterpret_cast<uintptr_t>(base);
+  const int64_t offset = src ? d.src_offset : d.dst_offset;
+  int64_t last = offset;
+  bool empty = false;
+  for (int k = 0; k < d.rank; ++k) {
+    if (d.extent[k] == 0) empty = true;
+    last += (d.extent[k] - 1) * (src ? d.src_stride[k] : d.dst_stride[k]);
+  }
+  const uintptr_t lo = b + static_cast<uintptr_t>(offset * elem);
+  return {lo, empty ? lo : b + static_cast<uintptr_t>((last + 1) * elem)};
+}
+
 struct Planned {
   Work work;
+  // What the op reads and writes: footprints, or for the whole-call check
+  // (spans_only) their byte spans alone.
+  bool spans_only = false;
   std::vector<Footprint> reads;
   std::vector<Footprint> writes;
+  std::vector<Span> spans;
+  void add(bool write, const CopyDesc& d, bool src, const void* base, int64_t elem) {
+    if (spans_only) {
+      const auto [lo, hi] = span_of(d, src, base, elem);
+      spans.push_back({lo, hi, write});
+      return;
+    }
+    (write ? writes : reads).push_back(make_footprint(d, src, base, elem));
+  }
+  void add_dense(bool write, const void* base, int64_t bytes) {
+    if (spans_only) {
+      const auto lo = reinterpret_cast<uintptr_t>(base);
+      spans.push_back({lo, lo + static_cast<uintptr_t>(bytes), write});
+      return;
+    }
+    (write ? writes : reads).push_back(dense_footprint(base, bytes));
+  }
   std::vector<SrcRef> sources;   // kReduceN
   std::vector<ScaleGrid> grids;  // kBlockScales, kQuantise: one
 };
@@ -400,7 +437,11 @@ struct Planned {
 // box, block) and describes it in `g` (without its scales); returns the
 // number of blocks the shard touches.
 int64_t scale_grid(const CopyOp& op, size_t i, ScaleGrid& g) {
-  const CopyOp::Shard& sh = op.shard;
+  if (op.shard == nullptr) {
+    fail(ErrorCode::kInvalidArgument,
+         at(i) + ".shard: null (a block-scales or quantise op points to its scaled shard)");
+  }
+  const CopyOp::Shard& sh = *op.shard;
   if (op.dtype != DType::kF32 && op.dtype != DType::kBF16 && op.dtype != DType::kF16) {
     fail(ErrorCode::kInvalidArgument, at(i) +
                                           ".dtype: block scales need an f32, bf16 or f16 "
@@ -480,6 +521,7 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
   };
   out.reads.clear();
   out.writes.clear();
+  out.spans.clear();
   out.grids.clear();
   switch (op.kind) {
     case CopyOp::Kind::kCopy:
@@ -497,8 +539,8 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
                            static_cast<int32_t>(es), static_cast<int32_t>(ds));
       out.work.dtype = static_cast<int32_t>(op.dtype);
       out.work.op = static_cast<int32_t>(op.op);
-      out.reads.push_back(make_footprint(d, true, op.src, es));
-      out.writes.push_back(make_footprint(d, false, op.dst, ds));
+      out.add(false, d, true, op.src, es);
+      out.add(true, d, false, op.dst, ds);
       if (reduce) {
         shape_elements(out.work, reduce_chunk(es));
       } else {
@@ -524,8 +566,8 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
                            static_cast<int32_t>(ts));
       out.work.dtype = static_cast<int32_t>(op.dtype);
       out.work.to_dtype = static_cast<int32_t>(op.to_dtype);
-      out.reads.push_back(make_footprint(d, true, op.src, es));
-      out.writes.push_back(make_footprint(d, false, op.dst, ts));
+      out.add(false, d, true, op.src, es);
+      out.add(true, d, false, op.dst, ts);
       shape_elements(out.work);
       return true;
     }
@@ -535,7 +577,7 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
       const bool scales = op.kind == CopyOp::Kind::kBlockScales;
       ScaleGrid g{};
       const int64_t blocks = scale_grid(op, i, g);
-      const int64_t ss = dtype_size(op.shard.scale_dtype);
+      const int64_t ss = dtype_size(op.shard->scale_dtype);
       if (scales) {
         if (blocks == 0) return false;
         need(op.src, "src");
@@ -550,26 +592,26 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
         d.dst_stride[0] = d.dst_stride[1] = 1;
         out.work = base_work(WorkKind::kBlockScales, d, op.src, op.dst, static_cast<int32_t>(es),
                              static_cast<int32_t>(ss));
-        out.reads.push_back(dense_footprint(op.src, op.shard.box.volume() * es));
-        out.writes.push_back(dense_footprint(op.dst, blocks * ss));
+        out.add_dense(false, op.src, op.shard->box.volume() * es);
+        out.add_dense(true, op.dst, blocks * ss);
       } else {
         const CopyDesc d = checked_desc(op.desc, i);
         if (empty_desc(d)) return false;
         need(op.src, "src");
         need(op.dst, "dst");
-        need(op.shard.scales, "shard.scales");
-        aligned_to(op.shard.scales, ss, "shard.scales");
+        need(op.shard->scales, "shard.scales");
+        aligned_to(op.shard->scales, ss, "shard.scales");
         last_offset(d, false, i);
-        if (last_offset(d, true, i) >= op.shard.box.volume()) {
+        if (last_offset(d, true, i) >= op.shard->box.volume()) {
           fail(ErrorCode::kInvalidArgument, at(i) + ".desc: reads past the shard (" +
-                                                std::to_string(op.shard.box.volume()) +
+                                                std::to_string(op.shard->box.volume()) +
                                                 " elements)");
         }
         out.work = base_work(WorkKind::kQuantise, d, op.src, op.dst, static_cast<int32_t>(es), 1);
-        out.reads.push_back(make_footprint(d, true, op.src, es));
-        out.reads.push_back(dense_footprint(op.shard.scales, blocks * ss));
-        out.writes.push_back(make_footprint(d, false, op.dst, 1));
-        g.scales = static_cast<const unsigned char*>(op.shard.scales);
+        out.add(false, d, true, op.src, es);
+        out.add_dense(false, op.shard->scales, blocks * ss);
+        out.add(true, d, false, op.dst, 1);
+        g.scales = static_cast<const unsigned char*>(op.shard->scales);
       }
       out.work.dtype = static_cast<int32_t>(op.dtype);
       out.work.to_dtype = static_cast<int32_t>(op.to_dtype);
@@ -594,7 +636,7 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
       out.work = base_work(WorkKind::kFill, linear_desc(op.count), nullptr, op.dst,
                            static_cast<int32_t>(size), static_cast<int32_t>(size));
       std::memcpy(&out.work.pattern, value, 8);
-      out.writes.push_back(dense_footprint(op.dst, op.count * size));
+      out.add_dense(true, op.dst, op.count * size);
       shape_elements(out.work);
       return true;
     }
@@ -624,8 +666,8 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
         out.work.divisor = op.divisor;
         shape_elements(out.work);
       }
-      out.reads.push_back(dense_footprint(op.src, op.count * as));
-      out.writes.push_back(dense_footprint(op.dst, op.count * es));
+      out.add_dense(false, op.src, op.count * as);
+      out.add_dense(true, op.dst, op.count * es);
       return true;
     }
   }
@@ -1141,7 +1183,8 @@ bool moves_nothing(const CopyOp& op) {
       op.kind == CopyOp::Kind::kCast || op.kind == CopyOp::Kind::kQuantise) {
     return op.desc.rank > 0 && empty_desc(op.desc);
   }
-  if (op.kind == CopyOp::Kind::kBlockScales) return op.shard.box.volume() == 0;
+  if (op.kind == CopyOp::Kind::kBlockScales)
+    return op.shard != nullptr && op.shard->box.volume() == 0;
   return op.count == 0;
 }
 
@@ -1151,16 +1194,11 @@ Footprint make_footprint(const CopyDesc& d, bool src, const void* base, int64_t 
   f.elem = elem;
   f.rank = d.rank;
   f.offset = src ? d.src_offset : d.dst_offset;
-  int64_t last = f.offset;
-  bool empty = false;
   for (int k = 0; k < d.rank; ++k) {
     f.extent[k] = d.extent[k];
     f.stride[k] = src ? d.src_stride[k] : d.dst_stride[k];
-    if (d.extent[k] == 0) empty = true;
-    last += (d.extent[k] - 1) * f.stride[k];
   }
-  f.lo = f.base + static_cast<uintptr_t>(f.offset * elem);
-  f.hi = empty ? f.lo : f.base + static_cast<uintptr_t>((last + 1) * elem);
+  std::tie(f.lo, f.hi) = span_of(d, src, base, elem);  // the whole-call check's spans too
   return f;
 }
 
@@ -1215,40 +1253,64 @@ bool footprints_overlap(const Footprint& a, const Footprint& b) {
 
 namespace {
 
-// A byte span one op reads or writes, for the whole-call check.
-struct Span {
-  uintptr_t lo;
-  uintptr_t hi;
-  bool write;
-};
+// Sorts `v` by `lo` (equal ones in any order): a many-op call's spans by
+// a radix sort of lo - min(lo), 11 bits a pass (as many passes as the
+// range of starts needs: two or three for one process's buffers), fewer
+// by std::sort. `tmp`: scratch of the same size.
+constexpr size_t kRadixSpans = 512;
+void sort_by_lo(std::span<Span> v, std::vector<Span>& tmp) {
+  const auto by_lo = [](const Span& a, const Span& b) { return a.lo < b.lo; };
+  if (v.size() < kRadixSpans) {
+    std::sort(v.begin(), v.end(), by_lo);
+    return;
+  }
+  const auto [first, last] = std::minmax_element(v.begin(), v.end(), by_lo);
+  const uintptr_t base = first->lo;
+  const uintptr_t range = last->lo - base;
+  tmp.resize(v.size());
+  Span* from = v.data();
+  Span* to = tmp.data();
+  constexpr unsigned kBits = 11;
+  constexpr uintptr_t kMask = (uintptr_t{1} << kBits) - 1;
+  for (unsigned shift = 0; shift < 64 && (range >> shift) != 0; shift += kBits) {
+    uint32_t at[kMask + 2] = {};
+    for (size_t i = 0; i < v.size(); ++i) ++at[((from[i].lo - base) >> shift & kMask) + 1];
+    for (size_t d = 1; d <= kMask + 1; ++d) at[d] += at[d - 1];
+    for (size_t i = 0; i < v.size(); ++i) to[at[(from[i].lo - base) >> shift & kMask]++] = from[i];
+    std::swap(from, to);
+  }
+  if (from != v.data()) std::copy(from, from + v.size(), v.data());
+}
+
+}  // namespace
 
 // True when no write span meets another op's span (reads may meet reads):
 // then no op can see another's effect and the call is one phase. The
 // writes are sorted by `lo` and must not meet each other (a sweep); their
-// ends then ascend too, so each read is checked against the one write
-// that ends first after its start. An op's own read and write meeting
-// also answers false (the caller then takes the exact path). Empty spans
-// meet nothing.
+// ends then ascend too, so the reads, sorted by `lo` as well, are checked
+// in one pass, each against the one write that ends first after its
+// start. An op's own read and write meeting also answers false (the
+// caller then takes the exact path). Empty spans meet nothing.
 bool writes_isolated(std::vector<Span>& spans) {
   const auto empty = [](const Span& s) { return s.lo >= s.hi; };
   std::erase_if(spans, empty);
   const auto reads =
       std::partition(spans.begin(), spans.end(), [](const Span& s) { return s.write; });
-  std::sort(spans.begin(), reads, [](const Span& a, const Span& b) { return a.lo < b.lo; });
+  std::vector<Span> tmp;
+  sort_by_lo(std::span(spans.begin(), reads), tmp);
   for (auto w = spans.begin(); w != reads && w + 1 != reads; ++w) {
     if ((w + 1)->lo < w->hi) return false;
   }
+  sort_by_lo(std::span(reads, spans.end()), tmp);
+  auto w = spans.begin();
   for (auto r = reads; r != spans.end(); ++r) {
     // The first write ending after the read starts: it meets the read
     // when it starts before the read ends.
-    const auto w = std::upper_bound(spans.begin(), reads, r->lo,
-                                    [](uintptr_t lo, const Span& s) { return lo < s.hi; });
+    while (w != reads && w->hi <= r->lo) ++w;
     if (w != reads && w->lo < r->hi) return false;
   }
   return true;
 }
-
-}  // namespace
 
 std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
   // Calls with reductions are planned as a whole first, so that the
@@ -1267,13 +1329,15 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     }
     planned = fuse_reductions(ops, op_of, std::move(planned));
   }
-  // Visits the planned ops in order.
-  const auto each = [&](auto&& f) {
+  // Visits the planned ops in order (spans_only: without their
+  // footprints where they are planned here).
+  const auto each = [&](auto&& f, bool spans_only) {
     if (reductions) {
       for (const Planned& p : planned) f(p);
       return;
     }
     Planned p;
+    p.spans_only = spans_only;
     for (size_t i = 0; i < ops.size(); ++i) {
       if (plan_op(ops[i], i, p)) f(p);
     }
@@ -1296,11 +1360,14 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     spans.reserve(2 * ops.size());
     copies.works.reserve(ops.size());
     copies.tile_start.reserve(ops.size() + 1);
-    each([&](const Planned& p) {
-      for (const Footprint& f : p.reads) spans.push_back({f.lo, f.hi, false});
-      for (const Footprint& f : p.writes) spans.push_back({f.lo, f.hi, true});
-      append_planned(classes[klass(p)], p);
-    });
+    each(
+        [&](const Planned& p) {
+          spans.insert(spans.end(), p.spans.begin(), p.spans.end());
+          for (const Footprint& f : p.reads) spans.push_back({f.lo, f.hi, false});
+          for (const Footprint& f : p.writes) spans.push_back({f.lo, f.hi, true});
+          append_planned(classes[klass(p)], p);
+        },
+        true);
     if (writes_isolated(spans)) {
       for (Launch& l : classes) {
         if (!l.works.empty()) launches.push_back(std::move(l));
@@ -1325,11 +1392,13 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     reset();
     phase.clear();
   };
-  each([&](const Planned& p) {
-    if (phase.conflicts(p.reads, p.writes)) flush();
-    phase.add(p.reads, p.writes);
-    append_planned(classes[klass(p)], p);
-  });
+  each(
+      [&](const Planned& p) {
+        if (phase.conflicts(p.reads, p.writes)) flush();
+        phase.add(p.reads, p.writes);
+        append_planned(classes[klass(p)], p);
+      },
+      false);
   flush();
   return finish_launches(std::move(launches));
 }

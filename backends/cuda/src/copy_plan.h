@@ -78,6 +78,17 @@ Descriptors layout_descriptors(const std::vector<Launch>& launches);
 void write_descriptors(const std::vector<Launch>& launches, const Descriptors& d,
                        unsigned char* host);
 
+// A byte span [lo, hi) one op reads or writes, for the whole-call check.
+struct Span {
+  uintptr_t lo;
+  uintptr_t hi;
+  bool write;
+};
+// The whole-call check of plan_launches: true when no write span meets
+// another span (reads may meet reads), so that the call is one phase.
+// Reorders `spans`.
+bool writes_isolated(std::vector<Span>& spans);
+
 // True for an op plan_launches drops: a copy or reduction of an empty box,
 // a fill or store of no elements.
 bool moves_nothing(const CopyOp& op);

@@ -472,7 +472,7 @@ void DeviceSet::run_copies(int ordinal, std::span<const CopyOp> ops, uint64_t ke
       if (moves_nothing(op)) continue;
       if (op.src != nullptr) check_pointer(ordinal, op.src, "run_copies: a source pointer");
       if (op.kind == CopyOp::Kind::kQuantise)
-        check_pointer(ordinal, op.shard.scales, "run_copies: a scales pointer");
+        check_pointer(ordinal, op.shard->scales, "run_copies: a scales pointer");
       check_pointer(ordinal, op.dst, "run_copies: a destination pointer");
     }
   }

@@ -8,8 +8,9 @@
 // the engine's kept calls, which it hands again with the same key and equal
 // ops): one comparison per entry, however many ops. A call without a key is
 // found by comparing its ops field by field with those of the unkeyed
-// entries (kinds, descriptors, pointers, counts). The two never match each
-// other: a keyed entry keeps no ops.
+// entries (kinds, descriptors, pointers, counts, scaled shards by their
+// contents: an unkeyed entry keeps a copy of them). The two never match
+// each other: a keyed entry keeps no ops.
 //
 // Bounded in entries and bytes; the least recently used entry is evicted
 // first. Not thread-safe, like the DeviceContext that owns it.
@@ -33,7 +34,21 @@ namespace reshard::cuda_backend {
 inline constexpr size_t kLaunchCacheEntries = 16;
 inline constexpr size_t kLaunchCacheBytes = size_t{64} << 20;
 
-// Whether two calls' ops are equal field by field (padding aside).
+// Whether an op points to a scaled shard (CopyOp::shard).
+inline bool scaled(const CopyOp& op) {
+  return op.kind == CopyOp::Kind::kBlockScales || op.kind == CopyOp::Kind::kQuantise;
+}
+
+// Whether two scaled ops' shards are equal, wherever they lie.
+inline bool same_shard(const CopyOp::Shard* x, const CopyOp::Shard* y) {
+  if (x == y) return true;
+  if (x == nullptr || y == nullptr) return false;
+  return x->scales == y->scales && x->scale_dtype == y->scale_dtype && x->box == y->box &&
+         x->block == y->block;
+}
+
+// Whether two calls' ops are equal field by field (padding aside; scaled
+// ops' shards by their contents).
 inline bool same_ops(std::span<const CopyOp> a, std::span<const CopyOp> b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -49,11 +64,7 @@ inline bool same_ops(std::span<const CopyOp> a, std::span<const CopyOp> b) {
       return false;
     }
     // The scaled shard of kBlockScales and kQuantise (interface 9).
-    if ((x.kind == CopyOp::Kind::kBlockScales || x.kind == CopyOp::Kind::kQuantise) &&
-        (x.shard.scales != y.shard.scales || x.shard.scale_dtype != y.shard.scale_dtype ||
-         x.shard.box != y.shard.box || x.shard.block != y.shard.block)) {
-      return false;
-    }
+    if (scaled(x) && !same_shard(x.shard, y.shard)) return false;
   }
   return true;
 }
@@ -78,9 +89,11 @@ class LaunchCache {
   }
 
   // The bytes an entry for the call holds: the payload's, and an unkeyed
-  // entry's copy of the ops.
+  // entry's copy of the ops and of their shards.
   static size_t entry_bytes(std::span<const CopyOp> ops, uint64_t key, size_t payload_bytes) {
-    return payload_bytes + (key == 0 ? ops.size() * sizeof(CopyOp) : 0);
+    if (key != 0) return payload_bytes;
+    const auto shards = static_cast<size_t>(std::count_if(ops.begin(), ops.end(), scaled));
+    return payload_bytes + ops.size() * sizeof(CopyOp) + shards * sizeof(CopyOp::Shard);
   }
 
   // Evicts least recently used entries until one of `bytes` (entry_bytes)
@@ -110,7 +123,16 @@ class LaunchCache {
     }
     Entry e;
     e.key = key;
-    if (key == 0) e.ops.assign(ops.begin(), ops.end());
+    if (key == 0) {
+      // The ops, their shards copied with them: the caller's may go.
+      e.ops.assign(ops.begin(), ops.end());
+      e.shards.reserve(static_cast<size_t>(std::count_if(ops.begin(), ops.end(), scaled)));
+      for (CopyOp& op : e.ops) {
+        if (!scaled(op) || op.shard == nullptr) continue;
+        e.shards.push_back(*op.shard);
+        op.shard = &e.shards.back();
+      }
+    }
     e.payload = std::move(payload);
     e.bytes = bytes;
     e.last_use = ++uses_;
@@ -125,7 +147,8 @@ class LaunchCache {
  private:
   struct Entry {
     uint64_t key = 0;
-    std::vector<CopyOp> ops;  // unkeyed entries: the call's ops
+    std::vector<CopyOp> ops;            // unkeyed entries: the call's ops
+    std::vector<CopyOp::Shard> shards;  // their scaled ops' shards, which ops point to
     Payload payload;
     size_t bytes = 0;
     uint64_t last_use = 0;

@@ -59,7 +59,8 @@ namespace reshard {
 // Version 8: CopyOp::Kind::kCast and CopyOp::to_dtype (casts in flight).
 // Version 9: CopyOp::Kind::kBlockScales, kQuantise and CopyOp::shard
 // (block scales on device memory).
-inline constexpr uint32_t kTransportInterfaceVersion = 9;
+// Version 10: CopyOp::shard points to the shard (CopyOp 272 bytes, not 480).
+inline constexpr uint32_t kTransportInterfaceVersion = 10;
 
 enum class MemoryKind : int32_t {
   kHost = 0,  // ordinary host memory: the engine runs copies itself
@@ -200,13 +201,18 @@ struct CopyOp {
   void* dst = nullptr;
   int32_t divisor = 1;          // kStore: the mean's number of summands (interface 4)
   DType to_dtype = DType::kU8;  // kCast, kBlockScales, kQuantise: the destination's dtype
-  // kBlockScales, kQuantise: the scaled source shard (interface 9).
+  // A scaled source shard (interface 9).
   struct Shard {
     Box box;                                // the shard's box (global coordinates)
     std::array<int64_t, kMaxRank> block{};  // the block's extent per dim
     DType scale_dtype = DType::kF32;        // kF32 (amax / M) or kE8M0 (MXFP8)
     const void* scales = nullptr;           // kQuantise: the shard's scales
-  } shard{};
+  };
+  // kBlockScales, kQuantise: the scaled source shard, valid while the op
+  // is (the engine keeps it with the op, so that the many ops out of one
+  // shard share it and every other op stays small; interface 10); null for
+  // other kinds. Ops are equal when their shards are, wherever they lie.
+  const Shard* shard = nullptr;
 };
 
 class Transport {

@@ -1,8 +1,8 @@
 // Internal: an allocator for the few large arrays an execution fills once
-// per piece (the engine's copy lists, ~480 bytes per op; the schedule's
-// per-piece descriptors), whose first execution otherwise spends much of
-// its time in page faults: a fresh block of n bytes takes n / 4 KiB faults,
-// each mapping, charging and clearing one page.
+// per piece (the engine's copy lists, 272 bytes per op, all of an
+// execution's in one LargeArena below), whose first execution otherwise
+// spends much of its time in page faults: a fresh block of n bytes takes
+// n / 4 KiB faults, each mapping, charging and clearing one page.
 //
 // A block of at least kLargeBytes is mapped on its own, aligned to 2 MiB,
 // with transparent huge pages requested (MADV_HUGEPAGE: where the kernel
@@ -13,7 +13,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <new>
+#include <type_traits>
+#include <utility>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -95,6 +98,74 @@ struct LargeAllocator {
   bool operator==(const LargeAllocator<U>&) const {
     return true;
   }
+};
+
+// One large block that several lists filled in the same pass share (the
+// engine's per-device copy lists of one execution: a few hundred KiB
+// each, a few MiB together), carved front to back and released as a whole
+// when the last list that holds it goes. Sharing it, the lists fill whole
+// huge pages together rather than each its own (mostly empty) last one, or
+// fault page by page below kLargeBytes.
+class LargeArena {
+ public:
+  explicit LargeArena(size_t bytes)
+      : bytes_(bytes), base_(static_cast<std::byte*>(large_alloc_detail::allocate(bytes))) {}
+  ~LargeArena() { large_alloc_detail::deallocate(base_, bytes_); }
+  LargeArena(const LargeArena&) = delete;
+  LargeArena& operator=(const LargeArena&) = delete;
+
+  // `bytes` (a multiple of `align`, a power of two) from the block; null
+  // when they do not fit in what is left.
+  void* take(size_t bytes, size_t align) {
+    const size_t at = (used_ + align - 1) & ~(align - 1);
+    if (at > bytes_ || bytes > bytes_ - at) return nullptr;
+    used_ = at + bytes;
+    return base_ + at;
+  }
+  bool owns(const void* p) const {
+    const auto* b = static_cast<const std::byte*>(p);
+    return b >= base_ && b < base_ + bytes_;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  size_t bytes_;
+  std::byte* base_;
+  size_t used_ = 0;
+};
+
+// LargeAllocator, but taking its blocks from a shared LargeArena while they
+// fit (what does not, a list grown past its share, comes from
+// LargeAllocator); a block taken from the arena is never given back on its
+// own. Two allocators are equal when they share the arena (or have none);
+// a list moved into another takes its allocator along.
+template <class T>
+struct ArenaAllocator {
+  using value_type = T;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
+  using is_always_equal = std::false_type;
+  ArenaAllocator() = default;
+  explicit ArenaAllocator(std::shared_ptr<LargeArena> a) : arena(std::move(a)) {}
+  template <class U>
+  ArenaAllocator(const ArenaAllocator<U>& o) : arena(o.arena) {}  // NOLINT: a rebind
+  T* allocate(size_t n) {
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_array_new_length();
+    if (arena != nullptr) {
+      if (void* p = arena->take(n * sizeof(T), alignof(T))) return static_cast<T*>(p);
+    }
+    return LargeAllocator<T>().allocate(n);
+  }
+  void deallocate(T* p, size_t n) {
+    if (arena != nullptr && arena->owns(p)) return;
+    LargeAllocator<T>().deallocate(p, n);
+  }
+  template <class U>
+  bool operator==(const ArenaAllocator<U>& o) const {
+    return arena == o.arena;
+  }
+
+  std::shared_ptr<LargeArena> arena;
 };
 
 }  // namespace reshard

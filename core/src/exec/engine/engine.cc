@@ -69,9 +69,14 @@ class Copier {
   void record_into(engine_detail::Replay* r) { record_ = r; }
   bool in_flight() const { return in_flight_; }
   // Room for `n` ops in a device's list, reserved before any is queued (a
-  // list grown op by op copies itself at every doubling).
-  void reserve(int64_t device, int32_t ordinal, size_t n) {
-    if (!host_) queued_[{device, ordinal}].reserve(n);
+  // list grown op by op copies itself at every doubling), in one block
+  // for every device's list (`total`: the sum of their n; LargeArena).
+  void reserve(int64_t device, int32_t ordinal, size_t n, size_t total) {
+    if (host_) return;
+    if (arena_ == nullptr) arena_ = std::make_shared<LargeArena>(total * sizeof(CopyOp));
+    engine_detail::OpList& ops = queued_[{device, ordinal}];
+    if (ops.empty()) ops = engine_detail::OpList(ArenaAllocator<CopyOp>(arena_));
+    ops.reserve(n);
   }
 
   void copy(int64_t device, int32_t ordinal, const CopyDesc& d, DType dtype, const void* src,
@@ -103,8 +108,17 @@ class Copier {
   void quantise(int64_t device, int32_t ordinal, std::span<const TensorSpec> tensors,
                 std::span<const TensorBuffers> buffers, uint32_t t, uint32_t entry,
                 const CopyDesc& d, void* dst) {
-    if (!host_)
-      return queue(device, ordinal, engine_detail::quantise_op(tensors, buffers, t, entry, d, dst));
+    if (!host_) {
+      // One shard per source entry, which every op out of it points to:
+      // kept with the calls to replay, or for this execution.
+      auto [at, fresh] = shard_at_.try_emplace({t, entry}, nullptr);
+      if (fresh) {
+        auto& store = record_ != nullptr ? record_->shards : shards_;
+        at->second = &store.emplace_back(engine_detail::quantise_shard(tensors, buffers, t, entry));
+      }
+      return queue(device, ordinal,
+                   engine_detail::quantise_op(tensors, buffers, t, entry, d, dst, at->second));
+    }
     engine_detail::quantise_copy(tensors, buffers, t, entry, d, 0, copy_desc_runs(d), dst);
     moved(copy_desc_elements(d));
   }
@@ -205,6 +219,11 @@ class Copier {
   bool in_flight_ = false;
   int64_t since_progress_ = 0;
   std::vector<uint64_t> scratch_;
+  // The scaled shards of kQuantise ops by (tensor, source entry), in
+  // record_->shards or, when nothing is recorded, in shards_.
+  std::map<std::pair<uint32_t, uint32_t>, const CopyOp::Shard*> shard_at_;
+  std::deque<CopyOp::Shard> shards_;
+  std::shared_ptr<LargeArena> arena_;  // what reserve() gives the lists
   std::map<std::pair<int64_t, int32_t>, engine_detail::OpList> queued_;
   std::pair<int64_t, int32_t> last_key_;
   engine_detail::OpList* last_ = nullptr;  // queued_[last_key_]
@@ -869,7 +888,8 @@ void Run::go() {
       }
       ++per_device.back().second;
     }
-    for (const auto& [device, n] : per_device) copier_.reserve(device, ordinal_of(device), n);
+    for (const auto& [device, n] : per_device)
+      copier_.reserve(device, ordinal_of(device), n, s_.direct.size());
   }
   fill();
   stats_.local_bytes += s_.local_bytes;

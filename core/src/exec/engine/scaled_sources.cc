@@ -45,14 +45,21 @@ CopyOp::Shard shard_of(std::span<const TensorSpec> tensors, const TensorSpec& v,
 }
 }  // namespace
 
-CopyOp quantise_op(std::span<const TensorSpec> tensors, std::span<const TensorBuffers> buffers,
-                   uint32_t t, uint32_t entry, const CopyDesc& desc, void* dst) {
+CopyOp::Shard quantise_shard(std::span<const TensorSpec> tensors,
+                             std::span<const TensorBuffers> buffers, uint32_t t, uint32_t entry) {
   const TensorSpec& v = tensors[t];
   const auto s = static_cast<size_t>(v.scale_tensor);
+  return shard_of(tensors, v, entry, buffers[s].src[entry].data);
+}
+
+CopyOp quantise_op(std::span<const TensorSpec> tensors, std::span<const TensorBuffers> buffers,
+                   uint32_t t, uint32_t entry, const CopyDesc& desc, void* dst,
+                   const CopyOp::Shard* shard) {
+  const TensorSpec& v = tensors[t];
   CopyOp op{CopyOp::Kind::kQuantise,    desc, v.dtype, ReduceOp::kSum, 0,
             buffers[t].src[entry].data, dst};
   op.to_dtype = out_dtype(v);
-  op.shard = shard_of(tensors, v, entry, buffers[s].src[entry].data);
+  op.shard = shard;
   return op;
 }
 
@@ -134,6 +141,7 @@ std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t 
       }
     }
     std::vector<std::pair<int64_t, std::vector<CopyOp>>> calls;  // device, ops
+    std::vector<CopyOp::Shard> op_shards(shards.size());         // what the ops point to
     for (size_t i = 0; i < shards.size(); ++i) {
       const Shard& s = shards[i];
       const TensorSpec& v = tensors[s.tensor];
@@ -147,7 +155,8 @@ std::span<const TensorBuffers> ScaledSources::prepare(const Plan& plan, int32_t 
       CopyOp op{CopyOp::Kind::kBlockScales,          {},    v.dtype, ReduceOp::kSum, 0,
                 buffers[s.tensor].src[s.entry].data, scales};
       op.to_dtype = out_dtype(v);
-      op.shard = shard_of(tensors, v, s.entry, nullptr);
+      op_shards[i] = shard_of(tensors, v, s.entry, nullptr);
+      op.shard = &op_shards[i];
       auto c = std::find_if(calls.begin(), calls.end(), [&](auto& k) { return k.first == device; });
       if (c == calls.end()) c = calls.insert(calls.end(), {device, {}});
       c->second.push_back(op);

@@ -81,11 +81,19 @@ class ScaledSources {
   std::vector<DeviceScratch> device_memory_;
 };
 
+// The scaled shard of source entry `entry` of tensor `t` (which has block
+// scales), with the scales in `buffers` (prepare()'s result): what the
+// kQuantise ops out of that entry point to (CopyOp::shard).
+CopyOp::Shard quantise_shard(std::span<const TensorSpec> tensors,
+                             std::span<const TensorBuffers> buffers, uint32_t t, uint32_t entry);
+
 // The CopyOp of a copy out of source entry `entry` of tensor `t` (which has
 // block scales) quantised into `dst` (device memory: kQuantise), with the
-// scales in `buffers` (prepare()'s result).
+// scales in `buffers` (prepare()'s result); `shard` is quantise_shard of
+// that entry, kept by the caller while the op is.
 CopyOp quantise_op(std::span<const TensorSpec> tensors, std::span<const TensorBuffers> buffers,
-                   uint32_t t, uint32_t entry, const CopyDesc& desc, void* dst);
+                   uint32_t t, uint32_t entry, const CopyDesc& desc, void* dst,
+                   const CopyOp::Shard* shard);
 
 // Runs [first_run, last_run) of `desc`, a copy out of source entry `entry`
 // of tensor `t` (which has block scales), quantised straight into `dst`

@@ -64,6 +64,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -389,9 +390,9 @@ struct Schedule {
 // which it is handed to the transport every time (run_keyed_copies): its
 // launch cache then finds the call without comparing its ops; the engine
 // does no per-piece work.
-// A copy call's ops: one op per piece for the device path, filled once
-// (util/large_alloc.h).
-using OpList = std::vector<CopyOp, LargeAllocator<CopyOp>>;
+// A copy call's ops: one op per piece for the device path, filled once,
+// the lists of one execution in one block (util/large_alloc.h, LargeArena).
+using OpList = std::vector<CopyOp, ArenaAllocator<CopyOp>>;
 
 struct Replay {
   struct Call {
@@ -404,6 +405,7 @@ struct Replay {
   std::vector<uint64_t> buffers;  // buffer_list of the buffers it ran on
   int32_t last_stage = -1;
   std::vector<Call> calls;
+  std::deque<CopyOp::Shard> shards;  // those the calls' kQuantise ops point to
   std::vector<std::unique_ptr<StagingBlock>> blocks;
   ExecuteStats stats;  // of the recorded execution (seconds and cache flags aside)
 };
