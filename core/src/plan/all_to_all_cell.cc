@@ -416,42 +416,76 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
   uint64_t seq = 0;
   const int64_t chunk = band_bytes(p_.o, t.band_scale);
   PartBands pb;
+  // The sums of entry position p from holder position pos, made where new.
+  const auto record = [&](uint32_t p, size_t pos) -> EnteredRec& {
+    EnteredAt& at = ent_at_[size_t{p} * npos + pos];
+    if (at.tick != ent_tick_) {
+      at = {ent_tick_, static_cast<uint32_t>(ent_recs_.size())};
+      EnteredRec& fresh = ent_recs_.emplace_back();
+      fresh.i = p;
+      fresh.pos = static_cast<uint32_t>(pos);
+    }
+    return ent_recs_[at.rec];
+  };
   for (size_t k = 0; k < nr; ++k) {
     const Route::Run& r = runs[k];
     const RunAt& ra = run_at_[k];
     run_boxes_.clear();
     linear_boxes(region, r.from, r.from + r.count, run_boxes_);
+    const auto nb = static_cast<int64_t>(run_boxes_.size());
+    // The run's parts partition its elements, so their volumes sum to
+    // r.count, and their bytes, pieces and sums follow from it where they
+    // all take the same path.
+    const int64_t bytes = mul_of(r.count, esum, "network_bytes");
+    if (r.entry < 0) {  // a2a_direct: by holder, in the order they first send
+      const uint32_t src = part_holders_[ra.lo];
+      size_t x = 0;
+      while (x < direct_used_ && direct_[x].src != src) ++x;
+      if (x == direct_used_) {
+        if (direct_.size() == x) direct_.emplace_back();
+        DirectHolder& d = direct_[direct_used_++];
+        d.src = src;
+        d.bytes = d.pieces = 0;
+        d.parts.clear();
+      }
+      DirectHolder& d = direct_[x];
+      add_to(d.bytes, bytes, "network_bytes");
+      d.pieces += nb;
+      continue;
+    }
+    const uint32_t e = dg.cell_entries[b0 + ra.p];
+    const size_t nn = ra.hi - ra.lo;
+    const auto run_bytes = static_cast<__int128>(r.count) * t.esize;
+    if (run_bytes < 2 * static_cast<__int128>(chunk) &&
+        (nn == 1 || run_bytes < p_.o.split_min_bytes)) {
+      // Every part of one band (below 2 chunks, relay_bands_of) and sent
+      // whole by holder e mod nn (one holder, or below split_min_bytes):
+      // one stage-0 piece a part, its own region where `cut`, and one
+      // relay piece a part, merged with the source's pending piece.
+      EnteredRec& rec = record(ra.p, ra.lo + e % nn);
+      EnteredHolder& h = rec.h;
+      h.touched = true;
+      h.pieces += nb;
+      h.regions += cut ? nb : 0;
+      h.plain += r.count;
+      if (!h.plain_seen) {
+        h.plain_seen = true;
+        rec.plain_seq = seq++;
+      }
+      part_visits_ += nb;
+      AllToAllSource& src = a2a_.src[ra.p];
+      if (!src.seen) a2a_.events.push_back({ra.p, false});
+      src.seen = src.touched = true;
+      for (const Box& part : run_boxes_) src.added += src.merge(part, part, 1, 0);
+      add_to(src.bytes, bytes, "forwarded_bytes");
+      add_to(src.plain, bytes, "network_bytes");
+      continue;
+    }
     for (const Box& part : run_boxes_) {
       part_bands_of(part, t, chunk, pb);
-      if (r.entry < 0) {  // a2a_direct: by holder, in the order they first send
-        const uint32_t src = part_holders_[ra.lo];
-        size_t x = 0;
-        while (x < direct_used_ && direct_[x].src != src) ++x;
-        if (x == direct_used_) {
-          if (direct_.size() == x) direct_.emplace_back();
-          DirectHolder& d = direct_[direct_used_++];
-          d.src = src;
-          d.bytes = d.pieces = 0;
-          d.parts.clear();
-        }
-        DirectHolder& d = direct_[x];
-        add_to(d.bytes, mul_of(part.volume(), esum, "network_bytes"), "network_bytes");
-        ++d.pieces;
-        continue;
-      }
-      const uint32_t e = dg.cell_entries[b0 + ra.p];
-      const size_t row = size_t{ra.p} * npos;
-      entered_pieces(t, e, part, pb.bands, ra.hi - ra.lo, cut,
+      entered_pieces(t, e, part, pb.bands, nn, cut,
                      [&](size_t x, int64_t volume, uint32_t band, bool own_region) {
-                       const size_t pos = ra.lo + x;
-                       EnteredAt& at = ent_at_[row + pos];
-                       if (at.tick != ent_tick_) {
-                         at = {ent_tick_, static_cast<uint32_t>(ent_recs_.size())};
-                         EnteredRec& fresh = ent_recs_.emplace_back();
-                         fresh.i = ra.p;
-                         fresh.pos = static_cast<uint32_t>(pos);
-                       }
-                       EnteredRec& rec = ent_recs_[at.rec];
+                       EnteredRec& rec = record(ra.p, ra.lo + x);
                        const unsigned first = enter(rec.h, volume, band, own_region);
                        if (first & 2) rec.plain_seq = seq++;
                        if (first & 4) rec.late_seq = seq++;
@@ -481,6 +515,13 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
                         ent_order_.begin() + static_cast<std::ptrdiff_t>(ent_begin_[i + 1]));
     ent_plain_.clear();
     ent_late_.clear();
+    // The next entries' records asked for ahead (each is read first here,
+    // out of the order they were made in).
+    for (size_t y = ent_begin_[i + 1]; y < ent_begin_[std::min(i + 2, m)]; ++y) {
+      const char* q = reinterpret_cast<const char*>(&ent_recs_[ent_order_[y]]);
+      __builtin_prefetch(q);
+      __builtin_prefetch(q + sizeof(EnteredRec) - 1);
+    }
     for (const uint32_t x : ent_touched_) {
       if (ent_recs_[x].h.plain_seen) ent_plain_.push_back(x);
       if (ent_recs_[x].h.mask != 0) ent_late_.push_back(x);

@@ -281,6 +281,7 @@ inline uint32_t Enumerator::leader(const Route& r, size_t hi, size_t j) const {
 
 inline uint32_t Enumerator::run_leader(const Route& r, size_t hi, uint32_t lead) const {
   const uint32_t b = ch_->member_offsets[hi], end = ch_->member_offsets[hi + 1];
+  if (end - b == 1) return ch_->members[b];  // one entry on the host (no division)
   return ch_->members[b + (size_t{lead} + r.rot) % (end - b)];
 }
 
