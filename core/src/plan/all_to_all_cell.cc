@@ -430,9 +430,6 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
   for (size_t k = 0; k < nr; ++k) {
     const Route::Run& r = runs[k];
     const RunAt& ra = run_at_[k];
-    run_boxes_.clear();
-    linear_boxes(region, r.from, r.from + r.count, run_boxes_);
-    const auto nb = static_cast<int64_t>(run_boxes_.size());
     // The run's parts partition its elements, so their volumes sum to
     // r.count, and their bytes, pieces and sums follow from it where they
     // all take the same path.
@@ -450,7 +447,7 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
       }
       DirectHolder& d = direct_[x];
       add_to(d.bytes, bytes, "network_bytes");
-      d.pieces += nb;
+      each_linear_box(region, r.from, r.from + r.count, [&](const Box&) { ++d.pieces; });
       continue;
     }
     const uint32_t e = dg.cell_entries[b0 + ra.p];
@@ -462,6 +459,14 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
       // whole by holder e mod nn (one holder, or below split_min_bytes):
       // one stage-0 piece a part, its own region where `cut`, and one
       // relay piece a part, merged with the source's pending piece.
+      AllToAllSource& src = a2a_.src[ra.p];
+      if (!src.seen) a2a_.events.push_back({ra.p, false});
+      src.seen = src.touched = true;
+      int64_t nb = 0;
+      each_linear_box(region, r.from, r.from + r.count, [&](const Box& part) {
+        ++nb;
+        src.added += src.merge(part, part, 1, 0);
+      });
       EnteredRec& rec = record(ra.p, ra.lo + e % nn);
       EnteredHolder& h = rec.h;
       h.touched = true;
@@ -473,14 +478,12 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
         rec.plain_seq = seq++;
       }
       part_visits_ += nb;
-      AllToAllSource& src = a2a_.src[ra.p];
-      if (!src.seen) a2a_.events.push_back({ra.p, false});
-      src.seen = src.touched = true;
-      for (const Box& part : run_boxes_) src.added += src.merge(part, part, 1, 0);
       add_to(src.bytes, bytes, "forwarded_bytes");
       add_to(src.plain, bytes, "network_bytes");
       continue;
     }
+    run_boxes_.clear();
+    linear_boxes(region, r.from, r.from + r.count, run_boxes_);
     for (const Box& part : run_boxes_) {
       part_bands_of(part, t, chunk, pb);
       entered_pieces(t, e, part, pb.bands, nn, cut,
