@@ -532,6 +532,53 @@ TEST(PlanStatsFastPath, EnteredPartsOfSeveralHoldersMatchTheEnumeration) {
   EXPECT_GT(summed, cases / 2) << "cases whose entered parts were summed per holder";
 }
 
+// The device rule's cells taken from their regions' runs
+// (RoutedCells::a2a_runs: each run's parts made where read, stage 0 and the
+// relay sums in one visit) against the same cells taken part by part
+// (planning::set_a2a_runs(false)) and against the enumeration: MoE-like
+// holders, 1-3 shards x 1-6 copies over 1-3 holder hosts (one holder a host
+// too: direct parts), into 3-9 receiving hosts of one entry, random rank,
+// dims (uneven splits), dtypes, split size, budgets (none among them) and
+// α (bands or none), every field; most cases take runs.
+TEST(PlanStatsFastPath, AllToAllRunsMatchThePartPath) {
+  std::mt19937_64 rng(20261203);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  struct On {
+    ~On() { planning::set_a2a_runs(true); }
+  } restore;
+  const int cases = scaled_cases(100);
+  int taken = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t shards = uni(1, 3), copies = uni(1, 6);
+    const int64_t holder_hosts = uni(1, 3), receiving = uni(3, 9);
+    PlanInput in;
+    if (uni(0, 3) == 0) {  // one holder a host
+      for (int64_t d = 0; d < shards * copies + receiving; ++d)
+        in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d), 0});
+    } else {
+      add_holder_hosts(in, {shards, copies, receiving}, holder_hosts);
+    }
+    add_moe_like_tensors(in, uni, {shards, copies, receiving}, 180, {64, 512}, 2);
+    for (bool schedule : {true, false}) {
+      SCOPED_TRACE(schedule ? "with the schedule" : "without the schedule");
+      const int64_t before = planning::a2a_runs_taken();
+      planning::set_a2a_runs(true);
+      const StatsRun runs = run_stats(in, schedule, false, true);
+      taken += schedule && planning::a2a_runs_taken() > before;
+      planning::set_a2a_runs(false);
+      const int64_t off = planning::a2a_runs_taken();
+      const StatsRun parts = run_stats(in, schedule, false, true);
+      ASSERT_EQ(planning::a2a_runs_taken(), off) << "runs taken with them off";
+      ASSERT_NO_FATAL_FAILURE(expect_same(runs, parts));
+      ASSERT_NO_FATAL_FAILURE(expect_same(runs, run_stats(in, schedule, true, true)));
+    }
+  }
+  EXPECT_GT(taken, cases / 2) << "cases with a region taken from its runs";
+}
+
 // Groups of like tensors that share the device rule's cell (an MoE sync's
 // groups over tp share its cells): each all-to-all cell keeps its pairs'
 // stage-1 streams in one table for the pass (RoutedCells::A2aStreams,

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "plan/routed_cells.h"
+#include "reshard/error.h"
 
 namespace reshard::planning {
 
@@ -130,58 +131,28 @@ bool RoutedCells::a2a_entered_ok(const TensorCtx& t, uint32_t b0, size_t np, boo
 }
 
 void RoutedCells::a2a_entered_part(const TensorCtx& t, uint32_t e, size_t j, bool cut) {
-  const Box& part = route_.parts[j];
   const size_t h0 = holder_range_[j].first, nn = holder_range_[j].second - h0;
-  auto add = [&](size_t pos, int64_t volume, uint32_t band, bool own) {
-    EnteredHolder& h = entered_[pos];
-    if (!h.touched) {
-      h.touched = true;
-      entered_touched_.push_back(static_cast<uint32_t>(pos));
-    }
-    ++h.pieces;
-    h.regions += own ? 1 : 0;
-    if (band == 0) {
-      h.plain += volume;
-      if (!h.plain_seen) {
-        h.plain_seen = true;
-        entered_plain_.push_back(static_cast<uint32_t>(pos));
-      }
-      return;
-    }
-    if (h.mask == 0) entered_late_.push_back(static_cast<uint32_t>(pos));
-    h.mask |= 1u << band;
-    h.band[band] += volume;
-  };
-  // Enumerator::assign of each band's box over holders none of which is
-  // near e: split evenly along split_dim where at least split_min_bytes
-  // (piece q from holder (q + e) mod nn, each its own region), else one
-  // piece from holder e mod nn.
-  part_bands_[j].bands.each(part, [&](const Box& sub, uint32_t band) {
-    const int64_t volume = sub.volume();
-    if (nn > 1 && volume * t.esize >= p_.o.split_min_bytes && sub.rank > 0) {
-      const int dim = split_dim(sub, nn);
-      const int64_t ext = sub.extent(dim);
-      const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nn));
-      if (m > 1) {
-        const int64_t slab = volume / ext;
-        for (int64_t q = 0, k = static_cast<int64_t>(e % nn); q < m;
-             ++q, k = k + 1 == static_cast<int64_t>(nn) ? 0 : k + 1)
-          add(h0 + static_cast<size_t>(k), (ext * (q + 1) / m - ext * q / m) * slab, band, true);
-        return;
-      }
-    }
-    add(h0 + e % nn, volume, band, cut || !(sub == part));
-  });
+  entered_pieces(t, e, route_.parts[j], part_bands_[j].bands, nn, cut,
+                 [&](size_t k, int64_t volume, uint32_t band, bool own) {
+                   const auto pos = static_cast<uint32_t>(h0 + k);
+                   const unsigned first = enter(entered_[pos], volume, band, own);
+                   if (first & 1) entered_touched_.push_back(pos);
+                   if (first & 2) entered_plain_.push_back(pos);
+                   if (first & 4) entered_late_.push_back(pos);
+                 });
 }
 
-void RoutedCells::a2a_entered_flush(const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
-                                    int64_t& group_pieces) {
+template <class At, class Holder>
+void RoutedCells::entered_account(const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
+                                  int64_t& group_pieces, const std::vector<uint32_t>& touched,
+                                  const std::vector<uint32_t>& plain,
+                                  const std::vector<uint32_t>& late, At&& at, Holder&& holder) {
   const uint32_t dd = t.dt->dense[e];
   std::vector<Acc>& acc = p_.stage_acc[0];
   int64_t pieces = 0, regions = 0;
-  for (const uint32_t pos : entered_touched_) {
-    const EnteredHolder& h = entered_[pos];
-    const uint32_t sd = t.st->dense[part_holders_[pos]];
+  for (const uint32_t x : touched) {
+    const EnteredHolder& h = at(x);
+    const uint32_t sd = t.st->dense[part_holders_[holder(x)]];
     int64_t volume = h.plain;
     for (size_t k = 1; k < kRelayBands; ++k) volume += h.band[k];
     const int64_t bytes = mul_of(volume, esum, "network_bytes");
@@ -203,17 +174,17 @@ void RoutedCells::a2a_entered_flush(const TensorCtx& t, uint32_t e, int64_t esum
   }
   group_pieces += pieces;
   // The streams in the order their first pieces named them.
-  for (const uint32_t pos : entered_plain_)
-    p_.direct_pair(t.st->dense[part_holders_[pos]], dd,
-                   mul_of(entered_[pos].plain, esum, "network_bytes"));
-  for (const uint32_t pos : entered_late_) {
-    const EnteredHolder& h = entered_[pos];
-    const uint32_t sd = t.st->dense[part_holders_[pos]];
-    int64_t late = 0;
-    for (size_t k = 1; k < kRelayBands; ++k) late += h.band[k];
-    late = mul_of(late, esum, "network_bytes");
-    add_to(acc[sd].send_late, late, "max_send_bytes");
-    add_to(acc[dd].recv_late, late, "max_recv_bytes");
+  for (const uint32_t x : plain)
+    p_.direct_pair(t.st->dense[part_holders_[holder(x)]], dd,
+                   mul_of(at(x).plain, esum, "network_bytes"));
+  for (const uint32_t x : late) {
+    const EnteredHolder& h = at(x);
+    const uint32_t sd = t.st->dense[part_holders_[holder(x)]];
+    int64_t late_bytes = 0;
+    for (size_t k = 1; k < kRelayBands; ++k) late_bytes += h.band[k];
+    late_bytes = mul_of(late_bytes, esum, "network_bytes");
+    add_to(acc[sd].send_late, late_bytes, "max_send_bytes");
+    add_to(acc[dd].recv_late, late_bytes, "max_recv_bytes");
     BandStream& b = p_.band_streams.at(p_.band_index(uint64_t{sd} << 20 | dd));
     b.mask |= h.mask;
     if (p_.track_pairs)
@@ -221,6 +192,14 @@ void RoutedCells::a2a_entered_flush(const TensorCtx& t, uint32_t e, int64_t esum
         if (h.band[k] != 0)
           add_to(b.bytes[k], mul_of(h.band[k], esum, "network_bytes"), "network_bytes");
   }
+}
+
+void RoutedCells::a2a_entered_flush(const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
+                                    int64_t& group_pieces) {
+  entered_account(
+      t, e, esum, copies, group_pieces, entered_touched_, entered_plain_, entered_late_,
+      [&](uint32_t pos) -> const EnteredHolder& { return entered_[pos]; },
+      [](uint32_t pos) { return pos; });
   for (const uint32_t pos : entered_touched_) entered_[pos] = EnteredHolder{};
   entered_touched_.clear();
   entered_plain_.clear();
@@ -282,29 +261,36 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
   for (size_t j = 0; j < np; ++j) {
     const uint32_t p = a2a_.part[j];
     if (j + kPrefetchAhead < np) prefetch_relay_part(j + kPrefetchAhead);
-    if (p == AllToAllCell::kNone) continue;
-    ++part_visits_;
-    AllToAllSource& s = a2a_.src[p];
-    const PartBands& pb = part_bands_[j];
-    const Box& part = route_.parts[j];
-    if (!s.seen) a2a_.events.push_back({p, false});
-    s.seen = s.touched = true;
-    s.added += with_edges(part, pb, [&](const Box& first, const Box& last) {
-      return s.merge(first, last, pb.n, pb.last_band);
-    });
-    const int64_t bytes = mul_of(part.volume(), esum, "network_bytes");
-    const int64_t plain = mul_of(pb.plain, esum, "network_bytes");
-    add_to(s.bytes, bytes, "forwarded_bytes");
-    add_to(s.plain, plain, "network_bytes");
-    if (pb.n == 1) continue;
-    add_to(s.late, bytes - plain, "max_send_bytes");
-    s.mask |= pb.mask;
-    band_volumes(part, pb, [&](size_t k, int64_t v) {
-      add_to(s.band[k], mul_of(v, esum, "network_bytes"), "network_bytes");
-    });
-    if (!s.banded) a2a_.events.push_back({p, true});
-    s.banded = true;
+    if (p != AllToAllCell::kNone) a2a_relay_part(p, route_.parts[j], part_bands_[j], esum);
   }
+  a2a_count_events(t, b0, m);
+  return true;
+}
+
+void RoutedCells::a2a_relay_part(uint32_t p, const Box& part, const PartBands& pb, int64_t esum) {
+  ++part_visits_;
+  AllToAllSource& s = a2a_.src[p];
+  if (!s.seen) a2a_.events.push_back({p, false});
+  s.seen = s.touched = true;
+  s.added += with_edges(part, pb, [&](const Box& first, const Box& last) {
+    return s.merge(first, last, pb.n, pb.last_band);
+  });
+  const int64_t bytes = mul_of(part.volume(), esum, "network_bytes");
+  const int64_t plain = mul_of(pb.plain, esum, "network_bytes");
+  add_to(s.bytes, bytes, "forwarded_bytes");
+  add_to(s.plain, plain, "network_bytes");
+  if (pb.n == 1) return;
+  add_to(s.late, bytes - plain, "max_send_bytes");
+  s.mask |= pb.mask;
+  band_volumes(part, pb, [&](size_t k, int64_t v) {
+    add_to(s.band[k], mul_of(v, esum, "network_bytes"), "network_bytes");
+  });
+  if (!s.banded) a2a_.events.push_back({p, true});
+  s.banded = true;
+}
+
+void RoutedCells::a2a_count_events(const TensorCtx& t, uint32_t b0, size_t m) {
+  const Geometry& dg = *t.dg;
   // Each pair's streams counted at its first part (and its first banded
   // one), entry by entry, as relay_part counts them.
   const std::vector<AllToAllCell::Event>& events = a2a_.events;
@@ -325,7 +311,7 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
           a2a_.ref[i * m + ev.p].banded =
               p_.band_index(stage_stream_key(1, a2a_cur_->dense[ev.p], dd));
     }
-    return true;
+    return;
   }
   for (size_t i = 0; i < m; ++i) {
     const uint32_t dd = t.dt->dense[dg.cell_entries[b0 + i]];
@@ -352,6 +338,212 @@ bool RoutedCells::a2a_region(const TensorCtx& t, uint32_t b0, size_t m, size_t n
       if (p_.track_pairs) r.plain = relay_bytes.index(device_pair_key(sd, dd));
     }
   }
+}
+
+bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box& region, bool own,
+                           int64_t esum, int64_t copies, int64_t& group_pieces) {
+  if (!a2a_runs_on() || p_.keyed || !route_.cross || recv_host_.size() != m ||
+      route_.cell_end - route_.cell_begin != m)
+    return false;
+  const Geometry& dg = *t.dg;
+  const std::vector<Route::Run>& runs = route_.runs;
+  const size_t nr = runs.size(), npos = part_holders_.size();
+  if (nr == 0 || m * npos > kEnteredAtMax) return false;
+  a2a_.pos.resize(m);
+  for (size_t i = 0; i < m; ++i) a2a_.pos[slot_[i] - route_.cell_begin] = static_cast<uint32_t>(i);
+  // What a2a_region, a2a_direct and a2a_entered_ok check part by part,
+  // once a run (its parts share host, entry and leader): each entered
+  // run led by its host's entry, from holders none of which is near it;
+  // each direct run from one holder on its host.
+  run_at_.resize(nr);
+  int32_t last_host = -1;
+  std::pair<size_t, size_t> range{0, 0}, last_range{1, 0};
+  uint32_t last_p = AllToAllCell::kNone;
+  bool any_entered = false;
+  for (size_t k = 0; k < nr; ++k) {
+    const Route::Run& r = runs[k];
+    if (r.host < 0) return false;
+    if (k == 0 || r.host != last_host) {
+      range = holders_on(r.host);
+      last_host = r.host;
+    }
+    uint32_t p = AllToAllCell::kNone;
+    if (r.entry < 0) {
+      if (range.second - range.first != 1) return false;
+    } else {
+      if (range.first == range.second) return false;
+      const size_t hi = recv_host_[static_cast<size_t>(r.entry)];
+      p = a2a_.pos[hi - route_.cell_begin];
+      const uint32_t e = dg.cell_entries[b0 + p];
+      if (p_.en.run_leader(route_, hi, r.lead) != e) return false;
+      any_entered = true;
+      if (p != last_p || range != last_range) {
+        last_p = p;
+        last_range = range;
+        const int64_t dev = dg.devices[e];
+        const int32_t host = t.dt->host[e], proc = t.dt->process[e];
+        for (size_t x = range.first; x < range.second; ++x) {
+          const uint32_t s = part_holders_[x];
+          if (t.st->host[s] == host || t.st->process[s] == proc || t.sg->devices[s] == dev)
+            return false;
+        }
+      }
+    }
+    run_at_[k] = {static_cast<uint32_t>(range.first), static_cast<uint32_t>(range.second), p};
+  }
+  run_boxes_.clear();
+  if (nr == 1) linear_boxes(region, runs[0].from, runs[0].from + runs[0].count, run_boxes_);
+  const bool cut = own || nr > 1 || run_boxes_.size() > 1;
+  // Taken: no holder of a direct run is on an entry's device (every host
+  // of the cell receives, so none holds), so a2a_direct_entry needs no
+  // direct part's box.
+  p_.stage_grow(0);
+  direct_used_ = 0;
+  if (any_entered) {
+    p_.stage_grow(1);
+    if (!a2a_.on) {
+      a2a_.start(m);
+      a2a_cur_ = a2a_streams(t, b0, m);
+    }
+    a2a_.events.clear();
+  }
+  if (++ent_tick_ == 0) {
+    std::fill(ent_at_.begin(), ent_at_.end(), EnteredAt{});
+    ent_tick_ = 1;
+  }
+  if (ent_at_.size() < m * npos) ent_at_.resize(m * npos);
+  ent_recs_.clear();
+  uint64_t seq = 0;
+  const int64_t chunk = band_bytes(p_.o, t.band_scale);
+  PartBands pb;
+  // The sums of entry position p from holder position pos, made where new.
+  const auto record = [&](uint32_t p, size_t pos) -> EnteredRec& {
+    EnteredAt& at = ent_at_[size_t{p} * npos + pos];
+    if (at.tick != ent_tick_) {
+      at = {ent_tick_, static_cast<uint32_t>(ent_recs_.size())};
+      EnteredRec& fresh = ent_recs_.emplace_back();
+      fresh.i = p;
+      fresh.pos = static_cast<uint32_t>(pos);
+    }
+    return ent_recs_[at.rec];
+  };
+  for (size_t k = 0; k < nr; ++k) {
+    const Route::Run& r = runs[k];
+    const RunAt& ra = run_at_[k];
+    // The run's parts partition its elements, so their volumes sum to
+    // r.count, and their bytes, pieces and sums follow from it where they
+    // all take the same path.
+    const int64_t bytes = mul_of(r.count, esum, "network_bytes");
+    if (r.entry < 0) {  // a2a_direct: by holder, in the order they first send
+      const uint32_t src = part_holders_[ra.lo];
+      size_t x = 0;
+      while (x < direct_used_ && direct_[x].src != src) ++x;
+      if (x == direct_used_) {
+        if (direct_.size() == x) direct_.emplace_back();
+        DirectHolder& d = direct_[direct_used_++];
+        d.src = src;
+        d.bytes = d.pieces = 0;
+        d.parts.clear();
+      }
+      DirectHolder& d = direct_[x];
+      add_to(d.bytes, bytes, "network_bytes");
+      each_linear_box(region, r.from, r.from + r.count, [&](const Box&) { ++d.pieces; });
+      continue;
+    }
+    const uint32_t e = dg.cell_entries[b0 + ra.p];
+    const size_t nn = ra.hi - ra.lo;
+    const auto run_bytes = static_cast<__int128>(r.count) * t.esize;
+    if (run_bytes < 2 * static_cast<__int128>(chunk) &&
+        (nn == 1 || run_bytes < p_.o.split_min_bytes)) {
+      // Every part of one band (below 2 chunks, relay_bands_of) and sent
+      // whole by holder e mod nn (one holder, or below split_min_bytes):
+      // one stage-0 piece a part, its own region where `cut`, and one
+      // relay piece a part, merged with the source's pending piece.
+      AllToAllSource& src = a2a_.src[ra.p];
+      if (!src.seen) a2a_.events.push_back({ra.p, false});
+      src.seen = src.touched = true;
+      int64_t nb = 0;
+      each_linear_box(region, r.from, r.from + r.count, [&](const Box& part) {
+        ++nb;
+        src.added += src.merge(part, part, 1, 0);
+      });
+      EnteredRec& rec = record(ra.p, ra.lo + e % nn);
+      EnteredHolder& h = rec.h;
+      h.touched = true;
+      h.pieces += nb;
+      h.regions += cut ? nb : 0;
+      h.plain += r.count;
+      if (!h.plain_seen) {
+        h.plain_seen = true;
+        rec.plain_seq = seq++;
+      }
+      part_visits_ += nb;
+      add_to(src.bytes, bytes, "forwarded_bytes");
+      add_to(src.plain, bytes, "network_bytes");
+      continue;
+    }
+    run_boxes_.clear();
+    linear_boxes(region, r.from, r.from + r.count, run_boxes_);
+    for (const Box& part : run_boxes_) {
+      part_bands_of(part, t, chunk, pb);
+      entered_pieces(t, e, part, pb.bands, nn, cut,
+                     [&](size_t x, int64_t volume, uint32_t band, bool own_region) {
+                       EnteredRec& rec = record(ra.p, ra.lo + x);
+                       const unsigned first = enter(rec.h, volume, band, own_region);
+                       if (first & 2) rec.plain_seq = seq++;
+                       if (first & 4) rec.late_seq = seq++;
+                     });
+      a2a_relay_part(ra.p, part, pb, esum);
+    }
+  }
+  // Each entry's sums, entry by entry: its direct parts', then its entered
+  // parts' (the records by entry, in the order they were made).
+  ent_begin_.assign(m + 1, 0);
+  for (const EnteredRec& rec : ent_recs_) ++ent_begin_[rec.i + 1];
+  for (size_t i = 0; i < m; ++i) ent_begin_[i + 1] += ent_begin_[i];
+  ent_order_.resize(ent_recs_.size());
+  ent_touched_.assign(ent_begin_.begin(), ent_begin_.end() - 1);  // cursors
+  for (size_t x = 0; x < ent_recs_.size(); ++x)
+    ent_order_[ent_touched_[ent_recs_[x].i]++] = static_cast<uint32_t>(x);
+  const auto at = [&](uint32_t x) -> const EnteredHolder& { return ent_recs_[x].h; };
+  const auto holder = [&](uint32_t x) { return ent_recs_[x].pos; };
+  auto no_stage0 = [](uint32_t, uint32_t, size_t) {
+    fail(ErrorCode::kInternal, "statistics: a direct holder on an entry's device");
+  };
+  for (size_t i = 0; i < m; ++i) {
+    const uint32_t e = dg.cell_entries[b0 + i];
+    a2a_direct_entry(t, b0 + static_cast<uint32_t>(i), e, cut, copies, group_pieces,
+                     Stage0(no_stage0));
+    ent_touched_.assign(ent_order_.begin() + static_cast<std::ptrdiff_t>(ent_begin_[i]),
+                        ent_order_.begin() + static_cast<std::ptrdiff_t>(ent_begin_[i + 1]));
+    ent_plain_.clear();
+    ent_late_.clear();
+    // The next entries' records asked for ahead (each is read first here,
+    // out of the order they were made in).
+    for (size_t y = ent_begin_[i + 1]; y < ent_begin_[std::min(i + 2, m)]; ++y) {
+      const char* q = reinterpret_cast<const char*>(&ent_recs_[ent_order_[y]]);
+      __builtin_prefetch(q);
+      __builtin_prefetch(q + sizeof(EnteredRec) - 1);
+    }
+    for (const uint32_t x : ent_touched_) {
+      if (ent_recs_[x].h.plain_seen) ent_plain_.push_back(x);
+      if (ent_recs_[x].h.mask != 0) ent_late_.push_back(x);
+    }
+    const auto by_plain = [&](uint32_t a, uint32_t b) {
+      return ent_recs_[a].plain_seq < ent_recs_[b].plain_seq;
+    };
+    const auto by_late = [&](uint32_t a, uint32_t b) {
+      return ent_recs_[a].late_seq < ent_recs_[b].late_seq;
+    };
+    if (!std::is_sorted(ent_plain_.begin(), ent_plain_.end(), by_plain))
+      std::sort(ent_plain_.begin(), ent_plain_.end(), by_plain);
+    if (!std::is_sorted(ent_late_.begin(), ent_late_.end(), by_late))
+      std::sort(ent_late_.begin(), ent_late_.end(), by_late);
+    entered_account(t, e, esum, copies, group_pieces, ent_touched_, ent_plain_, ent_late_, at,
+                    holder);
+  }
+  if (any_entered) a2a_count_events(t, b0, m);
+  ++a2a_runs_;
   return true;
 }
 

@@ -1,6 +1,7 @@
 // Context::build: what every step of make_plan looks up.
 #include "plan/context.h"
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <tuple>
@@ -527,6 +528,15 @@ int64_t& a2a_tables_shared() {
   static int64_t shared = 0;
   return shared;
 }
+int64_t& a2a_runs_taken() {
+  static int64_t taken = 0;
+  return taken;
+}
+namespace {
+std::atomic<bool> a2a_runs_enabled{true};
+}  // namespace
+bool a2a_runs_on() { return a2a_runs_enabled.load(std::memory_order_relaxed); }
+void set_a2a_runs(bool on) { a2a_runs_enabled.store(on, std::memory_order_relaxed); }
 
 std::optional<GuardStop> Context::guard_stop(int64_t max_bytes) {
   const PlanOptions& o = input.options;

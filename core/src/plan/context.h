@@ -355,6 +355,13 @@ int64_t& entered_sums_taken();
 // A2aStreams) made by an earlier group of the same pass, in this process
 // (tests read it).
 int64_t& a2a_tables_shared();
+// Regions of all-to-all cells the global statistics took from their runs
+// (RoutedCells::a2a_runs), in this process (tests read it); and whether
+// they may (on unless a test turns it off to compare with the regions
+// taken part by part).
+int64_t& a2a_runs_taken();
+bool a2a_runs_on();
+void set_a2a_runs(bool on);
 
 // Whether a process part's enumeration replays the pieces of like tensors
 // (planner.cc, build_chunk): on unless a test turns it off to compare the

@@ -105,6 +105,9 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
   bool a2a_ok = m >= 2 && m * m <= (size_t{1} << 24) &&
                 std::find(several_.begin(), several_.end(), 1) == several_.end();
   p_.en.cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool own) {
+    // An all-to-all region is taken from its runs where a2a_runs can
+    // (Route::want_runs), else routed again into parts.
+    route_.want_runs = a2a_ok && !p_.keyed && a2a_runs_on();
     if (!p_.en.route(t, c, region, h, n, route_))
       return p_.assigned.assign_cell(t, b0, b1, region, h, n, own, esum, copies, group_pieces);
     if (route_.reduce) fail(ErrorCode::kInternal, "statistics: a reduce route in one summand");
@@ -116,6 +119,13 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
       if (indexed)
         for (uint32_t i = b0; i < b1; ++i) pos_in_cell_[dg.cell_entries[i]] = i - b0;
       if (indexed && pair_at_.size() < m * m) pair_at_.assign(m * m, StampedSlots{});
+    }
+    if (route_.as_runs) {
+      p_.en.receiving_table(route_, recv_index_, recv_host_);
+      sort_holders(t, h, n);
+      if (a2a_runs(t, b0, m, region, own, esum, copies, group_pieces)) return;
+      route_.want_runs = false;
+      p_.en.route(t, c, region, h, n, route_);
     }
     p_.assigned.region_holders().set(t, h, n);
     const size_t np = route_.parts.size();
@@ -132,11 +142,7 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
       any_host |= route_.cross && route_.part_host[j] >= 0;
     }
     if (any_host) {
-      holder_hosts_.clear();
-      for (size_t k = 0; k < n; ++k)
-        holder_hosts_.emplace_back(t.st->host[h[k]], static_cast<uint32_t>(k));
-      std::sort(holder_hosts_.begin(), holder_hosts_.end());
-      for (const auto& hk : holder_hosts_) part_holders_.push_back(h[hk.second]);
+      sort_holders(t, h, n);
       // Consecutive parts mostly share a host (a share's runs, §5.2): its
       // range is searched for once per run of them.
       int32_t last_host = -1;
@@ -145,13 +151,8 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
         const int32_t host = route_.part_host[j];
         if (host < 0) continue;
         if (host != last_host) {
-          const auto lo = std::lower_bound(holder_hosts_.begin(), holder_hosts_.end(),
-                                           std::make_pair(host, uint32_t{0}));
-          const auto hi =
-              std::lower_bound(lo, holder_hosts_.end(), std::make_pair(host + 1, uint32_t{0}));
           last_host = host;
-          last_range = {static_cast<size_t>(lo - holder_hosts_.begin()),
-                        static_cast<size_t>(hi - holder_hosts_.begin())};
+          last_range = holders_on(host);
         }
         holder_range_[j] = last_range;
       }
@@ -230,7 +231,18 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
   direct_sums_ = 0;
   std::atomic_ref<int64_t>(entered_sums_taken()).fetch_add(entered_sums_);
   entered_sums_ = 0;
+  std::atomic_ref<int64_t>(a2a_runs_taken()).fetch_add(a2a_runs_);
+  a2a_runs_ = 0;
   return true;
+}
+
+void RoutedCells::sort_holders(const TensorCtx& t, const uint32_t* h, size_t n) {
+  holder_hosts_.clear();
+  for (size_t k = 0; k < n; ++k)
+    holder_hosts_.emplace_back(t.st->host[h[k]], static_cast<uint32_t>(k));
+  std::sort(holder_hosts_.begin(), holder_hosts_.end());
+  part_holders_.clear();
+  for (const auto& hk : holder_hosts_) part_holders_.push_back(h[hk.second]);
 }
 
 RoutedCells::PairSlots* RoutedCells::find_pair(size_t i, uint32_t src, size_t m, bool indexed) {

@@ -237,6 +237,112 @@ class RoutedCells {
   void a2a_entered_part(const TensorCtx& t, uint32_t e, size_t j, bool cut);
   void a2a_entered_flush(const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
                          int64_t& group_pieces);
+  // Enumerator::assign of each band's box of `part` (entering at entry e)
+  // over its nn holders, none near e: split evenly along split_dim where
+  // at least split_min_bytes (piece q from holder (q + e) mod nn, each its
+  // own region), else one piece from holder e mod nn. add(holder k of the
+  // nn, elements, band, own region) for each piece.
+  template <class Add>
+  void entered_pieces(const TensorCtx& t, uint32_t e, const Box& part, const Bands& bands,
+                      size_t nn, bool cut, Add&& add) const {
+    bands.each(part, [&](const Box& sub, uint32_t band) {
+      const int64_t volume = sub.volume();
+      if (nn > 1 && volume * t.esize >= p_.o.split_min_bytes && sub.rank > 0) {
+        const int dim = split_dim(sub, nn);
+        const int64_t ext = sub.extent(dim);
+        const int64_t m = std::min<int64_t>(ext, static_cast<int64_t>(nn));
+        if (m > 1) {
+          const int64_t slab = volume / ext;
+          for (int64_t q = 0, k = static_cast<int64_t>(e % nn); q < m;
+               ++q, k = k + 1 == static_cast<int64_t>(nn) ? 0 : k + 1)
+            add(static_cast<size_t>(k), (ext * (q + 1) / m - ext * q / m) * slab, band, true);
+          return;
+        }
+      }
+      add(e % nn, volume, band, cut || !(sub == part));
+    });
+  }
+  // A piece added to h's sums; what it names first: bit 0 the holder, bit
+  // 1 its band-0 stream, bit 2 its band stream.
+  static unsigned enter(EnteredHolder& h, int64_t volume, uint32_t band, bool own) {
+    unsigned first = 0;
+    if (!h.touched) {
+      h.touched = true;
+      first |= 1;
+    }
+    ++h.pieces;
+    h.regions += own ? 1 : 0;
+    if (band == 0) {
+      h.plain += volume;
+      if (!h.plain_seen) {
+        h.plain_seen = true;
+        first |= 2;
+      }
+      return first;
+    }
+    if (h.mask == 0) first |= 4;
+    h.mask |= 1u << band;
+    h.band[band] += volume;
+    return first;
+  }
+  // Entry e's entered sums accounted (a2a_entered_flush): `touched`,
+  // `plain` and `late` name them in the order their first piece, first
+  // band-0 piece and first piece above band 0 came; at(x) is x's sums,
+  // holder(x) its position in part_holders_.
+  template <class At, class Holder>
+  void entered_account(const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
+                       int64_t& group_pieces, const std::vector<uint32_t>& touched,
+                       const std::vector<uint32_t>& plain, const std::vector<uint32_t>& late,
+                       At&& at, Holder&& holder);
+
+  // The all-to-all region from its runs (Route::runs, the route taken
+  // with want_runs): what a2a_region does from its parts, each run's parts
+  // (linear_boxes) made where they are read instead of kept for the
+  // region. The parts are visited once, in order: each entered part's
+  // stage-0 pieces summed per (entry, holder) and its relay sums per
+  // source, each entry's sums then accounted entry by entry, after its
+  // direct sums, as a2a_region accounts them. False, having done nothing,
+  // where a2a_region would not take the region, or would not take its
+  // direct and entered parts as sums (the caller then routes the region
+  // into parts). Off where set_a2a_runs(false) (tests).
+  bool a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box& region, bool own,
+                int64_t esum, int64_t copies, int64_t& group_pieces);
+  struct RunAt {  // per run: its holders in part_holders_, its source's position
+    uint32_t lo = 0, hi = 0, p = 0;
+  };
+  std::vector<RunAt> run_at_;
+  std::vector<Box> run_boxes_;
+  struct EnteredRec {  // an (entry, holder) pair's sums from runs
+    EnteredHolder h;
+    uint32_t i = 0, pos = 0;
+    uint64_t plain_seq = 0, late_seq = 0;
+  };
+  std::vector<EnteredRec> ent_recs_;
+  struct EnteredAt {  // per (entry, holder position): its record, where tick is the region's
+    uint32_t tick = 0, rec = 0;
+  };
+  std::vector<EnteredAt> ent_at_;
+  uint32_t ent_tick_ = 0;
+  static constexpr size_t kEnteredAtMax = size_t{1} << 23;  // 64 MiB of EnteredAt
+  std::vector<uint32_t> ent_begin_, ent_order_, ent_touched_, ent_plain_, ent_late_;
+  int64_t a2a_runs_ = 0;  // a2a_runs_taken()
+  // The relay part `part` (bands pb) of source position p, taken for
+  // every entry of the cell (a2a_region, a2a_runs).
+  void a2a_relay_part(uint32_t p, const Box& part, const PartBands& pb, int64_t esum);
+  // Each pair's relay streams counted at its source's first part (and
+  // first banded one), entry by entry (a2a_.events).
+  void a2a_count_events(const TensorCtx& t, uint32_t b0, size_t m);
+  // The region's holders by host (part_holders_, holder_hosts_), and the
+  // range of them on `host`.
+  void sort_holders(const TensorCtx& t, const uint32_t* h, size_t n);
+  std::pair<size_t, size_t> holders_on(int32_t host) const {
+    const auto lo = std::lower_bound(holder_hosts_.begin(), holder_hosts_.end(),
+                                     std::make_pair(host, uint32_t{0}));
+    const auto hi =
+        std::lower_bound(lo, holder_hosts_.end(), std::make_pair(host + 1, uint32_t{0}));
+    return {static_cast<size_t>(lo - holder_hosts_.begin()),
+            static_cast<size_t>(hi - holder_hosts_.begin())};
+  }
   int64_t entered_sums_ = 0;  // entered_sums_taken()
   // A region's stage-0 parts of one entry (a2a_region), visited in order
   // with the figures of the part kPrefetchAhead on asked for ahead: an

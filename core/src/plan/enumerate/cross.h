@@ -704,6 +704,12 @@ inline int Enumerator::layout_parts(const TensorCtx& t, size_t c, const Box& reg
   const int64_t q = relay_split_ && M >= 2 ? M : 1;
   const int64_t sub_elems = std::max<int64_t>(1, cross_min_bytes(options_) / t.esize);
   uint32_t lead = 0;
+  if (r.want_runs && q == 1) {  // each run one sub-run, its own lead
+    for (const RunSpan& run : runs_)
+      r.runs.push_back({run.host, run.entry, lead++, run.from, run.count});
+    r.as_runs = true;
+    return 1;
+  }
   for (const RunSpan& run : runs_) {
     const int64_t cut = std::clamp<int64_t>(run.count / sub_elems, 1, q);
     split_runs_ += cut > 1;

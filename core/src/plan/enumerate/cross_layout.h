@@ -80,15 +80,16 @@ inline void water_fill(const std::vector<std::pair<int32_t, double>>& w, size_t 
     direct.emplace_back(w[i].first, w[i].second > 0 ? frac(lo, i) : 0.0);
 }
 
-// Appends the boxes covering elements [s, e) of `B` in row-major order (at
-// most 2 rank - 1 boxes; none when s >= e): while [s, e) lies in one row
-// of a dimension, that row; then the rest of the first partial row
+// f(box) for the boxes covering elements [s, e) of `B` in row-major order
+// (at most 2 rank - 1 boxes; none when s >= e): while [s, e) lies in one
+// row of a dimension, that row; then the rest of the first partial row
 // (deepest rows first), the whole rows between, and the start of the last
 // partial row (outermost rows first), each box B's outside the rows fixed.
-inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& out) {
+template <class F>
+inline void each_linear_box(const Box& B, int64_t s, int64_t e, F&& f) {
   if (s >= e) return;
   if (B.rank == 0) {
-    out.push_back(B);
+    f(B);
     return;
   }
   const int rank = B.rank;
@@ -124,7 +125,7 @@ inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& o
     for (; k > d; --k) {
       if (start[k] < B.extent(k)) {
         fix(W, k, start[k], B.extent(k));
-        out.push_back(W);
+        f(static_cast<const Box&>(W));
       }
       W.lo[k] = B.lo[k];
       W.hi[k] = B.hi[k];
@@ -134,7 +135,7 @@ inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& o
   if (m0 < r1) {
     Box mid = P;
     fix(mid, d, m0, r1);
-    out.push_back(mid);
+    f(static_cast<const Box&>(mid));
   }
   if (b != 0) {  // the start of row r1: rows [0, row) of each deeper dimension
     Box W = P;
@@ -145,12 +146,17 @@ inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& o
       if (row > 0) {
         Box x = W;
         fix(x, k, 0, row);
-        out.push_back(x);
+        f(static_cast<const Box&>(x));
       }
       if (b == 0) break;
       fix(W, k, row, row + 1);
     }
   }
+}
+
+// The same boxes appended to `out`.
+inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& out) {
+  each_linear_box(B, s, e, [&](const Box& b) { out.push_back(b); });
 }
 
 // Relays across hosts, at element granularity, for the cells none of whose

@@ -297,6 +297,8 @@ class Enumerator {
   uint32_t cell_shift(const TensorCtx& t, size_t c, const Box& B);
   // The leader of part j on the host at CellHosts index `hi`.
   uint32_t leader(const Route& r, size_t hi, size_t j) const;
+  // The leader of a run of lead `lead` (Route::runs) on that host.
+  uint32_t run_leader(const Route& r, size_t hi, uint32_t lead) const;
   // Relays inside hosts, tiled source: the cover indices of cell c's
   // regions that some holder on one of the cell's own hosts holds, as
   // sorted (host, index) pairs (where source and destination devices

@@ -11,6 +11,8 @@ namespace reshard::planning {
 inline bool Enumerator::route(const TensorCtx& t, size_t c, const Box& region,
                               const uint32_t* holders, size_t n, Route& r) {
   r.reduce = false;
+  r.as_runs = false;
+  r.runs.clear();
   r.cell = c;
   r.shift.clear();
   r.chain = -1;
@@ -275,6 +277,12 @@ inline uint32_t Enumerator::leader(const Route& r, size_t hi, size_t j) const {
   }
   const size_t k = r.part_lead.empty() ? j : r.part_lead[j];
   return ch_->members[b + (k + r.rot) % (end - b)];
+}
+
+inline uint32_t Enumerator::run_leader(const Route& r, size_t hi, uint32_t lead) const {
+  const uint32_t b = ch_->member_offsets[hi], end = ch_->member_offsets[hi + 1];
+  if (end - b == 1) return ch_->members[b];  // one entry on the host (no division)
+  return ch_->members[b + (size_t{lead} + r.rot) % (end - b)];
 }
 
 }  // namespace reshard::planning

@@ -322,6 +322,19 @@ struct Route {
   // host's entries in blocks.
   std::vector<uint32_t> part_lead;
   uint32_t lead_slots = 0;
+  // The global statistics of an all-to-all cell (RoutedCells::a2a_runs):
+  // with `want_runs` set, a region that layout_parts lays out without
+  // cutting its runs into sub-runs keeps its runs (`as_runs`, `runs`)
+  // instead of their boxes and the per-part vectors above: run k's parts
+  // are linear_boxes(region, from, from + count), in run order, each with
+  // the run's host, entry and lead.
+  struct Run {
+    int32_t host = 0, entry = 0;
+    uint32_t lead = 0;
+    int64_t from = 0, count = 0;
+  };
+  bool want_runs = false, as_runs = false;
+  std::vector<Run> runs;
   uint64_t rot = 0;
   // Relays inside hosts, tiled source: the region is source cell `idx` of
   // the `n` (row-major) covering the destination box; the leaders take
