@@ -12,19 +12,22 @@
 
 namespace reshard::sub_messages {
 
-// Three tensors of 48 x 20 f32 from device 0 to every device of hosts 1-3
-// (two devices a host): messages of three pieces, relayed by stages. One
-// process a device, or (`process_per_host`) one a host.
+// Three tensors of 48, 24 and 12 rows of 20 f32 from device 0 to every
+// device of hosts 1-3 (two devices a host): messages of three pieces of
+// unequal sizes, relayed by stages. One process a device, or
+// (`process_per_host`) one a host.
 inline PlanInput relay_input(bool process_per_host = false, int64_t budget = 0) {
   PlanInput in;
-  Box whole;
-  whole.rank = 2;
-  whole.hi[0] = 48;
-  whole.hi[1] = 20;
+  int64_t rows = 48;
   for (const char* name : {"a", "b", "c"}) {
+    Box whole;
+    whole.rank = 2;
+    whole.hi[0] = rows;
+    whole.hi[1] = 20;
     TensorSpec t;
     t.name = name;
-    t.shape = {48, 20};
+    t.shape = {rows, 20};
+    rows /= 2;
     t.dtype = DType::kF32;
     t.src = Layout::from_boxes(t.shape, {{0, 0, whole}}, 1, ReduceOp::kSum, "src");
     std::vector<LayoutEntry> dst;
