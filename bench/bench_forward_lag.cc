@@ -9,7 +9,7 @@
 // were cut could gain. Usage:
 //   bench_forward_lag --spec FILE --topology FILE [--budget BYTES]
 //                     [--keyed GRANULE] [--spread EVEN] [--rounds 1]
-//                     [--simulate 1] [--estimate 1] [--stagger P]
+//                     [--simulate 1] [--estimate 1] [--stagger P] [--subs P]
 //                     [--nic-relay BANDS]
 // (--budget: the staging budget instead of the spec's; 0 unbounded.
 // --keyed: a pipelined plan takes keyed cuts of that granule in bytes,
@@ -28,20 +28,35 @@
 // the small keys arrive first and are forwarded while the large ones still
 // flow, without an α per round; exact where each stream spans enough
 // elements of every key. An experiment the planner cannot build: its
-// rounds carry one message per stream, docs/planner.md §11.)
+// rounds carry one message per stream, docs/planner.md §11.) --subs P: a
+// real plan of the same kind: the whole plan with every piece cut by P row
+// bands of its tensor's first dimension, of widths in the proportions 1, 2,
+// ..., P (small first; --band-dim D cuts dimension D instead, -1 each
+// tensor's longest; --key-block B repeats the bands in every block of B
+// rows instead of cutting the whole dimension once), and each message into one sub-message
+// (Message::sub) per band it holds; a forward's sub then waits for the
+// messages that brought its band only. Checked against the oracle
+// (execute_host; --verify 0 skips it) and simulated, beside the plan as
+// planned and the lower bound.)
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plan/enumerate/types.h"
+#include "plan/plan_builder.h"
 #include "reshard/error.h"
+#include "reshard/exec.h"
+#include "reshard/oracle.h"
 #include "reshard/plan.h"
 #include "reshard/simulate.h"
 #include "reshard/spec.h"
+#include "reshard/wire.h"
 #include "util/nic_groups.h"
 
 using namespace reshard;
@@ -154,13 +169,90 @@ std::vector<SimMessage> nic_relayed(const std::vector<SimMessage>& m, const Topo
   return out;
 }
 
+// The dimension --subs cuts in bands (--band-dim; -1: each tensor's
+// longest).
+int g_band_dim = 0;
+// --key-block: the rows of a key block (0: the whole dimension is one).
+int64_t g_key_block = 0;
+
+// The rows [lo, hi) of band j of `n` rows cut in the proportions 1, 2, ...,
+// p.
+std::pair<int64_t, int64_t> band(int64_t n, int64_t p, int64_t j) {
+  const int64_t total = p * (p + 1) / 2;
+  const auto at = [&](int64_t k) { return n * (k * (k + 1) / 2) / total; };
+  return {at(j), at(j + 1)};
+}
+
+// `list`'s messages, each cut into one sub-message per band its pieces
+// reach (module docs, --subs), their pieces cut by the bands; new regions
+// are appended to part.regions.
+void cut_by_bands(const Plan& plan, ProcessPart& part, std::vector<Message>& list,
+                  std::vector<Piece>& pieces, int64_t p) {
+  std::vector<Message> out_msgs;
+  std::vector<Piece> out_pieces;
+  for (const Message& m : list) {
+    uint32_t sub = 0;
+    for (int64_t j = 0; j < p; ++j) {
+      Message s = m;
+      s.sub = sub;
+      s.first_piece = out_pieces.size();
+      s.num_pieces = 0;
+      s.bytes = 0;
+      for (uint64_t k = m.first_piece; k < m.first_piece + m.num_pieces; ++k) {
+        Piece x = pieces[k];
+        const Box r = plan.region(part, x);
+        const auto add = [&](const Box& b) {
+          x.region = static_cast<uint32_t>(part.regions.size());
+          part.regions.push_back(b);
+          out_pieces.push_back(x);
+          ++s.num_pieces;
+          s.bytes += plan.piece_bytes(part, x);
+        };
+        if (r.rank == 0) {
+          if (j == 0) add(r);
+          continue;
+        }
+        const std::vector<int64_t>& shape = plan.tensors()[x.tensor].shape;
+        const int d =
+            g_band_dim >= 0
+                ? std::min<int>(g_band_dim, r.rank - 1)
+                : static_cast<int>(std::max_element(shape.begin(), shape.end()) - shape.begin());
+        // Key blocks of g_key_block rows (0: the whole dimension), each cut
+        // in the proportions 1, 2, ..., p.
+        const int64_t block = g_key_block > 0 ? g_key_block : shape[static_cast<size_t>(d)];
+        const auto [lo, hi] = band(block, p, j);
+        for (int64_t b0 = r.lo[d] / block * block; b0 < r.hi[d]; b0 += block) {
+          Box c = r;
+          c.lo[d] = std::max(r.lo[d], b0 + lo);
+          c.hi[d] = std::min(r.hi[d], b0 + hi);
+          if (!c.empty()) add(c);
+        }
+      }
+      if (s.num_pieces == 0) continue;
+      out_msgs.push_back(s);
+      ++sub;
+    }
+  }
+  list = std::move(out_msgs);
+  pieces = std::move(out_pieces);
+}
+
+Plan with_band_subs(Plan plan, int64_t p) {
+  for (auto& [process, part] : Plan::Builder::parts(plan)) {
+    cut_by_bands(plan, part, part.sends, part.send_pieces, p);
+    cut_by_bands(plan, part, part.recvs, part.recv_pieces, p);
+  }
+  return plan;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string spec_path, topology_path;
   int64_t budget = -1;
   bool per_round = false, simulate_only = false, estimate_only = false;
-  int64_t stagger = 0, nic_relay = 0;
+  int64_t stagger = 0, subs = 0, nic_relay = 0;
+  bool verify = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--spec")) {
       spec_path = argv[i + 1];
@@ -180,6 +272,14 @@ int main(int argc, char** argv) {
       stagger = std::atoll(argv[i + 1]);
     } else if (!std::strcmp(argv[i], "--nic-relay")) {
       nic_relay = std::atoll(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--subs")) {
+      subs = std::atoll(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--band-dim")) {
+      g_band_dim = std::atoi(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--key-block")) {
+      g_key_block = std::atoll(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--verify")) {
+      verify = std::atoi(argv[i + 1]) != 0;
     } else if (!std::strcmp(argv[i], "--budget")) {
       budget = std::atoll(argv[i + 1]);
     } else {
@@ -191,7 +291,8 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: %s --spec FILE --topology FILE [--budget BYTES] [--keyed GRANULE] [--spread EVEN] "
-        "[--rounds 1] [--simulate 1] [--estimate 1] [--stagger P] [--nic-relay BANDS]\n",
+        "[--rounds 1] [--simulate 1] [--estimate 1] [--stagger P] [--subs P [--band-dim D] "
+        "[--verify 0]] [--nic-relay BANDS]\n",
         argv[0]);
     return 2;
   }
@@ -212,6 +313,31 @@ int main(int argc, char** argv) {
                   st.rounds, static_cast<long long>(st.messages),
                   static_cast<long long>(st.pieces));
       return 0;
+    }
+    if (subs > 0) {
+      const Plan plan = make_plan(spec.input);
+      const Plan cut = with_band_subs(plan, subs);
+      size_t n0 = 0, n1 = 0;
+      for (const auto& [q, part] : plan.parts()) n0 += part.sends.size();
+      for (const auto& [q, part] : cut.parts()) n1 += part.sends.size();
+      // Through the bytes: the decoder's checks (order, exactness).
+      const Plan back = decode_plan(encode_plan(cut));
+      bool ok = true;
+      if (verify) {
+        OracleBuffers buffers = fill_sources(back);
+        const std::vector<TensorBuffers> views = buffers.views();
+        execute_host(back, views);
+        ok = check_destinations(back, buffers).ok();
+      }
+      const double bound = simulate_lower_bound(spec.input, c).seconds;
+      const double t0 = simulate_plan(plan, c).seconds;
+      const double t1 = simulate_plan(back, c).seconds;
+      std::printf(
+          "subs %lld: planned %.6g s (%.3f of bound, %zu messages), with subs %.6g s (%.3f of "
+          "bound, %zu messages), bound %.6g s, oracle %s\n",
+          static_cast<long long>(subs), t0, t0 / bound, n0, t1, t1 / bound, n1, bound,
+          verify ? (ok ? "ok" : "MISMATCH") : "skipped");
+      return ok ? 0 : 1;
     }
     if (simulate_only) {
       const SimResult r = simulate_plan(spec.input, c);

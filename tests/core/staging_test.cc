@@ -261,8 +261,8 @@ TEST(Staging, DecoderRefusesEveryMisuse) {
     // An unknown bit is named with the known ones.
     std::vector<uint8_t> b = good;
     auto* root = fb::GetMutablePlan(b.data());
-    root->mutate_required_features(root->required_features() | 128);
-    expect_corrupt(b, {"required_features", "unknown feature bits 128", "staging"});
+    root->mutate_required_features(root->required_features() | 256);
+    expect_corrupt(b, {"required_features", "unknown feature bits 256", "staging"});
   }
   const std::vector<Xfer> xs = e.xfers();
   const std::vector<Scratch> scratch = e.scratch();

@@ -121,7 +121,7 @@ TEST_F(WireScratchMutation, UnmodifiedBufferDecodes) {
 
 TEST_F(WireScratchMutation, FeatureBits) {
   const auto original = bytes_;
-  ASSERT_TRUE(root()->mutate_required_features(root()->required_features() | 128));
+  ASSERT_TRUE(root()->mutate_required_features(root()->required_features() | 256));
   expect_corrupt(bytes_, {"required_features", "unknown"});
   bytes_ = original;
   ASSERT_TRUE(root()->mutate_required_features(kPlanFeatureStages));

@@ -44,6 +44,11 @@
 //     the element the framework rule puts there, and padding is never
 //     written; a flat source's destinations pass the oracle element by
 //     element.
+//   engine_mpi_test subs
+//     Sub-messages (several messages of one round and devices, Message::
+//     sub): a relay plan's messages cut into subs, executed through its
+//     bytes with staging and gathering, with and without a budget; every
+//     rank's destinations equal execute_host's. Four ranks.
 //   engine_mpi_test cache --cases N --seed S
 //     The schedule cache (EngineOptions): groups of three random plans
 //     executed A B A C B A A with room for two schedules hit exactly where
@@ -68,6 +73,7 @@
 
 #include "core/flat_cases.h"
 #include "core/random_cases.h"
+#include "core/sub_messages.h"
 #include "mpi/counting_transport.h"
 #include "plan/plan_builder.h"
 #include "reshard/box_copy.h"
@@ -1213,6 +1219,47 @@ int run_agree(const World& w) {
   return g_failures;
 }
 
+// ------------------------------------------------------------------- subs
+
+// Sub-messages (Message::sub): a relay plan of 4 processes (tests/core/
+// sub_messages.h) whose messages are cut into up to 3 subs of one round and
+// devices, unbudgeted and under a budget (several rounds), staged and
+// gathered: every rank's destinations equal execute_host's.
+int run_subs(const World& w) {
+  auto engine = make_engine(std::make_shared<StagingCounter>());
+  check(w.size == 4, "subs: needs 4 ranks, has " + std::to_string(w.size));
+  for (const int64_t budget : {int64_t{0}, int64_t{2048}}) {
+    for (auto packing : {ExecuteOptions::Packing::kStaging, ExecuteOptions::Packing::kGather}) {
+      const Plan full =
+          sub_messages::with_subs(make_plan(sub_messages::relay_input(true, budget)), 3);
+      const std::string label =
+          "subs budget " + std::to_string(budget) +
+          (packing == ExecuteOptions::Packing::kGather ? " gather" : " staging");
+      check(sub_messages::count_subs(full) > 0, label + ": no sub above 0");
+      OracleBuffers want = fill_sources(full);
+      {
+        std::vector<TensorBuffers> v = want.views();
+        execute_host(full, v);
+      }
+      OracleBuffers got = fill_sources(full);
+      std::vector<TensorBuffers> views = local_views(full, got, w.rank);
+      ExecuteOptions options;
+      options.timeout_seconds = 60;
+      options.packing = packing;
+      // Through the bytes, as a worker executes them.
+      const ExecuteStats stats =
+          engine->execute(decode_plan(encode_plan(full)), w.rank, views, options);
+      const std::string error = compare_local(full, got, want, w.rank);
+      check(error.empty(), label + ": " + error);
+      if (w.rank == 0)
+        std::printf("%s: %d rounds, %lld messages sent\n", label.c_str(), stats.rounds,
+                    static_cast<long long>(stats.messages_sent));
+    }
+  }
+  check(all_ranks(engine->transport(), g_failures == 0), "subs cases on every rank");
+  return g_failures;
+}
+
 }  // namespace
 }  // namespace reshard
 
@@ -1248,10 +1295,13 @@ int main(int argc, char** argv) {
       failures = run_cache(w, cases, seed);
     } else if (mode == "agree") {
       failures = run_agree(w);
+    } else if (mode == "subs") {
+      failures = run_subs(w);
     } else {
-      std::fprintf(stderr,
-                   "usage: engine_mpi_test random|casts|budget|faults|flat|cache|agree [--cases N] "
-                   "[--seed S]\n");
+      std::fprintf(
+          stderr,
+          "usage: engine_mpi_test random|casts|budget|faults|flat|cache|agree|subs [--cases N] "
+          "[--seed S]\n");
       return 2;
     }
     if (failures == 0 && w.rank == 0) std::printf("%s: OK\n", mode.c_str());

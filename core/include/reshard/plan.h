@@ -227,6 +227,14 @@ struct Message {
   uint64_t first_piece = 0;  // index into send_pieces / recv_pieces
   uint64_t num_pieces = 0;
   int64_t bytes = 0;
+  // Sub-message: messages of one (stage, round, destination, source) carry
+  // disjoint pieces under sub 0, 1, 2, ...; they flow side by side in the
+  // round, and a later stage's message reading what one of them wrote waits
+  // only for that one (required_features bit 128, kPlanFeatureSubMessages).
+  uint32_t sub = 0;
+  // Always 0: keeps Message free of padding, so that messages compare as
+  // bytes (engine_cache.cc).
+  uint32_t reserved = 0;
   friend bool operator==(const Message&, const Message&) = default;
 };
 
@@ -236,12 +244,12 @@ struct ProcessPart {
   // (stage 0).
   std::vector<Piece> local;
   // Messages this process sends (ordered by stage, round, then destination
-  // device, then source device) and the pieces they carry, grouped per
-  // message.
+  // device, then source device, then sub) and the pieces they carry, grouped
+  // per message.
   std::vector<Message> sends;
   std::vector<Piece> send_pieces;
   // Messages this process receives (ordered by stage, round, source,
-  // destination).
+  // destination, sub).
   std::vector<Message> recvs;
   std::vector<Piece> recv_pieces;
   std::vector<Box> regions;

@@ -43,9 +43,14 @@ inline constexpr uint64_t kPlanFeatureMxScales = 32;
 // from source entries, read in later stages. A reader without this bit would
 // take it for a reduction's scratch (filled with the identity, combined).
 inline constexpr uint64_t kPlanFeatureStaging = 64;
+// Sub-messages: some message has Message::sub above 0 (several messages of
+// one stage, round, destination and source). A reader without this bit
+// would take them for one message repeated out of order, and would make a
+// later stage wait for all of them.
+inline constexpr uint64_t kPlanFeatureSubMessages = 128;
 inline constexpr uint64_t kPlanKnownFeatures =
     kPlanFeatureStages | kPlanFeatureScratch | kPlanFeatureLateSummands | kPlanFeatureCasts |
-    kPlanFeatureBlockScales | kPlanFeatureMxScales | kPlanFeatureStaging;
+    kPlanFeatureBlockScales | kPlanFeatureMxScales | kPlanFeatureStaging | kPlanFeatureSubMessages;
 
 // Authenticated plans: an HMAC-SHA-256 (OpenSSL's libcrypto) of the plan
 // bytes under a key the caller supplies, carried in a trailer of

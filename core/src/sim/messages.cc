@@ -15,28 +15,32 @@
 namespace reshard {
 namespace {
 
-using MessageKey = std::tuple<int64_t, int64_t, uint32_t, uint32_t>;  // src, dst, stage, round
+// src, dst, stage, round, sub: unique in a plan.
+using MessageKey = std::tuple<int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
 
-MessageKey key_of(const Message& m) { return {m.src_device, m.dst_device, m.stage, m.round}; }
+MessageKey key_of(const Message& m) {
+  return {m.src_device, m.dst_device, m.stage, m.round, m.sub};
+}
 
-// Appends the sends of `part` (a part of `plan`) and, for each, the keys
-// of the messages it waits for (sim::part_sends).
+// Appends the sends of `part` (a part of `plan`), each one's sub to `subs`
+// and, for each, the keys of the messages it waits for (sim::part_sends).
 void append_sends(const Plan& plan, const ProcessPart& part, std::vector<SimMessage>& out,
-                  std::vector<std::vector<MessageKey>>& after) {
+                  std::vector<uint32_t>& subs, std::vector<std::vector<MessageKey>>& after) {
   sim::part_sends(plan, part, [&](size_t, const Message& m, std::span<const uint32_t> found) {
     out.push_back({m.src_device, m.dst_device, m.stage, m.round, m.bytes});
+    subs.push_back(m.sub);
     after.emplace_back();
     for (uint32_t r : found) after.back().push_back(key_of(part.recvs[r]));
   });
 }
 
-// Turns the keys of `after` into indices in `out`.
-void resolve_after(std::vector<SimMessage>& out,
+// Turns the keys of `after` into indices in `out` (whose subs are `subs`).
+void resolve_after(std::vector<SimMessage>& out, const std::vector<uint32_t>& subs,
                    const std::vector<std::vector<MessageKey>>& after) {
   std::vector<std::pair<MessageKey, uint32_t>> index(out.size());
   for (size_t i = 0; i < out.size(); ++i) {
     const SimMessage& m = out[i];
-    index[i] = {{m.src_device, m.dst_device, m.stage, m.round}, static_cast<uint32_t>(i)};
+    index[i] = {{m.src_device, m.dst_device, m.stage, m.round, subs[i]}, static_cast<uint32_t>(i)};
   }
   std::sort(index.begin(), index.end());
   for (size_t i = 0; i < out.size(); ++i) {
@@ -77,9 +81,10 @@ void part_sends(
 
 std::vector<SimMessage> plan_messages(const Plan& plan) {
   std::vector<SimMessage> out;
+  std::vector<uint32_t> subs;
   std::vector<std::vector<MessageKey>> after;
-  for (const auto& [p, part] : plan.parts()) append_sends(plan, part, out, after);
-  resolve_after(out, after);
+  for (const auto& [p, part] : plan.parts()) append_sends(plan, part, out, subs, after);
+  resolve_after(out, subs, after);
   return out;
 }
 
@@ -113,6 +118,7 @@ std::vector<SimMessage> plan_messages_by_part(
                (max_bytes == 0 ? " (the default, half the memory available)" : ""));
   }
   std::vector<SimMessage> out;
+  std::vector<uint32_t> subs;
   std::vector<std::vector<MessageKey>> after;
   const auto total = static_cast<int64_t>(global.processes().size());
   int64_t done = 0;
@@ -122,10 +128,10 @@ std::vector<SimMessage> plan_messages_by_part(
     r.max_stats_pieces = max_stats_pieces;
     const Plan part_plan = make_plan(input, r);
     auto it = part_plan.parts().find(p);
-    if (it != part_plan.parts().end()) append_sends(part_plan, it->second, out, after);
+    if (it != part_plan.parts().end()) append_sends(part_plan, it->second, out, subs, after);
     if (parts_planned) parts_planned(++done, total);
   }
-  resolve_after(out, after);
+  resolve_after(out, subs, after);
   return out;
 }
 

@@ -54,16 +54,24 @@ uint64_t zigzag(int64_t v) {
 }
 int64_t unzigzag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
 
-// A message by its ends (dense device indices), stage and round: unique in
-// a plan.
+// A message by its ends (dense device indices), stage, round and sub
+// (Message::sub): unique in a plan. Stage and sub share a word, so that a
+// key stays 16 bytes (add_part refuses larger values).
+constexpr uint32_t kMaxStages = 1u << 20;
+constexpr uint32_t kMaxSubs = 1u << 12;
 struct Key {
-  uint32_t src = 0, dst = 0, stage = 0, round = 0;
+  uint32_t src = 0, dst = 0;
+  uint32_t stage : 20 = 0;
+  uint32_t sub : 12 = 0;
+  uint32_t round = 0;
   friend bool operator==(const Key&, const Key&) = default;
 };
+static_assert(sizeof(Key) == 16);
 struct KeyHash {
   size_t operator()(const Key& k) const noexcept {
     uint64_t h = (uint64_t{k.src} << 32 | k.dst) * 0x9e3779b97f4a7c15ull;
-    h ^= (uint64_t{k.stage} << 32 | k.round) + 0x7f4a7c159e3779b9ull + (h << 6) + (h >> 2);
+    h ^= (uint64_t{k.stage} << 44 | uint64_t{k.sub} << 32 | k.round) + 0x7f4a7c159e3779b9ull +
+         (h << 6) + (h >> 2);
     return static_cast<size_t>(h * 0xbf58476d1ce4e5b9ull);
   }
 };
@@ -210,7 +218,7 @@ struct Store {
   void add_part(const Plan& plan, const ProcessPart& part) {
     const int64_t base = messages;
     struct Rec {
-      uint32_t s, d, stage, round;
+      uint32_t s, d, stage, round, sub;
       int64_t bytes;
       std::vector<Key> after;
     };
@@ -219,7 +227,12 @@ struct Store {
     std::vector<uint8_t> tmp;
     sim::part_sends(plan, part, [&](size_t, const Message& m, std::span<const uint32_t> found) {
       if (m.bytes < 0) fail(ErrorCode::kInvalidArgument, "plan", "a message of negative size");
-      Rec r{dense(m.src_device), dense(m.dst_device), m.stage, m.round, m.bytes, {}};
+      if (m.stage >= kMaxStages || m.sub >= kMaxSubs)
+        fail(ErrorCode::kInvalidArgument, "plan",
+             "a message of stage " + std::to_string(m.stage) + ", sub " + std::to_string(m.sub) +
+                 ": the simulator takes stages below " + std::to_string(kMaxStages) +
+                 " and subs below " + std::to_string(kMaxSubs));
+      Rec r{dense(m.src_device), dense(m.dst_device), m.stage, m.round, m.sub, m.bytes, {}};
       if (dev_proc[r.s] == kNoProcess || dev_proc[r.d] == kNoProcess)
         fail(ErrorCode::kInvalidArgument, "plan",
              "a message between devices " + std::to_string(m.src_device) + " and " +
@@ -229,7 +242,15 @@ struct Store {
              "a message from device " + std::to_string(m.src_device) + " to itself");
       for (uint32_t i : found) {
         const Message& a = part.recvs[i];
-        r.after.push_back({dense(a.src_device), dense(a.dst_device), a.stage, a.round});
+        if (a.sub >= kMaxSubs)  // its stage is below m's
+          fail(ErrorCode::kInvalidArgument, "plan",
+               "a message of sub " + std::to_string(a.sub) + ": the simulator takes subs below " +
+                   std::to_string(kMaxSubs));
+        Key k{dense(a.src_device), dense(a.dst_device)};
+        k.stage = a.stage;
+        k.sub = a.sub;
+        k.round = a.round;
+        r.after.push_back(k);
       }
       make_links(r.s, r.d);
       recs.push_back(std::move(r));
@@ -277,6 +298,7 @@ struct Store {
       l.last_index = index;
       put(tmp, r.s);
       put(tmp, r.d);
+      put(tmp, r.sub);
       put(tmp, static_cast<uint64_t>(r.bytes));
       put(tmp, r.after.size());
       // A dependency relative to its message: the same device (what it
@@ -286,6 +308,7 @@ struct Store {
         put(tmp, zigzag(int64_t{k.dst} - int64_t{r.s}));
         put(tmp, zigzag(int64_t{r.stage} - int64_t{k.stage}));
         put(tmp, zigzag(int64_t{k.round} - int64_t{r.round}));
+        put(tmp, k.sub);
       }
       // Blocks never grow past what they reserved (no doubling slack): 1 KiB
       // first, each next twice the last up to kBlockBytes.
@@ -524,6 +547,7 @@ SimResult run(Store& st) {
       m.key.dst = static_cast<uint32_t>(get(p));
       m.key.stage = static_cast<uint32_t>(li - lane_base[st.dev_proc[m.key.src]]);
       m.key.round = l.round;
+      m.key.sub = static_cast<uint32_t>(get(p));
       m.bytes = static_cast<int64_t>(get(p));
       m.flow.remaining = static_cast<double>(m.bytes);
       m.flow.links = st.flow_links(m.key.src, m.key.dst);
@@ -534,6 +558,7 @@ SimResult run(Store& st) {
         k.dst = static_cast<uint32_t>(int64_t{m.key.src} + unzigzag(get(p)));
         k.stage = static_cast<uint32_t>(int64_t{m.key.stage} - unzigzag(get(p)));
         k.round = static_cast<uint32_t>(int64_t{l.round} + unzigzag(get(p)));
+        k.sub = static_cast<uint32_t>(get(p));
         if (done(k)) continue;
         uint32_t id = waiters.find(k);
         if (id == LiveIndex::kFree) {

@@ -122,11 +122,13 @@ class Decoder {
               "unknown feature bits " +
                   std::to_string(root_.required_features() & ~kPlanKnownFeatures) +
                   " (this reader knows " + std::to_string(kPlanKnownFeatures) +
-                  ": stages, scratch, late summands, casts, block scales, MXFP8 scales, staging)");
+                  ": stages, scratch, late summands, casts, block scales, MXFP8 scales, staging, "
+                  "sub-messages)");
     staged_ = (root_.required_features() & kPlanFeatureStages) != 0;
     scratch_bit_ = (root_.required_features() & kPlanFeatureScratch) != 0;
     late_summands_bit_ = (root_.required_features() & kPlanFeatureLateSummands) != 0;
     staging_bit_ = (root_.required_features() & kPlanFeatureStaging) != 0;
+    sub_bit_ = (root_.required_features() & kPlanFeatureSubMessages) != 0;
     PlanInput input;
     input.options = decode_options();
     input.topology = decode_topology();
@@ -223,6 +225,9 @@ class Decoder {
       corrupt("required_features",
               "has the staging bit (64) but no scratch belongs to a tensor whose source is not "
               "partial");
+    if (sub_bit_ && !any_sub_)
+      corrupt("required_features",
+              "has the sub-messages bit (128) but no message has a sub above 0");
     if (late_summands_bit_ && !any_late_summand_)
       corrupt("required_features",
               "has the late-summands bit (4) but no piece of a stage above 0 writes a scratch "
@@ -836,6 +841,7 @@ class Decoder {
       expect_size(col(fm->num_pieces()).size(), n, f + ".num_pieces");
       expect_size(col(fm->bytes()).size(), n, f + ".bytes");
       if (col(fm->stage()).present()) expect_size(col(fm->stage()).size(), n, f + ".stage");
+      if (col(fm->sub()).present()) expect_size(col(fm->sub()).size(), n, f + ".sub");
     }
     charge(n * sizeof(Message), f);
     msgs.resize(n);
@@ -848,13 +854,15 @@ class Decoder {
       m.num_pieces = col(fm->num_pieces())[i];
       m.bytes = col(fm->bytes())[i];
       m.stage = col(fm->stage()).present() ? col(fm->stage())[i] : 0;
+      m.sub = col(fm->sub()).present() ? col(fm->sub())[i] : 0;
     }
     return msgs;
   }
 
   // Checks the messages of one direction. `send`: this process sends them
-  // (ordered by round, destination, source); otherwise it receives them
-  // (round, source, destination). Their pieces tile `pieces` in order.
+  // (ordered by stage, round, destination, source, sub); otherwise it
+  // receives them (stage, round, source, destination, sub). Their pieces
+  // tile `pieces` in order.
   void check_messages(const std::vector<Message>& msgs, const std::vector<Piece>& pieces,
                       const std::vector<Box>& regions, int32_t process, bool send,
                       const std::string& f, const std::string& fpieces) {
@@ -865,6 +873,10 @@ class Decoder {
       if (m.stage > 0 && !staged_)
         corrupt(fi(".stage"),
                 std::to_string(m.stage) + " but required_features lacks the stages bit (1)");
+      if (m.sub > 0 && !sub_bit_)
+        corrupt(fi(".sub"),
+                std::to_string(m.sub) + " but required_features lacks the sub-messages bit (128)");
+      any_sub_ |= m.sub > 0;
       if (stages_ >= 0 && m.stage >= static_cast<uint32_t>(std::max<int64_t>(stages_, 1)))
         corrupt(fi(".stage"),
                 std::to_string(m.stage) + " is not below stats.stages " + std::to_string(stages_));
@@ -887,9 +899,16 @@ class Decoder {
           return send ? std::make_tuple(x.stage, x.round, x.dst_device, x.src_device)
                       : std::make_tuple(x.stage, x.round, x.src_device, x.dst_device);
         };
-        if (!(key(q) < key(m)))
+        // Same stage, round and devices: the sub must grow.
+        if (key(q) == key(m) && q.sub >= m.sub)
+          corrupt(fi(".sub"), std::to_string(m.sub) + " is not above the previous message's sub " +
+                                  std::to_string(q.sub) +
+                                  " (messages of one stage, round, destination and source are "
+                                  "ordered by strictly increasing sub)");
+        if (key(m) < key(q))
           corrupt(fi(), std::string("not after the previous message in (stage, round, ") +
-                            (send ? "destination, source" : "source, destination") + ") order");
+                            (send ? "destination, source" : "source, destination") +
+                            ", sub) order");
       }
       if (m.first_piece != next)
         corrupt(fi(".first_piece"), std::to_string(m.first_piece) + " should be " +
@@ -1158,6 +1177,8 @@ class Decoder {
   bool any_scratch_ = false;           // a decoded part holds scratch
   bool staging_bit_ = false;           // required_features has the staging bit
   bool any_staging_ = false;           // a scratch of a tensor whose source is not partial
+  bool sub_bit_ = false;               // required_features has the sub-messages bit
+  bool any_sub_ = false;               // a decoded message has a sub above 0
   std::set<ptrdiff_t> scale_targets_;  // tensors some tensor names as its scale tensor
   const ProcessPart* part_ = nullptr;  // the part whose pieces are being checked
   // entries_on: each destination geometry's entries by process, and the

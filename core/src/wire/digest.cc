@@ -55,6 +55,12 @@ void add_messages(WordHash& h, const std::vector<Message>& messages) {
     h.add(m.num_pieces);
     h.add(static_cast<uint64_t>(m.bytes));
   }
+  // Subs only where some message has one: digests of parts without them
+  // are those of plans written before them.
+  if (std::any_of(messages.begin(), messages.end(), [](const Message& m) { return m.sub != 0; })) {
+    h.add(messages.size());
+    for (const Message& m : messages) h.add(m.sub);
+  }
 }
 
 }  // namespace

@@ -74,8 +74,9 @@ uint64_t encode_size_bound(const Plan& plan, const EncodeOptions& options) {
   for (const ProcessPart* p : parts) {
     s += kTable * 8 + 32 * 16;
     s += (p->local.size() + p->send_pieces.size() + p->recv_pieces.size()) * 16;
-    // Two devices, first piece, count and bytes (8 each), round and stage (4 each).
-    s += (p->sends.size() + p->recvs.size()) * 48;
+    // Two devices, first piece, count and bytes (8 each), round, stage and
+    // sub (4 each).
+    s += (p->sends.size() + p->recvs.size()) * 52;
     for (const Box& r : p->regions) s += 1 + 16 * static_cast<uint64_t>(r.rank);
     for (const Scratch& x : p->scratch) s += 12 + 16 * static_cast<uint64_t>(x.box.rank);
   }
@@ -162,6 +163,7 @@ class Encoder {
       for (const auto* list : {&p->sends, &p->recvs}) {
         const std::vector<Piece>& pieces = list == &p->sends ? p->send_pieces : p->recv_pieces;
         for (const Message& m : *list) {
+          if (m.sub != 0) features |= kPlanFeatureSubMessages;
           if (m.stage == 0) continue;
           features |= kPlanFeatureStages;
           // Pieces out of range are the decoder's to report.
@@ -362,7 +364,14 @@ class Encoder {
         break;
       }
     }
-    return fb::CreateMessages(b_, src, dst, round, first, count, bytes, stage);
+    Offset<Vector<uint32_t>> sub = 0;  // absent: all sub 0
+    for (const Message& x : m) {
+      if (x.sub != 0) {
+        sub = column<uint32_t>(b_, n, [&](size_t i) { return m[i].sub; });
+        break;
+      }
+    }
+    return fb::CreateMessages(b_, src, dst, round, first, count, bytes, stage, sub);
   }
 
   Offset<fb::Regions> encode_regions(const std::vector<Box>& regions) {

@@ -800,7 +800,7 @@ class PartChecker {
 std::string message_name(const Message& m) {
   return "the message of stage " + std::to_string(m.stage) + ", round " + std::to_string(m.round) +
          " from device " + std::to_string(m.src_device) + " to device " +
-         std::to_string(m.dst_device);
+         std::to_string(m.dst_device) + (m.sub != 0 ? ", sub " + std::to_string(m.sub) : "");
 }
 
 }  // namespace
@@ -808,8 +808,10 @@ std::string message_name(const Message& m) {
 void check_parts_agree(const std::map<int32_t, ProcessPart>& parts,
                        const std::function<int32_t(int64_t device)>& process_of,
                        const std::string& field) {
-  using Key = std::tuple<uint32_t, uint32_t, int64_t, int64_t>;
-  auto key = [](const Message& m) { return Key{m.stage, m.round, m.src_device, m.dst_device}; };
+  using Key = std::tuple<uint32_t, uint32_t, int64_t, int64_t, uint32_t>;
+  auto key = [](const Message& m) {
+    return Key{m.stage, m.round, m.src_device, m.dst_device, m.sub};
+  };
   // Per receiving process: the messages other held parts send it, by key.
   std::map<int32_t, std::vector<std::pair<const ProcessPart*, const Message*>>> sent;
   for (const auto& [p, part] : parts)

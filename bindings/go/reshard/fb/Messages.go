@@ -215,8 +215,34 @@ func (rcv *Messages) MutateStage(j int, n uint32) bool {
 	return false
 }
 
+func (rcv *Messages) Sub(j int) uint32 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(18))
+	if o != 0 {
+		a := rcv._tab.Vector(o)
+		return rcv._tab.GetUint32(a + flatbuffers.UOffsetT(j*4))
+	}
+	return 0
+}
+
+func (rcv *Messages) SubLength() int {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(18))
+	if o != 0 {
+		return rcv._tab.VectorLen(o)
+	}
+	return 0
+}
+
+func (rcv *Messages) MutateSub(j int, n uint32) bool {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(18))
+	if o != 0 {
+		a := rcv._tab.Vector(o)
+		return rcv._tab.MutateUint32(a+flatbuffers.UOffsetT(j*4), n)
+	}
+	return false
+}
+
 func MessagesStart(builder *flatbuffers.Builder) {
-	builder.StartObject(7)
+	builder.StartObject(8)
 }
 func MessagesAddSrcDevice(builder *flatbuffers.Builder, srcDevice flatbuffers.UOffsetT) {
 	builder.PrependUOffsetTSlot(0, flatbuffers.UOffsetT(srcDevice), 0)
@@ -258,6 +284,12 @@ func MessagesAddStage(builder *flatbuffers.Builder, stage flatbuffers.UOffsetT) 
 	builder.PrependUOffsetTSlot(6, flatbuffers.UOffsetT(stage), 0)
 }
 func MessagesStartStageVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
+	return builder.StartVector(4, numElems, 4)
+}
+func MessagesAddSub(builder *flatbuffers.Builder, sub flatbuffers.UOffsetT) {
+	builder.PrependUOffsetTSlot(7, flatbuffers.UOffsetT(sub), 0)
+}
+func MessagesStartSubVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
 	return builder.StartVector(4, numElems, 4)
 }
 func MessagesEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {

@@ -2188,6 +2188,7 @@ impl<'a> Messages<'a> {
   pub const VT_NUM_PIECES: flatbuffers::VOffsetT = 12;
   pub const VT_BYTES: flatbuffers::VOffsetT = 14;
   pub const VT_STAGE: flatbuffers::VOffsetT = 16;
+  pub const VT_SUB: flatbuffers::VOffsetT = 18;
 
   #[inline]
   pub fn init_from_table(table: flatbuffers::Table<'a>) -> Self {
@@ -2199,6 +2200,7 @@ impl<'a> Messages<'a> {
     args: &'args MessagesArgs<'args>
   ) -> flatbuffers::WIPOffset<Messages<'bldr>> {
     let mut builder = MessagesBuilder::new(_fbb);
+    if let Some(x) = args.sub { builder.add_sub(x); }
     if let Some(x) = args.stage { builder.add_stage(x); }
     if let Some(x) = args.bytes { builder.add_bytes(x); }
     if let Some(x) = args.num_pieces { builder.add_num_pieces(x); }
@@ -2238,6 +2240,10 @@ impl<'a> Messages<'a> {
   pub fn stage(&self) -> Option<flatbuffers::Vector<'a, u32>> {
     self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, u32>>>(Messages::VT_STAGE, None)
   }
+  #[inline]
+  pub fn sub(&self) -> Option<flatbuffers::Vector<'a, u32>> {
+    self._tab.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'a, u32>>>(Messages::VT_SUB, None)
+  }
 }
 
 impl flatbuffers::Verifiable for Messages<'_> {
@@ -2254,6 +2260,7 @@ impl flatbuffers::Verifiable for Messages<'_> {
      .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, u64>>>("num_pieces", Self::VT_NUM_PIECES, false)?
      .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, i64>>>("bytes", Self::VT_BYTES, false)?
      .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, u32>>>("stage", Self::VT_STAGE, false)?
+     .visit_field::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<'_, u32>>>("sub", Self::VT_SUB, false)?
      .finish();
     Ok(())
   }
@@ -2266,6 +2273,7 @@ pub struct MessagesArgs<'a> {
     pub num_pieces: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, u64>>>,
     pub bytes: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, i64>>>,
     pub stage: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, u32>>>,
+    pub sub: Option<flatbuffers::WIPOffset<flatbuffers::Vector<'a, u32>>>,
 }
 impl<'a> Default for MessagesArgs<'a> {
   #[inline]
@@ -2278,6 +2286,7 @@ impl<'a> Default for MessagesArgs<'a> {
       num_pieces: None,
       bytes: None,
       stage: None,
+      sub: None,
     }
   }
 }
@@ -2316,6 +2325,10 @@ impl<'a: 'b, 'b> MessagesBuilder<'a, 'b> {
     self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(Messages::VT_STAGE, stage);
   }
   #[inline]
+  pub fn add_sub(&mut self, sub: flatbuffers::WIPOffset<flatbuffers::Vector<'b , u32>>) {
+    self.fbb_.push_slot_always::<flatbuffers::WIPOffset<_>>(Messages::VT_SUB, sub);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut flatbuffers::FlatBufferBuilder<'a>) -> MessagesBuilder<'a, 'b> {
     let start = _fbb.start_table();
     MessagesBuilder {
@@ -2340,6 +2353,7 @@ impl core::fmt::Debug for Messages<'_> {
       ds.field("num_pieces", &self.num_pieces());
       ds.field("bytes", &self.bytes());
       ds.field("stage", &self.stage());
+      ds.field("sub", &self.sub());
       ds.finish()
   }
 }

@@ -488,6 +488,7 @@ EngineMessage Builder::engine_message(const Message& m, size_t i, bool send, int
   e.peer = peer;
   e.round = m.round;
   e.stage = m.stage;
+  e.sub = m.sub;
   e.key = round_key(m.stage, m.round);
   e.src_device = m.src_device;
   e.dst_device = m.dst_device;
@@ -514,10 +515,11 @@ void Builder::find_mirrored_sends() {
     return m.first_piece <= n && m.num_pieces <= n - m.first_piece;
   };
   const auto same_key = [](const Message& a, const Message& b) {
-    return std::tie(a.src_device, a.dst_device, a.stage, a.round) <
-           std::tie(b.src_device, b.dst_device, b.stage, b.round);
+    return std::tie(a.src_device, a.dst_device, a.stage, a.round, a.sub) <
+           std::tie(b.src_device, b.dst_device, b.stage, b.round, b.sub);
   };
-  // The receives between devices of this process, by (devices, stage, round).
+  // The receives between devices of this process, by (devices, stage, round,
+  // sub).
   std::vector<const Message*> own;
   for (const Message& m : recvs) {
     if (m.src_device == m.dst_device || !topology_.contains(m.src_device) ||
@@ -710,13 +712,15 @@ void Builder::build_rounds() {
   const int32_t rank = process_;
   const int32_t size = info_.size;
   // Sort key: (stage, round, step, receive before send, source device,
-  // destination device).
+  // destination device, sub): both ends of a pair of ranks post the
+  // sub-messages of one round and devices in the same order.
   struct Key {
     int64_t round;  // round_key
     int32_t step;
     int32_t send;
     int64_t src;
     int64_t dst;
+    uint32_t sub;
     size_t index;
   };
   std::vector<Key> keys;
@@ -724,11 +728,11 @@ void Builder::build_rounds() {
   for (size_t i = 0; i < s_.messages.size(); ++i) {
     const EngineMessage& m = s_.messages[i];
     const int32_t step = m.send ? (m.peer - rank + size) % size : (rank - m.peer + size) % size;
-    keys.push_back({m.key, step, m.send ? 1 : 0, m.src_device, m.dst_device, i});
+    keys.push_back({m.key, step, m.send ? 1 : 0, m.src_device, m.dst_device, m.sub, i});
   }
   std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
-    return std::tie(a.round, a.step, a.send, a.src, a.dst) <
-           std::tie(b.round, b.step, b.send, b.src, b.dst);
+    return std::tie(a.round, a.step, a.send, a.src, a.dst, a.sub) <
+           std::tie(b.round, b.step, b.send, b.src, b.dst, b.sub);
   });
   const size_t nslots = s_.slots.size();
   for (size_t k = 0; k < keys.size(); ++k) {

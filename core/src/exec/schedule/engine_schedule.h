@@ -121,6 +121,7 @@ struct EngineMessage {
   int32_t peer = 0;
   uint32_t round = 0;  // the plan round, within its stage
   uint32_t stage = 0;  // > 0: its pieces read destination buffers (relays)
+  uint32_t sub = 0;    // Message::sub: messages of one round and devices, in order
   int64_t key = 0;     // round_key(stage, round)
   int64_t src_device = 0;
   int64_t dst_device = 0;
