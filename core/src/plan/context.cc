@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "plan/group_memo.h"
+#include "plan/transit.h"
 #include "reshard/error.h"
 #include "util/nic_groups.h"
 
@@ -349,6 +350,41 @@ void Context::decide_lead_cut(int64_t max_bytes) {
       least = cost;
     else
       set(g, false);
+  }
+}
+
+void Context::decide_transit(int64_t max_bytes) {
+  const PlanOptions& o = input.options;
+  if (!o.relays) return;
+  std::vector<std::vector<size_t>> like =
+      like_tensors(tensors, [](const TensorCtx& t) { return t.S == 1 && t.T == 1; });
+  if (like.empty()) return;
+  like = in_order(std::move(like));
+  const PlanOptions staging = staging_options();  // the Enumerator keeps a reference
+  Enumerator en(staging, pre_reduce, relay_split);
+  std::vector<std::pair<const std::vector<size_t>*, const TransitTable*>> groups;
+  for (const std::vector<size_t>& g : like) {
+    std::unique_ptr<TransitTable> table = build_transit(*this, tensors[g.front()], en);
+    if (!table) continue;
+    transit_tables.push_back(std::move(table));
+    groups.emplace_back(&g, transit_tables.back().get());
+  }
+  if (groups.empty()) return;
+  auto estimate = [&] {
+    PlanStats st;
+    scheduled_stats(st, max_bytes);
+    return st.cost_seconds;
+  };
+  double least = estimate();
+  // Each group takes transit relays only where the estimate drops.
+  for (const auto& [g, table] : groups) {
+    for (size_t i : *g) tensors[i].transit = table;
+    const double cost = estimate();
+    if (cost < least) {
+      least = cost;
+    } else {
+      for (size_t i : *g) tensors[i].transit = nullptr;
+    }
   }
 }
 
@@ -696,10 +732,10 @@ std::vector<int64_t> Context::pass_key(int64_t max_bytes) const {
   std::vector<int64_t> key{
       max_bytes,     pre_reduce,   scratch_reserve,         relay_split,
       track_streams, track_spread, choice_override().keyed, choice_override().spread};
-  key.reserve(key.size() + 6 * tensors.size());
+  key.reserve(key.size() + 7 * tensors.size());
   for (const TensorCtx& t : tensors)
-    key.insert(key.end(),
-               {t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead, t.band_scale});
+    key.insert(key.end(), {t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead,
+                           t.band_scale, t.transit != nullptr});
   return key;
 }
 

@@ -79,6 +79,69 @@ void for_each_tile(const std::vector<int64_t>& shape, const std::array<int64_t, 
 template <class F>
 void Enumerator::assign(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders,
                         size_t n, bool own_region, F&& f) {
+  const std::vector<TransitShare>* shares =
+      t.transit == nullptr ? nullptr : t.transit->shares_of(e);
+  if (shares == nullptr) {
+    assign_one(t, e, region, holders, n, own_region, f);
+    return;
+  }
+  assign_one(t, e, region, holders, n, own_region, [&](const Emitted& x) {
+    if (x.local || t.st->host[x.src_entry] == t.dt->host[e])
+      f(x);
+    else
+      transit_cut(t, e, *shares, x, f);
+  });
+}
+
+template <class F>
+void Enumerator::transit_cut(const TensorCtx& t, uint32_t e,
+                             const std::vector<TransitShare>& shares, const Emitted& x, F&& f) {
+  const Box& region = x.region;
+  const double moved = 1.0 - shares.front().lo;
+  const int64_t k = static_cast<int64_t>(shares.size()) + 1;
+  int dim = -1;
+  for (int d = 0; d < region.rank && dim < 0; ++d)
+    if (region.extent(d) >= k) dim = d;
+  if (dim < 0 || static_cast<double>(region.volume() * t.esize) * moved <
+                     static_cast<double>(cross_min_bytes(options_))) {
+    f(x);
+    return;
+  }
+  const int64_t lo = region.lo[dim], ext = region.extent(dim);
+  const auto cut = [&](double fr) {
+    return lo + std::clamp<int64_t>(std::llround(static_cast<double>(ext) * fr), 0, ext);
+  };
+  Box direct = region;
+  direct.hi[dim] = cut(shares.front().lo);
+  if (!direct.empty()) {
+    Emitted y = x;
+    y.region = direct;
+    y.own_region = true;
+    f(y);
+  }
+  for (size_t i = 0; i < shares.size(); ++i) {
+    Box part = region;
+    part.lo[dim] = cut(shares[i].lo);
+    part.hi[dim] = i + 1 == shares.size() ? region.hi[dim] : cut(shares[i].hi);
+    if (part.empty()) continue;
+    const uint32_t via = shares[i].via;
+    relay_bands(part, t, options_).each(part, [&](const Box& sub, uint32_t band) {
+      Emitted in{x.src_entry, via, sub, true, false, x.forced};
+      in.scratch = 4;
+      in.band = band;
+      f(in);
+      Emitted out{via, e, sub, true, false, false};
+      out.stage = 1;
+      out.scratch = 5;
+      out.band = band;
+      f(out);
+    });
+  }
+}
+
+template <class F>
+void Enumerator::assign_one(const TensorCtx& t, uint32_t e, const Box& region,
+                            const uint32_t* holders, size_t n, bool own_region, F&& f) {
   const Geometry& sg = *t.sg;
   const int64_t dev = t.dg->devices[e];
   const int32_t dsum = t.dg->summands[e];

@@ -30,6 +30,28 @@ struct GeoTopo {
   int64_t max_host_entries = 0;                      // the most entries on one host
 };
 
+// Transit relays (Context::decide_transit, Enumerator::transit_cut): per
+// destination entry whose NIC group takes in more of its host's crossing
+// bytes than its share of the host's NICs, the entries of other devices of
+// its host (with NICs to spare) that take part of each crossing piece in
+// over their own NICs into a copy-staging scratch (stage 0) and forward it
+// to the entry inside the host (stage 1). A share is the fraction [lo, hi)
+// of every crossing piece's extent along its cut dimension; [0, first lo)
+// stays direct. A pure function of the tensor's layouts, shape and the
+// topology: every process builds the same table.
+struct TransitShare {
+  uint32_t via = 0;  // the transit entry (a destination entry of another device of the host)
+  double lo = 0, hi = 0;
+};
+struct TransitTable {
+  std::unordered_map<uint32_t, std::vector<TransitShare>> shares;  // donor entry -> shares
+  std::unordered_map<uint32_t, std::vector<uint32_t>> donors;      // transit entry -> donors
+  const std::vector<TransitShare>* shares_of(uint32_t e) const {
+    const auto it = shares.find(e);
+    return it == shares.end() ? nullptr : &it->second;
+  }
+};
+
 struct TensorCtx {
   uint32_t index = 0;
   const TensorSpec* spec = nullptr;
@@ -91,6 +113,10 @@ struct TensorCtx {
   // pipeline gains less than they cost. Set for the whole plan where that
   // lowers its α–β estimate (Context::decide_band_scale).
   uint32_t band_scale = 1;
+  // Transit relays (TransitTable): set per group of like tensors where
+  // that lowers the whole plan's α–β estimate (Context::decide_transit);
+  // owned by the Context.
+  const TransitTable* transit = nullptr;
 };
 
 // The most bands a pre-reduced part is cut into (TensorCtx::reduce_bands).
@@ -152,7 +178,12 @@ struct Emitted {
   // contribution to destination entry `dst_entry`; 3, a chain link: the
   // piece reads the scratch of source entry `src_entry` and is one
   // contribution to the scratch of source entry `dst_entry`, on another
-  // holder host. 0 for every other piece.
+  // holder host. Transit relays (TransitTable): 4, a stage-0 piece from
+  // source entry `src_entry` into the copy-staging scratch on the device of
+  // destination entry `dst_entry` (the transit entry); 5, a stage-1 piece
+  // from the scratch on the device of destination entry `src_entry` (the
+  // transit entry) into destination entry `dst_entry`. 0 for every other
+  // piece.
   uint8_t scratch = 0;
   // Enumerator::send's cache: a scratch write kept under its owner.
   bool mirror = false;
