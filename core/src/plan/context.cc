@@ -286,7 +286,7 @@ void Context::settle_scratch(int64_t max_bytes) {
   // No tensor pre-reduces: no scratch to reserve under the budget.
   bool any = false;
   for (const TensorCtx& t : tensors)
-    any |= t.S > 1 && t.T == 1 && t.reduce == TensorCtx::kPreReduce;
+    any |= (t.S > 1 && t.T == 1 && t.reduce == TensorCtx::kPreReduce) || t.transit != nullptr;
   // The scratch the chosen modes hold (routes may pre-reduce less than the
   // choice allows): what rounds are cut at the budget less.
   if (any && scratch_reserve > 0) {
@@ -355,7 +355,8 @@ void Context::decide_lead_cut(int64_t max_bytes) {
 
 void Context::decide_transit(int64_t max_bytes) {
   const PlanOptions& o = input.options;
-  if (!o.relays) return;
+  const int forced = choice_override().transit;
+  if (!o.relays || forced == 0) return;
   std::vector<std::vector<size_t>> like =
       like_tensors(tensors, [](const TensorCtx& t) { return t.S == 1 && t.T == 1; });
   if (like.empty()) return;
@@ -370,19 +371,44 @@ void Context::decide_transit(int64_t max_bytes) {
     groups.emplace_back(&g, transit_tables.back().get());
   }
   if (groups.empty()) return;
+  PlanStats st;
+  if (forced == 1) {
+    for (const auto& [g, table] : groups)
+      for (size_t i : *g) tensors[i].transit = table;
+    if (o.staging_budget_bytes > 0) {
+      scheduled_stats(st, max_bytes);
+      scratch_reserve =
+          std::max(scratch_reserve, std::min(st.max_scratch_bytes, o.staging_budget_bytes / 2));
+    }
+    return;
+  }
   auto estimate = [&] {
-    PlanStats st;
+    st = PlanStats{};
     scheduled_stats(st, max_bytes);
     return st.cost_seconds;
   };
   double least = estimate();
+  // Under a staging budget the scratch is reserved as a pre-reduction's
+  // (staging_options): rounds are cut at the budget less the most scratch
+  // on a device, at most half the budget.
+  const int64_t budget = o.staging_budget_bytes;
   // Each group takes transit relays only where the estimate drops.
   for (const auto& [g, table] : groups) {
     for (size_t i : *g) tensors[i].transit = table;
-    const double cost = estimate();
+    const int64_t reserve = scratch_reserve;
+    double cost = estimate();
+    if (budget > 0 && st.max_scratch_bytes > scratch_reserve) {
+      if (st.max_scratch_bytes > budget / 2) {
+        cost = least;  // refused
+      } else {
+        scratch_reserve = st.max_scratch_bytes;
+        cost = estimate();
+      }
+    }
     if (cost < least) {
       least = cost;
     } else {
+      scratch_reserve = reserve;
       for (size_t i : *g) tensors[i].transit = nullptr;
     }
   }

@@ -153,8 +153,13 @@ namespace {
 // a pipelined plan without a staging budget takes spread cuts
 // (plan/rounds.h, RoundRule::spread, kSpreadEven even bounds) where the
 // estimate is faster for them by more than kSpreadMinGain, the global
-// statistics counting them from each stream's pieces.
-constexpr uint64_t kPlannerVersion = 33;
+// statistics counting them from each stream's pieces; 34: transit relays
+// (TensorCtx::transit, Context::decide_transit): a crossing piece into a
+// device whose NIC group takes in more than its share of the host's
+// crossing bytes is cut, parts entering other devices of the host into a
+// copy-staging scratch and forwarded inside the host, where the whole
+// plan's estimate drops.
+constexpr uint64_t kPlannerVersion = 34;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

@@ -442,6 +442,10 @@ struct ChoiceOverride {
   // n > 0: spread cuts are priced on plans of at most n pieces (tests); 0:
   // kSpreadPieces (stats_finish.cc).
   int64_t spread_pieces = 0;
+  // 0: no group takes transit relays (TensorCtx::transit); 1: every group
+  // with a transit table does; -1: the estimate's choice
+  // (Context::decide_transit).
+  int transit = -1;
 };
 inline ChoiceOverride& choice_override() {
   static ChoiceOverride o;
