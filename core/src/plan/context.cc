@@ -361,6 +361,19 @@ void Context::decide_transit(int64_t max_bytes) {
       like_tensors(tensors, [](const TensorCtx& t) { return t.S == 1 && t.T == 1; });
   if (like.empty()) return;
   like = in_order(std::move(like));
+  PlanStats st;
+  auto estimate = [&] {
+    st = PlanStats{};
+    scheduled_stats(st, max_bytes);
+    return st.cost_seconds;
+  };
+  // Near its bound a plan has little to gain, and the tables walk every
+  // entry's cover; the pass is kept and handed on (scheduled_stats).
+  double least = 0;
+  if (forced < 0) {
+    least = estimate();
+    if (least <= st.lower_bound_cost_seconds * kNearBound) return;
+  }
   const PlanOptions staging = staging_options();  // the Enumerator keeps a reference
   Enumerator en(staging, pre_reduce, relay_split);
   std::vector<std::pair<const std::vector<size_t>*, const TransitTable*>> groups;
@@ -371,28 +384,20 @@ void Context::decide_transit(int64_t max_bytes) {
     groups.emplace_back(&g, transit_tables.back().get());
   }
   if (groups.empty()) return;
-  PlanStats st;
+  const int64_t budget = o.staging_budget_bytes;
   if (forced == 1) {
     for (const auto& [g, table] : groups)
       for (size_t i : *g) tensors[i].transit = table;
-    if (o.staging_budget_bytes > 0) {
-      scheduled_stats(st, max_bytes);
-      scratch_reserve =
-          std::max(scratch_reserve, std::min(st.max_scratch_bytes, o.staging_budget_bytes / 2));
+    if (budget > 0) {
+      estimate();
+      scratch_reserve = std::max(scratch_reserve, std::min(st.max_scratch_bytes, budget / 2));
     }
     return;
   }
-  auto estimate = [&] {
-    st = PlanStats{};
-    scheduled_stats(st, max_bytes);
-    return st.cost_seconds;
-  };
-  double least = estimate();
-  // Under a staging budget the scratch is reserved as a pre-reduction's
+  // Each group takes transit relays only where the estimate drops. Under a
+  // staging budget the scratch is reserved as a pre-reduction's
   // (staging_options): rounds are cut at the budget less the most scratch
   // on a device, at most half the budget.
-  const int64_t budget = o.staging_budget_bytes;
-  // Each group takes transit relays only where the estimate drops.
   for (const auto& [g, table] : groups) {
     for (size_t i : *g) tensors[i].transit = table;
     const int64_t reserve = scratch_reserve;
