@@ -357,10 +357,16 @@ void Context::decide_transit(int64_t max_bytes) {
   const PlanOptions& o = input.options;
   const int forced = choice_override().transit;
   if (!o.relays || forced == 0) return;
+  // Groups of like tensors in the order of their first tensors, never
+  // merged (a table is per layouts and shape); past kMaxReduceGroups groups
+  // with tables, one trial for all of them.
   std::vector<std::vector<size_t>> like =
-      like_tensors(tensors, [](const TensorCtx& t) { return t.S == 1 && t.T == 1; });
+      like_tensors(tensors, [&](const TensorCtx& t) { return transit_may_apply(*this, t); });
   if (like.empty()) return;
-  like = in_order(std::move(like));
+  std::sort(like.begin(), like.end(),
+            [](const std::vector<size_t>& a, const std::vector<size_t>& b) {
+              return a.front() < b.front();
+            });
   PlanStats st;
   auto estimate = [&] {
     st = PlanStats{};
@@ -376,18 +382,26 @@ void Context::decide_transit(int64_t max_bytes) {
   }
   const PlanOptions staging = staging_options();  // the Enumerator keeps a reference
   Enumerator en(staging, pre_reduce, relay_split);
-  std::vector<std::pair<const std::vector<size_t>*, const TransitTable*>> groups;
+  // Per trial, the (group, table) pairs it sets.
+  std::vector<std::vector<std::pair<const std::vector<size_t>*, const TransitTable*>>> trials;
   for (const std::vector<size_t>& g : like) {
     std::unique_ptr<TransitTable> table = build_transit(*this, tensors[g.front()], en);
     if (!table) continue;
     transit_tables.push_back(std::move(table));
-    groups.emplace_back(&g, transit_tables.back().get());
+    trials.push_back({{&g, transit_tables.back().get()}});
   }
-  if (groups.empty()) return;
+  if (trials.empty()) return;
+  if (trials.size() > kMaxReduceGroups) {
+    for (size_t k = 1; k < trials.size(); ++k) trials[0].push_back(trials[k].front());
+    trials.resize(1);
+  }
+  auto set = [&](const auto& trial, bool on) {
+    for (const auto& [g, table] : trial)
+      for (size_t i : *g) tensors[i].transit = on ? table : nullptr;
+  };
   const int64_t budget = o.staging_budget_bytes;
   if (forced == 1) {
-    for (const auto& [g, table] : groups)
-      for (size_t i : *g) tensors[i].transit = table;
+    for (const auto& trial : trials) set(trial, true);
     if (budget > 0) {
       estimate();
       scratch_reserve = std::max(scratch_reserve, std::min(st.max_scratch_bytes, budget / 2));
@@ -398,8 +412,8 @@ void Context::decide_transit(int64_t max_bytes) {
   // staging budget the scratch is reserved as a pre-reduction's
   // (staging_options): rounds are cut at the budget less the most scratch
   // on a device, at most half the budget.
-  for (const auto& [g, table] : groups) {
-    for (size_t i : *g) tensors[i].transit = table;
+  for (const auto& trial : trials) {
+    set(trial, true);
     const int64_t reserve = scratch_reserve;
     double cost = estimate();
     if (budget > 0 && st.max_scratch_bytes > scratch_reserve) {
@@ -414,7 +428,7 @@ void Context::decide_transit(int64_t max_bytes) {
       least = cost;
     } else {
       scratch_reserve = reserve;
-      for (size_t i : *g) tensors[i].transit = nullptr;
+      set(trial, false);
     }
   }
 }

@@ -8,15 +8,20 @@
 
 namespace reshard::planning {
 
+bool transit_may_apply(const Context& ctx, const TensorCtx& t) {
+  if (!ctx.input.options.relays || t.S != 1 || t.T != 1) return false;
+  const Geometry& dg = *t.dg;
+  if (!dg.tiled && dg.fragmented) return false;
+  for (int64_t c = 0; c < dg.num_cells(); ++c)
+    if (dg.cell_offsets[static_cast<size_t>(c) + 1] - dg.cell_offsets[static_cast<size_t>(c)] > 1)
+      return false;
+  return true;
+}
+
 std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx& t,
                                             Enumerator& en) {
   const PlanOptions& o = ctx.input.options;
-  if (!o.relays || t.S != 1 || t.T != 1) return nullptr;
-  const Geometry& dg = *t.dg;
-  if (!dg.tiled && dg.fragmented) return nullptr;
-  for (int64_t c = 0; c < dg.num_cells(); ++c)
-    if (dg.cell_offsets[static_cast<size_t>(c) + 1] - dg.cell_offsets[static_cast<size_t>(c)] > 1)
-      return nullptr;
+  if (!transit_may_apply(ctx, t)) return nullptr;
   const size_t ndev = ctx.devices.size();
   // Crossing bytes per dense device, and each device's lowest entry.
   std::vector<double> in(ndev, 0.0);

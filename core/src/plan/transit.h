@@ -24,6 +24,10 @@ inline constexpr double kTransitGain = 1.05;
 // transit entry). Donors and takers are paired in device order (each
 // donor's excess filling takers in turn), each pair a share of the
 // donor's every crossing piece.
+// Whether t may have a transit table: one summand, relays on, each
+// destination cell of one entry (not fragmented).
+bool transit_may_apply(const Context& ctx, const TensorCtx& t);
+
 std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx& t, Enumerator& en);
 
 }  // namespace reshard::planning
