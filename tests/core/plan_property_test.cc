@@ -431,7 +431,8 @@ void check_invariants(const PlanInput& in, const Plan& a) {
 // docs/planner.md §5.5): random fleets whose crossing bytes load a host's
 // NIC groups unevenly — FSDP over 1-2 hosts shrunk onto some devices of
 // host 0, or resharded onto fewer devices of another host than its NICs
-// (uneven NIC groups) — forced to take transit wherever a table exists
+// (uneven NIC groups), or a 2-d axis swap over hosts (the sending side) —
+// forced to take transit wherever a table exists
 // (choice_override().transit), then by the estimate: coverage (each scratch
 // element written once, read once), pairing, statistics equal to the
 // parts', each process's part equal to the whole plan's, and execute_host
@@ -446,6 +447,27 @@ PlanInput transit_fleet(uint64_t seed) {
   auto pick = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
+  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kI8, DType::kF64};
+  if (pick(0, 2) == 0) {
+    // An axis swap on an H x D mesh whose first axis is the host: [h, d] ->
+    // [d, h] on the same devices; the devices whose targets are on their
+    // own host send nothing out (the sending side's transit).
+    const int64_t H = pick(2, 4), D = pick(2, 5);
+    std::vector<int32_t> hosts;
+    for (int64_t d = 0; d < H * D; ++d) hosts.push_back(static_cast<int32_t>(d / D));
+    const std::vector<int64_t> shape{pick(H * D, 120), pick(H * D, 90)};
+    const auto m = testing::mesh({"h", "d"}, {H, D}, 0);
+    PlanInput in = testing::one_tensor(shape, dtypes[pick(0, 3)], testing::named(m, {{"h"}, {"d"}}),
+                                       testing::named(m, {{"d"}, {"h"}}), hosts);
+    const int32_t nics[] = {0, 4, 8};
+    in.options.nics_per_host = nics[pick(0, 2)];
+    in.options.alpha_seconds = pick(0, 1) == 0 ? 0.0 : 5e-6;
+    in.options.inter_host_bytes_per_second = 50e9;
+    in.options.intra_host_bytes_per_second = 450e9;
+    in.options.split_min_bytes = 64;
+    in.options.staging_budget_bytes = pick(0, 1) == 0 ? 0 : int64_t{1} << 30;
+    return in;
+  }
   const int64_t src_hosts = pick(1, 2), per_host = pick(2, 6);
   const int64_t nsrc = src_hosts * per_host;
   const bool shrink = src_hosts == 2 && pick(0, 1) == 0;
@@ -455,7 +477,6 @@ PlanInput transit_fleet(uint64_t seed) {
   for (int64_t d = 0; d < nsrc; ++d) hosts.push_back(static_cast<int32_t>(d / per_host));
   if (!shrink)
     for (int64_t d = 0; d < ndst; ++d) hosts.push_back(static_cast<int32_t>(src_hosts));
-  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kI8, DType::kF64};
   const DType dtype = dtypes[pick(0, 3)];
   const bool rows = pick(0, 1) == 0;  // destination sharded along rows (else columns: tp)
   std::vector<int64_t> shape{pick(std::max(ndst * 4, nsrc), 300), pick(ndst, 40)};
@@ -485,7 +506,7 @@ PlanInput transit_fleet(uint64_t seed) {
 
 TEST(PlanTransit, RandomFleetsKeepCoveragePairingExactStatisticsAndTheOracle) {
   const int cases = scaled_cases(150);
-  int64_t forced = 0, chosen = 0;
+  int64_t forced = 0, chosen = 0, sending = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     const PlanInput in = transit_fleet(91000 + static_cast<uint64_t>(c));
@@ -496,12 +517,26 @@ TEST(PlanTransit, RandomFleetsKeepCoveragePairingExactStatisticsAndTheOracle) {
       ASSERT_NO_FATAL_FAILURE(check_invariants(in, a));
       ASSERT_NO_FATAL_FAILURE(testing::execute_every_stage(a, 1));
       if (a.stats().max_scratch_bytes > 0) (mode == 1 ? forced : chosen) += 1;
+      // A scratch on a device that sends its bytes across hosts: the
+      // sending side's transit.
+      const auto sends_across = [&] {
+        for (const auto& [p, part] : a.parts())
+          for (const Message& m : part.sends)
+            if (m.stage == 1 &&
+                a.topology().info(m.src_device).host != a.topology().info(m.dst_device).host)
+              return true;
+        return false;
+      };
+      sending += sends_across() ? 1 : 0;
     }
   }
   EXPECT_GT(forced, cases / 6);
   EXPECT_GT(chosen, 0);
-  std::printf("%d transit fleets: %lld with transit forced, %lld by the estimate\n", cases,
-              (long long)forced, (long long)chosen);
+  EXPECT_GT(sending, 0);
+  std::printf(
+      "%d transit fleets: %lld with transit forced, %lld by the estimate, %lld plans sending "
+      "from a scratch across hosts\n",
+      cases, (long long)forced, (long long)chosen, (long long)sending);
 }
 
 // Relay bands (plan/enumerate/types.h, Bands): with alpha 0 the band size falls

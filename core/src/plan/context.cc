@@ -635,16 +635,17 @@ class RoutedState {
   explicit RoutedState(Context& ctx)
       : ctx_(ctx), pre_(ctx.pre_reduce), split_(ctx.relay_split), reserve_(ctx.scratch_reserve) {
     for (const TensorCtx& t : ctx.tensors)
-      tensors_.push_back({t.single_hop, t.reduce, t.reduce_bands});
+      tensors_.push_back({t.single_hop, t.reduce, t.reduce_bands, t.transit});
   }
-  // The group single-hop, or back to its routed reduce mode and bands (not
-  // single-hop).
+  // The group single-hop (no transit relays either), or back to its routed
+  // reduce mode, bands and transit relays (not single-hop).
   void set(const std::vector<size_t>& g, bool single) {
     for (size_t i : g) {
       TensorCtx& t = ctx_.tensors[i];
       t.single_hop = single;
       t.reduce = single && t.S > 1 ? TensorCtx::kSingleHop : tensors_[i].reduce;
       t.reduce_bands = single ? 1 : tensors_[i].bands;
+      t.transit = single ? nullptr : tensors_[i].transit;
     }
   }
   // Scratch, bands and split runs as the routed plan had them, or as
@@ -667,6 +668,7 @@ class RoutedState {
       t.single_hop = tensors_[i].single;
       t.reduce = tensors_[i].reduce;
       t.reduce_bands = tensors_[i].bands;
+      t.transit = tensors_[i].transit;
     }
     context_routed(true);
   }
@@ -676,6 +678,7 @@ class RoutedState {
     bool single;
     TensorCtx::Reduce reduce;
     uint32_t bands;
+    const TransitTable* transit;
   };
   Context& ctx_;
   std::vector<Tensor> tensors_;

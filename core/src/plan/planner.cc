@@ -542,10 +542,14 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
       const auto table = out.recvs.table_for(own);  // stage 0, band 0: most pieces
       stream([&](auto&& g) { en.recv(t, *it, g); },
              [&](const Emitted& x) {
-               if (x.scratch == 1 || x.scratch == 3 || x.scratch == 4)
+               if (x.scratch == 1 || x.scratch == 3 || x.scratch == 4 || x.scratch == 6)
                  return;              // into a holder's or a transit's scratch: its process's
                if (x.scratch == 5) {  // from a transit's scratch
                  deferred.push_back({1, own, t.dt->dense[x.src_entry], x});
+                 return;
+               }
+               if (x.scratch == 7) {  // from a sending-side transit's scratch
+                 deferred.push_back({1, own, t.st->dense[x.src_entry], x});
                  return;
                }
                if (x.scratch == 2) {  // a holder host's scratch, reduced
@@ -624,6 +628,10 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
                  deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
                  return;
                }
+               if (x.scratch == 6) {  // into a sending-side transit's scratch
+                 deferred.push_back({0, own, t.st->dense[x.dst_entry], x});
+                 return;
+               }
                if (x.scratch == 2) {  // this entry's scratch to the part's reducer
                  deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
                  out.scratch.push_back({t.index, ctx.devices[own], x.region});
@@ -638,6 +646,19 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
                  out.sends.add(table_of(out.sends, own, 0, x.band), own, t.dt->dense[x.dst_entry],
                                piece, x.region.volume() * t.esize, 0, x.band);
              });
+    }
+    // Sending-side transit: what this source entry's device takes into its
+    // scratch and sends out from it for other source entries of its host.
+    for (const uint32_t* it = sb; it != se; ++it) {
+      const uint32_t own = t.st->dense[*it];
+      en.send_transit_in(t, *it, [&](const Emitted& x) {
+        if (x.scratch == 6) {
+          deferred.push_back({1, own, t.st->dense[x.src_entry], x});
+          out.scratch.push_back({t.index, ctx.devices[own], x.region});
+        } else {
+          deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
+        }
+      });
     }
     if (!kind_of.empty()) {
       Recording& r = recordings[kind_of[ti - t0]];
@@ -660,8 +681,10 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     });
     for (const Deferred& d : deferred) {
       const Emitted& x = d.x;
-      const bool reads_scratch = x.scratch == 2 || x.scratch == 3 || x.scratch == 5;
-      const bool writes_scratch = x.scratch == 1 || x.scratch == 3 || x.scratch == 4;
+      const bool reads_scratch =
+          x.scratch == 2 || x.scratch == 3 || x.scratch == 5 || x.scratch == 7;
+      const bool writes_scratch =
+          x.scratch == 1 || x.scratch == 3 || x.scratch == 4 || x.scratch == 6;
       Piece piece{t.index, reads_scratch ? kScratchEntry : x.src_entry,
                   writes_scratch ? kScratchEntry : x.dst_entry,
                   static_cast<uint32_t>(out.regions.size())};

@@ -373,6 +373,11 @@ class Enumerator {
   // entries it transits for, donor by donor ascending, each in recv order.
   template <class F>
   void transit_in(const TensorCtx& t, uint32_t l, F&& f);
+  // Sending-side transit relays: the pieces source entry u takes into its
+  // scratch (Emitted::scratch 6) and sends out from it (scratch 7) for the
+  // source entries of its host it transits for, donor by donor ascending.
+  template <class F>
+  void send_transit_in(const TensorCtx& t, uint32_t u, F&& f);
 
   // Naive variant of recv: finds candidate source entries by scanning all of
   // them (the quadratic baseline).
@@ -395,8 +400,8 @@ class Enumerator {
   // is forwarded to e (scratch 5, stage 1). Uncut (x alone) where the
   // moved bytes are below cross_min_bytes or no dimension is long enough.
   template <class F>
-  void transit_cut(const TensorCtx& t, uint32_t e, const std::vector<TransitShare>& shares,
-                   const Emitted& x, F&& f);
+  void transit_cut(const TensorCtx& t, uint32_t e, const std::vector<TransitShare>* shares,
+                   const std::vector<TransitShare>* out, const Emitted& x, F&& f);
   template <class F>
   bool split(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* R, size_t nr,
              F&& f);

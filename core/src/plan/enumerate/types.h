@@ -43,13 +43,25 @@ struct TransitShare {
   uint32_t via = 0;  // the transit entry (a destination entry of another device of the host)
   double lo = 0, hi = 0;
 };
+// The sending side likewise (send_shares): per source entry whose NIC group
+// sends out more than its share of its host's crossing bytes, source
+// entries of other devices of its host that take part of each crossing
+// piece into their scratch inside the host (stage 0) and send it out
+// (stage 1); its shares take the bottom of the piece ([0, last hi)), the
+// receiving side's the top.
 struct TransitTable {
-  std::unordered_map<uint32_t, std::vector<TransitShare>> shares;  // donor entry -> shares
-  std::unordered_map<uint32_t, std::vector<uint32_t>> donors;      // transit entry -> donors
-  const std::vector<TransitShare>* shares_of(uint32_t e) const {
-    const auto it = shares.find(e);
-    return it == shares.end() ? nullptr : &it->second;
+  std::unordered_map<uint32_t, std::vector<TransitShare>> shares;       // donor entry -> shares
+  std::unordered_map<uint32_t, std::vector<uint32_t>> donors;           // transit entry -> donors
+  std::unordered_map<uint32_t, std::vector<TransitShare>> send_shares;  // source entry -> shares
+  std::unordered_map<uint32_t, std::vector<uint32_t>>
+      send_donors;  // transit source entry -> donors
+  static const std::vector<TransitShare>* find(
+      const std::unordered_map<uint32_t, std::vector<TransitShare>>& m, uint32_t e) {
+    const auto it = m.find(e);
+    return it == m.end() ? nullptr : &it->second;
   }
+  const std::vector<TransitShare>* shares_of(uint32_t e) const { return find(shares, e); }
+  const std::vector<TransitShare>* send_shares_of(uint32_t r) const { return find(send_shares, r); }
 };
 
 struct TensorCtx {
@@ -182,11 +194,17 @@ struct Emitted {
   // source entry `src_entry` into the copy-staging scratch on the device of
   // destination entry `dst_entry` (the transit entry); 5, a stage-1 piece
   // from the scratch on the device of destination entry `src_entry` (the
-  // transit entry) into destination entry `dst_entry`. 0 for every other
-  // piece.
+  // transit entry) into destination entry `dst_entry`; 6, a stage-0 piece
+  // from source entry `src_entry` into the scratch on the device of source
+  // entry `dst_entry` (a sending-side transit, on the sender's host; `via`
+  // the destination entry); 7, a stage-1 piece from that scratch (source
+  // entry `src_entry`'s device) into destination entry `dst_entry`. 0 for
+  // every other piece.
   uint8_t scratch = 0;
   // Enumerator::send's cache: a scratch write kept under its owner.
   bool mirror = false;
+  // Emitted::scratch 6: the destination entry the piece is for.
+  uint32_t via = 0;
   bool relay() const { return stage > 0; }
 };
 
