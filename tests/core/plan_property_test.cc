@@ -10,6 +10,7 @@
 #include "cell_ingress.h"
 #include "plan/enumerate/types.h"
 #include "random_cases.h"
+#include "relay_fleets.h"
 #include "reshard/error.h"
 #include "reshard/plan.h"
 #include "test_scale.h"
@@ -269,6 +270,12 @@ void check_stats(const Plan& plan) {
   if (partial) {
     EXPECT_LE(st.lower_bound_network_bytes, st.network_bytes);
     EXPECT_LE(st.lower_bound_max_recv_bytes, st.max_recv_bytes);
+  } else if (st.max_scratch_bytes > 0) {
+    // Transit relays: a transit device takes in bytes it does not need
+    // (into its scratch) and forwards them, each once.
+    EXPECT_LE(st.lower_bound_network_bytes, st.network_bytes);
+    EXPECT_LE(st.network_bytes, st.lower_bound_network_bytes + st.forwarded_bytes);
+    EXPECT_LE(st.lower_bound_max_recv_bytes, st.max_recv_bytes);
   } else {
     EXPECT_EQ(st.network_bytes, st.lower_bound_network_bytes) << "minimal traffic";
     EXPECT_EQ(st.max_recv_bytes, st.lower_bound_max_recv_bytes);
@@ -343,6 +350,10 @@ TEST(PlanProperty, RandomCasesCoverPairMeetBoundAndAreDeterministic) {
     for (const auto& t : in.tensors) any_partial_src |= t.src.partial();
     if (any_partial_src) {
       ASSERT_LE(a.stats().network_bytes, one_hop.network_bytes);
+    } else if (a.stats().max_scratch_bytes > 0) {
+      // Transit relays: the transit device takes in what it forwards.
+      ASSERT_LE(one_hop.network_bytes, a.stats().network_bytes);
+      ASSERT_LE(a.stats().network_bytes, one_hop.network_bytes + a.stats().forwarded_bytes);
     } else {
       ASSERT_EQ(a.stats().network_bytes, one_hop.network_bytes);
     }
@@ -414,6 +425,118 @@ void check_invariants(const PlanInput& in, const Plan& a) {
     Plan one = make_plan(in, {PlanScope::kProcess, p, false});
     ASSERT_EQ(one.part(p), a.part(p)) << "process " << p;
   }
+}
+
+// Transit relays (TensorCtx::transit, Context::decide_transit,
+// docs/planner.md §5.5): random fleets whose crossing bytes load a host's
+// NIC groups unevenly — FSDP over 1-2 hosts shrunk onto some devices of
+// host 0, or resharded onto fewer devices of another host than its NICs
+// (uneven NIC groups), or a 2-d axis swap over hosts (the sending side) —
+// forced to take transit wherever a table exists
+// (choice_override().transit), then by the estimate: coverage (each scratch
+// element written once, read once), pairing, statistics equal to the
+// parts', each process's part equal to the whole plan's, and execute_host
+// against the oracle after every stage.
+struct TransitOverride {
+  explicit TransitOverride(int v) { planning::choice_override().transit = v; }
+  ~TransitOverride() { planning::choice_override().transit = -1; }
+};
+
+PlanInput transit_fleet(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kI8, DType::kF64};
+  if (pick(0, 2) == 0) {
+    // An axis swap on an H x D mesh whose first axis is the host: [h, d] ->
+    // [d, h] on the same devices; the devices whose targets are on their
+    // own host send nothing out (the sending side's transit).
+    const int64_t H = pick(2, 4), D = pick(2, 5);
+    std::vector<int32_t> hosts;
+    for (int64_t d = 0; d < H * D; ++d) hosts.push_back(static_cast<int32_t>(d / D));
+    const std::vector<int64_t> shape{pick(H * D, 120), pick(H * D, 90)};
+    const auto m = testing::mesh({"h", "d"}, {H, D}, 0);
+    PlanInput in = testing::one_tensor(shape, dtypes[pick(0, 3)], testing::named(m, {{"h"}, {"d"}}),
+                                       testing::named(m, {{"d"}, {"h"}}), hosts);
+    const int32_t nics[] = {0, 4, 8};
+    in.options.nics_per_host = nics[pick(0, 2)];
+    in.options.alpha_seconds = pick(0, 1) == 0 ? 0.0 : 5e-6;
+    in.options.inter_host_bytes_per_second = 50e9;
+    in.options.intra_host_bytes_per_second = 450e9;
+    in.options.split_min_bytes = 64;
+    in.options.staging_budget_bytes = pick(0, 1) == 0 ? 0 : int64_t{1} << 30;
+    return in;
+  }
+  const int64_t src_hosts = pick(1, 2), per_host = pick(2, 6);
+  const int64_t nsrc = src_hosts * per_host;
+  const bool shrink = src_hosts == 2 && pick(0, 1) == 0;
+  const int64_t ndst = shrink ? pick(2, per_host) : pick(2, 7);
+  const int64_t first = shrink ? 0 : nsrc;
+  std::vector<int32_t> hosts;
+  for (int64_t d = 0; d < nsrc; ++d) hosts.push_back(static_cast<int32_t>(d / per_host));
+  if (!shrink)
+    for (int64_t d = 0; d < ndst; ++d) hosts.push_back(static_cast<int32_t>(src_hosts));
+  const DType dtype = dtypes[pick(0, 3)];
+  const bool rows = pick(0, 1) == 0;  // destination sharded along rows (else columns: tp)
+  std::vector<int64_t> shape{pick(std::max(ndst * 4, nsrc), 300), pick(ndst, 40)};
+  if (pick(0, 3) == 0) shape.push_back(pick(1, 5));
+  std::vector<std::vector<std::string>> sdims(shape.size()), ddims(shape.size());
+  sdims[0] = {"f"};
+  ddims[rows ? 0 : 1] = {"g"};
+  PlanInput in =
+      testing::one_tensor(shape, dtype, testing::named(testing::mesh({"f"}, {nsrc}, 0), sdims),
+                          testing::named(testing::mesh({"g"}, {ndst}, first), ddims), hosts);
+  const int64_t copies = pick(1, 3);  // like tensors
+  for (int64_t k = 1; k < copies; ++k) {
+    TensorSpec t = in.tensors[0];
+    t.name = "w" + std::to_string(k);
+    in.tensors.push_back(std::move(t));
+  }
+  const int32_t nics[] = {0, 4, 8};
+  in.options.nics_per_host = nics[pick(0, 2)];
+  in.options.alpha_seconds = pick(0, 1) == 0 ? 0.0 : 5e-6;
+  in.options.inter_host_bytes_per_second = 50e9;
+  in.options.intra_host_bytes_per_second = 450e9;
+  in.options.split_min_bytes = pick(0, 1) == 0 ? 64 : 1 << 20;
+  const int64_t budgets[] = {0, int64_t{1} << 30, 1 << 14};
+  in.options.staging_budget_bytes = budgets[pick(0, 2)];
+  return in;
+}
+
+TEST(PlanTransit, RandomFleetsKeepCoveragePairingExactStatisticsAndTheOracle) {
+  const int cases = scaled_cases(150);
+  int64_t forced = 0, chosen = 0, sending = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const PlanInput in = transit_fleet(91000 + static_cast<uint64_t>(c));
+    for (int mode : {1, -1}) {
+      SCOPED_TRACE("transit " + std::to_string(mode));
+      const TransitOverride o(mode);
+      const Plan a = make_plan(in);
+      ASSERT_NO_FATAL_FAILURE(check_invariants(in, a));
+      ASSERT_NO_FATAL_FAILURE(testing::execute_every_stage(a, 1));
+      if (a.stats().max_scratch_bytes > 0) (mode == 1 ? forced : chosen) += 1;
+      // A scratch on a device that sends its bytes across hosts: the
+      // sending side's transit.
+      const auto sends_across = [&] {
+        for (const auto& [p, part] : a.parts())
+          for (const Message& m : part.sends)
+            if (m.stage == 1 &&
+                a.topology().info(m.src_device).host != a.topology().info(m.dst_device).host)
+              return true;
+        return false;
+      };
+      sending += sends_across() ? 1 : 0;
+    }
+  }
+  EXPECT_GT(forced, cases / 6);
+  EXPECT_GT(chosen, 0);
+  EXPECT_GT(sending, 0);
+  std::printf(
+      "%d transit fleets: %lld with transit forced, %lld by the estimate, %lld plans sending "
+      "from a scratch across hosts\n",
+      cases, (long long)forced, (long long)chosen, (long long)sending);
 }
 
 // Relay bands (plan/enumerate/types.h, Bands): with alpha 0 the band size falls

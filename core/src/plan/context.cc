@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "plan/group_memo.h"
+#include "plan/transit.h"
 #include "reshard/error.h"
 #include "util/nic_groups.h"
 
@@ -286,7 +287,7 @@ void Context::settle_scratch(int64_t max_bytes) {
   // No tensor pre-reduces: no scratch to reserve under the budget.
   bool any = false;
   for (const TensorCtx& t : tensors)
-    any |= t.S > 1 && t.T == 1 && t.reduce == TensorCtx::kPreReduce;
+    any |= (t.S > 1 && t.T == 1 && t.reduce == TensorCtx::kPreReduce) || t.transit != nullptr;
   // The scratch the chosen modes hold (routes may pre-reduce less than the
   // choice allows): what rounds are cut at the budget less.
   if (any && scratch_reserve > 0) {
@@ -350,6 +351,86 @@ void Context::decide_lead_cut(int64_t max_bytes) {
       least = cost;
     else
       set(g, false);
+  }
+}
+
+void Context::decide_transit(int64_t max_bytes) {
+  const PlanOptions& o = input.options;
+  const int forced = choice_override().transit;
+  if (!o.relays || forced == 0) return;
+  // Groups of like tensors in the order of their first tensors, never
+  // merged (a table is per layouts and shape); past kMaxReduceGroups groups
+  // with tables, one trial for all of them.
+  std::vector<std::vector<size_t>> like =
+      like_tensors(tensors, [&](const TensorCtx& t) { return transit_may_apply(*this, t); });
+  if (like.empty()) return;
+  std::sort(like.begin(), like.end(),
+            [](const std::vector<size_t>& a, const std::vector<size_t>& b) {
+              return a.front() < b.front();
+            });
+  PlanStats st;
+  auto estimate = [&] {
+    st = PlanStats{};
+    scheduled_stats(st, max_bytes);
+    return st.cost_seconds;
+  };
+  // Near its bound a plan has little to gain, and the tables walk every
+  // entry's cover; the pass is kept and handed on (scheduled_stats).
+  double least = 0;
+  if (forced < 0) {
+    least = estimate();
+    if (least <= st.lower_bound_cost_seconds * kNearBound) return;
+  }
+  const PlanOptions staging = staging_options();  // the Enumerator keeps a reference
+  Enumerator en(staging, pre_reduce, relay_split);
+  // Per trial, the (group, table) pairs it sets.
+  std::vector<std::vector<std::pair<const std::vector<size_t>*, const TransitTable*>>> trials;
+  for (const std::vector<size_t>& g : like) {
+    std::unique_ptr<TransitTable> table = build_transit(*this, tensors[g.front()], en);
+    if (!table) continue;
+    transit_tables.push_back(std::move(table));
+    trials.push_back({{&g, transit_tables.back().get()}});
+  }
+  if (trials.empty()) return;
+  if (trials.size() > kMaxReduceGroups) {
+    for (size_t k = 1; k < trials.size(); ++k) trials[0].push_back(trials[k].front());
+    trials.resize(1);
+  }
+  auto set = [&](const auto& trial, bool on) {
+    for (const auto& [g, table] : trial)
+      for (size_t i : *g) tensors[i].transit = on ? table : nullptr;
+  };
+  const int64_t budget = o.staging_budget_bytes;
+  if (forced == 1) {
+    for (const auto& trial : trials) set(trial, true);
+    if (budget > 0) {
+      estimate();
+      scratch_reserve = std::max(scratch_reserve, std::min(st.max_scratch_bytes, budget / 2));
+    }
+    return;
+  }
+  // Each group takes transit relays only where the estimate drops. Under a
+  // staging budget the scratch is reserved as a pre-reduction's
+  // (staging_options): rounds are cut at the budget less the most scratch
+  // on a device, at most half the budget.
+  for (const auto& trial : trials) {
+    set(trial, true);
+    const int64_t reserve = scratch_reserve;
+    double cost = estimate();
+    if (budget > 0 && st.max_scratch_bytes > scratch_reserve) {
+      if (st.max_scratch_bytes > budget / 2) {
+        cost = least;  // refused
+      } else {
+        scratch_reserve = st.max_scratch_bytes;
+        cost = estimate();
+      }
+    }
+    if (cost < least) {
+      least = cost;
+    } else {
+      scratch_reserve = reserve;
+      set(trial, false);
+    }
   }
 }
 
@@ -564,16 +645,17 @@ class RoutedState {
   explicit RoutedState(Context& ctx)
       : ctx_(ctx), pre_(ctx.pre_reduce), split_(ctx.relay_split), reserve_(ctx.scratch_reserve) {
     for (const TensorCtx& t : ctx.tensors)
-      tensors_.push_back({t.single_hop, t.reduce, t.reduce_bands});
+      tensors_.push_back({t.single_hop, t.reduce, t.reduce_bands, t.transit});
   }
-  // The group single-hop, or back to its routed reduce mode and bands (not
-  // single-hop).
+  // The group single-hop (no transit relays either), or back to its routed
+  // reduce mode, bands and transit relays (not single-hop).
   void set(const std::vector<size_t>& g, bool single) {
     for (size_t i : g) {
       TensorCtx& t = ctx_.tensors[i];
       t.single_hop = single;
       t.reduce = single && t.S > 1 ? TensorCtx::kSingleHop : tensors_[i].reduce;
       t.reduce_bands = single ? 1 : tensors_[i].bands;
+      t.transit = single ? nullptr : tensors_[i].transit;
     }
   }
   // Scratch, bands and split runs as the routed plan had them, or as
@@ -596,6 +678,7 @@ class RoutedState {
       t.single_hop = tensors_[i].single;
       t.reduce = tensors_[i].reduce;
       t.reduce_bands = tensors_[i].bands;
+      t.transit = tensors_[i].transit;
     }
     context_routed(true);
   }
@@ -605,6 +688,7 @@ class RoutedState {
     bool single;
     TensorCtx::Reduce reduce;
     uint32_t bands;
+    const TransitTable* transit;
   };
   Context& ctx_;
   std::vector<Tensor> tensors_;
@@ -706,10 +790,10 @@ std::vector<int64_t> Context::pass_key(int64_t max_bytes) const {
   std::vector<int64_t> key{
       max_bytes,     pre_reduce,   scratch_reserve,         relay_split,
       track_streams, track_spread, choice_override().keyed, choice_override().spread};
-  key.reserve(key.size() + 6 * tensors.size());
+  key.reserve(key.size() + 7 * tensors.size());
   for (const TensorCtx& t : tensors)
-    key.insert(key.end(),
-               {t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead, t.band_scale});
+    key.insert(key.end(), {t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead,
+                           t.band_scale, t.transit != nullptr});
   return key;
 }
 

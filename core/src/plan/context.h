@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -169,6 +171,16 @@ struct Context {
   // (pipeline_2x2_replicated_dst: 4 devices on hosts of 8 NICs). A pure
   // function of the input.
   void decide_band_scale(int64_t max_bytes);
+  // With relays on, sets TensorCtx::transit (after decide_lead_cut, before
+  // decide_band_scale; transit.cc): groups of like tensors (same layouts,
+  // shape and dtype; one group for all past 16) of one summand whose
+  // destination cells have one entry each, and whose crossing bytes load
+  // some host's NIC groups unevenly (build_transit), take transit relays in
+  // turn where that lowers the whole plan's α–β estimate. A pure function
+  // of the input.
+  void decide_transit(int64_t max_bytes);
+  // The tables TensorCtx::transit points into.
+  std::deque<std::unique_ptr<TransitTable>> transit_tables;
   // The single-hop guard (after decide_device_cross): a plan is never
   // slower, by its own α–β estimate (PlanStats::cost_seconds), than the
   // single-hop plan it could have built. Groups of like tensors with a

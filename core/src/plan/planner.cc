@@ -153,8 +153,13 @@ namespace {
 // a pipelined plan without a staging budget takes spread cuts
 // (plan/rounds.h, RoundRule::spread, kSpreadEven even bounds) where the
 // estimate is faster for them by more than kSpreadMinGain, the global
-// statistics counting them from each stream's pieces.
-constexpr uint64_t kPlannerVersion = 33;
+// statistics counting them from each stream's pieces; 34: transit relays
+// (TensorCtx::transit, Context::decide_transit): a crossing piece into a
+// device whose NIC group takes in more than its share of the host's
+// crossing bytes is cut, parts entering other devices of the host into a
+// copy-staging scratch and forwarded inside the host, where the whole
+// plan's estimate drops.
+constexpr uint64_t kPlannerVersion = 34;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -446,7 +451,7 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
   // call's pieces and the others replay them (set_replay_like(false):
   // each enumerates, what the tests compare with).
   using LikeKey = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t,
-                             uint8_t, bool, uint32_t, bool, bool>;
+                             uint8_t, bool, uint32_t, bool, bool, const planning::TransitTable*>;
   struct Recording {
     std::vector<Emitted> pieces;
     std::vector<size_t> ends;    // per call, in call order
@@ -466,7 +471,7 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
       const TensorCtx& t = ctx.tensors[ti];
       const auto [it, fresh] =
           kinds.try_emplace(LikeKey(t.sg, t.dg, t.src->shape(), t.esize, t.reduce, t.device_cross,
-                                    t.reduce_bands, t.single_hop, t.fine_lead),
+                                    t.reduce_bands, t.single_hop, t.fine_lead, t.transit),
                             recordings.size());
       if (fresh) recordings.emplace_back();
       ++recordings[it->second].total;
@@ -537,8 +542,16 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
       const auto table = out.recvs.table_for(own);  // stage 0, band 0: most pieces
       stream([&](auto&& g) { en.recv(t, *it, g); },
              [&](const Emitted& x) {
-               if (x.scratch == 1 || x.scratch == 3)
-                 return;              // into a holder's scratch: its process's
+               if (x.scratch == 1 || x.scratch == 3 || x.scratch == 4 || x.scratch == 6)
+                 return;              // into a holder's or a transit's scratch: its process's
+               if (x.scratch == 5) {  // from a transit's scratch
+                 deferred.push_back({1, own, t.dt->dense[x.src_entry], x});
+                 return;
+               }
+               if (x.scratch == 7) {  // from a sending-side transit's scratch
+                 deferred.push_back({1, own, t.st->dense[x.src_entry], x});
+                 return;
+               }
                if (x.scratch == 2) {  // a holder host's scratch, reduced
                  deferred.push_back({1, own, t.st->dense[x.src_entry], x});
                  return;
@@ -573,6 +586,16 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
                              t.dt->dense[x.dst_entry], piece, x.region.volume() * t.esize, x.stage,
                              x.band);
              });
+      // Transit side: what this destination entry's device takes into its
+      // scratch and forwards from it for other entries of its host.
+      en.transit_in(t, *it, [&](const Emitted& x) {
+        if (x.scratch == 4) {
+          deferred.push_back({1, own, t.st->dense[x.src_entry], x});
+          out.scratch.push_back({t.index, ctx.devices[own], x.region});
+        } else {
+          deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
+        }
+      });
     }
     // Sender side: network pieces whose source is on p.
     auto [sb, se] = entries_on(*t.st, p);
@@ -601,6 +624,14 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
                  }
                  return;
                }
+               if (x.scratch == 4) {  // into a transit's scratch
+                 deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
+                 return;
+               }
+               if (x.scratch == 6) {  // into a sending-side transit's scratch
+                 deferred.push_back({0, own, t.st->dense[x.dst_entry], x});
+                 return;
+               }
                if (x.scratch == 2) {  // this entry's scratch to the part's reducer
                  deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
                  out.scratch.push_back({t.index, ctx.devices[own], x.region});
@@ -615,6 +646,19 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
                  out.sends.add(table_of(out.sends, own, 0, x.band), own, t.dt->dense[x.dst_entry],
                                piece, x.region.volume() * t.esize, 0, x.band);
              });
+    }
+    // Sending-side transit: what this source entry's device takes into its
+    // scratch and sends out from it for other source entries of its host.
+    for (const uint32_t* it = sb; it != se; ++it) {
+      const uint32_t own = t.st->dense[*it];
+      en.send_transit_in(t, *it, [&](const Emitted& x) {
+        if (x.scratch == 6) {
+          deferred.push_back({1, own, t.st->dense[x.src_entry], x});
+          out.scratch.push_back({t.index, ctx.devices[own], x.region});
+        } else {
+          deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
+        }
+      });
     }
     if (!kind_of.empty()) {
       Recording& r = recordings[kind_of[ti - t0]];
@@ -637,17 +681,23 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     });
     for (const Deferred& d : deferred) {
       const Emitted& x = d.x;
-      Piece piece{t.index, x.scratch == 2 || x.scratch == 3 ? kScratchEntry : x.src_entry,
-                  x.scratch == 1 || x.scratch == 3 ? kScratchEntry : x.dst_entry,
+      const bool reads_scratch =
+          x.scratch == 2 || x.scratch == 3 || x.scratch == 5 || x.scratch == 7;
+      const bool writes_scratch =
+          x.scratch == 1 || x.scratch == 3 || x.scratch == 4 || x.scratch == 6;
+      Piece piece{t.index, reads_scratch ? kScratchEntry : x.src_entry,
+                  writes_scratch ? kScratchEntry : x.dst_entry,
                   static_cast<uint32_t>(out.regions.size())};
       out.regions.push_back(x.region);
       const int64_t bytes = x.region.volume() * t.esize;
       if (d.kind == 2)
         out.local.push_back(piece);
       else if (d.kind == 0)
-        out.sends.add(out.sends.table_for(d.own, x.stage), d.own, d.peer, piece, bytes, x.stage);
+        out.sends.add(out.sends.table_for(d.own, x.stage, x.band), d.own, d.peer, piece, bytes,
+                      x.stage, x.band);
       else
-        out.recvs.add(out.recvs.table_for(d.own, x.stage), d.own, d.peer, piece, bytes, x.stage);
+        out.recvs.add(out.recvs.table_for(d.own, x.stage, x.band), d.own, d.peer, piece, bytes,
+                      x.stage, x.band);
     }
     deferred.clear();
   }
@@ -791,6 +841,7 @@ void build_and_decide(Context& ctx, const PlanRequest& request, int64_t limit) {
   ctx.decide_reductions(limit);
   ctx.decide_device_cross(limit);
   ctx.decide_lead_cut(limit);
+  ctx.decide_transit(limit);
   ctx.decide_band_scale(limit);
 }
 

@@ -53,7 +53,10 @@ PassEnd stats_pass(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       groups;
   for (size_t i = 0; i < ctx.tensors.size(); ++i) {
     const TensorCtx& t = ctx.tensors[i];
-    groups[{t.spec->shape, t.sg, t.dg, o.relays || keyed ? t.esize * 2 + t.single_hop : 0}]
+    // Transit relays (TensorCtx::transit) key apart, where taken.
+    groups[{t.spec->shape, t.sg, t.dg,
+            (o.relays || keyed ? t.esize * 2 + t.single_hop : 0) +
+                (t.transit != nullptr ? int64_t{1} << 40 : 0)}]
         .push_back(i);
   }
   StatsPass p(ctx, st, o, schedule, counts, max_bytes, guard);
@@ -90,7 +93,7 @@ PassEnd stats_pass(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
   // arithmetic (the loop over groups below), else by enumerating its pieces.
   auto per_cell = [&](const TensorCtx& t) {
     return !reference && !p.keyed && !p.spread_runs && p.dense_pairs && t.sg->unique_cells &&
-           t.dg->tiled && t.S == 1 && t.T == 1 && !may_cross(t);
+           t.dg->tiled && t.S == 1 && t.T == 1 && t.transit == nullptr && !may_cross(t);
   };
   // The work of this pass counted up front (stats_visits, per dimension),
   // refused above Context::max_stats_pieces before any piece is visited.
@@ -140,7 +143,9 @@ PassEnd stats_pass(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       p.pieces += group_pieces * static_cast<int64_t>(members.size());
       continue;
     }
-    if (!reference && !keyed && !p.spread_runs && t.dg->tiled && t.S == 1 && t.T == 1) {
+    // Transit relays are enumerated (neither way above knows them).
+    if (!reference && !keyed && !p.spread_runs && t.dg->tiled && t.S == 1 && t.T == 1 &&
+        t.transit == nullptr) {
       routed.cells(t, esum, copies, group_pieces);
     } else {
       for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {

@@ -141,21 +141,24 @@ void StatsPass::account(const TensorCtx& t, uint32_t e, const Emitted& x, int64_
                         int64_t copies, int64_t& group_pieces) {
   // A piece into a holder's scratch goes to that source entry's device
   // rather than e's (Emitted::scratch).
-  const bool into_scratch = x.scratch == 1 || x.scratch == 3;
+  // A transit's scratch (Emitted::scratch 4) is on its transit entry's
+  // device, a destination entry's.
+  const bool into_scratch = x.scratch == 1 || x.scratch == 3 || x.scratch == 6;
   const GeoTopo& to = into_scratch ? *t.st : *t.dt;
-  if (into_scratch) e = x.dst_entry;
+  if (into_scratch || x.scratch == 4) e = x.dst_entry;
   const uint32_t dd = to.dense[e];
   ++group_pieces;
   const int64_t bytes = mul_of(x.region.volume(), esum, "network_bytes");
   // A relay piece's source is a destination entry (stages > 0), a
-  // scratch's its owner, a source entry.
-  const GeoTopo& from = x.relay() && x.scratch == 0 ? *t.dt : *t.st;
+  // scratch's its owner, a source entry, a transit's its transit entry.
+  const GeoTopo& from = x.relay() && (x.scratch == 0 || x.scratch == 5) ? *t.dt : *t.st;
   const uint32_t sd = from.dense[x.src_entry];
-  if (x.scratch == 2 || x.scratch == 3) {  // read in x.stage
+  if (x.scratch == 2 || x.scratch == 3 || x.scratch == 5 || x.scratch == 7) {  // read in x.stage
     ScratchUse& u = scratch_at(sd, x.region);
     u.last = std::max(u.last, x.stage);
   }
-  if ((x.scratch == 1 && !x.local) || x.scratch == 3) {  // written by a message of x.stage
+  if ((x.scratch == 1 && !x.local) || x.scratch == 3 || x.scratch == 4 ||
+      x.scratch == 6) {  // written by a message of x.stage
     ScratchUse& u = scratch_at(dd, x.region);
     u.first = std::min(u.first, x.stage);
   }

@@ -79,6 +79,107 @@ void for_each_tile(const std::vector<int64_t>& shape, const std::array<int64_t, 
 template <class F>
 void Enumerator::assign(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders,
                         size_t n, bool own_region, F&& f) {
+  if (t.transit == nullptr) {
+    assign_one(t, e, region, holders, n, own_region, f);
+    return;
+  }
+  const std::vector<TransitShare>* shares = t.transit->shares_of(e);
+  assign_one(t, e, region, holders, n, own_region, [&](const Emitted& x) {
+    if (x.local || t.st->host[x.src_entry] == t.dt->host[e]) {
+      f(x);
+      return;
+    }
+    const std::vector<TransitShare>* out = t.transit->send_shares_of(x.src_entry);
+    if (shares == nullptr && out == nullptr)
+      f(x);
+    else
+      transit_cut(t, e, shares, out, x, f);
+  });
+}
+
+template <class F>
+void Enumerator::transit_cut(const TensorCtx& t, uint32_t e,
+                             const std::vector<TransitShare>* in_shares,
+                             const std::vector<TransitShare>* out, const Emitted& x, F&& f) {
+  static const std::vector<TransitShare> kNone;
+  const std::vector<TransitShare>& shares = in_shares ? *in_shares : kNone;
+  // The sending side's shares take the bottom of the piece, the receiving
+  // side's the top; where they would meet, the receiving side's alone.
+  const double top = shares.empty() ? 1.0 : shares.front().lo;
+  if (out != nullptr && out->back().hi > top) out = nullptr;
+  if (out == nullptr && shares.empty()) {
+    f(x);
+    return;
+  }
+  const double low = out == nullptr ? 0.0 : out->back().hi;
+  const Box& region = x.region;
+  const double moved = 1.0 - top + low;
+  const int64_t k = static_cast<int64_t>(shares.size() + (out == nullptr ? 0 : out->size())) + 1;
+  int dim = -1;
+  for (int d = 0; d < region.rank && dim < 0; ++d)
+    if (region.extent(d) >= k) dim = d;
+  if (dim < 0 || static_cast<double>(region.volume() * t.esize) * moved <
+                     static_cast<double>(cross_min_bytes(options_))) {
+    f(x);
+    return;
+  }
+  const int64_t lo = region.lo[dim], ext = region.extent(dim);
+  const auto cut = [&](double fr) {
+    return lo + std::clamp<int64_t>(std::llround(static_cast<double>(ext) * fr), 0, ext);
+  };
+  if (out != nullptr) {
+    for (size_t i = 0; i < out->size(); ++i) {
+      Box part = region;
+      part.lo[dim] = i == 0 ? region.lo[dim] : cut((*out)[i].lo);
+      part.hi[dim] = cut((*out)[i].hi);
+      if (part.empty()) continue;
+      const uint32_t via = (*out)[i].via;
+      relay_bands(part, t, options_).each(part, [&](const Box& sub, uint32_t band) {
+        Emitted in{x.src_entry, via, sub, true, false, x.forced};
+        in.scratch = 6;
+        in.band = band;
+        in.via = e;
+        f(in);
+        Emitted leave{via, e, sub, true, false, false};
+        leave.stage = 1;
+        leave.scratch = 7;
+        leave.band = band;
+        f(leave);
+      });
+    }
+  }
+  Box direct = region;
+  direct.lo[dim] = cut(low);
+  direct.hi[dim] = shares.empty() ? region.hi[dim] : cut(shares.front().lo);
+  if (!direct.empty()) {
+    Emitted y = x;
+    y.region = direct;
+    y.own_region = true;
+    f(y);
+  }
+  for (size_t i = 0; i < shares.size(); ++i) {
+    Box part = region;
+    part.lo[dim] = cut(shares[i].lo);
+    part.hi[dim] = i + 1 == shares.size() ? region.hi[dim] : cut(shares[i].hi);
+    if (part.empty()) continue;
+    const uint32_t via = shares[i].via;
+    relay_bands(part, t, options_).each(part, [&](const Box& sub, uint32_t band) {
+      Emitted in{x.src_entry, via, sub, true, false, x.forced};
+      in.scratch = 4;
+      in.band = band;
+      f(in);
+      Emitted out{via, e, sub, true, false, false};
+      out.stage = 1;
+      out.scratch = 5;
+      out.band = band;
+      f(out);
+    });
+  }
+}
+
+template <class F>
+void Enumerator::assign_one(const TensorCtx& t, uint32_t e, const Box& region,
+                            const uint32_t* holders, size_t n, bool own_region, F&& f) {
   const Geometry& sg = *t.sg;
   const int64_t dev = t.dg->devices[e];
   const int32_t dsum = t.dg->summands[e];

@@ -343,6 +343,7 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
           pieces.push_back(p);
           pieces.back().mirror = true;
         }
+        if (p.scratch == 5 || p.scratch == 7) return;  // a transit's: the transit entry's
         if (p.scratch != 0 || (!p.local && !p.relay())) pieces.push_back(p);
       });
       std::stable_sort(pieces.begin(), pieces.end(), by_source);  // keeps recv's order
@@ -356,6 +357,34 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
       f(x);
     }
   }
+}
+
+template <class F>
+void Enumerator::transit_in(const TensorCtx& t, uint32_t l, F&& f) {
+  if (t.transit == nullptr) return;
+  const auto it = t.transit->donors.find(l);
+  if (it == t.transit->donors.end()) return;
+  for (const uint32_t e : it->second)
+    recv(t, e, [&](const Emitted& x) {
+      if ((x.scratch == 4 && x.dst_entry == l) || (x.scratch == 5 && x.src_entry == l)) f(x);
+    });
+}
+
+template <class F>
+void Enumerator::send_transit_in(const TensorCtx& t, uint32_t u, F&& f) {
+  if (t.transit == nullptr) return;
+  const auto it = t.transit->send_donors.find(u);
+  if (it == t.transit->send_donors.end()) return;
+  for (const uint32_t r : it->second)
+    send(t, r, [&](const Emitted& x) {
+      if (x.scratch != 6 || x.dst_entry != u) return;
+      f(x);
+      Emitted leave{u, x.via, x.region, true, false, false};
+      leave.stage = 1;
+      leave.scratch = 7;
+      leave.band = x.band;
+      f(leave);
+    });
 }
 
 inline void Enumerator::uncovered(const TensorCtx& t, uint32_t e, const Box& region, int32_t s) {

@@ -370,15 +370,40 @@ class Enumerator {
   void routed_recv(const TensorCtx& t, uint32_t e, const Route& r, const Box& region,
                    const uint32_t* holders, size_t n, bool own, uint32_t shift, F&& f);
 
+  // Transit relays: the pieces destination entry l takes into its
+  // scratch (Emitted::scratch 4) and forwards from it (scratch 5) for the
+  // entries it transits for, donor by donor ascending, each in recv order.
+  template <class F>
+  void transit_in(const TensorCtx& t, uint32_t l, F&& f);
+  // Sending-side transit relays: the pieces source entry u takes into its
+  // scratch (Emitted::scratch 6) and sends out from it (scratch 7) for the
+  // source entries of its host it transits for, donor by donor ascending.
+  template <class F>
+  void send_transit_in(const TensorCtx& t, uint32_t u, F&& f);
+
   // Naive variant of recv: finds candidate source entries by scanning all of
   // them (the quadratic baseline).
   template <class F>
   void recv_naive(const TensorCtx& t, uint32_t e, F&& f);
 
  private:
+  // Source choice (§3) for destination entry e, each crossing piece then
+  // cut by the tensor's transit relays where e donates (transit_cut).
   template <class F>
   void assign(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders, size_t n,
               bool own_region, F&& f);
+  template <class F>
+  void assign_one(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* holders,
+                  size_t n, bool own_region, F&& f);
+  // Transit relays: crossing piece x of destination entry e cut along its
+  // first dimension with at least shares + 1 elements at the shares'
+  // fractions; the first part stays x, each share's part, in relay bands,
+  // enters its transit entry's scratch (Emitted::scratch 4, stage 0) and
+  // is forwarded to e (scratch 5, stage 1). Uncut (x alone) where the
+  // moved bytes are below cross_min_bytes or no dimension is long enough.
+  template <class F>
+  void transit_cut(const TensorCtx& t, uint32_t e, const std::vector<TransitShare>* shares,
+                   const std::vector<TransitShare>* out, const Emitted& x, F&& f);
   template <class F>
   bool split(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* R, size_t nr,
              F&& f);

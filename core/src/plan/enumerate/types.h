@@ -30,6 +30,40 @@ struct GeoTopo {
   int64_t max_host_entries = 0;                      // the most entries on one host
 };
 
+// Transit relays (Context::decide_transit, Enumerator::transit_cut): per
+// destination entry whose NIC group takes in more of its host's crossing
+// bytes than its share of the host's NICs, the entries of other devices of
+// its host (with NICs to spare) that take part of each crossing piece in
+// over their own NICs into a copy-staging scratch (stage 0) and forward it
+// to the entry inside the host (stage 1). A share is the fraction [lo, hi)
+// of every crossing piece's extent along its cut dimension; [0, first lo)
+// stays direct. A pure function of the tensor's layouts, shape and the
+// topology: every process builds the same table.
+struct TransitShare {
+  uint32_t via = 0;  // the transit entry (a destination entry of another device of the host)
+  double lo = 0, hi = 0;
+};
+// The sending side likewise (send_shares): per source entry whose NIC group
+// sends out more than its share of its host's crossing bytes, source
+// entries of other devices of its host that take part of each crossing
+// piece into their scratch inside the host (stage 0) and send it out
+// (stage 1); its shares take the bottom of the piece ([0, last hi)), the
+// receiving side's the top.
+struct TransitTable {
+  std::unordered_map<uint32_t, std::vector<TransitShare>> shares;       // donor entry -> shares
+  std::unordered_map<uint32_t, std::vector<uint32_t>> donors;           // transit entry -> donors
+  std::unordered_map<uint32_t, std::vector<TransitShare>> send_shares;  // source entry -> shares
+  std::unordered_map<uint32_t, std::vector<uint32_t>>
+      send_donors;  // transit source entry -> donors
+  static const std::vector<TransitShare>* find(
+      const std::unordered_map<uint32_t, std::vector<TransitShare>>& m, uint32_t e) {
+    const auto it = m.find(e);
+    return it == m.end() ? nullptr : &it->second;
+  }
+  const std::vector<TransitShare>* shares_of(uint32_t e) const { return find(shares, e); }
+  const std::vector<TransitShare>* send_shares_of(uint32_t r) const { return find(send_shares, r); }
+};
+
 struct TensorCtx {
   uint32_t index = 0;
   const TensorSpec* spec = nullptr;
@@ -91,6 +125,10 @@ struct TensorCtx {
   // pipeline gains less than they cost. Set for the whole plan where that
   // lowers its α–β estimate (Context::decide_band_scale).
   uint32_t band_scale = 1;
+  // Transit relays (TransitTable): set per group of like tensors where
+  // that lowers the whole plan's α–β estimate (Context::decide_transit);
+  // owned by the Context.
+  const TransitTable* transit = nullptr;
 };
 
 // The most bands a pre-reduced part is cut into (TensorCtx::reduce_bands).
@@ -152,10 +190,21 @@ struct Emitted {
   // contribution to destination entry `dst_entry`; 3, a chain link: the
   // piece reads the scratch of source entry `src_entry` and is one
   // contribution to the scratch of source entry `dst_entry`, on another
-  // holder host. 0 for every other piece.
+  // holder host. Transit relays (TransitTable): 4, a stage-0 piece from
+  // source entry `src_entry` into the copy-staging scratch on the device of
+  // destination entry `dst_entry` (the transit entry); 5, a stage-1 piece
+  // from the scratch on the device of destination entry `src_entry` (the
+  // transit entry) into destination entry `dst_entry`; 6, a stage-0 piece
+  // from source entry `src_entry` into the scratch on the device of source
+  // entry `dst_entry` (a sending-side transit, on the sender's host; `via`
+  // the destination entry); 7, a stage-1 piece from that scratch (source
+  // entry `src_entry`'s device) into destination entry `dst_entry`. 0 for
+  // every other piece.
   uint8_t scratch = 0;
   // Enumerator::send's cache: a scratch write kept under its owner.
   bool mirror = false;
+  // Emitted::scratch 6: the destination entry the piece is for.
+  uint32_t via = 0;
   bool relay() const { return stage > 0; }
 };
 
@@ -424,6 +473,10 @@ struct ChoiceOverride {
   // n > 0: spread cuts are priced on plans of at most n pieces (tests); 0:
   // kSpreadPieces (stats_finish.cc).
   int64_t spread_pieces = 0;
+  // 0: no group takes transit relays (TensorCtx::transit); 1: every group
+  // with a transit table does; -1: the estimate's choice
+  // (Context::decide_transit).
+  int transit = -1;
 };
 inline ChoiceOverride& choice_override() {
   static ChoiceOverride o;

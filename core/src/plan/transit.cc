@@ -1,0 +1,160 @@
+#include "plan/transit.h"
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "util/nic_groups.h"
+
+namespace reshard::planning {
+
+bool transit_may_apply(const Context& ctx, const TensorCtx& t) {
+  if (!ctx.input.options.relays || t.S != 1 || t.T != 1) return false;
+  const Geometry& dg = *t.dg;
+  if (!dg.tiled && dg.fragmented) return false;
+  for (int64_t c = 0; c < dg.num_cells(); ++c)
+    if (dg.cell_offsets[static_cast<size_t>(c) + 1] - dg.cell_offsets[static_cast<size_t>(c)] > 1)
+      return false;
+  return true;
+}
+
+namespace {
+
+// One side's water-fill (receiving: `in` the bytes each dense device takes
+// in across hosts; sending: sends out), per host over its NIC groups; each
+// donor device's shares of its pieces, from the top of a piece (receiving)
+// or its bottom (sending), paired with `entry` of the taker devices.
+// Calls give(device, shares) per donor device.
+template <class Give>
+void fill(const Context& ctx, const std::vector<double>& in, const std::vector<int64_t>& entry,
+          bool top, Give&& give) {
+  const size_t ndev = ctx.devices.size();
+  // The plan's devices per host, in id order (reshard::nic_group's).
+  std::map<int32_t, std::vector<uint32_t>> on_host;
+  for (size_t d = 0; d < ndev; ++d)
+    on_host[ctx.input.topology.info(ctx.devices[d]).host].push_back(static_cast<uint32_t>(d));
+  const int32_t nics = ctx.input.options.nics_per_host;
+  for (const auto& [host, devs] : on_host) {
+    const auto m = static_cast<int64_t>(devs.size());
+    const int64_t groups = std::min<int64_t>(nics == 0 ? m : nics, m);
+    std::vector<double> load(static_cast<size_t>(groups), 0.0);
+    std::vector<int32_t> gnics(static_cast<size_t>(groups), 0);
+    std::vector<int32_t> takers(static_cast<size_t>(groups), 0);
+    std::vector<size_t> group_of(devs.size());
+    for (size_t i = 0; i < devs.size(); ++i) {
+      const auto [g, n] = nic_group(static_cast<int64_t>(i), m, nics);
+      group_of[i] = static_cast<size_t>(g);
+      gnics[static_cast<size_t>(g)] = n;
+      load[static_cast<size_t>(g)] += in[devs[i]];
+      if (entry[devs[i]] >= 0) ++takers[static_cast<size_t>(g)];
+    }
+    double total = 0, usable = 0;
+    for (size_t g = 0; g < load.size(); ++g) {
+      if (load[g] > 0 || takers[g] > 0) {
+        total += load[g];
+        usable += gnics[g];
+      }
+    }
+    if (total <= 0 || usable <= 0) continue;
+    double worst = 0;
+    for (size_t g = 0; g < load.size(); ++g)
+      if (load[g] > 0) worst = std::max(worst, load[g] / (total * gnics[g] / usable));
+    if (worst <= kTransitGain) continue;
+    // Each device's excess (donors) and room (takers), in device order.
+    std::vector<std::pair<uint32_t, double>> give_list, take;
+    for (size_t i = 0; i < devs.size(); ++i) {
+      const size_t g = group_of[i];
+      const double share = total * gnics[g] / usable;
+      const uint32_t d = devs[i];
+      if (load[g] > share && in[d] > 0)
+        give_list.emplace_back(d, (load[g] - share) * in[d] / load[g]);
+      else if (load[g] < share && entry[d] >= 0)
+        take.emplace_back(d, (share - load[g]) / takers[g]);
+    }
+    size_t k = 0;
+    for (auto& [d, excess] : give_list) {
+      std::vector<TransitShare> shares;
+      double at = top ? 1.0 - excess / in[d] : 0.0;
+      while (excess > 0 && k < take.size()) {
+        const double a = std::min(excess, take[k].second);
+        TransitShare s{static_cast<uint32_t>(entry[take[k].first]), at, at + a / in[d]};
+        at = s.hi;
+        shares.push_back(s);
+        excess -= a;
+        take[k].second -= a;
+        if (take[k].second <= total * 1e-12) ++k;
+        if (excess <= total * 1e-12) break;
+      }
+      if (shares.empty()) continue;
+      if (top) shares.back().hi = 1.0;
+      give(d, shares);
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx& t,
+                                            Enumerator& en) {
+  if (!transit_may_apply(ctx, t)) return nullptr;
+  const size_t ndev = ctx.devices.size();
+  auto table = std::make_unique<TransitTable>();
+  // The receiving side: crossing bytes per dense device (its cover's
+  // regions no device of its host holds), and each device's lowest entry.
+  std::vector<double> in(ndev, 0.0), out(ndev, 0.0);
+  std::vector<int64_t> entry(ndev, -1), source(ndev, -1);
+  std::vector<std::vector<uint32_t>> entries(ndev), sources(ndev);
+  for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {
+    const Box B = t.dst->box(e);
+    if (B.empty()) continue;
+    const uint32_t d = t.dt->dense[e];
+    if (entry[d] < 0) entry[d] = e;
+    entries[d].push_back(e);
+    const int32_t host = t.dt->host[e];
+    en.cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
+      for (size_t i = 0; i < n; ++i)
+        if (t.st->host[h[i]] == host) return;
+      in[d] += static_cast<double>(region.volume() * t.esize);
+    });
+  }
+  fill(ctx, in, entry, true, [&](uint32_t d, const std::vector<TransitShare>& shares) {
+    for (const uint32_t e : entries[d]) {
+      table->shares[e] = shares;
+      for (const TransitShare& s : shares) table->donors[s.via].push_back(e);
+    }
+  });
+  // The sending side: crossing bytes per dense device as single-hop sends
+  // them (each entry's pieces, the table not yet set), each device's lowest
+  // source entry.
+  for (uint32_t r = 0; r < t.src->num_entries(); ++r) {
+    if (t.src->box(r).empty()) continue;
+    const uint32_t d = t.st->dense[r];
+    if (source[d] < 0) source[d] = r;
+    sources[d].push_back(r);
+  }
+  bool crossing = false;
+  for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {
+    if (t.dst->box(e).empty()) continue;
+    en.recv(t, e, [&](const Emitted& x) {
+      if (x.local || x.relay() || t.st->host[x.src_entry] == t.dt->host[e]) return;
+      out[t.st->dense[x.src_entry]] += static_cast<double>(x.region.volume() * t.esize);
+      crossing = true;
+    });
+  }
+  if (crossing)
+    fill(ctx, out, source, false, [&](uint32_t d, const std::vector<TransitShare>& shares) {
+      for (const uint32_t r : sources[d]) {
+        table->send_shares[r] = shares;
+        for (const TransitShare& s : shares) table->send_donors[s.via].push_back(r);
+      }
+    });
+  if (table->shares.empty() && table->send_shares.empty()) return nullptr;
+  for (auto* m : {&table->donors, &table->send_donors})
+    for (auto& [l, v] : *m) {
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+    }
+  return table;
+}
+
+}  // namespace reshard::planning

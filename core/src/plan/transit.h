@@ -1,0 +1,33 @@
+// Internal: transit relays' tables (TransitTable, enumerate/types.h), built
+// from the layouts and the topology for Context::decide_transit.
+#pragma once
+
+#include <memory>
+
+#include "plan/context.h"
+
+namespace reshard::planning {
+
+// Hosts whose busiest NIC group takes in at most this times its share of
+// the host's crossing bytes are left alone.
+inline constexpr double kTransitGain = 1.05;
+
+// The transit table of tensor t (one summand, each destination cell of one
+// entry), or null where no host gains: per receiving host, the crossing
+// bytes each device takes in single-hop (regions no device of its host
+// holds) summed per NIC group (reshard::nic_group over the plan's devices
+// on the host); each group's share is the host's total times its NICs over
+// the NICs of the groups that take bytes in or have a destination entry of
+// t. Groups above their share donate the excess, spread over their devices
+// by what each takes in; groups below take it, spread evenly over their
+// devices with a destination entry of t (the lowest such entry is the
+// transit entry). Donors and takers are paired in device order (each
+// donor's excess filling takers in turn), each pair a share of the
+// donor's every crossing piece.
+// Whether t may have a transit table: one summand, relays on, each
+// destination cell of one entry (not fragmented).
+bool transit_may_apply(const Context& ctx, const TensorCtx& t);
+
+std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx& t, Enumerator& en);
+
+}  // namespace reshard::planning
