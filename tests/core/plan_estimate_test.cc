@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -186,7 +187,10 @@ TEST(PlanEstimate, BoundsALargerPlan) {
     for (int32_t threads : {1, 4}) {
       const PlanRequest all = request(PlanScope::kAll, 0, threads, kUnlimitedPlanBytes);
       const PlanEstimate e = estimate_plan(in, all);
-      const int64_t peak = peak_bytes_of(in, all);
+      // The larger of two measurements: a measure can come out low when
+      // the allocator serves the plan from pages still resident (seen
+      // once in a few dozen whole-binary runs: 48 MB against 73).
+      const int64_t peak = std::max(peak_bytes_of(in, all), peak_bytes_of(in, all));
       EXPECT_GE(e.memory_bytes, peak);
       // Conservative, not absurd. Under a budget it counts every round cut
       // at the worst a rank-3 tensor allows (5 pieces and 6 regions a cut,
