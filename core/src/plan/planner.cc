@@ -548,11 +548,9 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
                  deferred.push_back({1, own, t.dt->dense[x.src_entry], x});
                  return;
                }
-               if (x.scratch == 7) {  // from a sending-side transit's scratch
-                 deferred.push_back({1, own, t.st->dense[x.src_entry], x});
-                 return;
-               }
-               if (x.scratch == 2) {  // a holder host's scratch, reduced
+               if (x.scratch == 2 || x.scratch == 7) {
+                 // A holder host's scratch, reduced, or a sending-side
+                 // transit's scratch: from its source entry's device.
                  deferred.push_back({1, own, t.st->dense[x.src_entry], x});
                  return;
                }
