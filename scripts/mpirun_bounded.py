@@ -290,6 +290,19 @@ def main():
         while True:
             try:
                 rc = proc.wait(timeout=0.1)
+                if rc != 0 and probe:
+                    # mpirun may end a job whose rank exited before
+                    # MPI_Init without a word (seen under load): name the
+                    # ranks that started and never entered MPI_Init.
+                    names = os.listdir(init_dir)
+                    entered = {int(n.split(".")[0]) for n in names
+                               if n.endswith(".entered") or n.isdigit()}
+                    started = {int(n) for n in os.listdir(started_dir) if n.isdigit()}
+                    skipped = sorted(started - entered)
+                    if skipped:
+                        log("mpirun exited with status %d; rank(s) %s of %d had started but "
+                            "not called MPI_Init (exited or were ended before it)"
+                            % (rc, ", ".join(map(str, skipped)), np))
                 return rc
             except subprocess.TimeoutExpired:
                 pass
