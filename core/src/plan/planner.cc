@@ -536,6 +536,17 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
       for (auto& row : tables)
         for (auto& tb : row) tb = {};
     };
+    // A transit piece on device `own`: into its scratch (`into`: 4 on the
+    // receiving side, 6 on the sending side), received from the holder and
+    // kept as the part's scratch, or out of it (into + 1), sent on.
+    auto transit_piece = [&](uint32_t own, const Emitted& x, uint8_t into) {
+      if (x.scratch == into) {
+        deferred.push_back({1, own, t.st->dense[x.src_entry], x});
+        out.scratch.push_back({t.index, ctx.devices[own], x.region});
+      } else {
+        deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
+      }
+    };
     for (const uint32_t* it = db; it != de; ++it) {
       const uint32_t own = t.dt->dense[*it];
       reset();
@@ -586,14 +597,7 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
              });
       // Transit side: what this destination entry's device takes into its
       // scratch and forwards from it for other entries of its host.
-      en.transit_in(t, *it, [&](const Emitted& x) {
-        if (x.scratch == 4) {
-          deferred.push_back({1, own, t.st->dense[x.src_entry], x});
-          out.scratch.push_back({t.index, ctx.devices[own], x.region});
-        } else {
-          deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
-        }
-      });
+      en.transit_in(t, *it, [&](const Emitted& x) { transit_piece(own, x, 4); });
     }
     // Sender side: network pieces whose source is on p.
     auto [sb, se] = entries_on(*t.st, p);
@@ -649,14 +653,7 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     // scratch and sends out from it for other source entries of its host.
     for (const uint32_t* it = sb; it != se; ++it) {
       const uint32_t own = t.st->dense[*it];
-      en.send_transit_in(t, *it, [&](const Emitted& x) {
-        if (x.scratch == 6) {
-          deferred.push_back({1, own, t.st->dense[x.src_entry], x});
-          out.scratch.push_back({t.index, ctx.devices[own], x.region});
-        } else {
-          deferred.push_back({0, own, t.dt->dense[x.dst_entry], x});
-        }
-      });
+      en.send_transit_in(t, *it, [&](const Emitted& x) { transit_piece(own, x, 6); });
     }
     if (!kind_of.empty()) {
       Recording& r = recordings[kind_of[ti - t0]];

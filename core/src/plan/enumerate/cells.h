@@ -127,25 +127,31 @@ void Enumerator::transit_cut(const TensorCtx& t, uint32_t e,
   const auto cut = [&](double fr) {
     return lo + std::clamp<int64_t>(std::llround(static_cast<double>(ext) * fr), 0, ext);
   };
+  // Part `part` of the piece through transit entry `via`, in relay bands:
+  // stage 0 from the piece's holder into via's scratch (`into`: 4, the
+  // receiving side's, or 6, the sending side's, whose pieces name the entry
+  // they are for in `via`), stage 1 from that scratch to entry e (into + 1).
+  const auto through = [&](const Box& part, uint32_t via, uint8_t into) {
+    relay_bands(part, t, options_).each(part, [&](const Box& sub, uint32_t band) {
+      Emitted in{x.src_entry, via, sub, true, false, x.forced};
+      in.scratch = into;
+      in.band = band;
+      if (into == 6) in.via = e;
+      f(in);
+      Emitted leave{via, e, sub, true, false, false};
+      leave.stage = 1;
+      leave.scratch = static_cast<uint8_t>(into + 1);
+      leave.band = band;
+      f(leave);
+    });
+  };
   if (out != nullptr) {
     for (size_t i = 0; i < out->size(); ++i) {
       Box part = region;
       part.lo[dim] = i == 0 ? region.lo[dim] : cut((*out)[i].lo);
       part.hi[dim] = cut((*out)[i].hi);
       if (part.empty()) continue;
-      const uint32_t via = (*out)[i].via;
-      relay_bands(part, t, options_).each(part, [&](const Box& sub, uint32_t band) {
-        Emitted in{x.src_entry, via, sub, true, false, x.forced};
-        in.scratch = 6;
-        in.band = band;
-        in.via = e;
-        f(in);
-        Emitted leave{via, e, sub, true, false, false};
-        leave.stage = 1;
-        leave.scratch = 7;
-        leave.band = band;
-        f(leave);
-      });
+      through(part, (*out)[i].via, 6);
     }
   }
   Box direct = region;
@@ -162,18 +168,7 @@ void Enumerator::transit_cut(const TensorCtx& t, uint32_t e,
     part.lo[dim] = cut(shares[i].lo);
     part.hi[dim] = i + 1 == shares.size() ? region.hi[dim] : cut(shares[i].hi);
     if (part.empty()) continue;
-    const uint32_t via = shares[i].via;
-    relay_bands(part, t, options_).each(part, [&](const Box& sub, uint32_t band) {
-      Emitted in{x.src_entry, via, sub, true, false, x.forced};
-      in.scratch = 4;
-      in.band = band;
-      f(in);
-      Emitted out{via, e, sub, true, false, false};
-      out.stage = 1;
-      out.scratch = 5;
-      out.band = band;
-      f(out);
-    });
+    through(part, shares[i].via, 4);
   }
 }
 
