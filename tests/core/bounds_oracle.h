@@ -21,6 +21,13 @@ struct OracleBounds {
   // on it of a byte it takes in (ingress).
   std::map<int64_t, int64_t> forced_fan;
   std::map<int32_t, int64_t> egress_fan, ingress_fan;
+  // Hosts holding copies together: per set of hosts holding an element
+  // (every summand's holders), the bytes of the elements held on exactly
+  // that set and needed on a host outside it, and the fewest needer
+  // devices outside it of any of them; the same for the set of every host
+  // holding anything (bytes, fan).
+  std::map<std::set<int32_t>, std::pair<int64_t, int64_t>> holder_sets;
+  std::pair<int64_t, int64_t> all_holders{0, 0};
 };
 
 // Calls f(index vector) for every element of `b`.
@@ -67,6 +74,12 @@ inline OracleBounds oracle(const PlanInput& in) {
     for (size_t e = 0; e < t.dst.num_entries(); ++e) devices.insert(t.dst.device(e));
   }
   for (int64_t d : devices) ++host_devices[in.topology.info(d).host];
+  std::set<int32_t> holder_hosts;
+  for (int64_t d : holders) holder_hosts.insert(in.topology.info(d).host);
+  auto count = [](std::pair<int64_t, int64_t>& e, int64_t bytes, int64_t fan) {
+    e.first += bytes;
+    e.second = e.second == 0 ? fan : std::min(e.second, fan);
+  };
   for (const TensorSpec& t : in.tensors) {
     const int64_t es = dtype_size(t.dtype);
     int64_t n = 1;
@@ -118,6 +131,15 @@ inline OracleBounds oracle(const PlanInput& in) {
         for (const auto& [s, ds] : dev_of)
           for (int64_t d : ds) hosts_of[s].insert(in.topology.info(d).host);
         const auto k = static_cast<int64_t>(hosts_of.size());
+        std::set<int32_t> S;  // every host holding a summand of x
+        for (const auto& [s, hs] : hosts_of) S.insert(hs.begin(), hs.end());
+        int64_t out = 0, out_all = 0;  // needer devices outside S, outside every holder
+        for (int64_t d : nd) {
+          out += S.count(in.topology.info(d).host) == 0;
+          out_all += holder_hosts.count(in.topology.info(d).host) == 0;
+        }
+        if (!S.empty() && out > 0) count(o.holder_sets[S], es, out);
+        if (!S.empty() && out_all > 0) count(o.all_holders, es, out_all);
         bool leaves = false, needer_holds = false;
         for (int64_t d : nd) {
           if (!holds_all_dev(d)) {

@@ -39,7 +39,7 @@ using testing::OracleBounds;
 TEST(PlanBounds, RandomCasesMatchTheElementOracle) {
   const int cases = scaled_cases(4000);
   int64_t exact = 0, partial = 0, multi_host = 0, relay_checked = 0, overlapping = 0;
-  int64_t fans = 0, fans_exact = 0;
+  int64_t fans = 0, fans_exact = 0, holder_sets = 0, replicated_sets = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     testing::CaseGen gen(7000 + static_cast<uint64_t>(c), {4, 16, 3, 7, true, true});
@@ -106,7 +106,35 @@ TEST(PlanBounds, RandomCasesMatchTheElementOracle) {
       check_fan(lb.egress_fan[h], lb.egress[h], o.egress_fan, lb.hosts[h]);
       check_fan(lb.ingress_fan[h], lb.ingress[h], o.ingress_fan, lb.hosts[h]);
     }
+    // The hosts holding copies together: the oracle's sets exactly where no
+    // destination boxes overlap (overlapping cells are not counted: below).
+    bool overlaps = false;
+    for (const TensorSpec& t : in.tensors) overlaps |= testing::overlapping_boxes(t.dst) > 0;
+    std::map<std::set<int32_t>, std::pair<int64_t, int64_t>> sets;
+    for (const planning::Bounds::HolderSet& set : lb.holder_sets) {
+      std::set<int32_t> ids;
+      for (uint32_t h : set.hosts) ids.insert(lb.hosts[h]);
+      ASSERT_EQ(ids.size(), set.hosts.size());
+      ASSERT_TRUE(sets.emplace(ids, std::make_pair(set.bytes, set.fan)).second);
+    }
+    if (!overlaps) {
+      ASSERT_EQ(sets, o.holder_sets);
+      ASSERT_EQ(std::make_pair(lb.all_holders.bytes, lb.all_holders.fan), o.all_holders);
+      holder_sets += static_cast<int64_t>(sets.size());
+      replicated_sets +=
+          std::count_if(sets.begin(), sets.end(), [](const auto& s) { return s.first.size() > 1; });
+    } else {
+      for (const auto& [ids, bf] : sets) {
+        const auto it = o.holder_sets.find(ids);
+        ASSERT_NE(it, o.holder_sets.end());
+        ASSERT_LE(bf.first, it->second.first);
+        ASSERT_GE(bf.second, it->second.second);
+      }
+      ASSERT_LE(lb.all_holders.bytes, o.all_holders.first);
+    }
   }
+  EXPECT_GT(replicated_sets, cases / 20);  // sets of several holder hosts (242 of 4,000)
+  EXPECT_GT(holder_sets, cases / 2);
   EXPECT_GT(fans_exact, fans * 9 / 10);
   EXPECT_GT(exact, cases / 3);
   EXPECT_GT(overlapping, cases / 200);  // about 1% of the cases (4 of the first 400)

@@ -358,15 +358,54 @@ TEST(SimulateBound, HostEgressOverItsNicsBinds) {
   EXPECT_LT(r.seconds, d.seconds);
 }
 
+// 4 MiB replicated on hosts 0 and 1 (one device each), needed on the 4
+// devices of host 2. Neither holder host alone must send a byte (the other
+// holds a copy), but the two together must send all 4 MiB out, over their
+// 2 NICs: x = 4 MiB / 2e8, needed on 4 devices outside them, so sent out 4
+// times (α + 4 x) or forwarded outside (x + (2 - 1/4) α). Host 2 takes in
+// 4 MiB over its 4 NICs, less.
+TEST(SimulateBound, HostsHoldingCopiesSendOutTogether) {
+  const Spec s = parse_spec(R"({
+    "meshes": {
+      "a": {"axis_names": ["r"], "shape": [2], "devices": [0, 1], "processes": [0, 1],
+            "hosts": [0, 1]},
+      "b": {"axis_names": ["x"], "shape": [4], "devices": [2, 3, 4, 5],
+            "processes": [2, 3, 4, 5], "hosts": [2, 2, 2, 2]}},
+    "tensors": [{"name": "w", "shape": [1024, 1024], "dtype": "f32",
+                 "src": {"mesh": "a", "spec": []}, "dst": {"mesh": "b", "spec": []}}]})");
+  const ClusterTopology c = cluster(1e-3, 1e9, 1e8);
+  const SimBound b = simulate_lower_bound(s.input, c);
+  EXPECT_EQ(b.kind, "holder_hosts");
+  EXPECT_EQ(b.id, 0);
+  EXPECT_EQ(b.bytes, 4 << 20);
+  EXPECT_EQ(b.fan, 4);
+  EXPECT_DOUBLE_EQ(b.bytes_per_second, 2e8);
+  EXPECT_DOUBLE_EQ(b.seconds, (4 << 20) / 2e8 + 1.75e-3);
+  // The planner's own cost bound has the same term (without the fan-out's
+  // second α): α + 4 MiB over the holder hosts' NICs together.
+  PlanInput in = s.input;
+  in.options.alpha_seconds = 1e-3;
+  in.options.inter_host_bytes_per_second = 1e8;
+  in.options.intra_host_bytes_per_second = 1e9;
+  const PlanStats st = make_plan(in).stats();
+  EXPECT_EQ(st.lower_bound_binding, BoundKind::kHostSend);
+  EXPECT_EQ(st.lower_bound_binding_id, 0);
+  EXPECT_DOUBLE_EQ(st.lower_bound_cost_seconds, 1e-3 + (4 << 20) / 2e8);
+  // Every plan takes at least that long.
+  for (const auto& m : {plan_messages(make_plan(s.input)), direct_p2p_messages(s.input)})
+    EXPECT_GE(simulate(s.input.topology, c, m).seconds, b.seconds);
+}
+
 // Host 1 takes in 4 MiB it needs on its 3 devices (replicated on hosts 0
 // and 2, so no host alone holds it and no host sends a forced byte): over
 // its 3 NICs, x = 4 MiB / 3e8, taken in 3 times (α + 3 x) or forwarded
-// inside the host (x + (2 - 1/3) α).
+// inside the host (x + (2 - 1/3) α). The holder hosts send it out over
+// their 4 NICs together, less.
 TEST(SimulateBound, HostIngressFannedOutInsideTheHostPaysASecondAlpha) {
   const Spec s = parse_spec(R"({
     "meshes": {
-      "a": {"axis_names": ["x"], "shape": [2], "devices": [0, 5], "processes": [0, 4],
-            "hosts": [0, 2]},
+      "a": {"axis_names": ["x"], "shape": [4], "devices": [0, 4, 5, 6],
+            "processes": [0, 4, 5, 6], "hosts": [0, 0, 2, 2]},
       "b": {"axis_names": ["x"], "shape": [3], "devices": [1, 2, 3],
             "processes": [1, 2, 3], "hosts": [1, 1, 1]}},
     "tensors": [{"name": "w", "shape": [1024, 1024], "dtype": "f32",

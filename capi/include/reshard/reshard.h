@@ -645,7 +645,9 @@ enum {
   RESHARD_BOUND_DEVICE_RECV = 1, /* a device's bytes to receive */
   RESHARD_BOUND_DEVICE_SEND = 2, /* a device's bytes only it holds */
   RESHARD_BOUND_HOST_RECV = 3,   /* a host's bytes to take in over its NICs */
-  RESHARD_BOUND_HOST_SEND = 4    /* a host's bytes only it holds */
+  RESHARD_BOUND_HOST_SEND = 4    /* a host's bytes only it holds, or the bytes the hosts
+                                    holding copies must send out together (the
+                                    first of them named) */
 };
 
 /* Global statistics of a plan (C++ reshard::PlanStats). Lower bounds hold

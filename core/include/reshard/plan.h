@@ -282,7 +282,7 @@ enum class BoundKind : int32_t {
   kDeviceRecv = 1,  // a device's bytes to receive
   kDeviceSend = 2,  // a device's bytes only it holds
   kHostRecv = 3,    // a host's bytes to take in over its NICs
-  kHostSend = 4,    // a host's bytes only it holds
+  kHostSend = 4,    // a host's bytes only it holds, or the hosts holding copies together
 };
 std::string_view bound_kind_name(BoundKind kind) noexcept;
 

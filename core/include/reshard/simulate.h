@@ -234,8 +234,11 @@ SimResult simulate_plan(const Plan& plan, const ClusterTopology& cluster);
 struct SimBound {
   double seconds = 0;
   std::string kind;  // "device_recv", "device_send", "host_recv", "host_send", "devices"
-                     // (every device together), "hosts" (every host together), "none"
-  int64_t id = -1;   // the device or host (-1 for "devices" and "hosts")
+                     // (every device together), "hosts" (every host together),
+                     // "holder_hosts" (the hosts holding copies together), "none"
+  int64_t id = -1;   // the device or host (-1 for "devices" and "hosts"); for
+                     // "holder_hosts" the set's first host, -1 for every host
+                     // holding anything
   int64_t bytes = 0;
   double bytes_per_second = 0;  // the capacity it is divided by
   // The fewest devices each of those bytes is needed on beyond their end

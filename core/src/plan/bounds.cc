@@ -8,8 +8,10 @@
 #include "plan/bounds.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include "plan/checked.h"
@@ -84,7 +86,18 @@ class BoundsWalker {
         host_needers_(b.hosts.size(), 0),
         sole_mark_(b.hosts.size(), 0),
         unc_seen_(b.hosts.size(), 0),
-        unc_count_(b.hosts.size(), 0) {}
+        unc_count_(b.hosts.size(), 0),
+        key1_(b.hosts.size()),
+        key2_(b.hosts.size()),
+        in_all_(b.hosts.size(), 0) {
+    // Two independent 64-bit keys a host, summed and xor-ed over a set: a
+    // set's key (with its size) is the same in any order.
+    for (size_t h = 0; h < b.hosts.size(); ++h) {
+      key1_[h] = mix(2 * h + 1);
+      key2_[h] = mix(2 * h + 2);
+    }
+    for (uint32_t h : b.all_holders.hosts) in_all_[h] = 1;
+  }
 
   // One destination cell: box B held (needed) by `entries` of `t`. Returns
   // the bytes of it that must leave their holders.
@@ -140,7 +153,11 @@ class BoundsWalker {
         many_devs = true;
     }
     // Each host's ingress counted here is needed on its needer devices.
-    for (uint32_t h : needer_hosts_) least(b_.ingress_fan[h], host_needers_[h]);
+    int64_t out_all = 0;  // needer devices on hosts that hold nothing
+    for (uint32_t h : needer_hosts_) {
+      least(b_.ingress_fan[h], host_needers_[h]);
+      if (!in_all_[h]) out_all += host_needers_[h];
+    }
     const bool many_hosts = needer_hosts_.size() > 1;
     en_.cover(t, B, [&](const Box& R, const uint32_t* holders, size_t nh, bool) {
       const int64_t v = R.volume() * esum;
@@ -235,6 +252,8 @@ class BoundsWalker {
           add_to(b_.extra_crossings, mul_of(more, v, "lower_bound_cross_host_bytes"),
                  "lower_bound_cross_host_bytes");
       }
+      if (extras_ && !count_hosts_.empty())
+        holder_hosts(v, static_cast<int64_t>(needers), stamp, out_all);
       for (uint32_t h : count_hosts_) {
         if (host_count_[h] == g && host_mark_[h] == stamp) sink.add_ingress(h, -v);
         last_summand_host_[h] = -1;
@@ -292,6 +311,61 @@ class BoundsWalker {
     return best - nd;
   }
 
+  // Element R (v bytes) of a group whose needer devices (`needers` of them,
+  // marked `stamp`) include `out_all` on hosts holding nothing: where a
+  // needer is on a host outside R's holder hosts (count_hosts_), R leaves
+  // them at least once (Bounds::holder_sets), and leaves every holder host
+  // where a needer's host holds nothing (Bounds::all_holders).
+  void holder_hosts(int64_t v, int64_t needers, uint64_t stamp, int64_t out_all) {
+    uint64_t k1 = 0, k2 = 0;
+    int64_t inside = 0;
+    for (uint32_t h : count_hosts_) {
+      k1 += key1_[h];
+      k2 ^= key2_[h];
+      if (host_mark_[h] == stamp) inside += host_needers_[h];
+    }
+    if (needers > inside) {
+      // Consecutive regions mostly share their holders: the last set first.
+      const SetKey key{k1, k2, count_hosts_.size()};
+      if (!(last_set_ < b_.holder_sets.size() && key == last_key_)) {
+        auto it = set_index_.find(key);
+        if (it == set_index_.end() && b_.holder_sets.size() < Bounds::kMaxHolderSets) {
+          it = set_index_.emplace(key, b_.holder_sets.size()).first;
+          Bounds::HolderSet set;
+          set.hosts = count_hosts_;
+          std::sort(set.hosts.begin(), set.hosts.end());
+          b_.holder_sets.push_back(std::move(set));
+        }
+        last_key_ = key;
+        last_set_ = it == set_index_.end() ? SIZE_MAX : it->second;
+      }
+      if (last_set_ < b_.holder_sets.size()) {
+        Bounds::HolderSet& set = b_.holder_sets[last_set_];
+        add_to(set.bytes, v, "lower_bound_cross_host_bytes");
+        least(set.fan, needers - inside);
+      }
+    }
+    if (out_all > 0) {
+      add_to(b_.all_holders.bytes, v, "lower_bound_cross_host_bytes");
+      least(b_.all_holders.fan, out_all);
+    }
+  }
+
+  static uint64_t mix(uint64_t x) {  // splitmix64's finaliser
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+  struct SetKey {
+    uint64_t k1, k2;
+    size_t n;
+    bool operator==(const SetKey& o) const { return k1 == o.k1 && k2 == o.k2 && n == o.n; }
+  };
+  struct SetKeyHash {
+    size_t operator()(const SetKey& k) const { return static_cast<size_t>(k.k1 ^ (k.k2 >> 1)); }
+  };
+
   // True the first time host h sends for `atom` (one send covers every
   // summand of the group it holds alone: it can reduce them first).
   bool first_egress(uint32_t h, uint64_t atom) {
@@ -320,6 +394,13 @@ class BoundsWalker {
   std::vector<uint64_t> sole_mark_, unc_seen_;
   std::vector<int64_t> unc_count_;
   std::vector<std::pair<size_t, size_t>> replicated_;
+  // Holder host sets (holder_hosts): each host's keys, whether it holds
+  // anything, and each set's index in Bounds::holder_sets.
+  std::vector<uint64_t> key1_, key2_;
+  std::vector<uint8_t> in_all_;
+  std::unordered_map<SetKey, size_t, SetKeyHash> set_index_;
+  SetKey last_key_{0, 0, 0};
+  size_t last_set_ = SIZE_MAX;  // index of last_key_'s set; SIZE_MAX: none
 };
 
 }  // namespace
@@ -383,15 +464,24 @@ Bounds compute_bounds(const Context& ctx) {
     groups[key] += t.esize;
     first.emplace(key, i);
   }
-  BoundsWalker walk(ctx, b);
-  // Devices holding anything (tensors of a group share their empty boxes).
+  // Devices holding anything (tensors of a group share their empty boxes),
+  // and their hosts.
   std::vector<int64_t> holds(ndev, 0);
   for (const auto& [key, esum] : groups) {
     const TensorCtx& t = ctx.tensors[first.at(key)];
     for (uint32_t r = 0; r < t.src->num_entries(); ++r)
       if (!t.src->box(r).empty()) holds[t.st->dense[r]] = 1;
   }
-  for (int64_t h : holds) b.holders += h;
+  {
+    std::vector<uint8_t> host_holds(nh, 0);
+    for (size_t d = 0; d < ndev; ++d) {
+      b.holders += holds[d];
+      if (holds[d]) host_holds[b.host_of_device[d]] = 1;
+    }
+    for (size_t h = 0; h < nh; ++h)
+      if (host_holds[h]) b.all_holders.hosts.push_back(static_cast<uint32_t>(h));
+  }
+  BoundsWalker walk(ctx, b);
   for (const auto& [key, esum] : groups) {
     const TensorCtx& t = ctx.tensors[first.at(key)];
     const Geometry& dg = *t.dg;
@@ -517,6 +607,19 @@ void apply_bounds(const Context& ctx, const Bounds& lb, const PlanOptions& o, Pl
       consider(a + bx * static_cast<double>(lb.egress[h]) / nics, BoundKind::kHostSend,
                lb.hosts[h]);
   }
+  // The hosts holding copies together send out what they alone hold and
+  // another host needs, over their NICs together (bounds.h); named by the
+  // set's first host.
+  auto holder_set = [&](const Bounds::HolderSet& set) {
+    if (set.bytes <= 0 || set.hosts.empty()) return;
+    double nics = 0;
+    for (uint32_t h : set.hosts)
+      nics += static_cast<double>(o.nics_per_host != 0 ? o.nics_per_host : lb.host_devices[h]);
+    consider(a + bx * static_cast<double>(set.bytes) / nics, BoundKind::kHostSend,
+             lb.hosts[set.hosts.front()]);
+  };
+  for (const Bounds::HolderSet& set : lb.holder_sets) holder_set(set);
+  holder_set(lb.all_holders);
   // Every byte taken in is sent out: crossings are at least the larger sum,
   // and at least one per needer host plus the reductions' extra crossings.
   int64_t crossings = in;

@@ -41,6 +41,10 @@
 //    their number over the most of them one host holds. Where a host holds
 //    every summand it is the first u, and each needer host without them
 //    takes x in once;
+//  - an element whose holders (of every summand) are all on a set S of
+//    hosts and that is needed on a host outside S leaves S at least once,
+//    so S's NICs together send at least those bytes (replicated sources:
+//    no one host must send them, the hosts holding copies together must);
 //  - every byte is sent by a device and received by one, so the busiest
 //    device sends and receives at least the messages' bytes over the
 //    number of devices (any device may relay), the busiest host at least
@@ -92,6 +96,23 @@ struct Bounds {
   // `extra_crossings`.
   int64_t extra_messages = 0;
   int64_t extra_crossings = 0;
+  // Hosts holding copies, together. An element held (every summand's
+  // holders) on a set S of hosts and needed on a host outside S leaves S at
+  // least once, over the NICs of S together, whichever host of S sends it:
+  // per distinct S (indices into `hosts`, ascending), the bytes of the
+  // elements whose holders are on exactly S and the fewest devices outside S
+  // any of them is needed on; `all_holders` the same for S every host
+  // holding anything of the plan (elements needed on a host that holds
+  // nothing). Kept for at most kMaxHolderSets sets (a weaker bound past it);
+  // only destination cells that overlap no other count (their elements are
+  // counted once).
+  struct HolderSet {
+    std::vector<uint32_t> hosts;
+    int64_t bytes = 0, fan = 0;
+  };
+  static constexpr size_t kMaxHolderSets = size_t{1} << 14;
+  std::vector<HolderSet> holder_sets;
+  HolderSet all_holders;
 };
 
 Bounds compute_bounds(const Context& ctx);

@@ -75,10 +75,9 @@ SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& clu
   // of at least the hosts' bytes: early + late / in_fan >= in. With early
   // <= bps (T - 2α) and early + late <= bps (T - α), T >= in / bps + (2 -
   // 1/in_fan) α where T >= 2α (docs/simulate.md, "The lower bound").
-  int64_t in = lb.extra_crossings, out = 0, in_fan = 0;
-  double all_nics = 0;
-  for (size_t h = 0; h < lb.hosts.size(); ++h) {
-    // Every NIC of the host (the topology's devices, not only the plan's).
+  // A host's rate over every one of its NICs (the topology's devices, not
+  // only the plan's), h an index into lb.hosts.
+  auto host_bps = [&](size_t h) {
     const int32_t host = lb.hosts[h];
     const int32_t nics = cluster.nics_per_host != 0
                              ? cluster.nics_per_host
@@ -86,6 +85,13 @@ SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& clu
     double bps = nics * cluster.nic_bytes_per_second;
     if (cluster.host_link_bytes_per_second > 0)
       bps = std::min(bps, cluster.host_link_bytes_per_second);
+    return bps;
+  };
+  int64_t in = lb.extra_crossings, out = 0, in_fan = 0;
+  double all_nics = 0;
+  for (size_t h = 0; h < lb.hosts.size(); ++h) {
+    const int32_t host = lb.hosts[h];
+    const double bps = host_bps(h);
     consider(lb.ingress[h], bps, "host_recv", host, lb.ingress_fan[h]);
     consider(lb.egress[h], bps, "host_send", host, lb.egress_fan[h]);
     if (lb.ingress[h] > 0) {
@@ -98,6 +104,18 @@ SimBound simulate_lower_bound(const PlanInput& input, const ClusterTopology& clu
   }
   consider(in, all_nics, "hosts", -1, std::max<int64_t>(1, in_fan));
   consider(out, all_nics, "hosts", -1);
+  // The hosts holding copies of an element together (bounds.h): what must
+  // leave them, over their NICs together, named by their first host (-1:
+  // every host holding anything). A byte needed on `fan` devices outside
+  // them is sent out that often or forwarded outside, as one end's bytes.
+  auto holders = [&](const planning::Bounds::HolderSet& set, int64_t id) {
+    double bps = 0;
+    for (uint32_t h : set.hosts) bps += host_bps(h);
+    if (bps > 0) consider(set.bytes, bps, "holder_hosts", id, set.fan);
+  };
+  for (const planning::Bounds::HolderSet& set : lb.holder_sets)
+    holders(set, lb.hosts[set.hosts.front()]);
+  holders(lb.all_holders, -1);
   return b;
 }
 
