@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 
+#include "plan/all_to_all_cell.h"
 #include "plan/enumerate.h"
 #include "random_cases.h"
 #include "reshard/exec.h"
@@ -169,6 +170,59 @@ TEST(CrossLayout, LinearBoxesMatchTheRecursiveStatement) {
     multi += got.size() >= 3;
   }
   EXPECT_GT(multi, scaled_cases(20000) / 4) << "runs of three boxes or more";
+}
+
+// LinearCover (all_to_all_cell.h) tells linear_boxes' count, first and
+// last box from the range's row digits, the end's digits reused where the
+// next range starts there (a share's runs, consecutive); and no box of a
+// cover extends the box before it (RelayMerger::extends), which the
+// all-to-all runs' relay merges rest on.
+TEST(CrossLayout, LinearCoverTellsTheBoxesLinearBoxesMakes) {
+  std::mt19937_64 rng(20261201);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  int multi = 0, chained = 0;
+  const int cases = scaled_cases(3000);
+  for (int c = 0; c < cases; ++c) {
+    Box B;
+    B.rank = static_cast<int>(uni(0, 5));
+    for (int d = 0; d < B.rank; ++d) {
+      B.lo[d] = uni(-3, 40);
+      B.hi[d] = B.lo[d] + uni(1, d == 0 ? 30 : 6);
+    }
+    const int64_t n = B.volume();
+    planning::LinearCover cover(B);
+    int64_t s = uni(0, n);
+    for (int r = 0; r < 6; ++r) {  // consecutive ranges, sometimes a jump
+      if (uni(0, 4) == 0) s = uni(0, n);
+      const int64_t e = uni(0, 2) == 0 ? uni(s, n) : std::min(n, s + uni(0, 8));
+      std::vector<Box> want;
+      planning::linear_boxes(B, s, e, want);
+      SCOPED_TRACE("case " + std::to_string(c) + ": " + to_string(B) + " [" + std::to_string(s) +
+                   ", " + std::to_string(e) + ")");
+      Box first, last;
+      const bool boxes = uni(0, 3) != 0;
+      const int64_t got = cover.run(s, e, boxes ? &first : nullptr, boxes ? &last : nullptr);
+      ASSERT_EQ(got, static_cast<int64_t>(want.size()));
+      chained += r > 0;
+      for (size_t i = 1; i < want.size(); ++i) {
+        Box a = want[i - 1];
+        EXPECT_FALSE(planning::RelayMerger::extends(a, want[i])) << "box " << i;
+      }
+      s = e;
+      if (want.empty() || !boxes) continue;
+      multi += want.size() >= 3;
+      EXPECT_EQ(first, want.front()) << to_string(first);
+      EXPECT_EQ(first.lo, want.front().lo);
+      EXPECT_EQ(first.hi, want.front().hi);
+      EXPECT_EQ(last, want.back()) << to_string(last);
+      EXPECT_EQ(last.lo, want.back().lo);
+      EXPECT_EQ(last.hi, want.back().hi);
+    }
+  }
+  EXPECT_GT(multi, cases / 4) << "ranges of three boxes or more";
+  EXPECT_GT(chained, cases) << "ranges starting where the one before ended";
 }
 
 // Bytes each host sends to other hosts (hosts[d]: device d's host).

@@ -416,6 +416,8 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
   uint64_t seq = 0;
   const int64_t chunk = band_bytes(p_.o, t.band_scale);
   PartBands pb;
+  LinearCover cover(region);
+  Box first_box, last_box;
   // The sums of entry position p from holder position pos, made where new.
   const auto record = [&](uint32_t p, size_t pos) -> EnteredRec& {
     EnteredAt& at = ent_at_[size_t{p} * npos + pos];
@@ -447,7 +449,7 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
       }
       DirectHolder& d = direct_[x];
       add_to(d.bytes, bytes, "network_bytes");
-      each_linear_box(region, r.from, r.from + r.count, [&](const Box&) { ++d.pieces; });
+      d.pieces += cover.run(r.from, r.from + r.count, nullptr, nullptr);
       continue;
     }
     const uint32_t e = dg.cell_entries[b0 + ra.p];
@@ -462,11 +464,20 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
       AllToAllSource& src = a2a_.src[ra.p];
       if (!src.seen) a2a_.events.push_back({ra.p, false});
       src.seen = src.touched = true;
-      int64_t nb = 0;
-      each_linear_box(region, r.from, r.from + r.count, [&](const Box& part) {
-        ++nb;
-        src.added += src.merge(part, part, 1, 0);
-      });
+      // Its boxes' merges from the first and the last alone: none extends
+      // the box before it, so only the first may extend the pending piece,
+      // and where it does and more follow, they go one by one.
+      const int64_t nb = cover.run(r.from, r.from + r.count, &first_box, &last_box);
+      const int64_t merged = src.merge(first_box, first_box, 1, 0) == 0;
+      if (nb > 1 && merged) {
+        int64_t x = 0;
+        each_linear_box(region, r.from, r.from + r.count, [&](const Box& part) {
+          if (x++ > 0) src.added += src.merge(part, part, 1, 0);
+        });
+      } else {
+        if (nb > 1) src.pending = last_box;
+        src.added += nb - merged;
+      }
       EnteredRec& rec = record(ra.p, ra.lo + e % nn);
       EnteredHolder& h = rec.h;
       h.touched = true;

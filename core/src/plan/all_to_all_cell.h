@@ -22,6 +22,109 @@
 
 namespace reshard::planning {
 
+// The boxes each_linear_box(B, s, e, f) yields (cross_layout.h), told by
+// the elements' row digits rather than made one by one: their number, and
+// the first and the last (what an all-to-all run's relay merge reads: no
+// box of such a cover extends the one before it, RelayMerger::extends).
+// The digits of the last range's end are kept: a range starting there (a
+// share's next run) takes them without dividing again.
+class LinearCover {
+ public:
+  explicit LinearCover(const Box& B) : B_(B) {
+    if (B.rank == 0) return;
+    inner_[static_cast<size_t>(B.rank - 1)] = 1;
+    for (int d = B.rank - 2; d >= 0; --d) inner_[d] = inner_[d + 1] * B.extent(d + 1);
+  }
+  // The boxes of elements [s, e): their number; the first and last where
+  // asked for (both null, or both not).
+  int64_t run(int64_t s, int64_t e, Box* first, Box* last) {
+    if (s >= e) return 0;
+    if (B_.rank == 0) {
+      if (first) *first = *last = B_;
+      return 1;
+    }
+    const int rank = B_.rank;
+    if (s == end_) {
+      qs_ = qe_;
+    } else {
+      digits(s, qs_);
+    }
+    digits(e, qe_);
+    end_ = e;
+    int d = 0;
+    while (qs_[d] == qe_[d]) ++d;  // s < e: some digit differs
+    int ks = -1, ke = -1;          // the deepest nonzero digit below d of s, of e
+    for (int k = d + 1; k < rank; ++k) {
+      if (qs_[k] != 0) ks = k;
+      if (qe_[k] != 0) ke = k;
+    }
+    // The rest of s's row (levels ks down to d + 1), the whole rows, the
+    // start of e's row (levels d + 1 up to ke), as each_linear_box.
+    int rest_first = -1, rest_last = -1;
+    int64_t n = 0;
+    for (int k = ks; k > d; --k)
+      if (rest_start(k, ks) < B_.extent(k)) {
+        if (rest_first < 0) rest_first = k;
+        rest_last = k;
+        ++n;
+      }
+    const int64_t m0 = qs_[d] + (ks >= 0);
+    const bool mid = m0 < qe_[d];
+    n += mid;
+    int start_first = -1, start_last = -1;
+    for (int k = d + 1; k <= ke; ++k)
+      if (qe_[k] > 0) {
+        if (start_first < 0) start_first = k;
+        start_last = k;
+        ++n;
+      }
+    if (!first) return n;
+    const auto rest = [&](Box& w, int k) { make(w, d, qs_, k, rest_start(k, ks), B_.extent(k)); };
+    const auto start = [&](Box& w, int k) { make(w, d, qe_, k, 0, qe_[k]); };
+    if (rest_first >= 0)
+      rest(*first, rest_first);
+    else if (mid)
+      make(*first, d, qs_, d, m0, qe_[d]);
+    else
+      start(*first, start_first);
+    if (start_last >= 0)
+      start(*last, start_last);
+    else if (mid)
+      make(*last, d, qs_, d, m0, qe_[d]);
+    else
+      rest(*last, rest_last);
+    return n;
+  }
+
+ private:
+  using Digits = std::array<int64_t, kMaxRank>;
+  // x's row in each dimension (the first not reduced: x may be the end).
+  void digits(int64_t x, Digits& q) const {
+    const int last = B_.rank - 1;
+    for (int k = 0; k < last; ++k) {
+      q[k] = x / inner_[k];
+      x -= q[k] * inner_[k];
+    }
+    q[last] = x;
+  }
+  int64_t rest_start(int k, int ks) const { return qs_[k] + (k != ks); }
+  // B with the rows of q fixed above `level` (q's row d at d), [lo, hi)
+  // at `level`, whole below.
+  void make(Box& w, int d, const Digits& q, int level, int64_t lo, int64_t hi) const {
+    w = B_;
+    for (int k = 0; k < level; ++k) {
+      w.lo[k] = B_.lo[k] + (k < d ? qs_[k] : q[k]);
+      w.hi[k] = w.lo[k] + 1;
+    }
+    w.lo[level] = B_.lo[level] + lo;
+    w.hi[level] = B_.lo[level] + hi;
+  }
+
+  const Box& B_;
+  Digits inner_{}, qs_{}, qe_{};
+  int64_t end_ = -1;
+};
+
 // One source entry of such a cell.
 struct AllToAllSource {
   bool seen = false;     // a part of it taken in the cell (its pairs' streams counted)
