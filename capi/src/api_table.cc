@@ -151,9 +151,10 @@ static_assert(offsetof(reshard_api_t, plan_tensor_dst_dtype) == kHeader + 77 * s
 static_assert(offsetof(reshard_api_t, plan_tensor_scales) == kHeader + 78 * sizeof(void*),
               "ABI 1.12 table layout changed");
 // ABI 1.13: no function; the dtype RESHARD_DTYPE_E8M0 (MXFP8 block scales).
+// ABI 1.14: no function; reshard_message_t::sub appended (sub-messages).
 static_assert(sizeof(reshard_api_t) == kHeader + 79 * sizeof(void*),
               "a field was appended: bump RESHARD_ABI_MINOR and add a static_assert for it");
-static_assert(RESHARD_ABI_MINOR == 13);
+static_assert(RESHARD_ABI_MINOR == 14);
 
 }  // namespace
 

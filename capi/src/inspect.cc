@@ -31,7 +31,9 @@ constexpr size_t kScratchV1Size = sizeof(reshard_scratch_t);  // since 1.6
 static_assert(RESHARD_SCRATCH_ENTRY == reshard::kScratchEntry);
 static_assert(kPartInfoV1Size == offsetof(reshard_part_info_t, num_scratch));  // 1.6 appended it
 static_assert(kMessageV1Size == offsetof(reshard_message_t, stage));           // 1.3 appended stage
-static_assert(kPieceV1Size == offsetof(reshard_piece_t, stage));               // 1.3 appended stage
+static_assert(offsetof(reshard_message_t, sub) + sizeof(uint64_t) ==
+              sizeof(reshard_message_t));                         // 1.14 appended sub
+static_assert(kPieceV1Size == offsetof(reshard_piece_t, stage));  // 1.3 appended stage
 
 const std::vector<Piece>& piece_list(const ProcessPart& part, reshard_piece_list_t list) {
   switch (list) {
@@ -252,6 +254,7 @@ reshard_error_t* reshard_plan_part_message(const reshard_plan_t* plan, int32_t p
     c.num_pieces = m.num_pieces;
     c.bytes = m.bytes;
     c.stage = m.stage;
+    c.sub = m.sub;
     write_struct(c, out_message);
   });
 }

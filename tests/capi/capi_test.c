@@ -746,6 +746,7 @@ static const test_group kGroups[] = {
     {"local_pieces", test_local_pieces},
     {"serialize", test_serialize},
     {"corrupt_bytes", test_corrupt_bytes},
+    {"sub_messages", test_sub_messages},
     {"mac", test_mac},
     {"executor", test_executor},
     {"executor_concurrent", test_executor_concurrent},

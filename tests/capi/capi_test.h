@@ -90,6 +90,7 @@ void test_local_pieces(void);
 void test_serialize(void);
 void test_mac(void);
 void test_corrupt_bytes(void);
+void test_sub_messages(void);
 
 /* capi_test_exec.c */
 void test_executor(void);

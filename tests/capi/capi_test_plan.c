@@ -461,6 +461,7 @@ void test_inspect_parts(void) {
         }
       }
       CHECK(bytes == message.bytes);
+      CHECK(message.sub == 0); /* the planner's fixture plan has no subs */
       total_send += message.bytes;
     }
     for (m = 0; m < info.num_recvs; ++m) {
@@ -907,4 +908,121 @@ void test_corrupt_bytes(void) {
   reshard_buffer_destroy(bytes);
   reshard_plan_destroy(plan);
   fixture_destroy(&f);
+}
+
+#ifndef RESHARD_TEST_SUB_PLAN
+#define RESHARD_TEST_SUB_PLAN ""
+#endif
+
+/* Reads a whole file into a malloc'd buffer; NULL where it cannot. */
+static unsigned char* read_file(const char* path, size_t* size) {
+  FILE* f = fopen(path, "rb");
+  unsigned char* data = NULL;
+  long n;
+  if (f == NULL) return NULL;
+  if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0) {
+    data = (unsigned char*)malloc((size_t)n);
+    if (data != NULL && fread(data, 1, (size_t)n, f) != (size_t)n) {
+      free(data);
+      data = NULL;
+    }
+    *size = (size_t)n;
+  }
+  fclose(f);
+  return data;
+}
+
+/* reshard_message_t as a 1.13 header declared it (no sub). */
+typedef struct message_v13 {
+  size_t struct_size;
+  int64_t src_device;
+  int64_t dst_device;
+  uint64_t round;
+  uint64_t first_piece;
+  uint64_t num_pieces;
+  int64_t bytes;
+  uint64_t stage;
+} message_v13;
+
+/* A plan with sub-messages (written by make_sub_plan.cc: a planner plan
+ * whose messages of several pieces are cut into up to 3 subs) shows them:
+ * as many subs above 0 as the plan holds, sub j > 0 right after sub j - 1 of
+ * the same stage, round and devices, each sub's bytes those of its own
+ * pieces; a caller with the 1.13 struct_size gets every other field and
+ * nothing written past its struct. */
+void test_sub_messages(void) {
+  size_t size = 0, n = 0, p;
+  unsigned char* data = read_file(RESHARD_TEST_SUB_PLAN, &size);
+  FILE* count_file = NULL;
+  unsigned long expected = 0, seen = 0;
+  char count_path[1024];
+  reshard_plan_t* plan = NULL;
+  reshard_message_t message = RESHARD_MESSAGE_INIT, previous = RESHARD_MESSAGE_INIT;
+  reshard_piece_t piece = RESHARD_PIECE_INIT;
+  reshard_part_info_t info = RESHARD_PART_INFO_INIT;
+  int64_t lo[2], hi[2];
+
+  REQUIRE(data != NULL);
+  REQUIRE(strlen(RESHARD_TEST_SUB_PLAN) + 6 < sizeof count_path);
+  snprintf(count_path, sizeof count_path, "%s.subs", RESHARD_TEST_SUB_PLAN);
+  count_file = fopen(count_path, "r");
+  REQUIRE(count_file != NULL);
+  CHECK(fscanf(count_file, "%lu", &expected) == 1);
+  fclose(count_file);
+  CHECK(expected > 0);
+  CHECK_OK(reshard_plan_deserialize(data, size, &plan));
+  free(data);
+  REQUIRE(plan != NULL);
+  CHECK_OK(reshard_plan_num_processes(plan, &n));
+  for (p = 0; p < n; ++p) {
+    int32_t process = -1;
+    int d;
+    CHECK_OK(reshard_plan_process(plan, p, &process));
+    CHECK_OK(reshard_plan_part_info(plan, process, &info));
+    for (d = 0; d < 2; ++d) {
+      const reshard_direction_t dir = d == 0 ? RESHARD_DIRECTION_SEND : RESHARD_DIRECTION_RECV;
+      const uint64_t count = d == 0 ? info.num_sends : info.num_recvs;
+      uint64_t m, k;
+      for (m = 0; m < count; ++m) {
+        message_v13 old;
+        int64_t bytes = 0;
+        unsigned char* tail;
+        CHECK_OK(reshard_plan_part_message(plan, process, dir, (size_t)m, &message));
+        CHECK(message.struct_size == sizeof message);
+        if (message.sub > 0) {
+          ++seen;
+          CHECK(m > 0 && previous.sub + 1 == message.sub && previous.stage == message.stage &&
+                previous.round == message.round && previous.src_device == message.src_device &&
+                previous.dst_device == message.dst_device);
+        }
+        for (k = message.first_piece; k < message.first_piece + message.num_pieces; ++k) {
+          CHECK_OK(reshard_plan_part_piece(plan, process,
+                                           d == 0 ? RESHARD_PIECES_SEND : RESHARD_PIECES_RECV,
+                                           (size_t)k, &piece, lo, hi));
+          bytes += piece.bytes;
+        }
+        CHECK(bytes == message.bytes);
+        previous = message;
+        /* The 1.13 struct: everything but sub, and not a byte past it. */
+        {
+          unsigned char buffer[sizeof(message_v13) + 16];
+          memset(buffer, 0xA5, sizeof buffer);
+          ((message_v13*)(void*)buffer)->struct_size = sizeof(message_v13);
+          CHECK_OK(reshard_plan_part_message(plan, process, dir, (size_t)m,
+                                             (reshard_message_t*)(void*)buffer));
+          memcpy(&old, buffer, sizeof old);
+          CHECK(old.struct_size == sizeof(message_v13));
+          CHECK(old.src_device == message.src_device && old.dst_device == message.dst_device &&
+                old.round == message.round && old.first_piece == message.first_piece &&
+                old.num_pieces == message.num_pieces && old.bytes == message.bytes &&
+                old.stage == message.stage);
+          for (tail = buffer + sizeof(message_v13); tail < buffer + sizeof buffer; ++tail) {
+            CHECK(*tail == 0xA5);
+          }
+        }
+      }
+    }
+  }
+  CHECK(seen == expected);
+  reshard_plan_destroy(plan);
 }

@@ -330,6 +330,60 @@ TEST(PlanRounds, KeyVolumesByHand) {
   EXPECT_EQ(v[0], 1);
 }
 
+// Each sub's elements of a box (rounds.h, sub_volumes), by hand and against
+// index-by-index enumeration: [64, 1024] cuts its longest dimension (1) in
+// blocks of 36 columns, sub j of 8 the columns [T_j, T_(j+1)) of each block
+// (widths 1, 2, ..., 8): two rows of two whole blocks give sub j 2 × 2 (j +
+// 1) elements; columns [3, 6) are sub 2's alone. A scalar is sub 0's.
+TEST(PlanRounds, SubVolumesByHandAndAgainstEnumeration) {
+  const std::vector<int64_t> s2{64, 1024};
+  const planning::KeyBlocks k = planning::sub_blocks(s2, 36);
+  EXPECT_EQ(k.dim, 1);
+  Box b;
+  b.rank = 2;
+  b.hi[0] = 2;
+  b.hi[1] = 72;
+  std::array<int64_t, 32> v{};
+  EXPECT_EQ(planning::sub_volumes(b, k, 8, v.data()), 0xffu);
+  for (int64_t j = 0; j < 8; ++j) EXPECT_EQ(v[static_cast<size_t>(j)], 4 * (j + 1)) << j;
+  v.fill(0);
+  b.lo[1] = 3;
+  b.hi[1] = 6;
+  EXPECT_EQ(planning::sub_volumes(b, k, 8, v.data()), 0b100u);
+  EXPECT_EQ(v[2], 6);
+  v.fill(0);
+  EXPECT_EQ(planning::sub_volumes(Box{}, k, 8, v.data()), 1u);
+  EXPECT_EQ(v[0], 1);
+  // Every range of [0, 100) against the sub of each index.
+  const std::vector<int64_t> s1{100};
+  for (int64_t block : {1, 5, 36, 40})
+    for (int64_t p = 1; p <= 8; ++p) {
+      const int64_t total = p * (p + 1) / 2;
+      auto sub_of = [&](int64_t i) {
+        int64_t j = 0;
+        while (block * ((j + 1) * (j + 2) / 2) / total <= i % block) ++j;
+        return j;
+      };
+      for (int64_t lo = 0; lo < 100; lo += 7)
+        for (int64_t hi = lo + 1; hi <= 100; hi += 5) {
+          Box line;
+          line.rank = 1;
+          line.lo[0] = lo;
+          line.hi[0] = hi;
+          std::array<int64_t, 32> fast{}, slow{};
+          uint32_t mask = 0;
+          for (int64_t i = lo; i < hi; ++i) {
+            ++slow[static_cast<size_t>(sub_of(i))];
+            mask |= uint32_t{1} << sub_of(i);
+          }
+          EXPECT_EQ(planning::sub_volumes(line, planning::sub_blocks(s1, block), p, fast.data()),
+                    mask)
+              << block << " " << p << " [" << lo << ", " << hi << ")";
+          EXPECT_EQ(fast, slow) << block << " " << p << " [" << lo << ", " << hi << ")";
+        }
+    }
+}
+
 // Keyed cuts on request (choice_override().keyed), restored after.
 struct KeyedOverride {
   explicit KeyedOverride(int64_t g) { planning::choice_override().keyed = g; }

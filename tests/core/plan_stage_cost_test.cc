@@ -221,6 +221,58 @@ TEST(StageCost, KeyedRoundsWaitOnlyForTheirOwnRoundAndAreAsLongAsTheirKeys) {
   EXPECT_NEAR(stage_cost(c.stages, {2, 2}, c.lb, c.o, RoundSizes::kEven, &late), 11 * kUs, 1e-12);
 }
 
+TEST(StageCost, SubEndsShareTheLinkAmongTheFlowsThatFlow) {
+  // Two flows from 0 of 1 and 2 µs: both at half rate until the first ends
+  // at 2, the other alone from then: 3. Flows of 2 and 1 µs from 0 and 1:
+  // the first alone to 1 (1 µs left), then both at half rate: both at 3.
+  // A flow of no work ends at its start.
+  EXPECT_EQ(sub_ends({0, 0}, {1, 2}), (std::vector<double>{2, 3}));
+  EXPECT_EQ(sub_ends({0, 1}, {2, 1}), (std::vector<double>{3, 3}));
+  EXPECT_EQ(sub_ends({5, 0}, {0, 1}), (std::vector<double>{5, 1}));
+}
+
+TEST(StageCost, SubsOfGrowingWidthsEndOneAfterAnotherAndTheirForwardsOverlap) {
+  // The chain 0 -> 1 -> 2 of 3,000 bytes a stage as one round of 2 subs of
+  // 1,000 and 2,000 bytes (KeyedRounds::subs): each stage's subs share its
+  // link. Stage 0's start at α = 1 µs at half rate each: sub 0 ends at
+  // 1 + 2 = 3 µs, sub 1 (1 µs left) at 4. The forward's sub 0 starts at
+  // 3 + α = 4 and ends at 5 alone; its sub 1 starts at 4 + α = 5 and ends
+  // at 7: the pipeline, 7 µs. The links: stage 0's carry 3 µs plus α plus
+  // stage 1's drain (α + its last sub, 3 µs): 7; stage 1's after stage 0's
+  // lead (α + 2 subs × 1 µs = 3 µs) 3 + 3 + α = 7. So 7 µs, against 8 one
+  // stage after the other (2 × (α + 3 µs)) and 8 as 2 keyed rounds of the
+  // same widths (rounds of 2 and 3 µs: C_0 = 2, 5; C_1 = 4, 8).
+  Chain c(3);
+  c.send(0, 0, 1, 3000, 2);
+  c.send(1, 1, 2, 3000, 2);
+  KeyedRounds subs{{{1 * kUs, 2 * kUs}, {1 * kUs, 2 * kUs}}, true};
+  EXPECT_NEAR(stage_cost(c.stages, {1, 1}, c.lb, c.o, RoundSizes::kEven, &subs), 7 * kUs, 1e-12);
+  EXPECT_NEAR(c.cost({1, 1}), 8 * kUs, 1e-12);
+  KeyedRounds keyed{{{1 * kUs, 2 * kUs}, {1 * kUs, 2 * kUs}}};
+  EXPECT_NEAR(stage_cost(c.stages, {2, 2}, c.lb, c.o, RoundSizes::kEven, &keyed), 8 * kUs, 1e-12);
+  // P = 3 subs of 1,000, 2,000 and 3,000 bytes (6,000 a stage). Stage 0
+  // from α = 1: a third each until sub 0 ends at 1 + 3 = 4, then sub 1 (1
+  // µs left) and sub 2 (2 left) half each: sub 1 at 6, sub 2 at 7. Stage 1:
+  // sub 0 from 5 alone to 6; sub 1 from 7, alone to 8 (1 µs left), then
+  // with sub 2 (from 8, 3 µs) at half rate: sub 1 at 10, sub 2 (2 left) at
+  // 12. Links: stage 0's 6 + α + stage 1's drain (α + 3) = 11, stage 1's
+  // after the lead (α + 3 × 1 µs = 4) 4 + 6 + α = 11; one stage after the
+  // other 14. So 12 µs.
+  Chain c3(3);
+  c3.send(0, 0, 1, 6000, 3);
+  c3.send(1, 1, 2, 6000, 3);
+  KeyedRounds subs3{{{1 * kUs, 2 * kUs, 3 * kUs}, {1 * kUs, 2 * kUs, 3 * kUs}}, true};
+  EXPECT_NEAR(stage_cost(c3.stages, {1, 1}, c3.lb, c3.o, RoundSizes::kEven, &subs3), 12 * kUs,
+              1e-12);
+  EXPECT_NEAR(c3.cost({1, 1}), 14 * kUs, 1e-12);
+  // Subs of equal widths end together: the forward waits for all of stage
+  // 0 (at 4 µs) and ends at 4 + α + 3 = 8, one stage after the other.
+  KeyedRounds even{{{1.5 * kUs, 1.5 * kUs}, {1.5 * kUs, 1.5 * kUs}}, true};
+  EXPECT_NEAR(stage_cost(c.stages, {1, 1}, c.lb, c.o, RoundSizes::kEven, &even), 8 * kUs, 1e-12);
+  EXPECT_LE(stage_cost_floor(c.stages, c.lb, c.o),
+            stage_cost(c.stages, {1, 1}, c.lb, c.o, RoundSizes::kEven, &subs));
+}
+
 TEST(StageCost, SpreadRoundsEndInSmallTailRoundsAndForwardsHalfARoundBack) {
   // Spread cuts of 2 even bounds: q = 1/2, then the tail 1 - 1/4, 1 - 1/8;
   // K = 4 rounds of stage 0 with key widths 1/2, 1/4, 1/8, 1/8. A forward's

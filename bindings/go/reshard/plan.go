@@ -174,6 +174,10 @@ type Message struct {
 	// Stage (C ABI 1.3): 0, or 1 for a relay, whose pieces forward what
 	// stage 0 wrote into a destination buffer.
 	Stage uint64
+	// Sub (C ABI 1.14): 0, 1, ... among the messages of one stage, round,
+	// source and destination, which flow side by side; 0 where a message
+	// is not cut.
+	Sub uint64
 }
 
 // Piece is a box of one tensor moving from a source entry to a destination
@@ -720,7 +724,7 @@ func (p *Plan) Message(process int32, dir Direction, index int) (Message, error)
 	}
 	return Message{SrcDevice: int64(m.src_device), DstDevice: int64(m.dst_device), Round: uint64(m.round),
 		FirstPiece: uint64(m.first_piece), NumPieces: uint64(m.num_pieces), Bytes: int64(m.bytes),
-		Stage: uint64(m.stage)}, nil
+		Stage: uint64(m.stage), Sub: uint64(m.sub)}, nil
 }
 
 // Messages returns every message of one direction of process's part.

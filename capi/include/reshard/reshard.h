@@ -115,7 +115,7 @@ extern "C" {
  * the SONAME, libreshard.so.<major>); the minor counts append-only additions
  * to the function table and to structs. */
 #define RESHARD_ABI_MAJOR 1
-#define RESHARD_ABI_MINOR 13
+#define RESHARD_ABI_MINOR 14
 
 /* The largest tensor rank (boxes have at most this many dimensions). */
 #define RESHARD_MAX_RANK 8
@@ -865,14 +865,21 @@ typedef struct reshard_message {
    * stage > 0 forward what an earlier stage wrote into a destination
    * buffer (a relay). */
   uint64_t stage;
+  /* Since 1.14 (a smaller struct is written without it): the sub-message.
+   * Messages of one stage, round, source and destination are subs 0, 1,
+   * ... (in that order in the list), each with its own pieces; they flow
+   * side by side, and a forward of a later stage waits only for the subs
+   * that brought its pieces. 0 where a message is not cut. */
+  uint64_t sub;
 } reshard_message_t;
 
 #define RESHARD_MESSAGE_INIT \
-  { sizeof(reshard_message_t), 0, 0, 0, 0, 0, 0, 0 }
+  { sizeof(reshard_message_t), 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /* Message `index` of the sends or receives of `process`'s part (sends are
  * ordered by stage, round, then destination, then source; receives by
- * stage, round, source, destination). Written like reshard_plan_stats.
+ * stage, round, source, destination; then sub). Written like
+ * reshard_plan_stats.
  * Errors: INVALID_ARGUMENT (NULL, direction), OUT_OF_RANGE (process,
  * index). */
 RESHARD_API reshard_error_t* reshard_plan_part_message(const reshard_plan_t* plan, int32_t process,

@@ -447,6 +447,46 @@ void number_direction(std::vector<Message>& msgs, std::vector<Piece>& pieces) {
 }
 }  // namespace
 
+KeyBlocks sub_blocks(std::span<const int64_t> shape, int64_t block) {
+  KeyBlocks k;
+  k.dim = static_cast<int>(std::max_element(shape.begin(), shape.end()) - shape.begin());
+  k.block = std::max<int64_t>(block, 1);
+  return k;
+}
+
+uint32_t sub_volumes(const Box& region, KeyBlocks k, int64_t subs, int64_t* out) {
+  if (subs <= 0) return 0;
+  if (region.rank == 0 || k.dim >= region.rank) {
+    out[0] += region.volume();
+    return 1;
+  }
+  const int64_t lo = region.lo[k.dim], hi = region.hi[k.dim];
+  if (hi <= lo) return 0;
+  const int64_t per = region.volume() / region.extent(k.dim);
+  const int64_t total = subs * (subs + 1) / 2, b = k.block;
+  auto at = [&](int64_t j) { return b * (j * (j + 1) / 2) / total; };
+  // Indices of sub j in [0, n) of a block: [at(j), at(j + 1)) clipped.
+  auto in_prefix = [&](int64_t j, int64_t n) {
+    return std::max<int64_t>(0, std::min(n, at(j + 1)) - std::min(n, at(j)));
+  };
+  uint32_t mask = 0;
+  const int64_t b0 = lo / b, b1 = (hi - 1) / b;
+  for (int64_t j = 0; j < subs; ++j) {
+    int64_t n;
+    if (b0 == b1) {
+      n = in_prefix(j, hi - b0 * b) - in_prefix(j, lo - b0 * b);
+    } else {
+      n = (at(j + 1) - at(j)) - in_prefix(j, lo - b0 * b)  // the first block from lo
+          + (b1 - b0 - 1) * (at(j + 1) - at(j))            // the whole blocks
+          + in_prefix(j, hi - b1 * b);                     // the last block up to hi
+    }
+    if (n <= 0) continue;
+    out[j] += n * per;
+    mask |= uint32_t{1} << j;
+  }
+  return mask;
+}
+
 KeyBlocks key_blocks(std::span<const int64_t> shape, int64_t esize, int64_t granule) {
   KeyBlocks k;
   if (shape.empty()) return k;

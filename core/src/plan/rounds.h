@@ -269,6 +269,17 @@ uint32_t key_mask(const Box& region, KeyBlocks k, int64_t keys);
 // the blocks along D the box spans (the pieces a piece of it becomes).
 int64_t key_volumes(const Box& region, KeyBlocks k, int64_t keys, int64_t* out);
 
+// Sub-message keys (Message::sub; not emitted by the planner yet): along
+// the tensor's longest dimension D (sub_blocks), indices fall in blocks of
+// b, and within each block sub j of P takes the indices
+// [b T_j / T, b T_(j+1) / T) (integer division), T_j = j (j + 1) / 2, T =
+// P (P + 1) / 2: widths in the proportions 1, 2, ..., P, small first, the
+// same in every block (bench_forward_lag --subs P --key-block b
+// --band-dim -1 cuts plans so). Adds to out[j] the elements of the box with
+// sub j (j < P <= 32); returns the bit mask of the subs it holds.
+KeyBlocks sub_blocks(std::span<const int64_t> shape, int64_t block);
+uint32_t sub_volumes(const Box& region, KeyBlocks k, int64_t subs, int64_t* out);
+
 // Without a staging budget: a stream's k-th segment (see split_rounds) is
 // its round k; messages sorted by (stage, round, peer, own).
 void number_band_rounds(ProcessPart& part);

@@ -169,12 +169,31 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
     const double v = keyed->seconds[s][r] * key_scale[s];
     return v > 0 ? a + v : 0.0;
   };
+  const bool subs = keyed && keyed->subs;
+  // Subs: a stage's subs that hold bytes, and its first and last one's.
+  auto sub_count = [&](size_t s) {
+    double n = 0;
+    if (s < keyed->seconds.size())
+      for (double v : keyed->seconds[s]) n += v > 0 ? 1 : 0;
+    return n;
+  };
+  auto sub_edge = [&](size_t s, bool last_one) {
+    if (s >= keyed->seconds.size()) return 0.0;
+    const std::vector<double>& v = keyed->seconds[s];
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double x = v[last_one ? v.size() - 1 - i : i];
+      if (x > 0) return x * key_scale[s];
+    }
+    return 0.0;
+  };
   auto lead = [&](size_t s) {
+    if (subs) return std::min(whole[s], a + sub_edge(s, false) * sub_count(s));
     if (keyed) return std::min(whole[s], keyed_round(s, 0));
     const double n = std::min(rounds[s], 1.0 + kForwardLagRounds);
     return head[s] + rest[s] * (n - 1);
   };
   auto drain = [&](size_t s) {
+    if (subs) return std::min(whole[s], a + sub_edge(s, true));
     if (keyed)
       return std::min(whole[s], keyed_round(s, static_cast<size_t>(std::max(rounds[s], 1.0)) - 1));
     return rounds[s] <= 1.0 + kForwardLagRounds ? whole[s] : rest[s] * (1.0 + kForwardLagRounds);
@@ -189,7 +208,28 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   // The pipeline: the stage that ends last, after its fill and before the
   // drains of the later stages.
   double pipeline = 0;
-  if (keyed) {
+  if (subs) {
+    // Sub j of stage s is ready when sub j of the stage before ended (its
+    // last where that has fewer), or at its stall; it flows α later.
+    std::vector<double> prev, ready, work;
+    for (size_t s = 0; s < ns; ++s) {
+      if (whole[s] <= 0) continue;
+      const size_t k = s < keyed->seconds.size() ? keyed->seconds[s].size() : 0;
+      ready.assign(k, stall[s]);
+      work.assign(k, 0.0);
+      for (size_t j = 0; j < k; ++j) {
+        const double feed = j < prev.size() ? prev[j] : prev.empty() ? 0.0 : prev.back();
+        ready[j] = std::max(stall[s], feed);
+        work[j] = keyed->seconds[s][j] * key_scale[s];
+      }
+      std::vector<double> start = ready;
+      for (size_t j = 0; j < k; ++j)
+        if (work[j] > 0) start[j] += a;
+      std::vector<double> ends = sub_ends(start, work);
+      for (double e : ends) pipeline = std::max(pipeline, e);
+      prev.swap(ends);
+    }
+  } else if (keyed) {
     // The critical path of the rounds (C_s(r) above).
     std::vector<double> prev, cur;
     for (size_t s = 0; s < ns; ++s) {
@@ -247,6 +287,53 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
     }
   }
   return std::min(sum, std::max(busiest_link, pipeline));
+}
+
+std::vector<double> sub_ends(const std::vector<double>& start, const std::vector<double>& work) {
+  const size_t n = start.size();
+  std::vector<double> end(n, 0.0), left(work);
+  std::vector<bool> done(n, false);
+  for (size_t j = 0; j < n; ++j)
+    if (!(work[j] > 0)) {
+      end[j] = start[j];
+      done[j] = true;
+    }
+  double now = HUGE_VAL;
+  for (size_t j = 0; j < n; ++j)
+    if (!done[j]) now = std::min(now, start[j]);
+  // Event by event: the flows started by `now` share the link; the next
+  // event is the first end among them or the next start.
+  for (;;) {
+    size_t flowing = 0;
+    double next_start = HUGE_VAL, least = HUGE_VAL;
+    for (size_t j = 0; j < n; ++j) {
+      if (done[j]) continue;
+      if (start[j] <= now) {
+        ++flowing;
+        least = std::min(least, left[j]);
+      } else {
+        next_start = std::min(next_start, start[j]);
+      }
+    }
+    if (flowing == 0) {
+      if (next_start == HUGE_VAL) break;
+      now = next_start;
+      continue;
+    }
+    const double f = static_cast<double>(flowing);
+    const double dt = std::min(least * f, next_start - now);
+    const bool ends = least * f <= next_start - now;
+    for (size_t j = 0; j < n; ++j) {
+      if (done[j] || start[j] > now) continue;
+      left[j] -= dt / f;
+      if (ends && left[j] <= least * 1e-12) {
+        done[j] = true;
+        end[j] = now + dt;
+      }
+    }
+    now += dt;
+  }
+  return end;
 }
 
 KeyedRounds spread_rounds(size_t nstages, const std::vector<double>& q) {

@@ -123,9 +123,34 @@ enum class RoundSizes { kBands, kEven };
 //   C_s(r) = max(C_s(r − 1), C_{s−1}(r)) + R_s(r)
 // (C_s(−1) its stall), the plan at the latest C_s of a last round; the
 // link terms and the sum of the stages stay as above.
+//
+// Sub-messages (`subs` set; Message::sub): the keys of a stage are subs of
+// one round instead of rounds of their own: every stream sends its keys as
+// messages side by side, key j's sub of a forward waiting only for key j's
+// sub of the stage before. Each stage then has one round (pass
+// stage_rounds of 1), and on its busiest link its subs share the link
+// max-min fairly, as the fleet simulator shares it: sub j of stage s is
+// ready at the stall W_s (stage 0) or when sub j of stage s − 1 ended,
+// starts α later and moves R_s(j) seconds (keyed->seconds[s][j], scaled as
+// above, no α); a link shared by n flowing subs gives each 1/n of it
+// (sub_ends). So subs of widths growing with j (small first) end one after
+// another and their forwards overlap what is still flowing; subs of equal
+// widths end together and overlap nothing. The pipeline is the latest end
+// of a sub. A stage's lead (what the next stage waits for before any of
+// its subs) is α plus its first sub's seconds times its stage's subs (they
+// share the link until the first ends), its drain α plus its last sub's
+// seconds; the link terms and the sum of the stages stay as above, with
+// α once per stage.
 struct KeyedRounds {
   std::vector<std::vector<double>> seconds;  // per stage, per round: busiest link, no α
+  bool subs = false;
 };
+
+// The ends of flows on one link shared max-min fairly among those flowing
+// (processor sharing at rate 1): flow j starts at start[j] and needs
+// work[j] seconds of the link alone; a flow of no work ends at its start.
+// O(n^2) for n flows.
+std::vector<double> sub_ends(const std::vector<double>& start, const std::vector<double>& work);
 // The rounds' shares of each stage's bytes under spread cuts of bounds `q`
 // (rounds.h, RoundRule::spread, spread_bounds),
 // as KeyedRounds for stage_cost (which scales each stage's shares to its

@@ -25,7 +25,7 @@ pub const RESHARD_VERSION_NUMBER: u32 =
 /// `RESHARD_ABI_MAJOR`: pass to [`reshard_get_api`].
 pub const RESHARD_ABI_MAJOR: u32 = 1;
 /// `RESHARD_ABI_MINOR` of these declarations.
-pub const RESHARD_ABI_MINOR: u32 = 13;
+pub const RESHARD_ABI_MINOR: u32 = 14;
 /// `RESHARD_MAX_RANK`: the largest tensor rank.
 pub const RESHARD_MAX_RANK: usize = 8;
 
@@ -574,6 +574,9 @@ pub struct reshard_message_t {
     /// stage > 0 forward what an earlier stage wrote into a destination
     /// buffer (a relay).
     pub stage: u64,
+    /// Since 1.14: the sub-message (0, 1, ... among the messages of one
+    /// stage, round, source and destination; 0 where a message is not cut).
+    pub sub: u64,
 }
 
 impl Default for reshard_message_t {
@@ -588,6 +591,7 @@ impl Default for reshard_message_t {
             num_pieces: 0,
             bytes: 0,
             stage: 0,
+            sub: 0,
         }
     }
 }

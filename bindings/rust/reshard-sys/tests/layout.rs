@@ -62,7 +62,7 @@ fn struct_layouts_match_the_c_header() {
             num_recvs, num_recv_pieces, num_scratch }
         reshard_scratch_t { struct_size, tensor, device, bytes }
         reshard_message_t { struct_size, src_device, dst_device, round, first_piece,
-            num_pieces, bytes, stage }
+            num_pieces, bytes, stage, sub }
         reshard_piece_t { struct_size, tensor, src_entry, dst_entry, src_device, dst_device,
             bytes, stage }
         reshard_serialize_options_t { struct_size, all_parts, process, key, key_size }
@@ -135,7 +135,7 @@ fn function_table_matches_the_exported_functions() {
     assert!(!api.is_null());
     assert!(unsafe { reshard_get_api(RESHARD_ABI_MAJOR + 1) }.is_null());
     let api = unsafe { &*api };
-    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.12");
+    assert_eq!(api.abi_minor, RESHARD_ABI_MINOR, "these declarations follow ABI 1.14");
     assert_eq!(api.struct_size, size_of::<reshard_api_t>(), "table size");
     assert_eq!(api.abi_major, RESHARD_ABI_MAJOR);
     macro_rules! same {

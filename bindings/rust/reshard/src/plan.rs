@@ -242,6 +242,10 @@ pub struct Message {
     /// Stage (ABI 1.3): 0, or 1 for a relay, whose pieces forward what
     /// stage 0 wrote into a destination buffer.
     pub stage: u64,
+    /// Sub-message (ABI 1.14): 0, 1, ... among the messages of one stage,
+    /// round, source and destination, which flow side by side; 0 where a
+    /// message is not cut.
+    pub sub: u64,
 }
 
 /// One piece: a box of one tensor moving from a source entry to a
@@ -698,6 +702,7 @@ impl Plan {
             num_pieces: m.num_pieces,
             bytes: m.bytes,
             stage: m.stage,
+            sub: m.sub,
         })
     }
 

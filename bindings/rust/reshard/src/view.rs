@@ -374,8 +374,8 @@ fn cell<'a, T: flatbuffers::Follow<'a> + 'a>(v: Option<flatbuffers::Vector<'a, T
     v.filter(|v| i < v.len()).map(|v| v.get(i))
 }
 
-/// The messages of one `Messages` table, read from its columns; `stage` is
-/// 0 where the column is absent (plans without stages).
+/// The messages of one `Messages` table, read from its columns; `stage` and
+/// `sub` are 0 where their column is absent (plans without stages or subs).
 fn messages_of<'a>(m: Option<fb::Messages<'a>>) -> impl ExactSizeIterator<Item = Message> + 'a {
     (0..messages_len(m)).map(move |i| {
         let m = m.expect("a non-empty message list");
@@ -387,6 +387,7 @@ fn messages_of<'a>(m: Option<fb::Messages<'a>>) -> impl ExactSizeIterator<Item =
             num_pieces: cell(m.num_pieces(), i).unwrap_or(0),
             bytes: cell(m.bytes(), i).unwrap_or(0),
             stage: u64::from(cell(m.stage(), i).unwrap_or(0)),
+            sub: u64::from(cell(m.sub(), i).unwrap_or(0)),
         }
     })
 }
