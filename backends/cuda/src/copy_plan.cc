@@ -408,23 +408,23 @@ std::pair<uintptr_t, uintptr_t> span_of(const CopyDesc& d, bool src, const void*
 struct Planned {
   Work work;
   // What the op reads and writes: footprints, or for the whole-call check
-  // (spans_only) their byte spans alone.
-  bool spans_only = false;
+  // their byte spans alone, appended to *spans_only (the call's spans: a
+  // planned op adds them once it cannot be dropped any more).
+  std::vector<Span>* spans_only = nullptr;
   std::vector<Footprint> reads;
   std::vector<Footprint> writes;
-  std::vector<Span> spans;
   void add(bool write, const CopyDesc& d, bool src, const void* base, int64_t elem) {
-    if (spans_only) {
+    if (spans_only != nullptr) {
       const auto [lo, hi] = span_of(d, src, base, elem);
-      spans.push_back({lo, hi, write});
+      spans_only->push_back({lo, hi, write});
       return;
     }
     (write ? writes : reads).push_back(make_footprint(d, src, base, elem));
   }
   void add_dense(bool write, const void* base, int64_t bytes) {
-    if (spans_only) {
+    if (spans_only != nullptr) {
       const auto lo = reinterpret_cast<uintptr_t>(base);
-      spans.push_back({lo, lo + static_cast<uintptr_t>(bytes), write});
+      spans_only->push_back({lo, lo + static_cast<uintptr_t>(bytes), write});
       return;
     }
     (write ? writes : reads).push_back(dense_footprint(base, bytes));
@@ -521,7 +521,6 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
   };
   out.reads.clear();
   out.writes.clear();
-  out.spans.clear();
   out.grids.clear();
   switch (op.kind) {
     case CopyOp::Kind::kCopy:
@@ -1329,9 +1328,9 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     }
     planned = fuse_reductions(ops, op_of, std::move(planned));
   }
-  // Visits the planned ops in order (spans_only: without their
-  // footprints where they are planned here).
-  const auto each = [&](auto&& f, bool spans_only) {
+  // Visits the planned ops in order (spans_only: where they are planned
+  // here, their spans go there instead of their footprints).
+  const auto each = [&](auto&& f, std::vector<Span>* spans_only) {
     if (reductions) {
       for (const Planned& p : planned) f(p);
       return;
@@ -1362,12 +1361,11 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     copies.tile_start.reserve(ops.size() + 1);
     each(
         [&](const Planned& p) {
-          spans.insert(spans.end(), p.spans.begin(), p.spans.end());
           for (const Footprint& f : p.reads) spans.push_back({f.lo, f.hi, false});
           for (const Footprint& f : p.writes) spans.push_back({f.lo, f.hi, true});
           append_planned(classes[klass(p)], p);
         },
-        true);
+        &spans);
     if (writes_isolated(spans)) {
       for (Launch& l : classes) {
         if (!l.works.empty()) launches.push_back(std::move(l));
@@ -1398,7 +1396,7 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
         phase.add(p.reads, p.writes);
         append_planned(classes[klass(p)], p);
       },
-      false);
+      nullptr);
   flush();
   return finish_launches(std::move(launches));
 }

@@ -63,7 +63,16 @@ class Builder {
   // Layout::box of entry `entry` of a tensor's source (`src`) or
   // destination, derived once per build (Layout::box computes the bounds
   // on every call, and a piece names its boxes several times).
-  const Box& box_of(uint32_t tensor, bool src, uint32_t entry);
+  const Box& box_of(uint32_t tensor, bool src, uint32_t entry) {
+    // Derived before (a table is sized to its layout's entries, so the
+    // index was checked then): a piece names its boxes several times.
+    const std::vector<std::vector<Box>>& all = boxes_[src ? 1 : 0];
+    if (tensor < all.size() && entry < all[tensor].size() && all[tensor][entry].rank >= 0) {
+      return all[tensor][entry];
+    }
+    return derive_box(tensor, src, entry);
+  }
+  const Box& derive_box(uint32_t tensor, bool src, uint32_t entry);
   // What a piece of a message of `stage` reads (its layout's box).
   const Box& from_box(const Piece& p, uint32_t stage) {
     return box_of(p.tensor, reads_source(p, stage), p.src_entry);
@@ -199,7 +208,7 @@ size_t Builder::slot_of(int64_t device) {
   return it->second;
 }
 
-const Box& Builder::box_of(uint32_t tensor, bool src, uint32_t entry) {
+const Box& Builder::derive_box(uint32_t tensor, bool src, uint32_t entry) {
   const Layout* layout = nullptr;
   if (tensor < tensors_.size()) layout = src ? &tensors_[tensor].src : &tensors_[tensor].dst;
   if (layout == nullptr || entry >= layout->num_entries()) {
