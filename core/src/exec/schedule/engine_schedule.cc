@@ -81,6 +81,19 @@ class Builder {
   // from box_of.
   Box region_of(const Piece& p) { return region_in(*part_, p); }
   Box region_in(const ProcessPart& part, const Piece& p);
+  // The same, valid until the next call of it or overlap: the part's
+  // region, or the overlap in one Box reused (intersect clears all kMaxRank
+  // dimensions of a new Box, 136 bytes a call; the copies' descriptors
+  // need the overlap's rank only).
+  const Box& region_ref(const ProcessPart& part, const Piece& p);
+  const Box& overlap(const Box& a, const Box& b) {
+    overlap_.rank = a.rank;
+    for (int d = 0; d < a.rank; ++d) {
+      overlap_.lo[d] = std::max(a.lo[d], b.lo[d]);
+      overlap_.hi[d] = std::max(overlap_.lo[d], std::min(a.hi[d], b.hi[d]));
+    }
+    return overlap_;
+  }
   // A direct copy's descriptor (DirectCopy::desc).
   CopyDesc direct_desc(const DirectCopy& c);
   int64_t piece_bytes(const Piece& p) {
@@ -170,6 +183,9 @@ class Builder {
   // this process that read a scratch or a destination entry (stage > 0),
   // reduced once that round is (a round without messages is added).
   std::vector<int64_t> extra_keys_;
+  // overlap and region_ref: the overlap of two boxes (dimensions past its
+  // rank unset).
+  Box overlap_;
   // sort_direct: the new order (positions into s_.direct) and each
   // position's DirectCopy::interleave, which interleave_round rearranges.
   std::vector<uint32_t> order_;
@@ -236,6 +252,17 @@ Box Builder::region_in(const ProcessPart& part, const Piece& p) {
   return intersect(box_of(p.tensor, true, p.src_entry), box_of(p.tensor, false, p.dst_entry));
 }
 
+const Box& Builder::region_ref(const ProcessPart& part, const Piece& p) {
+  if (p.region != kOverlapRegion) {
+    if (p.region >= part.regions.size()) {
+      overlap_ = plan_.region(part, p);  // throws
+      return overlap_;
+    }
+    return part.regions[p.region];
+  }
+  return overlap(box_of(p.tensor, true, p.src_entry), box_of(p.tensor, false, p.dst_entry));
+}
+
 CopyDesc Builder::direct_desc(const DirectCopy& c) {
   const Piece& p = *c.piece;
   // A copy-staging scratch in place of an entry (its pieces name regions).
@@ -244,8 +271,8 @@ CopyDesc Builder::direct_desc(const DirectCopy& c) {
   const Box& dst = c.dst_scratch != kNoScratch ? s_.scratch[c.dst_scratch].box
                                                : box_of(p.tensor, false, p.dst_entry);
   // A piece naming no region (stage 0) moves the overlap of the two.
-  if (p.region == kOverlapRegion) return make_copy_desc(intersect(src, dst), src, dst);
-  return make_copy_desc(region_in(*c.part, p), src, dst);
+  if (p.region == kOverlapRegion) return make_copy_desc(overlap(src, dst), src, dst);
+  return make_copy_desc(region_ref(*c.part, p), src, dst);
 }
 
 std::span<const Piece> Builder::message_pieces(const Message& m, const std::vector<Piece>& pieces,
@@ -469,7 +496,7 @@ void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_
     return;
   }
   // The descriptor is derived once the copies are in order (sort_direct).
-  const int64_t bytes = region_of(p).volume() * elem(p.tensor);
+  const int64_t bytes = region_ref(*part_, p).volume() * elem(p.tensor);
   DirectCopy d{part_, &p, round, stage, bytes};
   // A copy-staging scratch read (stage > 0) or written (stage 0).
   d.src_scratch = src_scratch;
