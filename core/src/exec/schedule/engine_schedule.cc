@@ -64,8 +64,7 @@ class Builder {
   // destination, derived once per build (Layout::box computes the bounds
   // on every call, and a piece names its boxes several times).
   const Box& box_of(uint32_t tensor, bool src, uint32_t entry) {
-    // Derived before (a table is sized to its layout's entries, so the
-    // index was checked then): a piece names its boxes several times.
+    // Derived before (its table sized to the layout: the index checked).
     const std::vector<std::vector<Box>>& all = boxes_[src ? 1 : 0];
     if (tensor < all.size() && entry < all[tensor].size() && all[tensor][entry].rank >= 0) {
       return all[tensor][entry];
@@ -81,10 +80,8 @@ class Builder {
   // from box_of.
   Box region_of(const Piece& p) { return region_in(*part_, p); }
   Box region_in(const ProcessPart& part, const Piece& p);
-  // The same, valid until the next call of it or overlap: the part's
-  // region, or the overlap in one Box reused (intersect clears all kMaxRank
-  // dimensions of a new Box, 136 bytes a call; the copies' descriptors
-  // need the overlap's rank only).
+  // The same until the next call of it or overlap: no Box cleared whole
+  // (intersect's) but the overlap's rank written, in overlap_.
   const Box& region_ref(const ProcessPart& part, const Piece& p);
   const Box& overlap(const Box& a, const Box& b) {
     overlap_.rank = a.rank;
@@ -183,9 +180,7 @@ class Builder {
   // this process that read a scratch or a destination entry (stage > 0),
   // reduced once that round is (a round without messages is added).
   std::vector<int64_t> extra_keys_;
-  // overlap and region_ref: the overlap of two boxes (dimensions past its
-  // rank unset).
-  Box overlap_;
+  Box overlap_;  // overlap, region_ref: dimensions past its rank unset
   // sort_direct: the new order (positions into s_.direct) and each
   // position's DirectCopy::interleave, which interleave_round rearranges.
   std::vector<uint32_t> order_;
