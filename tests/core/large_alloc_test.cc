@@ -96,6 +96,30 @@ TEST(LargeAlloc, LargeBlocksAreAlignedAndAdvisedHuge) {
   EXPECT_EQ(small[99], 5u);
   EXPECT_EQ(vm_flags_of(small.data()).find(" hg"), std::string::npos);
 }
+
+// Invariant: a large block's last huge page is advised huge only when the
+// block fills at least half of it (a few small pages clear faster than a
+// whole huge one); the others always are.
+TEST(LargeAlloc, ALastHugePageFilledLessThanHalfStaysSmall) {
+  using large_alloc_detail::huge_bytes;
+  using large_alloc_detail::kHuge;
+  EXPECT_EQ(huge_bytes(25600 * sizeof(CopyOp)), 3 * kHuge);  // 6.96 MB: 3 huge pages
+  EXPECT_EQ(huge_bytes(3 * kHuge + kHuge / 2 - 1), 3 * kHuge);
+  EXPECT_EQ(huge_bytes(3 * kHuge + kHuge / 2), 4 * kHuge);
+  EXPECT_EQ(huge_bytes(3 * kHuge), 3 * kHuge);
+  EXPECT_EQ(huge_bytes(kHuge / 2), kHuge);  // kLargeBytes: one huge page
+  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled")) {
+    GTEST_SKIP() << "no transparent huge pages in this kernel";
+  }
+  std::vector<uint64_t, LargeAllocator<uint64_t>> v;
+  v.reserve((kHuge + kHuge / 4) / sizeof(uint64_t));  // 2.5 MiB: one huge page, then small
+  v.push_back(1);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(v.data()) % kHuge, 0u);
+  EXPECT_NE(vm_flags_of(v.data()).find(" hg"), std::string::npos);
+  const std::string tail = vm_flags_of(v.data() + kHuge / sizeof(uint64_t));
+  ASSERT_FALSE(tail.empty());
+  EXPECT_EQ(tail.find(" hg"), std::string::npos) << tail;
+}
 #endif
 
 }  // namespace

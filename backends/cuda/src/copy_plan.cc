@@ -4,11 +4,13 @@
 #include <array>
 #include <climits>
 #include <compare>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "reshard/box_copy.h"
@@ -327,10 +329,16 @@ class Phase {
 
 // --------------------------------------------------------------- works
 
-Work base_work(WorkKind kind, const CopyDesc& d, const void* src, void* dst, int32_t src_size,
-               int32_t dst_size) {
-  Work w{};
-  w.desc = d;
+// Sets `w` (every field: the descriptor copied, the rest cleared first) in
+// place, rather than a Work returned and copied, cleared whole before
+// (two 264-byte block operations per op).
+void base_work(Work& w, WorkKind kind, const CopyDesc& d, const void* src, void* dst,
+               int32_t src_size, int32_t dst_size) {
+  static_assert(std::is_trivially_copyable_v<Work> && std::is_standard_layout_v<Work>);
+  static_assert(offsetof(Work, desc) == 0 && offsetof(Work, src) >= sizeof(CopyDesc));
+  std::memcpy(&w.desc, &d, sizeof(CopyDesc));
+  std::memset(reinterpret_cast<unsigned char*>(&w) + sizeof(CopyDesc), 0,
+              sizeof(Work) - sizeof(CopyDesc));
   w.kind = static_cast<int32_t>(kind);
   w.src = static_cast<const unsigned char*>(src);
   w.dst = static_cast<unsigned char*>(dst);
@@ -344,7 +352,6 @@ Work base_work(WorkKind kind, const CopyDesc& d, const void* src, void* dst, int
   if (reinterpret_cast<uintptr_t>(dst) % static_cast<uintptr_t>(dst_size) == 0) {
     w.flags |= kDstAligned;
   }
-  return w;
 }
 
 // Units and thread groups of a byte copy: runs longer than a chunk are cut
@@ -408,23 +415,23 @@ std::pair<uintptr_t, uintptr_t> span_of(const CopyDesc& d, bool src, const void*
 struct Planned {
   Work work;
   // What the op reads and writes: footprints, or for the whole-call check
-  // (spans_only) their byte spans alone.
-  bool spans_only = false;
+  // their byte spans alone, appended to *spans_only (the call's spans: a
+  // planned op adds them once it cannot be dropped any more).
+  std::vector<Span>* spans_only = nullptr;
   std::vector<Footprint> reads;
   std::vector<Footprint> writes;
-  std::vector<Span> spans;
   void add(bool write, const CopyDesc& d, bool src, const void* base, int64_t elem) {
-    if (spans_only) {
+    if (spans_only != nullptr) {
       const auto [lo, hi] = span_of(d, src, base, elem);
-      spans.push_back({lo, hi, write});
+      spans_only->push_back({lo, hi, write});
       return;
     }
     (write ? writes : reads).push_back(make_footprint(d, src, base, elem));
   }
   void add_dense(bool write, const void* base, int64_t bytes) {
-    if (spans_only) {
+    if (spans_only != nullptr) {
       const auto lo = reinterpret_cast<uintptr_t>(base);
-      spans.push_back({lo, lo + static_cast<uintptr_t>(bytes), write});
+      spans_only->push_back({lo, lo + static_cast<uintptr_t>(bytes), write});
       return;
     }
     (write ? writes : reads).push_back(dense_footprint(base, bytes));
@@ -521,7 +528,6 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
   };
   out.reads.clear();
   out.writes.clear();
-  out.spans.clear();
   out.grids.clear();
   switch (op.kind) {
     case CopyOp::Kind::kCopy:
@@ -535,8 +541,8 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
       last_offset(d, true, i);
       last_offset(d, false, i);
       const int64_t ds = reduce ? as : es;
-      out.work = base_work(reduce ? WorkKind::kReduce : WorkKind::kCopy, d, op.src, op.dst,
-                           static_cast<int32_t>(es), static_cast<int32_t>(ds));
+      base_work(out.work, reduce ? WorkKind::kReduce : WorkKind::kCopy, d, op.src, op.dst,
+                static_cast<int32_t>(es), static_cast<int32_t>(ds));
       out.work.dtype = static_cast<int32_t>(op.dtype);
       out.work.op = static_cast<int32_t>(op.op);
       out.add(false, d, true, op.src, es);
@@ -562,8 +568,8 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
       last_offset(d, true, i);
       last_offset(d, false, i);
       const int64_t ts = dtype_size(op.to_dtype);
-      out.work = base_work(WorkKind::kCast, d, op.src, op.dst, static_cast<int32_t>(es),
-                           static_cast<int32_t>(ts));
+      base_work(out.work, WorkKind::kCast, d, op.src, op.dst, static_cast<int32_t>(es),
+                static_cast<int32_t>(ts));
       out.work.dtype = static_cast<int32_t>(op.dtype);
       out.work.to_dtype = static_cast<int32_t>(op.to_dtype);
       out.add(false, d, true, op.src, es);
@@ -590,8 +596,8 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
         d.extent[1] = 1;
         d.src_stride[0] = d.src_stride[1] = 1;
         d.dst_stride[0] = d.dst_stride[1] = 1;
-        out.work = base_work(WorkKind::kBlockScales, d, op.src, op.dst, static_cast<int32_t>(es),
-                             static_cast<int32_t>(ss));
+        base_work(out.work, WorkKind::kBlockScales, d, op.src, op.dst, static_cast<int32_t>(es),
+                  static_cast<int32_t>(ss));
         out.add_dense(false, op.src, op.shard->box.volume() * es);
         out.add_dense(true, op.dst, blocks * ss);
       } else {
@@ -607,7 +613,7 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
                                                 std::to_string(op.shard->box.volume()) +
                                                 " elements)");
         }
-        out.work = base_work(WorkKind::kQuantise, d, op.src, op.dst, static_cast<int32_t>(es), 1);
+        base_work(out.work, WorkKind::kQuantise, d, op.src, op.dst, static_cast<int32_t>(es), 1);
         out.add(false, d, true, op.src, es);
         out.add_dense(false, op.shard->scales, blocks * ss);
         out.add(true, d, false, op.dst, 1);
@@ -633,8 +639,8 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
       } else {
         fill_identity_elements(op.dtype, op.op, value, 1);
       }
-      out.work = base_work(WorkKind::kFill, linear_desc(op.count), nullptr, op.dst,
-                           static_cast<int32_t>(size), static_cast<int32_t>(size));
+      base_work(out.work, WorkKind::kFill, linear_desc(op.count), nullptr, op.dst,
+                static_cast<int32_t>(size), static_cast<int32_t>(size));
       std::memcpy(&out.work.pattern, value, 8);
       out.add_dense(true, op.dst, op.count * size);
       shape_elements(out.work);
@@ -656,12 +662,12 @@ bool plan_op(const CopyOp& op, size_t i, Planned& out) {
       }
       if (acc_is_elem(op.dtype) && op.divisor == 1) {
         // store is the identity on these types: a plain copy.
-        out.work = base_work(WorkKind::kCopy, d, op.src, op.dst, static_cast<int32_t>(es),
-                             static_cast<int32_t>(es));
+        base_work(out.work, WorkKind::kCopy, d, op.src, op.dst, static_cast<int32_t>(es),
+                  static_cast<int32_t>(es));
         shape_copy(out.work);
       } else {
-        out.work = base_work(WorkKind::kStore, d, op.src, op.dst, static_cast<int32_t>(as),
-                             static_cast<int32_t>(es));
+        base_work(out.work, WorkKind::kStore, d, op.src, op.dst, static_cast<int32_t>(as),
+                  static_cast<int32_t>(es));
         out.work.dtype = static_cast<int32_t>(op.dtype);
         out.work.divisor = op.divisor;
         shape_elements(out.work);
@@ -1088,8 +1094,8 @@ std::vector<Planned> fuse_reductions(std::span<const CopyOp> ops, const std::vec
       const bool out_store = e == j && store != SIZE_MAX;
       Planned f;
       void* out = out_store ? ops[op_of[store]].dst : first.dst;
-      f.work = base_work(WorkKind::kReduceN, desc_of(c), ops[op_of[c]].src, out,
-                         static_cast<int32_t>(es), static_cast<int32_t>(out_store ? es : as));
+      base_work(f.work, WorkKind::kReduceN, desc_of(c), ops[op_of[c]].src, out,
+                static_cast<int32_t>(es), static_cast<int32_t>(out_store ? es : as));
       f.work.dtype = static_cast<int32_t>(dtype);
       f.work.op = static_cast<int32_t>(first.op);
       f.work.divisor = out_store ? ops[op_of[store]].divisor : 1;
@@ -1329,9 +1335,9 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     }
     planned = fuse_reductions(ops, op_of, std::move(planned));
   }
-  // Visits the planned ops in order (spans_only: without their
-  // footprints where they are planned here).
-  const auto each = [&](auto&& f, bool spans_only) {
+  // Visits the planned ops in order (spans_only: where they are planned
+  // here, their spans go there instead of their footprints).
+  const auto each = [&](auto&& f, std::vector<Span>* spans_only) {
     if (reductions) {
       for (const Planned& p : planned) f(p);
       return;
@@ -1362,12 +1368,11 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
     copies.tile_start.reserve(ops.size() + 1);
     each(
         [&](const Planned& p) {
-          spans.insert(spans.end(), p.spans.begin(), p.spans.end());
           for (const Footprint& f : p.reads) spans.push_back({f.lo, f.hi, false});
           for (const Footprint& f : p.writes) spans.push_back({f.lo, f.hi, true});
           append_planned(classes[klass(p)], p);
         },
-        true);
+        &spans);
     if (writes_isolated(spans)) {
       for (Launch& l : classes) {
         if (!l.works.empty()) launches.push_back(std::move(l));
@@ -1398,7 +1403,7 @@ std::vector<Launch> plan_launches(std::span<const CopyOp> ops) {
         phase.add(p.reads, p.writes);
         append_planned(classes[klass(p)], p);
       },
-      false);
+      nullptr);
   flush();
   return finish_launches(std::move(launches));
 }

@@ -49,6 +49,12 @@ inline constexpr size_t kLargeBytes = size_t{1} << 20;
 
 // The bytes mapped for a large block of `bytes`: whole huge pages.
 constexpr size_t mapped_bytes(size_t bytes) { return (bytes + kHuge - 1) / kHuge * kHuge; }
+// The bytes of them advised huge: all but a last one the block fills less
+// than half, whose few small pages are cleared faster than a whole huge
+// page (a 7 MB block: 1 MB less to clear).
+constexpr size_t huge_bytes(size_t bytes) {
+  return bytes % kHuge >= kHuge / 2 ? mapped_bytes(bytes) : bytes / kHuge * kHuge;
+}
 
 inline void* allocate(size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
@@ -63,7 +69,7 @@ inline void* allocate(size_t bytes) {
     if (start > lo) munmap(raw, start - lo);
     if (lo + kHuge > start) munmap(reinterpret_cast<void*>(start + len), lo + kHuge - start);
     void* p = reinterpret_cast<void*>(start);
-    (void)madvise(p, len, MADV_HUGEPAGE);
+    (void)madvise(p, huge_bytes(bytes), MADV_HUGEPAGE);
     populate_pages(p, bytes);  // the block's own pages (what the caller fills)
     return p;
   }

@@ -63,7 +63,15 @@ class Builder {
   // Layout::box of entry `entry` of a tensor's source (`src`) or
   // destination, derived once per build (Layout::box computes the bounds
   // on every call, and a piece names its boxes several times).
-  const Box& box_of(uint32_t tensor, bool src, uint32_t entry);
+  const Box& box_of(uint32_t tensor, bool src, uint32_t entry) {
+    // Derived before (its table sized to the layout: the index checked).
+    const std::vector<std::vector<Box>>& all = boxes_[src ? 1 : 0];
+    if (tensor < all.size() && entry < all[tensor].size() && all[tensor][entry].rank >= 0) {
+      return all[tensor][entry];
+    }
+    return derive_box(tensor, src, entry);
+  }
+  const Box& derive_box(uint32_t tensor, bool src, uint32_t entry);
   // What a piece of a message of `stage` reads (its layout's box).
   const Box& from_box(const Piece& p, uint32_t stage) {
     return box_of(p.tensor, reads_source(p, stage), p.src_entry);
@@ -72,6 +80,17 @@ class Builder {
   // from box_of.
   Box region_of(const Piece& p) { return region_in(*part_, p); }
   Box region_in(const ProcessPart& part, const Piece& p);
+  // The same until the next call of it or overlap: no Box cleared whole
+  // (intersect's) but the overlap's rank written, in overlap_.
+  const Box& region_ref(const ProcessPart& part, const Piece& p);
+  const Box& overlap(const Box& a, const Box& b) {
+    overlap_.rank = a.rank;
+    for (int d = 0; d < a.rank; ++d) {
+      overlap_.lo[d] = std::max(a.lo[d], b.lo[d]);
+      overlap_.hi[d] = std::max(overlap_.lo[d], std::min(a.hi[d], b.hi[d]));
+    }
+    return overlap_;
+  }
   // A direct copy's descriptor (DirectCopy::desc).
   CopyDesc direct_desc(const DirectCopy& c);
   int64_t piece_bytes(const Piece& p) {
@@ -161,6 +180,7 @@ class Builder {
   // this process that read a scratch or a destination entry (stage > 0),
   // reduced once that round is (a round without messages is added).
   std::vector<int64_t> extra_keys_;
+  Box overlap_;  // overlap, region_ref: dimensions past its rank unset
   // sort_direct: the new order (positions into s_.direct) and each
   // position's DirectCopy::interleave, which interleave_round rearranges.
   std::vector<uint32_t> order_;
@@ -199,7 +219,7 @@ size_t Builder::slot_of(int64_t device) {
   return it->second;
 }
 
-const Box& Builder::box_of(uint32_t tensor, bool src, uint32_t entry) {
+const Box& Builder::derive_box(uint32_t tensor, bool src, uint32_t entry) {
   const Layout* layout = nullptr;
   if (tensor < tensors_.size()) layout = src ? &tensors_[tensor].src : &tensors_[tensor].dst;
   if (layout == nullptr || entry >= layout->num_entries()) {
@@ -227,6 +247,17 @@ Box Builder::region_in(const ProcessPart& part, const Piece& p) {
   return intersect(box_of(p.tensor, true, p.src_entry), box_of(p.tensor, false, p.dst_entry));
 }
 
+const Box& Builder::region_ref(const ProcessPart& part, const Piece& p) {
+  if (p.region != kOverlapRegion) {
+    if (p.region >= part.regions.size()) {
+      overlap_ = plan_.region(part, p);  // throws
+      return overlap_;
+    }
+    return part.regions[p.region];
+  }
+  return overlap(box_of(p.tensor, true, p.src_entry), box_of(p.tensor, false, p.dst_entry));
+}
+
 CopyDesc Builder::direct_desc(const DirectCopy& c) {
   const Piece& p = *c.piece;
   // A copy-staging scratch in place of an entry (its pieces name regions).
@@ -235,8 +266,8 @@ CopyDesc Builder::direct_desc(const DirectCopy& c) {
   const Box& dst = c.dst_scratch != kNoScratch ? s_.scratch[c.dst_scratch].box
                                                : box_of(p.tensor, false, p.dst_entry);
   // A piece naming no region (stage 0) moves the overlap of the two.
-  if (p.region == kOverlapRegion) return make_copy_desc(intersect(src, dst), src, dst);
-  return make_copy_desc(region_in(*c.part, p), src, dst);
+  if (p.region == kOverlapRegion) return make_copy_desc(overlap(src, dst), src, dst);
+  return make_copy_desc(region_ref(*c.part, p), src, dst);
 }
 
 std::span<const Piece> Builder::message_pieces(const Message& m, const std::vector<Piece>& pieces,
@@ -460,7 +491,7 @@ void Builder::add_direct(const Piece& p, int64_t round, int64_t arrival, uint32_
     return;
   }
   // The descriptor is derived once the copies are in order (sort_direct).
-  const int64_t bytes = region_of(p).volume() * elem(p.tensor);
+  const int64_t bytes = region_ref(*part_, p).volume() * elem(p.tensor);
   DirectCopy d{part_, &p, round, stage, bytes};
   // A copy-staging scratch read (stage > 0) or written (stage 0).
   d.src_scratch = src_scratch;
