@@ -253,6 +253,8 @@ int main(int argc, char** argv) {
   bool per_round = false, simulate_only = false, estimate_only = false;
   int64_t stagger = 0, subs = 0, nic_relay = 0;
   bool verify = true;
+  std::string dump_path;
+  bool flat = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--spec")) {
       spec_path = argv[i + 1];
@@ -278,6 +280,10 @@ int main(int argc, char** argv) {
       g_band_dim = std::atoi(argv[i + 1]);
     } else if (!std::strcmp(argv[i], "--key-block")) {
       g_key_block = std::atoll(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--flat")) {
+      flat = std::atoi(argv[i + 1]) != 0;
+    } else if (!std::strcmp(argv[i], "--dump")) {
+      dump_path = argv[i + 1];
     } else if (!std::strcmp(argv[i], "--verify")) {
       verify = std::atoi(argv[i + 1]) != 0;
     } else if (!std::strcmp(argv[i], "--budget")) {
@@ -292,7 +298,7 @@ int main(int argc, char** argv) {
         stderr,
         "usage: %s --spec FILE --topology FILE [--budget BYTES] [--keyed GRANULE] [--spread EVEN] "
         "[--rounds 1] [--simulate 1] [--estimate 1] [--stagger P] [--subs P [--band-dim D] "
-        "[--verify 0]] [--nic-relay BANDS]\n",
+        "[--verify 0]] [--nic-relay BANDS] [--dump FILE] [--flat 1]\n",
         argv[0]);
     return 2;
   }
@@ -346,6 +352,19 @@ int main(int argc, char** argv) {
       return 0;
     }
     const std::vector<SimMessage> m = plan_messages_by_part(spec.input, 1);
+    if (!dump_path.empty()) {
+      // One line per message: src dst stage round bytes, then its `after`.
+      FILE* f = std::fopen(dump_path.c_str(), "w");
+      if (f == nullptr) throw Error(ErrorCode::kInvalidArgument, "--dump: cannot write " + dump_path);
+      for (const SimMessage& s : m) {
+        std::fprintf(f, "%lld %lld %u %u %lld", static_cast<long long>(s.src_device),
+                     static_cast<long long>(s.dst_device), s.stage, s.round,
+                     static_cast<long long>(s.bytes));
+        for (uint32_t a : s.after) std::fprintf(f, " %u", a);
+        std::fprintf(f, "\n");
+      }
+      std::fclose(f);
+    }
     // (stage, lag) -> messages
     std::map<std::pair<uint32_t, int64_t>, int64_t> lags;
     for (const SimMessage& s : m) {
@@ -380,6 +399,17 @@ int main(int argc, char** argv) {
     }
     const double planned = simulate(spec.input.topology, c, m).seconds;
     std::printf("simulated as planned       %.6g s\n", planned);
+    if (flat) {
+      // Every message in round 0 of its stage: what the rounds' barriers cost.
+      std::vector<SimMessage> f = m;
+      for (SimMessage& s : f) s.round = 0;
+      const double t = simulate(spec.input.topology, c, f).seconds;
+      std::printf("every message in round 0  %.6g s  (%.3f of planned)\n", t, t / planned);
+      f = m;
+      for (SimMessage& s : f) s.after.clear();
+      const double t2 = simulate(spec.input.topology, c, f).seconds;
+      std::printf("no dependencies           %.6g s  (%.3f of planned)\n", t2, t2 / planned);
+    }
     for (int64_t lag : {1, 0}) {
       const double t = simulate(spec.input.topology, c, within_lag(m, lag)).seconds;
       std::printf("dependencies at most %lld late %.6g s  (%.3f of planned)\n",

@@ -158,8 +158,9 @@ namespace {
 // device whose NIC group takes in more than its share of the host's
 // crossing bytes is cut, parts entering other devices of the host into a
 // copy-staging scratch and forwarded inside the host, where the whole
-// plan's estimate drops.
-constexpr uint64_t kPlannerVersion = 34;
+// plan's estimate drops; 35: a transit donor's excess spread over every
+// transit of its host in proportion to its room (transit.cc's fill).
+constexpr uint64_t kPlannerVersion = 35;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

@@ -71,19 +71,26 @@ void fill(const Context& ctx, const std::vector<double>& in, const std::vector<i
       else if (load[g] < share && entry[d] >= 0)
         take.emplace_back(d, (share - load[g]) / takers[g]);
     }
-    size_t k = 0;
+    // Each donor's excess goes to every taker in proportion to its room:
+    // a transit then carries a like share of every donor's pieces, so the
+    // links' messages are alike in size and end together under max-min
+    // sharing (pairing donors and takers in turn left a transit a few
+    // large shares and the links it shares ending apart).
+    // Donors give at most the takers' room (a group below its share with
+    // no destination entry takes nothing).
+    double room = 0, excess_sum = 0;
+    for (const auto& tk : take) room += tk.second;
+    for (const auto& gl : give_list) excess_sum += gl.second;
+    if (room <= 0) continue;
+    const double scale = std::min(1.0, room / excess_sum);
     for (auto& [d, excess] : give_list) {
       std::vector<TransitShare> shares;
-      double at = top ? 1.0 - excess / in[d] : 0.0;
-      while (excess > 0 && k < take.size()) {
-        const double a = std::min(excess, take[k].second);
-        TransitShare s{static_cast<uint32_t>(entry[take[k].first]), at, at + a / in[d]};
+      const double given = excess * scale;
+      double at = top ? 1.0 - given / in[d] : 0.0;
+      for (const auto& [taker, r] : take) {
+        TransitShare s{static_cast<uint32_t>(entry[taker]), at, at + given * r / room / in[d]};
         at = s.hi;
         shares.push_back(s);
-        excess -= a;
-        take[k].second -= a;
-        if (take[k].second <= total * 1e-12) ++k;
-        if (excess <= total * 1e-12) break;
       }
       if (shares.empty()) continue;
       if (top) shares.back().hi = 1.0;

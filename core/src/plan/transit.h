@@ -21,9 +21,9 @@ inline constexpr double kTransitGain = 1.05;
 // t. Groups above their share donate the excess, spread over their devices
 // by what each takes in; groups below take it, spread evenly over their
 // devices with a destination entry of t (the lowest such entry is the
-// transit entry). Donors and takers are paired in device order (each
-// donor's excess filling takers in turn), each pair a share of the
-// donor's every crossing piece.
+// transit entry). Each donor's excess (at most the takers' room) goes to
+// every taker in proportion to its room: per taker a share of each of
+// the donor's crossing pieces.
 // Whether t may have a transit table: one summand, relays on, each
 // destination cell of one entry (not fragmented).
 bool transit_may_apply(const Context& ctx, const TensorCtx& t);
