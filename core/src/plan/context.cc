@@ -471,6 +471,40 @@ void Context::decide_transit(int64_t max_bytes) {
       set(trial, false);
     }
   }
+  // The device rule was decided without transit relays
+  // (decide_device_cross). A group into cells of several entries that
+  // crosses by the rule tries it off with a table of its own (transit
+  // changes what its crossing gains), kept only where the estimate drops.
+  auto several = [&](const TensorCtx& t) {
+    const Geometry& dg = *t.dg;
+    for (int64_t c = 0; c < dg.num_cells(); ++c)
+      if (dg.cell_offsets[static_cast<size_t>(c) + 1] - dg.cell_offsets[static_cast<size_t>(c)] > 1)
+        return true;
+    return false;
+  };
+  for (const auto& trial : trials) {
+    if (trial.size() != 1 || cross_open_) continue;
+    const std::vector<size_t>* const g = trial.front().first;
+    const TensorCtx& t = tensors[g->front()];
+    if (!t.device_cross || !several(t)) continue;
+    const TransitTable* const was = t.transit;
+    auto cross = [&](bool on) {
+      for (size_t i : *g) tensors[i].device_cross = on;
+    };
+    cross(false);
+    std::unique_ptr<TransitTable> own = build_transit(*this, tensors[g->front()], en);
+    if (own) {
+      for (size_t i : *g) tensors[i].transit = own.get();
+      const double cost = estimate();
+      if (cost < least && !(budget > 0 && st.max_scratch_bytes > scratch_reserve)) {
+        least = cost;
+        transit_tables.push_back(std::move(own));
+        continue;
+      }
+    }
+    cross(true);
+    for (size_t i : *g) tensors[i].transit = was;
+  }
 }
 
 namespace {
