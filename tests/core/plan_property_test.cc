@@ -641,6 +641,27 @@ TEST(PlanTransit, ExpertReplicasTakeTransitIntoCellsOfSeveralEntries) {
   std::printf("EP32 -> 4 x EP8 with transit: %.3f of its bound\n", ratio);
 }
 
+// The device rule is decided before transit relays (decide_device_cross):
+// a group into cells of several entries that crosses by it tries it off
+// with a transit table of its own (Context::decide_transit). The uneven
+// fleet of PlanRelays.UnevenFleetsKeepTheBusiestNicNearItsBound's case 8912
+// (9 holders on 5 hosts into 2 replicas of 3 devices, alpha 0): by the
+// rule transit is refused (2.534 us); without it, taken (2.459 us). The
+// plan is never above the one without the rule.
+TEST(PlanTransit, DeviceRuleIsTriedOffWithTransitIntoCellsOfSeveralEntries) {
+  std::mt19937_64 rng(20261126);
+  for (int c = 0; c < 8912; ++c) testing::uneven_fleet(rng);
+  testing::Fleet fleet = testing::uneven_fleet(rng);
+  SCOPED_TRACE(testing::describe(fleet));
+  const PlanStats st = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
+  planning::choice_override().device_cross = 0;
+  const PlanStats host_only = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
+  planning::choice_override().device_cross = -1;
+  EXPECT_GT(host_only.max_scratch_bytes, 0) << "no transit taken without the rule";
+  EXPECT_LE(st.cost_seconds, host_only.cost_seconds);
+  EXPECT_NO_FATAL_FAILURE(testing::check_fleet(fleet));
+}
+
 // Relay bands (plan/enumerate/types.h, Bands): with alpha 0 the band size falls
 // to split_min_bytes (0, 64 bytes or 1 MiB here), so the random cases' relay
 // streams are cut into bands, one message each. The same invariants hold —
