@@ -374,10 +374,25 @@ void Context::decide_transit(int64_t max_bytes) {
     scheduled_stats(st, max_bytes);
     return st.cost_seconds;
   };
+  // Where the guard applies and the plan without transit relays is
+  // provably above the single-hop plan's estimate (a pass stopped there,
+  // GuardStop), the guard takes the single-hop plan whole unless a trial
+  // brings the routed plan below it, where it tries no group alone (one
+  // group of routes, or the single-hop plan within kNearBound of the
+  // bound: decide_single_hop): the trial is priced first only as far as
+  // that figure (below).
+  std::optional<double> single;
+  if (forced < 0 && guard_stop(max_bytes)) {
+    const double s = single_hop_estimate(max_bytes);
+    PlanStats stopped;
+    if (!estimate_unless_above(s, max_bytes, &stopped) &&
+        (single_hop_groups().size() == 1 || s <= stopped.lower_bound_cost_seconds * kNearBound))
+      single = s;
+  }
   // Near its bound a plan has little to gain, and the tables walk every
   // entry's cover; the pass is kept and handed on (scheduled_stats).
   double least = 0;
-  if (forced < 0) {
+  if (forced < 0 && !single) {
     least = estimate();
     if (least <= st.lower_bound_cost_seconds * kNearBound) return;
   }
@@ -409,6 +424,30 @@ void Context::decide_transit(int64_t max_bytes) {
     }
     return;
   }
+  // One trial above the single-hop plan's estimate by either device rule
+  // of a group left open (cross_one_group) leaves the plan single-hop,
+  // whatever it decides: it is left off. Else it is decided on whole passes.
+  if (single) {
+    bool above = trials.size() == 1;
+    if (above) {
+      std::optional<CrossOpen> open = std::move(cross_open_);
+      cross_open_.reset();
+      set(trials.front(), true);
+      for (const bool cross : {false, true}) {
+        if (cross && !open) break;
+        if (open)
+          for (size_t i : open->group) tensors[i].device_cross = cross;
+        if (estimate_unless_above(*single, max_bytes)) above = false;
+      }
+      set(trials.front(), false);
+      if (open)
+        for (size_t i : open->group) tensors[i].device_cross = false;
+      cross_open_ = std::move(open);
+    }
+    if (above) return;
+    least = estimate();
+    if (least <= st.lower_bound_cost_seconds * kNearBound) return;
+  }
   // Each group takes transit relays only where the estimate drops. Under a
   // staging budget the scratch is reserved as a pre-reduction's
   // (staging_options): rounds are cut at the budget less the most scratch
@@ -431,6 +470,40 @@ void Context::decide_transit(int64_t max_bytes) {
       scratch_reserve = reserve;
       set(trial, false);
     }
+  }
+  // The device rule was decided without transit relays
+  // (decide_device_cross). A group into cells of several entries that
+  // crosses by the rule tries it off with a table of its own (transit
+  // changes what its crossing gains), kept only where the estimate drops.
+  auto several = [&](const TensorCtx& t) {
+    const Geometry& dg = *t.dg;
+    for (int64_t c = 0; c < dg.num_cells(); ++c)
+      if (dg.cell_offsets[static_cast<size_t>(c) + 1] - dg.cell_offsets[static_cast<size_t>(c)] > 1)
+        return true;
+    return false;
+  };
+  for (const auto& trial : trials) {
+    if (trial.size() != 1 || cross_open_) continue;
+    const std::vector<size_t>* const g = trial.front().first;
+    const TensorCtx& t = tensors[g->front()];
+    if (!t.device_cross || !several(t)) continue;
+    const TransitTable* const was = t.transit;
+    auto cross = [&](bool on) {
+      for (size_t i : *g) tensors[i].device_cross = on;
+    };
+    cross(false);
+    std::unique_ptr<TransitTable> own = build_transit(*this, tensors[g->front()], en);
+    if (own) {
+      for (size_t i : *g) tensors[i].transit = own.get();
+      const double cost = estimate();
+      if (cost < least && !(budget > 0 && st.max_scratch_bytes > scratch_reserve)) {
+        least = cost;
+        transit_tables.push_back(std::move(own));
+        continue;
+      }
+    }
+    cross(true);
+    for (size_t i : *g) tensors[i].transit = was;
   }
 }
 

@@ -160,7 +160,7 @@ namespace {
 // copy-staging scratch and forwarded inside the host, where the whole
 // plan's estimate drops; 35: a transit donor's excess spread over every
 // transit of its host in proportion to its room (transit.cc's fill).
-constexpr uint64_t kPlannerVersion = 35;
+constexpr uint64_t kPlannerVersion = 36;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

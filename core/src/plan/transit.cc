@@ -12,6 +12,9 @@ bool transit_may_apply(const Context& ctx, const TensorCtx& t) {
   if (!ctx.input.options.relays || t.S != 1 || t.T != 1) return false;
   const Geometry& dg = *t.dg;
   if (!dg.tiled && dg.fragmented) return false;
+  // A tiled cell's entries may be several: an entry that forwards what it
+  // takes in (routed_recv) takes it whole, the others through transits.
+  if (dg.tiled) return true;
   for (int64_t c = 0; c < dg.num_cells(); ++c)
     if (dg.cell_offsets[static_cast<size_t>(c) + 1] - dg.cell_offsets[static_cast<size_t>(c)] > 1)
       return false;
@@ -124,8 +127,25 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
       in[d] += static_cast<double>(region.volume() * t.esize);
     });
   }
+  // Cells of several entries: an entry with another of its cell on its host
+  // keeps its pieces whole (the two would write one scratch region twice),
+  // and the sending side is off (a holder's piece for each entry of a cell
+  // would enter its transit's scratch once per entry).
+  const Geometry& dg = *t.dg;
+  bool several = false;
+  std::vector<char> alone(t.dst->num_entries(), 1);
+  for (int64_t c = 0; c < dg.num_cells(); ++c) {
+    const uint32_t b = dg.cell_offsets[static_cast<size_t>(c)];
+    const uint32_t end = dg.cell_offsets[static_cast<size_t>(c) + 1];
+    several |= end - b > 1;
+    for (uint32_t i = b; i < end; ++i)
+      for (uint32_t j = b; j < end; ++j)
+        if (i != j && t.dt->host[dg.cell_entries[i]] == t.dt->host[dg.cell_entries[j]])
+          alone[dg.cell_entries[i]] = 0;
+  }
   fill(ctx, in, entry, true, [&](uint32_t d, const std::vector<TransitShare>& shares) {
     for (const uint32_t e : entries[d]) {
+      if (!alone[e]) continue;
       table->shares[e] = shares;
       for (const TransitShare& s : shares) table->donors[s.via].push_back(e);
     }
@@ -140,7 +160,7 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
     sources[d].push_back(r);
   }
   bool crossing = false;
-  for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {
+  for (uint32_t e = 0; e < t.dst->num_entries() && !several; ++e) {
     if (t.dst->box(e).empty()) continue;
     en.recv(t, e, [&](const Emitted& x) {
       if (x.local || x.relay() || t.st->host[x.src_entry] == t.dt->host[e]) return;
@@ -148,7 +168,7 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
       crossing = true;
     });
   }
-  if (crossing)
+  if (crossing && !several)
     fill(ctx, out, source, false, [&](uint32_t d, const std::vector<TransitShare>& shares) {
       for (const uint32_t r : sources[d]) {
         table->send_shares[r] = shares;

@@ -73,8 +73,10 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
           assign(t, e, part, hs, nh, cut, f);
           continue;
         }
+        // e forwards what it takes in here: no transit cut (a transit's
+        // forward would reach e in the stage e forwards in).
         bands.each(part, [&](const Box& sub, uint32_t band) {
-          assign(t, e, sub, hs, nh, cut || !(sub == part), [&](Emitted y) {
+          assign_one(t, e, sub, hs, nh, cut || !(sub == part), [&](Emitted y) {
             y.band = band;
             f(y);
           });
