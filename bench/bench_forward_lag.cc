@@ -355,7 +355,8 @@ int main(int argc, char** argv) {
     if (!dump_path.empty()) {
       // One line per message: src dst stage round bytes, then its `after`.
       FILE* f = std::fopen(dump_path.c_str(), "w");
-      if (f == nullptr) throw Error(ErrorCode::kInvalidArgument, "--dump: cannot write " + dump_path);
+      if (f == nullptr)
+        throw Error(ErrorCode::kInvalidArgument, "--dump: cannot write " + dump_path);
       for (const SimMessage& s : m) {
         std::fprintf(f, "%lld %lld %u %u %lld", static_cast<long long>(s.src_device),
                      static_cast<long long>(s.dst_device), s.stage, s.round,
