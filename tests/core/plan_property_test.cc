@@ -581,6 +581,21 @@ TEST(PlanTransit, RandomFleetsKeepCoveragePairingExactStatisticsAndTheOracle) {
       cases, (long long)forced, (long long)chosen, (long long)sending, (long long)several);
 }
 
+// The H100 / NDR400 topology's costs (bench/topologies/h100_8gpu_ndr400.json)
+// for the simulator, and the same costs planned with.
+ClusterTopology h100_costs(PlanInput& in) {
+  ClusterTopology c;
+  c.alpha_seconds = 5e-6;
+  c.intra_host_bytes_per_second = 450e9;
+  c.nic_bytes_per_second = 50e9;
+  c.nics_per_host = 8;
+  in.options.alpha_seconds = c.alpha_seconds;
+  in.options.intra_host_bytes_per_second = c.intra_host_bytes_per_second;
+  in.options.inter_host_bytes_per_second = c.nic_bytes_per_second;
+  in.options.nics_per_host = c.nics_per_host;
+  return c;
+}
+
 // The sending and receiving sides' transit on bench/specs/
 // axis_swap_4_hosts_of_8.json (three 8192 x 8192 bf16 tensors [a, b] ->
 // [b, a] on a 4 x 8 mesh whose first axis is the host; the H100 / NDR400
@@ -600,15 +615,7 @@ TEST(PlanTransit, AxisSwapSpreadsEachDonorOverEveryTransit) {
     t.name = "x" + std::to_string(k);
     in.tensors.push_back(std::move(t));
   }
-  ClusterTopology c;
-  c.alpha_seconds = 5e-6;
-  c.intra_host_bytes_per_second = 450e9;
-  c.nic_bytes_per_second = 50e9;
-  c.nics_per_host = 8;
-  in.options.alpha_seconds = c.alpha_seconds;
-  in.options.intra_host_bytes_per_second = c.intra_host_bytes_per_second;
-  in.options.inter_host_bytes_per_second = c.nic_bytes_per_second;
-  in.options.nics_per_host = c.nics_per_host;
+  const ClusterTopology c = h100_costs(in);
   const Plan a = make_plan(in);
   ASSERT_GT(a.stats().max_scratch_bytes, 0) << "no transit taken";
   const double ratio = simulate_plan(a, c).seconds / simulate_lower_bound(in, c).seconds;
@@ -625,15 +632,7 @@ TEST(PlanTransit, ExpertReplicasTakeTransitIntoCellsOfSeveralEntries) {
   PlanInput in = load_spec(std::string(RESHARD_SOURCE_DIR) +
                            "/bench/specs/ep32_to_4_replicas_of_ep8_same_hosts.json")
                      .input;
-  ClusterTopology c;
-  c.alpha_seconds = 5e-6;
-  c.intra_host_bytes_per_second = 450e9;
-  c.nic_bytes_per_second = 50e9;
-  c.nics_per_host = 8;
-  in.options.alpha_seconds = c.alpha_seconds;
-  in.options.intra_host_bytes_per_second = c.intra_host_bytes_per_second;
-  in.options.inter_host_bytes_per_second = c.nic_bytes_per_second;
-  in.options.nics_per_host = c.nics_per_host;
+  const ClusterTopology c = h100_costs(in);
   const Plan a = make_plan(in);
   ASSERT_GT(a.stats().max_scratch_bytes, 0) << "no transit taken";
   const double ratio = simulate_plan(a, c).seconds / simulate_lower_bound(in, c).seconds;
