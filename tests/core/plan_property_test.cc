@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "cell_ingress.h"
+#include "plan/context.h"
 #include "plan/enumerate/types.h"
+#include "plan/transit.h"
 #include "random_cases.h"
 #include "relay_fleets.h"
 #include "reshard/error.h"
@@ -638,6 +640,25 @@ TEST(PlanTransit, ExpertReplicasTakeTransitIntoCellsOfSeveralEntries) {
   const double ratio = simulate_plan(a, c).seconds / simulate_lower_bound(in, c).seconds;
   EXPECT_LE(ratio, 1.15);
   std::printf("EP32 -> 4 x EP8 with transit: %.3f of its bound\n", ratio);
+}
+
+// Transit into tiled cells of several entries is tried only up to
+// kMaxTransitEntries entries a cell (each trial is a whole-plan estimate
+// pass): FSDP over 2 hosts of 8 -> dp x tp2 on the same devices has cells
+// of 8 entries (dp 8) and may take it; dp 16 x tp1 (cells of 16) may not.
+TEST(PlanTransit, CellsOfManyReplicasAreNotTried) {
+  for (const int64_t tp : {2, 1}) {
+    SCOPED_TRACE(tp);
+    std::vector<int32_t> hosts(16);
+    for (int32_t d = 0; d < 16; ++d) hosts[static_cast<size_t>(d)] = d / 8;
+    const auto src = testing::mesh({"f"}, {16}, 0);
+    const auto dst = testing::mesh({"r", "t"}, {16 / tp, tp}, 0);
+    PlanInput in = testing::one_tensor({1024, 256}, DType::kBF16, testing::named(src, {{"f"}, {}}),
+                                       testing::named(dst, {{"t"}, {}}), hosts);
+    planning::Context ctx(in);
+    ctx.build();
+    EXPECT_EQ(planning::transit_may_apply(ctx, ctx.tensors[0]), tp == 2);
+  }
 }
 
 // The device rule is decided before transit relays (decide_device_cross):

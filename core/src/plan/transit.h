@@ -26,6 +26,8 @@ inline constexpr double kTransitGain = 1.05;
 // the donor's crossing pieces.
 // Whether t may have a transit table: one summand, relays on, each
 // destination cell of one entry (not fragmented).
+// The most entries a tiled destination cell may have for transit relays.
+inline constexpr uint32_t kMaxTransitEntries = 8;
 bool transit_may_apply(const Context& ctx, const TensorCtx& t);
 
 std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx& t, Enumerator& en);
