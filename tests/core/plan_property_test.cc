@@ -598,6 +598,17 @@ ClusterTopology h100_costs(PlanInput& in) {
   return c;
 }
 
+// `in` planned and simulated on those costs: its time over its bound (the
+// plan must take transit relays).
+double transit_ratio(PlanInput& in, const char* label) {
+  const ClusterTopology c = h100_costs(in);
+  const Plan a = make_plan(in);
+  EXPECT_GT(a.stats().max_scratch_bytes, 0) << "no transit taken";
+  const double ratio = simulate_plan(a, c).seconds / simulate_lower_bound(in, c).seconds;
+  std::printf("%s with transit: %.3f of its bound\n", label, ratio);
+  return ratio;
+}
+
 // The sending and receiving sides' transit on bench/specs/
 // axis_swap_4_hosts_of_8.json (three 8192 x 8192 bf16 tensors [a, b] ->
 // [b, a] on a 4 x 8 mesh whose first axis is the host; the H100 / NDR400
@@ -617,12 +628,7 @@ TEST(PlanTransit, AxisSwapSpreadsEachDonorOverEveryTransit) {
     t.name = "x" + std::to_string(k);
     in.tensors.push_back(std::move(t));
   }
-  const ClusterTopology c = h100_costs(in);
-  const Plan a = make_plan(in);
-  ASSERT_GT(a.stats().max_scratch_bytes, 0) << "no transit taken";
-  const double ratio = simulate_plan(a, c).seconds / simulate_lower_bound(in, c).seconds;
-  EXPECT_LE(ratio, 1.25);
-  std::printf("axis swap 4 x 8 with transit: %.3f of its bound\n", ratio);
+  EXPECT_LE(transit_ratio(in, "axis swap 4 x 8"), 1.25);
 }
 
 // Transit into cells of several entries, one a host: bench/specs/
@@ -634,12 +640,7 @@ TEST(PlanTransit, ExpertReplicasTakeTransitIntoCellsOfSeveralEntries) {
   PlanInput in = load_spec(std::string(RESHARD_SOURCE_DIR) +
                            "/bench/specs/ep32_to_4_replicas_of_ep8_same_hosts.json")
                      .input;
-  const ClusterTopology c = h100_costs(in);
-  const Plan a = make_plan(in);
-  ASSERT_GT(a.stats().max_scratch_bytes, 0) << "no transit taken";
-  const double ratio = simulate_plan(a, c).seconds / simulate_lower_bound(in, c).seconds;
-  EXPECT_LE(ratio, 1.15);
-  std::printf("EP32 -> 4 x EP8 with transit: %.3f of its bound\n", ratio);
+  EXPECT_LE(transit_ratio(in, "EP32 -> 4 x EP8"), 1.15);
 }
 
 // Transit into tiled cells of several entries is tried only up to
