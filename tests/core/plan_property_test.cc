@@ -9,7 +9,9 @@
 
 #include "cell_ingress.h"
 #include "plan/context.h"
+#include "plan/enumerate/enumerator.h"
 #include "plan/enumerate/types.h"
+#include "plan/estimate.h"
 #include "plan/transit.h"
 #include "random_cases.h"
 #include "relay_fleets.h"
@@ -17,6 +19,7 @@
 #include "reshard/plan.h"
 #include "reshard/simulate.h"
 #include "reshard/spec.h"
+#include "reshard/wire.h"
 #include "test_scale.h"
 
 namespace reshard {
@@ -643,23 +646,105 @@ TEST(PlanTransit, ExpertReplicasTakeTransitIntoCellsOfSeveralEntries) {
   EXPECT_LE(transit_ratio(in, "EP32 -> 4 x EP8"), 1.15);
 }
 
-// Transit into tiled cells of several entries is tried only up to
-// kMaxTransitEntries entries a cell (each trial is a whole-plan estimate
-// pass): FSDP over 2 hosts of 8 -> dp x tp2 on the same devices has cells
-// of 8 entries (dp 8) and may take it; dp 16 x tp1 (cells of 16) may not.
-TEST(PlanTransit, CellsOfManyReplicasAreNotTried) {
-  for (const int64_t tp : {2, 1}) {
-    SCOPED_TRACE(tp);
-    std::vector<int32_t> hosts(16);
-    for (int32_t d = 0; d < 16; ++d) hosts[static_cast<size_t>(d)] = d / 8;
-    const auto src = testing::mesh({"f"}, {16}, 0);
-    const auto dst = testing::mesh({"r", "t"}, {16 / tp, tp}, 0);
-    PlanInput in = testing::one_tensor({1024, 256}, DType::kBF16, testing::named(src, {{"f"}, {}}),
-                                       testing::named(dst, {{"t"}, {}}), hosts);
-    planning::Context ctx(in);
-    ctx.build();
-    EXPECT_EQ(planning::transit_may_apply(ctx, ctx.tensors[0]), tp == 2);
+// FSDP over H hosts of 8 -> dp x tp on the same devices (tiled cells of
+// 8H / tp replicas), 4096 x 512 bf16.
+PlanInput fsdp_to_dp_tp(int64_t H, int64_t tp) {
+  std::vector<int32_t> hosts(static_cast<size_t>(8 * H));
+  for (int32_t d = 0; d < 8 * H; ++d) hosts[static_cast<size_t>(d)] = d / 8;
+  const auto src = testing::mesh({"f"}, {8 * H}, 0);
+  const auto dst = testing::mesh({"r", "t"}, {8 * H / tp, tp}, 0);
+  PlanInput in = testing::one_tensor({4096, 512}, DType::kBF16, testing::named(src, {{"f"}, {}}),
+                                     testing::named(dst, {{"t"}, {}}), hosts);
+  h100_costs(in);
+  return in;
+}
+
+// Each tensor's transit table (receiving and sending shares), as text.
+std::vector<std::string> transit_tables(const PlanInput& in) {
+  planning::Context ctx(in);
+  ctx.build();
+  const PlanOptions o = ctx.staging_options();
+  planning::Enumerator en(o, ctx.pre_reduce, ctx.relay_split);
+  std::vector<std::string> out;
+  for (const planning::TensorCtx& t : ctx.tensors) {
+    const std::unique_ptr<planning::TransitTable> table = planning::build_transit(ctx, t, en);
+    std::string s = table ? "" : "none";
+    if (table)
+      for (const auto* m : {&table->shares, &table->send_shares}) {
+        const std::map<uint32_t, std::vector<planning::TransitShare>> sorted(m->begin(), m->end());
+        for (const auto& [e, shares] : sorted) {
+          s += std::to_string(e) + ":";
+          for (const planning::TransitShare& x : shares)
+            s += " " + std::to_string(x.via) + "[" + std::to_string(x.lo) + "," +
+                 std::to_string(x.hi) + ")";
+          s += ";";
+        }
+        s += "|";
+      }
+    out.push_back(s);
   }
+  return out;
+}
+
+// build_transit counts a tiled source's crossing bytes per host from the
+// host's cells where that is cheaper than each entry's cover (HostTiles:
+// the 405B FSDP -> dp x tp8 sync at 16,384 devices walked 2,048 cells a
+// replica), so transit is tried into cells of any number of entries: the
+// tables (and plans) equal the cover's on FSDP -> dp x tp (cells of up to
+// 32 replicas) and the random transit fleets, and some take transit.
+// Fails where a host's cells are counted wrong.
+TEST(PlanTransit, HostTilesCountCrossingBytesAsTheCover) {
+  struct Restore {
+    ~Restore() { planning::set_transit_host_tiles(true); }
+  } restore;
+  std::vector<PlanInput> cases;
+  for (const int64_t H : {2, 4})
+    for (const int64_t tp : {1, 2, 4, 8}) cases.push_back(fsdp_to_dp_tp(H, tp));
+  const int fleets = scaled_cases(60);
+  for (int c = 0; c < fleets; ++c) cases.push_back(transit_fleet(91000 + static_cast<uint64_t>(c)));
+  int tables = 0, taken = 0;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    planning::set_transit_host_tiles(false);
+    const std::vector<std::string> cover = transit_tables(cases[c]);
+    const std::vector<uint8_t> plan = encode_plan(make_plan(cases[c]));
+    planning::set_transit_host_tiles(true);
+    EXPECT_EQ(transit_tables(cases[c]), cover);
+    const Plan tiles = make_plan(cases[c]);
+    EXPECT_EQ(encode_plan(tiles), plan);
+    for (const std::string& s : cover) tables += s != "none";
+    taken += tiles.stats().max_scratch_bytes > 0;
+  }
+  std::printf("%zu cases: %d tensors with a transit table, %d plans taking transit\n", cases.size(),
+              tables, taken);
+  EXPECT_GT(tables, 0);
+  EXPECT_GT(taken, 0);
+}
+
+// Context::decide_transit builds the tables before any pass: where no
+// group has one (FSDP over 2 hosts of 8 -> dp 16, cells of 16 replicas
+// that every host takes in alike) it runs no pass. Fails where the tables
+// are built after the estimate.
+TEST(PlanTransit, NoTableNoPass) {
+  struct GuardOn {  // the single-hop guard as plans have it
+    int was = planning::choice_override().single_hop;
+    GuardOn() { planning::choice_override().single_hop = -1; }
+    ~GuardOn() { planning::choice_override().single_hop = was; }
+  } on;
+  const PlanInput in = fsdp_to_dp_tp(2, 1);
+  EXPECT_EQ(transit_tables(in), std::vector<std::string>{"none"});
+  const int64_t limit = planning::resolve_limit(PlanRequest{}.max_plan_bytes);
+  planning::Context ctx(in);
+  ctx.build();
+  ctx.decide_pre_reduce(limit);
+  ctx.decide_reductions(limit);
+  ctx.decide_device_cross(limit);
+  ctx.decide_lead_cut(limit);
+  ASSERT_TRUE(planning::transit_may_apply(ctx, ctx.tensors[0]));
+  const int64_t before = planning::stats_passes();
+  ctx.decide_transit(limit);
+  EXPECT_EQ(planning::stats_passes() - before, 0);
+  EXPECT_EQ(ctx.tensors[0].transit, nullptr);
 }
 
 // The device rule is decided before transit relays (decide_device_cross):

@@ -374,6 +374,29 @@ void Context::decide_transit(int64_t max_bytes) {
     scheduled_stats(st, max_bytes);
     return st.cost_seconds;
   };
+  // The tables first: a pure function of the layouts, the topology and the
+  // context's pre-reduction and split runs (the Enumerator's), cheaper than
+  // a pass; where no group has one, no pass is run. Per trial, the (group,
+  // table) pairs it sets.
+  std::vector<std::vector<std::pair<const std::vector<size_t>*, const TransitTable*>>> trials;
+  const PlanOptions staging = staging_options();  // the Enumerator keeps a reference
+  std::optional<Enumerator> en;
+  std::pair<bool, bool> built;  // (pre_reduce, relay_split) the tables read
+  const size_t kept_tables = transit_tables.size();
+  auto build_tables = [&] {
+    trials.clear();
+    transit_tables.resize(kept_tables);
+    en.emplace(staging, pre_reduce, relay_split);
+    built = {pre_reduce, relay_split};
+    for (const std::vector<size_t>& g : like) {
+      std::unique_ptr<TransitTable> table = build_transit(*this, tensors[g.front()], *en);
+      if (!table) continue;
+      transit_tables.push_back(std::move(table));
+      trials.push_back({{&g, transit_tables.back().get()}});
+    }
+  };
+  build_tables();
+  if (trials.empty() && guard_stop(max_bytes)) return;  // no pass changes the context
   // Where the guard applies and the plan without transit relays is
   // provably above the single-hop plan's estimate (a pass stopped there,
   // GuardStop), the guard takes the single-hop plan whole unless a trial
@@ -389,23 +412,15 @@ void Context::decide_transit(int64_t max_bytes) {
         (single_hop_groups().size() == 1 || s <= stopped.lower_bound_cost_seconds * kNearBound))
       single = s;
   }
-  // Near its bound a plan has little to gain, and the tables walk every
-  // entry's cover; the pass is kept and handed on (scheduled_stats).
+  // Near its bound a plan has little to gain; the pass is kept and handed
+  // on (scheduled_stats).
   double least = 0;
   if (forced < 0 && !single) {
     least = estimate();
     if (least <= st.lower_bound_cost_seconds * kNearBound) return;
   }
-  const PlanOptions staging = staging_options();  // the Enumerator keeps a reference
-  Enumerator en(staging, pre_reduce, relay_split);
-  // Per trial, the (group, table) pairs it sets.
-  std::vector<std::vector<std::pair<const std::vector<size_t>*, const TransitTable*>>> trials;
-  for (const std::vector<size_t>& g : like) {
-    std::unique_ptr<TransitTable> table = build_transit(*this, tensors[g.front()], en);
-    if (!table) continue;
-    transit_tables.push_back(std::move(table));
-    trials.push_back({{&g, transit_tables.back().get()}});
-  }
+  // A pass may have turned split runs off (compute_stats): the tables read them.
+  if (built != std::pair<bool, bool>{pre_reduce, relay_split}) build_tables();
   if (trials.empty()) return;
   if (trials.size() > kMaxReduceGroups) {
     for (size_t k = 1; k < trials.size(); ++k) trials[0].push_back(trials[k].front());
@@ -492,7 +507,7 @@ void Context::decide_transit(int64_t max_bytes) {
       for (size_t i : *g) tensors[i].device_cross = on;
     };
     cross(false);
-    std::unique_ptr<TransitTable> own = build_transit(*this, tensors[g->front()], en);
+    std::unique_ptr<TransitTable> own = build_transit(*this, tensors[g->front()], *en);
     if (own) {
       for (size_t i : *g) tensors[i].transit = own.get();
       const double cost = estimate();

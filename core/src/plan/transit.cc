@@ -1,9 +1,12 @@
 #include "plan/transit.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <optional>
 #include <vector>
 
+#include "plan/enumerate/cells.h"
 #include "util/nic_groups.h"
 
 namespace reshard::planning {
@@ -13,17 +16,8 @@ bool transit_may_apply(const Context& ctx, const TensorCtx& t) {
   const Geometry& dg = *t.dg;
   if (!dg.tiled && dg.fragmented) return false;
   // A tiled cell's entries may be several: an entry that forwards what it
-  // takes in (routed_recv) takes it whole, the others through transits. Up
-  // to kMaxTransitEntries of them: a trial is a whole-plan estimate pass
-  // per group, and on cells of many replicas (405B FSDP -> dp x tp8 at
-  // 16,384 devices: 2,048 a cell) it tripled the global statistics' time.
-  if (dg.tiled) {
-    for (int64_t c = 0; c < dg.num_cells(); ++c)
-      if (dg.cell_offsets[static_cast<size_t>(c) + 1] - dg.cell_offsets[static_cast<size_t>(c)] >
-          kMaxTransitEntries)
-        return false;
-    return true;
-  }
+  // takes in (routed_recv) takes it whole, the others through transits.
+  if (dg.tiled) return true;
   for (int64_t c = 0; c < dg.num_cells(); ++c)
     if (dg.cell_offsets[static_cast<size_t>(c) + 1] - dg.cell_offsets[static_cast<size_t>(c)] > 1)
       return false;
@@ -31,6 +25,68 @@ bool transit_may_apply(const Context& ctx, const TensorCtx& t) {
 }
 
 namespace {
+std::atomic<bool> host_tiles_on{true};
+}  // namespace
+bool transit_host_tiles_on() { return host_tiles_on.load(std::memory_order_relaxed); }
+void set_transit_host_tiles(bool on) { host_tiles_on.store(on, std::memory_order_relaxed); }
+
+namespace {
+
+// A tiled source's cells per host (those with an entry there): the
+// elements of a box no device of a host holds are the box less its
+// overlaps with the host's cells, which for a host of few cells is cheaper
+// than the cover of the box (FSDP over 16,384 devices: 16,384 cells, 8 a
+// host), and the same integer.
+class HostTiles {
+ public:
+  explicit HostTiles(const TensorCtx& t) : t_(t) {
+    const Geometry& sg = *t.sg;
+    if (!sg.tiled || !transit_host_tiles_on()) return;
+    on_ = true;
+    for (uint32_t r = 0; r < t.src->num_entries(); ++r)
+      if (sg.cell_of_entry[r] >= 0) cells_[t.st->host[r]].push_back(sg.cell_of_entry[r]);
+    for (auto& [h, v] : cells_) {
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+    }
+  }
+  // The elements of B that no source entry on `host` holds, or none where
+  // the cover is the cheaper walk (or the source is not tiled).
+  std::optional<int64_t> crossing(const Box& B, int32_t host) const {
+    const Geometry& sg = *t_.sg;
+    if (!on_) return std::nullopt;
+    const std::vector<int64_t>& shape = t_.src->shape();
+    int64_t tiles = 1;
+    for (int d = 0; d < sg.rank; ++d) {
+      int64_t a = 0, b = 0;
+      shard_range(shape[static_cast<size_t>(d)], sg.counts[d], B.lo[d], B.hi[d], a, b);
+      tiles *= std::max<int64_t>(b - a, 0);
+    }
+    const auto it = cells_.find(host);
+    const size_t mine = it == cells_.end() ? 0 : it->second.size();
+    if (static_cast<int64_t>(mine) >= tiles) return std::nullopt;
+    int64_t v = B.volume();
+    if (mine == 0) return v;
+    for (const int64_t c : it->second) {
+      int64_t rest = c, overlap = 1;
+      for (int d = sg.rank - 1; d >= 0 && overlap > 0; --d) {
+        const int64_t n = shape[static_cast<size_t>(d)], k = sg.counts[d];
+        const int64_t i = rest % k, chunk = ceil_div(n, k);
+        rest /= k;
+        const int64_t lo = std::max(B.lo[d], std::min(n, i * chunk));
+        const int64_t hi = std::min(B.hi[d], std::min(n, (i + 1) * chunk));
+        overlap = hi > lo ? overlap * (hi - lo) : 0;
+      }
+      v -= overlap;
+    }
+    return v;
+  }
+
+ private:
+  const TensorCtx& t_;
+  bool on_ = false;
+  std::map<int32_t, std::vector<int64_t>> cells_;
+};
 
 // One side's water-fill (receiving: `in` the bytes each dense device takes
 // in across hosts; sending: sends out), per host over its NIC groups; each
@@ -123,6 +179,7 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
   std::vector<double> in(ndev, 0.0), out(ndev, 0.0);
   std::vector<int64_t> entry(ndev, -1), source(ndev, -1);
   std::vector<std::vector<uint32_t>> entries(ndev), sources(ndev);
+  const HostTiles held(t);
   for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {
     const Box B = t.dst->box(e);
     if (B.empty()) continue;
@@ -130,6 +187,10 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
     if (entry[d] < 0) entry[d] = e;
     entries[d].push_back(e);
     const int32_t host = t.dt->host[e];
+    if (const std::optional<int64_t> v = held.crossing(B, host)) {
+      in[d] += static_cast<double>(*v * t.esize);
+      continue;
+    }
     en.cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
       for (size_t i = 0; i < n; ++i)
         if (t.st->host[h[i]] == host) return;
@@ -143,14 +204,18 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
   const Geometry& dg = *t.dg;
   bool several = false;
   std::vector<char> alone(t.dst->num_entries(), 1);
+  std::vector<std::pair<int32_t, uint32_t>> on;  // a cell's (host, entry)
   for (int64_t c = 0; c < dg.num_cells(); ++c) {
     const uint32_t b = dg.cell_offsets[static_cast<size_t>(c)];
     const uint32_t end = dg.cell_offsets[static_cast<size_t>(c) + 1];
     several |= end - b > 1;
+    if (end - b < 2) continue;
+    on.clear();
     for (uint32_t i = b; i < end; ++i)
-      for (uint32_t j = b; j < end; ++j)
-        if (i != j && t.dt->host[dg.cell_entries[i]] == t.dt->host[dg.cell_entries[j]])
-          alone[dg.cell_entries[i]] = 0;
+      on.emplace_back(t.dt->host[dg.cell_entries[i]], dg.cell_entries[i]);
+    std::sort(on.begin(), on.end());
+    for (size_t i = 0; i + 1 < on.size(); ++i)
+      if (on[i].first == on[i + 1].first) alone[on[i].second] = alone[on[i + 1].second] = 0;
   }
   fill(ctx, in, entry, true, [&](uint32_t d, const std::vector<TransitShare>& shares) {
     for (const uint32_t e : entries[d]) {

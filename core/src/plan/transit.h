@@ -26,9 +26,13 @@ inline constexpr double kTransitGain = 1.05;
 // the donor's crossing pieces.
 // Whether t may have a transit table: one summand, relays on, each
 // destination cell of one entry (not fragmented).
-// The most entries a tiled destination cell may have for transit relays.
-inline constexpr uint32_t kMaxTransitEntries = 8;
 bool transit_may_apply(const Context& ctx, const TensorCtx& t);
+
+// Whether build_transit counts a tiled source's crossing bytes per host
+// from the host's cells (HostTiles, where cheaper than the cover; the same
+// integers): on, and off in tests to compare with the cover's.
+bool transit_host_tiles_on();
+void set_transit_host_tiles(bool on);
 
 std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx& t, Enumerator& en);
 
