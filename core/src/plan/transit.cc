@@ -179,7 +179,11 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
   std::vector<double> in(ndev, 0.0), out(ndev, 0.0);
   std::vector<int64_t> entry(ndev, -1), source(ndev, -1);
   std::vector<std::vector<uint32_t>> entries(ndev), sources(ndev);
+  // Entries of one tiled cell on one host take in the same elements: each
+  // (cell, host) is counted once (an all-gather over 65,536 devices of one
+  // host: one cover, not 65,536).
   const HostTiles held(t);
+  std::map<std::pair<int64_t, int32_t>, int64_t> counted;
   for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {
     const Box B = t.dst->box(e);
     if (B.empty()) continue;
@@ -187,15 +191,22 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
     if (entry[d] < 0) entry[d] = e;
     entries[d].push_back(e);
     const int32_t host = t.dt->host[e];
-    if (const std::optional<int64_t> v = held.crossing(B, host)) {
-      in[d] += static_cast<double>(*v * t.esize);
-      continue;
+    const int64_t cell = t.dg->tiled ? t.dg->cell_of_entry[e] : -1;
+    const auto memo = cell >= 0 ? counted.find({cell, host}) : counted.end();
+    int64_t v = 0;
+    if (memo != counted.end()) {
+      v = memo->second;
+    } else if (const std::optional<int64_t> h = held.crossing(B, host)) {
+      v = *h;
+    } else {
+      en.cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
+        for (size_t i = 0; i < n; ++i)
+          if (t.st->host[h[i]] == host) return;
+        v += region.volume();
+      });
     }
-    en.cover(t, B, [&](const Box& region, const uint32_t* h, size_t n, bool) {
-      for (size_t i = 0; i < n; ++i)
-        if (t.st->host[h[i]] == host) return;
-      in[d] += static_cast<double>(region.volume() * t.esize);
-    });
+    if (cell >= 0) counted.emplace(std::pair{cell, host}, v);
+    in[d] += static_cast<double>(v * t.esize);
   }
   // Cells of several entries: an entry with another of its cell on its host
   // keeps its pieces whole (the two would write one scratch region twice),

@@ -24,8 +24,9 @@ inline constexpr double kTransitGain = 1.05;
 // transit entry). Each donor's excess (at most the takers' room) goes to
 // every taker in proportion to its room: per taker a share of each of
 // the donor's crossing pieces.
-// Whether t may have a transit table: one summand, relays on, each
-// destination cell of one entry (not fragmented).
+// Whether t may have a transit table: one summand, relays on, a tiled
+// destination (cells of any number of entries) or each destination cell of
+// one entry (not fragmented).
 bool transit_may_apply(const Context& ctx, const TensorCtx& t);
 
 // Whether build_transit counts a tiled source's crossing bytes per host
