@@ -17,6 +17,7 @@
 
 #include "layout_helpers.h"
 #include "plan/context.h"
+#include "plan/routed_cells.h"
 #include "random_cases.h"
 #include "reshard/error.h"
 #include "reshard/plan.h"
@@ -662,6 +663,60 @@ TEST(PlanStatsFastPath, HostsOfSeveralEntriesMatchTheEnumeration) {
   }
   EXPECT_GT(crossed, cases / 4) << "cases forwarded inside hosts after crossing";
   EXPECT_GT(banded, cases / 8) << "cases with relay streams in several messages";
+}
+
+// Hashed cells (planning::set_pair_index_max(0): every cell's pairs hashed,
+// as an MoE sync's replicated cells of N/2 entries are) of groups whose
+// cells have the same entries on the same devices: a pair's streams found
+// in an earlier group's cell are not looked up again (RoutedCells::
+// PassSlots; planning::hashed_cells_kept). 1-4 holder devices on 1-2
+// hosts, 2-3 tensors of random shapes replicated over 3-6 receiving hosts
+// of 2-4 entries, with and without the device rule, every field against
+// the enumeration; most cases keep a cell's slots.
+TEST(PlanStatsFastPath, HashedCellsOfLikeDevicesMatchTheEnumeration) {
+  std::mt19937_64 rng(20261201);
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  struct Restore {
+    size_t old = planning::set_pair_index_max(0);
+    ~Restore() { planning::set_pair_index_max(old); }
+  } restore;
+  const int cases = scaled_cases(60);
+  int kept = 0;
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    const int64_t holders = uni(1, 4), holder_hosts = uni(1, 2);
+    const int64_t receiving = uni(3, 6), members = uni(2, 4);
+    PlanInput in;
+    for (int64_t d = 0; d < holders; ++d)
+      in.topology.add({d, static_cast<int32_t>(d), static_cast<int32_t>(d % holder_hosts), 0});
+    for (int64_t i = 0; i < receiving * members; ++i)
+      in.topology.add({holders + i, static_cast<int32_t>(holders + i),
+                       static_cast<int32_t>(holder_hosts + i / members), 0});
+    const int64_t tensors = uni(2, 3);
+    for (int64_t x = 0; x < tensors; ++x) {
+      const int rank = static_cast<int>(uni(1, 3));
+      std::vector<int64_t> shape;
+      for (int d = 0; d < rank; ++d) shape.push_back(uni(5, 120));
+      std::vector<std::vector<std::string>> src_dims(static_cast<size_t>(rank));
+      if (uni(0, 1)) src_dims[static_cast<size_t>(uni(0, rank - 1))] = {"a"};
+      const FleetLayouts f{shape, named(mesh({"a"}, {holders}, 0), src_dims),
+                           named(mesh({"r", "k"}, {receiving, members}, holders),
+                                 std::vector<std::vector<std::string>>(static_cast<size_t>(rank)))};
+      const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF64};
+      add_tensors(in, f, {dtypes[uni(0, 2)]});
+    }
+    in.options.split_min_bytes = uni(0, 1) ? 256 : 1024;
+    in.options.alpha_seconds = uni(0, 1) ? 0 : 5e-6;
+    const int64_t budgets[] = {0, 16000, 64000, int64_t{1} << 30};
+    in.options.staging_budget_bytes = budgets[uni(0, 3)];
+    const bool device_cross = uni(0, 1) == 1;
+    const int64_t before = planning::hashed_cells_kept();
+    ASSERT_NO_FATAL_FAILURE(check_fast_path(in, device_cross));
+    kept += planning::hashed_cells_kept() > before;
+  }
+  EXPECT_GT(kept, cases / 2) << "cases whose hashed cells kept the slots of the cell before";
 }
 
 // A leader's forwards inside a host are visited once per part, not once

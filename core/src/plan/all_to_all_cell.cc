@@ -589,7 +589,7 @@ void RoutedCells::a2a_leave(const TensorCtx& t, uint32_t b0, size_t m, bool inde
       if (a2a_cur_ && p_.track_pairs)  // its bytes so far stay in the table (drain)
         r.plain = p_.relay_bytes[1].index(device_pair_key(a2a_cur_->dense[p], a2a_cur_->dense[i]));
       PairSlots& ps = pair(i, src, m, indexed);
-      StreamRef& ref = stream_of(i, ps, src, 1);
+      StreamRef& ref = stream_of(i, ps, src, 1, pass_of(ps, indexed));
       ref.counted = true;
       ref.plain = r.plain;
       ref.banded = r.banded;

@@ -9,6 +9,17 @@
 
 namespace reshard::planning {
 
+namespace {
+std::atomic<size_t> pair_index_max{size_t{1} << 23};
+}  // namespace
+
+size_t set_pair_index_max(size_t pairs) { return pair_index_max.exchange(pairs); }
+
+int64_t& hashed_cells_kept() {
+  static int64_t n = 0;
+  return n;
+}
+
 void RoutedCells::part_bands_of(const Box& part, const TensorCtx& t, int64_t chunk,
                                 PartBands& pb) const {
   pb.bands = relay_bands_of(part, t.esize, chunk);
@@ -85,14 +96,16 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
   a2a_cur_ = nullptr;
   if (++cell_tick_ == 0) {  // wrapped: every stamp is stale again
     std::fill(pair_at_.begin(), pair_at_.end(), StampedSlots{});
+    pair_map_.clear();
+    hashed_sig_.clear();
     cell_tick_ = 1;
   }
   // Indexed where the table stays small (8 Mi pairs, 128 MiB), else hashed; set
   // up at the first region that takes a route (a single-hop pass needs
   // none; zeroing them was 8% of `reshard plan` on the 4,096-device MoE
   // sync of bench/plan_scale.py).
-  const bool indexed = m * m <= (size_t{1} << 23);
-  if (!indexed) pair_map_.clear();
+  const bool indexed = m * m <= pair_index_max.load(std::memory_order_relaxed);
+  if (!indexed) hashed_cell(t, b0, m);
   by_host_cell_.clear();
   for (uint32_t i = b0; i < b1; ++i) by_host_cell_.emplace_back(t.dt->host[dg.cell_entries[i]], i);
   std::sort(by_host_cell_.begin(), by_host_cell_.end());
@@ -225,6 +238,7 @@ bool RoutedCells::cell(const TensorCtx& t, size_t c, int64_t esum, int64_t copie
     }
   });
   if (a2a_.on) a2a_flush(t, b0, m, copies, group_pieces);
+  if (!indexed) keep_pass_slots(m);
   std::atomic_ref<int64_t>(relay_parts_visited()).fetch_add(part_visits_);
   part_visits_ = 0;
   std::atomic_ref<int64_t>(direct_sums_taken()).fetch_add(direct_sums_);
@@ -245,16 +259,57 @@ void RoutedCells::sort_holders(const TensorCtx& t, const uint32_t* h, size_t n) 
   for (const auto& hk : holder_hosts_) part_holders_.push_back(h[hk.second]);
 }
 
+void RoutedCells::hashed_cell(const TensorCtx& t, uint32_t b0, size_t m) {
+  const Geometry& dg = *t.dg;
+  sig_.resize(m);
+  for (size_t i = 0; i < m; ++i) {
+    const uint32_t e = dg.cell_entries[b0 + i];
+    sig_[i] = {e, t.dt->dense[e]};
+  }
+  if (sig_ == hashed_sig_) {
+    std::atomic_ref<int64_t>(hashed_cells_kept()).fetch_add(1);  // plans run side by side
+    return;
+  }
+  pair_map_.clear();
+  hashed_sig_.swap(sig_);
+}
+
+void RoutedCells::keep_pass_slots(size_t m) {
+  for (size_t i = 0; i < m; ++i)
+    for (const StreamRef& ref : streams_[i]) {
+      const bool counted =
+          ref.counted && !(ref.known & 1) && (ref.plain != kUnset || !p_.track_pairs);
+      const bool banded = ref.banded != kUnset && !(ref.known & 2);
+      if (!counted && !banded) continue;
+      HashedSlots* x = pair_map_.find(pair_key(i, ref.src));
+      if (!x) fail(ErrorCode::kInternal, "statistics: a stream without its pair");
+      const size_t s = ref.stage == 1 ? 0 : 1;
+      if (counted) {
+        x->pass.counted |= static_cast<uint8_t>(1u << s);
+        x->pass.plain[s] = ref.plain;
+      }
+      if (banded) x->pass.banded[s] = ref.banded;
+    }
+}
+
 RoutedCells::PairSlots* RoutedCells::find_pair(size_t i, uint32_t src, size_t m, bool indexed) {
   if (indexed) {
     StampedSlots& at = pair_at_[i * m + pos_in_cell_[src]];
     return at.tick == cell_tick_ ? &at.slots : nullptr;
   }
-  return pair_map_.find(pair_key(i, src));
+  HashedSlots* x = pair_map_.find(pair_key(i, src));
+  return x && x->tick == cell_tick_ ? &x->slots : nullptr;
 }
 
 RoutedCells::PairSlots& RoutedCells::pair(size_t i, uint32_t src, size_t m, bool indexed) {
-  if (!indexed) return pair_map_.emplace(pair_key(i, src));
+  if (!indexed) {
+    HashedSlots& x = pair_map_.emplace(pair_key(i, src));
+    if (x.tick != cell_tick_) {
+      x.tick = cell_tick_;
+      x.slots = PairSlots{};
+    }
+    return x.slots;
+  }
   StampedSlots& at = pair_at_[i * m + pos_in_cell_[src]];
   if (at.tick != cell_tick_) at = StampedSlots{cell_tick_, PairSlots{}};
   return at.slots;
@@ -286,7 +341,7 @@ void RoutedCells::take_part(const TensorCtx& t, size_t i, uint32_t e, uint32_t s
       set_pending(i, ps, Pending{src, stage, pb.last_band, last});
     }
   });
-  StreamRef& ref = stream_of(i, ps, src, stage);
+  StreamRef& ref = stream_of(i, ps, src, stage, pass_of(ps, indexed));
   relay_part(t, ref, e, route_.parts[j], pb, added, esum, copies, group_pieces);
 }
 
@@ -399,7 +454,7 @@ void RoutedCells::host_forwards(const TensorCtx& t, uint32_t b0, size_t m, size_
     set_pending(i, ps, f.pending);
     for (uint32_t stage = 1; stage <= 2; ++stage) {
       if (!f.sums[stage - 1].touched) continue;
-      const StreamRef& ref = stream_of(i, ps, l, stage);
+      const StreamRef& ref = stream_of(i, ps, l, stage, pass_of(ps, indexed));
       fwd_refs_.push_back(static_cast<uint32_t>(&ref - streams_[i].data()));
       if (ref.counted || !p_.track_pairs) continue;
       p_.stage_grow(stage);

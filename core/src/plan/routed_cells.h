@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -21,6 +22,14 @@
 #include "plan/stats_pass.h"
 
 namespace reshard::planning {
+
+// Tests: the most (entry, source) pairs of a cell whose routed statistics
+// index them (beyond it hashed, RoutedCells::pair_map_), 2^23 unless set;
+// returns the limit before.
+size_t set_pair_index_max(size_t pairs);
+// Hashed cells that kept the PassSlots of the cell before (all processes'
+// plans, for tests).
+int64_t& hashed_cells_kept();
 
 class RoutedCells {
  public:
@@ -84,6 +93,7 @@ class RoutedCells {
   struct StreamRef {
     uint32_t src = 0, stage = 0;
     bool counted = false;
+    uint8_t known = 0;         // bit 0: counted, bit 1: banded, as PassSlots had them
     uint32_t plain = kUnset;   // relay_bytes[stage] (with track_pairs)
     uint32_t banded = kUnset;  // band_streams
   };
@@ -114,6 +124,35 @@ class RoutedCells {
   };
   PairSlots* find_pair(size_t i, uint32_t src, size_t m, bool indexed);
   PairSlots& pair(size_t i, uint32_t src, size_t m, bool indexed);
+  // A hashed pair's streams as an earlier cell of the pass with the same
+  // entries on the same devices left them (the MoE sync's 24 replicated
+  // groups share one cell of N/2 entries): counted in relay_pairs, their
+  // slots in relay_bytes and band_streams, both stable for the pass
+  // (stream_map.h). A pair's first part in such a cell then looks up none
+  // of them again (StreamMap::index and the pair sets' misses were a tenth
+  // of `reshard plan` on the 8,192-device MoE sync).
+  struct PassSlots {
+    uint8_t counted = 0;  // per stage (bit stage - 1)
+    std::array<uint32_t, 2> plain{kUnset, kUnset}, banded{kUnset, kUnset};
+  };
+  struct HashedSlots {  // pair_map_'s value: the cell's slots (tick: its cell's), the pass's
+    PairSlots slots;
+    uint32_t tick = 0;
+    PassSlots pass;
+  };
+  // ps's PassSlots where ps is hashed (pair_map_'s), else null.
+  static PassSlots* pass_of(PairSlots& ps, bool indexed) {
+    static_assert(std::is_standard_layout_v<HashedSlots> && offsetof(HashedSlots, slots) == 0);
+    return indexed ? nullptr : &reinterpret_cast<HashedSlots*>(&ps)->pass;
+  }
+  // Keeps pair_map_ from the cell before where this cell (entries
+  // cell_entries[b0 .. b0 + m) of t) has the same entries on the same
+  // devices, else clears it.
+  void hashed_cell(const TensorCtx& t, uint32_t b0, size_t m);
+  std::vector<std::pair<uint32_t, uint32_t>> hashed_sig_, sig_;  // (entry, dense device)
+  // The streams the cell counted or banded that its PassSlots lacked, kept
+  // there (at the cell's end).
+  void keep_pass_slots(size_t m);
   // Asks for the pair's slot ahead of pair().
   void prefetch_pair(size_t i, uint32_t src, size_t m, bool indexed) const {
     if (indexed)
@@ -126,12 +165,27 @@ class RoutedCells {
   Pending* pending_of(size_t i, const PairSlots& ps) {
     return ps.pending == kUnset ? nullptr : &pending_[i][ps.pending];
   }
-  StreamRef& stream_of(size_t i, PairSlots& ps, uint32_t src, uint32_t stage) {
+  // `pass`: the pair's PassSlots (hashed cells), null where none.
+  StreamRef& stream_of(size_t i, PairSlots& ps, uint32_t src, uint32_t stage,
+                       const PassSlots* pass) {
     uint32_t& at = ps.stream[stage == 1 ? 0 : 1];
     std::vector<StreamRef>& se = streams_[i];
     if (at != kUnset) return se[at];
     at = static_cast<uint32_t>(se.size());
-    return se.emplace_back(StreamRef{src, stage});
+    StreamRef& ref = se.emplace_back(StreamRef{src, stage});
+    if (pass) {
+      const size_t s = stage == 1 ? 0 : 1;
+      if (pass->counted >> s & 1) {
+        ref.counted = true;
+        ref.plain = pass->plain[s];
+        ref.known |= 1;
+      }
+      if (pass->banded[s] != kUnset) {
+        ref.banded = pass->banded[s];
+        ref.known |= 2;
+      }
+    }
+    return ref;
   }
   // The pair's pending piece set to x.
   void set_pending(size_t i, PairSlots& ps, const Pending& x) {
@@ -483,7 +537,7 @@ class RoutedCells {
     size_t used_ = 0, mask_ = 0;
     int shift_ = 64;
   };
-  CellIndex<PairSlots> pair_map_;
+  CellIndex<HashedSlots> pair_map_;
   // A cell whose entries take each source's relay parts alike.
   AllToAllCell a2a_;
 };
