@@ -277,18 +277,10 @@ void RoutedCells::hashed_cell(const TensorCtx& t, uint32_t b0, size_t m) {
 void RoutedCells::keep_pass_slots(size_t m) {
   for (size_t i = 0; i < m; ++i)
     for (const StreamRef& ref : streams_[i]) {
-      const bool counted =
-          ref.counted && !(ref.known & 1) && (ref.plain != kUnset || !p_.track_pairs);
-      const bool banded = ref.banded != kUnset && !(ref.known & 2);
-      if (!counted && !banded) continue;
+      if (!ref.counted || ref.known || (ref.plain == kUnset && p_.track_pairs)) continue;
       HashedSlots* x = pair_map_.find(pair_key(i, ref.src));
       if (!x) fail(ErrorCode::kInternal, "statistics: a stream without its pair");
-      const size_t s = ref.stage == 1 ? 0 : 1;
-      if (counted) {
-        x->pass.counted |= static_cast<uint8_t>(1u << s);
-        x->pass.plain[s] = ref.plain;
-      }
-      if (banded) x->pass.banded[s] = ref.banded;
+      x->pass[ref.stage == 1 ? 0 : 1] = p_.track_pairs ? ref.plain : 0;
     }
 }
 

@@ -93,7 +93,7 @@ class RoutedCells {
   struct StreamRef {
     uint32_t src = 0, stage = 0;
     bool counted = false;
-    uint8_t known = 0;         // bit 0: counted, bit 1: banded, as PassSlots had them
+    bool known = false;        // counted, as PassSlots had it
     uint32_t plain = kUnset;   // relay_bytes[stage] (with track_pairs)
     uint32_t banded = kUnset;  // band_streams
   };
@@ -126,19 +126,18 @@ class RoutedCells {
   PairSlots& pair(size_t i, uint32_t src, size_t m, bool indexed);
   // A hashed pair's streams as an earlier cell of the pass with the same
   // entries on the same devices left them (the MoE sync's 24 replicated
-  // groups share one cell of N/2 entries): counted in relay_pairs, their
-  // slots in relay_bytes and band_streams, both stable for the pass
-  // (stream_map.h). A pair's first part in such a cell then looks up none
-  // of them again (StreamMap::index and the pair sets' misses were a tenth
-  // of `reshard plan` on the 8,192-device MoE sync).
-  struct PassSlots {
-    uint8_t counted = 0;  // per stage (bit stage - 1)
-    std::array<uint32_t, 2> plain{kUnset, kUnset}, banded{kUnset, kUnset};
-  };
+  // groups share one cell of N/2 entries): per stage, counted in
+  // relay_pairs where not kUnset, its slot in relay_bytes (stable for the
+  // pass, stream_map.h; any other value where pairs are not tracked). A
+  // pair's first part in such a cell then looks neither up again
+  // (StreamMap::index and the pair sets' misses were a tenth of `reshard
+  // plan` on the 8,192-device MoE sync). 32-byte slots in pair_map_ (with
+  // the band streams' slots kept too, 48: 17 MB more at 8,192 devices).
+  using PassSlots = std::array<uint32_t, 2>;
   struct HashedSlots {  // pair_map_'s value: the cell's slots (tick: its cell's), the pass's
     PairSlots slots;
     uint32_t tick = 0;
-    PassSlots pass;
+    PassSlots pass{kUnset, kUnset};
   };
   // ps's PassSlots where ps is hashed (pair_map_'s), else null.
   static PassSlots* pass_of(PairSlots& ps, bool indexed) {
@@ -150,8 +149,8 @@ class RoutedCells {
   // devices, else clears it.
   void hashed_cell(const TensorCtx& t, uint32_t b0, size_t m);
   std::vector<std::pair<uint32_t, uint32_t>> hashed_sig_, sig_;  // (entry, dense device)
-  // The streams the cell counted or banded that its PassSlots lacked, kept
-  // there (at the cell's end).
+  // The streams the cell counted that its PassSlots lacked, kept there (at
+  // the cell's end).
   void keep_pass_slots(size_t m);
   // Asks for the pair's slot ahead of pair().
   void prefetch_pair(size_t i, uint32_t src, size_t m, bool indexed) const {
@@ -173,17 +172,9 @@ class RoutedCells {
     if (at != kUnset) return se[at];
     at = static_cast<uint32_t>(se.size());
     StreamRef& ref = se.emplace_back(StreamRef{src, stage});
-    if (pass) {
-      const size_t s = stage == 1 ? 0 : 1;
-      if (pass->counted >> s & 1) {
-        ref.counted = true;
-        ref.plain = pass->plain[s];
-        ref.known |= 1;
-      }
-      if (pass->banded[s] != kUnset) {
-        ref.banded = pass->banded[s];
-        ref.known |= 2;
-      }
+    if (pass && (*pass)[stage == 1 ? 0 : 1] != kUnset) {
+      ref.counted = ref.known = true;
+      ref.plain = (*pass)[stage == 1 ? 0 : 1];
     }
     return ref;
   }
