@@ -464,7 +464,9 @@ class RoutedCells {
   // Where a cell is too large for the table: the same slots hashed, keyed
   // by the entry's position in the cell and the source entry.
   static uint64_t pair_key(size_t i, uint32_t src) { return uint64_t{i} << 32 | src; }
-  // Open addressing, cleared per cell (std::unordered_map took a node per
+  // Open addressing, cleared where a cell's entries or their devices differ
+  // from the cell before (hashed_cell; each value stamped with its cell,
+  // HashedSlots) (std::unordered_map took a node per
   // entry: its lookups, allocations and frees were about a tenth of the
   // statistics of the 16,384-device MoE sync). Its values sit in the slots:
   // a StreamMap<uint32_t> (values in a vector of their own, named by an
