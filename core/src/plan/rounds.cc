@@ -350,16 +350,19 @@ void emit_round_major(const std::vector<Message>& msgs, const Streams& streams,
 // rounds below r and of the streams before s running in round r (a cursor
 // per round). Bounds and messages are read in order and written to one
 // place per round. `out_of[seg_base[i] + r]`: the output message of round r
-// of segment i. Every segment has a round (segments.rounds[i] >= 1).
+// of segment i; stream_of and local_of only where `segments` asks for them
+// (to renumber late forwards). Every segment has a round (streams.rounds[i]
+// >= 1).
 void emit_stream_major(const std::vector<Message>& msgs, const Streams& streams,
                        const RoundRanges& ranges, const std::vector<size_t>& seg_base,
-                       std::vector<Message>& out_msgs, std::vector<uint32_t>& stream_of,
-                       std::vector<uint32_t>& local_of, std::vector<uint32_t>& out_of) {
+                       bool segments, std::vector<Message>& out_msgs,
+                       std::vector<uint32_t>& stream_of, std::vector<uint32_t>& local_of,
+                       std::vector<uint32_t>& out_of) {
   const size_t nmsg = msgs.size(), nout = seg_base[nmsg];
   const auto& rounds = streams.rounds;
   out_msgs.resize(nout);
-  stream_of.resize(nout);
-  local_of.resize(nout);
+  stream_of.resize(segments ? nout : 0);
+  local_of.resize(segments ? nout : 0);
   out_of.resize(nout);
   std::vector<uint32_t> heads;
   std::vector<size_t> cursor;
@@ -392,8 +395,10 @@ void emit_stream_major(const std::vector<Message>& msgs, const Streams& streams,
         const auto local = static_cast<uint32_t>(r - streams.offset[i]);
         const size_t pos = cursor[static_cast<size_t>(r)]++;
         out_msgs[pos] = ranges.message(i, local, static_cast<uint32_t>(r));
-        stream_of[pos] = static_cast<uint32_t>(i);
-        local_of[pos] = local;
+        if (segments) {
+          stream_of[pos] = static_cast<uint32_t>(i);
+          local_of[pos] = local;
+        }
         out_of[seg_base[i] + local] = static_cast<uint32_t>(pos);
       }
     }
@@ -424,7 +429,8 @@ void emit_rounds(std::vector<Message>& msgs, std::vector<Piece>& pieces, const S
   }
   stream_major &= seg_base[nmsg] < (size_t{1} << 32);
   if (stream_major) {
-    emit_stream_major(msgs, streams, range_of, seg_base, out_msgs, stream_of, local_of, out_of);
+    emit_stream_major(msgs, streams, range_of, seg_base, !rule.spans.empty(), out_msgs, stream_of,
+                      local_of, out_of);
   } else {
     out_msgs.reserve(nmsg + bounds.size());
     stream_of.reserve(nmsg + bounds.size());
@@ -478,6 +484,10 @@ void emit_rounds(std::vector<Message>& msgs, std::vector<Piece>& pieces, const S
         for (size_t mi = 0; mi < out_msgs.size(); ++mi)
           out_of[seg_base[stream_of[mi]] + local_of[mi]] = static_cast<uint32_t>(mi);
     }
+  }
+  if (stream_major) {  // phase 2 goes by segment and round
+    stream_of = {};
+    local_of = {};
   }
   // 2. The pieces.
   // Round r of segment i's pieces, handed to put(piece) and append(first, last).
