@@ -771,5 +771,77 @@ TEST(PlanRounds, PlansWhereKeyedCutsAreTriedTakeAtMostSixteenRounds) {
   EXPECT_LE(make_plan(in, {PlanScope::kGlobal}).stats().rounds, 2 * planning::kFewPipelineRounds);
 }
 
+// split_rounds lays out the cut messages stream by stream (each round's
+// message written to its place, the bounds read in order); it must give
+// the parts the round-by-round layout gives, on one thread and several,
+// with budgets (segments of relay bands cut one after the other) and
+// without (forwards numbered late, spread cuts).
+TEST(PlanRounds, StreamMajorLayoutMatchesRoundMajor) {
+  struct RoundMajor {
+    RoundMajor() { planning::set_stream_major_rounds(false); }
+    ~RoundMajor() { planning::set_stream_major_rounds(true); }
+  };
+  struct Spread {
+    explicit Spread(int32_t even) { planning::choice_override().spread = even; }
+    ~Spread() { planning::choice_override().spread = planning::kSpreadEven; }
+  };
+  int cut = 0, staged = 0, late = 0;
+  auto compare = [&](const PlanInput& in) {
+    for (int32_t threads : {1, 3}) {
+      PlanRequest r;
+      r.threads = threads;
+      Plan ref;
+      try {
+        RoundMajor guard;
+        ref = make_plan(in, r);
+      } catch (const Error& e) {
+        ASSERT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();  // too small a budget
+        return;
+      }
+      const Plan plan = make_plan(in, r);
+      ASSERT_EQ(plan.parts(), ref.parts()) << "threads " << threads;
+      if (threads > 1) continue;
+      cut += plan.stats().rounds > plan.stats().stages;
+      staged += plan.stats().stages > 1;
+      // Forwards numbered late: a forward's first round above 0.
+      bool numbered_late = false;
+      for (const auto& [p, part] : plan.parts())
+        for (size_t i = 0; i < part.recvs.size(); ++i) {
+          const Message& m = part.recvs[i];
+          numbered_late |=
+              m.stage > 0 && m.round > 0 &&
+              std::none_of(part.recvs.begin(), part.recvs.end(), [&](const Message& x) {
+                return x.stage == m.stage && x.round < m.round && x.src_device == m.src_device &&
+                       x.dst_device == m.dst_device;
+              });
+        }
+      late += numbered_late;
+    }
+  };
+  for (int c = 0; c < scaled_cases(120); ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    testing::CaseGen gen(61000 + static_cast<uint64_t>(c), {4, 32, 4, c % 2 ? 13 : 60, true, true});
+    PlanInput in = gen.input();
+    const int64_t budgets[] = {3000, 8000, 20000, 0};
+    in.options.staging_budget_bytes = budgets[c % 4];
+    compare(in);
+    if (HasFailure()) return;
+  }
+  for (const char* name :
+       {"psum_chain_4_hosts", "relay_pipeline_replicated", "psum_bands_two_holder_hosts"}) {
+    SCOPED_TRACE(name);
+    PlanInput in =
+        load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/" + name + ".json").input;
+    compare(in);
+    in.options.staging_budget_bytes = 0;
+    compare(in);
+    Spread off(0);
+    compare(in);
+  }
+  EXPECT_GE(cut, least_covered(30));
+  EXPECT_GE(staged, least_covered(10));
+  EXPECT_GE(late, 1);
+}
+
 }  // namespace
 }  // namespace reshard

@@ -241,6 +241,10 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
                   std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes,
                   const std::function<DeviceLoad(int64_t, uint32_t)>& load, int threads = 1);
 
+// Tests: split_rounds lays out the cut messages round by round (false), the
+// path the stream-by-stream layout (true, the default) must match.
+void set_stream_major_rounds(bool on);
+
 // Keyed cuts (planner version 29; chosen by the global statistics where
 // the estimate is faster for them, compute_stats). Every element of a
 // tensor has a key in [0, K) that depends on the element alone: along one
