@@ -157,7 +157,7 @@ void StatsPass::choose_subs(int nstages, RoundRule& rule, const RoundRule& base,
   constexpr int64_t kSplitPieces = int64_t{1} << 22;
   constexpr double kSubMinGain = 0.05;
   const bool forced = forced_subs().first > 0;
-  if (!keyed || base.pipeline.empty() ||
+  if (!keyed || forced_subs().first < 0 || base.pipeline.empty() ||
       (!forced && (choice_override().keyed > 0 || nstages > kSubStages)))
     return;
   int64_t peak = 0;

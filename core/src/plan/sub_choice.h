@@ -11,7 +11,7 @@
 
 namespace reshard::planning {
 
-// (P, B); P = 0: the estimate's choice.
+// (P, B); P = 0: the estimate's choice; P < 0: never subs.
 inline std::pair<int64_t, int64_t>& forced_subs() {
   static std::pair<int64_t, int64_t> o{0, 0};
   return o;
