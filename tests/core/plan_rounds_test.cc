@@ -804,6 +804,23 @@ TEST(PlanRounds, SubMessagesWhereTheEstimateGains) {
   EXPECT_NO_FATAL_FAILURE(check_exact(plan));
 }
 
+// tests/mpi/specs/psum_reduce_scatter.json (mpi.cli.psum_reduce_scatter.np4
+// and psum_after_stage0 run it over MPI) takes sub-messages with the
+// default costs: 8 subs of each of its 24 streams, each stage one round,
+// oracle-exact.
+TEST(PlanRounds, TheMpiReduceScatterSpecTakesSubs) {
+  const Plan plan = make_plan(
+      load_spec(std::string(RESHARD_SOURCE_DIR) + "/tests/mpi/specs/psum_reduce_scatter.json")
+          .input);
+  uint32_t most_sub = 0;
+  for (const auto& [p, part] : plan.parts())
+    for (const Message& m : part.sends) most_sub = std::max(most_sub, m.sub);
+  EXPECT_EQ(most_sub, 7u);
+  EXPECT_EQ(plan.stats().messages, 192);
+  EXPECT_EQ(plan.stats().rounds, plan.stats().stages);
+  EXPECT_NO_FATAL_FAILURE(check_exact(plan));
+}
+
 // A plan of few pieces, on which keyed cuts are tried, is pipelined in at
 // most kFewPipelineRounds rounds a stage even where pipeline_rounds asks for
 // more (one_holder_to_8_hosts: 64), keyed or not: at 64 pipelined rounds a
