@@ -45,6 +45,7 @@ std::pair<int64_t, int64_t> StatsPass::sub_trial(size_t i) {
 void StatsPass::count_subs(const Emitted& x, uint32_t sd, uint32_t dd, bool inter, int64_t esum,
                            int64_t copies) {
   std::array<int64_t, 32> vol{};
+  std::array<uint32_t, kSubTrials>& masks = sub_streams[stage_stream_key(x.stage, sd, dd)];
   for (size_t i = 0; i < kSubTrials; ++i) {
     SubTrial& t = sub_trials[i];
     const int64_t nsubs = sub_trial(i).first;
@@ -63,7 +64,7 @@ void StatsPass::count_subs(const Emitted& x, uint32_t sd, uint32_t dd, bool inte
         add_to(k[dd].recv_inter, v, "max_host_recv_bytes");
       }
     }
-    t.streams[stage_stream_key(x.stage, sd, dd)] |= mask;
+    masks[i] |= mask;
     // Each run of one sub in one block is a piece of its own.
     const int64_t runs = sub_pieces(x.region, t.blocks, nsubs);
     if (runs > 1) {
@@ -189,9 +190,9 @@ void StatsPass::choose_subs(int nstages, RoundRule& rule, const RoundRule& base,
   c.taken = true;
   c.peak = peak;
   c.device_msgs.assign(ndev, 0);
-  for (const auto& [key, mask] : t.streams) {
+  for (const auto& [key, masks] : sub_streams) {
     const size_t sd = key >> 20 & 0xfffff, dd = key & 0xfffff;
-    const int n = std::popcount(mask);
+    const int n = std::popcount(masks[pick]);
     c.messages += n;
     c.device_msgs[sd] += n;
     c.device_msgs[dd] += n;

@@ -170,7 +170,7 @@ class StatsPass {
   KeyBlocks group_blocks;
   int64_t key_split = 0;  // pieces the keyed cuts add
   // Keyed pass: sub-messages (RoundRule::subs) priced at each of
-  // kSubTrials (P, B): per trial each stream's subs, per stage, sub and
+  // kSubTrials (P, B): each stream's subs per trial, per trial, stage, sub and
   // device the sub's bytes, the pieces the cuts add (in all and, where
   // counted, per device) and the group's blocks (sub_blocks).
   static constexpr size_t kSubTrials = 4;
@@ -178,13 +178,13 @@ class StatsPass {
   static constexpr std::array<std::pair<int64_t, int64_t>, kSubTrials> kSubTrial = {
       {{4, 64}, {4, 256}, {8, 64}, {8, 256}}};
   struct SubTrial {
-    std::unordered_map<uint64_t, uint32_t> streams;
     std::deque<std::vector<std::vector<Acc>>> acc;
     KeyBlocks blocks;
     int64_t split = 0;
     std::vector<int64_t> send_split, recv_split;  // per device, where counted
   };
   std::array<SubTrial, kSubTrials> sub_trials;
+  std::unordered_map<uint64_t, std::array<uint32_t, kSubTrials>> sub_streams;  // per trial
   // Trial i's (P, B): kSubTrial's, or forced_subs' alone (sub_choice.h).
   static std::pair<int64_t, int64_t> sub_trial(size_t i);
 
