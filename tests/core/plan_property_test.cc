@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "cell_ingress.h"
+#include "oracle_check.h"
 #include "plan/context.h"
 #include "plan/enumerate/enumerator.h"
 #include "plan/enumerate/types.h"
 #include "plan/estimate.h"
+#include "plan/sub_choice.h"
 #include "plan/transit.h"
 #include "random_cases.h"
 #include "relay_fleets.h"
@@ -181,22 +183,23 @@ void check_coverage(const Plan& plan) {
 }
 
 // Invariant: each send message of one part is the identical recv message of
-// the destination's part (same pieces, same order, same bytes).
+// the destination's part (same pieces, same order, same bytes; sub-messages
+// by their sub).
 void check_pairing(const Plan& plan) {
-  std::map<std::tuple<uint32_t, uint32_t, int64_t, int64_t>,
+  std::map<std::tuple<uint32_t, uint32_t, int64_t, int64_t, uint32_t>,
            std::pair<const ProcessPart*, const Message*>>
       recvs;
   size_t nrecv = 0;
   for (const auto& [p, part] : plan.parts())
     for (const Message& m : part.recvs) {
-      recvs[{m.stage, m.round, m.src_device, m.dst_device}] = {&part, &m};
+      recvs[{m.stage, m.round, m.src_device, m.dst_device, m.sub}] = {&part, &m};
       ++nrecv;
     }
   size_t nsend = 0;
   for (const auto& [p, part] : plan.parts())
     for (const Message& m : part.sends) {
       ++nsend;
-      auto it = recvs.find({m.stage, m.round, m.src_device, m.dst_device});
+      auto it = recvs.find({m.stage, m.round, m.src_device, m.dst_device, m.sub});
       ASSERT_NE(it, recvs.end());
       const auto& [rpart, rm] = it->second;
       ASSERT_EQ(m.bytes, rm->bytes);
@@ -835,6 +838,48 @@ TEST(PlanProperty, KeyedCutsKeepCoveragePairingAndExactStatistics) {
   EXPECT_GT(split, cases / 50);
   std::printf("%d cases: %lld plans with relay streams over several rounds\n", cases,
               (long long)split);
+}
+
+// Sub-messages (plan/rounds.h, RoundRule::subs) forced wherever the
+// budget allows (forced_subs: P = 4 subs of blocks of 8 indices, so that
+// the small random tensors hold every sub; a keyed pass forced by
+// choice_override().keyed; α = 0, so that every plan of several stages is
+// pipelined): coverage, pairing, statistics (messages: each stream's subs;
+// one round per stage) equal to the parts', each process's part equal to
+// the whole plan's, and execute_host against the oracle.
+TEST(PlanProperty, SubMessagesKeepCoveragePairingExactStatisticsAndValues) {
+  struct Forced {
+    Forced() {
+      planning::choice_override().keyed = 64;
+      planning::forced_subs() = {4, 8};
+    }
+    ~Forced() {
+      planning::choice_override().keyed = 0;
+      planning::forced_subs() = {0, 0};
+    }
+  } forced;
+  const int cases = scaled_cases(150);
+  int64_t subbed = 0;  // plans with a stream of several subs in a stage above 0
+  for (int c = 0; c < cases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    testing::CaseGen gen(91000 + static_cast<uint64_t>(c), {5, 64, 3, c % 2 ? 13 : 40, true, true});
+    PlanInput in = gen.input();
+    in.options.alpha_seconds = 0;
+    const int64_t generated = in.options.staging_budget_bytes;
+    for (int64_t budget : {int64_t{0}, generated}) {
+      SCOPED_TRACE("budget " + std::to_string(budget));
+      in.options.staging_budget_bytes = budget;
+      Plan a = make_plan(in);
+      ASSERT_NO_FATAL_FAILURE(check_invariants(in, a));
+      ASSERT_NO_FATAL_FAILURE(check_exact(a));
+      bool several = false;
+      for (const auto& [p, part] : a.parts())
+        for (const Message& m : part.recvs) several |= m.stage > 0 && m.sub > 0;
+      subbed += several;
+    }
+  }
+  EXPECT_GT(subbed, cases / 20);
+  std::printf("%d cases: %lld plans with subs in a forward stage\n", cases, (long long)subbed);
 }
 
 }  // namespace

@@ -122,18 +122,18 @@ std::string check_summands(const Plan& plan, std::map<int64_t, int64_t>* scratch
     return it->second;
   };
   // Pairing.
-  std::map<std::tuple<uint32_t, uint32_t, int64_t, int64_t>,
+  std::map<std::tuple<uint32_t, uint32_t, int64_t, int64_t, uint32_t>,
            std::pair<const ProcessPart*, const Message*>>
       recvs;
   uint32_t stages = 0;
   for (const auto& [p, part] : plan.parts())
     for (const Message& m : part.recvs) {
-      recvs[{m.stage, m.round, m.src_device, m.dst_device}] = {&part, &m};
+      recvs[{m.stage, m.round, m.src_device, m.dst_device, m.sub}] = {&part, &m};
       stages = std::max(stages, m.stage + 1);
     }
   for (const auto& [p, part] : plan.parts())
     for (const Message& m : part.sends) {
-      auto it = recvs.find({m.stage, m.round, m.src_device, m.dst_device});
+      auto it = recvs.find({m.stage, m.round, m.src_device, m.dst_device, m.sub});
       if (it == recvs.end()) return "a send without its receive";
       const auto& [rp, rm] = it->second;
       if (rm->num_pieces != m.num_pieces || rm->bytes != m.bytes) return "unpaired message";

@@ -3,9 +3,11 @@
 // keys, and the choice of keyed cuts at the end of the pass.
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 #include "plan/stage_cost.h"
 #include "plan/stats_pass.h"
+#include "plan/sub_choice.h"
 
 namespace reshard::planning {
 
@@ -29,9 +31,52 @@ void StatsPass::count_keys(const Emitted& x, uint32_t sd, uint32_t dd, bool inte
     }
   }
   key_streams[stage_stream_key(x.stage, sd, dd)] |= mask;
+  count_subs(x, sd, dd, inter, esum, copies);
   if (blocks > 1) add_to(key_split, mul_of(blocks - 1, copies, "pieces"), "pieces");
   // The piece is split at every block boundary.
   if (counts && blocks > 1) count_pieces(sd, dd, mul_of(blocks - 1, copies, "pieces"));
+}
+
+std::pair<int64_t, int64_t> StatsPass::sub_trial(size_t i) {
+  if (forced_subs().first > 0) return i == 0 ? forced_subs() : std::pair<int64_t, int64_t>{1, 1};
+  return kSubTrial[i];
+}
+
+void StatsPass::count_subs(const Emitted& x, uint32_t sd, uint32_t dd, bool inter, int64_t esum,
+                           int64_t copies) {
+  std::array<int64_t, 32> vol{};
+  std::array<uint32_t, kSubTrials>& masks = sub_streams[stage_stream_key(x.stage, sd, dd)];
+  for (size_t i = 0; i < kSubTrials; ++i) {
+    SubTrial& t = sub_trials[i];
+    const int64_t nsubs = sub_trial(i).first;
+    vol.fill(0);
+    const uint32_t mask = sub_volumes(x.region, t.blocks, nsubs, vol.data());
+    while (t.acc.size() <= x.stage)
+      t.acc.emplace_back(static_cast<size_t>(nsubs), std::vector<Acc>(ndev));
+    for (int64_t j = 0; j < nsubs; ++j) {
+      if (vol[static_cast<size_t>(j)] <= 0) continue;
+      std::vector<Acc>& k = t.acc[x.stage][static_cast<size_t>(j)];
+      const int64_t v = mul_of(vol[static_cast<size_t>(j)], esum, "network_bytes");
+      add_to(k[sd].send, v, "max_send_bytes");
+      add_to(k[dd].recv, v, "max_recv_bytes");
+      if (inter) {
+        add_to(k[sd].send_inter, v, "max_host_send_bytes");
+        add_to(k[dd].recv_inter, v, "max_host_recv_bytes");
+      }
+    }
+    masks[i] |= mask;
+    // Each run of one sub in one block is a piece of its own.
+    const int64_t runs = sub_pieces(x.region, t.blocks, nsubs);
+    if (runs > 1) {
+      const int64_t more = mul_of(runs - 1, copies, "pieces");
+      add_to(t.split, more, "pieces");
+      if (counts) {
+        if (t.send_split.empty()) t.send_split.assign(ndev, 0), t.recv_split.assign(ndev, 0);
+        add_to(t.send_split[sd], more, "pieces");
+        add_to(t.recv_split[dd], more, "pieces");
+      }
+    }
+  }
 }
 
 // Keyed cuts (rounds.h, a keyed pass): a stream's messages are the keys
@@ -87,6 +132,84 @@ StatsPass::KeyedChoice StatsPass::choose_keyed(int nstages, RoundRule& rule, con
     rule.key_granule = ctx.keyed_granule;
   }
   return c;
+}
+
+// Sub-messages (rounds.h, RoundRule::subs) at each trial's (P, B): a
+// stream's messages are its subs, each stage one round, priced by
+// stage_cost's subs (the subs of a stage share its busiest link); the
+// cheapest trial is taken where strictly below the estimate so far (the
+// keyed or pipelined one), every device's stage fits the budget (its subs
+// flow together) and the cuts add at most kKeyedSplitPieces pieces. Not on
+// request of keyed cuts (choice_override().keyed > 0), nor on plans of more
+// than kSubStages stages: there the subs' estimate, which feeds sub j of a
+// stage from sub j of the stage before on the busiest link alone, missed
+// the reducers' waits for every summand's sub (on the H100 topology
+// psum_2_holder_hosts_of_4_to_2_hosts, 5 stages: estimate 292.8 -> 274.1
+// us with subs at P = 8, B = 256, simulated 286.8 -> 311.7; psum_dp4_hosts_of_2,
+// 3 stages: 89.9 -> 77.8 estimated, 89.9 -> 76.9 simulated). Taken only
+// where the estimate gains more than kSubMinGain: below it the subs'
+// estimate was not real (rl_sync_uneven_replicas_4_to_2_hosts: 1.055 ->
+// 1.025 ms estimated, 1.05 -> 1.19 simulated; unseen psum_dp2_to_dp4_replicas
+// 483.4 -> 468.4 us, 478.0 -> 508.2), above it it was (psum_dp4 13%,
+// pipeline_2x2_replicated_dst 6.7%: 200.2 -> 186.8 us simulated,
+// uneven_fsdp12_to_tp5_on_5_of_8 5.7%: 486.9 -> 468.1 us).
+void StatsPass::choose_subs(int nstages, RoundRule& rule, const RoundRule& base, const Bounds& lb,
+                            std::vector<int64_t>& stage_rounds, KeyedChoice& c) {
+  constexpr int64_t kSplitPieces = int64_t{1} << 22;
+  constexpr double kSubMinGain = 0.05;
+  const bool forced = forced_subs().first > 0;
+  if (!keyed || forced_subs().first < 0 || base.pipeline.empty() ||
+      (!forced && (choice_override().keyed > 0 || nstages > kSubStages)))
+    return;
+  int64_t peak = 0;
+  for (const std::vector<Acc>& stage : stage_acc)
+    for (const Acc& a : stage) peak = std::max(peak, a.send + a.recv);
+  if (o.staging_budget_bytes > 0 && peak >= o.staging_budget_bytes) return;
+  std::vector<int64_t> rounds(static_cast<size_t>(nstages), 0);
+  for (size_t s = 0; s < static_cast<size_t>(nstages); ++s) rounds[s] = stage_rounds[s] > 0 ? 1 : 0;
+  double best = forced ? HUGE_VAL : st.cost_seconds * (1 - kSubMinGain);
+  size_t pick = kSubTrials;
+  for (size_t i = 0; i < kSubTrials; ++i) {
+    const SubTrial& t = sub_trials[i];
+    if (t.split > kSplitPieces || (forced && i != 0)) continue;
+    KeyedRounds kr;
+    kr.subs = true;
+    kr.seconds.resize(static_cast<size_t>(nstages));
+    for (size_t s = 0; s < static_cast<size_t>(nstages) && s < t.acc.size(); ++s)
+      for (const std::vector<Acc>& x : t.acc[s])
+        kr.seconds[s].push_back(busiest_link_seconds(x, lb, o));
+    const double cost = stage_cost(stage_acc, rounds, lb, o, RoundSizes::kEven, &kr);
+    if (cost < best) {
+      best = cost;
+      pick = i;
+    }
+  }
+  if (pick == kSubTrials) return;
+  const SubTrial& t = sub_trials[pick];
+  c = KeyedChoice{};
+  c.taken = true;
+  c.peak = peak;
+  c.device_msgs.assign(ndev, 0);
+  for (const auto& [key, masks] : sub_streams) {
+    const size_t sd = key >> 20 & 0xfffff, dd = key & 0xfffff;
+    const int n = std::popcount(masks[pick]);
+    c.messages += n;
+    c.device_msgs[sd] += n;
+    c.device_msgs[dd] += n;
+  }
+  if (counts && !t.send_split.empty())
+    for (size_t d = 0; d < ndev; ++d) {
+      (*counts)[d].send_pieces += t.send_split[d];
+      (*counts)[d].recv_pieces += t.recv_split[d];
+      (*counts)[d].regions += t.send_split[d] + t.recv_split[d];
+    }
+  st.cost_seconds = best;
+  stage_rounds = std::move(rounds);
+  rule = base;
+  rule.keys = 0;
+  rule.spread.clear();
+  rule.subs = sub_trial(pick).first;
+  rule.sub_block = sub_trial(pick).second;
 }
 
 }  // namespace reshard::planning

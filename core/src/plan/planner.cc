@@ -159,8 +159,11 @@ namespace {
 // crossing bytes is cut, parts entering other devices of the host into a
 // copy-staging scratch and forwarded inside the host, where the whole
 // plan's estimate drops; 35: a transit donor's excess spread over every
-// transit of its host in proportion to its room (transit.cc's fill).
-constexpr uint64_t kPlannerVersion = 36;
+// transit of its host in proportion to its room (transit.cc's fill); 37:
+// a keyed pass also prices sub-messages (plan/rounds.h, RoundRule::subs)
+// and takes them where the estimate gains more than 5% on plans of at most
+// 3 stages.
+constexpr uint64_t kPlannerVersion = 37;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

@@ -624,6 +624,109 @@ uint32_t sub_volumes(const Box& region, KeyBlocks k, int64_t subs, int64_t* out)
   return mask;
 }
 
+namespace {
+// Calls f(j, a, b) for each run [a, b) of sub j within one block of the
+// indices [lo, hi) along D, in index order.
+template <class F>
+void each_sub_run(int64_t lo, int64_t hi, KeyBlocks k, int64_t subs, F&& f) {
+  const int64_t total = subs * (subs + 1) / 2, b = k.block;
+  for (int64_t bl = lo / b; bl * b < hi; ++bl)
+    for (int64_t j = 0; j < subs; ++j) {
+      const int64_t x0 = std::max(lo, bl * b + b * (j * (j + 1) / 2) / total);
+      const int64_t x1 = std::min(hi, bl * b + b * ((j + 1) * (j + 2) / 2) / total);
+      if (x1 > x0) f(j, x0, x1);
+    }
+}
+}  // namespace
+
+int64_t sub_pieces(const Box& region, KeyBlocks k, int64_t subs) {
+  if (subs <= 0) return 0;
+  if (region.rank == 0 || k.dim >= region.rank) return 1;
+  const int64_t lo = region.lo[k.dim], hi = region.hi[k.dim], b = k.block;
+  if (hi <= lo) return 0;
+  const int64_t b0 = lo / b, b1 = (hi - 1) / b;
+  int64_t n = 0;
+  auto one = [&](int64_t, int64_t, int64_t) { ++n; };
+  if (b1 - b0 <= 2) {
+    each_sub_run(lo, hi, k, subs, one);
+    return n;
+  }
+  // The two edge blocks, then the whole ones between them, alike.
+  each_sub_run(lo, (b0 + 1) * b, k, subs, one);
+  each_sub_run(b1 * b, hi, k, subs, one);
+  const int64_t edges = n;
+  n = 0;
+  each_sub_run(0, b, k, subs, one);
+  return edges + n * (b1 - b0 - 1);
+}
+
+void split_subs(ProcessPart& part, const std::vector<TensorSpec>& tensors, const RoundRule& rule,
+                std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes) {
+  if (rule.subs > 32) fail(ErrorCode::kInternal, "split_subs: more than 32 subs");
+  std::vector<KeyBlocks> blocks(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    blocks[i] = sub_blocks(tensors[i].shape, rule.sub_block);
+  auto direction = [&](std::vector<Message>& msgs, std::vector<Piece>& pieces,
+                       std::span<const int64_t> bytes) {
+    const auto nsubs = static_cast<size_t>(rule.subs);
+    std::vector<Message> out_msgs;
+    std::vector<Piece> out_pieces;
+    std::vector<std::vector<Piece>> bucket(nsubs);
+    std::vector<int64_t> bucket_bytes(nsubs, 0);
+    for (const Message& m : msgs) {
+      for (uint64_t i = m.first_piece; i < m.first_piece + m.num_pieces; ++i) {
+        const Piece& p = pieces[i];
+        const TensorSpec& t = tensors[p.tensor];
+        const KeyBlocks k = blocks[p.tensor];
+        const Box region = p.region == kOverlapRegion
+                               ? intersect(t.src.box(p.src_entry), t.dst.box(p.dst_entry))
+                               : part.regions[p.region];
+        if (region.rank == 0 || k.dim >= region.rank) {
+          bucket[0].push_back(p);
+          bucket_bytes[0] += bytes[i];
+          continue;
+        }
+        const int64_t lo = region.lo[k.dim], hi = region.hi[k.dim];
+        const int64_t per_index = bytes[i] / region.extent(k.dim);
+        each_sub_run(lo, hi, k, rule.subs, [&](int64_t j, int64_t x0, int64_t x1) {
+          const auto js = static_cast<size_t>(j);
+          bucket_bytes[js] += (x1 - x0) * per_index;
+          if (x0 == lo && x1 == hi) {
+            bucket[js].push_back(p);
+            return;
+          }
+          Box sub = region;
+          sub.lo[k.dim] = x0;
+          sub.hi[k.dim] = x1;
+          if (part.regions.size() >= kOverlapRegion)
+            fail(ErrorCode::kOutOfRange, "plan: more than 2^32 regions");
+          Piece q = p;
+          q.region = static_cast<uint32_t>(part.regions.size());
+          part.regions.push_back(sub);
+          bucket[js].push_back(q);
+        });
+      }
+      for (size_t j = 0; j < nsubs; ++j) {
+        if (bucket[j].empty()) continue;
+        Message mj = m;
+        mj.round = 0;
+        mj.sub = static_cast<uint32_t>(j);
+        mj.bytes = bucket_bytes[j];
+        mj.first_piece = out_pieces.size();
+        mj.num_pieces = bucket[j].size();
+        out_pieces.insert(out_pieces.end(), bucket[j].begin(), bucket[j].end());
+        out_msgs.push_back(mj);
+        bucket[j].clear();
+        bucket_bytes[j] = 0;
+      }
+    }
+    msgs = std::move(out_msgs);
+    pieces = std::move(out_pieces);
+  };
+  direction(part.sends, part.send_pieces, send_bytes);
+  direction(part.recvs, part.recv_pieces, recv_bytes);
+}
+
 KeyBlocks key_blocks(std::span<const int64_t> shape, int64_t esize, int64_t granule) {
   KeyBlocks k;
   if (shape.empty()) return k;
@@ -916,6 +1019,10 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
   if (!rule.cuts()) return;
   if (send_bytes.size() != part.send_pieces.size() || recv_bytes.size() != part.recv_pieces.size())
     fail(ErrorCode::kInternal, "split_rounds: piece sizes do not match the pieces");
+  if (rule.subs > 0) {
+    split_subs(part, tensors, rule, send_bytes, recv_bytes);
+    return;
+  }
   if (rule.keys > 0) {
     if (rule.keys > 32) fail(ErrorCode::kInternal, "split_rounds: more than 32 keys");
     std::vector<KeyBlocks> blocks(tensors.size());

@@ -118,7 +118,11 @@ struct RoundRule {
   // Spread cuts (spread_bounds): the key bounds q_1 < ... < q_(K-1) every
   // stream of a pipelined stage is cut at; empty: cut by its bytes.
   std::vector<double> spread;
-  bool cuts() const { return budget > 0 || !pipeline.empty() || keys > 0; }
+  // P in (0, 32]: sub-messages (sub_blocks of block sub_block): each stage
+  // one round, a stream's pieces cut into its subs; 0: none.
+  int64_t subs = 0;
+  int64_t sub_block = 0;
+  bool cuts() const { return budget > 0 || !pipeline.empty() || keys > 0 || subs > 0; }
   // The chunk of a stream of `stream_bytes` of stage `stage` (at least the
   // stream's bytes when nothing cuts it).
   int64_t chunk(uint32_t stage, DeviceLoad a, DeviceLoad b, int64_t stream_bytes) const;
@@ -273,7 +277,8 @@ uint32_t key_mask(const Box& region, KeyBlocks k, int64_t keys);
 // the blocks along D the box spans (the pieces a piece of it becomes).
 int64_t key_volumes(const Box& region, KeyBlocks k, int64_t keys, int64_t* out);
 
-// Sub-message keys (Message::sub; not emitted by the planner yet): along
+// Sub-message keys (Message::sub; RoundRule::subs, chosen by the global
+// statistics where the estimate is faster for them): along
 // the tensor's longest dimension D (sub_blocks), indices fall in blocks of
 // b, and within each block sub j of P takes the indices
 // [b T_j / T, b T_(j+1) / T) (integer division), T_j = j (j + 1) / 2, T =
@@ -283,6 +288,17 @@ int64_t key_volumes(const Box& region, KeyBlocks k, int64_t keys, int64_t* out);
 // sub j (j < P <= 32); returns the bit mask of the subs it holds.
 KeyBlocks sub_blocks(std::span<const int64_t> shape, int64_t block);
 uint32_t sub_volumes(const Box& region, KeyBlocks k, int64_t subs, int64_t* out);
+// The pieces a box becomes under subs: its runs of one sub within one
+// block along D (each run one box).
+int64_t sub_pieces(const Box& region, KeyBlocks k, int64_t subs);
+// Sub cuts (RoundRule::subs): each stream's message (one per stream: a
+// pipelined plan's, order_pieces) becomes one message per sub it holds,
+// round 0, `sub` j, each piece cut into its runs (sub_pieces) in order,
+// a piece inside one run kept whole. Messages sorted by (stage, sub order
+// within each stream), streams in their order.
+
+void split_subs(ProcessPart& part, const std::vector<TensorSpec>& tensors, const RoundRule& rule,
+                std::span<const int64_t> send_bytes, std::span<const int64_t> recv_bytes);
 
 // Without a staging budget: a stream's k-th segment (see split_rounds) is
 // its round k; messages sorted by (stage, round, peer, own).

@@ -129,6 +129,8 @@ PassEnd stats_pass(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     if (keyed) {
       const TensorCtx& r = ctx.tensors[members.front()];
       p.group_blocks = key_blocks(r.spec->shape, r.esize, ctx.keyed_granule);
+      for (size_t i = 0; i < StatsPass::kSubTrials; ++i)
+        p.sub_trials[i].blocks = sub_blocks(r.spec->shape, StatsPass::sub_trial(i).second);
     }
     p.groups_seen.push_back(members);
     const TensorCtx& t = ctx.tensors[members.front()];

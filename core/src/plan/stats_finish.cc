@@ -295,6 +295,8 @@ PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
   if (!rule.pipeline.empty()) {
     kc = choose_keyed(nstages, rule, lb, stage_rounds);
     if (kc.taken) rule.spread.clear();
+    const RoundRule base = rule;
+    choose_subs(nstages, rule, base, lb, stage_rounds, kc);
   } else if (keyed && reduce_routed && !priced.pipeline.empty() && choice_override().keyed == 0) {
     RoundRule r = rule;
     r.pipeline = priced.pipeline;
@@ -309,6 +311,9 @@ PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
     } else {
       st.cost_seconds = unpiped;
     }
+    // Sub-messages on the priced rule, where strictly faster than the plan.
+    const RoundRule base = kc.taken ? rule : r;
+    choose_subs(nstages, rule, base, lb, stage_rounds, kc);
   }
   for (size_t h = 0; h < lb.hosts.size(); ++h) {
     st.max_host_send_bytes = std::max(st.max_host_send_bytes, host_send[h]);

@@ -169,6 +169,24 @@ class StatsPass {
   std::deque<std::vector<std::vector<Acc>>> key_acc;
   KeyBlocks group_blocks;
   int64_t key_split = 0;  // pieces the keyed cuts add
+  // Keyed pass: sub-messages (RoundRule::subs) priced at each of
+  // kSubTrials (P, B): each stream's subs per trial, per trial, stage, sub and
+  // device the sub's bytes, the pieces the cuts add (in all and, where
+  // counted, per device) and the group's blocks (sub_blocks).
+  static constexpr size_t kSubTrials = 4;
+  static constexpr int kSubStages = 3;  // the most stages subs are tried on
+  static constexpr std::array<std::pair<int64_t, int64_t>, kSubTrials> kSubTrial = {
+      {{4, 64}, {4, 256}, {8, 64}, {8, 256}}};
+  struct SubTrial {
+    std::deque<std::vector<std::vector<Acc>>> acc;
+    KeyBlocks blocks;
+    int64_t split = 0;
+    std::vector<int64_t> send_split, recv_split;  // per device, where counted
+  };
+  std::array<SubTrial, kSubTrials> sub_trials;
+  std::unordered_map<uint64_t, std::array<uint32_t, kSubTrials>> sub_streams;  // per trial
+  // Trial i's (P, B): kSubTrial's, or forced_subs' alone (sub_choice.h).
+  static std::pair<int64_t, int64_t> sub_trial(size_t i);
 
   // Pairs (dst device row, src device column) that exchange a message in
   // stage 0: bit rows where dense_pairs, else a hash set.
@@ -220,6 +238,9 @@ class StatsPass {
   // The keyed rounds of piece x from sd to dd (keyed_stats.cc).
   void count_keys(const Emitted& x, uint32_t sd, uint32_t dd, bool inter, int64_t esum,
                   int64_t copies);
+  // Its subs at each trial of sub-messages (keyed_stats.cc).
+  void count_subs(const Emitted& x, uint32_t sd, uint32_t dd, bool inter, int64_t esum,
+                  int64_t copies);
   ScratchUse& scratch_at(uint32_t device, const Box& box);
   [[noreturn]] void refuse_pairs() const;
   void grow_stage();
@@ -235,6 +256,12 @@ class StatsPass {
   };
   KeyedChoice choose_keyed(int nstages, RoundRule& rule, const Bounds& lb,
                            std::vector<int64_t>& stage_rounds);
+  // Sub-messages' choice after the keyed one (keyed_stats.cc): the trial
+  // whose estimate is lowest, taken where below st.cost_seconds; then sets
+  // st.cost_seconds, stage_rounds, c and rule (from `base`, a pipelined
+  // rule, with subs instead of keys or spread cuts).
+  void choose_subs(int nstages, RoundRule& rule, const RoundRule& base, const Bounds& lb,
+                   std::vector<int64_t>& stage_rounds, KeyedChoice& c);
   // Each stream's spread cuts under `rule` from spread_records.
   SpreadStreams spread_streams(const RoundRule& rule) const;
 
