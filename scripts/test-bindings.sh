@@ -92,9 +92,11 @@ if tar xzf "$CARGO_TARGET_DIR/package/reshard-0.1.0.crate" -O --wildcards 'resha
 fi
 echo "   $(ls "$CARGO_TARGET_DIR"/package/*.crate | xargs -n1 basename | tr '\n' ' ')"
 
-echo "-- plans written by C and C++"
+echo "-- plans written by C, C++ and the CLI"
 [[ -x $BUILD/examples/plan_and_execute_c ]] && "$BUILD/examples/plan_and_execute_c" "$XLANG/c.rsplan" >/dev/null
 [[ -x $BUILD/examples/plan_and_execute_cpp ]] && "$BUILD/examples/plan_and_execute_cpp" "$XLANG/cpp.rsplan" >/dev/null
+# A plan whose messages are cut into sub-messages (required_features 128).
+"$BUILD/tools/reshard" plan --spec tests/mpi/specs/psum_reduce_scatter.json --out "$XLANG/cli-subs.rsplan" >/dev/null
 ls "$XLANG"
 
 summary=()

@@ -231,14 +231,14 @@ func bytesRequiring(features uint64) []byte {
 }
 
 func TestUnknownFeatureBitsAreRejected(t *testing.T) {
-	if reshard.KnownPlanFeatures != reshard.PlanFeatureStages|reshard.PlanFeatureScratch|reshard.PlanFeatureLateSummands|reshard.PlanFeatureCasts|reshard.PlanFeatureBlockScales|reshard.PlanFeatureMxScales|reshard.PlanFeatureStaging {
+	if reshard.KnownPlanFeatures != reshard.PlanFeatureStages|reshard.PlanFeatureScratch|reshard.PlanFeatureLateSummands|reshard.PlanFeatureCasts|reshard.PlanFeatureBlockScales|reshard.PlanFeatureMxScales|reshard.PlanFeatureStaging|reshard.PlanFeatureSubs {
 		t.Fatalf("known features %d", reshard.KnownPlanFeatures)
 	}
 	// A real staged plan with an unknown bit added.
 	plan := pipelinePlan(t, true)
 	defer plan.Close()
 	good := must(plan.Bytes())(t)
-	for _, features := range []uint64{128, 129, 1 << 63} {
+	for _, features := range []uint64{256, 257, 1 << 63} {
 		b := append([]byte(nil), good...)
 		if !fb.GetRootAsPlan(b, 0).MutateRequiredFeatures(features) {
 			t.Fatal("required_features is not stored in the bytes")
@@ -249,7 +249,7 @@ func TestUnknownFeatureBitsAreRejected(t *testing.T) {
 		expectErr(t, err, reshard.Corrupt, "required_features")
 	}
 	// Minimal bytes, as the package's own check sees them.
-	for features, wantErr := range map[uint64]bool{0: false, 1: false, 2: false, 3: false, 4: false, 7: false, 8: false, 15: false, 16: false, 31: false, 32: false, 63: false, 64: false, 127: false, 128: true, 129: true} {
+	for features, wantErr := range map[uint64]bool{0: false, 1: false, 2: false, 3: false, 4: false, 7: false, 8: false, 15: false, 16: false, 31: false, 32: false, 63: false, 64: false, 127: false, 128: false, 255: false, 256: true, 257: true} {
 		err := reshard.CheckPlanFeaturesForTest(bytesRequiring(features))
 		if (err != nil) != wantErr || err != nil && !strings.Contains(err.Error(), "unknown feature bits") {
 			t.Fatalf("features %d: %v", features, err)

@@ -42,9 +42,13 @@ const (
 	// from source entries and copied into destination entries in later
 	// stages (no reduction: it holds copies, bit for bit).
 	PlanFeatureStaging uint64 = 64
+	// PlanFeatureSubs: some message has a sub above 0 (Message.Sub): several
+	// messages of one stage, round, source and destination, which flow side
+	// by side, each taking its own run of the pieces.
+	PlanFeatureSubs uint64 = 128
 	// KnownPlanFeatures are the bits this package's reader understands;
 	// ViewPlan rejects bytes that require any other.
-	KnownPlanFeatures = PlanFeatureStages | PlanFeatureScratch | PlanFeatureLateSummands | PlanFeatureCasts | PlanFeatureBlockScales | PlanFeatureMxScales | PlanFeatureStaging
+	KnownPlanFeatures = PlanFeatureStages | PlanFeatureScratch | PlanFeatureLateSummands | PlanFeatureCasts | PlanFeatureBlockScales | PlanFeatureMxScales | PlanFeatureStaging | PlanFeatureSubs
 )
 
 // checkPlanFeatures rejects a plan that requires a feature this package
@@ -52,7 +56,7 @@ const (
 // library knows; a newer library may know more than this package.
 func checkPlanFeatures(root *fb.Plan) error {
 	if unknown := root.RequiredFeatures() &^ KnownPlanFeatures; unknown != 0 {
-		return errorf(Corrupt, "required_features: unknown feature bits %d (this reader knows %d: stages, scratch, late summands, casts, block scales, staging)",
+		return errorf(Corrupt, "required_features: unknown feature bits %d (this reader knows %d: stages, scratch, late summands, casts, block scales, MX scales, staging, subs)",
 			unknown, KnownPlanFeatures)
 	}
 	return nil
@@ -313,8 +317,8 @@ func (p PartView) SendBytes() int64 { return messagesBytes(p.p.Sends(nil)) }
 // RecvBytes is the total packed size of the received messages.
 func (p PartView) RecvBytes() int64 { return messagesBytes(p.p.Recvs(nil)) }
 
-// messagesOf reads the columns of m; Stage is 0 where the stage column is
-// absent (plans without stages).
+// messagesOf reads the columns of m; Stage and Sub are 0 where their column
+// is absent (plans without stages or subs).
 func messagesOf(m *fb.Messages) []Message {
 	out := make([]Message, messagesLen(m))
 	for i := range out {
@@ -322,6 +326,9 @@ func messagesOf(m *fb.Messages) []Message {
 			FirstPiece: m.FirstPiece(i), NumPieces: m.NumPieces(i), Bytes: m.Bytes(i)}
 		if i < m.StageLength() {
 			out[i].Stage = uint64(m.Stage(i))
+		}
+		if i < m.SubLength() {
+			out[i].Sub = uint64(m.Sub(i))
 		}
 	}
 	return out

@@ -59,9 +59,9 @@ func TestCrossLanguageBytes(t *testing.T) {
 				t.Fatalf("%s: stats: view %+v, decoder %+v", name, vs, ps)
 			}
 		}
-		// Messages, stages included, read the same through the generated
+		// Messages, stages and subs included, read the same through the generated
 		// reader's columns and the C decoder.
-		staged := 0
+		staged, subs := 0, 0
 		for _, part := range v.Parts() {
 			sends := must(p.Messages(part.Process(), reshard.Send))(t)
 			recvs := must(p.Messages(part.Process(), reshard.Recv))(t)
@@ -72,10 +72,16 @@ func TestCrossLanguageBytes(t *testing.T) {
 				if m.Stage > 0 {
 					staged++
 				}
+				if m.Sub > 0 {
+					subs++
+				}
 			}
 		}
 		if (staged > 0) != (v.RequiredFeatures()&reshard.PlanFeatureStages != 0) {
 			t.Fatalf("%s: %d relay messages, required_features %d", name, staged, v.RequiredFeatures())
+		}
+		if (subs > 0) != (v.RequiredFeatures()&reshard.PlanFeatureSubs != 0) || strings.Contains(name, "subs") && subs == 0 {
+			t.Fatalf("%s: %d sub-messages above 0, required_features %d", name, subs, v.RequiredFeatures())
 		}
 		all := true
 		for _, proc := range p.Processes() {

@@ -98,7 +98,7 @@ pub use topology::Topology;
 pub use view::{
     fb, PartView, PlanView, TensorView, KNOWN_PLAN_FEATURES, PLAN_FEATURE_BLOCK_SCALES, PLAN_FEATURE_CASTS,
     PLAN_FEATURE_LATE_SUMMANDS, PLAN_FEATURE_MX_SCALES, PLAN_FEATURE_SCRATCH, PLAN_FEATURE_STAGES,
-    PLAN_FEATURE_STAGING,
+    PLAN_FEATURE_STAGING, PLAN_FEATURE_SUBS,
 };
 
 /// The raw declarations this crate is built on.

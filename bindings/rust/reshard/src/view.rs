@@ -75,6 +75,12 @@ pub const PLAN_FEATURE_MX_SCALES: u64 = 32;
 /// entries in later stages (no reduction: it holds copies, bit for bit).
 pub const PLAN_FEATURE_STAGING: u64 = 64;
 
+/// `Plan.required_features` bit: sub-messages. Some message has a sub above
+/// 0 ([`Message::sub`](crate::Message::sub)): several messages of one stage,
+/// round, source and destination, which flow side by side, each taking its
+/// own run of the pieces (docs/wire.md "Sub-messages").
+pub const PLAN_FEATURE_SUBS: u64 = 128;
+
 /// Every `Plan.required_features` bit this crate's reader understands;
 /// bytes that require any other are rejected ([`ErrorCode::Corrupt`]).
 pub const KNOWN_PLAN_FEATURES: u64 = PLAN_FEATURE_STAGES
@@ -83,7 +89,8 @@ pub const KNOWN_PLAN_FEATURES: u64 = PLAN_FEATURE_STAGES
     | PLAN_FEATURE_CASTS
     | PLAN_FEATURE_BLOCK_SCALES
     | PLAN_FEATURE_MX_SCALES
-    | PLAN_FEATURE_STAGING;
+    | PLAN_FEATURE_STAGING
+    | PLAN_FEATURE_SUBS;
 
 /// A verified, zero-copy, read-only view of plan bytes.
 ///
@@ -140,7 +147,7 @@ impl<'a> PlanView<'a> {
                 ErrorCode::Corrupt,
                 format!(
                     "plan bytes: required_features: unknown feature bits {unknown} \
-                     (this reader knows {KNOWN_PLAN_FEATURES}: stages, scratch, late summands, casts, block scales, staging)"
+                     (this reader knows {KNOWN_PLAN_FEATURES}: stages, scratch, late summands, casts, block scales, MX scales, staging, subs)"
                 ),
             ));
         }

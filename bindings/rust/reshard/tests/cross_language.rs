@@ -44,16 +44,19 @@ fn plans_written_elsewhere_read_and_execute() {
         if let (Some(s), Ok(c)) = (view.stats(), plan.stats()) {
             assert_eq!(s, c, "{name}");
         }
-        // Messages, stages included, read the same through the generated
+        // Messages, stages and subs included, read the same through the generated
         // reader's columns and the C decoder.
-        let mut staged = 0;
+        let (mut staged, mut subs) = (0, 0);
         for part in view.parts() {
             let sends: Vec<_> = part.sends().collect();
             assert_eq!(sends, plan.messages(part.process(), Direction::Send).unwrap(), "{name}");
             assert_eq!(part.recvs().collect::<Vec<_>>(), plan.messages(part.process(), Direction::Recv).unwrap());
             staged += sends.iter().filter(|m| m.stage > 0).count();
+            subs += sends.iter().filter(|m| m.sub > 0).count();
         }
         assert_eq!(staged > 0, view.required_features() & reshard::PLAN_FEATURE_STAGES != 0, "{name}");
+        assert_eq!(subs > 0, view.required_features() & reshard::PLAN_FEATURE_SUBS != 0, "{name}");
+        assert!(!name.contains("subs") || subs > 0, "{name}: no sub-message above 0");
         let all_parts = plan.processes().iter().all(|p| plan.has_part(*p));
         if all_parts {
             let report = executor.verify(&plan).unwrap();

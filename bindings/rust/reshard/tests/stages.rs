@@ -4,7 +4,7 @@
 use reshard::{
     fb, Direction, ErrorCode, Executor, PieceList, Plan, PlanInput, PlanOptions, PlanView, Side, KNOWN_PLAN_FEATURES,
     PLAN_FEATURE_BLOCK_SCALES, PLAN_FEATURE_CASTS, PLAN_FEATURE_LATE_SUMMANDS, PLAN_FEATURE_MX_SCALES,
-    PLAN_FEATURE_SCRATCH, PLAN_FEATURE_STAGES, PLAN_FEATURE_STAGING,
+    PLAN_FEATURE_SCRATCH, PLAN_FEATURE_STAGES, PLAN_FEATURE_STAGING, PLAN_FEATURE_SUBS,
 };
 
 /// bench/specs/pipeline_2x2_replicated_dst.json, smaller: a 2x2 mesh on host
@@ -185,8 +185,9 @@ fn unknown_feature_bits_are_rejected() {
             | PLAN_FEATURE_BLOCK_SCALES
             | PLAN_FEATURE_MX_SCALES
             | PLAN_FEATURE_STAGING
+            | PLAN_FEATURE_SUBS
     );
-    // The stages, scratch, late-summands, casts, block-scales, MXFP8 and staging bits are
+    // The stages, scratch, late-summands, casts, block-scales, MXFP8, staging and sub bits are
     // known to the Rust reader ...
     for features in [
         PLAN_FEATURE_STAGES,
@@ -202,6 +203,8 @@ fn unknown_feature_bits_are_rejected() {
         63,
         PLAN_FEATURE_STAGING,
         127,
+        PLAN_FEATURE_SUBS,
+        255,
     ] {
         let known = bytes_requiring(features);
         let view = PlanView::new_rust_verified(&known).unwrap();
@@ -209,7 +212,7 @@ fn unknown_feature_bits_are_rejected() {
         assert_eq!(view.parts().count(), 0);
     }
     // ... any other is not, alone or with them.
-    for features in [128, 129, 255, 1 << 63] {
+    for features in [256, 257, 511, 1 << 63] {
         let bytes = bytes_requiring(features);
         let err = PlanView::new_rust_verified(&bytes).unwrap_err();
         assert_eq!(err.code(), ErrorCode::Corrupt);
