@@ -21,14 +21,8 @@ void StatsPass::count_keys(const Emitted& x, uint32_t sd, uint32_t dd, bool inte
   for (int64_t r = 0; r < nkeys; ++r) {
     if (key_vol[static_cast<size_t>(r)] <= 0) continue;
     mask |= 1u << r;
-    std::vector<Acc>& k = key_acc[x.stage][static_cast<size_t>(r)];
-    const int64_t v = mul_of(key_vol[static_cast<size_t>(r)], esum, "network_bytes");
-    add_to(k[sd].send, v, "max_send_bytes");
-    add_to(k[dd].recv, v, "max_recv_bytes");
-    if (inter) {
-      add_to(k[sd].send_inter, v, "max_host_send_bytes");
-      add_to(k[dd].recv_inter, v, "max_host_recv_bytes");
-    }
+    charge_rows(key_acc[x.stage][static_cast<size_t>(r)], sd, dd,
+                mul_of(key_vol[static_cast<size_t>(r)], esum, "network_bytes"), inter);
   }
   key_streams[stage_stream_key(x.stage, sd, dd)] |= mask;
   count_subs(x, sd, dd, inter, esum, copies);
@@ -55,14 +49,8 @@ void StatsPass::count_subs(const Emitted& x, uint32_t sd, uint32_t dd, bool inte
       t.acc.emplace_back(static_cast<size_t>(nsubs), std::vector<Acc>(ndev));
     for (int64_t j = 0; j < nsubs; ++j) {
       if (vol[static_cast<size_t>(j)] <= 0) continue;
-      std::vector<Acc>& k = t.acc[x.stage][static_cast<size_t>(j)];
-      const int64_t v = mul_of(vol[static_cast<size_t>(j)], esum, "network_bytes");
-      add_to(k[sd].send, v, "max_send_bytes");
-      add_to(k[dd].recv, v, "max_recv_bytes");
-      if (inter) {
-        add_to(k[sd].send_inter, v, "max_host_send_bytes");
-        add_to(k[dd].recv_inter, v, "max_host_recv_bytes");
-      }
+      charge_rows(t.acc[x.stage][static_cast<size_t>(j)], sd, dd,
+                  mul_of(vol[static_cast<size_t>(j)], esum, "network_bytes"), inter);
     }
     masks[i] |= mask;
     // Each run of one sub in one block is a piece of its own.

@@ -48,6 +48,13 @@ int64_t RoundRule::chunk(uint32_t stage, DeviceLoad a, DeviceLoad b, int64_t str
 
 namespace {
 
+// Piece p's region: its own, or the overlap of its entries' boxes where it
+// names none (kOverlapRegion).
+Box piece_region(const Piece& p, const TensorSpec& t, const std::vector<Box>& regions) {
+  return p.region == kOverlapRegion ? intersect(t.src.box(p.src_entry), t.dst.box(p.dst_entry))
+                                    : regions[p.region];
+}
+
 // Where a round of a stream starts: element `elem` of piece `piece` (an index
 // into the direction's piece array), at byte `pos` of the stream. A cut
 // inside a piece (elem > 0) also names the regions of the piece's fragments
@@ -223,9 +230,7 @@ void find_cuts(const std::vector<Message>& msgs, const std::vector<Piece>& piece
         const Piece& p = pieces[j];
         const TensorSpec& t = tensors[p.tensor];
         e = wire_size(t);
-        region = p.region == kOverlapRegion
-                     ? intersect(t.src.box(p.src_entry), t.dst.box(p.dst_entry))
-                     : regions[p.region];
+        region = piece_region(p, t, regions);
         split_piece = j;
       }
       const int64_t rel = x - o;
@@ -678,9 +683,7 @@ void split_subs(ProcessPart& part, const std::vector<TensorSpec>& tensors, const
         const Piece& p = pieces[i];
         const TensorSpec& t = tensors[p.tensor];
         const KeyBlocks k = blocks[p.tensor];
-        const Box region = p.region == kOverlapRegion
-                               ? intersect(t.src.box(p.src_entry), t.dst.box(p.dst_entry))
-                               : part.regions[p.region];
+        const Box region = piece_region(p, t, part.regions);
         if (region.rank == 0 || k.dim >= region.rank) {
           bucket[0].push_back(p);
           bucket_bytes[0] += bytes[i];
@@ -802,9 +805,7 @@ void keyed_direction(std::vector<Message>& msgs, std::vector<Piece>& pieces,
       const Piece& p = pieces[j];
       const TensorSpec& t = tensors[p.tensor];
       const KeyBlocks k = blocks[p.tensor];
-      const Box region = p.region == kOverlapRegion
-                             ? intersect(t.src.box(p.src_entry), t.dst.box(p.dst_entry))
-                             : regions[p.region];
+      const Box region = piece_region(p, t, regions);
       const int64_t b0 = region.rank == 0 ? 0 : region.lo[k.dim] / k.block;
       const int64_t b1 = region.rank == 0 ? 0 : (region.hi[k.dim] - 1) / k.block;
       if (b0 == b1) {

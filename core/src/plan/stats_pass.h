@@ -57,12 +57,17 @@ class StatsPass {
   // `bytes` from dense device sd to dd in one stage's rows `a`, and across
   // hosts when `inter`.
   void charge(std::vector<Acc>& a, uint32_t sd, uint32_t dd, int64_t bytes, bool inter) {
+    charge_rows(a, sd, dd, bytes, inter);
+    if (inter) add_to(st.cross_host_bytes, bytes, "cross_host_bytes");
+  }
+  // The same in the rows alone (a key's or a sub's share of a stage).
+  static void charge_rows(std::vector<Acc>& a, uint32_t sd, uint32_t dd, int64_t bytes,
+                          bool inter) {
     add_to(a[sd].send, bytes, "max_send_bytes");
     add_to(a[dd].recv, bytes, "max_recv_bytes");
     if (!inter) return;
     add_to(a[sd].send_inter, bytes, "max_host_send_bytes");
     add_to(a[dd].recv_inter, bytes, "max_host_recv_bytes");
-    add_to(st.cross_host_bytes, bytes, "cross_host_bytes");
   }
   // A new pair of devices kept in a hash set or map: refused past
   // max_plan_bytes (each pair costs about kPairBytes; bookkeeping up to
