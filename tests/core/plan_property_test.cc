@@ -858,9 +858,12 @@ TEST(PlanProperty, SubMessagesKeepCoveragePairingExactStatisticsAndValues) {
       planning::forced_subs() = {0, 0};
     }
   } forced;
+  // Under the sanitizers' fewer cases, on until two plans have subs in a
+  // forward stage (about one case in six has one).
   const int cases = scaled_cases(150);
   int64_t subbed = 0;  // plans with a stream of several subs in a stage above 0
-  for (int c = 0; c < cases; ++c) {
+  int c = 0;
+  for (; c < 150 && (c < cases || subbed < 2); ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     testing::CaseGen gen(91000 + static_cast<uint64_t>(c), {5, 64, 3, c % 2 ? 13 : 40, true, true});
     PlanInput in = gen.input();
@@ -878,8 +881,8 @@ TEST(PlanProperty, SubMessagesKeepCoveragePairingExactStatisticsAndValues) {
       subbed += several;
     }
   }
-  EXPECT_GT(subbed, cases / 20);
-  std::printf("%d cases: %lld plans with subs in a forward stage\n", cases, (long long)subbed);
+  EXPECT_GE(subbed, std::max(2, c / 20));
+  std::printf("%d cases: %lld plans with subs in a forward stage\n", c, (long long)subbed);
 }
 
 }  // namespace
