@@ -805,6 +805,25 @@ TEST(PlanProperty, RelayBandsKeepCoveragePairingAndExactStatistics) {
       (long long)banded, (long long)banded_budget);
 }
 
+// Random case c (seed base + c) of the keyed and sub tests below, with α = 0
+// so that every plan of several stages is pipelined, planned unbounded and
+// at its generated budget: each plan passes check_invariants, then `look`.
+template <class Look>
+void pipelined_case(uint64_t base, int c, Look&& look) {
+  testing::CaseGen gen(base + static_cast<uint64_t>(c), {5, 64, 3, c % 2 ? 13 : 40, true, true});
+  PlanInput in = gen.input();
+  in.options.alpha_seconds = 0;
+  const int64_t generated = in.options.staging_budget_bytes;
+  for (int64_t budget : {int64_t{0}, generated}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    in.options.staging_budget_bytes = budget;
+    Plan a = make_plan(in);
+    ASSERT_NO_FATAL_FAILURE(check_invariants(in, a));
+    look(a);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // Keyed cuts (plan/rounds.h, RoundRule::keys) forced wherever the budget
 // allows (choice_override().keyed, a granule of 64 bytes so that the small
 // random tensors span many blocks; α = 0, so that every plan of several
@@ -822,18 +841,8 @@ TEST(PlanProperty, KeyedCutsKeepCoveragePairingAndExactStatistics) {
   int64_t split = 0;  // plans with a stream of several keys in a stage above 0
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
-    testing::CaseGen gen(90000 + static_cast<uint64_t>(c), {5, 64, 3, c % 2 ? 13 : 40, true, true});
-    PlanInput in = gen.input();
-    in.options.alpha_seconds = 0;  // every plan of several stages is pipelined
-    const int64_t generated = in.options.staging_budget_bytes;
-    for (int64_t budget : {int64_t{0}, generated}) {
-      SCOPED_TRACE("budget " + std::to_string(budget));
-      in.options.staging_budget_bytes = budget;
-      Plan a = make_plan(in);
-      ASSERT_NO_FATAL_FAILURE(check_invariants(in, a));
-      const bool cut = relay_stream_cut(a);
-      split += cut;
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        pipelined_case(90000, c, [&](const Plan& a) { split += relay_stream_cut(a); }));
   }
   EXPECT_GT(split, cases / 50);
   std::printf("%d cases: %lld plans with relay streams over several rounds\n", cases,
@@ -865,21 +874,13 @@ TEST(PlanProperty, SubMessagesKeepCoveragePairingExactStatisticsAndValues) {
   int c = 0;
   for (; c < 150 && (c < cases || subbed < 2); ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
-    testing::CaseGen gen(91000 + static_cast<uint64_t>(c), {5, 64, 3, c % 2 ? 13 : 40, true, true});
-    PlanInput in = gen.input();
-    in.options.alpha_seconds = 0;
-    const int64_t generated = in.options.staging_budget_bytes;
-    for (int64_t budget : {int64_t{0}, generated}) {
-      SCOPED_TRACE("budget " + std::to_string(budget));
-      in.options.staging_budget_bytes = budget;
-      Plan a = make_plan(in);
-      ASSERT_NO_FATAL_FAILURE(check_invariants(in, a));
+    ASSERT_NO_FATAL_FAILURE(pipelined_case(91000, c, [&](const Plan& a) {
       ASSERT_NO_FATAL_FAILURE(check_exact(a));
       bool several = false;
       for (const auto& [p, part] : a.parts())
         for (const Message& m : part.recvs) several |= m.stage > 0 && m.sub > 0;
       subbed += several;
-    }
+    }));
   }
   EXPECT_GE(subbed, std::max(2, c / 20));
   std::printf("%d cases: %lld plans with subs in a forward stage\n", c, (long long)subbed);

@@ -55,6 +55,27 @@ Box piece_region(const Piece& p, const TensorSpec& t, const std::vector<Box>& re
                                     : regions[p.region];
 }
 
+// Piece p, of region `region`, restricted to [x0, x1) along dimension d,
+// put into `bucket` and its bytes (per_index an index of d) into `bytes`:
+// p itself where that is all of it, else a copy naming a new region.
+void bucket_run(const Piece& p, const Box& region, int d, int64_t x0, int64_t x1, int64_t per_index,
+                std::vector<Box>& regions, std::vector<Piece>& bucket, int64_t& bytes) {
+  bytes += (x1 - x0) * per_index;
+  if (x0 == region.lo[d] && x1 == region.hi[d]) {
+    bucket.push_back(p);
+    return;
+  }
+  Box sub = region;
+  sub.lo[d] = x0;
+  sub.hi[d] = x1;
+  if (regions.size() >= kOverlapRegion)
+    fail(ErrorCode::kOutOfRange, "plan: more than 2^32 regions");
+  Piece q = p;
+  q.region = static_cast<uint32_t>(regions.size());
+  regions.push_back(sub);
+  bucket.push_back(q);
+}
+
 // Where a round of a stream starts: element `elem` of piece `piece` (an index
 // into the direction's piece array), at byte `pos` of the stream. A cut
 // inside a piece (elem > 0) also names the regions of the piece's fragments
@@ -693,20 +714,8 @@ void split_subs(ProcessPart& part, const std::vector<TensorSpec>& tensors, const
         const int64_t per_index = bytes[i] / region.extent(k.dim);
         each_sub_run(lo, hi, k, rule.subs, [&](int64_t j, int64_t x0, int64_t x1) {
           const auto js = static_cast<size_t>(j);
-          bucket_bytes[js] += (x1 - x0) * per_index;
-          if (x0 == lo && x1 == hi) {
-            bucket[js].push_back(p);
-            return;
-          }
-          Box sub = region;
-          sub.lo[k.dim] = x0;
-          sub.hi[k.dim] = x1;
-          if (part.regions.size() >= kOverlapRegion)
-            fail(ErrorCode::kOutOfRange, "plan: more than 2^32 regions");
-          Piece q = p;
-          q.region = static_cast<uint32_t>(part.regions.size());
-          part.regions.push_back(sub);
-          bucket[js].push_back(q);
+          bucket_run(p, region, k.dim, x0, x1, per_index, part.regions, bucket[js],
+                     bucket_bytes[js]);
         });
       }
       for (size_t j = 0; j < nsubs; ++j) {
@@ -815,17 +824,10 @@ void keyed_direction(std::vector<Message>& msgs, std::vector<Piece>& pieces,
       }
       const int64_t per_index = bytes[j] / region.extent(k.dim);
       for (int64_t bl = b0; bl <= b1; ++bl) {
-        Box sub = region;
-        sub.lo[k.dim] = std::max(region.lo[k.dim], bl * k.block);
-        sub.hi[k.dim] = std::min(region.hi[k.dim], (bl + 1) * k.block);
-        if (regions.size() >= kOverlapRegion)
-          fail(ErrorCode::kOutOfRange, "plan: more than 2^32 regions");
-        Piece q = p;
-        q.region = static_cast<uint32_t>(regions.size());
-        regions.push_back(sub);
         const auto r = static_cast<size_t>(bl % nkeys);
-        bucket[r].push_back(q);
-        bucket_bytes[r] += sub.extent(k.dim) * per_index;
+        bucket_run(p, region, k.dim, std::max(region.lo[k.dim], bl * k.block),
+                   std::min(region.hi[k.dim], (bl + 1) * k.block), per_index, regions, bucket[r],
+                   bucket_bytes[r]);
       }
     }
     for (int64_t r = 0; r < nkeys; ++r) {
