@@ -43,11 +43,14 @@ class HostTiles {
     const Geometry& sg = *t.sg;
     if (!sg.tiled || !transit_host_tiles_on()) return;
     on_ = true;
+    std::map<int32_t, std::vector<std::pair<int64_t, uint32_t>>> cells;  // (cell, an entry)
     for (uint32_t r = 0; r < t.src->num_entries(); ++r)
-      if (sg.cell_of_entry[r] >= 0) cells_[t.st->host[r]].push_back(sg.cell_of_entry[r]);
-    for (auto& [h, v] : cells_) {
+      if (sg.cell_of_entry[r] >= 0) cells[t.st->host[r]].emplace_back(sg.cell_of_entry[r], r);
+    for (auto& [h, v] : cells) {
       std::sort(v.begin(), v.end());
-      v.erase(std::unique(v.begin(), v.end()), v.end());
+      std::vector<Box>& boxes = boxes_[h];
+      for (size_t i = 0; i < v.size(); ++i)
+        if (i == 0 || v[i].first != v[i - 1].first) boxes.push_back(t.src->box(v[i].second));
     }
   }
   // The elements of B that no source entry on `host` holds, or none where
@@ -62,30 +65,18 @@ class HostTiles {
       shard_range(shape[static_cast<size_t>(d)], sg.counts[d], B.lo[d], B.hi[d], a, b);
       tiles *= std::max<int64_t>(b - a, 0);
     }
-    const auto it = cells_.find(host);
-    const size_t mine = it == cells_.end() ? 0 : it->second.size();
+    const auto it = boxes_.find(host);
+    const size_t mine = it == boxes_.end() ? 0 : it->second.size();
     if (static_cast<int64_t>(mine) >= tiles) return std::nullopt;
     int64_t v = B.volume();
-    if (mine == 0) return v;
-    for (const int64_t c : it->second) {
-      int64_t rest = c, overlap = 1;
-      for (int d = sg.rank - 1; d >= 0 && overlap > 0; --d) {
-        const int64_t n = shape[static_cast<size_t>(d)], k = sg.counts[d];
-        const int64_t i = rest % k, chunk = ceil_div(n, k);
-        rest /= k;
-        const int64_t lo = std::max(B.lo[d], std::min(n, i * chunk));
-        const int64_t hi = std::min(B.hi[d], std::min(n, (i + 1) * chunk));
-        overlap = hi > lo ? overlap * (hi - lo) : 0;
-      }
-      v -= overlap;
-    }
+    for (size_t i = 0; i < mine; ++i) v -= intersect(B, it->second[i]).volume();
     return v;
   }
 
  private:
   const TensorCtx& t_;
   bool on_ = false;
-  std::map<int32_t, std::vector<int64_t>> cells_;
+  std::map<int32_t, std::vector<Box>> boxes_;  // per host, a box of each cell with an entry there
 };
 
 // One side's water-fill (receiving: `in` the bytes each dense device takes
