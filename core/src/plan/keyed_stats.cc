@@ -147,7 +147,7 @@ void StatsPass::choose_subs(int nstages, RoundRule& rule, const RoundRule& base,
   constexpr double kSubMinGain = 0.05;
   const bool forced = forced_subs().first > 0;
   if (!keyed || forced_subs().first < 0 || base.pipeline.empty() ||
-      (!forced && (choice_override().keyed > 0 || nstages > kSubStages)))
+      (!forced && choice_override().keyed > 0))
     return;
   int64_t peak = 0;
   for (const std::vector<Acc>& stage : stage_acc)
@@ -155,8 +155,10 @@ void StatsPass::choose_subs(int nstages, RoundRule& rule, const RoundRule& base,
   if (o.staging_budget_bytes > 0 && peak >= o.staging_budget_bytes) return;
   std::vector<int64_t> rounds(static_cast<size_t>(nstages), 0);
   for (size_t s = 0; s < static_cast<size_t>(nstages); ++s) rounds[s] = stage_rounds[s] > 0 ? 1 : 0;
-  double best = forced ? HUGE_VAL : st.cost_seconds * (1 - kSubMinGain);
-  size_t pick = kSubTrials;
+  // Per trial its estimate (sub_pipeline) and the busiest link's (no rows).
+  const double bar = forced ? HUGE_VAL : st.cost_seconds * (1 - kSubMinGain);
+  double best = bar, best_busiest = bar;
+  size_t pick = kSubTrials, pick_busiest = kSubTrials;
   for (size_t i = 0; i < kSubTrials; ++i) {
     const SubTrial& t = sub_trials[i];
     if (t.split > kSplitPieces || (forced && i != 0)) continue;
@@ -166,12 +168,25 @@ void StatsPass::choose_subs(int nstages, RoundRule& rule, const RoundRule& base,
     for (size_t s = 0; s < static_cast<size_t>(nstages) && s < t.acc.size(); ++s)
       for (const std::vector<Acc>& x : t.acc[s])
         kr.seconds[s].push_back(busiest_link_seconds(x, lb, o));
+    if (!forced && nstages <= kSubStages) {
+      const double cost = stage_cost(stage_acc, rounds, lb, o, RoundSizes::kEven, &kr);
+      if (cost < best_busiest) best_busiest = cost, pick_busiest = i;
+    }
+    kr.sub_rows = &t.acc;
+    kr.sub_streams.resize(static_cast<size_t>(nstages));
+    for (const auto& [key, masks] : sub_streams) {
+      const auto s = static_cast<size_t>(key >> 40);
+      if (s < kr.sub_streams.size() && masks[i] != 0)
+        kr.sub_streams[s].push_back({static_cast<uint32_t>(key >> 20 & 0xfffff),
+                                     static_cast<uint32_t>(key & 0xfffff), masks[i]});
+    }
     const double cost = stage_cost(stage_acc, rounds, lb, o, RoundSizes::kEven, &kr);
     if (cost < best) {
       best = cost;
       pick = i;
     }
   }
+  if (pick == kSubTrials) best = best_busiest, pick = pick_busiest;
   if (pick == kSubTrials) return;
   const SubTrial& t = sub_trials[pick];
   c = KeyedChoice{};
