@@ -273,6 +273,9 @@ TEST(StageCost, SubEndsShareTheLinkAmongTheFlowsThatFlow) {
   EXPECT_EQ(sub_ends({0, 0}, {1, 2}), (std::vector<double>{2, 3}));
   EXPECT_EQ(sub_ends({0, 1}, {2, 1}), (std::vector<double>{3, 3}));
   EXPECT_EQ(sub_ends({5, 0}, {0, 1}), (std::vector<double>{5, 1}));
+  // Weighted by messages, 2 : 1: the first at 2/3 of the link ends at 1.5,
+  // the other (1.5 µs left) alone at 3.
+  EXPECT_EQ(sub_ends({0, 0}, {1, 2}, {2, 1}), (std::vector<double>{1.5, 3}));
 }
 
 TEST(StageCost, SubsOfGrowingWidthsEndOneAfterAnotherAndTheirForwardsOverlap) {
