@@ -23,6 +23,7 @@ struct Chain {
     lb.group_of_device.resize(devices);
     for (size_t d = 0; d < devices; ++d) lb.group_of_device[d] = static_cast<uint32_t>(d);
     lb.group_nics.assign(devices, 1);
+    lb.host_of_device = lb.group_of_device;
     o.alpha_seconds = 1 * kUs;
     o.inter_host_bytes_per_second = 1e9;
     o.intra_host_bytes_per_second = 1e10;
@@ -39,6 +40,49 @@ struct Chain {
     stages[s][b].recv_msgs += msgs;
   }
   double cost(std::vector<int64_t> rounds) const { return stage_cost(stages, rounds, lb, o); }
+};
+
+// Sub-messages on a Chain (KeyedRounds::subs): each stream's bytes of
+// each sub, sent as one message a sub.
+struct SubChain : Chain {
+  std::deque<std::vector<std::vector<Acc>>> rows;  // per stage, sub, device
+  KeyedRounds kr;
+  SubChain(size_t devices, size_t subs) : Chain(devices), nsubs(subs) { kr.subs = true; }
+  // Stage `s` sends bytes[j] of sub j from device a to device b.
+  void send_subs(size_t s, size_t a, size_t b, const std::vector<int64_t>& bytes) {
+    while (rows.size() <= s) rows.emplace_back(nsubs, std::vector<Acc>(lb.group_nics.size()));
+    while (kr.sub_streams.size() <= s) kr.sub_streams.emplace_back();
+    SubStream x{static_cast<uint32_t>(a), static_cast<uint32_t>(b), 0};
+    for (size_t j = 0; j < bytes.size(); ++j) {
+      if (bytes[j] <= 0) continue;
+      send(s, a, b, bytes[j]);
+      Acc& out = rows[s][j][a];
+      Acc& in = rows[s][j][b];
+      out.send += bytes[j], out.send_inter += bytes[j], ++out.send_msgs;
+      in.recv += bytes[j], in.recv_inter += bytes[j], ++in.recv_msgs;
+      x.mask |= 1u << j;
+    }
+    kr.sub_streams[s].push_back(x);
+  }
+  // The rounds as choose_subs prices them: each sub's busiest link.
+  const KeyedRounds& rounds() {
+    kr.sub_rows = &rows;
+    kr.seconds.assign(rows.size(), {});
+    for (size_t s = 0; s < rows.size(); ++s)
+      for (const std::vector<Acc>& x : rows[s])
+        kr.seconds[s].push_back(busiest_link_seconds(x, lb, o));
+    return kr;
+  }
+  double cost() {
+    return stage_cost(stages, std::vector<int64_t>(stages.size(), 1), lb, o, RoundSizes::kEven,
+                      &rounds());
+  }
+  // The subs' pipeline alone, every stage moving and no stall.
+  double pipeline() {
+    return sub_pipeline(rounds(), std::vector<double>(stages.size(), 1.0),
+                        std::vector<double>(stages.size(), 0.0), lb, o);
+  }
+  size_t nsubs;
 };
 
 TEST(StageCost, OneStageTakesAlphaPerRoundAndItsBusiestLink) {
@@ -229,6 +273,9 @@ TEST(StageCost, SubEndsShareTheLinkAmongTheFlowsThatFlow) {
   EXPECT_EQ(sub_ends({0, 0}, {1, 2}), (std::vector<double>{2, 3}));
   EXPECT_EQ(sub_ends({0, 1}, {2, 1}), (std::vector<double>{3, 3}));
   EXPECT_EQ(sub_ends({5, 0}, {0, 1}), (std::vector<double>{5, 1}));
+  // Weighted by messages, 2 : 1: the first at 2/3 of the link ends at 1.5,
+  // the other (1.5 µs left) alone at 3.
+  EXPECT_EQ(sub_ends({0, 0}, {1, 2}, {2, 1}), (std::vector<double>{1.5, 3}));
 }
 
 TEST(StageCost, SubsOfGrowingWidthsEndOneAfterAnotherAndTheirForwardsOverlap) {
@@ -242,12 +289,11 @@ TEST(StageCost, SubsOfGrowingWidthsEndOneAfterAnotherAndTheirForwardsOverlap) {
   // lead (α + 2 subs × 1 µs = 3 µs) 3 + 3 + α = 7. So 7 µs, against 8 one
   // stage after the other (2 × (α + 3 µs)) and 8 as 2 keyed rounds of the
   // same widths (rounds of 2 and 3 µs: C_0 = 2, 5; C_1 = 4, 8).
-  Chain c(3);
-  c.send(0, 0, 1, 3000, 2);
-  c.send(1, 1, 2, 3000, 2);
-  KeyedRounds subs{{{1 * kUs, 2 * kUs}, {1 * kUs, 2 * kUs}}, true};
-  EXPECT_NEAR(stage_cost(c.stages, {1, 1}, c.lb, c.o, RoundSizes::kEven, &subs), 7 * kUs, 1e-12);
-  EXPECT_NEAR(c.cost({1, 1}), 8 * kUs, 1e-12);
+  SubChain c(3, 2);
+  c.send_subs(0, 0, 1, {1000, 2000});
+  c.send_subs(1, 1, 2, {1000, 2000});
+  EXPECT_NEAR(c.cost(), 7 * kUs, 1e-12);
+  EXPECT_NEAR(c.Chain::cost({1, 1}), 8 * kUs, 1e-12);
   KeyedRounds keyed{{{1 * kUs, 2 * kUs}, {1 * kUs, 2 * kUs}}};
   EXPECT_NEAR(stage_cost(c.stages, {2, 2}, c.lb, c.o, RoundSizes::kEven, &keyed), 8 * kUs, 1e-12);
   // P = 3 subs of 1,000, 2,000 and 3,000 bytes (6,000 a stage). Stage 0
@@ -258,19 +304,80 @@ TEST(StageCost, SubsOfGrowingWidthsEndOneAfterAnotherAndTheirForwardsOverlap) {
   // 12. Links: stage 0's 6 + α + stage 1's drain (α + 3) = 11, stage 1's
   // after the lead (α + 3 × 1 µs = 4) 4 + 6 + α = 11; one stage after the
   // other 14. So 12 µs.
-  Chain c3(3);
-  c3.send(0, 0, 1, 6000, 3);
-  c3.send(1, 1, 2, 6000, 3);
-  KeyedRounds subs3{{{1 * kUs, 2 * kUs, 3 * kUs}, {1 * kUs, 2 * kUs, 3 * kUs}}, true};
-  EXPECT_NEAR(stage_cost(c3.stages, {1, 1}, c3.lb, c3.o, RoundSizes::kEven, &subs3), 12 * kUs,
-              1e-12);
-  EXPECT_NEAR(c3.cost({1, 1}), 14 * kUs, 1e-12);
+  SubChain c3(3, 3);
+  c3.send_subs(0, 0, 1, {1000, 2000, 3000});
+  c3.send_subs(1, 1, 2, {1000, 2000, 3000});
+  EXPECT_NEAR(c3.cost(), 12 * kUs, 1e-12);
+  EXPECT_NEAR(c3.Chain::cost({1, 1}), 14 * kUs, 1e-12);
   // Subs of equal widths end together: the forward waits for all of stage
   // 0 (at 4 µs) and ends at 4 + α + 3 = 8, one stage after the other.
-  KeyedRounds even{{{1.5 * kUs, 1.5 * kUs}, {1.5 * kUs, 1.5 * kUs}}, true};
-  EXPECT_NEAR(stage_cost(c.stages, {1, 1}, c.lb, c.o, RoundSizes::kEven, &even), 8 * kUs, 1e-12);
-  EXPECT_LE(stage_cost_floor(c.stages, c.lb, c.o),
-            stage_cost(c.stages, {1, 1}, c.lb, c.o, RoundSizes::kEven, &subs));
+  SubChain even(3, 2);
+  even.send_subs(0, 0, 1, {1500, 1500});
+  even.send_subs(1, 1, 2, {1500, 1500});
+  EXPECT_NEAR(even.cost(), 8 * kUs, 1e-12);
+  EXPECT_LE(stage_cost_floor(c.stages, c.lb, c.o), c.cost());
+}
+
+TEST(StageCost, SubsOfAReducerWaitForTheirLateSummand) {
+  // Device 4 sums what 1 and 3 received and forwards the sum to 2, P = 2.
+  // Stage 0: 0 -> 1 subs of 1,000 and 2,000 bytes (from α = 1 µs at half
+  // rate: sub 0 ends at 3, sub 1 at 4); 2 -> 3 sub 0 alone, 3,000 bytes
+  // (1 to 4: this summand's sub 0 is late). Stage 1: 1 -> 4 subs of 1,000
+  // and 2,000 (device 1's link: sub 0 from 4 to 5, sub 1 from 5 to 7);
+  // 3 -> 4 sub 0, 1,000 (from 4 + α = 5 to 6). Device 4's link in: sub 0
+  // (2 µs, two messages) from its first sender's start, 4, alone to 5, then
+  // beside sub 1 (from 5, 2 µs, one message) at 2/3 of the link: sub 0 at
+  // 6.5, sub 1 (1.5 µs left at 6.5) at 8. Stage 2: 4 -> 2 sub 0 (1,000)
+  // from 7.5 to 8.5, sub 1 (2,000) from 9 to 11. The old
+  // estimate fed sub j from the busiest link of the stage before (there
+  // device 4's in, its subs priced at stage 1's busiest link of each: 1.8
+  // and 1.2 µs scaled over stage 0) and said 11.8 µs.
+  SubChain c(5, 2);
+  c.send_subs(0, 0, 1, {1000, 2000});
+  c.send_subs(0, 2, 3, {3000, 0});
+  c.send_subs(1, 1, 4, {1000, 2000});
+  c.send_subs(1, 3, 4, {1000, 0});
+  c.send_subs(2, 4, 2, {1000, 2000});
+  EXPECT_NEAR(c.pipeline(), 11 * kUs, 1e-12);
+  // The summand later still (2 -> 3 of 5,000 bytes, at 6): 3 -> 4 from 7
+  // to 8, so the sum's sub 0 is there at 8 though device 4's link in ends
+  // it at 6.5; sub 1 ends at 8 too. The sum's subs start together at 9 and
+  // share the link: sub 0 at 11, sub 1 at 12.
+  SubChain late(5, 2);
+  late.send_subs(0, 0, 1, {1000, 2000});
+  late.send_subs(0, 2, 3, {5000, 0});
+  late.send_subs(1, 1, 4, {1000, 2000});
+  late.send_subs(1, 3, 4, {1000, 0});
+  late.send_subs(2, 4, 2, {1000, 2000});
+  EXPECT_NEAR(late.pipeline(), 12 * kUs, 1e-12);
+}
+
+TEST(StageCost, SubsOfALaterStageShareALinkWithTheStagesBeforeIt) {
+  // Stage 0: 0 -> 1 subs of 1,000 and 2,000 bytes; stage 1: 2 -> 1 sub 0,
+  // 1,000 bytes its sender holds from the start. Device 1's link in carries
+  // all three messages from α = 1 µs, a third each: both subs 0 end at 4,
+  // sub 1 (1 µs left) at 5. Each stage on its own link alone would end at
+  // 4 (stage 0's sub 1) and 2 (stage 1).
+  SubChain c(3, 2);
+  c.send_subs(0, 0, 1, {1000, 2000});
+  c.send_subs(1, 2, 1, {1000, 0});
+  EXPECT_NEAR(c.pipeline(), 5 * kUs, 1e-12);
+}
+
+TEST(StageCost, SubsOfARelayFollowTheirOwnSenderNotTheBusiestLink) {
+  // A relay chain 0 -> 1 -> 2 -> 3 of subs of 1,000 and 2,000 bytes, P = 2,
+  // and in stage 1 a stream 4 -> 5 of 4,000 bytes of sub 1 that its sender
+  // holds from the start (the stage's busiest link). Stage 0: sub 0 ends at
+  // 3, sub 1 at 4; stage 1: the relay's sub 0 from 4 to 5, sub 1 from 5 to
+  // 7, and 4 -> 5 from α to 5; stage 2: sub 0 from 6 to 7, sub 1 from 8 to
+  // 10. The old estimate fed stage 2 from stage 1's busiest link (its subs
+  // 0.8 and 3.2 µs from 4 and 5: 4.8 and 8.2) and said 11.2 µs.
+  SubChain c(6, 2);
+  c.send_subs(0, 0, 1, {1000, 2000});
+  c.send_subs(1, 1, 2, {1000, 2000});
+  c.send_subs(1, 4, 5, {0, 4000});
+  c.send_subs(2, 2, 3, {1000, 2000});
+  EXPECT_NEAR(c.pipeline(), 10 * kUs, 1e-12);
 }
 
 TEST(StageCost, SpreadRoundsEndInSmallTailRoundsAndForwardsHalfARoundBack) {

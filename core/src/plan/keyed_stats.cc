@@ -124,30 +124,29 @@ StatsPass::KeyedChoice StatsPass::choose_keyed(int nstages, RoundRule& rule, con
 
 // Sub-messages (rounds.h, RoundRule::subs) at each trial's (P, B): a
 // stream's messages are its subs, each stage one round, priced by
-// stage_cost's subs (the subs of a stage share its busiest link); the
-// cheapest trial is taken where strictly below the estimate so far (the
-// keyed or pipelined one), every device's stage fits the budget (its subs
-// flow together) and the cuts add at most kKeyedSplitPieces pieces. Not on
-// request of keyed cuts (choice_override().keyed > 0), nor on plans of more
-// than kSubStages stages: there the subs' estimate, which feeds sub j of a
-// stage from sub j of the stage before on the busiest link alone, missed
-// the reducers' waits for every summand's sub (on the H100 topology
-// psum_2_holder_hosts_of_4_to_2_hosts, 5 stages: estimate 292.8 -> 274.1
-// us with subs at P = 8, B = 256, simulated 286.8 -> 311.7; psum_dp4_hosts_of_2,
-// 3 stages: 89.9 -> 77.8 estimated, 89.9 -> 76.9 simulated). Taken only
-// where the estimate gains more than kSubMinGain: below it the subs'
-// estimate was not real (rl_sync_uneven_replicas_4_to_2_hosts: 1.055 ->
-// 1.025 ms estimated, 1.05 -> 1.19 simulated; unseen psum_dp2_to_dp4_replicas
-// 483.4 -> 468.4 us, 478.0 -> 508.2), above it it was (psum_dp4 13%,
-// pipeline_2x2_replicated_dst 6.7%: 200.2 -> 186.8 us simulated,
-// uneven_fsdp12_to_tp5_on_5_of_8 5.7%: 486.9 -> 468.1 us).
+// stage_cost's subs (sub_pipeline: each sub followed through the links of
+// its streams); the cheapest trial is taken where it gains more than
+// kSubMinGain on the estimate so far (the keyed or pipelined one), every
+// device's stage fits the budget (its subs flow together) and the cuts add
+// at most kSplitPieces pieces. Below kSubMinGain the estimate of subs
+// still misses (H100 topology, P = 8, B = 256, estimated / simulated:
+// rl_sync_uneven_replicas_4_to_2_hosts 1,025 / 1,196 us against 1,055 /
+// 1,047 without subs; unseen psum_dp2_to_dp4_replicas 468 / 508 against
+// 483 / 478). Where no trial gains so, the busiest-link estimate of subs
+// (no sub rows: each sub fed from the stage before on its busiest link)
+// still decides on plans of at most kSubStages stages, as in planner 37:
+// the pipelined estimate is below the simulator on some of those plans
+// (default costs: mid_regions_one_holder_to_8_hosts 86.9 us estimated,
+// 155.3 simulated on a topology of those costs; with subs 90 to 102 by
+// sub_pipeline, 97 to 98 simulated). Not on request of keyed cuts
+// (choice_override().keyed > 0).
 void StatsPass::choose_subs(int nstages, RoundRule& rule, const RoundRule& base, const Bounds& lb,
                             std::vector<int64_t>& stage_rounds, KeyedChoice& c) {
   constexpr int64_t kSplitPieces = int64_t{1} << 22;
   constexpr double kSubMinGain = 0.05;
   const bool forced = forced_subs().first > 0;
   if (!keyed || forced_subs().first < 0 || base.pipeline.empty() ||
-      (!forced && (choice_override().keyed > 0 || nstages > kSubStages)))
+      (!forced && choice_override().keyed > 0))
     return;
   int64_t peak = 0;
   for (const std::vector<Acc>& stage : stage_acc)
@@ -155,8 +154,10 @@ void StatsPass::choose_subs(int nstages, RoundRule& rule, const RoundRule& base,
   if (o.staging_budget_bytes > 0 && peak >= o.staging_budget_bytes) return;
   std::vector<int64_t> rounds(static_cast<size_t>(nstages), 0);
   for (size_t s = 0; s < static_cast<size_t>(nstages); ++s) rounds[s] = stage_rounds[s] > 0 ? 1 : 0;
-  double best = forced ? HUGE_VAL : st.cost_seconds * (1 - kSubMinGain);
-  size_t pick = kSubTrials;
+  // Per trial its estimate (sub_pipeline) and the busiest link's (no rows).
+  const double bar = forced ? HUGE_VAL : st.cost_seconds * (1 - kSubMinGain);
+  double best = bar, best_busiest = bar;
+  size_t pick = kSubTrials, pick_busiest = kSubTrials;
   for (size_t i = 0; i < kSubTrials; ++i) {
     const SubTrial& t = sub_trials[i];
     if (t.split > kSplitPieces || (forced && i != 0)) continue;
@@ -166,12 +167,25 @@ void StatsPass::choose_subs(int nstages, RoundRule& rule, const RoundRule& base,
     for (size_t s = 0; s < static_cast<size_t>(nstages) && s < t.acc.size(); ++s)
       for (const std::vector<Acc>& x : t.acc[s])
         kr.seconds[s].push_back(busiest_link_seconds(x, lb, o));
+    if (!forced && nstages <= kSubStages) {
+      const double cost = stage_cost(stage_acc, rounds, lb, o, RoundSizes::kEven, &kr);
+      if (cost < best_busiest) best_busiest = cost, pick_busiest = i;
+    }
+    kr.sub_rows = &t.acc;
+    kr.sub_streams.resize(static_cast<size_t>(nstages));
+    for (const auto& [key, masks] : sub_streams) {
+      const auto s = static_cast<size_t>(key >> 40);
+      if (s < kr.sub_streams.size() && masks[i] != 0)
+        kr.sub_streams[s].push_back({static_cast<uint32_t>(key >> 20 & 0xfffff),
+                                     static_cast<uint32_t>(key & 0xfffff), masks[i]});
+    }
     const double cost = stage_cost(stage_acc, rounds, lb, o, RoundSizes::kEven, &kr);
     if (cost < best) {
       best = cost;
       pick = i;
     }
   }
+  if (pick == kSubTrials) best = best_busiest, pick = pick_busiest;
   if (pick == kSubTrials) return;
   const SubTrial& t = sub_trials[pick];
   c = KeyedChoice{};

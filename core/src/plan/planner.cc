@@ -163,7 +163,7 @@ namespace {
 // a keyed pass also prices sub-messages (plan/rounds.h, RoundRule::subs)
 // and takes them where the estimate gains more than 5% on plans of at most
 // 3 stages.
-constexpr uint64_t kPlannerVersion = 37;
+constexpr uint64_t kPlannerVersion = 38;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

@@ -1,6 +1,7 @@
 #include "plan/stage_cost.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "plan/rounds.h"
@@ -82,6 +83,130 @@ void first_round_rows(const std::vector<Acc>& x, std::vector<Acc>& out) {
 }
 
 }  // namespace
+
+constexpr size_t kSubLinkFlows = 1024;
+
+double sub_pipeline(const KeyedRounds& kr, const std::vector<double>& whole,
+                    const std::vector<double>& stall, const Bounds& lb, const PlanOptions& o) {
+  if (!kr.sub_rows) return 0;
+  const std::deque<std::vector<std::vector<Acc>>>& rows = *kr.sub_rows;
+  const double a = o.alpha_seconds;
+  const double bi = 1.0 / o.intra_host_bytes_per_second, bx = 1.0 / o.inter_host_bytes_per_second;
+  size_t P = 0;
+  for (const auto& stage : rows) P = std::max(P, stage.size());
+  const size_t ndev = lb.group_of_device.size(), ng = lb.group_nics.size();
+  if (P == 0 || ndev == 0) return 0;
+  std::vector<std::vector<uint32_t>> members(ng);
+  for (size_t d = 0; d < ndev; ++d)
+    members[lb.group_of_device[d]].push_back(static_cast<uint32_t>(d));
+  auto cross = [&](const SubStream& x) {
+    return lb.host_of_device.empty() ? lb.group_of_device[x.src] != lb.group_of_device[x.dst]
+                                     : lb.host_of_device[x.src] != lb.host_of_device[x.dst];
+  };
+  // Per (device, sub), at d * P + j: when d holds sub j; the earliest
+  // start of a sub-j stream into d within its host [0] and across [1]; the
+  // ends of its flows on its port out and in and its NIC group out and in;
+  // its latest arrival in this stage.
+  const size_t n = ndev * P;
+  std::vector<double> ready(n, 0.0), arrive(n), port_out(n), port_in(n), nic_out(n), nic_in(n);
+  std::array<std::vector<double>, 2> first_in, msgs_out, msgs_in;
+  std::vector<double> st, wk, wt, en;
+  std::vector<size_t> at;
+  // Per link (stage_cost's numbering) the flows of earlier stages, which
+  // the flows of a later one share it with (at most kSubLinkFlows in all,
+  // else the stage's own alone).
+  std::vector<std::vector<std::array<double, 3>>> past(2 * ndev + 2 * ng);  // start, work, weight
+  double pipeline = 0;
+  const std::vector<SubStream> none;
+  for (size_t s = 0; s < rows.size() && s < whole.size(); ++s) {
+    if (whole[s] <= 0 || rows[s].empty()) continue;
+    const std::vector<std::vector<Acc>>& r = rows[s];
+    const size_t k = r.size();
+    const std::vector<SubStream>& streams = s < kr.sub_streams.size() ? kr.sub_streams[s] : none;
+    auto begin = [&](size_t d, size_t j) { return std::max(stall[s], ready[d * P + j]) + a; };
+    for (auto& f : first_in) f.assign(n, HUGE_VAL);
+    for (auto& m : msgs_out) m.assign(n, 0.0);
+    for (auto& m : msgs_in) m.assign(n, 0.0);
+    for (std::vector<double>* v : {&port_out, &port_in, &nic_out, &nic_in, &arrive})
+      std::fill(v->begin(), v->end(), 0.0);
+    for (const SubStream& x : streams) {
+      if (x.src == x.dst) continue;
+      const size_t c = cross(x) ? 1 : 0;
+      std::vector<double>& f = first_in[c];
+      for (size_t j = 0; j < k; ++j) {
+        if (!(x.mask >> j & 1)) continue;
+        f[x.dst * P + j] = std::min(f[x.dst * P + j], begin(x.src, j));
+        msgs_out[c][x.src * P + j] += 1;
+        msgs_in[c][x.dst * P + j] += 1;
+      }
+    }
+    auto first = [&](int c, size_t i) {
+      const double v = first_in[static_cast<size_t>(c)][i];
+      return v < HUGE_VAL ? v : stall[s] + a;
+    };
+    // Shares the link among the flows gathered in st, wk (at: where each
+    // one's end goes in `out`).
+    auto share = [&](size_t link, std::vector<double>& out) {
+      if (st.empty()) return;
+      std::vector<std::array<double, 3>>& before = past[link];
+      const size_t m = before.size() + st.size() <= kSubLinkFlows ? before.size() : 0;
+      const size_t own = st.size();
+      for (size_t i = 0; i < m; ++i)
+        st.push_back(before[i][0]), wk.push_back(before[i][1]), wt.push_back(before[i][2]);
+      en = sub_ends(st, wk, wt);
+      // The earlier stages' flows end later beside this stage's: their
+      // dependents are not revised, but the link's last end counts.
+      for (double e : en) pipeline = std::max(pipeline, e);
+      for (size_t i = 0; i < own; ++i) {
+        out[at[i]] = en[i];
+        before.push_back({st[i], wk[i], wt[i]});
+      }
+      st.clear(), wk.clear(), wt.clear(), at.clear();
+    };
+    // A flow of `work` seconds from `start`, its weight its messages.
+    auto flow = [&](double start, double work, double msgs, size_t i) {
+      if (!(work > 0)) return;
+      st.push_back(start), wk.push_back(work), wt.push_back(std::max(msgs, 1.0)), at.push_back(i);
+    };
+    for (size_t d = 0; d < ndev; ++d) {
+      for (size_t j = 0; j < k; ++j)
+        flow(begin(d, j), bi * static_cast<double>(r[j][d].send - r[j][d].send_inter),
+             msgs_out[0][d * P + j], d * P + j);
+      share(2 * d, port_out);
+      for (size_t j = 0; j < k; ++j)
+        flow(first(0, d * P + j), bi * static_cast<double>(r[j][d].recv - r[j][d].recv_inter),
+             msgs_in[0][d * P + j], d * P + j);
+      share(2 * d + 1, port_in);
+    }
+    for (size_t g = 0; g < ng; ++g) {
+      const double bxg = bx / lb.group_nics[g];
+      for (uint32_t d : members[g])
+        for (size_t j = 0; j < k; ++j)
+          flow(begin(d, j), bxg * static_cast<double>(r[j][d].send_inter), msgs_out[1][d * P + j],
+               d * P + j);
+      share(2 * ndev + 2 * g, nic_out);
+      for (uint32_t d : members[g])
+        for (size_t j = 0; j < k; ++j)
+          flow(first(1, d * P + j), bxg * static_cast<double>(r[j][d].recv_inter),
+               msgs_in[1][d * P + j], d * P + j);
+      share(2 * ndev + 2 * g + 1, nic_in);
+    }
+    for (const SubStream& x : streams) {
+      if (x.src == x.dst) continue;
+      const bool c = cross(x);
+      for (size_t j = 0; j < k; ++j) {
+        if (!(x.mask >> j & 1)) continue;
+        const size_t from = x.src * P + j, to = x.dst * P + j;
+        const double e =
+            c ? std::max(nic_out[from], nic_in[to]) : std::max(port_out[from], port_in[to]);
+        arrive[to] = std::max(arrive[to], e);
+        pipeline = std::max(pipeline, e);
+      }
+    }
+    for (size_t i = 0; i < n; ++i) ready[i] = std::max(ready[i], arrive[i]);
+  }
+  return pipeline;
+}
 
 double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
                   const std::vector<int64_t>& stage_rounds, const Bounds& lb, const PlanOptions& o,
@@ -208,9 +333,12 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   // The pipeline: the stage that ends last, after its fill and before the
   // drains of the later stages.
   double pipeline = 0;
-  if (subs) {
-    // Sub j of stage s is ready when sub j of the stage before ended (its
-    // last where that has fewer), or at its stall; it flows α later.
+  if (subs && keyed->sub_rows) {
+    pipeline = sub_pipeline(*keyed, whole, stall, lb, o);
+  } else if (subs) {
+    // Without the subs' rows, the busiest link's: sub j of stage s is ready
+    // when sub j of the stage before ended there (its last where that has
+    // fewer), or at its stall; it flows α later.
     std::vector<double> prev, ready, work;
     for (size_t s = 0; s < ns; ++s) {
       if (whole[s] <= 0) continue;
@@ -222,10 +350,10 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
         ready[j] = std::max(stall[s], feed);
         work[j] = keyed->seconds[s][j] * key_scale[s];
       }
-      std::vector<double> start = ready;
+      std::vector<double> begin = ready;
       for (size_t j = 0; j < k; ++j)
-        if (work[j] > 0) start[j] += a;
-      std::vector<double> ends = sub_ends(start, work);
+        if (work[j] > 0) begin[j] += a;
+      std::vector<double> ends = sub_ends(begin, work);
       for (double e : ends) pipeline = std::max(pipeline, e);
       prev.swap(ends);
     }
@@ -289,10 +417,12 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   return std::min(sum, std::max(busiest_link, pipeline));
 }
 
-std::vector<double> sub_ends(const std::vector<double>& start, const std::vector<double>& work) {
+std::vector<double> sub_ends(const std::vector<double>& start, const std::vector<double>& work,
+                             const std::vector<double>& weight) {
   const size_t n = start.size();
   std::vector<double> end(n, 0.0), left(work);
   std::vector<bool> done(n, false);
+  auto w = [&](size_t j) { return j < weight.size() && weight[j] > 0 ? weight[j] : 1.0; };
   for (size_t j = 0; j < n; ++j)
     if (!(work[j] > 0)) {
       end[j] = start[j];
@@ -301,32 +431,32 @@ std::vector<double> sub_ends(const std::vector<double>& start, const std::vector
   double now = HUGE_VAL;
   for (size_t j = 0; j < n; ++j)
     if (!done[j]) now = std::min(now, start[j]);
-  // Event by event: the flows started by `now` share the link; the next
-  // event is the first end among them or the next start.
+  // Event by event: the flows started by `now` share the link, each in
+  // proportion to its weight; the next event is the first end among them
+  // or the next start.
   for (;;) {
-    size_t flowing = 0;
-    double next_start = HUGE_VAL, least = HUGE_VAL;
+    double total = 0, next_start = HUGE_VAL, least = HUGE_VAL;
     for (size_t j = 0; j < n; ++j) {
       if (done[j]) continue;
       if (start[j] <= now) {
-        ++flowing;
-        least = std::min(least, left[j]);
+        total += w(j);
+        least = std::min(least, left[j] / w(j));
       } else {
         next_start = std::min(next_start, start[j]);
       }
     }
-    if (flowing == 0) {
+    if (total == 0) {
       if (next_start == HUGE_VAL) break;
       now = next_start;
       continue;
     }
-    const double f = static_cast<double>(flowing);
-    const double dt = std::min(least * f, next_start - now);
-    const bool ends = least * f <= next_start - now;
+    // least: the fewest seconds of the link a unit of weight needs to end a flow.
+    const double dt = std::min(least * total, next_start - now);
+    const bool ends = least * total <= next_start - now;
     for (size_t j = 0; j < n; ++j) {
       if (done[j] || start[j] > now) continue;
-      left[j] -= dt / f;
-      if (ends && left[j] <= least * 1e-12) {
+      left[j] -= dt * w(j) / total;
+      if (ends && left[j] <= least * w(j) * 1e-12) {
         done[j] = true;
         end[j] = now + dt;
       }

@@ -126,31 +126,59 @@ enum class RoundSizes { kBands, kEven };
 //
 // Sub-messages (`subs` set; Message::sub): the keys of a stage are subs of
 // one round instead of rounds of their own: every stream sends its keys as
-// messages side by side, key j's sub of a forward waiting only for key j's
-// sub of the stage before. Each stage then has one round (pass
-// stage_rounds of 1), and on its busiest link its subs share the link
-// max-min fairly, as the fleet simulator shares it: sub j of stage s is
-// ready at the stall W_s (stage 0) or when sub j of stage s − 1 ended,
-// starts α later and moves R_s(j) seconds (keyed->seconds[s][j], scaled as
-// above, no α); a link shared by n flowing subs gives each 1/n of it
-// (sub_ends). So subs of widths growing with j (small first) end one after
-// another and their forwards overlap what is still flowing; subs of equal
-// widths end together and overlap nothing. The pipeline is the latest end
-// of a sub. A stage's lead (what the next stage waits for before any of
-// its subs) is α plus its first sub's seconds times its stage's subs (they
-// share the link until the first ends), its drain α plus its last sub's
-// seconds; the link terms and the sum of the stages stay as above, with
-// α once per stage.
+// messages side by side, and the message of sub j reads only sub j of what
+// its sender received (the fleet simulator's dependencies, from the
+// pieces). Each stage has one round (pass stage_rounds of 1). The pipeline
+// follows each sub through the links as the simulator does (sub_pipeline):
+// device d holds sub j at ready_d(j), the latest end of a sub-j stream into
+// d in an earlier stage (a reducer waits for every summand, a relay for its
+// sender); its sub-j streams start α after max(ready_d(j), W_s). Each link
+// (stage_cost's ports and NIC groups) is shared by its flows in proportion
+// to their messages, as the simulator shares it among messages (sub_ends
+// with weights): on a port out one flow per sub, on a NIC group out one per
+// (device, sub), on a port or NIC group in one per (device, sub) from its
+// earliest sender's start; each flow's work is the link's seconds of the
+// sub's bytes (`sub_rows`). A stage's flows share a link with those of the
+// stages before it (at most kSubLinkFlows flows a link), whose ends are not
+// revised for their dependents, but the latest end on the link counts. A
+// stream's sub ends at the later end of its flows on its two links (ports
+// within a host, NIC groups across): a late summand ends no earlier than
+// its own sender's link allows. The pipeline is the latest end. So subs of
+// widths growing with j (small first) end one after another and their
+// forwards overlap what is still flowing; subs of equal widths end
+// together and overlap nothing. A stage's lead (what the next stage waits
+// for before any of its subs) is α plus its first sub's busiest link
+// seconds (keyed->seconds, scaled as above) times its stage's subs, its
+// drain α plus its last sub's; the link terms and the sum of the stages
+// stay as above, with α once per stage. Cost O(stages × subs × (devices +
+// streams)) plus, per link, the square of its flows.
+struct SubStream {
+  uint32_t src = 0, dst = 0;  // dense devices
+  uint32_t mask = 0;          // bit j: it holds sub j
+};
 struct KeyedRounds {
   std::vector<std::vector<double>> seconds;  // per stage, per round: busiest link, no α
   bool subs = false;
+  // Subs: per stage, sub and device the sub's rows, and per stage its
+  // streams (the pipeline needs both).
+  const std::deque<std::vector<std::vector<Acc>>>* sub_rows = nullptr;
+  std::vector<std::vector<SubStream>> sub_streams = {};
 };
+
+// The subs' pipeline of stage_cost (KeyedRounds with subs and sub_rows):
+// the latest end of a stream's sub, given each stage's time (`whole`, 0
+// where nothing moves) and stall W_s.
+double sub_pipeline(const KeyedRounds& kr, const std::vector<double>& whole,
+                    const std::vector<double>& stall, const Bounds& lb, const PlanOptions& o);
 
 // The ends of flows on one link shared max-min fairly among those flowing
 // (processor sharing at rate 1): flow j starts at start[j] and needs
 // work[j] seconds of the link alone; a flow of no work ends at its start.
 // O(n^2) for n flows.
-std::vector<double> sub_ends(const std::vector<double>& start, const std::vector<double>& work);
+// With `weight`, flow j gets weight[j] / (the flowing flows' weights) of
+// the link (1 where none or not above 0).
+std::vector<double> sub_ends(const std::vector<double>& start, const std::vector<double>& work,
+                             const std::vector<double>& weight = {});
 // The rounds' shares of each stage's bytes under spread cuts of bounds `q`
 // (rounds.h, RoundRule::spread, spread_bounds),
 // as KeyedRounds for stage_cost (which scales each stage's shares to its

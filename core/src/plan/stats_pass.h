@@ -179,7 +179,9 @@ class StatsPass {
   // device the sub's bytes, the pieces the cuts add (in all and, where
   // counted, per device) and the group's blocks (sub_blocks).
   static constexpr size_t kSubTrials = 4;
-  static constexpr int kSubStages = 3;  // the most stages subs are tried on
+  // The most stages the busiest-link estimate of subs decides on
+  // (choose_subs).
+  static constexpr int kSubStages = 3;
   static constexpr std::array<std::pair<int64_t, int64_t>, kSubTrials> kSubTrial = {
       {{4, 64}, {4, 256}, {8, 64}, {8, 256}}};
   struct SubTrial {
