@@ -413,6 +413,7 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
   }
   if (ent_at_.size() < m * npos) ent_at_.resize(m * npos);
   ent_recs_.clear();
+  ent_bands_.clear();
   uint64_t seq = 0;
   const int64_t chunk = band_bytes(p_.o, t.band_scale);
   PartBands pb;
@@ -479,15 +480,10 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
         src.added += nb - merged;
       }
       EnteredRec& rec = record(ra.p, ra.lo + e % nn);
-      EnteredHolder& h = rec.h;
-      h.touched = true;
-      h.pieces += nb;
-      h.regions += cut ? nb : 0;
-      h.plain += r.count;
-      if (!h.plain_seen) {
-        h.plain_seen = true;
-        rec.plain_seq = seq++;
-      }
+      rec.pieces += nb;
+      rec.regions += cut ? nb : 0;
+      rec.plain += r.count;
+      if (rec.plain_seq == kNoSeq) rec.plain_seq = seq++;
       part_visits_ += nb;
       add_to(src.bytes, bytes, "forwarded_bytes");
       add_to(src.plain, bytes, "network_bytes");
@@ -499,10 +495,7 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
       part_bands_of(part, t, chunk, pb);
       entered_pieces(t, e, part, pb.bands, nn, cut,
                      [&](size_t x, int64_t volume, uint32_t band, bool own_region) {
-                       EnteredRec& rec = record(ra.p, ra.lo + x);
-                       const unsigned first = enter(rec.h, volume, band, own_region);
-                       if (first & 2) rec.plain_seq = seq++;
-                       if (first & 4) rec.late_seq = seq++;
+                       enter_rec(record(ra.p, ra.lo + x), volume, band, own_region, seq);
                      });
       a2a_relay_part(ra.p, part, pb, esum);
     }
@@ -516,8 +509,6 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
   ent_touched_.assign(ent_begin_.begin(), ent_begin_.end() - 1);  // cursors
   for (size_t x = 0; x < ent_recs_.size(); ++x)
     ent_order_[ent_touched_[ent_recs_[x].i]++] = static_cast<uint32_t>(x);
-  const auto at = [&](uint32_t x) -> const EnteredHolder& { return ent_recs_[x].h; };
-  const auto holder = [&](uint32_t x) { return ent_recs_[x].pos; };
   auto no_stage0 = [](uint32_t, uint32_t, size_t) {
     fail(ErrorCode::kInternal, "statistics: a direct holder on an entry's device");
   };
@@ -537,25 +528,76 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
       __builtin_prefetch(q + sizeof(EnteredRec) - 1);
     }
     for (const uint32_t x : ent_touched_) {
-      if (ent_recs_[x].h.plain_seen) ent_plain_.push_back(x);
-      if (ent_recs_[x].h.mask != 0) ent_late_.push_back(x);
+      if (ent_recs_[x].plain_seq != kNoSeq) ent_plain_.push_back(x);
+      if (ent_recs_[x].mask != 0) ent_late_.push_back(x);
     }
     const auto by_plain = [&](uint32_t a, uint32_t b) {
       return ent_recs_[a].plain_seq < ent_recs_[b].plain_seq;
     };
     const auto by_late = [&](uint32_t a, uint32_t b) {
-      return ent_recs_[a].late_seq < ent_recs_[b].late_seq;
+      return ent_bands_[ent_recs_[a].bands].late_seq < ent_bands_[ent_recs_[b].bands].late_seq;
     };
     if (!std::is_sorted(ent_plain_.begin(), ent_plain_.end(), by_plain))
       std::sort(ent_plain_.begin(), ent_plain_.end(), by_plain);
     if (!std::is_sorted(ent_late_.begin(), ent_late_.end(), by_late))
       std::sort(ent_late_.begin(), ent_late_.end(), by_late);
-    entered_account(t, e, esum, copies, group_pieces, ent_touched_, ent_plain_, ent_late_, at,
-                    holder);
+    ent_account(t, e, esum, copies, group_pieces);
   }
   if (any_entered) a2a_count_events(t, b0, m);
   ++a2a_runs_;
   return true;
+}
+
+void RoutedCells::ent_account(const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
+                              int64_t& group_pieces) {
+  // entered_account on the records.
+  const uint32_t dd = t.dt->dense[e];
+  std::vector<Acc>& acc = p_.stage_acc[0];
+  int64_t pieces = 0, regions = 0;
+  for (const uint32_t x : ent_touched_) {
+    const EnteredRec& h = ent_recs_[x];
+    const uint32_t sd = t.st->dense[part_holders_[h.pos]];
+    int64_t volume = h.plain;
+    if (h.mask != 0)
+      for (size_t k = 1; k < kRelayBands; ++k) volume += ent_bands_[h.bands].band[k];
+    const int64_t bytes = mul_of(volume, esum, "network_bytes");
+    p_.charge(acc, sd, dd, bytes, true);
+    add_to(p_.st.cross_process_bytes, bytes, "cross_process_bytes");
+    if (p_.counts) {
+      DeviceCounts& s = (*p_.counts)[sd];
+      s.send_pieces += copies * h.pieces;
+      s.regions += copies * h.regions;
+    }
+    pieces += h.pieces;
+    regions += h.regions;
+    ++entered_sums_;
+  }
+  if (p_.counts) {
+    DeviceCounts& c = (*p_.counts)[dd];
+    c.recv_pieces += copies * pieces;
+    c.regions += copies * regions;
+  }
+  group_pieces += pieces;
+  // The streams in the order their first pieces named them.
+  for (const uint32_t x : ent_plain_)
+    p_.direct_pair(t.st->dense[part_holders_[ent_recs_[x].pos]], dd,
+                   mul_of(ent_recs_[x].plain, esum, "network_bytes"));
+  for (const uint32_t x : ent_late_) {
+    const EnteredRec& h = ent_recs_[x];
+    const EnteredBands& hb = ent_bands_[h.bands];
+    const uint32_t sd = t.st->dense[part_holders_[h.pos]];
+    int64_t late_bytes = 0;
+    for (size_t k = 1; k < kRelayBands; ++k) late_bytes += hb.band[k];
+    late_bytes = mul_of(late_bytes, esum, "network_bytes");
+    add_to(acc[sd].send_late, late_bytes, "max_send_bytes");
+    add_to(acc[dd].recv_late, late_bytes, "max_recv_bytes");
+    BandStream& b = p_.band_streams.at(p_.band_index(uint64_t{sd} << 20 | dd));
+    b.mask |= h.mask;
+    if (p_.track_pairs)
+      for (size_t k = 1; k < kRelayBands; ++k)
+        if (hb.band[k] != 0)
+          add_to(b.bytes[k], mul_of(hb.band[k], esum, "network_bytes"), "network_bytes");
+  }
 }
 
 void RoutedCells::prefetch_part(size_t j) const {

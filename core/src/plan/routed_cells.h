@@ -357,12 +357,45 @@ class RoutedCells {
   };
   std::vector<RunAt> run_at_;
   std::vector<Box> run_boxes_;
-  struct EnteredRec {  // an (entry, holder) pair's sums from runs
-    EnteredHolder h;
-    uint32_t i = 0, pos = 0;
-    uint64_t plain_seq = 0, late_seq = 0;
+  // An (entry, holder) pair's sums from runs (EnteredHolder's, made where
+  // the pair takes its first piece): 48 bytes, those of bands above 0
+  // apart (EnteredBands, where the pair has any). A region has one a run
+  // (16 MB of EnteredHolder-sized records at 16,384 devices), read again
+  // by entry.
+  static constexpr uint64_t kNoSeq = ~uint64_t{0};
+  struct EnteredRec {
+    int64_t pieces = 0, regions = 0, plain = 0;  // plain: elements of band 0
+    uint64_t plain_seq = kNoSeq;                 // its first band-0 piece's place
+    uint32_t i = 0, pos = 0;                     // entry position, holder position
+    uint32_t mask = 0;                           // bands above 0
+    uint32_t bands = 0;                          // where mask != 0: in ent_bands_
   };
+  struct EnteredBands {
+    std::array<int64_t, kRelayBands> band{};  // elements by band
+    uint64_t late_seq = 0;                    // its first piece above band 0's place
+  };
+  // enter() on a record: the piece's place counted from `seq`.
+  void enter_rec(EnteredRec& rec, int64_t volume, uint32_t band, bool own, uint64_t& seq) {
+    ++rec.pieces;
+    rec.regions += own ? 1 : 0;
+    if (band == 0) {
+      rec.plain += volume;
+      if (rec.plain_seq == kNoSeq) rec.plain_seq = seq++;
+      return;
+    }
+    if (rec.mask == 0) {
+      rec.bands = static_cast<uint32_t>(ent_bands_.size());
+      ent_bands_.emplace_back().late_seq = seq++;
+    }
+    rec.mask |= 1u << band;
+    ent_bands_[rec.bands].band[band] += volume;
+  }
+  // entered_account for entry e (at i) on its records ent_touched_,
+  // ent_plain_, ent_late_.
+  void ent_account(const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
+                   int64_t& group_pieces);
   std::vector<EnteredRec> ent_recs_;
+  std::vector<EnteredBands> ent_bands_;
   struct EnteredAt {  // per (entry, holder position): its record, where tick is the region's
     uint32_t tick = 0, rec = 0;
   };
