@@ -77,7 +77,8 @@ uint64_t encode_size_bound(const Plan& plan, const EncodeOptions& options) {
     // Two devices, first piece, count and bytes (8 each), round, stage and
     // sub (4 each).
     s += (p->sends.size() + p->recvs.size()) * 52;
-    for (const Box& r : p->regions) s += 1 + 16 * static_cast<uint64_t>(r.rank);
+    for (size_t i = 0; i < p->regions.size(); ++i)
+      s += 1 + 16 * static_cast<uint64_t>(p->regions.rank(i));
     for (const Scratch& x : p->scratch) s += 12 + 16 * static_cast<uint64_t>(x.box.rank);
   }
   return s;
@@ -174,30 +175,27 @@ class Encoder {
       }
     }
     // Scratch: a part holds some, or a piece names one (a holder sending
-    // into its leader's scratch holds none itself).
-    const auto names_scratch = [](const std::vector<Piece>& pieces) {
-      return std::any_of(pieces.begin(), pieces.end(), [](const Piece& x) {
-        return x.src_entry == kScratchEntry || x.dst_entry == kScratchEntry;
-      });
-    };
-    for (const ProcessPart* p : parts)
-      if (!p->scratch.empty() || names_scratch(p->local) || names_scratch(p->send_pieces) ||
-          names_scratch(p->recv_pieces))
-        features |= kPlanFeatureScratch;
-    // Staging: a scratch of a tensor whose source is not partial.
+    // into its leader's scratch holds none itself). Staging: a scratch of a
+    // tensor whose source is not partial. One pass over each piece list.
     const auto& specs = plan_.tensors();
-    const auto stages_copies = [&](const std::vector<Piece>& pieces) {
-      return std::any_of(pieces.begin(), pieces.end(), [&](const Piece& x) {
-        return (x.src_entry == kScratchEntry || x.dst_entry == kScratchEntry) &&
-               x.tensor < specs.size() && !specs[x.tensor].src.partial();
-      });
+    const auto scratch_of = [&](const std::vector<Piece>& pieces) {
+      for (const Piece& x : pieces) {
+        if (x.src_entry != kScratchEntry && x.dst_entry != kScratchEntry) continue;
+        features |= kPlanFeatureScratch;
+        if (x.tensor < specs.size() && !specs[x.tensor].src.partial()) {
+          features |= kPlanFeatureStaging;
+          return;
+        }
+      }
     };
     for (const ProcessPart* p : parts) {
+      if (!p->scratch.empty()) features |= kPlanFeatureScratch;
       for (const Scratch& x : p->scratch)
         if (x.tensor < specs.size() && !specs[x.tensor].src.partial())
           features |= kPlanFeatureStaging;
-      if (stages_copies(p->local) || stages_copies(p->send_pieces) || stages_copies(p->recv_pieces))
-        features |= kPlanFeatureStaging;
+      scratch_of(p->local);
+      scratch_of(p->send_pieces);
+      scratch_of(p->recv_pieces);
     }
     for (const TensorSpec& t : plan_.tensors())
       if (has_cast(t)) features |= kPlanFeatureCasts;
@@ -374,15 +372,14 @@ class Encoder {
     return fb::CreateMessages(b_, src, dst, round, first, count, bytes, stage, sub);
   }
 
-  Offset<fb::Regions> encode_regions(const std::vector<Box>& regions) {
+  Offset<fb::Regions> encode_regions(const Regions& regions) {
     const size_t n = regions.size();
     size_t coords = 0;
-    for (const Box& r : regions) coords += static_cast<size_t>(r.rank);
+    for (size_t i = 0; i < n; ++i) coords += static_cast<size_t>(regions.rank(i));
     // The rank, lo and hi columns laid out as column() lays them out, then
-    // filled in one pass over the boxes (136 bytes each; the 405B part at
-    // 16,384 devices has 13.2 M regions, 1.8 GB, read once rather than once
-    // per column). Their addresses are taken once all three exist: making
-    // one may move the builder's buffer.
+    // filled in one pass over the boxes (the 405B part at 16,384 devices
+    // has 13.2 M regions, read once rather than once per column). Their addresses are taken once
+    // all three exist: making one may move the builder's buffer.
     uint8_t* unused = nullptr;
     auto rank_vector = b_.CreateUninitializedVector<uint8_t>(n, &unused);
     const auto coordinate_column = [&] {
@@ -399,11 +396,13 @@ class Encoder {
     uint8_t* rank = elements(rank_vector);
     auto* lo = reinterpret_cast<int64_t*>(elements(lo_vector));
     auto* hi = reinterpret_cast<int64_t*>(elements(hi_vector));
-    for (const Box& r : regions) {
-      *rank++ = static_cast<uint8_t>(r.rank);
-      for (int d = 0; d < r.rank; ++d) {
-        flatbuffers::WriteScalar(lo++, r.lo[d]);
-        flatbuffers::WriteScalar(hi++, r.hi[d]);
+    for (size_t i = 0; i < n; ++i) {
+      const int r = regions.rank(i);
+      *rank++ = static_cast<uint8_t>(r);
+      const int64_t *rlo = regions.lo(i), *rhi = regions.hi(i);
+      for (int d = 0; d < r; ++d) {
+        flatbuffers::WriteScalar(lo++, rlo[d]);
+        flatbuffers::WriteScalar(hi++, rhi[d]);
       }
     }
     return fb::CreateRegions(b_, rank_vector, lo_vector, hi_vector);
