@@ -205,8 +205,8 @@ TEST(PartBytes, EncodePlanToHandsOverEncodePlansBytes) {
 
 // On one thread, split_rounds reserves the part's regions for the most its
 // cuts can add (2r boxes a cut at the highest rank r) before appending the
-// fragments, so the vector never grows (a growth copied the regions, 136
-// bytes each, and touched their pages twice). CutGrowthByHand's part:
+// fragments, so the list never grows (a growth copied the regions and
+// touched their pages twice). CutGrowthByHand's part:
 // no region before cutting, 6 cuts at rank 3: a capacity of 36, 24 used.
 TEST(PartBytes, OneThreadReservesTheMostTheCutsAdd) {
   PlanRequest one{PlanScope::kProcess, 0, true};
@@ -216,6 +216,79 @@ TEST(PartBytes, OneThreadReservesTheMostTheCutsAdd) {
   EXPECT_EQ(p.sends.size(), 7u);
   EXPECT_EQ(p.regions.size(), 24u);
   EXPECT_EQ(p.regions.capacity(), 36u);
+  EXPECT_EQ(p.regions.stride(), 3);
+  EXPECT_EQ(p.regions.bytes(), 24u * (1 + 16 * 3));
+}
+
+Box box_of(std::vector<int64_t> lo, std::vector<int64_t> hi) {
+  Box b;
+  b.rank = static_cast<int32_t>(lo.size());
+  for (size_t d = 0; d < lo.size(); ++d) {
+    b.lo[d] = lo[d];
+    b.hi[d] = hi[d];
+  }
+  return b;
+}
+
+// Regions keep each box exactly (rank, lo, hi) in 1 + 16 × stride bytes,
+// the stride the highest rank pushed: widening moves the boxes already
+// stored, set/place replace one, append copies another list whatever its
+// stride, and lists of equal boxes compare equal at any stride.
+TEST(PartBytes, RegionsKeepEachBoxAtTheHighestRank) {
+  const std::vector<Box> boxes = {box_of({3}, {9}),       box_of({}, {}),
+                                  box_of({1, 2}, {4, 5}), box_of({7, 8, 9}, {10, 11, 12}),
+                                  box_of({0}, {1}),       box_of({5, 6, 7, 8}, {9, 10, 11, 12})};
+  Regions r;
+  for (const Box& b : boxes) r.push_back(b);
+  ASSERT_EQ(r.size(), boxes.size());
+  EXPECT_EQ(r.stride(), 4);
+  EXPECT_EQ(r.bytes(), boxes.size() * (1 + 16 * 4));
+  size_t i = 0;
+  for (const Box& b : r) EXPECT_EQ(b, boxes[i++]) << i;
+  for (size_t k = 0; k < boxes.size(); ++k) {
+    EXPECT_EQ(r.rank(k), boxes[k].rank);
+    for (int d = 0; d < boxes[k].rank; ++d) {
+      EXPECT_EQ(r.lo(k)[d], boxes[k].lo[d]);
+      EXPECT_EQ(r.hi(k)[d], boxes[k].hi[d]);
+    }
+  }
+  // A box replaced, then one of a higher rank (widens to 5).
+  r.set(1, box_of({2, 2}, {3, 3}));
+  EXPECT_EQ(r[1], box_of({2, 2}, {3, 3}));
+  r.set(4, box_of({1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}));
+  EXPECT_EQ(r.stride(), 5);
+  EXPECT_EQ(r[4], box_of({1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}));
+  EXPECT_EQ(r[3], boxes[3]);
+  EXPECT_EQ(r[5], boxes[5]);
+  // A lower-rank box over a higher one leaves no coordinate behind.
+  r.place(4, box_of({1}, {2}));
+  EXPECT_EQ(r[4], box_of({1}, {2}));
+  // Slots sized for place(), and a narrower list appended.
+  Regions s;
+  s.resize(2, 3);
+  EXPECT_EQ(s.stride(), 3);
+  s.place(1, boxes[3]);
+  s.place(0, boxes[0]);
+  Regions narrow;
+  narrow.push_back(boxes[2]);
+  s.append(narrow);
+  s.append(Regions{});
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0], boxes[0]);
+  EXPECT_EQ(s[1], boxes[3]);
+  EXPECT_EQ(s[2], boxes[2]);
+  // Equal boxes, equal lists: strides 2 and 4.
+  Regions a, b;
+  b.reserve(2, 4);
+  for (const Box& x : {boxes[0], boxes[2]}) {
+    a.push_back(x);
+    b.push_back(x);
+  }
+  EXPECT_EQ(a.stride(), 2);
+  EXPECT_EQ(b.stride(), 4);
+  EXPECT_TRUE(a == b);
+  b.set(0, box_of({3}, {8}));
+  EXPECT_FALSE(a == b);
 }
 
 }  // namespace

@@ -493,10 +493,14 @@ TEST(WireExact, StageOneReadOfAStageOneWriteIsRejected) {
   ProcessPart& part = Plan::Builder::parts(r.plan).at(0);
   // Rows n / 2 + 5 and n / 2 + 9 come in stage 1 (recv_pieces[n / 2 + 5]
   // and [n / 2 + 9]).
-  part.regions[part.send_pieces[1000].region].lo[0] = n / 2 + 9;
-  part.regions[part.send_pieces[1000].region].hi[0] = n / 2 + 10;
-  part.regions[part.send_pieces[700].region].lo[0] = n / 2 + 5;
-  part.regions[part.send_pieces[700].region].hi[0] = n / 2 + 6;
+  const auto move_row = [&](uint32_t region, int64_t row) {
+    Box b = part.regions[region];
+    b.lo[0] = row;
+    b.hi[0] = row + 1;
+    part.regions.set(region, b);
+  };
+  move_row(part.send_pieces[1000].region, n / 2 + 9);
+  move_row(part.send_pieces[700].region, n / 2 + 5);
   ErrorCode code;
   const std::string message = part_decode_message(r.plan, &code);
   EXPECT_EQ(code, ErrorCode::kCorrupt) << message;
@@ -511,9 +515,10 @@ TEST(WireExact, StageOneReadOfAStageOneWriteIsRejected) {
   // the sweep's dimension does not find it by rows alone).
   RelayPart c = relay_part(n, 4);
   ProcessPart& cp = Plan::Builder::parts(c.plan).at(0);
-  Box& col = cp.regions[cp.send_pieces[n / 2 - 1].region];
+  Box col = cp.regions[cp.send_pieces[n / 2 - 1].region];
   col.lo = {n / 2 - 1, 0};
   col.hi = {n, 1};
+  cp.regions.set(cp.send_pieces[n / 2 - 1].region, col);
   retile(c.plan, cp, list(cp, false));
   const std::string m2 = part_decode_message(c.plan, &code);
   EXPECT_EQ(code, ErrorCode::kCorrupt) << m2;
@@ -633,7 +638,9 @@ TEST(WireExact, EverySingleEditIsRejectedOrExact) {
           if (part.regions[r].extent(d) < 2 || !take()) continue;
           Plan edited = plan;
           ProcessPart& ep = Plan::Builder::parts(edited).at(proc);
-          --ep.regions[r].hi[d];
+          Box shrunk = ep.regions[r];
+          --shrunk.hi[d];
+          ep.regions.set(r, shrunk);
           retile(edited, ep, list(ep, true));
           retile(edited, ep, list(ep, false));
           judge(edited, where + " region " + std::to_string(r) + " shrunk");
@@ -749,10 +756,12 @@ TEST(WireExact, RandomEditsAreRejectedOrExact) {
                                      : &p.region;
           *f = uni(5) == 0 ? (uni(2) ? kScratchEntry : kOverlapRegion) : v;
         } else if (kind == 3 && !part.regions.empty()) {
-          Box& r = part.regions[uni(part.regions.size())];
+          const size_t ri = uni(part.regions.size());
+          Box r = part.regions[ri];
           if (r.rank > 0) {
             const int d = static_cast<int>(uni(static_cast<uint64_t>(r.rank)));
             (uni(2) ? r.lo[d] : r.hi[d]) += uni(2) ? 1 : -1;
+            part.regions.set(ri, r);
           }
         } else if (kind == 4 && !e.pieces->empty()) {
           const uint64_t i = uni(e.pieces->size());

@@ -221,7 +221,10 @@ void mutate(FuzzedDataProvider& in, Plan& plan) {
     }
     case 5: {  // a region's box
       if (part.regions.empty()) return;
-      edit_box(in, part.regions[pick(in, part.regions)]);
+      const size_t ri = in.ConsumeIntegralInRange<size_t>(0, part.regions.size() - 1);
+      Box b = part.regions[ri];
+      edit_box(in, b);
+      part.regions.set(ri, b);
       return;
     }
     case 6: {  // a scratch buffer

@@ -21,6 +21,7 @@
 #include "reshard/dtype.h"
 #include "reshard/error.h"
 #include "reshard/layout.h"
+#include "reshard/regions.h"
 
 namespace reshard {
 
@@ -252,7 +253,7 @@ struct ProcessPart {
   // destination, sub).
   std::vector<Message> recvs;
   std::vector<Piece> recv_pieces;
-  std::vector<Box> regions;
+  Regions regions;
   // Scratch buffers on this process's devices, sorted by (tensor, device,
   // box.lo): the ones its pieces write (dst_entry == kScratchEntry) or its
   // sends read (src_entry == kScratchEntry).

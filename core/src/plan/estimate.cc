@@ -20,7 +20,8 @@ namespace {
 // (build_part, plan/rounds.cc).
 constexpr int64_t kPieceBytes = sizeof(Piece);
 constexpr int64_t kMessageBytes = sizeof(Message);
-constexpr int64_t kRegionBytes = sizeof(Box);
+// A region (Regions): a rank byte and lo/hi at the plan's highest rank.
+double region_bytes(int max_rank) { return 1 + 16.0 * std::max(max_rank, 1); }
 constexpr int64_t kSizeBytes = sizeof(int64_t);  // a piece's size, kept until rounds are cut
 // On top of the structures: what the allocator keeps (freed buffers of
 // earlier parts, partly used pages), measured at 0-10% of the plan's
@@ -92,8 +93,9 @@ CutGrowth cut_growth(int rank) {
 }
 
 PartMemory part_memory(const PartSums& p, size_t ndev, int64_t chunks, bool budgeted,
-                       CutGrowth grow) {
+                       CutGrowth grow, int max_rank) {
   PartMemory m;
+  const double region_size = region_bytes(max_rank);
   const double net = static_cast<double>(p.send + p.recv);
   const double local = static_cast<double>(p.local);
   const double cuts = static_cast<double>(p.cuts);
@@ -104,7 +106,7 @@ PartMemory part_memory(const PartSums& p, size_t ndev, int64_t chunks, bool budg
   // Vectors filled by push_back may hold up to twice their size; `local`
   // keeps that capacity.
   m.held =
-      kPieceBytes * (m.pieces + local) + kMessageBytes * messages + kRegionBytes * m.regions + 512;
+      kPieceBytes * (m.pieces + local) + kMessageBytes * messages + region_size * m.regions + 512;
   // Enumerating (build_part): per chunk a vector of pieces, one of their
   // buckets (4 bytes a piece) and one of sizes, all possibly doubled, then
   // the merged pieces and sizes; the
@@ -116,7 +118,7 @@ PartMemory part_memory(const PartSums& p, size_t ndev, int64_t chunks, bool budg
   const double dense_cells = std::min(cells, static_cast<double>(kDenseBucketCells));
   const double build = net * (2 * (kPieceBytes + 4 + sizes) + kPieceBytes + sizes) +
                        2 * kPieceBytes * local + 64 * streams +
-                       2 * kRegionBytes * static_cast<double>(p.regions) +
+                       2 * region_size * static_cast<double>(p.regions) +
                        8.0 * dense_cells * static_cast<double>(chunks) +
                        (cells > dense_cells ? 64.0 * streams : 0.0);
   // Cutting rounds (split_rounds): the part with the uncut pieces and their
@@ -124,7 +126,7 @@ PartMemory part_memory(const PartSums& p, size_t ndev, int64_t chunks, bool budg
   // the regions reserved at two per cut, copied when they grow beyond.
   const double cut = budgeted ? m.held + net * (kPieceBytes + kSizeBytes) + 40 * cuts +
                                     (kMessageBytes + 4) * messages + 24 * streams +
-                                    kRegionBytes * 2 * cuts
+                                    region_size * 2 * cuts
                               : 0;
   m.extra = std::max({0.0, build - m.held, cut - m.held});
   return m;
@@ -194,9 +196,9 @@ PlanEstimate estimate_parts(const Context& ctx, const std::vector<DeviceCounts>&
   double held = 0, extra = 0, pieces = 0, messages = 0, regions = 0, encoded = 0;
   double own_encoded = -1, own_least = 0;  // request.process's part
   for (const auto& [p, sums] : parts) {
-    const PartMemory m = part_memory(sums, ndev, chunks, budgeted, grow);
+    const PartMemory m = part_memory(sums, ndev, chunks, budgeted, grow, max_rank);
     if (largest) {
-      const PartMemory alone = part_memory(sums, ndev, alone_chunks, budgeted, grow);
+      const PartMemory alone = part_memory(sums, ndev, alone_chunks, budgeted, grow, max_rank);
       largest_part = std::max(largest_part, alone.held + alone.extra);
     }
     held += m.held;

@@ -430,7 +430,7 @@ struct BuiltPart {
 struct PartChunk {
   std::vector<Piece> local;
   std::vector<Scratch> scratch;
-  std::vector<Box> regions;
+  Regions regions;
   MessageBuckets sends, recvs;
   PartChunk(size_t ndev, bool sized) : sends(ndev, sized), recvs(ndev, sized) {}
 };
@@ -722,10 +722,12 @@ BuiltPart build_part(Context& ctx, int32_t p, const PlanOptions& options, bool s
   });
   std::vector<uint32_t> region_base(chunks.size());
   size_t nregions = 0, nlocal = 0;
+  int stride = 0;
   for (size_t c = 0; c < chunks.size(); ++c) {
     region_base[c] = static_cast<uint32_t>(nregions);
     nregions += chunks[c].regions.size();
     nlocal += chunks[c].local.size();
+    stride = std::max(stride, chunks[c].regions.stride());
   }
   if (nregions >= kOverlapRegion) fail(ErrorCode::kOutOfRange, "plan: more than 2^32 regions");
   // The first chunk's buffers become the part's (its region base is 0).
@@ -739,12 +741,13 @@ BuiltPart build_part(Context& ctx, int32_t p, const PlanOptions& options, bool s
     return std::lexicographical_compare(a.box.lo.begin(), a.box.lo.begin() + a.box.rank,
                                         b.box.lo.begin(), b.box.lo.begin() + b.box.rank);
   });
-  part.regions.reserve(nregions);
+  part.regions.reserve(nregions, stride);
   part.local.reserve(nlocal);
   std::vector<const MessageBuckets*> sends, recvs;
   for (size_t c = 0; c < chunks.size(); ++c) {
     if (c > 0) {
-      part.regions.insert(part.regions.end(), chunks[c].regions.begin(), chunks[c].regions.end());
+      part.regions.append(chunks[c].regions);
+      chunks[c].regions = {};
       for (Piece piece : chunks[c].local) {
         if (piece.region != kOverlapRegion) piece.region += region_base[c];
         part.local.push_back(piece);

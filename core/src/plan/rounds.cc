@@ -50,7 +50,7 @@ namespace {
 
 // Piece p's region: its own, or the overlap of its entries' boxes where it
 // names none (kOverlapRegion).
-Box piece_region(const Piece& p, const TensorSpec& t, const std::vector<Box>& regions) {
+Box piece_region(const Piece& p, const TensorSpec& t, const Regions& regions) {
   return p.region == kOverlapRegion ? intersect(t.src.box(p.src_entry), t.dst.box(p.dst_entry))
                                     : regions[p.region];
 }
@@ -59,7 +59,7 @@ Box piece_region(const Piece& p, const TensorSpec& t, const std::vector<Box>& re
 // put into `bucket` and its bytes (per_index an index of d) into `bytes`:
 // p itself where that is all of it, else a copy naming a new region.
 void bucket_run(const Piece& p, const Box& region, int d, int64_t x0, int64_t x1, int64_t per_index,
-                std::vector<Box>& regions, std::vector<Piece>& bucket, int64_t& bytes) {
+                Regions& regions, std::vector<Piece>& bucket, int64_t& bytes) {
   bytes += (x1 - x0) * per_index;
   if (x0 == region.lo[d] && x1 == region.hi[d]) {
     bucket.push_back(p);
@@ -176,7 +176,7 @@ Streams size_streams(const std::vector<Message>& msgs, const RoundRule& rule,
 // Where find_cuts puts fragment regions: appended to a vector, counted
 // only, or written from a given index on into storage sized beforehand.
 struct AppendSink {
-  std::vector<Box>& v;
+  Regions& v;
   size_t size() const { return v.size(); }
   void push(const Box& b) { v.push_back(b); }
 };
@@ -186,10 +186,10 @@ struct CountSink {
   void push(const Box&) { ++n; }
 };
 struct PlaceSink {
-  Box* base;
+  Regions& v;  // sized, its stride the highest rank: slots are only placed
   size_t next;
   size_t size() const { return next; }
-  void push(const Box& b) { base[next++] = b; }
+  void push(const Box& b) { v.place(next++, b); }
 };
 
 // Phase 1 of cutting one direction: the cuts of streams [s0, s1) (rules 1-3
@@ -200,9 +200,9 @@ struct PlaceSink {
 // the region of a piece is only computed when a cut falls inside it.
 template <class Sink>
 void find_cuts(const std::vector<Message>& msgs, const std::vector<Piece>& pieces,
-               std::span<const int64_t> bytes, const Streams& streams,
-               const std::vector<Box>& regions, const std::vector<TensorSpec>& tensors, size_t s0,
-               size_t s1, std::vector<Bound>& bounds, Sink& frags) {
+               std::span<const int64_t> bytes, const Streams& streams, const Regions& regions,
+               const std::vector<TensorSpec>& tensors, size_t s0, size_t s1,
+               std::vector<Bound>& bounds, Sink& frags) {
   const auto& chunks = streams.chunks;
   const auto& rounds = streams.rounds;
   const auto& first_bound = streams.first_bound;
@@ -799,7 +799,7 @@ namespace {
 // dimension stays one box), kept in their order. Messages are then sorted
 // by (stage, round), streams in their order within.
 void keyed_direction(std::vector<Message>& msgs, std::vector<Piece>& pieces,
-                     std::span<const int64_t> bytes, std::vector<Box>& regions,
+                     std::span<const int64_t> bytes, Regions& regions,
                      const std::vector<TensorSpec>& tensors, const std::vector<KeyBlocks>& blocks,
                      int64_t nkeys) {
   struct Out {
@@ -1046,13 +1046,13 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
   if (threads <= 1) {
     // One pass over the send streams, then the receive streams, appending
     // the fragments to the part's regions, reserved for the most a cut adds
-    // (2r boxes at rank r; the estimate's cut_growth): the vector never
-    // grows, which copied the regions (136 bytes each) and touched their
+    // (2r boxes at rank r; the estimate's cut_growth): the list never
+    // grows, which copied the regions and touched their
     // pages twice, and the pages past the fragments are never touched.
     int max_rank = 1;
     for (const TensorSpec& t : tensors)
       max_rank = std::max(max_rank, static_cast<int>(t.shape.size()));
-    part.regions.reserve(part.regions.size() + 2 * static_cast<size_t>(max_rank) * cuts);
+    part.regions.reserve(part.regions.size() + 2 * static_cast<size_t>(max_rank) * cuts, max_rank);
     AppendSink sink{part.regions};
     find_cuts(part.sends, part.send_pieces, send_bytes, sends, part.regions, tensors, 0,
               part.sends.size(), send_bounds, sink);
@@ -1083,10 +1083,13 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
     base[0] = part.regions.size();
     for (size_t k = 0; k < ns + nr; ++k) base[k + 1] += base[k];
     if (base.back() >= kOverlapRegion) fail(ErrorCode::kOutOfRange, "plan: more than 2^32 regions");
-    grow_to(part.regions, base.back(), threads);
+    int max_rank = 1;
+    for (const TensorSpec& t : tensors)
+      max_rank = std::max(max_rank, static_cast<int>(t.shape.size()));
+    part.regions.resize(base.back(), max_rank);
     // The pieces' own regions (indices below base[0]) are read, not moved.
     parallel_for(threads, ns + nr, [&](size_t k) {
-      PlaceSink place{part.regions.data(), base[k]};
+      PlaceSink place{part.regions, base[k]};
       run(k, place);
     });
   }

@@ -621,8 +621,8 @@ class Decoder {
     expect(s.max_recv_bytes, max_recv, "stats.max_recv_bytes");
   }
 
-  std::vector<Box> decode_regions(const fb::Regions* r, const std::string& f) {
-    std::vector<Box> regions;
+  Regions decode_regions(const fb::Regions* r, const std::string& f) {
+    Regions regions;
     if (!r) return regions;
     auto rank = col(r->rank());
     auto lo = col(r->lo());
@@ -670,9 +670,8 @@ class Decoder {
   // on `src_device` / `dst_device`; the other side's scratch belongs to the
   // peer's part and is not checked here (`side`: 0 local, 1 sent, 2
   // received).
-  int64_t check_piece(const Piece& p, const std::vector<Box>& regions, const Where& f,
-                      uint32_t stage = 0, int side = 0, int64_t src_device = -1,
-                      int64_t dst_device = -1) {
+  int64_t check_piece(const Piece& p, const Regions& regions, const Where& f, uint32_t stage = 0,
+                      int side = 0, int64_t src_device = -1, int64_t dst_device = -1) {
     const auto& tensors = *tensors_;
     if (p.tensor >= tensors.size())
       corrupt(f(".tensor"), std::to_string(p.tensor) + " is out of range (" +
@@ -864,8 +863,8 @@ class Decoder {
   // receives them (stage, round, source, destination, sub). Their pieces
   // tile `pieces` in order.
   void check_messages(const std::vector<Message>& msgs, const std::vector<Piece>& pieces,
-                      const std::vector<Box>& regions, int32_t process, bool send,
-                      const std::string& f, const std::string& fpieces) {
+                      const Regions& regions, int32_t process, bool send, const std::string& f,
+                      const std::string& fpieces) {
     uint64_t next = 0;
     for (size_t i = 0; i < msgs.size(); ++i) {
       const Where fi{f, i};

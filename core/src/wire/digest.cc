@@ -85,11 +85,13 @@ uint64_t part_digest(uint64_t fingerprint, const ProcessPart& part) {
   add_messages(h, part.recvs);
   add_pieces(h, part.recv_pieces);
   h.add(part.regions.size());
-  for (const Box& r : part.regions) {
-    h.add(static_cast<uint64_t>(r.rank));
-    for (int d = 0; d < r.rank; ++d) {
-      h.add(static_cast<uint64_t>(r.lo[d]));
-      h.add(static_cast<uint64_t>(r.hi[d]));
+  for (size_t i = 0; i < part.regions.size(); ++i) {
+    const int rank = part.regions.rank(i);
+    const int64_t *lo = part.regions.lo(i), *hi = part.regions.hi(i);
+    h.add(static_cast<uint64_t>(rank));
+    for (int d = 0; d < rank; ++d) {
+      h.add(static_cast<uint64_t>(lo[d]));
+      h.add(static_cast<uint64_t>(hi[d]));
     }
   }
   // Scratch only where there is some: digests of parts without scratch are

@@ -8,6 +8,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "reshard/error.h"
@@ -77,7 +78,8 @@ uint64_t encode_size_bound(const Plan& plan, const EncodeOptions& options) {
     // Two devices, first piece, count and bytes (8 each), round, stage and
     // sub (4 each).
     s += (p->sends.size() + p->recvs.size()) * 52;
-    for (const Box& r : p->regions) s += 1 + 16 * static_cast<uint64_t>(r.rank);
+    for (size_t i = 0; i < p->regions.size(); ++i)
+      s += 1 + 16 * static_cast<uint64_t>(p->regions.rank(i));
     for (const Scratch& x : p->scratch) s += 12 + 16 * static_cast<uint64_t>(x.box.rank);
   }
   return s;
@@ -174,30 +176,27 @@ class Encoder {
       }
     }
     // Scratch: a part holds some, or a piece names one (a holder sending
-    // into its leader's scratch holds none itself).
-    const auto names_scratch = [](const std::vector<Piece>& pieces) {
-      return std::any_of(pieces.begin(), pieces.end(), [](const Piece& x) {
-        return x.src_entry == kScratchEntry || x.dst_entry == kScratchEntry;
-      });
-    };
-    for (const ProcessPart* p : parts)
-      if (!p->scratch.empty() || names_scratch(p->local) || names_scratch(p->send_pieces) ||
-          names_scratch(p->recv_pieces))
-        features |= kPlanFeatureScratch;
-    // Staging: a scratch of a tensor whose source is not partial.
+    // into its leader's scratch holds none itself). Staging: a scratch of a
+    // tensor whose source is not partial. One pass over each piece list.
     const auto& specs = plan_.tensors();
-    const auto stages_copies = [&](const std::vector<Piece>& pieces) {
-      return std::any_of(pieces.begin(), pieces.end(), [&](const Piece& x) {
-        return (x.src_entry == kScratchEntry || x.dst_entry == kScratchEntry) &&
-               x.tensor < specs.size() && !specs[x.tensor].src.partial();
-      });
+    const auto scratch_of = [&](const std::vector<Piece>& pieces) {
+      for (const Piece& x : pieces) {
+        if (x.src_entry != kScratchEntry && x.dst_entry != kScratchEntry) continue;
+        features |= kPlanFeatureScratch;
+        if (x.tensor < specs.size() && !specs[x.tensor].src.partial()) {
+          features |= kPlanFeatureStaging;
+          return;
+        }
+      }
     };
     for (const ProcessPart* p : parts) {
+      if (!p->scratch.empty()) features |= kPlanFeatureScratch;
       for (const Scratch& x : p->scratch)
         if (x.tensor < specs.size() && !specs[x.tensor].src.partial())
           features |= kPlanFeatureStaging;
-      if (stages_copies(p->local) || stages_copies(p->send_pieces) || stages_copies(p->recv_pieces))
-        features |= kPlanFeatureStaging;
+      scratch_of(p->local);
+      scratch_of(p->send_pieces);
+      scratch_of(p->recv_pieces);
     }
     for (const TensorSpec& t : plan_.tensors())
       if (has_cast(t)) features |= kPlanFeatureCasts;
@@ -334,55 +333,93 @@ class Encoder {
         s.lower_bound_binding_id, s.forwarded_bytes, s.max_scratch_bytes);
   }
 
+  // The elements of vector `offset`, made since the last change of the
+  // builder's buffer (taken once every column of a table exists: making
+  // one may move the buffer).
+  template <typename T>
+  T* elements(Offset<Vector<T>> offset) {
+    uint8_t* const end = b_.GetCurrentBufferPointer() + b_.GetSize();
+    return reinterpret_cast<T*>(end - offset.o + sizeof(flatbuffers::uoffset_t));
+  }
+
+  // Columns laid out as column() lays them out, then filled in one pass
+  // over the pieces (the 405B part at 16,384 devices has 18.8 M, read once
+  // rather than once per column).
   Offset<fb::Pieces> encode_pieces(const std::vector<Piece>& pieces) {
     const size_t n = pieces.size();
-    auto tensor = column<uint32_t>(b_, n, [&](size_t i) { return pieces[i].tensor; });
-    auto src = column<uint32_t>(b_, n, [&](size_t i) { return pieces[i].src_entry; });
-    auto dst = column<uint32_t>(b_, n, [&](size_t i) { return pieces[i].dst_entry; });
+    const bool regions = std::any_of(pieces.begin(), pieces.end(),
+                                     [](const Piece& p) { return p.region != kOverlapRegion; });
+    uint32_t* unused = nullptr;
+    auto tensor = b_.CreateUninitializedVector<uint32_t>(n, &unused);
+    auto src = b_.CreateUninitializedVector<uint32_t>(n, &unused);
+    auto dst = b_.CreateUninitializedVector<uint32_t>(n, &unused);
     Offset<Vector<uint32_t>> region = 0;  // absent: all kOverlapRegion
-    for (const Piece& p : pieces) {
-      if (p.region != kOverlapRegion) {
-        region = column<uint32_t>(b_, n, [&](size_t i) { return pieces[i].region; });
-        break;
-      }
+    if (regions) region = b_.CreateUninitializedVector<uint32_t>(n, &unused);
+    uint32_t *t = elements(tensor), *s = elements(src), *d = elements(dst);
+    uint32_t* r = regions ? elements(region) : nullptr;
+    for (size_t i = 0; i < n; ++i) {
+      const Piece& p = pieces[i];
+      flatbuffers::WriteScalar(t + i, p.tensor);
+      flatbuffers::WriteScalar(s + i, p.src_entry);
+      flatbuffers::WriteScalar(d + i, p.dst_entry);
+      if (r) flatbuffers::WriteScalar(r + i, p.region);
     }
     return fb::CreatePieces(b_, tensor, src, dst, region);
   }
 
+  // As encode_pieces: the columns, then one pass over the messages.
   Offset<fb::Messages> encode_messages(const std::vector<Message>& m) {
     const size_t n = m.size();
-    auto src = column<int64_t>(b_, n, [&](size_t i) { return m[i].src_device; });
-    auto dst = column<int64_t>(b_, n, [&](size_t i) { return m[i].dst_device; });
-    auto round = column<uint32_t>(b_, n, [&](size_t i) { return m[i].round; });
-    auto first = column<uint64_t>(b_, n, [&](size_t i) { return m[i].first_piece; });
-    auto count = column<uint64_t>(b_, n, [&](size_t i) { return m[i].num_pieces; });
-    auto bytes = column<int64_t>(b_, n, [&](size_t i) { return m[i].bytes; });
-    Offset<Vector<uint32_t>> stage = 0;  // absent: all in stage 0
+    bool staged = false, subs = false;  // absent: all in stage 0, all sub 0
     for (const Message& x : m) {
-      if (x.stage != 0) {
-        stage = column<uint32_t>(b_, n, [&](size_t i) { return m[i].stage; });
-        break;
-      }
+      staged |= x.stage != 0;
+      subs |= x.sub != 0;
     }
-    Offset<Vector<uint32_t>> sub = 0;  // absent: all sub 0
-    for (const Message& x : m) {
-      if (x.sub != 0) {
-        sub = column<uint32_t>(b_, n, [&](size_t i) { return m[i].sub; });
-        break;
-      }
+    const auto wide = [&](auto* type) {
+      using T = std::remove_pointer_t<decltype(type)>;
+      // FlatBuffers 2.0.8 does not align the (absent) elements of an empty
+      // vector; the Rust verifier requires it for 8-byte elements (column()).
+      if (n == 0) b_.Align(sizeof(T));
+      T* unused = nullptr;
+      return b_.CreateUninitializedVector<T>(n, &unused);
+    };
+    uint32_t* unused = nullptr;
+    auto src = wide(static_cast<int64_t*>(nullptr));
+    auto dst = wide(static_cast<int64_t*>(nullptr));
+    auto round = b_.CreateUninitializedVector<uint32_t>(n, &unused);
+    auto first = wide(static_cast<uint64_t*>(nullptr));
+    auto count = wide(static_cast<uint64_t*>(nullptr));
+    auto bytes = wide(static_cast<int64_t*>(nullptr));
+    Offset<Vector<uint32_t>> stage = 0, sub = 0;
+    if (staged) stage = b_.CreateUninitializedVector<uint32_t>(n, &unused);
+    if (subs) sub = b_.CreateUninitializedVector<uint32_t>(n, &unused);
+    int64_t *s = elements(src), *d = elements(dst), *by = elements(bytes);
+    uint64_t *f = elements(first), *c = elements(count);
+    uint32_t* r = elements(round);
+    uint32_t* st = staged ? elements(stage) : nullptr;
+    uint32_t* sb = subs ? elements(sub) : nullptr;
+    for (size_t i = 0; i < n; ++i) {
+      const Message& x = m[i];
+      flatbuffers::WriteScalar(s + i, x.src_device);
+      flatbuffers::WriteScalar(d + i, x.dst_device);
+      flatbuffers::WriteScalar(r + i, x.round);
+      flatbuffers::WriteScalar(f + i, x.first_piece);
+      flatbuffers::WriteScalar(c + i, x.num_pieces);
+      flatbuffers::WriteScalar(by + i, x.bytes);
+      if (st) flatbuffers::WriteScalar(st + i, x.stage);
+      if (sb) flatbuffers::WriteScalar(sb + i, x.sub);
     }
     return fb::CreateMessages(b_, src, dst, round, first, count, bytes, stage, sub);
   }
 
-  Offset<fb::Regions> encode_regions(const std::vector<Box>& regions) {
+  Offset<fb::Regions> encode_regions(const Regions& regions) {
     const size_t n = regions.size();
     size_t coords = 0;
-    for (const Box& r : regions) coords += static_cast<size_t>(r.rank);
+    for (size_t i = 0; i < n; ++i) coords += static_cast<size_t>(regions.rank(i));
     // The rank, lo and hi columns laid out as column() lays them out, then
-    // filled in one pass over the boxes (136 bytes each; the 405B part at
-    // 16,384 devices has 13.2 M regions, 1.8 GB, read once rather than once
-    // per column). Their addresses are taken once all three exist: making
-    // one may move the builder's buffer.
+    // filled in one pass over the boxes (the 405B part at 16,384 devices
+    // has 13.2 M regions, read once rather than once per column). Their addresses are taken once
+    // all three exist: making one may move the builder's buffer.
     uint8_t* unused = nullptr;
     auto rank_vector = b_.CreateUninitializedVector<uint8_t>(n, &unused);
     const auto coordinate_column = [&] {
@@ -392,18 +429,16 @@ class Encoder {
     };
     auto lo_vector = coordinate_column();
     auto hi_vector = coordinate_column();
-    uint8_t* const end = b_.GetCurrentBufferPointer() + b_.GetSize();
-    const auto elements = [&](auto offset) {
-      return end - offset.o + sizeof(flatbuffers::uoffset_t);
-    };
     uint8_t* rank = elements(rank_vector);
-    auto* lo = reinterpret_cast<int64_t*>(elements(lo_vector));
-    auto* hi = reinterpret_cast<int64_t*>(elements(hi_vector));
-    for (const Box& r : regions) {
-      *rank++ = static_cast<uint8_t>(r.rank);
-      for (int d = 0; d < r.rank; ++d) {
-        flatbuffers::WriteScalar(lo++, r.lo[d]);
-        flatbuffers::WriteScalar(hi++, r.hi[d]);
+    int64_t* lo = elements(lo_vector);
+    int64_t* hi = elements(hi_vector);
+    for (size_t i = 0; i < n; ++i) {
+      const int r = regions.rank(i);
+      *rank++ = static_cast<uint8_t>(r);
+      const int64_t *rlo = regions.lo(i), *rhi = regions.hi(i);
+      for (int d = 0; d < r; ++d) {
+        flatbuffers::WriteScalar(lo++, rlo[d]);
+        flatbuffers::WriteScalar(hi++, rhi[d]);
       }
     }
     return fb::CreateRegions(b_, rank_vector, lo_vector, hi_vector);

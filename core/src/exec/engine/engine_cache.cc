@@ -30,14 +30,14 @@ bool same_elements(const std::vector<T>& a, const std::vector<T>& b) {
 // ProcessPart's operator==, its piece and message lists compared as bytes:
 // a cached schedule's part is compared on every hit, replays included.
 bool same_part(const ProcessPart& a, const ProcessPart& b) {
-  static_assert(sizeof(ProcessPart) == 8 + 7 * sizeof(std::vector<Piece>),
+  static_assert(sizeof(ProcessPart) == 8 + 6 * sizeof(std::vector<Piece>) + sizeof(Regions),
                 "ProcessPart has another field: compare it here");
   static_assert(std::has_unique_object_representations_v<Piece> &&
                 std::has_unique_object_representations_v<Message>);
   return a.process == b.process && same_elements(a.local, b.local) &&
          same_elements(a.sends, b.sends) && same_elements(a.send_pieces, b.send_pieces) &&
          same_elements(a.recvs, b.recvs) && same_elements(a.recv_pieces, b.recv_pieces) &&
-         same_elements(a.regions, b.regions) && same_elements(a.scratch, b.scratch);
+         a.regions == b.regions && same_elements(a.scratch, b.scratch);
 }
 
 }  // namespace

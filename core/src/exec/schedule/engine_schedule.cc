@@ -253,7 +253,8 @@ const Box& Builder::region_ref(const ProcessPart& part, const Piece& p) {
       overlap_ = plan_.region(part, p);  // throws
       return overlap_;
     }
-    return part.regions[p.region];
+    overlap_ = part.regions[p.region];
+    return overlap_;
   }
   return overlap(box_of(p.tensor, true, p.src_entry), box_of(p.tensor, false, p.dst_entry));
 }
