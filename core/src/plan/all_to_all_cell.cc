@@ -142,19 +142,21 @@ void RoutedCells::a2a_entered_part(const TensorCtx& t, uint32_t e, size_t j, boo
                  });
 }
 
-template <class At, class Holder>
+template <class At, class Holder, class Bands>
 void RoutedCells::entered_account(const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
                                   int64_t& group_pieces, const std::vector<uint32_t>& touched,
                                   const std::vector<uint32_t>& plain,
-                                  const std::vector<uint32_t>& late, At&& at, Holder&& holder) {
+                                  const std::vector<uint32_t>& late, At&& at, Holder&& holder,
+                                  Bands&& bands) {
   const uint32_t dd = t.dt->dense[e];
   std::vector<Acc>& acc = p_.stage_acc[0];
   int64_t pieces = 0, regions = 0;
   for (const uint32_t x : touched) {
-    const EnteredHolder& h = at(x);
+    const auto& h = at(x);
     const uint32_t sd = t.st->dense[part_holders_[holder(x)]];
     int64_t volume = h.plain;
-    for (size_t k = 1; k < kRelayBands; ++k) volume += h.band[k];
+    if (const BandSums* hb = bands(x))
+      for (size_t k = 1; k < kRelayBands; ++k) volume += (*hb)[k];
     const int64_t bytes = mul_of(volume, esum, "network_bytes");
     p_.charge(acc, sd, dd, bytes, true);
     add_to(p_.st.cross_process_bytes, bytes, "cross_process_bytes");
@@ -178,10 +180,11 @@ void RoutedCells::entered_account(const TensorCtx& t, uint32_t e, int64_t esum, 
     p_.direct_pair(t.st->dense[part_holders_[holder(x)]], dd,
                    mul_of(at(x).plain, esum, "network_bytes"));
   for (const uint32_t x : late) {
-    const EnteredHolder& h = at(x);
+    const auto& h = at(x);
+    const BandSums& hb = *bands(x);
     const uint32_t sd = t.st->dense[part_holders_[holder(x)]];
     int64_t late_bytes = 0;
-    for (size_t k = 1; k < kRelayBands; ++k) late_bytes += h.band[k];
+    for (size_t k = 1; k < kRelayBands; ++k) late_bytes += hb[k];
     late_bytes = mul_of(late_bytes, esum, "network_bytes");
     add_to(acc[sd].send_late, late_bytes, "max_send_bytes");
     add_to(acc[dd].recv_late, late_bytes, "max_recv_bytes");
@@ -189,8 +192,7 @@ void RoutedCells::entered_account(const TensorCtx& t, uint32_t e, int64_t esum, 
     b.mask |= h.mask;
     if (p_.track_pairs)
       for (size_t k = 1; k < kRelayBands; ++k)
-        if (h.band[k] != 0)
-          add_to(b.bytes[k], mul_of(h.band[k], esum, "network_bytes"), "network_bytes");
+        if (hb[k] != 0) add_to(b.bytes[k], mul_of(hb[k], esum, "network_bytes"), "network_bytes");
   }
 }
 
@@ -199,7 +201,8 @@ void RoutedCells::a2a_entered_flush(const TensorCtx& t, uint32_t e, int64_t esum
   entered_account(
       t, e, esum, copies, group_pieces, entered_touched_, entered_plain_, entered_late_,
       [&](uint32_t pos) -> const EnteredHolder& { return entered_[pos]; },
-      [](uint32_t pos) { return pos; });
+      [](uint32_t pos) { return pos; },
+      [&](uint32_t pos) -> const BandSums* { return &entered_[pos].band; });
   for (const uint32_t pos : entered_touched_) entered_[pos] = EnteredHolder{};
   entered_touched_.clear();
   entered_plain_.clear();
@@ -550,54 +553,14 @@ bool RoutedCells::a2a_runs(const TensorCtx& t, uint32_t b0, size_t m, const Box&
 
 void RoutedCells::ent_account(const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
                               int64_t& group_pieces) {
-  // entered_account on the records.
-  const uint32_t dd = t.dt->dense[e];
-  std::vector<Acc>& acc = p_.stage_acc[0];
-  int64_t pieces = 0, regions = 0;
-  for (const uint32_t x : ent_touched_) {
-    const EnteredRec& h = ent_recs_[x];
-    const uint32_t sd = t.st->dense[part_holders_[h.pos]];
-    int64_t volume = h.plain;
-    if (h.mask != 0)
-      for (size_t k = 1; k < kRelayBands; ++k) volume += ent_bands_[h.bands].band[k];
-    const int64_t bytes = mul_of(volume, esum, "network_bytes");
-    p_.charge(acc, sd, dd, bytes, true);
-    add_to(p_.st.cross_process_bytes, bytes, "cross_process_bytes");
-    if (p_.counts) {
-      DeviceCounts& s = (*p_.counts)[sd];
-      s.send_pieces += copies * h.pieces;
-      s.regions += copies * h.regions;
-    }
-    pieces += h.pieces;
-    regions += h.regions;
-    ++entered_sums_;
-  }
-  if (p_.counts) {
-    DeviceCounts& c = (*p_.counts)[dd];
-    c.recv_pieces += copies * pieces;
-    c.regions += copies * regions;
-  }
-  group_pieces += pieces;
-  // The streams in the order their first pieces named them.
-  for (const uint32_t x : ent_plain_)
-    p_.direct_pair(t.st->dense[part_holders_[ent_recs_[x].pos]], dd,
-                   mul_of(ent_recs_[x].plain, esum, "network_bytes"));
-  for (const uint32_t x : ent_late_) {
-    const EnteredRec& h = ent_recs_[x];
-    const EnteredBands& hb = ent_bands_[h.bands];
-    const uint32_t sd = t.st->dense[part_holders_[h.pos]];
-    int64_t late_bytes = 0;
-    for (size_t k = 1; k < kRelayBands; ++k) late_bytes += hb.band[k];
-    late_bytes = mul_of(late_bytes, esum, "network_bytes");
-    add_to(acc[sd].send_late, late_bytes, "max_send_bytes");
-    add_to(acc[dd].recv_late, late_bytes, "max_recv_bytes");
-    BandStream& b = p_.band_streams.at(p_.band_index(uint64_t{sd} << 20 | dd));
-    b.mask |= h.mask;
-    if (p_.track_pairs)
-      for (size_t k = 1; k < kRelayBands; ++k)
-        if (hb.band[k] != 0)
-          add_to(b.bytes[k], mul_of(hb.band[k], esum, "network_bytes"), "network_bytes");
-  }
+  entered_account(
+      t, e, esum, copies, group_pieces, ent_touched_, ent_plain_, ent_late_,
+      [&](uint32_t x) -> const EnteredRec& { return ent_recs_[x]; },
+      [&](uint32_t x) { return ent_recs_[x].pos; },
+      [&](uint32_t x) -> const BandSums* {
+        const EnteredRec& r = ent_recs_[x];
+        return r.mask != 0 ? &ent_bands_[r.bands].band : nullptr;
+      });
 }
 
 void RoutedCells::prefetch_part(size_t j) const {

@@ -334,11 +334,13 @@ class RoutedCells {
   // `plain` and `late` name them in the order their first piece, first
   // band-0 piece and first piece above band 0 came; at(x) is x's sums,
   // holder(x) its position in part_holders_.
-  template <class At, class Holder>
+  // bands(x): x's elements by band (nullptr where it has none above 0).
+  using BandSums = std::array<int64_t, kRelayBands>;
+  template <class At, class Holder, class Bands>
   void entered_account(const TensorCtx& t, uint32_t e, int64_t esum, int64_t copies,
                        int64_t& group_pieces, const std::vector<uint32_t>& touched,
                        const std::vector<uint32_t>& plain, const std::vector<uint32_t>& late,
-                       At&& at, Holder&& holder);
+                       At&& at, Holder&& holder, Bands&& bands);
 
   // The all-to-all region from its runs (Route::runs, the route taken
   // with want_runs): what a2a_region does from its parts, each run's parts
