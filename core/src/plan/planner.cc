@@ -162,7 +162,8 @@ namespace {
 // transit of its host in proportion to its room (transit.cc's fill); 37:
 // a keyed pass also prices sub-messages (plan/rounds.h, RoundRule::subs)
 // and takes them where the estimate gains more than 5% on plans of at most
-// 3 stages.
+// 3 stages; 38: subs priced by following each sub through every link
+// (stage_cost's sub_pipeline), on plans of any number of stages.
 constexpr uint64_t kPlannerVersion = 38;
 
 std::string shape_str(const std::vector<int64_t>& s) {
