@@ -332,24 +332,22 @@ TEST(StageCost, SubsOfAReducerWaitForTheirLateSummand) {
   // estimate fed sub j from the busiest link of the stage before (there
   // device 4's in, its subs priced at stage 1's busiest link of each: 1.8
   // and 1.2 µs scaled over stage 0) and said 11.8 µs.
-  SubChain c(5, 2);
-  c.send_subs(0, 0, 1, {1000, 2000});
-  c.send_subs(0, 2, 3, {3000, 0});
-  c.send_subs(1, 1, 4, {1000, 2000});
-  c.send_subs(1, 3, 4, {1000, 0});
-  c.send_subs(2, 4, 2, {1000, 2000});
-  EXPECT_NEAR(c.pipeline(), 11 * kUs, 1e-12);
+  // The case with the second summand's stage-0 sub 0 of `late` bytes.
+  auto reduce = [](int64_t late) {
+    SubChain c(5, 2);
+    c.send_subs(0, 0, 1, {1000, 2000});
+    c.send_subs(0, 2, 3, {late, 0});
+    c.send_subs(1, 1, 4, {1000, 2000});
+    c.send_subs(1, 3, 4, {1000, 0});
+    c.send_subs(2, 4, 2, {1000, 2000});
+    return c.pipeline();
+  };
+  EXPECT_NEAR(reduce(3000), 11 * kUs, 1e-12);
   // The summand later still (2 -> 3 of 5,000 bytes, at 6): 3 -> 4 from 7
   // to 8, so the sum's sub 0 is there at 8 though device 4's link in ends
   // it at 6.5; sub 1 ends at 8 too. The sum's subs start together at 9 and
   // share the link: sub 0 at 11, sub 1 at 12.
-  SubChain late(5, 2);
-  late.send_subs(0, 0, 1, {1000, 2000});
-  late.send_subs(0, 2, 3, {5000, 0});
-  late.send_subs(1, 1, 4, {1000, 2000});
-  late.send_subs(1, 3, 4, {1000, 0});
-  late.send_subs(2, 4, 2, {1000, 2000});
-  EXPECT_NEAR(late.pipeline(), 12 * kUs, 1e-12);
+  EXPECT_NEAR(reduce(5000), 12 * kUs, 1e-12);
 }
 
 TEST(StageCost, SubsOfALaterStageShareALinkWithTheStagesBeforeIt) {
