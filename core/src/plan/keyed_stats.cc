@@ -17,12 +17,20 @@ void StatsPass::count_keys(const Emitted& x, uint32_t sd, uint32_t dd, bool inte
   const int64_t blocks = key_volumes(x.region, group_blocks, nkeys, key_vol.data());
   while (key_acc.size() <= x.stage)
     key_acc.emplace_back(static_cast<size_t>(nkeys), std::vector<Acc>(ndev));
+  // The piece of each of the group's tensors: its key r (offset 0) is key
+  // (r + o) mod K of the tensors of offset o (group_key_esum; esum is the
+  // group's, their sum).
   uint32_t mask = 0;
-  for (int64_t r = 0; r < nkeys; ++r) {
-    if (key_vol[static_cast<size_t>(r)] <= 0) continue;
-    mask |= 1u << r;
-    charge_rows(key_acc[x.stage][static_cast<size_t>(r)], sd, dd,
-                mul_of(key_vol[static_cast<size_t>(r)], esum, "network_bytes"), inter);
+  const auto k = static_cast<size_t>(nkeys);
+  for (size_t r = 0; r < k; ++r) {
+    if (key_vol[r] <= 0) continue;
+    for (size_t o = 0; o < k; ++o) {
+      if (group_key_esum[o] == 0) continue;
+      const size_t key = (r + o) % k;
+      mask |= 1u << key;
+      charge_rows(key_acc[x.stage][key], sd, dd,
+                  mul_of(key_vol[r], group_key_esum[o], "network_bytes"), inter);
+    }
   }
   key_streams[stage_stream_key(x.stage, sd, dd)] |= mask;
   count_subs(x, sd, dd, inter, esum, copies);

@@ -163,8 +163,10 @@ namespace {
 // a keyed pass also prices sub-messages (plan/rounds.h, RoundRule::subs)
 // and takes them where the estimate gains more than 5% on plans of at most
 // 3 stages; 38: subs priced by following each sub through every link
-// (stage_cost's sub_pipeline), on plans of any number of stages.
-constexpr uint64_t kPlannerVersion = 38;
+// (stage_cost's sub_pipeline), on plans of any number of stages; 39: keyed
+// cuts shift each tensor's keys by its offset among like tensors
+// (plan/rounds.h, KeyOffsets).
+constexpr uint64_t kPlannerVersion = 39;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

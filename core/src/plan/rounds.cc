@@ -753,20 +753,35 @@ KeyBlocks key_blocks(std::span<const int64_t> shape, int64_t esize, int64_t gran
   return k;
 }
 
+int64_t KeyOffsets::next(std::span<const int64_t> shape, int64_t esize) {
+  return seen_[{std::vector<int64_t>(shape.begin(), shape.end()), esize}]++;
+}
+
+std::vector<KeyBlocks> tensor_key_blocks(const std::vector<TensorSpec>& tensors, int64_t granule) {
+  std::vector<KeyBlocks> blocks(tensors.size());
+  KeyOffsets offsets;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const int64_t esize = wire_size(tensors[i]);
+    blocks[i] = key_blocks(tensors[i].shape, esize, granule);
+    blocks[i].offset = offsets.next(tensors[i].shape, esize);
+  }
+  return blocks;
+}
+
 uint32_t key_mask(const Box& region, KeyBlocks k, int64_t keys) {
   if (keys <= 0) return 0;
-  if (region.rank == 0) return 1;
+  if (region.rank == 0) return uint32_t{1} << (k.offset % keys);
   const int64_t b0 = region.lo[k.dim] / k.block, b1 = (region.hi[k.dim] - 1) / k.block;
   if (b1 - b0 + 1 >= keys) return keys >= 32 ? ~uint32_t{0} : (uint32_t{1} << keys) - 1;
   uint32_t m = 0;
-  for (int64_t b = b0; b <= b1; ++b) m |= uint32_t{1} << (b % keys);
+  for (int64_t b = b0; b <= b1; ++b) m |= uint32_t{1} << ((b + k.offset) % keys);
   return m;
 }
 
 int64_t key_volumes(const Box& region, KeyBlocks k, int64_t keys, int64_t* out) {
   if (keys <= 0) return 0;
   if (region.rank == 0) {
-    out[0] += 1;
+    out[k.offset % keys] += 1;
     return 1;
   }
   const int64_t lo = region.lo[k.dim], hi = region.hi[k.dim];
@@ -774,7 +789,8 @@ int64_t key_volumes(const Box& region, KeyBlocks k, int64_t keys, int64_t* out) 
   const int64_t per = region.volume() / region.extent(k.dim);  // elements of one index of D
   const int64_t b0 = lo / k.block, b1 = (hi - 1) / k.block;
   auto part = [&](int64_t b) {
-    out[b % keys] += (std::min(hi, (b + 1) * k.block) - std::max(lo, b * k.block)) * per;
+    out[(b + k.offset) % keys] +=
+        (std::min(hi, (b + 1) * k.block) - std::max(lo, b * k.block)) * per;
   };
   if (b1 - b0 <= 2 * keys) {
     for (int64_t b = b0; b <= b1; ++b) part(b);
@@ -786,7 +802,7 @@ int64_t key_volumes(const Box& region, KeyBlocks k, int64_t keys, int64_t* out) 
   part(b1);
   const int64_t n = b1 - b0 - 1, whole = n / keys, extra = n % keys;
   for (int64_t i = 0; i < keys; ++i) {
-    const int64_t r = (b0 + 1 + i) % keys;
+    const int64_t r = (b0 + 1 + i + k.offset) % keys;
     out[r] += (whole + (i < extra ? 1 : 0)) * k.block * per;
   }
   return b1 - b0 + 1;
@@ -818,13 +834,14 @@ void keyed_direction(std::vector<Message>& msgs, std::vector<Piece>& pieces,
       const int64_t b0 = region.rank == 0 ? 0 : region.lo[k.dim] / k.block;
       const int64_t b1 = region.rank == 0 ? 0 : (region.hi[k.dim] - 1) / k.block;
       if (b0 == b1) {
-        bucket[static_cast<size_t>(b0 % nkeys)].push_back(p);
-        bucket_bytes[static_cast<size_t>(b0 % nkeys)] += bytes[j];
+        const auto r = static_cast<size_t>((b0 + k.offset) % nkeys);
+        bucket[r].push_back(p);
+        bucket_bytes[r] += bytes[j];
         continue;
       }
       const int64_t per_index = bytes[j] / region.extent(k.dim);
       for (int64_t bl = b0; bl <= b1; ++bl) {
-        const auto r = static_cast<size_t>(bl % nkeys);
+        const auto r = static_cast<size_t>((bl + k.offset) % nkeys);
         bucket_run(p, region, k.dim, std::max(region.lo[k.dim], bl * k.block),
                    std::min(region.hi[k.dim], (bl + 1) * k.block), per_index, regions, bucket[r],
                    bucket_bytes[r]);
@@ -1028,9 +1045,7 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
   }
   if (rule.keys > 0) {
     if (rule.keys > 32) fail(ErrorCode::kInternal, "split_rounds: more than 32 keys");
-    std::vector<KeyBlocks> blocks(tensors.size());
-    for (size_t i = 0; i < tensors.size(); ++i)
-      blocks[i] = key_blocks(tensors[i].shape, wire_size(tensors[i]), rule.key_granule);
+    const std::vector<KeyBlocks> blocks = tensor_key_blocks(tensors, rule.key_granule);
     keyed_direction(part.sends, part.send_pieces, send_bytes, part.regions, tensors, blocks,
                     rule.keys);
     keyed_direction(part.recvs, part.recv_pieces, recv_bytes, part.regions, tensors, blocks,

@@ -41,6 +41,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <span>
 #include <vector>
 
@@ -255,22 +256,43 @@ void set_stream_major_rounds(bool on);
 // dimension D of the tensor (key_blocks: the outermost whose slab, the
 // elements of one index of D, is at most the granule g bytes), indices fall
 // in blocks of b = max(1, floor(g / slab bytes)), and block i has the key
-// i mod K. Round r of every stream, of every stage, carries exactly its
-// elements of key r, its pieces split at block boundaries (a box cut along
-// one dimension stays one box). So a forward's round r reads only what
-// arrived in round r of the stage before (lag 0), and any stream longer than
-// K blocks along D spreads evenly over the K rounds. A stream spans the
-// rounds of the keys it holds: the OR of key_mask over its pieces' boxes
-// (the residues of a run of consecutive blocks, the same for every tensor of
-// one shape), which the global statistics count, with each round's bytes
+// (i + o) mod K, o the tensor's key offset (KeyOffsets: like tensors take
+// turns, so that where each stream holds fewer than K blocks, a device's
+// streams of many like tensors still spread over the K rounds). Round r of
+// every stream, of every stage, carries exactly its elements of key r, its
+// pieces split at block boundaries (a box cut along one dimension stays one
+// box). So a forward's round r reads only what arrived in round r of the
+// stage before (lag 0), and any stream longer than K blocks along D spreads
+// evenly over the K rounds. A stream spans the rounds of the keys it holds:
+// the OR of key_mask over its pieces' boxes (the residues of a run of
+// consecutive blocks, the same for every tensor of one shape but for the
+// offset), which the global statistics count, with each round's bytes
 // (key_volumes). The staging budget is not applied to the cuts: keyed cuts
 // are chosen only where every device's bytes of one round of one stage stay
 // below it.
 struct KeyBlocks {
-  int dim = 0;        // D
-  int64_t block = 1;  // b
+  int dim = 0;         // D
+  int64_t block = 1;   // b
+  int64_t offset = 0;  // o (KeyOffsets)
+};
+// Key offsets (planner version 39): a tensor's offset o is the number of
+// tensors before it in the plan with its shape and element size, so that
+// keys of like tensors start in turn (24 FSDP shards of 16 blocks at K = 10:
+// without offsets, keys 0-5 hold two blocks of every shard and keys 6-9
+// one, in every tensor, and each round some sources send twice what others
+// do). Every process and the global statistics number them alike.
+class KeyOffsets {
+ public:
+  // The next tensor's offset (tensors in plan order).
+  int64_t next(std::span<const int64_t> shape, int64_t esize);
+
+ private:
+  std::map<std::pair<std::vector<int64_t>, int64_t>, int64_t> seen_;
 };
 KeyBlocks key_blocks(std::span<const int64_t> shape, int64_t esize, int64_t granule);
+// The keyed blocks of each of the plan's tensors, their offsets numbered
+// (KeyOffsets).
+std::vector<KeyBlocks> tensor_key_blocks(const std::vector<TensorSpec>& tensors, int64_t granule);
 // Bit r set for each key r (r < K <= 32) a box of the tensor holds.
 uint32_t key_mask(const Box& region, KeyBlocks k, int64_t keys);
 // Adds to out[r] the elements of the box with key r (r < K <= 32); returns

@@ -129,6 +129,15 @@ PassEnd stats_pass(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     if (keyed) {
       const TensorCtx& r = ctx.tensors[members.front()];
       p.group_blocks = key_blocks(r.spec->shape, r.esize, ctx.keyed_granule);
+      if (p.key_offsets.empty()) {
+        KeyOffsets offsets;
+        for (const TensorCtx& u : ctx.tensors)
+          p.key_offsets.push_back(offsets.next(u.spec->shape, u.esize));
+      }
+      p.group_key_esum.fill(0);
+      for (size_t i : members)
+        p.group_key_esum[static_cast<size_t>(p.key_offsets[i] % ctx.keyed_keys)] +=
+            ctx.tensors[i].esize;
       for (size_t i = 0; i < StatsPass::kSubTrials; ++i)
         p.sub_trials[i].blocks = sub_blocks(r.spec->shape, StatsPass::sub_trial(i).second);
     }

@@ -173,7 +173,11 @@ class StatsPass {
   std::unordered_map<uint64_t, uint32_t> key_streams;
   std::deque<std::vector<std::vector<Acc>>> key_acc;
   KeyBlocks group_blocks;
-  int64_t key_split = 0;  // pieces the keyed cuts add
+  // Per key offset r (KeyOffsets, mod K): the bytes per element of the
+  // group's tensors whose keys start at r; they sum to the group's.
+  std::array<int64_t, 32> group_key_esum{};
+  std::vector<int64_t> key_offsets;  // per tensor (ctx.tensors)
+  int64_t key_split = 0;             // pieces the keyed cuts add
   // Keyed pass: sub-messages (RoundRule::subs) priced at each of
   // kSubTrials (P, B): each stream's subs per trial, per trial, stage, sub and
   // device the sub's bytes, the pieces the cuts add (in all and, where
