@@ -752,6 +752,34 @@ TEST(PlanRelays, CellsOnMoreHostsThanTheSourceSpreadTheirForwardingOverDevices) 
   EXPECT_TRUE(check_destinations(plan, buffers).ok());
 }
 
+// The same from a source on one host (FSDP 8 on host 0 -> dp3 x tp8 on
+// hosts 1-3): the device rule is tried for it too. Without it, the plan was
+// single-hop, host 0 sending every cell 3 times (each holder device 3 MiB,
+// 3x its bound; the cross route's chunks handed each whole cell to one
+// host, whose one device forwarded it twice). With it, each cell enters
+// every receiving host: a holder device sends its 1 MiB shard once, each
+// destination device forwards its third of its cell to the 2 other hosts
+// (2/3 MiB), and the busiest device is at its bound, the cell (1 MiB).
+TEST(PlanRelays, CellsFedFromOneHostSpreadTheirForwardingOverDevices) {
+  std::vector<int32_t> hosts;
+  for (int32_t d = 0; d < 32; ++d) hosts.push_back(d / 8);
+  const PlanInput in =
+      one_tensor({1024, 4096}, DType::kBF16, named(mesh({"a"}, {8}, 0), {{"a"}, {}}),
+                 named(mesh({"dp", "tp"}, {3, 8}, 8), {{}, {"tp"}}), hosts);
+  const Plan plan = make_plan(in);
+  const PlanStats& st = plan.stats();
+  const int64_t cell = 1024 * 512 * 2;
+  EXPECT_EQ(st.lower_bound_max_send_bytes, cell);
+  EXPECT_TRUE(relays_across(in));
+  EXPECT_EQ(st.max_send_bytes, cell);
+  EXPECT_EQ(st.max_host_send_bytes, 8 * cell);
+  EXPECT_EQ(st.forwarded_bytes, 2 * 8 * cell);
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views);
+  EXPECT_TRUE(check_destinations(plan, buffers).ok());
+}
+
 // Source and destination on the same devices (FSDP over 4 hosts of 8 ->
 // dp8 x tp4, a row-parallel tensor: column blocks): each cell's 32 regions
 // (one per source device, 64 KiB) are held 8 on each of its hosts, and the

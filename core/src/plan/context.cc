@@ -594,9 +594,11 @@ void Context::decide_device_cross(int64_t max_bytes) {
   const int forced = choice_override().device_cross;
   if (!o.relays || forced == 0) return;
   const PlanOptions staging = staging_options();
-  // Like tensors: the cross gate's key (layouts, shape, element size).
-  std::vector<std::vector<size_t>> like = like_tensors(
-      tensors, [](const TensorCtx& t) { return t.S == 1 && t.T == 1 && t.st->num_hosts >= 2; });
+  // Like tensors: the cross gate's key (layouts, shape, element size);
+  // sources on any number of hosts (from one host, cells replicated over
+  // hosts cross anyway and the rule chooses their layout, §5.3).
+  std::vector<std::vector<size_t>> like =
+      like_tensors(tensors, [](const TensorCtx& t) { return t.S == 1 && t.T == 1; });
   if (like.empty()) return;
   Enumerator en(staging, pre_reduce, relay_split);
   std::vector<std::vector<size_t>> groups;
