@@ -165,8 +165,9 @@ namespace {
 // 3 stages; 38: subs priced by following each sub through every link
 // (stage_cost's sub_pipeline), on plans of any number of stages; 39: keyed
 // cuts shift each tensor's keys by its offset among like tensors
-// (plan/rounds.h, KeyOffsets), and the device rule (decide_device_cross)
-// is tried for sources on one host too.
+// (plan/rounds.h, KeyOffsets), the device rule (decide_device_cross) is
+// tried for sources on one host too, and reduce routes' parts rotate over
+// the cells (c m + j; Enumerator::offset_hash within a cell).
 constexpr uint64_t kPlannerVersion = 39;
 
 std::string shape_str(const std::vector<int64_t>& s) {

@@ -70,6 +70,15 @@ class Enumerator {
     if (!dg.tiled) return dg.cell_boxes[c];
     return t.dst->box(dg.cell_entries[dg.cell_offsets[c]]);
   }
+  // Reduce routes' rotation within a cell: 0 for a region at the cell's
+  // corner, else a hash of its offset in the cell.
+  static uint64_t offset_hash(const TensorCtx& t, size_t c, const Box& region) {
+    const Box B = cell_box(t, c);
+    uint64_t k = 0;
+    for (int d = 0; d < region.rank; ++d)
+      k = k * 1000003u + static_cast<uint64_t>(region.lo[d] - B.lo[d]);
+    return k == 0 ? 0 : ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
+  }
   // Calls f(cell, box, part) for every cell of destination entry e, cells
   // ascending; `part` is true when the cell's box is only part of e's box
   // (a fragment of overlapping explicit boxes). Fragments matter only to

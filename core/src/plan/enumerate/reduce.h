@@ -27,11 +27,7 @@ inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& re
     // region placed them at random: 2.4x the reduce-scatter's volume on the
     // busiest device of a psum in place over 2 hosts of 8), and over the
     // regions of one cell by a hash of the region's offset in it.
-    const Box B = cell_box(t, c);
-    uint64_t k = 0;
-    for (int d = 0; d < region.rank; ++d)
-      k = k * 1000003u + static_cast<uint64_t>(region.lo[d] - B.lo[d]);
-    r.rot = c + (k == 0 ? 0 : ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32);
+    r.rot = c + offset_hash(t, c, region);
     r.parts.assign(1, region);
     return true;
   }
@@ -49,9 +45,14 @@ inline bool Enumerator::reduce_route(const TensorCtx& t, size_t c, const Box& re
   // 1.2x on the busiest NIC. Fewer, larger parts stay above min_part.
   const auto nh = static_cast<int64_t>(r.cell_end - r.cell_begin);
   if (nh >= 2 && m >= nh) m -= m % nh;
-  uint64_t k = c;
-  for (int d = 0; d < region.rank; ++d) k = k * 1000003u + static_cast<uint64_t>(region.lo[d]);
-  const uint64_t rot = ((k ^ (k >> 29)) * 0xbf58476d1ce4e5b9ull) >> 32;
+  // The parts rotate over the cells, each cell's m parts after the last
+  // cell's (planner version 39), and over the regions of one cell by a hash
+  // of the region's offset in it, as one-entry cells do. A hash of the
+  // region's corner placed them at random: a psum over the 8 devices of one
+  // host into 2 replicas of tp8 gave its 8 pre-reduction owners 0 to 4 of
+  // the 16 parts (the busiest device received 4.67x its bound).
+  const uint64_t rot =
+      c * static_cast<uint64_t>(std::max<int64_t>(m, 1)) + offset_hash(t, c, region);
   r.fanout = 0;
   if (m < 2) {
     // Below two parts: the whole region as one part where the α–β model
