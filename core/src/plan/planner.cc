@@ -163,8 +163,10 @@ namespace {
 // a keyed pass also prices sub-messages (plan/rounds.h, RoundRule::subs)
 // and takes them where the estimate gains more than 5% on plans of at most
 // 3 stages; 38: subs priced by following each sub through every link
-// (stage_cost's sub_pipeline), on plans of any number of stages.
-constexpr uint64_t kPlannerVersion = 38;
+// (stage_cost's sub_pipeline), on plans of any number of stages; 40: a
+// cross layout's entry runs count the bytes of every like tensor
+// (TensorCtx::share) against split_min_bytes a run.
+constexpr uint64_t kPlannerVersion = 40;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
