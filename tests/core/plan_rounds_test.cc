@@ -251,6 +251,17 @@ TEST(PlanRounds, ForwardsAreNumberedLateOverTheirStage) {
   EXPECT_GT(shorter, 0) << "the case has forwards of fewer rounds than their stage";
 }
 
+// The box of [lo, hi) per dimension.
+Box box(std::vector<std::pair<int64_t, int64_t>> r) {
+  Box b;
+  b.rank = static_cast<int32_t>(r.size());
+  for (size_t d = 0; d < r.size(); ++d) {
+    b.lo[d] = r[d].first;
+    b.hi[d] = r[d].second;
+  }
+  return b;
+}
+
 // Keyed cuts' blocks and masks (rounds.h, key_blocks), by hand:
 // - [64, 1024] bf16, granule 8 KiB: a row is 2 KiB, so dimension 0 in
 //   blocks of 4 rows; rows [6, 19) lie in blocks 1..4, keys 1, 2, 0, 1 of
@@ -263,15 +274,6 @@ TEST(PlanRounds, ForwardsAreNumberedLateOverTheirStage) {
 TEST(PlanRounds, KeyBlocksAndMasksByHand) {
   using planning::key_blocks;
   using planning::key_mask;
-  auto box = [](std::vector<std::pair<int64_t, int64_t>> r) {
-    Box b;
-    b.rank = static_cast<int32_t>(r.size());
-    for (size_t d = 0; d < r.size(); ++d) {
-      b.lo[d] = r[d].first;
-      b.hi[d] = r[d].second;
-    }
-    return b;
-  };
   const std::vector<int64_t> s2{64, 1024}, s3{4, 4096, 1024}, s1{100};
   const planning::KeyBlocks a = key_blocks(s2, 2, 8192);
   EXPECT_EQ(a.dim, 0);
@@ -348,12 +350,7 @@ TEST(PlanRounds, KeyOffsetsShiftEachTensorsKeysByHand) {
   EXPECT_EQ(offsets.next(s2, 4), 0) << "another element size";
   EXPECT_EQ(offsets.next(s1, 2), 0) << "another shape";
   EXPECT_EQ(offsets.next(s2, 2), 2);
-  Box rows;
-  rows.rank = 2;
-  rows.lo[0] = 6;
-  rows.hi[0] = 19;
-  rows.lo[1] = 0;
-  rows.hi[1] = 1024;
+  const Box rows = box({{6, 19}, {0, 1024}});
   planning::KeyBlocks a = planning::key_blocks(s2, 2, 8192);
   a.offset = 2;
   std::array<int64_t, 32> v{};
@@ -369,10 +366,7 @@ TEST(PlanRounds, KeyOffsetsShiftEachTensorsKeysByHand) {
   v.fill(0);
   EXPECT_EQ(planning::key_volumes(Box{}, scalar, 16, v.data()), 1);
   EXPECT_EQ(v[5], 1);
-  Box line;
-  line.rank = 1;
-  line.lo[0] = 3;
-  line.hi[0] = 100;
+  const Box line = box({{3, 100}});
   for (int64_t k = 1; k <= 16; ++k)
     for (int64_t o = 0; o <= k; ++o) {
       planning::KeyBlocks c = planning::key_blocks(s1, 4, 64);
