@@ -546,8 +546,8 @@ TEST(PlanRounds, KeyedCutsForwardWhatArrivedInTheSameRound) {
 // round two of the 8 sources send all they hold (the simulator: 381.5 us
 // against an estimate of 129.9). With them, tensor t's shard on source s
 // has the key (s + t) mod 4: every device sends and receives the same
-// bytes in each of the 4 rounds of each stage, and the simulator agrees
-// with the estimate.
+// bytes in each of the 4 rounds of each stage, the simulator agrees with
+// the estimate, and each process's own part is the whole plan's.
 TEST(PlanRounds, KeyOffsetsSpreadLikeTensorsOverTheRounds) {
   std::string tensors;
   for (int i = 0; i < 64; ++i)
@@ -582,6 +582,10 @@ TEST(PlanRounds, KeyOffsetsSpreadLikeTensorsOverTheRounds) {
     EXPECT_EQ(r, std::vector<int64_t>(4, r[0])) << "device " << k.first << " stage " << k.second;
   const SimResult sim = simulate_plan(s.input, c);
   EXPECT_NEAR(sim.estimate_seconds / sim.seconds, 1.0, 0.02);
+  // Each process numbers the offsets as the whole plan does.
+  for (int32_t p : plan.processes())
+    ASSERT_EQ(make_plan(s.input, {PlanScope::kProcess, p, false}).part(p), plan.part(p))
+        << "process " << p;
   EXPECT_NO_FATAL_FAILURE(check_exact(plan));
 }
 
