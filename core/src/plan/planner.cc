@@ -166,10 +166,8 @@ namespace {
 // (stage_cost's sub_pipeline), on plans of any number of stages; 39: keyed
 // cuts shift each tensor's keys by its offset among like tensors
 // (plan/rounds.h, KeyOffsets), the device rule (decide_device_cross) is
-// tried for sources on one host too, reduce routes' parts rotate over the
-// cells (c m + j; Enumerator::offset_hash within a cell), and a cross
-// layout's entry runs count the bytes of every like tensor
-// (TensorCtx::share) against split_min_bytes a run.
+// tried for sources on one host too, and reduce routes' parts rotate over
+// the cells (c m + j; Enumerator::offset_hash within a cell).
 constexpr uint64_t kPlannerVersion = 39;
 
 std::string shape_str(const std::vector<int64_t>& s) {

@@ -172,9 +172,8 @@ inline void linear_boxes(const Box& B, int64_t s, int64_t e, std::vector<Box>& o
 // shares: floor(P D_h / w_h) of them before position P, each share's first
 // elements. The other (entry) elements of every share, concatenated over the
 // group, are numbered 0 .. N - 1; those numbered i mod m enter receiving
-// host (i + rot) % R, m = R (where N × element size, over like tensors
-// (TensorCtx::share), is below R × split_min_bytes, every region of the
-// group goes to the chunked sequence below instead).
+// host (i + rot) % R, m = R (where N × element size < R × split_min_bytes,
+// every region of the group goes to the chunked sequence below instead).
 // In a share, each host's entry elements are one contiguous stretch, at
 // most 2 rank - 1 boxes (linear_boxes), whose leaders rotate by stretch. So
 // holder host h sends R D_h + w_h - D_h elements and each receiving host
