@@ -128,15 +128,16 @@ PassEnd stats_pass(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
     p.group_index = p.groups_seen.size();
     if (keyed) {
       const TensorCtx& r = ctx.tensors[members.front()];
-      p.group_blocks = key_blocks(r.spec->shape, r.esize, ctx.keyed_granule);
-      if (p.key_offsets.empty()) {
-        KeyOffsets offsets;
-        for (const TensorCtx& u : ctx.tensors)
-          p.key_offsets.push_back(offsets.next(u.spec->shape, u.esize));
-      }
+      // Each tensor's blocks and offset as every process numbers them
+      // (tensor_key_blocks); the group is counted at offset 0 and rotated
+      // by its members' offsets (count_keys).
+      if (p.tensor_blocks.empty())
+        p.tensor_blocks = tensor_key_blocks(ctx.input.tensors, ctx.keyed_granule);
+      p.group_blocks = p.tensor_blocks[members.front()];
+      p.group_blocks.offset = 0;
       p.group_key_esum.fill(0);
       for (size_t i : members)
-        p.group_key_esum[static_cast<size_t>(p.key_offsets[i] % ctx.keyed_keys)] +=
+        p.group_key_esum[static_cast<size_t>(p.tensor_blocks[i].offset % ctx.keyed_keys)] +=
             ctx.tensors[i].esize;
       for (size_t i = 0; i < StatsPass::kSubTrials; ++i)
         p.sub_trials[i].blocks = sub_blocks(r.spec->shape, StatsPass::sub_trial(i).second);

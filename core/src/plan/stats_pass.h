@@ -176,8 +176,8 @@ class StatsPass {
   // Per key offset r (KeyOffsets, mod K): the bytes per element of the
   // group's tensors whose keys start at r; they sum to the group's.
   std::array<int64_t, 32> group_key_esum{};
-  std::vector<int64_t> key_offsets;  // per tensor (ctx.tensors)
-  int64_t key_split = 0;             // pieces the keyed cuts add
+  std::vector<KeyBlocks> tensor_blocks;  // per tensor (tensor_key_blocks)
+  int64_t key_split = 0;                 // pieces the keyed cuts add
   // Keyed pass: sub-messages (RoundRule::subs) priced at each of
   // kSubTrials (P, B): each stream's subs per trial, per trial, stage, sub and
   // device the sub's bytes, the pieces the cuts add (in all and, where
