@@ -780,6 +780,86 @@ TEST(PlanRelays, CellsFedFromOneHostSpreadTheirForwardingOverDevices) {
   EXPECT_TRUE(check_destinations(plan, buffers).ok());
 }
 
+// The same on many small like tensors: 48 bf16 [512, 2048], FSDP16 over
+// hosts 0-1 -> dp4 x tp8 over hosts 2-5 (a cell, 512 x 256, on one device
+// of each receiving host; 12 MiB of cells a device). By hand, laid out by
+// the device rule: each holder device holds 6 MiB and sends the fraction
+// d = 1/9 direct (6 (1 + 3 d) = 8 MiB); each receiving device takes in a
+// quarter of the rest of its cell and forwards it to the 3 other hosts
+// (3/4 x 12 x 8/9 = 8 MiB): the busiest device sends 8 MiB, the bound.
+// A tensor's entry elements (8/9 of its 2 MiB) are below a run of
+// split_min_bytes (1 MiB) for each of the 4 receiving hosts, but the 48
+// tensors' runs between the same devices travel in the same messages (85
+// MiB together). Counting one tensor's bytes sent every region to the
+// chunked sequence, which hands each cell's entry part whole to one host,
+// whose one device forwards it 3 times (32 MiB from it, the estimate above
+// the single-hop plan's, which the guard then took: 24 MiB a holder device).
+TEST(PlanRelays, ManySmallLikeTensorsCountTheirRunsTogether) {
+  std::vector<int32_t> hosts;
+  for (int32_t d = 0; d < 48; ++d) hosts.push_back(d / 8);
+  PlanInput in = one_tensor({512, 2048}, DType::kBF16, named(mesh({"a"}, {16}, 0), {{"a"}, {}}),
+                            named(mesh({"dp", "tp"}, {4, 8}, 16), {{}, {"tp"}}), hosts);
+  for (int i = 1; i < 48; ++i) {
+    in.tensors.push_back(in.tensors[0]);
+    in.tensors.back().name = "w" + std::to_string(i);
+  }
+  const Plan plan = make_plan(in);
+  const PlanStats& st = plan.stats();
+  const int64_t MiB = 1 << 20;
+  EXPECT_EQ(st.lower_bound_max_send_bytes, 8 * MiB);
+  EXPECT_EQ(st.stages, 2);
+  EXPECT_TRUE(relays_across(in));
+  EXPECT_LE(static_cast<double>(st.max_send_bytes), 1.01 * static_cast<double>(8 * MiB))
+      << st.max_send_bytes << " bytes from the busiest device";
+  EXPECT_GE(st.max_send_bytes, 8 * MiB);
+  EXPECT_EQ(st.max_host_recv_bytes, 96 * MiB);
+  PlanInput single = in;
+  single.options.relays = false;
+  const PlanStats one = make_plan(single, {PlanScope::kGlobal}).stats();
+  EXPECT_EQ(one.max_send_bytes, 24 * MiB);
+  EXPECT_LT(st.cost_seconds, one.cost_seconds);
+  // The single-hop guard (off in this binary, routes_as_built.cc) keeps it.
+  planning::choice_override().single_hop = -1;
+  EXPECT_EQ(make_plan(in, {PlanScope::kGlobal}).stats().cost_seconds, st.cost_seconds);
+  planning::choice_override().single_hop = 0;
+  OracleBuffers buffers = fill_sources(plan);
+  const std::vector<TensorBuffers> views = buffers.views();
+  execute_host(plan, views);
+  EXPECT_TRUE(check_destinations(plan, buffers).ok());
+}
+
+// TensorCtx::joint_entry (Context::build) bounds the pieces counting like
+// tensors together may cut: per geometry pair, the tensors' single-hop
+// pieces (entries times the source cells each overlaps) times the
+// destination's hosts, at most 2^22. bf16 [512, 2048] FSDP16 over hosts
+// 0-1 -> dp64 x tp8 over 64 hosts: 8 tp cells of 64 entries, each
+// overlapping all 16 source cells, 8,192 pieces a tensor, 524,288 runs
+// over the 64 hosts; 8 such tensors are exactly 2^22, 9 are above. Over 4
+// hosts (dp4), 48 tensors are 48 x 2,048 x 4. A tensor alone never counts
+// others.
+TEST(PlanRelays, LikeTensorsCountTogetherOnlyWhileTheirPiecesStayBounded) {
+  auto fleet = [](int64_t dp, int tensors) {
+    std::vector<int32_t> hosts;
+    for (int32_t d = 0; d < 16 + dp * 8; ++d) hosts.push_back(d / 8);
+    PlanInput in = one_tensor({512, 2048}, DType::kBF16, named(mesh({"a"}, {16}, 0), {{"a"}, {}}),
+                              named(mesh({"dp", "tp"}, {dp, 8}, 16), {{}, {"tp"}}), hosts);
+    for (int i = 1; i < tensors; ++i) {
+      in.tensors.push_back(in.tensors[0]);
+      in.tensors.back().name = "w" + std::to_string(i);
+    }
+    planning::Context ctx(in);
+    ctx.build();
+    std::set<bool> joint;
+    for (const planning::TensorCtx& t : ctx.tensors) joint.insert(t.joint_entry);
+    EXPECT_EQ(joint.size(), 1u);
+    return *joint.begin();
+  };
+  EXPECT_TRUE(fleet(4, 48));
+  EXPECT_FALSE(fleet(4, 1));
+  EXPECT_TRUE(fleet(64, 8));
+  EXPECT_FALSE(fleet(64, 9));
+}
+
 // Source and destination on the same devices (FSDP over 4 hosts of 8 ->
 // dp8 x tp4, a row-parallel tensor: column blocks): each cell's 32 regions
 // (one per source device, 64 KiB) are held 8 on each of its hosts, and the

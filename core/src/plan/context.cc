@@ -4,9 +4,11 @@
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <tuple>
 
 #include "plan/group_memo.h"
+#include "plan/stream_bound.h"
 #include "plan/transit.h"
 #include "reshard/error.h"
 #include "util/nic_groups.h"
@@ -92,6 +94,31 @@ void Context::build() {
   for (TensorCtx& t : tensors) {
     const auto own = static_cast<double>(t.dst->num_elements() * t.esize);
     t.share = own > 0 ? pair_bytes[{t.sg, t.dg}] / own : 1.0;
+  }
+  // TensorCtx::joint_entry: per geometry pair of several tensors, at most
+  // kJointEntryPieces single-hop pieces (stats_visits, enumerated: entries
+  // times the source cells each overlaps) times the destination's hosts,
+  // the most runs a piece can be cut into, one per receiving host. Counted
+  // once per shape and element size. On a DeepSeek-V3-class MoE sync at
+  // 1,024 devices (64 receiving hosts) every like tensor's bytes counted
+  // turned 47 M pieces into 2.8 G for an estimate 4% lower.
+  {
+    std::map<std::pair<const Geometry*, const Geometry*>, int64_t> pair_pieces;
+    std::map<std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t>, int64_t>
+        visits;
+    for (const TensorCtx& t : tensors) {
+      if (!(t.share > 1.0)) continue;
+      auto [it, fresh] = visits.try_emplace(std::make_tuple(t.sg, t.dg, t.spec->shape, t.esize), 0);
+      if (fresh) {
+        const int64_t v = stats_visits(t, true, false, input.options.split_min_bytes);
+        const int64_t h = std::max<int64_t>(1, t.dt->num_hosts);
+        it->second = v > kJointEntryPieces / h ? kJointEntryPieces + 1 : v * h;
+      }
+      int64_t& sum = pair_pieces[{t.sg, t.dg}];
+      sum = std::min(kJointEntryPieces + 1, sum + std::min(kJointEntryPieces + 1, it->second));
+    }
+    for (TensorCtx& t : tensors)
+      t.joint_entry = t.share > 1.0 && pair_pieces[{t.sg, t.dg}] <= kJointEntryPieces;
   }
   // Pre-reduction (docs/design.md §2.4): a candidate with relays and
   // reduce-scatter on and a partial source with a whole destination;

@@ -167,8 +167,10 @@ namespace {
 // cuts shift each tensor's keys by its offset among like tensors
 // (plan/rounds.h, KeyOffsets), the device rule (decide_device_cross) is
 // tried for sources on one host too, and reduce routes' parts rotate over
-// the cells (c m + j; Enumerator::offset_hash within a cell).
-constexpr uint64_t kPlannerVersion = 39;
+// the cells (c m + j; Enumerator::offset_hash within a cell); 40: a cross
+// layout's entry runs count the bytes of every like tensor against
+// split_min_bytes a run where the pieces stay bounded (TensorCtx::joint_entry).
+constexpr uint64_t kPlannerVersion = 40;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

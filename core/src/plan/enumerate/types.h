@@ -19,6 +19,10 @@
 
 namespace reshard::planning {
 
+// TensorCtx::joint_entry's bound on the pieces a geometry pair's like
+// tensors may be cut into.
+inline constexpr int64_t kJointEntryPieces = int64_t{1} << 22;
+
 // Per-entry topology of one geometry, computed once per make_plan call.
 struct GeoTopo {
   std::vector<int32_t> process;  // per entry
@@ -90,6 +94,12 @@ struct TensorCtx {
   // same devices travel in the same messages, so the α a relay adds is
   // shared by them all (CrossLayout's chunked sequence; Context::build).
   double share = 1;
+  // The cross layout's entry runs count every like tensor's bytes (share)
+  // against split_min_bytes a run: their runs between the same devices
+  // travel in the same messages. Set by Context::build where the pieces
+  // that can make stay bounded (kJointEntryPieces): a run per receiving
+  // host of every piece the like tensors have single-hop.
+  bool joint_entry = false;
   // Groups on no more receiving hosts than the source spans also cross,
   // laid out for devices, where single-hop would load a source *device*
   // above kCrossGain times what a receiving device takes in
