@@ -719,7 +719,10 @@ inline int Enumerator::layout_parts(const TensorCtx& t, size_t c, const Box& reg
     return 1;
   }
   for (const RunSpan& run : runs_) {
-    const int64_t cut = std::clamp<int64_t>(run.count / sub_elems, 1, q);
+    const int64_t cut = std::clamp<int64_t>(
+        static_cast<int64_t>(static_cast<double>(run.count) * (t.joint_entry ? t.share : 1.0) /
+                             static_cast<double>(sub_elems)),
+        1, q);
     split_runs_ += cut > 1;
     for (int64_t k = 0; k < cut; ++k) {
       const auto at = [&](int64_t i) {
