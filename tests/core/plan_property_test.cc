@@ -649,6 +649,30 @@ TEST(PlanTransit, ExpertReplicasTakeTransitIntoCellsOfSeveralEntries) {
   EXPECT_LE(transit_ratio(in, "EP32 -> 4 x EP8"), 1.15);
 }
 
+// An elastic grow, FSDP16 on hosts 0-1 -> FSDP24 on hosts 0-2 (two 6144 x
+// 4096 bf16 tensors; the H100 / NDR400 topology's costs): host 0's devices
+// 5-7 and host 1's 10-15 send their shards across, each through its own
+// NIC, while host 1's devices 8-11 take in what host 0 sends and 12-15
+// nothing, so a piece from host 0 to host 1 is a donor's on both sides.
+// Both sides' shares then shrink to fill the piece between them (a
+// sending transit carries its bottom, a receiving one its top): within
+// 1.25x of the bound. With the receiving side's shares alone on such
+// pieces, host 0's senders kept their NICs busy with every byte (1.50x,
+// the single-hop plan's).
+TEST(PlanTransit, ElasticGrowCutsPiecesForBothSidesTransit) {
+  std::vector<int32_t> hosts;
+  for (int32_t d = 0; d < 24; ++d) hosts.push_back(d / 8);
+  PlanInput in = testing::one_tensor(
+      {6144, 4096}, DType::kBF16, testing::named(testing::mesh({"f"}, {16}, 0), {{"f"}, {}}),
+      testing::named(testing::mesh({"f"}, {24}, 0), {{"f"}, {}}), hosts);
+  in.tensors.push_back(in.tensors[0]);
+  in.tensors.back().name = "x";
+  EXPECT_LE(transit_ratio(in, "elastic grow 16 -> 24"), 1.25);
+  const Plan a = make_plan(in);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(in, a));
+  ASSERT_NO_FATAL_FAILURE(testing::execute_every_stage(a, 1));
+}
+
 // FSDP over H hosts of 8 -> dp x tp on the same devices (tiled cells of
 // 8H / tp replicas), 4096 x 512 bf16.
 PlanInput fsdp_to_dp_tp(int64_t H, int64_t tp) {

@@ -169,7 +169,9 @@ namespace {
 // tried for sources on one host too, and reduce routes' parts rotate over
 // the cells (c m + j; Enumerator::offset_hash within a cell); 40: a cross
 // layout's entry runs count the bytes of every like tensor against
-// split_min_bytes a run where the pieces stay bounded (TensorCtx::joint_entry).
+// split_min_bytes a run, and its sub-runs against cross_min_bytes, where
+// the pieces stay bounded (TensorCtx::joint_entry); a piece both of whose
+// sides' transit shares would overlap takes both, shrunk to fill it.
 constexpr uint64_t kPlannerVersion = 40;
 
 std::string shape_str(const std::vector<int64_t>& s) {

@@ -104,14 +104,22 @@ void Enumerator::transit_cut(const TensorCtx& t, uint32_t e,
   static const std::vector<TransitShare> kNone;
   const std::vector<TransitShare>& shares = in_shares ? *in_shares : kNone;
   // The sending side's shares take the bottom of the piece, the receiving
-  // side's the top; where they would meet, the receiving side's alone.
-  const double top = shares.empty() ? 1.0 : shares.front().lo;
-  if (out != nullptr && out->back().hi > top) out = nullptr;
+  // side's the top; where they would overlap, both shrink in proportion
+  // to fill the piece between them (scale): each side's NIC keeps the
+  // other side's part. Taking the receiving side's alone left a donor's
+  // NIC every byte it sends: an elastic grow from FSDP16 on 2 hosts to
+  // FSDP24 on 3, where the receiving host's NICs are uneven too.
   if (out == nullptr && shares.empty()) {
     f(x);
     return;
   }
-  const double low = out == nullptr ? 0.0 : out->back().hi;
+  const double want_top = shares.empty() ? 1.0 : shares.front().lo;
+  const double want_low = out == nullptr ? 0.0 : out->back().hi;
+  const double scale = want_low > want_top ? 1.0 / (want_low + (1.0 - want_top)) : 1.0;
+  // A sending share's bound, and a receiving one's (as they are unscaled).
+  const auto bottom = [&](double v) { return scale == 1.0 ? v : v * scale; };
+  const auto upper = [&](double v) { return scale == 1.0 ? v : 1.0 - (1.0 - v) * scale; };
+  const double top = upper(want_top), low = bottom(want_low);
   const Box& region = x.region;
   const double moved = 1.0 - top + low;
   const int64_t k = static_cast<int64_t>(shares.size() + (out == nullptr ? 0 : out->size())) + 1;
@@ -148,15 +156,15 @@ void Enumerator::transit_cut(const TensorCtx& t, uint32_t e,
   if (out != nullptr) {
     for (size_t i = 0; i < out->size(); ++i) {
       Box part = region;
-      part.lo[dim] = i == 0 ? region.lo[dim] : cut((*out)[i].lo);
-      part.hi[dim] = cut((*out)[i].hi);
+      part.lo[dim] = i == 0 ? region.lo[dim] : cut(bottom((*out)[i].lo));
+      part.hi[dim] = cut(bottom((*out)[i].hi));
       if (part.empty()) continue;
       through(part, (*out)[i].via, 6);
     }
   }
   Box direct = region;
   direct.lo[dim] = cut(low);
-  direct.hi[dim] = shares.empty() ? region.hi[dim] : cut(shares.front().lo);
+  direct.hi[dim] = shares.empty() ? region.hi[dim] : cut(top);
   if (!direct.empty()) {
     Emitted y = x;
     y.region = direct;
@@ -165,8 +173,8 @@ void Enumerator::transit_cut(const TensorCtx& t, uint32_t e,
   }
   for (size_t i = 0; i < shares.size(); ++i) {
     Box part = region;
-    part.lo[dim] = cut(shares[i].lo);
-    part.hi[dim] = i + 1 == shares.size() ? region.hi[dim] : cut(shares[i].hi);
+    part.lo[dim] = cut(upper(shares[i].lo));
+    part.hi[dim] = i + 1 == shares.size() ? region.hi[dim] : cut(upper(shares[i].hi));
     if (part.empty()) continue;
     through(part, shares[i].via, 4);
   }
