@@ -110,8 +110,12 @@ void Context::build() {
       if (!(t.share > 1.0)) continue;
       auto [it, fresh] = visits.try_emplace(std::make_tuple(t.sg, t.dg, t.spec->shape, t.esize), 0);
       if (fresh) {
-        const int64_t v = stats_visits(t, true, false, input.options.split_min_bytes);
+        // Every destination entry takes a piece at least: where they alone
+        // are too many, the pieces are not counted (a fleet of thousands).
         const int64_t h = std::max<int64_t>(1, t.dt->num_hosts);
+        const int64_t v = static_cast<int64_t>(t.dst->num_entries()) > kJointEntryPieces / h
+                              ? kJointEntryPieces + 1
+                              : stats_visits(t, true, false, input.options.split_min_bytes);
         it->second = v > kJointEntryPieces / h ? kJointEntryPieces + 1 : v * h;
       }
       int64_t& sum = pair_pieces[{t.sg, t.dg}];
@@ -616,6 +620,59 @@ void Context::decide_band_scale(int64_t max_bytes) {
   set(kept);
 }
 
+void Context::decide_joint_entry(int64_t max_bytes) {
+  if (!input.options.relays) return;
+  // The geometry pairs that count their bytes together, in the order of
+  // their first tensors.
+  std::vector<std::vector<size_t>> groups;
+  std::map<std::pair<const Geometry*, const Geometry*>, size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorCtx& t = tensors[i];
+    if (!t.joint_entry) continue;
+    const auto [it, fresh] = index.try_emplace({t.sg, t.dg}, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].push_back(i);
+  }
+  // Each try is a whole pass: on small plans only, by every tensor's
+  // single-hop pieces (stats_visits, enumerated; counted once per shape
+  // and layouts), counted until above kJointTrialPieces.
+  if (groups.empty()) return;
+  std::map<std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t>, int64_t>
+      visits;
+  int64_t pieces = 0;
+  for (const TensorCtx& t : tensors) {
+    auto [it, fresh] = visits.try_emplace(std::make_tuple(t.sg, t.dg, t.spec->shape, t.esize), 0);
+    if (fresh)
+      it->second = static_cast<int64_t>(t.dst->num_entries()) > kJointTrialPieces
+                       ? kJointTrialPieces + 1
+                       : stats_visits(t, true, false, input.options.split_min_bytes);
+    pieces += std::min(it->second, kJointTrialPieces + 1);
+    if (pieces > kJointTrialPieces) return;
+  }
+  auto set = [&](const std::vector<size_t>& g, bool on) {
+    for (size_t i : g) tensors[i].joint_entry = on;
+  };
+  if (groups.size() > kMaxReduceGroups) {
+    for (size_t k = 1; k < groups.size(); ++k)
+      groups[0].insert(groups[0].end(), groups[k].begin(), groups[k].end());
+    groups.resize(1);
+  }
+  PlanStats st;
+  scheduled_stats(st, max_bytes);
+  // One stage: no cross layout read the flag.
+  if (st.stages < 2) return;
+  double least = st.cost_seconds;
+  for (const std::vector<size_t>& g : groups) {
+    set(g, false);
+    PlanStats trial;
+    scheduled_stats(trial, max_bytes);
+    if (trial.cost_seconds < least)
+      least = trial.cost_seconds;
+    else
+      set(g, true);
+  }
+}
+
 void Context::decide_device_cross(int64_t max_bytes) {
   const PlanOptions& o = input.options;
   const int forced = choice_override().device_cross;
@@ -907,10 +964,10 @@ std::vector<int64_t> Context::pass_key(int64_t max_bytes) const {
   std::vector<int64_t> key{
       max_bytes,     pre_reduce,   scratch_reserve,         relay_split,
       track_streams, track_spread, choice_override().keyed, choice_override().spread};
-  key.reserve(key.size() + 7 * tensors.size());
+  key.reserve(key.size() + 8 * tensors.size());
   for (const TensorCtx& t : tensors)
     key.insert(key.end(), {t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead,
-                           t.band_scale, t.transit != nullptr});
+                           t.band_scale, t.transit != nullptr, t.joint_entry});
   return key;
 }
 

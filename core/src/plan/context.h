@@ -171,6 +171,15 @@ struct Context {
   // (pipeline_2x2_replicated_dst: 4 devices on hosts of 8 NICs). A pure
   // function of the input.
   void decide_band_scale(int64_t max_bytes);
+  // On a plan of at most kJointTrialPieces single-hop pieces (every
+  // tensor's stats_visits), each geometry pair whose tensors count their
+  // bytes together (TensorCtx::joint_entry, set by build) keeps it only
+  // where the whole plan's α–β estimate is not lower without it (after
+  // decide_band_scale): many small like tensors' chunk forwarded by every
+  // device of a host is faster on the H100 topology's costs and slower on
+  // the default ones (mid_regions_one_holder_to_8_hosts). A pure function
+  // of the input.
+  void decide_joint_entry(int64_t max_bytes);
   // With relays on, sets TensorCtx::transit (after decide_lead_cut, before
   // decide_band_scale; transit.cc): groups of like tensors (same layouts,
   // shape and dtype; one group for all past 16) of one summand whose

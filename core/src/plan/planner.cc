@@ -170,8 +170,9 @@ namespace {
 // the cells (c m + j; Enumerator::offset_hash within a cell); 40: a cross
 // layout's entry runs count the bytes of every like tensor against
 // split_min_bytes a run, and its sub-runs against cross_min_bytes, where
-// the pieces stay bounded (TensorCtx::joint_entry); a piece both of whose
-// sides' transit shares would overlap takes both, shrunk to fill it.
+// the pieces stay bounded and the estimate agrees (TensorCtx::joint_entry,
+// Context::decide_joint_entry); a piece both of whose sides' transit
+// shares would overlap takes both, shrunk to fill it.
 constexpr uint64_t kPlannerVersion = 40;
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -854,6 +855,7 @@ void build_and_decide(Context& ctx, const PlanRequest& request, int64_t limit) {
   ctx.decide_lead_cut(limit);
   ctx.decide_transit(limit);
   ctx.decide_band_scale(limit);
+  ctx.decide_joint_entry(limit);
 }
 
 // estimate_plan on a context built and decided (build_and_decide); leaves

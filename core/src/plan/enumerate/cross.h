@@ -289,8 +289,8 @@ inline const CrossLayout& Enumerator::cross_layout(const TensorCtx& t, size_t c,
   const CellShares& cs = cell_shares(t, c, cell_begin, cell_end);
   const GeoKey gk = geo_key(t);
   const bool uniform = uniform_shares_[gk].uniform;
-  auto [it, fresh] =
-      layouts_.try_emplace(std::make_tuple(gk, t.esize, uniform ? SIZE_MAX : c, t.device_cross));
+  auto [it, fresh] = layouts_.try_emplace(
+      std::make_tuple(gk, t.esize, uniform ? SIZE_MAX : c, t.device_cross, t.joint_entry));
   CrossLayout& L = it->second;
   if (!fresh) return L;
   if (!cs.disjoint) return L;

@@ -517,7 +517,7 @@ class Enumerator {
   } held_last_;
   // cross_layout(): per (geometries and shape, element size, cell or
   // SIZE_MAX for a uniform group, TensorCtx::device_cross).
-  std::map<std::tuple<GeoKey, int64_t, size_t, bool>, CrossLayout> layouts_;
+  std::map<std::tuple<GeoKey, int64_t, size_t, bool, bool>, CrossLayout> layouts_;
   std::vector<Emitted> pre_;                  // reduce_part()
   const TensorSpec* reach_tensor_ = nullptr;  // reach()
   std::unordered_map<uint32_t, int64_t> reach_;

@@ -22,6 +22,9 @@ namespace reshard::planning {
 // TensorCtx::joint_entry's bound on the pieces a geometry pair's like
 // tensors may be cut into.
 inline constexpr int64_t kJointEntryPieces = int64_t{1} << 22;
+// Context::decide_joint_entry tries plans of at most this many single-hop
+// pieces (every tensor's stats_visits): each try is a whole pass.
+inline constexpr int64_t kJointTrialPieces = int64_t{1} << 20;
 
 // Per-entry topology of one geometry, computed once per make_plan call.
 struct GeoTopo {
@@ -95,10 +98,12 @@ struct TensorCtx {
   // shared by them all (CrossLayout's chunked sequence; Context::build).
   double share = 1;
   // The cross layout's entry runs count every like tensor's bytes (share)
-  // against split_min_bytes a run: their runs between the same devices
-  // travel in the same messages. Set by Context::build where the pieces
-  // that can make stay bounded (kJointEntryPieces): a run per receiving
-  // host of every piece the like tensors have single-hop.
+  // against split_min_bytes a run, and its sub-runs against
+  // cross_min_bytes: their runs between the same devices travel in the
+  // same messages. Set by Context::build where the pieces that can make
+  // stay bounded (kJointEntryPieces: a run per receiving host of every
+  // piece the like tensors have single-hop); on small plans kept only
+  // where the estimate is not lower without it (decide_joint_entry).
   bool joint_entry = false;
   // Groups on no more receiving hosts than the source spans also cross,
   // laid out for devices, where single-hop would load a source *device*
