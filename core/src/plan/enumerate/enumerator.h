@@ -516,7 +516,7 @@ class Enumerator {
     const std::vector<std::pair<int32_t, uint64_t>>* held = nullptr;
   } held_last_;
   // cross_layout(): per (geometries and shape, element size, cell or
-  // SIZE_MAX for a uniform group, TensorCtx::device_cross).
+  // SIZE_MAX for a uniform group, TensorCtx::device_cross and joint_entry).
   std::map<std::tuple<GeoKey, int64_t, size_t, bool, bool>, CrossLayout> layouts_;
   std::vector<Emitted> pre_;                  // reduce_part()
   const TensorSpec* reach_tensor_ = nullptr;  // reach()
