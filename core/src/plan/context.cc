@@ -15,6 +15,32 @@
 
 namespace reshard::planning {
 
+namespace {
+
+// A tensor's single-hop pieces (stats_visits, enumerated), once per
+// layouts, shape and element size; above `cap` where its destination's
+// entries alone are (every entry takes a piece at least: a fleet of
+// thousands is not counted).
+class SingleHopPieces {
+ public:
+  explicit SingleHopPieces(int64_t split_min_bytes) : split_min_bytes_(split_min_bytes) {}
+  int64_t operator()(const TensorCtx& t, int64_t cap) {
+    auto [it, fresh] = memo_.try_emplace(std::make_tuple(t.sg, t.dg, t.spec->shape, t.esize), 0);
+    if (fresh)
+      it->second = static_cast<int64_t>(t.dst->num_entries()) > cap
+                       ? cap + 1
+                       : stats_visits(t, true, false, split_min_bytes_);
+    return it->second;
+  }
+
+ private:
+  int64_t split_min_bytes_;
+  std::map<std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t>, int64_t>
+      memo_;
+};
+
+}  // namespace
+
 void Context::build() {
   std::set<const Geometry*> geos;
   for (const auto& t : input.tensors) {
@@ -104,22 +130,14 @@ void Context::build() {
   // turned 47 M pieces into 2.8 G for an estimate 4% lower.
   {
     std::map<std::pair<const Geometry*, const Geometry*>, int64_t> pair_pieces;
-    std::map<std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t>, int64_t>
-        visits;
+    SingleHopPieces visits(input.options.split_min_bytes);
     for (const TensorCtx& t : tensors) {
       if (!(t.share > 1.0)) continue;
-      auto [it, fresh] = visits.try_emplace(std::make_tuple(t.sg, t.dg, t.spec->shape, t.esize), 0);
-      if (fresh) {
-        // Every destination entry takes a piece at least: where they alone
-        // are too many, the pieces are not counted (a fleet of thousands).
-        const int64_t h = std::max<int64_t>(1, t.dt->num_hosts);
-        const int64_t v = static_cast<int64_t>(t.dst->num_entries()) > kJointEntryPieces / h
-                              ? kJointEntryPieces + 1
-                              : stats_visits(t, true, false, input.options.split_min_bytes);
-        it->second = v > kJointEntryPieces / h ? kJointEntryPieces + 1 : v * h;
-      }
+      const int64_t h = std::max<int64_t>(1, t.dt->num_hosts);
+      const int64_t v = visits(t, kJointEntryPieces / h);
+      const int64_t runs = v > kJointEntryPieces / h ? kJointEntryPieces + 1 : v * h;
       int64_t& sum = pair_pieces[{t.sg, t.dg}];
-      sum = std::min(kJointEntryPieces + 1, sum + std::min(kJointEntryPieces + 1, it->second));
+      sum = std::min(kJointEntryPieces + 1, sum + runs);
     }
     for (TensorCtx& t : tensors)
       t.joint_entry = t.share > 1.0 && pair_pieces[{t.sg, t.dg}] <= kJointEntryPieces;
@@ -637,16 +655,10 @@ void Context::decide_joint_entry(int64_t max_bytes) {
   // single-hop pieces (stats_visits, enumerated; counted once per shape
   // and layouts), counted until above kJointTrialPieces.
   if (groups.empty()) return;
-  std::map<std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t>, int64_t>
-      visits;
+  SingleHopPieces visits(input.options.split_min_bytes);
   int64_t pieces = 0;
   for (const TensorCtx& t : tensors) {
-    auto [it, fresh] = visits.try_emplace(std::make_tuple(t.sg, t.dg, t.spec->shape, t.esize), 0);
-    if (fresh)
-      it->second = static_cast<int64_t>(t.dst->num_entries()) > kJointTrialPieces
-                       ? kJointTrialPieces + 1
-                       : stats_visits(t, true, false, input.options.split_min_bytes);
-    pieces += std::min(it->second, kJointTrialPieces + 1);
+    pieces += std::min(visits(t, kJointTrialPieces), kJointTrialPieces + 1);
     if (pieces > kJointTrialPieces) return;
   }
   auto set = [&](const std::vector<size_t>& g, bool on) {
