@@ -173,5 +173,52 @@ TEST(PlanCrossTrials, StoppedTrialsDecideAsWholeOnes) {
   EXPECT_LT(visits[1], visits[0]);
 }
 
+// Every trial counted large (set_cross_trial_visits): a group is tried
+// only where the plan without it is estimated above 1.10 times its lower
+// bound (over all plans, so no trial could gain more). Over the fleets of
+// the test above, where that skips a trial the priced ones would take, the
+// plan without it is within 1.10 of its bound (the gate reads the right
+// figures), and where the plan is farther the trials are made as before
+// (decisions equal).
+TEST(PlanCrossTrials, LargeTrialsAreMadeOnlyFarFromTheBound) {
+  GuardOn on;
+  int changed = 0, tried = 0, grid = 0;
+  for (int64_t H : {2, 3})
+    for (int64_t D : {2, 4})
+      for (int64_t R = 2; R <= H; ++R)
+        for (int64_t M : {4, 8})
+          for (int src : {0, 1, 2})
+            for (int64_t rows : {32, 512})
+              for (double alpha : {1e-6, 5e-5})
+                for (int extra : {0, 2}) {
+                  if (!sampled_case(grid++)) continue;
+                  const bool dst_rows = (grid % 2) == 0;
+                  const PlanInput in = fleet(H, D, R, M, src, dst_rows, rows, alpha, extra);
+                  SCOPED_TRACE(std::to_string(H) + "x" + std::to_string(D) + " into " +
+                               std::to_string(R) + "x" + std::to_string(M) + ", source " +
+                               std::to_string(src) + (dst_rows ? ", rows" : ", columns") + ", " +
+                               std::to_string(rows) + " rows, alpha " + std::to_string(alpha) +
+                               ", extra " + std::to_string(extra));
+                  const Decided priced = decide(in, true);
+                  const int64_t before = planning::set_cross_trial_visits(-1);
+                  const Decided gated = decide(in, true);
+                  const Plan plan = make_plan(in);
+                  planning::set_cross_trial_visits(before);
+                  EXPECT_LE(gated.visits, priced.visits);
+                  if (gated.cross == priced.cross) {
+                    for (bool c : gated.cross) tried += c;
+                    continue;
+                  }
+                  ++changed;
+                  for (bool c : gated.cross) EXPECT_FALSE(c);
+                  const PlanStats& st = plan.stats();
+                  EXPECT_LE(st.cost_seconds, 1.10 * st.lower_bound_cost_seconds);
+                }
+  std::printf("%d fleets' decisions changed by the gate; %d tensors crossing after trials\n",
+              changed, tried);
+  EXPECT_GT(changed, 0);
+  EXPECT_GT(tried, 0);
+}
+
 }  // namespace
 }  // namespace reshard

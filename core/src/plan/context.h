@@ -276,6 +276,12 @@ struct Context {
   // decide_device_cross for one group where the guard applies: whether it
   // takes the device rule, or nullopt with the decision left open.
   std::optional<bool> cross_one_group(const std::vector<size_t>& g, int64_t max_bytes);
+  // Whether decide_device_cross tries group g on a plan estimated at
+  // `least`: always where the trial's pass is small (kCrossTrialVisits,
+  // context.cc), else only where `least` is above kNearBound times the
+  // plan's lower bound (over all plans: no trial can gain more than that).
+  bool cross_trial_pays(const std::vector<size_t>& g, double least);
+  std::optional<double> cross_bound_;  // cross_trial_pays' lower bound, once computed
   // Whether the open decision's group would change decide_lead_cut's
   // groups by either rule (Enumerator::fine_lead_differs reads the rule).
   bool lead_reads_open_cross(Enumerator& en);
@@ -354,6 +360,10 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
 // compare plans with and without).
 bool guard_stops();
 void set_guard_stops(bool on);
+// Tests: the visits above which decide_device_cross tries a group only far
+// from the lower bound (kCrossTrialVisits, context.cc, unless set); returns
+// the figure before.
+int64_t set_cross_trial_visits(int64_t visits);
 // Routed passes stopped so far in this process (compute_stats counts them; tests read it).
 int64_t& guard_stops_taken();
 // Passes of the global statistics computed so far in this process

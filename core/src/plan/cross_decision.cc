@@ -63,6 +63,8 @@ std::optional<bool> Context::cross_one_group(const std::vector<size_t>& g, int64
   const double single = single_hop_estimate(max_bytes);
   PlanStats stopped;
   const std::optional<double> base = estimate_unless_above(single, max_bytes, &stopped);
+  // The plan is at most the single-hop plan (the guard).
+  if (!cross_trial_pays(g, base ? std::min(*base, single) : single)) return false;
   set(true);
   if (base) {
     const std::optional<double> cost = estimate_unless_above(*base, max_bytes);
