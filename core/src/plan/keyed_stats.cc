@@ -142,14 +142,15 @@ StatsPass::KeyedChoice StatsPass::choose_keyed(int nstages, RoundRule& rule, con
 // 1,047 without subs; unseen psum_dp2_to_dp4_replicas 468 / 508 against
 // 483 / 478). Where no trial gains so, the busiest-link estimate of subs
 // (no sub rows: each sub fed from the stage before on its busiest link)
-// still decides on plans of at most kSubStages stages, as in planner 37:
+// still decides on plans of at most kSubStages stages where `by_busiest`
+// (against a pipelined plan's estimate, as in planner 37):
 // the pipelined estimate is below the simulator on some of those plans
 // (default costs: mid_regions_one_holder_to_8_hosts 86.9 us estimated,
 // 155.3 simulated on a topology of those costs; with subs 90 to 102 by
 // sub_pipeline, 97 to 98 simulated). Not on request of keyed cuts
 // (choice_override().keyed > 0).
 void StatsPass::choose_subs(int nstages, RoundRule& rule, const RoundRule& base, const Bounds& lb,
-                            std::vector<int64_t>& stage_rounds, KeyedChoice& c) {
+                            std::vector<int64_t>& stage_rounds, KeyedChoice& c, bool by_busiest) {
   constexpr int64_t kSplitPieces = int64_t{1} << 22;
   constexpr double kSubMinGain = 0.05;
   const bool forced = forced_subs().first > 0;
@@ -175,7 +176,7 @@ void StatsPass::choose_subs(int nstages, RoundRule& rule, const RoundRule& base,
     for (size_t s = 0; s < static_cast<size_t>(nstages) && s < t.acc.size(); ++s)
       for (const std::vector<Acc>& x : t.acc[s])
         kr.seconds[s].push_back(busiest_link_seconds(x, lb, o));
-    if (!forced && nstages <= kSubStages) {
+    if (!forced && by_busiest && nstages <= kSubStages) {
       const double cost = stage_cost(stage_acc, rounds, lb, o, RoundSizes::kEven, &kr);
       if (cost < best_busiest) best_busiest = cost, pick_busiest = i;
     }

@@ -172,8 +172,11 @@ namespace {
 // split_min_bytes a run, and its sub-runs against cross_min_bytes, where
 // the pieces stay bounded and the estimate agrees (TensorCtx::joint_entry,
 // Context::decide_joint_entry); a piece both of whose sides' transit
-// shares would overlap takes both, shrunk to fill it.
-constexpr uint64_t kPlannerVersion = 40;
+// shares would overlap takes both, shrunk to fill it; 41: keyed cuts and
+// sub-messages are tried on every plan whose pipelined rule was priced
+// and lost (not only those with a reduce route), and a plan of several
+// moving stages is priced pipelined at 2 rounds at least.
+constexpr uint64_t kPlannerVersion = 41;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

@@ -44,7 +44,7 @@ void link_seconds(const std::vector<Acc>& x, const Bounds& lb, const PlanOptions
 }  // namespace
 
 int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bounds& lb,
-                        const PlanOptions& o) {
+                        const PlanOptions& o, int* moving_out) {
   std::vector<double> stage;
   double sum = 0, most = 0;
   int moving = 0;
@@ -56,6 +56,7 @@ int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bou
     sum += t;
     most = std::max(most, t);
   }
+  if (moving_out) *moving_out = moving;
   if (moving < 2 || sum - most <= 0) return 1;
   if (o.alpha_seconds <= 0) return kMaxPipelineRounds;
   const double k = std::sqrt((1.0 + kForwardLagRounds) * (sum - most) / (o.alpha_seconds * moving));

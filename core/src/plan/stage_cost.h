@@ -44,12 +44,13 @@ inline constexpr double kForwardLagRounds = 1.0;
 // rounds wait on one another (each stage's α charged one after the other,
 // as the fleet simulator's per-process rounds do; L = kForwardLagRounds),
 // least at k = sqrt((1 + L) (Σ_s T_s - max_s T_s) / (α S)); clamped to [1,
-// kMaxPipelineRounds], 1 with fewer than two stages that move data.
+// kMaxPipelineRounds], 1 with fewer than two stages that move data
+// (`moving`, where not null, receives their number).
 // (Charging α once per stage instead, stage_cost's pipeline, gave
 // k = sqrt(.. / α), which the simulator found slower than one round on
 // small plans of three stages.)
 int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bounds& lb,
-                        const PlanOptions& o);
+                        const PlanOptions& o, int* moving = nullptr);
 
 // How a stage's bytes spread over its rounds: kBands, its streams' pieces
 // of no band (and band 0) in the first round and each band above 0 in a

@@ -270,9 +270,10 @@ class StatsPass {
   // Sub-messages' choice after the keyed one (keyed_stats.cc): the trial
   // whose estimate is lowest, taken where below st.cost_seconds; then sets
   // st.cost_seconds, stage_rounds, c and rule (from `base`, a pipelined
-  // rule, with subs instead of keys or spread cuts).
+  // rule, with subs instead of keys or spread cuts). `by_busiest`: where
+  // no trial gains by sub_pipeline, the busiest-link estimate may decide.
   void choose_subs(int nstages, RoundRule& rule, const RoundRule& base, const Bounds& lb,
-                   std::vector<int64_t>& stage_rounds, KeyedChoice& c);
+                   std::vector<int64_t>& stage_rounds, KeyedChoice& c, bool by_busiest = true);
   // Each stream's spread cuts under `rule` from spread_records.
   SpreadStreams spread_streams(const RoundRule& rule) const;
 
