@@ -118,14 +118,13 @@ TEST(PlanCrossTrials, TrialsAboveTheSingleHopPlanAreLeftOpen) {
   EXPECT_LT(visits[1] * 4, visits[0]);
 }
 
-// Random fleets (a trainer feeding inference replicas, one or two groups
-// of like tensors): the device rule's decisions and the plans (and a
-// process's part) with the trials stopped equal those of every trial
-// priced whole; some trials stop, and some decisions are left open.
-TEST(PlanCrossTrials, StoppedTrialsDecideAsWholeOnes) {
-  GuardOn on;
-  int cases = 0, stopped = 0, open = 0, crossed = 0, grid = 0;
-  int64_t visits[2] = {0, 0};
+// f(input) on the sampled fleets of a grid (a trainer on H hosts of D
+// devices feeding R replicas of M devices, sources and destinations laid
+// out by rows or columns, small and large tensors, two α, one or two
+// groups of like tensors), each under a trace naming it.
+template <class F>
+void each_fleet(F&& f) {
+  int grid = 0;
   for (int64_t H : {2, 3})
     for (int64_t D : {2, 4})
       for (int64_t R = 2; R <= H; ++R)
@@ -136,32 +135,44 @@ TEST(PlanCrossTrials, StoppedTrialsDecideAsWholeOnes) {
                 for (int extra : {0, 2}) {
                   if (!sampled_case(grid++)) continue;
                   const bool dst_rows = (grid % 2) == 0;
-                  const PlanInput in = fleet(H, D, R, M, src, dst_rows, rows, alpha, extra);
                   SCOPED_TRACE(std::to_string(H) + "x" + std::to_string(D) + " into " +
                                std::to_string(R) + "x" + std::to_string(M) + ", source " +
                                std::to_string(src) + (dst_rows ? ", rows" : ", columns") + ", " +
                                std::to_string(rows) + " rows, alpha " + std::to_string(alpha) +
                                ", extra " + std::to_string(extra));
-                  const Decided whole = decide(in, false);
-                  const Decided fast = decide(in, true);
-                  EXPECT_EQ(fast.cross, whole.cross);
-                  EXPECT_EQ(whole.stops, 0);
-                  EXPECT_FALSE(whole.open);
-                  ++cases;
-                  stopped += fast.stops > 0;
-                  open += fast.open;
-                  for (bool c : whole.cross) crossed += c;
-                  visits[0] += whole.visits;
-                  visits[1] += fast.visits;
-                  planning::set_guard_stops(false);
-                  const Plan full = make_plan(in);
-                  planning::set_guard_stops(true);
-                  const Plan plan = make_plan(in);
-                  EXPECT_EQ(encode_plan(plan), encode_plan(full));
-                  if (fast.stops == 0) continue;  // a process part where trials stopped
-                  const int32_t p = full.processes().back();
-                  EXPECT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), full.part(p));
+                  f(fleet(H, D, R, M, src, dst_rows, rows, alpha, extra));
                 }
+}
+
+// Random fleets (a trainer feeding inference replicas, one or two groups
+// of like tensors): the device rule's decisions and the plans (and a
+// process's part) with the trials stopped equal those of every trial
+// priced whole; some trials stop, and some decisions are left open.
+TEST(PlanCrossTrials, StoppedTrialsDecideAsWholeOnes) {
+  GuardOn on;
+  int cases = 0, stopped = 0, open = 0, crossed = 0;
+  int64_t visits[2] = {0, 0};
+  each_fleet([&](const PlanInput& in) {
+    const Decided whole = decide(in, false);
+    const Decided fast = decide(in, true);
+    EXPECT_EQ(fast.cross, whole.cross);
+    EXPECT_EQ(whole.stops, 0);
+    EXPECT_FALSE(whole.open);
+    ++cases;
+    stopped += fast.stops > 0;
+    open += fast.open;
+    for (bool c : whole.cross) crossed += c;
+    visits[0] += whole.visits;
+    visits[1] += fast.visits;
+    planning::set_guard_stops(false);
+    const Plan full = make_plan(in);
+    planning::set_guard_stops(true);
+    const Plan plan = make_plan(in);
+    EXPECT_EQ(encode_plan(plan), encode_plan(full));
+    if (fast.stops == 0) return;  // a process part where trials stopped
+    const int32_t p = full.processes().back();
+    EXPECT_EQ(make_plan(in, {PlanScope::kProcess, p, false}).part(p), full.part(p));
+  });
   std::printf(
       "%d fleets: %d with a trial stopped, %d left open, %d tensors crossing; relay parts "
       "visited %lld whole, %lld stopped\n",
@@ -182,44 +193,29 @@ TEST(PlanCrossTrials, StoppedTrialsDecideAsWholeOnes) {
 // trials are made as before (decisions equal).
 TEST(PlanCrossTrials, LargeTrialsAreMadeOnlyFarFromTheBound) {
   GuardOn on;
-  int changed = 0, tried = 0, grid = 0;
-  for (int64_t H : {2, 3})
-    for (int64_t D : {2, 4})
-      for (int64_t R = 2; R <= H; ++R)
-        for (int64_t M : {4, 8})
-          for (int src : {0, 1, 2})
-            for (int64_t rows : {32, 512})
-              for (double alpha : {1e-6, 5e-5})
-                for (int extra : {0, 2}) {
-                  if (!sampled_case(grid++)) continue;
-                  const bool dst_rows = (grid % 2) == 0;
-                  const PlanInput in = fleet(H, D, R, M, src, dst_rows, rows, alpha, extra);
-                  SCOPED_TRACE(std::to_string(H) + "x" + std::to_string(D) + " into " +
-                               std::to_string(R) + "x" + std::to_string(M) + ", source " +
-                               std::to_string(src) + (dst_rows ? ", rows" : ", columns") + ", " +
-                               std::to_string(rows) + " rows, alpha " + std::to_string(alpha) +
-                               ", extra " + std::to_string(extra));
-                  const Decided priced = decide(in, true);
-                  const int64_t before = planning::set_cross_trial_visits(-1);
-                  const Decided gated = decide(in, true);
-                  const Plan plan = make_plan(in);
-                  planning::set_cross_trial_visits(before);
-                  EXPECT_LE(gated.visits, priced.visits);
-                  if (gated.cross == priced.cross) {
-                    for (bool c : gated.cross) tried += c;
-                    continue;
-                  }
-                  ++changed;
-                  // A skipped trial leaves its group off, and every later
-                  // one is skipped too (the estimate only falls).
-                  for (size_t i = 0; i < gated.cross.size(); ++i) {
-                    if (gated.cross[i] != priced.cross[i]) {
-                      EXPECT_FALSE(gated.cross[i]);
-                    }
-                  }
-                  const PlanStats& st = plan.stats();
-                  EXPECT_LE(st.cost_seconds, 1.10 * st.lower_bound_cost_seconds);
-                }
+  int changed = 0, tried = 0;
+  each_fleet([&](const PlanInput& in) {
+    const Decided priced = decide(in, true);
+    const int64_t before = planning::set_cross_trial_visits(-1);
+    const Decided gated = decide(in, true);
+    const Plan plan = make_plan(in);
+    planning::set_cross_trial_visits(before);
+    EXPECT_LE(gated.visits, priced.visits);
+    if (gated.cross == priced.cross) {
+      for (bool c : gated.cross) tried += c;
+      return;
+    }
+    ++changed;
+    // A skipped trial leaves its group off, and every later
+    // one is skipped too (the estimate only falls).
+    for (size_t i = 0; i < gated.cross.size(); ++i) {
+      if (gated.cross[i] != priced.cross[i]) {
+        EXPECT_FALSE(gated.cross[i]);
+      }
+    }
+    const PlanStats& st = plan.stats();
+    EXPECT_LE(st.cost_seconds, 1.10 * st.lower_bound_cost_seconds);
+  });
   std::printf("%d fleets' decisions changed by the gate; %d tensors crossing after trials\n",
               changed, tried);
   EXPECT_GT(changed, 0);

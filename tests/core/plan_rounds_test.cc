@@ -545,6 +545,15 @@ TEST(PlanRounds, KeyedCutsForwardWhatArrivedInTheSameRound) {
   EXPECT_NO_FATAL_FAILURE(check_exact(plan));
 }
 
+// The H100 topology of bench/topologies, with `s` set to plan for its
+// costs.
+ClusterTopology h100_costs(Spec& s) {
+  ClusterTopology c = load_cluster_topology(std::string(RESHARD_SOURCE_DIR) +
+                                            "/bench/topologies/h100_8gpu_ndr400.json");
+  plan_with_cluster_costs(s.input.options, c);
+  return c;
+}
+
 // Keyed cuts with key offsets (KeyOffsets) on many like tensors: 64 bf16
 // [256, 1024] FSDP 8 on host 0 -> 2 x tp8 on hosts 1 and 2, planned with
 // the H100 topology's costs and keyed cuts on request, takes them at K = 4
@@ -571,9 +580,7 @@ TEST(PlanRounds, KeyOffsetsSpreadLikeTensorsOverTheRounds) {
           "hosts": [1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2]}},
     "tensors": [)" + tensors +
                       "]}");
-  const ClusterTopology c = load_cluster_topology(std::string(RESHARD_SOURCE_DIR) +
-                                                  "/bench/topologies/h100_8gpu_ndr400.json");
-  plan_with_cluster_costs(s.input.options, c);
+  const ClusterTopology c = h100_costs(s);
   KeyedOverride keyed(planning::kKeyGranule);
   const Plan plan = make_plan(s.input);
   ASSERT_EQ(keyed_cuts(plan, planning::kKeyGranule), 4) << "keyed";
@@ -855,9 +862,7 @@ struct SubsOverride {
 TEST(PlanRounds, KeyedCutsArePricedWherePipeliningLoses) {
   SubsOverride no_subs(-1);
   Spec s = load_spec(std::string(RESHARD_SOURCE_DIR) + "/bench/specs/psum_dp4_hosts_of_2.json");
-  const ClusterTopology c = load_cluster_topology(std::string(RESHARD_SOURCE_DIR) +
-                                                  "/bench/topologies/h100_8gpu_ndr400.json");
-  plan_with_cluster_costs(s.input.options, c);
+  const ClusterTopology c = h100_costs(s);
   const Plan plan = make_plan(s.input);
   EXPECT_EQ(keyed_cuts(plan, planning::kKeyGranule), 2) << "keyed";
   EXPECT_EQ(plan.stats().messages, 176);
@@ -889,9 +894,7 @@ TEST(PlanRounds, KeyedCutsArePricedWherePipeliningLoses) {
 // plan executes to the oracle's values.
 TEST(PlanRounds, SubMessagesWhereTheEstimateGains) {
   Spec s = load_spec(std::string(RESHARD_SOURCE_DIR) + "/bench/specs/psum_dp4_hosts_of_2.json");
-  const ClusterTopology c = load_cluster_topology(std::string(RESHARD_SOURCE_DIR) +
-                                                  "/bench/topologies/h100_8gpu_ndr400.json");
-  plan_with_cluster_costs(s.input.options, c);
+  const ClusterTopology c = h100_costs(s);
   const Plan plan = make_plan(s.input);
   uint32_t most_sub = 0;
   for (const auto& [p, part] : plan.parts())
@@ -934,9 +937,7 @@ TEST(PlanRounds, SubMessagesWhereNoRoundPays) {
   Spec s = load_spec(std::string(RESHARD_SOURCE_DIR) +
                      "/bench/specs/mid_regions_one_holder_to_8_hosts.json");
   const PlanInput defaults = s.input;
-  const ClusterTopology c = load_cluster_topology(std::string(RESHARD_SOURCE_DIR) +
-                                                  "/bench/topologies/h100_8gpu_ndr400.json");
-  plan_with_cluster_costs(s.input.options, c);
+  const ClusterTopology c = h100_costs(s);
   const Plan plan = make_plan(s.input);
   uint32_t most_sub = 0;
   for (const auto& [p, part] : plan.parts())
