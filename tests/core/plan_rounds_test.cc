@@ -84,6 +84,13 @@ int64_t expected_cut(const std::vector<StreamPiece>& pieces, int64_t x, int64_t 
   return p.offset + (x - p.offset) / p.esize * p.esize;
 }
 
+// Keyed cuts on request (choice_override().keyed), restored after
+// (-1: none).
+struct KeyedOverride {
+  explicit KeyedOverride(int64_t g) { planning::choice_override().keyed = g; }
+  ~KeyedOverride() { planning::choice_override().keyed = 0; }
+};
+
 // Invariant: every stream is cut exactly as rounds.h says — R = ceil(B / c)
 // non-empty rounds, cut k at expected_cut(k * c) — so every round but the
 // last holds more than c - max(s, 8) bytes (no slivers) and fewer than
@@ -93,10 +100,7 @@ TEST(PlanRounds, StreamsAreCutByTheWindowRule) {
   // The budget's cuts alone: the unbudgeted plan's streams without keyed
   // cuts or sub-messages (which cut them by keys; planner 41 prices them on
   // more plans).
-  struct NoKeyed {
-    NoKeyed() { planning::choice_override().keyed = -1; }
-    ~NoKeyed() { planning::choice_override().keyed = 0; }
-  } no_keyed;
+  KeyedOverride no_keyed(-1);
   int checked_streams = 0, multi_round = 0, split_cuts = 0, aligned_cuts = 0, without_scratch = 0;
   for (int c = 0; c < scaled_cases(1500); ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
@@ -444,12 +448,6 @@ TEST(PlanRounds, SubVolumesByHandAndAgainstEnumeration) {
         }
     }
 }
-
-// Keyed cuts on request (choice_override().keyed), restored after.
-struct KeyedOverride {
-  explicit KeyedOverride(int64_t g) { planning::choice_override().keyed = g; }
-  ~KeyedOverride() { planning::choice_override().keyed = 0; }
-};
 
 // The K of keyed cuts of granule g if every piece of the plan lies in the
 // round of its key (rounds.h), else 0.

@@ -674,11 +674,7 @@ void Context::decide_joint_entry(int64_t max_bytes) {
   auto set = [&](const std::vector<size_t>& g, bool on) {
     for (size_t i : g) tensors[i].joint_entry = on;
   };
-  if (groups.size() > kMaxReduceGroups) {
-    for (size_t k = 1; k < groups.size(); ++k)
-      groups[0].insert(groups[0].end(), groups[k].begin(), groups[k].end());
-    groups.resize(1);
-  }
+  groups = in_order(std::move(groups));
   PlanStats st;
   scheduled_stats(st, max_bytes);
   // One stage: no cross layout read the flag.

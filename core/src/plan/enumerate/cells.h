@@ -117,7 +117,7 @@ void Enumerator::transit_cut(const TensorCtx& t, uint32_t e,
   const double want_low = out == nullptr ? 0.0 : out->back().hi;
   const double scale = want_low > want_top ? 1.0 / (want_low + (1.0 - want_top)) : 1.0;
   // A sending share's bound, and a receiving one's (as they are unscaled).
-  const auto bottom = [&](double v) { return scale == 1.0 ? v : v * scale; };
+  const auto bottom = [&](double v) { return v * scale; };
   const auto upper = [&](double v) { return scale == 1.0 ? v : 1.0 - (1.0 - v) * scale; };
   const double top = upper(want_top), low = bottom(want_low);
   const Box& region = x.region;
