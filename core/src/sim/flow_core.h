@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <queue>
@@ -150,6 +152,23 @@ void advance_to_next_event(double& now, double t_start, std::vector<uint32_t>& a
       active[kept++] = m;
   }
   active.resize(kept);
+}
+
+// Keeps the active flows ordered by `less` (distinct keys) after an event:
+// the first `kept` of `active` are the flows advance_to_next_event kept, in
+// order, and the rest were started since. Sorts only those and merges
+// (through `scratch`): the order of a full sort, in time linear in the
+// flows kept.
+template <class Less>
+void merge_started(std::vector<uint32_t>& active, size_t kept, std::vector<uint32_t>& scratch,
+                   Less&& less) {
+  if (kept >= active.size()) return;
+  const auto mid = active.begin() + static_cast<std::ptrdiff_t>(kept);
+  std::sort(mid, active.end(), less);
+  if (kept == 0 || !less(*mid, *(mid - 1))) return;
+  scratch.clear();
+  std::merge(active.begin(), mid, mid, active.end(), std::back_inserter(scratch), less);
+  active.swap(scratch);
 }
 
 }  // namespace reshard::sim

@@ -153,7 +153,7 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
     }
   };
 
-  std::vector<uint32_t> active;  // message indices
+  std::vector<uint32_t> active, merge_scratch;  // message indices, in order
   std::vector<uint32_t> finished;
   // Saturation bookkeeping for the binding link.
   std::vector<double> saturated(nl, 0);
@@ -205,6 +205,7 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
     advance_to_next_event(
         now, t_start, active, bottlenecks, saturated, [&](uint32_t m) -> Flow& { return flows[m]; },
         [&](uint32_t m) { return messages[m].bytes; }, complete);
+    const size_t kept = active.size();
     start_due();
     // Lanes whose round completed move on; entering may start messages
     // (after α) or complete zero-byte ones, which may finish rounds again.
@@ -215,7 +216,7 @@ SimResult simulate(const Topology& topo, const ClusterTopology& cluster,
       for (uint32_t li : batch) enter(li);
       start_due();
     }
-    std::sort(active.begin(), active.end());
+    sim::merge_started(active, kept, merge_scratch, std::less<>());
     allocate();
   }
   if (completed != nm)

@@ -608,7 +608,7 @@ SimResult run(Store& st) {
     }
   };
 
-  std::vector<uint32_t> active;  // live slots
+  std::vector<uint32_t> active, merge_scratch;  // live slots, by message index
   std::vector<double> saturated(nl, 0);
   std::vector<uint32_t> bottlenecks;
   sim::MaxMin maxmin(nl);
@@ -666,6 +666,7 @@ SimResult run(Store& st) {
         now, t_start, active, bottlenecks, saturated,
         [&](uint32_t m) -> Flow& { return live[m].flow; },
         [&](uint32_t m) { return live[m].bytes; }, complete);
+    const size_t kept = active.size();
     start_due();
     while (!finished.empty()) {
       std::vector<uint32_t> batch;
@@ -674,11 +675,12 @@ SimResult run(Store& st) {
       for (uint32_t li : batch) enter(li);
       start_due();
     }
-    std::sort(active.begin(), active.end(), by_index);
+    sim::merge_started(active, kept, merge_scratch, by_index);
     ++events;
     const int64_t loop =
         static_cast<int64_t>(
             live.capacity() * sizeof(Live) + free_slots.capacity() * 4 + active.capacity() * 4 +
+            merge_scratch.capacity() * 4 +
             starts.capacity() * sizeof(Act) + live_by_key.capacity() * sizeof(LiveIndex::Cell) +
             waiters.capacity() * sizeof(LiveIndex::Cell) +
             waiter_lists.capacity() * sizeof(std::vector<uint32_t>) + free_lists.capacity() * 4) +
@@ -705,12 +707,12 @@ SimResult run(Store& st) {
   return r;
 }
 
-// Its slot in `live`, `free_slots`, `active` and `starts` (vectors: up to
-// twice their largest size), its place in MaxMin, a node and buckets of
+// Its slot in `live`, `free_slots`, `active`, `merge_scratch` and `starts`
+// (vectors: up to twice their largest size), its place in MaxMin, a node and buckets of
 // `live_by_key` (at least a quarter full, and the old table while it
 // grows), its place and node in its receiver's `waiting`.
 constexpr int64_t kLoopBytesPerSend =
-    2 * static_cast<int64_t>(sizeof(Live) + 4 + 4 + sizeof(Act)) + kMaxMinBytesPerFlow +
+    2 * static_cast<int64_t>(sizeof(Live) + 4 + 4 + 4 + sizeof(Act)) + kMaxMinBytesPerFlow +
     4 * static_cast<int64_t>(sizeof(LiveIndex::Cell)) + kRoundNodeBytes + sim::alloc_bytes(4);
 // At worst a key of `waiters` each (four cells, as `live_by_key`), a list
 // and a free-list entry (vectors: doubled) and the list's allocation.
