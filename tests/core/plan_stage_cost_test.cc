@@ -265,6 +265,73 @@ TEST(StageCost, KeyedRoundsWaitOnlyForTheirOwnRoundAndAreAsLongAsTheirKeys) {
   EXPECT_NEAR(stage_cost(c.stages, {2, 2}, c.lb, c.o, RoundSizes::kEven, &late), 11 * kUs, 1e-12);
 }
 
+TEST(StageCost, KeyedForwardsWaitOnlyForTheStreamsThatFeedThem) {
+  // Two hosts of two devices, each device its own NIC: 1,000 bytes take
+  // 1 µs across hosts and 0.1 µs within one; α = 1 µs; 2 keyed rounds.
+  // Stage 0: device 0 sends 4,000 bytes across to device 2 (2,000 a key)
+  // and 1,000 within its host into device 1's scratch (500 a key); stage
+  // 1: device 1 forwards those across to device 3 (its NIC is idle in
+  // stage 0). Stage 0 takes 2 α + 4 µs = 6 µs, rounds of 3 µs.
+  Chain c(4);
+  c.lb.host_of_device = {0, 0, 1, 1};
+  std::deque<std::vector<std::vector<Acc>>> rows(
+      2, std::vector<std::vector<Acc>>(2, std::vector<Acc>(4)));
+  auto charge = [&](std::vector<Acc>& x, size_t a, size_t b, int64_t bytes) {
+    x[a].send += bytes, x[b].recv += bytes;
+    ++x[a].send_msgs, ++x[b].recv_msgs;
+    if (c.lb.host_of_device[a] != c.lb.host_of_device[b])
+      x[a].send_inter += bytes, x[b].recv_inter += bytes;
+  };
+  auto send = [&](size_t s, size_t a, size_t b, int64_t bytes) {
+    while (c.stages.size() <= s) c.stages.emplace_back(4);
+    charge(c.stages[s], a, b, bytes);
+    for (std::vector<Acc>& round : rows[s]) charge(round, a, b, bytes / 2);
+  };
+  send(0, 0, 2, 4000);
+  send(0, 0, 1, 1000);
+  send(1, 1, 3, 1000);
+  KeyedRounds kr;
+  for (size_t s = 0; s < 2; ++s) {
+    kr.seconds.emplace_back();
+    kr.loads.emplace_back();
+    for (size_t r = 0; r < 2; ++r) {
+      kr.seconds[s].push_back(busiest_link_seconds(rows[s][r], c.lb, c.o));
+      kr.loads[s].push_back(link_loads(rows[s][r], c.lb, c.o));
+    }
+  }
+  // Aggregated, round r of the forward waits for all of round r of stage
+  // 0: it ends at 3 + (α + 0.5) = 4.5 µs and 6 + 1.5 = 7.5 µs; stage 0's
+  // links: 4 µs, 2 α and the forward's last round, 7.5 µs.
+  EXPECT_NEAR(stage_cost(c.stages, {2, 2}, c.lb, c.o, RoundSizes::kEven, &kr), 7.5 * kUs, 1e-12);
+  // Its senders known: device 1 forwards a sending-side transit (kind 0),
+  // fed over device 0's port out and its own port in (0.05 µs a round),
+  // each device its own process. Round 0 of the forward starts when its
+  // feed arrived, at α + 0.05 = 1.05 µs, and ends at 2.55; round 1's feed
+  // leaves when device 0's round 0 ended (3 µs) and arrives at 4.05, the
+  // forward ends at 5.55. Stage 0's NIC links feed nothing: 4 + 2 α = 6
+  // µs, no forward after them; its port links carry 0.1 µs, 2 α and the
+  // forward's last round (1.5 µs); the forward's links start at its first
+  // round (1.05 µs): 1.05 + 1 + 2 α = 4.05. So 6 µs: the forward hides
+  // behind stage 0, as the fleet simulator runs it.
+  kr.lanes = 4;
+  kr.streams.resize(2);
+  kr.streams[1].push_back({1, 3, 0b11, 0b1, 1, 3});
+  kr.senders.resize(2);
+  kr.senders[1].push_back({{0.05 * kUs, 0.05 * kUs}, {0.5 * kUs, 0.5 * kUs}});
+  kr.senders_at.resize(2);
+  kr.senders_at[1].assign(4 * KeyedRounds::kForwardKinds, -1);
+  kr.senders_at[1][1 * KeyedRounds::kForwardKinds + 0] = 0;
+  kr.feed_links.assign(1, std::vector<double>(kr.loads[0][0].size(), 0.0));
+  const auto [out, in] = stream_links(c.lb, 4, 0, 1);
+  kr.feed_links[0][out] = kr.feed_links[0][in] = 0.5 * kUs;
+  EXPECT_NEAR(stage_cost(c.stages, {2, 2}, c.lb, c.o, RoundSizes::kEven, &kr), 6 * kUs, 1e-12);
+  // A forward fed across hosts waits for that: fed over device 0's NIC
+  // (2 µs a round) and device 1's port, round 0 arrives at 3 µs and the
+  // forward ends at 4.5, round 1 at 3 + 3 = 6 and 7.5 µs: 7.5 µs.
+  kr.senders[1][0].feed = {2 * kUs, 2 * kUs};
+  EXPECT_NEAR(stage_cost(c.stages, {2, 2}, c.lb, c.o, RoundSizes::kEven, &kr), 7.5 * kUs, 1e-12);
+}
+
 TEST(StageCost, SubEndsShareTheLinkAmongTheFlowsThatFlow) {
   // Two flows from 0 of 1 and 2 µs: both at half rate until the first ends
   // at 2, the other alone from then: 3. Flows of 2 and 1 µs from 0 and 1:

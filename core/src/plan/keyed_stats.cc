@@ -4,12 +4,44 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <map>
 
 #include "plan/stage_cost.h"
 #include "plan/stats_pass.h"
 #include "plan/sub_choice.h"
 
 namespace reshard::planning {
+
+namespace {
+
+// The kinds of forward a piece feeds (bits 0-3: the scratch it writes, or
+// a destination entry, which a relay may forward) and makes (bits 4-7: the
+// scratch it reads, or a relay piece from a destination entry): 0 a
+// sending-side transit (Emitted::scratch 6, then 7), 1 a receiving-side one
+// (4, then 5), 2 a pre-reduction (1 or 3, then 2 or 3), 3 a destination
+// entry's forward.
+uint8_t keyed_kind(const Emitted& x) {
+  switch (x.scratch) {
+    case 6:
+      return 1;
+    case 7:
+      return 1 << 4;
+    case 4:
+      return 2;
+    case 5:
+      return 2 << 4;
+    case 1:
+      return 4;
+    case 2:
+      return 4 << 4;
+    case 3:
+      return 4 | 4 << 4;
+    default:
+      return x.relay() ? (8 | 8 << 4) : 8;
+  }
+}
+
+}  // namespace
 
 void StatsPass::count_keys(const Emitted& x, uint32_t sd, uint32_t dd, bool inter, int64_t esum,
                            int64_t copies) {
@@ -33,6 +65,7 @@ void StatsPass::count_keys(const Emitted& x, uint32_t sd, uint32_t dd, bool inte
     }
   }
   key_streams[stage_stream_key(x.stage, sd, dd)] |= mask;
+  key_stream_kinds[stage_stream_key(x.stage, sd, dd)] |= keyed_kind(x);
   count_subs(x, sd, dd, inter, esum, copies);
   if (blocks > 1) add_to(key_split, mul_of(blocks - 1, copies, "pieces"), "pieces");
   // The piece is split at every block boundary.
@@ -106,17 +139,92 @@ StatsPass::KeyedChoice StatsPass::choose_keyed(int nstages, RoundRule& rule, con
     c.device_msgs[sd] += n;
     c.device_msgs[dd] += n;
   }
-  std::vector<int64_t> rounds(static_cast<size_t>(nstages), 0);
+  const auto ns = static_cast<size_t>(nstages);
+  std::vector<int64_t> rounds(ns, 0);
   KeyedRounds kr;
-  kr.seconds.resize(static_cast<size_t>(nstages));
-  for (size_t s = 0; s < static_cast<size_t>(nstages); ++s) {
+  kr.seconds.resize(ns);
+  // Each round's links (link_loads), for the senders of stages above 0.
+  std::vector<std::vector<std::vector<double>>> loads(ns);
+  for (size_t s = 0; s < ns; ++s) {
     rounds[s] = std::bit_width(stage_keys[s]);
     for (size_t r = 0; r < static_cast<size_t>(rounds[s]) && s < key_acc.size(); ++r) {
       const std::vector<Acc>& x = key_acc[s][r];
-      kr.seconds[s].push_back(busiest_link_seconds(x, lb, o));
+      loads[s].push_back(link_loads(x, lb, o));
+      const std::vector<double>& l = loads[s][r];
+      kr.seconds[s].push_back(l.empty() ? 0.0 : *std::max_element(l.begin(), l.end()));
       for (const Acc& a : x) c.peak = std::max(c.peak, a.send + a.recv);
     }
   }
+  // The senders of each stage above 0 (KeyedRounds::senders), one per
+  // device and kind of forward (keyed_kind): per round its streams' links
+  // of that kind, and per round of the stage before those of the streams
+  // into it that feed that kind.
+  kr.senders.resize(ns);
+  constexpr size_t kKinds = KeyedRounds::kForwardKinds;
+  std::vector<std::vector<int32_t>>& sender_of = kr.senders_at;
+  sender_of.resize(ns);
+  kr.streams.resize(ns);
+  // Each device's process, numbered from 0 (the streams' lanes).
+  std::vector<uint32_t> lane(ndev, 0);
+  {
+    std::map<int32_t, uint32_t> number;
+    for (size_t d = 0; d < ndev; ++d) {
+      const int32_t p = ctx.input.topology.info(ctx.devices[d]).process;
+      lane[d] = number.try_emplace(p, static_cast<uint32_t>(number.size())).first->second;
+    }
+    kr.lanes = number.size();
+  }
+  auto each_bit = [](uint32_t mask, auto&& f) {
+    for (uint32_t m = mask; m != 0; m &= m - 1) f(static_cast<size_t>(std::countr_zero(m)));
+  };
+  for (const auto& [key, mask] : key_streams) {
+    const auto s = static_cast<size_t>(key >> 40);
+    const auto sd = static_cast<uint32_t>(key >> 20 & 0xfffff);
+    const auto dd = static_cast<uint32_t>(key & 0xfffff);
+    if (s == 0 || mask == 0 || loads[s].empty()) continue;
+    if (sender_of[s].empty()) sender_of[s].assign(ndev * kKinds, -1);
+    const auto [out, in] = stream_links(lb, ndev, sd, dd);
+    const auto kinds = key_stream_kinds.find(key);
+    const uint32_t made = kinds == key_stream_kinds.end() ? 0 : kinds->second >> 4;
+    kr.streams[s].push_back({sd, dd, mask, made, lane[sd], lane[dd]});
+    each_bit(made, [&](size_t kind) {
+      int32_t& at = sender_of[s][sd * kKinds + kind];
+      if (at < 0) {
+        at = static_cast<int32_t>(kr.senders[s].size());
+        kr.senders[s].push_back({std::vector<double>(loads[s - 1].size(), 0.0),
+                                 std::vector<double>(loads[s].size(), 0.0)});
+      }
+      std::vector<double>& own = kr.senders[s][static_cast<size_t>(at)].own;
+      each_bit(mask, [&](size_t r) {
+        own[r] = std::max({own[r], loads[s][r][out], loads[s][r][in]});
+      });
+    });
+  }
+  for (const auto& [key, mask] : key_streams) {
+    const auto s = static_cast<size_t>(key >> 40);
+    const auto sd = static_cast<uint32_t>(key >> 20 & 0xfffff);
+    const auto dd = static_cast<uint32_t>(key & 0xfffff);
+    if (s + 1 >= ns || sd == dd || loads[s].empty() || sender_of[s + 1].empty()) continue;
+    const auto [out, in] = stream_links(lb, ndev, sd, dd);
+    const auto kinds = key_stream_kinds.find(key);
+    each_bit(kinds == key_stream_kinds.end() ? 0 : kinds->second & 0xf, [&](size_t kind) {
+      const int32_t at = sender_of[s + 1][dd * kKinds + kind];
+      if (at < 0) return;
+      const KeyedRounds::Sender& to = kr.senders[s + 1][static_cast<size_t>(at)];
+      double last_own = 0;
+      for (double v : to.own) last_own = v > 0 ? v : last_own;
+      if (kr.feed_links.size() <= s) kr.feed_links.resize(s + 1);
+      std::vector<double>& fl = kr.feed_links[s];
+      if (fl.empty()) fl.assign(loads[s][0].size(), 0.0);
+      fl[out] = std::max(fl[out], last_own);
+      fl[in] = std::max(fl[in], last_own);
+      std::vector<double>& feed = kr.senders[s + 1][static_cast<size_t>(at)].feed;
+      each_bit(mask, [&](size_t r) {
+        feed[r] = std::max({feed[r], loads[s][r][out], loads[s][r][in]});
+      });
+    });
+  }
+  kr.loads = std::move(loads);
   const double cost = stage_cost(stage_acc, rounds, lb, o, RoundSizes::kEven, &kr);
   const bool forced = choice_override().keyed > 0;
   const bool fits = o.staging_budget_bytes <= 0 || c.peak < o.staging_budget_bytes;

@@ -41,6 +41,12 @@ void link_seconds(const std::vector<Acc>& x, const Bounds& lb, const PlanOptions
   }
 }
 
+// Whether a stream from dense device `src` to `dst` crosses hosts.
+bool crosses_hosts(const Bounds& lb, uint32_t src, uint32_t dst) {
+  return lb.host_of_device.empty() ? lb.group_of_device[src] != lb.group_of_device[dst]
+                                   : lb.host_of_device[src] != lb.host_of_device[dst];
+}
+
 }  // namespace
 
 int64_t pipeline_rounds(const std::deque<std::vector<Acc>>& stage_acc, const Bounds& lb,
@@ -100,10 +106,7 @@ double sub_pipeline(const KeyedRounds& kr, const std::vector<double>& whole,
   std::vector<std::vector<uint32_t>> members(ng);
   for (size_t d = 0; d < ndev; ++d)
     members[lb.group_of_device[d]].push_back(static_cast<uint32_t>(d));
-  auto cross = [&](const SubStream& x) {
-    return lb.host_of_device.empty() ? lb.group_of_device[x.src] != lb.group_of_device[x.dst]
-                                     : lb.host_of_device[x.src] != lb.host_of_device[x.dst];
-  };
+  auto cross = [&](const SubStream& x) { return crosses_hosts(lb, x.src, x.dst); };
   // Per (device, sub), at d * P + j: when d holds sub j; the earliest
   // start of a sub-j stream into d within its host [0] and across [1]; the
   // ends of its flows on its port out and in and its NIC group out and in;
@@ -295,6 +298,9 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
     const double v = keyed->seconds[s][r] * key_scale[s];
     return v > 0 ? a + v : 0.0;
   };
+  // Seconds `v` of a link in key r of stage s as a round's: α plus v
+  // scaled as R_s, nothing where v is 0.
+  auto keyed_term = [&](size_t s, double v) { return v > 0 ? a + v * key_scale[s] : 0.0; };
   const bool subs = keyed && keyed->subs;
   // Subs: a stage's subs that hold bytes, and its first and last one's.
   auto sub_count = [&](size_t s) {
@@ -324,11 +330,71 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
       return std::min(whole[s], keyed_round(s, static_cast<size_t>(std::max(rounds[s], 1.0)) - 1));
     return rounds[s] <= 1.0 + kForwardLagRounds ? whole[s] : rest[s] * (1.0 + kForwardLagRounds);
   };
+  // Keyed cuts: the critical path of the rounds (C_s(r) above), per
+  // sender where a stage's senders are known; there `begin` holds the
+  // earliest start of a sender's first round (the stage's lead).
+  double keyed_path = 0;
+  std::vector<double> begin(ns, -1.0);
+  if (keyed && !subs) {
+    std::vector<double> prev, cur, lane_end, lane_next;  // C_{s−1}(r), C_s(r)
+    double prev_start = 0;                               // C_{s−1}(−1)
+    auto before = [&](size_t r) {
+      return r < prev.size() ? prev[r] : prev.empty() ? 0.0 : prev.back();
+    };
+    for (size_t s = 0; s < ns; ++s) {
+      if (whole[s] <= 0) continue;
+      const auto k = static_cast<size_t>(rounds[s]);
+      cur.assign(k, 0.0);
+      double first = HUGE_VAL, last_start = stall[s];
+      if (s == 0 || s >= keyed->streams.size() || keyed->streams[s].empty() ||
+          s >= keyed->loads.size()) {
+        double at = stall[s];
+        for (size_t r = 0; r < k; ++r) {
+          at = std::max(at, before(r));
+          if (r == 0) last_start = at;
+          at += keyed_round(s, r);
+          cur[r] = at;
+        }
+      } else {
+        // Lanes: each process's round r ends when its streams' messages of
+        // round r have, and a message starts once both its lanes passed
+        // round r − 1 and its sender's feed of round r arrived.
+        const size_t ndev = stage_acc[s].size();
+        const std::vector<std::vector<double>>& loads = keyed->loads[s];
+        lane_end.assign(keyed->lanes, stall[s]);
+        last_start = 0;
+        for (size_t r = 0; r < k && r < loads.size(); ++r) {
+          lane_next = lane_end;
+          cur[r] = r > 0 ? cur[r - 1] : 0.0;
+          for (const KeyedRounds::Stream& x : keyed->streams[s]) {
+            if (!(x.mask >> r & 1)) continue;
+            double at = std::max(lane_end[x.src_lane], lane_end[x.dst_lane]);
+            const double fed = keyed->feed_of(s, x, r);
+            if (fed > 0)
+              at = std::max(at, (r == 0 ? prev_start : before(r - 1)) + keyed_term(s - 1, fed));
+            first = std::min(first, at);
+            if (r == 0) last_start = std::max(last_start, at);
+            const auto [out, in] = stream_links(lb, ndev, x.src, x.dst);
+            const double end = at + keyed_term(s, std::max(loads[r][out], loads[r][in]));
+            lane_next[x.src_lane] = std::max(lane_next[x.src_lane], end);
+            lane_next[x.dst_lane] = std::max(lane_next[x.dst_lane], end);
+            cur[r] = std::max(cur[r], end);
+          }
+          lane_end.swap(lane_next);
+        }
+        if (first < HUGE_VAL) begin[s] = first;
+      }
+      if (k > 0) keyed_path = std::max(keyed_path, cur.back());
+      prev_start = last_start;
+      prev.swap(cur);
+    }
+  }
   std::vector<double> fill(ns + 1, 0.0), start(ns + 1, 0.0), tail(ns + 1, 0.0);
   for (size_t s = 0; s < ns; ++s) {
     fill[s] = std::max(fill[s], stall[s]);
-    fill[s + 1] = fill[s] + lead(s);
-    start[s + 1] = start[s] + lead(s);
+    const double early = s + 1 < ns && begin[s + 1] >= 0 ? begin[s + 1] : HUGE_VAL;
+    fill[s + 1] = std::min(early, fill[s] + lead(s));
+    start[s + 1] = std::min(early, start[s] + lead(s));
   }
   for (size_t s = ns; s-- > 0;) tail[s] = tail[s + 1] + drain(s);
   // The pipeline: the stage that ends last, after its fill and before the
@@ -359,35 +425,33 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
       prev.swap(ends);
     }
   } else if (keyed) {
-    // The critical path of the rounds (C_s(r) above).
-    std::vector<double> prev, cur;
-    for (size_t s = 0; s < ns; ++s) {
-      if (whole[s] <= 0) continue;
-      const auto k = static_cast<size_t>(rounds[s]);
-      cur.assign(k, 0.0);
-      double at = stall[s];
-      for (size_t r = 0; r < k; ++r) {
-        at = std::max(at, r < prev.size() ? prev[r] : prev.empty() ? 0.0 : prev.back());
-        at += keyed_round(s, r);
-        cur[r] = at;
-      }
-      pipeline = std::max(pipeline, at);
-      prev.swap(cur);
-    }
+    pipeline = keyed_path;
   } else {
     for (size_t s = 0; s < ns; ++s)
       if (whole[s] > 0) pipeline = std::max(pipeline, fill[s] + whole[s] + tail[s + 1]);
   }
   // Each link waits for the fill of the first stage it serves, and what
-  // it carries last still crosses the drain of every later stage. A link
-  // that a later stage t also uses carries, from t's start on, all of
+  // it carries last still crosses the drain of every later stage; where
+  // the next stage's senders are known (keyed cuts), the last round of
+  // those it feeds and the drains after their stage
+  // (KeyedRounds::feed_links), or nothing where it feeds none.
+  auto drains_after = [&](size_t i) {
+    const size_t s = last[i];
+    const bool known = keyed && !subs && s + 1 < keyed->senders.size() &&
+                       !keyed->senders[s + 1].empty() && s < keyed->feed_links.size() &&
+                       !keyed->feed_links[s].empty();
+    if (!known) return tail[s + 1];
+    const double fed = keyed->feed_links[s][i];
+    return fed > 0 ? std::min(drain(s + 1), keyed_term(s + 1, fed)) + tail[s + 2] : 0.0;
+  };
+  // A link that a later stage t also uses carries, from t's start on, all of
   // stage t and later and what is left then of the earlier stages, each
   // spread over its own time (an earlier stage paced by another link
   // leaves this one part idle before t starts).
   double busiest_link = 0;
   for (size_t i = 0; i < nl; ++i) {
     if (total[i] <= 0) continue;
-    const double after = a * rounds_most + tail[last[i] + 1];
+    const double after = a * rounds_most + drains_after(i);
     busiest_link = std::max(busiest_link, fill[first[i]] + total[i] + after);
   }
   // From a later stage's start, a link carries at most all it carries
@@ -400,7 +464,7 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
   if (known >= sum) return sum;
   for (size_t i = 0; i < nl; ++i) {
     if (total[i] <= 0 || first[i] == last[i]) continue;
-    const double after = a * rounds_most + tail[last[i] + 1];
+    const double after = a * rounds_most + drains_after(i);
     if ((start[last[i]] + total[i] + after) * (1 + 1e-9) < std::max(known, busiest_link)) continue;
     for (size_t t = first[i] + 1; t <= last[i]; ++t) {
       if (per[t][i] <= 0) continue;
@@ -484,6 +548,19 @@ double busiest_link_seconds(const std::vector<Acc>& stage, const Bounds& lb, con
   std::vector<double> links;
   link_seconds(stage, lb, o, links);
   return links.empty() ? 0.0 : *std::max_element(links.begin(), links.end());
+}
+
+std::vector<double> link_loads(const std::vector<Acc>& stage, const Bounds& lb,
+                               const PlanOptions& o) {
+  std::vector<double> links;
+  link_seconds(stage, lb, o, links);
+  return links;
+}
+
+std::pair<size_t, size_t> stream_links(const Bounds& lb, size_t ndev, uint32_t src, uint32_t dst) {
+  if (!crosses_hosts(lb, src, dst)) return {2 * size_t{src}, 2 * size_t{dst} + 1};
+  return {2 * ndev + 2 * size_t{lb.group_of_device[src]},
+          2 * ndev + 2 * size_t{lb.group_of_device[dst]} + 1};
 }
 
 double stage_cost_floor(const std::deque<std::vector<Acc>>& stage_acc, const Bounds& lb,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <utility>
 #include <vector>
 
 #include "plan/bounds.h"
@@ -122,7 +123,27 @@ enum class RoundSizes { kBands, kEven };
 // end of the stage before (drain). The pipeline is the critical path of
 // the rounds: round r of stage s ends at
 //   C_s(r) = max(C_s(r − 1), C_{s−1}(r)) + R_s(r)
-// (C_s(−1) its stall), the plan at the latest C_s of a last round; the
+// (C_s(−1) its stall), the plan at the latest C_s of a last round.
+// Where the streams of a stage above 0 are known (keyed->streams[s]), the
+// path is followed per stream and process, as the fleet simulator's lanes
+// run (a process's messages of a stage go round by round together): the
+// message of stream x (device d to e) in round r starts at
+//   B_x(r) = max(L_p(d)(r − 1), L_p(e)(r − 1), C_{s−1}(r − 1) + Φ_x(r))
+// and ends at B_x(r) + α + the busier of its two links in key r, where
+// L_p(r) is the latest end of a message of process p in round r (its
+// stall before round 0), C_{s−1}(−1) the start of the first round of
+// stage s − 1, and Φ_x(r) = α + the busiest link of d's feed in key r:
+// the streams into d that feed the kinds of forward x makes (a sending- or
+// receiving-side transit, a pre-reduction, a destination's forward); a
+// term of no bytes is 0, and each is scaled as R_s. C_s(r) is the latest
+// end of a round-r message, and the stage's lead (what the links it first
+// uses wait for) the earliest B_x. A link that carries a feed is followed
+// by the last round of the senders it feeds (and the drains of the stages
+// after theirs), a link that carries none by no drain. A relay fed over
+// NVLink while the NICs of its stage carry the rest forwards that early:
+// on bench/specs/axis_swap_4_hosts_of_8.json (each host's two devices
+// without cross-host targets relay both ways) the simulator starts the
+// forwards at 9 µs, not after the 36 µs of a whole round. The
 // link terms and the sum of the stages stay as above.
 //
 // Sub-messages (`subs` set; Message::sub): the keys of a stage are subs of
@@ -159,6 +180,46 @@ struct SubStream {
 };
 struct KeyedRounds {
   std::vector<std::vector<double>> seconds;  // per stage, per round: busiest link, no α
+  // Keyed cuts, per stage above 0: its streams, each with the keys it
+  // holds, its kinds of forward (a bit each) and the processes of its ends
+  // (a process's messages of a stage go round by round together, as the
+  // fleet simulator's lanes do), and the senders' feeds:
+  // per device and kind of forward (senders_at[s][d * kForwardKinds + k],
+  // −1 for none) the busiest link per round of the stage before of the
+  // streams into it that feed that kind (seconds, no α; 0 where none
+  // holds the key), and the busiest link of its own streams per round of
+  // its stage. Per stage and round the links' seconds (link_loads). Empty
+  // for a stage: its rounds follow the stage's `seconds`.
+  static constexpr size_t kForwardKinds = 4;
+  struct Stream {
+    uint32_t src = 0, dst = 0, mask = 0, kinds = 0;
+    uint32_t src_lane = 0, dst_lane = 0;  // their processes, numbered from 0
+  };
+  size_t lanes = 0;  // processes
+  struct Sender {
+    std::vector<double> feed, own;
+  };
+  std::vector<std::vector<Stream>> streams = {};
+  std::vector<std::vector<Sender>> senders = {};
+  std::vector<std::vector<int32_t>> senders_at = {};
+  std::vector<std::vector<std::vector<double>>> loads = {};
+  // The busiest feed of stream x of stage s in round r, over its kinds.
+  double feed_of(size_t s, const Stream& x, size_t r) const {
+    double v = 0;
+    for (size_t k = 0; k < kForwardKinds; ++k) {
+      if (!(x.kinds >> k & 1) || s >= senders_at.size() || senders_at[s].empty()) continue;
+      const int32_t at = senders_at[s][x.src * kForwardKinds + k];
+      if (at < 0) continue;
+      const std::vector<double>& f = senders[s][static_cast<size_t>(at)].feed;
+      if (r < f.size()) v = v > f[r] ? v : f[r];
+    }
+    return v;
+  }
+  // Per stage whose next stage's senders are known, per link (link_loads'
+  // numbering): where streams of their feed use it, the latest last round
+  // of the senders they feed (the busiest link of its own streams, no α),
+  // else 0.
+  std::vector<std::vector<double>> feed_links = {};
   bool subs = false;
   // Subs: per stage, sub and device the sub's rows, and per stage its
   // streams (the pipeline needs both).
@@ -196,6 +257,15 @@ double stage_cost(const std::deque<std::vector<Acc>>& stage_acc,
 
 // The busiest link's seconds of a stage's rows (stage_cost's links).
 double busiest_link_seconds(const std::vector<Acc>& stage, const Bounds& lb, const PlanOptions& o);
+
+// Each of stage_cost's links' seconds in the rows `stage`: [2d] device
+// d's port out, [2d + 1] in; [2 ndev + 2g] NIC group g out, + 1 in.
+std::vector<double> link_loads(const std::vector<Acc>& stage, const Bounds& lb,
+                               const PlanOptions& o);
+
+// The links (out, in) of a stream from dense device `src` to `dst` in
+// link_loads' numbering: its ports within a host, its NIC groups across.
+std::pair<size_t, size_t> stream_links(const Bounds& lb, size_t ndev, uint32_t src, uint32_t dst);
 
 // A floor of stage_cost with any rounds: the most seconds one link carries
 // over every stage plus α, or α per stage where something moves, if more

@@ -171,6 +171,9 @@ class StatsPass {
   // key's round (send, recv and their parts across hosts); the group's
   // blocks (key_blocks of its representative).
   std::unordered_map<uint64_t, uint32_t> key_streams;
+  // Keyed pass: per stream (keyed as key_streams) the kinds of forward it
+  // feeds (bits 0-3) and makes (bits 4-7): keyed_kind.
+  std::unordered_map<uint64_t, uint8_t> key_stream_kinds;
   std::deque<std::vector<std::vector<Acc>>> key_acc;
   KeyBlocks group_blocks;
   // Per key offset r (KeyOffsets, mod K): the bytes per element of the
