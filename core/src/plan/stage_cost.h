@@ -4,6 +4,7 @@
 // for pipelining (plan/rounds.h, RoundRule).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <utility>
@@ -211,7 +212,7 @@ struct KeyedRounds {
       const int32_t at = senders_at[s][x.src * kForwardKinds + k];
       if (at < 0) continue;
       const std::vector<double>& f = senders[s][static_cast<size_t>(at)].feed;
-      if (r < f.size()) v = v > f[r] ? v : f[r];
+      if (r < f.size()) v = std::max(v, f[r]);
     }
     return v;
   }
