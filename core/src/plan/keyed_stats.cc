@@ -177,13 +177,16 @@ StatsPass::KeyedChoice StatsPass::choose_keyed(int nstages, RoundRule& rule, con
   auto each_bit = [](uint32_t mask, auto&& f) {
     for (uint32_t m = mask; m != 0; m &= m - 1) f(static_cast<size_t>(std::countr_zero(m)));
   };
-  for (const auto& [key, mask] : key_streams) {
+  for (const auto& stream : key_streams) {
+    const uint64_t key = stream.first;
+    const uint32_t mask = stream.second;  // not a binding: the lambdas below capture it
     const auto s = static_cast<size_t>(key >> 40);
     const auto sd = static_cast<uint32_t>(key >> 20 & 0xfffff);
     const auto dd = static_cast<uint32_t>(key & 0xfffff);
     if (s == 0 || mask == 0 || loads[s].empty()) continue;
     if (sender_of[s].empty()) sender_of[s].assign(ndev * kKinds, -1);
-    const auto [out, in] = stream_links(lb, ndev, sd, dd);
+    const std::pair<size_t, size_t> ends = stream_links(lb, ndev, sd, dd);
+    const size_t out = ends.first, in = ends.second;  // captured below: not a binding
     const auto kinds = key_stream_kinds.find(key);
     const uint32_t made = kinds == key_stream_kinds.end() ? 0 : kinds->second >> 4;
     kr.streams[s].push_back({sd, dd, mask, made, lane[sd], lane[dd]});
@@ -200,12 +203,15 @@ StatsPass::KeyedChoice StatsPass::choose_keyed(int nstages, RoundRule& rule, con
       });
     });
   }
-  for (const auto& [key, mask] : key_streams) {
+  for (const auto& stream : key_streams) {
+    const uint64_t key = stream.first;
+    const uint32_t mask = stream.second;  // not a binding: the lambdas below capture it
     const auto s = static_cast<size_t>(key >> 40);
     const auto sd = static_cast<uint32_t>(key >> 20 & 0xfffff);
     const auto dd = static_cast<uint32_t>(key & 0xfffff);
     if (s + 1 >= ns || sd == dd || loads[s].empty() || sender_of[s + 1].empty()) continue;
-    const auto [out, in] = stream_links(lb, ndev, sd, dd);
+    const std::pair<size_t, size_t> ends = stream_links(lb, ndev, sd, dd);
+    const size_t out = ends.first, in = ends.second;  // captured below: not a binding
     const auto kinds = key_stream_kinds.find(key);
     each_bit(kinds == key_stream_kinds.end() ? 0 : kinds->second & 0xf, [&](size_t kind) {
       const int32_t at = sender_of[s + 1][dd * kKinds + kind];
