@@ -177,57 +177,60 @@ StatsPass::KeyedChoice StatsPass::choose_keyed(int nstages, RoundRule& rule, con
   auto each_bit = [](uint32_t mask, auto&& f) {
     for (uint32_t m = mask; m != 0; m &= m - 1) f(static_cast<size_t>(std::countr_zero(m)));
   };
-  for (const auto& stream : key_streams) {
-    const uint64_t key = stream.first;
-    const uint32_t mask = stream.second;  // not a binding: the lambdas below capture it
+  // Each stream decoded once: stage, ends, keys, kinds (keyed_kind) and
+  // its two links.
+  struct Decoded {
+    size_t s, out, in;
+    uint32_t sd, dd, mask, kinds;
+  };
+  std::vector<Decoded> decoded;
+  decoded.reserve(key_streams.size());
+  for (const auto& [key, mask] : key_streams) {
     const auto s = static_cast<size_t>(key >> 40);
     const auto sd = static_cast<uint32_t>(key >> 20 & 0xfffff);
     const auto dd = static_cast<uint32_t>(key & 0xfffff);
-    if (s == 0 || mask == 0 || loads[s].empty()) continue;
-    if (sender_of[s].empty()) sender_of[s].assign(ndev * kKinds, -1);
-    const std::pair<size_t, size_t> ends = stream_links(lb, ndev, sd, dd);
-    const size_t out = ends.first, in = ends.second;  // captured below: not a binding
+    if (mask == 0 || loads[s].empty()) continue;
     const auto kinds = key_stream_kinds.find(key);
-    const uint32_t made = kinds == key_stream_kinds.end() ? 0 : kinds->second >> 4;
-    kr.streams[s].push_back({sd, dd, mask, made, lane[sd], lane[dd]});
+    const auto [out, in] = stream_links(lb, ndev, sd, dd);
+    decoded.push_back(
+        {s, out, in, sd, dd, mask, kinds == key_stream_kinds.end() ? 0u : kinds->second});
+  }
+  // Per key of stream x, v[key] = the busier of its links in that key.
+  auto charge_links = [&](std::vector<double>& v, const Decoded& x) {
+    each_bit(x.mask, [&](size_t r) {
+      v[r] = std::max({v[r], loads[x.s][r][x.out], loads[x.s][r][x.in]});
+    });
+  };
+  for (const Decoded& x : decoded) {
+    if (x.s == 0) continue;
+    std::vector<int32_t>& at_of = sender_of[x.s];
+    if (at_of.empty()) at_of.assign(ndev * kKinds, -1);
+    const uint32_t made = x.kinds >> 4;
+    kr.streams[x.s].push_back({x.sd, x.dd, x.mask, made, lane[x.sd], lane[x.dd]});
     each_bit(made, [&](size_t kind) {
-      int32_t& at = sender_of[s][sd * kKinds + kind];
+      int32_t& at = at_of[x.sd * kKinds + kind];
       if (at < 0) {
-        at = static_cast<int32_t>(kr.senders[s].size());
-        kr.senders[s].push_back({std::vector<double>(loads[s - 1].size(), 0.0),
-                                 std::vector<double>(loads[s].size(), 0.0)});
+        at = static_cast<int32_t>(kr.senders[x.s].size());
+        kr.senders[x.s].push_back({std::vector<double>(loads[x.s - 1].size(), 0.0),
+                                   std::vector<double>(loads[x.s].size(), 0.0)});
       }
-      std::vector<double>& own = kr.senders[s][static_cast<size_t>(at)].own;
-      each_bit(mask, [&](size_t r) {
-        own[r] = std::max({own[r], loads[s][r][out], loads[s][r][in]});
-      });
+      charge_links(kr.senders[x.s][static_cast<size_t>(at)].own, x);
     });
   }
-  for (const auto& stream : key_streams) {
-    const uint64_t key = stream.first;
-    const uint32_t mask = stream.second;  // not a binding: the lambdas below capture it
-    const auto s = static_cast<size_t>(key >> 40);
-    const auto sd = static_cast<uint32_t>(key >> 20 & 0xfffff);
-    const auto dd = static_cast<uint32_t>(key & 0xfffff);
-    if (s + 1 >= ns || sd == dd || loads[s].empty() || sender_of[s + 1].empty()) continue;
-    const std::pair<size_t, size_t> ends = stream_links(lb, ndev, sd, dd);
-    const size_t out = ends.first, in = ends.second;  // captured below: not a binding
-    const auto kinds = key_stream_kinds.find(key);
-    each_bit(kinds == key_stream_kinds.end() ? 0 : kinds->second & 0xf, [&](size_t kind) {
-      const int32_t at = sender_of[s + 1][dd * kKinds + kind];
+  for (const Decoded& x : decoded) {
+    if (x.s + 1 >= ns || x.sd == x.dd || sender_of[x.s + 1].empty()) continue;
+    each_bit(x.kinds & 0xf, [&](size_t kind) {
+      const int32_t at = sender_of[x.s + 1][x.dd * kKinds + kind];
       if (at < 0) return;
-      const KeyedRounds::Sender& to = kr.senders[s + 1][static_cast<size_t>(at)];
+      KeyedRounds::Sender& to = kr.senders[x.s + 1][static_cast<size_t>(at)];
       double last_own = 0;
       for (double v : to.own) last_own = v > 0 ? v : last_own;
-      if (kr.feed_links.size() <= s) kr.feed_links.resize(s + 1);
-      std::vector<double>& fl = kr.feed_links[s];
-      if (fl.empty()) fl.assign(loads[s][0].size(), 0.0);
-      fl[out] = std::max(fl[out], last_own);
-      fl[in] = std::max(fl[in], last_own);
-      std::vector<double>& feed = kr.senders[s + 1][static_cast<size_t>(at)].feed;
-      each_bit(mask, [&](size_t r) {
-        feed[r] = std::max({feed[r], loads[s][r][out], loads[s][r][in]});
-      });
+      if (kr.feed_links.size() <= x.s) kr.feed_links.resize(x.s + 1);
+      std::vector<double>& fl = kr.feed_links[x.s];
+      if (fl.empty()) fl.assign(loads[x.s][0].size(), 0.0);
+      fl[x.out] = std::max(fl[x.out], last_own);
+      fl[x.in] = std::max(fl[x.in], last_own);
+      charge_links(to.feed, x);
     });
   }
   kr.loads = std::move(loads);

@@ -680,8 +680,8 @@ SimResult run(Store& st) {
     const int64_t loop =
         static_cast<int64_t>(
             live.capacity() * sizeof(Live) + free_slots.capacity() * 4 + active.capacity() * 4 +
-            merge_scratch.capacity() * 4 +
-            starts.capacity() * sizeof(Act) + live_by_key.capacity() * sizeof(LiveIndex::Cell) +
+            merge_scratch.capacity() * 4 + starts.capacity() * sizeof(Act) +
+            live_by_key.capacity() * sizeof(LiveIndex::Cell) +
             waiters.capacity() * sizeof(LiveIndex::Cell) +
             waiter_lists.capacity() * sizeof(std::vector<uint32_t>) + free_lists.capacity() * 4) +
         static_cast<int64_t>(active.capacity()) * kMaxMinBytesPerFlow + waiter_bytes +
