@@ -88,6 +88,9 @@ struct Context {
   // starts again with, and clears them after): every piece is enumerated
   // and each stream's keys and each round's bytes counted. 0: a plain pass.
   int64_t keyed_keys = 0, keyed_granule = 0;
+  // The keyed pass's blocks are fine ones (rounds.h, tensor_key_blocks);
+  // whether the last keyed pass took its cuts (StatsPass::finish).
+  bool keyed_fine = false, keyed_taken = false;
   // The most piece visits one pass of the global statistics may take
   // (PlanRequest::max_stats_pieces resolved; -1: no limit), checked up
   // front by the first compute_stats (stats_visits), which sets

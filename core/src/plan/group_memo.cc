@@ -34,7 +34,8 @@ std::vector<int64_t> GroupMemo::key(const StatsPass& p, const std::vector<size_t
   const Context& c = p.ctx;
   std::vector<int64_t> k{
       c.pre_reduce, c.scratch_reserve,        c.relay_split, c.track_streams,
-      c.keyed_keys, p.o.staging_budget_bytes, p.max_bytes,   static_cast<int64_t>(members.size())};
+      c.keyed_keys, p.o.staging_budget_bytes, p.max_bytes,   static_cast<int64_t>(members.size()),
+      c.keyed_fine};
   k.reserve(k.size() + 8 * members.size());
   for (size_t i : members) {
     const TensorCtx& t = c.tensors[i];

@@ -68,8 +68,14 @@ void StatsPass::count_keys(const Emitted& x, uint32_t sd, uint32_t dd, bool inte
   key_stream_kinds[stage_stream_key(x.stage, sd, dd)] |= keyed_kind(x);
   count_subs(x, sd, dd, inter, esum, copies);
   if (blocks > 1) add_to(key_split, mul_of(blocks - 1, copies, "pieces"), "pieces");
-  // The piece is split at every block boundary.
-  if (counts && blocks > 1) count_pieces(sd, dd, mul_of(blocks - 1, copies, "pieces"));
+  // The piece is split at every block boundary (counted where the cuts are
+  // taken, finish).
+  if (counts && blocks > 1) {
+    if (key_send_split.empty()) key_send_split.assign(ndev, 0), key_recv_split.assign(ndev, 0);
+    const int64_t more = mul_of(blocks - 1, copies, "pieces");
+    add_to(key_send_split[sd], more, "pieces");
+    add_to(key_recv_split[dd], more, "pieces");
+  }
 }
 
 std::pair<int64_t, int64_t> StatsPass::sub_trial(size_t i) {
@@ -237,12 +243,16 @@ StatsPass::KeyedChoice StatsPass::choose_keyed(int nstages, RoundRule& rule, con
   const double cost = stage_cost(stage_acc, rounds, lb, o, RoundSizes::kEven, &kr);
   const bool forced = choice_override().keyed > 0;
   const bool fits = o.staging_budget_bytes <= 0 || c.peak < o.staging_budget_bytes;
-  if (fits && (forced || (cost <= st.cost_seconds && key_split <= kKeyedSplitPieces))) {
+  // A tie within rounding (the two estimates take the same busiest link by
+  // different sums) is a tie.
+  const bool no_slower = cost <= st.cost_seconds * (1 + 1e-9);
+  if (fits && (forced || (no_slower && key_split <= kKeyedSplitPieces))) {
     c.taken = true;
     st.cost_seconds = cost;
     stage_rounds = std::move(rounds);
     rule.keys = nkeys;
     rule.key_granule = ctx.keyed_granule;
+    rule.key_fine = ctx.keyed_fine;
   }
   return c;
 }

@@ -176,7 +176,7 @@ namespace {
 // sub-messages are tried on every plan whose pipelined rule was priced
 // and lost (not only those with a reduce route), and a plan of several
 // moving stages is priced pipelined at 2 rounds at least.
-constexpr uint64_t kPlannerVersion = 42;
+constexpr uint64_t kPlannerVersion = 43;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

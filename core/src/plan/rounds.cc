@@ -757,13 +757,40 @@ int64_t KeyOffsets::next(std::span<const int64_t> shape, int64_t esize) {
   return seen_[{std::vector<int64_t>(shape.begin(), shape.end()), esize}]++;
 }
 
-std::vector<KeyBlocks> tensor_key_blocks(const std::vector<TensorSpec>& tensors, int64_t granule) {
+namespace {
+
+// The shortest non-empty extent along `dim` of the layout's shards (a
+// tiled layout's chunk), 0 where it holds none.
+int64_t shortest_shard(const Layout& l, int dim) {
+  if (dim >= l.rank()) return 0;
+  if (l.tiled()) return l.split(dim).chunk();
+  int64_t least = 0;
+  for (size_t e = 0; e < l.num_entries(); ++e) {
+    const Box b = l.box(e);
+    if (b.empty()) continue;
+    const int64_t x = b.extent(dim);
+    least = least == 0 ? x : std::min(least, x);
+  }
+  return least;
+}
+
+}  // namespace
+
+std::vector<KeyBlocks> tensor_key_blocks(const std::vector<TensorSpec>& tensors, int64_t granule,
+                                         int64_t keys, bool fine) {
   std::vector<KeyBlocks> blocks(tensors.size());
   KeyOffsets offsets;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const int64_t esize = wire_size(tensors[i]);
-    blocks[i] = key_blocks(tensors[i].shape, esize, granule);
-    blocks[i].offset = offsets.next(tensors[i].shape, esize);
+    const TensorSpec& t = tensors[i];
+    const int64_t esize = wire_size(t);
+    KeyBlocks& k = blocks[i];
+    k = key_blocks(t.shape, esize, granule);
+    int64_t shard = shortest_shard(t.src, k.dim);
+    const int64_t d = shortest_shard(t.dst, k.dim);
+    if (d > 0 && (shard == 0 || d < shard)) shard = d;
+    if (fine && shard > 0 && keys > 0)
+      k.block = std::clamp<int64_t>(shard / (kKeyBlocksPerShard * keys), 1, k.block);
+    k.offset = offsets.next(t.shape, esize);
   }
   return blocks;
 }
@@ -1045,7 +1072,8 @@ void split_rounds(ProcessPart& part, const std::vector<TensorSpec>& tensors, con
   }
   if (rule.keys > 0) {
     if (rule.keys > 32) fail(ErrorCode::kInternal, "split_rounds: more than 32 keys");
-    const std::vector<KeyBlocks> blocks = tensor_key_blocks(tensors, rule.key_granule);
+    const std::vector<KeyBlocks> blocks =
+        tensor_key_blocks(tensors, rule.key_granule, rule.keys, rule.key_fine);
     keyed_direction(part.sends, part.send_pieces, send_bytes, part.regions, tensors, blocks,
                     rule.keys);
     keyed_direction(part.recvs, part.recv_pieces, recv_bytes, part.regions, tensors, blocks,

@@ -306,7 +306,8 @@ PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
     r.spans = priced.spans;
     std::vector<int64_t> rounds = stage_rounds;
     const double unpiped = st.cost_seconds;
-    st.cost_seconds = std::nextafter(unpiped, 0.0);  // a tie keeps the plan unpipelined
+    // A tie keeps the plan unpipelined (choose_keyed takes ties within 1e-9).
+    st.cost_seconds = unpiped * (1 - 1e-8);
     kc = choose_keyed(nstages, r, lb, rounds);
     if (kc.taken) {
       rule = std::move(r);
@@ -323,6 +324,15 @@ PassEnd StatsPass::finish(bool schedule, std::vector<DeviceLoad>* stage_loads,
     const RoundRule base = kc.taken ? rule : r;
     choose_subs(nstages, rule, base, lb, stage_rounds, kc, false);
   }
+  if (keyed) ctx.keyed_taken = kc.taken && rule.keys > 0;
+  // The pieces keyed cuts split, where they are taken (count_keys).
+  if (counts && kc.taken && rule.keys > 0 && !key_send_split.empty())
+    for (size_t d = 0; d < ndev; ++d) {
+      DeviceCounts& c = (*counts)[d];
+      c.send_pieces += key_send_split[d];
+      c.recv_pieces += key_recv_split[d];
+      c.regions += key_send_split[d] + key_recv_split[d];
+    }
   for (size_t h = 0; h < lb.hosts.size(); ++h) {
     st.max_host_send_bytes = std::max(st.max_host_send_bytes, host_send[h]);
     st.max_host_recv_bytes = std::max(st.max_host_recv_bytes, host_recv[h]);

@@ -181,6 +181,9 @@ class StatsPass {
   std::array<int64_t, 32> group_key_esum{};
   std::vector<KeyBlocks> tensor_blocks;  // per tensor (tensor_key_blocks)
   int64_t key_split = 0;                 // pieces the keyed cuts add
+  // Per device, where counted: the pieces keyed cuts add at its sending and
+  // receiving ends, added to `counts` only where the cuts are taken.
+  std::vector<int64_t> key_send_split, key_recv_split;
   // Keyed pass: sub-messages (RoundRule::subs) priced at each of
   // kSubTrials (P, B): each stream's subs per trial, per trial, stage, sub and
   // device the sub's bytes, the pieces the cuts add (in all and, where
