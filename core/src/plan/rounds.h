@@ -303,11 +303,11 @@ KeyBlocks key_blocks(std::span<const int64_t> shape, int64_t esize, int64_t gran
 // MoE layer EP8 on one host → 3 × tp8 hosts, H100: 964 µs simulated with
 // 23-row blocks, 806 with 1-row blocks). The keyed estimate scales each
 // round's busiest link and prices both at 793 µs, so it cannot see that
-// imbalance; where it can see a difference it decides (the global
-// statistics price both, compute_stats, a tie to fine blocks): an elastic
-// grow FSDP16 → 24 whose few forwards end sooner where their keys come
-// first (99.8 µs with granule blocks, 123.2 with fine ones, estimated
-// 105.7 and 111.0).
+// imbalance. The global statistics price both (compute_stats) and keep
+// fine blocks unless the granule's are more than 1% cheaper by the
+// estimate, which does see forwards that end sooner where their keys come
+// first (an elastic grow FSDP16 → 24: 99.8 µs simulated with granule
+// blocks, 123.2 with fine ones, estimated 105.7 and 111.0).
 inline constexpr int64_t kKeyBlocksPerShard = 16;
 // The keyed blocks of each of the plan's tensors for K = `keys` rounds
 // (key_blocks; with `fine`, shrunk by the shortest shard along D,
