@@ -653,18 +653,22 @@ Spec moe_rows_spec(int64_t rows, int64_t cols, int dst_hosts, int n,
 // fewer than kKeyBlocksPerShard × K of them (planner version 43), by hand:
 // [16, 2048, 1408] bf16 keys along dimension 1 (a slab of 1,408 bf16 is
 // 2,816 bytes: 23 rows to the 64 KiB granule). Sliced 8 ways by tp
-// (256 rows), at K = 10 a block is 256 / 160 = 1 row; unsplit along
-// dimension 1 (2,048 rows) it is 2,048 / 160 = 12; without keys, 23.
+// (256 rows), at K = 10 a block is max(1, 256 / 320) = 1 row, at K = 2
+// 256 / 64 = 4; unsplit along dimension 1 (2,048 rows) at K = 10 it is
+// 2,048 / 320 = 6; without keys, 23.
 TEST(PlanRounds, KeyBlocksShrinkToSpreadANarrowShardOverTheKeys) {
   const Spec s = moe_rows_spec(2048, 1408, 3, 2, {R"([null, "tp"])", R"(["tp"])"});
   const std::vector<planning::KeyBlocks> k =
       planning::tensor_key_blocks(s.input.tensors, planning::kKeyGranule, 10, true);
   ASSERT_EQ(k.size(), 2u);
   EXPECT_EQ(k[0].dim, 1);
-  EXPECT_EQ(k[0].block, 1) << "256 rows of a tp slice over 16 x 10 blocks";
+  EXPECT_EQ(k[0].block, 1) << "256 rows of a tp slice over 32 x 10 blocks";
   EXPECT_EQ(k[0].offset, 0);
   EXPECT_EQ(k[1].dim, 1);
-  EXPECT_EQ(k[1].block, 12) << "2,048 rows";
+  EXPECT_EQ(k[1].block, 6) << "2,048 rows";
+  EXPECT_EQ(planning::tensor_key_blocks(s.input.tensors, planning::kKeyGranule, 2, true)[0].block,
+            4)
+      << "256 rows over 32 x 2 blocks";
   EXPECT_EQ(k[1].offset, 1);
   EXPECT_EQ(planning::tensor_key_blocks(s.input.tensors, planning::kKeyGranule, 0, true)[0].block,
             23)

@@ -307,8 +307,8 @@ KeyBlocks key_blocks(std::span<const int64_t> shape, int64_t esize, int64_t gran
 // fine blocks unless the granule's are more than 1% cheaper by the
 // estimate, which does see forwards that end sooner where their keys come
 // first (an elastic grow FSDP16 → 24: 99.8 µs simulated with granule
-// blocks, 123.2 with fine ones, estimated 105.7 and 111.0).
-inline constexpr int64_t kKeyBlocksPerShard = 16;
+// blocks, 123.2 with blocks of shard / 16 K, estimated 105.7 and 111.0).
+inline constexpr int64_t kKeyBlocksPerShard = 32;
 // The keyed blocks of each of the plan's tensors for K = `keys` rounds
 // (key_blocks; with `fine`, shrunk by the shortest shard along D,
 // kKeyBlocksPerShard), their offsets numbered (KeyOffsets).
