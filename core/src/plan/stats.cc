@@ -216,26 +216,24 @@ void compute_stats(Context& ctx, PlanStats& st, const PlanOptions& o, bool sched
       const auto coarse = tensor_key_blocks(ts, ctx.keyed_granule, ctx.keyed_keys, false);
       bool differ = false;
       for (size_t i = 0; i < fine.size(); ++i) differ = differ || fine[i].block != coarse[i].block;
-      if (!differ) {
-        st = entry;
-        compute_stats(ctx, st, o, schedule, counts, max_bytes, reference, stage_loads, rounds_out);
-        return;
-      }
-      ctx.keyed_fine = true;
-      ctx.keyed_taken = false;
       PlanStats fine_st = entry;
       std::vector<DeviceCounts> fine_counts;
       std::vector<DeviceLoad> fine_loads;
       RoundRule fine_rule;
-      compute_stats(ctx, fine_st, o, schedule, counts ? &fine_counts : nullptr, max_bytes,
-                    reference, stage_loads ? &fine_loads : nullptr,
-                    rounds_out ? &fine_rule : nullptr);
-      const bool fine_taken = ctx.keyed_taken;
-      ctx.keyed_fine = ctx.keyed_taken = false;
+      bool fine_taken = false;
+      if (differ) {
+        ctx.keyed_fine = true;
+        ctx.keyed_taken = false;
+        compute_stats(ctx, fine_st, o, schedule, counts ? &fine_counts : nullptr, max_bytes,
+                      reference, stage_loads ? &fine_loads : nullptr,
+                      rounds_out ? &fine_rule : nullptr);
+        fine_taken = ctx.keyed_taken;
+        ctx.keyed_fine = ctx.keyed_taken = false;
+      }
       st = entry;
       compute_stats(ctx, st, o, schedule, counts, max_bytes, reference, stage_loads, rounds_out);
       const double gain = fine_taken && ctx.keyed_taken ? kFineBlocksGain : 0.0;
-      if (st.cost_seconds >= fine_st.cost_seconds * (1 - gain)) {
+      if (differ && st.cost_seconds >= fine_st.cost_seconds * (1 - gain)) {
         st = fine_st;
         if (counts) *counts = std::move(fine_counts);
         if (stage_loads) *stage_loads = std::move(fine_loads);
