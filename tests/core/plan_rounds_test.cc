@@ -90,6 +90,11 @@ struct KeyedOverride {
   explicit KeyedOverride(int64_t g) { planning::choice_override().keyed = g; }
   ~KeyedOverride() { planning::choice_override().keyed = 0; }
 };
+// Transit relays off (choice_override().transit) for one scope.
+struct NoTransit {
+  NoTransit() { planning::choice_override().transit = 0; }
+  ~NoTransit() { planning::choice_override().transit = -1; }
+};
 
 // Invariant: every stream is cut exactly as rounds.h says — R = ceil(B / c)
 // non-empty rounds, cut k at expected_cut(k * c) — so every round but the
@@ -99,8 +104,10 @@ struct KeyedOverride {
 TEST(PlanRounds, StreamsAreCutByTheWindowRule) {
   // The budget's cuts alone: the unbudgeted plan's streams without keyed
   // cuts or sub-messages (which cut them by keys; planner 41 prices them on
-  // more plans).
+  // more plans), and no transit relays (whose choice by the estimate may
+  // differ with the budget, so their scratch would differ too).
   KeyedOverride no_keyed(-1);
+  NoTransit no_transit;
   int checked_streams = 0, multi_round = 0, split_cuts = 0, aligned_cuts = 0, without_scratch = 0;
   for (int c = 0; c < scaled_cases(1500); ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
@@ -772,7 +779,8 @@ TEST(PlanRounds, SpreadCutsNumberRoundsByTheirKeys) {
 }
 
 // Spread cuts forced (4 even bounds, K = 6) on random pipelined plans
-// without a budget (α = 0, so every plan of several stages is pipelined):
+// without a budget (α = 0, so every plan of several stages without transit
+// relays is pipelined):
 // every stream's rounds are numbered by their key bounds (strictly
 // increasing, below K; a stage-0 stream starts at round 0, a forward ends
 // at round K - 1), each process's part equals the whole plan's, every
@@ -781,6 +789,13 @@ TEST(PlanRounds, SpreadCutsNumberRoundsByTheirKeys) {
 // exactly (spread_stream_cuts on each stream's pieces).
 TEST(PlanRounds, SpreadCutsExecuteExactlyOnRandomPlans) {
   SpreadOverride spread(-4);
+  // Keyed cuts off: where the estimate takes them, they replace spread
+  // cuts (rounds by keys, up to 32). Transit relays off: a transit plan
+  // whose NICs carry crossing bytes in both stages gains nothing by
+  // pipelining even at α = 0, stays unpipelined and numbers its relay
+  // bands as rounds (up to 8).
+  KeyedOverride no_keyed(-1);
+  NoTransit no_transit;
   const int cases = scaled_cases(300);
   int64_t cut = 0;
   for (int c = 0; c < cases; ++c) {

@@ -175,8 +175,10 @@ namespace {
 // shares would overlap takes both, shrunk to fill it; 41: keyed cuts and
 // sub-messages are tried on every plan whose pipelined rule was priced
 // and lost (not only those with a reduce route), and a plan of several
-// moving stages is priced pipelined at 2 rounds at least.
-constexpr uint64_t kPlannerVersion = 43;
+// moving stages is priced pipelined at 2 rounds at least; 44: a transit
+// may be a device of the other layout (a source device of the receiving
+// host, a destination device of the sending host; TransitShare::cross).
+constexpr uint64_t kPlannerVersion = 44;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -671,6 +673,9 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     for (const uint32_t* it = sb; it != se; ++it) {
       const uint32_t own = t.st->dense[*it];
       en.send_transit_in(t, *it, [&](const Emitted& x) { transit_piece(own, x, 6); });
+      // And what it takes in from other hosts for destination entries of
+      // its own host (a receiving-side transit on a source device).
+      en.cross_transit_in(t, *it, [&](const Emitted& x) { transit_piece(own, x, 6); });
     }
     if (!kind_of.empty()) {
       Recording& r = recordings[kind_of[ti - t0]];

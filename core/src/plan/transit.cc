@@ -13,6 +13,11 @@ namespace reshard::planning {
 
 bool transit_may_apply(const Context& ctx, const TensorCtx& t) {
   if (!ctx.input.options.relays || t.S != 1 || t.T != 1) return false;
+  // A transit's copy-staging scratch holds the source's dtype, bit for bit:
+  // no cast, no block scales, not a block scale tensor (wire.md, Staging).
+  if (has_cast(*t.spec) || has_block_scales(*t.spec)) return false;
+  for (const TensorSpec& u : ctx.input.tensors)
+    if (u.scale_tensor == static_cast<int64_t>(t.index)) return false;
   const Geometry& dg = *t.dg;
   if (!dg.tiled && dg.fragmented) return false;
   // A tiled cell's entries may be several: an entry that forwards what it
@@ -82,11 +87,14 @@ class HostTiles {
 // One side's water-fill (receiving: `in` the bytes each dense device takes
 // in across hosts; sending: sends out), per host over its NIC groups; each
 // donor device's shares of its pieces, from the top of a piece (receiving)
-// or its bottom (sending), paired with `entry` of the taker devices.
-// Calls give(device, shares) per donor device.
+// or its bottom (sending), paired with `entry` of the taker devices, or
+// where a device has none, with its entry of the other layout (`other`,
+// TransitShare::cross: a device of the host that neither takes in nor
+// sends out on this side, whose NICs idle). Calls give(device, shares)
+// per donor device.
 template <class Give>
 void fill(const Context& ctx, const std::vector<double>& in, const std::vector<int64_t>& entry,
-          bool top, Give&& give) {
+          const std::vector<int64_t>& other, bool top, Give&& give) {
   const size_t ndev = ctx.devices.size();
   // The plan's devices per host, in id order (reshard::nic_group's).
   std::map<int32_t, std::vector<uint32_t>> on_host;
@@ -105,7 +113,7 @@ void fill(const Context& ctx, const std::vector<double>& in, const std::vector<i
       group_of[i] = static_cast<size_t>(g);
       gnics[static_cast<size_t>(g)] = n;
       load[static_cast<size_t>(g)] += in[devs[i]];
-      if (entry[devs[i]] >= 0) ++takers[static_cast<size_t>(g)];
+      if (entry[devs[i]] >= 0 || other[devs[i]] >= 0) ++takers[static_cast<size_t>(g)];
     }
     double total = 0, usable = 0;
     for (size_t g = 0; g < load.size(); ++g) {
@@ -121,14 +129,17 @@ void fill(const Context& ctx, const std::vector<double>& in, const std::vector<i
     if (worst <= kTransitGain) continue;
     // Each device's excess (donors) and room (takers), in device order.
     std::vector<std::pair<uint32_t, double>> give_list, take;
+    std::vector<std::pair<int64_t, bool>> via;  // per taker: its entry, of the other layout
     for (size_t i = 0; i < devs.size(); ++i) {
       const size_t g = group_of[i];
       const double share = total * gnics[g] / usable;
       const uint32_t d = devs[i];
       if (load[g] > share && in[d] > 0)
         give_list.emplace_back(d, (load[g] - share) * in[d] / load[g]);
-      else if (load[g] < share && entry[d] >= 0)
+      else if (load[g] < share && (entry[d] >= 0 || other[d] >= 0)) {
         take.emplace_back(d, (share - load[g]) / takers[g]);
+        via.emplace_back(entry[d] >= 0 ? entry[d] : other[d], entry[d] < 0);
+      }
     }
     // Each donor's excess goes to every taker in proportion to its room:
     // a transit then carries a like share of every donor's pieces, so the
@@ -146,8 +157,10 @@ void fill(const Context& ctx, const std::vector<double>& in, const std::vector<i
       std::vector<TransitShare> shares;
       const double given = excess * scale;
       double at = top ? 1.0 - given / in[d] : 0.0;
-      for (const auto& [taker, r] : take) {
-        TransitShare s{static_cast<uint32_t>(entry[taker]), at, at + given * r / room / in[d]};
+      for (size_t i = 0; i < take.size(); ++i) {
+        const double r = take[i].second;
+        TransitShare s{static_cast<uint32_t>(via[i].first), at, at + given * r / room / in[d],
+                       via[i].second};
         at = s.hi;
         shares.push_back(s);
       }
@@ -219,40 +232,50 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
     for (size_t i = 0; i + 1 < on.size(); ++i)
       if (on[i].first == on[i + 1].first) alone[on[i].second] = alone[on[i + 1].second] = 0;
   }
-  fill(ctx, in, entry, true, [&](uint32_t d, const std::vector<TransitShare>& shares) {
-    for (const uint32_t e : entries[d]) {
-      if (!alone[e]) continue;
-      table->shares[e] = shares;
-      for (const TransitShare& s : shares) table->donors[s.via].push_back(e);
-    }
-  });
-  // The sending side: crossing bytes per dense device as single-hop sends
-  // them (each entry's pieces, the table not yet set), each device's lowest
-  // source entry.
+  // Each device's lowest source entry: a transit of the receiving side
+  // where its device has no destination entry (TransitShare::cross).
   for (uint32_t r = 0; r < t.src->num_entries(); ++r) {
     if (t.src->box(r).empty()) continue;
     const uint32_t d = t.st->dense[r];
     if (source[d] < 0) source[d] = r;
     sources[d].push_back(r);
   }
+  fill(ctx, in, entry, source, true, [&](uint32_t d, const std::vector<TransitShare>& shares) {
+    for (const uint32_t e : entries[d]) {
+      if (!alone[e]) continue;
+      table->shares[e] = shares;
+      for (const TransitShare& s : shares)
+        (s.cross ? table->cross_donors : table->donors)[s.via].push_back(e);
+    }
+  });
+  // The sending side: crossing bytes per dense device as single-hop sends
+  // them (each entry's pieces, the table not yet set), and the destination
+  // entries each device sends them to (whose pieces a transit of a
+  // destination device carries, TransitShare::cross).
   bool crossing = false;
+  std::vector<std::vector<uint32_t>> dests(ndev);
   for (uint32_t e = 0; e < t.dst->num_entries() && !several; ++e) {
     if (t.dst->box(e).empty()) continue;
     en.recv(t, e, [&](const Emitted& x) {
       if (x.local || x.relay() || t.st->host[x.src_entry] == t.dt->host[e]) return;
-      out[t.st->dense[x.src_entry]] += static_cast<double>(x.region.volume() * t.esize);
+      const uint32_t d = t.st->dense[x.src_entry];
+      out[d] += static_cast<double>(x.region.volume() * t.esize);
+      if (dests[d].empty() || dests[d].back() != e) dests[d].push_back(e);
       crossing = true;
     });
   }
   if (crossing && !several)
-    fill(ctx, out, source, false, [&](uint32_t d, const std::vector<TransitShare>& shares) {
-      for (const uint32_t r : sources[d]) {
-        table->send_shares[r] = shares;
-        for (const TransitShare& s : shares) table->send_donors[s.via].push_back(r);
+    fill(ctx, out, source, entry, false, [&](uint32_t d, const std::vector<TransitShare>& shares) {
+      for (const uint32_t r : sources[d]) table->send_shares[r] = shares;
+      for (const TransitShare& s : shares) {
+        if (s.cross)
+          for (const uint32_t e : dests[d]) table->donors[s.via].push_back(e);
+        else
+          for (const uint32_t r : sources[d]) table->send_donors[s.via].push_back(r);
       }
     });
   if (table->shares.empty() && table->send_shares.empty()) return nullptr;
-  for (auto* m : {&table->donors, &table->send_donors})
+  for (auto* m : {&table->donors, &table->send_donors, &table->cross_donors})
     for (auto& [l, v] : *m) {
       std::sort(v.begin(), v.end());
       v.erase(std::unique(v.begin(), v.end()), v.end());

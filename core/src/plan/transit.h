@@ -17,14 +17,16 @@ inline constexpr double kTransitGain = 1.05;
 // bytes each device takes in single-hop (regions no device of its host
 // holds) summed per NIC group (reshard::nic_group over the plan's devices
 // on the host); each group's share is the host's total times its NICs over
-// the NICs of the groups that take bytes in or have a destination entry of
-// t. Groups above their share donate the excess, spread over their devices
-// by what each takes in; groups below take it, spread evenly over their
-// devices with a destination entry of t (the lowest such entry is the
-// transit entry). Each donor's excess (at most the takers' room) goes to
-// every taker in proportion to its room: per taker a share of each of
-// the donor's crossing pieces.
-// Whether t may have a transit table: one summand, relays on, a tiled
+// the NICs of the groups that take bytes in or have an entry of t. Groups
+// above their share donate the excess, spread over their devices by what
+// each takes in; groups below take it, spread evenly over their devices
+// with an entry of t (the transit entry: the device's lowest destination
+// entry, or where it has none its lowest source entry, TransitShare::cross).
+// The sending side likewise over what each device sends out single-hop, a
+// transit the lowest source entry or else the lowest destination entry. Each donor's excess (at
+// most the takers' room) goes to every taker in proportion to its room: per taker a share of each
+// of the donor's crossing pieces. Whether t may have a transit table: one summand, no cast or block
+// scales (its scratch holds the source's bytes), relays on, a tiled
 // destination (cells of any number of entries) or each destination cell of
 // one entry (not fragmented).
 bool transit_may_apply(const Context& ctx, const TensorCtx& t);

@@ -138,7 +138,9 @@ void Enumerator::transit_cut(const TensorCtx& t, uint32_t e,
   // Part `part` of the piece through transit entry `via`, in relay bands:
   // stage 0 from the piece's holder into via's scratch (`into`: 4, the
   // receiving side's, or 6, the sending side's, whose pieces name the entry
-  // they are for in `via`), stage 1 from that scratch to entry e (into + 1).
+  // they are for in `via`; a transit of the other layout's entry swaps
+  // them, TransitShare::cross), stage 1 from that scratch to entry e
+  // (into + 1).
   const auto through = [&](const Box& part, uint32_t via, uint8_t into) {
     relay_bands(part, t, options_).each(part, [&](const Box& sub, uint32_t band) {
       Emitted in{x.src_entry, via, sub, true, false, x.forced};
@@ -159,7 +161,7 @@ void Enumerator::transit_cut(const TensorCtx& t, uint32_t e,
       part.lo[dim] = i == 0 ? region.lo[dim] : cut(bottom((*out)[i].lo));
       part.hi[dim] = cut(bottom((*out)[i].hi));
       if (part.empty()) continue;
-      through(part, (*out)[i].via, 6);
+      through(part, (*out)[i].via, (*out)[i].cross ? 4 : 6);
     }
   }
   Box direct = region;
@@ -176,7 +178,7 @@ void Enumerator::transit_cut(const TensorCtx& t, uint32_t e,
     part.lo[dim] = cut(upper(shares[i].lo));
     part.hi[dim] = i + 1 == shares.size() ? region.hi[dim] : cut(upper(shares[i].hi));
     if (part.empty()) continue;
-    through(part, shares[i].via, 4);
+    through(part, shares[i].via, shares[i].cross ? 6 : 4);
   }
 }
 

@@ -389,6 +389,17 @@ void Enumerator::send_transit_in(const TensorCtx& t, uint32_t u, F&& f) {
     });
 }
 
+template <class F>
+void Enumerator::cross_transit_in(const TensorCtx& t, uint32_t u, F&& f) {
+  if (t.transit == nullptr) return;
+  const auto it = t.transit->cross_donors.find(u);
+  if (it == t.transit->cross_donors.end()) return;
+  for (const uint32_t e : it->second)
+    recv(t, e, [&](const Emitted& x) {
+      if ((x.scratch == 6 && x.dst_entry == u) || (x.scratch == 7 && x.src_entry == u)) f(x);
+    });
+}
+
 inline void Enumerator::uncovered(const TensorCtx& t, uint32_t e, const Box& region, int32_t s) {
   fail(ErrorCode::kInvalidArgument, t.field + ".src: region " + to_string(region) +
                                         (t.S > 1 ? " of summand " + std::to_string(s) : "") +

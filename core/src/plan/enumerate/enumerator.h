@@ -389,6 +389,12 @@ class Enumerator {
   // source entries of its host it transits for, donor by donor ascending.
   template <class F>
   void send_transit_in(const TensorCtx& t, uint32_t u, F&& f);
+  // Receiving-side transits on source devices (TransitShare::cross): the
+  // pieces source entry u takes into its scratch (Emitted::scratch 6) from
+  // other hosts and forwards from it (scratch 7) to the destination entries
+  // of its host it transits for, donor by donor ascending, in recv order.
+  template <class F>
+  void cross_transit_in(const TensorCtx& t, uint32_t u, F&& f);
 
   // Naive variant of recv: finds candidate source entries by scanning all of
   // them (the quadratic baseline).

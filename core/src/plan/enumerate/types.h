@@ -49,6 +49,14 @@ struct GeoTopo {
 struct TransitShare {
   uint32_t via = 0;  // the transit entry (a destination entry of another device of the host)
   double lo = 0, hi = 0;
+  // The transit is an entry of the other layout: a device of the host with
+  // no entry of this side and a NIC to spare (a source device of the
+  // receiving host, a destination device of the sending host), `via` a
+  // source entry on the receiving side and a destination entry on the
+  // sending side. Its pieces are those of the other side's transits
+  // (Emitted::scratch 6 and 7 on the receiving side, 4 and 5 on the
+  // sending side), the transit on the other host.
+  bool cross = false;
 };
 // The sending side likewise (send_shares): per source entry whose NIC group
 // sends out more than its share of its host's crossing bytes, source
@@ -62,6 +70,12 @@ struct TransitTable {
   std::unordered_map<uint32_t, std::vector<TransitShare>> send_shares;  // source entry -> shares
   std::unordered_map<uint32_t, std::vector<uint32_t>>
       send_donors;  // transit source entry -> donors
+  // Receiving-side transits on source devices (TransitShare::cross): a
+  // transit source entry -> the destination entries of its host it
+  // transits for. The sending side's (destination devices of the sending
+  // host) are in `donors`: a transit destination entry -> the destination
+  // entries (on other hosts) whose pieces from its host it carries.
+  std::unordered_map<uint32_t, std::vector<uint32_t>> cross_donors;
   static const std::vector<TransitShare>* find(
       const std::unordered_map<uint32_t, std::vector<TransitShare>>& m, uint32_t e) {
     const auto it = m.find(e);
@@ -213,8 +227,10 @@ struct Emitted {
   // from source entry `src_entry` into the scratch on the device of source
   // entry `dst_entry` (a sending-side transit, on the sender's host; `via`
   // the destination entry); 7, a stage-1 piece from that scratch (source
-  // entry `src_entry`'s device) into destination entry `dst_entry`. 0 for
-  // every other piece.
+  // entry `src_entry`'s device) into destination entry `dst_entry`. A
+  // transit of the other layout's entry (TransitShare::cross) is 4 and 5 on
+  // the sending host, 6 and 7 on the receiving host. 0 for every other
+  // piece.
   uint8_t scratch = 0;
   // Enumerator::send's cache: a scratch write kept under its owner.
   bool mirror = false;
