@@ -464,6 +464,14 @@ PlanInput transit_fleet(uint64_t seed) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
   const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kI8, DType::kF64};
+  // NICs per host (one a device, 4 or 8), α (0 or 5 us), H100 bandwidths.
+  auto costs = [&](PlanInput& in) {
+    const int32_t nics[] = {0, 4, 8};
+    in.options.nics_per_host = nics[pick(0, 2)];
+    in.options.alpha_seconds = pick(0, 1) == 0 ? 0.0 : 5e-6;
+    in.options.inter_host_bytes_per_second = 50e9;
+    in.options.intra_host_bytes_per_second = 450e9;
+  };
   if (seed % 5 == 4) {
     // A trainer and an inference engine sharing H hosts, S devices of each
     // host and the next D: FSDP -> tp along rows or columns. Single-hop,
@@ -489,11 +497,7 @@ PlanInput transit_fleet(uint64_t seed) {
     PlanInput in = testing::one_tensor(shape, dtypes[pick(0, 3)], testing::named(a, sdims),
                                        testing::named(b, ddims), hosts);
     in.tensors[0].name = "colocated";
-    const int32_t nics[] = {0, 4, 8};
-    in.options.nics_per_host = nics[pick(0, 2)];
-    in.options.alpha_seconds = pick(0, 1) == 0 ? 0.0 : 5e-6;
-    in.options.inter_host_bytes_per_second = 50e9;
-    in.options.intra_host_bytes_per_second = 450e9;
+    costs(in);
     in.options.split_min_bytes = 64;
     const int64_t budgets[] = {0, int64_t{1} << 30, 1 << 14};
     in.options.staging_budget_bytes = budgets[pick(0, 2)];
@@ -523,11 +527,7 @@ PlanInput transit_fleet(uint64_t seed) {
       t.name = "replicated1";
       in.tensors.push_back(std::move(t));
     }
-    const int32_t nics[] = {0, 4, 8};
-    in.options.nics_per_host = nics[pick(0, 2)];
-    in.options.alpha_seconds = pick(0, 1) == 0 ? 0.0 : 5e-6;
-    in.options.inter_host_bytes_per_second = 50e9;
-    in.options.intra_host_bytes_per_second = 450e9;
+    costs(in);
     in.options.split_min_bytes = pick(0, 1) == 0 ? 64 : 1 << 20;
     const int64_t budgets[] = {0, int64_t{1} << 30, 1 << 14};
     in.options.staging_budget_bytes = budgets[pick(0, 2)];
@@ -544,11 +544,7 @@ PlanInput transit_fleet(uint64_t seed) {
     const auto m = testing::mesh({"h", "d"}, {H, D}, 0);
     PlanInput in = testing::one_tensor(shape, dtypes[pick(0, 3)], testing::named(m, {{"h"}, {"d"}}),
                                        testing::named(m, {{"d"}, {"h"}}), hosts);
-    const int32_t nics[] = {0, 4, 8};
-    in.options.nics_per_host = nics[pick(0, 2)];
-    in.options.alpha_seconds = pick(0, 1) == 0 ? 0.0 : 5e-6;
-    in.options.inter_host_bytes_per_second = 50e9;
-    in.options.intra_host_bytes_per_second = 450e9;
+    costs(in);
     in.options.split_min_bytes = 64;
     in.options.staging_budget_bytes = pick(0, 1) == 0 ? 0 : int64_t{1} << 30;
     return in;
@@ -578,11 +574,7 @@ PlanInput transit_fleet(uint64_t seed) {
     t.name = "w" + std::to_string(k);
     in.tensors.push_back(std::move(t));
   }
-  const int32_t nics[] = {0, 4, 8};
-  in.options.nics_per_host = nics[pick(0, 2)];
-  in.options.alpha_seconds = pick(0, 1) == 0 ? 0.0 : 5e-6;
-  in.options.inter_host_bytes_per_second = 50e9;
-  in.options.intra_host_bytes_per_second = 450e9;
+  costs(in);
   in.options.split_min_bytes = pick(0, 1) == 0 ? 64 : 1 << 20;
   const int64_t budgets[] = {0, int64_t{1} << 30, 1 << 14};
   in.options.staging_budget_bytes = budgets[pick(0, 2)];

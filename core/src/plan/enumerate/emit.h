@@ -362,14 +362,21 @@ void Enumerator::send(const TensorCtx& t, uint32_t r, F&& f) {
 }
 
 template <class F>
-void Enumerator::transit_in(const TensorCtx& t, uint32_t l, F&& f) {
-  if (t.transit == nullptr) return;
-  const auto it = t.transit->donors.find(l);
-  if (it == t.transit->donors.end()) return;
+void Enumerator::through_transit(const TensorCtx& t,
+                                 const std::unordered_map<uint32_t, std::vector<uint32_t>>& donors,
+                                 uint32_t l, uint8_t into, F&& f) {
+  const auto it = donors.find(l);
+  if (it == donors.end()) return;
   for (const uint32_t e : it->second)
     recv(t, e, [&](const Emitted& x) {
-      if ((x.scratch == 4 && x.dst_entry == l) || (x.scratch == 5 && x.src_entry == l)) f(x);
+      if ((x.scratch == into && x.dst_entry == l) || (x.scratch == into + 1 && x.src_entry == l))
+        f(x);
     });
+}
+
+template <class F>
+void Enumerator::transit_in(const TensorCtx& t, uint32_t l, F&& f) {
+  if (t.transit != nullptr) through_transit(t, t.transit->donors, l, 4, f);
 }
 
 template <class F>
@@ -391,13 +398,7 @@ void Enumerator::send_transit_in(const TensorCtx& t, uint32_t u, F&& f) {
 
 template <class F>
 void Enumerator::cross_transit_in(const TensorCtx& t, uint32_t u, F&& f) {
-  if (t.transit == nullptr) return;
-  const auto it = t.transit->cross_donors.find(u);
-  if (it == t.transit->cross_donors.end()) return;
-  for (const uint32_t e : it->second)
-    recv(t, e, [&](const Emitted& x) {
-      if ((x.scratch == 6 && x.dst_entry == u) || (x.scratch == 7 && x.src_entry == u)) f(x);
-    });
+  if (t.transit != nullptr) through_transit(t, t.transit->cross_donors, u, 6, f);
 }
 
 inline void Enumerator::uncovered(const TensorCtx& t, uint32_t e, const Box& region, int32_t s) {

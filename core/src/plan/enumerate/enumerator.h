@@ -395,6 +395,12 @@ class Enumerator {
   // of its host it transits for, donor by donor ascending, in recv order.
   template <class F>
   void cross_transit_in(const TensorCtx& t, uint32_t u, F&& f);
+  // Both: the pieces of the donors' `recv` into transit entry l's scratch
+  // (Emitted::scratch `into`) and out of it (into + 1).
+  template <class F>
+  void through_transit(const TensorCtx& t,
+                       const std::unordered_map<uint32_t, std::vector<uint32_t>>& donors,
+                       uint32_t l, uint8_t into, F&& f);
 
   // Naive variant of recv: finds candidate source entries by scanning all of
   // them (the quadratic baseline).
