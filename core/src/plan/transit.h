@@ -12,6 +12,18 @@ namespace reshard::planning {
 // the host's crossing bytes are left alone.
 inline constexpr double kTransitGain = 1.05;
 
+// Whether t may have a transit table: one summand, no cast or block scales
+// (its scratch holds the source's bytes), relays on, a tiled
+// destination (cells of any number of entries) or each destination cell of
+// one entry (not fragmented).
+bool transit_may_apply(const Context& ctx, const TensorCtx& t);
+
+// Whether build_transit counts a tiled source's crossing bytes per host
+// from the host's cells (HostTiles, where cheaper than the cover; the same
+// integers): on, and off in tests to compare with the cover's.
+bool transit_host_tiles_on();
+void set_transit_host_tiles(bool on);
+
 // The transit table of tensor t (one summand, each destination cell of one
 // entry), or null where no host gains: per receiving host, the crossing
 // bytes each device takes in single-hop (regions no device of its host
@@ -23,20 +35,10 @@ inline constexpr double kTransitGain = 1.05;
 // with an entry of t (the transit entry: the device's lowest destination
 // entry, or where it has none its lowest source entry, TransitShare::cross).
 // The sending side likewise over what each device sends out single-hop, a
-// transit the lowest source entry or else the lowest destination entry. Each donor's excess (at
-// most the takers' room) goes to every taker in proportion to its room: per taker a share of each
-// of the donor's crossing pieces. Whether t may have a transit table: one summand, no cast or block
-// scales (its scratch holds the source's bytes), relays on, a tiled
-// destination (cells of any number of entries) or each destination cell of
-// one entry (not fragmented).
-bool transit_may_apply(const Context& ctx, const TensorCtx& t);
-
-// Whether build_transit counts a tiled source's crossing bytes per host
-// from the host's cells (HostTiles, where cheaper than the cover; the same
-// integers): on, and off in tests to compare with the cover's.
-bool transit_host_tiles_on();
-void set_transit_host_tiles(bool on);
-
+// transit the lowest source entry or else the lowest destination entry.
+// Each donor's excess (at most the takers' room) goes to every taker in
+// proportion to its room: per taker a share of each of the donor's
+// crossing pieces.
 std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx& t, Enumerator& en);
 
 }  // namespace reshard::planning

@@ -47,7 +47,7 @@ struct GeoTopo {
 // stays direct. A pure function of the tensor's layouts, shape and the
 // topology: every process builds the same table.
 struct TransitShare {
-  uint32_t via = 0;  // the transit entry (a destination entry of another device of the host)
+  uint32_t via = 0;  // the transit entry (of another device of the host; `cross` below)
   double lo = 0, hi = 0;
   // The transit is an entry of the other layout: a device of the host with
   // no entry of this side and a NIC to spare (a source device of the
