@@ -477,26 +477,33 @@ PlanInput transit_fleet(uint64_t seed) {
     // host and the next D: FSDP -> tp along rows or columns. Single-hop,
     // the source devices alone send across and the destination devices
     // alone take in (transits of the other layout, TransitShare::cross).
+    // Or the engine's replicas, R on each host (cells of R entries there:
+    // transits forward to every entry, TransitTable::lead_shares), the
+    // trainer on every device or on the S alone.
     const int64_t H = pick(2, 3), S = pick(1, 3), D = pick(1, 3);
+    const int64_t R = D >= 2 && pick(0, 1) == 0 ? D : 1;
+    const bool everywhere = R > 1 && pick(0, 1) == 0;
     std::vector<int32_t> hosts;
     std::vector<int64_t> src_devices, dst_devices;
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < S + D; ++i) {
-        (i < S ? src_devices : dst_devices).push_back(h * (S + D) + i);
+        if (i < S || everywhere) src_devices.push_back(h * (S + D) + i);
+        if (i >= S) dst_devices.push_back(h * (S + D) + i);
         hosts.push_back(static_cast<int32_t>(h));
       }
-    std::vector<int64_t> shape{pick(H * S * 4, 300), pick(H * D, 40)};
+    const auto nsrc = static_cast<int64_t>(src_devices.size());
+    std::vector<int64_t> shape{pick(nsrc * 4, 300), pick(H * D, 40)};
     if (pick(0, 3) == 0) shape.push_back(pick(1, 5));
     std::vector<std::vector<std::string>> sdims(shape.size()), ddims(shape.size());
     sdims[0] = {"f"};
     ddims[pick(0, 1) == 0 ? 0 : 1] = {"t"};
-    auto a = testing::mesh({"f"}, {H * S}, 0);
-    auto b = testing::mesh({"t"}, {H * D}, 0);
+    auto a = testing::mesh({"f"}, {nsrc}, 0);
+    auto b = testing::mesh({"t", "r"}, {H * D / R, R}, 0);
     a->devices = src_devices;
     b->devices = dst_devices;
     PlanInput in = testing::one_tensor(shape, dtypes[pick(0, 3)], testing::named(a, sdims),
                                        testing::named(b, ddims), hosts);
-    in.tensors[0].name = "colocated";
+    in.tensors[0].name = R > 1 ? "colocated replicas" : "colocated";
     costs(in);
     in.options.split_min_bytes = 64;
     const int64_t budgets[] = {0, int64_t{1} << 30, 1 << 14};
@@ -583,7 +590,7 @@ PlanInput transit_fleet(uint64_t seed) {
 
 TEST(PlanTransit, RandomFleetsKeepCoveragePairingExactStatisticsAndTheOracle) {
   const int cases = scaled_cases(150);
-  int64_t forced = 0, chosen = 0, sending = 0, several = 0, other = 0;
+  int64_t forced = 0, chosen = 0, sending = 0, several = 0, other = 0, leads = 0;
   for (int c = 0; c < cases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     const PlanInput in = transit_fleet(91000 + static_cast<uint64_t>(c));
@@ -599,6 +606,7 @@ TEST(PlanTransit, RandomFleetsKeepCoveragePairingExactStatisticsAndTheOracle) {
         (mode == 1 ? forced : chosen) += 1;
         several += replicated ? 1 : 0;
         other += in.tensors[0].name == "colocated" ? 1 : 0;
+        leads += in.tensors[0].name == "colocated replicas" ? 1 : 0;
       }
       // A scratch on a device that sends its bytes across hosts: the
       // sending side's transit.
@@ -617,13 +625,14 @@ TEST(PlanTransit, RandomFleetsKeepCoveragePairingExactStatisticsAndTheOracle) {
   EXPECT_GT(chosen, 0);
   EXPECT_GT(sending, 0);
   EXPECT_GT(several, cases / 20);
-  EXPECT_GT(other, cases / 20);
+  EXPECT_GT(other, cases / 40);
+  EXPECT_GT(leads, cases / 40);
   std::printf(
       "%d transit fleets: %lld with transit forced, %lld by the estimate, %lld plans sending "
       "from a scratch across hosts, %lld with transit into cells of several entries, %lld "
-      "through the other layout's devices\n",
+      "through the other layout's devices, %lld into the other layout's replicas\n",
       cases, (long long)forced, (long long)chosen, (long long)sending, (long long)several,
-      (long long)other);
+      (long long)other, (long long)leads);
 }
 
 // The H100 / NDR400 topology's costs (bench/topologies/h100_8gpu_ndr400.json)
@@ -757,6 +766,51 @@ TEST(PlanTransit, ColocatedHalvesTransitThroughTheOtherLayoutsDevices) {
     }
   EXPECT_TRUE(into_source);
   EXPECT_TRUE(out_of_destination);
+}
+
+// An inference engine's replicas on 6 of host 0's 8 GPUs (dp2 x tp3, one
+// tensor's cells along rows, the other's along columns) fed by a trainer's
+// FSDP over both hosts' 16 (two 8192 x 8192 bf16 tensors; the H100 /
+// NDR400 topology's costs). Each cell's two entries on host 0 lead what
+// enters it (§5.1) through their own NICs, and devices 6-7, trainer GPUs
+// alone, take nothing in: 2.29x the bound. Their NICs take part of each
+// leader's crossing pieces (TransitTable::lead_shares) and forward it from
+// their scratch to the leader and its mate: within 1.45x (1.39x; the
+// cells along rows cross unevenly, all of one cell, half of another, none
+// of the third, and a device has one NIC). Checked against the oracle
+// after each stage on a smaller copy, where a transit's stage-1 messages
+// reach both entries of a cell.
+TEST(PlanTransit, ReplicaLeadersTakeTransitThroughTheOtherLayoutsDevices) {
+  auto build = [](int64_t n) {
+    std::vector<int32_t> hosts;
+    for (int32_t d = 0; d < 16; ++d) hosts.push_back(d / 8);
+    auto a = testing::mesh({"f"}, {16}, 0);
+    auto b = testing::mesh({"r", "t"}, {2, 3}, 0);
+    PlanInput in = testing::one_tensor({n, n}, DType::kBF16, testing::named(a, {{"f"}, {}}),
+                                       testing::named(b, {{"t"}, {}}), hosts);
+    in.tensors.push_back(in.tensors[0]);
+    in.tensors.back().name = "x";
+    in.tensors.back().dst = Layout::from_named(testing::named(b, {{}, {"t"}}), in.tensors[0].shape, "dst");
+    return in;
+  };
+  PlanInput in = build(8192);
+  EXPECT_LE(transit_ratio(in, "replicas on 6 of 8"), 1.45);
+  PlanInput small = build(768);
+  h100_costs(small);
+  small.options.alpha_seconds = 0;
+  const Plan p = make_plan(small);
+  ASSERT_GT(p.stats().max_scratch_bytes, 0);
+  ASSERT_NO_FATAL_FAILURE(check_invariants(small, p));
+  ASSERT_NO_FATAL_FAILURE(testing::execute_every_stage(p, 1));
+  // A stage-1 message from device 6 or 7 (their scratch) to two entries
+  // of one cell: devices c and c + 3.
+  std::set<std::pair<int64_t, int64_t>> out;
+  for (const auto& [proc, part] : p.parts())
+    for (const Message& m : part.sends)
+      if (m.stage == 1 && m.src_device >= 6) out.emplace(m.src_device, m.dst_device);
+  bool both = false;
+  for (const auto& [src, dst] : out) both |= dst < 3 && out.count({src, dst + 3}) > 0;
+  EXPECT_TRUE(both);
 }
 
 // Context::decide_joint_entry on bench/specs/mid_regions_one_holder_to_8_hosts.json

@@ -177,8 +177,11 @@ namespace {
 // and lost (not only those with a reduce route), and a plan of several
 // moving stages is priced pipelined at 2 rounds at least; 44: a transit
 // may be a device of the other layout (a source device of the receiving
-// host, a destination device of the sending host; TransitShare::cross).
-constexpr uint64_t kPlannerVersion = 44;
+// host, a destination device of the sending host; TransitShare::cross);
+// 45: a leader of a cell of several entries on its host may pass part of
+// what it takes in through transits that forward to it and its mates
+// (TransitTable::lead_shares).
+constexpr uint64_t kPlannerVersion = 45;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

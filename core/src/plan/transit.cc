@@ -188,6 +188,13 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
   // host: one cover, not 65,536).
   const HostTiles held(t);
   std::map<std::pair<int64_t, int32_t>, int64_t> counted;
+  // Entries of each tiled (cell, host): relays inside the host (§5.1) have
+  // each lead about an equal share of what the host takes in.
+  const Geometry& dg = *t.dg;
+  std::map<std::pair<int64_t, int32_t>, std::vector<uint32_t>> mates;
+  if (dg.tiled)
+    for (uint32_t e = 0; e < t.dst->num_entries(); ++e)
+      if (dg.cell_of_entry[e] >= 0) mates[{dg.cell_of_entry[e], t.dt->host[e]}].push_back(e);
   for (uint32_t e = 0; e < t.dst->num_entries(); ++e) {
     const Box B = t.dst->box(e);
     if (B.empty()) continue;
@@ -210,13 +217,15 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
       });
     }
     if (cell >= 0) counted.emplace(std::pair{cell, host}, v);
-    in[d] += static_cast<double>(v * t.esize);
+    const size_t leads = cell >= 0 ? mates.at({cell, host}).size() : 1;
+    in[d] += static_cast<double>(v * t.esize) / static_cast<double>(leads);
   }
   // Cells of several entries: an entry with another of its cell on its host
-  // keeps its pieces whole (the two would write one scratch region twice),
-  // and the sending side is off (a holder's piece for each entry of a cell
-  // would enter its transit's scratch once per entry).
-  const Geometry& dg = *t.dg;
+  // takes no share of `shares` (the two would write one scratch region
+  // twice) but leads through them (`lead_shares`: each takes its own lead
+  // parts, §5.1, and the transit forwards to every mate); the sending side is off (a holder's piece
+  // for each entry of a cell would enter its transit's scratch once per
+  // entry).
   bool several = false;
   std::vector<char> alone(t.dst->num_entries(), 1);
   std::vector<std::pair<int32_t, uint32_t>> on;  // a cell's (host, entry)
@@ -242,10 +251,26 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
   }
   fill(ctx, in, entry, source, true, [&](uint32_t d, const std::vector<TransitShare>& shares) {
     for (const uint32_t e : entries[d]) {
-      if (!alone[e]) continue;
-      table->shares[e] = shares;
+      if (alone[e]) {
+        table->shares[e] = shares;
+        for (const TransitShare& s : shares)
+          (s.cross ? table->cross_donors : table->donors)[s.via].push_back(e);
+        continue;
+      }
+      // A leader: its transits forward to it and to its mates on the host;
+      // none where a transit's device holds a mate (it takes the cell in
+      // anyway: the host's NIC groups are uneven, not idle).
+      const std::vector<uint32_t>& mine = mates.at({dg.cell_of_entry[e], t.dt->host[e]});
+      const bool on_mate = std::any_of(shares.begin(), shares.end(), [&](const TransitShare& s) {
+        const int64_t via = s.cross ? t.sg->devices[s.via] : dg.devices[s.via];
+        return std::any_of(mine.begin(), mine.end(),
+                           [&](uint32_t m) { return dg.devices[m] == via; });
+      });
+      if (on_mate) continue;
+      table->lead_shares[e] = shares;
       for (const TransitShare& s : shares)
-        (s.cross ? table->cross_donors : table->donors)[s.via].push_back(e);
+        for (const uint32_t m : mine)
+          (s.cross ? table->cross_donors : table->donors)[s.via].push_back(m);
     }
   });
   // The sending side: crossing bytes per dense device as single-hop sends
@@ -274,7 +299,8 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
           for (const uint32_t r : sources[d]) table->send_donors[s.via].push_back(r);
       }
     });
-  if (table->shares.empty() && table->send_shares.empty()) return nullptr;
+  if (table->shares.empty() && table->send_shares.empty() && table->lead_shares.empty())
+    return nullptr;
   for (auto* m : {&table->donors, &table->send_donors, &table->cross_donors})
     for (auto& [l, v] : *m) {
       std::sort(v.begin(), v.end());

@@ -73,8 +73,12 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
           assign(t, e, part, hs, nh, cut, f);
           continue;
         }
-        // e forwards what it takes in here: no transit cut (a transit's
-        // forward would reach e in the stage e forwards in).
+        // e forwards what it takes in here: only transits that forward to
+        // e's mates themselves (lead_shares) take part of it.
+        if (const std::vector<TransitShare>* ts = lead_transit(t, e, r, j, entry)) {
+          lead_in(t, e, part, hs, nh, cut, *ts, f);
+          continue;
+        }
         bands.each(part, [&](const Box& sub, uint32_t band) {
           assign_one(t, e, sub, hs, nh, cut || !(sub == part), [&](Emitted y) {
             y.band = band;
@@ -85,6 +89,26 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
       }
       x.src_entry = leader(r, receiving_host(r, static_cast<size_t>(r.part_entry[j])), j);
       x.stage = 1;  // across hosts, from the entry host's leader
+    } else if (const std::vector<TransitShare>* ts = lead_transit(t, l, r, j, entry)) {
+      // From the leader what it takes in itself, from its transits' scratch
+      // the rest (stage 1): the leader's pieces, as it derives them.
+      const bool cut = own || r.parts.size() > 1;
+      const bool shared = r.cross && r.part_host[j] >= 0;
+      if (shared) holders_on(t, holders, n, r.part_host[j]);
+      const uint32_t* hs = shared ? hsel_.data() : holders;
+      const size_t nh = shared ? hsel_.size() : n;
+      lead_in(t, l, part, hs, nh, cut, *ts, [&](const Emitted& y) {
+        if (y.scratch == 4 || y.scratch == 6) return;  // into the transit's scratch
+        Emitted z{l, e, y.region, true, false, false};
+        z.stage = 1;
+        z.band = y.band;
+        if (y.scratch == 5 || y.scratch == 7) {
+          z = y;
+          z.dst_entry = e;
+        }
+        f(z);
+      });
+      continue;
     } else {
       x.src_entry = l;
       x.stage = entry ? 1 : 2;  // inside the host, from its leader
@@ -95,6 +119,34 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
       f(x);
     });
   }
+}
+
+template <class F>
+void Enumerator::lead_in(const TensorCtx& t, uint32_t l, const Box& part, const uint32_t* hs,
+                         size_t nh, bool cut, const std::vector<TransitShare>& shares, F&& f) {
+  // What l itself takes in, in relay bands of each piece (l forwards band
+  // k once it arrived); the transits' parts in their own (transit_cut).
+  const auto banded = [&](const Emitted& y) {
+    relay_bands(y.region, t, options_).each(y.region, [&](const Box& sub, uint32_t band) {
+      Emitted z = y;
+      z.own_region = y.own_region || !(sub == y.region);
+      z.region = sub;
+      z.band = band;
+      f(z);
+    });
+  };
+  assign_one(t, l, part, hs, nh, cut, [&](const Emitted& y) {
+    if (y.local || t.st->host[y.src_entry] == t.dt->host[l]) {
+      banded(y);
+      return;
+    }
+    transit_cut(t, l, &shares, nullptr, y, [&](const Emitted& z) {
+      if (z.scratch == 0)
+        banded(z);
+      else
+        f(z);
+    });
+  });
 }
 
 template <class F>
@@ -202,6 +254,25 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
         if (leader(r, hi, j) != l) continue;
         const bool entry = arrives_first(r, j, idx);
         const Bands bands = relay_bands(r.parts[j], t, options_);
+        if (const std::vector<TransitShare>* ts = lead_transit(t, l, r, j, entry)) {
+          // What l takes in itself (routed_recv): its transits forward the
+          // rest to the other entries.
+          const bool shared = r.cross && r.part_host[j] >= 0;
+          if (shared) holders_on(t, h, n, r.part_host[j]);
+          const uint32_t* hs = shared ? hsel_.data() : h;
+          const size_t nh = shared ? hsel_.size() : n;
+          lead_in(t, l, r.parts[j], hs, nh, true, *ts, [&](const Emitted& y) {
+            if (y.scratch != 0) return;
+            for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {
+              if (ch.members[k] == l) continue;
+              Emitted x{l, ch.members[k], y.region, true, false, false};
+              x.stage = 1;
+              x.band = y.band;
+              f(x);
+            }
+          });
+          continue;
+        }
         bands.each(r.parts[j], [&](const Box& sub, uint32_t band) {
           // The other entries of this host.
           for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {

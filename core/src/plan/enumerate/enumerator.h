@@ -425,6 +425,24 @@ class Enumerator {
   template <class F>
   void transit_cut(const TensorCtx& t, uint32_t e, const std::vector<TransitShare>* shares,
                    const std::vector<TransitShare>* out, const Emitted& x, F&& f);
+  // Relays inside a host into a cell of several entries (routed_recv,
+  // forward_unmerged): leader l's transit shares for part j of route r
+  // (TransitTable::lead_shares), or null where it has none or passes the
+  // part on across hosts or takes it in a later stage (`entry` false).
+  const std::vector<TransitShare>* lead_transit(const TensorCtx& t, uint32_t l, const Route& r,
+                                                size_t j, bool entry) const {
+    if (t.transit == nullptr || !entry || (r.cross && r.part_entry[j] >= 0)) return nullptr;
+    return t.transit->lead_shares_of(l);
+  }
+  // What leader l takes in of `part` from holders hs with transit shares:
+  // source choice (assign_one), each crossing piece then cut by `shares`
+  // (transit_cut): pieces into l (stage 0, in relay bands of each), into a
+  // transit's scratch (Emitted::scratch 6) and from it to l (7). The mates
+  // and l's forwards derive theirs from the same call: the pieces into l
+  // from l, the scratch's from the transit.
+  template <class F>
+  void lead_in(const TensorCtx& t, uint32_t l, const Box& part, const uint32_t* hs, size_t nh,
+               bool cut, const std::vector<TransitShare>& shares, F&& f);
   template <class F>
   bool split(const TensorCtx& t, uint32_t e, const Box& region, const uint32_t* R, size_t nr,
              F&& f);

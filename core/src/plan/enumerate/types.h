@@ -76,6 +76,14 @@ struct TransitTable {
   // host) are in `donors`: a transit destination entry -> the destination
   // entries (on other hosts) whose pieces from its host it carries.
   std::unordered_map<uint32_t, std::vector<uint32_t>> cross_donors;
+  // Cells of several entries on a receiving host (relays inside it, §5.1):
+  // a leader's shares of the crossing pieces it takes in to pass on; the
+  // transit forwards its part to the leader and to every other entry of the
+  // cell on the host (Enumerator::lead_in), so its scratch is written once
+  // and read by several forwards (the mates are in `donors` or
+  // `cross_donors` with the leader). Apart from `shares`: assign never cuts
+  // these.
+  std::unordered_map<uint32_t, std::vector<TransitShare>> lead_shares;
   static const std::vector<TransitShare>* find(
       const std::unordered_map<uint32_t, std::vector<TransitShare>>& m, uint32_t e) {
     const auto it = m.find(e);
@@ -83,6 +91,7 @@ struct TransitTable {
   }
   const std::vector<TransitShare>* shares_of(uint32_t e) const { return find(shares, e); }
   const std::vector<TransitShare>* send_shares_of(uint32_t r) const { return find(send_shares, r); }
+  const std::vector<TransitShare>* lead_shares_of(uint32_t e) const { return find(lead_shares, e); }
 };
 
 struct TensorCtx {
