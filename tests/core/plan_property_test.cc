@@ -790,7 +790,8 @@ TEST(PlanTransit, ReplicaLeadersTakeTransitThroughTheOtherLayoutsDevices) {
                                        testing::named(b, {{"t"}, {}}), hosts);
     in.tensors.push_back(in.tensors[0]);
     in.tensors.back().name = "x";
-    in.tensors.back().dst = Layout::from_named(testing::named(b, {{}, {"t"}}), in.tensors[0].shape, "dst");
+    in.tensors.back().dst =
+        Layout::from_named(testing::named(b, {{}, {"t"}}), in.tensors[0].shape, "dst");
     return in;
   };
   PlanInput in = build(8192);
