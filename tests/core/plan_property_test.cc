@@ -773,7 +773,7 @@ TEST(PlanTransit, ColocatedHalvesTransitThroughTheOtherLayoutsDevices) {
 // FSDP over both hosts' 16 (two 8192 x 8192 bf16 tensors; the H100 /
 // NDR400 topology's costs). Each cell's two entries on host 0 lead what
 // enters it (§5.1) through their own NICs, and devices 6-7, trainer GPUs
-// alone, take nothing in: 2.29x the bound. Their NICs take part of each
+// alone, take nothing in: 2.25x the bound. Their NICs take part of each
 // leader's crossing pieces (TransitTable::lead_shares) and forward it from
 // their scratch to the leader and its mate: within 1.45x (1.39x; the
 // cells along rows cross unevenly, all of one cell, half of another, none
