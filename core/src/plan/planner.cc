@@ -180,7 +180,8 @@ namespace {
 // host, a destination device of the sending host; TransitShare::cross);
 // 45: a leader of a cell of several entries on its host may pass part of
 // what it takes in through transits that forward to it and its mates
-// (TransitTable::lead_shares).
+// (TransitTable::lead_shares), and the device rule crosses cells a host of
+// theirs holds part of (cross_parts).
 constexpr uint64_t kPlannerVersion = 45;
 
 std::string shape_str(const std::vector<int64_t>& s) {

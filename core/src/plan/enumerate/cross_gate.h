@@ -21,7 +21,8 @@ inline bool Enumerator::cross_gate(const TensorCtx& t, size_t c, size_t cell_beg
   auto it = gates_.find(gate_key_);
   if (it == gates_.end() && !gate_may_cross(t, c, cell_begin, cell_end)) {
     // Every cell on the same hosts answers the same (its group is them all,
-    // or, should a host of theirs hold some of them, none crosses).
+    // or, should a host of theirs hold some of them, none crosses unless
+    // the device rule's gate above let it).
     it = gates_.emplace(gate_key_, std::make_pair(same_hosts_, false)).first;
     if (same_hosts_) {
       for (size_t k = 0; k + 1 < t.dg->cell_offsets.size(); ++k) {
@@ -33,7 +34,10 @@ inline bool Enumerator::cross_gate(const TensorCtx& t, size_t c, size_t cell_beg
   if (it == gates_.end()) {
     const CrossLayout& L = cross_layout(t, c, cell_begin, cell_end);
     const bool uniform = uniform_shares_[geo_key(t)].uniform;
-    it = gates_.emplace(gate_key_, std::make_pair(uniform, L.disjoint && L.crosses)).first;
+    // A cell a host of its holds part of crosses by cross_parts (route),
+    // under the device rule alone: its holder devices overloaded.
+    it = gates_.emplace(gate_key_, std::make_pair(uniform, L.disjoint ? L.crosses : t.device_cross))
+             .first;
     if (uniform) {  // every cell of the group answers the same
       for (size_t k = 0; k + 1 < t.dg->cell_offsets.size(); ++k) {
         gate_key_[5] = static_cast<intptr_t>(k);
@@ -132,7 +136,11 @@ inline bool Enumerator::device_crosses(const TensorCtx& t) {
     const size_t b = ch.cell_offsets[c], e = ch.cell_offsets[c + 1];
     if (e - b < 2) continue;
     if (t.dg->cell_offsets[c] == t.dg->cell_offsets[c + 1] || cell_box(t, c).empty()) continue;
-    if (cross_gate(on, c, b, e) && cross_layout(on, c, b, e).for_devices) return true;
+    if (!cross_gate(on, c, b, e)) continue;
+    // The rule's layout, or (a host of the cell holding part of it)
+    // cross_parts.
+    const CrossLayout& L = cross_layout(on, c, b, e);
+    if (L.for_devices || !L.disjoint) return true;
   }
   return false;
 }

@@ -80,7 +80,9 @@ inline bool Enumerator::route(const TensorCtx& t, size_t c, const Box& region,
   if (r.cross) {
     const int laid = layout_parts(t, c, region, r);
     if (laid > 0) return true;
-    if (laid < 0 && few) {
+    // Cells a host of theirs holds part of: on more receiving hosts than
+    // the source spans, or under the device rule (cross_gate).
+    if (laid < 0 && (few || t.device_cross)) {
       cross_parts(t, c, region, holders, n, r);
       if (!cross_slower(t, c, region, n, r)) return true;
     }
