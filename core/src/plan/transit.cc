@@ -222,10 +222,10 @@ std::unique_ptr<TransitTable> build_transit(const Context& ctx, const TensorCtx&
   }
   // Cells of several entries: an entry with another of its cell on its host
   // takes no share of `shares` (the two would write one scratch region
-  // twice) but leads through them (`lead_shares`: each takes its own lead
-  // parts, §5.1, and the transit forwards to every mate); the sending side is off (a holder's piece
-  // for each entry of a cell would enter its transit's scratch once per
-  // entry).
+  // twice) but leads through them (`lead_shares`: each takes in its own
+  // lead parts, §5.1, and the transit forwards to every mate); the sending
+  // side is off (a holder's piece for each entry of a cell would enter its
+  // transit's scratch once per entry).
   bool several = false;
   std::vector<char> alone(t.dst->num_entries(), 1);
   std::vector<std::pair<int32_t, uint32_t>> on;  // a cell's (host, entry)

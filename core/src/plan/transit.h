@@ -34,6 +34,9 @@ void set_transit_host_tiles(bool on);
 // each takes in; groups below take it, spread evenly over their devices
 // with an entry of t (the transit entry: the device's lowest destination
 // entry, or where it has none its lowest source entry, TransitShare::cross).
+// An entry with another of its cell on its host counts an equal share of
+// their crossing bytes and, where no transit's device holds one of them,
+// takes its shares as a leader (TransitTable::lead_shares).
 // The sending side likewise over what each device sends out single-hop, a
 // transit the lowest source entry or else the lowest destination entry.
 // Each donor's excess (at most the takers' room) goes to every taker in

@@ -437,7 +437,8 @@ class Enumerator {
   // What leader l takes in of `part` from holders hs with transit shares:
   // source choice (assign_one), each crossing piece then cut by `shares`
   // (transit_cut): pieces into l (stage 0, in relay bands of each), into a
-  // transit's scratch (Emitted::scratch 6) and from it to l (7). The mates
+  // transit's scratch (Emitted::scratch 4, or 6 for a transit of the other
+  // layout) and from it to l (5 or 7). The mates
   // and l's forwards derive theirs from the same call: the pieces into l
   // from l, the scratch's from the transit.
   template <class F>
