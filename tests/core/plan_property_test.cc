@@ -477,11 +477,13 @@ PlanInput transit_fleet(uint64_t seed) {
     // host and the next D: FSDP -> tp along rows or columns. Single-hop,
     // the source devices alone send across and the destination devices
     // alone take in (transits of the other layout, TransitShare::cross).
-    // Or the engine's replicas, R on each host (cells of R entries there:
-    // transits forward to every entry, TransitTable::lead_shares), the
-    // trainer on every device or on the S alone.
-    const int64_t H = pick(2, 3), S = pick(1, 3), D = pick(1, 3);
-    const int64_t R = D >= 2 && pick(0, 1) == 0 ? D : 1;
+    // Or, every other seed of the branch (so that a scaled-down run keeps
+    // both), the engine's replicas, R on each host (cells of R entries
+    // there: transits forward to every entry, TransitTable::lead_shares),
+    // the trainer on every device or on the S alone.
+    const bool replicas = (seed / 5) % 2 == 1;
+    const int64_t H = pick(2, 3), S = pick(1, 3), D = replicas ? pick(2, 3) : pick(1, 3);
+    const int64_t R = replicas ? D : 1;
     const bool everywhere = R > 1 && pick(0, 1) == 0;
     std::vector<int32_t> hosts;
     std::vector<int64_t> src_devices, dst_devices;
@@ -661,6 +663,14 @@ double transit_ratio(PlanInput& in, const char* label) {
   return ratio;
 }
 
+// A smaller copy of a case on the same costs with α = 0, so that its small
+// tensors still take transit relays and bands (checked against the oracle).
+PlanInput small_h100(PlanInput in) {
+  h100_costs(in);
+  in.options.alpha_seconds = 0;
+  return in;
+}
+
 // The sending and receiving sides' transit on bench/specs/
 // axis_swap_4_hosts_of_8.json (three 8192 x 8192 bf16 tensors [a, b] ->
 // [b, a] on a 4 x 8 mesh whose first axis is the host; the H100 / NDR400
@@ -746,9 +756,7 @@ TEST(PlanTransit, ColocatedHalvesTransitThroughTheOtherLayoutsDevices) {
   EXPECT_LE(transit_ratio(in, "colocated halves"), 1.30);
   // Both sides' transits of the other layout, checked on a smaller copy
   // (the same tables at these costs) against the oracle after each stage.
-  PlanInput small = build(1024, 512);
-  h100_costs(small);
-  small.options.alpha_seconds = 0;
+  const PlanInput small = small_h100(build(1024, 512));
   const Plan p = make_plan(small);
   ASSERT_NO_FATAL_FAILURE(check_invariants(small, p));
   ASSERT_NO_FATAL_FAILURE(testing::execute_every_stage(p, 1));
@@ -796,9 +804,7 @@ TEST(PlanTransit, ReplicaLeadersTakeTransitThroughTheOtherLayoutsDevices) {
   };
   PlanInput in = build(8192);
   EXPECT_LE(transit_ratio(in, "replicas on 6 of 8"), 1.45);
-  PlanInput small = build(768);
-  h100_costs(small);
-  small.options.alpha_seconds = 0;
+  const PlanInput small = small_h100(build(768));
   const Plan p = make_plan(small);
   ASSERT_GT(p.stats().max_scratch_bytes, 0);
   ASSERT_NO_FATAL_FAILURE(check_invariants(small, p));
@@ -850,9 +856,7 @@ TEST(PlanRelays, ColocatedReplicasCrossFromTheTrainersDevices) {
   std::printf("trainer on 2 of 8 -> 8 replicas on the other 6: %.3f of its bound\n", ratio);
   EXPECT_LE(ratio, 1.6);
   EXPECT_EQ(a.stats().cross_host_bytes, a.stats().lower_bound_cross_host_bytes);
-  PlanInput small = build(256);
-  h100_costs(small);
-  small.options.alpha_seconds = 0;
+  const PlanInput small = small_h100(build(256));
   const Plan p = make_plan(small);
   EXPECT_EQ(p.stats().stages, 3);
   for (int32_t proc : p.processes())

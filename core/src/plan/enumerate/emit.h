@@ -64,10 +64,9 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
     if (l == e) {
       if (entry) {  // stage 0, from a holder (on the part's host, if it has one)
         const bool cut = own || r.parts.size() > 1;
-        const bool shared = r.cross && r.part_host[j] >= 0;
-        if (shared) holders_on(t, holders, n, r.part_host[j]);
-        const uint32_t* hs = shared ? hsel_.data() : holders;
-        const size_t nh = shared ? hsel_.size() : n;
+        const std::pair<const uint32_t*, size_t> held = part_holders(t, r, j, holders, n);
+        const uint32_t* hs = held.first;
+        const size_t nh = held.second;
         // In bands when e forwards the part (inside its host or across).
         if (!several && !(r.cross && r.part_entry[j] >= 0)) {
           assign(t, e, part, hs, nh, cut, f);
@@ -93,10 +92,9 @@ void Enumerator::routed_recv(const TensorCtx& t, uint32_t e, const Route& r, con
       // From the leader what it takes in itself, from its transits' scratch
       // the rest (stage 1): the leader's pieces, as it derives them.
       const bool cut = own || r.parts.size() > 1;
-      const bool shared = r.cross && r.part_host[j] >= 0;
-      if (shared) holders_on(t, holders, n, r.part_host[j]);
-      const uint32_t* hs = shared ? hsel_.data() : holders;
-      const size_t nh = shared ? hsel_.size() : n;
+      const std::pair<const uint32_t*, size_t> held = part_holders(t, r, j, holders, n);
+      const uint32_t* hs = held.first;
+      const size_t nh = held.second;
       lead_in(t, l, part, hs, nh, cut, *ts, [&](const Emitted& y) {
         if (y.scratch == 4 || y.scratch == 6) return;  // into the transit's scratch
         Emitted z{l, e, y.region, true, false, false};
@@ -257,10 +255,9 @@ void Enumerator::forward_unmerged(const TensorCtx& t, uint32_t l, F&& f) {
         if (const std::vector<TransitShare>* ts = lead_transit(t, l, r, j, entry)) {
           // What l takes in itself (routed_recv): its transits forward the
           // rest to the other entries.
-          const bool shared = r.cross && r.part_host[j] >= 0;
-          if (shared) holders_on(t, h, n, r.part_host[j]);
-          const uint32_t* hs = shared ? hsel_.data() : h;
-          const size_t nh = shared ? hsel_.size() : n;
+          const std::pair<const uint32_t*, size_t> held = part_holders(t, r, j, h, n);
+          const uint32_t* hs = held.first;
+          const size_t nh = held.second;
           lead_in(t, l, r.parts[j], hs, nh, true, *ts, [&](const Emitted& y) {
             if (y.scratch != 0) return;
             for (uint32_t k = ch.member_offsets[hi]; k < ch.member_offsets[hi + 1]; ++k) {

@@ -425,6 +425,14 @@ class Enumerator {
   template <class F>
   void transit_cut(const TensorCtx& t, uint32_t e, const std::vector<TransitShare>* shares,
                    const std::vector<TransitShare>* out, const Emitted& x, F&& f);
+  // The holders part j of route r is taken from: those on the part's host
+  // where a cross route names one (holders_on, into hsel_), else all n.
+  std::pair<const uint32_t*, size_t> part_holders(const TensorCtx& t, const Route& r, size_t j,
+                                                  const uint32_t* holders, size_t n) {
+    if (!r.cross || r.part_host[j] < 0) return {holders, n};
+    holders_on(t, holders, n, r.part_host[j]);
+    return {hsel_.data(), hsel_.size()};
+  }
   // Relays inside a host into a cell of several entries (routed_recv,
   // forward_unmerged): leader l's transit shares for part j of route r
   // (TransitTable::lead_shares), or null where it has none or passes the
