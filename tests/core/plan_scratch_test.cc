@@ -980,8 +980,9 @@ TEST(PlanReplay, LikeTensorsPlanAsIfEnumeratedAlone) {
     budgeted += in.options.staging_budget_bytes > 0;
     relayed += make_plan(in, {PlanScope::kGlobal}).stats().stages > 1;
     expect_replay_plans_alike(in);
-    {
-      // Records abandoned past a small cap: those kinds enumerate again.
+    // Records abandoned past a small cap: those kinds enumerate again (every
+    // case at full scale, every other below it: 130 s under ASan for both).
+    if (RESHARD_TEST_SCALE >= 100 || c % 2 == 0) {
       ReplayCap cap(1 + static_cast<size_t>(c % 7) * 5);
       expect_replay_plans_alike(in);
     }
