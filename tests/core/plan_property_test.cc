@@ -827,6 +827,49 @@ TEST(PlanTransit, ReplicaLeadersTakeTransitThroughTheOtherLayoutsDevices) {
   EXPECT_TRUE(both);
 }
 
+// A trainer on the first 2 of each of `hosts` hosts' 8 GPUs (FSDP along
+// rows) and an engine's replicas of tp `T` on the other 6, `tensors` bf16
+// tensors of `shape` split by tp along `dim`.
+PlanInput trainer_beside_replicas(int32_t hosts, int64_t T, std::vector<int64_t> shape, int dim,
+                                  int tensors) {
+  std::vector<int32_t> host;
+  for (int32_t d = 0; d < 8 * hosts; ++d) host.push_back(d / 8);
+  auto a = testing::mesh({"f"}, {2 * hosts}, 0);
+  auto b = testing::mesh({"r", "t"}, {6 * hosts / T, T}, 0);
+  a->devices.clear();
+  b->devices.clear();
+  for (int64_t d = 0; d < 8 * hosts; ++d) (d % 8 < 2 ? a : b)->devices.push_back(d);
+  std::vector<std::vector<std::string>> ddims(shape.size());
+  ddims[static_cast<size_t>(dim)] = {"t"};
+  PlanInput in = testing::one_tensor(shape, DType::kBF16, testing::named(a, {{"f"}, {}}),
+                                     testing::named(b, ddims), host);
+  for (int k = 1; k < tensors; ++k) {
+    in.tensors.push_back(in.tensors[0]);
+    in.tensors.back().name = "x" + std::to_string(k);
+  }
+  return in;
+}
+
+// `in` (trainer_beside_replicas) on the H100 / NDR400 topology's costs: 3
+// stages, no byte across hosts above the bound and its time over its bound
+// (returned); a smaller copy `small` in 3 stages too, each process's part
+// as the whole plan's, checked against the oracle after each stage.
+double expect_replicas_cross(PlanInput in, const PlanInput& small, const char* label) {
+  const ClusterTopology c = h100_costs(in);
+  const Plan a = make_plan(in);
+  EXPECT_EQ(a.stats().stages, 3);
+  const double ratio = simulate_plan(a, c).seconds / simulate_lower_bound(in, c).seconds;
+  std::printf("%s: %.3f of its bound\n", label, ratio);
+  EXPECT_EQ(a.stats().cross_host_bytes, a.stats().lower_bound_cross_host_bytes);
+  const Plan p = make_plan(small);
+  EXPECT_EQ(p.stats().stages, 3);
+  for (int32_t proc : p.processes())
+    EXPECT_EQ(make_plan(small, {PlanScope::kProcess, proc, false}).part(proc), p.part(proc))
+        << "process " << proc;
+  testing::execute_every_stage(p, 1);
+  return ratio;
+}
+
 // A trainer on 2 of each host's 8 GPUs (FSDP over 8, 4 hosts) and an
 // engine's 8 replicas of tp3 on the other 6 (two per host; three 4096 x
 // 8192 bf16 tensors; the H100 / NDR400 topology's costs). Every host needs
@@ -838,38 +881,25 @@ TEST(PlanTransit, ReplicaLeadersTakeTransitThroughTheOtherLayoutsDevices) {
 // cells a host of theirs holds part of never cross. Checked against the
 // oracle after each stage on a smaller copy.
 TEST(PlanRelays, ColocatedReplicasCrossFromTheTrainersDevices) {
-  auto build = [](int64_t rows) {
-    std::vector<int32_t> hosts;
-    for (int32_t d = 0; d < 32; ++d) hosts.push_back(d / 8);
-    auto a = testing::mesh({"f"}, {8}, 0);
-    auto b = testing::mesh({"r", "t"}, {8, 3}, 0);
-    a->devices.clear();
-    b->devices.clear();
-    for (int64_t d = 0; d < 32; ++d) (d % 8 < 2 ? a : b)->devices.push_back(d);
-    PlanInput in =
-        testing::one_tensor({rows, 2 * rows}, DType::kBF16, testing::named(a, {{"f"}, {}}),
-                            testing::named(b, {{}, {"t"}}), hosts);
-    for (int k = 1; k < 3; ++k) {
-      in.tensors.push_back(in.tensors[0]);
-      in.tensors.back().name = "x" + std::to_string(k);
-    }
-    return in;
-  };
-  PlanInput in = build(4096);
-  const ClusterTopology c = h100_costs(in);
-  const Plan a = make_plan(in);
-  EXPECT_EQ(a.stats().stages, 3);
-  const double ratio = simulate_plan(a, c).seconds / simulate_lower_bound(in, c).seconds;
-  std::printf("trainer on 2 of 8 -> 8 replicas on the other 6: %.3f of its bound\n", ratio);
-  EXPECT_LE(ratio, 1.6);
-  EXPECT_EQ(a.stats().cross_host_bytes, a.stats().lower_bound_cross_host_bytes);
-  const PlanInput small = small_h100(build(256));
-  const Plan p = make_plan(small);
-  EXPECT_EQ(p.stats().stages, 3);
-  for (int32_t proc : p.processes())
-    EXPECT_EQ(make_plan(small, {PlanScope::kProcess, proc, false}).part(proc), p.part(proc))
-        << "process " << proc;
-  ASSERT_NO_FATAL_FAILURE(testing::execute_every_stage(p, 1));
+  EXPECT_LE(expect_replicas_cross(trainer_beside_replicas(4, 3, {4096, 8192}, 1, 3),
+                                  small_h100(trainer_beside_replicas(4, 3, {256, 512}, 1, 3)),
+                                  "trainer on 2 of 8 -> 8 replicas on the other 6"),
+            1.6);
+}
+
+// The same beside 3 replicas of tp2 a host (FSDP over 6 on 3 hosts -> 9
+// replicas; two 8192 x 3072 bf16 tensors, tp along rows): each cell has 3
+// entries on every host, which lead equal shares of what enters it, so a
+// receiving device takes a third of a cell in while single-hop a trainer
+// device sends its whole shard to 2 hosts: 4.10x the bound, `layered`
+// 3.79x. The device rule's yardstick is what a receiving device takes in
+// (a cell over its fewest entries on one host): the cells cross, 2.51x.
+// Fails with the whole cell as the yardstick.
+TEST(PlanRelays, ColocatedReplicasOfSeveralEntriesAHostCross) {
+  EXPECT_LE(expect_replicas_cross(trainer_beside_replicas(3, 2, {8192, 3072}, 0, 2),
+                                  small_h100(trainer_beside_replicas(3, 2, {384, 96}, 0, 2)),
+                                  "trainer on 2 of 8 -> 3 replicas of tp2 a host"),
+            2.6);
 }
 
 // Context::decide_joint_entry on bench/specs/mid_regions_one_holder_to_8_hosts.json

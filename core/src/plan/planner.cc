@@ -181,8 +181,10 @@ namespace {
 // 45: a leader of a cell of several entries on its host may pass part of
 // what it takes in through transits that forward to it and its mates
 // (TransitTable::lead_shares), and the device rule crosses cells a host of
-// theirs holds part of (cross_parts).
-constexpr uint64_t kPlannerVersion = 45;
+// theirs holds part of (cross_parts); 46: the device rule's yardstick is a
+// cell over the fewest entries it has on one host (what a receiving device
+// takes in).
+constexpr uint64_t kPlannerVersion = 46;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

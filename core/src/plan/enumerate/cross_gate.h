@@ -71,13 +71,19 @@ inline bool Enumerator::gate_may_cross(const TensorCtx& t, size_t c, size_t cell
   // region at most once per host holding it).
   volumes_.clear();
   share_boxes_.clear();
-  double V = 0, largest = 0;  // largest: the most a receiving device takes in
+  // largest: the most a receiving device takes in, a cell over the fewest
+  // entries it has on one host (the entries of a host lead equal shares of
+  // what enters it, §5.1).
+  double V = 0, largest = 0;
   for (size_t k = k0; k < k1; ++k) {
     if (dg.cell_offsets[k] == dg.cell_offsets[k + 1]) continue;
     const Box B = cell_box(t, k);
     if (B.empty()) continue;
+    uint32_t fewest = UINT32_MAX;
+    for (uint32_t hi = ch_->cell_offsets[k]; hi < ch_->cell_offsets[k + 1]; ++hi)
+      fewest = std::min(fewest, ch_->member_offsets[hi + 1] - ch_->member_offsets[hi]);
     V += static_cast<double>(B.volume());
-    largest = std::max(largest, static_cast<double>(B.volume()));
+    largest = std::max(largest, static_cast<double>(B.volume()) / std::max<uint32_t>(fewest, 1));
     share_boxes_.push_back(B);
   }
   const auto R = static_cast<double>(cell_end - cell_begin);
