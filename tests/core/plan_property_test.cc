@@ -850,19 +850,20 @@ PlanInput trainer_beside_replicas(int32_t hosts, int64_t T, std::vector<int64_t>
   return in;
 }
 
-// `in` (trainer_beside_replicas) on the H100 / NDR400 topology's costs: 3
-// stages, no byte across hosts above the bound and its time over its bound
-// (returned); a smaller copy `small` in 3 stages too, each process's part
-// as the whole plan's, checked against the oracle after each stage.
-double expect_replicas_cross(PlanInput in, const PlanInput& small, const char* label) {
+// `in` (trainer_beside_replicas) on the H100 / NDR400 topology's costs:
+// `stages` stages, no byte across hosts above the bound and its time over
+// its bound (returned); a smaller copy `small` in as many stages, each
+// process's part as the whole plan's, checked against the oracle after each
+// stage.
+double expect_replicas_cross(PlanInput in, const PlanInput& small, int stages, const char* label) {
   const ClusterTopology c = h100_costs(in);
   const Plan a = make_plan(in);
-  EXPECT_EQ(a.stats().stages, 3);
+  EXPECT_EQ(a.stats().stages, stages);
   const double ratio = simulate_plan(a, c).seconds / simulate_lower_bound(in, c).seconds;
   std::printf("%s: %.3f of its bound\n", label, ratio);
   EXPECT_EQ(a.stats().cross_host_bytes, a.stats().lower_bound_cross_host_bytes);
   const Plan p = make_plan(small);
-  EXPECT_EQ(p.stats().stages, 3);
+  EXPECT_EQ(p.stats().stages, stages);
   for (int32_t proc : p.processes())
     EXPECT_EQ(make_plan(small, {PlanScope::kProcess, proc, false}).part(proc), p.part(proc))
         << "process " << proc;
@@ -882,7 +883,7 @@ double expect_replicas_cross(PlanInput in, const PlanInput& small, const char* l
 // oracle after each stage on a smaller copy.
 TEST(PlanRelays, ColocatedReplicasCrossFromTheTrainersDevices) {
   EXPECT_LE(expect_replicas_cross(trainer_beside_replicas(4, 3, {4096, 8192}, 1, 3),
-                                  small_h100(trainer_beside_replicas(4, 3, {256, 512}, 1, 3)),
+                                  small_h100(trainer_beside_replicas(4, 3, {256, 512}, 1, 3)), 3,
                                   "trainer on 2 of 8 -> 8 replicas on the other 6"),
             1.6);
 }
@@ -897,9 +898,26 @@ TEST(PlanRelays, ColocatedReplicasCrossFromTheTrainersDevices) {
 // Fails with the whole cell as the yardstick.
 TEST(PlanRelays, ColocatedReplicasOfSeveralEntriesAHostCross) {
   EXPECT_LE(expect_replicas_cross(trainer_beside_replicas(3, 2, {8192, 3072}, 0, 2),
-                                  small_h100(trainer_beside_replicas(3, 2, {384, 96}, 0, 2)),
+                                  small_h100(trainer_beside_replicas(3, 2, {384, 96}, 0, 2)), 3,
                                   "trainer on 2 of 8 -> 3 replicas of tp2 a host"),
             2.6);
+}
+
+// The same beside 3 replicas of tp8 that span hosts (FSDP over 8 on 4
+// hosts -> replicas on hosts 0-1, 1-2 and 2-3; two 8192 x 8192 bf16
+// tensors, tp along columns): each cell has one entry on each of 3 hosts
+// and a trainer device holds an eighth of it, so a cell alone never loads
+// its holders past what a receiving device takes in, but single-hop a
+// trainer device sends its shard to every replica elsewhere: 3.96x the
+// bound, `layered` 2.21x. The device rule sums a holder device's load over
+// the cells (Enumerator::device_overloaded): the cells cross (each region
+// enters one other host, which passes it on), 1.98x. Fails with each cell
+// looked at alone.
+TEST(PlanRelays, ReplicasAcrossHostsCrossFromTheTrainersDevices) {
+  EXPECT_LE(expect_replicas_cross(trainer_beside_replicas(4, 8, {8192, 8192}, 1, 2),
+                                  small_h100(trainer_beside_replicas(4, 8, {512, 512}, 1, 2)), 2,
+                                  "trainer on 2 of 8 -> 3 replicas of tp8 across hosts"),
+            2.2);
 }
 
 // Context::decide_joint_entry on bench/specs/mid_regions_one_holder_to_8_hosts.json

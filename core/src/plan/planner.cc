@@ -183,8 +183,9 @@ namespace {
 // (TransitTable::lead_shares), and the device rule crosses cells a host of
 // theirs holds part of (cross_parts); 46: the device rule's yardstick is a
 // cell over the fewest entries it has on one host (what a receiving device
-// takes in).
-constexpr uint64_t kPlannerVersion = 46;
+// takes in); 47: on cells of unlike hosts, the device rule sums a holder
+// device's load over the cells (Enumerator::device_overloaded).
+constexpr uint64_t kPlannerVersion = 47;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";

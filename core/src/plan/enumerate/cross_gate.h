@@ -100,6 +100,7 @@ inline bool Enumerator::gate_may_cross(const TensorCtx& t, size_t c, size_t cell
       return false;
   }
   const size_t entries = t.src->num_entries();
+  if (t.device_cross && !same_hosts_ && device_overloaded(t)) return true;
   if (share_boxes_.size() * entries > (size_t{1} << 16)) return true;  // the cover's walk decides
   for (size_t e = 0; e < entries; ++e) {
     const Box S = t.src->box(e);
@@ -113,6 +114,46 @@ inline bool Enumerator::gate_may_cross(const TensorCtx& t, size_t c, size_t cell
   double most = 0;
   for (const auto& [h, v] : volumes_) most = std::max(most, v);
   return R * most > kCrossGain * V;
+}
+
+inline bool Enumerator::device_overloaded(const TensorCtx& t) {
+  // Memoised with the gates, under the cell index -2 (the answer is the
+  // tensor's, not a cell's).
+  const intptr_t cell = gate_key_[5];
+  gate_key_[5] = -2;
+  auto it = gates_.find(gate_key_);
+  if (it == gates_.end()) {
+    const Geometry& dg = *t.dg;
+    const size_t cells = dg.cell_offsets.size() - 1, entries = t.src->num_entries();
+    bool over = false;
+    if (cells * entries <= (size_t{1} << 16)) {
+      // What each receiving device takes in at most (a cell over its
+      // fewest entries on a host), and each cell's boxes and hosts.
+      double largest = 0;
+      std::vector<std::pair<Box, double>> boxes;
+      for (size_t k = 0; k < cells; ++k) {
+        const uint32_t b = ch_->cell_offsets[k], e = ch_->cell_offsets[k + 1];
+        if (e - b < 2 || dg.cell_offsets[k] == dg.cell_offsets[k + 1]) continue;
+        const Box B = cell_box(t, k);
+        if (B.empty()) continue;
+        uint32_t fewest = UINT32_MAX;
+        for (uint32_t hi = b; hi < e; ++hi)
+          fewest = std::min(fewest, ch_->member_offsets[hi + 1] - ch_->member_offsets[hi]);
+        largest =
+            std::max(largest, static_cast<double>(B.volume()) / std::max<uint32_t>(fewest, 1));
+        boxes.emplace_back(B, static_cast<double>(e - b));
+      }
+      for (size_t i = 0; i < entries && !over; ++i) {
+        const Box S = t.src->box(i);
+        double sent = 0;
+        for (const auto& [B, R] : boxes) sent += R * static_cast<double>(intersect(S, B).volume());
+        over = sent > kCrossGain * largest;
+      }
+    }
+    it = gates_.emplace(gate_key_, std::make_pair(false, over)).first;
+  }
+  gate_key_[5] = cell;
+  return it->second.second;
 }
 
 template <class F>

@@ -365,6 +365,12 @@ class Enumerator {
   // (CrossLayout::for_devices; its plan then differs:
   // Context::decide_device_cross tries those groups).
   bool device_crosses(const TensorCtx& t);
+  // The device rule over the whole tensor (gate_may_cross, cells on unlike
+  // hosts): whether single-hop would load a holder device, summed over the
+  // cells on several hosts (each region once per host of its cell), above
+  // kCrossGain x what a receiving device takes in. Past 2^16 (cell, entry)
+  // pairs, false: the rule then looks at each cell alone.
+  bool device_overloaded(const TensorCtx& t);
   // Whether f(cell, cell_begin, cell_end) holds for some non-empty cell of
   // the tensor on at least 2 and no more hosts than the source spans.
   template <class F>
