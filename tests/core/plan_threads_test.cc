@@ -84,7 +84,9 @@ TEST(PlanThreads, RandomCasesPlanIdenticallyOnAnyThreadCount) {
     testing::CaseOptions o{5, 64, c % 3 == 0 ? 3 : 16, c % 2 ? 13 : 40, true, true};
     testing::CaseGen gen(70000 + static_cast<uint64_t>(c), o);
     const PlanInput in = gen.input();
-    const Plan base = expect_same_on_any_thread_count(in);
+    // Below full scale (the sanitizer builds: 113 s under ASan with every
+    // part) the parts of every third process planned alone.
+    const Plan base = expect_same_on_any_thread_count(in, RESHARD_TEST_SCALE >= 100 ? 1 : 3);
     ASSERT_FALSE(HasFailure());
     many_rounds += base.stats().rounds >= 10;
     multi_proc += base.processes().size() > 1;
