@@ -386,10 +386,13 @@ inline const CellHosts& Enumerator::cell_hosts(const TensorCtx& t) {
       ch.members.push_back(order[i]);
     }
     if (!order.empty()) ch.member_offsets.push_back(static_cast<uint32_t>(ch.members.size()));
-    uint32_t most = 0;
-    for (size_t hi = ch.cell_offsets.back(); hi < ch.hosts.size(); ++hi)
+    uint32_t most = 0, fewest = order.empty() ? 0 : UINT32_MAX;
+    for (size_t hi = ch.cell_offsets.back(); hi < ch.hosts.size(); ++hi) {
       most = std::max(most, ch.member_offsets[hi + 1] - ch.member_offsets[hi]);
+      fewest = std::min(fewest, ch.member_offsets[hi + 1] - ch.member_offsets[hi]);
+    }
     ch.max_members.push_back(most);
+    ch.min_members.push_back(fewest);
     ch.cell_offsets.push_back(static_cast<uint32_t>(ch.hosts.size()));
   }
   return ch;

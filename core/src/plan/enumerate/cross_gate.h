@@ -71,19 +71,13 @@ inline bool Enumerator::gate_may_cross(const TensorCtx& t, size_t c, size_t cell
   // region at most once per host holding it).
   volumes_.clear();
   share_boxes_.clear();
-  // largest: the most a receiving device takes in, a cell over the fewest
-  // entries it has on one host (the entries of a host lead equal shares of
-  // what enters it, §5.1).
-  double V = 0, largest = 0;
+  double V = 0, largest = 0;  // largest: the most a receiving device takes in
   for (size_t k = k0; k < k1; ++k) {
     if (dg.cell_offsets[k] == dg.cell_offsets[k + 1]) continue;
     const Box B = cell_box(t, k);
     if (B.empty()) continue;
-    uint32_t fewest = UINT32_MAX;
-    for (uint32_t hi = ch_->cell_offsets[k]; hi < ch_->cell_offsets[k + 1]; ++hi)
-      fewest = std::min(fewest, ch_->member_offsets[hi + 1] - ch_->member_offsets[hi]);
     V += static_cast<double>(B.volume());
-    largest = std::max(largest, static_cast<double>(B.volume()) / std::max<uint32_t>(fewest, 1));
+    largest = std::max(largest, device_intake(k, B));
     share_boxes_.push_back(B);
   }
   const auto R = static_cast<double>(cell_end - cell_begin);
@@ -127,8 +121,8 @@ inline bool Enumerator::device_overloaded(const TensorCtx& t) {
     const size_t cells = dg.cell_offsets.size() - 1, entries = t.src->num_entries();
     bool over = false;
     if (cells * entries <= (size_t{1} << 16)) {
-      // What each receiving device takes in at most (a cell over its
-      // fewest entries on a host), and each cell's boxes and hosts.
+      // What each receiving device takes in at most, and each cell's box
+      // and hosts.
       double largest = 0;
       std::vector<std::pair<Box, double>> boxes;
       for (size_t k = 0; k < cells; ++k) {
@@ -136,11 +130,7 @@ inline bool Enumerator::device_overloaded(const TensorCtx& t) {
         if (e - b < 2 || dg.cell_offsets[k] == dg.cell_offsets[k + 1]) continue;
         const Box B = cell_box(t, k);
         if (B.empty()) continue;
-        uint32_t fewest = UINT32_MAX;
-        for (uint32_t hi = b; hi < e; ++hi)
-          fewest = std::min(fewest, ch_->member_offsets[hi + 1] - ch_->member_offsets[hi]);
-        largest =
-            std::max(largest, static_cast<double>(B.volume()) / std::max<uint32_t>(fewest, 1));
+        largest = std::max(largest, device_intake(k, B));
         boxes.emplace_back(B, static_cast<double>(e - b));
       }
       for (size_t i = 0; i < entries && !over; ++i) {

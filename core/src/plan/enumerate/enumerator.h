@@ -371,6 +371,12 @@ class Enumerator {
   // kCrossGain x what a receiving device takes in. Past 2^16 (cell, entry)
   // pairs, false: the rule then looks at each cell alone.
   bool device_overloaded(const TensorCtx& t);
+  // What a receiving device of cell k (box B) takes in: the cell over its
+  // fewest entries on one host, which lead equal shares of what enters the
+  // host (§5.1).
+  double device_intake(size_t k, const Box& B) const {
+    return static_cast<double>(B.volume()) / std::max<uint32_t>(ch_->min_members[k], 1);
+  }
   // Whether f(cell, cell_begin, cell_end) holds for some non-empty cell of
   // the tensor on at least 2 and no more hosts than the source spans.
   template <class F>

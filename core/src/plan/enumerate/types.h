@@ -355,6 +355,7 @@ struct CellHosts {
   std::vector<uint32_t> member_offsets;  // hosts index -> [begin, end) into members
   std::vector<uint32_t> members;
   std::vector<uint32_t> max_members;  // per cell: the most entries on one host
+  std::vector<uint32_t> min_members;  // per cell: the fewest entries on one host
 };
 
 // How one region of a destination cell reaches the cell's entries
