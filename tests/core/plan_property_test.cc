@@ -827,6 +827,43 @@ TEST(PlanTransit, ReplicaLeadersTakeTransitThroughTheOtherLayoutsDevices) {
   EXPECT_TRUE(both);
 }
 
+// A trainer's FSDP over 4 hosts of 8 -> 2 replicas of tp6 on GPUs 0-3 of
+// hosts 0-2 (replica 0 on host 0 and GPUs 8-9, replica 1 on GPUs 10-11 and
+// host 2; one 8192 x 2048 bf16 tensor; the H100 / NDR400 topology's
+// costs). Host 3 alone holds the last cell, needed on hosts 1 and 2: the
+// host rule (§5.3) crosses it, so device 9 takes its half through its own
+// NIC and passes it to device 19, which passes the other half back, and
+// no transit can spread what a forwarding entry takes in: 2.26x the bound,
+// and the single-hop guard keeps single-hop at 2.17x. With the crossing
+// off (TensorCtx::cross_off) each receiving host's source-only GPUs carry
+// its ingress: within 1.2x (1.15x). Fails where crossing is never tried
+// off. Checked against the oracle after each stage on a smaller copy.
+TEST(PlanTransit, CellsTheHostRuleCrossesAreTriedWithTransitInstead) {
+  auto build = [](int64_t rows, int64_t cols) {
+    std::vector<int32_t> hosts;
+    for (int32_t d = 0; d < 32; ++d) hosts.push_back(d / 8);
+    auto b = testing::mesh({"r", "t"}, {2, 6}, 0);
+    b->devices = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19};
+    return testing::one_tensor({rows, cols}, DType::kBF16,
+                               testing::named(testing::mesh({"f"}, {32}, 0), {{"f"}, {}}),
+                               testing::named(b, {{"t"}, {}}), hosts);
+  };
+  PlanInput in = build(8192, 2048);
+  EXPECT_LE(transit_ratio(in, "FSDP 32 -> 2 replicas of tp6"), 1.2);
+  const PlanInput small = small_h100(build(768, 256));
+  const Plan p = make_plan(small);
+  ASSERT_GT(p.stats().max_scratch_bytes, 0) << "the smaller copy takes transit too";
+  // Nothing crosses hosts after stage 0: no cell is passed on to another
+  // host.
+  for (const auto& [proc, part] : p.parts())
+    for (const Message& m : part.sends)
+      EXPECT_TRUE(m.stage == 0 ||
+                  p.topology().info(m.src_device).host == p.topology().info(m.dst_device).host)
+          << m.src_device << " -> " << m.dst_device << " in stage " << m.stage;
+  ASSERT_NO_FATAL_FAILURE(check_invariants(small, p));
+  ASSERT_NO_FATAL_FAILURE(testing::execute_every_stage(p, 1));
+}
+
 // A trainer on the first 2 of each of `hosts` hosts' 8 GPUs (FSDP along
 // rows) and an engine's replicas of tp `T` on the other 6, `tensors` bf16
 // tensors of `shape` split by tp along `dim`.

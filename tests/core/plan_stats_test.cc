@@ -739,7 +739,8 @@ TEST(PlanStatsFastPath, HostsOfSeveralEntriesVisitEachForwardOnce) {
 // 2,896 entries: its pending pieces and streams hashed, RoutedCells::
 // pair_map_): 4 holder devices on 2 hosts into 375 receiving hosts of 8
 // entries, each taking the whole (small) tensor. Below full scale (the
-// sanitizer builds, where it took 105 s) one dtype instead of two.
+// sanitizer builds, where it took 105 s, then 97 s) one dtype instead of
+// two, under the device rule alone (the index tables are the same).
 TEST(PlanStatsFastPath, CellsBeyondTheIndexTablesMatchTheEnumeration) {
   PlanInput in;
   for (int64_t d = 0; d < 4; ++d)
@@ -757,6 +758,7 @@ TEST(PlanStatsFastPath, CellsBeyondTheIndexTablesMatchTheEnumeration) {
     add_tensors(in, f, {DType::kF32});
   in.options.split_min_bytes = 64;
   for (bool device_cross : {false, true}) {
+    if (RESHARD_TEST_SCALE < 100 && !device_cross) continue;
     SCOPED_TRACE(device_cross ? "device rule" : "host rule");
     ASSERT_NO_FATAL_FAILURE(check_fast_path(in, device_cross));
     EXPECT_GT(run_stats(in, true, false, device_cross).st.forwarded_bytes, 0);

@@ -299,11 +299,27 @@ inline PlanStats global_stats(Fleet& fleet, int* refused = nullptr) {
 inline PlanStats without_device_rule(const Fleet& fleet, const PlanStats& st, int* traded) {
   planning::choice_override().device_cross = 0;
   PlanStats host_only = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
-  planning::choice_override() = {.single_hop = 0};
+  planning::choice_override().device_cross = -1;
   if (host_only.cost_seconds == st.cost_seconds) return st;
   EXPECT_LT(st.cost_seconds, host_only.cost_seconds) << "the device rule raised the estimate";
   ++*traded;
   return host_only;
+}
+
+// Crossing off (planner version 48, TensorCtx::cross_off) trades a holder
+// host's egress for a receiving host's NICs where the whole plan's
+// estimate drops. The statistics of `fleet`'s plan without it, where it
+// changed the plan (after checking that its estimate is not lower than
+// `st`'s; counted in *traded), else `st`; either way crossing off stays
+// off (choice_override().cross_off = 0) until the caller resets it, so
+// that without_device_rule then weighs the device rule alone.
+inline PlanStats without_cross_off(const Fleet& fleet, const PlanStats& st, int* traded) {
+  planning::choice_override().cross_off = 0;
+  PlanStats rules = make_plan(fleet.in, {PlanScope::kGlobal}).stats();
+  if (rules.cost_seconds == st.cost_seconds) return st;
+  EXPECT_LE(st.cost_seconds, rules.cost_seconds) << "crossing off raised the estimate";
+  ++*traded;
+  return rules;
 }
 
 // Every plan is checked against the oracle through the in-process engine,
@@ -432,5 +448,6 @@ using testing::random_fleet;
 using testing::relays_across;
 using testing::stage_checked;
 using testing::uneven_fleet;
+using testing::without_cross_off;
 using testing::without_device_rule;
 }  // namespace reshard::testing::fleet_names

@@ -455,7 +455,18 @@ void Context::decide_transit(int64_t max_bytes) {
     }
   };
   build_tables();
-  if (trials.empty() && guard_stop(max_bytes)) return;  // no pass changes the context
+  // Groups whose cells cross by cross_gate (the host or the device rule):
+  // each tries crossing off with a table of its own (below), at most
+  // kMaxReduceGroups of them.
+  // None while the device rule of a group is left open (the plan is then
+  // above the single-hop plan's estimate either way, decide_single_hop).
+  std::vector<const std::vector<size_t>*> crossing;
+  if (!cross_open_ && choice_override().cross_off != 0)
+    for (const std::vector<size_t>& g : like)
+      if (crossing.size() < kMaxReduceGroups && en->crosses_few(tensors[g.front()]))
+        crossing.push_back(&g);
+  if (trials.empty() && crossing.empty() && guard_stop(max_bytes))
+    return;  // no pass changes the context
   // Where the guard applies and the plan without transit relays is
   // provably above the single-hop plan's estimate (a pass stopped there,
   // GuardStop), the guard takes the single-hop plan whole unless a trial
@@ -480,7 +491,7 @@ void Context::decide_transit(int64_t max_bytes) {
   }
   // A pass may have turned split runs off (compute_stats): the tables read them.
   if (built != std::pair<bool, bool>{pre_reduce, relay_split}) build_tables();
-  if (trials.empty()) return;
+  if (trials.empty() && crossing.empty()) return;
   if (trials.size() > kMaxReduceGroups) {
     for (size_t k = 1; k < trials.size(); ++k) trials[0].push_back(trials[k].front());
     trials.resize(1);
@@ -502,7 +513,7 @@ void Context::decide_transit(int64_t max_bytes) {
   // of a group left open (cross_one_group) leaves the plan single-hop,
   // whatever it decides: it is left off. Else it is decided on whole passes.
   if (single) {
-    bool above = trials.size() == 1;
+    bool above = trials.size() == 1 && crossing.empty();
     if (above) {
       std::optional<CrossOpen> open = std::move(cross_open_);
       cross_open_.reset();
@@ -526,8 +537,9 @@ void Context::decide_transit(int64_t max_bytes) {
   // staging budget the scratch is reserved as a pre-reduction's
   // (staging_options): rounds are cut at the budget less the most scratch
   // on a device, at most half the budget.
-  for (const auto& trial : trials) {
-    set(trial, true);
+  // Whether the trial as set pays (least updated), its scratch reserved;
+  // else the reserve is as it was.
+  auto pays = [&] {
     const int64_t reserve = scratch_reserve;
     double cost = estimate();
     if (budget > 0 && st.max_scratch_bytes > scratch_reserve) {
@@ -540,10 +552,14 @@ void Context::decide_transit(int64_t max_bytes) {
     }
     if (cost < least) {
       least = cost;
-    } else {
-      scratch_reserve = reserve;
-      set(trial, false);
+      return true;
     }
+    scratch_reserve = reserve;
+    return false;
+  };
+  for (const auto& trial : trials) {
+    set(trial, true);
+    if (!pays()) set(trial, false);
   }
   // The device rule was decided without transit relays
   // (decide_device_cross). A group into cells of several entries that
@@ -577,6 +593,33 @@ void Context::decide_transit(int64_t max_bytes) {
       }
     }
     cross(true);
+    for (size_t i : *g) tensors[i].transit = was;
+  }
+  // The host rule crosses a cell where single-hop would load a holder host
+  // by bytes alone; a receiving device then takes its whole lead share
+  // through its own NIC, which no transit can spread (it forwards what it
+  // takes in). A group whose cells cross by cross_gate tries crossing off
+  // (TensorCtx::cross_off) with a table of its own, kept only where the
+  // estimate drops: replicas of tp6 on 4 GPUs of 3 hosts, fed by FSDP
+  // over 4 hosts, each receiving host's source-only GPUs carry its
+  // ingress.
+  for (const std::vector<size_t>* g : crossing) {
+    const TensorCtx& t = tensors[g->front()];
+    if (t.single_hop) continue;
+    const TransitTable* const was = t.transit;
+    auto off = [&](bool on) {
+      for (size_t i : *g) tensors[i].cross_off = on;
+    };
+    off(true);
+    std::unique_ptr<TransitTable> own = build_transit(*this, tensors[g->front()], *en);
+    if (own) {
+      for (size_t i : *g) tensors[i].transit = own.get();
+      if (pays()) {
+        transit_tables.push_back(std::move(own));
+        continue;
+      }
+    }
+    off(false);
     for (size_t i : *g) tensors[i].transit = was;
   }
 }
@@ -996,10 +1039,10 @@ std::vector<int64_t> Context::pass_key(int64_t max_bytes) const {
   std::vector<int64_t> key{
       max_bytes,     pre_reduce,   scratch_reserve,         relay_split,
       track_streams, track_spread, choice_override().keyed, choice_override().spread};
-  key.reserve(key.size() + 8 * tensors.size());
+  key.reserve(key.size() + 9 * tensors.size());
   for (const TensorCtx& t : tensors)
     key.insert(key.end(), {t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead,
-                           t.band_scale, t.transit != nullptr, t.joint_entry});
+                           t.band_scale, t.transit != nullptr, t.joint_entry, t.cross_off});
   return key;
 }
 

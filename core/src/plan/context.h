@@ -257,7 +257,7 @@ struct Context {
   // context, taken and put back (cross_decision.cc).
   struct Decisions {
     // Per tensor: single_hop, reduce, bands, cross, lead, band scale.
-    std::vector<std::array<int64_t, 6>> tensors;
+    std::vector<std::array<int64_t, 7>> tensors;
     bool pre_reduce = false, relay_split = true, track_streams = false, track_spread = false;
     int64_t scratch_reserve = 0;
 

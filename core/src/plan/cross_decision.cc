@@ -21,8 +21,8 @@ Context::Decisions::Decisions(const Context& c)
       scratch_reserve(c.scratch_reserve) {
   tensors.reserve(c.tensors.size());
   for (const TensorCtx& t : c.tensors)
-    tensors.push_back(
-        {t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead, t.band_scale});
+    tensors.push_back({t.single_hop, t.reduce, t.reduce_bands, t.device_cross, t.fine_lead,
+                       t.band_scale, t.cross_off});
 }
 
 void Context::Decisions::restore(Context& c) const {
@@ -33,13 +33,14 @@ void Context::Decisions::restore(Context& c) const {
   c.scratch_reserve = scratch_reserve;
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorCtx& t = c.tensors[i];
-    const std::array<int64_t, 6>& d = tensors[i];
+    const std::array<int64_t, 7>& d = tensors[i];
     t.single_hop = d[0] != 0;
     t.reduce = static_cast<TensorCtx::Reduce>(d[1]);
     t.reduce_bands = static_cast<uint32_t>(d[2]);
     t.device_cross = d[3] != 0;
     t.fine_lead = d[4] != 0;
     t.band_scale = static_cast<uint32_t>(d[5]);
+    t.cross_off = d[6] != 0;
   }
 }
 

@@ -36,11 +36,11 @@ std::vector<int64_t> GroupMemo::key(const StatsPass& p, const std::vector<size_t
       c.pre_reduce, c.scratch_reserve,        c.relay_split, c.track_streams,
       c.keyed_keys, p.o.staging_budget_bytes, p.max_bytes,   static_cast<int64_t>(members.size()),
       c.keyed_fine};
-  k.reserve(k.size() + 8 * members.size());
+  k.reserve(k.size() + 9 * members.size());
   for (size_t i : members) {
     const TensorCtx& t = c.tensors[i];
     k.insert(k.end(), {static_cast<int64_t>(i), t.single_hop, t.reduce, t.reduce_bands,
-                       t.device_cross, t.fine_lead, t.band_scale, t.joint_entry});
+                       t.device_cross, t.fine_lead, t.band_scale, t.joint_entry, t.cross_off});
   }
   return k;
 }

@@ -184,8 +184,10 @@ namespace {
 // theirs holds part of (cross_parts); 46: the device rule's yardstick is a
 // cell over the fewest entries it has on one host (what a receiving device
 // takes in); 47: on cells of unlike hosts, the device rule sums a holder
-// device's load over the cells (Enumerator::device_overloaded).
-constexpr uint64_t kPlannerVersion = 47;
+// device's load over the cells (Enumerator::device_overloaded); 48: a
+// group whose cells cross by cross_gate tries crossing off with a transit
+// table of its own (TensorCtx::cross_off, Context::decide_transit).
+constexpr uint64_t kPlannerVersion = 48;
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -476,8 +478,9 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
   // of those (405B: 1,137 tensors, a few kinds), the first records every
   // call's pieces and the others replay them (set_replay_like(false):
   // each enumerates, what the tests compare with).
-  using LikeKey = std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t,
-                             uint8_t, bool, uint32_t, bool, bool, const planning::TransitTable*>;
+  using LikeKey =
+      std::tuple<const Geometry*, const Geometry*, std::vector<int64_t>, int64_t, uint8_t, bool,
+                 uint32_t, bool, bool, const planning::TransitTable*, bool>;
   struct Recording {
     std::vector<Emitted> pieces;
     std::vector<size_t> ends;    // per call, in call order
@@ -495,10 +498,10 @@ void build_chunk(Context& ctx, int32_t p, const PlanOptions& options, size_t t0,
     kind_of.resize(t1 - t0);
     for (size_t ti = t0; ti < t1; ++ti) {
       const TensorCtx& t = ctx.tensors[ti];
-      const auto [it, fresh] =
-          kinds.try_emplace(LikeKey(t.sg, t.dg, t.src->shape(), t.esize, t.reduce, t.device_cross,
-                                    t.reduce_bands, t.single_hop, t.fine_lead, t.transit),
-                            recordings.size());
+      const auto [it, fresh] = kinds.try_emplace(
+          LikeKey(t.sg, t.dg, t.src->shape(), t.esize, t.reduce, t.device_cross, t.reduce_bands,
+                  t.single_hop, t.fine_lead, t.transit, t.cross_off),
+          recordings.size());
       if (fresh) recordings.emplace_back();
       ++recordings[it->second].total;
       ++recordings[it->second].left;

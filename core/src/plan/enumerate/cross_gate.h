@@ -8,6 +8,7 @@ namespace reshard::planning {
 
 inline bool Enumerator::cross_gate(const TensorCtx& t, size_t c, size_t cell_begin,
                                    size_t cell_end) {
+  if (t.cross_off) return false;
   if (gate_spec_ == t.spec && gate_geo_ == t.dg && gate_device_ == t.device_cross &&
       (gate_cell_ == SIZE_MAX || gate_cell_ == c))
     return gate_;

@@ -134,6 +134,14 @@ struct TensorCtx {
   // (CrossLayout::for_devices): set per group of like tensors where that
   // lowers the whole plan's α–β estimate (Context::decide_device_cross).
   bool device_cross = false;
+  // No cell crosses by cross_gate (neither the host rule nor the device
+  // rule): each receiving host fetches a cell from its holders, and the
+  // group's transit relays spread that ingress over the host's NICs. Set
+  // per group of like tensors with a transit table of its own where that
+  // lowers the whole plan's α–β estimate (Context::decide_transit): a
+  // holder host the host rule spares may have NICs to spare while the
+  // leader's device would take a whole cell through one NIC.
+  bool cross_off = false;
   // Pre-reduction under a staging budget (Context::decide_pre_reduce): each
   // part a holder host pre-reduces in a star is cut into this many bands
   // (reduce_band_cut), band k's summands written into the owner's scratch
@@ -518,6 +526,9 @@ struct ChoiceOverride {
   // with a transit table does; -1: the estimate's choice
   // (Context::decide_transit).
   int transit = -1;
+  // 0: no group takes TensorCtx::cross_off; -1: the estimate's choice
+  // (Context::decide_transit).
+  int cross_off = -1;
 };
 inline ChoiceOverride& choice_override() {
   static ChoiceOverride o;
