@@ -572,28 +572,39 @@ void Context::decide_transit(int64_t max_bytes) {
         return true;
     return false;
   };
-  for (const auto& trial : trials) {
-    if (trial.size() != 1 || cross_open_) continue;
-    const std::vector<size_t>* const g = trial.front().first;
-    const TensorCtx& t = tensors[g->front()];
-    if (!t.device_cross || !several(t)) continue;
-    const TransitTable* const was = t.transit;
-    auto cross = [&](bool on) {
-      for (size_t i : *g) tensors[i].device_cross = on;
-    };
-    cross(false);
-    std::unique_ptr<TransitTable> own = build_transit(*this, tensors[g->front()], *en);
+  // Flips a group's decision (flip(true)) and gives it a transit table of
+  // its own, both kept where kept() finds the estimate lower; else both
+  // are restored.
+  auto with_own_table = [&](const std::vector<size_t>& g, auto&& flip, auto&& kept) {
+    const TransitTable* const was = tensors[g.front()].transit;
+    flip(true);
+    std::unique_ptr<TransitTable> own = build_transit(*this, tensors[g.front()], *en);
     if (own) {
-      for (size_t i : *g) tensors[i].transit = own.get();
-      const double cost = estimate();
-      if (cost < least && !(budget > 0 && st.max_scratch_bytes > scratch_reserve)) {
-        least = cost;
+      for (size_t i : g) tensors[i].transit = own.get();
+      if (kept()) {
         transit_tables.push_back(std::move(own));
-        continue;
+        return;
       }
     }
-    cross(true);
-    for (size_t i : *g) tensors[i].transit = was;
+    flip(false);
+    for (size_t i : g) tensors[i].transit = was;
+  };
+  for (const auto& trial : trials) {
+    if (trial.size() != 1 || cross_open_) continue;
+    const std::vector<size_t>& g = *trial.front().first;
+    const TensorCtx& t = tensors[g.front()];
+    if (!t.device_cross || !several(t)) continue;
+    with_own_table(
+        g,
+        [&](bool off) {
+          for (size_t i : g) tensors[i].device_cross = !off;
+        },
+        [&] {
+          const double cost = estimate();
+          if (cost >= least || (budget > 0 && st.max_scratch_bytes > scratch_reserve)) return false;
+          least = cost;
+          return true;
+        });
   }
   // The host rule crosses a cell where single-hop would load a holder host
   // by bytes alone; a receiving device then takes its whole lead share
@@ -604,23 +615,13 @@ void Context::decide_transit(int64_t max_bytes) {
   // over 4 hosts, each receiving host's source-only GPUs carry its
   // ingress.
   for (const std::vector<size_t>* g : crossing) {
-    const TensorCtx& t = tensors[g->front()];
-    if (t.single_hop) continue;
-    const TransitTable* const was = t.transit;
-    auto off = [&](bool on) {
-      for (size_t i : *g) tensors[i].cross_off = on;
-    };
-    off(true);
-    std::unique_ptr<TransitTable> own = build_transit(*this, tensors[g->front()], *en);
-    if (own) {
-      for (size_t i : *g) tensors[i].transit = own.get();
-      if (pays()) {
-        transit_tables.push_back(std::move(own));
-        continue;
-      }
-    }
-    off(false);
-    for (size_t i : *g) tensors[i].transit = was;
+    if (tensors[g->front()].single_hop) continue;
+    with_own_table(
+        *g,
+        [&](bool off) {
+          for (size_t i : *g) tensors[i].cross_off = off;
+        },
+        pays);
   }
 }
 
