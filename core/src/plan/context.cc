@@ -455,11 +455,10 @@ void Context::decide_transit(int64_t max_bytes) {
     }
   };
   build_tables();
-  // Groups whose cells cross by cross_gate (the host or the device rule):
-  // each tries crossing off with a table of its own (below), at most
-  // kMaxReduceGroups of them.
-  // None while the device rule of a group is left open (the plan is then
-  // above the single-hop plan's estimate either way, decide_single_hop).
+  // Groups whose cells cross by cross_gate (the host or the device rule),
+  // at most kMaxReduceGroups: each tries crossing off with a table of its
+  // own (below). None while the device rule of a group is left open (the
+  // plan is then above the single-hop plan's estimate either way).
   std::vector<const std::vector<size_t>*> crossing;
   if (!cross_open_ && choice_override().cross_off != 0)
     for (const std::vector<size_t>& g : like)
