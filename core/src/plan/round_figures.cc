@@ -272,8 +272,8 @@ void bound_cuts(size_t ndev, int nstages, const RoundRule& rule,
       const double streams = static_cast<double>(stage[d].peers);
       const double t_d = static_cast<double>(stage[d].bytes);
       if (rule.budget > 0)
-        cuts[d] += std::min(streams * std::ceil(static_cast<double>(max_t) / w),
-                            (streams * t_d + 2 * sum_t) / w);
+        cuts[d] += std::min({streams * std::ceil(static_cast<double>(max_t) / w),
+                             (streams * t_d + 2 * sum_t) / w, t_d / 8.0});
       if (rule.spread_stage(static_cast<uint32_t>(s)))  // spread cuts: at most K - 1 a stream
         cuts[d] += streams * static_cast<double>(rule.spread.size());
       else if (pipe > 0)

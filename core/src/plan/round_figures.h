@@ -82,7 +82,9 @@ int64_t& stage_zero_figures_computed();
 // times.
 // Summed over device d's streams of stage s that is below both
 // streams_s(d) * max T_s / W_s and (streams_s(d) * T_s(d) + 2 * sum T_s) / W_s
-// (a peer is at most two of d's streams). Sets counts' cuts and messages
+// (a peer is at most two of d's streams), and below T_s(d) / 8: a chunk is
+// at least 8 bytes whatever W_s (rounds.h), which holds where the peers
+// nearly fill the budget and W_s is a byte or two. Sets counts' cuts and messages
 // (streams set).
 void bound_cuts(size_t ndev, int nstages, const RoundRule& rule,
                 const std::vector<DeviceLoad>& loads, std::vector<DeviceCounts>& counts);
